@@ -1,0 +1,5 @@
+"""`python -m perftracker` runs the command-line interface."""
+
+from perftracker.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""Analyzers: pure functions from the Store to Findings. See `registry` for how they are run."""

@@ -1,0 +1,34 @@
+"""Shared per-rank context for analyzers: step time and host of each rank window."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from perftracker.store import Store
+
+
+def step_seconds(store: Store) -> pd.Series:
+    """Median step duration in seconds per rank (profiler steps first, step files otherwise)."""
+    steps = store.steps
+    if steps.empty:
+        return pd.Series(dtype=float)
+    prof = steps[steps["source"] == "profiler"]
+    use = prof if not prof.empty else steps
+    return use.groupby("rank")["dur_ns"].median() / 1e9
+
+
+def host(store: Store, rank: int) -> str:
+    return store.host_of(rank)
+
+
+def hosts_of(store: Store, ranks: list[int]) -> tuple[str, ...]:
+    return tuple(sorted({h for h in (store.host_of(r) for r in ranks) if h}))
+
+
+def fmt_ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.0f} us"
+
+
+def rank_list(ranks: list[int], limit: int = 8) -> str:
+    shown = ", ".join(str(r) for r in ranks[:limit])
+    return shown + (f" and {len(ranks) - limit} more" if len(ranks) > limit else "")

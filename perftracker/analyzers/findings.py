@@ -1,0 +1,112 @@
+"""The Finding record: one diagnosis with its evidence, cost and recommendation.
+
+Findings are immutable. `cost` is always in one unit: seconds lost per step (`seconds_per_step`),
+plus the share of the step time (`share_of_step`); findings are ranked by it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, replace
+from enum import IntEnum
+from typing import Any, Iterable, Mapping
+
+
+class Severity(IntEnum):
+    """Ordered severities: info < warning < critical."""
+
+    INFO = 0
+    WARNING = 1
+    CRITICAL = 2
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, text: str) -> "Severity":
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            raise ValueError(f"unknown severity {text!r}; use info, warning or critical") from None
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Estimated cost of a problem: seconds lost per step and the share of step time it represents."""
+
+    seconds_per_step: float = 0.0
+    share_of_step: float = 0.0
+
+    def to_dict(self) -> dict[str, float]:
+        return {
+            "seconds_per_step": round(float(self.seconds_per_step), 9),
+            "share_of_step": round(float(self.share_of_step), 6),
+        }
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosis. `evidence` holds the numbers (JSON-serialisable) the claim rests on."""
+
+    analyzer: str
+    severity: Severity
+    title: str
+    recommendation: str
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    ranks: tuple[int, ...] = ()
+    hosts: tuple[str, ...] = ()
+    cost: Cost = Cost()
+    related: tuple[str, ...] = ()
+    key: str = ""
+    fixed_id: str = ""
+
+    @property
+    def id(self) -> str:
+        """Stable id: analyzer plus a short hash of the finding's key (or title and ranks)."""
+        if self.fixed_id:
+            return self.fixed_id
+        basis = self.key or f"{self.title}|{self.ranks}|{self.hosts}"
+        digest = hashlib.sha1(basis.encode("utf-8")).hexdigest()[:8]
+        return f"{self.analyzer}-{digest}"
+
+    def with_related(self, ids: Iterable[str]) -> "Finding":
+        return replace(self, related=tuple(sorted(set(self.related) | set(ids))))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "analyzer": self.analyzer,
+            "severity": self.severity.label,
+            "title": self.title,
+            "ranks": list(self.ranks),
+            "hosts": list(self.hosts),
+            "evidence": dict(self.evidence),
+            "cost": self.cost.to_dict(),
+            "recommendation": self.recommendation,
+            "related": list(self.related),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Finding":
+        cost = data.get("cost") or {}
+        return cls(
+            analyzer=str(data["analyzer"]),
+            severity=Severity.parse(str(data["severity"])),
+            title=str(data["title"]),
+            recommendation=str(data.get("recommendation", "")),
+            evidence=dict(data.get("evidence") or {}),
+            ranks=tuple(int(r) for r in data.get("ranks") or ()),
+            hosts=tuple(str(h) for h in data.get("hosts") or ()),
+            cost=Cost(float(cost.get("seconds_per_step", 0.0)), float(cost.get("share_of_step", 0.0))),
+            related=tuple(str(r) for r in data.get("related") or ()),
+            fixed_id=str(data.get("id", "")),
+        )
+
+
+def rank_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """Order findings by cost (largest first), then severity, then title for stability."""
+    return sorted(
+        findings,
+        key=lambda f: (-f.cost.seconds_per_step, -f.cost.share_of_step, -int(f.severity), f.title),
+    )

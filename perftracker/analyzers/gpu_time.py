@@ -1,0 +1,123 @@
+"""Where each rank's GPU time goes: compute, communication, memory copies and idle, with overlap.
+
+Plain functions over the Store's events, shared by the breakdown, overlap and idle analyzers and by
+the report. Two definitions are offered:
+
+- perftracker (default): GPU work is kernels, memcpy and memset; the window is the whole profiled
+  span; communication hidden under compute is reported as overlapped, the rest as exposed.
+- HTA-compatible (`hta_compat=True`): Holistic Trace Analysis 0.5 semantics: drop the last
+  ProfilerStep, any GPU event with a stream counts as a kernel, kernel type by name ("nccl"
+  prefix = communication, "Memcpy"/"Memset" = memory), overlapped communication counts as compute.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from perftracker.analyzers.intervals import intersection_total, total, union
+from perftracker.store import Store
+
+WORK_KINDS = ("compute", "comm", "memcpy", "memset")
+
+
+def gpu_work(store: Store, hta_compat: bool = False) -> pd.DataFrame:
+    """GPU events that count as work, with a `klass` column: compute | comm | memory."""
+    ev = store.events
+    if hta_compat:
+        ev = _drop_last_step_like_hta(store)
+        gpu = ev[(ev["stream"] >= 0) & (ev["kind"] != "gpu_annotation")]
+        names = gpu["name"].astype(str)
+        klass = np.where(names.str.startswith("nccl"), "comm",
+                         np.where(names.str.contains("Memcpy|Memset", regex=True), "memory", "compute"))
+    else:
+        gpu = ev[ev["kind"].isin(WORK_KINDS) & (ev["stream"] >= 0)]
+        kind = gpu["kind"].astype(str)
+        klass = np.where(kind == "comm", "comm", np.where(kind.isin(["memcpy", "memset"]), "memory", "compute"))
+    out = gpu[["rank", "window", "step", "stream", "name", "start_ns", "dur_ns", "correlation"]].copy()
+    if hta_compat:  # HTA reads ts and dur as whole microseconds
+        out["start_ns"] = out["start_ns"] // 1000 * 1000
+        out["dur_ns"] = out["dur_ns"] // 1000 * 1000
+    out["end_ns"] = out["start_ns"] + out["dur_ns"]
+    out["klass"] = klass
+    return out
+
+
+def _drop_last_step_like_hta(store: Store) -> pd.DataFrame:
+    """HTA keeps CPU events starting before the last ProfilerStep and GPU events launched by them."""
+    ev = store.events
+    parts = []
+    for (rank, window), group in ev.groupby(["rank", "window"], sort=True, observed=True):
+        steps = store.steps[(store.steps["rank"] == rank) & (store.steps["window"] == window)
+                            & (store.steps["source"] == "profiler")]
+        if steps["step"].nunique() < 2:
+            parts.append(group)
+            continue
+        last_start = int(steps["start_ns"].max())
+        cpu = group[group["stream"] < 0]
+        kept_cpu = cpu[cpu["start_ns"] < last_start]
+        gpu = group[group["stream"] >= 0]
+        kept_gpu = gpu[gpu["correlation"].isin(kept_cpu.loc[kept_cpu["correlation"] >= 0, "correlation"])]
+        parts.append(pd.concat([kept_cpu, kept_gpu]))
+    return pd.concat(parts) if parts else ev
+
+
+def _one(group: pd.DataFrame) -> dict[str, float]:
+    s = group["start_ns"].to_numpy(np.int64)
+    e = group["end_ns"].to_numpy(np.int64)
+    all_s, all_e = union(s, e)
+    span = int(all_e.max() - all_s.min()) if len(all_s) else 0
+    busy = total(all_s, all_e)
+    sets = {}
+    for klass in ("compute", "comm", "memory"):
+        mask = (group["klass"] == klass).to_numpy()
+        sets[klass] = union(s[mask], e[mask])
+    compute = total(*sets["compute"])
+    comm_total = total(*sets["comm"])
+    comm_overlap = intersection_total(*sets["compute"], *sets["comm"])
+    comm_exposed = comm_total - comm_overlap
+    memory_total = total(*sets["memory"])
+    memory_exposed = max(0, busy - compute - comm_exposed)
+    return {
+        "span_ns": span, "busy_ns": busy, "idle_ns": span - busy, "compute_ns": compute,
+        "comm_ns": comm_total, "comm_overlapped_ns": comm_overlap, "comm_exposed_ns": comm_exposed,
+        "memory_ns": memory_total, "memory_exposed_ns": memory_exposed,
+        "n_kernels": len(group),
+    }
+
+
+def breakdown(store: Store, hta_compat: bool = False) -> pd.DataFrame:
+    """One row per rank window: span, busy, idle, compute, comm (total/overlapped/exposed), memory.
+
+    Percentages are of the span; `overlap_pct` is the share of communication time hidden under
+    compute (NaN without communication); `steps` is the number of profiled steps in the window.
+    """
+    work = gpu_work(store, hta_compat)
+    rows = []
+    for (rank, window), group in work.groupby(["rank", "window"], sort=True, observed=True):
+        row = {"rank": int(rank), "window": int(window), **_one(group)}
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    steps = store.steps[store.steps["source"] == "profiler"].groupby(["rank", "window"]).size()
+    frame["steps"] = [int(steps.get((r, w), 0)) for r, w in zip(frame["rank"], frame["window"])]
+    span = frame["span_ns"].where(frame["span_ns"] > 0)
+    for col in ("idle", "compute", "comm_exposed", "memory_exposed"):
+        frame[f"{col}_pct"] = 100.0 * frame[f"{col}_ns"] / span
+    frame["overlap_pct"] = 100.0 * frame["comm_overlapped_ns"] / frame["comm_ns"].where(frame["comm_ns"] > 0)
+    if hta_compat:
+        # HTA counts overlapped communication as compute: non-compute = span - compute - idle.
+        frame["non_compute_ns"] = frame["span_ns"] - frame["compute_ns"] - frame["idle_ns"]
+        frame["non_compute_pct"] = 100.0 * frame["non_compute_ns"] / span
+    return frame
+
+
+def breakdown_per_step(store: Store) -> pd.DataFrame:
+    """Per rank window and step: the same quantities over the GPU work that step launched."""
+    work = gpu_work(store)
+    work = work[work["step"] >= 0]
+    rows = []
+    for (rank, window, step), group in work.groupby(["rank", "window", "step"], sort=True, observed=True):
+        rows.append({"rank": int(rank), "window": int(window), "step": int(step), **_one(group)})
+    return pd.DataFrame(rows)

@@ -1,0 +1,51 @@
+"""Turn what the loaders noticed about their inputs into findings users see in the report.
+
+Recovered truncated traces and unusable files are warnings (results rest on partial data); ranks
+missing from the world size, multiple windows and CPU-only traces are info.
+"""
+
+from __future__ import annotations
+
+from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.registry import register
+from perftracker.store import Store
+
+
+@register("inputs", "What was loaded, what was lost, and what is missing")
+def analyze_inputs(store: Store) -> list[Finding]:
+    findings: list[Finding] = []
+    errors = [n for n in store.notes if n.level == "error"]
+    if errors:
+        findings.append(Finding(
+            analyzer="inputs", severity=Severity.WARNING,
+            title=f"{len(errors)} input file(s) could not be used; results cover the rest",
+            recommendation="Re-export or re-copy the files listed in the evidence; the other ranks were analyzed.",
+            evidence={"files": {n.source: n.message for n in errors[:50]}},
+            key="inputs:errors",
+        ))
+    partial = [n for n in store.notes if n.level == "warning"]
+    if partial:
+        findings.append(Finding(
+            analyzer="inputs", severity=Severity.WARNING,
+            title=f"{len(partial)} input(s) were only partly usable (cut off or malformed)",
+            recommendation="The job was probably killed while writing. Results use the recovered part; "
+            "profile again with a clean exit (prof.stop() / leaving the profiler context) for full data.",
+            evidence={"notes": [f"{n.source}: {n.message}" for n in partial[:50]]},
+            key="inputs:partial",
+        ))
+    for note in store.notes:
+        if note.level == "info":
+            findings.append(Finding(
+                analyzer="inputs", severity=Severity.INFO, title=note.message[0].upper() + note.message[1:],
+                recommendation="No action needed; listed so the scope of the analysis is clear.",
+                evidence=dict(note.data), key=f"inputs:{note.message}",
+            ))
+    if not store.events.empty and not store.events["stream"].ge(0).any():
+        findings.append(Finding(
+            analyzer="inputs", severity=Severity.INFO,
+            title="The traces hold no GPU activity (CPU-only or CPU-side profile)",
+            recommendation="GPU breakdown, overlap and idle analyses were skipped. To profile the GPU, add "
+            "ProfilerActivity.CUDA to torch.profiler's activities.",
+            key="inputs:cpu-only",
+        ))
+    return findings

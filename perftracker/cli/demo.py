@@ -1,0 +1,41 @@
+"""`perftracker demo`: analyze the bundled sample run and print where the report is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from perftracker.collectors.loading import LoadOptions
+from perftracker.errors import InputError
+from perftracker.pipeline import analyze_path
+from perftracker.reports.text import print_summary
+
+
+def sample_traces_dir() -> Path:
+    """The repository's sample_traces/ (the demo runs from a checkout)."""
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        candidate = parent / "sample_traces"
+        if candidate.is_dir():
+            return candidate
+    raise InputError("sample_traces/ not found", str(here.parents[2]),
+                     "run the demo from a perftracker checkout, or pass your own traces to `perftracker analyze`")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("demo")
+    def demo(
+        out: Path = typer.Option(Path("perftracker-demo"), "--out", "-o", help="Where to write the report."),
+    ) -> None:
+        """Analyze the bundled sample run (a real 4-rank torchrun job with one slowed rank)."""
+        root = sample_traces_dir()
+        runs = sorted(p for p in root.iterdir() if p.is_dir())
+        if not runs:
+            raise InputError("no sample run in sample_traces/", str(root), "regenerate it with scripts/make_sample_traces.py")
+        console = Console()
+        for run in runs:
+            console.rule(f"{run.name}")
+            result = analyze_path(run, out / run.name, LoadOptions(cache_dir=None))
+            print_summary(console, result.findings, result.report_path)

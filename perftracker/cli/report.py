@@ -1,0 +1,24 @@
+"""`perftracker report DIR`: re-render report.html from an analyze output folder (no raw traces needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from perftracker.pipeline import FINDINGS, render_report
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("report")
+    def report(
+        path: Path = typer.Argument(..., help="An analyze output folder (holding findings.json and tables/), "
+                                    "or a run directory that holds one in perftracker-out/."),
+    ) -> None:
+        """Re-render the HTML report from findings.json and the saved tables."""
+        folder = path
+        if not (folder / FINDINGS).exists() and (folder / "perftracker-out" / FINDINGS).exists():
+            folder = folder / "perftracker-out"
+        out = render_report(folder)
+        Console().print(f"Report: {out}", highlight=False)

@@ -1,0 +1,338 @@
+"""Read one Kineto (PyTorch profiler) trace file into typed event records, as much of it as is usable.
+
+Promises:
+- `.json` and `.json.gz`; a gzip stream cut off mid-write yields the bytes it holds.
+- A trace cut off mid-write is recovered up to its last complete event, with a note saying how much
+  was lost. An empty file, a corrupt gzip or JSON that is not a trace raises `InputError` naming the
+  file.
+- Timestamps keep every digit: when the file writes epoch-magnitude microseconds with a fraction
+  (which a float64 cannot hold to the nanosecond), the raw digits are parsed instead.
+- Trace content is data: nothing in it is evaluated.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import zlib
+from decimal import Decimal, InvalidOperation
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from perftracker.errors import InputError
+
+# Beyond 2**41 us a float64 no longer resolves half a nanosecond.
+_FLOAT_SAFE_US = float(2**41)
+
+
+class EventArgs(msgspec.Struct, omit_defaults=True):
+    stream: int | None = None
+    device: int | None = None
+    correlation: int | None = None
+    external_id: int | None = msgspec.field(default=None, name="External id")
+    collective_name: str | None = msgspec.field(default=None, name="Collective name")
+    in_msg_nelems: int | None = msgspec.field(default=None, name="In msg nelems")
+    out_msg_nelems: int | None = msgspec.field(default=None, name="Out msg nelems")
+    group_size: int | None = msgspec.field(default=None, name="Group size")
+    pg_name: str | int | None = msgspec.field(default=None, name="Process Group Name")
+    dtype: str | None = None
+    nbytes: int | None = msgspec.field(default=None, name="bytes")
+
+
+class Event(msgspec.Struct):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: float | None = None
+    dur: float | None = None
+    args: EventArgs | None = None
+
+
+class RawEvent(msgspec.Struct):
+    """Same as Event, with ts/dur as raw JSON text so no digit is lost."""
+
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b""))
+    dur: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b""))
+    args: EventArgs | None = None
+
+
+class TraceDoc(msgspec.Struct):
+    traceEvents: list[Event] = []
+    distributedInfo: dict[str, Any] | None = None
+    deviceProperties: list[dict[str, Any]] | None = None
+    baseTimeNanoseconds: int | None = None
+    host_name: str | None = None
+    schemaVersion: int | None = None
+
+
+class RawTraceDoc(msgspec.Struct):
+    traceEvents: list[RawEvent] = []
+
+
+@dataclass
+class ParsedTrace:
+    """Events with ts/dur already in integer nanoseconds (as the trace wrote them)."""
+
+    path: Path
+    names: list[str] = field(default_factory=list)
+    cats: list[str] = field(default_factory=list)
+    phs: list[str] = field(default_factory=list)
+    pids: list[int | str | None] = field(default_factory=list)
+    tids: list[int | str | None] = field(default_factory=list)
+    ts_ns: list[int] = field(default_factory=list)
+    dur_ns: list[int] = field(default_factory=list)
+    args: list[EventArgs | None] = field(default_factory=list)
+    distributed_info: dict[str, Any] = field(default_factory=dict)
+    device_properties: list[dict[str, Any]] = field(default_factory=list)
+    base_ns: int | None = None
+    host_name: str | None = None
+    bytes_read: int = 0
+    bytes_lost: int = 0
+    meta_exact_digits: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def read_bytes(path: Path) -> tuple[bytes, list[str]]:
+    """The file's JSON bytes (decompressed), plus notes about a cut-off gzip stream."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read the file ({exc.strerror or exc})", str(path),
+                         "check the path and its permissions") from None
+    notes: list[str] = []
+    if data[:2] == b"\x1f\x8b":
+        decomp = zlib.decompressobj(wbits=31)
+        try:
+            out = decomp.decompress(data)
+        except zlib.error as exc:
+            raise InputError(f"corrupt gzip data ({exc})", str(path),
+                             "the file is damaged; re-export or re-copy this rank's trace") from None
+        if not decomp.eof:
+            notes.append("the gzip stream ends early (file cut off while being written); using what it holds")
+        data = out
+    if not data.strip():
+        raise InputError("the file is empty", str(path),
+                         "the profiler did not finish writing it; re-run the profiled steps or drop this file")
+    return data, notes
+
+
+def parse_trace(path: Path) -> ParsedTrace:
+    """Parse one trace file; see the module docstring for what is recovered and what raises."""
+    data, notes = read_bytes(path)
+    total = len(data)
+    trace = ParsedTrace(path=path, bytes_read=total, notes=notes)
+    try:
+        doc: TraceDoc | None = msgspec.json.decode(data, type=TraceDoc)
+    except msgspec.ValidationError:
+        doc = None
+    except msgspec.DecodeError as exc:
+        if "truncated" not in str(exc).lower():
+            _explain_not_a_trace(data, path, exc)
+        cut = _recover(data)
+        if cut is None:
+            raise InputError("the trace is cut off before its first complete event", str(path),
+                             "nothing in it can be used; re-export this rank's trace") from None
+        data, doc = cut
+        trace.bytes_lost = max(0, total - len(data) + 2)
+        notes.append(f"the trace is cut off mid-write; recovered {len(doc.traceEvents) if doc else 0} complete "
+                     f"events, lost the last {trace.bytes_lost} bytes "
+                     f"({100.0 * trace.bytes_lost / total:.1f}% of the file)")
+    if doc is None:
+        _fill_loose(trace, data, path)
+        return trace
+    trace.distributed_info = dict(doc.distributedInfo or {})
+    trace.device_properties = list(doc.deviceProperties or [])
+    trace.base_ns = doc.baseTimeNanoseconds
+    trace.host_name = doc.host_name
+    if _needs_exact_digits(doc.traceEvents):
+        try:
+            raw = msgspec.json.decode(data, type=RawTraceDoc)
+        except msgspec.ValidationError:
+            _fill_loose(trace, data, path)
+            return trace
+        _fill_from_digits(trace, raw)
+    else:
+        _fill_events(trace, doc)
+    return trace
+
+
+def _needs_exact_digits(events: list[Event]) -> bool:
+    def lossy(e: Event) -> bool:
+        return e.ts is not None and abs(e.ts) >= _FLOAT_SAFE_US and e.ts != math.floor(e.ts)
+
+    return any(lossy(e) for e in events[:2000]) or any(lossy(e) for e in events[-2000:])
+
+
+def _fill_loose(trace: ParsedTrace, data: bytes, path: Path) -> None:
+    """Fallback for traces whose fields have unusual types (strings for ints, ...). Floats stay exact."""
+    try:
+        raw = msgspec.json.Decoder(float_hook=Decimal).decode(data)
+    except msgspec.DecodeError as exc:
+        _explain_not_a_trace(data, path, exc)
+        raise
+    if isinstance(raw, list):  # bare Chrome-trace array
+        raw = {"traceEvents": raw}
+    if not isinstance(raw, dict) or not isinstance(raw.get("traceEvents"), list):
+        raise InputError("this JSON is not a PyTorch profiler trace (no traceEvents list)", str(path),
+                         "pass the files written by torch.profiler (export_chrome_trace or tensorboard_trace_handler)")
+    dist = raw.get("distributedInfo")
+    props = raw.get("deviceProperties")
+    base = raw.get("baseTimeNanoseconds")
+    host = raw.get("host_name")
+    trace.distributed_info = dist if isinstance(dist, dict) else {}
+    trace.device_properties = props if isinstance(props, list) else []
+    trace.base_ns = base if isinstance(base, int) and not isinstance(base, bool) else None
+    trace.host_name = host if isinstance(host, str) else None
+    for e in raw["traceEvents"]:
+        if not isinstance(e, dict):
+            continue
+        ts = _to_ns(e.get("ts"))
+        if ts is None:
+            continue
+        pid, tid = e.get("pid"), e.get("tid")
+        trace.names.append(str(e.get("name", "")))
+        trace.cats.append(str(e.get("cat", "")))
+        trace.phs.append(str(e.get("ph", "")))
+        trace.pids.append(pid if isinstance(pid, (int, str)) and not isinstance(pid, bool) else None)
+        trace.tids.append(tid if isinstance(tid, (int, str)) and not isinstance(tid, bool) else None)
+        trace.ts_ns.append(ts)
+        trace.dur_ns.append(_to_ns(e.get("dur")) or 0)
+        args = e.get("args")
+        trace.args.append(_loose_args(args) if isinstance(args, dict) else None)
+
+
+def _to_ns(value: Any) -> int | None:
+    """Microseconds (int, exact Decimal, or numeric string) -> integer nanoseconds."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return value * 1000
+    if isinstance(value, Decimal):
+        return int((value * 1000).to_integral_value()) if value.is_finite() else None
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        return int(value) * 1000 if value.is_integer() else round(value * 1000.0)
+    if isinstance(value, str):
+        try:
+            return _to_ns(Decimal(value.strip()))
+        except InvalidOperation:
+            return None
+    return None
+
+
+def _as_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, (float, Decimal)):
+        return int(value) if math.isfinite(value) else None
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def _loose_args(args: dict[str, Any]) -> EventArgs:
+    pg = args.get("Process Group Name")
+    return EventArgs(
+        stream=_as_int(args.get("stream")),
+        device=_as_int(args.get("device")),
+        correlation=_as_int(args.get("correlation")),
+        external_id=_as_int(args.get("External id")),
+        collective_name=str(args["Collective name"]) if "Collective name" in args else None,
+        in_msg_nelems=_as_int(args.get("In msg nelems")),
+        out_msg_nelems=_as_int(args.get("Out msg nelems")),
+        group_size=_as_int(args.get("Group size")),
+        pg_name=pg if isinstance(pg, (str, int)) and not isinstance(pg, bool) else None,
+        dtype=str(args["dtype"]) if "dtype" in args else None,
+        nbytes=_as_int(args.get("bytes")),
+    )
+
+
+def _explain_not_a_trace(data: bytes, path: Path, exc: Exception) -> None:
+    head = data.lstrip()[:1]
+    if head not in (b"{", b"["):
+        raise InputError("this is not JSON (not a PyTorch profiler trace)", str(path),
+                         "pass .json or .json.gz files written by torch.profiler") from None
+    raise InputError(f"the trace is not valid JSON ({exc})", str(path),
+                     "the file is damaged; re-export this rank's trace") from None
+
+
+# A boundary between two events: the end of one object and the start of the next.
+_EVENT_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+_EVENTS_START = re.compile(rb'"traceEvents"\s*:\s*\[')
+
+
+def _recover(data: bytes) -> tuple[bytes, TraceDoc] | None:
+    """Cut a truncated trace after its last complete event and close the JSON."""
+    start = _EVENTS_START.search(data)
+    if start is None:
+        return None
+    tail_from = max(start.end(), len(data) - 4 * 1024 * 1024)
+    boundaries = [m.start() for m in _EVENT_BOUNDARY.finditer(data, tail_from)]
+    for pos in reversed(boundaries[-16:]):
+        candidate = data[: pos + 1] + b"]}"
+        try:
+            return candidate, msgspec.json.decode(candidate, type=TraceDoc)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            continue
+    # The first event itself may be the only complete one.
+    head = data[: start.end()] + b"]}"
+    try:
+        doc = msgspec.json.decode(head, type=TraceDoc)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return (head, doc) if doc.traceEvents else None
+
+
+def _fill_events(trace: ParsedTrace, doc: TraceDoc) -> None:
+    names, cats, phs, pids, tids, tss, durs, argss = (
+        trace.names, trace.cats, trace.phs, trace.pids, trace.tids, trace.ts_ns, trace.dur_ns, trace.args)
+    for e in doc.traceEvents:
+        ts = e.ts
+        if ts is None:
+            continue
+        names.append(e.name)
+        cats.append(e.cat)
+        phs.append(e.ph)
+        pids.append(e.pid)
+        tids.append(e.tid)
+        tss.append(int(ts) * 1000 if ts.is_integer() else round(ts * 1000.0))
+        dur = e.dur
+        durs.append(0 if dur is None else int(dur) * 1000 if dur.is_integer() else round(dur * 1000.0))
+        argss.append(e.args)
+
+
+def _digits_to_ns(raw: bytes) -> int:
+    """'1682725898236567.123' (microseconds) -> 1682725898236567123 nanoseconds, exactly."""
+    ns = _to_ns(raw.decode("ascii", "replace"))
+    return ns if ns is not None else 0
+
+
+def _fill_from_digits(trace: ParsedTrace, doc: RawTraceDoc) -> None:
+    for e in doc.traceEvents:
+        if not e.ts:
+            continue
+        trace.names.append(e.name)
+        trace.cats.append(e.cat)
+        trace.phs.append(e.ph)
+        trace.pids.append(e.pid)
+        trace.tids.append(e.tid)
+        trace.ts_ns.append(_digits_to_ns(bytes(e.ts)))
+        trace.dur_ns.append(_digits_to_ns(bytes(e.dur)) if e.dur else 0)
+        trace.args.append(e.args)
+    trace.meta_exact_digits = True

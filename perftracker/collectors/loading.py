@@ -1,0 +1,213 @@
+"""Load everything under a path into a Store: map over rank files, then reduce.
+
+The map step (one trace file -> that rank's tables) runs in a local process pool and is cached as
+Parquet keyed by the file's path, size and mtime, so a second `analyze` of the same traces skips
+parsing. Unusable files become notes naming the file; the analysis runs on what is usable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from perftracker import __version__
+from perftracker.collectors.kineto import build_tables, compile_comm_patterns
+from perftracker.collectors.kineto_read import parse_trace
+from perftracker.collectors.ranks import TraceIdentity, assign_windows, host_from_name, rank_from_name
+from perftracker.collectors.steps import load_step_files
+from perftracker.errors import InputError, PerftrackerError
+from perftracker.rundir import Inputs, discover
+from perftracker.store import LoadNote, Store
+from perftracker.store.schema import conform
+
+CACHE_VERSION = f"{__version__}-3"
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    comm_kernel_patterns: tuple[str, ...] = ()
+    cache_dir: Path | None = None  # None: no cache
+    workers: int = 0  # 0: one per CPU, at most one per file
+
+
+@dataclass
+class _FileResult:
+    path: str
+    ok: bool
+    error: str = ""
+    cache_stem: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "perftracker"
+
+
+def _cache_key(path: Path, options: LoadOptions) -> str:
+    stat = path.stat()
+    basis = json.dumps([str(path.resolve()), stat.st_size, stat.st_mtime_ns, CACHE_VERSION,
+                        list(options.comm_kernel_patterns)])
+    return hashlib.sha1(basis.encode()).hexdigest()[:20]
+
+
+def _load_one(path_str: str, options: LoadOptions, scratch: str) -> _FileResult:
+    """Map step: parse one trace, write its tables as Parquet, return where and what it is."""
+    path = Path(path_str)
+    try:
+        key = _cache_key(path, options)
+        folder = options.cache_dir or Path(scratch)
+        stem = str(folder / key)
+        meta_path = Path(stem + ".meta.json")
+        if options.cache_dir and meta_path.exists():
+            meta = json.loads(meta_path.read_text())
+            return _FileResult(path_str, True, cache_stem=stem, meta=meta["meta"], notes=meta["notes"])
+        trace = parse_trace(path)
+        dist = trace.distributed_info
+        rank = dist.get("rank") if isinstance(dist.get("rank"), int) else None
+        rank_source = "distributedInfo" if rank is not None else ""
+        if rank is None:
+            rank = rank_from_name(path)
+            rank_source = "filename" if rank is not None else "assigned"
+        events, steps = build_tables(trace, rank if rank is not None else -1, 0,
+                                     compile_comm_patterns(options.comm_kernel_patterns))
+        folder.mkdir(parents=True, exist_ok=True)
+        events.to_parquet(stem + ".events.parquet", index=False)
+        steps.to_parquet(stem + ".steps.parquet", index=False)
+        device_name = ""
+        if trace.device_properties:
+            device_name = str(trace.device_properties[0].get("name", ""))
+        world = dist.get("world_size")
+        meta = {
+            "rank": rank, "rank_source": rank_source,
+            "host": trace.host_name or host_from_name(path),
+            "world_size": world if isinstance(world, int) else -1,
+            "backend": str(dist.get("backend", "")),
+            "device_name": device_name,
+            "base_ns": trace.base_ns if trace.base_ns is not None else -1,
+            "start_ns": int(events["start_ns"].min()) if len(events) else 0,
+            "end_ns": int((events["start_ns"] + events["dur_ns"]).max()) if len(events) else 0,
+            "n_events": len(events),
+            "bytes_lost": trace.bytes_lost,
+            "pg_config": dist.get("pg_config") if isinstance(dist.get("pg_config"), list) else [],
+        }
+        Path(stem + ".meta.json").write_text(json.dumps({"meta": meta, "notes": trace.notes}))
+        return _FileResult(path_str, True, cache_stem=stem, meta=meta, notes=trace.notes)
+    except PerftrackerError as exc:
+        return _FileResult(path_str, False, error=exc.message)
+    except (OSError, ValueError, MemoryError) as exc:
+        return _FileResult(path_str, False, error=f"{path}: could not be loaded ({type(exc).__name__}: {exc}).")
+
+
+def load_path(root: Path, options: LoadOptions, scratch: Path) -> Store:
+    """Build the Store for everything under `root` (run directory, folder of traces, or one file)."""
+    if not root.exists():
+        raise InputError("no such file or directory", str(root), "check the path")
+    inputs = discover(root)
+    if inputs.empty:
+        raise InputError(
+            "found no PyTorch profiler traces (*.json, *.json.gz) and no step files (steps/rank-N.jsonl)",
+            str(root), "point analyze at a run directory or a folder of torch.profiler traces")
+    store = Store()
+    store.meta["input"] = str(root)
+    store.meta["manifest"] = inputs.manifest or {}
+    results = _map_traces(inputs, options, scratch)
+    _reduce_traces(store, results)
+    _add_step_files(store, inputs)
+    if store.events.empty and store.steps.empty:
+        errors = "; ".join(n.message for n in store.notes if n.level == "error")
+        raise InputError(f"none of the inputs could be used ({errors})", str(root),
+                         "check that these are torch.profiler traces")
+    return store
+
+
+def _map_traces(inputs: Inputs, options: LoadOptions, scratch: Path) -> list[_FileResult]:
+    paths = [str(p) for p in inputs.traces]
+    workers = options.workers or (os.cpu_count() or 1)
+    workers = max(1, min(workers, len(paths)))
+    if workers == 1 or len(paths) <= 1:
+        return [_load_one(p, options, str(scratch)) for p in paths]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(_load_one, paths, [options] * len(paths), [str(scratch)] * len(paths)))
+
+
+def _reduce_traces(store: Store, results: list[_FileResult]) -> None:
+    ok = [r for r in results if r.ok]
+    for r in results:
+        if not r.ok:
+            store.notes.append(LoadNote("error", r.path, r.error))
+        for note in r.notes:
+            store.notes.append(LoadNote("warning", r.path, note))
+    idents = [
+        TraceIdentity(Path(r.path), r.meta["rank"], r.meta["rank_source"], r.meta["host"], r.meta["world_size"],
+                      r.meta["backend"], r.meta["base_ns"] * (r.meta["base_ns"] > 0) + r.meta["start_ns"],
+                      r.meta["base_ns"] * (r.meta["base_ns"] > 0) + r.meta["end_ns"])
+        for r in ok
+    ]
+    for note in assign_windows(idents):
+        store.notes.append(LoadNote("info", "ranks", note))
+    events, steps, rank_rows = [], [], []
+    pg_configs: dict[str, Any] = {}
+    for r, ident in zip(ok, idents):
+        ev = pd.read_parquet(r.cache_stem + ".events.parquet")
+        st = pd.read_parquet(r.cache_stem + ".steps.parquet")
+        ev["rank"], ev["window"] = ident.rank, ident.window
+        st["rank"], st["window"] = ident.rank, ident.window
+        events.append(ev)
+        steps.append(st)
+        rank_rows.append({**{k: r.meta[k] for k in ("host", "world_size", "backend", "device_name", "base_ns",
+                                                   "start_ns", "end_ns", "n_events")},
+                          "rank": ident.rank, "window": ident.window, "file": r.path})
+        for pg in r.meta.get("pg_config") or []:
+            if isinstance(pg, dict) and "pg_name" in pg:
+                pg_configs.setdefault(str(pg["pg_name"]), {k: pg.get(k) for k in ("pg_desc", "pg_size", "ranks")})
+    if events:
+        store.set_table("events", pd.concat(events, ignore_index=True))
+        store.set_table("steps", pd.concat(steps, ignore_index=True))
+        store.set_table("ranks", pd.DataFrame(rank_rows))
+    store.meta["process_groups"] = pg_configs
+    _note_missing_ranks(store)
+
+
+def _note_missing_ranks(store: Store) -> None:
+    ranks = store.ranks
+    if ranks.empty:
+        return
+    world = int(ranks["world_size"].max())
+    present = sorted(set(int(r) for r in ranks["rank"]))
+    if world > len(present):
+        missing = world - len(present)
+        store.notes.append(LoadNote(
+            "info", "ranks",
+            f"traces cover {len(present)} of {world} ranks ({missing} not profiled); cross-rank results "
+            "describe the profiled ranks only",
+            {"present": present[:64], "world_size": world},
+        ))
+
+
+def _add_step_files(store: Store, inputs: Inputs) -> None:
+    if not inputs.step_files:
+        return
+    steps, phases, hosts, notes = load_step_files(inputs.step_files)
+    store.add_notes(notes)
+    if not steps.empty:
+        store.set_table("steps", pd.concat([store.steps, steps], ignore_index=True))
+    store.set_table("phases", phases)
+    store.meta["step_hosts"] = {str(k): v for k, v in hosts.items()}
+    ranks = store.ranks
+    if ranks.empty and hosts:
+        rows = [{"rank": r, "window": 0, "host": h} for r, h in sorted(hosts.items())]
+        store.set_table("ranks", pd.DataFrame(rows))
+    elif hosts:
+        filled = ranks.copy()
+        empty_host = filled["host"].isna() | (filled["host"] == "")
+        filled.loc[empty_host, "host"] = filled.loc[empty_host, "rank"].map(hosts)
+        store.set_table("ranks", conform("ranks", filled.fillna({"host": ""})))

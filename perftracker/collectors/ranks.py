@@ -1,0 +1,75 @@
+"""Decide which rank (and which profiling window of it) each trace file is.
+
+Rank comes from `distributedInfo.rank`, else from a number in the file name (`rank-3`, `rank_3`,
+`worker3`, ...). Files of one rank whose time spans do not overlap are separate profiling windows;
+two files claiming one rank in the same window is an error that lists them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from perftracker.errors import InputError
+
+_RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker|proc|gpu)[-_.]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
+# tensorboard_trace_handler: <host>_<pid>.<timestamp>.pt.trace.json
+_TB_NAME = re.compile(r"^(?P<host>.+?)_(?P<pid>\d+)\.\d+\.pt\.trace\.json")
+
+
+@dataclass
+class TraceIdentity:
+    path: Path
+    rank: int | None  # None: the trace does not say
+    rank_source: str  # distributedInfo | filename | assigned
+    host: str
+    world_size: int
+    backend: str
+    start_ns: int  # on the trace's own clock, for window separation
+    end_ns: int
+    window: int = 0
+
+
+def rank_from_name(path: Path) -> int | None:
+    match = _RANK_IN_NAME.search(path.name)
+    return int(match.group(1)) if match else None
+
+
+def host_from_name(path: Path) -> str:
+    match = _TB_NAME.match(path.name)
+    return match.group("host") if match else ""
+
+
+def assign_windows(identities: list[TraceIdentity]) -> list[str]:
+    """Number each rank's files as windows 0, 1, ... by start time; give unlabelled files free ranks.
+
+    Returns notes for the user. Raises InputError when two files of one rank overlap in time.
+    """
+    notes: list[str] = []
+    used = {i.rank for i in identities if i.rank is not None}
+    next_free = 0
+    for ident in sorted((i for i in identities if i.rank is None), key=lambda i: str(i.path)):
+        while next_free in used:
+            next_free += 1
+        ident.rank, ident.rank_source = next_free, "assigned"
+        used.add(next_free)
+        notes.append(f"{ident.path}: no rank in distributedInfo or in the file name; treated as rank {next_free}")
+    by_rank: dict[int, list[TraceIdentity]] = {}
+    for ident in identities:
+        assert ident.rank is not None
+        by_rank.setdefault(ident.rank, []).append(ident)
+    for rank, group in sorted(by_rank.items()):
+        group.sort(key=lambda i: (i.start_ns, str(i.path)))
+        for a, b in zip(group, group[1:]):
+            if b.start_ns < a.end_ns:
+                raise InputError(
+                    f"two trace files claim rank {rank} in the same time window: {a.path} and {b.path}",
+                    "input",
+                    "pass one job's traces at a time, or move the duplicate aside",
+                )
+        for window, ident in enumerate(group):
+            ident.window = window
+        if len(group) > 1:
+            notes.append(f"rank {rank} has {len(group)} profiling windows; they are analyzed separately")
+    return notes

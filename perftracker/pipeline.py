@@ -1,0 +1,106 @@
+"""The analyze pipeline: load -> analyze -> write findings.json, report tables and report.html.
+
+`perftracker analyze` and `perftracker demo` call `analyze_path`; `perftracker report` calls
+`render_report` on an output folder.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perftracker.analyzers.findings import Finding, rank_findings
+from perftracker.analyzers.registry import run_analyzers
+from perftracker.collectors.loading import LoadOptions, load_path
+from perftracker.reports import html as html_report
+from perftracker.reports import json_report, report_data
+from perftracker.reports.sections import ReportSection, SectionBuilder
+from perftracker.store import LoadNote, Store
+
+FINDINGS = "findings.json"
+REPORT = "report.html"
+TABLES = "tables"
+
+
+@dataclass
+class AnalysisResult:
+    store: Store
+    findings: list[Finding]
+    out_dir: Path
+    document: dict[str, Any]
+
+    @property
+    def report_path(self) -> Path:
+        return self.out_dir / REPORT
+
+
+def extra_section_builders() -> list[SectionBuilder]:
+    """Sections contributed by other capabilities (NCCL configuration, ...)."""
+    builders: list[SectionBuilder] = []
+    try:
+        from perftracker.reports.nccl_section import nccl_section
+    except ImportError:
+        return builders
+    builders.append(nccl_section)
+    return builders
+
+
+def analyze_path(path: Path, out_dir: Path, options: LoadOptions, hta_compat: bool = False) -> AnalysisResult:
+    with tempfile.TemporaryDirectory(prefix="perftracker-") as scratch:
+        store = load_path(path, options, Path(scratch))
+        store.meta["hta_compat"] = hta_compat
+        findings = rank_findings(run_analyzers(store))
+        tables = report_data.build(store)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report_data.save(tables, out_dir / TABLES)
+    summary = _summary(store, tables)
+    document = json_report.build(findings, store.notes, str(path), summary)
+    json_report.write(out_dir / FINDINGS, document)
+    sections = html_report.core_sections(tables)
+    for builder in extra_section_builders():
+        section = builder(store, findings)
+        if section is not None:
+            sections.append(section)
+    _save_sections(sections, out_dir / TABLES)
+    html_report.render(out_dir / REPORT, findings, store.notes, sections, title=str(path))
+    return AnalysisResult(store, findings, out_dir, document)
+
+
+def _summary(store: Store, tables: dict[str, Any]) -> dict[str, Any]:
+    stats = tables["step_stats"]
+    ranks = sorted(int(r) for r in set(store.ranks["rank"]) | set(store.steps["rank"]))
+    hosts = sorted({h for h in store.ranks["host"].dropna() if h})
+    return {
+        "ranks": len(ranks), "hosts": hosts,
+        "step_time_s": float(stats["median_s"].median()) if not stats.empty else None,
+        "hta_compat": bool(store.meta.get("hta_compat")),
+    }
+
+
+def _save_sections(sections: list[ReportSection], folder: Path) -> None:
+    """Extra sections are saved as rendered so `report` can re-render without the inputs."""
+    import json
+
+    extra = [s for s in sections if s.key not in {"breakdown", "overlap", "steps", "timeline"}]
+    payload = [{"key": s.key, "title": s.title, "html": s.html, "figures": s.figures} for s in extra]
+    from plotly.utils import PlotlyJSONEncoder
+
+    (folder / "sections.json").write_text(json.dumps(payload, cls=PlotlyJSONEncoder), encoding="utf-8")
+
+
+def render_report(out_dir: Path) -> Path:
+    """Re-render report.html from an output folder's findings.json and tables/."""
+    import json
+
+    document, findings = json_report.read(out_dir / FINDINGS)
+    tables = report_data.load(out_dir / TABLES)
+    sections = html_report.core_sections(tables)
+    extra = out_dir / TABLES / "sections.json"
+    if extra.exists():
+        for raw in json.loads(extra.read_text(encoding="utf-8")):
+            sections.append(ReportSection(raw["key"], raw["title"], raw["html"], raw["figures"]))
+    notes = [LoadNote.from_dict(n) for n in document.get("notes", [])]
+    html_report.render(out_dir / REPORT, findings, notes, sections, title=str(document.get("input", out_dir)))
+    return out_dir / REPORT

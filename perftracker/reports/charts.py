@@ -1,0 +1,87 @@
+"""Plotly figures for the report, each a plain function of the report tables (no diagnosis here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+
+_COLORS = {"compute": "#4C78A8", "comm": "#F58518", "memory": "#54A24B", "idle": "#BAB0AC",
+           "memcpy": "#54A24B", "memset": "#88D27A", "runtime": "#B279A2", "cpu_op": "#9D755D",
+           "collective_cpu": "#E45756", "sync": "#EECA3B", "gpu_annotation": "#D3D3D3"}
+_LAYOUT = dict(margin=dict(l=60, r=20, t=40, b=40), height=360, template="plotly_white",
+               legend=dict(orientation="h", y=-0.2))
+
+
+def _fig(fig: go.Figure) -> dict[str, Any]:
+    result: dict[str, Any] = fig.to_plotly_json()
+    return result
+
+
+def breakdown_chart(table: pd.DataFrame) -> dict[str, Any] | None:
+    if table.empty:
+        return None
+    labels = [f"rank {r}" + (f" w{w}" if w else "") for r, w in zip(table["rank"], table["window"])]
+    fig = go.Figure()
+    for col, name, color in (("compute_pct", "compute", "compute"), ("comm_exposed_pct", "exposed communication", "comm"),
+                             ("memory_exposed_pct", "exposed memory copies", "memory"), ("idle_pct", "idle", "idle")):
+        fig.add_bar(x=labels, y=table[col].round(2), name=name, marker_color=_COLORS[color])
+    fig.update_layout(barmode="stack", title="GPU time per rank (% of profiled span)", yaxis_title="%", **_LAYOUT)
+    return _fig(fig)
+
+
+def overlap_chart(table: pd.DataFrame) -> dict[str, Any] | None:
+    if table.empty or not (table["comm_ns"] > 0).any():
+        return None
+    t = table[table["comm_ns"] > 0]
+    labels = [f"rank {r}" for r in t["rank"]]
+    fig = go.Figure()
+    fig.add_bar(x=labels, y=(t["comm_overlapped_ns"] / 1e6).round(3), name="overlapped with compute",
+                marker_color=_COLORS["compute"])
+    fig.add_bar(x=labels, y=(t["comm_exposed_ns"] / 1e6).round(3), name="exposed", marker_color=_COLORS["comm"])
+    fig.update_layout(barmode="stack", title="Communication time per rank (ms): overlapped vs exposed",
+                      yaxis_title="ms", **_LAYOUT)
+    return _fig(fig)
+
+
+def step_time_chart(stats: pd.DataFrame) -> dict[str, Any] | None:
+    if stats.empty:
+        return None
+    labels = [f"rank {r}" for r in stats["rank"]]
+    fig = go.Figure()
+    fig.add_bar(x=labels, y=(stats["median_s"] * 1e3).round(3), name="median",
+                error_y=dict(type="data", array=((stats["p90_s"] - stats["median_s"]) * 1e3).round(3).tolist(),
+                             visible=True), marker_color=_COLORS["compute"])
+    fig.update_layout(title="Step time per rank (ms): median, bar to p90", yaxis_title="ms", **_LAYOUT)
+    return _fig(fig)
+
+
+def step_series_chart(steps: pd.DataFrame, max_ranks: int = 32) -> dict[str, Any] | None:
+    if steps.empty:
+        return None
+    src = steps[steps["source"] == "stepfile"]
+    use = src if not src.empty else steps
+    fig = go.Figure()
+    for rank in sorted(use["rank"].unique())[:max_ranks]:
+        s = use[use["rank"] == rank].sort_values("step")
+        fig.add_scatter(x=s["step"], y=(s["dur_ns"] / 1e6).round(3), mode="lines+markers", name=f"rank {rank}")
+    fig.update_layout(title="Step time over steps (ms)", xaxis_title="step", yaxis_title="ms", **_LAYOUT)
+    return _fig(fig)
+
+
+def timeline_chart(timeline: pd.DataFrame) -> dict[str, Any] | None:
+    if timeline.empty:
+        return None
+    timeline = timeline.assign(row=[f"r{r} {lane}" for r, lane in zip(timeline["rank"], timeline["lane"])])
+    rows = sorted(timeline["row"].unique(), key=lambda x: (int(x.split(" ")[0][1:]), x))
+    fig = go.Figure()
+    for kind, group in timeline.groupby("kind"):
+        fig.add_bar(y=group["row"], x=group["dur_ms"].round(4), base=group["start_ms"].round(4), orientation="h",
+                    name=str(kind), marker_color=_COLORS.get(str(kind), "#999999"),
+                    hovertext=group["name"], hoverinfo="text+x")
+    height = max(300, 22 * len(rows) + 120)
+    layout = {**_LAYOUT, "height": min(height, 2400)}
+    fig.update_layout(barmode="overlay", title="One representative step per rank (ms from step start)",
+                      xaxis_title="ms", yaxis=dict(categoryorder="array", categoryarray=rows[::-1]), **layout)
+    return _fig(fig)

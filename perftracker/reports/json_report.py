@@ -1,0 +1,88 @@
+"""findings.json: the versioned, documented output for automation.
+
+Schema (version 1)::
+
+    {
+      "schema_version": 1,
+      "tool": {"name": "perftracker", "version": "0.1.0"},
+      "generated_at": "2026-11-29T22:00:00+00:00",
+      "input": "path analyzed",
+      "summary": {"verdict": "...", "counts": {"critical": 0, "warning": 2, "info": 3},
+                  "ranks": 4, "hosts": ["node-1"], "step_time_s": 0.25,
+                  "worst_cost_seconds_per_step": 0.03},
+      "notes": [{"level": "warning", "source": "file", "message": "...", "data": {}}],
+      "findings": [ {"id", "analyzer", "severity", "title", "ranks", "hosts", "evidence",
+                     "cost": {"seconds_per_step", "share_of_step"}, "recommendation", "related"} ]
+    }
+
+Findings are ordered by cost (seconds lost per step), largest first.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from perftracker import __version__
+from perftracker.analyzers.findings import Finding, Severity
+from perftracker.errors import InputError
+from perftracker.rundir import atomic_write_text
+from perftracker.store import LoadNote
+
+SCHEMA_VERSION = 1
+
+
+def verdict(findings: list[Finding]) -> str:
+    """One line: the most costly actionable finding, or that nothing needs attention."""
+    actionable = [f for f in findings if f.severity >= Severity.WARNING]
+    if not actionable:
+        return "No problems found in what was analyzed."
+    counts = _counts(findings)
+    top = actionable[0]
+    cost = ""
+    if top.cost.seconds_per_step > 0:
+        cost = f" (~{top.cost.seconds_per_step * 1e3:.1f} ms/step, {100 * top.cost.share_of_step:.0f}% of the step)"
+    head = ", ".join(f"{counts[s]} {s}" for s in ("critical", "warning") if counts[s])
+    return f"{head}. Top: {top.title}{cost}."
+
+
+def _counts(findings: list[Finding]) -> dict[str, int]:
+    counts = {s.label: 0 for s in Severity}
+    for f in findings:
+        counts[f.severity.label] += 1
+    return counts
+
+
+def build(findings: list[Finding], notes: list[LoadNote], input_path: str, summary_extra: dict[str, Any]) -> dict[str, Any]:
+    worst = max((f.cost.seconds_per_step for f in findings), default=0.0)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "perftracker", "version": __version__},
+        "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "input": input_path,
+        "summary": {"verdict": verdict(findings), "counts": _counts(findings),
+                    "worst_cost_seconds_per_step": round(worst, 9), **summary_extra},
+        "notes": [n.to_dict() for n in notes],
+        "findings": [f.to_dict() for f in findings],
+    }
+
+
+def write(path: Path, document: dict[str, Any]) -> None:
+    atomic_write_text(path, json.dumps(document, indent=2, default=str) + "\n")
+
+
+def read(path: Path) -> tuple[dict[str, Any], list[Finding]]:
+    """The document and its findings; InputError when the file is missing or not ours."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError("no findings.json here", str(path.parent),
+                         "run `perftracker analyze <traces> -o <dir>` first") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read findings ({exc})", str(path), "re-run perftracker analyze") from None
+    if not isinstance(document, dict) or document.get("schema_version") != SCHEMA_VERSION:
+        raise InputError("not a perftracker findings file of a supported version", str(path),
+                         "re-run perftracker analyze with this version")
+    return document, [Finding.from_dict(f) for f in document.get("findings", [])]

@@ -1,0 +1,36 @@
+"""The terminal summary: a verdict line and the ranked findings, with rich."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from perftracker.analyzers.findings import Finding
+from perftracker.reports.json_report import verdict
+
+_STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
+
+
+def print_summary(console: Console, findings: list[Finding], report: Path | None, limit: int = 12) -> None:
+    console.print(f"[bold]Verdict:[/bold] {verdict(findings)}", highlight=False, markup=True)
+    table = Table(show_header=True, header_style="bold", expand=False)
+    table.add_column("severity")
+    table.add_column("finding", overflow="fold")
+    table.add_column("ms/step", justify="right")
+    table.add_column("ranks", overflow="fold")
+    for f in findings[:limit]:
+        cost = f"{f.cost.seconds_per_step * 1e3:.1f}" if f.cost.seconds_per_step > 0 else ""
+        ranks = ", ".join(str(r) for r in f.ranks[:6]) + ("..." if len(f.ranks) > 6 else "")
+        table.add_row(f"[{_STYLE[f.severity.label]}]{f.severity.label}[/]", _plain(f.title), cost, ranks)
+    console.print(table)
+    if len(findings) > limit:
+        console.print(f"... and {len(findings) - limit} more in findings.json")
+    if report is not None:
+        console.print(f"Report: {report}", highlight=False)
+
+
+def _plain(text: str) -> str:
+    """Trace content must not be read as rich markup."""
+    return text.replace("[", "\\[")

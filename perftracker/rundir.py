@@ -1,0 +1,143 @@
+"""The run-directory format: what collectors write, what users copy around, what `analyze` reads.
+
+Layout (format version 1)::
+
+    <run>/manifest.json                 format, version, job, hosts, ranks, collectors, time window
+    <run>/traces/rank-<r>.pt.trace.json[.gz]    PyTorch profiler (Kineto) traces
+    <run>/steps/rank-<r>.jsonl          one JSON object per step (see STEP_RECORD below)
+    <run>/env/rank-<r>.json             allow-listed environment of each rank
+    <run>/nccl/<host>.<pid>.log         NCCL_DEBUG output as NCCL wrote it
+    <run>/counters/<host>.rdma.jsonl    <run>/counters/<host>.gpu.jsonl
+    <run>/stacks/<ts>/rank-<r>.txt
+
+A step record is one line of JSON::
+
+    {"rank": 3, "step": 120, "start_ns": 1732900000000000000, "end_ns": 1732900000250000000,
+     "host": "node-7", "phases_ns": {"data": 1200000, "forward": 80000000, "backward": 150000000}}
+
+`start_ns`/`end_ns` are the rank's wall clock (time.time_ns()); `phases_ns` is optional.
+`analyze` also accepts a bare folder of traces (or any mix): inputs are found by name and content.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+RUNDIR_FORMAT = "perftracker-run"
+RUNDIR_VERSION = 1
+MANIFEST = "manifest.json"
+
+TRACE_SUFFIXES = (".json", ".json.gz")
+_SKIP_DIRS = {"tables", ".perftracker-cache", "__pycache__"}
+_OUTPUT_FILES = {"findings.json", "store.json", MANIFEST}
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` so that readers see either the old or the new file, never half of one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def append_jsonl(path: Path, record: Mapping[str, Any]) -> None:
+    """Append one JSON line and flush it: a crash loses at most the line being written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record, separators=(",", ":"), default=str) + "\n")
+        handle.flush()
+
+
+def write_manifest(run: Path, **fields: Any) -> Path:
+    """Write (or update) the run's manifest, keeping fields already there."""
+    path = run / MANIFEST
+    data: dict[str, Any] = read_manifest(run) or {}
+    data.update(fields)
+    data["format"] = RUNDIR_FORMAT
+    data["format_version"] = RUNDIR_VERSION
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    return path
+
+
+def read_manifest(run: Path) -> dict[str, Any] | None:
+    """The manifest as a dict, or None when the folder has none (a bare folder of traces)."""
+    path = run / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def step_file(run: Path, rank: int) -> Path:
+    return run / "steps" / f"rank-{rank}.jsonl"
+
+
+def trace_file(run: Path, rank: int, compressed: bool = True) -> Path:
+    return run / "traces" / f"rank-{rank}.pt.trace.json{'.gz' if compressed else ''}"
+
+
+@dataclass
+class Inputs:
+    """What `analyze` found under a path, grouped by kind."""
+
+    root: Path
+    traces: list[Path] = field(default_factory=list)
+    step_files: list[Path] = field(default_factory=list)
+    other: list[Path] = field(default_factory=list)
+    manifest: dict[str, Any] | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not (self.traces or self.step_files)
+
+
+_STEP_NAME = re.compile(r"rank[-_]?\d+\.jsonl$")
+
+
+def _looks_like_trace(path: Path) -> bool:
+    name = path.name
+    if name in _OUTPUT_FILES or name.endswith("_et.json.gz") or name.endswith("_et.json"):
+        return False
+    return name.endswith(TRACE_SUFFIXES)
+
+
+def discover(root: Path) -> Inputs:
+    """Find the inputs under `root` (a run directory, a folder of traces, or one trace file)."""
+    if root.is_file():
+        found = Inputs(root=root.parent)
+        (found.traces if _looks_like_trace(root) else found.other).append(root)
+        return found
+    found = Inputs(root=root, manifest=read_manifest(root))
+    for path in _walk(root):
+        if path.parent.name == "steps" and _STEP_NAME.search(path.name):
+            found.step_files.append(path)
+        elif _looks_like_trace(path):
+            found.traces.append(path)
+        else:
+            found.other.append(path)
+    return found
+
+
+def _walk(root: Path) -> Iterable[Path]:
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
+        for name in sorted(filenames):
+            if not name.startswith("."):
+                yield Path(dirpath) / name

@@ -1,0 +1,6 @@
+"""The Store: the in-memory, columnar view of a run that every analyzer shares."""
+
+from perftracker.store.schema import TABLES, empty_table
+from perftracker.store.store import LoadNote, Store
+
+__all__ = ["TABLES", "empty_table", "LoadNote", "Store"]

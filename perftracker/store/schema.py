@@ -1,0 +1,132 @@
+"""Column names and dtypes of every Store table, in one place.
+
+Times are int64 nanoseconds on each rank's own clock (as the trace wrote them, relative to the
+trace's base); -1 marks "unknown" in integer columns. Repeating strings are pandas categories.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import pandas as pd
+
+# kind values of the events table
+KINDS = ("compute", "comm", "memcpy", "memset", "sync", "cpu_op", "runtime", "annotation", "collective_cpu",
+         "gpu_annotation")
+
+TABLES: Mapping[str, Mapping[str, str]] = {
+    # One row per trace event (complete 'X' events).
+    "events": {
+        "rank": "int32",
+        "window": "int16",
+        "device": "int16",
+        "stream": "int32",  # -1 = CPU thread
+        "tid": "int64",
+        "kind": "category",
+        "name": "category",
+        "start_ns": "int64",
+        "dur_ns": "int64",
+        "step": "int64",  # ProfilerStep number the event belongs to, -1 outside steps
+        "correlation": "int64",  # launch <-> kernel link, -1 when absent
+        "external_id": "int64",
+        "collective": "category",  # allreduce, broadcast, ... for comm kernels and CPU collectives
+        "bytes": "int64",  # message / copy size when the trace records it
+        "pg": "category",  # process-group name
+        "group_size": "int32",
+    },
+    # One row per training step per rank (from ProfilerStep#N or step files).
+    "steps": {
+        "rank": "int32",
+        "window": "int16",
+        "step": "int64",
+        "start_ns": "int64",
+        "dur_ns": "int64",
+        "source": "category",  # profiler | stepfile
+    },
+    # Per-step phase timings from step files (forward, backward, optimizer, data, ...).
+    "phases": {
+        "rank": "int32",
+        "step": "int64",
+        "phase": "category",
+        "dur_ns": "int64",
+    },
+    # One row per loaded trace window (a rank may have several profiling windows).
+    "ranks": {
+        "rank": "int32",
+        "window": "int16",
+        "host": "string",
+        "file": "string",
+        "world_size": "int32",
+        "backend": "string",
+        "device_name": "string",
+        "base_ns": "int64",  # epoch ns of the trace's time zero when the trace says so, else -1
+        "start_ns": "int64",
+        "end_ns": "int64",
+        "n_events": "int64",
+    },
+    "counters": {
+        "host": "category",
+        "rank": "int32",
+        "device": "string",
+        "port": "string",
+        "name": "category",
+        "ts_ns": "int64",
+        "value": "float64",
+    },
+    # One row per configuration value seen: a captured process environment, an env file / job spec,
+    # or an NCCL log's echo line. source: env | env_file | nccl_echo; evidence: file:line or "pid N".
+    "config": {
+        "rank": "int32",
+        "host": "string",
+        "pid": "int64",
+        "key": "string",
+        "value": "string",
+        "source": "string",
+        "evidence": "string",
+    },
+    # Facts parsed from NCCL_DEBUG logs, one row per distinct (process, key, value) with the line it
+    # was first seen on and how often it repeated (collectors/nccl_log.py lists the keys; structured
+    # values are JSON). pid -1: a fact printed outside a process header (bare version line).
+    "nccl": {
+        "rank": "int32",
+        "host": "string",
+        "pid": "int64",
+        "device": "int32",
+        "key": "string",
+        "value": "string",
+        "line": "int64",
+        "file": "string",
+        "count": "int64",
+    },
+    "stacks": {
+        "rank": "int32",
+        "host": "string",
+        "pid": "int64",
+        "ts_ns": "int64",
+        "thread": "string",
+        "frames": "string",
+    },
+}
+
+
+def empty_table(name: str) -> pd.DataFrame:
+    """An empty DataFrame with the table's columns and dtypes."""
+    columns = TABLES[name]
+    return pd.DataFrame({col: pd.Series(dtype=dtype) for col, dtype in columns.items()})
+
+
+def conform(name: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """Return `frame` with exactly the table's columns (missing ones filled) in the schema's dtypes."""
+    columns = TABLES[name]
+    out = pd.DataFrame(index=frame.index)
+    for col, dtype in columns.items():
+        if col in frame.columns:
+            series = frame[col]
+        elif dtype.startswith("int"):
+            series = pd.Series(-1, index=frame.index)
+        elif dtype == "float64":
+            series = pd.Series(float("nan"), index=frame.index)
+        else:
+            series = pd.Series("", index=frame.index)
+        out[col] = series.astype(dtype)  # type: ignore[call-overload]
+    return out.reset_index(drop=True)

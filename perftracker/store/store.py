@@ -1,0 +1,103 @@
+"""The Store: typed pandas tables plus the notes the loaders left about their inputs.
+
+A Store always has every table of `schema.TABLES` (possibly empty). It can be written to and read
+back from a folder of Parquet files, so a report can be re-rendered without the raw inputs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import pandas as pd
+
+from perftracker.store.schema import TABLES, conform, empty_table
+
+STORE_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class LoadNote:
+    """Something a loader wants the user to know about an input (a lost tail, a missing rank, ...).
+
+    `level` is info, warning or error; `source` names the file or rank.
+    """
+
+    level: str
+    source: str
+    message: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"level": self.level, "source": self.source, "message": self.message, "data": dict(self.data)}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> "LoadNote":
+        return cls(str(raw["level"]), str(raw["source"]), str(raw["message"]), dict(raw.get("data") or {}))
+
+
+@dataclass
+class Store:
+    """All tables of one analysis. Analyzers read it; only loaders write it."""
+
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    notes: list[LoadNote] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in TABLES:
+            if name not in self.tables:
+                self.tables[name] = empty_table(name)
+
+    def __getitem__(self, name: str) -> pd.DataFrame:
+        return self.tables[name]
+
+    @property
+    def events(self) -> pd.DataFrame:
+        return self.tables["events"]
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        return self.tables["steps"]
+
+    @property
+    def ranks(self) -> pd.DataFrame:
+        return self.tables["ranks"]
+
+    def set_table(self, name: str, frame: pd.DataFrame) -> None:
+        self.tables[name] = conform(name, frame)
+
+    def add_notes(self, notes: Iterable[LoadNote]) -> None:
+        self.notes.extend(notes)
+
+    def host_of(self, rank: int) -> str:
+        ranks = self.tables["ranks"]
+        hit = ranks.loc[ranks["rank"] == rank, "host"]
+        return str(hit.iloc[0]) if len(hit) and isinstance(hit.iloc[0], str) else ""
+
+    # -- persistence -------------------------------------------------------------------------
+    def save(self, folder: Path, table_names: Iterable[str] | None = None) -> None:
+        """Write the tables as Parquet plus a JSON file with notes and meta."""
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in table_names or TABLES:
+            self.tables[name].to_parquet(folder / f"{name}.parquet", index=False)
+        payload = {
+            "format_version": STORE_FORMAT_VERSION,
+            "notes": [n.to_dict() for n in self.notes],
+            "meta": self.meta,
+        }
+        (folder / "store.json").write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
+
+    @classmethod
+    def load(cls, folder: Path) -> "Store":
+        """Read a Store written by `save`; tables that were not saved come back empty."""
+        tables: dict[str, pd.DataFrame] = {}
+        for name in TABLES:
+            path = folder / f"{name}.parquet"
+            if path.exists():
+                tables[name] = conform(name, pd.read_parquet(path))
+        raw = json.loads((folder / "store.json").read_text(encoding="utf-8"))
+        notes = [LoadNote.from_dict(n) for n in raw.get("notes", [])]
+        return cls(tables=tables, notes=notes, meta=dict(raw.get("meta", {})))
