@@ -25,9 +25,10 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 RUNDIR_FORMAT = "perftracker-run"
 RUNDIR_VERSION = 1
@@ -35,6 +36,8 @@ MANIFEST = "manifest.json"
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 _SKIP_DIRS = {"tables", ".perftracker-cache", "__pycache__"}
+# Folders of a run directory whose JSON files are not traces.
+NON_TRACE_DIRS = {"env", "steps", "counters", "nccl", "stacks", "tables"}
 _OUTPUT_FILES = {"findings.json", "store.json", MANIFEST}
 
 
@@ -114,6 +117,8 @@ _STEP_NAME = re.compile(r"rank[-_]?\d+\.jsonl$")
 def _looks_like_trace(path: Path) -> bool:
     name = path.name
     if name in _OUTPUT_FILES or name.endswith("_et.json.gz") or name.endswith("_et.json"):
+        return False
+    if path.parent.name in NON_TRACE_DIRS:
         return False
     return name.endswith(TRACE_SUFFIXES)
 

@@ -44,7 +44,7 @@ def analyze_breakdown(store: Store) -> list[Finding]:
     return findings
 
 
-def _summary(table: "object") -> Finding:
+def _summary(table: object) -> Finding:
     import pandas as pd
 
     assert isinstance(table, pd.DataFrame)

@@ -1,7 +1,10 @@
 """Importing this module registers every built-in analyzer (one import per analyzer module)."""
 
-from perftracker.analyzers import inputs  # noqa: F401
-from perftracker.analyzers import breakdown  # noqa: F401
-from perftracker.analyzers import overlap  # noqa: F401
-from perftracker.analyzers import idle  # noqa: F401
-from perftracker.analyzers import steps  # noqa: F401
+from perftracker.analyzers import (
+    breakdown,  # noqa: F401
+    idle,  # noqa: F401
+    inputs,  # noqa: F401
+    nccl_config,  # noqa: F401
+    overlap,  # noqa: F401
+    steps,  # noqa: F401
+)

@@ -7,9 +7,10 @@ plus the share of the step time (`share_of_step`); findings are ranked by it.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 
 class Severity(IntEnum):
@@ -24,7 +25,7 @@ class Severity(IntEnum):
         return self.name.lower()
 
     @classmethod
-    def parse(cls, text: str) -> "Severity":
+    def parse(cls, text: str) -> Severity:
         try:
             return cls[text.strip().upper()]
         except KeyError:
@@ -70,7 +71,7 @@ class Finding:
         digest = hashlib.sha1(basis.encode("utf-8")).hexdigest()[:8]
         return f"{self.analyzer}-{digest}"
 
-    def with_related(self, ids: Iterable[str]) -> "Finding":
+    def with_related(self, ids: Iterable[str]) -> Finding:
         return replace(self, related=tuple(sorted(set(self.related) | set(ids))))
 
     def to_dict(self) -> dict[str, Any]:
@@ -88,7 +89,7 @@ class Finding:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Finding":
+    def from_dict(cls, data: Mapping[str, Any]) -> Finding:
         cost = data.get("cost") or {}
         return cls(
             analyzer=str(data["analyzer"]),

@@ -12,6 +12,8 @@ the report. Two definitions are offered:
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -19,6 +21,11 @@ from perftracker.analyzers.intervals import intersection_total, total, union
 from perftracker.store import Store
 
 WORK_KINDS = ("compute", "comm", "memcpy", "memset")
+
+
+def as_int(value: Any) -> int:
+    """A pandas group key (numpy integer) as int."""
+    return int(value)
 
 
 def gpu_work(store: Store, hta_compat: bool = False) -> pd.DataFrame:
@@ -95,7 +102,7 @@ def breakdown(store: Store, hta_compat: bool = False) -> pd.DataFrame:
     work = gpu_work(store, hta_compat)
     rows = []
     for (rank, window), group in work.groupby(["rank", "window"], sort=True, observed=True):
-        row = {"rank": int(rank), "window": int(window), **_one(group)}
+        row = {"rank": as_int(rank), "window": as_int(window), **_one(group)}
         rows.append(row)
     frame = pd.DataFrame(rows)
     if frame.empty:
@@ -119,5 +126,5 @@ def breakdown_per_step(store: Store) -> pd.DataFrame:
     work = work[work["step"] >= 0]
     rows = []
     for (rank, window, step), group in work.groupby(["rank", "window", "step"], sort=True, observed=True):
-        rows.append({"rank": int(rank), "window": int(window), "step": int(step), **_one(group)})
+        rows.append({"rank": as_int(rank), "window": as_int(window), "step": as_int(step), **_one(group)})
     return pd.DataFrame(rows)

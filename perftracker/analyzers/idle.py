@@ -16,7 +16,7 @@ import pandas as pd
 
 from perftracker.analyzers.context import fmt_ms, hosts_of, step_seconds
 from perftracker.analyzers.findings import Cost, Finding, Severity
-from perftracker.analyzers.gpu_time import gpu_work
+from perftracker.analyzers.gpu_time import as_int, gpu_work
 from perftracker.analyzers.intervals import union
 from perftracker.analyzers.registry import register
 from perftracker.store import Store
@@ -60,7 +60,7 @@ def idle_gaps(store: Store) -> pd.DataFrame:
     syncs = ev[(ev["kind"] == "runtime") & ev["name"].astype(str).str.contains(_SYNC_CALL, regex=True)]
     frames = []
     for (rank, window), group in work.groupby(["rank", "window"], sort=True, observed=True):
-        frames.append(_gaps_for(group, launches, syncs, int(rank), int(window)))
+        frames.append(_gaps_for(group, launches, syncs, as_int(rank), as_int(window)))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 

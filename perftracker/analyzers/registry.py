@@ -8,9 +8,9 @@ becomes a finding of its own, so one bad analyzer never blanks a report.
 from __future__ import annotations
 
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Callable
 
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.store import Store

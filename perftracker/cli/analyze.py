@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -17,7 +16,7 @@ from perftracker.reports.text import print_summary
 EXIT_FINDINGS = 3
 
 
-def fail_on_exit(findings: list[Finding], fail_on: Optional[str]) -> int:
+def fail_on_exit(findings: list[Finding], fail_on: str | None) -> int:
     """Exit code for --fail-on: 3 when a finding at or above the level exists, else 0."""
     if not fail_on:
         return 0
@@ -35,13 +34,17 @@ def register(app: typer.Typer) -> None:
                                     "one per rank), or one trace file."),
         out: Path = typer.Option(Path("perftracker-out"), "--out", "-o", help="Where to write report.html, "
                                  "findings.json and tables/."),
-        fail_on: Optional[str] = typer.Option(None, "--fail-on", help="Exit 3 when a finding at or above this "
+        fail_on: str | None = typer.Option(None, "--fail-on", help="Exit 3 when a finding at or above this "
                                               "severity exists (warning or critical): for CI gates and job hooks."),
         hta_compat: bool = typer.Option(False, "--hta-compat", help="Use Holistic Trace Analysis' definitions for "
                                         "the breakdown and overlap (drop the last step; overlapped communication "
                                         "counts as compute)."),
         comm_kernel: list[str] = typer.Option([], "--comm-kernel", help="Regex of extra GPU kernel names that are "
                                               "communication (custom collectives); repeatable."),
+        profile: str | None = typer.Option(None, "--profile", help="NCCL platform profile for the configuration "
+                                              "rules: a shipped name (generic, pai-lingjun) or a JSON file."),
+        sysfs_root: Path | None = typer.Option(None, "--sysfs-root", help="Check NCCL settings against this "
+                                                  "node's RDMA/network sysfs (e.g. /sys) when analyzing on the node."),
         no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the parsed-trace cache."),
         workers: int = typer.Option(0, "--workers", help="Parallel parser processes (0: one per CPU)."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only the verdict line."),
@@ -53,7 +56,8 @@ def register(app: typer.Typer) -> None:
         if fail_on:
             fail_on_exit([], fail_on)  # validate early
         options = LoadOptions(comm_kernel_patterns=tuple(comm_kernel),
-                              cache_dir=None if no_cache else default_cache_dir(), workers=workers)
+                              cache_dir=None if no_cache else default_cache_dir(), workers=workers,
+                              nccl_profile=profile, sysfs_root=sysfs_root)
         result = analyze_path(path, out, options, hta_compat=hta_compat)
         console = Console()
         if quiet:

@@ -11,7 +11,8 @@ cuda_sync), gpu_annotation, runtime (CUDA/HIP/MTIA runtime and driver calls), cp
 from __future__ import annotations
 
 import re
-from typing import Iterable, Pattern
+from collections.abc import Iterable
+from re import Pattern
 
 import numpy as np
 import pandas as pd

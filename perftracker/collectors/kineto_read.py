@@ -15,17 +15,14 @@ from __future__ import annotations
 import math
 import re
 import zlib
-from decimal import Decimal, InvalidOperation
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from perftracker.errors import InputError
-
-# Beyond 2**41 us a float64 no longer resolves half a nanosecond.
-_FLOAT_SAFE_US = float(2**41)
 
 
 class EventArgs(msgspec.Struct, omit_defaults=True):
@@ -67,7 +64,7 @@ class RawEvent(msgspec.Struct):
 
 
 class TraceDoc(msgspec.Struct):
-    traceEvents: list[Event] = []
+    traceEvents: list[Event]
     distributedInfo: dict[str, Any] | None = None
     deviceProperties: list[dict[str, Any]] | None = None
     baseTimeNanoseconds: int | None = None
@@ -76,7 +73,7 @@ class TraceDoc(msgspec.Struct):
 
 
 class RawTraceDoc(msgspec.Struct):
-    traceEvents: list[RawEvent] = []
+    traceEvents: list[RawEvent]
 
 
 @dataclass
@@ -154,7 +151,7 @@ def parse_trace(path: Path) -> ParsedTrace:
     trace.device_properties = list(doc.deviceProperties or [])
     trace.base_ns = doc.baseTimeNanoseconds
     trace.host_name = doc.host_name
-    if _needs_exact_digits(doc.traceEvents):
+    if _needs_exact_digits(data):
         try:
             raw = msgspec.json.decode(data, type=RawTraceDoc)
         except msgspec.ValidationError:
@@ -166,11 +163,12 @@ def parse_trace(path: Path) -> ParsedTrace:
     return trace
 
 
-def _needs_exact_digits(events: list[Event]) -> bool:
-    def lossy(e: Event) -> bool:
-        return e.ts is not None and abs(e.ts) >= _FLOAT_SAFE_US and e.ts != math.floor(e.ts)
+# A timestamp of 13+ integer digits (>= 1e12 us, past what float64 resolves to 1 ns) with a fraction.
+_LOSSY_TS = re.compile(rb'"ts"\s*:\s*-?\d{13,}\.\d')
 
-    return any(lossy(e) for e in events[:2000]) or any(lossy(e) for e in events[-2000:])
+
+def _needs_exact_digits(data: bytes) -> bool:
+    return _LOSSY_TS.search(data) is not None
 
 
 def _fill_loose(trace: ParsedTrace, data: bytes, path: Path) -> None:

@@ -35,6 +35,8 @@ class LoadOptions:
     comm_kernel_patterns: tuple[str, ...] = ()
     cache_dir: Path | None = None  # None: no cache
     workers: int = 0  # 0: one per CPU, at most one per file
+    nccl_profile: str | None = None  # platform profile name or file for the NCCL rules
+    sysfs_root: Path | None = None  # this node's /sys (or a copy) for the NCCL/RDMA rules
 
 
 @dataclass
@@ -112,20 +114,21 @@ def load_path(root: Path, options: LoadOptions, scratch: Path) -> Store:
     if not root.exists():
         raise InputError("no such file or directory", str(root), "check the path")
     inputs = discover(root)
-    if inputs.empty:
+    if inputs.empty and not inputs.other:
         raise InputError(
-            "found no PyTorch profiler traces (*.json, *.json.gz) and no step files (steps/rank-N.jsonl)",
-            str(root), "point analyze at a run directory or a folder of torch.profiler traces")
+            "found no PyTorch profiler traces (*.json, *.json.gz), step files (steps/rank-N.jsonl) or NCCL logs",
+            str(root), "point analyze at a run directory, a folder of torch.profiler traces or of NCCL logs")
     store = Store()
     store.meta["input"] = str(root)
     store.meta["manifest"] = inputs.manifest or {}
     results = _map_traces(inputs, options, scratch)
     _reduce_traces(store, results)
     _add_step_files(store, inputs)
-    if store.events.empty and store.steps.empty:
+    _add_nccl(store, inputs, options)
+    if store.events.empty and store.steps.empty and store["nccl"].empty and store["config"].empty:
         errors = "; ".join(n.message for n in store.notes if n.level == "error")
-        raise InputError(f"none of the inputs could be used ({errors})", str(root),
-                         "check that these are torch.profiler traces")
+        raise InputError(f"none of the inputs could be used{f' ({errors})' if errors else ''}", str(root),
+                         "check that these are torch.profiler traces, step files or NCCL logs")
     return store
 
 
@@ -191,6 +194,18 @@ def _note_missing_ranks(store: Store) -> None:
             "describe the profiled ranks only",
             {"present": present[:64], "world_size": world},
         ))
+
+
+def _add_nccl(store: Store, inputs: Inputs, options: LoadOptions) -> None:
+    """NCCL logs and environment snapshots found among the other files (by content, not name)."""
+    from perftracker.collectors.nccl_inputs import load_nccl_inputs
+
+    tables, notes, meta = load_nccl_inputs(inputs.other, profile=options.nccl_profile,
+                                           sysfs_root=options.sysfs_root)
+    for name, frame in tables.items():
+        store.set_table(name, frame)
+    store.add_notes(notes)
+    store.meta.update(meta)
 
 
 def _add_step_files(store: Store, inputs: Inputs) -> None:

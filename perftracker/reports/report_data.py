@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from perftracker.analyzers.gpu_time import breakdown, breakdown_per_step
+from perftracker.analyzers.gpu_time import as_int, breakdown, breakdown_per_step
 from perftracker.analyzers.idle import idle_gaps
 from perftracker.analyzers.steps import step_stats
 from perftracker.store import Store
@@ -68,12 +68,12 @@ def timeline(store: Store) -> pd.DataFrame:
     if ev.empty or steps.empty:
         return pd.DataFrame(columns=["rank", "lane", "kind", "name", "start_ms", "dur_ms"])
     common = steps.groupby("step")["dur_ns"].median()
-    step = int((common - common.median()).abs().idxmin())
+    step = as_int((common - common.median()).abs().idxmin())
     per_rank = steps[steps["step"] == step].drop_duplicates("rank").set_index("rank")
     chosen = _pick_ranks(sorted(int(r) for r in per_rank.index), per_rank["dur_ns"])
     rows = []
     for rank in chosen:
-        start = int(per_rank.loc[rank, "start_ns"])
+        start = as_int(per_rank.loc[rank, "start_ns"])
         sub = ev[(ev["rank"] == rank) & (ev["step"] == step) & (ev["kind"] != "annotation")]
         if sub.empty:
             continue

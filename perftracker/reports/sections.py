@@ -8,8 +8,9 @@ rendered by the page with the inlined plotly.js.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from perftracker.analyzers.findings import Finding
 from perftracker.store import Store

@@ -3,4 +3,4 @@
 from perftracker.store.schema import TABLES, empty_table
 from perftracker.store.store import LoadNote, Store
 
-__all__ = ["TABLES", "empty_table", "LoadNote", "Store"]
+__all__ = ["TABLES", "LoadNote", "Store", "empty_table"]

@@ -6,7 +6,7 @@ trace's base); -1 marks "unknown" in integer columns. Repeating strings are pand
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import pandas as pd
 

@@ -7,9 +7,10 @@ back from a folder of Parquet files, so a report can be re-rendered without the 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -34,7 +35,7 @@ class LoadNote:
         return {"level": self.level, "source": self.source, "message": self.message, "data": dict(self.data)}
 
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> "LoadNote":
+    def from_dict(cls, raw: Mapping[str, Any]) -> LoadNote:
         return cls(str(raw["level"]), str(raw["source"]), str(raw["message"]), dict(raw.get("data") or {}))
 
 
@@ -91,7 +92,7 @@ class Store:
         (folder / "store.json").write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
 
     @classmethod
-    def load(cls, folder: Path) -> "Store":
+    def load(cls, folder: Path) -> Store:
         """Read a Store written by `save`; tables that were not saved come back empty."""
         tables: dict[str, pd.DataFrame] = {}
         for name in TABLES:

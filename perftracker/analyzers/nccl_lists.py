@@ -1,0 +1,91 @@
+"""NCCL's device/interface list syntax (NCCL_IB_HCA, NCCL_SOCKET_IFNAME), parsed the way NCCL does.
+
+Promise: `parse_list` mirrors NCCL's parser: a leading `^` excludes, then `=` asks for exact names,
+tokens are comma separated `<name>[:<port>]`, whitespace is NOT trimmed; `syntax_problems` lists
+what a user most likely got wrong; `match_list` applies a list to candidate names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Token:
+    raw: str
+    name: str
+    port: str  # "" when no :port
+
+
+@dataclass(frozen=True)
+class DeviceList:
+    raw: str
+    exclude: bool
+    exact: bool
+    tokens: tuple[Token, ...]
+
+
+def parse_list(value: str) -> DeviceList:
+    text = value
+    exclude = text.startswith("^")
+    if exclude:
+        text = text[1:]
+    exact = text.startswith("=")
+    if exact:
+        text = text[1:]
+    tokens = []
+    for raw in text.split(","):
+        name, _, port = raw.partition(":")
+        tokens.append(Token(raw, name, port))
+    return DeviceList(value, exclude, exact, tuple(tokens))
+
+
+def syntax_problems(spec: DeviceList) -> list[str]:
+    """Mistakes NCCL will not report: misplaced ^ or =, spaces, empty tokens, bad ports."""
+    problems: list[str] = []
+    if spec.raw.startswith("=^"):
+        problems.append("'=^' is read as an exact name starting with '^'; the order must be '^='")
+    for tok in spec.tokens:
+        if tok.raw != tok.raw.strip():
+            problems.append(f"token {tok.raw!r} has spaces, which NCCL does not trim: it never matches")
+        elif not tok.raw:
+            problems.append("empty token (doubled or trailing comma)")
+        elif tok.name.startswith(("^", "=")) and not spec.raw.startswith("=^"):
+            problems.append(f"'{tok.name[0]}' inside the list ({tok.raw!r}) applies only at the very start")
+        if tok.port and not tok.port.isdigit():
+            problems.append(f"port {tok.port!r} in {tok.raw!r} is not a number (NCCL reads it with atoi)")
+        elif tok.port and int(tok.port) == 0:
+            problems.append(f"port 0 in {tok.raw!r}: RDMA ports are numbered from 1")
+    return problems
+
+
+def token_matches(tok: Token, exact: bool, name: str, port: int | None = None) -> bool:
+    if exact:
+        ok = name == tok.name
+    else:
+        ok = name.startswith(tok.name) and bool(tok.name)
+    if ok and tok.port.isdigit() and port is not None:
+        ok = int(tok.port) == port
+    return ok
+
+
+def match_list(spec: DeviceList, names: list[str], port: int | None = None) -> list[str]:
+    """The names (e.g. devices or interfaces) the list selects."""
+    hit = [n for n in names if any(token_matches(t, spec.exact, n, port) for t in spec.tokens)]
+    if spec.exclude:
+        return [n for n in names if n not in hit]
+    return hit
+
+
+def overmatches(spec: DeviceList, names: list[str]) -> dict[str, list[str]]:
+    """For prefix tokens: token name -> other names it also matches (`mlx5_1` -> mlx5_10, mlx5_11)."""
+    if spec.exact:
+        return {}
+    out: dict[str, list[str]] = {}
+    for tok in spec.tokens:
+        if not tok.name:
+            continue
+        extra = [n for n in names if n.startswith(tok.name) and n != tok.name]
+        if extra and tok.name in names:
+            out[tok.name] = extra
+    return out

@@ -1,0 +1,142 @@
+"""What a node's sysfs says about its RDMA devices and network interfaces.
+
+Promise: `read_sysfs(root)` reads `<root>/class/infiniband/*` (ports, state, link layer, GID table
+with GID types and netdevs) and `<root>/class/net/*` (operstate, and the addresses the RoCE GIDs
+name), following symlinks exactly as the kernel lays them out, so tests can point `root` at a fake
+tree. Unreadable files (an empty GID slot's attributes fail with EINVAL) are skipped, never fatal.
+With the real `/sys` the IPv4/IPv6 addresses of every interface are added from the kernel.
+The result is plain JSON-able data meant for `store.meta["sysfs"]`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+
+
+def _gid_ip(gid: str) -> str | None:
+    try:
+        addr = ipaddress.IPv6Address(gid)
+    except ValueError:
+        return None
+    if addr.ipv4_mapped is not None:
+        return str(addr.ipv4_mapped)
+    return str(addr)
+
+
+def _port(port_dir: Path) -> dict[str, Any]:
+    gids: list[dict[str, Any]] = []
+    gid_dir = port_dir / "gids"
+    names = sorted((p.name for p in gid_dir.iterdir()), key=lambda n: int(n) if n.isdigit() else 1 << 30) \
+        if gid_dir.is_dir() else []
+    table_len = 0
+    for name in names:
+        if not name.isdigit():
+            continue
+        table_len = max(table_len, int(name) + 1)
+        gid = _read(gid_dir / name)
+        if not gid or gid == ZERO_GID:
+            continue
+        gids.append({
+            "index": int(name), "gid": gid, "ip": _gid_ip(gid),
+            "type": _read(port_dir / "gid_attrs" / "types" / name),
+            "ndev": _read(port_dir / "gid_attrs" / "ndevs" / name),
+        })
+    state = _read(port_dir / "state") or ""
+    return {
+        "port": int(port_dir.name) if port_dir.name.isdigit() else -1,
+        "state": state, "active": state.endswith("ACTIVE"),
+        "link_layer": _read(port_dir / "link_layer") or "",
+        "rate": _read(port_dir / "rate") or "",
+        "gid_table_len": table_len, "gids": gids,
+    }
+
+
+def read_rdma(root: Path) -> list[dict[str, Any]]:
+    """RDMA devices under `<root>/class/infiniband`, sorted by name."""
+    base = root / "class" / "infiniband"
+    devices: list[dict[str, Any]] = []
+    if not base.is_dir():
+        return devices
+    for dev in sorted(base.iterdir(), key=lambda p: p.name):
+        ports_dir = dev / "ports"
+        ports = [_port(p) for p in sorted(ports_dir.iterdir(), key=lambda p: p.name)] if ports_dir.is_dir() else []
+        net_dir = dev / "device" / "net"
+        netdevs = sorted(p.name for p in net_dir.iterdir()) if net_dir.is_dir() else []
+        devices.append({"device": dev.name, "ports": ports, "netdevs": netdevs,
+                        "node_type": _read(dev / "node_type") or ""})
+    return devices
+
+
+def read_net(root: Path, rdma: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Interfaces under `<root>/class/net` with operstate and known addresses."""
+    base = root / "class" / "net"
+    addresses: dict[str, set[str]] = {}
+    for dev in rdma or []:
+        for port in dev["ports"]:
+            for gid in port["gids"]:
+                if gid.get("ndev") and gid.get("ip"):
+                    addresses.setdefault(gid["ndev"], set()).add(gid["ip"])
+    if root.resolve() == Path("/sys"):
+        for name, addrs in _kernel_addresses().items():
+            addresses.setdefault(name, set()).update(addrs)
+    out: list[dict[str, Any]] = []
+    if not base.is_dir():
+        return out
+    for iface in sorted(base.iterdir(), key=lambda p: p.name):
+        out.append({"name": iface.name, "operstate": _read(iface / "operstate") or "",
+                    "type": _read(iface / "type") or "", "addresses": sorted(addresses.get(iface.name, ()))})
+    return out
+
+
+def _kernel_addresses() -> dict[str, set[str]]:
+    """Addresses of the real machine: IPv6 from /proc/net/if_inet6, IPv4 with SIOCGIFADDR."""
+    found: dict[str, set[str]] = {}
+    text = _read(Path("/proc/net/if_inet6")) or ""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 6:
+            raw = parts[0]
+            addr = ":".join(raw[i:i + 4] for i in range(0, 32, 4))
+            found.setdefault(parts[5], set()).add(str(ipaddress.IPv6Address(addr)))
+    try:
+        import fcntl
+        import struct
+
+        for _, name in socket.if_nameindex():
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+                try:
+                    packed = fcntl.ioctl(sock.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
+                except OSError:
+                    continue
+                found.setdefault(name, set()).add(socket.inet_ntoa(packed[20:24]))
+    except (ImportError, OSError):
+        pass
+    return found
+
+
+def read_sysfs(root: Path | str = "/sys", host: str | None = None) -> dict[str, Any]:
+    """RDMA devices and network interfaces of one node, as `store.meta["sysfs"]` expects them."""
+    root_path = Path(root)
+    if not (root_path / "class").is_dir() and root_path.name == "class":
+        root_path = root_path.parent
+    rdma = read_rdma(root_path)
+    return {
+        "root": str(root_path),
+        "host": host if host is not None else socket.gethostname().split(".")[0],
+        "available": (root_path / "class").is_dir() and os.access(root_path / "class", os.R_OK),
+        "rdma": rdma,
+        "net": read_net(root_path, rdma),
+    }

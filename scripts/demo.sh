@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Set up a fresh environment and analyze the bundled sample run; prints where the report is.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m venv .venv
+. .venv/bin/activate
+python -m pip install -q --upgrade pip
+python -m pip install -q -e .
+perftracker demo -o perftracker-demo

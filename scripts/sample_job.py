@@ -1,0 +1,241 @@
+"""A small, real DDP training job that writes a perftracker run directory; run it under torchrun.
+
+Promise: launched as ``torchrun --nproc_per_node N scripts/sample_job.py --run-dir RUN ...`` on CPU,
+every rank trains the same small MLP with DistributedDataParallel over gloo on synthetic data and
+writes, into ``RUN`` (format of ``perftracker/rundir.py``):
+
+* ``traces/rank-<r>.pt.trace.json.gz``: a Kineto trace of ``--profile-steps`` consecutive steps
+  (``ProfilerStep#N`` annotations, user annotations ``data``/``forward``/``backward``/``optimizer``,
+  DDP's gloo all-reduce, and ``distributedInfo`` because the process group is up before profiling);
+* ``steps/rank-<r>.jsonl``: one line per step, for every step of the run, flushed as it is written;
+* ``env/rank-<r>.json``: the rank's environment, filtered to an allow-list, secret-looking names
+  dropped.
+
+``--slow-rank R --slow-factor F`` makes rank R really slower: inside its model's forward, in a
+``record_function("extra_work")`` region, it runs F-1 extra no-grad passes of the model on the batch
+(F is rounded to whole passes; F <= 1 means no extra work). The other ranks then wait for rank R in
+the gradient all-reduce, so in the step files R shows a longer *forward* and the others a longer
+*backward*; step times themselves stay close because DDP synchronises every step.
+
+The script does not write the manifest: the launcher (``scripts/sample_job_runner.py``) does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import json
+import os
+import re
+import shutil
+import socket
+import sys
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+# The script runs as `python scripts/sample_job.py`, so the repository root is not on sys.path.
+_REPO = Path(__file__).resolve().parent.parent
+if str(_REPO) not in sys.path:
+    sys.path.insert(0, str(_REPO))
+
+from perftracker.rundir import append_jsonl, atomic_write_text, step_file, trace_file
+
+ENV_PREFIXES = ("NCCL_", "TORCH_", "CUDA_", "GLOO_", "OMP_", "MASTER_")
+ENV_NAMES = frozenset({"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID"})
+PROFILER_WAIT = 1
+PROFILER_WARMUP = 1
+
+
+# Belt and braces: an allow-listed prefix can still carry a secret (e.g. a *_TOKEN variable).
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE|AUTH|(?:^|_)KEY(?:_|$)|APIKEY")
+
+
+def allowed_env(environ: dict[str, str]) -> dict[str, str]:
+    """The part of `environ` that is safe and useful to keep: allow-listed, not secret-looking keys."""
+    return {
+        key: value
+        for key, value in sorted(environ.items())
+        if (key in ENV_NAMES or key.startswith(ENV_PREFIXES)) and not _SECRET_NAME.search(key.upper())
+    }
+
+
+class SlowableMLP(nn.Module):
+    """An MLP whose forward can do `extra_passes` extra no-grad passes (real compute, labelled)."""
+
+    def __init__(self, width: int, depth: int, classes: int, extra_passes: int = 0) -> None:
+        super().__init__()
+        layers: list[nn.Module] = []
+        for _ in range(depth):
+            layers += [nn.Linear(width, width), nn.ReLU()]
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Linear(width, classes)
+        self.extra_passes = extra_passes
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.extra_passes > 0:
+            with record_function("extra_work"), torch.no_grad():
+                for _ in range(self.extra_passes):
+                    self.head(self.body(x))
+        out: torch.Tensor = self.head(self.body(x))
+        return out
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run-dir", type=Path, required=True, help="run directory to write into")
+    parser.add_argument("--steps", type=int, default=30, help="total training steps")
+    parser.add_argument("--profile-steps", type=int, default=5, help="active (recorded) profiler steps")
+    parser.add_argument(
+        "--profile-skip",
+        type=int,
+        default=-1,
+        help="steps before the profiler's wait/warmup/active window; -1: profile the last steps",
+    )
+    parser.add_argument("--slow-rank", type=int, default=-1, help="rank to slow down; -1 for none")
+    parser.add_argument(
+        "--slow-factor", type=float, default=4.0, help="slowed rank's forward does ~F times the compute"
+    )
+    parser.add_argument("--step-sleep", type=float, default=0.0, help="seconds slept in each data phase")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--width", type=int, default=256)
+    parser.add_argument("--depth", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.profile_steps < 0:
+        parser.error("--steps must be >= 1 and --profile-steps >= 0")
+    return args
+
+
+def profile_skip(args: argparse.Namespace) -> int:
+    """How many steps the profiler skips before its wait/warmup/active window."""
+    skip: int = args.profile_skip
+    if skip >= 0:
+        return skip
+    steps: int = args.steps
+    active: int = args.profile_steps
+    return max(0, steps - active - PROFILER_WAIT - PROFILER_WARMUP)
+
+
+def gzip_trace_handler(dest: Path) -> Callable[[profile], None]:
+    """An on_trace_ready handler: export the chrome trace and gzip it atomically to `dest`."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+
+    def handler(prof: profile) -> None:
+        # Export next to `dest` under its uncompressed name (the trace records it as traceName),
+        # then gzip; readers only ever see the finished .gz, moved into place atomically.
+        raw = dest.with_suffix("")
+        packed = dest.with_name(f".{dest.name}.tmp")
+        prof.export_chrome_trace(str(raw))
+        try:
+            with open(raw, "rb") as src, gzip.open(packed, "wb", compresslevel=9) as dst:
+                shutil.copyfileobj(src, dst)
+            os.replace(packed, dest)
+        finally:
+            raw.unlink(missing_ok=True)
+            packed.unlink(missing_ok=True)
+
+    return handler
+
+
+def write_env(run: Path, rank: int, host: str) -> None:
+    record: dict[str, Any] = {
+        "rank": rank,
+        "host": host,
+        "pid": os.getpid(),
+        "env": allowed_env(dict(os.environ)),
+    }
+    atomic_write_text(run / "env" / f"rank-{rank}.json", json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", timeout=timedelta(seconds=120))
+    rank = dist.get_rank()
+    host = socket.gethostname()
+    run: Path = args.run_dir
+    write_env(run, rank, host)
+
+    torch.manual_seed(args.seed)  # same initial weights everywhere (DDP broadcasts them anyway)
+    extra = max(0, round(args.slow_factor) - 1) if rank == args.slow_rank else 0
+    model = SlowableMLP(args.width, args.depth, classes=10, extra_passes=extra)
+    ddp = DistributedDataParallel(model)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    data_gen = torch.Generator().manual_seed(args.seed + 1000 * (rank + 1))
+    steps_path = step_file(run, rank)
+    steps_path.unlink(missing_ok=True)
+
+    prof = (
+        profile(
+            activities=[ProfilerActivity.CPU],
+            schedule=schedule(
+                skip_first=profile_skip(args),
+                wait=PROFILER_WAIT,
+                warmup=PROFILER_WARMUP,
+                active=args.profile_steps,
+                repeat=1,
+            ),
+            on_trace_ready=gzip_trace_handler(trace_file(run, rank)),
+            record_shapes=True,
+        )
+        if args.profile_steps > 0
+        else None
+    )
+    dist.barrier()
+    with prof if prof is not None else contextlib.nullcontext():
+        for step in range(args.steps):
+            start_ns = time.time_ns()
+            t0 = time.perf_counter_ns()
+            with record_function("data"):
+                x = torch.randn(args.batch, args.width, generator=data_gen)
+                y = torch.randint(0, 10, (args.batch,), generator=data_gen)
+                if args.step_sleep > 0:
+                    time.sleep(args.step_sleep)
+            t1 = time.perf_counter_ns()
+            with record_function("forward"):
+                loss = loss_fn(ddp(x), y)
+            t2 = time.perf_counter_ns()
+            with record_function("backward"):
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()  # DDP all-reduces the gradients (gloo) and waits for them here
+            t3 = time.perf_counter_ns()
+            with record_function("optimizer"):
+                optimizer.step()
+            t4 = time.perf_counter_ns()
+            end_ns = time.time_ns()
+            append_jsonl(
+                steps_path,
+                {
+                    "rank": rank,
+                    "step": step,
+                    "start_ns": start_ns,
+                    "end_ns": end_ns,
+                    "host": host,
+                    "phases_ns": {
+                        "data": t1 - t0,
+                        "forward": t2 - t1,
+                        "backward": t3 - t2,
+                        "optimizer": t4 - t3,
+                    },
+                },
+            )
+            if prof is not None:
+                prof.step()
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

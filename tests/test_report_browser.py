@@ -1,0 +1,51 @@
+"""report.html renders in headless Chromium: every chart draws and the console has no errors."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from perftracker.collectors.loading import LoadOptions
+from perftracker.pipeline import analyze_path
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--enable-logging=stderr", "--v=0", "--virtual-time-budget=15000"]
+
+
+def render_dom(html: Path, profile: Path) -> tuple[str, str]:
+    if CHROMIUM is None:
+        pytest.fail("chromium is not installed: install Debian's chromium (CI does)")
+    result = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--dump-dom", html.as_uri()],
+                            capture_output=True, text=True, timeout=120)
+    return result.stdout, result.stderr
+
+
+def console_errors(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "CONSOLE" in line and ("Error" in line or "error" in line)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trace_set", ["trace_filter", "df_index_resolver", "cpu_only"])
+def test_every_chart_renders_without_console_errors(hta_traces: Path, tmp_path: Path, trace_set: str) -> None:
+    result = analyze_path(hta_traces / trace_set, tmp_path / "out", LoadOptions(workers=1))
+    html = result.report_path.read_text()
+    expected = html.count('class="chart"')
+    dom, stderr = render_dom(result.report_path, tmp_path / "profile")
+    assert dom.count('class="plot-container plotly"') == expected
+    assert expected >= (1 if trace_set == "cpu_only" else 4)
+    assert console_errors(stderr) == []
+    assert result.report_path.stat().st_size < 10 * 1024 * 1024
+
+
+@pytest.mark.slow
+def test_sample_run_report_renders(tmp_path: Path) -> None:
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "ddp-gloo-4rank-slow-rank2"
+    result = analyze_path(sample, tmp_path / "out", LoadOptions(workers=1))
+    dom, stderr = render_dom(result.report_path, tmp_path / "profile")
+    assert dom.count('class="plot-container plotly"') == result.report_path.read_text().count('class="chart"')
+    assert console_errors(stderr) == []
