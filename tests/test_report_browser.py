@@ -49,3 +49,24 @@ def test_sample_run_report_renders(tmp_path: Path) -> None:
     dom, stderr = render_dom(result.report_path, tmp_path / "profile")
     assert dom.count('class="plot-container plotly"') == result.report_path.read_text().count('class="chart"')
     assert console_errors(stderr) == []
+
+
+TRACE_SETS = ["amd_trace", "call_stack", "cpu_only", "critical_path/alexnet", "critical_path/cuda_event_sync",
+              "critical_path/cuda_event_sync_multi_stream", "critical_path/simple_add", "cupti_profiler",
+              "distributed_info_unavailable", "execution_trace", "mixed_files", "mtia_inference_trace",
+              "nccl_parser_config", "negative_queue_length_values_check", "ns_resolution_trace", "rank_non_gpu",
+              "rank_unavailable", "timeline_analysis", "trace_compare/base", "trace_diff/test", "trace_file_list",
+              "triton_example", "with_gpu_user_annotation"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trace_set", TRACE_SETS)
+def test_analyze_every_shared_trace_set_and_render(hta_traces: Path, tmp_path: Path, trace_set: str) -> None:
+    # GIVEN any trace set of the shared corpus (GPU, AMD, MTIA, CPU-only, odd metadata)
+    # WHEN analyzed end to end
+    result = analyze_path(hta_traces / trace_set, tmp_path / "out", LoadOptions(workers=1))
+    # THEN there are findings (at least the summary or the input notes) and the report renders cleanly
+    assert result.findings
+    dom, stderr = render_dom(result.report_path, tmp_path / "profile")
+    assert dom.count('class="plot-container plotly"') == result.report_path.read_text().count('class="chart"')
+    assert console_errors(stderr) == []
