@@ -48,6 +48,9 @@ def looks_like_nccl_log(path: Path) -> bool:
     return b" NCCL INFO " in head or b" NCCL WARN " in head or b"NCCL version " in head
 
 
+_HOST_BAD = frozenset(" :[]<>()")
+
+
 class _FileParser:
     """State of one file's parse; `feed` takes lines, `rows` gives the table rows."""
 
@@ -62,6 +65,15 @@ class _FileParser:
         self.other_samples = 0
 
     def _header(self, head: str) -> tuple[str, int, int, int, str, int] | None:
+        # Fast path for the plain `host:pid:tid [dev]` header (no launcher prefix, no source file).
+        if head.endswith("]"):
+            b = head.rfind(" [")
+            if b > 0:
+                dev = head[b + 2:-1]
+                parts = head[:b].rsplit(":", 2)
+                if (len(parts) == 3 and dev.isdigit() and parts[1].isdigit() and parts[2].isdigit()
+                        and parts[0] and _HOST_BAD.isdisjoint(parts[0])):
+                    return (parts[0], int(parts[1]), int(dev), -1, "", -1)
         cached = self.head_cache.get(head, False)
         if cached is not False:
             return cached  # type: ignore[return-value]
