@@ -67,10 +67,10 @@ def child_hta(folder: str) -> dict[str, Any]:
     temporal = analyzer.get_temporal_breakdown(visualize=False)
     overlap = analyzer.get_comm_comp_overlap(visualize=False)
     t3 = time.perf_counter()
+    from importlib.metadata import PackageNotFoundError, version
     try:
-        from importlib.metadata import version
         hta_version = version("HolisticTraceAnalysis")
-    except Exception:  # pragma: no cover - informational only
+    except PackageNotFoundError:  # pragma: no cover - informational only
         hta_version = "?"
     return {
         "tool": "hta", "hta_version": hta_version, "pandas": pandas.__version__,
@@ -143,7 +143,7 @@ def child_parse(trace: str, repeat: int) -> dict[str, Any]:
 
             from perftracker.collectors.kineto_read import TraceDoc
             res["msgspec_decode_s"], _ = _best_of(lambda: msgspec.json.decode(data, type=TraceDoc), repeat)
-        except Exception as exc:  # pragma: no cover
+        except (ImportError, AttributeError) as exc:  # pragma: no cover
             res["msgspec_decode_error"] = repr(exc)
     for key in [k for k in res if k.endswith("_s")]:
         res[key.replace("_s", "_MBps")] = size / MB / res[key]
@@ -173,7 +173,7 @@ def child_main(argv: list[str]) -> None:
 def ensure_hta_venv() -> Path:
     py = HTA_VENV / "bin" / "python"
     ok = py.exists() and subprocess.run([str(py), "-c", "import hta.trace_analysis"],
-                                        capture_output=True).returncode == 0
+                                        check=False, capture_output=True).returncode == 0
     if not ok:
         print(f"creating {HTA_VENV} and installing {HTA_PACKAGE} (one time)...", flush=True)
         subprocess.run([shutil.which("python3") or sys.executable, "-m", "venv", str(HTA_VENV)], check=True)
