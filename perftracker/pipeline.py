@@ -58,7 +58,7 @@ def analyze_path(path: Path, out_dir: Path, options: LoadOptions, hta_compat: bo
     summary = _summary(store, tables)
     document = json_report.build(findings, store.notes, str(path), summary)
     json_report.write(out_dir / FINDINGS, document)
-    sections = html_report.core_sections(tables)
+    sections = html_report.core_sections(tables, findings)
     for builder in extra_section_builders():
         section = builder(store, findings)
         if section is not None:
@@ -83,7 +83,7 @@ def _save_sections(sections: list[ReportSection], folder: Path) -> None:
     """Extra sections are saved as rendered so `report` can re-render without the inputs."""
     import json
 
-    extra = [s for s in sections if s.key not in {"breakdown", "overlap", "steps", "timeline"}]
+    extra = [s for s in sections if s.key not in {"breakdown", "overlap", "steps", "stragglers", "timeline"}]
     payload = [{"key": s.key, "title": s.title, "html": s.html, "figures": s.figures} for s in extra]
     from plotly.utils import PlotlyJSONEncoder
 
@@ -96,7 +96,7 @@ def render_report(out_dir: Path) -> Path:
 
     document, findings = json_report.read(out_dir / FINDINGS)
     tables = report_data.load(out_dir / TABLES)
-    sections = html_report.core_sections(tables)
+    sections = html_report.core_sections(tables, findings)
     extra = out_dir / TABLES / "sections.json"
     if extra.exists():
         for raw in json.loads(extra.read_text(encoding="utf-8")):

@@ -8,3 +8,5 @@ from perftracker.analyzers import (
     overlap,  # noqa: F401
     steps,  # noqa: F401
 )
+from perftracker.analyzers import straggler  # noqa: F401
+from perftracker.analyzers import degradation  # noqa: F401

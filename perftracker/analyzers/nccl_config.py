@@ -18,7 +18,7 @@ from perftracker.analyzers import nccl_rules_ib as ib_rules
 from perftracker.analyzers import nccl_rules_log as log_rules
 from perftracker.analyzers import nccl_rules_net as net_rules
 from perftracker.analyzers.findings import Finding
-from perftracker.analyzers.nccl_context import NcclContext, build_context
+from perftracker.analyzers.nccl_context import NcclContext, build_context, job_without_nccl
 from perftracker.analyzers.registry import register
 from perftracker.store import Store
 
@@ -48,7 +48,7 @@ def check(ctx: NcclContext) -> list[Finding]:
 def analyze_nccl_config(store: Store) -> list[Finding]:
     """NCCL configuration and NCCL log problems."""
     ctx = build_context(store)
-    if ctx.empty:
+    if ctx.empty or job_without_nccl(store, ctx):
         return []
     return check(ctx)
 

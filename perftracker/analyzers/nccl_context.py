@@ -113,6 +113,12 @@ class NcclContext:
     def empty(self) -> bool:
         return not self.procs and not self.settings and not self.orphans
 
+    @property
+    def nccl_evident(self) -> bool:
+        """An NCCL log or an NCCL_* setting exists."""
+        return bool(self.procs or self.orphans or any(k.startswith("NCCL_") for k in self.settings))
+
+
     def profile_value(self, var: str) -> str | None:
         spec = self.profile.get("values", {}).get(var)
         return str(spec["value"]) if isinstance(spec, dict) else None
@@ -250,3 +256,9 @@ def setting_refs(settings: list[Setting], limit: int = 8) -> list[str]:
 def is_intended(ctx: NcclContext, var: str, value: str) -> bool:
     """A profile's own value is by definition intended."""
     return ctx.profile_value(var) == value
+
+
+def job_without_nccl(store: Store, ctx: NcclContext) -> bool:
+    """Traces say the job's backend is not NCCL (gloo on CPU, ...) and nothing NCCL was captured."""
+    backends = [str(b) for b in store.ranks["backend"].dropna() if str(b)]
+    return bool(backends) and not any("nccl" in b for b in backends) and not ctx.nccl_evident

@@ -57,7 +57,35 @@ def step_time_chart(stats: pd.DataFrame) -> dict[str, Any] | None:
     return _fig(fig)
 
 
-def step_series_chart(steps: pd.DataFrame, max_ranks: int = 32) -> dict[str, Any] | None:
+def lateness_heatmap(lateness: pd.DataFrame, max_ranks: int = 256) -> dict[str, Any] | None:
+    if lateness.empty:
+        return None
+    grid = lateness.pivot_table(index="rank", columns="step", values="lateness_ms", aggfunc="median")
+    grid = grid.iloc[:max_ranks]
+    fig = go.Figure(go.Heatmap(z=grid.round(3).to_numpy(), x=[str(c) for c in grid.columns],
+                               y=[f"rank {r}" for r in grid.index], colorscale="Reds",
+                               colorbar=dict(title="ms late")))
+    layout = {**_LAYOUT, "height": min(2400, max(300, 18 * len(grid) + 120))}
+    fig.update_layout(title="Arrival lateness at collectives (median per step, ms after the earliest rank)",
+                      xaxis_title="step", **layout)
+    return _fig(fig)
+
+
+def wait_bars(waits: pd.DataFrame) -> dict[str, Any] | None:
+    if waits.empty:
+        return None
+    labels = [f"rank {r}" for r in waits["rank"]]
+    fig = go.Figure()
+    fig.add_bar(x=labels, y=(waits["wait_per_step_s"] * 1e3).round(3), name="time it waited for others",
+                marker_color=_COLORS["idle"])
+    fig.add_bar(x=labels, y=(waits["cost_per_step_s"] * 1e3).round(3), name="time others waited for it",
+                marker_color=_COLORS["comm"])
+    fig.update_layout(barmode="group", title="Waiting at collectives per step (ms)", yaxis_title="ms", **_LAYOUT)
+    return _fig(fig)
+
+
+def step_series_chart(steps: pd.DataFrame, max_ranks: int = 32,
+                      change_steps: list[int] | None = None) -> dict[str, Any] | None:
     if steps.empty:
         return None
     src = steps[steps["source"] == "stepfile"]
@@ -66,6 +94,9 @@ def step_series_chart(steps: pd.DataFrame, max_ranks: int = 32) -> dict[str, Any
     for rank in sorted(use["rank"].unique())[:max_ranks]:
         s = use[use["rank"] == rank].sort_values("step")
         fig.add_scatter(x=s["step"], y=(s["dur_ns"] / 1e6).round(3), mode="lines+markers", name=f"rank {rank}")
+    for step in change_steps or []:
+        fig.add_vline(x=step, line_dash="dash", line_color="#c0392b",
+                      annotation_text=f"slower since step {step}", annotation_position="top left")
     fig.update_layout(title="Step time over steps (ms)", xaxis_title="step", yaxis_title="ms", **_LAYOUT)
     return _fig(fig)
 

@@ -49,7 +49,7 @@ def _table_html(frame: pd.DataFrame, columns: dict[str, str], limit: int = 64) -
     return f"<table><tr>{head}</tr>{''.join(body)}</table>{more}"
 
 
-def core_sections(tables: dict[str, pd.DataFrame]) -> list[ReportSection]:
+def core_sections(tables: dict[str, pd.DataFrame], findings: list[Finding]) -> list[ReportSection]:
     bd, stats = tables.get("breakdown", pd.DataFrame()), tables.get("step_stats", pd.DataFrame())
     sections = []
     figs = [f for f in (charts.breakdown_chart(bd),) if f]
@@ -61,11 +61,16 @@ def core_sections(tables: dict[str, pd.DataFrame]) -> list[ReportSection]:
     figs = [f for f in (charts.overlap_chart(bd),) if f]
     if figs:
         sections.append(ReportSection("overlap", "Communication / compute overlap", "", figs))
-    figs = [f for f in (charts.step_time_chart(stats), charts.step_series_chart(tables.get("steps", pd.DataFrame())))
-            if f]
+    changes = [int(f.evidence["change_step"]) for f in findings if "change_step" in f.evidence]
+    figs = [f for f in (charts.step_time_chart(stats),
+                        charts.step_series_chart(tables.get("steps", pd.DataFrame()), change_steps=changes)) if f]
     if figs:
         cols = {"rank": "rank", "steps": "steps", "median_s": "median s", "p90_s": "p90 s", "max_s": "max s"}
         sections.append(ReportSection("steps", "Step time", _table_html(stats, cols), figs))
+    figs = [f for f in (charts.lateness_heatmap(tables.get("lateness", pd.DataFrame())),
+                        charts.wait_bars(tables.get("rank_waits", pd.DataFrame()))) if f]
+    if figs:
+        sections.append(ReportSection("stragglers", "Stragglers at collectives", "", figs))
     figs = [f for f in (charts.timeline_chart(tables.get("timeline", pd.DataFrame())),) if f]
     if figs:
         sections.append(ReportSection("timeline", "Timeline of a representative step", "", figs))

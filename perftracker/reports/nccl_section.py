@@ -10,7 +10,7 @@ from __future__ import annotations
 from html import escape
 
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.nccl_context import NcclContext, build_context
+from perftracker.analyzers.nccl_context import NcclContext, build_context, job_without_nccl
 from perftracker.reports.sections import ReportSection
 from perftracker.store import Store
 
@@ -95,7 +95,7 @@ def _warn_summary(ctx: NcclContext, findings: list[Finding]) -> str:
 def nccl_section(store: Store, findings: list[Finding]) -> ReportSection | None:
     """The NCCL section, or None when there is no NCCL log and no configuration."""
     ctx = build_context(store)
-    if ctx.empty:
+    if ctx.empty or job_without_nccl(store, ctx):
         return None
     flagged = _flagged_vars(findings)
     profile = ctx.profile.get("name")

@@ -15,11 +15,12 @@ import pandas as pd
 from perftracker.analyzers.gpu_time import as_int, breakdown, breakdown_per_step
 from perftracker.analyzers.idle import idle_gaps
 from perftracker.analyzers.steps import step_stats
+from perftracker.analyzers.straggler import lateness_by_step, rank_metrics, straggler_tables
 from perftracker.store import Store
 
 MAX_TIMELINE_RANKS = 16
 MAX_BOXES_PER_LANE = 300
-TABLE_NAMES = ("breakdown", "breakdown_steps", "step_stats", "steps", "timeline", "idle")
+TABLE_NAMES = ("breakdown", "breakdown_steps", "step_stats", "steps", "timeline", "idle", "lateness", "rank_waits")
 
 
 def build(store: Store) -> dict[str, pd.DataFrame]:
@@ -28,7 +29,13 @@ def build(store: Store) -> dict[str, pd.DataFrame]:
     idle = (gaps.groupby(["rank", "category"])["dur_ns"].sum().reset_index() if not gaps.empty
             else pd.DataFrame(columns=["rank", "category", "dur_ns"]))
     steps = store.steps[["rank", "window", "step", "start_ns", "dur_ns", "source"]].copy()
+    arr, _ = straggler_tables(store)
+    metrics = rank_metrics(arr, store)
+    waits = (metrics[["share_last", "wait_per_step_s", "cost_per_step_s"]].reset_index() if not metrics.empty
+             else pd.DataFrame(columns=["rank", "share_last", "wait_per_step_s", "cost_per_step_s"]))
     return {
+        "lateness": lateness_by_step(arr),
+        "rank_waits": waits,
         "breakdown": breakdown(store, hta_compat=hta),
         "breakdown_steps": breakdown_per_step(store),
         "step_stats": step_stats(store),
