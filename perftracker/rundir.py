@@ -38,7 +38,7 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 _SKIP_DIRS = {"tables", ".perftracker-cache", "__pycache__"}
 # Folders of a run directory whose JSON files are not traces.
 NON_TRACE_DIRS = {"env", "steps", "counters", "nccl", "stacks", "tables"}
-_OUTPUT_FILES = {"findings.json", "store.json", MANIFEST}
+_OUTPUT_FILES = {"findings.json", "store.json", "ground_truth.json", MANIFEST}
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -124,13 +124,23 @@ def arrivals(matched: pd.DataFrame, offsets: pd.Series) -> pd.DataFrame:
     first, last = grouped.transform("min"), grouped.transform("max")
     frame["lateness_ns"] = (frame["start_aligned"] - first).astype(np.int64)
     frame["wait_ns"] = (last - frame["start_aligned"]).astype(np.int64)
-    # The last arriver (ties: lowest rank) and how much later it came than the next-latest member.
-    order = frame.sort_values(["instance", "start_aligned", "rank"], ascending=[True, False, True])
+    # Who *caused* the lateness: a rank that arrives late only because its previous collective
+    # ended late (it waited for someone else there) is a victim. Compare the work each member did
+    # since its previous collective ended; without a previous one, its arrival time.
+    frame = frame.sort_values(["rank", "start_aligned"], kind="stable")
+    prev_end = frame.groupby("rank")["end_aligned"].shift(1)
+    work = frame["start_aligned"] - prev_end
+    frame["own_ns"] = work.where(work.notna() & (work >= 0), frame["lateness_ns"].astype(float))
+    frame["own_ns"] = frame["own_ns"] - frame.groupby("instance")["own_ns"].transform("min")
+    # The last arriver by its own work (ties: lowest rank) and how much more than the next member.
+    order = frame.sort_values(["instance", "own_ns", "rank"], ascending=[True, False, True])
     top = order.groupby("instance").head(2)
     latest = top.groupby("instance").head(1).set_index("instance")
-    second = top.groupby("instance").nth(1).set_index("instance")["start_aligned"]
-    gap = (latest["start_aligned"] - second.reindex(latest.index)).fillna(0).astype(np.int64)
+    second = top.groupby("instance").nth(1).set_index("instance")["own_ns"]
+    gap = (latest["own_ns"] - second.reindex(latest.index)).fillna(0)
+    # The group cannot gain more than the straggler's actual lateness.
+    gap = np.minimum(gap, latest["lateness_ns"]).clip(lower=0).astype(np.int64)
     frame["is_last"] = False
     frame.loc[frame.index.isin(order.groupby("instance").head(1).index), "is_last"] = True
     frame["gap_to_next_ns"] = np.where(frame["is_last"], frame["instance"].map(gap).to_numpy(), 0)
-    return frame.reset_index(drop=True)
+    return frame.sort_values(["instance", "rank"]).reset_index(drop=True)

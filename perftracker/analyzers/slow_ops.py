@@ -28,7 +28,7 @@ def slower_ops(store: Store, rank: int, limit: int = 8) -> list[dict[str, Any]]:
     table["per_step"] = table["total"] / table["rank"].map(steps).fillna(1).clip(lower=1)
     mine = table[table["rank"] == rank].set_index("name")
     peers = table[table["rank"] != rank].groupby("name", observed=True)[["per_step", "p90"]].median()
-    joined = mine.join(peers, rsuffix="_peers", how="left").fillna({"per_step_peers": 0.0, "p90_peers": 0.0})
+    joined = mine.join(peers.add_suffix("_peers"), how="left").fillna({"per_step_peers": 0.0, "p90_peers": 0.0})
     joined["excess"] = joined["per_step"] - joined["per_step_peers"]
     positive = joined[joined["excess"] > 0]
     if positive.empty:

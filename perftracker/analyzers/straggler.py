@@ -134,7 +134,65 @@ def analyze_stragglers(store: Store) -> list[Finding]:
             ranks=(r,), hosts=hosts_of(store, [r]),
             cost=Cost(float(row["cost_per_step_s"]), float(row["cost_share"])), key=f"straggler:{r}",
         ))
+    named = {f.ranks[0] for f in findings if f.severity > Severity.INFO}
+    for r, cost, share, evidence in _comm_stragglers(arr, store):
+        if r in named:
+            continue
+        findings.append(Finding(
+            analyzer="straggler", severity=Severity.CRITICAL if share >= CRITICAL_COST_SHARE else Severity.WARNING,
+            title=(f"Rank {r} is a communication straggler: collectives it takes part in transfer "
+                   f"{evidence['transfer_excess_ms']:.2f} ms longer than like collectives without it "
+                   f"(typical {evidence['typical_transfer_ms']:.2f} ms); {fmt_ms(cost)} per step"),
+            recommendation=_ADVICE["communication"].format(r=r),
+            evidence={"kind": "communication", **evidence},
+            ranks=(r,), hosts=hosts_of(store, [r]), cost=Cost(cost, share), key=f"straggler:comm:{r}",
+        ))
     return findings
+
+
+COMM_EXCESS_RATIO = 0.05  # its collectives' transfer phase is 5% longer than like collectives without it
+COMM_RUNNER_UP = 1.5  # and 1.5x the excess of the next rank (which shares only some groups with it)
+COMM_MIN_COST_SHARE = 0.02
+
+
+def comm_excess(arr: pd.DataFrame) -> pd.DataFrame:
+    """Per rank: how much longer the transfer phase (all arrived -> done) of its collectives is than that of
+    like collectives (same op and size) elsewhere. A slow NIC or link stretches every group the rank is in;
+    ranks sharing only some groups with it are stretched less. Needs more than one group to be told apart."""
+    if arr.empty or arr["pg"].nunique() < 2:
+        return pd.DataFrame()
+    inst = arr.groupby("instance").agg(end=("end_aligned", "median"), last_start=("start_aligned", "max"),
+                                       collective=("collective", "first"), size=("bytes", "max"))
+    inst["transfer"] = (inst["end"] - inst["last_start"]).clip(lower=0)
+    typical = inst.groupby(["collective", "size"])["transfer"].transform("median")
+    inst["excess"] = inst["transfer"] - typical
+    inst["typical"] = typical
+    per = arr[["rank", "instance", "step"]].join(inst[["excess", "typical"]], on="instance")
+    steps = per.loc[per["step"] >= 0, "step"].nunique() or 1
+    out = per.groupby("rank").agg(excess_median=("excess", "median"), typical=("typical", "median"),
+                                  excess_total=("excess", "sum"))
+    out["excess_per_step_s"] = out["excess_total"].clip(lower=0) / steps / 1e9
+    return out
+
+
+def _comm_stragglers(arr: pd.DataFrame, store: Store) -> list[tuple[int, float, float, dict[str, float]]]:
+    table = comm_excess(arr)
+    if table.empty or len(table) < 3:
+        return []
+    ordered = table.sort_values("excess_median", ascending=False)
+    top, runner_up = ordered.iloc[0], ordered.iloc[1]
+    if top["typical"] <= 0 or top["excess_median"] < COMM_EXCESS_RATIO * top["typical"]:
+        return []
+    if top["excess_median"] < COMM_RUNNER_UP * max(float(runner_up["excess_median"]), 0.0):
+        return []
+    step_s = _step_seconds(store, arr)
+    share = float(top["excess_per_step_s"]) / step_s if step_s > 0 else 0.0
+    if share < COMM_MIN_COST_SHARE:
+        return []
+    evidence = {"transfer_excess_ms": round(float(top["excess_median"]) / 1e6, 3),
+                "typical_transfer_ms": round(float(top["typical"]) / 1e6, 3),
+                "next_rank_excess_ms": round(float(runner_up["excess_median"]) / 1e6, 3)}
+    return [(int(ordered.index[0]), float(top["excess_per_step_s"]), share, evidence)]  # type: ignore[call-overload]
 
 
 def _alignment_finding(arr: pd.DataFrame, offsets: pd.Series) -> Finding:
