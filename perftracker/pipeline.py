@@ -13,6 +13,7 @@ from typing import Any
 
 from perftracker.analyzers.findings import Finding, rank_findings
 from perftracker.analyzers.registry import run_analyzers
+from perftracker.analyzers.rootcause import link_findings
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.reports import html as html_report
 from perftracker.reports import json_report, report_data
@@ -44,6 +45,9 @@ def extra_section_builders() -> list[SectionBuilder]:
     except ImportError:
         return builders
     builders.append(nccl_section)
+    from perftracker.reports.health_sections import gpu_section, rdma_section
+
+    builders.extend([rdma_section, gpu_section])
     return builders
 
 
@@ -51,7 +55,7 @@ def analyze_path(path: Path, out_dir: Path, options: LoadOptions, hta_compat: bo
     with tempfile.TemporaryDirectory(prefix="perftracker-") as scratch:
         store = load_path(path, options, Path(scratch))
         store.meta["hta_compat"] = hta_compat
-        findings = rank_findings(run_analyzers(store))
+        findings = rank_findings(link_findings(store, run_analyzers(store)))
         tables = report_data.build(store)
     out_dir.mkdir(parents=True, exist_ok=True)
     report_data.save(tables, out_dir / TABLES)

@@ -8,7 +8,7 @@ Layout (format version 1)::
     <run>/env/rank-<r>.json             allow-listed environment of each rank
     <run>/nccl/<host>.<pid>.log         NCCL_DEBUG output as NCCL wrote it
     <run>/counters/<host>.rdma.jsonl    <run>/counters/<host>.gpu.jsonl
-    <run>/stacks/<ts>/rank-<r>.txt
+    <run>/stacks/<ts>/rank-<r>.json   py-spy dumps (JSON), <ts>-hang/ for the native dump taken on a hang
 
 A step record is one line of JSON::
 
@@ -16,6 +16,25 @@ A step record is one line of JSON::
      "host": "node-7", "phases_ns": {"data": 1200000, "forward": 80000000, "backward": 150000000}}
 
 `start_ns`/`end_ns` are the rank's wall clock (time.time_ns()); `phases_ns` is optional.
+
+Host counters (one JSON object per line, times in epoch ns; every metric optional)::
+
+    counters/<host>.rdma.jsonl   one record per RDMA port sample:
+      {"ts_ns", "host", "device": "mlx5_0", "port": "1", "state": "4: ACTIVE", "phys_state": "5: LinkUp",
+       "rate": "400 Gb/sec (4X NDR)", "link_layer": "InfiniBand", "counters": {name: int, ...},
+       "hw_counters": {name: int, ...}, "numa_node": 0, "pci_bus_id": "0000:17:00.0", "netdevs": ["ib0"]}
+    counters/<host>.gpu.jsonl    one record per GPU sample:
+      {"ts_ns", "host", "gpu": 3, "uuid", "pci_bus_id", "numa_node",
+       "metrics": {"sm_clock_mhz", "mem_clock_mhz", "max_sm_clock_mhz", "power_w", "power_limit_w",
+                   "temp_c", "util_gpu_pct", "util_mem_pct", "clock_event_reasons" (NVML bitmask),
+                   "pcie_gen", "pcie_width", "pcie_max_gen", "pcie_max_width", "ecc_sbe", "ecc_dbe",
+                   "xid": [int, ...]}}
+
+`counters`/`hw_counters` hold the sysfs files of `ports/<n>/counters` and `ports/<n>/hw_counters` as the
+kernel writes them (`port_*_data` are octets / 4); `collectors/rdma.py: snapshot()` makes the RDMA
+records, and `collectors/gpu_samples.py` documents the GPU fields. `analyze` also reads, by content,
+nvidia-smi CSV, DCGM / node-exporter Prometheus text and raw sysfs counter copies
+(`collectors/counters_inputs.py`).
 `analyze` also accepts a bare folder of traces (or any mix): inputs are found by name and content.
 """
 
@@ -37,7 +56,8 @@ MANIFEST = "manifest.json"
 TRACE_SUFFIXES = (".json", ".json.gz")
 _SKIP_DIRS = {"tables", ".perftracker-cache", "__pycache__"}
 # Folders of a run directory whose JSON files are not traces.
-NON_TRACE_DIRS = {"env", "steps", "counters", "nccl", "stacks", "tables"}
+NON_TRACE_DIRS = {"env", "steps", "counters", "nccl", "stacks", "tables", "manifests", "output", "requests", "ranks",
+                  "fr", "errors"}
 _OUTPUT_FILES = {"findings.json", "store.json", "ground_truth.json", MANIFEST}
 
 
@@ -111,7 +131,7 @@ class Inputs:
         return not (self.traces or self.step_files)
 
 
-_STEP_NAME = re.compile(r"rank[-_]?\d+\.jsonl$")
+_STEP_NAME = re.compile(r"rank[-_]?-?\d+\.jsonl$")
 
 
 def _looks_like_trace(path: Path) -> bool:

@@ -17,6 +17,11 @@ writes, into ``RUN`` (format of ``perftracker/rundir.py``):
 the gradient all-reduce, so in the step files R shows a longer *forward* and the others a longer
 *backward*; step times themselves stay close because DDP synchronises every step.
 
+``--hang-rank R --hang-step N`` makes the job hang for good, as a real job does when one rank stops:
+at step N every rank calls an explicit ``dist.all_reduce`` of its loss after the optimizer step,
+except rank R, which sleeps forever in ``hang_forever`` just before it; the other ranks then block in
+that ``all_reduce`` (until the process group's timeout). Without these options nothing changes.
+
 The script does not write the manifest: the launcher (``scripts/sample_job_runner.py``) does.
 """
 
@@ -106,6 +111,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--slow-factor", type=float, default=4.0, help="slowed rank's forward does ~F times the compute"
     )
     parser.add_argument("--step-sleep", type=float, default=0.0, help="seconds slept in each data phase")
+    parser.add_argument("--hang-rank", type=int, default=-1, help="rank that hangs at --hang-step; -1 for none")
+    parser.add_argument("--hang-step", type=int, default=-1, help="step whose explicit all_reduce rank R never joins")
+    parser.add_argument("--raise-rank", type=int, default=-1, help="rank that raises an error at --raise-step")
+    parser.add_argument("--raise-step", type=int, default=-1, help="step at which --raise-rank raises")
+    parser.add_argument("--pg-timeout", type=float, default=120.0, help="process-group timeout in seconds")
+    parser.add_argument("--hook", action="store_true", help="call perftracker.hooks.install() (step times and "
+                        "on-demand traces for `perftracker attach`)")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--depth", type=int, default=3)
@@ -147,6 +159,12 @@ def gzip_trace_handler(dest: Path) -> Callable[[profile], None]:
     return handler
 
 
+def hang_forever() -> None:
+    """Stand-in for a rank that stops making progress (stuck I/O, a deadlock, a dead GPU)."""
+    while True:
+        time.sleep(3600)
+
+
 def write_env(run: Path, rank: int, host: str) -> None:
     record: dict[str, Any] = {
         "rank": rank,
@@ -160,7 +178,11 @@ def write_env(run: Path, rank: int, host: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", timeout=timedelta(seconds=120))
+    dist.init_process_group("gloo", timeout=timedelta(seconds=args.pg_timeout))
+    if args.hook:
+        import perftracker.hooks
+
+        perftracker.hooks.install()
     rank = dist.get_rank()
     host = socket.gethostname()
     run: Path = args.run_dir
@@ -212,6 +234,12 @@ def main(argv: list[str] | None = None) -> int:
             t3 = time.perf_counter_ns()
             with record_function("optimizer"):
                 optimizer.step()
+            if step == args.raise_step and rank == args.raise_rank:
+                raise RuntimeError(f"sample_job: rank {rank} failed on purpose at step {step} (--raise-rank)")
+            if step == args.hang_step and args.hang_rank >= 0:
+                if rank == args.hang_rank:
+                    hang_forever()
+                dist.all_reduce(loss.detach())  # the collective the other ranks wait in
             t4 = time.perf_counter_ns()
             end_ns = time.time_ns()
             append_jsonl(

@@ -7,6 +7,12 @@ writes ``manifest.json`` and returns ``run_dir`` holding, for every rank, a trac
 env file. On timeout torchrun and every worker are stopped. Any failure raises ``JobFailed`` carrying the command and the tail of torchrun's output;
 a port clash at start-up is retried once with another port.
 
+``disturb`` (optional) acts on the workers from outside while the job runs: once every rank's worker
+process is up, it is called in a thread of this process as ``disturb(pids, stop)`` with ``pids``
+mapping rank -> worker pid and ``stop`` a ``threading.Event`` that is set when the job ends (or times
+out); it must return soon after ``stop`` is set and leave the workers runnable (see
+``scripts/disturb.py``). An exception it raises fails the run with ``JobFailed``.
+
 Tests import it with ``sys.path.insert(0, "<repo>/scripts")``; it needs torch only in the child
 processes, so importing this module is cheap.
 """
@@ -20,8 +26,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -44,6 +51,10 @@ class JobFailed(RuntimeError):
     """The job did not finish, or finished without the files it promises."""
 
 
+Disturb = Callable[[dict[int, int], threading.Event], None]
+"""``disturb(pids, stop)``: act on the running workers (rank -> pid) until ``stop`` is set."""
+
+
 @dataclass
 class JobResult:
     """What one launch did: the command, its exit status and output, and how long it took."""
@@ -53,6 +64,7 @@ class JobResult:
     output: str
     wall_s: float
     env: dict[str, str] = field(default_factory=dict)
+    worker_pids: dict[int, int] = field(default_factory=dict)
 
 
 def free_port() -> int:
@@ -91,7 +103,9 @@ def job_command(
     ]
 
 
-def _launch(command: list[str], env: Mapping[str, str], timeout: float) -> JobResult:
+def _launch(
+    command: list[str], env: Mapping[str, str], timeout: float, disturb: Disturb | None = None, nproc: int = 0
+) -> JobResult:
     start = time.monotonic()
     proc = subprocess.Popen(
         command,
@@ -102,15 +116,81 @@ def _launch(command: list[str], env: Mapping[str, str], timeout: float) -> JobRe
         text=True,
         start_new_session=True,  # so a timeout can kill torchrun *and* its workers
     )
+    watcher = _Watcher(proc.pid, nproc, disturb) if disturb is not None else None
+    if watcher is not None:
+        watcher.start()
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
+        if watcher is not None:
+            watcher.finish()  # let the disturbance end (SIGCONT, ...) before stopping the tree
         _stop_tree(proc)
         output, _ = proc.communicate()
         raise JobFailed(
             f"job did not finish within {timeout:.0f} s: {shlex.join(command)}\n{_tail(output)}"
         ) from None
-    return JobResult(command, proc.returncode, output, time.monotonic() - start, dict(env))
+    finally:
+        if watcher is not None:
+            watcher.finish()
+    result = JobResult(command, proc.returncode, output, time.monotonic() - start, dict(env))
+    if watcher is not None:
+        result.worker_pids = dict(watcher.pids)
+        if watcher.error is not None and proc.returncode == 0:
+            raise JobFailed(f"disturbance failed: {watcher.error!r}: {shlex.join(command)}") from watcher.error
+        if not watcher.started and proc.returncode == 0:
+            raise JobFailed(f"disturbance never started (workers not found while the job ran): {shlex.join(command)}")
+    return result
+
+
+def worker_pids(root_pid: int) -> dict[int, int]:
+    """rank -> pid of the job's workers: descendants of `root_pid` (torchrun) running the sample job
+    whose environment has RANK."""
+    found: dict[int, int] = {}
+    try:
+        children = psutil.Process(root_pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return found
+    for child in children:
+        try:
+            if str(JOB_SCRIPT) not in child.cmdline():
+                continue
+            rank = child.environ().get("RANK")
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        if rank is not None and rank.isdigit():
+            found[int(rank)] = child.pid
+    return found
+
+
+class _Watcher(threading.Thread):
+    """Waits until all `nproc` workers of the torchrun at `root_pid` are up, then runs `disturb`."""
+
+    def __init__(self, root_pid: int, nproc: int, disturb: Disturb, poll_s: float = 0.05) -> None:
+        super().__init__(name="sample-job-disturb", daemon=True)
+        self.root_pid, self.nproc, self.disturb, self.poll_s = root_pid, nproc, disturb, poll_s
+        self.stop = threading.Event()
+        self.pids: dict[int, int] = {}
+        self.error: BaseException | None = None
+        self.started = False
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                pids = worker_pids(self.root_pid)
+                if len(pids) >= self.nproc:
+                    self.pids = pids
+                    break
+                self.stop.wait(self.poll_s)
+            if self.pids and not self.stop.is_set():
+                self.started = True
+                self.disturb(dict(self.pids), self.stop)
+        except BaseException as exc:  # noqa: BLE001 - reported by _launch after the job
+            self.error = exc
+
+    def finish(self, timeout_s: float = 30.0) -> None:
+        self.stop.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout_s)
 
 
 def _stop_tree(proc: subprocess.Popen[str], grace_s: float = 5.0) -> None:
@@ -155,6 +235,9 @@ def run_job(
     job_name: str | None = None,
     manifest_extra: Mapping[str, Any] | None = None,
     shown_run_dir: str | None = None,
+    disturb: Disturb | None = None,
+    hang_rank: int = -1,
+    hang_step: int = -1,
 ) -> Path:
     """Run the sample job with `nproc` ranks into `run_dir` (must be absent or empty); return `run_dir`.
 
@@ -163,6 +246,10 @@ def run_job(
     a fake secret, to check it is not captured). The manifest records the job, the ranks, hosts,
     collectors, the slowdown and the command (``python``, repository-relative paths, and
     `shown_run_dir` in place of `run_dir` when given, so a committed manifest names no temp paths).
+    `disturb(pids, stop)` (see the module docstring) acts on the workers from outside while the job
+    runs; the manifest then records ``disturbance``: its ``describe()`` if it has one, else its repr.
+    `hang_rank`/`hang_step` (-1: none) pass ``--hang-rank/--hang-step`` to the job: that rank never
+    joins step `hang_step`'s all-reduce, so the job hangs until `timeout` (and JobFailed is raised).
     """
     run_dir = Path(run_dir).resolve()
     if run_dir.exists() and any(run_dir.iterdir()):
@@ -180,6 +267,8 @@ def run_job(
         "--depth", str(depth),
         "--batch", str(batch),
     ]  # fmt: skip
+    if hang_rank >= 0:
+        job_args += ["--hang-rank", str(hang_rank), "--hang-step", str(hang_step)]
     env = dict(os.environ)
     env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
     env.update(extra_env or {})
@@ -188,7 +277,7 @@ def run_job(
     result: JobResult | None = None
     for attempt in range(2):
         command = job_command(run_dir, nproc, free_port(), job_args)
-        result = _launch(command, env, timeout)
+        result = _launch(command, env, timeout, disturb, nproc)
         clash = any(marker in result.output.lower() for marker in _PORT_CLASH)
         if result.returncode == 0 or not clash or attempt == 1:
             break
@@ -228,6 +317,9 @@ def run_job(
         "command": display_command(result.command, run_dir, shown_run_dir),
         "job_wall_s": round(result.wall_s, 2),
     }
+    if disturb is not None:
+        describe = getattr(disturb, "describe", None)
+        fields["disturbance"] = describe() if callable(describe) else repr(disturb)
     fields.update(manifest_extra or {})
     write_manifest(run_dir, **fields)
     return run_dir

@@ -10,3 +10,9 @@ from perftracker.analyzers import (
 )
 from perftracker.analyzers import straggler  # noqa: F401
 from perftracker.analyzers import degradation  # noqa: F401
+from perftracker.analyzers import rdma  # noqa: F401
+from perftracker.analyzers import gpu_health  # noqa: F401
+from perftracker.analyzers import topology  # noqa: F401
+from perftracker.analyzers import bandwidth  # noqa: F401
+from perftracker.analyzers import hang  # noqa: F401
+from perftracker.analyzers import crash  # noqa: F401

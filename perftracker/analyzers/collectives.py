@@ -124,14 +124,15 @@ def arrivals(matched: pd.DataFrame, offsets: pd.Series) -> pd.DataFrame:
     first, last = grouped.transform("min"), grouped.transform("max")
     frame["lateness_ns"] = (frame["start_aligned"] - first).astype(np.int64)
     frame["wait_ns"] = (last - frame["start_aligned"]).astype(np.int64)
-    # Who *caused* the lateness: a rank that arrives late only because its previous collective
-    # ended late (it waited for someone else there) is a victim. Compare the work each member did
-    # since its previous collective ended; without a previous one, its arrival time.
+    # Who *caused* the lateness: a rank that arrives late only because its previous collective ended
+    # late (it waited for someone else there, e.g. its tensor-parallel partner) is a victim. Its own
+    # lateness is its arrival lateness minus how much later than the other members its previous
+    # collective ended. In one synchronous group all previous ends agree, so this is the arrival.
     frame = frame.sort_values(["rank", "start_aligned"], kind="stable")
     prev_end = frame.groupby("rank")["end_aligned"].shift(1)
-    work = frame["start_aligned"] - prev_end
-    frame["own_ns"] = work.where(work.notna() & (work >= 0), frame["lateness_ns"].astype(float))
-    frame["own_ns"] = frame["own_ns"] - frame.groupby("instance")["own_ns"].transform("min")
+    excess = (prev_end - prev_end.groupby(frame["instance"]).transform("min")).fillna(0.0)
+    lateness = frame["lateness_ns"].astype(float)
+    frame["own_ns"] = lateness - excess.clip(lower=0.0).clip(upper=lateness)
     # The last arriver by its own work (ties: lowest rank) and how much more than the next member.
     order = frame.sort_values(["instance", "own_ns", "rank"], ascending=[True, False, True])
     top = order.groupby("instance").head(2)
@@ -139,7 +140,7 @@ def arrivals(matched: pd.DataFrame, offsets: pd.Series) -> pd.DataFrame:
     second = top.groupby("instance").nth(1).set_index("instance")["own_ns"]
     gap = (latest["own_ns"] - second.reindex(latest.index)).fillna(0)
     # The group cannot gain more than the straggler's actual lateness.
-    gap = np.minimum(gap, latest["lateness_ns"]).clip(lower=0).astype(np.int64)
+    gap = gap.where(gap < latest["lateness_ns"], latest["lateness_ns"]).clip(lower=0).astype(np.int64)
     frame["is_last"] = False
     frame.loc[frame.index.isin(order.groupby("instance").head(1).index), "is_last"] = True
     frame["gap_to_next_ns"] = np.where(frame["is_last"], frame["instance"].map(gap).to_numpy(), 0)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from perftracker.analyzers.intervals import intersection_total, total, union
@@ -30,43 +31,73 @@ def as_int(value: Any) -> int:
 
 def gpu_work(store: Store, hta_compat: bool = False) -> pd.DataFrame:
     """GPU events that count as work, with a `klass` column: compute | comm | memory."""
-    ev = store.events
+    columns = ["rank", "window", "step", "stream", "name", "start_ns", "dur_ns", "correlation"]
+
+    def by_name(names: pd.Series, test: Any) -> npt.NDArray[np.bool_]:
+        """`test` (on a Series of names as str) run once per distinct name, mapped to every row."""
+        if not isinstance(names.dtype, pd.CategoricalDtype):
+            return np.asarray(test(names.astype(str)), dtype=bool)
+        per_name = np.asarray(test(pd.Series(names.cat.categories.astype(str), dtype=object)), dtype=bool)
+        missing = np.asarray(test(pd.Series(["nan"], dtype=object)), dtype=bool)  # astype(str) of NaN
+        return np.concatenate([per_name, missing])[names.cat.codes.to_numpy()]
+
     if hta_compat:
-        ev = _drop_last_step_like_hta(store)
-        gpu = ev[(ev["stream"] >= 0) & (ev["kind"] != "gpu_annotation")]
-        names = gpu["name"].astype(str)
-        klass = np.where(names.str.startswith("nccl"), "comm",
-                         np.where(names.str.contains("Memcpy|Memset", regex=True), "memory", "compute"))
-    else:
-        gpu = ev[ev["kind"].isin(WORK_KINDS) & (ev["stream"] >= 0)]
-        kind = gpu["kind"].astype(str)
-        klass = np.where(kind == "comm", "comm", np.where(kind.isin(["memcpy", "memset"]), "memory", "compute"))
-    out = gpu[["rank", "window", "step", "stream", "name", "start_ns", "dur_ns", "correlation"]].copy()
-    if hta_compat:  # HTA reads ts and dur as whole microseconds
+        ev = _drop_last_step_like_hta(store, [*columns, "kind"])
+        gpu = (ev["stream"] >= 0) & (ev["kind"] != "gpu_annotation")
+        out = ev.loc[gpu, columns]
+        is_comm = by_name(out["name"], lambda names: names.str.startswith("nccl"))
+        is_memory = by_name(out["name"], lambda names: names.str.contains("Memcpy|Memset", regex=True))
+        klass = np.where(is_comm, "comm", np.where(is_memory, "memory", "compute"))
+        # HTA reads ts and dur as whole microseconds
         out["start_ns"] = out["start_ns"] // 1000 * 1000
         out["dur_ns"] = out["dur_ns"] // 1000 * 1000
+    else:
+        ev = store.events
+        kind = ev["kind"]
+        mask = (kind.isin(WORK_KINDS) & (ev["stream"] >= 0)).to_numpy()
+        out = ev.loc[mask, columns]
+        kind = kind[mask]
+        klass = np.where(kind == "comm", "comm", np.where(kind.isin(["memcpy", "memset"]), "memory", "compute"))
     out["end_ns"] = out["start_ns"] + out["dur_ns"]
     out["klass"] = klass
     return out
 
 
-def _drop_last_step_like_hta(store: Store) -> pd.DataFrame:
-    """HTA keeps CPU events starting before the last ProfilerStep and GPU events launched by them."""
+def _drop_last_step_like_hta(store: Store, columns: list[str] | None = None) -> pd.DataFrame:
+    """HTA keeps CPU events starting before the last ProfilerStep and GPU events launched by them.
+
+    Rows are grouped by rank window (in order), each group's CPU events before its GPU events, as
+    HTA's per-rank frames are; only `columns` (default: all) are returned.
+    """
     ev = store.events
+    rank = ev["rank"].to_numpy().astype(np.int64)
+    window = ev["window"].to_numpy().astype(np.int64)
+    key = rank * 65536 + (window + 32768)  # sorts like (rank, window)
+    steps = store.steps[store.steps["source"] == "profiler"]
+    per_window = steps.groupby(["rank", "window"], observed=True).agg(n=("step", "nunique"), last=("start_ns", "max"))
+    trimmed = per_window[per_window["n"] >= 2]
+    last_start = {int(r) * 65536 + int(w) + 32768: int(t) for (r, w), t in zip(trimmed.index, trimmed["last"])}
+    # Rows of one key: the runs of equal keys (one per trace file, normally), in order.
+    bounds = np.concatenate([[0], np.flatnonzero(key[1:] != key[:-1]) + 1, [len(key)]])
+    runs: dict[int, list[npt.NDArray[np.int64]]] = {}
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        runs.setdefault(int(key[lo]), []).append(np.arange(lo, hi))
+    stream = ev["stream"].to_numpy()
+    start = ev["start_ns"].to_numpy()
+    corr = ev["correlation"].to_numpy()
     parts = []
-    for (rank, window), group in ev.groupby(["rank", "window"], sort=True, observed=True):
-        steps = store.steps[(store.steps["rank"] == rank) & (store.steps["window"] == window)
-                            & (store.steps["source"] == "profiler")]
-        if steps["step"].nunique() < 2:
-            parts.append(group)
+    for k in sorted(runs):
+        rows = np.concatenate(runs[k])
+        if k not in last_start:
+            parts.append(rows)
             continue
-        last_start = int(steps["start_ns"].max())
-        cpu = group[group["stream"] < 0]
-        kept_cpu = cpu[cpu["start_ns"] < last_start]
-        gpu = group[group["stream"] >= 0]
-        kept_gpu = gpu[gpu["correlation"].isin(kept_cpu.loc[kept_cpu["correlation"] >= 0, "correlation"])]
-        parts.append(pd.concat([kept_cpu, kept_gpu]))
-    return pd.concat(parts) if parts else ev
+        cpu = stream[rows] < 0
+        kept_cpu = cpu & (start[rows] < last_start[k])
+        cpu_corr = corr[rows[kept_cpu]]
+        kept_gpu = ~cpu & np.isin(corr[rows], cpu_corr[cpu_corr >= 0])
+        parts.extend([rows[kept_cpu], rows[kept_gpu]])
+    frame = ev if columns is None else ev[columns]
+    return frame.take(np.concatenate(parts)) if parts else frame
 
 
 def _one(group: pd.DataFrame) -> dict[str, float]:

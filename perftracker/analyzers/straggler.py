@@ -30,8 +30,24 @@ MIN_INSTANCES = 4
 def straggler_tables(store: Store) -> tuple[pd.DataFrame, pd.Series]:
     """(arrivals per instance and rank, clock offset per rank in ns)."""
     matched = match_instances(collective_events(store))
-    offsets = clock_offsets(matched)
+    offsets = same_host_same_clock(store, clock_offsets(matched))
     return arrivals(matched, offsets), offsets
+
+
+def same_host_same_clock(store: Store, offsets: pd.Series) -> pd.Series:
+    """Ranks on one host read one system clock: give them their host's median offset, so that a rank
+    whose collectives finish late (a starved progress thread) is not mistaken for a skewed clock.
+    Ranks whose host is unknown keep their own estimate."""
+    if offsets.empty:
+        return offsets
+    hosts = pd.Series({rank: store.host_of(int(str(rank))) for rank in offsets.index})
+    known = hosts[hosts != ""]
+    if known.empty:
+        return offsets
+    per_host = offsets[known.index].groupby(known).transform("median")
+    result = offsets.copy()
+    result[per_host.index] = per_host
+    return (result - result.median()).round().astype("int64")
 
 
 def rank_metrics(arr: pd.DataFrame, store: Store) -> pd.DataFrame:
@@ -192,7 +208,7 @@ def _comm_stragglers(arr: pd.DataFrame, store: Store) -> list[tuple[int, float, 
     evidence = {"transfer_excess_ms": round(float(top["excess_median"]) / 1e6, 3),
                 "typical_transfer_ms": round(float(top["typical"]) / 1e6, 3),
                 "next_rank_excess_ms": round(float(runner_up["excess_median"]) / 1e6, 3)}
-    return [(int(ordered.index[0]), float(top["excess_per_step_s"]), share, evidence)]  # type: ignore[call-overload]
+    return [(int(str(ordered.index[0])), float(top["excess_per_step_s"]), share, evidence)]
 
 
 def _alignment_finding(arr: pd.DataFrame, offsets: pd.Series) -> Finding:

@@ -12,7 +12,7 @@ import sys
 import typer
 
 from perftracker import __version__
-from perftracker.cli import analyze, demo, report
+from perftracker.cli import analyze, attach, demo, postmortem, ps, report, run
 from perftracker.errors import PerftrackerError
 
 app = typer.Typer(
@@ -41,6 +41,10 @@ def _root(
 analyze.register(app)
 report.register(app)
 demo.register(app)
+ps.register(app)
+attach.register(app)
+run.register(app)
+postmortem.register(app)
 try:  # the NCCL configuration capability adds lint-env
     from perftracker.cli import lint_env
 except ImportError:  # pragma: no cover - present in full installs

@@ -25,7 +25,7 @@ from perftracker.store.schema import conform
 ALLOWED_PREFIXES = (
     "NCCL_", "TORCH_", "CUDA_", "UCX_", "GLOO_", "OMP_", "MASTER_", "TORCHELASTIC_", "PYTORCH_", "NVIDIA_",
     "OMPI_COMM_WORLD_", "PMI_", "PMIX_RANK", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NNODES", "SLURM_NTASKS",
-    "HCOLL_", "SHARP_", "MLX5_", "IBV_", "RDMAV_", "MELLANOX_",
+    "HCOLL_", "SHARP_", "MLX5_", "IBV_", "RDMAV_", "MELLANOX_", "KINETO_", "PERFTRACKER_",
 )
 ALLOWED_NAMES = frozenset({
     "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "NODE_RANK",

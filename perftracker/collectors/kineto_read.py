@@ -21,36 +21,41 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
+import numpy.typing as npt
 
 from perftracker.errors import InputError
 
 
-class EventArgs(msgspec.Struct, omit_defaults=True):
-    stream: int | None = None
-    device: int | None = None
-    correlation: int | None = None
-    external_id: int | None = msgspec.field(default=None, name="External id")
+# gc=False: these records hold no references that could form a cycle, and not tracking hundreds of
+# thousands of them keeps the garbage collector from running over and over during a decode.
+class EventArgs(msgspec.Struct, omit_defaults=True, gc=False):
+    # -1 when absent (the events table's "unknown"); None when null in the file or not an int (loose reader).
+    stream: int | None = -1
+    device: int | None = -1
+    correlation: int | None = -1
+    external_id: int | None = msgspec.field(default=-1, name="External id")
     collective_name: str | None = msgspec.field(default=None, name="Collective name")
     in_msg_nelems: int | None = msgspec.field(default=None, name="In msg nelems")
     out_msg_nelems: int | None = msgspec.field(default=None, name="Out msg nelems")
     group_size: int | None = msgspec.field(default=None, name="Group size")
     pg_name: str | int | None = msgspec.field(default=None, name="Process Group Name")
     dtype: str | None = None
-    nbytes: int | None = msgspec.field(default=None, name="bytes")
+    nbytes: int | None = msgspec.field(default=-1, name="bytes")
 
 
-class Event(msgspec.Struct):
+class Event(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
     pid: int | str | None = None
     tid: int | str | None = None
     ts: float | None = None
-    dur: float | None = None
+    dur: float | None = 0.0
     args: EventArgs | None = None
 
 
-class RawEvent(msgspec.Struct):
+class RawEvent(msgspec.Struct, gc=False):
     """Same as Event, with ts/dur as raw JSON text so no digit is lost."""
 
     ph: str = ""
@@ -78,7 +83,11 @@ class RawTraceDoc(msgspec.Struct):
 
 @dataclass
 class ParsedTrace:
-    """Events with ts/dur already in integer nanoseconds (as the trace wrote them)."""
+    """Events with ts/dur already in integer nanoseconds (as the trace wrote them).
+
+    One entry per event in each list and in the int64 arrays `ts_ns_array` / `dur_ns_array`
+    (`ts_ns` / `dur_ns` give those as lists of int).
+    """
 
     path: Path
     names: list[str] = field(default_factory=list)
@@ -86,8 +95,8 @@ class ParsedTrace:
     phs: list[str] = field(default_factory=list)
     pids: list[int | str | None] = field(default_factory=list)
     tids: list[int | str | None] = field(default_factory=list)
-    ts_ns: list[int] = field(default_factory=list)
-    dur_ns: list[int] = field(default_factory=list)
+    ts_ns_array: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    dur_ns_array: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     args: list[EventArgs | None] = field(default_factory=list)
     distributed_info: dict[str, Any] = field(default_factory=dict)
     device_properties: list[dict[str, Any]] = field(default_factory=list)
@@ -97,6 +106,16 @@ class ParsedTrace:
     bytes_lost: int = 0
     meta_exact_digits: bool = False
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def ts_ns(self) -> list[int]:
+        values: list[int] = self.ts_ns_array.tolist()
+        return values
+
+    @property
+    def dur_ns(self) -> list[int]:
+        values: list[int] = self.dur_ns_array.tolist()
+        return values
 
 
 def read_bytes(path: Path) -> tuple[bytes, list[str]]:
@@ -108,14 +127,23 @@ def read_bytes(path: Path) -> tuple[bytes, list[str]]:
                          "check the path and its permissions") from None
     notes: list[str] = []
     if data[:2] == b"\x1f\x8b":
-        decomp = zlib.decompressobj(wbits=31)
-        try:
-            out = decomp.decompress(data)
-        except zlib.error as exc:
-            raise InputError(f"corrupt gzip data ({exc})", str(path),
-                             "the file is damaged; re-export or re-copy this rank's trace") from None
-        if not decomp.eof:
-            notes.append("the gzip stream ends early (file cut off while being written); using what it holds")
+        # A complete stream ends with its size (mod 2**32): decompress into one buffer of that size.
+        size_hint = int.from_bytes(data[-4:], "little")
+        out = None
+        if 0 < size_hint <= 64 * len(data) + (1 << 20):
+            try:
+                out = zlib.decompress(data, 31, size_hint)
+            except zlib.error:
+                pass  # cut off or corrupt: the stream decoder below says which
+        if out is None:
+            decomp = zlib.decompressobj(wbits=31)
+            try:
+                out = decomp.decompress(data)
+            except zlib.error as exc:
+                raise InputError(f"corrupt gzip data ({exc})", str(path),
+                                 "the file is damaged; re-export or re-copy this rank's trace") from None
+            if not decomp.eof:
+                notes.append("the gzip stream ends early (file cut off while being written); using what it holds")
         data = out
     if not data.strip():
         raise InputError("the file is empty", str(path),
@@ -159,6 +187,7 @@ def parse_trace(path: Path) -> ParsedTrace:
             return trace
         _fill_from_digits(trace, raw)
     else:
+        del data  # the JSON text is not needed any more: free it before building the columns
         _fill_events(trace, doc)
     return trace
 
@@ -191,6 +220,8 @@ def _fill_loose(trace: ParsedTrace, data: bytes, path: Path) -> None:
     trace.device_properties = props if isinstance(props, list) else []
     trace.base_ns = base if isinstance(base, int) and not isinstance(base, bool) else None
     trace.host_name = host if isinstance(host, str) else None
+    ts_ns: list[int] = []
+    dur_ns: list[int] = []
     for e in raw["traceEvents"]:
         if not isinstance(e, dict):
             continue
@@ -203,10 +234,12 @@ def _fill_loose(trace: ParsedTrace, data: bytes, path: Path) -> None:
         trace.phs.append(str(e.get("ph", "")))
         trace.pids.append(pid if isinstance(pid, (int, str)) and not isinstance(pid, bool) else None)
         trace.tids.append(tid if isinstance(tid, (int, str)) and not isinstance(tid, bool) else None)
-        trace.ts_ns.append(ts)
-        trace.dur_ns.append(_to_ns(e.get("dur")) or 0)
+        ts_ns.append(ts)
+        dur_ns.append(_to_ns(e.get("dur")) or 0)
         args = e.get("args")
         trace.args.append(_loose_args(args) if isinstance(args, dict) else None)
+    trace.ts_ns_array = np.array(ts_ns, dtype=np.int64)
+    trace.dur_ns_array = np.array(dur_ns, dtype=np.int64)
 
 
 def _to_ns(value: Any) -> int | None:
@@ -298,21 +331,50 @@ def _recover(data: bytes) -> tuple[bytes, TraceDoc] | None:
 
 
 def _fill_events(trace: ParsedTrace, doc: TraceDoc) -> None:
-    names, cats, phs, pids, tids, tss, durs, argss = (
-        trace.names, trace.cats, trace.phs, trace.pids, trace.tids, trace.ts_ns, trace.dur_ns, trace.args)
-    for e in doc.traceEvents:
-        ts = e.ts
-        if ts is None:
-            continue
-        names.append(e.name)
-        cats.append(e.cat)
-        phs.append(e.ph)
-        pids.append(e.pid)
-        tids.append(e.tid)
-        tss.append(int(ts) * 1000 if ts.is_integer() else round(ts * 1000.0))
-        dur = e.dur
-        durs.append(0 if dur is None else int(dur) * 1000 if dur.is_integer() else round(dur * 1000.0))
-        argss.append(e.args)
+    names, cats, phs, pids, tids, argss = trace.names, trace.cats, trace.phs, trace.pids, trace.tids, trace.args
+    tss: list[float | None] = []
+    durs: list[float | None] = []
+    add_name, add_cat, add_ph, add_pid, add_tid, add_ts, add_dur, add_args = (
+        names.append, cats.append, phs.append, pids.append, tids.append, tss.append, durs.append, argss.append)
+    for e in doc.traceEvents:  # one pass, timestamps converted below in bulk
+        add_name(e.name)
+        add_cat(e.cat)
+        add_ph(e.ph)
+        add_pid(e.pid)
+        add_tid(e.tid)
+        add_ts(e.ts)
+        add_dur(e.dur)
+        add_args(e.args)
+    try:
+        ts_us = np.fromiter(tss, dtype=np.float64, count=len(tss))
+    except TypeError:  # events without a timestamp are dropped
+        keep = [i for i, ts in enumerate(tss) if ts is not None]
+        columns: tuple[list[Any], ...] = (names, cats, phs, pids, tids, tss, durs, argss)
+        for column in columns:
+            column[:] = [column[i] for i in keep]
+        ts_us = np.fromiter(tss, dtype=np.float64, count=len(tss))
+    try:
+        dur_us = np.fromiter(durs, dtype=np.float64, count=len(durs))
+    except TypeError:  # "dur": null
+        dur_us = np.fromiter((0.0 if d is None else d for d in durs), dtype=np.float64, count=len(durs))
+    trace.ts_ns_array = _us_to_ns(ts_us)
+    trace.dur_ns_array = _us_to_ns(dur_us)
+
+
+_VECTOR_US_LIMIT = 9.2e15  # below it, us * 1000 fits an int64 and numpy converts exactly like `_float_ns`
+
+
+def _float_ns(us: float) -> int:
+    return int(us) * 1000 if us.is_integer() else round(us * 1000.0)
+
+
+def _us_to_ns(us: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+    """Float microseconds -> integer nanoseconds: whole values exactly, others rounded half to even."""
+    if not (np.abs(us) < _VECTOR_US_LIMIT).all():  # huge or infinite: one by one, as Python does
+        return np.array([_float_ns(v) for v in us.tolist()], dtype=np.int64)
+    whole = us == np.floor(us)
+    ns: npt.NDArray[np.int64] = np.where(whole, us.astype(np.int64) * 1000, np.rint(us * 1000.0).astype(np.int64))
+    return ns
 
 
 def _digits_to_ns(raw: bytes) -> int:
@@ -322,6 +384,8 @@ def _digits_to_ns(raw: bytes) -> int:
 
 
 def _fill_from_digits(trace: ParsedTrace, doc: RawTraceDoc) -> None:
+    ts_ns: list[int] = []
+    dur_ns: list[int] = []
     for e in doc.traceEvents:
         if not e.ts:
             continue
@@ -330,7 +394,9 @@ def _fill_from_digits(trace: ParsedTrace, doc: RawTraceDoc) -> None:
         trace.phs.append(e.ph)
         trace.pids.append(e.pid)
         trace.tids.append(e.tid)
-        trace.ts_ns.append(_digits_to_ns(bytes(e.ts)))
-        trace.dur_ns.append(_digits_to_ns(bytes(e.dur)) if e.dur else 0)
+        ts_ns.append(_digits_to_ns(bytes(e.ts)))
+        dur_ns.append(_digits_to_ns(bytes(e.dur)) if e.dur else 0)
         trace.args.append(e.args)
+    trace.ts_ns_array = np.array(ts_ns, dtype=np.int64)
+    trace.dur_ns_array = np.array(dur_ns, dtype=np.int64)
     trace.meta_exact_digits = True

@@ -1,12 +1,14 @@
 """Load everything under a path into a Store: map over rank files, then reduce.
 
-The map step (one trace file -> that rank's tables) runs in a local process pool and is cached as
-Parquet keyed by the file's path, size and mtime, so a second `analyze` of the same traces skips
-parsing. Unusable files become notes naming the file; the analysis runs on what is usable.
+The map step (one trace file -> that rank's tables) runs in a local process pool. With a cache
+directory its result is cached as Parquet keyed by the file's path, size and mtime, so a second
+`analyze` of the same traces skips parsing; without one the tables come back from the workers
+directly (pickled). Unusable files become notes naming the file; the analysis runs on what is usable.
 """
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import os
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from perftracker import __version__
@@ -47,6 +50,8 @@ class _FileResult:
     cache_stem: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    events: pd.DataFrame | None = None  # the tables themselves when not cached (else at cache_stem)
+    steps: pd.DataFrame | None = None
 
 
 def default_cache_dir() -> Path:
@@ -62,12 +67,23 @@ def _cache_key(path: Path, options: LoadOptions) -> str:
 
 
 def _load_one(path_str: str, options: LoadOptions, scratch: str) -> _FileResult:
-    """Map step: parse one trace, write its tables as Parquet, return where and what it is."""
-    path = Path(path_str)
+    """Map step: parse one trace; its tables go to the cache (Parquet) or back in the result."""
+    # A parse allocates hundreds of thousands of objects and no cycles: collecting meanwhile is waste.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _parse_one(Path(path_str), options, scratch)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _parse_one(path: Path, options: LoadOptions, scratch: str) -> _FileResult:
+    path_str = str(path)
     try:
         key = _cache_key(path, options)
-        folder = options.cache_dir or Path(scratch)
-        stem = str(folder / key)
+        folder = options.cache_dir
+        stem = str(folder / key) if folder else ""
         meta_path = Path(stem + ".meta.json")
         if options.cache_dir and meta_path.exists():
             meta = json.loads(meta_path.read_text())
@@ -81,9 +97,6 @@ def _load_one(path_str: str, options: LoadOptions, scratch: str) -> _FileResult:
             rank_source = "filename" if rank is not None else "assigned"
         events, steps = build_tables(trace, rank if rank is not None else -1, 0,
                                      compile_comm_patterns(options.comm_kernel_patterns))
-        folder.mkdir(parents=True, exist_ok=True)
-        events.to_parquet(stem + ".events.parquet", index=False)
-        steps.to_parquet(stem + ".steps.parquet", index=False)
         device_name = ""
         if trace.device_properties:
             device_name = str(trace.device_properties[0].get("name", ""))
@@ -101,6 +114,11 @@ def _load_one(path_str: str, options: LoadOptions, scratch: str) -> _FileResult:
             "bytes_lost": trace.bytes_lost,
             "pg_config": dist.get("pg_config") if isinstance(dist.get("pg_config"), list) else [],
         }
+        if folder is None:
+            return _FileResult(path_str, True, meta=meta, notes=trace.notes, events=events, steps=steps)
+        folder.mkdir(parents=True, exist_ok=True)
+        events.to_parquet(stem + ".events.parquet", index=False)
+        steps.to_parquet(stem + ".steps.parquet", index=False)
         Path(stem + ".meta.json").write_text(json.dumps({"meta": meta, "notes": trace.notes}))
         return _FileResult(path_str, True, cache_stem=stem, meta=meta, notes=trace.notes)
     except PerftrackerError as exc:
@@ -121,11 +139,18 @@ def load_path(root: Path, options: LoadOptions, scratch: Path) -> Store:
     store = Store()
     store.meta["input"] = str(root)
     store.meta["manifest"] = inputs.manifest or {}
+    stack_files = _take_stack_files(inputs)
+    _take_postmortem_files(inputs)
     results = _map_traces(inputs, options, scratch)
     _reduce_traces(store, results)
     _add_step_files(store, inputs)
     _add_nccl(store, inputs, options)
-    if store.events.empty and store.steps.empty and store["nccl"].empty and store["config"].empty:
+    _add_counters(store, inputs)
+    _add_stacks(store, stack_files)
+    _add_postmortem(store, inputs)
+    if (store.events.empty and store.steps.empty and store["nccl"].empty and store["config"].empty
+            and store["counters"].empty and store["stacks"].empty
+            and store["collectives_fr"].empty and store["failures"].empty):
         errors = "; ".join(n.message for n in store.notes if n.level == "error")
         raise InputError(f"none of the inputs could be used{f' ({errors})' if errors else ''}", str(root),
                          "check that these are torch.profiler traces, step files or NCCL logs")
@@ -160,10 +185,12 @@ def _reduce_traces(store: Store, results: list[_FileResult]) -> None:
     events, steps, rank_rows = [], [], []
     pg_configs: dict[str, Any] = {}
     for r, ident in zip(ok, idents):
-        ev = pd.read_parquet(r.cache_stem + ".events.parquet")
-        st = pd.read_parquet(r.cache_stem + ".steps.parquet")
-        ev["rank"], ev["window"] = ident.rank, ident.window
-        st["rank"], st["window"] = ident.rank, ident.window
+        ev = r.events if r.events is not None else pd.read_parquet(r.cache_stem + ".events.parquet")
+        st = r.steps if r.steps is not None else pd.read_parquet(r.cache_stem + ".steps.parquet")
+        r.events = r.steps = None
+        for frame in (ev, st):
+            frame["rank"] = np.full(len(frame), ident.rank, dtype=np.int32)
+            frame["window"] = np.full(len(frame), ident.window, dtype=np.int16)
         events.append(ev)
         steps.append(st)
         rank_rows.append({**{k: r.meta[k] for k in ("host", "world_size", "backend", "device_name", "base_ns",
@@ -173,11 +200,31 @@ def _reduce_traces(store: Store, results: list[_FileResult]) -> None:
             if isinstance(pg, dict) and "pg_name" in pg:
                 pg_configs.setdefault(str(pg["pg_name"]), {k: pg.get(k) for k in ("pg_desc", "pg_size", "ranks")})
     if events:
-        store.set_table("events", pd.concat(events, ignore_index=True))
-        store.set_table("steps", pd.concat(steps, ignore_index=True))
+        store.set_table("events", _concat(events))
+        store.set_table("steps", _concat(steps))
         store.set_table("ranks", pd.DataFrame(rank_rows))
     store.meta["process_groups"] = pg_configs
     _note_missing_ranks(store)
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """pd.concat, keeping category columns categorical when the frames' categories differ.
+
+    Each column gets the sorted union of the frames' categories (the values present), which is what
+    concatenating as strings and converting back would make, without building the strings.
+    """
+    for col in frames[0].columns:
+        dtypes = [f[col].dtype for f in frames]
+        if not any(isinstance(d, pd.CategoricalDtype) for d in dtypes) or all(d == dtypes[0] for d in dtypes):
+            continue
+        values: set[str] = set()
+        for f in frames:
+            column = f[col]
+            values.update(column.cat.categories if isinstance(column.dtype, pd.CategoricalDtype) else column.dropna())
+        dtype = pd.CategoricalDtype(pd.Index(sorted(values), dtype="str"))
+        for f in frames:
+            f[col] = f[col].astype(dtype)
+    return pd.concat(frames, ignore_index=True)
 
 
 def _note_missing_ranks(store: Store) -> None:
@@ -185,7 +232,7 @@ def _note_missing_ranks(store: Store) -> None:
     if ranks.empty:
         return
     world = int(ranks["world_size"].max())
-    present = sorted(set(int(r) for r in ranks["rank"]))
+    present = sorted({int(r) for r in ranks["rank"]})
     if world > len(present):
         missing = world - len(present)
         store.notes.append(LoadNote(
@@ -196,12 +243,68 @@ def _note_missing_ranks(store: Store) -> None:
         ))
 
 
+def _take_stack_files(inputs: Inputs) -> list[Path]:
+    """Move stack snapshots (stacks/<snapshot>/rank-<r>.json) out of the trace and other inputs."""
+    from perftracker.collectors.stacks import is_stack_file
+
+    found = [p for p in [*inputs.traces, *inputs.other] if is_stack_file(p)]
+    if found:
+        taken = set(found)
+        inputs.traces = [p for p in inputs.traces if p not in taken]
+        inputs.other = [p for p in inputs.other if p not in taken]
+    return found
+
+
+def _take_postmortem_files(inputs: Inputs) -> None:
+    """Flight-recorder JSON dumps and torchelastic error files are not traces: move them to `other`."""
+    from perftracker.collectors.postmortem_inputs import is_postmortem_file
+
+    found = [p for p in inputs.traces if is_postmortem_file(p)]
+    if found:
+        taken = set(found)
+        inputs.traces = [p for p in inputs.traces if p not in taken]
+        inputs.other.extend(found)
+
+
+def _add_postmortem(store: Store, inputs: Inputs) -> None:
+    """Flight-recorder dumps, job logs, error files and kernel logs (by content, not name)."""
+    from perftracker.collectors.postmortem_inputs import load_postmortem_inputs
+
+    tables, notes, meta = load_postmortem_inputs(inputs.other)
+    for name, frame in tables.items():
+        store.set_table(name, frame)
+    store.add_notes(notes)
+    store.meta.update(meta)
+
+
+def _add_stacks(store: Store, paths: list[Path]) -> None:
+    """py-spy stack snapshots written by `attach` (the hang analyzer reads them)."""
+    if not paths:
+        return
+    from perftracker.collectors.stacks import load_stack_inputs
+
+    frame, notes = load_stack_inputs(paths)
+    store.set_table("stacks", frame)
+    store.add_notes(notes)
+
+
 def _add_nccl(store: Store, inputs: Inputs, options: LoadOptions) -> None:
     """NCCL logs and environment snapshots found among the other files (by content, not name)."""
     from perftracker.collectors.nccl_inputs import load_nccl_inputs
 
     tables, notes, meta = load_nccl_inputs(inputs.other, profile=options.nccl_profile,
                                            sysfs_root=options.sysfs_root)
+    for name, frame in tables.items():
+        store.set_table(name, frame)
+    store.add_notes(notes)
+    store.meta.update(meta)
+
+
+def _add_counters(store: Store, inputs: Inputs) -> None:
+    """RDMA / GPU counter samples found among the other files (by content, not name)."""
+    from perftracker.collectors.counters_inputs import load_counter_inputs
+
+    tables, notes, meta = load_counter_inputs(inputs.other)
     for name, frame in tables.items():
         store.set_table(name, frame)
     store.add_notes(notes)

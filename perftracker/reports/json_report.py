@@ -40,7 +40,9 @@ def verdict(findings: list[Finding]) -> str:
     if not actionable:
         return "No problems found in what was analyzed."
     counts = _counts(findings)
-    top = actionable[0]
+    # Findings are ordered by cost; a critical one (a hang, a crash) leads even without a measured cost.
+    critical = [f for f in actionable if f.severity == Severity.CRITICAL]
+    top = critical[0] if critical else actionable[0]
     cost = ""
     if top.cost.seconds_per_step > 0:
         cost = f" (~{top.cost.seconds_per_step * 1e3:.1f} ms/step, {100 * top.cost.share_of_step:.0f}% of the step)"

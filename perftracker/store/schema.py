@@ -104,7 +104,69 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "pid": "int64",
         "ts_ns": "int64",
         "thread": "string",
-        "frames": "string",
+        "frames": "string",  # JSON, innermost first: [[name, short file, line, file], ...]
+        # Added for hang diagnosis (collectors/stacks.py): the snapshot folder the row came from
+        # (stacks/<snapshot>/rank-<r>.json), the dump mode (nonblocking | blocking | native),
+        # py-spy's "active" flag, the OS thread id, whether it is the rank's main thread.
+        "snapshot": "string",
+        "mode": "string",
+        "active": "bool",
+        "os_thread": "int64",
+        "main": "bool",
+        "world_size": "int32",
+        "file": "string",
+    },
+    # Host devices the counter samples name (collectors/counters_inputs.py): one row per GPU
+    # (device "gpu:<index>") or RDMA port (device "mlx5_0", port "1") per host, with what ties it
+    # to ranks: PCI bus id, NUMA node (-1 unknown), GPU UUID, link layer and netdevs of a NIC.
+    "devices": {
+        "host": "string",
+        "kind": "string",  # gpu | nic
+        "device": "string",
+        "port": "string",
+        "uuid": "string",
+        "pci_bus_id": "string",
+        "numa_node": "int32",
+        "link_layer": "string",
+        "netdevs": "string",  # comma-separated
+        "source": "string",  # the file it came from
+    },
+    # Flight-recorder entries of each rank (collectors/flight_recorder.py): one row per recorded
+    # collective. seq is the process group's collective sequence number (-1 for point-to-point
+    # entries); sizes are JSON; started/completed are -1 when the backend never reports them (gloo).
+    "collectives_fr": {
+        "rank": "int32",
+        "host": "string",
+        "pg": "string",
+        "pg_desc": "string",
+        "seq": "int64",
+        "op": "string",
+        "input_sizes": "string",
+        "output_sizes": "string",
+        "dtypes": "string",
+        "state": "string",
+        "retired": "bool",
+        "time_created_ns": "int64",
+        "started_ns": "int64",
+        "completed_ns": "int64",
+        "timeout_ms": "int64",
+        "file": "string",
+    },
+    # Failures read from job output and launcher logs, torchelastic error files and kernel logs
+    # (collectors/joblogs.py). kind: timeout (NCCL watchdog) | gloo_timeout | exception | exit | xid.
+    # ts_ns: epoch ns when the line says (-1 unknown); rank -1 when no rank is known.
+    "failures": {
+        "rank": "int32",
+        "host": "string",
+        "kind": "string",
+        "ts_ns": "int64",
+        "pg": "string",
+        "seq": "int64",
+        "op": "string",
+        "numel": "int64",
+        "message": "string",
+        "file": "string",
+        "line": "int64",
     },
 }
 

@@ -33,6 +33,13 @@ def test_capture_process_env() -> None:
     env = {"PATH": os.environ.get("PATH", ""), "NCCL_IB_TC": "136", "NCCL_TEST_SECRET": "no", "HOME": "/x"}
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(20)"], env=env)
     try:
+        import time
+
+        import psutil
+
+        deadline = time.monotonic() + 10  # until the child has exec'd (before that it shows our environment)
+        while time.monotonic() < deadline and "time.sleep(20)" not in " ".join(psutil.Process(child.pid).cmdline()):
+            time.sleep(0.01)
         got = capture_process_env(child.pid)
     finally:
         child.kill()

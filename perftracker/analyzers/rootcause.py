@@ -1,0 +1,143 @@
+"""Join stragglers with host evidence into ranked root-cause chains.
+
+Promise: `link_findings(store, findings)` returns the same findings (same order, same ids) where:
+- each straggler finding (analyzer "straggler", one rank; or a `steps` finding of one rank slower in a
+  GPU phase, see `straggler_kind`) gets `evidence["root_cause"]`: the rank's
+  host, GPU and NICs (topology.rank_map), a one-line `summary` ("rank 2 late in 97% of steps; its
+  GPU 2 on host vm was in thermal slowdown 40% of the time; SM clock 1410 MHz against a job median
+  of 1980"), and the `chain` of warning / critical gpu_health and rdma findings on that GPU and
+  those NICs, the ones matching the straggler's kind first (compute: GPU; communication: NIC);
+  its recommendation starts with the likeliest cause;
+- chained host findings and the straggler name each other in `related`; a chained finding of the
+  matching kind without a cost of its own gets the straggler's cost (it explains that time), and
+  the straggler's rank;
+- a slow-bandwidth finding is related to the RDMA findings of every host with samples.
+Findings are then ranked by cost as usual (`findings.rank_findings`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pandas as pd
+
+from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.topology import rank_map
+from perftracker.store import Store
+
+_KIND_SOURCE = {"compute": "gpu_health", "communication": "rdma"}
+_GPU_PHASES = ("forward", "backward", "optimizer")
+
+
+def straggler_kind(f: Finding) -> str:
+    """'compute' / 'communication' for a finding that names one slow rank, '' for any other finding.
+
+    Straggler findings carry their kind; a `steps` finding where one rank spends longer in a GPU phase
+    (forward, backward, optimizer) than its peers is a compute straggler seen from step files.
+    """
+    if len(f.ranks) != 1 or f.severity < Severity.WARNING:
+        return ""
+    if f.analyzer == "straggler":
+        return str(f.evidence.get("kind", ""))
+    if f.analyzer == "steps" and str(f.evidence.get("phase", "")) in _GPU_PHASES:
+        return "compute"
+    return ""
+
+
+def _location(rmap: pd.DataFrame, straggler: Finding) -> dict[str, Any]:
+    rank = straggler.ranks[0]
+    hit = rmap[rmap["rank"] == rank] if not rmap.empty else rmap
+    if len(hit):
+        r = hit.iloc[0]
+        return {"rank": rank, "host": str(r["host"]), "gpu": int(r["gpu"]), "nics": list(r["nics"]),
+                "pci_bus_id": str(r["pci_bus_id"]), "numa_node": int(r["numa_node"]),
+                "sources": {"host": r["host_source"], "gpu": r["gpu_source"], "nics": r["nic_source"]}}
+    return {"rank": rank, "host": straggler.hosts[0] if straggler.hosts else "", "gpu": -1, "nics": [],
+            "pci_bus_id": "", "numa_node": -1, "sources": {}}
+
+
+def _matches(loc: dict[str, Any], f: Finding) -> str:
+    """'gpu' / 'nic' when `f` is about the straggler's GPU / one of its NICs, else ''."""
+    ev = f.evidence
+    if not loc["host"] or ev.get("host") != loc["host"] or f.severity < Severity.WARNING:
+        return ""
+    if f.analyzer == "gpu_health" and loc["gpu"] >= 0 and ev.get("gpu") == loc["gpu"]:
+        return "gpu"
+    if f.analyzer == "rdma" and "device" in ev:
+        nic = f"{ev['device']}/{ev['port']}"
+        if not loc["nics"] or nic in loc["nics"]:
+            return "nic"
+    return ""
+
+
+def _cause_text(f: Finding) -> str:
+    ev = f.evidence
+    if f.analyzer == "gpu_health" and str(ev.get("check", "")).startswith("throttle_"):
+        clock = ev.get("sm_clock_mhz_throttled")
+        return (f"its GPU {ev['gpu']} on host {ev['host']} was in {str(ev['reason']).replace('_', ' ')} slowdown "
+                f"{100 * float(ev['share_of_time']):.0f}% of the time"
+                + (f"; SM clock {float(clock):.0f} MHz while throttled against a job median of "
+                   f"{float(ev['job_median_sm_clock_mhz']):.0f}" if clock and ev.get("job_median_sm_clock_mhz") else ""))
+    return f.title[0].lower() + f.title[1:] if f.title else f.id
+
+
+def _summary(straggler: Finding, loc: dict[str, Any], chain: list[Finding], has_samples: bool) -> str:
+    ev = straggler.evidence
+    share = ev.get("steps_mostly_last", ev.get("share_last"))
+    head = f"rank {loc['rank']} late in {100 * float(share):.0f}% of steps" if share is not None \
+        else straggler.title[0].lower() + straggler.title[1:]
+    if chain:
+        return "; ".join([head] + [_cause_text(f) for f in chain[:3]])
+    if has_samples:
+        where = f"GPU {loc['gpu']}" if loc["gpu"] >= 0 else "its GPU"
+        return (f"{head}; no host evidence against {where} on host {loc['host'] or '?'} or its NICs in the "
+                "counter samples: look at the work on the rank itself (data loading, CPU contention, uneven input)")
+    return f"{head}; no GPU / NIC samples for its host: collect counters to see why"
+
+
+def link_findings(store: Store, findings: list[Finding]) -> list[Finding]:
+    """Attach host evidence to stragglers, link both ways, and give explaining findings a cost."""
+    stragglers = [f for f in findings if straggler_kind(f)]
+    health = [f for f in findings if f.analyzer in ("gpu_health", "rdma")]
+    if not stragglers and not health:
+        return findings
+    rmap = rank_map(store) if stragglers else pd.DataFrame()
+    has_samples = not store["counters"].empty
+    updated: dict[str, Finding] = {}
+
+    def current(f: Finding) -> Finding:
+        return updated.get(f.id, f)
+
+    for s in stragglers:
+        loc = _location(rmap, s)
+        kind_source = _KIND_SOURCE.get(straggler_kind(s), "")
+        matched = [(f, _matches(loc, f)) for f in health]
+        chain = sorted((f for f, m in matched if m), key=lambda f: (f.analyzer != kind_source, -int(f.severity),
+                                                                    -float(f.evidence.get("share_of_time", 0) or 0)))
+        summary = _summary(s, loc, chain, has_samples)
+        root = {"summary": summary, "location": loc,
+                "chain": [{"id": f.id, "analyzer": f.analyzer, "severity": f.severity.label, "title": f.title,
+                           "explains": f.analyzer == kind_source} for f in chain]}
+        new = replace(current(s), evidence={**current(s).evidence, "root_cause": root})
+        if chain:
+            lead = chain[0]
+            new = replace(new, recommendation=f"Likely cause: {_cause_text(lead)}. {lead.recommendation} "
+                          f"{s.recommendation}").with_related(f.id for f in chain)
+        updated[s.id] = new
+        for f in chain:
+            cur = current(f).with_related([s.id])
+            if f.analyzer == kind_source:
+                if cur.cost.seconds_per_step < s.cost.seconds_per_step:
+                    cur = replace(cur, cost=Cost(s.cost.seconds_per_step, s.cost.share_of_step))
+                if s.ranks[0] not in cur.ranks:
+                    cur = replace(cur, ranks=tuple(sorted(set(cur.ranks) | set(s.ranks))))
+            updated[f.id] = cur
+    slow = [f for f in findings if f.analyzer == "bandwidth" and f.severity >= Severity.WARNING]
+    nic_findings = [f for f in health if f.analyzer == "rdma" and f.severity >= Severity.WARNING]
+    for b in slow:
+        if nic_findings:
+            updated[b.id] = current(b).with_related(f.id for f in nic_findings)
+            for f in nic_findings:
+                updated[f.id] = current(f).with_related([b.id])
+    return [updated.get(f.id, f) for f in findings]

@@ -1,0 +1,32 @@
+"""`perftracker ps`: the training jobs and ranks visible on this host."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from perftracker.live.discovery import list_jobs
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("ps")
+    def ps() -> None:
+        """List running training jobs: rank, local rank, pid, host, command (grouped by run id)."""
+        console = Console()
+        jobs = list_jobs()
+        if not jobs:
+            console.print("No training processes found (none has RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK "
+                          "or PMIX_RANK in its environment, or they belong to another user).", highlight=False)
+            return
+        for job in jobs:
+            title = f"job {job.run_id or '(no run id)'}" + (f", launcher pid {job.launcher_pid}" if job.launcher_pid else "")
+            table = Table(title=title, title_justify="left")
+            for col in ("rank", "local rank", "pid", "host", "command"):
+                table.add_column(col, overflow="fold")
+            for w in job.workers:
+                table.add_row(str(w.rank), str(w.local_rank), str(w.pid), w.host, w.cmdline[:120])
+            console.print(table)
+        denied = [pid for job in jobs for pid in job.denied]
+        if denied:
+            console.print(f"{len(denied)} process(es) of other users were not readable; run as root to see them.")

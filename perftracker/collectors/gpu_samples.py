@@ -1,0 +1,181 @@
+"""GPU health samples: `<run>/counters/<host>.gpu.jsonl` and `nvidia-smi --query-gpu ... --format=csv`.
+
+Promise: both loaders return `counters` rows (device "gpu:<index>", port "", name one of `METRICS`,
+value a float; one row per XID number, name "xid") and `devices` rows (kind "gpu", uuid, PCI bus id,
+NUMA node when known). DCGM exporter samples are read by `collectors/prometheus.py` into the same
+names. Missing or "[N/A]" fields are skipped.
+
+`<run>/counters/<host>.gpu.jsonl`, one JSON object per GPU sample (all metrics optional)::
+
+    {"ts_ns": 1732900000000000000, "host": "node-7", "gpu": 3, "uuid": "GPU-...",
+     "pci_bus_id": "00000000:9B:00.0", "numa_node": 1,
+     "metrics": {"sm_clock_mhz": 1980, "mem_clock_mhz": 2619, "max_sm_clock_mhz": 1980,
+                 "power_w": 650.2, "power_limit_w": 700, "temp_c": 71, "util_gpu_pct": 99,
+                 "util_mem_pct": 45, "clock_event_reasons": 0, "pcie_gen": 5, "pcie_width": 16,
+                 "pcie_max_gen": 5, "pcie_max_width": 16, "ecc_sbe": 0, "ecc_dbe": 0, "xid": [79]}}
+
+`clock_event_reasons` is NVML's bitmask (see `analyzers/gpu_health.py`). nvidia-smi CSV: the header
+line names the fields (`--query-gpu=timestamp,index,uuid,pci.bus_id,clocks.sm,...`, with or without
+units); `timestamp` (local time, read as UTC) and `index` are required; headers repeated by `-l`
+are skipped. The host is the file name up to its first dot.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from perftracker.store import LoadNote
+
+METRICS = ("sm_clock_mhz", "mem_clock_mhz", "max_sm_clock_mhz", "power_w", "power_limit_w", "temp_c",
+           "util_gpu_pct", "util_mem_pct", "clock_event_reasons", "pcie_gen", "pcie_width", "pcie_max_gen",
+           "pcie_max_width", "ecc_sbe", "ecc_dbe", "thermal_violation_us", "power_violation_us")
+
+# nvidia-smi --query-gpu field (units stripped) -> metric name
+SMI_FIELDS: dict[str, str] = {
+    "clocks.current.sm": "sm_clock_mhz", "clocks.sm": "sm_clock_mhz",
+    "clocks.current.memory": "mem_clock_mhz", "clocks.mem": "mem_clock_mhz",
+    "clocks.max.sm": "max_sm_clock_mhz", "clocks.max.sm_clock": "max_sm_clock_mhz",
+    "power.draw": "power_w", "power.draw.average": "power_w",
+    "power.limit": "power_limit_w", "enforced.power.limit": "power_limit_w",
+    "temperature.gpu": "temp_c",
+    "utilization.gpu": "util_gpu_pct", "utilization.memory": "util_mem_pct",
+    "clocks_event_reasons.active": "clock_event_reasons", "clocks_throttle_reasons.active": "clock_event_reasons",
+    "pcie.link.gen.current": "pcie_gen", "pcie.link.gen.gpucurrent": "pcie_gen",
+    "pcie.link.width.current": "pcie_width",
+    "pcie.link.gen.max": "pcie_max_gen", "pcie.link.gen.gpumax": "pcie_max_gen",
+    "pcie.link.width.max": "pcie_max_width",
+    "ecc.errors.corrected.volatile.total": "ecc_sbe", "ecc.errors.uncorrected.volatile.total": "ecc_dbe",
+}
+# per-reason columns ("Active" / "Not Active") -> NVML bit
+SMI_REASON_BITS: dict[str, int] = {
+    "gpu_idle": 0x1, "applications_clocks_setting": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
+    "sync_boost": 0x10, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40, "hw_power_brake_slowdown": 0x80,
+}
+_UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
+_NUM = re.compile(r"^\s*(0x[0-9a-fA-F]+|-?[\d.]+)")
+
+
+def _device_row(host: str, gpu: int, uuid: str, bus: str, numa: int, source: str) -> dict[str, Any]:
+    return {"host": host, "kind": "gpu", "device": f"gpu:{gpu}", "port": "", "uuid": uuid, "pci_bus_id": bus,
+            "numa_node": numa, "link_layer": "", "netdevs": "", "source": source}
+
+
+def load_gpu_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
+    """(counter rows, device rows, notes) of one `<host>.gpu.jsonl` file."""
+    rows: list[dict[str, Any]] = []
+    devices: dict[tuple[str, int], dict[str, Any]] = {}
+    bad = 0
+    default_host = path.name.split(".")[0]
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for lineno, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                host, gpu, ts = str(rec.get("host") or default_host), int(rec["gpu"]), int(rec["ts_ns"])
+                metrics = dict(rec.get("metrics") or {})
+            except (ValueError, KeyError, TypeError):
+                bad += 1
+                continue
+            base = {"host": host, "rank": -1, "device": f"gpu:{gpu}", "port": "", "ts_ns": ts}
+            for name, value in metrics.items():
+                if name == "xid":
+                    for x in value if isinstance(value, list) else [value]:
+                        if isinstance(x, (int, float)) and x:
+                            rows.append({**base, "name": "xid", "value": float(x)})
+                elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                    rows.append({**base, "name": str(name), "value": float(value)})
+            numa = rec.get("numa_node")
+            devices.setdefault((host, gpu), _device_row(host, gpu, str(rec.get("uuid", "")),
+                                                        str(rec.get("pci_bus_id", "")),
+                                                        numa if isinstance(numa, int) else -1, f"{path}:{lineno}"))
+    notes = [LoadNote("warning", str(path), f"{bad} line(s) are not GPU samples and were skipped")] if bad else []
+    return rows, list(devices.values()), notes
+
+
+def _field(header: str) -> str:
+    return _UNIT.sub("", header.strip()).strip().lower()
+
+
+def looks_like_smi_csv(head: str) -> bool:
+    """True when the first line is an nvidia-smi --query-gpu CSV header with a timestamp and an index."""
+    first = head.splitlines()[0] if head else ""
+    fields = {_field(f) for f in first.split(",")}
+    return "timestamp" in fields and "index" in fields and bool(fields & (set(SMI_FIELDS) | {"uuid", "pci.bus_id"}))
+
+
+def _value(text: str) -> float | None:
+    m = _NUM.match(text)
+    if not m:
+        return None
+    raw = m.group(1)
+    try:
+        return float(int(raw, 16)) if raw.lower().startswith("0x") else float(raw)
+    except ValueError:
+        return None
+
+
+def _timestamp_ns(text: str) -> int | None:
+    for fmt in ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%dT%H:%M:%S.%f"):
+        try:
+            dt = datetime.strptime(text.strip(), fmt).replace(tzinfo=timezone.utc)
+        except ValueError:
+            continue
+        return int(dt.timestamp() * 1e6) * 1000
+    return None
+
+
+def load_smi_csv(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
+    """(counter rows, device rows, notes) of an `nvidia-smi --query-gpu=... --format=csv [-l N]` file."""
+    host = path.name.split(".")[0]
+    text = path.read_text(encoding="utf-8", errors="replace")
+    reader = csv.reader(io.StringIO(text), skipinitialspace=True)
+    header: list[str] = []
+    rows: list[dict[str, Any]] = []
+    devices: dict[tuple[str, int], dict[str, Any]] = {}
+    bad = 0
+    for lineno, cells in enumerate(reader, 1):
+        if not cells:
+            continue
+        fields = [_field(c) for c in cells]
+        if "timestamp" in fields and "index" in fields:
+            header = fields
+            continue
+        if not header or len(cells) != len(header):
+            bad += 1
+            continue
+        rec = dict(zip(header, (c.strip() for c in cells)))
+        ts = _timestamp_ns(rec.get("timestamp", ""))
+        gpu = _value(rec.get("index", ""))
+        if ts is None or gpu is None:
+            bad += 1
+            continue
+        base = {"host": host, "rank": -1, "device": f"gpu:{int(gpu)}", "port": "", "ts_ns": ts}
+        reasons = 0
+        has_reasons = False
+        for name, text_value in rec.items():
+            metric = SMI_FIELDS.get(name)
+            if metric is not None:
+                value = _value(text_value)
+                if value is not None:
+                    rows.append({**base, "name": metric, "value": value})
+                continue
+            reason = name.split(".", 1)[1] if name.startswith(("clocks_event_reasons.", "clocks_throttle_reasons.")) \
+                else ""
+            if reason in SMI_REASON_BITS:
+                has_reasons = True
+                if text_value.strip().lower() == "active":
+                    reasons |= SMI_REASON_BITS[reason]
+        if has_reasons and "clock_event_reasons" not in {SMI_FIELDS.get(n) for n in rec}:
+            rows.append({**base, "name": "clock_event_reasons", "value": float(reasons)})
+        devices.setdefault((host, int(gpu)), _device_row(host, int(gpu), rec.get("uuid", ""),
+                                                         rec.get("pci.bus_id", ""), -1, str(path)))
+    notes = [LoadNote("warning", str(path), f"{bad} nvidia-smi CSV line(s) could not be read and were skipped")] \
+        if bad else []
+    return rows, list(devices.values()), notes

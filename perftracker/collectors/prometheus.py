@@ -1,0 +1,169 @@
+"""Prometheus text exposition samples: a parser, and the node exporter / DCGM exporter mappings.
+
+Promise:
+- `parse_text(text)` returns every sample line as `Sample(name, labels, value, ts_ns)`. The time is
+  the sample's own timestamp (ms, as the exposition format allows) when present; otherwise the
+  time of the latest `# scrape_time <unix seconds>` comment (write one before each scrape when
+  saving `curl` output in a loop); otherwise -1.
+- `node_infiniband_rows` maps the node exporter's infiniband collector (`node_infiniband_*`, labels
+  `device`, `port`) onto the sysfs counter names of `collectors/rdma.py` in sysfs units (the
+  exporter's `*_bytes_total` are bytes; sysfs `port_*_data` count octets / 4, so they are divided
+  by 4), plus `state_id`, `phys_state_id` and `rate_gbps`.
+- `dcgm_rows` maps the DCGM exporter's `DCGM_FI_*` gauges onto the GPU metric names of
+  `collectors/gpu_samples.py` (labels `gpu`, `UUID`, `pci_bus_id`, `Hostname`).
+The host is the `Hostname` label, else `instance` without its port, else the caller's default.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+(?P<ts>-?\d+))?\s*$")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
+_SCRAPE = re.compile(r"^#\s*scrape_time\s+(?P<t>[\d.]+)")
+
+# node exporter infiniband metric (without the node_infiniband_ prefix) -> (sysfs counter name, scale)
+NODE_IB: dict[str, tuple[str, float]] = {
+    "port_data_received_bytes_total": ("port_rcv_data", 0.25),
+    "port_data_transmitted_bytes_total": ("port_xmit_data", 0.25),
+    "port_packets_received_total": ("port_rcv_packets", 1.0),
+    "port_packets_transmitted_total": ("port_xmit_packets", 1.0),
+    "port_transmit_wait_total": ("port_xmit_wait", 1.0),
+    "link_downed_total": ("link_downed", 1.0),
+    "link_error_recovery_total": ("link_error_recovery", 1.0),
+    "symbol_error_total": ("symbol_error", 1.0),
+    "port_errors_received_total": ("port_rcv_errors", 1.0),
+    "port_discards_transmitted_total": ("port_xmit_discards", 1.0),
+    "port_receive_remote_physical_errors_total": ("port_rcv_remote_physical_errors", 1.0),
+    "port_receive_switch_relay_errors_total": ("port_rcv_switch_relay_errors", 1.0),
+    "local_link_integrity_errors_total": ("local_link_integrity_errors", 1.0),
+    "excessive_buffer_overrun_errors_total": ("excessive_buffer_overrun_errors", 1.0),
+    "port_transmit_constraint_errors_total": ("port_xmit_constraint_errors", 1.0),
+    "port_receive_constraint_errors_total": ("port_rcv_constraint_errors", 1.0),
+    "vl15_dropped_total": ("VL15_dropped", 1.0),
+    "unicast_packets_received_total": ("unicast_rcv_packets", 1.0),
+    "unicast_packets_transmitted_total": ("unicast_xmit_packets", 1.0),
+    "multicast_packets_received_total": ("multicast_rcv_packets", 1.0),
+    "multicast_packets_transmitted_total": ("multicast_xmit_packets", 1.0),
+    "state_id": ("state_id", 1.0),
+    "physical_state_id": ("phys_state_id", 1.0),
+    "rate_bytes_per_second": ("rate_gbps", 8e-9),
+}
+
+# DCGM exporter field -> GPU metric name (gpu_samples.METRICS)
+DCGM: dict[str, str] = {
+    "DCGM_FI_DEV_SM_CLOCK": "sm_clock_mhz",
+    "DCGM_FI_DEV_MEM_CLOCK": "mem_clock_mhz",
+    "DCGM_FI_DEV_MAX_SM_CLOCK": "max_sm_clock_mhz",
+    "DCGM_FI_DEV_POWER_USAGE": "power_w",
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT": "power_limit_w",
+    "DCGM_FI_DEV_ENFORCED_POWER_LIMIT": "power_limit_w",
+    "DCGM_FI_DEV_GPU_TEMP": "temp_c",
+    "DCGM_FI_DEV_GPU_UTIL": "util_gpu_pct",
+    "DCGM_FI_DEV_MEM_COPY_UTIL": "util_mem_pct",
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": "clock_event_reasons",
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": "clock_event_reasons",
+    "DCGM_FI_DEV_PCIE_LINK_GEN": "pcie_gen",
+    "DCGM_FI_DEV_PCIE_LINK_WIDTH": "pcie_width",
+    "DCGM_FI_DEV_PCIE_MAX_LINK_GEN": "pcie_max_gen",
+    "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH": "pcie_max_width",
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": "ecc_sbe",
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": "ecc_dbe",
+    "DCGM_FI_DEV_XID_ERRORS": "xid",
+    "DCGM_FI_DEV_THERMAL_VIOLATION": "thermal_violation_us",
+    "DCGM_FI_DEV_POWER_VIOLATION": "power_violation_us",
+}
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: dict[str, str]
+    value: float
+    ts_ns: int
+
+
+def parse_text(text: str) -> list[Sample]:
+    """Every sample of a Prometheus text exposition (several scrapes may be concatenated)."""
+    out: list[Sample] = []
+    scrape_ns = -1
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            m = _SCRAPE.match(line)
+            if m:
+                scrape_ns = int(float(m.group("t")) * 1e9)
+            continue
+        m = _LINE.match(line)
+        if not m:
+            continue
+        try:
+            value = float(m.group("value"))
+        except ValueError:
+            continue
+        labels = {k: v.replace('\\"', '"').replace("\\\\", "\\") for k, v in _LABEL.findall(m.group("labels") or "")}
+        ts = int(m.group("ts")) * 1_000_000 if m.group("ts") else scrape_ns
+        out.append(Sample(m.group("name"), labels, value, ts))
+    return out
+
+
+def looks_like_exposition(head: str) -> bool:
+    """True when a text holds node_infiniband_* or DCGM_FI_* samples."""
+    for line in head.splitlines()[:400]:
+        if line.startswith(("node_infiniband_", "DCGM_FI_")):
+            return True
+    return False
+
+
+def host_of(labels: dict[str, str], default: str) -> str:
+    if labels.get("Hostname"):
+        return labels["Hostname"]
+    inst = labels.get("instance", "")
+    if inst:
+        return inst.rsplit(":", 1)[0] if inst.count(":") == 1 else inst
+    return default
+
+
+def node_infiniband_rows(samples: list[Sample], default_host: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(counter rows, device rows) from node exporter infiniband samples."""
+    rows: list[dict[str, Any]] = []
+    devices: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for s in samples:
+        if not s.name.startswith("node_infiniband_") or "device" not in s.labels:
+            continue
+        short = s.name[len("node_infiniband_"):]
+        name, scale = NODE_IB.get(short, (short[:-6] if short.endswith("_total") else short, 1.0))
+        host = host_of(s.labels, default_host)
+        dev, port = s.labels["device"], s.labels.get("port", "1")
+        if short == "info":
+            continue
+        rows.append({"host": host, "rank": -1, "device": dev, "port": port, "name": name, "ts_ns": s.ts_ns,
+                     "value": s.value * scale})
+        devices.setdefault((host, dev, port), {"host": host, "kind": "nic", "device": dev, "port": port,
+                                               "numa_node": -1, "source": "prometheus"})
+    return rows, list(devices.values())
+
+
+def dcgm_rows(samples: list[Sample], default_host: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(counter rows, device rows) from DCGM exporter samples."""
+    rows: list[dict[str, Any]] = []
+    devices: dict[tuple[str, str], dict[str, Any]] = {}
+    for s in samples:
+        metric = DCGM.get(s.name)
+        if metric is None or "gpu" not in s.labels:
+            continue
+        host = host_of(s.labels, default_host)
+        dev = f"gpu:{s.labels['gpu']}"
+        if metric == "xid" and s.value == 0:
+            continue
+        rows.append({"host": host, "rank": -1, "device": dev, "port": "", "name": metric, "ts_ns": s.ts_ns,
+                     "value": s.value})
+        devices.setdefault((host, dev), {"host": host, "kind": "gpu", "device": dev, "port": "",
+                                         "uuid": s.labels.get("UUID", ""),
+                                         "pci_bus_id": s.labels.get("pci_bus_id", ""), "numa_node": -1,
+                                         "source": "prometheus"})
+    return rows, list(devices.values())

@@ -1,0 +1,269 @@
+"""Opt-in, in-process step timing and on-demand profiler windows for a training job.
+
+Promise: one line in the training script,
+
+    import perftracker.hooks; perftracker.hooks.install()
+
+records every rank's step boundaries and serves `perftracker attach --trace-steps N`, at negligible
+cost (no device synchronisation, one small buffered file append per step, one directory listing per
+second), and never raises into the job: any error prints one ``perftracker.hooks: ...`` warning line
+on stderr and turns the hook off. `install()` is idempotent; importing this module imports no torch.
+
+How it works: a global optimizer step hook (``torch.optim.optimizer.register_optimizer_step_post_hook``,
+plus the matching pre-hook for the optimizer phase) covers every optimizer without touching the
+model. A step ends when the first optimizer the hook sees finishes ``step()``; with several
+optimizers, only that one counts. Steps skipped by a GradScaler (inf/NaN gradients) are not seen.
+
+Where it writes (the *spool* directory), first that applies:
+``install(run_dir)``; ``$PERFTRACKER_RUN_DIR``; ``${TMPDIR:-/tmp}/perftracker/<TORCHELASTIC_RUN_ID>``
+(torchrun's run id, unless it is missing or ``none``); ``${TMPDIR:-/tmp}/perftracker/pid-<parent pid>``
+(the launcher). `perftracker attach` computes the same path from the workers' environment.
+
+    <spool>/ranks/rank-<r>.json         {"rank", "pid", "host", "installed_ns"}: who installed the hook
+    <spool>/steps/rank-<r>.jsonl        one step record per optimizer step (perftracker.rundir format):
+                                        {"rank","step","start_ns","end_ns","host","phases_ns":{"optimizer"}}
+                                        a step runs from the previous step's end to this one's end, so
+                                        the first optimizer step has no record; the file is truncated
+                                        when the hook is installed (one job per spool)
+    <spool>/requests/trace-<id>.json    written by attach: {"steps": N[, "ranks": [...]]}; polled about
+                                        once a second (at optimizer steps)
+    <spool>/traces/rank-<r>.<id>.pt.trace.json.gz   a torch.profiler trace of N steps (after one
+                                        warm-up step), CPU plus CUDA when available, shapes recorded
+    <spool>/requests/trace-<id>.rank-<r>.done       written once that rank's trace is complete (or
+                                        with {"error": ...} when the profiler could not start, e.g.
+                                        because the job runs its own; step timing goes on)
+
+The rank is taken from RANK (or SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK), else 0.
+Requests older than the hook's installation are ignored.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import socket
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+POLL_S = 1.0
+MAX_TRACE_STEPS = 1000
+
+_LOCK = threading.Lock()
+_HOOK: _Hook | None = None
+
+
+def spool_dir(environ: Mapping[str, str], parent_pid: int) -> Path:
+    """The directory the hook of a process with `environ` and parent `parent_pid` writes into."""
+    explicit = environ.get("PERFTRACKER_RUN_DIR", "").strip()
+    if explicit:
+        return Path(explicit)
+    base = Path(environ.get("TMPDIR") or "/tmp") / "perftracker"
+    run_id = environ.get("TORCHELASTIC_RUN_ID", "").strip()
+    if run_id and run_id != "none":
+        return base / run_id.replace("/", "_").replace("\0", "_")
+    return base / f"pid-{parent_pid}"
+
+
+def rank_from_env(environ: Mapping[str, str]) -> int:
+    for name in RANK_VARS:
+        value = environ.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def install(run_dir: str | Path | None = None) -> None:
+    """Start recording step times and serving trace requests in this process (idempotent, never raises)."""
+    global _HOOK
+    try:
+        with _LOCK:
+            if _HOOK is not None:
+                return
+            root = Path(run_dir) if run_dir is not None else spool_dir(os.environ, os.getppid())
+            hook = _Hook(root, rank_from_env(os.environ))
+            hook.register()
+            _HOOK = hook
+    except Exception as exc:  # noqa: BLE001 - never raise into the training job
+        _warn(f"not installed ({type(exc).__name__}: {exc})")
+
+
+def installed_dir() -> Path | None:
+    """The spool directory of the installed hook, or None."""
+    return _HOOK.root if _HOOK is not None else None
+
+
+def _warn(text: str) -> None:
+    try:
+        print(f"perftracker.hooks: {text}", file=sys.stderr, flush=True)
+    except Exception:  # noqa: BLE001, S110 - never raise into the training job
+        pass
+
+
+class _Hook:
+    def __init__(self, root: Path, rank: int) -> None:
+        self.root = root
+        self.rank = rank
+        self.host = socket.gethostname()
+        self.installed_ns = time.time_ns()
+        for sub in ("ranks", "steps", "requests", "traces"):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+        # Kept open for the life of the process; one step is one small buffered write + flush.
+        self.steps = open(root / "steps" / f"rank-{rank}.jsonl", "w", encoding="utf-8")  # noqa: SIM115
+        info = {"rank": rank, "pid": os.getpid(), "host": self.host, "installed_ns": self.installed_ns}
+        _write_atomic(root / "ranks" / f"rank-{rank}.json", json.dumps(info).encode())
+        self.handles: list[Any] = []
+        self.primary: int | None = None
+        self.step = 0
+        self.last_end_ns: int | None = None
+        self.opt_start: int | None = None
+        self.next_poll = 0.0
+        self.seen: set[str] = set()
+        self.prof: Any = None
+        self.prof_id = ""
+        self.prof_left = 0
+        self.broken = False
+
+    def register(self) -> None:
+        from torch.optim.optimizer import (
+            register_optimizer_step_post_hook,
+            register_optimizer_step_pre_hook,
+        )
+
+        self.handles = [register_optimizer_step_pre_hook(self._pre),
+                        register_optimizer_step_post_hook(self._post)]
+
+    def _pre(self, opt: Any, args: Any, kwargs: Any) -> None:
+        if not self.broken and (self.primary is None or id(opt) == self.primary):
+            self.opt_start = time.perf_counter_ns()
+
+    def _post(self, opt: Any, args: Any, kwargs: Any) -> None:
+        if self.broken:
+            return
+        try:
+            self._on_step(opt)
+        except Exception as exc:  # noqa: BLE001 - never raise into the training job
+            self._disable(f"turned off after an error ({type(exc).__name__}: {exc}); training goes on")
+
+    def _on_step(self, opt: Any) -> None:
+        if self.primary is None:
+            self.primary = id(opt)
+        elif id(opt) != self.primary:
+            return
+        end_ns = time.time_ns()
+        if self.last_end_ns is not None:
+            record: dict[str, Any] = {"rank": self.rank, "step": self.step, "start_ns": self.last_end_ns,
+                                      "end_ns": end_ns, "host": self.host}
+            if self.opt_start is not None:
+                record["phases_ns"] = {"optimizer": time.perf_counter_ns() - self.opt_start}
+            self.steps.write(json.dumps(record, separators=(",", ":")) + "\n")
+            self.steps.flush()
+        self.last_end_ns = end_ns
+        self.opt_start = None
+        self.step += 1
+        if self.prof is not None:
+            self._profiler_step()
+        now = time.monotonic()
+        if now >= self.next_poll:
+            self.next_poll = now + POLL_S
+            self._poll()
+
+    # ------------------------------------------------------------------ on-demand traces
+    def _poll(self) -> None:
+        if self.prof is not None:
+            return
+        with os.scandir(self.root / "requests") as entries:
+            names = sorted(e.name for e in entries if e.name.startswith("trace-") and e.name.endswith(".json"))
+        for name in names:
+            if name in self.seen:
+                continue
+            self.seen.add(name)
+            req_id = name[len("trace-"):-len(".json")]
+            path = self.root / "requests" / name
+            if path.stat().st_mtime_ns < self.installed_ns or self._done_marker(req_id).exists():
+                continue
+            try:
+                request = json.loads(path.read_text(encoding="utf-8"))
+                steps = max(1, min(MAX_TRACE_STEPS, int(request.get("steps", 1))))
+                ranks = request.get("ranks")
+            except (OSError, ValueError, TypeError, AttributeError):
+                continue
+            if isinstance(ranks, list) and self.rank not in ranks:
+                continue
+            try:
+                self._start_profiler(req_id, steps)
+            except Exception as exc:  # noqa: BLE001 - e.g. the job runs its own profiler: keep timing steps
+                self.prof = None
+                error = f"{type(exc).__name__}: {exc}"
+                _warn(f"trace request {req_id} skipped ({error})")
+                marker = {"rank": self.rank, "pid": os.getpid(), "error": error, "ended_ns": time.time_ns()}
+                _write_atomic(self._done_marker(req_id), json.dumps(marker).encode())
+            return
+
+    def _done_marker(self, req_id: str) -> Path:
+        return self.root / "requests" / f"trace-{req_id}.rank-{self.rank}.done"
+
+    def _start_profiler(self, req_id: str, steps: int) -> None:
+        import torch
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        if torch.autograd._profiler_enabled():  # type: ignore[attr-defined]
+            raise RuntimeError("the job's own profiler is running; not starting a second one")
+        activities = [ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        self.prof_id, self.prof_left = req_id, steps + 1  # one warm-up step, then `steps` recorded
+        self.prof = profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=steps, repeat=1),
+                            on_trace_ready=self._trace_ready, record_shapes=True)
+        self.prof.start()
+
+    def _profiler_step(self) -> None:
+        prof = self.prof
+        prof.step()
+        self.prof_left -= 1
+        if self.prof_left <= 0:
+            self.prof = None
+            prof.stop()
+
+    def _trace_ready(self, prof: Any) -> None:
+        traces = self.root / "traces"
+        dest = traces / f"rank-{self.rank}.{self.prof_id}.pt.trace.json.gz"
+        raw = traces / f".rank-{self.rank}.{self.prof_id}.pt.trace.json"
+        packed = traces / f".rank-{self.rank}.{self.prof_id}.tmp.gz"
+        try:
+            prof.export_chrome_trace(str(raw))
+            with open(raw, "rb") as src, gzip.open(packed, "wb", compresslevel=1) as dst:
+                shutil.copyfileobj(src, dst)
+            os.replace(packed, dest)
+        finally:
+            raw.unlink(missing_ok=True)
+            packed.unlink(missing_ok=True)
+        marker = {"rank": self.rank, "pid": os.getpid(), "file": dest.name, "ended_ns": time.time_ns()}
+        _write_atomic(self._done_marker(self.prof_id), json.dumps(marker).encode())
+
+    def _disable(self, text: str) -> None:
+        self.broken = True
+        _warn(text)
+        for handle in self.handles:
+            try:
+                handle.remove()
+            except Exception:  # noqa: BLE001, S110 - never raise into the training job
+                pass
+        try:
+            if self.prof is not None:
+                self.prof.stop()
+        except Exception:  # noqa: BLE001, S110 - never raise into the training job
+            pass
+        self.prof = None
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)

@@ -1,0 +1,50 @@
+"""Which samplers `attach` runs, from its options (one place, so `run` can reuse it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from perftracker.live.env_snapshot import EnvSampler
+from perftracker.live.follow import FollowSampler
+from perftracker.live.nvml_sampler import NvmlSampler
+from perftracker.live.rdma_sampler import RdmaSampler
+from perftracker.live.sampler import Sampler
+from perftracker.live.stacks import StackSampler
+from perftracker.live.steps_sampler import StepsSampler
+from perftracker.live.traces import TraceSampler
+
+
+@dataclass
+class SamplerOptions:
+    interval_s: float = 5.0
+    stack_interval_s: float = 15.0
+    stacks: bool = True
+    gpu: bool = True
+    rdma: bool = True
+    logs: bool = True
+    steps: bool = True
+    env: bool = True
+    nccl_logs: list[Path] = field(default_factory=list)
+    job_log: Path | None = None
+    trace_steps: int = 0
+    stacks_at: float | None = None
+
+
+def build_samplers(options: SamplerOptions) -> list[Sampler]:
+    samplers: list[Sampler] = []
+    if options.env:
+        samplers.append(EnvSampler())
+    if options.logs:
+        samplers.append(FollowSampler(extra_logs=list(options.nccl_logs)))
+    if options.gpu:
+        samplers.append(NvmlSampler(interval_s=options.interval_s))
+    if options.rdma:
+        samplers.append(RdmaSampler(interval_s=options.interval_s))
+    if options.stacks:
+        samplers.append(StackSampler(interval_s=options.stack_interval_s, stacks_at=options.stacks_at))
+    if options.steps:
+        samplers.append(StepsSampler(job_log=options.job_log))
+    if options.trace_steps > 0:
+        samplers.append(TraceSampler(steps=options.trace_steps))
+    return samplers

@@ -1,0 +1,195 @@
+"""Find a running job's processes: launcher, workers and their ranks, from a PID, run id or pattern.
+
+`<job>` may be a torchrun launcher PID (its process name is `pt_elastic`), a worker PID, a
+TORCHELASTIC_RUN_ID or a command-line pattern. A bare number is a PID; `pid:`, `runid:`, `cmd:`
+prefixes remove any doubt. Workers are processes with a rank in their environment (RANK,
+SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK). Reading another user's environment needs
+root or the same user: such processes are reported, not silently skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import psutil
+
+from perftracker.errors import InputError
+
+RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK")
+WORLD_VARS = ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+
+
+@dataclass(frozen=True)
+class Worker:
+    rank: int
+    local_rank: int
+    pid: int
+    host: str
+    cmdline: str
+    run_id: str
+    world_size: int
+    parent: int
+
+
+@dataclass
+class Job:
+    """The processes of one job on this host."""
+
+    workers: list[Worker]
+    launcher_pid: int | None = None
+    run_id: str = ""
+    denied: list[int] = field(default_factory=list)  # processes whose environment we could not read
+
+    @property
+    def pids(self) -> list[int]:
+        return [w.pid for w in self.workers]
+
+
+def _first_int(env: dict[str, str], names: Iterable[str]) -> int | None:
+    for name in names:
+        value = env.get(name, "").strip()
+        if value.lstrip("-").isdigit():
+            return int(value)
+    return None
+
+
+def worker_of(proc: psutil.Process) -> Worker | None:
+    """The Worker view of a process, or None when it has no rank in its environment."""
+    env = proc.environ()
+    rank = _first_int(env, RANK_VARS)
+    if rank is None:
+        return None
+    try:
+        cmd = " ".join(proc.cmdline())
+        parent = proc.ppid()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        cmd, parent = "", -1
+    local = _first_int(env, LOCAL_RANK_VARS)
+    world = _first_int(env, WORLD_VARS)
+    return Worker(rank=rank, local_rank=local if local is not None else -1, pid=proc.pid, host=socket.gethostname(),
+                  cmdline=cmd, run_id=env.get("TORCHELASTIC_RUN_ID", ""), world_size=world or -1, parent=parent)
+
+
+def _workers_among(procs: Iterable[psutil.Process], denied: list[int]) -> list[Worker]:
+    found = []
+    for proc in procs:
+        try:
+            worker = worker_of(proc)
+        except psutil.AccessDenied:
+            denied.append(proc.pid)
+            continue
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+        if worker is not None and worker.pid != os.getpid():
+            found.append(worker)
+    return sorted(found, key=lambda w: (w.rank, w.pid))
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    """('pid'|'runid'|'cmd', value) for a job spec."""
+    spec = spec.strip()
+    for prefix in ("pid", "runid", "cmd"):
+        if spec.startswith(prefix + ":"):
+            return prefix, spec[len(prefix) + 1:]
+    if spec.isdigit():
+        return "pid", spec
+    return "auto", spec
+
+
+def find_job(spec: str) -> Job:
+    """The job named by `spec`; InputError with what to do when nothing matches."""
+    kind, value = parse_spec(spec)
+    denied: list[int] = []
+    if kind == "pid":
+        job = _by_pid(int(value), denied)
+    elif kind == "runid":
+        job = _by_run_id(value, denied)
+    elif kind == "cmd":
+        job = _by_cmd(value, denied)
+    else:
+        job = _by_run_id(value, denied)
+        if not job.workers:
+            job = _by_cmd(value, denied)
+    job.denied = denied
+    if not job.workers:
+        hint = "run `perftracker ps` to list the jobs and ranks this user can see"
+        if denied:
+            hint = (f"{len(denied)} matching process(es) belong to another user: run as the job's user or as root "
+                    "(in containers, share the PID namespace and add CAP_SYS_PTRACE)")
+        raise InputError(f"found no training processes for '{spec}' (no process with RANK in its environment)",
+                         "attach", hint)
+    return job
+
+
+def _by_pid(pid: int, denied: list[int]) -> Job:
+    try:
+        proc = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        raise InputError(f"no process with pid {pid}", "attach", "check the pid with `perftracker ps`") from None
+    try:
+        me = worker_of(proc)
+    except psutil.AccessDenied:
+        raise InputError(f"not allowed to read the environment of pid {pid}", "attach",
+                         "run as the job's user or as root (CAP_SYS_PTRACE in containers)") from None
+    if me is not None:  # a worker: the job is everyone of its run id, else its launcher's children
+        if me.run_id:
+            job = _by_run_id(me.run_id, denied)
+            if job.workers:
+                return job
+        return _children_of(me.parent, denied) if me.parent > 1 else Job([me])
+    return _children_of(pid, denied)
+
+
+def _children_of(pid: int, denied: list[int]) -> Job:
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return Job([])
+    workers = _workers_among(children, denied)
+    return Job(workers, launcher_pid=pid, run_id=workers[0].run_id if workers else "")
+
+
+def _by_run_id(run_id: str, denied: list[int]) -> Job:
+    workers = []
+    for w in _workers_among(psutil.process_iter(), denied):
+        if w.run_id == run_id:
+            workers.append(w)
+    launcher = _common_launcher(workers)
+    return Job(workers, launcher_pid=launcher, run_id=run_id)
+
+
+def _by_cmd(pattern: str, denied: list[int]) -> Job:
+    matched = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(proc.info.get("cmdline") or [])
+        if pattern in cmd and proc.pid != os.getpid():
+            matched.append(proc)
+    workers = _workers_among(matched, denied)
+    if not workers:  # the pattern named a launcher: take its ranked children
+        for proc in matched:
+            job = _children_of(proc.pid, denied)
+            if job.workers:
+                return job
+        return Job([])
+    return Job(workers, launcher_pid=_common_launcher(workers), run_id=workers[0].run_id)
+
+
+def _common_launcher(workers: list[Worker]) -> int | None:
+    parents = {w.parent for w in workers}
+    return parents.pop() if len(parents) == 1 else None
+
+
+def list_jobs() -> list[Job]:
+    """Every job visible on this host, grouped by run id (else by parent process)."""
+    denied: list[int] = []
+    groups: dict[str, list[Worker]] = {}
+    for w in _workers_among(psutil.process_iter(), denied):
+        groups.setdefault(w.run_id or f"parent:{w.parent}", []).append(w)
+    jobs = [Job(ws, launcher_pid=_common_launcher(ws), run_id=ws[0].run_id) for ws in groups.values()]
+    if jobs:
+        jobs[0].denied = denied
+    return jobs

@@ -1,0 +1,114 @@
+"""Follow files a job writes (NCCL debug logs, its stdout/stderr) and copy them into the run directory.
+
+NCCL logs: the file each worker's NCCL_DEBUG_FILE names (%h = host, %p = pid), or files the user
+names. Job output: /proc/PID/fd/1 and 2 when they are regular files (a pipe or a terminal cannot be
+read from outside). Copies are appended as the job writes, so nothing is lost if the job dies.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from perftracker.live.sampler import LiveContext
+
+MAX_CHUNK = 8 * 1024 * 1024
+
+
+def resolve_nccl_debug_file(pattern: str, host: str, pid: int) -> str:
+    """NCCL's %h and %p substitutions (and %% for a literal percent)."""
+    return pattern.replace("%%", "\0").replace("%h", host).replace("%p", str(pid)).replace("\0", "%")
+
+
+@dataclass
+class _Tail:
+    source: Path
+    target: Path
+    offset: int = 0
+
+    def pump(self) -> int:
+        """Copy what was appended since the last call; returns bytes copied."""
+        try:
+            size = self.source.stat().st_size
+        except OSError:
+            return 0
+        if size < self.offset:  # truncated or replaced: start over
+            self.offset = 0
+        if size == self.offset:
+            return 0
+        with open(self.source, "rb") as src:
+            src.seek(self.offset)
+            data = src.read(min(size - self.offset, MAX_CHUNK))
+        self.target.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.target, "ab") as dst:
+            dst.write(data)
+            dst.flush()
+        self.offset += len(data)
+        return len(data)
+
+
+@dataclass
+class FollowSampler:
+    """Copies NCCL logs and job output into `nccl/` and `output/` of the run directory."""
+
+    extra_logs: list[Path] = field(default_factory=list)
+    name: str = "logs"
+    interval_s: float = 1.0
+    tails: list[_Tail] = field(default_factory=list)
+    copied: int = 0
+
+    def start(self, ctx: LiveContext) -> None:
+        import psutil
+
+        host = socket.gethostname()
+        seen: set[str] = set()
+        nccl_debug = False
+        for w in ctx.job.workers:
+            try:
+                env = psutil.Process(w.pid).environ()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            nccl_debug = nccl_debug or bool(env.get("NCCL_DEBUG"))
+            pattern = env.get("NCCL_DEBUG_FILE")
+            if pattern:
+                path = Path(resolve_nccl_debug_file(pattern, host, w.pid))
+                if not path.is_absolute():
+                    try:
+                        path = Path(psutil.Process(w.pid).cwd()) / path
+                    except (psutil.NoSuchProcess, psutil.AccessDenied):
+                        pass
+                self._add(path, ctx.run_dir / "nccl" / f"{host}.{w.pid}.log", seen)
+            for fd, label in ((1, "stdout"), (2, "stderr")):
+                link = Path(f"/proc/{w.pid}/fd/{fd}")
+                try:
+                    real = Path(os.readlink(link))
+                except OSError:
+                    continue
+                if real.is_file():
+                    self._add(real, ctx.run_dir / "output" / f"rank-{w.rank}.{label}.log", seen)
+        for log in self.extra_logs:
+            self._add(log, ctx.run_dir / "nccl" / f"{host}.{log.name}", seen)
+        if not nccl_debug and not self.extra_logs:
+            ctx.note("NCCL logs: the job was started without NCCL_DEBUG; next time launch with NCCL_DEBUG=INFO "
+                     "NCCL_DEBUG_FILE=/path/nccl.%h.%p.log (or use `perftracker run`)")
+        if not any(t.target.parent.name == "output" for t in self.tails):
+            ctx.note("job output: stdout/stderr are a terminal or a pipe, which cannot be read from outside; "
+                     "redirect the job's output to a file to have it collected")
+
+    def _add(self, source: Path, target: Path, seen: set[str]) -> None:
+        key = str(source)
+        if key not in seen:
+            seen.add(key)
+            self.tails.append(_Tail(source, target))
+
+    def sample(self, ctx: LiveContext) -> None:
+        for tail in self.tails:
+            self.copied += tail.pump()
+
+    def stop(self, ctx: LiveContext) -> None:
+        self.sample(ctx)
+
+    def status(self) -> str:
+        return f"{len(self.tails)} file(s), {self.copied / 1e6:.1f} MB copied"

@@ -1,0 +1,75 @@
+"""The contract every live collector follows, and the shared context they run in.
+
+A sampler is started once, asked to `sample` every `interval_s` seconds from its own thread, and
+stopped once (also on Ctrl-C or when the job ends). It writes incrementally into the run directory
+(appends that survive a crash), never raises into the session (errors become notes), and reports a
+one-line status for the live panel. Samplers share facts through `LiveContext.progress`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import psutil
+
+from perftracker.live.discovery import Job, Worker
+
+
+@dataclass
+class Progress:
+    """What samplers learned that others use: step progress and the current suspicion."""
+
+    last_step: dict[int, int] = field(default_factory=dict)  # rank -> last step seen
+    last_step_ns: dict[int, int] = field(default_factory=dict)  # rank -> wall time it was seen
+    step_durations_ns: list[int] = field(default_factory=list)
+    suspicion: str = ""
+    hang_requested: bool = False
+
+    def median_step_ns(self) -> int | None:
+        durs = sorted(self.step_durations_ns[-200:])
+        return durs[len(durs) // 2] if durs else None
+
+
+@dataclass
+class LiveContext:
+    run_dir: Path
+    job: Job
+    host: str
+    sysfs_root: Path = Path("/sys")
+    notes: list[str] = field(default_factory=list)
+    progress: Progress = field(default_factory=Progress)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    started_ns: int = field(default_factory=time.time_ns)
+
+    def note(self, text: str) -> None:
+        with self.lock:
+            if text not in self.notes:
+                self.notes.append(text)
+
+    def alive(self) -> list[Worker]:
+        """Workers still running (a worker that exited is dropped; the others go on)."""
+        out = []
+        for w in self.job.workers:
+            try:
+                if psutil.Process(w.pid).is_running() and psutil.Process(w.pid).status() != psutil.STATUS_ZOMBIE:
+                    out.append(w)
+            except psutil.NoSuchProcess:
+                continue
+        return out
+
+
+class Sampler(Protocol):
+    name: str
+    interval_s: float
+
+    def start(self, ctx: LiveContext) -> None: ...
+
+    def sample(self, ctx: LiveContext) -> None: ...
+
+    def stop(self, ctx: LiveContext) -> None: ...
+
+    def status(self) -> str: ...

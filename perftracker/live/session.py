@@ -1,0 +1,120 @@
+"""Run samplers side by side against a live job, show a live status, and stop cleanly.
+
+Each sampler runs in its own thread at its own interval; an exception in one becomes a note and
+the others go on. The session ends when the duration is over, when every worker has exited, or on
+Ctrl-C; samplers are then stopped (flushing what they hold) and the host's manifest is written.
+Nothing already written is ever removed.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from perftracker.live.sampler import LiveContext, Sampler
+from perftracker.rundir import atomic_write_text, write_manifest
+
+
+@dataclass
+class SessionResult:
+    reason: str  # duration | job-exited | interrupted
+    seconds: float
+
+
+def _loop(sampler: Sampler, ctx: LiveContext, stop: threading.Event) -> None:
+    while not stop.is_set():
+        try:
+            sampler.sample(ctx)
+        except Exception as exc:  # a collector must never take the session down
+            ctx.note(f"{sampler.name}: {type(exc).__name__}: {exc}")
+        stop.wait(sampler.interval_s)
+
+
+def _panel(ctx: LiveContext, samplers: Sequence[Sampler], elapsed: float, duration: float | None) -> Table:
+    alive = ctx.alive()
+    table = Table(title=f"perftracker attach: {len(alive)}/{len(ctx.job.workers)} ranks alive, "
+                        f"{elapsed:.0f}s" + (f" of {duration:.0f}s" if duration else "") + " (Ctrl-C to stop)",
+                  title_justify="left", show_header=True)
+    table.add_column("collector")
+    table.add_column("status", overflow="fold")
+    for s in samplers:
+        table.add_row(s.name, s.status())
+    steps = ctx.progress
+    if steps.last_step:
+        med = steps.median_step_ns()
+        rate = f"{1e9 / med:.2f} steps/s" if med else "?"
+        table.add_row("steps", f"last step {max(steps.last_step.values())}, {rate}")
+    if steps.suspicion:
+        table.add_row("[bold red]suspicion[/]", steps.suspicion)
+    return table
+
+
+def run_session(ctx: LiveContext, samplers: Sequence[Sampler], duration_s: float | None, console: Console,
+                show_live: bool = True, stop_when: Callable[[], bool] | None = None) -> SessionResult:
+    started = time.monotonic()
+    for s in samplers:
+        try:
+            s.start(ctx)
+        except Exception as exc:
+            ctx.note(f"{s.name}: could not start ({type(exc).__name__}: {exc})")
+    stop = threading.Event()
+    threads = [threading.Thread(target=_loop, args=(s, ctx, stop), name=f"perftracker-{s.name}", daemon=True)
+               for s in samplers]
+    for t in threads:
+        t.start()
+    reason = "duration"
+    try:
+        live = Live(console=console, refresh_per_second=2, transient=False, auto_refresh=False) if show_live else None
+        if live is not None:
+            live.start()
+        try:
+            while True:
+                elapsed = time.monotonic() - started
+                if live is not None:
+                    live.update(_panel(ctx, samplers, elapsed, duration_s), refresh=True)
+                if duration_s is not None and elapsed >= duration_s:
+                    break
+                if stop_when is not None and stop_when():
+                    reason = "job-exited"
+                    break
+                if not ctx.alive():
+                    reason = "job-exited"
+                    ctx.note("the job's processes exited while attached; everything collected until then is kept")
+                    break
+                time.sleep(0.5)
+        finally:
+            if live is not None:
+                live.stop()
+    except KeyboardInterrupt:
+        reason = "interrupted"
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=10)
+        for s in samplers:
+            try:
+                s.stop(ctx)
+            except Exception as exc:
+                ctx.note(f"{s.name}: error while stopping ({type(exc).__name__}: {exc})")
+        _write_manifests(ctx, samplers, reason)
+    return SessionResult(reason, time.monotonic() - started)
+
+
+def _write_manifests(ctx: LiveContext, samplers: Sequence[Sampler], reason: str) -> None:
+    host_manifest = {
+        "host": ctx.host, "job_run_id": ctx.job.run_id, "launcher_pid": ctx.job.launcher_pid,
+        "ranks": sorted(w.rank for w in ctx.job.workers),
+        "workers": [{"rank": w.rank, "local_rank": w.local_rank, "pid": w.pid, "cmdline": w.cmdline[:500]}
+                    for w in ctx.job.workers],
+        "collectors": [s.name for s in samplers], "started_ns": ctx.started_ns, "ended_ns": time.time_ns(),
+        "ended_because": reason, "notes": list(ctx.notes),
+    }
+    atomic_write_text(ctx.run_dir / "manifests" / f"{ctx.host}.json", json.dumps(host_manifest, indent=1) + "\n")
+    write_manifest(ctx.run_dir, job=ctx.job.run_id or f"pid {ctx.job.launcher_pid}", created_by="perftracker attach")

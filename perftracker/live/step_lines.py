@@ -1,0 +1,119 @@
+"""Step records from the text a training framework prints, for jobs without the perftracker hook.
+
+Promise: `StepLineParser.feed(line, seen_ns)` turns one line of a job's log into at most one step
+record in the run-directory format (`perftracker.rundir`), or None. Supported lines:
+
+* Megatron-LM: ``iteration  N/ M | ... | elapsed time per iteration (ms): X | ...``. The time is
+  Megatron's average over its log interval; the record covers the last X ms before the line.
+* DeepSpeed: ``[Rank R] step=N, skipped=...`` (log_dist) and the throughput timer's
+  ``epoch=E/micro_step=M/global_step=N, RunningAvgSamplesPerSec=...``. Neither prints a step time,
+  so the step time is the time between two such lines divided by the steps between them (from the
+  lines' own ``[YYYY-MM-DD hh:mm:ss,mmm]`` timestamps when present, else when the line was read);
+  the first such line only sets the reference point.
+* Hugging Face Trainer: the tqdm progress bar ``N/M [elapsed<left, X it/s]`` (or ``s/it``; tqdm's
+  smoothed rate), and logged dicts that carry ``'step'``/``'global_step'`` (step time by
+  difference, as for DeepSpeed). Dicts without a step (``{'loss': ..., 'epoch': ...}``) and the
+  final ``train_runtime`` summary carry no per-step time and are skipped.
+
+The rank is the one of a launcher prefix: torchrun ``--tee``/``--log-line-prefix-template``
+(``[default3]:``, ``[rank3]:``), OpenMPI ``--tag-output`` (``[1,3]<stdout>:``), or DeepSpeed's
+``[Rank 3]``; else -1 (the job as a whole). ``default<N>`` is torchrun's *local* rank, which is the
+global rank on one node. A line's ``YYYY-MM-DD hh:mm:ss`` timestamp is read as local time.
+Records get ``"source": "log"``. Progress bars written with carriage returns: split on ``\\r`` too.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+_PREFIX = re.compile(r"^\s*(?:\[(?:default|rank|[A-Za-z_]+)?(\d+)\]:|\[\d+,(\d+)\]<std(?:out|err)>:)")
+_DS_RANK = re.compile(r"\[Rank (\d+)\]")
+_TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,6}))?")
+_MEGATRON = re.compile(r"iteration\s+(\d+)\s*/\s*\d+\s*\|.*?elapsed time per iteration \(ms\):\s*([0-9.]+)")
+_DS_STEP = re.compile(r"(?:\]\s|^|\s)step=(\d+), skipped=\d+")
+_DS_TIMER = re.compile(r"global_step=(\d+), RunningAvgSamplesPerSec=")
+_TQDM = re.compile(r"(\d+)/(\d+) \[[0-9:]+<[0-9:?]+,\s*([0-9.]+)(it/s|s/it)")
+_DICT = re.compile(r"(\{'[a-z_]+': .*\})\s*$")
+
+
+def line_rank(line: str) -> int:
+    """The rank a launcher prefix (or DeepSpeed's `[Rank R]`) names, else -1."""
+    match = _PREFIX.match(line)
+    if match:
+        return int(match.group(1) or match.group(2))
+    ds = _DS_RANK.search(line)
+    return int(ds.group(1)) if ds else -1
+
+
+def line_time_ns(line: str) -> int | None:
+    """Wall time (ns) of a `YYYY-MM-DD hh:mm:ss[.,fraction]` timestamp in the line (local time)."""
+    match = _TIMESTAMP.search(line)
+    if not match:
+        return None
+    day, hh, mm, ss, frac = match.groups()
+    try:
+        secs = time.mktime(time.strptime(f"{day} {hh}:{mm}:{ss}", "%Y-%m-%d %H:%M:%S"))
+    except (ValueError, OverflowError):
+        return None
+    frac_ns = int((frac or "0").ljust(9, "0")[:9])
+    return int(secs) * 1_000_000_000 + frac_ns
+
+
+@dataclass
+class StepLineParser:
+    """Stateful: step-by-difference formats remember the previous (step, time) per rank and kind."""
+
+    host: str = ""
+    previous: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    last_tqdm: dict[int, int] = field(default_factory=dict)
+
+    def feed(self, line: str, seen_ns: int) -> dict[str, Any] | None:
+        if len(line) > 4096 or not any(key in line for key in ("iteration", "step", "it/s", "s/it")):
+            return None
+        rank = line_rank(line)
+        stamp = line_time_ns(line)
+        end_ns = stamp if stamp is not None else seen_ns
+        megatron = _MEGATRON.search(line)
+        if megatron:
+            dur = int(float(megatron.group(2)) * 1e6)
+            return self._record(rank, int(megatron.group(1)), end_ns - dur, end_ns, "megatron")
+        tqdm = _TQDM.search(line)
+        if tqdm:
+            step, rate, unit = int(tqdm.group(1)), float(tqdm.group(3)), tqdm.group(4)
+            if step <= self.last_tqdm.get(rank, -1) or rate <= 0 or step == 0:
+                return None
+            self.last_tqdm[rank] = step
+            dur = int(1e9 / rate) if unit == "it/s" else int(rate * 1e9)
+            return self._record(rank, step, end_ns - dur, end_ns, "hf-tqdm")
+        for kind, pattern in (("deepspeed-step", _DS_STEP), ("deepspeed-timer", _DS_TIMER)):
+            match = pattern.search(line)
+            if match and kind == "deepspeed-timer" and any(k[0] == "deepspeed-step" for k in self.previous):
+                return None  # the same steps are already counted from the `step=` lines
+            if match:
+                return self._by_difference(kind, rank, int(match.group(1)), end_ns, "deepspeed")
+        logged = _DICT.search(line)
+        if logged and ("'step'" in line or "'global_step'" in line):
+            try:
+                data = ast.literal_eval(logged.group(1))
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                return None
+            value = data.get("step", data.get("global_step")) if isinstance(data, dict) else None
+            if isinstance(value, int) and not isinstance(value, bool):
+                return self._by_difference("hf-dict", rank, value, end_ns, "hf-dict")
+        return None
+
+    def _by_difference(self, kind: str, rank: int, step: int, end_ns: int, fmt: str) -> dict[str, Any] | None:
+        before = self.previous.get((kind, rank))
+        self.previous[(kind, rank)] = (step, end_ns)
+        if before is None or step <= before[0] or end_ns <= before[1]:
+            return None
+        dur = (end_ns - before[1]) // (step - before[0])
+        return self._record(rank, step, end_ns - dur, end_ns, fmt)
+
+    def _record(self, rank: int, step: int, start_ns: int, end_ns: int, fmt: str) -> dict[str, Any]:
+        return {"rank": rank, "step": step, "start_ns": start_ns, "end_ns": end_ns, "host": self.host,
+                "source": "log", "format": fmt}

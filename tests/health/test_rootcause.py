@@ -1,0 +1,126 @@
+"""Stragglers joined with host evidence: one ranked chain from the slow rank to its GPU or NIC."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from perftracker.analyzers.bandwidth import bus_factor, collective_bandwidth
+from perftracker.analyzers.findings import Cost, Finding, Severity, rank_findings
+from perftracker.analyzers.rdma import analyze_rdma
+from perftracker.analyzers.rootcause import link_findings
+from perftracker.analyzers.topology import rank_map
+from perftracker.collectors.counters_inputs import load_counter_inputs
+from perftracker.collectors.loading import LoadOptions
+from perftracker.pipeline import analyze_path
+from perftracker.store import Store
+from perftracker.store.schema import conform
+from perftracker.synth import SynthSpec, generate
+
+from .conftest import FIXTURES, T0_NS, FakeRdmaNode, gpu_record, write_jsonl
+
+MINE = ("gpu_health", "rdma", "topology", "bandwidth")
+
+
+def _run_dir(tmp_path: Path, stragglers: dict[int, float], throttle_gpu: int | None) -> Path:
+    run = tmp_path / "run"
+    generate(SynthSpec(ranks=4, steps=6, kernels_per_step=8, stragglers=stragglers), run / "traces",
+             truth_path=tmp_path / "truth.json")
+    for r in range(4):
+        env = {"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "4", "NCCL_IB_HCA": f"=mlx5_{r}"}
+        (run / "env").mkdir(parents=True, exist_ok=True)
+        (run / "env" / f"rank-{r}.json").write_text(json.dumps({"env": env, "host": "node-a", "pid": 100 + r,
+                                                                "rank": r}))
+    recs = []
+    for i in range(20):
+        for g in range(4):
+            hot = g == throttle_gpu and i % 5 < 2  # 40% of the samples
+            recs.append(gpu_record("node-a", g, T0_NS + i * 10**9, sm_clock_mhz=1410 if hot else 1980,
+                                   temp_c=89 if hot else 64, clock_event_reasons=0x40 if hot else 0))
+    write_jsonl(run / "counters" / "node-a.gpu.jsonl", recs)
+    node = FakeRdmaNode(tmp_path / "sys", "node-a")
+    write_jsonl(run / "counters" / "node-a.rdma.jsonl", node.snap())
+    for _ in range(4):
+        node.tick(10.0, gbps=250.0)
+        write_jsonl(run / "counters" / "node-a.rdma.jsonl", node.snap())
+    return run
+
+
+def test_straggler_with_throttled_gpu_is_one_ranked_chain(tmp_path: Path) -> None:
+    # GIVEN a 4-rank run where rank 2 computes 8 ms longer per slot and its GPU 2 throttles thermally
+    run = _run_dir(tmp_path, {2: 8000.0}, throttle_gpu=2)
+    # WHEN the run is analyzed end to end
+    result = analyze_path(run, tmp_path / "out", LoadOptions(workers=1))
+    findings = result.findings
+    straggler = next(f for f in findings if f.analyzer == "straggler" and f.ranks == (2,))
+    gpu = next(f for f in findings if f.analyzer == "gpu_health")
+    # THEN the straggler carries the chain, its summary names the GPU, the throttle share and the clocks
+    root = straggler.evidence["root_cause"]
+    assert root["location"]["gpu"] == 2 and root["location"]["nics"] == ["mlx5_2/1"]
+    assert [c["id"] for c in root["chain"]] == [gpu.id] and root["chain"][0]["explains"]
+    assert root["summary"].startswith("rank 2 late in 100% of steps; its GPU 2 on host node-a was in thermal "
+                                      "slowdown 40% of the time; SM clock 1410 MHz while throttled against a job "
+                                      "median of 1980")
+    assert straggler.recommendation.startswith("Likely cause: its GPU 2")
+    # AND the GPU finding points back, names rank 2 and costs what the straggler costs
+    assert straggler.id in gpu.related and gpu.id in straggler.related
+    assert gpu.ranks == (2,) and gpu.cost == straggler.cost and gpu.cost.seconds_per_step > 0.02
+    # AND the two are ranked next to each other by that cost, the healthy NICs and other GPUs give no warnings
+    ids = [f.id for f in findings]
+    assert abs(ids.index(straggler.id) - ids.index(gpu.id)) == 1
+    assert all(f.cost.seconds_per_step >= gpu.cost.seconds_per_step for f in findings[:ids.index(gpu.id)])
+    assert [f.title for f in findings if f.analyzer in MINE and f.severity >= Severity.WARNING] == [gpu.title]
+    html = result.report_path.read_text()
+    assert "Root causes of stragglers" in html and "GPUs on host node-a" in html and "RDMA on host node-a" in html
+
+
+def test_healthy_samples_and_no_straggler_give_no_host_warnings(tmp_path: Path) -> None:
+    # GIVEN the same run without a straggler and with healthy GPUs and NICs
+    run = _run_dir(tmp_path, {}, throttle_gpu=None)
+    findings = analyze_path(run, tmp_path / "out", LoadOptions(workers=1)).findings
+    # THEN the host analyzers raise nothing above info, and the topology map covers every rank
+    assert [f.title for f in findings if f.analyzer in MINE and f.severity >= Severity.WARNING] == []
+    topo = next(f for f in findings if f.analyzer == "topology")
+    assert [(e["rank"], e["gpu"], e["nics"]) for e in topo.evidence["ranks"]] == [
+        (r, r, [f"mlx5_{r}/1"]) for r in range(4)]
+
+
+def test_communication_straggler_is_linked_to_its_flapping_nic() -> None:
+    # GIVEN node exporter samples of node-c (mlx5_1 flapping) and rank 1 on node-c using mlx5_1
+    tables, _, _ = load_counter_inputs([FIXTURES / "node-c.node_exporter.prom"])
+    store = Store()
+    for name, frame in tables.items():
+        store.set_table(name, frame)
+    store.set_table("config", conform("config", pd.DataFrame([
+        {"rank": r, "host": "node-c", "pid": r, "key": k, "value": v, "source": "env", "evidence": ""}
+        for r in (0, 1) for k, v in (("LOCAL_RANK", str(r)), ("NCCL_IB_HCA", f"mlx5_{r}"))])))
+    straggler = Finding(analyzer="straggler", severity=Severity.WARNING, title="Rank 1 is a persistent communication "
+                        "straggler", recommendation="Check its NIC.", evidence={"kind": "communication",
+                                                                               "share_last": 0.9},
+                        ranks=(1,), cost=Cost(0.02, 0.1), key="straggler:1")
+    rdma = analyze_rdma(store)
+    # WHEN linked
+    linked = rank_findings(link_findings(store, [straggler, *rdma]))
+    # THEN the flap on mlx5_1 is the chain, costs the straggler's time and is ranked next to it
+    s = next(f for f in linked if f.analyzer == "straggler")
+    flap = next(f for f in linked if f.evidence.get("check") == "flap")
+    assert [c["id"] for c in s.evidence["root_cause"]["chain"]] == [flap.id]
+    assert flap.evidence["device"] == "mlx5_1" and flap.cost == s.cost and flap.ranks == (1,)
+    assert {linked[0].id, linked[1].id} == {s.id, flap.id}
+    assert rank_map(store).set_index("rank").loc[1, "nic_source"] == "NCCL_IB_HCA"
+
+
+def test_bandwidth_uses_ring_factors(tmp_path: Path) -> None:
+    # GIVEN synthetic NCCL collectives over 4 ranks
+    generate(SynthSpec(ranks=4, steps=3, kernels_per_step=8), tmp_path / "t", truth_path=tmp_path / "truth.json")
+    from perftracker.collectors.loading import load_path
+
+    store = load_path(tmp_path / "t", LoadOptions(workers=1), tmp_path / "scratch")
+    table = collective_bandwidth(store)
+    # THEN bus bandwidth is algorithm bandwidth times the ring factor of each collective
+    assert bus_factor("all_reduce", 4) == 1.5 and bus_factor("_allgather_base", 4) == 0.75
+    assert bus_factor("broadcast", 4) == 1.0
+    row = table[table["collective"] == "all_reduce"].iloc[0]
+    assert abs(row["busbw_gbs"] - 1.5 * row["algbw_gbs"]) < 1e-9 and row["algbw_gbs"] > 0
