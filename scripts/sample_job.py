@@ -113,6 +113,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--step-sleep", type=float, default=0.0, help="seconds slept in each data phase")
     parser.add_argument("--hang-rank", type=int, default=-1, help="rank that hangs at --hang-step; -1 for none")
     parser.add_argument("--hang-step", type=int, default=-1, help="step whose explicit all_reduce rank R never joins")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (one GPU per rank, LOCAL_RANK)")
+    parser.add_argument("--backend", default="gloo", help="gloo, or nccl (with --device cuda)")
     parser.add_argument("--raise-rank", type=int, default=-1, help="rank that raises an error at --raise-step")
     parser.add_argument("--raise-step", type=int, default=-1, help="step at which --raise-rank raises")
     parser.add_argument("--pg-timeout", type=float, default=120.0, help="process-group timeout in seconds")
@@ -178,7 +180,11 @@ def write_env(run: Path, rank: int, host: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", timeout=timedelta(seconds=args.pg_timeout))
+    device = torch.device(args.device)
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    dist.init_process_group(args.backend, timeout=timedelta(seconds=args.pg_timeout))
     if args.hook:
         import perftracker.hooks
 
@@ -191,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)  # same initial weights everywhere (DDP broadcasts them anyway)
     extra = max(0, round(args.slow_factor) - 1) if rank == args.slow_rank else 0
     model = SlowableMLP(args.width, args.depth, classes=10, extra_passes=extra)
-    ddp = DistributedDataParallel(model)
+    model = model.to(device)
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     data_gen = torch.Generator().manual_seed(args.seed + 1000 * (rank + 1))
@@ -200,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
 
     prof = (
         profile(
-            activities=[ProfilerActivity.CPU],
+            activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else []),
             schedule=schedule(
                 skip_first=profile_skip(args),
                 wait=PROFILER_WAIT,
@@ -220,8 +227,8 @@ def main(argv: list[str] | None = None) -> int:
             start_ns = time.time_ns()
             t0 = time.perf_counter_ns()
             with record_function("data"):
-                x = torch.randn(args.batch, args.width, generator=data_gen)
-                y = torch.randint(0, 10, (args.batch,), generator=data_gen)
+                x = torch.randn(args.batch, args.width, generator=data_gen).to(device, non_blocking=True)
+                y = torch.randint(0, 10, (args.batch,), generator=data_gen).to(device, non_blocking=True)
                 if args.step_sleep > 0:
                     time.sleep(args.step_sleep)
             t1 = time.perf_counter_ns()
