@@ -30,7 +30,7 @@ def load_step_files(paths: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame, dict
             notes.append(LoadNote("warning", str(path), f"cannot read step file: {exc.strerror or exc}"))
             continue
         for line in lines:
-            record = _parse(line)
+            record = parse_step_line(line)
             if record is None:
                 bad += line.strip() != ""
                 continue
@@ -49,7 +49,8 @@ def load_step_files(paths: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame, dict
     return steps_df, phases_df, hosts, notes
 
 
-def _parse(line: str) -> dict[str, Any] | None:
+def parse_step_line(line: str | bytes) -> dict[str, Any] | None:
+    """One step record (see perftracker.rundir), or None for a malformed or cut-off line."""
     try:
         record = json.loads(line)
     except ValueError:

@@ -27,6 +27,7 @@ from typing import Any
 
 import psutil
 
+from perftracker.collectors.steps import parse_step_line
 from perftracker.hooks import spool_dir
 from perftracker.live.sampler import LiveContext
 from perftracker.live.step_lines import StepLineParser, line_time_ns
@@ -145,7 +146,7 @@ class StepsSampler:
                 with open(hooked.target, "ab") as out:
                     out.write(b"".join(line + b"\n" for line in lines))
                     out.flush()
-            records = [r for r in (_parse(line) for line in lines) if r is not None]
+            records = [r for r in (parse_step_line(line) for line in lines) if r is not None]
             self.records += len(records)
             self._progress(ctx, records)
         if self.log_tail is not None:
@@ -207,15 +208,3 @@ class StepsSampler:
             parts.append(f"log: {self.log_records} step line(s)")
         return ", ".join(parts) or "no hook found (yet), no --job-log"
 
-
-def _parse(line: bytes) -> dict[str, Any] | None:
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return None
-    if not isinstance(record, dict):
-        return None
-    for key in ("rank", "step", "start_ns", "end_ns"):
-        if not isinstance(record.get(key), int):
-            return None
-    return record
