@@ -5,14 +5,13 @@ from __future__ import annotations
 import socket
 import time
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
 
 from perftracker.collectors.loading import LoadOptions
 from perftracker.errors import PerftrackerError
-from perftracker.live.collectors import build_samplers, SamplerOptions
+from perftracker.live.collectors import SamplerOptions, build_samplers
 from perftracker.live.discovery import find_job
 from perftracker.live.sampler import LiveContext
 from perftracker.live.session import run_session
@@ -25,7 +24,7 @@ def register(app: typer.Typer) -> None:
     def attach(
         job: str = typer.Argument(..., help="A torchrun launcher PID, a worker PID, a TORCHELASTIC_RUN_ID or a "
                                   "command-line pattern (prefix pid:, runid: or cmd: to be explicit)."),
-        out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory to write (default "
+        out: Path | None = typer.Option(None, "--out", "-o", help="Run directory to write (default "
                                            "perftracker-run-<time>). Several hosts may share one directory."),
         duration: float = typer.Option(60.0, "--duration", "-d", help="Seconds to collect; 0 = until Ctrl-C or "
                                        "the job ends."),
@@ -38,11 +37,11 @@ def register(app: typer.Typer) -> None:
         logs: bool = typer.Option(True, "--logs/--no-logs", help="Follow NCCL logs and the job's output files."),
         steps: bool = typer.Option(True, "--steps/--no-steps", help="Step times from the hook or the job's log."),
         nccl_log: list[Path] = typer.Option([], "--nccl-log", help="An NCCL log file to follow (repeatable)."),
-        job_log: Optional[Path] = typer.Option(None, "--job-log", help="The job's log file, to parse step lines "
+        job_log: Path | None = typer.Option(None, "--job-log", help="The job's log file, to parse step lines "
                                                "(Megatron, DeepSpeed, Hugging Face Trainer)."),
         trace_steps: int = typer.Option(0, "--trace-steps", help="Ask every rank for a CUDA/CPU kernel trace of N "
                                         "steps (jobs started with KINETO_USE_DAEMON=1 or the perftracker hook)."),
-        stacks_at: Optional[float] = typer.Option(None, "--stacks-at", help="Epoch seconds at which to take one "
+        stacks_at: float | None = typer.Option(None, "--stacks-at", help="Epoch seconds at which to take one "
                                                   "stack snapshot on this node: give every node the same value to "
                                                   "see a hang across the whole job."),
         sysfs_root: Path = typer.Option(Path("/sys"), "--sysfs-root", help="Root of sysfs (tests use a fake tree)."),

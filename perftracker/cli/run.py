@@ -15,7 +15,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -33,7 +32,7 @@ from perftracker.rundir import write_manifest
 _ERROR_FILE = re.compile(r"error_file\s*:\s*(\S+)")
 
 
-def _wait_for_workers(proc_pid: int, running: "RunningJob", timeout_s: float = 120.0) -> Job | None:
+def _wait_for_workers(proc_pid: int, running: RunningJob, timeout_s: float = 120.0) -> Job | None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and running.proc.poll() is None:
         try:
@@ -76,7 +75,7 @@ def register(app: typer.Typer) -> None:
     @app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
     def run(
         ctx: typer.Context,
-        out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory (default perftracker-run-<time>)."),
+        out: Path | None = typer.Option(None, "--out", "-o", help="Run directory (default perftracker-run-<time>)."),
         hook: bool = typer.Option(True, "--hook/--no-hook", help="Load the step-time hook through a sitecustomize "
                                   "on PYTHONPATH (no code change)."),
         nccl_debug: bool = typer.Option(True, "--nccl-debug/--no-nccl-debug", help="NCCL_DEBUG=INFO with a "
@@ -88,7 +87,7 @@ def register(app: typer.Typer) -> None:
         interval: float = typer.Option(10.0, "--interval", help="Seconds between GPU/RDMA samples."),
         stack_interval: float = typer.Option(60.0, "--stack-interval", help="Seconds between stack dumps (also "
                                              "taken automatically when progress stops)."),
-        fail_on: Optional[str] = typer.Option(None, "--fail-on", help="Exit 3 if the job succeeded but a finding at "
+        fail_on: str | None = typer.Option(None, "--fail-on", help="Exit 3 if the job succeeded but a finding at "
                                               "this severity exists (the job's own failure always wins)."),
     ) -> None:
         """Run a launch command (e.g. `-- torchrun --nproc_per_node 8 train.py`) prepared for diagnosis, and
@@ -125,7 +124,7 @@ def register(app: typer.Typer) -> None:
             result = analyze_path(run_dir, run_dir / "perftracker-out", LoadOptions(cache_dir=None))
         except PerftrackerError as exc:
             err.print(f"perftracker: job exited with {code}; no report ({exc.message})", highlight=False, markup=False)
-            raise typer.Exit(code)
+            raise typer.Exit(code) from None
         verdict = result.document["summary"]["verdict"]
         err.print(f"perftracker: job exited with {code}. {verdict} Report: {result.report_path}", highlight=False,
                   markup=False)

@@ -140,7 +140,7 @@ def load_smi_csv(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
     rows: list[dict[str, Any]] = []
     devices: dict[tuple[str, int], dict[str, Any]] = {}
     bad = 0
-    for lineno, cells in enumerate(reader, 1):
+    for cells in reader:
         if not cells:
             continue
         fields = [_field(c) for c in cells]

@@ -169,7 +169,7 @@ class _Parser:
             return
         tb = self.tracebacks.get(rank)
         if tb is None:
-            if (g := _GLOO.search(text)) is not None and rank >= 0:
+            if _GLOO.search(text) is not None and rank >= 0:
                 self.result.rows.append(_row("gloo_timeout", rank, self.file, lineno, text.strip(), op=""))
             return
         if (f := _FRAME.match(text)) is not None:

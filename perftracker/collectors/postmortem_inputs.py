@@ -22,7 +22,12 @@ from perftracker.collectors.flight_recorder import (
     looks_like_fr_json,
     looks_like_fr_pickle,
 )
-from perftracker.collectors.joblogs import load_error_file, looks_like_error_file, looks_like_job_log, parse_job_log
+from perftracker.collectors.joblogs import (
+    load_error_file,
+    looks_like_error_file,
+    looks_like_job_log,
+    parse_job_log,
+)
 from perftracker.store import LoadNote
 from perftracker.store.schema import conform, empty_table
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 import psutil
 

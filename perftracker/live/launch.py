@@ -15,9 +15,10 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Sequence
+from typing import IO
 
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
 

@@ -13,8 +13,9 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from perftracker.live.sampler import LiveContext
 
