@@ -23,7 +23,7 @@ class PerftrackerError(Exception):
     def message(self) -> str:
         parts = [f"{self.where}: {self.what}" if self.where else self.what]
         if self.hint:
-            parts.append(self.hint)
+            parts.append(self.hint[:1].upper() + self.hint[1:])
         return ". ".join(p.rstrip(".") for p in parts) + "."
 
 

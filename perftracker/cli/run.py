@@ -96,7 +96,7 @@ def register(app: typer.Typer) -> None:
         if command and command[0] == "--":
             command = command[1:]
         if not command:
-            raise UsageError("no command to run", "perftracker run", "usage: perftracker run [options] -- torchrun ...")
+            raise UsageError("no command to run", "perftracker run", "usage: perftracker run [options] -- torchrun --nproc_per_node 8 train.py")
         err = Console(stderr=True)
         run_dir = (out or Path(f"perftracker-run-{time.strftime('%Y%m%d-%H%M%S')}")).resolve()
         run_dir.mkdir(parents=True, exist_ok=True)
