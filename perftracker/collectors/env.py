@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from perftracker.errors import InputError
+from perftracker.launcher_env import rank_in
 from perftracker.store import LoadNote
 from perftracker.store.schema import conform
 
@@ -64,11 +65,8 @@ def capture_process_env(pid: int) -> dict[str, str]:
 
 def rank_of(env: Mapping[str, str]) -> int:
     """The global rank the launcher gave the process, -1 when none of the usual variables is set."""
-    for name in ("RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"):
-        value = env.get(name, "").strip()
-        if value.isdigit():
-            return int(value)
-    return -1
+    rank = rank_in(env)
+    return -1 if rank is None else rank
 
 
 def parse_env_text(text: str) -> list[tuple[str, str, int]]:

@@ -266,15 +266,19 @@ def _take_postmortem_files(inputs: Inputs) -> None:
         inputs.other.extend(found)
 
 
-def _add_postmortem(store: Store, inputs: Inputs) -> None:
-    """Flight-recorder dumps, job logs, error files and kernel logs (by content, not name)."""
-    from perftracker.collectors.postmortem_inputs import load_postmortem_inputs
-
-    tables, notes, meta = load_postmortem_inputs(inputs.other)
+def _merge(store: Store, tables: dict[str, pd.DataFrame], notes: list[LoadNote], meta: dict[str, Any]) -> None:
+    """Put one loader's tables, notes and meta into the Store."""
     for name, frame in tables.items():
         store.set_table(name, frame)
     store.add_notes(notes)
     store.meta.update(meta)
+
+
+def _add_postmortem(store: Store, inputs: Inputs) -> None:
+    """Flight-recorder dumps, job logs, error files and kernel logs (by content, not name)."""
+    from perftracker.collectors.postmortem_inputs import load_postmortem_inputs
+
+    _merge(store, *load_postmortem_inputs(inputs.other))
 
 
 def _add_stacks(store: Store, paths: list[Path]) -> None:
@@ -292,23 +296,14 @@ def _add_nccl(store: Store, inputs: Inputs, options: LoadOptions) -> None:
     """NCCL logs and environment snapshots found among the other files (by content, not name)."""
     from perftracker.collectors.nccl_inputs import load_nccl_inputs
 
-    tables, notes, meta = load_nccl_inputs(inputs.other, profile=options.nccl_profile,
-                                           sysfs_root=options.sysfs_root)
-    for name, frame in tables.items():
-        store.set_table(name, frame)
-    store.add_notes(notes)
-    store.meta.update(meta)
+    _merge(store, *load_nccl_inputs(inputs.other, profile=options.nccl_profile, sysfs_root=options.sysfs_root))
 
 
 def _add_counters(store: Store, inputs: Inputs) -> None:
     """RDMA / GPU counter samples found among the other files (by content, not name)."""
     from perftracker.collectors.counters_inputs import load_counter_inputs
 
-    tables, notes, meta = load_counter_inputs(inputs.other)
-    for name, frame in tables.items():
-        store.set_table(name, frame)
-    store.add_notes(notes)
-    store.meta.update(meta)
+    _merge(store, *load_counter_inputs(inputs.other))
 
 
 def _add_step_files(store: Store, inputs: Inputs) -> None:

@@ -51,7 +51,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+from perftracker.launcher_env import rank_in
+
 POLL_S = 1.0
 MAX_TRACE_STEPS = 1000
 
@@ -72,11 +73,8 @@ def spool_dir(environ: Mapping[str, str], parent_pid: int) -> Path:
 
 
 def rank_from_env(environ: Mapping[str, str]) -> int:
-    for name in RANK_VARS:
-        value = environ.get(name, "").strip()
-        if value.isdigit():
-            return int(value)
-    return 0
+    rank = rank_in(environ)
+    return 0 if rank is None else rank
 
 
 def install(run_dir: str | Path | None = None) -> None:

@@ -17,10 +17,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from perftracker.errors import InputError
-
-RANK_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
-LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "PMI_LOCAL_RANK")
-WORLD_VARS = ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+from perftracker.launcher_env import LOCAL_RANK_VARS, RANK_VARS, WORLD_VARS, first_int
 
 
 @dataclass(frozen=True)
@@ -49,18 +46,10 @@ class Job:
         return [w.pid for w in self.workers]
 
 
-def _first_int(env: dict[str, str], names: Iterable[str]) -> int | None:
-    for name in names:
-        value = env.get(name, "").strip()
-        if value.lstrip("-").isdigit():
-            return int(value)
-    return None
-
-
 def worker_of(proc: psutil.Process) -> Worker | None:
     """The Worker view of a process, or None when it has no rank in its environment."""
     env = proc.environ()
-    rank = _first_int(env, RANK_VARS)
+    rank = first_int(env, RANK_VARS)
     if rank is None:
         return None
     try:
@@ -68,8 +57,8 @@ def worker_of(proc: psutil.Process) -> Worker | None:
         parent = proc.ppid()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         cmd, parent = "", -1
-    local = _first_int(env, LOCAL_RANK_VARS)
-    world = _first_int(env, WORLD_VARS)
+    local = first_int(env, LOCAL_RANK_VARS)
+    world = first_int(env, WORLD_VARS)
     return Worker(rank=rank, local_rank=local if local is not None else -1, pid=proc.pid, host=socket.gethostname(),
                   cmdline=cmd, run_id=env.get("TORCHELASTIC_RUN_ID", ""), world_size=world or -1, parent=parent)
 

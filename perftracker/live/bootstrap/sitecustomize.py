@@ -12,9 +12,11 @@ import sys
 def _install() -> None:
     if os.environ.get("PERFTRACKER_HOOK", "1") != "1":
         return
-    if not any(os.environ.get(v) for v in ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")):
-        return  # the launcher itself, or an unrelated Python process
     try:
+        from perftracker.launcher_env import rank_in
+
+        if rank_in(os.environ) is None:
+            return  # the launcher itself, or an unrelated Python process
         import perftracker.hooks
 
         perftracker.hooks.install()
