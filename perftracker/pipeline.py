@@ -18,6 +18,7 @@ from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.reports import html as html_report
 from perftracker.reports import json_report, report_data
 from perftracker.reports.sections import ReportSection, SectionBuilder
+from perftracker.rundir import atomic_write_text
 from perftracker.store import LoadNote, Store
 
 FINDINGS = "findings.json"
@@ -91,7 +92,7 @@ def _save_sections(sections: list[ReportSection], folder: Path) -> None:
     payload = [{"key": s.key, "title": s.title, "html": s.html, "figures": s.figures} for s in extra]
     from plotly.utils import PlotlyJSONEncoder
 
-    (folder / "sections.json").write_text(json.dumps(payload, cls=PlotlyJSONEncoder), encoding="utf-8")
+    atomic_write_text(folder / "sections.json", json.dumps(payload, cls=PlotlyJSONEncoder))
 
 
 def render_report(out_dir: Path) -> Path:

@@ -15,6 +15,10 @@ A step record is one line of JSON::
     {"rank": 3, "step": 120, "start_ns": 1732900000000000000, "end_ns": 1732900000250000000,
      "host": "node-7", "phases_ns": {"data": 1200000, "forward": 80000000, "backward": 150000000}}
 
+`<host>` in file names and records is `host_name()`: the hostname up to its first dot (as NCCL prints
+it) or $PERFTRACKER_HOST. Several hosts may write into one run directory; per-host manifests go to
+`manifests/<host>.json`.
+
 `start_ns`/`end_ns` are the rank's wall clock (time.time_ns()); `phases_ns` is optional.
 
 Host counters (one JSON object per line, times in epoch ns; every metric optional)::
@@ -43,6 +47,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -59,6 +64,13 @@ _SKIP_DIRS = {"tables", ".perftracker-cache", "__pycache__"}
 NON_TRACE_DIRS = {"env", "steps", "counters", "nccl", "stacks", "tables", "manifests", "output", "requests", "ranks",
                   "fr", "errors"}
 _OUTPUT_FILES = {"findings.json", "store.json", "ground_truth.json", MANIFEST}
+
+
+def host_name() -> str:
+    """The name host-keyed files and records use for this machine: $PERFTRACKER_HOST when set (give
+    each node a distinct one where hostnames repeat, as in some containers), else the hostname up to
+    its first dot, which is also what NCCL prints and substitutes for %h."""
+    return os.environ.get("PERFTRACKER_HOST", "").strip() or socket.gethostname().split(".")[0]
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -80,8 +80,11 @@ def job_command(
     port: int,
     job_args: Sequence[str],
     python: str = sys.executable,
+    nnodes: int = 1,
+    node_rank: int = 0,
 ) -> list[str]:
-    """The torchrun command line that runs the sample job into `run_dir`."""
+    """The torchrun command line that runs the sample job into `run_dir`; with `nnodes` > 1, the
+    launcher of node `node_rank` (every node's launcher on this machine, sharing `port`)."""
     return [
         python,
         "-m",
@@ -89,7 +92,8 @@ def job_command(
         "--nproc_per_node",
         str(nproc),
         "--nnodes",
-        "1",
+        str(nnodes),
+        *(["--node_rank", str(node_rank)] if nnodes > 1 else []),
         "--max_restarts",
         "0",
         "--master_addr",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import socket
+import os
 import time
 from pathlib import Path
 
@@ -17,6 +17,7 @@ from perftracker.live.sampler import LiveContext
 from perftracker.live.session import run_session
 from perftracker.pipeline import analyze_path
 from perftracker.reports.text import print_summary
+from perftracker.rundir import host_name
 
 
 def register(app: typer.Typer) -> None:
@@ -44,6 +45,9 @@ def register(app: typer.Typer) -> None:
         stacks_at: float | None = typer.Option(None, "--stacks-at", help="Epoch seconds at which to take one "
                                                   "stack snapshot on this node: give every node the same value to "
                                                   "see a hang across the whole job."),
+        host: str | None = typer.Option(None, "--host", envvar="PERFTRACKER_HOST", help="This node's name in "
+                                        "host-keyed files (default: the hostname up to its first dot); give "
+                                        "each node a distinct one where hostnames repeat."),
         sysfs_root: Path = typer.Option(Path("/sys"), "--sysfs-root", help="Root of sysfs (tests use a fake tree)."),
         analyze: bool = typer.Option(True, "--analyze/--no-analyze", help="Analyze the run directory at the end."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No live panel."),
@@ -51,13 +55,15 @@ def register(app: typer.Typer) -> None:
         """Attach to a running job: environment, NCCL logs, stacks, GPU and RDMA samples, step times; then a
         diagnosis. Read-only: the job is never paused (non-blocking stacks) and keeps running after."""
         console = Console()
+        if host:
+            os.environ["PERFTRACKER_HOST"] = host  # every host-keyed name this process writes agrees
         found = find_job(job)
         run_dir = out or Path(f"perftracker-run-{time.strftime('%Y%m%d-%H%M%S')}")
         run_dir.mkdir(parents=True, exist_ok=True)
         console.print(f"Attached to {len(found.workers)} rank(s) "
                       f"({', '.join(str(w.rank) for w in found.workers[:16])}) of job "
                       f"{found.run_id or found.launcher_pid}; writing {run_dir}", highlight=False)
-        ctx = LiveContext(run_dir=run_dir, job=found, host=socket.gethostname(), sysfs_root=sysfs_root)
+        ctx = LiveContext(run_dir=run_dir, job=found, host=host_name(), sysfs_root=sysfs_root)
         options = SamplerOptions(interval_s=interval, stack_interval_s=stack_interval, stacks=stacks, gpu=gpu,
                                  rdma=rdma, logs=logs, steps=steps, nccl_logs=list(nccl_log), job_log=job_log,
                                  trace_steps=trace_steps, stacks_at=stacks_at)
@@ -66,6 +72,11 @@ def register(app: typer.Typer) -> None:
         console.print(f"Stopped ({result.reason}) after {result.seconds:.0f}s; run directory: {run_dir}", highlight=False)
         for note in ctx.notes:
             console.print(f"  note: {note}", highlight=False, markup=False)
+        others = _other_hosts(run_dir, ctx.host)
+        if others:
+            console.print(f"Hosts {', '.join(others)} also write to {run_dir}: this verdict covers what has been "
+                          f"collected so far; run `perftracker analyze {run_dir}` once every node has stopped.",
+                          highlight=False, markup=False)
         if analyze:
             try:
                 analysis = analyze_path(run_dir, run_dir / "perftracker-out", LoadOptions(cache_dir=None))
@@ -73,3 +84,10 @@ def register(app: typer.Typer) -> None:
                 console.print(f"Nothing to analyze yet: {exc.message}", highlight=False, markup=False)
                 return
             print_summary(console, analysis.findings, analysis.report_path)
+
+
+def _other_hosts(run_dir: Path, me: str) -> list[str]:
+    """Hosts other than `me` with a manifest in a shared run directory."""
+    folder = run_dir / "manifests"
+    names = sorted(p.name[:-len(".json")] for p in folder.glob("*.json")) if folder.is_dir() else []
+    return [n for n in names if n != me]

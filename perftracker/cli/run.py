@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import sys
 import threading
 import time
@@ -27,7 +26,7 @@ from perftracker.live.launch import LaunchOptions, RunningJob, exit_status, prep
 from perftracker.live.sampler import LiveContext
 from perftracker.live.session import run_session
 from perftracker.pipeline import analyze_path
-from perftracker.rundir import write_manifest
+from perftracker.rundir import host_name, write_manifest
 
 _ERROR_FILE = re.compile(r"error_file\s*:\s*(\S+)")
 
@@ -51,7 +50,7 @@ def _background(run_dir: Path, running: RunningJob, options: SamplerOptions, not
     if job is None:
         notes.append("no worker processes (with RANK in their environment) appeared; only the job's output was kept")
         return
-    ctx = LiveContext(run_dir=run_dir, job=job, host=socket.gethostname())
+    ctx = LiveContext(run_dir=run_dir, job=job, host=host_name())
     run_session(ctx, build_samplers(options), None, console, show_live=False,
                 stop_when=lambda: running.proc.poll() is not None)
     notes.extend(ctx.notes)
@@ -103,7 +102,7 @@ def register(app: typer.Typer) -> None:
         env, changed = prepare_env(run_dir, dict(os.environ), LaunchOptions(nccl_debug, kineto_daemon,
                                                                            flight_recorder, hook))
         write_manifest(run_dir, job=" ".join(command)[:500], created_by="perftracker run", prepared=changed,
-                       started_ns=time.time_ns(), host=socket.gethostname())
+                       started_ns=time.time_ns(), host=host_name())
         err.print(f"perftracker: run directory {run_dir}", highlight=False, markup=False)
         try:
             running = RunningJob(command, env, run_dir)

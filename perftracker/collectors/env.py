@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import socket
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pandas as pd
 
 from perftracker.errors import InputError
 from perftracker.launcher_env import rank_in
+from perftracker.rundir import host_name
 from perftracker.store import LoadNote
 from perftracker.store.schema import conform
 
@@ -139,7 +139,7 @@ def env_file_frame(path: Path, host: str = "") -> pd.DataFrame:
 def process_env_frame(pid: int) -> pd.DataFrame:
     """The config table of a live process's captured environment."""
     env = capture_process_env(pid)
-    rows = env_rows(env, source="env", evidence=f"pid {pid}", host=socket.gethostname().split(".")[0], pid=pid)
+    rows = env_rows(env, source="env", evidence=f"pid {pid}", host=host_name(), pid=pid)
     return conform("config", pd.DataFrame(rows))
 
 

@@ -16,6 +16,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from perftracker.rundir import host_name
+
 ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 
 
@@ -135,7 +137,7 @@ def read_sysfs(root: Path | str = "/sys", host: str | None = None) -> dict[str, 
     rdma = read_rdma(root_path)
     return {
         "root": str(root_path),
-        "host": host if host is not None else socket.gethostname().split(".")[0],
+        "host": host if host is not None else host_name(),
         "available": (root_path / "class").is_dir() and os.access(root_path / "class", os.R_OK),
         "rdma": rdma,
         "net": read_net(root_path, rdma),

@@ -43,7 +43,6 @@ import gzip
 import json
 import os
 import shutil
-import socket
 import sys
 import threading
 import time
@@ -52,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from perftracker.launcher_env import rank_in
+from perftracker.rundir import host_name
 
 POLL_S = 1.0
 MAX_TRACE_STEPS = 1000
@@ -108,7 +108,7 @@ class _Hook:
     def __init__(self, root: Path, rank: int) -> None:
         self.root = root
         self.rank = rank
-        self.host = socket.gethostname()
+        self.host = host_name()
         self.installed_ns = time.time_ns()
         for sub in ("ranks", "steps", "requests", "traces"):
             (root / sub).mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,6 @@ root or the same user: such processes are reported, not silently skipped.
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -18,6 +17,7 @@ import psutil
 
 from perftracker.errors import InputError
 from perftracker.launcher_env import LOCAL_RANK_VARS, RANK_VARS, WORLD_VARS, first_int
+from perftracker.rundir import host_name
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def worker_of(proc: psutil.Process) -> Worker | None:
         cmd, parent = "", -1
     local = first_int(env, LOCAL_RANK_VARS)
     world = first_int(env, WORLD_VARS)
-    return Worker(rank=rank, local_rank=local if local is not None else -1, pid=proc.pid, host=socket.gethostname(),
+    return Worker(rank=rank, local_rank=local if local is not None else -1, pid=proc.pid, host=host_name(),
                   cmdline=cmd, run_id=env.get("TORCHELASTIC_RUN_ID", ""), world_size=world or -1, parent=parent)
 
 

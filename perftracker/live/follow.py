@@ -62,7 +62,7 @@ class FollowSampler:
     def start(self, ctx: LiveContext) -> None:
         import psutil
 
-        host = socket.gethostname()
+        nccl_host = socket.gethostname().split(".")[0]  # what NCCL substitutes for %h
         seen: set[str] = set()
         nccl_debug = False
         for w in ctx.job.workers:
@@ -73,13 +73,13 @@ class FollowSampler:
             nccl_debug = nccl_debug or bool(env.get("NCCL_DEBUG"))
             pattern = env.get("NCCL_DEBUG_FILE")
             if pattern:
-                path = Path(resolve_nccl_debug_file(pattern, host, w.pid))
+                path = Path(resolve_nccl_debug_file(pattern, nccl_host, w.pid))
                 if not path.is_absolute():
                     try:
                         path = Path(psutil.Process(w.pid).cwd()) / path
                     except (psutil.NoSuchProcess, psutil.AccessDenied):
                         pass
-                self._add(path, ctx.run_dir / "nccl" / f"{host}.{w.pid}.log", seen)
+                self._add(path, ctx.run_dir / "nccl" / f"{ctx.host}.{w.pid}.log", seen)
             for fd, label in ((1, "stdout"), (2, "stderr")):
                 link = Path(f"/proc/{w.pid}/fd/{fd}")
                 try:
@@ -89,7 +89,7 @@ class FollowSampler:
                 if real.is_file():
                     self._add(real, ctx.run_dir / "output" / f"rank-{w.rank}.{label}.log", seen)
         for log in self.extra_logs:
-            self._add(log, ctx.run_dir / "nccl" / f"{host}.{log.name}", seen)
+            self._add(log, ctx.run_dir / "nccl" / f"{ctx.host}.{log.name}", seen)
         if not nccl_debug and not self.extra_logs:
             ctx.note("NCCL logs: the job was started without NCCL_DEBUG; next time launch with NCCL_DEBUG=INFO "
                      "NCCL_DEBUG_FILE=/path/nccl.%h.%p.log (or use `perftracker run`)")

@@ -7,7 +7,6 @@ Uses `perftracker.collectors.rdma.snapshot`, the same reader the offline loader 
 from __future__ import annotations
 
 import json
-import socket
 from dataclasses import dataclass
 
 from perftracker.live.sampler import LiveContext
@@ -24,7 +23,7 @@ class RdmaSampler:
     def start(self, ctx: LiveContext) -> None:
         from perftracker.collectors.rdma import snapshot
 
-        first = snapshot(ctx.sysfs_root, socket.gethostname())
+        first = snapshot(ctx.sysfs_root, ctx.host)
         self.ports = len(first)
         if not first:
             self.enabled = False
@@ -35,8 +34,8 @@ class RdmaSampler:
             return
         from perftracker.collectors.rdma import snapshot
 
-        records = snapshot(ctx.sysfs_root, socket.gethostname())
-        path = ctx.run_dir / "counters" / f"{socket.gethostname()}.rdma.jsonl"
+        records = snapshot(ctx.sysfs_root, ctx.host)
+        path = ctx.run_dir / "counters" / f"{ctx.host}.rdma.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as fh:
             fh.write("".join(json.dumps(r) + "\n" for r in records))

@@ -7,6 +7,8 @@ draws at most MAX_TIMELINE_RANKS ranks (the slowest, the fastest and a spread be
 
 from __future__ import annotations
 
+import os
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -47,8 +49,10 @@ def build(store: Store) -> dict[str, pd.DataFrame]:
 
 def save(tables: dict[str, pd.DataFrame], folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    for name, frame in tables.items():
-        frame.reset_index(drop=True).to_parquet(folder / f"{name}.parquet", index=False)
+    for name, frame in tables.items():  # write then rename: a concurrent reader sees a whole file
+        tmp = folder / f".{name}.{uuid.uuid4().hex}.parquet.tmp"
+        frame.reset_index(drop=True).to_parquet(tmp, index=False)
+        os.replace(tmp, folder / f"{name}.parquet")
 
 
 def load(folder: Path) -> dict[str, pd.DataFrame]:

@@ -23,10 +23,12 @@ from sample_job_runner import free_port, job_command, worker_pids
 
 
 def launch_job(run_dir: Path, nproc: int = 4, job_args: Sequence[str] = (), run_id: str | None = None,
-               log: Path | None = None) -> subprocess.Popen[bytes]:
-    """Start `torchrun ... sample_job.py` in the background; returns the launcher's Popen."""
-    cmd = job_command(run_dir, nproc, free_port(), ["--profile-steps", "0", "--width", "64", "--batch", "16",
-                                                    *job_args])
+               log: Path | None = None, nodes: tuple[int, int, int] | None = None) -> subprocess.Popen[bytes]:
+    """Start `torchrun ... sample_job.py` in the background; returns the launcher's Popen.
+    `nodes` = (nnodes, node_rank, port) starts one node's launcher of a multi-node job."""
+    nnodes, node_rank, port = nodes or (1, 0, free_port())
+    cmd = job_command(run_dir, nproc, port, ["--profile-steps", "0", "--width", "64", "--batch", "16", *job_args],
+                      nnodes=nnodes, node_rank=node_rank)
     if run_id:
         at = cmd.index("torch.distributed.run") + 1
         cmd[at:at] = ["--rdzv-id", run_id]
