@@ -31,8 +31,10 @@ Host counters (one JSON object per line, times in epoch ns; every metric optiona
       {"ts_ns", "host", "gpu": 3, "uuid", "pci_bus_id", "numa_node",
        "metrics": {"sm_clock_mhz", "mem_clock_mhz", "max_sm_clock_mhz", "power_w", "power_limit_w",
                    "temp_c", "util_gpu_pct", "util_mem_pct", "clock_event_reasons" (NVML bitmask),
-                   "pcie_gen", "pcie_width", "pcie_max_gen", "pcie_max_width", "ecc_sbe", "ecc_dbe",
-                   "xid": [int, ...]}}
+                   "pcie_gen", "pcie_width", "pcie_max_gen", "pcie_max_width", "pcie_tx_kbps", "pcie_rx_kbps",
+                   "pcie_replay", "nvlink_links", "nvlink_active", "nvlink_replay", "nvlink_recovery",
+                   "nvlink_crc_flit", "nvlink_crc_data", "nvlink_tx_kib", "nvlink_rx_kib", "ecc_sbe", "ecc_dbe",
+                   "xid": [int, ...]}, "pids": [...], "ranks": [...]}   (the job's processes NVML lists on it)
 
 `counters`/`hw_counters` hold the sysfs files of `ports/<n>/counters` and `ports/<n>/hw_counters` as the
 kernel writes them (`port_*_data` are octets / 4); `collectors/rdma.py: snapshot()` makes the RDMA

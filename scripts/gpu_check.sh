@@ -2,10 +2,13 @@
 # GPU check for `perftracker attach` (needs one NVIDIA GPU, torch with CUDA, and perftracker installed):
 # runs a tiny single-GPU job with NCCL (world size 1, NCCL_DEBUG=INFO) and the step hook, attaches to it,
 # and verifies NVML samples, CUDA kernels in an on-demand trace and a parsed NCCL log, in under 5 minutes.
+# It prints which GPUs were sampled, the ranks NVML listed on them, and whether PCIe / NVLink counters were
+# present (they are optional: a missing one is reported, not a failure).
 # What it collects is copied to tests/fixtures/gpu/ (small) so it can become real test fixtures.
 # Unsupported NVML calls are tolerated (the sampler skips what a GPU does not support).
 #
 #   bash scripts/gpu_check.sh [OUT_DIR]
+#   FIXTURES=$OUT/gpu bash scripts/gpu_check.sh   # fixtures elsewhere (e.g. to bring them back from a lent machine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-/tmp/perftracker-gpu-check}
@@ -30,20 +33,55 @@ sleep 20
 import json, sys
 from pathlib import Path
 import pandas as pd
+from perftracker.analyzers.gpu_links import analyze_gpu_links
+from perftracker.analyzers.topology import rank_map
 from perftracker.collectors.loading import LoadOptions, load_path
 out = Path(sys.argv[1])
 run = out / "run"
 gpu = [json.loads(l) for p in run.glob("counters/*.gpu.jsonl") for l in p.read_text().splitlines()]
 assert gpu and "sm_clock_mhz" in gpu[-1]["metrics"], "no NVML samples with an SM clock"
+# PCIe throughput / replays, NVLink links / errors / throughput and the job's ranks per GPU are optional
+# (a GPU or driver may not support them, a container may hide the job's pids from NVML): report, never fail.
+seen = sorted({k for r in gpu for k in r["metrics"]})
+pcie = [k for k in ("pcie_tx_kbps", "pcie_rx_kbps", "pcie_replay") if k in seen]
+nvlink = [k for k in seen if k.startswith("nvlink_")]
+on_gpu: dict[int, set[int]] = {}
+for r in gpu:
+    on_gpu.setdefault(r["gpu"], set()).update(r.get("ranks") or [])
+print("GPUs sampled (job ranks NVML listed on each):", {g: sorted(rs) for g, rs in sorted(on_gpu.items())})
+print("PCIe counters:", ", ".join(pcie) if pcie else "absent")
+print("NVLink counters:", ", ".join(nvlink) if nvlink else "absent (no NVLink, or NVML did not answer)")
+for r in {r["gpu"]: r for r in gpu}.values():
+    m = r["metrics"]
+    print(f"  GPU {r['gpu']}: NVLinks {m.get('nvlink_active', '-')}/{m.get('nvlink_links', '-')} active, "
+          + ", ".join(f"{k}={m[k]:g}" for k in ("nvlink_crc_flit", "nvlink_crc_data", "nvlink_replay", "nvlink_recovery",
+                                                   "nvlink_tx_kib", "pcie_tx_kbps", "pcie_rx_kbps", "pcie_replay") if k in m))
+for manifest in run.glob("manifests/*.json"):
+    for note in json.loads(manifest.read_text()).get("notes", []):
+        if note.startswith("GPU:"):
+            print("note:", note)
 store = load_path(run, LoadOptions(cache_dir=None), out / "scratch")
 kernels = store.events[store.events["kind"].isin(["compute", "comm"])]
 assert len(kernels) > 0, "no CUDA kernels in the on-demand trace"
 assert (store.events["kind"] == "comm").any(), "no NCCL kernels in the trace"
 assert not store["nccl"].empty and (store["nccl"]["key"] == "version").any(), "NCCL log not parsed"
+rmap = rank_map(store)
+if not rmap.empty:
+    print(rmap[["rank", "host", "gpu", "gpu_source"]].to_string(index=False))
+print("gpu_links findings:", [f.title for f in analyze_gpu_links(store)] or "none")
+import time, pynvml
+from perftracker.live.nvml_read import read_metrics
+pynvml.nvmlInit()
+wall, cpu = time.perf_counter(), time.process_time()
+count = pynvml.nvmlDeviceGetCount()
+for i in range(count):
+    read_metrics(pynvml, pynvml.nvmlDeviceGetHandleByIndex(i))
+print(f"cost of one NVML sample of {count} GPU(s): {time.perf_counter() - wall:.3f} s wall, "
+      f"{time.process_time() - cpu:.3f} s CPU")
 print(f"OK: {len(gpu)} NVML samples, {len(kernels)} GPU kernels, NCCL {store['nccl'].loc[store['nccl']['key'] == 'version', 'value'].iloc[0]}")
 PYCHECK
 
-FIX=tests/fixtures/gpu; mkdir -p "$FIX"
+FIX=${FIXTURES:-tests/fixtures/gpu}; mkdir -p "$FIX"
 head -n 200 "$(ls "$OUT"/run/counters/*.gpu.jsonl | head -1)" > "$FIX/h200.gpu.jsonl"
 head -n 400 "$(ls "$OUT"/job/nccl/*.log | head -1)" > "$FIX/h200.nccl.log"
 cp "$(ls "$OUT"/run/traces/* | head -1)" "$FIX/"

@@ -3,7 +3,8 @@
 The sample run was made on a CPU-only machine without RDMA, so these samples are made up, in the
 run-directory formats of `perftracker/collectors/gpu_samples.py` and `perftracker/collectors/rdma.py`:
 four GPUs (GPU r is rank r's, LOCAL_RANK r) sampled every 0.5 s over the run's step window, where
-GPU 2 (the slow rank's) is in HW thermal slowdown 40% of the time at 1410 MHz, and two healthy
+GPU 2 (the slow rank's) is in HW thermal slowdown 40% of the time at 1410 MHz, GPU 1 shows a slow
+rise of NVLink CRC flit errors (6/s: worth knowing, not yet a problem), and two healthy
 400G InfiniBand ports carrying the same light traffic. Deterministic: the same run gives the same files.
 
     python scripts/make_sample_counters.py [RUN_DIR]
@@ -41,10 +42,15 @@ def gpu_records(t0: int, t1: int) -> list[dict[str, Any]]:
                        "power_limit_w": 700.0, "temp_c": 88 + i % 2 if hot else 63 + gpu + i % 2,
                        "util_gpu_pct": 96, "util_mem_pct": 38, "clock_event_reasons": 0x40 if hot else 0,
                        "pcie_gen": 5, "pcie_width": 16, "pcie_max_gen": 5, "pcie_max_width": 16,
-                       "ecc_sbe": 0, "ecc_dbe": 0, "xid": []}
+                       "ecc_sbe": 0, "ecc_dbe": 0, "xid": [],
+                       "pcie_tx_kbps": 41_000 + 500 * (i % 4), "pcie_rx_kbps": 39_000 + 400 * (i % 3), "pcie_replay": 2,
+                       "nvlink_links": 18, "nvlink_active": 18, "nvlink_replay": 0, "nvlink_recovery": 0,
+                       # GPU 1: a few NVLink CRC flit errors a second (info: replays absorb them)
+                       "nvlink_crc_flit": 40 + 3 * i if gpu == 1 else 0, "nvlink_crc_data": 0,
+                       "nvlink_tx_kib": 1_000_000 + 9_000 * i, "nvlink_rx_kib": 1_000_000 + 9_000 * i}
             out.append({"ts_ns": ts, "host": HOST, "gpu": gpu, "uuid": f"GPU-5a3e0000-0000-4000-8000-00000000000{gpu}",
                         "pci_bus_id": f"00000000:{0x18 + 0x10 * gpu:02X}:00.0", "numa_node": gpu // 2,
-                        "metrics": metrics})
+                        "pids": [41_000 + gpu], "ranks": [gpu], "metrics": metrics})
     return out
 
 

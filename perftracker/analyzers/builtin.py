@@ -6,6 +6,7 @@ from perftracker.analyzers import (
     crash,  # noqa: F401
     degradation,  # noqa: F401
     gpu_health,  # noqa: F401
+    gpu_links,  # noqa: F401
     hang,  # noqa: F401
     idle,  # noqa: F401
     inputs,  # noqa: F401

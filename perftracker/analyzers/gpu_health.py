@@ -94,7 +94,9 @@ def _med(wide: pd.DataFrame, name: str) -> float:
     return float(wide[name].median()) if name in wide and wide[name].notna().any() else float("nan")
 
 
-class _Ctx:
+class GpuContext:
+    """What every per-GPU check compares with: the samples of all GPUs, the rank map, the job's medians."""
+
     def __init__(self, store: Store) -> None:
         self.wide = gpu_wide(store)
         self.rmap = rank_map(store)
@@ -106,8 +108,9 @@ class _Ctx:
         self.job_util = float(np.median(utils)) if utils else float("nan")
 
 
-def _finding(ctx: _Ctx, host: str, gpu: int, wide: pd.DataFrame, check: str, severity: Severity, title: str,
-             advice: str, **evidence: Any) -> Finding:
+def gpu_finding(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame, check: str, severity: Severity, title: str,
+                advice: str, analyzer: str = "gpu_health", **evidence: Any) -> Finding:
+    """A finding about one GPU: `title` with "{gpu}" naming it (host, index, ranks), common evidence added."""
     ranks = ranks_of_gpu(ctx.rmap, host, gpu)
     on = f" (rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})" if ranks else ""
     ev = {"host": host, "gpu": gpu, "check": check, "ranks": list(ranks),
@@ -118,7 +121,7 @@ def _finding(ctx: _Ctx, host: str, gpu: int, wide: pd.DataFrame, check: str, sev
           "temp_c_max": float(wide["temp_c"].max()) if "temp_c" in wide else float("nan"),
           "power_w_median": _med(wide, "power_w"), "power_limit_w": _med(wide, "power_limit_w"), **evidence}
     ev = {k: (None if isinstance(v, float) and v != v else v) for k, v in ev.items()}
-    return Finding(analyzer="gpu_health", severity=severity, title=title.format(gpu=f"GPU {gpu} on host {host}{on}"),
+    return Finding(analyzer=analyzer, severity=severity, title=title.format(gpu=f"GPU {gpu} on host {host}{on}"),
                    recommendation=advice, evidence=ev, ranks=ranks, hosts=(host,), key=f"gpu:{check}:{host}:{gpu}")
 
 
@@ -135,7 +138,7 @@ _THROTTLE_ADVICE = {
 }
 
 
-def _throttle(ctx: _Ctx, host: str, gpu: int, wide: pd.DataFrame, clock_low: bool) -> list[Finding]:
+def _throttle(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame, clock_low: bool) -> list[Finding]:
     out = []
     for reason in ("thermal", "hw_slowdown", "power_brake", "power_cap"):
         mask = throttle_mask(wide, reason)
@@ -149,53 +152,53 @@ def _throttle(ctx: _Ctx, host: str, gpu: int, wide: pd.DataFrame, clock_low: boo
         during = float(wide.loc[mask, "sm_clock_mhz"].median()) if "sm_clock_mhz" in wide else float("nan")
         clock_text = (f"; SM clock {during:.0f} MHz while throttled against a job median of {ctx.job_clock:.0f}"
                       if during == during and ctx.job_clock == ctx.job_clock else "")
-        out.append(_finding(ctx, host, gpu, wide, f"throttle_{reason}", severity,
-                            f"{{gpu}} was in {reason.replace('_', ' ')} slowdown {100 * share:.0f}% of the time"
-                            + clock_text, _THROTTLE_ADVICE[reason], reason=reason, sm_clock_mhz_throttled=during,
-                            share_of_time=round(share, 4), periods=[list(p) for p in spans[:MAX_PERIODS]],
-                            thresholds={"share": THROTTLE_SHARE, "critical_share": CRITICAL_SHARE}))
+        out.append(gpu_finding(ctx, host, gpu, wide, f"throttle_{reason}", severity,
+                               f"{{gpu}} was in {reason.replace('_', ' ')} slowdown {100 * share:.0f}% of the time"
+                               + clock_text, _THROTTLE_ADVICE[reason], reason=reason, sm_clock_mhz_throttled=during,
+                               share_of_time=round(share, 4), periods=[list(p) for p in spans[:MAX_PERIODS]],
+                               thresholds={"share": THROTTLE_SHARE, "critical_share": CRITICAL_SHARE}))
     return out
 
 
-def _gpu_findings(ctx: _Ctx, host: str, gpu: int, wide: pd.DataFrame) -> list[Finding]:
+def _gpu_findings(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> list[Finding]:
     out: list[Finding] = []
     clock = _busy_median(wide, "sm_clock_mhz")
     clock_low = clock == clock and ctx.job_clock == ctx.job_clock and clock < (1 - CLOCK_DEFICIT) * ctx.job_clock
     out.extend(_throttle(ctx, host, gpu, wide, clock_low))
     if clock_low and not any(f.severity >= Severity.WARNING for f in out):
-        out.append(_finding(ctx, host, gpu, wide, "sm_clock", Severity.WARNING,
-                            f"{{gpu}} runs at {clock:.0f} MHz SM clock against a job median of {ctx.job_clock:.0f}",
-                            "This GPU's clocks are lower than its peers' without a reported throttle reason: "
-                            "check application clocks / clock locks (`nvidia-smi -q -d CLOCK`) and its power limit.",
-                            deficit=round(1 - clock / ctx.job_clock, 4), threshold=CLOCK_DEFICIT))
+        out.append(gpu_finding(ctx, host, gpu, wide, "sm_clock", Severity.WARNING,
+                               f"{{gpu}} runs at {clock:.0f} MHz SM clock against a job median of {ctx.job_clock:.0f}",
+                               "This GPU's clocks are lower than its peers' without a reported throttle reason: check "
+                               "application clocks / clock locks (`nvidia-smi -q -d CLOCK`) and its power limit.",
+                               deficit=round(1 - clock / ctx.job_clock, 4), threshold=CLOCK_DEFICIT))
     xids = ctx.xids[(ctx.xids["host"] == host) & (ctx.xids["device"] == f"gpu:{gpu}")]
     dbe = float(wide["ecc_dbe"].max() - wide["ecc_dbe"].min()) if "ecc_dbe" in wide else 0.0
     if len(xids) or dbe > 0:
         values = sorted({int(v) for v in xids["value"]})
-        out.append(_finding(ctx, host, gpu, wide, "xid_ecc", Severity.CRITICAL,
-                            "{gpu} reported " + ", ".join(([f"XID {', '.join(map(str, values))}"] if values else [])
-                                                          + ([f"{dbe:.0f} new double-bit ECC error(s)"] if dbe else [])),
-                            "XID / uncorrectable ECC errors mean a faulty GPU or driver event: look up the XID in "
-                            "NVIDIA's XID catalog, drain the node and run diagnostics (dcgmi diag -r 3).",
-                            xids=values, xid_times_ns=[int(t) for t in xids["ts_ns"].head(20)], ecc_dbe_new=dbe))
+        what = ([f"XID {', '.join(map(str, values))}"] if values else []) \
+            + ([f"{dbe:.0f} new double-bit ECC error(s)"] if dbe else [])
+        out.append(gpu_finding(ctx, host, gpu, wide, "xid_ecc", Severity.CRITICAL, "{gpu} reported " + ", ".join(what),
+                               "XID / uncorrectable ECC errors mean a faulty GPU or driver event: look up the XID in "
+                               "NVIDIA's XID catalog, drain the node and run diagnostics (dcgmi diag -r 3).",
+                               xids=values, xid_times_ns=[int(t) for t in xids["ts_ns"].head(20)], ecc_dbe_new=dbe))
     sbe = float(wide["ecc_sbe"].max() - wide["ecc_sbe"].min()) if "ecc_sbe" in wide else 0.0
     if sbe > 0:
-        out.append(_finding(ctx, host, gpu, wide, "ecc_sbe", Severity.INFO,
-                            f"{{gpu}} corrected {sbe:.0f} single-bit ECC error(s) during the window",
-                            "Corrected errors cost little; a rising rate can precede row remapping or failure.",
-                            ecc_sbe_new=sbe))
+        out.append(gpu_finding(ctx, host, gpu, wide, "ecc_sbe", Severity.INFO,
+                               f"{{gpu}} corrected {sbe:.0f} single-bit ECC error(s) during the window",
+                               "Corrected errors cost little; a rising rate can precede row remapping or failure.",
+                               ecc_sbe_new=sbe))
     out.extend(_pcie(ctx, host, gpu, wide))
     util = _med(wide, "util_gpu_pct")
     if util == util and ctx.job_util >= BUSY_UTIL_PCT and util < ctx.job_util - UTIL_GAP_PCT:
-        out.append(_finding(ctx, host, gpu, wide, "utilization", Severity.WARNING,
-                            f"{{gpu}} is {util:.0f}% utilized against a job median of {ctx.job_util:.0f}%",
-                            "This GPU waits while its peers compute: look for a data-loading or CPU bottleneck on "
-                            "its rank, or a rank placed on the wrong GPU.",
-                            util_gpu_pct=util, job_median_util_pct=ctx.job_util, gap_threshold=UTIL_GAP_PCT))
+        out.append(gpu_finding(ctx, host, gpu, wide, "utilization", Severity.WARNING,
+                               f"{{gpu}} is {util:.0f}% utilized against a job median of {ctx.job_util:.0f}%",
+                               "This GPU waits while its peers compute: look for a data-loading or CPU bottleneck on "
+                               "its rank, or a rank placed on the wrong GPU.",
+                               util_gpu_pct=util, job_median_util_pct=ctx.job_util, gap_threshold=UTIL_GAP_PCT))
     return out
 
 
-def _pcie(ctx: _Ctx, host: str, gpu: int, wide: pd.DataFrame) -> list[Finding]:
+def _pcie(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> list[Finding]:
     peers_gen = max((float(w["pcie_gen"].max()) for w in ctx.wide.values() if "pcie_gen" in w), default=float("nan"))
     peers_width = max((float(w["pcie_width"].max()) for w in ctx.wide.values() if "pcie_width" in w),
                       default=float("nan"))
@@ -214,17 +217,17 @@ def _pcie(ctx: _Ctx, host: str, gpu: int, wide: pd.DataFrame) -> list[Finding]:
         if low.mean() > 0.5:
             cur, top = float(rows[metric].median()), float(limit.max())
             word = "width x" if metric == "pcie_width" else "generation "
-            out.append(_finding(ctx, host, gpu, wide, metric, Severity.WARNING,
-                                f"{{gpu}} PCIe link runs at {word}{cur:.0f}, below its maximum {word}{top:.0f}",
-                                "A degraded PCIe link slows host transfers and GPUDirect RDMA: reseat the GPU or "
-                                "riser, check `nvidia-smi -q -d PCIE` and `lspci -vv` (LnkSta vs LnkCap).",
-                                current=cur, maximum=top, share_of_samples=round(float(low.mean()), 4)))
+            out.append(gpu_finding(ctx, host, gpu, wide, metric, Severity.WARNING,
+                                   f"{{gpu}} PCIe link runs at {word}{cur:.0f}, below its maximum {word}{top:.0f}",
+                                   "A degraded PCIe link slows host transfers and GPUDirect RDMA: reseat the GPU or "
+                                   "riser, check `nvidia-smi -q -d PCIE` and `lspci -vv` (LnkSta vs LnkCap).",
+                                   current=cur, maximum=top, share_of_samples=round(float(low.mean()), 4)))
     return out
 
 
 @register("gpu_health", "GPU health: throttling, low clocks, XID/ECC, PCIe link, utilization vs peers")
 def analyze_gpu_health(store: Store) -> list[Finding]:
-    ctx = _Ctx(store)
+    ctx = GpuContext(store)
     findings: list[Finding] = []
     for (host, gpu), wide in sorted(ctx.wide.items()):
         if len(wide):

@@ -5,9 +5,10 @@ Promise: `link_findings(store, findings)` returns the same findings (same order,
   GPU phase, see `straggler_kind`) gets `evidence["root_cause"]`: the rank's
   host, GPU and NICs (topology.rank_map), a one-line `summary` ("rank 2 late in 97% of steps; its
   GPU 2 on host vm was in thermal slowdown 40% of the time; SM clock 1410 MHz against a job median
-  of 1980"), and the `chain` of warning / critical gpu_health and rdma findings on that GPU and
-  those NICs, the ones matching the straggler's kind first (compute: GPU; communication: NIC);
-  its recommendation starts with the likeliest cause;
+  of 1980"), and the `chain` of warning / critical gpu_health, gpu_links and rdma findings on that
+  GPU and those NICs, the ones matching the straggler's kind first (compute: gpu_health;
+  communication: rdma and gpu_links, NVLink / PCIe errors of its GPU); its recommendation starts
+  with the likeliest cause;
 - chained host findings and the straggler name each other in `related`; a chained finding of the
   matching kind without a cost of its own gets the straggler's cost (it explains that time), and
   the straggler's rank;
@@ -26,7 +27,8 @@ from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.topology import rank_map
 from perftracker.store import Store
 
-_KIND_SOURCE = {"compute": "gpu_health", "communication": "rdma"}
+_KIND_SOURCES = {"compute": ("gpu_health",), "communication": ("rdma", "gpu_links")}
+_GPU_ANALYZERS = ("gpu_health", "gpu_links")
 _GPU_PHASES = ("forward", "backward", "optimizer")
 
 
@@ -62,7 +64,7 @@ def _matches(loc: dict[str, Any], f: Finding) -> str:
     ev = f.evidence
     if not loc["host"] or ev.get("host") != loc["host"] or f.severity < Severity.WARNING:
         return ""
-    if f.analyzer == "gpu_health" and loc["gpu"] >= 0 and ev.get("gpu") == loc["gpu"]:
+    if f.analyzer in _GPU_ANALYZERS and loc["gpu"] >= 0 and ev.get("gpu") == loc["gpu"]:
         return "gpu"
     if f.analyzer == "rdma" and "device" in ev:
         nic = f"{ev['device']}/{ev['port']}"
@@ -79,7 +81,9 @@ def _cause_text(f: Finding) -> str:
                 f"{100 * float(ev['share_of_time']):.0f}% of the time"
                 + (f"; SM clock {float(clock):.0f} MHz while throttled against a job median of "
                    f"{float(ev['job_median_sm_clock_mhz']):.0f}" if clock and ev.get("job_median_sm_clock_mhz") else ""))
-    return f.title[0].lower() + f.title[1:] if f.title else f.id
+    if not f.title:
+        return f.id
+    return f.title if f.title.split(" ", 1)[0].isupper() else f.title[0].lower() + f.title[1:]  # "GPU 3 ..." stays
 
 
 def _summary(straggler: Finding, loc: dict[str, Any], chain: list[Finding], has_samples: bool) -> str:
@@ -99,7 +103,7 @@ def _summary(straggler: Finding, loc: dict[str, Any], chain: list[Finding], has_
 def link_findings(store: Store, findings: list[Finding]) -> list[Finding]:
     """Attach host evidence to stragglers, link both ways, and give explaining findings a cost."""
     stragglers = [f for f in findings if straggler_kind(f)]
-    health = [f for f in findings if f.analyzer in ("gpu_health", "rdma")]
+    health = [f for f in findings if f.analyzer in _GPU_ANALYZERS + ("rdma",)]
     if not stragglers and not health:
         return findings
     rmap = rank_map(store) if stragglers else pd.DataFrame()
@@ -111,14 +115,14 @@ def link_findings(store: Store, findings: list[Finding]) -> list[Finding]:
 
     for s in stragglers:
         loc = _location(rmap, s)
-        kind_source = _KIND_SOURCE.get(straggler_kind(s), "")
+        kind_sources = _KIND_SOURCES.get(straggler_kind(s), ())
         matched = [(f, _matches(loc, f)) for f in health]
-        chain = sorted((f for f, m in matched if m), key=lambda f: (f.analyzer != kind_source, -int(f.severity),
+        chain = sorted((f for f, m in matched if m), key=lambda f: (f.analyzer not in kind_sources, -int(f.severity),
                                                                     -float(f.evidence.get("share_of_time", 0) or 0)))
         summary = _summary(s, loc, chain, has_samples)
         root = {"summary": summary, "location": loc,
                 "chain": [{"id": f.id, "analyzer": f.analyzer, "severity": f.severity.label, "title": f.title,
-                           "explains": f.analyzer == kind_source} for f in chain]}
+                           "explains": f.analyzer in kind_sources} for f in chain]}
         new = replace(current(s), evidence={**current(s).evidence, "root_cause": root})
         if chain:
             lead = chain[0]
@@ -127,7 +131,7 @@ def link_findings(store: Store, findings: list[Finding]) -> list[Finding]:
         updated[s.id] = new
         for f in chain:
             cur = current(f).with_related([s.id])
-            if f.analyzer == kind_source:
+            if f.analyzer in kind_sources:
                 if cur.cost.seconds_per_step < s.cost.seconds_per_step:
                     cur = replace(cur, cost=Cost(s.cost.seconds_per_step, s.cost.share_of_step))
                 if s.ranks[0] not in cur.ranks:

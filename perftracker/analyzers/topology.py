@@ -3,12 +3,15 @@
 Promise: `rank_map(store)` returns one row per known rank with `host`, `local_rank`, `gpu` (the
 physical index NVML / nvidia-smi use, -1 unknown), `pci_bus_id`, `uuid`, `numa_node`, `nics`
 (tuple of "device/port") and where each came from:
-- host: the rank's trace, else its environment snapshot or NCCL log, else step files, else the only
-  host that has counter samples;
+- host: the rank's trace, else its environment snapshot or NCCL log, else step files, else the host
+  whose GPU samples list it (NVML), else the only host that has counter samples;
 - local rank: LOCAL_RANK / SLURM_LOCALID / OMPI_COMM_WORLD_LOCAL_RANK, else the rank's position among
   the ranks of its host ("inferred");
-- GPU: the NCCL log's cudaDev, else the local rank, mapped through CUDA_VISIBLE_DEVICES (an index or a
-  GPU UUID matched against the samples);
+- GPU: the GPU NVML listed the rank's process on (`devices.ranks`, from gpu.jsonl samples; "nvml").
+  A rank listed on several GPUs (every rank also opening a context on GPU 0 is common) gets the one
+  hosting the fewest ranks, ties going to the answer of the next sources; else the NCCL log's
+  cudaDev, else the local rank, mapped through CUDA_VISIBLE_DEVICES (an index or a GPU UUID matched
+  against the samples);
 - NICs: the NET/IB devices NCCL printed for the rank, else NCCL_IB_HCA matched against the host's
   ports, else the ports on the GPU's NUMA node (sysfs numa_node), else every port of the host.
 The `topology` analyzer reports the map as one info finding when there are host samples.
@@ -43,13 +46,26 @@ def _config(store: Store) -> dict[int, dict[str, str]]:
     return out
 
 
-def _ranks(store: Store, cfg: dict[int, dict[str, str]]) -> list[int]:
+NvmlGpus = dict[tuple[str, int], list[tuple[int, int]]]  # (host, rank) -> [(ranks on the GPU, GPU index)]
+
+
+def _nvml_gpus(gpus: pd.DataFrame) -> NvmlGpus:
+    """Where NVML saw each rank's process: (host, rank) -> [(number of ranks on that GPU, GPU index)]."""
+    out: NvmlGpus = {}
+    for host, dev, text in zip(gpus["host"], gpus["device"], gpus["ranks"]):
+        ranks = [int(r) for r in str(text).split(",") if r.strip().isdigit()]
+        for r in ranks:
+            out.setdefault((str(host), r), []).append((len(ranks), int(str(dev).split(":")[1])))
+    return out
+
+
+def _ranks(store: Store, cfg: dict[int, dict[str, str]], nvml: NvmlGpus) -> list[int]:
     found = set(int(r) for r in store.ranks["rank"]) | set(int(r) for r in store.steps["rank"]) | set(cfg)
-    found |= set(int(r) for r in store["nccl"]["rank"])
+    found |= set(int(r) for r in store["nccl"]["rank"]) | {r for _, r in nvml}
     return sorted(r for r in found if r >= 0)
 
 
-def _host(store: Store, rank: int, cfg: dict[str, str], only_host: str) -> tuple[str, str]:
+def _host(store: Store, rank: int, cfg: dict[str, str], only_host: str, nvml: NvmlGpus) -> tuple[str, str]:
     h = store.host_of(rank)
     if h:
         return h, "trace"
@@ -62,6 +78,9 @@ def _host(store: Store, rank: int, cfg: dict[str, str], only_host: str) -> tuple
     step_hosts = store.meta.get("step_hosts") or {}
     if step_hosts.get(str(rank)):
         return str(step_hosts[str(rank)]), "steps"
+    seen_on = {h for h, r in nvml if r == rank}
+    if len(seen_on) == 1:
+        return seen_on.pop(), "nvml"
     return (only_host, "only_host") if only_host else ("", "")
 
 
@@ -102,7 +121,17 @@ def _nics(store: Store, rank: int, host: str, cfg: dict[str, str], numa: int,
     return (), ""
 
 
-def _gpu(store: Store, rank: int, host: str, local: int, cfg: dict[str, str], gpus: pd.DataFrame) -> tuple[int, str]:
+def _gpu(store: Store, rank: int, host: str, local: int, cfg: dict[str, str], gpus: pd.DataFrame,
+         nvml: NvmlGpus) -> tuple[int, str]:
+    gpu, source = _configured_gpu(store, rank, host, local, cfg, gpus)
+    seen = nvml.get((host, rank))
+    if seen:
+        return min(seen, key=lambda c: (c[0], c[1] != gpu, c[1]))[1], "nvml"
+    return gpu, source
+
+
+def _configured_gpu(store: Store, rank: int, host: str, local: int, cfg: dict[str, str],
+                    gpus: pd.DataFrame) -> tuple[int, str]:
     nccl = store["nccl"]
     dev = nccl.loc[(nccl["rank"] == rank) & (nccl["device"] >= 0), "device"]
     logical, source = (int(dev.iloc[0]), "nccl_log") if len(dev) else (local, "local_rank")
@@ -126,10 +155,11 @@ def rank_map(store: Store) -> pd.DataFrame:
     gpus, ports = devices[devices["kind"] == "gpu"], devices[devices["kind"] == "nic"]
     counter_hosts = sorted({str(h) for h in store["counters"]["host"].unique() if str(h)})
     only_host = counter_hosts[0] if len(counter_hosts) == 1 else ""
+    nvml = _nvml_gpus(gpus)
     rows: list[dict[str, Any]] = []
-    for rank in _ranks(store, cfg):
+    for rank in _ranks(store, cfg, nvml):
         c = cfg.get(rank, {})
-        host, host_src = _host(store, rank, c, only_host)
+        host, host_src = _host(store, rank, c, only_host, nvml)
         local = next((int(c[k]) for k in _LOCAL_KEYS if c.get(k, "").isdigit()), -1)
         rows.append({"rank": rank, "host": host, "host_source": host_src, "local_rank": local,
                      "local_source": "env" if local >= 0 else ""})
@@ -142,7 +172,7 @@ def rank_map(store: Store) -> pd.DataFrame:
     out = []
     for row in records(frame):
         c = cfg.get(int(row["rank"]), {})
-        gpu, gpu_src = _gpu(store, int(row["rank"]), str(row["host"]), int(row["local_rank"]), c, gpus)
+        gpu, gpu_src = _gpu(store, int(row["rank"]), str(row["host"]), int(row["local_rank"]), c, gpus, nvml)
         info = gpus[(gpus["host"] == row["host"]) & (gpus["device"] == f"gpu:{gpu}")]
         numa = int(info["numa_node"].iloc[0]) if len(info) else -1
         nics, nic_src = _nics(store, int(row["rank"]), str(row["host"]), c, numa, ports)

@@ -2,22 +2,33 @@
 
 Promise: both loaders return `counters` rows (device "gpu:<index>", port "", name one of `METRICS`,
 value a float; one row per XID number, name "xid") and `devices` rows (kind "gpu", uuid, PCI bus id,
-NUMA node when known). DCGM exporter samples are read by `collectors/prometheus.py` into the same
-names. Missing or "[N/A]" fields are skipped.
+NUMA node when known, `ranks`: the job's ranks NVML listed on the GPU in any sample, comma-separated,
+"" when unknown). DCGM exporter samples are read by `collectors/prometheus.py` into the same names.
+Missing or "[N/A]" fields are skipped.
 
-`<run>/counters/<host>.gpu.jsonl`, one JSON object per GPU sample (all metrics optional)::
+`<run>/counters/<host>.gpu.jsonl`, one JSON object per GPU sample (all metrics optional; `pids` /
+`ranks` are the job's processes on the GPU, written by `perftracker attach`)::
 
     {"ts_ns": 1732900000000000000, "host": "node-7", "gpu": 3, "uuid": "GPU-...",
-     "pci_bus_id": "00000000:9B:00.0", "numa_node": 1,
+     "pci_bus_id": "00000000:9B:00.0", "numa_node": 1, "pids": [4711], "ranks": [3],
      "metrics": {"sm_clock_mhz": 1980, "mem_clock_mhz": 2619, "max_sm_clock_mhz": 1980,
                  "power_w": 650.2, "power_limit_w": 700, "temp_c": 71, "util_gpu_pct": 99,
                  "util_mem_pct": 45, "clock_event_reasons": 0, "pcie_gen": 5, "pcie_width": 16,
-                 "pcie_max_gen": 5, "pcie_max_width": 16, "ecc_sbe": 0, "ecc_dbe": 0, "xid": [79]}}
+                 "pcie_max_gen": 5, "pcie_max_width": 16, "pcie_tx_kbps": 1200, "pcie_rx_kbps": 800,
+                 "pcie_replay": 0, "nvlink_links": 18, "nvlink_active": 18, "nvlink_replay": 0,
+                 "nvlink_recovery": 0, "nvlink_crc_flit": 0, "nvlink_crc_data": 0,
+                 "nvlink_tx_kib": 81234567, "nvlink_rx_kib": 80234567, "ecc_sbe": 0, "ecc_dbe": 0,
+                 "xid": [79]}}
 
-`clock_event_reasons` is NVML's bitmask (see `analyzers/gpu_health.py`). nvidia-smi CSV: the header
-line names the fields (`--query-gpu=timestamp,index,uuid,pci.bus_id,clocks.sm,...`, with or without
-units); `timestamp` (local time, read as UTC) and `index` are required; headers repeated by `-l`
-are skipped. The host is the file name up to its first dot.
+Units: `pcie_tx_kbps` / `pcie_rx_kbps` are NVML's PCIe throughput in KB/s over a 20 ms window;
+`pcie_replay` and every `nvlink_*` error counter are cumulative counts (the NVLink ones summed over
+the GPU's links); `nvlink_links` / `nvlink_active` count the links NVML answers for / the active
+ones; `nvlink_tx_kib` / `nvlink_rx_kib` are cumulative KiB of payload summed over the links (rates
+come from differences). `clock_event_reasons` is NVML's bitmask (see `analyzers/gpu_health.py`).
+
+nvidia-smi CSV: the header line names the fields (`--query-gpu=timestamp,index,uuid,pci.bus_id,
+clocks.sm,...`, with or without units); `timestamp` (local time, read as UTC) and `index` are
+required; headers repeated by `-l` are skipped. The host is the file name up to its first dot.
 """
 
 from __future__ import annotations
@@ -34,7 +45,9 @@ from perftracker.store import LoadNote
 
 METRICS = ("sm_clock_mhz", "mem_clock_mhz", "max_sm_clock_mhz", "power_w", "power_limit_w", "temp_c",
            "util_gpu_pct", "util_mem_pct", "clock_event_reasons", "pcie_gen", "pcie_width", "pcie_max_gen",
-           "pcie_max_width", "ecc_sbe", "ecc_dbe", "thermal_violation_us", "power_violation_us")
+           "pcie_max_width", "pcie_tx_kbps", "pcie_rx_kbps", "pcie_replay", "nvlink_links", "nvlink_active",
+           "nvlink_replay", "nvlink_recovery", "nvlink_crc_flit", "nvlink_crc_data", "nvlink_tx_kib",
+           "nvlink_rx_kib", "ecc_sbe", "ecc_dbe", "thermal_violation_us", "power_violation_us")
 
 # nvidia-smi --query-gpu field (units stripped) -> metric name
 SMI_FIELDS: dict[str, str] = {
@@ -63,13 +76,19 @@ _NUM = re.compile(r"^\s*(0x[0-9a-fA-F]+|-?[\d.]+)")
 
 def _device_row(host: str, gpu: int, uuid: str, bus: str, numa: int, source: str) -> dict[str, Any]:
     return {"host": host, "kind": "gpu", "device": f"gpu:{gpu}", "port": "", "uuid": uuid, "pci_bus_id": bus,
-            "numa_node": numa, "link_layer": "", "netdevs": "", "source": source}
+            "numa_node": numa, "link_layer": "", "netdevs": "", "ranks": "", "source": source}
+
+
+def _ranks(value: Any) -> set[int]:
+    return {int(r) for r in value if isinstance(r, int) and not isinstance(r, bool)} if isinstance(value, list) \
+        else set()
 
 
 def load_gpu_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
     """(counter rows, device rows, notes) of one `<host>.gpu.jsonl` file."""
     rows: list[dict[str, Any]] = []
     devices: dict[tuple[str, int], dict[str, Any]] = {}
+    ranks: dict[tuple[str, int], set[int]] = {}
     bad = 0
     default_host = path.name.split(".")[0]
     with open(path, encoding="utf-8", errors="replace") as handle:
@@ -95,6 +114,9 @@ def load_gpu_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any
             devices.setdefault((host, gpu), _device_row(host, gpu, str(rec.get("uuid", "")),
                                                         str(rec.get("pci_bus_id", "")),
                                                         numa if isinstance(numa, int) else -1, f"{path}:{lineno}"))
+            ranks.setdefault((host, gpu), set()).update(_ranks(rec.get("ranks")))
+    for key, on_gpu in ranks.items():
+        devices[key]["ranks"] = ",".join(map(str, sorted(on_gpu)))
     notes = [LoadNote("warning", str(path), f"{bad} line(s) are not GPU samples and were skipped")] if bad else []
     return rows, list(devices.values()), notes
 

@@ -158,7 +158,7 @@ def record_rows(rec: dict[str, Any], source: str) -> tuple[list[dict[str, Any]],
               "pci_bus_id": str(rec.get("pci_bus_id", "")),
               "numa_node": int(numa) if isinstance(numa, int) else -1,
               "link_layer": str(rec.get("link_layer", "")),
-              "netdevs": ",".join(str(n) for n in rec.get("netdevs") or []), "source": source}
+              "netdevs": ",".join(str(n) for n in rec.get("netdevs") or []), "ranks": "", "source": source}
     return rows, device
 
 

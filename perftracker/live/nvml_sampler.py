@@ -1,30 +1,36 @@
-"""Sample NVML for the host's GPUs into `counters/<host>.gpu.jsonl`.
+"""Sample NVML for the GPUs the job uses into `counters/<host>.gpu.jsonl`.
 
-One JSON line per GPU per sample: ts_ns, host, gpu, uuid, pci_bus_id and `metrics` (SM/memory
-clocks, max SM clock, power and limit, temperature, utilization, clock-event reasons bitmask,
-PCIe generation/width and their maxima, ECC counts, XIDs seen since the last sample). Calls a GPU
-does not support are skipped silently. Without NVML (no GPU or no driver) the sampler says so once
-and does nothing; the other collectors carry on.
+One JSON line per GPU per sample: ts_ns, host (the session's host name), gpu (NVML index), uuid,
+pci_bus_id, `pids` / `ranks` (the job's processes NVML lists on that GPU, ranks from the attached
+workers) and `metrics` (see `live/nvml_read.py` for what is read: clocks, power, temperature,
+utilization, clock-event reasons, PCIe link / throughput / replays, NVLink links / errors /
+throughput, ECC; plus `xid`, the XIDs seen on that GPU since the last sample). Calls a GPU does not
+support are left out.
+
+Which GPUs: at every sample NVML's compute-process lists are matched with the job's worker pids;
+once a GPU has hosted a job process it is sampled for the rest of the session (so a GPU whose rank
+crashed is still watched) and the host's other GPUs are not. While no GPU lists a job process (a
+CPU-only job, workers that have not touched CUDA yet, or a container whose PID namespace differs
+from NVML's) every GPU is sampled. The choice is written once as a note when the sampler stops.
+Without NVML (no GPU or no driver) the sampler says so once and does nothing; the other collectors
+carry on.
 """
 
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from perftracker.live.nvml_read import call, compute_pids, identity, read_metrics
 from perftracker.live.sampler import LiveContext
 
 
-def _try(fn: Callable[..., Any], *args: Any) -> Any:
-    try:
-        return fn(*args)
-    except Exception:  # NVMLError_NotSupported and friends: the field is simply absent
-        return None
+def _listing(values: list[int], most: int = 16) -> str:
+    text = ", ".join(map(str, values[:most]))
+    return text if len(values) <= most else f"{text}, ... ({len(values)} in all)"
 
 
 @dataclass
@@ -34,6 +40,9 @@ class NvmlSampler:
     handles: list[Any] = field(default_factory=list)
     samples: int = 0
     state: str = "not started"
+    used: dict[int, set[int]] = field(default_factory=dict)  # GPU index -> ranks seen on it
+    listed: bool = False  # NVML answered a compute-process list at least once
+    _ids: dict[int, dict[str, str | None]] = field(default_factory=dict)
     _xids: list[tuple[int, int]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
 
@@ -58,67 +67,76 @@ class NvmlSampler:
 
             events = pynvml.nvmlEventSetCreate()
             for h in self.handles:
-                _try(pynvml.nvmlDeviceRegisterEvents, h, pynvml.nvmlEventTypeXidCriticalError, events)
+                call(pynvml, "nvmlDeviceRegisterEvents", h, pynvml.nvmlEventTypeXidCriticalError, events)
             while not self._stop.is_set():
                 try:
                     data = pynvml.nvmlEventSetWait_v2(events, 1000)
                 except pynvml.NVMLError:
                     continue
-                index = _try(pynvml.nvmlDeviceGetIndex, data.device)
+                index = call(pynvml, "nvmlDeviceGetIndex", data.device)
                 self._xids.append((int(index) if index is not None else -1, int(data.eventData)))
         except Exception:
             return
+
+    def _job_on_gpus(self, nv: Any, ranks: dict[int, int]) -> list[list[int]]:
+        """Per GPU: the job's pids NVML lists on it (and remember which GPUs the job uses)."""
+        out = []
+        for i, h in enumerate(self.handles):
+            pids = compute_pids(nv, h)
+            self.listed = self.listed or pids is not None
+            mine = sorted(p for p in pids or () if p in ranks)
+            if mine:
+                self.used.setdefault(i, set()).update(ranks[p] for p in mine)
+            out.append(mine)
+        return out
 
     def sample(self, ctx: LiveContext) -> None:
         if not self.handles:
             return
         import pynvml
 
-        host = socket.gethostname()
-        lines = []
+        ranks = {w.pid: w.rank for w in ctx.job.workers}
+        job_pids = self._job_on_gpus(pynvml, ranks)
         xids, self._xids = self._xids, []
-        for i, h in enumerate(self.handles):
-            power = _try(pynvml.nvmlDeviceGetPowerUsage, h)
-            limit = _try(pynvml.nvmlDeviceGetEnforcedPowerLimit, h)
-            util = _try(pynvml.nvmlDeviceGetUtilizationRates, h)
-            reasons = _try(pynvml.nvmlDeviceGetCurrentClocksEventReasons, h)
-            if reasons is None:
-                reasons = _try(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, h)
-            metrics = {
-                "sm_clock_mhz": _try(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM),
-                "mem_clock_mhz": _try(pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_MEM),
-                "max_sm_clock_mhz": _try(pynvml.nvmlDeviceGetMaxClockInfo, h, pynvml.NVML_CLOCK_SM),
-                "power_w": power / 1000.0 if power is not None else None,
-                "power_limit_w": limit / 1000.0 if limit is not None else None,
-                "temp_c": _try(pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU),
-                "util_gpu_pct": util.gpu if util is not None else None,
-                "util_mem_pct": util.memory if util is not None else None,
-                "clock_event_reasons": reasons,
-                "pcie_gen": _try(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, h),
-                "pcie_width": _try(pynvml.nvmlDeviceGetCurrPcieLinkWidth, h),
-                "pcie_max_gen": _try(pynvml.nvmlDeviceGetMaxPcieLinkGeneration, h),
-                "pcie_max_width": _try(pynvml.nvmlDeviceGetMaxPcieLinkWidth, h),
-                "ecc_sbe": _try(pynvml.nvmlDeviceGetTotalEccErrors, h, pynvml.NVML_SINGLE_BIT_ECC,
-                                pynvml.NVML_VOLATILE_ECC),
-                "ecc_dbe": _try(pynvml.nvmlDeviceGetTotalEccErrors, h, pynvml.NVML_DOUBLE_BIT_ECC,
-                                pynvml.NVML_VOLATILE_ECC),
-                "xid": [x for g, x in xids if g == i],
-            }
-            pci = _try(pynvml.nvmlDeviceGetPciInfo, h)
-            uuid = _try(pynvml.nvmlDeviceGetUUID, h)
-            lines.append({"ts_ns": time.time_ns(), "host": host, "gpu": i,
-                          "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
-                          "pci_bus_id": (pci.busId.decode() if isinstance(pci.busId, bytes) else str(pci.busId))
-                          if pci is not None else None,
-                          "metrics": {k: v for k, v in metrics.items() if v is not None}})
-        path = ctx.run_dir / "counters" / f"{host}.gpu.jsonl"
+        chosen = sorted(self.used) if self.used else range(len(self.handles))
+        lines = []
+        for i in chosen:
+            h = self.handles[i]
+            metrics: dict[str, Any] = dict(read_metrics(pynvml, h))
+            metrics["xid"] = [x for g, x in xids if g == i]
+            if i not in self._ids:
+                self._ids[i] = identity(pynvml, h)
+            lines.append({"ts_ns": time.time_ns(), "host": ctx.host, "gpu": i, **self._ids[i],
+                          "pids": job_pids[i], "ranks": sorted({ranks[p] for p in job_pids[i]}), "metrics": metrics})
+        path = ctx.run_dir / "counters" / f"{ctx.host}.gpu.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as fh:
             fh.write("".join(json.dumps(line) + "\n" for line in lines))
         self.samples += 1
+        self.state = (f"{len(self.used)} of {len(self.handles)} GPU(s) used by the job" if self.used
+                      else f"{len(self.handles)} GPU(s), none lists a job process yet")
+
+    def _note_choice(self, ctx: LiveContext) -> None:
+        if not self.handles or not self.samples:
+            return
+        n = len(self.handles)
+        if self.used:
+            gpus = sorted(self.used)
+            ranks = sorted({r for rs in self.used.values() for r in rs})
+            ctx.note(f"GPU: sampled GPU(s) {_listing(gpus)} of {n} on {ctx.host}, the ones NVML lists the job's "
+                     f"processes on (ranks {_listing(ranks)}); the host's other GPUs were left out once the job's "
+                     "processes showed up")
+        elif self.listed:
+            ctx.note(f"GPU: no GPU on {ctx.host} listed a process of the job (a CPU-only job, or a container whose "
+                     f"PID namespace differs from NVML's), so all {n} GPU(s) were sampled; ranks are tied to GPUs "
+                     "from NCCL logs / LOCAL_RANK at analysis")
+        else:
+            ctx.note(f"GPU: NVML could not list the processes on the GPUs of {ctx.host}, so all {n} GPU(s) were "
+                     "sampled; ranks are tied to GPUs from NCCL logs / LOCAL_RANK at analysis")
 
     def stop(self, ctx: LiveContext) -> None:
         self._stop.set()
+        self._note_choice(ctx)
         if self.handles:
             try:
                 import pynvml

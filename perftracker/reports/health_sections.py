@@ -3,9 +3,9 @@
 Promise: `rdma_section` and `gpu_section` return None when the Store has no such samples. Figures
 are plotly dicts, one per host: RDMA transmit / receive Gb/s per port over time and congestion
 rates; GPU SM clock, temperature and power per GPU over time with throttle periods (thermal, HW
-slowdown, power brake) shaded. Under each straggler finding's root-cause chain (from
-`rootcause.link_findings`) the GPU section (or the RDMA section when there are no GPU samples)
-lists the causes. Every string from inputs or findings is escaped with `html.escape`.
+slowdown, power brake) shaded, with the gpu_health / gpu_links (NVLink, PCIe replay) findings
+listed. Under each straggler finding's root-cause chain (from `rootcause.link_findings`) the GPU
+section (or the RDMA section when there are no GPU samples) lists the causes. Every string from inputs or findings is escaped with `html.escape`.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def gpu_section(store: Store, findings: list[Finding]) -> ReportSection | None:
                                   annotation_text=f"GPU {gpu} {reason}", annotation_position="top left")
         fig.update_layout(title=f"GPUs on host {host}", height=640, margin={"t": 60, "b": 30})
         figures.append(fig.to_plotly_json())
-    gpu_findings = [f for f in findings if f.analyzer == "gpu_health"]
+    gpu_findings = [f for f in findings if f.analyzer in ("gpu_health", "gpu_links")]
     listed = "".join(f"<li>{escape(f.severity.label)}: {escape(f.title)}</li>" for f in gpu_findings[:30])
     html = root_cause_html(findings) + (f"<h3>GPU findings</h3><ul>{listed}</ul>" if listed else
                                         "<p>No GPU health problems in the samples.</p>")

@@ -118,7 +118,8 @@ TABLES: Mapping[str, Mapping[str, str]] = {
     },
     # Host devices the counter samples name (collectors/counters_inputs.py): one row per GPU
     # (device "gpu:<index>") or RDMA port (device "mlx5_0", port "1") per host, with what ties it
-    # to ranks: PCI bus id, NUMA node (-1 unknown), GPU UUID, link layer and netdevs of a NIC.
+    # to ranks: PCI bus id, NUMA node (-1 unknown), GPU UUID, link layer and netdevs of a NIC, and
+    # for a GPU the ranks NVML listed running on it (collectors/gpu_samples.py).
     "devices": {
         "host": "string",
         "kind": "string",  # gpu | nic
@@ -129,6 +130,7 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "numa_node": "int32",
         "link_layer": "string",
         "netdevs": "string",  # comma-separated
+        "ranks": "string",  # comma-separated job ranks seen on a GPU, "" unknown
         "source": "string",  # the file it came from
     },
     # Flight-recorder entries of each rank (collectors/flight_recorder.py): one row per recorded
