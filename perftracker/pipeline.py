@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perftracker.analyzers.coverage import coverage, coverage_dict, known_hosts, known_ranks
 from perftracker.analyzers.findings import Finding, rank_findings
 from perftracker.analyzers.registry import run_analyzers
 from perftracker.analyzers.rootcause import link_findings
@@ -69,16 +70,16 @@ def analyze_path(path: Path, out_dir: Path, options: LoadOptions, hta_compat: bo
         if section is not None:
             sections.append(section)
     _save_sections(sections, out_dir / TABLES)
-    html_report.render(out_dir / REPORT, findings, store.notes, sections, title=str(path))
+    html_report.render(out_dir / REPORT, findings, store.notes, sections, title=str(path),
+                       coverage=summary["coverage"])
     return AnalysisResult(store, findings, out_dir, document)
 
 
 def _summary(store: Store, tables: dict[str, Any]) -> dict[str, Any]:
     stats = tables["step_stats"]
-    ranks = sorted(int(r) for r in set(store.ranks["rank"]) | set(store.steps["rank"]))
-    hosts = sorted({h for h in store.ranks["host"].dropna() if h})
     return {
-        "ranks": len(ranks), "hosts": hosts,
+        "ranks": len(known_ranks(store)), "hosts": known_hosts(store),
+        "coverage": coverage_dict(coverage(store)),
         "step_time_s": float(stats["median_s"].median()) if not stats.empty else None,
         "hta_compat": bool(store.meta.get("hta_compat")),
     }
@@ -107,5 +108,6 @@ def render_report(out_dir: Path) -> Path:
         for raw in json.loads(extra.read_text(encoding="utf-8")):
             sections.append(ReportSection(raw["key"], raw["title"], raw["html"], raw["figures"]))
     notes = [LoadNote.from_dict(n) for n in document.get("notes", [])]
-    html_report.render(out_dir / REPORT, findings, notes, sections, title=str(document.get("input", out_dir)))
+    html_report.render(out_dir / REPORT, findings, notes, sections, title=str(document.get("input", out_dir)),
+                       coverage=(document.get("summary") or {}).get("coverage"))
     return out_dir / REPORT

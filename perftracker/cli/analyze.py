@@ -63,5 +63,6 @@ def register(app: typer.Typer) -> None:
         if quiet:
             console.print(result.document["summary"]["verdict"], highlight=False, markup=False)
         else:
-            print_summary(console, result.findings, result.report_path)
+            print_summary(console, result.findings, result.report_path,
+                          coverage=result.document["summary"].get("coverage"))
         raise typer.Exit(fail_on_exit(result.findings, fail_on))

@@ -12,7 +12,7 @@ from rich.console import Console
 from perftracker.collectors.loading import LoadOptions
 from perftracker.errors import PerftrackerError
 from perftracker.live.collectors import SamplerOptions, build_samplers
-from perftracker.live.discovery import find_job
+from perftracker.live.discovery import find_job, job_label
 from perftracker.live.sampler import LiveContext
 from perftracker.live.session import run_session
 from perftracker.pipeline import analyze_path
@@ -62,7 +62,7 @@ def register(app: typer.Typer) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         console.print(f"Attached to {len(found.workers)} rank(s) "
                       f"({', '.join(str(w.rank) for w in found.workers[:16])}) of job "
-                      f"{found.run_id or found.launcher_pid}; writing {run_dir}", highlight=False)
+                      f"{job_label(found)}; writing {run_dir}", highlight=False)
         ctx = LiveContext(run_dir=run_dir, job=found, host=host_name(), sysfs_root=sysfs_root)
         options = SamplerOptions(interval_s=interval, stack_interval_s=stack_interval, stacks=stacks, gpu=gpu,
                                  rdma=rdma, logs=logs, steps=steps, nccl_logs=list(nccl_log), job_log=job_log,
@@ -83,7 +83,8 @@ def register(app: typer.Typer) -> None:
             except PerftrackerError as exc:
                 console.print(f"Nothing to analyze yet: {exc.message}", highlight=False, markup=False)
                 return
-            print_summary(console, analysis.findings, analysis.report_path)
+            print_summary(console, analysis.findings, analysis.report_path,
+                          coverage=analysis.document["summary"].get("coverage"))
 
 
 def _other_hosts(run_dir: Path, me: str) -> list[str]:

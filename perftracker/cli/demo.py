@@ -38,4 +38,5 @@ def register(app: typer.Typer) -> None:
         for run in runs:
             console.rule(f"{run.name}")
             result = analyze_path(run, out / run.name, LoadOptions(cache_dir=None))
-            print_summary(console, result.findings, result.report_path)
+            print_summary(console, result.findings, result.report_path,
+                          coverage=result.document["summary"].get("coverage"))

@@ -6,7 +6,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from perftracker.live.discovery import list_jobs
+from perftracker.live.discovery import denied_hint, job_label, list_jobs
 
 
 def register(app: typer.Typer) -> None:
@@ -20,7 +20,9 @@ def register(app: typer.Typer) -> None:
                           "or PMIX_RANK in its environment, or they belong to another user).", highlight=False)
             return
         for job in jobs:
-            title = f"job {job.run_id or '(no run id)'}" + (f", launcher pid {job.launcher_pid}" if job.launcher_pid else "")
+            title = f"job {job_label(job)}"
+            if job.launcher_pid and job.run_id and job.run_id != "none":
+                title += f", launcher pid {job.launcher_pid}"
             table = Table(title=title, title_justify="left")
             for col in ("rank", "local rank", "pid", "host", "command"):
                 table.add_column(col, overflow="fold")
@@ -29,4 +31,4 @@ def register(app: typer.Typer) -> None:
             console.print(table)
         denied = [pid for job in jobs for pid in job.denied]
         if denied:
-            console.print(f"{len(denied)} process(es) of other users were not readable; run as root to see them.")
+            console.print(f"Not shown: {denied_hint(denied)}.", highlight=False, markup=False)

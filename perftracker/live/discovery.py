@@ -69,13 +69,24 @@ def _workers_among(procs: Iterable[psutil.Process], denied: list[int]) -> list[W
         try:
             worker = worker_of(proc)
         except psutil.AccessDenied:
-            denied.append(proc.pid)
+            if _may_be_training(proc):
+                denied.append(proc.pid)
             continue
         except (psutil.NoSuchProcess, psutil.ZombieProcess):
             continue
         if worker is not None and worker.pid != os.getpid():
             found.append(worker)
     return sorted(found, key=lambda w: (w.rank, w.pid))
+
+
+def _may_be_training(proc: psutil.Process) -> bool:
+    """Could this unreadable process be a rank? Python (or an unreadable command line) may be; a
+    readable command line of another program is not worth a warning."""
+    try:
+        cmd = " ".join(proc.cmdline()).lower()
+    except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+        return True
+    return not cmd or "python" in cmd or "torchrun" in cmd or "pt_elastic" in cmd
 
 
 def parse_spec(spec: str) -> tuple[str, str]:
@@ -107,11 +118,28 @@ def find_job(spec: str) -> Job:
     if not job.workers:
         hint = "run `perftracker ps` to list the jobs and ranks this user can see"
         if denied:
-            hint = (f"{len(denied)} matching process(es) belong to another user: run as the job's user or as root "
-                    "(in containers, share the PID namespace and add CAP_SYS_PTRACE)")
+            hint = denied_hint(denied)
         raise InputError(f"found no training processes for '{spec}' (no process with RANK in its environment)",
                          "attach", hint)
     return job
+
+
+def denied_hint(pids: list[int]) -> str:
+    """What to do about processes whose environment could not be read, for who we are."""
+    shown = ", ".join(str(p) for p in sorted(pids)[:8]) + (", ..." if len(pids) > 8 else "")
+    if os.geteuid() == 0:
+        return (f"{len(pids)} process(es) (pid {shown}) could not be read even as root: they are protected or run "
+                "in another PID namespace; run perftracker inside the job's container, or give it CAP_SYS_PTRACE")
+    return (f"{len(pids)} process(es) (pid {shown}) belong to another user: run as the job's user or as root "
+            "(in containers, share the PID namespace and add CAP_SYS_PTRACE)")
+
+
+def job_label(job: Job) -> str:
+    """How a job is named to people: its run id, else its launcher pid (torchrun's static default "none"
+    is no name)."""
+    if job.run_id and job.run_id != "none":
+        return job.run_id
+    return f"launcher pid {job.launcher_pid}" if job.launcher_pid else "(no run id)"
 
 
 def _by_pid(pid: int, denied: list[int]) -> Job:

@@ -78,7 +78,7 @@ def core_sections(tables: dict[str, pd.DataFrame], findings: list[Finding]) -> l
 
 
 def render(path: Path, findings: list[Finding], notes: list[LoadNote], sections: list[ReportSection],
-           title: str) -> None:
+           title: str, coverage: dict[str, Any] | None = None) -> None:
     figures: dict[str, Any] = {}
     view_sections = []
     for section in sections:
@@ -93,7 +93,8 @@ def render(path: Path, findings: list[Finding], notes: list[LoadNote], sections:
     figures_json = json.dumps(figures, cls=PlotlyJSONEncoder).replace("<", "\\u003c")
     page = _ENV.get_template("report.html.j2").render(
         title=title, generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), version=__version__,
-        verdict=verdict(findings), verdict_class=verdict_class,
+        verdict=verdict(findings, coverage), verdict_class=verdict_class,
+        not_judged=(coverage or {}).get("not_judged") or [],
         findings=[_finding_view(f) for f in findings], sections=view_sections,
         notes=[n.to_dict() for n in notes], figures_json=figures_json, plotly_js=get_plotlyjs(),
     )

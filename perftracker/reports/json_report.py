@@ -9,7 +9,9 @@ Schema (version 1)::
       "input": "path analyzed",
       "summary": {"verdict": "...", "counts": {"critical": 0, "warning": 2, "info": 3},
                   "ranks": 4, "hosts": ["node-1"], "step_time_s": 0.25,
-                  "worst_cost_seconds_per_step": 0.03},
+                  "worst_cost_seconds_per_step": 0.03,
+                  "coverage": {"judged": [{"area": "hangs", "from": ["stacks"]}, ...],
+                               "not_judged": [{"area": "GPU health", "needs": "NVML samples ..."}, ...]}},
       "notes": [{"level": "warning", "source": "file", "message": "...", "data": {}}],
       "findings": [ {"id", "analyzer", "severity", "title", "ranks", "hosts", "evidence",
                      "cost": {"seconds_per_step", "share_of_step"}, "recommendation", "related"} ]
@@ -34,11 +36,17 @@ from perftracker.store import LoadNote
 SCHEMA_VERSION = 1
 
 
-def verdict(findings: list[Finding]) -> str:
-    """One line: the most costly actionable finding, or that nothing needs attention."""
+def verdict(findings: list[Finding], coverage: dict[str, Any] | None = None) -> str:
+    """One line: the most costly actionable finding, or that nothing needs attention (and, given the
+    analysis's coverage, in which areas, and which could not be judged)."""
     actionable = [f for f in findings if f.severity >= Severity.WARNING]
     if not actionable:
-        return "No problems found in what was analyzed."
+        if not coverage or not coverage.get("judged"):
+            return "No problems found in what was analyzed."
+        text = "No problems found in: " + ", ".join(a["area"] for a in coverage["judged"]) + "."
+        if coverage.get("not_judged"):
+            text += " Not judged, for lack of inputs: " + ", ".join(a["area"] for a in coverage["not_judged"]) + "."
+        return text
     counts = _counts(findings)
     # Findings are ordered by cost; a critical one (a hang, a crash) leads even without a measured cost.
     critical = [f for f in actionable if f.severity == Severity.CRITICAL]
@@ -64,7 +72,7 @@ def build(findings: list[Finding], notes: list[LoadNote], input_path: str, summa
         "tool": {"name": "perftracker", "version": __version__},
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "input": input_path,
-        "summary": {"verdict": verdict(findings), "counts": _counts(findings),
+        "summary": {"verdict": verdict(findings, summary_extra.get("coverage")), "counts": _counts(findings),
                     "worst_cost_seconds_per_step": round(worst, 9), **summary_extra},
         "notes": [n.to_dict() for n in notes],
         "findings": [f.to_dict() for f in findings],

@@ -58,6 +58,9 @@ def text_summary(document: dict[str, Any], report_path: str = "", limit: int = 3
         lines.append(f"{i}. [{f['severity'].upper()}] {f['title']}" + (f" ({'; '.join(where)})" if where else ""))
     if len(findings) > limit:
         lines.append(f"... {len(findings) - limit} more in findings.json")
+    not_judged = (summary.get("coverage") or {}).get("not_judged") or []
+    if not_judged and findings:  # without findings the verdict already says it
+        lines.append("not judged, for lack of inputs: " + ", ".join(str(a.get("area")) for a in not_judged))
     if report_path:
         lines.append(f"report: {report_path}")
     return "\n".join(lines) + "\n"

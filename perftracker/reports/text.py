@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -13,8 +14,9 @@ from perftracker.reports.json_report import verdict
 _STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
 
 
-def print_summary(console: Console, findings: list[Finding], report: Path | None, limit: int = 12) -> None:
-    console.print(f"[bold]Verdict:[/bold] {verdict(findings)}", highlight=False, markup=True)
+def print_summary(console: Console, findings: list[Finding], report: Path | None, limit: int = 12,
+                  coverage: dict[str, Any] | None = None) -> None:
+    console.print(f"[bold]Verdict:[/bold] {_plain(verdict(findings, coverage))}", highlight=False, markup=True)
     table = Table(show_header=True, header_style="bold", expand=False)
     table.add_column("severity")
     table.add_column("finding", overflow="fold")
@@ -27,6 +29,11 @@ def print_summary(console: Console, findings: list[Finding], report: Path | None
     console.print(table)
     if len(findings) > limit:
         console.print(f"... and {len(findings) - limit} more in findings.json")
+    not_judged = (coverage or {}).get("not_judged") or []
+    if not_judged:
+        console.print("Not judged, for lack of inputs: " + ", ".join(str(a["area"]) for a in not_judged)
+                      + " (what each needs: the report, or summary.coverage in findings.json)",
+                      highlight=False, markup=False)
     if report is not None:
         console.print(f"Report: {report}", highlight=False)
 

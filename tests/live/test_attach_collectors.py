@@ -130,3 +130,27 @@ def test_ctrl_c_stops_cleanly_and_keeps_everything(tmp_path: Path) -> None:
     assert list(run.glob("stacks/*/rank-0.json")) and list(run.glob("nccl/*.log"))
     manifest = json.loads(next((run / "manifests").glob("*.json")).read_text())
     assert manifest["ended_because"] == "interrupted"
+
+
+def test_unreadable_processes_get_advice_that_fits_who_runs_perftracker(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from perftracker.live import discovery
+
+    # GIVEN two processes whose environment could not be read
+    # WHEN the hint is written for root, and for an ordinary user
+    monkeypatch.setattr(discovery.os, "geteuid", lambda: 0)
+    as_root = discovery.denied_hint([7, 3])
+    monkeypatch.setattr(discovery.os, "geteuid", lambda: 1000)
+    as_user = discovery.denied_hint([7, 3])
+    # THEN root is not told to run as root, and both name the pids
+    assert "even as root" in as_root and "run as the job's user or as root" not in as_root and "pid 3, 7" in as_root
+    assert "run as the job's user or as root" in as_user and "pid 3, 7" in as_user
+
+
+def test_torchrun_static_run_id_none_is_not_shown_as_a_job_name() -> None:
+    from perftracker.live.discovery import Job, job_label
+
+    # GIVEN jobs with torchrun's static default run id "none", a real run id, and neither
+    # THEN only the real run id names the job; the others fall back to the launcher pid
+    assert job_label(Job([], launcher_pid=42, run_id="none")) == "launcher pid 42"
+    assert job_label(Job([], launcher_pid=42, run_id="llama-7b")) == "llama-7b"
+    assert job_label(Job([])) == "(no run id)"

@@ -1,0 +1,93 @@
+"""What an analysis could judge, from which inputs, and what it could not for lack of them.
+
+Promise: `coverage(store)` returns one `Area` per kind of problem perftracker looks for (stragglers
+and step time, GPU kernels and overlap, NCCL configuration, GPU health, RDMA network, hangs, crashes),
+each either judged (with the inputs it rested on) or not (with what input would make it judgeable;
+crashes are named only when judged, since a running job has no crash to read).
+"No problems found" then means something: the verdict can say what was and was not examined.
+`known_ranks` / `known_hosts` count the job's ranks and hosts from every input, not only traces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from perftracker.store import Store
+
+_TRACE_HINT = ("a PyTorch profiler trace per rank (attach --trace-steps N on jobs launched with "
+               "KINETO_USE_DAEMON=1 or the perftracker hook)")
+
+
+@dataclass(frozen=True)
+class Area:
+    name: str
+    judged: bool
+    sources: tuple[str, ...]  # inputs it rested on, when judged
+    needs: str  # what would make it judgeable, when not
+    listed_unjudged: bool = True  # False: only worth naming when judged (crashes of a job that may still run)
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.judged:
+            return {"area": self.name, "from": list(self.sources)}
+        return {"area": self.name, "needs": self.needs}
+
+
+def _present(**sources: bool) -> tuple[str, ...]:
+    return tuple(name.replace("_", " ") for name, there in sources.items() if there)
+
+
+def coverage(store: Store) -> list[Area]:
+    events = store.events
+    kinds = set(events["kind"].astype(str).unique()) if len(events) else set()
+    counters = store["counters"]
+    gpu_rows = counters["device"].astype(str).str.startswith("gpu:") if len(counters) else None
+    has_gpu = bool(gpu_rows is not None and gpu_rows.any())
+    has_rdma = bool(gpu_rows is not None and (~gpu_rows).any())
+    sysfs = store.meta.get("sysfs") or {}
+    traces = not store.ranks.empty
+    step_files = bool(len(store.steps)) and "stepfile" in set(store.steps["source"].astype(str))
+    config = not store["config"].empty
+    nccl_log = not store["nccl"].empty
+    stacks = not store["stacks"].empty
+    flight = not store["collectives_fr"].empty
+    failures = not store["failures"].empty
+    areas = [
+        Area("stragglers and step time", traces or step_files, _present(traces=traces, step_times=step_files),
+             f"{_TRACE_HINT}, or step times (the hook, or attach --job-log with the job's log)"),
+        Area("GPU kernels, overlap and idle time", bool(kinds & {"compute", "comm"}), _present(GPU_traces=True),
+             f"{_TRACE_HINT}, taken on GPUs" if not traces else "traces with GPU kernels (these have CPU events only)"),
+        Area("NCCL configuration", config or nccl_log, _present(environment=config, NCCL_log=nccl_log),
+             "the job's environment (attach captures it) or an NCCL_DEBUG=INFO log"),
+        Area("GPU health", has_gpu, _present(GPU_samples=True),
+             "NVML samples (attach on a GPU host), nvidia-smi --query-gpu CSV or DCGM exporter samples"),
+        Area("RDMA network", has_rdma or bool(sysfs.get("rdma")), _present(port_counters=has_rdma,
+                                                                             sysfs=bool(sysfs.get("rdma"))),
+             "RDMA port counters (attach on a host with /sys/class/infiniband, or copies of its counters)"),
+        Area("hangs", stacks or flight, _present(stacks=stacks, flight_recorder=flight),
+             "Python stacks (attach takes them) or flight-recorder dumps (perftracker run)"),
+        Area("crashes", failures, _present(job_logs=failures),
+             "the job's output and error files (perftracker run or postmortem)", listed_unjudged=False),
+    ]
+    return areas
+
+
+def coverage_dict(areas: list[Area]) -> dict[str, list[dict[str, Any]]]:
+    return {"judged": [a.to_dict() for a in areas if a.judged],
+            "not_judged": [a.to_dict() for a in areas if not a.judged and a.listed_unjudged]}
+
+
+def known_ranks(store: Store) -> list[int]:
+    """Every rank any input names (traces, step files, environments, NCCL logs, stacks, failures)."""
+    found: set[int] = set()
+    for table in ("ranks", "steps", "config", "nccl", "stacks", "collectives_fr"):
+        found |= {int(r) for r in store[table]["rank"].unique()}
+    return sorted(r for r in found if r >= 0)
+
+
+def known_hosts(store: Store) -> list[str]:
+    """Every host any input names."""
+    found: set[str] = set()
+    for table in ("ranks", "config", "nccl", "stacks", "counters"):
+        found |= {str(h) for h in store[table]["host"].dropna().unique()}
+    return sorted(h for h in found if h and h != "<NA>")
