@@ -9,6 +9,8 @@ Layout (format version 1)::
     <run>/nccl/<host>.<pid>.log         NCCL_DEBUG output as NCCL wrote it
     <run>/counters/<host>.rdma.jsonl    <run>/counters/<host>.gpu.jsonl
     <run>/stacks/<ts>/rank-<r>.json   py-spy dumps (JSON), <ts>-hang/ for the native dump taken on a hang
+    <run>/profiles/rank-<r>.txt         sampled stacks (py-spy record --format raw --threads; flamegraph.pl
+                                        reads it), with rank-<r>.json: rank, pid, host, rate_hz, duration_s
 
 A step record is one line of JSON::
 
@@ -64,7 +66,7 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 _SKIP_DIRS = {"tables", ".perftracker-cache", "__pycache__"}
 # Folders of a run directory whose JSON files are not traces.
 NON_TRACE_DIRS = {"env", "steps", "counters", "nccl", "stacks", "tables", "manifests", "output", "requests", "ranks",
-                  "fr", "errors"}
+                  "fr", "errors", "profiles"}
 _OUTPUT_FILES = {"findings.json", "store.json", "ground_truth.json", MANIFEST}
 
 

@@ -52,8 +52,10 @@ def coverage(store: Store) -> list[Area]:
     stacks = not store["stacks"].empty
     flight = not store["collectives_fr"].empty
     failures = not store["failures"].empty
+    sampled = not store["profile_samples"].empty
     areas = [
-        Area("stragglers and step time", traces or step_files, _present(traces=traces, step_times=step_files),
+        Area("stragglers and step time", traces or step_files or sampled,
+             _present(traces=traces, step_times=step_files, sampled_stacks=sampled),
              f"{_TRACE_HINT}, or step times (the hook, or attach --job-log with the job's log)"),
         Area("GPU kernels, overlap and idle time", bool(kinds & {"compute", "comm"}), _present(GPU_traces=True),
              f"{_TRACE_HINT}, taken on GPUs" if not traces else "traces with GPU kernels (these have CPU events only)"),

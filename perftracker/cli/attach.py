@@ -33,6 +33,11 @@ def register(app: typer.Typer) -> None:
         stack_interval: float = typer.Option(15.0, "--stack-interval", help="Seconds between non-blocking py-spy "
                                              "dumps of every rank (each costs about 6 ms of CPU per rank)."),
         stacks: bool = typer.Option(True, "--stacks/--no-stacks", help="Python stacks with py-spy."),
+        profile_seconds: float = typer.Option(10.0, "--profile-seconds", help="Record every rank's stacks with "
+                                              "`py-spy record` (non-blocking) for this many seconds, once, 2 s "
+                                              "after attaching, to find a straggler without preparing the job; "
+                                              "0 = off."),
+        profile_rate: int = typer.Option(20, "--profile-rate", help="Samples per second of --profile-seconds."),
         gpu: bool = typer.Option(True, "--gpu/--no-gpu", help="NVML GPU samples."),
         rdma: bool = typer.Option(True, "--rdma/--no-rdma", help="RDMA port counters from sysfs."),
         logs: bool = typer.Option(True, "--logs/--no-logs", help="Follow NCCL logs and the job's output files."),
@@ -66,7 +71,8 @@ def register(app: typer.Typer) -> None:
         ctx = LiveContext(run_dir=run_dir, job=found, host=host_name(), sysfs_root=sysfs_root)
         options = SamplerOptions(interval_s=interval, stack_interval_s=stack_interval, stacks=stacks, gpu=gpu,
                                  rdma=rdma, logs=logs, steps=steps, nccl_logs=list(nccl_log), job_log=job_log,
-                                 trace_steps=trace_steps, stacks_at=stacks_at)
+                                 trace_steps=trace_steps, stacks_at=stacks_at, profile_seconds=profile_seconds,
+                                 profile_rate_hz=profile_rate)
         samplers = build_samplers(options)
         result = run_session(ctx, samplers, duration if duration > 0 else None, console, show_live=not quiet)
         console.print(f"Stopped ({result.reason}) after {result.seconds:.0f}s; run directory: {run_dir}", highlight=False)

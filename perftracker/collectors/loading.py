@@ -140,16 +140,17 @@ def load_path(root: Path, options: LoadOptions, scratch: Path) -> Store:
     store.meta["input"] = str(root)
     store.meta["manifest"] = inputs.manifest or {}
     stack_files = _take_stack_files(inputs)
+    profile_files = _take_profile_files(inputs)
     _take_postmortem_files(inputs)
     results = _map_traces(inputs, options, scratch)
     _reduce_traces(store, results)
     _add_step_files(store, inputs)
     _add_nccl(store, inputs, options)
     _add_counters(store, inputs)
-    _add_stacks(store, stack_files)
+    _add_stacks(store, stack_files, profile_files)
     _add_postmortem(store, inputs)
     if (store.events.empty and store.steps.empty and store["nccl"].empty and store["config"].empty
-            and store["counters"].empty and store["stacks"].empty
+            and store["counters"].empty and store["stacks"].empty and store["profile_samples"].empty
             and store["collectives_fr"].empty and store["failures"].empty):
         errors = "; ".join(n.message for n in store.notes if n.level == "error")
         raise InputError(f"none of the inputs could be used{f' ({errors})' if errors else ''}", str(root),
@@ -255,6 +256,16 @@ def _take_stack_files(inputs: Inputs) -> list[Path]:
     return found
 
 
+def _take_profile_files(inputs: Inputs) -> list[Path]:
+    """Move sampled stack profiles (profiles/rank-<r>.txt and their .json sidecars) out of the other inputs."""
+    from perftracker.collectors.stack_samples import is_profile_file
+
+    found = [p for p in inputs.other if is_profile_file(p)]
+    sidecars = {p.with_suffix(".json") for p in found}
+    inputs.other = [p for p in inputs.other if p not in sidecars and not is_profile_file(p)]
+    return found
+
+
 def _take_postmortem_files(inputs: Inputs) -> None:
     """Flight-recorder JSON dumps and torchelastic error files are not traces: move them to `other`."""
     from perftracker.collectors.postmortem_inputs import is_postmortem_file
@@ -281,15 +292,18 @@ def _add_postmortem(store: Store, inputs: Inputs) -> None:
     _merge(store, *load_postmortem_inputs(inputs.other))
 
 
-def _add_stacks(store: Store, paths: list[Path]) -> None:
-    """py-spy stack snapshots written by `attach` (the hang analyzer reads them)."""
-    if not paths:
-        return
+def _add_stacks(store: Store, stack_paths: list[Path], profile_paths: list[Path]) -> None:
+    """py-spy stack snapshots (the hang analyzer reads them) and sampled stack profiles (the
+    stack_profile analyzer reads them), both written by `attach`."""
+    from perftracker.collectors.stack_samples import load_profile_inputs
     from perftracker.collectors.stacks import load_stack_inputs
 
-    frame, notes = load_stack_inputs(paths)
-    store.set_table("stacks", frame)
-    store.add_notes(notes)
+    for table, paths, load in (("stacks", stack_paths, load_stack_inputs),
+                               ("profile_samples", profile_paths, load_profile_inputs)):
+        if paths:
+            frame, notes = load(paths)
+            store.set_table(table, frame)
+            store.add_notes(notes)
 
 
 def _add_nccl(store: Store, inputs: Inputs, options: LoadOptions) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from perftracker.live.env_snapshot import EnvSampler
 from perftracker.live.follow import FollowSampler
 from perftracker.live.nvml_sampler import NvmlSampler
+from perftracker.live.profile_sampler import ProfileSampler
 from perftracker.live.rdma_sampler import RdmaSampler
 from perftracker.live.sampler import Sampler
 from perftracker.live.stacks import StackSampler
@@ -29,6 +30,8 @@ class SamplerOptions:
     job_log: Path | None = None
     trace_steps: int = 0
     stacks_at: float | None = None
+    profile_seconds: float = 0.0  # one py-spy record burst of every rank (attach's default: 10 s)
+    profile_rate_hz: int = 20
 
 
 def build_samplers(options: SamplerOptions) -> list[Sampler]:
@@ -43,6 +46,8 @@ def build_samplers(options: SamplerOptions) -> list[Sampler]:
         samplers.append(RdmaSampler(interval_s=options.interval_s))
     if options.stacks:
         samplers.append(StackSampler(interval_s=options.stack_interval_s, stacks_at=options.stacks_at))
+    if options.stacks and options.profile_seconds > 0:
+        samplers.append(ProfileSampler(seconds=options.profile_seconds, rate_hz=options.profile_rate_hz))
     if options.steps:
         samplers.append(StepsSampler(job_log=options.job_log))
     if options.trace_steps > 0:

@@ -116,6 +116,20 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "world_size": "int32",
         "file": "string",
     },
+    # Sampled stack profiles (collectors/stack_samples.py): py-spy record's collapsed stacks, one row
+    # per distinct (thread, stack) of a rank; stack is ';'-joined "function (file:line)", root first.
+    "profile_samples": {
+        "rank": "int32",
+        "host": "string",
+        "pid": "int64",
+        "thread": "string",
+        "main": "bool",
+        "stack": "string",
+        "count": "int64",
+        "rate_hz": "float64",
+        "duration_s": "float64",
+        "file": "string",
+    },
     # Host devices the counter samples name (collectors/counters_inputs.py): one row per GPU
     # (device "gpu:<index>") or RDMA port (device "mlx5_0", port "1") per host, with what ties it
     # to ranks: PCI bus id, NUMA node (-1 unknown), GPU UUID, link layer and netdevs of a NIC, and

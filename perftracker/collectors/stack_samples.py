@@ -1,0 +1,128 @@
+"""Read the sampled stack profiles `attach` records with `py-spy record` and say where ranks spend time.
+
+Promise: `load_profile_inputs(paths)` keeps the files named `profiles/rank-<r>.txt` (py-spy
+`record --format raw --threads`: one collapsed stack per line, root first, frames separated by ';',
+the first frame "thread (<id>): <thread name>", then the sample count), each with its optional
+sidecar `profiles/rank-<r>.json` ({"rank", "pid", "host", "rate_hz", "duration_s", "started_ns"}),
+and returns the `profile_samples` table (one row per distinct (thread, stack): rank, host, pid,
+thread, main, stack as ';'-joined "function (file:line)" frames root first, count, rate_hz,
+duration_s, file) plus notes for files it could not read. The main thread is the one py-spy names
+MainThread, else the one with the most samples. `frame_shares` turns one rank's main-thread rows
+into the share of samples each frame appears in (its inclusive share of the rank's time).
+Lines that do not parse are skipped and counted; content is never evaluated.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from perftracker.store import LoadNote
+from perftracker.store.schema import conform
+
+PROFILE_FILE = re.compile(r"rank-(\d+)\.txt$")
+_LINE = re.compile(r"^(?P<stack>.+) (?P<count>\d+)$")
+_THREAD = re.compile(r"^thread \((?P<tid>[^)]*)\)(?::\s*(?P<name>.*))?$")
+
+
+def is_profile_file(path: Path) -> bool:
+    return path.parent.name == "profiles" and PROFILE_FILE.search(path.name) is not None
+
+
+def _sidecar(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def parse_raw(lines: Iterable[str]) -> tuple[list[tuple[str, str, int]], int]:
+    """(thread, stack, count) per parsable line of py-spy's raw output, and how many lines were not."""
+    rows: list[tuple[str, str, int]] = []
+    bad = 0
+    for line in lines:
+        line = line.rstrip("\n")
+        if not line.strip():
+            continue
+        m = _LINE.match(line)
+        if m is None:
+            bad += 1
+            continue
+        frames = m.group("stack").split(";")
+        while frames and frames[0].startswith("process "):  # --subprocesses prefix
+            frames.pop(0)
+        thread = ""
+        if frames:
+            t = _THREAD.match(frames[0])
+            if t is not None:
+                thread = (t.group("name") or t.group("tid")).strip()
+                frames.pop(0)
+        rows.append((thread, ";".join(frames), int(m.group("count"))))
+    return rows, bad
+
+
+def _load_one(path: Path) -> tuple[pd.DataFrame, list[LoadNote]]:
+    rank_match = PROFILE_FILE.search(path.name)
+    meta = _sidecar(path)
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        return pd.DataFrame(), [LoadNote("error", str(path), f"cannot read the stack profile ({exc.strerror})")]
+    rows, bad = parse_raw(text.splitlines())
+    notes = []
+    if bad:
+        notes.append(LoadNote("warning", str(path), f"{bad} line(s) of the stack profile were not py-spy raw "
+                                                    "output and were skipped"))
+    if not rows:
+        return pd.DataFrame(), notes
+    frame = pd.DataFrame(rows, columns=["thread", "stack", "count"])
+    totals = frame.groupby("thread")["count"].sum()
+    main = "MainThread" if "MainThread" in totals.index else str(totals.idxmax())
+    frame["main"] = frame["thread"] == main
+    name_rank = int(rank_match.group(1)) if rank_match is not None else -1
+    frame["rank"] = int(meta["rank"]) if isinstance(meta.get("rank"), int) else name_rank
+    frame["host"] = str(meta.get("host", ""))
+    frame["pid"] = int(meta.get("pid", -1))
+    frame["rate_hz"] = float(meta.get("rate_hz", 0.0))
+    frame["duration_s"] = float(meta.get("duration_s", 0.0))
+    frame["file"] = str(path)
+    return frame, notes
+
+
+def load_profile_inputs(paths: Sequence[Path]) -> tuple[pd.DataFrame, list[LoadNote]]:
+    frames: list[pd.DataFrame] = []
+    notes: list[LoadNote] = []
+    for path in sorted(paths):
+        frame, file_notes = _load_one(path)
+        notes.extend(file_notes)
+        if not frame.empty:
+            frames.append(frame)
+    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return conform("profile_samples", table), notes
+
+
+def frame_shares(rows: pd.DataFrame) -> tuple[dict[str, float], dict[str, int], int]:
+    """For one rank's main-thread rows: (frame -> share of samples it appears in, frame -> its smallest
+    depth, total samples). A frame recurring in one stack counts once."""
+    counts: dict[str, int] = {}
+    depth: dict[str, int] = {}
+    total = 0
+    for stack, count in zip(rows["stack"], rows["count"]):
+        n = int(count)
+        total += n
+        seen: set[str] = set()
+        for d, frame in enumerate(str(stack).split(";")):
+            if not frame or frame in seen:
+                continue
+            seen.add(frame)
+            counts[frame] = counts.get(frame, 0) + n
+            depth[frame] = min(depth.get(frame, d), d)
+    if total == 0:
+        return {}, {}, 0
+    return {f: c / total for f, c in counts.items()}, depth, total

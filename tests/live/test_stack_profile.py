@@ -1,0 +1,133 @@
+"""Stragglers of unprepared jobs, from py-spy record of every rank (`attach --profile-seconds`).
+
+Fixtures in tests/fixtures/profiles/ are real: `perftracker attach` on real 4-rank torchrun jobs
+(gloo, CPU, width 256, batch 1024), one with rank 2 slowed 3x in its forward (slow-rank2), one clean.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from perftracker.analyzers.stack_profile import analyze_stack_profile, is_user_frame
+from perftracker.collectors.loading import LoadOptions, load_path
+from perftracker.collectors.stack_samples import parse_raw
+from tests.live.conftest import attach_command, launch_job, stop_job, wait_steps, wait_workers
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "profiles"
+MAIN = "thread (11): MainThread;<module> (train.py:90);main (train.py:50)"
+
+
+def _run_dir(tmp_path: Path, files: dict[str, str] | None = None, fixture: str = "") -> Path:
+    run = tmp_path / "run"
+    (run / "profiles").mkdir(parents=True)
+    if fixture:
+        for p in (FIXTURES / fixture).iterdir():
+            shutil.copy(p, run / "profiles" / p.name)
+    for name, text in (files or {}).items():
+        (run / "profiles" / name).write_text(text)
+    return run
+
+
+def _findings(run: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
+    store = load_path(run, LoadOptions(cache_dir=None), tmp_path / "scratch")
+    return store, analyze_stack_profile(store)
+
+
+def test_raw_lines_with_thread_and_process_prefixes_parse_and_junk_is_counted() -> None:
+    # GIVEN py-spy raw lines (with --threads, one with --subprocesses) and two lines that are not
+    lines = [f"{MAIN};step (train.py:20) 7", 'process 5:"python train.py";thread (12): loader;next (dl.py:3) 2',
+             "garbage", "no count here x", ""]
+    # WHEN parsed
+    rows, bad = parse_raw(lines)
+    # THEN thread names and stacks come out root first, counts as ints, junk counted not fatal
+    assert rows == [("MainThread", "<module> (train.py:90);main (train.py:50);step (train.py:20)", 7),
+                    ("loader", "next (dl.py:3)", 2)]
+    assert bad == 2
+
+
+def test_user_frames_are_the_jobs_own_code() -> None:
+    assert is_user_frame("SlowableMLP.forward (sample_job.py:93)")
+    assert is_user_frame("pretrain (megatron/training.py:88)")
+    assert not is_user_frame("Module._call_impl (torch/nn/modules/module.py:1789)")
+    assert not is_user_frame("wait (threading.py:331)")
+    assert not is_user_frame("<listcomp> (<frozen importlib._bootstrap>:1)")
+
+
+def test_real_profiles_name_the_slowed_rank_and_where_the_others_wait(tmp_path: Path) -> None:
+    # GIVEN the profiles attach recorded on a real job whose rank 2 does 3x the forward compute
+    run = _run_dir(tmp_path, fixture="slow-rank2")
+    # WHEN analyzed
+    store, findings = _findings(run, tmp_path)
+    # THEN one warning names rank 2, the job's own frame where its time goes, and the backward wait of the others
+    assert [f.ranks for f in findings] == [(2,)]
+    f = findings[0]
+    assert f.evidence["frame"] == "SlowableMLP.forward (sample_job.py:93)"
+    assert f.evidence["share"] > 0.2 and f.evidence["median_share"] < 0.05
+    assert "_engine_run_backward" in f.evidence["others_instead"]
+    assert f.title.startswith("Rank 2 spends")
+    assert f.hosts == ("vm",)
+
+
+def test_real_profiles_of_a_clean_job_give_no_finding(tmp_path: Path) -> None:
+    # GIVEN the profiles of a real job with no slowed rank (4 ranks on 2 busy cores)
+    run = _run_dir(tmp_path, fixture="clean")
+    # WHEN analyzed  THEN nobody is called a straggler
+    assert _findings(run, tmp_path)[1] == []
+
+
+def _profile(work: int, wait: int) -> str:
+    return f"{MAIN};forward (train.py:30) {work}\n{MAIN};wait (torch/distributed/c10d.py:9) {wait}\n"
+
+
+def test_too_few_ranks_or_too_many_outliers_give_no_finding(tmp_path: Path) -> None:
+    # GIVEN two ranks only, one very different
+    run = _run_dir(tmp_path / "a", {"rank-0.txt": _profile(20, 80), "rank-1.txt": _profile(90, 10)})
+    # THEN two ranks are too few to say which one is odd
+    assert _findings(run, tmp_path / "a")[1] == []
+    # GIVEN four ranks of which two differ from the other two: no healthy majority
+    run = _run_dir(tmp_path / "b", {"rank-0.txt": _profile(20, 80), "rank-1.txt": _profile(20, 80),
+                                    "rank-2.txt": _profile(90, 10), "rank-3.txt": _profile(90, 10)})
+    assert _findings(run, tmp_path / "b")[1] == []
+    # GIVEN four ranks of which one differs, with a corrupt fifth file
+    run = _run_dir(tmp_path / "c", {"rank-0.txt": _profile(20, 80), "rank-1.txt": _profile(22, 78),
+                                    "rank-2.txt": _profile(90, 10), "rank-3.txt": _profile(19, 81),
+                                    "rank-4.txt": "\x00\x01 not py-spy\n"})
+    store, found = _findings(run, tmp_path / "c")
+    # THEN rank 2 is named and the corrupt file is a note, not a failure
+    assert [f.ranks for f in found] == [(2,)] and found[0].evidence["frame"] == "forward (train.py:30)"
+    assert any("rank-4.txt" in n.source for n in store.notes)
+
+
+SLOW_JOB = ["--steps", "100000", "--width", "256", "--batch", "1024"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("slow", [True, False], ids=["rank2-slowed", "clean"])
+def test_attach_finds_the_straggler_of_an_unprepared_job(tmp_path: Path, slow: bool) -> None:
+    # GIVEN a real 4-rank torchrun job without hook, profiler or NCCL_DEBUG, with rank 2 slowed 3x (or not)
+    job = launch_job(tmp_path / "job", 4, [*SLOW_JOB, *(["--slow-rank", "2", "--slow-factor", "3"] if slow else [])])
+    try:
+        wait_workers(job, 4)
+        wait_steps(tmp_path / "job", 0, 2, timeout=60)
+        # WHEN attach runs at default settings by the launcher's pid
+        out = tmp_path / "run"
+        res = subprocess.run(attach_command(f"{job.pid}", out, 15), capture_output=True, text=True, check=False,
+                             timeout=120)
+    finally:
+        stop_job(job)
+    # THEN every rank was recorded, and the verdict names rank 2 only when it was slowed
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert sorted(p.name for p in (out / "profiles").glob("*.txt")) == [f"rank-{r}.txt" for r in range(4)]
+    doc = json.loads((out / "perftracker-out" / "findings.json").read_text())
+    found = [f for f in doc["findings"] if f["analyzer"] == "stack_profile"]
+    if slow:
+        assert [f["ranks"] for f in found] == [[2]], found
+        assert found[0]["evidence"]["frame"] == "SlowableMLP.forward (sample_job.py:93)"
+        assert doc["summary"]["verdict"].startswith("1 warning. Top: Rank 2 spends")
+    else:
+        assert found == [], found
