@@ -12,7 +12,9 @@ Promise: `link_findings(store, findings)` returns the same findings (same order,
 - chained host findings and the straggler name each other in `related`; a chained finding of the
   matching kind without a cost of its own gets the straggler's cost (it explains that time), and
   the straggler's rank;
-- a slow-bandwidth finding is related to the RDMA findings of every host with samples.
+- a slow-bandwidth finding is related to the RDMA findings of every host with samples;
+- a `stack_profile` straggler (sampled stacks) counts as a compute straggler, and names (and is
+  named by) the straggler, steps and hang findings about the same one rank.
 Findings are then ranked by cost as usual (`findings.rank_findings`).
 """
 
@@ -43,6 +45,8 @@ def straggler_kind(f: Finding) -> str:
     if f.analyzer == "straggler":
         return str(f.evidence.get("kind", ""))
     if f.analyzer == "steps" and str(f.evidence.get("phase", "")) in _GPU_PHASES:
+        return "compute"
+    if f.analyzer == "stack_profile":  # its own work takes the time: the rank's device is the first suspect
         return "compute"
     return ""
 
@@ -100,8 +104,23 @@ def _summary(straggler: Finding, loc: dict[str, Any], chain: list[Finding], has_
     return f"{head}; no GPU / NIC samples for its host: collect counters to see why"
 
 
+def _corroborate(findings: list[Finding]) -> list[Finding]:
+    """A sampled-stack straggler and a trace / step / hang finding about the same one rank name each other."""
+    sampled = [f for f in findings if f.analyzer == "stack_profile" and len(f.ranks) == 1]
+    others = [f for f in findings if f.analyzer in ("straggler", "steps", "hang") and len(f.ranks) == 1
+              and f.severity >= Severity.WARNING]
+    links: dict[str, set[str]] = {}
+    for s in sampled:
+        for o in others:
+            if o.ranks == s.ranks:
+                links.setdefault(s.id, set()).add(o.id)
+                links.setdefault(o.id, set()).add(s.id)
+    return [f.with_related(sorted(links[f.id])) if f.id in links else f for f in findings]
+
+
 def link_findings(store: Store, findings: list[Finding]) -> list[Finding]:
     """Attach host evidence to stragglers, link both ways, and give explaining findings a cost."""
+    findings = _corroborate(findings)
     stragglers = [f for f in findings if straggler_kind(f)]
     health = [f for f in findings if f.analyzer in _GPU_ANALYZERS + ("rdma",)]
     if not stragglers and not health:

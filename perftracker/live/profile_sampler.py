@@ -23,6 +23,19 @@ from perftracker.live.stacks import PERMISSION_HINT, find_pyspy
 from perftracker.rundir import atomic_write_text
 
 
+def straggler_suspicion(paths: list[Path]) -> str:
+    """The stack_profile analyzer's verdict on these recordings, as one line ("" when nobody stands out)."""
+    from perftracker.analyzers.stack_profile import analyze_stack_profile
+    from perftracker.collectors.stack_samples import load_profile_inputs
+    from perftracker.store import Store
+
+    frame, _ = load_profile_inputs(paths)
+    store = Store()
+    store.set_table("profile_samples", frame)
+    found = analyze_stack_profile(store)
+    return found[0].title[:300] if found else ""
+
+
 @dataclass
 class _Recording:
     rank: int
@@ -97,6 +110,8 @@ class ProfileSampler:
                 ctx.note(f"profile: no samples of rank {rec.rank} (pid {rec.pid}): {last}")
         self._done = True
         self.state = f"{recorded} of {len(self._recordings)} rank(s) recorded ({self.seconds:.0f}s at {self.rate_hz} Hz)"
+        if recorded and not ctx.progress.suspicion:
+            ctx.progress.suspicion = straggler_suspicion([r.out for r in self._recordings if r.out.is_file()])
 
     def stop(self, ctx: LiveContext) -> None:
         if self._done or not self._recordings:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from perftracker.live.sampler import LiveContext, Sampler
@@ -52,7 +53,7 @@ def _panel(ctx: LiveContext, samplers: Sequence[Sampler], elapsed: float, durati
         rate = f"{1e9 / med:.2f} steps/s" if med else "?"
         table.add_row("steps", f"last step {max(steps.last_step.values())}, {rate}")
     if steps.suspicion:
-        table.add_row("[bold red]suspicion[/]", steps.suspicion)
+        table.add_row("[bold red]suspicion[/]", escape(steps.suspicion))  # stack text is untrusted
     return table
 
 

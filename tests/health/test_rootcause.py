@@ -124,3 +124,17 @@ def test_bandwidth_uses_ring_factors(tmp_path: Path) -> None:
     assert bus_factor("broadcast", 4) == 1.0
     row = table[table["collective"] == "all_reduce"].iloc[0]
     assert abs(row["busbw_gbs"] - 1.5 * row["algbw_gbs"]) < 1e-9 and row["algbw_gbs"] > 0
+
+
+def test_sampled_stack_straggler_and_other_findings_about_its_rank_name_each_other() -> None:
+    # GIVEN a stack_profile finding on rank 2, a trace straggler on rank 2 and a hang naming rank 1
+    sampled = Finding("stack_profile", Severity.WARNING, "Rank 2 spends 34% of its time in f", "r", {}, ranks=(2,),
+                      key="sp")
+    trace = Finding("straggler", Severity.CRITICAL, "Rank 2 is a straggler", "r", {"kind": "compute"}, ranks=(2,),
+                    cost=Cost(0.01, 0.2), key="st")
+    hang = Finding("hang", Severity.CRITICAL, "Rank 1 is not in the collective", "r", {}, ranks=(1,), key="h")
+    # WHEN findings are linked
+    out = {f.analyzer: f for f in link_findings(Store(), [sampled, trace, hang])}
+    # THEN the two about rank 2 name each other and the hang about rank 1 stays apart
+    assert trace.id in out["stack_profile"].related and sampled.id in out["straggler"].related
+    assert out["hang"].related == ()

@@ -80,6 +80,18 @@ def test_real_profiles_of_a_clean_job_give_no_finding(tmp_path: Path) -> None:
     assert _findings(run, tmp_path)[1] == []
 
 
+def test_live_suspicion_names_the_slowed_rank_once_the_recording_ends(tmp_path: Path) -> None:
+    from perftracker.live.profile_sampler import straggler_suspicion
+
+    # GIVEN the recordings of the slowed job and of the clean job
+    slow = sorted(_run_dir(tmp_path / "slow", fixture="slow-rank2").glob("profiles/*.txt"))
+    clean = sorted(_run_dir(tmp_path / "clean", fixture="clean").glob("profiles/*.txt"))
+    # WHEN the live panel's suspicion is computed from them
+    # THEN it names rank 2 for the slowed job, and nothing for the clean one
+    assert straggler_suspicion(slow).startswith("Rank 2 spends")
+    assert straggler_suspicion(clean) == ""
+
+
 def _profile(work: int, wait: int) -> str:
     return f"{MAIN};forward (train.py:30) {work}\n{MAIN};wait (torch/distributed/c10d.py:9) {wait}\n"
 
