@@ -28,7 +28,8 @@ Host counters (one JSON object per line, times in epoch ns; every metric optiona
     counters/<host>.rdma.jsonl   one record per RDMA port sample:
       {"ts_ns", "host", "device": "mlx5_0", "port": "1", "state": "4: ACTIVE", "phys_state": "5: LinkUp",
        "rate": "400 Gb/sec (4X NDR)", "link_layer": "InfiniBand", "counters": {name: int, ...},
-       "hw_counters": {name: int, ...}, "numa_node": 0, "pci_bus_id": "0000:17:00.0", "netdevs": ["ib0"]}
+       "hw_counters": {name: int, ...}, "numa_node": 0, "pci_bus_id": "0000:17:00.0", "netdevs": ["ib0"],
+       "ethtool": {name: int, ...}}      (RoCE ports only: flow-control counters of `ethtool -S <netdev>`)
     counters/<host>.gpu.jsonl    one record per GPU sample:
       {"ts_ns", "host", "gpu": 3, "uuid", "pci_bus_id", "numa_node",
        "metrics": {"sm_clock_mhz", "mem_clock_mhz", "max_sm_clock_mhz", "power_w", "power_limit_w",
@@ -40,9 +41,15 @@ Host counters (one JSON object per line, times in epoch ns; every metric optiona
 
 `counters`/`hw_counters` hold the sysfs files of `ports/<n>/counters` and `ports/<n>/hw_counters` as the
 kernel writes them (`port_*_data` are octets / 4); `collectors/rdma.py: snapshot()` makes the RDMA
-records, and `collectors/gpu_samples.py` documents the GPU fields. `analyze` also reads, by content,
-nvidia-smi CSV, DCGM / node-exporter Prometheus text and raw sysfs counter copies
-(`collectors/counters_inputs.py`).
+records, and `collectors/gpu_samples.py` documents the GPU fields. `ethtool` (link layer Ethernet ports
+with a netdev, sampled live) holds the driver's pause / PFC / discard / buffer / ECN / pause-storm
+counters as `ethtool -S` prints them (mlx5: `rx_prio3_pause`, `rx_prio3_pause_duration` in us,
+`tx_prio3_pause`, `rx_discards_phy`, `tx_pause_storm_error_events`, ...; per-queue counters left out;
+`collectors/ethtool.py`); in the `counters` table they become rows named `ethtool:<name>` on the
+record's device and port. `analyze` also reads, by content, nvidia-smi CSV, DCGM / node-exporter
+Prometheus text, raw sysfs counter copies and repeated `ethtool -S <netdev>` outputs each after a
+`date +%s.%N` line (`# host=`, `# netdev=` lines or the `ethtool -S <dev>` command line name them;
+`collectors/counters_inputs.py`).
 `analyze` also accepts a bare folder of traces (or any mix): inputs are found by name and content.
 """
 

@@ -13,6 +13,7 @@ from perftracker.analyzers import (
     nccl_config,  # noqa: F401
     overlap,  # noqa: F401
     rdma,  # noqa: F401
+    rdma_pfc,  # noqa: F401
     stack_profile,  # noqa: F401
     steps,  # noqa: F401
     straggler,  # noqa: F401

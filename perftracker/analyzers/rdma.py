@@ -18,6 +18,8 @@ threshold as a module constant:
   and link layer, while that one carries at least BUSY_GBPS (warning; usually NCCL_IB_HCA leaves it
   out). A NIC meant for other traffic (storage) with the same link layer is reported too: check it.
 - per host an info finding with transmit / receive throughput against the link rate.
+RoCE flow control (PFC pauses, pause storms, NIC drops from `ethtool -S`: `ethtool:<name>` rows) is
+judged by `rdma_pfc`, not here.
 Costs are left at zero; `rootcause.link_findings` gives a finding the cost of the straggler it explains.
 """
 
@@ -30,6 +32,7 @@ import pandas as pd
 
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.registry import register
+from perftracker.collectors.ethtool import PREFIX as ETHTOOL_PREFIX
 from perftracker.store import Store
 
 ACTIVE = 4  # sysfs state "4: ACTIVE"
@@ -58,8 +61,10 @@ _GAUGES = ("state_id", "phys_state_id", "rate_gbps", "width")
 
 
 def rdma_counters(store: Store) -> pd.DataFrame:
+    """The sysfs-style counter rows of RDMA ports (not GPU rows, not `ethtool:` rows: see rdma_pfc)."""
     c = store["counters"]
-    return c[~c["device"].astype(str).str.startswith("gpu:") & (c["port"].astype(str) != "")]
+    return c[~c["device"].astype(str).str.startswith("gpu:") & (c["port"].astype(str) != "")
+             & ~c["name"].astype(str).str.startswith(ETHTOOL_PREFIX)]
 
 
 def increases(values: np.ndarray[Any, Any], name: str) -> tuple[np.ndarray[Any, Any], int, int]:

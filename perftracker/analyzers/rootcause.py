@@ -5,14 +5,15 @@ Promise: `link_findings(store, findings)` returns the same findings (same order,
   GPU phase, see `straggler_kind`) gets `evidence["root_cause"]`: the rank's
   host, GPU and NICs (topology.rank_map), a one-line `summary` ("rank 2 late in 97% of steps; its
   GPU 2 on host vm was in thermal slowdown 40% of the time; SM clock 1410 MHz against a job median
-  of 1980"), and the `chain` of warning / critical gpu_health, gpu_links and rdma findings on that
-  GPU and those NICs, the ones matching the straggler's kind first (compute: gpu_health;
-  communication: rdma and gpu_links, NVLink / PCIe errors of its GPU); its recommendation starts
+  of 1980"), and the `chain` of warning / critical gpu_health, gpu_links, rdma and rdma_pfc findings
+  on that GPU and those NICs, the ones matching the straggler's kind first (compute: gpu_health;
+  communication: rdma and rdma_pfc (RoCE PFC pauses, drops), and gpu_links, NVLink / PCIe errors of
+  its GPU); its recommendation starts
   with the likeliest cause;
 - chained host findings and the straggler name each other in `related`; a chained finding of the
   matching kind without a cost of its own gets the straggler's cost (it explains that time), and
   the straggler's rank;
-- a slow-bandwidth finding is related to the RDMA findings of every host with samples;
+- a slow-bandwidth finding is related to the RDMA (rdma, rdma_pfc) findings of every host with samples;
 - a `stack_profile` straggler (sampled stacks) counts as a compute straggler, and names (and is
   named by) the straggler, steps and hang findings about the same one rank.
 Findings are then ranked by cost as usual (`findings.rank_findings`).
@@ -29,7 +30,8 @@ from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.topology import rank_map
 from perftracker.store import Store
 
-_KIND_SOURCES = {"compute": ("gpu_health",), "communication": ("rdma", "gpu_links")}
+_NIC_ANALYZERS = ("rdma", "rdma_pfc")  # port counters (sysfs) and RoCE flow control (ethtool)
+_KIND_SOURCES = {"compute": ("gpu_health",), "communication": _NIC_ANALYZERS + ("gpu_links",)}
 _GPU_ANALYZERS = ("gpu_health", "gpu_links")
 _GPU_PHASES = ("forward", "backward", "optimizer")
 
@@ -70,7 +72,7 @@ def _matches(loc: dict[str, Any], f: Finding) -> str:
         return ""
     if f.analyzer in _GPU_ANALYZERS and loc["gpu"] >= 0 and ev.get("gpu") == loc["gpu"]:
         return "gpu"
-    if f.analyzer == "rdma" and "device" in ev:
+    if f.analyzer in _NIC_ANALYZERS and "device" in ev:
         nic = f"{ev['device']}/{ev['port']}"
         if not loc["nics"] or nic in loc["nics"]:
             return "nic"
@@ -122,7 +124,7 @@ def link_findings(store: Store, findings: list[Finding]) -> list[Finding]:
     """Attach host evidence to stragglers, link both ways, and give explaining findings a cost."""
     findings = _corroborate(findings)
     stragglers = [f for f in findings if straggler_kind(f)]
-    health = [f for f in findings if f.analyzer in _GPU_ANALYZERS + ("rdma",)]
+    health = [f for f in findings if f.analyzer in _GPU_ANALYZERS + _NIC_ANALYZERS]
     if not stragglers and not health:
         return findings
     rmap = rank_map(store) if stragglers else pd.DataFrame()
@@ -157,7 +159,7 @@ def link_findings(store: Store, findings: list[Finding]) -> list[Finding]:
                     cur = replace(cur, ranks=tuple(sorted(set(cur.ranks) | set(s.ranks))))
             updated[f.id] = cur
     slow = [f for f in findings if f.analyzer == "bandwidth" and f.severity >= Severity.WARNING]
-    nic_findings = [f for f in health if f.analyzer == "rdma" and f.severity >= Severity.WARNING]
+    nic_findings = [f for f in health if f.analyzer in _NIC_ANALYZERS and f.severity >= Severity.WARNING]
     for b in slow:
         if nic_findings:
             updated[b.id] = current(b).with_related(f.id for f in nic_findings)

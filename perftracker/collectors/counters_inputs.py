@@ -5,6 +5,9 @@ Promise: `load_counter_inputs(paths)` looks at each non-trace file and loads, wh
 - `nvidia-smi --query-gpu=... --format=csv` output (header line decides),
 - Prometheus text with `node_infiniband_*` (node exporter) or `DCGM_FI_*` (DCGM exporter) samples,
 - `grep -H .` dumps of sysfs port counters, and copied sysfs port folders (path layout decides),
+- repeated `ethtool -S <netdev>` outputs with epoch lines ("NIC statistics:" decides; PFC / discard
+  counters of RoCE ports, collectors/ethtool.py), moved onto the RDMA device / port whose sysfs
+  record (from any other input of the same host) lists that netdev,
 and returns `({"counters": frame, "devices": frame}, notes, meta)`; meta `counter_sources` counts the
 files of each kind. Files that are none of these are left alone (other loaders read them).
 """
@@ -18,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from perftracker.collectors import gpu_samples, prometheus, rdma
+from perftracker.collectors import ethtool, gpu_samples, prometheus, rdma
 from perftracker.store import LoadNote
 from perftracker.store.schema import conform
 
@@ -46,7 +49,8 @@ def _first_json(head: str) -> dict[str, Any]:
 
 
 def sniff(path: Path, head: str) -> str:
-    """The kind of counter input a file holds: rdma_jsonl, gpu_jsonl, smi_csv, prometheus, sysfs_dump or ''."""
+    """The kind of counter input a file holds: rdma_jsonl, gpu_jsonl, smi_csv, prometheus, sysfs_dump,
+    ethtool_dump or ''."""
     rec = _first_json(head) if head.lstrip().startswith("{") else {}
     if rec:
         if {"device", "port", "ts_ns"} <= rec.keys() and ("counters" in rec or "hw_counters" in rec):
@@ -60,6 +64,8 @@ def sniff(path: Path, head: str) -> str:
         return "prometheus"
     if rdma.looks_like_sysfs_dump(head):
         return "sysfs_dump"
+    if ethtool.looks_like_ethtool_dump(head):
+        return "ethtool_dump"
     return ""
 
 
@@ -82,6 +88,7 @@ _LOADERS = {
     "smi_csv": gpu_samples.load_smi_csv,
     "prometheus": _load_prometheus,
     "sysfs_dump": rdma.load_sysfs_dump,
+    "ethtool_dump": ethtool.load_ethtool_dump,
 }
 
 
@@ -89,6 +96,8 @@ def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame],
     """(tables {"counters", "devices"}, notes, meta) for the host-counter part of an analysis."""
     rows: list[dict[str, Any]] = []
     devices: list[dict[str, Any]] = []
+    eth_rows: list[dict[str, Any]] = []
+    eth_devices: list[dict[str, Any]] = []
     notes: list[LoadNote] = []
     sources: dict[str, int] = {}
     copies = rdma.sysfs_copy_files(paths)
@@ -104,8 +113,8 @@ def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame],
         except OSError as exc:
             notes.append(LoadNote("warning", str(path), f"counter file could not be read: {exc.strerror or exc}"))
             continue
-        rows.extend(r)
-        devices.extend(d)
+        (eth_rows if kind == "ethtool_dump" else rows).extend(r)
+        (eth_devices if kind == "ethtool_dump" else devices).extend(d)
         notes.extend(n)
         sources[kind] = sources.get(kind, 0) + 1
     if copies:
@@ -114,6 +123,10 @@ def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame],
         devices.extend(d)
         notes.extend(n)
         sources["sysfs_copy"] = len(copies)
+    if eth_rows or eth_devices:
+        r, d = ethtool.attach_to_ports(eth_rows, eth_devices, devices)
+        rows.extend(r)
+        devices.extend(d)
     counters = pd.DataFrame(rows)
     if not counters.empty:
         counters = counters.drop_duplicates(["host", "device", "port", "name", "ts_ns", "value"])

@@ -17,10 +17,14 @@ Promise:
      "netdevs": ["ib0"]}
 
 (`phys_state`, `numa_node`, `pci_bus_id` and `netdevs` are optional.) Counter values are kept as
-the kernel writes them: `port_xmit_data`/`port_rcv_data` count octets divided by 4.
+the kernel writes them: `port_xmit_data`/`port_rcv_data` count octets divided by 4. A RoCE port
+(link layer Ethernet) sampled live also has `"ethtool": {name: int}`: the flow-control counters
+(PFC pauses, discards, buffer / ECN / pause-storm counters) of `ethtool -S <netdev>`, selected by
+`collectors/ethtool.py`; `snapshot()` itself reads sysfs only.
 
 Counter rows: device = RDMA device, port = port number as text, name = the sysfs file name (from
-`counters/` or `hw_counters/`), plus `state_id` (4 = ACTIVE), `phys_state_id` (5 = LinkUp),
+`counters/` or `hw_counters/`) or `ethtool:<name>` for the `ethtool` counters (e.g.
+`ethtool:rx_prio3_pause_duration`), plus `state_id` (4 = ACTIVE), `phys_state_id` (5 = LinkUp),
 `rate_gbps` and `width` (lanes) parsed from the port's `rate`.
 
 Raw snapshot copies (`load_sysfs_copies`) come in two shapes:
@@ -41,6 +45,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from perftracker.collectors.ethtool import PREFIX as ETHTOOL_PREFIX
 from perftracker.store import LoadNote
 
 RATE = re.compile(r"(?P<gbps>[\d.]+)\s*Gb/sec(?:\s*\((?P<width>\d+)X\s*(?P<speed>[A-Z0-9]*)\))?")
@@ -140,10 +145,10 @@ def record_rows(rec: dict[str, Any], source: str) -> tuple[list[dict[str, Any]],
     host, dev, port, ts = str(rec.get("host", "")), str(rec["device"]), str(rec["port"]), int(rec["ts_ns"])
     base = {"host": host, "rank": -1, "device": dev, "port": port, "ts_ns": ts}
     rows = []
-    for group in ("counters", "hw_counters"):
+    for group, prefix in (("counters", ""), ("hw_counters", ""), ("ethtool", ETHTOOL_PREFIX)):
         for name, value in (rec.get(group) or {}).items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                rows.append({**base, "name": str(name), "value": float(value)})
+                rows.append({**base, "name": prefix + str(name), "value": float(value)})
     for field, name in (("state", "state_id"), ("phys_state", "phys_state_id")):
         sid = _state_id(str(rec.get(field, "")))
         if sid is not None:

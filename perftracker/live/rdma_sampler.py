@@ -2,14 +2,30 @@
 
 Uses `perftracker.collectors.rdma.snapshot`, the same reader the offline loader and the tests use;
 `sysfs_root` points at a fake tree in tests. No RDMA devices: one note, nothing else.
+
+RoCE ports (link layer Ethernet) with a netdev also get `"ethtool": {name: int}` in their records:
+the flow-control counters (PFC pauses, discards, buffer / ECN / pause-storm counters) of
+`ethtool -S <netdev>` (collectors/ethtool.py), read through `ethtool_reader` (tests inject a fake).
+The first netdev of the port that gives counters is used; a port none of whose netdevs gives any
+is noted once and not asked again. Without ethtool: one note saying how to
+get these counters, and the sysfs counters go on.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from perftracker.live.sampler import LiveContext
+
+EthtoolReader = Callable[[str], dict[str, int] | None]
+
+
+def _roce(rec: dict[str, Any]) -> bool:
+    return str(rec.get("link_layer", "")).strip().lower() == "ethernet" and bool(rec.get("netdevs"))
 
 
 @dataclass
@@ -19,6 +35,9 @@ class RdmaSampler:
     ports: int = 0
     samples: int = 0
     enabled: bool = True
+    ethtool_reader: EthtoolReader | None = None
+    pfc_ports: int = 0
+    _netdev: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def start(self, ctx: LiveContext) -> None:
         from perftracker.collectors.rdma import snapshot
@@ -28,6 +47,38 @@ class RdmaSampler:
         if not first:
             self.enabled = False
             ctx.note(f"RDMA: no RDMA devices under {ctx.sysfs_root}/class/infiniband; port counters are not sampled")
+            return
+        roce = [r for r in first if _roce(r)]
+        if roce and self.ethtool_reader is None:
+            if shutil.which("ethtool") is None:
+                names = ", ".join(sorted({str(r["netdevs"][0]) for r in roce}))
+                ctx.note(f"RDMA: ethtool not found: PFC pause / discard counters of the RoCE port(s) ({names}) are "
+                         "not sampled, only sysfs counters. Install ethtool (`apt-get install ethtool` / `dnf install "
+                         "ethtool`) on the host, or save `ethtool -S <netdev>` periodically with a `date +%s.%N` line "
+                         "before each and pass the file to analyze")
+            else:
+                from perftracker.collectors.ethtool import read_ethtool
+
+                self.ethtool_reader = read_ethtool
+
+    def _ethtool(self, ctx: LiveContext, rec: dict[str, Any]) -> dict[str, int] | None:
+        from perftracker.collectors.ethtool import flow_control
+
+        assert self.ethtool_reader is not None
+        key = (str(rec["device"]), str(rec["port"]))
+        known = self._netdev.get(key)
+        if known == "":  # gave nothing the first time: not asked again every interval
+            return None
+        for netdev in [known] if known else [str(n) for n in rec["netdevs"]]:
+            counters = self.ethtool_reader(netdev)
+            if counters:
+                self._netdev[key] = netdev
+                return flow_control(counters)
+        if known is None:
+            self._netdev[key] = ""
+            ctx.note(f"RDMA: `ethtool -S {rec['netdevs'][0]}` gave no counters (unknown device or no permission): PFC "
+                     f"pause / discard counters of {key[0]} port {key[1]} are not sampled")
+        return None
 
     def sample(self, ctx: LiveContext) -> None:
         if not self.enabled:
@@ -35,6 +86,15 @@ class RdmaSampler:
         from perftracker.collectors.rdma import snapshot
 
         records = snapshot(ctx.sysfs_root, ctx.host)
+        pfc = 0
+        if self.ethtool_reader is not None:
+            for rec in records:
+                if _roce(rec):
+                    counters = self._ethtool(ctx, rec)
+                    if counters is not None:
+                        rec["ethtool"] = counters
+                        pfc += 1
+        self.pfc_ports = max(self.pfc_ports, pfc)
         path = ctx.run_dir / "counters" / f"{ctx.host}.rdma.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as fh:
@@ -45,4 +105,7 @@ class RdmaSampler:
         return None
 
     def status(self) -> str:
-        return f"{self.ports} port(s), {self.samples} sample(s)" if self.enabled else "no RDMA devices"
+        if not self.enabled:
+            return "no RDMA devices"
+        pfc = f", PFC counters of {self.pfc_ports}" if self.pfc_ports else ""
+        return f"{self.ports} port(s){pfc}, {self.samples} sample(s)"

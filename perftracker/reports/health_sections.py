@@ -2,7 +2,8 @@
 
 Promise: `rdma_section` and `gpu_section` return None when the Store has no such samples. Figures
 are plotly dicts, one per host: RDMA transmit / receive Gb/s per port over time and congestion
-rates; GPU SM clock, temperature and power per GPU over time with throttle periods (thermal, HW
+rates, and for RoCE ports with `ethtool` counters the share of time paused by PFC per priority
+(received / sent), with PFC columns in the port table and the rdma_pfc findings listed; GPU SM clock, temperature and power per GPU over time with throttle periods (thermal, HW
 slowdown, power brake) shaded, with the gpu_health / gpu_links (NVLink, PCIe replay) findings
 listed. Under each straggler finding's root-cause chain (from `rootcause.link_findings`) the GPU
 section (or the RDMA section when there are no GPU samples) lists the causes. Every string from inputs or findings is escaped with `html.escape`.
@@ -20,6 +21,7 @@ from plotly.subplots import make_subplots
 from perftracker.analyzers.findings import Finding
 from perftracker.analyzers.gpu_health import gpu_wide, periods, throttle_mask
 from perftracker.analyzers.rdma import CNP_NAMES, port_series
+from perftracker.analyzers.rdma_pfc import pfc_series, port_views
 from perftracker.reports.sections import ReportSection
 from perftracker.store import Store
 
@@ -46,30 +48,73 @@ def root_cause_html(findings: list[Finding]) -> str:
     return f"<h3>Root causes of stragglers</h3><ul>{''.join(items)}</ul>" if items else ""
 
 
-def _rdma_table(series: pd.DataFrame) -> str:
+def _paused(stats: dict[str, dict[str, Any]]) -> str:
+    """"20% (prio 3)": the most paused priority of one direction, or the pause frame rate without durations."""
+    moved = {p: s for p, s in stats.items() if s["moved"]}
+    if not moved:
+        return "0"
+    prio, s = max(moved.items(), key=lambda kv: (kv[1]["paused_share"] or 0.0, kv[1]["pause_frames_per_s"]))
+    amount = f"{100 * s['paused_share']:.1f}%" if s["paused_share"] is not None else f"{s['pause_frames_per_s']:,.0f}/s"
+    return f"{amount} (prio {escape(prio)})"
+
+
+def _rdma_table(series: pd.DataFrame, pfc: dict[tuple[str, str, str], Any]) -> str:
     rows = []
-    for (host, dev, port), g in series.groupby(["host", "device", "port"]):
-        cnp = sum(float(g[n].sum()) for n in CNP_NAMES if n in g) / float(g["dt_s"].sum())
-        state = g["state_id"].iloc[-1] if "state_id" in g else float("nan")
-        rate = g["rate_gbps"].iloc[-1] if "rate_gbps" in g else float("nan")
-        rows.append(f"<tr><td>{escape(str(host))}</td><td>{escape(str(dev))}/{escape(str(port))}</td>"
-                    f"<td>{'ACTIVE' if state == 4 else escape(str(state))}</td><td>{rate:g}</td>"
-                    f"<td>{g['tx_gbps'].mean():.2f}</td><td>{g['rx_gbps'].mean():.2f}</td><td>{cnp:,.0f}</td></tr>")
+    keys = sorted({(str(h), str(d), str(p)) for h, d, p in zip(series.get("host", []), series.get("device", []),
+                                                               series.get("port", []))} | set(pfc))
+    for host, dev, port in keys:
+        g = series[(series["host"] == host) & (series["device"] == dev) & (series["port"] == port)] \
+            if len(series) else series
+        cells = ["", "", "", "", ""]
+        if len(g):
+            cnp = sum(float(g[n].sum()) for n in CNP_NAMES if n in g) / float(g["dt_s"].sum())
+            state = g["state_id"].iloc[-1] if "state_id" in g else float("nan")
+            rate = g["rate_gbps"].iloc[-1] if "rate_gbps" in g else float("nan")
+            cells = ["ACTIVE" if state == 4 else escape(str(state)), f"{rate:g}", f"{g['tx_gbps'].mean():.2f}",
+                     f"{g['rx_gbps'].mean():.2f}", f"{cnp:,.0f}"]
+        if pfc:
+            v = pfc.get((host, dev, port))
+            cells += [_paused(v.pauses["rx"]), _paused(v.pauses["tx"])] if v else ["", ""]
+        rows.append(f"<tr><td>{escape(host)}</td><td>{escape(dev)}/{escape(port)}</td>"
+                    + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    extra = "<th>PFC rx paused</th><th>PFC tx paused</th>" if pfc else ""
     return ("<table class=\"health\"><thead><tr><th>host</th><th>port</th><th>state</th><th>rate Gb/s</th>"
-            "<th>tx Gb/s</th><th>rx Gb/s</th><th>CNP+ECN /s</th></tr></thead>"
+            f"<th>tx Gb/s</th><th>rx Gb/s</th><th>CNP+ECN /s</th>{extra}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>")
 
 
+def _pfc_traces(fig: go.Figure, p: pd.DataFrame, dev: str, port: str, row: int) -> None:
+    t = _time(p["t1_ns"])
+    for col in p.columns:
+        if str(col).endswith("_pause_duration") and float(p[col].sum()) > 0:
+            fig.add_trace(go.Scatter(x=t, y=100 * p[col] / 1e6 / p["dt_s"], mode="lines",
+                                     name=f"{dev}/{port} {str(col)[:-len('_duration')]} % of time"), row=row, col=1)
+
+
+def _pfc_html(findings: list[Finding], has_pfc: bool) -> str:
+    listed = "".join(f"<li>{escape(f.severity.label)}: {escape(f.title)}</li>"
+                     for f in findings if f.analyzer == "rdma_pfc")
+    if listed:
+        return f"<h3>RoCE flow control (PFC, drops)</h3><ul>{listed}</ul>"
+    return "<p>RoCE flow control: no PFC pauses, pause storms or drops above the thresholds.</p>" if has_pfc else ""
+
+
 def rdma_section(store: Store, findings: list[Finding]) -> ReportSection | None:
-    """Per-host RDMA throughput and congestion over time, or None without RDMA samples."""
-    series = port_series(store)
-    if series.empty:
+    """Per-host RDMA throughput, congestion and PFC pauses over time, or None without RDMA samples."""
+    series, pfc = port_series(store), pfc_series(store)
+    if series.empty and pfc.empty:
         return None
+    views = {(v.host, v.dev, v.port): v for v in port_views(store, pfc)}
     figures: list[dict[str, Any]] = []
-    for host, g in list(series.groupby("host"))[:_MAX_HOSTS]:
-        fig = make_subplots(rows=2, cols=1, shared_xaxes=True, subplot_titles=("throughput (Gb/s)",
-                                                                               "congestion (per s)"))
-        for (dev, port), p in g.groupby(["device", "port"]):
+    hosts = sorted({str(h) for h in series.get("host", [])} | {str(h) for h in pfc.get("host", [])})[:_MAX_HOSTS]
+    for host in hosts:
+        g = series[series["host"] == host] if len(series) else series
+        mine = pfc[pfc["host"] == host] if len(pfc) else pfc
+        titles = ["throughput (Gb/s)", "congestion (per s)"] + (["PFC paused (% of time)"] if len(mine) else [])
+        fig = make_subplots(rows=len(titles), cols=1, shared_xaxes=True, subplot_titles=titles)
+        for (dev, port), p in mine.groupby(["device", "port"]) if len(mine) else []:
+            _pfc_traces(fig, p, str(dev), str(port), 3)
+        for (dev, port), p in g.groupby(["device", "port"]) if len(g) else []:
             t = _time(p["t1_ns"])
             fig.add_trace(go.Scatter(x=t, y=p["tx_gbps"], name=f"{dev}/{port} tx", mode="lines"), row=1, col=1)
             fig.add_trace(go.Scatter(x=t, y=p["rx_gbps"], name=f"{dev}/{port} rx", mode="lines",
@@ -78,10 +123,10 @@ def rdma_section(store: Store, findings: list[Finding]) -> ReportSection | None:
                 if name in p and float(p[name].sum()) > 0:
                     fig.add_trace(go.Scatter(x=t, y=p[name] / p["dt_s"], name=f"{dev}/{port} {name}",
                                              mode="lines"), row=2, col=1)
-        fig.update_layout(title=f"RDMA on host {host}", height=480, margin={"t": 60, "b": 30})
+        fig.update_layout(title=f"RDMA on host {host}", height=240 * len(titles), margin={"t": 60, "b": 30})
         figures.append(fig.to_plotly_json())
     has_gpu = bool(gpu_wide(store))
-    html = _rdma_table(series) + ("" if has_gpu else root_cause_html(findings))
+    html = _rdma_table(series, views) + _pfc_html(findings, bool(views)) + ("" if has_gpu else root_cause_html(findings))
     return ReportSection(key="rdma", title="RDMA ports", html=html, figures=figures)
 
 

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from perftracker.analyzers.rdma import WRAP_32
+from perftracker.collectors.counters_inputs import load_counter_inputs
 from perftracker.collectors.rdma import snapshot
+from perftracker.store import Store
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "health"
 T0_NS = 1_800_000_000_000_000_000
@@ -32,11 +34,12 @@ class FakeRdmaNode:
     `tick(seconds, gbps=...)` advances every port's counters as if it carried that traffic
     (port_*_data in octets / 4), plus any extra increases given per device (32-bit queue counters
     wrap as the hardware's do); `snap()` returns the
-    perftracker snapshot records at the current fake time.
+    perftracker snapshot records at the current fake time. Device i's netdev is `<netdev>i`
+    (`ib0`; pass netdev="eth" and link_layer="Ethernet" for a RoCE node).
     """
 
     def __init__(self, root: Path, host: str, devices: Iterable[str] = ("mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"),
-                 rate: str = "400 Gb/sec (4X NDR)", link_layer: str = "InfiniBand") -> None:
+                 rate: str = "400 Gb/sec (4X NDR)", link_layer: str = "InfiniBand", netdev: str = "ib") -> None:
         self.root, self.host, self.now_ns = root, host, T0_NS
         self.values: dict[str, dict[str, int]] = {}
         self.devices = list(devices)
@@ -44,7 +47,7 @@ class FakeRdmaNode:
             pci = root / "devices" / "pci0000:00" / f"0000:{0x17 + i:02x}:00.0"
             ib = pci / "infiniband" / dev
             _w(pci / "numa_node", str(i // 2))
-            _w(pci / "net" / f"ib{i}" / "operstate", "up")
+            _w(pci / "net" / f"{netdev}{i}" / "operstate", "up")
             _w(ib / "node_type", "1: CA")
             link = root / "class" / "infiniband" / dev
             link.parent.mkdir(parents=True, exist_ok=True)
@@ -105,3 +108,48 @@ def gpu_record(host: str, gpu: int, ts_ns: int, **metrics: Any) -> dict[str, Any
     base.update(metrics)
     return {"ts_ns": ts_ns, "host": host, "gpu": gpu, "uuid": f"GPU-0000-{gpu:04d}",
             "pci_bus_id": f"00000000:{0x18 + gpu:02X}:00.0", "numa_node": gpu // 2, "metrics": base}
+
+
+ETHTOOL_FIXTURE = FIXTURES / "node-r.mlx5-roce.ethtool-S.txt"
+
+
+class FakeEthtool:
+    """`ethtool -S` of fake mlx5 RoCE netdevs: every netdev starts from the fixture's counters (a real-looking
+    ConnectX output, hundreds of per-queue lines included); `add(netdev, name=inc, ...)` advances counters;
+    calling it is the sampler's `ethtool_reader` (None for an unknown netdev); `text(netdev)` renders the
+    `ethtool -S` output with the current values. `without` drops counters (a driver that lacks them)."""
+
+    def __init__(self, netdevs: Iterable[str], without: Iterable[str] = ()) -> None:
+        from perftracker.collectors.ethtool import parse_ethtool_stats
+
+        self.lines = ETHTOOL_FIXTURE.read_text().splitlines()
+        base = {n: v for n, v in parse_ethtool_stats("\n".join(self.lines)).items() if n not in set(without)}
+        self.values = {nd: dict(base) for nd in netdevs}
+        self.calls: list[str] = []
+
+    def add(self, netdev: str, **increments: int) -> None:
+        for name, inc in increments.items():
+            self.values[netdev][name] += inc
+
+    def __call__(self, netdev: str) -> dict[str, int] | None:
+        self.calls.append(netdev)
+        return dict(self.values[netdev]) if netdev in self.values else None
+
+    def text(self, netdev: str) -> str:
+        vals = self.values[netdev]
+        out = [self.lines[0]]
+        for line in self.lines[1:]:
+            name = line.split(":", 1)[0].strip()
+            if name in vals:
+                out.append(f"     {name}: {vals[name]}")
+        return "\n".join(out) + "\n"
+
+
+def counter_store(paths: list[Path]) -> Store:
+    """A Store holding what the counter loaders read from `paths` (tables and notes)."""
+    tables, notes, _ = load_counter_inputs(paths)
+    store = Store()
+    for name, frame in tables.items():
+        store.set_table(name, frame)
+    store.add_notes(notes)
+    return store

@@ -6,19 +6,9 @@ from pathlib import Path
 
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.gpu_health import analyze_gpu_health
-from perftracker.collectors.counters_inputs import load_counter_inputs, sniff
-from perftracker.store import Store
+from perftracker.collectors.counters_inputs import sniff
 
-from .conftest import FIXTURES, T0_NS, gpu_record, write_jsonl
-
-
-def _store(paths: list[Path]) -> Store:
-    tables, notes, _ = load_counter_inputs(paths)
-    store = Store()
-    for name, frame in tables.items():
-        store.set_table(name, frame)
-    store.add_notes(notes)
-    return store
+from .conftest import FIXTURES, T0_NS, counter_store, gpu_record, write_jsonl
 
 
 def _warnings(findings: list[Finding]) -> list[Finding]:
@@ -39,7 +29,7 @@ def test_inputs_are_recognised_by_content(tmp_path: Path) -> None:
 
 def test_nvidia_smi_csv_thermal_throttle_names_host_and_gpu() -> None:
     # GIVEN nvidia-smi CSV from node-a where GPU 2 is in HW thermal slowdown in 4 of 10 samples
-    store = _store([FIXTURES / "node-a.nvidia-smi.csv"])
+    store = counter_store([FIXTURES / "node-a.nvidia-smi.csv"])
     devices = store["devices"]
     assert set(devices["device"]) == {"gpu:0", "gpu:1", "gpu:2", "gpu:3"}
     assert devices.loc[devices["device"] == "gpu:2", "pci_bus_id"].iloc[0] == "00000000:1A:00.0"
@@ -56,7 +46,7 @@ def test_nvidia_smi_csv_thermal_throttle_names_host_and_gpu() -> None:
 
 def test_dcgm_exporter_thermal_throttle() -> None:
     # GIVEN DCGM exporter scrapes (Hostname node-b) where GPU 1 throttles thermally in half the scrapes
-    store = _store([FIXTURES / "node-b.dcgm.prom"])
+    store = counter_store([FIXTURES / "node-b.dcgm.prom"])
     findings = _warnings(analyze_gpu_health(store))
     # THEN the thermal finding is critical (50%) on node-b GPU 1, and nothing else is flagged
     assert [(f.evidence["check"], f.hosts, f.evidence["gpu"], f.severity) for f in findings] == [
@@ -71,7 +61,7 @@ def test_healthy_gpu_samples_give_no_warnings(tmp_path: Path) -> None:
     recs += [gpu_record("node-a", 0, T0_NS + 30 * 10**9, util_gpu_pct=0, pcie_gen=1, clock_event_reasons=1)]
     path = write_jsonl(tmp_path / "counters" / "node-a.gpu.jsonl", recs)
     # WHEN analyzed
-    findings = analyze_gpu_health(_store([path]))
+    findings = analyze_gpu_health(counter_store([path]))
     # THEN there is nothing at all
     assert findings == []
 
@@ -87,7 +77,7 @@ def test_xid_ecc_pcie_low_clock_and_low_utilization(tmp_path: Path) -> None:
         recs.append(gpu_record("node-z", 2, ts, sm_clock_mhz=1500))
         recs.append(gpu_record("node-z", 3, ts, util_gpu_pct=20))
     path = write_jsonl(tmp_path / "node-z.gpu.jsonl", recs)
-    findings = _warnings(analyze_gpu_health(_store([path])))
+    findings = _warnings(analyze_gpu_health(counter_store([path])))
     # THEN each fault is found on its GPU
     got = {(f.evidence["check"], f.evidence["gpu"], f.severity) for f in findings}
     assert got == {("xid_ecc", 0, Severity.CRITICAL), ("pcie_width", 1, Severity.WARNING),

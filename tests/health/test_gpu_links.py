@@ -10,8 +10,7 @@ from perftracker.analyzers.gpu_links import analyze_gpu_links
 from perftracker.analyzers.rootcause import link_findings
 from perftracker.analyzers.topology import rank_map
 
-from .conftest import T0_NS, gpu_record, write_jsonl
-from .test_gpu import _store
+from .conftest import T0_NS, counter_store, gpu_record, write_jsonl
 
 LINKS = {"nvlink_links": 18, "nvlink_active": 18, "nvlink_replay": 0, "nvlink_recovery": 0, "nvlink_crc_flit": 0,
          "nvlink_crc_data": 0, "pcie_replay": 0}
@@ -38,7 +37,7 @@ def test_recovery_is_critical_slow_crc_is_info_and_a_counter_reset_is_no_rise(tm
         recs.append(_record("node-a", 1, i, nvlink_crc_data=5 * i))
         recs.append(_record("node-a", 2, i, nvlink_crc_flit=900 if i < 5 else 0, nvlink_replay=40 if i < 5 else 0))
         recs.append(_record("node-a", 3, i, pcie_replay=100 + (3 if i >= 6 else 0)))
-    findings = analyze_gpu_links(_store([write_jsonl(tmp_path / "node-a.gpu.jsonl", recs)]))
+    findings = analyze_gpu_links(counter_store([write_jsonl(tmp_path / "node-a.gpu.jsonl", recs)]))
     # THEN the recovery is critical, the slow CRC and PCIe replay rises only informational, the reset nothing
     assert _checks(findings) == {("nvlink_recovery", 0, Severity.CRITICAL), ("nvlink_errors", 1, Severity.INFO),
                                  ("pcie_replay", 3, Severity.INFO)}
@@ -57,7 +56,7 @@ def test_links_down_against_peers_and_hosts_without_nvlink_in_use(tmp_path: Path
             recs.append(_record("node-a", g, i, nvlink_active=16 if g == 1 and i >= 5 else 18))
             recs.append(_record("node-b", g, i, nvlink_active=12))
             recs.append(_record("node-c", g, i, nvlink_links=4, nvlink_active=0))
-    findings = analyze_gpu_links(_store([write_jsonl(tmp_path / "all.gpu.jsonl", recs)]))
+    findings = analyze_gpu_links(counter_store([write_jsonl(tmp_path / "all.gpu.jsonl", recs)]))
     got = {(f.hosts[0], str(f.evidence["check"]), int(f.evidence["gpu"]), f.severity) for f in findings}
     # THEN node-a GPU 1 is critical (below its peers), node-b's GPUs are warnings, node-c has none
     assert got == {("node-a", "nvlink_down", 1, Severity.CRITICAL)} | {
@@ -72,7 +71,7 @@ def test_nvml_ranks_map_each_rank_to_its_own_gpu_despite_stray_contexts(tmp_path
     # on GPUs 3..1 from the second sample on: rank 3 runs on GPU 0
     recs = [_record("node-a", 0, i, ranks=[0, 1, 2, 3]) for i in range(3)]
     recs += [_record("node-a", g, i, ranks=[3 - g] if i else []) for g in (1, 2, 3) for i in range(3)]
-    store = _store([write_jsonl(tmp_path / "node-a.gpu.jsonl", recs)])
+    store = counter_store([write_jsonl(tmp_path / "node-a.gpu.jsonl", recs)])
     # WHEN the rank map is built from nothing but these samples
     rmap = rank_map(store)
     # THEN each rank gets the GPU hosting the fewest ranks among those it was seen on, and the host NVML saw
@@ -88,7 +87,7 @@ def test_nvml_ranks_map_each_rank_to_its_own_gpu_despite_stray_contexts(tmp_path
 def test_nvlink_errors_explain_a_communication_straggler_on_that_gpu(tmp_path: Path) -> None:
     # GIVEN GPU 1 of node-a (rank 1, per NVML) with NVLink replays rising, GPU 0 (rank 0) clean,
     recs = [_record("node-a", g, i, ranks=[g], nvlink_replay=3 * i if g == 1 else 0) for g in (0, 1) for i in range(6)]
-    store = _store([write_jsonl(tmp_path / "node-a.gpu.jsonl", recs)])
+    store = counter_store([write_jsonl(tmp_path / "node-a.gpu.jsonl", recs)])
     # and a communication straggler finding on rank 1
     straggler = Finding(analyzer="straggler", severity=Severity.WARNING, title="Rank 1 is a communication straggler",
                         recommendation="Look at rank 1's links.", evidence={"kind": "communication", "share_last": 0.9},

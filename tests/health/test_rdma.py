@@ -9,20 +9,9 @@ import numpy as np
 
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.rdma import analyze_rdma, increases, port_series
-from perftracker.collectors.counters_inputs import load_counter_inputs
 from perftracker.collectors.rdma import parse_rate, snapshot
-from perftracker.store import Store
 
-from .conftest import FIXTURES, FakeRdmaNode, write_jsonl
-
-
-def _store(paths: list[Path]) -> Store:
-    tables, notes, meta = load_counter_inputs(paths)
-    store = Store()
-    for name, frame in tables.items():
-        store.set_table(name, frame)
-    store.add_notes(notes)
-    return store
+from .conftest import FIXTURES, FakeRdmaNode, counter_store, write_jsonl
 
 
 def _run(node: FakeRdmaNode, out: Path, ticks: int = 5, **tick_args: object) -> list[Finding]:
@@ -31,7 +20,7 @@ def _run(node: FakeRdmaNode, out: Path, ticks: int = 5, **tick_args: object) -> 
     for _ in range(ticks):
         node.tick(10.0, **tick_args)  # type: ignore[arg-type]
         write_jsonl(path, node.snap())
-    return analyze_rdma(_store([path]))
+    return analyze_rdma(counter_store([path]))
 
 
 def _warnings(findings: list[Finding]) -> list[Finding]:
@@ -95,7 +84,7 @@ def test_flapping_link_is_critical(tmp_path: Path) -> None:
     node.tick(10.0, gbps=200.0)
     write_jsonl(path, node.snap())
     # WHEN analyzed
-    findings = _warnings(analyze_rdma(_store([path])))
+    findings = _warnings(analyze_rdma(counter_store([path])))
     # THEN a critical flap and a link-error warning name mlx5_2; the port is ACTIVE again at the end
     checks = {(f.evidence["check"], f.evidence["device"], f.severity) for f in findings}
     assert checks == {("flap", "mlx5_2", Severity.CRITICAL), ("link_errors", "mlx5_2", Severity.WARNING)}
@@ -140,7 +129,7 @@ def test_wrapping_counter_in_samples_gives_no_warning(tmp_path: Path) -> None:
     node.values["mlx5_0"]["out_of_sequence"] = 4294967290
     node.write()
     findings = _run(node, tmp_path, gbps=100.0, extra={"mlx5_0": {"out_of_sequence": 3}})
-    node_rows = port_series(_store([tmp_path / "counters" / "node-a.rdma.jsonl"]))
+    node_rows = port_series(counter_store([tmp_path / "counters" / "node-a.rdma.jsonl"]))
     # THEN the increase stays 3 per interval and nothing is flagged
     assert set(node_rows["out_of_sequence"]) == {3.0} and _warnings(findings) == []
 
@@ -165,7 +154,7 @@ def test_raw_sysfs_copies_and_grep_dumps_are_read(tmp_path: Path) -> None:
     dump.write_text("\n".join(lines) + "\n")
     paths = sorted(p for p in (tmp_path / "in").rglob("*") if p.is_file())
     # WHEN loaded by content and analyzed
-    store = _store(paths)
+    store = counter_store(paths)
     findings = _warnings(analyze_rdma(store))
     # THEN both hosts have samples and the flap on mlx5_0 is seen on each
     assert set(store["counters"]["host"].astype(str)) == {"node-d", "node-e"}
@@ -175,7 +164,7 @@ def test_raw_sysfs_copies_and_grep_dumps_are_read(tmp_path: Path) -> None:
 
 def test_node_exporter_flapping_link(tmp_path: Path) -> None:
     # GIVEN node exporter infiniband scrapes where mlx5_1 goes down twice
-    store = _store([FIXTURES / "node-c.node_exporter.prom"])
+    store = counter_store([FIXTURES / "node-c.node_exporter.prom"])
     findings = analyze_rdma(store)
     # THEN the flap names node-c mlx5_1, and the throughput matches 200 Gb/s (bytes, not octets / 4)
     assert [(f.hosts, f.evidence["device"]) for f in _warnings(findings)] == [(("node-c",), "mlx5_1")]
