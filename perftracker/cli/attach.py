@@ -69,6 +69,10 @@ def register(app: typer.Typer) -> None:
                       f"({', '.join(str(w.rank) for w in found.workers[:16])}) of job "
                       f"{job_label(found)}; writing {run_dir}", highlight=False)
         ctx = LiveContext(run_dir=run_dir, job=found, host=host_name(), sysfs_root=sysfs_root)
+        if stacks:
+            console.print(f"Stacks of every rank on demand: kill -USR1 {os.getpid()}, or touch "
+                          f"{run_dir / 'requests' / 'stacks'} (reaches every attach sharing {run_dir})",
+                          highlight=False, markup=False)
         options = SamplerOptions(interval_s=interval, stack_interval_s=stack_interval, stacks=stacks, gpu=gpu,
                                  rdma=rdma, logs=logs, steps=steps, nccl_logs=list(nccl_log), job_log=job_log,
                                  trace_steps=trace_steps, stacks_at=stacks_at, profile_seconds=profile_seconds,

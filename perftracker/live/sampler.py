@@ -28,6 +28,7 @@ class Progress:
     step_durations_ns: list[int] = field(default_factory=list)
     suspicion: str = ""
     hang_requested: bool = False
+    requested_at: float = 0.0  # epoch s the request names (a request file's mtime), 0 = now
 
     def median_step_ns(self) -> int | None:
         durs = sorted(self.step_durations_ns[-200:])

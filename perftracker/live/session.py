@@ -1,7 +1,7 @@
 """Run samplers side by side against a live job, show a live status, and stop cleanly.
 
 Each sampler runs in its own thread at its own interval; an exception in one becomes a note and
-the others go on. The session ends when the duration is over, when every worker has exited, or on
+the others go on. Stack dumps can be asked for meanwhile (`live/requests.py`). The session ends when the duration is over, when every worker has exited, or on
 Ctrl-C; samplers are then stopped (flushing what they hold) and the host's manifest is written.
 Nothing already written is ever removed.
 """
@@ -19,6 +19,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from perftracker.live.requests import RequestWatcher
 from perftracker.live.sampler import LiveContext, Sampler
 from perftracker.rundir import atomic_write_text, write_manifest
 
@@ -71,6 +72,7 @@ def run_session(ctx: LiveContext, samplers: Sequence[Sampler], duration_s: float
     for t in threads:
         t.start()
     reason = "duration"
+    requests = RequestWatcher(ctx)
     try:
         live = Live(console=console, refresh_per_second=2, transient=False, auto_refresh=False) if show_live else None
         if live is not None:
@@ -89,6 +91,7 @@ def run_session(ctx: LiveContext, samplers: Sequence[Sampler], duration_s: float
                     reason = "job-exited"
                     ctx.note("the job's processes exited while attached; everything collected until then is kept")
                     break
+                requests.poll()
                 time.sleep(0.5)
         finally:
             if live is not None:
@@ -96,6 +99,7 @@ def run_session(ctx: LiveContext, samplers: Sequence[Sampler], duration_s: float
     except KeyboardInterrupt:
         reason = "interrupted"
     finally:
+        requests.close()
         stop.set()
         for t in threads:
             t.join(timeout=10)

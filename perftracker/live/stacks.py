@@ -9,7 +9,9 @@ children) used 0.46% of one core, so about 0.9% for an 8-rank node. It also dump
 
 * once at `stacks_at` (epoch seconds) into `stacks/<that time>-at/`: give every node the same
   value and every rank of a big job is captured at the same moment, in one folder;
-* on demand (`ctx.progress.hang_requested`) and when the job stops making progress, one blocking
+* on demand (`ctx.progress.hang_requested`, set by `live/requests.py`: SIGUSR1 or a `requests/stacks*`
+  file), one blocking `--native` dump per rank into `stacks/<time>-request/`;
+* when the job stops making progress, one blocking
   `--native` dump per rank (native frames show c10d::Work::wait; it pauses each rank ~50 ms once)
   into `stacks/<time>-hang/`, and sets `ctx.progress.suspicion`. "No progress" is: no new step for
   5x the median step time (when a step collector fills `ctx.progress`), or two consecutive rounds
@@ -113,6 +115,7 @@ class StackSampler:
     pyspy: str | None = None
     rounds: int = 0
     hang_dumps: int = 0
+    requested_dumps: int = 0
     failures: int = 0
     last_round_s: float = 0.0
     state: str = "not started"
@@ -157,6 +160,8 @@ class StackSampler:
         text = f"{self.rounds} round(s), last {self.last_round_s * 1000:.0f} ms; {self.state}"
         if self.hang_dumps:
             text += f"; {self.hang_dumps} hang dump(s)"
+        if self.requested_dumps:
+            text += f"; {self.requested_dumps} requested dump(s)"
         if self.failures:
             text += f"; {self.failures} failed dump(s)"
         return text
@@ -183,7 +188,7 @@ class StackSampler:
             self._dump_round(ctx, "nonblocking", snapshot_name(self.stacks_at, "at"))
         if ctx.progress.hang_requested:
             ctx.progress.hang_requested = False
-            self._hang_dump(ctx, "stack dump requested", automatic=False)
+            self._requested_dump(ctx)
         stalled = self._stalled(ctx)
         if stalled and self._armed:
             self._hang_dump(ctx, stalled)
@@ -257,6 +262,14 @@ class StackSampler:
         with ctx.lock:
             ctx.progress.suspicion = text[:300]
         ctx.note(f"stacks: {text[:300]}; native stacks of every rank in stacks/")
+
+    def _requested_dump(self, ctx: LiveContext) -> None:
+        """One native dump of every rank because the user asked (`<time>-request`: one explicit look, which
+        the hang analyzer judges as such, not as a stall)."""
+        self.requested_dumps += 1
+        name = snapshot_name(ctx.progress.requested_at or time.time(), "request")
+        states = self._dump_round(ctx, "native", name)
+        ctx.note(f"stacks: dump requested: native stacks of {len(states)} rank(s) in stacks/{name}/")
 
     # -- dumping -------------------------------------------------------------------------------
     def _command(self, pid: int, mode: str) -> list[str]:

@@ -1,4 +1,5 @@
-"""Many nodes: one `attach` per node into a shared directory, stacks at one agreed moment, one verdict.
+"""Many nodes: one `attach` per node into a shared directory, stacks at one agreed moment and on one
+request file, one verdict.
 
 The "nodes" are two torchrun launchers on this machine forming one 4-rank job (`--nnodes 2`), each
 attached by its own `perftracker attach --host node-X`, as srun / pdsh / kubectl exec would start
@@ -42,6 +43,10 @@ def test_two_nodes_attached_separately_give_one_hang_verdict_naming_the_rank_on_
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             for node, host, duration, extra in ((nodes[0], "node-a", 24, ()), (nodes[1], "node-b", 16, ("--no-analyze",)))
         ]
+        # AND, meanwhile, someone asks every node for a stack dump with one file in the shared directory
+        time.sleep(5)
+        (shared / "requests").mkdir(parents=True, exist_ok=True)
+        (shared / "requests" / "stacks").write_text("")
         outputs = [a.communicate(timeout=120)[0] for a in attaches]
     finally:
         for node in nodes:
@@ -56,6 +61,10 @@ def test_two_nodes_attached_separately_give_one_hang_verdict_naming_the_rank_on_
     assert len(agreed) == 1, sorted(p.name for p in (shared / "stacks").iterdir())
     hosts = {json.loads(p.read_text())["rank"]: json.loads(p.read_text())["host"] for p in agreed[0].iterdir()}
     assert hosts == {0: "node-a", 1: "node-a", 2: "node-b", 3: "node-b"}
+    # AND the requested dump of both nodes landed in one folder named by the request, every rank in it
+    requested = [p for p in (shared / "stacks").iterdir() if p.name.endswith("-request")]
+    assert len(requested) == 1, sorted(p.name for p in (shared / "stacks").iterdir())
+    assert sorted(p.name for p in requested[0].glob("rank-*.json")) == [f"rank-{r}.json" for r in range(4)]
     # AND node-a's attach said the directory is shared, and its verdict names rank 3 on node-b and where
     # the three others wait
     assert "Hosts node-b also write to" in outputs[0]

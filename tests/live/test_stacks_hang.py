@@ -241,12 +241,16 @@ def test_sampler_dumps_on_request_and_on_stalled_steps_and_survives_an_exited_ra
     sampler = StackSampler(interval_s=60)
     sampler.start(ctx)
     try:
-        # GIVEN a user request for a dump WHEN the watcher sees it THEN a hang dump is written
+        # GIVEN a user request for a dump WHEN the watcher sees it THEN a native dump of every rank is written
+        # as one explicit "-request" snapshot (not a hang dump), and no hang is suspected
         ctx.progress.hang_requested = True
         deadline = time.monotonic() + 20
-        while not ctx.progress.suspicion and time.monotonic() < deadline:
+        while sampler.requested_dumps == 0 and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not ctx.progress.hang_requested and "requested" in ctx.progress.suspicion
+        requested = [p for p in (ctx.run_dir / "stacks").iterdir() if p.name.endswith("-request")]
+        assert not ctx.progress.hang_requested and len(requested) == 1 and not ctx.progress.suspicion
+        assert sorted(p.name for p in requested[0].glob("rank-*.json")) == ["rank-0.json", "rank-1.json"]
+        assert json.loads((requested[0] / "rank-0.json").read_text())["mode"] == "native"
         # GIVEN rank 1 exited and steps (median 0.1 s) stopped 10 s ago WHEN the watcher looks
         procs[1].kill()
         procs[1].wait()
