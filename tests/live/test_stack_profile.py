@@ -7,8 +7,10 @@ Fixtures in tests/fixtures/profiles/ are real: `perftracker attach` on real 4-ra
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -143,3 +145,52 @@ def test_attach_finds_the_straggler_of_an_unprepared_job(tmp_path: Path, slow: b
         assert doc["summary"]["verdict"].startswith("1 warning. Top: Rank 2 spends")
     else:
         assert found == [], found
+
+
+def _fake_pyspy(tmp_path: Path, body: str) -> str:
+    script = tmp_path / "py-spy"
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(0o755)
+    return str(script)
+
+
+def _sampler_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str):  # type: ignore[no-untyped-def]
+    import sys as _sys
+
+    from perftracker.live import profile_sampler
+    from perftracker.live.discovery import Job, Worker
+    from perftracker.live.sampler import LiveContext
+
+    monkeypatch.setattr(profile_sampler, "find_pyspy", lambda: _fake_pyspy(tmp_path, body))
+    worker = Worker(rank=5, local_rank=1, pid=os.getpid(), host="h", cmdline=_sys.executable, run_id="r",
+                    world_size=8, parent=1)
+    ctx = LiveContext(run_dir=tmp_path / "run", job=Job([worker]), host="node-9")
+    sampler = profile_sampler.ProfileSampler(seconds=1, delay_s=0)
+    sampler.start(ctx)
+    sampler.sample(ctx)  # launches the recorder
+    deadline = time.monotonic() + 10
+    while "recorded" not in sampler.status() and time.monotonic() < deadline:
+        time.sleep(0.1)
+        sampler.sample(ctx)
+    return ctx, sampler
+
+
+def test_profile_sampler_writes_the_recording_and_its_sidecar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a py-spy that records (writes raw output where --output says)
+    body = 'while [ "$1" != "--output" ]; do shift; done; echo "thread (1): MainThread;main (t.py:1) 20" > "$2"\n'
+    # WHEN the sampler runs for one rank
+    ctx, sampler = _sampler_run(tmp_path, monkeypatch, body)
+    # THEN the recording and a sidecar naming rank, pid, host and rate are in profiles/
+    meta = json.loads((ctx.run_dir / "profiles" / "rank-5.json").read_text())
+    assert meta["rank"] == 5 and meta["pid"] == os.getpid() and meta["host"] == "node-9" and meta["rate_hz"] == 20
+    assert sampler.status().startswith("1 of 1 rank(s) recorded") and not ctx.notes
+
+
+def test_profile_sampler_explains_a_permission_problem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a py-spy that is not allowed to read the process
+    body = 'echo "Permission Denied: Try running again with elevated permissions" >&2; exit 1\n'
+    # WHEN the sampler runs
+    ctx, sampler = _sampler_run(tmp_path, monkeypatch, body)
+    # THEN nothing is claimed and the note says what to do
+    assert sampler.status().startswith("0 of 1 rank(s) recorded")
+    assert any("no permission to sample rank 5" in n and "CAP_SYS_PTRACE" in n for n in ctx.notes), ctx.notes
