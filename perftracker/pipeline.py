@@ -48,8 +48,9 @@ def extra_section_builders() -> list[SectionBuilder]:
         return builders
     builders.append(nccl_section)
     from perftracker.reports.health_sections import gpu_section, rdma_section
+    from perftracker.reports.profile_section import profile_section
 
-    builders.extend([rdma_section, gpu_section])
+    builders.extend([rdma_section, gpu_section, profile_section])
     return builders
 
 

@@ -42,13 +42,22 @@ def test_every_chart_renders_without_console_errors(hta_traces: Path, tmp_path: 
     assert result.report_path.stat().st_size < 10 * 1024 * 1024
 
 
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+
+
 @pytest.mark.slow
-def test_sample_run_report_renders(tmp_path: Path) -> None:
-    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "ddp-gloo-4rank-slow-rank2"
-    result = analyze_path(sample, tmp_path / "out", LoadOptions(workers=1))
+@pytest.mark.parametrize("sample", sorted(p.name for p in SAMPLES.iterdir() if p.is_dir()))
+def test_sample_run_report_renders(tmp_path: Path, sample: str) -> None:
+    # GIVEN each bundled sample run WHEN analyzed and its report opened in a browser
+    result = analyze_path(SAMPLES / sample, tmp_path / "out", LoadOptions(workers=1))
     dom, stderr = render_dom(result.report_path, tmp_path / "profile")
-    assert dom.count('class="plot-container plotly"') == result.report_path.read_text().count('class="chart"')
+    # THEN every chart draws and the console has no errors
+    charts = result.report_path.read_text().count('class="chart"')
+    assert charts >= 1 and dom.count('class="plot-container plotly"') == charts
     assert console_errors(stderr) == []
+    if sample == "attach-4rank-slow-rank2":
+        # AND the sampled-stack section shows the frames
+        assert 'id="profile"' in dom and "SlowableMLP.forward (sample_job.py:93)" in dom
 
 
 TRACE_SETS = ["amd_trace", "call_stack", "cpu_only", "critical_path/alexnet", "critical_path/cuda_event_sync",
