@@ -111,7 +111,9 @@ def register(app: typer.Typer) -> None:
                              "check the command and PATH") from None
         running.forward_signals()
         notes: list[str] = []
-        options = SamplerOptions(interval_s=interval, stack_interval_s=stack_interval, logs=False, trace_steps=0)
+        # one sampled-stack recording of every rank 2 minutes in (past start-up), for the straggler check
+        options = SamplerOptions(interval_s=interval, stack_interval_s=stack_interval, logs=False, trace_steps=0,
+                                 profile_seconds=10.0, profile_delay_s=120.0)
         bg = threading.Thread(target=_background, args=(run_dir, running, options, notes, err), daemon=True)
         bg.start()
         code = exit_status(running.wait())

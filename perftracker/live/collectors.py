@@ -32,6 +32,7 @@ class SamplerOptions:
     stacks_at: float | None = None
     profile_seconds: float = 0.0  # one py-spy record burst of every rank (attach's default: 10 s)
     profile_rate_hz: int = 20
+    profile_delay_s: float = 2.0  # after the session starts
 
 
 def build_samplers(options: SamplerOptions) -> list[Sampler]:
@@ -47,7 +48,8 @@ def build_samplers(options: SamplerOptions) -> list[Sampler]:
     if options.stacks:
         samplers.append(StackSampler(interval_s=options.stack_interval_s, stacks_at=options.stacks_at))
     if options.stacks and options.profile_seconds > 0:
-        samplers.append(ProfileSampler(seconds=options.profile_seconds, rate_hz=options.profile_rate_hz))
+        samplers.append(ProfileSampler(seconds=options.profile_seconds, rate_hz=options.profile_rate_hz,
+                                       delay_s=options.profile_delay_s))
     if options.steps:
         samplers.append(StepsSampler(job_log=options.job_log))
     if options.trace_steps > 0:
