@@ -70,3 +70,17 @@ def test_cli_prints_the_unjudged_areas(tmp_path: Path) -> None:
     assert "Not judged, for lack of inputs: stragglers and step time" in " ".join(res.stdout.split())
     doc = json.loads((tmp_path / "out" / "findings.json").read_text())
     assert doc["summary"]["coverage"]["judged"][0]["area"] == "NCCL configuration"
+
+
+def test_one_rank_is_not_enough_to_judge_stragglers(tmp_path: Path) -> None:
+    # GIVEN the trace of one rank only, and sampled stacks of two ranks (a median rank needs three)
+    run = tmp_path / "run"
+    (run / "traces").mkdir(parents=True)
+    shutil.copy(SLOW / "traces" / "rank-0.pt.trace.json.gz", run / "traces")
+    (run / "profiles").mkdir()
+    for r in (0, 1):
+        (run / "profiles" / f"rank-{r}.txt").write_text("thread (1): MainThread;main (t.py:1) 200\n")
+    # WHEN analyzed
+    doc = analyze_path(run, tmp_path / "out", LoadOptions(cache_dir=None)).document
+    # THEN stragglers are listed as not judged, with the need for two ranks
+    assert "at least two ranks" in str(_areas(doc, "not_judged")["stragglers and step time"])

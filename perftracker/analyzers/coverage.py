@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from perftracker.analyzers.stack_profile import judgeable
 from perftracker.store import Store
 
 _TRACE_HINT = ("a PyTorch profiler trace per rank (attach --trace-steps N on jobs launched with "
@@ -47,16 +48,20 @@ def coverage(store: Store) -> list[Area]:
     sysfs = store.meta.get("sysfs") or {}
     traces = not store.ranks.empty
     step_files = bool(len(store.steps)) and "stepfile" in set(store.steps["source"].astype(str))
+    # comparing ranks needs two of them (a median rank for sampled stacks: MIN_RANKS with enough samples)
+    trace_ranks = store.ranks["rank"].nunique() >= 2
+    step_ranks = step_files and store.steps.loc[store.steps["source"].astype(str) == "stepfile", "rank"].nunique() >= 2
     config = not store["config"].empty
     nccl_log = not store["nccl"].empty
     stacks = not store["stacks"].empty
     flight = not store["collectives_fr"].empty
     failures = not store["failures"].empty
-    sampled = not store["profile_samples"].empty
+    sampled = judgeable(store)
     areas = [
-        Area("stragglers and step time", traces or step_files or sampled,
-             _present(traces=traces, step_times=step_files, sampled_stacks=sampled),
-             f"{_TRACE_HINT}, or step times (the hook, or attach --job-log with the job's log)"),
+        Area("stragglers and step time", trace_ranks or step_ranks or sampled,
+             _present(traces=trace_ranks, step_times=step_ranks, sampled_stacks=sampled),
+             f"{_TRACE_HINT}, or step times (the hook, or attach --job-log with the job's log), of at least "
+             "two ranks"),
         Area("GPU kernels, overlap and idle time", bool(kinds & {"compute", "comm"}), _present(GPU_traces=True),
              f"{_TRACE_HINT}, taken on GPUs" if not traces else "traces with GPU kernels (these have CPU events only)"),
         Area("NCCL configuration", config or nccl_log, _present(environment=config, NCCL_log=nccl_log),

@@ -72,17 +72,28 @@ def _median_step_s(store: Store) -> float:
     return float(steps["dur_ns"].median()) / 1e9 if len(steps) else 0.0
 
 
-@register("stack_profile", "Stragglers from sampled stacks: the rank whose time goes somewhere the others' does not")
-def analyze_stack_profile(store: Store) -> list[Finding]:
+def rank_profiles(store: Store) -> dict[int, tuple[dict[str, float], dict[str, int], int]]:
+    """rank -> (frame shares, frame depths, samples) of the ranks with at least MIN_SAMPLES main-thread samples."""
     samples = store["profile_samples"]
-    if samples.empty:
-        return []
     main = samples[samples["main"].astype(bool)]
-    per_rank: dict[int, tuple[dict[str, float], dict[str, int], int]] = {}
+    out: dict[int, tuple[dict[str, float], dict[str, int], int]] = {}
     for rank, rows in main.groupby("rank"):
         shares, depth, total = frame_shares(rows)
         if total >= MIN_SAMPLES:
-            per_rank[int(str(rank))] = (shares, depth, total)
+            out[int(str(rank))] = (shares, depth, total)
+    return out
+
+
+def judgeable(store: Store) -> bool:
+    """Enough ranks with enough samples to compare them with a median rank."""
+    return not store["profile_samples"].empty and len(rank_profiles(store)) >= MIN_RANKS
+
+
+@register("stack_profile", "Stragglers from sampled stacks: the rank whose time goes somewhere the others' does not")
+def analyze_stack_profile(store: Store) -> list[Finding]:
+    if store["profile_samples"].empty:
+        return []
+    per_rank = rank_profiles(store)
     if len(per_rank) < MIN_RANKS:
         return []
     frames = sorted({f for shares, _, _ in per_rank.values() for f in shares})
