@@ -3,7 +3,9 @@
 Promise: reads only the Store's `stacks` table (py-spy snapshots `attach` took). It picks the
 snapshot to judge: the latest `-hang` dump of each host (merged: taken when the job stopped making
 progress or on request), else the latest agreed-time (`-at`) or requested snapshot, else the last two
-periodic snapshots when they show the same picture. It groups ranks by their main thread's innermost
+periodic snapshots when they show the same picture and the ranks that should be blocked did not
+keep waking up in between (voluntary context switches recorded with each dump; `stacks.still`, the
+live sampler's rule). It groups ranks by their main thread's innermost
 user frame; ranks inside a collective (torch.distributed collectives, c10d::Work::wait natively, an
 idle DDP backward) wait, the others are the suspects. One finding: critical with `ranks` = the
 suspects and a title such as "Rank 1 is not in the collective all_reduce (train.py:66) where ranks
@@ -21,7 +23,7 @@ import pandas as pd
 
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.registry import register
-from perftracker.collectors.stacks import RankState, states_from_table
+from perftracker.collectors.stacks import RankState, signature, states_from_table, still, switches_from_table
 from perftracker.store import Store
 
 
@@ -84,9 +86,13 @@ def _choose(stacks: pd.DataFrame, last_step_ns: int) -> tuple[str, str, dict[int
         return "single", last, states[last], "one explicit snapshot", int(times[last])
     periodic = [n for n in names if not n.endswith(("-at", "-request"))]
     if len(periodic) >= 2 and last_step_ns < times[periodic[-2]]:
-        a, b = states[periodic[-2]], states[periodic[-1]]
-        same = a.keys() == b.keys() and all(
-            (a[r].collective, a[r].where) == (b[r].collective, b[r].where) for r in a)
+        first, second = periodic[-2], periodic[-1]
+        a, b = states[first], states[second]
+        same = signature(a) == signature(b)  # the live sampler's notion of "the same picture"
+        switches = switches_from_table(stacks)
+        if same and not still(b, switches.get(first, {}), switches.get(second, {}),
+                              (times[second] - times[first]) / 1e9):
+            same = False  # the same stacks twice, but the ranks kept waking up: a loop, not a hang
         if same:
             how = f"the same in the last two snapshots ({periodic[-2]}, {periodic[-1]})"
             return "repeated", periodic[-1], b, how, int(times[periodic[-1]])

@@ -153,6 +153,7 @@ def _rows(path: Path, data: dict[str, Any]) -> list[dict[str, Any]]:
             "os_thread": int(os_thread) if isinstance(os_thread, int) else -1,
             "main": t is main_thread(data.get("threads") or [], pid),
             "world_size": int(data.get("world_size", -1)), "file": str(path),
+            "switches": int(data["switches"]) if isinstance(data.get("switches"), int) else -1,
         })
     return rows
 
@@ -170,6 +171,38 @@ def load_stack_inputs(paths: Sequence[Path]) -> tuple[pd.DataFrame, list[LoadNot
         except (OSError, ValueError, KeyError, TypeError) as exc:
             notes.append(LoadNote("warning", str(path), f"stack snapshot skipped ({type(exc).__name__}: {exc})"))
     return conform("stacks", pd.DataFrame(rows)), notes
+
+
+def signature(states: dict[int, RankState]) -> tuple[tuple[int, str, str], ...]:
+    """What two looks at the ranks must share to be "the same picture": each rank's collective and,
+    for a rank that waits or is idle, its innermost frame (native ones included), else its user frame."""
+    return tuple(sorted((r, s.collective, s.innermost if s.waiting or s.idle else s.where)
+                        for r, s in states.items()))
+
+
+def still(states: dict[int, RankState], before: dict[int, int | None], after: dict[int, int | None],
+          seconds: float) -> bool:
+    """False when a rank that should be blocked (every rank, or the ranks waiting in a collective when
+    others are elsewhere) woke up repeatedly between two looks `seconds` apart (voluntary context
+    switches of its main thread, `before` -> `after`): the same stack seen twice, but the rank is
+    looping (a sleep in a data loader, a collective done every step), not stuck. Unknown counts
+    (None) do not veto. The live sampler and the hang analyzer both judge with this."""
+    waiting = [r for r, s in states.items() if s.waiting]
+    check = waiting if waiting and len(waiting) < len(states) else list(states)
+    for r in check:
+        b, a = before.get(r), after.get(r)
+        if b is not None and a is not None and a - b > 2 + 0.5 * max(0.0, seconds):
+            return False
+    return True
+
+
+def switches_from_table(stacks: pd.DataFrame) -> dict[str, dict[int, int | None]]:
+    """snapshot name -> rank -> its main thread's voluntary context switches when dumped (None unknown)."""
+    out: dict[str, dict[int, int | None]] = {}
+    main = stacks[stacks["main"]]
+    for snap, rank, count in zip(main["snapshot"], main["rank"], main["switches"]):
+        out.setdefault(str(snap), {})[int(rank)] = int(count) if int(count) >= 0 else None
+    return out
 
 
 def states_from_table(stacks: pd.DataFrame) -> dict[str, dict[int, RankState]]:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perftracker.collectors.stacks import RankState, state_from_threads
+from perftracker.collectors.stacks import RankState, signature, state_from_threads, still
 from perftracker.live.discovery import Worker
 from perftracker.live.sampler import LiveContext
 from perftracker.rundir import atomic_write_text
@@ -93,11 +93,6 @@ def hang_pattern(states: dict[int, RankState]) -> str:
         what = f"in {one.collective} ({one.site})" if one.waiting else f"at {one.where}"
         return f"every rank ({len(states)}) is idle {what}"
     return ""
-
-
-def _signature(states: dict[int, RankState]) -> tuple[tuple[int, str, str], ...]:
-    return tuple(sorted((r, s.collective, s.innermost if s.waiting or s.idle else s.where)
-                        for r, s in states.items()))
 
 
 MIN_STALL_S = 10.0  # never call a stall shorter than this a hang (see _stalled)
@@ -224,7 +219,7 @@ class StackSampler:
             return
         switches = {r: main_thread_switches(s.pid) for r, s in states.items()}
         pattern = hang_pattern(states)
-        same = bool(self._previous) and _signature(self._previous) == _signature(states)
+        same = bool(self._previous) and signature(self._previous) == signature(states)
         moving = (self._progressed_since(ctx, self._previous_at_ns) if self._previous_at_ns else False) or (
             same and not self._still(states, switches, started_ns))
         if pattern and same and not moving:
@@ -240,17 +235,8 @@ class StackSampler:
         self._previous, self._previous_at_ns, self._switches = states, started_ns, switches
 
     def _still(self, states: dict[int, RankState], switches: dict[int, int | None], now_ns: int) -> bool:
-        """False when a rank that should be blocked (every rank, or the ranks waiting in a collective when
-        others are elsewhere) woke up repeatedly since the last round: the same stack seen twice, but
-        the rank is looping (a sleep in a data loader, a collective done every step), not stuck."""
-        waiting = [r for r, s in states.items() if s.waiting]
-        check = waiting if waiting and len(waiting) < len(states) else list(states)
-        seconds = max(0.0, (now_ns - self._previous_at_ns) / 1e9)
-        for r in check:
-            before, after = self._switches.get(r), switches.get(r)
-            if before is not None and after is not None and after - before > 2 + 0.5 * seconds:
-                return False
-        return True
+        """`collectors.stacks.still` since the last round."""
+        return still(states, self._switches, switches, (now_ns - self._previous_at_ns) / 1e9)
 
     def _hang_dump(self, ctx: LiveContext, why: str, automatic: bool = True) -> None:
         """One blocking native dump of every rank; an automatic one is not repeated until progress resumes."""
@@ -293,7 +279,7 @@ class StackSampler:
                 continue
             ts_ns, used, threads = results[w.rank]
             record = {"rank": w.rank, "pid": w.pid, "host": ctx.host, "ts_ns": ts_ns, "mode": used,
-                      "world_size": w.world_size, "threads": threads}
+                      "world_size": w.world_size, "switches": main_thread_switches(w.pid), "threads": threads}
             atomic_write_text(ctx.run_dir / "stacks" / snapshot / f"rank-{w.rank}.json",
                               json.dumps(record, separators=(",", ":")) + "\n")
             state = state_from_threads(w.rank, ctx.host, w.pid, threads)

@@ -115,6 +115,9 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "main": "bool",
         "world_size": "int32",
         "file": "string",
+        # voluntary context switches of the rank's main thread when it was dumped (-1 unknown): a
+        # blocked thread does not switch, a looping one does (collectors/stacks.py `still`)
+        "switches": "int64",
     },
     # Sampled stack profiles (collectors/stack_samples.py): py-spy record's collapsed stacks, one row
     # per distinct (thread, stack) of a rank; stack is ';'-joined "function (file:line)", root first.

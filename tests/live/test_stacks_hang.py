@@ -34,7 +34,8 @@ T0 = 1_764_000_000_000_000_000
 
 
 def write_rank(run: Path, snapshot: str, rank: int, frames: Sequence[tuple[str, str, int]], *, active: bool = False,
-               world: int = 4, mode: str = "nonblocking", ts_ns: int = T0, host: str = "node-a") -> Path:
+               world: int = 4, mode: str = "nonblocking", ts_ns: int = T0, host: str = "node-a",
+               switches: int | None = None) -> Path:
     """One stacks/<snapshot>/rank-<r>.json as StackSampler writes it (py-spy --json threads)."""
     pid = 1000 + rank
     thread = {"pid": pid, "thread_id": 7, "thread_name": None, "os_thread_id": pid, "active": active,
@@ -45,7 +46,7 @@ def write_rank(run: Path, snapshot: str, rank: int, frames: Sequence[tuple[str, 
     path = run / "stacks" / snapshot / f"rank-{rank}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"rank": rank, "pid": pid, "host": host, "ts_ns": ts_ns, "mode": mode,
-                                "world_size": world, "threads": [thread, helper]}))
+                                "world_size": world, "switches": switches, "threads": [thread, helper]}))
     return path
 
 
@@ -147,6 +148,21 @@ def test_two_alike_periodic_snapshots_are_a_hang_unless_steps_went_on(tmp_path: 
     assert f.ranks == (1,) and f.severity == Severity.CRITICAL and "p1" in f.evidence["chosen_because"]
     # WHEN a step ended after the first snapshot THEN it is not (a slow rank, not a hang)
     assert findings_for(tmp_path, last_step_ns=T0 + 5 * 10**9) == []
+
+
+def test_alike_snapshots_of_ranks_that_kept_waking_up_are_not_a_hang(tmp_path: Path) -> None:
+    # GIVEN two periodic snapshots 15 s apart with the same split, where the waiting ranks' main threads
+    # switched thousands of times in between (they finish a collective every step: a slow rank, no hang)
+    for i, snap in enumerate(("p1", "p2")):
+        for r in (0, 2, 3):
+            write_rank(tmp_path / "busy", snap, r, IN_ALL_REDUCE, ts_ns=T0 + i * 15 * 10**9, switches=100 + 4000 * i)
+            write_rank(tmp_path / "stuck", snap, r, IN_ALL_REDUCE, ts_ns=T0 + i * 15 * 10**9, switches=100 + i)
+        for run in ("busy", "stuck"):
+            write_rank(tmp_path / run, snap, 1, SLEEPING, ts_ns=T0 + i * 15 * 10**9, switches=50 + 3000 * i)
+    # WHEN analysed THEN the looping job is not called hung, and the truly blocked one still is
+    assert findings_for(tmp_path / "busy") == []
+    (f,) = findings_for(tmp_path / "stuck")
+    assert f.ranks == (1,) and f.severity == Severity.CRITICAL
 
 
 def test_a_healthy_job_gives_no_finding(tmp_path: Path) -> None:
