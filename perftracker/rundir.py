@@ -60,7 +60,7 @@ import os
 import re
 import socket
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,6 +106,19 @@ def append_jsonl(path: Path, record: Mapping[str, Any]) -> None:
     with open(path, "a", encoding="utf-8") as handle:
         handle.write(json.dumps(record, separators=(",", ":"), default=str) + "\n")
         handle.flush()
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed JSON or None when the line is not JSON) for each non-blank line of a JSON
+    lines file written by `append_jsonl`; content is parsed, never evaluated."""
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for lineno, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                yield lineno, json.loads(line)
+            except ValueError:
+                yield lineno, None
 
 
 def write_manifest(run: Path, **fields: Any) -> Path:

@@ -72,14 +72,14 @@ def _median_step_s(store: Store) -> float:
     return float(steps["dur_ns"].median()) / 1e9 if len(steps) else 0.0
 
 
-def rank_profiles(store: Store) -> dict[int, tuple[dict[str, float], dict[str, int], int]]:
-    """rank -> (frame shares, frame depths, samples) of the ranks with at least MIN_SAMPLES main-thread samples."""
+def rank_profiles(store: Store, min_samples: int = MIN_SAMPLES) -> dict[int, tuple[dict[str, float], dict[str, int], int]]:
+    """rank -> (frame shares, frame depths, samples) of the ranks with at least `min_samples` main-thread samples."""
     samples = store["profile_samples"]
     main = samples[samples["main"].astype(bool)]
     out: dict[int, tuple[dict[str, float], dict[str, int], int]] = {}
     for rank, rows in main.groupby("rank"):
         shares, depth, total = frame_shares(rows)
-        if total >= MIN_SAMPLES:
+        if total >= max(1, min_samples):
             out[int(str(rank))] = (shares, depth, total)
     return out
 

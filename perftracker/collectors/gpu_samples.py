@@ -35,12 +35,12 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from perftracker.rundir import read_jsonl
 from perftracker.store import LoadNote
 
 METRICS = ("sm_clock_mhz", "mem_clock_mhz", "max_sm_clock_mhz", "power_w", "power_limit_w", "temp_c",
@@ -91,30 +91,26 @@ def load_gpu_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any
     ranks: dict[tuple[str, int], set[int]] = {}
     bad = 0
     default_host = path.name.split(".")[0]
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for lineno, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                host, gpu, ts = str(rec.get("host") or default_host), int(rec["gpu"]), int(rec["ts_ns"])
-                metrics = dict(rec.get("metrics") or {})
-            except (ValueError, KeyError, TypeError):
-                bad += 1
-                continue
-            base = {"host": host, "rank": -1, "device": f"gpu:{gpu}", "port": "", "ts_ns": ts}
-            for name, value in metrics.items():
-                if name == "xid":
-                    for x in value if isinstance(value, list) else [value]:
-                        if isinstance(x, (int, float)) and x:
-                            rows.append({**base, "name": "xid", "value": float(x)})
-                elif isinstance(value, (int, float)) and not isinstance(value, bool):
-                    rows.append({**base, "name": str(name), "value": float(value)})
-            numa = rec.get("numa_node")
-            devices.setdefault((host, gpu), _device_row(host, gpu, str(rec.get("uuid", "")),
-                                                        str(rec.get("pci_bus_id", "")),
-                                                        numa if isinstance(numa, int) else -1, f"{path}:{lineno}"))
-            ranks.setdefault((host, gpu), set()).update(_ranks(rec.get("ranks")))
+    for lineno, rec in read_jsonl(path):
+        try:
+            host, gpu, ts = str(rec.get("host") or default_host), int(rec["gpu"]), int(rec["ts_ns"])
+            metrics = dict(rec.get("metrics") or {})
+        except (AttributeError, ValueError, KeyError, TypeError):
+            bad += 1
+            continue
+        base = {"host": host, "rank": -1, "device": f"gpu:{gpu}", "port": "", "ts_ns": ts}
+        for name, value in metrics.items():
+            if name == "xid":
+                for x in value if isinstance(value, list) else [value]:
+                    if isinstance(x, (int, float)) and x:
+                        rows.append({**base, "name": "xid", "value": float(x)})
+            elif isinstance(value, (int, float)) and not isinstance(value, bool):
+                rows.append({**base, "name": str(name), "value": float(value)})
+        numa = rec.get("numa_node")
+        devices.setdefault((host, gpu), _device_row(host, gpu, str(rec.get("uuid", "")),
+                                                    str(rec.get("pci_bus_id", "")),
+                                                    numa if isinstance(numa, int) else -1, f"{path}:{lineno}"))
+        ranks.setdefault((host, gpu), set()).update(_ranks(rec.get("ranks")))
     for key, on_gpu in ranks.items():
         devices[key]["ranks"] = ",".join(map(str, sorted(on_gpu)))
     notes = [LoadNote("warning", str(path), f"{bad} line(s) are not GPU samples and were skipped")] if bad else []

@@ -39,13 +39,13 @@ Raw snapshot copies (`load_sysfs_copies`) come in two shapes:
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from perftracker.collectors.ethtool import PREFIX as ETHTOOL_PREFIX
+from perftracker.rundir import read_jsonl
 from perftracker.store import LoadNote
 
 RATE = re.compile(r"(?P<gbps>[\d.]+)\s*Gb/sec(?:\s*\((?P<width>\d+)X\s*(?P<speed>[A-Z0-9]*)\))?")
@@ -174,19 +174,15 @@ def load_rdma_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, An
     notes: list[LoadNote] = []
     bad = 0
     default_host = path.name.split(".")[0]
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for lineno, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                rec.setdefault("host", default_host)
-                r, d = record_rows(rec, f"{path}:{lineno}")
-            except (ValueError, KeyError, TypeError):
-                bad += 1
-                continue
-            rows.extend(r)
-            devices.setdefault((d["host"], d["device"], d["port"]), d)
+    for lineno, rec in read_jsonl(path):
+        try:
+            rec.setdefault("host", default_host)
+            r, d = record_rows(rec, f"{path}:{lineno}")
+        except (AttributeError, ValueError, KeyError, TypeError):
+            bad += 1
+            continue
+        rows.extend(r)
+        devices.setdefault((d["host"], d["device"], d["port"]), d)
     if bad:
         notes.append(LoadNote("warning", str(path), f"{bad} line(s) are not RDMA port samples and were skipped"))
     return rows, list(devices.values()), notes

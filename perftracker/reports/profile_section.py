@@ -13,7 +13,7 @@ from html import escape
 import plotly.graph_objects as go
 
 from perftracker.analyzers.findings import Finding
-from perftracker.collectors.stack_samples import frame_shares
+from perftracker.analyzers.stack_profile import rank_profiles
 from perftracker.reports.sections import ReportSection
 from perftracker.store import Store
 
@@ -27,9 +27,7 @@ def profile_section(store: Store, findings: list[Finding]) -> ReportSection | No
     samples = store["profile_samples"]
     if samples.empty:
         return None
-    main = samples[samples["main"].astype(bool)]
-    per_rank = {int(str(r)): frame_shares(g) for r, g in main.groupby("rank")}
-    per_rank = {r: v for r, v in sorted(per_rank.items())[:MAX_RANKS] if v[2] > 0}
+    per_rank = dict(sorted(rank_profiles(store, min_samples=1).items())[:MAX_RANKS])
     if not per_rank:
         return None
     ranks = sorted(per_rank)
