@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from perftracker.collectors.nccl_log import load_nccl_logs
+from perftracker.collectors.nccl.log import load_nccl_logs
 
 
 def _block(rng: random.Random, n: int) -> str:

@@ -86,7 +86,7 @@ def child_pt(folder: str) -> dict[str, Any]:
     import pandas
 
     import perftracker
-    from perftracker.analyzers.gpu_time import breakdown
+    from perftracker.analyzers.traces.gpu_time import breakdown
     from perftracker.collectors.loading import LoadOptions, load_path
     t1 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="pt-bench-scratch-") as scratch:
@@ -121,7 +121,7 @@ def _best_of(fn: Any, repeat: int) -> tuple[float, Any]:
 def child_parse(trace: str, repeat: int) -> dict[str, Any]:
     import orjson
 
-    from perftracker.collectors.kineto_read import parse_trace
+    from perftracker.collectors.traces.kineto_read import parse_trace
     src = Path(trace)
     data = gzip.decompress(src.read_bytes()) if src.name.endswith(".gz") else src.read_bytes()
     size = len(data)
@@ -141,7 +141,7 @@ def child_parse(trace: str, repeat: int) -> dict[str, Any]:
         try:  # perftracker's typed decode alone (internal API; informational)
             import msgspec
 
-            from perftracker.collectors.kineto_read import TraceDoc
+            from perftracker.collectors.traces.kineto_read import TraceDoc
             res["msgspec_decode_s"], _ = _best_of(lambda: msgspec.json.decode(data, type=TraceDoc), repeat)
         except (ImportError, AttributeError) as exc:  # pragma: no cover
             res["msgspec_decode_error"] = repr(exc)

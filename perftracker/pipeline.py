@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from perftracker.analyzers.analysis import Analysis, AnalysisOptions
 from perftracker.analyzers.coverage import coverage, coverage_dict, known_hosts, known_ranks
 from perftracker.analyzers.findings import Finding, rank_findings
 from perftracker.analyzers.registry import run_analyzers
@@ -57,12 +58,12 @@ def extra_section_builders() -> list[SectionBuilder]:
 def analyze_path(path: Path, out_dir: Path, options: LoadOptions, hta_compat: bool = False) -> AnalysisResult:
     with tempfile.TemporaryDirectory(prefix="perftracker-") as scratch:
         store = load_path(path, options, Path(scratch))
-        store.meta["hta_compat"] = hta_compat
-        findings = rank_findings(link_findings(store, run_analyzers(store)))
-        tables = report_data.build(store)
+        analysis = Analysis(store, AnalysisOptions(hta_compat=hta_compat))
+        findings = rank_findings(link_findings(store, run_analyzers(analysis)))
+        tables = report_data.build(analysis)
     out_dir.mkdir(parents=True, exist_ok=True)
     report_data.save(tables, out_dir / TABLES)
-    summary = _summary(store, tables)
+    summary = _summary(analysis, tables)
     document = json_report.build(findings, store.notes, str(path), summary)
     json_report.write(out_dir / FINDINGS, document)
     sections = html_report.core_sections(tables, findings)
@@ -76,13 +77,14 @@ def analyze_path(path: Path, out_dir: Path, options: LoadOptions, hta_compat: bo
     return AnalysisResult(store, findings, out_dir, document)
 
 
-def _summary(store: Store, tables: dict[str, Any]) -> dict[str, Any]:
+def _summary(analysis: Analysis, tables: dict[str, Any]) -> dict[str, Any]:
+    store = analysis.store
     stats = tables["step_stats"]
     return {
         "ranks": len(known_ranks(store)), "hosts": known_hosts(store),
         "coverage": coverage_dict(coverage(store)),
         "step_time_s": float(stats["median_s"].median()) if not stats.empty else None,
-        "hta_compat": bool(store.meta.get("hta_compat")),
+        "hta_compat": analysis.options.hta_compat,
     }
 
 

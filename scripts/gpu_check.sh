@@ -33,8 +33,8 @@ sleep 20
 import json, sys
 from pathlib import Path
 import pandas as pd
-from perftracker.analyzers.gpu_links import analyze_gpu_links
-from perftracker.analyzers.topology import rank_map
+from perftracker.analyzers.health.gpu_links import analyze_gpu_links
+from perftracker.analyzers.health.topology import rank_map
 from perftracker.collectors.loading import LoadOptions, load_path
 out = Path(sys.argv[1])
 run = out / "run"

@@ -1,7 +1,7 @@
 """Write synthetic host counters into the sample run: counters/vm.gpu.jsonl and counters/vm.rdma.jsonl.
 
 The sample run was made on a CPU-only machine without RDMA, so these samples are made up, in the
-run-directory formats of `perftracker/collectors/gpu_samples.py` and `perftracker/collectors/rdma.py`:
+run-directory formats of `perftracker/collectors/counters/gpu_samples.py` and `perftracker/collectors/counters/rdma.py`:
 four GPUs (GPU r is rank r's, LOCAL_RANK r) sampled every 0.5 s over the run's step window, where
 GPU 2 (the slow rank's) is in HW thermal slowdown 40% of the time at 1410 MHz, GPU 1 shows a slow
 rise of NVLink CRC flit errors (6/s: worth knowing, not yet a problem), and two healthy

@@ -22,7 +22,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from perftracker.collectors.ethtool import flow_control, parse_ethtool_stats
+from perftracker.collectors.counters.ethtool import flow_control, parse_ethtool_stats
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "sample_traces" / "nccl-roce-2node-misconfig"

@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 from tracegen import TraceBuilder
 
+from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity, rank_findings
-from perftracker.analyzers.gpu_time import breakdown
-from perftracker.analyzers.idle import idle_gaps
-from perftracker.analyzers.registry import register, run_analyzers
+from perftracker.analyzers.registry import Analyzer, run_analyzers
+from perftracker.analyzers.traces.gpu_time import breakdown
+from perftracker.analyzers.traces.idle import idle_gaps
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.store import Store
 
@@ -44,7 +45,7 @@ def test_exposed_communication_is_a_ranked_finding(tmp_path: Path) -> None:
         b.step(n, t0, 1000).kernel("gemm", t0 + 10, 580, launch_ts=t0 + 1).kernel(
             "ncclDevKernel_AllReduce_Sum_f32", t0 + 590, 400, launch_ts=t0 + 2, stream=20)
     store = _load(tmp_path, b)
-    findings = [f for f in run_analyzers(store) if f.analyzer == "overlap"]
+    findings = [f for f in run_analyzers(Analysis(store)) if f.analyzer == "overlap"]
     # THEN one critical overlap finding costing ~0.4 ms per step
     assert len(findings) == 1
     assert findings[0].severity == Severity.CRITICAL
@@ -80,26 +81,23 @@ def test_phase_imbalance_names_the_slow_rank(tmp_path: Path) -> None:
                                      "end_ns": step * 100_000_000 + 90_000_000, "host": f"h{rank}",
                                      "phases_ns": {"forward": fwd, "backward": 50_000_000}}) + "\n")
     store = load_path(tmp_path / "run", LoadOptions(workers=1), tmp_path / "s")
-    findings = [f for f in run_analyzers(store) if f.analyzer == "steps" and f.severity >= Severity.WARNING]
+    findings = [f for f in run_analyzers(Analysis(store)) if f.analyzer == "steps" and f.severity >= Severity.WARNING]
     assert len(findings) == 1 and findings[0].ranks == (2,) and findings[0].hosts == ("h2",)
     assert "forward" in findings[0].title
 
 
 def test_a_crashing_analyzer_becomes_a_finding(tmp_path: Path) -> None:
-    @register("test_crasher", "raises on purpose")
-    def crasher(store: Store) -> list[Finding]:
+    # GIVEN an extra analyzer that raises
+    def crasher(analysis: Analysis) -> list[Finding]:
         raise ZeroDivisionError("boom")
 
-    try:
-        store = _load(tmp_path, TraceBuilder(rank=0).step(1, 0, 100).kernel("gemm", 1, 10))
-        findings = run_analyzers(store)
-        crash = [f for f in findings if f.analyzer == "test_crasher"]
-        assert len(crash) == 1 and "boom" in crash[0].title and crash[0].severity == Severity.WARNING
-        assert any(f.analyzer == "breakdown" for f in findings)  # the others still ran
-    finally:
-        from perftracker.analyzers import registry
-
-        registry._REGISTRY.pop("test_crasher", None)
+    store = _load(tmp_path, TraceBuilder(rank=0).step(1, 0, 100).kernel("gemm", 1, 10))
+    # WHEN every analyzer runs
+    findings = run_analyzers(Analysis(store), extra=(Analyzer("test_crasher", crasher, "raises on purpose"),))
+    # THEN its failure is one finding and the others still ran
+    crash = [f for f in findings if f.analyzer == "test_crasher"]
+    assert len(crash) == 1 and "boom" in crash[0].title and crash[0].severity == Severity.WARNING
+    assert any(f.analyzer == "breakdown" for f in findings)
 
 
 def test_findings_are_ranked_by_cost() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from perftracker.analyzers.gpu_time import breakdown
+from perftracker.analyzers.traces.gpu_time import breakdown
 from perftracker.collectors.loading import LoadOptions, load_path
 
 SETS = {

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from tracegen import TraceBuilder
 
-from perftracker.collectors.kineto import collective_of
-from perftracker.collectors.kineto_read import parse_trace
 from perftracker.collectors.loading import LoadOptions, load_path
+from perftracker.collectors.traces.kineto import collective_of
+from perftracker.collectors.traces.kineto_read import parse_trace
 from perftracker.errors import InputError
 
 KINETO_FILES = [

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from perftracker.analyzers.stack_profile import judgeable
+from perftracker.analyzers.stragglers.stack_profile import judgeable
 from perftracker.store import Store
 
 _TRACE_HINT = ("a PyTorch profiler trace per rank (attach --trace-steps N on jobs launched with "

@@ -6,13 +6,12 @@ missing from the world size, multiple windows and CPU-only traces are info.
 
 from __future__ import annotations
 
+from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.registry import register
-from perftracker.store import Store
 
 
-@register("inputs", "What was loaded, what was lost, and what is missing")
-def analyze_inputs(store: Store) -> list[Finding]:
+def analyze_inputs(analysis: Analysis) -> list[Finding]:
+    store = analysis.store
     findings: list[Finding] = []
     errors = [n for n in store.notes if n.level == "error"]
     if errors:

@@ -1,8 +1,9 @@
-"""The analyzer registry: the list of analyzers `analyze` runs, and the safe way to run them.
+"""The analyzer registry: the explicit list of analyzers `analyze` runs, and the safe way to run them.
 
-An analyzer is a plain function `Store -> list[Finding]`. Analyzers register with `@register`;
-third-party analyzers come from the entry-point group `perftracker.analyzers`. A crashing analyzer
-becomes a finding of its own, so one bad analyzer never blanks a report.
+An analyzer is a plain function `Analysis -> list[Finding]` (see `analysis.py`). The built-in ones
+are listed in `BUILTIN` below, in the order they run; third-party analyzers come from the
+entry-point group `perftracker.analyzers` and run after them. A crashing analyzer becomes a finding
+of its own, so one bad analyzer never blanks a report.
 """
 
 from __future__ import annotations
@@ -12,10 +13,27 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.failures.crash import analyze_crash
+from perftracker.analyzers.failures.hang import analyze_hang
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.store import Store
+from perftracker.analyzers.health.bandwidth import analyze_bandwidth
+from perftracker.analyzers.health.gpu_health import analyze_gpu_health
+from perftracker.analyzers.health.gpu_links import analyze_gpu_links
+from perftracker.analyzers.health.rdma import analyze_rdma
+from perftracker.analyzers.health.rdma_pfc import analyze_rdma_pfc
+from perftracker.analyzers.health.topology import analyze_topology
+from perftracker.analyzers.inputs import analyze_inputs
+from perftracker.analyzers.nccl.config import analyze_nccl_config
+from perftracker.analyzers.stragglers.degradation import analyze_degradation
+from perftracker.analyzers.stragglers.stack_profile import analyze_stack_profile
+from perftracker.analyzers.stragglers.steps import analyze_steps
+from perftracker.analyzers.stragglers.straggler import analyze_stragglers
+from perftracker.analyzers.traces.breakdown import analyze_breakdown
+from perftracker.analyzers.traces.idle import analyze_idle
+from perftracker.analyzers.traces.overlap import analyze_overlap
 
-AnalyzerFn = Callable[[Store], list[Finding]]
+AnalyzerFn = Callable[[Analysis], list[Finding]]
 
 
 @dataclass(frozen=True)
@@ -25,58 +43,68 @@ class Analyzer:
     description: str
 
 
-_REGISTRY: dict[str, Analyzer] = {}
+BUILTIN: tuple[Analyzer, ...] = (
+    Analyzer("topology", analyze_topology, "Rank to GPU / NUMA node / NIC map for tying host evidence to ranks"),
+    Analyzer("bandwidth", analyze_bandwidth, "Achieved algorithm / bus bandwidth per collective vs the NIC link rate"),
+    Analyzer("breakdown", analyze_breakdown, "Temporal breakdown of GPU time per rank"),
+    Analyzer("crash", analyze_crash,
+             "Hangs and crashes from flight-recorder dumps, watchdog/gloo timeouts, tracebacks and Xid lines"),
+    Analyzer("degradation", analyze_degradation, "Step time over the run: periodic slow steps and sustained slowdowns"),
+    Analyzer("gpu_health", analyze_gpu_health,
+             "GPU health: throttling, low clocks, XID/ECC, PCIe link, utilization vs peers"),
+    Analyzer("gpu_links", analyze_gpu_links, "GPU links: NVLink errors / recoveries / links down, PCIe replays"),
+    Analyzer("hang", analyze_hang, "Hung jobs: the ranks not in the collective the others wait in (py-spy stacks)"),
+    Analyzer("idle", analyze_idle, "GPU idle gaps: launch-bound, synchronization, between steps, dependencies"),
+    Analyzer("inputs", analyze_inputs, "What was loaded, what was lost, and what is missing"),
+    Analyzer("nccl_config", analyze_nccl_config,
+             "NCCL configuration and NCCL log problems (transport, NICs, GIDs, env values)"),
+    Analyzer("overlap", analyze_overlap, "Communication hidden under compute, and exposed communication per step"),
+    Analyzer("rdma", analyze_rdma, "RDMA ports: throughput vs link rate, idle rails, congestion, errors, link state"),
+    Analyzer("rdma_pfc", analyze_rdma_pfc,
+             "RoCE flow control from ethtool counters: PFC pauses received / sent, pause storms, NIC drops"),
+    Analyzer("stack_profile", analyze_stack_profile,
+             "Stragglers from sampled stacks: the rank whose time goes somewhere the others' does not"),
+    Analyzer("steps", analyze_steps, "Step time per rank: spread across ranks, unstable steps, slow phases"),
+    Analyzer("straggler", analyze_stragglers, "Cross-rank stragglers at collectives: who, how late, what it costs"),
+)
 
 
-def register(name: str, description: str = "") -> Callable[[AnalyzerFn], AnalyzerFn]:
-    """Decorator: add `fn` to the analyzers `analyze` runs, under `name`."""
-
-    def wrap(fn: AnalyzerFn) -> AnalyzerFn:
-        _REGISTRY[name] = Analyzer(name, fn, description or (fn.__doc__ or "").strip().splitlines()[0])
-        return fn
-
-    return wrap
-
-
-def _load_builtin() -> None:
-    # Importing the modules runs their @register decorators.
-    from perftracker.analyzers import builtin  # noqa: F401
-
-
-def _load_plugins() -> None:
+def _plugins() -> list[Analyzer]:
+    found: list[Analyzer] = []
+    builtin = {a.name for a in BUILTIN}
     for entry in metadata.entry_points(group="perftracker.analyzers"):
         try:
             fn = entry.load()
         except Exception as exc:  # a broken plugin must not stop the run
-            _REGISTRY[f"plugin:{entry.name}"] = Analyzer(
-                f"plugin:{entry.name}", _failing(f"could not import plugin {entry.value}: {exc}"), "broken plugin"
-            )
+            found.append(Analyzer(f"plugin:{entry.name}",
+                                  _failing(f"could not import plugin {entry.value}: {exc}"), "broken plugin"))
             continue
-        _REGISTRY.setdefault(entry.name, Analyzer(entry.name, fn, (fn.__doc__ or entry.name).strip()))
+        if entry.name not in builtin:
+            found.append(Analyzer(entry.name, fn, (fn.__doc__ or entry.name).strip()))
+    return found
 
 
 def _failing(message: str) -> AnalyzerFn:
-    def fail(store: Store) -> list[Finding]:
+    def fail(analysis: Analysis) -> list[Finding]:
         raise RuntimeError(message)
 
     return fail
 
 
-def all_analyzers() -> list[Analyzer]:
-    """Every registered analyzer (built-in first, then plugins), in registration order."""
-    _load_builtin()
-    _load_plugins()
-    return list(_REGISTRY.values())
+def all_analyzers(extra: tuple[Analyzer, ...] = ()) -> list[Analyzer]:
+    """Every analyzer `analyze` runs: the built-in ones, then `extra`, then plugins."""
+    return [*BUILTIN, *extra, *_plugins()]
 
 
-def run_analyzers(store: Store, only: list[str] | None = None) -> list[Finding]:
+def run_analyzers(analysis: Analysis, only: list[str] | None = None,
+                  extra: tuple[Analyzer, ...] = ()) -> list[Finding]:
     """Run each analyzer; an exception becomes a warning finding naming the analyzer."""
     findings: list[Finding] = []
-    for analyzer in all_analyzers():
+    for analyzer in all_analyzers(extra):
         if only and analyzer.name not in only:
             continue
         try:
-            findings.extend(analyzer.fn(store))
+            findings.extend(analyzer.fn(analysis))
         except Exception as exc:
             findings.append(
                 Finding(

@@ -27,7 +27,7 @@ from typing import Any
 import pandas as pd
 
 from perftracker.analyzers.findings import Cost, Finding, Severity
-from perftracker.analyzers.topology import rank_map
+from perftracker.analyzers.health.topology import rank_map
 from perftracker.store import Store
 
 _NIC_ANALYZERS = ("rdma", "rdma_pfc")  # port counters (sysfs) and RoCE flow control (ethtool)

@@ -19,11 +19,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity, rank_findings
-from perftracker.analyzers.nccl_config import analyze_nccl_config
+from perftracker.analyzers.nccl.config import analyze_nccl_config
+from perftracker.collectors.counters.sysfs import read_sysfs
 from perftracker.collectors.env import env_file_frame, env_rows, filter_env, process_env_frame
-from perftracker.collectors.profiles import load_profile
-from perftracker.collectors.sysfs import read_sysfs
+from perftracker.collectors.nccl.profiles import load_profile
 from perftracker.errors import PerftrackerError, UsageError
 from perftracker.store import Store
 from perftracker.store.schema import conform
@@ -50,7 +51,7 @@ def lint(env_file: Path | None = None, pid: int | None = None, profile: str | No
         raise UsageError(f"--sysfs-root {sysfs_root} is not a directory")
     meta = {"sysfs": [read_sysfs(root)], "nccl_profile": load_profile(profile)}
     store = Store(tables={"config": config}, meta=meta)
-    return rank_findings(analyze_nccl_config(store)), store
+    return rank_findings(analyze_nccl_config(Analysis(store))), store
 
 
 def _print(console: Console, findings: list[Finding], profile: str) -> None:

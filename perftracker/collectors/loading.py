@@ -21,10 +21,10 @@ import numpy as np
 import pandas as pd
 
 from perftracker import __version__
-from perftracker.collectors.kineto import build_tables, compile_comm_patterns
-from perftracker.collectors.kineto_read import parse_trace
-from perftracker.collectors.ranks import TraceIdentity, assign_windows, host_from_name, rank_from_name
 from perftracker.collectors.steps import load_step_files
+from perftracker.collectors.traces.kineto import build_tables, compile_comm_patterns
+from perftracker.collectors.traces.kineto_read import parse_trace
+from perftracker.collectors.traces.ranks import TraceIdentity, assign_windows, host_from_name, rank_from_name
 from perftracker.errors import InputError, PerftrackerError
 from perftracker.rundir import Inputs, discover
 from perftracker.store import LoadNote, Store
@@ -246,7 +246,7 @@ def _note_missing_ranks(store: Store) -> None:
 
 def _take_stack_files(inputs: Inputs) -> list[Path]:
     """Move stack snapshots (stacks/<snapshot>/rank-<r>.json) out of the trace and other inputs."""
-    from perftracker.collectors.stacks import is_stack_file
+    from perftracker.collectors.stacks.snapshots import is_stack_file
 
     found = [p for p in [*inputs.traces, *inputs.other] if is_stack_file(p)]
     if found:
@@ -258,7 +258,7 @@ def _take_stack_files(inputs: Inputs) -> list[Path]:
 
 def _take_profile_files(inputs: Inputs) -> list[Path]:
     """Move sampled stack profiles (profiles/rank-<r>.txt and their .json sidecars) out of the other inputs."""
-    from perftracker.collectors.stack_samples import is_profile_file
+    from perftracker.collectors.stacks.samples import is_profile_file
 
     found = [p for p in inputs.other if is_profile_file(p)]
     sidecars = {p.with_suffix(".json") for p in found}
@@ -268,7 +268,7 @@ def _take_profile_files(inputs: Inputs) -> list[Path]:
 
 def _take_postmortem_files(inputs: Inputs) -> None:
     """Flight-recorder JSON dumps and torchelastic error files are not traces: move them to `other`."""
-    from perftracker.collectors.postmortem_inputs import is_postmortem_file
+    from perftracker.collectors.postmortem.inputs import is_postmortem_file
 
     found = [p for p in inputs.traces if is_postmortem_file(p)]
     if found:
@@ -287,7 +287,7 @@ def _merge(store: Store, tables: dict[str, pd.DataFrame], notes: list[LoadNote],
 
 def _add_postmortem(store: Store, inputs: Inputs) -> None:
     """Flight-recorder dumps, job logs, error files and kernel logs (by content, not name)."""
-    from perftracker.collectors.postmortem_inputs import load_postmortem_inputs
+    from perftracker.collectors.postmortem.inputs import load_postmortem_inputs
 
     _merge(store, *load_postmortem_inputs(inputs.other))
 
@@ -295,8 +295,8 @@ def _add_postmortem(store: Store, inputs: Inputs) -> None:
 def _add_stacks(store: Store, stack_paths: list[Path], profile_paths: list[Path]) -> None:
     """py-spy stack snapshots (the hang analyzer reads them) and sampled stack profiles (the
     stack_profile analyzer reads them), both written by `attach`."""
-    from perftracker.collectors.stack_samples import load_profile_inputs
-    from perftracker.collectors.stacks import load_stack_inputs
+    from perftracker.collectors.stacks.samples import load_profile_inputs
+    from perftracker.collectors.stacks.snapshots import load_stack_inputs
 
     for table, paths, load in (("stacks", stack_paths, load_stack_inputs),
                                ("profile_samples", profile_paths, load_profile_inputs)):
@@ -308,14 +308,14 @@ def _add_stacks(store: Store, stack_paths: list[Path], profile_paths: list[Path]
 
 def _add_nccl(store: Store, inputs: Inputs, options: LoadOptions) -> None:
     """NCCL logs and environment snapshots found among the other files (by content, not name)."""
-    from perftracker.collectors.nccl_inputs import load_nccl_inputs
+    from perftracker.collectors.nccl.inputs import load_nccl_inputs
 
     _merge(store, *load_nccl_inputs(inputs.other, profile=options.nccl_profile, sysfs_root=options.sysfs_root))
 
 
 def _add_counters(store: Store, inputs: Inputs) -> None:
     """RDMA / GPU counter samples found among the other files (by content, not name)."""
-    from perftracker.collectors.counters_inputs import load_counter_inputs
+    from perftracker.collectors.counters.inputs import load_counter_inputs
 
     _merge(store, *load_counter_inputs(inputs.other))
 

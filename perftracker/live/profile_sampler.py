@@ -25,14 +25,15 @@ from perftracker.rundir import atomic_write_text
 
 def straggler_suspicion(paths: list[Path]) -> str:
     """The stack_profile analyzer's verdict on these recordings, as one line ("" when nobody stands out)."""
-    from perftracker.analyzers.stack_profile import analyze_stack_profile
-    from perftracker.collectors.stack_samples import load_profile_inputs
+    from perftracker.analyzers.analysis import Analysis
+    from perftracker.analyzers.stragglers.stack_profile import analyze_stack_profile
+    from perftracker.collectors.stacks.samples import load_profile_inputs
     from perftracker.store import Store
 
     frame, _ = load_profile_inputs(paths)
     store = Store()
     store.set_table("profile_samples", frame)
-    found = analyze_stack_profile(store)
+    found = analyze_stack_profile(Analysis(store))
     return found[0].title[:300] if found else ""
 
 

@@ -1,6 +1,6 @@
 """Sample RDMA port counters from sysfs into `counters/<host>.rdma.jsonl` (read-only, cheap).
 
-Uses `perftracker.collectors.rdma.snapshot`, the same reader the offline loader and the tests use;
+Uses `perftracker.collectors.counters.rdma.snapshot`, the same reader the offline loader and the tests use;
 `sysfs_root` points at a fake tree in tests. No RDMA devices: one note, nothing else.
 
 RoCE ports (link layer Ethernet) with a netdev also get `"ethtool": {name: int}` in their records:
@@ -40,7 +40,7 @@ class RdmaSampler:
     _netdev: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def start(self, ctx: LiveContext) -> None:
-        from perftracker.collectors.rdma import snapshot
+        from perftracker.collectors.counters.rdma import snapshot
 
         first = snapshot(ctx.sysfs_root, ctx.host)
         self.ports = len(first)
@@ -57,12 +57,12 @@ class RdmaSampler:
                          "ethtool`) on the host, or save `ethtool -S <netdev>` periodically with a `date +%s.%N` line "
                          "before each and pass the file to analyze")
             else:
-                from perftracker.collectors.ethtool import read_ethtool
+                from perftracker.collectors.counters.ethtool import read_ethtool
 
                 self.ethtool_reader = read_ethtool
 
     def _ethtool(self, ctx: LiveContext, rec: dict[str, Any]) -> dict[str, int] | None:
-        from perftracker.collectors.ethtool import flow_control
+        from perftracker.collectors.counters.ethtool import flow_control
 
         assert self.ethtool_reader is not None
         key = (str(rec["device"]), str(rec["port"]))
@@ -83,7 +83,7 @@ class RdmaSampler:
     def sample(self, ctx: LiveContext) -> None:
         if not self.enabled:
             return
-        from perftracker.collectors.rdma import snapshot
+        from perftracker.collectors.counters.rdma import snapshot
 
         records = snapshot(ctx.sysfs_root, ctx.host)
         pfc = 0

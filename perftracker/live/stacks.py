@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perftracker.collectors.stacks import RankState, signature, state_from_threads, still
+from perftracker.collectors.stacks.snapshots import RankState, signature, state_from_threads, still
 from perftracker.live.discovery import Worker
 from perftracker.live.sampler import LiveContext
 from perftracker.rundir import atomic_write_text

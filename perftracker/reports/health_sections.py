@@ -19,9 +19,9 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from perftracker.analyzers.findings import Finding
-from perftracker.analyzers.gpu_health import gpu_wide, periods, throttle_mask
-from perftracker.analyzers.rdma import CNP_NAMES, port_series
-from perftracker.analyzers.rdma_pfc import pfc_series, port_views
+from perftracker.analyzers.health.gpu_health import gpu_wide, periods, throttle_mask
+from perftracker.analyzers.health.rdma import CNP_NAMES, port_series
+from perftracker.analyzers.health.rdma_pfc import pfc_series, port_views
 from perftracker.reports.sections import ReportSection
 from perftracker.store import Store
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from html import escape
 
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.nccl_context import NcclContext, build_context, job_without_nccl
+from perftracker.analyzers.nccl.context import NcclContext, build_context, job_without_nccl
 from perftracker.reports.sections import ReportSection
 from perftracker.store import Store
 

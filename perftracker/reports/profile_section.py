@@ -13,7 +13,7 @@ from html import escape
 import plotly.graph_objects as go
 
 from perftracker.analyzers.findings import Finding
-from perftracker.analyzers.stack_profile import rank_profiles
+from perftracker.analyzers.stragglers.stack_profile import rank_profiles
 from perftracker.reports.sections import ReportSection
 from perftracker.store import Store
 

@@ -14,10 +14,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from perftracker.analyzers.gpu_time import as_int, breakdown, breakdown_per_step
-from perftracker.analyzers.idle import idle_gaps
-from perftracker.analyzers.steps import step_stats
-from perftracker.analyzers.straggler import lateness_by_step, rank_metrics, straggler_tables
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.stragglers.steps import step_stats
+from perftracker.analyzers.stragglers.straggler import lateness_by_step, rank_metrics, straggler_tables
+from perftracker.analyzers.traces.gpu_time import as_int, breakdown, breakdown_per_step
+from perftracker.analyzers.traces.idle import idle_gaps
 from perftracker.store import Store
 
 MAX_TIMELINE_RANKS = 16
@@ -25,8 +26,9 @@ MAX_BOXES_PER_LANE = 300
 TABLE_NAMES = ("breakdown", "breakdown_steps", "step_stats", "steps", "timeline", "idle", "lateness", "rank_waits")
 
 
-def build(store: Store) -> dict[str, pd.DataFrame]:
-    hta = bool(store.meta.get("hta_compat"))
+def build(analysis: Analysis) -> dict[str, pd.DataFrame]:
+    store = analysis.store
+    hta = analysis.options.hta_compat
     gaps = idle_gaps(store)
     idle = (gaps.groupby(["rank", "category"])["dur_ns"].sum().reset_index() if not gaps.empty
             else pd.DataFrame(columns=["rank", "category", "dur_ns"]))

@@ -7,9 +7,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from perftracker.analyzers.rdma import WRAP_32
-from perftracker.collectors.counters_inputs import load_counter_inputs
-from perftracker.collectors.rdma import snapshot
+from perftracker.analyzers.health.rdma import WRAP_32
+from perftracker.collectors.counters.inputs import load_counter_inputs
+from perftracker.collectors.counters.rdma import snapshot
 from perftracker.store import Store
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "health"
@@ -120,7 +120,7 @@ class FakeEthtool:
     `ethtool -S` output with the current values. `without` drops counters (a driver that lacks them)."""
 
     def __init__(self, netdevs: Iterable[str], without: Iterable[str] = ()) -> None:
-        from perftracker.collectors.ethtool import parse_ethtool_stats
+        from perftracker.collectors.counters.ethtool import parse_ethtool_stats
 
         self.lines = ETHTOOL_FIXTURE.read_text().splitlines()
         base = {n: v for n, v in parse_ethtool_stats("\n".join(self.lines)).items() if n not in set(without)}

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.gpu_health import analyze_gpu_health
-from perftracker.collectors.counters_inputs import sniff
+from perftracker.analyzers.health.gpu_health import analyze_gpu_health
+from perftracker.collectors.counters.inputs import sniff
 
 from .conftest import FIXTURES, T0_NS, counter_store, gpu_record, write_jsonl
 
@@ -34,7 +35,7 @@ def test_nvidia_smi_csv_thermal_throttle_names_host_and_gpu() -> None:
     assert set(devices["device"]) == {"gpu:0", "gpu:1", "gpu:2", "gpu:3"}
     assert devices.loc[devices["device"] == "gpu:2", "pci_bus_id"].iloc[0] == "00000000:1A:00.0"
     # WHEN analyzed
-    findings = _warnings(analyze_gpu_health(store))
+    findings = _warnings(analyze_gpu_health(Analysis(store)))
     # THEN one thermal finding names node-a GPU 2 with the share of time, clocks and periods
     assert [(f.evidence["check"], f.hosts, f.evidence["gpu"]) for f in findings] == [
         ("throttle_thermal", ("node-a",), 2)]
@@ -47,7 +48,7 @@ def test_nvidia_smi_csv_thermal_throttle_names_host_and_gpu() -> None:
 def test_dcgm_exporter_thermal_throttle() -> None:
     # GIVEN DCGM exporter scrapes (Hostname node-b) where GPU 1 throttles thermally in half the scrapes
     store = counter_store([FIXTURES / "node-b.dcgm.prom"])
-    findings = _warnings(analyze_gpu_health(store))
+    findings = _warnings(analyze_gpu_health(Analysis(store)))
     # THEN the thermal finding is critical (50%) on node-b GPU 1, and nothing else is flagged
     assert [(f.evidence["check"], f.hosts, f.evidence["gpu"], f.severity) for f in findings] == [
         ("throttle_thermal", ("node-b",), 1, Severity.CRITICAL)]
@@ -61,7 +62,7 @@ def test_healthy_gpu_samples_give_no_warnings(tmp_path: Path) -> None:
     recs += [gpu_record("node-a", 0, T0_NS + 30 * 10**9, util_gpu_pct=0, pcie_gen=1, clock_event_reasons=1)]
     path = write_jsonl(tmp_path / "counters" / "node-a.gpu.jsonl", recs)
     # WHEN analyzed
-    findings = analyze_gpu_health(counter_store([path]))
+    findings = analyze_gpu_health(Analysis(counter_store([path])))
     # THEN there is nothing at all
     assert findings == []
 
@@ -77,7 +78,7 @@ def test_xid_ecc_pcie_low_clock_and_low_utilization(tmp_path: Path) -> None:
         recs.append(gpu_record("node-z", 2, ts, sm_clock_mhz=1500))
         recs.append(gpu_record("node-z", 3, ts, util_gpu_pct=20))
     path = write_jsonl(tmp_path / "node-z.gpu.jsonl", recs)
-    findings = _warnings(analyze_gpu_health(counter_store([path])))
+    findings = _warnings(analyze_gpu_health(Analysis(counter_store([path]))))
     # THEN each fault is found on its GPU
     got = {(f.evidence["check"], f.evidence["gpu"], f.severity) for f in findings}
     assert got == {("xid_ecc", 0, Severity.CRITICAL), ("pcie_width", 1, Severity.WARNING),

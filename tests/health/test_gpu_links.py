@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Cost, Finding, Severity
-from perftracker.analyzers.gpu_links import analyze_gpu_links
+from perftracker.analyzers.health.gpu_links import analyze_gpu_links
+from perftracker.analyzers.health.topology import rank_map
 from perftracker.analyzers.rootcause import link_findings
-from perftracker.analyzers.topology import rank_map
 
 from .conftest import T0_NS, counter_store, gpu_record, write_jsonl
 
@@ -37,7 +38,7 @@ def test_recovery_is_critical_slow_crc_is_info_and_a_counter_reset_is_no_rise(tm
         recs.append(_record("node-a", 1, i, nvlink_crc_data=5 * i))
         recs.append(_record("node-a", 2, i, nvlink_crc_flit=900 if i < 5 else 0, nvlink_replay=40 if i < 5 else 0))
         recs.append(_record("node-a", 3, i, pcie_replay=100 + (3 if i >= 6 else 0)))
-    findings = analyze_gpu_links(counter_store([write_jsonl(tmp_path / "node-a.gpu.jsonl", recs)]))
+    findings = analyze_gpu_links(Analysis(counter_store([write_jsonl(tmp_path / "node-a.gpu.jsonl", recs)])))
     # THEN the recovery is critical, the slow CRC and PCIe replay rises only informational, the reset nothing
     assert _checks(findings) == {("nvlink_recovery", 0, Severity.CRITICAL), ("nvlink_errors", 1, Severity.INFO),
                                  ("pcie_replay", 3, Severity.INFO)}
@@ -56,7 +57,7 @@ def test_links_down_against_peers_and_hosts_without_nvlink_in_use(tmp_path: Path
             recs.append(_record("node-a", g, i, nvlink_active=16 if g == 1 and i >= 5 else 18))
             recs.append(_record("node-b", g, i, nvlink_active=12))
             recs.append(_record("node-c", g, i, nvlink_links=4, nvlink_active=0))
-    findings = analyze_gpu_links(counter_store([write_jsonl(tmp_path / "all.gpu.jsonl", recs)]))
+    findings = analyze_gpu_links(Analysis(counter_store([write_jsonl(tmp_path / "all.gpu.jsonl", recs)])))
     got = {(f.hosts[0], str(f.evidence["check"]), int(f.evidence["gpu"]), f.severity) for f in findings}
     # THEN node-a GPU 1 is critical (below its peers), node-b's GPUs are warnings, node-c has none
     assert got == {("node-a", "nvlink_down", 1, Severity.CRITICAL)} | {
@@ -93,7 +94,7 @@ def test_nvlink_errors_explain_a_communication_straggler_on_that_gpu(tmp_path: P
                         recommendation="Look at rank 1's links.", evidence={"kind": "communication", "share_last": 0.9},
                         ranks=(1,), hosts=("node-a",), cost=Cost(0.05, 0.1), key="straggler:1")
     # WHEN joined into root-cause chains
-    linked = link_findings(store, [straggler, *analyze_gpu_links(store)])
+    linked = link_findings(store, [straggler, *analyze_gpu_links(Analysis(store))])
     s, errors = linked[0], next(f for f in linked if f.evidence.get("check") == "nvlink_errors")
     # THEN the NVLink finding is the straggler's explaining cause, and carries its cost and rank
     chain = s.evidence["root_cause"]["chain"]

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
+from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.rdma import analyze_rdma, increases, port_series
-from perftracker.collectors.rdma import parse_rate, snapshot
+from perftracker.analyzers.health.rdma import analyze_rdma, increases, port_series
+from perftracker.collectors.counters.rdma import parse_rate, snapshot
 
 from .conftest import FIXTURES, FakeRdmaNode, counter_store, write_jsonl
 
@@ -20,7 +21,7 @@ def _run(node: FakeRdmaNode, out: Path, ticks: int = 5, **tick_args: object) -> 
     for _ in range(ticks):
         node.tick(10.0, **tick_args)  # type: ignore[arg-type]
         write_jsonl(path, node.snap())
-    return analyze_rdma(counter_store([path]))
+    return analyze_rdma(Analysis(counter_store([path])))
 
 
 def _warnings(findings: list[Finding]) -> list[Finding]:
@@ -84,7 +85,7 @@ def test_flapping_link_is_critical(tmp_path: Path) -> None:
     node.tick(10.0, gbps=200.0)
     write_jsonl(path, node.snap())
     # WHEN analyzed
-    findings = _warnings(analyze_rdma(counter_store([path])))
+    findings = _warnings(analyze_rdma(Analysis(counter_store([path]))))
     # THEN a critical flap and a link-error warning name mlx5_2; the port is ACTIVE again at the end
     checks = {(f.evidence["check"], f.evidence["device"], f.severity) for f in findings}
     assert checks == {("flap", "mlx5_2", Severity.CRITICAL), ("link_errors", "mlx5_2", Severity.WARNING)}
@@ -155,7 +156,7 @@ def test_raw_sysfs_copies_and_grep_dumps_are_read(tmp_path: Path) -> None:
     paths = sorted(p for p in (tmp_path / "in").rglob("*") if p.is_file())
     # WHEN loaded by content and analyzed
     store = counter_store(paths)
-    findings = _warnings(analyze_rdma(store))
+    findings = _warnings(analyze_rdma(Analysis(store)))
     # THEN both hosts have samples and the flap on mlx5_0 is seen on each
     assert set(store["counters"]["host"].astype(str)) == {"node-d", "node-e"}
     assert {(f.hosts, f.evidence["check"], f.evidence["device"]) for f in findings} == {
@@ -165,7 +166,7 @@ def test_raw_sysfs_copies_and_grep_dumps_are_read(tmp_path: Path) -> None:
 def test_node_exporter_flapping_link(tmp_path: Path) -> None:
     # GIVEN node exporter infiniband scrapes where mlx5_1 goes down twice
     store = counter_store([FIXTURES / "node-c.node_exporter.prom"])
-    findings = analyze_rdma(store)
+    findings = analyze_rdma(Analysis(store))
     # THEN the flap names node-c mlx5_1, and the throughput matches 200 Gb/s (bytes, not octets / 4)
     assert [(f.hosts, f.evidence["device"]) for f in _warnings(findings)] == [(("node-c",), "mlx5_1")]
     info = next(f for f in findings if f.evidence.get("ports"))

@@ -10,11 +10,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Cost, Finding, Severity
-from perftracker.analyzers.rdma_pfc import analyze_rdma_pfc, pfc_series
+from perftracker.analyzers.health.rdma_pfc import analyze_rdma_pfc, pfc_series
 from perftracker.analyzers.rootcause import link_findings
-from perftracker.collectors.counters_inputs import load_counter_inputs
-from perftracker.collectors.ethtool import flow_control, parse_ethtool_stats, read_ethtool
+from perftracker.collectors.counters.ethtool import flow_control, parse_ethtool_stats, read_ethtool
+from perftracker.collectors.counters.inputs import load_counter_inputs
 from perftracker.collectors.loading import LoadOptions
 from perftracker.live.discovery import Job
 from perftracker.live.rdma_sampler import RdmaSampler
@@ -50,7 +51,7 @@ def _sample(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, per_tick: dict[str,
 
 
 def _pfc(path: Path) -> list[Finding]:
-    return analyze_rdma_pfc(counter_store([path]))
+    return analyze_rdma_pfc(Analysis(counter_store([path])))
 
 
 def test_parse_ethtool_output_and_select_flow_control_counters() -> None:
@@ -205,7 +206,7 @@ def test_clean_roce_ports_give_no_finding(tmp_path: Path, monkeypatch: pytest.Mo
                                                           "rx_prio3_pause_duration": US_PER_TICK // 100}})
     store = counter_store([path])
     # WHEN analyzed
-    findings = analyze_rdma_pfc(store)
+    findings = analyze_rdma_pfc(Analysis(store))
     # THEN the analyzer saw both ports' counters over the whole window, and found nothing
     series = pfc_series(store)
     assert sorted(series["device"].unique()) == ["mlx5_0", "mlx5_1"] and series["dt_s"].sum() == 100.0
@@ -242,7 +243,7 @@ def test_offline_ethtool_dump_is_recognised_mapped_and_analyzed(tmp_path: Path) 
     # AND without sysfs records the netdev itself stands for the port
     alone = counter_store([run / "counters" / "capture-01.log"])
     assert set(alone["counters"]["device"].astype(str)) == {"eth1"}
-    assert [f.evidence["device"] for f in analyze_rdma_pfc(alone)] == ["eth1"]
+    assert [f.evidence["device"] for f in analyze_rdma_pfc(Analysis(alone))] == ["eth1"]
 
 
 def test_offline_dump_without_times_or_netdev_is_noted(tmp_path: Path) -> None:
@@ -272,7 +273,7 @@ def test_communication_straggler_is_joined_to_pfc_pauses_on_its_nic(tmp_path: Pa
                                                                                "share_last": 0.9},
                         ranks=(1,), cost=Cost(0.02, 0.1), key="straggler:1")
     # WHEN the findings are linked
-    linked = {f.analyzer: f for f in link_findings(store, [straggler, *analyze_rdma_pfc(store)])}
+    linked = {f.analyzer: f for f in link_findings(store, [straggler, *analyze_rdma_pfc(Analysis(store))])}
     # THEN the PFC finding is the straggler's chain and explains its time, and the recommendation leads with it
     s, pfc = linked["straggler"], linked["rdma_pfc"]
     assert [(c["id"], c["explains"]) for c in s.evidence["root_cause"]["chain"]] == [(pfc.id, True)]
@@ -284,7 +285,7 @@ def test_roce_sample_shows_pfc_pauses_on_node_b() -> None:
     # GIVEN the project-written RoCE sample's synthetic counters (scripts/make_sample_nccl.py)
     counters = Path(__file__).resolve().parents[2] / "sample_traces" / "nccl-roce-2node-misconfig" / "counters"
     # WHEN its counters are analyzed
-    findings = analyze_rdma_pfc(counter_store(sorted(counters.glob("*.rdma.jsonl"))))
+    findings = analyze_rdma_pfc(Analysis(counter_store(sorted(counters.glob("*.rdma.jsonl")))))
     # THEN the one finding is the one sample_traces/README.md promises
     assert [f.title for f in findings] == [
         "PFC pause received on mlx5_1 port 1 (eth1) on host nodeB: priority 3 paused 18% of 60 s"]

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from perftracker.analyzers.bandwidth import bus_factor, collective_bandwidth
+from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Cost, Finding, Severity, rank_findings
-from perftracker.analyzers.rdma import analyze_rdma
+from perftracker.analyzers.health.bandwidth import bus_factor, collective_bandwidth
+from perftracker.analyzers.health.rdma import analyze_rdma
+from perftracker.analyzers.health.topology import rank_map
 from perftracker.analyzers.rootcause import link_findings
-from perftracker.analyzers.topology import rank_map
-from perftracker.collectors.counters_inputs import load_counter_inputs
+from perftracker.collectors.counters.inputs import load_counter_inputs
 from perftracker.collectors.loading import LoadOptions
 from perftracker.pipeline import analyze_path
 from perftracker.store import Store
@@ -100,7 +101,7 @@ def test_communication_straggler_is_linked_to_its_flapping_nic() -> None:
                         "straggler", recommendation="Check its NIC.", evidence={"kind": "communication",
                                                                                "share_last": 0.9},
                         ranks=(1,), cost=Cost(0.02, 0.1), key="straggler:1")
-    rdma = analyze_rdma(store)
+    rdma = analyze_rdma(Analysis(store))
     # WHEN linked
     linked = rank_findings(link_findings(store, [straggler, *rdma]))
     # THEN the flap on mlx5_1 is the chain, costs the straggler's time and is ranked next to it

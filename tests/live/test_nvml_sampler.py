@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.topology import rank_map
+from perftracker.analyzers.health.topology import rank_map
 from perftracker.collectors.loading import LoadOptions
 from perftracker.live import nvml_sampler
 from perftracker.live.discovery import Job, Worker

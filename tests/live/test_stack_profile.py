@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from perftracker.analyzers.stack_profile import analyze_stack_profile, is_user_frame
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.stragglers.stack_profile import analyze_stack_profile, is_user_frame
 from perftracker.collectors.loading import LoadOptions, load_path
-from perftracker.collectors.stack_samples import parse_raw
+from perftracker.collectors.stacks.samples import parse_raw
 from tests.live.conftest import attach_command, launch_job, stop_job, wait_steps, wait_workers
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "profiles"
@@ -37,7 +38,7 @@ def _run_dir(tmp_path: Path, files: dict[str, str] | None = None, fixture: str =
 
 def _findings(run: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
     store = load_path(run, LoadOptions(cache_dir=None), tmp_path / "scratch")
-    return store, analyze_stack_profile(store)
+    return store, analyze_stack_profile(Analysis(store))
 
 
 def test_raw_lines_with_thread_and_process_prefixes_parse_and_junk_is_counted() -> None:

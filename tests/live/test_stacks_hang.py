@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.failures.hang import analyze_hang, diagnose
 from perftracker.analyzers.findings import Severity
-from perftracker.analyzers.hang import analyze_hang, diagnose
 from perftracker.collectors.loading import LoadOptions, load_path
-from perftracker.collectors.stacks import DDP_WAIT, load_stack_inputs
+from perftracker.collectors.stacks.snapshots import DDP_WAIT, load_stack_inputs
 from perftracker.live.discovery import Job, Worker
 from perftracker.live.sampler import LiveContext
 from perftracker.live.stacks import StackSampler, find_pyspy
@@ -175,7 +176,7 @@ def test_a_healthy_job_gives_no_finding(tmp_path: Path) -> None:
     # WHEN analysed THEN nothing is reported
     assert findings_for(tmp_path) == []
     # AND a Store without stacks gives no finding either
-    assert analyze_hang(Store()) == []
+    assert analyze_hang(Analysis(Store())) == []
 
 
 def test_one_agreed_time_snapshot_gives_a_warning(tmp_path: Path) -> None:
@@ -199,7 +200,7 @@ def test_analyze_loads_a_run_dir_of_stacks_only(tmp_path: Path) -> None:
     assert len(store["stacks"]) == 8 and int(store["stacks"]["main"].sum()) == 4
     assert not [n for n in store.notes if n.level == "error"]
     assert store["stacks"]["mode"].eq("nonblocking").all()
-    (f,) = analyze_hang(store)
+    (f,) = analyze_hang(Analysis(store))
     assert f.ranks == (1,)
 
 

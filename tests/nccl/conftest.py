@@ -10,9 +10,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from perftracker.collectors.counters.sysfs import ZERO_GID, read_sysfs
 from perftracker.collectors.env import env_rows
-from perftracker.collectors.profiles import load_profile
-from perftracker.collectors.sysfs import ZERO_GID, read_sysfs
+from perftracker.collectors.nccl.profiles import load_profile
 from perftracker.store import Store
 from perftracker.store.schema import conform
 

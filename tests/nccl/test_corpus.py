@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from perftracker.analyzers.nccl_config import analyze_nccl_config, flags
-from perftracker.analyzers.nccl_context import build_context, summarize
-from perftracker.collectors.nccl_log import load_nccl_logs
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.nccl.config import analyze_nccl_config, flags
+from perftracker.analyzers.nccl.context import build_context, summarize
+from perftracker.collectors.nccl.log import load_nccl_logs
 from perftracker.store import Store
 
 from .conftest import SHARED_LOGS
@@ -43,7 +44,7 @@ def test_corpus_file_facts_and_flags(name: str) -> None:
     # WHEN it is parsed and analysed with no profile and no sysfs
     store = _store(name)
     summary = summarize(build_context(store))
-    raised = flags(analyze_nccl_config(store))
+    raised = flags(analyze_nccl_config(Analysis(store)))
     # THEN the summary facts match and the must / must-not flags hold
     for key in ("transport", "link_layer", "nccl_version", "nranks", "hosts", "warn_lines"):
         assert summary[key] == expected[key], key
@@ -101,11 +102,11 @@ def test_sources_md_details() -> None:
 
 def test_profile_comparison_on_log_echoes() -> None:
     # GIVEN log 41's echoes (TC 160, QPS 4, TIMEOUT 21) WHEN checked against pai-lingjun THEN each deviation shows
-    from perftracker.collectors.profiles import load_profile
+    from perftracker.collectors.nccl.profiles import load_profile
 
     store = _store("41_roce-bond-tencent-plugin-tc160-gid3-qps4-timeout21_2.26.5.log")
     store.meta["nccl_profile"] = load_profile("pai-lingjun")
-    titles = " ".join(f.title for f in analyze_nccl_config(store))
+    titles = " ".join(f.title for f in analyze_nccl_config(Analysis(store)))
     assert "NCCL_IB_TC='160'" in titles
     assert "NCCL_IB_QPS_PER_CONNECTION=4 is below" in titles
     assert "NCCL_IB_TIMEOUT=21 is below the pai-lingjun" in titles

@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+from perftracker.collectors.counters.sysfs import read_sysfs
 from perftracker.collectors.env import (
     capture_process_env,
     filter_env,
@@ -13,7 +14,6 @@ from perftracker.collectors.env import (
     parse_env_text,
     read_env_file,
 )
-from perftracker.collectors.sysfs import read_sysfs
 
 from .conftest import FIXTURES, build_sysfs
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from perftracker.collectors.nccl_log import load_nccl_logs, looks_like_nccl_log, parse_nccl_file
-from perftracker.collectors.nccl_patterns import gid_prefix_is_link_local, strtoll_base0
+from perftracker.collectors.nccl.log import load_nccl_logs, looks_like_nccl_log, parse_nccl_file
+from perftracker.collectors.nccl.patterns import gid_prefix_is_link_local
+from perftracker.values import strtoll_base0
 
 from .conftest import FIXTURES
 

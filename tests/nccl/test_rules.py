@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.nccl_config import analyze_nccl_config, flags
-from perftracker.collectors.nccl_log import load_nccl_logs
+from perftracker.analyzers.nccl.config import analyze_nccl_config, flags
+from perftracker.collectors.nccl.log import load_nccl_logs
 from perftracker.store import Store
 
 from .conftest import FIXTURES, build_sysfs, lingjun_node
@@ -18,7 +19,7 @@ MakeStore = Callable[..., Store]
 
 
 def _run(store: Store) -> list[Finding]:
-    return analyze_nccl_config(store)
+    return analyze_nccl_config(Analysis(store))
 
 
 def _titles(findings: list[Finding]) -> str:

@@ -14,10 +14,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from perftracker.analyzers.crash import analyze_crash
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.failures.crash import analyze_crash
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.collectors.flight_recorder import UnsafePickle, load_fr_dumps, plain_unpickle
 from perftracker.collectors.loading import LoadOptions, load_path
+from perftracker.collectors.postmortem.flight_recorder import UnsafePickle, load_fr_dumps, plain_unpickle
 from perftracker.store import Store
 
 from .frgen import hang_dumps
@@ -39,7 +40,7 @@ def load(run: Path, tmp_path: Path) -> Store:
 
 
 def crash_findings(name: str, tmp_path: Path) -> list[Finding]:
-    found = analyze_crash(load(scenario(name, tmp_path), tmp_path))
+    found = analyze_crash(Analysis(load(scenario(name, tmp_path), tmp_path)))
     assert all(f.severity == Severity.CRITICAL for f in found)
     return found
 
@@ -81,7 +82,7 @@ def test_flight_recorder_mismatch_names_the_odd_rank(tmp_path: Path) -> None:
 def test_first_failure_from_traceback_table_and_error_file(tmp_path: Path) -> None:
     # GIVEN a torchrun log with rank 5's OOM traceback, its ChildFailedError table and rank 5's error file
     store = load(scenario("child_failed", tmp_path), tmp_path)
-    found = analyze_crash(store)
+    found = analyze_crash(Analysis(store))
     # THEN rank 5 on gpu-node-c failed first, with its error
     assert len(found) == 1
     f = found[0]
@@ -167,7 +168,7 @@ def test_real_gloo_job_timeout_names_the_stalled_rank(tmp_path: Path) -> None:
     assert proc.returncode != 0
     shutil.rmtree(run / "steps", ignore_errors=True)  # judge from the logs alone
     # WHEN postmortem reads the folder
-    found = [f for f in analyze_crash(load(run, tmp_path)) if f.ranks == (2,)]
+    found = [f for f in analyze_crash(Analysis(load(run, tmp_path))) if f.ranks == (2,)]
     # THEN the stalled rank is named from the timeout lines
     assert found and "never joined all_reduce" in found[0].title
     assert found[0].evidence["timed_out_ranks"] == [0, 1, 3]

@@ -1,0 +1,41 @@
+"""One analysis of one Store: the options it runs under, and every view computed at most once.
+
+Promise: an `Analysis` is what each analyzer and each view function receives. `analysis.store` is
+the loaded run (read-only for analyzers); `analysis.options` the choices the user made for this
+analysis (`--hta-compat`, ...), never stored in the Store. `analysis.view(fn)` returns `fn(analysis)`,
+computing it on the first call only: a table several analyzers and the report need (the GPU time
+breakdown, the collective arrivals, the NCCL context, ...) is built once per `analyze`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from perftracker.store import Store
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class AnalysisOptions:
+    """What the user chose for this analysis. `hta_compat`: use Holistic Trace Analysis' definitions."""
+
+    hta_compat: bool = False
+
+
+class Analysis:
+    """The Store under analysis, its options and the memo of views already computed."""
+
+    def __init__(self, store: Store, options: AnalysisOptions | None = None) -> None:
+        self.store = store
+        self.options = options or AnalysisOptions()
+        self._views: dict[Callable[[Analysis], Any], Any] = {}
+
+    def view(self, fn: Callable[[Analysis], T]) -> T:
+        """`fn(self)`, computed once per analysis; later calls return the same object."""
+        if fn not in self._views:
+            self._views[fn] = fn(self)
+        result: T = self._views[fn]
+        return result

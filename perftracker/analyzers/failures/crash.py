@@ -1,0 +1,299 @@
+"""The `crash` analyzer: offline hang and crash diagnosis from flight-recorder dumps and job logs.
+
+Promise: reads only the Store's `collectives_fr` and `failures` tables (plus `fr_pg_status`,
+`fr_pg_config` in meta, and rank -> host from any table). Findings, each naming culprit ranks/hosts:
+  * FR hang (critical): the collective (pg, seq, op, sizes) some ranks entered and wait in, and the
+    ranks that never entered it (their last entered/completed collective per pg in the evidence);
+  * FR mismatch (critical): ranks that ran a different op or sizes at the same sequence number;
+  * watchdog timeout (critical): the ranks that timed out at one NCCL SeqNum, and the ranks of the
+    group missing from it (the culprits); gloo timeouts likewise, by collective and call site;
+  * first failure (critical): the earliest rank that failed by itself (an exception or exit that is
+    not a timeout or the launcher's SIGTERM/SIGKILL), with its error;
+  * Xid (critical or warning by code): GPU errors the kernel logged, per host.
+NCCL WARN lines and IB completion errors are the `nccl_*` rules' job (the failing link); not repeated here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any
+
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.findings import Finding, Severity
+from perftracker.store import Store
+from perftracker.values import pg_ranks
+
+_SEVERE_XID = {48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140}
+_KILLED = {-15, -9, 15, 9}  # the launcher's SIGTERM / SIGKILL after another rank failed
+_TIMEOUT_MS = re.compile(r"(?:waiting |timeout )(\d+) ?ms")
+_CHECK = ("Look at what the culprit rank did instead: its log and traceback (the evidence names the files), "
+          "a rank-dependent branch that skips or reorders a collective, a stuck data loader or file system, "
+          "a dead GPU (Xid) or host. `perftracker attach --stacks` on a live hang shows where it is; "
+          "TORCH_DISTRIBUTED_DEBUG=DETAIL checks collective order; dist.monitored_barrier() names a missing rank.")
+
+
+def _text(ranks: list[int]) -> str:
+    shown = ", ".join(str(r) for r in sorted(ranks)[:16])
+    return shown + ("..." if len(ranks) > 16 else "")
+
+
+def _who(ranks: list[int]) -> str:
+    return f"Rank {ranks[0]}" if len(ranks) == 1 else f"Ranks {_text(ranks)}"
+
+
+def host_map(store: Store) -> dict[int, str]:
+    """rank -> host from every table that knows one."""
+    hosts: dict[int, str] = {}
+    for name in ("ranks", "nccl", "stacks", "failures", "collectives_fr"):
+        frame = store[name]
+        if frame.empty or "host" not in frame:
+            continue
+        for rank, host in zip(frame["rank"], frame["host"]):
+            if isinstance(host, str) and host and int(rank) >= 0:
+                hosts.setdefault(int(rank), host)
+    return hosts
+
+
+def world_size(store: Store) -> int:
+    sizes = [len(pg_ranks(store.meta.get("fr_pg_config") or {}, pg)) for pg in (store.meta.get("fr_pg_config") or {})]
+    manifest = store.meta.get("manifest") or {}
+    if isinstance(manifest.get("world_size"), int):
+        sizes.append(int(manifest["world_size"]))
+    if not store.ranks.empty:
+        sizes.append(int(store.ranks["world_size"].max()))
+    for name in ("failures", "collectives_fr", "stacks"):
+        frame = store[name]
+        if not frame.empty:
+            sizes.append(int(frame["rank"].max()) + 1)
+    return max(sizes, default=0)
+
+
+def _hosts(hosts: dict[int, str], ranks: list[int]) -> tuple[str, ...]:
+    return tuple(sorted({hosts[r] for r in ranks if r in hosts}))
+
+
+def _where(ranks: list[int], hosts: dict[int, str]) -> str:
+    on = _hosts(hosts, ranks)
+    return f" on {', '.join(on)}" if on else ""
+
+
+def _members(store: Store, pg: str, present: list[int], world: int) -> list[int]:
+    ranks = pg_ranks(store.meta.get("fr_pg_config") or {}, pg)
+    if ranks:
+        return ranks
+    if pg in ("", "0", "default_pg") and world > 0:
+        return list(range(world))
+    return sorted(present)
+
+
+def fr_findings(store: Store, hosts: dict[int, str], world: int) -> list[Finding]:
+    fr = store["collectives_fr"]
+    fr = fr[fr["seq"] >= 0]
+    if fr.empty:
+        return []
+    status: dict[str, Any] = store.meta.get("fr_pg_status") or {}
+    out: list[Finding] = []
+    for pg, rows in fr.groupby("pg", sort=True):
+        pg = str(pg)
+        entered: dict[int, int] = {}
+        completed: dict[int, int] = {}
+        for rank, mine in rows.groupby("rank"):
+            r = int(str(rank))
+            st = (status.get(str(r)) or {}).get(pg) or {}
+            done = mine[(mine["state"] == "completed") | mine["retired"]]
+            entered[r] = int(st.get("last_enqueued_collective", mine["seq"].max()))
+            completed[r] = int(st.get("last_completed_collective", done["seq"].max() if len(done) else -1))
+        mismatch = _mismatch(pg, rows, hosts)
+        out.extend(mismatch)
+        top = max(entered.values())
+        waiting = sorted(r for r, e in entered.items() if e >= top and completed[r] < top)
+        if not waiting:
+            continue
+        members = _members(store, pg, list(entered), world)
+        behind = sorted(r for r in members if r in entered and entered[r] < top)
+        no_dump = sorted(r for r in members if r not in entered)
+        ref = rows[(rows["seq"] == top) & rows["rank"].isin(waiting)].iloc[0]
+        desc = str(ref["pg_desc"])
+        what = f"collective #{top} ({ref['op']}, pg {pg}{f' {desc}' if desc else ''}, sizes {ref['input_sizes']})"
+        evidence = {"pg": pg, "pg_desc": desc, "seq": top, "op": str(ref["op"]), "input_sizes": str(ref["input_sizes"]),
+                    "dtypes": str(ref["dtypes"]), "waiting_ranks": waiting, "never_entered": behind,
+                    "no_dump": no_dump[:64],
+                    "per_rank": {str(r): {"last_entered": entered[r], "last_completed": completed[r]}
+                                 for r in sorted(entered)[:256]}}
+        culprits = behind or no_dump
+        if culprits:
+            last = "; ".join(f"rank {r} last entered #{entered[r]}" for r in behind[:6])
+            title = (f"{_who(culprits)}{_where(culprits, hosts)} never entered {what} that "
+                     f"{_who(waiting).lower()} wait in" + (f"; {last}" if last else "; no flight-recorder dump"))
+            rec = _CHECK
+        elif mismatch and mismatch[0].evidence["seq"] == top:
+            continue  # the mismatch finding explains why nobody completes it
+        else:
+            culprits = waiting
+            title = f"Every rank entered {what} and none completed it: the collective itself is stuck"
+            rec = ("No rank is missing: the communication itself stalled. Check the NCCL WARN / IB completion-error "
+                   "findings for the failing link (host pair, NIC, GID) and the Xid findings for a failed GPU.")
+        out.append(Finding("crash", Severity.CRITICAL, title, rec, evidence, ranks=tuple(culprits),
+                           hosts=_hosts(hosts, culprits), key=f"crash:fr:{pg}:{top}"))
+    return out
+
+
+def _mismatch(pg: str, rows: pd.DataFrame, hosts: dict[int, str]) -> list[Finding]:
+    for seq, at in rows.groupby("seq", sort=True):
+        sig = {int(r): (str(o), str(s)) for r, o, s in zip(at["rank"], at["op"], at["input_sizes"])}
+        kinds = Counter(sig.values())
+        if len(kinds) < 2:
+            continue
+        major = kinds.most_common(1)[0][0]
+        odd = sorted(r for r, k in sig.items() if k != major)
+        majority = sorted(r for r, k in sig.items() if k == major)
+        odd_s = "; ".join(f"rank {r} ran {sig[r][0]} {sig[r][1]}" for r in odd[:6])
+        title = (f"Mismatched collective at pg {pg} #{int(str(seq))}: {_who(majority).lower()} ran {major[0]} {major[1]}, "
+                 f"but {odd_s}{_where(odd, hosts)}")
+        rec = ("Every rank of a process group must issue the same collectives with the same sizes in the same order. "
+               "Find the rank-dependent code path (data-dependent shapes, a conditional collective, uneven inputs "
+               "to all_gather without padding); TORCH_DISTRIBUTED_DEBUG=DETAIL reports such mismatches at the call.")
+        evidence = {"pg": pg, "seq": int(str(seq)), "majority": {"ranks": majority, "op": major[0], "sizes": major[1]},
+                    "others": {str(r): {"op": sig[r][0], "sizes": sig[r][1]} for r in odd[:64]}}
+        return [Finding("crash", Severity.CRITICAL, title, rec, evidence, ranks=tuple(odd), hosts=_hosts(hosts, odd),
+                        key=f"crash:mismatch:{pg}:{int(str(seq))}")]
+    return []
+
+
+def timeout_findings(store: Store, hosts: dict[int, str], world: int) -> list[Finding]:
+    fail = store["failures"]
+    out: list[Finding] = []
+    nccl = fail[(fail["kind"] == "timeout") & (fail["rank"] >= 0)]
+    if not nccl.empty:
+        groups: dict[tuple[int, str], list[int]] = {}
+        for s_, o_, r_ in zip(nccl["seq"], nccl["op"], nccl["rank"]):
+            groups.setdefault((int(s_), str(o_)), [])
+            if int(r_) not in groups[(int(s_), str(o_))]:
+                groups[(int(s_), str(o_))].append(int(r_))
+        (seq, op), timed = max(groups.items(), key=lambda kv: (len(kv[1]), kv[0][0]))
+        timed = sorted(timed)
+        rows = nccl[(nccl["seq"] == seq) & (nccl["op"] == op)]
+        pg = next((str(p) for p in rows["pg"] if p), "")
+        numel = int(rows["numel"].max())
+        tmo = re.search(r"timeout (\d+) ms", str(rows["message"].iloc[0]))
+        extra = ", ".join(x for x in (f"pg {pg}" if pg else "", f"{numel} elements" if numel >= 0 else "") if x)
+        what = f"{op.upper()} SeqNum {int(seq)}{f' ({extra})' if extra else ''}"
+        evidence = {"seq": int(seq), "op": op, "pg": pg, "numel": numel, "timed_out_ranks": timed,
+                    "other_timeouts": {f"{s}:{o}": sorted(r) for (s, o), r in groups.items() if (s, o) != (seq, op)},
+                    "lines": [f"{f}:{ln}" for f, ln in zip(rows["file"], rows["line"])][:16],
+                    "watchdog_progress": store.meta.get("watchdog_progress") or {}}
+        out.append(_missing_finding(store, "nccl", what, timed, pg, hosts, world, evidence,
+                                    f" after {int(tmo.group(1))} ms" if tmo else ""))
+    gloo = fail[(fail["kind"] == "gloo_timeout") & (fail["rank"] >= 0)]
+    if not gloo.empty:
+        ops = Counter(str(o) for o in gloo["op"] if o).most_common(1)
+        sites = Counter(str(m).split("(at ")[-1].rstrip(")") for m in gloo["message"] if "(at " in str(m)).most_common(1)
+        gloo_op, site = (ops[0][0] if ops else ""), (sites[0][0] if sites else "")
+        tmo = _TIMEOUT_MS.search(str(gloo["message"].iloc[0]))
+        what = f"{gloo_op or 'a collective'}{f' ({site})' if site else ''}"
+        timed = sorted({int(r) for r in gloo["rank"]})
+        evidence = {"op": gloo_op, "site": site, "timed_out_ranks": timed,
+                    "lines": [f"{f}:{ln}" for f, ln in zip(gloo["file"], gloo["line"])][:16]}
+        out.append(_missing_finding(store, "gloo", what, timed, "", hosts, world, evidence,
+                                    f" after {int(tmo.group(1))} ms" if tmo else ""))
+    return out
+
+
+def _missing_finding(store: Store, backend: str, what: str, timed: list[int], pg: str, hosts: dict[int, str],
+                     world: int, evidence: dict[str, Any], after: str) -> Finding:
+    members = _members(store, pg, timed, world)
+    missing = sorted(set(members) - set(timed))
+    fail = store["failures"]
+    if missing:
+        exits = fail[fail["rank"].isin(missing)]
+        evidence["culprit_lines"] = [f"{k} {f}:{ln}: {m[:160]}" for k, f, ln, m in
+                                     zip(exits["kind"], exits["file"], exits["line"], exits["message"])][:16]
+        title = (f"{_who(missing)}{_where(missing, hosts)} never joined {what} where "
+                 f"{_who(timed).lower()} timed out{after} ({backend})")
+        return Finding("crash", Severity.CRITICAL, title, _CHECK, evidence, ranks=tuple(missing),
+                       hosts=_hosts(hosts, missing), key=f"crash:{backend}:{what}")
+    title = f"All {len(timed)} ranks timed out in {what}{after} ({backend}): no rank is missing from it"
+    rec = ("Every rank entered the collective and it never finished: look at the network (NCCL WARN and IB "
+           "completion-error findings name the failing link), Xid findings (a failed GPU), or a rank of another "
+           "process group holding this one up. Raise the timeout only if the collective is legitimately slow.")
+    return Finding("crash", Severity.CRITICAL, title, rec, evidence, ranks=tuple(timed), hosts=_hosts(hosts, timed),
+                   key=f"crash:{backend}:{what}:all")
+
+
+_CONSEQUENCE = re.compile(r"Connection closed by peer|Connection reset by peer|remote worker crash|Broken pipe|"
+                          r"SIGTERM|Signal 15|ProcessGroup.*abort|NCCL communicator was aborted", re.IGNORECASE)
+
+
+def first_failure(store: Store, hosts: dict[int, str]) -> list[Finding]:
+    fail = store["failures"]
+    fail = fail[(fail["rank"] >= 0) & fail["kind"].isin(["exception", "exit", "timeout", "gloo_timeout"])]
+    if fail.empty:
+        return []
+    timed = set(int(r) for r in fail.loc[fail["kind"].isin(["timeout", "gloo_timeout"]), "rank"])
+    primary: dict[int, pd.DataFrame] = {}
+    for rank, rows in fail.groupby("rank"):
+        r = int(str(rank))
+        exc = rows[rows["kind"] == "exception"]
+        exits = rows[(rows["kind"] == "exit") & ~rows["numel"].isin(list(_KILLED))]
+        if len(exc) or (r not in timed and len(exits)):
+            primary[r] = rows
+    if not primary:
+        return []
+
+    def when(r: int) -> tuple[int, int, int, int]:
+        # An error that reports another worker's death (a closed connection, a peer reset) is a
+        # consequence: rank those after errors of their own. Then by time, then by log position.
+        messages = " ".join(str(m) for m in primary[r]["message"])
+        secondary = int(bool(_CONSEQUENCE.search(messages)))
+        ts = [int(t) for t in primary[r]["ts_ns"] if int(t) >= 0]
+        lines = [int(x) for x in primary[r]["line"] if int(x) >= 0]
+        return (secondary, min(ts) if ts else 1 << 62, min(lines) if lines else 1 << 62, r)
+
+    order = sorted(primary, key=when)
+    first = order[0]
+    rows = primary[first]
+    exc = rows[rows["kind"] == "exception"]
+    row = (exc if len(exc) else rows).iloc[0]
+    ts = when(first)[0]
+    at = f" at {pd.Timestamp(ts, unit='ns', tz='UTC').isoformat()}" if ts < 1 << 62 else ""
+    title = f"Rank {first}{_where([first], hosts)} failed first{at}: {str(row['message'])[:200]}"
+    evidence = {"rank": first, "message": str(row["message"]), "where": f"{row['file']}:{row['line']}",
+                "failed_ranks_in_order": order[:64],
+                "others": {str(r): str(primary[r].iloc[0]["message"])[:200] for r in order[1:9]}}
+    rec = ("Fix this rank's error first: the other ranks' failures (timeouts, SIGTERM from the launcher) follow "
+           "from it. torchrun's 'Root Cause (first observed failure)' is the first failure the launcher noticed, "
+           "which is not always the first that happened.")
+    return [Finding("crash", Severity.CRITICAL, title, rec, evidence, ranks=(first,), hosts=_hosts(hosts, [first]),
+                    key=f"crash:first:{first}")]
+
+
+def xid_findings(store: Store) -> list[Finding]:
+    fail = store["failures"]
+    xid = fail[fail["kind"] == "xid"]
+    out: list[Finding] = []
+    for (host, code), rows in xid.groupby(["host", "numel"]):
+        code = int(str(code))
+        severe = code in _SEVERE_XID
+        title = f"GPU Xid {code} on {host or 'a host'} ({len(rows)} line(s)): {str(rows['message'].iloc[0])[:160]}"
+        rec = ("The GPU failed (fallen off the bus, uncorrectable ECC, NVLink or GSP error): drain the node, "
+               "reset or replace the GPU (nvidia-smi -q, field diagnostics) before rescheduling the job there."
+               if severe else "Xid errors of this code are usually raised by the application (illegal memory "
+               "access, MMU fault): check the failing rank's traceback; if they repeat on one node, test its GPU.")
+        evidence = {"xid": code, "host": str(host), "lines": [f"{f}:{ln}" for f, ln in zip(rows["file"], rows["line"])][:16]}
+        out.append(Finding("crash", Severity.CRITICAL if severe else Severity.WARNING, title, rec, evidence,
+                           hosts=(str(host),) if host else (), key=f"crash:xid:{host}:{code}"))
+    return out
+
+
+def analyze_crash(analysis: Analysis) -> list[Finding]:
+    """Offline hang and crash diagnosis: culprit ranks and hosts of a failed or hung job."""
+    store = analysis.store
+    if store["collectives_fr"].empty and store["failures"].empty:
+        return []
+    hosts = host_map(store)
+    world = world_size(store)
+    return [*fr_findings(store, hosts, world), *timeout_findings(store, hosts, world),
+            *first_failure(store, hosts), *xid_findings(store)]

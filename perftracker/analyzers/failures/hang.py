@@ -1,0 +1,181 @@
+"""The `hang` analyzer: which ranks hold a hung job up, and where the others wait for them.
+
+Promise: reads only the Store's `stacks` table (py-spy snapshots `attach` took). It picks the
+snapshot to judge: the latest `-hang` dump of each host (merged: taken when the job stopped making
+progress or on request), else the latest agreed-time (`-at`) or requested snapshot, else the last two
+periodic snapshots when they show the same picture and the ranks that should be blocked did not
+keep waking up in between (voluntary context switches recorded with each dump; `stacks.still`, the
+live sampler's rule). It groups ranks by their main thread's innermost
+user frame; ranks inside a collective (torch.distributed collectives, c10d::Work::wait natively, an
+idle DDP backward) wait, the others are the suspects. One finding: critical with `ranks` = the
+suspects and a title such as "Rank 1 is not in the collective all_reduce (train.py:66) where ranks
+0, 2, 3 wait; it is at hang_or_sleep (train.py:44)"; when every rank waits in the same collective,
+it says so and names ranks without stacks (on nodes not attached). A single explicit snapshot gives
+a warning (one look cannot tell a hang from a slow rank). No stacks or no hang: no finding.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.findings import Finding, Severity
+from perftracker.collectors.stacks.snapshots import (
+    RankState,
+    signature,
+    states_from_table,
+    still,
+    switches_from_table,
+)
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return ", ".join(str(r) for r in sorted(ranks))
+
+
+def _plural(ranks: list[int]) -> str:
+    return f"Rank {ranks[0]}" if len(ranks) == 1 else f"Ranks {_ranks_text(ranks)}"
+
+
+def groups_of(states: dict[int, RankState]) -> list[dict[str, Any]]:
+    """Ranks grouped by (collective, innermost user frame), largest group first."""
+    by: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for r, s in states.items():
+        by[(s.collective, s.where)].append(r)
+    out = []
+    for (collective, where), ranks in sorted(by.items(), key=lambda kv: (-len(kv[1]), min(kv[1]))):
+        first = states[min(ranks)]
+        out.append({"ranks": sorted(ranks), "collective": collective, "where": where, "site": first.site,
+                    "idle": first.idle,
+                     "host": first.host, "frames": list(first.frames[:12])})
+    return out
+
+
+def _moved_on(states: dict[str, dict[int, RankState]], times: dict[str, int], names: list[str], hang: str) -> bool:
+    """True when a later snapshot shows some rank elsewhere than in the hang dump: the job moved on."""
+    for later in names:
+        if later.endswith("-hang") or times.get(later, 0) <= times.get(hang, 0):
+            continue
+        common = states[later].keys() & states[hang].keys()
+        if any((states[later][r].waiting, states[later][r].where) != (states[hang][r].waiting, states[hang][r].where)
+               for r in common):
+            return True
+    return False
+
+
+def _choose(stacks: pd.DataFrame, last_step_ns: int) -> tuple[str, str, dict[int, RankState], str, int] | None:
+    """(kind, snapshot label, states, how it was chosen, ts_ns) of the snapshot to judge; two alike
+    periodic snapshots count only when no step ended after the first (`last_step_ns`, epoch ns)."""
+    states = states_from_table(stacks)
+    if not states:
+        return None
+    times = {str(k): int(v) for k, v in stacks.groupby("snapshot")["ts_ns"].min().items()}
+    hosts = {str(k): str(v) for k, v in stacks.groupby("snapshot")["host"].first().items()}
+    names = sorted(states, key=lambda n: (times.get(n, 0), n))
+    hang = [n for n in names if n.endswith("-hang") and not _moved_on(states, times, names, n)]
+    if hang:
+        latest: dict[str, str] = {}
+        for n in hang:  # latest per host; hosts' dumps merged
+            latest[str(hosts.get(n, ""))] = n
+        merged: dict[int, RankState] = {}
+        for n in sorted(latest.values(), key=lambda n: times.get(n, 0)):
+            merged.update(states[n])
+        label = ", ".join(sorted(latest.values()))
+        return "hang", label, merged, "hang dump (taken when the job stopped making progress)", \
+            int(max(times[n] for n in latest.values()))
+    last = names[-1]
+    if last.endswith(("-at", "-request")):
+        return "single", last, states[last], "one explicit snapshot", int(times[last])
+    periodic = [n for n in names if not n.endswith(("-at", "-request"))]
+    if len(periodic) >= 2 and last_step_ns < times[periodic[-2]]:
+        first, second = periodic[-2], periodic[-1]
+        a, b = states[first], states[second]
+        same = signature(a) == signature(b)  # the live sampler's notion of "the same picture"
+        switches = switches_from_table(stacks)
+        if same and not still(b, switches.get(first, {}), switches.get(second, {}),
+                              (times[second] - times[first]) / 1e9):
+            same = False  # the same stacks twice, but the ranks kept waking up: a loop, not a hang
+        if same:
+            how = f"the same in the last two snapshots ({periodic[-2]}, {periodic[-1]})"
+            return "repeated", periodic[-1], b, how, int(times[periodic[-1]])
+    return None
+
+
+def diagnose(stacks: pd.DataFrame, last_step_ns: int = -1) -> list[Finding]:
+    chosen = _choose(stacks, last_step_ns)
+    if chosen is None:
+        return []
+    kind, label, states, how, ts_ns = chosen
+    groups = groups_of(states)
+    waiting = [r for r, s in states.items() if s.waiting]
+    suspects = sorted(r for r, s in states.items() if not s.waiting)
+    world = int(stacks["world_size"].max()) if len(stacks) else -1
+    missing = sorted(set(range(world)) - set(states)) if world > 0 else []
+    evidence: dict[str, Any] = {
+        "snapshot": label, "chosen_because": how, "snapshot_time": pd.Timestamp(ts_ns, unit="ns", tz="UTC").isoformat(),
+        "groups": groups, "waiting_ranks": sorted(waiting), "suspect_ranks": suspects, "missing_ranks": missing[:64],
+        "world_size": world,
+    }
+    severity = Severity.WARNING if kind == "single" else Severity.CRITICAL
+    main_wait = next((g for g in groups if g["collective"]), None)
+    if main_wait is not None and suspects:
+        where_s = "; ".join(f"rank {r} at {states[r].where}" for r in suspects[:6])
+        if len({states[r].where for r in suspects}) == 1:
+            verb = "it is" if len(suspects) == 1 else "they are"
+            where_s = f"{verb} at {states[suspects[0]].where}"
+        title = (f"{_plural(suspects)} {'is' if len(suspects) == 1 else 'are'} not in the collective "
+                 f"{main_wait['collective']} ({main_wait['site']}) where {_plural(waiting).lower()} wait; {where_s}")
+        rec = (f"The job waits for {_plural(suspects).lower()}: look at what {'it does' if len(suspects) == 1 else 'they do'}"
+               f" at {states[suspects[0]].where} (full stacks in the evidence and in stacks/{label.split(', ')[0]}/). "
+               "Typical causes: a rank-dependent branch that skips or reorders a collective, a stuck data loader or "
+               "file system, a deadlock, or an exception swallowed on that rank. dist.monitored_barrier() names a "
+               "missing rank from inside the job; TORCH_DISTRIBUTED_DEBUG=DETAIL checks collective order.")
+        hosts = tuple(sorted({states[r].host for r in suspects if states[r].host}))
+        return [Finding("hang", severity, title, rec, evidence, ranks=tuple(suspects), hosts=hosts,
+                        key=f"hang:{label}:{suspects}")]
+    if main_wait is not None:  # every rank with stacks waits in a collective
+        places = sorted({(s.collective, s.where) for s in states.values()})
+        if len(places) == 1:
+            title = (f"Every rank with stacks ({_ranks_text(list(states))}) waits in the collective "
+                     f"{main_wait['collective']} ({main_wait['site']})")
+            if missing:
+                title += f"; ranks {_ranks_text(missing[:16])}{'...' if len(missing) > 16 else ''} have no stacks"
+            rec = ("No attached rank is holding the others up: the rank that never arrives is "
+                   + (f"among ranks {_ranks_text(missing[:16])}, on node(s) not attached. " if missing else
+                      "on another node, or the ranks disagree on the process group or collective order. ")
+                   + "Attach on every node with the same --stacks-at time to see all ranks in one snapshot.")
+        else:
+            title = "Ranks wait in different collectives: " + "; ".join(
+                f"{_plural(g['ranks']).lower()} in {g['collective']} ({g['site']})" for g in groups)
+            rec = ("The ranks disagree on which collective comes next (a rank-dependent branch or a different "
+                   "process group order): make every rank issue the same collectives in the same order. "
+                   "TORCH_DISTRIBUTED_DEBUG=DETAIL reports mismatched collectives.")
+        return [Finding("hang", severity, title, rec, evidence, ranks=tuple(sorted(states)), key=f"hang:{label}:all")]
+    if all(s.where in ("", "?") for s in states.values()):
+        return []  # no Python frames to judge (the ranks were exiting or not Python)
+    if kind == "hang" or len({s.where for s in states.values()}) == 1 and all(s.idle for s in states.values()):
+        spots = "; ".join(f"{_plural(g['ranks']).lower()} at {g['where']}" for g in groups[:6])
+        title = f"The job stopped making progress but no rank waits in a collective: {spots}"
+        rec = ("The ranks are stuck outside communication (data loading, I/O, a lock, a sleep): see the frames "
+               "in the evidence.")
+        return [Finding("hang", Severity.WARNING, title, rec, evidence, ranks=tuple(sorted(states)),
+                        key=f"hang:{label}:nocoll")]
+    return []
+
+
+def analyze_hang(analysis: Analysis) -> list[Finding]:
+    """Hung jobs from stack snapshots: who is missing from which collective, and where."""
+    store = analysis.store
+    stacks = store["stacks"]
+    if stacks.empty:
+        return []
+    manifest = store.meta.get("manifest") or {}
+    if manifest.get("exit_code") == 0:
+        return []  # the job finished normally (perftracker run): a late stall was its shutdown
+    steps = store.steps
+    wall = steps[steps["source"] == "stepfile"] if "source" in steps else steps.iloc[0:0]
+    last_step_ns = int((wall["start_ns"] + wall["dur_ns"]).max()) if len(wall) else -1
+    return diagnose(stacks, last_step_ns)

@@ -1,0 +1,1 @@
+"""Host health: RDMA ports, RoCE flow control, GPUs, NVLink/PCIe, topology, bandwidth."""

@@ -1,0 +1,127 @@
+"""Achieved collective bandwidth from traces, compared with the NICs' link rate.
+
+Promise: for every communication kernel (`events` rows with kind "comm", a message size, a duration
+and a group of 2+ ranks), algorithm bandwidth = bytes / time and bus bandwidth = algbw x the ring
+factor of NCCL's performance notes (all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all
+(n-1)/n; broadcast, reduce, send/recv 1). `bytes` is the size the trace records for the call.
+A kernel's time includes waiting for late peers, so per (process group, collective, size) the
+BEST_QUANTILE of durations over ranks and calls stands for the transfer time; per rank the median
+is reported too. When the ranks span several hosts and the NIC link rate per rank is known (RDMA
+samples and the topology map), bus bandwidth below LOW_SHARE of it for messages of at least
+MIN_BYTES is a warning; the info finding always lists the table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.health.topology import rank_map
+from perftracker.store import Store
+
+BEST_QUANTILE = 0.1  # the fastest 10% of a collective's kernels carry little or no waiting
+LOW_SHARE = 0.5  # bus bandwidth below half the per-rank link rate is slow for large messages
+MIN_BYTES = 16 << 20  # only messages of 16 MiB and more reach link bandwidth
+_FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+            "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
+            "alltoall": lambda n: (n - 1) / n}
+
+
+def bus_factor(collective: str, n: int) -> float:
+    """The ring factor that turns algorithm bandwidth into bus bandwidth for `n` ranks."""
+    name = collective.lower().lstrip("_").replace("allreduce", "all_reduce").replace("allgather", "all_gather")
+    name = name.replace("reducescatter", "reduce_scatter").replace("_base", "").replace("_into_tensor", "")
+    fn = _FACTORS.get(name)
+    return float(fn(n)) if fn is not None and n > 0 else 1.0
+
+
+def collective_bandwidth(store: Store) -> pd.DataFrame:
+    """Per (pg, collective, bytes, group_size): calls, best and median time, algbw / busbw in GB/s."""
+    ev = store.events
+    comm = ev[(ev["kind"] == "comm") & (ev["bytes"] > 0) & (ev["dur_ns"] > 0) & (ev["group_size"] > 1)]
+    if comm.empty:
+        return pd.DataFrame()
+    rows = []
+    keys = ["pg", "collective", "bytes", "group_size"]
+    for key, g in comm.groupby(keys, observed=True):
+        parts: tuple[Any, ...] = tuple(key) if isinstance(key, tuple) else (key,)
+        pg, coll, size, n = str(parts[0]), str(parts[1]), int(parts[2]), int(parts[3])
+        best = float(g["dur_ns"].quantile(BEST_QUANTILE))
+        factor = bus_factor(str(coll), int(n))
+        per_rank = g.groupby("rank")["dur_ns"].median()
+        rows.append({"pg": str(pg), "collective": str(coll), "bytes": int(size), "group_size": int(n),
+                     "calls": len(g), "ranks": int(g["rank"].nunique()), "best_ms": best / 1e6,
+                     "median_ms": float(g["dur_ns"].median()) / 1e6,
+                     "algbw_gbs": size / best, "busbw_gbs": size / best * factor,
+                     "median_busbw_gbs": size / float(g["dur_ns"].median()) * factor, "factor": factor,
+                     "slowest_rank": int(str(per_rank.idxmax())) if len(per_rank) else -1})
+    return pd.DataFrame(rows).sort_values("bytes", ascending=False, ignore_index=True)
+
+
+def _link_gbs_per_rank(store: Store) -> tuple[float, int]:
+    """(NIC bandwidth per rank in GB/s, hosts) from the topology map and the ports' rates; (nan, hosts)."""
+    rmap = rank_map(store)
+    hosts = int(rmap["host"].replace("", pd.NA).nunique()) if not rmap.empty else 0
+    c = store["counters"]
+    rates = c[c["name"] == "rate_gbps"].groupby(["host", "device", "port"], observed=True)["value"].last()
+    if rmap.empty or rates.empty:
+        return float("nan"), hosts
+    per_rank = []
+    users: dict[tuple[str, str], int] = {}
+    records: list[dict[str, Any]] = [{str(k): v for k, v in r.items()} for r in rmap.to_dict("records")]
+    for r in records:
+        for nic in r["nics"]:
+            users[(str(r["host"]), str(nic))] = users.get((str(r["host"]), str(nic)), 0) + 1
+    for r in records:
+        total = 0.0
+        for nic in r["nics"]:
+            dev, _, port = str(nic).partition("/")
+            rate = rates.get((r["host"], dev, port))
+            if rate is not None:
+                total += float(rate) / 8 / users[(str(r["host"]), str(nic))]
+        if total > 0:
+            per_rank.append(total)
+    return (min(per_rank) if per_rank else float("nan")), hosts
+
+
+def analyze_bandwidth(analysis: Analysis) -> list[Finding]:
+    store = analysis.store
+    table = collective_bandwidth(store)
+    if table.empty:
+        return []
+    link, hosts = _link_gbs_per_rank(store)
+    rows: list[dict[str, Any]] = [{str(k): (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}
+                                  for row in table.head(32).to_dict("records")]
+    top = table.iloc[0]
+    findings = [Finding(
+        analyzer="bandwidth", severity=Severity.INFO,
+        title=(f"Largest collective {top['collective']} of {top['bytes'] / 2**20:.1f} MiB over {top['group_size']} "
+               f"ranks reaches {top['busbw_gbs']:.1f} GB/s bus bandwidth"
+               + (f" ({100 * top['busbw_gbs'] / link:.0f}% of {link:.1f} GB/s NIC bandwidth per rank)"
+                  if link == link and hosts > 1 else "")),
+        recommendation="Context: bus bandwidth is comparable with the link rate and with nccl-tests.",
+        evidence={"collectives": rows, "nic_gbs_per_rank": None if link != link else round(link, 3),
+                  "hosts": hosts, "best_quantile": BEST_QUANTILE},
+        key="bandwidth:table")]
+    if link == link and hosts > 1:
+        slow = table[(table["bytes"] >= MIN_BYTES) & (table["busbw_gbs"] < LOW_SHARE * link)]
+        if not slow.empty:
+            s = slow.iloc[0]
+            findings.append(Finding(
+                analyzer="bandwidth", severity=Severity.WARNING,
+                title=(f"{len(slow)} large collective shape(s) reach under {100 * LOW_SHARE:.0f}% of the NIC "
+                       f"bandwidth: {s['collective']} of {s['bytes'] / 2**20:.1f} MiB at {s['busbw_gbs']:.1f} GB/s "
+                       f"bus bandwidth against {link:.1f} GB/s per rank"),
+                recommendation="Large collectives should approach the link rate: check the RDMA findings of the "
+                "hosts involved (congestion, idle rails, errors), the NCCL transport (a fallback to sockets) and "
+                "NCCL_IB_HCA.",
+                evidence={"slow": [{str(k): (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
+                                   for r in slow.head(16).to_dict("records")],
+                          "nic_gbs_per_rank": round(link, 3), "low_share": LOW_SHARE, "min_bytes": MIN_BYTES},
+                ranks=tuple(sorted(set(int(x) for x in store.events.loc[store.events["kind"] == "comm", "rank"]
+                                       .unique()))),
+                key="bandwidth:slow"))
+    return findings

@@ -1,0 +1,235 @@
+"""GPU health from NVML / nvidia-smi / DCGM samples: throttling, low clocks, XID / ECC, PCIe, low utilization.
+
+Promise: per (host, GPU) of the `counters` rows named by collectors/gpu_samples.py, one finding per
+problem, naming the host, the GPU index and (through `topology.rank_map`) the ranks on it, with the
+share of samples affected, the time window and the throttle periods. Checks and thresholds:
+- clock events (NVML bitmask): thermal (SW 0x20 / HW 0x40), HW slowdown (0x8), power brake (0x80) in
+  at least THROTTLE_SHARE of the samples: warning (critical from CRITICAL_SHARE); power cap (0x4) is
+  common under full load and is info unless the SM clock is also low. DCGM violation counters stand
+  in when the bitmask is absent;
+- SM clock: median (over samples with util >= BUSY_UTIL_PCT, all samples if none) below the job's
+  median GPU by more than CLOCK_DEFICIT: warning;
+- XID events or a rising double-bit ECC count: critical; rising single-bit ECC: info;
+- PCIe: width below the maximum, or generation below the maximum while busy, in most samples: warning;
+- utilization: median more than UTIL_GAP_PCT points below the job's median, when that is at least
+  BUSY_UTIL_PCT: warning.
+Costs are left at zero; `rootcause.link_findings` gives the cost of a straggler the GPU explains.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.health.topology import rank_map, ranks_of_gpu
+from perftracker.store import Store
+
+REASON_BITS = {"thermal": 0x20 | 0x40, "hw_slowdown": 0x8, "power_brake": 0x80, "power_cap": 0x4}
+THROTTLE_SHARE = 0.05  # throttled in 5% of the samples: enough to make a rank late in synchronous training
+CRITICAL_SHARE = 0.5  # throttled half of the time
+CLOCK_DEFICIT = 0.10  # SM clock 10% below the job's median GPU
+BUSY_UTIL_PCT = 50.0  # a GPU at >= 50% utilization is busy (PCIe gen and clocks drop when idle)
+UTIL_GAP_PCT = 30.0  # utilization 30 points below the job's median
+MAX_PERIODS = 20
+
+
+def gpu_counters(store: Store) -> pd.DataFrame:
+    c = store["counters"]
+    return c[c["device"].astype(str).str.startswith("gpu:")]
+
+
+def gpu_wide(store: Store) -> dict[tuple[str, int], pd.DataFrame]:
+    """(host, gpu) -> samples as one row per time stamp, one column per metric (xid rows excluded)."""
+    out: dict[tuple[str, int], pd.DataFrame] = {}
+    rows = gpu_counters(store)
+    rows = rows[rows["name"] != "xid"]
+    for (host, dev), g in rows.groupby(["host", "device"], observed=True):
+        wide = g.pivot_table(index="ts_ns", columns="name", values="value", aggfunc="last", observed=True)
+        out[(str(host), int(str(dev).split(":")[1]))] = wide.sort_index()
+    return out
+
+
+def throttle_mask(wide: pd.DataFrame, reason: str) -> pd.Series:
+    """Per sample: was the GPU held back by `reason` (thermal, hw_slowdown, power_brake, power_cap)?"""
+    if "clock_event_reasons" in wide:
+        bits = wide["clock_event_reasons"].fillna(0).astype(np.int64)
+        return (bits & REASON_BITS[reason]) != 0
+    counter = {"thermal": "thermal_violation_us", "power_cap": "power_violation_us"}.get(reason)
+    if counter and counter in wide:
+        dt_us = pd.Series(wide.index, index=wide.index).diff() / 1e3
+        return (wide[counter].diff() / dt_us).fillna(0) >= 0.5
+    return pd.Series(False, index=wide.index)
+
+
+def periods(mask: pd.Series) -> list[tuple[int, int]]:
+    """Runs of True samples as (start_ns, end_ns), each lasting until the next sample."""
+    ts = list(mask.index)
+    out: list[tuple[int, int]] = []
+    start: int | None = None
+    for i, on in enumerate(mask.to_list()):
+        if on and start is None:
+            start = int(ts[i])
+        if not on and start is not None:
+            out.append((start, int(ts[i])))
+            start = None
+    if start is not None:
+        out.append((start, int(ts[-1])))
+    return out
+
+
+def _busy_median(wide: pd.DataFrame, name: str) -> float:
+    if name not in wide or wide[name].isna().all():
+        return float("nan")
+    col = wide[name]
+    if "util_gpu_pct" in wide and (wide["util_gpu_pct"] >= BUSY_UTIL_PCT).any():
+        col = col[wide["util_gpu_pct"] >= BUSY_UTIL_PCT]
+    return float(col.median())
+
+
+def _med(wide: pd.DataFrame, name: str) -> float:
+    return float(wide[name].median()) if name in wide and wide[name].notna().any() else float("nan")
+
+
+class GpuContext:
+    """What every per-GPU check compares with: the samples of all GPUs, the rank map, the job's medians."""
+
+    def __init__(self, store: Store) -> None:
+        self.wide = gpu_wide(store)
+        self.rmap = rank_map(store)
+        self.xids = gpu_counters(store)
+        self.xids = self.xids[self.xids["name"] == "xid"]
+        clocks = [m for m in (_busy_median(w, "sm_clock_mhz") for w in self.wide.values()) if m == m]
+        utils = [m for m in (_med(w, "util_gpu_pct") for w in self.wide.values()) if m == m]
+        self.job_clock = float(np.median(clocks)) if clocks else float("nan")
+        self.job_util = float(np.median(utils)) if utils else float("nan")
+
+
+def gpu_finding(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame, check: str, severity: Severity, title: str,
+                advice: str, analyzer: str = "gpu_health", **evidence: Any) -> Finding:
+    """A finding about one GPU: `title` with "{gpu}" naming it (host, index, ranks), common evidence added."""
+    ranks = ranks_of_gpu(ctx.rmap, host, gpu)
+    on = f" (rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})" if ranks else ""
+    ev = {"host": host, "gpu": gpu, "check": check, "ranks": list(ranks),
+          "window": {"start_ns": int(wide.index.min()), "end_ns": int(wide.index.max()),
+                     "seconds": round((int(wide.index.max()) - int(wide.index.min())) / 1e9, 3)},
+          "samples": len(wide), "sm_clock_mhz": _busy_median(wide, "sm_clock_mhz"),
+          "job_median_sm_clock_mhz": ctx.job_clock, "temp_c_median": _med(wide, "temp_c"),
+          "temp_c_max": float(wide["temp_c"].max()) if "temp_c" in wide else float("nan"),
+          "power_w_median": _med(wide, "power_w"), "power_limit_w": _med(wide, "power_limit_w"), **evidence}
+    ev = {k: (None if isinstance(v, float) and v != v else v) for k, v in ev.items()}
+    return Finding(analyzer=analyzer, severity=severity, title=title.format(gpu=f"GPU {gpu} on host {host}{on}"),
+                   recommendation=advice, evidence=ev, ranks=ranks, hosts=(host,), key=f"gpu:{check}:{host}:{gpu}")
+
+
+_THROTTLE_ADVICE = {
+    "thermal": "The GPU slows its clocks to stay within temperature: check its cooling (fans, airflow, inlet "
+               "temperature, a blocked heatsink) with `nvidia-smi -q -d TEMPERATURE,PERFORMANCE`; in synchronous "
+               "training every other rank waits for it.",
+    "hw_slowdown": "Hardware slowdown (HW_SLOWDOWN) means thermal or power-supply protection: check PSUs, "
+                   "cooling and `nvidia-smi -q -d PERFORMANCE`; report persistent cases to the vendor.",
+    "power_brake": "External power brake (HW_POWER_BRAKE) asserted by the system: check the chassis power "
+                   "budget and PSU health.",
+    "power_cap": "The GPU runs at its power limit and lowers clocks: check `nvidia-smi -q -d POWER` for a "
+                 "reduced limit on this GPU compared with its peers.",
+}
+
+
+def _throttle(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame, clock_low: bool) -> list[Finding]:
+    out = []
+    for reason in ("thermal", "hw_slowdown", "power_brake", "power_cap"):
+        mask = throttle_mask(wide, reason)
+        share = float(mask.mean()) if len(mask) else 0.0
+        if share < THROTTLE_SHARE:
+            continue
+        severity = Severity.CRITICAL if share >= CRITICAL_SHARE and reason != "power_cap" else Severity.WARNING
+        if reason == "power_cap" and not clock_low:
+            severity = Severity.INFO
+        spans = periods(mask)
+        during = float(wide.loc[mask, "sm_clock_mhz"].median()) if "sm_clock_mhz" in wide else float("nan")
+        clock_text = (f"; SM clock {during:.0f} MHz while throttled against a job median of {ctx.job_clock:.0f}"
+                      if during == during and ctx.job_clock == ctx.job_clock else "")
+        out.append(gpu_finding(ctx, host, gpu, wide, f"throttle_{reason}", severity,
+                               f"{{gpu}} was in {reason.replace('_', ' ')} slowdown {100 * share:.0f}% of the time"
+                               + clock_text, _THROTTLE_ADVICE[reason], reason=reason, sm_clock_mhz_throttled=during,
+                               share_of_time=round(share, 4), periods=[list(p) for p in spans[:MAX_PERIODS]],
+                               thresholds={"share": THROTTLE_SHARE, "critical_share": CRITICAL_SHARE}))
+    return out
+
+
+def _gpu_findings(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> list[Finding]:
+    out: list[Finding] = []
+    clock = _busy_median(wide, "sm_clock_mhz")
+    clock_low = clock == clock and ctx.job_clock == ctx.job_clock and clock < (1 - CLOCK_DEFICIT) * ctx.job_clock
+    out.extend(_throttle(ctx, host, gpu, wide, clock_low))
+    if clock_low and not any(f.severity >= Severity.WARNING for f in out):
+        out.append(gpu_finding(ctx, host, gpu, wide, "sm_clock", Severity.WARNING,
+                               f"{{gpu}} runs at {clock:.0f} MHz SM clock against a job median of {ctx.job_clock:.0f}",
+                               "This GPU's clocks are lower than its peers' without a reported throttle reason: check "
+                               "application clocks / clock locks (`nvidia-smi -q -d CLOCK`) and its power limit.",
+                               deficit=round(1 - clock / ctx.job_clock, 4), threshold=CLOCK_DEFICIT))
+    xids = ctx.xids[(ctx.xids["host"] == host) & (ctx.xids["device"] == f"gpu:{gpu}")]
+    dbe = float(wide["ecc_dbe"].max() - wide["ecc_dbe"].min()) if "ecc_dbe" in wide else 0.0
+    if len(xids) or dbe > 0:
+        values = sorted({int(v) for v in xids["value"]})
+        what = ([f"XID {', '.join(map(str, values))}"] if values else []) \
+            + ([f"{dbe:.0f} new double-bit ECC error(s)"] if dbe else [])
+        out.append(gpu_finding(ctx, host, gpu, wide, "xid_ecc", Severity.CRITICAL, "{gpu} reported " + ", ".join(what),
+                               "XID / uncorrectable ECC errors mean a faulty GPU or driver event: look up the XID in "
+                               "NVIDIA's XID catalog, drain the node and run diagnostics (dcgmi diag -r 3).",
+                               xids=values, xid_times_ns=[int(t) for t in xids["ts_ns"].head(20)], ecc_dbe_new=dbe))
+    sbe = float(wide["ecc_sbe"].max() - wide["ecc_sbe"].min()) if "ecc_sbe" in wide else 0.0
+    if sbe > 0:
+        out.append(gpu_finding(ctx, host, gpu, wide, "ecc_sbe", Severity.INFO,
+                               f"{{gpu}} corrected {sbe:.0f} single-bit ECC error(s) during the window",
+                               "Corrected errors cost little; a rising rate can precede row remapping or failure.",
+                               ecc_sbe_new=sbe))
+    out.extend(_pcie(ctx, host, gpu, wide))
+    util = _med(wide, "util_gpu_pct")
+    if util == util and ctx.job_util >= BUSY_UTIL_PCT and util < ctx.job_util - UTIL_GAP_PCT:
+        out.append(gpu_finding(ctx, host, gpu, wide, "utilization", Severity.WARNING,
+                               f"{{gpu}} is {util:.0f}% utilized against a job median of {ctx.job_util:.0f}%",
+                               "This GPU waits while its peers compute: look for a data-loading or CPU bottleneck on "
+                               "its rank, or a rank placed on the wrong GPU.",
+                               util_gpu_pct=util, job_median_util_pct=ctx.job_util, gap_threshold=UTIL_GAP_PCT))
+    return out
+
+
+def _pcie(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> list[Finding]:
+    peers_gen = max((float(w["pcie_gen"].max()) for w in ctx.wide.values() if "pcie_gen" in w), default=float("nan"))
+    peers_width = max((float(w["pcie_width"].max()) for w in ctx.wide.values() if "pcie_width" in w),
+                      default=float("nan"))
+    out = []
+    for metric, max_metric, peer, busy_only in (("pcie_width", "pcie_max_width", peers_width, False),
+                                                ("pcie_gen", "pcie_max_gen", peers_gen, True)):
+        if metric not in wide:
+            continue
+        limit = wide[max_metric] if max_metric in wide else pd.Series(peer, index=wide.index)
+        rows = wide
+        if busy_only and "util_gpu_pct" in wide:
+            rows = wide[wide["util_gpu_pct"] >= BUSY_UTIL_PCT]
+        if rows.empty:
+            continue
+        low = rows[metric] < limit.reindex(rows.index)
+        if low.mean() > 0.5:
+            cur, top = float(rows[metric].median()), float(limit.max())
+            word = "width x" if metric == "pcie_width" else "generation "
+            out.append(gpu_finding(ctx, host, gpu, wide, metric, Severity.WARNING,
+                                   f"{{gpu}} PCIe link runs at {word}{cur:.0f}, below its maximum {word}{top:.0f}",
+                                   "A degraded PCIe link slows host transfers and GPUDirect RDMA: reseat the GPU or "
+                                   "riser, check `nvidia-smi -q -d PCIE` and `lspci -vv` (LnkSta vs LnkCap).",
+                                   current=cur, maximum=top, share_of_samples=round(float(low.mean()), 4)))
+    return out
+
+
+def analyze_gpu_health(analysis: Analysis) -> list[Finding]:
+    store = analysis.store
+    ctx = GpuContext(store)
+    findings: list[Finding] = []
+    for (host, gpu), wide in sorted(ctx.wide.items()):
+        if len(wide):
+            findings.extend(_gpu_findings(ctx, host, gpu, wide))
+    return findings

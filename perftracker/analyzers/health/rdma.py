@@ -1,0 +1,279 @@
+"""RDMA port health from counter samples, per host and port: throughput, rail balance, congestion, errors.
+
+Promise: from the `counters` rows of RDMA ports (collectors/rdma.py names), per (host, device, port)
+the counters are turned into per-interval increases between consecutive samples, with 32-bit queue
+counters that wrap (a drop from above 2^31) unwrapped and any other drop read as a counter reset (the
+increase is then the new value, as Prometheus does). Findings name host, device and port, and their
+evidence is rates with their time window (start/end ns and seconds). Each check is below, with its
+threshold as a module constant:
+- a port not ACTIVE at its last sample (critical), or running below the rate / width of the job's
+  other ports with the same link layer (warning);
+- a flapping link: `link_downed` or `link_error_recovery` increased (critical); physical errors
+  (`symbol_error`, `port_rcv_errors`, ...) at or above LINK_ERRORS_PER_S (warning);
+- transport errors: local ACK timeouts, out-of-sequence, packet-sequence / implied-NAK errors at or
+  above TRANSPORT_ERRORS_PER_S (warning); any `req_*_retries_exceeded` (critical: QPs failed);
+- congestion: CNPs handled / sent or ECN-marked packets at or above CNP_PER_S, `port_xmit_wait` at or
+  above XMIT_WAIT_PER_S, or `port_xmit_discards` / `out_of_buffer` at or above DROPS_PER_S (warning);
+- an idle rail: an ACTIVE port carrying under IDLE_RAIL_SHARE of the busiest port of the same host
+  and link layer, while that one carries at least BUSY_GBPS (warning; usually NCCL_IB_HCA leaves it
+  out). A NIC meant for other traffic (storage) with the same link layer is reported too: check it.
+- per host an info finding with transmit / receive throughput against the link rate.
+RoCE flow control (PFC pauses, pause storms, NIC drops from `ethtool -S`: `ethtool:<name>` rows) is
+judged by `rdma_pfc`, not here.
+Costs are left at zero; `rootcause.link_findings` gives a finding the cost of the straggler it explains.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.findings import Finding, Severity
+from perftracker.store import Store
+from perftracker.values import ETHTOOL_COUNTER_PREFIX as ETHTOOL_PREFIX
+
+ACTIVE = 4  # sysfs state "4: ACTIVE"
+LINK_ERRORS_PER_S = 0.01  # physical-layer errors: more than one per 100 s is a cable/transceiver problem
+LINK_ERROR_NAMES = ("symbol_error", "port_rcv_errors", "local_link_integrity_errors", "excessive_buffer_overrun_errors",
+                    "port_rcv_remote_physical_errors")
+FLAP_NAMES = ("link_downed", "link_error_recovery")  # any increase during the job is a flapping link
+TRANSPORT_ERRORS_PER_S = 1.0  # retransmission signals: a few per second already cost NCCL throughput
+TRANSPORT_NAMES = ("local_ack_timeout_err", "out_of_sequence", "packet_seq_err", "implied_nak_seq_err",
+                   "rnr_nak_retry_err")
+FATAL_NAMES = ("req_transport_retries_exceeded", "req_rnr_retries_exceeded")  # any increase: a QP failed
+CNP_PER_S = 1000.0  # CNPs or ECN marks per second: sustained rate limiting by DCQCN
+CNP_NAMES = ("rp_cnp_handled", "np_cnp_sent", "np_ecn_marked_roce_packets")
+XMIT_WAIT_PER_S = 1e6  # port_xmit_wait ticks per second (tick length is hardware-specific): credit back-pressure
+DROPS_PER_S = 1.0  # port_xmit_discards / out_of_buffer per second
+IDLE_RAIL_SHARE = 0.1  # a port under 10% of its busiest sibling's traffic is idle
+BUSY_GBPS = 1.0  # ... when that sibling carries at least 1 Gb/s
+WRAP_32 = frozenset({  # mlx5 Q counters are 32-bit and wrap
+    "rx_write_requests", "rx_read_requests", "rx_atomic_requests", "rx_dct_connect", "out_of_buffer",
+    "out_of_sequence", "duplicate_request", "rnr_nak_retry_err", "packet_seq_err", "implied_nak_seq_err",
+    "local_ack_timeout_err", "resp_local_length_error", "resp_cqe_error", "req_cqe_error",
+    "req_remote_invalid_request", "req_remote_access_errors", "resp_remote_access_errors", "resp_cqe_flush_error",
+    "req_cqe_flush_error", "req_transport_retries_exceeded", "req_rnr_retries_exceeded", "roce_adp_retrans",
+    "roce_adp_retrans_to", "roce_slow_restart", "roce_slow_restart_cnps", "roce_slow_restart_trans"})
+_GAUGES = ("state_id", "phys_state_id", "rate_gbps", "width")
+
+
+def rdma_counters(store: Store) -> pd.DataFrame:
+    """The sysfs-style counter rows of RDMA ports (not GPU rows, not `ethtool:` rows: see rdma_pfc)."""
+    c = store["counters"]
+    return c[~c["device"].astype(str).str.startswith("gpu:") & (c["port"].astype(str) != "")
+             & ~c["name"].astype(str).str.startswith(ETHTOOL_PREFIX)]
+
+
+def increases(values: np.ndarray[Any, Any], name: str) -> tuple[np.ndarray[Any, Any], int, int]:
+    """(increase per interval, wraps, resets) of a cumulative counter's consecutive samples."""
+    diff = np.diff(values)
+    prev, cur = values[:-1], values[1:]
+    drop = diff < 0
+    wrap = drop & (name in WRAP_32) & (prev >= 2.0 ** 31) & (prev < 2.0 ** 32)
+    out = np.where(wrap, cur + 2.0 ** 32 - prev, np.where(drop, cur, diff))
+    return out, int(wrap.sum()), int((drop & ~wrap).sum())
+
+
+def port_series(store: Store) -> pd.DataFrame:
+    """One row per port and sample interval: host, device, port, t0_ns, t1_ns, dt_s, `<counter>` increases,
+    and tx_gbps / rx_gbps; gauges (state_id, rate_gbps, width) at the interval's end."""
+    frames = []
+    for (host, dev, port), grp in rdma_counters(store).groupby(["host", "device", "port"], observed=True):
+        wide = grp.pivot_table(index="ts_ns", columns="name", values="value", aggfunc="last", observed=True)
+        wide = wide.sort_index()
+        if len(wide) < 2:
+            continue
+        ts = wide.index.to_numpy(dtype=np.int64)
+        out = pd.DataFrame({"host": host, "device": dev, "port": port, "t0_ns": ts[:-1], "t1_ns": ts[1:]})
+        out["dt_s"] = (out["t1_ns"] - out["t0_ns"]) / 1e9
+        wraps = resets = 0
+        for name in wide.columns:
+            col = wide[name].ffill().to_numpy(dtype=float)
+            if name in _GAUGES:
+                out[name] = col[1:]
+                continue
+            inc, w, r = increases(col, str(name))
+            out[str(name)] = inc
+            wraps, resets = wraps + w, resets + r
+        out["wraps"], out["resets"] = wraps, resets
+        for key, name in (("tx_gbps", "port_xmit_data"), ("rx_gbps", "port_rcv_data")):
+            out[key] = out[name] * 4 * 8 / out["dt_s"] / 1e9 if name in out else np.nan
+        frames.append(out[out["dt_s"] > 0])
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _window(g: pd.DataFrame) -> dict[str, Any]:
+    start, end = int(g["t0_ns"].min()), int(g["t1_ns"].max())
+    return {"start_ns": start, "end_ns": end, "seconds": round((end - start) / 1e9, 3)}
+
+
+def _rate(g: pd.DataFrame, name: str) -> tuple[float, float]:
+    """(mean rate over the window, peak interval rate) per second; (0, 0) without the counter."""
+    if name not in g or g[name].isna().all():
+        return 0.0, 0.0
+    total_s = float(g["dt_s"].sum())
+    return float(g[name].sum()) / total_s, float((g[name] / g["dt_s"]).max())
+
+
+def port_summary(series: pd.DataFrame, store: Store) -> pd.DataFrame:
+    """Per port: window, throughput, gauges, link layer, error and congestion rates."""
+    rows = []
+    layers = {(str(d.host), str(d.device), str(d.port)): str(d.link_layer)
+              for d in store["devices"].itertuples() if d.kind == "nic"}
+    for (host, dev, port), g in series.groupby(["host", "device", "port"]):
+        row: dict[str, Any] = {"host": host, "device": dev, "port": port, "window": _window(g),
+                               "link_layer": layers.get((str(host), str(dev), str(port)), ""),
+                               "wraps": int(g["wraps"].iloc[0]), "resets": int(g["resets"].iloc[0])}
+        for gauge in _GAUGES:
+            row[gauge] = float(g[gauge].iloc[-1]) if gauge in g else float("nan")
+        row["ever_inactive"] = bool("state_id" in g and (g["state_id"] != ACTIVE).any())
+        for key in ("tx_gbps", "rx_gbps"):
+            row[key] = float(g[key].mean()) if key in g and g[key].notna().any() else 0.0
+            row[f"{key}_peak"] = float(g[key].max()) if key in g and g[key].notna().any() else 0.0
+        for name in LINK_ERROR_NAMES + FLAP_NAMES + TRANSPORT_NAMES + FATAL_NAMES + CNP_NAMES + (
+                "port_xmit_wait", "port_xmit_discards", "out_of_buffer"):
+            mean, peak = _rate(g, name)
+            row[f"{name}/s"], row[f"{name}/s_peak"] = mean, peak
+            row[f"{name}+"] = float(g[name].sum()) if name in g else 0.0
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _where(r: Any) -> str:
+    return f"{r['device']} port {r['port']} on host {r['host']}"
+
+
+def _finding(r: Any, check: str, severity: Severity, title: str, advice: str, **evidence: Any) -> Finding:
+    ev = {"host": r["host"], "device": r["device"], "port": r["port"], "check": check, "window": r["window"],
+          **evidence}
+    return Finding(analyzer="rdma", severity=severity, title=title, recommendation=advice, evidence=ev,
+                   hosts=(str(r["host"]),), key=f"rdma:{check}:{r['host']}:{r['device']}:{r['port']}")
+
+
+def _rates(r: Any, names: tuple[str, ...]) -> dict[str, float]:
+    return {f"{n}_per_s": round(float(r[f"{n}/s"]), 3) for n in names if r[f"{n}+"] > 0}
+
+
+def _port_findings(r: Any, summary: pd.DataFrame) -> list[Finding]:
+    out: list[Finding] = []
+    if r["state_id"] == r["state_id"] and r["state_id"] != ACTIVE:
+        out.append(_finding(r, "state", Severity.CRITICAL, f"RDMA port {_where(r)} is not ACTIVE (state "
+                            f"{int(r['state_id'])})", "Check the cable and the switch port (ibstat, "
+                            "`ip link`); a job that lists this HCA in NCCL_IB_HCA cannot use it.",
+                            state_id=int(r["state_id"]), was_inactive_during_window=bool(r["ever_inactive"])))
+    peers = summary[(summary["link_layer"] == r["link_layer"]) & (summary["state_id"] == ACTIVE)]
+    best_rate = float(peers["rate_gbps"].max()) if len(peers) else float("nan")
+    best_width = float(peers["width"].max()) if len(peers) else float("nan")
+    if r["state_id"] == ACTIVE and (r["rate_gbps"] < best_rate or r["width"] < best_width):
+        out.append(_finding(r, "speed", Severity.WARNING,
+                            f"RDMA port {_where(r)} runs at {r['rate_gbps']:g} Gb/s ({int(r['width'])}X) where the "
+                            f"job's other ports run at {best_rate:g} Gb/s ({int(best_width)}X)",
+                            "The link trained below its rated speed or width: reseat or replace the cable / "
+                            "transceiver, check the switch port (ibstat, mlxlink).",
+                            rate_gbps=r["rate_gbps"], width=r["width"], peer_rate_gbps=best_rate,
+                            peer_width=best_width))
+    flaps = {n: int(r[f"{n}+"]) for n in FLAP_NAMES if r[f"{n}+"] > 0}
+    if flaps:
+        out.append(_finding(r, "flap", Severity.CRITICAL,
+                            f"Flapping link on RDMA port {_where(r)}: " + ", ".join(f"{n} +{v}" for n, v in
+                                                                                 flaps.items())
+                            + f" in {r['window']['seconds']:g} s",
+                            "The link went down or retrained during the job: every event stalls NCCL traffic on "
+                            "this rail. Replace the cable / transceiver; check the switch port's error log.",
+                            increases=flaps, rates=_rates(r, FLAP_NAMES)))
+    bad = {n: float(r[f"{n}/s"]) for n in LINK_ERROR_NAMES if r[f"{n}/s"] >= LINK_ERRORS_PER_S}
+    if bad:
+        out.append(_finding(r, "link_errors", Severity.WARNING, f"Physical link errors on RDMA port {_where(r)}: "
+                            + ", ".join(f"{n} {v:.2f}/s" for n, v in bad.items()),
+                            "Symbol / receive errors mean a marginal cable or transceiver; it retransmits and "
+                            "may soon flap. Check with mlxlink and replace the part.",
+                            rates=_rates(r, LINK_ERROR_NAMES), threshold_per_s=LINK_ERRORS_PER_S))
+    fatal = {n: int(r[f"{n}+"]) for n in FATAL_NAMES if r[f"{n}+"] > 0}
+    transport = {n: float(r[f"{n}/s"]) for n in TRANSPORT_NAMES if r[f"{n}/s"] >= TRANSPORT_ERRORS_PER_S}
+    if fatal or transport:
+        out.append(_finding(r, "transport", Severity.CRITICAL if fatal else Severity.WARNING,
+                            f"Transport errors on RDMA port {_where(r)}: " + ", ".join(
+                                [f"{n} +{v}" for n, v in fatal.items()] + [f"{n} {v:.1f}/s" for n, v in
+                                                                           transport.items()]),
+                            "Packets are lost or reordered on this path (ACK timeouts, sequence errors): check "
+                            "the fabric for congestion drops or a bad link; for RoCE check PFC / ECN settings.",
+                            increases=fatal, rates=_rates(r, TRANSPORT_NAMES + FATAL_NAMES),
+                            threshold_per_s=TRANSPORT_ERRORS_PER_S))
+    cong = {n: float(r[f"{n}/s"]) for n in CNP_NAMES if r[f"{n}/s"] >= CNP_PER_S}
+    if r["port_xmit_wait/s"] >= XMIT_WAIT_PER_S:
+        cong["port_xmit_wait"] = float(r["port_xmit_wait/s"])
+    cong.update({n: float(r[f"{n}/s"]) for n in ("port_xmit_discards", "out_of_buffer") if r[f"{n}/s"] >= DROPS_PER_S})
+    if cong:
+        out.append(_finding(r, "congestion", Severity.WARNING, f"Congestion on RDMA port {_where(r)}: " + ", ".join(
+                            f"{n} {v:,.0f}/s" for n, v in cong.items()),
+                            "The fabric slows this port down (CNPs / ECN marks / credit waits): look for "
+                            "oversubscribed links or many flows sharing this rail; spread traffic over all rails.",
+                            rates={f"{n}_per_s": round(v, 1) for n, v in cong.items()},
+                            peak_rates={f"{n}_per_s": round(float(r[f"{n}/s_peak"]), 1) for n in cong},
+                            thresholds={"cnp_per_s": CNP_PER_S, "xmit_wait_per_s": XMIT_WAIT_PER_S,
+                                        "drops_per_s": DROPS_PER_S}))
+    return out
+
+
+def _hca_settings(store: Store) -> list[str]:
+    cfg = store["config"]
+    return sorted({str(v) for v in cfg.loc[cfg["key"] == "NCCL_IB_HCA", "value"]})
+
+
+def _idle_rails(summary: pd.DataFrame, store: Store) -> list[Finding]:
+    out: list[Finding] = []
+    active = summary[summary["state_id"] == ACTIVE].assign(traffic=lambda s: s["tx_gbps"] + s["rx_gbps"])
+    for (_host, _layer), g in active.groupby(["host", "link_layer"]):
+        if len(g) < 2 or g["traffic"].max() < BUSY_GBPS:
+            continue
+        busiest = g.iloc[int(g["traffic"].to_numpy().argmax())]
+        for _, r in g[g["traffic"] < IDLE_RAIL_SHARE * busiest["traffic"]].iterrows():
+            busy = [f"{d}/{p}" for d, p in zip(g["device"], g["port"]) if f"{d}/{p}" != f"{r['device']}/{r['port']}"]
+            out.append(_finding(r, "idle_rail", Severity.WARNING,
+                                f"Idle rail: RDMA port {_where(r)} carried {r['traffic']:.2f} Gb/s while "
+                                f"{busiest['device']} carried {busiest['traffic']:.1f} Gb/s",
+                                "The job leaves this NIC unused, so its traffic shares fewer rails. An idle NIC "
+                                "usually means NCCL_IB_HCA lists only some HCAs (or a typo drops one): list every "
+                                "rail, or unset it and let NCCL pick.",
+                                traffic_gbps=round(float(r["traffic"]), 3),
+                                busiest={"device": busiest["device"], "port": busiest["port"],
+                                         "gbps": round(float(busiest["traffic"]), 3)},
+                                busy_ports=busy, nccl_ib_hca=_hca_settings(store), idle_share=IDLE_RAIL_SHARE))
+    return out
+
+
+def _throughput(summary: pd.DataFrame) -> list[Finding]:
+    out = []
+    for host, g in summary.groupby("host"):
+        ports = [{"device": r["device"], "port": r["port"], "tx_gbps": round(r["tx_gbps"], 3),
+                  "rx_gbps": round(r["rx_gbps"], 3), "tx_gbps_peak": round(r["tx_gbps_peak"], 3),
+                  "rate_gbps": r["rate_gbps"],
+                  "utilization": round(max(r["tx_gbps"], r["rx_gbps"]) / r["rate_gbps"], 4)
+                  if r["rate_gbps"] and r["rate_gbps"] == r["rate_gbps"] else None, "window": r["window"]}
+                 for _, r in g.iterrows()]
+        cap = float(g.loc[g["state_id"] == ACTIVE, "rate_gbps"].sum())
+        tx, rx = float(g["tx_gbps"].sum()), float(g["rx_gbps"].sum())
+        out.append(Finding(analyzer="rdma", severity=Severity.INFO,
+                           title=(f"Host {host} RDMA: transmit {tx:.1f} Gb/s, receive {rx:.1f} Gb/s over "
+                                  f"{len(g)} port(s) ({100 * max(tx, rx) / cap:.0f}% of {cap:g} Gb/s)" if cap else
+                                  f"Host {host} RDMA: transmit {tx:.1f} Gb/s, receive {rx:.1f} Gb/s"),
+                           recommendation="Context: mean throughput per port over the sampled window.",
+                           evidence={"host": host, "ports": ports}, hosts=(str(host),), key=f"rdma:throughput:{host}"))
+    return out
+
+
+def analyze_rdma(analysis: Analysis) -> list[Finding]:
+    store = analysis.store
+    series = port_series(store)
+    if series.empty:
+        return []
+    summary = port_summary(series, store)
+    findings: list[Finding] = []
+    for _, r in summary.iterrows():
+        findings.extend(_port_findings(r, summary))
+    findings.extend(_idle_rails(summary, store))
+    findings.extend(_throughput(summary))
+    return findings

@@ -1,0 +1,214 @@
+"""Which GPU, NUMA node and NICs each rank uses, so host evidence can be tied to ranks.
+
+Promise: `rank_map(store)` returns one row per known rank with `host`, `local_rank`, `gpu` (the
+physical index NVML / nvidia-smi use, -1 unknown), `pci_bus_id`, `uuid`, `numa_node`, `nics`
+(tuple of "device/port") and where each came from:
+- host: the rank's trace, else its environment snapshot or NCCL log, else step files, else the host
+  whose GPU samples list it (NVML), else the only host that has counter samples;
+- local rank: LOCAL_RANK / SLURM_LOCALID / OMPI_COMM_WORLD_LOCAL_RANK, else the rank's position among
+  the ranks of its host ("inferred");
+- GPU: the GPU NVML listed the rank's process on (`devices.ranks`, from gpu.jsonl samples; "nvml").
+  A rank listed on several GPUs (every rank also opening a context on GPU 0 is common) gets the one
+  hosting the fewest ranks, ties going to the answer of the next sources; else the NCCL log's
+  cudaDev, else the local rank, mapped through CUDA_VISIBLE_DEVICES (an index or a GPU UUID matched
+  against the samples);
+- NICs: the NET/IB devices NCCL printed for the rank, else NCCL_IB_HCA matched against the host's
+  ports, else the ports on the GPU's NUMA node (sysfs numa_node), else every port of the host.
+The `topology` analyzer reports the map as one info finding when there are host samples.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.findings import Finding, Severity
+from perftracker.store import Store
+from perftracker.values import fact_json
+
+_LOCAL_KEYS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK")
+
+
+def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """The rows of `frame` as plain dicts with string keys."""
+    return [{str(k): v for k, v in row.items()} for row in frame.to_dict("records")]
+
+
+def _config(store: Store) -> dict[int, dict[str, str]]:
+    out: dict[int, dict[str, str]] = {}
+    cfg = store["config"]
+    for row in records(cfg[cfg["rank"] >= 0]):
+        out.setdefault(int(row["rank"]), {}).setdefault(str(row["key"]), str(row["value"]))
+        if isinstance(row["host"], str) and row["host"]:
+            out[int(row["rank"])].setdefault("__host__", row["host"])
+    return out
+
+
+NvmlGpus = dict[tuple[str, int], list[tuple[int, int]]]  # (host, rank) -> [(ranks on the GPU, GPU index)]
+
+
+def _nvml_gpus(gpus: pd.DataFrame) -> NvmlGpus:
+    """Where NVML saw each rank's process: (host, rank) -> [(number of ranks on that GPU, GPU index)]."""
+    out: NvmlGpus = {}
+    for host, dev, text in zip(gpus["host"], gpus["device"], gpus["ranks"]):
+        ranks = [int(r) for r in str(text).split(",") if r.strip().isdigit()]
+        for r in ranks:
+            out.setdefault((str(host), r), []).append((len(ranks), int(str(dev).split(":")[1])))
+    return out
+
+
+def _ranks(store: Store, cfg: dict[int, dict[str, str]], nvml: NvmlGpus) -> list[int]:
+    found = set(int(r) for r in store.ranks["rank"]) | set(int(r) for r in store.steps["rank"]) | set(cfg)
+    found |= set(int(r) for r in store["nccl"]["rank"]) | {r for _, r in nvml}
+    return sorted(r for r in found if r >= 0)
+
+
+def _host(store: Store, rank: int, cfg: dict[str, str], only_host: str, nvml: NvmlGpus) -> tuple[str, str]:
+    h = store.host_of(rank)
+    if h:
+        return h, "trace"
+    if cfg.get("__host__"):
+        return cfg["__host__"], "env"
+    nccl = store["nccl"]
+    hit = nccl.loc[(nccl["rank"] == rank) & (nccl["host"] != ""), "host"]
+    if len(hit):
+        return str(hit.iloc[0]), "nccl_log"
+    step_hosts = store.meta.get("step_hosts") or {}
+    if step_hosts.get(str(rank)):
+        return str(step_hosts[str(rank)]), "steps"
+    seen_on = {h for h, r in nvml if r == rank}
+    if len(seen_on) == 1:
+        return seen_on.pop(), "nvml"
+    return (only_host, "only_host") if only_host else ("", "")
+
+
+def _parse_hca(value: str) -> list[tuple[str, str]]:
+    """NCCL_IB_HCA "=mlx5_0:1,mlx5_1" -> [("mlx5_0", "1"), ("mlx5_1", "")]; exclusion lists give []."""
+    text = value.strip()
+    if text.startswith("^"):
+        return []
+    out = []
+    for part in text.lstrip("=").split(","):
+        name, _, port = part.strip().partition(":")
+        if name:
+            out.append((name, port))
+    return out
+
+
+def _nics(store: Store, rank: int, host: str, cfg: dict[str, str], numa: int,
+          ports: pd.DataFrame) -> tuple[tuple[str, ...], str]:
+    nccl = store["nccl"]
+    logged = sorted({f"{j.get('hca')}/{j.get('port')}" for v in nccl.loc[(nccl["rank"] == rank) & (nccl["key"] == "nic"),
+                                                                          "value"] for j in [fact_json(str(v))]
+                     if j.get("hca")})
+    if logged:
+        return tuple(logged), "nccl_log"
+    mine = ports[ports["host"] == host]
+    listed = _parse_hca(cfg.get("NCCL_IB_HCA", ""))
+    if listed:
+        hits = [f"{d}/{p}" for d, p in zip(mine["device"], mine["port"])
+                if any(d.startswith(name) and (not lp or lp == p) for name, lp in listed)]
+        if hits:
+            return tuple(sorted(hits)), "NCCL_IB_HCA"
+    if numa >= 0:
+        near = mine[mine["numa_node"] == numa]
+        if len(near):
+            return tuple(sorted(f"{d}/{p}" for d, p in zip(near["device"], near["port"]))), "numa"
+    if len(mine):
+        return tuple(sorted(f"{d}/{p}" for d, p in zip(mine["device"], mine["port"]))), "host"
+    return (), ""
+
+
+def _gpu(store: Store, rank: int, host: str, local: int, cfg: dict[str, str], gpus: pd.DataFrame,
+         nvml: NvmlGpus) -> tuple[int, str]:
+    gpu, source = _configured_gpu(store, rank, host, local, cfg, gpus)
+    seen = nvml.get((host, rank))
+    if seen:
+        return min(seen, key=lambda c: (c[0], c[1] != gpu, c[1]))[1], "nvml"
+    return gpu, source
+
+
+def _configured_gpu(store: Store, rank: int, host: str, local: int, cfg: dict[str, str],
+                    gpus: pd.DataFrame) -> tuple[int, str]:
+    nccl = store["nccl"]
+    dev = nccl.loc[(nccl["rank"] == rank) & (nccl["device"] >= 0), "device"]
+    logical, source = (int(dev.iloc[0]), "nccl_log") if len(dev) else (local, "local_rank")
+    if logical < 0:
+        return -1, ""
+    visible = [v.strip() for v in cfg.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if visible:
+        entry = visible[0] if len(visible) == 1 else visible[logical] if logical < len(visible) else ""
+        if entry.isdigit():
+            return int(entry), source + "+CUDA_VISIBLE_DEVICES"
+        hit = gpus[(gpus["host"] == host) & (gpus["uuid"].str.startswith(entry))] if entry else gpus.iloc[0:0]
+        if len(hit):
+            return int(str(hit["device"].iloc[0]).split(":")[1]), source + "+CUDA_VISIBLE_DEVICES"
+    return logical, source
+
+
+def rank_map(store: Store) -> pd.DataFrame:
+    """One row per rank: host, local_rank, gpu, pci_bus_id, uuid, numa_node, nics and their sources."""
+    cfg = _config(store)
+    devices = store["devices"]
+    gpus, ports = devices[devices["kind"] == "gpu"], devices[devices["kind"] == "nic"]
+    counter_hosts = sorted({str(h) for h in store["counters"]["host"].unique() if str(h)})
+    only_host = counter_hosts[0] if len(counter_hosts) == 1 else ""
+    nvml = _nvml_gpus(gpus)
+    rows: list[dict[str, Any]] = []
+    for rank in _ranks(store, cfg, nvml):
+        c = cfg.get(rank, {})
+        host, host_src = _host(store, rank, c, only_host, nvml)
+        local = next((int(c[k]) for k in _LOCAL_KEYS if c.get(k, "").isdigit()), -1)
+        rows.append({"rank": rank, "host": host, "host_source": host_src, "local_rank": local,
+                     "local_source": "env" if local >= 0 else ""})
+    frame = pd.DataFrame(rows, columns=["rank", "host", "host_source", "local_rank", "local_source"])
+    for _host_name, g in frame.groupby("host"):
+        order = {r: i for i, r in enumerate(sorted(g["rank"]))}
+        missing = frame.index.isin(g.index) & (frame["local_rank"] < 0)
+        frame.loc[missing, "local_rank"] = frame.loc[missing, "rank"].map(order)
+        frame.loc[missing, "local_source"] = "inferred"
+    out = []
+    for row in records(frame):
+        c = cfg.get(int(row["rank"]), {})
+        gpu, gpu_src = _gpu(store, int(row["rank"]), str(row["host"]), int(row["local_rank"]), c, gpus, nvml)
+        info = gpus[(gpus["host"] == row["host"]) & (gpus["device"] == f"gpu:{gpu}")]
+        numa = int(info["numa_node"].iloc[0]) if len(info) else -1
+        nics, nic_src = _nics(store, int(row["rank"]), str(row["host"]), c, numa, ports)
+        out.append({**row, "gpu": gpu, "gpu_source": gpu_src,
+                    "pci_bus_id": str(info["pci_bus_id"].iloc[0]) if len(info) else "",
+                    "uuid": str(info["uuid"].iloc[0]) if len(info) else "", "numa_node": numa,
+                    "nics": nics, "nic_source": nic_src})
+    return pd.DataFrame(out)
+
+
+def ranks_of_gpu(rmap: pd.DataFrame, host: str, gpu: int) -> tuple[int, ...]:
+    if rmap.empty:
+        return ()
+    return tuple(int(r) for r in rmap.loc[(rmap["host"] == host) & (rmap["gpu"] == gpu), "rank"])
+
+
+def ranks_of_nic(rmap: pd.DataFrame, host: str, nic: str) -> tuple[int, ...]:
+    if rmap.empty:
+        return ()
+    return tuple(int(r["rank"]) for r in records(rmap) if r["host"] == host and nic in r["nics"])
+
+
+def analyze_topology(analysis: Analysis) -> list[Finding]:
+    store = analysis.store
+    if store["counters"].empty and store["devices"].empty:
+        return []
+    rmap = rank_map(store)
+    if rmap.empty:
+        return []
+    mapped = int((rmap["gpu"] >= 0).sum())
+    entries = [{"rank": int(r["rank"]), "host": r["host"], "gpu": int(r["gpu"]), "pci_bus_id": r["pci_bus_id"],
+                "numa_node": int(r["numa_node"]), "nics": list(r["nics"]),
+                "sources": {"host": r["host_source"], "local_rank": r["local_source"], "gpu": r["gpu_source"],
+                            "nics": r["nic_source"]}} for r in records(rmap.head(512))]
+    return [Finding(analyzer="topology", severity=Severity.INFO,
+                    title=f"Mapped {mapped} of {len(rmap)} rank(s) to their GPU, NUMA node and NICs",
+                    recommendation="Context: this map ties GPU and NIC samples to ranks; 'inferred' sources are "
+                    "guesses (rank order within the host): capture env/rank-<r>.json for an exact map.",
+                    evidence={"ranks": entries}, key="topology:map")]

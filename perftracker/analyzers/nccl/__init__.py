@@ -1,0 +1,1 @@
+"""NCCL configuration: the per-process context and the rules checked against it."""

@@ -1,0 +1,264 @@
+"""The NCCL analyzers' view of a Store: processes with their log facts, settings, sysfs, profile.
+
+Promise: `build_context(store)` reads only the Store (`nccl` and `config` tables, and
+`store.meta["sysfs"]` / `store.meta["nccl_profile"]`); it never reads files. It derives per-process
+transport and link layer and a per-file summary (`summarize`) in the vocabulary of
+shared/nccl_logs/expected.json, and offers `finding()` so every rule builds findings the same way:
+each finding's evidence carries a `flag` naming the problem class.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from perftracker.analyzers.findings import Finding, Severity
+from perftracker.store import Store
+from perftracker.values import strtoll_base0
+
+ANALYZER = "nccl_config"
+IB_VARS_PREFIX = "NCCL_IB_"
+
+
+@dataclass
+class Proc:
+    """One process of one log file: its facts as key -> [(value, first line, count)]."""
+
+    file: str
+    host: str
+    pid: int
+    ranks: list[int]
+    facts: dict[str, list[tuple[str, int, int]]] = field(default_factory=dict)
+
+    def values(self, key: str) -> list[str]:
+        return [v for v, _, _ in self.facts.get(key, [])]
+
+    def has(self, key: str) -> bool:
+        return key in self.facts
+
+    def where(self, key: str, value: str | None = None) -> str:
+        for v, line, _ in self.facts.get(key, []):
+            if value is None or v == value:
+                return f"{self.file}:{line}"
+        return self.file
+
+    def jsons(self, key: str) -> list[dict[str, Any]]:
+        out = []
+        for v in self.values(key):
+            try:
+                data = json.loads(v)
+            except ValueError:
+                continue
+            if isinstance(data, dict):
+                out.append(data)
+        return out
+
+    @property
+    def transport(self) -> str:
+        """ib, socket, plugin or unknown (ib covers RoCE and IB-based plugins)."""
+        nets = self.values("network")
+        for net in nets:
+            low = net.lower()
+            if low.startswith("ib") or (self.has("nic") and low != "socket"):
+                return "ib"
+        if "Socket" in nets:
+            return "socket"
+        vias = self.values("via")
+        if any(v.startswith("NET/IB") for v in vias) or self.has("nic") or self.has("completion_error"):
+            return "ib"
+        if any(v.startswith("NET/Socket") for v in vias):
+            return "socket"
+        if nets:
+            return "plugin"
+        if self.has("ib_no_device") or self.has("ibverbs_missing"):
+            return "socket"
+        return "unknown"
+
+    @property
+    def link_layers(self) -> set[str]:
+        layers = {str(n.get("link_layer")) for n in self.jsons("nic")}
+        for qp in self.jsons("qp"):
+            layers.add("RoCE" if qp.get("gid_index") is not None else "IB" if qp.get("lid") is not None else "")
+        return {x for x in layers if x}
+
+    @property
+    def first_line(self) -> int:
+        return min((line for facts in self.facts.values() for _, line, _ in facts if line > 0), default=1 << 62)
+
+
+@dataclass
+class Setting:
+    key: str
+    value: str
+    host: str
+    rank: int
+    pid: int
+    source: str
+    evidence: str
+
+
+@dataclass
+class NcclContext:
+    procs: list[Proc]
+    orphans: dict[str, Proc]
+    warn_lines: dict[str, int]
+    settings: dict[str, list[Setting]]
+    sysfs: list[dict[str, Any]]
+    profile: dict[str, Any]
+
+    @property
+    def empty(self) -> bool:
+        return not self.procs and not self.settings and not self.orphans
+
+    @property
+    def nccl_evident(self) -> bool:
+        """An NCCL log or an NCCL_* setting exists."""
+        return bool(self.procs or self.orphans or any(k.startswith("NCCL_") for k in self.settings))
+
+
+    def profile_value(self, var: str) -> str | None:
+        spec = self.profile.get("values", {}).get(var)
+        return str(spec["value"]) if isinstance(spec, dict) else None
+
+    def profile_why(self, var: str) -> str:
+        spec = self.profile.get("values", {}).get(var)
+        return str(spec.get("consequence", "")) if isinstance(spec, dict) else ""
+
+    def configured(self, var: str) -> list[Setting]:
+        """Values from environments and env files (what the user set)."""
+        return [s for s in self.settings.get(var, []) if s.source != "nccl_echo"]
+
+    def echoed(self, var: str) -> list[Setting]:
+        return [s for s in self.settings.get(var, []) if s.source == "nccl_echo"]
+
+    def distinct(self, var: str) -> dict[str, list[Setting]]:
+        out: dict[str, list[Setting]] = {}
+        for s in self.settings.get(var, []):
+            out.setdefault(s.value, []).append(s)
+        return out
+
+    def hosts(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for p in sorted(self.procs, key=lambda p: (p.file, p.first_line)):
+            seen.setdefault(p.host, None)
+        return list(seen)
+
+    def multi_node(self) -> bool:
+        if len(self.hosts()) > 1:
+            return True
+        for p in self.procs:
+            if any(int(v) > 1 for v in p.values("nnodes") if v.isdigit()):
+                return True
+        for key in ("WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+            if not self.settings.get(key):
+                return False
+        world = [strtoll_base0(s.value)[0] for s in self.settings["WORLD_SIZE"]]
+        local = [strtoll_base0(s.value)[0] for s in self.settings["LOCAL_WORLD_SIZE"]]
+        return max(world) > max(local) > 0
+
+    def version(self) -> tuple[int, int, int] | None:
+        for p in [*self.orphans.values(), *self.procs]:
+            for v in p.values("version"):
+                parts = v.split(".")
+                if len(parts) == 3 and all(x.isdigit() for x in parts):
+                    return int(parts[0]), int(parts[1]), int(parts[2])
+        return None
+
+    def rdma_ports(self) -> list[tuple[str, dict[str, Any]]]:
+        return [(d["device"], port) for node in self.sysfs for d in node.get("rdma", []) for port in d["ports"]]
+
+    def rdma_devices(self) -> list[str]:
+        return sorted({d["device"] for node in self.sysfs for d in node.get("rdma", [])})
+
+    def roce(self) -> bool | None:
+        """True when the fabric is RoCE (sysfs Ethernet link layer or /RoCE ports in logs), None if unknown."""
+        layers = {port.get("link_layer", "") for _, port in self.rdma_ports()}
+        for p in self.procs:
+            layers |= {"Ethernet" if x == "RoCE" else "InfiniBand" for x in p.link_layers}
+        if "Ethernet" in layers:
+            return True
+        if "InfiniBand" in layers:
+            return False
+        return True if self.profile.get("fabric") == "roce" else None
+
+
+def build_context(store: Store) -> NcclContext:
+    """Group the Store's NCCL facts per process and its config rows per variable."""
+    procs: dict[tuple[str, str, int], Proc] = {}
+    orphans: dict[str, Proc] = {}
+    warn_lines: dict[str, int] = {}
+    nccl: pd.DataFrame = store["nccl"]
+    cols = [nccl[c].astype(object).tolist() for c in ("file", "host", "pid", "key", "value", "line", "count")]
+    for file_o, host_o, pid_o, key_o, value_o, line_o, count_o in zip(*cols):
+        file, host, pid = str(file_o), str(host_o), int(str(pid_o))
+        key, value = str(key_o), str(value_o)
+        if key == "warn_lines":
+            warn_lines[file] = warn_lines.get(file, 0) + int(value)
+            continue
+        if pid < 0:
+            proc = orphans.setdefault(file, Proc(file, "", -1, []))
+        else:
+            proc = procs.setdefault((file, host, pid), Proc(file, host, pid, []))
+        if key == "rank":
+            proc.ranks.append(int(value))
+        proc.facts.setdefault(key, []).append((value, int(str(line_o)), int(str(count_o))))
+    settings: dict[str, list[Setting]] = {}
+    config: pd.DataFrame = store["config"]
+    ccols = [config[c].astype(object).tolist() for c in ("key", "value", "host", "rank", "pid", "source", "evidence")]
+    for key_o, value_o, host_o, rank_o, pid_o, source_o, ev_o in zip(*ccols):
+        s = Setting(str(key_o), "" if value_o is None or pd.isna(value_o) else str(value_o), str(host_o),
+                    int(str(rank_o)), int(str(pid_o)), str(source_o), str(ev_o))
+        settings.setdefault(s.key, []).append(s)
+    sysfs_meta = store.meta.get("sysfs")
+    sysfs = sysfs_meta if isinstance(sysfs_meta, list) else [sysfs_meta] if isinstance(sysfs_meta, dict) else []
+    profile = store.meta.get("nccl_profile")
+    return NcclContext(list(procs.values()), orphans, warn_lines, settings,
+                       [s for s in sysfs if isinstance(s, dict)], profile if isinstance(profile, dict) else {})
+
+
+def summarize(ctx: NcclContext) -> dict[str, Any]:
+    """transport, link_layer, nccl_version, nranks, hosts, warn_lines of everything in `ctx`."""
+    transports = {p.transport for p in ctx.procs}
+    transport = next((t for t in ("ib", "socket", "plugin") if t in transports), "unknown")
+    layers: set[str] = set()
+    for p in ctx.procs:
+        layers |= p.link_layers
+    link = "mixed" if len(layers) > 1 else {"IB": "infiniband", "RoCE": "roce"}.get(next(iter(layers), ""), None)
+    version = ctx.version()
+    nranks = [int(v) for p in ctx.procs for v in p.values("nranks") if v.isdigit()]
+    return {
+        "transport": transport, "link_layer": link,
+        "nccl_version": ".".join(map(str, version)) if version else None,
+        "nranks": max(nranks) if nranks else None, "hosts": ctx.hosts(),
+        "warn_lines": sum(ctx.warn_lines.values()),
+    }
+
+
+def finding(flag: str, severity: Severity, title: str, recommendation: str, evidence: dict[str, Any],
+            hosts: tuple[str, ...] | list[str] = (), ranks: tuple[int, ...] | list[int] = (),
+            key: str = "") -> Finding:
+    """A config finding: no per-step cost, `flag` recorded in the evidence."""
+    hosts_t = tuple(sorted({h for h in hosts if h}))
+    ranks_t = tuple(sorted({r for r in ranks if r >= 0}))
+    return Finding(analyzer=ANALYZER, severity=severity, title=title, recommendation=recommendation,
+                   evidence={"flag": flag, **evidence}, hosts=hosts_t, ranks=ranks_t,
+                   key=f"{flag}|{key or title}")
+
+
+def setting_refs(settings: list[Setting], limit: int = 8) -> list[str]:
+    """Short evidence strings for settings: `VAR=value (source evidence)`."""
+    return [f"{s.key}={s.value!r} ({s.source} {s.evidence})" for s in settings[:limit]]
+
+
+def is_intended(ctx: NcclContext, var: str, value: str) -> bool:
+    """A profile's own value is by definition intended."""
+    return ctx.profile_value(var) == value
+
+
+def job_without_nccl(store: Store, ctx: NcclContext) -> bool:
+    """Traces say the job's backend is not NCCL (gloo on CPU, ...) and nothing NCCL was captured."""
+    backends = [str(b) for b in store.ranks["backend"].dropna() if str(b)]
+    return bool(backends) and not any("nccl" in b for b in backends) and not ctx.nccl_evident

@@ -1,0 +1,244 @@
+"""NCCL rules for the IB/RoCE settings: NCCL_IB_HCA, NCCL_IB_GID_INDEX, NCCL_IB_TC / NCCL_IB_SL,
+NCCL_IB_TIMEOUT / NCCL_IB_RETRY_CNT and NCCL_IB_QPS_PER_CONNECTION.
+
+Promise: pure functions `NcclContext -> list[Finding]`. Values are read the way NCCL reads them
+(strtoll base 0), sysfs facts come from `store.meta["sysfs"]`, and a profile's own values are never
+reported as mistakes, only compared against.
+"""
+
+from __future__ import annotations
+
+from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.nccl.context import NcclContext, Setting, finding, is_intended, setting_refs
+from perftracker.analyzers.nccl.lists import match_list, overmatches, parse_list, syntax_problems
+from perftracker.values import strtoll_base0
+
+
+def _ints(ctx: NcclContext, var: str) -> dict[int, list[Setting]]:
+    """Distinct values of `var` as NCCL parses them (echoes are already parsed)."""
+    out: dict[int, list[Setting]] = {}
+    for s in ctx.settings.get(var, []):
+        if not s.value.strip():
+            continue
+        out.setdefault(strtoll_base0(s.value)[0], []).append(s)
+    return out
+
+
+def _hosts(settings: list[Setting]) -> list[str]:
+    return [s.host for s in settings]
+
+
+def _ranks(settings: list[Setting]) -> list[int]:
+    return [s.rank for s in settings]
+
+
+def ib_hca(ctx: NcclContext) -> list[Finding]:
+    out: list[Finding] = []
+    devices = ctx.rdma_devices()
+    log_devs = sorted({str(n["hca"]) for p in ctx.procs for n in p.jsons("nic")})
+    known = devices or log_devs
+    for value, settings in ctx.distinct("NCCL_IB_HCA").items():
+        spec = parse_list(value)
+        refs = setting_refs(settings, 4)
+        intended = is_intended(ctx, "NCCL_IB_HCA", value)
+        for problem in syntax_problems(spec):
+            out.append(finding("hca_problem", Severity.WARNING, f"NCCL_IB_HCA={value!r}: {problem}",
+                               "Write NCCL_IB_HCA as [^][=]dev[:port],dev[:port] with no spaces, "
+                               "e.g. NCCL_IB_HCA==mlx5_0:1,mlx5_1:1.",
+                               {"env": refs}, _hosts(settings), _ranks(settings), key=f"syntax|{value}|{problem}"))
+        if devices and not spec.exclude:
+            selected = match_list(spec, devices)
+            if not selected:
+                out.append(finding(
+                    "hca_problem", Severity.CRITICAL, f"NCCL_IB_HCA={value!r} matches no RDMA device",
+                    f"NCCL will find no device and fall back to TCP sockets. Use the node's devices: "
+                    f"{', '.join(devices)}.", {"env": refs, "sysfs_devices": devices},
+                    _hosts(settings), _ranks(settings), key=f"none|{value}"))
+            missing = [t.name for t in spec.tokens if t.name.strip() and not any(
+                d.startswith(t.name) for d in devices)]
+            if selected and missing:
+                out.append(finding(
+                    "hca_problem", Severity.WARNING, f"NCCL_IB_HCA names devices that do not exist: {', '.join(missing)}",
+                    f"Remove them or fix the names; present devices: {', '.join(devices)}.",
+                    {"env": refs, "sysfs_devices": devices}, _hosts(settings), _ranks(settings),
+                    key=f"missing|{value}"))
+        if known and not intended:
+            for token, extra in overmatches(spec, known).items():
+                out.append(finding(
+                    "hca_problem", Severity.WARNING,
+                    f"NCCL_IB_HCA token {token!r} is a prefix: it also selects {', '.join(extra[:6])}",
+                    f"Use '=' for exact names: NCCL_IB_HCA={'^' if spec.exclude else ''}="
+                    f"{','.join(t.raw for t in spec.tokens)}.",
+                    {"env": refs, "devices": known}, _hosts(settings), _ranks(settings), key=f"prefix|{value}|{token}"))
+    distinct = ctx.distinct("NCCL_IB_HCA")
+    if len(distinct) > 1:
+        out.append(finding(
+            "hca_problem", Severity.WARNING, f"NCCL_IB_HCA differs across ranks: {', '.join(map(repr, distinct))}",
+            "Use one NCCL_IB_HCA value for the whole job (different NIC sets break rail alignment).",
+            {"env": [r for v in distinct.values() for r in setting_refs(v, 3)]},
+            [s.host for v in distinct.values() for s in v], key="differs"))
+    return out
+
+
+def gid_index(ctx: NcclContext) -> list[Finding]:
+    out: list[Finding] = []
+    for p in ctx.procs:
+        for qp in p.jsons("qp"):
+            if qp.get("link_local"):
+                out.append(finding(
+                    "gid_problem", Severity.CRITICAL,
+                    f"RoCE queue pairs use link-local GID {qp.get('gid_index')} (fe80::) on {p.host}",
+                    "A link-local GID cannot be routed across L3: set NCCL_IB_GID_INDEX to the RoCE v2 IPv4 GID "
+                    "(usually 3; see `show_gids`), or leave it unset on NCCL >= 2.21.",
+                    {"log": [p.where("qp")]}, [p.host], p.ranks, key=f"qp|{p.host}"))
+                break
+    roce = ctx.roce()
+    ports = [(d, port) for d, port in ctx.rdma_ports() if port.get("link_layer") == "Ethernet"]
+    hca = ctx.settings.get("NCCL_IB_HCA", [])
+    if hca and ports:
+        chosen = match_list(parse_list(hca[0].value), sorted({d for d, _ in ports}))
+        ports = [(d, port) for d, port in ports if d in chosen] or ports
+    for idx, settings in _ints(ctx, "NCCL_IB_GID_INDEX").items():
+        refs = setting_refs(settings, 4)
+        if ports:
+            for dev, port in ports:
+                out.extend(_gid_slot(ctx, idx, dev, port, settings, refs))
+        elif idx in (0, 1) and roce and not is_intended(ctx, "NCCL_IB_GID_INDEX", str(idx)):
+            out.append(finding(
+                "gid_problem", Severity.WARNING, f"NCCL_IB_GID_INDEX={idx} on RoCE: on mlx5 GIDs 0/1 are link-local",
+                "Use the RoCE v2 IPv4 GID (usually 3; check with `show_gids`), or leave NCCL_IB_GID_INDEX unset on "
+                "NCCL >= 2.21.", {"env": refs}, _hosts(settings), _ranks(settings), key=f"idx|{idx}"))
+    return _dedupe(out)
+
+
+def _gid_slot(ctx: NcclContext, idx: int, dev: str, port: dict[str, object], settings: list[Setting],
+              refs: list[str]) -> list[Finding]:
+    gids = {int(g["index"]): g for g in port.get("gids", [])}  # type: ignore[attr-defined]
+    where = f"sysfs class/infiniband/{dev}/ports/{port.get('port')}/gids/{idx}"
+    good = [i for i, g in sorted(gids.items()) if g.get("type") == "RoCE v2" and g.get("ip")
+            and not str(g.get("gid", "")).startswith("fe80")]
+    fix = f"Set NCCL_IB_GID_INDEX={good[0]} (RoCE v2 with an IPv4 address on {dev})" if good else \
+        "Assign an IP address to the RoCE netdev so a RoCE v2 GID exists, then use its index"
+    g = gids.get(idx)
+    if g is None:
+        why = "is outside the GID table" if idx >= int(str(port.get("gid_table_len") or 0)) else "is an empty slot"
+        return [finding("gid_problem", Severity.CRITICAL, f"NCCL_IB_GID_INDEX={idx} {why} on {dev}",
+                        fix + "; with an empty GID NCCL fails (ibv_modify_qp: No such device).",
+                        {"env": refs, "sysfs": where}, _hosts(settings), _ranks(settings), key=f"slot|{dev}|{idx}")]
+    if str(g.get("gid", "")).lower().startswith("fe80"):
+        return [finding("gid_problem", Severity.CRITICAL, f"NCCL_IB_GID_INDEX={idx} is a link-local GID on {dev}",
+                        fix + "; link-local GIDs do not route across subnets (RETRY_EXC_ERR, status 12).",
+                        {"env": refs, "sysfs": f"{where} = {g.get('gid')}"}, _hosts(settings), _ranks(settings),
+                        key=f"ll|{dev}|{idx}")]
+    if g.get("type") and g.get("type") != "RoCE v2":
+        return [finding("gid_problem", Severity.WARNING, f"NCCL_IB_GID_INDEX={idx} is a RoCE v1 GID on {dev}",
+                        fix + "; RoCE v1 is not routable across L3.",
+                        {"env": refs, "sysfs": f"{where} type {g.get('type')}"}, _hosts(settings), _ranks(settings),
+                        key=f"v1|{dev}|{idx}")]
+    return []
+
+
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+    seen: set[str] = set()
+    out = []
+    for f in findings:
+        if f.id not in seen:
+            seen.add(f.id)
+            out.append(f)
+    return out
+
+
+def tc_sl(ctx: NcclContext) -> list[Finding]:
+    out: list[Finding] = []
+    for tc, settings in _ints(ctx, "NCCL_IB_TC").items():
+        refs = setting_refs(settings, 4)
+        args = (_hosts(settings), _ranks(settings))
+        if not 0 <= tc <= 255:
+            out.append(finding("ib_tc", Severity.CRITICAL, f"NCCL_IB_TC={tc} is outside 0-255",
+                               "TC is the 8-bit traffic class: TC = DSCP << 2 (DSCP 34 gives 136).",
+                               {"env": refs}, *args, key=f"range|{tc}"))
+        elif 0 < tc < 64:
+            out.append(finding("ib_tc", Severity.WARNING, f"NCCL_IB_TC={tc} looks like a DSCP value, not a traffic class",
+                               f"TC = DSCP << 2: for DSCP {tc} set NCCL_IB_TC={tc << 2}.",
+                               {"env": refs, "dscp_if_tc": tc >> 2}, *args, key=f"dscp|{tc}"))
+        elif tc % 4:
+            out.append(finding("ib_tc", Severity.INFO, f"NCCL_IB_TC={tc} sets ECN bits (TC % 4 = {tc % 4})",
+                               f"Usually harmless; the DSCP part is {tc >> 2}. Use {tc & ~3} for a clean value.",
+                               {"env": refs}, *args, key=f"ecn|{tc}"))
+    for sl, settings in _ints(ctx, "NCCL_IB_SL").items():
+        if not 0 <= sl <= 15:
+            out.append(finding("ib_sl", Severity.CRITICAL, f"NCCL_IB_SL={sl} is outside 0-15",
+                               "The service level is 4 bits; QP setup fails or truncates. Use the fabric's RDMA "
+                               "priority (e.g. 5 on PAI Lingjun).", {"env": setting_refs(settings, 4)},
+                               _hosts(settings), _ranks(settings), key=f"range|{sl}"))
+    return out
+
+
+def _default_timeout(version: tuple[int, int, int] | None) -> int | None:
+    if version is None:
+        return None
+    if version[:2] <= (2, 13):
+        return 14
+    return 18 if version[:2] <= (2, 22) else 20
+
+
+def timeout_retry(ctx: NcclContext) -> list[Finding]:
+    out: list[Finding] = []
+    version = ctx.version()
+    default = _default_timeout(version)
+    prof = ctx.profile_value("NCCL_IB_TIMEOUT")
+    prof_int = strtoll_base0(prof)[0] if prof else None
+    for t, settings in _ints(ctx, "NCCL_IB_TIMEOUT").items():
+        refs = setting_refs(settings, 4)
+        args = (_hosts(settings), _ranks(settings))
+        if t <= 0 or t >= 32:
+            out.append(finding("ib_timeout", Severity.CRITICAL, f"NCCL_IB_TIMEOUT={t} means an infinite ACK timeout",
+                               "Use 1-31 (4.096 us x 2^value); 0 or >= 32 hides real link failures forever. "
+                               f"Recommended: {prof or 22}.", {"env": refs}, *args, key=f"inf|{t}"))
+            continue
+        if default is not None and t < default:
+            out.append(finding("ib_timeout", Severity.WARNING,
+                               f"NCCL_IB_TIMEOUT={t} is below NCCL {'.'.join(map(str, version or ()))}'s default {default}",
+                               f"A low timeout gives spurious RETRY_EXC_ERR (status 12) under congestion; unset it or "
+                               f"use >= {default}.", {"env": refs, "nccl_default": default}, *args, key=f"low|{t}"))
+        if prof_int is not None and t < prof_int:
+            out.append(finding("ib_timeout", Severity.WARNING,
+                               f"NCCL_IB_TIMEOUT={t} is below the {ctx.profile.get('name')} profile's {prof_int}",
+                               f"Set NCCL_IB_TIMEOUT={prof_int}. {ctx.profile_why('NCCL_IB_TIMEOUT')}",
+                               {"env": refs, "profile": prof_int}, *args, key=f"prof|{t}"))
+        if t >= 25:
+            out.append(finding("ib_timeout", Severity.WARNING,
+                               f"NCCL_IB_TIMEOUT={t}: about {4.096e-6 * 2 ** t * 7 / 60:.0f} min before a link "
+                               "error surfaces", "Use 20-23 so a dead link fails the job in seconds to minutes.",
+                               {"env": refs}, *args, key=f"high|{t}"))
+    for r, settings in _ints(ctx, "NCCL_IB_RETRY_CNT").items():
+        if r > 7 or r < 0:
+            out.append(finding("ib_retry", Severity.CRITICAL, f"NCCL_IB_RETRY_CNT={r} is outside the 3-bit range 0-7",
+                               "Use 7 (NCCL's default); larger values fail QP setup or are truncated.",
+                               {"env": setting_refs(settings, 4)}, _hosts(settings), _ranks(settings), key=f"r|{r}"))
+        elif r == 0:
+            out.append(finding("ib_retry", Severity.WARNING, "NCCL_IB_RETRY_CNT=0: any lost packet is fatal",
+                               "Use 7 (NCCL's default).", {"env": setting_refs(settings, 4)},
+                               _hosts(settings), _ranks(settings), key="r0"))
+    return out
+
+
+def qps(ctx: NcclContext) -> list[Finding]:
+    out: list[Finding] = []
+    prof = ctx.profile_value("NCCL_IB_QPS_PER_CONNECTION")
+    want = strtoll_base0(prof)[0] if prof else None
+    values = _ints(ctx, "NCCL_IB_QPS_PER_CONNECTION")
+    for q, settings in values.items():
+        refs = setting_refs(settings, 4)
+        args = (_hosts(settings), _ranks(settings))
+        if q <= 0 or q > 128:
+            out.append(finding("ib_qps", Severity.CRITICAL if q <= 0 else Severity.WARNING,
+                               f"NCCL_IB_QPS_PER_CONNECTION={q} is outside 1-128",
+                               f"Use {want or 1}-8; 0 creates no queue pair, huge values exhaust HCA resources.",
+                               {"env": refs}, *args, key=f"range|{q}"))
+        elif want is not None and q < want and ctx.roce() is not False:
+            out.append(finding("ib_qps", Severity.WARNING,
+                               f"NCCL_IB_QPS_PER_CONNECTION={q} is below the {ctx.profile.get('name')} profile's {want}",
+                               f"Set NCCL_IB_QPS_PER_CONNECTION={want}: {ctx.profile_why('NCCL_IB_QPS_PER_CONNECTION')}",
+                               {"env": refs, "profile": want}, *args, key=f"prof|{q}"))
+    return out

@@ -1,0 +1,1 @@
+"""Cross-rank analyses: collectives, stragglers, step times, degradation, sampled-stack profiles."""

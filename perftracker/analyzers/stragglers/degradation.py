@@ -1,0 +1,162 @@
+"""Step time over a run: periodic slow steps, and a sustained slowdown with the step where it began.
+
+Works from step files alone (no traces needed). The job's step time per step is the median across
+ranks. Spikes (robust z-score above SPIKE_Z) are set aside first: when they recur at a fixed
+interval they are reported as periodic work (checkpointing, evaluation, garbage collection), never
+as a change point. On the rest, the single change point minimizing the two segments' squared error
+is reported when the later segment is at least RISE slower and the shift stands well above the
+noise; the rank (and host) whose own phases slowed most is named.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.common import fmt_ms, hosts_of
+from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.store import Store
+
+RISE = 0.05  # a sustained rise of 5% or more
+MIN_STEPS = 20
+SPIKE_Z = 6.0
+SPIKE_RATIO = 1.3
+PERIOD_SHARE = 0.6  # share of spike intervals equal to the dominant interval (+-1 step)
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    step: int
+    before_s: float
+    after_s: float
+
+    @property
+    def rise(self) -> float:
+        return self.after_s / self.before_s - 1.0 if self.before_s > 0 else 0.0
+
+
+def job_series(store: Store) -> pd.Series:
+    """Median step duration (s) across ranks, indexed by step (step files preferred)."""
+    steps = store.steps
+    src = steps[steps["source"] == "stepfile"]
+    use = src if not src.empty else steps
+    if use.empty:
+        return pd.Series(dtype=float)
+    return use.groupby("step")["dur_ns"].median().sort_index() / 1e9
+
+
+def spikes(series: pd.Series) -> pd.Series:
+    """Boolean mask of spike steps."""
+    values = series.to_numpy()
+    median = float(np.median(values))
+    mad = float(np.median(np.abs(values - median))) * 1.4826 or 1e-12
+    z = (values - median) / mad
+    return pd.Series((z > SPIKE_Z) & (values > SPIKE_RATIO * median), index=series.index)
+
+
+def period_of(steps: np.ndarray) -> int | None:
+    """The recurring interval of spike steps, or None when they are not periodic."""
+    if len(steps) < 3:
+        return None
+    gaps = np.diff(np.sort(steps))
+    values, counts = np.unique(gaps, return_counts=True)
+    dominant = int(values[np.argmax(counts)])
+    near = np.abs(gaps - dominant) <= 1
+    return dominant if dominant >= 2 and near.mean() >= PERIOD_SHARE else None
+
+
+def change_point(series: pd.Series) -> ChangePoint | None:
+    """The most likely single shift in mean, if it is a sustained, significant rise."""
+    y = series.to_numpy(dtype=float)
+    n = len(y)
+    if n < MIN_STEPS:
+        return None
+    margin = max(5, n // 20)
+    csum, csq = np.cumsum(y), np.cumsum(y * y)
+    k = np.arange(margin, n - margin)
+    left_n, right_n = k, n - k
+    left_sum, right_sum = csum[k - 1], csum[-1] - csum[k - 1]
+    left_sq, right_sq = csq[k - 1], csq[-1] - csq[k - 1]
+    sse = (left_sq - left_sum ** 2 / left_n) + (right_sq - right_sum ** 2 / right_n)
+    best = int(k[np.argmin(sse)])
+    before, after = y[:best], y[best:]
+    b, a = float(np.median(before)), float(np.median(after))
+    if b <= 0 or a / b - 1.0 < RISE:
+        return None
+    noise = 1.4826 * float(np.median(np.abs(np.concatenate([before - b, after - a])))) or 1e-12
+    if (a - b) < 3.0 * noise / np.sqrt(min(len(before), len(after))) or (a - b) < 0.5 * noise:
+        return None
+    tail = y[-min(50, len(after)):]
+    if float(np.mean(tail)) < b * (1 + RISE):  # recovered: not sustained
+        return None
+    return ChangePoint(int(series.index[best]), b, a)
+
+
+def _culprit(store: Store, step: int) -> tuple[list[int], dict[str, float]]:
+    """Ranks whose own work (phases, else step time) rose most after the change point."""
+    phases = store.tables["phases"]
+    if not phases.empty:
+        work = phases[~phases["phase"].astype(str).isin(["backward", "wait", "allreduce", "comm"])]
+        per = work.groupby(["rank", "step"])["dur_ns"].sum().reset_index()
+    else:
+        per = store.steps[["rank", "step", "dur_ns"]]
+    if per.empty or per["rank"].nunique() < 2:
+        return [], {}
+    after = per[per["step"] >= step].groupby("rank")["dur_ns"].median()
+    before = per[per["step"] < step].groupby("rank")["dur_ns"].median()
+    rise = ((after - before) / 1e9).dropna()
+    if rise.empty:
+        return [], {}
+    others = rise.median()
+    spread = float((rise - others).abs().median()) or 1e-9
+    culprits = rise[(rise > 0) & (rise - others > max(5 * spread, 0.5 * abs(float(rise.max()))))]
+    return [int(r) for r in culprits.index], {str(r): round(float(v) * 1e3, 3) for r, v in rise.items()}
+
+
+def analyze_degradation(analysis: Analysis) -> list[Finding]:
+    store = analysis.store
+    series = job_series(store)
+    if len(series) < MIN_STEPS:
+        return []
+    findings: list[Finding] = []
+    mask = spikes(series)
+    base = float(series[~mask].median())
+    if mask.any():
+        spike_steps = series.index[mask].to_numpy()
+        period = period_of(spike_steps)
+        extra = float((series[mask] - base).mean())
+        if period is not None:
+            findings.append(Finding(
+                analyzer="degradation", severity=Severity.INFO,
+                title=(f"Every {period} steps one step is slower by {fmt_ms(extra)} ({len(spike_steps)} times): "
+                       "periodic work such as checkpointing, evaluation or garbage collection"),
+                recommendation="Expected if it matches your checkpoint/eval interval; otherwise make it "
+                "asynchronous (async checkpointing) or less frequent. Not counted as a slowdown.",
+                evidence={"period_steps": period, "spike_steps": [int(s) for s in spike_steps[:50]],
+                          "extra_ms": round(extra * 1e3, 3), "median_step_ms": round(base * 1e3, 3)},
+                cost=Cost(extra / period, extra / period / base if base > 0 else 0.0), key="degradation:periodic",
+            ))
+    cp = change_point(series[~mask])
+    if cp is not None:
+        ranks, rise_by_rank = _culprit(store, cp.step)
+        where = f" on rank {', '.join(map(str, ranks))}" if ranks else " on all ranks"
+        hosts = hosts_of(store, ranks)
+        if hosts:
+            where += f" (host {', '.join(hosts)})"
+        findings.append(Finding(
+            analyzer="degradation", severity=Severity.WARNING if cp.rise < 0.25 else Severity.CRITICAL,
+            title=(f"Slower since step {cp.step}{where}: step time {fmt_ms(cp.before_s)} -> {fmt_ms(cp.after_s)} "
+                   f"(+{100 * cp.rise:.0f}%)"),
+            recommendation=("Something changed at that step: on the named host check GPU clocks and thermals, "
+                            "CPU contention and memory pressure, other jobs started on the node, and NIC errors; "
+                            "on all ranks, look for a data change (longer sequences) or a growing Python-side "
+                            "structure (lists of tensors, logging)."),
+            evidence={"change_step": cp.step, "before_ms": round(cp.before_s * 1e3, 3),
+                      "after_ms": round(cp.after_s * 1e3, 3), "rise_by_rank_ms": rise_by_rank},
+            ranks=tuple(ranks), hosts=hosts,
+            cost=Cost(cp.after_s - cp.before_s, (cp.after_s - cp.before_s) / cp.after_s), key="degradation:change",
+        ))
+    return findings

@@ -1,0 +1,151 @@
+"""The `stack_profile` analyzer: a straggler found from where each rank's main thread spends its time.
+
+Promise: reads only the Store's `profile_samples` table (py-spy record of every rank, taken by
+`attach` without preparing the job: no hook, no profiler, no step times needed). For each rank with
+at least MIN_SAMPLES main-thread samples it computes the share of samples each frame appears in, and
+compares it with the median rank's share of that frame. A rank is a straggler when some frame takes
+at least EXCESS (absolute) more of its time than on the median rank, at least RATIO times as much,
+and beyond sampling noise (Z standard errors of a binomial share). With at least MIN_RANKS ranks and
+fewer than half of them flagged (the median must describe healthy ranks), one warning per flagged
+rank names the deepest frame of the job's own code with that excess (library frames, such as
+torch's, in the evidence), and where the other ranks spend the time instead (typically a
+collective wait). The cost is the excess share of the median step time when step times exist, else 0.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+import sys
+from typing import Any
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.collectors.stacks.samples import frame_shares
+from perftracker.store import Store
+
+MIN_SAMPLES = 50  # 2.5 s at 20 Hz
+MIN_RANKS = 3
+EXCESS = 0.15  # 15 points of the rank's time
+RATIO = 1.5
+Z = 4.0
+NEAR_MAX = 0.8  # frames within 80% of the largest excess are "the same place" (callers / callees)
+
+_FILE = re.compile(r"\((?P<file>[^()]+):\d+\)$")
+_LIBRARIES = frozenset({
+    "torch", "torchvision", "torchaudio", "torchdata", "numpy", "triton", "transformer_engine", "apex",
+    "deepspeed", "transformers", "accelerate", "datasets", "lightning", "pytorch_lightning", "tqdm", "wandb",
+    "tensorboard", "safetensors", "functorch", "perftracker", "pandas", "pyarrow", "PIL", "cv2",
+})
+
+
+def is_user_frame(frame: str) -> bool:
+    """Is this py-spy frame ("function (file:line)") in the job's own code, not a library or the stdlib?"""
+    m = _FILE.search(frame)
+    if m is None:
+        return False
+    file = m.group("file")
+    if file.startswith("<") or "site-packages/" in file or "dist-packages/" in file:
+        return False
+    top = file.split("/", 1)[0]
+    module = top[:-3] if top.endswith(".py") else top
+    return module not in _LIBRARIES and module not in sys.stdlib_module_names
+
+
+def _noise_ok(share: float, median: float, samples: int) -> bool:
+    p = min(max(median, 1.0 / samples), 1.0 - 1.0 / samples)
+    return (share - median) >= Z * math.sqrt(p * (1.0 - p) / samples)
+
+
+def _deepest(frames: dict[str, float], depth: dict[str, int], user_only: bool) -> str | None:
+    """The deepest frame among those within NEAR_MAX of the largest value."""
+    if not frames:
+        return None
+    top = max(frames.values())
+    near = [f for f, v in frames.items() if v >= NEAR_MAX * top and (is_user_frame(f) or not user_only)]
+    return max(near, key=lambda f: (depth.get(f, 0), frames[f])) if near else None
+
+
+def _median_step_s(store: Store) -> float:
+    steps = store.steps
+    return float(steps["dur_ns"].median()) / 1e9 if len(steps) else 0.0
+
+
+def rank_profiles(store: Store, min_samples: int = MIN_SAMPLES) -> dict[int, tuple[dict[str, float], dict[str, int], int]]:
+    """rank -> (frame shares, frame depths, samples) of the ranks with at least `min_samples` main-thread samples."""
+    samples = store["profile_samples"]
+    main = samples[samples["main"].astype(bool)]
+    out: dict[int, tuple[dict[str, float], dict[str, int], int]] = {}
+    for rank, rows in main.groupby("rank"):
+        shares, depth, total = frame_shares(rows)
+        if total >= max(1, min_samples):
+            out[int(str(rank))] = (shares, depth, total)
+    return out
+
+
+def judgeable(store: Store) -> bool:
+    """Enough ranks with enough samples to compare them with a median rank."""
+    return not store["profile_samples"].empty and len(rank_profiles(store)) >= MIN_RANKS
+
+
+def analyze_stack_profile(analysis: Analysis) -> list[Finding]:
+    store = analysis.store
+    if store["profile_samples"].empty:
+        return []
+    per_rank = rank_profiles(store)
+    if len(per_rank) < MIN_RANKS:
+        return []
+    frames = sorted({f for shares, _, _ in per_rank.values() for f in shares})
+    median = {f: statistics.median(s.get(f, 0.0) for s, _, _ in per_rank.values()) for f in frames}
+    flagged: dict[int, dict[str, float]] = {}
+    for rank, (shares, _, total) in per_rank.items():
+        excess = {f: shares[f] - median[f] for f in shares
+                  if shares[f] - median[f] >= EXCESS and shares[f] >= RATIO * median[f]
+                  and _noise_ok(shares[f], median[f], total)}
+        if excess:
+            flagged[rank] = excess
+    if not flagged or len(flagged) * 2 >= len(per_rank):
+        return []
+    step_s = _median_step_s(store)
+    return [_finding(rank, excess, per_rank, median, step_s, store) for rank, excess in sorted(flagged.items())]
+
+
+def _finding(rank: int, excess: dict[str, float], per_rank: dict[int, tuple[dict[str, float], dict[str, int], int]],
+             median: dict[str, float], step_s: float, store: Store) -> Finding:
+    shares, depth, total = per_rank[rank]
+    where = _deepest(excess, depth, user_only=True) or _deepest(excess, depth, user_only=False) or ""
+    leaf = _deepest(excess, depth, user_only=False) or where
+    deficit = {f: m - shares.get(f, 0.0) for f, m in median.items() if m - shares.get(f, 0.0) >= EXCESS / 2}
+    all_depths: dict[str, int] = {}
+    for _, d, _ in per_rank.values():
+        for f, v in d.items():
+            all_depths[f] = min(all_depths.get(f, v), v)
+    instead = _deepest(deficit, all_depths, user_only=False)
+    gap = excess[where]
+    title = (f"Rank {rank} spends {100 * shares[where]:.0f}% of its time in {where}, the median rank "
+             f"{100 * median[where]:.0f}%")
+    if instead:
+        title += (f"; the other ranks spend that time in {instead} ({100 * median[instead]:.0f}% against "
+                  f"{100 * shares.get(instead, 0.0):.0f}% on rank {rank})")
+    rec = (f"Rank {rank} holds the job back: in synchronous training the others wait for it"
+           + (f" (their extra time in {instead} is that wait)" if instead else "")
+           + f". Look at what rank {rank} does in {where}: rank-dependent work (logging, evaluation, "
+           "checkpointing on one rank), a slower data loader or input shard, a CPU shared with other processes "
+           "(check its affinity and the host's load), or a slower device. Confirm with a trace: `perftracker attach "
+           "--trace-steps N` on a job launched with KINETO_USE_DAEMON=1 or the perftracker hook.")
+    evidence: dict[str, Any] = {
+        "rank": rank, "frame": where, "deepest_frame": leaf, "share": round(shares[where], 4),
+        "median_share": round(median[where], 4), "excess": round(gap, 4), "samples": total,
+        "others_instead": instead, "per_rank_share": {str(r): round(s.get(where, 0.0), 4) for r, (s, _, _) in sorted(per_rank.items())},
+        "top_excess_frames": [{"frame": f, "excess": round(v, 4)} for f, v in
+                              sorted(excess.items(), key=lambda kv: (-kv[1], -depth.get(kv[0], 0)))[:8]],
+        "method": "py-spy record of every rank's main thread (non-blocking); shares of samples per frame "
+                  "compared with the median rank",
+    }
+    seconds = gap * step_s
+    cost = Cost(seconds_per_step=seconds, share_of_step=gap if step_s else 0.0) if step_s else Cost()
+    hosts = tuple(sorted({str(h) for h in store["profile_samples"].loc[
+        store["profile_samples"]["rank"] == rank, "host"].dropna() if str(h)}))
+    return Finding("stack_profile", Severity.WARNING, title, rec, evidence, ranks=(rank,), hosts=hosts, cost=cost,
+                   key=f"stack_profile:{rank}:{where}")

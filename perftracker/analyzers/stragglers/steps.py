@@ -1,0 +1,136 @@
+"""Step time per rank (median, p90, spread), unstable steps, and ranks slow in one phase.
+
+Uses ProfilerStep annotations and step files. In synchronous training every rank's step time looks
+alike (all wait for the slowest), so a per-phase comparison (from step files' phase timings) is
+what names the rank doing more work.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.common import fmt_ms, hosts_of
+from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.store import Store
+
+JITTER_RATIO = 1.5  # p90 / median above this: unstable steps
+IMBALANCE = 0.15  # a rank's median step time this much above the others' median
+PHASE_IMBALANCE = 0.30  # a rank's median phase time this much above its peers' median
+MIN_STEPS = 3
+
+
+def step_stats(store: Store) -> pd.DataFrame:
+    """Per rank: steps, median, p90, min, max step time in seconds (step files preferred)."""
+    steps = store.steps
+    if steps.empty:
+        return pd.DataFrame()
+    src = steps[steps["source"] == "stepfile"]
+    use = src if not src.empty else steps
+    grouped = use.groupby("rank")["dur_ns"]
+    stats = pd.DataFrame({
+        "steps": grouped.size(), "median_s": grouped.median() / 1e9, "p90_s": grouped.quantile(0.9) / 1e9,
+        "min_s": grouped.min() / 1e9, "max_s": grouped.max() / 1e9, "mean_s": grouped.mean() / 1e9,
+    }).reset_index()
+    stats["source"] = "stepfile" if not src.empty else "profiler"
+    return stats
+
+
+def analyze_steps(analysis: Analysis) -> list[Finding]:
+    store = analysis.store
+    stats = step_stats(store)
+    if stats.empty:
+        return []
+    findings = [_summary(store, stats)]
+    findings += _imbalance(store, stats)
+    findings += _jitter(store, stats)
+    findings += _phases(store)
+    return findings
+
+
+def _summary(store: Store, stats: pd.DataFrame) -> Finding:
+    med = float(stats["median_s"].median())
+    spread = float(stats["median_s"].max() - stats["median_s"].min())
+    return Finding(
+        analyzer="steps", severity=Severity.INFO,
+        title=f"Step time {fmt_ms(med)} (median over {len(stats)} rank(s)); spread across ranks {fmt_ms(spread)}",
+        recommendation="Context for the other findings; the per-rank chart is in the report.",
+        evidence={"per_rank": {int(r["rank"]): {"steps": int(r["steps"]), "median_ms": round(r["median_s"] * 1e3, 3),
+                                                "p90_ms": round(r["p90_s"] * 1e3, 3)}
+                               for _, r in stats.head(256).iterrows()}, "source": str(stats["source"].iloc[0])},
+        ranks=tuple(int(r) for r in stats["rank"]), key="steps:summary",
+    )
+
+
+def _imbalance(store: Store, stats: pd.DataFrame) -> list[Finding]:
+    if len(stats) < 2:
+        return []
+    out = []
+    for _, row in stats.iterrows():
+        others = stats[stats["rank"] != row["rank"]]["median_s"].median()
+        if others > 0 and row["steps"] >= MIN_STEPS and row["median_s"] > others * (1 + IMBALANCE):
+            rank = int(row["rank"])
+            lost = float(row["median_s"] - others)
+            out.append(Finding(
+                analyzer="steps", severity=Severity.WARNING,
+                title=f"Rank {rank} steps take {fmt_ms(row['median_s'])}, {100 * lost / others:.0f}% longer than "
+                      f"the other ranks ({fmt_ms(others)})",
+                recommendation="In synchronous training this rank holds the others back: check its host (GPU "
+                "clocks and thermals, CPU contention, data loading on that rank).",
+                evidence={"rank_median_ms": round(row["median_s"] * 1e3, 3), "others_median_ms": round(others * 1e3, 3)},
+                ranks=(rank,), hosts=hosts_of(store, [rank]),
+                cost=Cost(lost, lost / float(row["median_s"])), key=f"steps:imbalance:{rank}",
+            ))
+    return out
+
+
+def _jitter(store: Store, stats: pd.DataFrame) -> list[Finding]:
+    bad = stats[(stats["steps"] >= 5) & (stats["p90_s"] > JITTER_RATIO * stats["median_s"])]
+    if bad.empty:
+        return []
+    ranks = [int(r) for r in bad["rank"]]
+    excess = float((bad["mean_s"] - bad["median_s"]).clip(lower=0).median())
+    return [Finding(
+        analyzer="steps", severity=Severity.WARNING,
+        title=f"Unstable step time: p90 is {float((bad['p90_s'] / bad['median_s']).median()):.1f}x the median "
+              f"on {len(ranks)} rank(s)",
+        recommendation="Slow outlier steps usually come from periodic work (checkpointing, evaluation, "
+        "garbage collection, logging) or input stalls; look at which steps are slow in the step-time chart.",
+        evidence={"per_rank": {int(r["rank"]): {"median_ms": round(r["median_s"] * 1e3, 3),
+                                                "p90_ms": round(r["p90_s"] * 1e3, 3),
+                                                "max_ms": round(r["max_s"] * 1e3, 3)} for _, r in bad.iterrows()}},
+        ranks=tuple(ranks), hosts=hosts_of(store, ranks),
+        cost=Cost(excess, excess / float(bad["mean_s"].median())), key="steps:jitter",
+    )]
+
+
+def _phases(store: Store) -> list[Finding]:
+    phases = store.tables["phases"]
+    if phases.empty or phases["rank"].nunique() < 2:
+        return []
+    med = phases.groupby(["phase", "rank"], observed=True)["dur_ns"].median().reset_index()
+    out = []
+    step_med = step_stats(store).set_index("rank")["median_s"]
+    for phase, group in med.groupby("phase", observed=True):
+        for _, row in group.iterrows():
+            peers = group[group["rank"] != row["rank"]]["dur_ns"].median()
+            if peers <= 0 or row["dur_ns"] <= peers * (1 + PHASE_IMBALANCE):
+                continue
+            rank = int(row["rank"])
+            extra = float(row["dur_ns"] - peers) / 1e9
+            step = float(step_med.get(rank, 0.0))
+            if step > 0 and extra / step < 0.02:
+                continue
+            out.append(Finding(
+                analyzer="steps", severity=Severity.WARNING,
+                title=f"Rank {rank} spends {fmt_ms(row['dur_ns'] / 1e9)} in '{phase}' per step, "
+                      f"{row['dur_ns'] / peers:.1f}x its peers ({fmt_ms(peers / 1e9)})",
+                recommendation=f"This rank does more '{phase}' work or runs it slower: compare its inputs "
+                "(sequence lengths, batch composition), its host (CPU contention, GPU clocks) and its data "
+                "loading with the other ranks.",
+                evidence={"phase": str(phase), "rank_median_ms": round(float(row["dur_ns"]) / 1e6, 3),
+                          "peers_median_ms": round(float(peers) / 1e6, 3)},
+                ranks=(rank,), hosts=hosts_of(store, [rank]),
+                cost=Cost(extra, extra / step if step > 0 else 0.0), key=f"steps:phase:{phase}:{rank}",
+            ))
+    return out

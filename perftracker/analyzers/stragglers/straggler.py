@@ -1,0 +1,240 @@
+"""Cross-rank stragglers: which rank makes the others wait at collectives, by how much, how often.
+
+From matched collective instances on aligned clocks (see `collectives`): per rank, the share of
+collectives where it arrived last, its median lateness, and its cost: per step, the time the group
+waited for it beyond the next-latest member. A persistent straggler is last in most collectives and
+costs a noticeable share of the step; scattered "last" placements are noise and are not reported.
+The finding says whether the rank is a compute straggler (longer work before the collective) or a
+communication straggler (its own transfer is slower), and which ops take longer on it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.common import fmt_ms, hosts_of
+from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.stragglers.collectives import (
+    arrivals,
+    clock_offsets,
+    collective_events,
+    match_instances,
+)
+from perftracker.analyzers.stragglers.slow_ops import slower_ops
+from perftracker.store import Store
+
+MIN_SHARE_LAST_MANY = 0.5  # persistent: last in at least half of its collectives (3+ ranks)
+MIN_SHARE_LAST_TWO = 0.75  # with two ranks one is always last: ask for more
+MIN_COST_SHARE = 0.05  # and the others wait at least 5% of a step for it
+CRITICAL_COST_SHARE = 0.15
+MIN_INSTANCES = 4
+
+
+def straggler_tables(store: Store) -> tuple[pd.DataFrame, pd.Series]:
+    """(arrivals per instance and rank, clock offset per rank in ns)."""
+    matched = match_instances(collective_events(store))
+    offsets = same_host_same_clock(store, clock_offsets(matched))
+    return arrivals(matched, offsets), offsets
+
+
+def same_host_same_clock(store: Store, offsets: pd.Series) -> pd.Series:
+    """Ranks on one host read one system clock: give them their host's median offset, so that a rank
+    whose collectives finish late (a starved progress thread) is not mistaken for a skewed clock.
+    Ranks whose host is unknown keep their own estimate."""
+    if offsets.empty:
+        return offsets
+    hosts = pd.Series({rank: store.host_of(int(str(rank))) for rank in offsets.index})
+    known = hosts[hosts != ""]
+    if known.empty:
+        return offsets
+    per_host = offsets[known.index].groupby(known).transform("median")
+    result = offsets.copy()
+    result[per_host.index] = per_host
+    return (result - result.median()).round().astype("int64")
+
+
+def rank_metrics(arr: pd.DataFrame, store: Store) -> pd.DataFrame:
+    """Per rank: instances, share last, median/p90 lateness, wait, cost per step (s) and share."""
+    if arr.empty:
+        return pd.DataFrame()
+    steps = arr.loc[arr["step"] >= 0, "step"].nunique() or 1
+    grouped = arr.groupby("rank")
+    metrics = pd.DataFrame({
+        "instances": grouped.size(),
+        "share_last": grouped["is_last"].mean(),
+        "median_lateness_s": grouped["lateness_ns"].median() / 1e9,
+        "p90_lateness_s": grouped["lateness_ns"].quantile(0.9) / 1e9,
+        "wait_per_step_s": grouped["wait_ns"].sum() / steps / 1e9,
+        "cost_per_step_s": grouped["gap_to_next_ns"].sum() / steps / 1e9,
+    })
+    step_s = _step_seconds(store, arr)
+    metrics["cost_share"] = metrics["cost_per_step_s"] / step_s if step_s > 0 else 0.0
+    # Persistence over steps: in how many steps was this rank last in most of its collectives?
+    per_step = arr[arr["step"] >= 0].groupby(["step", "rank"])["is_last"].mean().unstack().fillna(0.0)
+    if not per_step.empty:
+        metrics["steps_mostly_last"] = (per_step > 0.5).mean().reindex(metrics.index).fillna(0.0)
+    else:
+        metrics["steps_mostly_last"] = metrics["share_last"]
+    metrics["world"] = arr["rank"].nunique()
+    return metrics
+
+
+def _step_seconds(store: Store, arr: pd.DataFrame) -> float:
+    steps = store.steps
+    if not steps.empty:
+        prof = steps[steps["source"] == "profiler"]
+        use = prof if not prof.empty else steps
+        return float(use["dur_ns"].median()) / 1e9
+    span = (arr["end_aligned"].max() - arr["start_aligned"].min()) / 1e9
+    return float(span)
+
+
+def _persistent(metrics: pd.DataFrame) -> pd.DataFrame:
+    world = int(metrics["world"].iloc[0]) if not metrics.empty else 0
+    min_last = MIN_SHARE_LAST_TWO if world <= 2 else MIN_SHARE_LAST_MANY
+    return metrics[(metrics["instances"] >= MIN_INSTANCES) & (metrics["share_last"] >= min_last)
+                   & (metrics["cost_share"] >= MIN_COST_SHARE)]
+
+
+def _kind(arr: pd.DataFrame, rank: int) -> tuple[str, dict[str, float]]:
+    """compute: its work before the collective is longer; communication: its transfer is slower."""
+    frame = arr.sort_values(["rank", "start_aligned"])
+    prev_end = frame.groupby("rank")["end_aligned"].shift(1)
+    frame = frame.assign(work_before=frame["start_aligned"] - prev_end,
+                         transfer=frame["end_aligned"] - frame["start_aligned"] - frame["wait_ns"])
+    per_rank = frame.groupby("rank")[["work_before", "transfer"]].median()
+    mine, peers = per_rank.loc[rank], per_rank.drop(index=rank).median()
+    extra_work = float(mine["work_before"] - peers["work_before"]) / 1e9
+    extra_transfer = float(mine["transfer"] - peers["transfer"]) / 1e9
+    kind = "communication" if extra_transfer > max(extra_work, 0.0) and extra_transfer > 0 else "compute"
+    return kind, {"extra_work_before_collective_ms": round(extra_work * 1e3, 3),
+                  "extra_transfer_ms": round(extra_transfer * 1e3, 3)}
+
+
+_ADVICE = {
+    "compute": ("Rank {r} does its work before the collectives more slowly than its peers. Check that host: GPU "
+                "clocks, thermals and power capping (nvidia-smi -q -d PERFORMANCE), CPU contention from other "
+                "processes, and data loading or uneven batches on this rank; the ops that take longer on it are "
+                "in the evidence."),
+    "communication": ("Rank {r}'s collective transfers are slower than its peers'. Check its NIC and links: port "
+                      "counters (errors, congestion, link speed), NCCL_IB_HCA / NCCL_SOCKET_IFNAME on that host, "
+                      "and whether it fell back to a slower transport (see its NCCL log)."),
+}
+
+
+def analyze_stragglers(analysis: Analysis) -> list[Finding]:
+    store = analysis.store
+    arr, offsets = straggler_tables(store)
+    if arr.empty:
+        return []
+    metrics = rank_metrics(arr, store)
+    findings = [_alignment_finding(arr, offsets)]
+    for rank, row in _persistent(metrics).sort_values("cost_per_step_s", ascending=False).iterrows():
+        r = int(rank)  # type: ignore[call-overload]
+        kind, kind_evidence = _kind(arr, r)
+        ops = slower_ops(store, r)
+        severity = Severity.CRITICAL if row["cost_share"] >= CRITICAL_COST_SHARE else Severity.WARNING
+        what = f"; slower ops: {', '.join(o['name'] for o in ops[:3])}" if ops else ""
+        findings.append(Finding(
+            analyzer="straggler", severity=severity,
+            title=(f"Rank {r} is a persistent {kind} straggler: last to arrive in {100 * row['share_last']:.0f}% "
+                   f"of collectives, median {fmt_ms(row['median_lateness_s'])} late; the others wait "
+                   f"{fmt_ms(row['cost_per_step_s'])} per step for it{what}"),
+            recommendation=_ADVICE[kind].format(r=r),
+            evidence={
+                "kind": kind, "share_last": round(float(row["share_last"]), 3),
+                "steps_mostly_last": round(float(row["steps_mostly_last"]), 3),
+                "median_lateness_ms": round(float(row["median_lateness_s"]) * 1e3, 3),
+                "p90_lateness_ms": round(float(row["p90_lateness_s"]) * 1e3, 3),
+                "matched_collectives": int(row["instances"]), **kind_evidence,
+                "slower_ops": ops[:8],
+                "peers_median_lateness_ms": round(float(metrics.drop(index=rank)["median_lateness_s"].median()) * 1e3, 3),
+            },
+            ranks=(r,), hosts=hosts_of(store, [r]),
+            cost=Cost(float(row["cost_per_step_s"]), float(row["cost_share"])), key=f"straggler:{r}",
+        ))
+    named = {f.ranks[0] for f in findings if f.severity > Severity.INFO}
+    for r, cost, share, evidence in _comm_stragglers(arr, store):
+        if r in named:
+            continue
+        findings.append(Finding(
+            analyzer="straggler", severity=Severity.CRITICAL if share >= CRITICAL_COST_SHARE else Severity.WARNING,
+            title=(f"Rank {r} is a communication straggler: collectives it takes part in transfer "
+                   f"{evidence['transfer_excess_ms']:.2f} ms longer than like collectives without it "
+                   f"(typical {evidence['typical_transfer_ms']:.2f} ms); {fmt_ms(cost)} per step"),
+            recommendation=_ADVICE["communication"].format(r=r),
+            evidence={"kind": "communication", **evidence},
+            ranks=(r,), hosts=hosts_of(store, [r]), cost=Cost(cost, share), key=f"straggler:comm:{r}",
+        ))
+    return findings
+
+
+COMM_EXCESS_RATIO = 0.05  # its collectives' transfer phase is 5% longer than like collectives without it
+COMM_RUNNER_UP = 1.5  # and 1.5x the excess of the next rank (which shares only some groups with it)
+COMM_MIN_COST_SHARE = 0.02
+
+
+def comm_excess(arr: pd.DataFrame) -> pd.DataFrame:
+    """Per rank: how much longer the transfer phase (all arrived -> done) of its collectives is than that of
+    like collectives (same op and size) elsewhere. A slow NIC or link stretches every group the rank is in;
+    ranks sharing only some groups with it are stretched less. Needs more than one group to be told apart."""
+    if arr.empty or arr["pg"].nunique() < 2:
+        return pd.DataFrame()
+    inst = arr.groupby("instance").agg(end=("end_aligned", "median"), last_start=("start_aligned", "max"),
+                                       collective=("collective", "first"), size=("bytes", "max"))
+    inst["transfer"] = (inst["end"] - inst["last_start"]).clip(lower=0)
+    typical = inst.groupby(["collective", "size"])["transfer"].transform("median")
+    inst["excess"] = inst["transfer"] - typical
+    inst["typical"] = typical
+    per = arr[["rank", "instance", "step"]].join(inst[["excess", "typical"]], on="instance")
+    steps = per.loc[per["step"] >= 0, "step"].nunique() or 1
+    out = per.groupby("rank").agg(excess_median=("excess", "median"), typical=("typical", "median"),
+                                  excess_total=("excess", "sum"))
+    out["excess_per_step_s"] = out["excess_total"].clip(lower=0) / steps / 1e9
+    return out
+
+
+def _comm_stragglers(arr: pd.DataFrame, store: Store) -> list[tuple[int, float, float, dict[str, float]]]:
+    table = comm_excess(arr)
+    if table.empty or len(table) < 3:
+        return []
+    ordered = table.sort_values("excess_median", ascending=False)
+    top, runner_up = ordered.iloc[0], ordered.iloc[1]
+    if top["typical"] <= 0 or top["excess_median"] < COMM_EXCESS_RATIO * top["typical"]:
+        return []
+    if top["excess_median"] < COMM_RUNNER_UP * max(float(runner_up["excess_median"]), 0.0):
+        return []
+    step_s = _step_seconds(store, arr)
+    share = float(top["excess_per_step_s"]) / step_s if step_s > 0 else 0.0
+    if share < COMM_MIN_COST_SHARE:
+        return []
+    evidence = {"transfer_excess_ms": round(float(top["excess_median"]) / 1e6, 3),
+                "typical_transfer_ms": round(float(top["typical"]) / 1e6, 3),
+                "next_rank_excess_ms": round(float(runner_up["excess_median"]) / 1e6, 3)}
+    return [(int(str(ordered.index[0])), float(top["excess_per_step_s"]), share, evidence)]
+
+
+def _alignment_finding(arr: pd.DataFrame, offsets: pd.Series) -> Finding:
+    skew = int(offsets.max() - offsets.min()) if len(offsets) else 0
+    sources = sorted(arr["source"].unique())
+    return Finding(
+        analyzer="straggler", severity=Severity.INFO,
+        title=(f"Matched {arr['instance'].nunique()} collectives across {arr['rank'].nunique()} ranks "
+               f"({', '.join(sources)}); estimated clock skew {fmt_ms(skew / 1e9)}"),
+        recommendation="Context: straggler metrics use clocks aligned on collective completion times.",
+        evidence={"matched_collectives": int(arr["instance"].nunique()), "skew_ns": skew,
+                  "offsets_ns": {int(r): int(v) for r, v in offsets.head(256).items()},  # type: ignore[call-overload]
+                  "sources": sources},
+        ranks=tuple(int(r) for r in sorted(arr["rank"].unique())), key="straggler:alignment",
+    )
+
+
+def lateness_by_step(arr: pd.DataFrame) -> pd.DataFrame:
+    """Rank x step median lateness in ms, for the report's heatmap."""
+    if arr.empty:
+        return pd.DataFrame(columns=["rank", "step", "lateness_ms"])
+    out = arr.groupby(["rank", "step"])["lateness_ns"].median().reset_index()
+    out["lateness_ms"] = out.pop("lateness_ns") / 1e6
+    return out.astype({"rank": np.int64, "step": np.int64})

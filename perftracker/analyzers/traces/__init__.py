@@ -1,0 +1,1 @@
+"""GPU-trace analyses: time breakdown, overlap, idle gaps."""

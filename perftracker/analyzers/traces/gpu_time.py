@@ -1,0 +1,161 @@
+"""Where each rank's GPU time goes: compute, communication, memory copies and idle, with overlap.
+
+Plain functions over the Store's events, shared by the breakdown, overlap and idle analyzers and by
+the report. Two definitions are offered:
+
+- perftracker (default): GPU work is kernels, memcpy and memset; the window is the whole profiled
+  span; communication hidden under compute is reported as overlapped, the rest as exposed.
+- HTA-compatible (`hta_compat=True`): Holistic Trace Analysis 0.5 semantics: drop the last
+  ProfilerStep, any GPU event with a stream counts as a kernel, kernel type by name ("nccl"
+  prefix = communication, "Memcpy"/"Memset" = memory), overlapped communication counts as compute.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from perftracker.analyzers.traces.intervals import intersection_total, total, union
+from perftracker.store import Store
+
+WORK_KINDS = ("compute", "comm", "memcpy", "memset")
+
+
+def as_int(value: Any) -> int:
+    """A pandas group key (numpy integer) as int."""
+    return int(value)
+
+
+def gpu_work(store: Store, hta_compat: bool = False) -> pd.DataFrame:
+    """GPU events that count as work, with a `klass` column: compute | comm | memory."""
+    columns = ["rank", "window", "step", "stream", "name", "start_ns", "dur_ns", "correlation"]
+
+    def by_name(names: pd.Series, test: Any) -> npt.NDArray[np.bool_]:
+        """`test` (on a Series of names as str) run once per distinct name, mapped to every row."""
+        if not isinstance(names.dtype, pd.CategoricalDtype):
+            return np.asarray(test(names.astype(str)), dtype=bool)
+        per_name = np.asarray(test(pd.Series(names.cat.categories.astype(str), dtype=object)), dtype=bool)
+        missing = np.asarray(test(pd.Series(["nan"], dtype=object)), dtype=bool)  # astype(str) of NaN
+        return np.concatenate([per_name, missing])[names.cat.codes.to_numpy()]
+
+    if hta_compat:
+        ev = _drop_last_step_like_hta(store, [*columns, "kind"])
+        gpu = (ev["stream"] >= 0) & (ev["kind"] != "gpu_annotation")
+        out = ev.loc[gpu, columns]
+        is_comm = by_name(out["name"], lambda names: names.str.startswith("nccl"))
+        is_memory = by_name(out["name"], lambda names: names.str.contains("Memcpy|Memset", regex=True))
+        klass = np.where(is_comm, "comm", np.where(is_memory, "memory", "compute"))
+        # HTA reads ts and dur as whole microseconds
+        out["start_ns"] = out["start_ns"] // 1000 * 1000
+        out["dur_ns"] = out["dur_ns"] // 1000 * 1000
+    else:
+        ev = store.events
+        kind = ev["kind"]
+        mask = (kind.isin(WORK_KINDS) & (ev["stream"] >= 0)).to_numpy()
+        out = ev.loc[mask, columns]
+        kind = kind[mask]
+        klass = np.where(kind == "comm", "comm", np.where(kind.isin(["memcpy", "memset"]), "memory", "compute"))
+    out["end_ns"] = out["start_ns"] + out["dur_ns"]
+    out["klass"] = klass
+    return out
+
+
+def _drop_last_step_like_hta(store: Store, columns: list[str] | None = None) -> pd.DataFrame:
+    """HTA keeps CPU events starting before the last ProfilerStep and GPU events launched by them.
+
+    Rows are grouped by rank window (in order), each group's CPU events before its GPU events, as
+    HTA's per-rank frames are; only `columns` (default: all) are returned.
+    """
+    ev = store.events
+    rank = ev["rank"].to_numpy().astype(np.int64)
+    window = ev["window"].to_numpy().astype(np.int64)
+    key = rank * 65536 + (window + 32768)  # sorts like (rank, window)
+    steps = store.steps[store.steps["source"] == "profiler"]
+    per_window = steps.groupby(["rank", "window"], observed=True).agg(n=("step", "nunique"), last=("start_ns", "max"))
+    trimmed = per_window[per_window["n"] >= 2]
+    last_start = {int(r) * 65536 + int(w) + 32768: int(t) for (r, w), t in zip(trimmed.index, trimmed["last"])}
+    # Rows of one key: the runs of equal keys (one per trace file, normally), in order.
+    bounds = np.concatenate([[0], np.flatnonzero(key[1:] != key[:-1]) + 1, [len(key)]])
+    runs: dict[int, list[npt.NDArray[np.int64]]] = {}
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        runs.setdefault(int(key[lo]), []).append(np.arange(lo, hi))
+    stream = ev["stream"].to_numpy()
+    start = ev["start_ns"].to_numpy()
+    corr = ev["correlation"].to_numpy()
+    parts = []
+    for k in sorted(runs):
+        rows = np.concatenate(runs[k])
+        if k not in last_start:
+            parts.append(rows)
+            continue
+        cpu = stream[rows] < 0
+        kept_cpu = cpu & (start[rows] < last_start[k])
+        cpu_corr = corr[rows[kept_cpu]]
+        kept_gpu = ~cpu & np.isin(corr[rows], cpu_corr[cpu_corr >= 0])
+        parts.extend([rows[kept_cpu], rows[kept_gpu]])
+    frame = ev if columns is None else ev[columns]
+    return frame.take(np.concatenate(parts)) if parts else frame
+
+
+def _one(group: pd.DataFrame) -> dict[str, float]:
+    s = group["start_ns"].to_numpy(np.int64)
+    e = group["end_ns"].to_numpy(np.int64)
+    all_s, all_e = union(s, e)
+    span = int(all_e.max() - all_s.min()) if len(all_s) else 0
+    busy = total(all_s, all_e)
+    sets = {}
+    for klass in ("compute", "comm", "memory"):
+        mask = (group["klass"] == klass).to_numpy()
+        sets[klass] = union(s[mask], e[mask])
+    compute = total(*sets["compute"])
+    comm_total = total(*sets["comm"])
+    comm_overlap = intersection_total(*sets["compute"], *sets["comm"])
+    comm_exposed = comm_total - comm_overlap
+    memory_total = total(*sets["memory"])
+    memory_exposed = max(0, busy - compute - comm_exposed)
+    return {
+        "span_ns": span, "busy_ns": busy, "idle_ns": span - busy, "compute_ns": compute,
+        "comm_ns": comm_total, "comm_overlapped_ns": comm_overlap, "comm_exposed_ns": comm_exposed,
+        "memory_ns": memory_total, "memory_exposed_ns": memory_exposed,
+        "n_kernels": len(group),
+    }
+
+
+def breakdown(store: Store, hta_compat: bool = False) -> pd.DataFrame:
+    """One row per rank window: span, busy, idle, compute, comm (total/overlapped/exposed), memory.
+
+    Percentages are of the span; `overlap_pct` is the share of communication time hidden under
+    compute (NaN without communication); `steps` is the number of profiled steps in the window.
+    """
+    work = gpu_work(store, hta_compat)
+    rows = []
+    for (rank, window), group in work.groupby(["rank", "window"], sort=True, observed=True):
+        row = {"rank": as_int(rank), "window": as_int(window), **_one(group)}
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        return frame
+    steps = store.steps[store.steps["source"] == "profiler"].groupby(["rank", "window"]).size()
+    frame["steps"] = [int(steps.get((r, w), 0)) for r, w in zip(frame["rank"], frame["window"])]
+    span = frame["span_ns"].where(frame["span_ns"] > 0)
+    for col in ("idle", "compute", "comm_exposed", "memory_exposed"):
+        frame[f"{col}_pct"] = 100.0 * frame[f"{col}_ns"] / span
+    frame["overlap_pct"] = 100.0 * frame["comm_overlapped_ns"] / frame["comm_ns"].where(frame["comm_ns"] > 0)
+    if hta_compat:
+        # HTA counts overlapped communication as compute: non-compute = span - compute - idle.
+        frame["non_compute_ns"] = frame["span_ns"] - frame["compute_ns"] - frame["idle_ns"]
+        frame["non_compute_pct"] = 100.0 * frame["non_compute_ns"] / span
+    return frame
+
+
+def breakdown_per_step(store: Store) -> pd.DataFrame:
+    """Per rank window and step: the same quantities over the GPU work that step launched."""
+    work = gpu_work(store)
+    work = work[work["step"] >= 0]
+    rows = []
+    for (rank, window, step), group in work.groupby(["rank", "window", "step"], sort=True, observed=True):
+        rows.append({"rank": as_int(rank), "window": as_int(window), "step": as_int(step), **_one(group)})
+    return pd.DataFrame(rows)

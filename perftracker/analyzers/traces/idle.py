@@ -1,0 +1,136 @@
+"""GPU idle gaps, attributed where the trace gives evidence.
+
+For each gap between GPU work on a rank, the next kernel's launch (matched by correlation id) says
+who was late: launched after the GPU went idle means the host was late, and then
+- the gap spans a step boundary: between steps (data loading / host work);
+- a CPU synchronization call ended inside the gap: waiting on a synchronization;
+- otherwise, a short gap (under 50 us): launch-bound (the CPU cannot queue kernels fast enough);
+  a longer one: host-bound (the CPU was busy with other work before launching).
+A kernel launched before the gap began was waiting on a dependency (another stream, an event).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.common import fmt_ms, hosts_of, step_seconds
+from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.traces.gpu_time import as_int, gpu_work
+from perftracker.analyzers.traces.intervals import union
+from perftracker.store import Store
+
+MIN_GAP_NS = 2_000
+WARN_SHARE = 0.05
+LAUNCH_GAP_NS = 50_000
+CATEGORIES = ("between_steps", "sync", "host", "launch", "dependency")
+_SYNC_CALL = r"Synchronize|^cudaMemcpy$|^hipMemcpy$|^cudaMemcpy2D$|^cudaFree$"
+
+_TEXT = {
+    "between_steps": ("The GPU waits between steps for {t} per step (data loading or host work at the step "
+                      "boundary)",
+                      "Speed up the input pipeline (DataLoader num_workers, pin_memory=True, prefetch_factor, "
+                      "persistent_workers) and move logging, metric .item() calls and checkpointing off the "
+                      "step boundary."),
+    "sync": ("The GPU idles {t} per step after CPU synchronizations",
+             "Remove synchronizing calls from the step: tensor.item(), .cpu(), print(tensor), "
+             "torch.cuda.synchronize(), blocking cudaMemcpy; keep metrics on the GPU and read them every N steps."),
+    "launch": ("The GPU is launch-bound: it waits {t} per step for the CPU to queue kernels",
+               "Reduce launch overhead: capture the step with CUDA graphs (torch.compile(mode='reduce-overhead') "
+               "or torch.cuda.graphs), fuse small kernels (torch.compile), or give each launch more work "
+               "(larger batch or micro-batch)."),
+    "host": ("The GPU waits {t} per step for the CPU (host-side work before the next launch)",
+             "The CPU is the bottleneck between kernels: profile the Python side (perftracker's stacks, "
+             "py-spy) for framework overhead, move CPU work (data preparation, bookkeeping) off the step's "
+             "critical path, and consider torch.compile or CUDA graphs."),
+    "dependency": ("Queued GPU work waits {t} per step on dependencies (other streams, events, communication)",
+                   "Look at cross-stream waits: communication kernels the compute stream depends on, "
+                   "event waits, and collectives that start late on other ranks."),
+}
+
+
+def idle_gaps(store: Store) -> pd.DataFrame:
+    """One row per GPU idle gap: rank, window, start_ns, dur_ns, category."""
+    work = gpu_work(store)
+    if work.empty:
+        return pd.DataFrame(columns=["rank", "window", "start_ns", "dur_ns", "category"])
+    ev = store.events
+    launches = ev[(ev["kind"] == "runtime") & (ev["correlation"] >= 0)]
+    syncs = ev[(ev["kind"] == "runtime") & ev["name"].astype(str).str.contains(_SYNC_CALL, regex=True)]
+    frames = []
+    for (rank, window), group in work.groupby(["rank", "window"], sort=True, observed=True):
+        frames.append(_gaps_for(group, launches, syncs, as_int(rank), as_int(window)))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _gaps_for(group: pd.DataFrame, launches: pd.DataFrame, syncs: pd.DataFrame, rank: int,
+              window: int) -> pd.DataFrame:
+    group = group.sort_values("start_ns")
+    s, e = union(group["start_ns"].to_numpy(np.int64), group["end_ns"].to_numpy(np.int64))
+    if len(s) < 2:
+        return pd.DataFrame(columns=["rank", "window", "start_ns", "dur_ns", "category"])
+    gap_start, gap_end = e[:-1], s[1:]
+    keep = (gap_end - gap_start) >= MIN_GAP_NS
+    gap_start, gap_end = gap_start[keep], gap_end[keep]
+    starts = group["start_ns"].to_numpy(np.int64)
+    first_at = np.searchsorted(starts, gap_end, side="left")
+    next_corr = group["correlation"].to_numpy()[np.clip(first_at, 0, len(starts) - 1)]
+    next_step = group["step"].to_numpy()[np.clip(first_at, 0, len(starts) - 1)]
+    prev_at = np.searchsorted(starts, gap_start, side="left") - 1
+    prev_step = group["step"].to_numpy()[np.clip(prev_at, 0, len(starts) - 1)]
+    mine = launches[(launches["rank"] == rank) & (launches["window"] == window)]
+    launch_at = pd.Series(mine["start_ns"].to_numpy(), index=mine["correlation"].to_numpy())
+    launch_at = launch_at[~launch_at.index.duplicated()]
+    launched = pd.Series(next_corr).map(launch_at).to_numpy(dtype=float)
+    sync_mine = syncs[(syncs["rank"] == rank) & (syncs["window"] == window)]
+    sync_end = np.sort((sync_mine["start_ns"] + sync_mine["dur_ns"]).to_numpy(np.int64))
+    category = np.full(len(gap_start), "dependency", dtype=object)
+    host_late = ~np.isnan(launched) & (launched >= gap_start)
+    crossed = (next_step != prev_step) & (next_step >= 0)
+    launch_ref = np.where(np.isnan(launched), gap_end, launched).astype(np.int64)
+    lo = np.searchsorted(sync_end, gap_start, side="left")
+    hi = np.searchsorted(sync_end, launch_ref, side="right")
+    synced = hi > lo
+    category[host_late] = np.where((gap_end - gap_start)[host_late] < LAUNCH_GAP_NS, "launch", "host")
+    category[host_late & synced] = "sync"
+    category[crossed] = "between_steps"
+    return pd.DataFrame({"rank": rank, "window": window, "start_ns": gap_start, "dur_ns": gap_end - gap_start,
+                         "category": category})
+
+
+def analyze_idle(analysis: Analysis) -> list[Finding]:
+    store = analysis.store
+    gaps = idle_gaps(store)
+    if gaps.empty:
+        return []
+    step_s = step_seconds(store)
+    prof = store.steps[store.steps["source"] == "profiler"]
+    n_steps = prof.groupby("rank").size() if not prof.empty else pd.Series(dtype=int)
+    per = gaps.groupby(["rank", "category"])["dur_ns"].agg(["sum", "count", "median"]).reset_index()
+    per["steps"] = per["rank"].map(n_steps).fillna(1).clip(lower=1)
+    per["per_step_s"] = per["sum"] / per["steps"] / 1e9
+    per["share"] = per.apply(lambda r: r["per_step_s"] / step_s[r["rank"]]
+                             if r["rank"] in step_s.index and step_s[r["rank"]] > 0 else 0.0, axis=1)
+    findings = []
+    for category in CATEGORIES:
+        rows = per[(per["category"] == category) & (per["share"] >= WARN_SHARE)]
+        if rows.empty:
+            continue
+        rows = rows.sort_values("share", ascending=False)
+        ranks = [int(r) for r in rows["rank"]]
+        title, advice = _TEXT[category]
+        median_s = float(rows["per_step_s"].median())
+        findings.append(Finding(
+            analyzer="idle",
+            severity=Severity.WARNING if category != "dependency" else Severity.INFO,
+            title=title.format(t=fmt_ms(median_s)) + f" ({100 * float(rows['share'].median()):.0f}% of the step)",
+            recommendation=advice,
+            evidence={"per_rank": {int(r["rank"]): {"idle_ms_per_step": round(float(r["per_step_s"]) * 1e3, 3),
+                                                    "gaps": int(r["count"]),
+                                                    "median_gap_us": round(float(r["median"]) / 1e3, 1)}
+                                   for _, r in rows.head(64).iterrows()}},
+            ranks=tuple(ranks), hosts=hosts_of(store, ranks),
+            cost=Cost(median_s, float(rows["share"].median())), key=f"idle:{category}",
+        ))
+    return findings

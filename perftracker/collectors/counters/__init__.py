@@ -1,0 +1,1 @@
+"""Host counters: RDMA/sysfs, ethtool, NVML/nvidia-smi samples, Prometheus text."""

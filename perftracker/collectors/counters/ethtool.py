@@ -1,0 +1,180 @@
+"""NIC flow-control counters from `ethtool -S <netdev>`: PFC pauses, discards, buffer and ECN counters.
+
+On RoCE ports (link layer Ethernet) priority flow control (PFC) and the NIC's own drops are not in
+sysfs `ports/<n>/counters`; the Ethernet driver reports them through `ethtool -S` of the port's netdev.
+
+Promise:
+- `parse_ethtool_stats(text)` reads `ethtool -S` output ("NIC statistics:" then `     name: value`
+  lines, per-queue names included) into `{name: int}`; lines whose value is not an integer are
+  skipped, nothing is evaluated.
+- `FLOW_CONTROL` / `flow_control(counters)` keep the pause / PFC / discard / buffer / ECN / CNP / pause
+  storm counters and leave out per-queue and per-channel counters (`rx0_*`, `tx3_*`, `ch1_*`,
+  `ptp_cq0_*`, `*queue_5_*`): the few dozen port-level counters, not hundreds of packet counters.
+- `read_ethtool(netdev)` runs `ethtool -S <netdev>` (2 s timeout, no shell) and returns every
+  counter, or None when ethtool is missing, the device unknown, the call denied or timed out: it
+  never raises.
+- Offline dumps (`looks_like_ethtool_dump`, `load_ethtool_dump`): a text file of repeated `ethtool -S`
+  outputs, each preceded by an epoch line (`date +%s.%N`, or `# ts_ns=<ns>`); `# host=<name>` names
+  the host (else the file name up to its first dot), the netdev comes from the command line when the
+  dump includes it (`ethtool -S eth2`, `$ ethtool -S eth2`) or from a `# netdev=<name>` line.
+  `attach_to_ports` then names each netdev's RDMA device and port from the same host's sysfs
+  records (devices table `netdevs`); without one the device is the netdev and the port "1".
+
+Counter rows (the `counters` table) of these counters are named `ethtool:<driver name>`, e.g.
+`ethtool:rx_prio3_pause_duration`, on the RDMA device / port of the netdev; values are cumulative
+as the driver reports them (mlx5: `*_pause_duration` in microseconds, the rest in packets / events).
+mlx5 names (NVIDIA's "Understanding mlx5 ethtool counters", kernel mlx5/counters.rst):
+`rx_prio<p>_pause[_duration|_transition]` pause frames / time received on priority p (the switch
+stopped this port), `tx_prio<p>_pause[_duration]` sent (this NIC stopped the switch),
+`rx_pause_ctrl_phy` / `tx_pause_ctrl_phy` and `*_global_pause*` link-level pause,
+`rx_discards_phy` / `tx_discards_phy` / `rx_prio<p>_buf_discard` / `rx_prio<p>_cong_discard` /
+`rx_prio<p>_discards` / `rx_out_of_buffer` drops, `tx_pause_storm_warning_events` /
+`tx_pause_storm_error_events` the PFC storm watchdog, `rx_ecn_mark` / `rx_prio<p>_marked` ECN marks.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from perftracker.store import LoadNote
+from perftracker.values import ETHTOOL_COUNTER_PREFIX
+
+PREFIX = ETHTOOL_COUNTER_PREFIX
+TIMEOUT_S = 2.0
+FLOW_CONTROL = re.compile(r"pause|pfc|xoff|xon|discard|buf|ecn|cnp|marked|storm|congest", re.IGNORECASE)
+_PER_QUEUE = re.compile(r"^(?:[a-z]+_)?(?:rx|tx|ch|cq|sq|rq)\d+_|queue_?\d+|\[\d+\]|^(?:rx|tx)-\d+\.", re.IGNORECASE)
+_STAT = re.compile(r"^\s*(?P<name>[^\s:][^:]*?)\s*:\s*(?P<value>[+-]?\d+)\s*$")
+_NETDEV = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@-]{0,63}$")
+_COMMAND = re.compile(r"^(?:[#$>]\s*)?(?:sudo\s+)?ethtool\s+(?:-S|--statistics)\s+(?P<dev>\S+)\s*$")
+_HEADER = "NIC statistics:"
+
+
+def parse_ethtool_stats(text: str) -> dict[str, int]:
+    """`{name: value}` of `ethtool -S` output; non-integer values and other lines are skipped."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        if line.strip() == _HEADER:
+            continue
+        m = _STAT.match(line)
+        if m:
+            out[m.group("name")] = int(m.group("value"))
+    return out
+
+
+def is_flow_control(name: str) -> bool:
+    """True for a port-level pause / PFC / discard / buffer / ECN / CNP / storm counter."""
+    return bool(FLOW_CONTROL.search(name)) and not _PER_QUEUE.search(name)
+
+
+def flow_control(counters: Mapping[str, int]) -> dict[str, int]:
+    """The flow-control subset of `counters` (see `is_flow_control`)."""
+    return {n: v for n, v in counters.items() if is_flow_control(n)}
+
+
+def read_ethtool(netdev: str, timeout_s: float = TIMEOUT_S, ethtool: str = "ethtool") -> dict[str, int] | None:
+    """Every counter `ethtool -S <netdev>` prints, or None when it cannot be read (never raises)."""
+    if not _NETDEV.match(netdev):  # never pass something that looks like an option or a path
+        return None
+    try:
+        done = subprocess.run([ethtool, "-S", netdev], capture_output=True, text=True, timeout=timeout_s,
+                              check=False, env={**os.environ, "LC_ALL": "C"})
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    if done.returncode != 0:
+        return None
+    return parse_ethtool_stats(done.stdout) or None
+
+
+def looks_like_ethtool_dump(head: str) -> bool:
+    """True when a text holds `ethtool -S` output ("NIC statistics:" followed by counter lines)."""
+    lines = head.splitlines()[:400]
+    return any(line.strip() == _HEADER for line in lines) and any(_STAT.match(line) for line in lines)
+
+
+def _rows(blocks: list[tuple[int, str, dict[str, int]]], host: str,
+          source: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    rows: list[dict[str, Any]] = []
+    devices: dict[str, dict[str, Any]] = {}
+    for ts, netdev, counters in blocks:
+        base = {"host": host, "rank": -1, "device": netdev, "port": "1", "ts_ns": ts}
+        rows.extend({**base, "name": PREFIX + n, "value": float(v)} for n, v in flow_control(counters).items())
+        devices.setdefault(netdev, {"host": host, "kind": "nic", "device": netdev, "port": "1", "uuid": "",
+                                    "pci_bus_id": "", "numa_node": -1, "link_layer": "Ethernet",
+                                    "netdevs": netdev, "ranks": "", "source": source})
+    return rows, list(devices.values())
+
+
+def load_ethtool_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
+    """(counter rows, device rows, notes) of a text file of repeated `ethtool -S` outputs with epoch lines."""
+    from perftracker.collectors.counters.rdma import _epoch_ns  # rdma imports this module
+
+    host = path.name.split(".")[0]
+    ts: int | None = None
+    netdev = ""
+    blocks: list[tuple[int, str, dict[str, int]]] = []
+    current: dict[str, int] = {}
+    untimed = unnamed = 0
+
+    def flush() -> None:
+        nonlocal untimed, unnamed
+        if current:
+            if ts is None:
+                untimed += 1
+            elif not netdev:
+                unnamed += 1
+            else:
+                blocks.append((ts, netdev, dict(current)))
+        current.clear()
+
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for raw in handle:
+            line = raw.strip()
+            cmd = _COMMAND.match(line)
+            if line.startswith("# host="):
+                host = line[7:].strip() or host
+            elif line.startswith("# netdev="):
+                flush()
+                netdev = line[9:].strip()
+            elif cmd:
+                flush()
+                netdev = cmd.group("dev")
+            elif line.startswith("# ts_ns=") or _epoch_ns(line) is not None:
+                flush()
+                ts = _epoch_ns(line[8:] if line.startswith("# ts_ns=") else line)
+            elif line == _HEADER:
+                flush()
+            else:
+                m = _STAT.match(raw)
+                if m:
+                    current[m.group("name")] = int(m.group("value"))
+    flush()
+    notes: list[LoadNote] = []
+    if untimed:
+        notes.append(LoadNote("warning", str(path), f"{untimed} `ethtool -S` output(s) without a preceding time line "
+                              "(`date +%s.%N` or `# ts_ns=N`) were skipped: rates need sample times"))
+    if unnamed:
+        notes.append(LoadNote("warning", str(path), f"{unnamed} `ethtool -S` output(s) without a netdev were skipped: "
+                              "add the command line (`echo ethtool -S <dev>`) or a `# netdev=<dev>` line"))
+    rows, devices = _rows(blocks, host, str(path))
+    return rows, devices, notes
+
+
+def attach_to_ports(rows: list[dict[str, Any]], devices: list[dict[str, Any]],
+                    sysfs_devices: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Rows / device rows of offline dumps moved from their netdev to the RDMA device / port whose sysfs
+    record lists that netdev on the same host; netdevs without one stay as they are."""
+    ports: dict[tuple[str, str], tuple[str, str]] = {}
+    for d in sysfs_devices:
+        if d.get("kind") == "nic":
+            for nd in str(d.get("netdevs", "")).split(","):
+                if nd:
+                    ports.setdefault((str(d["host"]), nd), (str(d["device"]), str(d["port"])))
+    moved = [{**r, "device": ports[key][0], "port": ports[key][1]} if (key := (str(r["host"]), str(r["device"])))
+             in ports else r for r in rows]
+    kept = [d for d in devices if (str(d["host"]), str(d["device"])) not in ports]
+    return moved, kept

@@ -1,0 +1,140 @@
+"""Pick up host counter samples among the inputs of `perftracker analyze`, by content.
+
+Promise: `load_counter_inputs(paths)` looks at each non-trace file and loads, whatever its name:
+- `*.rdma.jsonl`-style RDMA port samples and `*.gpu.jsonl`-style GPU samples (first JSON line decides),
+- `nvidia-smi --query-gpu=... --format=csv` output (header line decides),
+- Prometheus text with `node_infiniband_*` (node exporter) or `DCGM_FI_*` (DCGM exporter) samples,
+- `grep -H .` dumps of sysfs port counters, and copied sysfs port folders (path layout decides),
+- repeated `ethtool -S <netdev>` outputs with epoch lines ("NIC statistics:" decides; PFC / discard
+  counters of RoCE ports, collectors/ethtool.py), moved onto the RDMA device / port whose sysfs
+  record (from any other input of the same host) lists that netdev,
+and returns `({"counters": frame, "devices": frame}, notes, meta)`; meta `counter_sources` counts the
+files of each kind. Files that are none of these are left alone (other loaders read them).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from perftracker.collectors.counters import ethtool, gpu_samples, prometheus, rdma
+from perftracker.store import LoadNote
+from perftracker.store.schema import conform
+
+_HEAD_BYTES = 65536
+_SKIP_SUFFIXES = (".gz", ".parquet", ".html", ".png", ".zip", ".tar")
+
+
+def _head(path: Path) -> str:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(_HEAD_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _first_json(head: str) -> dict[str, Any]:
+    for line in head.splitlines()[:5]:
+        if line.strip():
+            try:
+                data = json.loads(line)
+            except ValueError:
+                return {}
+            return data if isinstance(data, dict) else {}
+    return {}
+
+
+def sniff(path: Path, head: str) -> str:
+    """The kind of counter input a file holds: rdma_jsonl, gpu_jsonl, smi_csv, prometheus, sysfs_dump,
+    ethtool_dump or ''."""
+    rec = _first_json(head) if head.lstrip().startswith("{") else {}
+    if rec:
+        if {"device", "port", "ts_ns"} <= rec.keys() and ("counters" in rec or "hw_counters" in rec):
+            return "rdma_jsonl"
+        if {"gpu", "ts_ns", "metrics"} <= rec.keys():
+            return "gpu_jsonl"
+        return ""
+    if gpu_samples.looks_like_smi_csv(head):
+        return "smi_csv"
+    if prometheus.looks_like_exposition(head):
+        return "prometheus"
+    if rdma.looks_like_sysfs_dump(head):
+        return "sysfs_dump"
+    if ethtool.looks_like_ethtool_dump(head):
+        return "ethtool_dump"
+    return ""
+
+
+def _load_prometheus(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
+    samples = prometheus.parse_text(path.read_text(encoding="utf-8", errors="replace"))
+    host = path.name.split(".")[0]
+    notes: list[LoadNote] = []
+    if any(s.ts_ns < 0 for s in samples):
+        notes.append(LoadNote("warning", str(path), "Prometheus samples without a timestamp or a preceding "
+                              "`# scrape_time <unix seconds>` line were skipped: rates need sample times"))
+        samples = [s for s in samples if s.ts_ns >= 0]
+    ib_rows, ib_dev = prometheus.node_infiniband_rows(samples, host)
+    gpu_rows, gpu_dev = prometheus.dcgm_rows(samples, host)
+    return ib_rows + gpu_rows, ib_dev + gpu_dev, notes
+
+
+_LOADERS = {
+    "rdma_jsonl": rdma.load_rdma_jsonl,
+    "gpu_jsonl": gpu_samples.load_gpu_jsonl,
+    "smi_csv": gpu_samples.load_smi_csv,
+    "prometheus": _load_prometheus,
+    "sysfs_dump": rdma.load_sysfs_dump,
+    "ethtool_dump": ethtool.load_ethtool_dump,
+}
+
+
+def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], list[LoadNote], dict[str, Any]]:
+    """(tables {"counters", "devices"}, notes, meta) for the host-counter part of an analysis."""
+    rows: list[dict[str, Any]] = []
+    devices: list[dict[str, Any]] = []
+    eth_rows: list[dict[str, Any]] = []
+    eth_devices: list[dict[str, Any]] = []
+    notes: list[LoadNote] = []
+    sources: dict[str, int] = {}
+    copies = rdma.sysfs_copy_files(paths)
+    copy_set = set(copies)
+    for path in paths:
+        if path in copy_set or path.name.endswith(_SKIP_SUFFIXES):
+            continue
+        kind = sniff(path, _head(path))
+        if not kind:
+            continue
+        try:
+            r, d, n = _LOADERS[kind](path)
+        except OSError as exc:
+            notes.append(LoadNote("warning", str(path), f"counter file could not be read: {exc.strerror or exc}"))
+            continue
+        (eth_rows if kind == "ethtool_dump" else rows).extend(r)
+        (eth_devices if kind == "ethtool_dump" else devices).extend(d)
+        notes.extend(n)
+        sources[kind] = sources.get(kind, 0) + 1
+    if copies:
+        r, d, n = rdma.load_sysfs_copies(copies)
+        rows.extend(r)
+        devices.extend(d)
+        notes.extend(n)
+        sources["sysfs_copy"] = len(copies)
+    if eth_rows or eth_devices:
+        r, d = ethtool.attach_to_ports(eth_rows, eth_devices, devices)
+        rows.extend(r)
+        devices.extend(d)
+    counters = pd.DataFrame(rows)
+    if not counters.empty:
+        counters = counters.drop_duplicates(["host", "device", "port", "name", "ts_ns", "value"])
+        counters = counters.sort_values(["host", "device", "port", "name", "ts_ns"], kind="stable")
+    dev_frame = pd.DataFrame(devices)
+    if not dev_frame.empty:
+        dev_frame = dev_frame.drop_duplicates(["host", "kind", "device", "port"])
+        dev_frame["numa_node"] = dev_frame["numa_node"].fillna(-1)
+        dev_frame = dev_frame.fillna("")
+    tables = {"counters": conform("counters", counters), "devices": conform("devices", dev_frame)}
+    return tables, notes, {"counter_sources": sources} if sources else {}

@@ -1,0 +1,311 @@
+"""RDMA port counters: a sysfs snapshot, and loaders of the files that hold such snapshots.
+
+Promise:
+- `snapshot(sysfs_root, host)` reads every port of `<root>/class/infiniband/*` (or of `root` when it
+  is the `infiniband` folder itself), following symlinks as the kernel lays them out, and returns one
+  record per port in the run-directory format below. Unreadable or non-numeric files are skipped.
+  A live sampler appends these records with `rundir.append_jsonl`; tests snapshot fake trees.
+- `load_rdma_jsonl(path)` reads `<run>/counters/<host>.rdma.jsonl`; `load_sysfs_copies(paths)` reads
+  periodic raw snapshots users already have; both return `counters` rows and `devices` rows.
+
+`<run>/counters/<host>.rdma.jsonl`, one JSON object per port sample::
+
+    {"ts_ns": 1732900000000000000, "host": "node-7", "device": "mlx5_0", "port": "1",
+     "state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": "400 Gb/sec (4X NDR)",
+     "link_layer": "InfiniBand", "counters": {"port_xmit_data": 123, ...},
+     "hw_counters": {"np_cnp_sent": 0, ...}, "numa_node": 0, "pci_bus_id": "0000:17:00.0",
+     "netdevs": ["ib0"]}
+
+(`phys_state`, `numa_node`, `pci_bus_id` and `netdevs` are optional.) Counter values are kept as
+the kernel writes them: `port_xmit_data`/`port_rcv_data` count octets divided by 4. A RoCE port
+(link layer Ethernet) sampled live also has `"ethtool": {name: int}`: the flow-control counters
+(PFC pauses, discards, buffer / ECN / pause-storm counters) of `ethtool -S <netdev>`, selected by
+`collectors/ethtool.py`; `snapshot()` itself reads sysfs only.
+
+Counter rows: device = RDMA device, port = port number as text, name = the sysfs file name (from
+`counters/` or `hw_counters/`) or `ethtool:<name>` for the `ethtool` counters (e.g.
+`ethtool:rx_prio3_pause_duration`), plus `state_id` (4 = ACTIVE), `phys_state_id` (5 = LinkUp),
+`rate_gbps` and `width` (lanes) parsed from the port's `rate`.
+
+Raw snapshot copies (`load_sysfs_copies`) come in two shapes:
+- folders: `<anything>/<host>/<time>/[class/]infiniband/<dev>/ports/<n>/{counters,hw_counters}/<name>`
+  (e.g. `cp -r` of the counter folders once a minute). `<time>` is the epoch in s, ms or ns; a file
+  `hostname` in the `<time>` folder overrides the host taken from the folder above it.
+- text dumps: the output of `grep -H . /sys/class/infiniband/*/ports/*/{counters,hw_counters}/*
+  /sys/class/infiniband/*/ports/*/{state,rate,link_layer}` repeated, each repetition preceded by a
+  line holding the epoch (`date +%s.%N`) or `# ts_ns=<ns>`; `# host=<name>` names the host, else
+  the file name up to its first dot does.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from perftracker.rundir import read_jsonl
+from perftracker.store import LoadNote
+from perftracker.values import ETHTOOL_COUNTER_PREFIX as ETHTOOL_PREFIX
+
+RATE = re.compile(r"(?P<gbps>[\d.]+)\s*Gb/sec(?:\s*\((?P<width>\d+)X\s*(?P<speed>[A-Z0-9]*)\))?")
+_STATE = re.compile(r"^\s*(?P<id>\d+)\s*:")
+_PORT_PATH = re.compile(r"^(?P<root>.*?)/(?:class/)?infiniband/(?P<dev>[^/]+)/ports/(?P<port>\d+)/"
+                        r"(?P<rest>(?:hw_)?counters/[^/:]+|state|phys_state|rate|link_layer)$")
+_DUMP_LINE = re.compile(r"^(?P<path>\S*/infiniband/[^/]+/ports/\d+/(?:(?:hw_)?counters/[^/:]+|state|phys_state|"
+                        r"rate|link_layer)):(?P<value>.*)$")
+_TEXT_FIELDS = ("state", "phys_state", "rate", "link_layer")
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+
+
+def _int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+def _counter_dir(folder: Path) -> dict[str, int]:
+    out: dict[str, int] = {}
+    if not folder.is_dir():
+        return out
+    for f in sorted(folder.iterdir(), key=lambda p: p.name):
+        if f.name == "lifespan":
+            continue
+        value = _int(_read(f))
+        if value is not None:
+            out[f.name] = value
+    return out
+
+
+def _ib_base(root: Path) -> Path:
+    for cand in (root / "class" / "infiniband", root / "infiniband", root):
+        if cand.is_dir() and cand.name == "infiniband":
+            return cand
+    return root / "class" / "infiniband"
+
+
+def snapshot(sysfs_root: Path | str, host: str, ts_ns: int | None = None) -> list[dict[str, Any]]:
+    """One record per RDMA port under `sysfs_root` (a `/sys`, or its `class/infiniband` folder)."""
+    import time
+
+    base = _ib_base(Path(sysfs_root))
+    when = time.time_ns() if ts_ns is None else ts_ns
+    records: list[dict[str, Any]] = []
+    if not base.is_dir():
+        return records
+    for dev in sorted(base.iterdir(), key=lambda p: p.name):
+        ports = dev / "ports"
+        if not ports.is_dir():
+            continue
+        pci = dev / "device"
+        numa = _int(_read(pci / "numa_node"))
+        net = pci / "net"
+        netdevs = sorted(p.name for p in net.iterdir()) if net.is_dir() else []
+        bus_id = pci.resolve().name if pci.exists() else ""
+        for port in sorted(ports.iterdir(), key=lambda p: p.name):
+            rec: dict[str, Any] = {"ts_ns": when, "host": host, "device": dev.name, "port": port.name}
+            for name in _TEXT_FIELDS:
+                rec[name] = _read(port / name) or ""
+            rec["counters"] = _counter_dir(port / "counters")
+            rec["hw_counters"] = _counter_dir(port / "hw_counters")
+            if numa is not None:
+                rec["numa_node"] = numa
+            if bus_id:
+                rec["pci_bus_id"] = bus_id
+            if netdevs:
+                rec["netdevs"] = netdevs
+            records.append(rec)
+    return records
+
+
+def parse_rate(text: str) -> tuple[float, int]:
+    """("400 Gb/sec (4X NDR)") -> (400.0, 4); (nan, -1) when unparsable."""
+    m = RATE.search(text or "")
+    if not m:
+        return float("nan"), -1
+    return float(m.group("gbps")), int(m.group("width") or -1)
+
+
+def _state_id(text: str) -> int | None:
+    m = _STATE.match(text or "")
+    return int(m.group("id")) if m else None
+
+
+def record_rows(rec: dict[str, Any], source: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(counter rows, device row) of one port record."""
+    host, dev, port, ts = str(rec.get("host", "")), str(rec["device"]), str(rec["port"]), int(rec["ts_ns"])
+    base = {"host": host, "rank": -1, "device": dev, "port": port, "ts_ns": ts}
+    rows = []
+    for group, prefix in (("counters", ""), ("hw_counters", ""), ("ethtool", ETHTOOL_PREFIX)):
+        for name, value in (rec.get(group) or {}).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                rows.append({**base, "name": prefix + str(name), "value": float(value)})
+    for field, name in (("state", "state_id"), ("phys_state", "phys_state_id")):
+        sid = _state_id(str(rec.get(field, "")))
+        if sid is not None:
+            rows.append({**base, "name": name, "value": float(sid)})
+    gbps, width = parse_rate(str(rec.get("rate", "")))
+    if gbps == gbps:
+        rows.append({**base, "name": "rate_gbps", "value": gbps})
+    if width > 0:
+        rows.append({**base, "name": "width", "value": float(width)})
+    numa = rec.get("numa_node")
+    device = {"host": host, "kind": "nic", "device": dev, "port": port, "uuid": "",
+              "pci_bus_id": str(rec.get("pci_bus_id", "")),
+              "numa_node": int(numa) if isinstance(numa, int) else -1,
+              "link_layer": str(rec.get("link_layer", "")),
+              "netdevs": ",".join(str(n) for n in rec.get("netdevs") or []), "ranks": "", "source": source}
+    return rows, device
+
+
+def load_rdma_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
+    """(counter rows, device rows, notes) of one `<host>.rdma.jsonl` file; bad lines become notes."""
+    rows: list[dict[str, Any]] = []
+    devices: dict[tuple[str, str, str], dict[str, Any]] = {}
+    notes: list[LoadNote] = []
+    bad = 0
+    default_host = path.name.split(".")[0]
+    for lineno, rec in read_jsonl(path):
+        try:
+            rec.setdefault("host", default_host)
+            r, d = record_rows(rec, f"{path}:{lineno}")
+        except (AttributeError, ValueError, KeyError, TypeError):
+            bad += 1
+            continue
+        rows.extend(r)
+        devices.setdefault((d["host"], d["device"], d["port"]), d)
+    if bad:
+        notes.append(LoadNote("warning", str(path), f"{bad} line(s) are not RDMA port samples and were skipped"))
+    return rows, list(devices.values()), notes
+
+
+def _epoch_ns(text: str) -> int | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    if value > 1e17:
+        return int(value)
+    if value > 1e14:
+        return int(value * 1e3)
+    if value > 1e11:
+        return int(value * 1e6)
+    if value > 1e8:
+        return int(value * 1e9)
+    return None
+
+
+def _folder_time_host(root: Path) -> tuple[int | None, str]:
+    parts = root.parts
+    for i in range(len(parts) - 1, -1, -1):
+        ts = _epoch_ns(parts[i])
+        if ts is not None:
+            named = _read(root / "hostname")
+            host = named or (parts[i - 1] if i > 0 else "")
+            return ts, host
+    return None, _read(root / "hostname") or ""
+
+
+def _records_from(values: dict[tuple[str, str], dict[str, str]], ts: int, host: str) -> list[dict[str, Any]]:
+    out = []
+    for (dev, port), files in sorted(values.items()):
+        rec: dict[str, Any] = {"ts_ns": ts, "host": host, "device": dev, "port": port,
+                               "counters": {}, "hw_counters": {}}
+        for rest, text in files.items():
+            if rest in _TEXT_FIELDS:
+                rec[rest] = text
+            else:
+                group, name = rest.split("/", 1)
+                value = _int(text)
+                if value is not None and name != "lifespan":
+                    rec[group][name] = value
+        out.append(rec)
+    return out
+
+
+def sysfs_copy_files(paths: Iterable[Path]) -> list[Path]:
+    """The paths that are files of a copied `infiniband/<dev>/ports/<n>/` folder."""
+    return [p for p in paths if _PORT_PATH.match(p.as_posix())]
+
+
+def load_sysfs_copies(paths: Sequence[Path]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
+    """(counter rows, device rows, notes) from copied sysfs port folders (see the module docstring)."""
+    groups: dict[str, dict[tuple[str, str], dict[str, str]]] = {}
+    for p in paths:
+        m = _PORT_PATH.match(p.as_posix())
+        if not m:
+            continue
+        text = _read(p)
+        if text is not None:
+            groups.setdefault(m.group("root"), {}).setdefault((m.group("dev"), m.group("port")), {})[
+                m.group("rest")] = text
+    rows: list[dict[str, Any]] = []
+    devices: dict[tuple[str, str, str], dict[str, Any]] = {}
+    notes: list[LoadNote] = []
+    for root, values in sorted(groups.items()):
+        ts, host = _folder_time_host(Path(root))
+        if ts is None:
+            notes.append(LoadNote("warning", root, "sysfs counter copy without a time in its folder names "
+                                  "(<host>/<epoch>/infiniband/...): skipped, rates need sample times"))
+            continue
+        for rec in _records_from(values, ts, host):
+            r, d = record_rows(rec, root)
+            rows.extend(r)
+            devices.setdefault((d["host"], d["device"], d["port"]), d)
+    return rows, list(devices.values()), notes
+
+
+def looks_like_sysfs_dump(head: str) -> bool:
+    """True when a text starts like `grep -H .` output over infiniband port counter files."""
+    return any(_DUMP_LINE.match(line) for line in head.splitlines()[:50])
+
+
+def load_sysfs_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
+    """(counter rows, device rows, notes) of a text dump of repeated `grep -H .` snapshots."""
+    host = path.name.split(".")[0]
+    ts: int | None = None
+    current: dict[tuple[str, str], dict[str, str]] = {}
+    records: list[dict[str, Any]] = []
+    notes: list[LoadNote] = []
+
+    def flush() -> None:
+        if current and ts is not None:
+            records.extend(_records_from(current, ts, host))
+        current.clear()
+
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            line = line.strip()
+            if line.startswith("# host="):
+                host = line[7:].strip()
+                continue
+            stamp = _epoch_ns(line[8:]) if line.startswith("# ts_ns=") else _epoch_ns(line)
+            if stamp is not None:
+                flush()
+                ts = stamp
+                continue
+            m = _DUMP_LINE.match(line)
+            if m:
+                pm = _PORT_PATH.match(m.group("path"))
+                if pm:
+                    current.setdefault((pm.group("dev"), pm.group("port")), {})[pm.group("rest")] = m.group("value")
+    flush()
+    if not records:
+        notes.append(LoadNote("warning", str(path), "sysfs counter dump without time lines (`date +%s.%N` or "
+                              "`# ts_ns=N` before each snapshot): skipped, rates need sample times"))
+    rows: list[dict[str, Any]] = []
+    devices: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for rec in records:
+        r, d = record_rows(rec, str(path))
+        rows.extend(r)
+        devices.setdefault((d["host"], d["device"], d["port"]), d)
+    return rows, list(devices.values()), notes

@@ -1,0 +1,1 @@
+"""NCCL inputs: debug logs, their line patterns, platform profiles."""

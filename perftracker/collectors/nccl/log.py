@@ -1,0 +1,341 @@
+"""Read NCCL_DEBUG=INFO/WARN/TRACE output into the Store's `nccl` and `config` tables.
+
+Promise: any text file is accepted (a per-process NCCL_DEBUG_FILE, or a job's mixed output with
+launcher prefixes, timestamps and unrelated lines, NCCL 2.3 to 2.30). Lines that are not NCCL lines
+are skipped; NCCL lines with an unknown message are counted and a sample is kept as `other` facts;
+nothing in a log is fatal. Each fact is stored once per process with the line it was first seen on
+and how often it repeated, so a gigabyte of Channel lines becomes a few hundred rows.
+
+`nccl` rows: (rank, host, pid, device, key, value, line, file, count). Keys are listed in
+`FACT_KEYS`; structured values are compact JSON. Facts printed outside any process header (the bare
+`NCCL version` line of NCCL <= 2.21, PyTorch error text) have pid -1 and host "".
+`config` rows: one per environment echo (`NCCL_X set by environment to V`), source `nccl_echo`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from perftracker.collectors.nccl import patterns as P
+from perftracker.collectors.nccl.lines import ProcFacts, classify_message
+from perftracker.store import LoadNote
+from perftracker.store.schema import conform
+
+FACT_KEYS = (
+    "version", "rank", "nranks", "nnodes", "local_ranks", "comm", "init_complete", "init_start",
+    "init_timings", "bootstrap", "socket_if", "oob", "nic", "ib_ro", "ib_no_device", "ibverbs_missing",
+    "ib_open_failed", "network", "net_plugin", "plugin_path", "gdr_disabled", "connected_rings", "via",
+    "channels", "ring", "tree", "qp", "env", "warn", "completion_error", "error_chain", "cuda_driver",
+    "other", "other_count", "warn_lines", "process", "cqe_error", "ibv_error", "sharp", "socket_ifcount",
+    "plugin_note", "channel_count", "bootstrap_timings", "connected",
+)
+_SNIFF_BYTES = 64 * 1024
+_OTHER_SAMPLES = 50
+_HEAD_CACHE_MAX = 1 << 18
+
+
+def looks_like_nccl_log(path: Path) -> bool:
+    """True when the first 64 KB of `path` contain NCCL debug lines (`NCCL INFO` / `NCCL WARN`)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(_SNIFF_BYTES)
+    except OSError:
+        return False
+    return b" NCCL INFO " in head or b" NCCL WARN " in head or b"NCCL version " in head
+
+
+_HOST_BAD = frozenset(" :[]<>()")
+_READ_BYTES = 1 << 22
+_MESSAGE_CACHE_MAX = 1 << 16
+_LINE_CACHE_MAX = 1 << 17
+
+# A header: (host, pid, device, rank from a launcher prefix or -1, WARN source file, its line).
+_Header = tuple[str, int, int, int, str, int]
+# What `classify_message` did with a message: facts added, ranks seen, its return value.
+_Effect = tuple[tuple[tuple[tuple[str, str], int], ...], tuple[int, ...], str | None]
+# A header line other than `via`: (process, rank, level, WARN fact or None, message, its effect).
+_Plan = tuple[ProcFacts, int, str, str | None, str, _Effect]
+
+
+class _Repeat:
+    """A line seen before whose repeat only adds to counts: its facts' slots, WARN and unknown lines."""
+
+    __slots__ = ("others", "proc", "slots", "warns")
+
+    def __init__(self, proc: ProcFacts, warns: int, others: int, slots: tuple[tuple[list[int], int], ...]) -> None:
+        self.proc = proc
+        self.warns = warns
+        self.others = others
+        self.slots = slots
+
+
+class _FileParser:
+    """State of one file's parse; `feed` takes lines, `rows` gives the table rows."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.file = str(path)
+        self.procs: dict[tuple[str, int], ProcFacts] = {}
+        self.orphan = ProcFacts("", -1, -1)
+        # header text -> (its process, rank, source, source line), or None when it is not a header
+        self.head_cache: dict[str, tuple[ProcFacts, int, str, int] | None] = {}
+        # message -> what classifying it does (classification reads no state, so it can be replayed)
+        self.message_cache: dict[str, _Effect] = {}
+        # a whole line seen before -> its `via` fact's [first line, count], or its plan for `_apply`
+        self.seen_lines: dict[str, list[int] | _Plan | _Repeat] = {}
+        self.config: list[dict[str, object]] = []
+        self.warn_lines = 0
+        self.other_samples = 0
+
+    def _header(self, head: str) -> _Header | None:
+        # Fast path for the plain `host:pid:tid [dev]` header (no launcher prefix, no source file).
+        if head.endswith("]"):
+            b = head.rfind(" [")
+            if b > 0:
+                dev = head[b + 2:-1]
+                parts = head[:b].rsplit(":", 2)
+                if (len(parts) == 3 and dev.isdigit() and parts[1].isdigit() and parts[2].isdigit()
+                        and parts[0] and _HOST_BAD.isdisjoint(parts[0])):
+                    return (parts[0], int(parts[1]), int(dev), -1, "", -1)
+        m = P.HEADER.search(head)
+        if m is None:
+            return None
+        rank = -1
+        start = m.start()
+        if start:
+            rm = P.RANK_PREFIX.match(head[:start])
+            if rm is not None:
+                rank = int(rm.group("mpi") or rm.group("rk") or rm.group("num"))
+        return (m.group("host"), int(m.group("pid")), int(m.group("dev")), rank,
+                m.group("src") or "", int(m.group("srcline") or -1))
+
+    def _process(self, head: str, lineno: int) -> tuple[ProcFacts, int, str, int] | None:
+        """The process a header names (created on its first line), cached by the header's text."""
+        hdr = self._header(head)
+        entry = None
+        if hdr is not None:
+            host, pid, dev, rank, src, srcline = hdr
+            proc = self.procs.get((host, pid))
+            if proc is None:
+                proc = self.procs[(host, pid)] = ProcFacts(host, pid, dev, lineno)
+            entry = (proc, rank, src, srcline)
+        if len(self.head_cache) > _HEAD_CACHE_MAX:
+            self.head_cache.clear()
+        self.head_cache[head] = entry
+        return entry
+
+    def feed(self, lines: Iterable[str], first_line: int = 1, newline: str = "\n") -> None:
+        """Parse `lines` (without their line ends; `newline` is what ended each), numbered from `first_line`.
+
+        A line seen before (logs repeat the same Channel lines by the thousand) is looked up whole:
+        a `via` line only bumps its fact's count, any other replays what the first one did.
+        """
+        seen_lines = self.seen_lines
+        lineno = first_line - 1
+        for raw in lines:
+            lineno += 1
+            if "NCCL" not in raw:
+                continue
+            plan = seen_lines.get(raw)
+            if plan is None:
+                plan = self._plan(raw, lineno)
+                if plan is None:
+                    self._loose(raw + newline, lineno)
+                    continue
+                if len(seen_lines) > _LINE_CACHE_MAX:
+                    seen_lines.clear()
+                seen_lines[raw] = plan
+                if type(plan) is list:  # created the fact: counted already
+                    continue
+            kind = type(plan)
+            if kind is list:
+                plan[1] += 1  # type: ignore[index]
+            elif kind is _Repeat:
+                plan.proc.others += plan.others  # type: ignore[union-attr]
+                self.warn_lines += plan.warns  # type: ignore[union-attr]
+                for slot, count in plan.slots:  # type: ignore[union-attr]
+                    slot[1] += count
+            else:
+                repeat = self._apply(plan, lineno)  # type: ignore[arg-type]
+                if repeat is not None:
+                    seen_lines[raw] = repeat
+
+    def _plan(self, raw: str, lineno: int) -> list[int] | _Plan | None:
+        """What a header line does: its `via` fact's slot, or a plan for `_apply`; None if not a header."""
+        i = raw.find(" NCCL ")
+        level = raw[i + 6:i + 10] if i >= 0 else ""
+        if level != "INFO" and level != "WARN" and level != "TRAC":
+            return None
+        head = raw[:i]
+        entry = self.head_cache.get(head, False)
+        if entry is False:
+            entry = self._process(head, lineno)
+        if entry is None:
+            if level == "WARN":
+                self.warn_lines += 1
+            return None
+        proc, rank, src, srcline = entry  # type: ignore[misc]
+        j = i + (12 if level == "TRAC" else 11)
+        if level == "INFO" and (raw.startswith("Channel", j) or raw.startswith("Ring", j)):
+            v = raw.find(" via ", j)
+            if v > 0:  # hot path: the bulk of a large INFO log
+                if rank >= 0:
+                    proc.ranks.add(rank)
+                fkey = ("via", raw[v + 5:].rstrip())
+                slot = proc.facts.get(fkey)
+                if slot is None:
+                    slot = proc.facts[fkey] = [lineno, 0]
+                slot[1] += 1
+                return slot
+        msg = raw[j:].rstrip()
+        warn = (f"{src}:{srcline} {msg}" if src else msg) if level == "WARN" else None
+        return (proc, rank, level, warn, msg, self._effect(msg))
+
+    def _effect(self, msg: str) -> _Effect:
+        """What `classify_message` does with `msg` (it reads no state, so this is cached by message)."""
+        effect = self.message_cache.get(msg)
+        if effect is None:
+            probe = ProcFacts("", -1, -1)
+            known = classify_message(msg, probe, -1)
+            effect = (tuple((fact, slot[1]) for fact, slot in probe.facts.items()), tuple(probe.ranks), known)
+            if len(self.message_cache) > _MESSAGE_CACHE_MAX:
+                self.message_cache.clear()
+            self.message_cache[msg] = effect
+        return effect
+
+    def _apply(self, plan: _Plan, lineno: int) -> _Repeat | None:
+        """Do what the line does; when doing it again can only add to counts, return that as a _Repeat."""
+        proc, rank, level, warn, msg, (facts, ranks, known) = plan
+        if level == "WARN":
+            self.warn_lines += 1
+        if rank >= 0:
+            proc.ranks.add(rank)
+        if warn is not None:
+            proc.add("warn", warn, lineno)
+        if ranks:
+            proc.ranks.update(ranks)
+        for fact, count in facts:
+            slot = proc.facts.get(fact)
+            if slot is None:
+                proc.facts[fact] = [lineno, count]
+            else:
+                slot[1] += count
+        others = 0
+        if known == "":
+            others = 1
+            proc.others += 1
+            if self.other_samples < _OTHER_SAMPLES and level != "WARN":
+                self.other_samples += 1
+                proc.add("other", msg[:300], lineno)
+                return None  # a sample: the next repeat may be one too
+        elif known is not None:  # an environment echo: also a config row (one per line)
+            var, val = known.split("=", 1)
+            self.config.append({"host": proc.host, "pid": proc.pid, "rank": min(proc.ranks) if proc.ranks else -1,
+                                "key": var, "value": val, "source": "nccl_echo",
+                                "evidence": f"{self.file}:{lineno}"})
+            return None
+        # Every fact of this line exists now; a repeat only adds to their counts.
+        slots = [(proc.facts[fact], count) for fact, count in facts]
+        if warn is not None:
+            slots.insert(0, (proc.facts[("warn", warn)], 1))
+        return _Repeat(proc, int(level == "WARN"), others, tuple(slots))
+
+    def _loose(self, raw: str, lineno: int) -> None:
+        """A line with NCCL in it but no process header: the bare version line, error text, a stray WARN."""
+        if "NCCL WARN" in raw and " NCCL WARN " not in raw:
+            self.warn_lines += 1
+        m = P.VERSION.search(raw)
+        if m is not None:
+            self.orphan.add("version", m.group("ver"), lineno)
+        if "Got completion from peer" in raw or "Got CQE with error" in raw:
+            classify_message(raw[raw.find("NET/IB"):] if "NET/IB" in raw else raw, self.orphan, lineno)
+
+    def rows(self) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+        out: list[dict[str, object]] = []
+        for proc in [*self.procs.values(), self.orphan]:
+            ranks = sorted(proc.ranks)
+            rank = ranks[0] if len(ranks) == 1 else -1
+            if proc.pid >= 0:
+                proc.facts[("process", "")] = [proc.first_line, 1]
+                for r in ranks:
+                    proc.add("rank", str(r), -1)
+                if proc.others:
+                    proc.facts[("other_count", str(proc.others))] = [-1, 1]
+            for (key, value), (line, count) in proc.facts.items():
+                out.append({"rank": rank, "host": proc.host, "pid": proc.pid, "device": proc.device,
+                            "key": key, "value": value, "line": line, "file": self.file, "count": count})
+        out.append({"rank": -1, "host": "", "pid": -1, "device": -1, "key": "warn_lines",
+                    "value": str(self.warn_lines), "line": -1, "file": self.file, "count": 1})
+        for row in self.config:
+            if row["rank"] == -1:
+                owner = self.procs.get((str(row["host"]), int(str(row["pid"]))))
+                if owner is not None and len(owner.ranks) == 1:
+                    row["rank"] = next(iter(owner.ranks))
+        return out, self.config
+
+
+def _split_lines(data: bytes, final: bool) -> tuple[list[str], bytes]:
+    """Complete lines of `data` (decoded, line ends removed) and the bytes left over.
+
+    Line ends are those of Python's universal newlines (\\n, \\r\\n, \\r); the text is UTF-8
+    with undecodable bytes replaced. With `final`, a last line without a line end is included.
+    """
+    hold = b""
+    if not final and data.endswith(b"\r"):  # maybe the first half of \r\n
+        data, hold = data[:-1], b"\r"
+    if b"\r" in data:
+        data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    cut = len(data) if final else data.rfind(b"\n") + 1
+    lines = data[:cut].decode("utf-8", "replace").split("\n")
+    if not final or lines[-1] == "":
+        lines.pop()  # the empty text after the last line end
+    return lines, data[cut:] + hold
+
+
+def parse_nccl_file(path: Path) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """Parse one file; returns (nccl rows, config rows). Raises OSError when the file cannot be read."""
+    parser = _FileParser(path)
+    line = 1
+    rest = b""
+    with open(path, "rb") as handle:
+        while True:
+            block = handle.read(_READ_BYTES)
+            if not block:
+                break
+            lines, rest = _split_lines(rest + block if rest else block, final=False)
+            parser.feed(lines, line)
+            line += len(lines)
+    if rest:
+        lines, _ = _split_lines(rest, final=True)
+        ends_open = not rest.endswith((b"\n", b"\r"))
+        parser.feed(lines[:-1], line)
+        parser.feed(lines[-1:], line + len(lines) - 1, newline="" if ends_open else "\n")
+    return parser.rows()
+
+
+def load_nccl_logs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], list[LoadNote]]:
+    """Parse NCCL logs into `{"nccl": frame, "config": frame}` plus notes about unreadable files."""
+    nccl_rows: list[dict[str, object]] = []
+    config_rows: list[dict[str, object]] = []
+    notes: list[LoadNote] = []
+    for path in paths:
+        try:
+            rows, config = parse_nccl_file(Path(path))
+        except OSError as exc:
+            notes.append(LoadNote("warning", str(path), f"NCCL log could not be read: {exc.strerror or exc}"))
+            continue
+        nccl_rows.extend(rows)
+        config_rows.extend(config)
+        procs = {(r["host"], r["pid"]) for r in rows if int(str(r["pid"])) >= 0}
+        if not procs:
+            notes.append(LoadNote("info", str(path), "no NCCL process lines found in this file"))
+    frames = {
+        "nccl": conform("nccl", pd.DataFrame(nccl_rows)),
+        "config": conform("config", pd.DataFrame(config_rows)),
+    }
+    return frames, notes
+
+

@@ -1,0 +1,79 @@
+"""Regular expressions and small pure helpers for NCCL_DEBUG log lines (NCCL 2.3 to 2.30).
+
+Promise: every pattern here is applied only after a cheap keyword check in `nccl_log`, so a
+pattern may be as precise as it needs to be. Nothing here does I/O. Formats are those catalogued
+in shared/reference/nccl_rules.md section 3.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Header before " NCCL INFO|WARN|TRACE": host:pid:tid [dev], then for WARN an optional source
+# location `file:line` and an optional `(func)`; TRACE adds `<ms> func:line`.
+HEADER = re.compile(
+    r"(?P<host>[^\s:]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\]"
+    r"(?: [\d.]+)?(?: (?P<src>\S+?):(?P<srcline>\d+))?(?: \([^)]*\))?\s*$"
+)
+# Launcher prefixes that name the rank: mpirun `[1,3]<stdout>:`, `[Rank 3] `, torchrun `[3] `/`[3]:`.
+RANK_PREFIX = re.compile(r"^\s*\[(?:\d+,(?P<mpi>\d+)\]<std\w+>|Rank (?P<rk>\d+)\]|(?P<num>\d+)\]:?\s)")
+
+VERSION = re.compile(r"NCCL version (?P<ver>\d+\.\d+\.\d+)(?P<suffix>[^\s+,]*)(?:\+cuda(?P<cuda>[\w.]+))?")
+
+# NET/IB device list tokens (2.4+ single line; 2.3 one line per device; 2.27 detail lines).
+IB_DEVICE = re.compile(
+    r"\[(?P<idx>\d+)\]\s?(?P<hca>[\w.+-]+?)(?::uverbs\d+)?:(?P<port>\d+)/(?P<ll>IB|RoCE)(?P<sharp>/SHARP)?"
+)
+OOB = re.compile(r";\s*OOB (?P<iface>[^:\s]*):(?P<addr>.*?)<\d+>")
+# Interface lists: `[0]eth0:10.0.0.1<0>`, `eth0:10.0.0.1<0>`, `enp1s0f0:fe80::1%enp1s0f0<0>`, `lo:<0>`.
+IFACE = re.compile(r"(?:\[\d+\])?(?P<iface>[^\s:\[\]]+):(?P<addr>\S*?)<\d+>")
+
+CHANNEL_SUMMARY = re.compile(r"^(?P<coll>\d+) coll channels,(?: (?P<collnet>\d+) collnet channels,)?"
+                             r"(?: (?P<nvls>\d+) nvls channels,)? (?P<p2p>\d+) p2p channels")
+COMM_INIT = re.compile(
+    r"(?:(?P<fn>nccl\w+) )?comm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+) "
+    r"cudaDev (?P<cuda>\d+)(?: nvmlDev (?P<nvml>\d+))?(?: busId (?P<bus>[0-9a-f]+))?"
+    r"(?: parent 0x[0-9a-f]+ .*?)?(?: commId (?P<commid>0x[0-9a-f]+))? - Init (?P<state>START|COMPLETE)"
+)
+COMM_NODES = re.compile(
+    r"comm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\d+) nRanks (?P<nranks>\d+) nNodes (?P<nnodes>\d+) "
+    r"localRanks (?P<local>\d+) localRank (?P<localrank>\d+)"
+)
+INIT_TIMINGS = re.compile(
+    r"Init timings(?::| - (?P<fn>\w+):) rank (?P<rank>\d+) nranks (?P<nranks>\d+) total (?P<total>[\d.]+)"
+    r"(?: \((?P<parts>[^)]*)\))?"
+)
+ENV_ECHO = re.compile(r"^(?P<var>NCCL_[A-Z0-9_]+) set (?:by environment )?to ?(?P<val>.*?)\.?\s*$")
+ENV_INVALID = re.compile(r"^Invalid value (?P<val>.*) for (?P<var>NCCL_[A-Z0-9_]+), using default (?P<d>-?\d+)")
+ERROR_CHAIN = re.compile(r"^(?P<src>[\w./-]+\.(?:cc|c|h|cpp)):(?P<line>\d+) -> (?P<code>\d+)(?: \[(?P<thread>[^\]]+)\])?")
+COMPLETION = re.compile(
+    r"Got completion from peer (?P<peer>[^\s<]*)(?:<(?P<port>\d+)>)? with "
+    r"(?:error |status=)(?P<status>[\w]+?(?:\((?P<num>\d+)\))?)[,\s]"
+    r"(?:.*?opcode[ =](?P<opcode>[\w()]+))?"
+    r"(?:.*?vendor[ _]err[ =]?\s?(?P<vendor>\d+))?"
+    r"(?:.*?\((?P<dir>Send|Recv|[A-Za-z]+)\))?"
+    r"(?:.*?localGid (?P<lgid>\S+))?(?:.*?remoteGids?(?P<rgid>\S+))?"
+)
+CQE_ERROR = re.compile(r"Got CQE with error")
+QP_INFO = re.compile(
+    r"NET/IB: (?:NCCL )?Dev (?P<dev>\d+)(?: IbDev (?P<ibdev>\d+))? Port (?P<port>\d+) qpn (?P<qpn>\d+) "
+    r"mtu (?P<mtu>\d+)(?P<rest>.*)$"
+)
+QP_GID = re.compile(r"GID (?P<idx>\d+) \((?P<prefix>[0-9A-Fa-f]+)/(?P<iid>[0-9A-Fa-f]+)\)")
+QP_LID = re.compile(r"\bLID (?P<lid>\d+)")
+GDR_DISABLED = re.compile(r"GPU Direct RDMA Disabled for (?P<what>.*)$")
+CONNECTED_RINGS = re.compile(r"Connected all rings(?:, use ring PXN (?P<pxn>\d) GDR (?P<gdr>\d))?")
+PLUGIN_LOADED = re.compile(r"Loaded (?:net|coll) plugin (?P<name>.+?)(?: \(v\d+\))?\s*$")
+RING_LISTING = re.compile(r"^Channel (?P<ch>\d+)/(?P<n>\d+) :")
+PEER_ADDR = re.compile(r"(?P<ip>\d+\.\d+\.\d+\.\d+|[0-9a-fA-F:]+:[0-9a-fA-F:.]*)")
+
+
+def gid_prefix_is_link_local(prefix_hex: str) -> bool:
+    """The QP line prints the 64-bit subnet prefix as a little-endian number: `80FE` is fe80::/64."""
+    try:
+        value = int(prefix_hex, 16)
+    except ValueError:
+        return False
+    return value.to_bytes(8, "little")[:2] == b"\xfe\x80" or prefix_hex.lower().startswith("fe80")
+
+

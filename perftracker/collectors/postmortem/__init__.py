@@ -1,0 +1,1 @@
+"""Post-mortem inputs: flight-recorder dumps, job logs, error files, kernel logs."""

@@ -1,0 +1,297 @@
+"""Failures in job output, launcher logs, torchelastic error files and kernel logs.
+
+Promise: `looks_like_job_log(path)` sniffs a text file's head and tail for failure markers;
+`parse_job_log(path)` reads it line by line (untrusted text: only regexes, never eval) and returns
+`failures` rows:
+  * timeout       ProcessGroupNCCL watchdog lines `[Rank R] Watchdog caught collective operation timeout:
+                  WorkNCCL(SeqNum=N, OpType=OP, NumelIn=.., NumelOut=.., Timeout(ms)=..) ran for T milliseconds`,
+                  with the process group from the following `[PG ID p PG GUID g(desc) Rank R] ... at work: N` line;
+  * gloo_timeout  `Timed out waiting Nms for recv|send operation to complete` (rank from the `[rankN]:` prefix);
+  * exception     the last line of each rank's Python traceback (`[rankN]: Traceback ...`), with the
+                  torch.distributed collective it was in (`op`) and the user frame (in `message`);
+  * exit          rows of torchrun's ChildFailedError table (time, host, rank, exitcode, error_file);
+  * xid           kernel `NVRM: Xid (PCI:...): N, ...` lines.
+Watchdog progress (`last enqueued/completed NCCL work`) goes to the returned meta. `load_error_file`
+reads a torchelastic error file (TORCHELASTIC_ERROR_FILE JSON). Times without a year (glog `E1218
+20:27:21.4`) take the file's modification year; naive times are read as UTC (only their order matters).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from perftracker.collectors.traces.ranks import rank_from_name
+
+SNIFF_BYTES = 256 * 1024
+MARKERS = (b"Watchdog caught collective operation timeout", b"Traceback (most recent call last)",
+           b"ChildFailedError", b"NVRM: Xid", b"Timed out waiting", b"detected by watchdog at work")
+
+_PREFIX = re.compile(r"^\s*\[(?:rank|default)(\d+)\]:\s?")
+_GLOG = re.compile(r"\[?[EWIF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?\s+\S+:\d+\]")
+_WATCHDOG = re.compile(
+    r"\[Rank (\d+)\] Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+)"
+    r"(?:, NumelIn=(\d+))?(?:, NumelOut=(\d+))?(?:, Timeout\(ms\)=(\d+))?\) ran for (\d+) milliseconds")
+_PG_LINE = re.compile(
+    r"\[PG (?:ID )?(\S+?) (?:PG GUID (\S+?)(?:\(([^)]*)\))? )?Rank (\d+)\] (?:Exception \(either an error or "
+    r"timeout\) detected by watchdog at work|Timeout at NCCL work): (-?\d+), last enqueued NCCL work: (-?\d+), "
+    r"last completed NCCL work: (-?\d+)")
+_GLOO = re.compile(r"Timed out waiting (\d+)ms for (recv|send) operation to complete")
+_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Failure|Warning)): ?(.*)$")
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
+_C10D = ("distributed_c10d.py", "c10d_logger.py")
+_TABLE_FIELD = re.compile(r"^\s+(time|host|rank|exitcode|error_file|traceback)\s*: ?(.*)$")
+_TABLE_ENTRY = re.compile(r"^\[(\d+)\]:\s*$")
+_XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+),? ?(.*)$")
+_SYSLOG_HOST = re.compile(r"^(?:\w{3}\s+\d+\s+[\d:]+|\d{4}-\d\d-\d\dT\S+)\s+(\S+)\s+kernel:")
+
+
+@dataclass
+class LogResult:
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    progress: dict[str, dict[str, Any]] = field(default_factory=dict)  # rank -> watchdog progress
+
+
+def looks_like_job_log(path: Path) -> bool:
+    """True when the head or tail of a text file has a failure marker (a cheap sniff)."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as handle:
+            head = handle.read(SNIFF_BYTES)
+            tail = b""
+            if size > 2 * SNIFF_BYTES:
+                handle.seek(size - SNIFF_BYTES)
+                tail = handle.read(SNIFF_BYTES)
+    except OSError:
+        return False
+    if b"\0" in head[:4096]:
+        return False
+    return any(m in head or m in tail for m in MARKERS)
+
+
+def _row(kind: str, rank: int, file: str, line: int, message: str, **extra: Any) -> dict[str, Any]:
+    row = {"rank": rank, "host": "", "kind": kind, "ts_ns": -1, "pg": "", "seq": -1, "op": "", "numel": -1,
+           "message": message[:2000], "file": file, "line": line}
+    row.update(extra)
+    return row
+
+
+def _glog_ts(text: str, year: int) -> int:
+    m = _GLOG.search(text)
+    if not m:
+        return -1
+    month, day, hh, mm, ss, frac = m.groups()
+    try:
+        base = datetime(year, int(month), int(day), int(hh), int(mm), int(ss), tzinfo=timezone.utc)
+    except ValueError:
+        return -1
+    nanos = int((frac or "0")[:9].ljust(9, "0"))
+    return int(base.timestamp()) * 1_000_000_000 + nanos
+
+
+def _table_time(text: str) -> int:
+    try:
+        return int(datetime.strptime(text.strip(), "%Y-%m-%d_%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+                   * 1e9)
+    except ValueError:
+        return -1
+
+
+class _Traceback:
+    def __init__(self, rank: int, line: int) -> None:
+        self.rank, self.line = rank, line
+        self.frames: list[tuple[str, int, str]] = []
+
+    def summary(self) -> tuple[str, str]:
+        """(collective the rank was in, innermost user frame 'file:line in fn')."""
+        op = ""
+        for path, _, fn in self.frames:
+            if path.endswith(_C10D[0]):
+                op = fn
+        user = [f for f in self.frames if "site-packages" not in f[0] and "<frozen" not in f[0]]
+        where = f"{Path(user[-1][0]).name}:{user[-1][1]} in {user[-1][2]}" if user else ""
+        return op, where
+
+
+class _Parser:
+    def __init__(self, path: Path) -> None:
+        self.path, self.file = path, str(path)
+        try:
+            self.year = datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).year
+        except OSError:
+            self.year = datetime.now(timezone.utc).year
+        self.file_rank = rank_from_name(path)
+        self.result = LogResult()
+        self.tracebacks: dict[int, _Traceback] = {}
+        self.table: dict[str, Any] | None = None
+        self.in_table = False
+        self.root_cause = False
+
+    def feed(self, lineno: int, raw: str) -> None:
+        m = _PREFIX.match(raw)
+        rank = int(m.group(1)) if m else (self.file_rank if self.file_rank is not None else -1)
+        text = raw[m.end():] if m else raw
+        if self._table_line(lineno, raw):
+            return
+        if (w := _WATCHDOG.search(text)) is not None:
+            r, seq, op, nin, nout, tmo, ran = w.groups()
+            self.result.rows.append(_row(
+                "timeout", int(r), self.file, lineno,
+                f"watchdog timeout: {op} SeqNum={seq} ran {ran} ms (timeout {tmo or '?'} ms, NumelOut={nout or '?'})",
+                seq=int(seq), op=op.lower(), numel=int(nin) if nin else -1, ts_ns=_glog_ts(text, self.year)))
+            return
+        if (p := _PG_LINE.search(text)) is not None:
+            pg, guid, desc, r, work, enq, comp = p.groups()
+            self.result.progress[r] = {"pg": pg, "pg_desc": desc or "", "seq": int(work),
+                                       "last_enqueued": int(enq), "last_completed": int(comp)}
+            for row in reversed(self.result.rows):
+                if row["kind"] == "timeout" and row["rank"] == int(r) and row["seq"] == int(work) and not row["pg"]:
+                    row["pg"] = pg if not desc else f"{pg}"
+                    row["message"] += f"; pg {pg}{f' ({desc})' if desc else ''}, last enqueued {enq}, last completed {comp}"
+                    break
+            return
+        if (x := _XID.search(text)) is not None:
+            h = _SYSLOG_HOST.match(raw)
+            self.result.rows.append(_row("xid", -1, self.file, lineno, f"Xid {x.group(2)} on PCI {x.group(1)}: "
+                                         f"{x.group(3).strip()}", op=f"xid{x.group(2)}", numel=int(x.group(2)),
+                                         host=h.group(1) if h else ""))
+            return
+        self._traceback_line(rank, lineno, text)
+
+    def _traceback_line(self, rank: int, lineno: int, text: str) -> None:
+        if text.startswith("Traceback (most recent call last)"):
+            self.tracebacks[rank] = _Traceback(rank, lineno)
+            return
+        tb = self.tracebacks.get(rank)
+        if tb is None:
+            if _GLOO.search(text) is not None and rank >= 0:
+                self.result.rows.append(_row("gloo_timeout", rank, self.file, lineno, text.strip(), op=""))
+            return
+        if (f := _FRAME.match(text)) is not None:
+            tb.frames.append((f.group(1), int(f.group(2)), f.group(3)))
+            return
+        e = _EXC_LINE.match(text)
+        if e is None:
+            return
+        del self.tracebacks[rank]
+        name, msg = e.group(1), e.group(2).strip()
+        if name.endswith("ChildFailedError"):
+            return  # the launcher's own traceback; its table follows
+        op, where = tb.summary()
+        kind = "gloo_timeout" if _GLOO.search(msg) else "exception"
+        message = f"{name}: {msg}" + (f" (at {where})" if where else "")
+        self.result.rows.append(_row(kind, rank, self.file, tb.line, message, op=op))
+
+    def _table_line(self, lineno: int, raw: str) -> bool:
+        stripped = raw.strip()
+        if stripped.startswith(("Failures:", "Root Cause (first observed failure):")):
+            self._flush_table()
+            self.in_table = True
+            self.root_cause = stripped.startswith("Root Cause")
+            return True
+        if not self.in_table:
+            return False
+        if stripped.startswith(("===", "---")) or stripped == "<NO_OTHER_FAILURES>":
+            self._flush_table()
+            if stripped.startswith("==="):
+                self.in_table = False
+            return True
+        if _TABLE_ENTRY.match(stripped):
+            self._flush_table()
+            self.table = {"line": lineno, "root": self.root_cause}
+            return True
+        f = _TABLE_FIELD.match(raw)
+        if f is not None and self.table is not None:
+            self.table[f.group(1)] = f.group(2).strip()
+            return True
+        if self.table is not None and "traceback" in self.table and raw.startswith("  "):
+            self.table["traceback"] += "\n" + raw.strip()
+            return True
+        return False
+
+    def _flush_table(self) -> None:
+        t, self.table = self.table, None
+        if not t or "rank" not in t:
+            return
+        rank_m = re.match(r"(-?\d+)", t.get("rank", ""))
+        code_m = re.match(r"(-?\d+)(?: \(pid: (\d+)\))?\s*(?:\((\w+)\))?", t.get("exitcode", ""))
+        code = int(code_m.group(1)) if code_m else 0
+        signal = code_m.group(3) if code_m and code_m.group(3) else ""
+        trace = t.get("traceback", "")
+        message = (f"{'root cause (first observed failure): ' if t['root'] else ''}exitcode {code}"
+                   f"{f' ({signal})' if signal else ''}; {trace.splitlines()[-1] if trace else ''}")
+        self.result.rows.append(_row(
+            "exit", int(rank_m.group(1)) if rank_m else -1, self.file, int(t["line"]), message,
+            host=t.get("host", ""), ts_ns=_table_time(t.get("time", "")), numel=code,
+            error_file=t.get("error_file", "") if t.get("error_file", "") not in ("<N/A>", "") else ""))
+
+    def finish(self) -> LogResult:
+        self._flush_table()
+        for tb in self.tracebacks.values():  # a traceback cut off (killed mid-print): keep what it says
+            op, where = tb.summary()
+            if op or where:
+                self.result.rows.append(_row("exception", tb.rank, self.file, tb.line,
+                                             f"incomplete traceback (at {where})", op=op))
+        return self.result
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for lineno, line in enumerate(handle, 1):
+            yield lineno, line.rstrip("\r\n")
+
+
+def parse_job_log(path: Path) -> LogResult:
+    """Failure rows and watchdog progress of one log file (see the module docstring)."""
+    parser = _Parser(path)
+    for lineno, line in _lines(path):
+        parser.feed(lineno, line)
+    return parser.finish()
+
+
+def looks_like_error_file(head: bytes) -> bool:
+    text = head.lstrip()
+    return text[:1] == b"{" and b'"message"' in text[:65536] and (
+        b'"extraInfo"' in text[:65536] or b'"py_callstack"' in text[:65536] or b'"errorTraits"' in text[:65536]
+        or b'"timestamp"' in text[:65536])
+
+
+def load_error_file(path: Path) -> dict[str, Any] | None:
+    """One `exception` row from a torchelastic error file, or None when it is not one."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or "message" not in data:
+        return None
+    msg = data["message"]
+    ts = -1
+    callstack = ""
+    if isinstance(msg, dict):
+        extra = msg.get("extraInfo") or {}
+        callstack = str(extra.get("py_callstack", "")) if isinstance(extra, dict) else ""
+        ts_raw = extra.get("timestamp") if isinstance(extra, dict) else None
+        text = str(msg.get("message", ""))
+    else:
+        text = str(msg)
+        ts_raw = data.get("timestamp")
+    try:
+        ts = int(str(ts_raw)) * 1_000_000_000 if ts_raw not in (None, "", 0, "0") else -1
+    except ValueError:
+        ts = -1
+    tb = _Traceback(-1, 1)
+    for line in callstack.splitlines():
+        if (f := _FRAME.match(line)) is not None:
+            tb.frames.append((f.group(1), int(f.group(2)), f.group(3)))
+    op, where = tb.summary()
+    rank = rank_from_name(path)
+    if rank is None:
+        digits = [p for p in path.parent.parts[-2:] if p.isdigit()]
+        rank = int(digits[-1]) if digits else -1
+    kind = "gloo_timeout" if _GLOO.search(text) else "exception"
+    return _row(kind, rank, str(path), 1, text + (f" (at {where})" if where else ""), op=op, ts_ns=ts)

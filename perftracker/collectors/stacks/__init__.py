@@ -1,0 +1,1 @@
+"""Stacks: py-spy snapshots and sampled-stack recordings of every rank."""

@@ -1,0 +1,1 @@
+"""Kineto traces: read a trace file, classify its events, decide its rank."""

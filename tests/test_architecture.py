@@ -1,0 +1,105 @@
+"""The rules of docs/architecture.md, checked over the package's source.
+
+Collectors collect, analyzers judge and compute every view, reports only render: who may import whom,
+how big a module may grow, and that no HTML is written by hand in Python.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "perftracker"
+MAX_MODULE_LINES = 450
+MAX_TOP_ANALYZER_MODULES = 10
+
+# room -> rooms it must never import (a room is the first package level under perftracker/)
+FORBIDDEN = {
+    "analyzers": {"collectors", "live", "reports", "cli", "pipeline", "hooks"},
+    "collectors": {"analyzers", "reports", "cli", "pipeline", "live"},
+    "live": {"analyzers", "reports", "cli", "pipeline"},
+    "reports": {"collectors", "live", "cli", "pipeline"},
+    "store": {"analyzers", "collectors", "live", "reports", "cli", "pipeline"},
+}
+REPORTS_MAY_IMPORT_FROM_ANALYZERS = {"perftracker.analyzers.findings"}
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "bootstrap" not in p.parts)
+
+
+def _room(path: Path) -> str:
+    rel = path.relative_to(PACKAGE)
+    return rel.parts[0] if len(rel.parts) > 1 else rel.stem
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """Every perftracker module a file imports, at any depth (function-level imports too)."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name.startswith("perftracker")]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("perftracker"):
+            found += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
+    return found
+
+
+def _target_room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def test_rooms_import_only_what_the_architecture_allows() -> None:
+    # GIVEN every module of the package
+    # WHEN its imports are read
+    broken = []
+    for path in _modules():
+        room = _room(path)
+        for line, module in _imports(path):
+            target = _target_room(module)
+            if target in FORBIDDEN.get(room, set()):
+                broken.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {module}")
+            if room == "reports" and target == "analyzers" and not any(
+                    module == m or module.startswith(m + ".") for m in REPORTS_MAY_IMPORT_FROM_ANALYZERS):
+                broken.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {module} (reports may import "
+                              "only the Finding model from analyzers)")
+    # THEN none crosses a wall
+    assert broken == []
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_is_over_the_size_limit(path: Path) -> None:
+    # GIVEN a package module; THEN it stays small enough to hold one job
+    assert len(path.read_text(encoding="utf-8").splitlines()) <= MAX_MODULE_LINES
+
+
+def test_analyzers_top_level_holds_few_modules() -> None:
+    # GIVEN analyzers/; THEN the domains live in subpackages, the top holds only the shared pieces
+    top = sorted(p.name for p in (PACKAGE / "analyzers").glob("*.py"))
+    assert len(top) <= MAX_TOP_ANALYZER_MODULES, top
+
+
+_HTML_TAGS = ("a abbr b body br button code col details div em extra footer form h1 h2 h3 h4 h5 h6 head header "
+              "hr html i iframe img input li link main meta nav ol option p pre script section select small span "
+              "strong style sub summary sup table tbody td th thead title tr u ul").split()
+_TAG = re.compile(r"</?(" + "|".join(_HTML_TAGS) + r")(\s[^<>]*)?/?>", re.IGNORECASE)
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "reports").rglob("*.py")),
+                         ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_reports_write_no_html_in_python(path: Path) -> None:
+    # GIVEN a reports module; THEN its HTML lives in templates (autoescaped), not in Python strings
+    hits = [f"{i}: {line.strip()}" for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+            if _TAG.search(line)]
+    assert hits == []
+
+
+def test_registry_is_an_explicit_list() -> None:
+    # GIVEN the registry; THEN it names each analyzer itself (no registration by import side effects)
+    from perftracker.analyzers.registry import BUILTIN
+
+    assert len({a.name for a in BUILTIN}) == len(BUILTIN) >= 17
+    assert not any("@register" in p.read_text(encoding="utf-8") for p in (PACKAGE / "analyzers").rglob("*.py"))
