@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from perftracker.analyzers.online import AnalyzerDiagnosis
 from perftracker.collectors.loading import LoadOptions
 from perftracker.errors import PerftrackerError
 from perftracker.live.collectors import SamplerOptions, build_samplers
@@ -68,7 +69,8 @@ def register(app: typer.Typer) -> None:
         console.print(f"Attached to {len(found.workers)} rank(s) "
                       f"({', '.join(str(w.rank) for w in found.workers[:16])}) of job "
                       f"{job_label(found)}; writing {run_dir}", highlight=False)
-        ctx = LiveContext(run_dir=run_dir, job=found, host=host_name(), sysfs_root=sysfs_root)
+        ctx = LiveContext(run_dir=run_dir, job=found, host=host_name(), sysfs_root=sysfs_root,
+                          diagnosis=AnalyzerDiagnosis())
         if stacks:
             console.print(f"Stacks of every rank on demand: kill -USR1 {os.getpid()}, or touch "
                           f"{run_dir / 'requests' / 'stacks'} (reaches every attach sharing {run_dir})",

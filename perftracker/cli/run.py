@@ -18,6 +18,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from perftracker.analyzers.online import AnalyzerDiagnosis
 from perftracker.collectors.loading import LoadOptions
 from perftracker.errors import PerftrackerError, UsageError
 from perftracker.live.collectors import SamplerOptions, build_samplers
@@ -50,7 +51,7 @@ def _background(run_dir: Path, running: RunningJob, options: SamplerOptions, not
     if job is None:
         notes.append("no worker processes (with RANK in their environment) appeared; only the job's output was kept")
         return
-    ctx = LiveContext(run_dir=run_dir, job=job, host=host_name())
+    ctx = LiveContext(run_dir=run_dir, job=job, host=host_name(), diagnosis=AnalyzerDiagnosis())
     run_session(ctx, build_samplers(options), None, console, show_live=False,
                 stop_when=lambda: running.proc.poll() is not None)
     notes.extend(ctx.notes)

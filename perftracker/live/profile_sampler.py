@@ -6,7 +6,9 @@ the ranks are sampled over the same window. Each writes `profiles/rank-<r>.txt` 
 readable by flamegraph.pl and speedscope) with a `rank-<r>.json` sidecar (rank, pid, host, rate_hz,
 duration_s, started_ns). If attach stops first, the recorders are interrupted and write what they
 have. Measured cost: about 0.05 s of CPU per rank for 8 s at 20 Hz (benchmarks/README.md). Failures
-(py-spy missing, no permission, a rank that exited) become notes; the other collectors go on.
+(py-spy missing, no permission, a rank that exited) become notes; the other collectors go on. When
+the recordings end, the live panel's suspicion is `ctx.diagnosis`'s verdict on them (the CLI wires in
+the `stack_profile` analyzer: the straggler `analyze` will report).
 """
 
 from __future__ import annotations
@@ -18,23 +20,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from perftracker.collectors.stacks.samples import load_profile_inputs
 from perftracker.live.sampler import LiveContext
 from perftracker.live.stacks import PERMISSION_HINT, find_pyspy
 from perftracker.rundir import atomic_write_text
-
-
-def straggler_suspicion(paths: list[Path]) -> str:
-    """The stack_profile analyzer's verdict on these recordings, as one line ("" when nobody stands out)."""
-    from perftracker.analyzers.analysis import Analysis
-    from perftracker.analyzers.stragglers.stack_profile import analyze_stack_profile
-    from perftracker.collectors.stacks.samples import load_profile_inputs
-    from perftracker.store import Store
-
-    frame, _ = load_profile_inputs(paths)
-    store = Store()
-    store.set_table("profile_samples", frame)
-    found = analyze_stack_profile(Analysis(store))
-    return found[0].title[:300] if found else ""
 
 
 @dataclass
@@ -112,7 +101,8 @@ class ProfileSampler:
         self._done = True
         self.state = f"{recorded} of {len(self._recordings)} rank(s) recorded ({self.seconds:.0f}s at {self.rate_hz} Hz)"
         if recorded and not ctx.progress.suspicion:
-            ctx.progress.suspicion = straggler_suspicion([r.out for r in self._recordings if r.out.is_file()])
+            samples, _ = load_profile_inputs([r.out for r in self._recordings if r.out.is_file()])
+            ctx.progress.suspicion = ctx.diagnosis.straggler_suspicion(samples)
 
     def stop(self, ctx: LiveContext) -> None:
         if self._done or not self._recordings:

@@ -3,7 +3,8 @@
 A sampler is started once, asked to `sample` every `interval_s` seconds from its own thread, and
 stopped once (also on Ctrl-C or when the job ends). It writes incrementally into the run directory
 (appends that survive a crash), never raises into the session (errors become notes), and reports a
-one-line status for the live panel. Samplers share facts through `LiveContext.progress`.
+one-line status for the live panel. Samplers share facts through `LiveContext.progress`, and ask
+for verdicts only through `LiveContext.diagnosis` (`live/diagnosis.py`; by default it judges nothing).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Protocol
 
 import psutil
 
+from perftracker.live.diagnosis import LiveDiagnosis, NoDiagnosis
 from perftracker.live.discovery import Job, Worker
 
 
@@ -45,6 +47,7 @@ class LiveContext:
     progress: Progress = field(default_factory=Progress)
     lock: threading.Lock = field(default_factory=threading.Lock)
     started_ns: int = field(default_factory=time.time_ns)
+    diagnosis: LiveDiagnosis = field(default_factory=NoDiagnosis)  # the CLI wires in the analyzers' verdicts
 
     def note(self, text: str) -> None:
         with self.lock:

@@ -3,9 +3,9 @@
 Promise: every `interval_s` (15 s by default) `StackSampler` takes one `py-spy dump --json
 --nonblocking` of each live worker (no ptrace stop: the job is not paused) and writes
 `stacks/<UTC time>/rank-<r>.json` = {"rank", "pid", "host", "ts_ns", "mode", "world_size",
-"threads": py-spy's JSON}. A non-blocking dump costs py-spy ~6 ms of CPU per rank (15-30 ms wall);
-measured on a 4-rank gloo job at the default intervals, all of attach (its process plus py-spy
-children) used 0.46% of one core, so about 0.9% for an 8-rank node. It also dumps:
+"switches", "threads": py-spy's JSON}. A non-blocking dump costs py-spy ~6 ms of CPU per rank
+(15-30 ms wall); measured on a 4-rank gloo job at the default intervals, all of attach (its process
+plus py-spy children) used 0.46% of one core, so about 0.9% for an 8-rank node. It also dumps:
 
 * once at `stacks_at` (epoch seconds) into `stacks/<that time>-at/`: give every node the same
   value and every rank of a big job is captured at the same moment, in one folder;
@@ -13,12 +13,13 @@ children) used 0.46% of one core, so about 0.9% for an 8-rank node. It also dump
   file), one blocking `--native` dump per rank into `stacks/<time>-request/`;
 * when the job stops making progress, one blocking
   `--native` dump per rank (native frames show c10d::Work::wait; it pauses each rank ~50 ms once)
-  into `stacks/<time>-hang/`, and sets `ctx.progress.suspicion`. "No progress" is: no new step for
-  5x the median step time (when a step collector fills `ctx.progress`), or two consecutive rounds
-  where every rank is idle in the same place, or some ranks wait in a collective while the others
-  are elsewhere, with unchanged stacks (a suspicious round is re-checked after `confirm_s`) and
-  main threads that did not wake up in between (voluntary context switches in /proc: a rank that
-  sleeps in a loop or finishes a collective every step is not stuck). New steps veto a stack hang.
+  into `stacks/<time>-hang/`, and sets `ctx.progress.suspicion`. The sampler decides nothing itself:
+  it asks `ctx.diagnosis` (`live/diagnosis.py`; the CLI wires in the analyzers' rules) whether the
+  steps stalled (when a step collector fills `ctx.progress`), and, for each round of stacks, whether
+  it looks hung, shows the same picture as the round before, and whether the ranks stayed blocked
+  in between (voluntary context switches of their main threads, read from /proc with every dump). A
+  round that looks hung but differs from the one before is re-checked after `confirm_s`; the hang
+  dump comes when two alike rounds look hung and no step came in between. New steps veto a stack hang.
 
 Each rank's dump is its own subprocess with a timeout: one failing rank does not stop the others;
 ranks that exited are skipped. Missing py-spy or a permission problem becomes one note saying how to
@@ -37,10 +38,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perftracker.collectors.stacks.snapshots import RankState, signature, state_from_threads, still
+from perftracker.collectors.stacks.snapshots import main_stack
+from perftracker.live.diagnosis import Look
 from perftracker.live.discovery import Worker
 from perftracker.live.sampler import LiveContext
 from perftracker.rundir import atomic_write_text
+from perftracker.store.stack_frames import MainStack
 
 PERMISSION_HINT = ("run attach as the job's user or as root; in a container add CAP_SYS_PTRACE and share the "
                    "job's PID namespace; with kernel.yama.ptrace_scope >= 1 a same-user attach needs root")
@@ -77,27 +80,6 @@ def main_thread_switches(pid: int) -> int | None:
     return None
 
 
-def hang_pattern(states: dict[int, RankState]) -> str:
-    """Why these stacks look hung ("" if they do not): all idle in one place, or a collective split."""
-    if len(states) < 1:
-        return ""
-    waiting = {r: s for r, s in states.items() if s.waiting}
-    others = sorted(r for r in states if r not in waiting)
-    if waiting and others:
-        first = waiting[min(waiting)]
-        names = ", ".join(str(r) for r in sorted(waiting))
-        where = "; ".join(f"rank {r} is at {states[r].where}" for r in others[:4])
-        return f"ranks {names} wait in {first.collective} ({first.site}); {where}"
-    if all(s.idle for s in states.values()) and len({s.innermost for s in states.values()}) == 1:
-        one = next(iter(states.values()))
-        what = f"in {one.collective} ({one.site})" if one.waiting else f"at {one.where}"
-        return f"every rank ({len(states)}) is idle {what}"
-    return ""
-
-
-MIN_STALL_S = 10.0  # never call a stall shorter than this a hang (see _stalled)
-
-
 @dataclass
 class StackSampler:
     name: str = "stacks"
@@ -106,7 +88,6 @@ class StackSampler:
     timeout_s: float = 10.0
     native_timeout_s: float = 30.0
     confirm_s: float = 3.0
-    stall_factor: float = 5.0
     pyspy: str | None = None
     rounds: int = 0
     hang_dumps: int = 0
@@ -117,9 +98,8 @@ class StackSampler:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _stop: threading.Event = field(default_factory=threading.Event)
     _watcher: threading.Thread | None = None
-    _previous: dict[int, RankState] = field(default_factory=dict)
+    _previous: Look = field(default_factory=dict)
     _previous_at_ns: int = 0
-    _switches: dict[int, int | None] = field(default_factory=dict)
     _confirm_at: float = 0.0
     _armed: bool = True
     _at_done: bool = False
@@ -192,21 +172,15 @@ class StackSampler:
             self._periodic(ctx, confirming=True)
 
     def _stalled(self, ctx: LiveContext) -> str:
-        """A suspicion text when steps are known and none came for stall_factor x the median."""
+        """The diagnosis' suspicion text when the steps stopped coming ("" when they come or are too few)."""
         with ctx.lock:
             med = ctx.progress.median_step_ns()
             last = max(ctx.progress.last_step_ns.values()) if ctx.progress.last_step_ns else None
             known = len(ctx.progress.step_durations_ns)
-        if med is None or last is None or known < 3:
-            return ""
-        quiet_ns = time.time_ns() - last
-        # Floor: step records reach us by polling (about a second late), and a native dump pauses the job,
-        # so a stall must last MIN_STALL_S too before it counts.
-        if quiet_ns <= max(self.stall_factor * med, MIN_STALL_S * 1e9):
+        verdict = ctx.diagnosis.step_stall(time.time_ns() - last if last is not None else None, med, known)
+        if verdict == "":
             self._armed = True  # progress again: a later stall gets its own hang dump
-            return ""
-        return (f"no step for {quiet_ns / 1e9:.0f} s ({self.stall_factor:g}x the median step time is "
-                f"{self.stall_factor * med / 1e9:.1f} s)")
+        return verdict or ""
 
     def _progressed_since(self, ctx: LiveContext, since_ns: int) -> bool:
         with ctx.lock:
@@ -214,14 +188,14 @@ class StackSampler:
 
     def _periodic(self, ctx: LiveContext, confirming: bool = False) -> None:
         started_ns = time.time_ns()
-        states = self._dump_round(ctx, "nonblocking", snapshot_name(started_ns / 1e9))
-        if not states:
+        look = self._dump_round(ctx, "nonblocking", snapshot_name(started_ns / 1e9))
+        if not look:
             return
-        switches = {r: main_thread_switches(s.pid) for r, s in states.items()}
-        pattern = hang_pattern(states)
-        same = bool(self._previous) and signature(self._previous) == signature(states)
+        diagnosis = ctx.diagnosis
+        pattern = diagnosis.hang_pattern(look)
+        same = bool(self._previous) and diagnosis.same_picture(self._previous, look)
         moving = (self._progressed_since(ctx, self._previous_at_ns) if self._previous_at_ns else False) or (
-            same and not self._still(states, switches, started_ns))
+            same and not diagnosis.stayed_blocked(self._previous, look, (started_ns - self._previous_at_ns) / 1e9))
         if pattern and same and not moving:
             if self._armed:
                 self._hang_dump(ctx, pattern)
@@ -232,18 +206,14 @@ class StackSampler:
                 with ctx.lock:
                     ctx.progress.suspicion = ""
             self._armed = True
-        self._previous, self._previous_at_ns, self._switches = states, started_ns, switches
-
-    def _still(self, states: dict[int, RankState], switches: dict[int, int | None], now_ns: int) -> bool:
-        """`collectors.stacks.still` since the last round."""
-        return still(states, self._switches, switches, (now_ns - self._previous_at_ns) / 1e9)
+        self._previous, self._previous_at_ns = look, started_ns
 
     def _hang_dump(self, ctx: LiveContext, why: str, automatic: bool = True) -> None:
         """One blocking native dump of every rank; an automatic one is not repeated until progress resumes."""
         self._armed = self._armed and not automatic
         self.hang_dumps += 1
-        states = self._dump_round(ctx, "native", snapshot_name(time.time(), "hang"))
-        detail = hang_pattern(states) if states else ""
+        look = self._dump_round(ctx, "native", snapshot_name(time.time(), "hang"))
+        detail = ctx.diagnosis.hang_pattern(look) if look else ""
         text = f"hang? {why}" + (f" | native stacks: {detail}" if detail and detail != why else "")
         with ctx.lock:
             ctx.progress.suspicion = text[:300]
@@ -254,8 +224,8 @@ class StackSampler:
         the hang analyzer judges as such, not as a stall)."""
         self.requested_dumps += 1
         name = snapshot_name(ctx.progress.requested_at or time.time(), "request")
-        states = self._dump_round(ctx, "native", name)
-        ctx.note(f"stacks: dump requested: native stacks of {len(states)} rank(s) in stacks/{name}/")
+        look = self._dump_round(ctx, "native", name)
+        ctx.note(f"stacks: dump requested: native stacks of {len(look)} rank(s) in stacks/{name}/")
 
     # -- dumping -------------------------------------------------------------------------------
     def _command(self, pid: int, mode: str) -> list[str]:
@@ -263,8 +233,8 @@ class StackSampler:
         extra = {"nonblocking": ["--nonblocking"], "native": ["--native"], "blocking": []}[mode]
         return [self.pyspy, "dump", "--pid", str(pid), "--json", *extra]
 
-    def _dump_round(self, ctx: LiveContext, mode: str, snapshot: str) -> dict[int, RankState]:
-        """Dump every live worker at once; write what worked; rank -> RankState."""
+    def _dump_round(self, ctx: LiveContext, mode: str, snapshot: str) -> dict[int, MainStack]:
+        """Dump every live worker at once; write what worked; rank -> its main thread."""
         workers = ctx.alive()
         if not workers:
             return {}
@@ -273,21 +243,22 @@ class StackSampler:
         if mode == "native":  # native unwinding can fail where plain dumps work: retry those blocking
             retry = [w for w in workers if w.rank not in results]
             results.update(self._run_dumps(ctx, retry, "blocking"))
-        states: dict[int, RankState] = {}
+        look: dict[int, MainStack] = {}
         for w in workers:
             if w.rank not in results:
                 continue
             ts_ns, used, threads = results[w.rank]
+            switches = main_thread_switches(w.pid)
             record = {"rank": w.rank, "pid": w.pid, "host": ctx.host, "ts_ns": ts_ns, "mode": used,
-                      "world_size": w.world_size, "switches": main_thread_switches(w.pid), "threads": threads}
+                      "world_size": w.world_size, "switches": switches, "threads": threads}
             atomic_write_text(ctx.run_dir / "stacks" / snapshot / f"rank-{w.rank}.json",
                               json.dumps(record, separators=(",", ":")) + "\n")
-            state = state_from_threads(w.rank, ctx.host, w.pid, threads)
-            if state is not None:
-                states[w.rank] = state
+            main = main_stack(w.rank, ctx.host, w.pid, threads, switches)
+            if main is not None:
+                look[w.rank] = main
         self.rounds += 1
         self.last_round_s = time.monotonic() - began
-        return states
+        return look
 
     def _run_dumps(self, ctx: LiveContext, workers: list[Worker],
                    mode: str) -> dict[int, tuple[int, str, list[dict[str, Any]]]]:

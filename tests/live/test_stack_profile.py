@@ -84,7 +84,11 @@ def test_real_profiles_of_a_clean_job_give_no_finding(tmp_path: Path) -> None:
 
 
 def test_live_suspicion_names_the_slowed_rank_once_the_recording_ends(tmp_path: Path) -> None:
-    from perftracker.live.profile_sampler import straggler_suspicion
+    from perftracker.analyzers.online import AnalyzerDiagnosis
+    from perftracker.collectors.stacks.samples import load_profile_inputs
+
+    def straggler_suspicion(paths: list[Path]) -> str:  # what ProfileSampler asks the CLI's diagnosis
+        return AnalyzerDiagnosis().straggler_suspicion(load_profile_inputs(paths)[0])
 
     # GIVEN the recordings of the slowed job and of the clean job
     slow = sorted(_run_dir(tmp_path / "slow", fixture="slow-rank2").glob("profiles/*.txt"))

@@ -14,9 +14,11 @@ import pytest
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.failures.hang import analyze_hang, diagnose
+from perftracker.analyzers.failures.stack_state import DDP_WAIT
 from perftracker.analyzers.findings import Severity
+from perftracker.analyzers.online import AnalyzerDiagnosis
 from perftracker.collectors.loading import LoadOptions, load_path
-from perftracker.collectors.stacks.snapshots import DDP_WAIT, load_stack_inputs
+from perftracker.collectors.stacks.snapshots import load_stack_inputs
 from perftracker.live.discovery import Job, Worker
 from perftracker.live.sampler import LiveContext
 from perftracker.live.stacks import StackSampler, find_pyspy
@@ -218,7 +220,7 @@ def sleepers(tmp_path: Path) -> Iterator[tuple[LiveContext, list[subprocess.Pope
     procs = [subprocess.Popen([sys.executable, str(script)], start_new_session=True) for _ in range(2)]
     workers = [Worker(rank=i, local_rank=i, pid=p.pid, host="h", cmdline="sleeper", run_id="t", world_size=2,
                       parent=1) for i, p in enumerate(procs)]
-    ctx = LiveContext(run_dir=tmp_path / "run", job=Job(workers), host="h")
+    ctx = LiveContext(run_dir=tmp_path / "run", job=Job(workers), host="h", diagnosis=AnalyzerDiagnosis())  # as the CLI
     time.sleep(1.0)  # let them reach idle_here
     try:
         yield ctx, procs

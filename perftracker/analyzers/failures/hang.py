@@ -4,8 +4,8 @@ Promise: reads only the Store's `stacks` table (py-spy snapshots `attach` took).
 snapshot to judge: the latest `-hang` dump of each host (merged: taken when the job stopped making
 progress or on request), else the latest agreed-time (`-at`) or requested snapshot, else the last two
 periodic snapshots when they show the same picture and the ranks that should be blocked did not
-keep waking up in between (voluntary context switches recorded with each dump; `stacks.still`, the
-live sampler's rule). It groups ranks by their main thread's innermost
+keep waking up in between (voluntary context switches recorded with each dump; `stack_state.still`,
+the live sampler's rule). It groups ranks by their main thread's innermost
 user frame; ranks inside a collective (torch.distributed collectives, c10d::Work::wait natively, an
 idle DDP backward) wait, the others are the suspects. One finding: critical with `ranks` = the
 suspects and a title such as "Rank 1 is not in the collective all_reduce (train.py:66) where ranks
@@ -22,14 +22,14 @@ from typing import Any
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.findings import Finding, Severity
-from perftracker.collectors.stacks.snapshots import (
+from perftracker.analyzers.failures.stack_state import (
     RankState,
     signature,
     states_from_table,
     still,
     switches_from_table,
 )
+from perftracker.analyzers.findings import Finding, Severity
 
 
 def _ranks_text(ranks: list[int]) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Cost, Finding, Severity
-from perftracker.collectors.stacks.samples import frame_shares
+from perftracker.analyzers.stragglers.frame_shares import frame_shares
 from perftracker.store import Store
 
 MIN_SAMPLES = 50  # 2.5 s at 20 Hz

@@ -7,9 +7,8 @@ sidecar `profiles/rank-<r>.json` ({"rank", "pid", "host", "rate_hz", "duration_s
 and returns the `profile_samples` table (one row per distinct (thread, stack): rank, host, pid,
 thread, main, stack as ';'-joined "function (file:line)" frames root first, count, rate_hz,
 duration_s, file) plus notes for files it could not read. The main thread is the one py-spy names
-MainThread, else the one with the most samples. `frame_shares` turns one rank's main-thread rows
-into the share of samples each frame appears in (its inclusive share of the rank's time).
-Lines that do not parse are skipped and counted; content is never evaluated.
+MainThread, else the one with the most samples (where the time goes is judged by the `stack_profile`
+analyzer, not here). Lines that do not parse are skipped and counted; content is never evaluated.
 """
 
 from __future__ import annotations
@@ -105,24 +104,3 @@ def load_profile_inputs(paths: Sequence[Path]) -> tuple[pd.DataFrame, list[LoadN
             frames.append(frame)
     table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     return conform("profile_samples", table), notes
-
-
-def frame_shares(rows: pd.DataFrame) -> tuple[dict[str, float], dict[str, int], int]:
-    """For one rank's main-thread rows: (frame -> share of samples it appears in, frame -> its smallest
-    depth, total samples). A frame recurring in one stack counts once."""
-    counts: dict[str, int] = {}
-    depth: dict[str, int] = {}
-    total = 0
-    for stack, count in zip(rows["stack"], rows["count"]):
-        n = int(count)
-        total += n
-        seen: set[str] = set()
-        for d, frame in enumerate(str(stack).split(";")):
-            if not frame or frame in seen:
-                continue
-            seen.add(frame)
-            counts[frame] = counts.get(frame, 0) + n
-            depth[frame] = min(depth.get(frame, d), d)
-    if total == 0:
-        return {}, {}, 0
-    return {f: c / total for f, c in counts.items()}, depth, total

@@ -1,0 +1,68 @@
+"""The one seam through which live samplers ask for a verdict: `LiveDiagnosis`, and a default that judges nothing.
+
+Promise: live samplers collect (stack dumps, sampled stacks, step times) and decide nothing about
+them; whether the job looks stuck, how long a pause in steps is too long, and who straggles are
+judgments that live in `perftracker.analyzers` (the same rules the offline analyzers apply, so live and
+offline agree). The samplers reach them only through a `LiveDiagnosis` handed over in their
+`LiveContext` (`ctx.diagnosis`); the CLI wires in the analyzers' implementation
+(`perftracker.analyzers.online.AnalyzerDiagnosis`). A look at the ranks is rank -> `MainStack` (each
+rank's main thread as just dumped, with its voluntary context switches). `NoDiagnosis`, the
+default, says "nothing suspicious" to every question: the samplers still collect everything, but never
+take a hang dump or raise a suspicion on their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+import pandas as pd
+
+from perftracker.store.stack_frames import MainStack
+
+Look = Mapping[int, MainStack]  # rank -> its main thread in one round of stack dumps
+
+
+class LiveDiagnosis(Protocol):
+    """The verdicts live samplers need; each answer is about data the sampler itself collected."""
+
+    def hang_pattern(self, look: Look) -> str:
+        """Why this one look at the ranks seems hung, as one line ("" when it does not)."""
+        ...
+
+    def same_picture(self, before: Look, after: Look) -> bool:
+        """Do two consecutive looks show the ranks in the same place (the same stacks twice)?"""
+        ...
+
+    def stayed_blocked(self, before: Look, after: Look, seconds: float) -> bool:
+        """Did the ranks that should be blocked stay blocked between two looks `seconds` apart (False when
+        they kept waking up: the job loops, it is not stuck)?"""
+        ...
+
+    def step_stall(self, quiet_ns: int | None, median_step_ns: int | None, steps_known: int) -> str | None:
+        """Whether no step for `quiet_ns` (since the last step of any rank) is a stall: None when the steps
+        known are too few to say, "" when steps keep coming, else the suspicion text."""
+        ...
+
+    def straggler_suspicion(self, profile_samples: pd.DataFrame) -> str:
+        """The straggler these sampled stacks (a `profile_samples` table) show, as one line ("" when none)."""
+        ...
+
+
+class NoDiagnosis:
+    """The default `LiveDiagnosis`: judges nothing, so a sampler never suspects anything by itself."""
+
+    def hang_pattern(self, look: Look) -> str:
+        return ""
+
+    def same_picture(self, before: Look, after: Look) -> bool:
+        return False
+
+    def stayed_blocked(self, before: Look, after: Look, seconds: float) -> bool:
+        return False
+
+    def step_stall(self, quiet_ns: int | None, median_step_ns: int | None, steps_known: int) -> str | None:
+        return None
+
+    def straggler_suspicion(self, profile_samples: pd.DataFrame) -> str:
+        return ""

@@ -1,0 +1,59 @@
+"""Stack frames as the `stacks` table holds them, for the collector that writes them and the analyzers that judge them.
+
+Promise: `StackFrame` is one py-spy frame (function name, short file, line, full file path);
+`encode_frames` / `decode_frames` turn a thread's frames, innermost first, into the `frames` column's
+JSON ([[name, short file, line, file], ...]) and back. `MainStack` is one rank's main thread in one
+snapshot (a main row of the `stacks` table, or what the live sampler just dumped), and
+`main_stacks(stacks)` decodes the table into snapshot -> rank -> MainStack. Plain data, no judgment:
+what a frame or a stack means is the analyzers' business (`analyzers/failures/stack_state.py`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class StackFrame:
+    name: str
+    short: str  # py-spy's short file name (relative to its package root)
+    line: int  # 0 or less for native frames
+    file: str
+
+
+@dataclass(frozen=True)
+class MainStack:
+    """One rank's main thread in one snapshot."""
+
+    rank: int
+    host: str
+    pid: int
+    idle: bool  # py-spy did not see the thread active
+    frames: tuple[StackFrame, ...]  # innermost first
+    switches: int | None  # voluntary context switches of the thread when dumped (None unknown)
+
+
+def encode_frames(frames: Sequence[StackFrame]) -> str:
+    """The `frames` column's JSON for a thread's frames."""
+    return json.dumps([[f.name, f.short, f.line, f.file] for f in frames])
+
+
+def decode_frames(text: str) -> list[StackFrame]:
+    """A `frames` column value back into frames, innermost first."""
+    return [StackFrame(str(n), str(s), int(ln), str(f)) for n, s, ln, f in json.loads(text)]
+
+
+def main_stacks(stacks: pd.DataFrame) -> dict[str, dict[int, MainStack]]:
+    """snapshot name -> rank -> its main thread, from the `stacks` table (unknown switch counts as None)."""
+    out: dict[str, dict[int, MainStack]] = {}
+    main = stacks[stacks["main"]]
+    for snap, rank, host, pid, raw, active, switches in zip(main["snapshot"], main["rank"], main["host"], main["pid"],
+                                                           main["frames"], main["active"], main["switches"]):
+        out.setdefault(str(snap), {})[int(rank)] = MainStack(
+            rank=int(rank), host=str(host), pid=int(pid), idle=not bool(active),
+            frames=tuple(decode_frames(str(raw))), switches=int(switches) if int(switches) >= 0 else None)
+    return out
