@@ -211,8 +211,8 @@ class StackSampler:
     def _hang_dump(self, ctx: LiveContext, why: str, automatic: bool = True) -> None:
         """One blocking native dump of every rank; an automatic one is not repeated until progress resumes."""
         self._armed = self._armed and not automatic
-        self.hang_dumps += 1
         look = self._dump_round(ctx, "native", snapshot_name(time.time(), "hang"))
+        self.hang_dumps += 1  # counted once written: a reader of the count finds the files
         detail = ctx.diagnosis.hang_pattern(look) if look else ""
         text = f"hang? {why}" + (f" | native stacks: {detail}" if detail and detail != why else "")
         with ctx.lock:
@@ -222,9 +222,9 @@ class StackSampler:
     def _requested_dump(self, ctx: LiveContext) -> None:
         """One native dump of every rank because the user asked (`<time>-request`: one explicit look, which
         the hang analyzer judges as such, not as a stall)."""
-        self.requested_dumps += 1
         name = snapshot_name(ctx.progress.requested_at or time.time(), "request")
         look = self._dump_round(ctx, "native", name)
+        self.requested_dumps += 1  # counted once written: a reader of the count finds the files
         ctx.note(f"stacks: dump requested: native stacks of {len(look)} rank(s) in stacks/{name}/")
 
     # -- dumping -------------------------------------------------------------------------------
