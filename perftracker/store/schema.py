@@ -104,8 +104,8 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "pid": "int64",
         "ts_ns": "int64",
         "thread": "string",
-        "frames": "string",  # JSON, innermost first: [[name, short file, line, file], ...]
-        # Added for hang diagnosis (collectors/stacks.py): the snapshot folder the row came from
+        "frames": "string",  # JSON, innermost first: [[name, short file, line, file], ...] (store/stack_frames.py)
+        # Added for hang diagnosis (collectors/stacks/snapshots.py): the snapshot folder the row came from
         # (stacks/<snapshot>/rank-<r>.json), the dump mode (nonblocking | blocking | native),
         # py-spy's "active" flag, the OS thread id, whether it is the rank's main thread.
         "snapshot": "string",
@@ -116,10 +116,10 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "world_size": "int32",
         "file": "string",
         # voluntary context switches of the rank's main thread when it was dumped (-1 unknown): a
-        # blocked thread does not switch, a looping one does (collectors/stacks.py `still`)
+        # blocked thread does not switch, a looping one does (analyzers/failures/stack_state.py `still`)
         "switches": "int64",
     },
-    # Sampled stack profiles (collectors/stack_samples.py): py-spy record's collapsed stacks, one row
+    # Sampled stack profiles (collectors/stacks/samples.py): py-spy record's collapsed stacks, one row
     # per distinct (thread, stack) of a rank; stack is ';'-joined "function (file:line)", root first.
     "profile_samples": {
         "rank": "int32",
