@@ -1,0 +1,205 @@
+"""Is one rank (or one group of ranks) really slower than the others, beyond this run's own noise?
+
+Promise: `judge_outliers(trials)` takes one number per (trial, rank), larger meaning later or slower
+(a rank's own lateness at the collectives of one step, its time in one phase of one step, its share of
+samples in one frame during one slice of a recording), and returns an `OutlierVerdict`:
+
+- **Trials are independent units.** The collectives of one step are correlated (a rank slow in the
+  forward pass is late at every bucket of that step), so callers pass one trial per step, not one
+  per collective.
+- **Consistency, corrected for the number of ranks.** Under the null hypothesis that no rank is
+  special, each of the n ranks is the trial's slowest with probability 1/n. A rank that is the
+  slowest in k of T trials has the binomial tail p = P(X >= k | T, 1/n); multiplied by n (Bonferroni:
+  any of the n ranks could have been picked after the fact) this is the chance that a clean run shows
+  such a rank at all. Significant means `p * n <= ALPHA` (1%): a clean run raises a warning from noise
+  in at most ~1% of runs, whatever its rank count. The rank must also be the slowest more often than
+  chance in both halves of the window (a burst in one half is not a persistent straggler).
+- **Effect above the spread of the others.** The rank's typical excess (median over trials of its value
+  minus the median of the other ranks) must be positive, at least `MIN_EFFECT_OVER_SPREAD` times the
+  spread of the other ranks' own typical excesses, and at least `min_effect` (the caller's unit).
+- **Groups.** When ranks are slow together (two ranks sharing a core, all ranks of a host), the
+  slowest single rank fails the spread test (its partner is one of "the others"); the verdict then
+  looks for a group: ranks ordered by typical excess split at the widest gap, the slow side smaller
+  than the fast side, the gap wider than the spread inside each side, and the group's members the
+  trial's slowest significantly more often than their share. Such a verdict names the group.
+
+`confidence` is 1 - (family-wise p), in [0, 1]: how sure we are that the named rank or group is not a
+product of noise. Nothing here reads the Store: the module is plain statistics over a table.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+ALPHA = 0.01  # family-wise chance of a false straggler in a clean run
+MIN_EFFECT_OVER_SPREAD = 2.0
+MIN_TRIALS = 4
+
+
+def binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p), exactly."""
+    if k <= 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    return float(min(1.0, sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k, n + 1))))
+
+
+@dataclass(frozen=True)
+class RankStats:
+    """One rank's numbers over the trials: how often it was the slowest and by how much it is slower."""
+
+    rank: int
+    trials: int
+    times_slowest: int
+    share_slowest: float
+    typical_excess: float  # median over trials of (its value - median of the others), caller's unit
+    p_family: float  # chance that a clean run shows some rank this often the slowest
+
+
+@dataclass(frozen=True)
+class OutlierVerdict:
+    """What the trials support: one straggler, a group slow together, or nothing beyond noise."""
+
+    ranks: tuple[int, ...]  # the straggler (one rank) or the group; empty when nothing is significant
+    significant: bool
+    confidence: float
+    trials: int
+    world: int
+    effect: float  # the named rank's (or group's) typical excess over the others
+    spread: float  # the spread of the others' typical excesses (the run's own noise)
+    per_rank: dict[int, RankStats] = field(default_factory=dict)
+    suspect: int | None = None  # the slowest rank even when nothing is significant (for an info)
+    reason: str = ""  # why it is not significant, for people
+
+    @property
+    def is_group(self) -> bool:
+        return self.significant and len(self.ranks) > 1
+
+
+def _median_of_others(values: np.ndarray) -> np.ndarray:
+    """For each cell, the median of the other values of its row (rows without NaN), vectorized."""
+    n = values.shape[1]
+    order = np.argsort(values, axis=1, kind="stable")
+    ranked = np.take_along_axis(values, order, axis=1)
+    position = np.empty_like(order)
+    np.put_along_axis(position, order, np.arange(n)[None, :].repeat(len(values), axis=0), axis=1)
+
+    def remaining(i: int) -> np.ndarray:  # the i-th smallest of the row once the cell itself is removed
+        return np.where(position > i, ranked[:, [i]], ranked[:, [min(i + 1, n - 1)]])
+
+    m = n - 1
+    return remaining(m // 2) if m % 2 else (remaining(m // 2 - 1) + remaining(m // 2)) / 2.0
+
+
+def _typical_excess(grid: pd.DataFrame) -> pd.Series:
+    """Per rank: median over trials of its value minus the median of the other ranks in that trial."""
+    values = grid.to_numpy(dtype=float)
+    full = ~np.isnan(values).any(axis=1)
+    excess = np.full(values.shape, np.nan)
+    if full.any():
+        excess[full] = values[full] - _median_of_others(values[full])
+    for row in np.flatnonzero(~full):  # trials some rank missed: one by one
+        for j in range(values.shape[1]):
+            others = np.delete(values[row], j)
+            if not np.isnan(values[row, j]) and (~np.isnan(others)).any():
+                excess[row, j] = values[row, j] - np.nanmedian(others)
+    with np.errstate(all="ignore"):
+        return pd.Series(np.nanmedian(excess, axis=0), index=grid.columns)
+
+
+def _slowest(grid: pd.DataFrame) -> pd.Series:
+    """The rank with the largest value per trial (ties: the lowest rank)."""
+    return grid.idxmax(axis=1, skipna=True)
+
+
+def _both_halves(slowest: pd.Series, ranks: set[int], share: float) -> bool:
+    """The ranks are the slowest more often than `share` in each half of the trials (in trial order)."""
+    half = len(slowest) // 2
+    for part in (slowest.iloc[:half], slowest.iloc[half:]):
+        if part.empty or float(part.isin(ranks).mean()) <= share:
+            return False
+    return True
+
+
+def judge_outliers(trials: pd.DataFrame, min_effect: float = 0.0) -> OutlierVerdict:
+    """`trials`: columns trial, rank, value (larger = slower). See the module docstring."""
+    grid = trials.pivot_table(index="trial", columns="rank", values="value", aggfunc="max").sort_index()
+    grid = grid.dropna(axis=0, thresh=2)
+    world = int(grid.shape[1])
+    if world < 2 or len(grid) < MIN_TRIALS:
+        return OutlierVerdict((), False, 0.0, len(grid), world, 0.0, 0.0,
+                              reason=f"{len(grid)} trial(s) of {world} rank(s): too few to judge")
+    slowest = _slowest(grid)
+    excess = _typical_excess(grid)
+    values = grid.to_numpy(dtype=float)
+    present = ~np.isnan(values)
+    members = present.sum(axis=1)
+    column = {rank: j for j, rank in enumerate(grid.columns)}
+    times = np.bincount(slowest.map(column).to_numpy(dtype=int), minlength=world)
+    per_rank: dict[int, RankStats] = {}
+    for rank, j in column.items():
+        t = int(present[:, j].sum())
+        k = int(times[j])
+        peers = int(np.median(members[present[:, j]])) if t else world
+        p = binomial_tail(k, t, 1.0 / max(peers, 2)) * world
+        per_rank[int(rank)] = RankStats(int(rank), t, k, k / t if t else 0.0, float(excess[rank]), min(1.0, p))
+    suspect = max(per_rank.values(), key=lambda s: (s.typical_excess, s.share_slowest)).rank
+    single = _single(per_rank, slowest, world, min_effect)
+    if single is not None:
+        return OutlierVerdict((single.rank,), True, 1.0 - single.p_family, len(grid), world, single.typical_excess,
+                              _spread(per_rank, {single.rank}), per_rank, single.rank)
+    group = _group(per_rank, slowest, world, len(grid), min_effect)
+    if group is not None:
+        return group
+    s = per_rank[suspect]
+    why = (f"rank {suspect} was the slowest in {s.times_slowest} of {s.trials} trials (chance alone: "
+           f"{s.trials / world:.1f}); that is within this run's noise")
+    return OutlierVerdict((), False, 1.0 - s.p_family, len(grid), world, s.typical_excess,
+                          _spread(per_rank, {suspect}), per_rank, suspect, why)
+
+
+def _spread(per_rank: dict[int, RankStats], named: set[int]) -> float:
+    """Range of the other ranks' typical excesses; with one other rank there is no spread to measure."""
+    others = [s.typical_excess for r, s in per_rank.items() if r not in named]
+    return float(max(others) - min(others)) if len(others) >= 2 else 0.0
+
+
+def _single(per_rank: dict[int, RankStats], slowest: pd.Series, world: int, min_effect: float) -> RankStats | None:
+    best = min(per_rank.values(), key=lambda s: (s.p_family, -s.typical_excess))
+    if best.p_family > ALPHA or best.typical_excess <= max(min_effect, 0.0):
+        return None
+    if best.typical_excess < MIN_EFFECT_OVER_SPREAD * _spread(per_rank, {best.rank}):
+        return None
+    if not _both_halves(slowest, {best.rank}, 1.0 / world):
+        return None
+    return best
+
+
+def _group(per_rank: dict[int, RankStats], slowest: pd.Series, world: int, trials: int,
+           min_effect: float) -> OutlierVerdict | None:
+    if world < 3:
+        return None
+    ordered = sorted(per_rank.values(), key=lambda s: -s.typical_excess)
+    gaps = [ordered[i].typical_excess - ordered[i + 1].typical_excess for i in range(len(ordered) - 1)]
+    cut = int(np.argmax(gaps)) + 1  # ranks before the widest gap are the slow side
+    slow, fast = ordered[:cut], ordered[cut:]
+    if not 2 <= len(slow) < len(fast) + len(slow) or len(slow) > world // 2:
+        return None
+    inner = max(slow[0].typical_excess - slow[-1].typical_excess, fast[0].typical_excess - fast[-1].typical_excess)
+    if gaps[cut - 1] < MIN_EFFECT_OVER_SPREAD * inner or gaps[cut - 1] <= max(min_effect, 0.0):
+        return None
+    members = {s.rank for s in slow}
+    k = int(slowest.isin(members).sum())
+    share = len(members) / world
+    p = min(1.0, binomial_tail(k, trials, share) * math.comb(world, len(members)))
+    if p > ALPHA or not _both_halves(slowest, members, share):
+        return None
+    fast_level = float(np.median([s.typical_excess for s in fast]))
+    effect = float(np.median([s.typical_excess for s in slow])) - fast_level
+    return OutlierVerdict(tuple(sorted(members)), True, 1.0 - p, trials, world, effect, inner, per_rank,
+                          slow[0].rank)
