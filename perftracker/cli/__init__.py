@@ -12,7 +12,7 @@ import sys
 import typer
 
 from perftracker import __version__
-from perftracker.cli import analyze, attach, demo, postmortem, ps, report, run
+from perftracker.cli import analyze, attach, demo, lint_env, postmortem, ps, report, run
 from perftracker.errors import PerftrackerError
 
 app = typer.Typer(
@@ -45,12 +45,7 @@ ps.register(app)
 attach.register(app)
 run.register(app)
 postmortem.register(app)
-try:  # the NCCL configuration capability adds lint-env
-    from perftracker.cli import lint_env
-except ImportError:  # pragma: no cover - present in full installs
-    lint_env = None  # type: ignore[assignment]
-if lint_env is not None:
-    lint_env.register(app)
+lint_env.register(app)
 
 
 def main() -> None:

@@ -66,19 +66,19 @@ def _cache_key(path: Path, options: LoadOptions) -> str:
     return hashlib.sha1(basis.encode()).hexdigest()[:20]
 
 
-def _load_one(path_str: str, options: LoadOptions, scratch: str) -> _FileResult:
+def _load_one(path_str: str, options: LoadOptions) -> _FileResult:
     """Map step: parse one trace; its tables go to the cache (Parquet) or back in the result."""
     # A parse allocates hundreds of thousands of objects and no cycles: collecting meanwhile is waste.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _parse_one(Path(path_str), options, scratch)
+        return _parse_one(Path(path_str), options)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _parse_one(path: Path, options: LoadOptions, scratch: str) -> _FileResult:
+def _parse_one(path: Path, options: LoadOptions) -> _FileResult:
     path_str = str(path)
     try:
         key = _cache_key(path, options)
@@ -127,7 +127,7 @@ def _parse_one(path: Path, options: LoadOptions, scratch: str) -> _FileResult:
         return _FileResult(path_str, False, error=f"{path}: could not be loaded ({type(exc).__name__}: {exc}).")
 
 
-def load_path(root: Path, options: LoadOptions, scratch: Path) -> Store:
+def load_path(root: Path, options: LoadOptions) -> Store:
     """Build the Store for everything under `root` (run directory, folder of traces, or one file)."""
     if not root.exists():
         raise InputError("no such file or directory", str(root), "check the path")
@@ -142,7 +142,7 @@ def load_path(root: Path, options: LoadOptions, scratch: Path) -> Store:
     stack_files = _take_stack_files(inputs)
     profile_files = _take_profile_files(inputs)
     _take_postmortem_files(inputs)
-    results = _map_traces(inputs, options, scratch)
+    results = _map_traces(inputs, options)
     _reduce_traces(store, results)
     _add_step_files(store, inputs)
     _add_nccl(store, inputs, options)
@@ -158,14 +158,14 @@ def load_path(root: Path, options: LoadOptions, scratch: Path) -> Store:
     return store
 
 
-def _map_traces(inputs: Inputs, options: LoadOptions, scratch: Path) -> list[_FileResult]:
+def _map_traces(inputs: Inputs, options: LoadOptions) -> list[_FileResult]:
     paths = [str(p) for p in inputs.traces]
     workers = options.workers or (os.cpu_count() or 1)
     workers = max(1, min(workers, len(paths)))
     if workers == 1 or len(paths) <= 1:
-        return [_load_one(p, options, str(scratch)) for p in paths]
+        return [_load_one(p, options) for p in paths]
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(_load_one, paths, [options] * len(paths), [str(scratch)] * len(paths)))
+        return list(pool.map(_load_one, paths, [options] * len(paths)))
 
 
 def _reduce_traces(store: Store, results: list[_FileResult]) -> None:

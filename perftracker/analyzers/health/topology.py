@@ -189,12 +189,6 @@ def ranks_of_gpu(rmap: pd.DataFrame, host: str, gpu: int) -> tuple[int, ...]:
     return tuple(int(r) for r in rmap.loc[(rmap["host"] == host) & (rmap["gpu"] == gpu), "rank"])
 
 
-def ranks_of_nic(rmap: pd.DataFrame, host: str, nic: str) -> tuple[int, ...]:
-    if rmap.empty:
-        return ()
-    return tuple(int(r["rank"]) for r in records(rmap) if r["host"] == host and nic in r["nics"])
-
-
 def analyze_topology(analysis: Analysis) -> list[Finding]:
     store = analysis.store
     if store["counters"].empty and store["devices"].empty:

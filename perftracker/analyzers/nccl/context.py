@@ -20,7 +20,6 @@ from perftracker.store import Store
 from perftracker.values import strtoll_base0
 
 ANALYZER = "nccl_config"
-IB_VARS_PREFIX = "NCCL_IB_"
 
 
 @dataclass
