@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -219,4 +220,4 @@ def test_parallel_and_serial_loading_agree(tmp_path: Path, hta_traces: Path) -> 
     serial = load_path(hta_traces / "trace_filter", LoadOptions(workers=1))
     parallel = load_path(hta_traces / "trace_filter", LoadOptions(workers=2))
     assert serial.events.equals(parallel.events)
-    assert json.dumps(serial.meta, default=str) == json.dumps(parallel.meta, default=str)
+    assert json.dumps(asdict(serial.run_info), default=str) == json.dumps(asdict(parallel.run_info), default=str)

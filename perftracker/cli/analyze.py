@@ -12,6 +12,7 @@ from perftracker.collectors.loading import LoadOptions, default_cache_dir
 from perftracker.errors import UsageError
 from perftracker.pipeline import analyze_path
 from perftracker.reports.text import print_summary
+from perftracker.rundir import host_name
 
 EXIT_FINDINGS = 3
 
@@ -57,7 +58,8 @@ def register(app: typer.Typer) -> None:
             fail_on_exit([], fail_on)  # validate early
         options = LoadOptions(comm_kernel_patterns=tuple(comm_kernel),
                               cache_dir=None if no_cache else default_cache_dir(), workers=workers,
-                              nccl_profile=profile, sysfs_root=sysfs_root)
+                              nccl_profile=profile, sysfs_root=sysfs_root,
+                              sysfs_host=host_name() if sysfs_root is not None else "")
         result = analyze_path(path, out, options, hta_compat=hta_compat)
         console = Console()
         if quiet:

@@ -26,7 +26,7 @@ from perftracker.collectors.counters.sysfs import read_sysfs
 from perftracker.collectors.env import env_file_frame, env_rows, filter_env, process_env_frame
 from perftracker.collectors.nccl.profiles import load_profile
 from perftracker.errors import PerftrackerError, UsageError
-from perftracker.store import Store
+from perftracker.store import RunInfo, Store
 from perftracker.store.schema import conform
 
 EXIT_FINDINGS = 3
@@ -49,8 +49,8 @@ def lint(env_file: Path | None = None, pid: int | None = None, profile: str | No
     root = sysfs_root if sysfs_root is not None else Path("/sys")
     if sysfs_root is not None and not sysfs_root.is_dir():
         raise UsageError(f"--sysfs-root {sysfs_root} is not a directory")
-    meta = {"sysfs": [read_sysfs(root)], "nccl_profile": load_profile(profile)}
-    store = Store(tables={"config": config}, meta=meta)
+    run_info = RunInfo(sysfs=[read_sysfs(root)], nccl_profile=load_profile(profile))
+    store = Store(tables={"config": config}, run_info=run_info)
     return rank_findings(analyze_nccl_config(Analysis(store))), store
 
 
@@ -93,6 +93,6 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps([f.to_dict() for f in findings], indent=1))
         else:
-            _print(console, findings, str(store.meta["nccl_profile"]["name"]))
+            _print(console, findings, str(store.run_info.nccl_profile["name"]))
         if any(f.severity >= threshold for f in findings):
             raise typer.Exit(EXIT_FINDINGS)

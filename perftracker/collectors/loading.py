@@ -27,7 +27,7 @@ from perftracker.collectors.traces.kineto_read import parse_trace
 from perftracker.collectors.traces.ranks import TraceIdentity, assign_windows, host_from_name, rank_from_name
 from perftracker.errors import InputError, PerftrackerError
 from perftracker.rundir import Inputs, discover
-from perftracker.store import LoadNote, Store
+from perftracker.store import LoadNote, RunInfo, Store
 from perftracker.store.schema import conform
 
 CACHE_VERSION = f"{__version__}-3"
@@ -40,6 +40,7 @@ class LoadOptions:
     workers: int = 0  # 0: one per CPU, at most one per file
     nccl_profile: str | None = None  # platform profile name or file for the NCCL rules
     sysfs_root: Path | None = None  # this node's /sys (or a copy) for the NCCL/RDMA rules
+    sysfs_host: str = ""  # the name of the node whose sysfs that is (the command computes it once)
 
 
 @dataclass
@@ -137,8 +138,8 @@ def load_path(root: Path, options: LoadOptions) -> Store:
             "found no PyTorch profiler traces (*.json, *.json.gz), step files (steps/rank-N.jsonl) or NCCL logs",
             str(root), "point analyze at a run directory, a folder of torch.profiler traces or of NCCL logs")
     store = Store()
-    store.meta["input"] = str(root)
-    store.meta["manifest"] = inputs.manifest or {}
+    store.run_info.input = str(root)
+    store.run_info.manifest = inputs.manifest or {}
     stack_files = _take_stack_files(inputs)
     profile_files = _take_profile_files(inputs)
     _take_postmortem_files(inputs)
@@ -184,7 +185,7 @@ def _reduce_traces(store: Store, results: list[_FileResult]) -> None:
     for note in assign_windows(idents):
         store.notes.append(LoadNote("info", "ranks", note))
     events, steps, rank_rows = [], [], []
-    pg_configs: dict[str, Any] = {}
+    pg_configs: dict[str, dict[str, Any]] = {}
     for r, ident in zip(ok, idents):
         ev = r.events if r.events is not None else pd.read_parquet(r.cache_stem + ".events.parquet")
         st = r.steps if r.steps is not None else pd.read_parquet(r.cache_stem + ".steps.parquet")
@@ -204,7 +205,7 @@ def _reduce_traces(store: Store, results: list[_FileResult]) -> None:
         store.set_table("events", _concat(events))
         store.set_table("steps", _concat(steps))
         store.set_table("ranks", pd.DataFrame(rank_rows))
-    store.meta["process_groups"] = pg_configs
+    store.run_info.process_groups = pg_configs
     _note_missing_ranks(store)
 
 
@@ -277,12 +278,12 @@ def _take_postmortem_files(inputs: Inputs) -> None:
         inputs.other.extend(found)
 
 
-def _merge(store: Store, tables: dict[str, pd.DataFrame], notes: list[LoadNote], meta: dict[str, Any]) -> None:
-    """Put one loader's tables, notes and meta into the Store."""
+def _merge(store: Store, tables: dict[str, pd.DataFrame], notes: list[LoadNote], learned: RunInfo) -> None:
+    """Put one loader's tables, notes and what it learned about the run into the Store."""
     for name, frame in tables.items():
         store.set_table(name, frame)
     store.add_notes(notes)
-    store.meta.update(meta)
+    store.run_info.learn(learned)
 
 
 def _add_postmortem(store: Store, inputs: Inputs) -> None:
@@ -310,7 +311,8 @@ def _add_nccl(store: Store, inputs: Inputs, options: LoadOptions) -> None:
     """NCCL logs and environment snapshots found among the other files (by content, not name)."""
     from perftracker.collectors.nccl.inputs import load_nccl_inputs
 
-    _merge(store, *load_nccl_inputs(inputs.other, profile=options.nccl_profile, sysfs_root=options.sysfs_root))
+    _merge(store, *load_nccl_inputs(inputs.other, profile=options.nccl_profile, sysfs_root=options.sysfs_root,
+                                    sysfs_host=options.sysfs_host))
 
 
 def _add_counters(store: Store, inputs: Inputs) -> None:
@@ -328,7 +330,7 @@ def _add_step_files(store: Store, inputs: Inputs) -> None:
     if not steps.empty:
         store.set_table("steps", pd.concat([store.steps, steps], ignore_index=True))
     store.set_table("phases", phases)
-    store.meta["step_hosts"] = {str(k): v for k, v in hosts.items()}
+    store.run_info.step_hosts = dict(hosts)
     ranks = store.ranks
     if ranks.empty and hosts:
         rows = [{"rank": r, "window": 0, "host": h} for r, h in sorted(hosts.items())]

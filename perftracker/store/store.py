@@ -1,4 +1,5 @@
-"""The Store: typed pandas tables plus the notes the loaders left about their inputs.
+"""The Store: typed pandas tables, the notes the loaders left about their inputs, and what they learned
+about the run (`RunInfo`).
 
 A Store always has every table of `schema.TABLES` (possibly empty).
 """
@@ -11,6 +12,7 @@ from typing import Any
 
 import pandas as pd
 
+from perftracker.store.run_info import RunInfo
 from perftracker.store.schema import TABLES, conform, empty_table
 
 
@@ -40,7 +42,7 @@ class Store:
 
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     notes: list[LoadNote] = field(default_factory=list)
-    meta: dict[str, Any] = field(default_factory=dict)
+    run_info: RunInfo = field(default_factory=RunInfo)
 
     def __post_init__(self) -> None:
         for name in TABLES:
