@@ -16,8 +16,6 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from perftracker.rundir import host_name
-
 ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 
 
@@ -129,15 +127,16 @@ def _kernel_addresses() -> dict[str, set[str]]:
     return found
 
 
-def read_sysfs(root: Path | str = "/sys", host: str | None = None) -> dict[str, Any]:
-    """RDMA devices and network interfaces of one node, as `RunInfo.sysfs` holds them."""
+def read_sysfs(root: Path | str = "/sys", host: str = "") -> dict[str, Any]:
+    """RDMA devices and network interfaces of one node, named `host` (as the command computed it; ""
+    when unnamed), as `RunInfo.sysfs` holds them."""
     root_path = Path(root)
     if not (root_path / "class").is_dir() and root_path.name == "class":
         root_path = root_path.parent
     rdma = read_rdma(root_path)
     return {
         "root": str(root_path),
-        "host": host if host is not None else host_name(),
+        "host": host,
         "available": (root_path / "class").is_dir() and os.access(root_path / "class", os.R_OK),
         "rdma": rdma,
         "net": read_net(root_path, rdma),
