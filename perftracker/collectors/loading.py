@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from perftracker.rundir import Inputs, discover
 from perftracker.store import LoadNote, RunInfo, Store
 from perftracker.store.schema import conform
 
-CACHE_VERSION = f"{__version__}-3"
+CACHE_VERSION = f"{__version__}-4"
 
 
 @dataclass(frozen=True)
@@ -43,13 +43,35 @@ class LoadOptions:
     sysfs_host: str = ""  # the name of the node whose sysfs that is (the command computes it once)
 
 
+@dataclass(frozen=True)
+class _TraceFacts:
+    """What the map step learned about one trace file besides its tables (cached as JSON beside them)."""
+
+    rank: int | None  # None: neither distributedInfo nor the file name says (assigned in the reduce step)
+    rank_source: str  # distributedInfo | filename | assigned
+    host: str
+    world_size: int  # -1 when unknown
+    backend: str
+    device_name: str
+    base_ns: int  # -1 when the trace has no baseTimeNanoseconds
+    start_ns: int
+    end_ns: int
+    n_events: int
+    pg_config: list[Any]  # distributedInfo.pg_config as the trace has it
+
+    def window_ns(self) -> tuple[int, int]:
+        """(start, end) of its events on the wall clock, where the trace gives a base time."""
+        base = self.base_ns if self.base_ns > 0 else 0
+        return base + self.start_ns, base + self.end_ns
+
+
 @dataclass
 class _FileResult:
     path: str
     ok: bool
     error: str = ""
     cache_stem: str = ""
-    meta: dict[str, Any] = field(default_factory=dict)
+    facts: _TraceFacts | None = None  # set when ok
     notes: list[str] = field(default_factory=list)
     events: pd.DataFrame | None = None  # the tables themselves when not cached (else at cache_stem)
     steps: pd.DataFrame | None = None
@@ -87,8 +109,9 @@ def _parse_one(path: Path, options: LoadOptions) -> _FileResult:
         stem = str(folder / key) if folder else ""
         meta_path = Path(stem + ".meta.json")
         if options.cache_dir and meta_path.exists():
-            meta = json.loads(meta_path.read_text())
-            return _FileResult(path_str, True, cache_stem=stem, meta=meta["meta"], notes=meta["notes"])
+            cached = json.loads(meta_path.read_text())
+            return _FileResult(path_str, True, cache_stem=stem, facts=_TraceFacts(**cached["facts"]),
+                               notes=cached["notes"])
         trace = parse_trace(path)
         dist = trace.distributed_info
         rank = dist.get("rank") if isinstance(dist.get("rank"), int) else None
@@ -102,26 +125,21 @@ def _parse_one(path: Path, options: LoadOptions) -> _FileResult:
         if trace.device_properties:
             device_name = str(trace.device_properties[0].get("name", ""))
         world = dist.get("world_size")
-        meta = {
-            "rank": rank, "rank_source": rank_source,
-            "host": trace.host_name or host_from_name(path),
-            "world_size": world if isinstance(world, int) else -1,
-            "backend": str(dist.get("backend", "")),
-            "device_name": device_name,
-            "base_ns": trace.base_ns if trace.base_ns is not None else -1,
-            "start_ns": int(events["start_ns"].min()) if len(events) else 0,
-            "end_ns": int((events["start_ns"] + events["dur_ns"]).max()) if len(events) else 0,
-            "n_events": len(events),
-            "bytes_lost": trace.bytes_lost,
-            "pg_config": dist.get("pg_config") if isinstance(dist.get("pg_config"), list) else [],
-        }
+        pg_config = dist.get("pg_config")
+        facts = _TraceFacts(
+            rank=rank, rank_source=rank_source, host=trace.host_name or host_from_name(path),
+            world_size=world if isinstance(world, int) else -1, backend=str(dist.get("backend", "")),
+            device_name=device_name, base_ns=trace.base_ns if trace.base_ns is not None else -1,
+            start_ns=int(events["start_ns"].min()) if len(events) else 0,
+            end_ns=int((events["start_ns"] + events["dur_ns"]).max()) if len(events) else 0,
+            n_events=len(events), pg_config=pg_config if isinstance(pg_config, list) else [])
         if folder is None:
-            return _FileResult(path_str, True, meta=meta, notes=trace.notes, events=events, steps=steps)
+            return _FileResult(path_str, True, facts=facts, notes=trace.notes, events=events, steps=steps)
         folder.mkdir(parents=True, exist_ok=True)
         events.to_parquet(stem + ".events.parquet", index=False)
         steps.to_parquet(stem + ".steps.parquet", index=False)
-        Path(stem + ".meta.json").write_text(json.dumps({"meta": meta, "notes": trace.notes}))
-        return _FileResult(path_str, True, cache_stem=stem, meta=meta, notes=trace.notes)
+        Path(stem + ".meta.json").write_text(json.dumps({"facts": asdict(facts), "notes": trace.notes}))
+        return _FileResult(path_str, True, cache_stem=stem, facts=facts, notes=trace.notes)
     except PerftrackerError as exc:
         return _FileResult(path_str, False, error=exc.message)
     except (OSError, ValueError, MemoryError) as exc:
@@ -170,23 +188,19 @@ def _map_traces(inputs: Inputs, options: LoadOptions) -> list[_FileResult]:
 
 
 def _reduce_traces(store: Store, results: list[_FileResult]) -> None:
-    ok = [r for r in results if r.ok]
+    ok = [(r, r.facts) for r in results if r.ok and r.facts is not None]
     for r in results:
         if not r.ok:
             store.notes.append(LoadNote("error", r.path, r.error))
         for note in r.notes:
             store.notes.append(LoadNote("warning", r.path, note))
-    idents = [
-        TraceIdentity(Path(r.path), r.meta["rank"], r.meta["rank_source"], r.meta["host"], r.meta["world_size"],
-                      r.meta["backend"], r.meta["base_ns"] * (r.meta["base_ns"] > 0) + r.meta["start_ns"],
-                      r.meta["base_ns"] * (r.meta["base_ns"] > 0) + r.meta["end_ns"])
-        for r in ok
-    ]
+    idents = [TraceIdentity(Path(r.path), t.rank, t.rank_source, t.host, t.world_size, t.backend, *t.window_ns())
+              for r, t in ok]
     for note in assign_windows(idents):
         store.notes.append(LoadNote("info", "ranks", note))
     events, steps, rank_rows = [], [], []
     pg_configs: dict[str, dict[str, Any]] = {}
-    for r, ident in zip(ok, idents):
+    for (r, t), ident in zip(ok, idents):
         ev = r.events if r.events is not None else pd.read_parquet(r.cache_stem + ".events.parquet")
         st = r.steps if r.steps is not None else pd.read_parquet(r.cache_stem + ".steps.parquet")
         r.events = r.steps = None
@@ -195,10 +209,11 @@ def _reduce_traces(store: Store, results: list[_FileResult]) -> None:
             frame["window"] = np.full(len(frame), ident.window, dtype=np.int16)
         events.append(ev)
         steps.append(st)
-        rank_rows.append({**{k: r.meta[k] for k in ("host", "world_size", "backend", "device_name", "base_ns",
-                                                   "start_ns", "end_ns", "n_events")},
+        rank_rows.append({"host": t.host, "world_size": t.world_size, "backend": t.backend,
+                          "device_name": t.device_name, "base_ns": t.base_ns, "start_ns": t.start_ns,
+                          "end_ns": t.end_ns, "n_events": t.n_events,
                           "rank": ident.rank, "window": ident.window, "file": r.path})
-        for pg in r.meta.get("pg_config") or []:
+        for pg in t.pg_config:
             if isinstance(pg, dict) and "pg_name" in pg:
                 pg_configs.setdefault(str(pg["pg_name"]), {k: pg.get(k) for k in ("pg_desc", "pg_size", "ranks")})
     if events:
