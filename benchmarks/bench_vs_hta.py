@@ -89,12 +89,11 @@ def child_pt(folder: str) -> dict[str, Any]:
     from perftracker.analyzers.traces.gpu_time import breakdown
     from perftracker.collectors.loading import LoadOptions, load_path
     t1 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="pt-bench-scratch-") as scratch:
-        store = load_path(Path(folder), LoadOptions(cache_dir=None, workers=0), Path(scratch))
-        t2 = time.perf_counter()
-        ours = breakdown(store)
-        hta_like = breakdown(store, hta_compat=True)
-        t3 = time.perf_counter()
+    store = load_path(Path(folder), LoadOptions(cache_dir=None, workers=0))
+    t2 = time.perf_counter()
+    ours = breakdown(store)
+    hta_like = breakdown(store, hta_compat=True)
+    t3 = time.perf_counter()
     cols = ["rank", "idle_pct", "compute_pct", "non_compute_pct", "overlap_pct"]
     return {
         "tool": "perftracker", "perftracker_version": perftracker.__version__, "pandas": pandas.__version__,

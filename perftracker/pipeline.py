@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,11 +55,10 @@ def extra_section_builders() -> list[SectionBuilder]:
 
 
 def analyze_path(path: Path, out_dir: Path, options: LoadOptions, hta_compat: bool = False) -> AnalysisResult:
-    with tempfile.TemporaryDirectory(prefix="perftracker-") as scratch:
-        store = load_path(path, options, Path(scratch))
-        analysis = Analysis(store, AnalysisOptions(hta_compat=hta_compat))
-        findings = rank_findings(link_findings(store, run_analyzers(analysis)))
-        tables = report_data.build(analysis)
+    store = load_path(path, options)
+    analysis = Analysis(store, AnalysisOptions(hta_compat=hta_compat))
+    findings = rank_findings(link_findings(store, run_analyzers(analysis)))
+    tables = report_data.build(analysis)
     out_dir.mkdir(parents=True, exist_ok=True)
     report_data.save(tables, out_dir / TABLES)
     summary = _summary(analysis, tables)

@@ -17,9 +17,10 @@ A step record is one line of JSON::
     {"rank": 3, "step": 120, "start_ns": 1732900000000000000, "end_ns": 1732900000250000000,
      "host": "node-7", "phases_ns": {"data": 1200000, "forward": 80000000, "backward": 150000000}}
 
-`<host>` in file names and records is `host_name()`: the hostname up to its first dot (as NCCL prints
-it) or $PERFTRACKER_HOST. Several hosts may write into one run directory; per-host manifests go to
-`manifests/<host>.json`.
+`<host>` in file names and records is `host_name()`: a command's `--host`, else $PERFTRACKER_HOST, else
+the hostname up to its first dot (as NCCL prints it). A command computes it once where it starts (the
+in-job hook where it is installed) and passes it down; nothing below calls `host_name`. Several hosts
+may write into one run directory; per-host manifests go to `manifests/<host>.json`.
 
 `start_ns`/`end_ns` are the rank's wall clock (time.time_ns()); `phases_ns` is optional.
 
@@ -77,11 +78,13 @@ NON_TRACE_DIRS = {"env", "steps", "counters", "nccl", "stacks", "tables", "manif
 _OUTPUT_FILES = {"findings.json", "store.json", "ground_truth.json", MANIFEST}
 
 
-def host_name() -> str:
-    """The name host-keyed files and records use for this machine: $PERFTRACKER_HOST when set (give
-    each node a distinct one where hostnames repeat, as in some containers), else the hostname up to
-    its first dot, which is also what NCCL prints and substitutes for %h."""
-    return os.environ.get("PERFTRACKER_HOST", "").strip() or socket.gethostname().split(".")[0]
+def host_name(explicit: str | None = None) -> str:
+    """The name host-keyed files and records use for this machine: `explicit` (a command's --host) when
+    given, else $PERFTRACKER_HOST when set (give each node a distinct one where hostnames repeat, as in
+    some containers), else the hostname up to its first dot, which is also what NCCL prints and
+    substitutes for %h. Called once per process, at its entry point (a command, the in-job hook)."""
+    return ((explicit or "").strip() or os.environ.get("PERFTRACKER_HOST", "").strip()
+            or socket.gethostname().split(".")[0])
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -155,7 +155,6 @@ class _Plan:
     sigma_ns: list[float]  # per-kernel noise std per slot
     kmin_ns: int
     cpu_ns: int  # duration of a launching cpu_op
-    transfer_ns: list[int]  # per slot
     nelems: list[int]  # per slot
     skew_ns: IntArray  # per rank
     seg_start: IntArray  # [step, slot, rank] true ns when the slot's compute starts
@@ -248,7 +247,7 @@ def _make_plan(spec: SynthSpec) -> _Plan:
 
     # Pass 1: per-slot compute totals for every rank (one rank's draws at a time).
     compute = np.zeros((spec.steps, slots, spec.ranks), dtype=np.int64)
-    plan = _Plan(spec, groups, partitions, slot_kernels, kinds, base, sigma, kmin, cpu_ns, transfer, nelems, skew,
+    plan = _Plan(spec, groups, partitions, slot_kernels, kinds, base, sigma, kmin, cpu_ns, nelems, skew,
                  np.zeros_like(compute), np.zeros_like(compute), np.zeros_like(compute), group_of, [])
     for r in range(spec.ranks):
         for c, dur in enumerate(_slot_durations(plan, r)):

@@ -60,7 +60,7 @@ for manifest in run.glob("manifests/*.json"):
     for note in json.loads(manifest.read_text()).get("notes", []):
         if note.startswith("GPU:"):
             print("note:", note)
-store = load_path(run, LoadOptions(cache_dir=None), out / "scratch")
+store = load_path(run, LoadOptions(cache_dir=None))
 kernels = store.events[store.events["kind"].isin(["compute", "comm"])]
 assert len(kernels) > 0, "no CUDA kernels in the on-demand trace"
 assert (store.events["kind"] == "comm").any(), "no NCCL kernels in the trace"

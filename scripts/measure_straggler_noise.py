@@ -43,8 +43,7 @@ def collective_arrivals(run_dir: Path, name: str = "gloo:all_reduce") -> dict[tu
     kept only where every rank has it."""
     from perftracker.collectors.loading import LoadOptions, load_path
 
-    with tempfile.TemporaryDirectory() as scratch:
-        store = load_path(run_dir, LoadOptions(workers=1), Path(scratch))
+    store = load_path(run_dir, LoadOptions(workers=1))
     events = store.events
     coll = events[(events["kind"] == "collective_cpu") & (events["name"] == name)]
     coll = coll.sort_values(["rank", "start_ns"])

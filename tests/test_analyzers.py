@@ -19,7 +19,7 @@ from perftracker.store import Store
 def _load(tmp_path: Path, *builders: TraceBuilder) -> Store:
     for i, b in enumerate(builders):
         b.write(tmp_path / "t" / f"rank-{i}.json")
-    return load_path(tmp_path / "t", LoadOptions(workers=1), tmp_path / "s")
+    return load_path(tmp_path / "t", LoadOptions(workers=1))
 
 
 def test_breakdown_and_overlap_on_known_intervals(tmp_path: Path) -> None:
@@ -80,7 +80,7 @@ def test_phase_imbalance_names_the_slow_rank(tmp_path: Path) -> None:
                 fh.write(json.dumps({"rank": rank, "step": step, "start_ns": step * 100_000_000,
                                      "end_ns": step * 100_000_000 + 90_000_000, "host": f"h{rank}",
                                      "phases_ns": {"forward": fwd, "backward": 50_000_000}}) + "\n")
-    store = load_path(tmp_path / "run", LoadOptions(workers=1), tmp_path / "s")
+    store = load_path(tmp_path / "run", LoadOptions(workers=1))
     findings = [f for f in run_analyzers(Analysis(store)) if f.analyzer == "steps" and f.severity >= Severity.WARNING]
     assert len(findings) == 1 and findings[0].ranks == (2,) and findings[0].hosts == ("h2",)
     assert "forward" in findings[0].title

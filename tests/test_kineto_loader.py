@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -38,15 +39,15 @@ KINETO_FILES = [
 ]
 
 
-def load(path: Path, tmp_path: Path) -> object:
-    return load_path(path, LoadOptions(workers=1), tmp_path)
+def load(path: Path) -> object:
+    return load_path(path, LoadOptions(workers=1))
 
 
 @pytest.mark.parametrize("name", KINETO_FILES)
 def test_every_real_trace_loads(hta_traces: Path, tmp_path: Path, name: str) -> None:
     # GIVEN a real trace from the HTA corpus (NVIDIA, AMD, MTIA, CPU-only, no distributedInfo, ...)
     # WHEN it is loaded
-    store = load_path(hta_traces / name, LoadOptions(workers=1), tmp_path)
+    store = load_path(hta_traces / name, LoadOptions(workers=1))
     # THEN events are classified and no input error is noted
     assert len(store.events) > 0
     assert not [n for n in store.notes if n.level == "error"]
@@ -56,7 +57,7 @@ def test_every_real_trace_loads(hta_traces: Path, tmp_path: Path, name: str) -> 
 
 def test_gpu_kernels_split_into_compute_and_nccl_communication(hta_traces: Path, tmp_path: Path) -> None:
     # GIVEN the real DDP trace with 2020 NCCL AllReduce kernels
-    store = load_path(hta_traces / "df_index_resolver", LoadOptions(workers=1), tmp_path)
+    store = load_path(hta_traces / "df_index_resolver", LoadOptions(workers=1))
     comm = store.events[store.events["kind"] == "comm"]
     # THEN every NCCL kernel is communication, named all_reduce, and the rank comes from distributedInfo
     assert len(comm) == 2020
@@ -66,14 +67,14 @@ def test_gpu_kernels_split_into_compute_and_nccl_communication(hta_traces: Path,
 
 
 def test_gloo_and_cpu_collectives_are_recognised(hta_traces: Path, tmp_path: Path) -> None:
-    store = load_path(hta_traces / "cpu_only", LoadOptions(workers=1), tmp_path)
+    store = load_path(hta_traces / "cpu_only", LoadOptions(workers=1))
     coll = store.events[store.events["kind"] == "collective_cpu"]
     assert len(coll) == 10 and set(coll["collective"]) == {"all_reduce"}
     assert int(store.ranks["rank"].iloc[0]) == 34
 
 
 def test_kernel_launches_are_correlated_to_steps(hta_traces: Path, tmp_path: Path) -> None:
-    store = load_path(hta_traces / "trace_filter", LoadOptions(workers=1), tmp_path)
+    store = load_path(hta_traces / "trace_filter", LoadOptions(workers=1))
     gpu = store.events[store.events["stream"] >= 0]
     # GPU work runs after its step's CPU window; it still belongs to the step that launched it
     assert (gpu["step"] >= 0).mean() > 0.9
@@ -102,7 +103,7 @@ def test_integer_epoch_microseconds_stay_exact(hta_traces: Path) -> None:
 def test_rank_from_file_name_when_distributed_info_is_missing(tmp_path: Path) -> None:
     for rank in (3, 5):
         TraceBuilder(rank=None).step(1, 0, 100).write(tmp_path / "traces" / f"worker{rank}.pt.trace.json")
-    store = load_path(tmp_path / "traces", LoadOptions(workers=1), tmp_path / "s")
+    store = load_path(tmp_path / "traces", LoadOptions(workers=1))
     assert sorted(store.ranks["rank"]) == [3, 5]
 
 
@@ -110,21 +111,21 @@ def test_two_files_claiming_one_rank_in_the_same_window_is_an_error(tmp_path: Pa
     TraceBuilder(rank=1).step(1, 0, 100).write(tmp_path / "t" / "a.json")
     TraceBuilder(rank=1).step(1, 50, 100).write(tmp_path / "t" / "b.json")
     with pytest.raises(InputError) as err:
-        load_path(tmp_path / "t", LoadOptions(workers=1), tmp_path / "s")
+        load_path(tmp_path / "t", LoadOptions(workers=1))
     assert "a.json" in err.value.message and "b.json" in err.value.message
 
 
 def test_separate_profiling_windows_of_one_rank_are_kept_apart(tmp_path: Path) -> None:
     TraceBuilder(rank=1).step(1, 0, 100).write(tmp_path / "t" / "w1.json")
     TraceBuilder(rank=1).step(9, 10_000, 100).write(tmp_path / "t" / "w2.json")
-    store = load_path(tmp_path / "t", LoadOptions(workers=1), tmp_path / "s")
+    store = load_path(tmp_path / "t", LoadOptions(workers=1))
     assert sorted(store.ranks["window"]) == [0, 1]
     assert any("2 profiling windows" in n.message for n in store.notes)
 
 
 def test_ranks_absent_from_world_size_are_a_note(tmp_path: Path) -> None:
     TraceBuilder(rank=0, world_size=8).step(1, 0, 100).write(tmp_path / "t" / "rank-0.json")
-    store = load_path(tmp_path / "t", LoadOptions(workers=1), tmp_path / "s")
+    store = load_path(tmp_path / "t", LoadOptions(workers=1))
     notes = [n for n in store.notes if "1 of 8 ranks" in n.message]
     assert notes and notes[0].level == "info"
 
@@ -141,7 +142,7 @@ def test_trace_cut_off_mid_write_is_recovered_with_a_warning(hta_traces: Path, t
     _truncate(hta_traces / "trace_filter" / "sampled_rank-1.json.gz", folder / "rank-1.json", 0.7)
     (folder / "rank-0.json.gz").write_bytes((hta_traces / "trace_filter" / "sampled_rank-0.json.gz").read_bytes())
     # WHEN the folder is analyzed
-    store = load_path(folder, LoadOptions(workers=1), tmp_path / "s")
+    store = load_path(folder, LoadOptions(workers=1))
     # THEN rank 1 keeps the events before the cut and a warning names the file and the loss
     full = parse_trace(hta_traces / "trace_filter" / "sampled_rank-1.json.gz")
     rank1 = store.events[store.events["rank"] == 1]
@@ -172,7 +173,7 @@ def test_unusable_file_gets_one_clear_line_and_the_others_still_load(tmp_path: P
     TraceBuilder(rank=0).step(1, 0, 100).kernel("gemm", 10, 20).write(folder / "rank-0.json")
     bad = folder / "rank-1.json.gz" if content.startswith(b"\x1f\x8b") else folder / "rank-1.json"
     bad.write_bytes(content)
-    store = load_path(folder, LoadOptions(workers=1), tmp_path / "s")
+    store = load_path(folder, LoadOptions(workers=1))
     errors = [n for n in store.notes if n.level == "error"]
     assert len(errors) == 1 and bad.name in errors[0].message and expected in errors[0].message
     assert "\n" not in errors[0].message
@@ -182,15 +183,14 @@ def test_unusable_file_gets_one_clear_line_and_the_others_still_load(tmp_path: P
 def test_only_unusable_files_is_an_input_error(tmp_path: Path) -> None:
     (tmp_path / "rank-0.json").write_text("")
     with pytest.raises(InputError) as err:
-        load_path(tmp_path, LoadOptions(workers=1), tmp_path / "s")
+        load_path(tmp_path, LoadOptions(workers=1))
     assert "rank-0.json" in err.value.message
 
 
 def test_user_patterns_mark_custom_kernels_as_communication(tmp_path: Path) -> None:
     TraceBuilder(rank=0).step(1, 0, 100).kernel("my_custom_allreduce_kernel", 10, 20).write(tmp_path / "t" / "r.json")
-    plain = load_path(tmp_path / "t", LoadOptions(workers=1), tmp_path / "a")
-    custom = load_path(tmp_path / "t", LoadOptions(workers=1, comm_kernel_patterns=("custom_allreduce",)),
-                       tmp_path / "b")
+    plain = load_path(tmp_path / "t", LoadOptions(workers=1))
+    custom = load_path(tmp_path / "t", LoadOptions(workers=1, comm_kernel_patterns=("custom_allreduce",)))
     assert set(plain.events.loc[plain.events["stream"] >= 0, "kind"]) == {"compute"}
     assert set(custom.events.loc[custom.events["stream"] >= 0, "kind"]) == {"comm"}
 
@@ -210,14 +210,14 @@ def test_collective_names_are_canonical(name: str, hint: str | None, expected: s
 
 def test_loader_cache_returns_the_same_tables(tmp_path: Path, hta_traces: Path) -> None:
     options = LoadOptions(workers=1, cache_dir=tmp_path / "cache")
-    first = load_path(hta_traces / "trace_filter", options, tmp_path / "a")
-    second = load_path(hta_traces / "trace_filter", options, tmp_path / "b")
+    first = load_path(hta_traces / "trace_filter", options)
+    second = load_path(hta_traces / "trace_filter", options)
     assert len(list((tmp_path / "cache").glob("*.events.parquet"))) == 2
     assert first.events.equals(second.events)
 
 
 def test_parallel_and_serial_loading_agree(tmp_path: Path, hta_traces: Path) -> None:
-    serial = load_path(hta_traces / "trace_filter", LoadOptions(workers=1), tmp_path / "a")
-    parallel = load_path(hta_traces / "trace_filter", LoadOptions(workers=2), tmp_path / "b")
+    serial = load_path(hta_traces / "trace_filter", LoadOptions(workers=1))
+    parallel = load_path(hta_traces / "trace_filter", LoadOptions(workers=2))
     assert serial.events.equals(parallel.events)
-    assert json.dumps(serial.meta, default=str) == json.dumps(parallel.meta, default=str)
+    assert json.dumps(asdict(serial.run_info), default=str) == json.dumps(asdict(parallel.run_info), default=str)

@@ -20,7 +20,7 @@ def stragglers(store) -> list:  # type: ignore[no-untyped-def]
 
 def build(tmp_path: Path, spec: SynthSpec):  # type: ignore[no-untyped-def]
     truth = generate(spec, tmp_path / "traces", truth_path=tmp_path / "truth.json")
-    return load_path(tmp_path / "traces", LoadOptions(workers=1), tmp_path / "s"), truth
+    return load_path(tmp_path / "traces", LoadOptions(workers=1)), truth
 
 
 def test_seeded_compute_straggler_and_clock_skews_are_recovered(tmp_path: Path) -> None:
@@ -68,7 +68,7 @@ def test_missing_rank_and_different_windows_are_tolerated(tmp_path: Path) -> Non
 
 def test_real_two_rank_gpu_traces_match_collectives_and_estimate_skew(hta_traces: Path, tmp_path: Path) -> None:
     # GIVEN ranks 0 and 1 of a real 128-rank NCCL job (no known straggler)
-    store = load_path(hta_traces / "trace_filter", LoadOptions(workers=1), tmp_path)
+    store = load_path(hta_traces / "trace_filter", LoadOptions(workers=1))
     arr, offsets = straggler_tables(store)
     # THEN the 10 NCCL kernels each rank ran in the 2 profiled steps are matched pairwise,
     assert arr["instance"].nunique() == 10 and len(arr) == 20

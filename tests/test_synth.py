@@ -26,10 +26,8 @@ STEPS = 3
 SLOTS = 4
 
 
-def _load(folder: Path, tmp_path: Path) -> Store:
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    return load_path(folder, LoadOptions(workers=1), scratch)
+def _load(folder: Path) -> Store:
+    return load_path(folder, LoadOptions(workers=1))
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +39,7 @@ def tp_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[SynthSpec, GroundT
                      seed=7, stragglers={3: 1500.0}, comm_stragglers={5: 700.0}, groups=tp_dp_groups(RANKS, 2),
                      missing_ranks={6})
     truth = generate(spec, root / "traces")
-    scratch = root / "scratch"
-    scratch.mkdir()
-    store = load_path(root / "traces", LoadOptions(workers=1), scratch)
+    store = load_path(root / "traces", LoadOptions(workers=1))
     return spec, truth, store, root / "traces"
 
 
@@ -162,7 +158,7 @@ def test_same_seed_same_bytes_and_explicit_skew(tmp_path: Path) -> None:
     assert a.files == ["rank-0.pt.trace.json", "rank-1.pt.trace.json", "rank-2.pt.trace.json"]
     assert a.skew_us == {0: 0.0, 1: 1234.567, 2: -50.0}
     assert list(a.process_groups) == ["0"] and a.process_groups["0"].desc == "default_pg"
-    store = _load(tmp_path / "a", tmp_path)
+    store = _load(tmp_path / "a")
     comm = store.events[store.events["kind"] == "comm"].sort_values(["rank", "start_ns"])
     ends = (comm["start_ns"] + comm["dur_ns"]).to_numpy().reshape(3, -1)
     assert list(ends[1] - ends[0]) == [1_234_567] * ends.shape[1]

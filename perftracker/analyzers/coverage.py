@@ -45,7 +45,7 @@ def coverage(store: Store) -> list[Area]:
     gpu_rows = counters["device"].astype(str).str.startswith("gpu:") if len(counters) else None
     has_gpu = bool(gpu_rows is not None and gpu_rows.any())
     has_rdma = bool(gpu_rows is not None and (~gpu_rows).any())
-    sysfs = store.meta.get("sysfs") or {}
+    sysfs_rdma = any(node.get("rdma") for node in store.run_info.sysfs)
     traces = not store.ranks.empty
     step_files = bool(len(store.steps)) and "stepfile" in set(store.steps["source"].astype(str))
     # comparing ranks needs two of them (a median rank for sampled stacks: MIN_RANKS with enough samples)
@@ -68,8 +68,7 @@ def coverage(store: Store) -> list[Area]:
              "the job's environment (attach captures it) or an NCCL_DEBUG=INFO log"),
         Area("GPU health", has_gpu, _present(GPU_samples=True),
              "NVML samples (attach on a GPU host), nvidia-smi --query-gpu CSV or DCGM exporter samples"),
-        Area("RDMA network", has_rdma or bool(sysfs.get("rdma")), _present(port_counters=has_rdma,
-                                                                             sysfs=bool(sysfs.get("rdma"))),
+        Area("RDMA network", has_rdma or sysfs_rdma, _present(port_counters=has_rdma, sysfs=sysfs_rdma),
              "RDMA port counters (attach on a host with /sys/class/infiniband, or copies of its counters)"),
         Area("hangs", stacks or flight, _present(stacks=stacks, flight_recorder=flight),
              "Python stacks (attach takes them) or flight-recorder dumps (perftracker run)"),

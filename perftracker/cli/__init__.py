@@ -1,7 +1,8 @@
-"""The `perftracker` command line: one module per command, assembled here.
+"""The `perftracker` command line: one module per command (a module-level function), assembled here.
 
-Errors for people (`PerftrackerError`) print as one line and exit 2; nothing else prints a
-traceback unless PERFTRACKER_DEBUG=1.
+Every command speaks with one voice (cli/voice.py): errors for people (`PerftrackerError`) print as
+one line `perftracker: ...` on stderr and exit 2; `--fail-on` is one rule; shared options are defined
+once (cli/options.py). Nothing prints a traceback unless PERFTRACKER_DEBUG=1 (a bug: exit 70).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import sys
 import typer
 
 from perftracker import __version__
-from perftracker.cli import analyze, attach, demo, postmortem, ps, report, run
+from perftracker.cli import analyze, attach, demo, lint_env, postmortem, ps, report, run
+from perftracker.cli.voice import EXIT_INTERNAL, EXIT_USAGE, say
 from perftracker.errors import PerftrackerError
 
 app = typer.Typer(
@@ -45,26 +47,21 @@ ps.register(app)
 attach.register(app)
 run.register(app)
 postmortem.register(app)
-try:  # the NCCL configuration capability adds lint-env
-    from perftracker.cli import lint_env
-except ImportError:  # pragma: no cover - present in full installs
-    lint_env = None  # type: ignore[assignment]
-if lint_env is not None:
-    lint_env.register(app)
+lint_env.register(app)
 
 
 def main() -> None:
     try:
         app()
-    except PerftrackerError as exc:
-        typer.echo(f"perftracker: {exc.message}", err=True)
-        sys.exit(2)
+    except PerftrackerError as exc:  # raised outside a command (commands say their own)
+        say(exc.message)
+        sys.exit(EXIT_USAGE)
     except KeyboardInterrupt:
-        typer.echo("perftracker: interrupted", err=True)
+        say("interrupted")
         sys.exit(130)
     except Exception as exc:  # last resort: a bug, not bad input
         if os.environ.get("PERFTRACKER_DEBUG"):
             raise
-        typer.echo(f"perftracker: internal error ({type(exc).__name__}: {exc}). "
-                   "Re-run with PERFTRACKER_DEBUG=1 for a traceback and report it.", err=True)
-        sys.exit(70)
+        say(f"internal error ({type(exc).__name__}: {exc}). Re-run with PERFTRACKER_DEBUG=1 for a traceback "
+            "and report it.")
+        sys.exit(EXIT_INTERNAL)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from perftracker.cli.options import out_option
+from perftracker.cli.voice import add_command
 from perftracker.collectors.loading import LoadOptions
 from perftracker.errors import InputError
 from perftracker.pipeline import analyze_path
@@ -24,19 +27,21 @@ def sample_traces_dir() -> Path:
                      "run the demo from a perftracker checkout, or pass your own traces to `perftracker analyze`")
 
 
+def demo(
+    out: Annotated[Path, out_option("Where to write the report.")] = Path("perftracker-demo"),
+) -> None:
+    """Analyze the bundled sample run (a real 4-rank torchrun job with one slowed rank)."""
+    root = sample_traces_dir()
+    runs = sorted(p for p in root.iterdir() if p.is_dir())
+    if not runs:
+        raise InputError("no sample run in sample_traces/", str(root), "regenerate it with scripts/make_sample_traces.py")
+    console = Console()
+    for run in runs:
+        console.rule(f"{run.name}")
+        result = analyze_path(run, out / run.name, LoadOptions(cache_dir=None))
+        print_summary(console, result.findings, result.report_path,
+                      coverage=result.document["summary"].get("coverage"))
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("demo")
-    def demo(
-        out: Path = typer.Option(Path("perftracker-demo"), "--out", "-o", help="Where to write the report."),
-    ) -> None:
-        """Analyze the bundled sample run (a real 4-rank torchrun job with one slowed rank)."""
-        root = sample_traces_dir()
-        runs = sorted(p for p in root.iterdir() if p.is_dir())
-        if not runs:
-            raise InputError("no sample run in sample_traces/", str(root), "regenerate it with scripts/make_sample_traces.py")
-        console = Console()
-        for run in runs:
-            console.rule(f"{run.name}")
-            result = analyze_path(run, out / run.name, LoadOptions(cache_dir=None))
-            print_summary(console, result.findings, result.report_path,
-                          coverage=result.document["summary"].get("coverage"))
+    add_command(app, "demo", demo)

@@ -4,7 +4,8 @@ Promise: reads an env file / job spec (`--env-file`), a live process's environme
 with neither, the current environment; adds the node's sysfs facts (`--sysfs-root`, default /sys)
 and a platform profile (`--profile`, a shipped name or a JSON file); runs the `nccl_config` rules and
 prints the findings (rich table, or `--json`). Exit codes: 0 clean, 3 when a finding at or above
-`--fail-on` exists (critical by default), 2 for a usage or input error, printed as one line.
+`--fail-on` exists (critical by default), 2 for a usage or input error, printed as one line in the voice of
+every command (cli/voice.py).
 """
 
 from __future__ import annotations
@@ -22,26 +23,28 @@ from rich.table import Table
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity, rank_findings
 from perftracker.analyzers.nccl.config import analyze_nccl_config
+from perftracker.cli.options import fail_on_option, nccl_profile_option, sysfs_root_option
+from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on
 from perftracker.collectors.counters.sysfs import read_sysfs
 from perftracker.collectors.env import env_file_frame, env_rows, filter_env, process_env_frame
 from perftracker.collectors.nccl.profiles import load_profile
-from perftracker.errors import PerftrackerError, UsageError
-from perftracker.store import Store
+from perftracker.errors import UsageError
+from perftracker.rundir import host_name
+from perftracker.store import RunInfo, Store
 from perftracker.store.schema import conform
 
-EXIT_FINDINGS = 3
-EXIT_USAGE = 2
 _STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 
 
 def lint(env_file: Path | None = None, pid: int | None = None, profile: str | None = None,
-         sysfs_root: Path | None = None) -> tuple[list[Finding], Store]:
-    """Build a Store from the given configuration sources and run the NCCL configuration rules."""
+         sysfs_root: Path | None = None, host: str = "") -> tuple[list[Finding], Store]:
+    """Build a Store from the given configuration sources and run the NCCL configuration rules; `host` names
+    this machine (the process of `pid` and the sysfs run on it)."""
     frames = []
     if env_file is not None:
         frames.append(env_file_frame(env_file))
     if pid is not None:
-        frames.append(process_env_frame(pid))
+        frames.append(process_env_frame(pid, host))
     if not frames:
         frames.append(conform("config", pd.DataFrame(env_rows(filter_env(dict(os.environ)), source="env",
                                                               evidence="current environment"))))
@@ -49,8 +52,8 @@ def lint(env_file: Path | None = None, pid: int | None = None, profile: str | No
     root = sysfs_root if sysfs_root is not None else Path("/sys")
     if sysfs_root is not None and not sysfs_root.is_dir():
         raise UsageError(f"--sysfs-root {sysfs_root} is not a directory")
-    meta = {"sysfs": [read_sysfs(root)], "nccl_profile": load_profile(profile)}
-    store = Store(tables={"config": config}, meta=meta)
+    run_info = RunInfo(sysfs=[read_sysfs(root, host=host)], nccl_profile=load_profile(profile))
+    store = Store(tables={"config": config}, run_info=run_info)
     return rank_findings(analyze_nccl_config(Analysis(store))), store
 
 
@@ -67,32 +70,24 @@ def _print(console: Console, findings: list[Finding], profile: str) -> None:
     console.print(table)
 
 
+def lint_env(
+    env_file: Annotated[Path | None, typer.Option("--env-file", help="Env file or job spec (KEY=VALUE).")] = None,
+    pid: Annotated[int | None, typer.Option("--pid", help="Read this running process's environment.")] = None,
+    profile: Annotated[str, nccl_profile_option("Platform profile name or JSON file.")] = "generic",
+    sysfs_root: Annotated[Path | None, sysfs_root_option("Root of a sysfs tree (default /sys).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the findings as JSON.")] = False,
+    fail_on: Annotated[str, fail_on_option("Exit 3 at this severity: warning or critical.")] = "critical",
+) -> None:
+    """Check NCCL settings before launch (a pre-flight sanity check)."""
+    threshold = parse_fail_on(fail_on)
+    findings, store = lint(env_file, pid, profile, sysfs_root, host=host_name())
+    if as_json:
+        typer.echo(json.dumps([f.to_dict() for f in findings], indent=1))
+    else:
+        _print(Console(), findings, str(store.run_info.nccl_profile["name"]))
+    raise typer.Exit(fail_on_exit(findings, threshold))
+
+
 def register(app: typer.Typer) -> None:
     """Add the `lint-env` command to `app`."""
-
-    @app.command("lint-env")
-    def lint_env(
-        env_file: Annotated[Path | None, typer.Option("--env-file", help="Env file or job spec (KEY=VALUE).")] = None,
-        pid: Annotated[int | None, typer.Option("--pid", help="Read this running process's environment.")] = None,
-        profile: Annotated[str, typer.Option("--profile", help="Platform profile name or JSON file.")] = "generic",
-        sysfs_root: Annotated[Path | None, typer.Option("--sysfs-root", help="Root of a sysfs tree (default /sys).")]
-        = None,
-        as_json: Annotated[bool, typer.Option("--json", help="Print the findings as JSON.")] = False,
-        fail_on: Annotated[str, typer.Option("--fail-on", help="Exit 3 at this severity: warning or critical.")]
-        = "critical",
-    ) -> None:
-        """Check NCCL settings before launch (a pre-flight sanity check)."""
-        console = Console()
-        err = Console(stderr=True)
-        try:
-            threshold = Severity.parse(fail_on)
-            findings, store = lint(env_file, pid, profile, sysfs_root)
-        except (PerftrackerError, ValueError) as exc:
-            err.print(f"error: {exc}", markup=False, highlight=False)
-            raise typer.Exit(EXIT_USAGE) from None
-        if as_json:
-            typer.echo(json.dumps([f.to_dict() for f in findings], indent=1))
-        else:
-            _print(console, findings, str(store.meta["nccl_profile"]["name"]))
-        if any(f.severity >= threshold for f in findings):
-            raise typer.Exit(EXIT_FINDINGS)
+    add_command(app, "lint-env", lint_env)

@@ -10,11 +10,13 @@ asked. Exit codes as `analyze`: 0 ran, 2 bad input or usage, 3 a finding at or a
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from perftracker.cli.analyze import fail_on_exit
+from perftracker.cli.options import FailOn, out_option
+from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on
 from perftracker.collectors.loading import LoadOptions
 from perftracker.pipeline import TABLES, analyze_path
 from perftracker.reports import report_data
@@ -22,31 +24,33 @@ from perftracker.reports.summary import headline, prometheus_text, text_summary
 from perftracker.rundir import atomic_write_text
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("postmortem")
-    def postmortem(
-        path: Path = typer.Argument(..., help="Folder with what the job left: output logs, flight-recorder dumps, "
-                                    "torchelastic error files, NCCL logs, traces (or a perftracker run directory)."),
-        out: Path = typer.Option(Path("perftracker-postmortem"), "--out", "-o", help="Where to write report.html, "
-                                 "findings.json and tables/ (keep it outside PATH)."),
-        fail_on: str | None = typer.Option(None, "--fail-on", help="Exit 3 when a finding at or above this severity "
-                                              "exists (warning or critical)."),
-        summary: Path | None = typer.Option(None, "--summary", help="Write a short text summary (chat, ticket)."),
-        prom: Path | None = typer.Option(None, "--prom", help="Write headline metrics as a Prometheus text file "
-                                         "(node-exporter textfile collector)."),
-    ) -> None:
-        """Post-mortem of a job: which rank hung or failed first, where, and why.
+def postmortem(
+    path: Annotated[Path, typer.Argument(help="Folder with what the job left: output logs, flight-recorder dumps, "
+                                         "torchelastic error files, NCCL logs, traces (or a perftracker run "
+                                         "directory).")],
+    out: Annotated[Path, out_option("Where to write report.html, findings.json and tables/ (keep it outside "
+                                    "PATH).")] = Path("perftracker-postmortem"),
+    fail_on: FailOn = None,
+    summary: Annotated[Path | None, typer.Option("--summary", help="Write a short text summary (chat, ticket).")]
+    = None,
+    prom: Annotated[Path | None, typer.Option("--prom", help="Write headline metrics as a Prometheus text file "
+                                              "(node-exporter textfile collector).")] = None,
+) -> None:
+    """Post-mortem of a job: which rank hung or failed first, where, and why.
 
-        Exit codes: 0 ran, 2 bad input or usage, 3 a finding at or above --fail-on exists.
-        """
-        if fail_on:
-            fail_on_exit([], fail_on)  # validate early
-        result = analyze_path(path, out, LoadOptions(cache_dir=None))
-        console = Console()
-        console.print(f"Verdict: {headline(result.document)}", highlight=False, markup=False)
-        console.print(f"Report: {result.report_path}", highlight=False, markup=False)
-        if summary is not None:
-            atomic_write_text(summary, text_summary(result.document, str(result.report_path)))
-        if prom is not None:
-            atomic_write_text(prom, prometheus_text(result.document, report_data.load(out / TABLES)))
-        raise typer.Exit(fail_on_exit(result.findings, fail_on))
+    Exit codes: 0 ran, 2 bad input or usage, 3 a finding at or above --fail-on exists.
+    """
+    threshold = parse_fail_on(fail_on)
+    result = analyze_path(path, out, LoadOptions(cache_dir=None))
+    console = Console()
+    console.print(f"Verdict: {headline(result.document)}", highlight=False, markup=False)
+    console.print(f"Report: {result.report_path}", highlight=False, markup=False)
+    if summary is not None:
+        atomic_write_text(summary, text_summary(result.document, str(result.report_path)))
+    if prom is not None:
+        atomic_write_text(prom, prometheus_text(result.document, report_data.load(out / TABLES)))
+    raise typer.Exit(fail_on_exit(result.findings, threshold))
+
+
+def register(app: typer.Typer) -> None:
+    add_command(app, "postmortem", postmortem)

@@ -6,29 +6,34 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from perftracker.cli.options import Host
+from perftracker.cli.voice import add_command
 from perftracker.live.discovery import denied_hint, job_label, list_jobs
+from perftracker.rundir import host_name
+
+
+def ps(host: Host = None) -> None:
+    """List running training jobs: rank, local rank, pid, host, command (grouped by run id)."""
+    console = Console()
+    jobs = list_jobs(host_name(host))
+    if not jobs:
+        console.print("No training processes found (none has RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK "
+                      "or PMIX_RANK in its environment, or they belong to another user).", highlight=False)
+        return
+    for job in jobs:
+        title = f"job {job_label(job)}"
+        if job.launcher_pid and job.run_id and job.run_id != "none":
+            title += f", launcher pid {job.launcher_pid}"
+        table = Table(title=title, title_justify="left")
+        for col in ("rank", "local rank", "pid", "host", "command"):
+            table.add_column(col, overflow="fold")
+        for w in job.workers:
+            table.add_row(str(w.rank), str(w.local_rank), str(w.pid), w.host, w.cmdline[:120])
+        console.print(table)
+    denied = [pid for job in jobs for pid in job.denied]
+    if denied:
+        console.print(f"Not shown: {denied_hint(denied)}.", highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("ps")
-    def ps() -> None:
-        """List running training jobs: rank, local rank, pid, host, command (grouped by run id)."""
-        console = Console()
-        jobs = list_jobs()
-        if not jobs:
-            console.print("No training processes found (none has RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK "
-                          "or PMIX_RANK in its environment, or they belong to another user).", highlight=False)
-            return
-        for job in jobs:
-            title = f"job {job_label(job)}"
-            if job.launcher_pid and job.run_id and job.run_id != "none":
-                title += f", launcher pid {job.launcher_pid}"
-            table = Table(title=title, title_justify="left")
-            for col in ("rank", "local rank", "pid", "host", "command"):
-                table.add_column(col, overflow="fold")
-            for w in job.workers:
-                table.add_row(str(w.rank), str(w.local_rank), str(w.pid), w.host, w.cmdline[:120])
-            console.print(table)
-        denied = [pid for job in jobs for pid in job.denied]
-        if denied:
-            console.print(f"Not shown: {denied_hint(denied)}.", highlight=False, markup=False)
+    add_command(app, "ps", ps)

@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from perftracker.cli.voice import add_command
 from perftracker.pipeline import FINDINGS, render_report
 
 
+def report(
+    path: Annotated[Path, typer.Argument(help="An analyze output folder (holding findings.json and tables/), "
+                                         "or a run directory that holds one in perftracker-out/.")],
+) -> None:
+    """Re-render the HTML report from findings.json and the saved tables."""
+    folder = path
+    if not (folder / FINDINGS).exists() and (folder / "perftracker-out" / FINDINGS).exists():
+        folder = folder / "perftracker-out"
+    out = render_report(folder)
+    Console().print(f"Report: {out}", highlight=False)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("report")
-    def report(
-        path: Path = typer.Argument(..., help="An analyze output folder (holding findings.json and tables/), "
-                                    "or a run directory that holds one in perftracker-out/."),
-    ) -> None:
-        """Re-render the HTML report from findings.json and the saved tables."""
-        folder = path
-        if not (folder / FINDINGS).exists() and (folder / "perftracker-out" / FINDINGS).exists():
-            folder = folder / "perftracker-out"
-        out = render_report(folder)
-        Console().print(f"Report: {out}", highlight=False)
+    add_command(app, "report", report)

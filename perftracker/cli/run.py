@@ -14,11 +14,14 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
 from perftracker.analyzers.online import AnalyzerDiagnosis
+from perftracker.cli.options import Host, fail_on_option, interval_option, out_option, stack_interval_option
+from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, say
 from perftracker.collectors.loading import LoadOptions
 from perftracker.errors import PerftrackerError, UsageError
 from perftracker.live.collectors import SamplerOptions, build_samplers
@@ -32,11 +35,11 @@ from perftracker.rundir import host_name, write_manifest
 _ERROR_FILE = re.compile(r"error_file\s*:\s*(\S+)")
 
 
-def _wait_for_workers(proc_pid: int, running: RunningJob, timeout_s: float = 120.0) -> Job | None:
+def _wait_for_workers(proc_pid: int, host: str, running: RunningJob, timeout_s: float = 120.0) -> Job | None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and running.proc.poll() is None:
         try:
-            job = find_job(f"pid:{proc_pid}")
+            job = find_job(f"pid:{proc_pid}", host)
             if job.workers:
                 return job
         except PerftrackerError:
@@ -45,13 +48,13 @@ def _wait_for_workers(proc_pid: int, running: RunningJob, timeout_s: float = 120
     return None
 
 
-def _background(run_dir: Path, running: RunningJob, options: SamplerOptions, notes: list[str],
+def _background(run_dir: Path, host: str, running: RunningJob, options: SamplerOptions, notes: list[str],
                 console: Console) -> None:
-    job = _wait_for_workers(running.proc.pid, running)
+    job = _wait_for_workers(running.proc.pid, host, running)
     if job is None:
         notes.append("no worker processes (with RANK in their environment) appeared; only the job's output was kept")
         return
-    ctx = LiveContext(run_dir=run_dir, job=job, host=host_name(), diagnosis=AnalyzerDiagnosis())
+    ctx = LiveContext(run_dir=run_dir, job=job, host=host, diagnosis=AnalyzerDiagnosis())
     run_session(ctx, build_samplers(options), None, console, show_live=False,
                 stop_when=lambda: running.proc.poll() is not None)
     notes.extend(ctx.notes)
@@ -71,68 +74,73 @@ def _collect_error_files(run_dir: Path) -> int:
     return copied
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-    def run(
-        ctx: typer.Context,
-        out: Path | None = typer.Option(None, "--out", "-o", help="Run directory (default perftracker-run-<time>)."),
-        hook: bool = typer.Option(True, "--hook/--no-hook", help="Load the step-time hook through a sitecustomize "
-                                  "on PYTHONPATH (no code change)."),
-        nccl_debug: bool = typer.Option(True, "--nccl-debug/--no-nccl-debug", help="NCCL_DEBUG=INFO with a "
-                                        "per-process NCCL_DEBUG_FILE in the run directory (unless you set them)."),
-        kineto_daemon: bool = typer.Option(True, "--kineto-daemon/--no-kineto-daemon", help="KINETO_USE_DAEMON=1 so "
-                                           "`perftracker attach --trace-steps N` can take traces on demand."),
-        flight_recorder: bool = typer.Option(True, "--flight-recorder/--no-flight-recorder", help="Flight recorder "
-                                             "with dump on timeout into fr/."),
-        interval: float = typer.Option(10.0, "--interval", help="Seconds between GPU/RDMA samples."),
-        stack_interval: float = typer.Option(60.0, "--stack-interval", help="Seconds between stack dumps (also "
-                                             "taken automatically when progress stops)."),
-        fail_on: str | None = typer.Option(None, "--fail-on", help="Exit 3 if the job succeeded but a finding at "
-                                              "this severity exists (the job's own failure always wins)."),
-    ) -> None:
-        """Run a launch command (e.g. `-- torchrun --nproc_per_node 8 train.py`) prepared for diagnosis, and
-        write its post-mortem report when it ends. Exits with the job's exit code."""
-        command = list(ctx.args)
-        if command and command[0] == "--":
-            command = command[1:]
-        if not command:
-            raise UsageError("no command to run", "perftracker run", "usage: perftracker run [options] -- torchrun --nproc_per_node 8 train.py")
-        err = Console(stderr=True)
-        run_dir = (out or Path(f"perftracker-run-{time.strftime('%Y%m%d-%H%M%S')}")).resolve()
-        run_dir.mkdir(parents=True, exist_ok=True)
-        env, changed = prepare_env(run_dir, dict(os.environ), LaunchOptions(nccl_debug, kineto_daemon,
-                                                                           flight_recorder, hook))
-        write_manifest(run_dir, job=" ".join(command)[:500], created_by="perftracker run", prepared=changed,
-                       started_ns=time.time_ns(), host=host_name())
-        err.print(f"perftracker: run directory {run_dir}", highlight=False, markup=False)
-        try:
-            running = RunningJob(command, env, run_dir)
-        except OSError as exc:
-            raise UsageError(f"cannot start {command[0]!r} ({exc.strerror or exc})", "perftracker run",
-                             "check the command and PATH") from None
-        running.forward_signals()
-        notes: list[str] = []
-        # one sampled-stack recording of every rank 2 minutes in (past start-up), for the straggler check
-        options = SamplerOptions(interval_s=interval, stack_interval_s=stack_interval, logs=False, trace_steps=0,
-                                 profile_seconds=10.0, profile_delay_s=120.0)
-        bg = threading.Thread(target=_background, args=(run_dir, running, options, notes, err), daemon=True)
-        bg.start()
-        code = exit_status(running.wait())
-        bg.join(timeout=30)
-        copied = _collect_error_files(run_dir)
-        write_manifest(run_dir, ended_ns=time.time_ns(), exit_code=code, notes=notes, error_files=copied,
-                       signal=running.signal_received)
-        try:
-            result = analyze_path(run_dir, run_dir / "perftracker-out", LoadOptions(cache_dir=None))
-        except PerftrackerError as exc:
-            err.print(f"perftracker: job exited with {code}; no report ({exc.message})", highlight=False, markup=False)
-            raise typer.Exit(code) from None
-        verdict = result.document["summary"]["verdict"]
-        err.print(f"perftracker: job exited with {code}. {verdict} Report: {result.report_path}", highlight=False,
-                  markup=False)
-        if code == 0 and fail_on:
-            from perftracker.cli.analyze import fail_on_exit
+def run(
+    ctx: typer.Context,
+    out: Annotated[Path | None, out_option("Run directory (default perftracker-run-<time>).")] = None,
+    hook: Annotated[bool, typer.Option("--hook/--no-hook", help="Load the step-time hook through a sitecustomize "
+                                       "on PYTHONPATH (no code change).")] = True,
+    nccl_debug: Annotated[bool, typer.Option("--nccl-debug/--no-nccl-debug", help="NCCL_DEBUG=INFO with a "
+                                             "per-process NCCL_DEBUG_FILE in the run directory (unless you set "
+                                             "them).")] = True,
+    kineto_daemon: Annotated[bool, typer.Option("--kineto-daemon/--no-kineto-daemon", help="KINETO_USE_DAEMON=1 so "
+                                                "`perftracker attach --trace-steps N` can take traces on "
+                                                "demand.")] = True,
+    flight_recorder: Annotated[bool, typer.Option("--flight-recorder/--no-flight-recorder", help="Flight recorder "
+                                                  "with dump on timeout into fr/.")] = True,
+    interval: Annotated[float, interval_option()] = 10.0,
+    stack_interval: Annotated[float, stack_interval_option("Seconds between stack dumps (also taken automatically "
+                                                           "when progress stops).")] = 60.0,
+    host: Host = None,
+    fail_on: Annotated[str | None, fail_on_option("Exit 3 if the job succeeded but a finding at this severity "
+                                                  "exists (the job's own failure always wins).")] = None,
+) -> None:
+    """Run a launch command (e.g. `-- torchrun --nproc_per_node 8 train.py`) prepared for diagnosis, and
+    write its post-mortem report when it ends. Exits with the job's exit code."""
+    threshold = parse_fail_on(fail_on)
+    command = list(ctx.args)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError("no command to run", "run", "usage: perftracker run [options] -- torchrun "
+                         "--nproc_per_node 8 train.py")
+    me = host_name(host)  # every host-keyed name this command (and the ranks' hook) writes uses it
+    run_dir = (out or Path(f"perftracker-run-{time.strftime('%Y%m%d-%H%M%S')}")).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    env, changed = prepare_env(run_dir, dict(os.environ), LaunchOptions(nccl_debug, kineto_daemon, flight_recorder,
+                                                                       hook, host=me if host else ""))
+    write_manifest(run_dir, job=" ".join(command)[:500], created_by="perftracker run", prepared=changed,
+                   started_ns=time.time_ns(), host=me)
+    say(f"run directory {run_dir}")
+    try:
+        running = RunningJob(command, env, run_dir)
+    except OSError as exc:
+        raise UsageError(f"cannot start {command[0]!r} ({exc.strerror or exc})", "run",
+                         "check the command and PATH") from None
+    running.forward_signals()
+    notes: list[str] = []
+    # one sampled-stack recording of every rank 2 minutes in (past start-up), for the straggler check
+    options = SamplerOptions(interval_s=interval, stack_interval_s=stack_interval, logs=False, trace_steps=0,
+                             profile_seconds=10.0, profile_delay_s=120.0)
+    bg = threading.Thread(target=_background, args=(run_dir, me, running, options, notes, Console(stderr=True)),
+                          daemon=True)
+    bg.start()
+    code = exit_status(running.wait())
+    bg.join(timeout=30)
+    copied = _collect_error_files(run_dir)
+    write_manifest(run_dir, ended_ns=time.time_ns(), exit_code=code, notes=notes, error_files=copied,
+                   signal=running.signal_received)
+    try:
+        result = analyze_path(run_dir, run_dir / "perftracker-out", LoadOptions(cache_dir=None))
+    except PerftrackerError as exc:
+        say(f"job exited with {code}; no report ({exc.message})")
+        raise typer.Exit(code) from None
+    verdict = result.document["summary"]["verdict"]
+    say(f"job exited with {code}. {verdict} Report: {result.report_path}")
+    if code == 0:
+        code = fail_on_exit(result.findings, threshold)
+    sys.stdout.flush()
+    raise typer.Exit(code)
 
-            code = fail_on_exit(result.findings, fail_on)
-        sys.stdout.flush()
-        raise typer.Exit(code)
+
+def register(app: typer.Typer) -> None:
+    add_command(app, "run", run, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

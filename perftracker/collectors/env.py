@@ -19,7 +19,6 @@ import pandas as pd
 
 from perftracker.errors import InputError
 from perftracker.launcher_env import rank_in
-from perftracker.rundir import host_name
 from perftracker.store import LoadNote
 from perftracker.store.schema import conform
 
@@ -136,10 +135,10 @@ def env_file_frame(path: Path, host: str = "") -> pd.DataFrame:
     return conform("config", pd.DataFrame(rows))
 
 
-def process_env_frame(pid: int) -> pd.DataFrame:
-    """The config table of a live process's captured environment."""
+def process_env_frame(pid: int, host: str) -> pd.DataFrame:
+    """The config table of a live process's captured environment (the process runs on `host`, this machine)."""
     env = capture_process_env(pid)
-    rows = env_rows(env, source="env", evidence=f"pid {pid}", host=host_name(), pid=pid)
+    rows = env_rows(env, source="env", evidence=f"pid {pid}", host=host, pid=pid)
     return conform("config", pd.DataFrame(rows))
 
 

@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +27,10 @@ from perftracker.collectors.traces.kineto_read import parse_trace
 from perftracker.collectors.traces.ranks import TraceIdentity, assign_windows, host_from_name, rank_from_name
 from perftracker.errors import InputError, PerftrackerError
 from perftracker.rundir import Inputs, discover
-from perftracker.store import LoadNote, Store
+from perftracker.store import LoadNote, RunInfo, Store
 from perftracker.store.schema import conform
 
-CACHE_VERSION = f"{__version__}-3"
+CACHE_VERSION = f"{__version__}-4"
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,29 @@ class LoadOptions:
     workers: int = 0  # 0: one per CPU, at most one per file
     nccl_profile: str | None = None  # platform profile name or file for the NCCL rules
     sysfs_root: Path | None = None  # this node's /sys (or a copy) for the NCCL/RDMA rules
+    sysfs_host: str = ""  # the name of the node whose sysfs that is (the command computes it once)
+
+
+@dataclass(frozen=True)
+class _TraceFacts:
+    """What the map step learned about one trace file besides its tables (cached as JSON beside them)."""
+
+    rank: int | None  # None: neither distributedInfo nor the file name says (assigned in the reduce step)
+    rank_source: str  # distributedInfo | filename | assigned
+    host: str
+    world_size: int  # -1 when unknown
+    backend: str
+    device_name: str
+    base_ns: int  # -1 when the trace has no baseTimeNanoseconds
+    start_ns: int
+    end_ns: int
+    n_events: int
+    pg_config: list[Any]  # distributedInfo.pg_config as the trace has it
+
+    def window_ns(self) -> tuple[int, int]:
+        """(start, end) of its events on the wall clock, where the trace gives a base time."""
+        base = self.base_ns if self.base_ns > 0 else 0
+        return base + self.start_ns, base + self.end_ns
 
 
 @dataclass
@@ -48,7 +71,7 @@ class _FileResult:
     ok: bool
     error: str = ""
     cache_stem: str = ""
-    meta: dict[str, Any] = field(default_factory=dict)
+    facts: _TraceFacts | None = None  # set when ok
     notes: list[str] = field(default_factory=list)
     events: pd.DataFrame | None = None  # the tables themselves when not cached (else at cache_stem)
     steps: pd.DataFrame | None = None
@@ -66,19 +89,19 @@ def _cache_key(path: Path, options: LoadOptions) -> str:
     return hashlib.sha1(basis.encode()).hexdigest()[:20]
 
 
-def _load_one(path_str: str, options: LoadOptions, scratch: str) -> _FileResult:
+def _load_one(path_str: str, options: LoadOptions) -> _FileResult:
     """Map step: parse one trace; its tables go to the cache (Parquet) or back in the result."""
     # A parse allocates hundreds of thousands of objects and no cycles: collecting meanwhile is waste.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _parse_one(Path(path_str), options, scratch)
+        return _parse_one(Path(path_str), options)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _parse_one(path: Path, options: LoadOptions, scratch: str) -> _FileResult:
+def _parse_one(path: Path, options: LoadOptions) -> _FileResult:
     path_str = str(path)
     try:
         key = _cache_key(path, options)
@@ -86,8 +109,9 @@ def _parse_one(path: Path, options: LoadOptions, scratch: str) -> _FileResult:
         stem = str(folder / key) if folder else ""
         meta_path = Path(stem + ".meta.json")
         if options.cache_dir and meta_path.exists():
-            meta = json.loads(meta_path.read_text())
-            return _FileResult(path_str, True, cache_stem=stem, meta=meta["meta"], notes=meta["notes"])
+            cached = json.loads(meta_path.read_text())
+            return _FileResult(path_str, True, cache_stem=stem, facts=_TraceFacts(**cached["facts"]),
+                               notes=cached["notes"])
         trace = parse_trace(path)
         dist = trace.distributed_info
         rank = dist.get("rank") if isinstance(dist.get("rank"), int) else None
@@ -101,33 +125,28 @@ def _parse_one(path: Path, options: LoadOptions, scratch: str) -> _FileResult:
         if trace.device_properties:
             device_name = str(trace.device_properties[0].get("name", ""))
         world = dist.get("world_size")
-        meta = {
-            "rank": rank, "rank_source": rank_source,
-            "host": trace.host_name or host_from_name(path),
-            "world_size": world if isinstance(world, int) else -1,
-            "backend": str(dist.get("backend", "")),
-            "device_name": device_name,
-            "base_ns": trace.base_ns if trace.base_ns is not None else -1,
-            "start_ns": int(events["start_ns"].min()) if len(events) else 0,
-            "end_ns": int((events["start_ns"] + events["dur_ns"]).max()) if len(events) else 0,
-            "n_events": len(events),
-            "bytes_lost": trace.bytes_lost,
-            "pg_config": dist.get("pg_config") if isinstance(dist.get("pg_config"), list) else [],
-        }
+        pg_config = dist.get("pg_config")
+        facts = _TraceFacts(
+            rank=rank, rank_source=rank_source, host=trace.host_name or host_from_name(path),
+            world_size=world if isinstance(world, int) else -1, backend=str(dist.get("backend", "")),
+            device_name=device_name, base_ns=trace.base_ns if trace.base_ns is not None else -1,
+            start_ns=int(events["start_ns"].min()) if len(events) else 0,
+            end_ns=int((events["start_ns"] + events["dur_ns"]).max()) if len(events) else 0,
+            n_events=len(events), pg_config=pg_config if isinstance(pg_config, list) else [])
         if folder is None:
-            return _FileResult(path_str, True, meta=meta, notes=trace.notes, events=events, steps=steps)
+            return _FileResult(path_str, True, facts=facts, notes=trace.notes, events=events, steps=steps)
         folder.mkdir(parents=True, exist_ok=True)
         events.to_parquet(stem + ".events.parquet", index=False)
         steps.to_parquet(stem + ".steps.parquet", index=False)
-        Path(stem + ".meta.json").write_text(json.dumps({"meta": meta, "notes": trace.notes}))
-        return _FileResult(path_str, True, cache_stem=stem, meta=meta, notes=trace.notes)
+        Path(stem + ".meta.json").write_text(json.dumps({"facts": asdict(facts), "notes": trace.notes}))
+        return _FileResult(path_str, True, cache_stem=stem, facts=facts, notes=trace.notes)
     except PerftrackerError as exc:
         return _FileResult(path_str, False, error=exc.message)
     except (OSError, ValueError, MemoryError) as exc:
         return _FileResult(path_str, False, error=f"{path}: could not be loaded ({type(exc).__name__}: {exc}).")
 
 
-def load_path(root: Path, options: LoadOptions, scratch: Path) -> Store:
+def load_path(root: Path, options: LoadOptions) -> Store:
     """Build the Store for everything under `root` (run directory, folder of traces, or one file)."""
     if not root.exists():
         raise InputError("no such file or directory", str(root), "check the path")
@@ -137,12 +156,12 @@ def load_path(root: Path, options: LoadOptions, scratch: Path) -> Store:
             "found no PyTorch profiler traces (*.json, *.json.gz), step files (steps/rank-N.jsonl) or NCCL logs",
             str(root), "point analyze at a run directory, a folder of torch.profiler traces or of NCCL logs")
     store = Store()
-    store.meta["input"] = str(root)
-    store.meta["manifest"] = inputs.manifest or {}
+    store.run_info.input = str(root)
+    store.run_info.manifest = inputs.manifest or {}
     stack_files = _take_stack_files(inputs)
     profile_files = _take_profile_files(inputs)
     _take_postmortem_files(inputs)
-    results = _map_traces(inputs, options, scratch)
+    results = _map_traces(inputs, options)
     _reduce_traces(store, results)
     _add_step_files(store, inputs)
     _add_nccl(store, inputs, options)
@@ -158,34 +177,30 @@ def load_path(root: Path, options: LoadOptions, scratch: Path) -> Store:
     return store
 
 
-def _map_traces(inputs: Inputs, options: LoadOptions, scratch: Path) -> list[_FileResult]:
+def _map_traces(inputs: Inputs, options: LoadOptions) -> list[_FileResult]:
     paths = [str(p) for p in inputs.traces]
     workers = options.workers or (os.cpu_count() or 1)
     workers = max(1, min(workers, len(paths)))
     if workers == 1 or len(paths) <= 1:
-        return [_load_one(p, options, str(scratch)) for p in paths]
+        return [_load_one(p, options) for p in paths]
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(_load_one, paths, [options] * len(paths), [str(scratch)] * len(paths)))
+        return list(pool.map(_load_one, paths, [options] * len(paths)))
 
 
 def _reduce_traces(store: Store, results: list[_FileResult]) -> None:
-    ok = [r for r in results if r.ok]
+    ok = [(r, r.facts) for r in results if r.ok and r.facts is not None]
     for r in results:
         if not r.ok:
             store.notes.append(LoadNote("error", r.path, r.error))
         for note in r.notes:
             store.notes.append(LoadNote("warning", r.path, note))
-    idents = [
-        TraceIdentity(Path(r.path), r.meta["rank"], r.meta["rank_source"], r.meta["host"], r.meta["world_size"],
-                      r.meta["backend"], r.meta["base_ns"] * (r.meta["base_ns"] > 0) + r.meta["start_ns"],
-                      r.meta["base_ns"] * (r.meta["base_ns"] > 0) + r.meta["end_ns"])
-        for r in ok
-    ]
+    idents = [TraceIdentity(Path(r.path), t.rank, t.rank_source, t.host, t.world_size, t.backend, *t.window_ns())
+              for r, t in ok]
     for note in assign_windows(idents):
         store.notes.append(LoadNote("info", "ranks", note))
     events, steps, rank_rows = [], [], []
-    pg_configs: dict[str, Any] = {}
-    for r, ident in zip(ok, idents):
+    pg_configs: dict[str, dict[str, Any]] = {}
+    for (r, t), ident in zip(ok, idents):
         ev = r.events if r.events is not None else pd.read_parquet(r.cache_stem + ".events.parquet")
         st = r.steps if r.steps is not None else pd.read_parquet(r.cache_stem + ".steps.parquet")
         r.events = r.steps = None
@@ -194,17 +209,18 @@ def _reduce_traces(store: Store, results: list[_FileResult]) -> None:
             frame["window"] = np.full(len(frame), ident.window, dtype=np.int16)
         events.append(ev)
         steps.append(st)
-        rank_rows.append({**{k: r.meta[k] for k in ("host", "world_size", "backend", "device_name", "base_ns",
-                                                   "start_ns", "end_ns", "n_events")},
+        rank_rows.append({"host": t.host, "world_size": t.world_size, "backend": t.backend,
+                          "device_name": t.device_name, "base_ns": t.base_ns, "start_ns": t.start_ns,
+                          "end_ns": t.end_ns, "n_events": t.n_events,
                           "rank": ident.rank, "window": ident.window, "file": r.path})
-        for pg in r.meta.get("pg_config") or []:
+        for pg in t.pg_config:
             if isinstance(pg, dict) and "pg_name" in pg:
                 pg_configs.setdefault(str(pg["pg_name"]), {k: pg.get(k) for k in ("pg_desc", "pg_size", "ranks")})
     if events:
         store.set_table("events", _concat(events))
         store.set_table("steps", _concat(steps))
         store.set_table("ranks", pd.DataFrame(rank_rows))
-    store.meta["process_groups"] = pg_configs
+    store.run_info.process_groups = pg_configs
     _note_missing_ranks(store)
 
 
@@ -277,12 +293,12 @@ def _take_postmortem_files(inputs: Inputs) -> None:
         inputs.other.extend(found)
 
 
-def _merge(store: Store, tables: dict[str, pd.DataFrame], notes: list[LoadNote], meta: dict[str, Any]) -> None:
-    """Put one loader's tables, notes and meta into the Store."""
+def _merge(store: Store, tables: dict[str, pd.DataFrame], notes: list[LoadNote], learned: RunInfo) -> None:
+    """Put one loader's tables, notes and what it learned about the run into the Store."""
     for name, frame in tables.items():
         store.set_table(name, frame)
     store.add_notes(notes)
-    store.meta.update(meta)
+    store.run_info.learn(learned)
 
 
 def _add_postmortem(store: Store, inputs: Inputs) -> None:
@@ -310,7 +326,8 @@ def _add_nccl(store: Store, inputs: Inputs, options: LoadOptions) -> None:
     """NCCL logs and environment snapshots found among the other files (by content, not name)."""
     from perftracker.collectors.nccl.inputs import load_nccl_inputs
 
-    _merge(store, *load_nccl_inputs(inputs.other, profile=options.nccl_profile, sysfs_root=options.sysfs_root))
+    _merge(store, *load_nccl_inputs(inputs.other, profile=options.nccl_profile, sysfs_root=options.sysfs_root,
+                                    sysfs_host=options.sysfs_host))
 
 
 def _add_counters(store: Store, inputs: Inputs) -> None:
@@ -328,7 +345,7 @@ def _add_step_files(store: Store, inputs: Inputs) -> None:
     if not steps.empty:
         store.set_table("steps", pd.concat([store.steps, steps], ignore_index=True))
     store.set_table("phases", phases)
-    store.meta["step_hosts"] = {str(k): v for k, v in hosts.items()}
+    store.run_info.step_hosts = dict(hosts)
     ranks = store.ranks
     if ranks.empty and hosts:
         rows = [{"rank": r, "window": 0, "host": h} for r, h in sorted(hosts.items())]

@@ -85,7 +85,7 @@ def install(run_dir: str | Path | None = None) -> None:
             if _HOOK is not None:
                 return
             root = Path(run_dir) if run_dir is not None else spool_dir(os.environ, os.getppid())
-            hook = _Hook(root, rank_from_env(os.environ))
+            hook = _Hook(root, rank_from_env(os.environ), host_name())  # the job's entry point: named once
             hook.register()
             _HOOK = hook
     except Exception as exc:  # noqa: BLE001 - never raise into the training job
@@ -105,10 +105,10 @@ def _warn(text: str) -> None:
 
 
 class _Hook:
-    def __init__(self, root: Path, rank: int) -> None:
+    def __init__(self, root: Path, rank: int, host: str) -> None:
         self.root = root
         self.rank = rank
-        self.host = host_name()
+        self.host = host
         self.installed_ns = time.time_ns()
         for sub in ("ranks", "steps", "requests", "traces"):
             (root / sub).mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,8 @@
 TORCHELASTIC_RUN_ID or a command-line pattern. A bare number is a PID; `pid:`, `runid:`, `cmd:`
 prefixes remove any doubt. Workers are processes with a rank in their environment (RANK,
 SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK). Reading another user's environment needs
-root or the same user: such processes are reported, not silently skipped.
+root or the same user: such processes are reported, not silently skipped. Every worker found is on
+this machine, named `host` as the command computed it (`rundir.host_name`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import psutil
 
 from perftracker.errors import InputError
 from perftracker.launcher_env import LOCAL_RANK_VARS, RANK_VARS, WORLD_VARS, first_int
-from perftracker.rundir import host_name
 
 
 @dataclass(frozen=True)
@@ -46,8 +46,8 @@ class Job:
         return [w.pid for w in self.workers]
 
 
-def worker_of(proc: psutil.Process) -> Worker | None:
-    """The Worker view of a process, or None when it has no rank in its environment."""
+def worker_of(proc: psutil.Process, host: str) -> Worker | None:
+    """The Worker view of a process on this machine (`host`), or None when it has no rank in its environment."""
     env = proc.environ()
     rank = first_int(env, RANK_VARS)
     if rank is None:
@@ -59,15 +59,15 @@ def worker_of(proc: psutil.Process) -> Worker | None:
         cmd, parent = "", -1
     local = first_int(env, LOCAL_RANK_VARS)
     world = first_int(env, WORLD_VARS)
-    return Worker(rank=rank, local_rank=local if local is not None else -1, pid=proc.pid, host=host_name(),
+    return Worker(rank=rank, local_rank=local if local is not None else -1, pid=proc.pid, host=host,
                   cmdline=cmd, run_id=env.get("TORCHELASTIC_RUN_ID", ""), world_size=world or -1, parent=parent)
 
 
-def _workers_among(procs: Iterable[psutil.Process], denied: list[int]) -> list[Worker]:
+def _workers_among(procs: Iterable[psutil.Process], denied: list[int], host: str) -> list[Worker]:
     found = []
     for proc in procs:
         try:
-            worker = worker_of(proc)
+            worker = worker_of(proc, host)
         except psutil.AccessDenied:
             if _may_be_training(proc):
                 denied.append(proc.pid)
@@ -100,20 +100,20 @@ def parse_spec(spec: str) -> tuple[str, str]:
     return "auto", spec
 
 
-def find_job(spec: str) -> Job:
-    """The job named by `spec`; InputError with what to do when nothing matches."""
+def find_job(spec: str, host: str) -> Job:
+    """The job named by `spec` on this machine (`host`); InputError with what to do when nothing matches."""
     kind, value = parse_spec(spec)
     denied: list[int] = []
     if kind == "pid":
-        job = _by_pid(int(value), denied)
+        job = _by_pid(int(value), denied, host)
     elif kind == "runid":
-        job = _by_run_id(value, denied)
+        job = _by_run_id(value, denied, host)
     elif kind == "cmd":
-        job = _by_cmd(value, denied)
+        job = _by_cmd(value, denied, host)
     else:
-        job = _by_run_id(value, denied)
+        job = _by_run_id(value, denied, host)
         if not job.workers:
-            job = _by_cmd(value, denied)
+            job = _by_cmd(value, denied, host)
     job.denied = denied
     if not job.workers:
         hint = "run `perftracker ps` to list the jobs and ranks this user can see"
@@ -142,53 +142,53 @@ def job_label(job: Job) -> str:
     return f"launcher pid {job.launcher_pid}" if job.launcher_pid else "(no run id)"
 
 
-def _by_pid(pid: int, denied: list[int]) -> Job:
+def _by_pid(pid: int, denied: list[int], host: str) -> Job:
     try:
         proc = psutil.Process(pid)
     except psutil.NoSuchProcess:
         raise InputError(f"no process with pid {pid}", "attach", "check the pid with `perftracker ps`") from None
     try:
-        me = worker_of(proc)
+        me = worker_of(proc, host)
     except psutil.AccessDenied:
         raise InputError(f"not allowed to read the environment of pid {pid}", "attach",
                          "run as the job's user or as root (CAP_SYS_PTRACE in containers)") from None
     if me is not None:  # a worker: the job is everyone of its run id, else its launcher's children
         if me.run_id:
-            job = _by_run_id(me.run_id, denied)
+            job = _by_run_id(me.run_id, denied, host)
             if job.workers:
                 return job
-        return _children_of(me.parent, denied) if me.parent > 1 else Job([me])
-    return _children_of(pid, denied)
+        return _children_of(me.parent, denied, host) if me.parent > 1 else Job([me])
+    return _children_of(pid, denied, host)
 
 
-def _children_of(pid: int, denied: list[int]) -> Job:
+def _children_of(pid: int, denied: list[int], host: str) -> Job:
     try:
         children = psutil.Process(pid).children(recursive=True)
     except psutil.NoSuchProcess:
         return Job([])
-    workers = _workers_among(children, denied)
+    workers = _workers_among(children, denied, host)
     return Job(workers, launcher_pid=pid, run_id=workers[0].run_id if workers else "")
 
 
-def _by_run_id(run_id: str, denied: list[int]) -> Job:
+def _by_run_id(run_id: str, denied: list[int], host: str) -> Job:
     workers = []
-    for w in _workers_among(psutil.process_iter(), denied):
+    for w in _workers_among(psutil.process_iter(), denied, host):
         if w.run_id == run_id:
             workers.append(w)
     launcher = _common_launcher(workers)
     return Job(workers, launcher_pid=launcher, run_id=run_id)
 
 
-def _by_cmd(pattern: str, denied: list[int]) -> Job:
+def _by_cmd(pattern: str, denied: list[int], host: str) -> Job:
     matched = []
     for proc in psutil.process_iter(["cmdline"]):
         cmd = " ".join(proc.info.get("cmdline") or [])
         if pattern in cmd and proc.pid != os.getpid():
             matched.append(proc)
-    workers = _workers_among(matched, denied)
+    workers = _workers_among(matched, denied, host)
     if not workers:  # the pattern named a launcher: take its ranked children
         for proc in matched:
-            job = _children_of(proc.pid, denied)
+            job = _children_of(proc.pid, denied, host)
             if job.workers:
                 return job
         return Job([])
@@ -200,11 +200,11 @@ def _common_launcher(workers: list[Worker]) -> int | None:
     return parents.pop() if len(parents) == 1 else None
 
 
-def list_jobs() -> list[Job]:
-    """Every job visible on this host, grouped by run id (else by parent process)."""
+def list_jobs(host: str) -> list[Job]:
+    """Every job visible on this machine (`host`), grouped by run id (else by parent process)."""
     denied: list[int] = []
     groups: dict[str, list[Worker]] = {}
-    for w in _workers_among(psutil.process_iter(), denied):
+    for w in _workers_among(psutil.process_iter(), denied, host):
         groups.setdefault(w.run_id or f"parent:{w.parent}", []).append(w)
     jobs = [Job(ws, launcher_pid=_common_launcher(ws), run_id=ws[0].run_id) for ws in groups.values()]
     if jobs:

@@ -62,7 +62,9 @@ class FollowSampler:
     def start(self, ctx: LiveContext) -> None:
         import psutil
 
-        nccl_host = socket.gethostname().split(".")[0]  # what NCCL substitutes for %h
+        # NCCL's own %h, not perftracker's host name (ctx.host may be a --host alias): NCCL substitutes the
+        # kernel's hostname up to its first dot, so the file it writes is found by that name.
+        nccl_host = socket.gethostname().split(".")[0]
         seen: set[str] = set()
         nccl_debug = False
         for w in ctx.job.workers:

@@ -4,7 +4,8 @@
 has not set it): NCCL_DEBUG=INFO with a per-process NCCL_DEBUG_FILE in the run directory,
 KINETO_USE_DAEMON=1 (traces on demand), flight-recorder settings (TORCH_FR_BUFFER_SIZE and
 dump-on-timeout into `fr/`), the step hook through a sitecustomize on PYTHONPATH, and
-PERFTRACKER_RUN_DIR. `run_job` starts the command, copies its stdout/stderr byte for byte to ours and
+PERFTRACKER_RUN_DIR (and PERFTRACKER_HOST when the command was given a --host, so the hook's step
+records name the host as the command does). `run_job` starts the command, copies its stdout/stderr byte for byte to ours and
 to `output/`, forwards SIGINT/SIGTERM, and returns the job's exit status.
 """
 
@@ -29,6 +30,7 @@ class LaunchOptions:
     kineto_daemon: bool = True
     flight_recorder: bool = True
     hook: bool = True
+    host: str = ""  # the --host the command was given: the ranks' step hook names this machine so too
 
 
 def prepare_env(run_dir: Path, base: dict[str, str], options: LaunchOptions) -> tuple[dict[str, str], list[str]]:
@@ -55,6 +57,9 @@ def prepare_env(run_dir: Path, base: dict[str, str], options: LaunchOptions) -> 
         default("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
         default("TORCH_FR_DUMP_TEMP_FILE", f"{run}/fr/rank_")
         default("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", f"{run}/fr/rank_")
+    if options.host and env.get("PERFTRACKER_HOST") != options.host:
+        env["PERFTRACKER_HOST"] = options.host
+        changed.append(f"PERFTRACKER_HOST={options.host}")
     if options.hook:
         paths = [str(BOOTSTRAP)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
         env["PYTHONPATH"] = os.pathsep.join(paths)

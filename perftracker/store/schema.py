@@ -10,10 +10,6 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-# kind values of the events table
-KINDS = ("compute", "comm", "memcpy", "memset", "sync", "cpu_op", "runtime", "annotation", "collective_cpu",
-         "gpu_annotation")
-
 TABLES: Mapping[str, Mapping[str, str]] = {
     # One row per trace event (complete 'X' events).
     "events": {
@@ -22,6 +18,7 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "device": "int16",
         "stream": "int32",  # -1 = CPU thread
         "tid": "int64",
+        # compute | comm | memcpy | memset | sync | cpu_op | runtime | annotation | collective_cpu | gpu_annotation
         "kind": "category",
         "name": "category",
         "start_ns": "int64",

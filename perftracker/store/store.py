@@ -1,22 +1,19 @@
-"""The Store: typed pandas tables plus the notes the loaders left about their inputs.
+"""The Store: typed pandas tables, the notes the loaders left about their inputs, and what they learned
+about the run (`RunInfo`).
 
-A Store always has every table of `schema.TABLES` (possibly empty). It can be written to and read
-back from a folder of Parquet files, so a report can be re-rendered without the raw inputs.
+A Store always has every table of `schema.TABLES` (possibly empty).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from perftracker.store.run_info import RunInfo
 from perftracker.store.schema import TABLES, conform, empty_table
-
-STORE_FORMAT_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -45,7 +42,7 @@ class Store:
 
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     notes: list[LoadNote] = field(default_factory=list)
-    meta: dict[str, Any] = field(default_factory=dict)
+    run_info: RunInfo = field(default_factory=RunInfo)
 
     def __post_init__(self) -> None:
         for name in TABLES:
@@ -77,28 +74,3 @@ class Store:
         ranks = self.tables["ranks"]
         hit = ranks.loc[ranks["rank"] == rank, "host"]
         return str(hit.iloc[0]) if len(hit) and isinstance(hit.iloc[0], str) else ""
-
-    # -- persistence -------------------------------------------------------------------------
-    def save(self, folder: Path, table_names: Iterable[str] | None = None) -> None:
-        """Write the tables as Parquet plus a JSON file with notes and meta."""
-        folder.mkdir(parents=True, exist_ok=True)
-        for name in table_names or TABLES:
-            self.tables[name].to_parquet(folder / f"{name}.parquet", index=False)
-        payload = {
-            "format_version": STORE_FORMAT_VERSION,
-            "notes": [n.to_dict() for n in self.notes],
-            "meta": self.meta,
-        }
-        (folder / "store.json").write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
-
-    @classmethod
-    def load(cls, folder: Path) -> Store:
-        """Read a Store written by `save`; tables that were not saved come back empty."""
-        tables: dict[str, pd.DataFrame] = {}
-        for name in TABLES:
-            path = folder / f"{name}.parquet"
-            if path.exists():
-                tables[name] = conform(name, pd.read_parquet(path))
-        raw = json.loads((folder / "store.json").read_text(encoding="utf-8"))
-        notes = [LoadNote.from_dict(n) for n in raw.get("notes", [])]
-        return cls(tables=tables, notes=notes, meta=dict(raw.get("meta", {})))

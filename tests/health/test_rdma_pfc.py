@@ -233,7 +233,7 @@ def test_offline_ethtool_dump_is_recognised_mapped_and_analyzed(tmp_path: Path) 
     # WHEN the run is analyzed end to end
     result = analyze_path(run, tmp_path / "out", LoadOptions(workers=1))
     # THEN the dump is loaded by content, its counters land on mlx5_1 port 1, and the pause is found
-    assert result.store.meta["counter_sources"] == {"ethtool_dump": 1, "rdma_jsonl": 1}
+    assert result.store.run_info.counter_sources == {"ethtool_dump": 1, "rdma_jsonl": 1}
     pfc = [f for f in result.findings if f.analyzer == "rdma_pfc"]
     assert [(f.evidence["check"], f.evidence["device"], f.evidence["netdev"], f.evidence["share_of_time"])
             for f in pfc] == [("pfc_rx", "mlx5_1", "eth1", 0.25)]
@@ -252,9 +252,9 @@ def test_offline_dump_without_times_or_netdev_is_noted(tmp_path: Path) -> None:
     a.write_text(ETHTOOL_FIXTURE.read_text())
     b.write_text("1800000000.5\n" + ETHTOOL_FIXTURE.read_text())
     # WHEN loaded
-    _, notes, meta = load_counter_inputs([a, b])
+    _, notes, learned = load_counter_inputs([a, b])
     # THEN both are recognised, nothing is loaded, and each gets a note saying what to add
-    assert meta["counter_sources"] == {"ethtool_dump": 2}
+    assert learned.counter_sources == {"ethtool_dump": 2}
     assert ["time line" in n.message for n in notes] == [True, False] and "# netdev=" in notes[1].message
 
 

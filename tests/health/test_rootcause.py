@@ -118,7 +118,7 @@ def test_bandwidth_uses_ring_factors(tmp_path: Path) -> None:
     generate(SynthSpec(ranks=4, steps=3, kernels_per_step=8), tmp_path / "t", truth_path=tmp_path / "truth.json")
     from perftracker.collectors.loading import load_path
 
-    store = load_path(tmp_path / "t", LoadOptions(workers=1), tmp_path / "scratch")
+    store = load_path(tmp_path / "t", LoadOptions(workers=1))
     table = collective_bandwidth(store)
     # THEN bus bandwidth is algorithm bandwidth times the ring factor of each collective
     assert bus_factor("all_reduce", 4) == 1.5 and bus_factor("_allgather_base", 4) == 0.75

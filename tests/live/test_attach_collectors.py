@@ -51,7 +51,8 @@ def test_follow_copies_the_nccl_log_and_the_output_as_they_grow(tmp_path: Path) 
     # GIVEN a running rank that writes an NCCL_DEBUG_FILE and prints to a file
     proc = start_worker(tmp_path)
     try:
-        ctx = LiveContext(run_dir=tmp_path / "run", job=find_job(f"pid:{proc.pid}"), host=socket.gethostname())
+        ctx = LiveContext(run_dir=tmp_path / "run", job=find_job(f"pid:{proc.pid}", socket.gethostname()),
+                          host=socket.gethostname())
         follow = FollowSampler()
         # WHEN the follower starts and samples twice with time in between
         follow.start(ctx)

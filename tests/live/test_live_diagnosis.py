@@ -185,7 +185,7 @@ def test_attach_hands_the_samplers_the_analyzers_diagnosis(tmp_path: Path, monke
         seen.append(ctx)
         return SessionResult("duration", 0.0)
 
-    monkeypatch.setattr("perftracker.cli.attach.find_job", lambda spec: _context(tmp_path).job)
+    monkeypatch.setattr("perftracker.cli.attach.find_job", lambda spec, host: _context(tmp_path).job)
     monkeypatch.setattr("perftracker.cli.attach.run_session", session)
     # WHEN attach runs
     result = CliRunner().invoke(app, ["attach", "pid:1", "-o", str(tmp_path / "out"), "-q", "--no-analyze"])

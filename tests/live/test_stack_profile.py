@@ -37,7 +37,7 @@ def _run_dir(tmp_path: Path, files: dict[str, str] | None = None, fixture: str =
 
 
 def _findings(run: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
-    store = load_path(run, LoadOptions(cache_dir=None), tmp_path / "scratch")
+    store = load_path(run, LoadOptions(cache_dir=None))
     return store, analyze_stack_profile(Analysis(store))
 
 

@@ -197,7 +197,7 @@ def test_analyze_loads_a_run_dir_of_stacks_only(tmp_path: Path) -> None:
         write_rank(tmp_path, "20250101T000010.000Z-hang", r, IN_ALL_REDUCE)
     write_rank(tmp_path, "20250101T000010.000Z-hang", 1, SLEEPING)
     # WHEN loaded like `analyze` does
-    store = load_path(tmp_path, LoadOptions(cache_dir=None), tmp_path)
+    store = load_path(tmp_path, LoadOptions(cache_dir=None))
     # THEN the stacks table holds every thread, none is mistaken for a trace, and the analyzer finds rank 1
     assert len(store["stacks"]) == 8 and int(store["stacks"]["main"].sum()) == 4
     assert not [n for n in store.notes if n.level == "error"]

@@ -13,7 +13,7 @@ import pytest
 from perftracker.collectors.counters.sysfs import ZERO_GID, read_sysfs
 from perftracker.collectors.env import env_rows
 from perftracker.collectors.nccl.profiles import load_profile
-from perftracker.store import Store
+from perftracker.store import RunInfo, Store
 from perftracker.store.schema import conform
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nccl"
@@ -104,9 +104,7 @@ def make_store() -> Callable[..., Store]:
         if "config" in tables:
             config = conform("config", pd.concat([config, tables["config"]], ignore_index=True))
         tables["config"] = config
-        meta: dict[str, Any] = {"nccl_profile": load_profile(profile)}
-        if sysfs_root is not None:
-            meta["sysfs"] = [read_sysfs(sysfs_root, host=host)]
-        return Store(tables=tables, meta=meta)
+        sysfs = [read_sysfs(sysfs_root, host=host)] if sysfs_root is not None else []
+        return Store(tables=tables, run_info=RunInfo(nccl_profile=load_profile(profile), sysfs=sysfs))
 
     return make

@@ -105,7 +105,7 @@ def test_profile_comparison_on_log_echoes() -> None:
     from perftracker.collectors.nccl.profiles import load_profile
 
     store = _store("41_roce-bond-tencent-plugin-tc160-gid3-qps4-timeout21_2.26.5.log")
-    store.meta["nccl_profile"] = load_profile("pai-lingjun")
+    store.run_info.nccl_profile = load_profile("pai-lingjun")
     titles = " ".join(f.title for f in analyze_nccl_config(Analysis(store)))
     assert "NCCL_IB_TC='160'" in titles
     assert "NCCL_IB_QPS_PER_CONNECTION=4 is below" in titles

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 from perftracker.collectors.counters.sysfs import read_sysfs
@@ -14,8 +15,12 @@ from perftracker.collectors.env import (
     parse_env_text,
     read_env_file,
 )
+from perftracker.collectors.loading import LoadOptions
+from perftracker.pipeline import analyze_path
 
-from .conftest import FIXTURES, build_sysfs
+from .conftest import FIXTURES, build_sysfs, lingjun_node
+
+SAMPLE_ENV = Path(__file__).resolve().parents[2] / "sample_traces" / "gloo-4rank-stall-rank2" / "env"
 
 
 def test_allow_list_drops_secrets_and_unrelated() -> None:
@@ -89,3 +94,18 @@ def test_sysfs_fake_tree_like_the_kernel(tmp_path: Path) -> None:
 def test_sysfs_missing_root_is_empty(tmp_path: Path) -> None:
     facts = read_sysfs(tmp_path / "nothing")
     assert facts["rdma"] == [] and facts["net"] == [] and not facts["available"]
+
+
+def test_analyze_on_the_node_reads_its_sysfs_into_the_run(tmp_path: Path) -> None:
+    # GIVEN the environment snapshots of a run, analyzed on a node with RDMA devices (--sysfs-root)
+    run = tmp_path / "run"
+    shutil.copytree(SAMPLE_ENV, run / "env")
+    root = lingjun_node(tmp_path / "sys")
+    # WHEN analyzed (this used to stop with an internal error: the coverage read the sysfs list as one node)
+    result = analyze_path(run, tmp_path / "out", LoadOptions(cache_dir=None, sysfs_root=root, sysfs_host="node-7"))
+    # THEN the node's facts are in the run's RunInfo under the name the command gave, and the RDMA
+    # network counts as judged from sysfs
+    (node,) = result.store.run_info.sysfs
+    assert node["host"] == "node-7" and [d["device"] for d in node["rdma"]] == [f"mlx5_{i}" for i in range(4)]
+    judged = {a["area"]: a["from"] for a in result.document["summary"]["coverage"]["judged"]}
+    assert judged["RDMA network"] == ["sysfs"]

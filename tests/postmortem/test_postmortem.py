@@ -36,7 +36,7 @@ def scenario(name: str, tmp_path: Path) -> Path:
 
 
 def load(run: Path, tmp_path: Path) -> Store:
-    return load_path(run, LoadOptions(cache_dir=None, workers=1), tmp_path)
+    return load_path(run, LoadOptions(cache_dir=None, workers=1))
 
 
 def crash_findings(name: str, tmp_path: Path) -> list[Finding]:

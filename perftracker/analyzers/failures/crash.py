@@ -1,7 +1,7 @@
 """The `crash` analyzer: offline hang and crash diagnosis from flight-recorder dumps and job logs.
 
 Promise: reads only the Store's `collectives_fr` and `failures` tables (plus `fr_pg_status`,
-`fr_pg_config` in meta, and rank -> host from any table). Findings, each naming culprit ranks/hosts:
+`fr_pg_config` and `watchdog_progress` of its RunInfo, and rank -> host from any table). Findings, each naming culprit ranks/hosts:
   * FR hang (critical): the collective (pg, seq, op, sizes) some ranks entered and wait in, and the
     ranks that never entered it (their last entered/completed collective per pg in the evidence);
   * FR mismatch (critical): ranks that ran a different op or sizes at the same sequence number;
@@ -58,8 +58,9 @@ def host_map(store: Store) -> dict[int, str]:
 
 
 def world_size(store: Store) -> int:
-    sizes = [len(pg_ranks(store.meta.get("fr_pg_config") or {}, pg)) for pg in (store.meta.get("fr_pg_config") or {})]
-    manifest = store.meta.get("manifest") or {}
+    config = store.run_info.fr_pg_config
+    sizes = [len(pg_ranks(config, pg)) for pg in config]
+    manifest = store.run_info.manifest
     if isinstance(manifest.get("world_size"), int):
         sizes.append(int(manifest["world_size"]))
     if not store.ranks.empty:
@@ -81,7 +82,7 @@ def _where(ranks: list[int], hosts: dict[int, str]) -> str:
 
 
 def _members(store: Store, pg: str, present: list[int], world: int) -> list[int]:
-    ranks = pg_ranks(store.meta.get("fr_pg_config") or {}, pg)
+    ranks = pg_ranks(store.run_info.fr_pg_config, pg)
     if ranks:
         return ranks
     if pg in ("", "0", "default_pg") and world > 0:
@@ -94,7 +95,7 @@ def fr_findings(store: Store, hosts: dict[int, str], world: int) -> list[Finding
     fr = fr[fr["seq"] >= 0]
     if fr.empty:
         return []
-    status: dict[str, Any] = store.meta.get("fr_pg_status") or {}
+    status = store.run_info.fr_pg_status
     out: list[Finding] = []
     for pg, rows in fr.groupby("pg", sort=True):
         pg = str(pg)
@@ -184,7 +185,7 @@ def timeout_findings(store: Store, hosts: dict[int, str], world: int) -> list[Fi
         evidence = {"seq": int(seq), "op": op, "pg": pg, "numel": numel, "timed_out_ranks": timed,
                     "other_timeouts": {f"{s}:{o}": sorted(r) for (s, o), r in groups.items() if (s, o) != (seq, op)},
                     "lines": [f"{f}:{ln}" for f, ln in zip(rows["file"], rows["line"])][:16],
-                    "watchdog_progress": store.meta.get("watchdog_progress") or {}}
+                    "watchdog_progress": store.run_info.watchdog_progress}
         out.append(_missing_finding(store, "nccl", what, timed, pg, hosts, world, evidence,
                                     f" after {int(tmo.group(1))} ms" if tmo else ""))
     gloo = fail[(fail["kind"] == "gloo_timeout") & (fail["rank"] >= 0)]

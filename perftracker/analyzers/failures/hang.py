@@ -172,8 +172,7 @@ def analyze_hang(analysis: Analysis) -> list[Finding]:
     stacks = store["stacks"]
     if stacks.empty:
         return []
-    manifest = store.meta.get("manifest") or {}
-    if manifest.get("exit_code") == 0:
+    if store.run_info.manifest.get("exit_code") == 0:
         return []  # the job finished normally (perftracker run): a late stall was its shutdown
     steps = store.steps
     wall = steps[steps["source"] == "stepfile"] if "source" in steps else steps.iloc[0:0]

@@ -75,9 +75,8 @@ def _host(store: Store, rank: int, cfg: dict[str, str], only_host: str, nvml: Nv
     hit = nccl.loc[(nccl["rank"] == rank) & (nccl["host"] != ""), "host"]
     if len(hit):
         return str(hit.iloc[0]), "nccl_log"
-    step_hosts = store.meta.get("step_hosts") or {}
-    if step_hosts.get(str(rank)):
-        return str(step_hosts[str(rank)]), "steps"
+    if store.run_info.step_hosts.get(rank):
+        return store.run_info.step_hosts[rank], "steps"
     seen_on = {h for h, r in nvml if r == rank}
     if len(seen_on) == 1:
         return seen_on.pop(), "nvml"
@@ -187,12 +186,6 @@ def ranks_of_gpu(rmap: pd.DataFrame, host: str, gpu: int) -> tuple[int, ...]:
     if rmap.empty:
         return ()
     return tuple(int(r) for r in rmap.loc[(rmap["host"] == host) & (rmap["gpu"] == gpu), "rank"])
-
-
-def ranks_of_nic(rmap: pd.DataFrame, host: str, nic: str) -> tuple[int, ...]:
-    if rmap.empty:
-        return ()
-    return tuple(int(r["rank"]) for r in records(rmap) if r["host"] == host and nic in r["nics"])
 
 
 def analyze_topology(analysis: Analysis) -> list[Finding]:

@@ -1,7 +1,7 @@
 """The `nccl_config` analyzer: NCCL configuration and NCCL log problems, one finding per problem.
 
-Promise: reads only the Store (tables `nccl` and `config`, `store.meta["sysfs"]` from
-collectors.sysfs.read_sysfs and `store.meta["nccl_profile"]` from collectors.profiles.load_profile);
+Promise: reads only the Store (tables `nccl` and `config`, `store.run_info.sysfs` from
+collectors.sysfs.read_sysfs and `store.run_info.nccl_profile` from collectors.profiles.load_profile);
 returns [] when there is no NCCL log fact and no configuration captured. Every finding's evidence
 has a `flag` (socket_fallback, hca_problem, gid_problem, bad_socket_iface, gdr_disabled,
 p2p_disabled, ib_completion_error, nccl_warn, slow_init, ib_tc, ib_sl, ib_timeout, ib_retry, ib_qps,

@@ -1,7 +1,7 @@
 """The NCCL analyzers' view of a Store: processes with their log facts, settings, sysfs, profile.
 
 Promise: `build_context(store)` reads only the Store (`nccl` and `config` tables, and
-`store.meta["sysfs"]` / `store.meta["nccl_profile"]`); it never reads files. It derives per-process
+`store.run_info.sysfs` / `store.run_info.nccl_profile`); it never reads files. It derives per-process
 transport and link layer and a per-file summary (`summarize`) in the vocabulary of
 shared/nccl_logs/expected.json, and offers `finding()` so every rule builds findings the same way:
 each finding's evidence carries a `flag` naming the problem class.
@@ -20,7 +20,6 @@ from perftracker.store import Store
 from perftracker.values import strtoll_base0
 
 ANALYZER = "nccl_config"
-IB_VARS_PREFIX = "NCCL_IB_"
 
 
 @dataclass
@@ -212,11 +211,8 @@ def build_context(store: Store) -> NcclContext:
         s = Setting(str(key_o), "" if value_o is None or pd.isna(value_o) else str(value_o), str(host_o),
                     int(str(rank_o)), int(str(pid_o)), str(source_o), str(ev_o))
         settings.setdefault(s.key, []).append(s)
-    sysfs_meta = store.meta.get("sysfs")
-    sysfs = sysfs_meta if isinstance(sysfs_meta, list) else [sysfs_meta] if isinstance(sysfs_meta, dict) else []
-    profile = store.meta.get("nccl_profile")
-    return NcclContext(list(procs.values()), orphans, warn_lines, settings,
-                       [s for s in sysfs if isinstance(s, dict)], profile if isinstance(profile, dict) else {})
+    return NcclContext(list(procs.values()), orphans, warn_lines, settings, list(store.run_info.sysfs),
+                       store.run_info.nccl_profile)
 
 
 def summarize(ctx: NcclContext) -> dict[str, Any]:

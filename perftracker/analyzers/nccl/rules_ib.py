@@ -2,7 +2,7 @@
 NCCL_IB_TIMEOUT / NCCL_IB_RETRY_CNT and NCCL_IB_QPS_PER_CONNECTION.
 
 Promise: pure functions `NcclContext -> list[Finding]`. Values are read the way NCCL reads them
-(strtoll base 0), sysfs facts come from `store.meta["sysfs"]`, and a profile's own values are never
+(strtoll base 0), sysfs facts come from `store.run_info.sysfs`, and a profile's own values are never
 reported as mistakes, only compared against.
 """
 

@@ -8,7 +8,7 @@ Promise: `load_counter_inputs(paths)` looks at each non-trace file and loads, wh
 - repeated `ethtool -S <netdev>` outputs with epoch lines ("NIC statistics:" decides; PFC / discard
   counters of RoCE ports, collectors/ethtool.py), moved onto the RDMA device / port whose sysfs
   record (from any other input of the same host) lists that netdev,
-and returns `({"counters": frame, "devices": frame}, notes, meta)`; meta `counter_sources` counts the
+and returns `({"counters": frame, "devices": frame}, notes, RunInfo)`; its `counter_sources` counts the
 files of each kind. Files that are none of these are left alone (other loaders read them).
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from perftracker.collectors.counters import ethtool, gpu_samples, prometheus, rdma
-from perftracker.store import LoadNote
+from perftracker.store import LoadNote, RunInfo
 from perftracker.store.schema import conform
 
 _HEAD_BYTES = 65536
@@ -92,8 +92,8 @@ _LOADERS = {
 }
 
 
-def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], list[LoadNote], dict[str, Any]]:
-    """(tables {"counters", "devices"}, notes, meta) for the host-counter part of an analysis."""
+def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], list[LoadNote], RunInfo]:
+    """(tables {"counters", "devices"}, notes, RunInfo {counter_sources}) for the host-counter part of an analysis."""
     rows: list[dict[str, Any]] = []
     devices: list[dict[str, Any]] = []
     eth_rows: list[dict[str, Any]] = []
@@ -137,4 +137,4 @@ def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame],
         dev_frame["numa_node"] = dev_frame["numa_node"].fillna(-1)
         dev_frame = dev_frame.fillna("")
     tables = {"counters": conform("counters", counters), "devices": conform("devices", dev_frame)}
-    return tables, notes, {"counter_sources": sources} if sources else {}
+    return tables, notes, RunInfo(counter_sources=sources)

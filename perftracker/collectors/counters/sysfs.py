@@ -5,7 +5,7 @@ with GID types and netdevs) and `<root>/class/net/*` (operstate, and the address
 name), following symlinks exactly as the kernel lays them out, so tests can point `root` at a fake
 tree. Unreadable files (an empty GID slot's attributes fail with EINVAL) are skipped, never fatal.
 With the real `/sys` the IPv4/IPv6 addresses of every interface are added from the kernel.
-The result is plain JSON-able data meant for `store.meta["sysfs"]`.
+The result is plain JSON-able data meant for the Store's `RunInfo.sysfs`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ import os
 import socket
 from pathlib import Path
 from typing import Any
-
-from perftracker.rundir import host_name
 
 ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 
@@ -129,15 +127,16 @@ def _kernel_addresses() -> dict[str, set[str]]:
     return found
 
 
-def read_sysfs(root: Path | str = "/sys", host: str | None = None) -> dict[str, Any]:
-    """RDMA devices and network interfaces of one node, as `store.meta["sysfs"]` expects them."""
+def read_sysfs(root: Path | str = "/sys", host: str = "") -> dict[str, Any]:
+    """RDMA devices and network interfaces of one node, named `host` (as the command computed it; ""
+    when unnamed), as `RunInfo.sysfs` holds them."""
     root_path = Path(root)
     if not (root_path / "class").is_dir() and root_path.name == "class":
         root_path = root_path.parent
     rdma = read_rdma(root_path)
     return {
         "root": str(root_path),
-        "host": host if host is not None else host_name(),
+        "host": host,
         "available": (root_path / "class").is_dir() and os.access(root_path / "class", os.R_OK),
         "rdma": rdma,
         "net": read_net(root_path, rdma),

@@ -44,7 +44,6 @@ INIT_TIMINGS = re.compile(
     r"(?: \((?P<parts>[^)]*)\))?"
 )
 ENV_ECHO = re.compile(r"^(?P<var>NCCL_[A-Z0-9_]+) set (?:by environment )?to ?(?P<val>.*?)\.?\s*$")
-ENV_INVALID = re.compile(r"^Invalid value (?P<val>.*) for (?P<var>NCCL_[A-Z0-9_]+), using default (?P<d>-?\d+)")
 ERROR_CHAIN = re.compile(r"^(?P<src>[\w./-]+\.(?:cc|c|h|cpp)):(?P<line>\d+) -> (?P<code>\d+)(?: \[(?P<thread>[^\]]+)\])?")
 COMPLETION = re.compile(
     r"Got completion from peer (?P<peer>[^\s<]*)(?:<(?P<port>\d+)>)? with "
@@ -54,7 +53,6 @@ COMPLETION = re.compile(
     r"(?:.*?\((?P<dir>Send|Recv|[A-Za-z]+)\))?"
     r"(?:.*?localGid (?P<lgid>\S+))?(?:.*?remoteGids?(?P<rgid>\S+))?"
 )
-CQE_ERROR = re.compile(r"Got CQE with error")
 QP_INFO = re.compile(
     r"NET/IB: (?:NCCL )?Dev (?P<dev>\d+)(?: IbDev (?P<ibdev>\d+))? Port (?P<port>\d+) qpn (?P<qpn>\d+) "
     r"mtu (?P<mtu>\d+)(?P<rest>.*)$"
@@ -65,7 +63,6 @@ GDR_DISABLED = re.compile(r"GPU Direct RDMA Disabled for (?P<what>.*)$")
 CONNECTED_RINGS = re.compile(r"Connected all rings(?:, use ring PXN (?P<pxn>\d) GDR (?P<gdr>\d))?")
 PLUGIN_LOADED = re.compile(r"Loaded (?:net|coll) plugin (?P<name>.+?)(?: \(v\d+\))?\s*$")
 RING_LISTING = re.compile(r"^Channel (?P<ch>\d+)/(?P<n>\d+) :")
-PEER_ADDR = re.compile(r"(?P<ip>\d+\.\d+\.\d+\.\d+|[0-9a-fA-F:]+:[0-9a-fA-F:.]*)")
 
 
 def gid_prefix_is_link_local(prefix_hex: str) -> bool:

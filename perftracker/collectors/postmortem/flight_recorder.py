@@ -3,7 +3,7 @@
 Promise: `load_fr_dumps(paths)` reads FR dumps as JSON (`_dump_fr_trace_json()`, one file per rank)
 or as pickle (`_dump_fr_trace()`, the files `TORCH_FR_DUMP_TEMP_FILE` / `TORCH_NCCL_DEBUG_INFO_TEMP_FILE`
 name `<prefix><rank>`) and returns the `collectives_fr` table, per-rank `pg_status`/`pg_config` for
-`store.meta`, and notes. Pickles are NEVER unpickled: `plain_unpickle` walks the opcodes with
+the Store's `RunInfo`, and notes. Pickles are NEVER unpickled: `plain_unpickle` walks the opcodes with
 `pickletools.genops` and rebuilds only plain data (dict, list, tuple, set, str, bytes, int, float,
 bool, None). A pickle with any code reference (GLOBAL, REDUCE, BUILD, ...) is refused with a note,
 so a crafted file cannot run anything. The rank comes from a `rank` key when present, else from the
@@ -22,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from perftracker.store import LoadNote
+from perftracker.store import LoadNote, RunInfo
 from perftracker.store.schema import conform, empty_table
 
 MAX_DUMP_BYTES = 1 << 30
@@ -219,8 +219,8 @@ def _status(raw: Any) -> dict[str, dict[str, int]]:
     return out
 
 
-def load_fr_dumps(paths: Sequence[Path]) -> tuple[pd.DataFrame, dict[str, Any], list[LoadNote]]:
-    """(collectives_fr table, meta {"fr_pg_status": {rank: {pg: status}}, "fr_pg_config": {pg: {...}}}, notes)."""
+def load_fr_dumps(paths: Sequence[Path]) -> tuple[pd.DataFrame, RunInfo, list[LoadNote]]:
+    """(collectives_fr table, RunInfo {fr_pg_status: {rank: {pg: status}}, fr_pg_config: {pg: {...}}}, notes)."""
     rows: list[dict[str, Any]] = []
     status: dict[str, dict[str, dict[str, int]]] = {}
     config: dict[str, dict[str, Any]] = {}
@@ -246,7 +246,6 @@ def load_fr_dumps(paths: Sequence[Path]) -> tuple[pd.DataFrame, dict[str, Any], 
                 config.setdefault(str(pg), {k: (str(v) if not isinstance(v, (int, list)) else v)
                                             for k, v in cfg.items()})
     frame = conform("collectives_fr", pd.DataFrame(rows)) if rows else empty_table("collectives_fr")
-    meta: dict[str, Any] = {"fr_pg_status": status, "fr_pg_config": config} if status else {}
-    return frame, meta, notes
+    return frame, RunInfo(fr_pg_status=status, fr_pg_config=config) if status else RunInfo(), notes
 
 

@@ -3,8 +3,8 @@
 Promise: `is_postmortem_file(path)` tells, from the file's first bytes, whether a file is a
 flight-recorder dump (JSON or pickle) or a torchelastic error file, so `analyze` does not take it
 for a profiler trace. `load_postmortem_inputs(paths)` takes the files `rundir.discover` found and
-returns (tables {"collectives_fr", "failures"}, notes, meta {"fr_pg_status", "fr_pg_config",
-"watchdog_progress"}). Files are recognized by content, not name; anything unreadable becomes a note.
+returns (tables {"collectives_fr", "failures"}, notes, RunInfo {fr_pg_status, fr_pg_config,
+watchdog_progress}). Files are recognized by content, not name; anything unreadable becomes a note.
 Ranks of error files named in torchrun's ChildFailedError table (`error_file:`) take that rank.
 """
 
@@ -28,7 +28,7 @@ from perftracker.collectors.postmortem.joblogs import (
     looks_like_job_log,
     parse_job_log,
 )
-from perftracker.store import LoadNote
+from perftracker.store import LoadNote, RunInfo
 from perftracker.store.schema import conform, empty_table
 
 _BINARY_SUFFIXES = (".gz", ".parquet", ".zip", ".png", ".html", ".pt", ".so", ".npz")
@@ -85,16 +85,15 @@ def _match_error_file(path: Path, named: dict[str, int]) -> int | None:
     return None
 
 
-def load_postmortem_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], list[LoadNote], dict[str, Any]]:
-    """(tables {"collectives_fr", "failures"}, notes, meta) for a post-mortem."""
+def load_postmortem_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], list[LoadNote], RunInfo]:
+    """(tables {"collectives_fr", "failures"}, notes, RunInfo) for a post-mortem."""
     fr_paths, error_paths, log_paths = classify(paths)
     notes: list[LoadNote] = []
-    meta: dict[str, Any] = {}
+    learned = RunInfo()
     tables: dict[str, pd.DataFrame] = {}
     if fr_paths:
-        frame, fr_meta, fr_notes = load_fr_dumps(fr_paths)
+        frame, learned, fr_notes = load_fr_dumps(fr_paths)
         tables["collectives_fr"] = frame
-        meta.update(fr_meta)
         notes.extend(fr_notes)
     rows: list[dict[str, Any]] = []
     progress: dict[str, dict[str, Any]] = {}
@@ -120,11 +119,10 @@ def load_postmortem_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFram
         tables["failures"] = conform("failures", pd.DataFrame(rows))
     elif log_paths or error_paths:
         tables["failures"] = empty_table("failures")
-    if progress:
-        meta["watchdog_progress"] = progress
+    learned.watchdog_progress = progress
     if fr_paths or log_paths or error_paths:
         notes.append(LoadNote("info", "postmortem", f"post-mortem inputs: {len(fr_paths)} flight-recorder dump(s), "
                               f"{len(log_paths)} job log(s), {len(error_paths)} error file(s)",
                               {"fr": [str(p) for p in fr_paths[:32]], "logs": [str(p) for p in log_paths[:32]],
                                "error_files": [str(p) for p in error_paths[:32]]}))
-    return tables, notes, meta
+    return tables, notes, learned

@@ -146,7 +146,7 @@ class _Parser:
                 seq=int(seq), op=op.lower(), numel=int(nin) if nin else -1, ts_ns=_glog_ts(text, self.year)))
             return
         if (p := _PG_LINE.search(text)) is not None:
-            pg, guid, desc, r, work, enq, comp = p.groups()
+            pg, _guid, desc, r, work, enq, comp = p.groups()
             self.result.progress[r] = {"pg": pg, "pg_desc": desc or "", "seq": int(work),
                                        "last_enqueued": int(enq), "last_completed": int(comp)}
             for row in reversed(self.result.rows):

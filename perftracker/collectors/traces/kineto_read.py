@@ -102,9 +102,7 @@ class ParsedTrace:
     device_properties: list[dict[str, Any]] = field(default_factory=list)
     base_ns: int | None = None
     host_name: str | None = None
-    bytes_read: int = 0
     bytes_lost: int = 0
-    meta_exact_digits: bool = False
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -155,7 +153,7 @@ def parse_trace(path: Path) -> ParsedTrace:
     """Parse one trace file; see the module docstring for what is recovered and what raises."""
     data, notes = read_bytes(path)
     total = len(data)
-    trace = ParsedTrace(path=path, bytes_read=total, notes=notes)
+    trace = ParsedTrace(path=path, notes=notes)
     try:
         doc: TraceDoc | None = msgspec.json.decode(data, type=TraceDoc)
     except msgspec.ValidationError:
@@ -399,4 +397,3 @@ def _fill_from_digits(trace: ParsedTrace, doc: RawTraceDoc) -> None:
         trace.args.append(e.args)
     trace.ts_ns_array = np.array(ts_ns, dtype=np.int64)
     trace.dur_ns_array = np.array(dur_ns, dtype=np.int64)
-    trace.meta_exact_digits = True

@@ -1,0 +1,69 @@
+"""One voice for every command: how errors are said, and what `--fail-on` means.
+
+Promise: a command raises `PerftrackerError` for anything the user can act on; registered through
+`add_command`, it then prints `perftracker: <where>: <what>. <What next>.` as one line on stderr and
+exits 2 (`EXIT_USAGE`), the same under `perftracker` as under a test runner, never a traceback.
+`--fail-on LEVEL` is read by `parse_fail_on` before a command does any work (a bad level is the same
+usage error in every command) and turned into the exit code by `fail_on_exit`: 3 (`EXIT_FINDINGS`)
+when a finding at or above LEVEL exists, else 0. Usage errors the option parser itself finds (a
+missing argument, a number that is not one) keep typer's usage box, also with exit 2.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar, cast
+
+import typer
+
+from perftracker.analyzers.findings import Finding, Severity
+from perftracker.errors import PerftrackerError, UsageError
+
+EXIT_USAGE = 2
+EXIT_FINDINGS = 3
+EXIT_INTERNAL = 70
+
+CommandFn = TypeVar("CommandFn", bound=Callable[..., Any])
+
+
+def say(text: str) -> None:
+    """One line from perftracker itself on stderr, prefixed `perftracker: `."""
+    typer.echo(f"perftracker: {text}", err=True)
+
+
+def speaking(fn: CommandFn) -> CommandFn:
+    """`fn` with its PerftrackerError said as one line on stderr and exit 2 (typer reads `fn`'s own
+    parameters through functools.wraps)."""
+
+    @functools.wraps(fn)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except PerftrackerError as exc:
+            say(exc.message)
+            raise typer.Exit(EXIT_USAGE) from None
+
+    return cast(CommandFn, command)
+
+
+def add_command(app: typer.Typer, name: str, fn: Callable[..., Any], **settings: Any) -> None:
+    """Register the module-level command function `fn` on `app` as `name`, speaking with one voice."""
+    app.command(name, **settings)(speaking(fn))
+
+
+def parse_fail_on(value: str | None) -> Severity | None:
+    """The severity `--fail-on` names (None when not given); a UsageError for anything else."""
+    if not value:
+        return None
+    try:
+        return Severity.parse(value)
+    except ValueError as exc:
+        raise UsageError(str(exc), "--fail-on") from None
+
+
+def fail_on_exit(findings: Iterable[Finding], threshold: Severity | None) -> int:
+    """Exit code for --fail-on: 3 when a finding at or above `threshold` exists, else 0."""
+    if threshold is None:
+        return 0
+    return EXIT_FINDINGS if any(f.severity >= threshold for f in findings) else 0

@@ -1,0 +1,51 @@
+"""What the loaders learned about a run besides its tables: `RunInfo`, one per Store.
+
+Promise: every field is typed, documented and empty by default (a run without that input has nothing
+there). Loaders write it (`collectors/loading.py` and the domain loaders it calls, each returning a
+RunInfo with the fields it learned, merged with `learn`); analyzers read it through attributes. Values
+are plain JSON-able data as the inputs carried them (rank keys stay strings where an input wrote them
+so, since they reach findings' evidence). Options of an analysis (HTA compatibility, ...) are not here:
+they are `AnalysisOptions`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+@dataclass
+class RunInfo:
+    """Facts about one run that are not rows of a table."""
+
+    # The path the analysis was given (run directory, folder of traces, or one file).
+    input: str = ""
+    # The run directory's manifest.json (rundir format: job, hosts, world_size, exit_code, ...); {} for a
+    # bare folder of traces.
+    manifest: dict[str, Any] = field(default_factory=dict)
+    # Process groups the traces' distributedInfo.pg_config names: pg name -> {"pg_desc", "pg_size", "ranks"}.
+    process_groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # rank -> host as the step files (steps/rank-<r>.jsonl) name it.
+    step_hosts: dict[int, str] = field(default_factory=dict)
+    # RDMA devices and network interfaces of the nodes whose sysfs was read (collectors.counters.sysfs
+    # `read_sysfs`, one entry per node); empty unless a sysfs root was given: a log folder copied from a
+    # cluster says nothing about the machine analysing it.
+    sysfs: list[dict[str, Any]] = field(default_factory=list)
+    # The NCCL platform profile the configuration rules check against (collectors.nccl.profiles
+    # `load_profile`): {"name", "description", "source", "fabric", "values": {VAR: {...}}}.
+    nccl_profile: dict[str, Any] = field(default_factory=dict)
+    # Flight recorder: pg name -> that group's pg_config entry ({"name", "desc", "ranks", ...}).
+    fr_pg_config: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Flight recorder: rank (as the dump names it) -> pg name -> {"last_enqueued_collective", ...}.
+    fr_pg_status: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
+    # Watchdog lines of job logs: rank -> {"pg", "pg_desc", "seq", "last_enqueued", "last_completed"}.
+    watchdog_progress: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Host-counter inputs: file kind (rdma_jsonl, gpu_jsonl, smi_csv, prometheus, ...) -> files loaded.
+    counter_sources: dict[str, int] = field(default_factory=dict)
+
+    def learn(self, learned: RunInfo) -> None:
+        """Take every field one loader filled in `learned` (a loader fills only what its inputs told)."""
+        for f in fields(self):
+            value = getattr(learned, f.name)
+            if value:
+                setattr(self, f.name, value)
