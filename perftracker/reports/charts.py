@@ -1,7 +1,13 @@
-"""Plotly figures for the report, each a plain function of the report tables (no diagnosis here)."""
+"""Plotly figures for the report, each a plain function of the report tables (no diagnosis here).
+
+Plotly reads a small markup in every label (line breaks, bold, links, styled spans): text that came
+from the job (kernel names, frames, host and device names) goes through `label` first. Hover text is
+given as data (`hovertext` / `hoverinfo`), never as a markup template.
+"""
 
 from __future__ import annotations
 
+from html import escape
 from typing import Any
 
 import pandas as pd
@@ -12,6 +18,11 @@ _COLORS = {"compute": "#4C78A8", "comm": "#F58518", "memory": "#54A24B", "idle":
            "collective_cpu": "#E45756", "sync": "#EECA3B", "gpu_annotation": "#D3D3D3"}
 _LAYOUT = dict(margin=dict(l=60, r=20, t=40, b=40), height=360, template="plotly_white",
                legend=dict(orientation="h", y=-0.2))
+
+
+def label(text: object) -> str:
+    """`text` safe for plotly's label markup: its markup characters as entities, which plotly shows as is."""
+    return escape(str(text), quote=False)
 
 
 def _fig(fig: go.Figure) -> dict[str, Any]:
@@ -110,7 +121,7 @@ def timeline_chart(timeline: pd.DataFrame) -> dict[str, Any] | None:
     for kind, group in timeline.groupby("kind"):
         fig.add_bar(y=group["row"], x=group["dur_ms"].round(4), base=group["start_ms"].round(4), orientation="h",
                     name=str(kind), marker_color=_COLORS.get(str(kind), "#999999"),
-                    hovertext=group["name"], hoverinfo="text+x")
+                    hovertext=[label(n) for n in group["name"]], hoverinfo="text+x")
     height = max(300, 22 * len(rows) + 120)
     layout = {**_LAYOUT, "height": min(height, 2400)}
     fig.update_layout(barmode="overlay", title="One representative step per rank (ms from step start)",
