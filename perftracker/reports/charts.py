@@ -127,3 +127,23 @@ def timeline_chart(timeline: pd.DataFrame) -> dict[str, Any] | None:
     fig.update_layout(barmode="overlay", title="One representative step per rank (ms from step start)",
                       xaxis_title="ms", yaxis=dict(categoryorder="array", categoryarray=rows[::-1]), **layout)
     return _fig(fig)
+
+
+def profile_figures(ranks_table: pd.DataFrame, shares: pd.DataFrame) -> list[dict[str, Any]]:
+    """The frame-share heatmap (frames x ranks) and the samples per rank."""
+    ranks = [int(r) for r in ranks_table["rank"]]
+    names = [f"rank {r}" for r in ranks]
+    frames = (shares.drop_duplicates("row").sort_values("row")["frame"].astype(str).tolist()
+              if not shares.empty else [])
+    share = {(str(f), int(r)): float(v) for f, r, v in zip(shares.get("frame", []), shares.get("rank", []),
+                                                           shares.get("share_pct", []))}
+    z = [[share.get((f, r), 0.0) for r in ranks] for f in frames]
+    hover = [[f"rank {r}: {share.get((f, r), 0.0)}% of its samples in {label(f)}" for r in ranks] for f in frames]
+    heat = go.Figure(go.Heatmap(z=z, x=names, y=[label(f) for f in frames], colorscale="Blues",
+                                colorbar={"title": "% of samples"}, hovertext=hover, hoverinfo="text"))
+    heat.update_layout(title="Share of each rank's main-thread samples per frame (frames that differ most)",
+                       height=max(320, 40 * len(frames) + 140), margin={"l": 420, "t": 60, "b": 40},
+                       yaxis={"autorange": "reversed"})
+    counts = go.Figure(go.Bar(x=names, y=[int(n) for n in ranks_table["samples"]]))
+    counts.update_layout(title="Main-thread samples per rank", height=260, margin={"t": 50, "b": 40})
+    return [heat.to_plotly_json(), counts.to_plotly_json()]

@@ -37,3 +37,20 @@ def test_section_escapes_log_content_and_highlights(make_store: Callable[..., St
     assert ("warning", "34") in highlighted  # NCCL_IB_TC=34 looks like a DSCP value
     assert ("warning", "&lt;script&gt;x&lt;/script&gt;") in highlighted  # NCCL_ALGO forced
     assert "mlx5_1:1/RoCE" in html and "WARN line(s)" in html
+
+
+def test_flagged_variables_come_from_the_rules_with_their_worst_severity(make_store: Callable[..., Store]) -> None:
+    # GIVEN NCCL_IB_TC written as a DSCP value on one rank (warning) and out of range on another (critical),
+    # NCCL_ALGO forced (warning) and a WARN line whose text names no setting of the job
+    from perftracker.analyzers.nccl.tables import nccl_flagged_table
+
+    frames, _ = load_nccl_logs([FIXTURES / "mixed_job.log"])
+    store = make_store([{"NCCL_IB_TC": "34", "NCCL_ALGO": "Ring"}, {"NCCL_IB_TC": "300", "NCCL_ALGO": "Ring"}],
+                       frames=frames)
+    # WHEN the report's flagged-variable view is computed
+    analysis = Analysis(store)
+    flagged = dict(nccl_flagged_table(analysis).itertuples(index=False))
+    # THEN it names each variable a rule judged, with the worst severity of the findings about it, and
+    # only those: the WARN and completion-error findings (log text in their titles) name no variable
+    assert flagged == {"NCCL_IB_TC": "critical", "NCCL_ALGO": "warning"}
+    assert {str(f.evidence["flag"]) for f in analyze_nccl_config(analysis)} >= {"nccl_warn", "ib_completion_error"}
