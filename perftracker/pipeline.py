@@ -1,25 +1,35 @@
-"""The analyze pipeline: load -> analyze -> write findings.json, report tables and report.html.
+"""The analyze pipeline: load -> analyze (findings and report views, once) -> write findings.json,
+tables/ and report.html.
 
-`perftracker analyze` and `perftracker demo` call `analyze_path`; `perftracker report` calls
-`render_report` on an output folder.
+Promise: `analyze_path` loads an input, runs one analysis stage (every analyzer, the root-cause
+join, then every report view of `analyzers.views.REPORT_VIEWS`, sharing what the analyzers already
+computed), saves the views as `tables/<name>.parquet` (plain columnar data, no markup), writes
+findings.json and renders report.html from those tables and findings. `render_report` renders
+report.html again from an output folder's findings.json and tables/ alone, through the same
+renderer. `perftracker analyze`, `demo`, `postmortem`, `run` and `attach` call `analyze_path`;
+`perftracker report` calls `render_report`.
 """
 
 from __future__ import annotations
 
+import os
+import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis, AnalysisOptions
 from perftracker.analyzers.coverage import coverage, coverage_dict, known_hosts, known_ranks
 from perftracker.analyzers.findings import Finding, rank_findings
 from perftracker.analyzers.registry import run_analyzers
 from perftracker.analyzers.rootcause import link_findings
+from perftracker.analyzers.views import REPORT_VIEWS
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.reports import html as html_report
-from perftracker.reports import json_report, report_data
-from perftracker.reports.sections import ReportSection, SectionBuilder
-from perftracker.rundir import atomic_write_text
+from perftracker.reports import json_report
 from perftracker.store import LoadNote, Store
 
 FINDINGS = "findings.json"
@@ -33,82 +43,83 @@ class AnalysisResult:
     findings: list[Finding]
     out_dir: Path
     document: dict[str, Any]
+    tables: dict[str, pd.DataFrame]
 
     @property
     def report_path(self) -> Path:
         return self.out_dir / REPORT
 
 
-def extra_section_builders() -> list[SectionBuilder]:
-    """Sections contributed by other capabilities (NCCL configuration, ...)."""
-    builders: list[SectionBuilder] = []
-    try:
-        from perftracker.reports.nccl_section import nccl_section
-    except ImportError:
-        return builders
-    builders.append(nccl_section)
-    from perftracker.reports.health_sections import gpu_section, rdma_section
-    from perftracker.reports.profile_section import profile_section
-
-    builders.extend([rdma_section, gpu_section, profile_section])
-    return builders
-
-
 def analyze_path(path: Path, out_dir: Path, options: LoadOptions, hta_compat: bool = False) -> AnalysisResult:
     store = load_path(path, options)
     analysis = Analysis(store, AnalysisOptions(hta_compat=hta_compat))
-    findings = rank_findings(link_findings(store, run_analyzers(analysis)))
-    tables = report_data.build(analysis)
+    findings, tables, failed = analyze(analysis)
     out_dir.mkdir(parents=True, exist_ok=True)
-    report_data.save(tables, out_dir / TABLES)
+    save_tables(tables, out_dir / TABLES)
     summary = _summary(analysis, tables)
-    document = json_report.build(findings, store.notes, str(path), summary)
+    notes = [*store.notes, *failed]
+    document = json_report.build(findings, notes, str(path), summary)
     json_report.write(out_dir / FINDINGS, document)
-    sections = html_report.core_sections(tables, findings)
-    for builder in extra_section_builders():
-        section = builder(store, findings)
-        if section is not None:
-            sections.append(section)
-    _save_sections(sections, out_dir / TABLES)
-    html_report.render(out_dir / REPORT, findings, store.notes, sections, title=str(path),
-                       coverage=summary["coverage"])
-    return AnalysisResult(store, findings, out_dir, document)
+    _render(out_dir, tables, findings, notes, str(path), summary["coverage"])
+    return AnalysisResult(store, findings, out_dir, document, tables)
 
 
-def _summary(analysis: Analysis, tables: dict[str, Any]) -> dict[str, Any]:
+def analyze(analysis: Analysis) -> tuple[list[Finding], dict[str, pd.DataFrame], list[LoadNote]]:
+    """The analysis stage: ranked, linked findings and every report view (an empty table, and a note, for a
+    view that fails: one broken view must not blank the report)."""
+    findings = rank_findings(link_findings(analysis.store, run_analyzers(analysis)))
+    tables: dict[str, pd.DataFrame] = {}
+    failed: list[LoadNote] = []
+    for name, fn in REPORT_VIEWS.items():
+        try:
+            tables[name] = analysis.view(fn)
+        except Exception as exc:  # the analyzer sharing it already reported the crash as a finding
+            tables[name] = pd.DataFrame()
+            failed.append(LoadNote("warning", f"report view {name}",
+                                   f"could not be computed ({type(exc).__name__}: {exc}); its part of the report "
+                                   "is left out. This is a perftracker bug; please report it."))
+    return findings, tables, failed
+
+
+def _summary(analysis: Analysis, tables: Mapping[str, pd.DataFrame]) -> dict[str, Any]:
     store = analysis.store
     stats = tables["step_stats"]
     return {
         "ranks": len(known_ranks(store)), "hosts": known_hosts(store),
-        "coverage": coverage_dict(coverage(store)),
+        "coverage": coverage_dict(coverage(analysis)),
         "step_time_s": float(stats["median_s"].median()) if not stats.empty else None,
         "hta_compat": analysis.options.hta_compat,
     }
 
 
-def _save_sections(sections: list[ReportSection], folder: Path) -> None:
-    """Extra sections are saved as rendered so `report` can re-render without the inputs."""
-    import json
+def save_tables(tables: Mapping[str, pd.DataFrame], folder: Path) -> None:
+    """Each table as `<name>.parquet`, written then renamed: a concurrent reader sees a whole file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, frame in tables.items():
+        tmp = folder / f".{name}.{uuid.uuid4().hex}.parquet.tmp"
+        frame.reset_index(drop=True).to_parquet(tmp, index=False)
+        os.replace(tmp, folder / f"{name}.parquet")
 
-    extra = [s for s in sections if s.key not in {"breakdown", "overlap", "steps", "stragglers", "timeline"}]
-    payload = [{"key": s.key, "title": s.title, "html": s.html, "figures": s.figures} for s in extra]
-    from plotly.utils import PlotlyJSONEncoder
 
-    atomic_write_text(folder / "sections.json", json.dumps(payload, cls=PlotlyJSONEncoder))
+def load_tables(folder: Path) -> dict[str, pd.DataFrame]:
+    """Every report view saved in `folder` (an empty frame for one that is not there)."""
+    tables = {}
+    for name in REPORT_VIEWS:
+        path = folder / f"{name}.parquet"
+        tables[name] = pd.read_parquet(path) if path.exists() else pd.DataFrame()
+    return tables
+
+
+def _render(out_dir: Path, tables: Mapping[str, pd.DataFrame], findings: list[Finding], notes: list[LoadNote],
+            title: str, coverage_summary: dict[str, Any] | None) -> None:
+    sections = html_report.build_sections(tables, findings)
+    html_report.render(out_dir / REPORT, findings, notes, sections, title=title, coverage=coverage_summary)
 
 
 def render_report(out_dir: Path) -> Path:
     """Re-render report.html from an output folder's findings.json and tables/."""
-    import json
-
     document, findings = json_report.read(out_dir / FINDINGS)
-    tables = report_data.load(out_dir / TABLES)
-    sections = html_report.core_sections(tables, findings)
-    extra = out_dir / TABLES / "sections.json"
-    if extra.exists():
-        for raw in json.loads(extra.read_text(encoding="utf-8")):
-            sections.append(ReportSection(raw["key"], raw["title"], raw["html"], raw["figures"]))
     notes = [LoadNote.from_dict(n) for n in document.get("notes", [])]
-    html_report.render(out_dir / REPORT, findings, notes, sections, title=str(document.get("input", out_dir)),
-                       coverage=(document.get("summary") or {}).get("coverage"))
+    _render(out_dir, load_tables(out_dir / TABLES), findings, notes, str(document.get("input", out_dir)),
+            (document.get("summary") or {}).get("coverage"))
     return out_dir / REPORT

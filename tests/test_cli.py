@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_report_views import sections_of
 from tracegen import TraceBuilder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,11 +73,16 @@ def test_report_rerenders_without_the_raw_traces(hta_traces: Path, tmp_path: Pat
     traces = tmp_path / "traces"
     shutil.copytree(hta_traces / "trace_filter", traces)
     assert run("analyze", str(traces), "-o", str(tmp_path / "out")).returncode in (0,)
+    analyzed = sections_of(tmp_path / "out" / "report.html")
     shutil.rmtree(traces)
     (tmp_path / "out" / "report.html").unlink()
     result = run("report", str(tmp_path / "out"))
     assert result.returncode == 0, result.stderr
     assert "Communication is exposed" in (tmp_path / "out" / "report.html").read_text()
+    # every section of the analyzed report comes back, drawn from tables/ (no stored HTML there)
+    assert sections_of(tmp_path / "out" / "report.html") == analyzed
+    assert {"breakdown", "overlap", "timeline"} <= {key for key, _, _ in analyzed}
+    assert not (tmp_path / "out" / "tables" / "sections.json").exists()
 
 
 def test_trace_content_is_escaped_in_the_report(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from perftracker.collectors.loading import LoadOptions
-from perftracker.pipeline import analyze_path
+from perftracker.pipeline import analyze_path, render_report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -58,6 +58,13 @@ def test_sample_run_report_renders(tmp_path: Path, sample: str) -> None:
     if sample == "attach-4rank-slow-rank2":
         # AND the sampled-stack section shows the frames
         assert 'id="profile"' in dom and "SlowableMLP.forward (sample_job.py:93)" in dom
+    # AND the report redrawn from tables/ and findings.json alone draws the same charts cleanly
+    result.report_path.unlink()
+    render_report(result.out_dir)
+    dom, stderr = render_dom(result.report_path, tmp_path / "profile-again")
+    assert result.report_path.read_text().count('class="chart"') == charts
+    assert dom.count('class="plot-container plotly"') == charts
+    assert console_errors(stderr) == []
 
 
 TRACE_SETS = ["amd_trace", "call_stack", "cpu_only", "critical_path/alexnet", "critical_path/cuda_event_sync",

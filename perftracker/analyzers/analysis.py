@@ -4,7 +4,8 @@ Promise: an `Analysis` is what each analyzer and each view function receives. `a
 the loaded run (read-only for analyzers); `analysis.options` the choices the user made for this
 analysis (`--hta-compat`, ...), never stored in the Store. `analysis.view(fn)` returns `fn(analysis)`,
 computing it on the first call only: a table several analyzers and the report need (the GPU time
-breakdown, the collective arrivals, the NCCL context, ...) is built once per `analyze`.
+breakdown, the collective arrivals, the NCCL context, ...) is built once per `analyze`. A view that
+raises raises the same exception again on later calls, without being computed again.
 """
 
 from __future__ import annotations
@@ -32,10 +33,17 @@ class Analysis:
         self.store = store
         self.options = options or AnalysisOptions()
         self._views: dict[Callable[[Analysis], Any], Any] = {}
+        self._failed: dict[Callable[[Analysis], Any], Exception] = {}
 
     def view(self, fn: Callable[[Analysis], T]) -> T:
-        """`fn(self)`, computed once per analysis; later calls return the same object."""
+        """`fn(self)`, computed once per analysis; later calls return the same object (or raise the same error)."""
+        if fn in self._failed:
+            raise self._failed[fn]
         if fn not in self._views:
-            self._views[fn] = fn(self)
+            try:
+                self._views[fn] = fn(self)
+            except Exception as exc:
+                self._failed[fn] = exc
+                raise
         result: T = self._views[fn]
         return result

@@ -1,6 +1,6 @@
 """What an analysis could judge, from which inputs, and what it could not for lack of them.
 
-Promise: `coverage(store)` returns one `Area` per kind of problem perftracker looks for (stragglers
+Promise: `coverage(analysis)` returns one `Area` per kind of problem perftracker looks for (stragglers
 and step time, GPU kernels and overlap, NCCL configuration, GPU health, RDMA network, hangs, crashes),
 each either judged (with the inputs it rested on) or not (with what input would make it judgeable;
 crashes are named only when judged, since a running job has no crash to read).
@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.stragglers.stack_profile import judgeable
 from perftracker.store import Store
 
@@ -38,7 +39,8 @@ def _present(**sources: bool) -> tuple[str, ...]:
     return tuple(name.replace("_", " ") for name, there in sources.items() if there)
 
 
-def coverage(store: Store) -> list[Area]:
+def coverage(analysis: Analysis) -> list[Area]:
+    store = analysis.store
     events = store.events
     kinds = set(events["kind"].astype(str).unique()) if len(events) else set()
     counters = store["counters"]
@@ -56,7 +58,7 @@ def coverage(store: Store) -> list[Area]:
     stacks = not store["stacks"].empty
     flight = not store["collectives_fr"].empty
     failures = not store["failures"].empty
-    sampled = judgeable(store)
+    sampled = judgeable(analysis)
     areas = [
         Area("stragglers and step time", trace_ranks or step_ranks or sampled,
              _present(traces=trace_ranks, step_times=step_ranks, sampled_stacks=sampled),

@@ -18,8 +18,7 @@ from rich.console import Console
 from perftracker.cli.options import FailOn, out_option
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on
 from perftracker.collectors.loading import LoadOptions
-from perftracker.pipeline import TABLES, analyze_path
-from perftracker.reports import report_data
+from perftracker.pipeline import analyze_path
 from perftracker.reports.summary import headline, prometheus_text, text_summary
 from perftracker.rundir import atomic_write_text
 
@@ -48,7 +47,7 @@ def postmortem(
     if summary is not None:
         atomic_write_text(summary, text_summary(result.document, str(result.report_path)))
     if prom is not None:
-        atomic_write_text(prom, prometheus_text(result.document, report_data.load(out / TABLES)))
+        atomic_write_text(prom, prometheus_text(result.document, result.tables))
     raise typer.Exit(fail_on_exit(result.findings, threshold))
 
 

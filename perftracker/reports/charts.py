@@ -1,7 +1,13 @@
-"""Plotly figures for the report, each a plain function of the report tables (no diagnosis here)."""
+"""Plotly figures for the report, each a plain function of the report tables (no diagnosis here).
+
+Plotly reads a small markup in every label (line breaks, bold, links, styled spans): text that came
+from the job (kernel names, frames, host and device names) goes through `label` first. Hover text is
+given as data (`hovertext` / `hoverinfo`), never as a markup template.
+"""
 
 from __future__ import annotations
 
+from html import escape
 from typing import Any
 
 import pandas as pd
@@ -12,6 +18,11 @@ _COLORS = {"compute": "#4C78A8", "comm": "#F58518", "memory": "#54A24B", "idle":
            "collective_cpu": "#E45756", "sync": "#EECA3B", "gpu_annotation": "#D3D3D3"}
 _LAYOUT = dict(margin=dict(l=60, r=20, t=40, b=40), height=360, template="plotly_white",
                legend=dict(orientation="h", y=-0.2))
+
+
+def label(text: object) -> str:
+    """`text` safe for plotly's label markup: its markup characters as entities, which plotly shows as is."""
+    return escape(str(text), quote=False)
 
 
 def _fig(fig: go.Figure) -> dict[str, Any]:
@@ -110,9 +121,29 @@ def timeline_chart(timeline: pd.DataFrame) -> dict[str, Any] | None:
     for kind, group in timeline.groupby("kind"):
         fig.add_bar(y=group["row"], x=group["dur_ms"].round(4), base=group["start_ms"].round(4), orientation="h",
                     name=str(kind), marker_color=_COLORS.get(str(kind), "#999999"),
-                    hovertext=group["name"], hoverinfo="text+x")
+                    hovertext=[label(n) for n in group["name"]], hoverinfo="text+x")
     height = max(300, 22 * len(rows) + 120)
     layout = {**_LAYOUT, "height": min(height, 2400)}
     fig.update_layout(barmode="overlay", title="One representative step per rank (ms from step start)",
                       xaxis_title="ms", yaxis=dict(categoryorder="array", categoryarray=rows[::-1]), **layout)
     return _fig(fig)
+
+
+def profile_figures(ranks_table: pd.DataFrame, shares: pd.DataFrame) -> list[dict[str, Any]]:
+    """The frame-share heatmap (frames x ranks) and the samples per rank."""
+    ranks = [int(r) for r in ranks_table["rank"]]
+    names = [f"rank {r}" for r in ranks]
+    frames = (shares.drop_duplicates("row").sort_values("row")["frame"].astype(str).tolist()
+              if not shares.empty else [])
+    share = {(str(f), int(r)): float(v) for f, r, v in zip(shares.get("frame", []), shares.get("rank", []),
+                                                           shares.get("share_pct", []))}
+    z = [[share.get((f, r), 0.0) for r in ranks] for f in frames]
+    hover = [[f"rank {r}: {share.get((f, r), 0.0)}% of its samples in {label(f)}" for r in ranks] for f in frames]
+    heat = go.Figure(go.Heatmap(z=z, x=names, y=[label(f) for f in frames], colorscale="Blues",
+                                colorbar={"title": "% of samples"}, hovertext=hover, hoverinfo="text"))
+    heat.update_layout(title="Share of each rank's main-thread samples per frame (frames that differ most)",
+                       height=max(320, 40 * len(frames) + 140), margin={"l": 420, "t": 60, "b": 40},
+                       yaxis={"autorange": "reversed"})
+    counts = go.Figure(go.Bar(x=names, y=[int(n) for n in ranks_table["samples"]]))
+    counts.update_layout(title="Main-thread samples per rank", height=260, margin={"t": 50, "b": 40})
+    return [heat.to_plotly_json(), counts.to_plotly_json()]

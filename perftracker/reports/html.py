@@ -1,12 +1,15 @@
-"""report.html: one self-contained page (plotly.js inlined, works offline).
+"""report.html: one self-contained page (plotly.js inlined, works offline), drawn from tables and findings.
 
-Everything that came from a trace or log is escaped by the template (autoescape); figure JSON is
-embedded as data, with `<` escaped so it cannot close the script element.
+Promise: `SECTIONS` is the explicit list of the report's sections, in page order; `build_sections`
+runs each on the report tables and findings; `render` writes the page. Everything that came from a
+trace, a log or a finding is escaped by the templates (autoescape); figure JSON is embedded as data,
+with `<` escaped so it cannot close the script element.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -18,66 +21,49 @@ from plotly.utils import PlotlyJSONEncoder
 
 from perftracker import __version__
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.reports import charts
+from perftracker.reports.health_sections import gpu_section, rdma_section
 from perftracker.reports.json_report import verdict
-from perftracker.reports.sections import ReportSection
+from perftracker.reports.nccl_section import nccl_section
+from perftracker.reports.profile_section import profile_section
+from perftracker.reports.sections import Section, SectionFn
+from perftracker.reports.trace_sections import (
+    breakdown_section,
+    overlap_section,
+    steps_section,
+    stragglers_section,
+    timeline_section,
+)
 from perftracker.rundir import atomic_write_text
 from perftracker.store import LoadNote
+
+SECTIONS: tuple[SectionFn, ...] = (
+    breakdown_section, overlap_section, steps_section, stragglers_section, timeline_section,
+    nccl_section, rdma_section, gpu_section, profile_section,
+)
 
 _ENV = jinja2.Environment(
     loader=jinja2.PackageLoader("perftracker.reports", "templates"),
     autoescape=jinja2.select_autoescape(["html", "j2"], default=True),
+    undefined=jinja2.StrictUndefined,
 )
 
 
-def _table_html(frame: pd.DataFrame, columns: dict[str, str], limit: int = 64) -> str:
-    """A small HTML table; values are escaped."""
-    import html
-
-    if frame.empty:
-        return ""
-    head = "".join(f"<th>{html.escape(label)}</th>" for label in columns.values())
-    body = []
-    for _, row in frame.head(limit).iterrows():
-        cells = []
-        for col in columns:
-            value = row[col]
-            text = f"{value:.2f}" if isinstance(value, float) else str(value)
-            cells.append(f"<td>{html.escape(text)}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    more = f"<p>{len(frame) - limit} more rows in tables/.</p>" if len(frame) > limit else ""
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>{more}"
+def build_sections(tables: Mapping[str, pd.DataFrame], findings: list[Finding]) -> list[Section]:
+    """Every section of SECTIONS that has something to show, in order."""
+    return [s for s in (fn(tables, findings) for fn in SECTIONS) if s is not None]
 
 
-def core_sections(tables: dict[str, pd.DataFrame], findings: list[Finding]) -> list[ReportSection]:
-    bd, stats = tables.get("breakdown", pd.DataFrame()), tables.get("step_stats", pd.DataFrame())
-    sections = []
-    figs = [f for f in (charts.breakdown_chart(bd),) if f]
-    if figs:
-        cols = {"rank": "rank", "window": "window", "compute_pct": "compute %", "comm_exposed_pct": "exposed comm %",
-                "memory_exposed_pct": "exposed memory %", "idle_pct": "idle %", "overlap_pct": "comm overlapped %",
-                "steps": "steps"}
-        sections.append(ReportSection("breakdown", "GPU time breakdown", _table_html(bd, cols), figs))
-    figs = [f for f in (charts.overlap_chart(bd),) if f]
-    if figs:
-        sections.append(ReportSection("overlap", "Communication / compute overlap", "", figs))
-    changes = [int(f.evidence["change_step"]) for f in findings if "change_step" in f.evidence]
-    figs = [f for f in (charts.step_time_chart(stats),
-                        charts.step_series_chart(tables.get("steps", pd.DataFrame()), change_steps=changes)) if f]
-    if figs:
-        cols = {"rank": "rank", "steps": "steps", "median_s": "median s", "p90_s": "p90 s", "max_s": "max s"}
-        sections.append(ReportSection("steps", "Step time", _table_html(stats, cols), figs))
-    figs = [f for f in (charts.lateness_heatmap(tables.get("lateness", pd.DataFrame())),
-                        charts.wait_bars(tables.get("rank_waits", pd.DataFrame()))) if f]
-    if figs:
-        sections.append(ReportSection("stragglers", "Stragglers at collectives", "", figs))
-    figs = [f for f in (charts.timeline_chart(tables.get("timeline", pd.DataFrame())),) if f]
-    if figs:
-        sections.append(ReportSection("timeline", "Timeline of a representative step", "", figs))
-    return sections
+def _section_view(section: Section, figure_ids: list[str]) -> dict[str, Any]:
+    return {"key": section.key, "title": section.title, "template": section.template, "data": section.data,
+            "figure_ids": figure_ids}
 
 
-def render(path: Path, findings: list[Finding], notes: list[LoadNote], sections: list[ReportSection],
+def render_section(section: Section) -> str:
+    """The markup of one section's template alone (its figures left out)."""
+    return _ENV.get_template(section.template).render(s=_section_view(section, []))
+
+
+def render(path: Path, findings: list[Finding], notes: list[LoadNote], sections: list[Section],
            title: str, coverage: dict[str, Any] | None = None) -> None:
     figures: dict[str, Any] = {}
     view_sections = []
@@ -87,7 +73,7 @@ def render(path: Path, findings: list[Finding], notes: list[LoadNote], sections:
             fig_id = f"fig-{section.key}-{i}"
             figures[fig_id] = fig
             ids.append(fig_id)
-        view_sections.append({"key": section.key, "title": section.title, "html": section.html, "figure_ids": ids})
+        view_sections.append(_section_view(section, ids))
     top = max((f.severity for f in findings), default=Severity.INFO)
     verdict_class = "ok" if top == Severity.INFO else top.label
     figures_json = json.dumps(figures, cls=PlotlyJSONEncoder).replace("<", "\\u003c")

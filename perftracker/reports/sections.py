@@ -1,27 +1,71 @@
-"""Report sections: the unit the HTML report is assembled from.
+"""Report sections: the unit the HTML report is assembled from, and the helpers section functions share.
 
-A section builder is a plain function `(Store, list[Finding]) -> ReportSection | None` (None when
-the section has nothing to show). `html` must already be safe: every piece of trace or log content
-in it escaped with `html.escape`. `figures` are plotly figures as dicts (`fig.to_plotly_json()`),
-rendered by the page with the inlined plotly.js.
+A section function is a plain function `(tables, findings) -> Section | None` (None when the section
+has nothing to show): `tables` are the report views by name (`tables/<name>.parquet`), `findings`
+those of findings.json. A section renders through its Jinja template (under templates/, with
+autoescape: every string in `data` is escaped there), which sees the section as `s`; `figures` are
+plotly figures as dicts, drawn by the page with the inlined plotly.js. Section functions compute no
+diagnosis: they select, format and lay out what the analyzers computed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import pandas as pd
+
 from perftracker.analyzers.findings import Finding
-from perftracker.store import Store
+
+Tables = Mapping[str, pd.DataFrame]
 
 
 @dataclass(frozen=True)
-class ReportSection:
+class Section:
     key: str  # short identifier, used as the HTML anchor
     title: str
-    html: str = ""  # safe HTML shown above the figures
+    template: str  # the section's template under templates/
+    data: Mapping[str, Any] = field(default_factory=dict)  # what the template shows (plain values)
     figures: list[dict[str, Any]] = field(default_factory=list)
 
 
-SectionBuilder = Callable[[Store, list[Finding]], "ReportSection | None"]
+SectionFn = Callable[[Tables, list[Finding]], "Section | None"]
+
+
+def table(tables: Tables, name: str) -> pd.DataFrame:
+    """The view `name`, or an empty frame when the output folder does not hold it."""
+    frame = tables.get(name)
+    return frame if frame is not None else pd.DataFrame()
+
+
+def cell(value: Any) -> str:
+    """A table cell's text: floats with two decimals, anything else as is."""
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def grid(frame: pd.DataFrame, columns: Mapping[str, str], limit: int = 64) -> dict[str, Any]:
+    """A table for the `_macros.table` template macro: head labels, rows of cell texts, rows left out."""
+    shown = frame.head(limit)
+    rows = [[cell(v) for v in values] for values in zip(*(shown[c].tolist() for c in columns))]
+    return {"head": list(columns.values()), "rows": rows, "more": max(0, len(frame) - limit)}
+
+
+def listed(findings: Iterable[Finding], analyzers: Iterable[str], limit: int | None = None) -> list[dict[str, str]]:
+    """severity and title of the findings of `analyzers`, in their order (at most `limit`)."""
+    names = set(analyzers)
+    items = [{"severity": f.severity.label, "title": f.title} for f in findings if f.analyzer in names]
+    return items[:limit] if limit is not None else items
+
+
+def root_causes(findings: Iterable[Finding]) -> list[dict[str, Any]]:
+    """The root-cause chain of each straggler finding (`evidence.root_cause`): title, summary, chain."""
+    out = []
+    for f in findings:
+        root = f.evidence.get("root_cause")
+        if not isinstance(root, dict):
+            continue
+        chain = [{"severity": str(c.get("severity", "")), "title": str(c.get("title", "")),
+                  "explains": bool(c.get("explains"))} for c in root.get("chain", [])]
+        out.append({"title": f.title, "summary": str(root.get("summary", "")), "chain": chain})
+    return out

@@ -202,17 +202,24 @@ def test_profile_sampler_explains_a_permission_problem(tmp_path: Path, monkeypat
 
 
 def test_report_section_compares_ranks_and_escapes_stack_text(tmp_path: Path) -> None:
+    from perftracker.analyzers.views import report_tables
+    from perftracker.reports.html import render_section
     from perftracker.reports.profile_section import profile_section
 
     # GIVEN sampled stacks whose frame text carries markup (stack content is untrusted)
     evil = "thread (1): MainThread;<img src=x onerror=alert(1)> (evil.py:1)"
     run = _run_dir(tmp_path, {f"rank-{r}.txt": f"{evil} {90 if r == 2 else 10}\n{MAIN} {10 if r == 2 else 90}\n"
                               for r in range(4)})
-    store, findings = _findings(run, tmp_path)
-    # WHEN the report section is built
-    section = profile_section(store, findings)
-    # THEN it shows the frame that differs, escaped in the HTML and in the chart labels, and the finding
+    analysis = Analysis(load_path(run, LoadOptions(cache_dir=None)))
+    findings = analyze_stack_profile(analysis)
+    # WHEN the report section is built from the report views and rendered
+    section = profile_section(report_tables(analysis), findings)
     assert section is not None and section.key == "profile"
-    labels = section.figures[0]["data"][0]["y"]
+    html = render_section(section)
+    # THEN it shows the frame that differs, escaped in the HTML and in the chart labels and hover text,
+    # and the finding
+    trace = section.figures[0]["data"][0]
+    labels = trace["y"]
     assert "&lt;img src=x onerror=alert(1)&gt; (evil.py:1)" in labels and not any("<img" in str(y) for y in labels)
-    assert "<img" not in section.html and "Rank 2 spends" in section.html
+    assert not any("<img" in str(t) for row in trace["hovertext"] for t in row)
+    assert "<img" not in html and "Rank 2 spends" in html

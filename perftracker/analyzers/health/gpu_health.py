@@ -14,10 +14,14 @@ share of samples affected, the time window and the throttle periods. Checks and 
 - utilization: median more than UTIL_GAP_PCT points below the job's median, when that is at least
   BUSY_UTIL_PCT: warning.
 Costs are left at zero; `rootcause.link_findings` gives the cost of a straggler the GPU explains.
+Views, computed once per analysis for this analyzer, `gpu_links` and the report (`gpu_tables`):
+`gpu_series_view` (the samples per GPU), `throttle_view` (per GPU and reason: the mask of throttled
+samples and its periods) and `gpu_context_view` (what every per-GPU check compares with).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -81,6 +85,29 @@ def periods(mask: pd.Series) -> list[tuple[int, int]]:
     return out
 
 
+def gpu_series_view(analysis: Analysis) -> dict[tuple[str, int], pd.DataFrame]:
+    """`gpu_wide` of the run: (host, gpu) -> samples, one row per time stamp, one column per metric."""
+    return gpu_wide(analysis.store)
+
+
+@dataclass(frozen=True)
+class Throttle:
+    """One GPU held back by one reason: per sample whether it was (`mask`), and the runs of it (`periods`)."""
+
+    mask: pd.Series
+    periods: list[tuple[int, int]]
+
+
+def throttle_view(analysis: Analysis) -> dict[tuple[str, int, str], Throttle]:
+    """(host, gpu, reason) -> Throttle, for every sampled GPU and every reason of REASON_BITS."""
+    out: dict[tuple[str, int, str], Throttle] = {}
+    for (host, gpu), wide in analysis.view(gpu_series_view).items():
+        for reason in REASON_BITS:
+            mask = throttle_mask(wide, reason)
+            out[(host, gpu, reason)] = Throttle(mask, periods(mask))
+    return out
+
+
 def _busy_median(wide: pd.DataFrame, name: str) -> float:
     if name not in wide or wide[name].isna().all():
         return float("nan")
@@ -97,8 +124,10 @@ def _med(wide: pd.DataFrame, name: str) -> float:
 class GpuContext:
     """What every per-GPU check compares with: the samples of all GPUs, the rank map, the job's medians."""
 
-    def __init__(self, store: Store) -> None:
-        self.wide = gpu_wide(store)
+    def __init__(self, analysis: Analysis) -> None:
+        store = analysis.store
+        self.wide = analysis.view(gpu_series_view)
+        self.throttle = analysis.view(throttle_view)
         self.rmap = rank_map(store)
         self.xids = gpu_counters(store)
         self.xids = self.xids[self.xids["name"] == "xid"]
@@ -141,14 +170,15 @@ _THROTTLE_ADVICE = {
 def _throttle(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame, clock_low: bool) -> list[Finding]:
     out = []
     for reason in ("thermal", "hw_slowdown", "power_brake", "power_cap"):
-        mask = throttle_mask(wide, reason)
+        throttle = ctx.throttle[(host, gpu, reason)]
+        mask = throttle.mask
         share = float(mask.mean()) if len(mask) else 0.0
         if share < THROTTLE_SHARE:
             continue
         severity = Severity.CRITICAL if share >= CRITICAL_SHARE and reason != "power_cap" else Severity.WARNING
         if reason == "power_cap" and not clock_low:
             severity = Severity.INFO
-        spans = periods(mask)
+        spans = throttle.periods
         during = float(wide.loc[mask, "sm_clock_mhz"].median()) if "sm_clock_mhz" in wide else float("nan")
         clock_text = (f"; SM clock {during:.0f} MHz while throttled against a job median of {ctx.job_clock:.0f}"
                       if during == during and ctx.job_clock == ctx.job_clock else "")
@@ -225,9 +255,13 @@ def _pcie(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> list[Find
     return out
 
 
+def gpu_context_view(analysis: Analysis) -> GpuContext:
+    """The GpuContext of the run."""
+    return GpuContext(analysis)
+
+
 def analyze_gpu_health(analysis: Analysis) -> list[Finding]:
-    store = analysis.store
-    ctx = GpuContext(store)
+    ctx = analysis.view(gpu_context_view)
     findings: list[Finding] = []
     for (host, gpu), wide in sorted(ctx.wide.items()):
         if len(wide):

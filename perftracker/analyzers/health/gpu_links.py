@@ -25,7 +25,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.health.gpu_health import GpuContext, gpu_counters, gpu_finding
+from perftracker.analyzers.health.gpu_health import GpuContext, gpu_context_view, gpu_counters, gpu_finding
 
 ANALYZER = "gpu_links"
 LINK_METRICS = ("nvlink_links", "nvlink_active", "nvlink_replay", "nvlink_recovery", "nvlink_crc_flit",
@@ -148,7 +148,7 @@ def analyze_gpu_links(analysis: Analysis) -> list[Finding]:
     store = analysis.store
     if not gpu_counters(store)["name"].isin(LINK_METRICS).any():
         return []
-    ctx = GpuContext(store)
+    ctx = analysis.view(gpu_context_view)
     findings: list[Finding] = []
     for (host, gpu), wide in sorted(ctx.wide.items()):
         if len(wide):

@@ -21,6 +21,8 @@ threshold as a module constant:
 RoCE flow control (PFC pauses, pause storms, NIC drops from `ethtool -S`: `ethtool:<name>` rows) is
 judged by `rdma_pfc`, not here.
 Costs are left at zero; `rootcause.link_findings` gives a finding the cost of the straggler it explains.
+`port_series_view` (the per-interval increases of every port) is computed once per analysis for this
+analyzer and the report's tables (`port_tables`).
 """
 
 from __future__ import annotations
@@ -103,6 +105,11 @@ def port_series(store: Store) -> pd.DataFrame:
             out[key] = out[name] * 4 * 8 / out["dt_s"] / 1e9 if name in out else np.nan
         frames.append(out[out["dt_s"] > 0])
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def port_series_view(analysis: Analysis) -> pd.DataFrame:
+    """`port_series` of the run."""
+    return port_series(analysis.store)
 
 
 def _window(g: pd.DataFrame) -> dict[str, Any]:
@@ -267,7 +274,7 @@ def _throughput(summary: pd.DataFrame) -> list[Finding]:
 
 def analyze_rdma(analysis: Analysis) -> list[Finding]:
     store = analysis.store
-    series = port_series(store)
+    series = analysis.view(port_series_view)
     if series.empty:
         return []
     summary = port_summary(series, store)

@@ -23,6 +23,8 @@ enabled on, so those are listed as the port's lossless priorities. Checks, thres
 Pause findings carry the port's sysfs ECN / CNP rates (DCQCN activity) to say whether congestion
 control acts before PFC. Costs are left at zero; `rootcause.link_findings` joins these findings, like
 the `rdma` ones, to communication stragglers on the port's ranks and gives them their cost.
+`pfc_series_view` and `pfc_ports_view` are computed once per analysis for this analyzer and the
+report's tables (`port_tables`).
 """
 
 from __future__ import annotations
@@ -252,10 +254,19 @@ def port_views(store: Store, series: pd.DataFrame | None = None) -> list[_Port]:
             for (h, d, p), g in series.groupby(["host", "device", "port"])]
 
 
+def pfc_series_view(analysis: Analysis) -> pd.DataFrame:
+    """`pfc_series` of the run."""
+    return pfc_series(analysis.store)
+
+
+def pfc_ports_view(analysis: Analysis) -> list[_Port]:
+    """`port_views` of the run's flow-control counters."""
+    return port_views(analysis.store, analysis.view(pfc_series_view))
+
+
 def analyze_rdma_pfc(analysis: Analysis) -> list[Finding]:
-    store = analysis.store
     findings: list[Finding] = []
-    for p in port_views(store):
+    for p in analysis.view(pfc_ports_view):
         for f in (_pause_finding(p, "rx"), _pause_finding(p, "tx"), _storm_finding(p), _discard_finding(p)):
             if f is not None:
                 findings.append(f)

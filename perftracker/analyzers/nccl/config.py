@@ -6,7 +6,9 @@ returns [] when there is no NCCL log fact and no configuration captured. Every f
 has a `flag` (socket_fallback, hca_problem, gid_problem, bad_socket_iface, gdr_disabled,
 p2p_disabled, ib_completion_error, nccl_warn, slow_init, ib_tc, ib_sl, ib_timeout, ib_retry, ib_qps,
 net_plugin, loose_int, echo_mismatch, inconsistent_env, profile, forced_tuning, debug, ...).
-Config findings carry no per-step cost (they rank by severity).
+Config findings carry no per-step cost (they rank by severity). `nccl_findings_view` is this
+analyzer's result, computed once per analysis: the report's tables (`nccl.tables`) read from it
+which variables the findings are about.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from perftracker.analyzers.nccl import rules_env as env_rules
 from perftracker.analyzers.nccl import rules_ib as ib_rules
 from perftracker.analyzers.nccl import rules_log as log_rules
 from perftracker.analyzers.nccl import rules_net as net_rules
-from perftracker.analyzers.nccl.context import NcclContext, build_context, job_without_nccl
+from perftracker.analyzers.nccl.context import NcclContext, context_view, job_without_nccl
 
 RULES: tuple[Callable[[NcclContext], list[Finding]], ...] = (
     net_rules.socket_fallback, net_rules.ib_disabled, net_rules.ib_devices, net_rules.socket_ifaces, net_rules.net_plugin,
@@ -43,13 +45,22 @@ def check(ctx: NcclContext) -> list[Finding]:
     return out
 
 
+def nccl_active_view(analysis: Analysis) -> bool:
+    """Is there NCCL to judge: a log fact or a configuration, of a job that uses NCCL?"""
+    ctx = analysis.view(context_view)
+    return not ctx.empty and not job_without_nccl(analysis.store, ctx)
+
+
+def nccl_findings_view(analysis: Analysis) -> list[Finding]:
+    """Every rule's findings on the run's NCCL context, or [] when there is no NCCL to judge."""
+    if not analysis.view(nccl_active_view):
+        return []
+    return check(analysis.view(context_view))
+
+
 def analyze_nccl_config(analysis: Analysis) -> list[Finding]:
     """NCCL configuration and NCCL log problems."""
-    store = analysis.store
-    ctx = build_context(store)
-    if ctx.empty or job_without_nccl(store, ctx):
-        return []
-    return check(ctx)
+    return list(analysis.view(nccl_findings_view))
 
 
 def flags(findings: list[Finding]) -> set[str]:

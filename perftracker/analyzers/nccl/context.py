@@ -4,7 +4,9 @@ Promise: `build_context(store)` reads only the Store (`nccl` and `config` tables
 `store.run_info.sysfs` / `store.run_info.nccl_profile`); it never reads files. It derives per-process
 transport and link layer and a per-file summary (`summarize`) in the vocabulary of
 shared/nccl_logs/expected.json, and offers `finding()` so every rule builds findings the same way:
-each finding's evidence carries a `flag` naming the problem class.
+each finding's evidence carries a `flag` naming the problem class, and the finding (an
+`NcclFinding`) names the NCCL variables it is about. `context_view(analysis)` is the context of
+the analysis's Store, built once for the nccl_config analyzer and the report's NCCL tables.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.store import Store
 from perftracker.values import strtoll_base0
@@ -215,6 +218,11 @@ def build_context(store: Store) -> NcclContext:
                        store.run_info.nccl_profile)
 
 
+def context_view(analysis: Analysis) -> NcclContext:
+    """`build_context` of the analysis's Store."""
+    return build_context(analysis.store)
+
+
 def summarize(ctx: NcclContext) -> dict[str, Any]:
     """transport, link_layer, nccl_version, nranks, hosts, warn_lines of everything in `ctx`."""
     transports = {p.transport for p in ctx.procs}
@@ -233,15 +241,26 @@ def summarize(ctx: NcclContext) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class NcclFinding(Finding):
+    """A finding of the NCCL rules, naming the NCCL variables it is about (`variables`, sorted).
+
+    The variables are for views (the report highlights them in the configuration table); they are
+    not part of findings.json, whose record of a finding is `Finding.to_dict`.
+    """
+
+    variables: tuple[str, ...] = ()
+
+
 def finding(flag: str, severity: Severity, title: str, recommendation: str, evidence: dict[str, Any],
             hosts: tuple[str, ...] | list[str] = (), ranks: tuple[int, ...] | list[int] = (),
-            key: str = "") -> Finding:
-    """A config finding: no per-step cost, `flag` recorded in the evidence."""
+            key: str = "", variables: tuple[str, ...] | list[str] = ()) -> NcclFinding:
+    """A config finding: no per-step cost, `flag` recorded in the evidence, about `variables`."""
     hosts_t = tuple(sorted({h for h in hosts if h}))
     ranks_t = tuple(sorted({r for r in ranks if r >= 0}))
-    return Finding(analyzer=ANALYZER, severity=severity, title=title, recommendation=recommendation,
-                   evidence={"flag": flag, **evidence}, hosts=hosts_t, ranks=ranks_t,
-                   key=f"{flag}|{key or title}")
+    return NcclFinding(analyzer=ANALYZER, severity=severity, title=title, recommendation=recommendation,
+                       evidence={"flag": flag, **evidence}, hosts=hosts_t, ranks=ranks_t,
+                       key=f"{flag}|{key or title}", variables=tuple(sorted(set(variables))))
 
 
 def setting_refs(settings: list[Setting], limit: int = 8) -> list[str]:

@@ -2,8 +2,8 @@
 echoes that disagree with the configuration, variables that differ across ranks or hosts,
 deviations from the platform profile, and debugging knobs left on.
 
-Promise: pure functions `NcclContext -> list[Finding]`; a profile's own values never trigger a
-warning here, they are the reference.
+Promise: pure functions `NcclContext -> list[Finding]`, each finding naming the variables it is
+about; a profile's own values never trigger a warning here, they are the reference.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def loose_integers(ctx: NcclContext) -> list[Finding]:
                 f"Write the plain decimal number, e.g. {var}={value.strip().lstrip('0') or '0'}"
                 if octal and full else f"Set {var} to a decimal integer; NCCL accepts garbage silently.",
                 {"env": setting_refs(configured, 4), "nccl_reads": parsed},
-                [s.host for s in configured], [s.rank for s in configured], key=f"{var}|{value}"))
+                [s.host for s in configured], [s.rank for s in configured], key=f"{var}|{value}", variables=[var]))
     return out
 
 
@@ -73,7 +73,7 @@ def echo_mismatch(ctx: NcclContext) -> list[Finding]:
                         f"Write {var} so NCCL reads what you mean (a plain decimal for integers), and check for a "
                         "second definition (~/.nccl.conf, /etc/nccl.conf, the launcher's -x list).",
                         {"env": setting_refs([conf]), "log": setting_refs([echo])},
-                        [echo.host], [echo.rank], key=f"{var}|{conf.value}|{echo.value}"))
+                        [echo.host], [echo.rank], key=f"{var}|{conf.value}|{echo.value}", variables=[var]))
     return out
 
 
@@ -97,7 +97,7 @@ def inconsistent(ctx: NcclContext) -> list[Finding]:
             f"{var} differs across the job: {', '.join(repr(v) for v in by_value)}",
             f"Set one value of {var} for every rank (launcher -x / env file shared by all nodes).",
             {"values": where, "env": setting_refs(all_s, 8)}, [s.host for s in all_s], [s.rank for s in all_s],
-            key=var))
+            key=var, variables=[var]))
     return out
 
 
@@ -115,7 +115,7 @@ def profile_deviation(ctx: NcclContext) -> list[Finding]:
             if have_env:
                 out.append(finding("profile", Severity.WARNING, f"{var} is not set ({name} profile: {want})",
                                    f"Set {var}={want}. {why}", {"profile": name, "expected": want},
-                                   key=f"missing|{var}"))
+                                   key=f"missing|{var}", variables=[var]))
             continue
         bad: list[Setting] = []
         for s in settings:
@@ -132,7 +132,8 @@ def profile_deviation(ctx: NcclContext) -> list[Finding]:
             out.append(finding("profile", Severity.WARNING, f"{var}={value!r} differs from the {name} profile ({want})",
                                f"Set {var}={want}. {why}", {"profile": name, "expected": want,
                                                             "env": setting_refs(group, 4)},
-                               [s.host for s in group], [s.rank for s in group], key=f"{var}|{value}"))
+                               [s.host for s in group], [s.rank for s in group], key=f"{var}|{value}",
+                               variables=[var]))
     return out
 
 
@@ -148,28 +149,31 @@ def debug_knobs(ctx: NcclContext) -> list[Finding]:
                 f"Unset {var} unless a benchmark proved it helps: it is a debugging switch, often left over, and "
                 "stops NCCL's tuner from choosing per message size.",
                 {"env": setting_refs(settings, 4)}, [s.host for s in settings], [s.rank for s in settings],
-                key=f"{var}|{value}"))
+                key=f"{var}|{value}", variables=[var]))
     have_env = any(s.source != "nccl_echo" for ss in ctx.settings.values() for s in ss)
     debug = ctx.configured("NCCL_DEBUG")
     if have_env and not debug and not ctx.procs:
         out.append(finding("debug", Severity.INFO, "NCCL_DEBUG is not set: NCCL problems will leave no trace",
                            "Set NCCL_DEBUG=WARN (or INFO with NCCL_DEBUG_FILE=/path/nccl.%h.%p.log) so failures are "
-                           "explained in the logs.", {}, key="unset"))
+                           "explained in the logs.", {}, key="unset", variables=["NCCL_DEBUG"]))
     for value, settings in ctx.distinct("NCCL_DEBUG").items():
         level = value.strip().upper()
         if level == "TRACE":
             out.append(finding("debug", Severity.WARNING, "NCCL_DEBUG=TRACE in a production run",
                                "TRACE logs every call and slows the job; use INFO or WARN.",
-                               {"env": setting_refs(settings, 4)}, [s.host for s in settings], key="trace"))
+                               {"env": setting_refs(settings, 4)}, [s.host for s in settings], key="trace",
+                               variables=["NCCL_DEBUG"]))
         elif level not in _DEBUG_LEVELS:
             out.append(finding("debug", Severity.WARNING, f"NCCL_DEBUG={value!r} is not a level NCCL knows",
                                "Use VERSION, WARN, INFO or TRACE: an unknown value makes NCCL (<= 2.29) log nothing.",
-                               {"env": setting_refs(settings, 4)}, [s.host for s in settings], key=f"bad|{value}"))
+                               {"env": setting_refs(settings, 4)}, [s.host for s in settings], key=f"bad|{value}",
+                               variables=["NCCL_DEBUG"]))
     for value, settings in ctx.distinct("NCCL_DEBUG_SUBSYS").items():
         if "ALL" in [t.strip().upper() for t in value.split(",")] and not value.startswith("^"):
             out.append(finding("debug", Severity.WARNING, "NCCL_DEBUG_SUBSYS=ALL logs every subsystem",
                                "Use the default subsystems (unset) or INIT,ENV,NET in production.",
-                               {"env": setting_refs(settings, 4)}, [s.host for s in settings], key="subsys-all"))
+                               {"env": setting_refs(settings, 4)}, [s.host for s in settings], key="subsys-all",
+                               variables=["NCCL_DEBUG_SUBSYS"]))
     out.extend(_debug_file(ctx))
     return out
 
@@ -199,5 +203,6 @@ def _debug_file(ctx: NcclContext) -> list[Finding]:
         if per_host > 1 and "%p" not in value:
             out.append(finding("debug", Severity.WARNING, f"NCCL_DEBUG_FILE={value!r} is the same file for every process",
                                "Add %h and %p (e.g. /path/nccl.%h.%p.log): processes overwrite each other's output.",
-                               {"env": setting_refs(settings, 4)}, [s.host for s in settings], key=f"file|{value}"))
+                               {"env": setting_refs(settings, 4)}, [s.host for s in settings], key=f"file|{value}",
+                               variables=["NCCL_DEBUG_FILE"]))
     return out

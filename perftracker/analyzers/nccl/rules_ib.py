@@ -1,7 +1,8 @@
 """NCCL rules for the IB/RoCE settings: NCCL_IB_HCA, NCCL_IB_GID_INDEX, NCCL_IB_TC / NCCL_IB_SL,
 NCCL_IB_TIMEOUT / NCCL_IB_RETRY_CNT and NCCL_IB_QPS_PER_CONNECTION.
 
-Promise: pure functions `NcclContext -> list[Finding]`. Values are read the way NCCL reads them
+Promise: pure functions `NcclContext -> list[Finding]`, each finding naming the variable it is
+about (`variables`). Values are read the way NCCL reads them
 (strtoll base 0), sysfs facts come from `store.run_info.sysfs`, and a profile's own values are never
 reported as mistakes, only compared against.
 """
@@ -45,7 +46,8 @@ def ib_hca(ctx: NcclContext) -> list[Finding]:
             out.append(finding("hca_problem", Severity.WARNING, f"NCCL_IB_HCA={value!r}: {problem}",
                                "Write NCCL_IB_HCA as [^][=]dev[:port],dev[:port] with no spaces, "
                                "e.g. NCCL_IB_HCA==mlx5_0:1,mlx5_1:1.",
-                               {"env": refs}, _hosts(settings), _ranks(settings), key=f"syntax|{value}|{problem}"))
+                               {"env": refs}, _hosts(settings), _ranks(settings), key=f"syntax|{value}|{problem}",
+                               variables=["NCCL_IB_HCA"]))
         if devices and not spec.exclude:
             selected = match_list(spec, devices)
             if not selected:
@@ -53,7 +55,7 @@ def ib_hca(ctx: NcclContext) -> list[Finding]:
                     "hca_problem", Severity.CRITICAL, f"NCCL_IB_HCA={value!r} matches no RDMA device",
                     f"NCCL will find no device and fall back to TCP sockets. Use the node's devices: "
                     f"{', '.join(devices)}.", {"env": refs, "sysfs_devices": devices},
-                    _hosts(settings), _ranks(settings), key=f"none|{value}"))
+                    _hosts(settings), _ranks(settings), key=f"none|{value}", variables=["NCCL_IB_HCA"]))
             missing = [t.name for t in spec.tokens if t.name.strip() and not any(
                 d.startswith(t.name) for d in devices)]
             if selected and missing:
@@ -61,7 +63,7 @@ def ib_hca(ctx: NcclContext) -> list[Finding]:
                     "hca_problem", Severity.WARNING, f"NCCL_IB_HCA names devices that do not exist: {', '.join(missing)}",
                     f"Remove them or fix the names; present devices: {', '.join(devices)}.",
                     {"env": refs, "sysfs_devices": devices}, _hosts(settings), _ranks(settings),
-                    key=f"missing|{value}"))
+                    key=f"missing|{value}", variables=["NCCL_IB_HCA"]))
         if known and not intended:
             for token, extra in overmatches(spec, known).items():
                 out.append(finding(
@@ -69,14 +71,15 @@ def ib_hca(ctx: NcclContext) -> list[Finding]:
                     f"NCCL_IB_HCA token {token!r} is a prefix: it also selects {', '.join(extra[:6])}",
                     f"Use '=' for exact names: NCCL_IB_HCA={'^' if spec.exclude else ''}="
                     f"{','.join(t.raw for t in spec.tokens)}.",
-                    {"env": refs, "devices": known}, _hosts(settings), _ranks(settings), key=f"prefix|{value}|{token}"))
+                    {"env": refs, "devices": known}, _hosts(settings), _ranks(settings),
+                    key=f"prefix|{value}|{token}", variables=["NCCL_IB_HCA"]))
     distinct = ctx.distinct("NCCL_IB_HCA")
     if len(distinct) > 1:
         out.append(finding(
             "hca_problem", Severity.WARNING, f"NCCL_IB_HCA differs across ranks: {', '.join(map(repr, distinct))}",
             "Use one NCCL_IB_HCA value for the whole job (different NIC sets break rail alignment).",
             {"env": [r for v in distinct.values() for r in setting_refs(v, 3)]},
-            [s.host for v in distinct.values() for s in v], key="differs"))
+            [s.host for v in distinct.values() for s in v], key="differs", variables=["NCCL_IB_HCA"]))
     return out
 
 
@@ -107,7 +110,7 @@ def gid_index(ctx: NcclContext) -> list[Finding]:
             out.append(finding(
                 "gid_problem", Severity.WARNING, f"NCCL_IB_GID_INDEX={idx} on RoCE: on mlx5 GIDs 0/1 are link-local",
                 "Use the RoCE v2 IPv4 GID (usually 3; check with `show_gids`), or leave NCCL_IB_GID_INDEX unset on "
-                "NCCL >= 2.21.", {"env": refs}, _hosts(settings), _ranks(settings), key=f"idx|{idx}"))
+                "NCCL >= 2.21.", {"env": refs}, _hosts(settings), _ranks(settings), key=f"idx|{idx}", variables=["NCCL_IB_GID_INDEX"]))
     return _dedupe(out)
 
 
@@ -124,17 +127,18 @@ def _gid_slot(ctx: NcclContext, idx: int, dev: str, port: dict[str, object], set
         why = "is outside the GID table" if idx >= int(str(port.get("gid_table_len") or 0)) else "is an empty slot"
         return [finding("gid_problem", Severity.CRITICAL, f"NCCL_IB_GID_INDEX={idx} {why} on {dev}",
                         fix + "; with an empty GID NCCL fails (ibv_modify_qp: No such device).",
-                        {"env": refs, "sysfs": where}, _hosts(settings), _ranks(settings), key=f"slot|{dev}|{idx}")]
+                        {"env": refs, "sysfs": where}, _hosts(settings), _ranks(settings), key=f"slot|{dev}|{idx}",
+                        variables=["NCCL_IB_GID_INDEX"])]
     if str(g.get("gid", "")).lower().startswith("fe80"):
         return [finding("gid_problem", Severity.CRITICAL, f"NCCL_IB_GID_INDEX={idx} is a link-local GID on {dev}",
                         fix + "; link-local GIDs do not route across subnets (RETRY_EXC_ERR, status 12).",
                         {"env": refs, "sysfs": f"{where} = {g.get('gid')}"}, _hosts(settings), _ranks(settings),
-                        key=f"ll|{dev}|{idx}")]
+                        key=f"ll|{dev}|{idx}", variables=["NCCL_IB_GID_INDEX"])]
     if g.get("type") and g.get("type") != "RoCE v2":
         return [finding("gid_problem", Severity.WARNING, f"NCCL_IB_GID_INDEX={idx} is a RoCE v1 GID on {dev}",
                         fix + "; RoCE v1 is not routable across L3.",
                         {"env": refs, "sysfs": f"{where} type {g.get('type')}"}, _hosts(settings), _ranks(settings),
-                        key=f"v1|{dev}|{idx}")]
+                        key=f"v1|{dev}|{idx}", variables=["NCCL_IB_GID_INDEX"])]
     return []
 
 
@@ -156,21 +160,22 @@ def tc_sl(ctx: NcclContext) -> list[Finding]:
         if not 0 <= tc <= 255:
             out.append(finding("ib_tc", Severity.CRITICAL, f"NCCL_IB_TC={tc} is outside 0-255",
                                "TC is the 8-bit traffic class: TC = DSCP << 2 (DSCP 34 gives 136).",
-                               {"env": refs}, *args, key=f"range|{tc}"))
+                               {"env": refs}, *args, key=f"range|{tc}", variables=["NCCL_IB_TC"]))
         elif 0 < tc < 64:
             out.append(finding("ib_tc", Severity.WARNING, f"NCCL_IB_TC={tc} looks like a DSCP value, not a traffic class",
                                f"TC = DSCP << 2: for DSCP {tc} set NCCL_IB_TC={tc << 2}.",
-                               {"env": refs, "dscp_if_tc": tc >> 2}, *args, key=f"dscp|{tc}"))
+                               {"env": refs, "dscp_if_tc": tc >> 2}, *args, key=f"dscp|{tc}",
+                               variables=["NCCL_IB_TC"]))
         elif tc % 4:
             out.append(finding("ib_tc", Severity.INFO, f"NCCL_IB_TC={tc} sets ECN bits (TC % 4 = {tc % 4})",
                                f"Usually harmless; the DSCP part is {tc >> 2}. Use {tc & ~3} for a clean value.",
-                               {"env": refs}, *args, key=f"ecn|{tc}"))
+                               {"env": refs}, *args, key=f"ecn|{tc}", variables=["NCCL_IB_TC"]))
     for sl, settings in _ints(ctx, "NCCL_IB_SL").items():
         if not 0 <= sl <= 15:
             out.append(finding("ib_sl", Severity.CRITICAL, f"NCCL_IB_SL={sl} is outside 0-15",
                                "The service level is 4 bits; QP setup fails or truncates. Use the fabric's RDMA "
                                "priority (e.g. 5 on PAI Lingjun).", {"env": setting_refs(settings, 4)},
-                               _hosts(settings), _ranks(settings), key=f"range|{sl}"))
+                               _hosts(settings), _ranks(settings), key=f"range|{sl}", variables=["NCCL_IB_SL"]))
     return out
 
 
@@ -194,32 +199,35 @@ def timeout_retry(ctx: NcclContext) -> list[Finding]:
         if t <= 0 or t >= 32:
             out.append(finding("ib_timeout", Severity.CRITICAL, f"NCCL_IB_TIMEOUT={t} means an infinite ACK timeout",
                                "Use 1-31 (4.096 us x 2^value); 0 or >= 32 hides real link failures forever. "
-                               f"Recommended: {prof or 22}.", {"env": refs}, *args, key=f"inf|{t}"))
+                               f"Recommended: {prof or 22}.", {"env": refs}, *args, key=f"inf|{t}",
+                               variables=["NCCL_IB_TIMEOUT"]))
             continue
         if default is not None and t < default:
             out.append(finding("ib_timeout", Severity.WARNING,
                                f"NCCL_IB_TIMEOUT={t} is below NCCL {'.'.join(map(str, version or ()))}'s default {default}",
                                f"A low timeout gives spurious RETRY_EXC_ERR (status 12) under congestion; unset it or "
-                               f"use >= {default}.", {"env": refs, "nccl_default": default}, *args, key=f"low|{t}"))
+                               f"use >= {default}.", {"env": refs, "nccl_default": default}, *args, key=f"low|{t}",
+                               variables=["NCCL_IB_TIMEOUT"]))
         if prof_int is not None and t < prof_int:
             out.append(finding("ib_timeout", Severity.WARNING,
                                f"NCCL_IB_TIMEOUT={t} is below the {ctx.profile.get('name')} profile's {prof_int}",
                                f"Set NCCL_IB_TIMEOUT={prof_int}. {ctx.profile_why('NCCL_IB_TIMEOUT')}",
-                               {"env": refs, "profile": prof_int}, *args, key=f"prof|{t}"))
+                               {"env": refs, "profile": prof_int}, *args, key=f"prof|{t}", variables=["NCCL_IB_TIMEOUT"]))
         if t >= 25:
             out.append(finding("ib_timeout", Severity.WARNING,
                                f"NCCL_IB_TIMEOUT={t}: about {4.096e-6 * 2 ** t * 7 / 60:.0f} min before a link "
                                "error surfaces", "Use 20-23 so a dead link fails the job in seconds to minutes.",
-                               {"env": refs}, *args, key=f"high|{t}"))
+                               {"env": refs}, *args, key=f"high|{t}", variables=["NCCL_IB_TIMEOUT"]))
     for r, settings in _ints(ctx, "NCCL_IB_RETRY_CNT").items():
         if r > 7 or r < 0:
             out.append(finding("ib_retry", Severity.CRITICAL, f"NCCL_IB_RETRY_CNT={r} is outside the 3-bit range 0-7",
                                "Use 7 (NCCL's default); larger values fail QP setup or are truncated.",
-                               {"env": setting_refs(settings, 4)}, _hosts(settings), _ranks(settings), key=f"r|{r}"))
+                               {"env": setting_refs(settings, 4)}, _hosts(settings), _ranks(settings), key=f"r|{r}",
+                               variables=["NCCL_IB_RETRY_CNT"]))
         elif r == 0:
             out.append(finding("ib_retry", Severity.WARNING, "NCCL_IB_RETRY_CNT=0: any lost packet is fatal",
                                "Use 7 (NCCL's default).", {"env": setting_refs(settings, 4)},
-                               _hosts(settings), _ranks(settings), key="r0"))
+                               _hosts(settings), _ranks(settings), key="r0", variables=["NCCL_IB_RETRY_CNT"]))
     return out
 
 
@@ -235,10 +243,12 @@ def qps(ctx: NcclContext) -> list[Finding]:
             out.append(finding("ib_qps", Severity.CRITICAL if q <= 0 else Severity.WARNING,
                                f"NCCL_IB_QPS_PER_CONNECTION={q} is outside 1-128",
                                f"Use {want or 1}-8; 0 creates no queue pair, huge values exhaust HCA resources.",
-                               {"env": refs}, *args, key=f"range|{q}"))
+                               {"env": refs}, *args, key=f"range|{q}",
+                               variables=["NCCL_IB_QPS_PER_CONNECTION"]))
         elif want is not None and q < want and ctx.roce() is not False:
             out.append(finding("ib_qps", Severity.WARNING,
                                f"NCCL_IB_QPS_PER_CONNECTION={q} is below the {ctx.profile.get('name')} profile's {want}",
                                f"Set NCCL_IB_QPS_PER_CONNECTION={want}: {ctx.profile_why('NCCL_IB_QPS_PER_CONNECTION')}",
-                               {"env": refs, "profile": want}, *args, key=f"prof|{q}"))
+                               {"env": refs, "profile": want}, *args, key=f"prof|{q}",
+                               variables=["NCCL_IB_QPS_PER_CONNECTION"]))
     return out

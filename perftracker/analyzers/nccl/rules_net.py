@@ -2,7 +2,8 @@
 GPUDirect RDMA and intra-node P2P.
 
 Promise: each rule is a pure function `NcclContext -> list[Finding]`; evidence names the log line,
-env source or sysfs fact, and every recommendation says what to set.
+env source or sysfs fact, every recommendation says what to set, and a finding about a variable
+names it (`variables`).
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def ib_disabled(ctx: NcclContext) -> list[Finding]:
         "The configuration forces NCCL onto TCP sockets although RDMA is " + ("present" if devices else "intended"),
         "Unset NCCL_IB_DISABLE (and NCCL_NET=Socket); multi-node traffic over sockets is many times slower.",
         {"env": setting_refs(off, 4), "sysfs_devices": devices, "ib_settings": intended},
-        [s.host for s in off], key="forced")]
+        [s.host for s in off], key="forced", variables=[s.key for s in off])]
 
 
 def ib_devices(ctx: NcclContext) -> list[Finding]:
@@ -162,7 +163,8 @@ def _ifname_setting(ctx: NcclContext) -> list[Finding]:
             out.append(finding(
                 "bad_socket_iface", Severity.WARNING, f"NCCL_SOCKET_IFNAME={value!r} selects {', '.join(named)}",
                 "Point NCCL_SOCKET_IFNAME at the routable data interface (e.g. eth0) instead.",
-                {"env": refs}, hosts=[s.host for s in settings], key=f"ifname-bad|{value}"))
+                {"env": refs}, hosts=[s.host for s in settings], key=f"ifname-bad|{value}",
+                variables=["NCCL_SOCKET_IFNAME"]))
         if not ifaces:
             continue
         matched = match_list(spec, list(ifaces))
@@ -171,7 +173,8 @@ def _ifname_setting(ctx: NcclContext) -> list[Finding]:
                 "bad_socket_iface", Severity.CRITICAL,
                 f"NCCL_SOCKET_IFNAME={value!r} matches no interface on this node",
                 f"Use one of the node's interfaces: {', '.join(sorted(ifaces))}.",
-                {"env": refs, "sysfs": sorted(ifaces)}, hosts=[s.host for s in settings], key=f"ifname-none|{value}"))
+                {"env": refs, "sysfs": sorted(ifaces)}, hosts=[s.host for s in settings], key=f"ifname-none|{value}",
+                variables=["NCCL_SOCKET_IFNAME"]))
             continue
         unwanted = [n for n in matched if iface_problem(n, None)]
         if unwanted:
@@ -180,13 +183,14 @@ def _ifname_setting(ctx: NcclContext) -> list[Finding]:
                 f"NCCL_SOCKET_IFNAME={value!r} also matches {', '.join(unwanted)}",
                 f"Use exact names (NCCL_SOCKET_IFNAME=={','.join(n for n in matched if n not in unwanted)}) or "
                 "an exclusion list.", {"env": refs, "matched": matched}, hosts=[s.host for s in settings],
-                key=f"ifname-unwanted|{value}"))
+                key=f"ifname-unwanted|{value}", variables=["NCCL_SOCKET_IFNAME"]))
         elif len(matched) > 1 and not spec.exact and not is_intended(ctx, "NCCL_SOCKET_IFNAME", value):
             out.append(finding(
                 "iface_prefix", Severity.INFO,
                 f"NCCL_SOCKET_IFNAME={value!r} is a prefix that matches {len(matched)} interfaces: {', '.join(matched)}",
                 "If only one was meant, prefix it with '=' for an exact match (e.g. NCCL_SOCKET_IFNAME==eth0).",
-                {"env": refs, "matched": matched}, hosts=[s.host for s in settings], key=f"ifname-prefix|{value}"))
+                {"env": refs, "matched": matched}, hosts=[s.host for s in settings],
+                key=f"ifname-prefix|{value}", variables=["NCCL_SOCKET_IFNAME"]))
     return out
 
 
@@ -226,7 +230,7 @@ def net_plugin(ctx: NcclContext) -> list[Finding]:
             "Set NCCL_NET_PLUGIN=none on every rank (on NCCL < 2.28 'none' works only because no such library "
             "exists), or remove libnccl-net.so from the image's library path.",
             {"log": paths[:4] or [p.where("net_plugin") for p in ctx.procs if p.has("net_plugin")][:4],
-             "env": setting_refs(settings)}, hosts=list(loaded)))
+             "env": setting_refs(settings)}, hosts=list(loaded), variables=["NCCL_NET_PLUGIN"]))
     named = wanted - {"none", ""}
     if named and internal and not loaded:
         out.append(finding(
@@ -235,14 +239,14 @@ def net_plugin(ctx: NcclContext) -> list[Finding]:
             "(libnccl-net-<name>.so) and matches the NCCL version.",
             {"log": [p.where("net_plugin", "internal") if p.has("net_plugin") else p.where("network")
                      for p in internal[:4]], "env": setting_refs(settings)},
-            hosts=[p.host for p in internal]))
+            hosts=[p.host for p in internal], variables=["NCCL_NET_PLUGIN"]))
     for s_value, settings_net in ctx.distinct("NCCL_NET").items():
         used = {v for p in ctx.procs for v in p.values("network")}
         if used and s_value.strip().lower() not in {u.lower() for u in used}:
             out.append(finding(
                 "net_plugin", Severity.WARNING, f"NCCL_NET={s_value!r} but NCCL used {', '.join(sorted(used))}",
                 "Use the exact network name NCCL prints in 'Using network ...' (case-insensitive).",
-                {"env": setting_refs(settings_net)}, hosts=[s.host for s in settings_net]))
+                {"env": setting_refs(settings_net)}, hosts=[s.host for s in settings_net], variables=["NCCL_NET"]))
     return out
 
 
@@ -274,7 +278,7 @@ def p2p(ctx: NcclContext) -> list[Finding]:
             "p2p_disabled", Severity.WARNING, "NCCL_P2P_DISABLE=1: GPUs in a node talk through host shared memory",
             "Unset NCCL_P2P_DISABLE on NVLink/NVSwitch systems; it is a debugging switch.",
             {"env": setting_refs(disabled), "log": [f"{p.where('via')} (SHM)" for p in shm[:4]]},
-            hosts=[s.host for s in disabled], ranks=[s.rank for s in disabled]))
+            hosts=[s.host for s in disabled], ranks=[s.rank for s in disabled], variables=["NCCL_P2P_DISABLE"]))
     elif shm:
         out.append(finding(
             "shm_intra_node", Severity.INFO, "Intra-node channels use SHM instead of P2P",

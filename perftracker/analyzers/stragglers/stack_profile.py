@@ -10,6 +10,8 @@ fewer than half of them flagged (the median must describe healthy ranks), one wa
 rank names the deepest frame of the job's own code with that excess (library frames, such as
 torch's, in the evidence), and where the other ranks spend the time instead (typically a
 collective wait). The cost is the excess share of the median step time when step times exist, else 0.
+`rank_profiles_view` is the per-rank profile of every sampled rank, computed once per analysis for
+this analyzer, the coverage and the report's tables (`profile_tables`).
 """
 
 from __future__ import annotations
@@ -84,16 +86,25 @@ def rank_profiles(store: Store, min_samples: int = MIN_SAMPLES) -> dict[int, tup
     return out
 
 
-def judgeable(store: Store) -> bool:
+def rank_profiles_view(analysis: Analysis) -> dict[int, tuple[dict[str, float], dict[str, int], int]]:
+    """`rank_profiles` of every rank with at least one main-thread sample."""
+    return rank_profiles(analysis.store, min_samples=1)
+
+
+def _with_enough_samples(analysis: Analysis) -> dict[int, tuple[dict[str, float], dict[str, int], int]]:
+    return {r: p for r, p in analysis.view(rank_profiles_view).items() if p[2] >= MIN_SAMPLES}
+
+
+def judgeable(analysis: Analysis) -> bool:
     """Enough ranks with enough samples to compare them with a median rank."""
-    return not store["profile_samples"].empty and len(rank_profiles(store)) >= MIN_RANKS
+    return len(_with_enough_samples(analysis)) >= MIN_RANKS
 
 
 def analyze_stack_profile(analysis: Analysis) -> list[Finding]:
     store = analysis.store
     if store["profile_samples"].empty:
         return []
-    per_rank = rank_profiles(store)
+    per_rank = _with_enough_samples(analysis)
     if len(per_rank) < MIN_RANKS:
         return []
     frames = sorted({f for shares, _, _ in per_rank.values() for f in shares})

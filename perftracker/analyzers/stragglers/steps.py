@@ -3,6 +3,9 @@
 Uses ProfilerStep annotations and step files. In synchronous training every rank's step time looks
 alike (all wait for the slowest), so a per-phase comparison (from step files' phase timings) is
 what names the rank doing more work.
+
+Views: `step_stats_view` (per-rank statistics, shared by the analyzer, the summary and the report)
+and `step_series_view` (every step of every rank, the report's step-time series).
 """
 
 from __future__ import annotations
@@ -36,15 +39,28 @@ def step_stats(store: Store) -> pd.DataFrame:
     return stats
 
 
+def step_stats_view(analysis: Analysis) -> pd.DataFrame:
+    """`step_stats` of the run."""
+    return step_stats(analysis.store)
+
+
+STEP_SERIES_COLUMNS = ["rank", "window", "step", "start_ns", "dur_ns", "source"]
+
+
+def step_series_view(analysis: Analysis) -> pd.DataFrame:
+    """Every step: rank, window, step, start_ns, dur_ns, source (profiler | stepfile)."""
+    return analysis.store.steps[STEP_SERIES_COLUMNS].copy()
+
+
 def analyze_steps(analysis: Analysis) -> list[Finding]:
     store = analysis.store
-    stats = step_stats(store)
+    stats = analysis.view(step_stats_view)
     if stats.empty:
         return []
     findings = [_summary(store, stats)]
     findings += _imbalance(store, stats)
     findings += _jitter(store, stats)
-    findings += _phases(store)
+    findings += _phases(store, stats)
     return findings
 
 
@@ -104,13 +120,13 @@ def _jitter(store: Store, stats: pd.DataFrame) -> list[Finding]:
     )]
 
 
-def _phases(store: Store) -> list[Finding]:
+def _phases(store: Store, stats: pd.DataFrame) -> list[Finding]:
     phases = store.tables["phases"]
     if phases.empty or phases["rank"].nunique() < 2:
         return []
     med = phases.groupby(["phase", "rank"], observed=True)["dur_ns"].median().reset_index()
     out = []
-    step_med = step_stats(store).set_index("rank")["median_s"]
+    step_med = stats.set_index("rank")["median_s"]
     for phase, group in med.groupby("phase", observed=True):
         for _, row in group.iterrows():
             peers = group[group["rank"] != row["rank"]]["dur_ns"].median()

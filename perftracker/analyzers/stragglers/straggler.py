@@ -6,9 +6,15 @@ waited for it beyond the next-latest member. A persistent straggler is last in m
 costs a noticeable share of the step; scattered "last" placements are noise and are not reported.
 The finding says whether the rank is a compute straggler (longer work before the collective) or a
 communication straggler (its own transfer is slower), and which ops take longer on it.
+
+Views (computed once per analysis, shared by the analyzer and the report): `arrivals_view` (the
+matched collectives' arrivals and the clock offsets), `rank_metrics_view`, and the report's tables
+`lateness_view` (rank x step lateness) and `rank_waits_view` (waiting per rank and step).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -37,6 +43,38 @@ def straggler_tables(store: Store) -> tuple[pd.DataFrame, pd.Series]:
     matched = match_instances(collective_events(store))
     offsets = same_host_same_clock(store, clock_offsets(matched))
     return arrivals(matched, offsets), offsets
+
+
+@dataclass(frozen=True)
+class CollectiveArrivals:
+    """Arrivals per matched collective instance and rank, on clocks aligned by `offsets` (ns per rank)."""
+
+    arrivals: pd.DataFrame
+    offsets: pd.Series
+
+
+def arrivals_view(analysis: Analysis) -> CollectiveArrivals:
+    """The run's collective arrivals (see `straggler_tables`)."""
+    arr, offsets = straggler_tables(analysis.store)
+    return CollectiveArrivals(arr, offsets)
+
+
+def rank_metrics_view(analysis: Analysis) -> pd.DataFrame:
+    """`rank_metrics` of the run's collective arrivals."""
+    return rank_metrics(analysis.view(arrivals_view).arrivals, analysis.store)
+
+
+def lateness_view(analysis: Analysis) -> pd.DataFrame:
+    """Rank x step median lateness in ms (`lateness_by_step`)."""
+    return lateness_by_step(analysis.view(arrivals_view).arrivals)
+
+
+def rank_waits_view(analysis: Analysis) -> pd.DataFrame:
+    """Per rank: share_last, wait_per_step_s (it waited for others), cost_per_step_s (others waited for it)."""
+    metrics = analysis.view(rank_metrics_view)
+    if metrics.empty:
+        return pd.DataFrame(columns=["rank", "share_last", "wait_per_step_s", "cost_per_step_s"])
+    return metrics[["share_last", "wait_per_step_s", "cost_per_step_s"]].reset_index()
 
 
 def same_host_same_clock(store: Store, offsets: pd.Series) -> pd.Series:
@@ -126,10 +164,11 @@ _ADVICE = {
 
 def analyze_stragglers(analysis: Analysis) -> list[Finding]:
     store = analysis.store
-    arr, offsets = straggler_tables(store)
+    seen = analysis.view(arrivals_view)
+    arr, offsets = seen.arrivals, seen.offsets
     if arr.empty:
         return []
-    metrics = rank_metrics(arr, store)
+    metrics = analysis.view(rank_metrics_view)
     findings = [_alignment_finding(arr, offsets)]
     for rank, row in _persistent(metrics).sort_values("cost_per_step_s", ascending=False).iterrows():
         r = int(rank)  # type: ignore[call-overload]

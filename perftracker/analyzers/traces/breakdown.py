@@ -9,14 +9,14 @@ from __future__ import annotations
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of, rank_list, step_seconds
 from perftracker.analyzers.findings import Cost, Finding, Severity
-from perftracker.analyzers.traces.gpu_time import breakdown
+from perftracker.analyzers.traces.gpu_time import breakdown_view
 
 MEMORY_SHARE_WARN = 0.05
 
 
 def analyze_breakdown(analysis: Analysis) -> list[Finding]:
     store = analysis.store
-    table = breakdown(store, hta_compat=analysis.options.hta_compat)
+    table = analysis.view(breakdown_view)
     if table.empty:
         return []
     findings = [_summary(table)]

@@ -1,7 +1,9 @@
 """Where each rank's GPU time goes: compute, communication, memory copies and idle, with overlap.
 
-Plain functions over the Store's events, shared by the breakdown, overlap and idle analyzers and by
-the report. Two definitions are offered:
+Plain functions over the Store's events, and the views (`fn(analysis)`, computed once per analysis)
+the breakdown, overlap and idle analyzers and the report share: `gpu_work_view` (the GPU work, by
+perftracker's definition), `breakdown_view` (per rank window, under the analysis's definition) and
+`breakdown_steps_view` (per rank window and step). Two definitions are offered:
 
 - perftracker (default): GPU work is kernels, memcpy and memset; the window is the whole profiled
   span; communication hidden under compute is reported as overlapped, the rest as exposed.
@@ -18,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
+from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.traces.intervals import intersection_total, total, union
 from perftracker.store import Store
 
@@ -124,13 +127,14 @@ def _one(group: pd.DataFrame) -> dict[str, float]:
     }
 
 
-def breakdown(store: Store, hta_compat: bool = False) -> pd.DataFrame:
+def breakdown(store: Store, hta_compat: bool = False, work: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per rank window: span, busy, idle, compute, comm (total/overlapped/exposed), memory.
 
     Percentages are of the span; `overlap_pct` is the share of communication time hidden under
     compute (NaN without communication); `steps` is the number of profiled steps in the window.
+    `work` is `gpu_work(store, hta_compat)` when already computed.
     """
-    work = gpu_work(store, hta_compat)
+    work = gpu_work(store, hta_compat) if work is None else work
     rows = []
     for (rank, window), group in work.groupby(["rank", "window"], sort=True, observed=True):
         row = {"rank": as_int(rank), "window": as_int(window), **_one(group)}
@@ -151,11 +155,28 @@ def breakdown(store: Store, hta_compat: bool = False) -> pd.DataFrame:
     return frame
 
 
-def breakdown_per_step(store: Store) -> pd.DataFrame:
+def breakdown_per_step(store: Store, work: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per rank window and step: the same quantities over the GPU work that step launched."""
-    work = gpu_work(store)
+    work = gpu_work(store) if work is None else work
     work = work[work["step"] >= 0]
     rows = []
     for (rank, window, step), group in work.groupby(["rank", "window", "step"], sort=True, observed=True):
         rows.append({"rank": as_int(rank), "window": as_int(window), "step": as_int(step), **_one(group)})
     return pd.DataFrame(rows)
+
+
+def gpu_work_view(analysis: Analysis) -> pd.DataFrame:
+    """The GPU work of the run by perftracker's definition (idle gaps and per-step breakdowns use it)."""
+    return gpu_work(analysis.store)
+
+
+def breakdown_view(analysis: Analysis) -> pd.DataFrame:
+    """The breakdown per rank window under the analysis's definition (`--hta-compat` or not)."""
+    if analysis.options.hta_compat:
+        return breakdown(analysis.store, hta_compat=True)
+    return breakdown(analysis.store, work=analysis.view(gpu_work_view))
+
+
+def breakdown_steps_view(analysis: Analysis) -> pd.DataFrame:
+    """The breakdown per rank window and step (perftracker's definition)."""
+    return breakdown_per_step(analysis.store, work=analysis.view(gpu_work_view))

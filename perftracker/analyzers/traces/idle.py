@@ -7,6 +7,9 @@ who was late: launched after the GPU went idle means the host was late, and then
 - otherwise, a short gap (under 50 us): launch-bound (the CPU cannot queue kernels fast enough);
   a longer one: host-bound (the CPU was busy with other work before launching).
 A kernel launched before the gap began was waiting on a dependency (another stream, an event).
+
+Views: `idle_gaps_view` (every gap, the analyzer's input) and `idle_view` (the report's table: idle
+time per rank and category).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of, step_seconds
 from perftracker.analyzers.findings import Cost, Finding, Severity
-from perftracker.analyzers.traces.gpu_time import as_int, gpu_work
+from perftracker.analyzers.traces.gpu_time import as_int, gpu_work, gpu_work_view
 from perftracker.analyzers.traces.intervals import union
 from perftracker.store import Store
 
@@ -50,9 +53,9 @@ _TEXT = {
 }
 
 
-def idle_gaps(store: Store) -> pd.DataFrame:
-    """One row per GPU idle gap: rank, window, start_ns, dur_ns, category."""
-    work = gpu_work(store)
+def idle_gaps(store: Store, work: pd.DataFrame | None = None) -> pd.DataFrame:
+    """One row per GPU idle gap: rank, window, start_ns, dur_ns, category (`work`: `gpu_work(store)`)."""
+    work = gpu_work(store) if work is None else work
     if work.empty:
         return pd.DataFrame(columns=["rank", "window", "start_ns", "dur_ns", "category"])
     ev = store.events
@@ -99,9 +102,22 @@ def _gaps_for(group: pd.DataFrame, launches: pd.DataFrame, syncs: pd.DataFrame, 
                          "category": category})
 
 
+def idle_gaps_view(analysis: Analysis) -> pd.DataFrame:
+    """Every GPU idle gap of the run, attributed (see `idle_gaps`)."""
+    return idle_gaps(analysis.store, analysis.view(gpu_work_view))
+
+
+def idle_view(analysis: Analysis) -> pd.DataFrame:
+    """Idle time per rank and category: rank, category, dur_ns."""
+    gaps = analysis.view(idle_gaps_view)
+    if gaps.empty:
+        return pd.DataFrame(columns=["rank", "category", "dur_ns"])
+    return gaps.groupby(["rank", "category"])["dur_ns"].sum().reset_index()
+
+
 def analyze_idle(analysis: Analysis) -> list[Finding]:
     store = analysis.store
-    gaps = idle_gaps(store)
+    gaps = analysis.view(idle_gaps_view)
     if gaps.empty:
         return []
     step_s = step_seconds(store)

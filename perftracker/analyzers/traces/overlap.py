@@ -9,7 +9,7 @@ from __future__ import annotations
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of, step_seconds
 from perftracker.analyzers.findings import Cost, Finding, Severity
-from perftracker.analyzers.traces.gpu_time import breakdown
+from perftracker.analyzers.traces.gpu_time import breakdown_view
 
 WARN_SHARE = 0.05
 CRITICAL_SHARE = 0.25
@@ -17,7 +17,7 @@ CRITICAL_SHARE = 0.25
 
 def analyze_overlap(analysis: Analysis) -> list[Finding]:
     store = analysis.store
-    table = breakdown(store, hta_compat=analysis.options.hta_compat)
+    table = analysis.view(breakdown_view)
     if table.empty or not (table["comm_ns"] > 0).any():
         return []
     step_s = step_seconds(store)

@@ -1,0 +1,49 @@
+"""The report's GPU tables: clocks, temperature and power per GPU over time, and the throttle periods.
+
+Promise: from `gpu_health.gpu_series_view` / `throttle_view`, for the GPUs of the first MAX_HOSTS
+hosts (by name): `gpu_series_table` has one row per GPU and sample time (host, gpu, ts_ns and the
+SERIES_METRICS, NaN where a GPU did not report the metric at that time), ordered by host, GPU and
+time; `gpu_throttle_table` one row per throttle period (host, gpu, reason, start_ns, end_ns), at
+most MAX_PERIODS per GPU and reason, for the SHADED_REASONS. Both are empty without GPU samples.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.health.gpu_health import gpu_series_view, throttle_view
+
+MAX_HOSTS = 16
+MAX_PERIODS = 50
+SERIES_METRICS = ("sm_clock_mhz", "temp_c", "power_w")
+SHADED_REASONS = ("thermal", "hw_slowdown", "power_brake")
+SERIES_COLUMNS = ["host", "gpu", "ts_ns", *SERIES_METRICS]
+THROTTLE_COLUMNS = ["host", "gpu", "reason", "start_ns", "end_ns"]
+
+
+def _shown(analysis: Analysis) -> list[tuple[tuple[str, int], pd.DataFrame]]:
+    wide = analysis.view(gpu_series_view)
+    hosts = set(sorted({h for h, _ in wide})[:MAX_HOSTS])
+    return [(key, w) for key, w in sorted(wide.items()) if key[0] in hosts]
+
+
+def gpu_series_table(analysis: Analysis) -> pd.DataFrame:
+    """host, gpu, ts_ns, sm_clock_mhz, temp_c, power_w of every sample of the GPUs shown."""
+    frames = []
+    for (host, gpu), w in _shown(analysis):
+        frame = pd.DataFrame({"host": host, "gpu": gpu, "ts_ns": w.index.to_numpy(dtype="int64")})
+        for metric in SERIES_METRICS:
+            frame[metric] = w[metric].to_numpy(dtype=float) if metric in w else float("nan")
+        frames.append(frame)
+    if not frames:
+        return pd.DataFrame(columns=SERIES_COLUMNS)
+    return pd.concat(frames, ignore_index=True)[SERIES_COLUMNS]
+
+
+def gpu_throttle_table(analysis: Analysis) -> pd.DataFrame:
+    """host, gpu, reason, start_ns, end_ns of the throttle periods of the GPUs shown."""
+    throttle = analysis.view(throttle_view)
+    rows = [(host, gpu, reason, start, end) for (host, gpu), _ in _shown(analysis) for reason in SHADED_REASONS
+            for start, end in throttle[(host, gpu, reason)].periods[:MAX_PERIODS]]
+    return pd.DataFrame(rows, columns=THROTTLE_COLUMNS)

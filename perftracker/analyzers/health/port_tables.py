@@ -1,0 +1,126 @@
+"""The report's RDMA tables: one row per port, and throughput, congestion and PFC pauses over time.
+
+Promise: from `rdma.port_series_view` and `rdma_pfc.pfc_ports_view`:
+- `rdma_ports_table`: one row per (host, device, port) with sysfs counter samples or `ethtool`
+  flow-control counters, sorted; `shown`: its host is among the first MAX_HOSTS (by name), whose
+  series the other tables hold; `sampled` (it has sysfs samples) with its last state_id and
+  rate_gbps, mean tx_gbps / rx_gbps and cnp_per_s (CNPs and ECN marks per second over the window);
+  `pfc` (it has flow-control counters) with, per direction (rx: pauses received, tx: sent), the most
+  paused priority among those whose counters moved (`pfc_<dir>_priority`, "" when none moved), its
+  paused share of the window (NaN without a duration counter) and its pause frames per second;
+- for the first MAX_HOSTS hosts of that table: `rdma_throughput_table` (host, device, port, t1_ns,
+  tx_gbps, rx_gbps per sample interval), `rdma_congestion_table` (host, device, port, t1_ns,
+  counter, per_s: the CONGESTION_COUNTERS that rose on that port) and `pfc_paused_table` (host,
+  device, port, t1_ns, counter, paused_pct: the pause-duration counters that rose, as % of time).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.health.rdma import CNP_NAMES, port_series_view
+from perftracker.analyzers.health.rdma_pfc import pfc_ports_view, pfc_series_view
+
+MAX_HOSTS = 16
+CONGESTION_COUNTERS = (*CNP_NAMES, "port_xmit_wait")
+PORT_COLUMNS = ["host", "device", "port", "shown", "sampled", "state_id", "rate_gbps", "tx_gbps", "rx_gbps", "cnp_per_s",
+                "pfc", "pfc_rx_priority", "pfc_rx_paused_share", "pfc_rx_frames_per_s",
+                "pfc_tx_priority", "pfc_tx_paused_share", "pfc_tx_frames_per_s"]
+_KEYS = ["host", "device", "port"]
+_DURATION = "_duration"
+
+
+def _keys(frame: pd.DataFrame) -> set[tuple[str, str, str]]:
+    if frame.empty:
+        return set()
+    return {(str(h), str(d), str(p)) for h, d, p in zip(frame["host"], frame["device"], frame["port"])}
+
+
+def _most_paused(stats: dict[str, dict[str, Any]]) -> tuple[str, float, float]:
+    """(priority, paused share or NaN, pause frames/s) of the most paused priority that moved; ("", NaN, 0)."""
+    moved = {p: s for p, s in stats.items() if s["moved"]}
+    if not moved:
+        return "", float("nan"), 0.0
+    prio, s = max(moved.items(), key=lambda kv: (kv[1]["paused_share"] or 0.0, kv[1]["pause_frames_per_s"]))
+    share = float(s["paused_share"]) if s["paused_share"] is not None else float("nan")
+    return str(prio), share, float(s["pause_frames_per_s"])
+
+
+def rdma_ports_table(analysis: Analysis) -> pd.DataFrame:
+    """One row per RDMA port: state, rate, throughput, congestion and PFC pauses (see the module)."""
+    series = analysis.view(port_series_view)
+    pfc = {(p.host, p.dev, p.port): p for p in analysis.view(pfc_ports_view)}
+    groups = {(str(h), str(d), str(p)): g for (h, d, p), g in series.groupby(_KEYS, observed=True)} \
+        if not series.empty else {}
+    keys = sorted(_keys(series) | set(pfc))
+    shown = set(sorted({host for host, _, _ in keys})[:MAX_HOSTS])
+    rows = []
+    for key in keys:
+        row: dict[str, Any] = dict(zip(_KEYS, key))
+        row["shown"] = key[0] in shown
+        g = groups.get(key)
+        row["sampled"] = g is not None
+        nan = float("nan")
+        if g is not None:
+            cnp = sum(float(g[n].sum()) for n in CNP_NAMES if n in g) / float(g["dt_s"].sum())
+            row.update(state_id=float(g["state_id"].iloc[-1]) if "state_id" in g else nan,
+                       rate_gbps=float(g["rate_gbps"].iloc[-1]) if "rate_gbps" in g else nan,
+                       tx_gbps=float(g["tx_gbps"].mean()), rx_gbps=float(g["rx_gbps"].mean()), cnp_per_s=cnp)
+        else:
+            row.update(state_id=nan, rate_gbps=nan, tx_gbps=nan, rx_gbps=nan, cnp_per_s=nan)
+        port = pfc.get(key)
+        row["pfc"] = port is not None
+        for direction in ("rx", "tx"):
+            prio, share, frames = _most_paused(port.pauses[direction]) if port is not None else ("", nan, 0.0)
+            row.update({f"pfc_{direction}_priority": prio, f"pfc_{direction}_paused_share": share,
+                        f"pfc_{direction}_frames_per_s": frames})
+        rows.append(row)
+    return pd.DataFrame(rows, columns=PORT_COLUMNS)
+
+
+def _hosts_shown(analysis: Analysis) -> list[str]:
+    ports = analysis.view(rdma_ports_table)
+    return sorted({str(h) for h in ports.loc[ports["shown"].astype(bool), "host"]})
+
+
+def _shown(frame: pd.DataFrame, hosts: list[str]) -> pd.DataFrame:
+    if frame.empty:
+        return frame
+    frame = frame.assign(host=frame["host"].astype(str), device=frame["device"].astype(str),
+                         port=frame["port"].astype(str))
+    return frame[frame["host"].isin(hosts)].sort_values([*_KEYS, "t1_ns"], kind="stable")
+
+
+def rdma_throughput_table(analysis: Analysis) -> pd.DataFrame:
+    """host, device, port, t1_ns, tx_gbps, rx_gbps per sample interval of the ports shown."""
+    columns = [*_KEYS, "t1_ns", "tx_gbps", "rx_gbps"]
+    series = _shown(analysis.view(port_series_view), _hosts_shown(analysis))
+    return series[columns].reset_index(drop=True) if not series.empty else pd.DataFrame(columns=columns)
+
+
+def rdma_congestion_table(analysis: Analysis) -> pd.DataFrame:
+    """host, device, port, t1_ns, counter, per_s of the congestion counters that rose, per port shown."""
+    columns = [*_KEYS, "t1_ns", "counter", "per_s"]
+    series = _shown(analysis.view(port_series_view), _hosts_shown(analysis))
+    frames = []
+    for _, p in series.groupby(_KEYS, sort=True) if not series.empty else []:
+        for name in CONGESTION_COUNTERS:
+            if name in p and float(p[name].sum()) > 0:
+                frames.append(p[[*_KEYS, "t1_ns"]].assign(counter=name, per_s=p[name] / p["dt_s"]))
+    return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
+
+
+def pfc_paused_table(analysis: Analysis) -> pd.DataFrame:
+    """host, device, port, t1_ns, counter, paused_pct of the pause-duration counters that rose, per port shown."""
+    columns = [*_KEYS, "t1_ns", "counter", "paused_pct"]
+    series = _shown(analysis.view(pfc_series_view), _hosts_shown(analysis))
+    frames = []
+    for _, p in series.groupby(_KEYS, sort=True) if not series.empty else []:
+        for col in p.columns:
+            if str(col).endswith("_pause" + _DURATION) and float(p[col].sum()) > 0:
+                frames.append(p[[*_KEYS, "t1_ns"]].assign(counter=str(col)[:-len(_DURATION)],
+                                                          paused_pct=100 * p[col] / 1e6 / p["dt_s"]))
+    return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)

@@ -1,0 +1,67 @@
+"""The timeline view: one representative step per rank, as boxes per lane, small enough for hundreds of ranks.
+
+Promise: `timeline_view(analysis)` picks the profiled step whose median duration across ranks is
+nearest the median step, at most MAX_TIMELINE_RANKS ranks (the fastest, the slowest and a spread
+between, by their duration of that step), and per rank and lane (a GPU stream, or a CPU event kind)
+at most MAX_BOXES_PER_LANE boxes (the longest: they carry the time). Rows: rank, lane, kind, name
+(at most 120 characters), start_ms (from the rank's step start) and dur_ms; no rows without
+profiler steps and events.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.traces.gpu_time import as_int
+
+MAX_TIMELINE_RANKS = 16
+MAX_BOXES_PER_LANE = 300
+COLUMNS = ["rank", "lane", "kind", "name", "start_ms", "dur_ms"]
+
+
+def pick_ranks(ranks: list[int], durations: pd.Series) -> list[int]:
+    """All ranks when few; else the 3 fastest, the 5 slowest and a spread between, by `durations`."""
+    if len(ranks) <= MAX_TIMELINE_RANKS:
+        return ranks
+    ordered = list(durations.sort_values().index)
+    picks = set(ordered[:3] + ordered[-5:])
+    for i in np.linspace(0, len(ordered) - 1, MAX_TIMELINE_RANKS - len(picks)).astype(int):
+        picks.add(ordered[i])
+    return sorted(int(r) for r in picks)[:MAX_TIMELINE_RANKS]
+
+
+def timeline_view(analysis: Analysis) -> pd.DataFrame:
+    """Boxes (rank, lane, kind, name, start_ms, dur_ms) of one representative step per rank."""
+    store = analysis.store
+    ev, steps = store.events, store.steps[store.steps["source"] == "profiler"]
+    if ev.empty or steps.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    common = steps.groupby("step")["dur_ns"].median()
+    step = as_int((common - common.median()).abs().idxmin())
+    per_rank = steps[steps["step"] == step].drop_duplicates("rank").set_index("rank")
+    chosen = pick_ranks(sorted(int(r) for r in per_rank.index), per_rank["dur_ns"])
+    rows = []
+    for rank in chosen:
+        start = as_int(per_rank.loc[rank, "start_ns"])
+        sub = ev[(ev["rank"] == rank) & (ev["step"] == step) & (ev["kind"] != "annotation")]
+        if sub.empty:
+            continue
+        lanes = np.where(sub["stream"] >= 0, "GPU stream " + sub["stream"].astype(str),
+                         "CPU " + sub["kind"].astype(str))
+        sub = sub.assign(lane=lanes)
+        for lane, group in sub.groupby("lane"):
+            rows.append(_merge_lane(group, rank, str(lane), start))
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=COLUMNS)
+
+
+def _merge_lane(group: pd.DataFrame, rank: int, lane: str, origin: int) -> pd.DataFrame:
+    group = group.sort_values("start_ns")
+    if len(group) > MAX_BOXES_PER_LANE:  # keep the longest boxes: they carry the time
+        group = group.nlargest(MAX_BOXES_PER_LANE, "dur_ns").sort_values("start_ns")
+    return pd.DataFrame({
+        "rank": rank, "lane": lane, "kind": group["kind"].astype(str).to_numpy(),
+        "name": group["name"].astype(str).str.slice(0, 120).to_numpy(),
+        "start_ms": (group["start_ns"].to_numpy() - origin) / 1e6, "dur_ms": group["dur_ns"].to_numpy() / 1e6,
+    })

@@ -1,0 +1,73 @@
+"""The report's views: the named tables reports draw, each computed once per analysis by the analyzers' rooms.
+
+Promise: `REPORT_VIEWS` is the explicit list, name -> view function (`fn(analysis) -> DataFrame`,
+defined next to the computation it shows); `report_tables(analysis)` computes every one of them
+through `analysis.view`, so a view the analyzers already computed (the breakdown, the collective
+arrivals, the GPU series, the NCCL context, ...) is not computed again. The pipeline saves each as
+`tables/<name>.parquet`: plain columnar data, everything `perftracker report` needs to redraw the
+report besides findings.json.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.health.gpu_tables import gpu_series_table, gpu_throttle_table
+from perftracker.analyzers.health.port_tables import (
+    pfc_paused_table,
+    rdma_congestion_table,
+    rdma_ports_table,
+    rdma_throughput_table,
+)
+from perftracker.analyzers.nccl.tables import (
+    nccl_config_table,
+    nccl_flagged_table,
+    nccl_summary_table,
+    nccl_transports_table,
+    nccl_warns_table,
+)
+from perftracker.analyzers.stragglers.profile_tables import profile_ranks_view, profile_shares_view
+from perftracker.analyzers.stragglers.steps import step_series_view, step_stats_view
+from perftracker.analyzers.stragglers.straggler import lateness_view, rank_waits_view
+from perftracker.analyzers.traces.gpu_time import breakdown_steps_view, breakdown_view
+from perftracker.analyzers.traces.idle import idle_view
+from perftracker.analyzers.traces.timeline import timeline_view
+
+TableView = Callable[[Analysis], pd.DataFrame]
+
+REPORT_VIEWS: dict[str, TableView] = {
+    # GPU traces: where GPU time goes, per rank window and per step; one representative step; idle time
+    "breakdown": breakdown_view,
+    "breakdown_steps": breakdown_steps_view,
+    "timeline": timeline_view,
+    "idle": idle_view,
+    # step times and stragglers at collectives
+    "step_stats": step_stats_view,
+    "steps": step_series_view,
+    "lateness": lateness_view,
+    "rank_waits": rank_waits_view,
+    # host health: GPU samples and throttle periods, RDMA ports, RoCE flow control
+    "gpu_series": gpu_series_table,
+    "gpu_throttle": gpu_throttle_table,
+    "rdma_ports": rdma_ports_table,
+    "rdma_throughput": rdma_throughput_table,
+    "rdma_congestion": rdma_congestion_table,
+    "pfc_paused": pfc_paused_table,
+    # NCCL configuration, transports, WARN lines and the variables the findings are about
+    "nccl_summary": nccl_summary_table,
+    "nccl_config": nccl_config_table,
+    "nccl_flagged": nccl_flagged_table,
+    "nccl_transports": nccl_transports_table,
+    "nccl_warns": nccl_warns_table,
+    # sampled stacks side by side
+    "profile_ranks": profile_ranks_view,
+    "profile_shares": profile_shares_view,
+}
+
+
+def report_tables(analysis: Analysis) -> dict[str, pd.DataFrame]:
+    """Every report view of `analysis`, by name (in REPORT_VIEWS order)."""
+    return {name: analysis.view(fn) for name, fn in REPORT_VIEWS.items()}
