@@ -103,3 +103,21 @@ def test_registry_is_an_explicit_list() -> None:
 
     assert len({a.name for a in BUILTIN}) == len(BUILTIN) >= 17
     assert not any("@register" in p.read_text(encoding="utf-8") for p in (PACKAGE / "analyzers").rglob("*.py"))
+
+
+DOC = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def test_architecture_doc_names_only_what_exists_and_every_room() -> None:
+    # GIVEN docs/architecture.md
+    text = DOC.read_text(encoding="utf-8")
+    # WHEN the module and room paths it names are looked up
+    named = set(re.findall(r"`((?:perftracker/)?[a-z_/]+(?:\.py|/))`", text))
+    missing = [n for n in named if not any((base / n).exists() for base in
+                                           (PACKAGE.parent, PACKAGE, PACKAGE / "analyzers", PACKAGE / "collectors",
+                                            PACKAGE / "reports", PACKAGE / "cli", PACKAGE / "live", PACKAGE / "store"))]
+    rooms = [f"{p.name}/" for parent in ("analyzers", "collectors") for p in (PACKAGE / parent).iterdir()
+             if p.is_dir() and (p / "__init__.py").exists()]
+    # THEN every path it names exists, and every room of analyzers/ and collectors/ is described
+    assert missing == []
+    assert [r for r in rooms if f"`{r}`" not in text] == []
