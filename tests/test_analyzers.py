@@ -100,9 +100,15 @@ def test_a_crashing_analyzer_becomes_a_finding(tmp_path: Path) -> None:
     assert any(f.analyzer == "breakdown" for f in findings)
 
 
-def test_findings_are_ranked_by_cost() -> None:
+def test_findings_are_ranked_by_severity_then_cost_then_confidence() -> None:
     from perftracker.analyzers.findings import Cost
 
-    cheap = Finding("a", Severity.CRITICAL, "cheap", "r", cost=Cost(0.001, 0.01))
-    dear = Finding("b", Severity.WARNING, "dear", "r", cost=Cost(0.1, 0.3))
-    assert [f.title for f in rank_findings([cheap, dear])] == ["dear", "cheap"]
+    # GIVEN a costly warning, a cheap critical, an info and two equally costly warnings of different confidence
+    cheap = Finding("a", Severity.CRITICAL, "cheap critical", "r", cost=Cost(0.001, 0.01))
+    dear = Finding("b", Severity.WARNING, "dear warning", "r", cost=Cost(0.1, 0.3))
+    info = Finding("c", Severity.INFO, "costly info", "r", cost=Cost(0.5, 0.9))
+    sure = Finding("d", Severity.WARNING, "sure", "r", cost=Cost(0.01, 0.1), confidence=0.999)
+    unsure = Finding("e", Severity.WARNING, "unsure", "r", cost=Cost(0.01, 0.1), confidence=0.6)
+    # WHEN ranked; THEN severity leads, then cost, then confidence
+    assert [f.title for f in rank_findings([info, unsure, dear, cheap, sure])] == [
+        "cheap critical", "dear warning", "sure", "unsure", "costly info"]

@@ -42,8 +42,9 @@ def test_analyze_real_traces_writes_report_findings_and_tables(hta_traces: Path,
         assert set(f) >= {"id", "analyzer", "severity", "title", "ranks", "hosts", "evidence", "cost",
                           "recommendation", "related"}
         assert set(f["cost"]) == {"seconds_per_step", "share_of_step"}
-    costs = [f["cost"]["seconds_per_step"] for f in doc["findings"]]
-    assert costs == sorted(costs, reverse=True)
+    order = {"critical": 2, "warning": 1, "info": 0}
+    keys = [(order[f["severity"]], f["cost"]["seconds_per_step"]) for f in doc["findings"]]
+    assert keys == sorted(keys, reverse=True)  # severity first, then cost
     assert any(f["analyzer"] == "overlap" for f in doc["findings"])
     assert (tmp_path / "out" / "tables" / "breakdown.parquet").exists()
     html = (tmp_path / "out" / "report.html").read_text()

@@ -1,7 +1,9 @@
 """The Finding record: one diagnosis with its evidence, cost and recommendation.
 
 Findings are immutable. `cost` is always in one unit: seconds lost per step (`seconds_per_step`),
-plus the share of the step time (`share_of_step`); findings are ranked by it.
+plus the share of the step time (`share_of_step`). `confidence` (0..1, or None for findings that are
+facts rather than statistical claims, such as a setting read from a log) says how sure the claim is
+beyond the run's own noise. Findings are ranked by severity, then cost, then confidence.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class Finding:
     related: tuple[str, ...] = ()
     key: str = ""
     fixed_id: str = ""
+    confidence: float | None = None
 
     @property
     def id(self) -> str:
@@ -84,6 +87,7 @@ class Finding:
             "hosts": list(self.hosts),
             "evidence": dict(self.evidence),
             "cost": self.cost.to_dict(),
+            "confidence": None if self.confidence is None else round(float(self.confidence), 4),
             "recommendation": self.recommendation,
             "related": list(self.related),
         }
@@ -102,12 +106,20 @@ class Finding:
             cost=Cost(float(cost.get("seconds_per_step", 0.0)), float(cost.get("share_of_step", 0.0))),
             related=tuple(str(r) for r in data.get("related") or ()),
             fixed_id=str(data.get("id", "")),
+            confidence=_confidence(data.get("confidence")),
         )
 
 
+def _confidence(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 def rank_findings(findings: Iterable[Finding]) -> list[Finding]:
-    """Order findings by cost (largest first), then severity, then title for stability."""
+    """The one order of findings everywhere (findings.json, terminal, report, verdict): severity first
+    (critical before warning before info), then cost per step and share of the step (largest first),
+    then confidence (surest first), then title for stability."""
     return sorted(
         findings,
-        key=lambda f: (-f.cost.seconds_per_step, -f.cost.share_of_step, -int(f.severity), f.title),
+        key=lambda f: (-int(f.severity), -f.cost.seconds_per_step, -f.cost.share_of_step,
+                       -(f.confidence if f.confidence is not None else 1.0), f.title),
     )

@@ -16,7 +16,7 @@ Promise: `link_findings(store, findings)` returns the same findings (same order,
 - a slow-bandwidth finding is related to the RDMA (rdma, rdma_pfc) findings of every host with samples;
 - a `stack_profile` straggler (sampled stacks) counts as a compute straggler, and names (and is
   named by) the straggler, steps and hang findings about the same one rank.
-Findings are then ranked by cost as usual (`findings.rank_findings`).
+Findings are then ranked as usual (`findings.rank_findings`: severity, cost, confidence).
 """
 
 from __future__ import annotations

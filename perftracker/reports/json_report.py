@@ -14,10 +14,12 @@ Schema (version 1)::
                                "not_judged": [{"area": "GPU health", "needs": "NVML samples ..."}, ...]}},
       "notes": [{"level": "warning", "source": "file", "message": "...", "data": {}}],
       "findings": [ {"id", "analyzer", "severity", "title", "ranks", "hosts", "evidence",
-                     "cost": {"seconds_per_step", "share_of_step"}, "recommendation", "related"} ]
+                     "cost": {"seconds_per_step", "share_of_step"}, "confidence", "recommendation",
+                     "related"} ]
     }
 
-Findings are ordered by cost (seconds lost per step), largest first.
+Findings are ordered by severity (critical first), then cost (seconds lost per step), then confidence;
+the verdict's "Top:" is the first actionable finding of that order.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from perftracker import __version__
-from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.findings import Finding, Severity, rank_findings
 from perftracker.errors import InputError
 from perftracker.rundir import atomic_write_text
 from perftracker.store import LoadNote
@@ -37,9 +39,9 @@ SCHEMA_VERSION = 1
 
 
 def verdict(findings: list[Finding], coverage: dict[str, Any] | None = None) -> str:
-    """One line: the most costly actionable finding, or that nothing needs attention (and, given the
-    analysis's coverage, in which areas, and which could not be judged)."""
-    actionable = [f for f in findings if f.severity >= Severity.WARNING]
+    """One line: the first actionable finding in the one order (`rank_findings`), or that nothing needs
+    attention (and, given the analysis's coverage, in which areas, and which could not be judged)."""
+    actionable = rank_findings(f for f in findings if f.severity >= Severity.WARNING)
     if not actionable:
         if not coverage or not coverage.get("judged"):
             return "No problems found in what was analyzed."
@@ -48,9 +50,7 @@ def verdict(findings: list[Finding], coverage: dict[str, Any] | None = None) -> 
             text += " Not judged, for lack of inputs: " + ", ".join(a["area"] for a in coverage["not_judged"]) + "."
         return text
     counts = _counts(findings)
-    # Findings are ordered by cost; a critical one (a hang, a crash) leads even without a measured cost.
-    critical = [f for f in actionable if f.severity == Severity.CRITICAL]
-    top = critical[0] if critical else actionable[0]
+    top = actionable[0]
     cost = ""
     if top.cost.seconds_per_step > 0:
         cost = f" (~{top.cost.seconds_per_step * 1e3:.1f} ms/step, {100 * top.cost.share_of_step:.0f}% of the step)"

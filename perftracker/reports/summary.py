@@ -22,20 +22,13 @@ def _list(values: list[Any], limit: int = 6) -> str:
 
 
 def _ordered(document: dict[str, Any]) -> list[dict[str, Any]]:
-    """Actionable findings, critical first (a hang or crash costs no 'seconds per step' but leads)."""
-    found = [f for f in document.get("findings") or [] if f.get("severity") in ("critical", "warning")]
-    return sorted(found, key=lambda f: 0 if f.get("severity") == "critical" else 1)
+    """Actionable findings in the document's order (severity, then cost, then confidence)."""
+    return [f for f in document.get("findings") or [] if f.get("severity") in ("critical", "warning")]
 
 
 def headline(document: dict[str, Any]) -> str:
-    """The verdict, led by the first critical finding when there is one."""
-    summary = document.get("summary") or {}
-    found = _ordered(document)
-    if not found or found[0].get("severity") != "critical":
-        return str(summary.get("verdict", "no verdict"))
-    counts = summary.get("counts") or {}
-    head = ", ".join(f"{counts.get(s, 0)} {s}" for s in ("critical", "warning") if counts.get(s, 0))
-    return f"{head}. Top: {found[0]['title']}."
+    """The verdict line of the document (it leads with its first actionable finding)."""
+    return str((document.get("summary") or {}).get("verdict", "no verdict"))
 
 
 def text_summary(document: dict[str, Any], report_path: str = "", limit: int = 3) -> str:
