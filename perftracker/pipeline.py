@@ -67,7 +67,7 @@ def analyze_path(path: Path, out_dir: Path, options: LoadOptions, hta_compat: bo
 def analyze(analysis: Analysis) -> tuple[list[Finding], dict[str, pd.DataFrame], list[LoadNote]]:
     """The analysis stage: ranked, linked findings and every report view (an empty table, and a note, for a
     view that fails: one broken view must not blank the report)."""
-    findings = rank_findings(link_findings(analysis.store, run_analyzers(analysis)))
+    findings = rank_findings(link_findings(analysis, run_analyzers(analysis)))
     tables: dict[str, pd.DataFrame] = {}
     failed: list[LoadNote] = []
     for name, fn in REPORT_VIEWS.items():

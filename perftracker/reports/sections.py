@@ -66,6 +66,8 @@ def root_causes(findings: Iterable[Finding]) -> list[dict[str, Any]]:
         if not isinstance(root, dict):
             continue
         chain = [{"severity": str(c.get("severity", "")), "title": str(c.get("title", "")),
-                  "explains": bool(c.get("explains"))} for c in root.get("chain", [])]
+                  "explains": bool(c.get("explains")),
+                  "relation": str(c.get("relation", "explains" if c.get("explains") else "also seen on that host")),
+                  "why": str(c.get("why", ""))} for c in root.get("chain", [])]
         out.append({"title": f.title, "summary": str(root.get("summary", "")), "chain": chain})
     return out

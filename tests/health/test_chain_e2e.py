@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from perftracker.collectors.loading import LoadOptions
@@ -25,9 +24,16 @@ def test_communication_straggler_chain_from_traces_to_the_nic(tmp_path: Path) ->
         (run / "env").mkdir(exist_ok=True)
         (run / "env" / f"rank-{rank}.json").write_text(json.dumps({"rank": rank, "host": host, "pid": 100 + rank,
                                                                    "env": env}))
-    # and node-exporter samples of node-c where mlx5_1 flaps
+    # and node-exporter samples of node-c where mlx5_1 flaps, scraped while the traced steps ran
     (run / "counters").mkdir()
-    shutil.copyfile(FIXTURES / "node-c.node_exporter.prom", run / "counters" / "node-c.node_exporter.prom")
+    from perftracker.collectors.loading import load_path
+
+    traced = load_path(run / "traces", LoadOptions(workers=1, cache_dir=None))
+    start_s = (int(traced.ranks["base_ns"].min()) + int(traced.events["start_ns"].min())) // 10**9
+    prom = (FIXTURES / "node-c.node_exporter.prom").read_text()
+    for i in range(6):  # the fixture's six scrapes, 15 s apart, now starting 30 s before the traced steps
+        prom = prom.replace(f"# scrape_time {1795000000 + 15 * i}", f"# scrape_time {start_s - 30 + 15 * i}")
+    (run / "counters" / "node-c.node_exporter.prom").write_text(prom)
     # WHEN the run is analyzed
     result = analyze_path(run, tmp_path / "out", LoadOptions(workers=1))
     # THEN rank 11 is the communication straggler and the flapping mlx5_1 on node-c is its root cause
@@ -36,4 +42,4 @@ def test_communication_straggler_chain_from_traces_to_the_nic(tmp_path: Path) ->
     chain = straggler.evidence.get("root_cause", {}).get("chain", [])
     flap = [f for f in result.findings if f.evidence.get("check") == "flap"]
     assert flap and flap[0].evidence["device"] == "mlx5_1"
-    assert [c["id"] for c in chain] == [flap[0].id]
+    assert [c["id"] for c in chain] == [flap[0].id] and chain[0]["explains"]

@@ -94,7 +94,7 @@ def test_nvlink_errors_explain_a_communication_straggler_on_that_gpu(tmp_path: P
                         recommendation="Look at rank 1's links.", evidence={"kind": "communication", "share_last": 0.9},
                         ranks=(1,), hosts=("node-a",), cost=Cost(0.05, 0.1), key="straggler:1")
     # WHEN joined into root-cause chains
-    linked = link_findings(store, [straggler, *analyze_gpu_links(Analysis(store))])
+    linked = link_findings(Analysis(store), [straggler, *analyze_gpu_links(Analysis(store))])
     s, errors = linked[0], next(f for f in linked if f.evidence.get("check") == "nvlink_errors")
     # THEN the NVLink finding is the straggler's explaining cause, and carries its cost and rank
     chain = s.evidence["root_cause"]["chain"]

@@ -273,7 +273,7 @@ def test_communication_straggler_is_joined_to_pfc_pauses_on_its_nic(tmp_path: Pa
                                                                                "share_last": 0.9},
                         ranks=(1,), cost=Cost(0.02, 0.1), key="straggler:1")
     # WHEN the findings are linked
-    linked = {f.analyzer: f for f in link_findings(store, [straggler, *analyze_rdma_pfc(Analysis(store))])}
+    linked = {f.analyzer: f for f in link_findings(Analysis(store), [straggler, *analyze_rdma_pfc(Analysis(store))])}
     # THEN the PFC finding is the straggler's chain and explains its time, and the recommendation leads with it
     s, pfc = linked["straggler"], linked["rdma_pfc"]
     assert [(c["id"], c["explains"]) for c in s.evidence["root_cause"]["chain"]] == [(pfc.id, True)]

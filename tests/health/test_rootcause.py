@@ -20,15 +20,26 @@ from perftracker.store import Store
 from perftracker.store.schema import conform
 from perftracker.synth import SynthSpec, generate
 
-from .conftest import FIXTURES, T0_NS, FakeRdmaNode, gpu_record, write_jsonl
+from .conftest import FIXTURES, FakeRdmaNode, gpu_record, write_jsonl
 
 MINE = ("gpu_health", "rdma", "topology", "bandwidth")
 
 
-def _run_dir(tmp_path: Path, stragglers: dict[int, float], throttle_gpu: int | None) -> Path:
+def _trace_start_ns(traces: Path) -> int:
+    """Wall-clock epoch ns of the first traced event (baseTimeNanoseconds + its ts)."""
+    from perftracker.collectors.loading import load_path
+
+    store = load_path(traces, LoadOptions(workers=1, cache_dir=None))
+    return int(store.ranks["base_ns"].min()) + int(store.events["start_ns"].min())
+
+
+def _run_dir(tmp_path: Path, stragglers: dict[int, float], throttle_gpu: int | None,
+             samples_shift_s: float = -5.0) -> Path:
+    """Synthetic GPU traces and NVML samples (20 s at 1 Hz) from `samples_shift_s` around the traced steps."""
     run = tmp_path / "run"
     generate(SynthSpec(ranks=4, steps=6, kernels_per_step=8, stragglers=stragglers), run / "traces",
              truth_path=tmp_path / "truth.json")
+    samples_start_ns = _trace_start_ns(run / "traces") + int(samples_shift_s * 1e9)
     for r in range(4):
         env = {"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "4", "NCCL_IB_HCA": f"=mlx5_{r}"}
         (run / "env").mkdir(parents=True, exist_ok=True)
@@ -38,7 +49,7 @@ def _run_dir(tmp_path: Path, stragglers: dict[int, float], throttle_gpu: int | N
     for i in range(20):
         for g in range(4):
             hot = g == throttle_gpu and i % 5 < 2  # 40% of the samples
-            recs.append(gpu_record("node-a", g, T0_NS + i * 10**9, sm_clock_mhz=1410 if hot else 1980,
+            recs.append(gpu_record("node-a", g, samples_start_ns + i * 10**9, sm_clock_mhz=1410 if hot else 1980,
                                    temp_c=89 if hot else 64, clock_event_reasons=0x40 if hot else 0))
     write_jsonl(run / "counters" / "node-a.gpu.jsonl", recs)
     node = FakeRdmaNode(tmp_path / "sys", "node-a")
@@ -77,6 +88,46 @@ def test_straggler_with_throttled_gpu_is_one_ranked_chain(tmp_path: Path) -> Non
     assert "Root causes of stragglers" in html and "GPUs on host node-a" in html and "RDMA on host node-a" in html
 
 
+def test_a_throttle_outside_the_late_steps_is_only_also_seen(tmp_path: Path) -> None:
+    # GIVEN the same straggler, but its GPU throttled a day before the traced steps
+    run = _run_dir(tmp_path, {2: 8000.0}, throttle_gpu=2, samples_shift_s=-86_400)
+    # WHEN analyzed
+    findings = analyze_path(run, tmp_path / "out", LoadOptions(workers=1)).findings
+    straggler = next(f for f in findings if f.analyzer == "straggler" and f.ranks == (2,))
+    gpu = next(f for f in findings if f.analyzer == "gpu_health")
+    # THEN the throttle is listed as also seen, with when, and neither explains nor takes the straggler's cost
+    (link,) = straggler.evidence["root_cause"]["chain"]
+    assert link["relation"] == "also seen on that host" and not link["explains"] and "not while" in link["why"]
+    assert gpu.cost.seconds_per_step == 0 and not straggler.recommendation.startswith("Likely cause")
+    assert straggler.evidence["root_cause"]["locus"] == "gpu"
+
+
+def test_a_gpu_signal_does_not_explain_a_cpu_side_straggler(tmp_path: Path) -> None:
+    # GIVEN a real CPU-only trace job (rank 2 does extra CPU work) beside samples of a throttled GPU 2
+    sample = Path(__file__).resolve().parents[2] / "sample_traces" / "ddp-gloo-4rank-slow-rank2"
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(sample / "traces", run / "traces")
+    shutil.copytree(sample / "env", run / "env")
+    ranks = __import__("perftracker.collectors.loading", fromlist=["load_path"]).load_path(
+        run, LoadOptions(workers=1, cache_dir=None)).ranks
+    start = int(ranks["base_ns"].max())
+    recs = [gpu_record("vm", g, start + i * 10**8, sm_clock_mhz=1410 if g == 2 else 1980,
+                       clock_event_reasons=0x40 if g == 2 else 0) for i in range(40) for g in range(4)]
+    write_jsonl(run / "counters" / "vm.gpu.jsonl", recs)
+    # WHEN analyzed
+    findings = analyze_path(run, tmp_path / "out", LoadOptions(workers=1, cache_dir=None)).findings
+    # THEN rank 2 is named, and no straggler is explained by the GPU: its extra time is on the CPU
+    joined = [f for f in findings if "root_cause" in f.evidence]
+    assert joined and all(f.ranks == (2,) for f in joined)
+    for s in joined:
+        root = s.evidence["root_cause"]
+        assert root["locus"] == "cpu" and not any(c["explains"] for c in root["chain"])
+        assert not s.recommendation.startswith("Likely cause")
+    assert all(f.cost.seconds_per_step == 0 for f in findings if f.analyzer == "gpu_health")
+
+
 def test_healthy_samples_and_no_straggler_give_no_host_warnings(tmp_path: Path) -> None:
     # GIVEN the same run without a straggler and with healthy GPUs and NICs
     run = _run_dir(tmp_path, {}, throttle_gpu=None)
@@ -103,7 +154,7 @@ def test_communication_straggler_is_linked_to_its_flapping_nic() -> None:
                         ranks=(1,), cost=Cost(0.02, 0.1), key="straggler:1")
     rdma = analyze_rdma(Analysis(store))
     # WHEN linked
-    linked = rank_findings(link_findings(store, [straggler, *rdma]))
+    linked = rank_findings(link_findings(Analysis(store), [straggler, *rdma]))
     # THEN the flap on mlx5_1 is the chain, costs the straggler's time and is ranked next to it
     s = next(f for f in linked if f.analyzer == "straggler")
     flap = next(f for f in linked if f.evidence.get("check") == "flap")
@@ -135,7 +186,7 @@ def test_sampled_stack_straggler_and_other_findings_about_its_rank_name_each_oth
                     cost=Cost(0.01, 0.2), key="st")
     hang = Finding("hang", Severity.CRITICAL, "Rank 1 is not in the collective", "r", {}, ranks=(1,), key="h")
     # WHEN findings are linked
-    out = {f.analyzer: f for f in link_findings(Store(), [sampled, trace, hang])}
+    out = {f.analyzer: f for f in link_findings(Analysis(Store()), [sampled, trace, hang])}
     # THEN the two about rank 2 name each other and the hang about rank 1 stays apart
     assert trace.id in out["stack_profile"].related and sampled.id in out["straggler"].related
     assert out["hang"].related == ()

@@ -1,18 +1,18 @@
 """Join stragglers with host evidence into ranked root-cause chains.
 
-Promise: `link_findings(store, findings)` returns the same findings (same order, same ids) where:
+Promise: `link_findings(analysis, findings)` returns the same findings (same order, same ids) where:
 - each straggler finding (analyzer "straggler", one rank; or a `steps` finding of one rank slower in a
   GPU phase, see `straggler_kind`) gets `evidence["root_cause"]`: the rank's
-  host, GPU and NICs (topology.rank_map), a one-line `summary` ("rank 2 late in 97% of steps; its
+  host, GPU and NICs (topology.rank_map), where its extra time is (`locus`: gpu, cpu, network or
+  unknown) and when (`window_ns`), a one-line `summary` ("rank 2 late in 97% of steps; its
   GPU 2 on host vm was in thermal slowdown 40% of the time; SM clock 1410 MHz against a job median
   of 1980"), and the `chain` of warning / critical gpu_health, gpu_links, rdma and rdma_pfc findings
-  on that GPU and those NICs, the ones matching the straggler's kind first (compute: gpu_health;
-  communication: rdma and rdma_pfc (RoCE PFC pauses, drops), and gpu_links, NVLink / PCIe errors of
-  its GPU); its recommendation starts
-  with the likeliest cause;
-- chained host findings and the straggler name each other in `related`; a chained finding of the
-  matching kind without a cost of its own gets the straggler's cost (it explains that time), and
-  the straggler's rank;
+  on that GPU and those NICs, each with its `relation` to the straggler (`causality.relation`:
+  "explains" only when it acts where the extra time is and overlaps the late steps in time; else
+  "possible cause" or "also seen on that host", with `why`), explaining ones first; its
+  recommendation starts with the likeliest cause only when one explains it;
+- chained host findings and the straggler name each other in `related`; a chained finding that
+  explains the straggler and has no cost of its own gets the straggler's cost, and its rank;
 - a slow-bandwidth finding is related to the RDMA (rdma, rdma_pfc) findings of every host with samples;
 - a `stack_profile` straggler (sampled stacks) counts as a compute straggler, and names (and is
   named by) the straggler, steps and hang findings about the same one rank.
@@ -26,12 +26,12 @@ from typing import Any
 
 import pandas as pd
 
+from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.health.topology import rank_map
-from perftracker.store import Store
+from perftracker.analyzers.rootcause.causality import relation, straggler_locus, straggler_window
 
 _NIC_ANALYZERS = ("rdma", "rdma_pfc")  # port counters (sysfs) and RoCE flow control (ethtool)
-_KIND_SOURCES = {"compute": ("gpu_health",), "communication": _NIC_ANALYZERS + ("gpu_links",)}
 _GPU_ANALYZERS = ("gpu_health", "gpu_links")
 _GPU_PHASES = ("forward", "backward", "optimizer")
 
@@ -92,13 +92,24 @@ def _cause_text(f: Finding) -> str:
     return f.title if f.title.split(" ", 1)[0].isupper() else f.title[0].lower() + f.title[1:]  # "GPU 3 ..." stays
 
 
-def _summary(straggler: Finding, loc: dict[str, Any], chain: list[Finding], has_samples: bool) -> str:
+_LOCUS_TEXT = {"cpu": "its extra time is CPU-side work", "gpu": "its extra time is in GPU kernels",
+               "network": "its extra time is in its transfers", "": "nothing shows where its extra time goes"}
+
+
+def _summary(straggler: Finding, loc: dict[str, Any], chain: list[tuple[Finding, Any]], has_samples: bool,
+             locus: str) -> str:
     ev = straggler.evidence
     share = ev.get("steps_mostly_last", ev.get("share_last"))
     head = f"rank {loc['rank']} late in {100 * float(share):.0f}% of steps" if share is not None \
         else straggler.title[0].lower() + straggler.title[1:]
-    if chain:
-        return "; ".join([head] + [_cause_text(f) for f in chain[:3]])
+    causes = [f for f, rel in chain if rel.explains]
+    if causes:
+        return "; ".join([head] + [_cause_text(f) for f in causes[:3]])
+    others = [f for f, _ in chain]
+    if others:
+        first, rel = chain[0]
+        return (f"{head}; {_LOCUS_TEXT[locus]}; {rel.kind}: {_cause_text(first)} ({rel.why})"
+                + (f" and {len(others) - 1} more" if len(others) > 1 else ""))
     if has_samples:
         where = f"GPU {loc['gpu']}" if loc["gpu"] >= 0 else "its GPU"
         return (f"{head}; no host evidence against {where} on host {loc['host'] or '?'} or its NICs in the "
@@ -120,8 +131,9 @@ def _corroborate(findings: list[Finding]) -> list[Finding]:
     return [f.with_related(sorted(links[f.id])) if f.id in links else f for f in findings]
 
 
-def link_findings(store: Store, findings: list[Finding]) -> list[Finding]:
+def link_findings(analysis: Analysis, findings: list[Finding]) -> list[Finding]:
     """Attach host evidence to stragglers, link both ways, and give explaining findings a cost."""
+    store = analysis.store
     findings = _corroborate(findings)
     stragglers = [f for f in findings if straggler_kind(f)]
     health = [f for f in findings if f.analyzer in _GPU_ANALYZERS + _NIC_ANALYZERS]
@@ -136,23 +148,26 @@ def link_findings(store: Store, findings: list[Finding]) -> list[Finding]:
 
     for s in stragglers:
         loc = _location(rmap, s)
-        kind_sources = _KIND_SOURCES.get(straggler_kind(s), ())
-        matched = [(f, _matches(loc, f)) for f in health]
-        chain = sorted((f for f, m in matched if m), key=lambda f: (f.analyzer not in kind_sources, -int(f.severity),
-                                                                    -float(f.evidence.get("share_of_time", 0) or 0)))
-        summary = _summary(s, loc, chain, has_samples)
-        root = {"summary": summary, "location": loc,
+        locus, window = straggler_locus(analysis, s), straggler_window(analysis, s)
+        related = [(f, relation(f, locus, window)) for f in health if _matches(loc, f)]
+        chain = sorted(related, key=lambda fr: (not fr[1].explains, fr[1].kind != "possible cause",
+                                                -int(fr[0].severity),
+                                                -float(fr[0].evidence.get("share_of_time", 0) or 0)))
+        summary = _summary(s, loc, chain, has_samples, locus)
+        root = {"summary": summary, "location": loc, "locus": locus or "unknown",
+                "window_ns": list(window) if window else None,
                 "chain": [{"id": f.id, "analyzer": f.analyzer, "severity": f.severity.label, "title": f.title,
-                           "explains": f.analyzer in kind_sources} for f in chain]}
+                           "explains": rel.explains, "relation": rel.kind, "why": rel.why} for f, rel in chain]}
         new = replace(current(s), evidence={**current(s).evidence, "root_cause": root})
-        if chain:
-            lead = chain[0]
+        causes = [f for f, rel in chain if rel.explains]
+        if causes:
+            lead = causes[0]
             new = replace(new, recommendation=f"Likely cause: {_cause_text(lead)}. {lead.recommendation} "
-                          f"{s.recommendation}").with_related(f.id for f in chain)
-        updated[s.id] = new
-        for f in chain:
+                          f"{s.recommendation}")
+        updated[s.id] = new.with_related(f.id for f, _ in chain)
+        for f, rel in chain:
             cur = current(f).with_related([s.id])
-            if f.analyzer in kind_sources:
+            if rel.explains:
                 if cur.cost.seconds_per_step < s.cost.seconds_per_step:
                     cur = replace(cur, cost=Cost(s.cost.seconds_per_step, s.cost.share_of_step))
                 if s.ranks[0] not in cur.ranks:

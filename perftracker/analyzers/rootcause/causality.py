@@ -1,0 +1,154 @@
+"""Can this host signal be the cause of that straggler? Where the straggler's extra time is, and when.
+
+Promise: `straggler_locus(analysis, finding)` says where a straggler's extra time is spent: "gpu"
+(longer GPU kernels than its peers), "cpu" (CPU-side work: CPU-only traces, sampled Python stacks, or
+GPU kernels no longer than its peers'), "network" (its transfers are slower) or "" (nothing shows where,
+e.g. step files alone). `straggler_window(analysis, finding)` is the epoch-ns span of the evidence that it
+was late (its traced collectives, or its step-file steps), None when its inputs carry no wall time.
+`relation(...)` then decides, for a host finding on the straggler's GPU or NIC, one of:
+
+- "explains": the signal acts where the extra time is (GPU signals for time in GPU kernels, NIC and
+  link signals for time in communication) and its time window overlaps the straggler's (or one of the
+  two has no wall time to compare);
+- "possible cause": nothing shows where the straggler's extra time is, so the signal cannot be
+  confirmed or ruled out;
+- "also seen on that host": it acts elsewhere (a GPU signal cannot explain time spent on the CPU, a NIC
+  signal cannot explain a compute straggler) or its time window does not overlap the late steps.
+
+Only an "explains" relation lets a host finding take the straggler's cost and lead its recommendation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.findings import Finding
+from perftracker.analyzers.traces.gpu_time import breakdown_view
+
+GPU_SIGNALS = ("gpu_health",)
+NETWORK_SIGNALS = ("rdma", "rdma_pfc", "gpu_links")  # NIC ports, RoCE flow control, NVLink / PCIe links
+GPU_SHARE_OF_EXTRA = 0.5  # GPU kernels explain a compute straggler when they hold half its extra work
+TIME_SLACK_NS = 5 * 10**9  # counters are sampled every few seconds: allow that much around the late window
+
+
+@dataclass(frozen=True)
+class Relation:
+    kind: str  # "explains" | "possible cause" | "also seen on that host"
+    why: str
+
+    @property
+    def explains(self) -> bool:
+        return self.kind == "explains"
+
+
+def signal_locus(f: Finding) -> str:
+    """Where a host finding acts: "gpu" or "network" ("" for anything else)."""
+    if f.analyzer in GPU_SIGNALS:
+        return "gpu"
+    if f.analyzer in NETWORK_SIGNALS:
+        return "network"
+    return ""
+
+
+def _gpu_extra_s(analysis: Analysis, rank: int) -> float | None:
+    """How much longer per step this rank's compute kernels run than its peers' median (s); None without
+    GPU kernels in its trace."""
+    table = analysis.view(breakdown_view)
+    if table.empty or "compute_ns" not in table:
+        return None
+    per_step = table.assign(per_step=table["compute_ns"] / table["steps"].clip(lower=1)).groupby("rank")["per_step"].sum()
+    if rank not in per_step.index or float(per_step[rank]) <= 0:
+        return None
+    peers = per_step.drop(index=rank)
+    return float(per_step[rank] - peers.median()) / 1e9 if len(peers) else None
+
+
+def _rank_has_events(analysis: Analysis, rank: int) -> bool:
+    events = analysis.store.events
+    return bool(len(events)) and bool((events["rank"] == rank).any())
+
+
+def straggler_locus(analysis: Analysis, f: Finding) -> str:
+    """"gpu", "cpu", "network" or "" for a finding naming one slow rank (see the module docstring)."""
+    kind = str(f.evidence.get("kind", ""))
+    if f.analyzer == "straggler" and kind == "communication":
+        return "network"
+    if f.analyzer == "stack_profile":
+        return "cpu"  # sampled Python stacks: its own CPU-side work takes the time
+    rank = f.ranks[0]
+    if not _rank_has_events(analysis, rank):
+        return ""
+    gpu_extra = _gpu_extra_s(analysis, rank)
+    if gpu_extra is None:
+        return "cpu"  # its trace holds no GPU kernels: the extra time is CPU-side
+    extra = f.evidence.get("extra_work_before_collective_ms")
+    if isinstance(extra, (int, float)) and extra > 0:
+        return "gpu" if gpu_extra >= GPU_SHARE_OF_EXTRA * float(extra) / 1e3 else "cpu"
+    cost = f.cost.seconds_per_step
+    return "gpu" if gpu_extra > 0 and (cost <= 0 or gpu_extra >= GPU_SHARE_OF_EXTRA * cost) else "cpu"
+
+
+def straggler_window(analysis: Analysis, f: Finding) -> tuple[int, int] | None:
+    """Epoch ns (start, end) of the straggler's evidence: its traced window, else its step-file steps."""
+    rank = f.ranks[0]
+    store = analysis.store
+    ranks = store.ranks
+    events = store.events
+    if len(events) and len(ranks):
+        mine = events[events["rank"] == rank]
+        base = ranks.loc[(ranks["rank"] == rank) & (ranks["base_ns"] > 0), "base_ns"]
+        if len(mine) and len(base):
+            b = int(base.iloc[0])
+            return b + int(mine["start_ns"].min()), b + int((mine["start_ns"] + mine["dur_ns"]).max())
+    steps = store.steps
+    files = steps[(steps["rank"] == rank) & (steps["source"] == "stepfile")] if len(steps) else steps
+    if len(files) and int(files["start_ns"].min()) > 10**17:  # wall-clock ns (time.time_ns())
+        return int(files["start_ns"].min()), int((files["start_ns"] + files["dur_ns"]).max())
+    return None
+
+
+def signal_windows(f: Finding) -> list[tuple[int, int]]:
+    """The epoch-ns spans a host finding's evidence covers: its periods (e.g. throttling), else its window."""
+    ev = f.evidence
+    spans = [(int(p[0]), int(p[1])) for p in ev.get("periods") or [] if isinstance(p, (list, tuple)) and len(p) == 2]
+    if spans:
+        return spans
+    window: Any = ev.get("window")
+    if isinstance(window, dict) and isinstance(window.get("start_ns"), int) and isinstance(window.get("end_ns"), int):
+        return [(int(window["start_ns"]), int(window["end_ns"]))]
+    return []
+
+
+def _clock(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+_ELSEWHERE = {
+    ("gpu", "cpu"): "a GPU signal cannot explain extra time spent on the CPU (its trace shows no longer GPU kernels)",
+    ("gpu", "network"): "a GPU signal cannot explain slower transfers",
+    ("network", "cpu"): "a network signal cannot explain extra CPU-side work before the collectives",
+    ("network", "gpu"): "a network signal cannot explain longer GPU kernels",
+}
+
+
+def relation(signal: Finding, locus: str, window: tuple[int, int] | None) -> Relation:
+    """How `signal` (a host finding on the straggler's GPU or NIC) relates to a straggler whose extra time is
+    at `locus` during `window`."""
+    acts = signal_locus(signal)
+    if not locus:
+        return Relation("possible cause", "no trace shows where the straggler's extra time goes, so this cannot "
+                                          "be confirmed or ruled out")
+    if acts != locus:
+        return Relation("also seen on that host", _ELSEWHERE.get((acts, locus), "it acts elsewhere"))
+    spans = signal_windows(signal)
+    if window is None or not spans:
+        return Relation("explains", "it acts where the extra time is (no wall times to compare)")
+    start, end = window
+    if any(s <= end + TIME_SLACK_NS and e >= start - TIME_SLACK_NS for s, e in spans):
+        return Relation("explains", "it acts where the extra time is, during the late steps")
+    first, last = min(s for s, _ in spans), max(e for _, e in spans)
+    return Relation("also seen on that host", f"it was seen {_clock(first)} to {_clock(last)}, not while the rank "
+                                              f"was late ({_clock(start)} to {_clock(end)})")
