@@ -13,6 +13,17 @@ undoes what it did before returning, even when it fails or the job ends under it
   ``share`` of one core (CFS quota); the threads are moved back and the group removed on exit. Needs
   a writable ``/sys/fs/cgroup/cpu`` (root); ``CpuQuota.available()`` says whether it is.
 
+Clean layouts and background load, which slow no single rank (for accuracy runs' clean cases):
+
+* ``Pinning({rank: core_indexes})``: keep each listed rank's threads on those cores (indexes into this
+  process's allowed cores, sorted), re-pinning threads started later; unlisted ranks are left alone.
+  Affinity is restored on exit.
+* ``BackgroundLoad(hogs=1, cores=(), busy=1.0, period_s=0.1)``: ``hogs`` busy-loop processes tied to
+  no rank, each busy for ``busy`` of every ``period_s`` (1.0: always), pinned to ``cores`` (indexes)
+  if given; killed on exit.
+* ``Together(part, ...)``: run several of these (and any ``disturb(pids, stop)``) side by side, each
+  in a thread of its own; the first error any raises is raised once all have returned.
+
 Each has ``describe()`` (what the run directory's manifest records). Tests import this module with
 ``sys.path.insert(0, "<repo>/scripts")``.
 """
@@ -25,6 +36,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -179,6 +191,128 @@ class CpuQuota:
                     break
                 except OSError:
                     time.sleep(0.02)
+
+
+def _allowed_cores(indexes: Sequence[int]) -> set[int]:
+    """The cores at `indexes` of this process's allowed cores (sorted); an index out of range is an error."""
+    allowed = sorted(os.sched_getaffinity(0))
+    bad = [i for i in indexes if not -len(allowed) <= i < len(allowed)]
+    if bad:
+        raise ValueError(f"core indexes {bad} out of range: this process may use {len(allowed)} cores {allowed}")
+    return {allowed[i] for i in indexes}
+
+
+@dataclass
+class Pinning:
+    """Each listed rank kept on its cores (indexes into the allowed cores) for the whole run."""
+
+    cores_by_rank: Mapping[int, Sequence[int]]
+    how: str = field(default="pinning", init=False)
+
+    def describe(self) -> dict[str, Any]:
+        return {"how": self.how, "cores_by_rank": {str(r): list(c) for r, c in sorted(self.cores_by_rank.items())}}
+
+    def __call__(self, pids: dict[int, int], stop: threading.Event) -> None:
+        cores = {rank: _allowed_cores(indexes) for rank, indexes in self.cores_by_rank.items()}
+        missing = sorted(set(cores) - set(pids))
+        if missing:
+            raise ValueError(f"Pinning: ranks {missing} are not workers of this job (ranks {sorted(pids)})")
+        try:
+            while not stop.is_set():
+                for rank, rank_cores in cores.items():  # again and again: threads started later too
+                    _pin(pids[rank], rank_cores)
+                stop.wait(0.2)
+        finally:
+            everything = set(os.sched_getaffinity(0))
+            for rank in cores:
+                _pin(pids[rank], everything)
+
+
+_HOG = """
+import sys, time
+busy, period = float(sys.argv[1]), float(sys.argv[2])
+while True:
+    if busy >= 1.0:
+        continue
+    end = time.monotonic() + busy * period
+    while time.monotonic() < end:
+        pass
+    time.sleep((1.0 - busy) * period)
+"""
+
+
+@dataclass
+class BackgroundLoad:
+    """`hogs` busy loops tied to no rank (busy `busy` of every `period_s`), on `cores` if given."""
+
+    hogs: int = 1
+    cores: Sequence[int] = ()
+    busy: float = 1.0
+    period_s: float = 0.1
+    how: str = field(default="background-load", init=False)
+
+    def __post_init__(self) -> None:
+        if self.hogs < 1 or not 0.0 < self.busy <= 1.0 or self.period_s <= 0:
+            raise ValueError("hogs must be >= 1, busy in (0, 1] and period_s > 0")
+
+    def describe(self) -> dict[str, Any]:
+        return {"how": self.how, "hogs": self.hogs, "cores": list(self.cores), "busy": self.busy,
+                "period_s": self.period_s}
+
+    def __call__(self, pids: dict[int, int], stop: threading.Event) -> None:
+        cores = _allowed_cores(self.cores) if self.cores else None
+        procs: list[subprocess.Popen[bytes]] = []
+        try:
+            for _ in range(self.hogs):
+                proc = subprocess.Popen(
+                    [sys.executable, "-c", _HOG, str(self.busy), str(self.period_s)],
+                    start_new_session=True,  # an autogroup of its own, like the workers (see CoreContention)
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                )
+                procs.append(proc)
+                if cores is not None:
+                    os.sched_setaffinity(proc.pid, cores)
+            stop.wait()
+        finally:
+            for proc in procs:
+                proc.kill()
+            for proc in procs:
+                proc.wait()
+
+
+Disturbance = Callable[[dict[int, int], threading.Event], None]
+
+
+class Together:
+    """Several disturbances at once, each in its own thread, sharing the job's `stop` event."""
+
+    def __init__(self, *parts: Disturbance) -> None:
+        self.parts = parts
+
+    def describe(self) -> list[Any]:
+        described: list[Any] = []
+        for part in self.parts:
+            describe = getattr(part, "describe", None)
+            described.append(describe() if callable(describe) else repr(part))
+        return described
+
+    def __call__(self, pids: dict[int, int], stop: threading.Event) -> None:
+        errors: list[BaseException] = []
+
+        def run(part: Disturbance) -> None:
+            try:
+                part(pids, stop)
+            except BaseException as exc:  # noqa: BLE001 - raised below, after the others returned
+                errors.append(exc)
+                stop.set()  # the job fails anyway: let the other parts undo what they did
+
+        threads = [threading.Thread(target=run, args=(part,), daemon=True) for part in self.parts]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
 
 
 def busy_ranks(pids: dict[int, int]) -> dict[int, float]:

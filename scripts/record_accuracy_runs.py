@@ -1,0 +1,427 @@
+"""Record the real-job accuracy corpus: clean and slowed 4-rank torchrun jobs, kept as run directories.
+
+Promise: ``python scripts/record_accuracy_runs.py [--only NAME,...] [--scenarios clean,hog,...]
+[--count N] [--out DIR] [--replace]`` runs the planned jobs (``PLAN`` below; each a real 4-rank
+CPU/gloo DDP job, ``scripts/sample_job_runner.run_job``) and keeps each one as
+``DIR/<name>/`` (default ``tests/fixtures/accuracy``): ``manifest.json``, ``traces/`` (gzip'd,
+trimmed, see ``trim_trace``), ``steps/``, ``env/`` and ``profiles/`` (py-spy stacks of every rank
+from the end of the lead-in steps, for the ``stack_profile`` analyzer). ``DIR/runs.json`` lists every run:
+name, scenario, layout, profiled steps, the slowed rank (null for a clean run) and how it was
+slowed, when it was recorded, the job parameters and the command that regenerates it, and what the
+step files show (per-rank median forward and step time over the profiled steps). Re-recording a
+run replaces its directory and its entry; other entries are kept. A run that is already recorded is
+skipped unless ``--replace``.
+
+Scenarios (the truth the accuracy measurement, ``scripts/measure_accuracy.py``, checks against):
+
+* ``clean``: no single rank slowed. Layouts: ``unpinned``; ``pinned-2x2`` (two ranks per core);
+  ``pair-pinned`` (two ranks share a core, the others run free: that pair is slow *together*, a
+  group, not a straggler); ``pinned-3+1`` (three ranks on one core, one alone); background load
+  (``BackgroundLoad`` hogs tied to no rank, steady or bursty, anywhere or on one core). The
+  ``repro`` runs are the issue's repro: the bundled sample's model (width 512, depth 3, batch 128,
+  two gradient buckets per step) with 6 profiled steps.
+* ``hog``: ``disturb.CoreContention``: busy loops pinned to the slowed rank's core, that rank pinned
+  alone with them, the other ranks on the other core.
+* ``inproc``: the job's ``--slow-rank/--slow-factor``: the slowed rank's forward does F times the work.
+* ``quota``: ``disturb.CpuQuota(share=0.5)``: the slowed rank's threads held to half a core.
+
+This machine has 2 cores shared with other work (other test runs); that is background noise the
+clean runs include, and runs.json says so. Jobs are sized like ``tests/test_straggler_jobs.py``
+(batch x width compute-bound, one gradient all-reduce per step) but with one hidden layer (depth 1)
+and a bigger batch, so a trace holds fewer events per step and the corpus stays small.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from disturb import BackgroundLoad, CoreContention, CpuQuota, Pinning, Together
+from sample_job_runner import REPO, run_job
+
+CORPUS = REPO / "tests" / "fixtures" / "accuracy"
+RUNS_JSON = "runs.json"
+NPROC = 4
+SCENARIOS = ("clean", "hog", "inproc", "quota")
+LEAD_IN_STEPS = 6  # steps before the profiler's wait/warmup steps (start-up, caches)
+MIN_STEPS = 20  # the degradation analyzer looks at 20+ steps
+TIMEOUT_S = 240.0
+PYSPY_RATE_HZ = 50  # the stack_profile analyzer judges ranks with 50+ samples
+
+# Trace content no analyzer reads (record_shapes detail, per-op ids), and the forward/backward flow
+# arrows the loader skips: dropped so the corpus stays small. Everything else is kept as written.
+DROPPED_ARGS = frozenset({"Input type", "Input Dims", "Concrete Inputs", "Input Strides", "Ev Idx",
+                          "Record function id", "Sequence number", "Fwd thread id"})
+DROPPED_CPU_OP_ARGS = frozenset({"External id"})  # links CPU ops to GPU kernels: none in CPU-only traces
+DROPPED_CATS = frozenset({"fwdbwd"})
+TRIM_NOTE = (f"traces trimmed after recording: args {sorted(DROPPED_ARGS)}, {sorted(DROPPED_CPU_OP_ARGS)} of "
+             f"cpu_op events and events of categories {sorted(DROPPED_CATS)} dropped (no analyzer reads them; "
+             "findings checked unchanged), compact JSON, gzip -9")
+
+
+Pin = Mapping[int, tuple[int, ...]]  # rank -> core indexes
+
+
+@dataclass(frozen=True)
+class Model:
+    width: int = 256
+    depth: int = 1
+    batch: int = 2048
+
+
+REPRO_MODEL = Model(width=512, depth=3, batch=128)  # the bundled sample's job (2 buckets per step)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One planned run: what it is (scenario, layout, truth) and how to run it again."""
+
+    name: str
+    scenario: str
+    layout: str
+    profiled_steps: int
+    model: Model = Model()
+    slowed_rank: int | None = None
+    slow_factor: float = 1.0  # inproc only
+    pin: Pin = field(default_factory=dict)  # rank -> core indexes
+    load: tuple[BackgroundLoad, ...] = ()
+    hog_competitors: int = 0  # hog only
+    quota_share: float = 0.0  # quota only
+
+    @property
+    def steps(self) -> int:
+        return max(MIN_STEPS, self.profiled_steps + 2 + LEAD_IN_STEPS)
+
+
+_2X2: Pin = {0: (0,), 1: (0,), 2: (1,), 3: (1,)}
+_2X2_ALT: Pin = {0: (0,), 2: (0,), 1: (1,), 3: (1,)}
+_PAIR_12: Pin = {1: (0,), 2: (0,)}
+_PAIR_03: Pin = {0: (1,), 3: (1,)}
+_3_1: Pin = {0: (0,), 1: (0,), 2: (0,), 3: (1,)}
+_1_3: Pin = {0: (0,), 1: (1,), 2: (1,), 3: (1,)}
+
+PLAN: tuple[RunSpec, ...] = (
+    # clean: the issue's repro (6 profiled steps, unpinned)
+    RunSpec("clean-repro-a", "clean", "unpinned", 6, REPRO_MODEL),
+    RunSpec("clean-repro-b", "clean", "unpinned", 6, REPRO_MODEL),
+    RunSpec("clean-repro-c", "clean", "unpinned", 6, REPRO_MODEL),
+    RunSpec("clean-repro-d", "clean", "unpinned", 6, REPRO_MODEL),
+    # clean: unpinned
+    RunSpec("clean-unpinned-16", "clean", "unpinned", 16),
+    RunSpec("clean-unpinned-24", "clean", "unpinned", 24),
+    RunSpec("clean-unpinned-32", "clean", "unpinned", 32),
+    RunSpec("clean-unpinned-6", "clean", "unpinned", 6),
+    # clean: pinned layouts
+    RunSpec("clean-2x2-16", "clean", "pinned-2x2", 16, pin=_2X2),
+    RunSpec("clean-2x2-6", "clean", "pinned-2x2", 6, pin=_2X2),
+    RunSpec("clean-2x2alt-16", "clean", "pinned-2x2-alt", 16, pin=_2X2_ALT),
+    RunSpec("clean-pair12-16", "clean", "pair-pinned(1,2)", 16, pin=_PAIR_12),
+    RunSpec("clean-pair12-24", "clean", "pair-pinned(1,2)", 24, pin=_PAIR_12),
+    RunSpec("clean-pair03-16", "clean", "pair-pinned(0,3)", 16, pin=_PAIR_03),
+    RunSpec("clean-3+1-16", "clean", "pinned-3+1", 16, pin=_3_1),
+    RunSpec("clean-1+3-16", "clean", "pinned-1+3", 16, pin=_1_3),
+    # clean: background load tied to no rank
+    RunSpec("clean-load1-16", "clean", "unpinned+hog", 16, load=(BackgroundLoad(hogs=1),)),
+    RunSpec("clean-load1-6", "clean", "unpinned+hog", 6, load=(BackgroundLoad(hogs=1),)),
+    RunSpec("clean-load2-16", "clean", "unpinned+2hogs", 16, load=(BackgroundLoad(hogs=2),)),
+    RunSpec("clean-bursty-16", "clean", "unpinned+bursty-hogs", 16,
+            load=(BackgroundLoad(hogs=2, busy=0.5, period_s=0.3),)),
+    RunSpec("clean-2x2-corehog-16", "clean", "pinned-2x2+hog-on-core1", 16, pin=_2X2,
+            load=(BackgroundLoad(hogs=1, cores=(1,)),)),
+    # slowed: an outside CPU hog on one rank's core, that rank alone with it
+    RunSpec("hog-rank1-16", "hog", "hog-core", 16, slowed_rank=1, hog_competitors=4),
+    RunSpec("hog-rank3-16", "hog", "hog-core", 16, slowed_rank=3, hog_competitors=4),
+    RunSpec("hog-rank0-16", "hog", "hog-core", 16, slowed_rank=0, hog_competitors=4),
+    # slowed: extra compute inside the job
+    RunSpec("inproc-rank2-x5-16", "inproc", "unpinned", 16, slowed_rank=2, slow_factor=5),
+    RunSpec("inproc-rank0-x3-16", "inproc", "unpinned", 16, slowed_rank=0, slow_factor=3),
+    RunSpec("inproc-rank3-x7-16", "inproc", "unpinned", 16, slowed_rank=3, slow_factor=7),
+    RunSpec("inproc-rank2-x5-repro", "inproc", "unpinned", 6, REPRO_MODEL, slowed_rank=2, slow_factor=5),
+    # slowed: a 50% cgroup CPU quota on one rank
+    RunSpec("quota-rank1-16", "quota", "unpinned", 16, slowed_rank=1, quota_share=0.5),
+    RunSpec("quota-rank2-16", "quota", "unpinned", 16, slowed_rank=2, quota_share=0.5),
+    RunSpec("quota-rank3-16", "quota", "unpinned", 16, slowed_rank=3, quota_share=0.5),
+)
+
+
+class StackProfiles:
+    """py-spy ``record`` of every rank after the lead-in steps, written as ``profiles/rank-<r>.txt``
+    with its sidecar (the format ``perftracker attach`` writes), for the ``stack_profile`` analyzer.
+
+    Starts once every rank has written `after_steps` step lines, records until the worker exits (or
+    the job ends: SIGINT makes py-spy write what it has)."""
+
+    def __init__(self, run_dir: Path, after_steps: int, rate_hz: int = PYSPY_RATE_HZ) -> None:
+        self.run_dir, self.after_steps, self.rate_hz = run_dir, after_steps, rate_hz
+
+    def describe(self) -> dict[str, Any]:
+        return {"how": "py-spy-record (observer, slows nothing)", "rate_hz": self.rate_hz,
+                "after_steps": self.after_steps}
+
+    def _steps_written(self, rank: int) -> int:
+        path = self.run_dir / "steps" / f"rank-{rank}.jsonl"
+        try:
+            return path.read_bytes().count(b"\n")
+        except OSError:
+            return 0
+
+    def __call__(self, pids: dict[int, int], stop: threading.Event) -> None:
+        pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        while not stop.is_set() and min(self._steps_written(r) for r in pids) < self.after_steps:
+            stop.wait(0.05)
+        if stop.is_set():
+            return
+        folder = self.run_dir / "profiles"
+        folder.mkdir(parents=True, exist_ok=True)
+        started: dict[int, tuple[subprocess.Popen[bytes], int]] = {}
+        for rank, pid in sorted(pids.items()):
+            cmd = [pyspy, "record", "--pid", str(pid), "--rate", str(self.rate_hz), "--duration", "600",
+                   "--nonblocking", "--idle", "--threads", "--format", "raw",
+                   "--output", str(folder / f"rank-{rank}.txt")]
+            started[rank] = (subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+                             time.time_ns())
+        while not stop.is_set() and any(proc.poll() is None for proc, _ in started.values()):
+            stop.wait(0.1)
+        for proc, _ in started.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        for rank, (proc, started_ns) in started.items():
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            meta = {"rank": rank, "pid": pids[rank], "host": socket.gethostname(), "rate_hz": self.rate_hz,
+                    "duration_s": (time.time_ns() - started_ns) / 1e9, "started_ns": started_ns}
+            (folder / f"rank-{rank}.json").write_text(json.dumps(meta) + "\n", encoding="utf-8")
+
+
+def disturbance_for(spec: RunSpec, run_dir: Path) -> Together:
+    """Everything that acts on the workers from outside in run `spec` (always the stack recorder)."""
+    parts: list[Any] = []
+    if spec.pin:
+        parts.append(Pinning(spec.pin))
+    parts.extend(spec.load)
+    if spec.scenario == "hog":
+        assert spec.slowed_rank is not None
+        parts.append(CoreContention(spec.slowed_rank, competitors=spec.hog_competitors))
+    elif spec.scenario == "quota":
+        assert spec.slowed_rank is not None
+        if not CpuQuota.available():
+            raise SystemExit("quota runs need a writable cgroup-v1 cpu controller at /sys/fs/cgroup/cpu (root)")
+        parts.append(CpuQuota(spec.slowed_rank, share=spec.quota_share))
+    parts.append(StackProfiles(run_dir, after_steps=LEAD_IN_STEPS))
+    return Together(*parts)
+
+
+def slowed_how(spec: RunSpec) -> dict[str, Any] | None:
+    if spec.scenario == "clean":
+        return None
+    if spec.scenario == "inproc":
+        return {"kind": "extra-compute-in-job", "slow_factor": spec.slow_factor,
+                "detail": f"{round(spec.slow_factor) - 1} extra no-grad forward passes per step (forward x{spec.slow_factor:g})"}
+    if spec.scenario == "hog":
+        return {"kind": "cpu-hog-on-its-core", "competitors": spec.hog_competitors,
+                "detail": f"rank pinned alone to the last core with {spec.hog_competitors} busy loops; "
+                          "the other ranks pinned to the other core"}
+    return {"kind": "cgroup-cpu-quota", "share": spec.quota_share,
+            "detail": f"cgroup-v1 CFS quota of {spec.quota_share:g} of one core on every thread of the rank"}
+
+
+def trim_trace(path: Path) -> tuple[int, int]:
+    """Rewrite the gzip'd trace at `path` without `DROPPED_ARGS`, `DROPPED_CPU_OP_ARGS` (of cpu_op events)
+    and `DROPPED_CATS`; (bytes before, after). Trimming a trimmed trace changes nothing."""
+    before = path.stat().st_size
+    with gzip.open(path, "rt", encoding="utf-8") as src:
+        doc = json.load(src)
+    kept = []
+    for event in doc.get("traceEvents", []):
+        if event.get("cat") in DROPPED_CATS:
+            continue
+        args = event.get("args")
+        if isinstance(args, dict):
+            dropped = DROPPED_ARGS | DROPPED_CPU_OP_ARGS if event.get("cat") == "cpu_op" else DROPPED_ARGS
+            for key in dropped & args.keys():
+                del args[key]
+            if not args:
+                del event["args"]
+        kept.append(event)
+    doc["traceEvents"] = kept
+    packed = path.with_name(f".{path.name}.tmp")
+    with gzip.open(packed, "wt", encoding="utf-8", compresslevel=9) as dst:
+        json.dump(doc, dst, separators=(",", ":"))
+    os.replace(packed, path)
+    return before, path.stat().st_size
+
+
+def observed(run_dir: Path, profiled_steps: int) -> dict[str, Any]:
+    """What the step files show over the profiled steps: per-rank median forward and step time (ms),
+    and each rank's forward over the median of the others' (the slowdown as the job saw it)."""
+    forward: dict[int, float] = {}
+    step: dict[int, float] = {}
+    for path in sorted((run_dir / "steps").glob("rank-*.jsonl")):
+        records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()][-profiled_steps:]
+        rank = int(records[0]["rank"])
+        forward[rank] = statistics.median(r["phases_ns"]["forward"] / 1e6 for r in records)
+        step[rank] = statistics.median((r["end_ns"] - r["start_ns"]) / 1e6 for r in records)
+    ratio = {r: forward[r] / statistics.median([v for k, v in forward.items() if k != r]) for r in forward}
+    return {"median_forward_ms": {str(r): round(v, 1) for r, v in sorted(forward.items())},
+            "median_step_ms": {str(r): round(v, 1) for r, v in sorted(step.items())},
+            "forward_vs_others": {str(r): round(v, 2) for r, v in sorted(ratio.items())}}
+
+
+def load_index(corpus: Path) -> dict[str, Any]:
+    path = corpus / RUNS_JSON
+    if path.is_file():
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return data
+    return {"runs": []}
+
+
+def save_index(corpus: Path, index: dict[str, Any]) -> None:
+    order = {spec.name: i for i, spec in enumerate(PLAN)}
+    index["runs"].sort(key=lambda r: (order.get(r["name"], len(order)), r["name"]))
+    index["about"] = {
+        "what": "real 4-rank torchrun DDP jobs (gloo, CPU) recorded for the straggler-accuracy measurement "
+                "(scripts/measure_accuracy.py); regenerate with scripts/record_accuracy_runs.py --only NAME",
+        "truth": "scenario 'clean': no single rank slowed (slowed_rank null); other scenarios: slowed_rank "
+                 "was slowed as slowed_how says",
+        "machine": f"{os.cpu_count()} cores shared with other work (other test runs) while recording: real "
+                   "background noise on every run, on top of the run's own layout/load",
+        "trace_trim": TRIM_NOTE,
+        "profiles": "profiles/rank-N.txt: py-spy record --idle --threads --format raw of every rank from "
+                    f"step {LEAD_IN_STEPS} to the job's end, {PYSPY_RATE_HZ} Hz",
+    }
+    tmp = corpus / f".{RUNS_JSON}.tmp"
+    tmp.write_text(json.dumps(index, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, corpus / RUNS_JSON)
+
+
+def record(spec: RunSpec, corpus: Path) -> dict[str, Any]:
+    """Run `spec` into `corpus/<name>` (replacing it) and return its runs.json entry."""
+    run_dir = corpus / spec.name
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    shown = os.path.relpath(run_dir, REPO)
+    t0 = time.monotonic()
+    run_job(run_dir, nproc=NPROC, steps=spec.steps, profile_steps=spec.profiled_steps,
+            slow_rank=spec.slowed_rank if spec.scenario == "inproc" and spec.slowed_rank is not None else -1,
+            slow_factor=spec.slow_factor, width=spec.model.width, depth=spec.model.depth,
+            batch=spec.model.batch, timeout=TIMEOUT_S, job_name=f"accuracy-{spec.name}",
+            shown_run_dir=shown, disturb=disturbance_for(spec, run_dir),
+            manifest_extra={"accuracy": {"scenario": spec.scenario, "layout": spec.layout,
+                                         "slowed_rank": spec.slowed_rank}})
+    wall = time.monotonic() - t0
+    sizes = [trim_trace(p) for p in sorted((run_dir / "traces").glob("*.json.gz"))]
+    manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
+    return {
+        "name": spec.name,
+        "scenario": spec.scenario,
+        "layout": spec.layout,
+        "ranks": NPROC,
+        "steps": spec.steps,
+        "profiled_steps": spec.profiled_steps,
+        "slowed_rank": spec.slowed_rank,
+        "slowed_how": slowed_how(spec),
+        "recorded": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "params": {"model": asdict(spec.model), "pin": {str(r): list(c) for r, c in sorted(spec.pin.items())},
+                   "load": [load.describe() for load in spec.load], "slow_factor": spec.slow_factor,
+                   "hog_competitors": spec.hog_competitors, "quota_share": spec.quota_share},
+        "regenerate": f"python scripts/record_accuracy_runs.py --only {spec.name} --replace",
+        "command": manifest["command"],
+        "disturbance": manifest.get("disturbance"),
+        "job_wall_s": round(wall, 1),
+        "trace_bytes": sum(after for _, after in sizes),
+        "trace_bytes_untrimmed": sum(before for before, _ in sizes),
+        "observed": observed(run_dir, spec.profiled_steps),
+        "load_during_recording": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def retrim(corpus: Path, index: dict[str, Any], names: set[str]) -> int:
+    """Trim the traces of the recorded runs in `names` again and update their sizes in runs.json."""
+    for entry in index["runs"]:
+        if entry["name"] in names:
+            entry["trace_bytes"] = sum(trim_trace(p)[1] for p in sorted((corpus / entry["name"] / "traces").glob("*.json.gz")))
+    save_index(corpus, index)
+    print(f"trimmed the traces of {len(names & {e['name'] for e in index['runs']})} run(s) again")
+    return 0
+
+
+def select(plan: Sequence[RunSpec], only: str | None, scenarios: str | None, count: int | None) -> list[RunSpec]:
+    """The planned runs named in `only` (comma-separated), else those of `scenarios`, at most `count`
+    per scenario."""
+    if only:
+        names = [n.strip() for n in only.split(",") if n.strip()]
+        by_name = {spec.name: spec for spec in plan}
+        unknown = [n for n in names if n not in by_name]
+        if unknown:
+            raise SystemExit(f"unknown run names {unknown}; planned: {', '.join(by_name)}")
+        return [by_name[n] for n in names]
+    wanted = [s.strip() for s in (scenarios or ",".join(SCENARIOS)).split(",") if s.strip()]
+    bad = [s for s in wanted if s not in SCENARIOS]
+    if bad:
+        raise SystemExit(f"unknown scenarios {bad}; choose from {', '.join(SCENARIOS)}")
+    chosen: list[RunSpec] = []
+    for scenario in wanted:
+        runs = [spec for spec in plan if spec.scenario == scenario]
+        chosen += runs[:count] if count is not None else runs
+    return chosen
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--only", help="comma-separated run names from the plan (see --list)")
+    parser.add_argument("--scenarios", help=f"comma-separated, from {','.join(SCENARIOS)} (default: all)")
+    parser.add_argument("--count", type=int, help="at most this many runs per scenario")
+    parser.add_argument("--out", type=Path, default=CORPUS, help="corpus folder (default: %(default)s)")
+    parser.add_argument("--replace", action="store_true", help="re-record runs that are already recorded")
+    parser.add_argument("--list", action="store_true", help="print the plan and exit")
+    parser.add_argument("--retrim", action="store_true",
+                        help="trim the recorded runs' traces again (after DROPPED_* changed) instead of recording")
+    args = parser.parse_args(argv)
+    chosen = select(PLAN, args.only, args.scenarios, args.count)
+    if args.list:
+        for spec in chosen:
+            print(f"{spec.name:28} {spec.scenario:7} {spec.layout:26} profiled {spec.profiled_steps:2} "
+                  f"slowed {spec.slowed_rank}")
+        return 0
+    corpus: Path = args.out.resolve()
+    corpus.mkdir(parents=True, exist_ok=True)
+    index = load_index(corpus)
+    if args.retrim:
+        return retrim(corpus, index, {spec.name for spec in chosen})
+    t_all = time.monotonic()
+    for i, spec in enumerate(chosen, 1):
+        if not args.replace and (corpus / spec.name / "manifest.json").is_file() and any(
+                r["name"] == spec.name for r in index["runs"]):
+            print(f"[{i}/{len(chosen)}] {spec.name}: already recorded (--replace to re-record)")
+            continue
+        entry = record(spec, corpus)
+        index["runs"] = [r for r in index["runs"] if r["name"] != spec.name] + [entry]
+        save_index(corpus, index)
+        print(f"[{i}/{len(chosen)}] {spec.name}: {entry['job_wall_s']} s, traces {entry['trace_bytes'] // 1024} KiB, "
+              f"forward vs others {entry['observed']['forward_vs_others']}", flush=True)
+    print(f"recorded {len(chosen)} run(s) in {time.monotonic() - t_all:.0f} s into {corpus}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""The real-job accuracy corpus (``tests/fixtures/accuracy``) is what ``runs.json`` says it is.
+
+Promise checked: every run listed in ``runs.json`` (recorded by ``scripts/record_accuracy_runs.py``)
+is there, loads with ``load_path`` without an error note, and holds as many ranks, profiled steps
+(traces) and steps (step files) as ``runs.json`` says, with a stack profile of every rank; the
+truth it records is consistent (a clean run slows no rank; a slowed run names one rank and how).
+The corpus has at least 20 clean runs and 3 of each slowed scenario.
+
+``accuracy_tally()`` returns the tally of ``scripts/measure_accuracy.py`` on the corpus (false
+positives on clean runs, detections on slowed ones, from traces alone and from everything), for
+the accuracy assertions that come with the reworked straggler statistics.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perftracker.collectors.loading import LoadOptions, load_path
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = REPO / "tests" / "fixtures" / "accuracy"
+sys.path.insert(0, str(REPO / "scripts"))
+
+import measure_accuracy  # noqa: E402 - needs scripts/ on sys.path
+
+SLOWED_SCENARIOS = ("hog", "inproc", "quota")
+
+
+def _index() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((CORPUS / "runs.json").read_text(encoding="utf-8"))
+    return data
+
+
+RUNS = _index()["runs"]
+
+
+def accuracy_tally() -> dict[str, Any]:
+    """The measurement script's tally of the whole corpus (see ``measure_accuracy.Tally.as_dict``):
+    ``["modes"]["traces" | "all"]["clean_runs_with_loud_finding"]["hits"]``, ``[...]["slowed_rank_named"]
+    [scenario]``, ... Analyzes every run twice: minutes, not seconds."""
+    return measure_accuracy.measure(CORPUS).as_dict()
+
+
+def test_corpus_has_the_runs_the_measurement_needs() -> None:
+    # GIVEN the corpus index
+    scenarios = Counter(run["scenario"] for run in RUNS)
+    # THEN it holds at least 20 clean runs and 3 runs of each slowed scenario, under unique names
+    assert scenarios["clean"] >= 20, scenarios
+    for scenario in SLOWED_SCENARIOS:
+        assert scenarios[scenario] >= 3, scenarios
+    assert len({run["name"] for run in RUNS}) == len(RUNS)
+    # AND the clean runs include short windows (the issue's 6 profiled steps) and longer ones
+    profiled = Counter(run["profiled_steps"] for run in RUNS if run["scenario"] == "clean")
+    assert profiled[6] >= 3 and sum(n for steps, n in profiled.items() if steps >= 16) >= 12, profiled
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[run["name"] for run in RUNS])
+def test_truth_of_each_run_is_consistent(run: dict[str, Any]) -> None:
+    # GIVEN a run's entry in runs.json and its manifest
+    manifest = json.loads((CORPUS / run["name"] / "manifest.json").read_text(encoding="utf-8"))
+    # THEN a clean run slows no rank, a slowed run names one rank of the job and how it was slowed
+    if run["scenario"] == "clean":
+        assert run["slowed_rank"] is None and run["slowed_how"] is None
+        assert manifest["slowdown"] is None
+    else:
+        assert run["scenario"] in SLOWED_SCENARIOS
+        assert run["slowed_rank"] in range(run["ranks"]) and run["slowed_how"]["kind"]
+    # AND the manifest records the same truth and the command that ran the job
+    assert manifest["accuracy"] == {"scenario": run["scenario"], "layout": run["layout"],
+                                    "slowed_rank": run["slowed_rank"]}
+    assert run["command"] == manifest["command"] and "--profile-steps" in run["command"]
+    assert run["regenerate"].endswith(f"--only {run['name']} --replace")
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[run["name"] for run in RUNS])
+def test_each_run_loads_with_its_ranks_and_steps(run: dict[str, Any], tmp_path: Path) -> None:
+    # GIVEN a run of the corpus
+    run_dir = CORPUS / run["name"]
+    # WHEN it is loaded as `perftracker analyze` loads it
+    store = load_path(run_dir, LoadOptions(workers=1), tmp_path)
+    # THEN nothing in it is unreadable
+    errors = [f"{n.source}: {n.message}" for n in store.notes if n.level == "error"]
+    assert errors == []
+    # AND it holds every rank, with the profiled steps (traces) and steps (step files) runs.json says
+    ranks = set(range(run["ranks"]))
+    assert set(store.events["rank"].unique()) == ranks
+    steps = store.steps.groupby(["source", "rank"]).size().to_dict()
+    assert {r: steps.get(("profiler", r)) for r in ranks} == dict.fromkeys(ranks, run["profiled_steps"])
+    assert {r: steps.get(("stepfile", r)) for r in ranks} == dict.fromkeys(ranks, run["steps"])
+    # AND every rank's matched gradient all-reduces are in the traces, one or more per profiled step
+    coll = store.events[store.events["kind"] == "collective_cpu"]
+    assert set(coll["rank"].unique()) == ranks
+    assert coll.groupby("rank")["step"].nunique().min() == run["profiled_steps"]
+    # AND every rank has a stack profile for the stack_profile analyzer
+    assert set(store["profile_samples"]["rank"].unique()) == ranks
+
+
+def test_traces_only_copy_leaves_out_step_files_and_profiles(tmp_path: Path) -> None:
+    # GIVEN a run of the corpus
+    run_dir = CORPUS / RUNS[0]["name"]
+    # WHEN the measurement makes its traces-only copy
+    copy = measure_accuracy.traces_only_copy(run_dir, tmp_path / "copy")
+    # THEN the copy has the manifest, traces and env files, and no step files or stack profiles
+    assert sorted(p.name for p in copy.iterdir()) == ["env", "manifest.json", "traces"]
+    assert sorted(p.name for p in (copy / "traces").iterdir()) == sorted(
+        p.name for p in (run_dir / "traces").iterdir())
+
+
+def _outcome(name: str, slowed: int | None, *findings: tuple[str, str, list[int]],
+             error: str = "") -> measure_accuracy.Outcome:
+    truth = measure_accuracy.RunTruth(name, "clean" if slowed is None else "hog", "unpinned", slowed, Path(name))
+    return measure_accuracy.Outcome(truth, "traces", tuple(
+        {"analyzer": a, "severity": s, "title": f"{a} {s}", "ranks": r} for a, s, r in findings), error=error)
+
+
+def test_tally_counts_loud_findings_on_clean_runs_and_the_slowed_rank_on_slowed_ones() -> None:
+    # GIVEN outcomes: a clean run with an info straggler only, a clean run with a warning of the steps
+    # analyzer, a hog run naming its slowed rank 1 (and rank 2 too), a hog run naming only rank 3,
+    # a run whose analysis failed, and a loud finding of an analyzer that is not straggler-type
+    tally = measure_accuracy.ModeTally()
+    for outcome in (
+        _outcome("quiet", None, ("straggler", "info", [1]), ("inputs", "warning", [0])),
+        _outcome("noisy", None, ("steps", "warning", [2])),
+        _outcome("found", 1, ("straggler", "warning", [1]), ("degradation", "critical", [2])),
+        _outcome("missed", 1, ("straggler", "critical", [3])),
+        _outcome("broken", None, error="InputError: bad trace"),
+    ):
+        tally.add(outcome)
+    # WHEN it is summed up
+    result = tally.as_dict()
+    # THEN one of two analyzed clean runs is a false positive, from the steps analyzer, with its title
+    assert result["clean_runs_with_loud_finding"] == {"hits": 1, "runs": 2, "rate": 0.5}
+    assert result["clean_runs_with_loud_finding_by_analyzer"]["steps"]["hits"] == 1
+    assert result["clean_runs_with_loud_finding_by_analyzer"]["straggler"]["hits"] == 0
+    assert [f["title"] for f in result["false_positives"]] == ["steps warning"]
+    # AND the slowed rank was named in one of two hog runs (by the straggler analyzer), and both named
+    # another rank as well
+    assert result["slowed_rank_named"]["hog"] == {"hits": 1, "runs": 2, "rate": 0.5}
+    assert result["slowed_rank_named_by_analyzer"]["hog"]["straggler"]["hits"] == 1
+    assert result["slowed_runs_naming_another_rank"]["hog"]["hits"] == 2
+    # AND the failed analysis is an error, not a pass
+    assert result["errors"] == ["broken: InputError: bad trace"]
