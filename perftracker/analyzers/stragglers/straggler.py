@@ -87,8 +87,8 @@ def same_host_same_clock(store: Store, offsets: pd.Series) -> pd.Series:
     known = hosts[hosts != ""]
     if known.empty:
         return offsets
-    per_host = offsets[known.index].groupby(known).transform("median")
-    result = offsets.copy()
+    per_host = offsets[known.index].astype("float64").groupby(known).transform("median")
+    result = offsets.astype("float64")  # a host's median offset can be a half nanosecond
     result[per_host.index] = per_host
     return (result - result.median()).round().astype("int64")
 
