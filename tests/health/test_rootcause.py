@@ -110,6 +110,7 @@ def test_a_gpu_signal_does_not_explain_a_cpu_side_straggler(tmp_path: Path) -> N
     run = tmp_path / "run"
     shutil.copytree(sample / "traces", run / "traces")
     shutil.copytree(sample / "env", run / "env")
+    shutil.copytree(sample / "steps", run / "steps")  # its 5x forward phase names rank 2 (5 traced steps alone do not)
     ranks = __import__("perftracker.collectors.loading", fromlist=["load_path"]).load_path(
         run, LoadOptions(workers=1, cache_dir=None)).ranks
     start = int(ranks["base_ns"].max())

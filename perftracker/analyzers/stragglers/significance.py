@@ -16,7 +16,8 @@ samples in one frame during one slice of a recording), and returns an `OutlierVe
   chance in both halves of the window (a burst in one half is not a persistent straggler).
 - **Effect above the spread of the others.** The rank's typical excess (median over trials of its value
   minus the median of the other ranks) must be positive, at least `MIN_EFFECT_OVER_SPREAD` times the
-  spread of the other ranks' own typical excesses, and at least `min_effect` (the caller's unit).
+  spread of the other ranks' own typical excesses (their range; from five ranks on, the range of their
+  middle 80%), at least `min_effect` (the caller's unit), and more than twice the next-latest rank's.
 - **Groups.** When ranks are slow together (two ranks sharing a core, all ranks of a host), the
   slowest single rank fails the spread test (its partner is one of "the others"); the verdict then
   looks for a group: ranks ordered by typical excess split at the widest gap, the slow side smaller
@@ -38,6 +39,7 @@ import pandas as pd
 ALPHA = 0.01  # family-wise chance of a false straggler in a clean run
 MIN_EFFECT_OVER_SPREAD = 2.0
 MIN_TRIALS = 4
+RUNNER_UP_SHARE = 0.5  # a single straggler is at least twice as late as the next-latest rank
 
 
 def binomial_tail(k: int, n: int, p: float) -> float:
@@ -164,9 +166,16 @@ def judge_outliers(trials: pd.DataFrame, min_effect: float = 0.0) -> OutlierVerd
 
 
 def _spread(per_rank: dict[int, RankStats], named: set[int]) -> float:
-    """Range of the other ranks' typical excesses; with one other rank there is no spread to measure."""
-    others = [s.typical_excess for r, s in per_rank.items() if r not in named]
-    return float(max(others) - min(others)) if len(others) >= 2 else 0.0
+    """How far apart the other ranks' typical excesses are: their full range with few ranks, the range of
+    their middle 80% from five ranks on (so one victim, e.g. a straggler's tensor-parallel partner that
+    always waits for it, does not pass for noise); with one other rank there is no spread to measure."""
+    others = np.array([s.typical_excess for r, s in per_rank.items() if r not in named], dtype=float)
+    if len(others) < 2:
+        return 0.0
+    if len(others) >= 5:
+        low, high = np.percentile(others, [10, 90])
+        return float(high - low)
+    return float(others.max() - others.min())
 
 
 def _single(per_rank: dict[int, RankStats], slowest: pd.Series, world: int, min_effect: float) -> RankStats | None:
@@ -174,6 +183,9 @@ def _single(per_rank: dict[int, RankStats], slowest: pd.Series, world: int, min_
     if best.p_family > ALPHA or best.typical_excess <= max(min_effect, 0.0):
         return None
     if best.typical_excess < MIN_EFFECT_OVER_SPREAD * _spread(per_rank, {best.rank}):
+        return None
+    runner_up = max((s.typical_excess for s in per_rank.values() if s.rank != best.rank), default=0.0)
+    if runner_up > RUNNER_UP_SHARE * best.typical_excess:  # another rank is nearly as late: a group, not one
         return None
     if not _both_halves(slowest, {best.rank}, 1.0 / world):
         return None

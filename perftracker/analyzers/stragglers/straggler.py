@@ -28,6 +28,7 @@ from perftracker.analyzers.stragglers.collectives import (
     collective_events,
     match_instances,
 )
+from perftracker.analyzers.stragglers.significance import ALPHA, OutlierVerdict, judge_outliers
 from perftracker.analyzers.stragglers.slow_ops import slower_ops
 from perftracker.store import Store
 
@@ -162,6 +163,36 @@ _ADVICE = {
 }
 
 
+def step_trials(arr: pd.DataFrame) -> pd.DataFrame:
+    """One trial per (process group, step), in time order: each member's own lateness summed over that step's
+    collectives of the group (ns). The collectives of one step are correlated, so they are one trial, not
+    many. Collectives outside any profiled step are one trial each."""
+    if arr.empty:
+        return pd.DataFrame(columns=["trial", "rank", "value"])
+    key = np.where(arr["step"] >= 0, arr["pg"].astype(str) + ":" + arr["step"].astype(str),
+                   "instance:" + arr["instance"].astype(str))
+    frame = arr.assign(key=key)
+    order = frame.groupby("key")["start_aligned"].min().sort_values()
+    codes = pd.Series(np.arange(len(order)), index=order.index)
+    out = frame.groupby(["key", "rank"])["own_ns"].sum().reset_index(name="value")
+    out["trial"] = out["key"].map(codes)
+    return out[["trial", "rank", "value"]]
+
+
+def verdict_view(analysis: Analysis) -> OutlierVerdict:
+    """Is one rank (or a group) later than this run's own noise explains? (`significance.judge_outliers`)"""
+    return judge_outliers(step_trials(analysis.view(arrivals_view).arrivals))
+
+
+def _significance(v: OutlierVerdict) -> dict[str, object]:
+    named = v.per_rank.get(v.ranks[0] if v.ranks else (v.suspect if v.suspect is not None else -1))
+    return {"trials": v.trials, "world": v.world, "confidence": round(v.confidence, 4),
+            "times_slowest": named.times_slowest if named else 0,
+            "chance_times_slowest": round(v.trials / max(v.world, 1), 2),
+            "effect_ms": round(v.effect / 1e6, 3), "others_spread_ms": round(v.spread / 1e6, 3),
+            "alpha": ALPHA}
+
+
 def analyze_stragglers(analysis: Analysis) -> list[Finding]:
     store = analysis.store
     seen = analysis.view(arrivals_view)
@@ -169,32 +200,15 @@ def analyze_stragglers(analysis: Analysis) -> list[Finding]:
     if arr.empty:
         return []
     metrics = analysis.view(rank_metrics_view)
+    verdict = analysis.view(verdict_view)
     findings = [_alignment_finding(arr, offsets)]
-    for rank, row in _persistent(metrics).sort_values("cost_per_step_s", ascending=False).iterrows():
-        r = int(rank)  # type: ignore[call-overload]
-        kind, kind_evidence = _kind(arr, r)
-        ops = slower_ops(store, r)
-        severity = Severity.CRITICAL if row["cost_share"] >= CRITICAL_COST_SHARE else Severity.WARNING
-        what = f"; slower ops: {', '.join(o['name'] for o in ops[:3])}" if ops else ""
-        findings.append(Finding(
-            analyzer="straggler", severity=severity,
-            title=(f"Rank {r} is a persistent {kind} straggler: last to arrive in {100 * row['share_last']:.0f}% "
-                   f"of collectives, median {fmt_ms(row['median_lateness_s'])} late; the others wait "
-                   f"{fmt_ms(row['cost_per_step_s'])} per step for it{what}"),
-            recommendation=_ADVICE[kind].format(r=r),
-            evidence={
-                "kind": kind, "share_last": round(float(row["share_last"]), 3),
-                "steps_mostly_last": round(float(row["steps_mostly_last"]), 3),
-                "median_lateness_ms": round(float(row["median_lateness_s"]) * 1e3, 3),
-                "p90_lateness_ms": round(float(row["p90_lateness_s"]) * 1e3, 3),
-                "matched_collectives": int(row["instances"]), **kind_evidence,
-                "slower_ops": ops[:8],
-                "peers_median_lateness_ms": round(float(metrics.drop(index=rank)["median_lateness_s"].median()) * 1e3, 3),
-            },
-            ranks=(r,), hosts=hosts_of(store, [r]),
-            cost=Cost(float(row["cost_per_step_s"]), float(row["cost_share"])), key=f"straggler:{r}",
-        ))
-    named = {f.ranks[0] for f in findings if f.severity > Severity.INFO}
+    if verdict.significant and not verdict.is_group:
+        findings.append(_straggler(store, arr, metrics, verdict))
+    elif verdict.is_group:
+        findings.append(_group(store, arr, verdict))
+    else:
+        findings += _within_noise(store, metrics, verdict)
+    named = {f.ranks[0] for f in findings if f.severity > Severity.INFO and len(f.ranks) == 1}
     for r, cost, share, evidence in _comm_stragglers(arr, store):
         if r in named:
             continue
@@ -206,8 +220,108 @@ def analyze_stragglers(analysis: Analysis) -> list[Finding]:
             recommendation=_ADVICE["communication"].format(r=r),
             evidence={"kind": "communication", **evidence},
             ranks=(r,), hosts=hosts_of(store, [r]), cost=Cost(cost, share), key=f"straggler:comm:{r}",
+            confidence=float(evidence.get("confidence", 0.0)),
         ))
     return findings
+
+
+def _straggler(store: Store, arr: pd.DataFrame, metrics: pd.DataFrame, verdict: OutlierVerdict) -> Finding:
+    r = verdict.ranks[0]
+    row = metrics.loc[r].to_dict()
+    kind, kind_evidence = _kind(arr, r)
+    ops = slower_ops(store, r)
+    severity = (Severity.CRITICAL if row["cost_share"] >= CRITICAL_COST_SHARE else
+                Severity.WARNING if row["cost_share"] >= MIN_COST_SHARE else Severity.INFO)
+    what = f"; slower ops: {', '.join(o['name'] for o in ops[:3])}" if ops else ""
+    stats = verdict.per_rank[r]
+    cheap = "" if severity > Severity.INFO else " (real, but it costs the others little)"
+    return Finding(
+        analyzer="straggler", severity=severity,
+        title=(f"Rank {r} is a persistent {kind} straggler: the last to arrive in {stats.times_slowest} of "
+               f"{stats.trials} steps (chance: {stats.trials / verdict.world:.1f}), median "
+               f"{fmt_ms(row['median_lateness_s'])} late; the others wait {fmt_ms(row['cost_per_step_s'])} per step "
+               f"for it{what}{cheap}"),
+        recommendation=_ADVICE[kind].format(r=r),
+        evidence={
+            "kind": kind, "share_last": round(float(row["share_last"]), 3),
+            "steps_mostly_last": round(float(row["steps_mostly_last"]), 3),
+            "median_lateness_ms": round(float(row["median_lateness_s"]) * 1e3, 3),
+            "p90_lateness_ms": round(float(row["p90_lateness_s"]) * 1e3, 3),
+            "matched_collectives": int(row["instances"]), **kind_evidence,
+            "slower_ops": ops[:8],
+            "peers_median_lateness_ms": round(float(metrics.drop(index=r)["median_lateness_s"].median()) * 1e3, 3),
+            "waiting_ranks": [int(x) for x in metrics.index if int(x) != r][:256],
+            "significance": _significance(verdict),
+        },
+        ranks=(r,), hosts=hosts_of(store, [r]), confidence=verdict.confidence,
+        cost=Cost(float(row["cost_per_step_s"]), float(row["cost_share"])), key=f"straggler:{r}",
+    )
+
+
+def _group_cost(store: Store, arr: pd.DataFrame, members: set[int]) -> tuple[float, float]:
+    """Per step, how long the other ranks waited for the group: its last arrival minus theirs (s, share)."""
+    inside = arr["rank"].isin(list(members))
+    last_in = arr[inside].groupby("instance")["start_aligned"].max()
+    last_out = arr[~inside].groupby("instance")["start_aligned"].max()
+    gap = (last_in - last_out).dropna().clip(lower=0)
+    steps = arr.loc[arr["step"] >= 0, "step"].nunique() or 1
+    per_step = float(gap.sum()) / steps / 1e9
+    step_s = _step_seconds(store, arr)
+    return per_step, per_step / step_s if step_s > 0 else 0.0
+
+
+def _group(store: Store, arr: pd.DataFrame, verdict: OutlierVerdict) -> Finding:
+    members = set(verdict.ranks)
+    hosts = hosts_of(store, sorted(members))
+    ranks_of_host = {int(r) for r in arr["rank"].unique() if hosts and store.host_of(int(r)) == hosts[0]}
+    whole_host = len(hosts) == 1 and ranks_of_host == members and len(hosts_of(store, sorted(
+        int(r) for r in arr["rank"].unique()))) > 1
+    cost, share = _group_cost(store, arr, members)
+    listed = ", ".join(str(r) for r in sorted(members))
+    times = sum(verdict.per_rank[r].times_slowest for r in members)
+    if whole_host:
+        severity = Severity.CRITICAL if share >= CRITICAL_COST_SHARE else (
+            Severity.WARNING if share >= MIN_COST_SHARE else Severity.INFO)
+        title = (f"Host {hosts[0]} is slow: its ranks {listed} arrive late together (the last in {times} of "
+                 f"{verdict.trials} steps); the other hosts wait {fmt_ms(cost)} per step for it")
+        advice = (f"Every rank of host {hosts[0]} is late, so look at the host, not one rank: CPU frequency and "
+                  "contention, its GPUs' clocks and thermals, its NICs and their link, the data loading on it.")
+    else:
+        severity = Severity.INFO
+        title = (f"Ranks {listed} are slower together (the last in {times} of {verdict.trials} steps, "
+                 f"{fmt_ms(verdict.effect / 1e9)} later than the others): not a single straggler; they likely "
+                 "share cores or another resource")
+        advice = ("Ranks that are slow together usually share something: CPU cores (check the ranks' CPU "
+                  "affinity and the number of processes per core), a NUMA node, a GPU or a NIC. Give each rank "
+                  "its own cores (torchrun --local-ranks-filter / numactl / taskset) and compare again.")
+    return Finding(
+        analyzer="straggler", severity=severity, title=title, recommendation=advice,
+        evidence={"group": sorted(members), "whole_host": whole_host,
+                  "waiting_ranks": sorted(int(r) for r in arr["rank"].unique() if int(r) not in members)[:256],
+                  "significance": _significance(verdict)},
+        ranks=tuple(sorted(members)), hosts=hosts, cost=Cost(cost, share), confidence=verdict.confidence,
+        key=f"straggler:group:{listed}",
+    )
+
+
+def _within_noise(store: Store, metrics: pd.DataFrame, verdict: OutlierVerdict) -> list[Finding]:
+    """The rank the old rule would have blamed, as an info with the numbers that keep it within noise."""
+    if verdict.suspect is None or verdict.suspect not in _persistent(metrics).index:
+        return []
+    r = verdict.suspect
+    row = metrics.loc[r].to_dict()
+    others = float(metrics.drop(index=r)["median_lateness_s"].median())
+    return [Finding(
+        analyzer="straggler", severity=Severity.INFO,
+        title=(f"Rank {r} arrives last most often ({verdict.per_rank[r].times_slowest} of {verdict.trials} steps), "
+               f"median {fmt_ms(row['median_lateness_s'])} late against {fmt_ms(others)} for the others: within "
+               "this run's noise; profile more steps to tell"),
+        recommendation=("Not a straggler by this run's evidence: " + verdict.reason + ". Profile more steps "
+                        "(torch.profiler schedule active=20 or more) to tell a persistent straggler from noise."),
+        evidence={"significance": _significance(verdict), "share_last": round(float(row["share_last"]), 3),
+                  "cost_share_if_real": round(float(row["cost_share"]), 4)},
+        ranks=(r,), hosts=hosts_of(store, [r]), confidence=verdict.confidence, key=f"straggler:noise:{r}",
+    )]
 
 
 COMM_EXCESS_RATIO = 0.05  # its collectives' transfer phase is 5% longer than like collectives without it
