@@ -2,7 +2,8 @@
 
 Promise: reads only the Store (tables `nccl` and `config`, `store.run_info.sysfs` from
 collectors.sysfs.read_sysfs and `store.run_info.nccl_profile` from collectors.profiles.load_profile);
-returns [] when there is no NCCL log fact and no configuration captured. Every finding's evidence
+returns [] when there is no NCCL log fact and no configuration captured. One finding per problem:
+the rules' findings about one variable or link are merged (`merge.py`). Every finding's evidence
 has a `flag` (socket_fallback, hca_problem, gid_problem, bad_socket_iface, gdr_disabled,
 p2p_disabled, ib_completion_error, nccl_warn, slow_init, ib_tc, ib_sl, ib_timeout, ib_retry, ib_qps,
 net_plugin, loose_int, echo_mismatch, inconsistent_env, profile, forced_tuning, debug, ...).
@@ -20,6 +21,7 @@ from perftracker.analyzers.nccl import rules_ib as ib_rules
 from perftracker.analyzers.nccl import rules_log as log_rules
 from perftracker.analyzers.nccl import rules_net as net_rules
 from perftracker.analyzers.nccl.context import NcclContext, build_context, job_without_nccl
+from perftracker.analyzers.nccl.merge import one_per_subject, problems
 
 RULES: tuple[Callable[[NcclContext], list[Finding]], ...] = (
     net_rules.socket_fallback, net_rules.ib_disabled, net_rules.ib_devices, net_rules.socket_ifaces, net_rules.net_plugin,
@@ -32,7 +34,8 @@ RULES: tuple[Callable[[NcclContext], list[Finding]], ...] = (
 
 
 def check(ctx: NcclContext) -> list[Finding]:
-    """Run every rule on a context; findings with the same id are reported once."""
+    """Run every rule on a context; findings with the same id are reported once, and the findings about
+    one subject (a variable, a link) become one finding with all their sources (merge.one_per_subject)."""
     seen: set[str] = set()
     out: list[Finding] = []
     for rule in RULES:
@@ -40,7 +43,7 @@ def check(ctx: NcclContext) -> list[Finding]:
             if f.id not in seen:
                 seen.add(f.id)
                 out.append(f)
-    return out
+    return one_per_subject(out)
 
 
 def analyze_nccl_config(analysis: Analysis) -> list[Finding]:
@@ -53,5 +56,5 @@ def analyze_nccl_config(analysis: Analysis) -> list[Finding]:
 
 
 def flags(findings: list[Finding]) -> set[str]:
-    """The problem classes a list of findings raises (the `flag` of each evidence)."""
-    return {str(f.evidence.get("flag")) for f in findings if f.evidence.get("flag")}
+    """The problem classes a list of findings raises (the `flag` of each evidence, merged problems included)."""
+    return {str(p["flag"]) for f in findings for p in problems(f) if p.get("flag")}

@@ -145,7 +145,7 @@ def socket_ifaces(ctx: NcclContext) -> list[Finding]:
             "bad_socket_iface", Severity.WARNING, f"NCCL uses an unsuitable socket interface: {why}",
             "Set NCCL_SOCKET_IFNAME to the node's data-network interface (e.g. NCCL_SOCKET_IFNAME=eth0, or an "
             "exclusion list like ^docker,lo,veth,flannel,cni,virbr) on every node.",
-            {"log": refs[:8]}, hosts=sorted(hosts[why]), key=why))
+            {"log": refs[:8]}, hosts=sorted(hosts[why]), key=why, subject="NCCL_SOCKET_IFNAME"))
     out.extend(_ifname_setting(ctx))
     out.extend(_iface_mismatch(ctx))
     return out
