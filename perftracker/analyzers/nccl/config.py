@@ -6,7 +6,7 @@ returns [] when there is no NCCL log fact and no configuration captured. One fin
 the rules' findings about one variable or link are merged (`merge.py`). Every finding's evidence
 has a `flag` (socket_fallback, hca_problem, gid_problem, bad_socket_iface, gdr_disabled,
 p2p_disabled, ib_completion_error, nccl_warn, slow_init, ib_tc, ib_sl, ib_timeout, ib_retry, ib_qps,
-net_plugin, loose_int, echo_mismatch, inconsistent_env, profile, forced_tuning, debug, ...).
+net_plugin, loose_int, echo_mismatch, inconsistent_env, profile, forced_tuning, debug, unverified, ...).
 Config findings carry no per-step cost (they rank by severity).
 """
 
@@ -20,6 +20,7 @@ from perftracker.analyzers.nccl import rules_env as env_rules
 from perftracker.analyzers.nccl import rules_ib as ib_rules
 from perftracker.analyzers.nccl import rules_log as log_rules
 from perftracker.analyzers.nccl import rules_net as net_rules
+from perftracker.analyzers.nccl import rules_verify as verify_rules
 from perftracker.analyzers.nccl.context import NcclContext, build_context, job_without_nccl
 from perftracker.analyzers.nccl.merge import one_per_subject, problems
 
@@ -30,6 +31,7 @@ RULES: tuple[Callable[[NcclContext], list[Finding]], ...] = (
     env_rules.loose_integers, env_rules.echo_mismatch, env_rules.inconsistent, env_rules.profile_deviation,
     env_rules.debug_knobs,
     log_rules.warns, log_rules.completion_errors, log_rules.slow_init,
+    verify_rules.unverified,
 )
 
 
