@@ -7,7 +7,8 @@ platform profile raises several rules (a value NCCL reads as octal, the echo tha
 difference across ranks it makes...); they are one problem. The merged finding is the most severe of
 them (the first on a tie, so its id is stable) with every host and rank, every source (`env`, `log`,
 `sysfs`, ...) and the other findings' titles, flags, severities and evidence in `evidence.problems`,
-their recommendations appended. `flags` of the merged finding still lists every rule that fired.
+their recommendations appended, and `evidence.subject` naming what they are about (a finding alone
+keeps its evidence as its rule made it). `flags` of the merged finding still lists every rule that fired.
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ def problems(finding: Finding) -> list[dict[str, Any]]:
 
 
 def _merge(subject: str, group: list[Finding]) -> Finding:
-    if len(group) == 1:
-        return group[0]
+    if len(group) == 1:  # the subject was only the key to merge by
+        alone = group[0]
+        return replace(alone, evidence={k: v for k, v in alone.evidence.items() if k != "subject"})
     primary = max(group, key=lambda f: (f.severity, -group.index(f)))
     others = [f for f in group if f is not primary]
     evidence: dict[str, Any] = dict(primary.evidence)
