@@ -51,7 +51,11 @@ class AnalysisResult:
 
 
 def analyze_path(path: Path, out_dir: Path, options: LoadOptions, hta_compat: bool = False) -> AnalysisResult:
-    store = load_path(path, options)
+    return analyze_store(load_path(path, options), path, out_dir, hta_compat=hta_compat)
+
+
+def analyze_store(store: Store, path: Path, out_dir: Path, hta_compat: bool = False) -> AnalysisResult:
+    """Analyze one loaded Store (one job) and write its outputs into `out_dir`."""
     analysis = Analysis(store, AnalysisOptions(hta_compat=hta_compat))
     findings, tables, failed = analyze(analysis)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -83,7 +83,7 @@ def test_each_run_loads_with_its_ranks_and_steps(run: dict[str, Any], tmp_path: 
     # GIVEN a run of the corpus
     run_dir = CORPUS / run["name"]
     # WHEN it is loaded as `perftracker analyze` loads it
-    store = load_path(run_dir, LoadOptions(workers=1), tmp_path)
+    store = load_path(run_dir, LoadOptions(workers=1))
     # THEN nothing in it is unreadable
     errors = [f"{n.source}: {n.message}" for n in store.notes if n.level == "error"]
     assert errors == []

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from perftracker.analyzers.findings import Finding
 from perftracker.cli.options import FailOn, nccl_profile_option, out_option, quiet_option, sysfs_root_option
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on
-from perftracker.collectors.loading import LoadOptions, default_cache_dir
-from perftracker.pipeline import analyze_path
+from perftracker.collectors.loading import LoadOptions, default_cache_dir, load_jobs
+from perftracker.errors import UsageError
+from perftracker.pipeline import AnalysisResult, analyze_path, analyze_store
 from perftracker.reports.text import print_summary
-from perftracker.rundir import host_name
+from perftracker.rundir import atomic_write_text, host_name
+
+JOBS_INDEX = "jobs.json"
 
 
 def analyze(
@@ -37,24 +42,70 @@ def analyze(
     = False,
     workers: Annotated[int, typer.Option("--workers", help="Parallel parser processes (0: one per CPU).")] = 0,
     quiet: Annotated[bool, quiet_option("Print only the verdict line.")] = False,
+    job: Annotated[str | None, typer.Option("--job", help="Where the traces are of several jobs: analyze only "
+                                            "the one with this label (as the refusal lists them, e.g. job2 or "
+                                            "job2-w8-a100-sxm4-80gb).")] = None,
+    each_job: Annotated[bool, typer.Option("--each-job", help="Where the traces are of several jobs: analyze each "
+                                           "alone into OUT/<label>/, with an index in OUT/jobs.json.")] = False,
 ) -> None:
     """Analyze traces and step files; print the verdict and ranked findings; write the report.
 
-    Exit codes: 0 ran, 2 bad input or usage, 3 a finding at or above --fail-on exists.
+    Traces of different jobs (world size, process groups, job id, devices, or times days apart) are never
+    compared: analyze refuses them (exit 2) unless --job picks one or --each-job analyzes each alone.
+
+    Exit codes: 0 ran, 2 bad input or usage (traces of several jobs included), 3 a finding at or above
+    --fail-on exists (in any job, with --each-job).
     """
     threshold = parse_fail_on(fail_on)
+    if job and each_job:
+        raise UsageError("--job and --each-job exclude each other", "analyze",
+                         "pick one job with --job, or all of them with --each-job")
     options = LoadOptions(comm_kernel_patterns=tuple(comm_kernel or ()),
                           cache_dir=None if no_cache else default_cache_dir(), workers=workers,
                           nccl_profile=profile, sysfs_root=sysfs_root,
-                          sysfs_host=host_name() if sysfs_root is not None else "")
-    result = analyze_path(path, out, options, hta_compat=hta_compat)
+                          sysfs_host=host_name() if sysfs_root is not None else "", job=job)
     console = Console()
+    if each_job:
+        findings = _analyze_each_job(console, path, out, options, hta_compat, quiet)
+        raise typer.Exit(fail_on_exit(findings, threshold))
+    result = analyze_path(path, out, options, hta_compat=hta_compat)
+    _print_result(console, result, quiet)
+    raise typer.Exit(fail_on_exit(result.findings, threshold))
+
+
+def _print_result(console: Console, result: AnalysisResult, quiet: bool) -> None:
     if quiet:
         console.print(result.document["summary"]["verdict"], highlight=False, markup=False)
     else:
         print_summary(console, result.findings, result.report_path,
                       coverage=result.document["summary"].get("coverage"))
-    raise typer.Exit(fail_on_exit(result.findings, threshold))
+
+
+def _analyze_each_job(console: Console, path: Path, out: Path, options: LoadOptions, hta_compat: bool,
+                      quiet: bool) -> list[Finding]:
+    """Each job under `path` analyzed alone into OUT/<label>/ (OUT itself when there is one job), then an
+    index: the terminal listing and OUT/jobs.json."""
+    everything: list[Finding] = []
+    index: list[dict[str, object]] = []
+    jobs = list(load_jobs(path, options))
+    for group, store in jobs:
+        label = group.label if group is not None and len(jobs) > 1 else ""
+        if label and group is not None:
+            console.print(f"== {group.describe()}", highlight=False, markup=False)
+        result = analyze_store(store, path, out / label if label else out, hta_compat=hta_compat)
+        _print_result(console, result, quiet)
+        everything.extend(result.findings)
+        index.append({"label": label or "job1", "description": group.describe() if group else "",
+                      "files": group.paths if group else [], "out": str(result.out_dir),
+                      "verdict": result.document["summary"]["verdict"],
+                      "counts": result.document["summary"].get("counts", {})})
+    if len(jobs) > 1:
+        atomic_write_text(out / JOBS_INDEX, json.dumps({"input": str(path), "jobs": index}, indent=2) + "\n")
+        console.print(f"{len(jobs)} jobs, each analyzed alone (index: {out / JOBS_INDEX}):", highlight=False)
+        for entry in index:
+            console.print(f"  {entry['label']}: {entry['verdict']} -> {entry['out']}", highlight=False,
+                          markup=False)
+    return everything
 
 
 def register(app: typer.Typer) -> None:

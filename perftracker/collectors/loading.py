@@ -4,6 +4,9 @@ The map step (one trace file -> that rank's tables) runs in a local process pool
 directory its result is cached as Parquet keyed by the file's path, size and mtime, so a second
 `analyze` of the same traces skips parsing; without one the tables come back from the workers
 directly (pickled). Unusable files become notes naming the file; the analysis runs on what is usable.
+Between map and reduce the traces are grouped by job (`collectors.jobs`): traces of different jobs are
+never reduced into one Store (`load_path` refuses them unless a job is picked; `load_jobs` gives one
+Store per job).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import gc
 import hashlib
 import json
 import os
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,6 +25,14 @@ import numpy as np
 import pandas as pd
 
 from perftracker import __version__
+from perftracker.collectors.jobs import (
+    JobGroup,
+    group_jobs,
+    mixed_jobs_error,
+    pick_group,
+    trace_job_facts,
+    wall_window,
+)
 from perftracker.collectors.steps import load_step_files
 from perftracker.collectors.traces.kineto import build_tables, compile_comm_patterns
 from perftracker.collectors.traces.kineto_read import parse_trace
@@ -41,6 +53,7 @@ class LoadOptions:
     nccl_profile: str | None = None  # platform profile name or file for the NCCL rules
     sysfs_root: Path | None = None  # this node's /sys (or a copy) for the NCCL/RDMA rules
     sysfs_host: str = ""  # the name of the node whose sysfs that is (the command computes it once)
+    job: str | None = None  # the label of the one job to load where the traces are of several (collectors.jobs)
 
 
 @dataclass(frozen=True)
@@ -146,8 +159,43 @@ def _parse_one(path: Path, options: LoadOptions) -> _FileResult:
         return _FileResult(path_str, False, error=f"{path}: could not be loaded ({type(exc).__name__}: {exc}).")
 
 
+@dataclass
+class _Scan:
+    """Everything found under a path, traces parsed and grouped by job, before any Store is built."""
+
+    root: Path
+    options: LoadOptions
+    inputs: Inputs
+    stack_files: list[Path]
+    profile_files: list[Path]
+    results: list[_FileResult]
+    groups: list[JobGroup]
+
+
 def load_path(root: Path, options: LoadOptions) -> Store:
-    """Build the Store for everything under `root` (run directory, folder of traces, or one file)."""
+    """Build the Store for everything under `root` (run directory, folder of traces, or one file).
+
+    Traces of several jobs are refused (InputError naming the groups) unless `options.job` picks one.
+    """
+    scan = _scan(root, options)
+    if len(scan.groups) > 1 and not options.job:
+        raise mixed_jobs_error(scan.groups, str(root))
+    group = pick_group(scan.groups, options.job, str(root)) if options.job else None
+    return _build(scan, group)
+
+
+def load_jobs(root: Path, options: LoadOptions) -> Iterator[tuple[JobGroup | None, Store]]:
+    """One Store per job found under `root` (built one at a time); the group is None for inputs without
+    traces. With one job this is `load_path`'s Store."""
+    scan = _scan(root, options)
+    if len(scan.groups) <= 1:
+        yield (scan.groups[0] if scan.groups else None), _build(scan, None)
+        return
+    for group in scan.groups:
+        yield group, _build(scan, group)
+
+
+def _scan(root: Path, options: LoadOptions) -> _Scan:
     if not root.exists():
         raise InputError("no such file or directory", str(root), "check the path")
     inputs = discover(root)
@@ -155,19 +203,36 @@ def load_path(root: Path, options: LoadOptions) -> Store:
         raise InputError(
             "found no PyTorch profiler traces (*.json, *.json.gz), step files (steps/rank-N.jsonl) or NCCL logs",
             str(root), "point analyze at a run directory, a folder of torch.profiler traces or of NCCL logs")
-    store = Store()
-    store.run_info.input = str(root)
-    store.run_info.manifest = inputs.manifest or {}
     stack_files = _take_stack_files(inputs)
     profile_files = _take_profile_files(inputs)
     _take_postmortem_files(inputs)
     results = _map_traces(inputs, options)
-    _reduce_traces(store, results)
-    _add_step_files(store, inputs)
-    _add_nccl(store, inputs, options)
-    _add_counters(store, inputs)
-    _add_stacks(store, stack_files, profile_files)
-    _add_postmortem(store, inputs)
+    facts = [trace_job_facts(Path(r.path), root, t.rank, t.world_size, t.device_name, t.pg_config,
+                             wall_window(t.base_ns, t.start_ns, t.end_ns))
+             for r in results if r.ok and (t := r.facts) is not None]
+    return _Scan(root, options, inputs, stack_files, profile_files, results, group_jobs(facts))
+
+
+def _build(scan: _Scan, group: JobGroup | None) -> Store:
+    """The Store of one job: all inputs where the traces are of one job, else `group`'s traces alone
+    (the other inputs cannot be told apart by job and are left out, with a note)."""
+    root, inputs = scan.root, scan.inputs
+    store = Store()
+    store.run_info.input = str(root)
+    store.run_info.manifest = inputs.manifest or {}
+    several = len(scan.groups) > 1
+    if several and group is not None:
+        chosen = set(group.paths)
+        _reduce_traces(store, [r for r in scan.results if r.path in chosen or not r.ok])
+        _note_other_jobs(store, scan, group)
+    else:
+        _reduce_traces(store, scan.results)
+    if not several:
+        _add_step_files(store, inputs)
+        _add_nccl(store, inputs, scan.options)
+        _add_counters(store, inputs)
+        _add_stacks(store, scan.stack_files, scan.profile_files)
+        _add_postmortem(store, inputs)
     if (store.events.empty and store.steps.empty and store["nccl"].empty and store["config"].empty
             and store["counters"].empty and store["stacks"].empty and store["profile_samples"].empty
             and store["collectives_fr"].empty and store["failures"].empty):
@@ -175,6 +240,17 @@ def load_path(root: Path, options: LoadOptions) -> Store:
         raise InputError(f"none of the inputs could be used{f' ({errors})' if errors else ''}", str(root),
                          "check that these are torch.profiler traces, step files or NCCL logs")
     return store
+
+
+def _note_other_jobs(store: Store, scan: _Scan, group: JobGroup) -> None:
+    others = [g.describe() for g in scan.groups if g is not group]
+    store.notes.append(LoadNote("warning", "jobs", f"these inputs hold {len(scan.groups)} jobs; this analysis is "
+                                f"{group.label} alone, not compared with the others: {'; '.join(others)}"))
+    left = [*scan.inputs.step_files, *scan.inputs.other, *scan.stack_files, *scan.profile_files]
+    if left:
+        names = ", ".join(p.name for p in left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+        store.notes.append(LoadNote("warning", "jobs", f"{len(left)} inputs that are not traces ({names}) cannot "
+                                    "be told apart by job and were left out: analyze them on their own"))
 
 
 def _map_traces(inputs: Inputs, options: LoadOptions) -> list[_FileResult]:

@@ -22,10 +22,17 @@ def print_summary(console: Console, findings: list[Finding], report: Path | None
     table.add_column("finding", overflow="fold")
     table.add_column("ms/step", justify="right")
     table.add_column("ranks", overflow="fold")
-    for f in findings[:limit]:
+    shown = findings[:limit]
+    with_hosts = any(f.hosts for f in shown)  # host findings (NCCL, RDMA, GPU health) name hosts, not ranks
+    if with_hosts:
+        table.add_column("hosts", overflow="fold")
+    for f in shown:
         cost = f"{f.cost.seconds_per_step * 1e3:.1f}" if f.cost.seconds_per_step > 0 else ""
         ranks = ", ".join(str(r) for r in f.ranks[:6]) + ("..." if len(f.ranks) > 6 else "")
-        table.add_row(f"[{_STYLE[f.severity.label]}]{f.severity.label}[/]", _plain(f.title), cost, ranks)
+        row = [f"[{_STYLE[f.severity.label]}]{f.severity.label}[/]", _plain(f.title), cost, ranks]
+        if with_hosts:
+            row.append(_plain(", ".join(f.hosts[:4]) + ("..." if len(f.hosts) > 4 else "")))
+        table.add_row(*row)
     console.print(table)
     if len(findings) > limit:
         console.print(f"... and {len(findings) - limit} more in findings.json")

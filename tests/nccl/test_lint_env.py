@@ -77,7 +77,7 @@ def test_crafted_env_file_is_caught(tmp_path: Path, line: str, flag: str) -> Non
                       "--json", "--fail-on", "warning")
     # THEN the misconfiguration is reported and the exit code says so
     found = json.loads(out)
-    assert flag in {f["evidence"]["flag"] for f in found}, out
+    assert flag in {p["flag"] for f in found for p in [f["evidence"], *f["evidence"].get("problems", [])]}, out
     assert code == 3
 
 

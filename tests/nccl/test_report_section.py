@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.nccl.config import analyze_nccl_config
+from perftracker.analyzers.nccl.config import analyze_nccl_config, flags
 from perftracker.analyzers.views import report_tables
 from perftracker.collectors.nccl.log import load_nccl_logs
 from perftracker.reports.html import render_section
@@ -53,4 +53,4 @@ def test_flagged_variables_come_from_the_rules_with_their_worst_severity(make_st
     # THEN it names each variable a rule judged, with the worst severity of the findings about it, and
     # only those: the WARN and completion-error findings (log text in their titles) name no variable
     assert flagged == {"NCCL_IB_TC": "critical", "NCCL_ALGO": "warning"}
-    assert {str(f.evidence["flag"]) for f in analyze_nccl_config(analysis)} >= {"nccl_warn", "ib_completion_error"}
+    assert flags(analyze_nccl_config(analysis)) >= {"nccl_warn", "ib_completion_error"}  # merged problems too

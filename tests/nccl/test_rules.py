@@ -10,6 +10,7 @@ import pytest
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.nccl.config import analyze_nccl_config, flags
+from perftracker.analyzers.nccl.merge import problems
 from perftracker.collectors.nccl.log import load_nccl_logs
 from perftracker.store import Store
 
@@ -49,8 +50,9 @@ def test_pai_lingjun_block_on_matching_node_is_clean(tmp_path: Path, make_store:
 ])
 def test_ib_hca(tmp_path: Path, make_store: MakeStore, hca: str, needle: str, sev: Severity) -> None:
     root = build_sysfs(tmp_path, [{"name": n} for n in ("mlx5_0", "mlx5_1", "mlx5_10", "mlx5_11")])
-    found = [f for f in _run(make_store([{"NCCL_IB_HCA": hca}], sysfs_root=root)) if needle in f.title]
-    assert found and found[0].severity == sev and found[0].evidence["flag"] == "hca_problem"
+    found = [p for f in _run(make_store([{"NCCL_IB_HCA": hca}], sysfs_root=root)) for p in problems(f)
+             if needle in p["title"]]
+    assert found and found[0]["severity"] == sev.label and found[0]["flag"] == "hca_problem"
 
 
 def test_ib_hca_differs_across_ranks(make_store: MakeStore) -> None:
@@ -138,14 +140,14 @@ def test_mixed_job_log_rules(make_store: MakeStore) -> None:
     # GIVEN the mixed job output: docker0 OOB on nodeB, completion errors, slow init, echo TC=94
     frames, _ = load_nccl_logs([FIXTURES / "mixed_job.log"])
     found = _run(make_store([{"NCCL_IB_TC": "0136", "HOSTNAME": "nodeA", "RANK": "0"}], frames=frames))
-    by_flag = {f.evidence["flag"]: f for f in found}
+    by_flag = {p["flag"]: p for f in found for p in problems(f)}
     err = by_flag["ib_completion_error"]
-    assert err.title.startswith("IB completion errors on link nodeB -> 10.1.0.1 (2x, status 12)")
-    assert "RETRY_EXC_ERR" in err.recommendation
-    assert "docker" in by_flag["bad_socket_iface"].title
-    assert by_flag["slow_init"].evidence["total_s"] == 42.5 and "bootstrap" in by_flag["slow_init"].title
-    assert by_flag["nccl_warn"].evidence["warn_lines"] == 2
-    assert "configured as '0136' but NCCL reports '94'" in by_flag["echo_mismatch"].title
+    assert err["title"].startswith("IB completion errors on link nodeB -> 10.1.0.1 (2x, status 12)")
+    assert "RETRY_EXC_ERR" in err["recommendation"]
+    assert "docker" in by_flag["bad_socket_iface"]["title"]
+    assert by_flag["slow_init"]["evidence"]["total_s"] == 42.5 and "bootstrap" in by_flag["slow_init"]["title"]
+    assert by_flag["nccl_warn"]["evidence"]["warn_lines"] == 2
+    assert "configured as '0136' but NCCL reports '94'" in by_flag["echo_mismatch"]["title"]
     assert "hca_problem" not in by_flag  # mlx5_1 prefix: no other device known in this log
 
 

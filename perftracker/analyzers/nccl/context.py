@@ -12,6 +12,7 @@ the analysis's Store, built once for the nccl_config analyzer and the report's N
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -252,15 +253,22 @@ class NcclFinding(Finding):
     variables: tuple[str, ...] = ()
 
 
+_LEADING_VAR = re.compile(r"^(NCCL_[A-Z0-9_]+)")
+
+
 def finding(flag: str, severity: Severity, title: str, recommendation: str, evidence: dict[str, Any],
             hosts: tuple[str, ...] | list[str] = (), ranks: tuple[int, ...] | list[int] = (),
-            key: str = "", variables: tuple[str, ...] | list[str] = ()) -> NcclFinding:
-    """A config finding: no per-step cost, `flag` recorded in the evidence, about `variables`."""
+            key: str = "", subject: str = "", variables: tuple[str, ...] | list[str] = ()) -> NcclFinding:
+    """A config finding: no per-step cost, `flag` recorded in the evidence, about `variables`, and `subject`
+    (what the problem is about: a variable, a link) too; by default the NCCL variable the title starts with.
+    Findings with one subject become one finding (`merge.one_per_subject`)."""
     hosts_t = tuple(sorted({h for h in hosts if h}))
     ranks_t = tuple(sorted({r for r in ranks if r >= 0}))
+    named = _LEADING_VAR.match(title)
+    about = subject or (named.group(1) if named else "")
     return NcclFinding(analyzer=ANALYZER, severity=severity, title=title, recommendation=recommendation,
-                       evidence={"flag": flag, **evidence}, hosts=hosts_t, ranks=ranks_t,
-                       key=f"{flag}|{key or title}", variables=tuple(sorted(set(variables))))
+                       evidence={"flag": flag, **({"subject": about} if about else {}), **evidence}, hosts=hosts_t,
+                       ranks=ranks_t, key=f"{flag}|{key or title}", variables=tuple(sorted(set(variables))))
 
 
 def setting_refs(settings: list[Setting], limit: int = 8) -> list[str]:

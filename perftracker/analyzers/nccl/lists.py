@@ -89,3 +89,42 @@ def overmatches(spec: DeviceList, names: list[str]) -> dict[str, list[str]]:
         if extra and tok.name in names:
             out[tok.name] = extra
     return out
+
+
+def selects_within(value: DeviceList, allowed: DeviceList, names: list[str] | None = None,
+                   ports_matter: bool = True) -> bool:
+    """True when everything `value` selects, `allowed` selects too, as NCCL matches the lists.
+
+    With the candidate `names` known (the node's devices or interfaces) and `value` selecting some of
+    them, the selections are compared. Otherwise token by token: a prefix token of `allowed` covers the
+    names that start with it (`eth` covers `eth0` and `=eth0`), an exact token only itself, and an
+    exclusion list covers every token it does not exclude. An exclusion `value` is within `allowed`
+    only when written the same. `ports_matter=False` for NCCL_SOCKET_IFNAME, where NCCL ignores ports.
+    """
+    if value.raw == allowed.raw:
+        return True
+    if names:
+        chosen = match_list(value, names)
+        if chosen:
+            return set(chosen) <= set(match_list(allowed, names))
+    if value.exclude:
+        return False
+    return all(tok.name and _token_within(tok, value.exact, allowed, ports_matter) for tok in value.tokens)
+
+
+def _token_within(tok: Token, exact: bool, allowed: DeviceList, ports_matter: bool) -> bool:
+    def covers(a: Token) -> bool:
+        if ports_matter and a.port and a.port != tok.port:
+            return False
+        if allowed.exact:
+            return exact and tok.name == a.name
+        return tok.name.startswith(a.name) and bool(a.name)
+
+    def overlaps(a: Token) -> bool:  # an excluded token that takes away some of what `tok` selects
+        if allowed.exact:
+            return a.name == tok.name if exact else a.name.startswith(tok.name)
+        return tok.name.startswith(a.name) or (not exact and a.name.startswith(tok.name))
+
+    if allowed.exclude:
+        return not any(overlaps(a) for a in allowed.tokens if a.name)
+    return any(covers(a) for a in allowed.tokens)

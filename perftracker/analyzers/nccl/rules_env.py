@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.nccl.context import NcclContext, Setting, finding, setting_refs
+from perftracker.analyzers.nccl.lists import match_list, parse_list, selects_within
 from perftracker.values import strtoll_base0
 
 INT_VARS = frozenset({
@@ -123,6 +124,8 @@ def profile_deviation(ctx: NcclContext) -> list[Finding]:
                 ok = strtoll_base0(s.value)[0] == strtoll_base0(want)[0]
             elif var == "NCCL_DEBUG":
                 ok = s.value.strip().upper() == want.upper()
+            elif var in ("NCCL_SOCKET_IFNAME", "NCCL_IB_HCA"):
+                ok = _list_conforms(ctx, var, s.value, want)
             else:
                 ok = s.value == want
             if not ok:
@@ -135,6 +138,20 @@ def profile_deviation(ctx: NcclContext) -> list[Finding]:
                                [s.host for s in group], [s.rank for s in group], key=f"{var}|{value}",
                                variables=[var]))
     return out
+
+
+def _list_conforms(ctx: NcclContext, var: str, value: str, want: str) -> bool:
+    """A device/interface list matches the profile's as NCCL matches lists (lists.selects_within): the
+    profile's `eth` already covers `eth0`. For NCCL_IB_HCA, where the node's devices are known, it must
+    also keep every device the profile selects (fewer NICs is fewer rails)."""
+    if var == "NCCL_SOCKET_IFNAME":
+        names = sorted({str(i["name"]) for node in ctx.sysfs for i in node.get("net", [])})
+        return selects_within(parse_list(value), parse_list(want), names, ports_matter=False)
+    devices = ctx.rdma_devices()
+    spec, allowed = parse_list(value), parse_list(want)
+    if not selects_within(spec, allowed, devices):
+        return False
+    return not devices or set(match_list(allowed, devices)) <= set(match_list(spec, devices))
 
 
 def debug_knobs(ctx: NcclContext) -> list[Finding]:

@@ -7,6 +7,7 @@ Promise: pure functions `NcclContext -> list[Finding]`. Completion errors are gr
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 
 from perftracker.analyzers.findings import Finding, Severity
@@ -19,6 +20,12 @@ _STATUS_HINT = {
     5: "WR_FLUSH_ERR: flushed after an earlier error on the same queue pair",
 }
 SLOW_INIT_S = 10.0
+_COMPLETION_WARN = re.compile(r"Got completion from peer (?P<peer>[^<\s]+)")
+
+
+def link_subject(host: str, peer: str) -> str:
+    """The subject of the findings about one link (they become one finding)."""
+    return f"the link {host} -> {peer}"
 
 
 def warns(ctx: NcclContext) -> list[Finding]:
@@ -28,10 +35,13 @@ def warns(ctx: NcclContext) -> list[Finding]:
     messages: Counter[str] = Counter()
     refs: list[str] = []
     hosts: set[str] = set()
+    links: set[str] = set()  # the link each WARN line is a completion error of ("" when it is not one)
     for p in ctx.procs:
         for value, line, count in p.facts.get("warn", []):
             messages[value] += count
             hosts.add(p.host)
+            completion = _COMPLETION_WARN.search(value)
+            links.add(link_subject(p.host or "?", completion.group("peer")) if completion else "")
             if len(refs) < 8:
                 refs.append(f"{p.file}:{line}: {value[:200]}")
     chains = [f"{p.where('error_chain')}" for p in ctx.procs if p.has("error_chain")][:4]
@@ -40,7 +50,9 @@ def warns(ctx: NcclContext) -> list[Finding]:
                     "Read the first WARN of each process: it names the failing call; the `-> N` lines after it "
                     "show where the error propagated (2 = system error, 3 = internal, 6 = remote).",
                     {"warn_lines": total, "distinct": dict(messages.most_common(10)), "log": refs,
-                     "error_chains": chains}, hosts=sorted(hosts))]
+                     "error_chains": chains}, hosts=sorted(hosts),
+                    # WARN lines that are all one link's completion errors are that link's problem
+                    subject=next(iter(links)) if len(links) == 1 else "")]
 
 
 def completion_errors(ctx: NcclContext) -> list[Finding]:
@@ -67,7 +79,8 @@ def completion_errors(ctx: NcclContext) -> list[Finding]:
             f"IB completion errors on link {host} -> {peer} ({len(errs)}x, status {', '.join(statuses) or '?'})",
             "; ".join(hints) or "Check the link between these hosts (ibv_devinfo, port counters, switch logs).",
             {"host": host, "peer": peer, "count": len(errs), "statuses": dict(statuses), "vendor_errs": vendors,
-             "gids": gids, "log": [w for _, w in errs[:5]]}, hosts=[host], key=f"{host}|{peer}"))
+             "gids": gids, "log": [w for _, w in errs[:5]]}, hosts=[host], key=f"{host}|{peer}",
+            subject=link_subject(host, peer)))
     return out
 
 

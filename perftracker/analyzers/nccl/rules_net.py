@@ -15,7 +15,8 @@ from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.nccl.context import NcclContext, finding, is_intended, setting_refs
 from perftracker.analyzers.nccl.lists import match_list, parse_list
 
-_BAD_IFACE = re.compile(r"^(docker|virbr|flannel|cni|veth|lo$|lo\d|br-|cali|weave|tunl|kube)")
+_BAD_IFACE = re.compile(r"^(docker|virbr|flannel|cni|veth|lo$|lo\d|br-|cali|weave|tunl|kube|ifb|tun\d|tap|dummy|vxlan|"
+                        r"genev|nodelocaldns|sit\d|ip6tnl|gre|erspan)")
 
 
 def iface_problem(name: str, addr: str | None) -> str:
@@ -38,6 +39,14 @@ def iface_problem(name: str, addr: str | None) -> str:
     if ip.version == 4 and ip in ipaddress.ip_network("172.17.0.0/16"):
         return f"{name} is on the default docker bridge subnet 172.17.0.0/16 ({addr})"
     return ""
+
+
+def usable_ifaces(ctx: NcclContext) -> list[str]:
+    """The node's interfaces fit to propose for NCCL_SOCKET_IFNAME: not loopback (by name or ARP type 772),
+    not a bridge, not a container, overlay or other virtual interface by name (docker*, veth*, ifb*, ...)."""
+    return sorted({i["name"] for node in ctx.sysfs for i in node.get("net", [])
+                   if not i.get("bridge") and str(i.get("type", "")) != "772"
+                   and not iface_problem(str(i["name"]), None)})
 
 
 def socket_fallback(ctx: NcclContext) -> list[Finding]:
@@ -146,7 +155,7 @@ def socket_ifaces(ctx: NcclContext) -> list[Finding]:
             "bad_socket_iface", Severity.WARNING, f"NCCL uses an unsuitable socket interface: {why}",
             "Set NCCL_SOCKET_IFNAME to the node's data-network interface (e.g. NCCL_SOCKET_IFNAME=eth0, or an "
             "exclusion list like ^docker,lo,veth,flannel,cni,virbr) on every node.",
-            {"log": refs[:8]}, hosts=sorted(hosts[why]), key=why))
+            {"log": refs[:8]}, hosts=sorted(hosts[why]), key=why, subject="NCCL_SOCKET_IFNAME"))
     out.extend(_ifname_setting(ctx))
     out.extend(_iface_mismatch(ctx))
     return out
@@ -168,21 +177,26 @@ def _ifname_setting(ctx: NcclContext) -> list[Finding]:
         if not ifaces:
             continue
         matched = match_list(spec, list(ifaces))
+        usable = usable_ifaces(ctx)
         if not matched:
             out.append(finding(
                 "bad_socket_iface", Severity.CRITICAL,
                 f"NCCL_SOCKET_IFNAME={value!r} matches no interface on this node",
-                f"Use one of the node's interfaces: {', '.join(sorted(ifaces))}.",
+                f"Use one of the node's interfaces: {', '.join(usable)}." if usable else
+                f"This node has no physical interface to propose (only {', '.join(sorted(ifaces))}): point "
+                "NCCL_SOCKET_IFNAME at the data-network interface of the nodes the job runs on.",
                 {"env": refs, "sysfs": sorted(ifaces)}, hosts=[s.host for s in settings], key=f"ifname-none|{value}",
                 variables=["NCCL_SOCKET_IFNAME"]))
             continue
-        unwanted = [n for n in matched if iface_problem(n, None)]
+        unwanted = [n for n in matched if n not in usable]
         if unwanted:
             out.append(finding(
                 "bad_socket_iface", Severity.WARNING,
                 f"NCCL_SOCKET_IFNAME={value!r} also matches {', '.join(unwanted)}",
-                f"Use exact names (NCCL_SOCKET_IFNAME=={','.join(n for n in matched if n not in unwanted)}) or "
-                "an exclusion list.", {"env": refs, "matched": matched}, hosts=[s.host for s in settings],
+                (f"Use exact names (NCCL_SOCKET_IFNAME=={','.join(good)}) or an exclusion list."
+                 if (good := [n for n in matched if n not in unwanted]) else
+                 f"Point it at a physical interface{': ' + ', '.join(usable) if usable else ''}."),
+                {"env": refs, "matched": matched}, hosts=[s.host for s in settings],
                 key=f"ifname-unwanted|{value}", variables=["NCCL_SOCKET_IFNAME"]))
         elif len(matched) > 1 and not spec.exact and not is_intended(ctx, "NCCL_SOCKET_IFNAME", value):
             out.append(finding(

@@ -5,7 +5,9 @@ with GID types and netdevs) and `<root>/class/net/*` (operstate, and the address
 name), following symlinks exactly as the kernel lays them out, so tests can point `root` at a fake
 tree. Unreadable files (an empty GID slot's attributes fail with EINVAL) are skipped, never fatal.
 With the real `/sys` the IPv4/IPv6 addresses of every interface are added from the kernel.
-The result is plain JSON-able data meant for the Store's `RunInfo.sysfs`.
+It also says what it could not read, and why (`status`: no sysfs, no `class/infiniband`, no devices, no
+permission), so the rules can say what they could not verify. Bridges are marked `bridge`. The result is plain JSON-able data meant for the
+Store's `RunInfo.sysfs`.
 """
 
 from __future__ import annotations
@@ -127,17 +129,47 @@ def _kernel_addresses() -> dict[str, set[str]]:
     return found
 
 
+def class_status(root: Path, name: str) -> str:
+    """Whether `<root>/class/<name>` could be read: ok, no_sysfs (no `<root>/class`), missing (no such
+    class: for infiniband, no RDMA driver loaded), empty (no devices), or permission (not readable)."""
+    base = root / "class"
+    if not base.is_dir():
+        return "no_sysfs"
+    folder = base / name
+    if not folder.is_dir():
+        return "missing"
+    if not os.access(folder, os.R_OK | os.X_OK):
+        return "permission"
+    try:
+        return "ok" if any(folder.iterdir()) else "empty"
+    except PermissionError:
+        return "permission"
+    except OSError:
+        return "missing"
+
+
+def is_bridge(root: Path, name: str) -> bool:
+    """A network interface that is a bridge (docker0, virbr0, br-..., cni0): the kernel gives it a
+    `bridge/` folder. (Not "under devices/virtual": a container's own eth0 is a veth and lives there.)"""
+    return (root / "class" / "net" / name / "bridge").is_dir()
+
+
 def read_sysfs(root: Path | str = "/sys", host: str = "") -> dict[str, Any]:
     """RDMA devices and network interfaces of one node, named `host` (as the command computed it; ""
-    when unnamed), as `RunInfo.sysfs` holds them."""
+    when unnamed), as `RunInfo.sysfs` holds them, with what could be read: `status` maps `rdma` and
+    `net` to `class_status` (ok, no_sysfs, missing, empty, permission)."""
     root_path = Path(root)
     if not (root_path / "class").is_dir() and root_path.name == "class":
         root_path = root_path.parent
     rdma = read_rdma(root_path)
+    net = read_net(root_path, rdma)
+    for iface in net:
+        iface["bridge"] = is_bridge(root_path, iface["name"])
     return {
         "root": str(root_path),
         "host": host,
         "available": (root_path / "class").is_dir() and os.access(root_path / "class", os.R_OK),
+        "status": {"rdma": class_status(root_path, "infiniband"), "net": class_status(root_path, "net")},
         "rdma": rdma,
-        "net": read_net(root_path, rdma),
+        "net": net,
     }

@@ -2,7 +2,8 @@
 
 Rank comes from `distributedInfo.rank`, else from a number in the file name (`rank-3`, `rank_3`,
 `worker3`, ...). Files of one rank whose time spans do not overlap are separate profiling windows;
-two files claiming one rank in the same window is an error that lists them.
+two files claiming one rank in the same window is an error that lists them. Traces of different jobs
+never meet here: `collectors.jobs` groups them first, and this runs on one job's traces.
 """
 
 from __future__ import annotations
@@ -64,9 +65,12 @@ def assign_windows(identities: list[TraceIdentity]) -> list[str]:
         for a, b in zip(group, group[1:]):
             if b.start_ns < a.end_ns:
                 raise InputError(
-                    f"two trace files claim rank {rank} in the same time window: {a.path} and {b.path}",
+                    f"two trace files claim rank {rank} in the same time window: {a.path} and {b.path}; they "
+                    "agree on everything that tells jobs apart (world size, devices, process groups, job id, "
+                    "time), so they look like one job's rank twice",
                     "input",
-                    "pass one job's traces at a time, or move the duplicate aside",
+                    "if one is a copy of the other, move it aside; if they are two runs of one job at once, "
+                    "move each run's traces into a folder of its own",
                 )
         for window, ident in enumerate(group):
             ident.window = window

@@ -1,0 +1,77 @@
+"""One finding per problem: the NCCL rules' findings about one subject merged into one.
+
+Promise: `one_per_subject(findings)` returns one finding for each `subject` in the findings' evidence
+(an NCCL variable, a link), keeping findings without a subject as they are, in the order of the first
+finding of each. The same variable seen in env snapshots, in NCCL's log echo and against the
+platform profile raises several rules (a value NCCL reads as octal, the echo that shows it, the
+difference across ranks it makes...); they are one problem. The merged finding is the most severe of
+them (the first on a tie, so its id is stable) with every host and rank, every source (`env`, `log`,
+`sysfs`, ...) and the other findings' titles, flags, severities and evidence in `evidence.problems`,
+their recommendations appended, and `evidence.subject` naming what they are about (a finding alone
+keeps its evidence as its rule made it). `flags` of the merged finding still lists every rule that fired.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from perftracker.analyzers.findings import Finding
+from perftracker.analyzers.nccl.context import NcclFinding
+
+# Evidence lists that name where a value was seen; merged across the findings of one subject.
+_SOURCES = ("env", "log", "sysfs")
+
+
+def one_per_subject(findings: list[Finding]) -> list[Finding]:
+    """Merge the findings that share an `evidence.subject` (see the module's promise)."""
+    groups: dict[str, list[Finding]] = {}
+    order: list[tuple[str, Finding | None]] = []
+    for f in findings:
+        subject = str(f.evidence.get("subject") or "")
+        if not subject:
+            order.append(("", f))
+            continue
+        if subject not in groups:
+            groups[subject] = []
+            order.append((subject, None))
+        groups[subject].append(f)
+    return [f if f is not None else _merge(subject, groups[subject]) for subject, f in order]
+
+
+def problems(finding: Finding) -> list[dict[str, Any]]:
+    """Every problem a (possibly merged) finding stands for: flag, severity, title, evidence."""
+    own = {"flag": finding.evidence.get("flag"), "severity": finding.severity.label, "title": finding.title,
+           "recommendation": finding.recommendation,
+           "evidence": {k: v for k, v in finding.evidence.items() if k != "problems"}}
+    return [own, *finding.evidence.get("problems", [])]
+
+
+def _merge(subject: str, group: list[Finding]) -> Finding:
+    if len(group) == 1:  # the subject was only the key to merge by
+        alone = group[0]
+        return replace(alone, evidence={k: v for k, v in alone.evidence.items() if k != "subject"})
+    primary = max(group, key=lambda f: (f.severity, -group.index(f)))
+    others = [f for f in group if f is not primary]
+    evidence: dict[str, Any] = dict(primary.evidence)
+    for name in _SOURCES:
+        seen = [*evidence.get(name, [])] if isinstance(evidence.get(name), list) else []
+        for f in others:
+            value = f.evidence.get(name)
+            if isinstance(value, list):
+                seen.extend(v for v in value if v not in seen)
+        if seen:
+            evidence[name] = seen
+    evidence["problems"] = [{"flag": f.evidence.get("flag"), "severity": f.severity.label, "title": f.title,
+                             "recommendation": f.recommendation,
+                             "evidence": {k: v for k, v in f.evidence.items() if k not in ("flag", "subject")}}
+                            for f in others]
+    recommendations = list(dict.fromkeys([primary.recommendation, *(f.recommendation for f in others)]))
+    n = len(others)
+    if isinstance(primary, NcclFinding):  # the merged finding is about every variable its problems name
+        primary = replace(primary, variables=tuple(sorted({v for f in group for v in getattr(f, "variables", ())})))
+    return replace(
+        primary, title=f"{primary.title} (and {n} more problem{'s' if n > 1 else ''} with {subject})",
+        recommendation=" ".join(recommendations), evidence=evidence,
+        hosts=tuple(sorted({h for f in group for h in f.hosts})),
+        ranks=tuple(sorted({r for f in group for r in f.ranks})))
