@@ -53,7 +53,8 @@ def analyze(
         console.print(result.document["summary"]["verdict"], highlight=False, markup=False)
     else:
         print_summary(console, result.findings, result.report_path,
-                      coverage=result.document["summary"].get("coverage"))
+                      coverage=result.document["summary"].get("coverage"),
+                      synthetic=result.document["summary"].get("synthetic_inputs"))
     raise typer.Exit(fail_on_exit(result.findings, threshold))
 
 

@@ -22,6 +22,7 @@ import pandas as pd
 
 from perftracker import __version__
 from perftracker.collectors.steps import load_step_files
+from perftracker.collectors.synthetic import synthetic_inputs
 from perftracker.collectors.traces.kineto import build_tables, compile_comm_patterns
 from perftracker.collectors.traces.kineto_read import parse_trace
 from perftracker.collectors.traces.ranks import TraceIdentity, assign_windows, host_from_name, rank_from_name
@@ -158,6 +159,8 @@ def load_path(root: Path, options: LoadOptions) -> Store:
     store = Store()
     store.run_info.input = str(root)
     store.run_info.manifest = inputs.manifest or {}
+    store.run_info.synthetic_inputs, synthetic_notes = synthetic_inputs(store.run_info.manifest)
+    store.add_notes(synthetic_notes)
     stack_files = _take_stack_files(inputs)
     profile_files = _take_profile_files(inputs)
     _take_postmortem_files(inputs)
