@@ -36,6 +36,8 @@ PER_RANK = {0: ("nodeA", 1001, {"NCCL_SOCKET_IFNAME": "eth0"}), 1: ("nodeA", 100
 
 # What the manifest says is made up (perftracker shows it in the report, the terminal and findings.json).
 SYNTHETIC = [
+    {"path": ".", "made_by": "scripts/make_sample_nccl.py",
+     "what": "a sample written for the demo and the tests; no NCCL job ran on this machine"},
     {"path": "output/job.log", "made_by": "the project (tests/fixtures/nccl/mixed_job.log)",
      "what": "the project's NCCL_DEBUG=INFO excerpt of a 2-node RoCE job, written, not collected"},
     {"path": "env/", "made_by": "scripts/make_sample_nccl.py",

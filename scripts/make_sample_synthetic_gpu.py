@@ -110,6 +110,7 @@ def rdma_records(t0: int, t1: int) -> list[dict[str, Any]]:
 def synthetic_entries() -> list[dict[str, str]]:
     """The manifest's `synthetic` list: every input of this sample, what wrote it and what it pretends."""
     return [
+        {"path": ".", "made_by": SCRIPT, "what": "a sample written for the demo and the tests; no GPU job ran"},
         {"path": "traces/", "made_by": f"perftracker.synth via {SCRIPT}",
          "what": f"Kineto traces of a {RANKS}-rank NCCL job, {STEPS} steps; rank {STRAGGLER} is given "
                  f"{EXTRA_US / 1000:.1f} ms of extra GPU kernel time before every collective"},

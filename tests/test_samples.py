@@ -62,8 +62,8 @@ def test_the_loader_puts_the_entry_in_the_run_info() -> None:
     gpu = load_path(SAMPLES / GPU, LoadOptions(cache_dir=None, workers=1)).run_info
     real = load_path(SAMPLES / REAL, LoadOptions(cache_dir=None, workers=1)).run_info
     # THEN the synthetic one's inputs are typed in the RunInfo, the real one has none
-    assert {s.path for s in gpu.synthetic_inputs} == {"traces/", "counters/gpu-node-1.gpu.jsonl",
-                                                      "counters/gpu-node-1.rdma.jsonl"}
+    assert [s.path for s in gpu.synthetic_inputs] == [".", "traces/", "counters/gpu-node-1.gpu.jsonl",
+                                                      "counters/gpu-node-1.rdma.jsonl"]
     assert all(s.made_by and s.what for s in gpu.synthetic_inputs)
     assert real.synthetic_inputs == []
 
@@ -81,7 +81,7 @@ def test_synthetic_inputs_are_said_in_summary_finding_and_report(tmp_path: Path,
         made_up = summary["synthetic_inputs"]
         assert made_up and all(set(s) == {"path", "made_by", "what"} for s in made_up)
         assert len(said) == 1 and said[0].severity.label == "info"
-        assert said[0].title.startswith(("Some inputs are synthetic: ", "Every input is synthetic"))
+        assert said[0].title.startswith("Every input is synthetic: ")  # both say "." (every input) first
         assert all(s["path"] in said[0].title for s in made_up)
         assert 'id="synthetic"' in html and html.index('id="synthetic"') < html.index('id="verdict"')
         assert all(s["path"] in html for s in made_up)
@@ -104,7 +104,8 @@ def test_the_terminal_says_which_inputs_are_synthetic(tmp_path: Path) -> None:
     # WHEN each is analyzed from the command line
     gpu, real = terminal(GPU), terminal(REAL)
     # THEN the synthetic one's verdict is followed by the synthetic inputs, the real one's is not
-    assert "Synthetic inputs (made up, not collected): traces/: Kineto traces" in gpu
+    assert "Synthetic inputs (made up, not collected): every input: a sample written" in gpu
+    assert "traces/: Kineto traces" in gpu
     assert gpu.index("Verdict:") < gpu.index("Synthetic inputs") < gpu.index("severity")
     assert "Synthetic" not in real
 
