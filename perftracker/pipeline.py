@@ -64,7 +64,7 @@ def analyze_store(store: Store, path: Path, out_dir: Path, hta_compat: bool = Fa
     notes = [*store.notes, *failed]
     document = json_report.build(findings, notes, str(path), summary)
     json_report.write(out_dir / FINDINGS, document)
-    _render(out_dir, tables, findings, notes, str(path), summary["coverage"])
+    _render(out_dir, tables, findings, notes, str(path), summary)
     return AnalysisResult(store, findings, out_dir, document, tables)
 
 
@@ -88,12 +88,15 @@ def analyze(analysis: Analysis) -> tuple[list[Finding], dict[str, pd.DataFrame],
 def _summary(analysis: Analysis, tables: Mapping[str, pd.DataFrame]) -> dict[str, Any]:
     store = analysis.store
     stats = tables["step_stats"]
-    return {
+    summary: dict[str, Any] = {
         "ranks": len(known_ranks(store)), "hosts": known_hosts(store),
         "coverage": coverage_dict(coverage(analysis)),
         "step_time_s": float(stats["median_s"].median()) if not stats.empty else None,
         "hta_compat": analysis.options.hta_compat,
     }
+    if store.run_info.synthetic_inputs:  # only runs that say so: a real run's summary has no such key
+        summary["synthetic_inputs"] = [s.to_dict() for s in store.run_info.synthetic_inputs]
+    return summary
 
 
 def save_tables(tables: Mapping[str, pd.DataFrame], folder: Path) -> None:
@@ -115,9 +118,10 @@ def load_tables(folder: Path) -> dict[str, pd.DataFrame]:
 
 
 def _render(out_dir: Path, tables: Mapping[str, pd.DataFrame], findings: list[Finding], notes: list[LoadNote],
-            title: str, coverage_summary: dict[str, Any] | None) -> None:
+            title: str, summary: Mapping[str, Any]) -> None:
     sections = html_report.build_sections(tables, findings)
-    html_report.render(out_dir / REPORT, findings, notes, sections, title=title, coverage=coverage_summary)
+    html_report.render(out_dir / REPORT, findings, notes, sections, title=title, coverage=summary.get("coverage"),
+                       synthetic=summary.get("synthetic_inputs"))
 
 
 def render_report(out_dir: Path) -> Path:
@@ -125,5 +129,5 @@ def render_report(out_dir: Path) -> Path:
     document, findings = json_report.read(out_dir / FINDINGS)
     notes = [LoadNote.from_dict(n) for n in document.get("notes", [])]
     _render(out_dir, load_tables(out_dir / TABLES), findings, notes, str(document.get("input", out_dir)),
-            (document.get("summary") or {}).get("coverage"))
+            document.get("summary") or {})
     return out_dir / REPORT

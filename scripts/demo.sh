@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up a fresh environment and analyze the bundled sample run; prints where the report is.
+# Set up a fresh environment and analyze the bundled sample runs; prints where the reports are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv

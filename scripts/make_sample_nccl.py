@@ -4,7 +4,8 @@ This machine has no GPU, NCCL or RDMA device, so no real NCCL log can be produce
 holds the project's own NCCL_DEBUG=INFO log excerpt (tests/fixtures/nccl/mixed_job.log: a 2-node RoCE
 job's output with launcher prefixes) and per-rank environment snapshots with the mistakes users make
 (an octal-looking NCCL_IB_TC, a bare HCA prefix, a docker bridge as socket interface on one node,
-a low IB timeout). It is labelled as written, not collected, in sample_traces/README.md.
+a low IB timeout). It is labelled as written, not collected, in sample_traces/README.md and in its
+manifest (`synthetic`: every input, which perftracker shows in the report, the terminal and findings.json).
 
 `counters/<host>.rdma.jsonl` are synthetic RoCE port samples (5 s for 60 s) of each node's mlx5_1
 (netdev eth1) in the live sampler's format, with the `ethtool` flow-control counters taken from the
@@ -32,6 +33,18 @@ COMMON = {"NCCL_DEBUG": "INFO", "NCCL_IB_HCA": "mlx5_1", "NCCL_IB_GID_INDEX": "3
 PER_RANK = {0: ("nodeA", 1001, {"NCCL_SOCKET_IFNAME": "eth0"}), 1: ("nodeA", 1002, {"NCCL_SOCKET_IFNAME": "eth0"}),
             2: ("nodeB", 2001, {"NCCL_SOCKET_IFNAME": "docker0"}), 3: ("nodeB", 2002, {"NCCL_SOCKET_IFNAME": "docker0"})}
 
+
+# What the manifest says is made up (perftracker shows it in the report, the terminal and findings.json).
+SYNTHETIC = [
+    {"path": ".", "made_by": "scripts/make_sample_nccl.py",
+     "what": "a sample written for the demo and the tests; no NCCL job ran on this machine"},
+    {"path": "output/job.log", "made_by": "the project (tests/fixtures/nccl/mixed_job.log)",
+     "what": "the project's NCCL_DEBUG=INFO excerpt of a 2-node RoCE job, written, not collected"},
+    {"path": "env/", "made_by": "scripts/make_sample_nccl.py",
+     "what": "per-rank environment snapshots with planted NCCL configuration mistakes"},
+    {"path": "counters/", "made_by": "scripts/make_sample_nccl.py",
+     "what": "RoCE port samples; nodeB's mlx5_1 paused by PFC on priority 3 18% of the time"},
+]
 
 T0_S = 1772359170  # 2026-03-01 09:59:30 UTC, just before the NCCL log excerpt's WARN lines
 STEP_S, SAMPLES = 5, 13
@@ -79,7 +92,8 @@ def main() -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rdma_records(host)))
     manifest = {"format": "perftracker-run", "format_version": 1, "job": "2-node RoCE job (project-written sample)",
-                "created_by": "scripts/make_sample_nccl.py", "hosts": ["nodeA", "nodeB"], "ranks": [0, 1, 2, 3]}
+                "created_by": "scripts/make_sample_nccl.py", "hosts": ["nodeA", "nodeB"], "ranks": [0, 1, 2, 3],
+                "synthetic": SYNTHETIC}
     (OUT / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     print(f"wrote {OUT}")
     return 0

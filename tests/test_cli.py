@@ -109,3 +109,9 @@ def test_demo_on_sample_traces_names_the_slowed_rank(tmp_path: Path) -> None:
     # THEN the top finding names rank 2, and the step files' host is known
     assert warnings and warnings[0]["ranks"] == [2]
     assert doc["summary"]["ranks"] == 4
+    # AND the synthetic GPU sample is analyzed too: its straggler is rank 2, and the terminal marks the
+    # synthetic samples (it and the NCCL one) as such, the real ones not
+    gpu = json.loads((tmp_path / "demo" / "synthetic-gpu-4rank-thermal" / "findings.json").read_text())
+    assert [f["ranks"] for f in gpu["findings"] if f["analyzer"] == "straggler" and f["severity"] != "info"] == [[2]]
+    assert "synthetic_inputs" in gpu["summary"] and "synthetic_inputs" not in doc["summary"]
+    assert result.stdout.count("Synthetic inputs") == 2

@@ -14,6 +14,7 @@ from perftracker.pipeline import analyze_path
 REPO = Path(__file__).resolve().parents[1]
 STALL = REPO / "sample_traces" / "gloo-4rank-stall-rank2"
 SLOW = REPO / "sample_traces" / "ddp-gloo-4rank-slow-rank2"
+SYNTHETIC_GPU = REPO / "sample_traces" / "synthetic-gpu-4rank-thermal"
 
 
 def _areas(document: dict, key: str) -> dict[str, object]:  # type: ignore[type-arg]
@@ -44,17 +45,32 @@ def test_environment_only_says_what_it_could_not_judge(tmp_path: Path) -> None:
 
 
 def test_full_sample_run_is_judged_from_its_inputs(tmp_path: Path) -> None:
-    # GIVEN the sample run with CPU traces, step files, environments and (synthetic) GPU and RDMA counters
+    # GIVEN the real sample run: CPU traces, step files and environments, no GPU or RDMA counters
     # WHEN it is analyzed
     doc = analyze_path(SLOW, tmp_path / "out", LoadOptions(cache_dir=None)).document
-    # THEN stragglers, GPU health and RDMA are judged from those inputs; GPU kernels are not (CPU traces),
-    # and neither are hangs (no stacks); a crash area is not named for a run with no job output
+    # THEN stragglers are judged from traces and step times; GPU kernels are not (CPU traces), nor GPU
+    # health and RDMA (no samples: the machine has neither), nor hangs (no stacks); a crash area is not
+    # named for a run with no job output
     judged = _areas(doc, "judged")
     assert judged["stragglers and step time"] == ["traces", "step times"]
-    assert judged["GPU health"] == ["GPU samples"] and judged["RDMA network"][0] == "port counters"
     not_judged = _areas(doc, "not_judged")
-    assert set(not_judged) == {"GPU kernels, overlap and idle time", "hangs"}
+    assert set(not_judged) == {"GPU kernels, overlap and idle time", "GPU health", "RDMA network", "hangs"}
     assert "CPU events only" in str(not_judged["GPU kernels, overlap and idle time"])
+    assert "NVML" in str(not_judged["GPU health"])
+    assert not doc["summary"]["verdict"].startswith("No problems")
+
+
+def test_gpu_sample_run_judges_gpu_health_and_rdma_from_its_counters(tmp_path: Path) -> None:
+    # GIVEN the synthetic GPU sample: GPU traces, NVML samples and RDMA port counters
+    # WHEN it is analyzed
+    doc = analyze_path(SYNTHETIC_GPU, tmp_path / "out", LoadOptions(cache_dir=None)).document
+    # THEN stragglers, GPU kernels, GPU health and RDMA are judged from those inputs; hangs (no stacks)
+    # and the NCCL configuration (no environments or NCCL logs) are not
+    judged = _areas(doc, "judged")
+    assert judged["stragglers and step time"] == ["traces"]
+    assert judged["GPU health"] == ["GPU samples"] and judged["RDMA network"][0] == "port counters"
+    assert "GPU kernels, overlap and idle time" in judged
+    assert set(_areas(doc, "not_judged")) == {"NCCL configuration", "hangs"}
     assert not doc["summary"]["verdict"].startswith("No problems")
 
 

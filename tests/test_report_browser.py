@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -58,6 +59,11 @@ def test_sample_run_report_renders(tmp_path: Path, sample: str) -> None:
     if sample == "attach-4rank-slow-rank2":
         # AND the sampled-stack section shows the frames
         assert 'id="profile"' in dom and "SlowableMLP.forward (sample_job.py:93)" in dom
+    # AND a sample whose manifest names synthetic inputs shows the banner saying so; a real one does not
+    synthetic = "synthetic" in json.loads((SAMPLES / sample / "manifest.json").read_text())
+    assert ('id="synthetic"' in dom) == synthetic
+    if synthetic:
+        assert "Synthetic inputs." in dom
     # AND the report redrawn from tables/ and findings.json alone draws the same charts cleanly
     result.report_path.unlink()
     render_report(result.out_dir)

@@ -76,7 +76,7 @@ def _counting(calls: Counter[str], name: str, fn: Callable[..., Any]) -> Callabl
     return counted
 
 
-@pytest.mark.parametrize("sample", ["ddp-gloo-4rank-slow-rank2", "nccl-roce-2node-misconfig",
+@pytest.mark.parametrize("sample", ["synthetic-gpu-4rank-thermal", "nccl-roce-2node-misconfig",
                                     "attach-4rank-slow-rank2"])
 def test_every_heavy_computation_runs_once_per_analyze(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                        sample: str) -> None:
@@ -90,6 +90,6 @@ def test_every_heavy_computation_runs_once_per_analyze(tmp_path: Path, monkeypat
     assert result.findings
     # THEN each ran exactly once, shared by the analyzers and the report
     expected = {name: 1 for _, name in HEAVY}
-    if sample != "ddp-gloo-4rank-slow-rank2":  # no profiler steps: no timeline to pick ranks for
+    if sample != "synthetic-gpu-4rank-thermal":  # no profiler steps: no timeline to pick ranks for
         expected.pop("pick_ranks")
     assert dict(calls) == expected

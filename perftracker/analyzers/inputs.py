@@ -1,13 +1,16 @@
 """Turn what the loaders noticed about their inputs into findings users see in the report.
 
 Recovered truncated traces and unusable files are warnings (results rest on partial data); ranks
-missing from the world size, multiple windows and CPU-only traces are info.
+missing from the world size, multiple windows and CPU-only traces are info. Inputs the run's manifest
+says are synthetic (`RunInfo.synthetic_inputs`) are one info finding naming each, so that no reader
+takes a made-up sample for a measurement.
 """
 
 from __future__ import annotations
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
+from perftracker.store import Store
 
 
 def analyze_inputs(analysis: Analysis) -> list[Finding]:
@@ -47,4 +50,21 @@ def analyze_inputs(analysis: Analysis) -> list[Finding]:
             "ProfilerActivity.CUDA to torch.profiler's activities.",
             key="inputs:cpu-only",
         ))
+    findings.extend(_synthetic(store))
     return findings
+
+
+def _synthetic(store: Store) -> list[Finding]:
+    made_up = store.run_info.synthetic_inputs
+    if not made_up:
+        return []
+    every = any(s.path == "." for s in made_up)
+    named = "; ".join(f"{s.path} ({s.what})" for s in made_up if s.path != ".")
+    title = ("Every input is synthetic" + (f": {named}" if named else f" ({made_up[0].what})") if every
+             else f"Some inputs are synthetic: {named}")
+    return [Finding(
+        analyzer="inputs", severity=Severity.INFO, title=title,
+        recommendation="Read the findings as a demonstration of what perftracker reports on such inputs, not as "
+        "measurements of a real job; the manifest (synthetic) says what made each input.",
+        evidence={"synthetic_inputs": [s.to_dict() for s in made_up]}, key="inputs:synthetic",
+    )]

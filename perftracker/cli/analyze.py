@@ -78,7 +78,8 @@ def _print_result(console: Console, result: AnalysisResult, quiet: bool) -> None
         console.print(result.document["summary"]["verdict"], highlight=False, markup=False)
     else:
         print_summary(console, result.findings, result.report_path,
-                      coverage=result.document["summary"].get("coverage"))
+                      coverage=result.document["summary"].get("coverage"),
+                      synthetic=result.document["summary"].get("synthetic_inputs"))
 
 
 def _analyze_each_job(console: Console, path: Path, out: Path, options: LoadOptions, hta_compat: bool,

@@ -1,4 +1,4 @@
-"""`perftracker demo`: analyze the bundled sample run and print where the report is."""
+"""`perftracker demo`: analyze every bundled sample run and print where each report is."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def sample_traces_dir() -> Path:
 def demo(
     out: Annotated[Path, out_option("Where to write the report.")] = Path("perftracker-demo"),
 ) -> None:
-    """Analyze the bundled sample run (a real 4-rank torchrun job with one slowed rank)."""
+    """Analyze the bundled sample runs (real jobs, and synthetic ones marked as such in their reports)."""
     root = sample_traces_dir()
     runs = sorted(p for p in root.iterdir() if p.is_dir())
     if not runs:
@@ -40,7 +40,8 @@ def demo(
         console.rule(f"{run.name}")
         result = analyze_path(run, out / run.name, LoadOptions(cache_dir=None))
         print_summary(console, result.findings, result.report_path,
-                      coverage=result.document["summary"].get("coverage"))
+                      coverage=result.document["summary"].get("coverage"),
+                      synthetic=result.document["summary"].get("synthetic_inputs"))
 
 
 def register(app: typer.Typer) -> None:

@@ -34,6 +34,7 @@ from perftracker.collectors.jobs import (
     wall_window,
 )
 from perftracker.collectors.steps import load_step_files
+from perftracker.collectors.synthetic import synthetic_inputs
 from perftracker.collectors.traces.kineto import build_tables, compile_comm_patterns
 from perftracker.collectors.traces.kineto_read import parse_trace
 from perftracker.collectors.traces.ranks import TraceIdentity, assign_windows, host_from_name, rank_from_name
@@ -220,6 +221,8 @@ def _build(scan: _Scan, group: JobGroup | None) -> Store:
     store = Store()
     store.run_info.input = str(root)
     store.run_info.manifest = inputs.manifest or {}
+    store.run_info.synthetic_inputs, synthetic_notes = synthetic_inputs(store.run_info.manifest)
+    store.add_notes(synthetic_notes)
     several = len(scan.groups) > 1
     if several and group is not None:
         chosen = set(group.paths)

@@ -64,7 +64,9 @@ def render_section(section: Section) -> str:
 
 
 def render(path: Path, findings: list[Finding], notes: list[LoadNote], sections: list[Section],
-           title: str, coverage: dict[str, Any] | None = None) -> None:
+           title: str, coverage: dict[str, Any] | None = None,
+           synthetic: list[dict[str, Any]] | None = None) -> None:
+    """Write the page. `synthetic` is the summary's `synthetic_inputs` (shown as a banner under the header)."""
     figures: dict[str, Any] = {}
     view_sections = []
     for section in sections:
@@ -80,7 +82,7 @@ def render(path: Path, findings: list[Finding], notes: list[LoadNote], sections:
     page = _ENV.get_template("report.html.j2").render(
         title=title, generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), version=__version__,
         verdict=verdict(findings, coverage), verdict_class=verdict_class,
-        not_judged=(coverage or {}).get("not_judged") or [],
+        not_judged=(coverage or {}).get("not_judged") or [], synthetic=synthetic or [],
         findings=[_finding_view(f) for f in findings], sections=view_sections,
         notes=[n.to_dict() for n in notes], figures_json=figures_json, plotly_js=get_plotlyjs(),
     )

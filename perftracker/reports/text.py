@@ -15,8 +15,14 @@ _STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
 
 
 def print_summary(console: Console, findings: list[Finding], report: Path | None, limit: int = 12,
-                  coverage: dict[str, Any] | None = None) -> None:
+                  coverage: dict[str, Any] | None = None, synthetic: list[dict[str, Any]] | None = None) -> None:
+    """`coverage` and `synthetic` are the summary's `coverage` and `synthetic_inputs` of findings.json."""
     console.print(f"[bold]Verdict:[/bold] {_plain(verdict(findings, coverage))}", highlight=False, markup=True)
+    if synthetic:
+        made_up = "; ".join(("every input" if s.get("path") == "." else str(s.get("path"))) + f": {s.get('what', '')}"
+                            for s in synthetic)
+        console.print(f"[bold yellow]Synthetic inputs[/bold yellow] (made up, not collected): {_plain(made_up)}",
+                      highlight=False, markup=True)
     table = Table(show_header=True, header_style="bold", expand=False)
     table.add_column("severity")
     table.add_column("finding", overflow="fold")

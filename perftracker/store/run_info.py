@@ -14,6 +14,18 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 
+@dataclass(frozen=True)
+class SyntheticInput:
+    """One input of a run that was made up rather than collected, as the manifest's `synthetic` names it."""
+
+    path: str  # relative to the run directory; "." for every input of the run
+    made_by: str  # the script or tool that wrote it
+    what: str  # what it pretends to be, in a sentence
+
+    def to_dict(self) -> dict[str, str]:
+        return {"path": self.path, "made_by": self.made_by, "what": self.what}
+
+
 @dataclass
 class RunInfo:
     """Facts about one run that are not rows of a table."""
@@ -42,6 +54,8 @@ class RunInfo:
     watchdog_progress: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Host-counter inputs: file kind (rdma_jsonl, gpu_jsonl, smi_csv, prometheus, ...) -> files loaded.
     counter_sources: dict[str, int] = field(default_factory=dict)
+    # Inputs the manifest's `synthetic` entry says were made up, not collected (collectors/synthetic.py).
+    synthetic_inputs: list[SyntheticInput] = field(default_factory=list)
 
     def learn(self, learned: RunInfo) -> None:
         """Take every field one loader filled in `learned` (a loader fills only what its inputs told)."""
