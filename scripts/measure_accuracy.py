@@ -15,7 +15,10 @@ For the straggler-type analyzers (``ANALYZERS``: ``straggler``, ``steps``, ``sta
   false-positive rate, with counts), per analyzer too, and every such finding's title;
 * slowed runs, per scenario: in how many the slowed rank is in the ``ranks`` of a warning/critical
   finding of these analyzers (the detection rate), per analyzer too, and how many also named
-  another rank in such a finding.
+  another rank in such a finding;
+* slowed runs that runs.json marks ``expect_named: false`` (a slowdown this machine does not make
+  real, ``expect_named_why`` says why): apart, per scenario, with the same counts and each run's
+  outcome, never in the detection rate.
 
 It prints a table and, with ``--json FILE``, writes the tally and every run's findings of these
 analyzers. A run that fails to analyze is counted as an error, never as a pass. ``measure(folder)``
@@ -55,6 +58,8 @@ class RunTruth:
     layout: str
     slowed_rank: int | None
     path: Path
+    expect_named: bool = True  # slowed runs: False where runs.json says the slowdown does not bind here
+    expect_named_why: str = ""
 
     @property
     def clean(self) -> bool:
@@ -93,7 +98,8 @@ def read_corpus(folder: Path, only: Sequence[str] = ()) -> list[RunTruth]:
         raise SystemExit(f"{index_path}: no runs.json here; record a corpus with scripts/record_accuracy_runs.py "
                          "or point at the folder holding one")
     index = json.loads(index_path.read_text(encoding="utf-8"))
-    runs = [RunTruth(r["name"], r["scenario"], r["layout"], r["slowed_rank"], folder / r["name"])
+    runs = [RunTruth(r["name"], r["scenario"], r["layout"], r["slowed_rank"], folder / r["name"],
+                     expect_named=r.get("expect_named") is not False, expect_named_why=r.get("expect_named_why") or "")
             for r in index["runs"] if not only or r["name"] in only]
     unknown = sorted(set(only) - {r.name for r in runs})
     if unknown:
@@ -155,6 +161,11 @@ class ModeTally:
     detected: dict[str, Rate] = field(default_factory=dict)  # scenario -> rate
     detected_by: dict[str, dict[str, Rate]] = field(default_factory=dict)  # scenario -> analyzer -> rate
     named_others: dict[str, Rate] = field(default_factory=dict)  # scenario -> slowed runs naming another rank
+    # slowed runs not expected to be named (runs.json expect_named: false): shown apart, never in `detected`
+    unexpected: dict[str, Rate] = field(default_factory=dict)  # scenario -> slowed rank named anyway
+    unexpected_by: dict[str, dict[str, Rate]] = field(default_factory=dict)
+    unexpected_named_others: dict[str, Rate] = field(default_factory=dict)
+    unexpected_runs: list[dict[str, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     def add(self, outcome: Outcome) -> None:
@@ -169,11 +180,19 @@ class ModeTally:
             self.false_positives += [{"run": run.name, "layout": run.layout} | f for f in outcome.loud]
             return
         scenario = run.scenario
-        self.detected.setdefault(scenario, Rate()).add(outcome.names(run.slowed_rank))
-        by = self.detected_by.setdefault(scenario, {a: Rate() for a in ANALYZERS})
+        if run.expect_named:
+            detected, detected_by, named_others = self.detected, self.detected_by, self.named_others
+        else:
+            detected, detected_by, named_others = self.unexpected, self.unexpected_by, self.unexpected_named_others
+            self.unexpected_runs.append({
+                "run": run.name, "scenario": scenario, "slowed_rank": run.slowed_rank,
+                "named": outcome.names(run.slowed_rank), "named_others": outcome.names_other_than(run.slowed_rank),
+                "why": run.expect_named_why})
+        detected.setdefault(scenario, Rate()).add(outcome.names(run.slowed_rank))
+        by = detected_by.setdefault(scenario, {a: Rate() for a in ANALYZERS})
         for analyzer in ANALYZERS:
             by[analyzer].add(outcome.names(run.slowed_rank, analyzer))
-        self.named_others.setdefault(scenario, Rate()).add(outcome.names_other_than(run.slowed_rank))
+        named_others.setdefault(scenario, Rate()).add(outcome.names_other_than(run.slowed_rank))
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -184,6 +203,12 @@ class ModeTally:
             "slowed_rank_named_by_analyzer": {s: {a: r.as_dict() for a, r in by.items()}
                                               for s, by in sorted(self.detected_by.items())},
             "slowed_runs_naming_another_rank": {s: r.as_dict() for s, r in sorted(self.named_others.items())},
+            "not_expected_slowed_rank_named": {s: r.as_dict() for s, r in sorted(self.unexpected.items())},
+            "not_expected_slowed_rank_named_by_analyzer": {s: {a: r.as_dict() for a, r in by.items()}
+                                                           for s, by in sorted(self.unexpected_by.items())},
+            "not_expected_naming_another_rank": {s: r.as_dict()
+                                                 for s, r in sorted(self.unexpected_named_others.items())},
+            "not_expected_runs": self.unexpected_runs,
             "errors": self.errors,
         }
 
@@ -239,6 +264,16 @@ def render(tally: Tally) -> str:
             by = t.detected_by[scenario]
             lines.append(f"  {scenario:16} {str(rate):>10} " + " ".join(f"{str(by[a]):>14}" for a in ANALYZERS)
                          + f" {str(t.named_others[scenario]):>12}")
+        if t.unexpected:
+            lines.append("  not expected to be named (not in the rates above):")
+            for scenario, rate in sorted(t.unexpected.items()):
+                by = t.unexpected_by[scenario]
+                lines.append(f"  {scenario:16} {str(rate):>10} " + " ".join(f"{str(by[a]):>14}" for a in ANALYZERS)
+                             + f" {str(t.unexpected_named_others[scenario]):>12}")
+            for why in sorted({r["why"] for r in t.unexpected_runs}):
+                runs = [r for r in t.unexpected_runs if r["why"] == why]
+                lines.append(f"    {', '.join(r['run'] + (' (named)' if r['named'] else '') for r in runs)}: "
+                             f"{why or 'no reason given'}")
         if t.false_positives:
             lines.append("  false positives:")
             lines += [f"    {f['run']} ({f['layout']}): {f['analyzer']} {f['severity']} ranks {f['ranks']}: "
