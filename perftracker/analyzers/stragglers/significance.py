@@ -128,8 +128,9 @@ def _both_halves(slowest: pd.Series, ranks: set[int], share: float) -> bool:
     return True
 
 
-def judge_outliers(trials: pd.DataFrame, min_effect: float = 0.0) -> OutlierVerdict:
-    """`trials`: columns trial, rank, value (larger = slower). See the module docstring."""
+def judge_outliers(trials: pd.DataFrame, min_effect: float = 0.0, alpha: float = ALPHA) -> OutlierVerdict:
+    """`trials`: columns trial, rank, value (larger = slower). See the module docstring. `alpha` is the
+    family-wise false-alarm chance (divide ALPHA by the number of tests when a caller makes several)."""
     grid = trials.pivot_table(index="trial", columns="rank", values="value", aggfunc="max").sort_index()
     grid = grid.dropna(axis=0, thresh=2)
     world = int(grid.shape[1])
@@ -151,11 +152,11 @@ def judge_outliers(trials: pd.DataFrame, min_effect: float = 0.0) -> OutlierVerd
         p = binomial_tail(k, t, 1.0 / max(peers, 2)) * world
         per_rank[int(rank)] = RankStats(int(rank), t, k, k / t if t else 0.0, float(excess[rank]), min(1.0, p))
     suspect = max(per_rank.values(), key=lambda s: (s.typical_excess, s.share_slowest)).rank
-    single = _single(per_rank, slowest, world, min_effect)
+    single = _single(per_rank, slowest, world, min_effect, alpha)
     if single is not None:
         return OutlierVerdict((single.rank,), True, 1.0 - single.p_family, len(grid), world, single.typical_excess,
                               _spread(per_rank, {single.rank}), per_rank, single.rank)
-    group = _group(per_rank, slowest, world, len(grid), min_effect)
+    group = _group(per_rank, slowest, world, len(grid), min_effect, alpha)
     if group is not None:
         return group
     s = per_rank[suspect]
@@ -178,9 +179,10 @@ def _spread(per_rank: dict[int, RankStats], named: set[int]) -> float:
     return float(others.max() - others.min())
 
 
-def _single(per_rank: dict[int, RankStats], slowest: pd.Series, world: int, min_effect: float) -> RankStats | None:
+def _single(per_rank: dict[int, RankStats], slowest: pd.Series, world: int, min_effect: float,
+            alpha: float) -> RankStats | None:
     best = min(per_rank.values(), key=lambda s: (s.p_family, -s.typical_excess))
-    if best.p_family > ALPHA or best.typical_excess <= max(min_effect, 0.0):
+    if best.p_family > alpha or best.typical_excess <= max(min_effect, 0.0):
         return None
     if best.typical_excess < MIN_EFFECT_OVER_SPREAD * _spread(per_rank, {best.rank}):
         return None
@@ -193,7 +195,7 @@ def _single(per_rank: dict[int, RankStats], slowest: pd.Series, world: int, min_
 
 
 def _group(per_rank: dict[int, RankStats], slowest: pd.Series, world: int, trials: int,
-           min_effect: float) -> OutlierVerdict | None:
+           min_effect: float, alpha: float) -> OutlierVerdict | None:
     if world < 3:
         return None
     ordered = sorted(per_rank.values(), key=lambda s: -s.typical_excess)
@@ -209,7 +211,7 @@ def _group(per_rank: dict[int, RankStats], slowest: pd.Series, world: int, trial
     k = int(slowest.isin(members).sum())
     share = len(members) / world
     p = min(1.0, binomial_tail(k, trials, share) * math.comb(world, len(members)))
-    if p > ALPHA or not _both_halves(slowest, members, share):
+    if p > alpha or not _both_halves(slowest, members, share):
         return None
     fast_level = float(np.median([s.typical_excess for s in fast]))
     effect = float(np.median([s.typical_excess for s in slow])) - fast_level

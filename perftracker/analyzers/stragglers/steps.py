@@ -15,6 +15,7 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of
 from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.stragglers.significance import ALPHA, judge_outliers
 from perftracker.store import Store
 
 JITTER_RATIO = 1.5  # p90 / median above this: unstable steps
@@ -127,7 +128,11 @@ def _phases(store: Store, stats: pd.DataFrame) -> list[Finding]:
     med = phases.groupby(["phase", "rank"], observed=True)["dur_ns"].median().reset_index()
     out = []
     step_med = stats.set_index("rank")["median_s"]
+    n_phases = max(int(med["phase"].nunique()), 1)
     for phase, group in med.groupby("phase", observed=True):
+        mine = phases[phases["phase"] == phase]
+        verdict = judge_outliers(pd.DataFrame({"trial": mine["step"], "rank": mine["rank"], "value": mine["dur_ns"]}),
+                                 alpha=ALPHA / n_phases)  # one test per phase: keep the family-wise rate
         for _, row in group.iterrows():
             peers = group[group["rank"] != row["rank"]]["dur_ns"].median()
             if peers <= 0 or row["dur_ns"] <= peers * (1 + PHASE_IMBALANCE):
@@ -137,16 +142,24 @@ def _phases(store: Store, stats: pd.DataFrame) -> list[Finding]:
             step = float(step_med.get(rank, 0.0))
             if step > 0 and extra / step < 0.02:
                 continue
+            real = verdict.significant and verdict.ranks == (rank,)
+            stats_r = verdict.per_rank.get(rank)
+            times = f"the slowest in {stats_r.times_slowest} of {stats_r.trials} steps" if stats_r else ""
             out.append(Finding(
-                analyzer="steps", severity=Severity.WARNING,
+                analyzer="steps", severity=Severity.WARNING if real else Severity.INFO,
                 title=f"Rank {rank} spends {fmt_ms(row['dur_ns'] / 1e9)} in '{phase}' per step, "
-                      f"{row['dur_ns'] / peers:.1f}x its peers ({fmt_ms(peers / 1e9)})",
-                recommendation=f"This rank does more '{phase}' work or runs it slower: compare its inputs "
-                "(sequence lengths, batch composition), its host (CPU contention, GPU clocks) and its data "
-                "loading with the other ranks.",
+                      f"{row['dur_ns'] / peers:.1f}x its peers ({fmt_ms(peers / 1e9)})"
+                      + ("" if real else f"; within this run's noise ({times}): record more steps to tell"),
+                recommendation=(f"This rank does more '{phase}' work or runs it slower: compare its inputs "
+                                "(sequence lengths, batch composition), its host (CPU contention, GPU clocks) and "
+                                "its data loading with the other ranks.") if real else
+                               (f"Not a straggler by this run's evidence: {verdict.reason or 'others are as slow'}."),
                 evidence={"phase": str(phase), "rank_median_ms": round(float(row["dur_ns"]) / 1e6, 3),
-                          "peers_median_ms": round(float(peers) / 1e6, 3)},
-                ranks=(rank,), hosts=hosts_of(store, [rank]),
+                          "peers_median_ms": round(float(peers) / 1e6, 3),
+                          "significance": {"trials": verdict.trials, "confidence": round(verdict.confidence, 4),
+                                           "times_slowest": stats_r.times_slowest if stats_r else 0,
+                                           "alpha": round(ALPHA / n_phases, 5)}},
+                ranks=(rank,), hosts=hosts_of(store, [rank]), confidence=verdict.confidence,
                 cost=Cost(extra, extra / step if step > 0 else 0.0), key=f"steps:phase:{phase}:{rank}",
             ))
     return out
