@@ -8,11 +8,12 @@ share of samples affected, the time window and the throttle periods. Checks and 
   common under full load and is info unless the SM clock is also low. DCGM violation counters stand
   in when the bitmask is absent;
 - SM clock: median (over samples with util >= BUSY_UTIL_PCT, all samples if none) below the job's
-  median GPU by more than CLOCK_DEFICIT: warning;
+  median GPU by more than CLOCK_DEFICIT: warning when `peer_outliers.peer_verdict` finds the GPU
+  significantly the lowest (over time windows, beyond the spread among the other GPUs), else info;
 - XID events or a rising double-bit ECC count: critical; rising single-bit ECC: info;
 - PCIe: width below the maximum, or generation below the maximum while busy, in most samples: warning;
 - utilization: median more than UTIL_GAP_PCT points below the job's median, when that is at least
-  BUSY_UTIL_PCT: warning.
+  BUSY_UTIL_PCT: warning under the same significance test as the SM clock, else info.
 Costs are left at zero; `rootcause.link_findings` gives the cost of a straggler the GPU explains.
 Views, computed once per analysis for this analyzer, `gpu_links` and the report (`gpu_tables`):
 `gpu_series_view` (the samples per GPU), `throttle_view` (per GPU and reason: the mask of throttled
@@ -29,6 +30,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.health.peer_outliers import peer_verdict
 from perftracker.analyzers.health.topology import rank_map, ranks_of_gpu
 from perftracker.store import Store
 
@@ -135,10 +137,12 @@ class GpuContext:
         utils = [m for m in (_med(w, "util_gpu_pct") for w in self.wide.values()) if m == m]
         self.job_clock = float(np.median(clocks)) if clocks else float("nan")
         self.job_util = float(np.median(utils)) if utils else float("nan")
+        self.clock_outliers = peer_verdict(self.wide, "sm_clock_mhz", busy_only=True)
+        self.util_outliers = peer_verdict(self.wide, "util_gpu_pct", busy_only=False)
 
 
 def gpu_finding(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame, check: str, severity: Severity, title: str,
-                advice: str, analyzer: str = "gpu_health", **evidence: Any) -> Finding:
+                advice: str, analyzer: str = "gpu_health", confidence: float | None = None, **evidence: Any) -> Finding:
     """A finding about one GPU: `title` with "{gpu}" naming it (host, index, ranks), common evidence added."""
     ranks = ranks_of_gpu(ctx.rmap, host, gpu)
     on = f" (rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})" if ranks else ""
@@ -151,7 +155,8 @@ def gpu_finding(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame, check:
           "power_w_median": _med(wide, "power_w"), "power_limit_w": _med(wide, "power_limit_w"), **evidence}
     ev = {k: (None if isinstance(v, float) and v != v else v) for k, v in ev.items()}
     return Finding(analyzer=analyzer, severity=severity, title=title.format(gpu=f"GPU {gpu} on host {host}{on}"),
-                   recommendation=advice, evidence=ev, ranks=ranks, hosts=(host,), key=f"gpu:{check}:{host}:{gpu}")
+                   recommendation=advice, evidence=ev, ranks=ranks, hosts=(host,), confidence=confidence,
+                   key=f"gpu:{check}:{host}:{gpu}")
 
 
 _THROTTLE_ADVICE = {
@@ -193,14 +198,20 @@ def _throttle(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame, clock_lo
 def _gpu_findings(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> list[Finding]:
     out: list[Finding] = []
     clock = _busy_median(wide, "sm_clock_mhz")
-    clock_low = clock == clock and ctx.job_clock == ctx.job_clock and clock < (1 - CLOCK_DEFICIT) * ctx.job_clock
+    below = clock == clock and ctx.job_clock == ctx.job_clock and clock < (1 - CLOCK_DEFICIT) * ctx.job_clock
+    clock_low = below and ctx.clock_outliers.names((host, gpu))
     out.extend(_throttle(ctx, host, gpu, wide, clock_low))
-    if clock_low and not any(f.severity >= Severity.WARNING for f in out):
-        out.append(gpu_finding(ctx, host, gpu, wide, "sm_clock", Severity.WARNING,
-                               f"{{gpu}} runs at {clock:.0f} MHz SM clock against a job median of {ctx.job_clock:.0f}",
+    if below and not any(f.severity >= Severity.WARNING for f in out):
+        verdict = ctx.clock_outliers
+        out.append(gpu_finding(ctx, host, gpu, wide, "sm_clock", Severity.WARNING if clock_low else Severity.INFO,
+                               f"{{gpu}} runs at {clock:.0f} MHz SM clock against a job median of {ctx.job_clock:.0f}"
+                               + ("" if clock_low else "; within the spread among this job's GPUs"),
                                "This GPU's clocks are lower than its peers' without a reported throttle reason: check "
-                               "application clocks / clock locks (`nvidia-smi -q -d CLOCK`) and its power limit.",
-                               deficit=round(1 - clock / ctx.job_clock, 4), threshold=CLOCK_DEFICIT))
+                               "application clocks / clock locks (`nvidia-smi -q -d CLOCK`) and its power limit."
+                               if clock_low else f"Not an outlier by this run's samples: {verdict.reason or 'other GPUs are as low'}.",
+                               deficit=round(1 - clock / ctx.job_clock, 4), threshold=CLOCK_DEFICIT,
+                               confidence=verdict.confidence,
+                               significance={"confidence": round(verdict.confidence, 4), "trials": verdict.trials}))
     xids = ctx.xids[(ctx.xids["host"] == host) & (ctx.xids["device"] == f"gpu:{gpu}")]
     dbe = float(wide["ecc_dbe"].max() - wide["ecc_dbe"].min()) if "ecc_dbe" in wide else 0.0
     if len(xids) or dbe > 0:
@@ -220,11 +231,17 @@ def _gpu_findings(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> l
     out.extend(_pcie(ctx, host, gpu, wide))
     util = _med(wide, "util_gpu_pct")
     if util == util and ctx.job_util >= BUSY_UTIL_PCT and util < ctx.job_util - UTIL_GAP_PCT:
-        out.append(gpu_finding(ctx, host, gpu, wide, "utilization", Severity.WARNING,
-                               f"{{gpu}} is {util:.0f}% utilized against a job median of {ctx.job_util:.0f}%",
+        real = ctx.util_outliers.names((host, gpu))
+        out.append(gpu_finding(ctx, host, gpu, wide, "utilization", Severity.WARNING if real else Severity.INFO,
+                               f"{{gpu}} is {util:.0f}% utilized against a job median of {ctx.job_util:.0f}%"
+                               + ("" if real else "; within the spread among this job's GPUs"),
                                "This GPU waits while its peers compute: look for a data-loading or CPU bottleneck on "
-                               "its rank, or a rank placed on the wrong GPU.",
-                               util_gpu_pct=util, job_median_util_pct=ctx.job_util, gap_threshold=UTIL_GAP_PCT))
+                               "its rank, or a rank placed on the wrong GPU." if real else
+                               f"Not an outlier by this run's samples: {ctx.util_outliers.reason or 'other GPUs are as low'}.",
+                               util_gpu_pct=util, job_median_util_pct=ctx.job_util, gap_threshold=UTIL_GAP_PCT,
+                               confidence=ctx.util_outliers.confidence,
+                               significance={"confidence": round(ctx.util_outliers.confidence, 4),
+                                             "trials": ctx.util_outliers.trials}))
     return out
 
 

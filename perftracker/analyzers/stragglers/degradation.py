@@ -4,8 +4,11 @@ Works from step files alone (no traces needed). The job's step time per step is 
 ranks. Spikes (robust z-score above SPIKE_Z) are set aside first: when they recur at a fixed
 interval they are reported as periodic work (checkpointing, evaluation, garbage collection), never
 as a change point. On the rest, the single change point minimizing the two segments' squared error
-is reported when the later segment is at least RISE slower and the shift stands well above the
-noise; the rank (and host) whose own phases slowed most is named.
+is a candidate when the later segment is at least RISE slower. It is a warning (or critical, by cost)
+only when `shift.judge_shift` finds it significant for this run: a rank test corrected for the number
+of splits scanned, and the rise sustained over both halves of the later steps. Otherwise it is an info
+with the numbers and why it is within the run's noise. The rank (and host) whose own phases slowed
+most is named; a rise on every rank at once points at the node or the job, not at one rank.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of
 from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.stragglers.shift import ShiftVerdict, judge_shift
+from perftracker.analyzers.stragglers.waiting import WAITING_PHASES
 from perftracker.store import Store
 
 RISE = 0.05  # a sustained rise of 5% or more
@@ -32,6 +37,7 @@ class ChangePoint:
     step: int
     before_s: float
     after_s: float
+    verdict: ShiftVerdict
 
     @property
     def rise(self) -> float:
@@ -69,7 +75,7 @@ def period_of(steps: np.ndarray) -> int | None:
 
 
 def change_point(series: pd.Series) -> ChangePoint | None:
-    """The most likely single shift in mean, if it is a sustained, significant rise."""
+    """The most likely single shift in mean when it is a rise of RISE or more, with its verdict."""
     y = series.to_numpy(dtype=float)
     n = len(y)
     if n < MIN_STEPS:
@@ -86,20 +92,14 @@ def change_point(series: pd.Series) -> ChangePoint | None:
     b, a = float(np.median(before)), float(np.median(after))
     if b <= 0 or a / b - 1.0 < RISE:
         return None
-    noise = 1.4826 * float(np.median(np.abs(np.concatenate([before - b, after - a])))) or 1e-12
-    if (a - b) < 3.0 * noise / np.sqrt(min(len(before), len(after))) or (a - b) < 0.5 * noise:
-        return None
-    tail = y[-min(50, len(after)):]
-    if float(np.mean(tail)) < b * (1 + RISE):  # recovered: not sustained
-        return None
-    return ChangePoint(int(series.index[best]), b, a)
+    return ChangePoint(int(series.index[best]), b, a, judge_shift(before, after, candidates=len(k)))
 
 
 def _culprit(store: Store, step: int) -> tuple[list[int], dict[str, float]]:
     """Ranks whose own work (phases, else step time) rose most after the change point."""
     phases = store.tables["phases"]
     if not phases.empty:
-        work = phases[~phases["phase"].astype(str).isin(["backward", "wait", "allreduce", "comm"])]
+        work = phases[~phases["phase"].astype(str).isin(WAITING_PHASES)]
         per = work.groupby(["rank", "step"])["dur_ns"].sum().reset_index()
     else:
         per = store.steps[["rank", "step", "dur_ns"]]
@@ -141,22 +141,42 @@ def analyze_degradation(analysis: Analysis) -> list[Finding]:
             ))
     cp = change_point(series[~mask])
     if cp is not None:
-        ranks, rise_by_rank = _culprit(store, cp.step)
-        where = f" on rank {', '.join(map(str, ranks))}" if ranks else " on all ranks"
-        hosts = hosts_of(store, ranks)
-        if hosts:
-            where += f" (host {', '.join(hosts)})"
-        findings.append(Finding(
-            analyzer="degradation", severity=Severity.WARNING if cp.rise < 0.25 else Severity.CRITICAL,
-            title=(f"Slower since step {cp.step}{where}: step time {fmt_ms(cp.before_s)} -> {fmt_ms(cp.after_s)} "
-                   f"(+{100 * cp.rise:.0f}%)"),
-            recommendation=("Something changed at that step: on the named host check GPU clocks and thermals, "
-                            "CPU contention and memory pressure, other jobs started on the node, and NIC errors; "
-                            "on all ranks, look for a data change (longer sequences) or a growing Python-side "
-                            "structure (lists of tensors, logging)."),
-            evidence={"change_step": cp.step, "before_ms": round(cp.before_s * 1e3, 3),
-                      "after_ms": round(cp.after_s * 1e3, 3), "rise_by_rank_ms": rise_by_rank},
-            ranks=tuple(ranks), hosts=hosts,
-            cost=Cost(cp.after_s - cp.before_s, (cp.after_s - cp.before_s) / cp.after_s), key="degradation:change",
-        ))
+        findings.append(_change_finding(store, cp))
     return findings
+
+
+def _change_finding(store: Store, cp: ChangePoint) -> Finding:
+    ranks, rise_by_rank = _culprit(store, cp.step)
+    where = f" on rank {', '.join(map(str, ranks))}" if ranks else " on all ranks at once"
+    hosts = hosts_of(store, ranks) if ranks else hosts_of(store, sorted(int(r) for r in store.steps["rank"].unique()))
+    if hosts and (ranks or len(hosts) == 1):
+        where += f" (host {', '.join(hosts)})"
+    verdict = cp.verdict
+    evidence = {"change_step": cp.step, "before_ms": round(cp.before_s * 1e3, 3),
+                "after_ms": round(cp.after_s * 1e3, 3), "rise_by_rank_ms": rise_by_rank,
+                "significance": {"p_corrected": round(verdict.p_corrected, 5), "sustained": verdict.sustained,
+                                 "step_autocorrelation": round(verdict.autocorrelation, 3),
+                                 "confidence": round(verdict.confidence, 4)}}
+    title = (f"Slower since step {cp.step}{where}: step time {fmt_ms(cp.before_s)} -> {fmt_ms(cp.after_s)} "
+             f"(+{100 * cp.rise:.0f}%)")
+    if not verdict.significant:
+        return Finding(
+            analyzer="degradation", severity=Severity.INFO,
+            title=f"{title}; within this run's noise",
+            recommendation=f"Not a slowdown by this run's evidence: {verdict.reason}.",
+            evidence=evidence, ranks=tuple(ranks), hosts=hosts, confidence=verdict.confidence,
+            key="degradation:change",
+        )
+    if ranks:
+        advice = ("Something changed at that step on the named rank: on its host check GPU clocks and thermals, "
+                  "CPU contention and memory pressure, other jobs started on the node, and NIC errors.")
+    else:
+        advice = ("Every rank slowed at once, so the cause is shared: other processes or jobs started on the node(s) "
+                  "(CPU contention, memory pressure), GPU clocks and thermals across the node, a data change "
+                  "(longer sequences), or a growing Python-side structure (lists of tensors, logging).")
+    return Finding(
+        analyzer="degradation", severity=Severity.WARNING if cp.rise < 0.25 else Severity.CRITICAL,
+        title=title, recommendation=advice, evidence=evidence, ranks=tuple(ranks), hosts=hosts,
+        confidence=verdict.confidence,
+        cost=Cost(cp.after_s - cp.before_s, (cp.after_s - cp.before_s) / cp.after_s), key="degradation:change",
+    )

@@ -5,7 +5,9 @@ Promise: reads only the Store's `profile_samples` table (py-spy record of every 
 at least MIN_SAMPLES main-thread samples it computes the share of samples each frame appears in, and
 compares it with the median rank's share of that frame. A rank is a straggler when some frame takes
 at least EXCESS (absolute) more of its time than on the median rank, at least RATIO times as much,
-and beyond sampling noise (Z standard errors of a binomial share). With at least MIN_RANKS ranks and
+beyond sampling noise (Z standard errors of a binomial share, and a family-wise chance of at most
+ALPHA once corrected for every (rank, frame) pair compared), and at least MIN_EFFECT_OVER_SPREAD
+times the spread of the other ranks' shares of that frame (the run's own noise between ranks). With at least MIN_RANKS ranks and
 fewer than half of them flagged (the median must describe healthy ranks), one warning per flagged
 rank names the deepest frame of the job's own code with that excess (library frames, such as
 torch's, in the evidence), and where the other ranks spend the time instead (typically a
@@ -25,6 +27,7 @@ from typing import Any
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.stragglers.frame_shares import frame_shares
+from perftracker.analyzers.stragglers.significance import ALPHA, MIN_EFFECT_OVER_SPREAD
 from perftracker.store import Store
 
 MIN_SAMPLES = 50  # 2.5 s at 20 Hz
@@ -55,9 +58,24 @@ def is_user_frame(frame: str) -> bool:
     return module not in _LIBRARIES and module not in sys.stdlib_module_names
 
 
-def _noise_ok(share: float, median: float, samples: int) -> bool:
+def _family_p(share: float, median: float, samples: int, tests: int) -> float:
+    """The chance that sampling noise alone shows some (rank, frame) pair this far above the median rank."""
     p = min(max(median, 1.0 / samples), 1.0 - 1.0 / samples)
-    return (share - median) >= Z * math.sqrt(p * (1.0 - p) / samples)
+    z = (share - median) / math.sqrt(p * (1.0 - p) / samples)
+    if z < Z:
+        return 1.0
+    return min(1.0, 0.5 * math.erfc(z / math.sqrt(2.0)) * max(tests, 1))
+
+
+def _others_spread(frame: str, rank: int, per_rank: dict[int, tuple[dict[str, float], dict[str, int], int]]) -> float:
+    """How far apart the other ranks' shares of `frame` are: their range (the middle 80% from five ranks)."""
+    others = sorted(s.get(frame, 0.0) for r, (s, _, _) in per_rank.items() if r != rank)
+    if len(others) < 2:
+        return 0.0
+    if len(others) >= 5:
+        cut = max(1, len(others) // 10)
+        others = others[cut:-cut] or others
+    return others[-1] - others[0]
 
 
 def _deepest(frames: dict[str, float], depth: dict[str, int], user_only: bool) -> str | None:
@@ -109,21 +127,30 @@ def analyze_stack_profile(analysis: Analysis) -> list[Finding]:
         return []
     frames = sorted({f for shares, _, _ in per_rank.values() for f in shares})
     median = {f: statistics.median(s.get(f, 0.0) for s, _, _ in per_rank.values()) for f in frames}
+    tests = len(frames) * len(per_rank)
     flagged: dict[int, dict[str, float]] = {}
+    family_p: dict[int, float] = {}
     for rank, (shares, _, total) in per_rank.items():
-        excess = {f: shares[f] - median[f] for f in shares
-                  if shares[f] - median[f] >= EXCESS and shares[f] >= RATIO * median[f]
-                  and _noise_ok(shares[f], median[f], total)}
+        excess: dict[str, float] = {}
+        for f, share in shares.items():
+            gap = share - median[f]
+            if gap < EXCESS or share < RATIO * median[f] or gap < MIN_EFFECT_OVER_SPREAD * _others_spread(f, rank, per_rank):
+                continue
+            p = _family_p(share, median[f], total, tests)
+            if p <= ALPHA:
+                excess[f] = gap
+                family_p[rank] = min(family_p.get(rank, 1.0), p)
         if excess:
             flagged[rank] = excess
     if not flagged or len(flagged) * 2 >= len(per_rank):
         return []
     step_s = _median_step_s(store)
-    return [_finding(rank, excess, per_rank, median, step_s, store) for rank, excess in sorted(flagged.items())]
+    return [_finding(rank, excess, per_rank, median, step_s, store, 1.0 - family_p[rank])
+            for rank, excess in sorted(flagged.items())]
 
 
 def _finding(rank: int, excess: dict[str, float], per_rank: dict[int, tuple[dict[str, float], dict[str, int], int]],
-             median: dict[str, float], step_s: float, store: Store) -> Finding:
+             median: dict[str, float], step_s: float, store: Store, confidence: float) -> Finding:
     shares, depth, total = per_rank[rank]
     where = _deepest(excess, depth, user_only=True) or _deepest(excess, depth, user_only=False) or ""
     leaf = _deepest(excess, depth, user_only=False) or where
@@ -153,10 +180,12 @@ def _finding(rank: int, excess: dict[str, float], per_rank: dict[int, tuple[dict
                               sorted(excess.items(), key=lambda kv: (-kv[1], -depth.get(kv[0], 0)))[:8]],
         "method": "py-spy record of every rank's main thread (non-blocking); shares of samples per frame "
                   "compared with the median rank",
+        "significance": {"confidence": round(confidence, 4), "alpha": ALPHA,
+                         "others_spread": round(_others_spread(where, rank, per_rank), 4)},
     }
     seconds = gap * step_s
     cost = Cost(seconds_per_step=seconds, share_of_step=gap if step_s else 0.0) if step_s else Cost()
     hosts = tuple(sorted({str(h) for h in store["profile_samples"].loc[
         store["profile_samples"]["rank"] == rank, "host"].dropna() if str(h)}))
     return Finding("stack_profile", Severity.WARNING, title, rec, evidence, ranks=(rank,), hosts=hosts, cost=cost,
-                   key=f"stack_profile:{rank}:{where}")
+                   confidence=confidence, key=f"stack_profile:{rank}:{where}")

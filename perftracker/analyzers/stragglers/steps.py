@@ -15,10 +15,11 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of
 from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.stragglers.jitter import jitter_finding
 from perftracker.analyzers.stragglers.significance import ALPHA, judge_outliers
+from perftracker.analyzers.stragglers.waiting import is_waiting_phase
 from perftracker.store import Store
 
-JITTER_RATIO = 1.5  # p90 / median above this: unstable steps
 IMBALANCE = 0.15  # a rank's median step time this much above the others' median
 PHASE_IMBALANCE = 0.30  # a rank's median phase time this much above its peers' median
 MIN_STEPS = 3
@@ -60,7 +61,8 @@ def analyze_steps(analysis: Analysis) -> list[Finding]:
         return []
     findings = [_summary(store, stats)]
     findings += _imbalance(store, stats)
-    findings += _jitter(store, stats)
+    jitter = jitter_finding(store, stats)
+    findings += [jitter] if jitter is not None else []
     findings += _phases(store, stats)
     return findings
 
@@ -80,45 +82,35 @@ def _summary(store: Store, stats: pd.DataFrame) -> Finding:
 
 
 def _imbalance(store: Store, stats: pd.DataFrame) -> list[Finding]:
+    """A rank whose steps take IMBALANCE longer than the others' (possible with step files, where a rank's
+    step ends before it waits for the next one): a warning only when the significance test names it."""
     if len(stats) < 2:
         return []
+    steps = store.steps
+    use = steps[steps["source"] == "stepfile"] if (steps["source"] == "stepfile").any() else steps
+    verdict = judge_outliers(pd.DataFrame({"trial": use["step"], "rank": use["rank"], "value": use["dur_ns"]}))
     out = []
     for _, row in stats.iterrows():
         others = stats[stats["rank"] != row["rank"]]["median_s"].median()
         if others > 0 and row["steps"] >= MIN_STEPS and row["median_s"] > others * (1 + IMBALANCE):
             rank = int(row["rank"])
             lost = float(row["median_s"] - others)
+            real = verdict.significant and verdict.ranks == (rank,)
+            mine = verdict.per_rank.get(rank)
+            confidence = verdict.confidence if real else (1.0 - mine.p_family if mine else 0.0)
             out.append(Finding(
-                analyzer="steps", severity=Severity.WARNING,
+                analyzer="steps", severity=Severity.WARNING if real else Severity.INFO,
                 title=f"Rank {rank} steps take {fmt_ms(row['median_s'])}, {100 * lost / others:.0f}% longer than "
-                      f"the other ranks ({fmt_ms(others)})",
-                recommendation="In synchronous training this rank holds the others back: check its host (GPU "
-                "clocks and thermals, CPU contention, data loading on that rank).",
-                evidence={"rank_median_ms": round(row["median_s"] * 1e3, 3), "others_median_ms": round(others * 1e3, 3)},
-                ranks=(rank,), hosts=hosts_of(store, [rank]),
+                      f"the other ranks ({fmt_ms(others)})" + ("" if real else "; within this run's noise"),
+                recommendation=("In synchronous training this rank holds the others back: check its host (GPU "
+                                "clocks and thermals, CPU contention, data loading on that rank).") if real else
+                               f"Not a straggler by this run's evidence: {verdict.reason or 'other ranks are as slow'}.",
+                evidence={"rank_median_ms": round(row["median_s"] * 1e3, 3), "others_median_ms": round(others * 1e3, 3),
+                          "significance": {"trials": verdict.trials, "confidence": round(confidence, 4)}},
+                ranks=(rank,), hosts=hosts_of(store, [rank]), confidence=confidence,
                 cost=Cost(lost, lost / float(row["median_s"])), key=f"steps:imbalance:{rank}",
             ))
     return out
-
-
-def _jitter(store: Store, stats: pd.DataFrame) -> list[Finding]:
-    bad = stats[(stats["steps"] >= 5) & (stats["p90_s"] > JITTER_RATIO * stats["median_s"])]
-    if bad.empty:
-        return []
-    ranks = [int(r) for r in bad["rank"]]
-    excess = float((bad["mean_s"] - bad["median_s"]).clip(lower=0).median())
-    return [Finding(
-        analyzer="steps", severity=Severity.WARNING,
-        title=f"Unstable step time: p90 is {float((bad['p90_s'] / bad['median_s']).median()):.1f}x the median "
-              f"on {len(ranks)} rank(s)",
-        recommendation="Slow outlier steps usually come from periodic work (checkpointing, evaluation, "
-        "garbage collection, logging) or input stalls; look at which steps are slow in the step-time chart.",
-        evidence={"per_rank": {int(r["rank"]): {"median_ms": round(r["median_s"] * 1e3, 3),
-                                                "p90_ms": round(r["p90_s"] * 1e3, 3),
-                                                "max_ms": round(r["max_s"] * 1e3, 3)} for _, r in bad.iterrows()}},
-        ranks=tuple(ranks), hosts=hosts_of(store, ranks),
-        cost=Cost(excess, excess / float(bad["mean_s"].median())), key="steps:jitter",
-    )]
 
 
 def _phases(store: Store, stats: pd.DataFrame) -> list[Finding]:
@@ -129,6 +121,8 @@ def _phases(store: Store, stats: pd.DataFrame) -> list[Finding]:
     out = []
     step_med = stats.set_index("rank")["median_s"]
     n_phases = max(int(med["phase"].nunique()), 1)
+    own = phases[~phases["phase"].astype(str).map(is_waiting_phase)]
+    own_work = own.groupby(["rank", "step"])["dur_ns"].sum().groupby(level="rank").median()
     for phase, group in med.groupby("phase", observed=True):
         mine = phases[phases["phase"] == phase]
         verdict = judge_outliers(pd.DataFrame({"trial": mine["step"], "rank": mine["rank"], "value": mine["dur_ns"]}),
@@ -142,18 +136,24 @@ def _phases(store: Store, stats: pd.DataFrame) -> list[Finding]:
             step = float(step_med.get(rank, 0.0))
             if step > 0 and extra / step < 0.02:
                 continue
-            real = verdict.significant and verdict.ranks == (rank,)
+            waits = is_waiting_phase(str(phase)) and rank in own_work.index and len(own_work) > 1 and \
+                float(own_work[rank]) <= float(own_work.drop(rank).median())
+            real = verdict.significant and verdict.ranks == (rank,) and not waits
             stats_r = verdict.per_rank.get(rank)
             times = f"the slowest in {stats_r.times_slowest} of {stats_r.trials} steps" if stats_r else ""
+            if waits:
+                times = ("its own work is no slower than its peers', so the extra time is waiting for them "
+                         "in the gradient all-reduce")
             out.append(Finding(
                 analyzer="steps", severity=Severity.WARNING if real else Severity.INFO,
                 title=f"Rank {rank} spends {fmt_ms(row['dur_ns'] / 1e9)} in '{phase}' per step, "
                       f"{row['dur_ns'] / peers:.1f}x its peers ({fmt_ms(peers / 1e9)})"
-                      + ("" if real else f"; within this run's noise ({times}): record more steps to tell"),
+                      + ("" if real else f"; not a straggler: {times}" if waits else
+                         f"; within this run's noise ({times}): record more steps to tell"),
                 recommendation=(f"This rank does more '{phase}' work or runs it slower: compare its inputs "
                                 "(sequence lengths, batch composition), its host (CPU contention, GPU clocks) and "
                                 "its data loading with the other ranks.") if real else
-                               (f"Not a straggler by this run's evidence: {verdict.reason or 'others are as slow'}."),
+                               (f"Not a straggler by this run's evidence: {times if waits else verdict.reason or 'others are as slow'}."),
                 evidence={"phase": str(phase), "rank_median_ms": round(float(row["dur_ns"]) / 1e6, 3),
                           "peers_median_ms": round(float(peers) / 1e6, 3),
                           "significance": {"trials": verdict.trials, "confidence": round(verdict.confidence, 4),

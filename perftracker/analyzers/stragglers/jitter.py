@@ -1,0 +1,99 @@
+"""Unstable step time: which steps are slow, and whether one phase of the step explains them.
+
+Promise: `jitter_finding(store, stats)` returns one finding when some ranks' p90 step time is more than
+`JITTER_RATIO` times their median, or None. It is a **warning** only when the evidence names a cause
+inside the job: in the slow steps (slower than `SLOW_STEP_RATIO` x the median) one phase of the step
+files (e.g. `data`: input stalls) carries at least `PHASE_SHARE` of the extra time while it is a
+smaller share of a normal step, and that phase is the rank's own work (not `backward` or another phase
+that includes waiting for the other ranks: `waiting.WAITING_PHASES`). When the slow steps are slow in every phase (or there are no phase
+timings to tell), the variation is the machine's or the job's as a whole (other processes on the node,
+a busy shared machine, garbage collection) and the finding is an **info** that says so: instability
+a run shows by itself is not evidence of a problem in the job.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from perftracker.analyzers.common import hosts_of
+from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.stragglers.waiting import is_waiting_phase
+from perftracker.store import Store
+
+JITTER_RATIO = 1.5  # p90 / median above this: unstable steps
+SLOW_STEP_RATIO = 1.5  # a step slower than this x its rank's median is a slow step
+PHASE_SHARE = 0.6  # one phase carries this share of the slow steps' extra time
+MIN_STEPS = 5
+
+
+def jitter_finding(store: Store, stats: pd.DataFrame) -> Finding | None:
+    """See the module docstring. `stats`: the per-rank step statistics (steps.step_stats)."""
+    bad = stats[(stats["steps"] >= MIN_STEPS) & (stats["p90_s"] > JITTER_RATIO * stats["median_s"])]
+    if bad.empty:
+        return None
+    ranks = [int(r) for r in bad["rank"]]
+    ratio = float((bad["p90_s"] / bad["median_s"]).median())
+    excess = float((bad["mean_s"] - bad["median_s"]).clip(lower=0).median())
+    evidence: dict[str, object] = {
+        "per_rank": {int(r["rank"]): {"median_ms": round(r["median_s"] * 1e3, 3), "p90_ms": round(r["p90_s"] * 1e3, 3),
+                                      "max_ms": round(r["max_s"] * 1e3, 3)} for _, r in bad.head(64).iterrows()}}
+    phase, shares = _phase_of_slow_steps(store, ranks)
+    evidence["slow_step_extra_by_phase"] = shares
+    title = f"Unstable step time: p90 is {ratio:.1f}x the median on {len(ranks)} rank(s)"
+    cost = Cost(excess, excess / float(bad["mean_s"].median()))
+    if phase is not None:
+        return Finding(
+            analyzer="steps", severity=Severity.WARNING,
+            title=f"{title}; the slow steps are slow in '{phase}' ({100 * shares[phase]:.0f}% of their extra time)",
+            recommendation=(f"The '{phase}' phase stalls in some steps. For 'data': more DataLoader workers, "
+                            "pin_memory, prefetching, faster storage; otherwise look at what that phase does in "
+                            "the slow steps (the step-time chart shows which)."),
+            evidence=evidence, ranks=tuple(ranks), hosts=hosts_of(store, ranks), cost=cost, key="steps:jitter",
+        )
+    top = max(shares, key=lambda p: shares[p]) if shares else ""
+    if top and is_waiting_phase(top) and shares[top] >= PHASE_SHARE:
+        why = (f"the slow steps are slow in '{top}', which includes waiting for the other ranks (the gradient "
+               "all-reduce), so the step files cannot tell whose work was slow")
+    elif shares:
+        why = "the slow steps are slower in every phase"
+    else:
+        why = "there are no phase timings to tell which part of the step is slow"
+    return Finding(
+        analyzer="steps", severity=Severity.INFO,
+        title=f"{title}; {why}: variation of the machine or the whole job, not a cause in one phase",
+        recommendation=("If this is a shared or busy machine, this is its noise. Otherwise look for periodic work "
+                        "(checkpointing, evaluation, garbage collection, logging) in the step-time chart, and "
+                        "write step files with phase timings (the perftracker step hook) to tell which part "
+                        "of the step stalls."),
+        evidence=evidence, ranks=tuple(ranks), hosts=hosts_of(store, ranks), cost=cost, key="steps:jitter",
+    )
+
+
+def _phase_of_slow_steps(store: Store, ranks: list[int]) -> tuple[str | None, dict[str, float]]:
+    """The phase carrying PHASE_SHARE of the slow steps' extra time (and being a smaller share of a
+    normal step), with every phase's share of that extra time."""
+    phases = store.tables["phases"]
+    steps = store.steps
+    steps = steps[steps["rank"].isin(ranks)]
+    if phases.empty or steps.empty:
+        return None, {}
+    per_step = phases[phases["rank"].isin(ranks)].pivot_table(
+        index=["rank", "step"], columns="phase", values="dur_ns", aggfunc="sum", observed=True).fillna(0.0)
+    if per_step.empty:
+        return None, {}
+    durations = steps.groupby(["rank", "step"])["dur_ns"].max()
+    medians = durations.groupby(level="rank").transform("median")
+    slow = durations[durations > SLOW_STEP_RATIO * medians].index
+    normal = durations[durations <= medians].index
+    slow, normal = per_step.index.intersection(slow), per_step.index.intersection(normal)
+    if len(slow) == 0 or len(normal) == 0:
+        return None, {}
+    extra = (per_step.loc[slow] - per_step.loc[normal].median()).clip(lower=0).sum()
+    total = float(extra.sum())
+    if total <= 0:
+        return None, {}
+    shares = {str(p): round(float(v) / total, 3) for p, v in extra.items()}
+    top = max(shares, key=lambda p: shares[p])
+    normal_share = float(per_step.loc[normal].median()[top]) / max(float(per_step.loc[normal].median().sum()), 1e-9)
+    named = shares[top] >= PHASE_SHARE and normal_share < shares[top] and not is_waiting_phase(top)
+    return (top if named else None), shares
