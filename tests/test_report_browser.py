@@ -1,8 +1,17 @@
-"""report.html renders in headless Chromium: every chart draws and the console has no errors."""
+"""report.html renders in headless Chromium: every chart draws and the console has no errors.
+
+A browser launch costs seconds, so the browser sees each bundled sample once, a few chart-heavy shared
+traces and one trace of each shape of the shared corpus (AMD, MTIA, CPU-only, critical-path, Triton,
+execution trace, no ProfilerStep, odd metadata); every other shared trace set is analyzed end to end
+and its report checked without a browser (`static_charts`: every chart has a figure with data in the
+report's figures JSON, which is what the page's script draws). A report redrawn by `perftracker
+report` is compared with the first one as text: the same page draws the same charts.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -24,6 +33,21 @@ def render_dom(html: Path, profile: Path) -> tuple[str, str]:
     result = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--dump-dom", html.as_uri()],
                             capture_output=True, text=True, timeout=120)
     return result.stdout, result.stderr
+
+
+def static_charts(html: str) -> int:
+    """The number of chart divs, after checking each has a figure with at least one trace in the figures JSON."""
+    ids = re.findall(r'class="chart" id="([^"]+)"', html)
+    match = re.search(r'<script type="application/json" id="figures">(.*?)</script>', html, re.S)
+    figures = json.loads(match.group(1)) if match else {}
+    assert sorted(figures) == sorted(ids), "every chart div needs its figure and no figure may be orphaned"
+    for fid in ids:
+        assert figures[fid].get("data"), f"figure {fid} has no traces"
+    return len(ids)
+
+
+def _without_time(html: str) -> str:
+    return re.sub(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC", "<time>", html)
 
 
 def console_errors(stderr: str) -> list[str]:
@@ -64,13 +88,12 @@ def test_sample_run_report_renders(tmp_path: Path, sample: str) -> None:
     assert ('id="synthetic"' in dom) == synthetic
     if synthetic:
         assert "Synthetic inputs." in dom
-    # AND the report redrawn from tables/ and findings.json alone draws the same charts cleanly
+    # AND the report redrawn from tables/ and findings.json alone is the same page (so it draws the same
+    # charts as cleanly), whatever the time it was drawn
+    first = result.report_path.read_text()
     result.report_path.unlink()
     render_report(result.out_dir)
-    dom, stderr = render_dom(result.report_path, tmp_path / "profile-again")
-    assert result.report_path.read_text().count('class="chart"') == charts
-    assert dom.count('class="plot-container plotly"') == charts
-    assert console_errors(stderr) == []
+    assert _without_time(result.report_path.read_text()) == _without_time(first)
 
 
 TRACE_SETS = ["amd_trace", "call_stack", "cpu_only", "critical_path/alexnet", "critical_path/cuda_event_sync",
@@ -81,14 +104,22 @@ TRACE_SETS = ["amd_trace", "call_stack", "cpu_only", "critical_path/alexnet", "c
               "triton_example", "with_gpu_user_annotation"]
 
 
+# one of each shape goes through the browser (trace_filter, df_index_resolver and cpu_only are drawn above)
+IN_BROWSER = {"amd_trace", "critical_path/alexnet", "execution_trace", "mtia_inference_trace", "rank_non_gpu",
+              "triton_example", "with_gpu_user_annotation"}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("trace_set", TRACE_SETS)
 def test_analyze_every_shared_trace_set_and_render(hta_traces: Path, tmp_path: Path, trace_set: str) -> None:
     # GIVEN any trace set of the shared corpus (GPU, AMD, MTIA, CPU-only, odd metadata)
     # WHEN analyzed end to end
     result = analyze_path(hta_traces / trace_set, tmp_path / "out", LoadOptions(workers=1))
-    # THEN there are findings (at least the summary or the input notes) and the report renders cleanly
+    # THEN there are findings (at least the summary or the input notes) and every chart has its figure
     assert result.findings
-    dom, stderr = render_dom(result.report_path, tmp_path / "profile")
-    assert dom.count('class="plot-container plotly"') == result.report_path.read_text().count('class="chart"')
-    assert console_errors(stderr) == []
+    charts = static_charts(result.report_path.read_text())
+    # AND, for one trace set of each shape, the report renders cleanly in the browser
+    if trace_set in IN_BROWSER:
+        dom, stderr = render_dom(result.report_path, tmp_path / "profile")
+        assert dom.count('class="plot-container plotly"') == charts
+        assert console_errors(stderr) == []
