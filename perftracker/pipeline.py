@@ -7,7 +7,8 @@ computed), saves the views as `tables/<name>.parquet` (plain columnar data, no m
 findings.json and renders report.html from those tables and findings. `render_report` renders
 report.html again from an output folder's findings.json and tables/ alone, through the same
 renderer. `perftracker analyze`, `demo`, `postmortem`, `run` and `attach` call `analyze_path`;
-`perftracker report` calls `render_report`.
+`perftracker report` calls `render_report`. `diff_paths` is `perftracker diff`: two inputs analyzed (or
+two saved outputs read), compared by `analyzers.compare.diff`, written as diff.json and diff.html.
 """
 
 from __future__ import annotations
@@ -22,19 +23,23 @@ from typing import Any
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis, AnalysisOptions
+from perftracker.analyzers.compare.diff import DEFAULT_TOLERANCE, RunDiff, compare_runs
+from perftracker.analyzers.compare.side import RunSide, side_from_tables
 from perftracker.analyzers.coverage import coverage, coverage_dict, known_hosts, known_ranks
 from perftracker.analyzers.findings import Finding, rank_findings
 from perftracker.analyzers.registry import run_analyzers
 from perftracker.analyzers.rootcause import link_findings
 from perftracker.analyzers.views import REPORT_VIEWS
 from perftracker.collectors.loading import LoadOptions, load_path
+from perftracker.reports import diff_html, json_report
 from perftracker.reports import html as html_report
-from perftracker.reports import json_report
 from perftracker.store import LoadNote, Store
 
 FINDINGS = "findings.json"
 REPORT = "report.html"
 TABLES = "tables"
+DIFF_JSON = "diff.json"
+DIFF_HTML = "diff.html"
 
 
 @dataclass
@@ -131,3 +136,28 @@ def render_report(out_dir: Path) -> Path:
     _render(out_dir, load_tables(out_dir / TABLES), findings, notes, str(document.get("input", out_dir)),
             document.get("summary") or {})
     return out_dir / REPORT
+
+
+def diff_side(path: Path, label: str, out_dir: Path, options: LoadOptions) -> RunSide:
+    """One side of `perftracker diff`: a saved analysis output (findings.json + tables/, also in a run
+    directory's perftracker-out/) is read as it is; anything else is analyzed into `out_dir` first."""
+    for folder in (path, path / "perftracker-out"):
+        if (folder / FINDINGS).is_file() and (folder / TABLES).is_dir():
+            _, findings = json_report.read(folder / FINDINGS)
+            return side_from_tables(label, load_tables(folder / TABLES), findings)
+    result = analyze_path(path, out_dir, options)
+    return side_from_tables(label, result.tables, result.findings)
+
+
+def diff_paths(base: Path, new: Path, out_dir: Path, options: LoadOptions,
+               tolerance: float = DEFAULT_TOLERANCE) -> tuple[RunDiff, dict[str, Any]]:
+    """`perftracker diff`: both sides (analyzed into out_dir/base and out_dir/new where needed), compared;
+    writes out_dir/diff.json (findings in the usual schema) and out_dir/diff.html."""
+    diff = compare_runs(diff_side(base, "base", out_dir / "base", options),
+                        diff_side(new, "new", out_dir / "new", options), tolerance)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    document = json_report.build(diff.findings, [], f"{base} -> {new}", {"diff": diff.summary})
+    json_report.write(out_dir / DIFF_JSON, document)
+    diff_html.render(out_dir / DIFF_HTML, diff.findings, diff.ops, diff.ranks, diff.summary,
+                     title=f"perftracker diff: {base} -> {new}")
+    return diff, document

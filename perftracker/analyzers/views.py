@@ -15,6 +15,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.compare.summaries import op_totals_view, settings_view
 from perftracker.analyzers.health.gpu_tables import gpu_series_table, gpu_throttle_table
 from perftracker.analyzers.health.port_tables import (
     pfc_paused_table,
@@ -65,6 +66,9 @@ REPORT_VIEWS: dict[str, TableView] = {
     # sampled stacks side by side
     "profile_ranks": profile_ranks_view,
     "profile_shares": profile_shares_view,
+    # what a later `perftracker diff` compares: op time per rank, captured settings
+    "op_totals": op_totals_view,
+    "settings": settings_view,
 }
 
 

@@ -1,0 +1,63 @@
+"""One side of a comparison: the step times, op totals, settings and findings of one run.
+
+Promise: `RunSide` holds what `diff.compare_runs` needs of a run, already analyzed: the `steps`,
+`op_totals` and `settings` tables (report views, so an analysis output folder has them in tables/)
+and the run's findings. `side_from_tables(label, tables, findings)` builds it from either an
+analysis just run or a saved output folder's tables; nothing here reads raw traces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from perftracker.analyzers.findings import Finding
+
+
+@dataclass(frozen=True)
+class RunSide:
+    """What one run contributes to a comparison."""
+
+    label: str
+    steps: pd.DataFrame  # rank, window, step, start_ns, dur_ns, source
+    op_totals: pd.DataFrame  # rank, kind, name, total_ns, count, steps
+    settings: pd.DataFrame  # key, value, ranks, source
+    findings: tuple[Finding, ...]
+
+    def job_steps_s(self) -> np.ndarray:
+        """The job's step time per step (median across ranks), in seconds, in step order (step files
+        preferred, as for the step analyzers)."""
+        steps = self.steps
+        if steps.empty:
+            return np.array([], dtype=float)
+        files = steps[steps["source"].astype(str) == "stepfile"]
+        use = files if not files.empty else steps
+        return (use.groupby("step")["dur_ns"].median().sort_index() / 1e9).to_numpy(dtype=float)
+
+    def ms_per_step(self) -> pd.DataFrame:
+        """Per (rank, kind, name): milliseconds per profiled step (ranks without profiled steps left out)."""
+        ops = self.op_totals
+        if ops.empty:
+            return pd.DataFrame(columns=["rank", "kind", "name", "ms"])
+        ops = ops[ops["steps"] > 0]
+        out = ops[["rank", "kind", "name"]].copy()
+        out["ms"] = ops["total_ns"] / 1e6 / ops["steps"]
+        return out.reset_index(drop=True)
+
+    def setting_values(self) -> dict[str, frozenset[str]]:
+        """key -> the set of values seen (over ranks and sources)."""
+        if self.settings.empty:
+            return {}
+        return {str(k): frozenset(str(v) for v in g["value"]) for k, g in self.settings.groupby("key")}
+
+
+def side_from_tables(label: str, tables: Mapping[str, pd.DataFrame], findings: list[Finding]) -> RunSide:
+    """A RunSide from report tables (an analysis's or a saved folder's); missing tables are empty."""
+    def table(name: str) -> pd.DataFrame:
+        frame = tables.get(name)
+        return frame if frame is not None else pd.DataFrame()
+
+    return RunSide(label, table("steps"), table("op_totals"), table("settings"), tuple(findings))

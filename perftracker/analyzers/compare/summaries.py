@@ -1,0 +1,57 @@
+"""The small per-run summaries a later `perftracker diff` compares, saved with every analysis.
+
+Promise: `op_totals_view(analysis)` is, per rank and CPU op / GPU kernel name, the total time, the
+call count and the number of profiled steps of that rank (so time per step compares across runs of
+different lengths); `settings_view(analysis)` is every captured setting (environment snapshots, env
+files, NCCL echo lines) as distinct (key, value) pairs with how many ranks showed them, plus the
+job's shape (world size, backends, device names) under `job.*` keys. Both are report views
+(`analyzers/views.py`), saved as tables/op_totals.parquet and tables/settings.parquet, so an analysis
+output folder can be compared without its raw traces.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+
+OP_KINDS = ("cpu_op", "compute", "comm", "memcpy", "memset", "collective_cpu", "gpu_annotation", "annotation")
+OP_COLUMNS = ["rank", "kind", "name", "total_ns", "count", "steps"]
+SETTING_COLUMNS = ["key", "value", "ranks", "source"]
+
+
+def op_totals_view(analysis: Analysis) -> pd.DataFrame:
+    """Per (rank, kind, name): total_ns, count, and the rank's number of profiled steps (0: no steps)."""
+    events = analysis.store.events
+    if events.empty:
+        return pd.DataFrame(columns=OP_COLUMNS)
+    ops = events[events["kind"].astype(str).isin(OP_KINDS)]
+    grouped = ops.groupby(["rank", "kind", "name"], observed=True)["dur_ns"].agg(["sum", "size"]).reset_index()
+    grouped = grouped.rename(columns={"sum": "total_ns", "size": "count"})
+    steps = analysis.store.steps
+    profiled = steps[steps["source"].astype(str) == "profiler"].groupby("rank")["step"].nunique()
+    grouped["steps"] = grouped["rank"].map(profiled).fillna(0).astype("int64")
+    grouped["kind"] = grouped["kind"].astype(str)
+    grouped["name"] = grouped["name"].astype(str)
+    return grouped[OP_COLUMNS]
+
+
+def settings_view(analysis: Analysis) -> pd.DataFrame:
+    """Distinct (key, value) settings with the number of ranks that showed each, and the job's shape."""
+    store = analysis.store
+    rows: list[dict[str, object]] = []
+    config = store["config"]
+    if not config.empty:
+        grouped = config.groupby(["key", "value"], observed=True).agg(
+            ranks=("rank", "nunique"), source=("source", lambda s: ",".join(sorted({str(v) for v in s}))))
+        flat = grouped.reset_index()
+        rows += [{"key": str(r["key"]), "value": str(r["value"]), "ranks": int(r["ranks"]), "source": str(r["source"])}
+                 for _, r in flat.iterrows()]
+    ranks = store.ranks
+    for column, key in (("world_size", "job.world_size"), ("backend", "job.backend"), ("device_name", "job.device")):
+        if column in ranks and not ranks.empty:
+            values = ranks[column].dropna()
+            values = values[(values.astype(str) != "") & (values.astype(str) != "-1")]
+            for value, count in values.astype(str).value_counts().items():
+                rows.append({"key": key, "value": str(value), "ranks": int(count), "source": "trace"})
+    return pd.DataFrame(rows, columns=SETTING_COLUMNS)

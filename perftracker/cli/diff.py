@@ -1,0 +1,75 @@
+"""`perftracker diff BASE NEW`: what changed between two runs of a job, beyond the noise of running it twice."""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from perftracker.analyzers.compare.diff import DEFAULT_TOLERANCE
+from perftracker.analyzers.findings import Severity
+from perftracker.cli.options import out_option, quiet_option
+from perftracker.cli.voice import EXIT_FINDINGS, add_command
+from perftracker.collectors.loading import LoadOptions, default_cache_dir
+from perftracker.errors import UsageError
+from perftracker.pipeline import DIFF_HTML, DIFF_JSON, diff_paths
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def clean_text(text: str) -> str:
+    """Trace-derived text for the terminal: control characters (ESC sequences) removed."""
+    return _CONTROL.sub("", text)
+
+
+def diff(
+    base: Annotated[Path, typer.Argument(help="The good (earlier) run: a run directory, a folder of traces, or an "
+                                         "analyze output folder (findings.json + tables/).")],
+    new: Annotated[Path, typer.Argument(help="The run to compare with it, in any of the same forms.")],
+    out: Annotated[Path | None, out_option(f"Where to write {DIFF_JSON} and {DIFF_HTML} (each side's own "
+                                           "analysis goes to base/ and new/ under it). Default: only the "
+                                           "terminal summary.")] = None,
+    fail_on_regression: Annotated[float | None, typer.Option(
+        "--fail-on-regression", metavar="PCT", help="Exit 3 when the step time rose by at least PCT percent "
+        "beyond the runs' noise (for CI).")] = None,
+    tolerance: Annotated[float, typer.Option(
+        "--tolerance", metavar="PCT", help="A significant step-time rise below PCT percent is an info, not a "
+        "warning.")] = 100 * DEFAULT_TOLERANCE,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the parsed-trace cache.")]
+    = False,
+    quiet: Annotated[bool, quiet_option("Print only the verdict line.")] = False,
+) -> None:
+    """Compare two runs: step time, ops and kernels per step, the rank(s) that changed, settings, findings.
+
+    Exit codes: 0 compared, 2 bad input or usage, 3 --fail-on-regression exceeded.
+    """
+    if fail_on_regression is not None and fail_on_regression < 0:
+        raise UsageError(f"--fail-on-regression {fail_on_regression}: must be a percentage >= 0", "diff",
+                         "e.g. --fail-on-regression 5")
+    options = LoadOptions(cache_dir=None if no_cache else default_cache_dir())
+    console = Console()
+    if out is None:
+        with tempfile.TemporaryDirectory(prefix="perftracker-diff-") as scratch:
+            result, _ = diff_paths(base, new, Path(scratch), options, tolerance / 100.0)
+    else:
+        result, _ = diff_paths(base, new, out, options, tolerance / 100.0)
+    loud = [f for f in result.findings if f.severity >= Severity.WARNING]
+    verdict = (f"{len(loud)} change(s) beyond the runs' noise. Top: {loud[0].title}" if loud
+               else "No change beyond the noise of running the same job twice.")
+    console.print(clean_text(verdict), highlight=False, markup=False)
+    if not quiet:
+        for f in result.findings:
+            console.print(f"  [{f.severity.label}] {clean_text(f.title)}", highlight=False, markup=False)
+        if out is not None:
+            console.print(f"Diff: {out / DIFF_HTML}  ({out / DIFF_JSON})", highlight=False, markup=False)
+    regressed = (fail_on_regression is not None and result.regression_significant
+                 and result.step_change * 100.0 >= fail_on_regression)
+    raise typer.Exit(EXIT_FINDINGS if regressed else 0)
+
+
+def register(app: typer.Typer) -> None:
+    add_command(app, "diff", diff)

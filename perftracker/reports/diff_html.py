@@ -1,0 +1,63 @@
+"""diff.html: the page of `perftracker diff`, one small self-contained file (no scripts), from findings and tables.
+
+Promise: `render(path, findings, ops, ranks, summary, title)` writes the verdict of the comparison, its
+findings (with their evidence), the ops that changed (base and new time per step, with bars scaled to
+the largest) and the per-rank changes. Every text that came from a trace or a finding is escaped by the
+template (autoescape); the page needs no JavaScript and nothing online.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import pandas as pd
+
+from perftracker import __version__
+from perftracker.analyzers.findings import Finding, Severity
+from perftracker.rundir import atomic_write_text
+
+_ENV = jinja2.Environment(
+    loader=jinja2.PackageLoader("perftracker.reports", "templates"),
+    autoescape=jinja2.select_autoescape(["html", "j2"], default=True),
+    undefined=jinja2.StrictUndefined,
+)
+MAX_ROWS = 60
+
+
+def _op_rows(ops: pd.DataFrame) -> list[dict[str, Any]]:
+    if ops.empty:
+        return []
+    moved = ops[ops["change"] != "same"].head(MAX_ROWS)
+    top = max(float(moved[["base_ms", "new_ms"]].max().max()) if not moved.empty else 0.0, 1e-9)
+    return [{"rank": "all" if int(r["rank"]) < 0 else str(int(r["rank"])), "kind": str(r["kind"]),
+             "name": str(r["name"]), "short": str(r["name"])[:90], "change": str(r["change"]),
+             "base": f"{float(r['base_ms']):.2f}", "new": f"{float(r['new_ms']):.2f}",
+             "extra": f"{float(r['delta_ms']):+.2f}",
+             "base_pct": round(100 * float(r["base_ms"]) / top, 1), "new_pct": round(100 * float(r["new_ms"]) / top, 1)}
+            for _, r in moved.iterrows()]
+
+
+def _rank_rows(ranks: pd.DataFrame) -> list[dict[str, Any]]:
+    return [{"rank": int(r["rank"]), "op": str(r["op"]), "base": f"{float(r['base_ms']):.2f}",
+             "new": f"{float(r['new_ms']):.2f}", "excess": f"{float(r['excess_ms']):+.2f}", "named": bool(r["named"])}
+            for _, r in ranks.iterrows()] if not ranks.empty else []
+
+
+def render(path: Path, findings: list[Finding], ops: pd.DataFrame, ranks: pd.DataFrame,
+           summary: Mapping[str, Any], title: str) -> None:
+    top = max((f.severity for f in findings), default=Severity.INFO)
+    loud = [f for f in findings if f.severity >= Severity.WARNING]
+    verdict = (f"{len(loud)} change(s) that beat the runs' noise. Top: {loud[0].title}" if loud
+               else "No change beyond the noise of running the same job twice.")
+    page = _ENV.get_template("diff.html.j2").render(
+        title=title, generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), version=__version__,
+        verdict=verdict, verdict_class="ok" if top == Severity.INFO else top.label,
+        findings=[{**f.to_dict(), "evidence_text": json.dumps(f.evidence, indent=1, default=str)[:20000]}
+                  for f in findings],
+        ops=_op_rows(ops), ranks=_rank_rows(ranks), summary=dict(summary))
+    atomic_write_text(path, page)
