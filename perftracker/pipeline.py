@@ -8,7 +8,8 @@ findings.json and renders report.html from those tables and findings. `render_re
 report.html again from an output folder's findings.json and tables/ alone, through the same
 renderer. `perftracker analyze`, `demo`, `postmortem`, `run` and `attach` call `analyze_path`;
 `perftracker report` calls `render_report`. `diff_paths` is `perftracker diff`: two inputs analyzed (or
-two saved outputs read), compared by `analyzers.compare.diff`, written as diff.json and diff.html.
+two saved outputs read), compared by `analyzers.compare.diff`, written as diff.json and diff.html. `timeline_path` is `perftracker
+timeline`: one merged, clock-aligned trace of all ranks with the findings marked.
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ from perftracker.analyzers.coverage import coverage, coverage_dict, known_hosts,
 from perftracker.analyzers.findings import Finding, rank_findings
 from perftracker.analyzers.registry import run_analyzers
 from perftracker.analyzers.rootcause import link_findings
+from perftracker.analyzers.traces.merged_timeline import MergedTimeline, merged_timeline
 from perftracker.analyzers.views import REPORT_VIEWS
 from perftracker.collectors.loading import LoadOptions, load_path
-from perftracker.reports import diff_html, json_report
+from perftracker.reports import diff_html, json_report, timeline_trace
 from perftracker.reports import html as html_report
 from perftracker.store import LoadNote, Store
 
@@ -161,3 +163,14 @@ def diff_paths(base: Path, new: Path, out_dir: Path, options: LoadOptions,
     diff_html.render(out_dir / DIFF_HTML, diff.findings, diff.ops, diff.ranks, diff.summary,
                      title=f"perftracker diff: {base} -> {new}")
     return diff, document
+
+
+def timeline_path(path: Path, out: Path, options: LoadOptions, ranks: list[int] | None, steps: list[int] | None,
+                  max_events: int) -> tuple[int, MergedTimeline]:
+    """`perftracker timeline`: load, analyze (for the findings to mark and the clock offsets), merge, write."""
+    analysis = Analysis(load_path(path, options))
+    findings = rank_findings(run_analyzers(analysis))
+    merged = merged_timeline(analysis, findings, ranks, steps, max_events)
+    written = timeline_trace.write_trace(out, merged.events, merged.markers, merged.ranks, merged.steps,
+                                         merged.offsets_ns, merged.note, title=str(path))
+    return written, merged

@@ -13,7 +13,7 @@ import sys
 import typer
 
 from perftracker import __version__
-from perftracker.cli import analyze, attach, demo, diff, lint_env, postmortem, ps, report, run
+from perftracker.cli import analyze, attach, demo, diff, lint_env, postmortem, ps, report, run, timeline
 from perftracker.cli.voice import EXIT_INTERNAL, EXIT_USAGE, say
 from perftracker.errors import PerftrackerError
 
@@ -43,6 +43,7 @@ def _root(
 analyze.register(app)
 report.register(app)
 diff.register(app)
+timeline.register(app)
 demo.register(app)
 ps.register(app)
 attach.register(app)

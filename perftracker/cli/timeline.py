@@ -1,0 +1,70 @@
+"""`perftracker timeline PATH -o FILE`: one clock-aligned trace of all ranks, with the findings marked on it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from perftracker.cli.options import out_option
+from perftracker.cli.voice import add_command
+from perftracker.collectors.loading import LoadOptions, default_cache_dir
+from perftracker.errors import UsageError
+from perftracker.pipeline import timeline_path
+
+
+def parse_ranges(text: str | None, what: str) -> list[int] | None:
+    """"0,3-5" -> [0, 3, 4, 5]; None stays None (everything)."""
+    if text is None:
+        return None
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        low, _, high = part.partition("-")
+        try:
+            start, end = int(low), int(high or low)
+        except ValueError:
+            raise UsageError(f"--{what} {text!r}: not a list of numbers and ranges", "timeline",
+                             f"write e.g. --{what} 0,3-5") from None
+        if end < start or end - start > 1_000_000:
+            raise UsageError(f"--{what} {text!r}: range {part} is empty or too large", "timeline",
+                             f"write e.g. --{what} 0,3-5")
+        out.update(range(start, end + 1))
+    return sorted(out)
+
+
+def timeline(
+    path: Annotated[Path, typer.Argument(help="A run directory, a folder of torch.profiler traces, or one trace.")],
+    out: Annotated[Path, out_option("The trace to write (.json or .json.gz; open it in ui.perfetto.dev or "
+                                    "chrome://tracing).")] = Path("timeline.json.gz"),
+    ranks: Annotated[str | None, typer.Option("--ranks", help="Ranks to include, e.g. 0,3-5 (default: all up to "
+                                              "64; beyond, the ranks the findings name and the median rank).")]
+    = None,
+    steps: Annotated[str | None, typer.Option("--steps", help="Profiler steps to include, e.g. 10-12 (default: "
+                                              "all that fit --max-events).")] = None,
+    max_events: Annotated[int, typer.Option("--max-events", help="At most this many events (the last steps that "
+                                            "fit are kept).")] = 2_000_000,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the parsed-trace cache.")]
+    = False,
+) -> None:
+    """Merge every rank's trace into one, on one clock (offsets estimated from collective end times), one
+    process per rank grouped by host, with the straggler's late arrivals and the findings marked."""
+    if max_events < 1:
+        raise UsageError(f"--max-events {max_events}: must be at least 1", "timeline", "e.g. --max-events 500000")
+    options = LoadOptions(cache_dir=None if no_cache else default_cache_dir())
+    written, timeline_ = timeline_path(path, out, options, parse_ranges(ranks, "ranks"), parse_ranges(steps, "steps"),
+                                       max_events)
+    console = Console()
+    console.print(f"Timeline: {out} ({written} trace events, ranks {len(timeline_.ranks)}, "
+                  f"steps {len(timeline_.steps)}{'; ' + timeline_.note if timeline_.note else ''})",
+                  highlight=False, markup=False)
+    console.print("Open it in https://ui.perfetto.dev (works offline once loaded) or chrome://tracing.",
+                  highlight=False, markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    add_command(app, "timeline", timeline)
