@@ -74,6 +74,15 @@ def test_top_kernels_per_rank_and_across_ranks(tmp_path: Path) -> None:
     assert families.groupby("rank")["share_pct"].sum().tolist() == pytest.approx([100.0, 100.0])
 
 
+def test_a_kernel_is_launched_by_the_op_behind_most_of_its_time(tmp_path: Path) -> None:
+    # GIVEN a kernel launched twice by op_a (10 us each) and twice by op_b (100 us each): a tie in count
+    b = TraceBuilder(rank=0).step(1, 0, 2000)
+    for i, (op, dur) in enumerate((("op_a", 10), ("op_b", 100), ("op_a", 10), ("op_b", 100))):
+        b.cpu(op, 100 * i, 10).kernel("k", 500 + 200 * i, dur, launch_ts=100 * i + 2)
+    # WHEN the kernel table is computed; THEN its launching op is the one behind most of its time
+    assert kernels_view(Analysis(_load(tmp_path, b))).set_index("name").loc["k", "launched_by"] == "op_b"
+
+
 def test_top_cpu_ops_have_total_and_self_time(tmp_path: Path) -> None:
     # GIVEN aten::linear (40 us) > aten::addmm (30 us) > cudaLaunchKernel (3 us), twice per rank
     analysis = Analysis(_load(tmp_path, _training_rank(0, 200), _training_rank(1, 300)))

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.traces.grouping import Groups, codes_of
+from perftracker.analyzers.traces.grouping import Groups, codes_of, per_value
 
 _KINDS = ("compute", "memcpy", "memset", "cpu_op", "annotation", "gpu_annotation")
 MIN_EXCESS_SHARE = 0.02  # ignore ops whose excess is under 2% of the rank's total difference
@@ -28,7 +28,7 @@ COLUMNS = ["rank", "name", "kind", "per_step_ns", "count_per_step", "p90_ns"]
 def op_steps_view(analysis: Analysis) -> pd.DataFrame:
     """Per rank and op name: kind, time and instances per step, p90 duration (see the module docstring)."""
     ev = analysis.store.events
-    ev = ev[ev["kind"].isin(_KINDS) & ~ev["name"].astype(str).str.startswith("ProfilerStep#")]
+    ev = ev[ev["kind"].isin(_KINDS).to_numpy() & ~per_value(ev["name"], lambda name: name.startswith("ProfilerStep#"))]
     if ev.empty:
         return pd.DataFrame(columns=COLUMNS)
     in_step = ev["step"] >= 0

@@ -19,6 +19,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.traces.grouping import per_value
 from perftracker.store import Store
 
 CPU_KINDS = ("cpu_op", "annotation", "collective_cpu", "runtime")
@@ -29,15 +30,18 @@ Ints = npt.NDArray[np.int64]
 def cpu_calls(store: Store) -> pd.DataFrame:
     """Every CPU event with its parent, self time and op (see the module docstring)."""
     ev = store.events
-    keep = ev["kind"].isin(CPU_KINDS) & (ev["stream"] < 0) & ~ev["name"].astype(str).str.startswith("ProfilerStep#")
-    calls = ev.loc[keep, [c for c in COLUMNS if c != "end_ns"]].copy()
-    calls["end_ns"] = calls["start_ns"] + calls["dur_ns"]
-    calls = calls.sort_values(["rank", "window", "tid", "start_ns", "end_ns"],
-                              ascending=[True, True, True, True, False], kind="stable").reset_index(drop=True)
-    start = calls["start_ns"].to_numpy(np.int64)
-    end = np.maximum(calls["end_ns"].to_numpy(np.int64), start + 1)  # an instant still nests
+    keep = (ev["kind"].isin(CPU_KINDS).to_numpy() & (ev["stream"].to_numpy() < 0)
+            & ~per_value(ev["name"], lambda name: name.startswith("ProfilerStep#")))
+    picked = ev.loc[keep, [c for c in COLUMNS if c != "end_ns"]]
+    start = picked["start_ns"].to_numpy(np.int64)
+    end = start + picked["dur_ns"].to_numpy(np.int64)
+    rank, window, tid = (picked[c].to_numpy(np.int64) for c in ("rank", "window", "tid"))
+    order = np.lexsort((-end, start, tid, window, rank))  # by thread, then start, the longer first
+    calls = picked.take(order).reset_index(drop=True)
+    calls["end_ns"] = end[order]
+    start, end = start[order], np.maximum(end[order], start[order] + 1)  # an instant still nests
     parent = np.full(len(calls), -1, dtype=np.int64)
-    thread = (calls[["rank", "window", "tid"]].to_numpy(np.int64) if len(calls) else np.empty((0, 3), np.int64))
+    thread = np.stack([rank[order], window[order], tid[order]], axis=1)
     bounds = np.flatnonzero((thread[1:] != thread[:-1]).any(axis=1)) + 1 if len(calls) else np.empty(0, np.int64)
     for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(calls)]):
         local = _parents(start[lo:hi], end[lo:hi])

@@ -15,6 +15,7 @@ the end of its title.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -50,40 +51,64 @@ def _covered(gap_start: Ints, gap_len: Ints, start: Ints, end: Ints) -> Ints:
     return upto(end) - upto(start)
 
 
-def _own(calls: pd.DataFrame, inside: Ints) -> Ints:
-    """Each call's own share of `inside` (its time in the gaps minus its children's), calls being one rank window."""
-    parent = calls["parent"].to_numpy(np.int64)
-    local = parent - int(calls.index[0]) if len(calls) else parent
-    nested = parent >= 0
-    children = np.bincount(local[nested], weights=inside[nested], minlength=len(calls)).astype(np.int64)
-    result: Ints = np.maximum(inside - children, 0)
-    return result
+@dataclass(frozen=True)
+class _Calls:
+    """The call trees (`cpu_calls_view`) as arrays, with the rows of each rank window (contiguous, in order)."""
+
+    start: Ints
+    end: Ints
+    parent: Ints
+    name: Ints
+    kind: Ints
+    names: list[object]
+    kinds: list[object]
+    spans: dict[tuple[int, int], tuple[int, int]]
+
+    @classmethod
+    def of(cls, calls: pd.DataFrame) -> _Calls:
+        name, names = codes_of(calls["name"])
+        kind, kinds = codes_of(calls["kind"])
+        key = calls["rank"].to_numpy(np.int64) * 65536 + calls["window"].to_numpy(np.int64)
+        cut = np.flatnonzero(key[1:] != key[:-1]) + 1 if len(key) else np.empty(0, np.int64)
+        spans = {(int(key[lo]) // 65536, int(key[lo]) % 65536): (lo, hi)
+                 for lo, hi in zip([0, *cut.tolist()], [*cut.tolist(), len(key)]) if hi > lo}
+        return cls(calls["start_ns"].to_numpy(np.int64), calls["end_ns"].to_numpy(np.int64),
+                   calls["parent"].to_numpy(np.int64), name, kind, names, kinds, spans)
+
+    def rows(self, rank: int, window: int) -> tuple[int, int]:
+        return self.spans.get((rank, window), (0, 0))
+
+    def own(self, lo: int, hi: int, inside: Ints) -> Ints:
+        """Each call's own share of `inside` (its time in the gaps minus its children's), rows lo..hi."""
+        parent = self.parent[lo:hi]
+        nested = parent >= 0
+        children = np.bincount(parent[nested] - lo, weights=inside[nested], minlength=hi - lo).astype(np.int64)
+        result: Ints = np.maximum(inside - children, 0)
+        return result
 
 
 def idle_ops_view(analysis: Analysis) -> pd.DataFrame:
     """Per rank, category and CPU op: own time inside the category's idle gaps (see the module docstring)."""
-    gaps, calls = analysis.view(idle_gaps_view), analysis.view(cpu_calls_view)
+    gaps = analysis.view(idle_gaps_view)
     if gaps.empty:
         return pd.DataFrame(columns=IDLE_OPS_COLUMNS)
-    name, names = codes_of(calls["name"])
-    kind, kinds = codes_of(calls["kind"])
-    windows = calls.groupby(["rank", "window"], sort=False).indices
+    calls = _Calls.of(analysis.view(cpu_calls_view))
     parts = []
-    for key, mine in gaps.sort_values("start_ns").groupby(["rank", "window"], sort=False):
-        rows = windows.get(key, np.empty(0, dtype=np.int64))
+    for _, mine in gaps.sort_values("start_ns").groupby(["rank", "window"], sort=False):
         rank = int(mine["rank"].iloc[0])
-        sub = calls.iloc[rows] if len(rows) else calls.iloc[0:0]
-        start, end = sub["start_ns"].to_numpy(np.int64), sub["end_ns"].to_numpy(np.int64)
-        top = sub["parent"].to_numpy() < 0
+        lo, hi = calls.rows(rank, int(mine["window"].iloc[0]))
+        start, end = calls.start[lo:hi], calls.end[lo:hi]
+        top = calls.parent[lo:hi] < 0
         busy_s, busy_e = union(start[top], end[top])
         gap_start, gap_len = mine["start_ns"].to_numpy(np.int64), mine["dur_ns"].to_numpy(np.int64)
-        for category in mine["category"].unique():
-            lengths = np.where(mine["category"].to_numpy() == category, gap_len, 0)
-            own = _own(sub, _covered(gap_start, lengths, start, end)) if len(sub) else np.empty(0, np.int64)
+        category_of = mine["category"].to_numpy()
+        for category in dict.fromkeys(category_of.tolist()):
+            lengths = np.where(category_of == category, gap_len, 0)
+            own = calls.own(lo, hi, _covered(gap_start, lengths, start, end))
             untraced = int(lengths.sum()) - int(_covered(gap_start, lengths, busy_s, busy_e).sum())
-            used = own > 0
-            parts.append(pd.DataFrame({"rank": rank, "category": str(category), "name_code": name[rows][used],
-                                       "kind_code": kind[rows][used], "self_ns": own[used]}))
+            used = np.flatnonzero(own > 0)
+            parts.append(pd.DataFrame({"rank": rank, "category": str(category), "name_code": calls.name[lo + used],
+                                       "kind_code": calls.kind[lo + used], "self_ns": own[used]}))
             parts.append(pd.DataFrame({"rank": [rank], "category": [str(category)], "name_code": [-1],
                                        "kind_code": [-1], "self_ns": [max(untraced, 0)]}))
     table = pd.concat(parts, ignore_index=True).groupby(["rank", "category", "name_code", "kind_code"],
@@ -91,8 +116,8 @@ def idle_ops_view(analysis: Analysis) -> pd.DataFrame:
     gap_total = gaps.groupby(["rank", "category"])["dur_ns"].sum()
     table["gap_ns"] = gap_total.reindex(pd.MultiIndex.from_frame(table[["rank", "category"]])).to_numpy(np.int64)
     codes = table["name_code"].to_numpy()
-    table["name"] = np.where(codes >= 0, np.array(names, dtype=object)[np.clip(codes, 0, None)], NO_OP)
-    table["kind"] = np.where(codes >= 0, np.array(kinds, dtype=object)[np.clip(table["kind_code"], 0, None)], "")
+    table["name"] = np.where(codes >= 0, np.array(calls.names, dtype=object)[np.clip(codes, 0, None)], NO_OP)
+    table["kind"] = np.where(codes >= 0, np.array(calls.kinds, dtype=object)[np.clip(table["kind_code"], 0, None)], "")
     table = table[table["self_ns"] > 0]
     table["share_pct"] = 100.0 * table["self_ns"] / table["gap_ns"].where(table["gap_ns"] > 0)
     table = table.sort_values(["rank", "category", "self_ns"], ascending=[True, True, False])
@@ -109,8 +134,8 @@ def next_kernels_view(analysis: Analysis) -> pd.DataFrame:
         columns={"correlation": "next_correlation", "name": "kernel", "dur_ns": "kernel_ns"})
     joined = gaps.merge(after, how="left", on=["rank", "window", "next_correlation"])
     joined["kernel"] = joined["kernel"].astype(object).fillna("")
-    joined["family"] = joined["family"].fillna("")
-    joined["launched_by"] = joined["launched_by"].fillna("")
+    joined["family"] = joined["family"].astype(object).fillna("")
+    joined["launched_by"] = joined["launched_by"].astype(object).fillna("")
     joined["kernel_ns"] = joined["kernel_ns"].fillna(-1).astype(np.int64)
     joined["step"] = joined["step"].fillna(-1).astype(np.int64)
     return joined
@@ -118,23 +143,20 @@ def next_kernels_view(analysis: Analysis) -> pd.DataFrame:
 
 def longest_gaps_view(analysis: Analysis) -> pd.DataFrame:
     """The LONGEST longest gaps of each rank and category, with the ops in each and the kernel after it."""
-    gaps, calls = analysis.view(next_kernels_view), analysis.view(cpu_calls_view)
+    gaps = analysis.view(next_kernels_view)
     if gaps.empty:
         return pd.DataFrame(columns=LONGEST_COLUMNS)
     longest = gaps.sort_values("dur_ns", ascending=False, kind="stable").groupby(["rank", "category"]).head(LONGEST)
-    windows = calls.groupby(["rank", "window"], sort=False).indices
-    name, values = codes_of(calls["name"])
-    names = np.array(values, dtype=object)[name] if len(name) else np.empty(0, dtype=object)
+    calls = _Calls.of(analysis.view(cpu_calls_view))
+    names = np.array(calls.names, dtype=object)
     texts = []
     for gap in longest.to_dict("records"):
-        rows = windows.get((gap["rank"], gap["window"]), np.empty(0, dtype=np.int64))
-        sub = calls.iloc[rows]
+        lo, hi = calls.rows(int(gap["rank"]), int(gap["window"]))
         gs, ge = int(gap["start_ns"]), int(gap["start_ns"]) + int(gap["dur_ns"])
-        inside = np.clip(np.minimum(sub["end_ns"].to_numpy(np.int64), ge)
-                         - np.maximum(sub["start_ns"].to_numpy(np.int64), gs), 0, None)
-        own = _own(sub, inside) if len(sub) else inside
+        inside = np.clip(np.minimum(calls.end[lo:hi], ge) - np.maximum(calls.start[lo:hi], gs), 0, None)
+        own = calls.own(lo, hi, inside)
         order = np.argsort(-own, kind="stable")[:OPS_PER_GAP]
-        texts.append("; ".join(f"{names[rows[i]]} {_ms(int(own[i]))}" for i in order if own[i] > 0))
+        texts.append("; ".join(f"{names[calls.name[lo + i]]} {_ms(int(own[i]))}" for i in order if own[i] > 0))
     out = longest.assign(cpu_ops=texts, next_kernel=longest["kernel"])
     return out.sort_values(["rank", "category", "dur_ns"], ascending=[True, True, False])[LONGEST_COLUMNS] \
         .reset_index(drop=True)

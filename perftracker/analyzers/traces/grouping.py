@@ -1,13 +1,14 @@
 """Group-by on integer codes with numpy: the statistics the kernel and op tables need, without pandas' string hashing.
 
 Promise: `codes_of(column)` turns a column into integer codes and the distinct values (a categorical's
-own codes; a missing value becomes ""); `Groups.of(keys...)` groups rows by integer key columns;
+own codes; a missing value becomes ""); `per_value(column, test)` runs a test once per distinct value; `Groups.of(keys...)` groups rows by integer key columns;
 its methods give per group the count, sum, p90 (linear interpolation, as pandas' `quantile`), and
-the number of distinct values of another key (ranks per kernel). Results are arrays in group order.
+the distinct (group, value) pairs of another key (the ranks of each kernel). Results are arrays in group order.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,14 @@ def codes_of(values: pd.Series) -> tuple[Ints, list[object]]:
         found, distinct = pd.factorize(values)
         codes, uniques = found.astype(np.int64), list(distinct)
     return np.where(codes < 0, len(uniques), codes), [*uniques, ""]
+
+
+def per_value(values: pd.Series, test: Callable[[str], bool]) -> npt.NDArray[np.bool_]:
+    """`test` of each row's value as text, run once per distinct value."""
+    codes, distinct = codes_of(values)
+    answers = np.array([bool(test(str(v))) for v in distinct], dtype=bool)
+    result: npt.NDArray[np.bool_] = answers[codes]
+    return result
 
 
 @dataclass(frozen=True)
@@ -78,20 +87,8 @@ class Groups:
         result: Floats = ordered[lo] + (ordered[hi] - ordered[lo]) * (position - lo)
         return result
 
-    def distinct(self, key: Ints) -> Ints:
-        """Number of distinct values of `key` in each group."""
-        group, _ = self._pairs(key)
-        return np.bincount(group, minlength=self.n).astype(np.int64)
-
-    def sum_over_distinct(self, key: Ints, value_of: pd.Series) -> Floats:
-        """Per group, the sum of `value_of[k]` (0 where absent) over the distinct values k of `key` in it."""
-        group, value = self._pairs(key)
-        weights = value_of.reindex(value).fillna(0).to_numpy(np.float64)
-        result: Floats = np.bincount(group, weights=weights, minlength=self.n).astype(np.float64)
-        return result
-
-    def _pairs(self, key: Ints) -> tuple[Ints, Ints]:
-        """The distinct (group, key value) pairs, as two arrays."""
+    def pairs(self, key: Ints) -> tuple[Ints, Ints]:
+        """The distinct (group, value of `key`) pairs, as two arrays: e.g. the ranks each kernel ran on."""
         low = int(key.min()) if len(key) else 0
         size = int(key.max()) - low + 1 if len(key) else 1
         pairs = np.unique(self.ids * size + (key - low))

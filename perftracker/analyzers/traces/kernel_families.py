@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 
 import numpy as np
-import numpy.typing as npt
 import pandas as pd
 
 from perftracker.analyzers.traces.grouping import codes_of
@@ -50,15 +49,15 @@ def family_of(name: str, klass: str = "compute") -> str:
     return "other"
 
 
-def families(names: pd.Series, klasses: pd.Series) -> npt.NDArray[np.object_]:
-    """`family_of` of every row, computed once per distinct (name, class)."""
+def families(names: pd.Series, klasses: pd.Series) -> pd.Categorical:
+    """`family_of` of every row (a categorical of FAMILIES), computed once per distinct (name, class)."""
     name_codes, name_values = codes_of(names)
     klass_codes, klass_values = codes_of(klasses)
-    pair = name_codes * (len(klass_values) + 1) + klass_codes
-    distinct, inverse = np.unique(pair, return_inverse=True)
-    per_pair = np.array([family_of(str(name_values[p // (len(klass_values) + 1)]),
-                                   str(klass_values[p % (len(klass_values) + 1)])) for p in distinct.tolist()],
-                        dtype=object)
-    result: npt.NDArray[np.object_] = per_pair[inverse] if len(per_pair) else np.empty(0, dtype=object)
+    width = len(klass_values) + 1
+    distinct, inverse = np.unique(name_codes * width + klass_codes, return_inverse=True)
+    index = {family: i for i, family in enumerate(FAMILIES)}
+    per_pair = np.array([index[family_of(str(name_values[p // width]), str(klass_values[p % width]))]
+                         for p in distinct.tolist()], dtype=np.int64)
+    codes = per_pair[inverse.reshape(-1)] if len(per_pair) else np.empty(0, dtype=np.int64)
+    result: pd.Categorical = pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(list(FAMILIES)))
     return result
-

@@ -2,7 +2,8 @@
 
 Promise: the report views
 - `kernels_view` (across ranks) and `kernels_per_rank_view`: one row per GPU kernel name (memcpy and
-  memset included) with its family (`kernel_families.py`), the op that launched it most often,
+  memset included) with its family (`kernel_families.py`), the op whose launches account for most of
+  its time (`launched_by`),
   count, total/mean/p90 duration, share of the GPU work time (sum of GPU work durations; the shares
   of one rank add up to 100%), and per profiled step: instances and time (work launched inside
   ProfilerSteps, divided by the steps; NaN without steps; across ranks, the mean over rank-steps);
@@ -44,12 +45,13 @@ def profiled_steps(store: Store) -> pd.Series:
 
 
 def kernel_work_view(analysis: Analysis) -> pd.DataFrame:
-    """Every GPU work row (`gpu_work_view`) with its `family` and `launched_by` (the op of its launch, "" unknown)."""
+    """Every GPU work row (`gpu_work_view`) with its `family` and `launched_by` (the op of its launch, NaN unknown),
+    both categorical."""
     work = analysis.view(gpu_work_view)
     launches = launch_ops(analysis.view(cpu_calls_view))
     joined = work[["rank", "window", "correlation"]].merge(launches, how="left", on=["rank", "window", "correlation"])
-    by = joined["launched_by"].astype(object).where(work["correlation"].to_numpy() >= 0)
-    return work.assign(family=families(work["name"], work["klass"]), launched_by=by.fillna("").to_numpy())
+    by = joined["launched_by"].where(work["correlation"].to_numpy() >= 0)  # categorical; NaN: unknown
+    return work.assign(family=families(work["name"], work["klass"]), launched_by=by.array)
 
 
 def group_stats(groups: Groups, frame: pd.DataFrame, steps_of: pd.Series) -> dict[str, object]:
@@ -59,24 +61,26 @@ def group_stats(groups: Groups, frame: pd.DataFrame, steps_of: pd.Series) -> dic
     in_step = frame["step"].to_numpy(np.int64) >= 0
     count = groups.count()
     total = groups.sum(dur)
-    steps = groups.sum_over_distinct(rank, steps_of)
+    pair_group, pair_rank = groups.pairs(rank)
+    steps = np.bincount(pair_group, weights=steps_of.reindex(pair_rank).fillna(0).to_numpy(np.float64),
+                        minlength=groups.n)
     per = np.where(steps > 0, steps, np.nan)
     return {"count": count, "total_ns": total, "mean_ns": total / np.maximum(count, 1),
             "p90_ns": groups.quantile(dur, 0.9), "steps": steps.astype(np.int64),
             "count_per_step": groups.count(in_step) / per, "ns_per_step": groups.sum(dur, in_step) / per,
-            "ranks": groups.distinct(rank)}
+            "ranks": np.bincount(pair_group, minlength=groups.n).astype(np.int64)}
 
 
-def _most_common(groups: Groups, codes: Ints, valid: np.ndarray) -> Ints:
-    """Per group, the most frequent code among its valid rows (-1 when it has none)."""
+def _main_launcher(groups: Groups, codes: Ints, valid: np.ndarray, dur: Ints) -> Ints:
+    """Per group, the launching op (code) whose launches account for most of its time (-1 when none is known)."""
     out = np.full(groups.n, -1, dtype=np.int64)
     if not valid.any():
         return out
     ids, values = groups.ids[valid], codes[valid]
     pairs = Groups.of(ids, values)
-    counts = pairs.count()
+    weight = pairs.sum(dur[valid])
     group, value = ids[pairs.first], values[pairs.first]
-    order = np.lexsort((value, -counts, group))
+    order = np.lexsort((value, -weight, group))
     _, first = np.unique(group[order], return_index=True)
     out[group[order][first]] = value[order][first]
     return out
@@ -117,7 +121,7 @@ def _kernel_table(analysis: Analysis, per_rank: bool) -> pd.DataFrame:
     rank = work["rank"].to_numpy(np.int64)
     groups = Groups.of(rank, name) if per_rank else Groups.of(name)
     stats = group_stats(groups, work, profiled_steps(analysis.store))
-    by = _most_common(groups, launcher, work["launched_by"].to_numpy() != "")
+    by = _main_launcher(groups, launcher, work["launched_by"].notna().to_numpy(), work["dur_ns"].to_numpy(np.int64))
     first = groups.first
     table = pd.DataFrame({"rank": rank[first], "name": np.array(names, dtype=object)[name[first]],
                           "family": np.array(family_names, dtype=object)[family[first]],
