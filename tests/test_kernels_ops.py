@@ -140,7 +140,11 @@ def test_call_trees_give_parents_self_time_and_the_launching_op(tmp_path: Path) 
      "memory"),
     ("Memcpy HtoD (Pinned -> Device)", "memory", "memory"),
     ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", "comm", "communication"),
-    ("void split_embedding_codegen_forward_unweighted_kernel<c10::Half, c10::Half, float>", "compute", "other"),
+    ("void split_embedding_codegen_forward_unweighted_kernel<c10::Half, c10::Half, float, false, long, 2ul, 32ul>"
+     "(at::GenericPackedTensorAccessor<c10::Half, 1ul, at::RestrictPtrTraits, long>, fbgemm_gpu::FixedDivisor)",
+     "compute", "other"),
+    ("void fbgemm_gpu::permute_2D_data_kernel<false, int, int, decltype(nullptr)>(int, int, int, int const*)",
+     "compute", "other"),
     ("void cub::DeviceRadixSortOnesweepKernel<cub::DeviceRadixSortPolicy<long, int, int>::Policy800>", "compute",
      "other"),
     # from the synthetic GPU sample (names as PyTorch's flash attention and cuBLAS on H100 print them)

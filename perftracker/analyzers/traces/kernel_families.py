@@ -8,7 +8,8 @@ trace loader already classified as communication (`klass == "comm"`: NCCL/RCCL n
 the other families are the first rule of `FAMILY_RULES` whose pattern the name contains (case
 insensitive), in order: attention before GEMM and convolution before GEMM, since their kernels are
 often GEMM-shaped (`fmha_cutlass...`, `...implicit_gemm...`), reduction before elementwise
-(`vectorized_layer_norm_kernel`). Names come from CUDA (cuBLAS, CUTLASS, cuDNN, PyTorch ATen),
+(`vectorized_layer_norm_kernel`); FBGEMM (`fbgemm_gpu::`, embedding and quantization kernels) is not
+GEMM. Names come from CUDA (cuBLAS, CUTLASS, cuDNN, PyTorch ATen),
 ROCm (Tensile `Cijk_...`, MIOpen, rocclr) and Triton (`triton_poi_` pointwise, `triton_red_`/`triton_per_`
 reductions, `triton_tem_` templates).
 """
@@ -28,7 +29,7 @@ FAMILY_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((family, re.compil
                                                               family, pattern in (
     ("attention", r"fmha|flash|attention|attn|sdpa|scaled_dot_product|(^|[^a-z])mha[^a-z]"),
     ("convolution", r"conv|wgrad|dgrad|fprop|implicit_gemm|winograd|im2col|col2im"),
-    ("GEMM", r"gemm|gemv|cublas|cutlass|^Cijk_|matmul|xmma|wgmma|nvjet|rocblas|hipblaslt|^triton_tem_|bmm"),
+    ("GEMM", r"(?<!fb)gemm|gemv|cublas|cutlass|^Cijk_|matmul|xmma|wgmma|nvjet|rocblas|hipblaslt|^triton_tem_|bmm"),
     ("reduction", r"reduce|reduction|softmax|batch_?norm|layer_?norm|group_?norm|rms_?norm|instance_?norm"
                   r"|welford|\bbn_(fw|bw)|cub::Device(Segmented)?Reduce|^triton_(red|per)_|argmax|argmin"),
     ("memory", r"copy|memcpy|memset|fillBuffer|nchwToNhwc|nhwcToNchw|transpose"),
