@@ -22,6 +22,7 @@ from perftracker.analyzers.traces.kernels import (
 )
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.store import Store
+from perftracker.values import short_symbol
 
 
 def _load(tmp_path: Path, *builders: TraceBuilder) -> Store:
@@ -223,3 +224,15 @@ def test_slower_ops_rank_by_total_extra_time_per_step(tmp_path: Path) -> None:
     assert ops[0]["extra_ms_per_step"] == pytest.approx(0.09) and ops[1]["extra_ms_per_step"] == pytest.approx(0.03)
     assert (ops[0]["ms_per_step"], ops[0]["peers_ms_per_step"], ops[0]["kind"]) == (0.12, 0.03, "cpu_op")
     assert ops[0]["count_per_step"] == 1.0
+
+
+def test_long_kernel_names_shorten_the_same_way_in_titles_and_tables() -> None:
+    # GIVEN names as CUDA traces print them; THEN the argument list goes, then nested template arguments,
+    # then all of them, and what still does not fit is cut with an ellipsis
+    assert short_symbol(ADD) == "at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<…> >"
+    assert short_symbol("void kernel<4, Functor<float>, Array<char*, 3> >(int)", 35) == "kernel<4, Functor<…>, Array<…> >"
+    assert short_symbol("void kernel<4, Functor<float>, Array<char*, 3> >(int)", 20) == "kernel<…>"
+    assert short_symbol("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)") == \
+        "ncclKernel_AllReduce_RING_LL_Sum_float"
+    assert short_symbol("Memcpy HtoD (Host -> Device)") == "Memcpy HtoD (Host -> Device)"  # not an argument list
+    assert short_symbol("x" * 100, 20) == "x" * 19 + "…"

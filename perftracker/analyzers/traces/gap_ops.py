@@ -5,7 +5,7 @@ Promise: for the idle gaps of `idle.py` (each category apart) and the CPU call t
   inside that category's gaps (self time: the time its children ran is theirs), its share of the
   category's gap time, and a row `NO_OP` for gap time no CPU event of the rank covers; the
   TOP_OPS largest per rank and category;
-- `longest_gaps_view` (a report view): the LONGEST longest gaps of each rank and category, each with
+- `longest_gaps_view` (a report view): the LONGEST (3) longest gaps of each rank and category, each with
   the ops that ran in it (own time, largest first), the kernel after it and the op that launched it;
 - `next_kernels_view`: every gap with the GPU work after it (name, family, duration, launching op).
 `gap_evidence(analysis, category, ranks)` turns these into the idle finding's evidence (what the CPU
@@ -142,7 +142,7 @@ def next_kernels_view(analysis: Analysis) -> pd.DataFrame:
 
 
 def longest_gaps_view(analysis: Analysis) -> pd.DataFrame:
-    """The LONGEST longest gaps of each rank and category, with the ops in each and the kernel after it."""
+    """The LONGEST (3) longest gaps of each rank and category, with the ops in each and the kernel after it."""
     gaps = analysis.view(next_kernels_view)
     if gaps.empty:
         return pd.DataFrame(columns=LONGEST_COLUMNS)
