@@ -1,7 +1,9 @@
-"""Values several rooms read the same way: NCCL's integer parsing, structured fact values, FR group ranks.
+"""Values several rooms read the same way: NCCL's integer parsing, structured fact values, FR group ranks,
+short display forms of long kernel and op names.
 
-Promise: pure functions and constants with no I/O, imported by collectors (which write these values)
-and analyzers (which judge them) alike, so both sides agree on what a value means.
+Promise: pure functions and constants with no I/O, imported by collectors (which write these values),
+analyzers (which judge them) and reports (which show them) alike, so every side agrees on what a value
+means and a long templated kernel name is shortened the same way in a finding's title and in the report.
 """
 
 from __future__ import annotations
@@ -55,3 +57,55 @@ def pg_ranks(config: dict[str, Any], pg: str) -> list[int]:
         except ValueError:
             return []
     return [int(r) for r in raw] if isinstance(raw, list) and all(isinstance(r, int) for r in raw) else []
+
+
+def short_symbol(name: str, limit: int = 80) -> str:
+    """A kernel or op name short enough to read: without a leading `void ` and a C++ argument list, then
+    with nested template arguments, then all template arguments, as `<…>`, and cut at `limit` with `…`.
+
+    `void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, ...>(int, ...)`
+    becomes `at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<…>, …>`-like
+    text; a name that already fits is returned unchanged (after the first two steps)."""
+    text = name.strip()
+    if text.startswith("void "):
+        text = text[5:]
+    text = _without_arguments(text)
+    for depth in (2, 1):
+        if len(text) <= limit:
+            break
+        text = _collapse_templates(text, depth)
+    return text if len(text) <= limit else text[:max(1, limit - 1)].rstrip() + "…"
+
+
+def _without_arguments(text: str) -> str:
+    """`f<T>(int, float)` -> `f<T>`: a trailing, balanced argument list right after a name (no space before it)."""
+    if not text.endswith(")"):
+        return text
+    depth = 0
+    for i in range(len(text) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(text[i], 0)
+        if depth == 0:
+            before = text[:i]
+            return before if before and (before[-1].isalnum() or before[-1] in "_>") else text
+    return text
+
+
+def _collapse_templates(text: str, depth: int) -> str:
+    """Template arguments at `depth` and deeper replaced by `…` (`a<b<c>>` at depth 2 -> `a<b<…>>`)."""
+    out, level = [], 0
+    for ch in text:
+        if ch == "<":
+            level += 1
+            if level == depth:
+                out.append("<…")
+            elif level < depth:
+                out.append(ch)
+        elif ch == ">" and level > 0:
+            if level == depth:
+                out.append(">")
+            elif level < depth:
+                out.append(ch)
+            level -= 1
+        elif level < depth:
+            out.append(ch)
+    return "".join(out)

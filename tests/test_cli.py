@@ -49,6 +49,9 @@ def test_analyze_real_traces_writes_report_findings_and_tables(hta_traces: Path,
     assert (tmp_path / "out" / "tables" / "breakdown.parquet").exists()
     html = (tmp_path / "out" / "report.html").read_text()
     assert "Plotly.newPlot" in html and "<script src=" not in html  # plotly.js is inlined
+    # AND the report has the kernels and ops, and each finding's evidence as a table
+    assert (tmp_path / "out" / "tables" / "kernels.parquet").exists() and '<section id="kernels">' in html
+    assert html.count('<details class="evidence">') == len(doc["findings"])
 
 
 def test_fail_on_sets_exit_code_three(hta_traces: Path, tmp_path: Path) -> None:

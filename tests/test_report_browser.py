@@ -14,8 +14,10 @@ import json
 import re
 import shutil
 import subprocess
+from html import escape
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from perftracker.collectors.loading import LoadOptions
@@ -65,6 +67,14 @@ def test_every_chart_renders_without_console_errors(hta_traces: Path, tmp_path: 
     assert expected >= (1 if trace_set == "cpu_only" else 4)
     assert console_errors(stderr) == []
     assert result.report_path.stat().st_size < 10 * 1024 * 1024
+    # AND the drawn page names the top CPU ops and, for GPU traces, the top kernels in full (a row's title)
+    # with the kernel chart drawn, and shows each finding's evidence as a table
+    assert 'id="kernels"' in dom and 'class="named"' in dom
+    if trace_set != "cpu_only":
+        top = pd.read_parquet(result.out_dir / "tables" / "kernels.parquet")["name"].iloc[0]
+        titles = {f'title="{escape(top)}"', 'title="' + top.replace("&", "&amp;").replace('"', "&quot;") + '"'}
+        assert any(t in dom for t in titles) and "Top GPU kernels across ranks" in dom  # either DOM serialization
+    assert dom.count('<details class="evidence">') == sum(1 for f in result.findings if f.evidence)
 
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
@@ -88,6 +98,9 @@ def test_sample_run_report_renders(tmp_path: Path, sample: str) -> None:
     assert ('id="synthetic"' in dom) == synthetic
     if synthetic:
         assert "Synthetic inputs." in dom
+    # AND every finding's evidence is a table, not raw JSON; a traced run names its ops
+    assert dom.count('<table class="evidence">') == sum(1 for f in result.findings if f.evidence)
+    assert ('id="kernels"' in dom) == (SAMPLES / sample / "traces").is_dir()
     # AND the report redrawn from tables/ and findings.json alone is the same page (so it draws the same
     # charts as cleanly), whatever the time it was drawn
     first = result.report_path.read_text()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from collections import Counter
@@ -15,7 +16,7 @@ import pytest
 from perftracker.analyzers.health import gpu_health, rdma, rdma_pfc
 from perftracker.analyzers.nccl import context
 from perftracker.analyzers.stragglers import stack_profile, steps, straggler
-from perftracker.analyzers.traces import gpu_time, idle, timeline
+from perftracker.analyzers.traces import cpu_ops, gpu_time, idle, kernels, timeline
 from perftracker.analyzers.views import REPORT_VIEWS
 from perftracker.collectors.loading import LoadOptions
 from perftracker.pipeline import TABLES, analyze_path, render_report
@@ -54,6 +55,16 @@ def test_report_rebuilds_every_section_from_tables_and_findings(tmp_path: Path, 
     # THEN it has the same sections, with the same titles and as many figures each
     assert sections_of(out / "report.html") == analyzed
     assert len(analyzed) >= 3  # findings and at least two drawn sections
+    # AND a sample with traces names its top CPU ops (and GPU kernels, the GPU one) in "Kernels and ops",
+    # each with its full name in the row's title
+    traced = (SAMPLES / sample / "traces").is_dir()
+    assert (("kernels", "Kernels and ops") in {(key, title) for key, title, _ in analyzed}) == traced
+    page = (out / "report.html").read_text(encoding="utf-8")
+    for view in ("ops", "kernels"):
+        top = pd.read_parquet(out / TABLES / f"{view}.parquet")["name"].head(1)
+        assert all(f'title="{html.escape(str(name))}"' in page for name in top)
+    assert (sample == "synthetic-gpu-4rank-thermal") == (not pd.read_parquet(out / TABLES / "kernels.parquet").empty)
+    assert traced == (not pd.read_parquet(out / TABLES / "ops.parquet").empty)
     # AND tables/ holds every report view as Parquet, no sections.json and nothing that is HTML
     stored = sorted(p.name for p in (out / TABLES).iterdir())
     assert stored == sorted(f"{name}.parquet" for name in REPORT_VIEWS)
@@ -64,7 +75,7 @@ HEAVY: list[tuple[Any, str]] = [
     (gpu_time, "gpu_work"), (gpu_time, "breakdown"), (gpu_time, "breakdown_per_step"), (idle, "idle_gaps"),
     (timeline, "pick_ranks"), (straggler, "straggler_tables"), (straggler, "rank_metrics"),
     (steps, "step_stats"), (gpu_health, "gpu_wide"), (rdma, "port_series"), (rdma_pfc, "pfc_series"),
-    (context, "build_context"), (stack_profile, "rank_profiles"),
+    (context, "build_context"), (stack_profile, "rank_profiles"), (cpu_ops, "cpu_calls"), (kernels, "families"),
 ]
 
 

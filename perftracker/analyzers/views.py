@@ -33,8 +33,16 @@ from perftracker.analyzers.nccl.tables import (
 from perftracker.analyzers.stragglers.profile_tables import profile_ranks_view, profile_shares_view
 from perftracker.analyzers.stragglers.steps import step_series_view, step_stats_view
 from perftracker.analyzers.stragglers.straggler import lateness_view, rank_waits_view
+from perftracker.analyzers.traces.gap_ops import idle_ops_view, longest_gaps_view
 from perftracker.analyzers.traces.gpu_time import breakdown_steps_view, breakdown_view
 from perftracker.analyzers.traces.idle import idle_view
+from perftracker.analyzers.traces.kernels import (
+    kernel_families_view,
+    kernels_per_rank_view,
+    kernels_view,
+    ops_per_rank_view,
+    ops_view,
+)
 from perftracker.analyzers.traces.timeline import timeline_view
 
 TableView = Callable[[Analysis], pd.DataFrame]
@@ -45,6 +53,14 @@ REPORT_VIEWS: dict[str, TableView] = {
     "breakdown_steps": breakdown_steps_view,
     "timeline": timeline_view,
     "idle": idle_view,
+    # the top GPU kernels and CPU ops (across ranks and per rank), kernel families, what the CPU ran while the GPU idled
+    "kernels": kernels_view,
+    "kernels_per_rank": kernels_per_rank_view,
+    "kernel_families": kernel_families_view,
+    "ops": ops_view,
+    "ops_per_rank": ops_per_rank_view,
+    "idle_ops": idle_ops_view,
+    "idle_longest": longest_gaps_view,
     # step times and stragglers at collectives
     "step_stats": step_stats_view,
     "steps": step_series_view,

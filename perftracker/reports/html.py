@@ -29,8 +29,10 @@ from plotly.utils import PlotlyJSONEncoder
 
 from perftracker import __version__
 from perftracker.analyzers.findings import Finding, Severity
+from perftracker.reports.evidence import evidence_items
 from perftracker.reports.health_sections import gpu_section, rdma_section
 from perftracker.reports.json_report import verdict
+from perftracker.reports.kernel_section import kernels_section
 from perftracker.reports.nccl_section import nccl_section
 from perftracker.reports.profile_section import profile_section
 from perftracker.reports.sections import Section, SectionFn
@@ -45,7 +47,7 @@ from perftracker.rundir import atomic_write_text
 from perftracker.store import LoadNote
 
 SECTIONS: tuple[SectionFn, ...] = (
-    breakdown_section, overlap_section, steps_section, stragglers_section, timeline_section,
+    breakdown_section, overlap_section, kernels_section, steps_section, stragglers_section, timeline_section,
     nccl_section, rdma_section, gpu_section, profile_section,
 )
 
@@ -113,5 +115,5 @@ def _finding_view(f: Finding) -> dict[str, Any]:
     data = f.to_dict()
     ranks = list(f.ranks)
     data["ranks_text"] = ", ".join(str(r) for r in ranks[:16]) + (f" (+{len(ranks) - 16} more)" if len(ranks) > 16 else "")
-    data["evidence_text"] = json.dumps(data["evidence"], indent=1, default=str)[:20000]
+    data["evidence_items"] = evidence_items(f.evidence)  # findings.json keeps the exact values
     return data

@@ -1,41 +1,70 @@
 """Op-by-op comparison of one rank with its peers: which kernels, CPU ops or annotated regions take
-longer on it, by total per step and by tail (p90), not only by median."""
+longer on it, ranked by the total extra time per step, with the tail (p90) beside it.
+
+Promise: `op_steps_view(analysis)` (computed once) is, per rank and op name (GPU kernels, memory
+copies, CPU ops, user annotations; `ProfilerStep#N` left out): its kind, its time per step (the events
+inside profiled steps summed and divided by the rank's steps; a rank without steps counts its whole
+window as one), its instances per step and its p90 duration. `slower_ops(analysis, rank)` lists the
+ops whose time per step on `rank` exceeds the median of its peers the most (`extra_ms_per_step`, an op
+the peers never ran counts in full), largest first, each at least MIN_EXCESS_SHARE of the rank's
+total extra time.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from perftracker.store import Store
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.traces.grouping import Groups, codes_of, per_value
 
 _KINDS = ("compute", "memcpy", "memset", "cpu_op", "annotation", "gpu_annotation")
 MIN_EXCESS_SHARE = 0.02  # ignore ops whose excess is under 2% of the rank's total difference
+COLUMNS = ["rank", "name", "kind", "per_step_ns", "count_per_step", "p90_ns"]
 
 
-def slower_ops(store: Store, rank: int, limit: int = 8) -> list[dict[str, Any]]:
-    """Ops whose total time per step on `rank` exceeds the peers' median the most."""
-    ev = store.events
-    if ev.empty or ev["rank"].nunique() < 2:
-        return []
-    ev = ev[ev["kind"].isin(_KINDS) & ~ev["name"].astype(str).str.startswith("ProfilerStep#")]
+def op_steps_view(analysis: Analysis) -> pd.DataFrame:
+    """Per rank and op name: kind, time and instances per step, p90 duration (see the module docstring)."""
+    ev = analysis.store.events
+    ev = ev[ev["kind"].isin(_KINDS).to_numpy() & ~per_value(ev["name"], lambda name: name.startswith("ProfilerStep#"))]
     if ev.empty:
-        return []
+        return pd.DataFrame(columns=COLUMNS)
+    in_step = ev["step"] >= 0
+    stepped = ev.loc[in_step, "rank"].unique()
+    ev = ev[in_step | ~ev["rank"].isin(stepped)]  # a rank with steps: only what ran inside them
     steps = ev[ev["step"] >= 0].groupby("rank")["step"].nunique()
-    grouped = ev.groupby(["rank", "name"], observed=True)["dur_ns"]
-    table = pd.DataFrame({"total": grouped.sum(), "p90": grouped.quantile(0.9), "count": grouped.size()})
-    table = table.reset_index()
-    table["per_step"] = table["total"] / table["rank"].map(steps).fillna(1).clip(lower=1)
+    name, names = codes_of(ev["name"])
+    kind, kinds = codes_of(ev["kind"])
+    rank = ev["rank"].to_numpy(np.int64)
+    groups = Groups.of(rank, name)
+    dur = ev["dur_ns"].to_numpy(np.int64)
+    n_steps = steps.reindex(rank[groups.first]).fillna(1).clip(lower=1).to_numpy(np.float64)
+    return pd.DataFrame({"rank": rank[groups.first], "name": np.array(names, dtype=object)[name[groups.first]],
+                         "kind": np.array(kinds, dtype=object)[kind[groups.first]],
+                         "per_step_ns": groups.sum(dur) / n_steps, "count_per_step": groups.count() / n_steps,
+                         "p90_ns": groups.quantile(dur, 0.9)})
+
+
+def slower_ops(analysis: Analysis, rank: int, limit: int = 8) -> list[dict[str, Any]]:
+    """Ops whose time per step on `rank` exceeds the peers' median the most (extra time per step, largest first)."""
+    table = analysis.view(op_steps_view)
+    if table.empty or table["rank"].nunique() < 2:
+        return []
     mine = table[table["rank"] == rank].set_index("name")
-    peers = table[table["rank"] != rank].groupby("name", observed=True)[["per_step", "p90"]].median()
-    joined = mine.join(peers.add_suffix("_peers"), how="left").fillna({"per_step_peers": 0.0, "p90_peers": 0.0})
-    joined["excess"] = joined["per_step"] - joined["per_step_peers"]
+    peers = table[table["rank"] != rank].groupby("name")[["per_step_ns", "p90_ns"]].median()
+    joined = mine.join(peers.add_suffix("_peers"), how="left").fillna({"per_step_ns_peers": 0.0, "p90_ns_peers": 0.0})
+    joined["excess"] = joined["per_step_ns"] - joined["per_step_ns_peers"]
     positive = joined[joined["excess"] > 0]
     if positive.empty:
         return []
     floor = MIN_EXCESS_SHARE * float(positive["excess"].sum())
-    top = positive[positive["excess"] >= floor].sort_values("excess", ascending=False).head(limit)
-    return [{"name": str(name)[:160], "ms_per_step": round(float(r["per_step"]) / 1e6, 3),
-             "peers_ms_per_step": round(float(r["per_step_peers"]) / 1e6, 3),
-             "p90_ms": round(float(r["p90"]) / 1e6, 3), "peers_p90_ms": round(float(r["p90_peers"]) / 1e6, 3)}
+    top = positive[positive["excess"] >= floor].sort_values("excess", ascending=False, kind="stable").head(limit)
+    return [{"name": str(name)[:160], "kind": str(r["kind"]),
+             "extra_ms_per_step": round(float(r["excess"]) / 1e6, 3),
+             "ms_per_step": round(float(r["per_step_ns"]) / 1e6, 3),
+             "peers_ms_per_step": round(float(r["per_step_ns_peers"]) / 1e6, 3),
+             "count_per_step": round(float(r["count_per_step"]), 2),
+             "p90_ms": round(float(r["p90_ns"]) / 1e6, 3), "peers_p90_ms": round(float(r["p90_ns_peers"]) / 1e6, 3)}
             for name, r in top.iterrows()]

@@ -31,6 +31,7 @@ from perftracker.analyzers.stragglers.collectives import (
 from perftracker.analyzers.stragglers.significance import ALPHA, OutlierVerdict, judge_outliers
 from perftracker.analyzers.stragglers.slow_ops import slower_ops
 from perftracker.store import Store
+from perftracker.values import short_symbol
 
 MIN_SHARE_LAST_MANY = 0.5  # persistent: last in at least half of its collectives (3+ ranks)
 MIN_SHARE_LAST_TWO = 0.75  # with two ranks one is always last: ask for more
@@ -203,7 +204,7 @@ def analyze_stragglers(analysis: Analysis) -> list[Finding]:
     verdict = analysis.view(verdict_view)
     findings = [_alignment_finding(arr, offsets)]
     if verdict.significant and not verdict.is_group:
-        findings.append(_straggler(store, arr, metrics, verdict))
+        findings.append(_straggler(analysis, arr, metrics, verdict))
     elif verdict.is_group:
         findings.append(_group(store, arr, verdict))
     else:
@@ -225,14 +226,16 @@ def analyze_stragglers(analysis: Analysis) -> list[Finding]:
     return findings
 
 
-def _straggler(store: Store, arr: pd.DataFrame, metrics: pd.DataFrame, verdict: OutlierVerdict) -> Finding:
+def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, verdict: OutlierVerdict) -> Finding:
+    store = analysis.store
     r = verdict.ranks[0]
     row = metrics.loc[r].to_dict()
     kind, kind_evidence = _kind(arr, r)
-    ops = slower_ops(store, r)
+    ops = slower_ops(analysis, r)
     severity = (Severity.CRITICAL if row["cost_share"] >= CRITICAL_COST_SHARE else
                 Severity.WARNING if row["cost_share"] >= MIN_COST_SHARE else Severity.INFO)
-    what = f"; slower ops: {', '.join(o['name'] for o in ops[:3])}" if ops else ""
+    what = ("; slower ops: " + ", ".join(f"{short_symbol(o['name'], 60)} (+{o['extra_ms_per_step']:.2f} ms per step)"
+                                         for o in ops[:3])) if ops else ""
     stats = verdict.per_rank[r]
     cheap = "" if severity > Severity.INFO else " (real, but it costs the others little)"
     return Finding(

@@ -53,11 +53,15 @@ _TEXT = {
 }
 
 
+GAP_COLUMNS = ["rank", "window", "start_ns", "dur_ns", "category", "next_correlation"]
+
+
 def idle_gaps(store: Store, work: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per GPU idle gap: rank, window, start_ns, dur_ns, category (`work`: `gpu_work(store)`)."""
+    """One row per GPU idle gap: rank, window, start_ns, dur_ns, category and the correlation id of the
+    work after it (-1 unknown), which ties the gap to the launch and op behind it (`work`: `gpu_work(store)`)."""
     work = gpu_work(store) if work is None else work
     if work.empty:
-        return pd.DataFrame(columns=["rank", "window", "start_ns", "dur_ns", "category"])
+        return pd.DataFrame(columns=GAP_COLUMNS)
     ev = store.events
     launches = ev[(ev["kind"] == "runtime") & (ev["correlation"] >= 0)]
     syncs = ev[(ev["kind"] == "runtime") & ev["name"].astype(str).str.contains(_SYNC_CALL, regex=True)]
@@ -72,7 +76,7 @@ def _gaps_for(group: pd.DataFrame, launches: pd.DataFrame, syncs: pd.DataFrame, 
     group = group.sort_values("start_ns")
     s, e = union(group["start_ns"].to_numpy(np.int64), group["end_ns"].to_numpy(np.int64))
     if len(s) < 2:
-        return pd.DataFrame(columns=["rank", "window", "start_ns", "dur_ns", "category"])
+        return pd.DataFrame(columns=GAP_COLUMNS)
     gap_start, gap_end = e[:-1], s[1:]
     keep = (gap_end - gap_start) >= MIN_GAP_NS
     gap_start, gap_end = gap_start[keep], gap_end[keep]
@@ -99,7 +103,7 @@ def _gaps_for(group: pd.DataFrame, launches: pd.DataFrame, syncs: pd.DataFrame, 
     category[host_late & synced] = "sync"
     category[crossed] = "between_steps"
     return pd.DataFrame({"rank": rank, "window": window, "start_ns": gap_start, "dur_ns": gap_end - gap_start,
-                         "category": category})
+                         "category": category, "next_correlation": next_corr})
 
 
 def idle_gaps_view(analysis: Analysis) -> pd.DataFrame:
@@ -116,6 +120,9 @@ def idle_view(analysis: Analysis) -> pd.DataFrame:
 
 
 def analyze_idle(analysis: Analysis) -> list[Finding]:
+    # gap_ops reads this module's gaps; imported here, where both modules are complete
+    from perftracker.analyzers.traces.gap_ops import gap_evidence, gap_headline
+
     store = analysis.store
     gaps = analysis.view(idle_gaps_view)
     if gaps.empty:
@@ -137,15 +144,17 @@ def analyze_idle(analysis: Analysis) -> list[Finding]:
         ranks = [int(r) for r in rows["rank"]]
         title, advice = _TEXT[category]
         median_s = float(rows["per_step_s"].median())
+        behind = gap_evidence(analysis, category, ranks)  # the CPU ops and kernels behind these gaps
         findings.append(Finding(
             analyzer="idle",
             severity=Severity.WARNING if category != "dependency" else Severity.INFO,
-            title=title.format(t=fmt_ms(median_s)) + f" ({100 * float(rows['share'].median()):.0f}% of the step)",
+            title=title.format(t=fmt_ms(median_s)) + f" ({100 * float(rows['share'].median()):.0f}% of the step)"
+            + gap_headline(behind),
             recommendation=advice,
             evidence={"per_rank": {int(r["rank"]): {"idle_ms_per_step": round(float(r["per_step_s"]) * 1e3, 3),
                                                     "gaps": int(r["count"]),
                                                     "median_gap_us": round(float(r["median"]) / 1e3, 1)}
-                                   for _, r in rows.head(64).iterrows()}},
+                                   for _, r in rows.head(64).iterrows()}, **behind},
             ranks=tuple(ranks), hosts=hosts_of(store, ranks),
             cost=Cost(median_s, float(rows["share"].median())), key=f"idle:{category}",
         ))

@@ -1,0 +1,109 @@
+"""The CPU side of a trace as call trees: each CPU event's parent, its self time, and the op it runs in.
+
+Promise: `cpu_calls(store)` (and `cpu_calls_view`, computed once per analysis) returns one row per CPU
+event of `CPU_KINDS` (framework ops, user annotations, CPU-side collectives, runtime and driver
+calls; `ProfilerStep#N` left out, since it wraps the whole step), sorted by rank, window, thread,
+start (the longer first on a tie), on a fresh 0..n-1 index, with
+- `parent`: the row of the innermost event of the same thread that contains it, -1 at top level
+  (an event that only partly overlaps the one open before it is top level);
+- `self_ns`: its duration minus its children's (never below 0);
+- `op`: the row of the innermost event containing it, itself included, that is not a runtime call
+  (-1 for a runtime call outside any op): for a kernel launch, the op that issued it.
+`launch_ops(calls)` maps each launch (rank, window, correlation) to the name of that op.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.traces.grouping import per_value
+from perftracker.store import Store
+
+CPU_KINDS = ("cpu_op", "annotation", "collective_cpu", "runtime")
+COLUMNS = ["rank", "window", "tid", "kind", "name", "start_ns", "dur_ns", "end_ns", "step", "correlation"]
+Ints = npt.NDArray[np.int64]
+
+
+def cpu_calls(store: Store) -> pd.DataFrame:
+    """Every CPU event with its parent, self time and op (see the module docstring)."""
+    ev = store.events
+    keep = (ev["kind"].isin(CPU_KINDS).to_numpy() & (ev["stream"].to_numpy() < 0)
+            & ~per_value(ev["name"], lambda name: name.startswith("ProfilerStep#")))
+    picked = ev.loc[keep, [c for c in COLUMNS if c != "end_ns"]]
+    start = picked["start_ns"].to_numpy(np.int64)
+    end = start + picked["dur_ns"].to_numpy(np.int64)
+    rank, window, tid = (picked[c].to_numpy(np.int64) for c in ("rank", "window", "tid"))
+    order = np.lexsort((-end, start, tid, window, rank))  # by thread, then start, the longer first
+    calls = picked.take(order).reset_index(drop=True)
+    calls["end_ns"] = end[order]
+    start, end = start[order], np.maximum(end[order], start[order] + 1)  # an instant still nests
+    parent = np.full(len(calls), -1, dtype=np.int64)
+    thread = np.stack([rank[order], window[order], tid[order]], axis=1)
+    bounds = np.flatnonzero((thread[1:] != thread[:-1]).any(axis=1)) + 1 if len(calls) else np.empty(0, np.int64)
+    for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(calls)]):
+        local = _parents(start[lo:hi], end[lo:hi])
+        parent[lo:hi] = np.where(local >= 0, local + lo, -1)
+    dur = calls["dur_ns"].to_numpy(np.int64)
+    nested = parent >= 0
+    children = np.bincount(parent[nested], weights=dur[nested], minlength=len(calls))
+    calls["parent"] = parent
+    calls["self_ns"] = np.maximum(dur - children.astype(np.int64), 0)
+    calls["op"] = _ops(parent, (calls["kind"] == "runtime").to_numpy())
+    return calls
+
+
+def _parents(start: Ints, end: Ints) -> Ints:
+    """Parent of each interval of one thread (sorted by start, longer first), -1 at top level.
+
+    The depth of an interval is the number of earlier ones still open at its start; its parent is the
+    last earlier interval one level up, if that one contains it.
+    """
+    n = len(start)
+    position = np.arange(n, dtype=np.int64)
+    depth = position - np.searchsorted(np.sort(end), start, side="right")
+    keys = depth * n + position
+    order = np.sort(keys)
+    wanted = (depth - 1) * n + position
+    at = np.searchsorted(order, wanted, side="left") - 1
+    found = order[np.clip(at, 0, None)] if n else order
+    candidate = found % n if n else found
+    ok = (at >= 0) & (depth > 0) & (found // n == depth - 1)
+    ok &= end[np.where(ok, candidate, 0)] >= end
+    return np.where(ok, candidate, -1).astype(np.int64)
+
+
+def _ops(parent: Ints, is_runtime: npt.NDArray[np.bool_]) -> Ints:
+    """For each row, the innermost row containing it (itself included) that is not a runtime call."""
+    op = np.arange(len(parent), dtype=np.int64)
+    pending = is_runtime.copy()
+    while pending.any():
+        op[pending] = parent[op[pending]]
+        pending &= op >= 0
+        pending[pending] = is_runtime[op[pending]]
+    return op
+
+
+def cpu_calls_view(analysis: Analysis) -> pd.DataFrame:
+    """The run's CPU call trees (see `cpu_calls`), shared by the op tables, the idle evidence and the kernels' ops."""
+    return cpu_calls(analysis.store)
+
+
+def launch_ops(calls: pd.DataFrame) -> pd.DataFrame:
+    """rank, window, correlation, launched_by: the op that issued each launch (the call's own name outside ops).
+
+    `launched_by` is categorical, with the categories of `calls["name"]`.
+    """
+    launches = calls[(calls["kind"] == "runtime") & (calls["correlation"] >= 0)]
+    names = calls["name"].astype("category")
+    dtype = pd.CategoricalDtype(names.cat.categories)
+    codes = names.cat.codes.to_numpy(np.int64)
+    op = launches["op"].to_numpy(np.int64)
+    own = codes[launches.index.to_numpy()]
+    by = np.where(op >= 0, codes[np.clip(op, 0, None)] if len(codes) else own, own)
+    out = pd.DataFrame({"rank": launches["rank"].to_numpy(), "window": launches["window"].to_numpy(),
+                        "correlation": launches["correlation"].to_numpy(),
+                        "launched_by": pd.Categorical.from_codes(by, dtype=dtype)})
+    return out.drop_duplicates(["rank", "window", "correlation"])

@@ -1,0 +1,184 @@
+"""The top GPU kernels and CPU ops by total time, per rank and across ranks, over the window and per step.
+
+Promise: the report views
+- `kernels_view` (across ranks) and `kernels_per_rank_view`: one row per GPU kernel name (memcpy and
+  memset included) with its family (`kernel_families.py`), the op whose launches account for most of
+  its time (`launched_by`),
+  count, total/mean/p90 duration, share of the GPU work time (sum of GPU work durations; the shares
+  of one rank add up to 100%), and per profiled step: instances and time (work launched inside
+  ProfilerSteps, divided by the steps; NaN without steps; across ranks, the mean over rank-steps);
+- `kernel_families_view`: per rank and family, the same totals (the chart of the report);
+- `ops_view` and `ops_per_rank_view`: one row per CPU op name and kind (framework op, annotation,
+  CPU-side collective, runtime call) with count, total (children included), self time, mean/p90,
+  self share of the CPU ops' time (adds up to 100% per rank) and per-step time and count.
+Tables keep the top TOP_ALL (across ranks) or TOP_PER_RANK (per rank) rows by total time, and for
+ops also those with the most self time; `kernel_work_view` is every GPU work row with its family
+and launching op, for the analyses that point at kernels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.traces.cpu_ops import cpu_calls_view, launch_ops
+from perftracker.analyzers.traces.gpu_time import gpu_work_view
+from perftracker.analyzers.traces.grouping import Groups, Ints, codes_of
+from perftracker.analyzers.traces.kernel_families import families
+from perftracker.store import Store
+
+TOP_ALL = 50
+TOP_PER_RANK = 25
+TOP_SELF = 15
+_STAT_COLUMNS = ["count", "total_ns", "mean_ns", "p90_ns", "share_pct", "steps", "count_per_step", "ns_per_step"]
+KERNEL_COLUMNS = ["name", "family", "launched_by", *_STAT_COLUMNS, "ranks"]
+OP_COLUMNS = ["name", "kind", "count", "total_ns", "self_ns", "mean_ns", "p90_ns", "share_pct", "steps",
+              "count_per_step", "ns_per_step", "ranks"]
+FAMILY_COLUMNS = ["rank", "family", "count", "total_ns", "share_pct", "ns_per_step"]
+
+
+def profiled_steps(store: Store) -> pd.Series:
+    """Number of profiled steps per rank (all its windows), from the ProfilerStep markers."""
+    prof = store.steps[store.steps["source"] == "profiler"]
+    return prof.drop_duplicates(["rank", "window", "step"]).groupby("rank").size().astype(np.int64)
+
+
+def kernel_work_view(analysis: Analysis) -> pd.DataFrame:
+    """Every GPU work row (`gpu_work_view`) with its `family` and `launched_by` (the op of its launch, NaN unknown),
+    both categorical."""
+    work = analysis.view(gpu_work_view)
+    launches = launch_ops(analysis.view(cpu_calls_view))
+    joined = work[["rank", "window", "correlation"]].merge(launches, how="left", on=["rank", "window", "correlation"])
+    by = joined["launched_by"].where(work["correlation"].to_numpy() >= 0)  # categorical; NaN: unknown
+    return work.assign(family=families(work["name"], work["klass"]), launched_by=by.array)
+
+
+def group_stats(groups: Groups, frame: pd.DataFrame, steps_of: pd.Series) -> dict[str, object]:
+    """count, total/mean/p90 of `dur_ns`, ranks, steps, and per-step count and time of each group of `frame`'s rows."""
+    dur = frame["dur_ns"].to_numpy(np.int64)
+    rank = frame["rank"].to_numpy(np.int64)
+    in_step = frame["step"].to_numpy(np.int64) >= 0
+    count = groups.count()
+    total = groups.sum(dur)
+    pair_group, pair_rank = groups.pairs(rank)
+    steps = np.bincount(pair_group, weights=steps_of.reindex(pair_rank).fillna(0).to_numpy(np.float64),
+                        minlength=groups.n)
+    per = np.where(steps > 0, steps, np.nan)
+    return {"count": count, "total_ns": total, "mean_ns": total / np.maximum(count, 1),
+            "p90_ns": groups.quantile(dur, 0.9), "steps": steps.astype(np.int64),
+            "count_per_step": groups.count(in_step) / per, "ns_per_step": groups.sum(dur, in_step) / per,
+            "ranks": np.bincount(pair_group, minlength=groups.n).astype(np.int64)}
+
+
+def _main_launcher(groups: Groups, codes: Ints, valid: np.ndarray, dur: Ints) -> Ints:
+    """Per group, the launching op (code) whose launches account for most of its time (-1 when none is known)."""
+    out = np.full(groups.n, -1, dtype=np.int64)
+    if not valid.any():
+        return out
+    ids, values = groups.ids[valid], codes[valid]
+    pairs = Groups.of(ids, values)
+    weight = pairs.sum(dur[valid])
+    group, value = ids[pairs.first], values[pairs.first]
+    order = np.lexsort((value, -weight, group))
+    _, first = np.unique(group[order], return_index=True)
+    out[group[order][first]] = value[order][first]
+    return out
+
+
+def _share(total: Ints, rank: Ints | None, frame: pd.DataFrame, column: str) -> np.ndarray:
+    """total as a percentage of the sum of `column` of its rank (or of all ranks when `rank` is None)."""
+    if rank is None:
+        base = float(frame[column].sum())
+        return 100.0 * total / base if base > 0 else np.full(len(total), np.nan)
+    per_rank = frame.groupby("rank")[column].sum()
+    base_of = per_rank.reindex(rank).to_numpy(np.float64)
+    return 100.0 * total / np.where(base_of > 0, base_of, np.nan)
+
+
+def _top(table: pd.DataFrame, per_rank: bool, n: int, extra: str = "", n_extra: int = 0) -> pd.DataFrame:
+    """The n rows of largest total_ns (of each rank), plus the n_extra of largest `extra`."""
+    ordered = table.sort_values(["total_ns", "name"], ascending=[False, True], kind="stable")
+    def head(frame: pd.DataFrame, k: int) -> pd.Index:
+        return frame.groupby("rank", sort=False).head(k).index if per_rank else frame.head(k).index
+    keep = head(ordered, n)
+    if extra:
+        keep = keep.union(head(table.sort_values([extra, "name"], ascending=[False, True], kind="stable"), n_extra))
+    picked = ordered.loc[ordered.index.isin(keep)]
+    if per_rank:
+        picked = picked.sort_values("rank", kind="stable")
+    return picked.reset_index(drop=True)
+
+
+def _kernel_table(analysis: Analysis, per_rank: bool) -> pd.DataFrame:
+    work = analysis.view(kernel_work_view)
+    columns = (["rank"] if per_rank else []) + KERNEL_COLUMNS
+    if work.empty:
+        return pd.DataFrame(columns=columns)
+    name, names = codes_of(work["name"])
+    family, family_names = codes_of(work["family"])
+    launcher, launchers = codes_of(work["launched_by"])
+    rank = work["rank"].to_numpy(np.int64)
+    groups = Groups.of(rank, name) if per_rank else Groups.of(name)
+    stats = group_stats(groups, work, profiled_steps(analysis.store))
+    by = _main_launcher(groups, launcher, work["launched_by"].notna().to_numpy(), work["dur_ns"].to_numpy(np.int64))
+    first = groups.first
+    table = pd.DataFrame({"rank": rank[first], "name": np.array(names, dtype=object)[name[first]],
+                          "family": np.array(family_names, dtype=object)[family[first]],
+                          "launched_by": np.where(by >= 0, np.array(launchers, dtype=object)[np.clip(by, 0, None)], ""),
+                          **stats})
+    table["share_pct"] = _share(table["total_ns"].to_numpy(), rank[first] if per_rank else None, work, "dur_ns")
+    return _top(table, per_rank, TOP_PER_RANK if per_rank else TOP_ALL)[columns]
+
+
+def kernels_view(analysis: Analysis) -> pd.DataFrame:
+    """The top GPU kernels across ranks (see the module docstring)."""
+    return _kernel_table(analysis, per_rank=False)
+
+
+def kernels_per_rank_view(analysis: Analysis) -> pd.DataFrame:
+    """The top GPU kernels of each rank."""
+    return _kernel_table(analysis, per_rank=True)
+
+
+def kernel_families_view(analysis: Analysis) -> pd.DataFrame:
+    """Per rank and kernel family: count, total, share of the rank's GPU work, time per step."""
+    work = analysis.view(kernel_work_view)
+    if work.empty:
+        return pd.DataFrame(columns=FAMILY_COLUMNS)
+    family, family_names = codes_of(work["family"])
+    rank = work["rank"].to_numpy(np.int64)
+    groups = Groups.of(rank, family)
+    stats = group_stats(groups, work, profiled_steps(analysis.store))
+    table = pd.DataFrame({"rank": rank[groups.first],
+                          "family": np.array(family_names, dtype=object)[family[groups.first]], **stats})
+    table["share_pct"] = _share(table["total_ns"].to_numpy(), rank[groups.first], work, "dur_ns")
+    return table.sort_values(["rank", "total_ns"], ascending=[True, False])[FAMILY_COLUMNS].reset_index(drop=True)
+
+
+def _op_table(analysis: Analysis, per_rank: bool) -> pd.DataFrame:
+    calls = analysis.view(cpu_calls_view)
+    columns = (["rank"] if per_rank else []) + OP_COLUMNS
+    if calls.empty:
+        return pd.DataFrame(columns=columns)
+    name, names = codes_of(calls["name"])
+    kind, kinds = codes_of(calls["kind"])
+    rank = calls["rank"].to_numpy(np.int64)
+    groups = Groups.of(rank, name, kind) if per_rank else Groups.of(name, kind)
+    stats = group_stats(groups, calls, profiled_steps(analysis.store))
+    first = groups.first
+    table = pd.DataFrame({"rank": rank[first], "name": np.array(names, dtype=object)[name[first]],
+                          "kind": np.array(kinds, dtype=object)[kind[first]],
+                          "self_ns": groups.sum(calls["self_ns"].to_numpy(np.int64)), **stats})
+    table["share_pct"] = _share(table["self_ns"].to_numpy(), rank[first] if per_rank else None, calls, "self_ns")
+    return _top(table, per_rank, TOP_PER_RANK if per_rank else TOP_ALL, "self_ns", TOP_SELF)[columns]
+
+
+def ops_view(analysis: Analysis) -> pd.DataFrame:
+    """The top CPU ops across ranks (see the module docstring)."""
+    return _op_table(analysis, per_rank=False)
+
+
+def ops_per_rank_view(analysis: Analysis) -> pd.DataFrame:
+    """The top CPU ops of each rank."""
+    return _op_table(analysis, per_rank=True)

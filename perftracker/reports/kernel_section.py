@@ -1,0 +1,146 @@
+"""The report's "Kernels and ops" section: the top GPU kernels and CPU ops, kernel families, and what
+the CPU ran while the GPU was idle, as tables (server-rendered) and two charts.
+
+Promise: `kernels_section(tables, findings)` is None when the run has neither kernels nor CPU ops;
+otherwise it lays out the views `kernels`, `ops`, `kernel_families`, `kernels_per_rank`,
+`ops_per_rank`, `idle_longest` and `idle_ops` as computed (their order, their rows: at most TOP_ROWS
+per table, the rest stays in tables/). Each kernel or op row carries its full name (the template puts
+it in the cell's `title`) beside the shortened one it shows.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from perftracker.analyzers.findings import Finding
+from perftracker.reports import kernel_charts
+from perftracker.reports.evidence import number
+from perftracker.reports.sections import Section, Tables, table
+from perftracker.values import short_symbol
+
+TEMPLATE = "section_kernels.html.j2"
+TOP_ROWS = 20
+PER_RANK_ROWS = 10
+MAX_RANKS = 8
+KERNEL_HEAD = ["kernel", "family", "launched by", "count", "total ms", "ms per step", "mean us", "p90 us",
+               "% of GPU work", "ranks"]
+OP_HEAD = ["op", "kind", "count", "total ms", "self ms", "ms per step", "mean us", "p90 us", "self %", "ranks"]
+GAP_HEAD = ["rank", "step", "kind of gap", "gap ms", "CPU ops in the gap (own time)", "kernel after it", "launched by"]
+IDLE_OP_HEAD = ["rank", "kind of gap", "op", "kind", "ms in gaps", "% of those gaps"]
+TEXT_COLUMNS = {"kernel", "family", "launched by", "op", "kind", "kind of gap", "CPU ops in the gap (own time)",
+                "kernel after it"}
+
+
+@dataclass(frozen=True)
+class NamedRow:
+    """A table row about one kernel or op: its full name, the name shown, and the other cells' texts."""
+
+    name: str
+    short: str
+    cells: list[str]
+    before: list[str] | None = None  # cells left of the name (rank, step, ...)
+
+
+@dataclass(frozen=True)
+class NamedTable:
+    """Rows of `NamedRow`s under `head` (cells before the name, the name, the cells); `left`: which columns are text."""
+
+    head: list[str]
+    rows: list[NamedRow]
+    more: int = 0
+    left: tuple[bool, ...] = ()
+
+
+def _named(head: list[str], rows: list[NamedRow], more: int) -> NamedTable:
+    return NamedTable(head, rows, more, tuple(h in TEXT_COLUMNS for h in head))
+
+
+def _ms(ns: Any) -> str:
+    return "-" if ns is None or (isinstance(ns, float) and math.isnan(ns)) else number(float(ns) / 1e6)
+
+
+def _us(ns: Any) -> str:
+    return "-" if ns is None or (isinstance(ns, float) and math.isnan(ns)) else number(float(ns) / 1e3)
+
+
+def _pct(value: Any) -> str:
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else number(float(value))
+
+
+def _count(value: Any) -> str:
+    return f"{int(value):,}"
+
+
+def _kernel_table(frame: pd.DataFrame, limit: int) -> NamedTable:
+    rows = [NamedRow(str(r["name"]), short_symbol(str(r["name"])),
+                     [str(r["family"]), short_symbol(str(r["launched_by"]), 60), _count(r["count"]),
+                      _ms(r["total_ns"]), _ms(r["ns_per_step"]), _us(r["mean_ns"]), _us(r["p90_ns"]),
+                      _pct(r["share_pct"]), str(int(r["ranks"]))])
+            for r in frame.head(limit).to_dict("records")]
+    return _named(KERNEL_HEAD, rows, max(0, len(frame) - limit))
+
+
+def _op_table(frame: pd.DataFrame, limit: int) -> NamedTable:
+    rows = [NamedRow(str(r["name"]), short_symbol(str(r["name"])),
+                     [str(r["kind"]), _count(r["count"]), _ms(r["total_ns"]), _ms(r["self_ns"]), _ms(r["ns_per_step"]),
+                      _us(r["mean_ns"]), _us(r["p90_ns"]), _pct(r["share_pct"]), str(int(r["ranks"]))])
+            for r in frame.head(limit).to_dict("records")]
+    return _named(OP_HEAD, rows, max(0, len(frame) - limit))
+
+
+def _gaps_table(frame: pd.DataFrame) -> NamedTable:
+    longest = frame.sort_values("dur_ns", ascending=False, kind="stable").head(TOP_ROWS // 2)
+    rows = [NamedRow(str(g["next_kernel"]), short_symbol(str(g["next_kernel"]), 60),
+                     [short_symbol(str(g["launched_by"]), 60)],
+                     before=[str(int(g["rank"])), str(int(g["step"])) if int(g["step"]) >= 0 else "-",
+                             str(g["category"]).replace("_", " "), _ms(g["dur_ns"]), str(g["cpu_ops"])])
+            for g in longest.to_dict("records")]
+    return _named(GAP_HEAD, rows, max(0, len(frame) - len(rows)))
+
+
+def _idle_ops_table(frame: pd.DataFrame) -> NamedTable:
+    top = frame.sort_values("self_ns", ascending=False, kind="stable").head(TOP_ROWS // 2)
+    rows = [NamedRow(str(o["name"]), short_symbol(str(o["name"])), [str(o["kind"]), _ms(o["self_ns"]),
+                                                                   _pct(o["share_pct"])],
+                     before=[str(int(o["rank"])), str(o["category"]).replace("_", " ")])
+            for o in top.to_dict("records")]
+    return _named(IDLE_OP_HEAD, rows, max(0, len(frame) - len(rows)))
+
+
+def _families(frame: pd.DataFrame) -> dict[str, Any]:
+    """Share of GPU work per family, one row per rank (at most 64 ranks)."""
+    grid = frame.pivot_table(index="rank", columns="family", values="share_pct", aggfunc="sum").fillna(0.0)
+    order = [f for f in kernel_charts.FAMILY_COLORS if f in grid.columns]
+    shown = grid[order].head(64)
+    return {"head": ["rank", *[f"{f} %" for f in order]],
+            "rows": [[str(int(rank)), *[_pct(v) for v in values]] for rank, values in zip(shown.index, shown.to_numpy())],
+            "more": max(0, len(grid) - 64)}
+
+
+def kernels_section(tables: Tables, findings: list[Finding]) -> Section | None:
+    kernels, ops = table(tables, "kernels"), table(tables, "ops")
+    if kernels.empty and ops.empty:
+        return None
+    per_rank_k, per_rank_o = table(tables, "kernels_per_rank"), table(tables, "ops_per_rank")
+    ranks = sorted({int(r) for frame in (per_rank_k, per_rank_o) if not frame.empty for r in frame["rank"]})
+    per_rank = [{"rank": r,
+                 "kernels": _kernel_table(per_rank_k[per_rank_k["rank"] == r], PER_RANK_ROWS)
+                 if not per_rank_k.empty else None,
+                 "ops": _op_table(per_rank_o[per_rank_o["rank"] == r], PER_RANK_ROWS) if not per_rank_o.empty else None}
+                for r in ranks[:MAX_RANKS]] if len(ranks) > 1 else []
+    families = table(tables, "kernel_families")
+    longest, idle_ops = table(tables, "idle_longest"), table(tables, "idle_ops")
+    data = {
+        "kernels": _kernel_table(kernels, TOP_ROWS) if not kernels.empty else None,
+        "ops": _op_table(ops, TOP_ROWS) if not ops.empty else None,
+        "families": _families(families) if not families.empty else None,
+        "per_rank": per_rank, "ranks_more": max(0, len(ranks) - MAX_RANKS) if len(ranks) > 1 else 0,
+        "longest_gaps": _gaps_table(longest) if not longest.empty else None,
+        "idle_ops": _idle_ops_table(idle_ops) if not idle_ops.empty else None,
+    }
+    figures = [f for f in (kernel_charts.kernels_chart(kernels), kernel_charts.families_chart(families)) if f]
+    return Section("kernels", "Kernels and ops", TEMPLATE, data, figures)

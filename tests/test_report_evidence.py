@@ -1,0 +1,62 @@
+"""A finding's evidence in the report is a small table a person reads: units, rounded numbers, sub-tables."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from perftracker.analyzers.findings import Finding, Severity
+from perftracker.reports.evidence import Unit, evidence_items, number
+from perftracker.reports.html import build_sections, render
+
+
+def test_units_come_from_the_key_and_numbers_are_rounded() -> None:
+    # GIVEN keys as the analyzers write them; THEN the unit leaves the label and goes with the value
+    assert Unit.of("idle_ms_per_step") == Unit("idle", "ms", "per step")
+    assert Unit.of("comm_ms_total") == Unit("comm total", "ms")
+    assert Unit.of("temp_c_median").header == "temp median (°C)"
+    assert Unit.of("share_last").unit == "share" and Unit.of("start_ns").unit == "timestamp"
+    # AND numbers keep 3 significant digits, thousands grouped, shares as percentages, ns and bytes scaled
+    assert [number(171.4321, "ms"), number(0.012345, "ms"), number(12.0), number(1234567)] == [
+        "171 ms", "0.0123 ms", "12", "1,234,567"]
+    assert [number(0.465, "share"), number(2_500_000, "ns"), number(3 * 2**20, "bytes")] == ["46.5%", "2.5 ms", "3 MiB"]
+
+
+def test_records_become_sub_tables_and_lists_short_text() -> None:
+    # GIVEN evidence with a per-rank map of records, a list of records, a list of ranks and a nested value
+    evidence = {"per_rank": {"0": {"idle_ms_per_step": 102.259, "gaps": 5122}, "1": {"idle_ms_per_step": 3.5}},
+                "slower_ops": [{"name": "aten::mm", "extra_ms_per_step": 1.23456}],
+                "waiting_ranks": list(range(20)), "kind": "compute", "share_last": 0.875,
+                "deep": {"a": [1, 2], "b": {"c": 1}}, "synthetic": True}
+    # WHEN turned into report items
+    items = {i.label: i for i in evidence_items(evidence)}
+    # THEN the per-rank map is a table with a rank column and unit headers, rounded cells
+    per_rank = items["per rank"].table
+    assert per_rank is not None
+    assert per_rank.head == ["rank", "idle (ms per step)", "gaps"]
+    assert per_rank.rows == [["0", "102", "5,122"], ["1", "3.5", ""]]
+    assert per_rank.numeric == [True, True, True]
+    # AND a list of records is a table too, a long list of scalars a short line, scalars with their unit
+    slower = items["slower ops"].table
+    assert slower is not None and slower.head == ["name", "extra (ms per step)"] and slower.rows == [["aten::mm", "1.23"]]
+    assert items["waiting ranks"].text == "0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15 (+4 more)"
+    assert items["share last"].text == "87.5%" and items["kind"].text == "compute" and items["synthetic"].text == "yes"
+    # AND deeper values are short text in a two-column table
+    deep = items["deep"].table
+    assert deep is not None and deep.rows == [["a", "1, 2"], ["b", "c: 1"]]
+
+
+def test_the_report_shows_evidence_tables_not_raw_json(tmp_path: Path) -> None:
+    # GIVEN a finding whose evidence holds a per-rank map and markup from a trace
+    finding = Finding(analyzer="idle", severity=Severity.WARNING, title="t", recommendation="r",
+                      evidence={"per_rank": {"3": {"idle_ms_per_step": 1.5}}, "next_kernel": "<b>k</b>"})
+    # WHEN the report is rendered
+    render(tmp_path / "report.html", [finding], [], build_sections({}, [finding]), "x")
+    page = (tmp_path / "report.html").read_text()
+    # THEN the evidence is a table with its label, unit header and rounded value, escaped, and no JSON dump
+    block = re.search(r'<details class="evidence">(.*?)</details>', page, re.S)
+    assert block is not None
+    assert "<th class=\"l\">per rank</th>" in block.group(1) and "idle (ms per step)" in block.group(1)
+    assert "&lt;b&gt;k&lt;/b&gt;" in block.group(1) and "<b>k</b>" not in page
+    assert '"idle_ms_per_step"' not in page and "<pre>" not in block.group(1)
+    assert "findings.json" in block.group(1)
