@@ -19,6 +19,7 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "stream": "int32",  # -1 = CPU thread
         "tid": "int64",
         # compute | comm | memcpy | memset | sync | cpu_op | runtime | annotation | collective_cpu | gpu_annotation
+        # | counter_range (CUPTI range-profiler counters in place of kernel events)
         "kind": "category",
         "name": "category",
         "start_ns": "int64",
@@ -30,6 +31,8 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "bytes": "int64",  # message / copy size when the trace records it
         "pg": "category",  # process-group name
         "group_size": "int32",
+        # the communication library of a comm kernel (data/comm_kernels.toml family: nccl, deepep, ...), else ''
+        "comm_family": "category",
     },
     # One row per training step per rank (from ProfilerStep#N or step files).
     "steps": {
