@@ -11,7 +11,6 @@ Store per job).
 
 from __future__ import annotations
 
-import functools
 import gc
 import hashlib
 import json
@@ -36,7 +35,7 @@ from perftracker.collectors.jobs import (
 )
 from perftracker.collectors.steps import load_step_files
 from perftracker.collectors.synthetic import synthetic_inputs
-from perftracker.collectors.traces.comm_kernels import CommKernels, load_comm_kernels
+from perftracker.collectors.traces.comm_kernels import CommKernels, cached_comm_kernels
 from perftracker.collectors.traces.kineto import build_tables
 from perftracker.collectors.traces.kineto_read import parse_trace
 from perftracker.collectors.traces.ranks import TraceIdentity, assign_windows, host_from_name, rank_from_name
@@ -108,12 +107,7 @@ def _cache_key(path: Path, comm_kernels: CommKernels) -> str:
 
 def comm_kernels_of(options: LoadOptions) -> CommKernels:
     """The communication kernel matcher of these options (InputError / UsageError for a bad file or regex)."""
-    return _comm_kernels(options.comm_kernel_files, options.comm_kernel_patterns)
-
-
-@functools.lru_cache(maxsize=8)
-def _comm_kernels(files: tuple[Path, ...], patterns: tuple[str, ...]) -> CommKernels:
-    return load_comm_kernels(files, patterns)  # once per process and options, not once per trace file
+    return cached_comm_kernels(options.comm_kernel_files, options.comm_kernel_patterns)
 
 
 def _load_one(path_str: str, options: LoadOptions) -> _FileResult:
@@ -243,6 +237,8 @@ def _build(scan: _Scan, group: JobGroup | None) -> Store:
         _note_other_jobs(store, scan, group)
     else:
         _reduce_traces(store, scan.results)
+    families = set(store.events["comm_family"].astype(str)) - {""} if len(store.events) else set()
+    store.run_info.comm_libraries = comm_kernels_of(scan.options).describe(families)
     if not several:
         _add_step_files(store, inputs)
         _add_nccl(store, inputs, scan.options)

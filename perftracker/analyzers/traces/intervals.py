@@ -52,3 +52,55 @@ def clip(starts: Ints, ends: Ints, lo: int, hi: int) -> tuple[Ints, Ints]:
     e = np.clip(ends, lo, hi)
     keep = e > s
     return s[keep], e[keep]
+
+
+def intersect(a_s: Ints, a_e: Ints, b_s: Ints, b_e: Ints) -> tuple[Ints, Ints]:
+    """The intersection of two sets of disjoint, sorted intervals, as disjoint, sorted intervals."""
+    if len(a_s) == 0 or len(b_s) == 0:
+        empty = np.empty(0, dtype=np.int64)
+        return empty, empty.copy()
+    # Each a-interval meets the b-intervals from the first ending after its start to the last starting
+    # before its end; pairs are few (both sets are disjoint), so list them.
+    first = np.searchsorted(b_e, a_s, side="right")
+    last = np.searchsorted(b_s, a_e, side="left")
+    counts = np.maximum(last - first, 0)
+    a_idx = np.repeat(np.arange(len(a_s)), counts)
+    offsets = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    b_idx = np.repeat(first, counts) + offsets
+    s = np.maximum(a_s[a_idx], b_s[b_idx])
+    e = np.minimum(a_e[a_idx], b_e[b_idx])
+    keep = e > s
+    return s[keep].astype(np.int64), e[keep].astype(np.int64)
+
+
+def subtract(a_s: Ints, a_e: Ints, b_s: Ints, b_e: Ints) -> tuple[Ints, Ints]:
+    """The part of disjoint, sorted intervals `a` outside disjoint, sorted intervals `b`."""
+    if len(a_s) == 0 or len(b_s) == 0:
+        return a_s.copy(), a_e.copy()
+    # complement of b, clipped to a's span, intersected with a
+    lo, hi = int(min(a_s[0], b_s[0])), int(max(a_e[-1], b_e[-1]))
+    gaps_s = np.concatenate([[lo], b_e]).astype(np.int64)
+    gaps_e = np.concatenate([b_s, [hi]]).astype(np.int64)
+    keep = gaps_e > gaps_s
+    return intersect(a_s, a_e, gaps_s[keep], gaps_e[keep])
+
+
+def covered_within(starts: Ints, ends: Ints, lo: Ints, hi: Ints) -> Ints:
+    """For each window [lo[i], hi[i]), the length of disjoint, sorted intervals inside it."""
+    lo = np.asarray(lo, dtype=np.int64)
+    hi = np.asarray(hi, dtype=np.int64)
+    if len(starts) == 0:
+        return np.zeros(len(lo), dtype=np.int64)
+    cumulative = np.concatenate([[0], np.cumsum(ends - starts)])
+
+    def before(t: Ints) -> Ints:
+        """Covered length before each time t."""
+        k = np.searchsorted(ends, t, side="right")  # intervals ending at or before t are whole
+        whole = cumulative[k]
+        inside = (k < len(starts)) & (starts[np.minimum(k, len(starts) - 1)] < t)
+        partial = np.where(inside, t - starts[np.minimum(k, len(starts) - 1)], 0)
+        result: Ints = (whole + partial).astype(np.int64)
+        return result
+
+    covered: Ints = np.maximum(before(hi) - before(lo), 0)
+    return covered

@@ -13,6 +13,7 @@ raises `InputError` naming the file (or `UsageError` for a bad `--comm-kernel`),
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import sys
@@ -60,6 +61,12 @@ class CommKernels:
                 return family
         return ""
 
+    def describe(self, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """What each named family is: {"library", "expert_parallel"} (for `RunInfo.comm_libraries`)."""
+        wanted = set(names)
+        return {f.name: {"library": f.library, "expert_parallel": f.expert_parallel}
+                for f in self.families if f.name in wanted}
+
     def expert_parallel(self) -> frozenset[str]:
         """Names of the expert-parallel (MoE dispatch / combine) families."""
         return frozenset(f.name for f in self.families if f.expert_parallel)
@@ -95,6 +102,12 @@ def load_comm_kernels(files: Iterable[Path] = (), extra: Iterable[str] = ()) -> 
     if custom:
         ordered.append(CommFamily(CUSTOM_FAMILY, "kernels named by --comm-kernel", custom))
     return CommKernels(tuple(ordered))
+
+
+@functools.lru_cache(maxsize=8)
+def cached_comm_kernels(files: tuple[Path, ...], patterns: tuple[str, ...]) -> CommKernels:
+    """`load_comm_kernels`, once per process and arguments (not once per trace file parsed)."""
+    return load_comm_kernels(files, patterns)
 
 
 def _read_user_file(path: Path) -> tuple[CommFamily, ...]:
