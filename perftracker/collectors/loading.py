@@ -36,6 +36,7 @@ from perftracker.collectors.jobs import (
 from perftracker.collectors.steps import load_step_files
 from perftracker.collectors.synthetic import synthetic_inputs
 from perftracker.collectors.traces.comm_kernels import CommKernels, cached_comm_kernels
+from perftracker.collectors.traces.execution_trace import load_execution_trace_inputs
 from perftracker.collectors.traces.kineto import build_tables
 from perftracker.collectors.traces.kineto_read import parse_trace
 from perftracker.collectors.traces.ranks import TraceIdentity, assign_windows, host_from_name, rank_from_name
@@ -245,6 +246,7 @@ def _build(scan: _Scan, group: JobGroup | None) -> Store:
         _add_counters(store, inputs)
         _add_stacks(store, scan.stack_files, scan.profile_files)
         _add_postmortem(store, inputs)
+        _merge(store, *load_execution_trace_inputs(inputs.other))  # PyTorch / Chakra execution traces
     if (store.events.empty and store.steps.empty and store["nccl"].empty and store["config"].empty
             and store["counters"].empty and store["stacks"].empty and store["profile_samples"].empty
             and store["collectives_fr"].empty and store["failures"].empty):
@@ -371,10 +373,12 @@ def _take_profile_files(inputs: Inputs) -> list[Path]:
 
 
 def _take_postmortem_files(inputs: Inputs) -> None:
-    """Flight-recorder JSON dumps and torchelastic error files are not traces: move them to `other`."""
+    """Flight-recorder JSON dumps, torchelastic error files and execution traces (named like a trace, e.g.
+    execution_trace.json) are not Kineto traces: move them to `other`."""
     from perftracker.collectors.postmortem.inputs import is_postmortem_file
+    from perftracker.collectors.traces.execution_trace import is_execution_trace
 
-    found = [p for p in inputs.traces if is_postmortem_file(p)]
+    found = [p for p in inputs.traces if is_postmortem_file(p) or is_execution_trace(p)]
     if found:
         taken = set(found)
         inputs.traces = [p for p in inputs.traces if p not in taken]

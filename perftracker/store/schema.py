@@ -171,6 +171,18 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "timeout_ms": "int64",
         "file": "string",
     },
+    # Operators of PyTorch / Chakra execution traces found beside the Kineto traces
+    # (collectors/traces/execution_trace.py): rf_id is the record-function id, which the Kineto trace's
+    # ops carry as "External id"; input_shapes / input_types are JSON text as the ET wrote them.
+    "exec_ops": {
+        "file": "string",
+        "pid": "int64",
+        "node_id": "int64",
+        "rf_id": "int64",
+        "name": "string",
+        "input_shapes": "string",
+        "input_types": "string",
+    },
     # Failures read from job output and launcher logs, torchelastic error files and kernel logs
     # (collectors/joblogs.py). kind: timeout (NCCL watchdog) | gloo_timeout | exception | exit | xid.
     # ts_ns: epoch ns when the line says (-1 unknown); rank -1 when no rank is known.

@@ -26,6 +26,7 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.traces.cpu_context import cpu_ops_during
+from perftracker.analyzers.traces.exec_trace import op_shapes
 from perftracker.analyzers.traces.gpu_time import as_int, gpu_work, gpu_work_view
 from perftracker.analyzers.traces.intervals import covered_within, union
 from perftracker.analyzers.traces.period_costs import basis_row, per_period, rank_costs_view
@@ -163,6 +164,7 @@ def analyze_idle(analysis: Analysis) -> list[Finding]:
         return []
     per = per_period(per.merge(costs[["rank", "periods", "dur_ns", "basis", "clock", "marker"]], on="rank"),
                      "idle_ns")
+    shapes = op_shapes(analysis)
     findings = []
     for category in CATEGORIES:
         rows = per[(per["category"] == category) & (per["share"] >= WARN_SHARE)]
@@ -185,7 +187,7 @@ def analyze_idle(analysis: Analysis) -> list[Finding]:
                                                     "median_gap_us": round(float(r["median_ns"]) / 1e3, 1)}
                                    for _, r in rows.head(64).iterrows()},
                       "measured_over": basis.describe(),
-                      "cpu_ops_during_gaps": cpu_ops_during(store, mine)},
+                      "cpu_ops_during_gaps": cpu_ops_during(store, mine, shapes=shapes)},
             ranks=tuple(ranks), hosts=hosts_of(store, ranks),
             cost=Cost(median_s, float(rows["share"].median())), key=f"idle:{category}",
         ))
