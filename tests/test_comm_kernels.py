@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from tracegen import TraceBuilder
 
 from perftracker.collectors.traces.comm_kernels import (
     CUSTOM_FAMILY,
@@ -185,3 +189,31 @@ def test_a_bad_comm_kernel_regex_is_a_usage_error() -> None:
     with pytest.raises(UsageError) as err:
         load_comm_kernels([], ["(oops"])
     assert "--comm-kernel" in err.value.message
+
+
+def test_analyze_counts_a_user_library_from_the_environment_end_to_end(tmp_path: Path) -> None:
+    # GIVEN a trace with an in-house all-to-all kernel, and a file naming it set in PERFTRACKER_COMM_KERNELS
+    b = TraceBuilder(rank=0).step(1, 0, 1000).kernel("gemm", 0, 500, launch_ts=-5)
+    b.kernel("acme_a2a_dispatch(int*)", 400, 400, launch_ts=-4, stream=20)
+    b.write(tmp_path / "t" / "rank-0.json")
+    kernels = tmp_path / "acme.toml"
+    kernels.write_text('[[family]]\nname = "acme"\nexpert_parallel = true\npatterns = [\'^acme_a2a_\']\n')
+    env = {**os.environ, "PERFTRACKER_COMM_KERNELS": str(kernels)}
+    # WHEN analyzed from the command line
+    done = subprocess.run([sys.executable, "-m", "perftracker", "analyze", str(tmp_path / "t"), "-o",
+                           str(tmp_path / "out"), "--no-cache", "--quiet"], capture_output=True, text=True,
+                          env=env, timeout=300)
+    # THEN its kernel is expert-parallel communication, 100 of its 400 us hidden under the GEMM
+    assert done.returncode == 0, done.stderr
+    doc = json.loads((tmp_path / "out" / "findings.json").read_text())
+    [summary] = [f for f in doc["findings"] if f["analyzer"] == "breakdown"]
+    rank0 = summary["evidence"]["per_rank"]["0"]
+    assert rank0["by_library"] == {"acme": {"ms_per_step": 0.4, "hidden_pct": 25.0}}
+    assert rank0["expert_parallel_hidden_pct"] == 25.0
+    # AND a file that is not TOML is one line naming it, exit 2
+    kernels.write_text("not toml at all = = =")
+    bad = subprocess.run([sys.executable, "-m", "perftracker", "analyze", str(tmp_path / "t"), "-o",
+                          str(tmp_path / "out2"), "--comm-kernels", str(kernels)], capture_output=True, text=True,
+                         timeout=300)
+    assert bad.returncode == 2
+    assert bad.stderr.count("\n") == 1 and "acme.toml" in bad.stderr and "not valid TOML" in bad.stderr

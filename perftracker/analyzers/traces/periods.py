@@ -63,10 +63,10 @@ class Basis:
     def describe(self) -> str:
         """One sentence for a finding's evidence: what the costs were measured over."""
         if self.basis == "steps":
-            clock = {"gpu": "on the GPU's clock (the GPU runs behind the CPU: each step's time is the span of "
-                            "the GPU work its launches queued)",
-                     "mixed": "on the CPU's step time, or the GPU's where the GPU ran behind the CPU (the span "
-                              "of the GPU work the step's launches queued)"}.get(self.clock, "on the CPU's step time")
+            gpu = "each step runs from the first GPU work its launches queued to the next step's"
+            clock = {"gpu": f"on the GPU's clock (the GPU runs behind the CPU: {gpu})",
+                     "mixed": f"on the CPU's step time, or the GPU's in the profiling windows where the GPU ran "
+                              f"behind the CPU ({gpu})"}.get(self.clock, "on the CPU's step time")
             return f"profiler steps (ProfilerStep#N), {clock}"
         if self.basis == "iterations":
             return (f"iterations inferred from the repeating annotation '{self.marker}' (no ProfilerStep "
