@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tracegen import TraceBuilder
 
@@ -13,6 +14,7 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.registry import run_analyzers
 from perftracker.analyzers.traces.idle import idle_gaps
+from perftracker.analyzers.traces.intervals import covered_within, intersect, union
 from perftracker.analyzers.traces.period_costs import QUANTITIES, period_costs_view
 from perftracker.analyzers.traces.periods import cost_periods_view
 from perftracker.collectors.loading import LoadOptions, load_path
@@ -157,3 +159,23 @@ def test_period_costs_add_up_to_the_period(tmp_path: Path) -> None:
     assert (costs[list(QUANTITIES)] >= 0).all().all()
     assert list(costs["comm_ns"]) == [250_000, 100_000]
     assert list(costs["comm_hidden_ns"]) == [110_000, 50_000]
+
+
+def test_interval_helpers_agree_with_a_bitmap() -> None:
+    # GIVEN 200 random pairs of interval sets on a 0..200 ns line (seeded), and random windows
+    rng = np.random.default_rng(13)
+    for _ in range(200):
+        sets = []
+        for _ in range(2):
+            s = np.sort(rng.integers(0, 180, 8))
+            sets.append(union(s, s + rng.integers(1, 20, 8)))
+        bitmaps = [np.zeros(220, dtype=bool) for _ in sets]
+        for bitmap, (s, e) in zip(bitmaps, sets):
+            for lo, hi in zip(s, e):
+                bitmap[lo:hi] = True
+        lo = rng.integers(0, 200, 6)
+        hi = lo + rng.integers(0, 40, 6)
+        # WHEN intersected and measured inside the windows THEN the lengths are those of the bitmaps
+        i_s, i_e = intersect(*sets[0], *sets[1])
+        assert int((i_e - i_s).sum()) == int((bitmaps[0] & bitmaps[1]).sum())
+        assert list(covered_within(*sets[0], lo, hi)) == [int(bitmaps[0][a:b].sum()) for a, b in zip(lo, hi)]

@@ -1,4 +1,5 @@
-"""Interval arithmetic on int64 nanosecond arrays: union, total length, intersection length."""
+"""Interval arithmetic on int64 nanosecond arrays: union, total length, intersection (length and intervals),
+and the length of disjoint intervals inside given windows."""
 
 from __future__ import annotations
 
@@ -71,18 +72,6 @@ def intersect(a_s: Ints, a_e: Ints, b_s: Ints, b_e: Ints) -> tuple[Ints, Ints]:
     e = np.minimum(a_e[a_idx], b_e[b_idx])
     keep = e > s
     return s[keep].astype(np.int64), e[keep].astype(np.int64)
-
-
-def subtract(a_s: Ints, a_e: Ints, b_s: Ints, b_e: Ints) -> tuple[Ints, Ints]:
-    """The part of disjoint, sorted intervals `a` outside disjoint, sorted intervals `b`."""
-    if len(a_s) == 0 or len(b_s) == 0:
-        return a_s.copy(), a_e.copy()
-    # complement of b, clipped to a's span, intersected with a
-    lo, hi = int(min(a_s[0], b_s[0])), int(max(a_e[-1], b_e[-1]))
-    gaps_s = np.concatenate([[lo], b_e]).astype(np.int64)
-    gaps_e = np.concatenate([b_s, [hi]]).astype(np.int64)
-    keep = gaps_e > gaps_s
-    return intersect(a_s, a_e, gaps_s[keep], gaps_e[keep])
 
 
 def covered_within(starts: Ints, ends: Ints, lo: Ints, hi: Ints) -> Ints:
