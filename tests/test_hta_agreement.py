@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from conftest import corpus_store
 
 from perftracker.analyzers.traces.gpu_time import breakdown
-from perftracker.collectors.loading import LoadOptions, load_path
 
 SETS = {
     "df_index_resolver": "df_index_resolver",
@@ -34,7 +34,7 @@ def test_breakdown_and_overlap_match_hta(hta_traces: Path, tmp_path: Path, expec
     temporal = pd.read_csv(expected_dir / "temporal_breakdown.csv").set_index("rank")
     overlap = pd.read_csv(expected_dir / "comm_comp_overlap.csv").set_index("rank")
     # WHEN perftracker computes them with HTA's definitions
-    store = load_path(hta_traces / SETS[expected_name], LoadOptions(workers=1))
+    store = corpus_store(hta_traces / SETS[expected_name])
     ours = breakdown(store, hta_compat=True).set_index("rank")
     # THEN every rank agrees within 1 percentage point
     assert sorted(ours.index) == sorted(temporal.index)
@@ -52,7 +52,7 @@ def test_breakdown_and_overlap_match_hta(hta_traces: Path, tmp_path: Path, expec
 
 def test_default_definitions_differ_from_hta_where_documented(hta_traces: Path, tmp_path: Path) -> None:
     # GIVEN a multi-step trace: perftracker keeps the last step, HTA drops it
-    store = load_path(hta_traces / "df_index_resolver", LoadOptions(workers=1))
+    store = corpus_store(hta_traces / "df_index_resolver")
     ours = breakdown(store).iloc[0]
     hta = breakdown(store, hta_compat=True).iloc[0]
     # THEN the default window is longer, and exposed communication is reported apart from compute

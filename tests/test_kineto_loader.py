@@ -52,7 +52,8 @@ def test_every_real_trace_loads(hta_traces: Path, tmp_path: Path, name: str) -> 
     assert len(store.events) > 0
     assert not [n for n in store.notes if n.level == "error"]
     assert set(store.events["kind"].unique()) <= {"compute", "comm", "memcpy", "memset", "sync", "cpu_op",
-                                                  "runtime", "annotation", "collective_cpu", "gpu_annotation"}
+                                                  "runtime", "annotation", "collective_cpu", "gpu_annotation",
+                                                  "counter_range"}
 
 
 def test_gpu_kernels_split_into_compute_and_nccl_communication(hta_traces: Path, tmp_path: Path) -> None:

@@ -38,6 +38,18 @@ class TraceBuilder:
                             "ts": lts, "dur": 3, "args": {"correlation": corr}})
         return self
 
+    def graph(self, kernels: list[tuple[str, float, float]], launch_ts: float, stream: int = 7) -> TraceBuilder:
+        """One cudaGraphLaunch at `launch_ts` replaying `kernels` (name, ts, dur): as CUPTI reports a graph
+        replay, every kernel carries the correlation id of the one launch call."""
+        self._corr += 1
+        corr = self._corr
+        for name, ts, dur in kernels:
+            self.events.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": ts,
+                                "dur": dur, "args": {"stream": stream, "correlation": corr, "device": 0}})
+        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 1, "tid": 1,
+                            "ts": launch_ts, "dur": 5, "args": {"correlation": corr}})
+        return self
+
     def document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"schemaVersion": 1, "traceEvents": self.events}
         if self.rank is not None:

@@ -65,7 +65,9 @@ def coverage(analysis: Analysis) -> list[Area]:
              f"{_TRACE_HINT}, or step times (the hook, or attach --job-log with the job's log), of at least "
              "two ranks"),
         Area("GPU kernels, overlap and idle time", bool(kinds & {"compute", "comm"}), _present(GPU_traces=True),
-             f"{_TRACE_HINT}, taken on GPUs" if not traces else "traces with GPU kernels (these have CPU events only)"),
+             f"{_TRACE_HINT}, taken on GPUs" if not traces else
+             "traces with GPU kernel events (these have kernel launches but no kernel events: see the inputs finding)"
+             if "runtime" in kinds else "traces with GPU kernels (these have CPU events only)"),
         Area("NCCL configuration", config or nccl_log, _present(environment=config, NCCL_log=nccl_log),
              "the job's environment (attach captures it) or an NCCL_DEBUG=INFO log"),
         Area("GPU health", has_gpu, _present(GPU_samples=True),

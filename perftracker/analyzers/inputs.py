@@ -1,7 +1,10 @@
 """Turn what the loaders noticed about their inputs into findings users see in the report.
 
 Recovered truncated traces and unusable files are warnings (results rest on partial data); ranks
-missing from the world size, multiple windows and CPU-only traces are info. Inputs the run's manifest
+missing from the world size, multiple windows and CPU-only traces are info. Traces with kernel
+launches but no kernel events are a warning that says which profiler setting caused it (CUPTI range
+profiling, or activity records that never arrived), not "add ProfilerActivity.CUDA". Execution traces
+beside the Kineto traces are said to be joined, or not used and why (`traces/exec_trace.py`). Inputs the run's manifest
 says are synthetic (`RunInfo.synthetic_inputs`) are one info finding naming each, so that no reader
 takes a made-up sample for a measurement.
 """
@@ -10,7 +13,11 @@ from __future__ import annotations
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.traces.exec_trace import execution_trace_findings
 from perftracker.store import Store
+
+# CUDA / HIP calls that queue GPU work (kernels, graphs)
+_LAUNCH_CALL = r"^(?:cuda|hip|cu)(?:LaunchKernel|LaunchKernelExC|LaunchCooperativeKernel|GraphLaunch)|^hipExtModuleLaunchKernel"
 
 
 def analyze_inputs(analysis: Analysis) -> list[Finding]:
@@ -43,15 +50,49 @@ def analyze_inputs(analysis: Analysis) -> list[Finding]:
                 evidence=dict(note.data), key=f"inputs:{note.message}",
             ))
     if not store.events.empty and not store.events["stream"].ge(0).any():
-        findings.append(Finding(
-            analyzer="inputs", severity=Severity.INFO,
-            title="The traces hold no GPU activity (CPU-only or CPU-side profile)",
-            recommendation="GPU breakdown, overlap and idle analyses were skipped. To profile the GPU, add "
-            "ProfilerActivity.CUDA to torch.profiler's activities.",
-            key="inputs:cpu-only",
-        ))
+        findings.append(_no_gpu_activity(store))
+    findings.extend(execution_trace_findings(analysis))
     findings.extend(_synthetic(store))
     return findings
+
+
+def _no_gpu_activity(store: Store) -> Finding:
+    """Why the traces have no GPU events, from what they do hold: kernel launches, CUPTI counter ranges."""
+    ev = store.events
+    runtime = ev[ev["kind"] == "runtime"]
+    launches = int(runtime["name"].astype(str).str.contains(_LAUNCH_CALL, regex=True).sum())
+    ranges = int((ev["kind"] == "counter_range").sum())
+    skipped = "GPU breakdown, overlap and idle analyses were skipped. "
+    if launches and ranges:
+        return Finding(
+            analyzer="inputs", severity=Severity.WARNING,
+            title=(f"The traces hold {launches} kernel launches but no kernel events: CUPTI range profiling "
+                   f"({ranges} counter ranges, cuda_profiler_range) replaced kernel tracing"),
+            recommendation=skipped + "ProfilerActivity.CUDA was on (the CUDA runtime calls are traced); the "
+            "profile was taken with hardware counters (torch.profiler's experimental_config="
+            "_ExperimentalConfig(profiler_metrics=[...])), which serializes kernels and records counter "
+            "ranges instead of a kernel timeline. Profile again without profiler_metrics for the timeline; "
+            "keep counter runs apart.",
+            evidence={"kernel_launches": launches, "counter_ranges": ranges, "runtime_calls": len(runtime)},
+            key="inputs:no-kernels-range-profiling",
+        )
+    if launches:
+        return Finding(
+            analyzer="inputs", severity=Severity.WARNING,
+            title=f"The traces hold {launches} kernel launches but no kernel events (CUPTI activity records missing)",
+            recommendation=skipped + "ProfilerActivity.CUDA was on (the CUDA runtime calls are traced) but no "
+            "kernel activity reached the trace: another CUPTI client (Nsight Systems / Nsight Compute) was "
+            "attached, or the profile ended before the GPU work finished (call torch.cuda.synchronize() "
+            "before leaving the profiler), or the CUPTI library does not match the driver.",
+            evidence={"kernel_launches": launches, "runtime_calls": len(runtime)},
+            key="inputs:no-kernels",
+        )
+    return Finding(
+        analyzer="inputs", severity=Severity.INFO,
+        title="The traces hold no GPU activity (CPU-only or CPU-side profile)",
+        recommendation=skipped + "To profile the GPU, add ProfilerActivity.CUDA to torch.profiler's activities.",
+        key="inputs:cpu-only",
+    )
 
 
 def _synthetic(store: Store) -> list[Finding]:

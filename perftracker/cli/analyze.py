@@ -33,6 +33,11 @@ def analyze(
     comm_kernel: Annotated[list[str] | None, typer.Option("--comm-kernel", help="Regex of extra GPU kernel names "
                                                           "that are communication (custom collectives); "
                                                           "repeatable.")] = None,
+    comm_kernels: Annotated[list[Path] | None, typer.Option(
+        "--comm-kernels", envvar="PERFTRACKER_COMM_KERNELS",
+        help="A TOML file of communication kernel name patterns by library, in the format of the shipped "
+             "perftracker/data/comm_kernels.toml (which NCCL, RCCL, MSCCL++, DeepEP, userbuffers, oneCCL, HCCL "
+             "and symmetric-memory kernels already match); repeatable.")] = None,
     profile: Annotated[str | None, nccl_profile_option("NCCL platform profile for the configuration rules: a "
                                                        "shipped name (generic, pai-lingjun) or a JSON file.")]
     = None,
@@ -60,7 +65,7 @@ def analyze(
     if job and each_job:
         raise UsageError("--job and --each-job exclude each other", "analyze",
                          "pick one job with --job, or all of them with --each-job")
-    options = LoadOptions(comm_kernel_patterns=tuple(comm_kernel or ()),
+    options = LoadOptions(comm_kernel_patterns=tuple(comm_kernel or ()), comm_kernel_files=tuple(comm_kernels or ()),
                           cache_dir=None if no_cache else default_cache_dir(), workers=workers,
                           nccl_profile=profile, sysfs_root=sysfs_root,
                           sysfs_host=host_name() if sysfs_root is not None else "", job=job)

@@ -35,7 +35,9 @@ from perftracker.collectors.jobs import (
 )
 from perftracker.collectors.steps import load_step_files
 from perftracker.collectors.synthetic import synthetic_inputs
-from perftracker.collectors.traces.kineto import build_tables, compile_comm_patterns
+from perftracker.collectors.traces.comm_kernels import CommKernels, cached_comm_kernels
+from perftracker.collectors.traces.execution_trace import load_execution_trace_inputs
+from perftracker.collectors.traces.kineto import build_tables
 from perftracker.collectors.traces.kineto_read import parse_trace
 from perftracker.collectors.traces.ranks import TraceIdentity, assign_windows, host_from_name, rank_from_name
 from perftracker.errors import InputError, PerftrackerError
@@ -43,12 +45,13 @@ from perftracker.rundir import Inputs, discover
 from perftracker.store import LoadNote, RunInfo, Store
 from perftracker.store.schema import conform
 
-CACHE_VERSION = f"{__version__}-4"
+CACHE_VERSION = f"{__version__}-5"
 
 
 @dataclass(frozen=True)
 class LoadOptions:
-    comm_kernel_patterns: tuple[str, ...] = ()
+    comm_kernel_patterns: tuple[str, ...] = ()  # --comm-kernel regexes (family "custom")
+    comm_kernel_files: tuple[Path, ...] = ()  # --comm-kernels files (collectors.traces.comm_kernels format)
     cache_dir: Path | None = None  # None: no cache
     workers: int = 0  # 0: one per CPU, at most one per file
     nccl_profile: str | None = None  # platform profile name or file for the NCCL rules
@@ -96,11 +99,16 @@ def default_cache_dir() -> Path:
     return Path(base) / "perftracker"
 
 
-def _cache_key(path: Path, options: LoadOptions) -> str:
+def _cache_key(path: Path, comm_kernels: CommKernels) -> str:
     stat = path.stat()
     basis = json.dumps([str(path.resolve()), stat.st_size, stat.st_mtime_ns, CACHE_VERSION,
-                        list(options.comm_kernel_patterns)])
+                        comm_kernels.fingerprint()])
     return hashlib.sha1(basis.encode()).hexdigest()[:20]
+
+
+def comm_kernels_of(options: LoadOptions) -> CommKernels:
+    """The communication kernel matcher of these options (InputError / UsageError for a bad file or regex)."""
+    return cached_comm_kernels(options.comm_kernel_files, options.comm_kernel_patterns)
 
 
 def _load_one(path_str: str, options: LoadOptions) -> _FileResult:
@@ -109,16 +117,16 @@ def _load_one(path_str: str, options: LoadOptions) -> _FileResult:
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _parse_one(Path(path_str), options)
+        return _parse_one(Path(path_str), options, comm_kernels_of(options))
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _parse_one(path: Path, options: LoadOptions) -> _FileResult:
+def _parse_one(path: Path, options: LoadOptions, comm_kernels: CommKernels) -> _FileResult:
     path_str = str(path)
     try:
-        key = _cache_key(path, options)
+        key = _cache_key(path, comm_kernels)
         folder = options.cache_dir
         stem = str(folder / key) if folder else ""
         meta_path = Path(stem + ".meta.json")
@@ -133,8 +141,7 @@ def _parse_one(path: Path, options: LoadOptions) -> _FileResult:
         if rank is None:
             rank = rank_from_name(path)
             rank_source = "filename" if rank is not None else "assigned"
-        events, steps = build_tables(trace, rank if rank is not None else -1, 0,
-                                     compile_comm_patterns(options.comm_kernel_patterns))
+        events, steps = build_tables(trace, rank if rank is not None else -1, 0, comm_kernels)
         device_name = ""
         if trace.device_properties:
             device_name = str(trace.device_properties[0].get("name", ""))
@@ -199,6 +206,7 @@ def load_jobs(root: Path, options: LoadOptions) -> Iterator[tuple[JobGroup | Non
 def _scan(root: Path, options: LoadOptions) -> _Scan:
     if not root.exists():
         raise InputError("no such file or directory", str(root), "check the path")
+    comm_kernels_of(options)  # a bad --comm-kernels file or --comm-kernel regex stops here, before any parse
     inputs = discover(root)
     if inputs.empty and not inputs.other:
         raise InputError(
@@ -230,12 +238,15 @@ def _build(scan: _Scan, group: JobGroup | None) -> Store:
         _note_other_jobs(store, scan, group)
     else:
         _reduce_traces(store, scan.results)
+    families = set(store.events["comm_family"].astype(str)) - {""} if len(store.events) else set()
+    store.run_info.comm_libraries = comm_kernels_of(scan.options).describe(families)
     if not several:
         _add_step_files(store, inputs)
         _add_nccl(store, inputs, scan.options)
         _add_counters(store, inputs)
         _add_stacks(store, scan.stack_files, scan.profile_files)
         _add_postmortem(store, inputs)
+        _merge(store, *load_execution_trace_inputs(inputs.other))  # PyTorch / Chakra execution traces
     if (store.events.empty and store.steps.empty and store["nccl"].empty and store["config"].empty
             and store["counters"].empty and store["stacks"].empty and store["profile_samples"].empty
             and store["collectives_fr"].empty and store["failures"].empty):
@@ -362,10 +373,12 @@ def _take_profile_files(inputs: Inputs) -> list[Path]:
 
 
 def _take_postmortem_files(inputs: Inputs) -> None:
-    """Flight-recorder JSON dumps and torchelastic error files are not traces: move them to `other`."""
+    """Flight-recorder JSON dumps, torchelastic error files and execution traces (named like a trace, e.g.
+    execution_trace.json) are not Kineto traces: move them to `other`."""
     from perftracker.collectors.postmortem.inputs import is_postmortem_file
+    from perftracker.collectors.traces.execution_trace import is_execution_trace
 
-    found = [p for p in inputs.traces if is_postmortem_file(p)]
+    found = [p for p in inputs.traces if is_postmortem_file(p) or is_execution_trace(p)]
     if found:
         taken = set(found)
         inputs.traces = [p for p in inputs.traces if p not in taken]

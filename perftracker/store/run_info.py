@@ -56,6 +56,9 @@ class RunInfo:
     counter_sources: dict[str, int] = field(default_factory=dict)
     # Inputs the manifest's `synthetic` entry says were made up, not collected (collectors/synthetic.py).
     synthetic_inputs: list[SyntheticInput] = field(default_factory=list)
+    # The communication libraries the traces' comm kernels were matched to (events.comm_family):
+    # family -> {"library": what it is, "expert_parallel": bool} (collectors/traces/comm_kernels.py).
+    comm_libraries: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def learn(self, learned: RunInfo) -> None:
         """Take every field one loader filled in `learned` (a loader fills only what its inputs told)."""

@@ -19,6 +19,7 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "stream": "int32",  # -1 = CPU thread
         "tid": "int64",
         # compute | comm | memcpy | memset | sync | cpu_op | runtime | annotation | collective_cpu | gpu_annotation
+        # | counter_range (CUPTI range-profiler counters in place of kernel events)
         "kind": "category",
         "name": "category",
         "start_ns": "int64",
@@ -30,6 +31,8 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "bytes": "int64",  # message / copy size when the trace records it
         "pg": "category",  # process-group name
         "group_size": "int32",
+        # the communication library of a comm kernel (data/comm_kernels.toml family: nccl, deepep, ...), else ''
+        "comm_family": "category",
     },
     # One row per training step per rank (from ProfilerStep#N or step files).
     "steps": {
@@ -167,6 +170,18 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "completed_ns": "int64",
         "timeout_ms": "int64",
         "file": "string",
+    },
+    # Operators of PyTorch / Chakra execution traces found beside the Kineto traces
+    # (collectors/traces/execution_trace.py): rf_id is the record-function id, which the Kineto trace's
+    # ops carry as "External id"; input_shapes / input_types are JSON text as the ET wrote them.
+    "exec_ops": {
+        "file": "string",
+        "pid": "int64",
+        "node_id": "int64",
+        "rf_id": "int64",
+        "name": "string",
+        "input_shapes": "string",
+        "input_types": "string",
     },
     # Failures read from job output and launcher logs, torchelastic error files and kernel logs
     # (collectors/joblogs.py). kind: timeout (NCCL watchdog) | gloo_timeout | exception | exit | xid.

@@ -33,8 +33,8 @@ def as_int(value: Any) -> int:
 
 
 def gpu_work(store: Store, hta_compat: bool = False) -> pd.DataFrame:
-    """GPU events that count as work, with a `klass` column: compute | comm | memory."""
-    columns = ["rank", "window", "step", "stream", "name", "start_ns", "dur_ns", "correlation"]
+    """GPU events that count as work, with a `klass` column: compute | comm | memory (and `comm_family`)."""
+    columns = ["rank", "window", "step", "stream", "name", "start_ns", "dur_ns", "correlation", "comm_family"]
 
     def by_name(names: pd.Series, test: Any) -> npt.NDArray[np.bool_]:
         """`test` (on a Series of names as str) run once per distinct name, mapped to every row."""
@@ -73,6 +73,8 @@ def _drop_last_step_like_hta(store: Store, columns: list[str] | None = None) -> 
     HTA's per-rank frames are; only `columns` (default: all) are returned.
     """
     ev = store.events
+    if ev.empty:
+        return ev if columns is None else ev[columns]
     rank = ev["rank"].to_numpy().astype(np.int64)
     window = ev["window"].to_numpy().astype(np.int64)
     key = rank * 65536 + (window + 32768)  # sorts like (rank, window)

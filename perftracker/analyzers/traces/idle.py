@@ -8,8 +8,13 @@ who was late: launched after the GPU went idle means the host was late, and then
   a longer one: host-bound (the CPU was busy with other work before launching).
 A kernel launched before the gap began was waiting on a dependency (another stream, an event).
 
-Views: `idle_gaps_view` (every gap, the analyzer's input) and `idle_view` (the report's table: idle
-time per rank and category).
+Idle time is counted inside each rank's cost periods (`periods`: profiler steps, on the GPU's clock
+when the GPU runs behind; inferred iterations; or the whole window when the trace has no ProfilerStep
+markers), so a share is of the time it was measured in; the finding says which, and names the CPU
+ops that ran during the gaps (`cpu_context`).
+
+Views: `idle_gaps_view` (every gap, the analyzer's input), `idle_costs_view` (idle time per rank and
+category inside the cost periods) and `idle_view` (the report's table: idle time per rank and category).
 """
 
 from __future__ import annotations
@@ -18,10 +23,14 @@ import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.common import fmt_ms, hosts_of, step_seconds
+from perftracker.analyzers.common import fmt_ms, hosts_of
 from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.traces.cpu_context import cpu_ops_during
+from perftracker.analyzers.traces.exec_trace import op_shapes
 from perftracker.analyzers.traces.gpu_time import as_int, gpu_work, gpu_work_view
-from perftracker.analyzers.traces.intervals import union
+from perftracker.analyzers.traces.intervals import covered_within, union
+from perftracker.analyzers.traces.period_costs import basis_row, per_period, rank_costs_view
+from perftracker.analyzers.traces.periods import cost_periods_view
 from perftracker.store import Store
 
 MIN_GAP_NS = 2_000
@@ -31,23 +40,23 @@ CATEGORIES = ("between_steps", "sync", "host", "launch", "dependency")
 _SYNC_CALL = r"Synchronize|^cudaMemcpy$|^hipMemcpy$|^cudaMemcpy2D$|^cudaFree$"
 
 _TEXT = {
-    "between_steps": ("The GPU waits between steps for {t} per step (data loading or host work at the step "
+    "between_steps": ("The GPU waits between steps for {t} {per} (data loading or host work at the step "
                       "boundary)",
                       "Speed up the input pipeline (DataLoader num_workers, pin_memory=True, prefetch_factor, "
                       "persistent_workers) and move logging, metric .item() calls and checkpointing off the "
                       "step boundary."),
-    "sync": ("The GPU idles {t} per step after CPU synchronizations",
+    "sync": ("The GPU idles {t} {per} after CPU synchronizations",
              "Remove synchronizing calls from the step: tensor.item(), .cpu(), print(tensor), "
              "torch.cuda.synchronize(), blocking cudaMemcpy; keep metrics on the GPU and read them every N steps."),
-    "launch": ("The GPU is launch-bound: it waits {t} per step for the CPU to queue kernels",
+    "launch": ("The GPU is launch-bound: it waits {t} {per} for the CPU to queue kernels",
                "Reduce launch overhead: capture the step with CUDA graphs (torch.compile(mode='reduce-overhead') "
                "or torch.cuda.graphs), fuse small kernels (torch.compile), or give each launch more work "
                "(larger batch or micro-batch)."),
-    "host": ("The GPU waits {t} per step for the CPU (host-side work before the next launch)",
+    "host": ("The GPU waits {t} {per} for the CPU (host-side work before the next launch)",
              "The CPU is the bottleneck between kernels: profile the Python side (perftracker's stacks, "
              "py-spy) for framework overhead, move CPU work (data preparation, bookkeeping) off the step's "
              "critical path, and consider torch.compile or CUDA graphs."),
-    "dependency": ("Queued GPU work waits {t} per step on dependencies (other streams, events, communication)",
+    "dependency": ("Queued GPU work waits {t} {per} on dependencies (other streams, events, communication)",
                    "Look at cross-stream waits: communication kernels the compute stream depends on, "
                    "event waits, and collectives that start late on other ranks."),
 }
@@ -119,22 +128,50 @@ def idle_view(analysis: Analysis) -> pd.DataFrame:
     return gaps.groupby(["rank", "category"])["dur_ns"].sum().reset_index()
 
 
+def idle_costs(gaps: pd.DataFrame, periods: pd.DataFrame) -> pd.DataFrame:
+    """Per rank and category: the gaps' time inside the cost periods (idle_ns), how many gaps, their median."""
+    columns = ["rank", "category", "idle_ns", "gaps", "median_ns"]
+    if gaps.empty or periods.empty:
+        return pd.DataFrame(columns=columns)
+    rows = []
+    bounds = {key: (g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64))
+              for key, g in periods.groupby(["rank", "window"])}
+    for (rank, window, category), group in gaps.groupby(["rank", "window", "category"], sort=True):
+        lo_hi = bounds.get((rank, window))
+        if lo_hi is None:
+            continue
+        group = group.sort_values("start_ns")
+        s = group["start_ns"].to_numpy(np.int64)
+        e = s + group["dur_ns"].to_numpy(np.int64)
+        rows.append({"rank": as_int(rank), "category": str(category),
+                     "idle_ns": int(covered_within(s, e, *lo_hi).sum()), "gaps": len(group),
+                     "durations": group["dur_ns"].to_numpy()})
+    if not rows:
+        return pd.DataFrame(columns=columns)
+    table = pd.DataFrame(rows).groupby(["rank", "category"], as_index=False).agg(
+        idle_ns=("idle_ns", "sum"), gaps=("gaps", "sum"), durations=("durations", lambda d: np.concatenate(list(d))))
+    table["median_ns"] = [float(np.median(d)) for d in table["durations"]]
+    return table[columns]
+
+
+def idle_costs_view(analysis: Analysis) -> pd.DataFrame:
+    """Idle time per rank and category inside the cost periods (see `idle_costs`)."""
+    return idle_costs(analysis.view(idle_gaps_view), analysis.view(cost_periods_view))
+
+
 def analyze_idle(analysis: Analysis) -> list[Finding]:
     # gap_ops reads this module's gaps; imported here, where both modules are complete
     from perftracker.analyzers.traces.gap_ops import gap_evidence, gap_headline
 
     store = analysis.store
     gaps = analysis.view(idle_gaps_view)
-    if gaps.empty:
+    per = analysis.view(idle_costs_view)
+    costs = analysis.view(rank_costs_view)
+    if gaps.empty or per.empty or costs.empty:
         return []
-    step_s = step_seconds(store)
-    prof = store.steps[store.steps["source"] == "profiler"]
-    n_steps = prof.groupby("rank").size() if not prof.empty else pd.Series(dtype=int)
-    per = gaps.groupby(["rank", "category"])["dur_ns"].agg(["sum", "count", "median"]).reset_index()
-    per["steps"] = per["rank"].map(n_steps).fillna(1).clip(lower=1)
-    per["per_step_s"] = per["sum"] / per["steps"] / 1e9
-    per["share"] = per.apply(lambda r: r["per_step_s"] / step_s[r["rank"]]
-                             if r["rank"] in step_s.index and step_s[r["rank"]] > 0 else 0.0, axis=1)
+    per = per_period(per.merge(costs[["rank", "periods", "dur_ns", "basis", "clock", "marker"]], on="rank"),
+                     "idle_ns")
+    shapes = op_shapes(analysis)
     findings = []
     for category in CATEGORIES:
         rows = per[(per["category"] == category) & (per["share"] >= WARN_SHARE)]
@@ -143,18 +180,22 @@ def analyze_idle(analysis: Analysis) -> list[Finding]:
         rows = rows.sort_values("share", ascending=False)
         ranks = [int(r) for r in rows["rank"]]
         title, advice = _TEXT[category]
-        median_s = float(rows["per_step_s"].median())
+        median_s = float(rows["per_period_s"].median())
+        basis = basis_row(rows.iloc[0])
+        mine = gaps[(gaps["category"] == category) & gaps["rank"].isin(ranks)]
         behind = gap_evidence(analysis, category, ranks)  # the CPU ops and kernels behind these gaps
         findings.append(Finding(
             analyzer="idle",
             severity=Severity.WARNING if category != "dependency" else Severity.INFO,
-            title=title.format(t=fmt_ms(median_s)) + f" ({100 * float(rows['share'].median()):.0f}% of the step)"
-            + gap_headline(behind),
+            title=title.format(t=fmt_ms(median_s), per=basis.per)
+            + f" ({100 * float(rows['share'].median()):.0f}% {basis.of})" + gap_headline(behind),
             recommendation=advice,
-            evidence={"per_rank": {int(r["rank"]): {"idle_ms_per_step": round(float(r["per_step_s"]) * 1e3, 3),
-                                                    "gaps": int(r["count"]),
-                                                    "median_gap_us": round(float(r["median"]) / 1e3, 1)}
-                                   for _, r in rows.head(64).iterrows()}, **behind},
+            evidence={"per_rank": {int(r["rank"]): {"idle_ms_per_step": round(float(r["per_period_s"]) * 1e3, 3),
+                                                    "gaps": int(r["gaps"]),
+                                                    "median_gap_us": round(float(r["median_ns"]) / 1e3, 1)}
+                                   for _, r in rows.head(64).iterrows()},
+                      "measured_over": basis.describe(),
+                      "cpu_ops_during_gaps": cpu_ops_during(store, mine, shapes=shapes), **behind},
             ranks=tuple(ranks), hosts=hosts_of(store, ranks),
             cost=Cost(median_s, float(rows["share"].median())), key=f"idle:{category}",
         ))

@@ -1,15 +1,19 @@
 """Communication/computation overlap per rank, and the communication left exposed per step.
 
-Exposed communication is GPU time in communication kernels with no compute kernel running: the
-step waits for the network. Warns when it costs 5% of the step or more (critical from 25%).
+Exposed communication is GPU time in communication kernels (any library of data/comm_kernels.toml)
+with no compute kernel running: the step waits for the network. It is measured inside each rank's
+cost periods (`periods`: profiler steps, on the GPU's clock when the GPU runs behind the CPU; inferred
+iterations; or the whole window), so its share is of the time it was measured in and never above
+100%. Warns when it costs 5% of the step or more (critical from 25%); the finding says what the
+costs were measured over.
 """
 
 from __future__ import annotations
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.common import fmt_ms, hosts_of, step_seconds
+from perftracker.analyzers.common import fmt_ms, hosts_of
 from perftracker.analyzers.findings import Cost, Finding, Severity
-from perftracker.analyzers.traces.gpu_time import breakdown_view
+from perftracker.analyzers.traces.period_costs import basis_row, per_period, rank_costs_view
 
 WARN_SHARE = 0.05
 CRITICAL_SHARE = 0.25
@@ -17,36 +21,35 @@ CRITICAL_SHARE = 0.25
 
 def analyze_overlap(analysis: Analysis) -> list[Finding]:
     store = analysis.store
-    table = analysis.view(breakdown_view)
+    table = analysis.view(rank_costs_view)
     if table.empty or not (table["comm_ns"] > 0).any():
         return []
-    step_s = step_seconds(store)
-    table = table[table["comm_ns"] > 0].copy()
-    table["exposed_s"] = table["comm_exposed_ns"] / table["steps"].clip(lower=1) / 1e9
-    table["share"] = [e / step_s[r] if r in step_s.index and step_s[r] > 0 else p / 100.0
-                      for r, e, p in zip(table["rank"], table["exposed_s"], table["comm_exposed_pct"])]
+    table = per_period(table[table["comm_ns"] > 0], "comm_exposed_ns")
+    table["hidden_pct"] = 100.0 * table["comm_hidden_ns"] / table["comm_ns"]
     bad = table[table["share"] >= WARN_SHARE].sort_values("share", ascending=False)
     if bad.empty:
         return []
     ranks = [int(r) for r in bad["rank"]]
     med_share = float(bad["share"].median())
-    med_overlap = float(bad["overlap_pct"].median())
+    med_overlap = float(bad["hidden_pct"].median())
+    basis = basis_row(bad.iloc[0])
     severity = Severity.CRITICAL if med_share >= CRITICAL_SHARE else Severity.WARNING
     return [Finding(
         analyzer="overlap", severity=severity,
-        title=(f"Communication is exposed for {fmt_ms(float(bad['exposed_s'].median()))} per step "
-               f"({100 * med_share:.0f}% of the step); only {med_overlap:.0f}% of it overlaps compute"),
+        title=(f"Communication is exposed for {fmt_ms(float(bad['per_period_s'].median()))} {basis.per} "
+               f"({100 * med_share:.0f}% {basis.of}); only {med_overlap:.0f}% of it overlaps compute"),
         recommendation=(
             "Overlap gradient communication with backward compute: with DDP tune bucket_cap_mb (smaller "
             "buckets start earlier) and set gradient_as_bucket_view=True; with FSDP enable backward_prefetch "
             "and forward_prefetch; in Megatron use --overlap-grad-reduce / --overlap-param-gather. Remove "
             "synchronizations (.item(), torch.cuda.synchronize) between backward and the optimizer step."),
         evidence={
-            "per_rank": {int(r["rank"]): {"overlap_pct": round(float(r["overlap_pct"]), 2),
-                                          "exposed_ms_per_step": round(float(r["exposed_s"]) * 1e3, 3),
+            "per_rank": {int(r["rank"]): {"overlap_pct": round(float(r["hidden_pct"]), 2),
+                                          "exposed_ms_per_step": round(float(r["per_period_s"]) * 1e3, 3),
                                           "comm_ms_total": round(float(r["comm_ns"]) / 1e6, 3)}
                          for _, r in bad.head(64).iterrows()},
+            "measured_over": basis.describe(),
         },
         ranks=tuple(ranks), hosts=hosts_of(store, ranks),
-        cost=Cost(float(bad["exposed_s"].median()), med_share), key="overlap:exposed",
+        cost=Cost(float(bad["per_period_s"].median()), med_share), key="overlap:exposed",
     )]

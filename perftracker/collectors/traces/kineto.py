@@ -1,9 +1,11 @@
 """Turn one parsed Kineto trace into the Store's `events` and `steps` tables for one rank window.
 
 Every complete ('X') event is classified into a `kind`:
-compute / comm (GPU kernels; NCCL/RCCL names plus user patterns), memcpy, memset, sync (GPU-side
-cuda_sync), gpu_annotation, runtime (CUDA/HIP/MTIA runtime and driver calls), cpu_op, annotation
-(user annotations) and collective_cpu (c10d::*, gloo:*, nccl:*, record_param_comms).
+compute / comm (GPU kernels; communication by the kernel name patterns of `comm_kernels`, whose
+family is the event's `comm_family`), memcpy, memset, sync (GPU-side cuda_sync), gpu_annotation,
+runtime (CUDA/HIP/MTIA runtime and driver calls), cpu_op, annotation (user annotations),
+collective_cpu (c10d::*, gloo:*, nccl:*, record_param_comms) and counter_range (CUPTI range-profiler
+counter ranges, `cuda_profiler_range`, which take the place of kernel events).
 `ProfilerStep#N` annotations become rows of `steps`; every event gets the step it belongs to
 (CPU events by time, GPU events through the launch that queued them).
 """
@@ -11,8 +13,6 @@ cuda_sync), gpu_annotation, runtime (CUDA/HIP/MTIA runtime and driver calls), cp
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from re import Pattern
 from typing import Any, TypeVar
 
 import numpy as np
@@ -20,10 +20,10 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from perftracker.collectors.traces.comm_kernels import CommKernels
 from perftracker.collectors.traces.kineto_read import EventArgs, ParsedTrace
 from perftracker.store.schema import conform
 
-DEFAULT_COMM_KERNEL = re.compile(r"^(nccl|rccl|ncclx|ncclDevKernel|ncclKernel)", re.IGNORECASE)
 _CPU_COLLECTIVE = re.compile(r"^(c10d::|gloo:|nccl:|record_param_comms$|c10d_functional::)")
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 T = TypeVar("T")
@@ -45,6 +45,7 @@ _CAT_KIND = {
     "user_annotation": "annotation",
     "mtia_ccp_events": "compute",
     "privateuse1_driver": "runtime",
+    "cuda_profiler_range": "counter_range",
 }
 _GPU_KINDS = frozenset({"compute", "comm", "memcpy", "memset", "sync", "gpu_annotation"})
 _SKIP_CATS = frozenset({"trace", "ac2g", "fwdbwd", "flow", "cpu_instant_event", "python"})
@@ -79,14 +80,9 @@ def collective_of(name: str, hint: str | None = None) -> str:
     return ""
 
 
-def compile_comm_patterns(extra: Iterable[str] = ()) -> list[Pattern[str]]:
-    """The built-in NCCL/RCCL kernel pattern plus user patterns for custom communication kernels."""
-    return [DEFAULT_COMM_KERNEL, *(re.compile(p) for p in extra)]
-
-
 # Kinds in code order: the events table's `kind` is built from these codes.
 _KIND_NAMES = ("compute", "comm", "memcpy", "memset", "sync", "gpu_annotation", "runtime", "cpu_op", "annotation",
-               "collective_cpu")
+               "collective_cpu", "counter_range")
 _KIND_CODE = {k: i for i, k in enumerate(_KIND_NAMES)}
 _IS_GPU_KIND = np.array([k in _GPU_KINDS for k in _KIND_NAMES])
 
@@ -142,7 +138,7 @@ _NO_ARGS = EventArgs()
 
 
 def build_tables(
-    trace: ParsedTrace, rank: int, window: int, comm_patterns: list[Pattern[str]]
+    trace: ParsedTrace, rank: int, window: int, comm_kernels: CommKernels
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(events, steps) frames for one trace, conforming to the Store schema.
 
@@ -162,7 +158,8 @@ def build_tables(
     name_codes, name_values = _codes(trace.names)
     name_codes = name_codes[idx]
     kind = np.array([_cat_kind(c) for c in cat_values], dtype=np.int8)[cat_codes[idx]]
-    is_comm = np.array([any(p.search(v) for p in comm_patterns) for v in name_values], dtype=bool)
+    family_of_name = [comm_kernels.family_of(v) for v in name_values]
+    is_comm = np.array([bool(f) for f in family_of_name], dtype=bool)
     is_cpu_coll = np.array([bool(_CPU_COLLECTIVE.search(v)) for v in name_values], dtype=bool)
     kind[(kind == _KIND_CODE["compute"]) & is_comm[name_codes]] = _KIND_CODE["comm"]
     cpu_side = (kind == _KIND_CODE["cpu_op"]) | (kind == _KIND_CODE["annotation"])
@@ -204,6 +201,7 @@ def build_tables(
     step_of_name = np.array([_step_number(v) for v in name_values], dtype=np.int64)
     steps = _steps(step_of_name[name_codes], stream, ts, dur, rank, window)
     coll_codes, coll_values = _collectives(name_codes, name_values, kind, hints)
+    family_codes, family_values = _comm_families(name_codes, family_of_name, kind)
     events = pd.DataFrame({
         "rank": np.full(n, rank, dtype=np.int32), "window": np.full(n, window, dtype=np.int16),
         "device": device.astype(np.int16), "stream": stream.astype(np.int32), "tid": tid,
@@ -212,6 +210,7 @@ def build_tables(
         "step": _assign_steps(steps, stream, ts, corr), "correlation": corr, "external_id": ext,
         "collective": _categorical(coll_codes, coll_values), "bytes": nbytes,
         "pg": _categorical(pg_codes, list(pg_code_of)), "group_size": gsize.astype(np.int32),
+        "comm_family": _categorical(family_codes, family_values),
     })
     return events, conform("steps", steps)
 
@@ -239,6 +238,16 @@ def _collectives(name_codes: npt.NDArray[np.int64], name_values: list[str], kind
             seen[key] = code_of[text]
         codes[i] = seen[key]
     return codes, values
+
+
+def _comm_families(name_codes: npt.NDArray[np.int64], family_of_name: list[str],
+                   kind: npt.NDArray[np.int8]) -> tuple[npt.NDArray[np.int64], list[str]]:
+    """Codes into a list of family names ('' first): the library of each comm kernel, '' for other events."""
+    values = ["", *sorted({f for f in family_of_name if f})]
+    code_of = {v: i for i, v in enumerate(values)}
+    per_name = np.array([code_of[f] for f in family_of_name], dtype=np.int64)
+    codes = per_name[name_codes] if len(name_codes) else np.zeros(0, dtype=np.int64)
+    return np.where(kind == _KIND_CODE["comm"], codes, 0), values
 
 
 def _steps(step_number: npt.NDArray[np.int64], stream: npt.NDArray[np.int64], ts: npt.NDArray[np.int64],

@@ -1,0 +1,136 @@
+"""GPU time inside each cost period, so that every cost is a share of the time it was measured in.
+
+Promise: `period_costs_view(analysis)` has one row per rank window and period (`periods.cost_periods`):
+dur_ns and the GPU time inside the period that is busy, idle, compute, communication (comm_ns; the
+part under compute, comm_hidden_ns; the rest, comm_exposed_ns), exposed memory copies, and
+expert-parallel communication (ep_comm_ns, ep_hidden_ns: kernels of the families `RunInfo.comm_libraries`
+marks expert-parallel). compute + comm_exposed + memory_exposed + idle = dur, exactly, so no share of a
+period exceeds it. `rank_costs_view` sums them per rank (over its windows), with the number of periods
+and how they were chosen; `comm_library_costs_view` gives communication and its hidden part per rank and
+library (family).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.traces.gpu_time import as_int
+from perftracker.analyzers.traces.intervals import covered_within, intersect, union
+from perftracker.analyzers.traces.periods import Basis, basis_of, cost_periods_view, cost_work_view
+
+Ints = npt.NDArray[np.int64]
+QUANTITIES = ("busy_ns", "idle_ns", "compute_ns", "comm_ns", "comm_hidden_ns", "comm_exposed_ns",
+              "memory_exposed_ns", "ep_comm_ns", "ep_hidden_ns")
+COLUMNS = ["rank", "window", "period", "dur_ns", *QUANTITIES]
+LIBRARY_COLUMNS = ["rank", "family", "comm_ns", "hidden_ns", "periods", "dur_ns"]
+
+
+def _set(group: pd.DataFrame, mask: npt.NDArray[np.bool_] | None = None) -> tuple[Ints, Ints]:
+    s = group["start_ns"].to_numpy(np.int64)
+    e = group["end_ns"].to_numpy(np.int64)
+    return union(s, e) if mask is None else union(s[mask], e[mask])
+
+
+def period_costs(work: pd.DataFrame, periods: pd.DataFrame, expert_parallel: frozenset[str]) -> pd.DataFrame:
+    """Per rank window and period, the GPU time of each kind inside the period (see the module docstring)."""
+    if work.empty or periods.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    frames = []
+    grouped = dict(iter(work.groupby(["rank", "window"], sort=True, observed=True)))
+    for (rank, window), mine in periods.groupby(["rank", "window"], sort=True):
+        group = grouped.get((rank, window))
+        if group is None:
+            continue
+        klass = group["klass"].to_numpy()
+        family = group["comm_family"].astype(str).to_numpy()
+        busy = _set(group)
+        compute = _set(group, klass == "compute")
+        comm = _set(group, klass == "comm")
+        ep = _set(group, (klass == "comm") & np.isin(family, list(expert_parallel)))
+        hidden = intersect(*compute, *comm)
+        lo = mine["start_ns"].to_numpy(np.int64)
+        hi = mine["end_ns"].to_numpy(np.int64)
+        dur = np.maximum(hi - lo, 0)
+        inside = {name: covered_within(*intervals, lo, hi) for name, intervals in (
+            ("busy_ns", busy), ("compute_ns", compute), ("comm_ns", comm), ("comm_hidden_ns", hidden),
+            ("ep_comm_ns", ep), ("ep_hidden_ns", intersect(*ep, *compute)))}
+        exposed = inside["comm_ns"] - inside["comm_hidden_ns"]
+        frames.append(pd.DataFrame({
+            "rank": as_int(rank), "window": as_int(window), "period": mine["period"].to_numpy(), "dur_ns": dur,
+            **inside, "idle_ns": dur - inside["busy_ns"], "comm_exposed_ns": exposed,
+            "memory_exposed_ns": inside["busy_ns"] - inside["compute_ns"] - exposed,
+        }))
+    return pd.concat(frames, ignore_index=True)[COLUMNS] if frames else pd.DataFrame(columns=COLUMNS)
+
+
+def library_costs(work: pd.DataFrame, periods: pd.DataFrame) -> pd.DataFrame:
+    """Per rank and communication library: its GPU time inside the periods, and the part under compute."""
+    comm_rows = work[work["klass"] == "comm"]
+    if comm_rows.empty or periods.empty:
+        return pd.DataFrame(columns=LIBRARY_COLUMNS)
+    rows = []
+    grouped = dict(iter(work.groupby(["rank", "window"], sort=True, observed=True)))
+    for (rank, window), mine in periods.groupby(["rank", "window"], sort=True):
+        group = grouped.get((rank, window))
+        if group is None:
+            continue
+        lo = mine["start_ns"].to_numpy(np.int64)
+        hi = mine["end_ns"].to_numpy(np.int64)
+        compute = _set(group, (group["klass"] == "compute").to_numpy())
+        families = group["comm_family"].astype(str).to_numpy()
+        comm_mask = (group["klass"] == "comm").to_numpy()
+        for family in sorted(set(families[comm_mask])):
+            own = _set(group, comm_mask & (families == family))
+            rows.append({"rank": as_int(rank), "family": family or "unnamed",
+                         "comm_ns": int(covered_within(*own, lo, hi).sum()),
+                         "hidden_ns": int(covered_within(*intersect(*own, *compute), lo, hi).sum()),
+                         "periods": len(mine), "dur_ns": int(np.maximum(hi - lo, 0).sum())})
+    if not rows:
+        return pd.DataFrame(columns=LIBRARY_COLUMNS)
+    return pd.DataFrame(rows).groupby(["rank", "family"], as_index=False).sum()[LIBRARY_COLUMNS]
+
+
+def per_period(table: pd.DataFrame, column: str) -> pd.DataFrame:
+    """`rank_costs_view` rows with `column` as seconds per period (`per_period_s`) and as a share of the
+    periods' time (`share`, 0 to 1)."""
+    out = table.copy()
+    out["per_period_s"] = out[column] / out["periods"].clip(lower=1) / 1e9
+    out["share"] = (out[column] / out["dur_ns"].where(out["dur_ns"] > 0)).fillna(0.0).astype(float)
+    return out
+
+
+def basis_row(row: pd.Series) -> Basis:
+    """The `Basis` of one `rank_costs_view` row."""
+    return Basis(str(row["basis"]), str(row["clock"]), str(row["marker"]))
+
+
+def _expert_parallel(analysis: Analysis) -> frozenset[str]:
+    return frozenset(name for name, info in analysis.store.run_info.comm_libraries.items()
+                     if info.get("expert_parallel"))
+
+
+def period_costs_view(analysis: Analysis) -> pd.DataFrame:
+    """The GPU time of each kind inside every cost period (see the module docstring)."""
+    return period_costs(analysis.view(cost_work_view), analysis.view(cost_periods_view), _expert_parallel(analysis))
+
+
+def rank_costs_view(analysis: Analysis) -> pd.DataFrame:
+    """Per rank: periods, dur_ns and every quantity summed over its periods, with basis, clock and marker."""
+    costs = analysis.view(period_costs_view)
+    if costs.empty:
+        return pd.DataFrame(columns=["rank", "periods", "dur_ns", *QUANTITIES, "basis", "clock", "marker"])
+    table = costs.groupby("rank").agg(periods=("period", "size"), dur_ns=("dur_ns", "sum"),
+                                      **{q: (q, "sum") for q in QUANTITIES}).reset_index()
+    bases = basis_of(analysis.view(cost_periods_view))
+    table["basis"] = [bases[as_int(r)].basis for r in table["rank"]]
+    table["clock"] = [bases[as_int(r)].clock for r in table["rank"]]
+    table["marker"] = [bases[as_int(r)].marker for r in table["rank"]]
+    return table
+
+
+def comm_library_costs_view(analysis: Analysis) -> pd.DataFrame:
+    """Per rank and communication library: comm_ns and hidden_ns inside the cost periods."""
+    return library_costs(analysis.view(cost_work_view), analysis.view(cost_periods_view))

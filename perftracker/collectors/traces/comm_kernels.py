@@ -1,0 +1,160 @@
+"""Which GPU kernels are communication, and of which library: the shipped list, the user's, and `--comm-kernel`.
+
+Promise: `load_comm_kernels(files, extra)` returns a `CommKernels` matcher built from
+`perftracker/data/comm_kernels.toml` (NCCL, RCCL, MSCCL, MSCCL++, DeepEP-style expert parallelism,
+pplx, NVSHMEM, Transformer Engine userbuffers, oneCCL, HCCL, PyTorch symmetric memory), then the
+families of each user file in that format (`--comm-kernels FILE`, `PERFTRACKER_COMM_KERNELS`; a family
+of a name already known adds its patterns to it), then the `--comm-kernel` regexes as family
+"custom". `family_of(name)` is the first family with a pattern found in the kernel name ('' for none).
+A user file that cannot be read, is not TOML of that shape, or holds a regex that does not compile
+raises `InputError` naming the file (or `UsageError` for a bad `--comm-kernel`), never a traceback.
+`fingerprint()` changes whenever the patterns do, so parsed-trace caches keyed by it stay right.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from perftracker.errors import InputError, UsageError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+CUSTOM_FAMILY = "custom"
+
+
+@dataclass(frozen=True)
+class CommFamily:
+    """One communication library: its kernel name patterns and what it is."""
+
+    name: str
+    library: str
+    patterns: tuple[str, ...]
+    expert_parallel: bool = False
+    sources: tuple[str, ...] = ()
+
+
+@dataclass
+class CommKernels:
+    """The families in match order, each pattern compiled once."""
+
+    families: tuple[CommFamily, ...]
+    _compiled: list[tuple[str, re.Pattern[str]]] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        self._compiled = [(f.name, re.compile(p)) for f in self.families for p in f.patterns]
+
+    def family_of(self, name: str) -> str:
+        """The first family with a pattern found in `name`, '' when the kernel is not communication."""
+        for family, regex in self._compiled:
+            if regex.search(name):
+                return family
+        return ""
+
+    def describe(self, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """What each named family is: {"library", "expert_parallel"} (for `RunInfo.comm_libraries`)."""
+        wanted = set(names)
+        return {f.name: {"library": f.library, "expert_parallel": f.expert_parallel}
+                for f in self.families if f.name in wanted}
+
+    def expert_parallel(self) -> frozenset[str]:
+        """Names of the expert-parallel (MoE dispatch / combine) families."""
+        return frozenset(f.name for f in self.families if f.expert_parallel)
+
+    def fingerprint(self) -> str:
+        """A short hash of every family's name and patterns, in order."""
+        text = repr([(f.name, f.patterns) for f in self.families])
+        return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def builtin_families() -> tuple[CommFamily, ...]:
+    """The families shipped in perftracker/data/comm_kernels.toml."""
+    ref = resources.files("perftracker") / "data" / "comm_kernels.toml"
+    return _families(tomllib.loads(ref.read_text(encoding="utf-8")), "perftracker/data/comm_kernels.toml")
+
+
+def load_comm_kernels(files: Iterable[Path] = (), extra: Iterable[str] = ()) -> CommKernels:
+    """The shipped families, then those of each user file, then `extra` regexes as family "custom"."""
+    families = {f.name: f for f in builtin_families()}
+    for path in files:
+        for family in _read_user_file(Path(path)):
+            known = families.get(family.name)
+            if known is None:
+                families[family.name] = family
+            else:
+                families[family.name] = CommFamily(
+                    known.name, known.library, (*known.patterns, *family.patterns),
+                    known.expert_parallel or family.expert_parallel, (*known.sources, *family.sources))
+    custom = tuple(extra)
+    for pattern in custom:
+        _check_regex(pattern, None)
+    ordered = list(families.values())
+    if custom:
+        ordered.append(CommFamily(CUSTOM_FAMILY, "kernels named by --comm-kernel", custom))
+    return CommKernels(tuple(ordered))
+
+
+@functools.lru_cache(maxsize=8)
+def cached_comm_kernels(files: tuple[Path, ...], patterns: tuple[str, ...]) -> CommKernels:
+    """`load_comm_kernels`, once per process and arguments (not once per trace file parsed)."""
+    return load_comm_kernels(files, patterns)
+
+
+def _read_user_file(path: Path) -> tuple[CommFamily, ...]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read the communication kernel file ({exc})", str(path),
+                         "check the path given to --comm-kernels or PERFTRACKER_COMM_KERNELS") from None
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"the communication kernel file is not valid TOML ({exc})", str(path),
+                         "write it like perftracker/data/comm_kernels.toml: [[family]] tables with a name "
+                         "and patterns") from None
+    return _families(document, str(path))
+
+
+def _families(document: dict[str, Any], where: str) -> tuple[CommFamily, ...]:
+    tables = document.get("family")
+    if not isinstance(tables, list) or not tables:
+        raise InputError("no [[family]] tables in the communication kernel file", where,
+                         "write [[family]] tables with a name and a list of patterns, as in "
+                         "perftracker/data/comm_kernels.toml")
+    found = []
+    for i, table in enumerate(tables, start=1):
+        name = table.get("name") if isinstance(table, dict) else None
+        patterns = table.get("patterns") if isinstance(table, dict) else None
+        if not isinstance(name, str) or not name or not isinstance(patterns, list) \
+                or not all(isinstance(p, str) and p for p in patterns):
+            raise InputError(f"family {i} needs a name (text) and patterns (a list of regular expressions)", where,
+                             'e.g. [[family]] name = "mylib" patterns = [\'^mylib_\']')
+        for pattern in patterns:
+            _check_regex(pattern, where)
+        sources = table.get("sources", [])
+        found.append(CommFamily(name=name, library=str(table.get("library", name)), patterns=tuple(patterns),
+                                expert_parallel=bool(table.get("expert_parallel", False)),
+                                sources=tuple(str(s) for s in sources) if isinstance(sources, list) else ()))
+    return tuple(found)
+
+
+def _check_regex(pattern: str, where: str | None) -> None:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        if where is None:
+            raise UsageError(f"--comm-kernel {pattern!r} is not a valid regular expression ({exc})", "analyze",
+                             "quote the pattern and escape special characters, e.g. --comm-kernel 'my_allreduce'"
+                             ) from None
+        raise InputError(f"the pattern {pattern!r} is not a valid regular expression ({exc})", where,
+                         "fix the pattern (Python re syntax)") from None

@@ -1,0 +1,92 @@
+"""Read PyTorch / Chakra execution traces (ET) found beside Kineto traces: their operators and input shapes.
+
+Promise: `is_execution_trace(path)` tells an ET file (`*_et.json[.gz]`, or JSON with a `schema` and
+`nodes` whose entries have `rf_id`) from anything else. `load_execution_trace_inputs(paths)` picks the
+ETs among a folder's other files and returns ({"exec_ops": table}, notes, RunInfo()) as the loaders'
+merge expects; `load_execution_traces(paths)` returns the `exec_ops` table (one row per operator node: file, pid, node_id, rf_id, name, input_shapes and
+input_types as JSON text) and a note per file it could not use. Joining the operators to the Kineto
+trace's ops (rf_id = the op's "External id") is the analyzers' work (`analyzers/traces/exec_trace.py`).
+The ET's own bookkeeping nodes (`[pytorch|profiler|execution_trace|...]`) are left out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from perftracker.collectors.traces.kineto_read import read_bytes
+from perftracker.errors import InputError
+from perftracker.store import LoadNote, RunInfo
+from perftracker.store.schema import conform, empty_table
+
+_ET_SUFFIXES = ("_et.json", "_et.json.gz")
+_BOOKKEEPING = "[pytorch|profiler|execution_trace|"
+
+
+def is_execution_trace(path: Path) -> bool:
+    """An execution trace, by name (`*_et.json[.gz]`) or, for other .json files, by its first bytes."""
+    if path.name.endswith(_ET_SUFFIXES):
+        return True
+    if not path.name.endswith(".json"):
+        return False
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096)
+    except OSError:
+        return False
+    return b'"nodes"' in head and b'"schema"' in head and b'"traceEvents"' not in head
+
+
+def load_execution_trace_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], list[LoadNote], RunInfo]:
+    """The ETs among `paths` (the files a folder holds besides its traces), as loader output."""
+    found = [p for p in paths if is_execution_trace(p)]
+    if not found:
+        return {}, [], RunInfo()
+    table, notes = load_execution_traces(found)
+    return {"exec_ops": table}, notes, RunInfo()
+
+
+def load_execution_traces(paths: Sequence[Path]) -> tuple[pd.DataFrame, list[LoadNote]]:
+    """The `exec_ops` table of every readable ET among `paths`, and notes for the others."""
+    frames: list[pd.DataFrame] = []
+    notes: list[LoadNote] = []
+    for path in paths:
+        try:
+            frames.append(_read(path))
+        except InputError as exc:
+            notes.append(LoadNote("error", str(path), exc.message))
+    if not frames:
+        return empty_table("exec_ops"), notes
+    return conform("exec_ops", pd.concat(frames, ignore_index=True)), notes
+
+
+def _read(path: Path) -> pd.DataFrame:
+    data, _ = read_bytes(path)
+    try:
+        doc = json.loads(data)
+    except ValueError as exc:
+        raise InputError(f"the execution trace is not valid JSON ({exc})", str(path),
+                         "re-export it with torch.profiler.ExecutionTraceObserver") from None
+    nodes = doc.get("nodes") if isinstance(doc, dict) else None
+    if not isinstance(nodes, list):
+        raise InputError("this JSON is not an execution trace (no nodes list)", str(path),
+                         "pass the file written by torch.profiler.ExecutionTraceObserver") from None
+    pid = doc.get("pid")
+    rows: list[dict[str, Any]] = []
+    for node in nodes:
+        if not isinstance(node, dict):
+            continue
+        name = str(node.get("name", ""))
+        rf_id = node.get("rf_id")
+        if name.startswith(_BOOKKEEPING) or not isinstance(rf_id, int) or isinstance(rf_id, bool):
+            continue
+        node_id = node.get("id")
+        rows.append({"file": str(path), "pid": pid if isinstance(pid, int) else -1,
+                     "node_id": node_id if isinstance(node_id, int) else -1, "rf_id": rf_id, "name": name,
+                     "input_shapes": json.dumps(node.get("input_shapes", []), separators=(",", ":")),
+                     "input_types": json.dumps(node.get("input_types", []), separators=(",", ":"))})
+    return pd.DataFrame(rows) if rows else empty_table("exec_ops").assign(file=[])
