@@ -95,6 +95,24 @@ def test_run_on_a_disk_that_fills_passes_the_jobs_output_and_exit_code_through(
     assert 0 < copy.stat().st_size < len(out) and out.startswith(copy.read_text())
 
 
+def test_a_copy_that_cannot_be_kept_is_noted_in_the_manifest_and_the_report(tmp_path: Path) -> None:
+    # GIVEN a run directory where a file stands where the copies of the job's output go
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "output").write_text("in the way")
+    # WHEN a rank that works a second, prints and exits 3 runs there
+    job = ["-c", RANK_AT_WORK.replace('print("rank done")', 'print("rank done"); sys.exit(3)'), "1"]
+    code, out, err = finish(perftracker_run(run, job, {**os.environ, **RANK_ENV}), timeout=120)
+    # THEN its output and exit code pass through, and the missing copies are said on stderr, kept in the
+    # manifest's notes and in the report's notes
+    assert code == 3 and out == "rank done\n", err[-3000:]
+    assert err.count("stopped at 0 bytes") == 2
+    notes = json.loads((run / "manifest.json").read_text())["notes"]
+    assert sum("the copy of the job's" in n for n in notes) == 2
+    doc = json.loads((run / "perftracker-out" / "findings.json").read_text())
+    assert sum("the copy of the job's" in n["message"] for n in doc["notes"]) == 2
+
+
 def test_run_keeps_no_secret_of_the_job(tmp_path: Path) -> None:
     # GIVEN a rank whose environment and command line hold planted secrets
     env = {**os.environ, **PLANTED_ENV, **RANK_ENV}
