@@ -100,14 +100,16 @@ class OutputCopier:
             return None
 
     def _append(self, log: IO[bytes], chunk: bytes) -> IO[bytes] | None:
+        view = memoryview(chunk)
         try:
-            _write_all(log.fileno(), chunk)
+            while view:  # a full disk takes part of a chunk, then refuses the rest
+                written = os.write(log.fileno(), view)
+                self.copied_bytes += written
+                view = view[written:]
         except OSError as exc:
             self._copy_error = exc.strerror or str(exc)
-            self.copied_bytes = _size(self.copy, self.copied_bytes)
             self._close(log)
             return None
-        self.copied_bytes += len(chunk)
         return log
 
     def _close(self, log: IO[bytes]) -> None:
@@ -133,9 +135,3 @@ class OutputCopier:
         except OSError:  # a full disk under a redirected stdout, a hung-up terminal: drop this chunk, try the next
             self.lost_passthrough_bytes += len(chunk)
 
-
-def _size(path: Path, fallback: int) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return fallback

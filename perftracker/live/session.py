@@ -67,19 +67,20 @@ def run_session(ctx: LiveContext, samplers: Sequence[Sampler], duration_s: float
                 show_live: bool = True, stop_when: Callable[[], bool] | None = None,
                 interrupts: Interrupts | None = None) -> SessionResult:
     started = time.monotonic()
-    for s in samplers:
-        try:
-            s.start(ctx)
-        except Exception as exc:
-            ctx.note(f"{s.name}: could not start ({type(exc).__name__}: {exc})")
     stop = threading.Event()
-    threads = [threading.Thread(target=_loop, args=(s, ctx, stop), name=f"perftracker-{s.name}", daemon=True)
-               for s in samplers]
-    for t in threads:
-        t.start()
+    threads: list[threading.Thread] = []
     reason = "duration"
     requests = RequestWatcher(ctx)
-    try:
+    try:  # from the first sampler's start: a stop signal at any point still stops them all and writes manifests
+        for s in samplers:
+            try:
+                s.start(ctx)
+            except Exception as exc:
+                ctx.note(f"{s.name}: could not start ({type(exc).__name__}: {exc})")
+        for s in samplers:
+            threads.append(threading.Thread(target=_loop, args=(s, ctx, stop), name=f"perftracker-{s.name}",
+                                            daemon=True))
+            threads[-1].start()
         live = Live(console=console, refresh_per_second=2, transient=False, auto_refresh=False) if show_live else None
         if live is not None:
             live.start()
