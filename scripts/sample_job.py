@@ -61,6 +61,11 @@ PROFILER_WAIT = 1
 PROFILER_WARMUP = 1
 
 
+# Belt and braces: an allow-listed prefix can still carry a secret (NCCL_PASS, TORCH_HUB_CREDS, ...) and a
+# kept name a credential in its value (a URL with user info, a token parameter). The rules are the ones
+# perftracker applies to every environment it captures (perftracker/redaction.py), so the env files this
+# job writes never hold more than `perftracker attach` would keep.
+
 def allowed_env(environ: dict[str, str]) -> dict[str, str]:
     """The part of `environ` that is safe and useful to keep: these names and prefixes, by perftracker's own
     rules for secrets (`perftracker.redaction.safe_env`: secret-looking names even under an allowed prefix,
