@@ -6,6 +6,8 @@ on one line and exits non-zero, never a traceback.
 
 from __future__ import annotations
 
+import errno
+
 
 class PerftrackerError(Exception):
     """A problem the user can act on.
@@ -33,3 +35,29 @@ class InputError(PerftrackerError):
 
 class UsageError(PerftrackerError):
     """The command line asks for something that cannot be done."""
+
+
+class OutputError(PerftrackerError):
+    """perftracker cannot write where it was asked to (a full disk, no permission, `-o` naming a file)."""
+
+
+_NO_SPACE = {errno.ENOSPC, errno.EDQUOT}
+_NOT_ALLOWED = {errno.EACCES, errno.EPERM, errno.EROFS}
+_NOT_A_FOLDER = {errno.ENOTDIR, errno.EEXIST, errno.EISDIR}
+
+
+def output_error(path: object, exc: OSError, option: str = "-o") -> OutputError:
+    """The user's view of `exc`, raised writing `path`: what, where, and what to do (`option` names the
+    command-line option that chose the place, "" when none did)."""
+    reason = exc.strerror or str(exc)
+    elsewhere = f", or write elsewhere with {option}" if option else ""
+    if exc.errno in _NO_SPACE:
+        hint = "free space there" + elsewhere
+    elif exc.errno in _NOT_ALLOWED:
+        hint = f"give {option} a folder you can write to" if option else "make it writable"
+    elif exc.errno in _NOT_A_FOLDER:
+        hint = (f"{option} names a folder (made when missing); it must not be a file or lie under one" if option
+                else "it must be a folder, not a file")
+    else:
+        hint = "check that folder" + elsewhere
+    return OutputError(f"cannot write ({reason})", str(path), hint)

@@ -8,15 +8,20 @@ findings.json and renders report.html from those tables and findings. `render_re
 report.html again from an output folder's findings.json and tables/ alone, through the same
 renderer. `perftracker analyze`, `demo`, `postmortem`, `run` and `attach` call `analyze_path`;
 `perftracker report` calls `render_report`. `diff_paths` is `perftracker diff`: two inputs analyzed (or
-two saved outputs read), compared by `analyzers.compare.diff`, written as diff.json and diff.html. `timeline_path` is `perftracker
-timeline`: one merged, clock-aligned trace of all ranks with the findings marked.
+two saved outputs read), compared by `analyzers.compare.diff`, written as diff.json and diff.html.
+`timeline_path` is `perftracker timeline`: one merged, clock-aligned trace of all ranks with the
+findings marked. An output that cannot be written (a full disk, no permission) is an `OutputError`
+naming the file; when the analysis itself finished it is a `ReportNotWritten`, which carries the
+finished result, so a command still prints the verdict. Nothing half-written is left: every file is
+written then renamed.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +38,7 @@ from perftracker.analyzers.rootcause import link_findings
 from perftracker.analyzers.traces.merged_timeline import MergedTimeline, merged_timeline
 from perftracker.analyzers.views import REPORT_VIEWS
 from perftracker.collectors.loading import LoadOptions, load_path
+from perftracker.errors import OutputError, output_error
 from perftracker.reports import diff_html, json_report, timeline_trace
 from perftracker.reports import html as html_report
 from perftracker.store import LoadNote, Store
@@ -57,22 +63,53 @@ class AnalysisResult:
         return self.out_dir / REPORT
 
 
+class ReportNotWritten(OutputError):
+    """The analysis finished, but its outputs could not be written: `result` is the finished analysis
+    (findings, document, tables), for the verdict to be said all the same."""
+
+    def __init__(self, cause: OutputError, result: AnalysisResult, written: list[str]) -> None:
+        kept = f" ({' and '.join(written)} written before it)" if written else ""
+        super().__init__(cause.what, cause.where, cause.hint + kept)
+        self.result = result
+
+
+@contextmanager
+def writing(path: Path, option: str = "-o") -> Iterator[None]:
+    """An OSError raised while writing `path` (given with `option`) as the OutputError that says what to do."""
+    try:
+        yield
+    except OSError as exc:
+        raise output_error(path, exc, option) from None
+
+
 def analyze_path(path: Path, out_dir: Path, options: LoadOptions, hta_compat: bool = False) -> AnalysisResult:
     return analyze_store(load_path(path, options), path, out_dir, hta_compat=hta_compat)
 
 
 def analyze_store(store: Store, path: Path, out_dir: Path, hta_compat: bool = False) -> AnalysisResult:
-    """Analyze one loaded Store (one job) and write its outputs into `out_dir`."""
+    """Analyze one loaded Store (one job) and write its outputs into `out_dir` (ReportNotWritten when they
+    cannot be written)."""
     analysis = Analysis(store, AnalysisOptions(hta_compat=hta_compat))
     findings, tables, failed = analyze(analysis)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    save_tables(tables, out_dir / TABLES)
     summary = _summary(analysis, tables)
     notes = [*store.notes, *failed]
     document = json_report.build(findings, notes, str(path), summary)
-    json_report.write(out_dir / FINDINGS, document)
-    _render(out_dir, tables, findings, notes, str(path), summary)
-    return AnalysisResult(store, findings, out_dir, document, tables)
+    result = AnalysisResult(store, findings, out_dir, document, tables)
+    written: list[str] = []
+    try:
+        with writing(out_dir):
+            out_dir.mkdir(parents=True, exist_ok=True)
+        with writing(out_dir / TABLES):
+            save_tables(tables, out_dir / TABLES)
+        written.append(f"{TABLES}/")
+        with writing(out_dir / FINDINGS):
+            json_report.write(out_dir / FINDINGS, document)
+        written.append(FINDINGS)
+        with writing(out_dir / REPORT):
+            _render(out_dir, tables, findings, notes, str(path), summary)
+    except OutputError as exc:
+        raise ReportNotWritten(exc, result, written) from None
+    return result
 
 
 def analyze(analysis: Analysis) -> tuple[list[Finding], dict[str, pd.DataFrame], list[LoadNote]]:
@@ -111,8 +148,12 @@ def save_tables(tables: Mapping[str, pd.DataFrame], folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for name, frame in tables.items():
         tmp = folder / f".{name}.{uuid.uuid4().hex}.parquet.tmp"
-        frame.reset_index(drop=True).to_parquet(tmp, index=False)
-        os.replace(tmp, folder / f"{name}.parquet")
+        try:
+            frame.reset_index(drop=True).to_parquet(tmp, index=False)
+            os.replace(tmp, folder / f"{name}.parquet")
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
 
 def load_tables(folder: Path) -> dict[str, pd.DataFrame]:
@@ -135,8 +176,9 @@ def render_report(out_dir: Path) -> Path:
     """Re-render report.html from an output folder's findings.json and tables/."""
     document, findings = json_report.read(out_dir / FINDINGS)
     notes = [LoadNote.from_dict(n) for n in document.get("notes", [])]
-    _render(out_dir, load_tables(out_dir / TABLES), findings, notes, str(document.get("input", out_dir)),
-            document.get("summary") or {})
+    with writing(out_dir / REPORT, ""):
+        _render(out_dir, load_tables(out_dir / TABLES), findings, notes, str(document.get("input", out_dir)),
+                document.get("summary") or {})
     return out_dir / REPORT
 
 

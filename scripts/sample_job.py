@@ -32,7 +32,6 @@ import contextlib
 import gzip
 import json
 import os
-import re
 import shutil
 import socket
 import sys
@@ -53,6 +52,7 @@ _REPO = Path(__file__).resolve().parent.parent
 if str(_REPO) not in sys.path:
     sys.path.insert(0, str(_REPO))
 
+from perftracker.redaction import safe_env
 from perftracker.rundir import append_jsonl, atomic_write_text, step_file, trace_file
 
 ENV_PREFIXES = ("NCCL_", "TORCH_", "CUDA_", "GLOO_", "OMP_", "MASTER_")
@@ -61,17 +61,17 @@ PROFILER_WAIT = 1
 PROFILER_WARMUP = 1
 
 
-# Belt and braces: an allow-listed prefix can still carry a secret (e.g. a *_TOKEN variable).
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE|AUTH|(?:^|_)KEY(?:_|$)|APIKEY")
-
+# Belt and braces: an allow-listed prefix can still carry a secret (NCCL_PASS, TORCH_HUB_CREDS, ...) and a
+# kept name a credential in its value (a URL with user info, a token parameter). The rules are the ones
+# perftracker applies to every environment it captures (perftracker/redaction.py), so the env files this
+# job writes never hold more than `perftracker attach` would keep.
 
 def allowed_env(environ: dict[str, str]) -> dict[str, str]:
-    """The part of `environ` that is safe and useful to keep: allow-listed, not secret-looking keys."""
-    return {
-        key: value
-        for key, value in sorted(environ.items())
-        if (key in ENV_NAMES or key.startswith(ENV_PREFIXES)) and not _SECRET_NAME.search(key.upper())
-    }
+    """The part of `environ` that is safe and useful to keep: these names and prefixes, by perftracker's own
+    rules for secrets (`perftracker.redaction.safe_env`: secret-looking names even under an allowed prefix,
+    values carrying credentials)."""
+    return {key: value for key, value in sorted(safe_env(environ).items())
+            if key in ENV_NAMES or key.startswith(ENV_PREFIXES)}
 
 
 class SlowableMLP(nn.Module):

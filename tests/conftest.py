@@ -1,9 +1,12 @@
-"""Shared test fixtures: where ../shared is, and small trace builders."""
+"""Shared test fixtures: where ../shared is, small trace builders, and small or read-only filesystems."""
 
 from __future__ import annotations
 
 import functools
+import os
+import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -32,3 +35,39 @@ def corpus_store(path: Path) -> Store:
     inputs to parse, and several test modules analyze the same ones.
     """
     return load_path(path, LoadOptions(workers=1))
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Callable[..., Path]]:
+    """`mount(size, *options)`: a fresh tmpfs of `size` (e.g. "256k") under tmp_path, unmounted after the test.
+    Mounting needs root (CAP_SYS_ADMIN): the test is skipped where it cannot mount."""
+    mounted: list[Path] = []
+
+    def mount(size: str, *options: str) -> Path:
+        target = tmp_path / f"tmpfs-{len(mounted)}"
+        target.mkdir()
+        try:
+            done = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join([f"size={size}", *options]), "tmpfs",
+                                   str(target)], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            pytest.skip(f"cannot mount a tmpfs here ({exc})")
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+        mounted.append(target)
+        return target
+
+    yield mount
+    for target in reversed(mounted):
+        subprocess.run(["umount", "-l", str(target)], capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def unwritable_dir(tmp_path: Path, tmpfs: Callable[..., Path]) -> Iterator[Path]:
+    """A folder this process cannot write into: read-only permissions, or, for root (whom permissions do not
+    stop), a read-only tmpfs."""
+    if os.geteuid() != 0:
+        folder = tmp_path / "read-only"
+        folder.mkdir()
+        folder.chmod(0o500)
+        yield folder
+        folder.chmod(0o700)
+    else:
+        yield tmpfs("64k", "ro")

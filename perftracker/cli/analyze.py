@@ -10,12 +10,20 @@ import typer
 from rich.console import Console
 
 from perftracker.analyzers.findings import Finding
-from perftracker.cli.options import FailOn, nccl_profile_option, out_option, quiet_option, sysfs_root_option
+from perftracker.cli.options import (
+    FailOn,
+    comm_kernel_patterns,
+    nccl_profile_option,
+    out_option,
+    quiet_option,
+    sysfs_root_option,
+    writable_folder,
+)
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on
 from perftracker.collectors.loading import LoadOptions, default_cache_dir, load_jobs
 from perftracker.errors import UsageError
-from perftracker.pipeline import AnalysisResult, analyze_path, analyze_store
-from perftracker.reports.text import print_summary
+from perftracker.pipeline import AnalysisResult, ReportNotWritten, analyze_path, analyze_store, writing
+from perftracker.reports.text import print_summary, printable
 from perftracker.rundir import atomic_write_text, host_name
 
 JOBS_INDEX = "jobs.json"
@@ -58,14 +66,17 @@ def analyze(
     Traces of different jobs (world size, process groups, job id, devices, or times days apart) are never
     compared: analyze refuses them (exit 2) unless --job picks one or --each-job analyzes each alone.
 
-    Exit codes: 0 ran, 2 bad input or usage (traces of several jobs included), 3 a finding at or above
-    --fail-on exists (in any job, with --each-job).
+    Exit codes: 0 ran, 2 bad input or usage (traces of several jobs included; an -o that cannot be written,
+    after the verdict when the analysis finished), 3 a finding at or above --fail-on exists (in any job,
+    with --each-job).
     """
     threshold = parse_fail_on(fail_on)
     if job and each_job:
         raise UsageError("--job and --each-job exclude each other", "analyze",
                          "pick one job with --job, or all of them with --each-job")
-    options = LoadOptions(comm_kernel_patterns=tuple(comm_kernel or ()), comm_kernel_files=tuple(comm_kernels or ()),
+    patterns = comm_kernel_patterns(comm_kernel)
+    writable_folder(out)
+    options = LoadOptions(comm_kernel_patterns=patterns, comm_kernel_files=tuple(comm_kernels or ()),
                           cache_dir=None if no_cache else default_cache_dir(), workers=workers,
                           nccl_profile=profile, sysfs_root=sysfs_root,
                           sysfs_host=host_name() if sysfs_root is not None else "", job=job)
@@ -73,16 +84,20 @@ def analyze(
     if each_job:
         findings = _analyze_each_job(console, path, out, options, hta_compat, quiet)
         raise typer.Exit(fail_on_exit(findings, threshold))
-    result = analyze_path(path, out, options, hta_compat=hta_compat)
+    try:
+        result = analyze_path(path, out, options, hta_compat=hta_compat)
+    except ReportNotWritten as exc:  # the analysis finished: its verdict is said, then what could not be written
+        _print_result(console, exc.result, quiet, written=False)
+        raise
     _print_result(console, result, quiet)
     raise typer.Exit(fail_on_exit(result.findings, threshold))
 
 
-def _print_result(console: Console, result: AnalysisResult, quiet: bool) -> None:
+def _print_result(console: Console, result: AnalysisResult, quiet: bool, written: bool = True) -> None:
     if quiet:
-        console.print(result.document["summary"]["verdict"], highlight=False, markup=False)
+        console.print(printable(result.document["summary"]["verdict"]), highlight=False, markup=False)
     else:
-        print_summary(console, result.findings, result.report_path,
+        print_summary(console, result.findings, result.report_path if written else None,
                       coverage=result.document["summary"].get("coverage"),
                       synthetic=result.document["summary"].get("synthetic_inputs"))
 
@@ -97,8 +112,12 @@ def _analyze_each_job(console: Console, path: Path, out: Path, options: LoadOpti
     for group, store in jobs:
         label = group.label if group is not None and len(jobs) > 1 else ""
         if label and group is not None:
-            console.print(f"== {group.describe()}", highlight=False, markup=False)
-        result = analyze_store(store, path, out / label if label else out, hta_compat=hta_compat)
+            console.print(f"== {printable(group.describe())}", highlight=False, markup=False)
+        try:
+            result = analyze_store(store, path, out / label if label else out, hta_compat=hta_compat)
+        except ReportNotWritten as exc:
+            _print_result(console, exc.result, quiet, written=False)
+            raise
         _print_result(console, result, quiet)
         everything.extend(result.findings)
         index.append({"label": label or "job1", "description": group.describe() if group else "",
@@ -106,10 +125,12 @@ def _analyze_each_job(console: Console, path: Path, out: Path, options: LoadOpti
                       "verdict": result.document["summary"]["verdict"],
                       "counts": result.document["summary"].get("counts", {})})
     if len(jobs) > 1:
-        atomic_write_text(out / JOBS_INDEX, json.dumps({"input": str(path), "jobs": index}, indent=2) + "\n")
-        console.print(f"{len(jobs)} jobs, each analyzed alone (index: {out / JOBS_INDEX}):", highlight=False)
+        with writing(out / JOBS_INDEX):
+            atomic_write_text(out / JOBS_INDEX, json.dumps({"input": str(path), "jobs": index}, indent=2) + "\n")
+        console.print(f"{len(jobs)} jobs, each analyzed alone (index: {printable(out / JOBS_INDEX)}):",
+                      highlight=False, markup=False)
         for entry in index:
-            console.print(f"  {entry['label']}: {entry['verdict']} -> {entry['out']}", highlight=False,
+            console.print(printable(f"  {entry['label']}: {entry['verdict']} -> {entry['out']}"), highlight=False,
                           markup=False)
     return everything
 

@@ -1,4 +1,10 @@
-"""`perftracker attach <job>`: collect from a running job without restarting it, then diagnose."""
+"""`perftracker attach <job>`: collect from a running job without restarting it, then diagnose.
+
+Ctrl-C, SIGTERM and SIGHUP (a user, a scheduler, a closed terminal) all stop it the same way
+(`live/interrupts.py`): the samplers stop, everything collected is kept, the manifests are written,
+and the run directory is analyzed unless `--no-analyze`. An `-o` that cannot be written is said
+before attaching (exit 2).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.online import AnalyzerDiagnosis
 from perftracker.cli.options import (
     Host,
@@ -19,16 +26,18 @@ from perftracker.cli.options import (
     quiet_option,
     stack_interval_option,
     sysfs_root_option,
+    writable_folder,
 )
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on
 from perftracker.collectors.loading import LoadOptions
 from perftracker.errors import PerftrackerError
 from perftracker.live.collectors import SamplerOptions, build_samplers
 from perftracker.live.discovery import find_job, job_label
+from perftracker.live.interrupts import Interrupts
 from perftracker.live.sampler import LiveContext
 from perftracker.live.session import run_session
-from perftracker.pipeline import analyze_path
-from perftracker.reports.text import print_summary
+from perftracker.pipeline import AnalysisResult, ReportNotWritten, analyze_path, writing
+from perftracker.reports.text import print_summary, printable
 from perftracker.rundir import host_name
 
 
@@ -77,42 +86,61 @@ def attach(
     diagnosis. Read-only: the job is never paused (non-blocking stacks) and keeps running after."""
     threshold = parse_fail_on(fail_on)
     me = host_name(host)  # every host-keyed name this command writes uses it
-    console = Console()
-    found = find_job(job, me)
     run_dir = out or Path(f"perftracker-run-{time.strftime('%Y%m%d-%H%M%S')}")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    console.print(f"Attached to {len(found.workers)} rank(s) "
-                  f"({', '.join(str(w.rank) for w in found.workers[:16])}) of job "
-                  f"{job_label(found)}; writing {run_dir}", highlight=False)
-    ctx = LiveContext(run_dir=run_dir, job=found, host=me, sysfs_root=sysfs_root, diagnosis=AnalyzerDiagnosis())
-    if stacks:
-        console.print(f"Stacks of every rank on demand: kill -USR1 {os.getpid()}, or touch "
-                      f"{run_dir / 'requests' / 'stacks'} (reaches every attach sharing {run_dir})",
-                      highlight=False, markup=False)
+    writable_folder(run_dir)
     options = SamplerOptions(interval_s=interval, stack_interval_s=stack_interval, stacks=stacks, gpu=gpu,
                              rdma=rdma, logs=logs, steps=steps, nccl_logs=list(nccl_log or ()), job_log=job_log,
                              trace_steps=trace_steps, stacks_at=stacks_at, profile_seconds=profile_seconds,
                              profile_rate_hz=profile_rate)
-    samplers = build_samplers(options)
-    result = run_session(ctx, samplers, duration if duration > 0 else None, console, show_live=not quiet)
-    console.print(f"Stopped ({result.reason}) after {result.seconds:.0f}s; run directory: {run_dir}", highlight=False)
+    interrupts = Interrupts().install()  # SIGTERM and SIGHUP stop attach as Ctrl-C does
+    try:
+        _attach(job, run_dir, me, sysfs_root, options, duration, quiet, analyze, threshold, interrupts)
+    finally:
+        interrupts.restore()
+
+
+def _attach(job: str, run_dir: Path, me: str, sysfs_root: Path, options: SamplerOptions, duration: float,
+            quiet: bool, analyze: bool, threshold: Severity | None, interrupts: Interrupts) -> None:
+    console = Console()
+    found = find_job(job, me)
+    with writing(run_dir):
+        run_dir.mkdir(parents=True, exist_ok=True)
+    console.print(printable(f"Attached to {len(found.workers)} rank(s) "
+                            f"({', '.join(str(w.rank) for w in found.workers[:16])}) of job "
+                            f"{job_label(found)}; writing {run_dir}"), highlight=False, markup=False)
+    ctx = LiveContext(run_dir=run_dir, job=found, host=me, sysfs_root=sysfs_root, diagnosis=AnalyzerDiagnosis())
+    if options.stacks:
+        console.print(printable(f"Stacks of every rank on demand: kill -USR1 {os.getpid()}, or touch "
+                                f"{run_dir / 'requests' / 'stacks'} (reaches every attach sharing {run_dir})"),
+                      highlight=False, markup=False)
+    result = run_session(ctx, build_samplers(options), duration if duration > 0 else None, console,
+                         show_live=not quiet, interrupts=interrupts)
+    console.print(printable(f"Stopped ({result.reason}) after {result.seconds:.0f}s; run directory: {run_dir}"),
+                  highlight=False, markup=False)
     for note in ctx.notes:
-        console.print(f"  note: {note}", highlight=False, markup=False)
+        console.print(f"  note: {printable(note)}", highlight=False, markup=False)
     others = _other_hosts(run_dir, ctx.host)
     if others:
-        console.print(f"Hosts {', '.join(others)} also write to {run_dir}: this verdict covers what has been "
-                      f"collected so far; run `perftracker analyze {run_dir}` once every node has stopped.",
-                      highlight=False, markup=False)
+        console.print(printable(f"Hosts {', '.join(others)} also write to {run_dir}: this verdict covers what has "
+                                f"been collected so far; run `perftracker analyze {run_dir}` once every node has "
+                                "stopped."), highlight=False, markup=False)
     if not analyze:
         return
     try:
         analysis = analyze_path(run_dir, run_dir / "perftracker-out", LoadOptions(cache_dir=None))
+    except ReportNotWritten as exc:  # the verdict is said, then what could not be written
+        _print(console, exc.result, written=False)
+        raise
     except PerftrackerError as exc:
-        console.print(f"Nothing to analyze yet: {exc.message}", highlight=False, markup=False)
+        console.print(f"Nothing to analyze yet: {printable(exc.message)}", highlight=False, markup=False)
         return
-    print_summary(console, analysis.findings, analysis.report_path,
-                  coverage=analysis.document["summary"].get("coverage"))
+    _print(console, analysis)
     raise typer.Exit(fail_on_exit(analysis.findings, threshold))
+
+
+def _print(console: Console, analysis: AnalysisResult, written: bool = True) -> None:
+    print_summary(console, analysis.findings, analysis.report_path if written else None,
+                  coverage=analysis.document["summary"].get("coverage"))
 
 
 def register(app: typer.Typer) -> None:

@@ -8,11 +8,11 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from perftracker.cli.options import out_option
+from perftracker.cli.options import out_option, writable_folder
 from perftracker.cli.voice import add_command
 from perftracker.collectors.loading import LoadOptions
 from perftracker.errors import InputError
-from perftracker.pipeline import analyze_path
+from perftracker.pipeline import AnalysisResult, ReportNotWritten, analyze_path
 from perftracker.reports.text import print_summary
 
 
@@ -35,13 +35,22 @@ def demo(
     runs = sorted(p for p in root.iterdir() if p.is_dir())
     if not runs:
         raise InputError("no sample run in sample_traces/", str(root), "regenerate it with scripts/make_sample_traces.py")
+    writable_folder(out)
     console = Console()
     for run in runs:
         console.rule(f"{run.name}")
-        result = analyze_path(run, out / run.name, LoadOptions(cache_dir=None))
-        print_summary(console, result.findings, result.report_path,
-                      coverage=result.document["summary"].get("coverage"),
-                      synthetic=result.document["summary"].get("synthetic_inputs"))
+        try:
+            result = analyze_path(run, out / run.name, LoadOptions(cache_dir=None))
+        except ReportNotWritten as exc:  # the verdict is said, then what could not be written
+            _print(console, exc.result, written=False)
+            raise
+        _print(console, result)
+
+
+def _print(console: Console, result: AnalysisResult, written: bool = True) -> None:
+    print_summary(console, result.findings, result.report_path if written else None,
+                  coverage=result.document["summary"].get("coverage"),
+                  synthetic=result.document["summary"].get("synthetic_inputs"))
 
 
 def register(app: typer.Typer) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import tempfile
 from pathlib import Path
 from typing import Annotated
@@ -12,19 +11,12 @@ from rich.console import Console
 
 from perftracker.analyzers.compare.diff import DEFAULT_TOLERANCE
 from perftracker.analyzers.findings import Severity
-from perftracker.cli.options import out_option, quiet_option
+from perftracker.cli.options import out_option, quiet_option, writable_folder
 from perftracker.cli.voice import EXIT_FINDINGS, add_command
 from perftracker.collectors.loading import LoadOptions, default_cache_dir
 from perftracker.errors import UsageError
 from perftracker.pipeline import DIFF_HTML, DIFF_JSON, diff_paths
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def clean_text(text: str) -> str:
-    """Trace-derived text for the terminal: control characters (ESC sequences) removed."""
-    return _CONTROL.sub("", text)
-
+from perftracker.reports.text import printable
 
 def diff(
     base: Annotated[Path, typer.Argument(help="The good (earlier) run: a run directory, a folder of traces, or an "
@@ -50,6 +42,8 @@ def diff(
     if fail_on_regression is not None and fail_on_regression < 0:
         raise UsageError(f"--fail-on-regression {fail_on_regression}: must be a percentage >= 0", "diff",
                          "e.g. --fail-on-regression 5")
+    if out is not None:
+        writable_folder(out)
     options = LoadOptions(cache_dir=None if no_cache else default_cache_dir())
     console = Console()
     if out is None:
@@ -60,10 +54,10 @@ def diff(
     loud = [f for f in result.findings if f.severity >= Severity.WARNING]
     verdict = (f"{len(loud)} change(s) beyond the runs' noise. Top: {loud[0].title}" if loud
                else "No change beyond the noise of running the same job twice.")
-    console.print(clean_text(verdict), highlight=False, markup=False)
+    console.print(printable(verdict), highlight=False, markup=False)
     if not quiet:
         for f in result.findings:
-            console.print(f"  [{f.severity.label}] {clean_text(f.title)}", highlight=False, markup=False)
+            console.print(f"  [{f.severity.label}] {printable(f.title)}", highlight=False, markup=False)
         if out is not None:
             console.print(f"Diff: {out / DIFF_HTML}  ({out / DIFF_JSON})", highlight=False, markup=False)
     regressed = (fail_on_regression is not None and result.regression_significant

@@ -19,6 +19,7 @@ import pandas as pd
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity, rank_findings
@@ -29,6 +30,7 @@ from perftracker.collectors.counters.sysfs import read_sysfs
 from perftracker.collectors.env import env_file_frame, env_rows, filter_env, process_env_frame
 from perftracker.collectors.nccl.profiles import load_profile
 from perftracker.errors import UsageError
+from perftracker.reports.text import printable
 from perftracker.rundir import host_name
 from perftracker.store import RunInfo, Store
 from perftracker.store.schema import conform
@@ -66,7 +68,8 @@ def _print(console: Console, findings: list[Finding], profile: str) -> None:
     table.add_column("finding", overflow="fold")
     table.add_column("fix", overflow="fold")
     for f in findings:
-        table.add_row(f"[{_STYLE[f.severity]}]{f.severity.label}[/]", f.title, f.recommendation)
+        table.add_row(f"[{_STYLE[f.severity]}]{f.severity.label}[/]", Text(printable(f.title)),
+                      Text(printable(f.recommendation)))  # env values are in them: no markup, no control codes
     console.print(table)
 
 

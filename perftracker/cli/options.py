@@ -3,14 +3,23 @@
 A command types its parameter with one of these, e.g. `fail_on: FailOn = None`, `host: Host = None`.
 Where the flag is the same but its meaning differs per command (what `-o` names, what `--quiet`
 silences), the factory takes that command's help text. `--fail-on` values are checked by
-`voice.parse_fail_on`; the host name by `rundir.host_name`, once per command.
+`voice.parse_fail_on`; the host name by `rundir.host_name`, once per command. What `-o` names is
+checked by `writable_folder` before a command does any work, and `--comm-kernel` patterns by
+`comm_kernel_patterns` (files a command writes, like `--summary`, by `writable_file`): all raise the usage error that says what to do (exit 2).
 """
 
 from __future__ import annotations
 
+import os
+import re
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
+from perftracker.errors import OutputError, UsageError, output_error
 
 FAIL_ON_HELP = ("Exit 3 when a finding at or above this severity exists (warning or critical): for CI gates "
                 "and job hooks.")
@@ -55,3 +64,45 @@ FailOn = Annotated[str | None, fail_on_option()]
 Host = Annotated[str | None, typer.Option(
     "--host", envvar="PERFTRACKER_HOST", help="This node's name in host-keyed files and records (default: the "
     "hostname up to its first dot); give each node a distinct one where hostnames repeat.")]
+
+
+def writable_folder(path: Path, option: str = "-o") -> Path:
+    """`path`, checked before a command does any work: a folder, or one that can be made, that this process
+    can write into (a file is written and removed in it, or in its nearest existing parent: nothing is
+    left behind). An OutputError saying what to do when it is a file, lies under one, or is not writable."""
+    existing = path.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        where = "is a file" if existing == path.absolute() else f"lies under {existing}, which is a file"
+        raise OutputError(f"{where}, not a folder", str(path),
+                          f"give {option} a folder (it is made when missing), or move the file away")
+    try:
+        fd, probe = tempfile.mkstemp(dir=existing, prefix=".perftracker-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise output_error(path, exc, option) from None
+    return path
+
+
+def writable_file(path: Path, option: str) -> Path:
+    """`path`, checked before a command does any work: a file name (not a folder) in a folder this
+    process can write into (see `writable_folder`)."""
+    if path.is_dir():
+        raise OutputError("is a folder, not a file", str(path), f"give {option} the name of a file to write")
+    writable_folder(path.absolute().parent, option)
+    return path
+
+
+def comm_kernel_patterns(patterns: Iterable[str] | None) -> tuple[str, ...]:
+    """The `--comm-kernel` regular expressions, each checked; a UsageError naming the one that is not valid."""
+    checked = tuple(patterns or ())
+    for pattern in checked:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise UsageError(f"not a valid regular expression ({exc})", f"--comm-kernel {pattern!r}",
+                             "fix the pattern (Python `re` syntax; escape a literal parenthesis as \\( ), e.g. "
+                             "--comm-kernel 'my_allreduce|custom_a2a'") from None
+    return checked

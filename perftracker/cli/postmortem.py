@@ -4,7 +4,8 @@ Promise: analyzes a folder collected by any means (Slurm epilogue, Kubernetes po
 folder, or the run directory of `perftracker run`): job output logs, flight-recorder dumps,
 torchelastic error files, NCCL logs, kernel logs, traces and step files. It prints a one-line verdict
 and the report path, writes `--summary` (chat/ticket text) and `--prom` (Prometheus text file) when
-asked. Exit codes as `analyze`: 0 ran, 2 bad input or usage, 3 a finding at or above --fail-on.
+asked. Exit codes as `analyze`: 0 ran, 2 bad input or usage (an -o, --summary or --prom that cannot be
+written too, after the verdict when the analysis finished), 3 a finding at or above --fail-on.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from perftracker.cli.options import FailOn, out_option
+from perftracker.cli.options import FailOn, out_option, writable_file, writable_folder
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on
 from perftracker.collectors.loading import LoadOptions
-from perftracker.pipeline import analyze_path
+from perftracker.pipeline import AnalysisResult, ReportNotWritten, analyze_path, writing
 from perftracker.reports.summary import headline, prometheus_text, text_summary
+from perftracker.reports.text import printable
 from perftracker.rundir import atomic_write_text
 
 
@@ -40,15 +42,30 @@ def postmortem(
     Exit codes: 0 ran, 2 bad input or usage, 3 a finding at or above --fail-on exists.
     """
     threshold = parse_fail_on(fail_on)
-    result = analyze_path(path, out, LoadOptions(cache_dir=None))
+    writable_folder(out)
+    for file, option in ((summary, "--summary"), (prom, "--prom")):
+        if file is not None:
+            writable_file(file, option)
     console = Console()
-    console.print(f"Verdict: {headline(result.document)}", highlight=False, markup=False)
-    console.print(f"Report: {result.report_path}", highlight=False, markup=False)
+    try:
+        result = analyze_path(path, out, LoadOptions(cache_dir=None))
+    except ReportNotWritten as exc:  # the analysis finished: its verdict is said, then what could not be written
+        _say_verdict(console, exc.result, written=False)
+        raise
+    _say_verdict(console, result)
     if summary is not None:
-        atomic_write_text(summary, text_summary(result.document, str(result.report_path)))
+        with writing(summary, "--summary"):
+            atomic_write_text(summary, text_summary(result.document, str(result.report_path)))
     if prom is not None:
-        atomic_write_text(prom, prometheus_text(result.document, result.tables))
+        with writing(prom, "--prom"):
+            atomic_write_text(prom, prometheus_text(result.document, result.tables))
     raise typer.Exit(fail_on_exit(result.findings, threshold))
+
+
+def _say_verdict(console: Console, result: AnalysisResult, written: bool = True) -> None:
+    console.print(f"Verdict: {printable(headline(result.document))}", highlight=False, markup=False)
+    if written:
+        console.print(f"Report: {printable(result.report_path)}", highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:

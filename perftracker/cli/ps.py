@@ -5,10 +5,12 @@ from __future__ import annotations
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from perftracker.cli.options import Host
 from perftracker.cli.voice import add_command
 from perftracker.live.discovery import denied_hint, job_label, list_jobs
+from perftracker.reports.text import printable
 from perftracker.rundir import host_name
 
 
@@ -24,11 +26,12 @@ def ps(host: Host = None) -> None:
         title = f"job {job_label(job)}"
         if job.launcher_pid and job.run_id and job.run_id != "none":
             title += f", launcher pid {job.launcher_pid}"
-        table = Table(title=title, title_justify="left")
+        table = Table(title=Text(printable(title)), title_justify="left")
         for col in ("rank", "local rank", "pid", "host", "command"):
             table.add_column(col, overflow="fold")
         for w in job.workers:
-            table.add_row(str(w.rank), str(w.local_rank), str(w.pid), w.host, w.cmdline[:120])
+            table.add_row(str(w.rank), str(w.local_rank), str(w.pid), Text(printable(w.host)),
+                          Text(printable(w.cmdline[:120])))  # Text: a command line is not rich markup
         console.print(table)
     denied = [pid for job in jobs for pid in job.denied]
     if denied:

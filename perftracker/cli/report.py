@@ -10,6 +10,7 @@ from rich.console import Console
 
 from perftracker.cli.voice import add_command
 from perftracker.pipeline import FINDINGS, render_report
+from perftracker.reports.text import printable
 
 
 def report(
@@ -21,7 +22,7 @@ def report(
     if not (folder / FINDINGS).exists() and (folder / "perftracker-out" / FINDINGS).exists():
         folder = folder / "perftracker-out"
     out = render_report(folder)
-    Console().print(f"Report: {out}", highlight=False)
+    Console().print(f"Report: {printable(out)}", highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:

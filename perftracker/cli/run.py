@@ -2,7 +2,11 @@
 
 The job's output and exit code pass through unchanged; perftracker's own lines go to stderr,
 prefixed `perftracker:`. Whatever happens to the job (normal end, error, signal, collective
-timeout), the run directory keeps what was collected and gets a report.
+timeout), the run directory keeps what was collected and gets a report. Whatever happens to
+perftracker's own writing once the job runs (a full disk, a folder removed, a bug), the job's output
+keeps passing through, its pipes keep draining, what failed is said (on stderr, in the manifest and
+in the report's notes when they can be written) and the exit code is the job's. A run directory that
+cannot be written at all is said before anything starts (exit 2).
 """
 
 from __future__ import annotations
@@ -19,18 +23,28 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.online import AnalyzerDiagnosis
-from perftracker.cli.options import Host, fail_on_option, interval_option, out_option, stack_interval_option
+from perftracker.cli.options import (
+    Host,
+    fail_on_option,
+    interval_option,
+    out_option,
+    stack_interval_option,
+    writable_folder,
+)
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, say
-from perftracker.collectors.loading import LoadOptions
+from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.errors import PerftrackerError, UsageError
 from perftracker.live.collectors import SamplerOptions, build_samplers
 from perftracker.live.discovery import Job, find_job
 from perftracker.live.launch import LaunchOptions, RunningJob, exit_status, prepare_env
 from perftracker.live.sampler import LiveContext
 from perftracker.live.session import run_session
-from perftracker.pipeline import analyze_path
+from perftracker.pipeline import ReportNotWritten, analyze_store, writing
+from perftracker.redaction import redact_command
 from perftracker.rundir import host_name, write_manifest
+from perftracker.store import LoadNote
 
 _ERROR_FILE = re.compile(r"error_file\s*:\s*(\S+)")
 
@@ -50,14 +64,24 @@ def _wait_for_workers(proc_pid: int, host: str, running: RunningJob, timeout_s: 
 
 def _background(run_dir: Path, host: str, running: RunningJob, options: SamplerOptions, notes: list[str],
                 console: Console) -> None:
-    job = _wait_for_workers(running.proc.pid, host, running)
-    if job is None:
-        notes.append("no worker processes (with RANK in their environment) appeared; only the job's output was kept")
-        return
-    ctx = LiveContext(run_dir=run_dir, job=job, host=host, diagnosis=AnalyzerDiagnosis())
-    run_session(ctx, build_samplers(options), None, console, show_live=False,
-                stop_when=lambda: running.proc.poll() is not None)
-    notes.extend(ctx.notes)
+    """The live collectors, while the job runs; whatever goes wrong here is a note, never the job's problem."""
+    ctx: LiveContext | None = None
+    try:
+        job = _wait_for_workers(running.proc.pid, host, running)
+        if job is None:
+            notes.append("no worker processes (with RANK in their environment) appeared; only the job's output was "
+                         "kept")
+            return
+        ctx = LiveContext(run_dir=run_dir, job=job, host=host, diagnosis=AnalyzerDiagnosis())
+        run_session(ctx, build_samplers(options), None, console, show_live=False,
+                    stop_when=lambda: running.proc.poll() is not None)
+    except PerftrackerError as exc:
+        notes.append(f"the live collectors stopped: {exc.message}")
+    except Exception as exc:  # a bug in a collector must not reach the job: said, and the job goes on
+        notes.append(f"the live collectors stopped ({type(exc).__name__}: {exc}); this is a perftracker bug")
+    finally:
+        if ctx is not None:
+            notes.extend(n for n in ctx.notes if n not in notes)
 
 
 def _collect_error_files(run_dir: Path) -> int:
@@ -105,11 +129,14 @@ def run(
                          "--nproc_per_node 8 train.py")
     me = host_name(host)  # every host-keyed name this command (and the ranks' hook) writes uses it
     run_dir = (out or Path(f"perftracker-run-{time.strftime('%Y%m%d-%H%M%S')}")).resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    env, changed = prepare_env(run_dir, dict(os.environ), LaunchOptions(nccl_debug, kineto_daemon, flight_recorder,
-                                                                       hook, host=me if host else ""))
-    write_manifest(run_dir, job=" ".join(command)[:500], created_by="perftracker run", prepared=changed,
-                   started_ns=time.time_ns(), host=me)
+    writable_folder(run_dir)
+    with writing(run_dir):  # before the job starts: nothing was started when this fails
+        run_dir.mkdir(parents=True, exist_ok=True)
+        env, changed = prepare_env(run_dir, dict(os.environ), LaunchOptions(nccl_debug, kineto_daemon,
+                                                                           flight_recorder, hook,
+                                                                           host=me if host else ""))
+        write_manifest(run_dir, job=" ".join(redact_command(command))[:500], created_by="perftracker run",
+                       prepared=changed, started_ns=time.time_ns(), host=me)
     say(f"run directory {run_dir}")
     try:
         running = RunningJob(command, env, run_dir)
@@ -126,20 +153,42 @@ def run(
     bg.start()
     code = exit_status(running.wait())
     bg.join(timeout=30)
-    copied = _collect_error_files(run_dir)
-    write_manifest(run_dir, ended_ns=time.time_ns(), exit_code=code, notes=notes, error_files=copied,
-                   signal=running.signal_received)
+    for problem in running.copy_problems():
+        say(problem)
+        notes.append(problem)
     try:
-        result = analyze_path(run_dir, run_dir / "perftracker-out", LoadOptions(cache_dir=None))
-    except PerftrackerError as exc:
-        say(f"job exited with {code}; no report ({exc.message})")
-        raise typer.Exit(code) from None
-    verdict = result.document["summary"]["verdict"]
-    say(f"job exited with {code}. {verdict} Report: {result.report_path}")
-    if code == 0:
-        code = fail_on_exit(result.findings, threshold)
+        code = _post_mortem(run_dir, code, running, notes, threshold)
+    except Exception as exc:  # the job's exit code is the contract: a perftracker bug must not replace it
+        say(f"job exited with {code}; no report (internal error: {type(exc).__name__}: {exc}; run "
+            f"`perftracker postmortem {run_dir}` with PERFTRACKER_DEBUG=1 and report it)")
     sys.stdout.flush()
     raise typer.Exit(code)
+
+
+def _post_mortem(run_dir: Path, code: int, running: RunningJob, notes: list[str], threshold: Severity | None) -> int:
+    """Keep the job's error files, finish the manifest, analyze; say each problem. The exit code to return."""
+    try:
+        copied = _collect_error_files(run_dir)
+    except OSError as exc:
+        copied = 0
+        notes.append(f"torchrun's error files could not be copied into errors/ ({exc.strerror or exc})")
+    try:
+        write_manifest(run_dir, ended_ns=time.time_ns(), exit_code=code, notes=notes, error_files=copied,
+                       signal=running.signal_received)
+    except OSError as exc:
+        say(f"the manifest could not be finished ({exc.strerror or exc}); exit code {code} and notes are not in it")
+    try:
+        store = load_path(run_dir, LoadOptions(cache_dir=None))
+        store.notes.extend(LoadNote("warning", "perftracker run", note) for note in running.copy_problems())
+        result = analyze_store(store, run_dir, run_dir / "perftracker-out")
+    except ReportNotWritten as exc:
+        say(f"job exited with {code}. {exc.result.document['summary']['verdict']} No report: {exc.message}")
+        return code
+    except PerftrackerError as exc:
+        say(f"job exited with {code}; no report ({exc.message})")
+        return code
+    say(f"job exited with {code}. {result.document['summary']['verdict']} Report: {result.report_path}")
+    return fail_on_exit(result.findings, threshold) if code == 0 else code
 
 
 def register(app: typer.Typer) -> None:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from perftracker.cli.options import out_option
+from perftracker.cli.options import out_option, writable_file
 from perftracker.cli.voice import add_command
 from perftracker.collectors.loading import LoadOptions, default_cache_dir
 from perftracker.errors import UsageError
@@ -55,6 +55,7 @@ def timeline(
     process per rank grouped by host, with the straggler's late arrivals and the findings marked."""
     if max_events < 1:
         raise UsageError(f"--max-events {max_events}: must be at least 1", "timeline", "e.g. --max-events 500000")
+    writable_file(out, "-o")
     options = LoadOptions(cache_dir=None if no_cache else default_cache_dir())
     written, timeline_ = timeline_path(path, out, options, parse_ranges(ranks, "ranks"), parse_ranges(steps, "steps"),
                                        max_events)

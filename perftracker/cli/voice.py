@@ -19,6 +19,7 @@ import typer
 
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.errors import PerftrackerError, UsageError
+from perftracker.reports.text import printable
 
 EXIT_USAGE = 2
 EXIT_FINDINGS = 3
@@ -28,8 +29,9 @@ CommandFn = TypeVar("CommandFn", bound=Callable[..., Any])
 
 
 def say(text: str) -> None:
-    """One line from perftracker itself on stderr, prefixed `perftracker: `."""
-    typer.echo(f"perftracker: {text}", err=True)
+    """One line from perftracker itself on stderr, prefixed `perftracker: ` (file names and input text in it
+    without control characters: `reports.text.printable`)."""
+    typer.echo(f"perftracker: {printable(text)}", err=True)
 
 
 def speaking(fn: CommandFn) -> CommandFn:

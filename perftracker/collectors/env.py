@@ -2,9 +2,11 @@
 
 Promise: only allow-listed variables (NCCL_*, TORCH_*, CUDA_*, UCX_*, GLOO_*, OMP_*, MASTER_*, the
 launcher's rank variables and a few more) are ever returned, and a variable whose name looks like a
-secret (TOKEN, SECRET, PASSWORD, KEY, CREDENTIAL, ...) is dropped even when its prefix is allowed.
-Values are kept verbatim (stray spaces included: they matter to NCCL). Rows conform to the Store's
-`config` table: rank, host, pid, key, value, source (env | env_file), evidence.
+secret (TOKEN, PASS, PWD, SECRET, KEY, CRED, CERT, BEARER, WEBHOOK, AUTH, ...) is dropped even when
+its prefix is allowed, as is one whose value carries a credential (URL user info, a token query
+parameter, a long random-looking key): the rules are `perftracker/redaction.py`'s. Values are kept
+verbatim (stray spaces included: they matter to NCCL). Rows conform to the Store's `config` table:
+rank, host, pid, key, value, source (env | env_file), evidence.
 """
 
 from __future__ import annotations
@@ -19,33 +21,16 @@ import pandas as pd
 
 from perftracker.errors import InputError
 from perftracker.launcher_env import rank_in
+from perftracker.redaction import carries_credential, keep_variable, safe_env
 from perftracker.store import LoadNote
 from perftracker.store.schema import conform
 
-ALLOWED_PREFIXES = (
-    "NCCL_", "TORCH_", "CUDA_", "UCX_", "GLOO_", "OMP_", "MASTER_", "TORCHELASTIC_", "PYTORCH_", "NVIDIA_",
-    "OMPI_COMM_WORLD_", "PMI_", "PMIX_RANK", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NNODES", "SLURM_NTASKS",
-    "HCOLL_", "SHARP_", "MLX5_", "IBV_", "RDMAV_", "MELLANOX_", "KINETO_", "PERFTRACKER_",
-)
-ALLOWED_NAMES = frozenset({
-    "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "NODE_RANK",
-    "ROLE_RANK", "ROLE_WORLD_SIZE", "LD_LIBRARY_PATH", "LD_PRELOAD", "HOSTNAME",
-})
-_SECRET = re.compile(r"TOKEN|SECRET|PASSW|PASSPHRASE|CREDENTIAL|COOKIE|PRIVATE|AUTH|(?:^|_)KEY(?:_|$)|APIKEY|SESSION")
-_URL_CREDS = re.compile(r"://[^/\s:@]+:[^/\s@]+@")
 _ASSIGN = re.compile(r"^\s*(?:export\s+)?(?P<key>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$")
 
 
-def is_allowed(name: str) -> bool:
-    """True for variables perftracker may capture: allow-listed and not secret-looking."""
-    if _SECRET.search(name.upper()):
-        return False
-    return name in ALLOWED_NAMES or name.startswith(ALLOWED_PREFIXES)
-
-
 def filter_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The allow-listed, secret-free part of `env` (values with embedded URL credentials are dropped)."""
-    return {k: v for k, v in env.items() if is_allowed(k) and not _URL_CREDS.search(v)}
+    """The allow-listed, secret-free part of `env` (values carrying credentials are dropped): `redaction.safe_env`."""
+    return safe_env(env)
 
 
 def capture_process_env(pid: int) -> dict[str, str]:
@@ -114,7 +99,7 @@ def read_env_file(path: Path) -> dict[str, tuple[str, int]]:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise InputError(f"cannot read env file: {exc.strerror or exc}", where=str(path)) from None
-    return {k: (v, n) for k, v, n in parse_env_text(text) if is_allowed(k)}
+    return {k: (v, n) for k, v, n in parse_env_text(text) if keep_variable(k) and not carries_credential(k, v)}
 
 
 def env_rows(env: Mapping[str, str], *, source: str, evidence: str, host: str = "", pid: int = -1,

@@ -5,7 +5,9 @@ TORCHELASTIC_RUN_ID or a command-line pattern. A bare number is a PID; `pid:`, `
 prefixes remove any doubt. Workers are processes with a rank in their environment (RANK,
 SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK). Reading another user's environment needs
 root or the same user: such processes are reported, not silently skipped. Every worker found is on
-this machine, named `host` as the command computed it (`rundir.host_name`).
+this machine, named `host` as the command computed it (`rundir.host_name`). A worker's command line
+is kept with the values of secret-looking options redacted (`redaction.redact_command`): it is
+shown by `ps` and stored in the host manifest.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import psutil
 
 from perftracker.errors import InputError
 from perftracker.launcher_env import LOCAL_RANK_VARS, RANK_VARS, WORLD_VARS, first_int
+from perftracker.redaction import redact_command
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,7 @@ def worker_of(proc: psutil.Process, host: str) -> Worker | None:
     if rank is None:
         return None
     try:
-        cmd = " ".join(proc.cmdline())
+        cmd = " ".join(redact_command(proc.cmdline()))
         parent = proc.ppid()
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         cmd, parent = "", -1

@@ -5,8 +5,10 @@ has not set it): NCCL_DEBUG=INFO with a per-process NCCL_DEBUG_FILE in the run d
 KINETO_USE_DAEMON=1 (traces on demand), flight-recorder settings (TORCH_FR_BUFFER_SIZE and
 dump-on-timeout into `fr/`), the step hook through a sitecustomize on PYTHONPATH, and
 PERFTRACKER_RUN_DIR (and PERFTRACKER_HOST when the command was given a --host, so the hook's step
-records name the host as the command does). `run_job` starts the command, copies its stdout/stderr byte for byte to ours and
-to `output/`, forwards SIGINT/SIGTERM, and returns the job's exit status.
+records name the host as the command does). `RunningJob` starts the command, passes its stdout/stderr
+byte for byte to ours while keeping a copy in `output/` (`live/passthrough.py`: a copy that cannot be
+written, e.g. on a full disk, stops and is reported by `copy_problems`; the job's output keeps flowing
+and its pipes keep draining), forwards SIGINT/SIGTERM/SIGHUP, and `wait` returns the job's exit status.
 """
 
 from __future__ import annotations
@@ -15,11 +17,11 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+
+from perftracker.live.passthrough import OutputCopier
 
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
 
@@ -67,22 +69,6 @@ def prepare_env(run_dir: Path, base: dict[str, str], options: LaunchOptions) -> 
     return env, changed
 
 
-def _tee(source: IO[bytes], sink: IO[bytes], copy: Path) -> None:
-    copy.parent.mkdir(parents=True, exist_ok=True)
-    with open(copy, "ab") as log:
-        while True:
-            chunk = source.read1(65536) if hasattr(source, "read1") else source.read(65536)
-            if not chunk:
-                break
-            try:
-                sink.write(chunk)
-                sink.flush()
-            except (BrokenPipeError, ValueError):
-                pass
-            log.write(chunk)
-            log.flush()
-
-
 class RunningJob:
     """The launched command: its process, output copies, and the signals forwarded to it."""
 
@@ -91,14 +77,10 @@ class RunningJob:
                                      start_new_session=False)
         assert self.proc.stdout is not None and self.proc.stderr is not None
         out_dir = run_dir / "output"
-        self.threads = [
-            threading.Thread(target=_tee, args=(self.proc.stdout, sys.stdout.buffer, out_dir / "launcher.stdout.log"),
-                             daemon=True),
-            threading.Thread(target=_tee, args=(self.proc.stderr, sys.stderr.buffer, out_dir / "launcher.stderr.log"),
-                             daemon=True),
+        self.copiers = [
+            OutputCopier("stdout", self.proc.stdout, sys.stdout, out_dir / "launcher.stdout.log").start(),
+            OutputCopier("stderr", self.proc.stderr, sys.stderr, out_dir / "launcher.stderr.log").start(),
         ]
-        for t in self.threads:
-            t.start()
         self.signal_received: int | None = None
 
     def forward_signals(self) -> None:
@@ -114,9 +96,13 @@ class RunningJob:
 
     def wait(self) -> int:
         code = self.proc.wait()
-        for t in self.threads:
-            t.join(timeout=10)
+        for copier in self.copiers:
+            copier.join(timeout=10)
         return code
+
+    def copy_problems(self) -> list[str]:
+        """What went wrong keeping the copies of the job's output (nothing when they are whole)."""
+        return [p for p in (c.problem() for c in self.copiers) if p]
 
 
 def exit_status(code: int) -> int:

@@ -4,8 +4,9 @@ Once per attach, `delay_s` after the start, one `py-spy record --nonblocking --i
 --format raw` runs per rank for `seconds` at `rate_hz` (the job is never paused), all side by side so
 the ranks are sampled over the same window. Each writes `profiles/rank-<r>.txt` (collapsed stacks,
 readable by flamegraph.pl and speedscope) with a `rank-<r>.json` sidecar (rank, pid, host, rate_hz,
-duration_s, started_ns). If attach stops first, the recorders are interrupted and write what they
-have. Measured cost: about 0.05 s of CPU per rank for 8 s at 20 Hz (benchmarks/README.md). Failures
+duration_s, started_ns). If attach stops first (Ctrl-C, SIGTERM, SIGHUP), the recorders, each in a
+session of its own so that a signal to attach's process group does not reach them, are interrupted
+and write what they have. Measured cost: about 0.05 s of CPU per rank for 8 s at 20 Hz (benchmarks/README.md). Failures
 (py-spy missing, no permission, a rank that exited) become notes; the other collectors go on. When
 the recordings end, the live panel's suspicion is `ctx.diagnosis`'s verdict on them (the CLI wires in
 the `stack_profile` analyzer: the straggler `analyze` will report).
@@ -75,7 +76,9 @@ class ProfileSampler:
                    str(max(1, round(self.seconds))), "--nonblocking", "--idle", "--threads", "--format", "raw",
                    "--output", str(out)]
             try:
-                proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                # its own session: a SIGTERM or SIGHUP sent to attach's process group (a scheduler, a closed
+                # terminal) must not kill it before `stop` asks it, with SIGINT, to write what it has
+                proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
             except OSError as exc:
                 ctx.note(f"profile: could not start py-spy for rank {w.rank} ({exc})")
                 continue

@@ -2,12 +2,15 @@
 
 Each sampler runs in its own thread at its own interval; an exception in one becomes a note and
 the others go on. Stack dumps can be asked for meanwhile (`live/requests.py`). The session ends when the duration is over, when every worker has exited, or on
-Ctrl-C; samplers are then stopped (flushing what they hold) and the host's manifest is written.
-Nothing already written is ever removed.
+Ctrl-C (and, with `live/interrupts.py` installed, on SIGTERM or SIGHUP alike); samplers are then
+stopped (flushing what they hold, with further signals held off) and the host's manifest is
+written. Nothing already written is ever removed. A manifest that cannot be written (a full disk)
+is an OutputError, raised once everything else is stopped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -19,14 +22,16 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from perftracker.errors import output_error
+from perftracker.live.interrupts import Interrupts
 from perftracker.live.requests import RequestWatcher
 from perftracker.live.sampler import LiveContext, Sampler
-from perftracker.rundir import atomic_write_text, write_manifest
+from perftracker.rundir import MANIFEST, atomic_write_text, write_manifest
 
 
 @dataclass
 class SessionResult:
-    reason: str  # duration | job-exited | interrupted
+    reason: str  # duration | job-exited | interrupted (Ctrl-C) | SIGTERM | SIGHUP
     seconds: float
 
 
@@ -59,21 +64,23 @@ def _panel(ctx: LiveContext, samplers: Sequence[Sampler], elapsed: float, durati
 
 
 def run_session(ctx: LiveContext, samplers: Sequence[Sampler], duration_s: float | None, console: Console,
-                show_live: bool = True, stop_when: Callable[[], bool] | None = None) -> SessionResult:
+                show_live: bool = True, stop_when: Callable[[], bool] | None = None,
+                interrupts: Interrupts | None = None) -> SessionResult:
     started = time.monotonic()
-    for s in samplers:
-        try:
-            s.start(ctx)
-        except Exception as exc:
-            ctx.note(f"{s.name}: could not start ({type(exc).__name__}: {exc})")
     stop = threading.Event()
-    threads = [threading.Thread(target=_loop, args=(s, ctx, stop), name=f"perftracker-{s.name}", daemon=True)
-               for s in samplers]
-    for t in threads:
-        t.start()
+    threads: list[threading.Thread] = []
     reason = "duration"
     requests = RequestWatcher(ctx)
-    try:
+    try:  # from the first sampler's start: a stop signal at any point still stops them all and writes manifests
+        for s in samplers:
+            try:
+                s.start(ctx)
+            except Exception as exc:
+                ctx.note(f"{s.name}: could not start ({type(exc).__name__}: {exc})")
+        for s in samplers:
+            threads.append(threading.Thread(target=_loop, args=(s, ctx, stop), name=f"perftracker-{s.name}",
+                                            daemon=True))
+            threads[-1].start()
         live = Live(console=console, refresh_per_second=2, transient=False, auto_refresh=False) if show_live else None
         if live is not None:
             live.start()
@@ -97,19 +104,25 @@ def run_session(ctx: LiveContext, samplers: Sequence[Sampler], duration_s: float
             if live is not None:
                 live.stop()
     except KeyboardInterrupt:
-        reason = "interrupted"
+        reason = interrupts.reason() if interrupts is not None else "interrupted"
     finally:
-        requests.close()
-        stop.set()
-        for t in threads:
-            t.join(timeout=10)
-        for s in samplers:
-            try:
-                s.stop(ctx)
-            except Exception as exc:
-                ctx.note(f"{s.name}: error while stopping ({type(exc).__name__}: {exc})")
-        _write_manifests(ctx, samplers, reason)
+        with interrupts.holding() if interrupts is not None else contextlib.nullcontext():
+            _stop(ctx, samplers, threads, stop, requests)
+            _write_manifests(ctx, samplers, reason)
     return SessionResult(reason, time.monotonic() - started)
+
+
+def _stop(ctx: LiveContext, samplers: Sequence[Sampler], threads: Sequence[threading.Thread], stop: threading.Event,
+          requests: RequestWatcher) -> None:
+    requests.close()
+    stop.set()
+    for t in threads:
+        t.join(timeout=10)
+    for s in samplers:
+        try:
+            s.stop(ctx)
+        except Exception as exc:
+            ctx.note(f"{s.name}: error while stopping ({type(exc).__name__}: {exc})")
 
 
 def _write_manifests(ctx: LiveContext, samplers: Sequence[Sampler], reason: str) -> None:
@@ -121,5 +134,10 @@ def _write_manifests(ctx: LiveContext, samplers: Sequence[Sampler], reason: str)
         "collectors": [s.name for s in samplers], "started_ns": ctx.started_ns, "ended_ns": time.time_ns(),
         "ended_because": reason, "notes": list(ctx.notes),
     }
-    atomic_write_text(ctx.run_dir / "manifests" / f"{ctx.host}.json", json.dumps(host_manifest, indent=1) + "\n")
-    write_manifest(ctx.run_dir, job=ctx.job.run_id or f"pid {ctx.job.launcher_pid}", created_by="perftracker attach")
+    path = ctx.run_dir / "manifests" / f"{ctx.host}.json"
+    try:
+        atomic_write_text(path, json.dumps(host_manifest, indent=1) + "\n")
+        path = ctx.run_dir / MANIFEST
+        write_manifest(ctx.run_dir, job=ctx.job.run_id or f"pid {ctx.job.launcher_pid}", created_by="perftracker attach")
+    except OSError as exc:
+        raise output_error(path, exc) from None

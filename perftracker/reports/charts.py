@@ -1,15 +1,20 @@
 """Plotly figures for the report, each a plain function of the report tables (no diagnosis here).
 
 Plotly reads a small markup in every label (line breaks, bold, links, styled spans): text that came
-from the job (kernel names, frames, host and device names) goes through `label` first. Hover text is
-given as data (`hovertext` / `hoverinfo`), never as a markup template.
+from the job or from an output folder (kernel names, frames, lanes, kinds, ranks, steps, host and
+device names, counters) goes through `label` first, in every trace name, category, hover text,
+annotation and title. Hover text is given as data (`hovertext` / `hoverinfo`), never as a markup
+template. `safe_figure`, applied by the page to every figure, is the net under that rule: a `<` or
+`>` left raw anywhere in a figure is made an entity, so plotly shows it as text.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from html import escape
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -25,6 +30,28 @@ def label(text: object) -> str:
     return escape(str(text), quote=False)
 
 
+def _rank(rank: object) -> str:
+    return label(f"rank {rank}")
+
+
+def _no_tags(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("<", "&lt;").replace(">", "&gt;") if ("<" in value or ">" in value) else value
+    if isinstance(value, Mapping):
+        return {k: _no_tags(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_no_tags(v) for v in value]
+    if isinstance(value, np.ndarray) and value.dtype.kind in "OUS":
+        return [_no_tags(v) for v in value.tolist()]
+    return value
+
+
+def safe_figure(figure: Mapping[str, Any]) -> dict[str, Any]:
+    """`figure` (a plotly figure as a dict) with every `<` and `>` left in its strings as entities, which
+    plotly shows as text: no markup can come from data (labelled text holds none raw and stays the same)."""
+    return {key: _no_tags(value) for key, value in figure.items()}
+
+
 def _fig(fig: go.Figure) -> dict[str, Any]:
     result: dict[str, Any] = fig.to_plotly_json()
     return result
@@ -33,7 +60,7 @@ def _fig(fig: go.Figure) -> dict[str, Any]:
 def breakdown_chart(table: pd.DataFrame) -> dict[str, Any] | None:
     if table.empty:
         return None
-    labels = [f"rank {r}" + (f" w{w}" if w else "") for r, w in zip(table["rank"], table["window"])]
+    labels = [label(f"rank {r}" + (f" w{w}" if w else "")) for r, w in zip(table["rank"], table["window"])]
     fig = go.Figure()
     for col, name, color in (("compute_pct", "compute", "compute"), ("comm_exposed_pct", "exposed communication", "comm"),
                              ("memory_exposed_pct", "exposed memory copies", "memory"), ("idle_pct", "idle", "idle")):
@@ -46,7 +73,7 @@ def overlap_chart(table: pd.DataFrame) -> dict[str, Any] | None:
     if table.empty or not (table["comm_ns"] > 0).any():
         return None
     t = table[table["comm_ns"] > 0]
-    labels = [f"rank {r}" for r in t["rank"]]
+    labels = [_rank(r) for r in t["rank"]]
     fig = go.Figure()
     fig.add_bar(x=labels, y=(t["comm_overlapped_ns"] / 1e6).round(3), name="overlapped with compute",
                 marker_color=_COLORS["compute"])
@@ -59,7 +86,7 @@ def overlap_chart(table: pd.DataFrame) -> dict[str, Any] | None:
 def step_time_chart(stats: pd.DataFrame) -> dict[str, Any] | None:
     if stats.empty:
         return None
-    labels = [f"rank {r}" for r in stats["rank"]]
+    labels = [_rank(r) for r in stats["rank"]]
     fig = go.Figure()
     fig.add_bar(x=labels, y=(stats["median_s"] * 1e3).round(3), name="median",
                 error_y=dict(type="data", array=((stats["p90_s"] - stats["median_s"]) * 1e3).round(3).tolist(),
@@ -73,8 +100,8 @@ def lateness_heatmap(lateness: pd.DataFrame, max_ranks: int = 256) -> dict[str, 
         return None
     grid = lateness.pivot_table(index="rank", columns="step", values="lateness_ms", aggfunc="median")
     grid = grid.iloc[:max_ranks]
-    fig = go.Figure(go.Heatmap(z=grid.round(3).to_numpy(), x=[str(c) for c in grid.columns],
-                               y=[f"rank {r}" for r in grid.index], colorscale="Reds",
+    fig = go.Figure(go.Heatmap(z=grid.round(3).to_numpy(), x=[label(c) for c in grid.columns],
+                               y=[_rank(r) for r in grid.index], colorscale="Reds",
                                colorbar=dict(title="ms late")))
     layout = {**_LAYOUT, "height": min(2400, max(300, 18 * len(grid) + 120))}
     fig.update_layout(title="Arrival lateness at collectives (median per step, ms after the earliest rank)",
@@ -85,7 +112,7 @@ def lateness_heatmap(lateness: pd.DataFrame, max_ranks: int = 256) -> dict[str, 
 def wait_bars(waits: pd.DataFrame) -> dict[str, Any] | None:
     if waits.empty:
         return None
-    labels = [f"rank {r}" for r in waits["rank"]]
+    labels = [_rank(r) for r in waits["rank"]]
     fig = go.Figure()
     fig.add_bar(x=labels, y=(waits["wait_per_step_s"] * 1e3).round(3), name="time it waited for others",
                 marker_color=_COLORS["idle"])
@@ -104,7 +131,7 @@ def step_series_chart(steps: pd.DataFrame, max_ranks: int = 32,
     fig = go.Figure()
     for rank in sorted(use["rank"].unique())[:max_ranks]:
         s = use[use["rank"] == rank].sort_values("step")
-        fig.add_scatter(x=s["step"], y=(s["dur_ns"] / 1e6).round(3), mode="lines+markers", name=f"rank {rank}")
+        fig.add_scatter(x=s["step"], y=(s["dur_ns"] / 1e6).round(3), mode="lines+markers", name=_rank(rank))
     for step in change_steps or []:
         fig.add_vline(x=step, line_dash="dash", line_color="#c0392b",
                       annotation_text=f"slower since step {step}", annotation_position="top left")
@@ -115,12 +142,12 @@ def step_series_chart(steps: pd.DataFrame, max_ranks: int = 32,
 def timeline_chart(timeline: pd.DataFrame) -> dict[str, Any] | None:
     if timeline.empty:
         return None
-    timeline = timeline.assign(row=[f"r{r} {lane}" for r, lane in zip(timeline["rank"], timeline["lane"])])
+    timeline = timeline.assign(row=[label(f"r{r} {lane}") for r, lane in zip(timeline["rank"], timeline["lane"])])
     rows = sorted(timeline["row"].unique(), key=lambda x: (int(x.split(" ")[0][1:]), x))
     fig = go.Figure()
     for kind, group in timeline.groupby("kind"):
         fig.add_bar(y=group["row"], x=group["dur_ms"].round(4), base=group["start_ms"].round(4), orientation="h",
-                    name=str(kind), marker_color=_COLORS.get(str(kind), "#999999"),
+                    name=label(kind), marker_color=_COLORS.get(str(kind), "#999999"),
                     hovertext=[label(n) for n in group["name"]], hoverinfo="text+x")
     height = max(300, 22 * len(rows) + 120)
     layout = {**_LAYOUT, "height": min(height, 2400)}
@@ -132,7 +159,7 @@ def timeline_chart(timeline: pd.DataFrame) -> dict[str, Any] | None:
 def profile_figures(ranks_table: pd.DataFrame, shares: pd.DataFrame) -> list[dict[str, Any]]:
     """The frame-share heatmap (frames x ranks) and the samples per rank."""
     ranks = [int(r) for r in ranks_table["rank"]]
-    names = [f"rank {r}" for r in ranks]
+    names = [_rank(r) for r in ranks]
     frames = (shares.drop_duplicates("row").sort_values("row")["frame"].astype(str).tolist()
               if not shares.empty else [])
     share = {(str(f), int(r)): float(v) for f, r, v in zip(shares.get("frame", []), shares.get("rank", []),

@@ -3,8 +3,8 @@
 GPU: SM clock, temperature and power per GPU over time, throttle periods shaded (`gpu_series`,
 `gpu_throttle`). RDMA: transmit / receive Gb/s per port, congestion counters per second and, for
 hosts with RoCE flow-control counters, the share of time paused by PFC (`rdma_ports`,
-`rdma_throughput`, `rdma_congestion`, `pfc_paused`). Host and device names pass through
-`charts.label`.
+`rdma_throughput`, `rdma_congestion`, `pfc_paused`). Host, GPU, device, port and counter names pass
+through `charts.label`.
 """
 
 from __future__ import annotations
@@ -47,14 +47,14 @@ def gpu_figures(series: pd.DataFrame, throttle: pd.DataFrame) -> list[dict[str, 
             t = _time(w["ts_ns"])
             for row, metric in GPU_ROWS:
                 if w[metric].notna().any():
-                    fig.add_trace(go.Scatter(x=t, y=w[metric], name=f"GPU {gpu} {metric}", mode="lines",
-                                             legendgroup=f"gpu{gpu}"), row=row, col=1)
+                    fig.add_trace(go.Scatter(x=t, y=w[metric], name=label(f"GPU {gpu} {metric}"), mode="lines",
+                                             legendgroup=label(f"gpu{gpu}")), row=row, col=1)
             periods = _of(throttle, host=host, gpu=gpu)
             for reason, color in SHADE.items() if not periods.empty else ():
                 for start, end in zip(*(_of(periods, reason=reason)[c].tolist() for c in ("start_ns", "end_ns"))):
                     fig.add_vrect(x0=pd.Timestamp(start, unit="ns"), x1=pd.Timestamp(end, unit="ns"),
                                   fillcolor=color, line_width=0, row="all", col=1,
-                                  annotation_text=f"GPU {gpu} {reason}", annotation_position="top left")
+                                  annotation_text=label(f"GPU {gpu} {reason}"), annotation_position="top left")
         fig.update_layout(title=f"GPUs on host {label(host)}", height=640, margin={"t": 60, "b": 30})
         figures.append(fig.to_plotly_json())
     return figures
@@ -82,7 +82,7 @@ def rdma_figures(ports: pd.DataFrame, throughput: pd.DataFrame, congestion: pd.D
             fig.add_trace(go.Scatter(x=t, y=p["rx_gbps"], name=f"{name} rx", mode="lines",
                                      line={"dash": "dot"}), row=1, col=1)
             for counter, q in _of(rates, device=dev, port=port).groupby("counter", sort=False):
-                fig.add_trace(go.Scatter(x=_time(q["t1_ns"]), y=q["per_s"], name=f"{name} {counter}",
+                fig.add_trace(go.Scatter(x=_time(q["t1_ns"]), y=q["per_s"], name=f"{name} {label(counter)}",
                                          mode="lines"), row=2, col=1)
         fig.update_layout(title=f"RDMA on host {label(host)}", height=240 * len(titles), margin={"t": 60, "b": 30})
         figures.append(fig.to_plotly_json())

@@ -8,8 +8,9 @@ single offline file well under 1.5 MiB.
 
 Promise: `SECTIONS` is the explicit list of the report's sections, in page order; `build_sections`
 runs each on the report tables and findings; `render` writes the page. Everything that came from a
-trace, a log or a finding is escaped by the templates (autoescape); figure JSON is embedded as data,
-with `<` escaped so it cannot close the script element.
+trace, a log or a finding is escaped by the templates (autoescape), and nothing is marked safe but
+plotly.js and the figures; figures carry no plotly label markup from data (`charts.safe_figure`) and
+their JSON is embedded as data, with `<` escaped so it cannot close the script element.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from plotly.utils import PlotlyJSONEncoder
 
 from perftracker import __version__
 from perftracker.analyzers.findings import Finding, Severity
+from perftracker.reports import charts
 from perftracker.reports.evidence import evidence_items
 from perftracker.reports.health_sections import gpu_section, rdma_section
 from perftracker.reports.json_report import verdict
@@ -95,7 +97,7 @@ def render(path: Path, findings: list[Finding], notes: list[LoadNote], sections:
         ids = []
         for i, fig in enumerate(section.figures):
             fig_id = f"fig-{section.key}-{i}"
-            figures[fig_id] = fig
+            figures[fig_id] = charts.safe_figure(fig)  # no plotly markup from data, whatever a chart forgot
             ids.append(fig_id)
         view_sections.append(_section_view(section, ids))
     top = max((f.severity for f in findings), default=Severity.INFO)

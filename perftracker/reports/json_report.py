@@ -95,4 +95,8 @@ def read(path: Path) -> tuple[dict[str, Any], list[Finding]]:
     if not isinstance(document, dict) or document.get("schema_version") != SCHEMA_VERSION:
         raise InputError("not a perftracker findings file of a supported version", str(path),
                          "re-run perftracker analyze with this version")
-    return document, [Finding.from_dict(f) for f in document.get("findings", [])]
+    try:
+        return document, [Finding.from_dict(f) for f in document.get("findings", [])]
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # edited by hand, or by something else
+        raise InputError(f"a finding in it is not one perftracker wrote ({type(exc).__name__}: {exc})", str(path),
+                         "re-run perftracker analyze to write it again") from None

@@ -5,6 +5,8 @@ top 3 actionable findings with ranks, hosts and cost, the report path); `prometh
 tables)` writes headline metrics in the Prometheus text exposition format (HELP/TYPE lines, one
 sample per line) for node-exporter's textfile collector: step time, straggler cost, communication
 overlap, findings by severity. Metrics the analysis could not measure are left out, not written as 0.
+Text from inputs (titles, hosts, the input path) reaches the summary without control characters
+(`text.printable`): it is pasted into chats and tickets and shown in terminals.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 import pandas as pd
+
+from perftracker.reports.text import printable
 
 SEVERITIES = ("critical", "warning", "info")
 
@@ -56,7 +60,7 @@ def text_summary(document: dict[str, Any], report_path: str = "", limit: int = 3
         lines.append("not judged, for lack of inputs: " + ", ".join(str(a.get("area")) for a in not_judged))
     if report_path:
         lines.append(f"report: {report_path}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(printable(line).replace("\n", " ") for line in lines) + "\n"
 
 
 def _escape(value: str) -> str:

@@ -1,7 +1,14 @@
-"""The terminal summary: a verdict line and the ranked findings, with rich."""
+"""The terminal summary: a verdict line and the ranked findings, with rich.
+
+Promise: text that came from inputs (finding titles made of phase names, frames, host and kernel
+names) reaches the terminal through `printable`, without the control characters a terminal acts on
+(ESC sequences that recolour, move the cursor or set the title; other C0/C1 controls; bidirectional
+overrides), and is never read as rich markup.
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +19,13 @@ from perftracker.analyzers.findings import Finding
 from perftracker.reports.json_report import verdict
 
 _STYLE = {"critical": "bold red", "warning": "yellow", "info": "dim"}
+# C0 controls but tab and newline, DEL, C1 controls (0x9b is a one-byte CSI), bidirectional marks and overrides
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: object) -> str:
+    """`text` as a string without the control characters a terminal would act on (tabs and newlines stay)."""
+    return _CONTROL.sub("", str(text))
 
 
 def print_summary(console: Console, findings: list[Finding], report: Path | None, limit: int = 12,
@@ -48,9 +62,9 @@ def print_summary(console: Console, findings: list[Finding], report: Path | None
                       + " (what each needs: the report, or summary.coverage in findings.json)",
                       highlight=False, markup=False)
     if report is not None:
-        console.print(f"Report: {report}", highlight=False)
+        console.print(f"Report: {printable(report)}", highlight=False, markup=False)
 
 
 def _plain(text: str) -> str:
-    """Trace content must not be read as rich markup."""
-    return text.replace("[", "\\[")
+    """Trace content must not act on the terminal nor be read as rich markup."""
+    return printable(text).replace("[", "\\[")

@@ -1,0 +1,133 @@
+"""What perftracker never keeps: secret environment variables, credentials in values, secret command-line options.
+
+Promise: `keep_variable(name)` is True only for allow-listed names (the documented NCCL_/TORCH_/
+CUDA_/UCX_/GLOO_/... prefixes and a few exact names, `ALLOWED_PREFIXES` / `ALLOWED_NAMES`) that hold
+none of TOKEN, PASS, PWD, SECRET, KEY, CRED, CERT, BEARER, WEBHOOK, AUTH (nor COOKIE, PRIVATE,
+SESSION), whatever their prefix; documented variables that merely contain such a word
+(`NCCL_IB_PKEY`, `UCX_IB_PKEY`) are excepted by name. `redact_value(value)` hides the credentials a
+kept variable may still carry: URL user info (`https://user:pw@host` -> `https://<redacted>@host`),
+secret-looking query or key=value parameters (`h?token=abc` -> `h?token=<redacted>`) and long
+high-entropy strings (tokens, keys) -> `<redacted>`; paths, lists, GPU UUIDs and run ids stay as they
+are. `safe_env(env)` keeps the variables of `keep_variable` whose value carries no such credential
+(one that does is dropped whole). `redact_command(argv)` gives a command line with the values of
+secret-looking options hidden, in `--opt value`, `--opt=value` and `key=value` forms, plus every
+value check above. Everything perftracker stores (env snapshots, manifests, reports) passes here.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+REDACTED = "<redacted>"
+
+ALLOWED_PREFIXES = (
+    "NCCL_", "TORCH_", "CUDA_", "UCX_", "GLOO_", "OMP_", "MASTER_", "TORCHELASTIC_", "PYTORCH_", "NVIDIA_",
+    "OMPI_COMM_WORLD_", "PMI_", "PMIX_RANK", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NNODES", "SLURM_NTASKS",
+    "HCOLL_", "SHARP_", "MLX5_", "IBV_", "RDMAV_", "MELLANOX_", "KINETO_", "PERFTRACKER_",
+)
+ALLOWED_NAMES = frozenset({
+    "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "NODE_RANK",
+    "ROLE_RANK", "ROLE_WORLD_SIZE", "LD_LIBRARY_PATH", "LD_PRELOAD", "HOSTNAME",
+})
+# Documented variables whose name holds a secret-looking word but whose value is configuration.
+DOCUMENTED_EXCEPTIONS = frozenset({"NCCL_IB_PKEY", "UCX_IB_PKEY"})
+SECRET_WORDS = ("TOKEN", "PASS", "PWD", "SECRET", "KEY", "CRED", "CERT", "BEARER", "WEBHOOK", "AUTH", "COOKIE",
+                "PRIVATE", "SESSION")
+# Identifiers perftracker needs as they are (job grouping, host names); still checked for URL credentials.
+_IDENTIFIERS = frozenset({"TORCHELASTIC_RUN_ID", "HOSTNAME"})
+
+_SECRET_NAME = re.compile("|".join(SECRET_WORDS), re.IGNORECASE)
+_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^/\s@?#]+)@")
+# name=value inside a value or an argument: query parameters, comma/semicolon lists, a bare key=value
+_PARAM = re.compile(r"(?P<lead>(?:^|[?&;,\s]))(?P<name>[A-Za-z0-9_.\-]{1,64})=(?P<value>[^&;,\s]*)")
+_SECRET_PARAM_EXTRA = re.compile(r"^(?:sig|signature|x-amz-signature|x-amz-credential|sas|api[-_]?key)$",
+                                 re.IGNORECASE)
+_PIECES = re.compile(r"[^\s,:;=@?&'\"]+")  # '/' stays inside: base64 keys hold it
+_PATH_PARTS = re.compile(r"[^/]+")
+_UUID = re.compile(r"^(?:[A-Z]+-)*[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")  # GPU-..., MIG-...
+_HEX = re.compile(r"^[0-9a-fA-F]+$")
+_KNOWN_TOKEN = re.compile(r"^(?:gh[pousr]_|github_pat_|xox[abposr]-|sk-|hf_|glpat-|AKIA|ASIA|eyJ)[A-Za-z0-9_\-.]{12,}")
+_OPTION = re.compile(r"^(?P<dashes>--?)(?P<name>[A-Za-z0-9][A-Za-z0-9_.\-]*)(?:=(?P<value>.*))?$", re.DOTALL)
+
+
+def is_secret_name(name: str) -> bool:
+    """Does `name` (a variable, an option, a parameter) look like it holds a secret?"""
+    return name.upper() not in DOCUMENTED_EXCEPTIONS and bool(_SECRET_NAME.search(name)
+                                                                 or _SECRET_PARAM_EXTRA.match(name))
+
+
+def keep_variable(name: str) -> bool:
+    """True for environment variables perftracker may keep: allow-listed and not secret-looking."""
+    if name not in DOCUMENTED_EXCEPTIONS and _SECRET_NAME.search(name):
+        return False
+    return name in ALLOWED_NAMES or name.startswith(ALLOWED_PREFIXES)
+
+
+def _entropy(text: str) -> float:
+    counts = Counter(text)
+    return -sum(n / len(text) * math.log2(n / len(text)) for n in counts.values())
+
+
+def looks_like_token(piece: str) -> bool:
+    """A key or token: a known token prefix, or a long string mixing character classes like random data does."""
+    if _KNOWN_TOKEN.match(piece):
+        return True
+    if len(piece) < 20 or _UUID.match(piece):
+        return False
+    if _HEX.match(piece):
+        return len(piece) >= 32 and any(c.isdigit() for c in piece) and any(c.isalpha() for c in piece)
+    mixed = all((any(c.islower() for c in piece), any(c.isupper() for c in piece), any(c.isdigit() for c in piece)))
+    return mixed and _entropy(piece) >= 4.0  # base64-like; words, paths and host names mix fewer classes
+
+
+def redact_value(value: str, check_tokens: bool = True) -> str:
+    """`value` with URL user info, secret-looking name=value parameters and (with `check_tokens`) token-like
+    strings replaced by `<redacted>`; any other text unchanged."""
+    out = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", value)
+    out = _PARAM.sub(lambda m: f"{m.group('lead')}{m.group('name')}={REDACTED}"
+                     if is_secret_name(m.group("name")) and m.group("value") else m.group(0), out)
+    if check_tokens:
+        out = _PIECES.sub(lambda m: _redact_piece(m.group(0)), out)
+    return out
+
+
+def _redact_piece(piece: str) -> str:
+    if piece.startswith(("/", "~", ".")):  # a path (or a URL's): each of its parts on its own
+        return _PATH_PARTS.sub(lambda m: REDACTED if looks_like_token(m.group(0)) else m.group(0), piece)
+    return REDACTED if looks_like_token(piece) else piece
+
+
+def carries_credential(name: str, value: str) -> bool:
+    """Does the value of variable `name` hold a credential `redact_value` would hide?"""
+    return redact_value(value, check_tokens=name not in _IDENTIFIERS) != value
+
+
+def safe_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The allow-listed, secret-free part of `env`: a variable whose value carries a credential is dropped whole."""
+    return {k: v for k, v in env.items() if keep_variable(k) and not carries_credential(k, v)}
+
+
+def redact_command(argv: Sequence[str]) -> list[str]:
+    """`argv` with the values of secret-looking options (`--password x`, `--api-key=x`, `-p`/`--token` ...),
+    of secret-looking `key=value` arguments and every credential `redact_value` finds replaced by `<redacted>`."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            hide_next = False
+            if not arg.startswith("-"):
+                out.append(REDACTED)
+                continue
+        option = _OPTION.match(arg)
+        if option is not None and is_secret_name(option.group("name")):
+            if option.group("value") is None:
+                hide_next = True
+                out.append(arg)
+            else:
+                out.append(f"{option.group('dashes')}{option.group('name')}={REDACTED}")
+            continue
+        out.append(redact_value(arg))
+    return out
