@@ -18,6 +18,7 @@ from perftracker.errors import UsageError
 from perftracker.pipeline import DIFF_HTML, DIFF_JSON, diff_paths
 from perftracker.reports.text import printable
 
+
 def diff(
     base: Annotated[Path, typer.Argument(help="The good (earlier) run: a run directory, a folder of traces, or an "
                                          "analyze output folder (findings.json + tables/).")],
