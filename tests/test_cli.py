@@ -118,3 +118,7 @@ def test_demo_on_sample_traces_names_the_slowed_rank(tmp_path: Path) -> None:
     assert [f["ranks"] for f in gpu["findings"] if f["analyzer"] == "straggler" and f["severity"] != "info"] == [[2]]
     assert "synthetic_inputs" in gpu["summary"] and "synthetic_inputs" not in doc["summary"]
     assert result.stdout.count("Synthetic inputs") == 2
+    # AND one line per sample, and an index page linking every sample's report
+    assert len(result.stdout.strip().splitlines()) == len([p for p in SAMPLE.parent.iterdir() if p.is_dir()]) + 1
+    index = (tmp_path / "demo" / "index.html").read_text()
+    assert all(f'href="{p.name}/report.html"' in index for p in SAMPLE.parent.iterdir() if p.is_dir())

@@ -19,7 +19,7 @@ from perftracker.cli.options import (
     sysfs_root_option,
     writable_folder,
 )
-from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on
+from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, terminal
 from perftracker.collectors.loading import LoadOptions, default_cache_dir, load_jobs
 from perftracker.errors import UsageError
 from perftracker.pipeline import AnalysisResult, ReportNotWritten, analyze_path, analyze_store, writing
@@ -35,7 +35,7 @@ def analyze(
     out: Annotated[Path, out_option("Where to write report.html, findings.json and tables/.")]
     = Path("perftracker-out"),
     fail_on: FailOn = None,
-    hta_compat: Annotated[bool, typer.Option("--hta-compat", help="Use Holistic Trace Analysis' definitions for "
+    hta_compat: Annotated[bool, typer.Option("--hta-compat", metavar="", help="Use Holistic Trace Analysis' definitions for "
                                              "the breakdown and overlap (drop the last step; overlapped "
                                              "communication counts as compute).")] = False,
     comm_kernel: Annotated[list[str] | None, typer.Option("--comm-kernel", help="Regex of extra GPU kernel names "
@@ -51,14 +51,14 @@ def analyze(
     = None,
     sysfs_root: Annotated[Path | None, sysfs_root_option("Check NCCL settings against this node's RDMA/network "
                                                          "sysfs (e.g. /sys) when analyzing on the node.")] = None,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the parsed-trace cache.")]
+    no_cache: Annotated[bool, typer.Option("--no-cache", metavar="", help="Do not read or write the parsed-trace cache.")]
     = False,
     workers: Annotated[int, typer.Option("--workers", help="Parallel parser processes (0: one per CPU).")] = 0,
     quiet: Annotated[bool, quiet_option("Print only the verdict line.")] = False,
     job: Annotated[str | None, typer.Option("--job", help="Where the traces are of several jobs: analyze only "
                                             "the one with this label (as the refusal lists them, e.g. job2 or "
                                             "job2-w8-a100-sxm4-80gb).")] = None,
-    each_job: Annotated[bool, typer.Option("--each-job", help="Where the traces are of several jobs: analyze each "
+    each_job: Annotated[bool, typer.Option("--each-job", metavar="", help="Where the traces are of several jobs: analyze each "
                                            "alone into OUT/<label>/, with an index in OUT/jobs.json.")] = False,
 ) -> None:
     """Analyze traces and step files; print the verdict and ranked findings; write the report.
@@ -80,7 +80,7 @@ def analyze(
                           cache_dir=None if no_cache else default_cache_dir(), workers=workers,
                           nccl_profile=profile, sysfs_root=sysfs_root,
                           sysfs_host=host_name() if sysfs_root is not None else "", job=job)
-    console = Console()
+    console = terminal()
     if each_job:
         findings = _analyze_each_job(console, path, out, options, hta_compat, quiet)
         raise typer.Exit(fail_on_exit(findings, threshold))

@@ -28,7 +28,7 @@ from perftracker.cli.options import (
     sysfs_root_option,
     writable_folder,
 )
-from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on
+from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, terminal
 from perftracker.collectors.loading import LoadOptions
 from perftracker.errors import PerftrackerError
 from perftracker.live.collectors import SamplerOptions, build_samplers
@@ -51,18 +51,18 @@ def attach(
     interval: Annotated[float, interval_option()] = 5.0,
     stack_interval: Annotated[float, stack_interval_option("Seconds between non-blocking py-spy dumps of every rank "
                                                            "(each costs about 6 ms of CPU per rank).")] = 15.0,
-    stacks: Annotated[bool, typer.Option("--stacks/--no-stacks", help="Python stacks with py-spy.")] = True,
+    stacks: Annotated[bool, typer.Option("--stacks/--no-stacks", metavar="", help="Python stacks with py-spy.")] = True,
     profile_seconds: Annotated[float, typer.Option("--profile-seconds", help="Record every rank's stacks with "
                                                    "`py-spy record` (non-blocking) for this many seconds, once, "
                                                    "2 s after attaching, to find a straggler without preparing "
                                                    "the job; 0 = off.")] = 10.0,
     profile_rate: Annotated[int, typer.Option("--profile-rate", help="Samples per second of --profile-seconds.")]
     = 20,
-    gpu: Annotated[bool, typer.Option("--gpu/--no-gpu", help="NVML GPU samples.")] = True,
-    rdma: Annotated[bool, typer.Option("--rdma/--no-rdma", help="RDMA port counters from sysfs.")] = True,
-    logs: Annotated[bool, typer.Option("--logs/--no-logs", help="Follow NCCL logs and the job's output files.")]
+    gpu: Annotated[bool, typer.Option("--gpu/--no-gpu", metavar="", help="NVML GPU samples.")] = True,
+    rdma: Annotated[bool, typer.Option("--rdma/--no-rdma", metavar="", help="RDMA port counters from sysfs.")] = True,
+    logs: Annotated[bool, typer.Option("--logs/--no-logs", metavar="", help="Follow NCCL logs and the job's output files.")]
     = True,
-    steps: Annotated[bool, typer.Option("--steps/--no-steps", help="Step times from the hook or the job's log.")]
+    steps: Annotated[bool, typer.Option("--steps/--no-steps", metavar="", help="Step times from the hook or the job's log.")]
     = True,
     nccl_log: Annotated[list[Path] | None, typer.Option("--nccl-log", help="An NCCL log file to follow "
                                                         "(repeatable).")] = None,
@@ -76,7 +76,7 @@ def attach(
                                                     "a hang across the whole job.")] = None,
     host: Host = None,
     sysfs_root: Annotated[Path, sysfs_root_option("Root of sysfs (tests use a fake tree).")] = Path("/sys"),
-    analyze: Annotated[bool, typer.Option("--analyze/--no-analyze", help="Analyze the run directory at the end.")]
+    analyze: Annotated[bool, typer.Option("--analyze/--no-analyze", metavar="", help="Analyze the run directory at the end.")]
     = True,
     fail_on: Annotated[str | None, fail_on_option("Exit 3 when the diagnosis at the end has a finding at or above "
                                                   "this severity (warning or critical).")] = None,
@@ -101,7 +101,7 @@ def attach(
 
 def _attach(job: str, run_dir: Path, me: str, sysfs_root: Path, options: SamplerOptions, duration: float,
             quiet: bool, analyze: bool, threshold: Severity | None, interrupts: Interrupts) -> None:
-    console = Console()
+    console = terminal()
     found = find_job(job, me)
     with writing(run_dir):
         run_dir.mkdir(parents=True, exist_ok=True)

@@ -8,12 +8,14 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from perftracker.analyzers.findings import Severity
 from perftracker.cli.options import out_option, writable_folder
-from perftracker.cli.voice import add_command
+from perftracker.cli.voice import add_command, terminal
 from perftracker.collectors.loading import LoadOptions
 from perftracker.errors import InputError
 from perftracker.pipeline import AnalysisResult, ReportNotWritten, analyze_path
-from perftracker.reports.text import print_summary
+from perftracker.reports.index_html import IndexEntry, render_index
+from perftracker.reports.text import print_summary, printable
 
 
 def sample_traces_dir() -> Path:
@@ -28,23 +30,38 @@ def sample_traces_dir() -> Path:
 
 
 def demo(
-    out: Annotated[Path, out_option("Where to write the report.")] = Path("perftracker-demo"),
+    out: Annotated[Path, out_option("Where to write the reports and their index.html.")] = Path("perftracker-demo"),
+    full: Annotated[bool, typer.Option("--full", metavar="", help="Print every sample's ranked findings, not "
+                                       "only its verdict.")] = False,
 ) -> None:
-    """Analyze the bundled sample runs (real jobs, and synthetic ones marked as such in their reports)."""
+    """Analyze the bundled sample runs (real jobs, and synthetic ones marked as such in their reports); write
+    one index.html linking their reports."""
     root = sample_traces_dir()
     runs = sorted(p for p in root.iterdir() if p.is_dir())
     if not runs:
         raise InputError("no sample run in sample_traces/", str(root), "regenerate it with scripts/make_sample_traces.py")
     writable_folder(out)
-    console = Console()
+    console = terminal()
+    entries = []
     for run in runs:
-        console.rule(f"{run.name}")
+        if full:
+            console.rule(f"{run.name}")
         try:
             result = analyze_path(run, out / run.name, LoadOptions(cache_dir=None))
         except ReportNotWritten as exc:  # the verdict is said, then what could not be written
             _print(console, exc.result, written=False)
             raise
-        _print(console, result)
+        summary = result.document["summary"]
+        if full:
+            _print(console, result)
+        else:
+            tag = " (Synthetic inputs: a demonstration, not measurements)" if summary.get("synthetic_inputs") else ""
+            console.print(f"{run.name}{tag}: {printable(summary['verdict'])}", highlight=False, markup=False)
+        top = max((f.severity for f in result.findings), default=Severity.INFO)
+        entries.append(IndexEntry(run.name, str(summary["verdict"]), "ok" if top == Severity.INFO else top.label,
+                                  f"{run.name}/report.html", bool(summary.get("synthetic_inputs"))))
+    render_index(out / "index.html", entries, "perftracker demo: the bundled sample runs")
+    console.print(f"Reports of {len(entries)} sample runs: {out / 'index.html'}", highlight=False, markup=False)
 
 
 def _print(console: Console, result: AnalysisResult, written: bool = True) -> None:

@@ -7,12 +7,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from perftracker.analyzers.compare.diff import DEFAULT_TOLERANCE
 from perftracker.analyzers.findings import Severity
 from perftracker.cli.options import out_option, quiet_option, writable_folder
-from perftracker.cli.voice import EXIT_FINDINGS, add_command
+from perftracker.cli.voice import EXIT_FINDINGS, add_command, terminal
 from perftracker.collectors.loading import LoadOptions, default_cache_dir
 from perftracker.errors import UsageError
 from perftracker.pipeline import DIFF_HTML, DIFF_JSON, diff_paths
@@ -32,7 +31,7 @@ def diff(
     tolerance: Annotated[float, typer.Option(
         "--tolerance", metavar="PCT", help="A significant step-time rise below PCT percent is an info, not a "
         "warning.")] = 100 * DEFAULT_TOLERANCE,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the parsed-trace cache.")]
+    no_cache: Annotated[bool, typer.Option("--no-cache", metavar="", help="Do not read or write the parsed-trace cache.")]
     = False,
     quiet: Annotated[bool, quiet_option("Print only the verdict line.")] = False,
 ) -> None:
@@ -46,7 +45,7 @@ def diff(
     if out is not None:
         writable_folder(out)
     options = LoadOptions(cache_dir=None if no_cache else default_cache_dir())
-    console = Console()
+    console = terminal()
     if out is None:
         with tempfile.TemporaryDirectory(prefix="perftracker-diff-") as scratch:
             result, _ = diff_paths(base, new, Path(scratch), options, tolerance / 100.0)

@@ -25,7 +25,7 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity, rank_findings
 from perftracker.analyzers.nccl.config import analyze_nccl_config
 from perftracker.cli.options import fail_on_option, nccl_profile_option, sysfs_root_option
-from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on
+from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, terminal
 from perftracker.collectors.counters.sysfs import read_sysfs
 from perftracker.collectors.env import env_file_frame, env_rows, filter_env, process_env_frame
 from perftracker.collectors.nccl.profiles import load_profile
@@ -78,7 +78,7 @@ def lint_env(
     pid: Annotated[int | None, typer.Option("--pid", help="Read this running process's environment.")] = None,
     profile: Annotated[str, nccl_profile_option("Platform profile name or JSON file.")] = "generic",
     sysfs_root: Annotated[Path | None, sysfs_root_option("Root of a sysfs tree (default /sys).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the findings as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the findings as JSON.")] = False,
     fail_on: Annotated[str, fail_on_option("Exit 3 at this severity: warning or critical.")] = "critical",
 ) -> None:
     """Check NCCL settings before launch (a pre-flight sanity check)."""
@@ -87,7 +87,7 @@ def lint_env(
     if as_json:
         typer.echo(json.dumps([f.to_dict() for f in findings], indent=1))
     else:
-        _print(Console(), findings, str(store.run_info.nccl_profile["name"]))
+        _print(terminal(), findings, str(store.run_info.nccl_profile["name"]))
     raise typer.Exit(fail_on_exit(findings, threshold))
 
 

@@ -27,7 +27,7 @@ FAIL_ON_HELP = ("Exit 3 when a finding at or above this severity exists (warning
 
 def fail_on_option(help: str = FAIL_ON_HELP) -> Any:
     """`--fail-on LEVEL` (see voice.parse_fail_on)."""
-    return typer.Option("--fail-on", help=help)
+    return typer.Option("--fail-on", metavar="warning|critical", help=help)
 
 
 def out_option(help: str) -> Any:
@@ -37,7 +37,7 @@ def out_option(help: str) -> Any:
 
 def quiet_option(help: str) -> Any:
     """`--quiet/-q`."""
-    return typer.Option("--quiet", "-q", help=help)
+    return typer.Option("--quiet", "-q", metavar="", help=help)
 
 
 def sysfs_root_option(help: str) -> Any:

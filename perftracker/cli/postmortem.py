@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 
 from perftracker.cli.options import FailOn, out_option, writable_file, writable_folder
-from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on
+from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, terminal
 from perftracker.collectors.loading import LoadOptions
 from perftracker.pipeline import AnalysisResult, ReportNotWritten, analyze_path, writing
 from perftracker.reports.summary import headline, prometheus_text, text_summary
@@ -46,7 +46,7 @@ def postmortem(
     for file, option in ((summary, "--summary"), (prom, "--prom")):
         if file is not None:
             writable_file(file, option)
-    console = Console()
+    console = terminal()
     try:
         result = analyze_path(path, out, LoadOptions(cache_dir=None))
     except ReportNotWritten as exc:  # the analysis finished: its verdict is said, then what could not be written

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from perftracker.cli.options import Host
-from perftracker.cli.voice import add_command
+from perftracker.cli.voice import add_command, terminal
 from perftracker.live.discovery import denied_hint, job_label, list_jobs
 from perftracker.reports.text import printable
 from perftracker.rundir import host_name
@@ -16,7 +15,7 @@ from perftracker.rundir import host_name
 
 def ps(host: Host = None) -> None:
     """List running training jobs: rank, local rank, pid, host, command (grouped by run id)."""
-    console = Console()
+    console = terminal()
     jobs = list_jobs(host_name(host))
     if not jobs:
         console.print("No training processes found (none has RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK "

@@ -6,9 +6,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-from perftracker.cli.voice import add_command
+from perftracker.cli.voice import add_command, terminal
 from perftracker.pipeline import FINDINGS, render_report
 from perftracker.reports.text import printable
 
@@ -22,7 +21,7 @@ def report(
     if not (folder / FINDINGS).exists() and (folder / "perftracker-out" / FINDINGS).exists():
         folder = folder / "perftracker-out"
     out = render_report(folder)
-    Console().print(f"Report: {printable(out)}", highlight=False, markup=False)
+    terminal().print(f"Report: {printable(out)}", highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from perftracker.cli.options import out_option, writable_file
-from perftracker.cli.voice import add_command
+from perftracker.cli.voice import add_command, terminal
 from perftracker.collectors.loading import LoadOptions, default_cache_dir
 from perftracker.errors import UsageError
 from perftracker.pipeline import timeline_path
@@ -48,7 +47,7 @@ def timeline(
                                               "all that fit --max-events).")] = None,
     max_events: Annotated[int, typer.Option("--max-events", help="At most this many events (the last steps that "
                                             "fit are kept).")] = 2_000_000,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the parsed-trace cache.")]
+    no_cache: Annotated[bool, typer.Option("--no-cache", metavar="", help="Do not read or write the parsed-trace cache.")]
     = False,
 ) -> None:
     """Merge every rank's trace into one, on one clock (offsets estimated from collective end times), one
@@ -59,7 +58,7 @@ def timeline(
     options = LoadOptions(cache_dir=None if no_cache else default_cache_dir())
     written, timeline_ = timeline_path(path, out, options, parse_ranges(ranks, "ranks"), parse_ranges(steps, "steps"),
                                        max_events)
-    console = Console()
+    console = terminal()
     console.print(f"Timeline: {out} ({written} trace events, ranks {len(timeline_.ranks)}, "
                   f"steps {len(timeline_.steps)}{'; ' + timeline_.note if timeline_.note else ''})",
                   highlight=False, markup=False)

@@ -5,17 +5,22 @@ Promise: a command raises `PerftrackerError` for anything the user can act on; r
 exits 2 (`EXIT_USAGE`), the same under `perftracker` as under a test runner, never a traceback.
 `--fail-on LEVEL` is read by `parse_fail_on` before a command does any work (a bad level is the same
 usage error in every command) and turned into the exit code by `fail_on_exit`: 3 (`EXIT_FINDINGS`)
-when a finding at or above LEVEL exists, else 0. Usage errors the option parser itself finds (a
+when a finding at or above LEVEL exists, else 0. `terminal()` is the console every command prints to:
+on a terminal it wraps to its width; piped or redirected, lines are never wrapped (a one-line verdict
+stays one line for grep and CI logs) and tables get 160 columns. Usage errors the option parser itself finds (a
 missing argument, a number that is not one) keep typer's usage box, also with exit 2.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, cast
 
 import typer
+from rich.console import Console
 
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.errors import PerftrackerError, UsageError
@@ -26,6 +31,17 @@ EXIT_FINDINGS = 3
 EXIT_INTERNAL = 70
 
 CommandFn = TypeVar("CommandFn", bound=Callable[..., Any])
+
+
+PIPED_WIDTH = 160
+
+
+def terminal() -> Console:
+    """The console commands print to (see the module docstring)."""
+    if sys.stdout.isatty():
+        return Console()
+    columns = os.environ.get("COLUMNS", "")
+    return Console(soft_wrap=True, width=int(columns) if columns.isdigit() and int(columns) > 0 else PIPED_WIDTH)
 
 
 def say(text: str) -> None:

@@ -1,0 +1,39 @@
+"""index.html of `perftracker demo`: one page linking every sample run's report, with its verdict.
+
+Promise: `render_index(path, entries)` writes a small static page (no scripts) listing each entry's
+name, whether its inputs are synthetic, its verdict and a relative link to its report.html. All text
+is escaped by the template.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import jinja2
+
+from perftracker import __version__
+from perftracker.rundir import atomic_write_text
+
+_ENV = jinja2.Environment(
+    loader=jinja2.PackageLoader("perftracker.reports", "templates"),
+    autoescape=jinja2.select_autoescape(["html", "j2"], default=True),
+    undefined=jinja2.StrictUndefined,
+)
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    name: str
+    verdict: str
+    severity: str  # critical | warning | ok
+    report: str  # relative to the index
+    synthetic: bool
+
+
+def render_index(path: Path, entries: list[IndexEntry], title: str) -> None:
+    page = _ENV.get_template("index.html.j2").render(
+        title=title, entries=entries, version=__version__,
+        generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+    atomic_write_text(path, page)
