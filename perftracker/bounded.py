@@ -267,6 +267,21 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _SURROGATE_ESCAPE_B = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
+_LONE_SURROGATE_B = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+                               rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+
+
+def replace_lone_surrogate_escapes(data: bytearray) -> int:
+    """Replace, in place, JSON escapes of lone surrogates (`\\ud800` without its pair) by `\\ufffd`
+    (same length, so byte positions hold); how many. Some decoders refuse them, others pass them on."""
+    if _SURROGATE_ESCAPE_B.search(data) is None:
+        return 0
+    spans = [m.span() for m in _LONE_SURROGATE_B.finditer(data)]
+    for start, end in spans:
+        data[start:end] = b"\\ufffd"
+    return len(spans)
+
+
 def clean_text(text: str) -> str:
     """`text` with lone surrogates (which JSON escapes and pickles can carry, and UTF-8 cannot) replaced."""
     try:

@@ -27,7 +27,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from perftracker.bounded import clean_text, file_cap, inflate, read_capped
+from perftracker.bounded import clean_text, file_cap, inflate, read_capped, replace_lone_surrogate_escapes
 from perftracker.collectors.traces.kineto_cut import CutReport, cut_back, error_position
 from perftracker.errors import InputError
 from perftracker.values import ascii_int, int_in
@@ -204,6 +204,8 @@ def parse_trace(path: Path) -> ParsedTrace:
     text = read_bytes(path)
     data = text.data
     trace = ParsedTrace(path=path, notes=text.notes)
+    if replace_lone_surrogate_escapes(data):
+        trace.notes.append("text with lone UTF-16 surrogates (\\ud800 without its pair) was read as U+FFFD")
     total = len(data)
     try:
         doc: TraceDoc | None = msgspec.json.decode(data, type=TraceDoc)
