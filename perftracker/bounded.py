@@ -8,7 +8,9 @@ cap, never more:
 - at most `file_cap()` bytes are read from a file (`PERFTRACKER_MAX_FILE_BYTES`, default 2 GiB, well
   above real traces and logs); what lies beyond is reported (`Capped.left_out`), never read;
 - gzip is inflated in chunks up to the same cap (`inflate`): a bomb stops at the cap, a cut stream
-  yields what it holds, a corrupt one says where;
+  yields what it holds, a corrupt one says where; JSON readers may ask for runs of whitespace of
+  `BLANK_RUN` bytes or more to be squeezed to one space as they are read (`squeeze_blank_runs`), so a
+  file of padding costs no memory;
 - lines are split like Python's universal newlines (`\\n`, `\\r\\n`, `\\r`), decoded as UTF-8 with bad
   bytes replaced, and cut at `MAX_LINE_CHARS` (the cut lines are counted, `LineStats`);
 - `loads_json` turns a decoder's recursion failure on deeply nested input into `ValueError`, so a
@@ -89,6 +91,7 @@ class Capped:
     data: bytearray
     size: int  # the file's size when opened
     left_out: int
+    squeezed: int = 0  # whitespace bytes dropped from long runs (when asked to)
 
     def note(self, cap: int) -> str:
         """What the cap left out, for a load note ("" when nothing)."""
@@ -98,19 +101,27 @@ class Capped:
                 f"{cap:,} were read, {self.left_out:,} left out (set PERFTRACKER_MAX_FILE_BYTES to raise the cap)")
 
 
-def read_capped(path: Path, cap: int | None = None) -> Capped:
-    """The first `cap` bytes of a regular file (InputError for anything else; OSError when reading fails)."""
+def read_capped(path: Path, cap: int | None = None, squeeze: bool = False) -> Capped:
+    """The first `cap` bytes of a regular file (InputError for anything else; OSError when reading fails).
+
+    With `squeeze`, long whitespace runs are squeezed as they are read (`Capped.squeezed` counts them;
+    the cap then counts the bytes read from the file)."""
     limit = file_cap() if cap is None else cap
+    read = squeezed = 0
     with open_regular(path) as handle:
         size = os.fstat(handle.fileno()).st_size
         data = bytearray()
-        while len(data) < limit:  # in blocks into one growing buffer: never the file twice in memory
-            block = handle.read(min(4 * _BLOCK, limit - len(data)))
+        while read < limit:  # in blocks into one growing buffer: never the file twice in memory
+            block: bytes | bytearray = handle.read(min(4 * _BLOCK, limit - read))
             if not block:
                 break
+            read += len(block)
+            if squeeze:  # a run cut by a block boundary is squeezed on each side (both sides long)
+                block, dropped = squeeze_blank_runs(block)
+                squeezed += dropped
             data += block
-        more = len(data) == limit and bool(handle.read(1))
-    return Capped(data, max(size, len(data)), max(1, size - limit) if more else 0)
+        more = read == limit and bool(handle.read(1))
+    return Capped(data, max(size, read), max(1, size - limit) if more else 0, squeezed)
 
 
 def read_head(path: Path, n: int = 65536) -> bytes:
@@ -223,6 +234,32 @@ def iter_lines(blocks: LineBlocks) -> Iterator[tuple[int, str]]:
         yield from enumerate(lines, first)
 
 
+BLANK_RUN = 1 << 16  # whitespace runs this long are squeezed (JSON readers): no real text has one
+_TO_SPACE = bytes.maketrans(b"\t\r\n", b"   ")
+_NOT_SPACE = re.compile(rb"[^ ]")
+
+
+def squeeze_blank_runs(chunk: bytes | bytearray, min_run: int = BLANK_RUN) -> tuple[bytes | bytearray, int]:
+    """`chunk` with each run of at least `min_run` whitespace bytes replaced by one space, and how many bytes
+    that dropped (linear: one translate, then `find`s)."""
+    needle = b" " * min_run
+    probe = chunk.translate(_TO_SPACE)
+    at = probe.find(needle)
+    if at < 0:
+        return chunk, 0
+    parts: list[bytes | bytearray] = []
+    last = dropped = 0
+    while at >= 0:
+        other = _NOT_SPACE.search(probe, at + min_run)
+        end = other.start() if other else len(probe)
+        parts += [chunk[last:at], b" "]
+        dropped += end - at - 1
+        last = end
+        at = probe.find(needle, end)
+    parts.append(chunk[last:])
+    return b"".join(parts), dropped
+
+
 @dataclass
 class Inflated:
     """A gzip stream inflated under a cap."""
@@ -232,35 +269,47 @@ class Inflated:
     capped: bool  # inflating stopped at the cap
     error: str  # the zlib error that stopped it ("" for none)
     leading_blank: int = 0  # whitespace bytes skipped before the first other byte (when asked to)
+    refused: bool = False  # stopped at once: the first other byte is not one of `first_bytes`
+    squeezed: int = 0  # whitespace bytes dropped from long runs (when asked to)
 
 
-def inflate(raw: bytes, cap: int | None = None, skip_leading_blank: bool = False) -> Inflated:
+def inflate(raw: bytes | bytearray, cap: int | None = None, skip_leading_blank: bool = False,
+            first_bytes: bytes | None = None, squeeze: bool = False) -> Inflated:
     """Inflate gzip `raw` in chunks into at most `cap` bytes (memory stays near the output, never twice it).
 
     With `skip_leading_blank`, whitespace before the first other byte is counted, not kept (a stream of
-    nothing but whitespace then costs no memory at all).
+    nothing but whitespace then costs no memory at all). With `first_bytes`, inflating stops as soon as
+    the first other byte is not one of them (a bomb of zeros costs one chunk). With `squeeze`, long
+    whitespace runs are squeezed (`squeeze_blank_runs`); the cap counts every byte inflated.
     """
     limit = file_cap() if cap is None else cap
     out = bytearray()
     stream = zlib.decompressobj(wbits=31)
     pending = memoryview(raw)
-    skipped = 0
+    skipped = squeezed = decoded = 0
     error = ""
     try:
-        while not stream.eof and len(out) < limit:
-            chunk = stream.decompress(pending, min(_INFLATE_CHUNK, limit - len(out)))
+        while not stream.eof and decoded < limit:
+            produced = stream.decompress(pending, min(_INFLATE_CHUNK, limit - decoded))
+            decoded += len(produced)
             pending = memoryview(stream.unconsumed_tail)
+            if not produced and not pending and not stream.eof:
+                break  # the input ends before the stream does
+            chunk: bytes | bytearray = produced
             if skip_leading_blank and not out:
                 kept = chunk.lstrip(b" \t\r\n")
                 skipped += len(chunk) - len(kept)
                 chunk = kept
+            if first_bytes is not None and not out and chunk and chunk[:1] not in first_bytes:
+                return Inflated(bytearray(chunk[:1]), False, False, "", skipped, refused=True)
+            if squeeze:
+                chunk, dropped = squeeze_blank_runs(chunk)
+                squeezed += dropped
             out += chunk
-            if not pending and not stream.eof and not chunk:
-                break  # the input ends before the stream does
     except zlib.error as exc:
         error = str(exc)
-    capped = not stream.eof and not error and len(out) >= limit
-    return Inflated(out, stream.eof, capped, error, skipped)
+    capped = not stream.eof and not error and decoded >= limit
+    return Inflated(out, stream.eof, capped, error, skipped, squeezed=squeezed)
 
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -339,5 +388,5 @@ def load_json_file(path: Path, cap: int | None = None) -> Any:
     return loads_json(text)
 
 
-__all__ = ["Capped", "Inflated", "LineBlocks", "LineStats", "file_cap", "inflate", "iter_lines", "load_json_file",
+__all__ = ["BLANK_RUN", "Capped", "Inflated", "squeeze_blank_runs", "LineBlocks", "LineStats", "file_cap", "inflate", "iter_lines", "load_json_file",
            "clean_strings", "clean_text", "loads_json", "not_regular", "open_regular", "read_capped", "read_head", "read_text", "split_lines"]

@@ -18,8 +18,9 @@ from typing import Any
 
 import msgspec
 
-_WINDOW = 4 * 1024 * 1024  # scan back at most this far from the point of failure
-_TRIES = 16
+_WINDOW = 4 * 1024 * 1024  # where a cut after the events array is looked for
+_TRIES = 16  # closings tried
+_BRACES = 100_000  # `}` looked at, however far back (a run of whitespace or junk may separate them)
 _EVENTS_START = re.compile(rb'"traceEvents"\s*:\s*\[')
 # The end of an event: `}` followed by the next event, the end of the events array, or the cut itself.
 _EVENT_END = re.compile(rb"\}(?=\s*(?:,\s*(?:\{|\Z)|\]|\Z))")
@@ -58,16 +59,22 @@ def cut_back(data: bytearray, error_at: int) -> int | None:
     start = _EVENTS_START.search(data)
     if start is None or error_at <= start.end():
         return None
-    window_from = max(start.end(), error_at - _WINDOW)
-    kept = _keep_trailing_keys(data, window_from, error_at)
+    kept = _keep_trailing_keys(data, max(start.end(), error_at - _WINDOW), error_at)
     if kept is not None:
         return kept
-    ends = [m.start() for m in _EVENT_END.finditer(data, window_from, error_at)]
-    for end in reversed(ends[-_TRIES:]):
-        del data[end + 1:]  # only ever shortened further: the next try is an earlier event
+    pos, tries = error_at, 0
+    for _ in range(_BRACES):
+        pos = data.rfind(b"}", start.end(), pos)
+        if pos < 0 or tries >= _TRIES:
+            break
+        if _EVENT_END.match(data, pos, error_at) is None:
+            continue
+        tries += 1
+        del data[pos + 1:]  # only ever shortened further: the next try is an earlier event
         data += b"]}"
+        error_at = pos + 1
         if _complete(data):
-            return end + 1
+            return pos + 1
     return None
 
 

@@ -27,7 +27,15 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from perftracker.bounded import clean_text, file_cap, inflate, read_capped, replace_lone_surrogate_escapes
+from perftracker.bounded import (
+    BLANK_RUN,
+    clean_text,
+    file_cap,
+    inflate,
+    read_capped,
+    read_head,
+    replace_lone_surrogate_escapes,
+)
 from perftracker.collectors.traces.kineto_cut import CutReport, cut_back, error_position
 from perftracker.errors import InputError
 from perftracker.values import ascii_int, int_in
@@ -37,6 +45,8 @@ from perftracker.values import ascii_int, int_in
 MAX_TS_NS = 4 * 10**18
 MAX_DUR_NS = 10**18
 MAX_BASE_NS = 4 * 10**18
+# The tolerant reader builds Python objects for every value (~100 bytes each): this bounds its memory.
+MAX_LOOSE_VALUES = 4_000_000
 
 
 # gc=False: these records hold no references that could form a cycle, and not tracking hundreds of
@@ -152,9 +162,10 @@ class TraceText:
     gzip: bool
     whole: bool  # the text is the whole trace (False: a gzip stream cut short, or the cap reached)
     notes: list[str] = field(default_factory=list)
+    squeezed: int = 0  # whitespace bytes dropped from long runs as read
 
 
-_BLANK = b" \t\r\n"
+_GZIP_MAGIC = b"\x1f\x8b"
 _NON_BLANK = re.compile(rb"[^ \t\r\n]")
 
 
@@ -165,15 +176,15 @@ def read_bytes(path: Path) -> TraceText:
     with nothing before the damage.
     """
     try:
-        capped = read_capped(path)
+        capped = read_capped(path, squeeze=read_head(path, 2) != _GZIP_MAGIC)
     except OSError as exc:
         raise InputError(f"cannot read the file ({exc.strerror or exc})", str(path),
                          "check the path and its permissions") from None
     cap = file_cap()
     notes = [capped.note(cap)] if capped.left_out else []
-    text = TraceText(capped.data, gzip=capped.data[:2] == b"\x1f\x8b", whole=not capped.left_out, notes=notes)
+    text = TraceText(capped.data, gzip=capped.data[:2] == _GZIP_MAGIC, whole=not capped.left_out, notes=notes)
     if text.gzip:
-        inflated = inflate(bytes(capped.data), cap, skip_leading_blank=True)
+        inflated = inflate(capped.data, cap, skip_leading_blank=True, first_bytes=b"{[", squeeze=True)
         del capped
         text.data = inflated.data
         if inflated.error and not inflated.data:
@@ -189,6 +200,11 @@ def read_bytes(path: Path) -> TraceText:
         elif not inflated.complete:
             notes.append("the gzip stream ends early (file cut off while being written); using what it holds")
         text.whole = text.whole and inflated.complete
+        text.squeezed += inflated.squeezed
+    text.squeezed += capped.squeezed if not text.gzip else 0
+    if text.squeezed:
+        notes.append(f"{text.squeezed:,} bytes of whitespace in runs of {BLANK_RUN:,} or more were dropped as read "
+                     "(padding, or a bomb; byte counts below are of the text kept)")
     first = _NON_BLANK.search(text.data)
     if first is None:
         raise InputError("the file is empty", str(path),
@@ -241,7 +257,8 @@ def _recover(trace: ParsedTrace, text: TraceText, error_at: int, total: int, exc
     used = cut_back(text.data, error_at)
     if used is None:
         if error_at >= total - 1 or not text.whole:
-            raise InputError("the trace is cut off before its first complete event", str(trace.path),
+            said = "".join(f"; {n}" for n in text.notes)
+            raise InputError(f"the trace is cut off before its first complete event{said}", str(trace.path),
                              "nothing in it can be used; re-export this rank's trace") from None
         raise InputError(f"the trace is not valid JSON ({exc})", str(trace.path),
                          "the file is damaged; re-export this rank's trace") from None
@@ -272,16 +289,27 @@ def _needs_exact_digits(data: bytes | bytearray) -> bool:
 
 def _fill_loose(trace: ParsedTrace, text: TraceText, path: Path) -> None:
     """Fallback for traces whose fields have unusual types (strings for ints, ...). Floats stay exact."""
+    values = text.data.count(b",") + 1
+    if values > MAX_LOOSE_VALUES:
+        raise InputError(f"the trace has fields of unusual types (not what torch.profiler writes) and {values:,} "
+                         f"values, more than the tolerant reader takes ({MAX_LOOSE_VALUES:,})", str(path),
+                         "re-export it with torch.profiler, or split it") from None
     decoder = msgspec.json.Decoder(float_hook=Decimal)
     try:
-        raw = decoder.decode(text.data)
-    except msgspec.DecodeError as exc:
-        if trace.cut is not None:
-            raise InputError(f"the trace is not valid JSON ({exc})", str(path),
-                             "the file is damaged; re-export this rank's trace") from None
-        total = len(text.data)
-        _recover(trace, text, error_position(str(exc), total), total, exc)
-        raw = decoder.decode(text.data)
+        try:
+            raw = decoder.decode(text.data)
+        except msgspec.ValidationError:
+            raise
+        except msgspec.DecodeError as exc:
+            if trace.cut is not None:
+                raise InputError(f"the trace is not valid JSON ({exc})", str(path),
+                                 "the file is damaged; re-export this rank's trace") from None
+            total = len(text.data)
+            _recover(trace, text, error_position(str(exc), total), total, exc)
+            raw = decoder.decode(text.data)
+    except msgspec.ValidationError as exc:  # msgspec's own limits (an integer of thousands of digits)
+        raise InputError(f"the trace holds a value out of range ({exc})", str(path),
+                         "the file is damaged or not from torch.profiler; re-export this rank's trace") from None
     except RecursionError:
         raise InputError("the trace is nested too deeply to be a profiler trace", str(path),
                          "pass the files written by torch.profiler") from None
