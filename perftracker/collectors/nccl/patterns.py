@@ -29,7 +29,7 @@ IB_DEVICE = re.compile(
 )
 OOB = re.compile(r";\s*OOB (?P<iface>[^:\s]{0,64}):(?P<addr>[^<]{0,128}?)<\d+>")
 # Interface lists: `[0]eth0:10.0.0.1<0>`, `eth0:10.0.0.1<0>`, `enp1s0f0:fe80::1%enp1s0f0<0>`, `lo:<0>`.
-IFACE = re.compile(r"(?:\[\d+\])?(?<![^\s\]])(?P<iface>[^\s:\[\]]+):(?P<addr>[^\s<]*)<\d+>")
+IFACE = re.compile(r"(?:\[\d+\])?(?<![^\s\]])(?P<iface>[^\s:\[\]]+):(?P<addr>[^\s<]{0,128})<\d+>")
 
 CHANNEL_SUMMARY = re.compile(r"^(?P<coll>\d+) coll channels,(?: (?P<collnet>\d+) collnet channels,)?"
                              r"(?: (?P<nvls>\d+) nvls channels,)? (?P<p2p>\d+) p2p channels")
