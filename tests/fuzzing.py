@@ -102,12 +102,12 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
 
 
 def _manifest(path: Path) -> Any:
-    from perftracker.collectors.loading import _checked_manifest
+    from perftracker.collectors.manifest import checked_manifest
     from perftracker.collectors.synthetic import synthetic_inputs
     from perftracker.rundir import read_manifest
 
     manifest = read_manifest(path.parent) or {}
-    return synthetic_inputs(manifest), _checked_manifest(manifest)
+    return synthetic_inputs(manifest), checked_manifest(manifest)
 
 
 def _profile(path: Path) -> Any:

@@ -34,6 +34,7 @@ from perftracker.collectors.jobs import (
     trace_job_facts,
     wall_window,
 )
+from perftracker.collectors.manifest import checked_manifest
 from perftracker.collectors.steps import load_step_files
 from perftracker.collectors.synthetic import synthetic_inputs
 from perftracker.collectors.traces.kineto import build_tables, compile_comm_patterns
@@ -229,7 +230,7 @@ def _build(scan: _Scan, group: JobGroup | None) -> Store:
     root, inputs = scan.root, scan.inputs
     store = Store()
     store.run_info.input = str(root)
-    store.run_info.manifest, manifest_notes = _checked_manifest(inputs.manifest or {})
+    store.run_info.manifest, manifest_notes = checked_manifest(inputs.manifest or {})
     store.add_notes(manifest_notes)
     store.add_notes(LoadNote("warning", str(path), f"is {what}, not a regular file: not read (perftracker reads "
                              "only regular files; copy the data into a file to use it)")
@@ -256,17 +257,6 @@ def _build(scan: _Scan, group: JobGroup | None) -> Store:
         raise InputError(f"none of the inputs could be used{f' ({errors})' if errors else ''}", str(root),
                          "check that these are torch.profiler traces, step files or NCCL logs")
     return store
-
-
-def _checked_manifest(manifest: dict[str, Any]) -> tuple[dict[str, Any], list[LoadNote]]:
-    """The manifest with the numbers analyzers read (world_size, exit_code) kept only when in range."""
-    checked = dict(manifest)
-    notes = []
-    for key, lo, hi in (("world_size", 1, MAX_RANK + 1), ("exit_code", -(2**31), 2**31 - 1)):
-        if key in checked and checked[key] is not None and int_in(checked[key], lo, hi) is None:
-            notes.append(LoadNote("warning", "manifest.json", f"'{key}' is {str(checked.pop(key))[:40]!r}, not a "
-                                  f"number from {lo} to {hi}; ignored"))
-    return checked, notes
 
 
 def _note_other_jobs(store: Store, scan: _Scan, group: JobGroup) -> None:
