@@ -213,3 +213,14 @@ def test_a_gzip_trace_with_garbage_after_good_data_keeps_the_events(tmp_path: Pa
     # WHEN parsed; THEN the event is there and the damage is said
     trace = parse_trace(path)
     assert len(trace.names) == 1 and any("gzip" in m for m, _ in trace.messages())
+
+
+def test_bytes_that_are_not_utf8_in_a_gzip_trace_are_replaced(tmp_path: Path) -> None:
+    # GIVEN a gzip trace with a byte that is not UTF-8 inside a kernel name (found by scripts/fuzz.py)
+    text = json.dumps(TraceBuilder(rank=0).step(1, 100, 50).kernel("k", 110, 10).document()).encode()
+    path = tmp_path / "rank-0.json.gz"
+    path.write_bytes(gzip.compress(text.replace(b'"k"', b'"k\xff"')))
+    # WHEN parsed; THEN every event is kept, the name read with U+FFFD, and a note says so
+    trace = parse_trace(path)
+    assert len(trace.names) == 3 and "k\ufffd" in trace.names
+    assert any("not UTF-8" in m for m, _ in trace.messages())

@@ -122,6 +122,7 @@ class ParsedTrace:
     cut: CutReport | None = None  # set when the trace stops being readable before its end
     dropped: int = 0  # events without a usable timestamp (none, not a number, out of range)
     bad_durations: int = 0  # durations out of range or not numbers, taken as 0
+    utf8_fixed: bool = False  # bytes that are not UTF-8 were already replaced
 
     def messages(self) -> list[tuple[str, dict[str, Any]]]:
         """What the user should know about how this file was read: (message, data) pairs."""
@@ -154,16 +155,8 @@ def parse_trace(path: Path) -> ParsedTrace:
     trace = ParsedTrace(path=path, notes=text.notes)
     if replace_lone_surrogate_escapes(data):
         trace.notes.append("text with lone UTF-16 surrogates (\\ud800 without its pair) was read as U+FFFD")
-    total = len(data)
-    try:
-        doc: TraceDoc | None = msgspec.json.decode(data, type=TraceDoc)
-    except msgspec.ValidationError:
-        doc = None
-    except msgspec.DecodeError as exc:
-        doc = _recover(trace, text, error_position(str(exc), total), total, exc)
-    except RecursionError:
-        raise InputError("the trace is nested too deeply to be a profiler trace", str(path),
-                         "pass the files written by torch.profiler") from None
+    doc = _decode(trace, text)
+    data = text.data
     if doc is None:
         _fill_loose(trace, text, path)
         return trace
@@ -171,7 +164,7 @@ def parse_trace(path: Path) -> ParsedTrace:
     if _needs_exact_digits(data):
         try:
             raw = msgspec.json.decode(data, type=RawTraceDoc)
-        except (msgspec.ValidationError, RecursionError):
+        except (msgspec.DecodeError, RecursionError):
             _fill_loose(trace, text, path)
             return trace
         _fill_from_digits(trace, raw)
@@ -181,6 +174,36 @@ def parse_trace(path: Path) -> ParsedTrace:
     if trace.cut is not None:
         trace.cut = replace(trace.cut, events_kept=len(trace.names))
     return trace
+
+
+def _decode(trace: ParsedTrace, text: TraceText) -> TraceDoc | None:
+    """The typed document (None: fields of unusual types, for the loose reader), after recovering a cut."""
+    total = len(text.data)
+    try:
+        return msgspec.json.decode(text.data, type=TraceDoc)
+    except msgspec.ValidationError:
+        return None
+    except msgspec.DecodeError as exc:
+        if _replace_bad_utf8(trace, text):
+            return _decode(trace, text)
+        return _recover(trace, text, error_position(str(exc), total), total, exc)
+    except RecursionError:
+        raise InputError("the trace is nested too deeply to be a profiler trace", str(trace.path),
+                         "pass the files written by torch.profiler") from None
+
+
+def _replace_bad_utf8(trace: ParsedTrace, text: TraceText) -> bool:
+    """Replace bytes that are not UTF-8 by U+FFFD (once; True when there were any)."""
+    if trace.utf8_fixed:
+        return False
+    trace.utf8_fixed = True
+    try:
+        bytes(text.data).decode("utf-8")
+    except UnicodeDecodeError:
+        text.data = bytearray(bytes(text.data).decode("utf-8", "replace").encode("utf-8"))
+        trace.notes.append("bytes that are not UTF-8 were read as U+FFFD")
+        return True
+    return False
 
 
 def _recover(trace: ParsedTrace, text: TraceText, error_at: int, total: int, exc: Exception) -> TraceDoc | None:
@@ -201,6 +224,9 @@ def _recover(trace: ParsedTrace, text: TraceText, error_at: int, total: int, exc
         return msgspec.json.decode(text.data, type=TraceDoc)
     except msgspec.ValidationError:
         return None
+    except msgspec.DecodeError as again:  # syntax is whole now: what the typed decoder still refuses
+        raise InputError(f"the trace is not valid JSON ({again})", str(trace.path),
+                         "the file is damaged; re-export this rank's trace") from None
 
 
 def _take_header(trace: ParsedTrace, dist: Any, props: Any, base: Any, host: Any) -> None:
@@ -233,12 +259,21 @@ def _fill_loose(trace: ParsedTrace, text: TraceText, path: Path) -> None:
         except msgspec.ValidationError:
             raise
         except msgspec.DecodeError as exc:
+            if _replace_bad_utf8(trace, text):
+                _fill_loose(trace, text, path)
+                return
             if trace.cut is not None:
                 raise InputError(f"the trace is not valid JSON ({exc})", str(path),
                                  "the file is damaged; re-export this rank's trace") from None
             total = len(text.data)
             _recover(trace, text, error_position(str(exc), total), total, exc)
-            raw = decoder.decode(text.data)
+            try:
+                raw = decoder.decode(text.data)
+            except msgspec.ValidationError:
+                raise
+            except msgspec.DecodeError as again:
+                raise InputError(f"the trace is not valid JSON ({again})", str(path),
+                                 "the file is damaged; re-export this rank's trace") from None
     except msgspec.ValidationError as exc:  # msgspec's own limits (an integer of thousands of digits)
         raise InputError(f"the trace holds a value out of range ({exc})", str(path),
                          "the file is damaged or not from torch.profiler; re-export this rank's trace") from None
