@@ -50,7 +50,7 @@ def _gid_ip(gid: str) -> str | None:
 def _port(port_dir: Path) -> dict[str, Any]:
     gids: list[dict[str, Any]] = []
     gid_dir = port_dir / "gids"
-    names = sorted((p.name for p in gid_dir.iterdir()), key=lambda n: _index(n) or 1 << 30) \
+    names = sorted((p.name for p in gid_dir.iterdir()), key=lambda n: (_index(n) is None, _index(n) or 0)) \
         if gid_dir.is_dir() else []
     table_len = 0
     for name in names:
