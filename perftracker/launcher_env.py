@@ -14,10 +14,10 @@ WORLD_VARS = ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 
 
 def first_int(env: Mapping[str, str], names: tuple[str, ...]) -> int | None:
-    """The first of `names` set to a non-negative integer in `env`, or None."""
+    """The first of `names` set to a non-negative integer (ASCII digits, at most 9) in `env`, or None."""
     for name in names:
         value = env.get(name, "").strip()
-        if value.isdigit():
+        if value.isascii() and value.isdigit() and len(value) <= 9:  # '²'.isdigit() is True, int('²') fails
             return int(value)
     return None
 

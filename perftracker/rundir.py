@@ -66,9 +66,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perftracker.bounded import LineBlocks, LineStats, iter_lines, load_json_file, loads_json, not_regular
+from perftracker.errors import InputError
+
 RUNDIR_FORMAT = "perftracker-run"
 RUNDIR_VERSION = 1
 MANIFEST = "manifest.json"
+MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 _SKIP_DIRS = {"tables", ".perftracker-cache", "__pycache__"}
@@ -127,17 +131,21 @@ def append_jsonl(path: Path, record: Mapping[str, Any]) -> None:
         handle.flush()
 
 
-def read_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+def read_jsonl(path: Path, stats: LineStats | None = None) -> Iterator[tuple[int, Any]]:
     """(line number, parsed JSON or None when the line is not JSON) for each non-blank line of a JSON
-    lines file written by `append_jsonl`; content is parsed, never evaluated."""
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for lineno, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                yield lineno, json.loads(line)
-            except ValueError:
-                yield lineno, None
+    lines file written by `append_jsonl`; content is parsed, never evaluated. The file is read within
+    `perftracker.bounded`'s limits (regular files only, the per-file cap, cut lines), counted in `stats`;
+    InputError / OSError when it cannot be opened."""
+    blocks = LineBlocks(path)
+    if stats is not None:
+        blocks.stats = stats
+    for lineno, line in iter_lines(blocks):
+        if not line.strip():
+            continue
+        try:
+            yield lineno, loads_json(line)
+        except ValueError:
+            yield lineno, None
 
 
 def write_manifest(run: Path, **fields: Any) -> Path:
@@ -157,8 +165,8 @@ def read_manifest(run: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = load_json_file(path, MAX_MANIFEST_BYTES)
+    except (InputError, OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 
@@ -173,13 +181,15 @@ def trace_file(run: Path, rank: int, compressed: bool = True) -> Path:
 
 @dataclass
 class Inputs:
-    """What `analyze` found under a path, grouped by kind."""
+    """What `analyze` found under a path, grouped by kind; `unreadable` are the entries that are not regular
+    files (FIFOs, devices, sockets, broken symlinks), with what each is: never opened."""
 
     root: Path
     traces: list[Path] = field(default_factory=list)
     step_files: list[Path] = field(default_factory=list)
     other: list[Path] = field(default_factory=list)
     manifest: dict[str, Any] | None = None
+    unreadable: list[tuple[Path, str]] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -200,13 +210,18 @@ def _looks_like_trace(path: Path) -> bool:
 
 def discover(root: Path) -> Inputs:
     """Find the inputs under `root` (a run directory, a folder of traces, or one trace file)."""
+    if not root.is_dir() and not_regular(root):
+        return Inputs(root=root.parent, unreadable=[(root, not_regular(root))])
     if root.is_file():
         found = Inputs(root=root.parent)
         (found.traces if _looks_like_trace(root) else found.other).append(root)
         return found
     found = Inputs(root=root, manifest=read_manifest(root))
     for path in _walk(root):
-        if path.parent.name == "steps" and _STEP_NAME.search(path.name):
+        what = not_regular(path)
+        if what:
+            found.unreadable.append((path, what))
+        elif path.parent.name == "steps" and _STEP_NAME.search(path.name):
             found.step_files.append(path)
         elif _looks_like_trace(path):
             found.traces.append(path)

@@ -1,17 +1,64 @@
 """Values several rooms read the same way: NCCL's integer parsing, structured fact values, FR group ranks,
-short display forms of long kernel and op names.
+short display forms of long kernel and op names, and the range checks every untrusted number passes
+before it enters the Store.
 
 Promise: pure functions and constants with no I/O, imported by collectors (which write these values),
 analyzers (which judge them) and reports (which show them) alike, so every side agrees on what a value
 means and a long templated kernel name is shortened the same way in a finding's title and in the report.
+The range checks (`int_in`, `rank_in_range`, `ascii_int`, `finite`) return None for anything a column
+cannot hold as it is (a bool, a string, NaN/Inf, an int past int64 or past the column's width), so that
+no value wraps, overflows or raises on its way into a table: the caller skips it or says "unknown" (-1),
+with a note.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 ETHTOOL_COUNTER_PREFIX = "ethtool:"  # `counters` rows named "ethtool:<stat>" came from `ethtool -S`
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+INT32_MAX = 2**31 - 1
+# The largest rank taken from an input (world sizes up to 2**20, far above any job run so far): ranks live
+# in int32 columns, and analyzers enumerate a world's ranks, so a rank of 10**12 is a broken input.
+MAX_RANK = 2**20 - 1
+
+
+def int_in(value: object, lo: int = INT64_MIN, hi: int = INT64_MAX) -> int | None:
+    """`value` when it is an int (not a bool) in [lo, hi], else None."""
+    if type(value) is int or (isinstance(value, int) and not isinstance(value, bool)):
+        return value if lo <= value <= hi else None
+    return None
+
+
+def rank_in_range(value: object) -> int | None:
+    """A rank (0 .. MAX_RANK), else None: never a wrap to another rank."""
+    return int_in(value, 0, MAX_RANK)
+
+
+def ascii_int(text: str, lo: int = INT64_MIN, hi: int = INT64_MAX) -> int | None:
+    """An integer written in ASCII digits (optional sign, at most 19 digits) in [lo, hi], else None.
+
+    Unlike `int()`, it refuses other scripts' digits and superscripts (`str.isdigit` accepts '²', `int`
+    does not) and never spends time on a thousand-digit number.
+    """
+    body = text[1:] if text[:1] in "+-" else text
+    if not body or len(body) > 19 or not body.isascii() or not body.isdigit():
+        return None
+    return int_in(int(text), lo, hi)
+
+
+def finite(value: object) -> float | None:
+    """`value` as a finite float when it is a real number (not a bool) a float can hold, else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int past float range
+        return None
+    return number if math.isfinite(number) else None
 
 
 def strtoll_base0(text: str) -> tuple[int, bool]:
@@ -43,20 +90,22 @@ def fact_json(value: str) -> dict[str, object]:
     """Decode a structured fact value (JSON object); {} when it is not one."""
     try:
         data = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
 
 def pg_ranks(config: dict[str, Any], pg: str) -> list[int]:
     """The global ranks of process group `pg` from an FR pg_config entry ('ranks': '[0, 1]' or a list)."""
-    raw = (config.get(pg) or {}).get("ranks")
+    entry = config.get(pg)
+    raw = entry.get("ranks") if isinstance(entry, dict) else None
     if isinstance(raw, str):
         try:
             raw = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             return []
-    return [int(r) for r in raw] if isinstance(raw, list) and all(isinstance(r, int) for r in raw) else []
+    ranks = [rank_in_range(r) for r in raw] if isinstance(raw, list) else [None]
+    return [r for r in ranks if r is not None] if None not in ranks else []
 
 
 def short_symbol(name: str, limit: int = 80) -> str:

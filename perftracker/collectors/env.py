@@ -11,7 +11,6 @@ rank, host, pid, key, value, source (env | env_file), evidence.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from collections.abc import Iterable, Mapping
@@ -19,11 +18,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from perftracker.bounded import load_json_file, read_text
 from perftracker.errors import InputError
 from perftracker.launcher_env import rank_in
 from perftracker.redaction import carries_credential, keep_variable, safe_env
 from perftracker.store import LoadNote
 from perftracker.store.schema import conform
+from perftracker.values import MAX_RANK, ascii_int, int_in, rank_in_range
+
+MAX_ENV_BYTES = 64 * 1024 * 1024  # an environment or job spec is kilobytes
 
 _ASSIGN = re.compile(r"^\s*(?:export\s+)?(?P<key>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$")
 
@@ -96,9 +99,11 @@ def _unquote(value: str) -> str:
 def read_env_file(path: Path) -> dict[str, tuple[str, int]]:
     """Allow-listed assignments of an env file: key -> (value, line); the last assignment wins."""
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text, _ = read_text(path, MAX_ENV_BYTES)
     except OSError as exc:
         raise InputError(f"cannot read env file: {exc.strerror or exc}", where=str(path)) from None
+    except InputError as exc:
+        raise InputError(f"cannot read env file: {exc.what}", where=str(path), hint=exc.hint) from None
     return {k: (v, n) for k, v, n in parse_env_text(text) if keep_variable(k) and not carries_credential(k, v)}
 
 
@@ -133,9 +138,9 @@ def load_env_snapshots(paths: Iterable[Path]) -> tuple[pd.DataFrame, list[LoadNo
     notes: list[LoadNote] = []
     for path in paths:
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            notes.append(LoadNote("warning", str(path), f"environment snapshot unreadable: {exc}"))
+            data = load_json_file(Path(path), MAX_ENV_BYTES)
+        except (InputError, OSError, ValueError) as exc:
+            notes.append(LoadNote("warning", str(path), f"environment snapshot unreadable: {getattr(exc, 'message', exc)}"))
             continue
         if not isinstance(data, dict):
             notes.append(LoadNote("warning", str(path), "environment snapshot is not a JSON object"))
@@ -144,8 +149,11 @@ def load_env_snapshots(paths: Iterable[Path]) -> tuple[pd.DataFrame, list[LoadNo
         env_raw: dict[str, object] = env_obj if isinstance(env_obj, dict) else data
         env = filter_env({str(k): str(v) for k, v in env_raw.items() if isinstance(v, (str, int, float))})
         m = re.search(r"rank[-_]?(\d+)", Path(path).name)
-        rank = int(data["rank"]) if isinstance(data.get("rank"), int) else (int(m.group(1)) if m else rank_of(env))
+        named = ascii_int(m.group(1), 0, MAX_RANK) if m else None
+        rank = rank_in_range(data.get("rank"))
+        rank = rank if rank is not None else (named if named is not None else rank_of(env))
         host = str(data.get("host") or env.get("HOSTNAME", ""))
-        pid = int(data["pid"]) if isinstance(data.get("pid"), int) else -1
+        pid = int_in(data.get("pid"), 0)
+        pid = -1 if pid is None else pid
         rows.extend(env_rows(env, source="env", evidence=str(path), host=host, pid=pid, rank=rank))
     return conform("config", pd.DataFrame(rows)), notes

@@ -27,15 +27,15 @@ submissions of the same script (the reported mix was 8.5 days apart).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from perftracker.bounded import load_json_file
 from perftracker.errors import InputError
-from perftracker.rundir import MANIFEST
+from perftracker.rundir import MANIFEST, MAX_MANIFEST_BYTES
 
 FAR_APART_NS = 24 * 3600 * 10**9
 # Trace times this large are on the wall clock (epoch ns after 2001) even without a base time.
@@ -279,8 +279,8 @@ def _manifest_job(folder: Path, root: Path) -> str:
 
 def _read_job(path: Path) -> str:
     try:
-        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    except (OSError, ValueError):
+        data = load_json_file(path, MAX_MANIFEST_BYTES) if path.is_file() else {}
+    except (InputError, OSError, ValueError):
         return ""
     job = data.get("job") if isinstance(data, dict) else None
     return str(job) if job else ""
@@ -292,8 +292,8 @@ def _run_id(run_dir: Path, rank: int | None) -> str:
         return ""
     path = run_dir / "env" / f"rank-{rank}.json"
     try:
-        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    except (OSError, ValueError):
+        data = load_json_file(path, MAX_MANIFEST_BYTES) if path.is_file() else {}
+    except (InputError, OSError, ValueError):
         return ""
     env = data.get("env") if isinstance(data, dict) else None
     value = str(env.get("TORCHELASTIC_RUN_ID", "")).strip() if isinstance(env, dict) else ""

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from perftracker import __version__
+from perftracker.bounded import clean_text
 from perftracker.collectors.jobs import (
     JobGroup,
     group_jobs,
@@ -33,6 +34,7 @@ from perftracker.collectors.jobs import (
     trace_job_facts,
     wall_window,
 )
+from perftracker.collectors.manifest import checked_manifest
 from perftracker.collectors.steps import load_step_files
 from perftracker.collectors.synthetic import synthetic_inputs
 from perftracker.collectors.traces.comm_kernels import CommKernels, cached_comm_kernels
@@ -44,6 +46,7 @@ from perftracker.errors import InputError, PerftrackerError
 from perftracker.rundir import Inputs, discover
 from perftracker.store import LoadNote, RunInfo, Store
 from perftracker.store.schema import conform
+from perftracker.values import MAX_RANK, int_in, rank_in_range
 
 CACHE_VERSION = f"{__version__}-5"
 
@@ -89,7 +92,7 @@ class _FileResult:
     error: str = ""
     cache_stem: str = ""
     facts: _TraceFacts | None = None  # set when ok
-    notes: list[str] = field(default_factory=list)
+    notes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (message, data) about the file
     events: pd.DataFrame | None = None  # the tables themselves when not cached (else at cache_stem)
     steps: pd.DataFrame | None = None
 
@@ -133,10 +136,14 @@ def _parse_one(path: Path, options: LoadOptions, comm_kernels: CommKernels) -> _
         if options.cache_dir and meta_path.exists():
             cached = json.loads(meta_path.read_text())
             return _FileResult(path_str, True, cache_stem=stem, facts=_TraceFacts(**cached["facts"]),
-                               notes=cached["notes"])
+                               notes=[(str(m), dict(d)) for m, d in cached["notes"]])
         trace = parse_trace(path)
         dist = trace.distributed_info
-        rank = dist.get("rank") if isinstance(dist.get("rank"), int) else None
+        notes = trace.messages()
+        rank = rank_in_range(dist.get("rank"))
+        if rank is None and dist.get("rank") is not None:
+            notes.append((f"distributedInfo.rank {str(dist.get('rank'))[:40]!r} is not a rank (0 to {MAX_RANK}); "
+                          "the rank is taken from the file name, else assigned", {}))
         rank_source = "distributedInfo" if rank is not None else ""
         if rank is None:
             rank = rank_from_name(path)
@@ -144,23 +151,23 @@ def _parse_one(path: Path, options: LoadOptions, comm_kernels: CommKernels) -> _
         events, steps = build_tables(trace, rank if rank is not None else -1, 0, comm_kernels)
         device_name = ""
         if trace.device_properties:
-            device_name = str(trace.device_properties[0].get("name", ""))
-        world = dist.get("world_size")
+            device_name = clean_text(str(trace.device_properties[0].get("name", "")))
+        world = int_in(dist.get("world_size"), 1, MAX_RANK + 1)
         pg_config = dist.get("pg_config")
         facts = _TraceFacts(
             rank=rank, rank_source=rank_source, host=trace.host_name or host_from_name(path),
-            world_size=world if isinstance(world, int) else -1, backend=str(dist.get("backend", "")),
+            world_size=world if world is not None else -1, backend=clean_text(str(dist.get("backend", ""))),
             device_name=device_name, base_ns=trace.base_ns if trace.base_ns is not None else -1,
             start_ns=int(events["start_ns"].min()) if len(events) else 0,
             end_ns=int((events["start_ns"] + events["dur_ns"]).max()) if len(events) else 0,
             n_events=len(events), pg_config=pg_config if isinstance(pg_config, list) else [])
         if folder is None:
-            return _FileResult(path_str, True, facts=facts, notes=trace.notes, events=events, steps=steps)
+            return _FileResult(path_str, True, facts=facts, notes=notes, events=events, steps=steps)
         folder.mkdir(parents=True, exist_ok=True)
         events.to_parquet(stem + ".events.parquet", index=False)
         steps.to_parquet(stem + ".steps.parquet", index=False)
-        Path(stem + ".meta.json").write_text(json.dumps({"facts": asdict(facts), "notes": trace.notes}))
-        return _FileResult(path_str, True, cache_stem=stem, facts=facts, notes=trace.notes)
+        Path(stem + ".meta.json").write_text(json.dumps({"facts": asdict(facts), "notes": notes}))
+        return _FileResult(path_str, True, cache_stem=stem, facts=facts, notes=notes)
     except PerftrackerError as exc:
         return _FileResult(path_str, False, error=exc.message)
     except (OSError, ValueError, MemoryError) as exc:
@@ -208,6 +215,9 @@ def _scan(root: Path, options: LoadOptions) -> _Scan:
         raise InputError("no such file or directory", str(root), "check the path")
     comm_kernels_of(options)  # a bad --comm-kernels file or --comm-kernel regex stops here, before any parse
     inputs = discover(root)
+    if inputs.unreadable and inputs.unreadable[0][0] == root:
+        raise InputError(f"is {inputs.unreadable[0][1]}, not a regular file or a folder", str(root),
+                         "point perftracker at a run directory, a folder of inputs or one input file")
     if inputs.empty and not inputs.other:
         raise InputError(
             "found no PyTorch profiler traces (*.json, *.json.gz), step files (steps/rank-N.jsonl) or NCCL logs",
@@ -228,7 +238,11 @@ def _build(scan: _Scan, group: JobGroup | None) -> Store:
     root, inputs = scan.root, scan.inputs
     store = Store()
     store.run_info.input = str(root)
-    store.run_info.manifest = inputs.manifest or {}
+    store.run_info.manifest, manifest_notes = checked_manifest(inputs.manifest or {})
+    store.add_notes(manifest_notes)
+    store.add_notes(LoadNote("warning", str(path), f"is {what}, not a regular file: not read (perftracker reads "
+                             "only regular files; copy the data into a file to use it)")
+                    for path, what in inputs.unreadable)
     store.run_info.synthetic_inputs, synthetic_notes = synthetic_inputs(store.run_info.manifest)
     store.add_notes(synthetic_notes)
     several = len(scan.groups) > 1
@@ -282,8 +296,8 @@ def _reduce_traces(store: Store, results: list[_FileResult]) -> None:
     for r in results:
         if not r.ok:
             store.notes.append(LoadNote("error", r.path, r.error))
-        for note in r.notes:
-            store.notes.append(LoadNote("warning", r.path, note))
+        for message, data in r.notes:
+            store.notes.append(LoadNote("warning", r.path, message, data))
     idents = [TraceIdentity(Path(r.path), t.rank, t.rank_source, t.host, t.world_size, t.backend, *t.window_ns())
               for r, t in ok]
     for note in assign_windows(idents):

@@ -1,19 +1,23 @@
 """Load per-rank step files (`steps/rank-N.jsonl`) into the `steps` and `phases` tables.
 
-Each line is one step (see `perftracker.rundir`). Lines that are not valid JSON or miss fields are
-skipped and counted; a file cut off mid-line loses only that line.
+Each line is one step (see `perftracker.rundir`). Lines that are not valid JSON, miss fields or hold
+a rank, step or time out of range are skipped and counted with their line numbers; phases whose
+duration is not a number of nanoseconds are skipped and counted; a file cut off mid-line loses only
+that line. Files are read within `perftracker.bounded`'s limits.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from perftracker.bounded import LineBlocks, clean_text, iter_lines, loads_json
+from perftracker.errors import InputError
 from perftracker.store import LoadNote
 from perftracker.store.schema import conform, empty_table
+from perftracker.values import finite, int_in, rank_in_range
 
 
 def load_step_files(paths: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame, dict[int, str], list[LoadNote]]:
@@ -23,44 +27,73 @@ def load_step_files(paths: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame, dict
     hosts: dict[int, str] = {}
     notes: list[LoadNote] = []
     for path in paths:
-        bad = 0
+        bad: list[int] = []
+        bad_phases = 0
+        blocks = LineBlocks(path)
         try:
-            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError as exc:
-            notes.append(LoadNote("warning", str(path), f"cannot read step file: {exc.strerror or exc}"))
+            for lineno, line in iter_lines(blocks):
+                record = parse_step_line(line)
+                if record is None:
+                    if line.strip():
+                        bad.append(lineno)
+                    continue
+                rank, step, start, end = record["rank"], record["step"], record["start_ns"], record["end_ns"]
+                steps.append({"rank": rank, "window": -1, "step": step, "start_ns": start,
+                              "dur_ns": end - start, "source": "stepfile"})
+                if isinstance(record.get("host"), str):
+                    hosts.setdefault(rank, clean_text(record["host"]))
+                kept, dropped = step_phases(record)
+                bad_phases += dropped
+                phases.extend({"rank": rank, "step": step, "phase": name, "dur_ns": dur} for name, dur in kept)
+        except (InputError, OSError) as exc:
+            notes.append(LoadNote("warning", str(path), f"cannot read step file: {getattr(exc, 'message', exc)}"))
             continue
-        for line in lines:
-            record = parse_step_line(line)
-            if record is None:
-                bad += line.strip() != ""
-                continue
-            rank, step, start, end = record["rank"], record["step"], record["start_ns"], record["end_ns"]
-            steps.append({"rank": rank, "window": -1, "step": step, "start_ns": start,
-                          "dur_ns": end - start, "source": "stepfile"})
-            if isinstance(record.get("host"), str):
-                hosts.setdefault(rank, record["host"])
-            for phase, dur in (record.get("phases_ns") or {}).items():
-                if isinstance(dur, (int, float)) and not isinstance(dur, bool):
-                    phases.append({"rank": rank, "step": step, "phase": str(phase), "dur_ns": int(dur)})
         if bad:
-            notes.append(LoadNote("warning", str(path), f"skipped {bad} malformed step line(s)"))
+            notes.append(LoadNote("warning", str(path), f"skipped {len(bad)} malformed step line(s) (line "
+                                  f"{', '.join(map(str, bad[:5]))}{', ...' if len(bad) > 5 else ''}: not JSON, a "
+                                  "field missing, or a rank, step or time out of range)", {"lines": bad[:50]}))
+        if bad_phases:
+            notes.append(LoadNote("warning", str(path), f"skipped {bad_phases} step phase(s) whose duration is not a "
+                                  "number of nanoseconds (negative, NaN, infinite or too large) or whose "
+                                  "phases_ns is not an object"))
+        notes.extend(LoadNote("warning", str(path), n) for n in blocks.stats.notes(blocks.cap))
     steps_df = conform("steps", pd.DataFrame(steps)) if steps else empty_table("steps")
     phases_df = conform("phases", pd.DataFrame(phases)) if phases else empty_table("phases")
     return steps_df, phases_df, hosts, notes
 
 
+def step_phases(record: dict[str, Any]) -> tuple[list[tuple[str, int]], int]:
+    """(phase, duration ns) of a step record's `phases_ns`, and how many entries were not usable."""
+    raw = record.get("phases_ns")
+    if raw is None:
+        return [], 0
+    if not isinstance(raw, dict):
+        return [], 1
+    kept: list[tuple[str, int]] = []
+    for phase, value in raw.items():
+        dur = finite(value)
+        if dur is None or not 0 <= dur <= MAX_DURATION_NS:
+            continue
+        kept.append((clean_text(str(phase))[:200], int(dur)))
+    return kept, len(raw) - len(kept)
+
+
+MAX_DURATION_NS = 10**18  # a step or phase longer than ~31 years is not one
+MAX_TIME_NS = 4 * 10**18
+
+
 def parse_step_line(line: str | bytes) -> dict[str, Any] | None:
-    """One step record (see perftracker.rundir), or None for a malformed or cut-off line."""
+    """One step record (see perftracker.rundir), or None for a malformed or cut-off line, or one whose rank,
+    step or times are out of range (rank 0..MAX_RANK, times 0..4e18 ns, end >= start)."""
     try:
-        record = json.loads(line)
+        record = loads_json(line)
     except ValueError:
         return None
     if not isinstance(record, dict):
         return None
-    for key in ("rank", "step", "start_ns", "end_ns"):
-        value = record.get(key)
-        if not isinstance(value, int) or isinstance(value, bool):
-            return None
-    if record["end_ns"] < record["start_ns"]:
+    if rank_in_range(record.get("rank")) is None or int_in(record.get("step"), -1) is None:
+        return None
+    start, end = int_in(record.get("start_ns"), 0, MAX_TIME_NS), int_in(record.get("end_ns"), 0, MAX_TIME_NS)
+    if start is None or end is None or not 0 <= end - start <= MAX_DURATION_NS:
         return None
     return record

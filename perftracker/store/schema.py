@@ -2,13 +2,23 @@
 
 Times are int64 nanoseconds on each rank's own clock (as the trace wrote them, relative to the
 trace's base); -1 marks "unknown" in integer columns. Repeating strings are pandas categories.
+
+`conform` is where every row enters the Store, and it never raises on a value: an integer column takes
+only integers its width holds (anything else, a NaN, an int past int64, a rank past int32, becomes -1,
+"unknown", never a wrapped value), a float column only numbers (others, and +-Inf, become NaN). Loaders
+check their values first and say what they skipped; what still needed replacing here is listed in
+`problems` when the caller passes a list (`Store.set_table` turns it into a note).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
+import numpy as np
 import pandas as pd
+
+from perftracker.values import ascii_int
 
 TABLES: Mapping[str, Mapping[str, str]] = {
     # One row per trace event (complete 'X' events).
@@ -208,13 +218,20 @@ def empty_table(name: str) -> pd.DataFrame:
     return pd.DataFrame({col: pd.Series(dtype=dtype) for col, dtype in columns.items()})
 
 
-def conform(name: str, frame: pd.DataFrame) -> pd.DataFrame:
-    """Return `frame` with exactly the table's columns (missing ones filled) in the schema's dtypes."""
+def conform(name: str, frame: pd.DataFrame, problems: list[str] | None = None) -> pd.DataFrame:
+    """Return `frame` with exactly the table's columns (missing ones filled) in the schema's dtypes.
+
+    Values a column cannot hold are replaced (see the module docstring) and, when `problems` is given,
+    listed there as "<table>.<column>: N value(s) ...".
+    """
     columns = TABLES[name]
     out = pd.DataFrame(index=frame.index)
     for col, dtype in columns.items():
         if col in frame.columns:
-            series = frame[col]
+            series, replaced = _fit(frame[col], dtype)
+            if replaced and problems is not None:
+                what = "-1 (unknown)" if dtype.startswith("int") else "NaN"
+                problems.append(f"{name}.{col}: {replaced} value(s) out of range or not numbers, stored as {what}")
         elif dtype.startswith("int"):
             series = pd.Series(-1, index=frame.index)
         elif dtype == "float64":
@@ -223,3 +240,61 @@ def conform(name: str, frame: pd.DataFrame) -> pd.DataFrame:
             series = pd.Series("", index=frame.index)
         out[col] = series.astype(dtype)  # type: ignore[call-overload]
     return out.reset_index(drop=True)
+
+
+_INT_BOUNDS = {"int64": (-(2**63), 2**63 - 1), "int32": (-(2**31), 2**31 - 1), "int16": (-(2**15), 2**15 - 1)}
+
+
+def _fit(series: pd.Series, dtype: str) -> tuple[pd.Series, int]:
+    """`series` with the values `dtype` cannot hold replaced, and how many were."""
+    if dtype in _INT_BOUNDS:
+        return _fit_ints(series, *_INT_BOUNDS[dtype])
+    if dtype == "float64" and not pd.api.types.is_float_dtype(series.dtype):
+        numbers = pd.to_numeric(series, errors="coerce") if not pd.api.types.is_bool_dtype(series.dtype) \
+            else series.astype("float64")
+        bad = int((numbers.isna() & series.notna()).sum())
+        return _finite_floats(numbers.astype("float64"), bad)
+    if dtype == "float64":
+        return _finite_floats(series, 0)
+    return series, 0
+
+
+def _finite_floats(series: pd.Series, bad: int) -> tuple[pd.Series, int]:
+    infinite = np.isinf(series.to_numpy(dtype="float64", na_value=np.nan))
+    if infinite.any():
+        series = series.mask(infinite)
+    return series, bad + int(infinite.sum())
+
+
+def _fit_ints(series: pd.Series, lo: int, hi: int) -> tuple[pd.Series, int]:
+    kind = series.dtype.kind
+    if kind in "iu":
+        if series.empty or (int(series.min()) >= lo and int(series.max()) <= hi):
+            return series, 0
+        outside = (series < lo) | (series > hi)
+        return series.mask(outside, -1), int(outside.sum())
+    if kind == "b":
+        return series.astype("int64"), 0
+    if kind == "f":
+        values = series.to_numpy(dtype="float64", na_value=np.nan)
+        ok = np.isfinite(values) & (values >= float(lo)) & (values < float(hi) + 1.0)
+        fitted = pd.Series(np.where(ok, np.nan_to_num(values), -1).astype(np.int64), index=series.index)
+        return fitted, int((~ok & ~np.isnan(values)).sum())
+    cells = [_int_cell(v, lo, hi) for v in series.tolist()]
+    bad = sum(1 for v, c in zip(series.tolist(), cells) if c is None and v is not None and v is not pd.NA
+              and not (isinstance(v, float) and math.isnan(v)))
+    return pd.Series([-1 if c is None else c for c in cells], index=series.index, dtype="int64"), bad
+
+
+def _int_cell(value: object, lo: int, hi: int) -> int | None:
+    if isinstance(value, (bool, np.bool_)):
+        return int(value)
+    if isinstance(value, (int, np.integer)):
+        number = int(value)
+        return number if lo <= number <= hi else None
+    if isinstance(value, (float, np.floating)):
+        number_f = float(value)
+        return int(number_f) if math.isfinite(number_f) and lo <= number_f < hi + 1.0 else None
+    if isinstance(value, str):
+        return ascii_int(value.strip(), lo, hi)
+    return None

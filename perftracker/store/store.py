@@ -65,7 +65,13 @@ class Store:
         return self.tables["ranks"]
 
     def set_table(self, name: str, frame: pd.DataFrame) -> None:
-        self.tables[name] = conform(name, frame)
+        """Put `frame` in as table `name`; values its columns cannot hold become a note (see `conform`)."""
+        problems: list[str] = []
+        self.tables[name] = conform(name, frame, problems)
+        if problems:
+            files = sorted({str(f) for f in frame["file"].dropna().unique()[:3]}) if "file" in frame.columns else []
+            self.notes.append(LoadNote("warning", f"table {name}", "; ".join(problems)
+                                       + (f" (from {', '.join(files)})" if files else ""), {"problems": problems}))
 
     def add_notes(self, notes: Iterable[LoadNote]) -> None:
         self.notes.extend(notes)

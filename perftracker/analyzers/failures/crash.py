@@ -116,7 +116,10 @@ def fr_findings(store: Store, hosts: dict[int, str], world: int) -> list[Finding
         members = _members(store, pg, list(entered), world)
         behind = sorted(r for r in members if r in entered and entered[r] < top)
         no_dump = sorted(r for r in members if r not in entered)
-        ref = rows[(rows["seq"] == top) & rows["rank"].isin(waiting)].iloc[0]
+        at_top = rows[(rows["seq"] == top) & rows["rank"].isin(waiting)]
+        if at_top.empty:  # the dumps' status names a collective none of their entries holds (ring buffer rolled)
+            continue
+        ref = at_top.iloc[0]
         desc = str(ref["pg_desc"])
         what = f"collective #{top} ({ref['op']}, pg {pg}{f' {desc}' if desc else ''}, sizes {ref['input_sizes']})"
         evidence = {"pg": pg, "pg_desc": desc, "seq": top, "op": str(ref["op"]), "input_sizes": str(ref["input_sizes"]),

@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from perftracker.bounded import LineBlocks, iter_lines
 from perftracker.store import LoadNote
 from perftracker.values import ETHTOOL_COUNTER_PREFIX
 
@@ -48,10 +49,23 @@ PREFIX = ETHTOOL_COUNTER_PREFIX
 TIMEOUT_S = 2.0
 FLOW_CONTROL = re.compile(r"pause|pfc|xoff|xon|discard|buf|ecn|cnp|marked|storm|congest", re.IGNORECASE)
 _PER_QUEUE = re.compile(r"^(?:[a-z]+_)?(?:rx|tx|ch|cq|sq|rq)\d+_|queue_?\d+|\[\d+\]|^(?:rx|tx)-\d+\.", re.IGNORECASE)
-_STAT = re.compile(r"^\s*(?P<name>[^\s:][^:]*?)\s*:\s*(?P<value>[+-]?\d+)\s*$")
+_U64 = 2**64 - 1
 _NETDEV = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:@-]{0,63}$")
 _COMMAND = re.compile(r"^(?:[#$>]\s*)?(?:sudo\s+)?ethtool\s+(?:-S|--statistics)\s+(?P<dev>\S+)\s*$")
 _HEADER = "NIC statistics:"
+
+
+def stat_line(line: str) -> tuple[str, int] | None:
+    """`     name: 123` -> ("name", 123); None for any other line (string operations: linear in the line)."""
+    name, colon, value = line.partition(":")
+    name, value = name.strip(), value.strip()
+    if not colon or not name:
+        return None
+    digits = value[1:] if value[:1] in "+-" else value
+    if not 0 < len(digits) <= 20 or not digits.isascii() or not digits.isdigit():
+        return None
+    number = int(value)
+    return (name, number) if -_U64 <= number <= _U64 else None
 
 
 def parse_ethtool_stats(text: str) -> dict[str, int]:
@@ -60,9 +74,9 @@ def parse_ethtool_stats(text: str) -> dict[str, int]:
     for line in text.splitlines():
         if line.strip() == _HEADER:
             continue
-        m = _STAT.match(line)
-        if m:
-            out[m.group("name")] = int(m.group("value"))
+        stat = stat_line(line)
+        if stat is not None:
+            out[stat[0]] = stat[1]
     return out
 
 
@@ -93,7 +107,7 @@ def read_ethtool(netdev: str, timeout_s: float = TIMEOUT_S, ethtool: str = "etht
 def looks_like_ethtool_dump(head: str) -> bool:
     """True when a text holds `ethtool -S` output ("NIC statistics:" followed by counter lines)."""
     lines = head.splitlines()[:400]
-    return any(line.strip() == _HEADER for line in lines) and any(_STAT.match(line) for line in lines)
+    return any(line.strip() == _HEADER for line in lines) and any(stat_line(line) for line in lines)
 
 
 def _rows(blocks: list[tuple[int, str, dict[str, int]]], host: str,
@@ -131,29 +145,29 @@ def load_ethtool_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
                 blocks.append((ts, netdev, dict(current)))
         current.clear()
 
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for raw in handle:
-            line = raw.strip()
-            cmd = _COMMAND.match(line)
-            if line.startswith("# host="):
-                host = line[7:].strip() or host
-            elif line.startswith("# netdev="):
-                flush()
-                netdev = line[9:].strip()
-            elif cmd:
-                flush()
-                netdev = cmd.group("dev")
-            elif line.startswith("# ts_ns=") or _epoch_ns(line) is not None:
-                flush()
-                ts = _epoch_ns(line[8:] if line.startswith("# ts_ns=") else line)
-            elif line == _HEADER:
-                flush()
-            else:
-                m = _STAT.match(raw)
-                if m:
-                    current[m.group("name")] = int(m.group("value"))
+    reader = LineBlocks(path)
+    for _, raw in iter_lines(reader):
+        line = raw.strip()
+        cmd = _COMMAND.match(line)
+        if line.startswith("# host="):
+            host = line[7:].strip() or host
+        elif line.startswith("# netdev="):
+            flush()
+            netdev = line[9:].strip()
+        elif cmd:
+            flush()
+            netdev = cmd.group("dev")
+        elif line.startswith("# ts_ns=") or _epoch_ns(line) is not None:
+            flush()
+            ts = _epoch_ns(line[8:] if line.startswith("# ts_ns=") else line)
+        elif line == _HEADER:
+            flush()
+        else:
+            stat = stat_line(raw)
+            if stat is not None:
+                current[stat[0]] = stat[1]
     flush()
-    notes: list[LoadNote] = []
+    notes: list[LoadNote] = [LoadNote("warning", str(path), n) for n in reader.stats.notes(reader.cap)]
     if untimed:
         notes.append(LoadNote("warning", str(path), f"{untimed} `ethtool -S` output(s) without a preceding time line "
                               "(`date +%s.%N` or `# ts_ns=N`) were skipped: rates need sample times"))

@@ -34,14 +34,15 @@ required; headers repeated by `-l` are skipped. The host is the file name up to 
 from __future__ import annotations
 
 import csv
-import io
 import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from perftracker.bounded import LineBlocks, LineStats, file_cap, iter_lines
 from perftracker.rundir import read_jsonl
 from perftracker.store import LoadNote
+from perftracker.values import finite, int_in, rank_in_range
 
 METRICS = ("sm_clock_mhz", "mem_clock_mhz", "max_sm_clock_mhz", "power_w", "power_limit_w", "temp_c",
            "util_gpu_pct", "util_mem_pct", "clock_event_reasons", "pcie_gen", "pcie_width", "pcie_max_gen",
@@ -70,7 +71,6 @@ SMI_REASON_BITS: dict[str, int] = {
     "gpu_idle": 0x1, "applications_clocks_setting": 0x2, "sw_power_cap": 0x4, "hw_slowdown": 0x8,
     "sync_boost": 0x10, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40, "hw_power_brake_slowdown": 0x80,
 }
-_UNIT = re.compile(r"\s*\[[^\]]*\]\s*$")
 _NUM = re.compile(r"^\s*(0x[0-9a-fA-F]+|-?[\d.]+)")
 
 
@@ -80,8 +80,22 @@ def _device_row(host: str, gpu: int, uuid: str, bus: str, numa: int, source: str
 
 
 def _ranks(value: Any) -> set[int]:
-    return {int(r) for r in value if isinstance(r, int) and not isinstance(r, bool)} if isinstance(value, list) \
-        else set()
+    found = {rank_in_range(r) for r in value} if isinstance(value, list) else set()
+    return {r for r in found if r is not None}
+
+
+_MAX_GPU = 1 << 16
+_MAX_TS_NS = 4 * 10**18
+
+
+def _sample(rec: Any, default_host: str) -> tuple[str, int, int, dict[str, Any]] | None:
+    """(host, gpu, ts_ns, metrics) of one GPU sample record, or None when it is not one (or out of range)."""
+    if not isinstance(rec, dict):
+        return None
+    gpu, ts, metrics = int_in(rec.get("gpu"), 0, _MAX_GPU), int_in(rec.get("ts_ns"), 0, _MAX_TS_NS), rec.get("metrics")
+    if gpu is None or ts is None or not isinstance(metrics, (dict, type(None))):
+        return None
+    return str(rec.get("host") or default_host), gpu, ts, dict(metrics or {})
 
 
 def load_gpu_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
@@ -91,34 +105,42 @@ def load_gpu_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any
     ranks: dict[tuple[str, int], set[int]] = {}
     bad = 0
     default_host = path.name.split(".")[0]
-    for lineno, rec in read_jsonl(path):
-        try:
-            host, gpu, ts = str(rec.get("host") or default_host), int(rec["gpu"]), int(rec["ts_ns"])
-            metrics = dict(rec.get("metrics") or {})
-        except (AttributeError, ValueError, KeyError, TypeError):
+    stats = LineStats()
+    for lineno, rec in read_jsonl(path, stats):
+        sample = _sample(rec, default_host)
+        if sample is None:
             bad += 1
             continue
+        host, gpu, ts, metrics = sample
         base = {"host": host, "rank": -1, "device": f"gpu:{gpu}", "port": "", "ts_ns": ts}
         for name, value in metrics.items():
             if name == "xid":
                 for x in value if isinstance(value, list) else [value]:
-                    if isinstance(x, (int, float)) and x:
-                        rows.append({**base, "name": "xid", "value": float(x)})
-            elif isinstance(value, (int, float)) and not isinstance(value, bool):
-                rows.append({**base, "name": str(name), "value": float(value)})
-        numa = rec.get("numa_node")
+                    number = finite(x)
+                    if number:
+                        rows.append({**base, "name": "xid", "value": number})
+            elif (number := finite(value)) is not None:
+                rows.append({**base, "name": str(name), "value": number})
+        numa = int_in(rec.get("numa_node"), -1, _MAX_GPU)
         devices.setdefault((host, gpu), _device_row(host, gpu, str(rec.get("uuid", "")),
                                                     str(rec.get("pci_bus_id", "")),
-                                                    numa if isinstance(numa, int) else -1, f"{path}:{lineno}"))
+                                                    -1 if numa is None else numa, f"{path}:{lineno}"))
         ranks.setdefault((host, gpu), set()).update(_ranks(rec.get("ranks")))
     for key, on_gpu in ranks.items():
         devices[key]["ranks"] = ",".join(map(str, sorted(on_gpu)))
-    notes = [LoadNote("warning", str(path), f"{bad} line(s) are not GPU samples and were skipped")] if bad else []
+    notes = [LoadNote("warning", str(path), f"{bad} line(s) are not GPU samples (or hold a GPU index or time out "
+                      "of range) and were skipped")] if bad else []
+    notes.extend(LoadNote("warning", str(path), n) for n in stats.notes(file_cap()))
     return rows, list(devices.values()), notes
 
 
 def _field(header: str) -> str:
-    return _UNIT.sub("", header.strip()).strip().lower()
+    """A CSV header without its unit: `clocks.sm [MHz]` -> `clocks.sm` (string operations: linear)."""
+    text = header.strip()
+    start = text.rfind("[")
+    if text.endswith("]") and start >= 0 and "]" not in text[start + 1:-1]:
+        text = text[:start]
+    return text.strip().lower()
 
 
 def looks_like_smi_csv(head: str) -> bool:
@@ -129,12 +151,13 @@ def looks_like_smi_csv(head: str) -> bool:
 
 
 def _value(text: str) -> float | None:
+    """The number a CSV cell starts with (decimal or 0x hex), when finite, else None."""
     m = _NUM.match(text)
     if not m:
         return None
     raw = m.group(1)
     try:
-        return float(int(raw, 16)) if raw.lower().startswith("0x") else float(raw)
+        return finite(int(raw, 16)) if raw.lower().startswith("0x") else finite(float(raw))
     except ValueError:
         return None
 
@@ -152,13 +175,17 @@ def _timestamp_ns(text: str) -> int | None:
 def load_smi_csv(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
     """(counter rows, device rows, notes) of an `nvidia-smi --query-gpu=... --format=csv [-l N]` file."""
     host = path.name.split(".")[0]
-    text = path.read_text(encoding="utf-8", errors="replace")
-    reader = csv.reader(io.StringIO(text), skipinitialspace=True)
     header: list[str] = []
     rows: list[dict[str, Any]] = []
     devices: dict[tuple[str, int], dict[str, Any]] = {}
     bad = 0
-    for cells in reader:
+    blocks = LineBlocks(path)
+    for _, line in iter_lines(blocks):  # one CSV row per line (nvidia-smi quotes no newlines); lines are cut
+        try:                            # at MAX_LINE_CHARS, below csv's field limit
+            cells = next(csv.reader([line], skipinitialspace=True), [])
+        except csv.Error:
+            bad += 1
+            continue
         if not cells:
             continue
         fields = [_field(c) for c in cells]
@@ -169,9 +196,9 @@ def load_smi_csv(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
             bad += 1
             continue
         rec = dict(zip(header, (c.strip() for c in cells)))
-        ts = _timestamp_ns(rec.get("timestamp", ""))
+        ts = _timestamp_ns(rec.get("timestamp", "")[:64])
         gpu = _value(rec.get("index", ""))
-        if ts is None or gpu is None:
+        if ts is None or gpu is None or not 0 <= gpu <= _MAX_GPU:
             bad += 1
             continue
         base = {"host": host, "rank": -1, "device": f"gpu:{int(gpu)}", "port": "", "ts_ns": ts}
@@ -196,4 +223,5 @@ def load_smi_csv(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
                                                          rec.get("pci.bus_id", ""), -1, str(path)))
     notes = [LoadNote("warning", str(path), f"{bad} nvidia-smi CSV line(s) could not be read and were skipped")] \
         if bad else []
+    notes.extend(LoadNote("warning", str(path), n) for n in blocks.stats.notes(blocks.cap))
     return rows, list(devices.values()), notes

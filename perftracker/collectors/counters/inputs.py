@@ -14,14 +14,15 @@ files of each kind. Files that are none of these are left alone (other loaders r
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from perftracker.bounded import file_cap, loads_json, read_head, read_text
 from perftracker.collectors.counters import ethtool, gpu_samples, prometheus, rdma
+from perftracker.errors import InputError
 from perftracker.store import LoadNote, RunInfo
 from perftracker.store.schema import conform
 
@@ -30,18 +31,14 @@ _SKIP_SUFFIXES = (".gz", ".parquet", ".html", ".png", ".zip", ".tar")
 
 
 def _head(path: Path) -> str:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(_HEAD_BYTES).decode("utf-8", errors="replace")
-    except OSError:
-        return ""
+    return read_head(path, _HEAD_BYTES).decode("utf-8", errors="replace")
 
 
 def _first_json(head: str) -> dict[str, Any]:
     for line in head.splitlines()[:5]:
         if line.strip():
             try:
-                data = json.loads(line)
+                data = loads_json(line)
             except ValueError:
                 return {}
             return data if isinstance(data, dict) else {}
@@ -70,9 +67,15 @@ def sniff(path: Path, head: str) -> str:
 
 
 def _load_prometheus(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
-    samples = prometheus.parse_text(path.read_text(encoding="utf-8", errors="replace"))
+    text, capped = read_text(path)
+    skipped: list[int] = []
+    samples = prometheus.parse_text(text, skipped)
     host = path.name.split(".")[0]
-    notes: list[LoadNote] = []
+    notes: list[LoadNote] = [LoadNote("warning", str(path), capped.note(file_cap()))] if capped.left_out else []
+    if skipped:
+        notes.append(LoadNote("warning", str(path), f"{len(skipped)} sample line(s) with a value or time that is not a "
+                              f"finite number in range were skipped (line {', '.join(map(str, skipped[:5]))}"
+                              f"{', ...' if len(skipped) > 5 else ''})", {"lines": skipped[:50]}))
     if any(s.ts_ns < 0 for s in samples):
         notes.append(LoadNote("warning", str(path), "Prometheus samples without a timestamp or a preceding "
                               "`# scrape_time <unix seconds>` line were skipped: rates need sample times"))
@@ -112,6 +115,9 @@ def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame],
             r, d, n = _LOADERS[kind](path)
         except OSError as exc:
             notes.append(LoadNote("warning", str(path), f"counter file could not be read: {exc.strerror or exc}"))
+            continue
+        except InputError as exc:
+            notes.append(LoadNote("warning", str(path), f"counter file could not be read: {exc.message}"))
             continue
         (eth_rows if kind == "ethtool_dump" else rows).extend(r)
         (eth_devices if kind == "ethtool_dump" else devices).extend(d)

@@ -20,8 +20,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+(?P<ts>-?\d+))?\s*$")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
+from perftracker.bounded import MAX_LINE_CHARS
+from perftracker.values import ascii_int, finite
+
+# Linear on any line: the label set is bounded (a real one is a few hundred characters) and holds no
+# braces; a label name starts only where no name character precedes it.
+_LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^{}]{0,8192})\})?\s+(?P<value>\S+)"
+                   r"(?:\s+(?P<ts>-?\d{1,19}))?\s*$")
+_LABEL = re.compile(r'(?<![a-zA-Z0-9_])([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
 _SCRAPE = re.compile(r"^#\s*scrape_time\s+(?P<t>[\d.]+)")
 
 # node exporter infiniband metric (without the node_infiniband_ prefix) -> (sysfs counter name, scale)
@@ -90,30 +96,47 @@ class Sample:
     ts_ns: int
 
 
-def parse_text(text: str) -> list[Sample]:
-    """Every sample of a Prometheus text exposition (several scrapes may be concatenated)."""
+_MAX_NS = 4 * 10**18
+
+
+def parse_text(text: str, skipped: list[int] | None = None) -> list[Sample]:
+    """Every sample of a Prometheus text exposition (several scrapes may be concatenated).
+
+    Samples whose value is not a finite number or whose time is out of range (past year 2100) are
+    skipped; their line numbers go to `skipped` when given. Lines are read at most MAX_LINE_CHARS long.
+    """
     out: list[Sample] = []
     scrape_ns = -1
-    for raw in text.splitlines():
-        line = raw.strip()
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw[:MAX_LINE_CHARS].strip()
         if not line:
             continue
         if line.startswith("#"):
             m = _SCRAPE.match(line)
             if m:
-                scrape_ns = int(float(m.group("t")) * 1e9)
+                seconds = finite(_float(m.group("t")))
+                scrape_ns = int(seconds * 1e9) if seconds is not None and 0 <= seconds * 1e9 < _MAX_NS else -1
             continue
         m = _LINE.match(line)
         if not m:
             continue
-        try:
-            value = float(m.group("value"))
-        except ValueError:
+        value = finite(_float(m.group("value")))
+        ts_ms = ascii_int(m.group("ts"), 0, _MAX_NS // 1_000_000) if m.group("ts") else None
+        if value is None or (m.group("ts") and ts_ms is None):
+            if skipped is not None:
+                skipped.append(lineno)
             continue
         labels = {k: v.replace('\\"', '"').replace("\\\\", "\\") for k, v in _LABEL.findall(m.group("labels") or "")}
-        ts = int(m.group("ts")) * 1_000_000 if m.group("ts") else scrape_ns
+        ts = ts_ms * 1_000_000 if ts_ms is not None else scrape_ns
         out.append(Sample(m.group("name"), labels, value, ts))
     return out
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text[:64])
+    except ValueError:
+        return None
 
 
 def looks_like_exposition(head: str) -> bool:

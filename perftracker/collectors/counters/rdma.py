@@ -39,17 +39,24 @@ Raw snapshot copies (`load_sysfs_copies`) come in two shapes:
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from perftracker.bounded import LineBlocks, LineStats, file_cap, iter_lines, read_text
+from perftracker.errors import InputError
 from perftracker.rundir import read_jsonl
 from perftracker.store import LoadNote
 from perftracker.values import ETHTOOL_COUNTER_PREFIX as ETHTOOL_PREFIX
+from perftracker.values import finite, int_in
 
-RATE = re.compile(r"(?P<gbps>[\d.]+)\s*Gb/sec(?:\s*\((?P<width>\d+)X\s*(?P<speed>[A-Z0-9]*)\))?")
-_STATE = re.compile(r"^\s*(?P<id>\d+)\s*:")
+MAX_TS_NS = 4 * 10**18
+
+RATE = re.compile(r"(?<![\d.])(?P<gbps>\d{1,9}(?:\.\d{1,9})?)\s*Gb/sec(?:\s*\((?P<width>\d{1,4})X\s*"
+                  r"(?P<speed>[A-Z0-9]{0,16})\))?")
+_STATE = re.compile(r"^\s*(?P<id>\d{1,9})\s*:")
 _PORT_PATH = re.compile(r"^(?P<root>.*?)/(?:class/)?infiniband/(?P<dev>[^/]+)/ports/(?P<port>\d+)/"
                         r"(?P<rest>(?:hw_)?counters/[^/:]+|state|phys_state|rate|link_layer)$")
 _DUMP_LINE = re.compile(r"^(?P<path>\S*/infiniband/[^/]+/ports/\d+/(?:(?:hw_)?counters/[^/:]+|state|phys_state|"
@@ -57,20 +64,22 @@ _DUMP_LINE = re.compile(r"^(?P<path>\S*/infiniband/[^/]+/ports/\d+/(?:(?:hw_)?co
 _TEXT_FIELDS = ("state", "phys_state", "rate", "link_layer")
 
 
+_SYSFS_FILE_BYTES = 1 << 16  # a sysfs attribute is a page at most
+
+
 def _read(path: Path) -> str | None:
     try:
-        return path.read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
+        text, _ = read_text(path, _SYSFS_FILE_BYTES)
+    except (InputError, OSError):
         return None
+    return text.strip()
 
 
 def _int(text: str | None) -> int | None:
-    if text is None:
-        return None
-    try:
-        return int(text.strip())
-    except ValueError:
-        return None
+    """A counter value as the kernel writes it (ASCII digits, at most u64), else None."""
+    body = (text or "").strip()
+    digits = body[1:] if body.startswith("-") else body
+    return int(body) if 0 < len(digits) <= 20 and digits.isascii() and digits.isdigit() else None
 
 
 def _counter_dir(folder: Path) -> dict[str, int]:
@@ -142,13 +151,20 @@ def _state_id(text: str) -> int | None:
 
 def record_rows(rec: dict[str, Any], source: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """(counter rows, device row) of one port record."""
-    host, dev, port, ts = str(rec.get("host", "")), str(rec["device"]), str(rec["port"]), int(rec["ts_ns"])
+    host, dev, port = str(rec.get("host", "")), str(rec["device"]), str(rec["port"])
+    ts = int_in(rec["ts_ns"], 0, MAX_TS_NS)
+    if ts is None:
+        raise ValueError("ts_ns is not a time in nanoseconds")
     base = {"host": host, "rank": -1, "device": dev, "port": port, "ts_ns": ts}
     rows = []
     for group, prefix in (("counters", ""), ("hw_counters", ""), ("ethtool", ETHTOOL_PREFIX)):
-        for name, value in (rec.get(group) or {}).items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                rows.append({**base, "name": prefix + str(name), "value": float(value)})
+        values = rec.get(group) or {}
+        if not isinstance(values, dict):
+            raise ValueError(f"{group} is not an object")
+        for name, value in values.items():
+            number = finite(value)
+            if number is not None:
+                rows.append({**base, "name": prefix + str(name), "value": number})
     for field, name in (("state", "state_id"), ("phys_state", "phys_state_id")):
         sid = _state_id(str(rec.get(field, "")))
         if sid is not None:
@@ -158,10 +174,10 @@ def record_rows(rec: dict[str, Any], source: str) -> tuple[list[dict[str, Any]],
         rows.append({**base, "name": "rate_gbps", "value": gbps})
     if width > 0:
         rows.append({**base, "name": "width", "value": float(width)})
-    numa = rec.get("numa_node")
+    numa = int_in(rec.get("numa_node"), -1, 1 << 16)
     device = {"host": host, "kind": "nic", "device": dev, "port": port, "uuid": "",
               "pci_bus_id": str(rec.get("pci_bus_id", "")),
-              "numa_node": int(numa) if isinstance(numa, int) else -1,
+              "numa_node": -1 if numa is None else numa,
               "link_layer": str(rec.get("link_layer", "")),
               "netdevs": ",".join(str(n) for n in rec.get("netdevs") or []), "ranks": "", "source": source}
     return rows, device
@@ -174,24 +190,33 @@ def load_rdma_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, An
     notes: list[LoadNote] = []
     bad = 0
     default_host = path.name.split(".")[0]
-    for lineno, rec in read_jsonl(path):
+    stats = LineStats()
+    for lineno, rec in read_jsonl(path, stats):
+        if not isinstance(rec, dict):
+            bad += 1
+            continue
         try:
             rec.setdefault("host", default_host)
             r, d = record_rows(rec, f"{path}:{lineno}")
-        except (AttributeError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):
             bad += 1
             continue
         rows.extend(r)
         devices.setdefault((d["host"], d["device"], d["port"]), d)
     if bad:
-        notes.append(LoadNote("warning", str(path), f"{bad} line(s) are not RDMA port samples and were skipped"))
+        notes.append(LoadNote("warning", str(path), f"{bad} line(s) are not RDMA port samples (or hold a time or "
+                              "counter out of range) and were skipped"))
+    notes.extend(LoadNote("warning", str(path), n) for n in stats.notes(file_cap()))
     return rows, list(devices.values()), notes
 
 
 def _epoch_ns(text: str) -> int | None:
+    """An epoch time in s, ms, us or ns (told apart by size) as ns; None for anything else."""
     try:
-        value = float(text)
+        value = float(text[:64])
     except ValueError:
+        return None
+    if not math.isfinite(value) or value >= MAX_TS_NS:
         return None
     if value > 1e17:
         return int(value)
@@ -282,26 +307,27 @@ def load_sysfs_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, An
             records.extend(_records_from(current, ts, host))
         current.clear()
 
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            line = line.strip()
-            if line.startswith("# host="):
-                host = line[7:].strip()
-                continue
-            stamp = _epoch_ns(line[8:]) if line.startswith("# ts_ns=") else _epoch_ns(line)
-            if stamp is not None:
-                flush()
-                ts = stamp
-                continue
-            m = _DUMP_LINE.match(line)
-            if m:
-                pm = _PORT_PATH.match(m.group("path"))
-                if pm:
-                    current.setdefault((pm.group("dev"), pm.group("port")), {})[pm.group("rest")] = m.group("value")
+    blocks = LineBlocks(path)
+    for _, line in iter_lines(blocks):
+        line = line.strip()
+        if line.startswith("# host="):
+            host = line[7:].strip()
+            continue
+        stamp = _epoch_ns(line[8:]) if line.startswith("# ts_ns=") else _epoch_ns(line)
+        if stamp is not None:
+            flush()
+            ts = stamp
+            continue
+        m = _DUMP_LINE.match(line)
+        if m:
+            pm = _PORT_PATH.match(m.group("path"))
+            if pm:
+                current.setdefault((pm.group("dev"), pm.group("port")), {})[pm.group("rest")] = m.group("value")
     flush()
     if not records:
         notes.append(LoadNote("warning", str(path), "sysfs counter dump without time lines (`date +%s.%N` or "
                               "`# ts_ns=N` before each snapshot): skipped, rates need sample times"))
+    notes.extend(LoadNote("warning", str(path), n) for n in blocks.stats.notes(blocks.cap))
     rows: list[dict[str, Any]] = []
     devices: dict[tuple[str, str, str], dict[str, Any]] = {}
     for rec in records:

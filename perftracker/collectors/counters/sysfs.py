@@ -18,14 +18,23 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from perftracker.bounded import read_text
+from perftracker.errors import InputError
+
 ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 
 
 def _read(path: Path) -> str | None:
     try:
-        return path.read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
+        text, _ = read_text(path, 1 << 16)  # an attribute is a page at most; a FIFO or device is never read
+    except (InputError, OSError):
         return None
+    return text.strip()
+
+
+def _index(name: str) -> int | None:
+    """A sysfs entry's number (`gids/3`, `ports/1`), ASCII digits only."""
+    return int(name) if name.isascii() and name.isdigit() and len(name) <= 9 else None
 
 
 def _gid_ip(gid: str) -> str | None:
@@ -41,24 +50,25 @@ def _gid_ip(gid: str) -> str | None:
 def _port(port_dir: Path) -> dict[str, Any]:
     gids: list[dict[str, Any]] = []
     gid_dir = port_dir / "gids"
-    names = sorted((p.name for p in gid_dir.iterdir()), key=lambda n: int(n) if n.isdigit() else 1 << 30) \
+    names = sorted((p.name for p in gid_dir.iterdir()), key=lambda n: (_index(n) is None, _index(n) or 0)) \
         if gid_dir.is_dir() else []
     table_len = 0
     for name in names:
-        if not name.isdigit():
+        index = _index(name)
+        if index is None:
             continue
-        table_len = max(table_len, int(name) + 1)
+        table_len = max(table_len, index + 1)
         gid = _read(gid_dir / name)
         if not gid or gid == ZERO_GID:
             continue
         gids.append({
-            "index": int(name), "gid": gid, "ip": _gid_ip(gid),
+            "index": index, "gid": gid, "ip": _gid_ip(gid),
             "type": _read(port_dir / "gid_attrs" / "types" / name),
             "ndev": _read(port_dir / "gid_attrs" / "ndevs" / name),
         })
     state = _read(port_dir / "state") or ""
     return {
-        "port": int(port_dir.name) if port_dir.name.isdigit() else -1,
+        "port": _index(port_dir.name) if _index(port_dir.name) is not None else -1,
         "state": state, "active": state.endswith("ACTIVE"),
         "link_layer": _read(port_dir / "link_layer") or "",
         "rate": _read(port_dir / "rate") or "",

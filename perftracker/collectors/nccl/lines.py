@@ -12,6 +12,7 @@ import json
 import re
 
 from perftracker.collectors.nccl import patterns as P
+from perftracker.values import MAX_RANK, ascii_int
 
 
 class ProcFacts:
@@ -34,6 +35,13 @@ class ProcFacts:
             self.facts[(key, value)] = [line, 1]
         else:
             slot[1] += 1
+
+
+def _add_rank(proc: ProcFacts, text: str) -> None:
+    """A rank a line names, kept only when it is one (0 .. MAX_RANK, ASCII digits)."""
+    rank = ascii_int(text, 0, MAX_RANK)
+    if rank is not None:
+        proc.ranks.add(rank)
 
 
 def _js(**fields: object) -> str:
@@ -81,7 +89,7 @@ def _classify(msg: str, proc: ProcFacts, line: int) -> str | None:
             bits = item.split()
             if len(bits) == 2:
                 parts[bits[0]] = float(bits[1])
-        proc.ranks.add(int(m.group("rank")))
+        _add_rank(proc, m.group("rank"))
         proc.add("nranks", m.group("nranks"), line)
         proc.add("init_timings", _js(rank=int(m.group("rank")), total=float(m.group("total")),
                                      fn=m.group("fn"), parts=parts), line)
@@ -187,7 +195,7 @@ def _net(msg: str, proc: ProcFacts, line: int) -> str | None:
                 return None
             status = cm.group("num") or cm.group("status")
             proc.add("completion_error", _js(
-                peer=cm.group("peer"), status=int(status) if status.isdigit() else status,
+                peer=cm.group("peer"), status=int(status) if status.isascii() and status.isdigit() else status,
                 opcode=cm.group("opcode"), vendor_err=int(cm.group("vendor")) if cm.group("vendor") else None,
                 direction=cm.group("dir"), local_gid=cm.group("lgid"), remote_gid=cm.group("rgid"),
                 hca=_after(body, " hca ")), line)
@@ -236,7 +244,7 @@ def _plugins(msg: str, proc: ProcFacts, line: int) -> str | None:
         return None
     m = P.PLUGIN_LOADED.search(msg)
     if m is not None and "Loaded net plugin" in msg:
-        proc.add("net_plugin", m.group("name"), line)
+        proc.add("net_plugin", P.plugin_name(m.group("name")), line)
         return None
     if msg.startswith("Plugin Path"):
         proc.add("plugin_path", msg.split(":", 1)[1].strip(), line)
@@ -265,7 +273,7 @@ def _nccl_prefixed(msg: str, proc: ProcFacts, line: int) -> str | None:
         return None
     m = P.ENV_ECHO.match(msg)
     if m is not None:
-        value = m.group("val").strip()
+        value = P.env_echo_value(m.group("val")).strip()
         proc.add("env", f"{m.group('var')}={value}", line)
         return f"{m.group('var')}={value}"
     return ""
@@ -275,7 +283,7 @@ def _comm(msg: str, proc: ProcFacts, line: int) -> str | None:
     m = P.COMM_INIT.search(msg)
     if m is not None:
         rank = int(m.group("rank"))
-        proc.ranks.add(rank)
+        _add_rank(proc, m.group("rank"))
         proc.add("nranks", m.group("nranks"), line)
         key = "init_complete" if m.group("state") == "COMPLETE" else "init_start"
         proc.add(key, _js(rank=rank, nranks=int(m.group("nranks")), cuda_dev=int(m.group("cuda")),
@@ -284,7 +292,7 @@ def _comm(msg: str, proc: ProcFacts, line: int) -> str | None:
         return None
     m2 = P.COMM_NODES.search(msg)
     if m2 is not None:
-        proc.ranks.add(int(m2.group("rank")))
+        _add_rank(proc, m2.group("rank"))
         proc.add("nranks", m2.group("nranks"), line)
         proc.add("nnodes", m2.group("nnodes"), line)
         proc.add("local_ranks", m2.group("local"), line)

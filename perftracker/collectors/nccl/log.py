@@ -19,10 +19,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from perftracker.bounded import LineBlocks, LineStats, file_cap, read_head
 from perftracker.collectors.nccl import patterns as P
 from perftracker.collectors.nccl.lines import ProcFacts, classify_message
+from perftracker.errors import InputError
 from perftracker.store import LoadNote
 from perftracker.store.schema import conform
+from perftracker.values import INT32_MAX, MAX_RANK, ascii_int
 
 FACT_KEYS = (
     "version", "rank", "nranks", "nnodes", "local_ranks", "comm", "init_complete", "init_start",
@@ -39,16 +42,12 @@ _HEAD_CACHE_MAX = 1 << 18
 
 def looks_like_nccl_log(path: Path) -> bool:
     """True when the first 64 KB of `path` contain NCCL debug lines (`NCCL INFO` / `NCCL WARN`)."""
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(_SNIFF_BYTES)
-    except OSError:
-        return False
+    head = read_head(path, _SNIFF_BYTES)
     return b" NCCL INFO " in head or b" NCCL WARN " in head or b"NCCL version " in head
 
 
 _HOST_BAD = frozenset(" :[]<>()")
-_READ_BYTES = 1 << 22
+MAX_MESSAGE_CHARS = 4096  # NCCL formats each line into a buffer of 1-2 KB: longer is not NCCL's
 _MESSAGE_CACHE_MAX = 1 << 16
 _LINE_CACHE_MAX = 1 << 17
 
@@ -97,20 +96,25 @@ class _FileParser:
             if b > 0:
                 dev = head[b + 2:-1]
                 parts = head[:b].rsplit(":", 2)
-                if (len(parts) == 3 and dev.isdigit() and parts[1].isdigit() and parts[2].isdigit()
-                        and parts[0] and _HOST_BAD.isdisjoint(parts[0])):
-                    return (parts[0], int(parts[1]), int(dev), -1, "", -1)
+                if len(parts) == 3 and parts[0] and _HOST_BAD.isdisjoint(parts[0]):
+                    pid, tid, device = ascii_int(parts[1], 0), ascii_int(parts[2], 0), ascii_int(dev, 0, INT32_MAX)
+                    if pid is not None and tid is not None and device is not None:
+                        return (parts[0], pid, device, -1, "", -1)
         m = P.HEADER.search(head)
         if m is None:
+            return None
+        pid, device = ascii_int(m.group("pid"), 0), ascii_int(m.group("dev"), 0, INT32_MAX)
+        if pid is None or device is None:
             return None
         rank = -1
         start = m.start()
         if start:
             rm = P.RANK_PREFIX.match(head[:start])
             if rm is not None:
-                rank = int(rm.group("mpi") or rm.group("rk") or rm.group("num"))
-        return (m.group("host"), int(m.group("pid")), int(m.group("dev")), rank,
-                m.group("src") or "", int(m.group("srcline") or -1))
+                named = ascii_int(rm.group("mpi") or rm.group("rk") or rm.group("num"), 0, MAX_RANK)
+                rank = -1 if named is None else named
+        srcline = ascii_int(m.group("srcline") or "", 0)
+        return (m.group("host"), pid, device, rank, m.group("src") or "", -1 if srcline is None else srcline)
 
     def _process(self, head: str, lineno: int) -> tuple[ProcFacts, int, str, int] | None:
         """The process a header names (created on its first line), cached by the header's text."""
@@ -190,7 +194,7 @@ class _FileParser:
                     slot = proc.facts[fkey] = [lineno, 0]
                 slot[1] += 1
                 return slot
-        msg = raw[j:].rstrip()
+        msg = raw[j:j + MAX_MESSAGE_CHARS].rstrip()
         warn = (f"{src}:{srcline} {msg}" if src else msg) if level == "WARN" else None
         return (proc, rank, level, warn, msg, self._effect(msg))
 
@@ -277,42 +281,25 @@ class _FileParser:
         return out, self.config
 
 
-def _split_lines(data: bytes, final: bool) -> tuple[list[str], bytes]:
-    """Complete lines of `data` (decoded, line ends removed) and the bytes left over.
+def parse_nccl_file(path: Path, stats: LineStats | None = None) -> tuple[list[dict[str, object]],
+                                                                        list[dict[str, object]]]:
+    """Parse one file; returns (nccl rows, config rows). Raises InputError / OSError when it cannot be read.
 
-    Line ends are those of Python's universal newlines (\\n, \\r\\n, \\r); the text is UTF-8
-    with undecodable bytes replaced. With `final`, a last line without a line end is included.
-    """
-    hold = b""
-    if not final and data.endswith(b"\r"):  # maybe the first half of \r\n
-        data, hold = data[:-1], b"\r"
-    if b"\r" in data:
-        data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-    cut = len(data) if final else data.rfind(b"\n") + 1
-    lines = data[:cut].decode("utf-8", "replace").split("\n")
-    if not final or lines[-1] == "":
-        lines.pop()  # the empty text after the last line end
-    return lines, data[cut:] + hold
-
-
-def parse_nccl_file(path: Path) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
-    """Parse one file; returns (nccl rows, config rows). Raises OSError when the file cannot be read."""
+    Read within `perftracker.bounded`'s limits (regular files only, the per-file cap, lines cut at
+    MAX_LINE_CHARS), counted in `stats`."""
     parser = _FileParser(path)
-    line = 1
-    rest = b""
-    with open(path, "rb") as handle:
-        while True:
-            block = handle.read(_READ_BYTES)
-            if not block:
-                break
-            lines, rest = _split_lines(rest + block if rest else block, final=False)
-            parser.feed(lines, line)
-            line += len(lines)
-    if rest:
-        lines, _ = _split_lines(rest, final=True)
-        ends_open = not rest.endswith((b"\n", b"\r"))
-        parser.feed(lines[:-1], line)
-        parser.feed(lines[-1:], line + len(lines) - 1, newline="" if ends_open else "\n")
+    blocks = LineBlocks(path)
+    if stats is not None:
+        blocks.stats = stats
+    pending: tuple[int, list[str]] | None = None
+    for first, lines in blocks:
+        if pending is not None:
+            parser.feed(pending[1], pending[0])
+        pending = (first, lines)
+    if pending is not None:  # the last line keeps its missing line end (a cut log)
+        first, lines = pending
+        parser.feed(lines[:-1], first)
+        parser.feed(lines[-1:], first + len(lines) - 1, newline="" if blocks.ends_open else "\n")
     return parser.rows()
 
 
@@ -322,11 +309,16 @@ def load_nccl_logs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], list
     config_rows: list[dict[str, object]] = []
     notes: list[LoadNote] = []
     for path in paths:
+        stats = LineStats()
         try:
-            rows, config = parse_nccl_file(Path(path))
+            rows, config = parse_nccl_file(Path(path), stats)
         except OSError as exc:
             notes.append(LoadNote("warning", str(path), f"NCCL log could not be read: {exc.strerror or exc}"))
             continue
+        except InputError as exc:
+            notes.append(LoadNote("warning", str(path), f"NCCL log could not be read: {exc.message}"))
+            continue
+        notes.extend(LoadNote("warning", str(path), n) for n in stats.notes(file_cap()))
         nccl_rows.extend(rows)
         config_rows.extend(config)
         procs = {(r["host"], r["pid"]) for r in rows if int(str(r["pid"])) >= 0}

@@ -9,11 +9,11 @@ what its user intends: the analyzers never warn about them as such.
 
 from __future__ import annotations
 
-import json
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from perftracker.bounded import loads_json
 from perftracker.errors import InputError
 
 DEFAULT_PROFILE = "generic"
@@ -41,7 +41,7 @@ def load_profile(name_or_path: str | Path | None = None) -> dict[str, Any]:
                              "or a path to a JSON profile")
         text = ref.read_text(encoding="utf-8")
     try:
-        data = json.loads(text)
+        data = loads_json(text)
     except ValueError as exc:
         raise InputError(f"profile is not valid JSON: {exc}", where=name) from None
     return validate_profile(data, name)

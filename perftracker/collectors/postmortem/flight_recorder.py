@@ -14,18 +14,27 @@ seq -1 (their collective sequence number does not advance).
 from __future__ import annotations
 
 import json
+import math
 import pickletools
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from perftracker.bounded import clean_text, loads_json, read_capped, read_head
+from perftracker.errors import InputError
 from perftracker.store import LoadNote, RunInfo
 from perftracker.store.schema import conform, empty_table
+from perftracker.values import INT64_MAX, INT64_MIN, MAX_RANK, ascii_int, rank_in_range
 
 MAX_DUMP_BYTES = 1 << 30
+# Bounds of the opcode walk: a real dump (a few thousand entries of small dicts) is far below all of them.
+MAX_STACK = 1 << 20  # items on the pickle stack at once
+MAX_MEMO = 1 << 20  # memo slots
+MAX_OBJECTS = 1 << 20  # objects in the rebuilt value, each shared reference counted where it is used
+MAX_DEPTH = 64  # nesting of the rebuilt value
 _MARK = object()
 _TRAILING_NUMBER = re.compile(r"(\d+)(?:\.[A-Za-z]+)*$")
 _PLAIN_LEAF = {
@@ -48,86 +57,166 @@ def _pop_mark(stack: list[Any]) -> list[Any]:
     raise ValueError("pickle: MARK expected")
 
 
-def plain_unpickle(data: bytes) -> Any:
+def _pop(stack: list[Any]) -> Any:
+    if not stack or stack[-1] is _MARK:
+        raise ValueError("pickle: stack underflow")
+    return stack.pop()
+
+
+def _top(stack: list[Any], kind: type | tuple[type, ...]) -> Any:
+    if not stack or not isinstance(stack[-1], kind):
+        raise ValueError(f"pickle: expected a {getattr(kind, '__name__', 'container')} on the stack")
+    return stack[-1]
+
+
+def _hashable(*keys: Any) -> None:
+    for key in keys:
+        try:
+            hash(key)
+        except TypeError:
+            raise ValueError("pickle: unhashable key") from None
+
+
+def _ops(data: bytes | bytearray) -> Iterator[tuple[str, Any]]:
+    """(opcode name, argument) of each opcode, decoded lazily; ValueError when the stream is not a pickle."""
+    ops = pickletools.genops(data)
+    while True:
+        try:
+            op, arg, _pos = next(ops)
+        except StopIteration:
+            return
+        except Exception as exc:  # pickletools' own decoding of untrusted bytes raises ValueError and others
+            raise ValueError(f"not a pickle stream ({type(exc).__name__}: {exc})") from None
+        yield op.name, arg
+
+
+def plain_unpickle(data: bytes | bytearray) -> Any:
     """Rebuild the plain data a pickle describes, without importing or calling anything.
 
     Raises UnsafePickle on any opcode that would reference code (GLOBAL, STACK_GLOBAL, REDUCE,
-    BUILD, INST, OBJ, NEWOBJ, EXT*, PERSID, ...) and ValueError on a malformed stream."""
+    BUILD, INST, OBJ, NEWOBJ, EXT*, PERSID, ...) and ValueError on a malformed stream, on one that
+    outgrows MAX_STACK / MAX_MEMO, or whose value is cyclic, deeper than MAX_DEPTH or larger than
+    MAX_OBJECTS once shared references are counted where used (a "billion laughs" pickle)."""
     stack: list[Any] = []
     memo: dict[int, Any] = {}
-    try:
-        ops = list(pickletools.genops(data))
-    except Exception as exc:  # pickletools raises ValueError and others on garbage
-        raise ValueError(f"not a pickle stream ({exc})") from None
-    for op, arg, _pos in ops:
-        name = op.name
+    for name, arg in _ops(data):
+        if len(stack) > MAX_STACK or len(memo) > MAX_MEMO:
+            raise ValueError("pickle: more items than a flight-recorder dump holds")
         if name in ("PROTO", "FRAME"):
             continue
         if name == "STOP":
             if len(stack) != 1:
                 raise ValueError("pickle: unbalanced stack at STOP")
-            return stack[0]
-        if name in _PLAIN_LEAF:
-            stack.append(arg)
-        elif name == "NONE":
-            stack.append(None)
-        elif name in ("NEWTRUE", "NEWFALSE"):
-            stack.append(name == "NEWTRUE")
-        elif name == "MARK":
-            stack.append(_MARK)
-        elif name == "EMPTY_DICT":
-            stack.append({})
-        elif name == "EMPTY_LIST":
-            stack.append([])
-        elif name == "EMPTY_TUPLE":
-            stack.append(())
-        elif name == "EMPTY_SET":
-            stack.append(set())
-        elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
-            n = int(name[-1])
-            items = stack[-n:]
-            del stack[-n:]
-            stack.append(tuple(items))
-        elif name == "TUPLE":
-            stack.append(tuple(_pop_mark(stack)))
-        elif name == "LIST":
-            stack.append(_pop_mark(stack))
-        elif name == "DICT":
-            items = _pop_mark(stack)
-            stack.append(dict(zip(items[0::2], items[1::2])))
-        elif name == "FROZENSET":
-            stack.append(frozenset(_pop_mark(stack)))
-        elif name == "APPEND":
-            value = stack.pop()
-            stack[-1].append(value)
-        elif name == "APPENDS":
-            items = _pop_mark(stack)
-            stack[-1].extend(items)
-        elif name == "SETITEM":
-            value, key = stack.pop(), stack.pop()
-            stack[-1][key] = value
-        elif name == "SETITEMS":
-            items = _pop_mark(stack)
-            for k, v in zip(items[0::2], items[1::2]):
-                stack[-1][k] = v
-        elif name == "ADDITEMS":
-            items = _pop_mark(stack)
-            stack[-1].update(items)
-        elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
-            memo[int(str(arg))] = stack[-1]
-        elif name == "MEMOIZE":
-            memo[len(memo)] = stack[-1]
-        elif name in ("GET", "BINGET", "LONG_BINGET"):
-            stack.append(memo[int(str(arg))])
-        elif name == "POP":
-            stack.pop()
-        elif name == "POP_MARK":
-            _pop_mark(stack)
-        elif name == "DUP":
-            stack.append(stack[-1])
-        else:
-            raise UnsafePickle(f"contains code references ({name}); not loaded")
+            return plain_copy(stack[0])
+        _step(name, arg, stack, memo)
     raise ValueError("pickle: no STOP opcode")
+
+
+def _step(name: str, arg: Any, stack: list[Any], memo: dict[int, Any]) -> None:
+    """Apply one plain-data opcode to the stack and memo (UnsafePickle for any other)."""
+    if name in _PLAIN_LEAF:
+        stack.append(arg)
+    elif name == "NONE":
+        stack.append(None)
+    elif name in ("NEWTRUE", "NEWFALSE"):
+        stack.append(name == "NEWTRUE")
+    elif name == "MARK":
+        stack.append(_MARK)
+    elif name in ("EMPTY_DICT", "EMPTY_LIST", "EMPTY_TUPLE", "EMPTY_SET"):
+        stack.append({"EMPTY_DICT": dict, "EMPTY_LIST": list, "EMPTY_TUPLE": tuple, "EMPTY_SET": set}[name]())
+    elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
+        items = [_pop(stack) for _ in range(int(name[-1]))]
+        stack.append(tuple(reversed(items)))
+    elif name in ("TUPLE", "LIST", "FROZENSET"):
+        items = _pop_mark(stack)
+        if name == "FROZENSET":
+            _hashable(*items)
+        stack.append(tuple(items) if name == "TUPLE" else items if name == "LIST" else frozenset(items))
+    elif name == "DICT":
+        items = _pop_mark(stack)
+        _hashable(*items[0::2])
+        stack.append(dict(zip(items[0::2], items[1::2])))
+    elif name in ("APPEND", "APPENDS"):
+        items = [_pop(stack)] if name == "APPEND" else _pop_mark(stack)
+        _top(stack, list).extend(items)
+    elif name in ("SETITEM", "SETITEMS"):
+        items = [*reversed([_pop(stack), _pop(stack)])] if name == "SETITEM" else _pop_mark(stack)
+        _hashable(*items[0::2])
+        _top(stack, dict).update(zip(items[0::2], items[1::2]))
+    elif name == "ADDITEMS":
+        items = _pop_mark(stack)
+        _hashable(*items)
+        _top(stack, set).update(items)
+    elif name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
+        if not stack:
+            raise ValueError("pickle: nothing to memoize")
+        memo[len(memo) if name == "MEMOIZE" else _memo_key(arg)] = stack[-1]
+    elif name in ("GET", "BINGET", "LONG_BINGET"):
+        key = _memo_key(arg)
+        if key not in memo:
+            raise ValueError("pickle: memo slot never filled")
+        stack.append(memo[key])
+    elif name == "POP":
+        if not stack:
+            raise ValueError("pickle: stack underflow")
+        stack.pop()
+    elif name == "POP_MARK":
+        _pop_mark(stack)
+    elif name == "DUP":
+        stack.append(_top(stack, object))
+    else:
+        raise UnsafePickle(f"contains code references ({name}); not loaded")
+
+
+def _memo_key(arg: Any) -> int:
+    key = arg if isinstance(arg, int) else ascii_int(str(arg), 0)
+    if key is None:
+        raise ValueError("pickle: bad memo index")
+    return key
+
+
+def plain_copy(value: Any, max_objects: int = MAX_OBJECTS, max_depth: int = MAX_DEPTH) -> Any:
+    """A tree copy of plain data (strings cleaned of lone surrogates, sets as lists, frozensets as tuples),
+    refused (ValueError) when it is cyclic, nested deeper than `max_depth` or larger than `max_objects`
+    counted as a tree: measured on the shared graph first (linear in it), so a "billion laughs" value is
+    refused without building anything."""
+    size = _tree_size(value, max_depth, {}, set())
+    if size > max_objects:
+        raise ValueError(f"the dump expands to {size:,} objects once shared references are repeated, more than "
+                         f"the {max_objects:,} a flight-recorder dump holds")
+    return _copy(value)
+
+
+def _tree_size(value: Any, depth: int, sizes: dict[int, int], path: set[int]) -> int:
+    """How many objects `value` is as a tree (saturating at 2**62); ValueError for a cycle or too deep."""
+    if not isinstance(value, (list, tuple, dict, set, frozenset)):
+        return 1
+    known = sizes.get(id(value))
+    if known is not None:
+        return known
+    if depth <= 0:
+        raise ValueError(f"the dump is nested deeper than {MAX_DEPTH} levels")
+    if id(value) in path:
+        raise ValueError("the dump refers to itself (a cyclic list or dict)")
+    path.add(id(value))
+    children = [x for kv in value.items() for x in kv] if isinstance(value, dict) else value
+    total = 1
+    for child in children:
+        total = min(total + _tree_size(child, depth - 1, sizes, path), 2**62)
+    path.discard(id(value))
+    sizes[id(value)] = total
+    return total
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {_copy(k): _copy(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [_copy(v) for v in value]
+        return tuple(items) if isinstance(value, (tuple, frozenset)) else items  # hashable stays hashable
+    return value
 
 
 def looks_like_fr_pickle(head: bytes) -> bool:
@@ -142,47 +231,47 @@ def looks_like_fr_json(head: bytes) -> bool:
 
 def is_fr_dump(path: Path) -> bool:
     """Cheap sniff: a JSON FR dump, or a pickle (checked in full when loaded)."""
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(65536)
-    except OSError:
-        return False
+    head = read_head(path, 65536)
     return looks_like_fr_json(head) or looks_like_fr_pickle(head)
 
 
 def read_fr_dump(path: Path) -> dict[str, Any]:
-    """The dump as plain data. Raises UnsafePickle / ValueError / OSError."""
-    size = path.stat().st_size
-    if size > MAX_DUMP_BYTES:
-        raise ValueError(f"{size} bytes is more than a flight-recorder dump should be")
-    data = path.read_bytes()
-    if looks_like_fr_pickle(data[:2]):
+    """The dump as plain data (a tree: no cycles, no shared references, bounded). Raises UnsafePickle /
+    ValueError / OSError / InputError (not a regular file)."""
+    capped = read_capped(path, MAX_DUMP_BYTES)
+    if capped.left_out:
+        raise ValueError(f"{capped.size:,} bytes is more than a flight-recorder dump should be")
+    data = capped.data
+    if looks_like_fr_pickle(bytes(data[:2])):
         dump = plain_unpickle(data)
     else:
-        dump = json.loads(data.decode("utf-8", errors="replace"))
+        dump = plain_copy(loads_json(data.decode("utf-8", errors="replace")))
     if not isinstance(dump, dict) or not isinstance(dump.get("entries", []), list):
         raise ValueError("not a flight-recorder dump (no 'entries' list)")
     return dump
 
 
 def _int(value: Any, default: int = -1) -> int:
+    """An int64 from a dump's int, integral float or ASCII decimal string, else `default`."""
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, int):
-        return value
-    if isinstance(value, (str, float)):
-        try:
-            return int(value)
-        except ValueError:
-            return default
+        return value if INT64_MIN <= value <= INT64_MAX else default
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) and -(2.0**63) < value < 2.0**63 else default
+    if isinstance(value, str):
+        number = ascii_int(value.strip())
+        return default if number is None else number
     return default
 
 
 def _rank_of(path: Path, dump: dict[str, Any]) -> int:
-    if isinstance(dump.get("rank"), int):
-        return int(dump["rank"])
+    rank = rank_in_range(dump.get("rank"))
+    if rank is not None:
+        return rank
     match = _TRAILING_NUMBER.search(path.name)
-    return int(match.group(1)) if match else -1
+    named = ascii_int(match.group(1), 0, MAX_RANK) if match else None
+    return -1 if named is None else named
 
 
 def _rows(dump: dict[str, Any], rank: int, file: str) -> list[dict[str, Any]]:
@@ -232,8 +321,9 @@ def load_fr_dumps(paths: Sequence[Path]) -> tuple[pd.DataFrame, RunInfo, list[Lo
             notes.append(LoadNote("error", str(path), f"flight-recorder pickle {exc}: only plain data is read "
                                   "from dumps (perftracker never unpickles untrusted files)"))
             continue
-        except (OSError, ValueError, UnicodeDecodeError) as exc:
-            notes.append(LoadNote("warning", str(path), f"not a readable flight-recorder dump ({exc})"))
+        except (OSError, ValueError, InputError) as exc:
+            notes.append(LoadNote("warning", str(path), f"not a readable flight-recorder dump "
+                                  f"({getattr(exc, 'message', exc)})"))
             continue
         rank = _rank_of(path, dump)
         if rank < 0:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from perftracker.bounded import read_head
 from perftracker.collectors.postmortem.flight_recorder import (
     is_fr_dump,
     load_fr_dumps,
@@ -28,6 +29,7 @@ from perftracker.collectors.postmortem.joblogs import (
     looks_like_job_log,
     parse_job_log,
 )
+from perftracker.errors import InputError
 from perftracker.store import LoadNote, RunInfo
 from perftracker.store.schema import conform, empty_table
 
@@ -35,11 +37,7 @@ _BINARY_SUFFIXES = (".gz", ".parquet", ".zip", ".png", ".html", ".pt", ".so", ".
 
 
 def _head(path: Path, n: int = 65536) -> bytes:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(n)
-    except OSError:
-        return b""
+    return read_head(path, n)
 
 
 def is_postmortem_file(path: Path) -> bool:
@@ -100,12 +98,13 @@ def load_postmortem_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFram
     for path in log_paths:
         try:
             result = parse_job_log(path)
-        except OSError as exc:
-            notes.append(LoadNote("warning", str(path), f"could not read the log ({exc})"))
+        except (InputError, OSError) as exc:
+            notes.append(LoadNote("warning", str(path), f"could not read the log ({getattr(exc, 'message', exc)})"))
             continue
+        notes.extend(LoadNote("warning", str(path), n) for n in result.notes)
         rows.extend(result.rows)
         progress.update(result.progress)
-    named = {str(r["error_file"]): int(r["rank"]) for r in rows if r.get("error_file")}
+    named = {str(r["error_file"]): int(r["rank"]) for r in rows if r.get("error_file") and int(r["rank"]) >= 0}
     for path in error_paths:
         row = load_error_file(path)
         if row is None:

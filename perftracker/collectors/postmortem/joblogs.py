@@ -18,15 +18,19 @@ reads a torchelastic error file (TORCHELASTIC_ERROR_FILE JSON). Times without a 
 
 from __future__ import annotations
 
-import json
+import os
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from perftracker.bounded import LineBlocks, iter_lines, load_json_file, open_regular
 from perftracker.collectors.traces.ranks import rank_from_name
+from perftracker.errors import InputError
+from perftracker.values import MAX_RANK, ascii_int
+
+MAX_ERROR_FILE_BYTES = 64 * 1024 * 1024
 
 SNIFF_BYTES = 256 * 1024
 MARKERS = (b"Watchdog caught collective operation timeout", b"Traceback (most recent call last)",
@@ -38,7 +42,7 @@ _WATCHDOG = re.compile(
     r"\[Rank (\d+)\] Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+)"
     r"(?:, NumelIn=(\d+))?(?:, NumelOut=(\d+))?(?:, Timeout\(ms\)=(\d+))?\) ran for (\d+) milliseconds")
 _PG_LINE = re.compile(
-    r"\[PG (?:ID )?(\S+?) (?:PG GUID (\S+?)(?:\(([^)]*)\))? )?Rank (\d+)\] (?:Exception \(either an error or "
+    r"\[PG (?:ID )?(\S+?) (?:PG GUID (\S+?)(?:\(([^)]{0,256})\))? )?Rank (\d+)\] (?:Exception \(either an error or "
     r"timeout\) detected by watchdog at work|Timeout at NCCL work): (-?\d+), last enqueued NCCL work: (-?\d+), "
     r"last completed NCCL work: (-?\d+)")
 _GLOO = re.compile(r"Timed out waiting (\d+)ms for (recv|send) operation to complete")
@@ -55,19 +59,20 @@ _SYSLOG_HOST = re.compile(r"^(?:\w{3}\s+\d+\s+[\d:]+|\d{4}-\d\d-\d\dT\S+)\s+(\S+
 class LogResult:
     rows: list[dict[str, Any]] = field(default_factory=list)
     progress: dict[str, dict[str, Any]] = field(default_factory=dict)  # rank -> watchdog progress
+    notes: list[str] = field(default_factory=list)  # what reading the file cut (long lines, the cap)
 
 
 def looks_like_job_log(path: Path) -> bool:
     """True when the head or tail of a text file has a failure marker (a cheap sniff)."""
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
+            size = os.fstat(handle.fileno()).st_size
             head = handle.read(SNIFF_BYTES)
             tail = b""
             if size > 2 * SNIFF_BYTES:
                 handle.seek(size - SNIFF_BYTES)
                 tail = handle.read(SNIFF_BYTES)
-    except OSError:
+    except (InputError, OSError):
         return False
     if b"\0" in head[:4096]:
         return False
@@ -134,31 +139,35 @@ class _Parser:
 
     def feed(self, lineno: int, raw: str) -> None:
         m = _PREFIX.match(raw)
-        rank = int(m.group(1)) if m else (self.file_rank if self.file_rank is not None else -1)
+        named = ascii_int(m.group(1), 0, MAX_RANK) if m else None
+        rank = named if named is not None else (self.file_rank if self.file_rank is not None else -1)
         text = raw[m.end():] if m else raw
         if self._table_line(lineno, raw):
             return
         if (w := _WATCHDOG.search(text)) is not None:
             r, seq, op, nin, nout, tmo, ran = w.groups()
             self.result.rows.append(_row(
-                "timeout", int(r), self.file, lineno,
-                f"watchdog timeout: {op} SeqNum={seq} ran {ran} ms (timeout {tmo or '?'} ms, NumelOut={nout or '?'})",
-                seq=int(seq), op=op.lower(), numel=int(nin) if nin else -1, ts_ns=_glog_ts(text, self.year)))
+                "timeout", _rank(r), self.file, lineno,
+                f"watchdog timeout: {op} SeqNum={seq[:20]} ran {ran[:20]} ms (timeout {(tmo or '?')[:20]} ms, "
+                f"NumelOut={(nout or '?')[:20]})", seq=_num(seq), op=op.lower()[:64], numel=_num(nin),
+                ts_ns=_glog_ts(text, self.year)))
             return
         if (p := _PG_LINE.search(text)) is not None:
             pg, _guid, desc, r, work, enq, comp = p.groups()
-            self.result.progress[r] = {"pg": pg, "pg_desc": desc or "", "seq": int(work),
-                                       "last_enqueued": int(enq), "last_completed": int(comp)}
+            if _rank(r) < 0:
+                return
+            self.result.progress[str(_rank(r))] = {"pg": pg, "pg_desc": desc or "", "seq": _num(work),
+                                                   "last_enqueued": _num(enq), "last_completed": _num(comp)}
             for row in reversed(self.result.rows):
-                if row["kind"] == "timeout" and row["rank"] == int(r) and row["seq"] == int(work) and not row["pg"]:
+                if row["kind"] == "timeout" and row["rank"] == _rank(r) and row["seq"] == _num(work) and not row["pg"]:
                     row["pg"] = pg if not desc else f"{pg}"
                     row["message"] += f"; pg {pg}{f' ({desc})' if desc else ''}, last enqueued {enq}, last completed {comp}"
                     break
             return
         if (x := _XID.search(text)) is not None:
             h = _SYSLOG_HOST.match(raw)
-            self.result.rows.append(_row("xid", -1, self.file, lineno, f"Xid {x.group(2)} on PCI {x.group(1)}: "
-                                         f"{x.group(3).strip()}", op=f"xid{x.group(2)}", numel=int(x.group(2)),
+            self.result.rows.append(_row("xid", -1, self.file, lineno, f"Xid {x.group(2)[:20]} on PCI {x.group(1)[:64]}: "
+                                         f"{x.group(3).strip()}", op=f"xid{x.group(2)[:20]}", numel=_num(x.group(2)),
                                          host=h.group(1) if h else ""))
             return
         self._traceback_line(rank, lineno, text)
@@ -173,7 +182,7 @@ class _Parser:
                 self.result.rows.append(_row("gloo_timeout", rank, self.file, lineno, text.strip(), op=""))
             return
         if (f := _FRAME.match(text)) is not None:
-            tb.frames.append((f.group(1), int(f.group(2)), f.group(3)))
+            tb.frames.append((f.group(1), _num(f.group(2)), f.group(3)))
             return
         e = _EXC_LINE.match(text)
         if e is None:
@@ -218,15 +227,15 @@ class _Parser:
         t, self.table = self.table, None
         if not t or "rank" not in t:
             return
-        rank_m = re.match(r"(-?\d+)", t.get("rank", ""))
-        code_m = re.match(r"(-?\d+)(?: \(pid: (\d+)\))?\s*(?:\((\w+)\))?", t.get("exitcode", ""))
-        code = int(code_m.group(1)) if code_m else 0
+        rank_m = re.match(r"(-?\d{1,19})", t.get("rank", ""))
+        code_m = re.match(r"(-?\d{1,19})(?: \(pid: (\d{1,19})\))?\s*(?:\((\w{1,64})\))?", t.get("exitcode", ""))
+        code = _num(code_m.group(1), 0) if code_m else 0
         signal = code_m.group(3) if code_m and code_m.group(3) else ""
         trace = t.get("traceback", "")
         message = (f"{'root cause (first observed failure): ' if t['root'] else ''}exitcode {code}"
                    f"{f' ({signal})' if signal else ''}; {trace.splitlines()[-1] if trace else ''}")
         self.result.rows.append(_row(
-            "exit", int(rank_m.group(1)) if rank_m else -1, self.file, int(t["line"]), message,
+            "exit", _rank(rank_m.group(1)) if rank_m else -1, self.file, int(t["line"]), message,
             host=t.get("host", ""), ts_ns=_table_time(t.get("time", "")), numel=code,
             error_file=t.get("error_file", "") if t.get("error_file", "") not in ("<N/A>", "") else ""))
 
@@ -240,18 +249,29 @@ class _Parser:
         return self.result
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for lineno, line in enumerate(handle, 1):
-            yield lineno, line.rstrip("\r\n")
+def _num(text: str | None, default: int = -1) -> int:
+    """A number a log line writes (ASCII digits, int64), else `default`."""
+    number = ascii_int(text or "")
+    return default if number is None else number
+
+
+def _rank(text: str) -> int:
+    """A rank a log line names (0 .. MAX_RANK), else -1."""
+    rank = ascii_int(text, 0, MAX_RANK)
+    return -1 if rank is None else rank
 
 
 def parse_job_log(path: Path) -> LogResult:
-    """Failure rows and watchdog progress of one log file (see the module docstring)."""
+    """Failure rows and watchdog progress of one log file (see the module docstring), read within
+    `perftracker.bounded`'s limits; what they cut is in `LogResult.notes`. InputError / OSError when the
+    file cannot be opened."""
     parser = _Parser(path)
-    for lineno, line in _lines(path):
+    blocks = LineBlocks(path)
+    for lineno, line in iter_lines(blocks):
         parser.feed(lineno, line)
-    return parser.finish()
+    result = parser.finish()
+    result.notes = blocks.stats.notes(blocks.cap)
+    return result
 
 
 def looks_like_error_file(head: bytes) -> bool:
@@ -264,8 +284,8 @@ def looks_like_error_file(head: bytes) -> bool:
 def load_error_file(path: Path) -> dict[str, Any] | None:
     """One `exception` row from a torchelastic error file, or None when it is not one."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, ValueError):
+        data = load_json_file(path, MAX_ERROR_FILE_BYTES)
+    except (InputError, OSError, ValueError):
         return None
     if not isinstance(data, dict) or "message" not in data:
         return None
@@ -280,18 +300,16 @@ def load_error_file(path: Path) -> dict[str, Any] | None:
     else:
         text = str(msg)
         ts_raw = data.get("timestamp")
-    try:
-        ts = int(str(ts_raw)) * 1_000_000_000 if ts_raw not in (None, "", 0, "0") else -1
-    except ValueError:
-        ts = -1
+    seconds = ts_raw if isinstance(ts_raw, int) and not isinstance(ts_raw, bool) else ascii_int(str(ts_raw)[:20])
+    ts = seconds * 1_000_000_000 if seconds is not None and 0 < seconds < 4 * 10**9 else -1
     tb = _Traceback(-1, 1)
     for line in callstack.splitlines():
         if (f := _FRAME.match(line)) is not None:
-            tb.frames.append((f.group(1), int(f.group(2)), f.group(3)))
+            tb.frames.append((f.group(1), _num(f.group(2)), f.group(3)))
     op, where = tb.summary()
     rank = rank_from_name(path)
     if rank is None:
-        digits = [p for p in path.parent.parts[-2:] if p.isdigit()]
-        rank = int(digits[-1]) if digits else -1
+        digits = [p for p in path.parent.parts[-2:] if ascii_int(p, 0, MAX_RANK) is not None]
+        rank = _rank(digits[-1]) if digits else -1
     kind = "gloo_timeout" if _GLOO.search(text) else "exception"
     return _row(kind, rank, str(path), 1, text + (f" (at {where})" if where else ""), op=op, ts_ns=ts)

@@ -13,7 +13,6 @@ analyzer, not here). Lines that do not parse are skipped and counted; content is
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -21,8 +20,11 @@ from typing import Any
 
 import pandas as pd
 
+from perftracker.bounded import LineBlocks, iter_lines, load_json_file
+from perftracker.errors import InputError
 from perftracker.store import LoadNote
 from perftracker.store.schema import conform
+from perftracker.values import MAX_RANK, ascii_int, finite, int_in, rank_in_range
 
 PROFILE_FILE = re.compile(r"rank-(\d+)\.txt$")
 _LINE = re.compile(r"^(?P<stack>.+) (?P<count>\d+)$")
@@ -34,11 +36,17 @@ def is_profile_file(path: Path) -> bool:
 
 
 def _sidecar(path: Path) -> dict[str, Any]:
+    """The profile's sidecar ({} when it has none or it is not a JSON object)."""
     try:
-        data = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = load_json_file(path.with_suffix(".json"), 1 << 20)
+    except (InputError, OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def _meta_number(meta: dict[str, Any], key: str, default: float, hi: float) -> float:
+    number = finite(meta.get(key))
+    return number if number is not None and 0 <= number <= hi else default
 
 
 def parse_raw(lines: Iterable[str]) -> tuple[list[tuple[str, str, int]], int]:
@@ -62,19 +70,25 @@ def parse_raw(lines: Iterable[str]) -> tuple[list[tuple[str, str, int]], int]:
             if t is not None:
                 thread = (t.group("name") or t.group("tid")).strip()
                 frames.pop(0)
-        rows.append((thread, ";".join(frames), int(m.group("count"))))
+        count = ascii_int(m.group("count"), 0)
+        if count is None:
+            bad += 1
+            continue
+        rows.append((thread, ";".join(frames), count))
     return rows, bad
 
 
 def _load_one(path: Path) -> tuple[pd.DataFrame, list[LoadNote]]:
     rank_match = PROFILE_FILE.search(path.name)
     meta = _sidecar(path)
+    blocks = LineBlocks(path)
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        rows, bad = parse_raw(line for _, line in iter_lines(blocks))
     except OSError as exc:
         return pd.DataFrame(), [LoadNote("error", str(path), f"cannot read the stack profile ({exc.strerror})")]
-    rows, bad = parse_raw(text.splitlines())
-    notes = []
+    except InputError as exc:
+        return pd.DataFrame(), [LoadNote("error", str(path), f"cannot read the stack profile ({exc.message})")]
+    notes = [LoadNote("warning", str(path), n) for n in blocks.stats.notes(blocks.cap)]
     if bad:
         notes.append(LoadNote("warning", str(path), f"{bad} line(s) of the stack profile were not py-spy raw "
                                                     "output and were skipped"))
@@ -84,12 +98,14 @@ def _load_one(path: Path) -> tuple[pd.DataFrame, list[LoadNote]]:
     totals = frame.groupby("thread")["count"].sum()
     main = "MainThread" if "MainThread" in totals.index else str(totals.idxmax())
     frame["main"] = frame["thread"] == main
-    name_rank = int(rank_match.group(1)) if rank_match is not None else -1
-    frame["rank"] = int(meta["rank"]) if isinstance(meta.get("rank"), int) else name_rank
+    name_rank = ascii_int(rank_match.group(1), 0, MAX_RANK) if rank_match is not None else None
+    meta_rank = rank_in_range(meta.get("rank"))
+    frame["rank"] = meta_rank if meta_rank is not None else (-1 if name_rank is None else name_rank)
     frame["host"] = str(meta.get("host", ""))
-    frame["pid"] = int(meta.get("pid", -1))
-    frame["rate_hz"] = float(meta.get("rate_hz", 0.0))
-    frame["duration_s"] = float(meta.get("duration_s", 0.0))
+    pid = int_in(meta.get("pid"), 0)
+    frame["pid"] = -1 if pid is None else pid
+    frame["rate_hz"] = _meta_number(meta, "rate_hz", 0.0, 1e6)
+    frame["duration_s"] = _meta_number(meta, "duration_s", 0.0, 1e9)
     frame["file"] = str(path)
     return frame, notes
 

@@ -18,7 +18,8 @@ from typing import Any
 
 import pandas as pd
 
-from perftracker.collectors.traces.kineto_read import read_bytes
+from perftracker.bounded import loads_json
+from perftracker.collectors.traces.kineto_text import read_bytes
 from perftracker.errors import InputError
 from perftracker.store import LoadNote, RunInfo
 from perftracker.store.schema import conform, empty_table
@@ -65,9 +66,9 @@ def load_execution_traces(paths: Sequence[Path]) -> tuple[pd.DataFrame, list[Loa
 
 
 def _read(path: Path) -> pd.DataFrame:
-    data, _ = read_bytes(path)
+    text = read_bytes(path)  # regular files only, under the cap, gzip inflated in chunks
     try:
-        doc = json.loads(data)
+        doc = loads_json(bytes(text.data))
     except ValueError as exc:
         raise InputError(f"the execution trace is not valid JSON ({exc})", str(path),
                          "re-export it with torch.profiler.ExecutionTraceObserver") from None

@@ -20,9 +20,11 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa  # type: ignore[import-untyped]
 
+from perftracker.bounded import clean_text
 from perftracker.collectors.traces.comm_kernels import CommKernels
 from perftracker.collectors.traces.kineto_read import EventArgs, ParsedTrace
 from perftracker.store.schema import conform
+from perftracker.values import INT32_MAX, INT64_MAX, INT64_MIN, ascii_int, int_in
 
 _CPU_COLLECTIVE = re.compile(r"^(c10d::|gloo:|nccl:|record_param_comms$|c10d_functional::)")
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
@@ -102,10 +104,11 @@ def _codes(values: list[str]) -> tuple[npt.NDArray[np.int64], list[str]]:
         return codes, distinct
     except (pa.ArrowException, UnicodeError):  # e.g. a lone surrogate from a JSON escape
         pass
-    table: dict[str, int] = dict.fromkeys(values, 0)
-    for i, key in enumerate(table):
-        table[key] = i
-    return np.fromiter(map(table.__getitem__, values), dtype=np.int64, count=len(values)), list(table)
+    table: dict[str, int] = {}
+    for value in values:
+        table.setdefault(clean_text(value), len(table))
+    return (np.fromiter((table[clean_text(v)] for v in values), dtype=np.int64, count=len(values)),
+            list(table))
 
 
 def _categorical(codes: npt.NDArray[np.int64], values: list[str]) -> pd.Series:
@@ -120,18 +123,29 @@ def _categorical(codes: npt.NDArray[np.int64], values: list[str]) -> pd.Series:
 
 
 def _ints(values: list[Any]) -> npt.NDArray[np.int64]:
-    """An int64 array of the ints in `values`, -1 for anything else (None, strings)."""
+    """An int64 array of the ints in `values`, -1 for anything else (None, strings, ints past int64)."""
     if set(map(type, values)) <= {int}:
-        return np.fromiter(values, dtype=np.int64, count=len(values))
-    return np.fromiter((v if type(v) is int else -1 for v in values), dtype=np.int64, count=len(values))
+        try:
+            return np.fromiter(values, dtype=np.int64, count=len(values))
+        except OverflowError:
+            pass
+    return np.fromiter((v if type(v) is int and INT64_MIN <= v <= INT64_MAX else -1 for v in values),
+                       dtype=np.int64, count=len(values))
 
 
 def _arg_ints(values: list[int | None]) -> npt.NDArray[np.int64]:
-    """An int64 array of integer args (absent ones are already -1), None (null in the file) as -1."""
+    """An int64 array of integer args (absent ones are already -1), None (null in the file) and ints past
+    int64 as -1."""
     try:
         return np.fromiter(values, dtype=np.int64, count=len(values))
-    except TypeError:
-        return np.fromiter((-1 if v is None else v for v in values), dtype=np.int64, count=len(values))
+    except (TypeError, OverflowError):
+        return _ints(values)
+
+
+def _narrow(values: npt.NDArray[np.int64], dtype: type[np.signedinteger[Any]]) -> npt.NDArray[Any]:
+    """`values` as a narrower int type, those it cannot hold as -1 (never a wrapped value)."""
+    info = np.iinfo(dtype)
+    return np.where((values < info.min) | (values > info.max), -1, values).astype(dtype)
 
 
 _NO_ARGS = EventArgs()
@@ -183,11 +197,12 @@ def build_tables(
         a = args[i]
         hints[i] = str(a.collective_name)
         if a.pg_name is not None:
-            pg_codes[i] = pg_code_of.setdefault(str(a.pg_name), len(pg_code_of))
+            pg_codes[i] = pg_code_of.setdefault(clean_text(str(a.pg_name)), len(pg_code_of))
         if a.group_size is not None:
-            gsize[i] = a.group_size
+            gsize[i] = int_in(a.group_size, -1, INT32_MAX) or -1
         elems = a.in_msg_nelems if a.in_msg_nelems is not None else a.out_msg_nelems
-        nbytes[i] = -1 if elems is None else elems * _DTYPE_BYTES.get((a.dtype or "float").lower(), 4)
+        size = None if elems is None else int_in(elems * _DTYPE_BYTES.get((a.dtype or "float").lower(), 4), 0)
+        nbytes[i] = -1 if size is None else size
 
     gpu = _IS_GPU_KIND[kind]
     stream[~gpu] = -1
@@ -204,12 +219,12 @@ def build_tables(
     family_codes, family_values = _comm_families(name_codes, family_of_name, kind)
     events = pd.DataFrame({
         "rank": np.full(n, rank, dtype=np.int32), "window": np.full(n, window, dtype=np.int16),
-        "device": device.astype(np.int16), "stream": stream.astype(np.int32), "tid": tid,
+        "device": _narrow(device, np.int16), "stream": _narrow(stream, np.int32), "tid": tid,
         "kind": _categorical(kind.astype(np.int64), list(_KIND_NAMES)),
         "name": _categorical(name_codes, name_values), "start_ns": ts, "dur_ns": np.maximum(dur, 0),
         "step": _assign_steps(steps, stream, ts, corr), "correlation": corr, "external_id": ext,
         "collective": _categorical(coll_codes, coll_values), "bytes": nbytes,
-        "pg": _categorical(pg_codes, list(pg_code_of)), "group_size": gsize.astype(np.int32),
+        "pg": _categorical(pg_codes, list(pg_code_of)), "group_size": _narrow(gsize, np.int32),
         "comm_family": _categorical(family_codes, family_values),
     })
     return events, conform("steps", steps)
@@ -217,7 +232,8 @@ def build_tables(
 
 def _step_number(name: str) -> int:
     match = _STEP.match(name)
-    return int(match.group(1)) if match else -1
+    number = ascii_int(match.group(1), 0) if match else None
+    return -1 if number is None else number
 
 
 def _collectives(name_codes: npt.NDArray[np.int64], name_values: list[str], kind: npt.NDArray[np.int8],

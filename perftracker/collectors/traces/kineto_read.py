@@ -1,10 +1,14 @@
 """Read one Kineto (PyTorch profiler) trace file into typed event records, as much of it as is usable.
 
 Promises:
-- `.json` and `.json.gz`; a gzip stream cut off mid-write yields the bytes it holds.
-- A trace cut off mid-write is recovered up to its last complete event, with a note saying how much
-  was lost. An empty file, a corrupt gzip or JSON that is not a trace raises `InputError` naming the
-  file.
+- `.json` and `.json.gz`, read under the per-file cap (`perftracker.bounded`: regular files only, gzip
+  inflated in chunks); a gzip stream cut off mid-write yields the bytes it holds.
+- A trace cut off (or damaged) anywhere is recovered up to its last complete event whatever the
+  decoder's error says (`kineto_cut`), with `ParsedTrace.cut` saying what was kept and lost. An empty
+  file, a corrupt gzip with nothing before the damage, or JSON that is not a trace raises
+  `InputError` naming the file.
+- Every number is range-checked before it becomes a column: events whose timestamp is not a number
+  or out of range are dropped (counted in `dropped`), durations out of range are 0 (`bad_durations`).
 - Timestamps keep every digit: when the file writes epoch-magnitude microseconds with a fraction
   (which a float64 cannot hold to the nanosecond), the raw digits are parsed instead.
 - Trace content is data: nothing in it is evaluated.
@@ -14,8 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
@@ -24,7 +27,19 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from perftracker.bounded import clean_text, replace_lone_surrogate_escapes
+from perftracker.collectors.traces.kineto_cut import CutReport, cut_back, error_position
+from perftracker.collectors.traces.kineto_text import TraceText, read_bytes
 from perftracker.errors import InputError
+from perftracker.values import ascii_int, int_in
+
+# Times in ns beyond these are not a trace's (year 2115 in epoch ns): bounded so that start + duration,
+# and a base time plus either, still fit int64.
+MAX_TS_NS = 4 * 10**18
+MAX_DUR_NS = 10**18
+MAX_BASE_NS = 4 * 10**18
+# The tolerant reader builds Python objects for every value (~100 bytes each): this bounds its memory.
+MAX_LOOSE_VALUES = 4_000_000
 
 
 # gc=False: these records hold no references that could form a cycle, and not tracking hundreds of
@@ -104,6 +119,23 @@ class ParsedTrace:
     host_name: str | None = None
     bytes_lost: int = 0
     notes: list[str] = field(default_factory=list)
+    cut: CutReport | None = None  # set when the trace stops being readable before its end
+    dropped: int = 0  # events without a usable timestamp (none, not a number, out of range)
+    bad_durations: int = 0  # durations out of range or not numbers, taken as 0
+    utf8_fixed: bool = False  # bytes that are not UTF-8 were already replaced
+
+    def messages(self) -> list[tuple[str, dict[str, Any]]]:
+        """What the user should know about how this file was read: (message, data) pairs."""
+        said: list[tuple[str, dict[str, Any]]] = [(n, {}) for n in self.notes]
+        if self.cut is not None:
+            said.append((self.cut.message(), self.cut.data()))
+        if self.dropped:
+            said.append((f"{self.dropped:,} event(s) without a usable timestamp (missing, not a number, or out of "
+                         "range) were left out", {"events_dropped": self.dropped}))
+        if self.bad_durations:
+            said.append((f"{self.bad_durations:,} event duration(s) out of range or not numbers were taken as 0",
+                         {"bad_durations": self.bad_durations}))
+        return said
 
     @property
     def ts_ns(self) -> list[int]:
@@ -116,108 +148,145 @@ class ParsedTrace:
         return values
 
 
-def read_bytes(path: Path) -> tuple[bytes, list[str]]:
-    """The file's JSON bytes (decompressed), plus notes about a cut-off gzip stream."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read the file ({exc.strerror or exc})", str(path),
-                         "check the path and its permissions") from None
-    notes: list[str] = []
-    if data[:2] == b"\x1f\x8b":
-        # A complete stream ends with its size (mod 2**32): decompress into one buffer of that size.
-        size_hint = int.from_bytes(data[-4:], "little")
-        out = None
-        if 0 < size_hint <= 64 * len(data) + (1 << 20):
-            try:
-                out = zlib.decompress(data, 31, size_hint)
-            except zlib.error:
-                pass  # cut off or corrupt: the stream decoder below says which
-        if out is None:
-            decomp = zlib.decompressobj(wbits=31)
-            try:
-                out = decomp.decompress(data)
-            except zlib.error as exc:
-                raise InputError(f"corrupt gzip data ({exc})", str(path),
-                                 "the file is damaged; re-export or re-copy this rank's trace") from None
-            if not decomp.eof:
-                notes.append("the gzip stream ends early (file cut off while being written); using what it holds")
-        data = out
-    if not data.strip():
-        raise InputError("the file is empty", str(path),
-                         "the profiler did not finish writing it; re-run the profiled steps or drop this file")
-    return data, notes
-
-
 def parse_trace(path: Path) -> ParsedTrace:
     """Parse one trace file; see the module docstring for what is recovered and what raises."""
-    data, notes = read_bytes(path)
-    total = len(data)
-    trace = ParsedTrace(path=path, notes=notes)
-    try:
-        doc: TraceDoc | None = msgspec.json.decode(data, type=TraceDoc)
-    except msgspec.ValidationError:
-        doc = None
-    except msgspec.DecodeError as exc:
-        if "truncated" not in str(exc).lower():
-            _explain_not_a_trace(data, path, exc)
-        cut = _recover(data)
-        if cut is None:
-            raise InputError("the trace is cut off before its first complete event", str(path),
-                             "nothing in it can be used; re-export this rank's trace") from None
-        data, doc = cut
-        trace.bytes_lost = max(0, total - len(data) + 2)
-        notes.append(f"the trace is cut off mid-write; recovered {len(doc.traceEvents) if doc else 0} complete "
-                     f"events, lost the last {trace.bytes_lost} bytes "
-                     f"({100.0 * trace.bytes_lost / total:.1f}% of the file)")
+    text = read_bytes(path)
+    data = text.data
+    trace = ParsedTrace(path=path, notes=text.notes)
+    if replace_lone_surrogate_escapes(data):
+        trace.notes.append("text with lone UTF-16 surrogates (\\ud800 without its pair) was read as U+FFFD")
+    doc = _decode(trace, text)
+    data = text.data
     if doc is None:
-        _fill_loose(trace, data, path)
+        _fill_loose(trace, text, path)
         return trace
-    trace.distributed_info = dict(doc.distributedInfo or {})
-    trace.device_properties = list(doc.deviceProperties or [])
-    trace.base_ns = doc.baseTimeNanoseconds
-    trace.host_name = doc.host_name
+    _take_header(trace, doc.distributedInfo, doc.deviceProperties, doc.baseTimeNanoseconds, doc.host_name)
     if _needs_exact_digits(data):
         try:
             raw = msgspec.json.decode(data, type=RawTraceDoc)
-        except msgspec.ValidationError:
-            _fill_loose(trace, data, path)
+        except (msgspec.DecodeError, RecursionError):
+            _fill_loose(trace, text, path)
             return trace
         _fill_from_digits(trace, raw)
     else:
-        del data  # the JSON text is not needed any more: free it before building the columns
+        del data, text  # the JSON text is not needed any more: free it before building the columns
         _fill_events(trace, doc)
+    if trace.cut is not None:
+        trace.cut = replace(trace.cut, events_kept=len(trace.names))
     return trace
+
+
+def _decode(trace: ParsedTrace, text: TraceText) -> TraceDoc | None:
+    """The typed document (None: fields of unusual types, for the loose reader), after recovering a cut."""
+    total = len(text.data)
+    try:
+        return msgspec.json.decode(text.data, type=TraceDoc)
+    except msgspec.ValidationError:
+        return None
+    except msgspec.DecodeError as exc:
+        if _replace_bad_utf8(trace, text):
+            return _decode(trace, text)
+        return _recover(trace, text, error_position(str(exc), total), total, exc)
+    except RecursionError:
+        raise InputError("the trace is nested too deeply to be a profiler trace", str(trace.path),
+                         "pass the files written by torch.profiler") from None
+
+
+def _replace_bad_utf8(trace: ParsedTrace, text: TraceText) -> bool:
+    """Replace bytes that are not UTF-8 by U+FFFD (once; True when there were any)."""
+    if trace.utf8_fixed:
+        return False
+    trace.utf8_fixed = True
+    try:
+        bytes(text.data).decode("utf-8")
+    except UnicodeDecodeError:
+        text.data = bytearray(bytes(text.data).decode("utf-8", "replace").encode("utf-8"))
+        trace.notes.append("bytes that are not UTF-8 were read as U+FFFD")
+        return True
+    return False
+
+
+def _recover(trace: ParsedTrace, text: TraceText, error_at: int, total: int, exc: Exception) -> TraceDoc | None:
+    """Keep the complete events before a cut or damage (`text.data` shortened in place); None when the
+    kept part needs the loose reader. Raises InputError when no event before the damage is complete."""
+    used = cut_back(text.data, error_at)
+    if used is None:
+        if error_at >= total - 1 or not text.whole:
+            said = "".join(f"; {n}" for n in text.notes)
+            raise InputError(f"the trace is cut off before its first complete event{said}", str(trace.path),
+                             "nothing in it can be used; re-export this rank's trace") from None
+        raise InputError(f"the trace is not valid JSON ({exc})", str(trace.path),
+                         "the file is damaged; re-export this rank's trace") from None
+    trace.cut = CutReport(events_kept=0, bytes_used=used, bytes_read=total, total_known=text.whole,
+                          damaged_at=error_at, gzip=text.gzip)
+    trace.bytes_lost = total - used
+    try:
+        return msgspec.json.decode(text.data, type=TraceDoc)
+    except msgspec.ValidationError:
+        return None
+    except msgspec.DecodeError as again:  # syntax is whole now: what the typed decoder still refuses
+        raise InputError(f"the trace is not valid JSON ({again})", str(trace.path),
+                         "the file is damaged; re-export this rank's trace") from None
+
+
+def _take_header(trace: ParsedTrace, dist: Any, props: Any, base: Any, host: Any) -> None:
+    """The trace's own facts, each kept only when it has the shape and range a trace gives it."""
+    trace.distributed_info = dict(dist) if isinstance(dist, dict) else {}
+    trace.device_properties = [p for p in props if isinstance(p, dict)] if isinstance(props, list) else []
+    trace.base_ns = int_in(base, 1, MAX_BASE_NS)
+    trace.host_name = clean_text(host) if isinstance(host, str) else None
 
 
 # A timestamp of 13+ integer digits (>= 1e12 us, past what float64 resolves to 1 ns) with a fraction.
 _LOSSY_TS = re.compile(rb'"ts"\s*:\s*-?\d{13,}\.\d')
 
 
-def _needs_exact_digits(data: bytes) -> bool:
+def _needs_exact_digits(data: bytes | bytearray) -> bool:
     return _LOSSY_TS.search(data) is not None
 
 
-def _fill_loose(trace: ParsedTrace, data: bytes, path: Path) -> None:
+def _fill_loose(trace: ParsedTrace, text: TraceText, path: Path) -> None:
     """Fallback for traces whose fields have unusual types (strings for ints, ...). Floats stay exact."""
+    values = text.data.count(b",") + 1
+    if values > MAX_LOOSE_VALUES:
+        raise InputError(f"the trace has fields of unusual types (not what torch.profiler writes) and {values:,} "
+                         f"values, more than the tolerant reader takes ({MAX_LOOSE_VALUES:,})", str(path),
+                         "re-export it with torch.profiler, or split it") from None
+    decoder = msgspec.json.Decoder(float_hook=Decimal)
     try:
-        raw = msgspec.json.Decoder(float_hook=Decimal).decode(data)
-    except msgspec.DecodeError as exc:
-        _explain_not_a_trace(data, path, exc)
-        raise
+        try:
+            raw = decoder.decode(text.data)
+        except msgspec.ValidationError:
+            raise
+        except msgspec.DecodeError as exc:
+            if _replace_bad_utf8(trace, text):
+                _fill_loose(trace, text, path)
+                return
+            if trace.cut is not None:
+                raise InputError(f"the trace is not valid JSON ({exc})", str(path),
+                                 "the file is damaged; re-export this rank's trace") from None
+            total = len(text.data)
+            _recover(trace, text, error_position(str(exc), total), total, exc)
+            try:
+                raw = decoder.decode(text.data)
+            except msgspec.ValidationError:
+                raise
+            except msgspec.DecodeError as again:
+                raise InputError(f"the trace is not valid JSON ({again})", str(path),
+                                 "the file is damaged; re-export this rank's trace") from None
+    except msgspec.ValidationError as exc:  # msgspec's own limits (an integer of thousands of digits)
+        raise InputError(f"the trace holds a value out of range ({exc})", str(path),
+                         "the file is damaged or not from torch.profiler; re-export this rank's trace") from None
+    except RecursionError:
+        raise InputError("the trace is nested too deeply to be a profiler trace", str(path),
+                         "pass the files written by torch.profiler") from None
     if isinstance(raw, list):  # bare Chrome-trace array
         raw = {"traceEvents": raw}
     if not isinstance(raw, dict) or not isinstance(raw.get("traceEvents"), list):
         raise InputError("this JSON is not a PyTorch profiler trace (no traceEvents list)", str(path),
                          "pass the files written by torch.profiler (export_chrome_trace or tensorboard_trace_handler)")
-    dist = raw.get("distributedInfo")
-    props = raw.get("deviceProperties")
-    base = raw.get("baseTimeNanoseconds")
-    host = raw.get("host_name")
-    trace.distributed_info = dist if isinstance(dist, dict) else {}
-    trace.device_properties = props if isinstance(props, list) else []
-    trace.base_ns = base if isinstance(base, int) and not isinstance(base, bool) else None
-    trace.host_name = host if isinstance(host, str) else None
+    _take_header(trace, raw.get("distributedInfo"), raw.get("deviceProperties"), raw.get("baseTimeNanoseconds"),
+                 raw.get("host_name"))
     ts_ns: list[int] = []
     dur_ns: list[int] = []
     for e in raw["traceEvents"]:
@@ -225,53 +294,60 @@ def _fill_loose(trace: ParsedTrace, data: bytes, path: Path) -> None:
             continue
         ts = _to_ns(e.get("ts"))
         if ts is None:
+            trace.dropped += 1
             continue
         pid, tid = e.get("pid"), e.get("tid")
-        trace.names.append(str(e.get("name", "")))
-        trace.cats.append(str(e.get("cat", "")))
+        trace.names.append(clean_text(str(e.get("name", ""))))
+        trace.cats.append(clean_text(str(e.get("cat", ""))))
         trace.phs.append(str(e.get("ph", "")))
         trace.pids.append(pid if isinstance(pid, (int, str)) and not isinstance(pid, bool) else None)
         trace.tids.append(tid if isinstance(tid, (int, str)) and not isinstance(tid, bool) else None)
         ts_ns.append(ts)
-        dur_ns.append(_to_ns(e.get("dur")) or 0)
+        dur_ns.append(_to_ns(e.get("dur"), MAX_DUR_NS) or 0)
         args = e.get("args")
         trace.args.append(_loose_args(args) if isinstance(args, dict) else None)
     trace.ts_ns_array = np.array(ts_ns, dtype=np.int64)
     trace.dur_ns_array = np.array(dur_ns, dtype=np.int64)
+    if trace.cut is not None:
+        trace.cut = replace(trace.cut, events_kept=len(trace.names))
 
 
-def _to_ns(value: Any) -> int | None:
-    """Microseconds (int, exact Decimal, or numeric string) -> integer nanoseconds."""
+def _to_ns(value: Any, limit: int = MAX_TS_NS) -> int | None:
+    """Microseconds (int, exact Decimal, or numeric string) -> integer nanoseconds; None past +-`limit`."""
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int):
-        return value * 1000
-    if isinstance(value, Decimal):
-        return int((value * 1000).to_integral_value()) if value.is_finite() else None
-    if isinstance(value, float):
-        if not math.isfinite(value):
+        ns = value * 1000 if -limit <= value <= limit else None
+    elif isinstance(value, Decimal):
+        if not value.is_finite() or value.adjusted() > 18:  # int() of 1e999999 would take forever
             return None
-        return int(value) * 1000 if value.is_integer() else round(value * 1000.0)
-    if isinstance(value, str):
+        ns = int((value * 1000).to_integral_value())
+    elif isinstance(value, float):
+        if not math.isfinite(value) or abs(value) > limit:
+            return None
+        ns = int(value) * 1000 if value.is_integer() else round(value * 1000.0)
+    elif isinstance(value, str):
         try:
-            return _to_ns(Decimal(value.strip()))
+            return _to_ns(Decimal(value.strip()[:64]), limit)
         except InvalidOperation:
             return None
-    return None
+    else:
+        return None
+    return ns if ns is not None and -limit <= ns <= limit else None
 
 
 def _as_int(value: Any) -> int | None:
+    """An int64 from an int, an integral float or Decimal, or a numeric string; None otherwise."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value
+        return int_in(value)
     if isinstance(value, (float, Decimal)):
-        return int(value) if math.isfinite(value) else None
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
+        if not math.isfinite(value) or not -(2**63) < value < 2**63:
             return None
+        return int(value)
+    if isinstance(value, str):
+        return ascii_int(value.strip())
     return None
 
 
@@ -292,42 +368,6 @@ def _loose_args(args: dict[str, Any]) -> EventArgs:
     )
 
 
-def _explain_not_a_trace(data: bytes, path: Path, exc: Exception) -> None:
-    head = data.lstrip()[:1]
-    if head not in (b"{", b"["):
-        raise InputError("this is not JSON (not a PyTorch profiler trace)", str(path),
-                         "pass .json or .json.gz files written by torch.profiler") from None
-    raise InputError(f"the trace is not valid JSON ({exc})", str(path),
-                     "the file is damaged; re-export this rank's trace") from None
-
-
-# A boundary between two events: the end of one object and the start of the next.
-_EVENT_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
-_EVENTS_START = re.compile(rb'"traceEvents"\s*:\s*\[')
-
-
-def _recover(data: bytes) -> tuple[bytes, TraceDoc] | None:
-    """Cut a truncated trace after its last complete event and close the JSON."""
-    start = _EVENTS_START.search(data)
-    if start is None:
-        return None
-    tail_from = max(start.end(), len(data) - 4 * 1024 * 1024)
-    boundaries = [m.start() for m in _EVENT_BOUNDARY.finditer(data, tail_from)]
-    for pos in reversed(boundaries[-16:]):
-        candidate = data[: pos + 1] + b"]}"
-        try:
-            return candidate, msgspec.json.decode(candidate, type=TraceDoc)
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            continue
-    # The first event itself may be the only complete one.
-    head = data[: start.end()] + b"]}"
-    try:
-        doc = msgspec.json.decode(head, type=TraceDoc)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
-    return (head, doc) if doc.traceEvents else None
-
-
 def _fill_events(trace: ParsedTrace, doc: TraceDoc) -> None:
     names, cats, phs, pids, tids, argss = trace.names, trace.cats, trace.phs, trace.pids, trace.tids, trace.args
     tss: list[float | None] = []
@@ -343,57 +383,63 @@ def _fill_events(trace: ParsedTrace, doc: TraceDoc) -> None:
         add_ts(e.ts)
         add_dur(e.dur)
         add_args(e.args)
-    try:
-        ts_us = np.fromiter(tss, dtype=np.float64, count=len(tss))
-    except TypeError:  # events without a timestamp are dropped
-        keep = [i for i, ts in enumerate(tss) if ts is not None]
-        columns: tuple[list[Any], ...] = (names, cats, phs, pids, tids, tss, durs, argss)
+    ts_us = _floats(tss)
+    usable = np.isfinite(ts_us) & (np.abs(ts_us) <= MAX_TS_NS / 1000)
+    if not usable.all():  # events without a usable timestamp are dropped
+        keep = np.flatnonzero(usable).tolist()
+        trace.dropped += len(tss) - len(keep)
+        columns: tuple[list[Any], ...] = (names, cats, phs, pids, tids, durs, argss)
         for column in columns:
             column[:] = [column[i] for i in keep]
-        ts_us = np.fromiter(tss, dtype=np.float64, count=len(tss))
-    try:
-        dur_us = np.fromiter(durs, dtype=np.float64, count=len(durs))
-    except TypeError:  # "dur": null
-        dur_us = np.fromiter((0.0 if d is None else d for d in durs), dtype=np.float64, count=len(durs))
+        ts_us = ts_us[usable]
+    dur_us = _floats(durs, none=0.0)
+    bad_dur = ~(np.isfinite(dur_us) & (np.abs(dur_us) <= MAX_DUR_NS / 1000))
+    if bad_dur.any():
+        trace.bad_durations += int(bad_dur.sum())
+        dur_us[bad_dur] = 0.0
     trace.ts_ns_array = _us_to_ns(ts_us)
     trace.dur_ns_array = _us_to_ns(dur_us)
 
 
-_VECTOR_US_LIMIT = 9.2e15  # below it, us * 1000 fits an int64 and numpy converts exactly like `_float_ns`
-
-
-def _float_ns(us: float) -> int:
-    return int(us) * 1000 if us.is_integer() else round(us * 1000.0)
+def _floats(values: list[float | None], none: float = math.nan) -> npt.NDArray[np.float64]:
+    """A float64 array of `values`, `none` for None."""
+    try:
+        return np.fromiter(values, dtype=np.float64, count=len(values))
+    except TypeError:
+        return np.fromiter((none if v is None else v for v in values), dtype=np.float64, count=len(values))
 
 
 def _us_to_ns(us: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
-    """Float microseconds -> integer nanoseconds: whole values exactly, others rounded half to even."""
-    if not (np.abs(us) < _VECTOR_US_LIMIT).all():  # huge or infinite: one by one, as Python does
-        return np.array([_float_ns(v) for v in us.tolist()], dtype=np.int64)
+    """Float microseconds (finite, within MAX_TS_NS) -> integer nanoseconds: whole values exactly, others
+    rounded half to even (as Python's round(us * 1000.0))."""
     whole = us == np.floor(us)
     ns: npt.NDArray[np.int64] = np.where(whole, us.astype(np.int64) * 1000, np.rint(us * 1000.0).astype(np.int64))
     return ns
 
 
-def _digits_to_ns(raw: bytes) -> int:
-    """'1682725898236567.123' (microseconds) -> 1682725898236567123 nanoseconds, exactly."""
-    ns = _to_ns(raw.decode("ascii", "replace"))
-    return ns if ns is not None else 0
+def _digits_to_ns(raw: bytes, limit: int = MAX_TS_NS) -> int | None:
+    """'1682725898236567.123' (microseconds) -> 1682725898236567123 nanoseconds, exactly (None: not a time)."""
+    return _to_ns(raw.decode("ascii", "replace"), limit)
 
 
 def _fill_from_digits(trace: ParsedTrace, doc: RawTraceDoc) -> None:
     ts_ns: list[int] = []
     dur_ns: list[int] = []
     for e in doc.traceEvents:
-        if not e.ts:
+        ts = _digits_to_ns(bytes(e.ts)) if e.ts else None
+        if ts is None:
+            trace.dropped += 1
             continue
+        dur = _digits_to_ns(bytes(e.dur), MAX_DUR_NS) if e.dur else 0
+        if dur is None:
+            trace.bad_durations += 1
         trace.names.append(e.name)
         trace.cats.append(e.cat)
         trace.phs.append(e.ph)
         trace.pids.append(e.pid)
         trace.tids.append(e.tid)
-        ts_ns.append(_digits_to_ns(bytes(e.ts)))
-        dur_ns.append(_digits_to_ns(bytes(e.dur)) if e.dur else 0)
+        ts_ns.append(ts)
+        dur_ns.append(dur or 0)
         trace.args.append(e.args)
     trace.ts_ns_array = np.array(ts_ns, dtype=np.int64)
     trace.dur_ns_array = np.array(dur_ns, dtype=np.int64)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perftracker.errors import InputError
+from perftracker.values import MAX_RANK, ascii_int
 
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker|proc|gpu)[-_.]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
 # tensorboard_trace_handler: <host>_<pid>.<timestamp>.pt.trace.json
@@ -33,8 +34,9 @@ class TraceIdentity:
 
 
 def rank_from_name(path: Path) -> int | None:
+    """The rank a file name gives (`rank-3`, `worker3`, ...), None when none, or not a rank (past MAX_RANK)."""
     match = _RANK_IN_NAME.search(path.name)
-    return int(match.group(1)) if match else None
+    return ascii_int(match.group(1), 0, MAX_RANK) if match else None
 
 
 def host_from_name(path: Path) -> str:

@@ -1,0 +1,80 @@
+"""Regenerate tests/fixtures/fuzz_run/: one small run directory holding every kind of input perftracker reads.
+
+It is the seed the fuzz tests (tests/test_fuzz.py) and `scripts/fuzz.py` mutate: each file is a short
+head of a real input of this repository (sample_traces/ and tests/fixtures/), so the mutations start
+from what the parsers really see. Two ranks; a few kilobytes per file, ~60 KB in all.
+
+    python scripts/make_fuzz_run.py
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import pickle
+import shutil
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "tests" / "fixtures" / "fuzz_run"
+SAMPLES = ROOT / "sample_traces"
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def _head_lines(path: Path, n: int) -> str:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return "".join(line for _, line in zip(range(n), handle))
+
+
+def _small_trace(rank: int, events: int = 120) -> bytes:
+    """The first events of a real DDP trace (gloo, CPU), with its header and trailing keys."""
+    doc = json.loads(gzip.decompress((SAMPLES / "ddp-gloo-4rank-slow-rank2" / "traces" /
+                                      f"rank-{rank}.pt.trace.json.gz").read_bytes()))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("ph") == "X"][:events]
+    return json.dumps(doc).encode()
+
+
+def main() -> None:
+    if OUT.exists():
+        shutil.rmtree(OUT)
+    for sub in ("traces", "steps", "env", "nccl", "counters", "output", "fr", "errors", "profiles", "stacks/snap"):
+        (OUT / sub).mkdir(parents=True, exist_ok=True)
+    manifest = json.loads((SAMPLES / "gloo-4rank-stall-rank2" / "manifest.json").read_text())
+    manifest["world_size"] = 2
+    (OUT / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    (OUT / "traces" / "rank-0.pt.trace.json").write_bytes(_small_trace(0))
+    (OUT / "traces" / "rank-1.pt.trace.json.gz").write_bytes(gzip.compress(_small_trace(1), mtime=0))
+    for rank in (0, 1):
+        (OUT / "steps" / f"rank-{rank}.jsonl").write_text(
+            _head_lines(SAMPLES / "gloo-4rank-stall-rank2" / "steps" / f"rank-{rank}.jsonl", 12))
+        shutil.copy(SAMPLES / "nccl-roce-2node-misconfig" / "env" / f"rank-{rank}.json", OUT / "env")
+        shutil.copy(SAMPLES / "attach-4rank-slow-rank2" / "profiles" / f"rank-{rank}.json", OUT / "profiles")
+        (OUT / "profiles" / f"rank-{rank}.txt").write_text(
+            _head_lines(SAMPLES / "attach-4rank-slow-rank2" / "profiles" / f"rank-{rank}.txt", 8))
+        snap = sorted((SAMPLES / "attach-4rank-slow-rank2" / "stacks").iterdir())[0]
+        shutil.copy(snap / f"rank-{rank}.json", OUT / "stacks" / "snap")
+    shutil.copy(FIXTURES / "nccl" / "debug_files" / "nodeC.3001.log", OUT / "nccl")
+    (OUT / "output" / "job.log").write_text(_head_lines(SAMPLES / "nccl-roce-2node-misconfig" / "output" / "job.log", 60))
+    (OUT / "output" / "slurm-4242.out").write_text(
+        _head_lines(FIXTURES / "postmortem" / "nccl_timeout" / "slurm-4242.out", 40))
+    (OUT / "output" / "kern.log").write_text(_head_lines(FIXTURES / "postmortem" / "xid" / "kern.log", 10))
+    (OUT / "output" / "torchrun.log").write_text(
+        _head_lines(FIXTURES / "postmortem" / "child_failed" / "torchrun.log", 60))
+    shutil.copy(FIXTURES / "postmortem" / "child_failed" / "torchelastic_x1" / "attempt_0" / "5" / "error.json",
+                OUT / "errors" / "error.json")
+    dump = json.loads((FIXTURES / "postmortem" / "fr_mismatch" / "fr_dump_rank_0.json").read_text())
+    dump["entries"] = dump.get("entries", [])[:6]
+    (OUT / "fr" / "fr_dump_rank_0.json").write_text(json.dumps(dump))
+    dump["rank"] = 1
+    (OUT / "fr" / "nccl_trace_rank_1").write_bytes(pickle.dumps(dump, protocol=4))
+    for name, lines in (("gpu-node-1.gpu.jsonl", 6), ("gpu-node-1.rdma.jsonl", 4)):
+        (OUT / "counters" / name).write_text(_head_lines(SAMPLES / "synthetic-gpu-4rank-thermal" / "counters" / name,
+                                                         lines))
+    for name, lines in (("node-a.nvidia-smi.csv", 8), ("node-b.dcgm.prom", 30), ("node-r.mlx5-roce.ethtool-S.txt", 40)):
+        (OUT / "counters" / name).write_text(_head_lines(FIXTURES / "health" / name, lines))
+    total = sum(p.stat().st_size for p in OUT.rglob("*") if p.is_file())
+    print(f"wrote {OUT} ({total:,} bytes)")
+
+
+if __name__ == "__main__":
+    main()
