@@ -92,6 +92,7 @@ def step_time_chart(stats: pd.DataFrame) -> dict[str, Any] | None:
                 error_y=dict(type="data", array=((stats["p90_s"] - stats["median_s"]) * 1e3).round(3).tolist(),
                              visible=True), marker_color=_COLORS["compute"])
     fig.update_layout(title="Step time per rank (ms): median, bar to p90", yaxis_title="ms", **_LAYOUT)
+    fig.update_yaxes(rangemode="tozero")
     return _fig(fig)
 
 
@@ -100,8 +101,11 @@ def lateness_heatmap(lateness: pd.DataFrame, max_ranks: int = 256) -> dict[str, 
         return None
     grid = lateness.pivot_table(index="rank", columns="step", values="lateness_ms", aggfunc="median")
     grid = grid.iloc[:max_ranks]
+    top = float(grid.max().max()) if grid.size else 0.0
+    if not top > 0:  # every rank arrived together: nothing to colour (an all-zero map painted solid misleads)
+        return None
     fig = go.Figure(go.Heatmap(z=grid.round(3).to_numpy(), x=[label(c) for c in grid.columns],
-                               y=[_rank(r) for r in grid.index], colorscale="Reds",
+                               y=[_rank(r) for r in grid.index], colorscale="Reds", zmin=0.0, zmax=top,
                                colorbar=dict(title="ms late")))
     layout = {**_LAYOUT, "height": min(2400, max(300, 18 * len(grid) + 120))}
     fig.update_layout(title="Arrival lateness at collectives (median per step, ms after the earliest rank)",
@@ -110,7 +114,7 @@ def lateness_heatmap(lateness: pd.DataFrame, max_ranks: int = 256) -> dict[str, 
 
 
 def wait_bars(waits: pd.DataFrame) -> dict[str, Any] | None:
-    if waits.empty:
+    if waits.empty or not (waits[["wait_per_step_s", "cost_per_step_s"]].abs().to_numpy().sum() > 0):
         return None
     labels = [_rank(r) for r in waits["rank"]]
     fig = go.Figure()
@@ -136,6 +140,8 @@ def step_series_chart(steps: pd.DataFrame, max_ranks: int = 32,
         fig.add_vline(x=step, line_dash="dash", line_color="#c0392b",
                       annotation_text=f"slower since step {step}", annotation_position="top left")
     fig.update_layout(title="Step time over steps (ms)", xaxis_title="step", yaxis_title="ms", **_LAYOUT)
+    fig.update_xaxes(tickformat="d")  # steps are whole numbers
+    fig.update_yaxes(rangemode="tozero")
     return _fig(fig)
 
 

@@ -67,14 +67,16 @@ def rdma_figures(ports: pd.DataFrame, throughput: pd.DataFrame, congestion: pd.D
     if ports.empty:
         return figures
     for host in sorted({str(h) for h in ports.loc[ports["shown"].astype(bool), "host"]}):
-        has_pfc = bool(_of(ports, host=host)["pfc"].any())
-        titles = ["throughput (Gb/s)", "congestion (per s)"] + (["PFC paused (% of time)"] if has_pfc else [])
+        has_pfc = bool(_of(ports, host=host)["pfc"].any()) and not _of(paused, host=host).empty
+        rates = _of(congestion, host=host)
+        has_congestion = not rates.empty  # a panel with no data is left out, not drawn as an empty box
+        titles = ["throughput (Gb/s)"] + (["congestion (per s)"] if has_congestion else []) \
+            + (["PFC paused (% of time)"] if has_pfc else [])
         fig = make_subplots(rows=len(titles), cols=1, shared_xaxes=True, subplot_titles=titles)
         for (dev, port), p in _of(paused, host=host).groupby(["device", "port"], sort=True) if has_pfc else []:
             for counter, q in p.groupby("counter", sort=False):
                 fig.add_trace(go.Scatter(x=_time(q["t1_ns"]), y=q["paused_pct"], mode="lines",
-                                         name=label(f"{dev}/{port} {counter} % of time")), row=3, col=1)
-        rates = _of(congestion, host=host)
+                                         name=label(f"{dev}/{port} {counter} % of time")), row=len(titles), col=1)
         for (dev, port), p in _of(throughput, host=host).groupby(["device", "port"], sort=True):
             name = label(f"{dev}/{port}")
             t = _time(p["t1_ns"])
@@ -85,5 +87,6 @@ def rdma_figures(ports: pd.DataFrame, throughput: pd.DataFrame, congestion: pd.D
                 fig.add_trace(go.Scatter(x=_time(q["t1_ns"]), y=q["per_s"], name=f"{name} {label(counter)}",
                                          mode="lines"), row=2, col=1)
         fig.update_layout(title=f"RDMA on host {label(host)}", height=240 * len(titles), margin={"t": 60, "b": 30})
+        fig.update_yaxes(rangemode="tozero")  # a flat 8 Gb/s line must not look like swings between 8 and 8.0001
         figures.append(fig.to_plotly_json())
     return figures

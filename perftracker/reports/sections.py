@@ -40,8 +40,13 @@ def table(tables: Tables, name: str) -> pd.DataFrame:
 
 
 def cell(value: Any) -> str:
-    """A table cell's text: floats with two decimals, anything else as is."""
-    return f"{value:.2f}" if isinstance(value, float) else str(value)
+    """A table cell's text: whole numbers without decimals (a rank is "3", not "3.00"), other floats with
+    four significant digits (a 2.9 ms spread between 41.2 and 44.1 ms stays visible), anything else as is."""
+    if isinstance(value, bool) or not isinstance(value, (float, int)):
+        return str(value)
+    if isinstance(value, int) or (value == value and abs(value) < 1e15 and float(value).is_integer()):
+        return str(int(value))
+    return f"{value:.4g}" if value == value else ""
 
 
 def grid(frame: pd.DataFrame, columns: Mapping[str, str], limit: int = 64) -> dict[str, Any]:

@@ -14,7 +14,7 @@ TEMPLATE = "section_table.html.j2"
 BREAKDOWN_COLUMNS = {"rank": "rank", "window": "window", "compute_pct": "compute %",
                      "comm_exposed_pct": "exposed comm %", "memory_exposed_pct": "exposed memory %",
                      "idle_pct": "idle %", "overlap_pct": "comm overlapped %", "steps": "steps"}
-STEP_COLUMNS = {"rank": "rank", "steps": "steps", "median_s": "median s", "p90_s": "p90 s", "max_s": "max s"}
+STEP_COLUMNS = {"rank": "rank", "steps": "steps", "median_ms": "median ms", "p90_ms": "p90 ms", "max_ms": "max ms"}
 
 
 def breakdown_section(tables: Tables, findings: list[Finding]) -> Section | None:
@@ -37,7 +37,9 @@ def steps_section(tables: Tables, findings: list[Finding]) -> Section | None:
                            charts.step_series_chart(table(tables, "steps"), change_steps=changes)) if f]
     if not figures:
         return None
-    data = {"table": grid(stats, STEP_COLUMNS)} if not stats.empty else {}
+    shown = stats.assign(**{f"{c}_ms": (stats[f"{c}_s"] * 1e3) for c in ("median", "p90", "max")}) \
+        if not stats.empty else stats
+    data = {"table": grid(shown, STEP_COLUMNS)} if not stats.empty else {}
     return Section("steps", "Step time", TEMPLATE, data, figures)
 
 

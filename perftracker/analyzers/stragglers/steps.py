@@ -72,7 +72,8 @@ def _summary(store: Store, stats: pd.DataFrame) -> Finding:
     spread = float(stats["median_s"].max() - stats["median_s"].min())
     return Finding(
         analyzer="steps", severity=Severity.INFO,
-        title=f"Step time {fmt_ms(med)} (median over {len(stats)} rank(s)); spread across ranks {fmt_ms(spread)}",
+        title=(f"Step time {fmt_ms(med)} (median over {len(stats)} ranks); spread across ranks {fmt_ms(spread)}"
+               if len(stats) > 1 else f"Step time {fmt_ms(med)} (median of rank {int(stats['rank'].iloc[0])})"),
         recommendation="Context for the other findings; the per-rank chart is in the report.",
         evidence={"per_rank": {int(r["rank"]): {"steps": int(r["steps"]), "median_ms": round(r["median_s"] * 1e3, 3),
                                                 "p90_ms": round(r["p90_s"] * 1e3, 3)}
