@@ -66,11 +66,12 @@ class Target:
 
 
 def _kineto(path: Path) -> Any:
-    from perftracker.collectors.traces.kineto import build_tables, compile_comm_patterns
+    from perftracker.collectors.traces.comm_kernels import load_comm_kernels
+    from perftracker.collectors.traces.kineto import build_tables
     from perftracker.collectors.traces.kineto_read import parse_trace
 
     trace = parse_trace(path)
-    return build_tables(trace, 0, 0, compile_comm_patterns()), trace.messages()
+    return build_tables(trace, 0, 0, load_comm_kernels()), trace.messages()
 
 
 def _loader(module: str, name: str) -> Callable[[Path], Any]:

@@ -21,7 +21,8 @@ from perftracker.collectors.nccl.log import parse_nccl_file
 from perftracker.collectors.postmortem.flight_recorder import load_fr_dumps, plain_unpickle
 from perftracker.collectors.stacks.samples import load_profile_inputs
 from perftracker.collectors.steps import load_step_files
-from perftracker.collectors.traces.kineto import build_tables, compile_comm_patterns
+from perftracker.collectors.traces.comm_kernels import load_comm_kernels
+from perftracker.collectors.traces.kineto import build_tables
 from perftracker.collectors.traces.kineto_read import parse_trace
 from perftracker.store import Store
 
@@ -41,7 +42,7 @@ def test_a_timestamp_past_int64_drops_that_event_only(tmp_path: Path, ts: str) -
     path.write_text(text)
     # WHEN it is parsed and tabled
     trace = parse_trace(path)
-    events, _ = build_tables(trace, 0, 0, compile_comm_patterns())
+    events, _ = build_tables(trace, 0, 0, load_comm_kernels())
     # THEN the other events are kept and the dropped one is said
     assert len(events) == 2 and trace.dropped == 1
     assert any("without a usable timestamp" in m for m, _ in trace.messages())
@@ -57,7 +58,7 @@ def test_huge_ids_and_step_numbers_become_unknown_not_an_overflow(tmp_path: Path
     path = tmp_path / "rank-0.json"
     path.write_text(json.dumps(doc))
     # WHEN tabled
-    events, steps = build_tables(parse_trace(path), 0, 0, compile_comm_patterns())
+    events, steps = build_tables(parse_trace(path), 0, 0, load_comm_kernels())
     # THEN the values a column cannot hold are -1, never wrapped, and the odd step is no step
     kernel = events[events["name"] == "k"].iloc[0]
     assert (kernel["correlation"], kernel["stream"], kernel["device"]) == (-1, -1, -1)
@@ -186,7 +187,7 @@ def test_a_lone_surrogate_in_a_name_is_stored(tmp_path: Path) -> None:
     path = _trace(tmp_path / "rank-0.json")
     path.write_text(path.read_text().replace('"name": "k"', '"name": "k\\ud800"'))
     # WHEN loaded into a Store; THEN the name is kept with a replacement character
-    events, _ = build_tables(parse_trace(path), 0, 0, compile_comm_patterns())
+    events, _ = build_tables(parse_trace(path), 0, 0, load_comm_kernels())
     store = Store()
     store.set_table("events", events)
     assert "k\ufffd" in set(store.events["name"].astype(str))
