@@ -157,17 +157,24 @@ def save_tables(tables: Mapping[str, pd.DataFrame], folder: Path) -> None:
 
 
 def load_tables(folder: Path) -> dict[str, pd.DataFrame]:
-    """Every report view saved in `folder` (an empty frame for one that is not there)."""
+    """Every report view saved in `folder` (an empty frame for one that is not there, or that cannot be
+    read: a damaged table costs its own part of the report, with a note from `_render`)."""
     tables = {}
     for name in REPORT_VIEWS:
         path = folder / f"{name}.parquet"
-        tables[name] = pd.read_parquet(path) if path.exists() else pd.DataFrame()
+        try:
+            tables[name] = pd.read_parquet(path) if path.is_file() else pd.DataFrame()
+        except Exception:  # noqa: BLE001 - a damaged or foreign file: pyarrow raises many kinds
+            tables[name] = pd.DataFrame()
     return tables
 
 
 def _render(out_dir: Path, tables: Mapping[str, pd.DataFrame], findings: list[Finding], notes: list[LoadNote],
             title: str, summary: Mapping[str, Any]) -> None:
-    sections = html_report.build_sections(tables, findings)
+    sections, failed = html_report.build_sections_noting(tables, findings)
+    notes = [*notes, *(LoadNote("warning", f"report section {name}", f"left out: its tables could not be drawn "
+                                f"({why}). Re-run `perftracker analyze` to write them again.")
+                       for name, why in failed)]
     html_report.render(out_dir / REPORT, findings, notes, sections, title=title, coverage=summary.get("coverage"),
                        synthetic=summary.get("synthetic_inputs"))
 

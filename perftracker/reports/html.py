@@ -62,7 +62,24 @@ _ENV = jinja2.Environment(
 
 def build_sections(tables: Mapping[str, pd.DataFrame], findings: list[Finding]) -> list[Section]:
     """Every section of SECTIONS that has something to show, in order."""
-    return [s for s in (fn(tables, findings) for fn in SECTIONS) if s is not None]
+    return build_sections_noting(tables, findings)[0]
+
+
+def build_sections_noting(tables: Mapping[str, pd.DataFrame],
+                          findings: list[Finding]) -> tuple[list[Section], list[tuple[str, str]]]:
+    """`build_sections`, and (section, what went wrong) for each section its tables could not draw: a
+    table edited or damaged in an output folder costs its own section, never the report."""
+    sections: list[Section] = []
+    failed: list[tuple[str, str]] = []
+    for fn in SECTIONS:
+        try:
+            section = fn(tables, findings)
+        except Exception as exc:  # noqa: BLE001 - tables are data read from disk: any shape can arrive
+            failed.append((fn.__name__.removesuffix("_section"), f"{type(exc).__name__}: {exc}"[:300]))
+            continue
+        if section is not None:
+            sections.append(section)
+    return sections, failed
 
 
 def _section_view(section: Section, figure_ids: list[str]) -> dict[str, Any]:
