@@ -1,6 +1,6 @@
 """Load everything under a path into a Store: map over rank files, then reduce.
 
-The map step (one trace file -> that rank's tables) runs in a local process pool. With a cache
+The map step (one trace file -> that rank's tables, `collectors/traces/trace_map.py`) runs in a local process pool. With a cache
 directory its result is cached as Parquet keyed by the file's path, size and mtime, so a second
 `analyze` of the same traces skips parsing; without one the tables come back from the workers
 directly (pickled). Unusable files become notes naming the file; the analysis runs on what is usable.
@@ -11,21 +11,16 @@ Store per job).
 
 from __future__ import annotations
 
-import gc
-import hashlib
-import json
 import os
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from perftracker import __version__
-from perftracker.bounded import clean_text
 from perftracker.collectors.jobs import (
     JobGroup,
     group_jobs,
@@ -39,16 +34,12 @@ from perftracker.collectors.steps import load_step_files
 from perftracker.collectors.synthetic import synthetic_inputs
 from perftracker.collectors.traces.comm_kernels import CommKernels, cached_comm_kernels
 from perftracker.collectors.traces.execution_trace import load_execution_trace_inputs
-from perftracker.collectors.traces.kineto import build_tables
-from perftracker.collectors.traces.kineto_read import parse_trace
-from perftracker.collectors.traces.ranks import TraceIdentity, assign_windows, host_from_name, rank_from_name
-from perftracker.errors import InputError, PerftrackerError
+from perftracker.collectors.traces.ranks import TraceIdentity, assign_windows
+from perftracker.collectors.traces.trace_map import FileResult, load_one
+from perftracker.errors import InputError
 from perftracker.rundir import Inputs, discover
 from perftracker.store import LoadNote, RunInfo, Store
 from perftracker.store.schema import conform
-from perftracker.values import MAX_RANK, int_in, rank_in_range
-
-CACHE_VERSION = f"{__version__}-5"
 
 
 @dataclass(frozen=True)
@@ -63,115 +54,14 @@ class LoadOptions:
     job: str | None = None  # the label of the one job to load where the traces are of several (collectors.jobs)
 
 
-@dataclass(frozen=True)
-class _TraceFacts:
-    """What the map step learned about one trace file besides its tables (cached as JSON beside them)."""
-
-    rank: int | None  # None: neither distributedInfo nor the file name says (assigned in the reduce step)
-    rank_source: str  # distributedInfo | filename | assigned
-    host: str
-    world_size: int  # -1 when unknown
-    backend: str
-    device_name: str
-    base_ns: int  # -1 when the trace has no baseTimeNanoseconds
-    start_ns: int
-    end_ns: int
-    n_events: int
-    pg_config: list[Any]  # distributedInfo.pg_config as the trace has it
-
-    def window_ns(self) -> tuple[int, int]:
-        """(start, end) of its events on the wall clock, where the trace gives a base time."""
-        base = self.base_ns if self.base_ns > 0 else 0
-        return base + self.start_ns, base + self.end_ns
-
-
-@dataclass
-class _FileResult:
-    path: str
-    ok: bool
-    error: str = ""
-    cache_stem: str = ""
-    facts: _TraceFacts | None = None  # set when ok
-    notes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (message, data) about the file
-    events: pd.DataFrame | None = None  # the tables themselves when not cached (else at cache_stem)
-    steps: pd.DataFrame | None = None
-
-
 def default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "perftracker"
 
 
-def _cache_key(path: Path, comm_kernels: CommKernels) -> str:
-    stat = path.stat()
-    basis = json.dumps([str(path.resolve()), stat.st_size, stat.st_mtime_ns, CACHE_VERSION,
-                        comm_kernels.fingerprint()])
-    return hashlib.sha1(basis.encode()).hexdigest()[:20]
-
-
 def comm_kernels_of(options: LoadOptions) -> CommKernels:
     """The communication kernel matcher of these options (InputError / UsageError for a bad file or regex)."""
     return cached_comm_kernels(options.comm_kernel_files, options.comm_kernel_patterns)
-
-
-def _load_one(path_str: str, options: LoadOptions) -> _FileResult:
-    """Map step: parse one trace; its tables go to the cache (Parquet) or back in the result."""
-    # A parse allocates hundreds of thousands of objects and no cycles: collecting meanwhile is waste.
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return _parse_one(Path(path_str), options, comm_kernels_of(options))
-    finally:
-        if gc_was_enabled:
-            gc.enable()
-
-
-def _parse_one(path: Path, options: LoadOptions, comm_kernels: CommKernels) -> _FileResult:
-    path_str = str(path)
-    try:
-        key = _cache_key(path, comm_kernels)
-        folder = options.cache_dir
-        stem = str(folder / key) if folder else ""
-        meta_path = Path(stem + ".meta.json")
-        if options.cache_dir and meta_path.exists():
-            cached = json.loads(meta_path.read_text())
-            return _FileResult(path_str, True, cache_stem=stem, facts=_TraceFacts(**cached["facts"]),
-                               notes=[(str(m), dict(d)) for m, d in cached["notes"]])
-        trace = parse_trace(path)
-        dist = trace.distributed_info
-        notes = trace.messages()
-        rank = rank_in_range(dist.get("rank"))
-        if rank is None and dist.get("rank") is not None:
-            notes.append((f"distributedInfo.rank {str(dist.get('rank'))[:40]!r} is not a rank (0 to {MAX_RANK}); "
-                          "the rank is taken from the file name, else assigned", {}))
-        rank_source = "distributedInfo" if rank is not None else ""
-        if rank is None:
-            rank = rank_from_name(path)
-            rank_source = "filename" if rank is not None else "assigned"
-        events, steps = build_tables(trace, rank if rank is not None else -1, 0, comm_kernels)
-        device_name = ""
-        if trace.device_properties:
-            device_name = clean_text(str(trace.device_properties[0].get("name", "")))
-        world = int_in(dist.get("world_size"), 1, MAX_RANK + 1)
-        pg_config = dist.get("pg_config")
-        facts = _TraceFacts(
-            rank=rank, rank_source=rank_source, host=trace.host_name or host_from_name(path),
-            world_size=world if world is not None else -1, backend=clean_text(str(dist.get("backend", ""))),
-            device_name=device_name, base_ns=trace.base_ns if trace.base_ns is not None else -1,
-            start_ns=int(events["start_ns"].min()) if len(events) else 0,
-            end_ns=int((events["start_ns"] + events["dur_ns"]).max()) if len(events) else 0,
-            n_events=len(events), pg_config=pg_config if isinstance(pg_config, list) else [])
-        if folder is None:
-            return _FileResult(path_str, True, facts=facts, notes=notes, events=events, steps=steps)
-        folder.mkdir(parents=True, exist_ok=True)
-        events.to_parquet(stem + ".events.parquet", index=False)
-        steps.to_parquet(stem + ".steps.parquet", index=False)
-        Path(stem + ".meta.json").write_text(json.dumps({"facts": asdict(facts), "notes": notes}))
-        return _FileResult(path_str, True, cache_stem=stem, facts=facts, notes=notes)
-    except PerftrackerError as exc:
-        return _FileResult(path_str, False, error=exc.message)
-    except (OSError, ValueError, MemoryError) as exc:
-        return _FileResult(path_str, False, error=f"{path}: could not be loaded ({type(exc).__name__}: {exc}).")
 
 
 @dataclass
@@ -183,7 +73,7 @@ class _Scan:
     inputs: Inputs
     stack_files: list[Path]
     profile_files: list[Path]
-    results: list[_FileResult]
+    results: list[FileResult]
     groups: list[JobGroup]
 
 
@@ -281,17 +171,19 @@ def _note_other_jobs(store: Store, scan: _Scan, group: JobGroup) -> None:
                                     "be told apart by job and were left out: analyze them on their own"))
 
 
-def _map_traces(inputs: Inputs, options: LoadOptions) -> list[_FileResult]:
+def _map_traces(inputs: Inputs, options: LoadOptions) -> list[FileResult]:
     paths = [str(p) for p in inputs.traces]
     workers = options.workers or (os.cpu_count() or 1)
     workers = max(1, min(workers, len(paths)))
     if workers == 1 or len(paths) <= 1:
-        return [_load_one(p, options) for p in paths]
+        return [load_one(p, options.cache_dir, options.comm_kernel_files, options.comm_kernel_patterns) for p in paths]
+    n = len(paths)
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(_load_one, paths, [options] * len(paths)))
+        return list(pool.map(load_one, paths, [options.cache_dir] * n, [options.comm_kernel_files] * n,
+                             [options.comm_kernel_patterns] * n))
 
 
-def _reduce_traces(store: Store, results: list[_FileResult]) -> None:
+def _reduce_traces(store: Store, results: list[FileResult]) -> None:
     ok = [(r, r.facts) for r in results if r.ok and r.facts is not None]
     for r in results:
         if not r.ok:

@@ -1,0 +1,133 @@
+"""The map step of loading: one trace file parsed into that rank's tables, or read back from the cache.
+
+Promise: `load_one(path, cache_dir, comm_kernel_files, comm_kernel_patterns)` (plain arguments, so that a
+worker process can take them) returns a `FileResult`: ok with the trace's `TraceFacts` (rank and where
+it came from, host, world size, backend, device, base time, event window, process-group config) and its
+tables, either in the result (no cache) or as Parquet at `cache_stem` (keyed by the file's resolved
+path, size, mtime, `CACHE_VERSION` and the communication-kernel patterns); or not ok with a message
+naming the file. Notes about the file (cut, dropped values) travel with it.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from perftracker import __version__
+from perftracker.bounded import clean_text
+from perftracker.collectors.traces.comm_kernels import CommKernels, cached_comm_kernels
+from perftracker.collectors.traces.kineto import build_tables
+from perftracker.collectors.traces.kineto_read import parse_trace
+from perftracker.collectors.traces.ranks import host_from_name, rank_from_name
+from perftracker.errors import PerftrackerError
+from perftracker.values import MAX_RANK, int_in, rank_in_range
+
+CACHE_VERSION = f"{__version__}-5"
+
+
+@dataclass(frozen=True)
+class TraceFacts:
+    """What the map step learned about one trace file besides its tables (cached as JSON beside them)."""
+
+    rank: int | None  # None: neither distributedInfo nor the file name says (assigned in the reduce step)
+    rank_source: str  # distributedInfo | filename | assigned
+    host: str
+    world_size: int  # -1 when unknown
+    backend: str
+    device_name: str
+    base_ns: int  # -1 when the trace has no baseTimeNanoseconds
+    start_ns: int
+    end_ns: int
+    n_events: int
+    pg_config: list[Any]  # distributedInfo.pg_config as the trace has it
+
+    def window_ns(self) -> tuple[int, int]:
+        """(start, end) of its events on the wall clock, where the trace gives a base time."""
+        base = self.base_ns if self.base_ns > 0 else 0
+        return base + self.start_ns, base + self.end_ns
+
+
+@dataclass
+class FileResult:
+    path: str
+    ok: bool
+    error: str = ""
+    cache_stem: str = ""
+    facts: TraceFacts | None = None  # set when ok
+    notes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (message, data) about the file
+    events: pd.DataFrame | None = None  # the tables themselves when not cached (else at cache_stem)
+    steps: pd.DataFrame | None = None
+
+
+def cache_key(path: Path, comm_kernels: CommKernels) -> str:
+    stat = path.stat()
+    basis = json.dumps([str(path.resolve()), stat.st_size, stat.st_mtime_ns, CACHE_VERSION,
+                        comm_kernels.fingerprint()])
+    return hashlib.sha1(basis.encode()).hexdigest()[:20]
+
+
+def load_one(path_str: str, cache_dir: Path | None, files: tuple[Path, ...], patterns: tuple[str, ...]) -> FileResult:
+    """Map step: parse one trace; its tables go to the cache (Parquet) or back in the result. The
+    arguments are plain values so that a worker process can take them."""
+    # A parse allocates hundreds of thousands of objects and no cycles: collecting meanwhile is waste.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return parse_one(Path(path_str), cache_dir, cached_comm_kernels(files, patterns))
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def parse_one(path: Path, cache_dir: Path | None, comm_kernels: CommKernels) -> FileResult:
+    path_str = str(path)
+    try:
+        key = cache_key(path, comm_kernels)
+        folder = cache_dir
+        stem = str(folder / key) if folder else ""
+        meta_path = Path(stem + ".meta.json")
+        if cache_dir and meta_path.exists():
+            cached = json.loads(meta_path.read_text())
+            return FileResult(path_str, True, cache_stem=stem, facts=TraceFacts(**cached["facts"]),
+                               notes=[(str(m), dict(d)) for m, d in cached["notes"]])
+        trace = parse_trace(path)
+        dist = trace.distributed_info
+        notes = trace.messages()
+        rank = rank_in_range(dist.get("rank"))
+        if rank is None and dist.get("rank") is not None:
+            notes.append((f"distributedInfo.rank {str(dist.get('rank'))[:40]!r} is not a rank (0 to {MAX_RANK}); "
+                          "the rank is taken from the file name, else assigned", {}))
+        rank_source = "distributedInfo" if rank is not None else ""
+        if rank is None:
+            rank = rank_from_name(path)
+            rank_source = "filename" if rank is not None else "assigned"
+        events, steps = build_tables(trace, rank if rank is not None else -1, 0, comm_kernels)
+        device_name = ""
+        if trace.device_properties:
+            device_name = clean_text(str(trace.device_properties[0].get("name", "")))
+        world = int_in(dist.get("world_size"), 1, MAX_RANK + 1)
+        pg_config = dist.get("pg_config")
+        facts = TraceFacts(
+            rank=rank, rank_source=rank_source, host=trace.host_name or host_from_name(path),
+            world_size=world if world is not None else -1, backend=clean_text(str(dist.get("backend", ""))),
+            device_name=device_name, base_ns=trace.base_ns if trace.base_ns is not None else -1,
+            start_ns=int(events["start_ns"].min()) if len(events) else 0,
+            end_ns=int((events["start_ns"] + events["dur_ns"]).max()) if len(events) else 0,
+            n_events=len(events), pg_config=pg_config if isinstance(pg_config, list) else [])
+        if folder is None:
+            return FileResult(path_str, True, facts=facts, notes=notes, events=events, steps=steps)
+        folder.mkdir(parents=True, exist_ok=True)
+        events.to_parquet(stem + ".events.parquet", index=False)
+        steps.to_parquet(stem + ".steps.parquet", index=False)
+        Path(stem + ".meta.json").write_text(json.dumps({"facts": asdict(facts), "notes": notes}))
+        return FileResult(path_str, True, cache_stem=stem, facts=facts, notes=notes)
+    except PerftrackerError as exc:
+        return FileResult(path_str, False, error=exc.message)
+    except (OSError, ValueError, MemoryError) as exc:
+        return FileResult(path_str, False, error=f"{path}: could not be loaded ({type(exc).__name__}: {exc}).")
