@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 ETHTOOL_COUNTER_PREFIX = "ethtool:"  # `counters` rows named "ethtool:<stat>" came from `ethtool -S`
+NET_STATE_CHANGE = "state_change"  # `netdev` row of a link watcher's record: the state changed within `value` s
 
 
 def strtoll_base0(text: str) -> tuple[int, bool]:
