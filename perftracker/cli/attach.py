@@ -51,6 +51,8 @@ def attach(
     = 20,
     gpu: Annotated[bool, typer.Option("--gpu/--no-gpu", help="NVML GPU samples.")] = True,
     rdma: Annotated[bool, typer.Option("--rdma/--no-rdma", help="RDMA port counters from sysfs.")] = True,
+    net: Annotated[bool, typer.Option("--net/--no-net", help="Counters of the Ethernet interfaces the job uses "
+                                      "(and TCP retransmissions), every second.")] = True,
     logs: Annotated[bool, typer.Option("--logs/--no-logs", help="Follow NCCL logs and the job's output files.")]
     = True,
     steps: Annotated[bool, typer.Option("--steps/--no-steps", help="Step times from the hook or the job's log.")]
@@ -90,7 +92,7 @@ def attach(
                       f"{run_dir / 'requests' / 'stacks'} (reaches every attach sharing {run_dir})",
                       highlight=False, markup=False)
     options = SamplerOptions(interval_s=interval, stack_interval_s=stack_interval, stacks=stacks, gpu=gpu,
-                             rdma=rdma, logs=logs, steps=steps, nccl_logs=list(nccl_log or ()), job_log=job_log,
+                             rdma=rdma, net=net, logs=logs, steps=steps, nccl_logs=list(nccl_log or ()), job_log=job_log,
                              trace_steps=trace_steps, stacks_at=stacks_at, profile_seconds=profile_seconds,
                              profile_rate_hz=profile_rate)
     samplers = build_samplers(options)
