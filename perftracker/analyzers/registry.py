@@ -16,6 +16,7 @@ from importlib import metadata
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.failures.crash import analyze_crash
 from perftracker.analyzers.failures.hang import analyze_hang
+from perftracker.analyzers.failures.silent_host import analyze_silent_host
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.health.bandwidth import analyze_bandwidth
 from perftracker.analyzers.health.gpu_health import analyze_gpu_health
@@ -66,6 +67,8 @@ BUILTIN: tuple[Analyzer, ...] = (
     Analyzer("rdma", analyze_rdma, "RDMA ports: throughput vs link rate, idle rails, congestion, errors, link state"),
     Analyzer("rdma_pfc", analyze_rdma_pfc,
              "RoCE flow control from ethtool counters: PFC pauses received / sent, pause storms, NIC drops"),
+    Analyzer("silent_host", analyze_silent_host,
+             "A node that died: it went silent while the other nodes' ranks failed with lost-connection errors"),
     Analyzer("stack_profile", analyze_stack_profile,
              "Stragglers from sampled stacks: the rank whose time goes somewhere the others' does not"),
     Analyzer("steps", analyze_steps, "Step time per rank: spread across ranks, unstable steps, slow phases"),
