@@ -352,15 +352,21 @@ class Lab:
     def link(self, node: Node, up: bool) -> None:
         _ip("-n", node.netns, "link", "set", IFACE, "up" if up else "down")
 
-    def flap(self, node: Node, down_s: float) -> tuple[int, int]:
-        """Take the node's eth0 down for `down_s` s (blocking); (down, up) epoch ns."""
-        down = time.time_ns()
+    def flap(self, node: Node, down_s: float) -> dict[str, int]:
+        """Take the node's eth0 down for `down_s` s (blocking). The kernel changed its state at some moment
+        during each `ip link set` call: {"down_ns", "up_ns"} are the calls' midpoints (epoch ns), and
+        "down_call_ns" / "up_call_ns" how long each call took (a loaded machine can take half a second)."""
+        before = time.time_ns()
         self.link(node, up=False)
+        after = time.time_ns()
         try:
             time.sleep(down_s)
         finally:
+            up_before = time.time_ns()
             self.link(node, up=True)
-        return down, time.time_ns()
+            up_after = time.time_ns()
+        return {"down_ns": (before + after) // 2, "down_call_ns": after - before,
+                "up_ns": (up_before + up_after) // 2, "up_call_ns": up_after - up_before}
 
     @contextlib.contextmanager
     def rate_limit(self, node: Node, mbit: float, burst_kbit: int = 64, latency_ms: int = 100) -> Iterator[None]:
@@ -557,8 +563,7 @@ def run_scenario(lab: Lab, sc: Scenario, run_dir: Path, port: int = 29400) -> di
             if faulty is not None and sc.fault in ("flap", "cpu", "kill"):
                 wait_steps(run_dir, [0], sc.fault_step, timeout=sc.timeout_s)
             if faulty is not None and sc.fault == "flap":
-                down, up = lab.flap(faulty, sc.down_s)
-                fault.update(down_ns=down, up_ns=up)
+                fault.update(lab.flap(faulty, sc.down_s))
             elif faulty is not None and sc.fault == "kill":
                 fault.update(killed_ns=time.time_ns())
                 lab.kill(faulty)

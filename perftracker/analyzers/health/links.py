@@ -204,7 +204,7 @@ def _flaps(analysis: Analysis, judged: dict[str, dict[str, str]]) -> list[Findin
                       "window": {"start_ns": lead.earliest_start_ns, "end_ns": max(lead.latest_end_ns,
                                                                                     lead.latest_start_ns)}},
             ranks=tuple(sorted({r for s in felt for r in s.ranks})), hosts=(host,),
-            cost=Cost(stalled_s / n_steps, stalled_s / n_steps / typical if typical > 0 else 0.0),
+            cost=Cost(stalled_s / n_steps, stalled_s / n_steps / (typical + stalled_s / n_steps) if felt else 0.0),
             key=f"links:flap:{host}:{iface}"))
     return findings
 
