@@ -27,7 +27,8 @@ from perftracker.rundir import write_manifest
 
 FIXTURES = REPO / "tests" / "fixtures" / "lab"
 SCENARIOS: dict[str, Scenario] = {
-    # clean jobs: no network or straggler warning may come of them
+    # clean jobs: no network or straggler warning may come of them (clean-2 under `perftracker run` on each node)
+    "clean-2": Scenario(nodes=2, collect="run", steps=24, profile_steps=12),
     "clean-3": Scenario(nodes=3, steps=30, profile_steps=12),
     # node-b's eth0 down for 3 s at step ~12; traces not kept (the live test checks the collective)
     "flap-3": Scenario(nodes=3, fault="flap", fault_step=12, steps=30, profile_steps=0),
@@ -40,7 +41,7 @@ SCENARIOS: dict[str, Scenario] = {
     "kill-3": Scenario(nodes=3, collect="run", fault="kill", fault_step=10, steps=200, profile_steps=0),
 }
 KEEP = ("steps", "env", "counters", "manifests", "output", "errors", "manifest.json")
-KEEP_TRACES = {"clean-3", "rate-3", "cpu-2"}
+KEEP_TRACES = {"clean-2", "clean-3", "rate-3", "cpu-2"}
 
 
 def _expected(name: str, codes: list[int | None]) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import statistics
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,26 @@ def truth(name: str) -> dict[str, Any]:
 
 def serious(name: str, *analyzers: str) -> list[Finding]:
     return [f for f in findings(name) if f.severity >= Severity.WARNING and (not analyzers or f.analyzer in analyzers)]
+
+
+def test_a_clean_two_node_job_under_run_samples_every_node_and_warns_of_nothing() -> None:
+    # GIVEN a clean job on node-a and node-b (2 ranks each), each node's launcher under `perftracker run`
+    run = LAB / "clean-2"
+    assert truth("clean-2")["launchers_exit"] == [0, 0]
+    # THEN each node's run saw only its own ranks, under its own hostname
+    manifests = {p.stem: json.loads(p.read_text()) for p in (run / "manifests").glob("*.json")}
+    assert {h: m["ranks"] for h, m in manifests.items()} == {"node-a": [0, 1], "node-b": [2, 3]}
+    # AND sampled its eth0 about every second, chosen because of GLOO_SOCKET_IFNAME and the route to its peer
+    for host, peer in (("node-a", "10.77.0.2"), ("node-b", "10.77.0.1")):
+        lines = [json.loads(line) for line in (run / "counters" / f"{host}.net.jsonl").read_text().splitlines()]
+        samples = [r for r in lines if "changed_within_s" not in r]
+        gaps = [(b["ts_ns"] - a["ts_ns"]) / 1e9 for a, b in zip(samples, samples[1:])]
+        assert len(samples) >= 5 and 0.8 < statistics.median(gaps) < 1.6, gaps
+        assert list(samples[-1]["ifaces"]) == ["eth0"]
+        assert samples[-1]["ifaces"]["eth0"]["why"] == f"GLOO_SOCKET_IFNAME=eth0; route to {peer}"
+    # AND no network or straggler warning comes of its analysis
+    assert serious("clean-2", *NETWORK_OR_STRAGGLER) == []
+    assert [f.hosts for f in findings("clean-2") if f.analyzer == "links"] == [("node-a", "node-b")]
 
 
 def test_a_clean_three_node_job_gives_no_network_or_straggler_warning() -> None:
