@@ -7,7 +7,7 @@ Layout (format version 1)::
     <run>/steps/rank-<r>.jsonl          one JSON object per step (see STEP_RECORD below)
     <run>/env/rank-<r>.json             allow-listed environment of each rank
     <run>/nccl/<host>.<pid>.log         NCCL_DEBUG output as NCCL wrote it
-    <run>/counters/<host>.rdma.jsonl    <run>/counters/<host>.gpu.jsonl
+    <run>/counters/<host>.rdma.jsonl    <run>/counters/<host>.gpu.jsonl    <run>/counters/<host>.net.jsonl
     <run>/stacks/<ts>/rank-<r>.json   py-spy dumps (JSON), <ts>-hang/ for the native dump taken on a hang
     <run>/profiles/rank-<r>.txt         sampled stacks (py-spy record --format raw --threads; flamegraph.pl
                                         reads it), with rank-<r>.json: rank, pid, host, rate_hz, duration_s
@@ -39,6 +39,9 @@ Host counters (one JSON object per line, times in epoch ns; every metric optiona
                    "pcie_replay", "nvlink_links", "nvlink_active", "nvlink_replay", "nvlink_recovery",
                    "nvlink_crc_flit", "nvlink_crc_data", "nvlink_tx_kib", "nvlink_rx_kib", "ecc_sbe", "ecc_dbe",
                    "xid": [int, ...]}, "pids": [...], "ranks": [...]}   (the job's processes NVML lists on it)
+
+    counters/<host>.net.jsonl    one record per sample of the Ethernet interfaces the job uses (and the host's
+      TCP counters), plus one per link state change: collectors/counters/netdev.py documents the fields
 
 `counters`/`hw_counters` hold the sysfs files of `ports/<n>/counters` and `ports/<n>/hw_counters` as the
 kernel writes them (`port_*_data` are octets / 4); `collectors/rdma.py: snapshot()` makes the RDMA

@@ -18,6 +18,7 @@ import math
 from typing import Any
 
 ETHTOOL_COUNTER_PREFIX = "ethtool:"  # `counters` rows named "ethtool:<stat>" came from `ethtool -S`
+NET_STATE_CHANGE = "state_change"  # `netdev` row of a link watcher's record: the state changed within `value` s
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INT32_MAX = 2**31 - 1

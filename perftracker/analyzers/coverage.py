@@ -1,9 +1,11 @@
 """What an analysis could judge, from which inputs, and what it could not for lack of them.
 
 Promise: `coverage(analysis)` returns one `Area` per kind of problem perftracker looks for (stragglers
-and step time, GPU kernels and overlap, NCCL configuration, GPU health, RDMA network, hangs, crashes),
+and step time, GPU kernels and overlap, NCCL configuration, GPU health, RDMA network, Ethernet network,
+hangs, crashes),
 each either judged (with the inputs it rested on) or not (with what input would make it judgeable;
-crashes are named only when judged, since a running job has no crash to read).
+crashes are named only when judged, since a running job has no crash to read; the Ethernet network too, so
+that outputs without interface counters read as before).
 "No problems found" then means something: the verdict can say what was and was not examined.
 `known_ranks` / `known_hosts` count the job's ranks and hosts from every input, not only traces.
 """
@@ -74,6 +76,9 @@ def coverage(analysis: Analysis) -> list[Area]:
              "NVML samples (attach on a GPU host), nvidia-smi --query-gpu CSV or DCGM exporter samples"),
         Area("RDMA network", has_rdma or sysfs_rdma, _present(port_counters=has_rdma, sysfs=sysfs_rdma),
              "RDMA port counters (attach on a host with /sys/class/infiniband, or copies of its counters)"),
+        Area("Ethernet network", not store["netdev"].empty, _present(interface_counters=True),
+             "interface counters of the job's hosts (attach and run sample them; or `ip -s link` / /sys/class/net "
+             "dumps with time lines, node exporter node_network_* samples)", listed_unjudged=False),
         Area("hangs", stacks or flight, _present(stacks=stacks, flight_recorder=flight),
              "Python stacks (attach takes them) or flight-recorder dumps (perftracker run)"),
         Area("crashes", failures, _present(job_logs=failures),
@@ -98,6 +103,6 @@ def known_ranks(store: Store) -> list[int]:
 def known_hosts(store: Store) -> list[str]:
     """Every host any input names."""
     found: set[str] = set()
-    for table in ("ranks", "config", "nccl", "stacks", "counters"):
+    for table in ("ranks", "config", "nccl", "stacks", "counters", "netdev"):
         found |= {str(h) for h in store[table]["host"].dropna().unique()}
     return sorted(h for h in found if h and h != "<NA>")

@@ -16,10 +16,12 @@ from importlib import metadata
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.failures.crash import analyze_crash
 from perftracker.analyzers.failures.hang import analyze_hang
+from perftracker.analyzers.failures.silent_host import analyze_silent_host
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.health.bandwidth import analyze_bandwidth
 from perftracker.analyzers.health.gpu_health import analyze_gpu_health
 from perftracker.analyzers.health.gpu_links import analyze_gpu_links
+from perftracker.analyzers.health.links import analyze_links
 from perftracker.analyzers.health.rdma import analyze_rdma
 from perftracker.analyzers.health.rdma_pfc import analyze_rdma_pfc
 from perftracker.analyzers.health.topology import analyze_topology
@@ -56,12 +58,17 @@ BUILTIN: tuple[Analyzer, ...] = (
     Analyzer("hang", analyze_hang, "Hung jobs: the ranks not in the collective the others wait in (py-spy stacks)"),
     Analyzer("idle", analyze_idle, "GPU idle gaps: launch-bound, synchronization, between steps, dependencies"),
     Analyzer("inputs", analyze_inputs, "What was loaded, what was lost, and what is missing"),
+    Analyzer("links", analyze_links,
+             "Ethernet links per host: flaps, errors and drops, links held below what the job asks, joined to its "
+             "stalls"),
     Analyzer("nccl_config", analyze_nccl_config,
              "NCCL configuration and NCCL log problems (transport, NICs, GIDs, env values)"),
     Analyzer("overlap", analyze_overlap, "Communication hidden under compute, and exposed communication per step"),
     Analyzer("rdma", analyze_rdma, "RDMA ports: throughput vs link rate, idle rails, congestion, errors, link state"),
     Analyzer("rdma_pfc", analyze_rdma_pfc,
              "RoCE flow control from ethtool counters: PFC pauses received / sent, pause storms, NIC drops"),
+    Analyzer("silent_host", analyze_silent_host,
+             "A node that died: it went silent while the other nodes' ranks failed with lost-connection errors"),
     Analyzer("stack_profile", analyze_stack_profile,
              "Stragglers from sampled stacks: the rank whose time goes somewhere the others' does not"),
     Analyzer("steps", analyze_steps, "Step time per rank: spread across ranks, unstable steps, slow phases"),

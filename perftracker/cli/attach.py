@@ -60,6 +60,8 @@ def attach(
     = 20,
     gpu: Annotated[bool, typer.Option("--gpu/--no-gpu", metavar="", help="NVML GPU samples.")] = True,
     rdma: Annotated[bool, typer.Option("--rdma/--no-rdma", metavar="", help="RDMA port counters from sysfs.")] = True,
+    net: Annotated[bool, typer.Option("--net/--no-net", metavar="", help="Counters of the Ethernet interfaces the job "
+                                      "uses (and TCP retransmissions), every second.")] = True,
     logs: Annotated[bool, typer.Option("--logs/--no-logs", metavar="", help="Follow NCCL logs and the job's output files.")]
     = True,
     steps: Annotated[bool, typer.Option("--steps/--no-steps", metavar="", help="Step times from the hook or the job's log.")]
@@ -89,7 +91,7 @@ def attach(
     run_dir = out or Path(f"perftracker-run-{time.strftime('%Y%m%d-%H%M%S')}")
     writable_folder(run_dir)
     options = SamplerOptions(interval_s=interval, stack_interval_s=stack_interval, stacks=stacks, gpu=gpu,
-                             rdma=rdma, logs=logs, steps=steps, nccl_logs=list(nccl_log or ()), job_log=job_log,
+                             rdma=rdma, net=net, logs=logs, steps=steps, nccl_logs=list(nccl_log or ()), job_log=job_log,
                              trace_steps=trace_steps, stacks_at=stacks_at, profile_seconds=profile_seconds,
                              profile_rate_hz=profile_rate)
     interrupts = Interrupts().install()  # SIGTERM and SIGHUP stop attach as Ctrl-C does

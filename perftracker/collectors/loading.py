@@ -152,7 +152,7 @@ def _build(scan: _Scan, group: JobGroup | None) -> Store:
         _add_postmortem(store, inputs)
         _merge(store, *load_execution_trace_inputs(inputs.other))  # PyTorch / Chakra execution traces
     if (store.events.empty and store.steps.empty and store["nccl"].empty and store["config"].empty
-            and store["counters"].empty and store["stacks"].empty and store["profile_samples"].empty
+            and store["counters"].empty and store["netdev"].empty and store["stacks"].empty and store["profile_samples"].empty
             and store["collectives_fr"].empty and store["failures"].empty):
         errors = "; ".join(n.message for n in store.notes if n.level == "error")
         raise InputError(f"none of the inputs could be used{f' ({errors})' if errors else ''}", str(root),

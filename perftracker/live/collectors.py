@@ -7,6 +7,7 @@ from pathlib import Path
 
 from perftracker.live.env_snapshot import EnvSampler
 from perftracker.live.follow import FollowSampler
+from perftracker.live.netdev_sampler import NetdevSampler
 from perftracker.live.nvml_sampler import NvmlSampler
 from perftracker.live.profile_sampler import ProfileSampler
 from perftracker.live.rdma_sampler import RdmaSampler
@@ -23,6 +24,8 @@ class SamplerOptions:
     stacks: bool = True
     gpu: bool = True
     rdma: bool = True
+    net: bool = True  # Ethernet interfaces the job uses and TCP counters, about every net_interval_s
+    net_interval_s: float = 1.0
     logs: bool = True
     steps: bool = True
     env: bool = True
@@ -37,6 +40,8 @@ class SamplerOptions:
 
 def build_samplers(options: SamplerOptions) -> list[Sampler]:
     samplers: list[Sampler] = []
+    if options.net:  # first: its first sample is taken as the session starts
+        samplers.append(NetdevSampler(interval_s=options.net_interval_s))
     if options.env:
         samplers.append(EnvSampler())
     if options.logs:

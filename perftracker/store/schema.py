@@ -83,6 +83,28 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "ts_ns": "int64",
         "value": "float64",
     },
+    # Ethernet interface and TCP counters of each host (collectors/counters/netdev.py): one row per
+    # (host, iface, counter, sample); cumulative counters by their sysfs names (rx_bytes, tx_dropped,
+    # carrier_changes, ...), gauges operstate_up / carrier / admin_up / speed_mbps / mtu, qdisc_* from
+    # `tc -s qdisc`, and the host's TCP counters on iface "" as tcp:<name>.
+    "netdev": {
+        "host": "category",
+        "iface": "string",
+        "name": "category",
+        "ts_ns": "int64",
+        "value": "float64",
+    },
+    # The interfaces those samples are of, per host: why the job uses each (a socket setting, the route
+    # to a peer; "" unknown), the peers it reaches, its own addresses, the root qdisc kind last seen, the file.
+    "net_ifaces": {
+        "host": "string",
+        "iface": "string",
+        "why": "string",
+        "peers": "string",
+        "addresses": "string",  # the interface's own addresses, comma-separated
+        "qdisc": "string",
+        "source": "string",
+    },
     # One row per configuration value seen: a captured process environment, an env file / job spec,
     # or an NCCL log's echo line. source: env | env_file | nccl_echo; evidence: file:line or "pid N".
     "config": {

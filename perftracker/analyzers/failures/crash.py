@@ -261,15 +261,24 @@ def first_failure(store: Store, hosts: dict[int, str]) -> list[Finding]:
     rows = primary[first]
     exc = rows[rows["kind"] == "exception"]
     row = (exc if len(exc) else rows).iloc[0]
-    ts = when(first)[0]
+    consequence, ts = when(first)[0], when(first)[1]
     at = f" at {pd.Timestamp(ts, unit='ns', tz='UTC').isoformat()}" if ts < 1 << 62 else ""
     title = f"Rank {first}{_where([first], hosts)} failed first{at}: {str(row['message'])[:200]}"
+    if consequence:  # every error is about a lost peer: the one that died first left none of its own
+        title = (f"Rank {first}{_where([first], hosts)} was the first to report an error{at}, and it is about a "
+                 f"lost peer, not its own: {str(row['message'])[:200]}")
     evidence = {"rank": first, "message": str(row["message"]), "where": f"{row['file']}:{row['line']}",
                 "failed_ranks_in_order": order[:64],
                 "others": {str(r): str(primary[r].iloc[0]["message"])[:200] for r in order[1:9]}}
     rec = ("Fix this rank's error first: the other ranks' failures (timeouts, SIGTERM from the launcher) follow "
            "from it. torchrun's 'Root Cause (first observed failure)' is the first failure the launcher noticed, "
            "which is not always the first that happened.")
+    if consequence:
+        rec = ("Every rank's error is about a peer that closed or reset its connection: the rank or node that died "
+               "first left no error of its own (killed, out of memory, the node lost). Look for it at the peer "
+               "address in these messages, in the kernel log of that node (OOM killer, reboot) and among hosts that "
+               "went silent before the others.")
+        evidence["consequence_of_a_lost_peer"] = True
     return [Finding("crash", Severity.CRITICAL, title, rec, evidence, ranks=(first,), hosts=_hosts(hosts, [first]),
                     key=f"crash:first:{first}")]
 

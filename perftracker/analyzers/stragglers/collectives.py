@@ -95,8 +95,10 @@ def match_instances(coll: pd.DataFrame) -> pd.DataFrame:
     return coll[coll["members"] >= 2].reset_index(drop=True)
 
 
-def clock_offsets(matched: pd.DataFrame, iterations: int = 3) -> pd.Series:
-    """Per-rank clock offset in ns (relative to the job's median clock), from collective end times."""
+def clock_offsets(matched: pd.DataFrame, iterations: int = 20) -> pd.Series:
+    """Per-rank clock offset in ns (relative to the job's median clock), from collective end times. Iterated
+    until it converges (below a microsecond): with real end-time jitter and skews of tens of ms between hosts,
+    3 rounds left estimates 0.6 ms off and not shifting with the skew (tests/lab); about 10 converge."""
     if matched.empty:
         return pd.Series(dtype=np.int64)
     offsets = pd.Series(0.0, index=sorted(matched["rank"].unique()))

@@ -8,7 +8,8 @@ is a candidate when the later segment is at least RISE slower. It is a warning (
 only when `shift.judge_shift` finds it significant for this run: a rank test corrected for the number
 of splits scanned, and the rise sustained over both halves of the later steps. Otherwise it is an info
 with the numbers and why it is within the run's noise. The rank (and host) whose own phases slowed
-most is named; a rise on every rank at once points at the node or the job, not at one rank.
+most is named, or the host when all of its ranks slowed together and no other host's did; a rise on
+every rank at once points at the node or the job, not at one rank.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ RISE = 0.05  # a sustained rise of 5% or more
 MIN_STEPS = 20
 SPIKE_Z = 6.0
 SPIKE_RATIO = 1.3
-PERIOD_SHARE = 0.6  # share of spike intervals equal to the dominant interval (+-1 step)
+PERIOD_SHARE = 0.6
+HOST_RISE_OVER_OTHERS = 3.0  # every rank of one host rose 3x more than any rank of the other hosts moved  # share of spike intervals equal to the dominant interval (+-1 step)
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,26 @@ def _culprit(store: Store, step: int) -> tuple[list[int], dict[str, float]]:
     others = rise.median()
     spread = float((rise - others).abs().median()) or 1e-9
     culprits = rise[(rise > 0) & (rise - others > max(5 * spread, 0.5 * abs(float(rise.max()))))]
+    if culprits.empty:
+        culprits = _host_culprits(store, rise)
     return [int(r) for r in culprits.index], {str(r): round(float(v) * 1e3, 3) for r, v in rise.items()}
+
+
+def _host_culprits(store: Store, rise: pd.Series) -> pd.Series:
+    """The ranks of the one host all of whose ranks slowed while the other hosts' did not (a host-level
+    slowdown: its ranks rise together, so no single one stands out from the median of all)."""
+    hosts = {int(r): store.host_of(int(r)) for r in rise.index}
+    names = {h for h in hosts.values() if h}
+    if len(names) < 2 or not all(hosts.values()):
+        return rise[:0]
+    found = []
+    for name in sorted(names):
+        mine = rise[[hosts[int(r)] == name for r in rise.index]]
+        rest = rise[[hosts[int(r)] != name for r in rise.index]]
+        low, top = float(mine.min()), float(rest.max())
+        if low > 0 and low > HOST_RISE_OVER_OTHERS * float(rest.abs().max()) and low - top >= 0.5 * float(mine.max()):
+            found.append(mine)
+    return found[0] if len(found) == 1 else rise[:0]
 
 
 def analyze_degradation(analysis: Analysis) -> list[Finding]:
@@ -149,7 +170,11 @@ def _change_finding(store: Store, cp: ChangePoint) -> Finding:
     ranks, rise_by_rank = _culprit(store, cp.step)
     where = f" on rank {', '.join(map(str, ranks))}" if ranks else " on all ranks at once"
     hosts = hosts_of(store, ranks) if ranks else hosts_of(store, sorted(int(r) for r in store.steps["rank"].unique()))
-    if hosts and (ranks or len(hosts) == 1):
+    whole = bool(ranks) and len(hosts) == 1 and len(ranks) > 1 and set(ranks) == {
+        int(r) for r in store.steps["rank"].unique() if store.host_of(int(r)) == hosts[0]}
+    if whole:  # every rank of one host and of no other: a host-level slowdown is named as the host
+        where = f" on host {hosts[0]} (ranks {', '.join(map(str, ranks))})"
+    elif hosts and (ranks or len(hosts) == 1):
         where += f" (host {', '.join(hosts)})"
     verdict = cp.verdict
     evidence = {"change_step": cp.step, "before_ms": round(cp.before_s * 1e3, 3),

@@ -8,8 +8,10 @@ Promise: `load_counter_inputs(paths)` looks at each non-trace file and loads, wh
 - repeated `ethtool -S <netdev>` outputs with epoch lines ("NIC statistics:" decides; PFC / discard
   counters of RoCE ports, collectors/ethtool.py), moved onto the RDMA device / port whose sysfs
   record (from any other input of the same host) lists that netdev,
-and returns `({"counters": frame, "devices": frame}, notes, RunInfo)`; its `counter_sources` counts the
-files of each kind. Files that are none of these are left alone (other loaders read them).
+- Ethernet interface counters (`<host>.net.jsonl`, `ip -s link` and /sys/class/net dumps, node exporter
+  `node_network_*`: `collectors/counters/netdev_dumps.py`) into the `netdev` and `net_ifaces` tables,
+and returns `({"counters", "devices", "netdev", "net_ifaces"}, notes, RunInfo)`; its `counter_sources`
+counts the files of each kind. Files that are none of these are left alone (other loaders read them).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from perftracker.bounded import file_cap, loads_json, read_head, read_text
-from perftracker.collectors.counters import ethtool, gpu_samples, prometheus, rdma
+from perftracker.collectors.counters import ethtool, gpu_samples, netdev_dumps, prometheus, rdma
 from perftracker.errors import InputError
 from perftracker.store import LoadNote, RunInfo
 from perftracker.store.schema import conform
@@ -142,5 +144,6 @@ def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame],
         dev_frame = dev_frame.drop_duplicates(["host", "kind", "device", "port"])
         dev_frame["numa_node"] = dev_frame["numa_node"].fillna(-1)
         dev_frame = dev_frame.fillna("")
-    tables = {"counters": conform("counters", counters), "devices": conform("devices", dev_frame)}
-    return tables, notes, RunInfo(counter_sources=sources)
+    net_tables, net_notes, net_sources = netdev_dumps.load_net_inputs(paths)
+    tables = {"counters": conform("counters", counters), "devices": conform("devices", dev_frame), **net_tables}
+    return tables, notes + net_notes, RunInfo(counter_sources={**sources, **net_sources})

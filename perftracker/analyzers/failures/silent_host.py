@@ -1,0 +1,90 @@
+"""A node that died: it went silent while the others went on, and the others' errors are about losing it.
+
+Promise (analyzer `silent_host`): a host whose last interface sample (attach and run sample every
+second, on disk as taken) comes SILENT_GAP_S or more before the other hosts' last ones, in a job where
+ranks failed (the `failures` table: exceptions, exits), is named as the node that went away, critical:
+when it went silent, its ranks (and that none of them reported an error of its own, when so), and the
+other ranks' errors that name one of its addresses (`net_ifaces.addresses`) or a lost peer ("connection
+closed / reset by peer"), which are then consequences. A host that only stopped earlier (an attach with
+a shorter --duration) in a job where nothing failed is no finding.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.common import rank_list
+from perftracker.analyzers.findings import Finding, Severity
+
+SILENT_GAP_S = 3.0  # samples are about 1 s apart: a node quiet for 3 s while the others report has gone
+_LOST_PEER = re.compile(r"Connection closed by peer|Connection reset by peer|remote worker|Broken pipe",
+                        re.IGNORECASE)
+_FAILED = ("exception", "exit", "timeout", "gloo_timeout")
+
+
+def _clock(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%H:%M:%S UTC")
+
+
+def _addresses(analysis: Analysis, host: str) -> set[str]:
+    ifaces = analysis.store["net_ifaces"]
+    mine = ifaces[ifaces["host"] == host]
+    return {a for text in mine["addresses"] for a in str(text).split(",") if a}
+
+
+def _ranks_of(analysis: Analysis, host: str) -> list[int]:
+    store = analysis.store
+    ranks = {int(r) for r, h in store.run_info.step_hosts.items() if h == host}
+    ranks |= {int(r) for r, h in zip(store.ranks["rank"], store.ranks["host"]) if str(h) == host}
+    env = store["config"]
+    ranks |= {int(r) for r, h in zip(env["rank"], env["host"]) if str(h) == host and int(r) >= 0}
+    return sorted(ranks)
+
+
+def analyze_silent_host(analysis: Analysis) -> list[Finding]:
+    store = analysis.store
+    net, failures = store["netdev"], store["failures"]
+    if net.empty or failures.empty:
+        return []
+    failed = failures[failures["kind"].isin(_FAILED)]
+    if failed.empty:
+        return []
+    last = net.groupby("host", observed=True)["ts_ns"].max()
+    if len(last) < 2:
+        return []
+    findings = []
+    for host, seen in last.items():
+        others = last.drop(index=host)
+        gap_s = (int(others.max()) - int(seen)) / 1e9
+        if gap_s < SILENT_GAP_S:
+            continue
+        host = str(host)
+        ranks = _ranks_of(analysis, host)
+        own_errors = failed[failed["rank"].isin(ranks) & (failed["kind"] == "exception")] if ranks else failed[:0]
+        addresses = _addresses(analysis, host)
+        naming = failed[[any(a in str(m) for a in addresses) for m in failed["message"]]]
+        lost = failed[failed["message"].astype(str).str.contains(_LOST_PEER)]
+        blamed = sorted({int(r) for r in pd.concat([naming, lost])["rank"] if int(r) >= 0 and int(r) not in ranks})
+        on_it = f" ranks {rank_list(ranks)} on it" if ranks else ""
+        silent = ("; none of them reported an error of its own" if ranks and own_errors.empty else "")
+        cited = sorted(a for a in addresses if any(a in str(m) for m in naming["message"]))
+        named = f" naming its address {', '.join(cited)}" if cited else ""
+        after = (f"; ranks {rank_list(blamed)} then failed with lost-connection errors{named}" if blamed else "")
+        findings.append(Finding(
+            analyzer="silent_host", severity=Severity.CRITICAL,
+            title=(f"Host {host} went silent at {_clock(int(seen))} (its last interface sample; the other hosts "
+                   f"reported for {gap_s:.0f} s more):{on_it or ' it'} stopped{silent}{after}"),
+            recommendation=(f"Look at {host} first: it (or every process of the job on it) died without a word, "
+                            "which is what a node lost to a kernel panic, a power or network failure, the OOM "
+                            "killer or a preemption looks like. Check its kernel log and the scheduler's record of "
+                            "it; the other ranks' errors are consequences."),
+            evidence={"host": host, "last_sample_ns": int(seen), "others_last_sample_ns": int(others.max()),
+                      "gap_s": round(gap_s, 3), "ranks": ranks, "own_errors": int(len(own_errors)),
+                      "addresses": sorted(addresses), "errors_naming_it": int(len(naming)),
+                      "consequent_ranks": blamed},
+            ranks=tuple(ranks), hosts=(host,), key=f"silent_host:{host}"))
+    return findings

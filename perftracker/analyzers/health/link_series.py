@@ -1,0 +1,191 @@
+"""Ethernet links over time, per host and interface: counter increases per sample interval, and down periods.
+
+Promise (views, each computed once per analysis):
+- `link_series_view`: one row per (host, iface) and sample interval: host, iface, t0_ns, t1_ns, dt_s, the
+  increase of every cumulative counter (`netdev` rows; a drop is read as a counter reset, the increase
+  then the new value, as `rdma.increases` does), gauges at the interval's end (operstate_up, carrier,
+  admin_up, speed_mbps, mtu, qdisc_backlog_bytes, qdisc_rate_bps), and tx_mbps / rx_mbps. The host's
+  TCP counters are the rows of iface "".
+- `link_downs_view`: one `Down` per period an interface was seen down (operstate not up, or no carrier,
+  in consecutive samples), with its estimated start and end (midpoints between the last sample up and
+  the first down, and the last down and the first up), the bounds of each, whether it was taken down
+  by an administrator (IFF_UP cleared) or lost its carrier, and the carrier changes counted; a rise of
+  `carrier_changes` / `carrier_down_count` in an interval whose two samples were both up is a flap
+  shorter than the sampling interval (its bounds are that interval). A period still down at the last
+  sample has no end (`end_ns` -1).
+- `job_ifaces_view`: {host: {iface: why}} of the interfaces the job used (`net_ifaces.why`); for a host
+  whose samples say nothing about that, every interface it sampled, with why "".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.health.rdma import increases
+from perftracker.store import Store
+from perftracker.values import NET_STATE_CHANGE as STATE_CHANGE
+
+GAUGES = frozenset({"operstate_up", "carrier", "admin_up", "speed_mbps", "mtu", "qdisc_backlog_bytes",
+                    "qdisc_rate_bps"})
+FLAP_COUNTERS = ("carrier_changes", "carrier_down_count")
+
+
+def link_series(store: Store) -> pd.DataFrame:
+    """See the module docstring."""
+    frames = []
+    table = store["netdev"]
+    if table.empty:
+        return pd.DataFrame()
+    for (host, iface), grp in table.groupby(["host", "iface"], observed=True):
+        wide = grp.pivot_table(index="ts_ns", columns="name", values="value", aggfunc="last",
+                               observed=True).sort_index()
+        counters = [c for c in wide.columns if c not in GAUGES and c != STATE_CHANGE]
+        if counters:  # a link watcher's records hold states only: rates come from full samples
+            wide = wide[wide[counters].notna().any(axis=1)]
+        wide = wide.drop(columns=[STATE_CHANGE], errors="ignore")
+        if len(wide) < 2:
+            continue
+        ts = wide.index.to_numpy(dtype=np.int64)
+        out = pd.DataFrame({"host": str(host), "iface": str(iface), "t0_ns": ts[:-1], "t1_ns": ts[1:]})
+        out["dt_s"] = (out["t1_ns"] - out["t0_ns"]) / 1e9
+        for name in wide.columns:
+            col = wide[name].to_numpy(dtype=float)
+            if name in GAUGES:
+                out[str(name)] = col[1:]
+                continue
+            filled = pd.Series(col).ffill().to_numpy(dtype=float)
+            out[str(name)] = increases(filled, str(name))[0]
+        for key, name in (("tx_mbps", "tx_bytes"), ("rx_mbps", "rx_bytes")):
+            out[key] = out[name] * 8 / out["dt_s"] / 1e6 if name in out else np.nan
+        frames.append(out[out["dt_s"] > 0])
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def link_series_view(analysis: Analysis) -> pd.DataFrame:
+    """`link_series` of the run."""
+    return link_series(analysis.store)
+
+
+@dataclass(frozen=True)
+class Down:
+    """One period an interface was down, as its samples show it."""
+
+    host: str
+    iface: str
+    start_ns: int  # estimated: midway between the last sample up and the first sample down
+    end_ns: int  # estimated likewise; -1 when it was still down at the last sample
+    earliest_start_ns: int  # the last sample up before it (the period began after this)
+    latest_start_ns: int  # the first sample down (or, for a short flap, the interval's end)
+    earliest_end_ns: int
+    latest_end_ns: int
+    samples_down: int
+    admin_down: bool  # an administrator (or a script) took it down: IFF_UP cleared
+    carrier_changes: int
+
+    @property
+    def seconds(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e9 if self.end_ns >= 0 else float("nan")
+
+
+def _gauge(wide: pd.DataFrame, name: str) -> np.ndarray:
+    if name not in wide:
+        return np.full(len(wide), np.nan)
+    return wide[name].to_numpy(dtype=float)
+
+
+def _flap_counts(wide: pd.DataFrame) -> np.ndarray:
+    """Per sample, the carrier changes since the previous sample (0 for the first)."""
+    best = np.zeros(len(wide))
+    for name in FLAP_COUNTERS:
+        if name in wide:
+            values = pd.Series(wide[name].to_numpy(dtype=float)).ffill().to_numpy()
+            inc = np.concatenate([[0.0], increases(values, name)[0]]) if len(values) > 1 else np.zeros(len(values))
+            best = np.maximum(best, np.nan_to_num(inc))
+    return best
+
+
+def downs_of(host: str, iface: str, wide: pd.DataFrame) -> list[Down]:
+    """The down periods of one interface's samples (`wide`: ts_ns index, one column per row name)."""
+    ts = wide.index.to_numpy(dtype=np.int64)
+    oper, carrier, admin = _gauge(wide, "operstate_up"), _gauge(wide, "carrier"), _gauge(wide, "admin_up")
+    within = _gauge(wide, STATE_CHANGE)  # a watcher saw the state change at most this long before the sample
+    known = ~np.isnan(oper) | ~np.isnan(carrier)
+    wide, ts, oper, carrier, admin, within = (wide[known], ts[known], oper[known], carrier[known], admin[known],
+                                              within[known])
+    down = (oper == 0) | (carrier == 0)
+    flaps = _flap_counts(wide)
+    out: list[Down] = []
+    i = 0
+    while i < len(ts):
+        if not down[i]:
+            if i > 0 and not down[i - 1] and flaps[i] >= 2:  # down and up again between two samples
+                mid = int((ts[i - 1] + ts[i]) // 2)
+                out.append(Down(host, iface, mid, mid, int(ts[i - 1]), int(ts[i]), int(ts[i - 1]), int(ts[i]), 0,
+                                False, int(flaps[i])))
+            i += 1
+            continue
+        j = i
+        while j + 1 < len(ts) and down[j + 1]:
+            j += 1
+        before = int(ts[i - 1]) if i > 0 else int(ts[i])
+        if not np.isnan(within[i]):  # timed by the watcher
+            before = max(before, int(ts[i] - within[i] * 1e9))
+        after = int(ts[j + 1]) if j + 1 < len(ts) else -1
+        last_down = int(ts[j])
+        if after >= 0 and not np.isnan(within[j + 1]):
+            last_down = max(last_down, int(ts[j + 1] - within[j + 1] * 1e9))
+        changes = int(flaps[i:j + 2].sum()) if j + 1 < len(ts) else int(flaps[i:j + 1].sum())
+        start = (before + int(ts[i])) // 2 if i > 0 else int(ts[i])
+        end = (last_down + after) // 2 if after >= 0 else -1
+        out.append(Down(host, iface, start, end, before, int(ts[i]), last_down, after, int(j - i + 1),
+                        bool((admin[i:j + 1] == 0).any()), changes))
+        i = j + 1
+    return out
+
+
+def link_downs(store: Store) -> list[Down]:
+    """Every down period of every interface (see the module docstring)."""
+    table = store["netdev"]
+    out: list[Down] = []
+    if table.empty:
+        return out
+    for (host, iface), grp in table[table["iface"] != ""].groupby(["host", "iface"], observed=True):
+        wide = grp.pivot_table(index="ts_ns", columns="name", values="value", aggfunc="last",
+                               observed=True).sort_index()
+        out.extend(downs_of(str(host), str(iface), wide))
+    return out
+
+
+def link_downs_view(analysis: Analysis) -> list[Down]:
+    """`link_downs` of the run."""
+    return link_downs(analysis.store)
+
+
+def job_ifaces(store: Store) -> dict[str, dict[str, str]]:
+    """{host: {iface: why}} (see the module docstring)."""
+    out: dict[str, dict[str, str]] = {}
+    ifaces = store["net_ifaces"]
+    for row in ifaces.itertuples():
+        if str(row.iface):
+            out.setdefault(str(row.host), {})
+    for row in ifaces.itertuples():
+        if str(row.why):
+            out[str(row.host)][str(row.iface)] = str(row.why)
+    for row in ifaces.itertuples():
+        host = out[str(row.host)]
+        if not any(host.values()) and str(row.iface) and str(row.iface) != "lo":
+            host.setdefault(str(row.iface), "")
+    table = store["netdev"]
+    for host_name, iface in {(str(h), str(i)) for h, i in zip(table["host"], table["iface"]) if str(i)}:
+        if host_name not in out and iface != "lo":  # samples without interface records (e.g. node exporter)
+            out.setdefault(host_name, {})[iface] = ""
+    return out
+
+
+def job_ifaces_view(analysis: Analysis) -> dict[str, dict[str, str]]:
+    """`job_ifaces` of the run."""
+    return job_ifaces(analysis.store)

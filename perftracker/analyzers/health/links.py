@@ -1,0 +1,350 @@
+"""Ethernet link faults per host, joined to what the job felt (analyzer `links`).
+
+Promise: from the `netdev` samples of the job's interfaces (`link_series.job_ifaces_view`; hosts whose
+samples do not say which interfaces the job used are judged on every physical-looking interface):
+- **flap** (one finding per host and interface): the interface was seen down (operstate / carrier) or its
+  carrier changed between two samples. Each down period has its time and estimated length; the job's
+  stall during it (`link_stalls.stall_during`: the step, how many ranks, how long, in which collective)
+  makes it critical with that stall as its cost, else a warning. The host whose own link went down is the
+  finding's host; the other hosts' TCP retransmissions / timeouts and stopped traffic during the period are
+  its `also_saw` (a link that lost its carrier only while another host's link was taken down is not a
+  fault of its own, and is listed there too). A link down for the whole window is critical.
+- **errors / drops**: physical errors (CRC, frame, length, carrier, ...) at or above ERRORS_PER_S, or
+  drops (NIC and qdisc) at or above DROPS_PER_S and DROP_SHARE of the packets (warning).
+- **held rate** (warning): a link held below what the job asks of it, with evidence that the job waits on
+  it: its egress shaper holds packets back (qdisc overlimits / drops at or above OVERLIMITS_PER_S), or it
+  trained below the other hosts' links (`speed`) and is saturated (SATURATED_SHARE of it) while the job
+  spends COMM_BOUND_SHARE of its steps in collectives. A lightly used link is never a finding by its rate
+  alone. Its cost is the job's time per step in collectives (an upper bound of what the limit costs).
+- one info finding with each host's job interfaces, why they were chosen, and their peak rates.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.health.link_series import Down, job_ifaces_view, link_downs_view, link_series_view
+from perftracker.analyzers.health.link_stalls import (
+    SLACK_NS,
+    Stall,
+    comm_share_view,
+    job_steps_view,
+    stall_during,
+)
+
+ERRORS_PER_S = 0.01  # CRC / frame / carrier errors: more than one per 100 s is a cable or transceiver problem
+ERROR_NAMES = ("rx_crc_errors", "rx_frame_errors", "rx_length_errors", "rx_errors", "tx_errors",
+               "tx_carrier_errors", "tx_aborted_errors", "tx_heartbeat_errors", "tx_window_errors")
+DROPS_PER_S = 1.0
+DROP_SHARE = 0.001  # of the packets in that direction
+DROP_NAMES = ("rx_dropped", "tx_dropped", "rx_missed_errors", "rx_fifo_errors", "rx_over_errors", "tx_fifo_errors",
+              "qdisc_drops")
+OVERLIMITS_PER_S = 1.0  # packets an egress shaper held back per second: the job asked for more than the rate
+SATURATED_SHARE = 0.7  # busiest interval at 70% of the link speed
+COMM_BOUND_SHARE = 0.25  # the job spends a quarter of its steps inside collectives
+STOPPED_SHARE = 0.1  # a peer's traffic during a down period under 10% of its typical rate: it stopped
+VIRTUAL = ("lo", "veth", "docker", "br-", "virbr", "cni", "flannel", "cali", "tunl", "vxlan", "ifb", "tun", "tap",
+           "kube", "weave", "cilium", "genev", "nodelocaldns")
+
+
+def _clock(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%H:%M:%S UTC")
+
+
+def judged_ifaces(analysis: Analysis) -> dict[str, dict[str, str]]:
+    """{host: {iface: why}}: the job's interfaces, or the physical-looking ones where those are unknown."""
+    out = {}
+    for host, ifaces in analysis.view(job_ifaces_view).items():
+        known = {i: w for i, w in ifaces.items() if w}
+        out[host] = known or {i: "" for i in ifaces if not i.startswith(VIRTUAL)}
+    return out
+
+
+def _series(analysis: Analysis, host: str, iface: str) -> pd.DataFrame:
+    s = analysis.view(link_series_view)
+    if s.empty:
+        return s
+    return s[(s["host"] == host) & (s["iface"] == iface)]
+
+
+def _job_window(analysis: Analysis) -> tuple[int, int] | None:
+    steps = analysis.view(job_steps_view)
+    if steps.empty:
+        return None
+    return int(steps["start_ns"].min()), int(steps["end_ns"].max())
+
+
+def _inc(rows: pd.DataFrame, name: str) -> float:
+    return float(rows[name].sum()) if name in rows and len(rows) else 0.0
+
+
+def _what_peer_saw(analysis: Analysis, host: str, down: Down, judged: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """What `host` (not the one whose link went down) saw during `down`: TCP trouble, stopped traffic."""
+    lo, hi = down.start_ns - SLACK_NS, (down.end_ns if down.end_ns >= 0 else down.start_ns) + SLACK_NS
+    seen: dict[str, Any] = {"host": host}
+    tcp = _series(analysis, host, "")
+    during = tcp[(tcp["t1_ns"] > lo) & (tcp["t0_ns"] < hi)] if not tcp.empty else tcp
+    for name, key in (("tcp:RetransSegs", "tcp_retransmits"), ("tcp:TCPTimeouts", "tcp_timeouts")):
+        if _inc(during, name) > 0:
+            seen[key] = int(_inc(during, name))
+    window = _job_window(analysis)
+    for iface in judged.get(host, {}):
+        s = _series(analysis, host, iface)
+        if s.empty or "tx_mbps" not in s:
+            continue
+        rate = s["tx_mbps"].fillna(0) + s["rx_mbps"].fillna(0)
+        inside = (s["t1_ns"] > down.start_ns) & (s["t0_ns"] < max(down.end_ns, down.start_ns))
+        busy = s if window is None else s[(s["t0_ns"] >= window[0]) & (s["t1_ns"] <= window[1])]
+        typical = float((busy["tx_mbps"].fillna(0) + busy["rx_mbps"].fillna(0)).median()) if len(busy) else 0.0
+        if inside.any() and typical > 0 and float(rate[inside].max()) < STOPPED_SHARE * typical:
+            seen.setdefault("traffic_stopped_on", []).append(iface)
+            seen["typical_mbps"] = round(typical, 3)
+    return seen if len(seen) > 1 else {}
+
+
+def _describe_seen(seen: dict[str, Any]) -> str:
+    parts = []
+    if seen.get("traffic_stopped_on"):
+        parts.append(f"its traffic on {', '.join(seen['traffic_stopped_on'])} stopped")
+    if seen.get("tcp_timeouts"):
+        parts.append(f"{seen['tcp_timeouts']} TCP retransmission timeout(s)")
+    if seen.get("tcp_retransmits"):
+        parts.append(f"{seen['tcp_retransmits']} TCP retransmission(s)")
+    return f"{seen['host']}: " + ", ".join(parts)
+
+
+def _down_text(d: Down) -> str:
+    if d.end_ns < 0:
+        return f"went down at {_clock(d.start_ns)} and was still down at the last sample"
+    if d.samples_down == 0:
+        return (f"lost its carrier and got it back between {_clock(d.earliest_start_ns)} and "
+                f"{_clock(d.latest_end_ns)} (shorter than the sampling interval)")
+    return f"went down for {d.seconds:.1f} s at {_clock(d.start_ns)}"
+
+
+def _stall_text(stall: Stall | None) -> str:
+    if stall is None:
+        return "the job's steps show no stall then"
+    who = "every rank" if stall.everyone else f"{len(stall.ranks)} of {stall.world} ranks"
+    where = f" {stall.where()}" if stall.where() else ""
+    return f"{who} stalled {stall.stall_s:.1f} s{where} at step {stall.step}"
+
+
+def _down_evidence(d: Down, stall: Stall | None) -> dict[str, Any]:
+    ev: dict[str, Any] = {"start_ns": d.start_ns, "end_ns": d.end_ns,
+                          "seconds": round(d.seconds, 3) if d.end_ns >= 0 else None,
+                          "start_between_ns": [d.earliest_start_ns, d.latest_start_ns],
+                          "end_between_ns": [d.earliest_end_ns, d.latest_end_ns], "samples_down": d.samples_down,
+                          "taken_down": d.admin_down, "carrier_changes": d.carrier_changes}
+    if stall is not None:
+        ev["stall"] = {"step": stall.step, "seconds": round(stall.stall_s, 3), "ranks": list(stall.ranks),
+                       "world": stall.world, "collective": stall.collective, "phase": stall.phase,
+                       "typical_step_s": round(stall.typical_step_s, 4)}
+    return ev
+
+
+def _stalled_s(stall: Stall | None) -> float:
+    return stall.stall_s if stall is not None else -1.0
+
+
+def _consequence(down: Down, others: list[Down]) -> bool:
+    """A carrier loss (not taken down) overlapping a link another host took down: a consequence of that."""
+    if down.admin_down:
+        return False
+    end = down.end_ns if down.end_ns >= 0 else 1 << 62
+    return any(o.admin_down and o.host != down.host and o.start_ns <= end + SLACK_NS
+               and (o.end_ns if o.end_ns >= 0 else 1 << 62) + SLACK_NS >= down.start_ns for o in others)
+
+
+def _flaps(analysis: Analysis, judged: dict[str, dict[str, str]]) -> list[Finding]:
+    downs = [d for d in analysis.view(link_downs_view) if d.iface in judged.get(d.host, {})]
+    own = [d for d in downs if not _consequence(d, downs)]
+    echoes = [d for d in downs if d not in own]
+    steps = analysis.view(job_steps_view)
+    n_steps = max(1, int(steps["step"].nunique())) if not steps.empty else 1
+    findings = []
+    for (host, iface) in sorted({(d.host, d.iface) for d in own}):
+        mine = sorted((d for d in own if (d.host, d.iface) == (host, iface)), key=lambda d: d.start_ns)
+        stalls = [stall_during(analysis, d.start_ns, d.end_ns) for d in mine]
+        worst = max(range(len(mine)), key=lambda i: (_stalled_s(stalls[i]), mine[i].seconds))
+        lead, lead_stall = mine[worst], stalls[worst]
+        also: list[dict[str, Any]] = []
+        for d in mine:
+            for other in sorted(judged):
+                if other != host:
+                    seen = _what_peer_saw(analysis, other, d, judged)
+                    if seen and all(s["host"] != other for s in also):
+                        also.append(seen)
+        for e in echoes:
+            if any(abs(e.start_ns - d.start_ns) <= 2 * SLACK_NS for d in mine):
+                also.append({"host": e.host, "carrier_lost_on": e.iface})
+        felt = [s for s in stalls if s is not None]
+        stalled_s = sum(s.stall_s for s in felt)
+        typical = felt[0].typical_step_s if felt else 0.0
+        severity = Severity.CRITICAL if felt or lead.end_ns < 0 else Severity.WARNING
+        more = f" (and {len(mine) - 1} more time(s))" if len(mine) > 1 else ""
+        title = (f"{host}'s link {iface} {_down_text(lead)}{more}; {_stall_text(lead_stall)}")
+        seen_text = "; ".join(_describe_seen(s) for s in also if "carrier_lost_on" not in s)
+        advice = (f"The link of {host} itself went down ({'taken down' if lead.admin_down else 'carrier lost'}): "
+                  "check its cable / transceiver and switch port (`ip -s link`, `ethtool <iface>`, the switch's "
+                  "port log, `dmesg` for link up/down lines). The other hosts only saw the loss"
+                  + (f" ({seen_text})" if seen_text else "") + ".")
+        why = judged[host].get(iface, "")
+        findings.append(Finding(
+            analyzer="links", severity=severity, title=title, recommendation=advice,
+            evidence={"host": host, "iface": iface, "check": "flap", "used_because": why,
+                      "downs": [_down_evidence(d, s) for d, s in zip(mine, stalls)],
+                      "stalled_seconds": round(stalled_s, 3), "also_saw": also,
+                      "window": {"start_ns": lead.earliest_start_ns, "end_ns": max(lead.latest_end_ns,
+                                                                                    lead.latest_start_ns)}},
+            ranks=tuple(sorted({r for s in felt for r in s.ranks})), hosts=(host,),
+            cost=Cost(stalled_s / n_steps, stalled_s / n_steps / (typical + stalled_s / n_steps) if felt else 0.0),
+            key=f"links:flap:{host}:{iface}"))
+    return findings
+
+
+def _rate(rows: pd.DataFrame, names: tuple[str, ...]) -> dict[str, float]:
+    span = float(rows["dt_s"].sum()) if len(rows) else 0.0
+    return {n: float(rows[n].sum()) / span for n in names if n in rows and span > 0 and float(rows[n].sum()) > 0}
+
+
+def _errors(analysis: Analysis, judged: dict[str, dict[str, str]]) -> list[Finding]:
+    out = []
+    for host, ifaces in sorted(judged.items()):
+        for iface in sorted(ifaces):
+            s = _series(analysis, host, iface)
+            if s.empty:
+                continue
+            errors = {n: v for n, v in _rate(s, ERROR_NAMES).items() if v >= ERRORS_PER_S}
+            packets = _rate(s, ("rx_packets", "tx_packets"))
+            drops = {}
+            for name, per_s in _rate(s, DROP_NAMES).items():
+                side = "tx_packets" if name.startswith(("tx", "qdisc")) else "rx_packets"
+                share = per_s / packets[side] if packets.get(side) else 1.0
+                if per_s >= DROPS_PER_S and share >= DROP_SHARE:
+                    drops[name] = (per_s, share)
+            if not errors and not drops:
+                continue
+            parts = [f"{n} {v:.2f}/s" for n, v in errors.items()] + [
+                f"{n} {v:.1f}/s ({100 * sh:.2f}% of packets)" for n, (v, sh) in drops.items()]
+            out.append(Finding(
+                analyzer="links", severity=Severity.WARNING,
+                title=f"{host}'s link {iface} loses packets: " + ", ".join(parts),
+                recommendation=("Errors (CRC, frame, carrier) mean a bad cable, transceiver or port: check "
+                                "`ethtool -S` and the switch port, and replace the part. Drops mean full queues: "
+                                "a receiver that cannot keep up (ring size, `ethtool -g`), or a qdisc / shaper "
+                                "dropping what it cannot send."),
+                evidence={"host": host, "iface": iface, "check": "errors",
+                          "errors_per_s": {n: round(v, 4) for n, v in errors.items()},
+                          "drops": {n: {"per_s": round(v, 3), "share": round(sh, 5)} for n, (v, sh) in drops.items()},
+                          "thresholds": {"errors_per_s": ERRORS_PER_S, "drops_per_s": DROPS_PER_S,
+                                         "drop_share": DROP_SHARE},
+                          "window": {"start_ns": int(s["t0_ns"].min()), "end_ns": int(s["t1_ns"].max())}},
+                hosts=(host,), key=f"links:errors:{host}:{iface}"))
+    return out
+
+
+def _in_job(analysis: Analysis, s: pd.DataFrame) -> pd.DataFrame:
+    window = _job_window(analysis)
+    if window is None or s.empty:
+        return s
+    inside = s[(s["t1_ns"] > window[0]) & (s["t0_ns"] < window[1])]
+    return inside if len(inside) else s
+
+
+def _link_stats(analysis: Analysis, judged: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
+    out = []
+    for host, ifaces in sorted(judged.items()):
+        for iface in sorted(ifaces):
+            s = _in_job(analysis, _series(analysis, host, iface))
+            if s.empty:
+                continue
+            peak = float(np.nanmax(np.maximum(s["tx_mbps"].fillna(0), s["rx_mbps"].fillna(0)))) if "tx_mbps" in s else 0.0
+            speed = float(s["speed_mbps"].dropna().iloc[-1]) if "speed_mbps" in s and s["speed_mbps"].notna().any() \
+                else float("nan")
+            shaper = float(s["qdisc_rate_bps"].dropna().iloc[-1]) / 1e6 \
+                if "qdisc_rate_bps" in s and s["qdisc_rate_bps"].notna().any() else float("nan")
+            held = _rate(s, ("qdisc_overlimits", "qdisc_drops"))
+            out.append({"host": host, "iface": iface, "why": ifaces[iface], "peak_mbps": peak,
+                        "tx_peak_mbps": float(s["tx_mbps"].max()) if "tx_mbps" in s else 0.0,
+                        "speed_mbps": speed, "shaper_mbps": shaper,
+                        "overlimits_per_s": held.get("qdisc_overlimits", 0.0),
+                        "qdisc_drops_per_s": held.get("qdisc_drops", 0.0),
+                        "window": {"start_ns": int(s["t0_ns"].min()), "end_ns": int(s["t1_ns"].max())}})
+    return out
+
+
+def _rates(analysis: Analysis, stats: list[dict[str, Any]]) -> list[Finding]:
+    comm = analysis.view(comm_share_view)
+    out = []
+    for st in stats:
+        others = [o for o in stats if o["host"] != st["host"]]
+        best_speed = max((o["speed_mbps"] for o in others if o["speed_mbps"] == o["speed_mbps"]), default=float("nan"))
+        others_peak = max((o["tx_peak_mbps"] for o in others), default=float("nan"))
+        shaped = st["overlimits_per_s"] >= OVERLIMITS_PER_S or st["qdisc_drops_per_s"] >= OVERLIMITS_PER_S
+        slower = st["speed_mbps"] == st["speed_mbps"] and best_speed == best_speed and st["speed_mbps"] < best_speed
+        saturated = slower and st["peak_mbps"] >= SATURATED_SHARE * st["speed_mbps"]
+        comm_bound = comm is not None and comm.share >= COMM_BOUND_SHARE
+        if not (shaped or (saturated and comm_bound)):
+            continue
+        limit = st["shaper_mbps"] if shaped and st["shaper_mbps"] == st["shaper_mbps"] else st["speed_mbps"]
+        held_by = (f"held to {limit:g} Mbit/s by its egress shaper ({st['overlimits_per_s']:.0f} packets held back "
+                   f"per second)" if shaped else
+                   f"trained at {st['speed_mbps']:g} Mbit/s where the other nodes' run at {best_speed:g}")
+        peers = f"; the other nodes send up to {others_peak:.1f} Mbit/s" if others_peak == others_peak else ""
+        waits = (f"; the job spends {100 * comm.share:.0f}% of each step in {comm.collective}"
+                 if comm is not None else "")
+        out.append(Finding(
+            analyzer="links", severity=Severity.WARNING,
+            title=(f"{st['host']}'s link {st['iface']} is {held_by}; it sends {st['tx_peak_mbps']:.1f} Mbit/s at "
+                   f"most{peers}{waits}"),
+            recommendation=(f"Every collective of the job waits for {st['host']}'s slow link. Check the shaping "
+                            f"on it (`tc -s qdisc show dev {st['iface']}`: tbf / htb / a cloud bandwidth policy), "
+                            "its negotiated speed (`ethtool`), and the switch port; move the job off this node "
+                            "until it is fixed."),
+            evidence={"host": st["host"], "iface": st["iface"], "check": "rate", "used_because": st["why"],
+                      "shaper_mbps": None if st["shaper_mbps"] != st["shaper_mbps"] else st["shaper_mbps"],
+                      "speed_mbps": None if st["speed_mbps"] != st["speed_mbps"] else st["speed_mbps"],
+                      "others_speed_mbps": None if best_speed != best_speed else best_speed,
+                      "tx_peak_mbps": round(st["tx_peak_mbps"], 3), "others_tx_peak_mbps":
+                          None if others_peak != others_peak else round(others_peak, 3),
+                      "overlimits_per_s": round(st["overlimits_per_s"], 2),
+                      "qdisc_drops_per_s": round(st["qdisc_drops_per_s"], 2),
+                      "comm_share": None if comm is None else round(comm.share, 3),
+                      "collective": None if comm is None else comm.collective,
+                      "cost_is": "the job's time per step inside collectives: an upper bound of what the link costs",
+                      "window": st["window"]},
+            hosts=(st["host"],),
+            cost=Cost(comm.seconds_per_step, comm.share) if comm is not None else Cost(),
+            key=f"links:rate:{st['host']}:{st['iface']}"))
+    return out
+
+
+def _summary(stats: list[dict[str, Any]]) -> Finding:
+    parts = [f"{s['host']} {s['iface']}" + (f" ({s['why']})" if s["why"] else "") + f" peak {s['peak_mbps']:.1f} Mbit/s"
+             for s in stats[:8]]
+    return Finding(
+        analyzer="links", severity=Severity.INFO,
+        title=f"Ethernet links of {len({s['host'] for s in stats})} host(s): " + "; ".join(parts)
+              + (f"; and {len(stats) - 8} more" if len(stats) > 8 else ""),
+        recommendation="Context: the interfaces the job used on each host, why, and their busiest sample interval.",
+        evidence={"links": [{k: (None if isinstance(v, float) and v != v else v) for k, v in s.items()}
+                            for s in stats[:256]]},
+        hosts=tuple(sorted({s["host"] for s in stats})), key="links:summary")
+
+
+def analyze_links(analysis: Analysis) -> list[Finding]:
+    if analysis.store["netdev"].empty:
+        return []
+    judged = judged_ifaces(analysis)
+    stats = _link_stats(analysis, judged)
+    findings = _flaps(analysis, judged) + _errors(analysis, judged) + _rates(analysis, stats)
+    if stats:
+        findings.append(_summary(stats))
+    return findings

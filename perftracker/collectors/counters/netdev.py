@@ -1,0 +1,317 @@
+"""Ethernet interface and TCP counters of one node: a live snapshot, its run-directory record, its rows.
+
+Promise:
+- `snapshot(host, ifaces, sysfs_root, proc_root, qdisc_reader, ts_ns)` reads, for each named interface,
+  `<sysfs>/class/net/<iface>/`: `operstate`, `carrier`, `flags` (admin up: IFF_UP), `speed` (Mb/s; -1
+  when the driver gives none, as veth and Wi-Fi may while down), `mtu`, `carrier_changes`,
+  `carrier_up_count`, `carrier_down_count` and every `statistics/*` counter (bytes, packets, errors,
+  drops, ...), plus the root qdisc's statistics from `qdisc_reader(iface)` (`read_qdisc`: `tc -s -j qdisc`;
+  a shaper's configured rate too), and the node's TCP counters (`<proc>/net/snmp` `Tcp:` and
+  `<proc>/net/netstat` `TcpExt:` lines, the retransmission / timeout / reset counters of TCP_NAMES).
+  Files that cannot be read are left out, never fatal. It returns one record (below), which a live
+  sampler appends with `rundir.append_jsonl` as soon as it is taken.
+- `record_rows(record)` turns one record into `netdev` table rows (host, iface, name, ts_ns, value) and
+  `net_ifaces` rows (host, iface, why, peers, addresses, qdisc, source); `load_net_jsonl(path)` reads a file of them.
+
+`<run>/counters/<host>.net.jsonl`, one JSON object per sample (every field but ts_ns/host optional)::
+
+    {"ts_ns": 1732900000000000000, "host": "node-b",
+     "ifaces": {"eth0": {"operstate": "up", "carrier": 1, "admin_up": true, "speed_mbps": 10000, "mtu": 1500,
+                         "counters": {"rx_bytes": 123, "tx_bytes": 456, "rx_dropped": 0, "carrier_changes": 2, ...},
+                         "qdisc": {"kind": "tbf", "rate_bps": 20000000, "drops": 0, "overlimits": 17,
+                                   "requeues": 0, "backlog_bytes": 0, "bytes": 456, "packets": 9},
+                         "why": "GLOO_SOCKET_IFNAME=eth0", "peers": ["10.77.0.1"], "addresses": ["10.77.0.2"]}},
+     "tcp": {"RetransSegs": 12, "TCPTimeouts": 3, ...}}
+
+A link watcher adds, between samples, a record each time an interface's state changes (operstate,
+carrier, admin state; polled every `changed_within_s` seconds), so a flap is timed to that precision::
+
+    {"ts_ns": ..., "host": "node-b", "changed_within_s": 0.1,
+     "ifaces": {"eth0": {"operstate": "down", "carrier": 0, "admin_up": false}}}
+
+`why` says why the interface is one the job uses (an NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME value, the
+route to a peer); "" when it was sampled only because nothing better was known. `addresses` are the
+interface's own (so that a peer's error naming an address can be tied to its host).
+Rows: counters by their sysfs name (`rx_bytes`, `tx_dropped`, `carrier_changes`, ...), gauges
+`operstate_up` (1 up, 0 down / lowerlayerdown / notpresent / dormant; no row for "unknown"),
+`carrier`, `admin_up`, `speed_mbps`, `mtu`, `state_change` (a watcher's record: its `changed_within_s`), qdisc counters as `qdisc_<name>` (`qdisc_drops`,
+`qdisc_overlimits`, `qdisc_backlog_bytes` a gauge, `qdisc_rate_bps` the shaper's rate in bit/s), and TCP
+counters on iface "" as `tcp:<name>` (`tcp:RetransSegs`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from perftracker.rundir import read_jsonl
+from perftracker.store import LoadNote
+from perftracker.values import NET_STATE_CHANGE
+
+TCP_PREFIX = "tcp:"
+STATE_CHANGE = NET_STATE_CHANGE
+QDISC_PREFIX = "qdisc_"
+IFF_UP = 0x1
+TCP_NAMES = ("InSegs", "OutSegs", "RetransSegs", "InErrs", "OutRsts", "EstabResets", "AttemptFails",
+             "TCPTimeouts", "TCPLostRetransmit", "TCPSynRetrans", "TCPFastRetrans", "TCPSlowStartRetrans",
+             "TCPLossProbes", "TCPAbortOnTimeout", "TCPAbortOnData", "TCPAbortOnClose")
+_IFACE_FILES = ("carrier_changes", "carrier_up_count", "carrier_down_count")
+_OPER_UP = {"up": 1.0, "down": 0.0, "lowerlayerdown": 0.0, "notpresent": 0.0, "dormant": 0.0}
+_QDISC_COUNTERS = ("bytes", "packets", "drops", "overlimits", "requeues")
+TC_TIMEOUT_S = 2.0
+
+QdiscReader = Callable[[str], dict[str, Any] | None]
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+
+
+def _int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text, 0) if text.startswith("0x") else int(text)
+    except ValueError:
+        return None
+
+
+def read_iface(sysfs_root: Path, name: str) -> dict[str, Any] | None:
+    """The state and counters of `<sysfs_root>/class/net/<name>`; None when there is no such interface."""
+    base = sysfs_root / "class" / "net" / name
+    if not base.is_dir():
+        return None
+    out: dict[str, Any] = {}
+    oper = _read(base / "operstate")
+    if oper:
+        out["operstate"] = oper
+    carrier = _int(_read(base / "carrier"))  # EINVAL while the interface is admin down
+    out["carrier"] = carrier if carrier is not None else 0
+    flags = _int(_read(base / "flags"))
+    if flags is not None:
+        out["admin_up"] = bool(flags & IFF_UP)
+    speed = _int(_read(base / "speed"))
+    out["speed_mbps"] = speed if speed is not None and speed > 0 else -1
+    mtu = _int(_read(base / "mtu"))
+    if mtu is not None:
+        out["mtu"] = mtu
+    counters: dict[str, int] = {}
+    for fname in _IFACE_FILES:
+        value = _int(_read(base / fname))
+        if value is not None:
+            counters[fname] = value
+    stats = base / "statistics"
+    if stats.is_dir():
+        for f in sorted(stats.iterdir(), key=lambda p: p.name):
+            value = _int(_read(f))
+            if value is not None:
+                counters[f.name] = value
+    out["counters"] = counters
+    return out
+
+
+def read_state(sysfs_root: Path, name: str) -> dict[str, Any] | None:
+    """Only the link state of `<sysfs_root>/class/net/<name>` (operstate, carrier, admin_up): three small reads,
+    cheap enough to watch every tenth of a second; None when there is no such interface."""
+    base = sysfs_root / "class" / "net" / name
+    oper = _read(base / "operstate")
+    if oper is None:
+        return None
+    flags = _int(_read(base / "flags"))
+    carrier = _int(_read(base / "carrier"))
+    return {"operstate": oper, "carrier": carrier if carrier is not None else 0,
+            "admin_up": bool(flags & IFF_UP) if flags is not None else None}
+
+
+def state_record(host: str, states: Mapping[str, Mapping[str, Any]], watch_s: float,
+                 ts_ns: int | None = None) -> dict[str, Any]:
+    """The record of link states that changed, seen by a watcher polling every `watch_s` seconds."""
+    return {"ts_ns": time.time_ns() if ts_ns is None else ts_ns, "host": host, "changed_within_s": watch_s,
+            "ifaces": {name: dict(state) for name, state in states.items()}}
+
+
+def interface_names(sysfs_root: Path) -> list[str]:
+    """Every interface under `<sysfs_root>/class/net`, sorted."""
+    base = sysfs_root / "class" / "net"
+    try:
+        return sorted(p.name for p in base.iterdir())
+    except OSError:
+        return []
+
+
+def parse_tc_json(text: str) -> dict[str, Any] | None:
+    """The root qdisc of `tc -s -j qdisc show dev <iface>` output: kind, counters, backlog, shaper rate."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, list):
+        return None
+    roots = [q for q in data if isinstance(q, dict) and q.get("root")]
+    if not roots:
+        return None
+    q = roots[0]
+    out: dict[str, Any] = {"kind": str(q.get("kind", ""))}
+    for name in _QDISC_COUNTERS:
+        if isinstance(q.get(name), int):
+            out[name] = int(q[name])
+    if isinstance(q.get("backlog"), int):
+        out["backlog_bytes"] = int(q["backlog"])
+    options = q.get("options") if isinstance(q.get("options"), dict) else {}
+    rate = options.get("rate") if options else None
+    if isinstance(rate, (int, float)) and rate > 0:
+        out["rate_bps"] = int(rate) * 8  # tc's JSON gives shaper rates in bytes per second
+    return out
+
+
+def read_qdisc(iface: str) -> dict[str, Any] | None:
+    """`tc -s -j qdisc show dev <iface>` of this node's root qdisc; None without tc or on any failure."""
+    tc = shutil.which("tc")
+    if tc is None:
+        return None
+    try:
+        proc = subprocess.run([tc, "-s", "-j", "qdisc", "show", "dev", iface], capture_output=True,
+                              text=True, timeout=TC_TIMEOUT_S, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_tc_json(proc.stdout) if proc.returncode == 0 else None
+
+
+def _table(text: str, prefix: str) -> dict[str, int]:
+    """`{name: value}` of the two-line `<prefix>: names` / `<prefix>: values` blocks of /proc/net/snmp."""
+    lines = [line.split() for line in text.splitlines() if line.startswith(prefix + ":")]
+    out: dict[str, int] = {}
+    for names, values in zip(lines[::2], lines[1::2]):
+        for name, value in zip(names[1:], values[1:]):
+            number = _int(value)
+            if number is not None:
+                out[name] = number
+    return out
+
+
+def read_tcp(proc_root: Path) -> dict[str, int]:
+    """The node's TCP counters of TCP_NAMES (`<proc>/net/snmp` Tcp, `<proc>/net/netstat` TcpExt)."""
+    both = {**_table(_read(proc_root / "net" / "snmp") or "", "Tcp"),
+            **_table(_read(proc_root / "net" / "netstat") or "", "TcpExt")}
+    return {name: both[name] for name in TCP_NAMES if name in both}
+
+
+def snapshot(host: str, ifaces: Mapping[str, str], sysfs_root: Path = Path("/sys"), proc_root: Path = Path("/proc"),
+             qdisc_reader: QdiscReader | None = read_qdisc, ts_ns: int | None = None,
+             peers: Mapping[str, Iterable[str]] | None = None,
+             addresses: Mapping[str, Iterable[str]] | None = None) -> dict[str, Any]:
+    """One sample of the interfaces `ifaces` (name -> why the job uses it) and the node's TCP counters."""
+    record: dict[str, Any] = {"ts_ns": time.time_ns() if ts_ns is None else ts_ns, "host": host, "ifaces": {}}
+    for name, why in ifaces.items():
+        iface = read_iface(sysfs_root, name)
+        if iface is None:
+            continue
+        qdisc = qdisc_reader(name) if qdisc_reader is not None else None
+        if qdisc:
+            iface["qdisc"] = qdisc
+        if why:
+            iface["why"] = why
+        seen = sorted(set((peers or {}).get(name, ())))
+        if seen:
+            iface["peers"] = seen
+        own = sorted(set((addresses or {}).get(name, ())))
+        if own:
+            iface["addresses"] = own
+        record["ifaces"][name] = iface
+    tcp = read_tcp(proc_root)
+    if tcp:
+        record["tcp"] = tcp
+    return record
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    return None
+
+
+def iface_rows(host: str, iface: str, data: Mapping[str, Any], ts: int) -> list[dict[str, Any]]:
+    """`netdev` rows of one interface's sample (see the module docstring for the names)."""
+    base = {"host": host, "iface": iface, "ts_ns": ts}
+    rows: list[dict[str, Any]] = []
+
+    def add(name: str, value: Any) -> None:
+        number = _num(value)
+        if number is not None:
+            rows.append({**base, "name": name, "value": number})
+
+    oper = str(data.get("operstate", "")).lower()
+    if oper in _OPER_UP:
+        add("operstate_up", _OPER_UP[oper])
+    for gauge in ("carrier", "admin_up", "mtu"):
+        add(gauge, data.get(gauge))
+    speed = _num(data.get("speed_mbps"))
+    if speed is not None and speed > 0:
+        add("speed_mbps", speed)
+    for name, value in (data.get("counters") or {}).items():
+        add(str(name), value)
+    qdisc = data.get("qdisc") or {}
+    if isinstance(qdisc, Mapping):
+        for name, value in qdisc.items():
+            if name != "kind":
+                add(QDISC_PREFIX + str(name), value)
+    return rows
+
+
+def record_rows(rec: Mapping[str, Any], source: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(netdev rows, net_ifaces rows) of one sample record."""
+    host, ts = str(rec.get("host", "")), int(rec["ts_ns"])
+    rows: list[dict[str, Any]] = []
+    ifaces: list[dict[str, Any]] = []
+    changed = _num(rec.get("changed_within_s"))
+    for name, data in (rec.get("ifaces") or {}).items():
+        if not isinstance(data, Mapping):
+            continue
+        rows.extend(iface_rows(host, str(name), data, ts))
+        if changed is not None:  # a watcher's record: the state changed at most this long before ts
+            rows.append({"host": host, "iface": str(name), "name": STATE_CHANGE, "ts_ns": ts, "value": changed})
+        qdisc = data.get("qdisc") if isinstance(data.get("qdisc"), Mapping) else {}
+        ifaces.append({"host": host, "iface": str(name), "why": str(data.get("why", "")),
+                       "peers": ",".join(str(p) for p in data.get("peers") or []),
+                       "addresses": ",".join(str(a) for a in data.get("addresses") or []),
+                       "qdisc": str((qdisc or {}).get("kind", "")), "source": source})
+    for name, value in (rec.get("tcp") or {}).items():
+        number = _num(value)
+        if number is not None:
+            rows.append({"host": host, "iface": "", "name": TCP_PREFIX + str(name), "ts_ns": ts, "value": number})
+    return rows, ifaces
+
+
+def looks_like_net_jsonl(first: Mapping[str, Any]) -> bool:
+    """True for the first record of a `<host>.net.jsonl` file."""
+    return "ts_ns" in first and isinstance(first.get("ifaces"), dict)
+
+
+def load_net_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
+    """(netdev rows, net_ifaces rows, notes) of one `<host>.net.jsonl` file; bad lines become one note."""
+    rows: list[dict[str, Any]] = []
+    ifaces: list[dict[str, Any]] = []
+    bad = 0
+    default_host = path.name.split(".")[0]
+    for lineno, rec in read_jsonl(path):
+        try:
+            rec.setdefault("host", default_host)
+            r, i = record_rows(rec, f"{path}:{lineno}")
+        except (AttributeError, ValueError, KeyError, TypeError):
+            bad += 1
+            continue
+        rows.extend(r)
+        ifaces.extend(i)
+    notes = [LoadNote("warning", str(path), f"{bad} line(s) are not interface samples and were skipped (a line "
+                      "cut off by a crash is expected at the end)")] if bad else []
+    return rows, ifaces, notes

@@ -1,0 +1,295 @@
+"""Ethernet interface counters from the files users already have, and the net part of `analyze`'s inputs.
+
+Promise: `load_net_inputs(paths)` looks at each file by content, whatever its name, and loads:
+- `<host>.net.jsonl` samples written by attach / run (`collectors/counters/netdev.py`);
+- repeated `ip -s link` (or `ip -s -s link`) outputs, each preceded by an epoch line (`date +%s.%N`,
+  or `# ts_ns=<ns>`): interface lines give admin state (`UP`), carrier (`LOWER_UP` / `NO-CARRIER`),
+  operstate and MTU; the `RX:` / `TX:` / `RX errors:` / `TX errors:` blocks give the counters under their
+  sysfs names (`transns`, the carrier transitions, is `carrier_changes`);
+- repeated `grep -H . /sys/class/net/*/statistics/* /sys/class/net/*/{operstate,carrier,flags,speed,mtu,
+  carrier_changes}` dumps (lines `<path>:<value>`, or `<path> <value>`), each preceded by an epoch line
+  (a bare `cat` of those files names no counter and cannot be read);
+- Prometheus text from node exporter (`node_network_*` by `device`: bytes, packets, errs, drop,
+  carrier changes, `up`, `carrier`, `speed_bytes`, `mtu_bytes`; `node_netstat_Tcp_*` / `TcpExt_*` as TCP
+  counters), timed by sample timestamps or `# scrape_time <unix s>` lines (`collectors/counters/prometheus.py`).
+`# host=<name>` names the host of a text dump, else the file name up to its first dot does. It returns
+`({"netdev": frame, "net_ifaces": frame}, notes, {kind: files})`; files without a time are skipped with
+a note, since rates need sample times.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from perftracker.collectors.counters import netdev, prometheus
+from perftracker.store import LoadNote
+from perftracker.store.schema import conform
+
+_HEAD_BYTES = 65536
+_SKIP_SUFFIXES = (".gz", ".parquet", ".html", ".png", ".zip", ".tar")
+_LINK = re.compile(r"^\d+:\s+(?P<name>[^:@\s]+)(?:@\S+)?:\s+<(?P<flags>[^>]*)>(?P<rest>.*)$")
+_BLOCK = re.compile(r"^\s+(?P<dir>RX|TX)(?P<errors>\s+errors)?:\s+(?P<names>.+)$")
+_SYSFS = re.compile(r"^(?:\S*/)?class/net/(?P<iface>[^/\s]+)/(?:(?P<stats>statistics)/)?(?P<file>[a-z_]+)"
+                    r"(?::|\s+)(?P<value>\S+)\s*$")
+_RX = {"bytes": "rx_bytes", "packets": "rx_packets", "errors": "rx_errors", "dropped": "rx_dropped",
+       "missed": "rx_missed_errors", "overrun": "rx_over_errors", "mcast": "multicast",
+       "length": "rx_length_errors", "crc": "rx_crc_errors", "frame": "rx_frame_errors", "fifo": "rx_fifo_errors",
+       "nohandler": "rx_nohandler", "otherhost": "rx_otherhost_dropped"}
+_TX = {"bytes": "tx_bytes", "packets": "tx_packets", "errors": "tx_errors", "dropped": "tx_dropped",
+       "carrier": "tx_carrier_errors", "collsns": "collisions", "aborted": "tx_aborted_errors",
+       "fifo": "tx_fifo_errors", "window": "tx_window_errors", "heartbt": "tx_heartbeat_errors",
+       "transns": "carrier_changes"}
+NODE_NETWORK: dict[str, tuple[str, float]] = {  # node exporter metric (no node_network_ prefix) -> (row, scale)
+    "receive_bytes_total": ("rx_bytes", 1.0), "transmit_bytes_total": ("tx_bytes", 1.0),
+    "receive_packets_total": ("rx_packets", 1.0), "transmit_packets_total": ("tx_packets", 1.0),
+    "receive_errs_total": ("rx_errors", 1.0), "transmit_errs_total": ("tx_errors", 1.0),
+    "receive_drop_total": ("rx_dropped", 1.0), "transmit_drop_total": ("tx_dropped", 1.0),
+    "receive_fifo_total": ("rx_fifo_errors", 1.0), "transmit_fifo_total": ("tx_fifo_errors", 1.0),
+    "receive_frame_total": ("rx_frame_errors", 1.0), "receive_multicast_total": ("multicast", 1.0),
+    "transmit_colls_total": ("collisions", 1.0), "transmit_carrier_total": ("tx_carrier_errors", 1.0),
+    "carrier_changes_total": ("carrier_changes", 1.0), "carrier_up_changes_total": ("carrier_up_count", 1.0),
+    "carrier_down_changes_total": ("carrier_down_count", 1.0), "up": ("operstate_up", 1.0),
+    "carrier": ("carrier", 1.0), "speed_bytes": ("speed_mbps", 8e-6), "mtu_bytes": ("mtu", 1.0),
+}
+
+
+def _epoch_ns(line: str) -> int | None:
+    text = line[8:] if line.startswith("# ts_ns=") else line
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    for limit, scale in ((1e17, 1.0), (1e14, 1e3), (1e11, 1e6), (1e8, 1e9)):
+        if value > limit:
+            return int(value * scale)
+    return None
+
+
+def looks_like_ip_link(head: str) -> bool:
+    lines = head.splitlines()[:80]
+    return any(_LINK.match(line) for line in lines) and any(_BLOCK.match(line) for line in lines)
+
+
+def looks_like_sysfs_net_dump(head: str) -> bool:
+    return any(_SYSFS.match(line.strip()) for line in head.splitlines()[:80])
+
+
+def looks_like_node_network(head: str) -> bool:
+    return any(line.startswith("node_network_") for line in head.splitlines()[:2000])
+
+
+class _Samples:
+    """Interface records of a text dump: (ts, iface) -> record, in the `.net.jsonl` iface shape."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.ts: int | None = None
+        self.records: dict[tuple[int, str], dict[str, Any]] = {}
+
+    def iface(self, name: str) -> dict[str, Any] | None:
+        if self.ts is None:
+            return None
+        return self.records.setdefault((self.ts, name), {"counters": {}})
+
+    def rows(self, source: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        rows: list[dict[str, Any]] = []
+        ifaces: dict[str, dict[str, Any]] = {}
+        for (ts, name), data in sorted(self.records.items()):
+            rows.extend(netdev.iface_rows(self.host, name, data, ts))
+            ifaces.setdefault(name, {"host": self.host, "iface": name, "why": "", "peers": "", "addresses": "", "qdisc": "",
+                                     "source": source})
+        return rows, list(ifaces.values())
+
+
+def _header(text: str, samples: _Samples) -> bool:
+    """Epoch and host lines of a dump; True when the line was one."""
+    if text.startswith("# host="):
+        samples.host = text[7:].strip()
+        return True
+    stamp = _epoch_ns(text)
+    if stamp is not None:
+        samples.ts = stamp
+        return True
+    return False
+
+
+def load_ip_link_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
+    """(netdev rows, net_ifaces rows, notes) of repeated `ip -s link` outputs with epoch lines."""
+    samples = _Samples(path.name.split(".")[0])
+    current: dict[str, Any] | None = None
+    pending: tuple[dict[str, str], list[str]] | None = None
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for raw in handle:
+            line = raw.rstrip("\n")
+            if _header(line.strip(), samples):
+                current = pending = None
+                continue
+            link = _LINK.match(line)
+            if link:
+                current = samples.iface(link.group("name"))
+                pending = None
+                if current is not None:
+                    flags = set(link.group("flags").split(","))
+                    current["admin_up"] = "UP" in flags
+                    current["carrier"] = 1 if "LOWER_UP" in flags else 0
+                    state = re.search(r"\bstate (\S+)", link.group("rest"))
+                    mtu = re.search(r"\bmtu (\d+)", link.group("rest"))
+                    if state:
+                        current["operstate"] = state.group(1).lower()
+                    if mtu:
+                        current["mtu"] = int(mtu.group(1))
+                continue
+            block = _BLOCK.match(line)
+            if block and current is not None:
+                names = _RX if block.group("dir") == "RX" else _TX
+                pending = (names, block.group("names").split())
+                continue
+            if pending is not None and current is not None:
+                names, columns = pending
+                for column, value in zip(columns, line.split()):
+                    if column in names and value.isdigit():
+                        current["counters"][names[column]] = int(value)
+                pending = None
+    rows, ifaces = samples.rows(str(path))
+    notes = [] if rows else [LoadNote("warning", str(path), "`ip -s link` output without time lines (`date +%s.%N` "
+                                      "or `# ts_ns=N` before each) was skipped: rates need sample times")]
+    return rows, ifaces, notes
+
+
+def load_sysfs_net_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
+    """(netdev rows, net_ifaces rows, notes) of repeated `grep -H .` dumps of /sys/class/net files."""
+    samples = _Samples(path.name.split(".")[0])
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for raw in handle:
+            text = raw.strip()
+            if _header(text, samples):
+                continue
+            m = _SYSFS.match(text)
+            if not m:
+                continue
+            data = samples.iface(m.group("iface"))
+            if data is None:
+                continue
+            name, value = m.group("file"), m.group("value")
+            if name == "operstate":
+                data["operstate"] = value.lower()
+            elif name == "flags" and value.startswith("0x"):
+                data["admin_up"] = bool(int(value, 16) & netdev.IFF_UP)
+            elif value.lstrip("-").isdigit():
+                number = int(value)
+                if name in ("carrier", "mtu"):
+                    data[name] = number
+                elif name == "speed":
+                    data["speed_mbps"] = number
+                elif m.group("stats") or name.startswith("carrier_"):
+                    data["counters"][name] = number
+    rows, ifaces = samples.rows(str(path))
+    notes = [] if rows else [LoadNote("warning", str(path), "/sys/class/net dump without time lines (`date +%s.%N` "
+                                      "or `# ts_ns=N` before each) was skipped: rates need sample times")]
+    return rows, ifaces, notes
+
+
+def load_node_network(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
+    """(netdev rows, net_ifaces rows, notes) of node exporter `node_network_*` / `node_netstat_Tcp*` samples."""
+    samples = prometheus.parse_text(path.read_text(encoding="utf-8", errors="replace"))
+    default = path.name.split(".")[0]
+    rows: list[dict[str, Any]] = []
+    ifaces: dict[tuple[str, str], dict[str, Any]] = {}
+    untimed = 0
+    for s in samples:
+        if s.ts_ns < 0:
+            untimed += s.name.startswith(("node_network_", "node_netstat_Tcp"))
+            continue
+        host = prometheus.host_of(s.labels, default)
+        for prefix in ("node_netstat_Tcp_", "node_netstat_TcpExt_"):
+            if s.name.startswith(prefix) and s.name[len(prefix):] in netdev.TCP_NAMES:
+                rows.append({"host": host, "iface": "", "name": netdev.TCP_PREFIX + s.name[len(prefix):],
+                             "ts_ns": s.ts_ns, "value": s.value})
+        if not s.name.startswith("node_network_") or "device" not in s.labels:
+            continue
+        dev, short = s.labels["device"], s.name[len("node_network_"):]
+        if short == "info":
+            up = {"up": 1.0, "down": 0.0, "lowerlayerdown": 0.0}.get(s.labels.get("operstate", "").lower())
+            mapped: tuple[str, float] | None = ("operstate_up", 1.0) if up is not None else None
+            value = up if up is not None else 0.0
+        else:
+            mapped, value = NODE_NETWORK.get(short), s.value
+        if mapped is None:
+            continue
+        name, scale = mapped
+        rows.append({"host": host, "iface": dev, "name": name, "ts_ns": s.ts_ns, "value": value * scale})
+        ifaces.setdefault((host, dev), {"host": host, "iface": dev, "why": "", "peers": "", "addresses": "", "qdisc": "",
+                                        "source": str(path)})
+    notes = [LoadNote("warning", str(path), f"{untimed} node exporter network sample(s) without a timestamp or a "
+                      "preceding `# scrape_time <unix seconds>` line were skipped: rates need sample times")] \
+        if untimed else []
+    return rows, list(ifaces.values()), notes
+
+
+def _head(path: Path) -> str:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(_HEAD_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def sniff_net(head: str) -> str:
+    """The kind of network-counter input a file holds: net_jsonl, ip_link, sysfs_net_dump, node_network or ''."""
+    if head.lstrip().startswith("{"):
+        first = head.lstrip().splitlines()[0]
+        try:
+            rec = json.loads(first)
+        except ValueError:
+            return ""
+        return "net_jsonl" if isinstance(rec, dict) and netdev.looks_like_net_jsonl(rec) else ""
+    if looks_like_ip_link(head):
+        return "ip_link"
+    if looks_like_sysfs_net_dump(head):
+        return "sysfs_net_dump"
+    if looks_like_node_network(head):
+        return "node_network"
+    return ""
+
+
+_LOADERS = {"net_jsonl": netdev.load_net_jsonl, "ip_link": load_ip_link_dump,
+            "sysfs_net_dump": load_sysfs_net_dump, "node_network": load_node_network}
+
+
+def load_net_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], list[LoadNote], dict[str, int]]:
+    """({"netdev", "net_ifaces"} tables, notes, files loaded per kind) of the network counters among `paths`."""
+    rows: list[dict[str, Any]] = []
+    ifaces: list[dict[str, Any]] = []
+    notes: list[LoadNote] = []
+    sources: dict[str, int] = {}
+    for path in paths:
+        if path.name.endswith(_SKIP_SUFFIXES):
+            continue
+        kind = sniff_net(_head(path))
+        if not kind:
+            continue
+        try:
+            r, i, n = _LOADERS[kind](path)
+        except OSError as exc:
+            notes.append(LoadNote("warning", str(path), f"network counter file could not be read: "
+                                  f"{exc.strerror or exc}"))
+            continue
+        rows.extend(r)
+        ifaces.extend(i)
+        notes.extend(n)
+        sources[kind] = sources.get(kind, 0) + 1
+    frame = pd.DataFrame(rows)
+    if not frame.empty:
+        frame = frame.drop_duplicates(["host", "iface", "name", "ts_ns"], keep="last")
+        frame = frame.sort_values(["host", "iface", "name", "ts_ns"], kind="stable")
+    iface_frame = pd.DataFrame(ifaces)
+    if not iface_frame.empty:  # the reason and peers of the last sample that had them
+        iface_frame = iface_frame.sort_values(["why", "peers"], key=lambda s: s.str.len(), kind="stable")
+        iface_frame = iface_frame.drop_duplicates(["host", "iface"], keep="last").sort_values(["host", "iface"])
+    return {"netdev": conform("netdev", frame), "net_ifaces": conform("net_ifaces", iface_frame)}, notes, sources

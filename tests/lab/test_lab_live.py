@@ -1,0 +1,95 @@
+"""A real multi-node job on the namespace lab, collected as a user would: `perftracker attach` on every node of a
+3-node job whose node-b loses its link for 3 s; and a lab whose owner was killed is swept by the next.
+
+Each node is a network + PID + UTS + mount namespace with its own hostname and address, joined to the others
+by a bridge in a "switch" namespace; each perftracker process sees only its node's processes and interfaces,
+and all write into one shared run directory. (The other faults, and a clean 3-node job, are recorded runs:
+tests/lab/test_lab_fixtures.py, so that CI runs only this one job.)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from netlab import REPO, Lab, Scenario, run_scenario, sweep_stale
+
+from perftracker.analyzers.findings import Finding, Severity
+from perftracker.collectors.loading import LoadOptions
+from perftracker.pipeline import analyze_path
+
+NETWORK_OR_STRAGGLER = ("links", "straggler", "silent_host")
+
+
+def _analyze(run: Path, out: Path) -> list[Finding]:
+    return analyze_path(run, out, LoadOptions(workers=1, cache_dir=None)).findings
+
+
+@pytest.mark.slow
+def test_link_flap_on_one_of_three_nodes_is_named_with_node_interface_time_and_the_stall(lab: Lab,
+                                                                                       tmp_path: Path) -> None:
+    # GIVEN a 3-node job (2 ranks each, attach on every node, the profiler on steps 10-21) whose node-b's eth0
+    # goes down for 3 s once rank 0 has done 12 steps
+    run = tmp_path / "run"
+    sc = Scenario(nodes=3, fault="flap", fault_step=12, down_s=3.0, steps=30, profile_steps=12, profile_skip=8)
+    truth = run_scenario(lab, sc, run, port=29412)
+    assert truth["launchers_exit"] == [0, 0, 0] and truth["attaches_exit"] == [0, 0, 0], truth
+    # WHEN the shared run directory is analyzed
+    found = [f for f in _analyze(run, tmp_path / "out")
+             if f.analyzer in NETWORK_OR_STRAGGLER and f.severity >= Severity.WARNING]
+    # THEN one critical finding names node-b's eth0, when it went down, for how long, and the stall in all_reduce
+    assert [(f.analyzer, f.severity, f.hosts) for f in found] == [("links", Severity.CRITICAL, ("node-b",))], [
+        f.title for f in found]
+    (down,) = found[0].evidence["downs"]
+    fault = truth["fault"]
+    # (within 0.25 s, beyond half the time the `ip link set` call took: the kernel changed it during the call)
+    assert abs(down["start_ns"] - fault["down_ns"]) < 0.25e9 + fault["down_call_ns"] / 2
+    assert abs(down["end_ns"] - fault["up_ns"]) < 0.25e9 + fault["up_call_ns"] / 2
+    assert down["stall"]["ranks"] == [0, 1, 2, 3, 4, 5] and down["stall"]["collective"] == "all_reduce"
+    assert f"in all_reduce at step {down['stall']['step']}" in found[0].title
+    # AND the nodes that only saw the loss are named as such
+    assert sorted(s["host"] for s in found[0].evidence["also_saw"]) == ["node-a", "node-c"]
+
+
+def test_a_lab_whose_owner_was_killed_is_swept_by_the_next(tmp_path: Path) -> None:
+    # GIVEN a lab (2 nodes, a CPU quota on one) built by a process that is then killed with SIGKILL
+    why = Lab.available()
+    if why:
+        pytest.skip(why)
+    script = tmp_path / "owner.py"
+    script.write_text(OWNER)
+    owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(REPO / "scripts")})
+    assert owner.stdout is not None
+    tag = owner.stdout.readline().strip()
+    assert tag.startswith("ptlab-"), tag
+    os.kill(owner.pid, signal.SIGKILL)
+    owner.wait()
+    left = [ns for ns in _namespaces() if ns.startswith(tag)]
+    assert len(left) == 3  # nothing cleaned up: it had no chance
+    # WHEN stale labs are swept (every new Lab does so first)
+    removed = sweep_stale()
+    # THEN its namespaces, their /etc/netns files and its cgroup are gone
+    assert not [ns for ns in _namespaces() if ns.startswith(tag)]
+    assert not list(Path("/etc/netns").glob(f"{tag}*")) and any(tag in r for r in removed)
+    assert not [g for root in (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup/unified")) for g in root.glob(f"{tag}*")]
+
+
+OWNER = """
+import contextlib, sys, time
+from netlab import Lab
+lab = Lab(["node-a", "node-b"]).__enter__()
+quota = lab.cpu_quota(lab.nodes[1], 0.5)
+quota.__enter__()
+print(lab.tag, flush=True)
+time.sleep(60)
+"""
+
+
+def _namespaces() -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
