@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -19,6 +20,7 @@ from perftracker.cli.options import (
     sysfs_root_option,
     writable_folder,
 )
+from perftracker.cli.progress import parsing_progress
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, terminal
 from perftracker.collectors.loading import LoadOptions, default_cache_dir, load_jobs
 from perftracker.errors import UsageError
@@ -82,10 +84,12 @@ def analyze(
                           sysfs_host=host_name() if sysfs_root is not None else "", job=job)
     console = terminal()
     if each_job:
-        findings = _analyze_each_job(console, path, out, options, hta_compat, quiet)
+        with parsing_progress(quiet) as progress:
+            findings = _analyze_each_job(console, path, out, replace(options, progress=progress), hta_compat, quiet)
         raise typer.Exit(fail_on_exit(findings, threshold))
     try:
-        result = analyze_path(path, out, options, hta_compat=hta_compat)
+        with parsing_progress(quiet) as progress:
+            result = analyze_path(path, out, replace(options, progress=progress), hta_compat=hta_compat)
     except ReportNotWritten as exc:  # the analysis finished: its verdict is said, then what could not be written
         _print_result(console, exc.result, quiet, written=False)
         raise

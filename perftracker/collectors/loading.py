@@ -12,9 +12,9 @@ Store per job).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,8 @@ class LoadOptions:
     sysfs_root: Path | None = None  # this node's /sys (or a copy) for the NCCL/RDMA rules
     sysfs_host: str = ""  # the name of the node whose sysfs that is (the command computes it once)
     job: str | None = None  # the label of the one job to load where the traces are of several (collectors.jobs)
+    # called with (files parsed, files in all) as the map step goes (the CLI's progress display on a TTY)
+    progress: Callable[[int, int], None] | None = field(default=None, compare=False, repr=False)
 
 
 def default_cache_dir() -> Path:
@@ -175,12 +177,21 @@ def _map_traces(inputs: Inputs, options: LoadOptions) -> list[FileResult]:
     paths = [str(p) for p in inputs.traces]
     workers = options.workers or (os.cpu_count() or 1)
     workers = max(1, min(workers, len(paths)))
-    if workers == 1 or len(paths) <= 1:
-        return [load_one(p, options.cache_dir, options.comm_kernel_files, options.comm_kernel_patterns) for p in paths]
     n = len(paths)
+    report = options.progress or (lambda done, total: None)
+    report(0, n)
+    if workers == 1 or n <= 1:
+        results = []
+        for path in paths:
+            results.append(load_one(path, options.cache_dir, options.comm_kernel_files, options.comm_kernel_patterns))
+            report(len(results), n)
+        return results
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(load_one, paths, [options.cache_dir] * n, [options.comm_kernel_files] * n,
-                             [options.comm_kernel_patterns] * n))
+        futures = [pool.submit(load_one, path, options.cache_dir, options.comm_kernel_files,
+                               options.comm_kernel_patterns) for path in paths]
+        for done, _ in enumerate(as_completed(futures), start=1):
+            report(done, n)
+        return [f.result() for f in futures]
 
 
 def _reduce_traces(store: Store, results: list[FileResult]) -> None:
