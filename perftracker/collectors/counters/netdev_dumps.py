@@ -19,7 +19,6 @@ a note, since rates need sample times.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,7 +26,9 @@ from typing import Any
 
 import pandas as pd
 
+from perftracker.bounded import LineBlocks, iter_lines, loads_json, read_head, read_text
 from perftracker.collectors.counters import netdev, prometheus
+from perftracker.errors import InputError
 from perftracker.store import LoadNote
 from perftracker.store.schema import conform
 
@@ -124,38 +125,37 @@ def load_ip_link_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
     samples = _Samples(path.name.split(".")[0])
     current: dict[str, Any] | None = None
     pending: tuple[dict[str, str], list[str]] | None = None
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for raw in handle:
-            line = raw.rstrip("\n")
-            if _header(line.strip(), samples):
-                current = pending = None
-                continue
-            link = _LINK.match(line)
-            if link:
-                current = samples.iface(link.group("name"))
-                pending = None
-                if current is not None:
-                    flags = set(link.group("flags").split(","))
-                    current["admin_up"] = "UP" in flags
-                    current["carrier"] = 1 if "LOWER_UP" in flags else 0
-                    state = re.search(r"\bstate (\S+)", link.group("rest"))
-                    mtu = re.search(r"\bmtu (\d+)", link.group("rest"))
-                    if state:
-                        current["operstate"] = state.group(1).lower()
-                    if mtu:
-                        current["mtu"] = int(mtu.group(1))
-                continue
-            block = _BLOCK.match(line)
-            if block and current is not None:
-                names = _RX if block.group("dir") == "RX" else _TX
-                pending = (names, block.group("names").split())
-                continue
-            if pending is not None and current is not None:
-                names, columns = pending
-                for column, value in zip(columns, line.split()):
-                    if column in names and value.isdigit():
-                        current["counters"][names[column]] = int(value)
-                pending = None
+    for _, raw in iter_lines(LineBlocks(path)):  # regular files only, under the cap, lines cut
+        line = raw.rstrip("\n")
+        if _header(line.strip(), samples):
+            current = pending = None
+            continue
+        link = _LINK.match(line)
+        if link:
+            current = samples.iface(link.group("name"))
+            pending = None
+            if current is not None:
+                flags = set(link.group("flags").split(","))
+                current["admin_up"] = "UP" in flags
+                current["carrier"] = 1 if "LOWER_UP" in flags else 0
+                state = re.search(r"\bstate (\S+)", link.group("rest"))
+                mtu = re.search(r"\bmtu (\d+)", link.group("rest"))
+                if state:
+                    current["operstate"] = state.group(1).lower()
+                if mtu:
+                    current["mtu"] = int(mtu.group(1))
+            continue
+        block = _BLOCK.match(line)
+        if block and current is not None:
+            names = _RX if block.group("dir") == "RX" else _TX
+            pending = (names, block.group("names").split())
+            continue
+        if pending is not None and current is not None:
+            names, columns = pending
+            for column, value in zip(columns, line.split()):
+                if column in names and value.isdigit():
+                    current["counters"][names[column]] = int(value)
+            pending = None
     rows, ifaces = samples.rows(str(path))
     notes = [] if rows else [LoadNote("warning", str(path), "`ip -s link` output without time lines (`date +%s.%N` "
                                       "or `# ts_ns=N` before each) was skipped: rates need sample times")]
@@ -165,30 +165,29 @@ def load_ip_link_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
 def load_sysfs_net_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
     """(netdev rows, net_ifaces rows, notes) of repeated `grep -H .` dumps of /sys/class/net files."""
     samples = _Samples(path.name.split(".")[0])
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for raw in handle:
-            text = raw.strip()
-            if _header(text, samples):
-                continue
-            m = _SYSFS.match(text)
-            if not m:
-                continue
-            data = samples.iface(m.group("iface"))
-            if data is None:
-                continue
-            name, value = m.group("file"), m.group("value")
-            if name == "operstate":
-                data["operstate"] = value.lower()
-            elif name == "flags" and value.startswith("0x"):
-                data["admin_up"] = bool(int(value, 16) & netdev.IFF_UP)
-            elif value.lstrip("-").isdigit():
-                number = int(value)
-                if name in ("carrier", "mtu"):
-                    data[name] = number
-                elif name == "speed":
-                    data["speed_mbps"] = number
-                elif m.group("stats") or name.startswith("carrier_"):
-                    data["counters"][name] = number
+    for _, raw in iter_lines(LineBlocks(path)):  # regular files only, under the cap, lines cut
+        text = raw.strip()
+        if _header(text, samples):
+            continue
+        m = _SYSFS.match(text)
+        if not m:
+            continue
+        data = samples.iface(m.group("iface"))
+        if data is None:
+            continue
+        name, value = m.group("file"), m.group("value")
+        if name == "operstate":
+            data["operstate"] = value.lower()
+        elif name == "flags" and value.startswith("0x"):
+            data["admin_up"] = bool(int(value, 16) & netdev.IFF_UP)
+        elif value.lstrip("-").isdigit():
+            number = int(value)
+            if name in ("carrier", "mtu"):
+                data[name] = number
+            elif name == "speed":
+                data["speed_mbps"] = number
+            elif m.group("stats") or name.startswith("carrier_"):
+                data["counters"][name] = number
     rows, ifaces = samples.rows(str(path))
     notes = [] if rows else [LoadNote("warning", str(path), "/sys/class/net dump without time lines (`date +%s.%N` "
                                       "or `# ts_ns=N` before each) was skipped: rates need sample times")]
@@ -197,7 +196,7 @@ def load_sysfs_net_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str
 
 def load_node_network(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
     """(netdev rows, net_ifaces rows, notes) of node exporter `node_network_*` / `node_netstat_Tcp*` samples."""
-    samples = prometheus.parse_text(path.read_text(encoding="utf-8", errors="replace"))
+    samples = prometheus.parse_text(read_text(path)[0])
     default = path.name.split(".")[0]
     rows: list[dict[str, Any]] = []
     ifaces: dict[tuple[str, str], dict[str, Any]] = {}
@@ -233,11 +232,7 @@ def load_node_network(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
 
 
 def _head(path: Path) -> str:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(_HEAD_BYTES).decode("utf-8", errors="replace")
-    except OSError:
-        return ""
+    return read_head(path, _HEAD_BYTES).decode("utf-8", errors="replace")  # "" for a FIFO, device, ...
 
 
 def sniff_net(head: str) -> str:
@@ -245,7 +240,7 @@ def sniff_net(head: str) -> str:
     if head.lstrip().startswith("{"):
         first = head.lstrip().splitlines()[0]
         try:
-            rec = json.loads(first)
+            rec = loads_json(first)
         except ValueError:
             return ""
         return "net_jsonl" if isinstance(rec, dict) and netdev.looks_like_net_jsonl(rec) else ""
@@ -276,9 +271,9 @@ def load_net_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], lis
             continue
         try:
             r, i, n = _LOADERS[kind](path)
-        except OSError as exc:
+        except (OSError, InputError) as exc:
             notes.append(LoadNote("warning", str(path), f"network counter file could not be read: "
-                                  f"{exc.strerror or exc}"))
+                                  f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}"))
             continue
         rows.extend(r)
         ifaces.extend(i)
