@@ -220,16 +220,18 @@ def test_stragglers_from_traces_alone_beat_the_noise_of_real_clean_runs() -> Non
 
 
 def _step_files_only(run_dir: Path, dest: Path) -> Path:
-    """A copy of the run with only its step files (what the step-time rules read), fast to analyze."""
+    """A copy of the run with only its step files and sampled stacks (what the step-time and stack-profile
+    rules read), fast to analyze."""
     import shutil
 
     shutil.copytree(run_dir / "steps", dest / "steps")
+    shutil.copytree(run_dir / "profiles", dest / "profiles")
     return dest
 
 
-def test_step_time_rules_stay_quiet_on_real_clean_runs_from_their_step_files(tmp_path: Path) -> None:
-    # GIVEN the step files of the 21 clean real runs (4 ranks sharing 2 cores with whatever else runs
-    # here: step times wander by tens of percent within a run)
+def test_step_time_and_stack_rules_stay_quiet_on_real_clean_runs(tmp_path: Path) -> None:
+    # GIVEN the step files and py-spy recordings of the 21 clean real runs (4 ranks sharing 2 cores with
+    # whatever else runs here: step times wander by tens of percent within a run)
     from perftracker.analyzers.analysis import Analysis
     from perftracker.analyzers.findings import Severity
     from perftracker.analyzers.registry import run_analyzers
@@ -238,12 +240,13 @@ def test_step_time_rules_stay_quiet_on_real_clean_runs_from_their_step_files(tmp
     clean = [run for run in RUNS if run["scenario"] == "clean"]
     for run in clean:
         store = load_path(_step_files_only(CORPUS / run["name"], tmp_path / run["name"]), LoadOptions(workers=1))
-        # WHEN the step-time rules judge them (unstable steps, step imbalance, phase stragglers, slowdowns)
-        found = [f for f in run_analyzers(Analysis(store)) if f.analyzer in ("steps", "degradation")]
+        # WHEN the step-time rules (unstable steps, step imbalance, phase stragglers, slowdowns) and the
+        # stack-profile rule judge them
+        found = [f for f in run_analyzers(Analysis(store)) if f.analyzer in ("steps", "degradation", "stack_profile")]
         titles = [f.title for f in found if f.severity >= Severity.WARNING]
         if titles:
             loud[run["name"]] = titles
     # THEN at most one run gets a warning (before the significance tests: 12 of 21; the one left is
     # clean-unpinned-32, whose whole machine got 80% slower for its last 16 steps, named as all ranks
-    # at once on that host)
+    # at once on that host; the stack-profile rule named no clean run before or after)
     assert len(clean) >= 20 and len(loud) <= 1, loud
