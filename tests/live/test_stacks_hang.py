@@ -370,16 +370,17 @@ def test_attach_by_run_id_with_short_stack_interval(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_attach_keeps_going_when_the_job_exits(tmp_path: Path) -> None:
-    # GIVEN a healthy job that ends ~15 s from now
-    job = launch_job(tmp_path / "job", 4, ["--steps", "400", "--width", "256", "--batch", "64"])
+    # GIVEN a healthy job that ends ~15 s from now (its steps mostly sleep, so a busy machine does not stretch
+    # it past attach's duration)
+    job = launch_job(tmp_path / "job", 4, ["--steps", "250", "--step-sleep", "0.05", "--width", "64", "--batch", "16"])
     try:
         wait_workers(job, 4)
         wait_steps(tmp_path / "job", 0, 1)
         # WHEN attach runs with a duration longer than the job
         out = tmp_path / "run"
         started = time.monotonic()
-        res = subprocess.run(attach_command(f"pid:{job.pid}", out, 50, "--stack-interval", "2"),
-                             capture_output=True, text=True, check=False, timeout=120)
+        res = subprocess.run(attach_command(f"pid:{job.pid}", out, 90, "--stack-interval", "2"),
+                             capture_output=True, text=True, check=False, timeout=150)
         took = time.monotonic() - started
         job.wait(timeout=30)
     finally:
@@ -387,6 +388,6 @@ def test_attach_keeps_going_when_the_job_exits(tmp_path: Path) -> None:
     # THEN attach stops when the job exits, says so, keeps what it wrote, exits 0, and finds no hang
     assert res.returncode == 0, res.stdout + res.stderr
     assert "Stopped (job-exited)" in res.stdout and "exited while attached" in res.stdout
-    assert took < 45 and (out / "manifest.json").is_file() and any((out / "stacks").iterdir())
+    assert took < 80 and (out / "manifest.json").is_file() and any((out / "stacks").iterdir())
     doc = json.loads((out / "perftracker-out" / "findings.json").read_text())
     assert not [f for f in doc["findings"] if f["analyzer"] == "hang"]
