@@ -6,7 +6,9 @@ launcher and the workers: /proc/PID/fd/* and the flags in /proc/PID/fdinfo/*) an
 they hold open for writing (O_WRONLY / O_RDWR) and look like logs (`*.log`, `*.txt`, `*.out`, `*.err`),
 each once (by real path) with the first pid and fd it was seen on; and `pipes`, the stdout/stderr
 that are pipes or terminals. A pipe is never read: reading it would take the lines away from whoever
-reads the job's output (the terminal, `tee`, the scheduler), so only its existence is reported.
+reads the job's output (the terminal, `tee`, the scheduler), so only its existence is reported; `ours`
+are the pipes this process itself reads (`perftracker run` passes the job's output through and keeps a
+copy, which the caller can read instead).
 Files under `exclude` (the run directory perftracker writes) and the job's traces, checkpoints and
 other data (anything without a log suffix, unless it is fd 1 or 2) are left out. Only /proc is read;
 processes that exit or deny access meanwhile are skipped. At most `MAX_FDS` descriptors per process.
@@ -44,6 +46,20 @@ class OutputFile:
 class JobOutputs:
     files: list[OutputFile] = field(default_factory=list)
     pipes: list[tuple[int, int, str]] = field(default_factory=list)  # (pid, fd, what it is: pipe:[..], /dev/pts/3)
+    ours: list[tuple[int, int, str]] = field(default_factory=list)  # pipes this process reads (`perftracker run`)
+
+
+def _own_pipes() -> set[str]:
+    """The pipes this process holds (`perftracker run` reads the job's stdout/stderr through them)."""
+    held = set()
+    for fd in _fds(os.getpid()):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("pipe:"):
+            held.add(target)
+    return held
 
 
 def _open_for_writing(pid: int, fd: int) -> bool:
@@ -74,6 +90,7 @@ def find_job_outputs(pids: Iterable[int], exclude: Iterable[Path] = ()) -> JobOu
     """See the module docstring."""
     skip = [Path(os.path.realpath(p)) for p in exclude]
     found = JobOutputs()
+    own = _own_pipes()
     seen: dict[Path, OutputFile] = {}
     for pid in dict.fromkeys(pids):
         for fd in _fds(pid):
@@ -83,7 +100,7 @@ def find_job_outputs(pids: Iterable[int], exclude: Iterable[Path] = ()) -> JobOu
                 continue
             if not target.startswith("/") or target.endswith(" (deleted)"):  # pipe:[1], socket:[..], anon_inode:..
                 if fd in (1, 2) and target.startswith("pipe:"):
-                    found.pipes.append((pid, fd, target))
+                    (found.ours if target in own else found.pipes).append((pid, fd, target))
                 continue
             path = Path(target)
             try:

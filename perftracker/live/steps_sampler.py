@@ -19,7 +19,8 @@ per rank, step durations) current for the live panel and the hang detector. Sour
   parser and limits (records get ``"source": "job-output"`` and the file). A file only one worker
   writes gives its lines that worker's rank when they carry no rank prefix. A (rank, step) is written
   once whatever file it came from, and never for a rank the hook already times. Pipes and terminals are
-  not read (that would steal the job's output): a note says so. The files found are named in a note.
+  not read (that would steal the job's output): a note says so; under `perftracker run`, which reads the
+  job's output pipes itself, its copies in ``output/`` are read instead. The files found are named in a note.
 
 No source: one note naming the hook line and ``--job-log``. Never raises into the session.
 """
@@ -148,10 +149,17 @@ class StepsSampler:
         exclude = [ctx.run_dir] + ([self.job_log] if self.job_log is not None else [])
         found = find_job_outputs(pids, exclude=exclude)
         rank_of = {w.pid: w.rank for w in ctx.job.workers}
+        if found.ours:  # `perftracker run` reads these pipes itself: its copies (live/launch.py) are the output
+            for copy in sorted((ctx.run_dir / "output").glob("launcher.std*.log")):
+                self.logs.append(_LogSource(LineTail.at_tail(copy, LOG_BACKLOG_BYTES), StepLineParser(host=ctx.host),
+                                            "job-output"))
         for out in found.files:
             writers = {rank_of[p] for p in out.pids if p in rank_of}
             parser = StepLineParser(host=ctx.host, default_rank=writers.pop() if len(writers) == 1 else -1)
             self.logs.append(_LogSource(LineTail.at_tail(out.path, LOG_BACKLOG_BYTES), parser, "job-output"))
+        if found.ours:
+            ctx.note("steps: reading step lines from the job's output as `perftracker run` passes it through "
+                     f"({ctx.run_dir / 'output'})")
         if found.files:
             shown = "; ".join(out.label for out in found.files[:8])
             more = f" and {len(found.files) - 8} more" if len(found.files) > 8 else ""

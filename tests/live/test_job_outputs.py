@@ -88,17 +88,27 @@ def test_a_childs_open_log_is_found_and_its_step_lines_read(tmp_path: Path) -> N
 
 
 def test_a_pipe_is_reported_and_never_read(tmp_path: Path) -> None:
-    # GIVEN a child whose stdout is a pipe someone else reads
+    # GIVEN a child whose stdout is a pipe: first read by this process (as `perftracker run` reads the job's
+    # output), then handed to another reader (`cat`, as a terminal, tee or a scheduler would be)
     child = _child(tmp_path, subprocess.PIPE)
+    assert child.stdout is not None
+    reader: subprocess.Popen[bytes] | None = None
     try:
-        # WHEN its descriptors are looked at
-        found = find_job_outputs([child.pid])
+        # WHEN its descriptors are looked at in each case
+        while_ours = find_job_outputs([child.pid])
+        reader = subprocess.Popen(["cat"], stdin=child.stdout, stdout=subprocess.DEVNULL)
+        child.stdout.close()
+        theirs = find_job_outputs([child.pid])
     finally:
         child.kill()
         child.wait()
-    # THEN the pipe is listed as such (not opened), the log it holds open is still found
-    assert [(fd, what.startswith("pipe:")) for _, fd, what in found.pipes] == [(1, True)]
-    assert [f.path.name for f in found.files] == ["train.log"]
+        if reader is not None:
+            reader.kill()
+            reader.wait()
+    # THEN the pipe is told apart (ours, or someone else's: listed, never opened); the log it holds is found
+    assert [fd for _, fd, _ in while_ours.ours] == [1] and while_ours.pipes == []
+    assert [(fd, what.startswith("pipe:")) for _, fd, what in theirs.pipes] == [(1, True)] and theirs.ours == []
+    assert [f.path.name for f in theirs.files] == ["train.log"]
 
 
 def test_lightning_and_torchtitan_lines_as_the_projects_print_them() -> None:
