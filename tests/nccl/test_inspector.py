@@ -198,3 +198,23 @@ def test_run_directory_copy_and_job_file_of_one_process_count_once(tmp_path: Pat
     table = store["nccl_collectives"]
     assert len(table) == len(table.drop_duplicates(["pid", "comm_id", "seq"])) == 2 * 48
     assert any("more than one file" in n.message for n in store.notes)
+
+
+def test_two_ranks_late_together_are_one_finding_naming_both() -> None:
+    # GIVEN one 8-rank communicator whose ranks 2 and 3 (one host) arrive 1 ms late at each of 40 collectives
+    rows = []
+    for seq in range(40):
+        for rank in range(8):
+            late_us = 1000 if rank in (2, 3) else 0
+            jitter_us = 20 * ((seq * 7 + rank * 3) % 5)
+            rows.append({"rank": rank, "host": "n1" if rank in (2, 3) else "n0", "pid": rank, "comm_id": "0xa",
+                         "comm_name": "world", "comm_rank": rank, "comm_size": 8, "kind": "coll", "op": "AllReduce",
+                         "seq": seq, "bytes": 1 << 24, "dur_ns": (3000 - late_us + jitter_us) * 1000,
+                         "dump_ns": seq * 10**8})
+    store = Store()
+    store.set_table("nccl_collectives", conform("nccl_collectives", pd.DataFrame(rows)))
+    # WHEN judged
+    found = analyze_inspector_stragglers(Analysis(store))
+    # THEN one finding names the pair and their host
+    assert [(f.ranks, f.hosts) for f in found] == [((2, 3), ("n1",))]
+    assert found[0].title.startswith("Ranks 2, 3 arrive last")

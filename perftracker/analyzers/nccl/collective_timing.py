@@ -19,8 +19,11 @@ Promise:
   `significance.judge_outliers` must pass independent units, and blocks spanning at least a step each
   come close when the window holds at least as many steps as blocks), each rank's value in a block
   is its median lateness, and `judge_outliers` decides whether one rank (or a group) is the late one
-  beyond this run's noise, at a family-wise `ALPHA` split over the communicators judged. A rank named
-  by several communicators is one finding listing them. A clean run gives nothing.
+  beyond this run's noise, at a family-wise `ALPHA` split over the communicators judged. A rank (or
+  group) named by several communicators is one finding listing them. A clean run gives nothing. The
+  cost is the others' wait per collective; as a share of time, that wait over the communicator's
+  average interval between collectives (from the dump timestamps); per step only when step times are
+  known, else the per-collective wait stands for it (`evidence.cost_basis`).
 """
 
 from __future__ import annotations
@@ -102,21 +105,21 @@ def analyze_inspector_stragglers(analysis: Analysis) -> list[Finding]:
     if late.empty:
         return []
     comms = [c for c, part in late.groupby("comm_id") if part["rank"].nunique() >= 2]
-    verdicts: dict[int, list[tuple[str, pd.DataFrame, OutlierVerdict]]] = {}
+    verdicts: dict[tuple[int, ...], list[tuple[str, pd.DataFrame, OutlierVerdict]]] = {}
     for comm in comms:
         part = late[late["comm_id"] == comm]
         verdict = judge_outliers(_trials(part), min_effect=MIN_LATENESS_S, alpha=ALPHA / len(comms))
         if verdict.significant:
-            for rank in verdict.ranks:
-                verdicts.setdefault(int(rank), []).append((str(comm), part, verdict))
-    return [_finding(analysis.store, rank, named) for rank, named in sorted(verdicts.items())]
+            verdicts.setdefault(tuple(int(r) for r in verdict.ranks), []).append((str(comm), part, verdict))
+    return [_finding(analysis.store, ranks, named) for ranks, named in sorted(verdicts.items())]
 
 
-def _finding(store: Store, rank: int, named: list[tuple[str, pd.DataFrame, OutlierVerdict]]) -> Finding:
+def _finding(store: Store, ranks: tuple[int, ...], named: list[tuple[str, pd.DataFrame, OutlierVerdict]]) -> Finding:
     comm, part, verdict = max(named, key=lambda item: item[2].effect)
+    rank = ranks[0]
     name = str(part["comm_name"].iloc[0])
     members = sorted(int(r) for r in part["rank"].unique())
-    hosts = tuple(sorted({str(h) for h in part.loc[part["rank"] == rank, "host"] if str(h)}))
+    hosts = tuple(sorted({str(h) for h in part.loc[part["rank"].isin(ranks), "host"] if str(h)}))
     ops = ", ".join(sorted(set(part["op"]))[:4])
     window_s = max(float(part["dump_ns"].max() - part["dump_ns"].min()) / 1e9, 0.0)
     n_seq = int(part["seq"].nunique())
@@ -126,7 +129,7 @@ def _finding(store: Store, rank: int, named: list[tuple[str, pd.DataFrame, Outli
     per_step = share * float(steps.median()) if share and not steps.empty else verdict.effect
     stats = verdict.per_rank.get(rank)
     group = verdict.is_group
-    who = f"Ranks {rank_list(list(verdict.ranks))} arrive" if group else f"Rank {rank} arrives"
+    who = f"Ranks {rank_list(list(ranks))} arrive" if group else f"Rank {rank} arrives"
     evidence = {
         "source": "NCCL Inspector (per-rank collective kernel times)",
         "communicator": {"id": comm, "name": name, "size": int(part["comm_size"].max()), "ops": ops},
@@ -137,6 +140,7 @@ def _finding(store: Store, rank: int, named: list[tuple[str, pd.DataFrame, Outli
         "collectives": n_seq, "trials": verdict.trials, "members": members[:64],
         "times_last": stats.times_slowest if stats else 0,
         "window_s": round(window_s, 3), "wait_share_of_time": round(share, 4),
+        "cost_basis": "share of the run's step time" if share and not steps.empty else "wait per collective",
         "method": "lateness = the members' median exec time minus the rank's own, per collective; "
                   "blocks of consecutive collectives are the trials of the cross-rank significance test",
     }
@@ -148,5 +152,5 @@ def _finding(store: Store, rank: int, named: list[tuple[str, pd.DataFrame, Outli
               "every rank shows where its time goes).")
     return Finding(analyzer="nccl_straggler", severity=Severity.CRITICAL if share >= 0.2 else Severity.WARNING,
                    title=title, recommendation=advice, evidence=evidence,
-                   ranks=tuple(int(r) for r in verdict.ranks), hosts=hosts, confidence=verdict.confidence,
-                   cost=Cost(per_step, share), key=f"nccl_straggler:{rank}")
+                   ranks=ranks, hosts=hosts, confidence=verdict.confidence,
+                   cost=Cost(per_step, share), key=f"nccl_straggler:{','.join(map(str, ranks))}")
