@@ -7,6 +7,7 @@ Layout (format version 1)::
     <run>/steps/rank-<r>.jsonl          one JSON object per step (see STEP_RECORD below)
     <run>/env/rank-<r>.json             allow-listed environment of each rank
     <run>/nccl/<host>.<pid>.log         NCCL_DEBUG output as NCCL wrote it
+    <run>/inspector/<name>-pid<pid>.log  NCCL Inspector plugin output as NCCL wrote it (collectors/nccl/inspector.py)
     <run>/counters/<host>.rdma.jsonl    <run>/counters/<host>.gpu.jsonl    <run>/counters/<host>.net.jsonl
     <run>/stacks/<ts>/rank-<r>.json   py-spy dumps (JSON), <ts>-hang/ for the native dump taken on a hang
     <run>/profiles/rank-<r>.txt         sampled stacks (py-spy record --format raw --threads; flamegraph.pl
@@ -81,7 +82,7 @@ TRACE_SUFFIXES = (".json", ".json.gz")
 _SKIP_DIRS = {"tables", ".perftracker-cache", "__pycache__"}
 # Folders of a run directory whose JSON files are not traces.
 NON_TRACE_DIRS = {"env", "steps", "counters", "nccl", "stacks", "tables", "manifests", "output", "requests", "ranks",
-                  "fr", "errors", "profiles"}
+                  "fr", "errors", "profiles", "inspector"}
 _OUTPUT_FILES = {"findings.json", "store.json", "ground_truth.json", MANIFEST}
 
 

@@ -37,7 +37,8 @@ def _small_trace(rank: int, events: int = 120) -> bytes:
 def main() -> None:
     if OUT.exists():
         shutil.rmtree(OUT)
-    for sub in ("traces", "steps", "env", "nccl", "counters", "output", "fr", "errors", "profiles", "stacks/snap"):
+    for sub in ("traces", "steps", "env", "nccl", "counters", "output", "fr", "errors", "profiles", "stacks/snap",
+                "inspector"):
         (OUT / sub).mkdir(parents=True, exist_ok=True)
     manifest = json.loads((SAMPLES / "gloo-4rank-stall-rank2" / "manifest.json").read_text())
     manifest["world_size"] = 2
@@ -72,6 +73,8 @@ def main() -> None:
                                                          lines))
     for name, lines in (("node-a.nvidia-smi.csv", 8), ("node-b.dcgm.prom", 30), ("node-r.mlx5-roce.ethtool-S.txt", 40)):
         (OUT / "counters" / name).write_text(_head_lines(FIXTURES / "health" / name, lines))
+    for name in ("node-a-pid4100.log", "node-b-pid4105.log"):  # NCCL Inspector records of two ranks
+        (OUT / "inspector" / name).write_text(_head_lines(FIXTURES / "inspector" / "straggler" / name, 6))
     total = sum(p.stat().st_size for p in OUT.rglob("*") if p.is_file())
     print(f"wrote {OUT} ({total:,} bytes)")
 

@@ -87,6 +87,8 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("steps", ("steps/rank-0.jsonl",), _loader("perftracker.collectors.steps", "load_step_files")),
     Target("nccl", ("nccl/nodeC.3001.log", "output/job.log"),
            _loader("perftracker.collectors.nccl.inputs", "load_nccl_inputs")),
+    Target("inspector", ("inspector/node-a-pid4100.log", "inspector/node-b-pid4105.log"),
+           _loader("perftracker.collectors.nccl.inspector", "load_inspector_inputs")),
     Target("env", ("env/rank-0.json",), _loader("perftracker.collectors.env", "load_env_snapshots")),
     Target("counters", ("counters/gpu-node-1.gpu.jsonl", "counters/gpu-node-1.rdma.jsonl",
                         "counters/node-a.nvidia-smi.csv", "counters/node-b.dcgm.prom",

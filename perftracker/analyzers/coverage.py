@@ -61,9 +61,10 @@ def coverage(analysis: Analysis) -> list[Area]:
     flight = not store["collectives_fr"].empty
     failures = not store["failures"].empty
     sampled = judgeable(analysis)
+    inspector = store["nccl_collectives"]["rank"].nunique() >= 2  # NCCL Inspector records of two ranks or more
     areas = [
-        Area("stragglers and step time", trace_ranks or step_ranks or sampled,
-             _present(traces=trace_ranks, step_times=step_ranks, sampled_stacks=sampled),
+        Area("stragglers and step time", trace_ranks or step_ranks or sampled or inspector,
+             _present(traces=trace_ranks, step_times=step_ranks, sampled_stacks=sampled, NCCL_Inspector=inspector),
              f"{_TRACE_HINT}, or step times (the hook, or attach --job-log with the job's log), of at least "
              "two ranks"),
         Area("GPU kernels, overlap and idle time", bool(kinds & {"compute", "comm"}), _present(GPU_traces=True),
@@ -95,7 +96,7 @@ def coverage_dict(areas: list[Area]) -> dict[str, list[dict[str, Any]]]:
 def known_ranks(store: Store) -> list[int]:
     """Every rank any input names (traces, step files, environments, NCCL logs, stacks, failures)."""
     found: set[int] = set()
-    for table in ("ranks", "steps", "config", "nccl", "stacks", "collectives_fr"):
+    for table in ("ranks", "steps", "config", "nccl", "stacks", "collectives_fr", "nccl_collectives"):
         found |= {int(r) for r in store[table]["rank"].unique()}
     return sorted(r for r in found if r >= 0)
 
@@ -103,6 +104,6 @@ def known_ranks(store: Store) -> list[int]:
 def known_hosts(store: Store) -> list[str]:
     """Every host any input names."""
     found: set[str] = set()
-    for table in ("ranks", "config", "nccl", "stacks", "counters", "netdev"):
+    for table in ("ranks", "config", "nccl", "stacks", "counters", "netdev", "nccl_collectives"):
         found |= {str(h) for h in store[table]["host"].dropna().unique()}
     return sorted(h for h in found if h and h != "<NA>")

@@ -26,6 +26,8 @@ from perftracker.analyzers.health.rdma import analyze_rdma
 from perftracker.analyzers.health.rdma_pfc import analyze_rdma_pfc
 from perftracker.analyzers.health.topology import analyze_topology
 from perftracker.analyzers.inputs import analyze_inputs
+from perftracker.analyzers.nccl.collective_bandwidth import analyze_inspector_bandwidth
+from perftracker.analyzers.nccl.collective_timing import analyze_inspector_stragglers
 from perftracker.analyzers.nccl.config import analyze_nccl_config
 from perftracker.analyzers.stragglers.degradation import analyze_degradation
 from perftracker.analyzers.stragglers.stack_profile import analyze_stack_profile
@@ -61,6 +63,10 @@ BUILTIN: tuple[Analyzer, ...] = (
     Analyzer("links", analyze_links,
              "Ethernet links per host: flaps, errors and drops, links held below what the job asks, joined to its "
              "stalls"),
+    Analyzer("nccl_bandwidth", analyze_inspector_bandwidth,
+             "NCCL Inspector: a communicator's collectives slowing over time, or slower than its peers"),
+    Analyzer("nccl_straggler", analyze_inspector_stragglers,
+             "NCCL Inspector: the rank the others wait for at collectives, from per-rank kernel times"),
     Analyzer("nccl_config", analyze_nccl_config,
              "NCCL configuration and NCCL log problems (transport, NICs, GIDs, env values)"),
     Analyzer("overlap", analyze_overlap, "Communication hidden under compute, and exposed communication per step"),

@@ -23,6 +23,8 @@ from perftracker.analyzers.health.port_tables import (
     rdma_ports_table,
     rdma_throughput_table,
 )
+from perftracker.analyzers.nccl.collective_bandwidth import inspector_bandwidth_view
+from perftracker.analyzers.nccl.collective_timing import inspector_lateness_view
 from perftracker.analyzers.nccl.tables import (
     nccl_config_table,
     nccl_flagged_table,
@@ -79,6 +81,9 @@ REPORT_VIEWS: dict[str, TableView] = {
     "nccl_flagged": nccl_flagged_table,
     "nccl_transports": nccl_transports_table,
     "nccl_warns": nccl_warns_table,
+    # NCCL Inspector: per-rank lateness at each communicator's collectives, bandwidth per communicator and size
+    "inspector_lateness": inspector_lateness_view,
+    "inspector_bandwidth": inspector_bandwidth_view,
     # sampled stacks side by side
     "profile_ranks": profile_ranks_view,
     "profile_shares": profile_shares_view,

@@ -75,6 +75,7 @@ class _Scan:
     inputs: Inputs
     stack_files: list[Path]
     profile_files: list[Path]
+    inspector_files: list[Path]
     results: list[FileResult]
     groups: list[JobGroup]
 
@@ -116,12 +117,13 @@ def _scan(root: Path, options: LoadOptions) -> _Scan:
             str(root), "point analyze at a run directory, a folder of torch.profiler traces or of NCCL logs")
     stack_files = _take_stack_files(inputs)
     profile_files = _take_profile_files(inputs)
+    inspector_files = _take_inspector_files(inputs)
     _take_postmortem_files(inputs)
     results = _map_traces(inputs, options)
     facts = [trace_job_facts(Path(r.path), root, t.rank, t.world_size, t.device_name, t.pg_config,
                              wall_window(t.base_ns, t.start_ns, t.end_ns))
              for r in results if r.ok and (t := r.facts) is not None]
-    return _Scan(root, options, inputs, stack_files, profile_files, results, group_jobs(facts))
+    return _Scan(root, options, inputs, stack_files, profile_files, inspector_files, results, group_jobs(facts))
 
 
 def _build(scan: _Scan, group: JobGroup | None) -> Store:
@@ -151,11 +153,15 @@ def _build(scan: _Scan, group: JobGroup | None) -> Store:
         _add_nccl(store, inputs, scan.options)
         _add_counters(store, inputs)
         _add_stacks(store, scan.stack_files, scan.profile_files)
+        if scan.inspector_files:
+            from perftracker.collectors.nccl.inspector import load_inspector_inputs
+
+            _merge(store, *load_inspector_inputs(scan.inspector_files))  # NCCL Inspector per-collective records
         _add_postmortem(store, inputs)
         _merge(store, *load_execution_trace_inputs(inputs.other))  # PyTorch / Chakra execution traces
     if (store.events.empty and store.steps.empty and store["nccl"].empty and store["config"].empty
             and store["counters"].empty and store["netdev"].empty and store["stacks"].empty and store["profile_samples"].empty
-            and store["collectives_fr"].empty and store["failures"].empty):
+            and store["collectives_fr"].empty and store["failures"].empty and store["nccl_collectives"].empty):
         errors = "; ".join(n.message for n in store.notes if n.level == "error")
         raise InputError(f"none of the inputs could be used{f' ({errors})' if errors else ''}", str(root),
                          "check that these are torch.profiler traces, step files or NCCL logs")
@@ -166,7 +172,8 @@ def _note_other_jobs(store: Store, scan: _Scan, group: JobGroup) -> None:
     others = [g.describe() for g in scan.groups if g is not group]
     store.notes.append(LoadNote("warning", "jobs", f"these inputs hold {len(scan.groups)} jobs; this analysis is "
                                 f"{group.label} alone, not compared with the others: {'; '.join(others)}"))
-    left = [*scan.inputs.step_files, *scan.inputs.other, *scan.stack_files, *scan.profile_files]
+    left = [*scan.inputs.step_files, *scan.inputs.other, *scan.stack_files, *scan.profile_files,
+            *scan.inspector_files]
     if left:
         names = ", ".join(p.name for p in left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
         store.notes.append(LoadNote("warning", "jobs", f"{len(left)} inputs that are not traces ({names}) cannot "
@@ -286,6 +293,18 @@ def _take_profile_files(inputs: Inputs) -> list[Path]:
     found = [p for p in inputs.other if is_profile_file(p)]
     sidecars = {p.with_suffix(".json") for p in found}
     inputs.other = [p for p in inputs.other if p not in sidecars and not is_profile_file(p)]
+    return found
+
+
+def _take_inspector_files(inputs: Inputs) -> list[Path]:
+    """Move NCCL Inspector output (`<host>-pid<pid>.log` JSON lines, found by content) out of the other inputs,
+    so that no log loader reads it as a job or NCCL log."""
+    from perftracker.collectors.nccl.inspector import is_inspector_file
+
+    found = [p for p in inputs.other if is_inspector_file(p)]
+    if found:
+        taken = set(found)
+        inputs.other = [p for p in inputs.other if p not in taken]
     return found
 
 

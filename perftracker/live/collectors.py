@@ -7,6 +7,7 @@ from pathlib import Path
 
 from perftracker.live.env_snapshot import EnvSampler
 from perftracker.live.follow import FollowSampler
+from perftracker.live.inspector_sampler import InspectorSampler
 from perftracker.live.netdev_sampler import NetdevSampler
 from perftracker.live.nvml_sampler import NvmlSampler
 from perftracker.live.profile_sampler import ProfileSampler
@@ -29,6 +30,7 @@ class SamplerOptions:
     logs: bool = True
     steps: bool = True
     env: bool = True
+    inspector: bool = True  # follow NCCL Inspector output where the job's environment enables the plugin
     nccl_logs: list[Path] = field(default_factory=list)
     job_log: Path | None = None
     trace_steps: int = 0
@@ -46,6 +48,8 @@ def build_samplers(options: SamplerOptions) -> list[Sampler]:
         samplers.append(EnvSampler())
     if options.logs:
         samplers.append(FollowSampler(extra_logs=list(options.nccl_logs)))
+    if options.inspector:
+        samplers.append(InspectorSampler())
     if options.gpu:
         samplers.append(NvmlSampler(interval_s=options.interval_s))
     if options.rdma:

@@ -14,11 +14,21 @@ record in the run-directory format (`perftracker.rundir`), or None. Supported li
   smoothed rate), and logged dicts that carry ``'step'``/``'global_step'`` (step time by
   difference, as for DeepSpeed). Dicts without a step (``{'loss': ..., 'epoch': ...}``) and the
   final ``train_runtime`` summary carry no per-step time and are skipped.
+* PyTorch Lightning: its tqdm progress bar ``Epoch E:  45%|...| N/M [elapsed<left, X it/s, v_num=..., loss=...]``
+  (or ``s/it``; the logged metrics ride in the bar's postfix and carry no time of their own). The step is
+  E * M + N (M the batches of one epoch), so steps keep rising across epochs; the bars of validation,
+  testing, prediction and the sanity check are not training steps and are skipped (for every tqdm format).
+* torchtitan: the metrics logger's line ``step: N  loss: ...  memory: ...GiB(...%)  tps: ...  mfu: ...%``
+  (`torchtitan/components/metrics.py`, `MetricsProcessor.log`, printed every `--metrics.log_freq` steps
+  with colour codes, which are removed, after ``[titan] YYYY-MM-DD hh:mm:ss,mmm - root - INFO -``). It
+  prints no step time, so the step time is by difference, as for DeepSpeed; ``validate step:`` lines
+  are skipped.
 
 The rank is the one of a launcher prefix: torchrun ``--tee``/``--log-line-prefix-template``
 (``[default3]:``, ``[rank3]:``), OpenMPI ``--tag-output`` (``[1,3]<stdout>:``), or DeepSpeed's
 ``[Rank 3]``; else -1 (the job as a whole). ``default<N>`` is torchrun's *local* rank, which is the
-global rank on one node. A line's ``YYYY-MM-DD hh:mm:ss`` timestamp is read as local time.
+global rank on one node; a line without a prefix gets the parser's `default_rank` (-1 unless the
+caller knows the one worker writing the file). A line's ``YYYY-MM-DD hh:mm:ss`` timestamp is read as local time.
 Records get ``"source": "log"``. Progress bars written with carriage returns: split on ``\\r`` too.
 """
 
@@ -38,6 +48,10 @@ _DS_STEP = re.compile(r"(?:\]\s|^|\s)step=(\d+), skipped=\d+")
 _DS_TIMER = re.compile(r"global_step=(\d+), RunningAvgSamplesPerSec=")
 _TQDM = re.compile(r"(\d+)/(\d+) \[[0-9:]+<[0-9:?]+,\s*([0-9.]+)(it/s|s/it)")
 _DICT = re.compile(r"(\{'[a-z_]+': .*\})\s*$")
+_ANSI = re.compile(r"\x1b\[[0-9;]{0,16}m")
+_LIGHTNING_EPOCH = re.compile(r"(?:^|[\s:\]])Epoch (\d{1,9}):\s")
+_NOT_TRAINING_BAR = re.compile(r"(?:Validation|Validating|Sanity Checking|Testing|Predicting)\b[^|%]{0,40}:")
+_TITAN = re.compile(r"(?<!validate )(?<![A-Za-z_])step:\s{0,8}(\d{1,18})\s+loss:")
 
 
 def line_rank(line: str) -> int:
@@ -68,13 +82,18 @@ class StepLineParser:
     """Stateful: step-by-difference formats remember the previous (step, time) per rank and kind."""
 
     host: str = ""
+    default_rank: int = -1  # the rank of lines without a rank prefix (a file only one worker writes)
     previous: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
     last_tqdm: dict[int, int] = field(default_factory=dict)
 
     def feed(self, line: str, seen_ns: int) -> dict[str, Any] | None:
         if len(line) > 4096 or not any(key in line for key in ("iteration", "step", "it/s", "s/it")):
             return None
+        if "\x1b" in line:
+            line = _ANSI.sub("", line)
         rank = line_rank(line)
+        if rank < 0:
+            rank = self.default_rank
         stamp = line_time_ns(line)
         end_ns = stamp if stamp is not None else seen_ns
         megatron = _MEGATRON.search(line)
@@ -83,12 +102,22 @@ class StepLineParser:
             return self._record(rank, int(megatron.group(1)), end_ns - dur, end_ns, "megatron")
         tqdm = _TQDM.search(line)
         if tqdm:
-            step, rate, unit = int(tqdm.group(1)), float(tqdm.group(3)), tqdm.group(4)
-            if step <= self.last_tqdm.get(rank, -1) or rate <= 0 or step == 0:
+            if _NOT_TRAINING_BAR.search(line, 0, tqdm.start()):
+                return None
+            step, total, rate, unit = int(tqdm.group(1)), int(tqdm.group(2)), float(tqdm.group(3)), tqdm.group(4)
+            epoch = _LIGHTNING_EPOCH.search(line, 0, tqdm.start())
+            if step == 0:
+                return None
+            if epoch is not None:
+                step += int(epoch.group(1)) * total
+            if step <= self.last_tqdm.get(rank, -1) or rate <= 0:
                 return None
             self.last_tqdm[rank] = step
             dur = int(1e9 / rate) if unit == "it/s" else int(rate * 1e9)
-            return self._record(rank, step, end_ns - dur, end_ns, "hf-tqdm")
+            return self._record(rank, step, end_ns - dur, end_ns, "lightning" if epoch else "hf-tqdm")
+        titan = _TITAN.search(line)
+        if titan:
+            return self._by_difference("torchtitan", rank, int(titan.group(1)), end_ns, "torchtitan")
         for kind, pattern in (("deepspeed-step", _DS_STEP), ("deepspeed-timer", _DS_TIMER)):
             match = pattern.search(line)
             if match and kind == "deepspeed-timer" and any(k[0] == "deepspeed-step" for k in self.previous):

@@ -9,12 +9,20 @@ per rank, step durations) current for the live panel and the hang detector. Sour
   hooked when ``<spool>/ranks/rank-<r>.json`` names that worker's pid. Ranks that install the hook
   after attach started are picked up (rescan every 5 s). Records already in the spool when attach
   starts (the job's history, at most the last 16 MB per rank) are copied too.
-* ``--job-log FILE``: step lines of Megatron-LM, DeepSpeed and the Hugging Face Trainer
-  (`perftracker.live.step_lines`), written with the launcher prefix's rank, else rank -1
+* ``--job-log FILE``: step lines of Megatron-LM, DeepSpeed, the Hugging Face Trainer, PyTorch Lightning
+  and torchtitan (`perftracker.live.step_lines`), written with the launcher prefix's rank, else rank -1
   (``steps/rank--1.jsonl``). Lines already in the file when attach starts (its last 1 MB) are used
   only when they carry a timestamp. Log records feed ``ctx.progress`` only when no rank is hooked.
+* the job's own output, found without ``--job-log`` (`live/job_outputs.py`): the launcher's and the
+  workers' stdout/stderr when they are regular files, and the ``*.log``/``*.txt``/``*.out``/``*.err``
+  files they hold open for writing; each file is tailed once, like ``--job-log``, with the same
+  parser and limits (records get ``"source": "job-output"`` and the file). A file only one worker
+  writes gives its lines that worker's rank when they carry no rank prefix. A (rank, step) is written
+  once whatever file it came from, and never for a rank the hook already times. Pipes and terminals are
+  not read (that would steal the job's output): a note says so; under `perftracker run`, which reads the
+  job's output pipes itself, its copies in ``output/`` are read instead. The files found are named in a note.
 
-Neither source: one note naming the hook line and ``--job-log``. Never raises into the session.
+No source: one note naming the hook line and ``--job-log``. Never raises into the session.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import psutil
 
 from perftracker.collectors.steps import parse_step_line
 from perftracker.hooks import spool_dir
+from perftracker.live.job_outputs import find_job_outputs
 from perftracker.live.sampler import LiveContext
 from perftracker.live.step_lines import StepLineParser, line_time_ns
 from perftracker.rundir import append_jsonl, step_file
@@ -87,20 +96,35 @@ class _HookedRank:
 
 
 @dataclass
+class _LogSource:
+    """One text file read for step lines, with its own parser (formats by difference keep state per file)."""
+
+    tail: LineTail
+    parser: StepLineParser
+    source: str  # "log" (--job-log) | "job-output" (found on the job's descriptors)
+    records: int = 0
+
+
+@dataclass
 class StepsSampler:
     job_log: Path | None = None
     name: str = "steps"
     interval_s: float = 0.25  # the hang detector's floor is 1 s of no step: stay well under it
     hooked: dict[int, _HookedRank] = field(default_factory=dict)
     spools: dict[int, Path] = field(default_factory=dict)  # worker pid -> spool dir
-    log_tail: LineTail | None = None
-    parser: StepLineParser = field(default_factory=StepLineParser)
+    logs: list[_LogSource] = field(default_factory=list)
+    find_outputs: bool = True  # follow the job's own output files (live/job_outputs.py)
     records: int = 0
     log_records: int = 0
     next_scan: float = 0.0
+    last_written: dict[int, int] = field(default_factory=dict)  # rank -> last step written from a log
+
+    @property
+    def log_tail(self) -> LineTail | None:
+        """The --job-log tail, when one is read."""
+        return next((log.tail for log in self.logs if log.source == "log"), None)
 
     def start(self, ctx: LiveContext) -> None:
-        self.parser.host = ctx.host
         for w in ctx.job.workers:
             try:
                 env = psutil.Process(w.pid).environ()
@@ -112,8 +136,39 @@ class StepsSampler:
             if not self.job_log.is_file():
                 ctx.note(f"steps: --job-log {self.job_log} is not a file; no step lines read from it")
             else:
-                self.log_tail = LineTail.at_tail(self.job_log, LOG_BACKLOG_BYTES)
-                self._read_log(ctx, backlog=True)
+                self.logs.append(_LogSource(LineTail.at_tail(self.job_log, LOG_BACKLOG_BYTES),
+                                            StepLineParser(host=ctx.host), "log"))
+        if self.find_outputs:
+            self._find_outputs(ctx)
+        for log in self.logs:
+            self._read_log(ctx, log, backlog=True)
+
+    def _find_outputs(self, ctx: LiveContext) -> None:
+        """Tail the job's own output files (stdout/stderr files, logs it holds open for writing)."""
+        pids = ([ctx.job.launcher_pid] if ctx.job.launcher_pid else []) + ctx.job.pids
+        exclude = [ctx.run_dir] + ([self.job_log] if self.job_log is not None else [])
+        found = find_job_outputs(pids, exclude=exclude)
+        rank_of = {w.pid: w.rank for w in ctx.job.workers}
+        if found.ours:  # `perftracker run` reads these pipes itself: its copies (live/launch.py) are the output
+            for copy in sorted((ctx.run_dir / "output").glob("launcher.std*.log")):
+                self.logs.append(_LogSource(LineTail.at_tail(copy, LOG_BACKLOG_BYTES), StepLineParser(host=ctx.host),
+                                            "job-output"))
+        for out in found.files:
+            writers = {rank_of[p] for p in out.pids if p in rank_of}
+            parser = StepLineParser(host=ctx.host, default_rank=writers.pop() if len(writers) == 1 else -1)
+            self.logs.append(_LogSource(LineTail.at_tail(out.path, LOG_BACKLOG_BYTES), parser, "job-output"))
+        if found.ours:
+            ctx.note("steps: reading step lines from the job's output as `perftracker run` passes it through "
+                     f"({ctx.run_dir / 'output'})")
+        if found.files:
+            shown = "; ".join(out.label for out in found.files[:8])
+            more = f" and {len(found.files) - 8} more" if len(found.files) > 8 else ""
+            ctx.note(f"steps: reading step lines from the job's own output: {shown}{more}")
+        if found.pipes:
+            ctx.note(f"steps: {len(found.pipes)} stdout/stderr stream(s) of the job are pipes or terminals "
+                     f"(e.g. pid {found.pipes[0][0]} fd {found.pipes[0][1]}: {found.pipes[0][2]}); they are not "
+                     "read, since reading a pipe takes the lines from whoever reads the job's output: redirect "
+                     "it to a file (or `| tee FILE`, then --job-log FILE) to have step lines from it")
 
     def _scan(self, ctx: LiveContext, history: bool) -> None:
         """Find ranks whose hook is installed (by the pid in `<spool>/ranks/rank-<r>.json`)."""
@@ -149,25 +204,39 @@ class StepsSampler:
             records = [r for r in (parse_step_line(line) for line in lines) if r is not None]
             self.records += len(records)
             self._progress(ctx, records)
-        if self.log_tail is not None:
-            self._read_log(ctx)
+        for log in self.logs:
+            self._read_log(ctx, log)
 
-    def _read_log(self, ctx: LiveContext, backlog: bool = False) -> None:
-        assert self.log_tail is not None
-        lines = self.log_tail.read_lines()
+    def _read_log(self, ctx: LiveContext, log: _LogSource, backlog: bool = False) -> None:
+        lines = log.tail.read_lines()
         found = []
         now = time.time_ns()
         for raw in lines:
             line = raw.decode("utf-8", errors="replace")
             if backlog and line_time_ns(line) is None:
                 continue
-            record = self.parser.feed(line, now)
-            if record is not None:
+            record = log.parser.feed(line, now)
+            if record is not None and self._wanted(log, record):
+                if log.source != "log":
+                    record.update(source=log.source, file=str(log.tail.path))
                 append_jsonl(step_file(ctx.run_dir, int(record["rank"])), record)
                 found.append(record)
+        log.records += len(found)
         self.log_records += len(found)
         if not self.hooked:
             self._progress(ctx, found)
+
+    def _wanted(self, log: _LogSource, record: dict[str, Any]) -> bool:
+        """A log record is written once per (rank, step) whatever file it came from (the launcher's copy of a
+        worker's output holds the same lines), and one found on the job's own output only for ranks the hook
+        does not already time (rank -1: only while no rank is hooked)."""
+        rank, step = int(record["rank"]), int(record["step"])
+        if log.source != "log" and (rank in self.hooked or (rank < 0 and self.hooked)):
+            return False
+        if step <= self.last_written.get(rank, -1):
+            return False
+        self.last_written[rank] = step
+        return True
 
     @staticmethod
     def _progress(ctx: LiveContext, records: list[dict[str, Any]]) -> None:
@@ -187,24 +256,25 @@ class StepsSampler:
     def stop(self, ctx: LiveContext) -> None:
         self.sample(ctx)
         ranks = len(ctx.job.workers)
-        if not self.hooked and self.log_tail is None:
-            ctx.note(f"steps: no step times: the job has no perftracker hook and no --job-log was given; next "
-                     f"time add `{HOOK_LINE}` to the training script, or pass --job-log FILE (Megatron-LM, "
-                     "DeepSpeed or Hugging Face Trainer step lines)")
+        if not self.hooked and not self.log_records and not any(log.source == "log" for log in self.logs):
+            ctx.note(f"steps: no step times: the job has no perftracker hook, no --job-log was given and no step "
+                     f"lines were found in its output files; next time add `{HOOK_LINE}` to the training script, "
+                     "or pass --job-log FILE (Megatron-LM, DeepSpeed, Hugging Face Trainer, Lightning or "
+                     "torchtitan step lines)")
         elif self.hooked and len(self.hooked) < ranks:
             missing = sorted({w.rank for w in ctx.job.workers} - set(self.hooked))
             ctx.note(f"steps: {len(missing)} of {ranks} rank(s) have no perftracker hook "
                      f"({', '.join(map(str, missing[:16]))}); their steps are missing")
         elif self.log_tail is not None and not self.hooked and self.log_records == 0:
             ctx.note(f"steps: no step lines recognised in {self.job_log} (Megatron-LM `elapsed time per "
-                     "iteration`, DeepSpeed `step=`/`global_step=`, HF Trainer progress bar); "
-                     f"for exact per-rank steps add `{HOOK_LINE}`")
+                     "iteration`, DeepSpeed `step=`/`global_step=`, HF Trainer or Lightning progress bar, "
+                     f"torchtitan `step: N  loss:`); for exact per-rank steps add `{HOOK_LINE}`")
 
     def status(self) -> str:
         parts = []
         if self.hooked:
             parts.append(f"hook on {len(self.hooked)} rank(s), {self.records} step(s)")
-        if self.log_tail is not None:
-            parts.append(f"log: {self.log_records} step line(s)")
-        return ", ".join(parts) or "no hook found (yet), no --job-log"
+        if self.logs:
+            parts.append(f"log: {self.log_records} step line(s) from {len(self.logs)} file(s)")
+        return ", ".join(parts) or "no hook found (yet), no --job-log, no output file"
 

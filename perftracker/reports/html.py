@@ -35,7 +35,7 @@ from perftracker.reports.evidence import evidence_items
 from perftracker.reports.health_sections import gpu_section, rdma_section
 from perftracker.reports.json_report import verdict
 from perftracker.reports.kernel_section import kernels_section
-from perftracker.reports.nccl_section import nccl_section
+from perftracker.reports.nccl_section import inspector_section, nccl_section
 from perftracker.reports.profile_section import profile_section
 from perftracker.reports.sections import Section, SectionFn
 from perftracker.reports.trace_sections import (
@@ -50,7 +50,7 @@ from perftracker.store import LoadNote
 
 SECTIONS: tuple[SectionFn, ...] = (
     breakdown_section, overlap_section, kernels_section, steps_section, stragglers_section, timeline_section,
-    nccl_section, rdma_section, gpu_section, profile_section,
+    nccl_section, inspector_section, rdma_section, gpu_section, profile_section,
 )
 
 _ENV = jinja2.Environment(

@@ -1,8 +1,10 @@
-"""The report's NCCL section: configuration per host/rank (the variables findings are about highlighted),
-transports and NICs in use, and a WARN / error summary.
+"""The report's NCCL sections: configuration per host/rank (the variables findings are about highlighted),
+transports and NICs in use, and a WARN / error summary; and the NCCL Inspector tables (bandwidth per
+communicator and size, lateness per rank).
 
-Promise: returns None when the run has no NCCL to judge (no `nccl_summary` row); every string that
-came from a log, an environment or a finding is escaped by the section's template.
+Promise: `nccl_section` returns None when the run has no NCCL to judge (no `nccl_summary` row),
+`inspector_section` when it has no Inspector records; every string that came from a log, an
+environment or a finding is escaped by the sections' templates.
 """
 
 from __future__ import annotations
@@ -12,10 +14,15 @@ from typing import Any
 import pandas as pd
 
 from perftracker.analyzers.findings import Finding
-from perftracker.reports.sections import Section, Tables, table
+from perftracker.reports.sections import Section, Tables, grid, table
 
 TRANSPORT_COLUMNS = ("host", "transport", "network", "nics", "intra")
 WARN_COLUMNS = ("host", "pid", "message", "count", "file", "line")
+BANDWIDTH_COLUMNS = {"comm_name": "communicator", "comm_size": "ranks", "op": "op", "bytes": "bytes",
+                     "collectives": "collectives", "busbw_median_gbs": "busbw median GB/s",
+                     "busbw_p10_gbs": "busbw p10 GB/s", "transfer_median_ms": "transfer median ms"}
+LATENESS_COLUMNS = {"comm_name": "communicator", "rank": "rank", "host": "host", "collectives": "collectives",
+                    "median_lateness_ms": "median lateness ms", "median_exec_ms": "median kernel ms"}
 
 
 def _config(config: pd.DataFrame, flagged: pd.DataFrame) -> dict[str, Any]:
@@ -53,3 +60,13 @@ def nccl_section(tables: Tables, findings: list[Finding]) -> Section | None:
         "failing_links": [f.title for f in findings if f.evidence.get("flag") == "ib_completion_error"],
     }
     return Section("nccl", "NCCL", "section_nccl.html.j2", data)
+
+
+def inspector_section(tables: Tables, findings: list[Finding]) -> Section | None:
+    """The NCCL Inspector tables, or None when the run has no Inspector records."""
+    bandwidth, lateness = table(tables, "inspector_bandwidth"), table(tables, "inspector_lateness")
+    if bandwidth.empty and lateness.empty:
+        return None
+    data = {"bandwidth": grid(bandwidth, BANDWIDTH_COLUMNS) if not bandwidth.empty else {"rows": []},
+            "lateness": grid(lateness, LATENESS_COLUMNS) if not lateness.empty else {"rows": []}}
+    return Section("inspector", "NCCL collectives (Inspector)", "section_inspector.html.j2", data)

@@ -215,6 +215,34 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "input_shapes": "string",
         "input_types": "string",
     },
+    # Per-collective records of NCCL's Inspector profiler plugin (collectors/nccl/inspector.py), one row per
+    # (process, communicator, collective or p2p op). rank: the process's global rank (its rank in the largest
+    # communicator it belongs to); comm_rank / comm_size its place in this communicator. dur_ns is NCCL's
+    # exec time (the slowest channel's kernel on the GPU for timing kernel_gpu), algbw/busbw in GB/s as NCCL
+    # computed them; dump_ns the epoch time the line was written, start_ns the op's start (verbose output
+    # only, else -1). kind: coll | p2p; peer: the p2p peer (-1 for collectives).
+    "nccl_collectives": {
+        "rank": "int32",
+        "host": "category",
+        "pid": "int64",
+        "comm_id": "category",
+        "comm_name": "category",
+        "comm_rank": "int32",
+        "comm_size": "int32",
+        "nnodes": "int32",
+        "kind": "category",
+        "op": "category",
+        "seq": "int64",
+        "peer": "int32",
+        "bytes": "int64",
+        "dur_ns": "int64",
+        "algbw_gbs": "float64",
+        "busbw_gbs": "float64",
+        "timing": "category",
+        "dump_ns": "int64",
+        "start_ns": "int64",
+        "file": "string",
+    },
     # Failures read from job output and launcher logs, torchelastic error files and kernel logs
     # (collectors/joblogs.py). kind: timeout (NCCL watchdog) | gloo_timeout | exception | exit | xid.
     # ts_ns: epoch ns when the line says (-1 unknown); rank -1 when no rank is known.
