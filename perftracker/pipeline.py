@@ -18,7 +18,9 @@ written then renamed.
 
 from __future__ import annotations
 
+import math
 import os
+import shlex
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -41,6 +43,7 @@ from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.errors import OutputError, output_error
 from perftracker.reports import diff_html, json_report, timeline_trace
 from perftracker.reports import html as html_report
+from perftracker.reports.strip import summary_strip
 from perftracker.store import LoadNote, Store
 
 FINDINGS = "findings.json"
@@ -48,6 +51,7 @@ REPORT = "report.html"
 TABLES = "tables"
 DIFF_JSON = "diff.json"
 DIFF_HTML = "diff.html"
+TIMELINE = "timeline.json.gz"
 
 
 @dataclass
@@ -131,16 +135,25 @@ def analyze(analysis: Analysis) -> tuple[list[Finding], dict[str, pd.DataFrame],
 
 def _summary(analysis: Analysis, tables: Mapping[str, pd.DataFrame]) -> dict[str, Any]:
     store = analysis.store
-    stats = tables["step_stats"]
+    run = tables["run_summary"]
+    step = run.iloc[0] if not run.empty else None
     summary: dict[str, Any] = {
         "ranks": len(known_ranks(store)), "hosts": known_hosts(store),
         "coverage": coverage_dict(coverage(analysis)),
-        "step_time_s": float(stats["median_s"].median()) if not stats.empty else None,
+        "step_time_s": _finite(step["step_median_s"]) if step is not None else None,
+        "step_spread_across_ranks_s": (_finite(step["step_slowest_rank_s"] - step["step_fastest_rank_s"])
+                                       if step is not None else None),
         "hta_compat": analysis.options.hta_compat,
     }
     if store.run_info.synthetic_inputs:  # only runs that say so: a real run's summary has no such key
         summary["synthetic_inputs"] = [s.to_dict() for s in store.run_info.synthetic_inputs]
     return summary
+
+
+def _finite(value: Any) -> float | None:
+    """A float, or None for NaN (no steps, or a spread across fewer than two ranks)."""
+    number = float(value)
+    return None if math.isnan(number) else number
 
 
 def save_tables(tables: Mapping[str, pd.DataFrame], folder: Path) -> None:
@@ -176,7 +189,17 @@ def _render(out_dir: Path, tables: Mapping[str, pd.DataFrame], findings: list[Fi
                                 f"({why}). Re-run `perftracker analyze` to write them again.")
                        for name, why in failed)]
     html_report.render(out_dir / REPORT, findings, notes, sections, title=title, coverage=summary.get("coverage"),
-                       synthetic=summary.get("synthetic_inputs"))
+                       synthetic=summary.get("synthetic_inputs"), strip=summary_strip(tables, findings),
+                       timeline_command=timeline_command(title, out_dir, tables))
+
+
+def timeline_command(input_path: str, out_dir: Path, tables: Mapping[str, pd.DataFrame]) -> str:
+    """The `perftracker timeline` command that writes this run's merged timeline next to its report (run
+    from where `analyze` ran: the paths are as it was given them); "" when the run has no traces."""
+    has_traces = any(not tables.get(name, pd.DataFrame()).empty for name in ("ops", "kernels"))
+    if not has_traces:
+        return ""
+    return f"perftracker timeline {shlex.quote(input_path)} -o {shlex.quote(str(out_dir / TIMELINE))}"
 
 
 def render_report(out_dir: Path) -> Path:
