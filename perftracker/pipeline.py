@@ -223,6 +223,15 @@ def diff_side(path: Path, label: str, out_dir: Path, options: LoadOptions) -> Ru
     return side_from_tables(label, result.tables, result.findings)
 
 
+def side_report(path: Path, analyzed_into: Path) -> Path | None:
+    """The report.html of one side of a diff: that of the saved analysis it was read from, or the one
+    analyzed into `analyzed_into`; None when there is none."""
+    for folder in (path, path / "perftracker-out", analyzed_into):
+        if (folder / FINDINGS).is_file() and (folder / REPORT).is_file():
+            return folder / REPORT
+    return None
+
+
 def diff_paths(base: Path, new: Path, out_dir: Path, options: LoadOptions,
                tolerance: float = DEFAULT_TOLERANCE) -> tuple[RunDiff, dict[str, Any]]:
     """`perftracker diff`: both sides (analyzed into out_dir/base and out_dir/new where needed), compared;
@@ -232,8 +241,11 @@ def diff_paths(base: Path, new: Path, out_dir: Path, options: LoadOptions,
     out_dir.mkdir(parents=True, exist_ok=True)
     document = json_report.build(diff.findings, [], f"{base} -> {new}", {"diff": diff.summary})
     json_report.write(out_dir / DIFF_JSON, document)
+    reports = {label: side_report(path, out_dir / label) for label, path in (("base", base), ("new", new))}
     diff_html.render(out_dir / DIFF_HTML, diff.findings, diff.ops, diff.ranks, diff.summary,
-                     title=f"perftracker diff: {base} -> {new}")
+                     title=f"perftracker diff: {base} -> {new}",
+                     side_reports={label: Path(os.path.relpath(report, out_dir)).as_posix()
+                                   for label, report in reports.items() if report is not None})
     return diff, document
 
 
