@@ -40,7 +40,7 @@ from perftracker.analyzers.rootcause import link_findings
 from perftracker.analyzers.traces.merged_timeline import MergedTimeline, merged_timeline
 from perftracker.analyzers.views import REPORT_VIEWS
 from perftracker.collectors.loading import LoadOptions, load_path
-from perftracker.errors import OutputError, output_error
+from perftracker.errors import InputError, OutputError, output_error
 from perftracker.reports import diff_html, json_report, timeline_trace
 from perftracker.reports import html as html_report
 from perftracker.reports.strip import summary_strip
@@ -253,6 +253,10 @@ def timeline_path(path: Path, out: Path, options: LoadOptions, ranks: list[int] 
                   max_events: int) -> tuple[int, MergedTimeline]:
     """`perftracker timeline`: load, analyze (for the findings to mark and the clock offsets), merge, write."""
     analysis = Analysis(load_path(path, options))
+    if analysis.store.events.empty:
+        raise InputError("no profiler trace events to merge (no torch.profiler trace, or only empty ones)",
+                         str(path), "give timeline a run directory or a folder with one torch.profiler trace per "
+                         "rank (.json/.json.gz); `perftracker analyze` reads the other inputs")
     findings = rank_findings(run_analyzers(analysis))
     merged = merged_timeline(analysis, findings, ranks, steps, max_events)
     written = timeline_trace.write_trace(out, merged.events, merged.markers, merged.ranks, merged.steps,

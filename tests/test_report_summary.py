@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.coverage import run_summary_view
+from perftracker.analyzers.stragglers.steps import analyze_steps
 from perftracker.cli import app
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.pipeline import analyze_path
@@ -35,14 +36,17 @@ SLOWED = REPO / "tests" / "fixtures" / "accuracy" / "inproc-rank2-x5-16"
 
 def test_a_single_rank_has_no_spread_across_ranks() -> None:
     # GIVEN one rank's trace alone WHEN its run summary is computed
-    row = run_summary_view(Analysis(load_path(SLOWED / "traces" / "rank-0.pt.trace.json.gz",
-                                              LoadOptions(workers=1)))).iloc[0]
+    analysis = Analysis(load_path(SLOWED / "traces" / "rank-0.pt.trace.json.gz", LoadOptions(workers=1)))
+    row = run_summary_view(analysis).iloc[0]
     # THEN it has a step time and one rank, and no fastest/slowest rank to tell apart
     assert row["ranks"] == 1 and row["step_ranks"] == 1 and row["step_median_s"] > 0
     assert pd.isna(row["step_fastest_rank_s"]) and pd.isna(row["step_slowest_rank_s"])
     # AND the strip says "one rank" with its p90, never "spread across ranks"
     step = summary_strip({"run_summary": pd.DataFrame([row])}, [])[0]
     assert step.key == "step" and step.detail.startswith("one rank; p90 ") and "across ranks" not in step.detail
+    # AND so does the step-time finding (never "spread across ranks 0 us")
+    titles = [f.title for f in analyze_steps(analysis)]
+    assert titles and titles[0].startswith("Step time") and not any("across ranks" in t for t in titles)
 
 
 def test_the_strip_leaves_out_what_was_not_measured() -> None:
