@@ -59,3 +59,23 @@ def test_timeline_of_a_run_without_traces_is_one_line(tmp_path: Path) -> None:
     assert result.exit_code == 2 and not out.exists()
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("perftracker: ") and "no profiler trace events" in lines[0]
+
+
+def test_demo_from_a_wheel_says_where_the_samples_are(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN perftracker installed away from any checkout (as from a wheel), run where there is no sample_traces/
+    import perftracker.cli.demo as demo_module
+    monkeypatch.setattr(demo_module, "__file__", str(tmp_path / "site-packages" / "perftracker" / "cli" / "demo.py"))
+    monkeypatch.chdir(tmp_path)
+    # WHEN the demo runs THEN it says in one line (exit 2) that a wheel carries no samples and what to do
+    result = CliRunner().invoke(app, ["demo", "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2
+    line = result.output.strip()
+    assert "\n" not in line and line.startswith("perftracker: demo: the sample runs are not installed")
+    assert "--samples DIR" in line and "scripts/demo.sh" in line
+    # AND --samples points it at a copy (here an empty one, which it names)
+    (tmp_path / "copy").mkdir()
+    result = CliRunner().invoke(app, ["demo", "--samples", str(tmp_path / "copy"), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "no sample run in sample_traces/" in result.output
+    # AND from ./sample_traces it finds them by itself
+    (tmp_path / "sample_traces").mkdir()
+    assert demo_module.sample_traces_dir() == tmp_path / "sample_traces"
