@@ -27,6 +27,7 @@ from perftracker.analyzers.stragglers.steps import analyze_steps
 from perftracker.cli import app
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.pipeline import analyze_path
+from perftracker.reports.charts import step_time_chart
 from perftracker.reports.evidence import number
 from perftracker.reports.strip import summary_strip
 
@@ -87,3 +88,12 @@ def test_report_top_and_its_timeline_command_work(tmp_path: Path, monkeypatch: p
     trace = json.loads(gzip.decompress(Path("out/timeline.json.gz").read_bytes()))
     names = {e["pid"] for e in trace["traceEvents"] if e.get("ph") == "M" and e.get("name") == "process_name"}
     assert names == {0, 1, 2, 3}
+
+
+def test_the_step_chart_bar_goes_up_to_p90_only() -> None:
+    # GIVEN per-rank step stats WHEN charted
+    stats = pd.DataFrame({"rank": [0, 1], "median_s": [0.039, 0.041], "p90_s": [0.052, 0.054]})
+    error = step_time_chart(stats)["data"][0]["error_y"]  # type: ignore[index]
+    # THEN the bar reaches from the median up to the p90, and nothing is drawn below the median (it is no p10)
+    assert error["symmetric"] is False and error["arrayminus"] == [0.0, 0.0]
+    assert error["array"] == pytest.approx([13.0, 13.0])
