@@ -31,7 +31,7 @@ class PerftrackerError(Exception):
         return ". ".join(p.rstrip(".") for p in parts) + "."
 
 
-_PLAIN_WORD = re.compile(r"[a-z]+,?")
+_PLAIN_WORD = re.compile(r"[a-z]+(?:-[a-z]+)*,?")  # "post-mortem" is a word; "a/b", "x.json" are not
 _NAMES = frozenset({"perftracker", "torchrun", "py-spy", "nvidia-smi", "ethtool"})  # commands keep their case
 
 

@@ -44,6 +44,7 @@ def test_sentences_keep_paths_and_commands_as_written() -> None:
     # GIVEN hints that start with a plain word, a relative path, a command
     # THEN only the plain word is capitalized
     assert sentence_start("give -o a folder") == "Give -o a folder"
+    assert sentence_start("post-mortem inputs: 1 job log") == "Post-mortem inputs: 1 job log"
     assert sentence_start("shared/traces/rank0.json: cut off") == "shared/traces/rank0.json: cut off"
     assert sentence_start("perftracker run -- python train.py") == "perftracker run -- python train.py"
     assert InputError("cannot read", "x.json", "sample_traces/README.md says where").message == \
