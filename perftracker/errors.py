@@ -1,12 +1,14 @@
 """Errors written for people: what went wrong, where, and what to do next.
 
 Every error that can reach a user derives from `PerftrackerError`; the CLI prints its `message`
-on one line and exits non-zero, never a traceback.
+on one line and exits non-zero, never a traceback. `sentence_start` capitalizes a sentence's first
+word only when it is a plain word (never a path or a command).
 """
 
 from __future__ import annotations
 
 import errno
+import re
 
 
 class PerftrackerError(Exception):
@@ -25,8 +27,22 @@ class PerftrackerError(Exception):
     def message(self) -> str:
         parts = [f"{self.where}: {self.what}" if self.where else self.what]
         if self.hint:
-            parts.append(self.hint[:1].upper() + self.hint[1:])
+            parts.append(sentence_start(self.hint))
         return ". ".join(p.rstrip(".") for p in parts) + "."
+
+
+_PLAIN_WORD = re.compile(r"[a-z]+(?:-[a-z]+)*,?")  # "post-mortem" is a word; "a/b", "x.json" are not
+_NAMES = frozenset({"perftracker", "torchrun", "py-spy", "nvidia-smi", "ethtool"})  # commands keep their case
+
+
+def sentence_start(text: str) -> str:
+    """`text` with a capital first letter when it starts with a plain word ("give -o ..." -> "Give -o ...");
+    a path, a file name, a command or an identifier stays as written ("shared/traces/x.json: ...", never
+    "Shared/traces/...")."""
+    first = text.split(" ", 1)[0]
+    if not _PLAIN_WORD.fullmatch(first) or first.rstrip(",") in _NAMES:
+        return text
+    return text[:1].upper() + text[1:]
 
 
 class InputError(PerftrackerError):

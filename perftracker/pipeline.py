@@ -18,7 +18,9 @@ written then renamed.
 
 from __future__ import annotations
 
+import math
 import os
+import shlex
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -38,9 +40,10 @@ from perftracker.analyzers.rootcause import link_findings
 from perftracker.analyzers.traces.merged_timeline import MergedTimeline, merged_timeline
 from perftracker.analyzers.views import REPORT_VIEWS
 from perftracker.collectors.loading import LoadOptions, load_path
-from perftracker.errors import OutputError, output_error
+from perftracker.errors import InputError, OutputError, output_error
 from perftracker.reports import diff_html, json_report, timeline_trace
 from perftracker.reports import html as html_report
+from perftracker.reports.strip import summary_strip
 from perftracker.store import LoadNote, Store
 
 FINDINGS = "findings.json"
@@ -48,6 +51,7 @@ REPORT = "report.html"
 TABLES = "tables"
 DIFF_JSON = "diff.json"
 DIFF_HTML = "diff.html"
+TIMELINE = "timeline.json.gz"
 
 
 @dataclass
@@ -131,16 +135,25 @@ def analyze(analysis: Analysis) -> tuple[list[Finding], dict[str, pd.DataFrame],
 
 def _summary(analysis: Analysis, tables: Mapping[str, pd.DataFrame]) -> dict[str, Any]:
     store = analysis.store
-    stats = tables["step_stats"]
+    run = tables["run_summary"]
+    step = run.iloc[0] if not run.empty else None
     summary: dict[str, Any] = {
         "ranks": len(known_ranks(store)), "hosts": known_hosts(store),
         "coverage": coverage_dict(coverage(analysis)),
-        "step_time_s": float(stats["median_s"].median()) if not stats.empty else None,
+        "step_time_s": _finite(step["step_median_s"]) if step is not None else None,
+        "step_spread_across_ranks_s": (_finite(step["step_slowest_rank_s"] - step["step_fastest_rank_s"])
+                                       if step is not None else None),
         "hta_compat": analysis.options.hta_compat,
     }
     if store.run_info.synthetic_inputs:  # only runs that say so: a real run's summary has no such key
         summary["synthetic_inputs"] = [s.to_dict() for s in store.run_info.synthetic_inputs]
     return summary
+
+
+def _finite(value: Any) -> float | None:
+    """A float, or None for NaN (no steps, or a spread across fewer than two ranks)."""
+    number = float(value)
+    return None if math.isnan(number) else number
 
 
 def save_tables(tables: Mapping[str, pd.DataFrame], folder: Path) -> None:
@@ -176,7 +189,17 @@ def _render(out_dir: Path, tables: Mapping[str, pd.DataFrame], findings: list[Fi
                                 f"({why}). Re-run `perftracker analyze` to write them again.")
                        for name, why in failed)]
     html_report.render(out_dir / REPORT, findings, notes, sections, title=title, coverage=summary.get("coverage"),
-                       synthetic=summary.get("synthetic_inputs"))
+                       synthetic=summary.get("synthetic_inputs"), strip=summary_strip(tables, findings),
+                       timeline_command=timeline_command(title, out_dir, tables))
+
+
+def timeline_command(input_path: str, out_dir: Path, tables: Mapping[str, pd.DataFrame]) -> str:
+    """The `perftracker timeline` command that writes this run's merged timeline next to its report (run
+    from where `analyze` ran: the paths are as it was given them); "" when the run has no traces."""
+    has_traces = any(not tables.get(name, pd.DataFrame()).empty for name in ("ops", "kernels"))
+    if not has_traces:
+        return ""
+    return f"perftracker timeline {shlex.quote(input_path)} -o {shlex.quote(str(out_dir / TIMELINE))}"
 
 
 def render_report(out_dir: Path) -> Path:
@@ -200,6 +223,15 @@ def diff_side(path: Path, label: str, out_dir: Path, options: LoadOptions) -> Ru
     return side_from_tables(label, result.tables, result.findings)
 
 
+def side_report(path: Path, analyzed_into: Path) -> Path | None:
+    """The report.html of one side of a diff: that of the saved analysis it was read from, or the one
+    analyzed into `analyzed_into`; None when there is none."""
+    for folder in (path, path / "perftracker-out", analyzed_into):
+        if (folder / FINDINGS).is_file() and (folder / REPORT).is_file():
+            return folder / REPORT
+    return None
+
+
 def diff_paths(base: Path, new: Path, out_dir: Path, options: LoadOptions,
                tolerance: float = DEFAULT_TOLERANCE) -> tuple[RunDiff, dict[str, Any]]:
     """`perftracker diff`: both sides (analyzed into out_dir/base and out_dir/new where needed), compared;
@@ -209,8 +241,11 @@ def diff_paths(base: Path, new: Path, out_dir: Path, options: LoadOptions,
     out_dir.mkdir(parents=True, exist_ok=True)
     document = json_report.build(diff.findings, [], f"{base} -> {new}", {"diff": diff.summary})
     json_report.write(out_dir / DIFF_JSON, document)
+    reports = {label: side_report(path, out_dir / label) for label, path in (("base", base), ("new", new))}
     diff_html.render(out_dir / DIFF_HTML, diff.findings, diff.ops, diff.ranks, diff.summary,
-                     title=f"perftracker diff: {base} -> {new}")
+                     title=f"perftracker diff: {base} -> {new}",
+                     side_reports={label: Path(os.path.relpath(report, out_dir)).as_posix()
+                                   for label, report in reports.items() if report is not None})
     return diff, document
 
 
@@ -218,6 +253,10 @@ def timeline_path(path: Path, out: Path, options: LoadOptions, ranks: list[int] 
                   max_events: int) -> tuple[int, MergedTimeline]:
     """`perftracker timeline`: load, analyze (for the findings to mark and the clock offsets), merge, write."""
     analysis = Analysis(load_path(path, options))
+    if analysis.store.events.empty:
+        raise InputError("no profiler trace events to merge (no torch.profiler trace, or only empty ones)",
+                         str(path), "give timeline a run directory or a folder with one torch.profiler trace per "
+                         "rank (.json/.json.gz); `perftracker analyze` reads the other inputs")
     findings = rank_findings(run_analyzers(analysis))
     merged = merged_timeline(analysis, findings, ranks, steps, max_events)
     written = timeline_trace.write_trace(out, merged.events, merged.markers, merged.ranks, merged.steps,

@@ -96,6 +96,7 @@ def test_an_op_slower_on_every_rank_is_a_regression_with_that_op(tmp_path: Path)
         folder = tmp_path / side.label
         save_tables({"steps": side.steps, "op_totals": side.op_totals, "settings": side.settings}, folder / "tables")
         json_report.write(folder / "findings.json", json_report.build([], [], side.label, {}))
+    (tmp_path / "base" / "report.html").write_text("the base run's report")  # the new side kept none
     proc = subprocess.run([sys.executable, "-m", "perftracker", "diff", str(tmp_path / "base"), str(tmp_path / "new"),
                            "-o", str(tmp_path / "out"), "--fail-on-regression", "10"],
                           capture_output=True, text=True, timeout=120, cwd=REPO)
@@ -106,3 +107,5 @@ def test_an_op_slower_on_every_rank_is_a_regression_with_that_op(tmp_path: Path)
     page = (tmp_path / "out" / "diff.html").read_text()
     assert "aten::mm" in page and "<b>odd</b>" not in page
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["diff.html", "diff.json"]
+    # AND the page links the side whose report was kept, relative to itself, and no link that would not work
+    assert 'href="../base/report.html">base</a>' in page and ">new</a>" not in page

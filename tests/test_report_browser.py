@@ -14,8 +14,9 @@ import json
 import re
 import shutil
 import subprocess
-from html import escape
+from html import escape, unescape
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -35,6 +36,37 @@ def render_dom(html: Path, profile: Path) -> tuple[str, str]:
     result = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--dump-dom", html.as_uri()],
                             capture_output=True, text=True, timeout=120)
     return result.stdout, result.stderr
+
+
+DESKTOP, NARROW = (1366, 900), (390, 844)
+# Headless Chromium never makes its window narrower than 500 px: the "narrow" check runs at 500, the
+# narrowest the browser gives (the page's own breakpoint is 760 px, so it is the phone layout either way).
+# The windows are made taller than the screen so that each screenshot shows the whole page's charts.
+SCREEN_HEIGHT = 5000
+
+
+def render_checked(html: Path, profile: Path, size: tuple[int, int], screenshot: Path) -> tuple[str, str, dict[str, Any]]:
+    """One browser launch: the page opened as report.html?layout-check at `size`'s width, its DOM, the console
+    log, the PNG in `screenshot`, and what the page's own check found (`#layout-check`: viewport and page
+    widths, the elements wider than the window, each chart's drawing, sections with nothing in them)."""
+    if CHROMIUM is None:
+        pytest.fail("chromium is not installed: install Debian's chromium (CI does)")
+    result = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--hide-scrollbars",
+                             f"--window-size={size[0]},{SCREEN_HEIGHT}", f"--screenshot={screenshot}", "--dump-dom",
+                             html.as_uri() + "?layout-check"], capture_output=True, text=True, timeout=120)
+    match = re.search(r'<pre id="layout-check">(.*?)</pre>', result.stdout, re.S)
+    assert match, "the page did not run its layout check (the charts script stopped before drawing?)"
+    return result.stdout, result.stderr, json.loads(unescape(match.group(1)))
+
+
+def assert_reads_cleanly(check: dict[str, Any], stderr: str, charts: int) -> None:
+    """No console error, nothing wider than the window, every chart drawn with something plotted, no empty section."""
+    assert console_errors(stderr) == []
+    assert check["page"] <= check["viewport"] and check["too_wide"] == [], check["too_wide"]
+    assert len(check["charts"]) == charts
+    assert [c["id"] for c in check["charts"] if not c["svg"] or not c["plotted"]] == []
+    assert all(c["width"] <= check["viewport"] for c in check["charts"])
+    assert check["empty_sections"] == []
 
 
 def static_charts(html: str) -> int:
@@ -85,11 +117,21 @@ SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 def test_sample_run_report_renders(tmp_path: Path, sample: str) -> None:
     # GIVEN each bundled sample run WHEN analyzed and its report opened in a browser
     result = analyze_path(SAMPLES / sample, tmp_path / "out", LoadOptions(workers=1))
-    dom, stderr = render_dom(result.report_path, tmp_path / "profile")
+    dom, stderr, check = render_checked(result.report_path, tmp_path / "profile", DESKTOP, tmp_path / "desktop.png")
     # THEN every chart draws and the console has no errors
     charts = result.report_path.read_text().count('class="chart"')
     assert charts >= 1 and dom.count('class="plot-container plotly"') == charts
-    assert console_errors(stderr) == []
+    assert_reads_cleanly(check, stderr, charts)
+    assert (tmp_path / "desktop.png").stat().st_size > 10_000
+    # AND at a phone's width too: nothing wider than the window (wide tables scroll in their own box), every
+    # chart drawn within it, no empty section
+    _, narrow_stderr, narrow = render_checked(result.report_path, tmp_path / "profile-narrow", NARROW,
+                                              tmp_path / "narrow.png")
+    assert narrow["viewport"] < 800
+    assert_reads_cleanly(narrow, narrow_stderr, charts)
+    # AND the summary strip comes before the findings, with the step time where the run has steps
+    assert dom.index('id="summary"') < dom.index('id="findings"')
+    assert ('id="summary-step"' in dom) == (result.tables["run_summary"]["step_ranks"].iloc[0] > 0)
     if sample == "attach-4rank-slow-rank2":
         # AND the sampled-stack section shows the frames
         assert 'id="profile"' in dom and "SlowableMLP.forward (sample_job.py:93)" in dom

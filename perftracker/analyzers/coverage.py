@@ -7,16 +7,21 @@ each either judged (with the inputs it rested on) or not (with what input would 
 crashes are named only when judged, since a running job has no crash to read; the Ethernet network too, so
 that outputs without interface counters read as before).
 "No problems found" then means something: the verdict can say what was and was not examined.
-`known_ranks` / `known_hosts` count the job's ranks and hosts from every input, not only traces.
+`known_ranks` / `known_hosts` count the job's ranks and hosts from every input, not only traces;
+`run_summary_view` is the one-row view of the report's summary strip (ranks, hosts, step time and its spread).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
+import pandas as pd
+
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.stragglers.stack_profile import judgeable
+from perftracker.analyzers.stragglers.steps import step_stats_view
 from perftracker.store import Store
 
 _TRACE_HINT = ("a PyTorch profiler trace per rank (attach --trace-steps N on jobs launched with "
@@ -107,3 +112,28 @@ def known_hosts(store: Store) -> list[str]:
     for table in ("ranks", "config", "nccl", "stacks", "counters", "netdev", "nccl_collectives"):
         found |= {str(h) for h in store[table]["host"].dropna().unique()}
     return sorted(h for h in found if h and h != "<NA>")
+
+
+RUN_SUMMARY_COLUMNS = ["ranks", "hosts", "host_names", "step_ranks", "step_median_s", "step_p90_s",
+                       "step_fastest_rank_s", "step_slowest_rank_s", "step_source"]
+
+
+def run_summary_view(analysis: Analysis) -> pd.DataFrame:
+    """One row, the report's summary strip: ranks and hosts of the job (every input counted), step time (the
+    median of the per-rank medians), its p90 (the median of the per-rank p90s), and the fastest and slowest
+    rank's median step: the spread across ranks, NaN below two ranks with steps (a single rank has no
+    spread across ranks to tell)."""
+    store = analysis.store
+    stats = analysis.view(step_stats_view)
+    hosts = known_hosts(store)
+    many = len(stats) > 1
+    row: dict[str, Any] = {
+        "ranks": len(known_ranks(store)), "hosts": len(hosts), "host_names": ", ".join(hosts[:16]),
+        "step_ranks": len(stats),
+        "step_median_s": float(stats["median_s"].median()) if not stats.empty else math.nan,
+        "step_p90_s": float(stats["p90_s"].median()) if not stats.empty else math.nan,
+        "step_fastest_rank_s": float(stats["median_s"].min()) if many else math.nan,
+        "step_slowest_rank_s": float(stats["median_s"].max()) if many else math.nan,
+        "step_source": str(stats["source"].iloc[0]) if not stats.empty else "",
+    }
+    return pd.DataFrame([row], columns=RUN_SUMMARY_COLUMNS)

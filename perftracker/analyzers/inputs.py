@@ -14,6 +14,7 @@ from __future__ import annotations
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.traces.exec_trace import execution_trace_findings
+from perftracker.errors import sentence_start
 from perftracker.store import Store
 
 # CUDA / HIP calls that queue GPU work (kernels, graphs)
@@ -45,7 +46,7 @@ def analyze_inputs(analysis: Analysis) -> list[Finding]:
     for note in store.notes:
         if note.level == "info":
             findings.append(Finding(
-                analyzer="inputs", severity=Severity.INFO, title=note.message[0].upper() + note.message[1:],
+                analyzer="inputs", severity=Severity.INFO, title=sentence_start(note.message),
                 recommendation="No action needed; listed so the scope of the analysis is clear.",
                 evidence=dict(note.data), key=f"inputs:{note.message}",
             ))

@@ -16,6 +16,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.compare.summaries import op_totals_view, settings_view
+from perftracker.analyzers.coverage import run_summary_view
 from perftracker.analyzers.health.gpu_tables import gpu_series_table, gpu_throttle_table
 from perftracker.analyzers.health.port_tables import (
     pfc_paused_table,
@@ -50,6 +51,8 @@ from perftracker.analyzers.traces.timeline import timeline_view
 TableView = Callable[[Analysis], pd.DataFrame]
 
 REPORT_VIEWS: dict[str, TableView] = {
+    # the summary strip at the top: ranks, hosts, step time and its spread across ranks
+    "run_summary": run_summary_view,
     # GPU traces: where GPU time goes, per rank window and per step; one representative step; idle time
     "breakdown": breakdown_view,
     "breakdown_steps": breakdown_steps_view,

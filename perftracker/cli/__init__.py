@@ -14,7 +14,7 @@ import typer
 
 from perftracker import __version__
 from perftracker.cli import analyze, attach, demo, diff, lint_env, postmortem, ps, report, run, timeline
-from perftracker.cli.voice import EXIT_INTERNAL, EXIT_USAGE, say
+from perftracker.cli.voice import EXIT_INTERNAL, EXIT_USAGE, Group, say
 from perftracker.errors import PerftrackerError
 
 app = typer.Typer(
@@ -24,6 +24,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=Group,
 )
 
 
@@ -35,7 +36,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version and exit."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, metavar="", help="Show the version and exit."),
 ) -> None:
     """perftracker: performance diagnostics for distributed deep-learning training."""
 

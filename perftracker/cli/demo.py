@@ -18,25 +18,36 @@ from perftracker.reports.index_html import IndexEntry, render_index
 from perftracker.reports.text import print_summary, printable
 
 
-def sample_traces_dir() -> Path:
-    """The repository's sample_traces/ (the demo runs from a checkout)."""
+def sample_traces_dir(explicit: Path | None = None) -> Path:
+    """The sample runs: `--samples DIR` when given, else the checkout's sample_traces/ (above this module in a
+    source checkout or an editable install), else ./sample_traces. A wheel carries no samples (they ship
+    with the source), so from a wheel this says where they are and how to point the demo at them."""
+    if explicit is not None:
+        if not explicit.is_dir():
+            raise InputError("not a folder", str(explicit), "give --samples the sample_traces/ folder of a "
+                             "perftracker checkout")
+        return explicit
     here = Path(__file__).resolve()
-    for parent in here.parents:
-        candidate = parent / "sample_traces"
+    for candidate in (*(parent / "sample_traces" for parent in here.parents), Path.cwd() / "sample_traces"):
         if candidate.is_dir():
             return candidate
-    raise InputError("sample_traces/ not found", str(here.parents[2]),
-                     "run the demo from a perftracker checkout, or pass your own traces to `perftracker analyze`")
+    raise InputError("the sample runs are not installed with the package (a wheel carries none: they are the "
+                     "sample_traces/ folder of perftracker's source checkout, 1 MB)", "demo",
+                     "run it from a checkout (`bash scripts/demo.sh`, or `perftracker demo` in its root), or point "
+                     "it at a copy with `perftracker demo --samples DIR`")
 
 
 def demo(
     out: Annotated[Path, out_option("Where to write the reports and their index.html.")] = Path("perftracker-demo"),
     full: Annotated[bool, typer.Option("--full", metavar="", help="Print every sample's ranked findings, not "
                                        "only its verdict.")] = False,
+    samples: Annotated[Path | None, typer.Option("--samples", help="The sample runs' folder (sample_traces/ of a "
+                                                 "perftracker checkout); default: the checkout this perftracker "
+                                                 "runs from, or ./sample_traces.")] = None,
 ) -> None:
     """Analyze the bundled sample runs (real jobs, and synthetic ones marked as such in their reports); write
     one index.html linking their reports."""
-    root = sample_traces_dir()
+    root = sample_traces_dir(samples)
     runs = sorted(p for p in root.iterdir() if p.is_dir())
     if not runs:
         raise InputError("no sample run in sample_traces/", str(root), "regenerate it with scripts/make_sample_traces.py")

@@ -11,6 +11,7 @@ import typer
 from perftracker.analyzers.compare.diff import DEFAULT_TOLERANCE
 from perftracker.analyzers.findings import Severity
 from perftracker.cli.options import out_option, quiet_option, writable_folder
+from perftracker.cli.progress import parsing_progress
 from perftracker.cli.voice import EXIT_FINDINGS, add_command, terminal
 from perftracker.collectors.loading import LoadOptions, default_cache_dir
 from perftracker.errors import UsageError
@@ -44,13 +45,14 @@ def diff(
                          "e.g. --fail-on-regression 5")
     if out is not None:
         writable_folder(out)
-    options = LoadOptions(cache_dir=None if no_cache else default_cache_dir())
     console = terminal()
-    if out is None:
-        with tempfile.TemporaryDirectory(prefix="perftracker-diff-") as scratch:
-            result, _ = diff_paths(base, new, Path(scratch), options, tolerance / 100.0)
-    else:
-        result, _ = diff_paths(base, new, out, options, tolerance / 100.0)
+    with parsing_progress(quiet) as progress:
+        options = LoadOptions(cache_dir=None if no_cache else default_cache_dir(), progress=progress)
+        if out is None:
+            with tempfile.TemporaryDirectory(prefix="perftracker-diff-") as scratch:
+                result, _ = diff_paths(base, new, Path(scratch), options, tolerance / 100.0)
+        else:
+            result, _ = diff_paths(base, new, out, options, tolerance / 100.0)
     loud = [f for f in result.findings if f.severity >= Severity.WARNING]
     verdict = (f"{len(loud)} change(s) beyond the runs' noise. Top: {loud[0].title}" if loud
                else "No change beyond the noise of running the same job twice.")

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 import typer
 
+from perftracker.collectors.nccl.profiles import shipped_profiles
 from perftracker.errors import OutputError, UsageError, output_error
 
 FAIL_ON_HELP = ("Exit 3 when a finding at or above this severity exists (warning or critical): for CI gates "
@@ -46,8 +47,9 @@ def sysfs_root_option(help: str) -> Any:
 
 
 def nccl_profile_option(help: str) -> Any:
-    """`--profile NAME|FILE`: the NCCL platform profile of the configuration rules."""
-    return typer.Option("--profile", help=help)
+    """`--profile NAME|FILE`: the NCCL platform profile of the configuration rules (its help lists the shipped
+    names as the choices, then FILE for a JSON file of one's own)."""
+    return typer.Option("--profile", metavar="|".join([*shipped_profiles(), "FILE"]), help=help)
 
 
 def interval_option(help: str = "Seconds between GPU/RDMA samples.") -> Any:

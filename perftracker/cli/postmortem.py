@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 
 from perftracker.cli.options import FailOn, out_option, writable_file, writable_folder
+from perftracker.cli.progress import parsing_progress
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, terminal
 from perftracker.collectors.loading import LoadOptions
 from perftracker.pipeline import AnalysisResult, ReportNotWritten, analyze_path, writing
@@ -48,7 +49,8 @@ def postmortem(
             writable_file(file, option)
     console = terminal()
     try:
-        result = analyze_path(path, out, LoadOptions(cache_dir=None))
+        with parsing_progress() as progress:
+            result = analyze_path(path, out, LoadOptions(cache_dir=None, progress=progress))
     except ReportNotWritten as exc:  # the analysis finished: its verdict is said, then what could not be written
         _say_verdict(console, exc.result, written=False)
         raise

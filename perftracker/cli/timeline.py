@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from perftracker.cli.options import out_option, writable_file
+from perftracker.cli.options import out_option, quiet_option, writable_file
+from perftracker.cli.progress import parsing_progress
 from perftracker.cli.voice import add_command, terminal
 from perftracker.collectors.loading import LoadOptions, default_cache_dir
 from perftracker.errors import UsageError
@@ -49,21 +50,24 @@ def timeline(
                                             "fit are kept).")] = 2_000_000,
     no_cache: Annotated[bool, typer.Option("--no-cache", metavar="", help="Do not read or write the parsed-trace cache.")]
     = False,
+    quiet: Annotated[bool, quiet_option("Print only the line naming the file written.")] = False,
 ) -> None:
     """Merge every rank's trace into one, on one clock (offsets estimated from collective end times), one
     process per rank grouped by host, with the straggler's late arrivals and the findings marked."""
     if max_events < 1:
         raise UsageError(f"--max-events {max_events}: must be at least 1", "timeline", "e.g. --max-events 500000")
     writable_file(out, "-o")
-    options = LoadOptions(cache_dir=None if no_cache else default_cache_dir())
-    written, timeline_ = timeline_path(path, out, options, parse_ranges(ranks, "ranks"), parse_ranges(steps, "steps"),
-                                       max_events)
+    selected = parse_ranges(ranks, "ranks"), parse_ranges(steps, "steps")
+    with parsing_progress(quiet) as progress:
+        options = LoadOptions(cache_dir=None if no_cache else default_cache_dir(), progress=progress)
+        written, timeline_ = timeline_path(path, out, options, *selected, max_events)
     console = terminal()
     console.print(f"Timeline: {out} ({written} trace events, ranks {len(timeline_.ranks)}, "
                   f"steps {len(timeline_.steps)}{'; ' + timeline_.note if timeline_.note else ''})",
                   highlight=False, markup=False)
-    console.print("Open it in https://ui.perfetto.dev (works offline once loaded) or chrome://tracing.",
-                  highlight=False, markup=False)
+    if not quiet:
+        console.print("Open it in https://ui.perfetto.dev (works offline once loaded) or chrome://tracing.",
+                      highlight=False, markup=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -5,7 +5,7 @@ Promise: a command raises `PerftrackerError` for anything the user can act on; r
 exits 2 (`EXIT_USAGE`), the same under `perftracker` as under a test runner, never a traceback.
 `--fail-on LEVEL` is read by `parse_fail_on` before a command does any work (a bad level is the same
 usage error in every command) and turned into the exit code by `fail_on_exit`: 3 (`EXIT_FINDINGS`)
-when a finding at or above LEVEL exists, else 0. `terminal()` is the console every command prints to:
+when a finding at or above LEVEL exists, else 0. `Command` / `Group` list `--help` as a switch (no `<bool>`). `terminal()` is the console every command prints to:
 on a terminal it wraps to its width; piped or redirected, lines are never wrapped (a one-line verdict
 stays one line for grep and CI logs) and tables get 160 columns. Usage errors the option parser itself finds (a
 missing argument, a number that is not one) keep typer's usage box, also with exit 2.
@@ -21,6 +21,7 @@ from typing import Any, TypeVar, cast
 
 import typer
 from rich.console import Console
+from typer.core import TyperCommand, TyperGroup
 
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.errors import PerftrackerError, UsageError
@@ -65,9 +66,31 @@ def speaking(fn: CommandFn) -> CommandFn:
     return cast(CommandFn, command)
 
 
+def _as_switch(option: Any) -> Any:
+    """`--help` listed as the switch it is: click's help option has no metavar, which typer's help shows as
+    `<bool>` (as if it took a value); an empty one shows nothing, like every other switch."""
+    if option is not None:
+        option.metavar = ""
+    return option
+
+
+class Command(TyperCommand):
+    """Every perftracker command (`--help` without `<bool>`)."""
+
+    def get_help_option(self, ctx: Any) -> Any:  # typer's own click types; typed loosely on purpose
+        return _as_switch(super().get_help_option(ctx))
+
+
+class Group(TyperGroup):
+    """The `perftracker` group itself (`--help` without `<bool>`)."""
+
+    def get_help_option(self, ctx: Any) -> Any:  # typer's own click types; typed loosely on purpose
+        return _as_switch(super().get_help_option(ctx))
+
+
 def add_command(app: typer.Typer, name: str, fn: Callable[..., Any], **settings: Any) -> None:
     """Register the module-level command function `fn` on `app` as `name`, speaking with one voice."""
-    app.command(name, **settings)(speaking(fn))
+    app.command(name, cls=Command, **settings)(speaking(fn))
 
 
 def parse_fail_on(value: str | None) -> Severity | None:

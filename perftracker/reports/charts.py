@@ -90,6 +90,7 @@ def step_time_chart(stats: pd.DataFrame) -> dict[str, Any] | None:
     fig = go.Figure()
     fig.add_bar(x=labels, y=(stats["median_s"] * 1e3).round(3), name="median",
                 error_y=dict(type="data", array=((stats["p90_s"] - stats["median_s"]) * 1e3).round(3).tolist(),
+                             symmetric=False, arrayminus=[0.0] * len(stats),  # up to p90 only: below is no p10
                              visible=True), marker_color=_COLORS["compute"])
     fig.update_layout(title="Step time per rank (ms): median, bar to p90", yaxis_title="ms", **_LAYOUT)
     fig.update_yaxes(rangemode="tozero")

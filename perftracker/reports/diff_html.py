@@ -2,7 +2,7 @@
 
 Promise: `render(path, findings, ops, ranks, summary, title)` writes the verdict of the comparison, its
 findings (with their evidence), the ops that changed (base and new time per step, with bars scaled to
-the largest) and the per-rank changes. Every text that came from a trace or a finding is escaped by the
+the largest), the per-rank changes and links to each side's own report.html. Every text that came from a trace or a finding is escaped by the
 template (autoescape); the page needs no JavaScript and nothing online.
 """
 
@@ -49,7 +49,8 @@ def _rank_rows(ranks: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def render(path: Path, findings: list[Finding], ops: pd.DataFrame, ranks: pd.DataFrame,
-           summary: Mapping[str, Any], title: str) -> None:
+           summary: Mapping[str, Any], title: str, side_reports: Mapping[str, str] | None = None) -> None:
+    """Write the page; `side_reports` links each side's own report (label -> path relative to the page)."""
     top = max((f.severity for f in findings), default=Severity.INFO)
     loud = [f for f in findings if f.severity >= Severity.WARNING]
     verdict = (f"{len(loud)} change(s) that beat the runs' noise. Top: {loud[0].title}" if loud
@@ -59,5 +60,6 @@ def render(path: Path, findings: list[Finding], ops: pd.DataFrame, ranks: pd.Dat
         verdict=verdict, verdict_class="ok" if top == Severity.INFO else top.label,
         findings=[{**f.to_dict(), "evidence_text": json.dumps(f.evidence, indent=1, default=str)[:20000]}
                   for f in findings],
-        ops=_op_rows(ops), ranks=_rank_rows(ranks), summary=dict(summary))
+        ops=_op_rows(ops), ranks=_rank_rows(ranks), summary=dict(summary),
+        side_reports=dict(side_reports or {}))
     atomic_write_text(path, page)

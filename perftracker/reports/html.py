@@ -38,6 +38,7 @@ from perftracker.reports.kernel_section import kernels_section
 from perftracker.reports.nccl_section import inspector_section, nccl_section
 from perftracker.reports.profile_section import profile_section
 from perftracker.reports.sections import Section, SectionFn
+from perftracker.reports.strip import StripCell
 from perftracker.reports.trace_sections import (
     breakdown_section,
     overlap_section,
@@ -106,8 +107,11 @@ def render_section(section: Section) -> str:
 
 def render(path: Path, findings: list[Finding], notes: list[LoadNote], sections: list[Section],
            title: str, coverage: dict[str, Any] | None = None,
-           synthetic: list[dict[str, Any]] | None = None) -> None:
-    """Write the page. `synthetic` is the summary's `synthetic_inputs` (shown as a banner under the header)."""
+           synthetic: list[dict[str, Any]] | None = None, strip: list[StripCell] | None = None,
+           timeline_command: str = "") -> None:
+    """Write the page. `synthetic` is the summary's `synthetic_inputs` (shown as a banner under the header);
+    `strip` the summary strip's cells (`reports.strip`), shown with the verdict before the findings;
+    `timeline_command` the `perftracker timeline` command line that writes this run's merged timeline."""
     figures: dict[str, Any] = {}
     view_sections = []
     for section in sections:
@@ -124,7 +128,8 @@ def render(path: Path, findings: list[Finding], notes: list[LoadNote], sections:
         title=title, generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), version=__version__,
         verdict=verdict(findings, coverage), verdict_class=verdict_class,
         not_judged=(coverage or {}).get("not_judged") or [], synthetic=synthetic or [],
-        findings=[_finding_view(f) for f in findings], sections=view_sections,
+        findings=[_finding_view(f) for f in findings], sections=view_sections, strip=strip or [],
+        timeline_command=timeline_command,
         notes=[n.to_dict() for n in notes], figures_json=figures_json, plotly_gz_b64=plotly_bundle_b64(),
     )
     atomic_write_text(path, page)

@@ -9,7 +9,10 @@ Schema (version 1)::
       "input": "path analyzed",
       "summary": {"verdict": "...", "counts": {"critical": 0, "warning": 2, "info": 3},
                   "ranks": 4, "hosts": ["node-1"], "step_time_s": 0.25,
+                  "step_spread_across_ranks_s": 0.0029,  # null below two ranks with steps
                   "worst_cost_seconds_per_step": 0.03,
+                  "biggest_cost": {"finding": "...", "title": "...", "seconds_per_step": 0.03,
+                                   "share_of_step": 0.12},  # null when no finding has a cost
                   "coverage": {"judged": [{"area": "hangs", "from": ["stacks"]}, ...],
                                "not_judged": [{"area": "GPU health", "needs": "NVML samples ..."}, ...]}},
       "notes": [{"level": "warning", "source": "file", "message": "...", "data": {}}],
@@ -65,15 +68,26 @@ def _counts(findings: list[Finding]) -> dict[str, int]:
     return counts
 
 
+def biggest_cost(findings: list[Finding]) -> Finding | None:
+    """The finding that costs the most time per step (the first in the ranked order among equals); None when
+    no finding has a cost."""
+    costly = [f for f in findings if f.cost.seconds_per_step > 0]
+    return max(costly, key=lambda f: f.cost.seconds_per_step) if costly else None
+
+
 def build(findings: list[Finding], notes: list[LoadNote], input_path: str, summary_extra: dict[str, Any]) -> dict[str, Any]:
     worst = max((f.cost.seconds_per_step for f in findings), default=0.0)
+    top = biggest_cost(findings)
+    biggest = None if top is None else {"finding": top.id, "title": top.title,
+                                        "seconds_per_step": round(top.cost.seconds_per_step, 9),
+                                        "share_of_step": round(top.cost.share_of_step, 6)}
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "perftracker", "version": __version__},
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "input": input_path,
         "summary": {"verdict": verdict(findings, summary_extra.get("coverage")), "counts": _counts(findings),
-                    "worst_cost_seconds_per_step": round(worst, 9), **summary_extra},
+                    "worst_cost_seconds_per_step": round(worst, 9), "biggest_cost": biggest, **summary_extra},
         "notes": [n.to_dict() for n in notes],
         "findings": [f.to_dict() for f in findings],
     }
