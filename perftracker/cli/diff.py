@@ -10,7 +10,14 @@ import typer
 
 from perftracker.analyzers.compare.diff import DEFAULT_TOLERANCE
 from perftracker.analyzers.findings import Severity
-from perftracker.cli.options import out_option, quiet_option, writable_folder
+from perftracker.cli.options import (
+    Engine,
+    RayAddress,
+    checked_engine,
+    out_option,
+    quiet_option,
+    writable_folder,
+)
 from perftracker.cli.voice import EXIT_FINDINGS, add_command, terminal
 from perftracker.collectors.loading import LoadOptions, default_cache_dir
 from perftracker.errors import UsageError
@@ -33,6 +40,8 @@ def diff(
         "warning.")] = 100 * DEFAULT_TOLERANCE,
     no_cache: Annotated[bool, typer.Option("--no-cache", metavar="", help="Do not read or write the parsed-trace cache.")]
     = False,
+    engine: Engine = "local",
+    ray_address: RayAddress = None,
     quiet: Annotated[bool, quiet_option("Print only the verdict line.")] = False,
 ) -> None:
     """Compare two runs: step time, ops and kernels per step, the rank(s) that changed, settings, findings.
@@ -44,7 +53,8 @@ def diff(
                          "e.g. --fail-on-regression 5")
     if out is not None:
         writable_folder(out)
-    options = LoadOptions(cache_dir=None if no_cache else default_cache_dir())
+    options = LoadOptions(cache_dir=None if no_cache else default_cache_dir(), engine=checked_engine(engine),
+                          ray_address=ray_address or "")
     console = terminal()
     if out is None:
         with tempfile.TemporaryDirectory(prefix="perftracker-diff-") as scratch:

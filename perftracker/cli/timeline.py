@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from perftracker.cli.options import out_option, writable_file
+from perftracker.cli.options import Engine, RayAddress, checked_engine, out_option, writable_file
 from perftracker.cli.voice import add_command, terminal
 from perftracker.collectors.loading import LoadOptions, default_cache_dir
 from perftracker.errors import UsageError
@@ -49,13 +49,16 @@ def timeline(
                                             "fit are kept).")] = 2_000_000,
     no_cache: Annotated[bool, typer.Option("--no-cache", metavar="", help="Do not read or write the parsed-trace cache.")]
     = False,
+    engine: Engine = "local",
+    ray_address: RayAddress = None,
 ) -> None:
     """Merge every rank's trace into one, on one clock (offsets estimated from collective end times), one
     process per rank grouped by host, with the straggler's late arrivals and the findings marked."""
     if max_events < 1:
         raise UsageError(f"--max-events {max_events}: must be at least 1", "timeline", "e.g. --max-events 500000")
     writable_file(out, "-o")
-    options = LoadOptions(cache_dir=None if no_cache else default_cache_dir())
+    options = LoadOptions(cache_dir=None if no_cache else default_cache_dir(), engine=checked_engine(engine),
+                          ray_address=ray_address or "")
     written, timeline_ = timeline_path(path, out, options, parse_ranges(ranks, "ranks"), parse_ranges(steps, "steps"),
                                        max_events)
     console = terminal()
