@@ -3,10 +3,11 @@
 Promise: `content_key(path, comm_kernels)` is the same for the same bytes under the same file name (the
 rank and host a file name can give are part of what a trace means), the same `CACHE_VERSION` and the same
 communication-kernel patterns, wherever the file lies and whatever its mtime: a trace folder moved or
-copied hits the cache, a file changed anywhere misses it. The bytes are hashed whole (sha256, streamed
-in 1 MiB blocks): about 1.2 GB/s here, 46 ms for a 53.7 MB trace and 4 ms for its 3 MB gzip, against
-about 0.25 s to parse it, so a cache miss costs a few percent more and no sampled hash can hand back a
-stale entry for a trace edited in the middle.
+copied hits the cache, a file changed anywhere misses it. The bytes the parse reads (all of them, up to
+the per-file cap of `bounded.file_cap`) are hashed whole, sha256 streamed in 1 MiB blocks: about 1.2 GB/s
+here, 46 ms for a 53.7 MB trace and 4 ms for its 3 MB gzip, against about 0.25 s to parse it; so a miss
+costs a few percent more, a hit a fraction of a parse, and, unlike a hash of sampled chunks, no entry is
+ever handed back for a trace edited between the samples.
 
 `CacheEntry` is one key's files in a cache folder: `<key>.events.parquet`, `<key>.steps.parquet` and
 `<key>.meta.json` (the trace's facts and notes). `write` puts each under a temporary name and renames it,
