@@ -48,8 +48,11 @@ def map_task(path: str, args: MapArgs, probe: str) -> tuple[str, FileResult]:
     """One Ray task: (this worker's CACHE_VERSION, the trace's result), the tables in the result unless
     this node sees the driver's cache folder (the probe file)."""
     if not os.path.exists(path):
+        from ray.util import get_node_ip_address  # this runs in a Ray worker: the node is Ray's to name
+
+        node: str = get_node_ip_address()  # type: ignore[no-untyped-call]
         return CACHE_VERSION, FileResult(path, False, error=(
-            f"{path}: not found on Ray node {socket.gethostname()}. The Ray engine reads each trace at the same "
+            f"{path}: not found on Ray node {node}. The Ray engine reads each trace at the same "
             "path on every node: put the traces on storage every node sees (a shared filesystem), or use "
             "--engine local."))
     shared_cache = bool(probe) and os.path.exists(probe)
