@@ -71,8 +71,10 @@ def child(traces: Path) -> None:
                    "steps_mb": round(_deep_mb(store.steps), 1)})
     analysis = Analysis(store)
     analyze(analysis)
-    views = sorted(((getattr(fn, "__qualname__", str(fn)), round(_deep_mb(v), 1))
-                    for fn, v in analysis._views.items()), key=lambda kv: -kv[1])
+    distinct: dict[int, tuple[str, Any]] = {}  # a view may return another's table (cost_work_view): count it once
+    for fn, value in analysis._views.items():
+        distinct.setdefault(id(value), (getattr(fn, "__qualname__", str(fn)), value))
+    views = sorted(((name, round(_deep_mb(value), 1)) for name, value in distinct.values()), key=lambda kv: -kv[1])
     phases.append({"phase": "analyzers + views", **dict(zip(("rss_now_mb", "rss_peak_mb", "driver_cpu_s"), _rss())),
                    "views_mb": round(sum(mb for _, mb in views), 1), "largest_views": views[:8]})
     print(json.dumps(phases))
