@@ -12,7 +12,10 @@ from rich.console import Console
 
 from perftracker.analyzers.findings import Finding
 from perftracker.cli.options import (
+    Engine,
     FailOn,
+    RayAddress,
+    checked_engine,
     comm_kernel_patterns,
     nccl_profile_option,
     out_option,
@@ -55,7 +58,10 @@ def analyze(
                                                          "sysfs (e.g. /sys) when analyzing on the node.")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", metavar="", help="Do not read or write the parsed-trace cache.")]
     = False,
-    workers: Annotated[int, typer.Option("--workers", help="Parallel parser processes (0: one per CPU).")] = 0,
+    workers: Annotated[int, typer.Option("--workers", help="Parallel parser processes (0: one per CPU); with "
+                                         "--engine ray and no cluster, the CPUs of the Ray it starts.")] = 0,
+    engine: Engine = "local",
+    ray_address: RayAddress = None,
     quiet: Annotated[bool, quiet_option("Print only the verdict line.")] = False,
     job: Annotated[str | None, typer.Option("--job", help="Where the traces are of several jobs: analyze only "
                                             "the one with this label (as the refusal lists them, e.g. job2 or "
@@ -80,6 +86,7 @@ def analyze(
     writable_folder(out)
     options = LoadOptions(comm_kernel_patterns=patterns, comm_kernel_files=tuple(comm_kernels or ()),
                           cache_dir=None if no_cache else default_cache_dir(), workers=workers,
+                          engine=checked_engine(engine), ray_address=ray_address or "",
                           nccl_profile=profile, sysfs_root=sysfs_root,
                           sysfs_host=host_name() if sysfs_root is not None else "", job=job)
     console = terminal()

@@ -10,7 +10,14 @@ import typer
 
 from perftracker.analyzers.compare.diff import DEFAULT_TOLERANCE
 from perftracker.analyzers.findings import Severity
-from perftracker.cli.options import out_option, quiet_option, writable_folder
+from perftracker.cli.options import (
+    Engine,
+    RayAddress,
+    checked_engine,
+    out_option,
+    quiet_option,
+    writable_folder,
+)
 from perftracker.cli.progress import parsing_progress
 from perftracker.cli.voice import EXIT_FINDINGS, add_command, terminal
 from perftracker.collectors.loading import LoadOptions, default_cache_dir
@@ -34,6 +41,8 @@ def diff(
         "warning.")] = 100 * DEFAULT_TOLERANCE,
     no_cache: Annotated[bool, typer.Option("--no-cache", metavar="", help="Do not read or write the parsed-trace cache.")]
     = False,
+    engine: Engine = "local",
+    ray_address: RayAddress = None,
     quiet: Annotated[bool, quiet_option("Print only the verdict line.")] = False,
 ) -> None:
     """Compare two runs: step time, ops and kernels per step, the rank(s) that changed, settings, findings.
@@ -45,9 +54,11 @@ def diff(
                          "e.g. --fail-on-regression 5")
     if out is not None:
         writable_folder(out)
+    checked = checked_engine(engine)
     console = terminal()
     with parsing_progress(quiet) as progress:
-        options = LoadOptions(cache_dir=None if no_cache else default_cache_dir(), progress=progress)
+        options = LoadOptions(cache_dir=None if no_cache else default_cache_dir(), progress=progress,
+                              engine=checked, ray_address=ray_address or "")
         if out is None:
             with tempfile.TemporaryDirectory(prefix="perftracker-diff-") as scratch:
                 result, _ = diff_paths(base, new, Path(scratch), options, tolerance / 100.0)

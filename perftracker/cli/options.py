@@ -5,7 +5,8 @@ Where the flag is the same but its meaning differs per command (what `-o` names,
 silences), the factory takes that command's help text. `--fail-on` values are checked by
 `voice.parse_fail_on`; the host name by `rundir.host_name`, once per command. What `-o` names is
 checked by `writable_folder` before a command does any work, and `--comm-kernel` patterns by
-`comm_kernel_patterns` (files a command writes, like `--summary`, by `writable_file`): all raise the usage error that says what to do (exit 2).
+`comm_kernel_patterns` (files a command writes, like `--summary`, by `writable_file`), and `--engine` by
+`checked_engine` (the Ray extra installed?): all raise the usage error that says what to do (exit 2).
 """
 
 from __future__ import annotations
@@ -62,7 +63,25 @@ def stack_interval_option(help: str) -> Any:
     return typer.Option("--stack-interval", help=help)
 
 
+def engine_option() -> Any:
+    """`--engine local|ray`: where the traces are parsed (`collectors.engines`)."""
+    return typer.Option("--engine", metavar="local|ray", help=(
+        "Where the traces are parsed: local (a process pool on this machine, the default) or ray (one Ray task "
+        "per trace on a cluster, see --ray-address; needs pip install 'perftracker\\[ray]', perftracker on every "
+        "node, and the traces at the same path on every node)."))
+
+
+def ray_address_option() -> Any:
+    """`--ray-address HOST:PORT` (or $RAY_ADDRESS): the Ray cluster of `--engine ray`."""
+    return typer.Option("--ray-address", envvar="RAY_ADDRESS", metavar="HOST:PORT", help=(
+        "With --engine ray: the cluster's head node (HOST:PORT, ray://HOST:10001 for Ray Client, or auto for a Ray "
+        "started on this machine with ray start). Without it or $RAY_ADDRESS, a Ray is started on this machine "
+        "for the command (ray.init(), --workers CPUs) and stopped afterwards."))
+
+
 FailOn = Annotated[str | None, fail_on_option()]
+Engine = Annotated[str, engine_option()]
+RayAddress = Annotated[str | None, ray_address_option()]
 Host = Annotated[str | None, typer.Option(
     "--host", envvar="PERFTRACKER_HOST", help="This node's name in host-keyed files and records (default: the "
     "hostname up to its first dot); give each node a distinct one where hostnames repeat.")]
@@ -108,3 +127,17 @@ def comm_kernel_patterns(patterns: Iterable[str] | None) -> tuple[str, ...]:
                              "fix the pattern (Python `re` syntax; escape a literal parenthesis as \\( ), e.g. "
                              "--comm-kernel 'my_allreduce|custom_a2a'") from None
     return checked
+
+
+def checked_engine(name: str) -> str:
+    """The `--engine` name, checked before any work: a UsageError for an unknown one, or for ray when the
+    Ray extra is not installed."""
+    from perftracker.collectors.engines import ENGINES
+
+    if name not in ENGINES:
+        raise UsageError(f"no engine called {name!r}", "--engine", f"use one of {', '.join(ENGINES)}")
+    if name == "ray":
+        from perftracker.collectors.engines.ray_engine import import_ray
+
+        import_ray()
+    return name

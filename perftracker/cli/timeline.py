@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from perftracker.cli.options import out_option, quiet_option, writable_file
+from perftracker.cli.options import Engine, RayAddress, checked_engine, out_option, quiet_option, writable_file
 from perftracker.cli.progress import parsing_progress
 from perftracker.cli.voice import add_command, terminal
 from perftracker.collectors.loading import LoadOptions, default_cache_dir
@@ -51,6 +51,8 @@ def timeline(
     no_cache: Annotated[bool, typer.Option("--no-cache", metavar="", help="Do not read or write the parsed-trace cache.")]
     = False,
     quiet: Annotated[bool, quiet_option("Print only the line naming the file written.")] = False,
+    engine: Engine = "local",
+    ray_address: RayAddress = None,
 ) -> None:
     """Merge every rank's trace into one, on one clock (offsets estimated from collective end times), one
     process per rank grouped by host, with the straggler's late arrivals and the findings marked."""
@@ -58,8 +60,10 @@ def timeline(
         raise UsageError(f"--max-events {max_events}: must be at least 1", "timeline", "e.g. --max-events 500000")
     writable_file(out, "-o")
     selected = parse_ranges(ranks, "ranks"), parse_ranges(steps, "steps")
+    checked = checked_engine(engine)
     with parsing_progress(quiet) as progress:
-        options = LoadOptions(cache_dir=None if no_cache else default_cache_dir(), progress=progress)
+        options = LoadOptions(cache_dir=None if no_cache else default_cache_dir(), progress=progress, engine=checked,
+                              ray_address=ray_address or "")
         written, timeline_ = timeline_path(path, out, options, *selected, max_events)
     console = terminal()
     console.print(f"Timeline: {out} ({written} trace events, ranks {len(timeline_.ranks)}, "

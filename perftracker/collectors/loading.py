@@ -1,9 +1,10 @@
 """Load everything under a path into a Store: map over rank files, then reduce.
 
-The map step (one trace file -> that rank's tables, `collectors/traces/trace_map.py`) runs in a local process pool. With a cache
-directory its result is cached as Parquet keyed by the file's path, size and mtime, so a second
-`analyze` of the same traces skips parsing; without one the tables come back from the workers
-directly (pickled). Unusable files become notes naming the file; the analysis runs on what is usable.
+The map step (one trace file -> that rank's tables, `collectors/traces/trace_map.py`) runs on an engine
+(`collectors/engines/`: a local process pool by default, or Ray tasks on a cluster). With a cache
+directory its result is cached as Parquet keyed by the file's content (`collectors/traces/trace_cache.py`),
+so a second `analyze` of the same traces, moved or copied or not, parses only the files no entry holds;
+without one the tables come back from the workers directly (pickled, or through Ray's object store). Unusable files become notes naming the file; the analysis runs on what is usable.
 Between map and reduce the traces are grouped by job (`collectors.jobs`): traces of different jobs are
 never reduced into one Store (`load_path` refuses them unless a job is picked; `load_jobs` gives one
 Store per job).
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from perftracker.collectors.engines import MapArgs, engine_for
 from perftracker.collectors.jobs import (
     JobGroup,
     group_jobs,
@@ -35,7 +36,7 @@ from perftracker.collectors.synthetic import synthetic_inputs
 from perftracker.collectors.traces.comm_kernels import CommKernels, cached_comm_kernels
 from perftracker.collectors.traces.execution_trace import load_execution_trace_inputs
 from perftracker.collectors.traces.ranks import TraceIdentity, assign_windows
-from perftracker.collectors.traces.trace_map import FileResult, load_one
+from perftracker.collectors.traces.trace_map import FileResult
 from perftracker.errors import InputError
 from perftracker.rundir import Inputs, discover
 from perftracker.store import LoadNote, RunInfo, Store
@@ -47,7 +48,9 @@ class LoadOptions:
     comm_kernel_patterns: tuple[str, ...] = ()  # --comm-kernel regexes (family "custom")
     comm_kernel_files: tuple[Path, ...] = ()  # --comm-kernels files (collectors.traces.comm_kernels format)
     cache_dir: Path | None = None  # None: no cache
-    workers: int = 0  # 0: one per CPU, at most one per file
+    workers: int = 0  # 0: one per CPU, at most one per file (with the Ray engine: the CPUs of a Ray it starts)
+    engine: str = "local"  # the map step's engine: local (a process pool) or ray (collectors.engines)
+    ray_address: str = ""  # the Ray cluster to join ("": start one on this machine for the command)
     nccl_profile: str | None = None  # platform profile name or file for the NCCL rules
     sysfs_root: Path | None = None  # this node's /sys (or a copy) for the NCCL/RDMA rules
     sysfs_host: str = ""  # the name of the node whose sysfs that is (the command computes it once)
@@ -181,24 +184,9 @@ def _note_other_jobs(store: Store, scan: _Scan, group: JobGroup) -> None:
 
 
 def _map_traces(inputs: Inputs, options: LoadOptions) -> list[FileResult]:
-    paths = [str(p) for p in inputs.traces]
-    workers = options.workers or (os.cpu_count() or 1)
-    workers = max(1, min(workers, len(paths)))
-    n = len(paths)
-    report = options.progress or (lambda done, total: None)
-    report(0, n)
-    if workers == 1 or n <= 1:
-        results = []
-        for path in paths:
-            results.append(load_one(path, options.cache_dir, options.comm_kernel_files, options.comm_kernel_patterns))
-            report(len(results), n)
-        return results
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(load_one, path, options.cache_dir, options.comm_kernel_files,
-                               options.comm_kernel_patterns) for path in paths]
-        for done, _ in enumerate(as_completed(futures), start=1):
-            report(done, n)
-        return [f.result() for f in futures]
+    engine = engine_for(options.engine, options.workers, options.ray_address)
+    args = MapArgs(options.cache_dir, options.comm_kernel_files, options.comm_kernel_patterns)
+    return engine.map([str(p) for p in inputs.traces], args, options.progress or (lambda done, total: None))
 
 
 def _reduce_traces(store: Store, results: list[FileResult]) -> None:

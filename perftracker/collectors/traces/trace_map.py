@@ -1,34 +1,32 @@
 """The map step of loading: one trace file parsed into that rank's tables, or read back from the cache.
 
-Promise: `load_one(path, cache_dir, comm_kernel_files, comm_kernel_patterns)` (plain arguments, so that a
-worker process can take them) returns a `FileResult`: ok with the trace's `TraceFacts` (rank and where
-it came from, host, world size, backend, device, base time, event window, process-group config) and its
-tables, either in the result (no cache) or as Parquet at `cache_stem` (keyed by the file's resolved
-path, size, mtime, `CACHE_VERSION` and the communication-kernel patterns); or not ok with a message
-naming the file. Notes about the file (cut, dropped values) travel with it.
+Promise: `load_one(path, cache_dir, comm_kernel_files, comm_kernel_patterns, tables_in_result)` (plain
+arguments, so that a worker process or a Ray task can take them) returns a `FileResult`: ok with the
+trace's `TraceFacts` (rank and where it came from, host, world size, backend, device, base time, event
+window, process-group config) and its tables, in the result (no cache, or `tables_in_result`) and/or as
+Parquet at `cache_stem` (`collectors/traces/trace_cache.py`: keyed by the file's content, not its path);
+`cached` says the cache had them and nothing was parsed. Not ok, it carries a message naming the file.
+Notes about the file (cut, dropped values) travel with it. A cache folder that cannot be written costs
+the cache, not the file: the tables come back in the result, with a note.
 """
 
 from __future__ import annotations
 
 import gc
-import hashlib
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from perftracker import __version__
 from perftracker.bounded import clean_text
 from perftracker.collectors.traces.comm_kernels import CommKernels, cached_comm_kernels
 from perftracker.collectors.traces.kineto import build_tables
 from perftracker.collectors.traces.kineto_read import parse_trace
 from perftracker.collectors.traces.ranks import host_from_name, rank_from_name
+from perftracker.collectors.traces.trace_cache import CacheEntry, content_key
 from perftracker.errors import PerftrackerError
 from perftracker.values import MAX_RANK, int_in, rank_in_range
-
-CACHE_VERSION = f"{__version__}-5"
 
 
 @dataclass(frozen=True)
@@ -61,73 +59,82 @@ class FileResult:
     cache_stem: str = ""
     facts: TraceFacts | None = None  # set when ok
     notes: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (message, data) about the file
-    events: pd.DataFrame | None = None  # the tables themselves when not cached (else at cache_stem)
+    events: pd.DataFrame | None = None  # the tables themselves when in the result (else at cache_stem)
     steps: pd.DataFrame | None = None
+    cached: bool = False  # read from the cache: this file was not parsed
 
 
-def cache_key(path: Path, comm_kernels: CommKernels) -> str:
-    stat = path.stat()
-    basis = json.dumps([str(path.resolve()), stat.st_size, stat.st_mtime_ns, CACHE_VERSION,
-                        comm_kernels.fingerprint()])
-    return hashlib.sha1(basis.encode()).hexdigest()[:20]
-
-
-def load_one(path_str: str, cache_dir: Path | None, files: tuple[Path, ...], patterns: tuple[str, ...]) -> FileResult:
-    """Map step: parse one trace; its tables go to the cache (Parquet) or back in the result. The
-    arguments are plain values so that a worker process can take them."""
+def load_one(path_str: str, cache_dir: Path | None, files: tuple[Path, ...], patterns: tuple[str, ...],
+             tables_in_result: bool = False) -> FileResult:
+    """Map step: parse one trace (or read it from the cache in `cache_dir`); its tables go to the cache
+    (Parquet) or back in the result, in the result too with `tables_in_result` (for a caller that cannot
+    read this cache folder). The arguments are plain values so that a worker process can take them."""
     # A parse allocates hundreds of thousands of objects and no cycles: collecting meanwhile is waste.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return parse_one(Path(path_str), cache_dir, cached_comm_kernels(files, patterns))
+        return parse_one(Path(path_str), cache_dir, cached_comm_kernels(files, patterns), tables_in_result)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def parse_one(path: Path, cache_dir: Path | None, comm_kernels: CommKernels) -> FileResult:
+def parse_one(path: Path, cache_dir: Path | None, comm_kernels: CommKernels,
+              tables_in_result: bool = False) -> FileResult:
     path_str = str(path)
     try:
-        key = cache_key(path, comm_kernels)
-        folder = cache_dir
-        stem = str(folder / key) if folder else ""
-        meta_path = Path(stem + ".meta.json")
-        if cache_dir and meta_path.exists():
-            cached = json.loads(meta_path.read_text())
-            return FileResult(path_str, True, cache_stem=stem, facts=TraceFacts(**cached["facts"]),
-                               notes=[(str(m), dict(d)) for m, d in cached["notes"]])
-        trace = parse_trace(path)
-        dist = trace.distributed_info
-        notes = trace.messages()
-        rank = rank_in_range(dist.get("rank"))
-        if rank is None and dist.get("rank") is not None:
-            notes.append((f"distributedInfo.rank {str(dist.get('rank'))[:40]!r} is not a rank (0 to {MAX_RANK}); "
-                          "the rank is taken from the file name, else assigned", {}))
-        rank_source = "distributedInfo" if rank is not None else ""
-        if rank is None:
-            rank = rank_from_name(path)
-            rank_source = "filename" if rank is not None else "assigned"
-        events, steps = build_tables(trace, rank if rank is not None else -1, 0, comm_kernels)
-        device_name = ""
-        if trace.device_properties:
-            device_name = clean_text(str(trace.device_properties[0].get("name", "")))
-        world = int_in(dist.get("world_size"), 1, MAX_RANK + 1)
-        pg_config = dist.get("pg_config")
-        facts = TraceFacts(
-            rank=rank, rank_source=rank_source, host=trace.host_name or host_from_name(path),
-            world_size=world if world is not None else -1, backend=clean_text(str(dist.get("backend", ""))),
-            device_name=device_name, base_ns=trace.base_ns if trace.base_ns is not None else -1,
-            start_ns=int(events["start_ns"].min()) if len(events) else 0,
-            end_ns=int((events["start_ns"] + events["dur_ns"]).max()) if len(events) else 0,
-            n_events=len(events), pg_config=pg_config if isinstance(pg_config, list) else [])
-        if folder is None:
+        entry = CacheEntry(cache_dir, content_key(path, comm_kernels)) if cache_dir else None
+        meta = entry.read_meta() if entry else None
+        if entry and meta is not None:
+            result = FileResult(path_str, True, cache_stem=entry.stem, facts=TraceFacts(**meta["facts"]),
+                                notes=[(str(m), dict(d)) for m, d in meta["notes"]], cached=True)
+            if tables_in_result:
+                result.events, result.steps = entry.read_tables()
+            return result
+        facts, notes, events, steps = _parse(path, comm_kernels)
+        if entry is None:
             return FileResult(path_str, True, facts=facts, notes=notes, events=events, steps=steps)
-        folder.mkdir(parents=True, exist_ok=True)
-        events.to_parquet(stem + ".events.parquet", index=False)
-        steps.to_parquet(stem + ".steps.parquet", index=False)
-        Path(stem + ".meta.json").write_text(json.dumps({"facts": asdict(facts), "notes": notes}))
-        return FileResult(path_str, True, cache_stem=stem, facts=facts, notes=notes)
+        try:
+            entry.write(events, steps, {"facts": asdict(facts), "notes": notes})
+        except OSError as exc:
+            notes.append((f"not cached: cannot write to {entry.folder} ({exc.strerror or exc}); parsed again next "
+                          "time", {}))
+            return FileResult(path_str, True, facts=facts, notes=notes, events=events, steps=steps)
+        if tables_in_result:
+            return FileResult(path_str, True, cache_stem=entry.stem, facts=facts, notes=notes, events=events,
+                              steps=steps)
+        return FileResult(path_str, True, cache_stem=entry.stem, facts=facts, notes=notes)
     except PerftrackerError as exc:
         return FileResult(path_str, False, error=exc.message)
     except (OSError, ValueError, MemoryError) as exc:
         return FileResult(path_str, False, error=f"{path}: could not be loaded ({type(exc).__name__}: {exc}).")
+
+
+def _parse(path: Path, comm_kernels: CommKernels) -> tuple[TraceFacts, list[tuple[str, dict[str, Any]]],
+                                                           pd.DataFrame, pd.DataFrame]:
+    """Parse one trace into its facts, notes about it, and its events and steps tables."""
+    trace = parse_trace(path)
+    dist = trace.distributed_info
+    notes = trace.messages()
+    rank = rank_in_range(dist.get("rank"))
+    if rank is None and dist.get("rank") is not None:
+        notes.append((f"distributedInfo.rank {str(dist.get('rank'))[:40]!r} is not a rank (0 to {MAX_RANK}); "
+                      "the rank is taken from the file name, else assigned", {}))
+    rank_source = "distributedInfo" if rank is not None else ""
+    if rank is None:
+        rank = rank_from_name(path)
+        rank_source = "filename" if rank is not None else "assigned"
+    events, steps = build_tables(trace, rank if rank is not None else -1, 0, comm_kernels)
+    device_name = ""
+    if trace.device_properties:
+        device_name = clean_text(str(trace.device_properties[0].get("name", "")))
+    world = int_in(dist.get("world_size"), 1, MAX_RANK + 1)
+    pg_config = dist.get("pg_config")
+    facts = TraceFacts(
+        rank=rank, rank_source=rank_source, host=trace.host_name or host_from_name(path),
+        world_size=world if world is not None else -1, backend=clean_text(str(dist.get("backend", ""))),
+        device_name=device_name, base_ns=trace.base_ns if trace.base_ns is not None else -1,
+        start_ns=int(events["start_ns"].min()) if len(events) else 0,
+        end_ns=int((events["start_ns"] + events["dur_ns"]).max()) if len(events) else 0,
+        n_events=len(events), pg_config=pg_config if isinstance(pg_config, list) else [])
+    return facts, notes, events, steps

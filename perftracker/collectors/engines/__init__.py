@@ -1,0 +1,57 @@
+"""The seam of the map step: an engine turns trace paths into `FileResult`s, one per path, in input order.
+
+Promise: an engine (`MapEngine`) is given the trace paths and the plain arguments of the map step
+(`MapArgs`: the cache folder and the communication-kernel patterns), calls `progress(done, total)` with
+0 first and once as each file finishes (done counts up to total), and returns the results in the order
+of the paths. What it hands back is what `trace_map.load_one` returns wherever it runs, so the Store,
+and every finding, is the same whichever engine mapped it. `engine_for(name, ...)` builds one:
+
+- `local` (`engines/local.py`, the default): a process pool on this machine;
+- `ray` (`engines/ray_engine.py`, `pip install perftracker[ray]`): Ray tasks on an existing cluster
+  (or a Ray started on this machine for the command).
+
+Each engine goes through the same content-keyed cache (`collectors/traces/trace_cache.py`), so a run
+cut short by either resumes with the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from perftracker.collectors.traces.trace_map import FileResult
+from perftracker.errors import UsageError
+
+Progress = Callable[[int, int], None]
+ENGINES = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class MapArgs:
+    """The map step's arguments besides the path: plain values a worker process or a Ray task can take."""
+
+    cache_dir: Path | None = None  # None: no cache (tables come back in the results)
+    comm_kernel_files: tuple[Path, ...] = ()
+    comm_kernel_patterns: tuple[str, ...] = ()
+
+
+class MapEngine(Protocol):
+    """Maps trace paths to their results (see the module docstring for the promise)."""
+
+    def map(self, paths: Sequence[str], args: MapArgs, progress: Progress) -> list[FileResult]: ...
+
+
+def engine_for(name: str, workers: int = 0, ray_address: str = "") -> MapEngine:
+    """The engine called `name` (`local` or `ray`); `workers` bounds the local pool (0: one per CPU) and the
+    CPUs of a Ray started for this command; `ray_address` is the cluster to join ("" : see ray_engine)."""
+    if name == "local":
+        from perftracker.collectors.engines.local import LocalEngine
+
+        return LocalEngine(workers)
+    if name == "ray":
+        from perftracker.collectors.engines.ray_engine import RayEngine
+
+        return RayEngine(ray_address, workers)
+    raise UsageError(f"no engine called {name!r}", "--engine", f"use one of {', '.join(ENGINES)}")

@@ -1,0 +1,183 @@
+"""The Ray engine: the map step as Ray tasks, for jobs whose traces one machine should not parse alone.
+
+Promise: `RayEngine(address, workers).map(paths, args, progress)` joins the Ray cluster at `address`
+(`--ray-address`, or `RAY_ADDRESS` through the CLI; "auto" for a Ray started on this machine with
+`ray start`) or, without one, starts a Ray on this machine for the command (`ray.init()`, `workers`
+CPUs, 0: all) and stops it afterwards; a Ray already initialized in this process is used as it is. It
+runs one task per trace (1 CPU each) calling `trace_map.load_one` on the path made absolute (every node
+must see the traces at that path: a shared filesystem), reports each finished task as `ray.wait` hands
+it back, and returns the results in the order of the paths, each naming its file as it was given: the
+same results, so the same findings, as the local engine.
+
+Where the tables travel. The driver leaves a probe file in its cache folder; a task on a node that sees
+it (the cache folder is on storage the driver shares) reads or writes that rank's Parquet there and
+returns only the facts, the driver reads the Parquet: nothing large goes through Ray, and the entry is
+what a re-run (by either engine) finds. A task that cannot see it (`--no-cache`, or a node-local cache
+folder) still uses its node's cache, and returns the tables themselves as pandas frames through Ray's
+object store (their numeric columns as zero-copy Arrow-style buffers).
+
+Errors for people, exit 2 (UsageError): the `ray` package missing (`pip install perftracker[ray]`); an
+address nothing answers at (a TCP connect of at most 5 s first: Ray's own retries take minutes) or that
+Ray refuses; workers running another perftracker version. A task that fails (a node lost, a worker
+killed) after Ray's retries leaves its file out with a note naming it; the analysis runs on the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import ModuleType
+from typing import Any, cast
+
+from perftracker.collectors.engines import MapArgs, Progress
+from perftracker.collectors.traces.trace_cache import CACHE_VERSION
+from perftracker.collectors.traces.trace_map import FileResult, load_one
+from perftracker.errors import UsageError
+
+CONNECT_TIMEOUT_S = 5.0
+TASK_RETRIES = 2
+INSTALL_HINT = "install it with pip install 'perftracker[ray]' (or pip install ray), or use the default --engine local"
+
+
+def map_task(path: str, args: MapArgs, probe: str) -> tuple[str, FileResult]:
+    """One Ray task: (this worker's CACHE_VERSION, the trace's result), the tables in the result unless
+    this node sees the driver's cache folder (the probe file)."""
+    if not os.path.exists(path):
+        from ray.util import get_node_ip_address  # this runs in a Ray worker: the node is Ray's to name
+
+        node: str = get_node_ip_address()  # type: ignore[no-untyped-call]
+        return CACHE_VERSION, FileResult(path, False, error=(
+            f"{path}: not found on Ray node {node}. The Ray engine reads each trace at the same "
+            "path on every node: put the traces on storage every node sees (a shared filesystem), or use "
+            "--engine local."))
+    shared_cache = bool(probe) and os.path.exists(probe)
+    return CACHE_VERSION, load_one(path, args.cache_dir, args.comm_kernel_files, args.comm_kernel_patterns,
+                                   tables_in_result=not shared_cache)
+
+
+def import_ray() -> ModuleType:
+    """The `ray` module, or the UsageError that says how to install it."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise UsageError(f"the Ray engine needs the ray package, which is not installed here ({exc})",
+                         "--engine ray", INSTALL_HINT) from None
+    return ray
+
+
+def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """A UsageError unless something accepts a TCP connection at `address` (host:port, or ray://host:port)."""
+    bare = address.removeprefix("ray://")
+    host, _, port_text = bare.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise UsageError("is not a Ray cluster address", f"Ray address {address!r}",
+                         "give the head node as HOST:PORT (its GCS port, 6379 by default), ray://HOST:10001 for Ray "
+                         "Client, auto for a Ray started on this machine with ray start, or no address to start "
+                         "one for this command")
+    try:
+        with socket.create_connection((host, int(port_text)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        reason = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise UsageError(f"no Ray cluster answers there ({reason} within {timeout_s:.0f} s)", f"Ray address {address}",
+                         "start one there (ray start --head), check the host and port (RAY_ADDRESS or "
+                         "--ray-address), or leave the address out to start Ray on this machine") from None
+
+
+@dataclass(frozen=True)
+class RayEngine:
+    address: str = ""  # "": start a Ray on this machine for the command
+    workers: int = 0  # CPUs of that Ray (0: all); a cluster's own resources otherwise
+
+    def map(self, paths: Sequence[str], args: MapArgs, progress: Progress) -> list[FileResult]:
+        ray = import_ray()
+        if args.cache_dir is not None:  # the tasks' working folder is not this one
+            args = replace(args, cache_dir=args.cache_dir.absolute())
+        started = self._connect(ray)
+        probe = _leave_probe(args.cache_dir)
+        try:
+            return self._run(ray, paths, args, probe, progress)
+        finally:
+            if probe:
+                Path(probe).unlink(missing_ok=True)
+            if started:
+                ray.shutdown()
+
+    def _connect(self, ray: ModuleType) -> bool:
+        """Join (or start) Ray; True when this call did, so that `map` disconnects afterwards."""
+        if ray.is_initialized():
+            return False
+        quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
+        where = f"Ray address {self.address}" if self.address else "--engine ray"
+        if self.address and self.address != "auto":
+            check_reachable(self.address)
+        try:
+            if self.address:
+                ray.init(address=self.address, **quiet)
+            else:
+                ray.init(address="local", num_cpus=self.workers or None, include_dashboard=False, **quiet)
+        except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
+            raise UsageError(f"Ray could not be started or joined ({_first_line(exc)})", where,
+                             "check the address (RAY_ADDRESS or --ray-address) and that the cluster runs the "
+                             "same Ray version, or use --engine local") from None
+        return True
+
+    def _run(self, ray: ModuleType, paths: Sequence[str], args: MapArgs, probe: str,
+             progress: Progress) -> list[FileResult]:
+        n = len(paths)
+        progress(0, n)
+        task = ray.remote(num_cpus=1, max_retries=TASK_RETRIES)(map_task)
+        refs = [task.remote(os.path.abspath(path), args, probe) for path in paths]
+        index = {ref: i for i, ref in enumerate(refs)}
+        results: list[FileResult | None] = [None] * n
+        pending, done = refs, 0
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            if pending:  # everything else that finished meanwhile, without waiting
+                more, pending = ray.wait(pending, num_returns=len(pending), timeout=0)
+                ready = [*ready, *more]
+            for ref in ready:
+                i = index[ref]
+                results[i] = _result_of(ray, ref, paths[i])
+            done += len(ready)
+            progress(done, n)
+        return [r for r in results if r is not None]
+
+
+def _result_of(ray: ModuleType, ref: Any, path: str) -> FileResult:
+    try:
+        version, result = cast(tuple[str, FileResult], ray.get(ref))
+    except ray.exceptions.RayError as exc:
+        return FileResult(path, False, error=(
+            f"{path}: the Ray task that loads it failed after {TASK_RETRIES} retries ({_first_line(exc)}). Look "
+            "at the cluster's Ray logs; analyze again (what was cached is kept), or use --engine local."))
+    if version != CACHE_VERSION:
+        raise UsageError(f"the cluster's workers run perftracker {version}, this is {CACHE_VERSION}",
+                         "--engine ray", "install the same perftracker version on every node")
+    result.path = path
+    return result
+
+
+def _leave_probe(cache_dir: Path | None) -> str:
+    """A file in the cache folder by which each task tells whether its node sees this folder ("" when
+    there is no cache or it cannot be written)."""
+    if cache_dir is None:
+        return ""
+    probe = cache_dir.absolute() / f".engine-probe-{uuid.uuid4().hex}"
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        probe.touch()
+    except OSError:
+        return ""
+    return str(probe)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
