@@ -7,7 +7,14 @@ from typing import Annotated
 
 import typer
 
-from perftracker.cli.options import Engine, RayAddress, checked_engine, out_option, quiet_option, writable_file
+from perftracker.cli.options import (
+    Engine,
+    RayAddress,
+    checked_engine,
+    out_option,
+    quiet_option,
+    writable_file,
+)
 from perftracker.cli.progress import parsing_progress
 from perftracker.cli.voice import add_command, terminal
 from perftracker.collectors.loading import LoadOptions, default_cache_dir
