@@ -37,7 +37,7 @@ from perftracker.analyzers.coverage import coverage, coverage_dict, known_hosts,
 from perftracker.analyzers.findings import Finding, rank_findings
 from perftracker.analyzers.registry import run_analyzers
 from perftracker.analyzers.rootcause import link_findings
-from perftracker.analyzers.traces.merged_timeline import MergedTimeline, merged_timeline
+from perftracker.analyzers.traces.merged_timeline import DEFAULT_MAX_EVENTS, MergedTimeline, merged_timeline
 from perftracker.analyzers.views import REPORT_VIEWS
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.errors import InputError, OutputError, output_error
@@ -86,13 +86,16 @@ def writing(path: Path, option: str = "-o") -> Iterator[None]:
         raise output_error(path, exc, option) from None
 
 
-def analyze_path(path: Path, out_dir: Path, options: LoadOptions, hta_compat: bool = False) -> AnalysisResult:
-    return analyze_store(load_path(path, options), path, out_dir, hta_compat=hta_compat)
+def analyze_path(path: Path, out_dir: Path, options: LoadOptions, hta_compat: bool = False,
+                 timeline: bool = False) -> AnalysisResult:
+    return analyze_store(load_path(path, options), path, out_dir, hta_compat=hta_compat, timeline=timeline)
 
 
-def analyze_store(store: Store, path: Path, out_dir: Path, hta_compat: bool = False) -> AnalysisResult:
+def analyze_store(store: Store, path: Path, out_dir: Path, hta_compat: bool = False,
+                  timeline: bool = False) -> AnalysisResult:
     """Analyze one loaded Store (one job) and write its outputs into `out_dir` (ReportNotWritten when they
-    cannot be written)."""
+    cannot be written). With `timeline`, the merged all-rank timeline of this same analysis (the default
+    selection of `perftracker timeline`) is written beside the report as `TIMELINE`, which the report links."""
     analysis = Analysis(store, AnalysisOptions(hta_compat=hta_compat))
     findings, tables, failed = analyze(analysis)
     summary = _summary(analysis, tables)
@@ -109,6 +112,10 @@ def analyze_store(store: Store, path: Path, out_dir: Path, hta_compat: bool = Fa
         with writing(out_dir / FINDINGS):
             json_report.write(out_dir / FINDINGS, document)
         written.append(FINDINGS)
+        if timeline and not store.events.empty:
+            with writing(out_dir / TIMELINE):
+                _write_timeline(analysis, findings, out_dir / TIMELINE, str(path))
+            written.append(TIMELINE)
         with writing(out_dir / REPORT):
             _render(out_dir, tables, findings, notes, str(path), summary)
     except OutputError as exc:
@@ -190,7 +197,17 @@ def _render(out_dir: Path, tables: Mapping[str, pd.DataFrame], findings: list[Fi
                        for name, why in failed)]
     html_report.render(out_dir / REPORT, findings, notes, sections, title=title, coverage=summary.get("coverage"),
                        synthetic=summary.get("synthetic_inputs"), strip=summary_strip(tables, findings),
-                       timeline_command=timeline_command(title, out_dir, tables))
+                       timeline_command=timeline_command(title, out_dir, tables),
+                       timeline_file=TIMELINE if (out_dir / TIMELINE).is_file() else "")
+
+
+def _write_timeline(analysis: Analysis, findings: list[Finding], out: Path, title: str,
+                    ranks: list[int] | None = None, steps: list[int] | None = None,
+                    max_events: int = DEFAULT_MAX_EVENTS) -> tuple[int, MergedTimeline]:
+    merged = merged_timeline(analysis, findings, ranks, steps, max_events)
+    written = timeline_trace.write_trace(out, merged.events, merged.markers, merged.ranks, merged.steps,
+                                         merged.offsets_ns, merged.note, title=title)
+    return written, merged
 
 
 def timeline_command(input_path: str, out_dir: Path, tables: Mapping[str, pd.DataFrame]) -> str:
@@ -258,7 +275,4 @@ def timeline_path(path: Path, out: Path, options: LoadOptions, ranks: list[int] 
                          str(path), "give timeline a run directory or a folder with one torch.profiler trace per "
                          "rank (.json/.json.gz); `perftracker analyze` reads the other inputs")
     findings = rank_findings(run_analyzers(analysis))
-    merged = merged_timeline(analysis, findings, ranks, steps, max_events)
-    written = timeline_trace.write_trace(out, merged.events, merged.markers, merged.ranks, merged.steps,
-                                         merged.offsets_ns, merged.note, title=str(path))
-    return written, merged
+    return _write_timeline(analysis, findings, out, str(path), ranks, steps, max_events)

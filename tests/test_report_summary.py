@@ -97,3 +97,22 @@ def test_the_step_chart_bar_goes_up_to_p90_only() -> None:
     # THEN the bar reaches from the median up to the p90, and nothing is drawn below the median (it is no p10)
     assert error["symmetric"] is False and error["arrayminus"] == [0.0, 0.0]
     assert error["array"] == pytest.approx([13.0, 13.0])
+
+
+def test_analyze_with_timeline_writes_it_beside_the_report_and_links_it(tmp_path: Path) -> None:
+    # GIVEN the real slowed 4-rank run WHEN it is analyzed with the timeline asked for
+    result = analyze_path(SLOWED, tmp_path / "out", LoadOptions(workers=1), timeline=True)
+    html = result.report_path.read_text()
+    # THEN timeline.json.gz lies beside report.html, every rank a process, the straggler's late arrivals marked
+    trace = json.loads(gzip.decompress((tmp_path / "out" / "timeline.json.gz").read_bytes()))
+    names = {e["pid"] for e in trace["traceEvents"] if e.get("ph") == "M" and e.get("name") == "process_name"}
+    assert names == {0, 1, 2, 3}
+    assert any(e.get("ph") == "i" and e.get("cat") == "perftracker" for e in trace["traceEvents"])
+    # AND the report links it by its relative name (the command line is kept for other selections)
+    link = re.search(r'id="timeline-link">[^<]*<a href="([^"]+)"', html)
+    assert link is not None and link.group(1) == "timeline.json.gz"
+    assert 'id="timeline-command"' not in html
+    # AND without the flag no timeline is written and the report shows the command instead
+    plain = analyze_path(SLOWED, tmp_path / "plain", LoadOptions(workers=1))
+    assert not (tmp_path / "plain" / "timeline.json.gz").exists()
+    assert 'id="timeline-command"' in plain.report_path.read_text()

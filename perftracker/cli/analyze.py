@@ -27,7 +27,14 @@ from perftracker.cli.progress import parsing_progress
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, terminal
 from perftracker.collectors.loading import LoadOptions, default_cache_dir, load_jobs
 from perftracker.errors import UsageError
-from perftracker.pipeline import AnalysisResult, ReportNotWritten, analyze_path, analyze_store, writing
+from perftracker.pipeline import (
+    TIMELINE,
+    AnalysisResult,
+    ReportNotWritten,
+    analyze_path,
+    analyze_store,
+    writing,
+)
 from perftracker.reports.text import print_summary, printable
 from perftracker.rundir import atomic_write_text, host_name
 
@@ -62,6 +69,9 @@ def analyze(
                                          "--engine ray and no cluster, the CPUs of the Ray it starts.")] = 0,
     engine: Engine = "local",
     ray_address: RayAddress = None,
+    timeline: Annotated[bool, typer.Option("--timeline", metavar="", help="Also write timeline.json.gz beside the "
+                                           "report: all ranks on one clock-aligned trace with the findings marked "
+                                           "(as `perftracker timeline` writes it), linked from the report.")] = False,
     quiet: Annotated[bool, quiet_option("Print only the verdict line.")] = False,
     job: Annotated[str | None, typer.Option("--job", help="Where the traces are of several jobs: analyze only "
                                             "the one with this label (as the refusal lists them, e.g. job2 or "
@@ -92,11 +102,13 @@ def analyze(
     console = terminal()
     if each_job:
         with parsing_progress(quiet) as progress:
-            findings = _analyze_each_job(console, path, out, replace(options, progress=progress), hta_compat, quiet)
+            findings = _analyze_each_job(console, path, out, replace(options, progress=progress), hta_compat, quiet,
+                                         timeline)
         raise typer.Exit(fail_on_exit(findings, threshold))
     try:
         with parsing_progress(quiet) as progress:
-            result = analyze_path(path, out, replace(options, progress=progress), hta_compat=hta_compat)
+            result = analyze_path(path, out, replace(options, progress=progress), hta_compat=hta_compat,
+                                  timeline=timeline)
     except ReportNotWritten as exc:  # the analysis finished: its verdict is said, then what could not be written
         _print_result(console, exc.result, quiet, written=False)
         raise
@@ -111,10 +123,14 @@ def _print_result(console: Console, result: AnalysisResult, quiet: bool, written
         print_summary(console, result.findings, result.report_path if written else None,
                       coverage=result.document["summary"].get("coverage"),
                       synthetic=result.document["summary"].get("synthetic_inputs"))
+        timeline = result.out_dir / TIMELINE
+        if written and timeline.is_file():
+            console.print(printable(f"Timeline: {timeline} (all ranks, clock-aligned; open it in ui.perfetto.dev)"),
+                          highlight=False, markup=False)
 
 
 def _analyze_each_job(console: Console, path: Path, out: Path, options: LoadOptions, hta_compat: bool,
-                      quiet: bool) -> list[Finding]:
+                      quiet: bool, timeline: bool) -> list[Finding]:
     """Each job under `path` analyzed alone into OUT/<label>/ (OUT itself when there is one job), then an
     index: the terminal listing and OUT/jobs.json."""
     everything: list[Finding] = []
@@ -125,7 +141,8 @@ def _analyze_each_job(console: Console, path: Path, out: Path, options: LoadOpti
         if label and group is not None:
             console.print(f"== {printable(group.describe())}", highlight=False, markup=False)
         try:
-            result = analyze_store(store, path, out / label if label else out, hta_compat=hta_compat)
+            result = analyze_store(store, path, out / label if label else out, hta_compat=hta_compat,
+                                   timeline=timeline)
         except ReportNotWritten as exc:
             _print_result(console, exc.result, quiet, written=False)
             raise

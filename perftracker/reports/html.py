@@ -108,10 +108,11 @@ def render_section(section: Section) -> str:
 def render(path: Path, findings: list[Finding], notes: list[LoadNote], sections: list[Section],
            title: str, coverage: dict[str, Any] | None = None,
            synthetic: list[dict[str, Any]] | None = None, strip: list[StripCell] | None = None,
-           timeline_command: str = "") -> None:
+           timeline_command: str = "", timeline_file: str = "") -> None:
     """Write the page. `synthetic` is the summary's `synthetic_inputs` (shown as a banner under the header);
     `strip` the summary strip's cells (`reports.strip`), shown with the verdict before the findings;
-    `timeline_command` the `perftracker timeline` command line that writes this run's merged timeline."""
+    `timeline_command` the `perftracker timeline` command line that writes this run's merged timeline;
+    `timeline_file` the name of that timeline when it is already written beside the page (then linked)."""
     figures: dict[str, Any] = {}
     view_sections = []
     for section in sections:
@@ -129,7 +130,7 @@ def render(path: Path, findings: list[Finding], notes: list[LoadNote], sections:
         verdict=verdict(findings, coverage), verdict_class=verdict_class,
         not_judged=(coverage or {}).get("not_judged") or [], synthetic=synthetic or [],
         findings=[_finding_view(f) for f in findings], sections=view_sections, strip=strip or [],
-        timeline_command=timeline_command,
+        timeline_command=timeline_command, timeline_file=timeline_file,
         notes=[n.to_dict() for n in notes], figures_json=figures_json, plotly_gz_b64=plotly_bundle_b64(),
     )
     atomic_write_text(path, page)
