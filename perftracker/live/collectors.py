@@ -15,6 +15,7 @@ from perftracker.live.sampler import Sampler
 from perftracker.live.stacks import StackSampler
 from perftracker.live.steps_sampler import StepsSampler
 from perftracker.live.traces import TraceSampler
+from perftracker.live.watch import WatchOptions, WatchSampler
 
 
 @dataclass
@@ -36,6 +37,17 @@ class SamplerOptions:
     profile_seconds: float = 0.0  # one py-spy record burst of every rank (attach's default: 10 s)
     profile_rate_hz: int = 20
     profile_delay_s: float = 2.0  # after the session starts
+    watch: WatchOptions | None = None  # attach/run --watch: the online rules and their incidents
+
+
+def watch_rates(options: SamplerOptions) -> SamplerOptions:
+    """The steady state of --watch: NVML and RDMA every 10 s, net every 5 s, a non-blocking stack round every
+    60 s (the stack half of the hang rule), no start-up stack recording (the baseline takes its place)."""
+    options.interval_s = max(options.interval_s, 10.0)
+    options.net_interval_s = max(options.net_interval_s, 5.0)
+    options.stack_interval_s = max(options.stack_interval_s, 60.0)
+    options.profile_seconds = 0.0
+    return options
 
 
 def build_samplers(options: SamplerOptions) -> list[Sampler]:
@@ -59,4 +71,6 @@ def build_samplers(options: SamplerOptions) -> list[Sampler]:
         samplers.append(StepsSampler(job_log=options.job_log))
     if options.trace_steps > 0:
         samplers.append(TraceSampler(steps=options.trace_steps))
+    if options.watch is not None:
+        samplers.append(WatchSampler(options=options.watch))
     return samplers
