@@ -62,8 +62,10 @@ def build_samplers(options: SamplerOptions) -> list[Sampler]:
         samplers.append(NvmlSampler(interval_s=options.interval_s))
     if options.rdma:
         samplers.append(RdmaSampler(interval_s=options.interval_s))
+    stacks: StackSampler | None = None
     if options.stacks:
-        samplers.append(StackSampler(interval_s=options.stack_interval_s, stacks_at=options.stacks_at))
+        stacks = StackSampler(interval_s=options.stack_interval_s, stacks_at=options.stacks_at)
+        samplers.append(stacks)
     if options.stacks and options.profile_seconds > 0:
         samplers.append(ProfileSampler(seconds=options.profile_seconds, rate_hz=options.profile_rate_hz,
                                        delay_s=options.profile_delay_s))
@@ -72,5 +74,5 @@ def build_samplers(options: SamplerOptions) -> list[Sampler]:
     if options.trace_steps > 0:
         samplers.append(TraceSampler(steps=options.trace_steps))
     if options.watch is not None:
-        samplers.append(WatchSampler(options=options.watch))
+        samplers.append(WatchSampler(options=options.watch, stacks=stacks))  # one py-spy per rank at a time
     return samplers

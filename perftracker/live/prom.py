@@ -50,7 +50,7 @@ def metrics_text(state: WatchState) -> str:
 def parse_target(target: str) -> tuple[str, int] | None:
     """(host, port) for `[HOST]:PORT`, None for a file path."""
     match = _PORT.match(target)
-    if not match or not 0 < int(match["port"]) < 65536:
+    if not match or not 0 <= int(match["port"]) < 65536:  # 0: any free port
         return None
     return match["host"] or "127.0.0.1", int(match["port"])
 

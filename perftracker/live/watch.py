@@ -61,7 +61,7 @@ class WatchOptions:
     profile_seconds: float = 10.0
     profile_rate_hz: int = 20
     baseline_seconds: float = 5.0
-    trace_steps: int = 3
+    trace_steps: int = 8  # enough steps (trials) for the straggler test to name one of 2 ranks at 1%
     cooldown_s: float = 600.0
     max_incidents: int = 20
     cap_bytes: int = 64 * 1024 * 1024
@@ -103,16 +103,16 @@ class WatchSampler:
     _stop: threading.Event = field(default_factory=threading.Event)
     _capture: threading.Thread | None = None
     _baseline: threading.Thread | None = None
-    _stacks: StackSampler | None = None
+    stacks: StackSampler | None = None  # the session's: its lock keeps two native dumps off one rank at once
     _started_s: float = 0.0
 
     def start(self, ctx: LiveContext) -> None:
         self._started_s = time.time()
         self._next_host = time.monotonic() + self.options.host_check_s
-        if find_pyspy() is not None:
-            self._stacks = StackSampler()
-            self._stacks.pyspy = find_pyspy()
-        else:
+        if self.stacks is None and find_pyspy() is not None:
+            self.stacks = StackSampler()
+            self.stacks.pyspy = find_pyspy()
+        elif self.stacks is None:
             ctx.note("watch: py-spy is not installed: incidents have no stacks (pip install py-spy)")
 
     # -- steps ----------------------------------------------------------------------------------
@@ -237,7 +237,7 @@ class WatchSampler:
         plan = CapturePlan(self.options.profile_seconds, self.options.profile_rate_hz, self.options.trace_steps,
                            self.options.cap_bytes)
         self._capture = threading.Thread(
-            target=capture_incident, args=(ctx, alarm, folder, plan, self._stacks, self.options.reporter, self._stop),
+            target=capture_incident, args=(ctx, alarm, folder, plan, self.stacks, self.options.reporter, self._stop),
             name="perftracker-incident", daemon=True)
         self._capture.start()
 
