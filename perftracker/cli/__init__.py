@@ -13,7 +13,19 @@ import sys
 import typer
 
 from perftracker import __version__
-from perftracker.cli import analyze, attach, demo, diff, incidents, lint_env, postmortem, ps, report, run, timeline
+from perftracker.cli import (
+    analyze,
+    attach,
+    demo,
+    diff,
+    incidents,
+    lint_env,
+    postmortem,
+    ps,
+    report,
+    run,
+    timeline,
+)
 from perftracker.cli.voice import EXIT_INTERNAL, EXIT_USAGE, say
 from perftracker.errors import PerftrackerError
 

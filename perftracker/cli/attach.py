@@ -18,6 +18,14 @@ from rich.console import Console
 
 from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.online import AnalyzerDiagnosis
+from perftracker.cli.incidents import (
+    incident_seconds_option,
+    prom_option,
+    rise_option,
+    watch_option,
+    watch_options,
+    window_option,
+)
 from perftracker.cli.options import (
     Host,
     fail_on_option,
@@ -27,14 +35,6 @@ from perftracker.cli.options import (
     stack_interval_option,
     sysfs_root_option,
     writable_folder,
-)
-from perftracker.cli.incidents import (
-    incident_seconds_option,
-    prom_option,
-    rise_option,
-    watch_option,
-    watch_options,
-    window_option,
 )
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, terminal
 from perftracker.collectors.loading import LoadOptions

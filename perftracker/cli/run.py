@@ -25,14 +25,6 @@ from rich.console import Console
 
 from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.online import AnalyzerDiagnosis
-from perftracker.cli.options import (
-    Host,
-    fail_on_option,
-    interval_option,
-    out_option,
-    stack_interval_option,
-    writable_folder,
-)
 from perftracker.cli.incidents import (
     incident_seconds_option,
     prom_option,
@@ -40,6 +32,14 @@ from perftracker.cli.incidents import (
     watch_option,
     watch_options,
     window_option,
+)
+from perftracker.cli.options import (
+    Host,
+    fail_on_option,
+    interval_option,
+    out_option,
+    stack_interval_option,
+    writable_folder,
 )
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, say
 from perftracker.collectors.loading import LoadOptions, load_path

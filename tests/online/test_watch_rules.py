@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+
 from perftracker.analyzers.online.hang_rule import hang_alarm
 from perftracker.analyzers.online.host_trigger import host_alarm
 from perftracker.analyzers.online.step_rules import DEFAULT_WINDOW, degradation_alarm, series_alarm

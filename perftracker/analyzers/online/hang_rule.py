@@ -15,7 +15,6 @@ from collections.abc import Mapping
 
 from perftracker.store.alarms import Alarm
 
-
 STALL_FACTOR = 5.0  # a pause this many median steps long is a stall
 # Floor: step records reach the sampler by polling (about a second late), and a native hang dump pauses
 # the job, so a pause must last this long too before it counts.
