@@ -52,6 +52,7 @@ from perftracker.store.alarms import Alarm, StepSeries
 
 SERIES_STEPS = 400  # per rank: the rules look at 20 x N steps at most (N = 10 by default)
 RESCAN_S = 5.0
+RANKS_PER_LOOK = 4  # the degradation rule judges at most this many ranks a second (round robin): bounded CPU
 
 
 @dataclass
@@ -98,6 +99,9 @@ class WatchSampler:
     _next_scan: float = 0.0
     _next_host: float = 0.0
     _counter_sizes: tuple[int, ...] = ()
+    _cached: list[StepSeries] = field(default_factory=list)
+    _fresh: set[int] = field(default_factory=set)  # ranks with steps the degradation rule has not judged yet
+    _judged: dict[int, int] = field(default_factory=dict)  # rank -> when (in steps read) it was last judged
     _last_by_kind: dict[str, float] = field(default_factory=dict)
     _hang_open: bool = False
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -133,20 +137,23 @@ class WatchSampler:
                 if step >= self.state.last_step.get(rank, -1):
                     self.state.last_step[rank], self._last_ns[rank] = step, int(rec["end_ns"])
                 self._known += 1
+                self._fresh.add(rank)
                 new = True
+        if new:
+            self._cached = []
         return new
 
     def series(self) -> list[StepSeries]:
-        out = []
-        for rank, items in sorted(self._series.items()):
-            ordered = sorted(items)
-            out.append(StepSeries(rank, tuple(s for s, _ in ordered), tuple(d for _, d in ordered)))
-        return out
+        if not self._cached:
+            for rank, items in sorted(self._series.items()):
+                ordered = np.array(sorted(items), dtype=np.int64).reshape(-1, 2)
+                self._cached.append(StepSeries(rank, ordered[:, 0], ordered[:, 1]))
+        return self._cached
 
     def _update_levels(self, series: list[StepSeries]) -> None:
         n = self.options.window
         for s in series:
-            durs = np.array([d for st, d in zip(s.steps, s.durations_ns, strict=True) if st >= 2], dtype=float) / 1e9
+            durs = s.durations_ns[s.steps >= 2].astype(float) / 1e9
             if len(durs) >= n:
                 means = np.convolve(durs, np.ones(n) / n, mode="valid")
                 self.state.current_s[s.rank] = float(means[-1])
@@ -161,18 +168,21 @@ class WatchSampler:
             self._hang_open = False  # steps came: a later stall is a new hang
             self._update_levels(series)
         n = self.options.window
-        if not self.state.armed and any(sum(1 for st in s.steps if st >= 2) >= 2 * n for s in series):
+        if not self.state.armed and any(int((s.steps >= 2).sum()) >= 2 * n for s in series):
             self.state.armed, self.state.armed_at_s = True, time.time()
             self._start_baseline(ctx)
         alarms: list[Alarm] = []
         diagnosis = ctx.diagnosis
-        if new and self.state.armed:
-            found = diagnosis.degradation_alarm(series, n, self.options.rise)
+        if self._fresh and self.state.armed:
+            turn = sorted(self._fresh, key=lambda r: self._judged.get(r, 0))[:RANKS_PER_LOOK]  # longest unjudged first
+            self._fresh.difference_update(turn)
+            self._judged.update((r, self._known) for r in turn)
+            found = diagnosis.degradation_alarm([s for s in series if s.rank in turn], n, self.options.rise)
             if found is not None:
                 alarms.append(found)
         if not self._hang_open:
-            durs = sorted(d for s in series for d in s.durations_ns[-200:])
-            med = durs[len(durs) // 2] if durs else None
+            recent = [s.durations_ns[-200:] for s in series]
+            med = int(np.median(np.concatenate(recent))) if recent else None
             hang = diagnosis.hang_alarm(self.state.last_step, self._last_ns, med, self._known, time.time_ns())
             with ctx.lock:
                 suspicion = ctx.progress.suspicion
@@ -221,6 +231,7 @@ class WatchSampler:
             self._hang_open = True
         if alarm.kind == "degradation":  # the slower level becomes the new normal: only a further change fires
             self._series.clear()
+            self._cached, self._fresh = [], set()
             self.state.best_s.clear()
         folder = incident_folder(ctx.run_dir, alarm, now)
         self.state.incidents.append((now, alarm.kind, folder.name))
@@ -264,7 +275,7 @@ class WatchSampler:
     def status(self) -> str:
         st = self.state
         if not st.armed:
-            most = max((sum(1 for x in s.steps if x >= 2) for s in self.series()), default=0)
+            most = max((int((s.steps >= 2).sum()) for s in self.series()), default=0)
             text = f"arming: {most}/{2 * self.options.window} steps"
         else:
             text = f"armed {time.time() - st.armed_at_s:.0f}s ago, baseline {st.baseline}"

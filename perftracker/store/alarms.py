@@ -8,18 +8,26 @@ at (change point) or was last seen at (a hang), -1 when not known; `text` one li
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 KINDS = ("degradation", "hang", "host")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class StepSeries:
-    """One rank's recent steps, oldest first: step numbers and their durations (ns)."""
+    """One rank's recent steps, oldest first: step numbers and their durations (ns), as int64 arrays."""
 
     rank: int
-    steps: tuple[int, ...]
-    durations_ns: tuple[int, ...]
+    steps: np.ndarray
+    durations_ns: np.ndarray
+
+    def __init__(self, rank: int, steps: Sequence[int] | np.ndarray, durations_ns: Sequence[int] | np.ndarray) -> None:
+        object.__setattr__(self, "rank", rank)
+        object.__setattr__(self, "steps", np.asarray(steps, dtype=np.int64))
+        object.__setattr__(self, "durations_ns", np.asarray(durations_ns, dtype=np.int64))
 
 
 @dataclass(frozen=True)

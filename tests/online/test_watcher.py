@@ -33,7 +33,7 @@ class SlowAfter(NoDiagnosis):
 
     def degradation_alarm(self, series: Sequence[StepSeries], window: int, rise: float) -> Alarm | None:
         self.asked += 1
-        if any(s.steps and s.steps[-1] >= self.step for s in series):
+        if any(len(s.steps) and s.steps[-1] >= self.step for s in series):
             return Alarm("degradation", f"slower since step {self.step}", ranks=(1,), step=self.step)
         return None
 

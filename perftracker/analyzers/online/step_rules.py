@@ -42,7 +42,7 @@ CONFIRM_WINDOWS = 10  # the change-point test looks at the last 10 x N steps
 
 def ready(series: StepSeries, window: int = DEFAULT_WINDOW) -> bool:
     """Enough steps (after the warm-up) to judge: two windows."""
-    return sum(1 for s in series.steps if s >= WARMUP_STEPS) >= 2 * window
+    return int((series.steps >= WARMUP_STEPS).sum()) >= 2 * window
 
 
 def trigger(durations_s: np.ndarray, window: int, rise: float) -> tuple[float, float] | None:
@@ -58,11 +58,11 @@ def trigger(durations_s: np.ndarray, window: int, rise: float) -> tuple[float, f
 
 def series_alarm(series: StepSeries, window: int = DEFAULT_WINDOW, rise: float = DEFAULT_RISE) -> Alarm | None:
     """The degradation alarm of one rank's series (see the module docstring), or None."""
-    kept = [(s, d) for s, d in zip(series.steps, series.durations_ns, strict=True) if s >= WARMUP_STEPS]
-    if len(kept) < 2 * window:
+    kept = series.steps >= WARMUP_STEPS
+    if int(kept.sum()) < 2 * window:
         return None
-    steps = np.array([s for s, _ in kept])
-    y = np.array([d for _, d in kept], dtype=float) / 1e9
+    steps = series.steps[kept]
+    y = series.durations_ns[kept].astype(float) / 1e9
     fired = trigger(y, window, rise)
     if fired is None:
         return None
