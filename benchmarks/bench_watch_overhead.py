@@ -6,7 +6,8 @@ Promise: runs ``scripts/sample_job.py`` under torchrun (CPU, gloo, ``--nproc`` r
 every 60 s, the online rules every second, one baseline recording once armed), interleaved and alternating
 which arm goes first. Per pair: the step-time ratio watch/baseline (median step of all ranks, steps after
 ``--skip``); per watched run: attach's own CPU time (its process and children, psutil, while the job ran) as
-a share of one core and per rank and minute. Results in ``benchmarks/results/bench_watch_overhead.json``.
+a share of one core and per rank, in the steady state (from ``--settle`` seconds after attaching to the
+job's end) and in all. Results in ``benchmarks/results/bench_watch_overhead.json``.
 
     .venv/bin/python benchmarks/bench_watch_overhead.py --pairs 3 --nproc 8
 """
@@ -56,15 +57,24 @@ def one_run(args: argparse.Namespace, watch: bool, tmp: Path, index: int) -> dic
                                    cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             proc = psutil.Process(att.pid)
             began, cpu = time.monotonic(), 0.0
+            settled: tuple[float, float] | None = None  # (time, CPU) once start-up and the baseline are over
+            last = (began, 0.0)
             while job.poll() is None:
                 cpu = max(cpu, _tree_cpu(proc))
+                last = (time.monotonic(), cpu)
+                if settled is None and last[0] - began >= args.settle:
+                    settled = last
                 time.sleep(0.5)
             wall = time.monotonic() - began
+            if settled is None or last[0] - settled[0] < 5:
+                raise RuntimeError("the job ended before the watcher settled: give more --steps")
+            steady_cpu, steady_s = last[1] - settled[1], last[0] - settled[0]
             att.wait(timeout=180)
             incidents = len(list((tmp / f"watch-{index}" / "incidents").glob("*-*")))
             result.update(watch_cpu_s=round(cpu, 3), watched_s=round(wall, 1),
-                          core_pct=round(100 * cpu / wall, 3),
-                          core_pct_per_rank=round(100 * cpu / wall / args.nproc, 4), incidents=incidents)
+                          steady_cpu_s=round(steady_cpu, 3), steady_s=round(steady_s, 1),
+                          core_pct=round(100 * steady_cpu / steady_s, 3),
+                          core_pct_per_rank=round(100 * steady_cpu / steady_s / args.nproc, 4), incidents=incidents)
         job.wait(timeout=args.timeout)
     finally:
         for p in (job, att):
@@ -88,6 +98,8 @@ def main() -> int:
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--settle", type=float, default=20.0, help="seconds after attaching before the steady "
+                        "state is measured (start-up: imports, the first scan, the baseline recording)")
     args = parser.parse_args()
     runs: list[dict[str, Any]] = []
     ratios = []
@@ -100,8 +112,9 @@ def main() -> int:
             runs += [dict(got[False], pair=pair), dict(got[True], pair=pair)]
             w = got[True]
             print(f"pair {pair}: base {got[False]['median_step_ms']:.2f} ms, watch {w['median_step_ms']:.2f} ms, "
-                  f"ratio {ratios[-1]:.4f}; watcher CPU {w['watch_cpu_s']:.2f} s over {w['watched_s']:.0f} s = "
-                  f"{w['core_pct']:.3f}% of a core ({w['core_pct_per_rank']:.4f}% per rank), "
+                  f"ratio {ratios[-1]:.4f}; watcher CPU {w['watch_cpu_s']:.2f} s in all over {w['watched_s']:.0f} s; "
+                  f"steady state {w['steady_cpu_s']:.2f} s over {w['steady_s']:.0f} s = {w['core_pct']:.3f}% of a core "
+                  f"({w['core_pct_per_rank']:.4f}% per rank), "
                   f"{w['incidents']} incident(s)", flush=True)
     watched = [r for r in runs if r["watch"]]
     summary = {"config": vars(args), "cpu_count": os.cpu_count(), "runs": runs,

@@ -27,6 +27,8 @@ class SamplerOptions:
     rdma: bool = True
     net: bool = True  # Ethernet interfaces the job uses and TCP counters, about every net_interval_s
     net_interval_s: float = 1.0
+    net_resolve_s: float = 5.0  # how often the job's interfaces and peers are looked up again
+    net_watch_s: float = 0.1  # link state polled this often between samples (carrier changes timed to it)
     logs: bool = True
     steps: bool = True
     env: bool = True
@@ -41,10 +43,13 @@ class SamplerOptions:
 
 
 def watch_rates(options: SamplerOptions) -> SamplerOptions:
-    """The steady state of --watch: NVML and RDMA every 10 s, net every 5 s, a non-blocking stack round every
-    60 s (the stack half of the hang rule), no start-up stack recording (the baseline takes its place)."""
+    """The steady state of --watch: NVML and RDMA every 10 s, net every 5 s (link state every 0.5 s, the job's
+    interfaces looked up again every 60 s), a non-blocking stack round every 60 s (the stack half of the hang
+    rule), no start-up stack recording (the baseline takes its place)."""
     options.interval_s = max(options.interval_s, 10.0)
     options.net_interval_s = max(options.net_interval_s, 5.0)
+    options.net_resolve_s = max(options.net_resolve_s, 60.0)
+    options.net_watch_s = max(options.net_watch_s, 0.5)
     options.stack_interval_s = max(options.stack_interval_s, 60.0)
     options.profile_seconds = 0.0
     return options
@@ -53,7 +58,8 @@ def watch_rates(options: SamplerOptions) -> SamplerOptions:
 def build_samplers(options: SamplerOptions) -> list[Sampler]:
     samplers: list[Sampler] = []
     if options.net:  # first: its first sample is taken as the session starts
-        samplers.append(NetdevSampler(interval_s=options.net_interval_s))
+        samplers.append(NetdevSampler(interval_s=options.net_interval_s, resolve_every_s=options.net_resolve_s,
+                                      watch_s=options.net_watch_s))
     if options.env:
         samplers.append(EnvSampler())
     if options.logs:
