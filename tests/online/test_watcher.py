@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -16,7 +17,7 @@ from typer.testing import CliRunner
 from perftracker.cli import app
 from perftracker.live.diagnosis import Look, NoDiagnosis
 from perftracker.live.discovery import Job, Worker
-from perftracker.live.incidents import IncidentVerdict
+from perftracker.live.incidents import CapturePlan, IncidentVerdict, capture_incident
 from perftracker.live.prom import PromPublisher, metrics_text
 from perftracker.live.sampler import LiveContext
 from perftracker.live.watch import WatchOptions, WatchSampler
@@ -179,3 +180,20 @@ def test_incidents_of_a_run_without_any(tmp_path: Path) -> None:
     assert result.exit_code == 0 and "No incidents" in result.output
     missing = CliRunner().invoke(app, ["incidents", str(tmp_path / "nope")])
     assert missing.exit_code == 2
+
+
+def test_a_capture_interrupted_by_the_session_end_keeps_its_evidence_and_is_analyzed(tmp_path: Path) -> None:
+    # GIVEN a run with steps, and the session already stopping (Ctrl-C / SIGTERM / the job ended)
+    ctx = _ctx(tmp_path, NoDiagnosis())
+    _write_steps(ctx, 0, 40)
+    stop = threading.Event()
+    stop.set()
+    folder = ctx.run_dir / "incidents" / "x-degradation"
+    # WHEN an incident is captured
+    record = capture_incident(ctx, Alarm("degradation", "slower", ranks=(1,), step=30), folder,
+                              CapturePlan(profile_seconds=0, trace_steps=0), None, _reporter, stop)
+    # THEN what was captured is kept, analyzed, and the incident says it was interrupted
+    assert record.state == "interrupted" and record.report.endswith("report.html")
+    saved = json.loads((folder / "incident.json").read_text())
+    assert saved["state"] == "interrupted" and "session ended during the capture" in saved["notes"][-1]
+    assert (folder / "evidence" / "steps" / "rank-0.jsonl").read_text().count("\n") == 40
