@@ -197,3 +197,14 @@ def test_a_capture_interrupted_by_the_session_end_keeps_its_evidence_and_is_anal
     saved = json.loads((folder / "incident.json").read_text())
     assert saved["state"] == "interrupted" and "session ended during the capture" in saved["notes"][-1]
     assert (folder / "evidence" / "steps" / "rank-0.jsonl").read_text().count("\n") == 40
+
+
+def test_bad_watch_options_are_said_before_any_work(tmp_path: Path) -> None:
+    # GIVEN attach --watch with a rise of 0, a window of 1, or --prom naming a folder
+    runner = CliRunner()
+    for extra in (["--watch-rise", "0"], ["--watch-window", "1"], ["--prom", str(tmp_path)]):
+        result = runner.invoke(app, ["attach", "pid:1", "-o", str(tmp_path / "run"), "--watch", *extra])
+        # THEN exit 2 with one line naming the option, and no run directory made
+        assert result.exit_code == 2, (extra, result.output)
+        assert "perftracker:" in result.output
+    assert not (tmp_path / "run").exists()
