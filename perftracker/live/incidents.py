@@ -65,7 +65,7 @@ IncidentReporter = Callable[[Path, Path], IncidentVerdict]  # (evidence folder, 
 class CapturePlan:
     profile_seconds: float = 10.0
     profile_rate_hz: int = 20
-    trace_steps: int = 3
+    trace_steps: int = 8
     cap_bytes: int = 64 * 1024 * 1024
 
 

@@ -2,13 +2,14 @@
 online rule fires.
 
 Promise: `WatchSampler` (name ``watch``, once a second) reads the new lines of the run directory's step files
-(`steps/rank-<r>.jsonl`, whatever source wrote them: the hook, `--job-log`, any later one; rank -1 is the
-job as a whole) into a bounded per-rank series, and asks `ctx.diagnosis` (the analyzers' online rules, through
-the `live/diagnosis.py` seam) three questions: did a rank's steps get slower (degradation, with the step it
-began at), has the job stopped (hang; also when the StackSampler's stack check raised a hang suspicion), and,
-every `host_check_s`, do the latest NVML / RDMA / net records show a host problem. The rules are armed once a
-series holds 2 x `window` steps after the warm-up: with the hook's history copied at attach, at once on a
-job already stepping; else after 2 x N steps (20 steps of a 0.5 s job: 10 s).
+(`steps/rank-<r>.jsonl`, whatever source wrote them: the hook, `--job-log`, any later one; rank -1 is the job
+as a whole) into a bounded per-rank series (the last SERIES_STEPS steps), and asks `ctx.diagnosis` (the
+analyzers' online rules, through the `live/diagnosis.py` seam) three questions: did a rank's steps get slower
+(degradation, with the step it began at; at most RANKS_PER_LOOK ranks a look, those unjudged longest first),
+has the job stopped (hang; also when the StackSampler's stack check raised a hang suspicion), and, every
+`host_check_s`, do the latest NVML / RDMA / net records show a host problem. The rules are armed once a series
+holds 2 x `window` steps after the warm-up: with the hook's history copied at attach, at once on a job already
+stepping; else after 2 x N steps (20 steps of a 0.5 s job: 10 s).
 
 When a rule fires, an incident is captured in a thread of its own (`live/incidents.py`). Rate limits: one
 capture at a time; per kind, none within `cooldown_s` of the last; a degradation incident restarts the
