@@ -79,7 +79,7 @@ MANIFEST = "manifest.json"
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 
 TRACE_SUFFIXES = (".json", ".json.gz")
-_SKIP_DIRS = {"tables", ".perftracker-cache", "__pycache__"}
+_SKIP_DIRS = {"tables", ".perftracker-cache", "__pycache__", "incidents"}  # incidents: the watcher's evidence, analyzed apart
 # Folders of a run directory whose JSON files are not traces.
 NON_TRACE_DIRS = {"env", "steps", "counters", "nccl", "stacks", "tables", "manifests", "output", "requests", "ranks",
                   "fr", "errors", "profiles", "inspector"}

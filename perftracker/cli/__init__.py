@@ -13,7 +13,19 @@ import sys
 import typer
 
 from perftracker import __version__
-from perftracker.cli import analyze, attach, demo, diff, lint_env, postmortem, ps, report, run, timeline
+from perftracker.cli import (
+    analyze,
+    attach,
+    demo,
+    diff,
+    incidents,
+    lint_env,
+    postmortem,
+    ps,
+    report,
+    run,
+    timeline,
+)
 from perftracker.cli.voice import EXIT_INTERNAL, EXIT_USAGE, Group, say
 from perftracker.errors import PerftrackerError
 
@@ -50,6 +62,7 @@ ps.register(app)
 attach.register(app)
 run.register(app)
 postmortem.register(app)
+incidents.register(app)
 lint_env.register(app)
 
 

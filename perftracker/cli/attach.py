@@ -18,6 +18,14 @@ from rich.console import Console
 
 from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.online import AnalyzerDiagnosis
+from perftracker.cli.incidents import (
+    incident_seconds_option,
+    prom_option,
+    rise_option,
+    watch_option,
+    watch_options,
+    window_option,
+)
 from perftracker.cli.options import (
     Host,
     fail_on_option,
@@ -31,7 +39,7 @@ from perftracker.cli.options import (
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, terminal
 from perftracker.collectors.loading import LoadOptions
 from perftracker.errors import PerftrackerError
-from perftracker.live.collectors import SamplerOptions, build_samplers
+from perftracker.live.collectors import SamplerOptions, build_samplers, watch_rates
 from perftracker.live.discovery import find_job, job_label
 from perftracker.live.interrupts import Interrupts
 from perftracker.live.sampler import LiveContext
@@ -83,6 +91,11 @@ def attach(
     fail_on: Annotated[str | None, fail_on_option("Exit 3 when the diagnosis at the end has a finding at or above "
                                                   "this severity (warning or critical).")] = None,
     quiet: Annotated[bool, quiet_option("No live panel.")] = False,
+    watch: Annotated[bool, watch_option()] = False,
+    watch_window: Annotated[int, window_option()] = 10,
+    watch_rise: Annotated[float, rise_option()] = 0.2,
+    incident_seconds: Annotated[float, incident_seconds_option()] = 10.0,
+    prom: Annotated[str | None, prom_option()] = None,
 ) -> None:
     """Attach to a running job: environment, NCCL logs, stacks, GPU and RDMA samples, step times; then a
     diagnosis. Read-only: the job is never paused (non-blocking stacks) and keeps running after."""
@@ -94,11 +107,17 @@ def attach(
                              rdma=rdma, net=net, logs=logs, steps=steps, nccl_logs=list(nccl_log or ()), job_log=job_log,
                              trace_steps=trace_steps, stacks_at=stacks_at, profile_seconds=profile_seconds,
                              profile_rate_hz=profile_rate)
+    publisher = None
+    if watch:  # until the job ends, at the cheap steady-state rates, with the online rules
+        options.watch, publisher = watch_options(watch_window, watch_rise, prom, incident_seconds)
+        options, duration = watch_rates(options), 0.0
     interrupts = Interrupts().install()  # SIGTERM and SIGHUP stop attach as Ctrl-C does
     try:
         _attach(job, run_dir, me, sysfs_root, options, duration, quiet, analyze, threshold, interrupts)
     finally:
         interrupts.restore()
+        if publisher is not None:
+            publisher.close()
 
 
 def _attach(job: str, run_dir: Path, me: str, sysfs_root: Path, options: SamplerOptions, duration: float,

@@ -25,6 +25,14 @@ from rich.console import Console
 
 from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.online import AnalyzerDiagnosis
+from perftracker.cli.incidents import (
+    incident_seconds_option,
+    prom_option,
+    rise_option,
+    watch_option,
+    watch_options,
+    window_option,
+)
 from perftracker.cli.options import (
     Host,
     fail_on_option,
@@ -36,7 +44,7 @@ from perftracker.cli.options import (
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, say
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.errors import PerftrackerError, UsageError
-from perftracker.live.collectors import SamplerOptions, build_samplers
+from perftracker.live.collectors import SamplerOptions, build_samplers, watch_rates
 from perftracker.live.discovery import Job, find_job
 from perftracker.live.launch import LaunchOptions, RunningJob, exit_status, prepare_env
 from perftracker.live.sampler import LiveContext
@@ -117,6 +125,11 @@ def run(
     host: Host = None,
     fail_on: Annotated[str | None, fail_on_option("Exit 3 if the job succeeded but a finding at this severity "
                                                   "exists (the job's own failure always wins).")] = None,
+    watch: Annotated[bool, watch_option()] = False,
+    watch_window: Annotated[int, window_option()] = 10,
+    watch_rise: Annotated[float, rise_option()] = 0.2,
+    incident_seconds: Annotated[float, incident_seconds_option()] = 10.0,
+    prom: Annotated[str | None, prom_option()] = None,
 ) -> None:
     """Run a launch command (e.g. `-- torchrun --nproc_per_node 8 train.py`) prepared for diagnosis, and
     write its post-mortem report when it ends. Exits with the job's exit code."""
@@ -127,6 +140,7 @@ def run(
     if not command:
         raise UsageError("no command to run", "run", "usage: perftracker run [options] -- torchrun "
                          "--nproc_per_node 8 train.py")
+    watching, publisher = watch_options(watch_window, watch_rise, prom, incident_seconds) if watch else (None, None)
     me = host_name(host)  # every host-keyed name this command (and the ranks' hook) writes uses it
     run_dir = (out or Path(f"perftracker-run-{time.strftime('%Y%m%d-%H%M%S')}")).resolve()
     writable_folder(run_dir)
@@ -148,11 +162,16 @@ def run(
     # one sampled-stack recording of every rank 2 minutes in (past start-up), for the straggler check
     options = SamplerOptions(interval_s=interval, stack_interval_s=stack_interval, logs=False, trace_steps=0,
                              profile_seconds=10.0, profile_delay_s=120.0)
+    if watching is not None:  # the online rules; their baseline replaces the recording 2 minutes in
+        options.watch = watching
+        options = watch_rates(options)
     bg = threading.Thread(target=_background, args=(run_dir, me, running, options, notes, Console(stderr=True)),
                           daemon=True)
     bg.start()
     code = exit_status(running.wait())
-    bg.join(timeout=30)
+    bg.join(timeout=150 if watching is not None else 30)  # an incident being captured is finished and analyzed
+    if publisher is not None:
+        publisher.close()
     for problem in running.copy_problems():
         say(problem)
         notes.append(problem)

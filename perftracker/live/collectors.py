@@ -16,6 +16,7 @@ from perftracker.live.sampler import Sampler
 from perftracker.live.stacks import StackSampler
 from perftracker.live.steps_sampler import StepsSampler
 from perftracker.live.traces import TraceSampler
+from perftracker.live.watch import WatchOptions, WatchSampler
 
 
 @dataclass
@@ -27,6 +28,8 @@ class SamplerOptions:
     rdma: bool = True
     net: bool = True  # Ethernet interfaces the job uses and TCP counters, about every net_interval_s
     net_interval_s: float = 1.0
+    net_resolve_s: float = 5.0  # how often the job's interfaces and peers are looked up again
+    net_watch_s: float = 0.1  # link state polled this often between samples (carrier changes timed to it)
     logs: bool = True
     steps: bool = True
     env: bool = True
@@ -38,12 +41,27 @@ class SamplerOptions:
     profile_seconds: float = 0.0  # one py-spy record burst of every rank (attach's default: 10 s)
     profile_rate_hz: int = 20
     profile_delay_s: float = 2.0  # after the session starts
+    watch: WatchOptions | None = None  # attach/run --watch: the online rules and their incidents
+
+
+def watch_rates(options: SamplerOptions) -> SamplerOptions:
+    """The steady state of --watch: NVML and RDMA every 10 s, net every 5 s (link state every 0.5 s, the job's
+    interfaces looked up again every 60 s), a non-blocking stack round every 60 s (the stack half of the hang
+    rule), no start-up stack recording (the baseline takes its place)."""
+    options.interval_s = max(options.interval_s, 10.0)
+    options.net_interval_s = max(options.net_interval_s, 5.0)
+    options.net_resolve_s = max(options.net_resolve_s, 60.0)
+    options.net_watch_s = max(options.net_watch_s, 0.5)
+    options.stack_interval_s = max(options.stack_interval_s, 60.0)
+    options.profile_seconds = 0.0
+    return options
 
 
 def build_samplers(options: SamplerOptions) -> list[Sampler]:
     samplers: list[Sampler] = []
     if options.net:  # first: its first sample is taken as the session starts
-        samplers.append(NetdevSampler(interval_s=options.net_interval_s))
+        samplers.append(NetdevSampler(interval_s=options.net_interval_s, resolve_every_s=options.net_resolve_s,
+                                      watch_s=options.net_watch_s))
     if options.env:
         samplers.append(EnvSampler())
     if options.logs:
@@ -54,8 +72,10 @@ def build_samplers(options: SamplerOptions) -> list[Sampler]:
         samplers.append(NvmlSampler(interval_s=options.interval_s))
     if options.rdma:
         samplers.append(RdmaSampler(interval_s=options.interval_s))
+    stacks: StackSampler | None = None
     if options.stacks:
-        samplers.append(StackSampler(interval_s=options.stack_interval_s, stacks_at=options.stacks_at))
+        stacks = StackSampler(interval_s=options.stack_interval_s, stacks_at=options.stacks_at)
+        samplers.append(stacks)
     if options.stacks and options.profile_seconds > 0:
         samplers.append(ProfileSampler(seconds=options.profile_seconds, rate_hz=options.profile_rate_hz,
                                        delay_s=options.profile_delay_s))
@@ -63,4 +83,6 @@ def build_samplers(options: SamplerOptions) -> list[Sampler]:
         samplers.append(StepsSampler(job_log=options.job_log))
     if options.trace_steps > 0:
         samplers.append(TraceSampler(steps=options.trace_steps))
+    if options.watch is not None:
+        samplers.append(WatchSampler(options=options.watch, stacks=stacks))  # one py-spy per rank at a time
     return samplers

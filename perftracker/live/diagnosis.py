@@ -13,11 +13,13 @@ take a hang dump or raise a suspicion on their own.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import pandas as pd
 
+from perftracker.store import Store
+from perftracker.store.alarms import Alarm, StepSeries
 from perftracker.store.stack_frames import MainStack
 
 Look = Mapping[int, MainStack]  # rank -> its main thread in one round of stack dumps
@@ -48,6 +50,21 @@ class LiveDiagnosis(Protocol):
         """The straggler these sampled stacks (a `profile_samples` table) show, as one line ("" when none)."""
         ...
 
+    def degradation_alarm(self, series: Sequence[StepSeries], window: int, rise: float) -> Alarm | None:
+        """The watcher's question: did these ranks' recent steps (rank -1 = the job) get slower beyond noise:
+        the mean of the last `window` steps more than `rise` above the recent best, with the step it began at?"""
+        ...
+
+    def hang_alarm(self, last_step: Mapping[int, int], last_step_ns: Mapping[int, int], median_step_ns: int | None,
+                   steps_known: int, now_ns: int) -> Alarm | None:
+        """The watcher's question: has the job stopped making progress (rank -> last step and its wall time)?"""
+        ...
+
+    def host_alarm(self, store: Store) -> Alarm | None:
+        """The watcher's question: do these latest host counters (NVML, RDMA, net) show throttling, XIDs, link
+        errors or flaps?"""
+        ...
+
 
 class NoDiagnosis:
     """The default `LiveDiagnosis`: judges nothing, so a sampler never suspects anything by itself."""
@@ -66,3 +83,13 @@ class NoDiagnosis:
 
     def straggler_suspicion(self, profile_samples: pd.DataFrame) -> str:
         return ""
+
+    def degradation_alarm(self, series: Sequence[StepSeries], window: int, rise: float) -> Alarm | None:
+        return None
+
+    def hang_alarm(self, last_step: Mapping[int, int], last_step_ns: Mapping[int, int], median_step_ns: int | None,
+                   steps_known: int, now_ns: int) -> Alarm | None:
+        return None
+
+    def host_alarm(self, store: Store) -> Alarm | None:
+        return None

@@ -43,6 +43,8 @@ class ProfileSampler:
     seconds: float = 10.0
     rate_hz: int = 20
     delay_s: float = 2.0
+    out_dir: Path | None = None  # default RUN/profiles; the watcher's incidents record into their own folder
+    judge: bool = True  # ask ctx.diagnosis for the straggler suspicion when the recordings end
     state: str = "waiting"
     _pyspy: str | None = None
     _started: float = 0.0
@@ -68,7 +70,7 @@ class ProfileSampler:
 
     def _launch(self, ctx: LiveContext) -> None:
         assert self._pyspy is not None
-        folder = ctx.run_dir / "profiles"
+        folder = self.out_dir or ctx.run_dir / "profiles"
         folder.mkdir(parents=True, exist_ok=True)
         for w in ctx.alive():
             out = folder / f"rank-{w.rank}.txt"
@@ -103,7 +105,7 @@ class ProfileSampler:
                 ctx.note(f"profile: no samples of rank {rec.rank} (pid {rec.pid}): {last}")
         self._done = True
         self.state = f"{recorded} of {len(self._recordings)} rank(s) recorded ({self.seconds:.0f}s at {self.rate_hz} Hz)"
-        if recorded and not ctx.progress.suspicion:
+        if recorded and self.judge and not ctx.progress.suspicion:
             samples, _ = load_profile_inputs([r.out for r in self._recordings if r.out.is_file()])
             ctx.progress.suspicion = ctx.diagnosis.straggler_suspicion(samples)
 
@@ -120,6 +122,10 @@ class ProfileSampler:
                 rec.proc.kill()
                 rec.proc.wait()
         self._finish(ctx)
+
+    @property
+    def done(self) -> bool:
+        return self._done
 
     def status(self) -> str:
         return self.state

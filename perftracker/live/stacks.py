@@ -233,8 +233,17 @@ class StackSampler:
         extra = {"nonblocking": ["--nonblocking"], "native": ["--native"], "blocking": []}[mode]
         return [self.pyspy, "dump", "--pid", str(pid), "--json", *extra]
 
-    def _dump_round(self, ctx: LiveContext, mode: str, snapshot: str) -> dict[int, MainStack]:
+    def dump_into(self, ctx: LiveContext, mode: str, folder: Path) -> dict[int, MainStack]:
+        """One round of dumps (`nonblocking` or `native`) of every live worker into `folder/rank-<r>.json` (the
+        watcher's incidents); rank -> its main thread. Needs `start` to have found py-spy."""
+        if self.pyspy is None:
+            return {}
+        with self._lock:
+            return self._dump_round(ctx, mode, "", folder)
+
+    def _dump_round(self, ctx: LiveContext, mode: str, snapshot: str, folder: Path | None = None) -> dict[int, MainStack]:
         """Dump every live worker at once; write what worked; rank -> its main thread."""
+        folder = folder or ctx.run_dir / "stacks" / snapshot
         workers = ctx.alive()
         if not workers:
             return {}
@@ -251,7 +260,7 @@ class StackSampler:
             switches = main_thread_switches(w.pid)
             record = {"rank": w.rank, "pid": w.pid, "host": ctx.host, "ts_ns": ts_ns, "mode": used,
                       "world_size": w.world_size, "switches": switches, "threads": threads}
-            atomic_write_text(ctx.run_dir / "stacks" / snapshot / f"rank-{w.rank}.json",
+            atomic_write_text(folder / f"rank-{w.rank}.json",
                               json.dumps(record, separators=(",", ":")) + "\n")
             main = main_stack(w.rank, ctx.host, w.pid, threads, switches)
             if main is not None:

@@ -184,6 +184,7 @@ class TraceSampler:
     daemon: DynologStandIn | None = None
     tmp: Path | None = None
     collected: int = 0
+    out_dir: Path | None = None  # default RUN/traces; the watcher's incidents collect into their own folder
 
     def start(self, ctx: LiveContext) -> None:
         req_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
@@ -251,7 +252,7 @@ class TraceSampler:
                 self._collect(ctx, item)
 
     def _collect(self, ctx: LiveContext, item: _Pending) -> None:
-        traces = ctx.run_dir / "traces"
+        traces = self.out_dir or ctx.run_dir / "traces"
         if item.how == "hook":
             if not item.source.exists():
                 return
@@ -302,6 +303,10 @@ class TraceSampler:
                      + hint)
         if self.tmp is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def finished(self) -> bool:
+        """Every requested trace arrived (or was given up)."""
+        return all(p.done for p in self.pending)
 
     def status(self) -> str:
         if not self.pending:

@@ -5,13 +5,14 @@ live). Hang questions go to `analyzers/failures/stack_state.py` (the rules of th
 rank states, the same-picture signature, the "stayed blocked" test on context switches, the hang
 pattern); the straggler question runs the `stack_profile` analyzer on the recorded samples, so the
 live panel's suspicion is the title of the finding `analyze` will report. The step-stall rule is
-here (no offline analyzer has one): no step for STALL_FACTOR x the median step time, and for at
-least MIN_STALL_S, once MIN_STEPS step times are known.
+in `analyzers/online/hang_rule.py` (no offline analyzer has one). The watcher's questions (`attach --watch`)
+go to the online rules: `step_rules.py` (degradation with its change point), `hang_rule.py`,
+`host_trigger.py` (the offline host-health analyzers on the latest counters).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
@@ -23,26 +24,16 @@ from perftracker.analyzers.failures.stack_state import (
     still,
     switches_of,
 )
+from perftracker.analyzers.online.hang_rule import hang_alarm, step_stall
+from perftracker.analyzers.online.host_trigger import host_alarm
+from perftracker.analyzers.online.step_rules import degradation_alarm
 from perftracker.analyzers.stragglers.stack_profile import analyze_stack_profile
 from perftracker.store import Store
+from perftracker.store.alarms import Alarm, StepSeries
 from perftracker.store.stack_frames import MainStack
 
-STALL_FACTOR = 5.0  # a pause this many median steps long is a stall
-# Floor: step records reach the sampler by polling (about a second late), and a native hang dump pauses
-# the job, so a pause must last this long too before it counts.
-MIN_STALL_S = 10.0
-MIN_STEPS = 3  # fewer known step times say nothing about the pace
 SUSPICION_CHARS = 300
 
-
-def step_stall(quiet_ns: int | None, median_step_ns: int | None, steps_known: int) -> str | None:
-    """None when the steps known are too few to judge, "" when they keep coming, else why it is a stall."""
-    if median_step_ns is None or quiet_ns is None or steps_known < MIN_STEPS:
-        return None
-    if quiet_ns <= max(STALL_FACTOR * median_step_ns, MIN_STALL_S * 1e9):
-        return ""
-    return (f"no step for {quiet_ns / 1e9:.0f} s ({STALL_FACTOR:g}x the median step time is "
-            f"{STALL_FACTOR * median_step_ns / 1e9:.1f} s)")
 
 
 class AnalyzerDiagnosis:
@@ -65,3 +56,13 @@ class AnalyzerDiagnosis:
         store.set_table("profile_samples", profile_samples)
         found = analyze_stack_profile(Analysis(store))
         return found[0].title[:SUSPICION_CHARS] if found else ""
+
+    def degradation_alarm(self, series: Sequence[StepSeries], window: int, rise: float) -> Alarm | None:
+        return degradation_alarm(series, window, rise)
+
+    def hang_alarm(self, last_step: Mapping[int, int], last_step_ns: Mapping[int, int], median_step_ns: int | None,
+                   steps_known: int, now_ns: int) -> Alarm | None:
+        return hang_alarm(last_step, last_step_ns, median_step_ns, steps_known, now_ns)
+
+    def host_alarm(self, store: Store) -> Alarm | None:
+        return host_alarm(store)

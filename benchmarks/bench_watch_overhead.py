@@ -1,0 +1,132 @@
+"""Overhead of `perftracker attach --watch` on a real torchrun job: the watcher's own CPU and the step time.
+
+Promise: runs ``scripts/sample_job.py`` under torchrun (CPU, gloo, ``--nproc`` ranks, ``--steps`` steps,
+``--hook`` in both arms) ``--pairs`` times with and without ``perftracker attach pid:<launcher> --watch
+--no-analyze --quiet`` (the watch's steady state: steps, NVML/RDMA every 10 s, net every 5 s, a stack round
+every 60 s, the online rules every second, one baseline recording once armed), interleaved and alternating
+which arm goes first. Per pair: the step-time ratio watch/baseline (median step of all ranks, steps after
+``--skip``); per watched run: attach's own CPU time (its process and children, psutil, while the job ran) as
+a share of one core and per rank, in the steady state (from ``--settle`` seconds after attaching to the
+job's end) and in all. Results in ``benchmarks/results/bench_watch_overhead.json``.
+
+    .venv/bin/python benchmarks/bench_watch_overhead.py --pairs 3 --nproc 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from bench_attach_overhead import _tree_cpu, median_step_ms
+from sample_job_runner import free_port, job_command, worker_pids
+
+RESULTS = REPO / "benchmarks" / "results" / "bench_watch_overhead.json"
+
+
+def one_run(args: argparse.Namespace, watch: bool, tmp: Path, index: int) -> dict[str, Any]:
+    run_dir = tmp / f"run-{index}-{'watch' if watch else 'base'}"
+    job_args = ["--steps", str(args.steps), "--profile-steps", "0", "--hook", "--step-sleep", str(args.step_sleep),
+                "--width", str(args.width), "--batch", str(args.batch)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", TMPDIR=str(tmp))
+    job = subprocess.Popen(job_command(run_dir, args.nproc, free_port(), job_args), cwd=REPO, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    result: dict[str, Any] = {"watch": watch}
+    att: subprocess.Popen[bytes] | None = None
+    try:
+        deadline = time.monotonic() + 60
+        while len(worker_pids(job.pid)) < args.nproc and time.monotonic() < deadline and job.poll() is None:
+            time.sleep(0.05)
+        if watch:
+            att = subprocess.Popen([sys.executable, "-m", "perftracker", "attach", f"pid:{job.pid}", "--watch",
+                                    "--no-analyze", "--quiet", "-o", str(tmp / f"watch-{index}")],
+                                   cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            proc = psutil.Process(att.pid)
+            began, cpu = time.monotonic(), 0.0
+            settled: tuple[float, float] | None = None  # (time, CPU) once start-up and the baseline are over
+            last = (began, 0.0)
+            while job.poll() is None:
+                cpu = max(cpu, _tree_cpu(proc))
+                last = (time.monotonic(), cpu)
+                if settled is None and last[0] - began >= args.settle:
+                    settled = last
+                time.sleep(0.5)
+            wall = time.monotonic() - began
+            if settled is None or last[0] - settled[0] < 5:
+                raise RuntimeError("the job ended before the watcher settled: give more --steps")
+            steady_cpu, steady_s = last[1] - settled[1], last[0] - settled[0]
+            att.wait(timeout=180)
+            incidents = len(list((tmp / f"watch-{index}" / "incidents").glob("*-*")))
+            result.update(watch_cpu_s=round(cpu, 3), watched_s=round(wall, 1),
+                          steady_cpu_s=round(steady_cpu, 3), steady_s=round(steady_s, 1),
+                          core_pct=round(100 * steady_cpu / steady_s, 3),
+                          core_pct_per_rank=round(100 * steady_cpu / steady_s / args.nproc, 4), incidents=incidents)
+        job.wait(timeout=args.timeout)
+    finally:
+        for p in (job, att):
+            if p is not None and p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL) if p is job else p.kill()
+                except ProcessLookupError:
+                    pass
+                p.wait()
+    result["median_step_ms"], result["steps_counted"] = median_step_ms(run_dir, args.skip)
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--nproc", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--skip", type=int, default=10)
+    parser.add_argument("--step-sleep", type=float, default=0.05)
+    parser.add_argument("--width", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--settle", type=float, default=20.0, help="seconds after attaching before the steady "
+                        "state is measured (start-up: imports, the first scan, the baseline recording)")
+    args = parser.parse_args()
+    runs: list[dict[str, Any]] = []
+    ratios = []
+    with tempfile.TemporaryDirectory(prefix="bench-watch-") as name:
+        tmp = Path(name)
+        for pair in range(args.pairs):
+            order = (False, True) if pair % 2 == 0 else (True, False)
+            got = {arm: one_run(args, arm, tmp, 2 * pair + i) for i, arm in enumerate(order)}
+            ratios.append(got[True]["median_step_ms"] / got[False]["median_step_ms"])
+            runs += [dict(got[False], pair=pair), dict(got[True], pair=pair)]
+            w = got[True]
+            print(f"pair {pair}: base {got[False]['median_step_ms']:.2f} ms, watch {w['median_step_ms']:.2f} ms, "
+                  f"ratio {ratios[-1]:.4f}; watcher CPU {w['watch_cpu_s']:.2f} s in all over {w['watched_s']:.0f} s; "
+                  f"steady state {w['steady_cpu_s']:.2f} s over {w['steady_s']:.0f} s = {w['core_pct']:.3f}% of a core "
+                  f"({w['core_pct_per_rank']:.4f}% per rank), "
+                  f"{w['incidents']} incident(s)", flush=True)
+    watched = [r for r in runs if r["watch"]]
+    summary = {"config": vars(args), "cpu_count": os.cpu_count(), "runs": runs,
+               "ratio": {"min": min(ratios), "median": statistics.median(ratios), "max": max(ratios)},
+               "core_pct_median": statistics.median(r["core_pct"] for r in watched)}
+    print(f"step time ratio watch/baseline: median {summary['ratio']['median']:.4f} (min {summary['ratio']['min']:.4f}, "
+          f"max {summary['ratio']['max']:.4f}); watcher {summary['core_pct_median']:.3f}% of one core for "
+          f"{args.nproc} ranks (median)")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

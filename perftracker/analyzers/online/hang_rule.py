@@ -1,0 +1,46 @@
+"""The watcher's hang rule: no step for K times the typical step (and at least a floor), per job.
+
+Promise: `hang_alarm(last_step, last_step_ns, median_step_ns, steps_known, now_ns)` returns an `Alarm` (kind
+"hang") when the step-stall rule `step_stall` (STALL_FACTOR x the median step
+time, at least MIN_STALL_S, once MIN_STEPS steps are known) says the job stopped making progress, else
+None. The alarm's `step` is the last step any rank finished and `ranks` the ranks quiet the longest (in a
+collective hang every rank stops; which one is stuck, and where the others wait, the incident's native
+stacks tell: `analyzers/failures/stack_state.py`, the `hang` analyzer). The other half of the hang rule,
+stacks that stop moving, is the StackSampler's own check through the same seam.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from perftracker.store.alarms import Alarm
+
+STALL_FACTOR = 5.0  # a pause this many median steps long is a stall
+# Floor: step records reach the sampler by polling (about a second late), and a native hang dump pauses
+# the job, so a pause must last this long too before it counts.
+MIN_STALL_S = 10.0
+MIN_STEPS = 3  # fewer known step times say nothing about the pace
+
+
+def step_stall(quiet_ns: int | None, median_step_ns: int | None, steps_known: int) -> str | None:
+    """None when the steps known are too few to judge, "" when they keep coming, else why it is a stall."""
+    if median_step_ns is None or quiet_ns is None or steps_known < MIN_STEPS:
+        return None
+    if quiet_ns <= max(STALL_FACTOR * median_step_ns, MIN_STALL_S * 1e9):
+        return ""
+    return (f"no step for {quiet_ns / 1e9:.0f} s ({STALL_FACTOR:g}x the median step time is "
+            f"{STALL_FACTOR * median_step_ns / 1e9:.1f} s)")
+
+
+def hang_alarm(last_step: Mapping[int, int], last_step_ns: Mapping[int, int], median_step_ns: int | None,
+               steps_known: int, now_ns: int) -> Alarm | None:
+    if not last_step_ns:
+        return None
+    newest = max(last_step_ns.values())
+    verdict = step_stall(now_ns - newest, median_step_ns, steps_known)
+    if not verdict:
+        return None
+    oldest = min(last_step_ns.values())
+    quiet = tuple(sorted(r for r, ns in last_step_ns.items() if ns <= oldest + 1_000_000_000))
+    step = max(last_step.values()) if last_step else -1
+    return Alarm("hang", f"{verdict}; last step {step}", ranks=quiet, step=step)

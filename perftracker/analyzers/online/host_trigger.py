@@ -1,0 +1,39 @@
+"""The watcher's host-signal trigger: the offline host-health rules on the samplers' latest records.
+
+Promise: `host_alarm(store)` runs the analyzers that judge host counters (`gpu_health`: throttling, XID,
+ECC, low clocks; `gpu_links`: NVLink / PCIe errors; `rdma` and `rdma_pfc`: port errors, flaps, pause
+storms; `links`: Ethernet link flaps, errors, drops) on a Store holding only the last minutes of the
+NVML / RDMA / net records (the live side loads them with the ordinary collectors), with the offline
+thresholds unchanged, and returns one `Alarm` (kind "host") naming every warning or critical finding, its
+ranks and hosts, or None. So a live trigger and the offline report can never disagree about a threshold.
+"""
+
+from __future__ import annotations
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.health.gpu_health import analyze_gpu_health
+from perftracker.analyzers.health.gpu_links import analyze_gpu_links
+from perftracker.analyzers.health.links import analyze_links
+from perftracker.analyzers.health.rdma import analyze_rdma
+from perftracker.analyzers.health.rdma_pfc import analyze_rdma_pfc
+from perftracker.store import Store
+from perftracker.store.alarms import Alarm
+
+RULES = (analyze_gpu_health, analyze_gpu_links, analyze_rdma, analyze_rdma_pfc, analyze_links)
+
+
+def host_alarm(store: Store) -> Alarm | None:
+    analysis = Analysis(store)
+    loud: list[Finding] = []
+    for rule in RULES:
+        try:
+            found = rule(analysis)
+        except Exception:  # noqa: BLE001  one rule failing on a partial window must not silence the others
+            continue
+        loud.extend(f for f in found if f.severity in (Severity.WARNING, Severity.CRITICAL))
+    if not loud:
+        return None
+    ranks = tuple(sorted({int(r) for f in loud for r in f.ranks}))
+    hosts = tuple(sorted({str(h) for f in loud for h in f.hosts}))
+    return Alarm("host", loud[0].title, ranks=ranks, hosts=hosts, details=tuple(f.title for f in loud))

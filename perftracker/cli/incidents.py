@@ -1,0 +1,127 @@
+"""`perftracker incidents RUN`: the incidents `attach --watch` / `run --watch` opened, one line each, with the
+path of each report; and the watch options those two commands share, with the analysis of an incident.
+
+Promise: `incidents` reads `RUN/incidents/*/incident.json` (oldest first) and prints for each: when (UTC),
+kind, state, the step it began at, the ranks its findings name (else the ranks whose rule fired), the verdict
+(else the rule's text) and the path of its report.html (or of incident.json when there is no report). A RUN
+without incidents says so (exit 0); a RUN that is not a folder is exit 2. `analyze_incident` is the
+`IncidentReporter` the watcher is handed: the ordinary pipeline on the incident's evidence, its outputs
+(findings.json, report.html, tables/) written into the incident's folder. `watch_options` builds the
+watcher's options from the command line (and `--prom`'s publisher).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from perftracker.analyzers.findings import Severity
+from perftracker.analyzers.online.step_rules import DEFAULT_RISE, DEFAULT_WINDOW
+from perftracker.cli.voice import add_command, terminal
+from perftracker.collectors.loading import LoadOptions
+from perftracker.errors import InputError, UsageError
+from perftracker.live.incidents import INCIDENT_FILE, IncidentVerdict
+from perftracker.live.prom import PromPublisher, parse_target
+from perftracker.live.watch import WatchOptions
+from perftracker.pipeline import ReportNotWritten, analyze_path
+from perftracker.reports.text import printable
+
+LOUD = (Severity.WARNING, Severity.CRITICAL)
+
+
+def watch_option() -> Any:
+    return typer.Option("--watch", metavar="", help="Stay with the job until it ends (as --duration 0), cheaply, and open an "
+                        "incident (RUN/incidents/<time>-<kind>/: evidence, findings.json, report.html) when its "
+                        "steps slow down, it hangs, or a host signal fires.")
+
+
+def window_option() -> Any:
+    return typer.Option("--watch-window", help=f"N: steps averaged by the degradation rule (default {DEFAULT_WINDOW}).")
+
+
+def rise_option() -> Any:
+    return typer.Option("--watch-rise", help="X: the mean of the last N steps this much above the recent best "
+                        f"(a fraction; default {DEFAULT_RISE:g}) triggers the change-point test.")
+
+
+def incident_seconds_option() -> Any:
+    return typer.Option("--incident-seconds", help="With --watch: seconds of every rank's stacks recorded side by side "
+                        "when an incident opens (the baseline records half as long).")
+
+
+def prom_option() -> Any:
+    return typer.Option("--prom", help="With --watch: Prometheus metrics, as a text file rewritten atomically "
+                        "(FILE) or served at http://HOST:PORT/metrics ([HOST]:PORT, 127.0.0.1 by default).")
+
+
+def watch_options(window: int, rise: float, prom: str | None,
+                  incident_seconds: float = 10.0) -> tuple[WatchOptions, PromPublisher | None]:
+    """The watcher's options; a UsageError for a bad N, X or --prom (before any work)."""
+    if window < 3:
+        raise UsageError(f"--watch-window {window} is too small", "--watch-window", "give 3 steps or more")
+    if not 0 < rise < 10:
+        raise UsageError(f"--watch-rise {rise:g} is not a fraction above 0", "--watch-rise",
+                         "give e.g. 0.2 for 20%")
+    publisher = None
+    if prom is not None:
+        if parse_target(prom) is None and Path(prom).is_dir():
+            raise UsageError("is a folder, not a file", prom, "give --prom a file name or [HOST]:PORT")
+        try:
+            publisher = PromPublisher(prom)
+        except OSError as exc:
+            raise UsageError(f"cannot serve metrics there ({exc.strerror or exc})", f"--prom {prom}",
+                             "choose another port, or give a file name") from None
+    seconds = max(1.0, incident_seconds)
+    return WatchOptions(window=window, rise=rise, profile_seconds=seconds, baseline_seconds=max(1.0, seconds / 2),
+                        reporter=analyze_incident, publish=publisher), publisher
+
+
+def analyze_incident(evidence: Path, out: Path) -> IncidentVerdict:
+    """The pipeline on one incident's evidence; its outputs in `out` (the incident's folder)."""
+    try:
+        result = analyze_path(evidence, out, LoadOptions(cache_dir=None, workers=1))
+    except ReportNotWritten as exc:
+        result = exc.result
+    loud = [f for f in result.findings if f.severity in LOUD]
+    report = out / "report.html"
+    return IncidentVerdict(str(result.document["summary"].get("verdict", "")),
+                           tuple(sorted({int(r) for f in loud for r in f.ranks})),
+                           tuple(sorted({str(h) for f in loud for h in f.hosts})),
+                           str(report) if report.is_file() else "")
+
+
+def _line(folder: Path, record: dict[str, Any]) -> str:
+    ranks = record.get("named_ranks") or record.get("ranks") or []
+    what = record.get("verdict") or record.get("trigger") or ""
+    step = record.get("step", -1)
+    path = record.get("report") or str(folder / INCIDENT_FILE)
+    who = f"ranks {','.join(map(str, ranks))}" if ranks else "ranks ?"
+    since = f"step {step}" if isinstance(step, int) and step >= 0 else "step ?"
+    return f"{folder.name}  {record.get('state', '?')}  {since}  {who}  {str(what)[:160]}  {path}"
+
+
+def incidents(run: Annotated[Path, typer.Argument(help="A run directory written by attach/run --watch.")]) -> None:
+    """List the incidents the watcher opened in RUN: one line each, with the path of its report."""
+    if not run.is_dir():
+        raise InputError("is not a folder", str(run), "give the run directory attach/run --watch wrote")
+    console = terminal()
+    folders = sorted(p.parent for p in (run / "incidents").glob(f"*/{INCIDENT_FILE}"))
+    if not folders:
+        console.print(printable(f"No incidents in {run} (a watched job that stayed healthy, or not watched)."),
+                      highlight=False, markup=False)
+        return
+    for folder in folders:
+        try:
+            record = json.loads((folder / INCIDENT_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            console.print(printable(f"{folder.name}  unreadable incident.json"), highlight=False, markup=False)
+            continue
+        if isinstance(record, dict):
+            console.print(printable(_line(folder, record)), highlight=False, markup=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    add_command(app, "incidents", incidents)

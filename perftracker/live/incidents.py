@@ -1,0 +1,236 @@
+"""An incident of `attach --watch`: open `RUN/incidents/<UTC time>-<kind>/`, capture the evidence its kind
+needs off the session's loop, and have it analyzed.
+
+Promise: `capture_incident(...)` (run in a thread of its own by the watcher) writes, for one `Alarm`:
+
+* `incident.json`: kind, when, the rule's text, ranks, the step it began at, state (capturing, analyzing,
+  done, interrupted), notes, then the verdict, the ranks and hosts the incident's findings name and the
+  report's path; rewritten atomically at each stage, so a reader never sees half of it;
+* `evidence/` (a run directory of its own): for a hang, one `--native` stack dump of every rank
+  (`stacks/<time>-hang/`, the StackSampler's dump); for every kind, every rank's stacks recorded side by side
+  with `py-spy record --nonblocking` for `profile_seconds` (`profiles/`, the ProfileSampler's machinery), a
+  trace of `trace_steps` steps of every rank that allows it (the TraceSampler's request: hook or libkineto;
+  not for a hang, which makes no steps; ranks that cannot be traced are said in the notes), the step files'
+  last `STEPS_TAIL_BYTES` per rank (the healthy steps before the change and those after it) and the
+  counters' last `COUNTERS_TAIL_BYTES` per file (NVML, RDMA, net: the minutes around the moment), the env
+  snapshots and a manifest;
+* `findings.json`, `report.html`, `tables/`: the evidence analyzed by `IncidentReporter` (the CLI hands in
+  the ordinary pipeline: the degradation analyzer finds the step it began at and the rank whose own work
+  rose, stack_profile the rank whose time went elsewhere, hang the stuck rank and where the others wait).
+
+The job is never paused beyond py-spy's non-blocking sampling (and, for a hang, the native dump's ~50 ms
+per rank). When `stop` is set (Ctrl-C, SIGTERM, the job ended), recordings write what they have, the
+evidence is kept and still analyzed. Disk: after the capture, an incident over `cap_bytes` loses its
+traces, then its profiles (said in the notes). `baseline_capture` records the healthy window once.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perftracker.live.profile_sampler import ProfileSampler
+from perftracker.live.sampler import LiveContext
+from perftracker.live.stacks import StackSampler, snapshot_name
+from perftracker.live.traces import TraceSampler
+from perftracker.rundir import atomic_write_bytes, atomic_write_text, write_manifest
+from perftracker.store.alarms import Alarm
+
+STEPS_TAIL_BYTES = 256 * 1024
+COUNTERS_TAIL_BYTES = 512 * 1024
+TRACE_WAIT_S = 30.0
+INCIDENT_FILE = "incident.json"
+
+
+@dataclass(frozen=True)
+class IncidentVerdict:
+    """What the analysis of an incident's evidence said."""
+
+    verdict: str
+    ranks: tuple[int, ...] = ()
+    hosts: tuple[str, ...] = ()
+    report: str = ""  # path of report.html, "" when none was written
+
+
+IncidentReporter = Callable[[Path, Path], IncidentVerdict]  # (evidence folder, output folder) -> verdict
+
+
+@dataclass(frozen=True)
+class CapturePlan:
+    profile_seconds: float = 10.0
+    profile_rate_hz: int = 20
+    trace_steps: int = 8
+    cap_bytes: int = 64 * 1024 * 1024
+
+
+@dataclass
+class IncidentRecord:
+    """incident.json."""
+
+    kind: str
+    opened_ns: int
+    trigger: str
+    ranks: list[int]
+    hosts: list[str]
+    step: int
+    current_s: float | None
+    best_s: float | None
+    details: list[str]
+    state: str = "capturing"
+    notes: list[str] = field(default_factory=list)
+    verdict: str = ""
+    named_ranks: list[int] = field(default_factory=list)
+    named_hosts: list[str] = field(default_factory=list)
+    report: str = ""
+
+    @classmethod
+    def of(cls, alarm: Alarm, opened_ns: int) -> IncidentRecord:
+        return cls(alarm.kind, opened_ns, alarm.text, list(alarm.ranks), list(alarm.hosts), alarm.step,
+                   alarm.current_s, alarm.best_s, list(alarm.details))
+
+    def write(self, folder: Path) -> None:
+        atomic_write_text(folder / INCIDENT_FILE, json.dumps(asdict(self), indent=1) + "\n")
+
+
+def incident_folder(run_dir: Path, alarm: Alarm, opened_s: float) -> Path:
+    return run_dir / "incidents" / snapshot_name(opened_s, alarm.kind)
+
+
+def folder_bytes(folder: Path) -> int:
+    total = 0
+    for path in folder.rglob("*"):
+        try:
+            if path.is_file():
+                total += path.stat().st_size
+        except OSError:
+            continue
+    return total
+
+
+def copy_tail(src: Path, dest: Path, keep: int) -> None:
+    """The last `keep` bytes of `src` (from a line start) into `dest`."""
+    try:
+        with open(src, "rb") as handle:
+            size = handle.seek(0, 2)
+            handle.seek(max(0, size - keep))
+            data = handle.read(keep)
+    except OSError:
+        return
+    if size > keep:
+        data = data[data.find(b"\n") + 1:] if b"\n" in data else b""
+    atomic_write_bytes(dest, data)
+
+
+def copy_window(ctx: LiveContext, evidence: Path) -> None:
+    """Step files, counters and env snapshots of the run, their recent part, into `evidence`."""
+    for sub, keep in (("steps", STEPS_TAIL_BYTES), ("counters", COUNTERS_TAIL_BYTES)):
+        for src in sorted((ctx.run_dir / sub).glob("*.jsonl")):
+            copy_tail(src, evidence / sub / src.name, keep)
+    env = ctx.run_dir / "env"
+    if env.is_dir():
+        shutil.copytree(env, evidence / "env", dirs_exist_ok=True)
+
+
+def record_profiles(ctx: LiveContext, folder: Path, seconds: float, rate_hz: int, stop: threading.Event) -> None:
+    """Every rank's stacks side by side for `seconds` (py-spy record, non-blocking); stops early on `stop`."""
+    recorder = ProfileSampler(seconds=seconds, rate_hz=rate_hz, delay_s=0.0, out_dir=folder, judge=False)
+    recorder.start(ctx)
+    while not recorder.done and not stop.is_set():
+        recorder.sample(ctx)
+        stop.wait(0.5)
+    recorder.stop(ctx)
+
+
+def _request_traces(ctx: LiveContext, folder: Path, steps: int, notes: list[str]) -> TraceSampler | None:
+    tracer = TraceSampler(steps=steps, out_dir=folder)
+    before = len(ctx.notes)
+    tracer.start(ctx)
+    new = ctx.notes[before:]
+    if not tracer.pending:
+        notes.append("no trace: no rank is hooked (perftracker.hooks.install()) or started with "
+                     "KINETO_USE_DAEMON=1")
+        return None
+    notes.extend(n for n in new if n.startswith("traces:"))
+    return tracer
+
+
+def _finish_traces(ctx: LiveContext, tracer: TraceSampler, stop: threading.Event) -> None:
+    deadline = time.monotonic() + TRACE_WAIT_S
+    while not tracer.finished() and time.monotonic() < deadline and not stop.is_set():
+        tracer.sample(ctx)
+        stop.wait(0.5)
+    tracer.stop(ctx)
+
+
+def _trim(evidence: Path, cap: int, notes: list[str]) -> None:
+    for sub in ("traces", "profiles"):
+        if folder_bytes(evidence) <= cap:
+            return
+        if (evidence / sub).is_dir():
+            shutil.rmtree(evidence / sub, ignore_errors=True)
+            notes.append(f"{sub}/ removed: the incident was over its cap of {cap // (1024 * 1024)} MB")
+
+
+def capture_incident(ctx: LiveContext, alarm: Alarm, folder: Path, plan: CapturePlan, stacks: StackSampler | None,
+                     reporter: IncidentReporter | None, stop: threading.Event) -> IncidentRecord:
+    """See the module docstring. Never raises: a failure is a note in incident.json."""
+    record = IncidentRecord.of(alarm, time.time_ns())
+    evidence = folder / "evidence"
+    try:
+        evidence.mkdir(parents=True, exist_ok=True)
+        record.write(folder)
+        if alarm.kind == "hang" and stacks is not None:
+            look = stacks.dump_into(ctx, "native", evidence / "stacks" / snapshot_name(time.time(), "hang"))
+            record.notes.append(f"native stacks of {len(look)} rank(s)")
+        tracer = (_request_traces(ctx, evidence / "traces", plan.trace_steps, record.notes)
+                  if alarm.kind != "hang" and plan.trace_steps > 0 else None)
+        if plan.profile_seconds > 0:
+            record_profiles(ctx, evidence / "profiles", plan.profile_seconds, plan.profile_rate_hz, stop)
+        if tracer is not None:
+            _finish_traces(ctx, tracer, stop)
+        copy_window(ctx, evidence)
+        write_manifest(evidence, job=ctx.job.run_id or f"pid {ctx.job.launcher_pid}",
+                       created_by="perftracker attach --watch", incident=alarm.kind)
+        _trim(evidence, plan.cap_bytes, record.notes)
+    except Exception as exc:  # noqa: BLE001  the session and the job go on whatever happens here
+        record.notes.append(f"capture stopped early ({type(exc).__name__}: {exc})")
+    if stop.is_set():
+        record.notes.append("the session ended during the capture: what was captured until then is kept")
+    record.state = "analyzing"
+    _safe_write(record, folder)
+    if reporter is not None:
+        try:
+            verdict = reporter(evidence, folder)
+            record.verdict, record.report = verdict.verdict, verdict.report
+            record.named_ranks, record.named_hosts = list(verdict.ranks), list(verdict.hosts)
+        except Exception as exc:  # noqa: BLE001
+            record.notes.append(f"not analyzed ({type(exc).__name__}: {exc}); run `perftracker analyze {evidence}`")
+    record.state = "interrupted" if stop.is_set() else "done"
+    _safe_write(record, folder)
+    return record
+
+
+def _safe_write(record: IncidentRecord, folder: Path) -> None:
+    try:
+        record.write(folder)
+    except OSError:
+        pass
+
+
+def baseline_capture(ctx: LiveContext, folder: Path, seconds: float, rate_hz: int, stop: threading.Event) -> None:
+    """The healthy window, once, shortly after arming: every rank's stacks for `seconds` and the steps so far."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if seconds > 0:
+            record_profiles(ctx, folder / "profiles", seconds, rate_hz, stop)
+        copy_window(ctx, folder)
+        info: dict[str, Any] = {"captured_ns": time.time_ns(), "profile_seconds": seconds}
+        atomic_write_text(folder / "baseline.json", json.dumps(info) + "\n")
+    except Exception as exc:  # noqa: BLE001
+        ctx.note(f"watch: the baseline window could not be captured ({type(exc).__name__}: {exc})")

@@ -1,0 +1,70 @@
+"""Watch clean real jobs for minutes with `perftracker attach --watch` and count the incidents (there should be none).
+
+Promise: ``python scripts/watch_soak.py [--jobs J] [--minutes M] [--nproc N]`` runs J clean hooked torchrun
+jobs of ``scripts/sample_job.py`` (CPU, gloo, ~50 ms steps, nothing slowed), each watched for about M
+minutes by ``attach --watch --no-analyze``, and prints per job the steps watched and the incidents opened
+(kind and trigger), then the total. Exit 0 whatever the count (it is a measurement).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+
+from sample_job_runner import free_port, job_command, worker_pids
+
+
+def soak(tmp: Path, index: int, args: argparse.Namespace) -> list[dict[str, object]]:
+    run_dir, out = tmp / f"job-{index}", tmp / f"watch-{index}"
+    steps = int(args.minutes * 60 / 0.06)
+    job_args = ["--steps", str(steps), "--profile-steps", "0", "--hook", "--step-sleep", "0.04", "--width", "64",
+                "--batch", "16"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", TMPDIR=str(tmp))
+    job = subprocess.Popen(job_command(run_dir, args.nproc, free_port(), job_args), cwd=REPO, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        while len(worker_pids(job.pid)) < args.nproc and job.poll() is None:
+            time.sleep(0.2)
+        att = subprocess.run([sys.executable, "-m", "perftracker", "attach", f"pid:{job.pid}", "--watch",
+                              "--no-analyze", "--quiet", "-o", str(out)], cwd=REPO, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, timeout=args.minutes * 60 * 3 + 120)
+        del att
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+    found = []
+    for path in sorted((out / "incidents").glob("*/incident.json")):
+        record = json.loads(path.read_text())
+        found.append({"kind": record["kind"], "trigger": record["trigger"]})
+    watched = len((out / "steps" / "rank-0.jsonl").read_text().splitlines()) if (out / "steps" / "rank-0.jsonl").is_file() else 0
+    print(f"job {index}: {watched} steps of rank 0 watched, {len(found)} incident(s) {found}", flush=True)
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=3)
+    parser.add_argument("--minutes", type=float, default=3.0)
+    parser.add_argument("--nproc", type=int, default=4)
+    args = parser.parse_args()
+    total = 0
+    with tempfile.TemporaryDirectory(prefix="watch-soak-") as name:
+        for index in range(args.jobs):
+            total += len(soak(Path(name), index, args))
+    print(f"{total} incident(s) in {args.jobs} clean job(s) of about {args.minutes:g} minute(s) each")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Helpers of the watcher's real-job tests: slow one rank from outside with a SIGSTOP duty cycle, and wait for
+the watcher's incidents."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+
+def duty_cycle(pid: int, stopped_s: float, period_s: float, until: threading.Event) -> threading.Thread:
+    """SIGSTOP `pid` for `stopped_s` of every `period_s` until `until` is set (then SIGCONT)."""
+
+    def run() -> None:
+        try:
+            while not until.is_set():
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(stopped_s)
+                os.kill(pid, signal.SIGCONT)
+                until.wait(period_s - stopped_s)
+        except ProcessLookupError:
+            return
+        finally:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def incidents(run: Path) -> list[dict[str, Any]]:
+    out = []
+    for path in sorted((run / "incidents").glob("*/incident.json")):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        out.append({**record, "folder": str(path.parent)})
+    return out
+
+
+def wait_incident(run: Path, kind: str, timeout: float, done: bool = True) -> dict[str, Any]:
+    """The first incident of `kind` (once analyzed, with `done`)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for record in incidents(run):
+            if record["kind"] == kind and (not done or record["state"] in ("done", "interrupted")):
+                return record
+        time.sleep(0.5)
+    raise TimeoutError(f"no {kind} incident in {run} within {timeout:.0f}s: {incidents(run)}")
+
+
+def step_of(run: Path, rank: int, at_ns: int) -> int:
+    """The step `rank` was at when wall time `at_ns` came (from the job's own step file)."""
+    step = -1
+    for line in (run / "steps" / f"rank-{rank}.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if rec["start_ns"] <= at_ns:
+            step = rec["step"]
+    return step
