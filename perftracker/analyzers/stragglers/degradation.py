@@ -1,7 +1,8 @@
 """Step time over a run: periodic slow steps, and a sustained slowdown with the step where it began.
 
 Works from step files alone (no traces needed). The job's step time per step is the median across
-ranks. Spikes (robust z-score above SPIKE_Z) are set aside first: when they recur at a fixed
+ranks. Spikes (robust z-score above SPIKE_Z, each standing alone: at most one other high step among
+the SPIKE_NEIGHBOURS steps on each side, so a sustained shift is never taken for spikes) are set aside first: when they recur at a fixed
 interval they are reported as periodic work (checkpointing, evaluation, garbage collection), never
 as a change point. On the rest, the single change point minimizing the two segments' squared error
 is a candidate when the later segment is at least RISE slower. It is a warning (or critical, by cost)
@@ -30,6 +31,7 @@ RISE = 0.05  # a sustained rise of 5% or more
 MIN_STEPS = 20
 SPIKE_Z = 6.0
 SPIKE_RATIO = 1.3
+SPIKE_NEIGHBOURS = 2  # a spike has at most one other high step among the 2 steps on each side
 PERIOD_SHARE = 0.6
 HOST_RISE_OVER_OTHERS = 3.0  # every rank of one host rose 3x more than any rank of the other hosts moved  # share of spike intervals equal to the dominant interval (+-1 step)
 
@@ -62,7 +64,13 @@ def spikes(series: pd.Series) -> pd.Series:
     median = float(np.median(values))
     mad = float(np.median(np.abs(values - median))) * 1.4826 or 1e-12
     z = (values - median) / mad
-    return pd.Series((z > SPIKE_Z) & (values > SPIKE_RATIO * median), index=series.index)
+    high = (z > SPIKE_Z) & (values > SPIKE_RATIO * median)
+    # A spike stands alone: a slow step with slow neighbours is part of a sustained shift (which the change
+    # point must see), not a one-off such as a checkpoint.
+    padded = np.concatenate([np.zeros(SPIKE_NEIGHBOURS, bool), high, np.zeros(SPIKE_NEIGHBOURS, bool)])
+    near = sum(padded[SPIKE_NEIGHBOURS + d:len(padded) - SPIKE_NEIGHBOURS + d].astype(int)
+               for d in range(-SPIKE_NEIGHBOURS, SPIKE_NEIGHBOURS + 1) if d != 0)
+    return pd.Series(high & (near <= 1), index=series.index)
 
 
 def period_of(steps: np.ndarray) -> int | None:

@@ -241,7 +241,7 @@ def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, ver
     return Finding(
         analyzer="straggler", severity=severity,
         title=(f"Rank {r} is a persistent {kind} straggler: the last to arrive in {stats.times_slowest} of "
-               f"{stats.trials} steps (chance: {stats.trials / verdict.world:.1f}), median "
+               f"{stats.trials} steps ({stats.trials / verdict.world:.1f} expected by chance), median "
                f"{fmt_ms(row['median_lateness_s'])} late; the others wait {fmt_ms(row['cost_per_step_s'])} per step "
                f"for it{what}{cheap}"),
         recommendation=_ADVICE[kind].format(r=r),
