@@ -63,6 +63,21 @@ def test_periodic_spikes_are_not_a_change_point(tmp_path: Path) -> None:
     assert not any("change_step" in f.evidence for f in found)
 
 
+def test_a_late_doubling_is_a_change_point_not_spikes(tmp_path: Path) -> None:
+    # GIVEN 190 steps of ~46 ms with little noise, whose last 54 take ~100 ms (a rank stopped 70% of the time
+    # from step 136, as a real watched job showed): far above the median, but every one of them in a row
+    rng = np.random.default_rng(3)
+    durs = 46e6 + rng.normal(0, 0.5e6, 190)
+    durs[136:] = 100e6 + rng.normal(0, 5e6, 54)
+    run = write_steps(tmp_path / "run", {0: durs, 1: durs + rng.normal(0, 0.2e6, 190)})
+    # WHEN analyzed
+    found = findings_of(run, tmp_path / "s")
+    # THEN it is one slowdown since step 136, not a set of spikes set aside
+    change = [f for f in found if f.evidence.get("change_step") is not None]
+    assert len(change) == 1 and abs(change[0].evidence["change_step"] - 136) <= 2, [f.title for f in found]
+    assert not any("period_steps" in f.evidence for f in found)
+
+
 def test_a_flat_noisy_run_has_no_findings(tmp_path: Path) -> None:
     rng = np.random.default_rng(2)
     run = write_steps(tmp_path / "run", {r: 100e6 + rng.normal(0, 5e6, 500) for r in range(4)})
