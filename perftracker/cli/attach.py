@@ -135,7 +135,7 @@ def _attach(job: str, run_dir: Path, me: str, sysfs_root: Path, options: Sampler
                                 f"{run_dir / 'requests' / 'stacks'} (reaches every attach sharing {run_dir})"),
                       highlight=False, markup=False)
     result = run_session(ctx, build_samplers(options), duration if duration > 0 else None, console,
-                         show_live=not quiet, interrupts=interrupts)
+                         show_live=not quiet, interrupts=interrupts, tick_s=1.0 if options.watch else 0.5)
     console.print(printable(f"Stopped ({result.reason}) after {result.seconds:.0f}s; run directory: {run_dir}"),
                   highlight=False, markup=False)
     for note in ctx.notes:

@@ -82,7 +82,7 @@ def _background(run_dir: Path, host: str, running: RunningJob, options: SamplerO
             return
         ctx = LiveContext(run_dir=run_dir, job=job, host=host, diagnosis=AnalyzerDiagnosis())
         run_session(ctx, build_samplers(options), None, console, show_live=False,
-                    stop_when=lambda: running.proc.poll() is not None)
+                    stop_when=lambda: running.proc.poll() is not None, tick_s=1.0 if options.watch else 0.5)
     except PerftrackerError as exc:
         notes.append(f"the live collectors stopped: {exc.message}")
     except Exception as exc:  # a bug in a collector must not reach the job: said, and the job goes on

@@ -30,6 +30,8 @@ class SamplerOptions:
     net_interval_s: float = 1.0
     net_resolve_s: float = 5.0  # how often the job's interfaces and peers are looked up again
     net_watch_s: float = 0.1  # link state polled this often between samples (carrier changes timed to it)
+    steps_poll_s: float = 0.25  # new step records read this often
+    stack_trigger_s: float = 0.25  # stack requests, --stacks-at and stalled steps checked this often
     logs: bool = True
     steps: bool = True
     env: bool = True
@@ -45,13 +47,17 @@ class SamplerOptions:
 
 
 def watch_rates(options: SamplerOptions) -> SamplerOptions:
-    """The steady state of --watch: NVML and RDMA every 10 s, net every 5 s (link state every 0.5 s, the job's
-    interfaces looked up again every 60 s), a non-blocking stack round every 60 s (the stack half of the hang
-    rule), no start-up stack recording (the baseline takes its place)."""
+    """The steady state of --watch: NVML and RDMA every 10 s, net every 5 s (link state every 2 s, the job's
+    interfaces looked up again every 60 s; a shorter flap still shows in the carrier-change counters), new
+    step records read every second, stack requests and stalls checked every second (the hang rule needs 10 s
+    of no step), a non-blocking stack round every 60 s (the stack half of the hang rule), no start-up stack
+    recording (the baseline takes its place)."""
     options.interval_s = max(options.interval_s, 10.0)
     options.net_interval_s = max(options.net_interval_s, 5.0)
     options.net_resolve_s = max(options.net_resolve_s, 60.0)
-    options.net_watch_s = max(options.net_watch_s, 0.5)
+    options.net_watch_s = max(options.net_watch_s, 2.0)
+    options.steps_poll_s = max(options.steps_poll_s, 1.0)
+    options.stack_trigger_s = max(options.stack_trigger_s, 1.0)
     options.stack_interval_s = max(options.stack_interval_s, 60.0)
     options.profile_seconds = 0.0
     return options
@@ -74,13 +80,14 @@ def build_samplers(options: SamplerOptions) -> list[Sampler]:
         samplers.append(RdmaSampler(interval_s=options.interval_s))
     stacks: StackSampler | None = None
     if options.stacks:
-        stacks = StackSampler(interval_s=options.stack_interval_s, stacks_at=options.stacks_at)
+        stacks = StackSampler(interval_s=options.stack_interval_s, stacks_at=options.stacks_at,
+                              trigger_s=options.stack_trigger_s)
         samplers.append(stacks)
     if options.stacks and options.profile_seconds > 0:
         samplers.append(ProfileSampler(seconds=options.profile_seconds, rate_hz=options.profile_rate_hz,
                                        delay_s=options.profile_delay_s))
     if options.steps:
-        samplers.append(StepsSampler(job_log=options.job_log))
+        samplers.append(StepsSampler(job_log=options.job_log, interval_s=options.steps_poll_s))
     if options.trace_steps > 0:
         samplers.append(TraceSampler(steps=options.trace_steps))
     if options.watch is not None:

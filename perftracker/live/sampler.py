@@ -59,7 +59,8 @@ class LiveContext:
         out = []
         for w in self.job.workers:
             try:
-                if psutil.Process(w.pid).is_running() and psutil.Process(w.pid).status() != psutil.STATUS_ZOMBIE:
+                process = psutil.Process(w.pid)
+                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
                     out.append(w)
             except psutil.NoSuchProcess:
                 continue

@@ -65,7 +65,8 @@ def _panel(ctx: LiveContext, samplers: Sequence[Sampler], elapsed: float, durati
 
 def run_session(ctx: LiveContext, samplers: Sequence[Sampler], duration_s: float | None, console: Console,
                 show_live: bool = True, stop_when: Callable[[], bool] | None = None,
-                interrupts: Interrupts | None = None) -> SessionResult:
+                interrupts: Interrupts | None = None, tick_s: float = 0.5) -> SessionResult:
+    """Run `samplers` until the duration, the job's end or a stop signal; the loop looks every `tick_s`."""
     started = time.monotonic()
     stop = threading.Event()
     threads: list[threading.Thread] = []
@@ -99,7 +100,7 @@ def run_session(ctx: LiveContext, samplers: Sequence[Sampler], duration_s: float
                     ctx.note("the job's processes exited while attached; everything collected until then is kept")
                     break
                 requests.poll()
-                time.sleep(0.5)
+                time.sleep(tick_s)
         finally:
             if live is not None:
                 live.stop()

@@ -85,6 +85,7 @@ class StackSampler:
     name: str = "stacks"
     interval_s: float = 15.0
     stacks_at: float | None = None
+    trigger_s: float = 0.25  # how often requests, --stacks-at and stalled steps are checked
     timeout_s: float = 10.0
     native_timeout_s: float = 30.0
     confirm_s: float = 3.0
@@ -144,7 +145,7 @@ class StackSampler:
     # -- triggers ------------------------------------------------------------------------------
     def _watch(self, ctx: LiveContext) -> None:
         while not self._stop.is_set():
-            wait = 0.25
+            wait = self.trigger_s
             if self.stacks_at is not None and not self._at_done:
                 wait = max(0.0, min(wait, self.stacks_at - time.time()))
             self._stop.wait(wait)
