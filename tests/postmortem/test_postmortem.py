@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -172,3 +173,22 @@ def test_real_gloo_job_timeout_names_the_stalled_rank(tmp_path: Path) -> None:
     # THEN the stalled rank is named from the timeout lines
     assert found and "never joined all_reduce" in found[0].title
     assert found[0].evidence["timed_out_ranks"] == [0, 1, 3]
+
+
+def test_a_rank_that_raised_is_first_even_when_a_peer_reported_its_loss_earlier() -> None:
+    # GIVEN rank 1 raised its own error, rank 0 reported the closed connection a moment before it, and the
+    # launcher then sent rank 1 (still printing its traceback) SIGTERM: as a real run on a loaded machine showed
+    def row(rank: int, kind: str, ts: int, message: str, line: int) -> dict[str, object]:
+        return {"rank": rank, "host": "vm", "kind": kind, "ts_ns": ts, "pg": "", "seq": -1, "op": "", "numel": -1,
+                "message": message, "file": "launcher.stderr.log", "line": line}
+    store = Store()
+    store.set_table("failures", pd.DataFrame([
+        row(0, "exception", 1_000, "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:2455.", 15),
+        row(1, "exception", 2_000, "RuntimeError: sample_job: rank 1 failed on purpose at step 5", 30),
+        row(1, "exit", 3_000, "Signal 15 (SIGTERM) received by PID 12069", 40),
+    ]))
+    # WHEN the crash rules judge it
+    found = [f for f in analyze_crash(Analysis(store)) if f.key.startswith("crash:first")]
+    # THEN the rank with an error of its own is named first, the lost-peer report after it
+    assert len(found) == 1 and found[0].ranks == (1,), [f.title for f in found]
+    assert "failed on purpose" in found[0].title and found[0].evidence["failed_ranks_in_order"] == [1, 0]

@@ -250,7 +250,10 @@ def first_failure(store: Store, hosts: dict[int, str]) -> list[Finding]:
     def when(r: int) -> tuple[int, int, int, int]:
         # An error that reports another worker's death (a closed connection, a peer reset) is a
         # consequence: rank those after errors of their own. Then by time, then by log position.
-        messages = " ".join(str(m) for m in primary[r]["message"])
+        # A rank's own exception speaks for it: the launcher's SIGTERM to a rank that was still printing its
+        # traceback must not make that rank's error a consequence.
+        own = primary[r][primary[r]["kind"] == "exception"]
+        messages = " ".join(str(m) for m in (own if len(own) else primary[r])["message"])
         secondary = int(bool(_CONSEQUENCE.search(messages)))
         ts = [int(t) for t in primary[r]["ts_ns"] if int(t) >= 0]
         lines = [int(x) for x in primary[r]["line"] if int(x) >= 0]
