@@ -41,10 +41,14 @@ def test_two_nodes_attached_separately_give_one_hang_verdict_naming_the_rank_on_
             subprocess.Popen(attach_command(f"pid:{node.pid}", shared, duration, "--host", host,
                                             "--stacks-at", f"{at:.3f}", *extra),
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            for node, host, duration, extra in ((nodes[0], "node-a", 24, ()), (nodes[1], "node-b", 16, ("--no-analyze",)))
+            for node, host, duration, extra in ((nodes[0], "node-a", 28, ()), (nodes[1], "node-b", 20, ("--no-analyze",)))
         ]
-        # AND, meanwhile, someone asks every node for a stack dump with one file in the shared directory
-        time.sleep(5)
+        # AND, meanwhile, once both attaches are running (each took its first periodic look: a request file
+        # older than an attach's start is not a request to it), someone asks every node for a stack dump with
+        # one file in the shared directory
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline and len(_periodic_rounds(shared)) < 2:
+            time.sleep(0.2)
         (shared / "requests").mkdir(parents=True, exist_ok=True)
         (shared / "requests" / "stacks").write_text("")
         outputs = [a.communicate(timeout=120)[0] for a in attaches]
@@ -73,3 +77,9 @@ def test_two_nodes_attached_separately_give_one_hang_verdict_naming_the_rank_on_
     assert len(hang) == 1 and hang[0]["ranks"] == [3] and hang[0]["hosts"] == ["node-b"], hang
     assert hang[0]["title"].startswith("Rank 3 is not in the collective all_reduce (sample_job.py:")
     assert "where ranks 0, 1, 2 wait" in hang[0]["title"]
+
+
+def _periodic_rounds(shared: Path) -> list[Path]:
+    """The periodic stack rounds taken so far (folders named by their time alone, no -at/-hang/-request)."""
+    folder = shared / "stacks"
+    return [p for p in folder.iterdir() if p.is_dir() and "-" not in p.name] if folder.is_dir() else []
