@@ -13,10 +13,13 @@ Promise: `capture_incident(...)` (run in a thread of its own by the watcher) wri
   not for a hang, which makes no steps; ranks that cannot be traced are said in the notes), the step files'
   last `STEPS_TAIL_BYTES` per rank (the healthy steps before the change and those after it) and the
   counters' last `COUNTERS_TAIL_BYTES` per file (NVML, RDMA, net: the minutes around the moment), the env
-  snapshots and a manifest;
+  snapshots and a manifest; the baseline window's stacks (`baseline/profiles/`: the healthy window
+  `baseline_capture` recorded when the watch armed), which the `baseline_shift` analyzer compares with the
+  incident's, rank by rank;
 * `findings.json`, `report.html`, `tables/`: the evidence analyzed by `IncidentReporter` (the CLI hands in
   the ordinary pipeline: the degradation analyzer finds the step it began at and the rank whose own work
-  rose, stack_profile the rank whose time went elsewhere, hang the stuck rank and where the others wait).
+  rose, baseline_shift the rank whose time moved to other frames since the baseline, stack_profile the rank
+  whose time goes elsewhere than the median rank's, hang the stuck rank and where the others wait).
 
 The job is never paused beyond py-spy's non-blocking sampling (and, for a hang, the native dump's ~50 ms
 per rank). When `stop` is set (Ctrl-C, SIGTERM, the job ended), recordings write what they have, the
@@ -46,6 +49,7 @@ STEPS_TAIL_BYTES = 256 * 1024
 COUNTERS_TAIL_BYTES = 512 * 1024
 TRACE_WAIT_S = 30.0
 INCIDENT_FILE = "incident.json"
+BASELINE_FILE = "baseline.json"  # written last by `baseline_capture`: the baseline window is complete
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,23 @@ def record_profiles(ctx: LiveContext, folder: Path, seconds: float, rate_hz: int
     recorder.stop(ctx)
 
 
+def copy_baseline(baseline: Path, evidence: Path, notes: list[str]) -> None:
+    """The healthy window's stacks (`baseline_capture`'s profiles) into `evidence/baseline/profiles/`, where the
+    loader keeps them apart from the incident's own (the `baseline_shift` analyzer compares the two)."""
+    if not (baseline / BASELINE_FILE).is_file():
+        notes.append("no baseline window yet (it is recorded once the rules arm): the stacks are compared "
+                     "across ranks only")
+        return
+    profiles = sorted((baseline / "profiles").glob("rank-*.*"))
+    if not profiles:
+        notes.append("the baseline window has no stacks: the stacks are compared across ranks only")
+        return
+    folder = evidence / "baseline" / "profiles"
+    folder.mkdir(parents=True, exist_ok=True)
+    for src in profiles:
+        shutil.copy2(src, folder / src.name)
+
+
 def _request_traces(ctx: LiveContext, folder: Path, steps: int, notes: list[str]) -> TraceSampler | None:
     tracer = TraceSampler(steps=steps, out_dir=folder)
     before = len(ctx.notes)
@@ -195,6 +216,7 @@ def capture_incident(ctx: LiveContext, alarm: Alarm, folder: Path, plan: Capture
         if tracer is not None:
             _finish_traces(ctx, tracer, stop)
         copy_window(ctx, evidence)
+        copy_baseline(ctx.run_dir / "incidents" / "baseline", evidence, record.notes)
         write_manifest(evidence, job=ctx.job.run_id or f"pid {ctx.job.launcher_pid}",
                        created_by="perftracker attach --watch", incident=alarm.kind)
         _trim(evidence, plan.cap_bytes, record.notes)
@@ -231,6 +253,6 @@ def baseline_capture(ctx: LiveContext, folder: Path, seconds: float, rate_hz: in
             record_profiles(ctx, folder / "profiles", seconds, rate_hz, stop)
         copy_window(ctx, folder)
         info: dict[str, Any] = {"captured_ns": time.time_ns(), "profile_seconds": seconds}
-        atomic_write_text(folder / "baseline.json", json.dumps(info) + "\n")
+        atomic_write_text(folder / BASELINE_FILE, json.dumps(info) + "\n")
     except Exception as exc:  # noqa: BLE001
         ctx.note(f"watch: the baseline window could not be captured ({type(exc).__name__}: {exc})")
