@@ -142,6 +142,8 @@ def main() -> int:
             found = sorted(p.parent.name for p in (watch / "incidents").glob("*/incident.json"))
             print(f"incidents during the clean windows: {found}", flush=True)
             return 0
+        printed = [line for line in (tmp / "job.log").read_text(errors="replace").splitlines() if "iteration" in line]
+        print(f"rank 1 slowed from now on, after: {printed[-1].strip() if printed else '?'}", flush=True)
         duty_cycle(pids[1], args.stopped, 0.1, stop)
 
         def analyzed(path: Path) -> bool:
