@@ -20,7 +20,7 @@ from perftracker.analyzers.findings import Finding
 from perftracker.analyzers.online.baseline_shift import analyze_baseline_shift, is_wait_frame
 from perftracker.cli.incidents import analyze_incident
 from perftracker.collectors.loading import LoadOptions, load_path
-from perftracker.live.incidents import copy_baseline
+from perftracker.live.incidents import copy_baseline, step_started_ns
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SHIFT = FIXTURES / "baseline_shift"
@@ -149,9 +149,15 @@ def test_the_capture_copies_the_baseline_once_it_is_complete(tmp_path: Path) -> 
     # GIVEN a baseline still recording (no baseline.json yet), THEN nothing copied, said in the notes
     copy_baseline(baseline, evidence, notes)
     assert not (evidence / "baseline").exists() and "no baseline window yet" in notes[0]
+    # GIVEN a baseline that ended after the change began (the slowdown came while it recorded), THEN not copied
+    (baseline / "baseline.json").write_text(json.dumps({"captured_ns": 2 * 10**18}))
+    (evidence / "steps").mkdir(parents=True)
+    (evidence / "steps" / "rank--1.jsonl").write_text(
+        json.dumps({"rank": -1, "step": 7, "start_ns": 10**18, "end_ns": 10**18 + 5}) + "\n")
+    copy_baseline(baseline, evidence, notes, began_ns=step_started_ns(evidence / "steps", 7))
+    assert not (evidence / "baseline").exists() and "still recording when the change began" in notes[1]
     # GIVEN the finished baseline, THEN its profiles go to evidence/baseline/profiles
-    (baseline / "baseline.json").write_text("{}")
-    copy_baseline(baseline, evidence, notes)
+    copy_baseline(baseline, evidence, notes, began_ns=step_started_ns(evidence / "steps", 8))
     assert sorted(p.name for p in (evidence / "baseline" / "profiles").iterdir()) == ["rank-0.json", "rank-0.txt"]
 
 

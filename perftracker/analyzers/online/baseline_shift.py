@@ -199,8 +199,10 @@ def moved_work(windows: Windows) -> list[Change]:
 
 
 def _top_frame(changes: list[Change], depth: dict[str, int]) -> Change:
-    top = max(c.excess for c in changes)
-    near = {c.what: c.excess for c in changes if c.excess >= NEAR_MAX * top}
+    """The deepest frame (of the job's own code first) among those whose share rose nearly the most on the rank
+    itself (its own rise: an ancestor frame's excess also holds the other ranks' fall into waiting)."""
+    top = max(c.after - c.before for c in changes)
+    near = {c.what: c.after - c.before for c in changes if c.after - c.before >= NEAR_MAX * top}
     where = deepest(near, depth, user_only=True) or deepest(near, depth, user_only=False) or changes[0].what
     return next(c for c in changes if c.what == where)
 
