@@ -216,6 +216,15 @@ def _where_time_went(rank: int, windows: Windows) -> Change | None:
     return _top_frame(rises, after[rank].depth) if rises else None
 
 
+def judgeable(analysis: Analysis) -> bool:
+    """Two ranks or more with enough samples in both the baseline and the incident's window."""
+    store = analysis.store
+    if store["baseline_profile_samples"].empty or store["profile_samples"].empty:
+        return False
+    return len(set(window_profiles(store["baseline_profile_samples"]))
+               & set(window_profiles(store["profile_samples"]))) >= 2
+
+
 def analyze_baseline_shift(analysis: Analysis) -> list[Finding]:
     store = analysis.store
     base, now = store["baseline_profile_samples"], store["profile_samples"]
