@@ -17,6 +17,9 @@ writes, into ``RUN`` (format of ``perftracker/rundir.py``):
 the gradient all-reduce, so in the step files R shows a longer *forward* and the others a longer
 *backward*; step times themselves stay close because DDP synchronises every step.
 
+``--print-steps`` makes rank 0 print one Megatron-LM style line per step (the step times of an unhooked job,
+which `attach` follows in the job's stdout).
+
 ``--hang-rank R --hang-step N`` makes the job hang for good, as a real job does when one rank stops:
 at step N every rank calls an explicit ``dist.all_reduce`` of its loss after the optimizer step,
 except rank R, which sleeps forever in ``hang_forever`` just before it; the other ranks then block in
@@ -120,6 +123,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--pg-timeout", type=float, default=120.0, help="process-group timeout in seconds")
     parser.add_argument("--hook", action="store_true", help="call perftracker.hooks.install() (step times and "
                         "on-demand traces for `perftracker attach`)")
+    parser.add_argument("--print-steps", action="store_true", help="rank 0 prints a Megatron-LM style line per step "
+                        "(`iteration N/ M | elapsed time per iteration (ms): X |`) on stdout: the step times of a job "
+                        "without the hook, for `attach` to follow")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--depth", type=int, default=3)
@@ -265,6 +271,9 @@ def main(argv: list[str] | None = None) -> int:
                     },
                 },
             )
+            if args.print_steps and rank == 0:
+                print(f" iteration {step:8d}/{args.steps:8d} | elapsed time per iteration (ms): "
+                      f"{(end_ns - start_ns) / 1e6:.1f} |", flush=True)
             if prof is not None:
                 prof.step()
     dist.barrier()

@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.online.baseline_shift import judgeable as against_baseline
 from perftracker.analyzers.stragglers.stack_profile import judgeable
 from perftracker.analyzers.stragglers.steps import step_stats_view
 from perftracker.store import Store
@@ -65,7 +66,7 @@ def coverage(analysis: Analysis) -> list[Area]:
     stacks = not store["stacks"].empty
     flight = not store["collectives_fr"].empty
     failures = not store["failures"].empty
-    sampled = judgeable(analysis)
+    sampled = judgeable(analysis) or against_baseline(analysis)  # a median rank, or the watcher's baseline window
     inspector = store["nccl_collectives"]["rank"].nunique() >= 2  # NCCL Inspector records of two ranks or more
     areas = [
         Area("stragglers and step time", trace_ranks or step_ranks or sampled or inspector,

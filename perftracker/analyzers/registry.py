@@ -29,6 +29,7 @@ from perftracker.analyzers.inputs import analyze_inputs
 from perftracker.analyzers.nccl.collective_bandwidth import analyze_inspector_bandwidth
 from perftracker.analyzers.nccl.collective_timing import analyze_inspector_stragglers
 from perftracker.analyzers.nccl.config import analyze_nccl_config
+from perftracker.analyzers.online.baseline_shift import analyze_baseline_shift
 from perftracker.analyzers.stragglers.degradation import analyze_degradation
 from perftracker.analyzers.stragglers.stack_profile import analyze_stack_profile
 from perftracker.analyzers.stragglers.steps import analyze_steps
@@ -51,6 +52,8 @@ BUILTIN: tuple[Analyzer, ...] = (
     Analyzer("topology", analyze_topology, "Rank to GPU / NUMA node / NIC map for tying host evidence to ranks"),
     Analyzer("bandwidth", analyze_bandwidth, "Achieved algorithm / bus bandwidth per collective vs the NIC link rate"),
     Analyzer("breakdown", analyze_breakdown, "Temporal breakdown of GPU time per rank"),
+    Analyzer("baseline_shift", analyze_baseline_shift,
+             "An incident of --watch: the rank whose time moved to other frames since the healthy baseline"),
     Analyzer("crash", analyze_crash,
              "Hangs and crashes from flight-recorder dumps, watchdog/gloo timeouts, tracebacks and Xid lines"),
     Analyzer("degradation", analyze_degradation, "Step time over the run: periodic slow steps and sustained slowdowns"),

@@ -49,7 +49,7 @@ def rise_option() -> Any:
 
 def incident_seconds_option() -> Any:
     return typer.Option("--incident-seconds", help="With --watch: seconds of every rank's stacks recorded side by side "
-                        "when an incident opens (the baseline records half as long).")
+                        "when an incident opens, and once, as the healthy baseline they are compared with, when the watch arms.")
 
 
 def prom_option() -> Any:
@@ -75,7 +75,7 @@ def watch_options(window: int, rise: float, prom: str | None,
             raise UsageError(f"cannot serve metrics there ({exc.strerror or exc})", f"--prom {prom}",
                              "choose another port, or give a file name") from None
     seconds = max(1.0, incident_seconds)
-    return WatchOptions(window=window, rise=rise, profile_seconds=seconds, baseline_seconds=max(1.0, seconds / 2),
+    return WatchOptions(window=window, rise=rise, profile_seconds=seconds, baseline_seconds=seconds,
                         reporter=analyze_incident, publish=publisher), publisher
 
 

@@ -326,12 +326,16 @@ def _add_postmortem(store: Store, inputs: Inputs) -> None:
 
 def _add_stacks(store: Store, stack_paths: list[Path], profile_paths: list[Path]) -> None:
     """py-spy stack snapshots (the hang analyzer reads them) and sampled stack profiles (the
-    stack_profile analyzer reads them), both written by `attach`."""
-    from perftracker.collectors.stacks.samples import load_profile_inputs
+    stack_profile analyzer reads them), both written by `attach`; the profiles of a watcher's baseline window
+    (`baseline/profiles/`, in an incident's evidence) go to their own table."""
+    from perftracker.collectors.stacks.samples import is_baseline_profile, load_profile_inputs
     from perftracker.collectors.stacks.snapshots import load_stack_inputs
 
+    baseline = [p for p in profile_paths if is_baseline_profile(p)]
+    window = [p for p in profile_paths if not is_baseline_profile(p)]
     for table, paths, load in (("stacks", stack_paths, load_stack_inputs),
-                               ("profile_samples", profile_paths, load_profile_inputs)):
+                               ("profile_samples", window, load_profile_inputs),
+                               ("baseline_profile_samples", baseline, load_profile_inputs)):
         if paths:
             frame, notes = load(paths)
             store.set_table(table, frame)

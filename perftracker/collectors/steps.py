@@ -1,7 +1,7 @@
 """Load per-rank step files (`steps/rank-N.jsonl`) into the `steps` and `phases` tables.
 
 Each line is one step (see `perftracker.rundir`). Lines that are not valid JSON, miss fields or hold
-a rank, step or time out of range are skipped and counted with their line numbers; phases whose
+a rank (other than -1, the job as a whole), step or time out of range are skipped and counted with their line numbers; phases whose
 duration is not a number of nanoseconds are skipped and counted; a file cut off mid-line loses only
 that line. Files are read within `perftracker.bounded`'s limits.
 """
@@ -17,7 +17,7 @@ from perftracker.bounded import LineBlocks, clean_text, iter_lines, loads_json
 from perftracker.errors import InputError
 from perftracker.store import LoadNote
 from perftracker.store.schema import conform, empty_table
-from perftracker.values import finite, int_in, rank_in_range
+from perftracker.values import MAX_RANK, finite, int_in
 
 
 def load_step_files(paths: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame, dict[int, str], list[LoadNote]]:
@@ -78,20 +78,22 @@ def step_phases(record: dict[str, Any]) -> tuple[list[tuple[str, int]], int]:
     return kept, len(raw) - len(kept)
 
 
+JOB_RANK = -1  # a step record of the job as a whole (step times from one log line that names no rank)
 MAX_DURATION_NS = 10**18  # a step or phase longer than ~31 years is not one
 MAX_TIME_NS = 4 * 10**18
 
 
 def parse_step_line(line: str | bytes) -> dict[str, Any] | None:
     """One step record (see perftracker.rundir), or None for a malformed or cut-off line, or one whose rank,
-    step or times are out of range (rank 0..MAX_RANK, times 0..4e18 ns, end >= start)."""
+    step or times are out of range (rank 0..MAX_RANK, or -1: the job as a whole, whose step times come from one
+    log line without a rank, `steps/rank--1.jsonl`; times 0..4e18 ns, end >= start)."""
     try:
         record = loads_json(line)
     except ValueError:
         return None
     if not isinstance(record, dict):
         return None
-    if rank_in_range(record.get("rank")) is None or int_in(record.get("step"), -1) is None:
+    if int_in(record.get("rank"), JOB_RANK, MAX_RANK) is None or int_in(record.get("step"), -1) is None:
         return None
     start, end = int_in(record.get("start_ns"), 0, MAX_TIME_NS), int_in(record.get("end_ns"), 0, MAX_TIME_NS)
     if start is None or end is None or not 0 <= end - start <= MAX_DURATION_NS:

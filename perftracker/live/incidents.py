@@ -13,10 +13,13 @@ Promise: `capture_incident(...)` (run in a thread of its own by the watcher) wri
   not for a hang, which makes no steps; ranks that cannot be traced are said in the notes), the step files'
   last `STEPS_TAIL_BYTES` per rank (the healthy steps before the change and those after it) and the
   counters' last `COUNTERS_TAIL_BYTES` per file (NVML, RDMA, net: the minutes around the moment), the env
-  snapshots and a manifest;
+  snapshots and a manifest; the baseline window's stacks (`baseline/profiles/`: the healthy window
+  `baseline_capture` recorded when the watch armed; not when the change began before it ended), which the
+  `baseline_shift` analyzer compares with the incident's, rank by rank;
 * `findings.json`, `report.html`, `tables/`: the evidence analyzed by `IncidentReporter` (the CLI hands in
   the ordinary pipeline: the degradation analyzer finds the step it began at and the rank whose own work
-  rose, stack_profile the rank whose time went elsewhere, hang the stuck rank and where the others wait).
+  rose, baseline_shift the rank whose time moved to other frames since the baseline, stack_profile the rank
+  whose time goes elsewhere than the median rank's, hang the stuck rank and where the others wait).
 
 The job is never paused beyond py-spy's non-blocking sampling (and, for a hang, the native dump's ~50 ms
 per rank). When `stop` is set (Ctrl-C, SIGTERM, the job ended), recordings write what they have, the
@@ -35,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perftracker.collectors.steps import parse_step_line
 from perftracker.live.profile_sampler import ProfileSampler
 from perftracker.live.sampler import LiveContext
 from perftracker.live.stacks import StackSampler, snapshot_name
@@ -46,6 +50,7 @@ STEPS_TAIL_BYTES = 256 * 1024
 COUNTERS_TAIL_BYTES = 512 * 1024
 TRACE_WAIT_S = 30.0
 INCIDENT_FILE = "incident.json"
+BASELINE_FILE = "baseline.json"  # written last by `baseline_capture`: the baseline window is complete
 
 
 @dataclass(frozen=True)
@@ -147,6 +152,44 @@ def record_profiles(ctx: LiveContext, folder: Path, seconds: float, rate_hz: int
     recorder.stop(ctx)
 
 
+def step_started_ns(steps: Path, step: int) -> int | None:
+    """When `step` began (the earliest start of any rank's record of it in these step files), or None."""
+    if step < 0:
+        return None
+    found: list[int] = []
+    for path in sorted(steps.glob("*.jsonl")):
+        try:
+            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        found.extend(int(rec["start_ns"]) for rec in map(parse_step_line, lines) if rec is not None and rec["step"] == step)
+    return min(found) if found else None
+
+
+def copy_baseline(baseline: Path, evidence: Path, notes: list[str], began_ns: int | None = None) -> None:
+    """The healthy window's stacks (`baseline_capture`'s profiles) into `evidence/baseline/profiles/`, where the
+    loader keeps them apart from the incident's own (the `baseline_shift` analyzer compares the two); not when
+    the change began (`began_ns`) before the baseline ended: that window was not healthy."""
+    try:
+        info = json.loads((baseline / BASELINE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        notes.append("no baseline window yet (it is recorded once the rules arm): the stacks are compared "
+                     "across ranks only")
+        return
+    ended = info.get("captured_ns") if isinstance(info, dict) else None
+    if began_ns is not None and isinstance(ended, int) and began_ns < ended:
+        notes.append("the baseline window was still recording when the change began: not compared with it")
+        return
+    profiles = sorted((baseline / "profiles").glob("rank-*.*"))
+    if not profiles:
+        notes.append("the baseline window has no stacks: the stacks are compared across ranks only")
+        return
+    folder = evidence / "baseline" / "profiles"
+    folder.mkdir(parents=True, exist_ok=True)
+    for src in profiles:
+        shutil.copy2(src, folder / src.name)
+
+
 def _request_traces(ctx: LiveContext, folder: Path, steps: int, notes: list[str]) -> TraceSampler | None:
     tracer = TraceSampler(steps=steps, out_dir=folder)
     before = len(ctx.notes)
@@ -195,6 +238,8 @@ def capture_incident(ctx: LiveContext, alarm: Alarm, folder: Path, plan: Capture
         if tracer is not None:
             _finish_traces(ctx, tracer, stop)
         copy_window(ctx, evidence)
+        copy_baseline(ctx.run_dir / "incidents" / "baseline", evidence, record.notes,
+                      began_ns=step_started_ns(evidence / "steps", alarm.step))
         write_manifest(evidence, job=ctx.job.run_id or f"pid {ctx.job.launcher_pid}",
                        created_by="perftracker attach --watch", incident=alarm.kind)
         _trim(evidence, plan.cap_bytes, record.notes)
@@ -231,6 +276,6 @@ def baseline_capture(ctx: LiveContext, folder: Path, seconds: float, rate_hz: in
             record_profiles(ctx, folder / "profiles", seconds, rate_hz, stop)
         copy_window(ctx, folder)
         info: dict[str, Any] = {"captured_ns": time.time_ns(), "profile_seconds": seconds}
-        atomic_write_text(folder / "baseline.json", json.dumps(info) + "\n")
+        atomic_write_text(folder / BASELINE_FILE, json.dumps(info) + "\n")
     except Exception as exc:  # noqa: BLE001
         ctx.note(f"watch: the baseline window could not be captured ({type(exc).__name__}: {exc})")

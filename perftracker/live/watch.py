@@ -62,7 +62,7 @@ class WatchOptions:
     rise: float = 0.20  # X
     profile_seconds: float = 10.0
     profile_rate_hz: int = 20
-    baseline_seconds: float = 5.0
+    baseline_seconds: float = 10.0
     trace_steps: int = 8  # enough steps (trials) for the straggler test to name one of 2 ranks at 1%
     cooldown_s: float = 600.0
     max_incidents: int = 20

@@ -165,6 +165,21 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "duration_s": "float64",
         "file": "string",
     },
+    # The healthy window `attach --watch` recorded when it armed (RUN/incidents/baseline/profiles/, copied into
+    # each incident's evidence as baseline/profiles/): the same columns, compared with profile_samples (the
+    # incident's window) by analyzers/online/baseline_shift.py.
+    "baseline_profile_samples": {
+        "rank": "int32",
+        "host": "string",
+        "pid": "int64",
+        "thread": "string",
+        "main": "bool",
+        "stack": "string",
+        "count": "int64",
+        "rate_hz": "float64",
+        "duration_s": "float64",
+        "file": "string",
+    },
     # Host devices the counter samples name (collectors/counters_inputs.py): one row per GPU
     # (device "gpu:<index>") or RDMA port (device "mlx5_0", port "1") per host, with what ties it
     # to ranks: PCI bus id, NUMA node (-1 unknown), GPU UUID, link layer and netdevs of a NIC, and

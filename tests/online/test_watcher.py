@@ -126,6 +126,23 @@ def test_the_watcher_arms_on_the_history_and_opens_one_analyzed_incident(tmp_pat
     assert lines[0].endswith("report.html")
 
 
+def test_step_times_of_the_job_from_one_log_arm_the_watcher(tmp_path: Path) -> None:
+    # GIVEN an unhooked job's step records from rank 0's log lines: rank -1, the job as a whole (rank--1.jsonl)
+    ctx = _ctx(tmp_path, SlowAfter(10**6))
+    path = ctx.run_dir / "steps" / "rank--1.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text("".join(json.dumps({"rank": -1, "step": s, "start_ns": 10**18 + s * 50_000_000,
+                                        "end_ns": 10**18 + (s + 1) * 50_000_000, "source": "job-output"}) + "\n"
+                            for s in range(30)))
+    watch = WatchSampler(options=_options())
+    watch.start(ctx)
+    # WHEN it samples, THEN the job's series is read and the rules arm on it
+    watch.sample(ctx)
+    _settle(watch)
+    assert [s.rank for s in watch.series()] == [-1] and watch.state.armed
+    watch.stop(ctx)
+
+
 def test_cooldown_and_disk_cap_limit_incidents(tmp_path: Path) -> None:
     # GIVEN a rule that fires at every look, a cooldown of an hour and a total cap already reached
     ctx = _ctx(tmp_path, SlowAfter(0))

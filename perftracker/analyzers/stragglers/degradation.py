@@ -176,7 +176,9 @@ def analyze_degradation(analysis: Analysis) -> list[Finding]:
 
 def _change_finding(store: Store, cp: ChangePoint) -> Finding:
     ranks, rise_by_rank = _culprit(store, cp.step)
-    where = f" on rank {', '.join(map(str, ranks))}" if ranks else " on all ranks at once"
+    one_log = set(store.steps["rank"].astype(int)) == {-1}  # step times of the job from one log: no rank known
+    where = (f" on rank {', '.join(map(str, ranks))}" if ranks else
+             " for the job as a whole, from one log's step times (no rank)" if one_log else " on all ranks at once")
     hosts = hosts_of(store, ranks) if ranks else hosts_of(store, sorted(int(r) for r in store.steps["rank"].unique()))
     whole = bool(ranks) and len(hosts) == 1 and len(ranks) > 1 and set(ranks) == {
         int(r) for r in store.steps["rank"].unique() if store.host_of(int(r)) == hosts[0]}

@@ -24,6 +24,8 @@ import statistics
 import sys
 from typing import Any
 
+import pandas as pd
+
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.stragglers.frame_shares import frame_shares
@@ -78,7 +80,7 @@ def _others_spread(frame: str, rank: int, per_rank: dict[int, tuple[dict[str, fl
     return others[-1] - others[0]
 
 
-def _deepest(frames: dict[str, float], depth: dict[str, int], user_only: bool) -> str | None:
+def deepest(frames: dict[str, float], depth: dict[str, int], user_only: bool) -> str | None:
     """The deepest frame among those within NEAR_MAX of the largest value."""
     if not frames:
         return None
@@ -94,7 +96,11 @@ def _median_step_s(store: Store) -> float:
 
 def rank_profiles(store: Store, min_samples: int = MIN_SAMPLES) -> dict[int, tuple[dict[str, float], dict[str, int], int]]:
     """rank -> (frame shares, frame depths, samples) of the ranks with at least `min_samples` main-thread samples."""
-    samples = store["profile_samples"]
+    return profiles_of(store["profile_samples"], min_samples)
+
+
+def profiles_of(samples: pd.DataFrame, min_samples: int = MIN_SAMPLES) -> dict[int, tuple[dict[str, float], dict[str, int], int]]:
+    """`rank_profiles` of any table with the columns of `profile_samples` (e.g. a baseline window's)."""
     main = samples[samples["main"].astype(bool)]
     out: dict[int, tuple[dict[str, float], dict[str, int], int]] = {}
     for rank, rows in main.groupby("rank"):
@@ -152,14 +158,14 @@ def analyze_stack_profile(analysis: Analysis) -> list[Finding]:
 def _finding(rank: int, excess: dict[str, float], per_rank: dict[int, tuple[dict[str, float], dict[str, int], int]],
              median: dict[str, float], step_s: float, store: Store, confidence: float) -> Finding:
     shares, depth, total = per_rank[rank]
-    where = _deepest(excess, depth, user_only=True) or _deepest(excess, depth, user_only=False) or ""
-    leaf = _deepest(excess, depth, user_only=False) or where
+    where = deepest(excess, depth, user_only=True) or deepest(excess, depth, user_only=False) or ""
+    leaf = deepest(excess, depth, user_only=False) or where
     deficit = {f: m - shares.get(f, 0.0) for f, m in median.items() if m - shares.get(f, 0.0) >= EXCESS / 2}
     all_depths: dict[str, int] = {}
     for _, d, _ in per_rank.values():
         for f, v in d.items():
             all_depths[f] = min(all_depths.get(f, v), v)
-    instead = _deepest(deficit, all_depths, user_only=False)
+    instead = deepest(deficit, all_depths, user_only=False)
     gap = excess[where]
     title = (f"Rank {rank} spends {100 * shares[where]:.0f}% of its time in {where}, the median rank "
              f"{100 * median[where]:.0f}%")

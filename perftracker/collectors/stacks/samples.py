@@ -9,6 +9,7 @@ thread, main, stack as ';'-joined "function (file:line)" frames root first, coun
 duration_s, file) plus notes for files it could not read. The main thread is the one py-spy names
 MainThread, else the one with the most samples (where the time goes is judged by the `stack_profile`
 analyzer, not here). Lines that do not parse are skipped and counted; content is never evaluated.
+`is_baseline_profile` tells the watcher's baseline window (`baseline/profiles/`) from the window analyzed.
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ _THREAD = re.compile(r"^thread \((?P<tid>[^)]*)\)(?::\s*(?P<name>.*))?$")
 
 def is_profile_file(path: Path) -> bool:
     return path.parent.name == "profiles" and PROFILE_FILE.search(path.name) is not None
+
+
+def is_baseline_profile(path: Path) -> bool:
+    """A profile of the watcher's healthy baseline window (`baseline/profiles/rank-<r>.txt`), not of the window
+    being analyzed: loaded into the `baseline_profile_samples` table."""
+    return is_profile_file(path) and path.parent.parent.name == "baseline"
 
 
 def _sidecar(path: Path) -> dict[str, Any]:

@@ -1,0 +1,313 @@
+"""The `baseline_shift` analyzer: which rank changed since the watcher's healthy baseline, and where its time went.
+
+Promise: reads the `baseline_profile_samples` table (every rank's stacks recorded side by side by `attach
+--watch` when it armed, while the job was healthy) and the `profile_samples` table (the incident's own
+recording, side by side too); says nothing unless both hold at least MIN_SAMPLES main-thread samples of a
+rank. Each rank's samples of a window (`window_profile`) are split into *waiting* ones (a frame of the stack
+is where a rank may wait for the others: a torch.distributed collective, a Work's wait, or the autograd
+engine's backward, inside which DDP waits for its gradient all-reduce) and *working* ones, whose
+frames give the rank's own work (a frame's share: the share of all the rank's samples that are working and
+contain it). Every change is judged against the same change on the other ranks over the same two windows (a
+difference of differences: a job-wide change, such as a loaded host, moves every rank alike and names none):
+
+* **The others now wait for it.** A rank whose waiting share fell by at least EXCESS relative to the other
+  ranks' median change, while the others' waiting share rose by at least EXCESS / 2: in synchronous training
+  the rank that became slower is the one that stopped waiting (it arrives last). This names the rank even of
+  two (the changed one and the one that now waits), and even when its own profile barely moved (a rank slowed
+  uniformly, e.g. descheduled, keeps its shares: its victims' shares move).
+* **Its time moved to its own work.** A (rank, frame) pair whose working share rose by at least EXCESS more
+  than the other ranks' median change, and to at least RATIO times its baseline share ("rank 1: 62% of samples
+  now in data_loader.next, 4% in the baseline").
+
+Each test is beyond sampling noise: samples are counts, so a two-proportion z test on the difference of
+differences, its variance inflated by DESIGN_EFFECT (consecutive py-spy samples of one rank are not
+independent), with a family-wise chance of at most ALPHA (`stragglers/significance.py`) once
+Bonferroni-corrected for every rank (waiting) or (rank, frame) pair (work) compared; from two other ranks on,
+also at least MIN_EFFECT_OVER_SPREAD times the spread of the other ranks' changes (the noise between ranks).
+With three ranks or more, more than half flagged is not one changed rank and says nothing.
+
+One warning per changed rank, named in `ranks`, with the frame its time moved to (the deepest of the job's own
+code among those that rose most), its shares before and after, the waiting ranks and where they wait, the step
+it began at (the change point of the step times, `stragglers/degradation.py`, when significant) and the
+confidence (1 - the family-wise p). The cost is the moved share of the median step. Limit: Python stacks do
+not tell a rank's backward compute from DDP's all-reduce wait (the frame is the same, and no frame of a window
+needs to show DDP), so backward counts as waiting and a rank slower in backward alone is not named.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.failures.stack_state import COLLECTIVES
+from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.stragglers.degradation import change_point, job_series
+from perftracker.analyzers.stragglers.frame_shares import frame_shares
+from perftracker.analyzers.stragglers.significance import ALPHA, MIN_EFFECT_OVER_SPREAD
+from perftracker.analyzers.stragglers.stack_profile import NEAR_MAX, deepest
+
+MIN_SAMPLES = 50  # per rank and window: 2.5 s at 20 Hz
+EXCESS = 0.15  # 15 points of the rank's samples more (or less) than the other ranks' change
+RATIO = 1.5
+DESIGN_EFFECT = 2.0  # variance inflation of a share of autocorrelated samples: twice the measured (README, "Watching a job")
+NOTABLE = 0.05  # a rise of the named rank's own work worth saying when it is not itself significant
+Z_MIN = 3.0  # never a change below this z, whatever the number of tests
+
+_FRAME = re.compile(r"^(?P<name>.*) \((?P<file>[^()]+):-?\d+\)$")
+
+
+def is_wait_frame(frame: str) -> bool:
+    """Is this py-spy frame ("function (file:line)") where a rank may wait for the others?"""
+    m = _FRAME.match(frame)
+    if m is None:
+        return False
+    name, file = m.group("name").rsplit(".", 1)[-1], m.group("file")
+    if file.endswith("distributed_c10d.py") and name in COLLECTIVES:
+        return True
+    if "distributed" in file and name == "wait":
+        return True
+    return name == "_engine_run_backward" and file.endswith("autograd/graph.py")
+
+
+@dataclass(frozen=True)
+class WindowProfile:
+    """One rank's main thread over one window."""
+
+    samples: int
+    waiting: float  # share of samples inside a wait frame
+    wait_frame: str  # the innermost wait frame most waiting samples are in ("" when none)
+    work: dict[str, float]  # frame -> share of all samples that are working and contain it
+    depth: dict[str, int]
+
+
+def window_profile(rows: pd.DataFrame) -> WindowProfile:
+    """`rows`: one rank's main-thread rows of a `profile_samples`-like table."""
+    total = int(rows["count"].sum())
+    waits: dict[str, int] = {}
+    working = []
+    for i, (stack, count) in enumerate(zip(rows["stack"].astype(str), rows["count"])):
+        inner = [f for f in stack.split(";") if is_wait_frame(f)]
+        if inner:
+            waits[inner[-1]] = waits.get(inner[-1], 0) + int(count)
+        else:
+            working.append(i)
+    shares, depth, worked = frame_shares(rows.iloc[working])
+    scale = worked / total if total else 0.0
+    return WindowProfile(total, sum(waits.values()) / total if total else 0.0,
+                         max(waits, key=lambda f: waits[f]) if waits else "",
+                         {f: s * scale for f, s in shares.items()}, depth)
+
+
+def window_profiles(samples: pd.DataFrame) -> dict[int, WindowProfile]:
+    """rank -> its WindowProfile, for the ranks with at least MIN_SAMPLES main-thread samples."""
+    main = samples[samples["main"].astype(bool)]
+    out: dict[int, WindowProfile] = {}
+    for rank, rows in main.groupby("rank"):
+        profile = window_profile(rows)
+        if profile.samples >= MIN_SAMPLES:
+            out[int(str(rank))] = profile
+    return out
+
+
+@dataclass(frozen=True)
+class Change:
+    """One rank's share of something (waiting, or one frame's work) before and now, against the other ranks."""
+
+    rank: int
+    what: str  # "waiting", or the frame
+    before: float
+    after: float
+    others_before: float  # medians of the other ranks
+    others_after: float
+    excess: float  # the rank's change minus the other ranks' median change (signed)
+    z: float
+    p_family: float
+
+
+def _variance(share: float, samples: int) -> float:
+    p = min(max(share, 1.0 / samples), 1.0 - 1.0 / samples)
+    return DESIGN_EFFECT * p * (1.0 - p) / samples
+
+
+def _p_family(z: float, tests: int) -> float:
+    return 1.0 if z < Z_MIN else min(1.0, 0.5 * math.erfc(z / math.sqrt(2.0)) * max(tests, 1))
+
+
+Windows = tuple[dict[int, WindowProfile], dict[int, WindowProfile]]
+Share = Callable[[WindowProfile], float]
+
+
+def _work_share(frame: str) -> Share:
+    return lambda profile: profile.work.get(frame, 0.0)
+
+
+def _change(rank: int, what: str, share: Share, windows: Windows, tests: int) -> Change:
+    before, after = windows
+    others = [o for o in sorted(after) if o != rank]
+    b, a = share(before[rank]), share(after[rank])
+    deltas = [share(after[o]) - share(before[o]) for o in others]
+    excess = a - b - (statistics.median(deltas) if deltas else 0.0)
+
+    def var(r: int) -> float:
+        return _variance(share(before[r]), before[r].samples) + _variance(share(after[r]), after[r].samples)
+
+    variance = var(rank)
+    if others:
+        spread = statistics.mean(var(o) for o in others)
+        variance += spread if len(others) == 1 else spread * math.pi / (2 * len(others))
+    z = abs(excess) / math.sqrt(variance)
+    if len(deltas) >= 2 and abs(excess) < MIN_EFFECT_OVER_SPREAD * (max(deltas) - min(deltas)):
+        z = 0.0
+    return Change(rank, what, b, a, statistics.median(share(before[o]) for o in others) if others else b,
+                  statistics.median(share(after[o]) for o in others) if others else b, excess, z, _p_family(z, tests))
+
+
+def stopped_waiting(windows: Windows) -> list[Change]:
+    """The ranks whose waiting share fell against the others' while the others wait more (see the docstring)."""
+    ranks = sorted(windows[1])
+    found = []
+    for r in ranks:
+        c = _change(r, "waiting", lambda p: p.waiting, windows, len(ranks))
+        if (c.excess <= -EXCESS and c.others_after - c.others_before >= EXCESS / 2 and c.p_family <= ALPHA):
+            found.append(c)
+    return found
+
+
+def moved_work(windows: Windows) -> list[Change]:
+    """Every (rank, frame) pair whose working share rose beyond the others' (see the module docstring)."""
+    before, after = windows
+    ranks = sorted(after)
+    frames = sorted({f for r in ranks for f in (*before[r].work, *after[r].work)})
+    tests = len(frames) * len(ranks)
+    found = []
+    for r in ranks:
+        for f in frames:
+            b, a = before[r].work.get(f, 0.0), after[r].work.get(f, 0.0)
+            if a - b < EXCESS or a < RATIO * b:
+                continue
+            c = _change(r, f, _work_share(f), windows, tests)
+            if c.excess >= EXCESS and c.p_family <= ALPHA:
+                found.append(c)
+    return found
+
+
+def _top_frame(changes: list[Change], depth: dict[str, int]) -> Change:
+    """The deepest frame (of the job's own code first) among those whose share rose nearly the most on the rank
+    itself (its own rise: an ancestor frame's excess also holds the other ranks' fall into waiting)."""
+    top = max(c.after - c.before for c in changes)
+    near = {c.what: c.after - c.before for c in changes if c.after - c.before >= NEAR_MAX * top}
+    where = deepest(near, depth, user_only=True) or deepest(near, depth, user_only=False) or changes[0].what
+    return next(c for c in changes if c.what == where)
+
+
+def _where_time_went(rank: int, windows: Windows) -> Change | None:
+    """The frame of the rank's own work that rose most against the others (significant or not)."""
+    before, after = windows
+    frames = {f for f in (*before[rank].work, *after[rank].work)}
+    rises = [_change(rank, f, _work_share(f), windows, 1) for f in sorted(frames)]
+    rises = [c for c in rises if c.excess > 0 and c.after > c.before]
+    return _top_frame(rises, after[rank].depth) if rises else None
+
+
+def judgeable(analysis: Analysis) -> bool:
+    """Two ranks or more with enough samples in both the baseline and the incident's window."""
+    store = analysis.store
+    if store["baseline_profile_samples"].empty or store["profile_samples"].empty:
+        return False
+    return len(set(window_profiles(store["baseline_profile_samples"]))
+               & set(window_profiles(store["profile_samples"]))) >= 2
+
+
+def analyze_baseline_shift(analysis: Analysis) -> list[Finding]:
+    store = analysis.store
+    base, now = store["baseline_profile_samples"], store["profile_samples"]
+    if base.empty or now.empty:
+        return []
+    before, after = window_profiles(base), window_profiles(now)
+    common = sorted(set(before) & set(after))
+    windows: Windows = ({r: before[r] for r in common}, {r: after[r] for r in common})
+    if not common:
+        return []
+    waits = {c.rank: c for c in stopped_waiting(windows)}
+    work: dict[int, list[Change]] = {}
+    for c in moved_work(windows):
+        work.setdefault(c.rank, []).append(c)
+    named = sorted(set(waits) | set(work))
+    if not named or (len(common) >= 3 and 2 * len(named) > len(common)):
+        return []
+    series = job_series(store)
+    cp = change_point(series) if len(series) else None
+    since = cp.step if cp is not None and cp.verdict.significant else None
+    steps = store.steps
+    step_s = float(steps["dur_ns"].median()) / 1e9 if len(steps) else 0.0
+    return [_finding(r, waits.get(r), work.get(r, []), windows, since, step_s, _hosts(now, r), len(common))
+            for r in named]
+
+
+def _hosts(samples: pd.DataFrame, rank: int) -> tuple[str, ...]:
+    return tuple(sorted({str(h) for h in samples.loc[samples["rank"] == rank, "host"].dropna() if str(h)}))
+
+
+def _pct(share: float) -> str:
+    return f"{100 * share:.0f}%"
+
+
+def _finding(rank: int, wait: Change | None, work: list[Change], windows: Windows, since: int | None,
+             step_s: float, hosts: tuple[str, ...], ranks: int) -> Finding:
+    before, after = windows
+    moved = _top_frame(work, after[rank].depth) if work else _where_time_went(rank, windows)
+    others = [o for o in sorted(after) if o != rank]
+    when = f" since step {since}" if since is not None else " since the baseline"
+    parts = []
+    if moved is not None and (work or wait is None):
+        parts.append(f"{_pct(moved.after)} of samples now in {moved.what}, {_pct(moved.before)} in the baseline "
+                     f"(the other ranks {_pct(moved.others_before)} -> {_pct(moved.others_after)})")
+    waiting_records = [{"rank": o, "frame": after[o].wait_frame, "waiting_before": round(before[o].waiting, 4),
+                        "waiting_after": round(after[o].waiting, 4)} for o in others]
+    if wait is not None:
+        who = ", ".join(f"rank {o} {_pct(before[o].waiting)} -> {_pct(after[o].waiting)}" for o in others[:4])
+        frame = next((after[o].wait_frame for o in others if after[o].wait_frame), "")
+        parts.append(f"the other ranks now wait for it{f' in {frame}' if frame else ''} ({who} of samples; rank "
+                     f"{rank} {_pct(wait.before)} -> {_pct(wait.after)})")
+        if moved is not None and not work and moved.after - moved.before >= NOTABLE:
+            parts.append(f"its own time now in {moved.what} ({_pct(moved.before)} -> {_pct(moved.after)})")
+        elif not work:
+            parts.append("its own profile barely moved (slowed as a whole: descheduled, a CPU shared, throttled)")
+    title = f"Rank {rank}{when}: " + "; ".join(parts)
+    tests = [c for c in (wait, *work) if c is not None]
+    confidence = 1.0 - min(c.p_family for c in tests)
+    where = moved.what if moved is not None else "its own work"
+    rec = (f"Rank {rank} changed since the healthy baseline{when} and the others wait for it: look at what it "
+           f"does in {where} (rank-dependent work, a slower data loader or input shard, a CPU shared with other "
+           "processes or descheduled: check its affinity and the host's load, or a slower device). Confirm with a "
+           "trace: `perftracker attach --trace-steps N` on a job launched with KINETO_USE_DAEMON=1 or the "
+           "perftracker hook.")
+    best = max(tests, key=lambda c: c.z)
+    evidence: dict[str, Any] = {
+        "rank": rank, "since_step": since, "frame": moved.what if moved is not None else "",
+        "share_before": round(moved.before, 4) if moved is not None else None,
+        "share_after": round(moved.after, 4) if moved is not None else None,
+        "others_share_before": round(moved.others_before, 4) if moved is not None else None,
+        "others_share_after": round(moved.others_after, 4) if moved is not None else None,
+        "waiting_before": round(before[rank].waiting, 4), "waiting_after": round(after[rank].waiting, 4),
+        "other_ranks_waiting": waiting_records[:16],
+        "moved_frames": [{"frame": c.what, "share_before": round(c.before, 4), "share_after": round(c.after, 4),
+                          "excess": round(c.excess, 4)} for c in sorted(work, key=lambda c: -c.excess)[:8]],
+        "samples_before": before[rank].samples, "samples_after": after[rank].samples, "ranks_compared": ranks,
+        "method": "py-spy record of every rank side by side: the incident's window against the baseline window "
+                  "recorded when the watch armed; each change on this rank minus its median change on the others",
+        "significance": {"test": "stopped waiting" if wait is not None else "own work moved",
+                         "z": round(best.z, 2), "p_family": best.p_family, "confidence": round(confidence, 4),
+                         "alpha": ALPHA, "design_effect": DESIGN_EFFECT},
+    }
+    share = abs(best.excess)
+    cost = Cost(seconds_per_step=share * step_s, share_of_step=share) if step_s else Cost()
+    return Finding("baseline_shift", Severity.WARNING, title, rec, evidence, ranks=(rank,), hosts=hosts, cost=cost,
+                   confidence=confidence, key=f"baseline_shift:{rank}")
