@@ -23,7 +23,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.traces.cpu_ops import cpu_calls_view, launch_ops
-from perftracker.analyzers.traces.gpu_time import gpu_work_view
+from perftracker.analyzers.traces.gpu_time import as_int, gpu_work_view
 from perftracker.analyzers.traces.grouping import Groups, Ints, codes_of
 from perftracker.analyzers.traces.kernel_families import families
 from perftracker.store import Store
@@ -46,12 +46,23 @@ def profiled_steps(store: Store) -> pd.Series:
 
 def kernel_work_view(analysis: Analysis) -> pd.DataFrame:
     """Every GPU work row (`gpu_work_view`) with its `family` and `launched_by` (the op of its launch, NaN unknown),
-    both categorical."""
+    both categorical. Each rank's work is joined to its own launches (one rank's rows at a time)."""
     work = analysis.view(gpu_work_view)
     launches = launch_ops(analysis.view(cpu_calls_view))
-    joined = work[["rank", "window", "correlation"]].merge(launches, how="left", on=["rank", "window", "correlation"])
-    by = joined["launched_by"].where(work["correlation"].to_numpy() >= 0)  # categorical; NaN: unknown
-    return work.assign(family=families(work["name"], work["klass"]), launched_by=by.array)
+    dtype = launches["launched_by"].dtype
+    assert isinstance(dtype, pd.CategoricalDtype)  # launch_ops' promise
+    by_code = np.full(len(work), -1, dtype=np.int64)
+    launches_of = {as_int(rank): mine for rank, mine in launches.groupby("rank", sort=False, observed=True)}
+    keys = ["rank", "window", "correlation"]
+    for rank, rows in work.groupby("rank", sort=True, observed=True).indices.items():
+        mine = launches_of.get(as_int(rank))
+        if mine is None:
+            continue
+        joined = work[keys].iloc[rows].merge(mine, how="left", on=keys)
+        by_code[rows] = joined["launched_by"].cat.codes.to_numpy(np.int64)
+    by_code[work["correlation"].to_numpy() < 0] = -1  # NaN: unknown
+    return work.assign(family=families(work["name"], work["klass"]),
+                       launched_by=pd.Categorical.from_codes(by_code, dtype=dtype))
 
 
 def group_stats(groups: Groups, frame: pd.DataFrame, steps_of: pd.Series) -> dict[str, object]:
