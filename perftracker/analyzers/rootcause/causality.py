@@ -67,7 +67,8 @@ def _gpu_extra_s(analysis: Analysis, rank: int) -> float | None:
 
 
 def _rank_has_events(analysis: Analysis, rank: int) -> bool:
-    return rank in analysis.store.event_ranks()
+    mine = analysis.store.rank_events(rank)
+    return bool((mine["rank"] == rank).any())
 
 
 def straggler_locus(analysis: Analysis, f: Finding) -> str:
@@ -97,6 +98,7 @@ def straggler_window(analysis: Analysis, f: Finding) -> tuple[int, int] | None:
     ranks = store.ranks
     if len(store.events) and len(ranks):
         mine = store.rank_events(rank)
+        mine = mine[mine["rank"] == rank]
         base = ranks.loc[(ranks["rank"] == rank) & (ranks["base_ns"] > 0), "base_ns"]
         if len(mine) and len(base):
             b = int(base.iloc[0])

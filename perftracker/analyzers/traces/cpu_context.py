@@ -43,7 +43,7 @@ def cpu_ops_during(store: Store, gaps: pd.DataFrame, limit: int = 5,
     total_gap = 0
     for (rank, window), mine in gaps.groupby(["rank", "window"], sort=True):
         ev = store.rank_events(int(str(rank)))  # that rank's rows alone, not a mask over every event
-        cpu = ev[(ev["window"] == window) & (ev["stream"] < 0) & ev["kind"].isin(CPU_KINDS)]
+        cpu = ev[(ev["rank"] == rank) & (ev["window"] == window) & (ev["stream"] < 0) & ev["kind"].isin(CPU_KINDS)]
         if cpu.empty:
             continue
         cpu = cpu[top_level(cpu).to_numpy()]

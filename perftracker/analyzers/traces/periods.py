@@ -133,7 +133,8 @@ def _window_period(work: pd.DataFrame) -> pd.DataFrame:
 def _cpu_markers(store: Store, rank: int, window: int) -> pd.DataFrame:
     """Top-level user annotations (not nested in another event of their thread) of one rank window."""
     ev = store.rank_events(rank)
-    cpu = ev[(ev["window"] == window) & (ev["stream"] < 0) & ev["kind"].isin(["annotation", "cpu_op", "collective_cpu"])]
+    cpu = ev[(ev["rank"] == rank) & (ev["window"] == window) & (ev["stream"] < 0)
+             & ev["kind"].isin(["annotation", "cpu_op", "collective_cpu"])]
     if cpu.empty:
         return cpu
     top = top_level(cpu).to_numpy()

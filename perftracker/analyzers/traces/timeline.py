@@ -46,7 +46,7 @@ def timeline_view(analysis: Analysis) -> pd.DataFrame:
     for rank in chosen:
         start = as_int(per_rank.loc[rank, "start_ns"])
         mine = store.rank_events(rank)
-        sub = mine[(mine["step"] == step) & (mine["kind"] != "annotation")]
+        sub = mine[(mine["rank"] == rank) & (mine["step"] == step) & (mine["kind"] != "annotation")]
         if sub.empty:
             continue
         lanes = np.where(sub["stream"] >= 0, "GPU stream " + sub["stream"].astype(str),
