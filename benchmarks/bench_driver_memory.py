@@ -10,8 +10,8 @@ the Store's events and steps tables and of the largest memoized views. No report
 With `--per-view` it also says where the peak comes from: around each `analysis.view(fn)` and each
 analyzer call it resets the process's RSS high-water mark (Linux `/proc/self/clear_refs`, `5`) and reads
 `VmHWM` at the end, so each call's `rise_mb` is how far the RSS rose above its value at the call's start
-(inclusive: a view computed inside another counts in both; `nested_in` names the enclosing call). The 10
-largest are printed.
+(inclusive: a view computed inside another counts in both; `nested_in` names the enclosing call), with
+its CPU seconds (`cpu_s`, inclusive too). The 10 largest rises and the 10 largest CPU costs are printed.
 
     .venv/bin/python benchmarks/bench_driver_memory.py --sizes 128 512
     .venv/bin/python benchmarks/bench_driver_memory.py --sizes 128 --per-view
@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +85,7 @@ class HighWater:
             self.stack[-1]["peak_kb"] = max(self.stack[-1]["peak_kb"], hwm)
         self._reset()
         now = _status_kb("VmRSS")
-        self.stack.append({"name": name, "start_kb": now, "peak_kb": now})
+        self.stack.append({"name": name, "start_kb": now, "peak_kb": now, "cpu_s": time.process_time()})
 
     def exit(self) -> None:
         frame = self.stack.pop()
@@ -93,6 +94,7 @@ class HighWater:
             self.stack[-1]["peak_kb"] = max(self.stack[-1]["peak_kb"], peak)
         self.calls.append({"call": frame["name"], "rise_mb": round((peak - frame["start_kb"]) * 1024 / MB, 1),
                            "start_mb": round(frame["start_kb"] * 1024 / MB, 1),
+                           "cpu_s": round(time.process_time() - frame["cpu_s"], 2),
                            "nested_in": self.stack[-1]["name"] if self.stack else ""})
 
 
@@ -158,6 +160,7 @@ def child(traces: Path, per_view: bool = False) -> None:
     if per_view:
         phases.append({"phase": "top 10 calls by RSS rise",
                        "calls": sorted(meter.calls, key=lambda c: -c["rise_mb"])[:10]})
+        phases.append({"phase": "top 10 calls by CPU", "calls": sorted(meter.calls, key=lambda c: -c["cpu_s"])[:10]})
     print(json.dumps(phases))
 
 

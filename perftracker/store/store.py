@@ -98,6 +98,20 @@ class Store:
             return events.iloc[0:0]
         return events.take(np.concatenate([np.arange(lo, hi) for lo, hi in spans]))
 
+    def rank_rows(self, rank: int) -> int:
+        """How many events `rank` has."""
+        return sum(hi - lo for lo, hi in self._rank_index().get(rank, []))
+
+    def ranks_events(self, ranks: list[int]) -> pd.DataFrame:
+        """The events of several ranks: their rows of the events table, in table order, with their index."""
+        if len(ranks) == 1:
+            return self.rank_events(ranks[0])
+        index = self._rank_index()
+        spans = sorted(span for rank in ranks for span in index.get(rank, []))
+        if not spans:
+            return self.tables["events"].iloc[0:0]
+        return self.tables["events"].take(np.concatenate([np.arange(lo, hi) for lo, hi in spans]))
+
     def set_table(self, name: str, frame: pd.DataFrame) -> None:
         """Put `frame` in as table `name`; values its columns cannot hold become a note (see `conform`)."""
         problems: list[str] = []

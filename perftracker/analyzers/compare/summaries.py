@@ -23,14 +23,14 @@ SETTING_COLUMNS = ["key", "value", "ranks", "source"]
 
 def op_totals_view(analysis: Analysis) -> pd.DataFrame:
     """Per (rank, kind, name): total_ns, count, and the rank's number of profiled steps (0: no steps); computed
-    rank by rank over each rank's own events."""
+    a few ranks at a time over their own events (`per_rank.by_rank`)."""
     store = analysis.store
     if store.events.empty:
         return pd.DataFrame(columns=OP_COLUMNS)
     steps = store.steps
     profiled = steps[steps["source"].astype(str) == "profiler"].groupby("rank")["step"].nunique()
 
-    def one_rank(rank: int, events: pd.DataFrame) -> pd.DataFrame:
+    def one_chunk(ranks: list[int], events: pd.DataFrame) -> pd.DataFrame:
         ops = events[events["kind"].isin(OP_KINDS).to_numpy()]
         grouped = ops.groupby(["rank", "kind", "name"], observed=True)["dur_ns"].agg(["sum", "size"]).reset_index()
         grouped = grouped.rename(columns={"sum": "total_ns", "size": "count"})
@@ -39,7 +39,7 @@ def op_totals_view(analysis: Analysis) -> pd.DataFrame:
         grouped["name"] = grouped["name"].astype(str)
         return grouped[OP_COLUMNS]
 
-    return by_rank(store, one_rank)
+    return by_rank(store, one_chunk)
 
 
 def settings_view(analysis: Analysis) -> pd.DataFrame:

@@ -28,14 +28,14 @@ COLUMNS = ["rank", "name", "kind", "per_step_ns", "count_per_step", "p90_ns"]
 
 def op_steps_view(analysis: Analysis) -> pd.DataFrame:
     """Per rank and op name: kind, time and instances per step, p90 duration (see the module docstring);
-    computed rank by rank over each rank's own events."""
+    computed a few ranks at a time over their own events (`per_rank.by_rank`)."""
     store = analysis.store
     is_step = value_test(store.events["name"], lambda name: name.startswith("ProfilerStep#"))
 
-    def one_rank(_: int, ev: pd.DataFrame) -> pd.DataFrame:
+    def one_chunk(_: list[int], ev: pd.DataFrame) -> pd.DataFrame:
         return _op_steps(ev[ev["kind"].isin(_KINDS).to_numpy() & ~is_step(ev["name"])])
 
-    return by_rank(store, one_rank)
+    return by_rank(store, one_chunk)
 
 
 def _op_steps(ev: pd.DataFrame) -> pd.DataFrame:

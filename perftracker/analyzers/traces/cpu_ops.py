@@ -29,13 +29,13 @@ Ints = npt.NDArray[np.int64]
 
 
 def cpu_calls(store: Store) -> pd.DataFrame:
-    """Every CPU event with its parent, self time and op (see the module docstring), computed rank by rank
-    (a call's parent and op are of its own thread, so of its own rank): `parent` and `op` are rows of the
+    """Every CPU event with its parent, self time and op (see the module docstring), computed a few ranks at a time
+    (`per_rank.by_rank`; a call's parent and op are of its own thread, so of its own rank): `parent` and `op` are rows of the
     whole table."""
     offset = 0
     is_step = value_test(store.events["name"], _is_profiler_step)
 
-    def one_rank(rank: int, ev: pd.DataFrame) -> pd.DataFrame:
+    def one_chunk(ranks: list[int], ev: pd.DataFrame) -> pd.DataFrame:
         nonlocal offset
         calls = rank_calls(ev, is_step(ev["name"]))
         for column in ("parent", "op"):
@@ -44,7 +44,7 @@ def cpu_calls(store: Store) -> pd.DataFrame:
         offset += len(calls)
         return calls
 
-    return by_rank(store, one_rank)  # a fresh 0..n-1 index: the offsets above
+    return by_rank(store, one_chunk)  # a fresh 0..n-1 index: the offsets above
 
 
 def _is_profiler_step(name: str) -> bool:
