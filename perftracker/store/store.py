@@ -49,7 +49,8 @@ class Store:
     run_info: RunInfo = field(default_factory=RunInfo)
     # rank -> its row ranges [lo, hi) in the events table, built on first use (see `rank_events`)
     _rank_rows: dict[int, list[tuple[int, int]]] | None = field(default=None, init=False, repr=False, compare=False)
-    _rank_rows_of: int = field(default=-1, init=False, repr=False, compare=False)  # id of the indexed table
+    # (id, rows) of the table indexed: a table put in directly (not through set_table) is indexed again
+    _rank_rows_of: tuple[int, int] = field(default=(-1, -1), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name in TABLES:
@@ -73,14 +74,14 @@ class Store:
 
     def _rank_index(self) -> dict[int, list[tuple[int, int]]]:
         events = self.tables["events"]
-        if self._rank_rows is None or self._rank_rows_of != id(events):
+        if self._rank_rows is None or self._rank_rows_of != (id(events), len(events)):
             rank = events["rank"].to_numpy()
             cuts = np.flatnonzero(rank[1:] != rank[:-1]) + 1 if len(rank) else np.empty(0, np.int64)
             rows: dict[int, list[tuple[int, int]]] = {}
             for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(rank)]):
                 if hi > lo:
                     rows.setdefault(int(rank[lo]), []).append((lo, hi))
-            self._rank_rows, self._rank_rows_of = rows, id(events)
+            self._rank_rows, self._rank_rows_of = rows, (id(events), len(events))
         return self._rank_rows
 
     def event_ranks(self) -> list[int]:
