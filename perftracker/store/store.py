@@ -1,7 +1,10 @@
 """The Store: typed pandas tables, the notes the loaders left about their inputs, and what they learned
 about the run (`RunInfo`).
 
-A Store always has every table of `schema.TABLES` (possibly empty).
+A Store always has every table of `schema.TABLES` (possibly empty). `rank_events(rank)` is one rank's
+events (its rows of the events table, in table order) and `event_ranks()` the ranks that have events,
+from an index of the events' rank column built once, so a computation that runs rank by rank touches
+one rank's rows at a time and never copies, sorts or filters the whole table.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from perftracker.store.run_info import RunInfo
@@ -43,6 +47,10 @@ class Store:
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     notes: list[LoadNote] = field(default_factory=list)
     run_info: RunInfo = field(default_factory=RunInfo)
+    # rank -> its row ranges [lo, hi) in the events table, built on first use (see `rank_events`)
+    _rank_rows: dict[int, list[tuple[int, int]]] | None = field(default=None, init=False, repr=False, compare=False)
+    # (id, rows) of the table indexed: a table put in directly (not through set_table) is indexed again
+    _rank_rows_of: tuple[int, int] = field(default=(-1, -1), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name in TABLES:
@@ -63,6 +71,47 @@ class Store:
     @property
     def ranks(self) -> pd.DataFrame:
         return self.tables["ranks"]
+
+    def _rank_index(self) -> dict[int, list[tuple[int, int]]]:
+        events = self.tables["events"]
+        if self._rank_rows is None or self._rank_rows_of != (id(events), len(events)):
+            rank = events["rank"].to_numpy()
+            cuts = np.flatnonzero(rank[1:] != rank[:-1]) + 1 if len(rank) else np.empty(0, np.int64)
+            rows: dict[int, list[tuple[int, int]]] = {}
+            for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(rank)]):
+                if hi > lo:
+                    rows.setdefault(int(rank[lo]), []).append((lo, hi))
+            self._rank_rows, self._rank_rows_of = rows, (id(events), len(events))
+        return self._rank_rows
+
+    def event_ranks(self) -> list[int]:
+        """The ranks that have events, in increasing order."""
+        return sorted(self._rank_index())
+
+    def rank_events(self, rank: int) -> pd.DataFrame:
+        """The events of one rank: its rows of the events table, in table order, with their index (empty, with
+        every column, for a rank without events). A slice of a rank's rows is not a copy of the table."""
+        events = self.tables["events"]
+        spans = self._rank_index().get(rank, [])
+        if len(spans) == 1:
+            return events.iloc[spans[0][0]:spans[0][1]]
+        if not spans:
+            return events.iloc[0:0]
+        return events.take(np.concatenate([np.arange(lo, hi) for lo, hi in spans]))
+
+    def rank_rows(self, rank: int) -> int:
+        """How many events `rank` has."""
+        return sum(hi - lo for lo, hi in self._rank_index().get(rank, []))
+
+    def ranks_events(self, ranks: list[int]) -> pd.DataFrame:
+        """The events of several ranks: their rows of the events table, in table order, with their index."""
+        if len(ranks) == 1:
+            return self.rank_events(ranks[0])
+        index = self._rank_index()
+        spans = sorted(span for rank in ranks for span in index.get(rank, []))
+        if not spans:
+            return self.tables["events"].iloc[0:0]
+        return self.tables["events"].take(np.concatenate([np.arange(lo, hi) for lo, hi in spans]))
 
     def set_table(self, name: str, frame: pd.DataFrame) -> None:
         """Put `frame` in as table `name`; values its columns cannot hold become a note (see `conform`)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.traces.per_rank import by_rank
 
 OP_KINDS = ("cpu_op", "compute", "comm", "memcpy", "memset", "collective_cpu", "gpu_annotation", "annotation")
 OP_COLUMNS = ["rank", "kind", "name", "total_ns", "count", "steps"]
@@ -21,19 +22,24 @@ SETTING_COLUMNS = ["key", "value", "ranks", "source"]
 
 
 def op_totals_view(analysis: Analysis) -> pd.DataFrame:
-    """Per (rank, kind, name): total_ns, count, and the rank's number of profiled steps (0: no steps)."""
-    events = analysis.store.events
-    if events.empty:
+    """Per (rank, kind, name): total_ns, count, and the rank's number of profiled steps (0: no steps); computed
+    a few ranks at a time over their own events (`per_rank.by_rank`)."""
+    store = analysis.store
+    if store.events.empty:
         return pd.DataFrame(columns=OP_COLUMNS)
-    ops = events[events["kind"].astype(str).isin(OP_KINDS)]
-    grouped = ops.groupby(["rank", "kind", "name"], observed=True)["dur_ns"].agg(["sum", "size"]).reset_index()
-    grouped = grouped.rename(columns={"sum": "total_ns", "size": "count"})
-    steps = analysis.store.steps
+    steps = store.steps
     profiled = steps[steps["source"].astype(str) == "profiler"].groupby("rank")["step"].nunique()
-    grouped["steps"] = grouped["rank"].map(profiled).fillna(0).astype("int64")
-    grouped["kind"] = grouped["kind"].astype(str)
-    grouped["name"] = grouped["name"].astype(str)
-    return grouped[OP_COLUMNS]
+
+    def one_chunk(ranks: list[int], events: pd.DataFrame) -> pd.DataFrame:
+        ops = events[events["kind"].isin(OP_KINDS).to_numpy()]
+        grouped = ops.groupby(["rank", "kind", "name"], observed=True)["dur_ns"].agg(["sum", "size"]).reset_index()
+        grouped = grouped.rename(columns={"sum": "total_ns", "size": "count"})
+        grouped["steps"] = grouped["rank"].map(profiled).fillna(0).astype("int64")
+        grouped["kind"] = grouped["kind"].astype(str)
+        grouped["name"] = grouped["name"].astype(str)
+        return grouped[OP_COLUMNS]
+
+    return by_rank(store, one_chunk)
 
 
 def settings_view(analysis: Analysis) -> pd.DataFrame:

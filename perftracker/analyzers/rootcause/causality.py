@@ -67,8 +67,8 @@ def _gpu_extra_s(analysis: Analysis, rank: int) -> float | None:
 
 
 def _rank_has_events(analysis: Analysis, rank: int) -> bool:
-    events = analysis.store.events
-    return bool(len(events)) and bool((events["rank"] == rank).any())
+    mine = analysis.store.rank_events(rank)
+    return bool((mine["rank"] == rank).any())
 
 
 def straggler_locus(analysis: Analysis, f: Finding) -> str:
@@ -96,9 +96,9 @@ def straggler_window(analysis: Analysis, f: Finding) -> tuple[int, int] | None:
     rank = f.ranks[0]
     store = analysis.store
     ranks = store.ranks
-    events = store.events
-    if len(events) and len(ranks):
-        mine = events[events["rank"] == rank]
+    if len(store.events) and len(ranks):
+        mine = store.rank_events(rank)
+        mine = mine[mine["rank"] == rank]
         base = ranks.loc[(ranks["rank"] == rank) & (ranks["base_ns"] > 0), "base_ns"]
         if len(mine) and len(base):
             b = int(base.iloc[0])

@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.traces.grouping import Groups, codes_of, per_value
+from perftracker.analyzers.traces.grouping import Groups, codes_of, value_test
+from perftracker.analyzers.traces.per_rank import by_rank
 
 _KINDS = ("compute", "memcpy", "memset", "cpu_op", "annotation", "gpu_annotation")
 MIN_EXCESS_SHARE = 0.02  # ignore ops whose excess is under 2% of the rank's total difference
@@ -26,9 +27,18 @@ COLUMNS = ["rank", "name", "kind", "per_step_ns", "count_per_step", "p90_ns"]
 
 
 def op_steps_view(analysis: Analysis) -> pd.DataFrame:
-    """Per rank and op name: kind, time and instances per step, p90 duration (see the module docstring)."""
-    ev = analysis.store.events
-    ev = ev[ev["kind"].isin(_KINDS).to_numpy() & ~per_value(ev["name"], lambda name: name.startswith("ProfilerStep#"))]
+    """Per rank and op name: kind, time and instances per step, p90 duration (see the module docstring);
+    computed a few ranks at a time over their own events (`per_rank.by_rank`)."""
+    store = analysis.store
+    is_step = value_test(store.events["name"], lambda name: name.startswith("ProfilerStep#"))
+
+    def one_chunk(_: list[int], ev: pd.DataFrame) -> pd.DataFrame:
+        return _op_steps(ev[ev["kind"].isin(_KINDS).to_numpy() & ~is_step(ev["name"])])
+
+    return by_rank(store, one_chunk)
+
+
+def _op_steps(ev: pd.DataFrame) -> pd.DataFrame:
     if ev.empty:
         return pd.DataFrame(columns=COLUMNS)
     in_step = ev["step"] >= 0

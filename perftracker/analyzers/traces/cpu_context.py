@@ -38,13 +38,12 @@ def cpu_ops_during(store: Store, gaps: pd.DataFrame, limit: int = 5,
     """The top-level CPU work overlapping `gaps`, most time first (see the module docstring)."""
     if gaps.empty or store.events.empty:
         return []
-    ev = store.events
     overlap: dict[str, list[float]] = {}
     seen_shapes: dict[str, Counter[str]] = {}
     total_gap = 0
     for (rank, window), mine in gaps.groupby(["rank", "window"], sort=True):
-        cpu = ev[(ev["rank"] == rank) & (ev["window"] == window) & (ev["stream"] < 0)
-                 & ev["kind"].isin(CPU_KINDS)]
+        ev = store.rank_events(int(str(rank)))  # that rank's rows alone, not a mask over every event
+        cpu = ev[(ev["rank"] == rank) & (ev["window"] == window) & (ev["stream"] < 0) & ev["kind"].isin(CPU_KINDS)]
         if cpu.empty:
             continue
         cpu = cpu[top_level(cpu).to_numpy()]

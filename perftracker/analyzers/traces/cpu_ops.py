@@ -19,7 +19,8 @@ import numpy.typing as npt
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.traces.grouping import per_value
+from perftracker.analyzers.traces.grouping import per_value, value_test
+from perftracker.analyzers.traces.per_rank import by_rank
 from perftracker.store import Store
 
 CPU_KINDS = ("cpu_op", "annotation", "collective_cpu", "runtime")
@@ -28,10 +29,33 @@ Ints = npt.NDArray[np.int64]
 
 
 def cpu_calls(store: Store) -> pd.DataFrame:
-    """Every CPU event with its parent, self time and op (see the module docstring)."""
-    ev = store.events
-    keep = (ev["kind"].isin(CPU_KINDS).to_numpy() & (ev["stream"].to_numpy() < 0)
-            & ~per_value(ev["name"], lambda name: name.startswith("ProfilerStep#")))
+    """Every CPU event with its parent, self time and op (see the module docstring), computed a few ranks at a time
+    (`per_rank.by_rank`; a call's parent and op are of its own thread, so of its own rank): `parent` and `op` are rows of the
+    whole table."""
+    offset = 0
+    is_step = value_test(store.events["name"], _is_profiler_step)
+
+    def one_chunk(ranks: list[int], ev: pd.DataFrame) -> pd.DataFrame:
+        nonlocal offset
+        calls = rank_calls(ev, is_step(ev["name"]))
+        for column in ("parent", "op"):
+            rows = calls[column].to_numpy()
+            calls[column] = np.where(rows >= 0, rows + offset, -1)
+        offset += len(calls)
+        return calls
+
+    return by_rank(store, one_chunk)  # a fresh 0..n-1 index: the offsets above
+
+
+def _is_profiler_step(name: str) -> bool:
+    return name.startswith("ProfilerStep#")
+
+
+def rank_calls(ev: pd.DataFrame, is_step: npt.NDArray[np.bool_] | None = None) -> pd.DataFrame:
+    """`cpu_calls` of some events (one rank's, normally), on a fresh 0..n-1 index (`is_step`: which of them
+    are ProfilerStep markers, when already known)."""
+    is_step = per_value(ev["name"], _is_profiler_step) if is_step is None else is_step
+    keep = ev["kind"].isin(CPU_KINDS).to_numpy() & (ev["stream"].to_numpy() < 0) & ~is_step
     picked = ev.loc[keep, [c for c in COLUMNS if c != "end_ns"]]
     start = picked["start_ns"].to_numpy(np.int64)
     end = start + picked["dur_ns"].to_numpy(np.int64)

@@ -1,7 +1,8 @@
 """Group-by on integer codes with numpy: the statistics the kernel and op tables need, without pandas' string hashing.
 
 Promise: `codes_of(column)` turns a column into integer codes and the distinct values (a categorical's
-own codes; a missing value becomes ""); `per_value(column, test)` runs a test once per distinct value; `Groups.of(keys...)` groups rows by integer key columns;
+own codes; a missing value becomes ""); `per_value(column, test)` runs a test once per distinct value, and
+`value_test(column, test)` does it once for every part of a column (a rank's rows) sharing its categories; `Groups.of(keys...)` groups rows by integer key columns;
 its methods give per group the count, sum, p90 (linear interpolation, as pandas' `quantile`), and
 the distinct (group, value) pairs of another key (the ranks of each kernel). Results are arrays in group order.
 """
@@ -35,6 +36,23 @@ def per_value(values: pd.Series, test: Callable[[str], bool]) -> npt.NDArray[np.
     answers = np.array([bool(test(str(v))) for v in distinct], dtype=bool)
     result: npt.NDArray[np.bool_] = answers[codes]
     return result
+
+
+def value_test(column: pd.Series, test: Callable[[str], bool]) -> Callable[[pd.Series], npt.NDArray[np.bool_]]:
+    """`per_value(part, test)` for parts of `column` (row slices: one rank's rows), with `test` run once per
+    distinct value of the whole column when it is categorical, not once per part."""
+    if not isinstance(column.dtype, pd.CategoricalDtype):
+        return lambda part: per_value(part, test)
+    dtype = column.dtype
+    answers = np.array([bool(test(str(v))) for v in [*dtype.categories.tolist(), ""]], dtype=bool)
+
+    def of(part: pd.Series) -> npt.NDArray[np.bool_]:
+        if part.dtype != dtype:
+            return per_value(part, test)
+        result: npt.NDArray[np.bool_] = answers[codes_of(part)[0]]
+        return result
+
+    return of
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ category inside the cost periods) and `idle_view` (the report's table: idle time
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -28,6 +30,7 @@ from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.traces.cpu_context import cpu_ops_during
 from perftracker.analyzers.traces.exec_trace import op_shapes
 from perftracker.analyzers.traces.gpu_time import as_int, gpu_work, gpu_work_view
+from perftracker.analyzers.traces.grouping import value_test
 from perftracker.analyzers.traces.intervals import covered_within, union
 from perftracker.analyzers.traces.period_costs import basis_row, per_period, rank_costs_view
 from perftracker.analyzers.traces.periods import cost_periods_view
@@ -67,17 +70,25 @@ GAP_COLUMNS = ["rank", "window", "start_ns", "dur_ns", "category", "next_correla
 
 def idle_gaps(store: Store, work: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per GPU idle gap: rank, window, start_ns, dur_ns, category and the correlation id of the
-    work after it (-1 unknown), which ties the gap to the launch and op behind it (`work`: `gpu_work(store)`)."""
+    work after it (-1 unknown), which ties the gap to the launch and op behind it (`work`: `gpu_work(store)`).
+    Computed rank by rank: each rank's launches and synchronizations come from its own events."""
     work = gpu_work(store) if work is None else work
     if work.empty:
         return pd.DataFrame(columns=GAP_COLUMNS)
-    ev = store.events
-    launches = ev[(ev["kind"] == "runtime") & (ev["correlation"] >= 0)]
-    syncs = ev[(ev["kind"] == "runtime") & ev["name"].astype(str).str.contains(_SYNC_CALL, regex=True)]
     frames = []
-    for (rank, window), group in work.groupby(["rank", "window"], sort=True, observed=True):
-        frames.append(_gaps_for(group, launches, syncs, as_int(rank), as_int(window)))
+    is_sync = value_test(store.events["name"], _is_sync_call)
+    for rank, rank_work in work.groupby("rank", sort=True, observed=True):
+        ev = store.rank_events(as_int(rank))
+        runtime = (ev["kind"] == "runtime").to_numpy()
+        launches = ev[runtime & (ev["correlation"] >= 0).to_numpy()]
+        syncs = ev[runtime & is_sync(ev["name"])]
+        for (_, window), group in rank_work.groupby(["rank", "window"], sort=True, observed=True):
+            frames.append(_gaps_for(group, launches, syncs, as_int(rank), as_int(window)))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def _is_sync_call(name: str) -> bool:
+    return re.search(_SYNC_CALL, name) is not None
 
 
 def _gaps_for(group: pd.DataFrame, launches: pd.DataFrame, syncs: pd.DataFrame, rank: int,

@@ -23,9 +23,10 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.traces.cpu_ops import cpu_calls_view, launch_ops
-from perftracker.analyzers.traces.gpu_time import gpu_work_view
+from perftracker.analyzers.traces.gpu_time import as_int, gpu_work_view
 from perftracker.analyzers.traces.grouping import Groups, Ints, codes_of
 from perftracker.analyzers.traces.kernel_families import families
+from perftracker.analyzers.traces.per_rank import rank_chunks
 from perftracker.store import Store
 
 TOP_ALL = 50
@@ -46,12 +47,25 @@ def profiled_steps(store: Store) -> pd.Series:
 
 def kernel_work_view(analysis: Analysis) -> pd.DataFrame:
     """Every GPU work row (`gpu_work_view`) with its `family` and `launched_by` (the op of its launch, NaN unknown),
-    both categorical."""
+    both categorical. Each rank's work is joined to its own launches, a few ranks at a time (`per_rank.rank_chunks`)."""
     work = analysis.view(gpu_work_view)
     launches = launch_ops(analysis.view(cpu_calls_view))
-    joined = work[["rank", "window", "correlation"]].merge(launches, how="left", on=["rank", "window", "correlation"])
-    by = joined["launched_by"].where(work["correlation"].to_numpy() >= 0)  # categorical; NaN: unknown
-    return work.assign(family=families(work["name"], work["klass"]), launched_by=by.array)
+    dtype = launches["launched_by"].dtype
+    assert isinstance(dtype, pd.CategoricalDtype)  # launch_ops' promise
+    by_code = np.full(len(work), -1, dtype=np.int64)
+    launches_of = {as_int(rank): mine for rank, mine in launches.groupby("rank", sort=False, observed=True)}
+    rows_of = {as_int(rank): rows for rank, rows in work.groupby("rank", sort=True, observed=True).indices.items()}
+    keys = ["rank", "window", "correlation"]
+    for ranks in rank_chunks({rank: len(rows) for rank, rows in rows_of.items()}):
+        mine = [launches_of[rank] for rank in ranks if rank in launches_of]
+        if not mine:
+            continue
+        rows = np.sort(np.concatenate([rows_of[rank] for rank in ranks]))
+        joined = work[keys].iloc[rows].merge(pd.concat(mine) if len(mine) > 1 else mine[0], how="left", on=keys)
+        by_code[rows] = joined["launched_by"].cat.codes.to_numpy(np.int64)
+    by_code[work["correlation"].to_numpy() < 0] = -1  # NaN: unknown
+    return work.assign(family=families(work["name"], work["klass"]),
+                       launched_by=pd.Categorical.from_codes(by_code, dtype=dtype))
 
 
 def group_stats(groups: Groups, frame: pd.DataFrame, steps_of: pd.Series) -> dict[str, object]:

@@ -132,7 +132,7 @@ def _window_period(work: pd.DataFrame) -> pd.DataFrame:
 
 def _cpu_markers(store: Store, rank: int, window: int) -> pd.DataFrame:
     """Top-level user annotations (not nested in another event of their thread) of one rank window."""
-    ev = store.events
+    ev = store.rank_events(rank)
     cpu = ev[(ev["rank"] == rank) & (ev["window"] == window) & (ev["stream"] < 0)
              & ev["kind"].isin(["annotation", "cpu_op", "collective_cpu"])]
     if cpu.empty:

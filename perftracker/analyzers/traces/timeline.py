@@ -45,7 +45,8 @@ def timeline_view(analysis: Analysis) -> pd.DataFrame:
     rows = []
     for rank in chosen:
         start = as_int(per_rank.loc[rank, "start_ns"])
-        sub = ev[(ev["rank"] == rank) & (ev["step"] == step) & (ev["kind"] != "annotation")]
+        mine = store.rank_events(rank)
+        sub = mine[(mine["rank"] == rank) & (mine["step"] == step) & (mine["kind"] != "annotation")]
         if sub.empty:
             continue
         lanes = np.where(sub["stream"] >= 0, "GPU stream " + sub["stream"].astype(str),
