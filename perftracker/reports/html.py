@@ -136,9 +136,15 @@ def render(path: Path, findings: list[Finding], notes: list[LoadNote], sections:
     atomic_write_text(path, page)
 
 
+def _first(items: list[Any], limit: int = 16) -> str:
+    """The first `limit` items joined, with how many more (a finding of 4,096 ranks names 16 of them)."""
+    return ", ".join(str(i) for i in items[:limit]) + (f" (+{len(items) - limit:,} more)" if len(items) > limit else "")
+
+
 def _finding_view(f: Finding) -> dict[str, Any]:
     data = f.to_dict()
     ranks = list(f.ranks)
-    data["ranks_text"] = ", ".join(str(r) for r in ranks[:16]) + (f" (+{len(ranks) - 16} more)" if len(ranks) > 16 else "")
+    data["ranks_text"] = _first(ranks)
+    data["hosts_text"] = _first(list(f.hosts))
     data["evidence_items"] = evidence_items(f.evidence)  # findings.json keeps the exact values
     return data
