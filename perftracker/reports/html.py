@@ -88,6 +88,7 @@ def _section_view(section: Section, figure_ids: list[str]) -> dict[str, Any]:
             "figure_ids": figure_ids}
 
 
+MAX_NOTES = 100  # notes on the page (a run of thousands of ranks can have one per file); all are in findings.json
 PLOTLY_ASSET = "plotly-cartesian.min.js.gz"
 PLOTLY_TRACE_TYPES = frozenset({"bar", "box", "contour", "heatmap", "histogram", "histogram2d",
                                 "histogram2dcontour", "image", "pie", "scatter", "scatterternary", "violin"})
@@ -131,7 +132,7 @@ def render(path: Path, findings: list[Finding], notes: list[LoadNote], sections:
         not_judged=(coverage or {}).get("not_judged") or [], synthetic=synthetic or [],
         findings=[_finding_view(f) for f in findings], sections=view_sections, strip=strip or [],
         timeline_command=timeline_command, timeline_file=timeline_file,
-        notes=[n.to_dict() for n in notes], figures_json=figures_json, plotly_gz_b64=plotly_bundle_b64(),
+        notes=[n.to_dict() for n in notes[:MAX_NOTES]], notes_more=max(0, len(notes) - MAX_NOTES), figures_json=figures_json, plotly_gz_b64=plotly_bundle_b64(),
     )
     atomic_write_text(path, page)
 

@@ -114,6 +114,7 @@ def timeline_title(timeline: pd.DataFrame, focus: pd.DataFrame, ranks: int) -> s
         for role, words in (("slowest", "slowest"), ("host peer", f"on {first}'s host"),
                             ("rank neighbour", f"{first}'s neighbours"), ("median", "median")):
             members = [int(r) for r in mine.loc[mine["role"] == role, "rank"]]
+            members = members if role == "slowest" else sorted(members)  # the slowest in their order
             if members:
                 parts.append(f"{words} {', '.join(str(r) for r in members)}")
                 named.update(members)

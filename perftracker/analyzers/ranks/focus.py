@@ -4,8 +4,8 @@ Promise: `rank_focus_view(analysis)` ranks every rank by one measure and keeps, 
 - role "slowest", order 1..TOP_K: the ranks the others wait for longest at collectives (the straggler
   finding's measure: `cost_per_step_s`, ties broken by median lateness); without matched collectives,
   the ranks with the longest median step time;
-- the peers of the slowest rank: role "host peer", the ranks on its host (at most MAX_PEERS, nearest in
-  rank first) when hosts are known, else role "rank neighbour", the ranks just below and above it;
+- the peers of the slowest rank: role "host peer", the ranks on its host (at most MAX_PEERS, order 1 the
+  nearest in rank) when hosts are known, else role "rank neighbour", the ranks just below and above it;
 - role "median": the rank in the middle of that order (the typical rank), when not already listed.
 Columns: rank, role, order, host, measure (the column that ranked them), wait_cost_ms (the others wait
 for it, per step), lateness_ms (its median lateness at collectives), step_ms (its median step time);
@@ -84,7 +84,7 @@ def _peers(rank: int, ranks: list[int], hosts: Mapping[int, str], limit: int) ->
     host = hosts.get(rank, "")
     if host:
         mates = sorted((r for r in ranks if r != rank and hosts.get(r) == host), key=lambda r: (abs(r - rank), r))
-        return [(r, "host peer") for r in sorted(mates[:limit])]
+        return [(r, "host peer") for r in mates[:limit]]
     present = set(ranks)
     return [(r, "rank neighbour") for r in (rank - 1, rank + 1) if r in present]
 

@@ -6,7 +6,7 @@ groups instead of one bar or row per rank), into how many groups they are binned
 `rank_groups_view(analysis)` gives each rank its group: one group per host when every rank's host is
 known and there are 2 to MAX_GROUPS hosts, consecutive hosts merged into at most MAX_GROUPS groups
 when there are more, else consecutive rank ranges of equal size (at most MAX_GROUPS of them).
-`group_ranks` is the pure function behind it.
+`group_ranks` and `layout` are the pure functions behind them.
 """
 
 from __future__ import annotations
@@ -77,8 +77,12 @@ def rank_groups_view(analysis: Analysis) -> pd.DataFrame:
 
 
 def rank_layout_view(analysis: Analysis) -> pd.DataFrame:
+    """`layout` of the run's rank groups."""
+    return layout(analysis.view(rank_groups_view))
+
+
+def layout(groups: pd.DataFrame) -> pd.DataFrame:
     """One row: ranks, many (more than MANY_RANKS), threshold, groups, grouped_by (host | rank), largest group."""
-    groups = analysis.view(rank_groups_view)
     ranks = len(groups)
     by_host = bool(ranks) and bool((groups["host"] != "").all()) and groups["host"].nunique() >= 2
     return pd.DataFrame({"ranks": [ranks], "many": [ranks > MANY_RANKS], "threshold": [MANY_RANKS],

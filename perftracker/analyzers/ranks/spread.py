@@ -5,7 +5,7 @@ rank would be unreadable. `lateness_groups_view`: per rank group (`rank_groups_v
 group's ranks, the median and the max of its ranks' median lateness at collectives (ms), and the rank
 at that max (so an outlier rank stays named in a binned chart). `step_spread_view`: per step, across
 ranks (step files preferred, as the step charts do), ranks, median, p90, min and max step time (ms) and
-the rank at the max. `binned` is the pure function behind the first.
+the rank at the max. `binned` and `spread_over_steps` are the pure functions behind them.
 """
 
 from __future__ import annotations
@@ -55,6 +55,13 @@ def step_spread_view(analysis: Analysis) -> pd.DataFrame:
     """Step time across ranks per step, empty unless ranks are many."""
     steps = analysis.view(step_series_view)
     if steps.empty or not _many(analysis):
+        return pd.DataFrame(columns=STEP_SPREAD_COLUMNS)
+    return spread_over_steps(steps)
+
+
+def spread_over_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """Per step across ranks: ranks, median, p90, min, max (ms), rank at the max (`steps`: the steps view)."""
+    if steps.empty:
         return pd.DataFrame(columns=STEP_SPREAD_COLUMNS)
     files = steps[steps["source"] == "stepfile"]
     use = (files if not files.empty else steps).assign(ms=lambda t: t["dur_ns"] / 1e6)
