@@ -198,3 +198,15 @@ def test_grouping_is_a_function_of_identities() -> None:
     groups = group_jobs([a, b, unknown, other, pg, late])
     # THEN the one that says nothing joins the first job; the others each make their own
     assert sorted(sorted(g.paths) for g in groups) == [["a", "b", "c"], ["d"], ["e"], ["f"]]
+
+
+def test_thousands_of_traces_with_hundreds_of_process_groups_group_in_linear_time() -> None:
+    # GIVEN 4096 ranks' facts, each trace listing the job's 521 process groups (TP 8: 512 TP groups, 8 DP, default)
+    groups = tuple((str(i), "default_pg" if i == 0 else "tp" if i <= 512 else "dp", 8) for i in range(521))
+    traces = [TraceJobFacts(path=f"rank-{r}.json", rank=r, world_size=4096, device_name="H100",
+                            process_groups=groups) for r in range(4096)]
+    # WHEN grouped by job (each trace checked against what the group agrees on so far, not against every member:
+    # that took hours here)
+    jobs = group_jobs(traces)
+    # THEN they are one job of 4096 ranks
+    assert len(jobs) == 1 and len(jobs[0].ranks) == 4096

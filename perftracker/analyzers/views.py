@@ -33,6 +33,9 @@ from perftracker.analyzers.nccl.tables import (
     nccl_transports_table,
     nccl_warns_table,
 )
+from perftracker.analyzers.ranks.focus import rank_focus_view
+from perftracker.analyzers.ranks.groups import rank_groups_view, rank_layout_view
+from perftracker.analyzers.ranks.spread import lateness_groups_view, step_spread_view
 from perftracker.analyzers.stragglers.profile_tables import profile_ranks_view, profile_shares_view
 from perftracker.analyzers.stragglers.steps import step_series_view, step_stats_view
 from perftracker.analyzers.stragglers.straggler import lateness_view, rank_waits_view
@@ -53,6 +56,13 @@ TableView = Callable[[Analysis], pd.DataFrame]
 REPORT_VIEWS: dict[str, TableView] = {
     # the summary strip at the top: ranks, hosts, step time and its spread across ranks
     "run_summary": run_summary_view,
+    # many ranks (more than 64): how they are grouped (by host where known), the ranks worth showing
+    # (the slowest, the slowest one's peers, the median), spreads across ranks binned by group and by step
+    "rank_layout": rank_layout_view,
+    "rank_groups": rank_groups_view,
+    "rank_focus": rank_focus_view,
+    "lateness_groups": lateness_groups_view,
+    "step_spread": step_spread_view,
     # GPU traces: where GPU time goes, per rank window and per step; one representative step; idle time
     "breakdown": breakdown_view,
     "breakdown_steps": breakdown_steps_view,

@@ -18,11 +18,11 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-_COLORS = {"compute": "#4C78A8", "comm": "#F58518", "memory": "#54A24B", "idle": "#BAB0AC",
-           "memcpy": "#54A24B", "memset": "#88D27A", "runtime": "#B279A2", "cpu_op": "#9D755D",
-           "collective_cpu": "#E45756", "sync": "#EECA3B", "gpu_annotation": "#D3D3D3"}
-_LAYOUT = dict(margin=dict(l=60, r=20, t=40, b=40), height=360, template="plotly_white",
-               legend=dict(orientation="h", y=-0.2))
+COLORS = {"compute": "#4C78A8", "comm": "#F58518", "memory": "#54A24B", "idle": "#BAB0AC",
+          "memcpy": "#54A24B", "memset": "#88D27A", "runtime": "#B279A2", "cpu_op": "#9D755D",
+          "collective_cpu": "#E45756", "sync": "#EECA3B", "gpu_annotation": "#D3D3D3"}
+LAYOUT = dict(margin=dict(l=60, r=20, t=40, b=40), height=360, template="plotly_white",
+              legend=dict(orientation="h", y=-0.2))
 
 
 def label(text: object) -> str:
@@ -64,8 +64,8 @@ def breakdown_chart(table: pd.DataFrame) -> dict[str, Any] | None:
     fig = go.Figure()
     for col, name, color in (("compute_pct", "compute", "compute"), ("comm_exposed_pct", "exposed communication", "comm"),
                              ("memory_exposed_pct", "exposed memory copies", "memory"), ("idle_pct", "idle", "idle")):
-        fig.add_bar(x=labels, y=table[col].round(2), name=name, marker_color=_COLORS[color])
-    fig.update_layout(barmode="stack", title="GPU time per rank (% of profiled span)", yaxis_title="%", **_LAYOUT)
+        fig.add_bar(x=labels, y=table[col].round(2), name=name, marker_color=COLORS[color])
+    fig.update_layout(barmode="stack", title="GPU time per rank (% of profiled span)", yaxis_title="%", **LAYOUT)
     return _fig(fig)
 
 
@@ -76,10 +76,10 @@ def overlap_chart(table: pd.DataFrame) -> dict[str, Any] | None:
     labels = [_rank(r) for r in t["rank"]]
     fig = go.Figure()
     fig.add_bar(x=labels, y=(t["comm_overlapped_ns"] / 1e6).round(3), name="overlapped with compute",
-                marker_color=_COLORS["compute"])
-    fig.add_bar(x=labels, y=(t["comm_exposed_ns"] / 1e6).round(3), name="exposed", marker_color=_COLORS["comm"])
+                marker_color=COLORS["compute"])
+    fig.add_bar(x=labels, y=(t["comm_exposed_ns"] / 1e6).round(3), name="exposed", marker_color=COLORS["comm"])
     fig.update_layout(barmode="stack", title="Communication time per rank (ms): overlapped vs exposed",
-                      yaxis_title="ms", **_LAYOUT)
+                      yaxis_title="ms", **LAYOUT)
     return _fig(fig)
 
 
@@ -91,8 +91,8 @@ def step_time_chart(stats: pd.DataFrame) -> dict[str, Any] | None:
     fig.add_bar(x=labels, y=(stats["median_s"] * 1e3).round(3), name="median",
                 error_y=dict(type="data", array=((stats["p90_s"] - stats["median_s"]) * 1e3).round(3).tolist(),
                              symmetric=False, arrayminus=[0.0] * len(stats),  # up to p90 only: below is no p10
-                             visible=True), marker_color=_COLORS["compute"])
-    fig.update_layout(title="Step time per rank (ms): median, bar to p90", yaxis_title="ms", **_LAYOUT)
+                             visible=True), marker_color=COLORS["compute"])
+    fig.update_layout(title="Step time per rank (ms): median, bar to p90", yaxis_title="ms", **LAYOUT)
     fig.update_yaxes(rangemode="tozero")
     return _fig(fig)
 
@@ -108,22 +108,22 @@ def lateness_heatmap(lateness: pd.DataFrame, max_ranks: int = 256) -> dict[str, 
     fig = go.Figure(go.Heatmap(z=grid.round(3).to_numpy(), x=[label(c) for c in grid.columns],
                                y=[_rank(r) for r in grid.index], colorscale="Reds", zmin=0.0, zmax=top,
                                colorbar=dict(title="ms late")))
-    layout = {**_LAYOUT, "height": min(2400, max(300, 18 * len(grid) + 120))}
+    layout = {**LAYOUT, "height": min(2400, max(300, 18 * len(grid) + 120))}
     fig.update_layout(title="Arrival lateness at collectives (median per step, ms after the earliest rank)",
                       xaxis_title="step", **layout)
     return _fig(fig)
 
 
-def wait_bars(waits: pd.DataFrame) -> dict[str, Any] | None:
+def wait_bars(waits: pd.DataFrame, title: str = "Waiting at collectives per step (ms)") -> dict[str, Any] | None:
     if waits.empty or not (waits[["wait_per_step_s", "cost_per_step_s"]].abs().to_numpy().sum() > 0):
         return None
     labels = [_rank(r) for r in waits["rank"]]
     fig = go.Figure()
     fig.add_bar(x=labels, y=(waits["wait_per_step_s"] * 1e3).round(3), name="time it waited for others",
-                marker_color=_COLORS["idle"])
+                marker_color=COLORS["idle"])
     fig.add_bar(x=labels, y=(waits["cost_per_step_s"] * 1e3).round(3), name="time others waited for it",
-                marker_color=_COLORS["comm"])
-    fig.update_layout(barmode="group", title="Waiting at collectives per step (ms)", yaxis_title="ms", **_LAYOUT)
+                marker_color=COLORS["comm"])
+    fig.update_layout(barmode="group", title=label(title), yaxis_title="ms", **LAYOUT)
     return _fig(fig)
 
 
@@ -140,13 +140,14 @@ def step_series_chart(steps: pd.DataFrame, max_ranks: int = 32,
     for step in change_steps or []:
         fig.add_vline(x=step, line_dash="dash", line_color="#c0392b",
                       annotation_text=f"slower since step {step}", annotation_position="top left")
-    fig.update_layout(title="Step time over steps (ms)", xaxis_title="step", yaxis_title="ms", **_LAYOUT)
+    fig.update_layout(title="Step time over steps (ms)", xaxis_title="step", yaxis_title="ms", **LAYOUT)
     fig.update_xaxes(tickformat="d")  # steps are whole numbers
     fig.update_yaxes(rangemode="tozero")
     return _fig(fig)
 
 
-def timeline_chart(timeline: pd.DataFrame) -> dict[str, Any] | None:
+def timeline_chart(timeline: pd.DataFrame,
+                   title: str = "One representative step per rank (ms from step start)") -> dict[str, Any] | None:
     if timeline.empty:
         return None
     timeline = timeline.assign(row=[label(f"r{r} {lane}") for r, lane in zip(timeline["rank"], timeline["lane"])])
@@ -154,11 +155,11 @@ def timeline_chart(timeline: pd.DataFrame) -> dict[str, Any] | None:
     fig = go.Figure()
     for kind, group in timeline.groupby("kind"):
         fig.add_bar(y=group["row"], x=group["dur_ms"].round(4), base=group["start_ms"].round(4), orientation="h",
-                    name=label(kind), marker_color=_COLORS.get(str(kind), "#999999"),
+                    name=label(kind), marker_color=COLORS.get(str(kind), "#999999"),
                     hovertext=[label(n) for n in group["name"]], hoverinfo="text+x")
     height = max(300, 22 * len(rows) + 120)
-    layout = {**_LAYOUT, "height": min(height, 2400)}
-    fig.update_layout(barmode="overlay", title="One representative step per rank (ms from step start)",
+    layout = {**LAYOUT, "height": min(height, 2400)}
+    fig.update_layout(barmode="overlay", title=label(title),
                       xaxis_title="ms", yaxis=dict(categoryorder="array", categoryarray=rows[::-1]), **layout)
     return _fig(fig)
 

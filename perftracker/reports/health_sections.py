@@ -18,6 +18,7 @@ from perftracker.reports.health_charts import gpu_figures, rdma_figures
 from perftracker.reports.sections import Section, Tables, listed, root_causes, table
 
 ACTIVE = 4  # sysfs port state "4: ACTIVE"
+MAX_PORT_ROWS = 64  # the rest of the ports are in tables/rdma_ports.parquet, named under the table
 MAX_GPU_FINDINGS = 30
 
 
@@ -51,7 +52,8 @@ def rdma_section(tables: Tables, findings: list[Finding]) -> Section | None:
     head = ["host", "port", "state", "rate Gb/s", "tx Gb/s", "rx Gb/s", "CNP+ECN /s"]
     head += ["PFC rx paused", "PFC tx paused"] if with_pfc else []
     data = {
-        "ports": {"head": head, "rows": [_port_row(r, with_pfc) for r in ports.itertuples(index=False)], "more": 0},
+        "ports": {"head": head, "rows": [_port_row(r, with_pfc) for r in ports.head(MAX_PORT_ROWS).itertuples(index=False)],
+                  "more": max(0, len(ports) - MAX_PORT_ROWS), "source": "rdma_ports"},
         "pfc": {"counters": with_pfc, "findings": listed(findings, ("rdma_pfc",))},
         "root_causes": root_causes(findings) if table(tables, "gpu_series").empty else [],
     }

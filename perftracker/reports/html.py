@@ -88,6 +88,7 @@ def _section_view(section: Section, figure_ids: list[str]) -> dict[str, Any]:
             "figure_ids": figure_ids}
 
 
+MAX_NOTES = 100  # notes on the page (a run of thousands of ranks can have one per file); all are in findings.json
 PLOTLY_ASSET = "plotly-cartesian.min.js.gz"
 PLOTLY_TRACE_TYPES = frozenset({"bar", "box", "contour", "heatmap", "histogram", "histogram2d",
                                 "histogram2dcontour", "image", "pie", "scatter", "scatterternary", "violin"})
@@ -131,14 +132,20 @@ def render(path: Path, findings: list[Finding], notes: list[LoadNote], sections:
         not_judged=(coverage or {}).get("not_judged") or [], synthetic=synthetic or [],
         findings=[_finding_view(f) for f in findings], sections=view_sections, strip=strip or [],
         timeline_command=timeline_command, timeline_file=timeline_file,
-        notes=[n.to_dict() for n in notes], figures_json=figures_json, plotly_gz_b64=plotly_bundle_b64(),
+        notes=[n.to_dict() for n in notes[:MAX_NOTES]], notes_more=max(0, len(notes) - MAX_NOTES), figures_json=figures_json, plotly_gz_b64=plotly_bundle_b64(),
     )
     atomic_write_text(path, page)
+
+
+def _first(items: list[Any], limit: int = 16) -> str:
+    """The first `limit` items joined, with how many more (a finding of 4,096 ranks names 16 of them)."""
+    return ", ".join(str(i) for i in items[:limit]) + (f" (+{len(items) - limit:,} more)" if len(items) > limit else "")
 
 
 def _finding_view(f: Finding) -> dict[str, Any]:
     data = f.to_dict()
     ranks = list(f.ranks)
-    data["ranks_text"] = ", ".join(str(r) for r in ranks[:16]) + (f" (+{len(ranks) - 16} more)" if len(ranks) > 16 else "")
+    data["ranks_text"] = _first(ranks)
+    data["hosts_text"] = _first(list(f.hosts))
     data["evidence_items"] = evidence_items(f.evidence)  # findings.json keeps the exact values
     return data

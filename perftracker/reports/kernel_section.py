@@ -17,9 +17,9 @@ from typing import Any
 import pandas as pd
 
 from perftracker.analyzers.findings import Finding
-from perftracker.reports import kernel_charts
+from perftracker.reports import kernel_charts, rank_charts
 from perftracker.reports.evidence import number
-from perftracker.reports.sections import Section, Tables, table
+from perftracker.reports.sections import Section, Tables, rank_layout, table
 from perftracker.values import short_symbol
 
 TEMPLATE = "section_kernels.html.j2"
@@ -111,14 +111,14 @@ def _idle_ops_table(frame: pd.DataFrame) -> NamedTable:
     return _named(IDLE_OP_HEAD, rows, max(0, len(frame) - len(rows)))
 
 
-def _families(frame: pd.DataFrame) -> dict[str, Any]:
-    """Share of GPU work per family, one row per rank (at most 64 ranks)."""
+def _families(frame: pd.DataFrame, ranks: list[int] | None = None) -> dict[str, Any]:
+    """Share of GPU work per family, one row per rank: the first 64 ranks, or `ranks` (in their order)."""
     grid = frame.pivot_table(index="rank", columns="family", values="share_pct", aggfunc="sum").fillna(0.0)
     order = [f for f in kernel_charts.FAMILY_COLORS if f in grid.columns]
-    shown = grid[order].head(64)
+    shown = grid[order].head(64) if ranks is None else grid[order].reindex([r for r in ranks if r in grid.index])
     return {"head": ["rank", *[f"{f} %" for f in order]],
             "rows": [[str(int(rank)), *[_pct(v) for v in values]] for rank, values in zip(shown.index, shown.to_numpy())],
-            "more": max(0, len(grid) - 64)}
+            "more": max(0, len(grid) - len(shown)), "source": "kernel_families"}
 
 
 def kernels_section(tables: Tables, findings: list[Finding]) -> Section | None:
@@ -127,6 +127,11 @@ def kernels_section(tables: Tables, findings: list[Finding]) -> Section | None:
         return None
     per_rank_k, per_rank_o = table(tables, "kernels_per_rank"), table(tables, "ops_per_rank")
     ranks = sorted({int(r) for frame in (per_rank_k, per_rank_o) if not frame.empty for r in frame["rank"]})
+    many = rank_layout(tables)[1]
+    focus = table(tables, "rank_focus")
+    focus_ranks = [int(r) for r in focus["rank"] if int(r) in set(ranks)] if many and not focus.empty else None
+    if focus_ranks:  # many ranks: the slowest ones, their peers and the median rank first
+        ranks = focus_ranks + [r for r in ranks if r not in set(focus_ranks)]
     per_rank = [{"rank": r,
                  "kernels": _kernel_table(per_rank_k[per_rank_k["rank"] == r], PER_RANK_ROWS)
                  if not per_rank_k.empty else None,
@@ -137,10 +142,13 @@ def kernels_section(tables: Tables, findings: list[Finding]) -> Section | None:
     data = {
         "kernels": _kernel_table(kernels, TOP_ROWS) if not kernels.empty else None,
         "ops": _op_table(ops, TOP_ROWS) if not ops.empty else None,
-        "families": _families(families) if not families.empty else None,
+        "families": _families(families, focus_ranks) if not families.empty else None,
         "per_rank": per_rank, "ranks_more": max(0, len(ranks) - MAX_RANKS) if len(ranks) > 1 else 0,
         "longest_gaps": _gaps_table(longest) if not longest.empty else None,
         "idle_ops": _idle_ops_table(idle_ops) if not idle_ops.empty else None,
     }
-    figures = [f for f in (kernel_charts.kernels_chart(kernels), kernel_charts.families_chart(families)) if f]
+    family_chart = (rank_charts.families_distribution(families, list(kernel_charts.FAMILY_COLORS),
+                                                      kernel_charts.FAMILY_COLORS) if many
+                    else kernel_charts.families_chart(families))
+    figures = [f for f in (kernel_charts.kernels_chart(kernels), family_chart) if f]
     return Section("kernels", "Kernels and ops", TEMPLATE, data, figures)

@@ -16,6 +16,7 @@ import pandas as pd
 from perftracker.analyzers.findings import Finding
 from perftracker.reports.sections import Section, Tables, grid, table
 
+MAX_ROWS = 64  # rows of each table on the page; the rest is in tables/<view>.parquet, named under the table
 TRANSPORT_COLUMNS = ("host", "transport", "network", "nics", "intra")
 WARN_COLUMNS = ("host", "pid", "message", "count", "file", "line")
 BANDWIDTH_COLUMNS = {"comm_name": "communicator", "comm_size": "ranks", "op": "op", "bytes": "bytes",
@@ -28,7 +29,7 @@ LATENESS_COLUMNS = {"comm_name": "communicator", "rank": "rank", "host": "host",
 def _config(config: pd.DataFrame, flagged: pd.DataFrame) -> dict[str, Any]:
     """Variables (sorted) and one row per (host, rank): its label and per variable value and highlight."""
     if config.empty:
-        return {"variables": [], "rows": []}
+        return {"variables": [], "rows": [], "more": 0}
     severity = dict(zip(flagged.get("variable", []), flagged.get("severity", [])))
     variables = sorted({str(v) for v in config["variable"]})
     values: dict[tuple[str, int], dict[str, str]] = {}
@@ -38,7 +39,7 @@ def _config(config: pd.DataFrame, flagged: pd.DataFrame) -> dict[str, Any]:
     for (host, rank), mine in sorted(values.items()):
         cells = [{"value": mine.get(v), "severity": severity.get(v) if v in mine else None} for v in variables]
         rows.append({"label": f"{host or '(env file)'} / {rank if rank >= 0 else '?'}", "cells": cells})
-    return {"variables": variables, "rows": rows}
+    return {"variables": variables, "rows": rows[:MAX_ROWS], "more": max(0, len(rows) - MAX_ROWS)}
 
 
 def nccl_section(tables: Tables, findings: list[Finding]) -> Section | None:
@@ -51,12 +52,15 @@ def nccl_section(tables: Tables, findings: list[Finding]) -> Section | None:
     data = {
         "profile": str(summary["profile"].iloc[0]),
         "config": _config(table(tables, "nccl_config"), table(tables, "nccl_flagged")),
-        "transports": [[str(v) for v in values] for values in zip(*(transports[c].tolist() for c in TRANSPORT_COLUMNS))]
+        "transports": [[str(v) for v in values] for values in
+                       zip(*(transports[c].head(MAX_ROWS).tolist() for c in TRANSPORT_COLUMNS))]
         if not transports.empty else [],
+        "transports_more": max(0, len(transports) - MAX_ROWS),
         "warn_lines": int(summary["warn_lines"].iloc[0]),
         "warns": [{"where": f"{host}:{pid}", "message": str(message), "count": int(count), "at": f"{file}:{line}"}
                   for host, pid, message, count, file, line in
-                  zip(*(warns[c].tolist() for c in WARN_COLUMNS))] if not warns.empty else [],
+                  zip(*(warns[c].head(MAX_ROWS).tolist() for c in WARN_COLUMNS))] if not warns.empty else [],
+        "warns_more": max(0, len(warns) - MAX_ROWS),
         "failing_links": [f.title for f in findings if f.evidence.get("flag") == "ib_completion_error"],
     }
     return Section("nccl", "NCCL", "section_nccl.html.j2", data)
@@ -67,6 +71,7 @@ def inspector_section(tables: Tables, findings: list[Finding]) -> Section | None
     bandwidth, lateness = table(tables, "inspector_bandwidth"), table(tables, "inspector_lateness")
     if bandwidth.empty and lateness.empty:
         return None
-    data = {"bandwidth": grid(bandwidth, BANDWIDTH_COLUMNS) if not bandwidth.empty else {"rows": []},
-            "lateness": grid(lateness, LATENESS_COLUMNS) if not lateness.empty else {"rows": []}}
+    data = {"bandwidth": grid(bandwidth, BANDWIDTH_COLUMNS, source="inspector_bandwidth")
+            if not bandwidth.empty else {"rows": []},
+            "lateness": grid(lateness, LATENESS_COLUMNS, source="inspector_lateness") if not lateness.empty else {"rows": []}}
     return Section("inspector", "NCCL collectives (Inspector)", "section_inspector.html.j2", data)

@@ -49,11 +49,45 @@ def cell(value: Any) -> str:
     return f"{value:.4g}" if value == value else ""
 
 
-def grid(frame: pd.DataFrame, columns: Mapping[str, str], limit: int = 64) -> dict[str, Any]:
-    """A table for the `_macros.table` template macro: head labels, rows of cell texts, rows left out."""
+def grid(frame: pd.DataFrame, columns: Mapping[str, str], limit: int = 64, source: str = "",
+         total: int | None = None) -> dict[str, Any]:
+    """A table for the `_macros.table` template macro: head labels, rows of cell texts (at most `limit`), rows
+    left out (of `total` rows when `frame` is already a selection of them) and the view that holds every row
+    (`source`: shown as tables/<source>.parquet)."""
     shown = frame.head(limit)
     rows = [[cell(v) for v in values] for values in zip(*(shown[c].tolist() for c in columns))]
-    return {"head": list(columns.values()), "rows": rows, "more": max(0, len(frame) - limit)}
+    return {"head": list(columns.values()), "rows": rows, "source": source,
+            "more": max(0, (len(frame) if total is None else total) - len(shown))}
+
+
+ROLE_TEXT = {"slowest": "slowest #{order}", "host peer": "on its host", "rank neighbour": "its neighbour",
+             "median": "median rank"}
+
+
+def role_text(role: str, order: int) -> str:
+    """How a rank of the `rank_focus` view is named: "slowest #1", "on its host", "its neighbour", "median rank"."""
+    return ROLE_TEXT.get(role, role).format(order=order)
+
+
+def rank_layout(tables: Tables) -> tuple[int, bool, str]:
+    """(ranks, many, grouped_by) of the `rank_layout` view; (0, False, "rank") for an output without it."""
+    layout = table(tables, "rank_layout")
+    if layout.empty:
+        return 0, False, "rank"
+    row = layout.iloc[0]
+    return int(row["ranks"]), bool(row["many"]), str(row["grouped_by"])
+
+
+def focus_rows(frame: pd.DataFrame, focus: pd.DataFrame) -> pd.DataFrame:
+    """The rows of `frame` about the ranks of `focus` (the `rank_focus` view), in its order, with a `shown_as`
+    column naming why each rank is there."""
+    if frame.empty or focus.empty:
+        return frame.iloc[0:0].assign(shown_as=pd.Series(dtype=object))
+    why = {int(r): role_text(str(role), int(order)) for r, role, order in zip(focus["rank"], focus["role"], focus["order"])}
+    place = {r: i for i, r in enumerate(why)}
+    rows = frame[frame["rank"].astype(int).isin(place)]
+    rows = rows.assign(shown_as=[why[int(r)] for r in rows["rank"]], _place=[place[int(r)] for r in rows["rank"]])
+    return rows.sort_values("_place", kind="stable").drop(columns="_place")
 
 
 def listed(findings: Iterable[Finding], analyzers: Iterable[str], limit: int | None = None) -> list[dict[str, str]]:

@@ -1,54 +1,132 @@
 """Report sections drawn from traces and step times: GPU time breakdown, overlap, step time, stragglers, timeline.
 
 Promise: each is a section function `(tables, findings) -> Section | None`, None when its charts have
-nothing to draw; tables under the charts show at most 64 rows (the rest is in tables/).
+nothing to draw; tables under the charts show at most 64 rows (the rest is in tables/<view>.parquet,
+named under the table). With many ranks (the `rank_layout` view: more than 64) the charts are
+distributions across ranks, rank groups and the ranks the analyzers picked (`rank_focus`: the slowest,
+the slowest one's peers, the median rank), and the tables list those ranks, each with why it is shown;
+the timeline's title names the ranks it shows and why.
 """
 
 from __future__ import annotations
 
+import pandas as pd
+
 from perftracker.analyzers.findings import Finding
-from perftracker.reports import charts
-from perftracker.reports.sections import Section, Tables, grid, table
+from perftracker.reports import charts, rank_charts
+from perftracker.reports.sections import Section, Tables, focus_rows, grid, rank_layout, role_text, table
 
 TEMPLATE = "section_table.html.j2"
 BREAKDOWN_COLUMNS = {"rank": "rank", "window": "window", "compute_pct": "compute %",
                      "comm_exposed_pct": "exposed comm %", "memory_exposed_pct": "exposed memory %",
                      "idle_pct": "idle %", "overlap_pct": "comm overlapped %", "steps": "steps"}
 STEP_COLUMNS = {"rank": "rank", "steps": "steps", "median_ms": "median ms", "p90_ms": "p90 ms", "max_ms": "max ms"}
+FOCUS_COLUMNS = {"rank": "rank", "shown_as": "shown as", "host": "host", "wait_cost_ms": "others wait for it (ms per step)",
+                 "lateness_ms": "median lateness (ms)", "step_ms": "median step (ms)"}
+
+
+def _many_note(ranks: int, view: str) -> str:
+    return (f"{ranks:,} ranks: the charts show how the ranks spread, the slowest ranks and the median rank, "
+            f"and the table lists those ranks (every rank's row: tables/{view}.parquet).")
+
+
+def _rows(frame: pd.DataFrame, columns: dict[str, str], view: str, tables: Tables, many: bool) -> dict[str, object]:
+    """The table under a chart: the first 64 rows, or with many ranks the focus ranks' rows (why each is shown)."""
+    if not many:
+        return grid(frame, columns, source=view)
+    return grid(focus_rows(frame, table(tables, "rank_focus")), {"rank": "rank", "shown_as": "shown as",
+                                                                  **{k: v for k, v in columns.items() if k != "rank"}},
+                source=view, total=len(frame))
 
 
 def breakdown_section(tables: Tables, findings: list[Finding]) -> Section | None:
     bd = table(tables, "breakdown")
-    figures = [f for f in (charts.breakdown_chart(bd),) if f]
-    if not figures:
+    ranks, many, _ = rank_layout(tables)
+    chart = rank_charts.breakdown_distribution(bd) if many else charts.breakdown_chart(bd)
+    if chart is None:
         return None
-    return Section("breakdown", "GPU time breakdown", TEMPLATE, {"table": grid(bd, BREAKDOWN_COLUMNS)}, figures)
+    data: dict[str, object] = {"table": _rows(bd, BREAKDOWN_COLUMNS, "breakdown", tables, many)}
+    if many:
+        data["note"] = _many_note(ranks, "breakdown")
+    return Section("breakdown", "GPU time breakdown", TEMPLATE, data, [chart])
 
 
 def overlap_section(tables: Tables, findings: list[Finding]) -> Section | None:
-    figures = [f for f in (charts.overlap_chart(table(tables, "breakdown")),) if f]
-    return Section("overlap", "Communication / compute overlap", TEMPLATE, {}, figures) if figures else None
+    bd = table(tables, "breakdown")
+    chart = rank_charts.overlap_distribution(bd) if rank_layout(tables)[1] else charts.overlap_chart(bd)
+    return Section("overlap", "Communication / compute overlap", TEMPLATE, {}, [chart]) if chart else None
 
 
 def steps_section(tables: Tables, findings: list[Finding]) -> Section | None:
-    stats = table(tables, "step_stats")
+    stats, steps = table(tables, "step_stats"), table(tables, "steps")
+    ranks, many, _ = rank_layout(tables)
     changes = [int(f.evidence["change_step"]) for f in findings if "change_step" in f.evidence]
-    figures = [f for f in (charts.step_time_chart(stats),
-                           charts.step_series_chart(table(tables, "steps"), change_steps=changes)) if f]
+    if many:
+        focus = table(tables, "rank_focus")
+        found = (rank_charts.step_time_histogram(stats, focus),
+                 rank_charts.step_spread_chart(table(tables, "step_spread"), steps, focus, change_steps=changes))
+    else:
+        found = (charts.step_time_chart(stats), charts.step_series_chart(steps, change_steps=changes))
+    figures = [f for f in found if f]
     if not figures:
         return None
     shown = stats.assign(**{f"{c}_ms": (stats[f"{c}_s"] * 1e3) for c in ("median", "p90", "max")}) \
         if not stats.empty else stats
-    data = {"table": grid(shown, STEP_COLUMNS)} if not stats.empty else {}
+    data: dict[str, object] = {"table": _rows(shown, STEP_COLUMNS, "step_stats", tables, many)} if not stats.empty else {}
+    if many and not stats.empty:
+        data["note"] = _many_note(ranks, "step_stats")
     return Section("steps", "Step time", TEMPLATE, data, figures)
 
 
 def stragglers_section(tables: Tables, findings: list[Finding]) -> Section | None:
-    figures = [f for f in (charts.lateness_heatmap(table(tables, "lateness")),
-                           charts.wait_bars(table(tables, "rank_waits"))) if f]
-    return Section("stragglers", "Stragglers at collectives", TEMPLATE, {}, figures) if figures else None
+    ranks, many, grouped_by = rank_layout(tables)
+    waits = table(tables, "rank_waits")
+    if not many:
+        figures = [f for f in (charts.lateness_heatmap(table(tables, "lateness")), charts.wait_bars(waits)) if f]
+        return Section("stragglers", "Stragglers at collectives", TEMPLATE, {}, figures) if figures else None
+    focus = table(tables, "rank_focus")
+    picked = focus_rows(waits, focus) if not waits.empty else waits
+    slowest = int((focus["role"] == "slowest").sum()) if not focus.empty else 0
+    title = f"Waiting at collectives per step (ms): {slowest} slowest of {ranks:,} ranks, peers, median"
+    figures = [f for f in (rank_charts.lateness_groups_heatmap(table(tables, "lateness_groups"), grouped_by),
+                           charts.wait_bars(picked, title)) if f]
+    if not figures:
+        return None
+    data: dict[str, object] = {
+        "note": f"{ranks:,} ranks: lateness is binned by {'host' if grouped_by == 'host' else 'rank range'} "
+                "(each cell the latest rank of the group, named in its hover text), the bars show the ranks below.",
+        "table": grid(focus.assign(shown_as=[role_text(str(r), int(o)) for r, o in zip(focus["role"], focus["order"])]),
+                      {k: v for k, v in FOCUS_COLUMNS.items() if k != "host" or (focus["host"] != "").any()},
+                      source="rank_focus") if not focus.empty else {"head": [], "rows": [], "more": 0}}
+    return Section("stragglers", "Stragglers at collectives", TEMPLATE, data, figures)
+
+
+def timeline_title(timeline: pd.DataFrame, focus: pd.DataFrame, ranks: int) -> str:
+    """The timeline chart's title: every rank, or which ranks it shows and why (from `rank_focus`)."""
+    shown = sorted({int(r) for r in timeline["rank"]}) if not timeline.empty else []
+    if not shown or len(shown) >= ranks:
+        return "One representative step per rank (ms from step start)"
+    mine = focus[focus["rank"].astype(int).isin(shown)] if not focus.empty else focus
+    parts, named = [], set()
+    if not mine.empty:
+        slowest = mine[mine["role"] == "slowest"]
+        first = int(slowest["rank"].iloc[0]) if not slowest.empty else None
+        for role, words in (("slowest", "slowest"), ("host peer", f"on {first}'s host"),
+                            ("rank neighbour", f"{first}'s neighbours"), ("median", "median")):
+            members = [int(r) for r in mine.loc[mine["role"] == role, "rank"]]
+            members = members if role == "slowest" else sorted(members)  # the slowest in their order
+            if members:
+                parts.append(f"{words} {', '.join(str(r) for r in members)}")
+                named.update(members)
+    others = [r for r in shown if r not in named]
+    if others:
+        parts.append(("ranks " if parts else "") + ", ".join(str(r) for r in others))
+    return f"One step of {len(shown)} of {ranks:,} ranks (ms): " + "; ".join(parts)
 
 
 def timeline_section(tables: Tables, findings: list[Finding]) -> Section | None:
-    figures = [f for f in (charts.timeline_chart(table(tables, "timeline")),) if f]
-    return Section("timeline", "Timeline of a representative step", TEMPLATE, {}, figures) if figures else None
+    timeline = table(tables, "timeline")
+    ranks = rank_layout(tables)[0]
+    chart = charts.timeline_chart(timeline, timeline_title(timeline, table(tables, "rank_focus"), ranks)) \
+        if not timeline.empty else None
+    return Section("timeline", "Timeline of a representative step", TEMPLATE, {}, [chart]) if chart else None

@@ -1,8 +1,9 @@
 """The timeline view: one representative step per rank, as boxes per lane, small enough for hundreds of ranks.
 
 Promise: `timeline_view(analysis)` picks the profiled step whose median duration across ranks is
-nearest the median step, at most MAX_TIMELINE_RANKS ranks (the fastest, the slowest and a spread
-between, by their duration of that step), and per rank and lane (a GPU stream, or a CPU event kind)
+nearest the median step, every rank when there are at most MAX_TIMELINE_RANKS, else the ranks worth
+showing (`analyzers/ranks/focus.py`: the slowest ones, the slowest one's peers, the median rank; or, without
+them, the fastest, the slowest and a spread between, by their duration of that step), and per rank and lane (a GPU stream, or a CPU event kind)
 at most MAX_BOXES_PER_LANE boxes (the longest: they carry the time). Rows: rank, lane, kind, name
 (at most 120 characters), start_ms (from the rank's step start) and dur_ms; no rows without
 profiler steps and events.
@@ -14,17 +15,28 @@ import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.ranks.focus import rank_focus_view
 from perftracker.analyzers.traces.gpu_time import as_int
 
 MAX_TIMELINE_RANKS = 16
 MAX_BOXES_PER_LANE = 300
+FOCUS_SLOWEST = 3  # of many ranks, the timeline shows the 3 slowest, the slowest one's peers and the median
+FOCUS_PEERS = 4
 COLUMNS = ["rank", "lane", "kind", "name", "start_ms", "dur_ms"]
 
 
-def pick_ranks(ranks: list[int], durations: pd.Series) -> list[int]:
-    """All ranks when few; else the 3 fastest, the 5 slowest and a spread between, by `durations`."""
+def pick_ranks(ranks: list[int], durations: pd.Series, focus: pd.DataFrame | None = None) -> list[int]:
+    """All ranks when few; else the `focus` ranks among `ranks` (the FOCUS_SLOWEST slowest, FOCUS_PEERS peers,
+    the median); without them the 3 fastest, the 5 slowest and a spread between, by `durations`."""
     if len(ranks) <= MAX_TIMELINE_RANKS:
         return ranks
+    if focus is not None and not focus.empty:
+        keep = ((focus["role"] == "slowest") & (focus["order"] <= FOCUS_SLOWEST)) | (focus["role"] == "median") \
+            | (focus["role"].isin(["host peer", "rank neighbour"]) & (focus["order"] <= FOCUS_PEERS))
+        present = set(ranks)
+        chosen = [int(r) for r in focus.loc[keep, "rank"] if int(r) in present]
+        if chosen:
+            return sorted(chosen)
     ordered = list(durations.sort_values().index)
     picks = set(ordered[:3] + ordered[-5:])
     for i in np.linspace(0, len(ordered) - 1, MAX_TIMELINE_RANKS - len(picks)).astype(int):
@@ -41,7 +53,9 @@ def timeline_view(analysis: Analysis) -> pd.DataFrame:
     common = steps.groupby("step")["dur_ns"].median()
     step = as_int((common - common.median()).abs().idxmin())
     per_rank = steps[steps["step"] == step].drop_duplicates("rank").set_index("rank")
-    chosen = pick_ranks(sorted(int(r) for r in per_rank.index), per_rank["dur_ns"])
+    ranks = sorted(int(r) for r in per_rank.index)
+    chosen = pick_ranks(ranks, per_rank["dur_ns"],
+                        analysis.view(rank_focus_view) if len(ranks) > MAX_TIMELINE_RANKS else None)
     rows = []
     for rank in chosen:
         start = as_int(per_rank.loc[rank, "start_ns"])
