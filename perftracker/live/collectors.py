@@ -14,6 +14,7 @@ from perftracker.live.profile_sampler import ProfileSampler
 from perftracker.live.rdma_sampler import RdmaSampler
 from perftracker.live.sampler import Sampler
 from perftracker.live.stacks import StackSampler
+from perftracker.live.step_feed import StepFeed
 from perftracker.live.steps_sampler import StepsSampler
 from perftracker.live.traces import TraceSampler
 from perftracker.live.watch import WatchOptions, WatchSampler
@@ -47,14 +48,14 @@ class SamplerOptions:
 
 
 def watch_rates(options: SamplerOptions) -> SamplerOptions:
-    """The steady state of --watch: NVML and RDMA every 10 s, net every 5 s (link state every 2 s, the job's
-    interfaces looked up again every 60 s; a shorter flap still shows in the carrier-change counters), new
-    step records read every second, stack requests and stalls checked every second (the hang rule needs 10 s
-    of no step), a non-blocking stack round every 60 s (the stack half of the hang rule), no start-up stack
-    recording (the baseline takes its place)."""
+    """The steady state of --watch: NVML and RDMA every 10 s, net every 30 s (link state every 2 s, the job's
+    interfaces and peers looked up again every 10 minutes; a shorter flap still shows in the carrier-change
+    counters), new step records read every second, stack requests and stalls checked every second (the hang
+    rule needs 10 s of no step), a non-blocking stack round every 60 s (the stack half of the hang rule), no
+    start-up stack recording (the baseline takes its place)."""
     options.interval_s = max(options.interval_s, 10.0)
-    options.net_interval_s = max(options.net_interval_s, 5.0)
-    options.net_resolve_s = max(options.net_resolve_s, 60.0)
+    options.net_interval_s = max(options.net_interval_s, 30.0)
+    options.net_resolve_s = max(options.net_resolve_s, 600.0)
     options.net_watch_s = max(options.net_watch_s, 2.0)
     options.steps_poll_s = max(options.steps_poll_s, 1.0)
     options.stack_trigger_s = max(options.stack_trigger_s, 1.0)
@@ -86,10 +87,11 @@ def build_samplers(options: SamplerOptions) -> list[Sampler]:
     if options.stacks and options.profile_seconds > 0:
         samplers.append(ProfileSampler(seconds=options.profile_seconds, rate_hz=options.profile_rate_hz,
                                        delay_s=options.profile_delay_s))
+    feed = StepFeed() if options.steps and options.watch is not None else None  # step records parsed once
     if options.steps:
-        samplers.append(StepsSampler(job_log=options.job_log, interval_s=options.steps_poll_s))
+        samplers.append(StepsSampler(job_log=options.job_log, interval_s=options.steps_poll_s, feed=feed))
     if options.trace_steps > 0:
         samplers.append(TraceSampler(steps=options.trace_steps))
     if options.watch is not None:
-        samplers.append(WatchSampler(options=options.watch, stacks=stacks))  # one py-spy per rank at a time
+        samplers.append(WatchSampler(options=options.watch, stacks=stacks, feed=feed))  # one py-spy per rank at a time
     return samplers

@@ -1,7 +1,8 @@
 """Step times of an attached job, from the perftracker hook's spool or from the job's log.
 
 Promise: `StepsSampler` (name ``steps``) copies, four times a second, every new step record into
-the run directory's ``steps/rank-<r>.jsonl`` and keeps ``ctx.progress`` (last step and its wall time
+the run directory's ``steps/rank-<r>.jsonl`` (and, under --watch, hands each record parsed to the watcher
+through a `StepFeed`, so it is read once) and keeps ``ctx.progress`` (last step and its wall time
 per rank, step durations) current for the live panel and the hang detector. Sources:
 
 * the hook (``perftracker.hooks.install()`` in the job): its spool directory is computed from each
@@ -39,6 +40,7 @@ from perftracker.collectors.steps import parse_step_line
 from perftracker.hooks import spool_dir
 from perftracker.live.job_outputs import find_job_outputs
 from perftracker.live.sampler import LiveContext
+from perftracker.live.step_feed import StepFeed
 from perftracker.live.step_lines import StepLineParser, line_time_ns
 from perftracker.rundir import append_jsonl, step_file
 
@@ -118,6 +120,7 @@ class StepsSampler:
     log_records: int = 0
     next_scan: float = 0.0
     last_written: dict[int, int] = field(default_factory=dict)  # rank -> last step written from a log
+    feed: StepFeed | None = None  # --watch: every record written is handed to the watcher, parsed (live/step_feed.py)
 
     @property
     def log_tail(self) -> LineTail | None:
@@ -203,6 +206,8 @@ class StepsSampler:
                     out.flush()
             records = [r for r in (parse_step_line(line) for line in lines) if r is not None]
             self.records += len(records)
+            if self.feed is not None:
+                self.feed.publish(records)
             self._progress(ctx, records)
         for log in self.logs:
             self._read_log(ctx, log)
@@ -223,6 +228,8 @@ class StepsSampler:
                 found.append(record)
         log.records += len(found)
         self.log_records += len(found)
+        if self.feed is not None and found:
+            self.feed.publish(found)
         if not self.hooked:
             self._progress(ctx, found)
 

@@ -1,15 +1,18 @@
 """`attach --watch` / `run --watch`: stay with a job for its whole life, cheaply, and open an incident when an
 online rule fires.
 
-Promise: `WatchSampler` (name ``watch``, once a second) reads the new lines of the run directory's step files
-(`steps/rank-<r>.jsonl`, whatever source wrote them: the hook, `--job-log`, any later one; rank -1 is the job
-as a whole) into a bounded per-rank series (the last SERIES_STEPS steps), and asks `ctx.diagnosis` (the
-analyzers' online rules, through the `live/diagnosis.py` seam) three questions: did a rank's steps get slower
-(degradation, with the step it began at; at most RANKS_PER_LOOK ranks a look, those unjudged longest first),
-has the job stopped (hang; also when the StackSampler's stack check raised a hang suspicion), and, every
-`host_check_s`, do the latest NVML / RDMA / net records show a host problem. The rules are armed once a series
-holds 2 x `window` steps after the warm-up: with the hook's history copied at attach, at once on a job already
-stepping; else after 2 x N steps (20 steps of a 0.5 s job: 10 s).
+Promise: `WatchSampler` (name ``watch``, once a second) takes the step records that came since its last look
+(from the steps sampler's `StepFeed`, parsed once there; without one, from the new bytes of the run
+directory's step files `steps/rank-<r>.jsonl`; rank -1 is the job as a whole) into a bounded per-rank series
+(the last SERIES_STEPS steps, plain deques), and asks `ctx.diagnosis` (the analyzers' online rules, through
+the `live/diagnosis.py` seam) three questions: did a rank's steps get slower (degradation, with the step it
+began at; only ranks with new steps, at most RANKS_PER_LOOK a look, those unjudged longest first), has the
+job stopped (hang; also when the StackSampler's stack check raised a hang suspicion), and, every
+`host_check_s` (300 s) or at once when the net sampler recorded a link state change, do the latest NVML /
+RDMA / net records show a host problem. The rules are armed once a series holds 2 x `window` steps after the
+warm-up: with the hook's history copied at attach, at once on a job already stepping; else after 2 x N steps
+(20 steps of a 0.5 s job: 10 s). The steady state does no pandas and writes nothing but `--prom` (when steps
+or incidents came, else every PUBLISH_S).
 
 When a rule fires, an incident is captured in a thread of its own (`live/incidents.py`). Rate limits: one
 capture at a time; per kind, none within `cooldown_s` of the last; a degradation incident restarts the
@@ -23,6 +26,7 @@ stacks side by side and the steps so far) is recorded once. `WatchState` is what
 from __future__ import annotations
 
 import shutil
+import statistics
 import tempfile
 import threading
 import time
@@ -30,6 +34,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -48,11 +53,15 @@ from perftracker.live.incidents import (
 )
 from perftracker.live.sampler import LiveContext
 from perftracker.live.stacks import StackSampler, find_pyspy
+from perftracker.live.step_feed import StepFeed
 from perftracker.live.steps_sampler import LineTail
 from perftracker.store.alarms import Alarm, StepSeries
 
 SERIES_STEPS = 400  # per rank: the rules look at 20 x N steps at most (N = 10 by default)
+RECENT_STEPS = 1600  # the hang rule's typical step: the median of the last steps of all ranks (200 for 8 ranks)
 RESCAN_S = 5.0
+PUBLISH_S = 10.0  # --prom is rewritten when steps or incidents came, else this often
+LINK_CHANGE = b'"changed_within_s"'  # only the net sampler's link-state records hold this key (netdev.state_record)
 RANKS_PER_LOOK = 4  # the degradation rule judges at most this many ranks a second (round robin): bounded CPU
 
 
@@ -68,7 +77,7 @@ class WatchOptions:
     max_incidents: int = 20
     cap_bytes: int = 64 * 1024 * 1024
     total_cap_bytes: int = 512 * 1024 * 1024
-    host_check_s: float = 60.0
+    host_check_s: float = 300.0  # and at once when the net sampler recorded a link state change
     reporter: IncidentReporter | None = None
     publish: Callable[[WatchState], None] | None = None  # --prom
 
@@ -93,14 +102,20 @@ class WatchSampler:
     name: str = "watch"
     interval_s: float = 1.0
     state: WatchState = field(default_factory=WatchState)
+    feed: StepFeed | None = None  # the steps sampler's records, parsed once there; None: the step files are read here
     _tails: dict[Path, LineTail] = field(default_factory=dict)
-    _series: dict[int, deque[tuple[int, int]]] = field(default_factory=dict)  # rank -> (step, dur_ns)
+    _series: dict[int, deque[tuple[int, int]]] = field(default_factory=dict)  # rank -> (step, dur_ns), as they came
+    _built: dict[int, StepSeries] = field(default_factory=dict)  # rank -> its series in step order, until new steps
+    _recent: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT_STEPS))  # durations, all ranks (ns)
+    _median_ns: int | None = None
+    _net_tails: dict[Path, LineTail] = field(default_factory=dict)
+    _next_link_look: float = 0.0
+    _next_publish: float = 0.0
     _last_ns: dict[int, int] = field(default_factory=dict)
     _known: int = 0
     _next_scan: float = 0.0
     _next_host: float = 0.0
     _counter_sizes: tuple[int, ...] = ()
-    _cached: list[StepSeries] = field(default_factory=list)
     _fresh: set[int] = field(default_factory=set)  # ranks with steps the degradation rule has not judged yet
     _judged: dict[int, int] = field(default_factory=dict)  # rank -> when (in steps read) it was last judged
     _last_by_kind: dict[str, float] = field(default_factory=dict)
@@ -121,35 +136,57 @@ class WatchSampler:
             ctx.note("watch: py-spy is not installed: incidents have no stacks (pip install py-spy)")
 
     # -- steps ----------------------------------------------------------------------------------
-    def _read_steps(self, ctx: LiveContext) -> bool:
+    def _new_records(self, ctx: LiveContext) -> list[dict[str, Any]]:
+        """The step records that came since the last look: from the steps sampler's feed (parsed once, there),
+        else read here from the new bytes of the run directory's step files."""
+        if self.feed is not None:
+            return self.feed.take()
         if time.monotonic() >= self._next_scan:
             self._next_scan = time.monotonic() + RESCAN_S
             for path in sorted((ctx.run_dir / "steps").glob("rank-*.jsonl")):
                 self._tails.setdefault(path, LineTail(path))
-        new = False
-        for tail in self._tails.values():
-            for line in tail.read_lines():
-                rec = parse_step_line(line)
-                if rec is None:
-                    continue
-                rank, step = int(rec["rank"]), int(rec["step"])
-                series = self._series.setdefault(rank, deque(maxlen=SERIES_STEPS))
-                series.append((step, int(rec["end_ns"]) - int(rec["start_ns"])))
-                if step >= self.state.last_step.get(rank, -1):
-                    self.state.last_step[rank], self._last_ns[rank] = step, int(rec["end_ns"])
-                self._known += 1
-                self._fresh.add(rank)
-                new = True
-        if new:
-            self._cached = []
-        return new
+        return [rec for tail in self._tails.values() for rec in map(parse_step_line, tail.read_lines())
+                if rec is not None]
+
+    def _read_steps(self, ctx: LiveContext) -> bool:
+        records = self._new_records(ctx)
+        for rec in records:
+            rank, step, end_ns = int(rec["rank"]), int(rec["step"]), int(rec["end_ns"])
+            duration = end_ns - int(rec["start_ns"])
+            series = self._series.get(rank)
+            if series is None:
+                series = self._series[rank] = deque(maxlen=SERIES_STEPS)
+            series.append((step, duration))
+            self._recent.append(duration)
+            if step >= self.state.last_step.get(rank, -1):
+                self.state.last_step[rank], self._last_ns[rank] = step, end_ns
+            self._fresh.add(rank)
+            self._built.pop(rank, None)
+        self._known += len(records)
+        if records:
+            self._median_ns = None
+        return bool(records)
+
+    def series_of(self, rank: int) -> StepSeries:
+        """One rank's series in step order (built when asked, kept until its next step)."""
+        built = self._built.get(rank)
+        if built is None:
+            ordered = np.array(sorted(self._series[rank]), dtype=np.int64).reshape(-1, 2)
+            built = self._built[rank] = StepSeries(rank, ordered[:, 0], ordered[:, 1])
+        return built
 
     def series(self) -> list[StepSeries]:
-        if not self._cached:
-            for rank, items in sorted(self._series.items()):
-                ordered = np.array(sorted(items), dtype=np.int64).reshape(-1, 2)
-                self._cached.append(StepSeries(rank, ordered[:, 0], ordered[:, 1]))
-        return self._cached
+        return [self.series_of(rank) for rank in sorted(self._series)]
+
+    def _counted(self, rank: int) -> int:
+        """Steps after the first two (the warm-up) in a rank's series."""
+        return sum(1 for step, _ in self._series.get(rank, ()) if step >= 2)
+
+    def _median(self) -> int | None:
+        """The median of the last steps of all ranks (the hang rule's typical step), kept until new steps come."""
+        if self._median_ns is None and self._recent:
+            self._median_ns = int(statistics.median(self._recent))
+        return self._median_ns
 
     def _update_levels(self, series: list[StepSeries]) -> None:
         n = self.options.window
@@ -164,42 +201,53 @@ class WatchSampler:
     # -- the loop -------------------------------------------------------------------------------
     def sample(self, ctx: LiveContext) -> None:
         new = self._read_steps(ctx)
-        series = self.series()
         if new:
             self._hang_open = False  # steps came: a later stall is a new hang
-            self._update_levels(series)
         n = self.options.window
-        if not self.state.armed and any(int((s.steps >= 2).sum()) >= 2 * n for s in series):
+        if not self.state.armed and any(self._counted(r) >= 2 * n for r in self._fresh):
             self.state.armed, self.state.armed_at_s = True, time.time()
             self._start_baseline(ctx)
         alarms: list[Alarm] = []
         diagnosis = ctx.diagnosis
-        if self._fresh and self.state.armed:
-            turn = sorted(self._fresh, key=lambda r: self._judged.get(r, 0))[:RANKS_PER_LOOK]  # longest unjudged first
+        if self._fresh:  # the ranks with new steps, at most RANKS_PER_LOOK a look, longest unjudged first
+            turn = sorted(self._fresh, key=lambda r: self._judged.get(r, 0))[:RANKS_PER_LOOK]
             self._fresh.difference_update(turn)
             self._judged.update((r, self._known) for r in turn)
-            found = diagnosis.degradation_alarm([s for s in series if s.rank in turn], n, self.options.rise)
+            looked = [self.series_of(r) for r in sorted(turn)]
+            self._update_levels(looked)
+            found = diagnosis.degradation_alarm(looked, n, self.options.rise) if self.state.armed else None
             if found is not None:
                 alarms.append(found)
         if not self._hang_open:
-            recent = [s.durations_ns[-200:] for s in series]
-            med = int(np.median(np.concatenate(recent))) if recent else None
-            hang = diagnosis.hang_alarm(self.state.last_step, self._last_ns, med, self._known, time.time_ns())
+            hang = diagnosis.hang_alarm(self.state.last_step, self._last_ns, self._median(), self._known,
+                                        time.time_ns())
             with ctx.lock:
                 suspicion = ctx.progress.suspicion
             if hang is None and suspicion.startswith("hang?"):
                 hang = Alarm("hang", suspicion, step=max(self.state.last_step.values(), default=-1))
             if hang is not None:
                 alarms.append(hang)
-        if time.monotonic() >= self._next_host:
+        if time.monotonic() >= self._next_host or self._link_changed(ctx):
             self._next_host = time.monotonic() + self.options.host_check_s
             host = self._host_check(ctx)
             if host is not None:
                 alarms.append(host)
         for alarm in alarms:
             self._open(ctx, alarm)
-        if self.options.publish is not None:
+        if self.options.publish is not None and (new or alarms or time.monotonic() >= self._next_publish):
+            self._next_publish = time.monotonic() + PUBLISH_S
             self.options.publish(self.state)
+
+    def _link_changed(self, ctx: LiveContext) -> bool:
+        """Did the net sampler's link watcher record a state change (a flap) since the last look (every
+        RESCAN_S: the new bytes of `counters/*.net.jsonl`, no JSON parsed)? Then the host check runs now."""
+        if time.monotonic() < self._next_link_look:
+            return False
+        self._next_link_look = time.monotonic() + RESCAN_S
+        for path in (ctx.run_dir / "counters").glob("*.net.jsonl"):
+            if path not in self._net_tails:  # from its end: what was there is judged by the periodic check
+                self._net_tails[path] = LineTail(path, path.stat().st_size)
+        return any(LINK_CHANGE in line for tail in self._net_tails.values() for line in tail.read_lines())
 
     def _host_check(self, ctx: LiveContext) -> Alarm | None:
         files = sorted((ctx.run_dir / "counters").glob("*.jsonl"))
@@ -232,7 +280,9 @@ class WatchSampler:
             self._hang_open = True
         if alarm.kind == "degradation":  # the slower level becomes the new normal: only a further change fires
             self._series.clear()
-            self._cached, self._fresh = [], set()
+            self._built, self._fresh = {}, set()
+            self._recent.clear()
+            self._median_ns = None
             self.state.best_s.clear()
         folder = incident_folder(ctx.run_dir, alarm, now)
         self.state.incidents.append((now, alarm.kind, folder.name))
@@ -276,7 +326,7 @@ class WatchSampler:
     def status(self) -> str:
         st = self.state
         if not st.armed:
-            most = max((int((s.steps >= 2).sum()) for s in self.series()), default=0)
+            most = max((self._counted(rank) for rank in list(self._series)), default=0)
             text = f"arming: {most}/{2 * self.options.window} steps"
         else:
             text = f"armed {time.time() - st.armed_at_s:.0f}s ago, baseline {st.baseline}"
