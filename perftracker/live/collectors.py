@@ -41,6 +41,7 @@ class SamplerOptions:
     job_log: Path | None = None
     trace_steps: int = 0
     stacks_at: float | None = None
+    stack_rounds_while_stepping: bool = True  # --watch: periodic stack rounds only while no steps come
     profile_seconds: float = 0.0  # one py-spy record burst of every rank (attach's default: 10 s)
     profile_rate_hz: int = 20
     profile_delay_s: float = 2.0  # after the session starts
@@ -51,8 +52,9 @@ def watch_rates(options: SamplerOptions) -> SamplerOptions:
     """The steady state of --watch: NVML and RDMA every 10 s, net every 30 s (link state every 2 s, the job's
     interfaces and peers looked up again every 10 minutes; a shorter flap still shows in the carrier-change
     counters), new step records read every second, stack requests and stalls checked every second (the hang
-    rule needs 10 s of no step), a non-blocking stack round every 60 s (the stack half of the hang rule), no
-    start-up stack recording (the baseline takes its place)."""
+    rule needs 10 s of no step), a non-blocking stack round every 60 s when no step came in between (the
+    stack half of the hang rule, for jobs without steps or once they stopped), no start-up stack recording
+    (the baseline takes its place)."""
     options.interval_s = max(options.interval_s, 10.0)
     options.net_interval_s = max(options.net_interval_s, 30.0)
     options.net_resolve_s = max(options.net_resolve_s, 600.0)
@@ -60,6 +62,7 @@ def watch_rates(options: SamplerOptions) -> SamplerOptions:
     options.steps_poll_s = max(options.steps_poll_s, 1.0)
     options.stack_trigger_s = max(options.stack_trigger_s, 1.0)
     options.stack_interval_s = max(options.stack_interval_s, 60.0)
+    options.stack_rounds_while_stepping = False
     options.profile_seconds = 0.0
     return options
 
@@ -82,7 +85,8 @@ def build_samplers(options: SamplerOptions) -> list[Sampler]:
     stacks: StackSampler | None = None
     if options.stacks:
         stacks = StackSampler(interval_s=options.stack_interval_s, stacks_at=options.stacks_at,
-                              trigger_s=options.stack_trigger_s)
+                              trigger_s=options.stack_trigger_s,
+                              rounds_while_stepping=options.stack_rounds_while_stepping)
         samplers.append(stacks)
     if options.stacks and options.profile_seconds > 0:
         samplers.append(ProfileSampler(seconds=options.profile_seconds, rate_hz=options.profile_rate_hz,

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from perftracker.collectors.loading import LoadOptions, load_path
-from perftracker.collectors.steps import parse_step_line
+from perftracker.collectors.steps import parse_step_lines
 from perftracker.live.incidents import (
     COUNTERS_TAIL_BYTES,
     CapturePlan,
@@ -97,6 +97,33 @@ class WatchState:
 
 
 @dataclass
+class _RankSteps:
+    """One rank's last SERIES_STEPS steps and durations (ns), as they came, in two plain deques."""
+
+    steps: deque[int] = field(default_factory=lambda: deque(maxlen=SERIES_STEPS))
+    durations: deque[int] = field(default_factory=lambda: deque(maxlen=SERIES_STEPS))
+    ordered: bool = True  # every step came after the one before (one source; the usual case)
+
+    def add(self, step: int, duration_ns: int) -> None:
+        if self.steps and step < self.steps[-1]:
+            self.ordered = False
+        self.steps.append(step)
+        self.durations.append(duration_ns)
+
+    def series(self, rank: int) -> StepSeries:
+        """The series in step order (sorted once when steps came out of order)."""
+        if not self.ordered:
+            pairs = sorted(zip(self.steps, self.durations))
+            self.steps.clear()
+            self.durations.clear()
+            self.steps.extend(step for step, _ in pairs)
+            self.durations.extend(dur for _, dur in pairs)
+            self.ordered = True
+        return StepSeries(rank, np.fromiter(self.steps, dtype=np.int64, count=len(self.steps)),
+                          np.fromiter(self.durations, dtype=np.int64, count=len(self.durations)))
+
+
+@dataclass
 class WatchSampler:
     options: WatchOptions = field(default_factory=WatchOptions)
     name: str = "watch"
@@ -104,7 +131,7 @@ class WatchSampler:
     state: WatchState = field(default_factory=WatchState)
     feed: StepFeed | None = None  # the steps sampler's records, parsed once there; None: the step files are read here
     _tails: dict[Path, LineTail] = field(default_factory=dict)
-    _series: dict[int, deque[tuple[int, int]]] = field(default_factory=dict)  # rank -> (step, dur_ns), as they came
+    _series: dict[int, _RankSteps] = field(default_factory=dict)  # rank -> its last steps, as they came
     _built: dict[int, StepSeries] = field(default_factory=dict)  # rank -> its series in step order, until new steps
     _recent: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT_STEPS))  # durations, all ranks (ns)
     _median_ns: int | None = None
@@ -145,8 +172,7 @@ class WatchSampler:
             self._next_scan = time.monotonic() + RESCAN_S
             for path in sorted((ctx.run_dir / "steps").glob("rank-*.jsonl")):
                 self._tails.setdefault(path, LineTail(path))
-        return [rec for tail in self._tails.values() for rec in map(parse_step_line, tail.read_lines())
-                if rec is not None]
+        return [rec for tail in self._tails.values() for rec in parse_step_lines(tail.read_lines())]
 
     def _read_steps(self, ctx: LiveContext) -> bool:
         records = self._new_records(ctx)
@@ -155,8 +181,8 @@ class WatchSampler:
             duration = end_ns - int(rec["start_ns"])
             series = self._series.get(rank)
             if series is None:
-                series = self._series[rank] = deque(maxlen=SERIES_STEPS)
-            series.append((step, duration))
+                series = self._series[rank] = _RankSteps()
+            series.add(step, duration)
             self._recent.append(duration)
             if step >= self.state.last_step.get(rank, -1):
                 self.state.last_step[rank], self._last_ns[rank] = step, end_ns
@@ -171,8 +197,7 @@ class WatchSampler:
         """One rank's series in step order (built when asked, kept until its next step)."""
         built = self._built.get(rank)
         if built is None:
-            ordered = np.array(sorted(self._series[rank]), dtype=np.int64).reshape(-1, 2)
-            built = self._built[rank] = StepSeries(rank, ordered[:, 0], ordered[:, 1])
+            built = self._built[rank] = self._series[rank].series(rank)
         return built
 
     def series(self) -> list[StepSeries]:
@@ -180,7 +205,8 @@ class WatchSampler:
 
     def _counted(self, rank: int) -> int:
         """Steps after the first two (the warm-up) in a rank's series."""
-        return sum(1 for step, _ in self._series.get(rank, ()) if step >= 2)
+        series = self._series.get(rank)
+        return sum(1 for step in series.steps if step >= 2) if series is not None else 0
 
     def _median(self) -> int | None:
         """The median of the last steps of all ranks (the hang rule's typical step), kept until new steps come."""
