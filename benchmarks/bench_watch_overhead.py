@@ -46,6 +46,13 @@ def _incidents(watch_dir: Path) -> int:
     return sum(1 for p in (watch_dir / "incidents").glob("*-*") if p.name != "baseline")
 
 
+def _session_cpu(watch_dir: Path) -> dict[str, Any]:
+    """The whole session's CPU as attach's host manifest says it (`cpu_s`: per collector, process, children)."""
+    for path in (watch_dir / "manifests").glob("*.json"):
+        return dict(json.loads(path.read_text(encoding="utf-8")).get("cpu_s", {}))
+    return {}
+
+
 def one_run(args: argparse.Namespace, watch: bool, tmp: Path, index: int) -> dict[str, Any]:
     run_dir = tmp / f"run-{index}-{'watch' if watch else 'base'}"
     job_args = ["--steps", str(args.steps), "--profile-steps", "0", "--hook", "--step-sleep", str(args.step_sleep),
@@ -93,7 +100,8 @@ def one_run(args: argparse.Namespace, watch: bool, tmp: Path, index: int) -> dic
                           steady_cpu_s=round(steady_cpu, 3), steady_s=round(steady_s, 1), steady_until=ended_by,
                           core_pct=round(100 * steady_cpu / steady_s, 3),
                           core_pct_per_rank=round(100 * steady_cpu / steady_s / args.nproc, 4),
-                          incidents=_incidents(watch_dir), load_avg=[round(x, 2) for x in os.getloadavg()])
+                          incidents=_incidents(watch_dir), load_avg=[round(x, 2) for x in os.getloadavg()],
+                          session_cpu_s=_session_cpu(watch_dir))
         job.wait(timeout=args.timeout)
     finally:
         for p in (job, att):
