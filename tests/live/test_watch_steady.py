@@ -198,3 +198,32 @@ def test_a_link_state_record_runs_the_host_check_at_once(tmp_path: Path) -> None
     watch._next_link_look = 0.0
     watch.sample(ctx)
     assert diagnosis.asked == 1
+
+
+class _Busy:
+    name, interval_s = "busy", 0.05
+
+    def start(self, ctx: LiveContext) -> None: ...
+
+    def sample(self, ctx: LiveContext) -> None:
+        sum(range(20000))
+
+    def stop(self, ctx: LiveContext) -> None: ...
+
+    def status(self) -> str:
+        return ""
+
+
+def test_the_host_manifest_says_where_the_sessions_cpu_went(tmp_path: Path) -> None:
+    # GIVEN a session of 0.3 s with one collector that works at each look
+    from rich.console import Console
+
+    from perftracker.live.session import run_session
+
+    ctx = _ctx(tmp_path)
+    ctx.run_dir.mkdir(parents=True)
+    run_session(ctx, [_Busy()], 0.3, Console(quiet=True), show_live=False, tick_s=0.05)
+    # THEN its manifest has that collector's CPU seconds, the process's and its children's
+    cpu = json.loads((ctx.run_dir / "manifests" / "node-a.json").read_text())["cpu_s"]
+    assert set(cpu) == {"collectors", "process", "children"} and set(cpu["collectors"]) == {"busy"}
+    assert 0 < cpu["collectors"]["busy"] <= cpu["process"]
