@@ -31,6 +31,7 @@ class SamplerOptions:
     net_interval_s: float = 1.0
     net_resolve_s: float = 5.0  # how often the job's interfaces and peers are looked up again
     net_watch_s: float = 0.1  # link state polled this often between samples (carrier changes timed to it)
+    net_qdisc_s: float = 0.0  # queue stats (`tc`) at most this often (0: with every sample)
     steps_poll_s: float = 0.25  # new step records read this often
     stack_trigger_s: float = 0.25  # stack requests, --stacks-at and stalled steps checked this often
     logs: bool = True
@@ -49,8 +50,8 @@ class SamplerOptions:
 
 
 def watch_rates(options: SamplerOptions) -> SamplerOptions:
-    """The steady state of --watch: NVML and RDMA every 10 s, net every 30 s (link state every 2 s, the job's
-    interfaces and peers looked up again every 10 minutes; a shorter flap still shows in the carrier-change
+    """The steady state of --watch: NVML and RDMA every 10 s, net every 30 s (queue stats every 5 minutes, link
+    state every 2 s, the job's interfaces and peers looked up again every 10 minutes; a shorter flap still shows in the carrier-change
     counters), new step records read every second, stack requests and stalls checked every second (the hang
     rule needs 10 s of no step), a non-blocking stack round every 60 s when no step came in between (the
     stack half of the hang rule, for jobs without steps or once they stopped), no start-up stack recording
@@ -59,6 +60,7 @@ def watch_rates(options: SamplerOptions) -> SamplerOptions:
     options.net_interval_s = max(options.net_interval_s, 30.0)
     options.net_resolve_s = max(options.net_resolve_s, 600.0)
     options.net_watch_s = max(options.net_watch_s, 2.0)
+    options.net_qdisc_s = max(options.net_qdisc_s, 300.0)
     options.steps_poll_s = max(options.steps_poll_s, 1.0)
     options.stack_trigger_s = max(options.stack_trigger_s, 1.0)
     options.stack_interval_s = max(options.stack_interval_s, 60.0)
@@ -71,7 +73,7 @@ def build_samplers(options: SamplerOptions) -> list[Sampler]:
     samplers: list[Sampler] = []
     if options.net:  # first: its first sample is taken as the session starts
         samplers.append(NetdevSampler(interval_s=options.net_interval_s, resolve_every_s=options.net_resolve_s,
-                                      watch_s=options.net_watch_s))
+                                      watch_s=options.net_watch_s, qdisc_every_s=options.net_qdisc_s))
     if options.env:
         samplers.append(EnvSampler())
     if options.logs:
