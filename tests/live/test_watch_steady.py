@@ -227,3 +227,34 @@ def test_the_host_manifest_says_where_the_sessions_cpu_went(tmp_path: Path) -> N
     cpu = json.loads((ctx.run_dir / "manifests" / "node-a.json").read_text())["cpu_s"]
     assert set(cpu) == {"collectors", "process", "children"} and set(cpu["collectors"]) == {"busy"}
     assert 0 < cpu["collectors"]["busy"] <= cpu["process"]
+
+
+def test_the_net_sampler_reads_queue_stats_at_most_every_qdisc_every_s(tmp_path: Path) -> None:
+    # GIVEN one interface in a fake sysfs, a queue-stats reader that counts its calls, and the watch's 300 s
+    from perftracker.live.netdev_sampler import NetdevSampler
+
+    base = tmp_path / "sys" / "class" / "net" / "eth0"
+    (base / "statistics").mkdir(parents=True)
+    (base / "operstate").write_text("up\n")
+    (base / "statistics" / "tx_packets").write_text("10\n")
+    calls: list[str] = []
+
+    def reader(name: str) -> dict[str, int]:
+        calls.append(name)
+        return {"drops": 0}
+
+    ctx = _ctx(tmp_path)
+    ctx.sysfs_root = tmp_path / "sys"
+    net = NetdevSampler(ifaces={"eth0": ""}, qdisc_reader=reader, qdisc_every_s=300.0, watch_s=0)
+    # WHEN three samples are taken in a row
+    for _ in range(3):
+        net._take(ctx)
+    # THEN the queue stats were read once, into the first sample only; the interface's counters are in all
+    records = [json.loads(line) for line in (ctx.run_dir / "counters" / "node-a.net.jsonl").read_text().splitlines()]
+    assert calls == ["eth0"] and ["qdisc" in r["ifaces"]["eth0"] for r in records] == [True, False, False]
+    assert all(r["ifaces"]["eth0"]["counters"]["tx_packets"] == 10 for r in records)
+    # AND with the default (0) every sample has them
+    every = NetdevSampler(ifaces={"eth0": ""}, qdisc_reader=reader, watch_s=0)
+    every._take(ctx)
+    every._take(ctx)
+    assert len(calls) == 3
