@@ -8,8 +8,8 @@ directory's step files `steps/rank-<r>.jsonl`; rank -1 is the job as a whole) in
 the `live/diagnosis.py` seam) three questions: did a rank's steps get slower (degradation, with the step it
 began at; only ranks with new steps, at most RANKS_PER_LOOK a look, those unjudged longest first), has the
 job stopped (hang; also when the StackSampler's stack check raised a hang suspicion), and, every
-`host_check_s` (300 s) or at once when the net sampler recorded a link state change, do the latest NVML /
-RDMA / net records show a host problem. The rules are armed once a series holds 2 x `window` steps after the
+`host_check_s` (600 s; one check costs ~0.3-0.5 s of CPU) or at once when a link state change or an XID was
+recorded, do the latest NVML / RDMA / net records show a host problem. The rules are armed once a series holds 2 x `window` steps after the
 warm-up: with the hook's history copied at attach, at once on a job already stepping; else after 2 x N steps
 (20 steps of a 0.5 s job: 10 s). The steady state does no pandas and writes nothing but `--prom` (when steps
 or incidents came, else every PUBLISH_S).
@@ -25,6 +25,7 @@ stacks side by side and the steps so far) is recorded once. `WatchState` is what
 
 from __future__ import annotations
 
+import re
 import shutil
 import statistics
 import tempfile
@@ -61,7 +62,9 @@ SERIES_STEPS = 400  # per rank: the rules look at 20 x N steps at most (N = 10 b
 RECENT_STEPS = 1600  # the hang rule's typical step: the median of the last steps of all ranks (200 for 8 ranks)
 RESCAN_S = 5.0
 PUBLISH_S = 10.0  # --prom is rewritten when steps or incidents came, else this often
-LINK_CHANGE = b'"changed_within_s"'  # only the net sampler's link-state records hold this key (netdev.state_record)
+# Host signals judged at once: a link state record (only the net sampler's link watcher writes this key,
+# netdev.state_record), an XID (a GPU sample's non-empty "xid" list, nvml_sampler)
+URGENT = re.compile(rb'"changed_within_s"|"xid":\s*\[\s*\d')
 RANKS_PER_LOOK = 4  # the degradation rule judges at most this many ranks a second (round robin): bounded CPU
 
 
@@ -77,7 +80,7 @@ class WatchOptions:
     max_incidents: int = 20
     cap_bytes: int = 64 * 1024 * 1024
     total_cap_bytes: int = 512 * 1024 * 1024
-    host_check_s: float = 300.0  # and at once when the net sampler recorded a link state change
+    host_check_s: float = 600.0  # and at once on a link state change or an XID
     reporter: IncidentReporter | None = None
     publish: Callable[[WatchState], None] | None = None  # --prom
 
@@ -135,8 +138,8 @@ class WatchSampler:
     _built: dict[int, StepSeries] = field(default_factory=dict)  # rank -> its series in step order, until new steps
     _recent: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT_STEPS))  # durations, all ranks (ns)
     _median_ns: int | None = None
-    _net_tails: dict[Path, LineTail] = field(default_factory=dict)
-    _next_link_look: float = 0.0
+    _counter_tails: dict[Path, LineTail] = field(default_factory=dict)
+    _next_urgent_look: float = 0.0
     _next_publish: float = 0.0
     _last_ns: dict[int, int] = field(default_factory=dict)
     _known: int = 0
@@ -253,7 +256,7 @@ class WatchSampler:
                 hang = Alarm("hang", suspicion, step=max(self.state.last_step.values(), default=-1))
             if hang is not None:
                 alarms.append(hang)
-        if time.monotonic() >= self._next_host or self._link_changed(ctx):
+        if time.monotonic() >= self._next_host or self._urgent_host_signal(ctx):
             self._next_host = time.monotonic() + self.options.host_check_s
             host = self._host_check(ctx)
             if host is not None:
@@ -264,16 +267,18 @@ class WatchSampler:
             self._next_publish = time.monotonic() + PUBLISH_S
             self.options.publish(self.state)
 
-    def _link_changed(self, ctx: LiveContext) -> bool:
-        """Did the net sampler's link watcher record a state change (a flap) since the last look (every
-        RESCAN_S: the new bytes of `counters/*.net.jsonl`, no JSON parsed)? Then the host check runs now."""
-        if time.monotonic() < self._next_link_look:
+    def _urgent_host_signal(self, ctx: LiveContext) -> bool:
+        """Did a sampler record something the host check must judge now (every RESCAN_S, in the new bytes of the
+        counters, no JSON parsed): a link state change in `*.net.jsonl` (the net sampler's link watcher), an XID
+        in `*.gpu.jsonl` (NVML's event watcher)?"""
+        if time.monotonic() < self._next_urgent_look:
             return False
-        self._next_link_look = time.monotonic() + RESCAN_S
-        for path in (ctx.run_dir / "counters").glob("*.net.jsonl"):
-            if path not in self._net_tails:  # from its end: what was there is judged by the periodic check
-                self._net_tails[path] = LineTail(path, path.stat().st_size)
-        return any(LINK_CHANGE in line for tail in self._net_tails.values() for line in tail.read_lines())
+        self._next_urgent_look = time.monotonic() + RESCAN_S
+        folder = ctx.run_dir / "counters"
+        for path in [*folder.glob("*.net.jsonl"), *folder.glob("*.gpu.jsonl")]:
+            if path not in self._counter_tails:  # from its end: what was there is judged by the periodic check
+                self._counter_tails[path] = LineTail(path, path.stat().st_size)
+        return any(URGENT.search(line) for tail in self._counter_tails.values() for line in tail.read_lines())
 
     def _host_check(self, ctx: LiveContext) -> Alarm | None:
         files = sorted((ctx.run_dir / "counters").glob("*.jsonl"))

@@ -1,6 +1,6 @@
 """The cheap steady state of `attach --watch`: the step records read once (new bytes only, partial lines kept,
 parsed once and handed to the watcher), the liveness check, the stack rounds left out while steps come, and
-the host check run at once on a link state change. Unit tests, no job (about a second in all)."""
+the host check run at once on a link state change or an XID. Unit tests, no job (about a second in all)."""
 
 from __future__ import annotations
 
@@ -175,7 +175,7 @@ class _HostCounter(NoDiagnosis):
         return None
 
 
-def test_a_link_state_record_runs_the_host_check_at_once(tmp_path: Path) -> None:
+def test_a_link_state_record_or_an_xid_runs_the_host_check_at_once(tmp_path: Path) -> None:
     # GIVEN a watcher whose periodic host check is an hour away, and a net counters file with one sample
     diagnosis = _HostCounter()
     ctx = _ctx(tmp_path, diagnosis=diagnosis)
@@ -188,16 +188,31 @@ def test_a_link_state_record_runs_the_host_check_at_once(tmp_path: Path) -> None
     # WHEN another ordinary sample is appended: THEN no host check
     with open(net, "a") as out:
         out.write(json.dumps({"ts_ns": 2, "host": "node-a", "ifaces": {"eth0": {"operstate": "up"}}}) + "\n")
-    watch._next_link_look = 0.0
+    watch._next_urgent_look = 0.0
     watch.sample(ctx)
     assert diagnosis.asked == 0
     # WHEN the net sampler's link watcher records a state change (a flap): THEN the host check runs at that look
     with open(net, "a") as out:
         out.write(json.dumps({"ts_ns": 3, "host": "node-a", "changed_within_s": 2.0,
                               "ifaces": {"eth0": {"operstate": "down", "carrier": 0}}}) + "\n")
-    watch._next_link_look = 0.0
+    watch._next_urgent_look = 0.0
     watch.sample(ctx)
     assert diagnosis.asked == 1
+    # WHEN a GPU sample without an XID, then one with an XID, is appended: THEN a check at the second only
+    gpu = ctx.run_dir / "counters" / "node-a.gpu.jsonl"
+    gpu.write_text(json.dumps({"ts_ns": 4, "gpu": 0, "metrics": {"xid": []}}) + "\n")
+    watch._next_urgent_look = 0.0
+    watch.sample(ctx)
+    with open(gpu, "a") as out:
+        out.write(json.dumps({"ts_ns": 5, "gpu": 0, "metrics": {"xid": []}}) + "\n")
+    watch._next_urgent_look = 0.0
+    watch.sample(ctx)
+    assert diagnosis.asked == 1
+    with open(gpu, "a") as out:
+        out.write(json.dumps({"ts_ns": 6, "gpu": 0, "metrics": {"xid": [79]}}) + "\n")
+    watch._next_urgent_look = 0.0
+    watch.sample(ctx)
+    assert diagnosis.asked == 2
 
 
 class _Busy:
