@@ -2,12 +2,15 @@
 
 Promise: runs ``scripts/sample_job.py`` under torchrun (CPU, gloo, ``--nproc`` ranks, ``--steps`` steps,
 ``--hook`` in both arms) ``--pairs`` times with and without ``perftracker attach pid:<launcher> --watch
---no-analyze --quiet`` (the watch's steady state: steps, NVML/RDMA every 10 s, net every 5 s, a stack round
-every 60 s, the online rules every second, one baseline recording once armed), interleaved and alternating
+--no-analyze --quiet`` (the watch's steady state: steps, NVML/RDMA every 10 s, net every 30 s, a stack round
+every 60 s only while no step comes, the online rules every second, one baseline recording once armed), interleaved and alternating
 which arm goes first. Per pair: the step-time ratio watch/baseline (median step of all ranks, steps after
 ``--skip``); per watched run: attach's own CPU time (its process and children, psutil, while the job ran) as
-a share of one core and per rank, in the steady state (from ``--settle`` seconds after attaching to the
-job's end) and in all. Results in ``benchmarks/results/bench_watch_overhead.json``.
+a share of one core and per rank, in the steady state (from ``--settle`` seconds after attaching, and
+BASELINE_S after the baseline recording began, to the job's end, leaving out the intervals in which an
+incident was being captured or analyzed and CAPTURE_MARGIN_S after: a job slowed by a loaded machine does
+open one) and in all, with the
+load average. Results in ``benchmarks/results/bench_watch_overhead.json``.
 
     .venv/bin/python benchmarks/bench_watch_overhead.py --pairs 3 --nproc 8
 """
@@ -36,6 +39,35 @@ from bench_attach_overhead import _tree_cpu, median_step_ms
 from sample_job_runner import free_port, job_command, worker_pids
 
 RESULTS = REPO / "benchmarks" / "results" / "bench_watch_overhead.json"
+BASELINE_S = 10.0  # the baseline recording (5 s) and its analysis are start-up, not the steady state
+CAPTURE_MARGIN_S = 5.0  # an incident's capture and analysis, and this long after, are not the steady state
+
+
+def _capturing(watch_dir: Path) -> bool:
+    """Is an incident being captured or analyzed, or was one finished less than CAPTURE_MARGIN_S ago?"""
+    for folder in (watch_dir / "incidents").glob("*-*"):
+        if folder.name == "baseline":
+            continue
+        record = folder / "incident.json"
+        try:
+            state = json.loads(record.read_text(encoding="utf-8")).get("state")
+            if state in ("capturing", "analyzing") or time.time() - record.stat().st_mtime < CAPTURE_MARGIN_S:
+                return True
+        except (OSError, ValueError):
+            return True  # being written
+    return False
+
+
+def _incidents(watch_dir: Path) -> int:
+    """Incidents opened so far (the baseline is not one)."""
+    return sum(1 for p in (watch_dir / "incidents").glob("*-*") if p.name != "baseline")
+
+
+def _session_cpu(watch_dir: Path) -> dict[str, Any]:
+    """The whole session's CPU as attach's host manifest says it (`cpu_s`: per collector, process, children)."""
+    for path in (watch_dir / "manifests").glob("*.json"):
+        return dict(json.loads(path.read_text(encoding="utf-8")).get("cpu_s", {}))
+    return {}
 
 
 def one_run(args: argparse.Namespace, watch: bool, tmp: Path, index: int) -> dict[str, Any]:
@@ -56,25 +88,38 @@ def one_run(args: argparse.Namespace, watch: bool, tmp: Path, index: int) -> dic
                                     "--no-analyze", "--quiet", "-o", str(tmp / f"watch-{index}")],
                                    cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             proc = psutil.Process(att.pid)
+            watch_dir = tmp / f"watch-{index}"
             began, cpu = time.monotonic(), 0.0
-            settled: tuple[float, float] | None = None  # (time, CPU) once start-up and the baseline are over
+            settled: float | None = None  # when start-up and the baseline were over
+            baseline_at: float | None = None
             last = (began, 0.0)
+            steady_cpu = steady_s = 0.0  # summed over the intervals with no incident captured at either end
+            was_free = False
             while job.poll() is None:
-                cpu = max(cpu, _tree_cpu(proc))
-                last = (time.monotonic(), cpu)
-                if settled is None and last[0] - began >= args.settle:
-                    settled = last
+                now = (time.monotonic(), max(cpu, _tree_cpu(proc)))
+                cpu = now[1]
+                if baseline_at is None and (watch_dir / "incidents" / "baseline").is_dir():
+                    baseline_at = now[0]
+                if (settled is None and now[0] - began >= args.settle and baseline_at is not None
+                        and now[0] - baseline_at >= BASELINE_S):
+                    settled = now[0]
+                free = settled is not None and not _capturing(watch_dir)
+                if free and was_free:
+                    steady_cpu, steady_s = steady_cpu + now[1] - last[1], steady_s + now[0] - last[0]
+                last, was_free = now, free
                 time.sleep(0.5)
             wall = time.monotonic() - began
-            if settled is None or last[0] - settled[0] < 5:
-                raise RuntimeError("the job ended before the watcher settled: give more --steps")
-            steady_cpu, steady_s = last[1] - settled[1], last[0] - settled[0]
+            if steady_s < 5:
+                raise RuntimeError("no steady state: the job ended before the watcher settled, or incidents were "
+                                   "being captured all along: give more --steps")
+            job.wait(timeout=args.timeout)
             att.wait(timeout=180)
-            incidents = len(list((tmp / f"watch-{index}" / "incidents").glob("*-*")))
             result.update(watch_cpu_s=round(cpu, 3), watched_s=round(wall, 1),
                           steady_cpu_s=round(steady_cpu, 3), steady_s=round(steady_s, 1),
                           core_pct=round(100 * steady_cpu / steady_s, 3),
-                          core_pct_per_rank=round(100 * steady_cpu / steady_s / args.nproc, 4), incidents=incidents)
+                          core_pct_per_rank=round(100 * steady_cpu / steady_s / args.nproc, 4),
+                          incidents=_incidents(watch_dir), load_avg=[round(x, 2) for x in os.getloadavg()],
+                          session_cpu_s=_session_cpu(watch_dir))
         job.wait(timeout=args.timeout)
     finally:
         for p in (job, att):
@@ -115,7 +160,7 @@ def main() -> int:
                   f"ratio {ratios[-1]:.4f}; watcher CPU {w['watch_cpu_s']:.2f} s in all over {w['watched_s']:.0f} s; "
                   f"steady state {w['steady_cpu_s']:.2f} s over {w['steady_s']:.0f} s = {w['core_pct']:.3f}% of a core "
                   f"({w['core_pct_per_rank']:.4f}% per rank), "
-                  f"{w['incidents']} incident(s)", flush=True)
+                  f"{w['incidents']} incident(s) (their captures left out); load average {w['load_avg']}", flush=True)
     watched = [r for r in runs if r["watch"]]
     summary = {"config": vars(args), "cpu_count": os.cpu_count(), "runs": runs,
                "ratio": {"min": min(ratios), "median": statistics.median(ratios), "max": max(ratios)},

@@ -8,6 +8,7 @@ that line. Files are read within `perftracker.bounded`'s limits.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,28 @@ def parse_step_line(line: str | bytes) -> dict[str, Any] | None:
         record = loads_json(line)
     except ValueError:
         return None
+    return _checked(record)
+
+
+def parse_step_lines(lines: Iterable[bytes]) -> list[dict[str, Any]]:
+    """The step records of these lines, as `parse_step_line` gives them one by one (bad lines left out), each
+    UTF-8 line parsed as text (the live readers' steady state: JSON's encoding detection skipped); a line that
+    gives nothing so is parsed again as bytes, so the result is the same."""
+    out = []
+    for line in lines:
+        try:
+            record = parse_step_line(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            record = None
+        if record is None:
+            record = parse_step_line(line)
+        if record is not None:
+            out.append(record)
+    return out
+
+
+def _checked(record: Any) -> dict[str, Any] | None:
+    """The record when it is a step record in range (see `parse_step_line`), else None."""
     if not isinstance(record, dict):
         return None
     if int_in(record.get("rank"), JOB_RANK, MAX_RANK) is None or int_in(record.get("step"), -1) is None:

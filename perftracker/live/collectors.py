@@ -14,6 +14,7 @@ from perftracker.live.profile_sampler import ProfileSampler
 from perftracker.live.rdma_sampler import RdmaSampler
 from perftracker.live.sampler import Sampler
 from perftracker.live.stacks import StackSampler
+from perftracker.live.step_feed import StepFeed
 from perftracker.live.steps_sampler import StepsSampler
 from perftracker.live.traces import TraceSampler
 from perftracker.live.watch import WatchOptions, WatchSampler
@@ -30,6 +31,7 @@ class SamplerOptions:
     net_interval_s: float = 1.0
     net_resolve_s: float = 5.0  # how often the job's interfaces and peers are looked up again
     net_watch_s: float = 0.1  # link state polled this often between samples (carrier changes timed to it)
+    net_qdisc_s: float = 0.0  # queue stats (`tc`) at most this often (0: with every sample)
     steps_poll_s: float = 0.25  # new step records read this often
     stack_trigger_s: float = 0.25  # stack requests, --stacks-at and stalled steps checked this often
     logs: bool = True
@@ -40,6 +42,7 @@ class SamplerOptions:
     job_log: Path | None = None
     trace_steps: int = 0
     stacks_at: float | None = None
+    stack_rounds_while_stepping: bool = True  # --watch: periodic stack rounds only while no steps come
     profile_seconds: float = 0.0  # one py-spy record burst of every rank (attach's default: 10 s)
     profile_rate_hz: int = 20
     profile_delay_s: float = 2.0  # after the session starts
@@ -47,18 +50,21 @@ class SamplerOptions:
 
 
 def watch_rates(options: SamplerOptions) -> SamplerOptions:
-    """The steady state of --watch: NVML and RDMA every 10 s, net every 5 s (link state every 2 s, the job's
-    interfaces looked up again every 60 s; a shorter flap still shows in the carrier-change counters), new
-    step records read every second, stack requests and stalls checked every second (the hang rule needs 10 s
-    of no step), a non-blocking stack round every 60 s (the stack half of the hang rule), no start-up stack
-    recording (the baseline takes its place)."""
+    """The steady state of --watch: NVML and RDMA every 10 s, net every 30 s (queue stats every 5 minutes, link
+    state every 2 s, the job's interfaces and peers looked up again every 10 minutes; a shorter flap still shows in the carrier-change
+    counters), new step records read every second, stack requests and stalls checked every second (the hang
+    rule needs 10 s of no step), a non-blocking stack round every 60 s when no step came in between (the
+    stack half of the hang rule, for jobs without steps or once they stopped), no start-up stack recording
+    (the baseline takes its place)."""
     options.interval_s = max(options.interval_s, 10.0)
-    options.net_interval_s = max(options.net_interval_s, 5.0)
-    options.net_resolve_s = max(options.net_resolve_s, 60.0)
+    options.net_interval_s = max(options.net_interval_s, 30.0)
+    options.net_resolve_s = max(options.net_resolve_s, 600.0)
     options.net_watch_s = max(options.net_watch_s, 2.0)
+    options.net_qdisc_s = max(options.net_qdisc_s, 300.0)
     options.steps_poll_s = max(options.steps_poll_s, 1.0)
     options.stack_trigger_s = max(options.stack_trigger_s, 1.0)
     options.stack_interval_s = max(options.stack_interval_s, 60.0)
+    options.stack_rounds_while_stepping = False
     options.profile_seconds = 0.0
     return options
 
@@ -67,7 +73,7 @@ def build_samplers(options: SamplerOptions) -> list[Sampler]:
     samplers: list[Sampler] = []
     if options.net:  # first: its first sample is taken as the session starts
         samplers.append(NetdevSampler(interval_s=options.net_interval_s, resolve_every_s=options.net_resolve_s,
-                                      watch_s=options.net_watch_s))
+                                      watch_s=options.net_watch_s, qdisc_every_s=options.net_qdisc_s))
     if options.env:
         samplers.append(EnvSampler())
     if options.logs:
@@ -81,15 +87,17 @@ def build_samplers(options: SamplerOptions) -> list[Sampler]:
     stacks: StackSampler | None = None
     if options.stacks:
         stacks = StackSampler(interval_s=options.stack_interval_s, stacks_at=options.stacks_at,
-                              trigger_s=options.stack_trigger_s)
+                              trigger_s=options.stack_trigger_s,
+                              rounds_while_stepping=options.stack_rounds_while_stepping)
         samplers.append(stacks)
     if options.stacks and options.profile_seconds > 0:
         samplers.append(ProfileSampler(seconds=options.profile_seconds, rate_hz=options.profile_rate_hz,
                                        delay_s=options.profile_delay_s))
+    feed = StepFeed() if options.steps and options.watch is not None else None  # step records parsed once
     if options.steps:
-        samplers.append(StepsSampler(job_log=options.job_log, interval_s=options.steps_poll_s))
+        samplers.append(StepsSampler(job_log=options.job_log, interval_s=options.steps_poll_s, feed=feed))
     if options.trace_steps > 0:
         samplers.append(TraceSampler(steps=options.trace_steps))
     if options.watch is not None:
-        samplers.append(WatchSampler(options=options.watch, stacks=stacks))  # one py-spy per rank at a time
+        samplers.append(WatchSampler(options=options.watch, stacks=stacks, feed=feed))  # one py-spy per rank at a time
     return samplers

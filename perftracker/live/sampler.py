@@ -48,6 +48,7 @@ class LiveContext:
     lock: threading.Lock = field(default_factory=threading.Lock)
     started_ns: int = field(default_factory=time.time_ns)
     diagnosis: LiveDiagnosis = field(default_factory=NoDiagnosis)  # the CLI wires in the analyzers' verdicts
+    _started: dict[int, int] = field(default_factory=dict, repr=False)  # pid -> start time first seen (alive())
 
     def note(self, text: str) -> None:
         with self.lock:
@@ -55,16 +56,47 @@ class LiveContext:
                 self.notes.append(text)
 
     def alive(self) -> list[Worker]:
-        """Workers still running (a worker that exited is dropped; the others go on)."""
+        """Workers still running (a worker that exited is dropped; the others go on). One read of
+        `/proc/<pid>/stat` per worker (its state, and its start time against the one first seen: a reused pid
+        is not the worker), psutil where /proc is not there."""
         out = []
         for w in self.job.workers:
-            try:
-                process = psutil.Process(w.pid)
-                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+            if not _PROC_STAT:  # no /proc (macOS)
+                if _psutil_alive(w.pid):
                     out.append(w)
-            except psutil.NoSuchProcess:
                 continue
+            seen = _proc_state(w.pid)
+            if seen is None:
+                continue
+            state, started = seen
+            if self._started.setdefault(w.pid, started) == started and state not in ("Z", "X", "x"):
+                out.append(w)
         return out
+
+
+_PROC_STAT = Path("/proc/self/stat").exists()
+
+
+def _proc_state(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time in clock ticks) of a process from /proc, None when it is not there."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    fields = text[text.rfind(b")") + 2:].split()
+    try:
+        return fields[0].decode("ascii", "replace"), int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _psutil_alive(pid: int) -> bool:
+    try:
+        process = psutil.Process(pid)
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 class Sampler(Protocol):

@@ -4,7 +4,7 @@ Each sampler runs in its own thread at its own interval; an exception in one bec
 the others go on. Stack dumps can be asked for meanwhile (`live/requests.py`). The session ends when the duration is over, when every worker has exited, or on
 Ctrl-C (and, with `live/interrupts.py` installed, on SIGTERM or SIGHUP alike); samplers are then
 stopped (flushing what they hold, with further signals held off) and the host's manifest is
-written. Nothing already written is ever removed. A manifest that cannot be written (a full disk)
+written, with where attach's CPU went (`cpu_s`: each collector's `sample` calls, the process, its children). Nothing already written is ever removed. A manifest that cannot be written (a full disk)
 is an OutputError, raised once everything else is stopped.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -35,12 +36,14 @@ class SessionResult:
     seconds: float
 
 
-def _loop(sampler: Sampler, ctx: LiveContext, stop: threading.Event) -> None:
+def _loop(sampler: Sampler, ctx: LiveContext, stop: threading.Event, cpu: dict[str, float]) -> None:
     while not stop.is_set():
+        began = time.thread_time()
         try:
             sampler.sample(ctx)
         except Exception as exc:  # a collector must never take the session down
             ctx.note(f"{sampler.name}: {type(exc).__name__}: {exc}")
+        cpu[sampler.name] = cpu.get(sampler.name, 0.0) + time.thread_time() - began
         stop.wait(sampler.interval_s)
 
 
@@ -70,6 +73,7 @@ def run_session(ctx: LiveContext, samplers: Sequence[Sampler], duration_s: float
     started = time.monotonic()
     stop = threading.Event()
     threads: list[threading.Thread] = []
+    cpu: dict[str, float] = {}  # sampler -> CPU seconds its sample() calls took (its thread's own time)
     reason = "duration"
     requests = RequestWatcher(ctx)
     try:  # from the first sampler's start: a stop signal at any point still stops them all and writes manifests
@@ -79,7 +83,7 @@ def run_session(ctx: LiveContext, samplers: Sequence[Sampler], duration_s: float
             except Exception as exc:
                 ctx.note(f"{s.name}: could not start ({type(exc).__name__}: {exc})")
         for s in samplers:
-            threads.append(threading.Thread(target=_loop, args=(s, ctx, stop), name=f"perftracker-{s.name}",
+            threads.append(threading.Thread(target=_loop, args=(s, ctx, stop, cpu), name=f"perftracker-{s.name}",
                                             daemon=True))
             threads[-1].start()
         live = Live(console=console, refresh_per_second=2, transient=False, auto_refresh=False) if show_live else None
@@ -109,7 +113,7 @@ def run_session(ctx: LiveContext, samplers: Sequence[Sampler], duration_s: float
     finally:
         with interrupts.holding() if interrupts is not None else contextlib.nullcontext():
             _stop(ctx, samplers, threads, stop, requests)
-            _write_manifests(ctx, samplers, reason)
+            _write_manifests(ctx, samplers, reason, cpu)
     return SessionResult(reason, time.monotonic() - started)
 
 
@@ -126,7 +130,8 @@ def _stop(ctx: LiveContext, samplers: Sequence[Sampler], threads: Sequence[threa
             ctx.note(f"{s.name}: error while stopping ({type(exc).__name__}: {exc})")
 
 
-def _write_manifests(ctx: LiveContext, samplers: Sequence[Sampler], reason: str) -> None:
+def _write_manifests(ctx: LiveContext, samplers: Sequence[Sampler], reason: str, cpu: dict[str, float]) -> None:
+    own = os.times()
     host_manifest = {
         "host": ctx.host, "job_run_id": ctx.job.run_id, "launcher_pid": ctx.job.launcher_pid,
         "ranks": sorted(w.rank for w in ctx.job.workers),
@@ -134,6 +139,10 @@ def _write_manifests(ctx: LiveContext, samplers: Sequence[Sampler], reason: str)
                     for w in ctx.job.workers],
         "collectors": [s.name for s in samplers], "started_ns": ctx.started_ns, "ended_ns": time.time_ns(),
         "ended_because": reason, "notes": list(ctx.notes),
+        # where attach's CPU went: each collector's sample() calls, the whole process, its children (py-spy)
+        "cpu_s": {"collectors": {name: round(cpu.get(name, 0.0), 4) for name in (s.name for s in samplers)},
+                  "process": round(own.user + own.system, 3),
+                  "children": round(own.children_user + own.children_system, 3)},
     }
     path = ctx.run_dir / "manifests" / f"{ctx.host}.json"
     try:

@@ -5,7 +5,11 @@ Promise: every `interval_s` (15 s by default) `StackSampler` takes one `py-spy d
 `stacks/<UTC time>/rank-<r>.json` = {"rank", "pid", "host", "ts_ns", "mode", "world_size",
 "switches", "threads": py-spy's JSON}. A non-blocking dump costs py-spy ~6 ms of CPU per rank
 (15-30 ms wall); measured on a 4-rank gloo job at the default intervals, all of attach (its process
-plus py-spy children) used 0.46% of one core, so about 0.9% for an 8-rank node. It also dumps:
+plus py-spy children) used 0.46% of one core, so about 0.9% for an 8-rank node.
+
+With `rounds_while_stepping` off (`attach --watch`), a periodic round is taken only when no step came since
+the previous look: while steps come a stack hang cannot be (new steps veto it) and the step rule watches,
+so the ~6-16 ms of py-spy per rank are spent only on jobs without steps, or once they stopped. It also dumps:
 
 * once at `stacks_at` (epoch seconds) into `stacks/<that time>-at/`: give every node the same
   value and every rank of a big job is captured at the same moment, in one folder;
@@ -104,6 +108,9 @@ class StackSampler:
     _confirm_at: float = 0.0
     _armed: bool = True
     _at_done: bool = False
+    rounds_while_stepping: bool = True  # --watch: False, a periodic round only when no step came since the last look
+    _looked_ns: int = 0
+    skipped: int = 0
 
     # -- Sampler protocol ---------------------------------------------------------------------
     def start(self, ctx: LiveContext) -> None:
@@ -124,6 +131,10 @@ class StackSampler:
     def sample(self, ctx: LiveContext) -> None:
         if self.pyspy is None:
             return
+        looked, self._looked_ns = self._looked_ns, time.time_ns()
+        if not self.rounds_while_stepping and self._progressed_since(ctx, looked):
+            self.skipped += 1  # steps came: no stack hang can be (new steps veto it), and the step rule watches
+            return
         with self._lock:
             self._periodic(ctx)
 
@@ -134,6 +145,8 @@ class StackSampler:
 
     def status(self) -> str:
         text = f"{self.rounds} round(s), last {self.last_round_s * 1000:.0f} ms; {self.state}"
+        if self.skipped:
+            text += f"; {self.skipped} periodic round(s) left out while steps came"
         if self.hang_dumps:
             text += f"; {self.hang_dumps} hang dump(s)"
         if self.requested_dumps:

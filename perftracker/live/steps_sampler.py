@@ -1,7 +1,8 @@
 """Step times of an attached job, from the perftracker hook's spool or from the job's log.
 
 Promise: `StepsSampler` (name ``steps``) copies, four times a second, every new step record into
-the run directory's ``steps/rank-<r>.jsonl`` and keeps ``ctx.progress`` (last step and its wall time
+the run directory's ``steps/rank-<r>.jsonl`` (and, under --watch, hands each record parsed to the watcher
+through a `StepFeed`, so it is read once) and keeps ``ctx.progress`` (last step and its wall time
 per rank, step durations) current for the live panel and the hang detector. Sources:
 
 * the hook (``perftracker.hooks.install()`` in the job): its spool directory is computed from each
@@ -31,14 +32,15 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import psutil
 
-from perftracker.collectors.steps import parse_step_line
+from perftracker.collectors.steps import parse_step_lines
 from perftracker.hooks import spool_dir
 from perftracker.live.job_outputs import find_job_outputs
 from perftracker.live.sampler import LiveContext
+from perftracker.live.step_feed import StepFeed
 from perftracker.live.step_lines import StepLineParser, line_time_ns
 from perftracker.rundir import append_jsonl, step_file
 
@@ -118,6 +120,8 @@ class StepsSampler:
     log_records: int = 0
     next_scan: float = 0.0
     last_written: dict[int, int] = field(default_factory=dict)  # rank -> last step written from a log
+    _copies: dict[int, BinaryIO] = field(default_factory=dict)  # rank -> its open copy in the run directory
+    feed: StepFeed | None = None  # --watch: every record written is handed to the watcher, parsed (live/step_feed.py)
 
     @property
     def log_tail(self) -> LineTail | None:
@@ -197,15 +201,24 @@ class StepsSampler:
             if not lines:
                 continue
             if hooked.target is not None:
-                hooked.target.parent.mkdir(parents=True, exist_ok=True)
-                with open(hooked.target, "ab") as out:
-                    out.write(b"".join(line + b"\n" for line in lines))
-                    out.flush()
-            records = [r for r in (parse_step_line(line) for line in lines) if r is not None]
+                self._copy(hooked, lines)
+            records = parse_step_lines(lines)
             self.records += len(records)
+            if self.feed is not None:
+                self.feed.publish(records)
             self._progress(ctx, records)
         for log in self.logs:
             self._read_log(ctx, log)
+
+    def _copy(self, hooked: _HookedRank, lines: list[bytes]) -> None:
+        """Append the hook's lines to the run directory's copy (kept open: one write and flush a look)."""
+        assert hooked.target is not None
+        out = self._copies.get(hooked.rank)
+        if out is None:
+            hooked.target.parent.mkdir(parents=True, exist_ok=True)
+            out = self._copies[hooked.rank] = open(hooked.target, "ab")  # noqa: SIM115  closed in stop()
+        out.write(b"".join(line + b"\n" for line in lines))
+        out.flush()
 
     def _read_log(self, ctx: LiveContext, log: _LogSource, backlog: bool = False) -> None:
         lines = log.tail.read_lines()
@@ -223,6 +236,8 @@ class StepsSampler:
                 found.append(record)
         log.records += len(found)
         self.log_records += len(found)
+        if self.feed is not None and found:
+            self.feed.publish(found)
         if not self.hooked:
             self._progress(ctx, found)
 
@@ -254,7 +269,12 @@ class StepsSampler:
                 del prog.step_durations_ns[:-1000]
 
     def stop(self, ctx: LiveContext) -> None:
-        self.sample(ctx)
+        try:
+            self.sample(ctx)
+        finally:
+            for out in self._copies.values():
+                out.close()
+            self._copies.clear()
         ranks = len(ctx.job.workers)
         if not self.hooked and not self.log_records and not any(log.source == "log" for log in self.logs):
             ctx.note(f"steps: no step times: the job has no perftracker hook, no --job-log was given and no step "

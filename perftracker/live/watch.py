@@ -1,15 +1,18 @@
 """`attach --watch` / `run --watch`: stay with a job for its whole life, cheaply, and open an incident when an
 online rule fires.
 
-Promise: `WatchSampler` (name ``watch``, once a second) reads the new lines of the run directory's step files
-(`steps/rank-<r>.jsonl`, whatever source wrote them: the hook, `--job-log`, any later one; rank -1 is the job
-as a whole) into a bounded per-rank series (the last SERIES_STEPS steps), and asks `ctx.diagnosis` (the
-analyzers' online rules, through the `live/diagnosis.py` seam) three questions: did a rank's steps get slower
-(degradation, with the step it began at; at most RANKS_PER_LOOK ranks a look, those unjudged longest first),
-has the job stopped (hang; also when the StackSampler's stack check raised a hang suspicion), and, every
-`host_check_s`, do the latest NVML / RDMA / net records show a host problem. The rules are armed once a series
-holds 2 x `window` steps after the warm-up: with the hook's history copied at attach, at once on a job already
-stepping; else after 2 x N steps (20 steps of a 0.5 s job: 10 s).
+Promise: `WatchSampler` (name ``watch``, once a second) takes the step records that came since its last look
+(from the steps sampler's `StepFeed`, parsed once there; without one, from the new bytes of the run
+directory's step files `steps/rank-<r>.jsonl`; rank -1 is the job as a whole) into a bounded per-rank series
+(the last SERIES_STEPS steps, plain deques), and asks `ctx.diagnosis` (the analyzers' online rules, through
+the `live/diagnosis.py` seam) three questions: did a rank's steps get slower (degradation, with the step it
+began at; only ranks with new steps, at most RANKS_PER_LOOK a look, those unjudged longest first), has the
+job stopped (hang; also when the StackSampler's stack check raised a hang suspicion), and, every
+`host_check_s` (600 s; one check costs ~0.3-0.5 s of CPU) or at once when a link state change or an XID was
+recorded, do the latest NVML / RDMA / net records show a host problem. The rules are armed once a series holds 2 x `window` steps after the
+warm-up: with the hook's history copied at attach, at once on a job already stepping; else after 2 x N steps
+(20 steps of a 0.5 s job: 10 s). The steady state does no pandas and writes nothing but `--prom` (when steps
+or incidents came, else every PUBLISH_S).
 
 When a rule fires, an incident is captured in a thread of its own (`live/incidents.py`). Rate limits: one
 capture at a time; per kind, none within `cooldown_s` of the last; a degradation incident restarts the
@@ -22,7 +25,9 @@ stacks side by side and the steps so far) is recorded once. `WatchState` is what
 
 from __future__ import annotations
 
+import re
 import shutil
+import statistics
 import tempfile
 import threading
 import time
@@ -30,11 +35,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from perftracker.collectors.loading import LoadOptions, load_path
-from perftracker.collectors.steps import parse_step_line
+from perftracker.collectors.steps import parse_step_lines
 from perftracker.live.incidents import (
     COUNTERS_TAIL_BYTES,
     CapturePlan,
@@ -48,11 +54,17 @@ from perftracker.live.incidents import (
 )
 from perftracker.live.sampler import LiveContext
 from perftracker.live.stacks import StackSampler, find_pyspy
+from perftracker.live.step_feed import StepFeed
 from perftracker.live.steps_sampler import LineTail
 from perftracker.store.alarms import Alarm, StepSeries
 
 SERIES_STEPS = 400  # per rank: the rules look at 20 x N steps at most (N = 10 by default)
+RECENT_STEPS = 1600  # the hang rule's typical step: the median of the last steps of all ranks (200 for 8 ranks)
 RESCAN_S = 5.0
+PUBLISH_S = 10.0  # --prom is rewritten when steps or incidents came, else this often
+# Host signals judged at once: a link state record (only the net sampler's link watcher writes this key,
+# netdev.state_record), an XID (a GPU sample's non-empty "xid" list, nvml_sampler)
+URGENT = re.compile(rb'"changed_within_s"|"xid":\s*\[\s*\d')
 RANKS_PER_LOOK = 4  # the degradation rule judges at most this many ranks a second (round robin): bounded CPU
 
 
@@ -68,7 +80,7 @@ class WatchOptions:
     max_incidents: int = 20
     cap_bytes: int = 64 * 1024 * 1024
     total_cap_bytes: int = 512 * 1024 * 1024
-    host_check_s: float = 60.0
+    host_check_s: float = 600.0  # and at once on a link state change or an XID
     reporter: IncidentReporter | None = None
     publish: Callable[[WatchState], None] | None = None  # --prom
 
@@ -88,19 +100,52 @@ class WatchState:
 
 
 @dataclass
+class _RankSteps:
+    """One rank's last SERIES_STEPS steps and durations (ns), as they came, in two plain deques."""
+
+    steps: deque[int] = field(default_factory=lambda: deque(maxlen=SERIES_STEPS))
+    durations: deque[int] = field(default_factory=lambda: deque(maxlen=SERIES_STEPS))
+    ordered: bool = True  # every step came after the one before (one source; the usual case)
+
+    def add(self, step: int, duration_ns: int) -> None:
+        if self.steps and step < self.steps[-1]:
+            self.ordered = False
+        self.steps.append(step)
+        self.durations.append(duration_ns)
+
+    def series(self, rank: int) -> StepSeries:
+        """The series in step order (sorted once when steps came out of order)."""
+        if not self.ordered:
+            pairs = sorted(zip(self.steps, self.durations))
+            self.steps.clear()
+            self.durations.clear()
+            self.steps.extend(step for step, _ in pairs)
+            self.durations.extend(dur for _, dur in pairs)
+            self.ordered = True
+        return StepSeries(rank, np.fromiter(self.steps, dtype=np.int64, count=len(self.steps)),
+                          np.fromiter(self.durations, dtype=np.int64, count=len(self.durations)))
+
+
+@dataclass
 class WatchSampler:
     options: WatchOptions = field(default_factory=WatchOptions)
     name: str = "watch"
     interval_s: float = 1.0
     state: WatchState = field(default_factory=WatchState)
+    feed: StepFeed | None = None  # the steps sampler's records, parsed once there; None: the step files are read here
     _tails: dict[Path, LineTail] = field(default_factory=dict)
-    _series: dict[int, deque[tuple[int, int]]] = field(default_factory=dict)  # rank -> (step, dur_ns)
+    _series: dict[int, _RankSteps] = field(default_factory=dict)  # rank -> its last steps, as they came
+    _built: dict[int, StepSeries] = field(default_factory=dict)  # rank -> its series in step order, until new steps
+    _recent: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT_STEPS))  # durations, all ranks (ns)
+    _median_ns: int | None = None
+    _counter_tails: dict[Path, LineTail] = field(default_factory=dict)
+    _next_urgent_look: float = 0.0
+    _next_publish: float = 0.0
     _last_ns: dict[int, int] = field(default_factory=dict)
     _known: int = 0
     _next_scan: float = 0.0
     _next_host: float = 0.0
     _counter_sizes: tuple[int, ...] = ()
-    _cached: list[StepSeries] = field(default_factory=list)
     _fresh: set[int] = field(default_factory=set)  # ranks with steps the degradation rule has not judged yet
     _judged: dict[int, int] = field(default_factory=dict)  # rank -> when (in steps read) it was last judged
     _last_by_kind: dict[str, float] = field(default_factory=dict)
@@ -121,35 +166,56 @@ class WatchSampler:
             ctx.note("watch: py-spy is not installed: incidents have no stacks (pip install py-spy)")
 
     # -- steps ----------------------------------------------------------------------------------
-    def _read_steps(self, ctx: LiveContext) -> bool:
+    def _new_records(self, ctx: LiveContext) -> list[dict[str, Any]]:
+        """The step records that came since the last look: from the steps sampler's feed (parsed once, there),
+        else read here from the new bytes of the run directory's step files."""
+        if self.feed is not None:
+            return self.feed.take()
         if time.monotonic() >= self._next_scan:
             self._next_scan = time.monotonic() + RESCAN_S
             for path in sorted((ctx.run_dir / "steps").glob("rank-*.jsonl")):
                 self._tails.setdefault(path, LineTail(path))
-        new = False
-        for tail in self._tails.values():
-            for line in tail.read_lines():
-                rec = parse_step_line(line)
-                if rec is None:
-                    continue
-                rank, step = int(rec["rank"]), int(rec["step"])
-                series = self._series.setdefault(rank, deque(maxlen=SERIES_STEPS))
-                series.append((step, int(rec["end_ns"]) - int(rec["start_ns"])))
-                if step >= self.state.last_step.get(rank, -1):
-                    self.state.last_step[rank], self._last_ns[rank] = step, int(rec["end_ns"])
-                self._known += 1
-                self._fresh.add(rank)
-                new = True
-        if new:
-            self._cached = []
-        return new
+        return [rec for tail in self._tails.values() for rec in parse_step_lines(tail.read_lines())]
+
+    def _read_steps(self, ctx: LiveContext) -> bool:
+        records = self._new_records(ctx)
+        for rec in records:
+            rank, step, end_ns = int(rec["rank"]), int(rec["step"]), int(rec["end_ns"])
+            duration = end_ns - int(rec["start_ns"])
+            series = self._series.get(rank)
+            if series is None:
+                series = self._series[rank] = _RankSteps()
+            series.add(step, duration)
+            self._recent.append(duration)
+            if step >= self.state.last_step.get(rank, -1):
+                self.state.last_step[rank], self._last_ns[rank] = step, end_ns
+            self._fresh.add(rank)
+            self._built.pop(rank, None)
+        self._known += len(records)
+        if records:
+            self._median_ns = None
+        return bool(records)
+
+    def series_of(self, rank: int) -> StepSeries:
+        """One rank's series in step order (built when asked, kept until its next step)."""
+        built = self._built.get(rank)
+        if built is None:
+            built = self._built[rank] = self._series[rank].series(rank)
+        return built
 
     def series(self) -> list[StepSeries]:
-        if not self._cached:
-            for rank, items in sorted(self._series.items()):
-                ordered = np.array(sorted(items), dtype=np.int64).reshape(-1, 2)
-                self._cached.append(StepSeries(rank, ordered[:, 0], ordered[:, 1]))
-        return self._cached
+        return [self.series_of(rank) for rank in sorted(self._series)]
+
+    def _counted(self, rank: int) -> int:
+        """Steps after the first two (the warm-up) in a rank's series."""
+        series = self._series.get(rank)
+        return sum(1 for step in series.steps if step >= 2) if series is not None else 0
+
+    def _median(self) -> int | None:
+        """The median of the last steps of all ranks (the hang rule's typical step), kept until new steps come."""
+        if self._median_ns is None and self._recent:
+            self._median_ns = int(statistics.median(self._recent))
+        return self._median_ns
 
     def _update_levels(self, series: list[StepSeries]) -> None:
         n = self.options.window
@@ -164,42 +230,55 @@ class WatchSampler:
     # -- the loop -------------------------------------------------------------------------------
     def sample(self, ctx: LiveContext) -> None:
         new = self._read_steps(ctx)
-        series = self.series()
         if new:
             self._hang_open = False  # steps came: a later stall is a new hang
-            self._update_levels(series)
         n = self.options.window
-        if not self.state.armed and any(int((s.steps >= 2).sum()) >= 2 * n for s in series):
+        if not self.state.armed and any(self._counted(r) >= 2 * n for r in self._fresh):
             self.state.armed, self.state.armed_at_s = True, time.time()
             self._start_baseline(ctx)
         alarms: list[Alarm] = []
         diagnosis = ctx.diagnosis
-        if self._fresh and self.state.armed:
-            turn = sorted(self._fresh, key=lambda r: self._judged.get(r, 0))[:RANKS_PER_LOOK]  # longest unjudged first
+        if self._fresh:  # the ranks with new steps, at most RANKS_PER_LOOK a look, longest unjudged first
+            turn = sorted(self._fresh, key=lambda r: self._judged.get(r, 0))[:RANKS_PER_LOOK]
             self._fresh.difference_update(turn)
             self._judged.update((r, self._known) for r in turn)
-            found = diagnosis.degradation_alarm([s for s in series if s.rank in turn], n, self.options.rise)
+            looked = [self.series_of(r) for r in sorted(turn)]
+            self._update_levels(looked)
+            found = diagnosis.degradation_alarm(looked, n, self.options.rise) if self.state.armed else None
             if found is not None:
                 alarms.append(found)
         if not self._hang_open:
-            recent = [s.durations_ns[-200:] for s in series]
-            med = int(np.median(np.concatenate(recent))) if recent else None
-            hang = diagnosis.hang_alarm(self.state.last_step, self._last_ns, med, self._known, time.time_ns())
+            hang = diagnosis.hang_alarm(self.state.last_step, self._last_ns, self._median(), self._known,
+                                        time.time_ns())
             with ctx.lock:
                 suspicion = ctx.progress.suspicion
             if hang is None and suspicion.startswith("hang?"):
                 hang = Alarm("hang", suspicion, step=max(self.state.last_step.values(), default=-1))
             if hang is not None:
                 alarms.append(hang)
-        if time.monotonic() >= self._next_host:
+        if time.monotonic() >= self._next_host or self._urgent_host_signal(ctx):
             self._next_host = time.monotonic() + self.options.host_check_s
             host = self._host_check(ctx)
             if host is not None:
                 alarms.append(host)
         for alarm in alarms:
             self._open(ctx, alarm)
-        if self.options.publish is not None:
+        if self.options.publish is not None and (new or alarms or time.monotonic() >= self._next_publish):
+            self._next_publish = time.monotonic() + PUBLISH_S
             self.options.publish(self.state)
+
+    def _urgent_host_signal(self, ctx: LiveContext) -> bool:
+        """Did a sampler record something the host check must judge now (every RESCAN_S, in the new bytes of the
+        counters, no JSON parsed): a link state change in `*.net.jsonl` (the net sampler's link watcher), an XID
+        in `*.gpu.jsonl` (NVML's event watcher)?"""
+        if time.monotonic() < self._next_urgent_look:
+            return False
+        self._next_urgent_look = time.monotonic() + RESCAN_S
+        folder = ctx.run_dir / "counters"
+        for path in [*folder.glob("*.net.jsonl"), *folder.glob("*.gpu.jsonl")]:
+            if path not in self._counter_tails:  # from its end: what was there is judged by the periodic check
+                self._counter_tails[path] = LineTail(path, path.stat().st_size)
+        return any(URGENT.search(line) for tail in self._counter_tails.values() for line in tail.read_lines())
 
     def _host_check(self, ctx: LiveContext) -> Alarm | None:
         files = sorted((ctx.run_dir / "counters").glob("*.jsonl"))
@@ -232,7 +311,9 @@ class WatchSampler:
             self._hang_open = True
         if alarm.kind == "degradation":  # the slower level becomes the new normal: only a further change fires
             self._series.clear()
-            self._cached, self._fresh = [], set()
+            self._built, self._fresh = {}, set()
+            self._recent.clear()
+            self._median_ns = None
             self.state.best_s.clear()
         folder = incident_folder(ctx.run_dir, alarm, now)
         self.state.incidents.append((now, alarm.kind, folder.name))
@@ -276,7 +357,7 @@ class WatchSampler:
     def status(self) -> str:
         st = self.state
         if not st.armed:
-            most = max((int((s.steps >= 2).sum()) for s in self.series()), default=0)
+            most = max((self._counted(rank) for rank in list(self._series)), default=0)
             text = f"arming: {most}/{2 * self.options.window} steps"
         else:
             text = f"armed {time.time() - st.armed_at_s:.0f}s ago, baseline {st.baseline}"
