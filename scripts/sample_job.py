@@ -17,9 +17,6 @@ writes, into ``RUN`` (format of ``perftracker/rundir.py``):
 the gradient all-reduce, so in the step files R shows a longer *forward* and the others a longer
 *backward*; step times themselves stay close because DDP synchronises every step.
 
-``--print-steps`` makes rank 0 print one Megatron-LM style line per step (the step times of an unhooked job,
-which `attach` follows in the job's stdout).
-
 ``--hang-rank R --hang-step N`` makes the job hang for good, as a real job does when one rank stops:
 at step N every rank calls an explicit ``dist.all_reduce`` of its loss after the optimizer step,
 except rank R, which sleeps forever in ``hang_forever`` just before it; the other ranks then block in
