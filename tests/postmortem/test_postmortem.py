@@ -172,7 +172,22 @@ def test_real_gloo_job_timeout_names_the_stalled_rank(tmp_path: Path) -> None:
     found = [f for f in analyze_crash(Analysis(load(run, tmp_path))) if f.ranks == (2,)]
     # THEN the stalled rank is named from the timeout lines
     assert found and "never joined all_reduce" in found[0].title
-    assert found[0].evidence["timed_out_ranks"] == [0, 1, 3]
+    # (which waiting rank times out first is a race: a rank whose peer exited first reports the closed connection)
+    assert sorted(found[0].evidence["timed_out_ranks"] + found[0].evidence["lost_peer_ranks"]) == [0, 1, 3]
+
+
+def test_a_rank_that_lost_its_peers_inside_the_collective_is_not_the_missing_one(tmp_path: Path) -> None:
+    # GIVEN the output of a real run of the job above (rank 2 hangs before step 3's all_reduce) in which ranks 1
+    # and 3 timed out first and rank 0, still inside the all_reduce, saw "Connection closed by peer" instead
+    run = tmp_path / "run"
+    shutil.copytree(REPO / "tests" / "fixtures" / "postmortem" / "gloo-timeout-lost-peer", run)
+    # WHEN postmortem reads it
+    found = analyze_crash(Analysis(load(run, tmp_path)))
+    # THEN only rank 2 is named as never joining, with rank 0 as a rank that lost its peers, not a missing one
+    missing = [f for f in found if "never joined" in f.title]
+    assert [f.ranks for f in missing] == [(2,)]
+    assert missing[0].evidence["timed_out_ranks"] == [1, 3] and missing[0].evidence["lost_peer_ranks"] == [0]
+    assert "rank 0 then lost its peers" in missing[0].title
 
 
 def test_a_rank_that_raised_is_first_even_when_a_peer_reported_its_loss_earlier() -> None:

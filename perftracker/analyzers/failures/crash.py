@@ -199,24 +199,32 @@ def timeout_findings(store: Store, hosts: dict[int, str], world: int) -> list[Fi
         tmo = _TIMEOUT_MS.search(str(gloo["message"].iloc[0]))
         what = f"{gloo_op or 'a collective'}{f' ({site})' if site else ''}"
         timed = sorted({int(r) for r in gloo["rank"]})
-        evidence = {"op": gloo_op, "site": site, "timed_out_ranks": timed,
+        # A rank still inside the collective when a timed-out peer exited sees its connection closed before its
+        # own timeout fires (which rank times out first is a race): it joined, it is not the missing one.
+        lost = fail[(fail["kind"] == "exception") & (fail["rank"] >= 0)
+                    & fail["message"].astype(str).str.contains(_LOST_CONNECTION)]
+        lost_peer = sorted({int(r) for r in lost["rank"]} - set(timed))
+        evidence = {"op": gloo_op, "site": site, "timed_out_ranks": timed, "lost_peer_ranks": lost_peer,
                     "lines": [f"{f}:{ln}" for f, ln in zip(gloo["file"], gloo["line"])][:16]}
         out.append(_missing_finding(store, "gloo", what, timed, "", hosts, world, evidence,
-                                    f" after {int(tmo.group(1))} ms" if tmo else ""))
+                                    f" after {int(tmo.group(1))} ms" if tmo else "", lost_peer))
     return out
 
 
 def _missing_finding(store: Store, backend: str, what: str, timed: list[int], pg: str, hosts: dict[int, str],
-                     world: int, evidence: dict[str, Any], after: str) -> Finding:
+                     world: int, evidence: dict[str, Any], after: str, lost_peer: list[int] | None = None) -> Finding:
+    """The ranks of the collective's group that neither timed out in it nor lost their peers inside it."""
+    lost_peer = lost_peer or []
     members = _members(store, pg, timed, world)
-    missing = sorted(set(members) - set(timed))
+    missing = sorted(set(members) - set(timed) - set(lost_peer))
     fail = store["failures"]
     if missing:
         exits = fail[fail["rank"].isin(missing)]
         evidence["culprit_lines"] = [f"{k} {f}:{ln}: {m[:160]}" for k, f, ln, m in
                                      zip(exits["kind"], exits["file"], exits["line"], exits["message"])][:16]
+        also = f" and {_who(lost_peer).lower()} then lost {'its' if len(lost_peer) == 1 else 'their'} peers" if lost_peer else ""
         title = (f"{_who(missing)}{_where(missing, hosts)} never joined {what} where "
-                 f"{_who(timed).lower()} timed out{after} ({backend})")
+                 f"{_who(timed).lower()} timed out{after}{also} ({backend})")
         return Finding("crash", Severity.CRITICAL, title, _CHECK, evidence, ranks=tuple(missing),
                        hosts=_hosts(hosts, missing), key=f"crash:{backend}:{what}")
     title = f"All {len(timed)} ranks timed out in {what}{after} ({backend}): no rank is missing from it"
@@ -227,6 +235,7 @@ def _missing_finding(store: Store, backend: str, what: str, timed: list[int], pg
                    key=f"crash:{backend}:{what}:all")
 
 
+_LOST_CONNECTION = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe", re.IGNORECASE)
 _CONSEQUENCE = re.compile(r"Connection closed by peer|Connection reset by peer|remote worker crash|Broken pipe|"
                           r"SIGTERM|Signal 15|ProcessGroup.*abort|NCCL communicator was aborted", re.IGNORECASE)
 
