@@ -38,30 +38,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 sys.path.insert(0, str(REPO))
 
-from sample_job_runner import free_port, job_command, worker_pids
+from sample_job_runner import duty_cycle, free_port, job_command, worker_pids
 
 from perftracker.live.stacks import find_pyspy
 
 RATE_HZ = 20
-
-
-def duty_cycle(pid: int, stopped_s: float, period_s: float, until: threading.Event) -> None:
-    def run() -> None:
-        try:
-            while not until.is_set():
-                os.kill(pid, signal.SIGSTOP)
-                time.sleep(stopped_s)
-                os.kill(pid, signal.SIGCONT)
-                until.wait(period_s - stopped_s)
-        except ProcessLookupError:
-            return
-        finally:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-
-    threading.Thread(target=run, daemon=True).start()
 
 
 def wait_for(path_glob: Path, pattern: str, timeout: float, test: object = None) -> Path:

@@ -74,6 +74,29 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def duty_cycle(pid: int, stopped_s: float, period_s: float, until: threading.Event) -> threading.Thread:
+    """SIGSTOP `pid` for `stopped_s` of every `period_s` until `until` is set (then SIGCONT), in a daemon thread."""
+
+    def run() -> None:
+        try:
+            while not until.is_set():
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(stopped_s)
+                os.kill(pid, signal.SIGCONT)
+                until.wait(period_s - stopped_s)
+        except ProcessLookupError:
+            return
+        finally:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
 def job_command(
     run_dir: Path,
     nproc: int,

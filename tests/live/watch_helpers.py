@@ -4,35 +4,13 @@ the watcher's incidents."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from sample_job_runner import duty_cycle
 
-def duty_cycle(pid: int, stopped_s: float, period_s: float, until: threading.Event) -> threading.Thread:
-    """SIGSTOP `pid` for `stopped_s` of every `period_s` until `until` is set (then SIGCONT)."""
-
-    def run() -> None:
-        try:
-            while not until.is_set():
-                os.kill(pid, signal.SIGSTOP)
-                time.sleep(stopped_s)
-                os.kill(pid, signal.SIGCONT)
-                until.wait(period_s - stopped_s)
-        except ProcessLookupError:
-            return
-        finally:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread
+__all__ = ["duty_cycle", "incidents", "step_of", "wait_incident"]
 
 
 def incidents(run: Path) -> list[dict[str, Any]]:
