@@ -20,6 +20,20 @@ import pandas as pd
 
 from perftracker.values import ascii_int
 
+# The columns of a sampled-stack profile table (profile_samples and baseline_profile_samples below).
+_PROFILE_SAMPLE_COLUMNS: Mapping[str, str] = {
+    "rank": "int32",
+    "host": "string",
+    "pid": "int64",
+    "thread": "string",
+    "main": "bool",
+    "stack": "string",
+    "count": "int64",
+    "rate_hz": "float64",
+    "duration_s": "float64",
+    "file": "string",
+}
+
 TABLES: Mapping[str, Mapping[str, str]] = {
     # One row per trace event (complete 'X' events).
     "events": {
@@ -153,33 +167,11 @@ TABLES: Mapping[str, Mapping[str, str]] = {
     },
     # Sampled stack profiles (collectors/stacks/samples.py): py-spy record's collapsed stacks, one row
     # per distinct (thread, stack) of a rank; stack is ';'-joined "function (file:line)", root first.
-    "profile_samples": {
-        "rank": "int32",
-        "host": "string",
-        "pid": "int64",
-        "thread": "string",
-        "main": "bool",
-        "stack": "string",
-        "count": "int64",
-        "rate_hz": "float64",
-        "duration_s": "float64",
-        "file": "string",
-    },
+    "profile_samples": _PROFILE_SAMPLE_COLUMNS,
     # The healthy window `attach --watch` recorded when it armed (RUN/incidents/baseline/profiles/, copied into
     # each incident's evidence as baseline/profiles/): the same columns, compared with profile_samples (the
     # incident's window) by analyzers/online/baseline_shift.py.
-    "baseline_profile_samples": {
-        "rank": "int32",
-        "host": "string",
-        "pid": "int64",
-        "thread": "string",
-        "main": "bool",
-        "stack": "string",
-        "count": "int64",
-        "rate_hz": "float64",
-        "duration_s": "float64",
-        "file": "string",
-    },
+    "baseline_profile_samples": _PROFILE_SAMPLE_COLUMNS,
     # Host devices the counter samples name (collectors/counters_inputs.py): one row per GPU
     # (device "gpu:<index>") or RDMA port (device "mlx5_0", port "1") per host, with what ties it
     # to ranks: PCI bus id, NUMA node (-1 unknown), GPU UUID, link layer and netdevs of a NIC, and
