@@ -1,7 +1,8 @@
 """`perftracker attach --watch` on one real torchrun job (2 ranks, gloo, ~50 ms steps, the step hook): healthy
 first (no incident), then rank 1 SIGSTOP-duty-cycled from outside (a degradation incident naming the step it
 began at, whose report names rank 1), then rank 0 hangs through the job's own switch (a hang incident naming
-rank 0 and where the other waits). One job for every assertion: about a minute on this 2-core machine."""
+rank 0 and where the other waits). The slowdown begins once the healthy baseline is recorded, so the incident's stacks are
+compared with it and name rank 1. One job for every assertion: about a minute on this 2-core machine."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import pytest
 from perftracker.live.stacks import find_pyspy
 
 from .conftest import launch_job, stop_job, wait_steps, wait_workers
-from .watch_helpers import duty_cycle, incidents, step_of, wait_incident
+from .watch_helpers import duty_cycle, incidents, step_of, wait_baseline, wait_incident
 
 DETECT_STEPS = 30  # an incident opens within 3 x N steps after the slowdown began (8 to 27 measured here)
 
@@ -38,8 +39,9 @@ def test_watch_opens_a_degradation_then_a_hang_incident_and_none_while_healthy(t
                                    "--quiet", "--watch", "--no-analyze", "--incident-seconds", "4",
                                    "--prom", str(tmp_path / "watch.prom")],
                                   stdout=open(tmp_path / "attach.log", "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
-        # WHEN it runs healthy for 6 s, THEN no incident opens
+        # WHEN it runs healthy for 6 s and until its healthy baseline is recorded, THEN no incident opens
         time.sleep(6)
+        wait_baseline(out, 40)
         assert incidents(out) == []
         # WHEN rank 1 is stopped 70% of every 100 ms from outside
         slowed_at = step_of(job_dir, 1, time.time_ns())
@@ -56,7 +58,10 @@ def test_watch_opens_a_degradation_then_a_hang_incident_and_none_while_healthy(t
         # AND its findings say since which step, and name rank 1 (the side-by-side stacks or the traces)
         assert any(f["analyzer"] == "degradation" and abs(f["evidence"].get("change_step", -99) - slowed_at) <= 3
                    for f in findings)
-        assert 1 in done["named_ranks"], [(f["analyzer"], f["title"], f["ranks"]) for f in findings]
+        named = [(f["analyzer"], f["title"], f["ranks"]) for f in findings]
+        assert 1 in done["named_ranks"], named
+        # AND its stacks, compared with the healthy baseline's, name rank 1 and no other
+        assert [ranks for analyzer, _, ranks in named if analyzer == "baseline_shift"] == [[1]], named
         # WHEN rank 0 hangs (the job's own switch), THEN a hang incident names it and where rank 1 waits
         hang = wait_incident(out, "hang", 60)
         assert hang["named_ranks"] == [0], hang

@@ -10,7 +10,9 @@ from typing import Any
 
 from sample_job_runner import duty_cycle
 
-__all__ = ["duty_cycle", "incidents", "step_of", "wait_incident"]
+from perftracker.live.incidents import BASELINE_FILE
+
+__all__ = ["duty_cycle", "incidents", "step_of", "wait_baseline", "wait_incident"]
 
 
 def incidents(run: Path) -> list[dict[str, Any]]:
@@ -33,6 +35,15 @@ def wait_incident(run: Path, kind: str, timeout: float, done: bool = True) -> di
                 return record
         time.sleep(0.5)
     raise TimeoutError(f"no {kind} incident in {run} within {timeout:.0f}s: {incidents(run)}")
+
+
+def wait_baseline(run: Path, timeout: float) -> None:
+    """Until the watcher's healthy baseline window is recorded (its `baseline.json`, written last)."""
+    deadline = time.monotonic() + timeout
+    while not (run / "incidents" / "baseline" / BASELINE_FILE).is_file():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no baseline recorded in {run} within {timeout:.0f}s")
+        time.sleep(0.5)
 
 
 def step_of(run: Path, rank: int, at_ns: int) -> int:
