@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO))
 from sample_job_runner import duty_cycle, free_port, job_command, worker_pids
 
 from perftracker.live.stacks import find_pyspy
+from perftracker.rundir import host_name
 
 RATE_HZ = 20
 
@@ -109,7 +110,7 @@ def main() -> int:
                                    "--quiet", "--watch", "--no-analyze", "--incident-seconds", str(args.seconds),
                                    "--watch-rise", str(args.rise)],
                                   cwd=REPO, stdout=open(tmp / "attach.log", "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
-        baseline = watch / "incidents" / "baseline"
+        baseline = watch / "incidents" / f"baseline-{host_name()}"
         wait_for(baseline, "baseline.json", 60 + 2 * args.seconds)
         print(f"baseline ready: {sorted(p.name for p in (baseline / 'profiles').glob('*'))}", flush=True)
         early = sorted(p.parent.name for p in (watch / "incidents").glob("*/incident.json"))

@@ -30,6 +30,7 @@ traces, then its profiles (said in the notes). `baseline_capture` records the he
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 import time
@@ -93,18 +94,30 @@ class IncidentRecord:
     named_ranks: list[int] = field(default_factory=list)
     named_hosts: list[str] = field(default_factory=list)
     report: str = ""
+    watched_from: str = ""  # the host whose attach opened it (several nodes' watchers may share one run directory)
 
     @classmethod
-    def of(cls, alarm: Alarm, opened_ns: int) -> IncidentRecord:
+    def of(cls, alarm: Alarm, opened_ns: int, watched_from: str = "") -> IncidentRecord:
         return cls(alarm.kind, opened_ns, alarm.text, list(alarm.ranks), list(alarm.hosts), alarm.step,
-                   alarm.current_s, alarm.best_s, list(alarm.details))
+                   alarm.current_s, alarm.best_s, list(alarm.details), watched_from=watched_from)
 
     def write(self, folder: Path) -> None:
         atomic_write_text(folder / INCIDENT_FILE, json.dumps(asdict(self), indent=1) + "\n")
 
 
-def incident_folder(run_dir: Path, alarm: Alarm, opened_s: float) -> Path:
-    return run_dir / "incidents" / snapshot_name(opened_s, alarm.kind)
+def _file_safe(host: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", host).strip("._") or "host"
+
+
+def incident_folder(run_dir: Path, alarm: Alarm, opened_s: float, host: str) -> Path:
+    """`incidents/<UTC time>-<kind>-<host>`: the watching host is in the name, since the watchers of several nodes
+    may write into one shared run directory and open incidents in the same millisecond."""
+    return run_dir / "incidents" / snapshot_name(opened_s, f"{alarm.kind}-{_file_safe(host)}")
+
+
+def baseline_folder(run_dir: Path, host: str) -> Path:
+    """`incidents/baseline-<host>`: each node's watcher records its own ranks' healthy window."""
+    return run_dir / "incidents" / f"baseline-{_file_safe(host)}"
 
 
 def folder_bytes(folder: Path) -> int:
@@ -223,7 +236,7 @@ def _trim(evidence: Path, cap: int, notes: list[str]) -> None:
 def capture_incident(ctx: LiveContext, alarm: Alarm, folder: Path, plan: CapturePlan, stacks: StackSampler | None,
                      reporter: IncidentReporter | None, stop: threading.Event) -> IncidentRecord:
     """See the module docstring. Never raises: a failure is a note in incident.json."""
-    record = IncidentRecord.of(alarm, time.time_ns())
+    record = IncidentRecord.of(alarm, time.time_ns(), ctx.host)
     evidence = folder / "evidence"
     try:
         evidence.mkdir(parents=True, exist_ok=True)
@@ -238,7 +251,7 @@ def capture_incident(ctx: LiveContext, alarm: Alarm, folder: Path, plan: Capture
         if tracer is not None:
             _finish_traces(ctx, tracer, stop)
         copy_window(ctx, evidence)
-        copy_baseline(ctx.run_dir / "incidents" / "baseline", evidence, record.notes,
+        copy_baseline(baseline_folder(ctx.run_dir, ctx.host), evidence, record.notes,
                       began_ns=step_started_ns(evidence / "steps", alarm.step))
         write_manifest(evidence, job=ctx.job.run_id or f"pid {ctx.job.launcher_pid}",
                        created_by="perftracker attach --watch", incident=alarm.kind)

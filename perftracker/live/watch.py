@@ -19,7 +19,7 @@ capture at a time; per kind, none within `cooldown_s` of the last; a degradation
 series (the slower level becomes the new best, so only a further change fires again); a hang fires again only
 after steps resumed; at most `max_incidents` per session. Disk: `cap_bytes` per incident, `total_cap_bytes`
 for `incidents/` in all; once that is reached the oldest incidents are kept and new ones record only their
-incident.json (said in it). Once armed, a baseline (`incidents/baseline/`: `baseline_seconds` of every rank's
+incident.json (said in it). Once armed, a baseline (`incidents/baseline-<host>/`: `baseline_seconds` of every rank's
 stacks side by side and the steps so far) is recorded once. `WatchState` is what the panel and `--prom` show.
 """
 
@@ -47,6 +47,7 @@ from perftracker.live.incidents import (
     IncidentRecord,
     IncidentReporter,
     baseline_capture,
+    baseline_folder,
     capture_incident,
     copy_tail,
     folder_bytes,
@@ -315,12 +316,12 @@ class WatchSampler:
             self._recent.clear()
             self._median_ns = None
             self.state.best_s.clear()
-        folder = incident_folder(ctx.run_dir, alarm, now)
+        folder = incident_folder(ctx.run_dir, alarm, now, ctx.host)
         self.state.incidents.append((now, alarm.kind, folder.name))
         ctx.note(f"watch: incident {folder.name}: {alarm.text[:300]}")
         incidents = ctx.run_dir / "incidents"
         if incidents.is_dir() and folder_bytes(incidents) >= self.options.total_cap_bytes:
-            record = IncidentRecord.of(alarm, time.time_ns())
+            record = IncidentRecord.of(alarm, time.time_ns(), ctx.host)
             record.state = "not captured"
             record.notes.append(f"incidents/ holds {self.options.total_cap_bytes // (1024 * 1024)} MB already (its "
                                 "cap): the oldest incidents are kept, this one records only its trigger")
@@ -338,7 +339,7 @@ class WatchSampler:
         self.state.baseline = "recording"
 
         def run() -> None:
-            baseline_capture(ctx, ctx.run_dir / "incidents" / "baseline", self.options.baseline_seconds,
+            baseline_capture(ctx, baseline_folder(ctx.run_dir, ctx.host), self.options.baseline_seconds,
                              self.options.profile_rate_hz, self._stop)
             self.state.baseline = "ready"
 

@@ -168,7 +168,7 @@ TABLES: Mapping[str, Mapping[str, str]] = {
     # Sampled stack profiles (collectors/stacks/samples.py): py-spy record's collapsed stacks, one row
     # per distinct (thread, stack) of a rank; stack is ';'-joined "function (file:line)", root first.
     "profile_samples": _PROFILE_SAMPLE_COLUMNS,
-    # The healthy window `attach --watch` recorded when it armed (RUN/incidents/baseline/profiles/, copied into
+    # The healthy window `attach --watch` recorded when it armed (RUN/incidents/baseline-<host>/profiles/, copied into
     # each incident's evidence as baseline/profiles/): the same columns, compared with profile_samples (the
     # incident's window) by analyzers/online/baseline_shift.py.
     "baseline_profile_samples": _PROFILE_SAMPLE_COLUMNS,

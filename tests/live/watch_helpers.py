@@ -40,7 +40,7 @@ def wait_incident(run: Path, kind: str, timeout: float, done: bool = True) -> di
 def wait_baseline(run: Path, timeout: float) -> None:
     """Until the watcher's healthy baseline window is recorded (its `baseline.json`, written last)."""
     deadline = time.monotonic() + timeout
-    while not (run / "incidents" / "baseline" / BASELINE_FILE).is_file():
+    while not any((run / "incidents").glob(f"baseline-*/{BASELINE_FILE}")):
         if time.monotonic() > deadline:
             raise TimeoutError(f"no baseline recorded in {run} within {timeout:.0f}s")
         time.sleep(0.5)

@@ -98,8 +98,8 @@ def test_the_watcher_arms_on_the_history_and_opens_one_analyzed_incident(tmp_pat
     watch.sample(ctx)
     _settle(watch)
     assert watch.state.armed and watch.state.baseline == "ready"
-    assert (ctx.run_dir / "incidents" / "baseline" / "steps" / "rank-0.jsonl").is_file()
-    assert not list((ctx.run_dir / "incidents").glob("*-degradation"))
+    assert (ctx.run_dir / "incidents" / "baseline-node-a" / "steps" / "rank-0.jsonl").is_file()
+    assert not list((ctx.run_dir / "incidents").glob("*-degradation-*"))
     assert "armed" in watch.status() and "no incident" in watch.status()
     # WHEN later steps come and the rule fires (twice)
     _write_steps(ctx, 30, 45)
@@ -109,7 +109,7 @@ def test_the_watcher_arms_on_the_history_and_opens_one_analyzed_incident(tmp_pat
     watch.sample(ctx)
     _settle(watch)
     # THEN one incident opened (the cooldown holds the second), with its evidence, verdict and report
-    folders = list((ctx.run_dir / "incidents").glob("*-degradation"))
+    folders = list((ctx.run_dir / "incidents").glob("*-degradation-*"))
     assert len(folders) == 1 and watch.state.suppressed == 1  # the second alarm came within the cooldown
     record = json.loads((folders[0] / "incident.json").read_text())
     assert record["state"] == "done" and record["step"] == 40 and record["named_ranks"] == [1]
@@ -124,6 +124,32 @@ def test_the_watcher_arms_on_the_history_and_opens_one_analyzed_incident(tmp_pat
     lines = [ln for ln in result.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and "degradation" in lines[0] and "step 40" in lines[0] and "ranks 1" in lines[0]
     assert lines[0].endswith("report.html")
+
+
+def test_two_nodes_watchers_sharing_a_run_directory_keep_their_incidents_and_baselines_apart(tmp_path: Path) -> None:
+    # GIVEN the watchers of two nodes writing into one shared run directory, both rules firing in the same second
+    contexts = []
+    for host in ("node-a", "node-b"):
+        ctx = _ctx(tmp_path, SlowAfter(40))
+        ctx.host = host
+        contexts.append(ctx)
+    _write_steps(contexts[0], 0, 45)
+    watches = [WatchSampler(options=_options()) for _ in contexts]
+    # WHEN each samples once (armed at once on the history, a baseline each, then an incident each)
+    for watch, ctx in zip(watches, contexts):
+        watch.start(ctx)
+        watch.sample(ctx)
+    for watch in watches:
+        _settle(watch)
+    # THEN each node has its own baseline and its own incident, named by the host that watched it
+    run = contexts[0].run_dir
+    assert sorted(p.name for p in (run / "incidents").glob("baseline-*")) == ["baseline-node-a", "baseline-node-b"]
+    folders = sorted((run / "incidents").glob("*-degradation-*"))
+    assert [f.name.rsplit("-", 2)[-2:] for f in folders] == [["node", "a"], ["node", "b"]]
+    assert sorted(json.loads((f / "incident.json").read_text())["watched_from"] for f in folders) == ["node-a",
+                                                                                                    "node-b"]
+    for watch, ctx in zip(watches, contexts):
+        watch.stop(ctx)
 
 
 def test_step_times_of_the_job_from_one_log_arm_the_watcher(tmp_path: Path) -> None:
@@ -155,7 +181,7 @@ def test_cooldown_and_disk_cap_limit_incidents(tmp_path: Path) -> None:
         watch.sample(ctx)
         _settle(watch)
     # THEN one incident is recorded, with its trigger only (the oldest are kept), and the others are held back
-    folders = list((ctx.run_dir / "incidents").glob("*-degradation"))
+    folders = list((ctx.run_dir / "incidents").glob("*-degradation-*"))
     assert len(folders) == 1
     record = json.loads((folders[0] / "incident.json").read_text())
     assert record["state"] == "not captured" and "oldest incidents are kept" in record["notes"][0]
