@@ -524,11 +524,15 @@ class Scenario:
     batch: int = 32
     step_sleep: float = 0.05
     timeout_s: float = 240.0
+    # attach --watch on every node (the online rules; incidents in RUN/incidents/). The job is then hooked and
+    # writes its own files into RUN-job/, so that its step times reach each watcher through the hook
+    watch: bool = False
+    incident_seconds: float = 2.0  # with watch: each incident's side-by-side stack recording
 
     def job_args(self) -> list[str]:
         return ["--steps", str(self.steps), "--profile-steps", str(self.profile_steps), "--profile-skip",
                 str(self.profile_skip), "--width", str(self.width), "--batch", str(self.batch), "--step-sleep",
-                str(self.step_sleep), "--pg-timeout", "60"]
+                str(self.step_sleep), "--pg-timeout", "60", *(["--hook"] if self.watch else [])]
 
 
 def node_names(count: int) -> list[str]:
@@ -540,7 +544,8 @@ def run_scenario(lab: Lab, sc: Scenario, run_dir: Path, port: int = 29400) -> di
     launchers' and attaches' exit codes and the fault's times (epoch ns)."""
     nodes = lab.nodes[:sc.nodes]
     logs = run_dir / "lab-logs"
-    launchers = lab.torchrun(run_dir, sc.nproc, sc.job_args(), under_run=sc.collect == "run", nodes=nodes,
+    job_dir = run_dir.with_name(run_dir.name + "-job") if sc.watch else run_dir
+    launchers = lab.torchrun(job_dir, sc.nproc, sc.job_args(), under_run=sc.collect == "run", nodes=nodes,
                              logs=logs, port=port)
     truth: dict[str, Any] = {"nodes": [{"name": n.name, "address": n.address} for n in nodes], "ranks_per_node":
                              sc.nproc, "collect": sc.collect, "fault": {"kind": sc.fault}}
@@ -549,7 +554,8 @@ def run_scenario(lab: Lab, sc: Scenario, run_dir: Path, port: int = 29400) -> di
         for node in nodes:
             node.wait_workers(sc.nproc, timeout=sc.timeout_s / 2)
         if sc.collect == "attach":
-            attaches = [n.attach(run_dir, "--no-stacks", "--profile-seconds", "0", "--no-analyze",
+            watching = ["--watch", "--incident-seconds", f"{sc.incident_seconds:g}"] if sc.watch else []
+            attaches = [n.attach(run_dir, "--no-stacks", "--profile-seconds", "0", "--no-analyze", *watching,
                                  log=logs / f"attach-{n.name}.log") for n in nodes]
         faulty = lab.node(sc.fault_node) if sc.fault != "none" else None
         fault = truth["fault"]

@@ -258,7 +258,8 @@ def capture_incident(ctx: LiveContext, alarm: Alarm, folder: Path, plan: Capture
         _trim(evidence, plan.cap_bytes, record.notes)
     except Exception as exc:  # noqa: BLE001  the session and the job go on whatever happens here
         record.notes.append(f"capture stopped early ({type(exc).__name__}: {exc})")
-    if stop.is_set():
+    cut_short = stop.is_set()  # the session ended before the evidence was complete (not merely during the analysis)
+    if cut_short:
         record.notes.append("the session ended during the capture: what was captured until then is kept")
     record.state = "analyzing"
     _safe_write(record, folder)
@@ -269,7 +270,7 @@ def capture_incident(ctx: LiveContext, alarm: Alarm, folder: Path, plan: Capture
             record.named_ranks, record.named_hosts = list(verdict.ranks), list(verdict.hosts)
         except Exception as exc:  # noqa: BLE001
             record.notes.append(f"not analyzed ({type(exc).__name__}: {exc}); run `perftracker analyze {evidence}`")
-    record.state = "interrupted" if stop.is_set() else "done"
+    record.state = "interrupted" if cut_short else "done"
     _safe_write(record, folder)
     return record
 

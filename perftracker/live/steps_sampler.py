@@ -28,7 +28,6 @@ No source: one note naming the hook line and ``--job-log``. Never raises into th
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +37,7 @@ import psutil
 
 from perftracker.collectors.steps import parse_step_lines
 from perftracker.hooks import spool_dir
+from perftracker.live.hook_spool import hooked_by
 from perftracker.live.job_outputs import find_job_outputs
 from perftracker.live.sampler import LiveContext
 from perftracker.live.step_feed import StepFeed
@@ -175,18 +175,14 @@ class StepsSampler:
                      "it to a file (or `| tee FILE`, then --job-log FILE) to have step lines from it")
 
     def _scan(self, ctx: LiveContext, history: bool) -> None:
-        """Find ranks whose hook is installed (by the pid in `<spool>/ranks/rank-<r>.json`)."""
+        """Find ranks whose hook is installed (`<spool>/ranks/rank-<r>.json` written by that worker: `hooked_by`)."""
         self.next_scan = time.monotonic() + RESCAN_S
         run = ctx.run_dir.resolve()
         for w in ctx.job.workers:
             spool = self.spools.get(w.pid)
             if spool is None or w.rank in self.hooked:
                 continue
-            try:
-                info = json.loads((spool / "ranks" / f"rank-{w.rank}.json").read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            if not isinstance(info, dict) or info.get("pid") != w.pid:
+            if not hooked_by(spool, w.rank, w.pid):  # (the previous run's files in a reused spool are not)
                 continue
             source = step_file(spool, w.rank)
             same = spool.resolve() == run

@@ -40,6 +40,7 @@ from pathlib import Path
 import psutil
 
 from perftracker.hooks import spool_dir
+from perftracker.live.hook_spool import hooked_by
 from perftracker.live.sampler import LiveContext
 from perftracker.rundir import atomic_write_text
 
@@ -199,7 +200,7 @@ class TraceSampler:
                 uncovered.append(w.rank)
                 continue
             spool = spool_dir(env, w.parent)
-            if _hooked(spool, w.rank, w.pid):
+            if hooked_by(spool, w.rank, w.pid):
                 by_spool.setdefault(spool, []).append(w.rank)
                 marker = spool / "requests" / f"trace-{req_id}.rank-{w.rank}.done"
                 self.pending.append(_Pending(w.rank, w.pid, "hook", marker))
@@ -313,14 +314,6 @@ class TraceSampler:
             return "no rank can be traced"
         polls = f", {self.daemon.polls} daemon poll(s)" if self.daemon is not None else ""
         return f"{self.collected}/{len(self.pending)} trace(s) of {self.steps} step(s){polls}"
-
-
-def _hooked(spool: Path, rank: int, pid: int) -> bool:
-    try:
-        info = json.loads((spool / "ranks" / f"rank-{rank}.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(info, dict) and info.get("pid") == pid
 
 
 def _ends_json(path: Path) -> bool:

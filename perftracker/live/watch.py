@@ -25,6 +25,7 @@ stacks side by side and the steps so far) is recorded once. `WatchState` is what
 
 from __future__ import annotations
 
+import glob
 import re
 import shutil
 import statistics
@@ -67,6 +68,12 @@ PUBLISH_S = 10.0  # --prom is rewritten when steps or incidents came, else this 
 # netdev.state_record), an XID (a GPU sample's non-empty "xid" list, nvml_sampler)
 URGENT = re.compile(rb'"changed_within_s"|"xid":\s*\[\s*\d')
 RANKS_PER_LOOK = 4  # the degradation rule judges at most this many ranks a second (round robin): bounded CPU
+
+
+def own_counters(ctx: LiveContext, kind: str = "*") -> list[Path]:
+    """This host's counter files (`counters/<host>.<kind>.jsonl`; kind net, gpu, rdma or * for all): in a run directory the watchers of several nodes
+    share, each judges its own host's signals (another node's flap is that node's watcher's incident)."""
+    return list((ctx.run_dir / "counters").glob(f"{glob.escape(ctx.host)}.{kind}.jsonl"))
 
 
 @dataclass
@@ -275,14 +282,13 @@ class WatchSampler:
         if time.monotonic() < self._next_urgent_look:
             return False
         self._next_urgent_look = time.monotonic() + RESCAN_S
-        folder = ctx.run_dir / "counters"
-        for path in [*folder.glob("*.net.jsonl"), *folder.glob("*.gpu.jsonl")]:
+        for path in [*own_counters(ctx, "net"), *own_counters(ctx, "gpu")]:
             if path not in self._counter_tails:  # from its end: what was there is judged by the periodic check
                 self._counter_tails[path] = LineTail(path, path.stat().st_size)
         return any(URGENT.search(line) for tail in self._counter_tails.values() for line in tail.read_lines())
 
     def _host_check(self, ctx: LiveContext) -> Alarm | None:
-        files = sorted((ctx.run_dir / "counters").glob("*.jsonl"))
+        files = sorted(own_counters(ctx))
         sizes = tuple(f.stat().st_size for f in files if f.is_file())
         if not files or sizes == self._counter_sizes:
             return None

@@ -9,6 +9,7 @@ tests/lab/test_lab_fixtures.py, so that CI runs only this one job.)
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -53,6 +54,34 @@ def test_link_flap_on_one_of_three_nodes_is_named_with_node_interface_time_and_t
     assert f"in all_reduce at step {down['stall']['step']}" in found[0].title
     # AND the nodes that only saw the loss are named as such
     assert sorted(s["host"] for s in found[0].evidence["also_saw"]) == ["node-a", "node-c"]
+
+
+@pytest.mark.slow
+def test_attach_watch_on_every_node_opens_a_host_incident_on_the_node_whose_link_flapped(lab: Lab,
+                                                                                     tmp_path: Path) -> None:
+    # GIVEN a 2-node job (2 ranks each) watched by `attach --watch` on each node into one shared run directory,
+    # whose node-b's eth0 goes down for 3 s once rank 0 has done 20 steps
+    run = tmp_path / "run"
+    sc = Scenario(nodes=2, fault="flap", fault_step=20, down_s=3.0, steps=120, profile_steps=0, watch=True)
+    truth = run_scenario(lab, sc, run, port=29414)
+    assert truth["launchers_exit"] == [0, 0] and truth["attaches_exit"] == [0, 0], truth
+    # THEN node-b's watcher, and only it, opened a host incident naming node-b, within seconds of the down
+    records = [json.loads(p.read_text()) | {"folder": p.parent}
+               for p in sorted((run / "incidents").glob("*/incident.json"))]
+    hosts = [r for r in records if r["kind"] == "host"]
+    assert [(r["watched_from"], r["named_hosts"]) for r in hosts] == [("node-b", ["node-b"])], [
+        (r["kind"], r["watched_from"], r["trigger"]) for r in records]
+    # (analyzed: "interrupted" when the job ended before the capture's recordings did, on a loaded machine)
+    assert hosts[0]["state"] in ("done", "interrupted") and hosts[0]["report"].endswith("report.html"), hosts[0]
+    opened_after_s = (hosts[0]["opened_ns"] - truth["fault"]["down_ns"]) / 1e9
+    assert 0 < opened_after_s < 15, opened_after_s
+    assert "node-b's link eth0 went down" in hosts[0]["trigger"]
+    # AND the incident's own analysis names the link, how long it was down and the job's stall
+    findings = json.loads((hosts[0]["folder"] / "findings.json").read_text())["findings"]
+    (link,) = [f for f in findings if f["analyzer"] == "links" and f["severity"] == "critical"]
+    assert link["hosts"] == ["node-b"] and "eth0 went down for" in link["title"] and "stalled" in link["title"]
+    # AND each node recorded its own healthy baseline
+    assert sorted(p.name for p in (run / "incidents").glob("baseline-*")) == ["baseline-node-a", "baseline-node-b"]
 
 
 def test_a_lab_whose_owner_was_killed_is_swept_by_the_next(tmp_path: Path) -> None:

@@ -191,6 +191,18 @@ def test_a_link_state_record_or_an_xid_runs_the_host_check_at_once(tmp_path: Pat
     watch._next_urgent_look = 0.0
     watch.sample(ctx)
     assert diagnosis.asked == 0
+    # WHEN another node sharing the run directory records a flap of its own link: THEN not judged here (its
+    # own watcher does)
+    other = ctx.run_dir / "counters" / "node-b.net.jsonl"
+    other.write_text(json.dumps({"ts_ns": 2, "host": "node-b", "ifaces": {"eth0": {"operstate": "up"}}}) + "\n")
+    watch._next_urgent_look = 0.0
+    watch.sample(ctx)
+    with open(other, "a") as out:
+        out.write(json.dumps({"ts_ns": 3, "host": "node-b", "changed_within_s": 2.0,
+                              "ifaces": {"eth0": {"operstate": "down", "carrier": 0}}}) + "\n")
+    watch._next_urgent_look = 0.0
+    watch.sample(ctx)
+    assert diagnosis.asked == 0
     # WHEN the net sampler's link watcher records a state change (a flap): THEN the host check runs at that look
     with open(net, "a") as out:
         out.write(json.dumps({"ts_ns": 3, "host": "node-a", "changed_within_s": 2.0,
