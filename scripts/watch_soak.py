@@ -1,7 +1,8 @@
 """Watch clean real jobs for minutes with `perftracker attach --watch` and count the incidents (there should be none).
 
-Promise: ``python scripts/watch_soak.py [--jobs J] [--minutes M] [--nproc N]`` runs J clean hooked torchrun
-jobs of ``scripts/sample_job.py`` (CPU, gloo, ~50 ms steps, nothing slowed), each watched for about M
+Promise: ``python scripts/watch_soak.py [--jobs J] [--minutes M] [--nproc N] [--unhooked]`` runs J clean torchrun
+jobs of ``scripts/sample_job.py`` (CPU, gloo, ~50 ms steps, nothing slowed; hooked, or with ``--unhooked`` timed
+only by rank 0's log lines), each watched for about M
 minutes by ``attach --watch --no-analyze``, and prints per job the steps watched and the incidents opened
 (kind and trigger), then the total. Exit 0 whatever the count (it is a measurement).
 """
@@ -27,11 +28,14 @@ from sample_job_runner import free_port, job_command, worker_pids
 def soak(tmp: Path, index: int, args: argparse.Namespace) -> list[dict[str, object]]:
     run_dir, out = tmp / f"job-{index}", tmp / f"watch-{index}"
     steps = int(args.minutes * 60 / 0.06)
-    job_args = ["--steps", str(steps), "--profile-steps", "0", "--hook", "--step-sleep", "0.04", "--width", "64",
+    source = ["--print-steps"] if args.unhooked else ["--hook"]
+    job_args = ["--steps", str(steps), "--profile-steps", "0", *source, "--step-sleep", "0.04", "--width", "64",
                 "--batch", "16"]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", TMPDIR=str(tmp))
+    log = open(tmp / f"job-{index}.log", "wb") if args.unhooked else subprocess.DEVNULL  # noqa: SIM115
     job = subprocess.Popen(job_command(run_dir, args.nproc, free_port(), job_args), cwd=REPO, env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                           stdout=log, stderr=subprocess.STDOUT if args.unhooked else subprocess.DEVNULL,
+                           start_new_session=True)
     try:
         while len(worker_pids(job.pid)) < args.nproc and job.poll() is None:
             time.sleep(0.2)
@@ -47,8 +51,9 @@ def soak(tmp: Path, index: int, args: argparse.Namespace) -> list[dict[str, obje
     for path in sorted((out / "incidents").glob("*/incident.json")):
         record = json.loads(path.read_text())
         found.append({"kind": record["kind"], "trigger": record["trigger"]})
-    watched = len((out / "steps" / "rank-0.jsonl").read_text().splitlines()) if (out / "steps" / "rank-0.jsonl").is_file() else 0
-    print(f"job {index}: {watched} steps of rank 0 watched, {len(found)} incident(s) {found}", flush=True)
+    steps_file = out / "steps" / ("rank--1.jsonl" if args.unhooked else "rank-0.jsonl")
+    watched = len(steps_file.read_text().splitlines()) if steps_file.is_file() else 0
+    print(f"job {index}: {watched} steps of {'the job (its log)' if args.unhooked else 'rank 0'} watched, {len(found)} incident(s) {found}", flush=True)
     return found
 
 
@@ -57,6 +62,8 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=3)
     parser.add_argument("--minutes", type=float, default=3.0)
     parser.add_argument("--nproc", type=int, default=4)
+    parser.add_argument("--unhooked", action="store_true", help="no hook: the job's step times come from the "
+                        "Megatron-style lines rank 0 prints into the job's log file, which attach finds by itself")
     args = parser.parse_args()
     total = 0
     with tempfile.TemporaryDirectory(prefix="watch-soak-") as name:

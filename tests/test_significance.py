@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -20,6 +22,16 @@ def test_binomial_tail_is_exact() -> None:
     assert binomial_tail(6, 5, 0.3) == 0.0
     assert binomial_tail(5, 5, 0.5) == pytest.approx(1 / 32)
     assert binomial_tail(2, 3, 0.5) == pytest.approx(0.5)
+    assert binomial_tail(3, 10, 0.2) == pytest.approx(1 - sum(math.comb(10, i) * 0.2**i * 0.8 ** (10 - i)
+                                                               for i in range(3)))
+
+
+def test_binomial_tail_of_a_long_run_does_not_overflow() -> None:
+    # GIVEN 2 ranks judged over 3,000 steps (the float of math.comb(3000, 1500) overflows)
+    # THEN the tail is a probability: one half of the mass at and above the mean, a tiny one far above it
+    assert binomial_tail(1500, 3000, 0.5) == pytest.approx(0.5 + 0.5 * (math.comb(3000, 1500) / 2**3000), rel=1e-9)
+    assert 0.0 < binomial_tail(1800, 3000, 0.5) < 1e-20
+    assert binomial_tail(0, 3000, 0.5) == 1.0 and binomial_tail(3000, 3000, 1.0) == 1.0
 
 
 @pytest.mark.parametrize(("ranks", "trials"), [(2, 8), (4, 6), (4, 32), (8, 16), (64, 24)])

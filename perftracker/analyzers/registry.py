@@ -30,6 +30,7 @@ from perftracker.analyzers.nccl.collective_bandwidth import analyze_inspector_ba
 from perftracker.analyzers.nccl.collective_timing import analyze_inspector_stragglers
 from perftracker.analyzers.nccl.config import analyze_nccl_config
 from perftracker.analyzers.online.baseline_shift import analyze_baseline_shift
+from perftracker.analyzers.online.cpu_contention import analyze_cpu_contention
 from perftracker.analyzers.stragglers.degradation import analyze_degradation
 from perftracker.analyzers.stragglers.stack_profile import analyze_stack_profile
 from perftracker.analyzers.stragglers.steps import analyze_steps
@@ -54,6 +55,9 @@ BUILTIN: tuple[Analyzer, ...] = (
     Analyzer("breakdown", analyze_breakdown, "Temporal breakdown of GPU time per rank"),
     Analyzer("baseline_shift", analyze_baseline_shift,
              "An incident of --watch: the rank whose time moved to other frames since the healthy baseline"),
+    Analyzer("cpu_contention", analyze_cpu_contention,
+             "An incident of --watch: ranks that waited for a CPU (other processes on the host) more than in the "
+             "healthy baseline"),
     Analyzer("crash", analyze_crash,
              "Hangs and crashes from flight-recorder dumps, watchdog/gloo timeouts, tracebacks and Xid lines"),
     Analyzer("degradation", analyze_degradation, "Step time over the run: periodic slow steps and sustained slowdowns"),

@@ -13,7 +13,9 @@ Promise: `capture_incident(...)` (run in a thread of its own by the watcher) wri
   not for a hang, which makes no steps; ranks that cannot be traced are said in the notes), the step files'
   last `STEPS_TAIL_BYTES` per rank (the healthy steps before the change and those after it) and the
   counters' last `COUNTERS_TAIL_BYTES` per file (NVML, RDMA, net: the minutes around the moment), the env
-  snapshots and a manifest; the baseline window's stacks (`baseline/profiles/`: the healthy window
+  snapshots and a manifest; each rank's scheduler accounting at the start and the end of the stack recording
+  (`sched/`: how long it waited for a CPU, collectors/counters/sched.py); the baseline window's stacks and
+  scheduler records (`baseline/profiles/`: the healthy window
   `baseline_capture` recorded when the watch armed; not when the change began before it ended), which the
   `baseline_shift` analyzer compares with the incident's, rank by rank;
 * `findings.json`, `report.html`, `tables/`: the evidence analyzed by `IncidentReporter` (the CLI hands in
@@ -39,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perftracker.collectors.counters.sched import snapshot_record
 from perftracker.collectors.steps import parse_step_line
 from perftracker.live.profile_sampler import ProfileSampler
 from perftracker.live.sampler import LiveContext
@@ -156,13 +159,27 @@ def copy_window(ctx: LiveContext, evidence: Path) -> None:
 
 
 def record_profiles(ctx: LiveContext, folder: Path, seconds: float, rate_hz: int, stop: threading.Event) -> None:
-    """Every rank's stacks side by side for `seconds` (py-spy record, non-blocking); stops early on `stop`."""
+    """Every rank's stacks side by side for `seconds` (py-spy record, non-blocking); stops early on `stop`. The
+    ranks' scheduler accounting is read at its start and its end (`sched/<host>.sched.jsonl` beside `folder`):
+    how much of the window each rank waited for a CPU."""
+    sched_snapshot(ctx, folder.parent / "sched")
     recorder = ProfileSampler(seconds=seconds, rate_hz=rate_hz, delay_s=0.0, out_dir=folder, judge=False)
     recorder.start(ctx)
     while not recorder.done and not stop.is_set():
         recorder.sample(ctx)
         stop.wait(0.5)
     recorder.stop(ctx)
+    sched_snapshot(ctx, folder.parent / "sched")
+
+
+def sched_snapshot(ctx: LiveContext, folder: Path) -> None:
+    """One scheduler record per rank (collectors/counters/sched.py), appended to `folder/<host>.sched.jsonl`."""
+    now = time.time_ns()
+    records = [rec for w in ctx.job.workers if (rec := snapshot_record(ctx.host, w.rank, w.pid, now)) is not None]
+    if records:
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / f"{ctx.host}.sched.jsonl", "a", encoding="utf-8") as out:
+            out.writelines(json.dumps(rec) + "\n" for rec in records)
 
 
 def step_started_ns(steps: Path, step: int) -> int | None:
@@ -193,6 +210,9 @@ def copy_baseline(baseline: Path, evidence: Path, notes: list[str], began_ns: in
     if began_ns is not None and isinstance(ended, int) and began_ns < ended:
         notes.append("the baseline window was still recording when the change began: not compared with it")
         return
+    for src in sorted((baseline / "sched").glob("*.sched.jsonl")):  # the ranks' CPU wait in the healthy window
+        (evidence / "baseline" / "sched").mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, evidence / "baseline" / "sched" / src.name)
     profiles = sorted((baseline / "profiles").glob("rank-*.*"))
     if not profiles:
         notes.append("the baseline window has no stacks: the stacks are compared across ranks only")

@@ -108,6 +108,20 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "ts_ns": "int64",
         "value": "float64",
     },
+    # The ranks' scheduler accounting (collectors/counters/sched.py): two snapshots per rank per window (an
+    # incident's, or the watcher's healthy baseline: window "baseline"), summed over the process's threads.
+    "cpu_sched": {
+        "host": "string",
+        "rank": "int32",
+        "pid": "int64",
+        "ts_ns": "int64",
+        "run_ns": "int64",
+        "wait_ns": "int64",
+        "slices": "int64",
+        "load1": "float64",
+        "cpus": "int32",
+        "window": "string",
+    },
     # The interfaces those samples are of, per host: why the job uses each (a socket setting, the route
     # to a peer; "" unknown), the peers it reaches, its own addresses, the root qdisc kind last seen, the file.
     "net_ifaces": {

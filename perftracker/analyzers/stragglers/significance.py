@@ -43,12 +43,18 @@ RUNNER_UP_SHARE = 0.5  # a single straggler is at least twice as late as the nex
 
 
 def binomial_tail(k: int, n: int, p: float) -> float:
-    """P(X >= k) for X ~ Binomial(n, p), exactly."""
+    """P(X >= k) for X ~ Binomial(n, p), exactly (to float precision; summed in logs, so any n)."""
     if k <= 0:
         return 1.0
     if k > n:
         return 0.0
-    return float(min(1.0, sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k, n + 1))))
+    if p <= 0.0 or p >= 1.0:
+        return 1.0 if p >= 1.0 else 0.0
+    # in logs: math.comb(n, i) as a float overflows past n ~ 1,030 (a long run's steps as trials)
+    log_p, log_q, log_n = math.log(p), math.log1p(-p), math.lgamma(n + 1)
+    terms = [log_n - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * log_p + (n - i) * log_q for i in range(k, n + 1)]
+    top = max(terms)
+    return float(min(1.0, math.exp(top) * math.fsum(math.exp(t - top) for t in terms)))
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,11 @@ Promise: `load_counter_inputs(paths)` looks at each non-trace file and loads, wh
 - repeated `ethtool -S <netdev>` outputs with epoch lines ("NIC statistics:" decides; PFC / discard
   counters of RoCE ports, collectors/ethtool.py), moved onto the RDMA device / port whose sysfs
   record (from any other input of the same host) lists that netdev,
+- the ranks' scheduler accounting around an incident's window (`sched/<host>.sched.jsonl`,
+  `collectors/counters/sched.py`) into the `cpu_sched` table,
 - Ethernet interface counters (`<host>.net.jsonl`, `ip -s link` and /sys/class/net dumps, node exporter
   `node_network_*`: `collectors/counters/netdev_dumps.py`) into the `netdev` and `net_ifaces` tables,
-and returns `({"counters", "devices", "netdev", "net_ifaces"}, notes, RunInfo)`; its `counter_sources`
+and returns `({"counters", "devices", "netdev", "net_ifaces"[, "cpu_sched"]}, notes, RunInfo)`; its `counter_sources`
 counts the files of each kind. Files that are none of these are left alone (other loaders read them).
 """
 
@@ -23,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from perftracker.bounded import file_cap, loads_json, read_head, read_text
-from perftracker.collectors.counters import ethtool, gpu_samples, netdev_dumps, prometheus, rdma
+from perftracker.collectors.counters import ethtool, gpu_samples, netdev_dumps, prometheus, rdma, sched
 from perftracker.errors import InputError
 from perftracker.store import LoadNote, RunInfo
 from perftracker.store.schema import conform
@@ -48,14 +50,16 @@ def _first_json(head: str) -> dict[str, Any]:
 
 
 def sniff(path: Path, head: str) -> str:
-    """The kind of counter input a file holds: rdma_jsonl, gpu_jsonl, smi_csv, prometheus, sysfs_dump,
-    ethtool_dump or ''."""
+    """The kind of counter input a file holds: rdma_jsonl, gpu_jsonl, sched_jsonl, smi_csv, prometheus,
+    sysfs_dump, ethtool_dump or ''."""
     rec = _first_json(head) if head.lstrip().startswith("{") else {}
     if rec:
         if {"device", "port", "ts_ns"} <= rec.keys() and ("counters" in rec or "hw_counters" in rec):
             return "rdma_jsonl"
         if {"gpu", "ts_ns", "metrics"} <= rec.keys():
             return "gpu_jsonl"
+        if sched.looks_like_sched_jsonl(rec):
+            return "sched_jsonl"
         return ""
     if gpu_samples.looks_like_smi_csv(head):
         return "smi_csv"
@@ -103,6 +107,7 @@ def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame],
     devices: list[dict[str, Any]] = []
     eth_rows: list[dict[str, Any]] = []
     eth_devices: list[dict[str, Any]] = []
+    sched_rows: list[dict[str, Any]] = []
     notes: list[LoadNote] = []
     sources: dict[str, int] = {}
     copies = rdma.sysfs_copy_files(paths)
@@ -112,6 +117,16 @@ def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame],
             continue
         kind = sniff(path, _head(path))
         if not kind:
+            continue
+        if kind == "sched_jsonl":  # the processes' CPU wait around an incident's window: a table of its own
+            try:
+                r_sched, n_sched = sched.load_sched_jsonl(path)
+            except OSError as exc:
+                notes.append(LoadNote("warning", str(path), f"scheduler file could not be read: {exc.strerror or exc}"))
+                continue
+            sched_rows.extend(r_sched)
+            notes.extend(n_sched)
+            sources[kind] = sources.get(kind, 0) + 1
             continue
         try:
             r, d, n = _LOADERS[kind](path)
@@ -146,4 +161,6 @@ def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame],
         dev_frame = dev_frame.fillna("")
     net_tables, net_notes, net_sources = netdev_dumps.load_net_inputs(paths)
     tables = {"counters": conform("counters", counters), "devices": conform("devices", dev_frame), **net_tables}
+    if sched_rows:
+        tables["cpu_sched"] = conform("cpu_sched", pd.DataFrame(sched_rows))
     return tables, notes + net_notes, RunInfo(counter_sources={**sources, **net_sources})

@@ -1,0 +1,113 @@
+"""How long each rank's process waited for a CPU: the kernel's scheduler accounting, read around a window.
+
+Record format (`<evidence>/sched/<host>.sched.jsonl`, and `baseline/sched/` for the watcher's healthy window;
+one JSON object per rank per snapshot, two snapshots per window: at its start and at its end)::
+
+    {"ts_ns": ..., "host": "node-a", "rank": 3, "pid": 4242, "run_ns": ..., "wait_ns": ..., "slices": ...,
+     "threads": 9, "load1": 7.6, "cpus": 2}
+
+`run_ns`, `wait_ns` and `slices` are the sums over the process's threads of `/proc/<pid>/task/<tid>/schedstat`:
+time on a CPU, time runnable but waiting on a run queue (another task had the CPU), and the number of times
+it was scheduled in (the kernel's `sched_info`; present when the kernel has schedstats, as every distribution
+kernel does). `load1` is the first field of /proc/loadavg, `cpus` the CPUs the process may run on. Between two
+snapshots of one pid, wait / wall is the share of the window the rank wanted a CPU and had none.
+
+Promise: `read_process(pid, proc_root)` gives (run_ns, wait_ns, slices, threads) or None (gone, no
+permission, no schedstat); `snapshot_record(...)` builds one record; `load_sched_jsonl(path)` reads a file of
+them, bounded, into rows of the `cpu_sched` table (the window is "baseline" under a `baseline/` folder, else
+"incident"), skipping lines that are not records with a note.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from perftracker.bounded import file_cap, loads_json, read_text
+from perftracker.store import LoadNote
+
+RECORD_KEYS = frozenset({"ts_ns", "rank", "pid", "run_ns", "wait_ns"})
+
+
+def read_process(pid: int, proc_root: Path = Path("/proc")) -> tuple[int, int, int, int] | None:
+    """(run_ns, wait_ns, slices, threads) summed over the threads of `pid`, or None."""
+    run = wait = slices = threads = 0
+    try:
+        tids = os.listdir(proc_root / str(pid) / "task")
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            fields = (proc_root / str(pid) / "task" / tid / "schedstat").read_text().split()
+        except OSError:
+            continue  # a thread that ended between the listing and the read
+        if len(fields) < 3:
+            continue
+        run, wait, slices, threads = run + int(fields[0]), wait + int(fields[1]), slices + int(fields[2]), threads + 1
+    return (run, wait, slices, threads) if threads else None
+
+
+def load1(proc_root: Path = Path("/proc")) -> float | None:
+    try:
+        return float((proc_root / "loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def cpus_of(pid: int) -> int | None:
+    try:
+        return len(os.sched_getaffinity(pid))
+    except OSError:
+        return None
+
+
+def snapshot_record(host: str, rank: int, pid: int, ts_ns: int, proc_root: Path = Path("/proc")) -> dict[str, Any] | None:
+    read = read_process(pid, proc_root)
+    if read is None:
+        return None
+    run, wait, slices, threads = read
+    return {"ts_ns": ts_ns, "host": host, "rank": rank, "pid": pid, "run_ns": run, "wait_ns": wait,
+            "slices": slices, "threads": threads, "load1": load1(proc_root), "cpus": cpus_of(pid)}
+
+
+def looks_like_sched_jsonl(first: dict[str, Any]) -> bool:
+    return RECORD_KEYS <= first.keys() and "metrics" not in first
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def load_sched_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[LoadNote]]:
+    text, capped = read_text(path)
+    window = "baseline" if path.parent.parent.name == "baseline" else "incident"
+    rows: list[dict[str, Any]] = []
+    bad: list[int] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = loads_json(line)
+        except ValueError:
+            bad.append(number)
+            continue
+        values = [_int(rec.get(k)) if isinstance(rec, dict) else None for k in ("ts_ns", "pid", "run_ns", "wait_ns")]
+        rank = rec.get("rank") if isinstance(rec, dict) else None
+        if any(v is None for v in values) or not isinstance(rank, int) or isinstance(rank, bool):
+            bad.append(number)
+            continue
+        assert isinstance(rec, dict)
+        load = rec.get("load1")
+        cpus = _int(rec.get("cpus"))
+        rows.append({"host": str(rec.get("host") or path.name.split(".")[0]), "rank": rank, "pid": values[1],
+                     "ts_ns": values[0], "run_ns": values[2], "wait_ns": values[3],
+                     "slices": _int(rec.get("slices")) or 0, "load1": float(load) if isinstance(load, (int, float))
+                     and not isinstance(load, bool) else float("nan"), "cpus": cpus if cpus is not None else -1,
+                     "window": window})
+    notes = [LoadNote("warning", str(path), capped.note(file_cap()))] if capped.left_out else []
+    if bad:
+        notes.append(LoadNote("warning", str(path), f"{len(bad)} line(s) are not scheduler records and were skipped "
+                              f"(line {', '.join(map(str, bad[:5]))}{', ...' if len(bad) > 5 else ''})",
+                              {"lines": bad[:50]}))
+    return rows, notes
