@@ -93,11 +93,12 @@ class IncidentRecord:
     named_ranks: list[int] = field(default_factory=list)
     named_hosts: list[str] = field(default_factory=list)
     report: str = ""
+    step_source: str = ""  # "stacks": the step times were burst periods of sampled stacks (`step` is a burst)
 
     @classmethod
     def of(cls, alarm: Alarm, opened_ns: int) -> IncidentRecord:
         return cls(alarm.kind, opened_ns, alarm.text, list(alarm.ranks), list(alarm.hosts), alarm.step,
-                   alarm.current_s, alarm.best_s, list(alarm.details))
+                   alarm.current_s, alarm.best_s, list(alarm.details), step_source=alarm.source)
 
     def write(self, folder: Path) -> None:
         atomic_write_text(folder / INCIDENT_FILE, json.dumps(asdict(self), indent=1) + "\n")
