@@ -20,7 +20,7 @@ entry falls at the same phase) is the confidence; below `MIN_CONFIDENCE`, or wit
 the frequencies scanned), there is no period.
 
 Limits, at rate r and burst length T: periods from `MIN_SAMPLES_PER_PERIOD` / r (60 ms at 50 Hz, 30 ms at 100 Hz)
-to T / `MIN_CYCLES` (1.7 s for a 5 s burst); precision within 5% on the real recordings (95 ms steps at 100 Hz,
+to T / `MIN_CYCLES` (1.25 s for a 5 s burst); precision within 5% on the real recordings (95 ms steps at 100 Hz,
 4 s). It gives the loop's dominant period: a loop locked to an outside clock (a SIGSTOP duty cycle whose period is
 close to the step's, letting one or two iterations through per cycle) shows the clock's period, not the mean
 step (measured: 104 ms for a 128 ms mean under a 100 ms duty cycle); a loop whose iterations differ by a lot
@@ -34,9 +34,9 @@ import numpy as np
 
 from perftracker.store.stack_bursts import StackBurst, StepPeriod
 
-MIN_CONFIDENCE = 0.3
+MIN_CONFIDENCE = 0.4  # real clean bursts: 0.49-0.95; aliased junk of a loop too fast to see: 0.34
 MIN_Z = 12.0  # Rayleigh: P(Z > 12) = 6e-6 for one frequency; ~1e-3 over the few hundred scanned
-MIN_CYCLES = 3.0  # the burst must span at least 3 periods
+MIN_CYCLES = 4.0  # the burst must span at least 4 periods (fewer entries cannot reach MIN_Z)
 MIN_SAMPLES_PER_PERIOD = 3
 MIN_ENTRIES = 3  # a stack entered fewer times says nothing about a period
 HARMONIC_SHARE = 0.8
