@@ -101,8 +101,7 @@ def build_samplers(options: SamplerOptions) -> list[Sampler]:
     if options.trace_steps > 0:
         samplers.append(TraceSampler(steps=options.trace_steps))
     if options.watch is not None and options.stacks and options.stack_steps_every_s > 0:  # unprepared jobs' steps
-        samplers.append(StackStepsSampler(every_s=options.stack_steps_every_s, feed=feed,
-                                          quick_every_s=min(15.0, options.stack_steps_every_s)))
+        samplers.append(StackStepsSampler.every(options.stack_steps_every_s, feed))
     if options.watch is not None:
         samplers.append(WatchSampler(options=options.watch, stacks=stacks, feed=feed))  # one py-spy per rank at a time
     return samplers

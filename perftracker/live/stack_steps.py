@@ -165,6 +165,13 @@ class StackStepsSampler:
     _folder: Path | None = None
     _other_source: bool = False
 
+    @classmethod
+    def every(cls, every_s: float, feed: StepFeed | None) -> StackStepsSampler:
+        """The sampler of `--stack-steps-every every_s`: bursts of 5 s (at most every_s - 1), the grace period and
+        the first bursts' spacing no longer than every_s (a short every_s is for tests and quick looks)."""
+        return cls(every_s=every_s, burst_s=max(1, min(5, int(every_s) - 1)), grace_s=min(30.0, every_s),
+                   quick_every_s=min(15.0, every_s), feed=feed)
+
     def start(self, ctx: LiveContext) -> None:
         self._started = time.monotonic()
         self._next = self._started + self.grace_s

@@ -14,8 +14,8 @@ entered once per iteration adds n_s at f = 1/P, a random one about 1. Sampling m
 work fell between two samples, common at 50-100 Hz) leave an entry out but do not shift the others' phases, which
 is why entries' phases, not the intervals between them or the exact match of stacks lag by lag (tried first:
 a 95 ms loop whose work is 10 ms matched itself at its period in only 10% of the samples), are used. Frequencies
-m/P repeat as well; the period is the lowest-frequency peak within `HARMONIC_SHARE` of the highest, refined on a
-fine grid around it. The depth with the highest coherence wins; the coherence sqrt(Z / n) (0..1: 1 when every
+m/P repeat as well; the period is the lowest-frequency peak within `HARMONIC_SHARE` of the highest (and itself
+above the floors below), refined on a fine grid around it. The depth with the highest coherence wins; the coherence sqrt(Z / n) (0..1: 1 when every
 entry falls at the same phase) is the confidence; below `MIN_CONFIDENCE`, or with Z under `MIN_Z` (chance, over
 the frequencies scanned), there is no period.
 
@@ -39,7 +39,7 @@ MIN_Z = 12.0  # Rayleigh: P(Z > 12) = 6e-6 for one frequency; ~1e-3 over the few
 MIN_CYCLES = 4.0  # the burst must span at least 4 periods (fewer entries cannot reach MIN_Z)
 MIN_SAMPLES_PER_PERIOD = 3
 MIN_ENTRIES = 3  # a stack entered fewer times says nothing about a period
-HARMONIC_SHARE = 0.8
+HARMONIC_SHARE = 0.5  # 0.8 took the second harmonic for the period in 1 of 8 real 2 s bursts at 50 Hz
 MAX_DEPTH = 24
 MAX_DEPTHS_TRIED = 10  # distinct cuts of the stacks (deeper cuts that change nothing are skipped)
 COARSE_STEPS_PER_PEAK = 3  # frequency grid: 1 / (3 T), then refined around the peak
@@ -67,15 +67,17 @@ def rayleigh(times: list[np.ndarray], freqs: np.ndarray) -> np.ndarray:
     return z
 
 
-def _fundamental(z: np.ndarray) -> int | None:
-    """Index of the lowest-frequency local peak within HARMONIC_SHARE of the highest."""
+def _fundamental(z: np.ndarray, n: int) -> int | None:
+    """Index of the lowest-frequency local peak within HARMONIC_SHARE of the highest that is itself a period (Z and
+    coherence above their floors), else of the highest."""
     top = float(z.max()) if len(z) else 0.0
     if top <= 0:
         return None
+    floor = max(HARMONIC_SHARE * top, MIN_Z, MIN_CONFIDENCE ** 2 * n)
     for i in range(len(z)):
         left = z[i - 1] if i > 0 else -np.inf
         right = z[i + 1] if i + 1 < len(z) else -np.inf
-        if z[i] >= HARMONIC_SHARE * top and z[i] >= left and z[i] >= right:
+        if z[i] >= floor and z[i] >= left and z[i] >= right:
             return i
     return int(np.argmax(z))
 
@@ -90,7 +92,7 @@ def _at_depth(burst: StackBurst, found: dict[tuple[str, ...], np.ndarray], f_lo:
     span = burst.seconds
     coarse = np.arange(f_lo, f_hi, 1.0 / (COARSE_STEPS_PER_PEAK * span))
     z = rayleigh(times, coarse)
-    i = _fundamental(z)
+    i = _fundamental(z, n)
     if i is None:
         return None
     step = 1.0 / (COARSE_STEPS_PER_PEAK * span)
