@@ -52,6 +52,7 @@ from perftracker.store.stack_bursts import StackBurst
 
 STACKS_SOURCE = "stacks"  # the `source` of a step record made from a burst
 BURST_SERIES = 60  # per rank: the burst rule looks at the last 20 x N bursts at most (N = 3)
+SAMPLES_PER_BURST = 250
 WAIT_GRACE_S = 5.0  # beyond its duration, a recorder gets this long before it is interrupted
 
 
@@ -167,10 +168,12 @@ class StackStepsSampler:
 
     @classmethod
     def every(cls, every_s: float, feed: StepFeed | None) -> StackStepsSampler:
-        """The sampler of `--stack-steps-every every_s`: bursts of 5 s (at most every_s - 1), the grace period and
-        the first bursts' spacing no longer than every_s (a short every_s is for tests and quick looks)."""
-        return cls(every_s=every_s, burst_s=max(1, min(5, int(every_s) - 1)), grace_s=min(30.0, every_s),
-                   quick_every_s=min(15.0, every_s), feed=feed)
+        """The sampler of `--stack-steps-every every_s`: bursts of 5 s (at most every_s - 1) of about 250 samples
+        (50 Hz for 5 s, at most 100 Hz for shorter ones), the grace period and the first bursts' spacing no longer
+        than every_s (a short every_s is for tests and quick looks)."""
+        burst_s = max(1, min(5, int(every_s) - 1))
+        return cls(every_s=every_s, burst_s=burst_s, rate_hz=min(100, max(50, round(SAMPLES_PER_BURST / burst_s))),
+                   grace_s=min(30.0, every_s), quick_every_s=min(15.0, every_s), feed=feed)
 
     def start(self, ctx: LiveContext) -> None:
         self._started = time.monotonic()

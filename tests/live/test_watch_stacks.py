@@ -57,7 +57,7 @@ def test_watch_of_an_unprepared_job_finds_its_step_time_in_sampled_stacks_and_th
         pids = wait_workers(proc, 2)
         wait_steps(job_dir, 0, 5)
         attach = subprocess.Popen([sys.executable, "-m", "perftracker", "attach", f"pid:{proc.pid}", "-o", str(out),
-                                   "--quiet", "--watch", "--no-analyze", "--incident-seconds", "3",
+                                   "--quiet", "--watch", "--no-analyze", "--incident-seconds", "6",
                                    "--stack-steps-every", str(EVERY_S), "--watch-rise", RISE],
                                   stdout=open(tmp_path / "attach.log", "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
         deadline = time.monotonic() + 90
