@@ -20,10 +20,11 @@ entry falls at the same phase) is the confidence; below `MIN_CONFIDENCE`, or wit
 the frequencies scanned), there is no period.
 
 Limits, at rate r and burst length T: periods from `MIN_SAMPLES_PER_PERIOD` / r (60 ms at 50 Hz, 30 ms at 100 Hz)
-to T / `MIN_CYCLES` (1.25 s for a 5 s burst); precision within 5% on the real recordings (95 ms steps at 100 Hz,
-4 s). It gives the loop's dominant period: a loop locked to an outside clock (a SIGSTOP duty cycle whose period is
+to T / `MIN_CYCLES` (1.25 s for a 5 s burst); on the real recordings (~100 ms steps, 4 s at 100 Hz) within 1% of
+the job's own mean step time, 15% on a loaded machine; live (2 s at 100 Hz), 24 of 26 rank-bursts within 6%. It gives the loop's dominant period: a loop locked to an outside clock (a SIGSTOP duty cycle whose period is
 close to the step's, letting one or two iterations through per cycle) shows the clock's period, not the mean
-step (measured: 104 ms for a 128 ms mean under a 100 ms duty cycle); a loop whose iterations differ by a lot
+step (measured: 104 ms for a 128 ms mean under a 100 ms duty cycle), and a rank frozen by SIGSTOP most of each
+period can show half its period (2 of 26 live rank-bursts); a loop whose iterations differ by a lot
 (gradient accumulation, evaluation inside the burst) shows its repeating unit's. One whose main thread sits in a
 single stack the whole burst (idle, hung, or all work in other threads) has no period here.
 """
