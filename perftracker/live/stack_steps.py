@@ -281,6 +281,10 @@ class BurstSeries:
         """A rank has enough bursts to judge: two windows."""
         return any(len(s) >= 2 * self.window for s in self._series.values())
 
+    def most(self) -> int:
+        """The most bursts any rank has (the panel's arming count)."""
+        return max((len(s) for s in self._series.values()), default=0)
+
     def series(self, rank: int) -> StepSeries:
         pairs = self._series[rank]
         return StepSeries(rank, [b for b, _ in pairs], [d for _, d in pairs])

@@ -370,6 +370,8 @@ class WatchSampler:
         if not st.armed:
             most = max((self._counted(rank) for rank in list(self._series)), default=0)
             text = f"arming: {most}/{2 * self.options.window} steps"
+            if self.bursts.most():
+                text += f", {self.bursts.most()}/{2 * self.bursts.window} stack bursts"
         else:
             text = f"armed {time.time() - st.armed_at_s:.0f}s ago, baseline {st.baseline}"
             worst = max(st.current_s, key=lambda r: st.current_s[r] / st.best_s.get(r, st.current_s[r]), default=None)
