@@ -88,17 +88,17 @@ class IncidentRecord:
     best_s: float | None
     details: list[str]
     state: str = "capturing"
+    step_source: str = ""  # "stacks": the step times were burst periods of sampled stacks (`step` is a burst)
     notes: list[str] = field(default_factory=list)
     verdict: str = ""
     named_ranks: list[int] = field(default_factory=list)
     named_hosts: list[str] = field(default_factory=list)
     report: str = ""
-    step_source: str = ""  # "stacks": the step times were burst periods of sampled stacks (`step` is a burst)
 
     @classmethod
     def of(cls, alarm: Alarm, opened_ns: int) -> IncidentRecord:
         return cls(alarm.kind, opened_ns, alarm.text, list(alarm.ranks), list(alarm.hosts), alarm.step,
-                   alarm.current_s, alarm.best_s, list(alarm.details), step_source=alarm.source)
+                   alarm.current_s, alarm.best_s, list(alarm.details))
 
     def write(self, folder: Path) -> None:
         atomic_write_text(folder / INCIDENT_FILE, json.dumps(asdict(self), indent=1) + "\n")
@@ -228,6 +228,7 @@ def capture_incident(ctx: LiveContext, alarm: Alarm, folder: Path, plan: Capture
     evidence = folder / "evidence"
     try:
         evidence.mkdir(parents=True, exist_ok=True)
+        record.step_source = alarm.source
         record.write(folder)
         if alarm.kind == "hang" and stacks is not None:
             look = stacks.dump_into(ctx, "native", evidence / "stacks" / snapshot_name(time.time(), "hang"))

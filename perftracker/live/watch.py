@@ -320,12 +320,12 @@ class WatchSampler:
         if alarm.kind == "hang":
             self._hang_open = True
         if alarm.kind == "degradation":  # the slower level becomes the new normal: only a further change fires
+            self.bursts.clear()
             self._series.clear()
             self._built, self._fresh = {}, set()
             self._recent.clear()
             self._median_ns = None
             self.state.best_s.clear()
-            self.bursts.clear()
         folder = incident_folder(ctx.run_dir, alarm, now)
         self.state.incidents.append((now, alarm.kind, folder.name))
         ctx.note(f"watch: incident {folder.name}: {alarm.text[:300]}")

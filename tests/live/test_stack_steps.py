@@ -123,6 +123,6 @@ def test_the_watcher_arms_on_bursts_never_calls_their_cadence_a_hang_and_opens_a
     # THEN one degradation incident opens, its step source "stacks", since burst 6, naming both ranks' series
     assert [kind for _, kind, _ in watcher.state.incidents] == ["degradation"]
     watcher.stop(ctx)
-    record = json.loads(next((ctx.run_dir / "incidents").glob("*-degradation/incident.json")).read_text())
+    record = json.loads(next((ctx.run_dir / "incidents").glob("*-degradation*/incident.json")).read_text())
     assert record["step_source"] == "stacks" and record["step"] == 6 and record["ranks"] == [0, 1]
     assert "sampled stacks" in record["trigger"]
