@@ -96,6 +96,10 @@ def attach(
     watch_rise: Annotated[float, rise_option()] = 0.2,
     incident_seconds: Annotated[float, incident_seconds_option()] = 10.0,
     prom: Annotated[str | None, prom_option()] = None,
+    stack_steps_every: Annotated[float, typer.Option("--stack-steps-every", help="--watch on a job with no other "
+                                                     "step signal (no hook, no step lines, no NCCL Inspector): "
+                                                     "seconds between the sampled-stack bursts that give its "
+                                                     "iteration period; 0 = off.")] = 60.0,
 ) -> None:
     """Attach to a running job: environment, NCCL logs, stacks, GPU and RDMA samples, step times; then a
     diagnosis. Read-only: the job is never paused (non-blocking stacks) and keeps running after."""
@@ -106,7 +110,7 @@ def attach(
     options = SamplerOptions(interval_s=interval, stack_interval_s=stack_interval, stacks=stacks, gpu=gpu,
                              rdma=rdma, net=net, logs=logs, steps=steps, nccl_logs=list(nccl_log or ()), job_log=job_log,
                              trace_steps=trace_steps, stacks_at=stacks_at, profile_seconds=profile_seconds,
-                             profile_rate_hz=profile_rate)
+                             profile_rate_hz=profile_rate, stack_steps_every_s=max(0.0, stack_steps_every))
     publisher = None
     if watch:  # until the job ends, at the cheap steady-state rates, with the online rules
         options.watch, publisher = watch_options(watch_window, watch_rise, prom, incident_seconds)

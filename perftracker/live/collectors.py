@@ -13,6 +13,7 @@ from perftracker.live.nvml_sampler import NvmlSampler
 from perftracker.live.profile_sampler import ProfileSampler
 from perftracker.live.rdma_sampler import RdmaSampler
 from perftracker.live.sampler import Sampler
+from perftracker.live.stack_steps import StackStepsSampler
 from perftracker.live.stacks import StackSampler
 from perftracker.live.step_feed import StepFeed
 from perftracker.live.steps_sampler import StepsSampler
@@ -47,6 +48,7 @@ class SamplerOptions:
     profile_rate_hz: int = 20
     profile_delay_s: float = 2.0  # after the session starts
     watch: WatchOptions | None = None  # attach/run --watch: the online rules and their incidents
+    stack_steps_every_s: float = 60.0  # --watch, no other step source: a sampled-stack burst this often (0: off)
 
 
 def watch_rates(options: SamplerOptions) -> SamplerOptions:
@@ -98,6 +100,8 @@ def build_samplers(options: SamplerOptions) -> list[Sampler]:
         samplers.append(StepsSampler(job_log=options.job_log, interval_s=options.steps_poll_s, feed=feed))
     if options.trace_steps > 0:
         samplers.append(TraceSampler(steps=options.trace_steps))
+    if options.watch is not None and options.stacks and options.stack_steps_every_s > 0:  # unprepared jobs' steps
+        samplers.append(StackStepsSampler.every(options.stack_steps_every_s, feed))
     if options.watch is not None:
         samplers.append(WatchSampler(options=options.watch, stacks=stacks, feed=feed))  # one py-spy per rank at a time
     return samplers

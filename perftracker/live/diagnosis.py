@@ -20,6 +20,7 @@ import pandas as pd
 
 from perftracker.store import Store
 from perftracker.store.alarms import Alarm, StepSeries
+from perftracker.store.stack_bursts import StackBurst, StepPeriod
 from perftracker.store.stack_frames import MainStack
 
 Look = Mapping[int, MainStack]  # rank -> its main thread in one round of stack dumps
@@ -55,6 +56,15 @@ class LiveDiagnosis(Protocol):
         the mean of the last `window` steps more than `rise` above the recent best, with the step it began at?"""
         ...
 
+    def step_period(self, burst: StackBurst) -> StepPeriod | None:
+        """The iteration period one rank's sampled-stack burst shows (None: no clear period), for jobs with no other
+        step signal."""
+        ...
+
+    def burst_alarm(self, series: Sequence[StepSeries], window: int, rise: float) -> Alarm | None:
+        """The watcher's question for burst periods (one value per burst per rank): did they rise beyond noise?"""
+        ...
+
     def hang_alarm(self, last_step: Mapping[int, int], last_step_ns: Mapping[int, int], median_step_ns: int | None,
                    steps_known: int, now_ns: int) -> Alarm | None:
         """The watcher's question: has the job stopped making progress (rank -> last step and its wall time)?"""
@@ -85,6 +95,12 @@ class NoDiagnosis:
         return ""
 
     def degradation_alarm(self, series: Sequence[StepSeries], window: int, rise: float) -> Alarm | None:
+        return None
+
+    def step_period(self, burst: StackBurst) -> StepPeriod | None:
+        return None
+
+    def burst_alarm(self, series: Sequence[StepSeries], window: int, rise: float) -> Alarm | None:
         return None
 
     def hang_alarm(self, last_step: Mapping[int, int], last_step_ns: Mapping[int, int], median_step_ns: int | None,

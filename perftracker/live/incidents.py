@@ -92,6 +92,7 @@ class IncidentRecord:
     best_s: float | None
     details: list[str]
     state: str = "capturing"
+    step_source: str = ""  # "stacks": the step times were burst periods of sampled stacks (`step` is a burst)
     notes: list[str] = field(default_factory=list)
     verdict: str = ""
     named_ranks: list[int] = field(default_factory=list)
@@ -260,6 +261,7 @@ def capture_incident(ctx: LiveContext, alarm: Alarm, folder: Path, plan: Capture
     evidence = folder / "evidence"
     try:
         evidence.mkdir(parents=True, exist_ok=True)
+        record.step_source = alarm.source
         record.write(folder)
         if alarm.kind == "hang" and stacks is not None:
             look = stacks.dump_into(ctx, "native", evidence / "stacks" / snapshot_name(time.time(), "hang"))

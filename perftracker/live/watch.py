@@ -55,6 +55,7 @@ from perftracker.live.incidents import (
     incident_folder,
 )
 from perftracker.live.sampler import LiveContext
+from perftracker.live.stack_steps import STACKS_SOURCE, BurstSeries
 from perftracker.live.stacks import StackSampler, find_pyspy
 from perftracker.live.step_feed import StepFeed
 from perftracker.live.steps_sampler import LineTail
@@ -79,6 +80,7 @@ def own_counters(ctx: LiveContext, kind: str = "*") -> list[Path]:
 @dataclass
 class WatchOptions:
     window: int = 10  # N (defaults measured in analyzers/online/step_rules.py)
+    burst_window: int = 3  # N for the burst periods of sampled stacks (analyzers/online/burst_rule.py)
     rise: float = 0.20  # X
     profile_seconds: float = 10.0
     profile_rate_hz: int = 20
@@ -161,11 +163,13 @@ class WatchSampler:
     _stop: threading.Event = field(default_factory=threading.Event)
     _capture: threading.Thread | None = None
     _baseline: threading.Thread | None = None
+    bursts: BurstSeries = field(default_factory=BurstSeries)  # `source: "stacks"` records (live/stack_steps.py)
     stacks: StackSampler | None = None  # the session's: its lock keeps two native dumps off one rank at once
     _started_s: float = 0.0
 
     def start(self, ctx: LiveContext) -> None:
         self._started_s = time.time()
+        self.bursts.window = self.options.burst_window
         self._next_host = time.monotonic() + self.options.host_check_s
         if self.stacks is None and find_pyspy() is not None:
             self.stacks = StackSampler()
@@ -188,6 +192,9 @@ class WatchSampler:
     def _read_steps(self, ctx: LiveContext) -> bool:
         records = self._new_records(ctx)
         for rec in records:
+            if rec.get("source") == STACKS_SOURCE:  # a burst's period: its own coarse series, never the stall rule's
+                self.bursts.add(rec)
+                continue
             rank, step, end_ns = int(rec["rank"]), int(rec["step"]), int(rec["end_ns"])
             duration = end_ns - int(rec["start_ns"])
             series = self._series.get(rank)
@@ -241,7 +248,7 @@ class WatchSampler:
         if new:
             self._hang_open = False  # steps came: a later stall is a new hang
         n = self.options.window
-        if not self.state.armed and any(self._counted(r) >= 2 * n for r in self._fresh):
+        if not self.state.armed and (any(self._counted(r) >= 2 * n for r in self._fresh) or self.bursts.ready()):
             self.state.armed, self.state.armed_at_s = True, time.time()
             self._start_baseline(ctx)
         alarms: list[Alarm] = []
@@ -255,6 +262,9 @@ class WatchSampler:
             found = diagnosis.degradation_alarm(looked, n, self.options.rise) if self.state.armed else None
             if found is not None:
                 alarms.append(found)
+        burst = self.bursts.judge(diagnosis, self.options.rise, self.state.armed, self.state.current_s, self.state.best_s)
+        if burst is not None:
+            alarms.append(burst)
         if not self._hang_open:
             hang = diagnosis.hang_alarm(self.state.last_step, self._last_ns, self._median(), self._known,
                                         time.time_ns())
@@ -317,6 +327,7 @@ class WatchSampler:
         if alarm.kind == "hang":
             self._hang_open = True
         if alarm.kind == "degradation":  # the slower level becomes the new normal: only a further change fires
+            self.bursts.clear()
             self._series.clear()
             self._built, self._fresh = {}, set()
             self._recent.clear()
@@ -366,6 +377,8 @@ class WatchSampler:
         if not st.armed:
             most = max((self._counted(rank) for rank in list(self._series)), default=0)
             text = f"arming: {most}/{2 * self.options.window} steps"
+            if self.bursts.most():
+                text += f", {self.bursts.most()}/{2 * self.bursts.window} stack bursts"
         else:
             text = f"armed {time.time() - st.armed_at_s:.0f}s ago, baseline {st.baseline}"
             worst = max(st.current_s, key=lambda r: st.current_s[r] / st.best_s.get(r, st.current_s[r]), default=None)

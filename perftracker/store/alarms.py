@@ -3,7 +3,9 @@ incident for it) and analyzers/online (whose rules raise it).
 
 Promise: plain, typed records with no behaviour. `kind` is one of `KINDS`; `ranks` the ranks whose own
 series showed it (-1 = the job as a whole, when step times come from one log); `step` the step it began
-at (change point) or was last seen at (a hang), -1 when not known; `text` one line for people.
+at (change point) or was last seen at (a hang), -1 when not known; `text` one line for people; `source` the
+step signal a degradation was seen in ("" for step records, "stacks" for the burst periods of sampled stacks,
+whose `step` is then the burst's number).
 """
 
 from __future__ import annotations
@@ -43,3 +45,4 @@ class Alarm:
     best_s: float | None = None  # degradation: the recent best mean of N steps
     confidence: float | None = None
     details: tuple[str, ...] = field(default_factory=tuple)  # further lines (host signals, per-rank rises)
+    source: str = ""  # the step signal: "" (step records) or "stacks" (burst periods of sampled stacks)

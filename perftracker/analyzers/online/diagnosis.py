@@ -7,7 +7,9 @@ pattern); the straggler question runs the `stack_profile` analyzer on the record
 live panel's suspicion is the title of the finding `analyze` will report. The step-stall rule is
 in `analyzers/online/hang_rule.py` (no offline analyzer has one). The watcher's questions (`attach --watch`)
 go to the online rules: `step_rules.py` (degradation with its change point), `hang_rule.py`,
-`host_trigger.py` (the offline host-health analyzers on the latest counters).
+`host_trigger.py` (the offline host-health analyzers on the latest counters); for jobs with no step signal,
+`step_period.py` (the iteration period of a sampled-stack burst) and `burst_rule.py` (degradation of those
+coarse series).
 """
 
 from __future__ import annotations
@@ -24,12 +26,15 @@ from perftracker.analyzers.failures.stack_state import (
     still,
     switches_of,
 )
+from perftracker.analyzers.online.burst_rule import burst_alarm
 from perftracker.analyzers.online.hang_rule import hang_alarm, step_stall
 from perftracker.analyzers.online.host_trigger import host_alarm
+from perftracker.analyzers.online.step_period import estimate_period
 from perftracker.analyzers.online.step_rules import degradation_alarm
 from perftracker.analyzers.stragglers.stack_profile import analyze_stack_profile
 from perftracker.store import Store
 from perftracker.store.alarms import Alarm, StepSeries
+from perftracker.store.stack_bursts import StackBurst, StepPeriod
 from perftracker.store.stack_frames import MainStack
 
 SUSPICION_CHARS = 300
@@ -59,6 +64,12 @@ class AnalyzerDiagnosis:
 
     def degradation_alarm(self, series: Sequence[StepSeries], window: int, rise: float) -> Alarm | None:
         return degradation_alarm(series, window, rise)
+
+    def step_period(self, burst: StackBurst) -> StepPeriod | None:
+        return estimate_period(burst)
+
+    def burst_alarm(self, series: Sequence[StepSeries], window: int, rise: float) -> Alarm | None:
+        return burst_alarm(series, window, rise)
 
     def hang_alarm(self, last_step: Mapping[int, int], last_step_ns: Mapping[int, int], median_step_ns: int | None,
                    steps_known: int, now_ns: int) -> Alarm | None:

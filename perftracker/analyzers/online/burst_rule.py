@@ -1,0 +1,73 @@
+"""The watcher's degradation rule for coarse step series: one value per sampled-stack burst per rank (the mean
+iteration period of a 5 s burst, `live/stack_steps.py`), not one per step.
+
+Promise: `burst_alarm(series, window, rise)` looks at each rank's burst periods (`StepSeries`: step = burst
+number, duration = the burst's mean period) and returns one `Alarm` (kind "degradation", source "stacks") naming
+the ranks whose series fired, or None. Per series:
+
+1. **Trigger**, as for steps: the mean of the last `window` (N, default 3) bursts more than `rise` (X) above the
+   lowest mean of N consecutive earlier bursts (within the last `HORIZON_WINDOWS` x N).
+2. **Confirmation.** The step rule's change-point test needs 20 values and more; N bursts of a coarse series are
+   minutes. A burst's value is already a mean over tens to hundreds of iterations, so a lone slow step cannot move
+   it; what can is a burst that caught a passing disturbance. So: every one of the last N bursts must itself be
+   more than X / 2 above the best (sustained, not one odd burst) and the rise more than `NOISE_K` times the
+   earlier bursts' own spread (the median absolute deviation x 1.4826 of the values before the window, at
+   least `MIN_SPREAD` of the best). The burst it began at is the first of the trailing run of bursts above the
+   best by X / 2.
+
+N = 3: with bursts every 60 s the rule confirms a slowdown within 3 minutes of it, and 2 x N = 6 bursts arm it;
+three bursts in a row above the line are unlikely from independent disturbances (measured false incidents on
+clean real jobs: README "Watching a job").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from perftracker.store.alarms import Alarm, StepSeries
+
+DEFAULT_WINDOW = 3
+HORIZON_WINDOWS = 20
+NOISE_K = 4.0
+MIN_SPREAD = 0.02  # the earlier bursts' spread is taken as at least 2% of the best (a few identical values)
+SOURCE = "stacks"
+
+
+def series_alarm(series: StepSeries, window: int = DEFAULT_WINDOW, rise: float = 0.2) -> Alarm | None:
+    """The degradation alarm of one rank's burst series, or None."""
+    y = series.durations_ns.astype(float)[-HORIZON_WINDOWS * window:] / 1e9
+    steps = series.steps[-HORIZON_WINDOWS * window:]
+    if len(y) < 2 * window:
+        return None
+    means = np.convolve(y, np.ones(window) / window, mode="valid")
+    current, best = float(means[-1]), float(means[:-window].min())
+    if best <= 0 or current <= best * (1.0 + rise):
+        return None
+    recent, earlier = y[-window:], y[:-window]
+    line = best * (1.0 + rise / 2)
+    if float(recent.min()) <= line:
+        return None
+    spread = max(float(np.median(np.abs(earlier - np.median(earlier)))) * 1.4826, MIN_SPREAD * best)
+    if current - best <= NOISE_K * spread:
+        return None
+    below = np.nonzero(y <= line)[0]
+    began = int(steps[below[-1] + 1]) if len(below) else int(steps[0])
+    who = "the job" if series.rank < 0 else f"rank {series.rank}"
+    return Alarm("degradation", f"{who} (step times from sampled stacks, one value per burst): the last {window} "
+                 f"bursts' iteration period is {current * 1e3:.1f} ms on average, {100 * (current / best - 1):.0f}% "
+                 f"above the recent best {best * 1e3:.1f} ms (spread {spread * 1e3:.1f} ms); slower since burst "
+                 f"{began}", ranks=(series.rank,), step=began, current_s=current, best_s=best, source=SOURCE)
+
+
+def burst_alarm(series: Iterable[StepSeries], window: int = DEFAULT_WINDOW, rise: float = 0.2) -> Alarm | None:
+    """One alarm for every series that fired (the earliest burst it began at is the one given)."""
+    fired = [a for a in (series_alarm(s, window, rise) for s in series) if a is not None]
+    if not fired:
+        return None
+    first = min(fired, key=lambda a: (a.step, -(a.current_s or 0.0) / (a.best_s or 1.0)))
+    ranks = tuple(sorted(r for a in fired for r in a.ranks))
+    lead = first.text if len(fired) == 1 else f"{len(fired)} ranks slower ({', '.join(map(str, ranks))}); {first.text}"
+    return Alarm("degradation", lead, ranks=ranks, step=first.step, current_s=first.current_s, best_s=first.best_s,
+                 details=tuple(a.text for a in fired), source=SOURCE)

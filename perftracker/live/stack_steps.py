@@ -1,0 +1,317 @@
+"""The step signal of an unprepared job under `--watch`: the iteration period read from short sampled-stack
+bursts, for jobs with no hook, no recognised step lines and no NCCL Inspector output.
+
+Promise: `StackStepsSampler` (name ``stack-steps``) waits `grace_s` (30 s) after the session starts; as long as
+no other step source has produced a record (`ctx.progress.last_step` is empty: the steps sampler fills it from
+the hook, --job-log and the job's output; and no `inspector/` file came), it records, every `every_s` (60 s; the
+first `quick_bursts` bursts every `quick_every_s`, so that the rules arm within about a minute and a half), one
+burst of every rank side by side: `py-spy record --nonblocking --idle --threads --format chrometrace` for
+`burst_s` (5 s) at `rate_hz` (50 Hz), each py-spy in a session of its own (the job is never paused; a signal
+to attach's group does not reach it), into a temporary folder removed once read. Each rank's burst is read
+(`collectors/stacks/chrometrace.py`) and its iteration period asked of `ctx.diagnosis.step_period` (the
+estimator `analyzers/online/step_period.py`, through the live seam). A rank whose burst shows a period gets one
+step-like record in `steps/rank-<r>.jsonl`, handed to the watcher through the `StepFeed` too:
+
+    {"rank": 1, "step": 7, "start_ns": ..., "end_ns": ..., "host": "node-7", "source": "stacks",
+     "period_s": 0.0831, "confidence": 0.74, "cycles": 60.2, "burst_s": 5, "rate_hz": 50}
+
+`step` is the burst's number (0, 1, ... in this session, the same for every rank), `end_ns` the burst's end
+(the same for every rank of a burst, so no rank looks late) and `end_ns - start_ns` the burst's mean period: one
+value per burst per rank, which the watcher keeps apart from real steps (`BurstSeries`) and judges with the
+coarse degradation rule (`analyzers/online/burst_rule.py`); the step-stall rule never sees them (a record every
+60 s is the cadence, not a stall): for such a job a hang is stacks that stop moving (the stack sampler's check).
+A burst with no period writes nothing (its count is in the status). Cost: py-spy's CPU per burst x ranks /
+`every_s`; measured 0.10-0.13 s (user + system) for one rank's 5 s burst at 50 Hz, so 1.3-1.7% of one core for 8
+ranks at the defaults (0.2% per rank; `--stack-steps-every 240` for 0.5%), plus a few ms per rank-burst for the
+estimate; only while the job offers no other step signal (README "Watching a job").
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from perftracker.collectors.stacks.chrometrace import read_burst
+from perftracker.errors import InputError
+from perftracker.live.diagnosis import LiveDiagnosis
+from perftracker.live.discovery import Worker
+from perftracker.live.sampler import LiveContext
+from perftracker.live.stacks import PERMISSION_HINT, find_pyspy
+from perftracker.live.step_feed import StepFeed
+from perftracker.rundir import append_jsonl, step_file
+from perftracker.store.alarms import Alarm, StepSeries
+from perftracker.store.stack_bursts import StackBurst
+
+STACKS_SOURCE = "stacks"  # the `source` of a step record made from a burst
+BURST_SERIES = 60  # per rank: the burst rule looks at the last 20 x N bursts at most (N = 3)
+SAMPLES_PER_BURST = 250
+WAIT_GRACE_S = 5.0  # beyond its duration, a recorder gets this long before it is interrupted
+
+
+def burst_command(pyspy: str, pid: int, seconds: int, rate_hz: int, out: Path) -> list[str]:
+    """The py-spy command that records one burst of one process (never pausing it)."""
+    return [pyspy, "record", "--pid", str(pid), "--rate", str(rate_hz), "--duration", str(seconds),
+            "--nonblocking", "--idle", "--threads", "--format", "chrometrace", "--output", str(out)]
+
+
+@dataclass
+class _Recorder:
+    worker: Worker
+    proc: subprocess.Popen[bytes]
+    out: Path
+
+
+@dataclass
+class BurstRound:
+    """One burst of every rank side by side: start, `poll` until done, then `read` (or `stop` early)."""
+
+    pyspy: str
+    seconds: int
+    rate_hz: int
+    folder: Path
+    started_ns: int = 0
+    recorders: list[_Recorder] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def start(self, workers: list[Worker]) -> None:
+        self.started_ns = time.time_ns()
+        for w in workers:
+            out = self.folder / f"rank-{w.rank}.chrometrace.json"
+            try:
+                proc = subprocess.Popen(burst_command(self.pyspy, w.pid, self.seconds, self.rate_hz, out),
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                        start_new_session=True)
+            except OSError as exc:
+                self.errors.append(f"could not start py-spy for rank {w.rank} ({exc})")
+                continue
+            self.recorders.append(_Recorder(w, proc, out))
+
+    def done(self) -> bool:
+        late = time.time_ns() > self.started_ns + int((self.seconds + WAIT_GRACE_S) * 1e9)
+        if late:
+            self.stop()
+        return all(r.proc.poll() is not None for r in self.recorders)
+
+    def stop(self) -> None:
+        """Interrupt the recorders still running (py-spy writes what it has on SIGINT)."""
+        for rec in self.recorders:
+            if rec.proc.poll() is None:
+                rec.proc.send_signal(signal.SIGINT)
+        for rec in self.recorders:
+            try:
+                rec.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                rec.proc.kill()
+                rec.proc.wait()
+
+    def read(self) -> list[StackBurst]:
+        """Every rank's burst that was written; what failed is in `errors`."""
+        bursts = []
+        for rec in self.recorders:
+            err = rec.proc.stderr.read().decode(errors="replace") if rec.proc.stderr else ""
+            if rec.proc.stderr:
+                rec.proc.stderr.close()
+            if not rec.out.is_file() or rec.out.stat().st_size == 0:
+                low = err.lower()
+                if "permission" in low or "operation not permitted" in low:
+                    self.errors.append(f"no permission to sample rank {rec.worker.rank} (pid {rec.worker.pid}): "
+                                       f"{PERMISSION_HINT}")
+                elif err.strip():
+                    self.errors.append(f"no samples of rank {rec.worker.rank} (pid {rec.worker.pid}): "
+                                       f"{err.strip().splitlines()[-1][:200]}")
+                continue
+            try:
+                bursts.append(read_burst(rec.out, rec.worker.rank, self.rate_hz, self.started_ns))
+            except InputError as exc:
+                self.errors.append(f"rank {rec.worker.rank}'s burst not read: {exc.message}")
+        return bursts
+
+
+def burst_record(burst: StackBurst, index: int, end_ns: int, host: str, period_s: float, confidence: float,
+                 cycles: float) -> dict[str, Any]:
+    """The step-like record of one rank's burst (see the module docstring)."""
+    period_ns = max(1, round(period_s * 1e9))
+    return {"rank": burst.rank, "step": index, "start_ns": end_ns - period_ns, "end_ns": end_ns, "host": host,
+            "source": STACKS_SOURCE, "period_s": round(period_s, 6), "confidence": round(confidence, 3),
+            "cycles": round(cycles, 1), "burst_s": round(burst.seconds, 2), "rate_hz": burst.rate_hz}
+
+
+@dataclass
+class StackStepsSampler:
+    name: str = "stack-steps"
+    interval_s: float = 1.0
+    every_s: float = 60.0
+    burst_s: int = 5
+    rate_hz: int = 50
+    grace_s: float = 30.0
+    quick_bursts: int = 6  # the first bursts come quicker: 2 x N of them arm the rules (N = 3)
+    quick_every_s: float = 15.0
+    feed: StepFeed | None = None
+    bursts: int = 0
+    periods: int = 0  # rank-bursts that showed a period
+    no_period: int = 0
+    state: str = "waiting"
+    _pyspy: str | None = None
+    _started: float = 0.0
+    _next: float = 0.0
+    _round: BurstRound | None = None
+    _folder: Path | None = None
+    _other_source: bool = False
+
+    @classmethod
+    def every(cls, every_s: float, feed: StepFeed | None) -> StackStepsSampler:
+        """The sampler of `--stack-steps-every every_s`: bursts of 5 s (at most every_s - 1) of about 250 samples
+        (50 Hz for 5 s, at most 100 Hz for shorter ones), the grace period and the first bursts' spacing no longer
+        than every_s (a short every_s is for tests and quick looks)."""
+        burst_s = max(1, min(5, int(every_s) - 1))
+        return cls(every_s=every_s, burst_s=burst_s, rate_hz=min(100, max(50, round(SAMPLES_PER_BURST / burst_s))),
+                   grace_s=min(30.0, every_s), quick_every_s=min(15.0, every_s), feed=feed)
+
+    def start(self, ctx: LiveContext) -> None:
+        self._started = time.monotonic()
+        self._next = self._started + self.grace_s
+        self._pyspy = find_pyspy()
+        if self._pyspy is None:
+            self.state = "no py-spy"
+
+    def _other_step_source(self, ctx: LiveContext) -> bool:
+        with ctx.lock:
+            stepping = bool(ctx.progress.last_step)
+        inspector = ctx.run_dir / "inspector"
+        return stepping or (inspector.is_dir() and any(inspector.iterdir()))
+
+    def sample(self, ctx: LiveContext) -> None:
+        if self._pyspy is None:
+            return
+        if self._round is not None:
+            if self._round.done():
+                self._finish(ctx)
+            return
+        if time.monotonic() < self._next:
+            return
+        if self._other_step_source(ctx):  # the hook, step lines or Inspector give the steps: no burst needed
+            if not self._other_source:
+                self.state = "not needed: the job has another step source"
+            self._other_source = True
+            self._next = time.monotonic() + self.every_s
+            return
+        workers = ctx.alive()
+        if not workers:
+            return
+        if self._folder is None:
+            self._folder = Path(tempfile.mkdtemp(prefix="perftracker-stack-steps-"))
+        self._round = BurstRound(self._pyspy, self.burst_s, self.rate_hz, self._folder)
+        self._round.start(workers)
+        self.state = f"recording burst {self.bursts} of {len(workers)} rank(s) ({self.burst_s}s at {self.rate_hz} Hz)"
+
+    def _finish(self, ctx: LiveContext) -> None:
+        assert self._round is not None
+        rnd, self._round = self._round, None
+        bursts = rnd.read()
+        for err in rnd.errors:
+            ctx.note(f"stack-steps: {err}")
+        end_ns = rnd.started_ns + int(rnd.seconds * 1e9)
+        records = []
+        for burst in bursts:
+            found = ctx.diagnosis.step_period(burst)
+            if found is None:
+                self.no_period += 1
+                continue
+            self.periods += 1
+            record = burst_record(burst, self.bursts, end_ns, ctx.host, found.period_s, found.confidence, found.cycles)
+            append_jsonl(step_file(ctx.run_dir, burst.rank), record)
+            records.append(record)
+        if self.feed is not None and records:
+            self.feed.publish(records)
+        self.bursts += 1
+        for path in rnd.folder.glob("rank-*.chrometrace.json"):
+            path.unlink(missing_ok=True)
+        every = self.quick_every_s if self.bursts < self.quick_bursts else self.every_s
+        self._next = time.monotonic() + max(0.0, every - self.burst_s)
+        shown = ", ".join(f"rank {r['rank']} {r['period_s'] * 1e3:.0f} ms" for r in records[:4])
+        self.state = (f"{self.bursts} burst(s); last: {shown or 'no period'}; next in {every:.0f}s")
+
+    def stop(self, ctx: LiveContext) -> None:
+        if self._round is not None:
+            self._round.stop()
+            self._round.read()
+            self._round = None
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+        if self.periods:
+            ctx.note(f"stack-steps: the job offered no other step signal; its iteration period came from sampled "
+                     f"stacks: {self.periods} rank-burst(s) with a period in {self.bursts} burst(s) "
+                     "(steps/rank-<r>.jsonl, \"source\": \"stacks\")")
+        elif self.bursts:
+            ctx.note(f"stack-steps: {self.bursts} burst(s) of sampled stacks showed no iteration period (idle, "
+                     "hung, or steps longer than a third of a burst): no step signal from stacks")
+
+    def status(self) -> str:
+        text = self.state
+        if self.no_period:
+            text += f"; {self.no_period} rank-burst(s) without a period"
+        return text
+
+
+@dataclass
+class BurstSeries:
+    """The watcher's per-rank series of burst periods (from `source: "stacks"` records), judged apart from real
+    steps: one value per burst, the coarse degradation rule with its own window."""
+
+    window: int = 3
+    _series: dict[int, deque[tuple[int, int]]] = field(default_factory=dict)  # rank -> (burst, period ns)
+    _fresh: set[int] = field(default_factory=set)
+
+    def add(self, record: dict[str, Any]) -> None:
+        rank = int(record["rank"])
+        series = self._series.setdefault(rank, deque(maxlen=BURST_SERIES))
+        series.append((int(record["step"]), int(record["end_ns"]) - int(record["start_ns"])))
+        self._fresh.add(rank)
+
+    def ready(self) -> bool:
+        """A rank has enough bursts to judge: two windows."""
+        return any(len(s) >= 2 * self.window for s in self._series.values())
+
+    def most(self) -> int:
+        """The most bursts any rank has (the panel's arming count)."""
+        return max((len(s) for s in self._series.values()), default=0)
+
+    def series(self, rank: int) -> StepSeries:
+        pairs = self._series[rank]
+        return StepSeries(rank, [b for b, _ in pairs], [d for _, d in pairs])
+
+    def judge(self, diagnosis: LiveDiagnosis, rise: float, armed: bool, current: dict[int, float],
+              best: dict[int, float]) -> Alarm | None:
+        """The burst rule on the ranks with new bursts (once a burst: cheap), None when not armed or none came; the
+        panel's levels of those ranks into `current` and `best`."""
+        fresh, self._fresh = sorted(self._fresh), set()
+        if not fresh:
+            return None
+        self._levels(fresh, current, best)
+        return diagnosis.burst_alarm([self.series(r) for r in fresh], self.window, rise) if armed else None
+
+    def _levels(self, ranks: list[int], current: dict[int, float], best: dict[int, float]) -> None:
+        """Current (mean of the last N bursts) and best (lowest earlier mean of N) of these ranks, in s."""
+        n = self.window
+        for rank in ranks:
+            pairs = self._series[rank]
+            durs = np.array([d for _, d in pairs], dtype=float) / 1e9
+            if len(durs) >= n:
+                means = np.convolve(durs, np.ones(n) / n, mode="valid")
+                current[rank] = float(means[-1])
+                if len(durs) >= 2 * n:
+                    best[rank] = float(means[:-n].min())
+
+    def clear(self) -> None:
+        """After a degradation incident: the slower level becomes the new normal."""
+        self._series.clear()
+        self._fresh.clear()
