@@ -33,7 +33,7 @@ def cpu_calls(store: Store) -> pd.DataFrame:
     (`per_rank.by_rank`; a call's parent and op are of its own thread, so of its own rank): `parent` and `op` are rows of the
     whole table."""
     offset = 0
-    is_step = value_test(store.events["name"], _is_profiler_step)
+    is_step = value_test(store.events_schema(["name"])["name"], _is_profiler_step)
 
     def one_chunk(ranks: list[int], ev: pd.DataFrame) -> pd.DataFrame:
         nonlocal offset
