@@ -3,8 +3,8 @@
 Promise: `cpu_calls(store)` (and `cpu_calls_view`, computed once per analysis) returns one row per CPU
 event of `CPU_KINDS` (framework ops, user annotations, CPU-side collectives, runtime and driver
 calls; `ProfilerStep#N` left out, since it wraps the whole step), sorted by rank, window, thread,
-start (the longer first on a tie), on a fresh 0..n-1 index, with the event's `COLUMNS` (no end: it is
-start_ns + dur_ns; a table of one row per CPU event is kept narrow) and
+start (the longer first on a tie), on a fresh 0..n-1 index, with the event's `COLUMNS` but its thread
+(`rank_calls` keeps `tid`) and no end (start_ns + dur_ns): a table of one row per CPU event is kept narrow;
 - `parent` (int32, as `op`): the row of the innermost event of the same thread that contains it, -1 at
   top level (an event that only partly overlaps the one open before it is top level);
 - `self_ns`: its duration minus its children's (never below 0);
@@ -38,7 +38,7 @@ def cpu_calls(store: Store) -> pd.DataFrame:
 
     def one_chunk(ranks: list[int], ev: pd.DataFrame) -> pd.DataFrame:
         nonlocal offset
-        calls = rank_calls(ev, is_step(ev["name"]))
+        calls = rank_calls(ev, is_step(ev["name"])).drop(columns="tid")  # the thread ordered the trees; no reader needs it
         if offset + len(calls) >= 2**31:
             raise ValueError(f"{offset + len(calls)} CPU calls: more than row numbers of int32 can name")
         for column in ("parent", "op"):

@@ -25,6 +25,7 @@ from perftracker.analyzers.traces.intervals import intersection_total, total, un
 from perftracker.store import Store
 
 WORK_KINDS = ("compute", "comm", "memcpy", "memset")
+KLASSES = ("comm", "compute", "memory")
 
 
 def as_int(value: Any) -> int:
@@ -60,7 +61,7 @@ def gpu_work(store: Store, hta_compat: bool = False) -> pd.DataFrame:
         out, kind = picked[columns], picked["kind"]
         klass = np.where(kind == "comm", "comm", np.where(kind.isin(["memcpy", "memset"]), "memory", "compute"))
     out["end_ns"] = out["start_ns"] + out["dur_ns"]
-    out["klass"] = klass
+    out["klass"] = pd.Categorical(klass, categories=KLASSES)  # one row per GPU event: a code, not a string
     return out
 
 
