@@ -144,9 +144,11 @@ def child(traces: Path, per_view: bool = False) -> None:
                    "results_tables_mb": round(held, 1)})
     store = loading._build(scan, None)
     del scan
-    parts = store.event_parts  # the events on disk (Parquet parts) past a size, else resident
+    parts = getattr(store, "event_parts", None)  # the events on disk (Parquet) past a size, else resident
+    rows = getattr(store, "n_events", None)  # (older code, run for a side-by-side: no events on disk)
+    rows = len(store.tables["events"]) if rows is None else rows
     phases.append({"phase": "reduce (Store built)", **dict(zip(("rss_now_mb", "rss_peak_mb", "driver_cpu_s"), _rss())),
-                   "events_resident_mb": round(_deep_mb(store.tables["events"]), 1), "events_rows": store.n_events,
+                   "events_resident_mb": round(_deep_mb(store.tables["events"]), 1), "events_rows": rows,
                    "events_on_disk_mb": round(parts.path.stat().st_size / MB, 1) if parts and parts.path.exists() else 0.0,
                    "steps_mb": round(_deep_mb(store.steps), 1)})
     meter = HighWater()
@@ -164,7 +166,7 @@ def child(traces: Path, per_view: bool = False) -> None:
         phases.append({"phase": "top 10 calls by RSS rise",
                        "calls": sorted(meter.calls, key=lambda c: -c["rise_mb"])[:10]})
         phases.append({"phase": "top 10 calls by CPU", "calls": sorted(meter.calls, key=lambda c: -c["cpu_s"])[:10]})
-    store.close()
+    getattr(store, "close", lambda: None)()
     print(json.dumps(phases))
 
 

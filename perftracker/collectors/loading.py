@@ -164,7 +164,8 @@ def _fill(store: Store, scan: _Scan, group: JobGroup | None) -> None:
     else:
         _reduce_traces(store, scan.results, scan.options.spill_events_from)
     _return_freed_memory()  # the map's results and the per-rank frames are gone: give their heap pages back
-    families = set(store.event_columns(["comm_family"])["comm_family"].astype(str)) - {""} if store.n_events else set()
+    family = store.event_columns(["comm_family"])["comm_family"]  # its distinct values as text, not every row's
+    families = set(pd.Series(family.unique()).astype(str)) - {""} if store.n_events else set()
     store.run_info.comm_libraries = comm_kernels_of(scan.options).describe(families)
     if not several:
         _add_step_files(store, inputs)
