@@ -128,8 +128,13 @@ class EventParts:
         places = [self._place[part.offset] for part in parts]
         bounds = np.cumsum([0, *(part.rows for part in parts)])
         for column in columns:
-            chunks = [chunk.to_numpy() for chunk in table.column(column).chunks]
-            flat = np.concatenate(chunks) if len(chunks) != 1 else chunks[0]
+            chunked = table.column(column)
+            table = table.drop_columns([column])  # each column's Arrow buffers go once copied out: one copy at a time
+            chunks = [chunk.to_numpy() for chunk in chunked.chunks]
+            del chunked
+            # a copy (writable, not Arrow's memory) where the mapping below does not make one
+            flat = np.concatenate(chunks) if len(chunks) != 1 else chunks[0] if column in self._codes else chunks[0].copy()
+            del chunks
             if column in self._codes:
                 maps = self._codes[column]
                 codes = np.concatenate([maps[place][flat[lo:hi]] for place, lo, hi in zip(places, bounds[:-1], bounds[1:])])
@@ -140,7 +145,7 @@ class EventParts:
                 data[column] = flat
         index: pd.Index = pd.RangeIndex(parts[0].offset, parts[0].offset + parts[0].rows) if len(parts) == 1 else \
             pd.Index(np.concatenate([np.arange(p.offset, p.offset + p.rows) for p in parts]))
-        return pd.DataFrame(data, index=index, columns=columns)
+        return pd.DataFrame(data, index=index, columns=columns, copy=False)  # the arrays above are its own
 
     def schema(self, columns: Sequence[str] | None = None) -> pd.DataFrame:
         """No rows, the table's columns and dtypes."""
