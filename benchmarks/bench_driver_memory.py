@@ -5,7 +5,8 @@ For each size it generates ~`--target-mb` MB of trace JSON per rank (`perftracke
 child process loads and analyzes them phase by phase (map with the local pool, cache off; reduce;
 analyzers; report views), printing after each phase the driver's RSS now, its peak so far and its CPU seconds so far (the pool's
 workers are other processes and are not counted here: this is the driver alone), and the deep sizes of
-the Store's events and steps tables and of the largest memoized views. No report is written.
+the Store's events (resident, or rows and Parquet size on disk) and steps tables and of the largest
+memoized views. No report is written.
 
 With `--per-view` it also says where the peak comes from: around each `analysis.view(fn)` and each
 analyzer call it resets the process's RSS high-water mark (Linux `/proc/self/clear_refs`, `5`) and reads
@@ -143,8 +144,12 @@ def child(traces: Path, per_view: bool = False) -> None:
                    "results_tables_mb": round(held, 1)})
     store = loading._build(scan, None)
     del scan
+    parts = getattr(store, "event_parts", None)  # the events on disk (Parquet) past a size, else resident
+    rows = getattr(store, "n_events", None)  # (older code, run for a side-by-side: no events on disk)
+    rows = len(store.tables["events"]) if rows is None else rows
     phases.append({"phase": "reduce (Store built)", **dict(zip(("rss_now_mb", "rss_peak_mb", "driver_cpu_s"), _rss())),
-                   "events_mb": round(_deep_mb(store.events), 1), "events_rows": len(store.events),
+                   "events_resident_mb": round(_deep_mb(store.tables["events"]), 1), "events_rows": rows,
+                   "events_on_disk_mb": round(parts.path.stat().st_size / MB, 1) if parts and parts.path.exists() else 0.0,
                    "steps_mb": round(_deep_mb(store.steps), 1)})
     meter = HighWater()
     if per_view:
@@ -161,6 +166,7 @@ def child(traces: Path, per_view: bool = False) -> None:
         phases.append({"phase": "top 10 calls by RSS rise",
                        "calls": sorted(meter.calls, key=lambda c: -c["rise_mb"])[:10]})
         phases.append({"phase": "top 10 calls by CPU", "calls": sorted(meter.calls, key=lambda c: -c["cpu_s"])[:10]})
+    getattr(store, "close", lambda: None)()
     print(json.dumps(phases))
 
 

@@ -96,6 +96,13 @@ def analyze_store(store: Store, path: Path, out_dir: Path, hta_compat: bool = Fa
     """Analyze one loaded Store (one job) and write its outputs into `out_dir` (ReportNotWritten when they
     cannot be written). With `timeline`, the merged all-rank timeline of this same analysis (the default
     selection of `perftracker timeline`) is written beside the report as `TIMELINE`, which the report links."""
+    try:
+        return _analyze_and_write(store, path, out_dir, hta_compat, timeline)
+    finally:
+        store.close()  # the events' parts on disk, if the loader wrote any
+
+
+def _analyze_and_write(store: Store, path: Path, out_dir: Path, hta_compat: bool, timeline: bool) -> AnalysisResult:
     analysis = Analysis(store, AnalysisOptions(hta_compat=hta_compat))
     findings, tables, failed = analyze(analysis)
     summary = _summary(analysis, tables)
@@ -112,7 +119,7 @@ def analyze_store(store: Store, path: Path, out_dir: Path, hta_compat: bool = Fa
         with writing(out_dir / FINDINGS):
             json_report.write(out_dir / FINDINGS, document)
         written.append(FINDINGS)
-        if timeline and not store.events.empty:
+        if timeline and store.n_events:
             with writing(out_dir / TIMELINE):
                 _write_timeline(analysis, findings, out_dir / TIMELINE, str(path))
             written.append(TIMELINE)
@@ -270,9 +277,12 @@ def timeline_path(path: Path, out: Path, options: LoadOptions, ranks: list[int] 
                   max_events: int) -> tuple[int, MergedTimeline]:
     """`perftracker timeline`: load, analyze (for the findings to mark and the clock offsets), merge, write."""
     analysis = Analysis(load_path(path, options))
-    if analysis.store.events.empty:
-        raise InputError("no profiler trace events to merge (no torch.profiler trace, or only empty ones)",
-                         str(path), "give timeline a run directory or a folder with one torch.profiler trace per "
-                         "rank (.json/.json.gz); `perftracker analyze` reads the other inputs")
-    findings = rank_findings(run_analyzers(analysis))
-    return _write_timeline(analysis, findings, out, str(path), ranks, steps, max_events)
+    try:
+        if not analysis.store.n_events:
+            raise InputError("no profiler trace events to merge (no torch.profiler trace, or only empty ones)",
+                             str(path), "give timeline a run directory or a folder with one torch.profiler trace "
+                             "per rank (.json/.json.gz); `perftracker analyze` reads the other inputs")
+        findings = rank_findings(run_analyzers(analysis))
+        return _write_timeline(analysis, findings, out, str(path), ranks, steps, max_events)
+    finally:
+        analysis.store.close()

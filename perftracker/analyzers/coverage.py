@@ -49,8 +49,7 @@ def _present(**sources: bool) -> tuple[str, ...]:
 
 def coverage(analysis: Analysis) -> list[Area]:
     store = analysis.store
-    events = store.events
-    kinds = set(events["kind"].astype(str).unique()) if len(events) else set()
+    kinds = set(store.event_columns(["kind"])["kind"].astype(str).unique()) if store.n_events else set()
     counters = store["counters"]
     gpu_rows = counters["device"].astype(str).str.startswith("gpu:") if len(counters) else None
     has_gpu = bool(gpu_rows is not None and gpu_rows.any())

@@ -50,7 +50,7 @@ def analyze_inputs(analysis: Analysis) -> list[Finding]:
                 recommendation="No action needed; listed so the scope of the analysis is clear.",
                 evidence=dict(note.data), key=f"inputs:{note.message}",
             ))
-    if not store.events.empty and not store.events["stream"].ge(0).any():
+    if store.n_events and not store.event_columns(["stream"])["stream"].ge(0).any():
         findings.append(_no_gpu_activity(store))
     findings.extend(execution_trace_findings(analysis))
     findings.extend(_synthetic(store))
@@ -59,7 +59,7 @@ def analyze_inputs(analysis: Analysis) -> list[Finding]:
 
 def _no_gpu_activity(store: Store) -> Finding:
     """Why the traces have no GPU events, from what they do hold: kernel launches, CUPTI counter ranges."""
-    ev = store.events
+    ev = store.event_columns(["kind", "name"])
     runtime = ev[ev["kind"] == "runtime"]
     launches = int(runtime["name"].astype(str).str.contains(_LAUNCH_CALL, regex=True).sum())
     ranges = int((ev["kind"] == "counter_range").sum())

@@ -41,6 +41,7 @@ from perftracker.collectors.traces.trace_map import FileResult
 from perftracker.errors import InputError
 from perftracker.rundir import Inputs, discover
 from perftracker.store import LoadNote, RunInfo, Store
+from perftracker.store.event_parts import EventParts
 from perftracker.store.schema import conform
 
 
@@ -56,6 +57,9 @@ class LoadOptions:
     sysfs_root: Path | None = None  # this node's /sys (or a copy) for the NCCL/RDMA rules
     sysfs_host: str = ""  # the name of the node whose sysfs that is (the command computes it once)
     job: str | None = None  # the label of the one job to load where the traces are of several (collectors.jobs)
+    # from this many events on, the Store's events are Parquet parts on disk, one per trace, not one table in
+    # memory (store/event_parts.py; a temporary folder the Store removes, with or without a cache); 0: always
+    spill_events_from: int = 1 << 18
     # called with (files parsed, files in all) as the map step goes (the CLI's progress display on a TTY)
     progress: Callable[[int, int], None] | None = field(default=None, compare=False, repr=False)
 
@@ -133,8 +137,17 @@ def _scan(root: Path, options: LoadOptions) -> _Scan:
 def _build(scan: _Scan, group: JobGroup | None) -> Store:
     """The Store of one job: all inputs where the traces are of one job, else `group`'s traces alone
     (the other inputs cannot be told apart by job and are left out, with a note)."""
-    root, inputs = scan.root, scan.inputs
     store = Store()
+    try:
+        _fill(store, scan, group)
+    except BaseException:
+        store.close()  # events already written to disk go with the failed load
+        raise
+    return store
+
+
+def _fill(store: Store, scan: _Scan, group: JobGroup | None) -> None:
+    root, inputs = scan.root, scan.inputs
     store.run_info.input = str(root)
     store.run_info.manifest, manifest_notes = checked_manifest(inputs.manifest or {})
     store.add_notes(manifest_notes)
@@ -146,12 +159,13 @@ def _build(scan: _Scan, group: JobGroup | None) -> Store:
     several = len(scan.groups) > 1
     if several and group is not None:
         chosen = set(group.paths)
-        _reduce_traces(store, [r for r in scan.results if r.path in chosen or not r.ok])
+        _reduce_traces(store, [r for r in scan.results if r.path in chosen or not r.ok], scan.options.spill_events_from)
         _note_other_jobs(store, scan, group)
     else:
-        _reduce_traces(store, scan.results)
+        _reduce_traces(store, scan.results, scan.options.spill_events_from)
     _return_freed_memory()  # the map's results and the per-rank frames are gone: give their heap pages back
-    families = set(store.events["comm_family"].astype(str)) - {""} if len(store.events) else set()
+    family = store.event_columns(["comm_family"])["comm_family"]  # its distinct values as text, not every row's
+    families = set(pd.Series(family.unique()).astype(str)) - {""} if store.n_events else set()
     store.run_info.comm_libraries = comm_kernels_of(scan.options).describe(families)
     if not several:
         _add_step_files(store, inputs)
@@ -164,13 +178,12 @@ def _build(scan: _Scan, group: JobGroup | None) -> Store:
             _merge(store, *load_inspector_inputs(scan.inspector_files))  # NCCL Inspector per-collective records
         _add_postmortem(store, inputs)
         _merge(store, *load_execution_trace_inputs(inputs.other))  # PyTorch / Chakra execution traces
-    if (store.events.empty and store.steps.empty and store["nccl"].empty and store["config"].empty
+    if (not store.n_events and store.steps.empty and store["nccl"].empty and store["config"].empty
             and store["counters"].empty and store["netdev"].empty and store["stacks"].empty and store["profile_samples"].empty
             and store["collectives_fr"].empty and store["failures"].empty and store["nccl_collectives"].empty):
         errors = "; ".join(n.message for n in store.notes if n.level == "error")
         raise InputError(f"none of the inputs could be used{f' ({errors})' if errors else ''}", str(root),
                          "check that these are torch.profiler traces, step files or NCCL logs")
-    return store
 
 
 def _note_other_jobs(store: Store, scan: _Scan, group: JobGroup) -> None:
@@ -191,7 +204,7 @@ def _map_traces(inputs: Inputs, options: LoadOptions) -> list[FileResult]:
     return engine.map([str(p) for p in inputs.traces], args, options.progress or (lambda done, total: None))
 
 
-def _reduce_traces(store: Store, results: list[FileResult]) -> None:
+def _reduce_traces(store: Store, results: list[FileResult], spill_from: int) -> None:
     ok = [(r, r.facts) for r in results if r.ok and r.facts is not None]
     for r in results:
         if not r.ok:
@@ -202,7 +215,8 @@ def _reduce_traces(store: Store, results: list[FileResult]) -> None:
               for r, t in ok]
     for note in assign_windows(idents):
         store.notes.append(LoadNote("info", "ranks", note))
-    events, steps, rank_rows = [], [], []
+    steps, rank_rows = [], []
+    spill = _EventSpill(store, spill_from)
     pg_configs: dict[str, dict[str, Any]] = {}
     for (r, t), ident in zip(ok, idents):
         ev = r.events if r.events is not None else pd.read_parquet(r.cache_stem + ".events.parquet")
@@ -211,7 +225,7 @@ def _reduce_traces(store: Store, results: list[FileResult]) -> None:
         for frame in (ev, st):
             frame["rank"] = np.full(len(frame), ident.rank, dtype=np.int32)
             frame["window"] = np.full(len(frame), ident.window, dtype=np.int16)
-        events.append(ev)
+        spill.add(ev, -1 if ident.rank is None else ident.rank)
         steps.append(st)
         rank_rows.append({"host": t.host, "world_size": t.world_size, "backend": t.backend,
                           "device_name": t.device_name, "base_ns": t.base_ns, "start_ns": t.start_ns,
@@ -220,12 +234,58 @@ def _reduce_traces(store: Store, results: list[FileResult]) -> None:
         for pg in t.pg_config:
             if isinstance(pg, dict) and "pg_name" in pg:
                 pg_configs.setdefault(str(pg["pg_name"]), {k: pg.get(k) for k in ("pg_desc", "pg_size", "ranks")})
-    if events:
-        store.set_table("events", _concat(events))
+    if ok:
+        spill.finish()
         store.set_table("steps", _concat(steps))
         store.set_table("ranks", pd.DataFrame(rank_rows))
     store.run_info.process_groups = pg_configs
     _note_missing_ranks(store)
+
+
+class _EventSpill:
+    """The reduce's events: kept as frames while they are few, written as the Store's Parquet parts on disk
+    (`store.event_parts`) from the moment they reach `spill_from` rows (0: always; the parts written so far
+    go first), so the all-rank table is never built in memory at many ranks."""
+
+    def __init__(self, store: Store, spill_from: int) -> None:
+        self.store, self.spill_from = store, spill_from
+        self.frames: list[tuple[pd.DataFrame, int]] = []
+        self.rows = 0
+        self.problems: list[str] = []
+
+    def add(self, events: pd.DataFrame, rank: int) -> None:
+        self.rows += len(events)
+        if self.store.event_parts is None:
+            self.frames.append((events, rank))
+            if self.rows < self.spill_from:
+                return
+            self.store.event_parts = EventParts()
+            frames, self.frames = self.frames, []
+        else:
+            frames = [(events, rank)]
+        for frame, of_rank in frames:
+            self.store.event_parts.add(conform("events", frame, self.problems), of_rank)
+
+    def finish(self) -> None:
+        if self.store.event_parts is None:
+            if self.frames:
+                self.store.set_table("events", _concat([frame for frame, _ in self.frames]))
+            return
+        self.store.event_parts.finish()
+        if self.problems:
+            problems = _summed_problems(self.problems)
+            self.store.notes.append(LoadNote("warning", "table events", "; ".join(problems), {"problems": problems}))
+
+
+def _summed_problems(problems: list[str]) -> list[str]:
+    """conform's problems of several parts ("events.col: N value(s) ...") as one per column and kind, N summed."""
+    counts: dict[tuple[str, str], int] = {}
+    for problem in problems:
+        column, _, rest = problem.partition(": ")
+        number, _, what = rest.partition(" ")
+        key = (column, what)
+        counts[key] = counts.get(key, 0) + (int(number) if number.isdigit() else 0)
+    return [f"{column}: {n} {what}" for (column, what), n in counts.items()]
 
 
 def _return_freed_memory() -> None:

@@ -296,7 +296,7 @@ def conform(name: str, frame: pd.DataFrame, problems: list[str] | None = None) -
     listed there as "<table>.<column>: N value(s) ...".
     """
     columns = TABLES[name]
-    out = pd.DataFrame(index=frame.index)
+    out: dict[str, pd.Series] = {}  # built at once: inserting column by column costs ~ms each (the reduce conforms every trace)
     for col, dtype in columns.items():
         if col in frame.columns:
             series, replaced = _fit(frame[col], dtype)
@@ -310,7 +310,7 @@ def conform(name: str, frame: pd.DataFrame, problems: list[str] | None = None) -
         else:
             series = pd.Series("", index=frame.index)
         out[col] = series.astype(dtype)  # type: ignore[call-overload]
-    return out.reset_index(drop=True)
+    return pd.DataFrame({col: series.array for col, series in out.items()}, columns=list(columns))  # index 0..n-1
 
 
 _INT_BOUNDS = {"int64": (-(2**63), 2**63 - 1), "int32": (-(2**31), 2**31 - 1), "int16": (-(2**15), 2**15 - 1)}

@@ -1,10 +1,15 @@
 """The Store: typed pandas tables, the notes the loaders left about their inputs, and what they learned
 about the run (`RunInfo`).
 
-A Store always has every table of `schema.TABLES` (possibly empty). `rank_events(rank)` is one rank's
-events (its rows of the events table, in table order) and `event_ranks()` the ranks that have events,
-from an index of the events' rank column built once, so a computation that runs rank by rank touches
-one rank's rows at a time and never copies, sorts or filters the whole table.
+A Store always has every table of `schema.TABLES` (possibly empty). The events table is either resident
+(`tables["events"]`, for small runs and tables put in directly) or on disk, one Parquet part per trace
+(`event_parts`, `store/event_parts.py`: what the loader does past a size), and every read of it says the
+same either way: `rank_events(rank)` is one rank's events (its rows of the table, in table order, with
+their row labels) and `event_ranks()` the ranks that have events; `select_events(mask, columns)` the rows
+a row-by-row test keeps; `event_columns(columns)` a few columns of every row; `events_schema()` no rows,
+the table's dtypes (a test per distinct name reads the categories there); `n_events` the row count.
+`events` is the whole table: on disk, it is read (every part, every column) on each use, so it is the
+memory hazard at many ranks; what still reads it is listed in docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from perftracker.store.event_parts import EventPart, EventParts, RowMask
 from perftracker.store.run_info import RunInfo
 from perftracker.store.schema import TABLES, conform, empty_table
 
@@ -47,6 +53,8 @@ class Store:
     tables: dict[str, pd.DataFrame] = field(default_factory=dict)
     notes: list[LoadNote] = field(default_factory=list)
     run_info: RunInfo = field(default_factory=RunInfo)
+    # the events table on disk (None: resident in tables["events"]); see the module docstring
+    event_parts: EventParts | None = field(default=None, repr=False, compare=False)
     # rank -> its row ranges [lo, hi) in the events table, built on first use (see `rank_events`)
     _rank_rows: dict[int, list[tuple[int, int]]] | None = field(default=None, init=False, repr=False, compare=False)
     # (id, rows) of the table indexed: a table put in directly (not through set_table) is indexed again
@@ -58,11 +66,49 @@ class Store:
                 self.tables[name] = empty_table(name)
 
     def __getitem__(self, name: str) -> pd.DataFrame:
-        return self.tables[name]
+        return self.events if name == "events" else self.tables[name]
 
     @property
     def events(self) -> pd.DataFrame:
+        """The whole events table. On disk (`event_parts`), every part read and concatenated on each use: the
+        memory hazard at many ranks; prefer `rank_events`, `select_events` or `event_columns`."""
+        if self.event_parts is not None:
+            return self.event_parts.concat()
         return self.tables["events"]
+
+    @property
+    def n_events(self) -> int:
+        """How many events the table holds."""
+        return self.event_parts.rows if self.event_parts is not None else len(self.tables["events"])
+
+    def events_schema(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """No rows, with the events table's columns (or `columns`) and dtypes (its categories)."""
+        if self.event_parts is not None:
+            return self.event_parts.schema(columns)
+        events = self.tables["events"]
+        return events.iloc[0:0] if columns is None else events[columns].iloc[0:0]
+
+    def event_columns(self, columns: list[str]) -> pd.DataFrame:
+        """`columns` of every event, in table order, with their row labels (only those columns read from disk)."""
+        if self.event_parts is not None:
+            return self.event_parts.concat(columns=columns)
+        return self.tables["events"][columns]
+
+    def select_events(self, mask: RowMask, columns: list[str] | None = None,
+                      read_columns: list[str] | None = None) -> pd.DataFrame:
+        """`events[mask(events)]` (with `columns`, default every column read) for a `mask` that tests each row on its
+        own, given `read_columns` of the events (default all): on disk computed a part at a time."""
+        if self.event_parts is not None:
+            return self.event_parts.select(mask, columns, read_columns)
+        events = self.tables["events"]
+        frame = events if read_columns is None else events[read_columns]
+        picked = frame.loc[np.asarray(mask(frame), dtype=bool)]
+        return picked if columns is None else picked[columns]
+
+    def close(self) -> None:
+        """Remove the events' parts on disk, if any (the Store's events are then gone)."""
+        if self.event_parts is not None:
+            self.event_parts.close()
 
     @property
     def steps(self) -> pd.DataFrame:
@@ -84,13 +130,23 @@ class Store:
             self._rank_rows, self._rank_rows_of = rows, (id(events), len(events))
         return self._rank_rows
 
+    def _rank_parts(self, ranks: list[int]) -> list[EventPart]:
+        assert self.event_parts is not None
+        of_rank = self.event_parts.of_rank
+        return sorted((part for rank in set(ranks) for part in of_rank.get(rank, [])), key=lambda p: p.offset)
+
     def event_ranks(self) -> list[int]:
         """The ranks that have events, in increasing order."""
+        if self.event_parts is not None:
+            return sorted(self.event_parts.of_rank)
         return sorted(self._rank_index())
 
     def rank_events(self, rank: int) -> pd.DataFrame:
         """The events of one rank: its rows of the events table, in table order, with their index (empty, with
-        every column, for a rank without events). A slice of a rank's rows is not a copy of the table."""
+        every column, for a rank without events). A slice of a rank's rows is not a copy of the table; on disk,
+        only that rank's parts are read."""
+        if self.event_parts is not None:
+            return self.event_parts.concat(self._rank_parts([rank]))
         events = self.tables["events"]
         spans = self._rank_index().get(rank, [])
         if len(spans) == 1:
@@ -101,12 +157,16 @@ class Store:
 
     def rank_rows(self, rank: int) -> int:
         """How many events `rank` has."""
+        if self.event_parts is not None:
+            return sum(part.rows for part in self._rank_parts([rank]))
         return sum(hi - lo for lo, hi in self._rank_index().get(rank, []))
 
     def ranks_events(self, ranks: list[int]) -> pd.DataFrame:
         """The events of several ranks: their rows of the events table, in table order, with their index."""
         if len(ranks) == 1:
             return self.rank_events(ranks[0])
+        if self.event_parts is not None:
+            return self.event_parts.concat(self._rank_parts(ranks))
         index = self._rank_index()
         spans = sorted(span for rank in ranks for span in index.get(rank, []))
         if not spans:
@@ -116,6 +176,9 @@ class Store:
     def set_table(self, name: str, frame: pd.DataFrame) -> None:
         """Put `frame` in as table `name`; values its columns cannot hold become a note (see `conform`)."""
         problems: list[str] = []
+        if name == "events" and self.event_parts is not None:
+            self.event_parts.close()
+            self.event_parts = None
         self.tables[name] = conform(name, frame, problems)
         if problems:
             files = sorted({str(f) for f in frame["file"].dropna().unique()[:3]}) if "file" in frame.columns else []

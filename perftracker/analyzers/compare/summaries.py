@@ -25,7 +25,7 @@ def op_totals_view(analysis: Analysis) -> pd.DataFrame:
     """Per (rank, kind, name): total_ns, count, and the rank's number of profiled steps (0: no steps); computed
     a few ranks at a time over their own events (`per_rank.by_rank`)."""
     store = analysis.store
-    if store.events.empty:
+    if not store.n_events:
         return pd.DataFrame(columns=OP_COLUMNS)
     steps = store.steps
     profiled = steps[steps["source"].astype(str) == "profiler"].groupby("rank")["step"].nunique()

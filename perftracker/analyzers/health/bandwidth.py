@@ -40,8 +40,8 @@ def bus_factor(collective: str, n: int) -> float:
 
 def collective_bandwidth(store: Store) -> pd.DataFrame:
     """Per (pg, collective, bytes, group_size): calls, best and median time, algbw / busbw in GB/s."""
-    ev = store.events
-    comm = ev[(ev["kind"] == "comm") & (ev["bytes"] > 0) & (ev["dur_ns"] > 0) & (ev["group_size"] > 1)]
+    comm = store.select_events(lambda ev: ((ev["kind"] == "comm") & (ev["bytes"] > 0) & (ev["dur_ns"] > 0)
+                                           & (ev["group_size"] > 1)).to_numpy())
     if comm.empty:
         return pd.DataFrame()
     rows = []
@@ -121,7 +121,7 @@ def analyze_bandwidth(analysis: Analysis) -> list[Finding]:
                 evidence={"slow": [{str(k): (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
                                    for r in slow.head(16).to_dict("records")],
                           "nic_gbs_per_rank": round(link, 3), "low_share": LOW_SHARE, "min_bytes": MIN_BYTES},
-                ranks=tuple(sorted(set(int(x) for x in store.events.loc[store.events["kind"] == "comm", "rank"]
-                                       .unique()))),
+                ranks=tuple(sorted(set(int(x) for x in store.select_events(
+                    lambda ev: (ev["kind"] == "comm").to_numpy(), ["rank"], ["kind", "rank"])["rank"].unique()))),
                 key="bandwidth:slow"))
     return findings

@@ -80,10 +80,10 @@ def job_steps_view(analysis: Analysis) -> pd.DataFrame:
 def _collective_events(analysis: Analysis) -> pd.DataFrame:
     """Collective events with wall-clock start / end (ns): rank, collective, start, end."""
     store = analysis.store
-    ev = store.events
-    if ev.empty:
+    if not store.n_events:
         return pd.DataFrame(columns=["rank", "collective", "start", "end", "step"])
-    ev = ev[ev["kind"].astype(str).isin(COLLECTIVE_KINDS)]
+    ev = store.select_events(lambda part: part["kind"].astype(str).isin(COLLECTIVE_KINDS).to_numpy(),
+                             read_columns=["rank", "kind", "collective", "name", "start_ns", "dur_ns", "step"])
     base = store.ranks.groupby("rank")["base_ns"].max()
     b = ev["rank"].map(base).fillna(-1).astype(np.int64)
     ev = ev[b > 0]

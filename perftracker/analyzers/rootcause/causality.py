@@ -96,7 +96,7 @@ def straggler_window(analysis: Analysis, f: Finding) -> tuple[int, int] | None:
     rank = f.ranks[0]
     store = analysis.store
     ranks = store.ranks
-    if len(store.events) and len(ranks):
+    if store.n_events and len(ranks):
         mine = store.rank_events(rank)
         mine = mine[mine["rank"] == rank]
         base = ranks.loc[(ranks["rank"] == rank) & (ranks["base_ns"] > 0), "base_ns"]

@@ -24,10 +24,9 @@ _CPU_SOURCES = (("gloo:", "gloo"), ("c10d::", "c10d"), ("nccl:", "nccl_annotatio
 
 def collective_events(store: Store) -> pd.DataFrame:
     """Per rank window, the collective events of its best source, with a `source` column."""
-    ev = store.events
-    if ev.empty:
+    if not store.n_events:
         return _empty()
-    candidates = ev[ev["kind"].isin(["comm", "collective_cpu"])]
+    candidates = store.select_events(lambda ev: ev["kind"].isin(["comm", "collective_cpu"]).to_numpy())
     if candidates.empty:
         return _empty()
     names = candidates["name"].astype(str)

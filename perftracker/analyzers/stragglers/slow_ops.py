@@ -30,7 +30,7 @@ def op_steps_view(analysis: Analysis) -> pd.DataFrame:
     """Per rank and op name: kind, time and instances per step, p90 duration (see the module docstring);
     computed a few ranks at a time over their own events (`per_rank.by_rank`)."""
     store = analysis.store
-    is_step = value_test(store.events["name"], lambda name: name.startswith("ProfilerStep#"))
+    is_step = value_test(store.events_schema(["name"])["name"], lambda name: name.startswith("ProfilerStep#"))
 
     def one_chunk(_: list[int], ev: pd.DataFrame) -> pd.DataFrame:
         return _op_steps(ev[ev["kind"].isin(_KINDS).to_numpy() & ~is_step(ev["name"])])

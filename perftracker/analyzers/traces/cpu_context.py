@@ -36,7 +36,7 @@ def top_level(cpu: pd.DataFrame) -> pd.Series:
 def cpu_ops_during(store: Store, gaps: pd.DataFrame, limit: int = 5,
                    shapes: Mapping[tuple[int, int, int], str] | None = None) -> list[dict[str, Any]]:
     """The top-level CPU work overlapping `gaps`, most time first (see the module docstring)."""
-    if gaps.empty or store.events.empty:
+    if gaps.empty or not store.n_events:
         return []
     overlap: dict[str, list[float]] = {}
     seen_shapes: dict[str, Counter[str]] = {}

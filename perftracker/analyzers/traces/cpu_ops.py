@@ -3,9 +3,10 @@
 Promise: `cpu_calls(store)` (and `cpu_calls_view`, computed once per analysis) returns one row per CPU
 event of `CPU_KINDS` (framework ops, user annotations, CPU-side collectives, runtime and driver
 calls; `ProfilerStep#N` left out, since it wraps the whole step), sorted by rank, window, thread,
-start (the longer first on a tie), on a fresh 0..n-1 index, with
-- `parent`: the row of the innermost event of the same thread that contains it, -1 at top level
-  (an event that only partly overlaps the one open before it is top level);
+start (the longer first on a tie), on a fresh 0..n-1 index, with the event's `COLUMNS` but its thread
+(`rank_calls` keeps `tid`) and no end (start_ns + dur_ns): a table of one row per CPU event is kept narrow;
+- `parent` (int32, as `op`): the row of the innermost event of the same thread that contains it, -1 at
+  top level (an event that only partly overlaps the one open before it is top level);
 - `self_ns`: its duration minus its children's (never below 0);
 - `op`: the row of the innermost event containing it, itself included, that is not a runtime call
   (-1 for a runtime call outside any op): for a kernel launch, the op that issued it.
@@ -24,7 +25,7 @@ from perftracker.analyzers.traces.per_rank import by_rank
 from perftracker.store import Store
 
 CPU_KINDS = ("cpu_op", "annotation", "collective_cpu", "runtime")
-COLUMNS = ["rank", "window", "tid", "kind", "name", "start_ns", "dur_ns", "end_ns", "step", "correlation"]
+COLUMNS = ["rank", "window", "tid", "kind", "name", "start_ns", "dur_ns", "step", "correlation"]
 Ints = npt.NDArray[np.int64]
 
 
@@ -33,14 +34,16 @@ def cpu_calls(store: Store) -> pd.DataFrame:
     (`per_rank.by_rank`; a call's parent and op are of its own thread, so of its own rank): `parent` and `op` are rows of the
     whole table."""
     offset = 0
-    is_step = value_test(store.events["name"], _is_profiler_step)
+    is_step = value_test(store.events_schema(["name"])["name"], _is_profiler_step)
 
     def one_chunk(ranks: list[int], ev: pd.DataFrame) -> pd.DataFrame:
         nonlocal offset
-        calls = rank_calls(ev, is_step(ev["name"]))
+        calls = rank_calls(ev, is_step(ev["name"])).drop(columns="tid")  # the thread ordered the trees; no reader needs it
+        if offset + len(calls) >= 2**31:
+            raise ValueError(f"{offset + len(calls)} CPU calls: more than row numbers of int32 can name")
         for column in ("parent", "op"):
             rows = calls[column].to_numpy()
-            calls[column] = np.where(rows >= 0, rows + offset, -1)
+            calls[column] = np.where(rows >= 0, rows + offset, -1).astype(np.int32)  # rows: int32 halves them
         offset += len(calls)
         return calls
 
@@ -56,13 +59,12 @@ def rank_calls(ev: pd.DataFrame, is_step: npt.NDArray[np.bool_] | None = None) -
     are ProfilerStep markers, when already known)."""
     is_step = per_value(ev["name"], _is_profiler_step) if is_step is None else is_step
     keep = ev["kind"].isin(CPU_KINDS).to_numpy() & (ev["stream"].to_numpy() < 0) & ~is_step
-    picked = ev.loc[keep, [c for c in COLUMNS if c != "end_ns"]]
+    picked = ev.loc[keep, COLUMNS]
     start = picked["start_ns"].to_numpy(np.int64)
     end = start + picked["dur_ns"].to_numpy(np.int64)
     rank, window, tid = (picked[c].to_numpy(np.int64) for c in ("rank", "window", "tid"))
     order = np.lexsort((-end, start, tid, window, rank))  # by thread, then start, the longer first
     calls = picked.take(order).reset_index(drop=True)
-    calls["end_ns"] = end[order]
     start, end = start[order], np.maximum(end[order], start[order] + 1)  # an instant still nests
     parent = np.full(len(calls), -1, dtype=np.int64)
     thread = np.stack([rank[order], window[order], tid[order]], axis=1)

@@ -27,8 +27,9 @@ def exec_ops_view(analysis: Analysis) -> pd.DataFrame:
     et = analysis.store["exec_ops"]
     if et.empty:
         return pd.DataFrame(columns=COLUMNS)
-    ev = analysis.store.events
-    ops = ev[(ev["stream"] < 0) & ev["kind"].isin(_OP_KINDS) & (ev["external_id"] >= 0)]
+    ops = analysis.store.select_events(
+        lambda ev: ((ev["stream"] < 0) & ev["kind"].isin(_OP_KINDS) & (ev["external_id"] >= 0)).to_numpy(),
+        read_columns=["rank", "window", "stream", "kind", "external_id", "name"])
     keys = pd.DataFrame({"rank": ops["rank"].to_numpy(), "window": ops["window"].to_numpy(),
                          "rf_id": ops["external_id"].to_numpy(), "name": ops["name"].astype(str).to_numpy()})
     keys = keys.drop_duplicates(["rank", "window", "rf_id", "name"])

@@ -72,7 +72,8 @@ class _Calls:
         cut = np.flatnonzero(key[1:] != key[:-1]) + 1 if len(key) else np.empty(0, np.int64)
         spans = {(int(key[lo]) // 65536, int(key[lo]) % 65536): (lo, hi)
                  for lo, hi in zip([0, *cut.tolist()], [*cut.tolist(), len(key)]) if hi > lo}
-        return cls(calls["start_ns"].to_numpy(np.int64), calls["end_ns"].to_numpy(np.int64),
+        start = calls["start_ns"].to_numpy(np.int64)
+        return cls(start, start + calls["dur_ns"].to_numpy(np.int64),
                    calls["parent"].to_numpy(np.int64), name, kind, names, kinds, spans)
 
     def rows(self, rank: int, window: int) -> tuple[int, int]:

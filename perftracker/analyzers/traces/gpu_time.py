@@ -25,6 +25,7 @@ from perftracker.analyzers.traces.intervals import intersection_total, total, un
 from perftracker.store import Store
 
 WORK_KINDS = ("compute", "comm", "memcpy", "memset")
+KLASSES = ("comm", "compute", "memory")
 
 
 def as_int(value: Any) -> int:
@@ -55,14 +56,12 @@ def gpu_work(store: Store, hta_compat: bool = False) -> pd.DataFrame:
         out["start_ns"] = out["start_ns"] // 1000 * 1000
         out["dur_ns"] = out["dur_ns"] // 1000 * 1000
     else:
-        ev = store.events
-        kind = ev["kind"]
-        mask = (kind.isin(WORK_KINDS) & (ev["stream"] >= 0)).to_numpy()
-        out = ev.loc[mask, columns]
-        kind = kind[mask]
+        picked = store.select_events(lambda ev: (ev["kind"].isin(WORK_KINDS) & (ev["stream"] >= 0)).to_numpy(),
+                                     read_columns=[*columns, "kind"])
+        out, kind = picked[columns], picked["kind"]
         klass = np.where(kind == "comm", "comm", np.where(kind.isin(["memcpy", "memset"]), "memory", "compute"))
     out["end_ns"] = out["start_ns"] + out["dur_ns"]
-    out["klass"] = klass
+    out["klass"] = pd.Categorical(klass, categories=KLASSES)  # one row per GPU event: a code, not a string
     return out
 
 
@@ -72,7 +71,10 @@ def _drop_last_step_like_hta(store: Store, columns: list[str] | None = None) -> 
     Rows are grouped by rank window (in order), each group's CPU events before its GPU events, as
     HTA's per-rank frames are; only `columns` (default: all) are returned.
     """
-    ev = store.events
+    if columns is None:
+        ev = store.events  # every column of every event: the memory hazard, only under --hta-compat
+    else:
+        ev = store.event_columns(list(dict.fromkeys([*columns, "rank", "window", "stream", "start_ns", "correlation"])))
     if ev.empty:
         return ev if columns is None else ev[columns]
     rank = ev["rank"].to_numpy().astype(np.int64)

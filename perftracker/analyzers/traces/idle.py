@@ -76,7 +76,7 @@ def idle_gaps(store: Store, work: pd.DataFrame | None = None) -> pd.DataFrame:
     if work.empty:
         return pd.DataFrame(columns=GAP_COLUMNS)
     frames = []
-    is_sync = value_test(store.events["name"], _is_sync_call)
+    is_sync = value_test(store.events_schema(["name"])["name"], _is_sync_call)
     for rank, rank_work in work.groupby("rank", sort=True, observed=True):
         ev = store.rank_events(as_int(rank))
         runtime = (ev["kind"] == "runtime").to_numpy()

@@ -63,10 +63,9 @@ def _default_ranks(all_ranks: list[int], findings: list[Finding], analysis: Anal
 def merged_timeline(analysis: Analysis, findings: list[Finding], ranks: list[int] | None = None,
                     steps: list[int] | None = None, max_events: int = DEFAULT_MAX_EVENTS) -> MergedTimeline:
     store = analysis.store
-    events = store.events
-    all_ranks = sorted(int(r) for r in events["rank"].unique()) if not events.empty else []
+    all_ranks = store.event_ranks()
     chosen = sorted(set(ranks) & set(all_ranks)) if ranks is not None else _default_ranks(all_ranks, findings, analysis)
-    part = events[events["rank"].isin(chosen)]
+    part = store.ranks_events(chosen) if chosen else store.events_schema()  # the chosen ranks' rows, in table order
     all_steps = sorted(int(s) for s in part["step"].unique() if int(s) >= 0)
     wanted = sorted(set(steps) & set(all_steps)) if steps is not None else all_steps
     notes = []

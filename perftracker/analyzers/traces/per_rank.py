@@ -45,7 +45,7 @@ def by_rank(store: Store, fn: ChunkFn, keep_index: bool = False) -> pd.DataFrame
     chunks = rank_chunks({rank: store.rank_rows(rank) for rank in store.event_ranks()})
     parts = [fn(ranks, store.ranks_events(ranks)) for ranks in chunks]
     if not parts:
-        return fn([], store.events.iloc[0:0])
+        return fn([], store.events_schema())
     kept = [part for part in parts if len(part)] or parts[:1]
     if len(kept) == 1:
         return kept[0] if keep_index else kept[0].reset_index(drop=True)

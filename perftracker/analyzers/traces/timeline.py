@@ -47,8 +47,8 @@ def pick_ranks(ranks: list[int], durations: pd.Series, focus: pd.DataFrame | Non
 def timeline_view(analysis: Analysis) -> pd.DataFrame:
     """Boxes (rank, lane, kind, name, start_ms, dur_ms) of one representative step per rank."""
     store = analysis.store
-    ev, steps = store.events, store.steps[store.steps["source"] == "profiler"]
-    if ev.empty or steps.empty:
+    steps = store.steps[store.steps["source"] == "profiler"]
+    if not store.n_events or steps.empty:
         return pd.DataFrame(columns=COLUMNS)
     common = steps.groupby("step")["dur_ns"].median()
     step = as_int((common - common.median()).abs().idxmin())
