@@ -26,7 +26,7 @@ from perftracker.analyzers.failures.stack_state import (
 )
 from perftracker.analyzers.online.hang_rule import hang_alarm, step_stall
 from perftracker.analyzers.online.host_trigger import host_alarm
-from perftracker.analyzers.online.step_rules import degradation_alarm
+from perftracker.analyzers.online.step_rules import Rechecks, degradation_alarm
 from perftracker.analyzers.stragglers.stack_profile import analyze_stack_profile
 from perftracker.store import Store
 from perftracker.store.alarms import Alarm, StepSeries
@@ -37,7 +37,11 @@ SUSPICION_CHARS = 300
 
 
 class AnalyzerDiagnosis:
-    """The `LiveDiagnosis` the CLI hands to live samplers."""
+    """The `LiveDiagnosis` the CLI hands to live samplers (one per session: it keeps the degradation rule's
+    `Rechecks`)."""
+
+    def __init__(self) -> None:
+        self.rechecks = Rechecks()
 
     def hang_pattern(self, look: Mapping[int, MainStack]) -> str:
         return hang_pattern(rank_states(look))
@@ -58,7 +62,7 @@ class AnalyzerDiagnosis:
         return found[0].title[:SUSPICION_CHARS] if found else ""
 
     def degradation_alarm(self, series: Sequence[StepSeries], window: int, rise: float) -> Alarm | None:
-        return degradation_alarm(series, window, rise)
+        return degradation_alarm(series, window, rise, self.rechecks)
 
     def hang_alarm(self, last_step: Mapping[int, int], last_step_ns: Mapping[int, int], median_step_ns: int | None,
                    steps_known: int, now_ns: int) -> Alarm | None:
