@@ -301,3 +301,16 @@ def test_the_net_sampler_reads_queue_stats_at_most_every_qdisc_every_s(tmp_path:
     every._take(ctx)
     every._take(ctx)
     assert len(calls) == 3
+
+
+def test_under_watch_nccl_logs_and_inspector_output_are_copied_every_5_s_and_otherwise_every_second() -> None:
+    # GIVEN attach's default options, and the same under --watch
+    from perftracker.live.collectors import SamplerOptions, build_samplers, watch_rates
+
+    def intervals(options: SamplerOptions) -> dict[str, float]:
+        options.stacks = options.net = options.gpu = options.rdma = options.env = options.steps = False
+        return {s.name: s.interval_s for s in build_samplers(options)}
+
+    # THEN the log and Inspector copies run every second, under --watch every 5 s
+    assert intervals(SamplerOptions()) == {"logs": 1.0, "inspector": 1.0}
+    assert intervals(watch_rates(SamplerOptions())) == {"logs": 5.0, "inspector": 5.0}
