@@ -351,6 +351,8 @@ class WatchSampler:
     def stop(self, ctx: LiveContext) -> None:
         """Ends the recordings (they write what they have); the capture in progress is kept and analyzed."""
         self._stop.set()
+        for tail in [*self._tails.values(), *self._counter_tails.values()]:
+            tail.close()
         for thread in (self._baseline, self._capture):
             if thread is not None:
                 thread.join(timeout=120)

@@ -59,6 +59,30 @@ def test_a_line_tail_reads_only_the_new_bytes_and_keeps_a_partial_line(tmp_path:
     assert tail.read_lines() == [b"new"]
 
 
+def test_a_line_tail_keeps_its_file_open_between_looks_and_opens_a_replaced_one(tmp_path: Path) -> None:
+    # GIVEN a tail that read a file once
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"one\n")
+    tail = LineTail(path)
+    assert tail.read_lines() == [b"one"]
+    handle = tail._handle
+    # WHEN lines are appended: THEN they come from the same open file
+    with open(path, "ab") as out:
+        out.write(b"two\nthr")
+    assert tail.read_lines() == [b"two"] and tail._handle is handle
+    # WHEN another, longer file takes the path (a rename): THEN that file is opened and read on from the same
+    # offset, as the tail did when it opened the path at each look
+    tmp = tmp_path / "new"
+    tmp.write_bytes(b"0123456789ab\nfour\n")
+    os.replace(tmp, path)
+    assert tail.read_lines() == [b"thrb", b"four"] and tail._handle is not handle
+    # WHEN the file goes away: THEN nothing is read and it is not held open; close() is safe twice
+    path.unlink()
+    assert tail.read_lines() == [] and tail._handle is None
+    tail.close()
+    tail.close()
+
+
 def test_parse_step_lines_gives_what_parse_step_line_gives_line_by_line() -> None:
     # GIVEN good records, and lines each reader must treat alike: cut, not JSON, out of range, a UTF-8 BOM,
     # a lone surrogate escape, bytes that are not UTF-8
