@@ -34,6 +34,10 @@ from perftracker.live.requests import RequestWatcher
 from perftracker.live.sampler import LiveContext, Sampler
 from perftracker.rundir import MANIFEST, atomic_write_text, write_manifest
 
+# --watch's session loop looks this often (each look reads every worker's /proc/<pid>/stat: ~0.5 ms a second for 8
+# ranks here at 1 s); Ctrl-C and SIGTERM interrupt its sleep at once, so only noticing the job's end waits for it
+WATCH_TICK_S = 2.0
+
 
 @dataclass
 class SessionResult:
