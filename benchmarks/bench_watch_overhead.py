@@ -40,7 +40,7 @@ from bench_attach_overhead import _tree_cpu, median_step_ms
 from sample_job_runner import free_port, job_command, worker_pids
 
 RESULTS = REPO / "benchmarks" / "results" / "bench_watch_overhead.json"
-BASELINE_S = 10.0  # the baseline recording (5 s) and its analysis are start-up, not the steady state
+BASELINE_S = 20.0  # the baseline recording (10 s of py-spy, which then writes its output) is start-up, not the steady state
 CAPTURE_MARGIN_S = 5.0  # an incident's capture and analysis, and this long after, are not the steady state
 
 
