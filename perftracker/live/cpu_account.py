@@ -3,8 +3,8 @@
 Promise: `thread_cpu_s()` reads, for each live Python thread of this process, its user + system CPU seconds from
 `/proc/self/task/<native id>/stat` (the kernel's own accounting, so a thread's wake-ups, lock waits' spinning
 and the interpreter's overhead between `sample` calls are in it; names are the threads' Python names; empty
-where /proc is not there). `GcClock` times the cyclic garbage collector's passes (`gc.callbacks`) per
-generation while it is installed. `freeze_startup_objects()` collects once and moves every object that survived
+where /proc is not there). `GcClock` counts the cyclic garbage collector's passes per generation since the
+session started. `freeze_startup_objects()` collects once and moves every object that survived
 start-up (imported modules, the samplers) to the collector's permanent generation (`gc.freeze`), so the
 collector's later full passes walk only what the session made since: on attach's ~90 000 start-up objects a
 full pass costs 40-110 ms here, and steady-state garbage (step records, numpy arrays) is reclaimed by
@@ -16,7 +16,6 @@ from __future__ import annotations
 import gc
 import os
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,29 +50,18 @@ def thread_cpu_s() -> dict[str, float]:
 
 @dataclass
 class GcClock:
-    """The cyclic collector's passes and their CPU time, per generation, while installed."""
+    """How many passes the cyclic collector made per generation since `start()` (`gc.get_stats()`). Counted, not
+    timed: a `gc.callbacks` hook would run Python code inside every pass, and a SIGTERM's KeyboardInterrupt raised
+    there is lost (an exception in a collector callback is only printed), so the session would not stop."""
 
-    passes: list[int] = field(default_factory=lambda: [0, 0, 0])
-    seconds: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0])
-    _began: float = 0.0
+    _at_start: list[int] = field(default_factory=lambda: [0, 0, 0])
 
-    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            self._began = time.thread_time()
-        else:
-            generation = min(int(info.get("generation", 0)), 2)
-            self.passes[generation] += 1
-            self.seconds[generation] += time.thread_time() - self._began
-
-    def install(self) -> None:
-        gc.callbacks.append(self._on_gc)
-
-    def remove(self) -> None:
-        if self._on_gc in gc.callbacks:
-            gc.callbacks.remove(self._on_gc)
+    def start(self) -> None:
+        self._at_start = [int(g["collections"]) for g in gc.get_stats()]
 
     def summary(self) -> dict[str, Any]:
-        return {"passes": list(self.passes), "s": [round(s, 4) for s in self.seconds]}
+        now = [int(g["collections"]) for g in gc.get_stats()]
+        return {"passes": [n - s for n, s in zip(now, self._at_start)]}
 
 
 def freeze_startup_objects() -> None:

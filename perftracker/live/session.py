@@ -86,7 +86,7 @@ def run_session(ctx: LiveContext, samplers: Sequence[Sampler], duration_s: float
     reason = "duration"
     requests = RequestWatcher(ctx)
     gc_clock = GcClock()
-    gc_clock.install()
+    gc_clock.start()
     threads_cpu: dict[str, float] = {}
     frozen = False
     try:  # from the first sampler's start: a stop signal at any point still stops them all and writes manifests
@@ -130,7 +130,6 @@ def run_session(ctx: LiveContext, samplers: Sequence[Sampler], duration_s: float
         with interrupts.holding() if interrupts is not None else contextlib.nullcontext():
             threads_cpu = thread_cpu_s()  # before the samplers' threads end
             _stop(ctx, samplers, threads, stop, requests)
-            gc_clock.remove()
             if frozen:
                 gc.unfreeze()  # what follows (the analysis) collects as usual
             _write_manifests(ctx, samplers, reason, cpu, threads_cpu, gc_clock.summary())
@@ -165,7 +164,7 @@ def _write_manifests(ctx: LiveContext, samplers: Sequence[Sampler], reason: str,
                   "process": round(own.user + own.system, 3),
                   "children": round(own.children_user + own.children_system, 3),
                   "threads": threads_cpu or {},  # each thread's own CPU (/proc): wake-ups and overhead included
-                  "gc": gc_summary or {}},  # the cyclic collector's passes and seconds per generation
+                  "gc": gc_summary or {}},  # the cyclic collector's passes per generation during the session
     }
     path = ctx.run_dir / "manifests" / f"{ctx.host}.json"
     try:

@@ -293,7 +293,7 @@ def test_the_host_manifest_says_where_the_sessions_cpu_went(tmp_path: Path) -> N
     assert set(cpu) == {"collectors", "process", "children", "threads", "gc"} and set(cpu["collectors"]) == {"busy"}
     assert 0 < cpu["collectors"]["busy"] <= cpu["process"]
     assert "perftracker-busy" in cpu["threads"] and "MainThread" in cpu["threads"]
-    assert len(cpu["gc"]["passes"]) == len(cpu["gc"]["s"]) == 3
+    assert len(cpu["gc"]["passes"]) == 3 and all(n >= 0 for n in cpu["gc"]["passes"])
 
 
 def test_the_net_sampler_reads_queue_stats_at_most_every_qdisc_every_s(tmp_path: Path) -> None:
