@@ -1,7 +1,7 @@
 """The steps sampler's and the watcher's own CPU in `attach --watch`'s steady state, without a job.
 
 Promise: replays ``--ranks`` hooked ranks writing ``--steps-per-s`` step records a second each (steady
-~85 ms steps, 2% jitter, end times at "now" so no hang fires) into hook spool files, and runs the steps
+~85 ms steps, 2% jitter, `--jitter` a load that changes every second, end times at "now" so no hang fires) into hook spool files, and runs the steps
 sampler (copying the records into a run directory and handing them to the watcher through a `StepFeed`,
 as `attach --watch` wires them) and the watcher (the analyzers' online rules) once per replayed second; it
 prints each one's thread CPU per second, after ``--warmup`` seconds (arming, the baseline). ``--files``
@@ -42,6 +42,9 @@ def main() -> int:
     parser.add_argument("--steps-per-s", type=int, default=12)
     parser.add_argument("--seconds", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--jitter", type=float, default=0.0, help="a load that changes every second and slows every "
+                        "rank's steps alike, by |N(0, jitter)| (0.3: a loaded machine, on which the degradation rule's "
+                        "trigger fires often)")
     parser.add_argument("--files", action="store_true", help="the watcher reads the step files (no feed)")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-watch-replay-"))
@@ -63,8 +66,9 @@ def main() -> int:
     def one_second() -> None:
         nonlocal step
         t_ns = time.time_ns() - args.steps_per_s * STEP_NS
+        load = 1 + abs(random.gauss(0, args.jitter))  # the machine's load this second: every rank's steps alike
         for _ in range(args.steps_per_s):
-            dur = int(STEP_NS * (1 + random.gauss(0, 0.02)))
+            dur = int(STEP_NS * load * (1 + random.gauss(0, 0.02)))
             for rank, spool in enumerate(spools):
                 with open(spool, "a", encoding="utf-8") as out:
                     out.write(json.dumps({"rank": rank, "step": step, "start_ns": t_ns, "end_ns": t_ns + dur,

@@ -43,7 +43,7 @@ from perftracker.live.collectors import SamplerOptions, build_samplers, watch_ra
 from perftracker.live.discovery import find_job, job_label
 from perftracker.live.interrupts import Interrupts
 from perftracker.live.sampler import LiveContext
-from perftracker.live.session import run_session
+from perftracker.live.session import WATCH_TICK_S, run_session
 from perftracker.pipeline import AnalysisResult, ReportNotWritten, analyze_path, writing
 from perftracker.reports.text import print_summary, printable
 from perftracker.rundir import host_name
@@ -139,7 +139,7 @@ def _attach(job: str, run_dir: Path, me: str, sysfs_root: Path, options: Sampler
                                 f"{run_dir / 'requests' / 'stacks'} (reaches every attach sharing {run_dir})"),
                       highlight=False, markup=False)
     result = run_session(ctx, build_samplers(options), duration if duration > 0 else None, console,
-                         show_live=not quiet, interrupts=interrupts, tick_s=1.0 if options.watch else 0.5)
+                         show_live=not quiet, interrupts=interrupts, tick_s=WATCH_TICK_S if options.watch else 0.5)
     console.print(printable(f"Stopped ({result.reason}) after {result.seconds:.0f}s; run directory: {run_dir}"),
                   highlight=False, markup=False)
     for note in ctx.notes:

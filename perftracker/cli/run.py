@@ -48,7 +48,7 @@ from perftracker.live.collectors import SamplerOptions, build_samplers, watch_ra
 from perftracker.live.discovery import Job, find_job
 from perftracker.live.launch import LaunchOptions, RunningJob, exit_status, prepare_env
 from perftracker.live.sampler import LiveContext
-from perftracker.live.session import run_session
+from perftracker.live.session import WATCH_TICK_S, run_session
 from perftracker.pipeline import ReportNotWritten, analyze_store, writing
 from perftracker.redaction import redact_command
 from perftracker.rundir import host_name, write_manifest
@@ -82,7 +82,7 @@ def _background(run_dir: Path, host: str, running: RunningJob, options: SamplerO
             return
         ctx = LiveContext(run_dir=run_dir, job=job, host=host, diagnosis=AnalyzerDiagnosis())
         run_session(ctx, build_samplers(options), None, console, show_live=False,
-                    stop_when=lambda: running.proc.poll() is not None, tick_s=1.0 if options.watch else 0.5)
+                    stop_when=lambda: running.proc.poll() is not None, tick_s=WATCH_TICK_S if options.watch else 0.5)
     except PerftrackerError as exc:
         notes.append(f"the live collectors stopped: {exc.message}")
     except Exception as exc:  # a bug in a collector must not reach the job: said, and the job goes on

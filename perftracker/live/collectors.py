@@ -34,6 +34,7 @@ class SamplerOptions:
     net_watch_s: float = 0.1  # link state polled this often between samples (carrier changes timed to it)
     net_qdisc_s: float = 0.0  # queue stats (`tc`) at most this often (0: with every sample)
     steps_poll_s: float = 0.25  # new step records read this often
+    follow_s: float = 1.0  # NCCL logs and NCCL Inspector output copied this often
     stack_trigger_s: float = 0.25  # stack requests, --stacks-at and stalled steps checked this often
     logs: bool = True
     steps: bool = True
@@ -57,13 +58,15 @@ def watch_rates(options: SamplerOptions) -> SamplerOptions:
     counters), new step records read every second, stack requests and stalls checked every second (the hang
     rule needs 10 s of no step), a non-blocking stack round every 60 s when no step came in between (the
     stack half of the hang rule, for jobs without steps or once they stopped), no start-up stack recording
-    (the baseline takes its place)."""
+    (the baseline takes its place), NCCL logs and Inspector output copied every 5 s (nothing judges them live; an
+    incident's analysis comes after its 10 s recording, and the session's end copies the rest)."""
     options.interval_s = max(options.interval_s, 10.0)
     options.net_interval_s = max(options.net_interval_s, 30.0)
     options.net_resolve_s = max(options.net_resolve_s, 600.0)
     options.net_watch_s = max(options.net_watch_s, 2.0)
     options.net_qdisc_s = max(options.net_qdisc_s, 300.0)
     options.steps_poll_s = max(options.steps_poll_s, 1.0)
+    options.follow_s = max(options.follow_s, 5.0)
     options.stack_trigger_s = max(options.stack_trigger_s, 1.0)
     options.stack_interval_s = max(options.stack_interval_s, 60.0)
     options.stack_rounds_while_stepping = False
@@ -79,9 +82,9 @@ def build_samplers(options: SamplerOptions) -> list[Sampler]:
     if options.env:
         samplers.append(EnvSampler())
     if options.logs:
-        samplers.append(FollowSampler(extra_logs=list(options.nccl_logs)))
+        samplers.append(FollowSampler(extra_logs=list(options.nccl_logs), interval_s=options.follow_s))
     if options.inspector:
-        samplers.append(InspectorSampler())
+        samplers.append(InspectorSampler(interval_s=options.follow_s))
     if options.gpu:
         samplers.append(NvmlSampler(interval_s=options.interval_s))
     if options.rdma:

@@ -4,13 +4,17 @@ Each sampler runs in its own thread at its own interval; an exception in one bec
 the others go on. Stack dumps can be asked for meanwhile (`live/requests.py`). The session ends when the duration is over, when every worker has exited, or on
 Ctrl-C (and, with `live/interrupts.py` installed, on SIGTERM or SIGHUP alike); samplers are then
 stopped (flushing what they hold, with further signals held off) and the host's manifest is
-written, with where attach's CPU went (`cpu_s`: each collector's `sample` calls, the process, its children). Nothing already written is ever removed. A manifest that cannot be written (a full disk)
+written, with where attach's CPU went (`cpu_s`: each collector's `sample` calls, the process, its children, each
+thread's own time and the garbage collector's passes: `live/cpu_account.py`). A session that runs until the job ends
+(no duration: `--watch`, `run`) moves the objects that survived start-up out of the collector's way (`gc.freeze`)
+once its samplers started, and gives them back when it ends. Nothing already written is ever removed. A manifest that cannot be written (a full disk)
 is an OutputError, raised once everything else is stopped.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import threading
@@ -24,10 +28,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from perftracker.errors import output_error
+from perftracker.live.cpu_account import GcClock, freeze_startup_objects, thread_cpu_s
 from perftracker.live.interrupts import Interrupts
 from perftracker.live.requests import RequestWatcher
 from perftracker.live.sampler import LiveContext, Sampler
 from perftracker.rundir import MANIFEST, atomic_write_text, write_manifest
+
+# --watch's session loop looks this often (each look reads every worker's /proc/<pid>/stat: ~0.5 ms a second for 8
+# ranks here at 1 s); Ctrl-C and SIGTERM interrupt its sleep at once, so only noticing the job's end waits for it
+WATCH_TICK_S = 2.0
 
 
 @dataclass
@@ -76,6 +85,10 @@ def run_session(ctx: LiveContext, samplers: Sequence[Sampler], duration_s: float
     cpu: dict[str, float] = {}  # sampler -> CPU seconds its sample() calls took (its thread's own time)
     reason = "duration"
     requests = RequestWatcher(ctx)
+    gc_clock = GcClock()
+    gc_clock.start()
+    threads_cpu: dict[str, float] = {}
+    frozen = False
     try:  # from the first sampler's start: a stop signal at any point still stops them all and writes manifests
         for s in samplers:
             try:
@@ -86,6 +99,9 @@ def run_session(ctx: LiveContext, samplers: Sequence[Sampler], duration_s: float
             threads.append(threading.Thread(target=_loop, args=(s, ctx, stop, cpu), name=f"perftracker-{s.name}",
                                             daemon=True))
             threads[-1].start()
+        frozen = duration_s is None  # a session until the job ends (--watch, run): hours of steady state
+        if frozen:
+            freeze_startup_objects()  # the steady state's collections walk only what the session makes
         live = Live(console=console, refresh_per_second=2, transient=False, auto_refresh=False) if show_live else None
         if live is not None:
             live.start()
@@ -112,8 +128,11 @@ def run_session(ctx: LiveContext, samplers: Sequence[Sampler], duration_s: float
         reason = interrupts.reason() if interrupts is not None else "interrupted"
     finally:
         with interrupts.holding() if interrupts is not None else contextlib.nullcontext():
+            threads_cpu = thread_cpu_s()  # before the samplers' threads end
             _stop(ctx, samplers, threads, stop, requests)
-            _write_manifests(ctx, samplers, reason, cpu)
+            if frozen:
+                gc.unfreeze()  # what follows (the analysis) collects as usual
+            _write_manifests(ctx, samplers, reason, cpu, threads_cpu, gc_clock.summary())
     return SessionResult(reason, time.monotonic() - started)
 
 
@@ -130,7 +149,8 @@ def _stop(ctx: LiveContext, samplers: Sequence[Sampler], threads: Sequence[threa
             ctx.note(f"{s.name}: error while stopping ({type(exc).__name__}: {exc})")
 
 
-def _write_manifests(ctx: LiveContext, samplers: Sequence[Sampler], reason: str, cpu: dict[str, float]) -> None:
+def _write_manifests(ctx: LiveContext, samplers: Sequence[Sampler], reason: str, cpu: dict[str, float],
+                     threads_cpu: dict[str, float] | None = None, gc_summary: dict[str, object] | None = None) -> None:
     own = os.times()
     host_manifest = {
         "host": ctx.host, "job_run_id": ctx.job.run_id, "launcher_pid": ctx.job.launcher_pid,
@@ -142,7 +162,9 @@ def _write_manifests(ctx: LiveContext, samplers: Sequence[Sampler], reason: str,
         # where attach's CPU went: each collector's sample() calls, the whole process, its children (py-spy)
         "cpu_s": {"collectors": {name: round(cpu.get(name, 0.0), 4) for name in (s.name for s in samplers)},
                   "process": round(own.user + own.system, 3),
-                  "children": round(own.children_user + own.children_system, 3)},
+                  "children": round(own.children_user + own.children_system, 3),
+                  "threads": threads_cpu or {},  # each thread's own CPU (/proc): wake-ups and overhead included
+                  "gc": gc_summary or {}},  # the cyclic collector's passes per generation during the session
     }
     path = ctx.run_dir / "manifests" / f"{ctx.host}.json"
     try:

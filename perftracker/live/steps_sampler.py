@@ -28,6 +28,8 @@ No source: one note naming the hook line and ``--job-log``. Never raises into th
 
 from __future__ import annotations
 
+import io
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,11 +55,15 @@ HOOK_LINE = "import perftracker.hooks; perftracker.hooks.install()"
 
 @dataclass
 class LineTail:
-    """Complete lines appended to `path` since the last call (a partial last line waits)."""
+    """Complete lines appended to `path` since the last call (a partial last line waits). The file stays open
+    between calls (a look is one stat, and one pread when it grew; it is opened again when the path names another
+    file), closed by `close()` or when the tail is dropped."""
 
     path: Path
     offset: int = 0
     partial: bytes = b""
+    _handle: io.FileIO | None = field(default=None, repr=False, compare=False)
+    _identity: tuple[int, int] = field(default=(-1, -1), repr=False, compare=False)  # (st_dev, st_ino) open
 
     @classmethod
     def at_tail(cls, path: Path, keep: int) -> LineTail:
@@ -73,21 +79,30 @@ class LineTail:
 
     def read_lines(self) -> list[bytes]:
         try:
-            size = self.path.stat().st_size
+            info = os.stat(self.path)
         except OSError:
+            self.close()  # removed: its space is not held
             return []
+        size = info.st_size
         if size < self.offset:  # truncated or replaced: start over
             self.offset, self.partial = 0, b""
         if size == self.offset:
             return []
-        with open(self.path, "rb") as handle:
-            handle.seek(self.offset)
-            data = handle.read(min(size - self.offset, MAX_READ))
+        if self._handle is None or self._identity != (info.st_dev, info.st_ino):
+            self.close()
+            self._handle = io.FileIO(self.path, "r")
+            self._identity = (info.st_dev, info.st_ino)
+        data = os.pread(self._handle.fileno(), min(size - self.offset, MAX_READ), self.offset)
         self.offset += len(data)
         data = self.partial + data
         parts = data.replace(b"\r", b"\n").split(b"\n")
         self.partial = parts.pop()
         return [p for p in parts if p.strip()]
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
 
 
 @dataclass
@@ -271,6 +286,8 @@ class StepsSampler:
             for out in self._copies.values():
                 out.close()
             self._copies.clear()
+            for tail in [*(h.tail for h in self.hooked.values()), *(log.tail for log in self.logs)]:
+                tail.close()
         ranks = len(ctx.job.workers)
         if not self.hooked and not self.log_records and not any(log.source == "log" for log in self.logs):
             ctx.note(f"steps: no step times: the job has no perftracker hook, no --job-log was given and no step "

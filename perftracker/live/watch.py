@@ -65,6 +65,7 @@ SERIES_STEPS = 400  # per rank: the rules look at 20 x N steps at most (N = 10 b
 RECENT_STEPS = 1600  # the hang rule's typical step: the median of the last steps of all ranks (200 for 8 ranks)
 RESCAN_S = 5.0
 PUBLISH_S = 10.0  # --prom is rewritten when steps or incidents came, else this often
+MEDIAN_S = 10.0  # the hang rule's typical step is computed again at most this often (it moves slowly)
 # Host signals judged at once: a link state record (only the net sampler's link watcher writes this key,
 # netdev.state_record), an XID (a GPU sample's non-empty "xid" list, nvml_sampler)
 URGENT = re.compile(rb'"changed_within_s"|"xid":\s*\[\s*\d')
@@ -148,6 +149,7 @@ class WatchSampler:
     _built: dict[int, StepSeries] = field(default_factory=dict)  # rank -> its series in step order, until new steps
     _recent: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT_STEPS))  # durations, all ranks (ns)
     _median_ns: int | None = None
+    _median_at: float = 0.0  # monotonic time it was computed
     _counter_tails: dict[Path, LineTail] = field(default_factory=dict)
     _next_urgent_look: float = 0.0
     _next_publish: float = 0.0
@@ -207,7 +209,7 @@ class WatchSampler:
             self._fresh.add(rank)
             self._built.pop(rank, None)
         self._known += len(records)
-        if records:
+        if records and time.monotonic() - self._median_at >= MEDIAN_S:
             self._median_ns = None
         return bool(records)
 
@@ -227,9 +229,10 @@ class WatchSampler:
         return sum(1 for step in series.steps if step >= 2) if series is not None else 0
 
     def _median(self) -> int | None:
-        """The median of the last steps of all ranks (the hang rule's typical step), kept until new steps come."""
+        """The median of the last steps of all ranks (the hang rule's typical step), computed again once steps came
+        and MEDIAN_S passed (sorting RECENT_STEPS durations each second was a tenth of the watcher's time)."""
         if self._median_ns is None and self._recent:
-            self._median_ns = int(statistics.median(self._recent))
+            self._median_ns, self._median_at = int(statistics.median(self._recent)), time.monotonic()
         return self._median_ns
 
     def _update_levels(self, series: list[StepSeries]) -> None:
@@ -366,6 +369,8 @@ class WatchSampler:
     def stop(self, ctx: LiveContext) -> None:
         """Ends the recordings (they write what they have); the capture in progress is kept and analyzed."""
         self._stop.set()
+        for tail in [*self._tails.values(), *self._counter_tails.values()]:
+            tail.close()
         for thread in (self._baseline, self._capture):
             if thread is not None:
                 thread.join(timeout=120)

@@ -59,6 +59,30 @@ def test_a_line_tail_reads_only_the_new_bytes_and_keeps_a_partial_line(tmp_path:
     assert tail.read_lines() == [b"new"]
 
 
+def test_a_line_tail_keeps_its_file_open_between_looks_and_opens_a_replaced_one(tmp_path: Path) -> None:
+    # GIVEN a tail that read a file once
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"one\n")
+    tail = LineTail(path)
+    assert tail.read_lines() == [b"one"]
+    handle = tail._handle
+    # WHEN lines are appended: THEN they come from the same open file
+    with open(path, "ab") as out:
+        out.write(b"two\nthr")
+    assert tail.read_lines() == [b"two"] and tail._handle is handle
+    # WHEN another, longer file takes the path (a rename): THEN that file is opened and read on from the same
+    # offset, as the tail did when it opened the path at each look
+    tmp = tmp_path / "new"
+    tmp.write_bytes(b"0123456789ab\nfour\n")
+    os.replace(tmp, path)
+    assert tail.read_lines() == [b"thrb", b"four"] and tail._handle is not handle
+    # WHEN the file goes away: THEN nothing is read and it is not held open; close() is safe twice
+    path.unlink()
+    assert tail.read_lines() == [] and tail._handle is None
+    tail.close()
+    tail.close()
+
+
 def test_parse_step_lines_gives_what_parse_step_line_gives_line_by_line() -> None:
     # GIVEN good records, and lines each reader must treat alike: cut, not JSON, out of range, a UTF-8 BOM,
     # a lone surrogate escape, bytes that are not UTF-8
@@ -70,6 +94,31 @@ def test_parse_step_lines_gives_what_parse_step_line_gives_line_by_line() -> Non
     expected = [r for r in map(parse_step_line, lines) if r is not None]
     assert parse_step_lines(lines) == expected
     assert [r["step"] for r in expected] == [1, 3, 4, 5, 7]
+
+
+def test_parse_step_lines_at_once_equals_line_by_line_on_random_and_adversarial_lines() -> None:
+    # GIVEN batches of lines drawn from good records and lines that are not one record alone: cut, two values on
+    # one line, a record split over two lines (which together would be one), spaces around, not UTF-8, a BOM
+    import random
+
+    pieces = [_record(0, 1), _record(3, 9), b"  " + _record(1, 2), _record(2, 4) + b"  ", b'{"rank": 0, "step": 5',
+              b'"start_ns": 1, "end_ns": 2}', _record(0, 6) + b"," + _record(0, 7), b'{"rank":1,"step":8,"x":"}',
+              b'{"start_ns": 1, "end_ns": 2, "y": "}', b"[1, 2]", b"7", b"\xef\xbb\xbf" + _record(1, 3),
+              b"\xff" + _record(1, 4), b'{"rank": 1, "step": 5, "start_ns": 9, "end_ns": 2}', "{\"h\": \"\u00e9\"}".encode()]
+    rng = random.Random(5)
+    for _ in range(300):
+        lines = [rng.choice(pieces) for _ in range(rng.randint(0, 12))]
+        # WHEN they are parsed at once: THEN exactly what each line gives alone, in order
+        assert parse_step_lines(lines) == [r for r in map(parse_step_line_as_live, lines) if r is not None]
+
+
+def parse_step_line_as_live(line: bytes) -> dict[str, object] | None:
+    """One line as the live readers took it before: as UTF-8 text, else as bytes."""
+    try:
+        record = parse_step_line(line.decode("utf-8"))
+    except UnicodeDecodeError:
+        record = None
+    return record if record is not None else parse_step_line(line)
 
 
 def test_a_step_feed_hands_over_in_order_and_stays_bounded() -> None:
@@ -250,10 +299,13 @@ def test_the_host_manifest_says_where_the_sessions_cpu_went(tmp_path: Path) -> N
     ctx = _ctx(tmp_path)
     ctx.run_dir.mkdir(parents=True)
     run_session(ctx, [_Busy()], 0.3, Console(quiet=True), show_live=False, tick_s=0.05)
-    # THEN its manifest has that collector's CPU seconds, the process's and its children's
+    # THEN its manifest has that collector's CPU seconds, the process's and its children's, each thread's own
+    # (the collector's thread among them) and the garbage collector's passes per generation
     cpu = json.loads((ctx.run_dir / "manifests" / "node-a.json").read_text())["cpu_s"]
-    assert set(cpu) == {"collectors", "process", "children"} and set(cpu["collectors"]) == {"busy"}
+    assert set(cpu) == {"collectors", "process", "children", "threads", "gc"} and set(cpu["collectors"]) == {"busy"}
     assert 0 < cpu["collectors"]["busy"] <= cpu["process"]
+    assert "perftracker-busy" in cpu["threads"] and "MainThread" in cpu["threads"]
+    assert len(cpu["gc"]["passes"]) == 3 and all(n >= 0 for n in cpu["gc"]["passes"])
 
 
 def test_the_net_sampler_reads_queue_stats_at_most_every_qdisc_every_s(tmp_path: Path) -> None:
@@ -285,3 +337,16 @@ def test_the_net_sampler_reads_queue_stats_at_most_every_qdisc_every_s(tmp_path:
     every._take(ctx)
     every._take(ctx)
     assert len(calls) == 3
+
+
+def test_under_watch_nccl_logs_and_inspector_output_are_copied_every_5_s_and_otherwise_every_second() -> None:
+    # GIVEN attach's default options, and the same under --watch
+    from perftracker.live.collectors import SamplerOptions, build_samplers, watch_rates
+
+    def intervals(options: SamplerOptions) -> dict[str, float]:
+        options.stacks = options.net = options.gpu = options.rdma = options.env = options.steps = False
+        return {s.name: s.interval_s for s in build_samplers(options)}
+
+    # THEN the log and Inspector copies run every second, under --watch every 5 s
+    assert intervals(SamplerOptions()) == {"logs": 1.0, "inspector": 1.0}
+    assert intervals(watch_rates(SamplerOptions())) == {"logs": 5.0, "inspector": 5.0}

@@ -30,7 +30,7 @@ from perftracker.analyzers.online.burst_rule import burst_alarm
 from perftracker.analyzers.online.hang_rule import hang_alarm, step_stall
 from perftracker.analyzers.online.host_trigger import host_alarm
 from perftracker.analyzers.online.step_period import estimate_period
-from perftracker.analyzers.online.step_rules import degradation_alarm
+from perftracker.analyzers.online.step_rules import Rechecks, degradation_alarm
 from perftracker.analyzers.stragglers.stack_profile import analyze_stack_profile
 from perftracker.store import Store
 from perftracker.store.alarms import Alarm, StepSeries
@@ -42,7 +42,11 @@ SUSPICION_CHARS = 300
 
 
 class AnalyzerDiagnosis:
-    """The `LiveDiagnosis` the CLI hands to live samplers."""
+    """The `LiveDiagnosis` the CLI hands to live samplers (one per session: it keeps the degradation rule's
+    `Rechecks`)."""
+
+    def __init__(self) -> None:
+        self.rechecks = Rechecks()
 
     def hang_pattern(self, look: Mapping[int, MainStack]) -> str:
         return hang_pattern(rank_states(look))
@@ -63,7 +67,7 @@ class AnalyzerDiagnosis:
         return found[0].title[:SUSPICION_CHARS] if found else ""
 
     def degradation_alarm(self, series: Sequence[StepSeries], window: int, rise: float) -> Alarm | None:
-        return degradation_alarm(series, window, rise)
+        return degradation_alarm(series, window, rise, self.rechecks)
 
     def step_period(self, burst: StackBurst) -> StepPeriod | None:
         return estimate_period(burst)

@@ -12,8 +12,12 @@ naming the ranks whose series fired, or None. Per series:
 2. **Confirmation.** The offline change-point scan (`analyzers/stragglers/degradation.change_point`: the
    split minimizing the squared error) on the last `CONFIRM_WINDOWS` x N steps, judged by
    `analyzers/stragglers/shift.judge_shift` (one-sided rank test with its autocorrelation correction and
-   Bonferroni over the splits scanned, sustained over both halves of the later steps). Only a significant
+   Bonferroni over the splits scanned, sustained over both halves of the later steps), computed by its lean
+   twin `analyzers/online/change_point.py` (the same result, about 4x cheaper). Only a significant
    rise of at least `rise` at that step is an alarm; the step it returns is where the slowdown began.
+   With a `Rechecks` (the watcher's), a rank whose trigger fired but whose confirmation said no is confirmed
+   again only once `recheck_steps(window)` (N / 2) more of its steps came: on a noisy machine the trigger
+   fires most of the time, and a slow job's rank gets one new step a look.
 
 Defaults (N = 10, X = 20%), measured on the 21 clean real runs of tests/fixtures/accuracy (their steady,
 traced part): the trigger alone is noisy on that loaded 2-core machine (the worst mean of 10 steps is 93%
@@ -26,11 +30,11 @@ is the smallest rise the confirmation separates from the noise within N steps (s
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
-from perftracker.analyzers.stragglers.degradation import change_point
+from perftracker.analyzers.online.change_point import change_point
 from perftracker.store.alarms import Alarm, StepSeries
 
 DEFAULT_WINDOW = 10
@@ -56,7 +60,31 @@ def trigger(durations_s: np.ndarray, window: int, rise: float) -> tuple[float, f
     return (current, best) if best > 0 and current > best * (1.0 + rise) else None
 
 
-def series_alarm(series: StepSeries, window: int = DEFAULT_WINDOW, rise: float = DEFAULT_RISE) -> Alarm | None:
+def recheck_steps(window: int) -> int:
+    """How many more steps a rank needs before a confirmation that said no is asked again."""
+    return max(1, window // 2)
+
+
+@dataclass
+class Rechecks:
+    """Per rank, the last step of its series when its confirmation last said no (the trigger had fired)."""
+
+    declined_at: dict[int, int] = field(default_factory=dict)
+
+    def due(self, rank: int, last_step: int, window: int) -> bool:
+        """Is the confirmation worth asking again: no "no" yet, enough steps since, or the steps started over?"""
+        seen = self.declined_at.get(rank)
+        return seen is None or last_step < seen or last_step - seen >= recheck_steps(window)
+
+    def declined(self, rank: int, last_step: int) -> None:
+        self.declined_at[rank] = last_step
+
+    def forget(self, rank: int) -> None:
+        self.declined_at.pop(rank, None)
+
+
+def series_alarm(series: StepSeries, window: int = DEFAULT_WINDOW, rise: float = DEFAULT_RISE,
+                 rechecks: Rechecks | None = None) -> Alarm | None:
     """The degradation alarm of one rank's series (see the module docstring), or None."""
     kept = series.steps >= WARMUP_STEPS
     if int(kept.sum()) < 2 * window:
@@ -65,11 +93,20 @@ def series_alarm(series: StepSeries, window: int = DEFAULT_WINDOW, rise: float =
     y = series.durations_ns[kept].astype(float) / 1e9
     fired = trigger(y, window, rise)
     if fired is None:
+        if rechecks is not None:
+            rechecks.forget(series.rank)  # the trigger fell back: its next firing is confirmed at once
+        return None
+    last = int(steps[-1])
+    if rechecks is not None and not rechecks.due(series.rank, last, window):
         return None
     tail = slice(max(0, len(y) - CONFIRM_WINDOWS * window), len(y))
-    cp = change_point(pd.Series(y[tail], index=steps[tail]))
+    cp = change_point(y[tail], steps[tail])
     if cp is None or not cp.verdict.significant or cp.rise < rise:
+        if rechecks is not None:
+            rechecks.declined(series.rank, last)
         return None
+    if rechecks is not None:
+        rechecks.forget(series.rank)
     current, best = fired
     who = "the job" if series.rank < 0 else f"rank {series.rank}"
     return Alarm("degradation", f"{who}: the last {window} steps take {current * 1e3:.1f} ms on average, "
@@ -80,9 +117,9 @@ def series_alarm(series: StepSeries, window: int = DEFAULT_WINDOW, rise: float =
 
 
 def degradation_alarm(series: Iterable[StepSeries], window: int = DEFAULT_WINDOW,
-                      rise: float = DEFAULT_RISE) -> Alarm | None:
+                      rise: float = DEFAULT_RISE, rechecks: Rechecks | None = None) -> Alarm | None:
     """One alarm for every series that fired (the earliest change point is the step it began at)."""
-    fired = [a for a in (series_alarm(s, window, rise) for s in series) if a is not None]
+    fired = [a for a in (series_alarm(s, window, rise, rechecks) for s in series) if a is not None]
     if not fired:
         return None
     first = min(fired, key=lambda a: (a.step, -(a.current_s or 0.0) / (a.best_s or 1.0)))
