@@ -5,8 +5,9 @@ Promise: `StackStepsSampler` (name ``stack-steps``) waits `grace_s` (30 s) after
 no other step source has produced a record (`ctx.progress.last_step` is empty: the steps sampler fills it from
 the hook, --job-log and the job's output; and no `inspector/` file came), it records, every `every_s` (60 s; the
 first `quick_bursts` bursts every `quick_every_s`, so that the rules arm within about a minute and a half), one
-burst of every rank side by side: `py-spy record --nonblocking --idle --threads --format chrometrace` for
-`burst_s` (5 s) at `rate_hz` (50 Hz), each py-spy in a session of its own (the job is never paused; a signal
+burst: `py-spy record --nonblocking --idle --threads --format chrometrace` for
+`burst_s` (5 s) at `rate_hz` (50 Hz) of the lowest `ranks_per_burst` ranks (1: the ranks of a synchronous job step
+together; 0 records every rank), each py-spy in a session of its own (the job is never paused; a signal
 to attach's group does not reach it), into a temporary folder removed once read. Each rank's burst is read
 (`collectors/stacks/chrometrace.py`) and its iteration period asked of `ctx.diagnosis.step_period` (the
 estimator `analyzers/online/step_period.py`, through the live seam). A rank whose burst shows a period gets one
@@ -20,10 +21,10 @@ step-like record in `steps/rank-<r>.jsonl`, handed to the watcher through the `S
 value per burst per rank, which the watcher keeps apart from real steps (`BurstSeries`) and judges with the
 coarse degradation rule (`analyzers/online/burst_rule.py`); the step-stall rule never sees them (a record every
 60 s is the cadence, not a stall): for such a job a hang is stacks that stop moving (the stack sampler's check).
-A burst with no period writes nothing (its count is in the status). Cost: py-spy's CPU per burst x ranks /
-`every_s`; measured 0.10-0.13 s (user + system) for one rank's 5 s burst at 50 Hz, so 1.3-1.7% of one core for 8
-ranks at the defaults (0.2% per rank; `--stack-steps-every 240` for 0.5%), plus a few ms per rank-burst for the
-estimate; only while the job offers no other step signal (README "Watching a job").
+A burst with no period writes nothing (its count is in the status). Cost: py-spy's CPU per burst x ranks recorded
+/ `every_s`; measured 0.10-0.13 s (user + system) for one rank's 5 s burst at 50 Hz, so 0.17-0.22% of one core at
+the defaults whatever the number of ranks (1.3-1.7% for 8 ranks with `ranks_per_burst` 0), plus a few ms per
+rank-burst for the estimate; only while the job offers no other step signal (README "Watching a job").
 """
 
 from __future__ import annotations
@@ -155,6 +156,10 @@ class StackStepsSampler:
     grace_s: float = 30.0
     quick_bursts: int = 6  # the first bursts come quicker: 2 x N of them arm the rules (N = 3)
     quick_every_s: float = 15.0
+    # The ranks each burst records: the lowest this many (0: every rank). One is enough for the step signal, since
+    # the ranks of a synchronous job step together (a slowed rank slows every rank's iterations); the incident's
+    # capture then records every rank side by side, and its analysis names the rank.
+    ranks_per_burst: int = 1
     feed: StepFeed | None = None
     bursts: int = 0
     periods: int = 0  # rank-bursts that showed a period
@@ -204,7 +209,9 @@ class StackStepsSampler:
             self._other_source = True
             self._next = time.monotonic() + self.every_s
             return
-        workers = ctx.alive()
+        workers = sorted(ctx.alive(), key=lambda w: w.rank)
+        if self.ranks_per_burst > 0:
+            workers = workers[:self.ranks_per_burst]
         if not workers:
             return
         if self._folder is None:
