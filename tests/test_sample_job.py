@@ -31,7 +31,7 @@ PROFILE_STEPS = 3
 SLOW_RANK = 1
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # (session: the grouped xdist worker may interleave this module with others)
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # GIVEN a job environment holding a fake secret and an allow-listed NCCL variable
     extra_env = {"AWS_SECRET_ACCESS_KEY": "xyz", "NCCL_DEBUG": "INFO"}
