@@ -34,12 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from perftracker.bounded import load_json_file
+from perftracker.collectors.traces.trace_map import pg_groups
 from perftracker.errors import InputError
 from perftracker.rundir import MANIFEST, MAX_MANIFEST_BYTES
 
 FAR_APART_NS = 24 * 3600 * 10**9
 # Trace times this large are on the wall clock (epoch ns after 2001) even without a base time.
 _EPOCH_NS = 10**18
+_INTERNED: dict[tuple[tuple[str, str, int], ...], tuple[tuple[str, str, int], ...]] = {}  # see trace_job_facts
 _VENDOR_WORDS = re.compile(r"^(?:nvidia|tesla|amd|intel|geforce|quadro)\s+", re.IGNORECASE)
 
 
@@ -200,10 +202,11 @@ def pick_group(groups: list[JobGroup], wanted: str, where: str) -> JobGroup:
 
 
 def trace_job_facts(path: Path, root: Path, rank: int | None, world_size: int, device_name: str,
-                    pg_config: list[Any], wall: tuple[int, int] | None) -> TraceJobFacts:
-    """A trace's job identity from its parsed facts and the run directory around it."""
-    groups = tuple(sorted({(str(pg["pg_name"]), str(pg.get("pg_desc", "")), _int(pg.get("pg_size")))
-                           for pg in pg_config if isinstance(pg, dict) and "pg_name" in pg}))
+                    pg_config: str, wall: tuple[int, int] | None) -> TraceJobFacts:
+    """A trace's job identity from its parsed facts and the run directory around it. Its process groups are
+    interned: the traces of one job list the same groups, held once however many ranks there are."""
+    groups = tuple(sorted({(name, desc, size) for name, desc, size, _ in pg_groups(pg_config)}))
+    groups = _INTERNED.setdefault(groups, groups)
     run_dir = path.parent.parent if path.parent.name == "traces" else path.parent
     return TraceJobFacts(
         path=str(path), rank=rank, world_size=world_size, device_name=device_name, process_groups=groups,

@@ -37,7 +37,7 @@ from perftracker.collectors.synthetic import synthetic_inputs
 from perftracker.collectors.traces.comm_kernels import CommKernels, cached_comm_kernels
 from perftracker.collectors.traces.execution_trace import load_execution_trace_inputs
 from perftracker.collectors.traces.ranks import TraceIdentity, assign_windows
-from perftracker.collectors.traces.trace_map import FileResult
+from perftracker.collectors.traces.trace_map import FileResult, expand_ranks, pg_groups
 from perftracker.errors import InputError
 from perftracker.rundir import Inputs, discover
 from perftracker.store import LoadNote, RunInfo, Store
@@ -231,9 +231,9 @@ def _reduce_traces(store: Store, results: list[FileResult], spill_from: int) -> 
                           "device_name": t.device_name, "base_ns": t.base_ns, "start_ns": t.start_ns,
                           "end_ns": t.end_ns, "n_events": t.n_events,
                           "rank": ident.rank, "window": ident.window, "file": r.path})
-        for pg in t.pg_config:
-            if isinstance(pg, dict) and "pg_name" in pg:
-                pg_configs.setdefault(str(pg["pg_name"]), {k: pg.get(k) for k in ("pg_desc", "pg_size", "ranks")})
+        for name, desc, size, ranks in pg_groups(t.pg_config):  # the first trace naming a group says its ranks
+            if name not in pg_configs:
+                pg_configs[name] = {"pg_desc": desc, "pg_size": size, "ranks": expand_ranks(ranks)}
     if ok:
         spill.finish()
         store.set_table("steps", _concat(steps))

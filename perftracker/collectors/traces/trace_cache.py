@@ -33,7 +33,7 @@ from perftracker import __version__
 from perftracker.bounded import file_cap, open_regular
 from perftracker.collectors.traces.comm_kernels import CommKernels
 
-CACHE_VERSION = f"{__version__}-6"  # -6: keys by content (sha256 of the bytes), no longer by path and mtime
+CACHE_VERSION = f"{__version__}-7"  # -6: keys by content (sha256 of the bytes); -7: pg_config compacted
 _BLOCK = 1 << 20
 
 

@@ -13,6 +13,7 @@ the cache, not the file: the tables come back in the result, with a note.
 from __future__ import annotations
 
 import gc
+import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,48 @@ from perftracker.errors import PerftrackerError
 from perftracker.values import MAX_RANK, int_in, rank_in_range
 
 
+def _ranks_text(ranks: Any) -> str:
+    """A process group's ranks as "start:stop:step" when evenly spaced (nearly always), else "r0,r1,..."."""
+    if not isinstance(ranks, list) or not ranks or not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks):
+        return ""
+    step = ranks[1] - ranks[0] if len(ranks) > 1 else 1
+    if step > 0 and all(b - a == step for a, b in zip(ranks, ranks[1:])):
+        return f"{ranks[0]}:{ranks[-1] + step}:{step}"
+    return ",".join(map(str, ranks))
+
+
+def compact_pg_config(raw: Any) -> str:
+    """distributedInfo.pg_config as one JSON string of [name, desc, size, ranks text] per group. A trace of a
+    4096-rank job lists ~520 groups naming ~12k ranks; kept as parsed lists for every trace, the driver held
+    O(ranks^2) Python objects (2.8 GB at 4096 ranks); one short string per trace is ~30 KB."""
+    groups = [[str(pg["pg_name"]), str(pg.get("pg_desc", "")),
+               size if isinstance(size := pg.get("pg_size"), int) and not isinstance(size, bool) else -1,
+               _ranks_text(pg.get("ranks"))]
+              for pg in (raw if isinstance(raw, list) else []) if isinstance(pg, dict) and "pg_name" in pg]
+    return json.dumps(groups, separators=(",", ":"))
+
+
+def pg_groups(text: str) -> list[tuple[str, str, int, str]]:
+    """The groups of a `compact_pg_config` string: (name, desc, size, ranks text)."""
+    try:
+        groups = json.loads(text) if isinstance(text, str) and text else []
+    except ValueError:
+        return []
+    return [(str(g[0]), str(g[1]), g[2], str(g[3])) for g in groups if isinstance(groups, list)
+            and isinstance(g, list) and len(g) == 4 and isinstance(g[2], int)]
+
+
+def expand_ranks(text: str) -> list[int]:
+    """The ranks of a group's ranks text (see `_ranks_text`); [] for none."""
+    try:
+        if ":" in text:
+            start, stop, step = (int(x) for x in text.split(":"))
+            return list(range(start, stop, step))
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        return []
+
+
 @dataclass(frozen=True)
 class TraceFacts:
     """What the map step learned about one trace file besides its tables (cached as JSON beside them)."""
@@ -43,7 +86,7 @@ class TraceFacts:
     start_ns: int
     end_ns: int
     n_events: int
-    pg_config: list[Any]  # distributedInfo.pg_config as the trace has it
+    pg_config: str  # distributedInfo.pg_config, compacted (`compact_pg_config`; read back with `pg_groups`)
 
     def window_ns(self) -> tuple[int, int]:
         """(start, end) of its events on the wall clock, where the trace gives a base time."""
@@ -136,5 +179,5 @@ def _parse(path: Path, comm_kernels: CommKernels) -> tuple[TraceFacts, list[tupl
         device_name=device_name, base_ns=trace.base_ns if trace.base_ns is not None else -1,
         start_ns=int(events["start_ns"].min()) if len(events) else 0,
         end_ns=int((events["start_ns"] + events["dur_ns"]).max()) if len(events) else 0,
-        n_events=len(events), pg_config=pg_config if isinstance(pg_config, list) else [])
+        n_events=len(events), pg_config=compact_pg_config(pg_config))
     return facts, notes, events, steps
