@@ -59,7 +59,7 @@ def test_watch_opens_a_degradation_then_a_hang_incident_and_none_while_healthy(t
         assert any(f["analyzer"] == "degradation" and abs(f["evidence"].get("change_step", -99) - slowed_at) <= 3
                    for f in findings)
         named = [(f["analyzer"], f["title"], f["ranks"]) for f in findings]
-        assert 1 in done["named_ranks"], named
+        assert {1} <= set(done["named_ranks"]), named
         # AND its stacks, compared with the healthy baseline's, name rank 1 and no other
         assert [ranks for analyzer, _, ranks in named if analyzer == "baseline_shift"] == [[1]], named
         # WHEN rank 0 hangs (the job's own switch), THEN a hang incident names it and where rank 1 waits

@@ -165,7 +165,7 @@ def test_the_incident_analysis_writes_the_finding_into_findings_json_and_the_rep
     # GIVEN a real incident's evidence, WHEN analyzed as the watcher has it analyzed (the CLI's reporter)
     verdict = analyze_incident(SHIFT / "sigstop-1", tmp_path)
     # THEN the incident names rank 1, in findings.json and in report.html
-    assert 1 in verdict.ranks
+    assert {1} <= set(verdict.ranks)
     found = [f for f in json.loads((tmp_path / "findings.json").read_text())["findings"]
              if f["analyzer"] == "baseline_shift"]
     assert [f["ranks"] for f in found] == [[1]]
