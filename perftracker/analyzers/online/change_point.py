@@ -19,7 +19,7 @@ import math
 
 import numpy as np
 
-from perftracker.analyzers.stragglers.degradation import MIN_STEPS, RISE, ChangePoint
+from perftracker.analyzers.stragglers.degradation import RISE, ChangePoint, best_split
 from perftracker.analyzers.stragglers.shift import ALPHA, MIN_SIDE, ShiftVerdict
 
 
@@ -103,21 +103,14 @@ def _judge(before: np.ndarray, after: np.ndarray, sorted_before: np.ndarray, bef
 def change_point(durations_s: np.ndarray, steps: np.ndarray) -> ChangePoint | None:
     """The most likely single shift in mean when it is a rise of RISE or more, with its verdict (see above)."""
     y = np.asarray(durations_s, dtype=float)
-    n = len(y)
-    if n < MIN_STEPS:
+    split = best_split(y)  # the offline scan itself: only the verdict below is the lean twin
+    if split is None:
         return None
-    margin = max(5, n // 20)
-    csum, csq = np.cumsum(y), np.cumsum(y * y)
-    k = np.arange(margin, n - margin)
-    left_n, right_n = k, n - k
-    left_sum, right_sum = csum[k - 1], csum[-1] - csum[k - 1]
-    left_sq, right_sq = csq[k - 1], csq[-1] - csq[k - 1]
-    sse = (left_sq - left_sum ** 2 / left_n) + (right_sq - right_sum ** 2 / right_n)
-    best = int(k[np.argmin(sse)])
+    best, scanned = split
     before, after = y[:best], y[best:]
     sorted_before = np.sort(before)
     b, a = _median(sorted_before), _median(np.sort(after))
     if b <= 0 or a / b - 1.0 < RISE:
         return None
     assert min(len(before), len(after)) >= MIN_SIDE  # margin >= 5 = MIN_SIDE
-    return ChangePoint(int(steps[best]), b, a, _judge(before, after, sorted_before, b, a, len(k)))
+    return ChangePoint(int(steps[best]), b, a, _judge(before, after, sorted_before, b, a, scanned))

@@ -84,9 +84,9 @@ def period_of(steps: np.ndarray) -> int | None:
     return dominant if dominant >= 2 and near.mean() >= PERIOD_SHARE else None
 
 
-def change_point(series: pd.Series) -> ChangePoint | None:
-    """The most likely single shift in mean when it is a rise of RISE or more, with its verdict."""
-    y = series.to_numpy(dtype=float)
+def best_split(y: np.ndarray) -> tuple[int, int] | None:
+    """(the split minimizing the squared error of a single shift in mean, the number of splits scanned), or None
+    for fewer than MIN_STEPS values; the first and last max(5, n/20) values are never a split."""
     n = len(y)
     if n < MIN_STEPS:
         return None
@@ -97,12 +97,21 @@ def change_point(series: pd.Series) -> ChangePoint | None:
     left_sum, right_sum = csum[k - 1], csum[-1] - csum[k - 1]
     left_sq, right_sq = csq[k - 1], csq[-1] - csq[k - 1]
     sse = (left_sq - left_sum ** 2 / left_n) + (right_sq - right_sum ** 2 / right_n)
-    best = int(k[np.argmin(sse)])
+    return int(k[np.argmin(sse)]), len(k)
+
+
+def change_point(series: pd.Series) -> ChangePoint | None:
+    """The most likely single shift in mean when it is a rise of RISE or more, with its verdict."""
+    y = series.to_numpy(dtype=float)
+    split = best_split(y)
+    if split is None:
+        return None
+    best, scanned = split
     before, after = y[:best], y[best:]
     b, a = float(np.median(before)), float(np.median(after))
     if b <= 0 or a / b - 1.0 < RISE:
         return None
-    return ChangePoint(int(series.index[best]), b, a, judge_shift(before, after, candidates=len(k)))
+    return ChangePoint(int(series.index[best]), b, a, judge_shift(before, after, candidates=scanned))
 
 
 def _culprit(store: Store, step: int) -> tuple[list[int], dict[str, float]]:
