@@ -19,17 +19,16 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from perftracker.live.sampler import stat_fields
+
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") and "SC_CLK_TCK" in os.sysconf_names else 100
 
 
 def _task_cpu_s(native_id: int) -> float | None:
     """utime + stime of one thread of this process in seconds, None when /proc does not say."""
-    try:
-        with open(f"/proc/self/task/{native_id}/stat", "rb") as handle:
-            text = handle.read()
-    except OSError:
+    fields = stat_fields(f"/proc/self/task/{native_id}/stat")
+    if fields is None:
         return None
-    fields = text[text.rfind(b")") + 2:].split()
     try:
         return (int(fields[11]) + int(fields[12])) / _TICKS
     except (IndexError, ValueError):

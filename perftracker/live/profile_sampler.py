@@ -27,6 +27,19 @@ from perftracker.live.stacks import PERMISSION_HINT, find_pyspy
 from perftracker.rundir import atomic_write_text
 
 
+def interrupt_recorders(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Stop the `py-spy record` processes still running with SIGINT (py-spy then writes what it has), waiting up to
+    10 s for each before it is killed."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+    for proc in procs:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
 @dataclass
 class _Recording:
     rank: int
@@ -112,15 +125,7 @@ class ProfileSampler:
     def stop(self, ctx: LiveContext) -> None:
         if self._done or not self._recordings:
             return
-        for rec in self._recordings:  # attach ends first: py-spy writes what it has on SIGINT
-            if rec.proc.poll() is None:
-                rec.proc.send_signal(signal.SIGINT)
-        for rec in self._recordings:
-            try:
-                rec.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                rec.proc.kill()
-                rec.proc.wait()
+        interrupt_recorders([rec.proc for rec in self._recordings])  # attach ends first
         self._finish(ctx)
 
     @property

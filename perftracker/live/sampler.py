@@ -77,14 +77,21 @@ class LiveContext:
 _PROC_STAT = Path("/proc/self/stat").exists()
 
 
-def _proc_state(pid: int) -> tuple[str, int] | None:
-    """(state letter, start time in clock ticks) of a process from /proc, None when it is not there."""
+def stat_fields(path: str) -> list[bytes] | None:
+    """The fields of a /proc `stat` file after the command name (field 3, the state, first), or None."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
+        with open(path, "rb") as handle:
             text = handle.read()
     except OSError:
         return None
-    fields = text[text.rfind(b")") + 2:].split()
+    return text[text.rfind(b")") + 2:].split()
+
+
+def _proc_state(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time in clock ticks) of a process from /proc, None when it is not there."""
+    fields = stat_fields(f"/proc/{pid}/stat")
+    if fields is None:
+        return None
     try:
         return fields[0].decode("ascii", "replace"), int(fields[19])
     except (IndexError, ValueError):

@@ -30,7 +30,6 @@ rank-burst for the estimate; only while the job offers no other step signal (REA
 from __future__ import annotations
 
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -45,6 +44,7 @@ from perftracker.collectors.stacks.chrometrace import read_burst
 from perftracker.errors import InputError
 from perftracker.live.diagnosis import LiveDiagnosis
 from perftracker.live.discovery import Worker
+from perftracker.live.profile_sampler import interrupt_recorders
 from perftracker.live.sampler import LiveContext
 from perftracker.live.stacks import PERMISSION_HINT, find_pyspy
 from perftracker.live.step_feed import StepFeed
@@ -104,15 +104,7 @@ class BurstRound:
 
     def stop(self) -> None:
         """Interrupt the recorders still running (py-spy writes what it has on SIGINT)."""
-        for rec in self.recorders:
-            if rec.proc.poll() is None:
-                rec.proc.send_signal(signal.SIGINT)
-        for rec in self.recorders:
-            try:
-                rec.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                rec.proc.kill()
-                rec.proc.wait()
+        interrupt_recorders([rec.proc for rec in self.recorders])
 
     def read(self) -> list[StackBurst]:
         """Every rank's burst that was written; what failed is in `errors`."""
