@@ -1,25 +1,9 @@
 """findings.json: the versioned, documented output for automation.
 
-Schema (version 1)::
-
-    {
-      "schema_version": 1,
-      "tool": {"name": "perftracker", "version": "0.1.0"},
-      "generated_at": "2026-11-29T22:00:00+00:00",
-      "input": "path analyzed",
-      "summary": {"verdict": "...", "counts": {"critical": 0, "warning": 2, "info": 3},
-                  "ranks": 4, "hosts": ["node-1"], "step_time_s": 0.25,
-                  "step_spread_across_ranks_s": 0.0029,  # null below two ranks with steps
-                  "worst_cost_seconds_per_step": 0.03,
-                  "biggest_cost": {"finding": "...", "title": "...", "seconds_per_step": 0.03,
-                                   "share_of_step": 0.12},  # null when no finding has a cost
-                  "coverage": {"judged": [{"area": "hangs", "from": ["stacks"]}, ...],
-                               "not_judged": [{"area": "GPU health", "needs": "NVML samples ..."}, ...]}},
-      "notes": [{"level": "warning", "source": "file", "message": "...", "data": {}}],
-      "findings": [ {"id", "analyzer", "severity", "title", "ranks", "hosts", "evidence",
-                     "cost": {"seconds_per_step", "share_of_step"}, "confidence", "recommendation",
-                     "related"} ]
-    }
+Promise: `build` returns the document `write` saves; its shape is `perftracker/schemas/findings.schema.json`
+(JSON Schema, shipped in the package; `diff` adds `summary.diff`: `diff.schema.json`), described once in
+docs/formats/findings-json.md with the versioning rule: within one `SCHEMA_VERSION`, additive changes only
+(a new optional key, declared in the schema in the same change).
 
 Findings are ordered by severity (critical first), then cost (seconds lost per step), then confidence;
 the verdict's "Top:" is the first actionable finding of that order.
