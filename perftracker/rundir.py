@@ -12,6 +12,13 @@ Layout (format version 1)::
     <run>/stacks/<ts>/rank-<r>.json   py-spy dumps (JSON), <ts>-hang/ for the native dump taken on a hang
     <run>/profiles/rank-<r>.txt         sampled stacks (py-spy record --format raw --threads; flamegraph.pl
                                         reads it), with rank-<r>.json: rank, pid, host, rate_hz, duration_s
+    <run>/manifests/<host>.json         one manifest per host when several hosts write into one run directory
+    <run>/output/                       the job's stdout/stderr and log files as run and attach copied them
+    <run>/ranks/rank-<r>.json           each rank's registration by the in-job hook (live/hook_spool.py)
+    <run>/requests/                     requests to the attached collector (touch requests/stacks: a stack dump)
+    <run>/incidents/<ts>-<kind>-<host>/ attach/run --watch: incident.json, evidence/ (a run directory),
+                                        findings.json, report.html, tables/ (live/incidents.py)
+    <run>/incidents/baseline-<host>/    the healthy window <host>'s watcher recorded once armed
 
 A step record is one line of JSON::
 
@@ -45,16 +52,16 @@ Host counters (one JSON object per line, times in epoch ns; every metric optiona
       TCP counters), plus one per link state change: collectors/counters/netdev.py documents the fields
 
 `counters`/`hw_counters` hold the sysfs files of `ports/<n>/counters` and `ports/<n>/hw_counters` as the
-kernel writes them (`port_*_data` are octets / 4); `collectors/rdma.py: snapshot()` makes the RDMA
-records, and `collectors/gpu_samples.py` documents the GPU fields. `ethtool` (link layer Ethernet ports
+kernel writes them (`port_*_data` are octets / 4); `collectors/counters/rdma.py: snapshot()` makes the RDMA
+records, and `collectors/counters/gpu_samples.py` documents the GPU fields. `ethtool` (link layer Ethernet ports
 with a netdev, sampled live) holds the driver's pause / PFC / discard / buffer / ECN / pause-storm
 counters as `ethtool -S` prints them (mlx5: `rx_prio3_pause`, `rx_prio3_pause_duration` in us,
 `tx_prio3_pause`, `rx_discards_phy`, `tx_pause_storm_error_events`, ...; per-queue counters left out;
-`collectors/ethtool.py`); in the `counters` table they become rows named `ethtool:<name>` on the
+`collectors/counters/ethtool.py`); in the `counters` table they become rows named `ethtool:<name>` on the
 record's device and port. `analyze` also reads, by content, nvidia-smi CSV, DCGM / node-exporter
 Prometheus text, raw sysfs counter copies and repeated `ethtool -S <netdev>` outputs each after a
 `date +%s.%N` line (`# host=`, `# netdev=` lines or the `ethtool -S <dev>` command line name them;
-`collectors/counters_inputs.py`).
+`collectors/counters/inputs.py`).
 `analyze` also accepts a bare folder of traces (or any mix): inputs are found by name and content.
 """
 

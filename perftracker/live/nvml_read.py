@@ -4,7 +4,7 @@ Promise: every function takes the pynvml module (`nv`) and a device handle and r
 Python values. Each NVML call (looked up by name, so an older nvidia-ml-py without it is fine) is
 wrapped: NVMLError_NotSupported, NoPermission, FunctionNotFound or any other failure just leaves
 that field out; nothing here raises. Metric names and units are the ones of
-`collectors/gpu_samples.py`:
+`collectors/counters/gpu_samples.py`:
 - `read_metrics`: clocks, power, temperature, utilization, clock-event reasons, PCIe link and
   throughput, ECC, plus `nvlink_metrics`;
 - `pcie_metrics`: `pcie_tx_kbps` / `pcie_rx_kbps` (KB/s, NVML measures a 20 ms window per call),

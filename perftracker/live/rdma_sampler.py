@@ -5,7 +5,7 @@ Uses `perftracker.collectors.counters.rdma.snapshot`, the same reader the offlin
 
 RoCE ports (link layer Ethernet) with a netdev also get `"ethtool": {name: int}` in their records:
 the flow-control counters (PFC pauses, discards, buffer / ECN / pause-storm counters) of
-`ethtool -S <netdev>` (collectors/ethtool.py), read through `ethtool_reader` (tests inject a fake).
+`ethtool -S <netdev>` (collectors/counters/ethtool.py), read through `ethtool_reader` (tests inject a fake).
 The first netdev of the port that gives counters is used; a port none of whose netdevs gives any
 is noted once and not asked again. Without ethtool: one note saying how to
 get these counters, and the sysfs counters go on.

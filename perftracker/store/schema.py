@@ -145,7 +145,7 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "evidence": "string",
     },
     # Facts parsed from NCCL_DEBUG logs, one row per distinct (process, key, value) with the line it
-    # was first seen on and how often it repeated (collectors/nccl_log.py lists the keys; structured
+    # was first seen on and how often it repeated (collectors/nccl/log.py lists the keys; structured
     # values are JSON). pid -1: a fact printed outside a process header (bare version line).
     "nccl": {
         "rank": "int32",
@@ -186,10 +186,10 @@ TABLES: Mapping[str, Mapping[str, str]] = {
     # each incident's evidence as baseline/profiles/): the same columns, compared with profile_samples (the
     # incident's window) by analyzers/online/baseline_shift.py.
     "baseline_profile_samples": _PROFILE_SAMPLE_COLUMNS,
-    # Host devices the counter samples name (collectors/counters_inputs.py): one row per GPU
+    # Host devices the counter samples name (collectors/counters/inputs.py): one row per GPU
     # (device "gpu:<index>") or RDMA port (device "mlx5_0", port "1") per host, with what ties it
     # to ranks: PCI bus id, NUMA node (-1 unknown), GPU UUID, link layer and netdevs of a NIC, and
-    # for a GPU the ranks NVML listed running on it (collectors/gpu_samples.py).
+    # for a GPU the ranks NVML listed running on it (collectors/counters/gpu_samples.py).
     "devices": {
         "host": "string",
         "kind": "string",  # gpu | nic
@@ -203,7 +203,7 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "ranks": "string",  # comma-separated job ranks seen on a GPU, "" unknown
         "source": "string",  # the file it came from
     },
-    # Flight-recorder entries of each rank (collectors/flight_recorder.py): one row per recorded
+    # Flight-recorder entries of each rank (collectors/postmortem/flight_recorder.py): one row per recorded
     # collective. seq is the process group's collective sequence number (-1 for point-to-point
     # entries); sizes are JSON; started/completed are -1 when the backend never reports them (gloo).
     "collectives_fr": {
@@ -265,7 +265,7 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "file": "string",
     },
     # Failures read from job output and launcher logs, torchelastic error files and kernel logs
-    # (collectors/joblogs.py). kind: timeout (NCCL watchdog) | gloo_timeout | exception | exit | xid.
+    # (collectors/postmortem/joblogs.py). kind: timeout (NCCL watchdog) | gloo_timeout | exception | exit | xid.
     # ts_ns: epoch ns when the line says (-1 unknown); rank -1 when no rank is known.
     "failures": {
         "rank": "int32",

@@ -1,6 +1,6 @@
 """GPU health from NVML / nvidia-smi / DCGM samples: throttling, low clocks, XID / ECC, PCIe, low utilization.
 
-Promise: per (host, GPU) of the `counters` rows named by collectors/gpu_samples.py, one finding per
+Promise: per (host, GPU) of the `counters` rows named by collectors/counters/gpu_samples.py, one finding per
 problem, naming the host, the GPU index and (through `topology.rank_map`) the ranks on it, with the
 share of samples affected, the time window and the throttle periods. Checks and thresholds:
 - clock events (NVML bitmask): thermal (SW 0x20 / HW 0x40), HW slowdown (0x8), power brake (0x80) in

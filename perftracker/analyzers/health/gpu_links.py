@@ -1,6 +1,6 @@
 """GPU interconnect health from NVML / DCGM samples: NVLink errors and links down, PCIe replays.
 
-Promise: per (host, GPU) of the `counters` rows named by collectors/gpu_samples.py, findings of
+Promise: per (host, GPU) of the `counters` rows named by collectors/counters/gpu_samples.py, findings of
 analyzer "gpu_links" naming the host, the GPU index and (through `topology.rank_map`) the ranks on
 it, with the counter increase, its rate, the window and what to run next. A cumulative counter's
 increase is the sum of its rises between samples (a reset by `nvidia-smi nvlink -re` or a driver

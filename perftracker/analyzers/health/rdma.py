@@ -1,6 +1,6 @@
 """RDMA port health from counter samples, per host and port: throughput, rail balance, congestion, errors.
 
-Promise: from the `counters` rows of RDMA ports (collectors/rdma.py names), per (host, device, port)
+Promise: from the `counters` rows of RDMA ports (collectors/counters/rdma.py names), per (host, device, port)
 the counters are turned into per-interval increases between consecutive samples, with 32-bit queue
 counters that wrap (a drop from above 2^31) unwrapped and any other drop read as a counter reset (the
 increase is then the new value, as Prometheus does). Findings name host, device and port, and their

@@ -1,6 +1,6 @@
 """PFC pauses, pause storms and NIC drops of RoCE ports, from `ethtool -S` counters (`ethtool:<name>` rows).
 
-Promise: from the `counters` rows named `ethtool:<name>` (collectors/ethtool.py: live `ethtool` fields
+Promise: from the `counters` rows named `ethtool:<name>` (collectors/counters/ethtool.py: live `ethtool` fields
 of RoCE port records, or offline `ethtool -S` dumps), per (host, device, port) the counters are made
 per-interval increases with `rdma.increases` (a drop is a counter reset: the increase is the new
 value). Findings name host, device, port and netdev, the priority involved, and the share / rate with

@@ -9,7 +9,7 @@ the lag-1 autocorrelation as `np.corrcoef` computes it, the Mann-Whitney rank su
 each run of equal values (as `np.unique`'s counts do), the upper quartile by numpy's linear interpolation.
 It exists because the watcher may confirm up to RANKS_PER_LOOK ranks a second, and the offline path's small-array
 overhead (a pandas Series, np.median's and np.percentile's checks, np.unique, np.cov) is most of its cost
-on 100 steps. tests/analyzers/test_online_change_point.py holds it equal to the offline one on the recorded
+on 100 steps. tests/online/test_online_change_point.py holds it equal to the offline one on the recorded
 series of tests/fixtures/accuracy and on random series.
 """
 

@@ -3,7 +3,7 @@
 Promise: both loaders return `counters` rows (device "gpu:<index>", port "", name one of `METRICS`,
 value a float; one row per XID number, name "xid") and `devices` rows (kind "gpu", uuid, PCI bus id,
 NUMA node when known, `ranks`: the job's ranks NVML listed on the GPU in any sample, comma-separated,
-"" when unknown). DCGM exporter samples are read by `collectors/prometheus.py` into the same names.
+"" when unknown). DCGM exporter samples are read by `collectors/counters/prometheus.py` into the same names.
 Missing or "[N/A]" fields are skipped.
 
 `<run>/counters/<host>.gpu.jsonl`, one JSON object per GPU sample (all metrics optional; `pids` /
@@ -24,7 +24,7 @@ Units: `pcie_tx_kbps` / `pcie_rx_kbps` are NVML's PCIe throughput in KB/s over a
 `pcie_replay` and every `nvlink_*` error counter are cumulative counts (the NVLink ones summed over
 the GPU's links); `nvlink_links` / `nvlink_active` count the links NVML answers for / the active
 ones; `nvlink_tx_kib` / `nvlink_rx_kib` are cumulative KiB of payload summed over the links (rates
-come from differences). `clock_event_reasons` is NVML's bitmask (see `analyzers/gpu_health.py`).
+come from differences). `clock_event_reasons` is NVML's bitmask (see `analyzers/health/gpu_health.py`).
 
 nvidia-smi CSV: the header line names the fields (`--query-gpu=timestamp,index,uuid,pci.bus_id,
 clocks.sm,...`, with or without units); `timestamp` (local time, read as UTC) and `index` are

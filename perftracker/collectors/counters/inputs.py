@@ -6,7 +6,7 @@ Promise: `load_counter_inputs(paths)` looks at each non-trace file and loads, wh
 - Prometheus text with `node_infiniband_*` (node exporter) or `DCGM_FI_*` (DCGM exporter) samples,
 - `grep -H .` dumps of sysfs port counters, and copied sysfs port folders (path layout decides),
 - repeated `ethtool -S <netdev>` outputs with epoch lines ("NIC statistics:" decides; PFC / discard
-  counters of RoCE ports, collectors/ethtool.py), moved onto the RDMA device / port whose sysfs
+  counters of RoCE ports, collectors/counters/ethtool.py), moved onto the RDMA device / port whose sysfs
   record (from any other input of the same host) lists that netdev,
 - the ranks' scheduler accounting around an incident's window (`sched/<host>.sched.jsonl`,
   `collectors/counters/sched.py`) into the `cpu_sched` table,

@@ -6,11 +6,11 @@ Promise:
   time of the latest `# scrape_time <unix seconds>` comment (write one before each scrape when
   saving `curl` output in a loop); otherwise -1.
 - `node_infiniband_rows` maps the node exporter's infiniband collector (`node_infiniband_*`, labels
-  `device`, `port`) onto the sysfs counter names of `collectors/rdma.py` in sysfs units (the
+  `device`, `port`) onto the sysfs counter names of `collectors/counters/rdma.py` in sysfs units (the
   exporter's `*_bytes_total` are bytes; sysfs `port_*_data` count octets / 4, so they are divided
   by 4), plus `state_id`, `phys_state_id` and `rate_gbps`.
 - `dcgm_rows` maps the DCGM exporter's `DCGM_FI_*` gauges onto the GPU metric names of
-  `collectors/gpu_samples.py` (labels `gpu`, `UUID`, `pci_bus_id`, `Hostname`).
+  `collectors/counters/gpu_samples.py` (labels `gpu`, `UUID`, `pci_bus_id`, `Hostname`).
 The host is the `Hostname` label, else `instance` without its port, else the caller's default.
 """
 

@@ -20,7 +20,7 @@ Promise:
 the kernel writes them: `port_xmit_data`/`port_rcv_data` count octets divided by 4. A RoCE port
 (link layer Ethernet) sampled live also has `"ethtool": {name: int}`: the flow-control counters
 (PFC pauses, discards, buffer / ECN / pause-storm counters) of `ethtool -S <netdev>`, selected by
-`collectors/ethtool.py`; `snapshot()` itself reads sysfs only.
+`collectors/counters/ethtool.py`; `snapshot()` itself reads sysfs only.
 
 Counter rows: device = RDMA device, port = port number as text, name = the sysfs file name (from
 `counters/` or `hw_counters/`) or `ethtool:<name>` for the `ethtool` counters (e.g.
