@@ -102,7 +102,13 @@ def attach(
                                                      "iteration period; 0 = off.")] = 60.0,
 ) -> None:
     """Attach to a running job: environment, NCCL logs, stacks, GPU and RDMA samples, step times; then a
-    diagnosis. Read-only: the job is never paused (non-blocking stacks) and keeps running after."""
+    diagnosis. Read-only: the job is never paused (non-blocking stacks) and keeps running after.
+
+    Examples:
+      perftracker attach 4242 -o run/ --duration 60
+      perftracker attach runid:my-job -o run/ --watch
+      perftracker attach cmd:train.py -o run/ --trace-steps 5
+    """
     threshold = parse_fail_on(fail_on)
     me = host_name(host)  # every host-keyed name this command writes uses it
     run_dir = out or Path(f"perftracker-run-{time.strftime('%Y%m%d-%H%M%S')}")

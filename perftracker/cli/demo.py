@@ -46,7 +46,12 @@ def demo(
                                                  "runs from, or ./sample_traces.")] = None,
 ) -> None:
     """Analyze the bundled sample runs (real jobs, and synthetic ones marked as such in their reports); write
-    one index.html linking their reports."""
+    one index.html linking their reports.
+
+    Examples:
+      perftracker demo -o demo/
+      perftracker demo -o demo/ --full
+    """
     root = sample_traces_dir(samples)
     runs = sorted(p for p in root.iterdir() if p.is_dir())
     if not runs:

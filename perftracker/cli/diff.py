@@ -48,6 +48,10 @@ def diff(
     """Compare two runs: step time, ops and kernels per step, the rank(s) that changed, settings, findings.
 
     Exit codes: 0 compared, 2 bad input or usage, 3 --fail-on-regression exceeded.
+
+    Examples:
+      perftracker diff good-run/ new-run/
+      perftracker diff good-run/ new-run/ -o cmp/ --fail-on-regression 5
     """
     if fail_on_regression is not None and fail_on_regression < 0:
         raise UsageError(f"--fail-on-regression {fail_on_regression}: must be a percentage >= 0", "diff",

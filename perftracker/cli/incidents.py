@@ -104,7 +104,11 @@ def _line(folder: Path, record: dict[str, Any]) -> str:
 
 
 def incidents(run: Annotated[Path, typer.Argument(help="A run directory written by attach/run --watch.")]) -> None:
-    """List the incidents the watcher opened in RUN: one line each, with the path of its report."""
+    """List the incidents the watcher opened in RUN: one line each, with the path of its report.
+
+    Examples:
+      perftracker incidents run/
+    """
     if not run.is_dir():
         raise InputError("is not a folder", str(run), "give the run directory attach/run --watch wrote")
     console = terminal()

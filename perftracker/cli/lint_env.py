@@ -81,7 +81,13 @@ def lint_env(
     as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the findings as JSON.")] = False,
     fail_on: Annotated[str, fail_on_option("Exit 3 at this severity: warning or critical.")] = "critical",
 ) -> None:
-    """Check NCCL settings before launch (a pre-flight sanity check)."""
+    """Check NCCL settings before launch (a pre-flight sanity check).
+
+    Examples:
+      perftracker lint-env
+      perftracker lint-env --pid 4242
+      perftracker lint-env --env-file job.env --profile pai-lingjun --fail-on warning
+    """
     threshold = parse_fail_on(fail_on)
     findings, store = lint(env_file, pid, profile, sysfs_root, host=host_name())
     if as_json:

@@ -41,6 +41,10 @@ def postmortem(
     """Post-mortem of a job: which rank hung or failed first, where, and why.
 
     Exit codes: 0 ran, 2 bad input or usage, 3 a finding at or above --fail-on exists.
+
+    Examples:
+      perftracker postmortem job-logs/ -o out/
+      perftracker postmortem job-logs/ -o out/ --summary summary.txt --prom metrics.prom
     """
     threshold = parse_fail_on(fail_on)
     writable_folder(out)

@@ -14,7 +14,12 @@ from perftracker.rundir import host_name
 
 
 def ps(host: Host = None) -> None:
-    """List running training jobs: rank, local rank, pid, host, command (grouped by run id)."""
+    """List running training jobs: rank, local rank, pid, host, command (grouped by run id).
+
+    Examples:
+      perftracker ps
+      perftracker ps --host node-7
+    """
     console = terminal()
     jobs = list_jobs(host_name(host))
     if not jobs:

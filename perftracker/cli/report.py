@@ -16,7 +16,11 @@ def report(
     path: Annotated[Path, typer.Argument(help="An analyze output folder (holding findings.json and tables/), "
                                          "or a run directory that holds one in perftracker-out/.")],
 ) -> None:
-    """Re-render the HTML report from findings.json and the saved tables."""
+    """Re-render the HTML report from findings.json and the saved tables.
+
+    Examples:
+      perftracker report out/
+    """
     folder = path
     if not (folder / FINDINGS).exists() and (folder / "perftracker-out" / FINDINGS).exists():
         folder = folder / "perftracker-out"

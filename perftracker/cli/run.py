@@ -132,7 +132,12 @@ def run(
     prom: Annotated[str | None, prom_option()] = None,
 ) -> None:
     """Run a launch command (e.g. `-- torchrun --nproc_per_node 8 train.py`) prepared for diagnosis, and
-    write its post-mortem report when it ends. Exits with the job's exit code."""
+    write its post-mortem report when it ends. Exits with the job's exit code.
+
+    Examples:
+      perftracker run -o run/ -- torchrun --nproc_per_node 8 train.py
+      perftracker run --watch -o run/ -- torchrun --nproc_per_node 8 train.py
+    """
     threshold = parse_fail_on(fail_on)
     command = list(ctx.args)
     if command and command[0] == "--":

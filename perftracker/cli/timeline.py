@@ -62,7 +62,14 @@ def timeline(
     ray_address: RayAddress = None,
 ) -> None:
     """Merge every rank's trace into one, on one clock (offsets estimated from collective end times), one
-    process per rank grouped by host, with the straggler's late arrivals and the findings marked."""
+    process per rank grouped by host, with the straggler's late arrivals and the findings marked.
+
+    Open the file in ui.perfetto.dev or chrome://tracing.
+
+    Examples:
+      perftracker timeline traces/ -o all-ranks.json.gz
+      perftracker timeline traces/ -o some.json.gz --ranks 0,3-5 --steps 10-12
+    """
     if max_events < 1:
         raise UsageError(f"--max-events {max_events}: must be at least 1", "timeline", "e.g. --max-events 500000")
     writable_file(out, "-o")

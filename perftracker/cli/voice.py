@@ -3,6 +3,9 @@
 Promise: a command raises `PerftrackerError` for anything the user can act on; registered through
 `add_command`, it then prints `perftracker: <where>: <what>. <What next>.` as one line on stderr and
 exits 2 (`EXIT_USAGE`), the same under `perftracker` as under a test runner, never a traceback.
+Help text reads as prose: `reflow_help` joins the lines of each paragraph of a command's docstring (typer's
+rich help would otherwise break sentences where the source wraps), and keeps the closing `Examples:` block one
+command per line.
 `--fail-on LEVEL` is read by `parse_fail_on` before a command does any work (a bad level is the same
 usage error in every command) and turned into the exit code by `fail_on_exit`: 3 (`EXIT_FINDINGS`)
 when a finding at or above LEVEL exists, else 0. `Command` / `Group` list `--help` as a switch (no `<bool>`). `terminal()` is the console every command prints to:
@@ -14,6 +17,7 @@ missing argument, a number that is not one) keep typer's usage box, also with ex
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
 from collections.abc import Callable, Iterable
@@ -74,8 +78,27 @@ def _as_switch(option: Any) -> Any:
     return option
 
 
+def reflow_help(text: str | None) -> str | None:
+    """`text` (a docstring) with each paragraph on one line, so that the terminal wraps it, not the source;
+    the paragraph that starts with `Examples:` keeps one line per example. Paragraphs stay apart."""
+    if not text:
+        return text
+    paragraphs = []
+    for paragraph in inspect.cleandoc(text).split("\n\n"):
+        lines = [line.strip() for line in paragraph.strip("\n").splitlines() if line.strip()]
+        if lines and lines[0].lower().startswith("example"):
+            paragraphs.append("\n".join(lines))
+        elif lines:
+            paragraphs.append(" ".join(lines))
+    return "\n\n".join(paragraphs)
+
+
 class Command(TyperCommand):
-    """Every perftracker command (`--help` without `<bool>`)."""
+    """Every perftracker command (`--help` without `<bool>`; help paragraphs reflowed by `reflow_help`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["help"] = reflow_help(kwargs.get("help"))
+        super().__init__(*args, **kwargs)
 
     def get_help_option(self, ctx: Any) -> Any:  # typer's own click types; typed loosely on purpose
         return _as_switch(super().get_help_option(ctx))
