@@ -19,20 +19,22 @@ from perftracker.reports.text import print_summary, printable
 
 
 def sample_traces_dir(explicit: Path | None = None) -> Path:
-    """The sample runs: `--samples DIR` when given, else the checkout's sample_traces/ (above this module in a
-    source checkout or an editable install), else ./sample_traces. A wheel carries no samples (they ship
-    with the source), so from a wheel this says where they are and how to point the demo at them."""
+    """The sample runs: `--samples DIR` when given, else those installed with the package
+    (`perftracker/samples/`, which a wheel carries: setup.py copies sample_traces/ there), else the checkout's
+    sample_traces/ (above this module in a source checkout or an editable install), else ./sample_traces."""
     if explicit is not None:
         if not explicit.is_dir():
             raise InputError("not a folder", str(explicit), "give --samples the sample_traces/ folder of a "
                              "perftracker checkout")
         return explicit
     here = Path(__file__).resolve()
-    for candidate in (*(parent / "sample_traces" for parent in here.parents), Path.cwd() / "sample_traces"):
+    installed = here.parents[1] / "samples"
+    for candidate in (installed, *(parent / "sample_traces" for parent in here.parents), Path.cwd() / "sample_traces"):
         if candidate.is_dir():
             return candidate
-    raise InputError("the sample runs are not installed with the package (a wheel carries none: they are the "
-                     "sample_traces/ folder of perftracker's source checkout, 1 MB)", "demo",
+    raise InputError("the sample runs are not installed with the package (perftracker/samples/ is missing: "
+                     "this install was not built with them; they are the sample_traces/ folder of perftracker's "
+                     "source checkout, 1 MB)", "demo",
                      "run it from a checkout (`bash scripts/demo.sh`, or `perftracker demo` in its root), or point "
                      "it at a copy with `perftracker demo --samples DIR`")
 
