@@ -131,6 +131,7 @@ def findings_page() -> str:
         lines.append(f"| [`{analyzer.name}`](#{analyzer.name}) | {_cell(analyzer.description)} "
                      f"| `{module.__name__ if module else '?'}` |")
     lines.append("")
+    accuracy = (DOCS / "explanation" / "accuracy.md").read_text(encoding="utf-8")
     for analyzer in BUILTIN:
         module = inspect.getmodule(analyzer.fn)
         path = Path(inspect.getfile(analyzer.fn)).resolve().relative_to(ROOT).as_posix()
@@ -138,6 +139,9 @@ def findings_page() -> str:
                   f"Function `{analyzer.fn.__name__}` in `{path}`.\n"]
         if analyzer.fn.__doc__:
             lines += [inspect.cleandoc(analyzer.fn.__doc__), ""]
+        if f"`{analyzer.name}`" in accuracy or path.split("perftracker/", 1)[-1] in accuracy:
+            lines += ["Its false-positive and detection rates on real runs are measured in "
+                      "[How accuracy is measured](../explanation/accuracy.md).\n"]
         lines += ["Its module:\n", "```text", _module_doc(module), "```", ""]
     return "\n".join(lines).rstrip() + "\n"
 
