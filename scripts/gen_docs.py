@@ -155,7 +155,7 @@ def _sample_columns(demo_dir: Path | None = None) -> dict[str, dict[str, str]]:
             subprocess.run([sys.executable, "-m", "perftracker", "demo", "-o", tmp], check=True, cwd=ROOT, env=env,
                            stdout=subprocess.DEVNULL)
             return _sample_columns(Path(tmp))
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
     columns: dict[str, dict[str, str]] = {}
     for table in sorted(demo_dir.glob("*/tables/*.parquet")):
