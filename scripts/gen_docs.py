@@ -113,6 +113,18 @@ def _module_doc(module: Any) -> str:
     return inspect.cleandoc(module.__doc__ or "(no module docstring)")
 
 
+STORE_READ = re.compile(r"""store\[["'](\w+)["']\]""")
+STORE_ATTR = re.compile(r"store\.(steps|ranks|run_info|notes|n_events|rank_events|ranks_events|select_events|event_columns)\b")
+VIEW_READ = re.compile(r"\.view\((\w+)")
+
+
+def reads(source: str) -> tuple[list[str], list[str]]:
+    """The Store tables (or accessors) and the shared views an analyzer's module names in its source: a
+    static scan, so what it reads through helpers of other modules is not listed."""
+    tables = set(STORE_READ.findall(source)) | set(STORE_ATTR.findall(source))
+    return sorted(tables), sorted(set(VIEW_READ.findall(source)))
+
+
 def findings_page() -> str:
     from perftracker.analyzers.registry import BUILTIN
 
@@ -124,7 +136,9 @@ def findings_page() -> str:
              "docstring, shown here; how the straggler-type claims are judged against the run's own noise, and "
              "the false-positive and detection rates measured on real runs, are in "
              "[How accuracy is measured](../explanation/accuracy.md). A short overview of all of them is "
-             "[What it finds](../explanation/what-it-finds.md).\n",
+             "[What it finds](../explanation/what-it-finds.md). *Reads* lists the Store tables "
+             "(`perftracker/store/schema.py`) and the shared views each analyzer's module names in its source "
+             "(a static scan: what it reads through other modules' helpers is not listed).\n",
              "| analyzer | what it looks for | module |", "|---|---|---|"]
     for analyzer in BUILTIN:
         module = inspect.getmodule(analyzer.fn)
@@ -135,8 +149,13 @@ def findings_page() -> str:
     for analyzer in BUILTIN:
         module = inspect.getmodule(analyzer.fn)
         path = Path(inspect.getfile(analyzer.fn)).resolve().relative_to(ROOT).as_posix()
+        tables, views = reads(Path(inspect.getfile(analyzer.fn)).read_text(encoding="utf-8"))
         lines += [f"## {analyzer.name}\n", f"{analyzer.description}.\n",
                   f"Function `{analyzer.fn.__name__}` in `{path}`.\n"]
+        if tables or views:
+            lines += ["*Reads:* " + "; ".join(part for part in (
+                "Store " + ", ".join(f"`{name}`" for name in tables) if tables else "",
+                "views " + ", ".join(f"`{name}`" for name in views) if views else "") if part) + ".\n"]
         if analyzer.fn.__doc__:
             lines += [inspect.cleandoc(analyzer.fn.__doc__), ""]
         if f"`{analyzer.name}`" in accuracy or path.split("perftracker/", 1)[-1] in accuracy:
