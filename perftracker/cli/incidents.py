@@ -108,6 +108,7 @@ def incidents(run: Annotated[Path, typer.Argument(help="A run directory written 
 
     Examples:
       perftracker incidents run/
+      perftracker incidents /shared/runs/job-42/
     """
     if not run.is_dir():
         raise InputError("is not a folder", str(run), "give the run directory attach/run --watch wrote")

@@ -20,6 +20,7 @@ def report(
 
     Examples:
       perftracker report out/
+      perftracker report run/
     """
     folder = path
     if not (folder / FINDINGS).exists() and (folder / "perftracker-out" / FINDINGS).exists():
