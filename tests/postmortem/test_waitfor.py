@@ -1,0 +1,124 @@
+"""The wait-for graph across process groups: one root finding per fault, consequences as its evidence.
+
+Real inputs: the public NVRx dumps of a 16-rank Megatron MoE job with faults injected on two known ranks
+(tests/fixtures/nvrx_fr/SOURCES.md). Synthetic dumps (frgen) only for exact ground truth: a cycle."""
+
+from __future__ import annotations
+
+import pickle
+import re
+from pathlib import Path
+
+import pytest
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.failures.crash import analyze_crash, world_size
+from perftracker.analyzers.failures.waitfor import wait_graph
+from perftracker.analyzers.findings import Severity
+from perftracker.collectors.loading import LoadOptions, load_path
+from perftracker.collectors.postmortem.flight_recorder import load_fr_dumps
+from perftracker.store import Store
+
+from .frgen import entry
+
+NVRX = Path(__file__).resolve().parents[1] / "fixtures" / "nvrx_fr"
+CASES = ("gpu_error_1st", "gpu_error_2nd", "lock_gil_1st", "lock_gil_2nd")
+
+
+def injected(case: str) -> tuple[int, ...]:
+    text = (NVRX / case / "fault_injection.log").read_text()
+    match = re.search(r"Fault ranks: \[([\d, ]+)\]", text)
+    assert match
+    return tuple(sorted(int(r) for r in match.group(1).split(",")))
+
+
+def load(path: Path) -> Store:
+    return load_path(path, LoadOptions(cache_dir=None, workers=1))
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_first_finding_names_the_injected_ranks_and_no_others(case: str) -> None:
+    # GIVEN the flight-recorder dumps of a 16-rank job where a GPU error or a held GIL hit two known ranks
+    store = load(NVRX / case)
+    # WHEN the crash analyzer builds the wait-for graph
+    found = analyze_crash(Analysis(store))
+    critical = [f for f in found if f.severity == Severity.CRITICAL]
+    # THEN one critical finding: the injected ranks, with every other rank waiting behind them
+    assert len(critical) == 1, [f.title for f in critical]
+    root = critical[0]
+    assert root.ranks == injected(case)
+    assert sorted(root.evidence["waiting_behind"]) == sorted(set(range(16)) - set(injected(case)))
+    assert re.search(r"; 14 ranks in \d+ process groups wait behind them$", root.title)
+    # AND the stuck collectives are its evidence: group, collective, waiting ranks, since when
+    rows = root.evidence["consequences"]
+    assert len(rows) >= 4 and all(r["waiting_ranks"] and r["since"] for r in rows)
+    assert any(r["pg_desc"] == "EXPERT_MODEL_PARALLEL_GROUP" and set(r["missing_ranks"]) & set(root.ranks)
+               for r in rows)
+
+
+def test_gpu_errors_read_as_stalled_completions_and_gil_holders_as_missing_ranks() -> None:
+    # GIVEN a GPU error case and a held-GIL case
+    gpu = wait_graph(s := load(NVRX / "gpu_error_2nd"), world_size(s))
+    gil = wait_graph(s := load(NVRX / "lock_gil_1st"), world_size(s))
+    # THEN the GPU-error ranks stopped seeing completions their TP peers saw; the GIL holders never entered
+    assert [(r.kind, r.ranks) for r in gpu.roots] == [("stalled", (9, 14))]
+    assert {(s.rank, s.completed, s.peer_completed) for s in gpu.stalls if s.desc == "TENSOR_MODEL_PARALLEL_GROUP"} \
+        == {(9, 87748, 87760), (14, 87748, 87760)}
+    assert [(r.kind, r.ranks) for r in gil.roots] == [("missing", (9, 14))]
+
+
+def test_pg_status_is_keyed_by_group_name_even_for_a_rank_whose_dump_has_no_entries() -> None:
+    # GIVEN rank 9 of lock_gil_1st: an empty entry list, pg_status keyed by local pg ids 0..16
+    _, info, notes = load_fr_dumps([NVRX / "lock_gil_1st" / "_dump_9"])
+    # THEN its status is keyed by the pg_config names (paired by creation order)
+    assert not notes
+    assert set(info.fr_pg_status["9"]) == set(info.fr_pg_config)
+    assert info.fr_pg_status["9"]["72"]["last_enqueued_collective"] == 45264  # its EXPERT_MODEL_PARALLEL_GROUP
+
+
+def synthetic(tmp_path: Path, config: dict[str, list[int]], plan: dict[int, dict[str, tuple[int, int]]]) -> Store:
+    """Pickled dumps where rank r's group g enqueued up to plan[r][g][0] and completed up to plan[r][g][1]."""
+    for rank, groups in plan.items():
+        entries = [entry(seq, pg=pg, desc=f"GROUP_{pg}", state="scheduled")
+                   for pg, (enq, done) in groups.items() for seq in range(done + 1, enq + 1)]
+        body = {"version": "2.10", "pg_config": {pg: {"name": pg, "desc": f"GROUP_{pg}", "ranks": str(ranks)}
+                                                 for pg, ranks in config.items()},
+                "pg_status": {pg: {"last_enqueued_collective": e, "last_started_collective": -1,
+                                   "last_completed_collective": d} for pg, (e, d) in groups.items()},
+                "entries": entries}
+        (tmp_path / f"nccl_trace_rank_{rank}").write_bytes(pickle.dumps(body))
+    return load(tmp_path)
+
+
+def test_waiting_is_followed_across_groups_to_the_one_rank_at_its_end(tmp_path: Path) -> None:
+    # GIVEN groups 10 = [0, 1], 11 = [1, 2], 12 = [2, 3]: rank 0 waits in 10 #7 for rank 1, which waits in
+    # 11 #5 for rank 2, which waits in 12 #3 for rank 3, which never entered it (synthetic: exact truth)
+    store = synthetic(tmp_path, {"10": [0, 1], "11": [1, 2], "12": [2, 3]},
+                      {0: {"10": (7, 6)}, 1: {"10": (6, 6), "11": (5, 4)}, 2: {"11": (4, 4), "12": (3, 2)},
+                       3: {"12": (2, 2)}})
+    # WHEN the crash analyzer runs
+    found = analyze_crash(Analysis(store))
+    # THEN one finding: rank 3, with ranks 0, 1, 2 behind it in three groups
+    assert [(f.ranks, f.evidence["waiting_behind"]) for f in found] == [((3,), [0, 1, 2])]
+    assert "3 ranks in 3 process groups wait behind it" in found[0].title
+    assert [r["pg"] for r in found[0].evidence["consequences"]] == ["10", "11", "12"]
+
+
+def test_ranks_waiting_for_each_other_in_different_groups_are_a_cycle_root(tmp_path: Path) -> None:
+    # GIVEN groups 10 and 11, both [0, 1]: rank 0 entered 10 #1 and not 11 #1, rank 1 the other way round
+    store = synthetic(tmp_path, {"10": [0, 1], "11": [0, 1]},
+                      {0: {"10": (1, 0), "11": (0, 0)}, 1: {"10": (0, 0), "11": (1, 0)}})
+    graph = wait_graph(store, world_size(store))
+    # THEN the two ranks are one root of kind "cycle", named in one finding
+    assert [(r.kind, r.ranks) for r in graph.roots] == [("cycle", (0, 1))]
+    found = analyze_crash(Analysis(store))
+    assert len(found) == 1 and "disagree on the order of collectives" in found[0].title
+
+
+def test_a_member_without_a_dump_is_named_as_such(tmp_path: Path) -> None:
+    # GIVEN group 10 = [0, 1, 2]: ranks 0 and 1 wait in #4; rank 2 left no dump
+    store = synthetic(tmp_path, {"10": [0, 1, 2]}, {0: {"10": (4, 3)}, 1: {"10": (4, 3)}})
+    found = analyze_crash(Analysis(store))
+    # THEN rank 2 is the root and the title says it left no dump
+    assert [f.ranks for f in found] == [(2,)]
+    assert found[0].title.startswith("Rank 2 left no flight-recorder dump and never entered pg 10 GROUP_10 #4")
