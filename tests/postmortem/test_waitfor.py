@@ -1,7 +1,7 @@
 """The wait-for graph across process groups: one root finding per fault, consequences as its evidence.
 
 Real inputs: the public NVRx dumps of a 16-rank Megatron MoE job with faults injected on two known ranks
-(tests/fixtures/nvrx_fr/SOURCES.md). Synthetic dumps (frgen) only for exact ground truth: a cycle."""
+(tests/fixtures/nvrx_fr/SOURCES.md) and real 8-rank gloo jobs recorded here (tests/fixtures/fr_gloo). Synthetic dumps (frgen) only for exact ground truth: a cycle."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import pytest
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.failures.crash import analyze_crash, world_size
+from perftracker.analyzers.failures.fold import fold_failures
+from perftracker.analyzers.failures.hang import analyze_hang
 from perftracker.analyzers.failures.waitfor import wait_graph
 from perftracker.analyzers.findings import Severity
 from perftracker.collectors.loading import LoadOptions, load_path
@@ -121,4 +123,28 @@ def test_a_member_without_a_dump_is_named_as_such(tmp_path: Path) -> None:
     found = analyze_crash(Analysis(store))
     # THEN rank 2 is the root and the title says it left no dump
     assert [f.ranks for f in found] == [(2,)]
-    assert found[0].title.startswith("Rank 2 left no flight-recorder dump and never entered pg 10 GROUP_10 #4")
+    assert found[0].title.startswith("Rank 2 left no dump, no stack and no error of its own and never entered pg 10 "
+                                     "GROUP_10 #4")
+
+
+GLOO = Path(__file__).resolve().parents[1] / "fixtures" / "fr_gloo"
+
+
+@pytest.mark.parametrize("case", ["gil", "raise", "kill"])
+def test_real_gloo_jobs_name_the_faulted_rank_once_across_every_failure_rule(case: str) -> None:
+    # GIVEN a real 8-rank gloo job (tensor, data, pipeline groups) where rank 5 held the GIL, raised, or was
+    # killed, with its flight-recorder dumps, py-spy stacks and torchrun output (tests/fixtures/fr_gloo)
+    store = load(GLOO / case)
+    analysis = Analysis(store)
+    # WHEN every failure rule runs and what the wait-for graph explains is folded into its root
+    found = fold_failures([*analyze_crash(analysis), *analyze_hang(analysis)])
+    critical = [f for f in found if f.severity == Severity.CRITICAL]
+    # THEN one critical finding, rank 5, with the 7 others behind it
+    assert [f.ranks for f in critical] == [(5,)], [f.title for f in critical]
+    root = critical[0]
+    assert root.evidence["waiting_behind"] == [0, 1, 2, 3, 4, 6, 7]
+    expect = {"gil": "rank 5 stack at fault (fr_fault_job.py:", "raise": "RuntimeError: fr_fault_job: injected failure",
+              "kill": "Rank 5 left no dump, no stack and no error of its own"}[case]
+    assert expect in root.title
+    # AND the stack rule's finding (which, in the kill case, blames the ranks that lost their peer) is folded in
+    assert any(f["analyzer"] == "hang" for f in root.evidence.get("folded", []))

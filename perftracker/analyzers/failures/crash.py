@@ -72,6 +72,8 @@ def world_size(store: Store) -> int:
         frame = store[name]
         if not frame.empty:
             sizes.append(int(frame["rank"].max()) + 1)
+    if not store["stacks"].empty:
+        sizes.append(int(store["stacks"]["world_size"].max()))
     return max(sizes, default=0)
 
 

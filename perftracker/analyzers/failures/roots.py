@@ -56,7 +56,7 @@ def _xids(failures: pd.DataFrame, hosts: tuple[str, ...]) -> list[str]:
     return sorted({f"Xid {int(c)} on {h}" for c, h in zip(xid["numel"], xid["host"])})
 
 
-def _what(root: Root) -> str:
+def _what(graph: WaitGraph, root: Root) -> str:
     """What the root ranks last did, in one clause."""
     if root.kind == "stalled":
         stalls = "; ".join(f"rank {s.rank} saw pg {s.pg} complete up to #{s.completed}, rank {s.peer} "
@@ -66,7 +66,11 @@ def _what(root: Root) -> str:
                 f"watchdog stopped" + (f"; never entered {missing}" if missing else ""))
     if root.kind == "no dump":
         missing = _missing_in(root)
-        return "left no flight-recorder dump" + (f" and never entered {missing}" if missing else "")
+        never = f" and never entered {missing}" if missing else ""
+        if set(root.ranks) <= set(graph.silent):
+            their, they = ("their", "they") if len(root.ranks) > 1 else ("its", "it")
+            return f"left no dump, no stack and no error of {their} own{never}: {they} died or hung unseen"
+        return "left no flight-recorder dump" + never
     if root.kind == "cycle":
         return "wait for each other in different collectives (the ranks disagree on the order of collectives)"
     if root.kind == "stuck collective":
@@ -85,7 +89,7 @@ def _first_stall_per_rank(root: Root) -> list[Any]:
 
 def _missing_in(root: Root) -> str:
     mine = set(root.ranks)
-    held = sorted((b for b in root.groups if set(b.absent) & mine and b.source != "p2p"),
+    held = sorted((b for b in root.groups if set(b.absent) & mine and b.source == "flight recorder"),
                   key=lambda b: (-len(b.entered), b.pg))
     if not held:
         return ""
@@ -157,6 +161,9 @@ def root_finding(graph: WaitGraph, root: Root, hosts: dict[int, str], failures: 
     own = _own_errors(failures, root.ranks)
     if own:
         extra.append("; ".join(f"rank {r}: {m}" for r, m in sorted(own.items())[:3]))
+    stacks = {r: graph.at[r] for r in root.ranks if r in graph.at}
+    if stacks:
+        extra.append("; ".join(f"rank {r} stack at {w}" for r, w in sorted(stacks.items())[:2]))
     extra.extend(_xids(failures, on)[:3])
     last = last_entered(fr, root.ranks) if root.kind in ("missing", "stalled", "cycle") else {}
     if last and len(set(last.values())) == 1:
@@ -166,7 +173,7 @@ def root_finding(graph: WaitGraph, root: Root, hosts: dict[int, str], failures: 
     no_dump = sorted(set(root.ranks) & {r for b in graph.blocked for r in b.no_dump})
     if no_dump and root.kind != "no dump":
         extra.append(f"rank{'s' if len(no_dump) > 1 else ''} {_ranks(no_dump)} left no dump")
-    title = f"{_who(root.ranks)}{where} {_what(root)}"
+    title = f"{_who(root.ranks)}{where} {_what(graph, root)}"
     if extra:
         title += f" ({'; '.join(extra)})"
     tail = consequence(root)
@@ -212,17 +219,18 @@ def graph_rows(graph: WaitGraph) -> list[Blocked]:
 
 
 def fold(roots: list[Finding], others: list[Finding]) -> list[Finding]:
-    """`roots` with every finding of `others` they explain folded in (its title kept in the root's evidence
-    `folded`): one that names only root ranks or ranks waiting behind a root, or only a root's hosts."""
+    """`roots` with every finding of `others` they explain folded in (kept in the root's evidence `folded`:
+    analyzer, id, title): one that names only root ranks or ranks waiting behind a root, or only a root's
+    hosts."""
     root_ranks, behind = explained_ranks(roots)
     root_hosts = {h for f in roots for h in f.hosts}
     kept: list[Finding] = []
-    folded: dict[int, list[str]] = {}
+    folded: dict[int, list[dict[str, str]]] = {}
     for f in others:
         named = set(f.ranks)
         if named and named <= root_ranks | behind or not named and f.hosts and set(f.hosts) <= root_hosts:
             target = next((i for i, r in enumerate(roots) if named & set(r.ranks) or set(f.hosts) & set(r.hosts)), 0)
-            folded.setdefault(target, []).append(f.title)
+            folded.setdefault(target, []).append({"analyzer": f.analyzer, "id": f.id, "title": f.title})
         else:
             kept.append(f)
     out = []

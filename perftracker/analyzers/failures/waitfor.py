@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from perftracker.analyzers.failures.waitsources import Elsewhere, other_sources
 from perftracker.store import Store
 from perftracker.values import pg_ranks
 
@@ -86,6 +87,9 @@ class WaitGraph:
     edges: dict[int, dict[int, list[Blocked]]] = field(default_factory=dict)  # waiter -> waited-on -> via
     stalls: list[Stall] = field(default_factory=list)
     roots: list[Root] = field(default_factory=list)
+    elsewhere: dict[int, str] = field(default_factory=dict)  # ranks the dumps call missing that wait elsewhere
+    silent: tuple[int, ...] = ()  # ranks that left no dump, no stack and no line of their own
+    at: dict[int, str] = field(default_factory=dict)  # where the stacks show ranks that wait in no call
     dumped: tuple[int, ...] = ()
     world: int = 0
 
@@ -214,22 +218,22 @@ def _reach(edges: dict[int, dict[int, list[Blocked]]], start: int) -> set[int]:
     return seen
 
 
-def build(blocked: list[Blocked], stalls: list[Stall], dumped: tuple[int, ...], world: int) -> WaitGraph:
-    """Edges from every stuck collective with absent members, then the roots and what each holds up."""
-    graph = WaitGraph(blocked=blocked, stalls=stalls, dumped=dumped, world=world)
-    for b in blocked:
-        for waiter in b.entered:
-            for target in b.absent:
-                if target != waiter:
-                    graph.edges.setdefault(waiter, {}).setdefault(target, []).append(b)
+def _edge(graph: WaitGraph, waiter: int, target: int, via: Blocked) -> None:
+    if target != waiter:
+        graph.edges.setdefault(waiter, {}).setdefault(target, []).append(via)
+        if via.source in ("stack", "lost peer"):
+            graph.blocked.append(via)
+
+
+def _kinds(graph: WaitGraph, no_dump: set[int]) -> tuple[dict[int, str], dict[int, set[int]]]:
+    """rank -> root kind for the rank at the end of the waiting, and who reaches whom."""
     nodes = set(graph.edges) | {t for ts in graph.edges.values() for t in ts}
     reach = {n: _reach(graph.edges, n) for n in nodes}
-    stalled = {s.rank for s in stalls}
+    stalled = {s.rank for s in graph.stalls}
     # a sink: waits for nobody; a cycle: every rank it reaches reaches it back (a closed set of mutual waiting)
     sinks = {n for n in nodes if not graph.edges.get(n)}
     cyclic = {n for n in nodes if graph.edges.get(n) and all(n in reach[m] for m in reach[n])
               and _collective_in_cycle(graph, n, reach)}
-    no_dump = {r for b in blocked for r in b.no_dump}
     kinds: dict[int, str] = {}
     for n in sinks:
         kinds[n] = "no dump" if n in no_dump else "stalled" if n in stalled else "missing"
@@ -237,6 +241,42 @@ def build(blocked: list[Blocked], stalls: list[Stall], dumped: tuple[int, ...], 
         kinds[n] = "stalled"  # it also waits for someone, but its own device stopped first
     for n in cyclic - set(kinds):
         kinds[n] = "cycle"
+    return kinds, reach
+
+
+def build(blocked: list[Blocked], stalls: list[Stall], dumped: tuple[int, ...], world: int,
+          elsewhere: Elsewhere | None = None) -> WaitGraph:
+    """Edges from every stuck collective with absent members, then the roots and what each holds up.
+
+    With `elsewhere` (stacks, errors, silent ranks): a rank that lost its peer waits for the ranks that
+    left nothing; a rank the dumps show as missing but whose stack waits in a call the flight recorder
+    does not record (a gloo send or recv) is not a root: it waits, like the stack-only hang rule says,
+    for the ranks that do not wait (or, when none is left, for the silent ones)."""
+    graph = WaitGraph(blocked=list(blocked), stalls=stalls, dumped=dumped, world=world)
+    other = elsewhere or Elsewhere()
+    for b in blocked:
+        for waiter in b.entered:
+            for target in b.absent:
+                _edge(graph, waiter, target, b)
+    silent = set(other.silent)
+    graph.silent = tuple(sorted(silent))
+    graph.at = dict(other.at)
+    for rank, message in sorted(other.lost_peer.items()):
+        for target in sorted(silent):
+            _edge(graph, rank, target, Blocked("", "", -1, message[:80], "", (rank,), (), (target,), -1, "lost peer"))
+    no_dump = {r for b in blocked for r in b.no_dump} | silent
+    kinds, reach = _kinds(graph, no_dump)
+    blocked_elsewhere = {r: f"waits in {w}" for r, w in other.waits_in.items()}
+    blocked_elsewhere.update({r: f"lost its peer: {m}" for r, m in other.lost_peer.items()})
+    demoted = {r for r, k in kinds.items() if k == "missing" and r in blocked_elsewhere}
+    if demoted:
+        graph.elsewhere = {r: blocked_elsewhere[r] for r in sorted(demoted)}
+        targets = sorted(r for r, k in kinds.items() if r not in demoted) or sorted(silent)
+        for rank in sorted(demoted):
+            for target in targets:
+                _edge(graph, rank, target, Blocked("", "", -1, blocked_elsewhere[rank][:80], "", (rank,), (target,),
+                                                   (), -1, "stack" if rank in other.waits_in else "lost peer"))
+        kinds, reach = _kinds(graph, no_dump)
     graph.roots = _roots(graph, kinds, reach)
     if not graph.roots:
         stuck = [b for b in blocked if not b.absent]
@@ -299,4 +339,7 @@ def last_did(graph: WaitGraph, rank: int) -> str:
 def wait_graph(store: Store, world: int) -> WaitGraph:
     """The wait-for graph of a hung or failed job from its flight-recorder dumps and watchdog timeouts."""
     blocked, stalls, dumped = fr_blocked(store, world)
-    return build([*blocked, *p2p_blocked(store, world)], stalls, dumped, world)
+    blocked = [*blocked, *p2p_blocked(store, world)]
+    if not blocked:
+        return WaitGraph(dumped=dumped, world=world)
+    return build(blocked, stalls, dumped, world, other_sources(store, world, dumped))
