@@ -16,9 +16,11 @@ from perftracker.analyzers.failures.crash import analyze_crash, world_size
 from perftracker.analyzers.failures.fold import fold_failures
 from perftracker.analyzers.failures.hang import analyze_hang
 from perftracker.analyzers.failures.waitfor import wait_graph
+from perftracker.analyzers.failures.waitview import wait_graph_view
 from perftracker.analyzers.findings import Severity
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.collectors.postmortem.flight_recorder import load_fr_dumps
+from perftracker.reports.failure_section import wait_graph_section
 from perftracker.store import Store
 
 from .frgen import entry
@@ -148,3 +150,18 @@ def test_real_gloo_jobs_name_the_faulted_rank_once_across_every_failure_rule(cas
     assert expect in root.title
     # AND the stack rule's finding (which, in the kill case, blames the ranks that lost their peer) is folded in
     assert any(f["analyzer"] == "hang" for f in root.evidence.get("folded", []))
+
+
+def test_the_report_shows_who_waits_for_whom_grouped_by_process_group() -> None:
+    # GIVEN the held-GIL case of the public dumps
+    analysis = Analysis(load(NVRX / "lock_gil_1st"))
+    # WHEN the wait-for view and its report section are built
+    view = wait_graph_view(analysis)
+    section = wait_graph_section({"wait_graph": view}, analyze_crash(analysis))
+    # THEN one row per stuck collective, grouped by process-group kind, each leading to the root 9, 14
+    ep = view[view["group"] == "EXPERT_MODEL_PARALLEL_GROUP"].iloc[0]
+    assert (ep["pg"], ep["collective"], ep["waiting"], ep["waits_for"]) == \
+        ("72", "nccl:all_to_all #45265", "8, 10, 11, 12, 13, 15", "9, 14")
+    assert set(view["root"]) == {"9, 14"}
+    assert section is not None and section.key == "waitfor" and "Root: Ranks 9, 14" in section.data["note"]
+    assert section.data["table"]["head"][:4] == ["process group", "pg", "collective (#seq)", "waiting ranks"]

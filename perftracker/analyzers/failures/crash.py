@@ -23,7 +23,8 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.failures.roots import fold, root_findings
-from perftracker.analyzers.failures.waitfor import wait_graph
+from perftracker.analyzers.failures.waitsources import world_size
+from perftracker.analyzers.failures.waitview import graph_of
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.store import Store
 from perftracker.values import pg_ranks
@@ -58,23 +59,6 @@ def host_map(store: Store) -> dict[int, str]:
             if isinstance(host, str) and host and int(rank) >= 0:
                 hosts.setdefault(int(rank), host)
     return hosts
-
-
-def world_size(store: Store) -> int:
-    config = store.run_info.fr_pg_config
-    sizes = [len(pg_ranks(config, pg)) for pg in config]
-    manifest = store.run_info.manifest
-    if isinstance(manifest.get("world_size"), int):
-        sizes.append(int(manifest["world_size"]))
-    if not store.ranks.empty:
-        sizes.append(int(store.ranks["world_size"].max()))
-    for name in ("failures", "collectives_fr", "stacks"):
-        frame = store[name]
-        if not frame.empty:
-            sizes.append(int(frame["rank"].max()) + 1)
-    if not store["stacks"].empty:
-        sizes.append(int(store["stacks"]["world_size"].max()))
-    return max(sizes, default=0)
 
 
 def _hosts(hosts: dict[int, str], ranks: list[int]) -> tuple[str, ...]:
@@ -331,7 +315,7 @@ def analyze_crash(analysis: Analysis) -> list[Finding]:
         return []
     hosts = host_map(store)
     world = world_size(store)
-    graph = wait_graph(store, world)
+    graph = analysis.view(graph_of)
     roots = root_findings(graph, hosts, store["failures"], store["collectives_fr"]) if graph.edges or graph.stalls else []
     others = [*timeout_findings(store, hosts, world), *first_failure(store, hosts), *xid_findings(store)]
     if not roots:

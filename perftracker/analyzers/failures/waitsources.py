@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from perftracker.analyzers.failures.hang import chosen_states
 from perftracker.store import Store
+from perftracker.values import pg_ranks
 
 LOST_PEER = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|remote worker crash",
                        re.IGNORECASE)
@@ -57,3 +58,24 @@ def other_sources(store: Store, world: int, dumped: tuple[int, ...]) -> Elsewher
     if world > 0 and 2 * len(known & set(range(world))) >= world:
         out.silent = tuple(r for r in range(world) if r not in known)
     return out
+
+
+def world_size(store: Store) -> int:
+    """The job's world size as far as any input tells (group members, manifest, ranks seen, dumps)."""
+    config = store.run_info.fr_pg_config
+    sizes = [len(pg_ranks(config, pg)) for pg in config]
+    manifest = store.run_info.manifest
+    if isinstance(manifest.get("world_size"), int):
+        sizes.append(int(manifest["world_size"]))
+    if not store.ranks.empty:
+        sizes.append(int(store.ranks["world_size"].max()))
+    for name in ("failures", "collectives_fr", "stacks"):
+        frame = store[name]
+        if not frame.empty:
+            sizes.append(int(frame["rank"].max()) + 1)
+    if not store["stacks"].empty:
+        sizes.append(int(store["stacks"]["world_size"].max()))
+    dumped = [int(r) for r in store.run_info.fr_pg_status if r.isdigit()]
+    if dumped:
+        sizes.append(max(dumped) + 1)
+    return max(sizes, default=0)
