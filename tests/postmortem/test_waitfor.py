@@ -18,6 +18,7 @@ from perftracker.analyzers.failures.hang import analyze_hang
 from perftracker.analyzers.failures.waitfor import wait_graph
 from perftracker.analyzers.failures.waitview import wait_graph_view
 from perftracker.analyzers.findings import Severity
+from perftracker.analyzers.registry import run_analyzers
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.collectors.postmortem.flight_recorder import load_fr_dumps
 from perftracker.reports.failure_section import wait_graph_section
@@ -165,3 +166,17 @@ def test_the_report_shows_who_waits_for_whom_grouped_by_process_group() -> None:
     assert set(view["root"]) == {"9, 14"}
     assert section is not None and section.key == "waitfor" and "Root: Ranks 9, 14" in section.data["note"]
     assert section.data["table"]["head"][:4] == ["process group", "pg", "collective (#seq)", "waiting ranks"]
+
+
+@pytest.mark.parametrize(("fixture", "culprit"), [("postmortem/gloo-timeout-lost-peer", (2,)), ("lab/kill-3", (2, 3))])
+def test_a_lost_peer_error_folds_into_the_cause_in_logs_without_dumps(fixture: str, culprit: tuple[int, ...]) -> None:
+    # GIVEN real runs without flight-recorder dumps: a rank that never joined a gloo all_reduce (the first error
+    # logged is another rank's "Connection closed by peer"), and a node killed mid-run (lab kill-3)
+    analysis = Analysis(load(Path(__file__).resolve().parents[1] / "fixtures" / fixture))
+    # WHEN every analyzer runs and the failure findings are folded
+    found = fold_failures(run_analyzers(analysis))
+    critical = [f for f in found if f.severity == Severity.CRITICAL]
+    # THEN one critical finding names the culprit, and the lost-peer "first failure" is its evidence
+    assert [f.ranks for f in critical] == [culprit], [f.title for f in critical]
+    assert [f["analyzer"] for f in critical[0].evidence["folded"]] == ["crash"]
+    assert "lost peer" in critical[0].evidence["folded"][0]["title"]

@@ -1,7 +1,9 @@
 """One cause, one finding across the failure analyzers: what a wait-for root explains is folded into it.
 
-Promise: `fold_failures(findings)` returns `findings` unchanged when no root finding of the wait-for
-graph is among them (`crash` findings keyed `crash:root:`). Otherwise every warning or critical finding
+Promise: `fold_failures(findings)`: when no root finding of the wait-for graph is among them (`crash`
+findings keyed `crash:root:`: there were no flight-recorder dumps), only a first failure whose error is
+about a lost peer (a consequence by its own account) is folded into the finding naming the cause (a
+silent host, a rank that never joined a timed-out collective, a stack-hang suspect). Otherwise every warning or critical finding
 of the failure analyzers (`hang` from stacks, `silent_host`, other `crash` rules) that names only root
 ranks or ranks waiting behind a root, or only a root's hosts, is removed and kept in the root's evidence
 (`folded`: its analyzer, title and id). A dead node (`silent_host`) folded into a root adds its clause to
@@ -46,10 +48,19 @@ def _silent_clause(f: Finding) -> str:
     return f"host {f.evidence.get('host', '?')} went silent{when}"
 
 
+def _lost_peer(f: Finding) -> bool:
+    """The first-failure finding when the first error is about a lost peer: a consequence by its own account."""
+    return f.analyzer == "crash" and f.key.startswith("crash:first:") and bool(f.evidence.get("consequence_of_a_lost_peer"))
+
+
+def _cause_order(f: Finding) -> int:
+    return {"silent_host": 0, "crash": 1, "hang": 2}.get(f.analyzer, 9) + (1 if f.key.startswith("crash:first:") else 0)
+
+
 def fold_failures(findings: list[Finding]) -> list[Finding]:
     roots = [f for f in findings if _is_root(f)]
     if not roots:
-        return findings
+        return _fold_lost_peer(findings)
     root_ranks, behind = explained_ranks(roots)
     hosts = {h for f in roots for h in f.hosts}
     folded: dict[int, list[Finding]] = {}
@@ -73,3 +84,18 @@ def fold_failures(findings: list[Finding]) -> list[Finding]:
             root = replace(root, title=title, evidence=evidence)
         out.append(root)
     return [*out, *kept]
+
+
+def _fold_lost_peer(findings: list[Finding]) -> list[Finding]:
+    """Without a wait-for graph (logs, no dumps): a first failure that is about a lost peer folds into the
+    finding that names the cause (a silent host, a rank that never joined the timed-out collective, a
+    stack-hang suspect), when there is one."""
+    lost = [f for f in findings if _lost_peer(f)]
+    causes = sorted((f for f in findings if f.analyzer in FAILURE_ANALYZERS and f.severity == Severity.CRITICAL
+                     and not _lost_peer(f) and set(f.ranks)), key=_cause_order)
+    if not lost or not causes:
+        return findings
+    cause = causes[0]
+    folded = [*cause.evidence.get("folded", []), *({"analyzer": f.analyzer, "id": f.id, "title": f.title} for f in lost)]
+    merged = replace(cause, evidence={**cause.evidence, "folded": folded})
+    return [merged if f is cause else f for f in findings if not _lost_peer(f)]
