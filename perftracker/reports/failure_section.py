@@ -25,4 +25,4 @@ def wait_graph_section(tables: Tables, findings: list[Finding]) -> Section | Non
     note = ("Read from any waiting rank: it waits in the collective of its row for the ranks in 'wait for'; "
             "follow those to the root. " + " ".join(f"Root: {t}." for t in roots[:4]))
     return Section("waitfor", "Who waits for whom", "section_table.html.j2",
-                   {"note": note, "table": grid(view, _COLUMNS, limit=200, source="wait_graph")})
+                   {"note": note, "table": grid(view, _COLUMNS, limit=64, source="wait_graph")})
