@@ -34,6 +34,7 @@ from perftracker.analyzers.analysis import Analysis, AnalysisOptions
 from perftracker.analyzers.compare.diff import DEFAULT_TOLERANCE, RunDiff, compare_runs
 from perftracker.analyzers.compare.side import RunSide, side_from_tables
 from perftracker.analyzers.coverage import coverage, coverage_dict, known_hosts, known_ranks
+from perftracker.analyzers.failures.fold import fold_failures
 from perftracker.analyzers.findings import Finding, rank_findings
 from perftracker.analyzers.registry import run_analyzers
 from perftracker.analyzers.rootcause import link_findings
@@ -133,7 +134,7 @@ def _analyze_and_write(store: Store, path: Path, out_dir: Path, hta_compat: bool
 def analyze(analysis: Analysis) -> tuple[list[Finding], dict[str, pd.DataFrame], list[LoadNote]]:
     """The analysis stage: ranked, linked findings and every report view (an empty table, and a note, for a
     view that fails: one broken view must not blank the report)."""
-    findings = rank_findings(link_findings(analysis, run_analyzers(analysis)))
+    findings = rank_findings(fold_failures(link_findings(analysis, run_analyzers(analysis))))
     tables: dict[str, pd.DataFrame] = {}
     failed: list[LoadNote] = []
     for name, fn in REPORT_VIEWS.items():
@@ -282,7 +283,7 @@ def timeline_path(path: Path, out: Path, options: LoadOptions, ranks: list[int] 
             raise InputError("no profiler trace events to merge (no torch.profiler trace, or only empty ones)",
                              str(path), "give timeline a run directory or a folder with one torch.profiler trace "
                              "per rank (.json/.json.gz); `perftracker analyze` reads the other inputs")
-        findings = rank_findings(run_analyzers(analysis))
+        findings = rank_findings(fold_failures(run_analyzers(analysis)))
         return _write_timeline(analysis, findings, out, str(path), ranks, steps, max_events)
     finally:
         analysis.store.close()

@@ -17,6 +17,7 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.compare.summaries import op_totals_view, settings_view
 from perftracker.analyzers.coverage import run_summary_view
+from perftracker.analyzers.failures.waitview import wait_graph_view
 from perftracker.analyzers.health.gpu_tables import gpu_series_table, gpu_throttle_table
 from perftracker.analyzers.health.port_tables import (
     pfc_paused_table,
@@ -56,6 +57,8 @@ TableView = Callable[[Analysis], pd.DataFrame]
 REPORT_VIEWS: dict[str, TableView] = {
     # the summary strip at the top: ranks, hosts, step time and its spread across ranks
     "run_summary": run_summary_view,
+    # a hung or failed job: who waits for whom across process groups, and the root each wait leads to
+    "wait_graph": wait_graph_view,
     # many ranks (more than 64): how they are grouped (by host where known), the ranks worth showing
     # (the slowest, the slowest one's peers, the median), spreads across ranks binned by group and by step
     "rank_layout": rank_layout_view,

@@ -32,6 +32,7 @@ from perftracker import __version__
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.reports import charts
 from perftracker.reports.evidence import evidence_items
+from perftracker.reports.failure_section import wait_graph_section
 from perftracker.reports.health_sections import gpu_section, rdma_section
 from perftracker.reports.json_report import verdict
 from perftracker.reports.kernel_section import kernels_section
@@ -50,7 +51,7 @@ from perftracker.rundir import atomic_write_text
 from perftracker.store import LoadNote
 
 SECTIONS: tuple[SectionFn, ...] = (
-    breakdown_section, overlap_section, kernels_section, steps_section, stragglers_section, timeline_section,
+    wait_graph_section, breakdown_section, overlap_section, kernels_section, steps_section, stragglers_section, timeline_section,
     nccl_section, inspector_section, rdma_section, gpu_section, profile_section,
 )
 

@@ -223,6 +223,7 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "completed_ns": "int64",
         "timeout_ms": "int64",
         "file": "string",
+        "p2p_seq": "int64",  # a point-to-point entry's p2p_seq_id (-1 for collectives)
     },
     # Operators of PyTorch / Chakra execution traces found beside the Kineto traces
     # (collectors/traces/execution_trace.py): rf_id is the record-function id, which the Kineto trace's

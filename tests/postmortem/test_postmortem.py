@@ -67,9 +67,11 @@ def test_flight_recorder_hang_names_the_rank_that_never_entered(tmp_path: Path) 
     assert len(found) == 1
     f = found[0]
     assert f.ranks == (2,)
-    assert f.title.startswith("Rank 2 never entered collective #1234 (nccl:all_reduce, pg 0 default_pg")
-    assert f.evidence["waiting_ranks"] == [0, 1, 3]
-    assert f.evidence["per_rank"]["2"] == {"last_entered": 1233, "last_completed": 1233}
+    assert f.title.startswith("Rank 2 never entered pg 0 default_pg #1234 (nccl:all_reduce)")
+    assert f.title.endswith("3 ranks in 1 process group wait behind it")
+    assert f.evidence["waiting_behind"] == [0, 1, 3]
+    assert f.evidence["consequences"][0]["waiting_ranks"] == [0, 1, 3]
+    assert f.evidence["last_entered"]["2"] == "last entered pg 0 default_pg #1233 (nccl:all_reduce)"
 
 
 def test_flight_recorder_mismatch_names_the_odd_rank(tmp_path: Path) -> None:

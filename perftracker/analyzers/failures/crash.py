@@ -22,12 +22,16 @@ from typing import Any
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.failures.roots import fold, root_findings
+from perftracker.analyzers.failures.waitsources import world_size
+from perftracker.analyzers.failures.waitview import graph_of
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.store import Store
 from perftracker.values import pg_ranks
 
 _SEVERE_XID = {48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140}
 _KILLED = {-15, -9, 15, 9}  # the launcher's SIGTERM / SIGKILL after another rank failed
+_UNEVEN = re.compile(r"all_?to_?all|alltoall", re.IGNORECASE)
 _TIMEOUT_MS = re.compile(r"(?:waiting |timeout )(\d+) ?ms")
 _CHECK = ("Look at what the culprit rank did instead: its log and traceback (the evidence names the files), "
           "a rank-dependent branch that skips or reorders a collective, a stuck data loader or file system, "
@@ -55,21 +59,6 @@ def host_map(store: Store) -> dict[int, str]:
             if isinstance(host, str) and host and int(rank) >= 0:
                 hosts.setdefault(int(rank), host)
     return hosts
-
-
-def world_size(store: Store) -> int:
-    config = store.run_info.fr_pg_config
-    sizes = [len(pg_ranks(config, pg)) for pg in config]
-    manifest = store.run_info.manifest
-    if isinstance(manifest.get("world_size"), int):
-        sizes.append(int(manifest["world_size"]))
-    if not store.ranks.empty:
-        sizes.append(int(store.ranks["world_size"].max()))
-    for name in ("failures", "collectives_fr", "stacks"):
-        frame = store[name]
-        if not frame.empty:
-            sizes.append(int(frame["rank"].max()) + 1)
-    return max(sizes, default=0)
 
 
 def _hosts(hosts: dict[int, str], ranks: list[int]) -> tuple[str, ...]:
@@ -147,7 +136,9 @@ def fr_findings(store: Store, hosts: dict[int, str], world: int) -> list[Finding
 
 def _mismatch(pg: str, rows: pd.DataFrame, hosts: dict[int, str]) -> list[Finding]:
     for seq, at in rows.groupby("seq", sort=True):
-        sig = {int(r): (str(o), str(s)) for r, o, s in zip(at["rank"], at["op"], at["input_sizes"])}
+        # all-to-all splits are uneven by design (MoE token dispatch): only its op must agree across ranks
+        sig = {int(r): (str(o), "" if _UNEVEN.search(str(o)) else str(s))
+               for r, o, s in zip(at["rank"], at["op"], at["input_sizes"])}
         kinds = Counter(sig.values())
         if len(kinds) < 2:
             continue
@@ -314,11 +305,21 @@ def xid_findings(store: Store) -> list[Finding]:
 
 
 def analyze_crash(analysis: Analysis) -> list[Finding]:
-    """Offline hang and crash diagnosis: culprit ranks and hosts of a failed or hung job."""
+    """Offline hang and crash diagnosis: culprit ranks and hosts of a failed or hung job.
+
+    With flight-recorder dumps, the wait-for graph across process groups (`waitfor`) gives one finding
+    per root; the stuck collectives behind it are its evidence, and the other rules' findings it
+    explains (timeouts of waiting ranks, their errors, the roots' Xids) are folded into it."""
     store = analysis.store
-    if store["collectives_fr"].empty and store["failures"].empty:
+    if store["collectives_fr"].empty and store["failures"].empty and not store.run_info.fr_pg_status:
         return []
     hosts = host_map(store)
     world = world_size(store)
-    return [*fr_findings(store, hosts, world), *timeout_findings(store, hosts, world),
-            *first_failure(store, hosts), *xid_findings(store)]
+    graph = analysis.view(graph_of)
+    roots = root_findings(graph, hosts, store["failures"], store["collectives_fr"]) if graph.edges or graph.stalls else []
+    others = [*timeout_findings(store, hosts, world), *first_failure(store, hosts), *xid_findings(store)]
+    if not roots:
+        return [*fr_findings(store, hosts, world), *others]
+    fr = store["collectives_fr"]
+    mismatches = [f for pg, rows in fr[fr["seq"] >= 0].groupby("pg", sort=True) for f in _mismatch(str(pg), rows, hosts)]
+    return fold(roots, [*mismatches, *others])

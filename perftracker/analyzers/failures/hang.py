@@ -104,6 +104,19 @@ def _choose(stacks: pd.DataFrame, last_step_ns: int) -> tuple[str, str, dict[int
     return None
 
 
+def chosen_states(stacks: pd.DataFrame) -> dict[int, RankState]:
+    """Where each rank is in the snapshot `diagnose` would judge, else in the latest snapshot of each rank."""
+    chosen = _choose(stacks, -1)
+    if chosen is not None:
+        return chosen[2]
+    latest: dict[int, RankState] = {}
+    states = states_from_table(stacks)
+    times = {str(k): int(v) for k, v in stacks.groupby("snapshot")["ts_ns"].min().items()}
+    for name in sorted(states, key=lambda n: (times.get(n, 0), n)):
+        latest.update(states[name])
+    return latest
+
+
 def diagnose(stacks: pd.DataFrame, last_step_ns: int = -1) -> list[Finding]:
     chosen = _choose(stacks, last_step_ns)
     if chosen is None:

@@ -295,16 +295,38 @@ def _rows(dump: dict[str, Any], rank: int, file: str) -> list[dict[str, Any]]:
             "time_created_ns": _int(e.get("time_created_ns")),
             "started_ns": started if started > 0 else -1, "completed_ns": completed if completed > 0 else -1,
             "timeout_ms": _int(e.get("timeout_ms")), "file": file,
+            "p2p_seq": _int(e.get("p2p_seq_id")) if e.get("is_p2p") else -1,
         })
     return rows
 
 
-def _status(raw: Any) -> dict[str, dict[str, int]]:
+def _pg_names(dump: dict[str, Any]) -> dict[str, str]:
+    """pg_status key -> process-group name. PyTorch keys `pg_status` by the rank's local pg id (the
+    entries' `pg_id`: "5") and `pg_config` by the group's name ("41"): the entries pair the two; a pg id no
+    entry names is paired by creation order (both count up as groups are created) when the two lists
+    have the same length, else it is kept as it is (older dumps key both by name)."""
+    names: dict[str, str] = {}
+    for e in dump.get("entries") or []:
+        group = e.get("process_group") if isinstance(e, dict) else None
+        if isinstance(group, (list, tuple)) and group and "pg_id" in e:
+            names.setdefault(str(e.get("pg_id")), str(group[0]))
+    status, config = dump.get("pg_status"), dump.get("pg_config")
+    if isinstance(status, dict) and isinstance(config, dict) and len(status) == len(config):
+        def order(key: Any) -> tuple[int, str]:
+            number = ascii_int(str(key), 0)
+            return (number if number is not None else 1 << 62, str(key))
+        paired = dict(zip((str(k) for k in sorted(status, key=order)), (str(k) for k in sorted(config, key=order))))
+        if all(paired.get(k) == v for k, v in names.items()):
+            names = {**paired, **names}
+    return names
+
+
+def _status(raw: Any, names: dict[str, str] | None = None) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     if isinstance(raw, dict):
         for pg, status in raw.items():
             if isinstance(status, dict):
-                out[str(pg)] = {str(k): _int(v) for k, v in status.items()}
+                out[(names or {}).get(str(pg), str(pg))] = {str(k): _int(v) for k, v in status.items()}
     return out
 
 
@@ -330,7 +352,7 @@ def load_fr_dumps(paths: Sequence[Path]) -> tuple[pd.DataFrame, RunInfo, list[Lo
             notes.append(LoadNote("warning", str(path), "flight-recorder dump without a rank (no 'rank' key, no "
                                   "number at the end of the file name); its entries are kept as rank -1"))
         rows.extend(_rows(dump, rank, str(path)))
-        status[str(rank)] = _status(dump.get("pg_status"))
+        status[str(rank)] = _status(dump.get("pg_status"), _pg_names(dump))
         for pg, cfg in (dump.get("pg_config") or {}).items() if isinstance(dump.get("pg_config"), dict) else []:
             if isinstance(cfg, dict) and str(pg):
                 config.setdefault(str(pg), {k: (str(v) if not isinstance(v, (int, list)) else v)

@@ -1,0 +1,241 @@
+"""One critical finding per root of a hung or failed job, with what waits behind it as its evidence.
+
+Promise: `root_findings(graph, hosts, failures)` turns the roots of a `waitfor.WaitGraph` into findings:
+one per set of root ranks that stopped together, titled with the ranks (and hosts), what they last did
+(stalled completions, the collective they never entered, its process group and sequence number, "left
+no dump", their own error or exit from the `failures` table where one is known) and the consequence as
+a clause ("13 ranks in 9 process groups wait behind them"). The stuck collectives it holds up are its
+evidence (`consequences`: group, collective, waiting ranks, since when), never findings of their own.
+`explained_ranks(findings)` lists the ranks root findings name and hold up, so that the other failure
+rules can fold what the graph already explains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pandas as pd
+
+from perftracker.analyzers.failures.waitfor import Blocked, Root, WaitGraph
+from perftracker.analyzers.findings import Finding, Severity
+
+ANALYZER = "crash"
+_SHOWN = 16
+
+
+def _ranks(ranks: tuple[int, ...] | list[int]) -> str:
+    shown = ", ".join(str(r) for r in sorted(ranks)[:_SHOWN])
+    return shown + ("..." if len(ranks) > _SHOWN else "")
+
+
+def _who(ranks: tuple[int, ...]) -> str:
+    return f"Rank {ranks[0]}" if len(ranks) == 1 else f"Ranks {_ranks(ranks)}"
+
+
+def _when(ns: int) -> str:
+    return pd.Timestamp(ns, unit="ns", tz="UTC").isoformat() if ns > 0 else ""
+
+
+def _own_errors(failures: pd.DataFrame, ranks: tuple[int, ...]) -> dict[int, str]:
+    """rank -> its own exception, exit or Xid line (not a timeout: that is waiting, not failing)."""
+    if failures.empty:
+        return {}
+    mine = failures[failures["rank"].isin(list(ranks)) & failures["kind"].isin(["exception", "exit"])]
+    out: dict[int, str] = {}
+    for rank, kind, msg, code in zip(mine["rank"], mine["kind"], mine["message"], mine["numel"]):
+        text = f"exited with code {int(code)}" if kind == "exit" and int(code) != -1 else str(msg)[:160]
+        out.setdefault(int(rank), text)
+    return out
+
+
+def _xids(failures: pd.DataFrame, hosts: tuple[str, ...]) -> list[str]:
+    if failures.empty or not hosts:
+        return []
+    xid = failures[(failures["kind"] == "xid") & failures["host"].isin(list(hosts))]
+    return sorted({f"Xid {int(c)} on {h}" for c, h in zip(xid["numel"], xid["host"])})
+
+
+def _what(graph: WaitGraph, root: Root) -> str:
+    """What the root ranks last did, in one clause."""
+    if root.kind == "stalled":
+        stalls = "; ".join(f"rank {s.rank} saw pg {s.pg} complete up to #{s.completed}, rank {s.peer} "
+                           f"up to #{s.peer_completed}" for s in _first_stall_per_rank(root)[:2])
+        missing = _missing_in(root)
+        return (f"stopped completing collectives while their peers went on ({stalls}): their GPU or its "
+                f"watchdog stopped" + (f"; never entered {missing}" if missing else ""))
+    if root.kind == "no dump":
+        missing = _missing_in(root)
+        never = f" and never entered {missing}" if missing else ""
+        if set(root.ranks) <= set(graph.silent):
+            their, they = ("their", "they") if len(root.ranks) > 1 else ("its", "it")
+            return f"left no dump, no stack and no error of {their} own{never}: {they} died or hung unseen"
+        return "left no flight-recorder dump" + never
+    if root.kind == "cycle":
+        return "wait for each other in different collectives (the ranks disagree on the order of collectives)"
+    if root.kind == "stuck collective":
+        return "all entered their collectives and none completed: the communication itself is stuck"
+    missing = _missing_in(root)
+    return f"never entered {missing}" if missing else "are not blocked in any collective"
+
+
+def _first_stall_per_rank(root: Root) -> list[Any]:
+    """Each stalled rank's widest stall (the group where its peer saw the most complete that it did not)."""
+    seen: dict[int, Any] = {}
+    for s in sorted(root.stalls, key=lambda s: (s.rank, -(s.peer_completed - s.completed), s.pg)):
+        seen.setdefault(s.rank, s)
+    return list(seen.values())
+
+
+def _missing_in(root: Root) -> str:
+    mine = set(root.ranks)
+    held = sorted((b for b in root.groups if set(b.absent) & mine and b.source == "flight recorder"),
+                  key=lambda b: (-len(b.entered), b.pg))
+    if not held:
+        return ""
+    return held[0].label + (f" and {len(held) - 1} more collective{'s' if len(held) > 2 else ''}" if len(held) > 1
+                            else "")
+
+
+def last_entered(fr: pd.DataFrame, ranks: tuple[int, ...]) -> dict[int, str]:
+    """rank -> the last collective its own dump lists ("its dump lists no collective" when empty)."""
+    out: dict[int, str] = {}
+    mine = fr[fr["rank"].isin(list(ranks))] if len(fr) else fr
+    for rank in ranks:
+        rows = mine[mine["rank"] == rank] if len(mine) else mine
+        if not len(rows):
+            out[rank] = "its dump lists no collective"
+            continue
+        e = rows.sort_values("time_created_ns").iloc[-1]
+        seq = int(e["p2p_seq"]) if int(e["seq"]) < 0 else int(e["seq"])
+        desc = f" {e['pg_desc']}" if str(e["pg_desc"]) else ""
+        out[rank] = f"last entered pg {e['pg']}{desc} #{seq} ({e['op']})"
+    return out
+
+
+def consequence(root: Root) -> str:
+    """'13 ranks in 9 process groups wait behind them' (or '' when nobody does)."""
+    if not root.behind:
+        return ""
+    groups = {b.pg for b in root.groups}
+    them = "it" if len(root.ranks) == 1 else "them"
+    verb = "waits" if len(root.behind) == 1 else "wait"
+    return (f"{len(root.behind)} rank{'s' if len(root.behind) != 1 else ''} in {len(groups)} process "
+            f"group{'s' if len(groups) != 1 else ''} {verb} behind {them}")
+
+
+def consequence_rows(root: Root) -> list[dict[str, Any]]:
+    """The evidence table: one row per stuck collective the root holds up."""
+    rows = []
+    for b in sorted(root.groups, key=lambda b: (-len(b.entered), b.pg)):
+        rows.append({"pg": b.pg, "pg_desc": b.desc, "seq": b.seq, "op": b.op, "sizes": b.sizes,
+                     "waiting_ranks": list(b.entered[:64]), "missing_ranks": list(b.absent[:64]),
+                     "no_dump": list(b.no_dump[:64]), "since": _when(b.since_ns), "source": b.source})
+    return rows
+
+
+def _recommendation(root: Root) -> str:
+    if root.kind == "stalled":
+        return ("Look at these ranks' GPUs first: their collectives stopped completing while their peers' went on, "
+                "which is what a GPU error (Xid, ECC, a fallen-off GPU), a hung kernel or a stopped watchdog "
+                "thread looks like. Check the host's kernel log (NVRM Xid), nvidia-smi -q and the rank's log; "
+                "the other ranks only wait behind them.")
+    if root.kind == "cycle":
+        return ("The ranks wait for each other in different collectives: make every rank issue the same "
+                "collectives in the same order on each process group (a rank-dependent branch, a different group "
+                "order). TORCH_DISTRIBUTED_DEBUG=DETAIL reports mismatched collectives at the call.")
+    if root.kind == "stuck collective":
+        return ("No rank is missing: the communication itself stalled. Check the NCCL WARN / IB completion-error "
+                "findings for the failing link (host pair, NIC, GID) and the Xid findings for a failed GPU.")
+    return ("Look at what these ranks did instead of the collective: their logs and tracebacks, a rank-dependent "
+            "branch that skips a collective, a stuck data loader or file system, a thread holding the GIL, a dead "
+            "GPU (Xid) or host. `perftracker attach --stacks` on a live hang shows where they are; the other ranks "
+            "only wait behind them.")
+
+
+def root_finding(graph: WaitGraph, root: Root, hosts: dict[int, str], failures: pd.DataFrame,
+                 fr: pd.DataFrame) -> Finding:
+    on = tuple(sorted({hosts[r] for r in root.ranks if r in hosts}))
+    where = f" on {', '.join(on)}" if on else ""
+    extra = []
+    own = _own_errors(failures, root.ranks)
+    if own:
+        extra.append("; ".join(f"rank {r}: {m}" for r, m in sorted(own.items())[:3]))
+    stacks = {r: graph.at[r] for r in root.ranks if r in graph.at}
+    if stacks:
+        extra.append("; ".join(f"rank {r} stack at {w}" for r, w in sorted(stacks.items())[:2]))
+    extra.extend(_xids(failures, on)[:3])
+    last = last_entered(fr, root.ranks) if root.kind in ("missing", "stalled", "cycle") else {}
+    if last and len(set(last.values())) == 1:
+        extra.append(next(iter(last.values())).replace("its dump lists", "their dumps list" if len(last) > 1 else "its dump lists"))
+    elif last:
+        extra.append("; ".join(f"rank {r} {t}" for r, t in sorted(last.items())[:2]))
+    no_dump = sorted(set(root.ranks) & {r for b in graph.blocked for r in b.no_dump})
+    if no_dump and root.kind != "no dump":
+        extra.append(f"rank{'s' if len(no_dump) > 1 else ''} {_ranks(no_dump)} left no dump")
+    title = f"{_who(root.ranks)}{where} {_what(graph, root)}"
+    if extra:
+        title += f" ({'; '.join(extra)})"
+    tail = consequence(root)
+    if tail:
+        title += f"; {tail}"
+    evidence: dict[str, Any] = {
+        "root_ranks": list(root.ranks), "kind": root.kind, "last": {str(r): t for r, t in sorted(root.last.items())},
+        "last_entered": {str(r): t for r, t in sorted(last.items())},
+        "waiting_behind": list(root.behind[:256]), "consequences": consequence_rows(root),
+        "stalls": [{"rank": s.rank, "pg": s.pg, "pg_desc": s.desc, "last_completed": s.completed, "peer": s.peer,
+                    "peer_completed": s.peer_completed} for s in root.stalls[:64]],
+        "own_errors": {str(r): m for r, m in own.items()}, "no_dump": no_dump, "roots_in_job": len(graph.roots),
+    }
+    return Finding(ANALYZER, Severity.CRITICAL, title, _recommendation(root), evidence, ranks=root.ranks, hosts=on,
+                   key=f"crash:root:{root.kind}:{list(root.ranks)}", confidence=_confidence(root))
+
+
+def _confidence(root: Root) -> float:
+    """Graded by what the root rests on: a closed cycle or stalled completions are read straight from the
+    dumps; a missing rank is sure once ranks wait for it; a stuck collective without a missing member is
+    the weakest claim (another group may hold it up unseen)."""
+    return {"stalled": 0.9, "missing": 0.95, "no dump": 0.9, "cycle": 0.8}.get(root.kind, 0.6)
+
+
+def root_findings(graph: WaitGraph, hosts: dict[int, str], failures: pd.DataFrame, fr: pd.DataFrame) -> list[Finding]:
+    return [root_finding(graph, root, hosts, failures, fr) for root in graph.roots]
+
+
+def explained_ranks(findings: list[Finding]) -> tuple[set[int], set[int]]:
+    """(root ranks, ranks waiting behind a root) over the root findings among `findings`."""
+    roots: set[int] = set()
+    behind: set[int] = set()
+    for f in findings:
+        if f.key.startswith("crash:root:"):
+            roots |= set(f.ranks)
+            behind |= set(f.evidence.get("waiting_behind", []))
+    return roots, behind
+
+
+def graph_rows(graph: WaitGraph) -> list[Blocked]:
+    """Every stuck collective, grouped by process group kind and then group, for the report's table."""
+    return sorted(graph.blocked, key=lambda b: (b.desc, b.pg, b.seq))
+
+
+def fold(roots: list[Finding], others: list[Finding]) -> list[Finding]:
+    """`roots` with every finding of `others` they explain folded in (kept in the root's evidence `folded`:
+    analyzer, id, title): one that names only root ranks or ranks waiting behind a root, or only a root's
+    hosts."""
+    root_ranks, behind = explained_ranks(roots)
+    root_hosts = {h for f in roots for h in f.hosts}
+    kept: list[Finding] = []
+    folded: dict[int, list[dict[str, str]]] = {}
+    for f in others:
+        named = set(f.ranks)
+        if named and named <= root_ranks | behind or not named and f.hosts and set(f.hosts) <= root_hosts:
+            target = next((i for i, r in enumerate(roots) if named & set(r.ranks) or set(f.hosts) & set(r.hosts)), 0)
+            folded.setdefault(target, []).append({"analyzer": f.analyzer, "id": f.id, "title": f.title})
+        else:
+            kept.append(f)
+    out = []
+    for i, r in enumerate(roots):
+        if i in folded:
+            r = replace(r, evidence={**r.evidence, "folded": folded[i][:32]})
+        out.append(r)
+    return [*out, *kept]

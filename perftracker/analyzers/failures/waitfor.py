@@ -1,0 +1,345 @@
+"""Who waits for whom across process groups, and the ranks at the end of the waiting: the roots.
+
+Promise: `wait_graph(store)` builds one `WaitGraph` from what the Store knows about where each rank
+stopped: flight-recorder state (`collectives_fr` rows and `fr_pg_status` / `fr_pg_config` of its
+RunInfo: per rank and process group the last collective enqueued and the last one seen completed),
+watchdog and gloo timeouts of the `failures` table, and ranks without a dump. For each process group
+it finds the stuck collective, the first sequence number no member saw complete (a member that saw it
+complete proves every member ran it), and splits the members into those that entered it and those
+that never did (with or without a dump). Every entering rank waits for every missing one: those are the
+edges. A rank whose own completions stopped before its peers' in the same group (a peer saw a later
+collective of theirs complete) is stalled in itself: a GPU or watchdog that stopped. Following the edges
+from the waiting ranks leads to the roots: ranks that wait for nobody (missing, without a dump, stalled),
+and sets of ranks that wait for each other (a cycle: the ranks disagree on the order of collectives),
+each named with what it last did. Collectives every member entered and none completed hold no edge;
+they are consequences of a root when the graph has one, and a root of their own ("the collective
+itself is stuck") only when it has none. Point-to-point entries are left out (their counters differ).
+Pure computation: no findings here (see `roots.py`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from perftracker.analyzers.failures.waitsources import Elsewhere, other_sources
+from perftracker.store import Store
+from perftracker.values import pg_ranks
+
+MAX_SHOWN = 64  # ranks listed per group in evidence
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """One process group's stuck collective: its first sequence number no member saw complete."""
+
+    pg: str
+    desc: str
+    seq: int
+    op: str
+    sizes: str
+    entered: tuple[int, ...]
+    missing: tuple[int, ...]  # members with a dump that never entered it
+    no_dump: tuple[int, ...]  # members that left no dump
+    since_ns: int  # when the first rank entered it (-1 unknown)
+    source: str = "flight recorder"
+
+    @property
+    def absent(self) -> tuple[int, ...]:
+        return tuple(sorted({*self.missing, *self.no_dump}))
+
+    @property
+    def label(self) -> str:
+        desc = f" {self.desc}" if self.desc else ""
+        return f"pg {self.pg}{desc} #{self.seq}" + (f" ({self.op})" if self.op else "")
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A rank whose completions stopped while a peer of the same group saw later ones complete."""
+
+    rank: int
+    pg: str
+    desc: str
+    completed: int  # the last collective it saw complete
+    peer: int
+    peer_completed: int
+
+
+@dataclass(frozen=True)
+class Root:
+    """Ranks at the end of the waiting that stopped together, what they last did, and who waits behind them."""
+
+    ranks: tuple[int, ...]
+    kind: str  # "missing" | "no dump" | "stalled" | "cycle" | "stuck collective"
+    last: dict[int, str]  # rank -> what it last did (its last collective entered, its stall)
+    behind: tuple[int, ...]  # every rank that waits for them, directly or not
+    groups: tuple[Blocked, ...]  # the stuck collectives they hold up (the consequences)
+    stalls: tuple[Stall, ...] = ()
+
+
+@dataclass
+class WaitGraph:
+    blocked: list[Blocked] = field(default_factory=list)
+    edges: dict[int, dict[int, list[Blocked]]] = field(default_factory=dict)  # waiter -> waited-on -> via
+    stalls: list[Stall] = field(default_factory=list)
+    roots: list[Root] = field(default_factory=list)
+    elsewhere: dict[int, str] = field(default_factory=dict)  # ranks the dumps call missing that wait elsewhere
+    silent: tuple[int, ...] = ()  # ranks that left no dump, no stack and no line of their own
+    at: dict[int, str] = field(default_factory=dict)  # where the stacks show ranks that wait in no call
+    dumped: tuple[int, ...] = ()
+    world: int = 0
+
+    @property
+    def waiting(self) -> tuple[int, ...]:
+        return tuple(sorted(self.edges))
+
+
+def _p2p_counted(store: Store) -> dict[tuple[int, str], pd.DataFrame]:
+    """(rank, pg) -> that rank's point-to-point entries in the group, where its pg_status counts p2p
+    operations (PyTorch reports the counter of the last operation enqueued: its p2p_seq_id when that was a
+    send or recv)."""
+    fr = store["collectives_fr"]
+    p2p = fr[(fr["seq"] < 0) & (fr["p2p_seq"] >= 0)] if len(fr) else fr
+    out: dict[tuple[int, str], pd.DataFrame] = {}
+    for (pg, rank), rows in p2p.groupby(["pg", "rank"]) if len(p2p) else []:
+        st = (store.run_info.fr_pg_status.get(str(rank)) or {}).get(str(pg)) or {}
+        if int(st.get("last_enqueued_collective", -2)) == int(rows["p2p_seq"].max()):
+            out[(int(str(rank)), str(pg))] = rows
+    return out
+
+
+def _progress(store: Store) -> tuple[dict[str, dict[int, tuple[int, int]]], set[str]]:
+    """pg -> rank -> (last enqueued, last completed) collective, and the groups left out: point-to-point
+    only, or a rank's pg_status counts p2p operations there (its numbers are not collective ones)."""
+    fr = store["collectives_fr"]
+    status = store.run_info.fr_pg_status
+    p2p_only = {str(pg) for pg, rows in fr.groupby("pg") if (rows["seq"] < 0).all()} if len(fr) else set()
+    p2p_only |= {pg for _, pg in _p2p_counted(store)}
+    out: dict[str, dict[int, tuple[int, int]]] = defaultdict(dict)
+    for rank_s, groups in status.items():
+        for pg, st in groups.items():
+            if pg in p2p_only or not rank_s.lstrip("-").isdigit():
+                continue
+            out[pg][int(rank_s)] = (int(st.get("last_enqueued_collective", -1)),
+                                    int(st.get("last_completed_collective", -1)))
+    coll = fr[fr["seq"] >= 0] if len(fr) else fr
+    for (pg_key, rank), rows in coll.groupby(["pg", "rank"]) if len(coll) else []:
+        pg, r = str(pg_key), int(str(rank))
+        if pg in p2p_only or r in out[pg]:
+            continue
+        done = rows[(rows["state"] == "completed") | rows["retired"]]
+        out[pg][r] = (int(rows["seq"].max()), int(done["seq"].max()) if len(done) else -1)
+    return out, p2p_only
+
+
+def _members(store: Store, pg: str, known: list[int], world: int) -> list[int]:
+    ranks = pg_ranks(store.run_info.fr_pg_config, pg)
+    if ranks:
+        return ranks
+    if pg in ("0", "default_pg") and world > 0:
+        return list(range(world))
+    return sorted(known)
+
+
+def _describe(fr: pd.DataFrame, pg: str, seq: int, ranks: tuple[int, ...]) -> tuple[str, str, str, int]:
+    """(pg desc, op, sizes, since_ns) of collective `seq` of `pg` from the entries of `ranks`."""
+    rows = fr[(fr["pg"] == pg)] if len(fr) else fr
+    desc = next((str(d) for d in rows["pg_desc"] if str(d)), "") if len(rows) else ""
+    at = rows[(rows["seq"] == seq) & rows["rank"].isin(list(ranks))] if len(rows) else rows
+    if not len(at):
+        return desc, "", "", -1
+    created = [int(t) for t in at["time_created_ns"] if int(t) > 0]
+    return desc, str(at["op"].iloc[0]), str(at["input_sizes"].iloc[0]), min(created) if created else -1
+
+
+def fr_blocked(store: Store, world: int) -> tuple[list[Blocked], list[Stall], tuple[int, ...]]:
+    """The stuck collective of every process group, the stalled ranks, and the ranks that left a dump."""
+    progress, _ = _progress(store)
+    fr = store["collectives_fr"]
+    dumped = tuple(sorted({int(r) for r in store.run_info.fr_pg_status if r.lstrip("-").isdigit() and int(r) >= 0}
+                          | ({int(r) for r in fr["rank"] if int(r) >= 0} if len(fr) else set())))
+    blocked: list[Blocked] = []
+    stalls: list[Stall] = []
+    for pg in sorted(progress, key=lambda p: (len(p), p)):
+        ranks = progress[pg]
+        done = max(c for _, c in ranks.values())
+        seq = done + 1
+        entered = tuple(sorted(r for r, (e, _) in ranks.items() if e >= seq))
+        if not entered:
+            continue
+        members = _members(store, pg, list(ranks), world)
+        missing = tuple(sorted(r for r in members if r in ranks and ranks[r][0] < seq))
+        no_dump = tuple(sorted(r for r in members if r not in ranks and r not in dumped))
+        unknown = tuple(sorted(r for r in members if r not in ranks and r in dumped))  # a dump without this pg
+        desc, op, sizes, since = _describe(fr, pg, seq, entered)
+        blocked.append(Blocked(pg, desc, seq, op, sizes, entered, tuple(sorted({*missing, *unknown})), no_dump,
+                               since))
+        peer = max(ranks, key=lambda r: (ranks[r][1], -r))
+        for r, (_, c) in sorted(ranks.items()):
+            if c < done and ranks[r][0] > c:  # it entered collectives its peer saw complete, and never saw them
+                stalls.append(Stall(r, pg, desc, c, peer, done))
+    return blocked, stalls, dumped
+
+
+_P2P_OP = re.compile(r"(send|recv) (\d{1,7}) ?(?:->|<-) ?(\d{1,7})")
+
+
+def p2p_blocked(store: Store, world: int) -> list[Blocked]:
+    """The first send or recv each rank posted and never saw complete, per group, as a wait for its peer."""
+    out: list[Blocked] = []
+    for (rank, pg), rows in sorted(_p2p_counted(store).items()):
+        st = store.run_info.fr_pg_status[str(rank)][pg]
+        pending = rows[(rows["p2p_seq"] > int(st.get("last_completed_collective", -1))) & (rows["state"] != "completed")]
+        if pending.empty:
+            continue
+        first = pending.sort_values("p2p_seq").iloc[0]
+        match = _P2P_OP.search(str(first["op"]))
+        members = pg_ranks(store.run_info.fr_pg_config, pg) or (list(range(world)) if pg == "0" else [])
+        peer_index = int(match.group(3)) if match else -1
+        if not 0 <= peer_index < len(members) or members[peer_index] == rank:
+            continue
+        created = int(first["time_created_ns"])
+        out.append(Blocked(pg, str(first["pg_desc"]), int(first["p2p_seq"]), str(first["op"]),
+                           str(first["input_sizes"]), (rank,), (members[peer_index],), (), created, "p2p"))
+    return out
+
+
+def _reach(edges: dict[int, dict[int, list[Blocked]]], start: int) -> set[int]:
+    seen, todo = {start}, [start]
+    while todo:
+        for nxt in edges.get(todo.pop(), {}):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def _edge(graph: WaitGraph, waiter: int, target: int, via: Blocked) -> None:
+    if target != waiter:
+        graph.edges.setdefault(waiter, {}).setdefault(target, []).append(via)
+        if via.source in ("stack", "lost peer"):
+            graph.blocked.append(via)
+
+
+def _kinds(graph: WaitGraph, no_dump: set[int]) -> tuple[dict[int, str], dict[int, set[int]]]:
+    """rank -> root kind for the rank at the end of the waiting, and who reaches whom."""
+    nodes = set(graph.edges) | {t for ts in graph.edges.values() for t in ts}
+    reach = {n: _reach(graph.edges, n) for n in nodes}
+    stalled = {s.rank for s in graph.stalls}
+    # a sink: waits for nobody; a cycle: every rank it reaches reaches it back (a closed set of mutual waiting)
+    sinks = {n for n in nodes if not graph.edges.get(n)}
+    cyclic = {n for n in nodes if graph.edges.get(n) and all(n in reach[m] for m in reach[n])
+              and _collective_in_cycle(graph, n, reach)}
+    kinds: dict[int, str] = {}
+    for n in sinks:
+        kinds[n] = "no dump" if n in no_dump else "stalled" if n in stalled else "missing"
+    for n in stalled - set(kinds):
+        kinds[n] = "stalled"  # it also waits for someone, but its own device stopped first
+    for n in cyclic - set(kinds):
+        kinds[n] = "cycle"
+    return kinds, reach
+
+
+def build(blocked: list[Blocked], stalls: list[Stall], dumped: tuple[int, ...], world: int,
+          elsewhere: Elsewhere | None = None) -> WaitGraph:
+    """Edges from every stuck collective with absent members, then the roots and what each holds up.
+
+    With `elsewhere` (stacks, errors, silent ranks): a rank that lost its peer waits for the ranks that
+    left nothing; a rank the dumps show as missing but whose stack waits in a call the flight recorder
+    does not record (a gloo send or recv) is not a root: it waits, like the stack-only hang rule says,
+    for the ranks that do not wait (or, when none is left, for the silent ones)."""
+    graph = WaitGraph(blocked=list(blocked), stalls=stalls, dumped=dumped, world=world)
+    other = elsewhere or Elsewhere()
+    for b in blocked:
+        for waiter in b.entered:
+            for target in b.absent:
+                _edge(graph, waiter, target, b)
+    silent = set(other.silent)
+    graph.silent = tuple(sorted(silent))
+    graph.at = dict(other.at)
+    for rank, message in sorted(other.lost_peer.items()):
+        for target in sorted(silent):
+            _edge(graph, rank, target, Blocked("", "", -1, message[:80], "", (rank,), (), (target,), -1, "lost peer"))
+    no_dump = {r for b in blocked for r in b.no_dump} | silent
+    kinds, reach = _kinds(graph, no_dump)
+    blocked_elsewhere = {r: f"waits in {w}" for r, w in other.waits_in.items()}
+    blocked_elsewhere.update({r: f"lost its peer: {m}" for r, m in other.lost_peer.items()})
+    demoted = {r for r, k in kinds.items() if k == "missing" and r in blocked_elsewhere}
+    if demoted:
+        graph.elsewhere = {r: blocked_elsewhere[r] for r in sorted(demoted)}
+        targets = sorted(r for r, k in kinds.items() if r not in demoted) or sorted(silent)
+        for rank in sorted(demoted):
+            for target in targets:
+                _edge(graph, rank, target, Blocked("", "", -1, blocked_elsewhere[rank][:80], "", (rank,), (target,),
+                                                   (), -1, "stack" if rank in other.waits_in else "lost peer"))
+        kinds, reach = _kinds(graph, no_dump)
+    graph.roots = _roots(graph, kinds, reach)
+    if not graph.roots:
+        stuck = [b for b in blocked if not b.absent]
+        if stuck:
+            ranks = tuple(sorted({r for b in stuck for r in b.entered}))
+            graph.roots = [Root(ranks, "stuck collective", {}, (), tuple(stuck))]
+    return graph
+
+
+def _collective_in_cycle(graph: WaitGraph, rank: int, reach: dict[int, set[int]]) -> bool:
+    """A closed set of ranks waiting for each other counts as a cycle only when a collective is one of its
+    edges: a send and its recv both pending (one peer each way) is a pair stuck behind something else."""
+    ring = {m for m in reach[rank] if rank in reach[m]}
+    return any(b.source != "p2p" for a in ring for t, via in graph.edges.get(a, {}).items() if t in ring for b in via)
+
+
+def _key(graph: WaitGraph, rank: int, kind: str) -> tuple[str, str]:
+    """Ranks that stopped together share a key: their kind and the collective they stopped at."""
+    if kind == "stalled":
+        first = min((s for s in graph.stalls if s.rank == rank), key=lambda s: (s.desc, s.completed))
+        return kind, f"{first.desc or first.pg}#{first.completed}"
+    if kind == "cycle":
+        return kind, ",".join(str(r) for r in sorted(_cycle_of(graph, rank)))
+    return kind, ""
+
+
+def _cycle_of(graph: WaitGraph, rank: int) -> set[int]:
+    return {m for m in _reach(graph.edges, rank) if rank in _reach(graph.edges, m)}
+
+
+def _roots(graph: WaitGraph, kinds: dict[int, str], reach: dict[int, set[int]]) -> list[Root]:
+    together: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for rank, kind in sorted(kinds.items()):
+        together[_key(graph, rank, kind)].append(rank)
+    roots = []
+    for (kind, _), ranks in together.items():
+        mine = set(ranks)
+        behind = tuple(sorted(n for n, seen in reach.items() if n not in mine and seen & mine))
+        held = tuple(b for b in graph.blocked if set(b.absent) & mine or set(b.entered) & set(behind))
+        last = {r: last_did(graph, r) for r in ranks}
+        roots.append(Root(tuple(ranks), kind, last, behind, held,
+                          tuple(s for s in graph.stalls if s.rank in mine)))
+    order = {"stalled": 0, "no dump": 1, "missing": 2, "cycle": 3}
+    return sorted(roots, key=lambda r: (-len(r.behind), order.get(r.kind, 9), r.ranks))
+
+
+def last_did(graph: WaitGraph, rank: int) -> str:
+    """What a rank last did, as far as the stuck collectives tell: the latest one it entered, or where it is
+    missing."""
+    entered = [b for b in graph.blocked if rank in b.entered]
+    missing = [b for b in graph.blocked if rank in b.absent]
+    parts = []
+    if missing:
+        parts.append("never entered " + ", ".join(b.label for b in missing[:3]) + ("..." if len(missing) > 3 else ""))
+    if entered:
+        parts.append("waits in " + ", ".join(b.label for b in entered[:2]) + ("..." if len(entered) > 2 else ""))
+    return "; ".join(parts)
+
+
+def wait_graph(store: Store, world: int) -> WaitGraph:
+    """The wait-for graph of a hung or failed job from its flight-recorder dumps and watchdog timeouts."""
+    blocked, stalls, dumped = fr_blocked(store, world)
+    blocked = [*blocked, *p2p_blocked(store, world)]
+    if not blocked:
+        return WaitGraph(dumped=dumped, world=world)
+    return build(blocked, stalls, dumped, world, other_sources(store, world, dumped))
