@@ -57,6 +57,11 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "group_size": "int32",
         # the communication library of a comm kernel (data/comm_kernels.toml family: nccl, deepep, ...), else ''
         "comm_family": "category",
+        # a framework op's arguments as the trace wrote them (JSON text; '' for other events and traces without
+        # record_shapes): `Input Dims`, `Input type`, `Concrete Inputs` (analyzers/efficiency/ reads them)
+        "input_dims": "category",
+        "input_types": "category",
+        "concrete_inputs": "category",
     },
     # One row per training step per rank (from ProfilerStep#N or step files).
     "steps": {

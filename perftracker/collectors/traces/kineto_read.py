@@ -40,6 +40,7 @@ MAX_DUR_NS = 10**18
 MAX_BASE_NS = 4 * 10**18
 # The tolerant reader builds Python objects for every value (~100 bytes each): this bounds its memory.
 MAX_LOOSE_VALUES = 4_000_000
+NO_RAW = msgspec.Raw(b"")  # an absent JSON value (the tolerant reader keeps no op shapes)
 
 
 # gc=False: these records hold no references that could form a cycle, and not tracking hundreds of
@@ -57,6 +58,9 @@ class EventArgs(msgspec.Struct, omit_defaults=True, gc=False):
     pg_name: str | int | None = msgspec.field(default=None, name="Process Group Name")
     dtype: str | None = None
     nbytes: int | None = msgspec.field(default=-1, name="bytes")
+    input_dims: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input Dims")  # an op's shapes, kept as JSON text
+    input_type: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=NO_RAW, name="Concrete Inputs")
 
 
 class Event(msgspec.Struct, gc=False):
