@@ -7,7 +7,8 @@ peak for the dtype: FP32 ops are measured against the FP32 peak unless they ran 
 units do, then against TF32), peak_tbps, roof_ns (the roofline's time: the larger of FLOPs at peak and bytes at
 peak bandwidth), bound (compute | memory: which roof the op's intensity sits under), pct_of_peak (the achieved
 rate as a percentage of that roof: TFLOPS of the compute roof, or TB/s of the memory roof for ops that do no
-matrix FLOPs), lost_ns (GPU time minus roof_ns: what reaching the roof would save). Unknown device: NaN peaks,
+matrix FLOPs), lost_ns (GPU time minus roof_ns: what reaching the roof would save), tf32 (an FP32 op faster than
+the FP32 peak: it ran on TF32 units). Unknown device: NaN peaks,
 bound "", NaN percentage; FLOPs and TFLOPS still there.
 """
 
@@ -21,7 +22,8 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.efficiency.devices import Device, device_table
 
-ROOF_COLUMNS = ["tflops", "tbps", "intensity", "peak_tflops", "peak_tbps", "roof_ns", "bound", "pct_of_peak", "lost_ns"]
+ROOF_COLUMNS = ["tflops", "tbps", "intensity", "peak_tflops", "peak_tbps", "roof_ns", "bound", "pct_of_peak", "lost_ns",
+                "tf32"]
 
 
 def device_names(analysis: Analysis) -> dict[int, str]:
@@ -37,7 +39,7 @@ def device_names(analysis: Analysis) -> dict[int, str]:
 
 def device_of_ranks(analysis: Analysis) -> dict[int, Device | None]:
     """Each rank's device from the table (the user's files of `AnalysisOptions.device_files`, then the shipped)."""
-    table = device_table(tuple(getattr(analysis.options, "device_files", ())))
+    table = device_table(tuple(analysis.options.device_files))
     return {rank: table.match(name) for rank, name in device_names(analysis).items()}
 
 
@@ -75,4 +77,6 @@ def roofline(frame: pd.DataFrame, device: Device | None) -> pd.DataFrame:
     out["bound"] = np.where(is_compute, "compute", "memory") if known else ""
     out["pct_of_peak"] = pct if known else np.nan
     out["lost_ns"] = np.maximum(ns - roof_ns, 0.0) if known else np.nan
+    fp32_peak = device.peak("fp32") if device is not None else math.nan
+    out["tf32"] = (out["dtype"].astype(str) == "fp32").to_numpy() & (np.nan_to_num(tflops) > fp32_peak)
     return out
