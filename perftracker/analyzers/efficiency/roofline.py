@@ -5,10 +5,11 @@ name; None unknown). `roofline(frame, device)` adds to a frame with flops, bytes
 tflops (FLOPs / GPU time), tbps (bytes / GPU time), intensity (FLOPs per byte), peak_tflops (the device's dense
 peak for the dtype: FP32 ops are measured against the FP32 peak unless they ran faster than it, which only TF32
 units do, then against TF32), peak_tbps, roof_ns (the roofline's time: the larger of FLOPs at peak and bytes at
-peak bandwidth), bound (compute | memory: which roof the op's intensity sits under), pct_of_peak (the achieved
-rate as a percentage of that roof: TFLOPS of the compute roof, or TB/s of the memory roof for ops that do no
-matrix FLOPs), lost_ns (GPU time minus roof_ns: what reaching the roof would save), tf32 (an FP32 op faster than
-the FP32 peak: it ran on TF32 units). Unknown device: NaN peaks,
+peak bandwidth), bound (compute | memory: which roof the op's intensity sits under; cache: a memory-bound op that
+moved its modelled bytes faster than the memory can, so some came from cache or its inputs were one tensor),
+pct_of_peak (the achieved rate as a percentage of that roof: TFLOPS of the compute roof, or TB/s of the memory roof
+for ops that do no matrix FLOPs; NaN for "cache"), lost_ns (GPU time minus roof_ns: what reaching the roof would
+save; 0 for "cache"), tf32 (an FP32 op faster than the FP32 peak: it ran on TF32 units). Unknown device: NaN peaks,
 bound "", NaN percentage; FLOPs and TFLOPS still there.
 """
 
@@ -70,13 +71,15 @@ def roofline(frame: pd.DataFrame, device: Device | None) -> pd.DataFrame:
         roof_ns = np.maximum(np.nan_to_num(compute_ns, nan=np.nan), memory_ns)
         is_compute = (flops > 0) & (compute_ns >= memory_ns)
         pct = np.where(is_compute, 100.0 * tflops / peak, 100.0 * tbps / bw)
+    cached = ~is_compute & (np.nan_to_num(tbps) > bw)  # more bytes per second than the memory delivers
+    pct = np.where(cached, np.nan, pct)
     known = device is not None
     out["tflops"], out["tbps"], out["intensity"] = tflops, tbps, intensity
     out["peak_tflops"], out["peak_tbps"] = peak, bw
     out["roof_ns"] = roof_ns if known else np.nan
-    out["bound"] = np.where(is_compute, "compute", "memory") if known else ""
+    out["bound"] = np.where(is_compute, "compute", np.where(cached, "cache", "memory")) if known else ""
     out["pct_of_peak"] = pct if known else np.nan
-    out["lost_ns"] = np.maximum(ns - roof_ns, 0.0) if known else np.nan
+    out["lost_ns"] = np.where(cached, 0.0, np.maximum(ns - roof_ns, 0.0)) if known else np.nan
     fp32_peak = device.peak("fp32") if device is not None else math.nan
     out["tf32"] = (out["dtype"].astype(str) == "fp32").to_numpy() & (np.nan_to_num(tflops) > fp32_peak)
     return out
