@@ -26,7 +26,7 @@ def expected_gemm_flops(name: str, dims: list[list[int]]) -> float | None:
     """2*M*N*K*batch of a GEMM op, from its Input Dims, written out independently of perftracker's models."""
     if name == "aten::linear":
         x, w = dims[0], dims[1]
-        return 2.0 * math.prod(x[:-1]) * w[0] * w[1]
+        return 2.0 * math.prod(x[:-1]) * w[0] * w[1] if len(w) == 2 and x and x[-1] == w[1] else None
     if name in ("aten::addmm", "aten::baddbmm"):
         dims = dims[1:]
     if name in ("aten::mm", "aten::addmm"):
