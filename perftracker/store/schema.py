@@ -269,6 +269,17 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "start_ns": "int64",
         "file": "string",
     },
+    # The throughput a job's own log reports (collectors/postmortem/throughput_lines.py): TFLOP/s per GPU and MFU as
+    # Megatron, torchtitan or NeMo print them, one row per line (NaN where the line has no such figure).
+    "reported_throughput": {
+        "rank": "int32",
+        "step": "int64",
+        "tflops": "float64",
+        "mfu_pct": "float64",
+        "source": "string",
+        "file": "string",
+        "line": "int64",
+    },
     # Failures read from job output and launcher logs, torchelastic error files and kernel logs
     # (collectors/joblogs.py). kind: timeout (NCCL watchdog) | gloo_timeout | exception | exit | xid.
     # ts_ns: epoch ns when the line says (-1 unknown); rank -1 when no rank is known.
