@@ -34,8 +34,14 @@ class Basis:
         if len(mfu) and len(inst):
             keys = mfu[["rank", "window", "step"]].astype(np.int64)
             inst = inst.merge(keys, how="inner", on=["rank", "window", "step"])
-            inst = pd.concat([roofline(part, device) for rank, device in device_of_ranks(analysis).items()
-                              if len(part := inst[inst["rank"] == rank])], ignore_index=True) if len(inst) else inst
+            devices = device_of_ranks(analysis)
+            by_device: dict[str, list[int]] = {}
+            for rank, device in devices.items():
+                by_device.setdefault(device.name if device is not None else "", []).append(rank)
+            named = {d.name: d for d in devices.values() if d is not None}
+            parts = [roofline(part, named.get(name)) for name, ranks in by_device.items()
+                     if len(part := inst[inst["rank"].isin(ranks)])]
+            inst = pd.concat(parts, ignore_index=True) if parts else inst
         periods = len(mfu)
         mean = float(mfu["step_ns"].mean()) if periods else float("nan")
         return cls(inst, periods, mean, float(inst["gpu_ns"].sum()) if len(inst) else 0.0)
@@ -49,6 +55,11 @@ class Basis:
 
     def share_of_gpu(self, ns: float) -> float:
         return ns / self.gpu_ns if self.gpu_ns > 0 else 0.0
+
+
+def ranks_of(frame: pd.DataFrame) -> tuple[int, ...]:
+    """The ranks of `frame`'s rows (at most 64), for a finding's `ranks`."""
+    return tuple(sorted({int(r) for r in frame["rank"].tolist()}))[:64] if "rank" in frame.columns else ()
 
 
 def basis_view(analysis: Analysis) -> Basis:

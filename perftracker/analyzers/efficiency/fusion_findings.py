@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from perftracker.analyzers.efficiency.evidence import Basis
+from perftracker.analyzers.efficiency.evidence import Basis, ranks_of
 from perftracker.analyzers.findings import Finding, Severity
 
 FUSED_REFERENCE_PCT = 35.0
@@ -55,7 +55,7 @@ def unfused_attention(basis: Basis) -> list[Finding]:
         evidence={"instances": len(math_rows), "reference": reference, "saved_ms_total": round(saved / 1e6, 3),
                   "shapes": math_rows.groupby(["shape", "dtype"]).size().rename("count").reset_index()
                   .head(8).to_dict("records")},
-        cost=basis.cost(saved), key="unfused_attention", confidence=0.9)]
+        cost=basis.cost(saved), key="unfused_attention", confidence=0.9, ranks=ranks_of(math_rows))]
 
 
 def _chains(inst: pd.DataFrame) -> pd.DataFrame:
@@ -91,4 +91,4 @@ def elementwise_chains(basis: Basis) -> list[Finding]:
                        "kernel moving the largest op's bytes at the chain's achieved bandwidth.",
         evidence={"chains": len(chains), "kernels": int(chains["length"].sum()),
                   "longest_chain": int(chains["length"].max()), "saved_ms_total": round(saved / 1e6, 3)},
-        cost=basis.cost(saved), key="elementwise_chains", confidence=0.6)]
+        cost=basis.cost(saved), key="elementwise_chains", confidence=0.6, ranks=ranks_of(chains))]

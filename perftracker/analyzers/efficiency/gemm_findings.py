@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from perftracker.analyzers.efficiency.evidence import Basis
+from perftracker.analyzers.efficiency.evidence import Basis, ranks_of
 from perftracker.analyzers.findings import Finding, Severity
 
 ALIGN = {"bf16": 8, "fp16": 8, "fp8": 16, "fp4": 32, "fp32": 4, "fp64": 2}
@@ -82,7 +82,7 @@ def misaligned_gemms(basis: Basis) -> list[Finding]:
             evidence={"reference_pct_of_roof": round(reference, 1), "alignment_elements": a,
                       "shapes": _shape_records(slow),
                       "saved_ms_total": round(total / 1e6, 3)},
-            cost=basis.cost(total), key=f"misaligned:{dtype}", confidence=0.8))
+            cost=basis.cost(total), key=f"misaligned:{dtype}", confidence=0.8, ranks=ranks_of(mine)))
     return findings
 
 
@@ -109,7 +109,7 @@ def tiny_gemms(basis: Basis) -> list[Finding]:
         evidence={"instances": len(tiny), "mean_gpu_us": round(mean_us, 2),
                   "top_shapes": tiny.groupby(["op", "shape"]).size().sort_values(ascending=False).head(8)
                   .rename("count").reset_index().to_dict("records"), "saved_ms_total_upper_bound": round(saved / 1e6, 3)},
-        cost=basis.cost(saved), key="tiny_gemms", confidence=0.6)]
+        cost=basis.cost(saved), key="tiny_gemms", confidence=0.6, ranks=ranks_of(tiny))]
 
 
 def fp32_gemms(basis: Basis) -> list[Finding]:
@@ -136,4 +136,4 @@ def fp32_gemms(basis: Basis) -> list[Finding]:
                   "reference_tflops": round(rate / 1e3, 2),
                   "top_shapes": fp32.groupby(["op", "shape"]).size().sort_values(ascending=False).head(8)
                   .rename("count").reset_index().to_dict("records"), "saved_ms_total": round(saved / 1e6, 3)},
-        cost=basis.cost(saved), key="fp32_gemms", confidence=0.8)]
+        cost=basis.cost(saved), key="fp32_gemms", confidence=0.8, ranks=ranks_of(fp32))]

@@ -50,10 +50,13 @@ def _shapes(analysis: Analysis) -> pd.DataFrame:
 
 def _models(ops: pd.DataFrame) -> pd.DataFrame:
     """The model's fields for each row of `ops` (name and shape columns), computed once per distinct signature."""
-    keys = [ops["name"], *(ops[c].astype(str) for c in SHAPE_COLUMNS)]
-    codes, distinct = pd.MultiIndex.from_arrays(keys).factorize()
-    answers = [model_op(name, parsed) if (parsed := parse_args(dims, types, conc)) is not None else None
-               for name, dims, types, conc in distinct]
+    keys = [pd.Categorical(ops[c]) for c in ["name", *SHAPE_COLUMNS]]
+    codes, distinct = pd.MultiIndex.from_arrays([k.codes for k in keys]).factorize()
+    answers = []
+    for name_i, dims_i, types_i, conc_i in distinct:
+        texts = [str(k.categories[i]) if i >= 0 else "" for k, i in zip(keys, (name_i, dims_i, types_i, conc_i))]
+        parsed = parse_args(texts[1], texts[2], texts[3])
+        answers.append(model_op(texts[0], parsed) if parsed is not None else None)
     rows = {f: [getattr(a, f) if a is not None else None for a in answers] for f in _MODEL_FIELDS}
     table = pd.DataFrame(rows).assign(known=[a is not None for a in answers])
     return table.iloc[codes].reset_index(drop=True)
@@ -107,8 +110,6 @@ def op_instances(analysis: Analysis) -> tuple[pd.DataFrame, pd.DataFrame]:
     cand = calls.loc[candidate, ["rank", "window", "start_ns", "dur_ns", "name", "step"]]
     cand = cand.assign(name=cand["name"].astype(str), row=cand.index.to_numpy())
     ops = cand.merge(_shapes(analysis), how="inner", on=_KEY)
-    for column in SHAPE_COLUMNS:
-        ops[column] = ops[column].astype(str)
     fields = _models(ops) if len(ops) else pd.DataFrame(columns=[*_MODEL_FIELDS, "known"])
     ops = pd.concat([ops.reset_index(drop=True), fields], axis=1)
     ops = ops[ops["known"].astype(bool)]
@@ -151,13 +152,17 @@ def _unmodelled(calls: pd.DataFrame, kernels: pd.DataFrame, owned: npt.NDArray[n
     """GPU time (sum of kernel durations) and kernels by the op that launched them, for kernels no modelled op owns."""
     rest = kernels[~owned]
     call = rest["call"].to_numpy(np.int64)
+    names = pd.Categorical(calls["name"])
+    name_codes = np.asarray(names.codes, dtype=np.int64)
     op_row = np.where(call >= 0, calls["op"].to_numpy(np.int64)[np.clip(call, 0, None)], -1) if len(calls) else call
-    name = np.where(op_row >= 0, calls["name"].astype(str).to_numpy()[np.clip(op_row, 0, None)], "(launch not found)") \
-        if len(calls) else np.full(len(rest), "(launch not found)", dtype=object)
-    frame = pd.DataFrame({"rank": rest["rank"].to_numpy(), "op": name,
+    code = np.where(op_row >= 0, name_codes[np.clip(op_row, 0, None)], -1) if len(calls) else op_row
+    frame = pd.DataFrame({"rank": rest["rank"].to_numpy(), "code": code,
                           "gpu_ns": (rest["end_ns"] - rest["start_ns"]).to_numpy(np.int64)})
-    out = frame.groupby(["rank", "op"], sort=True).agg(kernels=("gpu_ns", "size"), gpu_ns=("gpu_ns", "sum"))
-    return out.reset_index()
+    out = frame.groupby(["rank", "code"], sort=True).agg(kernels=("gpu_ns", "size"), gpu_ns=("gpu_ns", "sum"))
+    out = out.reset_index()
+    labels = [*map(str, names.categories), "(launch not found)"]
+    out["op"] = [labels[c] for c in out["code"].tolist()]
+    return out[["rank", "op", "kernels", "gpu_ns"]]
 
 
 def _both(analysis: Analysis) -> tuple[pd.DataFrame, pd.DataFrame]:

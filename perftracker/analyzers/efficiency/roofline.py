@@ -63,7 +63,14 @@ def roofline(frame: pd.DataFrame, device: Device | None) -> pd.DataFrame:
         tflops = np.where(ns > 0, flops / ns / 1e3, np.nan)
         tbps = np.where(ns > 0, moved / ns / 1e3, np.nan)
         intensity = np.where(moved > 0, flops / moved, np.nan)
-    peak = np.array([peak_for(device, d, t) for d, t in zip(out["dtype"].astype(str), tflops)], dtype=np.float64)
+    dtypes = out["dtype"].astype(str).to_numpy()
+    peak = np.full(len(out), np.nan)
+    for dtype in set(dtypes.tolist()):
+        rows = dtypes == dtype
+        peak[rows] = device.peak(dtype) if device is not None else np.nan
+        if dtype == "fp32" and device is not None:  # TF32 where an FP32 op outran the FP32 units (`peak_for`)
+            faster = rows & (np.nan_to_num(tflops) > device.peak("fp32")) & ~np.isnan([device.peak("tf32")])[0]
+            peak[faster] = device.peak("tf32")
     bw = device.memory_tbps if device is not None else math.nan
     with np.errstate(divide="ignore", invalid="ignore"):
         compute_ns = np.where(flops > 0, flops / (peak * 1e3), 0.0)
