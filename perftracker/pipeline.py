@@ -88,23 +88,27 @@ def writing(path: Path, option: str = "-o") -> Iterator[None]:
 
 
 def analyze_path(path: Path, out_dir: Path, options: LoadOptions, hta_compat: bool = False,
-                 timeline: bool = False) -> AnalysisResult:
-    return analyze_store(load_path(path, options), path, out_dir, hta_compat=hta_compat, timeline=timeline)
+                 timeline: bool = False, devices: tuple[Path, ...] = ()) -> AnalysisResult:
+    return analyze_store(load_path(path, options), path, out_dir, hta_compat=hta_compat, timeline=timeline,
+                         devices=devices)
 
 
 def analyze_store(store: Store, path: Path, out_dir: Path, hta_compat: bool = False,
-                  timeline: bool = False) -> AnalysisResult:
+                  timeline: bool = False, devices: tuple[Path, ...] = ()) -> AnalysisResult:
     """Analyze one loaded Store (one job) and write its outputs into `out_dir` (ReportNotWritten when they
     cannot be written). With `timeline`, the merged all-rank timeline of this same analysis (the default
-    selection of `perftracker timeline`) is written beside the report as `TIMELINE`, which the report links."""
+    selection of `perftracker timeline`) is written beside the report as `TIMELINE`, which the report links.
+    `devices`: the user's device tables (--devices), matched before the shipped one."""
     try:
-        return _analyze_and_write(store, path, out_dir, hta_compat, timeline)
+        return _analyze_and_write(store, path, out_dir, AnalysisOptions(hta_compat=hta_compat, device_files=devices),
+                                  timeline)
     finally:
         store.close()  # the events' parts on disk, if the loader wrote any
 
 
-def _analyze_and_write(store: Store, path: Path, out_dir: Path, hta_compat: bool, timeline: bool) -> AnalysisResult:
-    analysis = Analysis(store, AnalysisOptions(hta_compat=hta_compat))
+def _analyze_and_write(store: Store, path: Path, out_dir: Path, options: AnalysisOptions,
+                       timeline: bool) -> AnalysisResult:
+    analysis = Analysis(store, options)
     findings, tables, failed = analyze(analysis)
     summary = _summary(analysis, tables)
     notes = [*store.notes, *failed]

@@ -34,6 +34,15 @@ def _small_trace(rank: int, events: int = 120) -> bytes:
     return json.dumps(doc).encode()
 
 
+# A training log's throughput lines, one per trainer format collectors/postmortem/throughput_lines.py reads.
+THROUGHPUT_LINES = (
+    " [2024-09-03 15:56:55] iteration       20/  500000 | elapsed time per iteration (ms): 12137.8 | throughput per "
+    "GPU (TFLOP/s/GPU): 412.5 | learning rate: 6.976744E-07 |\n"
+    "[rank0]:\x1b[31mstep: 10  \x1b[32mloss:  7.1234  \x1b[36mtflops: 1,234.56  \x1b[35mmfu: 39.57%\x1b[39m\n"
+    "[NeMo I] global_step: 50 | TFLOPS_per_GPU: 480.25\n"
+)
+
+
 def main() -> None:
     if OUT.exists():
         shutil.rmtree(OUT)
@@ -61,6 +70,7 @@ def main() -> None:
     (OUT / "output" / "kern.log").write_text(_head_lines(FIXTURES / "postmortem" / "xid" / "kern.log", 10))
     (OUT / "output" / "torchrun.log").write_text(
         _head_lines(FIXTURES / "postmortem" / "child_failed" / "torchrun.log", 60))
+    (OUT / "output" / "train.log").write_text(THROUGHPUT_LINES)
     shutil.copy(FIXTURES / "postmortem" / "child_failed" / "torchelastic_x1" / "attempt_0" / "5" / "error.json",
                 OUT / "errors" / "error.json")
     dump = json.loads((FIXTURES / "postmortem" / "fr_mismatch" / "fr_dump_rank_0.json").read_text())

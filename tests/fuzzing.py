@@ -95,7 +95,7 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
                         "counters/node-r.mlx5-roce.ethtool-S.txt"),
            _loader("perftracker.collectors.counters.inputs", "load_counter_inputs")),
     Target("postmortem_files", ("fr/fr_dump_rank_0.json", "fr/nccl_trace_rank_1", "output/slurm-4242.out",
-                          "output/kern.log", "output/torchrun.log", "errors/error.json"),
+                          "output/kern.log", "output/torchrun.log", "errors/error.json", "output/train.log"),
            _loader("perftracker.collectors.postmortem.inputs", "load_postmortem_inputs")),
     Target("stacks", ("stacks/snap/rank-0.json",), _loader("perftracker.collectors.stacks.snapshots",
                                                            "load_stack_inputs")),

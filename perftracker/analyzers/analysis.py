@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 from perftracker.store import Store
@@ -24,6 +25,7 @@ class AnalysisOptions:
     """What the user chose for this analysis. `hta_compat`: use Holistic Trace Analysis' definitions."""
 
     hta_compat: bool = False
+    device_files: tuple[Path, ...] = ()  # --devices files (analyzers/efficiency/devices.py format), matched first
 
 
 class Analysis:

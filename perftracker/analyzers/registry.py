@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.efficiency.analyzer import analyze_efficiency
 from perftracker.analyzers.failures.crash import analyze_crash
 from perftracker.analyzers.failures.hang import analyze_hang
 from perftracker.analyzers.failures.silent_host import analyze_silent_host
@@ -86,6 +87,9 @@ BUILTIN: tuple[Analyzer, ...] = (
              "Stragglers from sampled stacks: the rank whose time goes somewhere the others' does not"),
     Analyzer("steps", analyze_steps, "Step time per rank: spread across ranks, unstable steps, slow phases"),
     Analyzer("straggler", analyze_stragglers, "Cross-rank stragglers at collectives: who, how late, what it costs"),
+    Analyzer("efficiency", analyze_efficiency,
+             "Compute efficiency from op shapes: misaligned or tiny GEMMs, FP32 GEMMs, unfused attention, "
+             "fusible elementwise chains"),
 )
 
 

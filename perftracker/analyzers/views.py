@@ -17,6 +17,8 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.compare.summaries import op_totals_view, settings_view
 from perftracker.analyzers.coverage import run_summary_view
+from perftracker.analyzers.efficiency.mfu import step_mfu_view
+from perftracker.analyzers.efficiency.tables import device_peaks_view, op_efficiency_view
 from perftracker.analyzers.failures.waitview import wait_graph_view
 from perftracker.analyzers.health.gpu_tables import gpu_series_table, gpu_throttle_table
 from perftracker.analyzers.health.port_tables import (
@@ -106,6 +108,11 @@ REPORT_VIEWS: dict[str, TableView] = {
     # what a later `perftracker diff` compares: op time per rank, captured settings
     "op_totals": op_totals_view,
     "settings": settings_view,
+    # compute efficiency from op shapes: per (op, shape, dtype) FLOPs, bytes, achieved rates against the roofline
+    # (and the GPU time no model covers), MFU per rank and step, the devices' peaks the roofline chart draws
+    "op_efficiency": op_efficiency_view,
+    "step_mfu": step_mfu_view,
+    "device_peaks": device_peaks_view,
 }
 
 

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from perftracker.analyzers.efficiency.devices import device_table
 from perftracker.analyzers.findings import Finding
 from perftracker.cli.options import (
     Engine,
@@ -78,6 +79,10 @@ def analyze(
                                             "job2-w8-a100-sxm4-80gb).")] = None,
     each_job: Annotated[bool, typer.Option("--each-job", metavar="", help="Where the traces are of several jobs: analyze each "
                                            "alone into OUT/<label>/, with an index in OUT/jobs.json.")] = False,
+    devices: Annotated[list[Path] | None, typer.Option(
+        "--devices", envvar="PERFTRACKER_DEVICES",
+        help="A TOML file of GPU peak figures (dense TFLOPS by dtype, memory bandwidth), in the format of the shipped "
+             "perftracker/data/devices.toml, matched before it; repeatable.")] = None,
 ) -> None:
     """Analyze traces and step files; print the verdict and ranked findings; write the report.
 
@@ -98,6 +103,8 @@ def analyze(
         raise UsageError("--job and --each-job exclude each other", "analyze",
                          "pick one job with --job, or all of them with --each-job")
     patterns = comm_kernel_patterns(comm_kernel)
+    device_files = tuple(devices or ())
+    device_table(device_files)  # a bad file is said now (exit 2), before any parsing
     writable_folder(out)
     options = LoadOptions(comm_kernel_patterns=patterns, comm_kernel_files=tuple(comm_kernels or ()),
                           cache_dir=None if no_cache else default_cache_dir(), workers=workers,
@@ -108,12 +115,12 @@ def analyze(
     if each_job:
         with parsing_progress(quiet) as progress:
             findings = _analyze_each_job(console, path, out, replace(options, progress=progress), hta_compat, quiet,
-                                         timeline)
+                                         timeline, device_files)
         raise typer.Exit(fail_on_exit(findings, threshold))
     try:
         with parsing_progress(quiet) as progress:
             result = analyze_path(path, out, replace(options, progress=progress), hta_compat=hta_compat,
-                                  timeline=timeline)
+                                  timeline=timeline, devices=device_files)
     except ReportNotWritten as exc:  # the analysis finished: its verdict is said, then what could not be written
         _print_result(console, exc.result, quiet, written=False)
         raise
@@ -135,7 +142,7 @@ def _print_result(console: Console, result: AnalysisResult, quiet: bool, written
 
 
 def _analyze_each_job(console: Console, path: Path, out: Path, options: LoadOptions, hta_compat: bool,
-                      quiet: bool, timeline: bool) -> list[Finding]:
+                      quiet: bool, timeline: bool, devices: tuple[Path, ...] = ()) -> list[Finding]:
     """Each job under `path` analyzed alone into OUT/<label>/ (OUT itself when there is one job), then an
     index: the terminal listing and OUT/jobs.json."""
     everything: list[Finding] = []
@@ -147,7 +154,7 @@ def _analyze_each_job(console: Console, path: Path, out: Path, options: LoadOpti
             console.print(f"== {printable(group.describe())}", highlight=False, markup=False)
         try:
             result = analyze_store(store, path, out / label if label else out, hta_compat=hta_compat,
-                                   timeline=timeline)
+                                   timeline=timeline, devices=devices)
         except ReportNotWritten as exc:
             _print_result(console, exc.result, quiet, written=False)
             raise

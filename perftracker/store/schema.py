@@ -57,6 +57,11 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "group_size": "int32",
         # the communication library of a comm kernel (data/comm_kernels.toml family: nccl, deepep, ...), else ''
         "comm_family": "category",
+        # a framework op's arguments as the trace wrote them (JSON text; '' for other events and traces without
+        # record_shapes): `Input Dims`, `Input type`, `Concrete Inputs` (analyzers/efficiency/ reads them)
+        "input_dims": "category",
+        "input_types": "category",
+        "concrete_inputs": "category",
     },
     # One row per training step per rank (from ProfilerStep#N or step files).
     "steps": {
@@ -264,6 +269,17 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "dump_ns": "int64",
         "start_ns": "int64",
         "file": "string",
+    },
+    # The throughput a job's own log reports (collectors/postmortem/throughput_lines.py): TFLOP/s per GPU and MFU as
+    # Megatron, torchtitan or NeMo print them, one row per line (NaN where the line has no such figure).
+    "reported_throughput": {
+        "rank": "int32",
+        "step": "int64",
+        "tflops": "float64",
+        "mfu_pct": "float64",
+        "source": "string",
+        "file": "string",
+        "line": "int64",
     },
     # Failures read from job output and launcher logs, torchelastic error files and kernel logs
     # (collectors/postmortem/joblogs.py). kind: timeout (NCCL watchdog) | gloo_timeout | exception | exit | xid.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any, TypeVar
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
@@ -225,9 +226,33 @@ def build_tables(
         "step": _assign_steps(steps, stream, ts, corr), "correlation": corr, "external_id": ext,
         "collective": _categorical(coll_codes, coll_values), "bytes": nbytes,
         "pg": _categorical(pg_codes, list(pg_code_of)), "group_size": _narrow(gsize, np.int32),
-        "comm_family": _categorical(family_codes, family_values),
+        "comm_family": _categorical(family_codes, family_values), **_shape_args(args, kind),
     })
     return events, conform("steps", steps)
+
+
+_SHAPE_FIELDS = (("input_dims", "input_dims"), ("input_types", "input_type"), ("concrete_inputs", "concrete_inputs"))
+MAX_SHAPE_TEXT = 4096  # longer arg lists are cut (and so no longer JSON: their op gets no model)
+
+
+def _shape_args(args: list[EventArgs], kind: npt.NDArray[np.int8]) -> dict[str, pd.Series]:
+    """The shape columns of framework ops (`Input Dims`, `Input type`, `Concrete Inputs` as JSON text), '' elsewhere."""
+    is_op = (kind == _KIND_CODE["cpu_op"]).tolist()
+    out: dict[str, pd.Series] = {}
+    for column, attr in _SHAPE_FIELDS:
+        codes, raw = _codes([bytes(getattr(a, attr))[:MAX_SHAPE_TEXT].decode("utf-8", "replace") if op else ""
+                             for a, op in zip(args, is_op)])
+        compact, values = _codes([_compact_json(v) for v in raw])  # one spelling per value: pretty-printed traces
+        out[column] = _categorical(compact[codes] if len(codes) else codes, values)
+    return out
+
+
+def _compact_json(text: str) -> str:
+    """`text` as compact JSON ('[[1,2],[]]'), '' when it is not JSON (a cut value)."""
+    try:
+        return msgspec.json.encode(msgspec.json.decode(text)).decode() if text else ""
+    except (msgspec.DecodeError, UnicodeError):
+        return ""
 
 
 def _step_number(name: str) -> int:

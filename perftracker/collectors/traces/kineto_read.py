@@ -40,6 +40,8 @@ MAX_DUR_NS = 10**18
 MAX_BASE_NS = 4 * 10**18
 # The tolerant reader builds Python objects for every value (~100 bytes each): this bounds its memory.
 MAX_LOOSE_VALUES = 4_000_000
+NO_RAW = msgspec.Raw(b"")  # an absent JSON value
+_SHAPE_KEYS = (("input_dims", "Input Dims"), ("input_type", "Input type"), ("concrete_inputs", "Concrete Inputs"))
 
 
 # gc=False: these records hold no references that could form a cycle, and not tracking hundreds of
@@ -57,6 +59,9 @@ class EventArgs(msgspec.Struct, omit_defaults=True, gc=False):
     pg_name: str | int | None = msgspec.field(default=None, name="Process Group Name")
     dtype: str | None = None
     nbytes: int | None = msgspec.field(default=-1, name="bytes")
+    input_dims: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input Dims")  # an op's shapes, kept as JSON text
+    input_type: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=NO_RAW, name="Concrete Inputs")
 
 
 class Event(msgspec.Struct, gc=False):
@@ -236,7 +241,6 @@ def _take_header(trace: ParsedTrace, dist: Any, props: Any, base: Any, host: Any
     trace.base_ns = int_in(base, 1, MAX_BASE_NS)
     trace.host_name = clean_text(host) if isinstance(host, str) else None
 
-
 # A timestamp of 13+ integer digits (>= 1e12 us, past what float64 resolves to 1 ns) with a fraction.
 _LOSSY_TS = re.compile(rb'"ts"\s*:\s*-?\d{13,}\.\d')
 
@@ -365,6 +369,7 @@ def _loose_args(args: dict[str, Any]) -> EventArgs:
         pg_name=pg if isinstance(pg, (str, int)) and not isinstance(pg, bool) else None,
         dtype=str(args["dtype"]) if "dtype" in args else None,
         nbytes=_as_int(args.get("bytes")),
+        **{attr: msgspec.Raw(msgspec.json.encode(args[key])) for attr, key in _SHAPE_KEYS if key in args},
     )
 
 

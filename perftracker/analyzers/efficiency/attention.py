@@ -1,0 +1,79 @@
+"""Shape models of attention: scaled_dot_product_attention and its fused backends (flash, memory-efficient, cuDNN),
+the math fallback, the flash-attn package's ops, forward and backward.
+
+Promise: forward FLOPs = 2*B*H*Sq*Sk*(D_qk + D_v) (the two matmuls QK^T and PV, softmax left out, as FlashAttention's
+benchmarks and TraceLens count), halved under a causal mask; backward = 2.5x that (the five matmuls of a fused
+backward: QK^T recomputed, dV, dP, dQ, dK). Bytes: Q, K, V read and O written once (backward: Q, K, V, dO read,
+dQ, dK, dV written). Causal comes from the op's own is_causal argument (its position per op below); an op whose
+argument list does not say gets no model. Layout: aten's SDPA ops take [B, H, S, D], the *_attention_forward and
+flash-attn ops [B, S, H, D].
+"""
+
+from __future__ import annotations
+
+from perftracker.analyzers.efficiency.model import ModelFn, OpModel
+from perftracker.analyzers.efficiency.shapes import ELEMENT_BYTES, FLOAT_DTYPES, OpArgs
+
+BWD_FACTOR = 2.5
+
+
+def _attention(args: OpArgs, q_at: int, heads_first: bool, causal: bool, backward: bool) -> OpModel | None:
+    q, k, v = args.dims[q_at], args.dims[q_at + 1], args.dims[q_at + 2]
+    dtype = args.dtype(q_at)
+    if len(q) != 4 or len(k) != 4 or len(v) != 4 or dtype not in FLOAT_DTYPES:
+        return None
+    if heads_first:
+        (b, h, sq, d), (_, hk, sk, dk), (_, _, _, dv) = q, k, v
+    else:
+        (b, sq, h, d), (_, sk, hk, dk), (_, _, _, dv) = q, k, v
+    if d != dk or min(b, h, sq, sk, d, dv, hk) <= 0:
+        return None
+    flops = 2.0 * b * h * sq * sk * (d + dv) * (0.5 if causal else 1.0)
+    elems = b * sq * h * d + b * sk * hk * (d + dv) + b * sq * h * dv
+    if backward:
+        flops *= BWD_FACTOR
+        elems = 2 * elems  # reads Q, K, V, dO (and O), writes dQ, dK, dV
+    shape = f"B={b},H={h},Sq={sq},Sk={sk},D={d}" + (f",Hkv={hk}" if hk != h else "")
+    return OpModel("attention", flops, float(elems * ELEMENT_BYTES[dtype]), dtype, shape, causal=causal,
+                   backward=backward)
+
+
+def _forward(q_at: int, causal_at: int, heads_first: bool) -> ModelFn:
+    def model(args: OpArgs) -> OpModel | None:
+        return _attention(args, q_at, heads_first, args.flag(causal_at), backward=False)
+
+    return model
+
+
+def _backward(q_at: int, causal_at: int, heads_first: bool) -> ModelFn:
+    def model(args: OpArgs) -> OpModel | None:
+        return _attention(args, q_at, heads_first, args.flag(causal_at), backward=True)
+
+    return model
+
+
+def efficient_forward(args: OpArgs) -> OpModel | None:
+    """aten::_efficient_attention_forward: custom_mask_type (argument 9) 1 or 2 is causal."""
+    return _attention(args, 0, False, args.value(9).strip() in ("1", "2"), backward=False)
+
+
+# (op name, model): the argument positions are those of the ops' schemas in aten/src/ATen/native/native_functions.yaml
+# (and flash_attn's flash_attn_interface.py for the flash_attn:: ops).
+ATTENTION_MODELS = {
+    "aten::scaled_dot_product_attention": _forward(0, 5, True),
+    "aten::_scaled_dot_product_attention_math": _forward(0, 5, True),
+    "aten::_scaled_dot_product_flash_attention": _forward(0, 4, True),
+    "aten::_scaled_dot_product_flash_attention_for_cpu": _forward(0, 4, True),
+    "aten::_scaled_dot_product_efficient_attention": _forward(0, 6, True),
+    "aten::_scaled_dot_product_cudnn_attention": _forward(0, 6, True),
+    "aten::_flash_attention_forward": _forward(0, 8, False),
+    "aten::_efficient_attention_forward": efficient_forward,
+    "flash_attn::_flash_attn_forward": _forward(0, 5, False),
+    "aten::_scaled_dot_product_flash_attention_backward": _backward(1, 11, True),
+    "aten::_scaled_dot_product_efficient_attention_backward": _backward(1, 11, True),
+    "aten::_scaled_dot_product_cudnn_attention_backward": _backward(1, 14, True),
+    "aten::_flash_attention_backward": _backward(1, 11, False),
+    "flash_attn::_flash_attn_backward": _backward(1, 11, False),
+}
+FUSED_ATTENTION = frozenset(n for n in ATTENTION_MODELS if "math" not in n and n != "aten::scaled_dot_product_attention")
+MATH_ATTENTION = "aten::_scaled_dot_product_attention_math"

@@ -1,0 +1,124 @@
+"""The device table: peak TFLOPS by dtype and peak memory bandwidth of the GPU a trace ran on.
+
+Promise: `device_table(files)` returns the devices of each user file (`--devices FILE`, `PERFTRACKER_DEVICES`; the
+format of perftracker/data/devices.toml), then the shipped ones, in match order; `DeviceTable.match(name)` is the
+first device with a pattern found (case-insensitively) in the device name, None for an unknown device (efficiency
+figures then carry no percentage). `Device.peak(dtype)` is the dense peak TFLOPS of the matrix units for that dtype
+(NaN when the device has none). A user file that cannot be read, is not TOML of that shape, holds a regex that does
+not compile or a figure that is not a positive number raises `InputError` naming the file, never a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from perftracker.bounded import read_text
+from perftracker.errors import InputError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
+MAX_FIGURE = 1e7  # TFLOPS or TB/s beyond this is a typo, not a device
+_HINT = "write it like perftracker/data/devices.toml: [[device]] tables with a name, patterns, memory_tbps and peaks"
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device: its patterns, dense peak TFLOPS by dtype, memory bandwidth in TB/s, and where they come from."""
+
+    name: str
+    patterns: tuple[str, ...]
+    memory_tbps: float
+    peaks: dict[str, float] = field(default_factory=dict)
+    source: str = ""
+    note: str = ""
+
+    def peak(self, dtype: str) -> float:
+        """Dense peak TFLOPS for `dtype` ("bf16", ...), NaN when the device has no figure for it."""
+        return self.peaks.get(dtype, math.nan)
+
+
+@dataclass
+class DeviceTable:
+    devices: tuple[Device, ...]
+    _compiled: list[tuple[re.Pattern[str], Device]] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        self._compiled = [(re.compile(p, re.IGNORECASE), d) for d in self.devices for p in d.patterns]
+
+    def match(self, name: str) -> Device | None:
+        """The first device with a pattern found in `name`, None when none matches (or the name is empty)."""
+        if not name:
+            return None
+        return next((device for regex, device in self._compiled if regex.search(name)), None)
+
+
+def builtin_devices() -> tuple[Device, ...]:
+    """The devices shipped in perftracker/data/devices.toml."""
+    ref = resources.files("perftracker") / "data" / "devices.toml"
+    return _devices(tomllib.loads(ref.read_text(encoding="utf-8")), "perftracker/data/devices.toml")
+
+
+@functools.lru_cache(maxsize=8)
+def device_table(files: tuple[Path, ...] = ()) -> DeviceTable:
+    """The user's devices (each file's, in order), then the shipped ones."""
+    user = [device for path in files for device in _read_user_file(Path(path))]
+    return DeviceTable((*user, *builtin_devices()))
+
+
+def _read_user_file(path: Path) -> tuple[Device, ...]:
+    try:
+        text, _ = read_text(path, cap=1 << 20)
+        document = tomllib.loads(text)
+    except (OSError, UnicodeDecodeError, InputError) as exc:
+        raise InputError(f"cannot read the device file ({getattr(exc, 'message', exc)})", str(path),
+                         "check the path given to --devices or PERFTRACKER_DEVICES") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"the device file is not valid TOML ({exc})", str(path), _HINT) from None
+    return _devices(document, str(path))
+
+
+def _figure(table: dict[str, Any], key: str, where: str, i: int) -> float | None:
+    value = table.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < float(value) < MAX_FIGURE:
+        raise InputError(f"device {i}: {key} = {value!r} is not a positive number", where, _HINT)
+    return float(value)
+
+
+def _devices(document: dict[str, Any], where: str) -> tuple[Device, ...]:
+    tables = document.get("device")
+    if not isinstance(tables, list) or not tables:
+        raise InputError("no [[device]] tables in the device file", where, _HINT)
+    found = []
+    for i, table in enumerate(tables, start=1):
+        name = table.get("name") if isinstance(table, dict) else None
+        patterns = table.get("patterns") if isinstance(table, dict) else None
+        if not isinstance(table, dict) or not isinstance(name, str) or not name or not isinstance(patterns, list) \
+                or not patterns or not all(isinstance(p, str) and p for p in patterns):
+            raise InputError(f"device {i} needs a name (text) and patterns (a list of regular expressions)", where,
+                             _HINT)
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise InputError(f"the pattern {pattern!r} is not a valid regular expression ({exc})", where,
+                                 "fix the pattern (Python re syntax)") from None
+        memory = _figure(table, "memory_tbps", where, i)
+        if memory is None:
+            raise InputError(f"device {i} ({name}) needs memory_tbps", where, _HINT)
+        peaks = {dtype: value for dtype in DTYPES if (value := _figure(table, dtype, where, i)) is not None}
+        found.append(Device(name, tuple(patterns), memory, peaks, str(table.get("source", "")),
+                            str(table.get("note", ""))))
+    return tuple(found)

@@ -1,0 +1,139 @@
+"""GEMM findings: dims the tensor cores do not want, tiny launch-bound GEMMs, FP32 GEMMs in a BF16/FP16 run.
+
+Promise (each a function `Basis -> list[Finding]`, one finding per cause, costs from `Basis.cost`):
+- `misaligned_gemms`: GEMM shapes whose N or K is not a multiple of ALIGN[dtype] elements (16 bytes: 8 for BF16/FP16,
+  16 for FP8, 4 for FP32) and that reach less than half the reference efficiency. Reference: the FLOP-weighted % of
+  roof of this run's aligned GEMMs of the same dtype (no aligned GEMMs: no finding). Cost: their GPU time minus
+  their roofline time at that reference. WARNING when the cost is at least WARN_SHARE of the mean step and the shapes
+  ran at least MIN_COUNT times, else INFO.
+- `tiny_gemms`: GEMMs whose roofline time is under TINY_ROOF_NS and that ran at least MIN_TINY times: launch-bound;
+  cost: GPU time beyond TINY_ROOF_NS each (an upper bound: batching removes most of it). INFO unless over WARN_TINY_SHARE
+  of the mean step.
+- `fp32_gemms`: FP32 GEMMs in a run whose GEMM FLOPs are mostly BF16/FP16 and that ran no faster than the device's
+  FP32 peak (so TF32 was off). Reference: this run's BF16/FP16 GEMM rate (TFLOPS). Cost: their time minus their
+  FLOPs at that rate. WARNING as above.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from perftracker.analyzers.efficiency.evidence import Basis, ranks_of
+from perftracker.analyzers.findings import Finding, Severity
+
+ALIGN = {"bf16": 8, "fp16": 8, "fp8": 16, "fp4": 32, "fp32": 4, "fp64": 2}
+FAR_BELOW = 0.5  # "far below": under half the reference efficiency
+WARN_SHARE = 0.02
+MIN_COUNT = 3
+TINY_ROOF_NS = 2_000.0
+MIN_TINY = 50
+WARN_TINY_SHARE = 0.05
+_SHAPE_KEYS = ["op", "shape", "dtype", "m", "n", "k"]
+
+
+def _severity(basis: Basis, saved_ns: float, count: int, share: float = 0.0) -> Severity:
+    """WARNING when the cost is at least `share` (default WARN_SHARE) of the mean step and the cause ran
+    MIN_COUNT times or more."""
+    enough = basis.cost(saved_ns).share_of_step >= (share or WARN_SHARE)
+    return Severity.WARNING if enough and count >= MIN_COUNT else Severity.INFO
+
+
+def _gemms(basis: Basis) -> pd.DataFrame:
+    inst = basis.instances
+    return inst[inst["family"] == "gemm"] if len(inst) else inst
+
+
+def _weighted_pct(frame: pd.DataFrame) -> float:
+    known = frame.dropna(subset=["pct_of_peak"])
+    weights = known["flops"].to_numpy(np.float64)
+    return float(np.average(known["pct_of_peak"], weights=weights)) if len(known) and weights.sum() > 0 else np.nan
+
+
+def misaligned_gemms(basis: Basis) -> list[Finding]:
+    gemms = _gemms(basis)
+    if gemms.empty:
+        return []
+    align = gemms["dtype"].map(ALIGN).fillna(1).astype(np.int64)
+    odd = ((gemms["n"] % align) != 0) | ((gemms["k"] % align) != 0)
+    findings = []
+    for dtype, mine in gemms[odd].groupby("dtype"):
+        reference = _weighted_pct(gemms[~odd & (gemms["dtype"] == dtype)])
+        if np.isnan(reference):
+            continue
+        shapes = mine.groupby(_SHAPE_KEYS, sort=False).agg(count=("gpu_ns", "size"), gpu_ns=("gpu_ns", "sum"),
+                                                          roof_ns=("roof_ns", "sum"), flops=("flops", "sum"))
+        shapes = shapes.reset_index()
+        pct = 100.0 * shapes["roof_ns"] / shapes["gpu_ns"].clip(lower=1)
+        slow = shapes[pct < FAR_BELOW * reference]
+        if slow.empty:
+            continue
+        saved = np.maximum(slow["gpu_ns"] - slow["roof_ns"] / (reference / 100.0), 0.0)
+        total, count = float(saved.sum()), int(slow["count"].sum())
+        a = ALIGN[str(dtype)]
+        findings.append(Finding(
+            analyzer="efficiency", severity=_severity(basis, total, count),
+            title=f"{len(slow)} {dtype} GEMM shape(s) with N or K not a multiple of {a} run far below the run's "
+                  f"aligned GEMMs ({reference:.0f}% of roof)",
+            recommendation=f"Pad the misaligned dimension to a multiple of {a} (better 64 or 128): a vocabulary "
+                           "size, a hidden size or a head count times head size; tensor cores read operands in "
+                           f"16-byte vectors ({a} {dtype} elements). Cost = time beyond the roofline time at the "
+                           "reference efficiency.",
+            evidence={"reference_pct_of_roof": round(reference, 1), "alignment_elements": a,
+                      "shapes": _shape_records(slow),
+                      "saved_ms_total": round(total / 1e6, 3)},
+            cost=basis.cost(total), key=f"misaligned:{dtype}", confidence=0.8, ranks=ranks_of(mine)))
+    return findings
+
+
+def _shape_records(slow: pd.DataFrame) -> list[dict[str, object]]:
+    top = slow.sort_values("gpu_ns", ascending=False).head(10)
+    pct = (100.0 * top["roof_ns"] / top["gpu_ns"].clip(lower=1)).round(1)
+    return [{"op": op, "shape": shape, "count": int(count), "gpu_ms": round(float(ns) / 1e6, 3), "pct_of_roof": float(p)}
+            for op, shape, count, ns, p in zip(top["op"], top["shape"], top["count"], top["gpu_ns"], pct)]
+
+
+def tiny_gemms(basis: Basis) -> list[Finding]:
+    gemms = _gemms(basis)
+    tiny = gemms[gemms["roof_ns"] < TINY_ROOF_NS] if len(gemms) else gemms
+    if len(tiny) < MIN_TINY:
+        return []
+    saved = float(np.maximum(tiny["gpu_ns"] - TINY_ROOF_NS, 0.0).sum())
+    mean_us = float(tiny["gpu_ns"].mean()) / 1e3
+    return [Finding(
+        analyzer="efficiency", severity=_severity(basis, saved, len(tiny), WARN_TINY_SHARE),
+        title=f"{len(tiny)} tiny GEMMs (each under {TINY_ROOF_NS / 1e3:.0f} us at the roofline) took {mean_us:.1f} us "
+              "each on average: launch-bound",
+        recommendation="Batch them (torch.bmm or a grouped GEMM over the small problems), capture the region in a "
+                       "CUDA graph, or let torch.compile fuse them; a GEMM this small cannot fill the GPU.",
+        evidence={"instances": len(tiny), "mean_gpu_us": round(mean_us, 2),
+                  "top_shapes": tiny.groupby(["op", "shape"]).size().sort_values(ascending=False).head(8)
+                  .rename("count").reset_index().to_dict("records"), "saved_ms_total_upper_bound": round(saved / 1e6, 3)},
+        cost=basis.cost(saved), key="tiny_gemms", confidence=0.6, ranks=ranks_of(tiny))]
+
+
+def fp32_gemms(basis: Basis) -> list[Finding]:
+    gemms = _gemms(basis)
+    if gemms.empty:
+        return []
+    half = gemms[gemms["dtype"].isin(["bf16", "fp16"])]
+    fp32 = gemms[gemms["dtype"] == "fp32"]
+    if fp32.empty or half.empty or half["flops"].sum() < gemms["flops"].sum() / 2:
+        return []
+    if fp32["tf32"].astype(bool).any():
+        return []  # ran faster than FP32 units can: TF32 was on
+    rate = float(half["flops"].sum()) / max(float(half["gpu_ns"].sum()), 1.0)  # FLOPs per ns
+    saved = float(np.maximum(fp32["gpu_ns"] - fp32["flops"] / rate, 0.0).sum())
+    return [Finding(
+        analyzer="efficiency", severity=_severity(basis, saved, len(fp32)),
+        title=f"{len(fp32)} FP32 GEMMs ({fp32['gpu_ns'].sum() / 1e6:.2f} ms) in a run whose GEMMs are mostly "
+              f"{half['dtype'].mode().iat[0]}, without TF32",
+        recommendation="Run them in BF16 (autocast around the region, or cast the weights), or allow TF32: "
+                       "torch.backends.cuda.matmul.allow_tf32 = True / torch.set_float32_matmul_precision('high'). "
+                       "Cost = their time minus their FLOPs at this run's BF16/FP16 GEMM rate.",
+        evidence={"fp32_gemms": len(fp32), "fp32_tflops": round(float(fp32["flops"].sum()) /
+                                                               max(float(fp32["gpu_ns"].sum()), 1.0) / 1e3, 2),
+                  "reference_tflops": round(rate / 1e3, 2),
+                  "top_shapes": fp32.groupby(["op", "shape"]).size().sort_values(ascending=False).head(8)
+                  .rename("count").reset_index().to_dict("records"), "saved_ms_total": round(saved / 1e6, 3)},
+        cost=basis.cost(saved), key="fp32_gemms", confidence=0.8, ranks=ranks_of(fp32))]

@@ -1,0 +1,74 @@
+"""Model FLOPs utilization per step and rank, from the modelled ops of the step.
+
+Promise: `step_mfu_view(analysis)` has one row per (rank, window, step) of the profiler's steps (ProfilerStep#N),
+or, for a rank window without steps, one row with step -1 over the window's GPU span (first kernel start to last
+kernel end): model_flops (FLOPs of the step's modelled GEMM, attention and convolution instances, forward and
+backward; memory-bound ops count none), step_ns, dtype (the dtype with the most of those FLOPs), peak_tflops (the
+device's dense peak for it; FP32 against the TF32 peak only when one of the rank's FP32 matrix ops ran faster than
+the FP32 peak, the sign that TF32 units did the work), tflops (model_flops over step time), mfu (tflops /
+peak_tflops; NaN for an unknown device), device.
+Instances attach to steps by their CPU op's step; ops in no step go to the window row only when the window has no
+steps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.efficiency.instances import op_instances_view
+from perftracker.analyzers.efficiency.roofline import device_of_ranks
+from perftracker.analyzers.traces.gpu_time import gpu_work_view
+
+MATRIX_FAMILIES = ("gemm", "attention", "conv")
+MFU_COLUMNS = ["rank", "window", "step", "model_flops", "step_ns", "dtype", "peak_tflops", "tflops", "mfu", "device"]
+
+
+def _periods(analysis: Analysis) -> pd.DataFrame:
+    """rank, window, step, step_ns: the profiler steps, and a step -1 row for each window without any."""
+    steps = analysis.store.steps
+    prof = steps[steps["source"] == "profiler"][["rank", "window", "step", "dur_ns"]].rename(columns={"dur_ns": "step_ns"})
+    work = analysis.view(gpu_work_view)
+    spans = work.groupby(["rank", "window"], sort=True, observed=True).agg(
+        lo=("start_ns", "min"), hi=("end_ns", "max")).reset_index().reindex(columns=["rank", "window", "lo", "hi"])
+    have = set(zip(prof["rank"].tolist(), prof["window"].tolist()))
+    spans = spans.loc[np.array([(r, w) not in have for r, w in zip(spans["rank"].tolist(), spans["window"].tolist())],
+                               dtype=bool)]
+    windows = pd.DataFrame({"rank": spans["rank"], "window": spans["window"], "step": -1,
+                            "step_ns": (spans["hi"] - spans["lo"]).astype(np.int64)})
+    return pd.concat([prof, windows], ignore_index=True).astype({"rank": np.int64, "window": np.int64,
+                                                                  "step": np.int64, "step_ns": np.int64})
+
+
+def step_mfu_view(analysis: Analysis) -> pd.DataFrame:
+    """MFU per (rank, window, step): see the module docstring."""
+    periods = _periods(analysis)
+    if periods.empty:
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in MFU_COLUMNS})
+    inst = analysis.view(op_instances_view)
+    inst = inst[inst["family"].isin(MATRIX_FAMILIES)]
+    by_dtype = inst.groupby(["rank", "window", "step", "dtype"], sort=False)["flops"].sum().reset_index()
+    by_dtype = by_dtype.astype({"rank": np.int64, "window": np.int64, "step": np.int64})
+    total = by_dtype.groupby(["rank", "window", "step"])["flops"].sum().rename("model_flops")
+    top = by_dtype.sort_values("flops", ascending=False).drop_duplicates(["rank", "window", "step"])
+    out = periods.merge(total.reset_index(), how="left", on=["rank", "window", "step"])
+    out = out.merge(top[["rank", "window", "step", "dtype"]], how="left", on=["rank", "window", "step"])
+    out["model_flops"] = out["model_flops"].fillna(0.0)
+    out["dtype"] = out["dtype"].fillna("")
+    devices = device_of_ranks(analysis)
+    fp32 = inst[inst["dtype"] == "fp32"]
+    fp32_fastest = fp32.assign(rate=fp32["flops"] / fp32["gpu_ns"].clip(lower=1) / 1e3).groupby("rank")["rate"].max()
+    peak = []
+    for rank, dtype in zip(out["rank"].tolist(), out["dtype"].tolist()):
+        device = devices.get(int(rank))
+        value = np.nan if device is None else device.peak(dtype)
+        if device is not None and dtype == "fp32" and float(fp32_fastest.get(rank, 0.0)) > device.peak("fp32"):
+            value = device.peak("tf32")  # an FP32 op ran faster than FP32 units can: TF32 was on
+        peak.append(value)
+    out["peak_tflops"] = np.array(peak, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["tflops"] = np.where(out["step_ns"] > 0, out["model_flops"] / out["step_ns"] / 1e3, np.nan)
+        out["mfu"] = out["tflops"] / out["peak_tflops"]
+    out["device"] = [d.name if (d := devices.get(int(r))) is not None else "" for r in out["rank"].tolist()]
+    return out[MFU_COLUMNS].sort_values(["rank", "window", "step"]).reset_index(drop=True)

@@ -1,0 +1,67 @@
+"""The efficiency tables of the report: per (op, shape, dtype) figures against the roofline, and MFU per step.
+
+Promise: `op_efficiency_view(analysis)` has one row per (rank's device, op, family, shape, dtype, backward) of the
+modelled instances (`instances.py`) with count, flops, bytes, gpu_ns (sums over instances and ranks), the roofline
+columns of `roofline.py`, and one row per launching op whose GPU time no model covers (family "no model", its
+gpu_ns and count of kernels, NaN figures); sorted by lost time, then GPU time. `device_peaks_view(analysis)`: the
+device of each rank as the table knows it (name, peaks, bandwidth, source; known False for an unknown device),
+which the roofline chart draws.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.efficiency.devices import DTYPES
+from perftracker.analyzers.efficiency.instances import op_instances_view, unmodelled_view
+from perftracker.analyzers.efficiency.roofline import ROOF_COLUMNS, device_names, device_of_ranks, roofline
+
+GROUP = ["device", "op", "family", "shape", "dtype", "backward"]
+EFFICIENCY_COLUMNS = [*GROUP, "count", "flops", "bytes", "gpu_ns", *ROOF_COLUMNS]
+
+
+def op_efficiency_view(analysis: Analysis) -> pd.DataFrame:
+    """Achieved figures per (device, op, shape, dtype, direction), then the "no model" time (module docstring)."""
+    inst = analysis.view(op_instances_view)
+    devices = device_of_ranks(analysis)
+    names = device_names(analysis)
+    label = {rank: (d.name if d is not None else (names.get(rank) or "unknown device")) for rank, d in devices.items()}
+    frames = []
+    if len(inst):
+        inst = inst.assign(device=inst["rank"].map(label).fillna("unknown device"))
+        grouped = inst.groupby(GROUP, sort=False, dropna=False).agg(
+            count=("gpu_ns", "size"), flops=("flops", "sum"), bytes=("bytes", "sum"), gpu_ns=("gpu_ns", "sum"))
+        grouped = grouped.reset_index()
+        by_name = {label[r]: d for r, d in devices.items()}
+        for device_label, part in grouped.groupby("device", sort=False):
+            frames.append(roofline(part, by_name.get(str(device_label))))
+    rest = analysis.view(unmodelled_view)
+    if len(rest):
+        rest = rest.assign(device=rest["rank"].map(label).fillna("unknown device"))
+        none = rest.groupby(["device", "op"], sort=False).agg(count=("kernels", "sum"), gpu_ns=("gpu_ns", "sum"))
+        frames.append(none.reset_index().assign(family="no model", shape="", dtype="", backward=False,
+                                                flops=np.nan, bytes=np.nan))
+    if not frames:
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in EFFICIENCY_COLUMNS})
+    out = pd.concat(frames, ignore_index=True).reindex(columns=EFFICIENCY_COLUMNS)
+    out["gpu_ns"] = out["gpu_ns"].astype(np.int64)
+    out["count"] = out["count"].astype(np.int64)
+    return out.sort_values(["lost_ns", "gpu_ns"], ascending=False, na_position="last").reset_index(drop=True)
+
+
+def device_peaks_view(analysis: Analysis) -> pd.DataFrame:
+    """One row per distinct device of the run's ranks: its name in the trace, the table's entry and figures."""
+    names = device_names(analysis)
+    rows = []
+    for rank, device in device_of_ranks(analysis).items():
+        row: dict[str, object] = {"rank": rank, "trace_name": names.get(rank, ""), "known": device is not None,
+                                  "device": device.name if device is not None else "",
+                                  "memory_tbps": device.memory_tbps if device is not None else np.nan,
+                                  "source": device.source if device is not None else ""}
+        row.update({f"peak_{d}": device.peak(d) if device is not None else np.nan for d in DTYPES})
+        rows.append(row)
+    frame = pd.DataFrame(rows, columns=["rank", "trace_name", "known", "device", "memory_tbps", "source",
+                                        *(f"peak_{d}" for d in DTYPES)])
+    return frame.drop_duplicates(["trace_name", "device"]).drop(columns="rank").reset_index(drop=True)

@@ -1,0 +1,95 @@
+"""The throughput a training job's own log reports: TFLOP/s per GPU and MFU, as Megatron, torchtitan and NeMo print them.
+
+Promise: `looks_like_throughput_log(path)` sniffs a text file's head for the markers below; `parse_throughput_log(path)`
+reads it line by line (untrusted text: linear regexes, never eval; ANSI colour codes removed) and returns
+`reported_throughput` rows (store/schema.py) with the notes about what it skipped:
+  * megatron    `iteration N/ M | ... | throughput per GPU (TFLOP/s/GPU): X |` (Megatron-LM, Megatron-Bridge; Primus
+                prints `X/Y`, the current and the average: X is taken);
+  * torchtitan  `step: N ... tflops: X  mfu: Y%`;
+  * nemo        `TFLOPS_per_GPU: X` / `tflops_per_sec_per_gpu=X` (NeMo's FLOPs callback), with `step N` or
+                `global_step: N` when the line has it.
+The rank is the line's `[rankN]:` / `rank-N/` prefix, else -1 (the job as a whole). Values out of range (negative,
+past MAX_TFLOPS) skip their line, counted in a note.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from perftracker.bounded import LineBlocks, iter_lines, read_head
+from perftracker.values import MAX_RANK, ascii_int
+
+MAX_TFLOPS = 1e6
+_MARKERS = (b"TFLOP/s/GPU", b"mfu:", b"TFLOPS_per_GPU", b"tflops_per_sec_per_gpu")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_NUMBER = r"(\d{1,9}(?:\.\d{1,9})?)"
+_RANK = re.compile(r"(?:\[rank(\d{1,7})\]:|\brank-(\d{1,7})/)")
+_MEGATRON = re.compile(r"throughput per GPU \(TFLOP/s/GPU\):\s*" + _NUMBER)
+_ITERATION = re.compile(r"\biteration\s{0,40}(\d{1,12})\s{0,40}/")
+_TITAN_STEP = re.compile(r"\bstep:\s{0,40}(\d{1,12})\b")
+_TITAN_TFLOPS = re.compile(r"\btflops:\s{0,40}(\d{1,9}(?:,\d{3}){0,3}(?:\.\d{1,9})?)")
+_TITAN_MFU = re.compile(r"\bmfu:\s{0,40}" + _NUMBER + "%")
+_NEMO = re.compile(r"(?i)\b(?:tflops_per_gpu|tflops_per_sec_per_gpu)\s{0,40}[:=]\s{0,40}" + _NUMBER)
+_NEMO_STEP = re.compile(r"(?i)\b(?:global_step|step)\s{0,40}[:=]?\s{0,40}(\d{1,12})\b")
+
+
+def looks_like_throughput_log(path: Path) -> bool:
+    """The file's head names a throughput figure one of the known trainers prints."""
+    try:
+        head = read_head(path, 256 * 1024)
+    except OSError:
+        return False
+    return head.lstrip()[:1] != b"{" and any(marker in head for marker in _MARKERS)
+
+
+def _float(text: str) -> float | None:
+    try:
+        value = float(text.replace(",", ""))
+    except ValueError:
+        return None
+    return value if 0.0 <= value <= MAX_TFLOPS else None
+
+
+def _int(match: re.Match[str] | None, limit: int) -> int:
+    if match is None:
+        return -1
+    text = next((g for g in match.groups() if g is not None), "")
+    value = ascii_int(text, 0, limit)
+    return -1 if value is None else value
+
+
+def parse_line(line: str) -> dict[str, Any] | None:
+    """The reported figures of one log line (rank, step, tflops, mfu_pct, source), None when it holds none."""
+    text = _ANSI.sub("", line)
+    rank = _int(_RANK.search(text), MAX_RANK)
+    if (match := _MEGATRON.search(text)) is not None:
+        return {"rank": rank, "step": _int(_ITERATION.search(text), 10**12), "tflops": _float(match.group(1)),
+                "mfu_pct": float("nan"), "source": "megatron"}
+    titan_tflops, titan_mfu = _TITAN_TFLOPS.search(text), _TITAN_MFU.search(text)
+    if titan_mfu is not None or (titan_tflops is not None and _TITAN_STEP.search(text) is not None):
+        tflops = _float(titan_tflops.group(1)) if titan_tflops else float("nan")
+        mfu = _float(titan_mfu.group(1)) if titan_mfu else float("nan")
+        return {"rank": rank, "step": _int(_TITAN_STEP.search(text), 10**12), "tflops": tflops, "mfu_pct": mfu,
+                "source": "torchtitan"}
+    if (match := _NEMO.search(text)) is not None:
+        return {"rank": rank, "step": _int(_NEMO_STEP.search(text), 10**12), "tflops": _float(match.group(1)),
+                "mfu_pct": float("nan"), "source": "nemo"}
+    return None
+
+
+def parse_throughput_log(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """(reported_throughput rows, notes) of one log file."""
+    rows: list[dict[str, Any]] = []
+    bad: list[int] = []
+    for lineno, line in iter_lines(LineBlocks(path)):
+        row = parse_line(line)
+        if row is None:
+            continue
+        if row["tflops"] is None or row["mfu_pct"] is None:
+            bad.append(lineno)
+            continue
+        rows.append({**row, "file": str(path), "line": lineno})
+    notes = [f"skipped {len(bad)} throughput line(s) with a value out of range (line {bad[0]}, ...)"] if bad else []
+    return rows, notes
