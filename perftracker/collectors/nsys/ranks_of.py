@@ -11,6 +11,7 @@ nsys itself) are left out.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,7 +19,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from perftracker.collectors.nsys.database import Export
-from perftracker.collectors.nsys.nvtx import NVTX_DOMAIN_CREATE, NVTX_RANGE_TYPES, RangeName, classify
+from perftracker.collectors.nsys.nvtx import NVTX_DOMAIN_CREATE, NVTX_RANGE_TYPES, classify
 from perftracker.collectors.nsys.rows import Rows, strings
 from perftracker.collectors.nsys.tables import (
     KIND,
@@ -33,6 +34,27 @@ from perftracker.collectors.traces.comm_kernels import CommKernels
 _GPU_TABLES = ("kernel", "graph", "memcpy", "memset", "sync")
 _DEVICE_TABLES = _GPU_TABLES[:4]  # rows that say a process drives a device (a sync row may name none)
 _PID = 24
+
+
+class NameTable:
+    """Every distinct name of an export once, with its code (the Part rows carry codes)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self._code: dict[str, int] = {}
+
+    def code(self, name: str) -> int:
+        found = self._code.get(name)
+        if found is None:
+            found = self._code[name] = len(self.names)
+            self.names.append(name)
+        return found
+
+    def of(self, keys: npt.NDArray[np.int64], name_of: Callable[[int], str]) -> npt.NDArray[np.int64]:
+        """The code of each row's name, `name_of` asked once per distinct key."""
+        distinct, inverse = np.unique(keys, return_inverse=True)
+        codes = np.array([self.code(name_of(int(k))) for k in distinct.tolist()], dtype=np.int64)
+        return codes[inverse] if len(keys) else np.zeros(0, np.int64)
 
 
 @dataclass
@@ -72,12 +94,14 @@ def split_ranks(export: Export, rows: dict[str, Rows], comm_kernels: CommKernels
     ids = [rows["kernel"].cols.get("name", np.zeros(0, np.int64)), rows["runtime"].cols.get("name", np.zeros(0, np.int64)),
            rows["nvtx"].cols.get("textId", np.zeros(0, np.int64))]
     text = strings(export, np.unique(np.concatenate(ids)).tolist())
-    nvtx = _nvtx_rows(export, rows["nvtx"], text, step_name)
+    table = NameTable()
+    nvtx = _nvtx_rows(export, rows["nvtx"], text, step_name, table)
     for device, pid in keys:
-        parts = [*_gpu_parts(rows, text, pid, device, first_device[pid] == device, {d for d, q in keys if q == pid})]
+        own = {d for d, q in keys if q == pid}
+        parts = [*_gpu_parts(rows, text, pid, device, first_device[pid] == device, own, table)]
         if first_device[pid] == device:
-            parts += _cpu_parts(rows["runtime"], nvtx, text, pid)
-        events, steps = build_rank_tables(parts, comm_kernels, -1)
+            parts += _cpu_parts(rows["runtime"], nvtx, text, pid, table)
+        events, steps = build_rank_tables(parts, table.names, comm_kernels, -1)
         split.ranks.append(OneRank(f"process {pid} GPU {device}", pid, device, events, steps))
     if step_name and not any(len(r.steps) for r in split.ranks):
         split.notes.append(f"no NVTX range is named {step_name!r}: no steps from it")
@@ -85,28 +109,28 @@ def split_ranks(export: Export, rows: dict[str, Rows], comm_kernels: CommKernels
 
 
 def _gpu_parts(rows: dict[str, Rows], text: dict[int, str], pid: int, device: int, first: bool,
-               own: set[int]) -> list[Part]:
+               own: set[int], table: NameTable) -> list[Part]:
     parts = []
     for key in _GPU_TABLES:
-        table = rows[key]
-        if not len(table):
+        got = rows[key]
+        if not len(got):
             continue
-        select = (_pid(table.cols["gpid"]) == pid) & (table.cols["device"] == device)
+        select = (_pid(got.cols["gpid"]) == pid) & (got.cols["device"] == device)
         if key == "sync" and first:  # a synchronization naming no device this process drives: its first one's
-            select |= (_pid(table.cols["gpid"]) == pid) & ~np.isin(table.cols["device"], list(own))
-        mine = table.take(select)
+            select |= (_pid(got.cols["gpid"]) == pid) & ~np.isin(got.cols["device"], list(own))
+        mine = got.take(select)
         c = mine.cols
         n = len(mine)
         if key == "kernel":
-            kind, names = KIND["compute"], [text.get(int(i), "unknown kernel") for i in c["name"].tolist()]
+            kind, names = KIND["compute"], table.of(c["name"], lambda i: text.get(i, "unknown kernel"))
         elif key == "graph":
-            kind, names = KIND["compute"], [f"CUDA graph {g}" for g in c["graph"].tolist()]
+            kind, names = KIND["compute"], table.of(c["graph"], lambda g: f"CUDA graph {g}")
         elif key == "memcpy":
-            kind, names = KIND["memcpy"], [copy_name(int(k)) for k in c["copy"].tolist()]
+            kind, names = KIND["memcpy"], table.of(c["copy"], copy_name)
         elif key == "memset":
-            kind, names = KIND["memset"], ["Memset"] * n
+            kind, names = KIND["memset"], np.full(n, table.code("Memset"), dtype=np.int64)
         else:
-            kind, names = KIND["sync"], [sync_name(int(k)) for k in c["sync"].tolist()]
+            kind, names = KIND["sync"], table.of(c["sync"], sync_name)
         none = np.full(n, -1, dtype=np.int64)
         parts.append(Part(np.full(n, kind, dtype=np.int64), names, c["start"], c["end"], c["device"], c["stream"],
                           c["stream"], c["correlation"], c.get("bytes", none), none))
@@ -116,25 +140,36 @@ def _gpu_parts(rows: dict[str, Rows], text: dict[int, str], pid: int, device: in
 @dataclass
 class _Nvtx:
     rows: Rows
-    names: list[RangeName]
+    name: npt.NDArray[np.int64]  # code into the NameTable, per range
+    kind: npt.NDArray[np.int64]  # code into KINDS
+    step: npt.NDArray[np.int64]  # step number, -2 for the user's step range, -1 otherwise
 
 
-def _nvtx_rows(export: Export, nvtx: Rows, text: dict[int, str], step_name: str) -> _Nvtx:
-    """The NVTX ranges (push/pop and start/end) with what each is."""
+def _nvtx_rows(export: Export, nvtx: Rows, text: dict[int, str], step_name: str, table: NameTable) -> _Nvtx:
+    """The NVTX ranges (push/pop and start/end) with what each is, classified once per distinct name."""
     ranges = nvtx.take(np.isin(nvtx.cols["type"], NVTX_RANGE_TYPES)) if len(nvtx) else nvtx
+    n = len(ranges)
+    if not n:
+        empty = np.zeros(0, np.int64)
+        return _Nvtx(ranges, empty, empty, empty)
+    inline, labels = pd.factorize(pd.Series(ranges.text or [None] * n, dtype=object))
+    text_ids = ranges.cols["textId"]
+    key = np.where(inline >= 0, inline, len(labels) + 1 + np.maximum(text_ids, -1))  # one key per distinct label
     nccl_domains = _nccl_domains(export)
-    known: dict[tuple[str, bool], RangeName] = {}
-    names = []
-    domain = ranges.cols.get("domain", np.zeros(0, np.int64)).tolist()
-    ids = ranges.cols.get("textId", np.zeros(0, np.int64)).tolist()
-    for inline, text_id, dom in zip(ranges.text or [None] * len(ids), ids, domain):
-        label = inline if inline is not None else text.get(int(text_id), "")
-        nccl = dom in nccl_domains if nccl_domains else (dom != 0 and label.startswith("nccl"))
-        key = (label, nccl)
-        if key not in known:
-            known[key] = classify(label, nccl, step_name)
-        names.append(known[key])
-    return _Nvtx(ranges, names)
+    domain = ranges.cols["domain"]
+    dom_key = np.isin(domain, list(nccl_domains)) if nccl_domains else domain != 0
+    distinct, inverse = np.unique(key * 2 + dom_key, return_inverse=True)
+    name, kind, step = [], [], []
+    for k, in_domain in ((d >> 1, d & 1) for d in distinct.tolist()):
+        label = str(labels[k]) if k < len(labels) else text.get(k - len(labels) - 1, "")
+        nccl = bool(in_domain) and (bool(nccl_domains) or label.startswith("nccl"))
+        what = classify(label, nccl, step_name)
+        name.append(table.code(what.name))
+        kind.append(KIND[what.kind])
+        step.append(-2 if what.user_step else what.step)
+    inverse = inverse.reshape(-1)
+    return _Nvtx(ranges, np.array(name, np.int64)[inverse], np.array(kind, np.int64)[inverse],
+                 np.array(step, np.int64)[inverse])
 
 
 def _nccl_domains(export: Export) -> set[int]:
@@ -149,25 +184,19 @@ def _nccl_domains(export: Export) -> set[int]:
     return {int(d) for (d,) in found if isinstance(d, int)}
 
 
-def _cpu_parts(runtime: Rows, nvtx: _Nvtx, text: dict[int, str], pid: int) -> list[Part]:
+def _cpu_parts(runtime: Rows, nvtx: _Nvtx, text: dict[int, str], pid: int, table: NameTable) -> list[Part]:
     parts = []
     if len(runtime):
         mine = runtime.take(_pid(runtime.cols["gtid"]) == pid)
         c = mine.cols
-        n = len(mine)
-        none = np.full(n, -1, dtype=np.int64)
-        names = [runtime_name(text.get(int(i), "unknown runtime call")) for i in c["name"].tolist()]
-        parts.append(Part(np.full(n, KIND["runtime"], dtype=np.int64), names, c["start"], c["end"], none, none,
-                          c["gtid"] & 0xFFFFFF, c["correlation"], none, none))
+        none = np.full(len(mine), -1, dtype=np.int64)
+        names = table.of(c["name"], lambda i: runtime_name(text.get(i, "unknown runtime call")))
+        parts.append(Part(np.full(len(mine), KIND["runtime"], dtype=np.int64), names, c["start"], c["end"], none,
+                          none, c["gtid"] & 0xFFFFFF, c["correlation"], none, none))
     if len(nvtx.rows):
-        select = _pid(nvtx.rows.cols["gtid"]) == pid
-        idx = np.flatnonzero(select).tolist()
-        mine = nvtx.rows.take(select)
-        c = mine.cols
-        n = len(mine)
-        none = np.full(n, -1, dtype=np.int64)
-        kinds = np.array([KIND[nvtx.names[i].kind] for i in idx], dtype=np.int64)
-        step = np.array([-2 if nvtx.names[i].user_step else nvtx.names[i].step for i in idx], dtype=np.int64)
-        parts.append(Part(kinds, [nvtx.names[i].name for i in idx], c["start"], c["end"], none, none,
-                          c["gtid"] & 0xFFFFFF, none, none, step))
+        select = np.flatnonzero(_pid(nvtx.rows.cols["gtid"]) == pid)
+        c = {k: v[select] for k, v in nvtx.rows.cols.items()}
+        none = np.full(len(select), -1, dtype=np.int64)
+        parts.append(Part(nvtx.kind[select], nvtx.name[select], c["start"], c["end"], none, none,
+                          c["gtid"] & 0xFFFFFF, none, none, nvtx.step[select]))
     return parts

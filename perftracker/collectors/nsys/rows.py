@@ -79,8 +79,6 @@ def read_table(export: Export, spec: TableSpec) -> Rows:
         exprs.append(_int_expr(column) if column else "-1")
         if column is None:
             missing.append(name)
-    if spec.text:
-        exprs.append(f'substr("{spec.text}", 1, {MAX_TEXT})' if spec.text in have else "NULL")
     cap = max_rows()
     where = spec.where if spec.where.split(" ")[0] in have else ""
     good = ("typeof(start) = 'integer' AND typeof(\"end\") = 'integer' AND start >= 0 AND \"end\" >= start"
@@ -89,17 +87,20 @@ def read_table(export: Export, spec: TableSpec) -> Rows:
     try:
         fetched = export.conn.execute(sql).fetchall()
         capped = len(fetched) > cap
-        fetched = fetched[:cap]
+        n = min(len(fetched), cap)
+        table = np.array(fetched[:n], dtype=np.int64).reshape(n, len(exprs))
+        del fetched
+        if spec.text:  # the same scan (table order, same filter) for the text column alone
+            column = f'substr("{spec.text}", 1, {MAX_TEXT})' if spec.text in have else "NULL"
+            texts = [v for (v,) in export.conn.execute(f'SELECT {column} FROM "{spec.table}" WHERE {good} LIMIT {n}')]
+            texts = (texts + [None] * n)[:n]
+            rows.text = [v if isinstance(v, str) or v is None else str(v)[:MAX_TEXT] for v in texts]
         total = None if capped else int(export.conn.execute(
             f'SELECT count(*) FROM "{spec.table}"' + (f" WHERE {where}" if where else "")).fetchone()[0])
     except sqlite3.Error as exc:
         raise ExportError(f"{export.path}: table {spec.table} could not be read ({_why(exc)})") from None
-    n = len(fetched)
     for i, name in enumerate(spec.ints):
-        rows.cols[name] = np.fromiter((r[i] for r in fetched), dtype=np.int64, count=n)
-    if spec.text:
-        j = len(spec.ints)
-        rows.text = [r[j] if isinstance(r[j], str) or r[j] is None else str(r[j])[:MAX_TEXT] for r in fetched]
+        rows.cols[name] = table[:, i]
     if capped:
         rows.notes.append(f"{spec.table}: more than {cap:,} rows; only the first {cap:,} (in table order) were "
                           "read (set PERFTRACKER_NSYS_MAX_ROWS to raise the cap)")

@@ -34,7 +34,7 @@ class Part:
     """Rows of one kind for one rank: name texts by code, and int64 columns."""
 
     kind: npt.NDArray[np.int64]  # code into KINDS, per row
-    name: list[str]  # per row
+    name: npt.NDArray[np.int64]  # code into the export's name list, per row
     start: npt.NDArray[np.int64]
     end: npt.NDArray[np.int64]
     device: npt.NDArray[np.int64]
@@ -62,40 +62,37 @@ def sync_name(kind: int) -> str:
     return _SYNC_NAMES.get(kind, "Synchronization")
 
 
-def build_rank_tables(parts: list[Part], comm_kernels: CommKernels, rank: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(events, steps) of one rank from its parts (see the module's promise)."""
-    kind = np.concatenate([p.kind for p in parts]) if parts else np.zeros(0, np.int64)
-    names = [n for p in parts for n in p.name]
-    start = _cat(parts, "start")
-    end = _cat(parts, "end")
-    stream = _cat(parts, "stream")
-    corr = _cat(parts, "correlation")
-    step_mark = _cat(parts, "step")
-    codes = np.zeros(0, np.int64)
-    values: list[str] = []
-    if names:
-        factorized, uniques = pd.factorize(pd.Series(names, dtype=object))
-        codes, values = np.asarray(factorized, dtype=np.int64), [str(v) for v in uniques]
+def build_rank_tables(parts: list[Part], names: list[str], comm_kernels: CommKernels,
+                      rank: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(events, steps) of one rank from its parts, their names codes into `names` (see the module's promise)."""
+    order = np.argsort(_cat(parts, "start"), kind="stable")  # events in time order, as a trace holds them
+    kind, start, end = _cat(parts, "kind")[order], _cat(parts, "start")[order], _cat(parts, "end")[order]
+    stream, corr = _cat(parts, "stream")[order], _cat(parts, "correlation")[order]
+    present, inverse = np.unique(_cat(parts, "name")[order], return_inverse=True)
+    codes = inverse.reshape(-1).astype(np.int64)
+    values = [names[i] for i in present.tolist()]
     family = [comm_kernels.family_of(v) for v in values]
     is_comm = np.array([bool(f) for f in family], dtype=bool)
-    kernel = kind == KIND["compute"]
-    kind = np.where(kernel & is_comm[codes] if len(codes) else kernel, KIND["comm"], kind)
-    coll_of = np.array([collective_of(v) for v in values], dtype=object)
+    kind = np.where((kind == KIND["compute"]) & is_comm[codes], KIND["comm"], kind)
+    collectives = ["", *sorted({collective_of(v) for v in values} - {""})]
+    coll_code = np.array([collectives.index(collective_of(v)) for v in values], dtype=np.int64)
     relevant = (kind == KIND["comm"]) | (kind == KIND["collective_cpu"])
-    collective = np.where(relevant, coll_of[codes] if len(codes) else "", "")
-    comm_family = np.where(kind == KIND["comm"], np.array(family, dtype=object)[codes] if len(codes) else "", "")
-    steps = _steps(step_mark, start, end, stream, rank)
+    families = ["", *sorted(set(family) - {""})]
+    family_code = np.array([families.index(f) for f in family], dtype=np.int64)
+    steps = _steps(_cat(parts, "step")[order], start, end, stream, rank)
     events = pd.DataFrame({
-        "rank": rank, "window": 0, "device": _cat(parts, "device"), "stream": stream, "tid": _cat(parts, "tid"),
+        "rank": rank, "window": 0, "device": _cat(parts, "device")[order], "stream": stream,
+        "tid": _cat(parts, "tid")[order],
         "kind": pd.Categorical.from_codes(kind, dtype=pd.CategoricalDtype(list(KINDS))),
         "name": pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(values)),
         "start_ns": start, "dur_ns": end - start, "step": _assign_steps(steps, stream, start, corr),
-        "correlation": corr, "external_id": -1, "collective": pd.Categorical(collective.astype(str)),
-        "bytes": _cat(parts, "nbytes"), "pg": "", "group_size": -1,
-        "comm_family": pd.Categorical(comm_family.astype(str)),
+        "correlation": corr, "external_id": -1,
+        "collective": pd.Categorical.from_codes(np.where(relevant, coll_code[codes], 0),
+                                                dtype=pd.CategoricalDtype(collectives)),
+        "bytes": _cat(parts, "nbytes")[order], "pg": "", "group_size": -1,
+        "comm_family": pd.Categorical.from_codes(np.where(kind == KIND["comm"], family_code[codes], 0),
+                                                 dtype=pd.CategoricalDtype(families)),
     })
-    order = np.argsort(start, kind="stable")
-    events = events.iloc[order].reset_index(drop=True)
     return conform("events", events), conform("steps", steps)
 
 
