@@ -147,4 +147,25 @@ def test_profiler_steps_and_rank_from_the_environment(tmp_path: Path) -> None:
     assert list(store.steps["step"]) == [4, 5, 6]
     kernels = store.events[store.events["kind"] == "compute"].sort_values("start_ns")
     assert list(kernels["step"]) == [4, 4, 5, 5, 6, 6]
-    assert any("from environment" in n.message for n in store.notes)
+    assert any("rank 3 (from the recorded RANK)" in n.message for n in store.notes)
+
+
+def test_report_is_exported_with_nsys_into_a_temporary_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a .nsys-rep and an `nsys` on PATH (a stand-in that writes the real saxpy export where
+    # `nsys export --output` says, as the real one would)
+    src = real_export(SAXPY, tmp_path / "src")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "rank_5.nsys-rep").write_bytes(b"report")
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    fake = tools / "nsys"
+    fake.write_text("#!/bin/sh\nwhile [ $# -gt 0 ]; do if [ \"$1\" = --output ]; then out=$2; fi; shift; done\n"
+                    f"cp '{src}' \"$out\"\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tools}:/usr/bin:/bin")
+    # WHEN the folder is loaded
+    store = load_path(tmp_path / "run", LoadOptions())
+    # THEN the report is read as rank 5 (its name), and nothing was written beside it
+    assert list(store.ranks["rank"]) == [5] and store.ranks["file"].iloc[0].endswith("rank_5.nsys-rep")
+    assert int((store.events["kind"] == "compute").sum()) == 5
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["rank_5.nsys-rep"]

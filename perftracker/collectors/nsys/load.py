@@ -91,9 +91,9 @@ def _results(path: Path, info: ExportInfo, split: RankSplit, notes: list[tuple[s
         elif not several and name_rank is not None:
             rank, source = name_rank, "filename"
         elif several:
-            rank_note = (f"Nsight Systems export: {len(split.ranks)} ranks in one file (each CUDA device of each "
-                         f"process: {', '.join(r.label for r in split.ranks)}); no NCCL payload or RANK says "
-                         "which is which, so they take ranks in this order")
+            rank_note = (f"{len(split.ranks)} ranks, one per CUDA device of each process "
+                         f"({', '.join(r.label for r in split.ranks)}); no NCCL payload or RANK says which is "
+                         "which, so they take the next free ranks in this order")
         events, steps = one.events, one.steps
         facts = TraceFacts(
             rank=rank, rank_source=source, host=info.host, world_size=-1,
@@ -103,11 +103,14 @@ def _results(path: Path, info: ExportInfo, split: RankSplit, notes: list[tuple[s
             end_ns=int((events["start_ns"] + events["dur_ns"]).max()) if len(events) else 0,
             n_events=len(events), pg_config=compact_pg_config(None))
         mine = [*notes] if i == 0 else []
-        if i == 0:
-            mine.append((f"Nsight Systems export (version {info.version or 'unknown'}) read: {one.label} is "
-                         f"rank {'assigned below' if rank is None else rank} (from {source})", {"nsys": True, "info": True}))
-            if rank_note:
-                mine.append((rank_note, {"info": True}))
+        if i == 0 and not several:
+            said = f"rank {rank} (from the {'recorded RANK' if source == 'environment' else 'file name'})" \
+                if rank is not None else "the next free rank (no RANK recorded, none in the file name)"
+            mine.append((f"Nsight Systems export (Nsight {info.version or 'version unknown'}): {one.label} is {said}",
+                         {"nsys": True, "info": True}))
+        elif i == 0:
+            mine.append((f"Nsight Systems export (Nsight {info.version or 'version unknown'}) holding {rank_note}",
+                         {"nsys": True, "info": True}))
         results.append(FileResult(str(path), True, facts=facts, notes=mine, events=events, steps=steps))
     return results
 
