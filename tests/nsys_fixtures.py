@@ -86,3 +86,21 @@ def synthetic_export(path: Path, kernels: list[tuple[int, int, str]], ranges: li
     conn.commit()
     conn.close()
     return path
+
+
+def add_nccl_init_payloads(path: Path, ranks: dict[int, tuple[int, int, int]], comm: int = 0x5EED) -> None:
+    """Add to the (copied) export at `path` one NCCL communicator-init NVTX range per process, its payload
+    blob laid out as Nsight 2026.2 writes one (32-byte header, then the fields at the offsets of the file's own
+    schema 16777218: communicator id, No. of ranks, Rank, CUDA device): DERIVED, the schema real, the values
+    made up. `ranks`: pid -> (rank, ranks, device)."""
+    import struct
+
+    conn = sqlite3.connect(path)
+    for pid, (rank, size, device) in ranks.items():
+        payload = struct.pack("<QiiiI", comm, size, rank, device, 0)
+        blob = struct.pack("<IIIIQQ", 1, 0, 16777218, 0, len(payload), 32 + len(payload)) + payload
+        gtid = (pid << 24) | pid
+        conn.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId, binaryData) "
+                     "VALUES (60000000000, 60000001000, 59, 'ncclCommInitRankConfig', ?, 1, ?)", (gtid, blob))
+    conn.commit()
+    conn.close()

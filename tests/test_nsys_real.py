@@ -11,7 +11,7 @@ import pytest
 
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.pipeline import analyze_path
-from tests.nsys_fixtures import CLOVER, MFU, SAXPY, keep_process, real_export, sql
+from tests.nsys_fixtures import CLOVER, MFU, SAXPY, add_nccl_init_payloads, keep_process, real_export, sql
 
 KERNELS_BY_PROCESS = ("SELECT (globalPid >> 24) & 16777215 AS pid, deviceId, count(*), sum(end - start), "
                       "sum(s.value LIKE 'ncclDevKernel%') FROM CUPTI_ACTIVITY_KIND_KERNEL k "
@@ -95,3 +95,25 @@ def test_steps_from_a_chosen_nvtx_range_of_a_real_export(tmp_path: Path) -> None
     assert steps.groupby("rank").size().tolist() == [per_pid[144], per_pid[145]]
     assert set(steps["source"].astype(str)) == {"nvtx"}
     assert (store.events["step"] >= 0).sum() > 0
+
+
+def test_ranks_from_nccl_payloads_win_over_device_order(tmp_path: Path) -> None:
+    # GIVEN the real 2-GPU capture with NCCL communicator-init payloads added (DERIVED: the file's own payload
+    # schema, values made up) saying process 144 (GPU 0) is rank 1 and process 145 (GPU 1) rank 0 of 2
+    path = real_export(MFU, tmp_path / "run")
+    add_nccl_init_payloads(path, {144: (1, 2, 0), 145: (0, 2, 1)})
+    truth = dict(((pid, n) for pid, _dev, n, _t, _c in sql(path, KERNELS_BY_PROCESS)))
+    # WHEN it is loaded
+    store = load_path(tmp_path / "run", LoadOptions())
+    # THEN the payload's ranks and world size are used, and said
+    ev = _gpu(store.events)
+    assert [len(ev[ev["rank"] == r]) for r in (0, 1)] == [truth[145], truth[144]]
+    assert sorted(store.ranks["world_size"]) == [2, 2]
+    assert any("is rank 1 of 2 (from NCCL's payload)" in n.message for n in store.notes)
+
+
+def test_payload_schemas_without_values_are_said(tmp_path: Path) -> None:
+    # GIVEN the real capture, exported without blobs WHEN loaded THEN a note says how to keep NCCL's payloads
+    real_export(MFU, tmp_path / "run")
+    store = load_path(tmp_path / "run", LoadOptions())
+    assert any("--include-blobs=true" in n.message and n.level == "info" for n in store.notes)

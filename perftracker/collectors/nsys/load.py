@@ -2,23 +2,25 @@
 
 Promise: `read_export(path, comm_kernels, step_name)` reads one `.sqlite` export (`database.open_export`:
 read-only, immutable, checked) and returns a `FileResult` per rank: each CUDA device of each process
-with GPU activity is a rank. The rank comes from the environment Nsight recorded (`RANK=` of the
-profiled command's environment: `nsys profile` run by torchrun once per rank, one rank in the file),
-else the file name (`rank_%q{RANK}`), else it is left to the loader to assign (files in path order,
-ranks of one file in device order), and its `rank_source` says which. NCCL's NVTX payloads (communicator,
-rank) are read only when the export carries them (`nsys export --include-blobs`); none of the public
-exports do, so that source is said to be absent rather than guessed. Times stay on the capture's clock,
-with `base_ns` putting them on the UTC epoch (TARGET_INFO_SESSION_START_TIME), which aligns the ranks of
-several files. A file that cannot be read is one FileResult that is not ok, its message naming the file.
+with GPU activity is a rank. The rank comes from NCCL's NVTX payloads (`nccl_payload.py`: the process's
+rank in its largest communicator, whose size is the world size; kept only by `nsys export
+--include-blobs=true`), else from the environment Nsight recorded (`RANK=` of the profiled command:
+`nsys profile` run by torchrun once per rank, one rank in the file), else the file name
+(`rank_%q{RANK}`), else the loader assigns it (files in path order, ranks of one file in device order);
+`rank_source` and an info note say which. Times stay on the capture's clock, with `base_ns` putting them
+on the UTC epoch (TARGET_INFO_SESSION_START_TIME), which aligns the ranks of several files. A file that
+cannot be read is one FileResult that is not ok, its message naming the file.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from perftracker.collectors.nsys.database import Export, ExportError, open_export
+from perftracker.collectors.nsys.nccl_payload import PayloadRanks, payload_ranks
 from perftracker.collectors.nsys.ranks_of import RankSplit, split_ranks
 from perftracker.collectors.nsys.rows import TableSpec, read_table, scalar_rows
 from perftracker.collectors.traces.comm_kernels import CommKernels
@@ -66,6 +68,7 @@ def read_export(path: Path, comm_kernels: CommKernels, step_name: str = "") -> l
         info = _export_info(export)
         rows = {key: read_table(export, spec) for key, spec in SPECS.items()}
         split = split_ranks(export, rows, comm_kernels, step_name)
+        payload = payload_ranks(export)
     except ExportError as exc:
         return [FileResult(str(path), False, error=str(exc))]
     finally:
@@ -75,37 +78,42 @@ def read_export(path: Path, comm_kernels: CommKernels, step_name: str = "") -> l
     if not split.ranks:
         return [FileResult(str(path), False, error=f"{path}: an Nsight Systems export with no GPU activity "
                            "(no kernels, copies or sets); profile with `nsys profile -t cuda,nvtx`")]
-    return _results(path, info, split, notes)
+    notes += [(n, {"info": True}) for n in payload.notes]
+    return _results(path, info, split, notes, payload)
 
 
-def _results(path: Path, info: ExportInfo, split: RankSplit, notes: list[tuple[str, dict[str, object]]]
-             ) -> list[FileResult]:
+def _results(path: Path, info: ExportInfo, split: RankSplit, notes: list[tuple[str, dict[str, object]]],
+             payload: PayloadRanks) -> list[FileResult]:
     several = len(split.ranks) > 1
+    per_pid = Counter(one.pid for one in split.ranks)
     name_rank = _rank_from_name(path)
     rank_note = ""
     results = []
     for i, one in enumerate(split.ranks):
-        rank, source = None, "assigned"
-        if not several and info.env_rank is not None:
+        rank, source, world = None, "assigned", -1
+        if one.pid in payload.ranks and per_pid[one.pid] == 1:
+            (rank, world), source = payload.ranks[one.pid], "nccl"
+        elif not several and info.env_rank is not None:
             rank, source = info.env_rank, "environment"
         elif not several and name_rank is not None:
             rank, source = name_rank, "filename"
-        elif several:
+        elif several and not rank_note:
             rank_note = (f"{len(split.ranks)} ranks, one per CUDA device of each process "
                          f"({', '.join(r.label for r in split.ranks)}); no NCCL payload or RANK says which is "
                          "which, so they take the next free ranks in this order")
         events, steps = one.events, one.steps
         facts = TraceFacts(
-            rank=rank, rank_source=source, host=info.host, world_size=-1,
+            rank=rank, rank_source=source, host=info.host, world_size=world,
             backend="nccl" if (events["comm_family"].astype(str) == "nccl").any() else "",
             device_name=info.devices.get(one.device, ""), base_ns=info.base_ns,
             start_ns=int(events["start_ns"].min()) if len(events) else 0,
             end_ns=int((events["start_ns"] + events["dur_ns"]).max()) if len(events) else 0,
             n_events=len(events), pg_config=compact_pg_config(None))
         mine = [*notes] if i == 0 else []
-        if i == 0 and not several:
-            said = f"rank {rank} (from the {'recorded RANK' if source == 'environment' else 'file name'})" \
-                if rank is not None else "the next free rank (no RANK recorded, none in the file name)"
+        if not several or source == "nccl":
+            said = f"rank {rank} of {world} (from NCCL's payload)" if source == "nccl" else (
+                f"rank {rank} (from the {'recorded RANK' if source == 'environment' else 'file name'})"
+                if rank is not None else "the next free rank (no NCCL payload, no RANK recorded, none in the file name)")
             mine.append((f"Nsight Systems export (Nsight {info.version or 'version unknown'}): {one.label} is {said}",
                          {"nsys": True, "info": True}))
         elif i == 0:
