@@ -104,3 +104,16 @@ def add_nccl_init_payloads(path: Path, ranks: dict[int, tuple[int, int, int]], c
                      "VALUES (60000000000, 60000001000, 59, 'ncclCommInitRankConfig', ?, 1, ?)", (gtid, blob))
     conn.commit()
     conn.close()
+
+
+def shift_clock(path: Path, shift_ns: int) -> None:
+    """Move every time of the export at `path` by `shift_ns` on its capture clock, the session start's clock
+    reading with them (what the same capture on a host whose clock reads `shift_ns` later looks like): its
+    UTC wall times are unchanged. DERIVED from a real export."""
+    conn = sqlite3.connect(path)
+    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+                  "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"):
+        conn.execute(f"UPDATE {table} SET start = start + ?, end = end + ?", (shift_ns, shift_ns))
+    conn.execute("UPDATE TARGET_INFO_SESSION_START_TIME SET systemClockNs = systemClockNs + ?", (shift_ns,))
+    conn.commit()
+    conn.close()

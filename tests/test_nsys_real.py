@@ -11,7 +11,16 @@ import pytest
 
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.pipeline import analyze_path
-from tests.nsys_fixtures import CLOVER, MFU, SAXPY, add_nccl_init_payloads, keep_process, real_export, sql
+from tests.nsys_fixtures import (
+    CLOVER,
+    MFU,
+    SAXPY,
+    add_nccl_init_payloads,
+    keep_process,
+    real_export,
+    shift_clock,
+    sql,
+)
 
 KERNELS_BY_PROCESS = ("SELECT (globalPid >> 24) & 16777215 AS pid, deviceId, count(*), sum(end - start), "
                       "sum(s.value LIKE 'ncclDevKernel%') FROM CUPTI_ACTIVITY_KIND_KERNEL k "
@@ -70,14 +79,19 @@ def test_per_rank_files_derived_from_a_real_capture_are_matched_and_aligned(tmp_
     (tmp_path / "run").mkdir()
     keep_process(whole, tmp_path / "run" / "rank_1.sqlite", 145)
     keep_process(whole, tmp_path / "run" / "rank_0.sqlite", 144)
+    shift_clock(tmp_path / "run" / "rank_1.sqlite", 7_000_000_000)  # rank 1's host clock reads 7 s later
     # WHEN they are loaded and analyzed
     result = analyze_path(tmp_path / "run", tmp_path / "out", LoadOptions())
-    # THEN the ranks come from the file names, share the capture's UTC base, and their collectives match
+    # THEN the ranks come from the file names, each file's UTC base puts both on the same wall clock, and
+    # their collectives match with the 7 s between the clocks found
     ranks = result.store.ranks.set_index("rank")
     assert sorted(ranks.index) == [0, 1]
     assert ranks.loc[0, "file"].endswith("rank_0.sqlite") and ranks.loc[1, "file"].endswith("rank_1.sqlite")
-    assert ranks["base_ns"].nunique() == 1 and int(ranks["base_ns"].iloc[0]) > 1_700_000_000 * 10**9
-    assert any("Matched 33 collectives across 2 ranks" in f.title for f in result.findings)
+    assert int(ranks.loc[0, "base_ns"]) - int(ranks.loc[1, "base_ns"]) == 7_000_000_000
+    walls = [int(ranks.loc[r, "base_ns"] + ranks.loc[r, "start_ns"]) for r in (0, 1)]
+    assert abs(walls[0] - walls[1]) < 1_000_000_000 and walls[0] > 1_700_000_000 * 10**9
+    matched = next(f for f in result.findings if "Matched 33 collectives across 2 ranks" in f.title)
+    assert "clock skew" in matched.title
     truth = sql(whole, KERNELS_BY_PROCESS)
     ev = _gpu(result.store.events)
     assert [len(ev[ev["rank"] == r]) for r in (0, 1)] == [truth[0][2], truth[1][2]]
