@@ -47,19 +47,25 @@ def test_garbage_with_sqlite_name_is_refused_clearly(tmp_path: Path, content: by
 
 
 def test_sqlite_that_is_not_an_export_and_a_view_that_would_run_forever(tmp_path: Path) -> None:
-    # GIVEN an SQLite file with StringIds and a VIEW named like the kernel table (a recursive query that never ends)
+    # GIVEN an SQLite file with StringIds and a VIEW named like the kernel table (a recursive query that never
+    # ends), beside a real export
+    real_export(SAXPY, tmp_path / "run", "rank_0.sqlite")
     path = tmp_path / "run" / "v.sqlite"
-    path.parent.mkdir()
     conn = sqlite3.connect(path)
     conn.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT)")
     conn.execute("CREATE VIEW CUPTI_ACTIVITY_KIND_KERNEL AS WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL "
                  "SELECT x + 1 FROM r) SELECT x AS start, x AS end FROM r")
     conn.commit()
     conn.close()
-    # WHEN it is loaded THEN views are never read: it is "not an Nsight Systems export", said at once
+    # WHEN the folder is loaded THEN views are never read: that file is another tool's SQLite, left alone at
+    # once, and the export is analyzed
+    store = load_path(tmp_path / "run", LoadOptions())
+    assert list(store.ranks["rank"]) == [0] and _notes(store, "error") == []
+    # AND given alone, it is not taken for an export (no input perftracker reads: exit 2)
+    path.rename(tmp_path / "v.sqlite")
     with pytest.raises(InputError) as err:
-        load_path(tmp_path / "run", LoadOptions())
-    assert "not an Nsight Systems export" in err.value.message
+        load_path(tmp_path / "v.sqlite", LoadOptions())
+    assert "none of the inputs could be used" in err.value.message
 
 
 def test_older_schema_without_device_and_process_columns(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ ACTIVITY_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", 
 NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 _DEFAULT_SECONDS = 600.0
 MAX_TEXT = 4096  # characters kept of any string the file holds (kernel names run to a few hundred)
+_NOT_NSYS = "not an Nsight Systems export"
 
 
 class ExportError(Exception):
@@ -65,7 +66,9 @@ def _text(raw: bytes) -> str:
 
 
 def looks_like_export(path: Path) -> bool:
-    """Whether `path` is worth opening as an export: an nsys suffix and, for .sqlite, the SQLite header."""
+    """Whether `path` is an Nsight Systems input: a `.nsys-rep` / `.qdrep` report, or a `.sqlite` with the
+    SQLite header whose schema holds StringIds and a CUPTI / NVTX table. Another tool's SQLite file is left
+    alone (not one of our inputs); a damaged one with the header is ours to report."""
     name = path.name.lower()
     if name.endswith((".nsys-rep", ".qdrep")):
         return True
@@ -73,9 +76,15 @@ def looks_like_export(path: Path) -> bool:
         return False
     try:
         with open_regular(path) as handle:
-            return handle.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+            if handle.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
+                return False
     except (InputError, OSError):
         return True  # let the reader say what is wrong with it
+    try:
+        open_export(path, budget_s=10.0).close()
+    except ExportError as exc:
+        return _NOT_NSYS not in str(exc)
+    return True
 
 
 def open_export(path: Path, budget_s: float | None = None) -> Export:
@@ -119,6 +128,6 @@ def open_export(path: Path, budget_s: float | None = None) -> Export:
                           "`nsys export --type sqlite`") from None
     if "StringIds" not in export.columns or not any(t in export.columns for t in ACTIVITY_TABLES):
         conn.close()
-        raise ExportError(f"{path}: an SQLite file but not an Nsight Systems export (no StringIds table with "
+        raise ExportError(f"{path}: an SQLite file but {_NOT_NSYS} (no StringIds table with "
                           f"any of {', '.join(ACTIVITY_TABLES)})")
     return export
