@@ -22,6 +22,7 @@ from perftracker.collectors.nsys.database import MAX_TEXT, Export, ExportError
 
 _DEFAULT_MAX_ROWS = 20_000_000
 _IN_CHUNK = 500
+_FETCH_BLOCK = 1 << 18
 
 
 def max_rows() -> int:
@@ -85,11 +86,14 @@ def read_table(export: Export, spec: TableSpec) -> Rows:
             + (f" AND {where}" if where else ""))
     sql = f'SELECT {", ".join(exprs)} FROM "{spec.table}" WHERE {good} LIMIT {cap + 1}'
     try:
-        fetched = export.conn.execute(sql).fetchall()
-        capped = len(fetched) > cap
-        n = min(len(fetched), cap)
-        table = np.array(fetched[:n], dtype=np.int64).reshape(n, len(exprs))
-        del fetched
+        cursor = export.conn.execute(sql)
+        blocks = []  # a block of rows at a time into numpy: never every row as Python tuples at once
+        while block := cursor.fetchmany(_FETCH_BLOCK):
+            blocks.append(np.array(block, dtype=np.int64).reshape(len(block), len(exprs)))
+        table = np.concatenate(blocks) if blocks else np.zeros((0, len(exprs)), np.int64)
+        capped = len(table) > cap
+        n = min(len(table), cap)
+        table = table[:n]
         if spec.text:  # the same scan (table order, same filter) for the text column alone
             column = f'substr("{spec.text}", 1, {MAX_TEXT})' if spec.text in have else "NULL"
             texts = [v for (v,) in export.conn.execute(f'SELECT {column} FROM "{spec.table}" WHERE {good} LIMIT {n}')]
