@@ -175,3 +175,13 @@ def test_report_is_exported_with_nsys_into_a_temporary_folder(tmp_path: Path, mo
     assert list(store.ranks["rank"]) == [5] and store.ranks["file"].iloc[0].endswith("rank_5.nsys-rep")
     assert int((store.events["kind"] == "compute").sum()) == 5
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["rank_5.nsys-rep"]
+
+
+def test_a_report_beside_its_export_is_read_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN rank_0.nsys-rep with its export rank_0.sqlite beside it, and no nsys on PATH
+    real_export(SAXPY, tmp_path / "run", "rank_0.sqlite")
+    (tmp_path / "run" / "rank_0.nsys-rep").write_bytes(b"report")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    # WHEN loaded THEN the export is read, once, and the report needs no nsys
+    store = load_path(tmp_path / "run", LoadOptions())
+    assert list(store.ranks["rank"]) == [0] and _notes(store, "error") == []
