@@ -41,13 +41,38 @@ THROUGHPUT_LINES = (
     "[rank0]:\x1b[31mstep: 10  \x1b[32mloss:  7.1234  \x1b[36mtflops: 1,234.56  \x1b[35mmfu: 39.57%\x1b[39m\n"
     "[NeMo I] global_step: 50 | TFLOPS_per_GPU: 480.25\n"
 )
+def _small_nsys_export(out: Path) -> None:
+    """A short head of a real Nsight Systems export (tests/fixtures/nsys, pipit's saxpy run, Nsight 2022.2): the
+    tables perftracker reads, their first rows, the strings they name, in 512-byte pages."""
+    import lzma
+    import sqlite3
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        src = Path(folder) / "src.sqlite"
+        src.write_bytes(lzma.decompress((FIXTURES / "nsys" / "pipit_saxpy_mpi_rank0.sqlite.xz").read_bytes()))
+        out.unlink(missing_ok=True)
+        conn = sqlite3.connect(out)
+        conn.execute("PRAGMA page_size = 512")
+        conn.execute("ATTACH DATABASE ? AS src", (str(src),))
+        for table, rows in (("CUPTI_ACTIVITY_KIND_KERNEL", 5), ("CUPTI_ACTIVITY_KIND_MEMCPY", 6),
+                            ("CUPTI_ACTIVITY_KIND_RUNTIME", 30), ("NVTX_EVENTS", 12), ("TARGET_INFO_GPU", 1),
+                            ("TARGET_INFO_SESSION_START_TIME", 1), ("EXPORT_META_DATA", 3)):
+            conn.execute(f"CREATE TABLE {table} AS SELECT * FROM src.{table} LIMIT {rows}")
+        conn.execute("CREATE TABLE StringIds AS SELECT * FROM src.StringIds WHERE id IN (SELECT demangledName FROM "
+                     "CUPTI_ACTIVITY_KIND_KERNEL UNION SELECT nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME UNION "
+                     "SELECT textId FROM NVTX_EVENTS)")
+        conn.commit()
+        conn.execute("DETACH DATABASE src")
+        conn.execute("VACUUM")
+        conn.close()
 
 
 def main() -> None:
     if OUT.exists():
         shutil.rmtree(OUT)
     for sub in ("traces", "steps", "env", "nccl", "counters", "output", "fr", "errors", "profiles", "stacks/snap",
-                "inspector"):
+                "inspector", "nsys"):
         (OUT / sub).mkdir(parents=True, exist_ok=True)
     manifest = json.loads((SAMPLES / "gloo-4rank-stall-rank2" / "manifest.json").read_text())
     manifest["world_size"] = 2
@@ -85,6 +110,7 @@ def main() -> None:
         (OUT / "counters" / name).write_text(_head_lines(FIXTURES / "health" / name, lines))
     for name in ("node-a-pid4100.log", "node-b-pid4105.log"):  # NCCL Inspector records of two ranks
         (OUT / "inspector" / name).write_text(_head_lines(FIXTURES / "inspector" / "straggler" / name, 6))
+    _small_nsys_export(OUT / "nsys" / "saxpy-report.sqlite")  # an Nsight Systems export, one more rank
     total = sum(p.stat().st_size for p in OUT.rglob("*") if p.is_file())
     print(f"wrote {OUT} ({total:,} bytes)")
 

@@ -33,6 +33,9 @@ from typing import Any, Protocol
 import typer
 
 FUZZ_RUN = Path(__file__).resolve().parent / "fixtures" / "fuzz_run"
+# An Nsight Systems export of another job (pipit's saxpy run): fuzzed through the loader on its own; the
+# commands' runs leave its folder out, since two jobs in one folder is a refusal (exit 2) before any analysis.
+NSYS_SEED = "nsys/saxpy-report.sqlite"
 
 # Values that broke a parser before (issue 14) or sit on a boundary of one.
 TOKENS: tuple[bytes, ...] = (
@@ -101,7 +104,16 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
                                                            "load_stack_inputs")),
     Target("profiles", ("profiles/rank-0.txt", "profiles/rank-0.json"), lambda p: _profile(p)),
     Target("manifest", ("manifest.json",), lambda p: _manifest(p)),
+    Target("nsys", (NSYS_SEED,), lambda p: _nsys(p), may_refuse=True),
 )}
+
+
+def _nsys(path: Path) -> Any:
+    """The whole loader on a folder holding only the (mutated) Nsight Systems export: the collector, then
+    conform; an export that cannot be used at all is the loader's InputError (the user sees exit 2)."""
+    from perftracker.collectors.loading import LoadOptions, load_path
+
+    return load_path(path.parent, LoadOptions(workers=1))
 
 
 def _manifest(path: Path) -> Any:
@@ -223,7 +235,7 @@ def check_cli(command: str, seed: str, data: bytes, folder: Path, timeout_s: flo
     run = folder / "run"
     if run.exists():
         shutil.rmtree(run)
-    shutil.copytree(FUZZ_RUN, run)
+    shutil.copytree(FUZZ_RUN, run, ignore=lambda where, names: ["nsys"] if Path(where) == FUZZ_RUN else [])
     place(run, seed, data)
     out = folder / "out"
     sink = io.StringIO()
@@ -262,4 +274,5 @@ def every_seed() -> list[tuple[str, str]]:
 
 def cli_seeds() -> list[str]:
     """Every file of the fuzz run, as seeds for the command targets."""
-    return sorted(str(p.relative_to(FUZZ_RUN)) for p in FUZZ_RUN.rglob("*") if p.is_file())
+    return sorted(str(p.relative_to(FUZZ_RUN)) for p in FUZZ_RUN.rglob("*")
+                  if p.is_file() and not str(p.relative_to(FUZZ_RUN)).startswith("nsys/"))

@@ -83,6 +83,9 @@ def analyze(
         "--devices", envvar="PERFTRACKER_DEVICES",
         help="A TOML file of GPU peak figures (dense TFLOPS by dtype, memory bandwidth), in the format of the shipped "
              "perftracker/data/devices.toml, matched before it; repeatable.")] = None,
+    nvtx_step: Annotated[str, typer.Option("--nvtx-step", help="Nsight Systems exports: the NVTX range name that "
+                                           "marks one training step (numbered in order), where the job has no "
+                                           "ProfilerStep#N / iteration N ranges.")] = "",
 ) -> None:
     """Analyze traces and step files; print the verdict and ranked findings; write the report.
 
@@ -110,7 +113,8 @@ def analyze(
                           cache_dir=None if no_cache else default_cache_dir(), workers=workers,
                           engine=checked_engine(engine), ray_address=ray_address or "",
                           nccl_profile=profile, sysfs_root=sysfs_root,
-                          sysfs_host=host_name() if sysfs_root is not None else "", job=job)
+                          sysfs_host=host_name() if sysfs_root is not None else "", job=job,
+                          nsys_step_range=nvtx_step)
     console = terminal()
     if each_job:
         with parsing_progress(quiet) as progress:

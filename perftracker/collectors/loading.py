@@ -32,6 +32,7 @@ from perftracker.collectors.jobs import (
     wall_window,
 )
 from perftracker.collectors.manifest import checked_manifest
+from perftracker.collectors.nsys.export import take_nsys_results
 from perftracker.collectors.steps import load_step_files
 from perftracker.collectors.synthetic import synthetic_inputs
 from perftracker.collectors.traces.comm_kernels import CommKernels, cached_comm_kernels
@@ -56,6 +57,7 @@ class LoadOptions:
     nccl_profile: str | None = None  # platform profile name or file for the NCCL rules
     sysfs_root: Path | None = None  # this node's /sys (or a copy) for the NCCL/RDMA rules
     sysfs_host: str = ""  # the name of the node whose sysfs that is (the command computes it once)
+    nsys_step_range: str = ""  # the NVTX range name that marks a step in Nsight Systems exports (collectors/nsys)
     job: str | None = None  # the label of the one job to load where the traces are of several (collectors.jobs)
     # from this many events on, the Store's events are Parquet parts on disk, one per trace, not one table in
     # memory (store/event_parts.py; a temporary folder the Store removes, with or without a cache); 0: always
@@ -114,7 +116,7 @@ def load_jobs(root: Path, options: LoadOptions) -> Iterator[tuple[JobGroup | Non
 def _scan(root: Path, options: LoadOptions) -> _Scan:
     if not root.exists():
         raise InputError("no such file or directory", str(root), "check the path")
-    comm_kernels_of(options)  # a bad --comm-kernels file or --comm-kernel regex stops here, before any parse
+    comm_kernels = comm_kernels_of(options)  # a bad --comm-kernels file or --comm-kernel regex stops here
     inputs = discover(root)
     if inputs.unreadable and inputs.unreadable[0][0] == root:
         raise InputError(f"is {inputs.unreadable[0][1]}, not a regular file or a folder", str(root),
@@ -127,7 +129,7 @@ def _scan(root: Path, options: LoadOptions) -> _Scan:
     profile_files = _take_profile_files(inputs)
     inspector_files = _take_inspector_files(inputs)
     _take_postmortem_files(inputs)
-    results = _map_traces(inputs, options)
+    results = [*_map_traces(inputs, options), *take_nsys_results(inputs, comm_kernels, options.nsys_step_range)]
     facts = [trace_job_facts(Path(r.path), root, t.rank, t.world_size, t.device_name, t.pg_config,
                              wall_window(t.base_ns, t.start_ns, t.end_ns))
              for r in results if r.ok and (t := r.facts) is not None]
@@ -210,7 +212,7 @@ def _reduce_traces(store: Store, results: list[FileResult], spill_from: int) -> 
         if not r.ok:
             store.notes.append(LoadNote("error", r.path, r.error))
         for message, data in r.notes:
-            store.notes.append(LoadNote("warning", r.path, message, data))
+            store.notes.append(LoadNote("info" if data.get("info") else "warning", r.path, message, data))
     idents = [TraceIdentity(Path(r.path), t.rank, t.rank_source, t.host, t.world_size, t.backend, *t.window_ns())
               for r, t in ok]
     for note in assign_windows(idents):
@@ -327,12 +329,9 @@ def _note_missing_ranks(store: Store) -> None:
     present = sorted({int(r) for r in ranks["rank"]})
     if world > len(present):
         missing = world - len(present)
-        store.notes.append(LoadNote(
-            "info", "ranks",
-            f"traces cover {len(present)} of {world} ranks ({missing} not profiled); cross-rank results "
-            "describe the profiled ranks only",
-            {"present": present[:64], "world_size": world},
-        ))
+        store.notes.append(LoadNote("info", "ranks", f"traces cover {len(present)} of {world} ranks ({missing} not "
+                                    "profiled); cross-rank results describe the profiled ranks only",
+                                    {"present": present[:64], "world_size": world}))
 
 
 def _take_stack_files(inputs: Inputs) -> list[Path]:

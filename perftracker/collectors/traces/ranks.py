@@ -57,7 +57,8 @@ def assign_windows(identities: list[TraceIdentity]) -> list[str]:
             next_free += 1
         ident.rank, ident.rank_source = next_free, "assigned"
         used.add(next_free)
-        notes.append(f"{ident.path}: no rank in distributedInfo or in the file name; treated as rank {next_free}")
+        notes.append(f"{ident.path}: no rank in the file (distributedInfo; for an Nsight export NCCL payload or RANK) "
+                     f"or in its name; treated as rank {next_free}")
     by_rank: dict[int, list[TraceIdentity]] = {}
     for ident in identities:
         assert ident.rank is not None

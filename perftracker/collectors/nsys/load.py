@@ -1,0 +1,149 @@
+"""An Nsight Systems export read into one `FileResult` per rank, for the loader's reduce step.
+
+Promise: `read_export(path, comm_kernels, step_name)` reads one `.sqlite` export (`database.open_export`:
+read-only, immutable, checked) and returns a `FileResult` per rank: each CUDA device of each process
+with GPU activity is a rank. The rank comes from NCCL's NVTX payloads (`nccl_payload.py`: the process's
+rank in its largest communicator, whose size is the world size; kept only by `nsys export
+--include-blobs=true`), else from the environment Nsight recorded (`RANK=` of the profiled command:
+`nsys profile` run by torchrun once per rank, one rank in the file), else the file name
+(`rank_%q{RANK}`), else the loader assigns it (files in path order, ranks of one file in device order);
+`rank_source` and an info note say which. Times stay on the capture's clock, with `base_ns` putting them
+on the UTC epoch (TARGET_INFO_SESSION_START_TIME), which aligns the ranks of several files. A file that
+cannot be read is one FileResult that is not ok, its message naming the file.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from perftracker.collectors.nsys.database import Export, ExportError, open_export
+from perftracker.collectors.nsys.nccl_payload import PayloadRanks, payload_ranks
+from perftracker.collectors.nsys.ranks_of import RankSplit, split_ranks
+from perftracker.collectors.nsys.rows import TableSpec, read_table, scalar_rows
+from perftracker.collectors.traces.comm_kernels import CommKernels
+from perftracker.collectors.traces.trace_map import FileResult, TraceFacts, compact_pg_config
+from perftracker.values import MAX_RANK, ascii_int
+
+_GPU = {"start": ("start",), "end": ("end",), "device": ("deviceId",), "stream": ("streamId",),
+        "correlation": ("correlationId",), "gpid": ("globalPid",)}
+SPECS = {
+    "kernel": TableSpec("CUPTI_ACTIVITY_KIND_KERNEL", {**_GPU, "name": ("demangledName", "shortName")}),
+    "graph": TableSpec("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", {**_GPU, "graph": ("graphId",)}),
+    "memcpy": TableSpec("CUPTI_ACTIVITY_KIND_MEMCPY", {**_GPU, "bytes": ("bytes",), "copy": ("copyKind",)}),
+    "memset": TableSpec("CUPTI_ACTIVITY_KIND_MEMSET", {**_GPU, "bytes": ("bytes",)}),
+    "sync": TableSpec("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", {**_GPU, "sync": ("syncType",)}),
+    "runtime": TableSpec("CUPTI_ACTIVITY_KIND_RUNTIME", {
+        "start": ("start",), "end": ("end",), "gtid": ("globalTid",), "correlation": ("correlationId",),
+        "name": ("nameId",)}),
+    "nvtx": TableSpec("NVTX_EVENTS", {
+        "start": ("start",), "end": ("end",), "type": ("eventType",), "gtid": ("globalTid",),
+        "textId": ("textId",), "domain": ("domainId",)}, text="text",
+        where="eventType IN (59, 60, 70)"),  # the range types (nvtx.NVTX_RANGE_TYPES); marks have no end
+}
+_RANK_ENV = re.compile(r"(?:^|;)RANK=(\d{1,9})(?:;|$)")
+_RANK_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker|proc|gpu)[-_.]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class ExportInfo:
+    """Facts of the capture as a whole."""
+
+    host: str
+    base_ns: int  # UTC epoch ns of the capture clock's zero, -1 unknown
+    env_rank: int | None  # RANK= of the profiled command's environment
+    version: str  # Nsight Systems version that exported it
+    devices: dict[int, str]  # CUDA device -> GPU name (TARGET_INFO_GPU)
+
+
+def read_export(path: Path, comm_kernels: CommKernels, step_name: str = "") -> list[FileResult]:
+    """One FileResult per rank of the export at `path` (one failed FileResult when it cannot be read)."""
+    try:
+        export = open_export(path)
+    except ExportError as exc:
+        return [FileResult(str(path), False, error=str(exc))]
+    try:
+        info = _export_info(export)
+        rows = {key: read_table(export, spec) for key, spec in SPECS.items()}
+        split = split_ranks(export, rows, comm_kernels, step_name)
+        payload = payload_ranks(export)
+    except ExportError as exc:
+        return [FileResult(str(path), False, error=str(exc))]
+    finally:
+        export.close()
+    notes: list[tuple[str, dict[str, object]]] = [(n, {}) for r in rows.values() for n in r.notes]
+    notes += [(n, {}) for n in split.notes]
+    if not split.ranks:
+        return [FileResult(str(path), False, error=f"{path}: an Nsight Systems export with no GPU activity "
+                           "(no kernels, copies or sets); profile with `nsys profile -t cuda,nvtx`")]
+    notes += [(n, {"info": True}) for n in payload.notes]
+    return _results(path, info, split, notes, payload)
+
+
+def _results(path: Path, info: ExportInfo, split: RankSplit, notes: list[tuple[str, dict[str, object]]],
+             payload: PayloadRanks) -> list[FileResult]:
+    several = len(split.ranks) > 1
+    per_pid = Counter(one.pid for one in split.ranks)
+    name_rank = _rank_from_name(path)
+    rank_note = ""
+    results = []
+    for i, one in enumerate(split.ranks):
+        rank, source, world = None, "assigned", -1
+        if one.pid in payload.ranks and per_pid[one.pid] == 1:
+            (rank, world), source = payload.ranks[one.pid], "nccl"
+        elif not several and info.env_rank is not None:
+            rank, source = info.env_rank, "environment"
+        elif not several and name_rank is not None:
+            rank, source = name_rank, "filename"
+        elif several and not rank_note:
+            rank_note = (f"{len(split.ranks)} ranks, one per CUDA device of each process "
+                         f"({', '.join(r.label for r in split.ranks)}); no NCCL payload or RANK says which is "
+                         "which, so they take the next free ranks in this order")
+        events, steps = one.events, one.steps
+        facts = TraceFacts(
+            rank=rank, rank_source=source, host=info.host, world_size=world,
+            backend="nccl" if (events["comm_family"].astype(str) == "nccl").any() else "",
+            device_name=info.devices.get(one.device, ""), base_ns=info.base_ns,
+            start_ns=int(events["start_ns"].min()) if len(events) else 0,
+            end_ns=int((events["start_ns"] + events["dur_ns"]).max()) if len(events) else 0,
+            n_events=len(events), pg_config=compact_pg_config(None))
+        mine = [*notes] if i == 0 else []
+        if not several or source == "nccl":
+            said = f"rank {rank} of {world} (from NCCL's payload)" if source == "nccl" else (
+                f"rank {rank} (from the {'recorded RANK' if source == 'environment' else 'file name'})"
+                if rank is not None else "the next free rank (no NCCL payload, no RANK recorded, none in the file name)")
+            mine.append((f"Nsight Systems export (Nsight {info.version or 'version unknown'}): {one.label} is {said}",
+                         {"nsys": True, "info": True}))
+        elif i == 0:
+            mine.append((f"Nsight Systems export (Nsight {info.version or 'version unknown'}) holding {rank_note}",
+                         {"nsys": True, "info": True}))
+        results.append(FileResult(str(path), True, facts=facts, notes=mine, events=events, steps=steps))
+    return results
+
+
+def _rank_from_name(path: Path) -> int | None:
+    match = _RANK_NAME.search(path.name)
+    return ascii_int(match.group(1), 0, MAX_RANK) if match else None
+
+
+def _export_info(export: Export) -> ExportInfo:
+    env = {str(k): str(v) for k, v in scalar_rows(export, "TARGET_INFO_SYSTEM_ENV", ("name", "value"))
+           if isinstance(k, str)}
+    start = scalar_rows(export, "TARGET_INFO_SESSION_START_TIME", ("utcEpochNs", "systemClockNs"), 1)
+    base = -1
+    if start and isinstance(start[0][0], int) and start[0][0] > 0:
+        clock = start[0][1] if isinstance(start[0][1], int) and start[0][1] >= 0 else 0
+        base = int(start[0][0]) - int(clock)
+    match = _RANK_ENV.search(env.get("DeviceEnvironment", ""))
+    env_rank = ascii_int(match.group(1), 0, MAX_RANK) if match else None
+    meta = [*scalar_rows(export, "META_DATA_EXPORT", ("name", "value")),
+            *scalar_rows(export, "EXPORT_META_DATA", ("name", "value"))]
+    version = next((str(v) for k, v in meta if k == "EXPORT_PRODUCT_VERSION"), "")
+    devices: dict[int, str] = {}
+    for cu, ident, name in scalar_rows(export, "TARGET_INFO_GPU", ("cuDevice", "id", "name"), 4096):
+        key = cu if isinstance(cu, int) else ident
+        if isinstance(key, int) and isinstance(name, str):
+            devices.setdefault(key, name)
+    return ExportInfo(env.get("Hostname", "")[:256], base, env_rank, version[:64], devices)

@@ -1,0 +1,66 @@
+"""What each NVTX range is: a PyTorch op (`--pytorch=autograd-nvtx`), a collective, a step, or a user range.
+
+Promise: `classify(names, domain_is_nccl, step_pattern)` gives, per distinct range name, the Store name
+(op ranges lose their `, op_id = N` / `, seq = N` / `, sizes = [...]` tail; the shapes, when
+`autograd-shapes-nvtx` recorded them, are kept apart), the `kind` the Kineto path would give that
+event (cpu_op for op ranges, collective_cpu for c10d/nccl ops and NCCL's own NVTX domain's collective
+calls, annotation for the rest) and the step number when the range is a step: `ProfilerStep#N`,
+`iteration N` / `step N` / `train_step N` (Megatron, NeMo, torchtitan style user ranges), or the user's
+chosen range name (`LoadOptions.nsys_step_range`, matched whole, or as the op name of an op range), numbered in order of start.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from perftracker.collectors.traces.kineto import collective_of
+from perftracker.values import ascii_int
+
+# autograd-nvtx names: "aten::add, op_id = 31", "aten::mm, seq = 12, op_id = 40, sizes = [[2, 3], [3, 4]]"
+_OP_TAIL = re.compile(r", (?:seq|op_id|sizes|input_op_ids)\b")
+_SIZES = re.compile(r", sizes = (\[[^\]\n]{0,2000}\](?:\])?)")
+_CPU_COLLECTIVE = re.compile(r"^(c10d::|gloo:|nccl:|record_param_comms$|c10d_functional::)")
+_STEP_NAMES = (
+    re.compile(r"^ProfilerStep#(\d{1,18})$"),
+    re.compile(r"^(?:iteration|iter|step|train_step|training_step|train step|global_step)[ _#:=-]{0,3}(\d{1,18})$",
+               re.IGNORECASE),
+)
+NVTX_RANGE_TYPES = (59, 60, 70)  # NvtxPushPopRange, NvtxStartEndRange, NvtxtPushPopRange
+NVTX_DOMAIN_CREATE = 75
+
+
+@dataclass(frozen=True)
+class RangeName:
+    name: str  # as the events table holds it
+    kind: str  # cpu_op | collective_cpu | annotation
+    step: int  # step number when this name is a numbered step range, else -1
+    user_step: bool  # the user's chosen step range (numbered by order)
+    shapes: str  # autograd-shapes-nvtx sizes, "" when absent
+
+
+def op_name(text: str) -> tuple[str, str]:
+    """(op name, shapes text) of an autograd-nvtx range name; (text, "") for any other name."""
+    match = _OP_TAIL.search(text)
+    if not match:
+        return text, ""
+    sizes = _SIZES.search(text, match.start())
+    return text[:match.start()], sizes.group(1) if sizes else ""
+
+
+def classify(text: str, nccl_domain: bool, step_name: str = "") -> RangeName:
+    """What one NVTX range name is (see the module's promise)."""
+    name, shapes = op_name(text)
+    is_op = name != text
+    if step_name and step_name in (text, name):
+        return RangeName(text, "annotation", -1, True, "")
+    for pattern in _STEP_NAMES:
+        match = pattern.match(text)
+        if match:
+            number = ascii_int(match.group(1), 0)
+            return RangeName(text, "annotation", -1 if number is None else number, False, "")
+    if nccl_domain:
+        return RangeName(name, "collective_cpu" if collective_of(name) else "annotation", -1, False, "")
+    if _CPU_COLLECTIVE.search(name):
+        return RangeName(name, "collective_cpu", -1, False, shapes)
+    return RangeName(name, "cpu_op" if is_op else "annotation", -1, False, shapes)

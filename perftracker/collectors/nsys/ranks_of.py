@@ -1,0 +1,202 @@
+"""An export's rows split into ranks: each CUDA device of each process with GPU activity is one rank.
+
+Promise: `split_ranks(export, rows, comm_kernels, step_name)` groups the GPU rows by (process, device),
+gives each process's CPU rows (runtime calls, NVTX ranges of its threads) to the rank of its lowest
+device (a process driving several GPUs is rare in training; a note says so when it happens), resolves
+every name id through StringIds once, and builds each rank's tables (`tables.build_rank_tables`).
+Ranks come out in (device, process) order. Rows of processes without GPU activity (the launcher,
+nsys itself) are left out.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from perftracker.collectors.nsys.database import Export
+from perftracker.collectors.nsys.nvtx import NVTX_DOMAIN_CREATE, NVTX_RANGE_TYPES, classify
+from perftracker.collectors.nsys.rows import Rows, strings
+from perftracker.collectors.nsys.tables import (
+    KIND,
+    Part,
+    build_rank_tables,
+    copy_name,
+    runtime_name,
+    sync_name,
+)
+from perftracker.collectors.traces.comm_kernels import CommKernels
+
+_GPU_TABLES = ("kernel", "graph", "memcpy", "memset", "sync")
+_DEVICE_TABLES = _GPU_TABLES[:4]  # rows that say a process drives a device (a sync row may name none)
+_PID = 24
+
+
+class NameTable:
+    """Every distinct name of an export once, with its code (the Part rows carry codes)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self._code: dict[str, int] = {}
+
+    def code(self, name: str) -> int:
+        found = self._code.get(name)
+        if found is None:
+            found = self._code[name] = len(self.names)
+            self.names.append(name)
+        return found
+
+    def of(self, keys: npt.NDArray[np.int64], name_of: Callable[[int], str]) -> npt.NDArray[np.int64]:
+        """The code of each row's name, `name_of` asked once per distinct key."""
+        distinct, inverse = np.unique(keys, return_inverse=True)
+        codes = np.array([self.code(name_of(int(k))) for k in distinct.tolist()], dtype=np.int64)
+        return codes[inverse] if len(keys) else np.zeros(0, np.int64)
+
+
+@dataclass
+class OneRank:
+    label: str  # "process <pid> GPU <device>"
+    pid: int
+    device: int
+    events: pd.DataFrame
+    steps: pd.DataFrame
+
+
+@dataclass
+class RankSplit:
+    ranks: list[OneRank] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _pid(global_id: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    return (global_id >> _PID) & 0xFFFFFF
+
+
+def split_ranks(export: Export, rows: dict[str, Rows], comm_kernels: CommKernels, step_name: str = "") -> RankSplit:
+    """The ranks of one export (see the module's promise)."""
+    split = RankSplit()
+    devices = {(int(d), int(p)) for key in _DEVICE_TABLES if len(rows[key])
+               for d, p in zip(rows[key].cols["device"].tolist(), _pid(rows[key].cols["gpid"]).tolist())}
+    keys = sorted(devices)
+    if not keys:
+        return split
+    first_device: dict[int, int] = {}
+    for device, pid in keys:
+        first_device.setdefault(pid, device)
+    several = sorted(p for p in first_device if sum(1 for _, q in keys if q == p) > 1)
+    if several:
+        split.notes.append(f"process(es) {', '.join(map(str, several))} drive several GPUs: their CPU events (runtime "
+                           "calls, NVTX ranges) are counted with the rank of their lowest GPU")
+    ids = [rows["kernel"].cols.get("name", np.zeros(0, np.int64)), rows["runtime"].cols.get("name", np.zeros(0, np.int64)),
+           rows["nvtx"].cols.get("textId", np.zeros(0, np.int64))]
+    text = strings(export, np.unique(np.concatenate(ids)).tolist())
+    table = NameTable()
+    nvtx = _nvtx_rows(export, rows["nvtx"], text, step_name, table)
+    for device, pid in keys:
+        own = {d for d, q in keys if q == pid}
+        parts = [*_gpu_parts(rows, text, pid, device, first_device[pid] == device, own, table)]
+        if first_device[pid] == device:
+            parts += _cpu_parts(rows["runtime"], nvtx, text, pid, table)
+        events, steps = build_rank_tables(parts, table.names, comm_kernels, -1)
+        split.ranks.append(OneRank(f"process {pid} GPU {device}", pid, device, events, steps))
+    if step_name and not any(len(r.steps) for r in split.ranks):
+        split.notes.append(f"no NVTX range is named {step_name!r}: no steps from it")
+    return split
+
+
+def _gpu_parts(rows: dict[str, Rows], text: dict[int, str], pid: int, device: int, first: bool,
+               own: set[int], table: NameTable) -> list[Part]:
+    parts = []
+    for key in _GPU_TABLES:
+        got = rows[key]
+        if not len(got):
+            continue
+        select = (_pid(got.cols["gpid"]) == pid) & (got.cols["device"] == device)
+        if key == "sync" and first:  # a synchronization naming no device this process drives: its first one's
+            select |= (_pid(got.cols["gpid"]) == pid) & ~np.isin(got.cols["device"], list(own))
+        mine = got.take(select)
+        c = mine.cols
+        n = len(mine)
+        if key == "kernel":
+            kind, names = KIND["compute"], table.of(c["name"], lambda i: text.get(i, "unknown kernel"))
+        elif key == "graph":
+            kind, names = KIND["compute"], table.of(c["graph"], lambda g: f"CUDA graph {g}")
+        elif key == "memcpy":
+            kind, names = KIND["memcpy"], table.of(c["copy"], copy_name)
+        elif key == "memset":
+            kind, names = KIND["memset"], np.full(n, table.code("Memset"), dtype=np.int64)
+        else:
+            kind, names = KIND["sync"], table.of(c["sync"], sync_name)
+        none = np.full(n, -1, dtype=np.int64)
+        parts.append(Part(np.full(n, kind, dtype=np.int64), names, c["start"], c["end"], c["device"], c["stream"],
+                          c["stream"], c["correlation"], c.get("bytes", none), none))
+    return parts
+
+
+@dataclass
+class _Nvtx:
+    rows: Rows
+    name: npt.NDArray[np.int64]  # code into the NameTable, per range
+    kind: npt.NDArray[np.int64]  # code into KINDS
+    step: npt.NDArray[np.int64]  # step number, -2 for the user's step range, -1 otherwise
+
+
+def _nvtx_rows(export: Export, nvtx: Rows, text: dict[int, str], step_name: str, table: NameTable) -> _Nvtx:
+    """The NVTX ranges (push/pop and start/end) with what each is, classified once per distinct name."""
+    ranges = nvtx.take(np.isin(nvtx.cols["type"], NVTX_RANGE_TYPES)) if len(nvtx) else nvtx
+    n = len(ranges)
+    if not n:
+        empty = np.zeros(0, np.int64)
+        return _Nvtx(ranges, empty, empty, empty)
+    inline, labels = pd.factorize(pd.Series(ranges.text or [None] * n, dtype=object))
+    text_ids = ranges.cols["textId"]
+    key = np.where(inline >= 0, inline, len(labels) + 1 + np.maximum(text_ids, -1))  # one key per distinct label
+    nccl_domains = _nccl_domains(export)
+    domain = ranges.cols["domain"]
+    dom_key = np.isin(domain, list(nccl_domains)) if nccl_domains else domain != 0
+    distinct, inverse = np.unique(key * 2 + dom_key, return_inverse=True)
+    name, kind, step = [], [], []
+    for k, in_domain in ((d >> 1, d & 1) for d in distinct.tolist()):
+        label = str(labels[k]) if k < len(labels) else text.get(k - len(labels) - 1, "")
+        nccl = bool(in_domain) and (bool(nccl_domains) or label.startswith("nccl"))
+        what = classify(label, nccl, step_name)
+        name.append(table.code(what.name))
+        kind.append(KIND[what.kind])
+        step.append(-2 if what.user_step else what.step)
+    inverse = inverse.reshape(-1)
+    return _Nvtx(ranges, np.array(name, np.int64)[inverse], np.array(kind, np.int64)[inverse],
+                 np.array(step, np.int64)[inverse])
+
+
+def _nccl_domains(export: Export) -> set[int]:
+    """The NVTX domain ids NCCL created (its domain-create event names it), when the export has them."""
+    if not export.has("NVTX_EVENTS", "eventType", "domainId", "text"):
+        return set()
+    try:
+        found = export.conn.execute("SELECT domainId FROM NVTX_EVENTS WHERE eventType = ? AND text = 'NCCL' "
+                                    "LIMIT 100", (NVTX_DOMAIN_CREATE,)).fetchall()
+    except sqlite3.Error:
+        return set()
+    return {int(d) for (d,) in found if isinstance(d, int)}
+
+
+def _cpu_parts(runtime: Rows, nvtx: _Nvtx, text: dict[int, str], pid: int, table: NameTable) -> list[Part]:
+    parts = []
+    if len(runtime):
+        mine = runtime.take(_pid(runtime.cols["gtid"]) == pid)
+        c = mine.cols
+        none = np.full(len(mine), -1, dtype=np.int64)
+        names = table.of(c["name"], lambda i: runtime_name(text.get(i, "unknown runtime call")))
+        parts.append(Part(np.full(len(mine), KIND["runtime"], dtype=np.int64), names, c["start"], c["end"], none,
+                          none, c["gtid"] & 0xFFFFFF, c["correlation"], none, none))
+    if len(nvtx.rows):
+        select = np.flatnonzero(_pid(nvtx.rows.cols["gtid"]) == pid)
+        c = {k: v[select] for k, v in nvtx.rows.cols.items()}
+        none = np.full(len(select), -1, dtype=np.int64)
+        parts.append(Part(nvtx.kind[select], nvtx.name[select], c["start"], c["end"], none, none,
+                          c["gtid"] & 0xFFFFFF, none, none, nvtx.step[select]))
+    return parts
