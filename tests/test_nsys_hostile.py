@@ -9,11 +9,11 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from nsys_fixtures import MFU, SAXPY, real_export, synthetic_export
 
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.errors import InputError
 from perftracker.pipeline import analyze_path
-from tests.nsys_fixtures import MFU, SAXPY, real_export, synthetic_export
 
 KERNELS = [(1_000_000 + i * 100_000, 1_050_000 + i * 100_000, "gemm_kernel") for i in range(6)]
 

@@ -8,10 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
-from perftracker.collectors.loading import LoadOptions, load_path
-from perftracker.pipeline import analyze_path
-from tests.nsys_fixtures import (
+from nsys_fixtures import (
     CLOVER,
     MFU,
     SAXPY,
@@ -21,6 +18,9 @@ from tests.nsys_fixtures import (
     shift_clock,
     sql,
 )
+
+from perftracker.collectors.loading import LoadOptions, load_path
+from perftracker.pipeline import analyze_path
 
 KERNELS_BY_PROCESS = ("SELECT (globalPid >> 24) & 16777215 AS pid, deviceId, count(*), sum(end - start), "
                       "sum(s.value LIKE 'ncclDevKernel%') FROM CUPTI_ACTIVITY_KIND_KERNEL k "
