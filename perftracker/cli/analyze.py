@@ -15,12 +15,15 @@ from perftracker.cli.options import (
     Engine,
     FailOn,
     RayAddress,
+    SetThresholds,
+    ThresholdsFiles,
     checked_engine,
     comm_kernel_patterns,
     nccl_profile_option,
     out_option,
     quiet_option,
     sysfs_root_option,
+    threshold_overrides,
     writable_folder,
 )
 from perftracker.cli.progress import parsing_progress
@@ -78,6 +81,8 @@ def analyze(
                                             "job2-w8-a100-sxm4-80gb).")] = None,
     each_job: Annotated[bool, typer.Option("--each-job", metavar="", help="Where the traces are of several jobs: analyze each "
                                            "alone into OUT/<label>/, with an index in OUT/jobs.json.")] = False,
+    set_threshold: SetThresholds = None,
+    thresholds_file: ThresholdsFiles = None,
 ) -> None:
     """Analyze traces and step files; print the verdict and ranked findings; write the report.
 
@@ -93,6 +98,7 @@ def analyze(
         raise UsageError("--job and --each-job exclude each other", "analyze",
                          "pick one job with --job, or all of them with --each-job")
     patterns = comm_kernel_patterns(comm_kernel)
+    overrides = threshold_overrides(set_threshold, thresholds_file)
     writable_folder(out)
     options = LoadOptions(comm_kernel_patterns=patterns, comm_kernel_files=tuple(comm_kernels or ()),
                           cache_dir=None if no_cache else default_cache_dir(), workers=workers,
@@ -103,12 +109,12 @@ def analyze(
     if each_job:
         with parsing_progress(quiet) as progress:
             findings = _analyze_each_job(console, path, out, replace(options, progress=progress), hta_compat, quiet,
-                                         timeline)
+                                         timeline, overrides)
         raise typer.Exit(fail_on_exit(findings, threshold))
     try:
         with parsing_progress(quiet) as progress:
             result = analyze_path(path, out, replace(options, progress=progress), hta_compat=hta_compat,
-                                  timeline=timeline)
+                                  timeline=timeline, thresholds=overrides)
     except ReportNotWritten as exc:  # the analysis finished: its verdict is said, then what could not be written
         _print_result(console, exc.result, quiet, written=False)
         raise
@@ -130,7 +136,7 @@ def _print_result(console: Console, result: AnalysisResult, quiet: bool, written
 
 
 def _analyze_each_job(console: Console, path: Path, out: Path, options: LoadOptions, hta_compat: bool,
-                      quiet: bool, timeline: bool) -> list[Finding]:
+                      quiet: bool, timeline: bool, thresholds: dict[str, object]) -> list[Finding]:
     """Each job under `path` analyzed alone into OUT/<label>/ (OUT itself when there is one job), then an
     index: the terminal listing and OUT/jobs.json."""
     everything: list[Finding] = []
@@ -142,7 +148,7 @@ def _analyze_each_job(console: Console, path: Path, out: Path, options: LoadOpti
             console.print(f"== {printable(group.describe())}", highlight=False, markup=False)
         try:
             result = analyze_store(store, path, out / label if label else out, hta_compat=hta_compat,
-                                   timeline=timeline)
+                                   timeline=timeline, thresholds=thresholds)
         except ReportNotWritten as exc:
             _print_result(console, exc.result, quiet, written=False)
             raise
