@@ -50,7 +50,7 @@ class Unit:
 
     def describe(self) -> str:
         kind = "a whole number" if self.whole else "a number"
-        left, right = "(" if self.open_low else "[", ")" if self.open_high else "]"
+        left, right = "(" if self.open_low else "[", ")" if self.open_high or self.high == INF else "]"
         return f"{kind} in {left}{self.low:g}, {self.high:g}{right}"
 
 
@@ -59,6 +59,7 @@ UNITS: dict[str, Unit] = {
     "probability": Unit(0.0, 1.0, open_low=True, open_high=True),
     "quantile": Unit(0.0, 1.0, open_low=True, open_high=True),
     "share": Unit(0.0, 1.0),
+    "excess": Unit(0.0, INF),  # a relative excess: 0.15 is 15% above
     "ratio": Unit(0.0, INF, open_low=True),
     "z": Unit(0.0, INF, open_low=True),
     "percent": Unit(0.0, 100.0),
@@ -109,6 +110,11 @@ def _declare() -> dict[str, Threshold]:
 DECLARED: dict[str, Threshold] = _declare()
 
 
+def shown(value: Number) -> str:
+    """A threshold's value as people read it: whole numbers in full (16777216), others short (0.01, 5e-05)."""
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
 def default(name: str) -> Number:
     """The declared default of `name` (for option defaults and help texts, never for a judgement)."""
     return DECLARED[name].value
@@ -140,7 +146,7 @@ class Thresholds:
             value = _number(raw)
             if value is None or not unit.admits(value):
                 raise UsageError(f"threshold {name}={raw!r} is out of range", "--set / --thresholds",
-                                 f"give {unit.describe()} ({declared.unit}; default {declared.value:g})")
+                                 f"give {unit.describe()} ({declared.unit}; default {shown(declared.value)})")
             checked[name] = int(value) if unit.whole else float(value)
         return cls(checked)
 

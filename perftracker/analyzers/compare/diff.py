@@ -246,7 +246,7 @@ def _step_finding(b: float, n: float, change: float, p_slower: float, p_faster: 
                        "host-health findings and node placement before looking at the code.",
                        evidence, confidence=1.0 - p_slower, cost=Cost(delta_s, delta_s / n), key="diff:steps")
     severity = Severity.WARNING if change > tolerance else Severity.INFO
-    if change > 0.25:
+    if change > threshold("diff.critical_change"):
         severity = Severity.CRITICAL
     return Finding("diff", severity, f"{what}: a regression; the ops and ranks below explain "
                    f"{fmt_ms(explained_ms / 1e3)} of the {fmt_ms(delta_s)} per step",

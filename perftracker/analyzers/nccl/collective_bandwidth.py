@@ -102,7 +102,7 @@ def _over_time(rows: pd.DataFrame, key: tuple[str, str, int], part: pd.DataFrame
     drop = 1.0 - after / before if before > 0 else 0.0
     extra = cp.after_s - cp.before_s
     return Finding(
-        analyzer="nccl_bandwidth", severity=Severity.CRITICAL if drop >= 0.3 else Severity.WARNING,
+        analyzer="nccl_bandwidth", severity=Severity.CRITICAL if drop >= threshold("nccl.bandwidth.critical_drop") else Severity.WARNING,
         title=(f"NCCL {op} of {size} on communicator {name} got slower from collective #{cp.step}: bus bandwidth "
                f"{before:.1f} -> {after:.1f} GB/s (-{100 * drop:.0f}%, NCCL Inspector)"),
         recommendation=("The transfer itself slowed (the last rank to arrive waits for no one, and its time rose), "

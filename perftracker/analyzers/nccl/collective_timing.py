@@ -148,7 +148,7 @@ def _finding(store: Store, ranks: tuple[int, ...], named: list[tuple[str, pd.Dat
               "look at what it does before the collective (its own compute, data loading, CPU contention or "
               "throttling on its host: `perftracker attach` with stacks or a profiler trace of a few steps of "
               "every rank shows where its time goes).")
-    return Finding(analyzer="nccl_straggler", severity=Severity.CRITICAL if share >= 0.2 else Severity.WARNING,
+    return Finding(analyzer="nccl_straggler", severity=Severity.CRITICAL if share >= threshold("nccl.timing.critical_share") else Severity.WARNING,
                    title=title, recommendation=advice, evidence=evidence,
                    ranks=ranks, hosts=hosts, confidence=verdict.confidence,
                    cost=Cost(per_step, share), key=f"nccl_straggler:{','.join(map(str, ranks))}")

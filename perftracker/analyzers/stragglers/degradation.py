@@ -124,7 +124,8 @@ def _culprit(store: Store, step: int) -> tuple[list[int], dict[str, float]]:
         return [], {}
     others = rise.median()
     spread = float((rise - others).abs().median()) or 1e-9
-    culprits = rise[(rise > 0) & (rise - others > max(5 * spread, 0.5 * abs(float(rise.max()))))]
+    culprits = rise[(rise > 0) & (rise - others > max(threshold("degradation.culprit_over_spread") * spread,
+                                                        threshold("degradation.culprit_share_of_max") * abs(float(rise.max()))))]
     if culprits.empty:
         culprits = _host_culprits(store, rise)
     return [int(r) for r in culprits.index], {str(r): round(float(v) * 1e3, 3) for r, v in rise.items()}
@@ -212,7 +213,7 @@ def _change_finding(store: Store, cp: ChangePoint) -> Finding:
                   "(CPU contention, memory pressure), GPU clocks and thermals across the node, a data change "
                   "(longer sequences), or a growing Python-side structure (lists of tensors, logging).")
     return Finding(
-        analyzer="degradation", severity=Severity.WARNING if cp.rise < 0.25 else Severity.CRITICAL,
+        analyzer="degradation", severity=Severity.WARNING if cp.rise < threshold("degradation.critical_rise") else Severity.CRITICAL,
         title=title, recommendation=advice, evidence=evidence, ranks=tuple(ranks), hosts=hosts,
         confidence=verdict.confidence,
         cost=Cost(cp.after_s - cp.before_s, (cp.after_s - cp.before_s) / cp.after_s), key="degradation:change",

@@ -132,7 +132,7 @@ def _phases(store: Store, stats: pd.DataFrame) -> list[Finding]:
             rank = int(row["rank"])
             extra = float(row["dur_ns"] - peers) / 1e9
             step = float(step_med.get(rank, 0.0))
-            if step > 0 and extra / step < 0.02:
+            if step > 0 and extra / step < threshold("steps.min_phase_cost_share"):
                 continue
             waits = is_waiting_phase(str(phase)) and rank in own_work.index and len(own_work) > 1 and \
                 float(own_work[rank]) <= float(own_work.drop(rank).median())
