@@ -188,6 +188,11 @@ def active(table: Thresholds) -> Iterator[None]:
         _ACTIVE.reset(token)
 
 
+def current() -> Thresholds:
+    """The table `threshold()` answers from now (the defaults outside any analysis)."""
+    return _ACTIVE.get()
+
+
 def threshold(name: str) -> Number:
     """The value of declared threshold `name` in the run being analyzed (its default outside one)."""
     return _ACTIVE.get().value(name)

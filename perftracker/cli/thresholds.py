@@ -27,7 +27,7 @@ Every hand-set number a perftracker finding depends on, declared once in
 `perftracker/data/thresholds.toml`. This page is generated from that file by
 `scripts/gen_thresholds_doc.py` (a test fails when it is stale); `perftracker thresholds` prints the same.
 
-Change one for a run with `--set NAME=VALUE` (repeatable) or `--thresholds FILE.toml` on `analyze`,
+Change one for a run with `--set NAME=VALUE` (repeatable) or `--thresholds FILE.toml` on `analyze`, `attach`, `run`,
 `postmortem`, `diff` and `timeline`, or `perftracker.analyzers.analysis.AnalysisOptions(thresholds={NAME: VALUE})`
 in Python. A run that changed one records it in findings.json under `thresholds_changed`
 (name -> value and default). See docs/guides/thresholds.md.
