@@ -166,6 +166,12 @@ def test_set_and_a_thresholds_file_reach_the_analysis_and_findings_json_records_
         "steps.phase_imbalance": {"value": 5.0, "default": 0.3},
         "straggler.critical_cost_share": {"value": 0.95, "default": 0.15},
         "straggler.min_cost_share": {"value": 0.9, "default": 0.05}}
+    # AND diff with --set records its change in diff.json (both sides read from the saved analysis)
+    compared = _cli("diff", str(tmp_path / "out"), str(tmp_path / "out"), "-o", str(tmp_path / "diff"), "-q",
+                    "--set", "diff.alpha=0.001")
+    assert compared.returncode == 0, compared.stderr
+    diff_document = json.loads((tmp_path / "diff" / "diff.json").read_text(encoding="utf-8"))
+    assert diff_document["thresholds_changed"] == {"diff.alpha": {"value": 0.001, "default": 0.01}}
 
 
 def test_an_unknown_name_exits_2_before_any_work(tmp_path: Path) -> None:

@@ -119,7 +119,7 @@ def attach(
                              profile_rate_hz=profile_rate, stack_steps_every_s=max(0.0, stack_steps_every))
     publisher = None
     if watch:  # until the job ends, at the cheap steady-state rates, with the online rules
-        options.watch, publisher = watch_options(watch_window, watch_rise, prom, incident_seconds)
+        options.watch, publisher = watch_options(watch_window, watch_rise, prom, incident_seconds, overrides)
         options, duration = watch_rates(options), 0.0
     interrupts = Interrupts().install()  # SIGTERM and SIGHUP stop attach as Ctrl-C does
     try:

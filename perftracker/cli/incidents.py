@@ -13,6 +13,8 @@ watcher's options from the command line (and `--prom`'s publisher).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -57,9 +59,10 @@ def prom_option() -> Any:
                         "(FILE) or served at http://HOST:PORT/metrics ([HOST]:PORT, 127.0.0.1 by default).")
 
 
-def watch_options(window: int, rise: float, prom: str | None,
-                  incident_seconds: float = 10.0) -> tuple[WatchOptions, PromPublisher | None]:
-    """The watcher's options; a UsageError for a bad N, X or --prom (before any work)."""
+def watch_options(window: int, rise: float, prom: str | None, incident_seconds: float = 10.0,
+                  thresholds: Mapping[str, object] | None = None) -> tuple[WatchOptions, PromPublisher | None]:
+    """The watcher's options; a UsageError for a bad N, X or --prom (before any work). `thresholds`: the
+    command's --set / --thresholds, for the analysis of each incident."""
     if window < 3:
         raise UsageError(f"--watch-window {window} is too small", "--watch-window", "give 3 steps or more")
     if not 0 < rise < 10:
@@ -76,13 +79,13 @@ def watch_options(window: int, rise: float, prom: str | None,
                              "choose another port, or give a file name") from None
     seconds = max(1.0, incident_seconds)
     return WatchOptions(window=window, rise=rise, profile_seconds=seconds, baseline_seconds=seconds,
-                        reporter=analyze_incident, publish=publisher), publisher
+                        reporter=partial(analyze_incident, thresholds=thresholds or {}), publish=publisher), publisher
 
 
-def analyze_incident(evidence: Path, out: Path) -> IncidentVerdict:
+def analyze_incident(evidence: Path, out: Path, thresholds: Mapping[str, object] | None = None) -> IncidentVerdict:
     """The pipeline on one incident's evidence; its outputs in `out` (the incident's folder)."""
     try:
-        result = analyze_path(evidence, out, LoadOptions(cache_dir=None, workers=1))
+        result = analyze_path(evidence, out, LoadOptions(cache_dir=None, workers=1), thresholds=thresholds)
     except ReportNotWritten as exc:
         result = exc.result
     loud = [f for f in result.findings if f.severity in LOUD]

@@ -146,7 +146,7 @@ def run(
     if not command:
         raise UsageError("no command to run", "run", "usage: perftracker run [options] -- torchrun "
                          "--nproc_per_node 8 train.py")
-    watching, publisher = watch_options(watch_window, watch_rise, prom, incident_seconds) if watch else (None, None)
+    watching, publisher = watch_options(watch_window, watch_rise, prom, incident_seconds, overrides) if watch else (None, None)
     me = host_name(host)  # every host-keyed name this command (and the ranks' hook) writes uses it
     run_dir = (out or Path(f"perftracker-run-{time.strftime('%Y%m%d-%H%M%S')}")).resolve()
     writable_folder(run_dir)

@@ -4,7 +4,8 @@ online rule fires.
 Promise: `WatchSampler` (name ``watch``, once a second) takes the step records that came since its last look
 (from the steps sampler's `StepFeed`, parsed once there; without one, from the new bytes of the run
 directory's step files `steps/rank-<r>.jsonl`; rank -1 is the job as a whole) into a bounded per-rank series
-(the last SERIES_STEPS steps, plain deques), and asks `ctx.diagnosis` (the analyzers' online rules, through
+(the last SERIES_STEPS steps, plain deques) and the job's step progress (`live/step_state.py`: last step per rank,
+the typical step; the steps sampler's own `ctx.progress.steps` when fed by it, one state for the session), and asks `ctx.diagnosis` (the analyzers' online rules, through
 the `live/diagnosis.py` seam) three questions: did a rank's steps get slower (degradation, with the step it
 began at; only ranks with new steps, at most RANKS_PER_LOOK a look, those unjudged longest first), has the
 job stopped (hang; also when the StackSampler's stack check raised a hang suspicion), and, every
@@ -28,7 +29,6 @@ from __future__ import annotations
 import glob
 import re
 import shutil
-import statistics
 import tempfile
 import threading
 import time
@@ -58,14 +58,13 @@ from perftracker.live.sampler import LiveContext
 from perftracker.live.stack_steps import STACKS_SOURCE, BurstSeries
 from perftracker.live.stacks import StackSampler, find_pyspy
 from perftracker.live.step_feed import StepFeed
+from perftracker.live.step_state import StepState
 from perftracker.live.steps_sampler import LineTail
 from perftracker.store.alarms import Alarm, StepSeries
 
 SERIES_STEPS = 400  # per rank: the rules look at 20 x N steps at most (N = 10 by default)
-RECENT_STEPS = 1600  # the hang rule's typical step: the median of the last steps of all ranks (200 for 8 ranks)
 RESCAN_S = 5.0
 PUBLISH_S = 10.0  # --prom is rewritten when steps or incidents came, else this often
-MEDIAN_S = 10.0  # the hang rule's typical step is computed again at most this often (it moves slowly)
 # Host signals judged at once: a link state record (only the net sampler's link watcher writes this key,
 # netdev.state_record), an XID (a GPU sample's non-empty "xid" list, nvml_sampler)
 URGENT = re.compile(rb'"changed_within_s"|"xid":\s*\[\s*\d')
@@ -147,14 +146,11 @@ class WatchSampler:
     _tails: dict[Path, LineTail] = field(default_factory=dict)
     _series: dict[int, _RankSteps] = field(default_factory=dict)  # rank -> its last steps, as they came
     _built: dict[int, StepSeries] = field(default_factory=dict)  # rank -> its series in step order, until new steps
-    _recent: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT_STEPS))  # durations, all ranks (ns)
-    _median_ns: int | None = None
-    _median_at: float = 0.0  # monotonic time it was computed
+    _steps: StepState | None = None  # the job's step progress: the steps sampler's (with a feed), else its own
+    _steps_lock: threading.Lock = field(default_factory=threading.Lock)  # ctx.lock when it is the steps sampler's
     _counter_tails: dict[Path, LineTail] = field(default_factory=dict)
     _next_urgent_look: float = 0.0
     _next_publish: float = 0.0
-    _last_ns: dict[int, int] = field(default_factory=dict)
-    _known: int = 0
     _next_scan: float = 0.0
     _next_host: float = 0.0
     _counter_sizes: tuple[int, ...] = ()
@@ -191,8 +187,26 @@ class WatchSampler:
                 self._tails.setdefault(path, LineTail(path))
         return [rec for tail in self._tails.values() for rec in parse_step_lines(tail.read_lines())]
 
+    def _step_state(self, ctx: LiveContext) -> StepState:
+        """The one step state of the session (`ctx.progress.steps`, kept by the steps sampler that feeds this
+        watcher) when fed, else this watcher's own (it reads the step files itself)."""
+        if self._steps is None:
+            if self.feed is not None:
+                self._steps, self._steps_lock = ctx.progress.steps, ctx.lock
+            else:
+                self._steps = StepState()
+        return self._steps
+
+    @property
+    def _known(self) -> int:
+        """Step records known (of the session's step state)."""
+        with self._steps_lock:
+            return self._steps.known if self._steps is not None else 0
+
     def _read_steps(self, ctx: LiveContext) -> bool:
         records = self._new_records(ctx)
+        steps = self._step_state(ctx)
+        own = steps is not ctx.progress.steps
         for rec in records:
             if rec.get("source") == STACKS_SOURCE:  # a burst's period: its own coarse series, never the stall rule's
                 self.bursts.add(rec)
@@ -203,14 +217,13 @@ class WatchSampler:
             if series is None:
                 series = self._series[rank] = _RankSteps()
             series.add(step, duration)
-            self._recent.append(duration)
-            if step >= self.state.last_step.get(rank, -1):
-                self.state.last_step[rank], self._last_ns[rank] = step, end_ns
+            if own:
+                steps.add(rank, step, end_ns - duration, end_ns)
             self._fresh.add(rank)
             self._built.pop(rank, None)
-        self._known += len(records)
-        if records and time.monotonic() - self._median_at >= MEDIAN_S:
-            self._median_ns = None
+        if records:
+            with self._steps_lock:
+                self.state.last_step = dict(steps.last_step)
         return bool(records)
 
     def series_of(self, rank: int) -> StepSeries:
@@ -229,11 +242,9 @@ class WatchSampler:
         return sum(1 for step in series.steps if step >= 2) if series is not None else 0
 
     def _median(self) -> int | None:
-        """The median of the last steps of all ranks (the hang rule's typical step), computed again once steps came
-        and MEDIAN_S passed (sorting RECENT_STEPS durations each second was a tenth of the watcher's time)."""
-        if self._median_ns is None and self._recent:
-            self._median_ns, self._median_at = int(statistics.median(self._recent)), time.monotonic()
-        return self._median_ns
+        """The job's typical step (`StepState.median_step_ns`, the one definition the stack sampler uses too)."""
+        with self._steps_lock:
+            return self._steps.median_step_ns() if self._steps is not None else None
 
     def _update_levels(self, series: list[StepSeries]) -> None:
         n = self.options.window
@@ -269,8 +280,9 @@ class WatchSampler:
         if burst is not None:
             alarms.append(burst)
         if not self._hang_open:
-            hang = diagnosis.hang_alarm(self.state.last_step, self._last_ns, self._median(), self._known,
-                                        time.time_ns())
+            with self._steps_lock:
+                last_ns = dict(self._steps.last_step_ns) if self._steps is not None else {}
+            hang = diagnosis.hang_alarm(self.state.last_step, last_ns, self._median(), self._known, time.time_ns())
             with ctx.lock:
                 suspicion = ctx.progress.suspicion
             if hang is None and suspicion.startswith("hang?"):
@@ -333,8 +345,9 @@ class WatchSampler:
             self.bursts.clear()
             self._series.clear()
             self._built, self._fresh = {}, set()
-            self._recent.clear()
-            self._median_ns = None
+            if self._steps is not None:
+                with self._steps_lock:
+                    self._steps.restart()  # the typical step is built again from the slower steps
             self.state.best_s.clear()
         folder = incident_folder(ctx.run_dir, alarm, now, ctx.host)
         self.state.incidents.append((now, alarm.kind, folder.name))

@@ -100,7 +100,8 @@ def _changed(base_ms: pd.Series, new_ms: pd.Series, scale: float, mad: float, st
     extra = new_ms - expected
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(expected > 0, new_ms / expected.where(expected > 0, 1.0), np.inf)
-    far = (np.abs(np.log(np.where(ratio > 0, ratio, 1e-12))) > max(math.log(threshold("diff.change_ratio")), threshold("diff.mad_z") * mad))
+    far = (np.abs(np.log(np.where(ratio > 0, ratio, 1e-12))) > max(math.log(threshold("diff.change_ratio")),
+                                                                   threshold("diff.mad_z") * mad))
     big = (np.abs(extra) >= max(threshold("diff.min_share") * step_ms, threshold("diff.min_ms")))
     return pd.Series(far & big, index=base_ms.index)
 
@@ -131,7 +132,8 @@ def _rank_changes(joined: pd.DataFrame, scale: float, step_ms: float) -> pd.Data
         excess[rank] = new[rank] - expected
         with np.errstate(divide="ignore", invalid="ignore"):
             relative[rank] = np.log((new[rank] + 1e-3) / (expected + 1e-3))
-    sizable = (base.max(axis=1) >= threshold("diff.min_share") * step_ms) | (new.max(axis=1) >= threshold("diff.min_share") * step_ms)
+    least_ms = threshold("diff.min_share") * step_ms
+    sizable = (base.max(axis=1) >= least_ms) | (new.max(axis=1) >= least_ms)
     spread = relative[sizable].to_numpy().ravel()
     spread = spread[np.isfinite(spread)]
     noise = 1.4826 * float(np.median(np.abs(spread - np.median(spread)))) if len(spread) else 0.0
@@ -144,7 +146,8 @@ def _rank_changes(joined: pd.DataFrame, scale: float, step_ms: float) -> pd.Data
         extra, rel = float(column[top]), float(relative[rank].to_numpy(dtype=float)[top])
         rows.append({"rank": rank, "op": names[top], "base_ms": float(base[rank].to_numpy(dtype=float)[top]),
                      "new_ms": float(new[rank].to_numpy(dtype=float)[top]), "excess_ms": extra,
-                     "named": bool(extra >= max(threshold("diff.min_share") * step_ms, threshold("diff.min_ms")) and rel > log_cut)})
+                     "named": bool(extra >= max(threshold("diff.min_share") * step_ms,
+                                                threshold("diff.min_ms")) and rel > log_cut)})
     table = pd.DataFrame(rows, columns=columns)
     if int(table["named"].sum()) * 2 >= len(ranks):  # half the ranks or more: a job-wide change, not a rank's
         table["named"] = False

@@ -118,7 +118,8 @@ def analyze_bandwidth(analysis: Analysis) -> list[Finding]:
                 "NCCL_IB_HCA.",
                 evidence={"slow": [{str(k): (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
                                    for r in slow.head(16).to_dict("records")],
-                          "nic_gbs_per_rank": round(link, 3), "low_share": threshold("bandwidth.low_share"), "min_bytes": threshold_int("bandwidth.min_bytes")},
+                          "nic_gbs_per_rank": round(link, 3), "low_share": threshold("bandwidth.low_share"),
+                          "min_bytes": threshold_int("bandwidth.min_bytes")},
                 ranks=tuple(sorted(set(int(x) for x in store.select_events(
                     lambda ev: (ev["kind"] == "comm").to_numpy(), ["rank"], ["kind", "rank"])["rank"].unique()))),
                 key="bandwidth:slow"))

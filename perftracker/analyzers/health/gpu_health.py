@@ -187,7 +187,8 @@ def _throttle(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame, clock_lo
                                f"{{gpu}} was in {reason.replace('_', ' ')} slowdown {100 * share:.0f}% of the time"
                                + clock_text, _THROTTLE_ADVICE[reason], reason=reason, sm_clock_mhz_throttled=during,
                                share_of_time=round(share, 4), periods=[list(p) for p in spans[:MAX_PERIODS]],
-                               thresholds={"share": threshold("gpu_health.throttle_share"), "critical_share": threshold("gpu_health.critical_share")}))
+                               thresholds={"share": threshold("gpu_health.throttle_share"),
+                                           "critical_share": threshold("gpu_health.critical_share")}))
     return out
 
 
@@ -205,7 +206,8 @@ def _gpu_findings(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> l
                                "This GPU's clocks are lower than its peers' without a reported throttle reason: check "
                                "application clocks / clock locks (`nvidia-smi -q -d CLOCK`) and its power limit."
                                if clock_low else f"Not an outlier by this run's samples: {verdict.reason or 'other GPUs are as low'}.",
-                               deficit=round(1 - clock / ctx.job_clock, 4), threshold=threshold("gpu_health.clock_deficit"),
+                               deficit=round(1 - clock / ctx.job_clock, 4),
+                               threshold=threshold("gpu_health.clock_deficit"),
                                confidence=verdict.confidence,
                                significance={"confidence": round(verdict.confidence, 4), "trials": verdict.trials}))
     xids = ctx.xids[(ctx.xids["host"] == host) & (ctx.xids["device"] == f"gpu:{gpu}")]
@@ -226,7 +228,8 @@ def _gpu_findings(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> l
                                ecc_sbe_new=sbe))
     out.extend(_pcie(ctx, host, gpu, wide))
     util = _med(wide, "util_gpu_pct")
-    if util == util and ctx.job_util >= threshold("gpu_health.busy_util_pct") and util < ctx.job_util - threshold("gpu_health.util_gap_pct"):
+    if (util == util and ctx.job_util >= threshold("gpu_health.busy_util_pct")
+            and util < ctx.job_util - threshold("gpu_health.util_gap_pct")):
         real = ctx.util_outliers.names((host, gpu))
         out.append(gpu_finding(ctx, host, gpu, wide, "utilization", Severity.WARNING if real else Severity.INFO,
                                f"{{gpu}} is {util:.0f}% utilized against a job median of {ctx.job_util:.0f}%"
@@ -234,7 +237,8 @@ def _gpu_findings(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> l
                                "This GPU waits while its peers compute: look for a data-loading or CPU bottleneck on "
                                "its rank, or a rank placed on the wrong GPU." if real else
                                f"Not an outlier by this run's samples: {ctx.util_outliers.reason or 'other GPUs are as low'}.",
-                               util_gpu_pct=util, job_median_util_pct=ctx.job_util, gap_threshold=threshold("gpu_health.util_gap_pct"),
+                               util_gpu_pct=util, job_median_util_pct=ctx.job_util,
+                               gap_threshold=threshold("gpu_health.util_gap_pct"),
                                confidence=ctx.util_outliers.confidence,
                                significance={"confidence": round(ctx.util_outliers.confidence, 4),
                                              "trials": ctx.util_outliers.trials}))

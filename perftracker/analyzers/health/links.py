@@ -79,7 +79,8 @@ def _inc(rows: pd.DataFrame, name: str) -> float:
 
 def _what_peer_saw(analysis: Analysis, host: str, down: Down, judged: dict[str, dict[str, str]]) -> dict[str, Any]:
     """What `host` (not the one whose link went down) saw during `down`: TCP trouble, stopped traffic."""
-    lo, hi = down.start_ns - threshold_int("link_stalls.slack_ns"), (down.end_ns if down.end_ns >= 0 else down.start_ns) + threshold_int("link_stalls.slack_ns")
+    slack = threshold_int("link_stalls.slack_ns")
+    lo, hi = down.start_ns - slack, (down.end_ns if down.end_ns >= 0 else down.start_ns) + slack
     seen: dict[str, Any] = {"host": host}
     tcp = _series(analysis, host, "")
     during = tcp[(tcp["t1_ns"] > lo) & (tcp["t0_ns"] < hi)] if not tcp.empty else tcp
@@ -236,7 +237,8 @@ def _errors(analysis: Analysis, judged: dict[str, dict[str, str]]) -> list[Findi
                 evidence={"host": host, "iface": iface, "check": "errors",
                           "errors_per_s": {n: round(v, 4) for n, v in errors.items()},
                           "drops": {n: {"per_s": round(v, 3), "share": round(sh, 5)} for n, (v, sh) in drops.items()},
-                          "thresholds": {"errors_per_s": threshold("links.errors_per_s"), "drops_per_s": threshold("links.drops_per_s"),
+                          "thresholds": {"errors_per_s": threshold("links.errors_per_s"),
+                                         "drops_per_s": threshold("links.drops_per_s"),
                                          "drop_share": threshold("links.drop_share")},
                           "window": {"start_ns": int(s["t0_ns"].min()), "end_ns": int(s["t1_ns"].max())}},
                 hosts=(host,), key=f"links:errors:{host}:{iface}"))

@@ -206,7 +206,8 @@ def _port_findings(r: Any, summary: pd.DataFrame) -> list[Finding]:
     cong = {n: float(r[f"{n}/s"]) for n in CNP_NAMES if r[f"{n}/s"] >= threshold("rdma.cnp_per_s")}
     if r["port_xmit_wait/s"] >= threshold("rdma.xmit_wait_per_s"):
         cong["port_xmit_wait"] = float(r["port_xmit_wait/s"])
-    cong.update({n: float(r[f"{n}/s"]) for n in ("port_xmit_discards", "out_of_buffer") if r[f"{n}/s"] >= threshold("rdma.drops_per_s")})
+    drops = threshold("rdma.drops_per_s")
+    cong.update({n: float(r[f"{n}/s"]) for n in ("port_xmit_discards", "out_of_buffer") if r[f"{n}/s"] >= drops})
     if cong:
         out.append(_finding(r, "congestion", Severity.WARNING, f"Congestion on RDMA port {_where(r)}: " + ", ".join(
                             f"{n} {v:,.0f}/s" for n, v in cong.items()),
@@ -214,7 +215,8 @@ def _port_findings(r: Any, summary: pd.DataFrame) -> list[Finding]:
                             "oversubscribed links or many flows sharing this rail; spread traffic over all rails.",
                             rates={f"{n}_per_s": round(v, 1) for n, v in cong.items()},
                             peak_rates={f"{n}_per_s": round(float(r[f"{n}/s_peak"]), 1) for n in cong},
-                            thresholds={"cnp_per_s": threshold("rdma.cnp_per_s"), "xmit_wait_per_s": threshold("rdma.xmit_wait_per_s"),
+                            thresholds={"cnp_per_s": threshold("rdma.cnp_per_s"),
+                                        "xmit_wait_per_s": threshold("rdma.xmit_wait_per_s"),
                                         "drops_per_s": threshold("rdma.drops_per_s")}))
     return out
 
@@ -242,7 +244,8 @@ def _idle_rails(summary: pd.DataFrame, store: Store) -> list[Finding]:
                                 traffic_gbps=round(float(r["traffic"]), 3),
                                 busiest={"device": busiest["device"], "port": busiest["port"],
                                          "gbps": round(float(busiest["traffic"]), 3)},
-                                busy_ports=busy, nccl_ib_hca=_hca_settings(store), idle_share=threshold("rdma.idle_rail_share")))
+                                busy_ports=busy, nccl_ib_hca=_hca_settings(store),
+                                idle_share=threshold("rdma.idle_rail_share")))
     return out
 
 

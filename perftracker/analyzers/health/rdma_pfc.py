@@ -188,7 +188,8 @@ def _pause_finding(p: _Port, direction: str) -> Finding | None:
                   f"not post receive buffers. This host may be the slow receiver pausing the fabric. {qos}")
     return p.finding(f"pfc_{direction}", Severity.WARNING, title, advice, priority=prio, priorities=stats,
                      share_of_time=worst["paused_share"] or 0.0, congestion_control=cc,
-                     thresholds={"paused_share": threshold("rdma_pfc.pause_share"), "pause_frames_per_s": threshold("rdma_pfc.pause_frames_per_s")})
+                     thresholds={"paused_share": threshold("rdma_pfc.pause_share"),
+                                 "pause_frames_per_s": threshold("rdma_pfc.pause_frames_per_s")})
 
 
 def _storm_finding(p: _Port) -> Finding | None:

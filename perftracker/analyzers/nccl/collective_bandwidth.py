@@ -81,7 +81,8 @@ def analyze_inspector_bandwidth(analysis: Analysis) -> list[Finding]:
         return []
     rows = analysis.view(inspector_collectives_view)
     groups = [((str(comm), str(op), int(str(nbytes))), part.sort_values("seq"))
-              for (comm, op, nbytes), part in series.groupby(["comm_id", "op", "bytes"]) if len(part) >= threshold_int("degradation.min_steps")]
+              for (comm, op, nbytes), part in series.groupby(["comm_id", "op", "bytes"])
+              if len(part) >= threshold_int("degradation.min_steps")]
     peer_sets = [part for _, part in series.groupby(["op", "bytes", "comm_size"]) if part["comm_id"].nunique() >= 3]
     tests = max(len(groups) + len(peer_sets), 1)
     findings = [f for key, part in groups if (f := _over_time(rows, key, part, tests)) is not None]
@@ -102,7 +103,8 @@ def _over_time(rows: pd.DataFrame, key: tuple[str, str, int], part: pd.DataFrame
     drop = 1.0 - after / before if before > 0 else 0.0
     extra = cp.after_s - cp.before_s
     return Finding(
-        analyzer="nccl_bandwidth", severity=Severity.CRITICAL if drop >= threshold("nccl.bandwidth.critical_drop") else Severity.WARNING,
+        analyzer="nccl_bandwidth",
+        severity=Severity.CRITICAL if drop >= threshold("nccl.bandwidth.critical_drop") else Severity.WARNING,
         title=(f"NCCL {op} of {size} on communicator {name} got slower from collective #{cp.step}: bus bandwidth "
                f"{before:.1f} -> {after:.1f} GB/s (-{100 * drop:.0f}%, NCCL Inspector)"),
         recommendation=("The transfer itself slowed (the last rank to arrive waits for no one, and its time rose), "

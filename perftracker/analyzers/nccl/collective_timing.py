@@ -106,7 +106,8 @@ def analyze_inspector_stragglers(analysis: Analysis) -> list[Finding]:
     verdicts: dict[tuple[int, ...], list[tuple[str, pd.DataFrame, OutlierVerdict]]] = {}
     for comm in comms:
         part = late[late["comm_id"] == comm]
-        verdict = judge_outliers(_trials(part), min_effect=threshold("nccl.timing.min_lateness_s"), alpha=threshold("straggler.alpha") / len(comms))
+        verdict = judge_outliers(_trials(part), min_effect=threshold("nccl.timing.min_lateness_s"),
+                                 alpha=threshold("straggler.alpha") / len(comms))
         if verdict.significant:
             verdicts.setdefault(tuple(int(r) for r in verdict.ranks), []).append((str(comm), part, verdict))
     return [_finding(analysis.store, ranks, named) for ranks, named in sorted(verdicts.items())]
@@ -148,7 +149,8 @@ def _finding(store: Store, ranks: tuple[int, ...], named: list[tuple[str, pd.Dat
               "look at what it does before the collective (its own compute, data loading, CPU contention or "
               "throttling on its host: `perftracker attach` with stacks or a profiler trace of a few steps of "
               "every rank shows where its time goes).")
-    return Finding(analyzer="nccl_straggler", severity=Severity.CRITICAL if share >= threshold("nccl.timing.critical_share") else Severity.WARNING,
+    return Finding(analyzer="nccl_straggler",
+                   severity=Severity.CRITICAL if share >= threshold("nccl.timing.critical_share") else Severity.WARNING,
                    title=title, recommendation=advice, evidence=evidence,
                    ranks=ranks, hosts=hosts, confidence=verdict.confidence,
                    cost=Cost(per_step, share), key=f"nccl_straggler:{','.join(map(str, ranks))}")

@@ -130,7 +130,9 @@ def _variance(share: float, samples: int) -> float:
 
 
 def _p_family(z: float, tests: int) -> float:
-    return 1.0 if z < threshold("online.baseline.z_min") else min(1.0, 0.5 * math.erfc(z / math.sqrt(2.0)) * max(tests, 1))
+    if z < threshold("online.baseline.z_min"):
+        return 1.0
+    return min(1.0, 0.5 * math.erfc(z / math.sqrt(2.0)) * max(tests, 1))
 
 
 Windows = tuple[dict[int, WindowProfile], dict[int, WindowProfile]]
@@ -298,7 +300,8 @@ def _finding(rank: int, wait: Change | None, work: list[Change], windows: Window
                   "recorded when the watch armed; each change on this rank minus its median change on the others",
         "significance": {"test": "stopped waiting" if wait is not None else "own work moved",
                          "z": round(best.z, 2), "p_family": best.p_family, "confidence": round(confidence, 4),
-                         "alpha": threshold("straggler.alpha"), "design_effect": threshold("online.baseline.design_effect")},
+                         "alpha": threshold("straggler.alpha"),
+                         "design_effect": threshold("online.baseline.design_effect")},
     }
     share = abs(best.excess)
     cost = Cost(seconds_per_step=share * step_s, share_of_step=share) if step_s else Cost()

@@ -47,7 +47,8 @@ def series_alarm(series: StepSeries, window: int = DEFAULT_WINDOW, rise: float =
     line = best * (1.0 + rise / 2)
     if float(recent.min()) <= line:
         return None
-    spread = max(float(np.median(np.abs(earlier - np.median(earlier)))) * 1.4826, threshold("online.burst.min_spread") * best)
+    spread = max(float(np.median(np.abs(earlier - np.median(earlier)))) * 1.4826,
+                 threshold("online.burst.min_spread") * best)
     if current - best <= threshold("online.burst.noise_k") * spread:
         return None
     below = np.nonzero(y <= line)[0]

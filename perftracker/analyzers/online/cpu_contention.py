@@ -102,7 +102,8 @@ def _finding(host: str, hit: list[RankWindow], before: dict[int, RankWindow], st
         "method": "the kernel's scheduler accounting (/proc/<pid>/task/*/schedstat: time runnable but waiting on a "
                   "run queue), summed over each rank's threads, at the start and end of the incident's and the "
                   "baseline's stack recording",
-        "thresholds": {"wait_share_min": threshold("online.cpu.wait_share_min"), "rise_min": threshold("online.cpu.rise_min"), "no_baseline_min": threshold("online.cpu.no_baseline_min")},
+        "thresholds": {"wait_share_min": threshold("online.cpu.wait_share_min"),
+                       "rise_min": threshold("online.cpu.rise_min"), "no_baseline_min": threshold("online.cpu.no_baseline_min")},
     }
     cost = Cost(seconds_per_step=share * step_s, share_of_step=min(1.0, share)) if step_s else Cost()
     return Finding("cpu_contention", Severity.WARNING, title, rec, evidence, ranks=tuple(ranks), hosts=(host,),

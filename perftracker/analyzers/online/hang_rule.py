@@ -21,7 +21,8 @@ def step_stall(quiet_ns: int | None, median_step_ns: int | None, steps_known: in
     """None when the steps known are too few to judge, "" when they keep coming, else why it is a stall."""
     if median_step_ns is None or quiet_ns is None or steps_known < threshold_int("online.hang.min_steps"):
         return None
-    if quiet_ns <= max(threshold("online.hang.stall_factor") * median_step_ns, threshold("online.hang.min_stall_s") * 1e9):
+    if quiet_ns <= max(threshold("online.hang.stall_factor") * median_step_ns,
+                       threshold("online.hang.min_stall_s") * 1e9):
         return ""
     factor = threshold("online.hang.stall_factor")
     return (f"no step for {quiet_ns / 1e9:.0f} s ({factor:g}x the median step time is "

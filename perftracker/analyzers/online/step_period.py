@@ -51,7 +51,8 @@ def entries(burst: StackBurst, depth: int) -> dict[tuple[str, ...], np.ndarray]:
         if cut and cut != previous:
             found.setdefault(cut, []).append(at)
         previous = cut
-    return {cut: np.asarray(times) for cut, times in found.items() if len(times) >= threshold_int("online.period.min_entries")}
+    least = threshold_int("online.period.min_entries")
+    return {cut: np.asarray(times) for cut, times in found.items() if len(times) >= least}
 
 
 def rayleigh(times: list[np.ndarray], freqs: np.ndarray) -> np.ndarray:
@@ -69,7 +70,8 @@ def _fundamental(z: np.ndarray, n: int) -> int | None:
     top = float(z.max()) if len(z) else 0.0
     if top <= 0:
         return None
-    floor = max(threshold("online.period.harmonic_share") * top, threshold("online.period.min_z"), threshold("online.period.min_confidence") ** 2 * n)
+    floor = max(threshold("online.period.harmonic_share") * top, threshold("online.period.min_z"),
+                threshold("online.period.min_confidence") ** 2 * n)
     for i in range(len(z)):
         left = z[i - 1] if i > 0 else -np.inf
         right = z[i + 1] if i + 1 < len(z) else -np.inf
@@ -118,7 +120,8 @@ def estimate_period(burst: StackBurst) -> StepPeriod | None:
         if len(tried) > MAX_DEPTHS_TRIED:
             break
         got = _at_depth(burst, found, f_lo, f_hi)
-        if got is not None and got[2] >= threshold("online.period.min_z") and got[1] >= threshold("online.period.min_confidence") and (best is None or got[1] > best[1]):
+        if (got is not None and got[2] >= threshold("online.period.min_z")
+                and got[1] >= threshold("online.period.min_confidence") and (best is None or got[1] > best[1])):
             best = (got[0], got[1], got[2], depth)
     if best is None:
         return None

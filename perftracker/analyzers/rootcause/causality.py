@@ -146,7 +146,8 @@ def relation(signal: Finding, locus: str, window: tuple[int, int] | None) -> Rel
     if window is None or not spans:
         return Relation("explains", "it acts where the extra time is (no wall times to compare)")
     start, end = window
-    if any(s <= end + threshold_int("rootcause.time_slack_ns") and e >= start - threshold_int("rootcause.time_slack_ns") for s, e in spans):
+    slack = threshold_int("rootcause.time_slack_ns")
+    if any(s <= end + slack and e >= start - slack for s, e in spans):
         return Relation("explains", "it acts where the extra time is, during the late steps")
     first, last = min(s for s, _ in spans), max(e for _, e in spans)
     return Relation("also seen on that host", f"it was seen {_clock(first)} to {_clock(last)}, not while the rank "

@@ -60,9 +60,9 @@ def spikes(series: pd.Series) -> pd.Series:
     high = (z > threshold("degradation.spike_z")) & (values > threshold("degradation.spike_ratio") * median)
     # A spike stands alone: a slow step with slow neighbours is part of a sustained shift (which the change
     # point must see), not a one-off such as a checkpoint.
-    padded = np.concatenate([np.zeros(threshold_int("degradation.spike_neighbours"), bool), high, np.zeros(threshold_int("degradation.spike_neighbours"), bool)])
-    near = sum(padded[threshold_int("degradation.spike_neighbours") + d:len(padded) - threshold_int("degradation.spike_neighbours") + d].astype(int)
-               for d in range(-threshold_int("degradation.spike_neighbours"), threshold_int("degradation.spike_neighbours") + 1) if d != 0)
+    k = threshold_int("degradation.spike_neighbours")
+    padded = np.concatenate([np.zeros(k, bool), high, np.zeros(k, bool)])
+    near = sum(padded[k + d:len(padded) - k + d].astype(int) for d in range(-k, k + 1) if d != 0)
     return pd.Series(high & (near <= 1), index=series.index)
 
 
@@ -213,7 +213,8 @@ def _change_finding(store: Store, cp: ChangePoint) -> Finding:
                   "(CPU contention, memory pressure), GPU clocks and thermals across the node, a data change "
                   "(longer sequences), or a growing Python-side structure (lists of tensors, logging).")
     return Finding(
-        analyzer="degradation", severity=Severity.WARNING if cp.rise < threshold("degradation.critical_rise") else Severity.CRITICAL,
+        analyzer="degradation",
+        severity=Severity.WARNING if cp.rise < threshold("degradation.critical_rise") else Severity.CRITICAL,
         title=title, recommendation=advice, evidence=evidence, ranks=tuple(ranks), hosts=hosts,
         confidence=verdict.confidence,
         cost=Cost(cp.after_s - cp.before_s, (cp.after_s - cp.before_s) / cp.after_s), key="degradation:change",

@@ -78,7 +78,8 @@ def deepest(frames: dict[str, float], depth: dict[str, int], user_only: bool) ->
     if not frames:
         return None
     top = max(frames.values())
-    near = [f for f, v in frames.items() if v >= threshold("stack_profile.near_max") * top and (is_user_frame(f) or not user_only)]
+    cut = threshold("stack_profile.near_max") * top
+    near = [f for f, v in frames.items() if v >= cut and (is_user_frame(f) or not user_only)]
     return max(near, key=lambda f: (depth.get(f, 0), frames[f])) if near else None
 
 
@@ -112,7 +113,8 @@ def rank_profiles_view(analysis: Analysis) -> dict[int, tuple[dict[str, float], 
 
 
 def _with_enough_samples(analysis: Analysis) -> dict[int, tuple[dict[str, float], dict[str, int], int]]:
-    return {r: p for r, p in analysis.view(rank_profiles_view).items() if p[2] >= threshold_int("stack_profile.min_samples")}
+    least = threshold_int("stack_profile.min_samples")
+    return {r: p for r, p in analysis.view(rank_profiles_view).items() if p[2] >= least}
 
 
 def judgeable(analysis: Analysis) -> bool:
@@ -156,7 +158,8 @@ def _finding(rank: int, excess: dict[str, float], per_rank: dict[int, tuple[dict
     shares, depth, total = per_rank[rank]
     where = deepest(excess, depth, user_only=True) or deepest(excess, depth, user_only=False) or ""
     leaf = deepest(excess, depth, user_only=False) or where
-    deficit = {f: m - shares.get(f, 0.0) for f, m in median.items() if m - shares.get(f, 0.0) >= threshold("stack_profile.excess") / 2}
+    half = threshold("stack_profile.excess") / 2
+    deficit = {f: m - shares.get(f, 0.0) for f, m in median.items() if m - shares.get(f, 0.0) >= half}
     all_depths: dict[str, int] = {}
     for _, d, _ in per_rank.values():
         for f, v in d.items():

@@ -209,7 +209,8 @@ def analyze_stragglers(analysis: Analysis) -> list[Finding]:
         if r in named:
             continue
         findings.append(Finding(
-            analyzer="straggler", severity=Severity.CRITICAL if share >= threshold("straggler.critical_cost_share") else Severity.WARNING,
+            analyzer="straggler",
+            severity=Severity.CRITICAL if share >= threshold("straggler.critical_cost_share") else Severity.WARNING,
             title=(f"Rank {r} is a communication straggler: collectives it takes part in transfer "
                    f"{evidence['transfer_excess_ms']:.2f} ms longer than like collectives without it "
                    f"(typical {evidence['typical_transfer_ms']:.2f} ms); {fmt_ms(cost)} per step"),

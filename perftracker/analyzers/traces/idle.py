@@ -117,7 +117,8 @@ def _gaps_for(group: pd.DataFrame, launches: pd.DataFrame, syncs: pd.DataFrame, 
     lo = np.searchsorted(sync_end, gap_start, side="left")
     hi = np.searchsorted(sync_end, launch_ref, side="right")
     synced = hi > lo
-    category[host_late] = np.where((gap_end - gap_start)[host_late] < threshold_int("idle.launch_gap_ns"), "launch", "host")
+    category[host_late] = np.where((gap_end - gap_start)[host_late] < threshold_int("idle.launch_gap_ns"),
+                                   "launch", "host")
     category[host_late & synced] = "sync"
     category[crossed] = "between_steps"
     return pd.DataFrame({"rank": rank, "window": window, "start_ns": gap_start, "dur_ns": gap_end - gap_start,
