@@ -10,7 +10,7 @@ the `live/diagnosis.py` seam) three questions: did a rank's steps get slower (de
 began at; only ranks with new steps, at most RANKS_PER_LOOK a look, those unjudged longest first), has the
 job stopped (hang; also when the StackSampler's stack check raised a hang suspicion), and, every
 `host_check_s` (600 s; one check costs ~0.3-0.5 s of CPU) or at once when a link state change or an XID was
-recorded, do the latest NVML / RDMA / net records show a host problem. The rules are armed once a series holds 2 x `window` steps after the
+recorded, do the latest NVML / RDMA / net records show a host problem (`live/host_check.py`). The rules are armed once a series holds 2 x `window` steps after the
 warm-up: with the hook's history copied at attach, at once on a job already stepping; else after 2 x N steps
 (20 steps of a 0.5 s job: 10 s). The steady state does no pandas and writes nothing but `--prom` (when steps
 or incidents came, else every PUBLISH_S).
@@ -26,10 +26,6 @@ stacks side by side and the steps so far) is recorded once. `WatchState` is what
 
 from __future__ import annotations
 
-import glob
-import re
-import shutil
-import tempfile
 import threading
 import time
 from collections import deque
@@ -40,17 +36,15 @@ from typing import Any
 
 import numpy as np
 
-from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.collectors.steps import parse_step_lines
+from perftracker.live.host_check import HostCheck
 from perftracker.live.incidents import (
-    COUNTERS_TAIL_BYTES,
     CapturePlan,
     IncidentRecord,
     IncidentReporter,
     baseline_capture,
     baseline_folder,
     capture_incident,
-    copy_tail,
     folder_bytes,
     incident_folder,
 )
@@ -65,16 +59,7 @@ from perftracker.store.alarms import Alarm, StepSeries
 SERIES_STEPS = 400  # per rank: the rules look at 20 x N steps at most (N = 10 by default)
 RESCAN_S = 5.0
 PUBLISH_S = 10.0  # --prom is rewritten when steps or incidents came, else this often
-# Host signals judged at once: a link state record (only the net sampler's link watcher writes this key,
-# netdev.state_record), an XID (a GPU sample's non-empty "xid" list, nvml_sampler)
-URGENT = re.compile(rb'"changed_within_s"|"xid":\s*\[\s*\d')
 RANKS_PER_LOOK = 4  # the degradation rule judges at most this many ranks a second (round robin): bounded CPU
-
-
-def own_counters(ctx: LiveContext, kind: str = "*") -> list[Path]:
-    """This host's counter files (`counters/<host>.<kind>.jsonl`; kind net, gpu, rdma or * for all): in a run directory the watchers of several nodes
-    share, each judges its own host's signals (another node's flap is that node's watcher's incident)."""
-    return list((ctx.run_dir / "counters").glob(f"{glob.escape(ctx.host)}.{kind}.jsonl"))
 
 
 @dataclass
@@ -148,12 +133,9 @@ class WatchSampler:
     _built: dict[int, StepSeries] = field(default_factory=dict)  # rank -> its series in step order, until new steps
     _steps: StepState | None = None  # the job's step progress: the steps sampler's (with a feed), else its own
     _steps_lock: threading.Lock = field(default_factory=threading.Lock)  # ctx.lock when it is the steps sampler's
-    _counter_tails: dict[Path, LineTail] = field(default_factory=dict)
-    _next_urgent_look: float = 0.0
+    hosts: HostCheck = field(default_factory=HostCheck)  # when and how the host's counters are judged
     _next_publish: float = 0.0
     _next_scan: float = 0.0
-    _next_host: float = 0.0
-    _counter_sizes: tuple[int, ...] = ()
     _fresh: set[int] = field(default_factory=set)  # ranks with steps the degradation rule has not judged yet
     _judged: dict[int, int] = field(default_factory=dict)  # rank -> when (in steps read) it was last judged
     _last_by_kind: dict[str, float] = field(default_factory=dict)
@@ -165,10 +147,19 @@ class WatchSampler:
     stacks: StackSampler | None = None  # the session's: its lock keeps two native dumps off one rank at once
     _started_s: float = 0.0
 
+    @property
+    def _next_urgent_look(self) -> float:
+        return self.hosts.next_urgent_look
+
+    @_next_urgent_look.setter
+    def _next_urgent_look(self, value: float) -> None:
+        self.hosts.next_urgent_look = value
+
     def start(self, ctx: LiveContext) -> None:
         self._started_s = time.time()
         self.bursts.window = self.options.burst_window
-        self._next_host = time.monotonic() + self.options.host_check_s
+        self.hosts.every_s = self.options.host_check_s
+        self.hosts.start()
         if self.stacks is None and find_pyspy() is not None:
             self.stacks = StackSampler()
             self.stacks.pyspy = find_pyspy()
@@ -289,46 +280,14 @@ class WatchSampler:
                 hang = Alarm("hang", suspicion, step=max(self.state.last_step.values(), default=-1))
             if hang is not None:
                 alarms.append(hang)
-        if time.monotonic() >= self._next_host or self._urgent_host_signal(ctx):
-            self._next_host = time.monotonic() + self.options.host_check_s
-            host = self._host_check(ctx)
-            if host is not None:
-                alarms.append(host)
+        host = self.hosts.look(ctx)
+        if host is not None:
+            alarms.append(host)
         for alarm in alarms:
             self._open(ctx, alarm)
         if self.options.publish is not None and (new or alarms or time.monotonic() >= self._next_publish):
             self._next_publish = time.monotonic() + PUBLISH_S
             self.options.publish(self.state)
-
-    def _urgent_host_signal(self, ctx: LiveContext) -> bool:
-        """Did a sampler record something the host check must judge now (every RESCAN_S, in the new bytes of the
-        counters, no JSON parsed): a link state change in `*.net.jsonl` (the net sampler's link watcher), an XID
-        in `*.gpu.jsonl` (NVML's event watcher)?"""
-        if time.monotonic() < self._next_urgent_look:
-            return False
-        self._next_urgent_look = time.monotonic() + RESCAN_S
-        for path in [*own_counters(ctx, "net"), *own_counters(ctx, "gpu")]:
-            if path not in self._counter_tails:  # from its end: what was there is judged by the periodic check
-                self._counter_tails[path] = LineTail(path, path.stat().st_size)
-        return any(URGENT.search(line) for tail in self._counter_tails.values() for line in tail.read_lines())
-
-    def _host_check(self, ctx: LiveContext) -> Alarm | None:
-        files = sorted(own_counters(ctx))
-        sizes = tuple(f.stat().st_size for f in files if f.is_file())
-        if not files or sizes == self._counter_sizes:
-            return None
-        self._counter_sizes = sizes
-        tmp = Path(tempfile.mkdtemp(prefix="perftracker-watch-"))
-        try:
-            for f in files:
-                copy_tail(f, tmp / "counters" / f.name, COUNTERS_TAIL_BYTES // 4)
-            store = load_path(tmp, LoadOptions(cache_dir=None, workers=1))
-            return ctx.diagnosis.host_alarm(store)
-        except Exception as exc:  # noqa: BLE001  a partial record must not stop the watch
-            ctx.note(f"watch: host counters not judged ({type(exc).__name__}: {exc})")
-            return None
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
 
     # -- incidents ------------------------------------------------------------------------------
     def _open(self, ctx: LiveContext, alarm: Alarm) -> None:
@@ -382,8 +341,9 @@ class WatchSampler:
     def stop(self, ctx: LiveContext) -> None:
         """Ends the recordings (they write what they have); the capture in progress is kept and analyzed."""
         self._stop.set()
-        for tail in [*self._tails.values(), *self._counter_tails.values()]:
+        for tail in self._tails.values():
             tail.close()
+        self.hosts.close()
         for thread in (self._baseline, self._capture):
             if thread is not None:
                 thread.join(timeout=120)
