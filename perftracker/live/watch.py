@@ -4,7 +4,7 @@ online rule fires.
 Promise: `WatchSampler` (name ``watch``, once a second) takes the step records that came since its last look
 (from the steps sampler's `StepFeed`, parsed once there; without one, from the new bytes of the run
 directory's step files `steps/rank-<r>.jsonl`; rank -1 is the job as a whole) into a bounded per-rank series
-(the last SERIES_STEPS steps, plain deques) and the job's step progress (`live/step_state.py`: last step per rank,
+(`live/watch_series.py`: the last SERIES_STEPS steps, plain deques) and the job's step progress (`live/step_state.py`: last step per rank,
 the typical step; the steps sampler's own `ctx.progress.steps` when fed by it, one state for the session), and asks `ctx.diagnosis` (the analyzers' online rules, through
 the `live/diagnosis.py` seam) three questions: did a rank's steps get slower (degradation, with the step it
 began at; only ranks with new steps, at most RANKS_PER_LOOK a look, those unjudged longest first), has the
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,12 +53,11 @@ from perftracker.live.stacks import StackSampler, find_pyspy
 from perftracker.live.step_feed import StepFeed
 from perftracker.live.step_state import StepState
 from perftracker.live.steps_sampler import LineTail
+from perftracker.live.watch_series import RankSeriesBook
 from perftracker.store.alarms import Alarm, StepSeries
 
-SERIES_STEPS = 400  # per rank: the rules look at 20 x N steps at most (N = 10 by default)
 RESCAN_S = 5.0
 PUBLISH_S = 10.0  # --prom is rewritten when steps or incidents came, else this often
-RANKS_PER_LOOK = 4  # the degradation rule judges at most this many ranks a second (round robin): bounded CPU
 
 
 @dataclass
@@ -95,33 +93,6 @@ class WatchState:
 
 
 @dataclass
-class _RankSteps:
-    """One rank's last SERIES_STEPS steps and durations (ns), as they came, in two plain deques."""
-
-    steps: deque[int] = field(default_factory=lambda: deque(maxlen=SERIES_STEPS))
-    durations: deque[int] = field(default_factory=lambda: deque(maxlen=SERIES_STEPS))
-    ordered: bool = True  # every step came after the one before (one source; the usual case)
-
-    def add(self, step: int, duration_ns: int) -> None:
-        if self.steps and step < self.steps[-1]:
-            self.ordered = False
-        self.steps.append(step)
-        self.durations.append(duration_ns)
-
-    def series(self, rank: int) -> StepSeries:
-        """The series in step order (sorted once when steps came out of order)."""
-        if not self.ordered:
-            pairs = sorted(zip(self.steps, self.durations))
-            self.steps.clear()
-            self.durations.clear()
-            self.steps.extend(step for step, _ in pairs)
-            self.durations.extend(dur for _, dur in pairs)
-            self.ordered = True
-        return StepSeries(rank, np.fromiter(self.steps, dtype=np.int64, count=len(self.steps)),
-                          np.fromiter(self.durations, dtype=np.int64, count=len(self.durations)))
-
-
-@dataclass
 class WatchSampler:
     options: WatchOptions = field(default_factory=WatchOptions)
     name: str = "watch"
@@ -129,15 +100,12 @@ class WatchSampler:
     state: WatchState = field(default_factory=WatchState)
     feed: StepFeed | None = None  # the steps sampler's records, parsed once there; None: the step files are read here
     _tails: dict[Path, LineTail] = field(default_factory=dict)
-    _series: dict[int, _RankSteps] = field(default_factory=dict)  # rank -> its last steps, as they came
-    _built: dict[int, StepSeries] = field(default_factory=dict)  # rank -> its series in step order, until new steps
+    book: RankSeriesBook = field(default_factory=RankSeriesBook)  # each rank's last steps, whose turn to be judged
     _steps: StepState | None = None  # the job's step progress: the steps sampler's (with a feed), else its own
     _steps_lock: threading.Lock = field(default_factory=threading.Lock)  # ctx.lock when it is the steps sampler's
     hosts: HostCheck = field(default_factory=HostCheck)  # when and how the host's counters are judged
     _next_publish: float = 0.0
     _next_scan: float = 0.0
-    _fresh: set[int] = field(default_factory=set)  # ranks with steps the degradation rule has not judged yet
-    _judged: dict[int, int] = field(default_factory=dict)  # rank -> when (in steps read) it was last judged
     _last_by_kind: dict[str, float] = field(default_factory=dict)
     _hang_open: bool = False
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -204,14 +172,9 @@ class WatchSampler:
                 continue
             rank, step, end_ns = int(rec["rank"]), int(rec["step"]), int(rec["end_ns"])
             duration = end_ns - int(rec["start_ns"])
-            series = self._series.get(rank)
-            if series is None:
-                series = self._series[rank] = _RankSteps()
-            series.add(step, duration)
+            self.book.add(rank, step, duration)
             if own:
                 steps.add(rank, step, end_ns - duration, end_ns)
-            self._fresh.add(rank)
-            self._built.pop(rank, None)
         if records:
             with self._steps_lock:
                 self.state.last_step = dict(steps.last_step)
@@ -219,18 +182,10 @@ class WatchSampler:
 
     def series_of(self, rank: int) -> StepSeries:
         """One rank's series in step order (built when asked, kept until its next step)."""
-        built = self._built.get(rank)
-        if built is None:
-            built = self._built[rank] = self._series[rank].series(rank)
-        return built
+        return self.book.series_of(rank)
 
     def series(self) -> list[StepSeries]:
-        return [self.series_of(rank) for rank in sorted(self._series)]
-
-    def _counted(self, rank: int) -> int:
-        """Steps after the first two (the warm-up) in a rank's series."""
-        series = self._series.get(rank)
-        return sum(1 for step in series.steps if step >= 2) if series is not None else 0
+        return [self.book.series_of(rank) for rank in self.book.ranks()]
 
     def _median(self) -> int | None:
         """The job's typical step (`StepState.median_step_ns`, the one definition the stack sampler uses too)."""
@@ -253,16 +208,13 @@ class WatchSampler:
         if new:
             self._hang_open = False  # steps came: a later stall is a new hang
         n = self.options.window
-        if not self.state.armed and (any(self._counted(r) >= 2 * n for r in self._fresh) or self.bursts.ready()):
+        if not self.state.armed and (any(self.book.counted(r) >= 2 * n for r in self.book.fresh) or self.bursts.ready()):
             self.state.armed, self.state.armed_at_s = True, time.time()
             self._start_baseline(ctx)
         alarms: list[Alarm] = []
         diagnosis = ctx.diagnosis
-        if self._fresh:  # the ranks with new steps, at most RANKS_PER_LOOK a look, longest unjudged first
-            turn = sorted(self._fresh, key=lambda r: self._judged.get(r, 0))[:RANKS_PER_LOOK]
-            self._fresh.difference_update(turn)
-            self._judged.update((r, self._known) for r in turn)
-            looked = [self.series_of(r) for r in sorted(turn)]
+        if self.book.fresh:  # the ranks with new steps, at most RANKS_PER_LOOK a look, longest unjudged first
+            looked = self.book.turn(self._known)
             self._update_levels(looked)
             found = diagnosis.degradation_alarm(looked, n, self.options.rise) if self.state.armed else None
             if found is not None:
@@ -302,8 +254,7 @@ class WatchSampler:
             self._hang_open = True
         if alarm.kind == "degradation":  # the slower level becomes the new normal: only a further change fires
             self.bursts.clear()
-            self._series.clear()
-            self._built, self._fresh = {}, set()
+            self.book.clear()
             if self._steps is not None:
                 with self._steps_lock:
                     self._steps.restart()  # the typical step is built again from the slower steps
@@ -353,7 +304,7 @@ class WatchSampler:
     def status(self) -> str:
         st = self.state
         if not st.armed:
-            most = max((self._counted(rank) for rank in list(self._series)), default=0)
+            most = max((self.book.counted(rank) for rank in self.book.ranks()), default=0)
             text = f"arming: {most}/{2 * self.options.window} steps"
             if self.bursts.most():
                 text += f", {self.bursts.most()}/{2 * self.bursts.window} stack bursts"
