@@ -7,6 +7,7 @@ as `attach --watch` wires them) and the watcher (the analyzers' online rules) on
 prints each one's thread CPU per second, after ``--warmup`` seconds (arming, the baseline). ``--files``
 makes the watcher read the step files itself instead (no feed), as before the feed existed. No job, no
 other sampler: the share that grows with step records a second, measured apart from the job's load.
+``--offline-change-point`` confirms with the offline change point instead of its lean twin (what the twin saves).
 
     .venv/bin/python benchmarks/bench_watch_replay.py --ranks 8 --steps-per-s 12 --seconds 100
 """
@@ -46,7 +47,16 @@ def main() -> int:
                         "rank's steps alike, by |N(0, jitter)| (0.3: a loaded machine, on which the degradation rule's "
                         "trigger fires often)")
     parser.add_argument("--files", action="store_true", help="the watcher reads the step files (no feed)")
+    parser.add_argument("--offline-change-point", action="store_true", help="the degradation rule confirms with the "
+                        "offline change point (pandas) instead of its lean twin analyzers/online/change_point.py")
     args = parser.parse_args()
+    if args.offline_change_point:
+        import pandas as pd
+
+        from perftracker.analyzers.online import step_rules
+        from perftracker.analyzers.stragglers.degradation import change_point
+
+        step_rules.change_point = lambda y, steps: change_point(pd.Series(y, index=steps))  # type: ignore[assignment]
     tmp = Path(tempfile.mkdtemp(prefix="bench-watch-replay-"))
     workers = [Worker(rank=r, local_rank=r, pid=os.getpid(), host="h", cmdline="train.py", run_id="",
                       world_size=args.ranks, parent=1) for r in range(args.ranks)]

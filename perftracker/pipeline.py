@@ -38,6 +38,8 @@ from perftracker.analyzers.failures.fold import fold_failures
 from perftracker.analyzers.findings import Finding, rank_findings
 from perftracker.analyzers.registry import run_analyzers
 from perftracker.analyzers.rootcause import link_findings
+from perftracker.analyzers.thresholds import Thresholds
+from perftracker.analyzers.thresholds import active as active_thresholds
 from perftracker.analyzers.traces.merged_timeline import DEFAULT_MAX_EVENTS, MergedTimeline, merged_timeline
 from perftracker.analyzers.views import REPORT_VIEWS
 from perftracker.collectors.loading import LoadOptions, load_path
@@ -88,20 +90,23 @@ def writing(path: Path, option: str = "-o") -> Iterator[None]:
 
 
 def analyze_path(path: Path, out_dir: Path, options: LoadOptions, hta_compat: bool = False,
-                 timeline: bool = False, devices: tuple[Path, ...] = ()) -> AnalysisResult:
+                 timeline: bool = False, devices: tuple[Path, ...] = (),
+                 thresholds: Mapping[str, object] | None = None) -> AnalysisResult:
     return analyze_store(load_path(path, options), path, out_dir, hta_compat=hta_compat, timeline=timeline,
-                         devices=devices)
+                         devices=devices, thresholds=thresholds)
 
 
 def analyze_store(store: Store, path: Path, out_dir: Path, hta_compat: bool = False,
-                  timeline: bool = False, devices: tuple[Path, ...] = ()) -> AnalysisResult:
+                  timeline: bool = False, devices: tuple[Path, ...] = (),
+                  thresholds: Mapping[str, object] | None = None) -> AnalysisResult:
     """Analyze one loaded Store (one job) and write its outputs into `out_dir` (ReportNotWritten when they
     cannot be written). With `timeline`, the merged all-rank timeline of this same analysis (the default
     selection of `perftracker timeline`) is written beside the report as `TIMELINE`, which the report links.
-    `devices`: the user's device tables (--devices), matched before the shipped one."""
+    `devices`: the user's device tables (--devices), matched before the shipped one. `thresholds` overrides
+    declared thresholds by name (findings.json then records them: thresholds_changed)."""
     try:
-        return _analyze_and_write(store, path, out_dir, AnalysisOptions(hta_compat=hta_compat, device_files=devices),
-                                  timeline)
+        return _analyze_and_write(store, path, out_dir, AnalysisOptions(
+            hta_compat=hta_compat, device_files=devices, thresholds=thresholds or {}), timeline)
     finally:
         store.close()  # the events' parts on disk, if the loader wrote any
 
@@ -113,6 +118,8 @@ def _analyze_and_write(store: Store, path: Path, out_dir: Path, options: Analysi
     summary = _summary(analysis, tables)
     notes = [*store.notes, *failed]
     document = json_report.build(findings, notes, str(path), summary)
+    if analysis.thresholds.changed():
+        document["thresholds_changed"] = analysis.thresholds.changed()
     result = AnalysisResult(store, findings, out_dir, document, tables)
     written: list[str] = []
     try:
@@ -241,14 +248,15 @@ def render_report(out_dir: Path) -> Path:
     return out_dir / REPORT
 
 
-def diff_side(path: Path, label: str, out_dir: Path, options: LoadOptions) -> RunSide:
+def diff_side(path: Path, label: str, out_dir: Path, options: LoadOptions,
+              thresholds: Mapping[str, object] | None = None) -> RunSide:
     """One side of `perftracker diff`: a saved analysis output (findings.json + tables/, also in a run
     directory's perftracker-out/) is read as it is; anything else is analyzed into `out_dir` first."""
     for folder in (path, path / "perftracker-out"):
         if (folder / FINDINGS).is_file() and (folder / TABLES).is_dir():
             _, findings = json_report.read(folder / FINDINGS)
             return side_from_tables(label, load_tables(folder / TABLES), findings)
-    result = analyze_path(path, out_dir, options)
+    result = analyze_path(path, out_dir, options, thresholds=thresholds)
     return side_from_tables(label, result.tables, result.findings)
 
 
@@ -262,13 +270,19 @@ def side_report(path: Path, analyzed_into: Path) -> Path | None:
 
 
 def diff_paths(base: Path, new: Path, out_dir: Path, options: LoadOptions,
-               tolerance: float = DEFAULT_TOLERANCE) -> tuple[RunDiff, dict[str, Any]]:
+               tolerance: float = DEFAULT_TOLERANCE,
+               thresholds: Mapping[str, object] | None = None) -> tuple[RunDiff, dict[str, Any]]:
     """`perftracker diff`: both sides (analyzed into out_dir/base and out_dir/new where needed), compared;
-    writes out_dir/diff.json (findings in the usual schema) and out_dir/diff.html."""
-    diff = compare_runs(diff_side(base, "base", out_dir / "base", options),
-                        diff_side(new, "new", out_dir / "new", options), tolerance)
+    writes out_dir/diff.json (findings in the usual schema) and out_dir/diff.html. `thresholds` overrides
+    declared thresholds by name, for the sides analyzed here and for the comparison."""
+    table = Thresholds.with_overrides(thresholds)
+    with active_thresholds(table):
+        diff = compare_runs(diff_side(base, "base", out_dir / "base", options, thresholds),
+                            diff_side(new, "new", out_dir / "new", options, thresholds), tolerance)
     out_dir.mkdir(parents=True, exist_ok=True)
     document = json_report.build(diff.findings, [], f"{base} -> {new}", {"diff": diff.summary})
+    if table.changed():
+        document["thresholds_changed"] = table.changed()
     json_report.write(out_dir / DIFF_JSON, document)
     reports = {label: side_report(path, out_dir / label) for label, path in (("base", base), ("new", new))}
     diff_html.render(out_dir / DIFF_HTML, diff.findings, diff.ops, diff.ranks, diff.summary,
@@ -279,9 +293,9 @@ def diff_paths(base: Path, new: Path, out_dir: Path, options: LoadOptions,
 
 
 def timeline_path(path: Path, out: Path, options: LoadOptions, ranks: list[int] | None, steps: list[int] | None,
-                  max_events: int) -> tuple[int, MergedTimeline]:
+                  max_events: int, thresholds: Mapping[str, object] | None = None) -> tuple[int, MergedTimeline]:
     """`perftracker timeline`: load, analyze (for the findings to mark and the clock offsets), merge, write."""
-    analysis = Analysis(load_path(path, options))
+    analysis = Analysis(load_path(path, options), AnalysisOptions(thresholds=thresholds or {}))
     try:
         if not analysis.store.n_events:
             raise InputError("no profiler trace events to merge (no torch.profiler trace, or only empty ones)",

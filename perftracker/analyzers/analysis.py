@@ -6,15 +6,22 @@ analysis (`--hta-compat`, ...), never stored in the Store. `analysis.view(fn)` r
 computing it on the first call only: a table several analyzers and the report need (the GPU time
 breakdown, the collective arrivals, the NCCL context, ...) is built once per `analyze`. A view that
 raises raises the same exception again on later calls, without being computed again.
+`analysis.thresholds` is this run's table of thresholds (the declared defaults with the overrides of
+`AnalysisOptions.thresholds`, checked when the Analysis is made); `analysis.active()` makes it the one
+`thresholds.threshold(name)` answers from (views and `registry.run_analyzers` run inside it), and
+`analysis.threshold(name)` reads it directly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from perftracker.analyzers.thresholds import Number, Thresholds
+from perftracker.analyzers.thresholds import active as _active
 from perftracker.store import Store
 
 T = TypeVar("T")
@@ -22,10 +29,12 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class AnalysisOptions:
-    """What the user chose for this analysis. `hta_compat`: use Holistic Trace Analysis' definitions."""
+    """What the user chose for this analysis. `hta_compat`: use Holistic Trace Analysis' definitions;
+    `thresholds`: overrides of declared thresholds by name (`{"straggler.alpha": 0.005}`)."""
 
     hta_compat: bool = False
     device_files: tuple[Path, ...] = ()  # --devices files (analyzers/efficiency/devices.py format), matched first
+    thresholds: Mapping[str, object] = field(default_factory=dict)
 
 
 class Analysis:
@@ -34,8 +43,19 @@ class Analysis:
     def __init__(self, store: Store, options: AnalysisOptions | None = None) -> None:
         self.store = store
         self.options = options or AnalysisOptions()
+        self.thresholds = Thresholds.with_overrides(self.options.thresholds)
         self._views: dict[Callable[[Analysis], Any], Any] = {}
         self._failed: dict[Callable[[Analysis], Any], Exception] = {}
+
+    def threshold(self, name: str) -> Number:
+        """The value of declared threshold `name` in this analysis (its override, else its default)."""
+        return self.thresholds.value(name)
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        """While the block runs, `thresholds.threshold()` answers from this analysis' table."""
+        with _active(self.thresholds):
+            yield
 
     def view(self, fn: Callable[[Analysis], T]) -> T:
         """`fn(self)`, computed once per analysis; later calls return the same object (or raise the same error)."""
@@ -43,7 +63,8 @@ class Analysis:
             raise self._failed[fn]
         if fn not in self._views:
             try:
-                self._views[fn] = fn(self)
+                with self.active():
+                    self._views[fn] = fn(self)
             except Exception as exc:
                 self._failed[fn] = exc
                 raise

@@ -128,7 +128,8 @@ def run_analyzers(analysis: Analysis, only: list[str] | None = None,
         if only and analyzer.name not in only:
             continue
         try:
-            findings.extend(analyzer.fn(analysis))
+            with analysis.active():  # the run's thresholds (overrides), for every rule the analyzer applies
+                findings.extend(analyzer.fn(analysis))
         except Exception as exc:
             findings.append(
                 Finding(

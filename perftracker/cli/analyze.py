@@ -16,12 +16,15 @@ from perftracker.cli.options import (
     Engine,
     FailOn,
     RayAddress,
+    SetThresholds,
+    ThresholdsFiles,
     checked_engine,
     comm_kernel_patterns,
     nccl_profile_option,
     out_option,
     quiet_option,
     sysfs_root_option,
+    threshold_overrides,
     writable_folder,
 )
 from perftracker.cli.progress import parsing_progress
@@ -86,6 +89,8 @@ def analyze(
     nvtx_step: Annotated[str, typer.Option("--nvtx-step", help="Nsight Systems exports: the NVTX range name that "
                                            "marks one training step (numbered in order), where the job has no "
                                            "ProfilerStep#N / iteration N ranges.")] = "",
+    set_threshold: SetThresholds = None,
+    thresholds_file: ThresholdsFiles = None,
 ) -> None:
     """Analyze traces and step files; print the verdict and ranked findings; write the report.
 
@@ -108,6 +113,7 @@ def analyze(
     patterns = comm_kernel_patterns(comm_kernel)
     device_files = tuple(devices or ())
     device_table(device_files)  # a bad file is said now (exit 2), before any parsing
+    overrides = threshold_overrides(set_threshold, thresholds_file)
     writable_folder(out)
     options = LoadOptions(comm_kernel_patterns=patterns, comm_kernel_files=tuple(comm_kernels or ()),
                           cache_dir=None if no_cache else default_cache_dir(), workers=workers,
@@ -119,12 +125,12 @@ def analyze(
     if each_job:
         with parsing_progress(quiet) as progress:
             findings = _analyze_each_job(console, path, out, replace(options, progress=progress), hta_compat, quiet,
-                                         timeline, device_files)
+                                         timeline, device_files, overrides)
         raise typer.Exit(fail_on_exit(findings, threshold))
     try:
         with parsing_progress(quiet) as progress:
             result = analyze_path(path, out, replace(options, progress=progress), hta_compat=hta_compat,
-                                  timeline=timeline, devices=device_files)
+                                  timeline=timeline, devices=device_files, thresholds=overrides)
     except ReportNotWritten as exc:  # the analysis finished: its verdict is said, then what could not be written
         _print_result(console, exc.result, quiet, written=False)
         raise
@@ -146,7 +152,7 @@ def _print_result(console: Console, result: AnalysisResult, quiet: bool, written
 
 
 def _analyze_each_job(console: Console, path: Path, out: Path, options: LoadOptions, hta_compat: bool,
-                      quiet: bool, timeline: bool, devices: tuple[Path, ...] = ()) -> list[Finding]:
+                      quiet: bool, timeline: bool, devices: tuple[Path, ...], thresholds: dict[str, object]) -> list[Finding]:
     """Each job under `path` analyzed alone into OUT/<label>/ (OUT itself when there is one job), then an
     index: the terminal listing and OUT/jobs.json."""
     everything: list[Finding] = []
@@ -158,7 +164,7 @@ def _analyze_each_job(console: Console, path: Path, out: Path, options: LoadOpti
             console.print(f"== {printable(group.describe())}", highlight=False, markup=False)
         try:
             result = analyze_store(store, path, out / label if label else out, hta_compat=hta_compat,
-                                   timeline=timeline, devices=devices)
+                                   timeline=timeline, devices=devices, thresholds=thresholds)
         except ReportNotWritten as exc:
             _print_result(console, exc.result, quiet, written=False)
             raise

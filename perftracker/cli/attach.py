@@ -28,12 +28,15 @@ from perftracker.cli.incidents import (
 )
 from perftracker.cli.options import (
     Host,
+    SetThresholds,
+    ThresholdsFiles,
     fail_on_option,
     interval_option,
     out_option,
     quiet_option,
     stack_interval_option,
     sysfs_root_option,
+    threshold_overrides,
     writable_folder,
 )
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, terminal
@@ -100,6 +103,8 @@ def attach(
                                                      "step signal (no hook, no step lines, no NCCL Inspector): "
                                                      "seconds between the sampled-stack bursts that give its "
                                                      "iteration period; 0 = off.")] = 60.0,
+    set_threshold: SetThresholds = None,
+    thresholds_file: ThresholdsFiles = None,
 ) -> None:
     """Attach to a running job: environment, NCCL logs, stacks, GPU and RDMA samples, step times; then a
     diagnosis. Read-only: the job is never paused (non-blocking stacks) and keeps running after.
@@ -110,6 +115,7 @@ def attach(
       perftracker attach cmd:train.py -o run/ --trace-steps 5
     """
     threshold = parse_fail_on(fail_on)
+    overrides = threshold_overrides(set_threshold, thresholds_file)
     me = host_name(host)  # every host-keyed name this command writes uses it
     run_dir = out or Path(f"perftracker-run-{time.strftime('%Y%m%d-%H%M%S')}")
     writable_folder(run_dir)
@@ -119,11 +125,11 @@ def attach(
                              profile_rate_hz=profile_rate, stack_steps_every_s=max(0.0, stack_steps_every))
     publisher = None
     if watch:  # until the job ends, at the cheap steady-state rates, with the online rules
-        options.watch, publisher = watch_options(watch_window, watch_rise, prom, incident_seconds)
+        options.watch, publisher = watch_options(watch_window, watch_rise, prom, incident_seconds, overrides)
         options, duration = watch_rates(options), 0.0
     interrupts = Interrupts().install()  # SIGTERM and SIGHUP stop attach as Ctrl-C does
     try:
-        _attach(job, run_dir, me, sysfs_root, options, duration, quiet, analyze, threshold, interrupts)
+        _attach(job, run_dir, me, sysfs_root, options, duration, quiet, analyze, threshold, interrupts, overrides)
     finally:
         interrupts.restore()
         if publisher is not None:
@@ -131,7 +137,8 @@ def attach(
 
 
 def _attach(job: str, run_dir: Path, me: str, sysfs_root: Path, options: SamplerOptions, duration: float,
-            quiet: bool, analyze: bool, threshold: Severity | None, interrupts: Interrupts) -> None:
+            quiet: bool, analyze: bool, threshold: Severity | None, interrupts: Interrupts,
+            overrides: dict[str, object] | None = None) -> None:
     console = terminal()
     found = find_job(job, me)
     with writing(run_dir):
@@ -139,7 +146,7 @@ def _attach(job: str, run_dir: Path, me: str, sysfs_root: Path, options: Sampler
     console.print(printable(f"Attached to {len(found.workers)} rank(s) "
                             f"({', '.join(str(w.rank) for w in found.workers[:16])}) of job "
                             f"{job_label(found)}; writing {run_dir}"), highlight=False, markup=False)
-    ctx = LiveContext(run_dir=run_dir, job=found, host=me, sysfs_root=sysfs_root, diagnosis=AnalyzerDiagnosis())
+    ctx = LiveContext(run_dir=run_dir, job=found, host=me, sysfs_root=sysfs_root, diagnosis=AnalyzerDiagnosis(overrides))
     if options.stacks:
         console.print(printable(f"Stacks of every rank on demand: kill -USR1 {os.getpid()}, or touch "
                                 f"{run_dir / 'requests' / 'stacks'} (reaches every attach sharing {run_dir})"),
@@ -158,7 +165,7 @@ def _attach(job: str, run_dir: Path, me: str, sysfs_root: Path, options: Sampler
     if not analyze:
         return
     try:
-        analysis = analyze_path(run_dir, run_dir / "perftracker-out", LoadOptions(cache_dir=None))
+        analysis = analyze_path(run_dir, run_dir / "perftracker-out", LoadOptions(cache_dir=None), thresholds=overrides)
     except ReportNotWritten as exc:  # the verdict is said, then what could not be written
         _print(console, exc.result, written=False)
         raise

@@ -13,9 +13,12 @@ from perftracker.analyzers.findings import Severity
 from perftracker.cli.options import (
     Engine,
     RayAddress,
+    SetThresholds,
+    ThresholdsFiles,
     checked_engine,
     out_option,
     quiet_option,
+    threshold_overrides,
     writable_folder,
 )
 from perftracker.cli.progress import parsing_progress
@@ -44,6 +47,8 @@ def diff(
     engine: Engine = "local",
     ray_address: RayAddress = None,
     quiet: Annotated[bool, quiet_option("Print only the verdict line.")] = False,
+    set_threshold: SetThresholds = None,
+    thresholds_file: ThresholdsFiles = None,
 ) -> None:
     """Compare two runs: step time, ops and kernels per step, the rank(s) that changed, settings, findings.
 
@@ -56,6 +61,7 @@ def diff(
     if fail_on_regression is not None and fail_on_regression < 0:
         raise UsageError(f"--fail-on-regression {fail_on_regression}: must be a percentage >= 0", "diff",
                          "e.g. --fail-on-regression 5")
+    overrides = threshold_overrides(set_threshold, thresholds_file)
     if out is not None:
         writable_folder(out)
     checked = checked_engine(engine)
@@ -65,9 +71,9 @@ def diff(
                               engine=checked, ray_address=ray_address or "")
         if out is None:
             with tempfile.TemporaryDirectory(prefix="perftracker-diff-") as scratch:
-                result, _ = diff_paths(base, new, Path(scratch), options, tolerance / 100.0)
+                result, _ = diff_paths(base, new, Path(scratch), options, tolerance / 100.0, overrides)
         else:
-            result, _ = diff_paths(base, new, out, options, tolerance / 100.0)
+            result, _ = diff_paths(base, new, out, options, tolerance / 100.0, overrides)
     loud = [f for f in result.findings if f.severity >= Severity.WARNING]
     verdict = (f"{len(loud)} change(s) beyond the runs' noise. Top: {loud[0].title}" if loud
                else "No change beyond the noise of running the same job twice.")

@@ -6,13 +6,15 @@ kind, state, the step it began at, the ranks its findings name (else the ranks w
 (else the rule's text) and the path of its report.html (or of incident.json when there is no report). A RUN
 without incidents says so (exit 0); a RUN that is not a folder is exit 2. `analyze_incident` is the
 `IncidentReporter` the watcher is handed: the ordinary pipeline on the incident's evidence, its outputs
-(findings.json, report.html, tables/) written into the incident's folder. `watch_options` builds the
-watcher's options from the command line (and `--prom`'s publisher).
+(findings.json, report.html, tables/) written into the incident's folder. `watch_options` hands the command
+line to `live/watch_setup.py` (the watcher's options and `--prom`'s publisher) with that reporter.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,10 +24,11 @@ from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.online.step_rules import DEFAULT_RISE, DEFAULT_WINDOW
 from perftracker.cli.voice import add_command, terminal
 from perftracker.collectors.loading import LoadOptions
-from perftracker.errors import InputError, UsageError
+from perftracker.errors import InputError
 from perftracker.live.incidents import INCIDENT_FILE, IncidentVerdict
-from perftracker.live.prom import PromPublisher, parse_target
+from perftracker.live.prom import PromPublisher
 from perftracker.live.watch import WatchOptions
+from perftracker.live.watch_setup import watch_setup
 from perftracker.pipeline import ReportNotWritten, analyze_path
 from perftracker.reports.text import printable
 
@@ -57,32 +60,17 @@ def prom_option() -> Any:
                         "(FILE) or served at http://HOST:PORT/metrics ([HOST]:PORT, 127.0.0.1 by default).")
 
 
-def watch_options(window: int, rise: float, prom: str | None,
-                  incident_seconds: float = 10.0) -> tuple[WatchOptions, PromPublisher | None]:
-    """The watcher's options; a UsageError for a bad N, X or --prom (before any work)."""
-    if window < 3:
-        raise UsageError(f"--watch-window {window} is too small", "--watch-window", "give 3 steps or more")
-    if not 0 < rise < 10:
-        raise UsageError(f"--watch-rise {rise:g} is not a fraction above 0", "--watch-rise",
-                         "give e.g. 0.2 for 20%")
-    publisher = None
-    if prom is not None:
-        if parse_target(prom) is None and Path(prom).is_dir():
-            raise UsageError("is a folder, not a file", prom, "give --prom a file name or [HOST]:PORT")
-        try:
-            publisher = PromPublisher(prom)
-        except OSError as exc:
-            raise UsageError(f"cannot serve metrics there ({exc.strerror or exc})", f"--prom {prom}",
-                             "choose another port, or give a file name") from None
-    seconds = max(1.0, incident_seconds)
-    return WatchOptions(window=window, rise=rise, profile_seconds=seconds, baseline_seconds=seconds,
-                        reporter=analyze_incident, publish=publisher), publisher
+def watch_options(window: int, rise: float, prom: str | None, incident_seconds: float = 10.0,
+                  thresholds: Mapping[str, object] | None = None) -> tuple[WatchOptions, PromPublisher | None]:
+    """The watcher's options (`live/watch_setup.py`); a UsageError for a bad N, X or --prom (before any work).
+    `thresholds`: the command's --set / --thresholds, for the analysis of each incident."""
+    return watch_setup(window, rise, prom, incident_seconds, partial(analyze_incident, thresholds=thresholds or {}))
 
 
-def analyze_incident(evidence: Path, out: Path) -> IncidentVerdict:
+def analyze_incident(evidence: Path, out: Path, thresholds: Mapping[str, object] | None = None) -> IncidentVerdict:
     """The pipeline on one incident's evidence; its outputs in `out` (the incident's folder)."""
     try:
-        result = analyze_path(evidence, out, LoadOptions(cache_dir=None, workers=1))
+        result = analyze_path(evidence, out, LoadOptions(cache_dir=None, workers=1), thresholds=thresholds)
     except ReportNotWritten as exc:
         result = exc.result
     loud = [f for f in result.findings if f.severity in LOUD]

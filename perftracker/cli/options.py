@@ -20,6 +20,7 @@ from typing import Annotated, Any
 
 import typer
 
+from perftracker.analyzers.thresholds import Thresholds, collect_overrides
 from perftracker.collectors.nccl.profiles import shipped_profiles
 from perftracker.errors import OutputError, UsageError, output_error
 
@@ -141,3 +142,20 @@ def checked_engine(name: str) -> str:
 
         import_ray()
     return name
+
+
+SetThresholds = Annotated[list[str] | None, typer.Option(
+    "--set", metavar="NAME=VALUE", help="Change one threshold for this run, e.g. --set straggler.alpha=0.005 "
+    "(repeatable; `perftracker thresholds` lists every name, its unit and default). findings.json records "
+    "the changes.")]
+ThresholdsFiles = Annotated[list[Path] | None, typer.Option(
+    "--thresholds", metavar="FILE.toml", help="A TOML file of thresholds to change (NAME = VALUE per line, or "
+    "[straggler] then alpha = 0.005); repeatable, --set wins.")]
+
+
+def threshold_overrides(assignments: list[str] | None, files: list[Path] | None) -> dict[str, object]:
+    """`--set` and `--thresholds` as the overrides of AnalysisOptions.thresholds, checked before any work
+    (an unknown name or a value out of range is the usage error that names the closest name: exit 2)."""
+    overrides = collect_overrides(assignments, files)
+    Thresholds.with_overrides(overrides)
+    return overrides

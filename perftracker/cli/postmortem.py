@@ -16,7 +16,15 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from perftracker.cli.options import FailOn, out_option, writable_file, writable_folder
+from perftracker.cli.options import (
+    FailOn,
+    SetThresholds,
+    ThresholdsFiles,
+    out_option,
+    threshold_overrides,
+    writable_file,
+    writable_folder,
+)
 from perftracker.cli.progress import parsing_progress
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, terminal
 from perftracker.collectors.loading import LoadOptions
@@ -37,6 +45,8 @@ def postmortem(
     = None,
     prom: Annotated[Path | None, typer.Option("--prom", help="Write headline metrics as a Prometheus text file "
                                               "(node-exporter textfile collector).")] = None,
+    set_threshold: SetThresholds = None,
+    thresholds_file: ThresholdsFiles = None,
 ) -> None:
     """Post-mortem of a job: which rank hung or failed first, where, and why.
 
@@ -47,6 +57,7 @@ def postmortem(
       perftracker postmortem job-logs/ -o out/ --summary summary.txt --prom metrics.prom
     """
     threshold = parse_fail_on(fail_on)
+    overrides = threshold_overrides(set_threshold, thresholds_file)
     writable_folder(out)
     for file, option in ((summary, "--summary"), (prom, "--prom")):
         if file is not None:
@@ -54,7 +65,7 @@ def postmortem(
     console = terminal()
     try:
         with parsing_progress() as progress:
-            result = analyze_path(path, out, LoadOptions(cache_dir=None, progress=progress))
+            result = analyze_path(path, out, LoadOptions(cache_dir=None, progress=progress), thresholds=overrides)
     except ReportNotWritten as exc:  # the analysis finished: its verdict is said, then what could not be written
         _say_verdict(console, exc.result, written=False)
         raise

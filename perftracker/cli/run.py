@@ -35,10 +35,13 @@ from perftracker.cli.incidents import (
 )
 from perftracker.cli.options import (
     Host,
+    SetThresholds,
+    ThresholdsFiles,
     fail_on_option,
     interval_option,
     out_option,
     stack_interval_option,
+    threshold_overrides,
     writable_folder,
 )
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, say
@@ -71,7 +74,7 @@ def _wait_for_workers(proc_pid: int, host: str, running: RunningJob, timeout_s: 
 
 
 def _background(run_dir: Path, host: str, running: RunningJob, options: SamplerOptions, notes: list[str],
-                console: Console) -> None:
+                console: Console, overrides: dict[str, object] | None = None) -> None:
     """The live collectors, while the job runs; whatever goes wrong here is a note, never the job's problem."""
     ctx: LiveContext | None = None
     try:
@@ -80,7 +83,7 @@ def _background(run_dir: Path, host: str, running: RunningJob, options: SamplerO
             notes.append("no worker processes (with RANK in their environment) appeared; only the job's output was "
                          "kept")
             return
-        ctx = LiveContext(run_dir=run_dir, job=job, host=host, diagnosis=AnalyzerDiagnosis())
+        ctx = LiveContext(run_dir=run_dir, job=job, host=host, diagnosis=AnalyzerDiagnosis(overrides))
         run_session(ctx, build_samplers(options), None, console, show_live=False,
                     stop_when=lambda: running.proc.poll() is not None, tick_s=WATCH_TICK_S if options.watch else 0.5)
     except PerftrackerError as exc:
@@ -130,6 +133,8 @@ def run(
     watch_rise: Annotated[float, rise_option()] = 0.2,
     incident_seconds: Annotated[float, incident_seconds_option()] = 10.0,
     prom: Annotated[str | None, prom_option()] = None,
+    set_threshold: SetThresholds = None,
+    thresholds_file: ThresholdsFiles = None,
 ) -> None:
     """Run a launch command (e.g. `-- torchrun --nproc_per_node 8 train.py`) prepared for diagnosis, and
     write its post-mortem report when it ends. Exits with the job's exit code.
@@ -139,13 +144,14 @@ def run(
       perftracker run --watch -o run/ -- torchrun --nproc_per_node 8 train.py
     """
     threshold = parse_fail_on(fail_on)
+    overrides = threshold_overrides(set_threshold, thresholds_file)
     command = list(ctx.args)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
         raise UsageError("no command to run", "run", "usage: perftracker run [options] -- torchrun "
                          "--nproc_per_node 8 train.py")
-    watching, publisher = watch_options(watch_window, watch_rise, prom, incident_seconds) if watch else (None, None)
+    watching, publisher = watch_options(watch_window, watch_rise, prom, incident_seconds, overrides) if watch else (None, None)
     me = host_name(host)  # every host-keyed name this command (and the ranks' hook) writes uses it
     run_dir = (out or Path(f"perftracker-run-{time.strftime('%Y%m%d-%H%M%S')}")).resolve()
     writable_folder(run_dir)
@@ -170,7 +176,7 @@ def run(
     if watching is not None:  # the online rules; their baseline replaces the recording 2 minutes in
         options.watch = watching
         options = watch_rates(options)
-    bg = threading.Thread(target=_background, args=(run_dir, me, running, options, notes, Console(stderr=True)),
+    bg = threading.Thread(target=_background, args=(run_dir, me, running, options, notes, Console(stderr=True), overrides),
                           daemon=True)
     bg.start()
     code = exit_status(running.wait())
@@ -181,7 +187,7 @@ def run(
         say(problem)
         notes.append(problem)
     try:
-        code = _post_mortem(run_dir, code, running, notes, threshold)
+        code = _post_mortem(run_dir, code, running, notes, threshold, overrides)
     except Exception as exc:  # the job's exit code is the contract: a perftracker bug must not replace it
         say(f"job exited with {code}; no report (internal error: {type(exc).__name__}: {exc}; run "
             f"`perftracker postmortem {run_dir}` with PERFTRACKER_DEBUG=1 and report it)")
@@ -189,7 +195,8 @@ def run(
     raise typer.Exit(code)
 
 
-def _post_mortem(run_dir: Path, code: int, running: RunningJob, notes: list[str], threshold: Severity | None) -> int:
+def _post_mortem(run_dir: Path, code: int, running: RunningJob, notes: list[str], threshold: Severity | None,
+                 overrides: dict[str, object] | None = None) -> int:
     """Keep the job's error files, finish the manifest, analyze; say each problem. The exit code to return."""
     try:
         copied = _collect_error_files(run_dir)
@@ -204,7 +211,7 @@ def _post_mortem(run_dir: Path, code: int, running: RunningJob, notes: list[str]
     try:
         store = load_path(run_dir, LoadOptions(cache_dir=None))
         store.notes.extend(LoadNote("warning", "perftracker run", note) for note in running.copy_problems())
-        result = analyze_store(store, run_dir, run_dir / "perftracker-out")
+        result = analyze_store(store, run_dir, run_dir / "perftracker-out", thresholds=overrides)
     except ReportNotWritten as exc:
         say(f"job exited with {code}. {exc.result.document['summary']['verdict']} No report: {exc.message}")
         return code

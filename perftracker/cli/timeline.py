@@ -10,9 +10,12 @@ import typer
 from perftracker.cli.options import (
     Engine,
     RayAddress,
+    SetThresholds,
+    ThresholdsFiles,
     checked_engine,
     out_option,
     quiet_option,
+    threshold_overrides,
     writable_file,
 )
 from perftracker.cli.progress import parsing_progress
@@ -60,6 +63,8 @@ def timeline(
     quiet: Annotated[bool, quiet_option("Print only the line naming the file written.")] = False,
     engine: Engine = "local",
     ray_address: RayAddress = None,
+    set_threshold: SetThresholds = None,
+    thresholds_file: ThresholdsFiles = None,
 ) -> None:
     """Merge every rank's trace into one, on one clock (offsets estimated from collective end times), one
     process per rank grouped by host, with the straggler's late arrivals and the findings marked.
@@ -72,13 +77,14 @@ def timeline(
     """
     if max_events < 1:
         raise UsageError(f"--max-events {max_events}: must be at least 1", "timeline", "e.g. --max-events 500000")
+    overrides = threshold_overrides(set_threshold, thresholds_file)
     writable_file(out, "-o")
     selected = parse_ranges(ranks, "ranks"), parse_ranges(steps, "steps")
     checked = checked_engine(engine)
     with parsing_progress(quiet) as progress:
         options = LoadOptions(cache_dir=None if no_cache else default_cache_dir(), progress=progress, engine=checked,
                               ray_address=ray_address or "")
-        written, timeline_ = timeline_path(path, out, options, *selected, max_events)
+        written, timeline_ = timeline_path(path, out, options, *selected, max_events, overrides)
     console = terminal()
     console.print(f"Timeline: {out} ({written} trace events, ranks {len(timeline_.ranks)}, "
                   f"steps {len(timeline_.steps)}{'; ' + timeline_.note if timeline_.note else ''})",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from perftracker.live.env_snapshot import EnvSampler
@@ -59,19 +59,23 @@ def watch_rates(options: SamplerOptions) -> SamplerOptions:
     rule needs 10 s of no step), a non-blocking stack round every 60 s when no step came in between (the
     stack half of the hang rule, for jobs without steps or once they stopped), no start-up stack recording
     (the baseline takes its place), NCCL logs and Inspector output copied every 5 s (nothing judges them live; an
-    incident's analysis comes after its 10 s recording, and the session's end copies the rest)."""
-    options.interval_s = max(options.interval_s, 10.0)
-    options.net_interval_s = max(options.net_interval_s, 30.0)
-    options.net_resolve_s = max(options.net_resolve_s, 600.0)
-    options.net_watch_s = max(options.net_watch_s, 2.0)
-    options.net_qdisc_s = max(options.net_qdisc_s, 300.0)
-    options.steps_poll_s = max(options.steps_poll_s, 1.0)
-    options.follow_s = max(options.follow_s, 5.0)
-    options.stack_trigger_s = max(options.stack_trigger_s, 1.0)
-    options.stack_interval_s = max(options.stack_interval_s, 60.0)
-    options.stack_rounds_while_stepping = False
-    options.profile_seconds = 0.0
-    return options
+    incident's analysis comes after its 10 s recording, and the session's end copies the rest).
+    Returns new options; `options` is left as it was."""
+    return replace(
+        options,
+        interval_s=max(options.interval_s, 10.0),
+        net_interval_s=max(options.net_interval_s, 30.0),
+        net_resolve_s=max(options.net_resolve_s, 600.0),
+        net_watch_s=max(options.net_watch_s, 2.0),
+        net_qdisc_s=max(options.net_qdisc_s, 300.0),
+        steps_poll_s=max(options.steps_poll_s, 1.0),
+        follow_s=max(options.follow_s, 5.0),
+        stack_trigger_s=max(options.stack_trigger_s, 1.0),
+        stack_interval_s=max(options.stack_interval_s, 60.0),
+        stack_rounds_while_stepping=False,
+        profile_seconds=0.0,
+        nccl_logs=list(options.nccl_logs),
+    )
 
 
 def build_samplers(options: SamplerOptions) -> list[Sampler]:

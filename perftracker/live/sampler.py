@@ -19,22 +19,49 @@ import psutil
 
 from perftracker.live.diagnosis import LiveDiagnosis, NoDiagnosis
 from perftracker.live.discovery import Job, Worker
+from perftracker.live.step_state import StepState
 
 
 @dataclass
 class Progress:
-    """What samplers learned that others use: step progress and the current suspicion."""
+    """What samplers learned that others use: the job's step progress (`steps`, the one `StepState` of the
+    session, which the steps sampler keeps) and the current suspicion."""
 
-    last_step: dict[int, int] = field(default_factory=dict)  # rank -> last step seen
-    last_step_ns: dict[int, int] = field(default_factory=dict)  # rank -> wall time it was seen
-    step_durations_ns: list[int] = field(default_factory=list)
+    steps: StepState = field(default_factory=StepState)
     suspicion: str = ""
     hang_requested: bool = False
     requested_at: float = 0.0  # epoch s the request names (a request file's mtime), 0 = now
 
+    @property
+    def last_step(self) -> dict[int, int]:
+        """rank -> last step seen."""
+        return self.steps.last_step
+
+    @last_step.setter
+    def last_step(self, value: dict[int, int]) -> None:
+        self.steps.last_step = value
+
+    @property
+    def last_step_ns(self) -> dict[int, int]:
+        """rank -> wall time (ns) its last step ended."""
+        return self.steps.last_step_ns
+
+    @last_step_ns.setter
+    def last_step_ns(self, value: dict[int, int]) -> None:
+        self.steps.last_step_ns = value
+
+    @property
+    def step_durations_ns(self) -> list[int]:
+        """The recent step durations of all ranks (a copy)."""
+        return list(self.steps.recent)
+
+    @step_durations_ns.setter
+    def step_durations_ns(self, value: list[int]) -> None:
+        self.steps.set_durations(value)
+
     def median_step_ns(self) -> int | None:
-        durs = sorted(self.step_durations_ns[-200:])
-        return durs[len(durs) // 2] if durs else None
+        """The job's typical step (`StepState.median_step_ns`: one definition for every live question)."""
+        return self.steps.median_step_ns()
 
 
 @dataclass

@@ -190,7 +190,7 @@ class StackSampler:
         with ctx.lock:
             med = ctx.progress.median_step_ns()
             last = max(ctx.progress.last_step_ns.values()) if ctx.progress.last_step_ns else None
-            known = len(ctx.progress.step_durations_ns)
+            known = ctx.progress.steps.known
         verdict = ctx.diagnosis.step_stall(time.time_ns() - last if last is not None else None, med, known)
         if verdict == "":
             self._armed = True  # progress again: a later stall gets its own hang dump

@@ -269,15 +269,9 @@ class StepsSampler:
         if not records:
             return
         with ctx.lock:
-            prog = ctx.progress
+            steps = ctx.progress.steps
             for rec in records:
-                rank, step = int(rec["rank"]), int(rec["step"])
-                if step >= prog.last_step.get(rank, -1):
-                    prog.last_step[rank] = step
-                    prog.last_step_ns[rank] = int(rec["end_ns"])
-                prog.step_durations_ns.append(int(rec["end_ns"]) - int(rec["start_ns"]))
-            if len(prog.step_durations_ns) > 2000:
-                del prog.step_durations_ns[:-1000]
+                steps.add(int(rec["rank"]), int(rec["step"]), int(rec["start_ns"]), int(rec["end_ns"]))
 
     def stop(self, ctx: LiveContext) -> None:
         try:

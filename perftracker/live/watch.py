@@ -4,12 +4,13 @@ online rule fires.
 Promise: `WatchSampler` (name ``watch``, once a second) takes the step records that came since its last look
 (from the steps sampler's `StepFeed`, parsed once there; without one, from the new bytes of the run
 directory's step files `steps/rank-<r>.jsonl`; rank -1 is the job as a whole) into a bounded per-rank series
-(the last SERIES_STEPS steps, plain deques), and asks `ctx.diagnosis` (the analyzers' online rules, through
+(`live/watch_series.py`: the last SERIES_STEPS steps, plain deques) and the job's step progress (`live/step_state.py`: last step per rank,
+the typical step; the steps sampler's own `ctx.progress.steps` when fed by it, one state for the session), and asks `ctx.diagnosis` (the analyzers' online rules, through
 the `live/diagnosis.py` seam) three questions: did a rank's steps get slower (degradation, with the step it
 began at; only ranks with new steps, at most RANKS_PER_LOOK a look, those unjudged longest first), has the
 job stopped (hang; also when the StackSampler's stack check raised a hang suspicion), and, every
 `host_check_s` (600 s; one check costs ~0.3-0.5 s of CPU) or at once when a link state change or an XID was
-recorded, do the latest NVML / RDMA / net records show a host problem. The rules are armed once a series holds 2 x `window` steps after the
+recorded, do the latest NVML / RDMA / net records show a host problem (`live/host_check.py`). The rules are armed once a series holds 2 x `window` steps after the
 warm-up: with the hook's history copied at attach, at once on a job already stepping; else after 2 x N steps
 (20 steps of a 0.5 s job: 10 s). The steady state does no pandas and writes nothing but `--prom` (when steps
 or incidents came, else every PUBLISH_S).
@@ -25,14 +26,8 @@ stacks side by side and the steps so far) is recorded once. `WatchState` is what
 
 from __future__ import annotations
 
-import glob
-import re
-import shutil
-import statistics
-import tempfile
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,17 +35,15 @@ from typing import Any
 
 import numpy as np
 
-from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.collectors.steps import parse_step_lines
+from perftracker.live.host_check import HostCheck
 from perftracker.live.incidents import (
-    COUNTERS_TAIL_BYTES,
     CapturePlan,
     IncidentRecord,
     IncidentReporter,
     baseline_capture,
     baseline_folder,
     capture_incident,
-    copy_tail,
     folder_bytes,
     incident_folder,
 )
@@ -58,24 +51,13 @@ from perftracker.live.sampler import LiveContext
 from perftracker.live.stack_steps import STACKS_SOURCE, BurstSeries
 from perftracker.live.stacks import StackSampler, find_pyspy
 from perftracker.live.step_feed import StepFeed
+from perftracker.live.step_state import StepState
 from perftracker.live.steps_sampler import LineTail
+from perftracker.live.watch_series import RankSeriesBook
 from perftracker.store.alarms import Alarm, StepSeries
 
-SERIES_STEPS = 400  # per rank: the rules look at 20 x N steps at most (N = 10 by default)
-RECENT_STEPS = 1600  # the hang rule's typical step: the median of the last steps of all ranks (200 for 8 ranks)
 RESCAN_S = 5.0
 PUBLISH_S = 10.0  # --prom is rewritten when steps or incidents came, else this often
-MEDIAN_S = 10.0  # the hang rule's typical step is computed again at most this often (it moves slowly)
-# Host signals judged at once: a link state record (only the net sampler's link watcher writes this key,
-# netdev.state_record), an XID (a GPU sample's non-empty "xid" list, nvml_sampler)
-URGENT = re.compile(rb'"changed_within_s"|"xid":\s*\[\s*\d')
-RANKS_PER_LOOK = 4  # the degradation rule judges at most this many ranks a second (round robin): bounded CPU
-
-
-def own_counters(ctx: LiveContext, kind: str = "*") -> list[Path]:
-    """This host's counter files (`counters/<host>.<kind>.jsonl`; kind net, gpu, rdma or * for all): in a run directory the watchers of several nodes
-    share, each judges its own host's signals (another node's flap is that node's watcher's incident)."""
-    return list((ctx.run_dir / "counters").glob(f"{glob.escape(ctx.host)}.{kind}.jsonl"))
 
 
 @dataclass
@@ -111,33 +93,6 @@ class WatchState:
 
 
 @dataclass
-class _RankSteps:
-    """One rank's last SERIES_STEPS steps and durations (ns), as they came, in two plain deques."""
-
-    steps: deque[int] = field(default_factory=lambda: deque(maxlen=SERIES_STEPS))
-    durations: deque[int] = field(default_factory=lambda: deque(maxlen=SERIES_STEPS))
-    ordered: bool = True  # every step came after the one before (one source; the usual case)
-
-    def add(self, step: int, duration_ns: int) -> None:
-        if self.steps and step < self.steps[-1]:
-            self.ordered = False
-        self.steps.append(step)
-        self.durations.append(duration_ns)
-
-    def series(self, rank: int) -> StepSeries:
-        """The series in step order (sorted once when steps came out of order)."""
-        if not self.ordered:
-            pairs = sorted(zip(self.steps, self.durations))
-            self.steps.clear()
-            self.durations.clear()
-            self.steps.extend(step for step, _ in pairs)
-            self.durations.extend(dur for _, dur in pairs)
-            self.ordered = True
-        return StepSeries(rank, np.fromiter(self.steps, dtype=np.int64, count=len(self.steps)),
-                          np.fromiter(self.durations, dtype=np.int64, count=len(self.durations)))
-
-
-@dataclass
 class WatchSampler:
     options: WatchOptions = field(default_factory=WatchOptions)
     name: str = "watch"
@@ -145,21 +100,12 @@ class WatchSampler:
     state: WatchState = field(default_factory=WatchState)
     feed: StepFeed | None = None  # the steps sampler's records, parsed once there; None: the step files are read here
     _tails: dict[Path, LineTail] = field(default_factory=dict)
-    _series: dict[int, _RankSteps] = field(default_factory=dict)  # rank -> its last steps, as they came
-    _built: dict[int, StepSeries] = field(default_factory=dict)  # rank -> its series in step order, until new steps
-    _recent: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT_STEPS))  # durations, all ranks (ns)
-    _median_ns: int | None = None
-    _median_at: float = 0.0  # monotonic time it was computed
-    _counter_tails: dict[Path, LineTail] = field(default_factory=dict)
-    _next_urgent_look: float = 0.0
+    book: RankSeriesBook = field(default_factory=RankSeriesBook)  # each rank's last steps, whose turn to be judged
+    _steps: StepState | None = None  # the job's step progress: the steps sampler's (with a feed), else its own
+    _steps_lock: threading.Lock = field(default_factory=threading.Lock)  # ctx.lock when it is the steps sampler's
+    hosts: HostCheck = field(default_factory=HostCheck)  # when and how the host's counters are judged
     _next_publish: float = 0.0
-    _last_ns: dict[int, int] = field(default_factory=dict)
-    _known: int = 0
     _next_scan: float = 0.0
-    _next_host: float = 0.0
-    _counter_sizes: tuple[int, ...] = ()
-    _fresh: set[int] = field(default_factory=set)  # ranks with steps the degradation rule has not judged yet
-    _judged: dict[int, int] = field(default_factory=dict)  # rank -> when (in steps read) it was last judged
     _last_by_kind: dict[str, float] = field(default_factory=dict)
     _hang_open: bool = False
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -169,10 +115,19 @@ class WatchSampler:
     stacks: StackSampler | None = None  # the session's: its lock keeps two native dumps off one rank at once
     _started_s: float = 0.0
 
+    @property
+    def _next_urgent_look(self) -> float:
+        return self.hosts.next_urgent_look
+
+    @_next_urgent_look.setter
+    def _next_urgent_look(self, value: float) -> None:
+        self.hosts.next_urgent_look = value
+
     def start(self, ctx: LiveContext) -> None:
         self._started_s = time.time()
         self.bursts.window = self.options.burst_window
-        self._next_host = time.monotonic() + self.options.host_check_s
+        self.hosts.every_s = self.options.host_check_s
+        self.hosts.start()
         if self.stacks is None and find_pyspy() is not None:
             self.stacks = StackSampler()
             self.stacks.pyspy = find_pyspy()
@@ -191,49 +146,51 @@ class WatchSampler:
                 self._tails.setdefault(path, LineTail(path))
         return [rec for tail in self._tails.values() for rec in parse_step_lines(tail.read_lines())]
 
+    def _step_state(self, ctx: LiveContext) -> StepState:
+        """The one step state of the session (`ctx.progress.steps`, kept by the steps sampler that feeds this
+        watcher) when fed, else this watcher's own (it reads the step files itself)."""
+        if self._steps is None:
+            if self.feed is not None:
+                self._steps, self._steps_lock = ctx.progress.steps, ctx.lock
+            else:
+                self._steps = StepState()
+        return self._steps
+
+    @property
+    def _known(self) -> int:
+        """Step records known (of the session's step state)."""
+        with self._steps_lock:
+            return self._steps.known if self._steps is not None else 0
+
     def _read_steps(self, ctx: LiveContext) -> bool:
         records = self._new_records(ctx)
+        steps = self._step_state(ctx)
+        own = steps is not ctx.progress.steps
         for rec in records:
             if rec.get("source") == STACKS_SOURCE:  # a burst's period: its own coarse series, never the stall rule's
                 self.bursts.add(rec)
                 continue
             rank, step, end_ns = int(rec["rank"]), int(rec["step"]), int(rec["end_ns"])
             duration = end_ns - int(rec["start_ns"])
-            series = self._series.get(rank)
-            if series is None:
-                series = self._series[rank] = _RankSteps()
-            series.add(step, duration)
-            self._recent.append(duration)
-            if step >= self.state.last_step.get(rank, -1):
-                self.state.last_step[rank], self._last_ns[rank] = step, end_ns
-            self._fresh.add(rank)
-            self._built.pop(rank, None)
-        self._known += len(records)
-        if records and time.monotonic() - self._median_at >= MEDIAN_S:
-            self._median_ns = None
+            self.book.add(rank, step, duration)
+            if own:
+                steps.add(rank, step, end_ns - duration, end_ns)
+        if records:
+            with self._steps_lock:
+                self.state.last_step = dict(steps.last_step)
         return bool(records)
 
     def series_of(self, rank: int) -> StepSeries:
         """One rank's series in step order (built when asked, kept until its next step)."""
-        built = self._built.get(rank)
-        if built is None:
-            built = self._built[rank] = self._series[rank].series(rank)
-        return built
+        return self.book.series_of(rank)
 
     def series(self) -> list[StepSeries]:
-        return [self.series_of(rank) for rank in sorted(self._series)]
-
-    def _counted(self, rank: int) -> int:
-        """Steps after the first two (the warm-up) in a rank's series."""
-        series = self._series.get(rank)
-        return sum(1 for step in series.steps if step >= 2) if series is not None else 0
+        return [self.book.series_of(rank) for rank in self.book.ranks()]
 
     def _median(self) -> int | None:
-        """The median of the last steps of all ranks (the hang rule's typical step), computed again once steps came
-        and MEDIAN_S passed (sorting RECENT_STEPS durations each second was a tenth of the watcher's time)."""
-        if self._median_ns is None and self._recent:
-            self._median_ns, self._median_at = int(statistics.median(self._recent)), time.monotonic()
-        return self._median_ns
+        """The job's typical step (`StepState.median_step_ns`, the one definition the stack sampler uses too)."""
+        with self._steps_lock:
+            return self._steps.median_step_ns() if self._steps is not None else None
 
     def _update_levels(self, series: list[StepSeries]) -> None:
         n = self.options.window
@@ -251,16 +208,13 @@ class WatchSampler:
         if new:
             self._hang_open = False  # steps came: a later stall is a new hang
         n = self.options.window
-        if not self.state.armed and (any(self._counted(r) >= 2 * n for r in self._fresh) or self.bursts.ready()):
+        if not self.state.armed and (any(self.book.counted(r) >= 2 * n for r in self.book.fresh) or self.bursts.ready()):
             self.state.armed, self.state.armed_at_s = True, time.time()
             self._start_baseline(ctx)
         alarms: list[Alarm] = []
         diagnosis = ctx.diagnosis
-        if self._fresh:  # the ranks with new steps, at most RANKS_PER_LOOK a look, longest unjudged first
-            turn = sorted(self._fresh, key=lambda r: self._judged.get(r, 0))[:RANKS_PER_LOOK]
-            self._fresh.difference_update(turn)
-            self._judged.update((r, self._known) for r in turn)
-            looked = [self.series_of(r) for r in sorted(turn)]
+        if self.book.fresh:  # the ranks with new steps, at most RANKS_PER_LOOK a look, longest unjudged first
+            looked = self.book.turn(self._known)
             self._update_levels(looked)
             found = diagnosis.degradation_alarm(looked, n, self.options.rise) if self.state.armed else None
             if found is not None:
@@ -269,54 +223,23 @@ class WatchSampler:
         if burst is not None:
             alarms.append(burst)
         if not self._hang_open:
-            hang = diagnosis.hang_alarm(self.state.last_step, self._last_ns, self._median(), self._known,
-                                        time.time_ns())
+            with self._steps_lock:
+                last_ns = dict(self._steps.last_step_ns) if self._steps is not None else {}
+            hang = diagnosis.hang_alarm(self.state.last_step, last_ns, self._median(), self._known, time.time_ns())
             with ctx.lock:
                 suspicion = ctx.progress.suspicion
             if hang is None and suspicion.startswith("hang?"):
                 hang = Alarm("hang", suspicion, step=max(self.state.last_step.values(), default=-1))
             if hang is not None:
                 alarms.append(hang)
-        if time.monotonic() >= self._next_host or self._urgent_host_signal(ctx):
-            self._next_host = time.monotonic() + self.options.host_check_s
-            host = self._host_check(ctx)
-            if host is not None:
-                alarms.append(host)
+        host = self.hosts.look(ctx)
+        if host is not None:
+            alarms.append(host)
         for alarm in alarms:
             self._open(ctx, alarm)
         if self.options.publish is not None and (new or alarms or time.monotonic() >= self._next_publish):
             self._next_publish = time.monotonic() + PUBLISH_S
             self.options.publish(self.state)
-
-    def _urgent_host_signal(self, ctx: LiveContext) -> bool:
-        """Did a sampler record something the host check must judge now (every RESCAN_S, in the new bytes of the
-        counters, no JSON parsed): a link state change in `*.net.jsonl` (the net sampler's link watcher), an XID
-        in `*.gpu.jsonl` (NVML's event watcher)?"""
-        if time.monotonic() < self._next_urgent_look:
-            return False
-        self._next_urgent_look = time.monotonic() + RESCAN_S
-        for path in [*own_counters(ctx, "net"), *own_counters(ctx, "gpu")]:
-            if path not in self._counter_tails:  # from its end: what was there is judged by the periodic check
-                self._counter_tails[path] = LineTail(path, path.stat().st_size)
-        return any(URGENT.search(line) for tail in self._counter_tails.values() for line in tail.read_lines())
-
-    def _host_check(self, ctx: LiveContext) -> Alarm | None:
-        files = sorted(own_counters(ctx))
-        sizes = tuple(f.stat().st_size for f in files if f.is_file())
-        if not files or sizes == self._counter_sizes:
-            return None
-        self._counter_sizes = sizes
-        tmp = Path(tempfile.mkdtemp(prefix="perftracker-watch-"))
-        try:
-            for f in files:
-                copy_tail(f, tmp / "counters" / f.name, COUNTERS_TAIL_BYTES // 4)
-            store = load_path(tmp, LoadOptions(cache_dir=None, workers=1))
-            return ctx.diagnosis.host_alarm(store)
-        except Exception as exc:  # noqa: BLE001  a partial record must not stop the watch
-            ctx.note(f"watch: host counters not judged ({type(exc).__name__}: {exc})")
-            return None
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
 
     # -- incidents ------------------------------------------------------------------------------
     def _open(self, ctx: LiveContext, alarm: Alarm) -> None:
@@ -331,10 +254,10 @@ class WatchSampler:
             self._hang_open = True
         if alarm.kind == "degradation":  # the slower level becomes the new normal: only a further change fires
             self.bursts.clear()
-            self._series.clear()
-            self._built, self._fresh = {}, set()
-            self._recent.clear()
-            self._median_ns = None
+            self.book.clear()
+            if self._steps is not None:
+                with self._steps_lock:
+                    self._steps.restart()  # the typical step is built again from the slower steps
             self.state.best_s.clear()
         folder = incident_folder(ctx.run_dir, alarm, now, ctx.host)
         self.state.incidents.append((now, alarm.kind, folder.name))
@@ -369,8 +292,9 @@ class WatchSampler:
     def stop(self, ctx: LiveContext) -> None:
         """Ends the recordings (they write what they have); the capture in progress is kept and analyzed."""
         self._stop.set()
-        for tail in [*self._tails.values(), *self._counter_tails.values()]:
+        for tail in self._tails.values():
             tail.close()
+        self.hosts.close()
         for thread in (self._baseline, self._capture):
             if thread is not None:
                 thread.join(timeout=120)
@@ -380,7 +304,7 @@ class WatchSampler:
     def status(self) -> str:
         st = self.state
         if not st.armed:
-            most = max((self._counted(rank) for rank in list(self._series)), default=0)
+            most = max((self.book.counted(rank) for rank in self.book.ranks()), default=0)
             text = f"arming: {most}/{2 * self.options.window} steps"
             if self.bursts.most():
                 text += f", {self.bursts.most()}/{2 * self.bursts.window} stack bursts"

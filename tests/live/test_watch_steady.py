@@ -350,3 +350,18 @@ def test_under_watch_nccl_logs_and_inspector_output_are_copied_every_5_s_and_oth
     # THEN the log and Inspector copies run every second, under --watch every 5 s
     assert intervals(SamplerOptions()) == {"logs": 1.0, "inspector": 1.0}
     assert intervals(watch_rates(SamplerOptions())) == {"logs": 5.0, "inspector": 5.0}
+
+
+def test_watch_rates_returns_new_options_and_leaves_its_argument_as_it_was() -> None:
+    # GIVEN attach's options with a 5 s GPU interval and a start-up stack recording
+    from dataclasses import asdict
+
+    from perftracker.live.collectors import SamplerOptions, watch_rates
+
+    given = SamplerOptions(interval_s=5.0, profile_seconds=10.0)
+    before = asdict(given)
+    # WHEN the steady rates of --watch are taken
+    steady = watch_rates(given)
+    # THEN the new options have them, and the options given are unchanged
+    assert (steady.interval_s, steady.profile_seconds, steady.stack_rounds_while_stepping) == (10.0, 0.0, False)
+    assert steady is not given and asdict(given) == before

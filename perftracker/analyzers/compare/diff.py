@@ -36,13 +36,8 @@ from perftracker.analyzers.compare.side import RunSide
 from perftracker.analyzers.findings import Cost, Finding, Severity, rank_findings
 from perftracker.analyzers.stragglers.shift import lag1_autocorrelation, mann_whitney_greater
 from perftracker.analyzers.stragglers.waiting import is_waiting_phase
+from perftracker.analyzers.thresholds import threshold, threshold_int
 
-ALPHA = 0.01
-CHANGE_RATIO = 1.25  # an op at least 25% slower (or faster) than the run-wide factor
-MAD_Z = 3.0
-MIN_SHARE = 0.03  # its extra time at least 3% of the base step
-MIN_MS = 0.2
-MIN_STEPS = 4
 DEFAULT_TOLERANCE = 0.05  # a step-time regression below 5% is not a warning
 COMM_KINDS = ("comm", "collective_cpu")
 TOP_OPS = 8
@@ -63,7 +58,7 @@ class RunDiff:
 
 def _step_test(base: np.ndarray, new: np.ndarray) -> tuple[float, float]:
     """(one-sided p that new is slower, one-sided p that new is faster), both shrunk for autocorrelation."""
-    if min(len(base), len(new)) < MIN_STEPS:
+    if min(len(base), len(new)) < threshold_int("diff.min_steps"):
         return 1.0, 1.0
     r = max(lag1_autocorrelation(base, new), 0.0)
     shrink = math.sqrt((1.0 - r) / (1.0 + r))
@@ -90,7 +85,7 @@ def _scale(joined: pd.DataFrame, step_ms: float) -> tuple[float, float]:
     """The run-wide factor (median of the new/base ratios of the ops of some size, one vote per op per rank,
     so that one heavy op that changed does not pass for the machine) and the robust spread of log ratios."""
     both = joined[(joined["ms_base"] > 0) & (joined["ms_new"] > 0)]
-    sizable = both[both["ms_base"] >= MIN_SHARE * step_ms]
+    sizable = both[both["ms_base"] >= threshold("diff.min_share") * step_ms]
     both = sizable if len(sizable) >= 3 else both
     if both.empty:
         return 1.0, 0.0
@@ -105,8 +100,9 @@ def _changed(base_ms: pd.Series, new_ms: pd.Series, scale: float, mad: float, st
     extra = new_ms - expected
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(expected > 0, new_ms / expected.where(expected > 0, 1.0), np.inf)
-    far = (np.abs(np.log(np.where(ratio > 0, ratio, 1e-12))) > max(math.log(CHANGE_RATIO), MAD_Z * mad))
-    big = (np.abs(extra) >= max(MIN_SHARE * step_ms, MIN_MS))
+    far = (np.abs(np.log(np.where(ratio > 0, ratio, 1e-12))) > max(math.log(threshold("diff.change_ratio")),
+                                                                   threshold("diff.mad_z") * mad))
+    big = (np.abs(extra) >= max(threshold("diff.min_share") * step_ms, threshold("diff.min_ms")))
     return pd.Series(far & big, index=base_ms.index)
 
 
@@ -136,11 +132,12 @@ def _rank_changes(joined: pd.DataFrame, scale: float, step_ms: float) -> pd.Data
         excess[rank] = new[rank] - expected
         with np.errstate(divide="ignore", invalid="ignore"):
             relative[rank] = np.log((new[rank] + 1e-3) / (expected + 1e-3))
-    sizable = (base.max(axis=1) >= MIN_SHARE * step_ms) | (new.max(axis=1) >= MIN_SHARE * step_ms)
+    least_ms = threshold("diff.min_share") * step_ms
+    sizable = (base.max(axis=1) >= least_ms) | (new.max(axis=1) >= least_ms)
     spread = relative[sizable].to_numpy().ravel()
     spread = spread[np.isfinite(spread)]
     noise = 1.4826 * float(np.median(np.abs(spread - np.median(spread)))) if len(spread) else 0.0
-    threshold = max(math.log(CHANGE_RATIO), MAD_Z * noise)
+    log_cut = max(math.log(threshold("diff.change_ratio")), threshold("diff.mad_z") * noise)
     rows = []
     names = [str(key[1]) for key in base.index]
     for rank in ranks:
@@ -149,7 +146,8 @@ def _rank_changes(joined: pd.DataFrame, scale: float, step_ms: float) -> pd.Data
         extra, rel = float(column[top]), float(relative[rank].to_numpy(dtype=float)[top])
         rows.append({"rank": rank, "op": names[top], "base_ms": float(base[rank].to_numpy(dtype=float)[top]),
                      "new_ms": float(new[rank].to_numpy(dtype=float)[top]), "excess_ms": extra,
-                     "named": bool(extra >= max(MIN_SHARE * step_ms, MIN_MS) and rel > threshold)})
+                     "named": bool(extra >= max(threshold("diff.min_share") * step_ms,
+                                                threshold("diff.min_ms")) and rel > log_cut)})
     table = pd.DataFrame(rows, columns=columns)
     if int(table["named"].sum()) * 2 >= len(ranks):  # half the ranks or more: a job-wide change, not a rank's
         table["named"] = False
@@ -206,7 +204,7 @@ def compare_runs(base: RunSide, new: RunSide, tolerance: float = DEFAULT_TOLERAN
     job_moved = job_ops[job_ops["change"] != "same"]
     explained_ms = float(job_moved["delta_ms"].clip(lower=0).max()) if not job_moved.empty else 0.0
     explained_ms += float(ranks.loc[ranks["named"], "excess_ms"].max()) if named else 0.0
-    significant = p_slower <= ALPHA and change == change and change > 0
+    significant = p_slower <= threshold("diff.alpha") and change == change and change > 0
     findings.append(_step_finding(b, n, change, p_slower, p_faster, scale, explained_ms, tolerance, base, new))
     if not job_moved.empty:
         regression = significant and change > tolerance
@@ -235,7 +233,7 @@ def _step_finding(b: float, n: float, change: float, p_slower: float, p_faster: 
                        evidence, key="diff:steps")
     what = f"Step time {fmt_ms(b)} -> {fmt_ms(n)} ({100 * change:+.0f}%)"
     delta_s = n - b
-    if p_slower > ALPHA and p_faster > ALPHA:
+    if p_slower > threshold("diff.alpha") and p_faster > threshold("diff.alpha"):
         return Finding("diff", Severity.INFO, f"{what}: within the two runs' noise",
                        "No step-time change beyond how much each run's own steps vary: profile more steps to tell "
                        "a smaller change.", evidence, confidence=1.0 - min(p_slower, p_faster), key="diff:steps")
@@ -251,7 +249,7 @@ def _step_finding(b: float, n: float, change: float, p_slower: float, p_faster: 
                        "host-health findings and node placement before looking at the code.",
                        evidence, confidence=1.0 - p_slower, cost=Cost(delta_s, delta_s / n), key="diff:steps")
     severity = Severity.WARNING if change > tolerance else Severity.INFO
-    if change > 0.25:
+    if change > threshold("diff.critical_change"):
         severity = Severity.CRITICAL
     return Finding("diff", severity, f"{what}: a regression; the ops and ranks below explain "
                    f"{fmt_ms(explained_ms / 1e3)} of the {fmt_ms(delta_s)} per step",

@@ -19,8 +19,8 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import rank_list
 from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.thresholds import threshold
 
-SILENT_GAP_S = 3.0  # samples are about 1 s apart: a node quiet for 3 s while the others report has gone
 _LOST_PEER = re.compile(r"Connection closed by peer|Connection reset by peer|remote worker|Broken pipe",
                         re.IGNORECASE)
 _FAILED = ("exception", "exit", "timeout", "gloo_timeout")
@@ -60,7 +60,7 @@ def analyze_silent_host(analysis: Analysis) -> list[Finding]:
     for host, seen in last.items():
         others = last.drop(index=host)
         gap_s = (int(others.max()) - int(seen)) / 1e9
-        if gap_s < SILENT_GAP_S:
+        if gap_s < threshold("silent_host.gap_s"):
             continue
         host = str(host)
         ranks = _ranks_of(analysis, host)

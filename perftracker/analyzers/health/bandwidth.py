@@ -20,11 +20,9 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.health.topology import rank_map
+from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.store import Store
 
-BEST_QUANTILE = 0.1  # the fastest 10% of a collective's kernels carry little or no waiting
-LOW_SHARE = 0.5  # bus bandwidth below half the per-rank link rate is slow for large messages
-MIN_BYTES = 16 << 20  # only messages of 16 MiB and more reach link bandwidth
 _FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
             "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
             "alltoall": lambda n: (n - 1) / n}
@@ -49,7 +47,7 @@ def collective_bandwidth(store: Store) -> pd.DataFrame:
     for key, g in comm.groupby(keys, observed=True):
         parts: tuple[Any, ...] = tuple(key) if isinstance(key, tuple) else (key,)
         pg, coll, size, n = str(parts[0]), str(parts[1]), int(parts[2]), int(parts[3])
-        best = float(g["dur_ns"].quantile(BEST_QUANTILE))
+        best = float(g["dur_ns"].quantile(threshold("bandwidth.best_quantile")))
         factor = bus_factor(str(coll), int(n))
         per_rank = g.groupby("rank")["dur_ns"].median()
         rows.append({"pg": str(pg), "collective": str(coll), "bytes": int(size), "group_size": int(n),
@@ -104,15 +102,15 @@ def analyze_bandwidth(analysis: Analysis) -> list[Finding]:
                   if link == link and hosts > 1 else "")),
         recommendation="Context: bus bandwidth is comparable with the link rate and with nccl-tests.",
         evidence={"collectives": rows, "nic_gbs_per_rank": None if link != link else round(link, 3),
-                  "hosts": hosts, "best_quantile": BEST_QUANTILE},
+                  "hosts": hosts, "best_quantile": threshold("bandwidth.best_quantile")},
         key="bandwidth:table")]
     if link == link and hosts > 1:
-        slow = table[(table["bytes"] >= MIN_BYTES) & (table["busbw_gbs"] < LOW_SHARE * link)]
+        slow = table[(table["bytes"] >= threshold_int("bandwidth.min_bytes")) & (table["busbw_gbs"] < threshold("bandwidth.low_share") * link)]
         if not slow.empty:
             s = slow.iloc[0]
             findings.append(Finding(
                 analyzer="bandwidth", severity=Severity.WARNING,
-                title=(f"{len(slow)} large collective shape(s) reach under {100 * LOW_SHARE:.0f}% of the NIC "
+                title=(f"{len(slow)} large collective shape(s) reach under {100 * threshold('bandwidth.low_share'):.0f}% of the NIC "
                        f"bandwidth: {s['collective']} of {s['bytes'] / 2**20:.1f} MiB at {s['busbw_gbs']:.1f} GB/s "
                        f"bus bandwidth against {link:.1f} GB/s per rank"),
                 recommendation="Large collectives should approach the link rate: check the RDMA findings of the "
@@ -120,7 +118,8 @@ def analyze_bandwidth(analysis: Analysis) -> list[Finding]:
                 "NCCL_IB_HCA.",
                 evidence={"slow": [{str(k): (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
                                    for r in slow.head(16).to_dict("records")],
-                          "nic_gbs_per_rank": round(link, 3), "low_share": LOW_SHARE, "min_bytes": MIN_BYTES},
+                          "nic_gbs_per_rank": round(link, 3), "low_share": threshold("bandwidth.low_share"),
+                          "min_bytes": threshold_int("bandwidth.min_bytes")},
                 ranks=tuple(sorted(set(int(x) for x in store.select_events(
                     lambda ev: (ev["kind"] == "comm").to_numpy(), ["rank"], ["kind", "rank"])["rank"].unique()))),
                 key="bandwidth:slow"))

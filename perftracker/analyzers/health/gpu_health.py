@@ -32,14 +32,10 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.health.peer_outliers import peer_verdict
 from perftracker.analyzers.health.topology import rank_map, ranks_of_gpu
+from perftracker.analyzers.thresholds import threshold
 from perftracker.store import Store
 
 REASON_BITS = {"thermal": 0x20 | 0x40, "hw_slowdown": 0x8, "power_brake": 0x80, "power_cap": 0x4}
-THROTTLE_SHARE = 0.05  # throttled in 5% of the samples: enough to make a rank late in synchronous training
-CRITICAL_SHARE = 0.5  # throttled half of the time
-CLOCK_DEFICIT = 0.10  # SM clock 10% below the job's median GPU
-BUSY_UTIL_PCT = 50.0  # a GPU at >= 50% utilization is busy (PCIe gen and clocks drop when idle)
-UTIL_GAP_PCT = 30.0  # utilization 30 points below the job's median
 MAX_PERIODS = 20
 
 
@@ -114,8 +110,8 @@ def _busy_median(wide: pd.DataFrame, name: str) -> float:
     if name not in wide or wide[name].isna().all():
         return float("nan")
     col = wide[name]
-    if "util_gpu_pct" in wide and (wide["util_gpu_pct"] >= BUSY_UTIL_PCT).any():
-        col = col[wide["util_gpu_pct"] >= BUSY_UTIL_PCT]
+    if "util_gpu_pct" in wide and (wide["util_gpu_pct"] >= threshold("gpu_health.busy_util_pct")).any():
+        col = col[wide["util_gpu_pct"] >= threshold("gpu_health.busy_util_pct")]
     return float(col.median())
 
 
@@ -178,9 +174,9 @@ def _throttle(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame, clock_lo
         throttle = ctx.throttle[(host, gpu, reason)]
         mask = throttle.mask
         share = float(mask.mean()) if len(mask) else 0.0
-        if share < THROTTLE_SHARE:
+        if share < threshold("gpu_health.throttle_share"):
             continue
-        severity = Severity.CRITICAL if share >= CRITICAL_SHARE and reason != "power_cap" else Severity.WARNING
+        severity = Severity.CRITICAL if share >= threshold("gpu_health.critical_share") and reason != "power_cap" else Severity.WARNING
         if reason == "power_cap" and not clock_low:
             severity = Severity.INFO
         spans = throttle.periods
@@ -191,14 +187,15 @@ def _throttle(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame, clock_lo
                                f"{{gpu}} was in {reason.replace('_', ' ')} slowdown {100 * share:.0f}% of the time"
                                + clock_text, _THROTTLE_ADVICE[reason], reason=reason, sm_clock_mhz_throttled=during,
                                share_of_time=round(share, 4), periods=[list(p) for p in spans[:MAX_PERIODS]],
-                               thresholds={"share": THROTTLE_SHARE, "critical_share": CRITICAL_SHARE}))
+                               thresholds={"share": threshold("gpu_health.throttle_share"),
+                                           "critical_share": threshold("gpu_health.critical_share")}))
     return out
 
 
 def _gpu_findings(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> list[Finding]:
     out: list[Finding] = []
     clock = _busy_median(wide, "sm_clock_mhz")
-    below = clock == clock and ctx.job_clock == ctx.job_clock and clock < (1 - CLOCK_DEFICIT) * ctx.job_clock
+    below = clock == clock and ctx.job_clock == ctx.job_clock and clock < (1 - threshold("gpu_health.clock_deficit")) * ctx.job_clock
     clock_low = below and ctx.clock_outliers.names((host, gpu))
     out.extend(_throttle(ctx, host, gpu, wide, clock_low))
     if below and not any(f.severity >= Severity.WARNING for f in out):
@@ -209,7 +206,8 @@ def _gpu_findings(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> l
                                "This GPU's clocks are lower than its peers' without a reported throttle reason: check "
                                "application clocks / clock locks (`nvidia-smi -q -d CLOCK`) and its power limit."
                                if clock_low else f"Not an outlier by this run's samples: {verdict.reason or 'other GPUs are as low'}.",
-                               deficit=round(1 - clock / ctx.job_clock, 4), threshold=CLOCK_DEFICIT,
+                               deficit=round(1 - clock / ctx.job_clock, 4),
+                               threshold=threshold("gpu_health.clock_deficit"),
                                confidence=verdict.confidence,
                                significance={"confidence": round(verdict.confidence, 4), "trials": verdict.trials}))
     xids = ctx.xids[(ctx.xids["host"] == host) & (ctx.xids["device"] == f"gpu:{gpu}")]
@@ -230,7 +228,8 @@ def _gpu_findings(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> l
                                ecc_sbe_new=sbe))
     out.extend(_pcie(ctx, host, gpu, wide))
     util = _med(wide, "util_gpu_pct")
-    if util == util and ctx.job_util >= BUSY_UTIL_PCT and util < ctx.job_util - UTIL_GAP_PCT:
+    if (util == util and ctx.job_util >= threshold("gpu_health.busy_util_pct")
+            and util < ctx.job_util - threshold("gpu_health.util_gap_pct")):
         real = ctx.util_outliers.names((host, gpu))
         out.append(gpu_finding(ctx, host, gpu, wide, "utilization", Severity.WARNING if real else Severity.INFO,
                                f"{{gpu}} is {util:.0f}% utilized against a job median of {ctx.job_util:.0f}%"
@@ -238,7 +237,8 @@ def _gpu_findings(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> l
                                "This GPU waits while its peers compute: look for a data-loading or CPU bottleneck on "
                                "its rank, or a rank placed on the wrong GPU." if real else
                                f"Not an outlier by this run's samples: {ctx.util_outliers.reason or 'other GPUs are as low'}.",
-                               util_gpu_pct=util, job_median_util_pct=ctx.job_util, gap_threshold=UTIL_GAP_PCT,
+                               util_gpu_pct=util, job_median_util_pct=ctx.job_util,
+                               gap_threshold=threshold("gpu_health.util_gap_pct"),
                                confidence=ctx.util_outliers.confidence,
                                significance={"confidence": round(ctx.util_outliers.confidence, 4),
                                              "trials": ctx.util_outliers.trials}))
@@ -257,7 +257,7 @@ def _pcie(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> list[Find
         limit = wide[max_metric] if max_metric in wide else pd.Series(peer, index=wide.index)
         rows = wide
         if busy_only and "util_gpu_pct" in wide:
-            rows = wide[wide["util_gpu_pct"] >= BUSY_UTIL_PCT]
+            rows = wide[wide["util_gpu_pct"] >= threshold("gpu_health.busy_util_pct")]
         if rows.empty:
             continue
         low = rows[metric] < limit.reindex(rows.index)

@@ -26,12 +26,11 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.health.gpu_health import GpuContext, gpu_context_view, gpu_counters, gpu_finding
+from perftracker.analyzers.thresholds import threshold
 
 ANALYZER = "gpu_links"
 LINK_METRICS = ("nvlink_links", "nvlink_active", "nvlink_replay", "nvlink_recovery", "nvlink_crc_flit",
                 "nvlink_crc_data", "pcie_replay")
-NVLINK_CRC_PER_S = 100.0  # DCGM_LIMIT_MAX_NVLINK_CRC_ERROR: the driver team's "matters from 100/s"
-PCIE_REPLAY_PER_MIN = 8.0  # DCGM_LIMIT_MAX_PCIREPLAY_RATE: at most 8 replays a minute
 
 _ERRORS_ADVICE = ("NVLink CRC errors and replays mean a marginal link (connector, NVSwitch tray or baseboard "
                   "signal integrity): every error costs a retransmission, so NCCL traffic over NVLink slows and "
@@ -85,7 +84,7 @@ def _nvlink_errors(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> 
         return out
     seconds = max([r_seconds] + [v[1] for v in crc.values()])
     crc_rate = _rate(crc_total, seconds)
-    severity = Severity.WARNING if replay > 0 or crc_rate >= NVLINK_CRC_PER_S else Severity.INFO
+    severity = Severity.WARNING if replay > 0 or crc_rate >= threshold("gpu_links.nvlink_crc_per_s") else Severity.INFO
     parts = ([f"{crc_total:,.0f} CRC errors ({crc_rate:,.1f}/s)"] if crc_total else []) \
         + ([f"{replay:,.0f} replays"] if replay else [])
     firsts = [t for t in [r_first] + [v[2] for v in crc.values()] if t >= 0]
@@ -96,7 +95,7 @@ def _nvlink_errors(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> 
                            nvlink_crc_data_increase=crc["nvlink_crc_data"][0], nvlink_replay_increase=replay,
                            crc_rate_per_s=round(crc_rate, 3), replay_rate_per_min=round(60 * _rate(replay, seconds), 3),
                            first_rise_ns=min(firsts) if firsts else -1, window_s=round(seconds, 3),
-                           thresholds={"crc_per_s": NVLINK_CRC_PER_S, "replay": 1}))
+                           thresholds={"crc_per_s": threshold("gpu_links.nvlink_crc_per_s"), "replay": 1}))
     return out
 
 
@@ -136,12 +135,12 @@ def _pcie_replay(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> li
     if replay <= 0:
         return []
     per_min = 60 * _rate(replay, seconds)
-    severity = Severity.WARNING if per_min >= PCIE_REPLAY_PER_MIN else Severity.INFO
+    severity = Severity.WARNING if per_min >= threshold("gpu_links.pcie_replay_per_min") else Severity.INFO
     return [gpu_finding(ctx, host, gpu, wide, "pcie_replay", severity,
                         f"{{gpu}} PCIe replay counter rose by {replay:,.0f} in {seconds:.0f} s ({per_min:,.1f}/min)",
                         _PCIE_ADVICE.format(gpu=gpu), analyzer=ANALYZER, pcie_replay_increase=replay,
                         rate_per_min=round(per_min, 3), first_rise_ns=first, window_s=round(seconds, 3),
-                        threshold_per_min=PCIE_REPLAY_PER_MIN)]
+                        threshold_per_min=threshold("gpu_links.pcie_replay_per_min"))]
 
 
 def analyze_gpu_links(analysis: Analysis) -> list[Finding]:

@@ -23,11 +23,9 @@ import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.analyzers.traces.intervals import total, union
 
-SLACK_NS = 1_500_000_000  # counters are sampled about every second: the job may stall a little around
-MIN_STALL_S = 0.05
-MAD_FACTOR = 6.0
 COLLECTIVE_KINDS = ("collective_cpu", "comm")
 EPOCH_NS = 10**17  # wall-clock ns (time.time_ns()) are far above this
 
@@ -121,7 +119,8 @@ def stall_during(analysis: Analysis, start_ns: int, end_ns: int) -> Stall | None
     steps = analysis.view(job_steps_view)
     if steps.empty:
         return None
-    lo, hi = start_ns - SLACK_NS, (end_ns if end_ns >= 0 else start_ns) + SLACK_NS
+    slack = threshold_int("link_stalls.slack_ns")
+    lo, hi = start_ns - slack, (end_ns if end_ns >= 0 else start_ns) + slack
     stats = steps.groupby("rank")["dur_ns"].agg(["median"])
     stats["mad"] = (steps["dur_ns"] - steps["rank"].map(stats["median"])).abs().groupby(steps["rank"]).median()
     hit = steps[(steps["start_ns"] < hi) & (steps["end_ns"] > lo)]
@@ -131,7 +130,8 @@ def stall_during(analysis: Analysis, start_ns: int, end_ns: int) -> Stall | None
     med = longest["rank"].map(stats["median"]).to_numpy(dtype=float)
     mad = longest["rank"].map(stats["mad"]).to_numpy(dtype=float) * 1.4826
     excess = longest["dur_ns"].to_numpy(dtype=float) - med
-    stalled = excess > np.maximum.reduce([med, MAD_FACTOR * mad, np.full(len(med), MIN_STALL_S * 1e9)])
+    stalled = excess > np.maximum.reduce([med, threshold("link_stalls.mad_factor") * mad,
+                                          np.full(len(med), threshold("link_stalls.min_stall_s") * 1e9)])
     if not stalled.any():
         return None
     late = longest[stalled]

@@ -31,24 +31,17 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.health.link_series import Down, job_ifaces_view, link_downs_view, link_series_view
 from perftracker.analyzers.health.link_stalls import (
-    SLACK_NS,
     Stall,
     comm_share_view,
     job_steps_view,
     stall_during,
 )
+from perftracker.analyzers.thresholds import threshold, threshold_int
 
-ERRORS_PER_S = 0.01  # CRC / frame / carrier errors: more than one per 100 s is a cable or transceiver problem
 ERROR_NAMES = ("rx_crc_errors", "rx_frame_errors", "rx_length_errors", "rx_errors", "tx_errors",
                "tx_carrier_errors", "tx_aborted_errors", "tx_heartbeat_errors", "tx_window_errors")
-DROPS_PER_S = 1.0
-DROP_SHARE = 0.001  # of the packets in that direction
 DROP_NAMES = ("rx_dropped", "tx_dropped", "rx_missed_errors", "rx_fifo_errors", "rx_over_errors", "tx_fifo_errors",
               "qdisc_drops")
-OVERLIMITS_PER_S = 1.0  # packets an egress shaper held back per second: the job asked for more than the rate
-SATURATED_SHARE = 0.7  # busiest interval at 70% of the link speed
-COMM_BOUND_SHARE = 0.25  # the job spends a quarter of its steps inside collectives
-STOPPED_SHARE = 0.1  # a peer's traffic during a down period under 10% of its typical rate: it stopped
 VIRTUAL = ("lo", "veth", "docker", "br-", "virbr", "cni", "flannel", "cali", "tunl", "vxlan", "ifb", "tun", "tap",
            "kube", "weave", "cilium", "genev", "nodelocaldns")
 
@@ -86,7 +79,8 @@ def _inc(rows: pd.DataFrame, name: str) -> float:
 
 def _what_peer_saw(analysis: Analysis, host: str, down: Down, judged: dict[str, dict[str, str]]) -> dict[str, Any]:
     """What `host` (not the one whose link went down) saw during `down`: TCP trouble, stopped traffic."""
-    lo, hi = down.start_ns - SLACK_NS, (down.end_ns if down.end_ns >= 0 else down.start_ns) + SLACK_NS
+    slack = threshold_int("link_stalls.slack_ns")
+    lo, hi = down.start_ns - slack, (down.end_ns if down.end_ns >= 0 else down.start_ns) + slack
     seen: dict[str, Any] = {"host": host}
     tcp = _series(analysis, host, "")
     during = tcp[(tcp["t1_ns"] > lo) & (tcp["t0_ns"] < hi)] if not tcp.empty else tcp
@@ -102,7 +96,7 @@ def _what_peer_saw(analysis: Analysis, host: str, down: Down, judged: dict[str, 
         inside = (s["t1_ns"] > down.start_ns) & (s["t0_ns"] < max(down.end_ns, down.start_ns))
         busy = s if window is None else s[(s["t0_ns"] >= window[0]) & (s["t1_ns"] <= window[1])]
         typical = float((busy["tx_mbps"].fillna(0) + busy["rx_mbps"].fillna(0)).median()) if len(busy) else 0.0
-        if inside.any() and typical > 0 and float(rate[inside].max()) < STOPPED_SHARE * typical:
+        if inside.any() and typical > 0 and float(rate[inside].max()) < threshold("links.stopped_share") * typical:
             seen.setdefault("traffic_stopped_on", []).append(iface)
             seen["typical_mbps"] = round(typical, 3)
     return seen if len(seen) > 1 else {}
@@ -158,8 +152,8 @@ def _consequence(down: Down, others: list[Down]) -> bool:
     if down.admin_down:
         return False
     end = down.end_ns if down.end_ns >= 0 else 1 << 62
-    return any(o.admin_down and o.host != down.host and o.start_ns <= end + SLACK_NS
-               and (o.end_ns if o.end_ns >= 0 else 1 << 62) + SLACK_NS >= down.start_ns for o in others)
+    return any(o.admin_down and o.host != down.host and o.start_ns <= end + threshold_int("link_stalls.slack_ns")
+               and (o.end_ns if o.end_ns >= 0 else 1 << 62) + threshold_int("link_stalls.slack_ns") >= down.start_ns for o in others)
 
 
 def _flaps(analysis: Analysis, judged: dict[str, dict[str, str]]) -> list[Finding]:
@@ -182,7 +176,7 @@ def _flaps(analysis: Analysis, judged: dict[str, dict[str, str]]) -> list[Findin
                     if seen and all(s["host"] != other for s in also):
                         also.append(seen)
         for e in echoes:
-            if any(abs(e.start_ns - d.start_ns) <= 2 * SLACK_NS for d in mine):
+            if any(abs(e.start_ns - d.start_ns) <= 2 * threshold_int("link_stalls.slack_ns") for d in mine):
                 also.append({"host": e.host, "carrier_lost_on": e.iface})
         felt = [s for s in stalls if s is not None]
         stalled_s = sum(s.stall_s for s in felt)
@@ -221,13 +215,13 @@ def _errors(analysis: Analysis, judged: dict[str, dict[str, str]]) -> list[Findi
             s = _series(analysis, host, iface)
             if s.empty:
                 continue
-            errors = {n: v for n, v in _rate(s, ERROR_NAMES).items() if v >= ERRORS_PER_S}
+            errors = {n: v for n, v in _rate(s, ERROR_NAMES).items() if v >= threshold("links.errors_per_s")}
             packets = _rate(s, ("rx_packets", "tx_packets"))
             drops = {}
             for name, per_s in _rate(s, DROP_NAMES).items():
                 side = "tx_packets" if name.startswith(("tx", "qdisc")) else "rx_packets"
                 share = per_s / packets[side] if packets.get(side) else 1.0
-                if per_s >= DROPS_PER_S and share >= DROP_SHARE:
+                if per_s >= threshold("links.drops_per_s") and share >= threshold("links.drop_share"):
                     drops[name] = (per_s, share)
             if not errors and not drops:
                 continue
@@ -243,8 +237,9 @@ def _errors(analysis: Analysis, judged: dict[str, dict[str, str]]) -> list[Findi
                 evidence={"host": host, "iface": iface, "check": "errors",
                           "errors_per_s": {n: round(v, 4) for n, v in errors.items()},
                           "drops": {n: {"per_s": round(v, 3), "share": round(sh, 5)} for n, (v, sh) in drops.items()},
-                          "thresholds": {"errors_per_s": ERRORS_PER_S, "drops_per_s": DROPS_PER_S,
-                                         "drop_share": DROP_SHARE},
+                          "thresholds": {"errors_per_s": threshold("links.errors_per_s"),
+                                         "drops_per_s": threshold("links.drops_per_s"),
+                                         "drop_share": threshold("links.drop_share")},
                           "window": {"start_ns": int(s["t0_ns"].min()), "end_ns": int(s["t1_ns"].max())}},
                 hosts=(host,), key=f"links:errors:{host}:{iface}"))
     return out
@@ -287,10 +282,10 @@ def _rates(analysis: Analysis, stats: list[dict[str, Any]]) -> list[Finding]:
         others = [o for o in stats if o["host"] != st["host"]]
         best_speed = max((o["speed_mbps"] for o in others if o["speed_mbps"] == o["speed_mbps"]), default=float("nan"))
         others_peak = max((o["tx_peak_mbps"] for o in others), default=float("nan"))
-        shaped = st["overlimits_per_s"] >= OVERLIMITS_PER_S or st["qdisc_drops_per_s"] >= OVERLIMITS_PER_S
+        shaped = st["overlimits_per_s"] >= threshold("links.overlimits_per_s") or st["qdisc_drops_per_s"] >= threshold("links.overlimits_per_s")
         slower = st["speed_mbps"] == st["speed_mbps"] and best_speed == best_speed and st["speed_mbps"] < best_speed
-        saturated = slower and st["peak_mbps"] >= SATURATED_SHARE * st["speed_mbps"]
-        comm_bound = comm is not None and comm.share >= COMM_BOUND_SHARE
+        saturated = slower and st["peak_mbps"] >= threshold("links.saturated_share") * st["speed_mbps"]
+        comm_bound = comm is not None and comm.share >= threshold("links.comm_bound_share")
         if not (shaped or (saturated and comm_bound)):
             continue
         limit = st["shaper_mbps"] if shaped and st["shaper_mbps"] == st["shaper_mbps"] else st["speed_mbps"]

@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.stragglers.significance import judge_outliers
+from perftracker.analyzers.thresholds import threshold
 
 MAX_BINS = 50
-BUSY_UTIL_PCT = 50.0
 
 GpuKey = tuple[str, int]
 
@@ -40,8 +40,8 @@ class PeerVerdict:
 
 def _series(wide: pd.DataFrame, metric: str, busy_only: bool) -> pd.Series:
     col = wide[metric].dropna() if metric in wide else pd.Series(dtype=float)
-    if busy_only and "util_gpu_pct" in wide and (wide["util_gpu_pct"] >= BUSY_UTIL_PCT).any():
-        col = col[wide["util_gpu_pct"].reindex(col.index) >= BUSY_UTIL_PCT]
+    if busy_only and "util_gpu_pct" in wide and (wide["util_gpu_pct"] >= threshold("peer_outliers.busy_util_pct")).any():
+        col = col[wide["util_gpu_pct"].reindex(col.index) >= threshold("peer_outliers.busy_util_pct")]
     return col
 
 

@@ -34,24 +34,18 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.thresholds import threshold
 from perftracker.store import Store
 from perftracker.values import ETHTOOL_COUNTER_PREFIX as ETHTOOL_PREFIX
 
 ACTIVE = 4  # sysfs state "4: ACTIVE"
-LINK_ERRORS_PER_S = 0.01  # physical-layer errors: more than one per 100 s is a cable/transceiver problem
 LINK_ERROR_NAMES = ("symbol_error", "port_rcv_errors", "local_link_integrity_errors", "excessive_buffer_overrun_errors",
                     "port_rcv_remote_physical_errors")
 FLAP_NAMES = ("link_downed", "link_error_recovery")  # any increase during the job is a flapping link
-TRANSPORT_ERRORS_PER_S = 1.0  # retransmission signals: a few per second already cost NCCL throughput
 TRANSPORT_NAMES = ("local_ack_timeout_err", "out_of_sequence", "packet_seq_err", "implied_nak_seq_err",
                    "rnr_nak_retry_err")
 FATAL_NAMES = ("req_transport_retries_exceeded", "req_rnr_retries_exceeded")  # any increase: a QP failed
-CNP_PER_S = 1000.0  # CNPs or ECN marks per second: sustained rate limiting by DCQCN
 CNP_NAMES = ("rp_cnp_handled", "np_cnp_sent", "np_ecn_marked_roce_packets")
-XMIT_WAIT_PER_S = 1e6  # port_xmit_wait ticks per second (tick length is hardware-specific): credit back-pressure
-DROPS_PER_S = 1.0  # port_xmit_discards / out_of_buffer per second
-IDLE_RAIL_SHARE = 0.1  # a port under 10% of its busiest sibling's traffic is idle
-BUSY_GBPS = 1.0  # ... when that sibling carries at least 1 Gb/s
 WRAP_32 = frozenset({  # mlx5 Q counters are 32-bit and wrap
     "rx_write_requests", "rx_read_requests", "rx_atomic_requests", "rx_dct_connect", "out_of_buffer",
     "out_of_sequence", "duplicate_request", "rnr_nak_retry_err", "packet_seq_err", "implied_nak_seq_err",
@@ -191,15 +185,15 @@ def _port_findings(r: Any, summary: pd.DataFrame) -> list[Finding]:
                             "The link went down or retrained during the job: every event stalls NCCL traffic on "
                             "this rail. Replace the cable / transceiver; check the switch port's error log.",
                             increases=flaps, rates=_rates(r, FLAP_NAMES)))
-    bad = {n: float(r[f"{n}/s"]) for n in LINK_ERROR_NAMES if r[f"{n}/s"] >= LINK_ERRORS_PER_S}
+    bad = {n: float(r[f"{n}/s"]) for n in LINK_ERROR_NAMES if r[f"{n}/s"] >= threshold("rdma.link_errors_per_s")}
     if bad:
         out.append(_finding(r, "link_errors", Severity.WARNING, f"Physical link errors on RDMA port {_where(r)}: "
                             + ", ".join(f"{n} {v:.2f}/s" for n, v in bad.items()),
                             "Symbol / receive errors mean a marginal cable or transceiver; it retransmits and "
                             "may soon flap. Check with mlxlink and replace the part.",
-                            rates=_rates(r, LINK_ERROR_NAMES), threshold_per_s=LINK_ERRORS_PER_S))
+                            rates=_rates(r, LINK_ERROR_NAMES), threshold_per_s=threshold("rdma.link_errors_per_s")))
     fatal = {n: int(r[f"{n}+"]) for n in FATAL_NAMES if r[f"{n}+"] > 0}
-    transport = {n: float(r[f"{n}/s"]) for n in TRANSPORT_NAMES if r[f"{n}/s"] >= TRANSPORT_ERRORS_PER_S}
+    transport = {n: float(r[f"{n}/s"]) for n in TRANSPORT_NAMES if r[f"{n}/s"] >= threshold("rdma.transport_errors_per_s")}
     if fatal or transport:
         out.append(_finding(r, "transport", Severity.CRITICAL if fatal else Severity.WARNING,
                             f"Transport errors on RDMA port {_where(r)}: " + ", ".join(
@@ -208,11 +202,12 @@ def _port_findings(r: Any, summary: pd.DataFrame) -> list[Finding]:
                             "Packets are lost or reordered on this path (ACK timeouts, sequence errors): check "
                             "the fabric for congestion drops or a bad link; for RoCE check PFC / ECN settings.",
                             increases=fatal, rates=_rates(r, TRANSPORT_NAMES + FATAL_NAMES),
-                            threshold_per_s=TRANSPORT_ERRORS_PER_S))
-    cong = {n: float(r[f"{n}/s"]) for n in CNP_NAMES if r[f"{n}/s"] >= CNP_PER_S}
-    if r["port_xmit_wait/s"] >= XMIT_WAIT_PER_S:
+                            threshold_per_s=threshold("rdma.transport_errors_per_s")))
+    cong = {n: float(r[f"{n}/s"]) for n in CNP_NAMES if r[f"{n}/s"] >= threshold("rdma.cnp_per_s")}
+    if r["port_xmit_wait/s"] >= threshold("rdma.xmit_wait_per_s"):
         cong["port_xmit_wait"] = float(r["port_xmit_wait/s"])
-    cong.update({n: float(r[f"{n}/s"]) for n in ("port_xmit_discards", "out_of_buffer") if r[f"{n}/s"] >= DROPS_PER_S})
+    drops = threshold("rdma.drops_per_s")
+    cong.update({n: float(r[f"{n}/s"]) for n in ("port_xmit_discards", "out_of_buffer") if r[f"{n}/s"] >= drops})
     if cong:
         out.append(_finding(r, "congestion", Severity.WARNING, f"Congestion on RDMA port {_where(r)}: " + ", ".join(
                             f"{n} {v:,.0f}/s" for n, v in cong.items()),
@@ -220,8 +215,9 @@ def _port_findings(r: Any, summary: pd.DataFrame) -> list[Finding]:
                             "oversubscribed links or many flows sharing this rail; spread traffic over all rails.",
                             rates={f"{n}_per_s": round(v, 1) for n, v in cong.items()},
                             peak_rates={f"{n}_per_s": round(float(r[f"{n}/s_peak"]), 1) for n in cong},
-                            thresholds={"cnp_per_s": CNP_PER_S, "xmit_wait_per_s": XMIT_WAIT_PER_S,
-                                        "drops_per_s": DROPS_PER_S}))
+                            thresholds={"cnp_per_s": threshold("rdma.cnp_per_s"),
+                                        "xmit_wait_per_s": threshold("rdma.xmit_wait_per_s"),
+                                        "drops_per_s": threshold("rdma.drops_per_s")}))
     return out
 
 
@@ -234,10 +230,10 @@ def _idle_rails(summary: pd.DataFrame, store: Store) -> list[Finding]:
     out: list[Finding] = []
     active = summary[summary["state_id"] == ACTIVE].assign(traffic=lambda s: s["tx_gbps"] + s["rx_gbps"])
     for (_host, _layer), g in active.groupby(["host", "link_layer"]):
-        if len(g) < 2 or g["traffic"].max() < BUSY_GBPS:
+        if len(g) < 2 or g["traffic"].max() < threshold("rdma.busy_gbps"):
             continue
         busiest = g.iloc[int(g["traffic"].to_numpy().argmax())]
-        for _, r in g[g["traffic"] < IDLE_RAIL_SHARE * busiest["traffic"]].iterrows():
+        for _, r in g[g["traffic"] < threshold("rdma.idle_rail_share") * busiest["traffic"]].iterrows():
             busy = [f"{d}/{p}" for d, p in zip(g["device"], g["port"]) if f"{d}/{p}" != f"{r['device']}/{r['port']}"]
             out.append(_finding(r, "idle_rail", Severity.WARNING,
                                 f"Idle rail: RDMA port {_where(r)} carried {r['traffic']:.2f} Gb/s while "
@@ -248,7 +244,8 @@ def _idle_rails(summary: pd.DataFrame, store: Store) -> list[Finding]:
                                 traffic_gbps=round(float(r["traffic"]), 3),
                                 busiest={"device": busiest["device"], "port": busiest["port"],
                                          "gbps": round(float(busiest["traffic"]), 3)},
-                                busy_ports=busy, nccl_ib_hca=_hca_settings(store), idle_share=IDLE_RAIL_SHARE))
+                                busy_ports=busy, nccl_ib_hca=_hca_settings(store),
+                                idle_share=threshold("rdma.idle_rail_share")))
     return out
 
 

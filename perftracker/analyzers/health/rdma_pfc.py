@@ -37,18 +37,12 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.health.rdma import CNP_NAMES, DROPS_PER_S, increases
+from perftracker.analyzers.health.rdma import CNP_NAMES, increases
+from perftracker.analyzers.thresholds import threshold
 from perftracker.store import Store
 from perftracker.values import ETHTOOL_COUNTER_PREFIX as PREFIX
 
-# Judgement: a lossless class paused 5% of the time loses at least 5% of its bandwidth to back-pressure,
-# well above the brief pauses a healthy fabric shows.
-PAUSE_SHARE = 0.05
-# Used only without a duration counter. One PFC frame pauses at most 65535 quanta of 512 bit times
-# (336 us at 100 Gb/s, 84 us at 400 Gb/s), so 100 frames/s can mean up to ~3% of the time at 100 Gb/s
-# (a judgement, conservative: a frame usually pauses for less, XON ends it early).
-PAUSE_FRAMES_PER_S = 100.0
-DISCARDS_PER_S = DROPS_PER_S  # the rdma analyzer's drop threshold (1/s)
+# rdma_pfc.pause_share, rdma_pfc.pause_frames_per_s: see perftracker/data/thresholds.toml (how they were chosen).
 STORM_ERROR, STORM_WARNING = "tx_pause_storm_error_events", "tx_pause_storm_warning_events"
 _PAUSE = re.compile(r"^(?P<dir>rx|tx)_(?:prio(?P<prio>\d)_pause|global_pause|pause_ctrl_phy)(?P<kind>_duration|"
                     r"_transition)?$")
@@ -119,7 +113,7 @@ def pauses(g: pd.DataFrame) -> dict[str, dict[str, dict[str, Any]]]:
 
 def _flagged(stats: dict[str, Any]) -> bool:
     share = stats["paused_share"]
-    return bool(share >= PAUSE_SHARE) if share is not None else stats["pause_frames_per_s"] >= PAUSE_FRAMES_PER_S
+    return bool(share >= threshold("rdma_pfc.pause_share")) if share is not None else stats["pause_frames_per_s"] >= threshold("rdma_pfc.pause_frames_per_s")
 
 
 def _sysfs_rates(store: Store, host: str, dev: str, port: str) -> dict[str, float]:
@@ -194,7 +188,8 @@ def _pause_finding(p: _Port, direction: str) -> Finding | None:
                   f"not post receive buffers. This host may be the slow receiver pausing the fabric. {qos}")
     return p.finding(f"pfc_{direction}", Severity.WARNING, title, advice, priority=prio, priorities=stats,
                      share_of_time=worst["paused_share"] or 0.0, congestion_control=cc,
-                     thresholds={"paused_share": PAUSE_SHARE, "pause_frames_per_s": PAUSE_FRAMES_PER_S})
+                     thresholds={"paused_share": threshold("rdma_pfc.pause_share"),
+                                 "pause_frames_per_s": threshold("rdma_pfc.pause_frames_per_s")})
 
 
 def _storm_finding(p: _Port) -> Finding | None:
@@ -219,7 +214,7 @@ def _storm_finding(p: _Port) -> Finding | None:
 def _discard_finding(p: _Port) -> Finding | None:
     total_s = float(p.g["dt_s"].sum())
     rates = {str(n): _sum(p.g, str(n)) / total_s for n in p.g.columns if DISCARD.match(str(n))}
-    bad = {n: v for n, v in rates.items() if v >= DISCARDS_PER_S}
+    bad = {n: v for n, v in rates.items() if v >= threshold("rdma.drops_per_s")}
     if not bad:
         return None
     prios = sorted({m.group(1) for n in bad if (m := re.match(r"rx_prio(\d)_", n))})
@@ -235,7 +230,7 @@ def _discard_finding(p: _Port) -> Finding | None:
               "receive rings (non-RDMA traffic: `ethtool -G`); outbound_pci_buffer_overflow means PCIe cannot keep up.")
     return p.finding("discards", Severity.WARNING, title, advice, priority=prio,
                      rates={f"{n}_per_s": round(v, 3) for n, v in bad.items()},
-                     increases={n: int(_sum(p.g, n)) for n in bad}, threshold_per_s=DISCARDS_PER_S)
+                     increases={n: int(_sum(p.g, n)) for n in bad}, threshold_per_s=threshold("rdma.drops_per_s"))
 
 
 def _netdevs(store: Store) -> dict[tuple[str, str, str], str]:

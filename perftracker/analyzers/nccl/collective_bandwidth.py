@@ -26,11 +26,8 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.nccl.collective_timing import inspector_collectives_view
-from perftracker.analyzers.stragglers.degradation import MIN_STEPS, change_point, spikes
-from perftracker.analyzers.stragglers.significance import ALPHA
-
-PEER_DROP = 0.15
-MIN_GAP_OVER_SPREAD = 2.0
+from perftracker.analyzers.stragglers.degradation import change_point, spikes
+from perftracker.analyzers.thresholds import threshold, threshold_int
 
 
 def _size(nbytes: int) -> str:
@@ -84,7 +81,8 @@ def analyze_inspector_bandwidth(analysis: Analysis) -> list[Finding]:
         return []
     rows = analysis.view(inspector_collectives_view)
     groups = [((str(comm), str(op), int(str(nbytes))), part.sort_values("seq"))
-              for (comm, op, nbytes), part in series.groupby(["comm_id", "op", "bytes"]) if len(part) >= MIN_STEPS]
+              for (comm, op, nbytes), part in series.groupby(["comm_id", "op", "bytes"])
+              if len(part) >= threshold_int("degradation.min_steps")]
     peer_sets = [part for _, part in series.groupby(["op", "bytes", "comm_size"]) if part["comm_id"].nunique() >= 3]
     tests = max(len(groups) + len(peer_sets), 1)
     findings = [f for key, part in groups if (f := _over_time(rows, key, part, tests)) is not None]
@@ -97,7 +95,7 @@ def _over_time(rows: pd.DataFrame, key: tuple[str, str, int], part: pd.DataFrame
     transfer = pd.Series(part["transfer_s"].to_numpy(dtype=float), index=part["seq"].to_numpy())
     mask = spikes(transfer)
     cp = change_point(transfer[~mask])
-    if cp is None or not cp.verdict.sustained or cp.verdict.p_corrected * tests > ALPHA:
+    if cp is None or not cp.verdict.sustained or cp.verdict.p_corrected * tests > threshold("straggler.alpha"):
         return None
     before = float(part.loc[part["seq"] < cp.step, "busbw_gbs"].median())
     after = float(part.loc[part["seq"] >= cp.step, "busbw_gbs"].median())
@@ -105,7 +103,8 @@ def _over_time(rows: pd.DataFrame, key: tuple[str, str, int], part: pd.DataFrame
     drop = 1.0 - after / before if before > 0 else 0.0
     extra = cp.after_s - cp.before_s
     return Finding(
-        analyzer="nccl_bandwidth", severity=Severity.CRITICAL if drop >= 0.3 else Severity.WARNING,
+        analyzer="nccl_bandwidth",
+        severity=Severity.CRITICAL if drop >= threshold("nccl.bandwidth.critical_drop") else Severity.WARNING,
         title=(f"NCCL {op} of {size} on communicator {name} got slower from collective #{cp.step}: bus bandwidth "
                f"{before:.1f} -> {after:.1f} GB/s (-{100 * drop:.0f}%, NCCL Inspector)"),
         recommendation=("The transfer itself slowed (the last rank to arrive waits for no one, and its time rose), "
@@ -132,7 +131,7 @@ def _against_peers(rows: pd.DataFrame, part: pd.DataFrame) -> Finding | None:
     others = level.drop(worst)
     reference, spread = float(others.median()), float(others.max() - others.min())
     low = float(level[worst])
-    if not (low < (1.0 - PEER_DROP) * reference and float(others.min()) - low > MIN_GAP_OVER_SPREAD * spread):
+    if not (low < (1.0 - threshold("nccl.bandwidth.peer_drop")) * reference and float(others.min()) - low > threshold("nccl.bandwidth.min_gap_over_spread") * spread):
         return None
     mine, normal = _hosts(rows, worst), set().union(*(_hosts(rows, str(c)) for c in others.index))
     hosts = sorted(mine - normal) or sorted(mine)

@@ -34,11 +34,9 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, rank_list, step_seconds
 from perftracker.analyzers.findings import Cost, Finding, Severity
-from perftracker.analyzers.stragglers.significance import ALPHA, OutlierVerdict, judge_outliers
+from perftracker.analyzers.stragglers.significance import OutlierVerdict, judge_outliers
+from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.store import Store
-
-MAX_TRIALS = 24
-MIN_LATENESS_S = 50e-6  # a rank late by less than this per collective costs too little to name
 
 
 def inspector_collectives(store: Store) -> pd.DataFrame:
@@ -93,7 +91,7 @@ def inspector_lateness_view(analysis: Analysis) -> pd.DataFrame:
 def _trials(late: pd.DataFrame) -> pd.DataFrame:
     """trial, rank, value (median lateness in the block) for one communicator's collectives."""
     seqs = np.sort(late["seq"].unique())
-    blocks = min(MAX_TRIALS, len(seqs))
+    blocks = min(threshold_int("nccl.timing.max_trials"), len(seqs))
     block_of = pd.Series(np.arange(len(seqs)) * blocks // max(len(seqs), 1), index=seqs)
     trial = late["seq"].map(block_of)
     return (late.assign(trial=trial).groupby(["trial", "rank"])["lateness_s"].median()
@@ -108,7 +106,8 @@ def analyze_inspector_stragglers(analysis: Analysis) -> list[Finding]:
     verdicts: dict[tuple[int, ...], list[tuple[str, pd.DataFrame, OutlierVerdict]]] = {}
     for comm in comms:
         part = late[late["comm_id"] == comm]
-        verdict = judge_outliers(_trials(part), min_effect=MIN_LATENESS_S, alpha=ALPHA / len(comms))
+        verdict = judge_outliers(_trials(part), min_effect=threshold("nccl.timing.min_lateness_s"),
+                                 alpha=threshold("straggler.alpha") / len(comms))
         if verdict.significant:
             verdicts.setdefault(tuple(int(r) for r in verdict.ranks), []).append((str(comm), part, verdict))
     return [_finding(analysis.store, ranks, named) for ranks, named in sorted(verdicts.items())]
@@ -150,7 +149,8 @@ def _finding(store: Store, ranks: tuple[int, ...], named: list[tuple[str, pd.Dat
               "look at what it does before the collective (its own compute, data loading, CPU contention or "
               "throttling on its host: `perftracker attach` with stacks or a profiler trace of a few steps of "
               "every rank shows where its time goes).")
-    return Finding(analyzer="nccl_straggler", severity=Severity.CRITICAL if share >= 0.2 else Severity.WARNING,
+    return Finding(analyzer="nccl_straggler",
+                   severity=Severity.CRITICAL if share >= threshold("nccl.timing.critical_share") else Severity.WARNING,
                    title=title, recommendation=advice, evidence=evidence,
                    ranks=ranks, hosts=hosts, confidence=verdict.confidence,
                    cost=Cost(per_step, share), key=f"nccl_straggler:{','.join(map(str, ranks))}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.nccl.context import NcclContext, Setting, finding, setting_refs
 from perftracker.analyzers.nccl.lists import match_list, parse_list, selects_within
+from perftracker.analyzers.thresholds import threshold_int
 from perftracker.values import strtoll_base0
 
 INT_VARS = frozenset({
@@ -211,7 +212,7 @@ def _debug_file(ctx: NcclContext) -> list[Finding]:
         return []
     files = ctx.distinct("NCCL_DEBUG_FILE")
     per_host = _ranks_per_host(ctx)
-    if not files and per_host >= 4:
+    if not files and per_host >= threshold_int("nccl.debug_file_ranks_per_host"):
         return [finding("debug", Severity.INFO, f"{per_host} ranks per node log NCCL INFO into the job's output",
                         "Set NCCL_DEBUG_FILE=/path/nccl.%h.%p.log so each process writes its own file "
                         "(interleaved lines are hard to attribute).", {"ranks_per_node": per_host}, key="no-file")]

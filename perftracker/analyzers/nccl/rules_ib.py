@@ -12,6 +12,7 @@ from __future__ import annotations
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.nccl.context import NcclContext, Setting, finding, is_intended, setting_refs
 from perftracker.analyzers.nccl.lists import match_list, overmatches, parse_list, syntax_problems
+from perftracker.analyzers.thresholds import threshold_int
 from perftracker.values import strtoll_base0
 
 
@@ -213,7 +214,7 @@ def timeout_retry(ctx: NcclContext) -> list[Finding]:
                                f"NCCL_IB_TIMEOUT={t} is below the {ctx.profile.get('name')} profile's {prof_int}",
                                f"Set NCCL_IB_TIMEOUT={prof_int}. {ctx.profile_why('NCCL_IB_TIMEOUT')}",
                                {"env": refs, "profile": prof_int}, *args, key=f"prof|{t}", variables=["NCCL_IB_TIMEOUT"]))
-        if t >= 25:
+        if t >= threshold_int("nccl.ib_timeout_high"):
             out.append(finding("ib_timeout", Severity.WARNING,
                                f"NCCL_IB_TIMEOUT={t}: about {4.096e-6 * 2 ** t * 7 / 60:.0f} min before a link "
                                "error surfaces", "Use 20-23 so a dead link fails the job in seconds to minutes.",

@@ -12,6 +12,7 @@ from collections import Counter
 
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.nccl.context import NcclContext, finding
+from perftracker.analyzers.thresholds import threshold
 
 _STATUS_HINT = {
     12: "RETRY_EXC_ERR: the peer never acknowledged (wrong GID / link-local GID, traffic class without PFC, "
@@ -19,7 +20,6 @@ _STATUS_HINT = {
     4: "LOC_PROT_ERR: memory registration failed (GPUDirect RDMA / peer memory module, ACS)",
     5: "WR_FLUSH_ERR: flushed after an earlier error on the same queue pair",
 }
-SLOW_INIT_S = 10.0
 _COMPLETION_WARN = re.compile(r"Got completion from peer (?P<peer>[^<\s]+)")
 
 
@@ -89,7 +89,7 @@ def slow_init(ctx: NcclContext) -> list[Finding]:
     for p in ctx.procs:
         for t in p.jsons("init_timings"):
             total = float(str(t.get("total", 0)))
-            if total >= SLOW_INIT_S:
+            if total >= threshold("nccl.slow_init_s"):
                 parts = t.get("parts") if isinstance(t.get("parts"), dict) else {}
                 slow.append((total, p.host, p.where("init_timings"), parts or {}))
     if not slow:

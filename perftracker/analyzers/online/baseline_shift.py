@@ -50,15 +50,8 @@ from perftracker.analyzers.failures.stack_state import COLLECTIVES
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.stragglers.degradation import change_point, job_series
 from perftracker.analyzers.stragglers.frame_shares import frame_shares
-from perftracker.analyzers.stragglers.significance import ALPHA, MIN_EFFECT_OVER_SPREAD
-from perftracker.analyzers.stragglers.stack_profile import NEAR_MAX, deepest
-
-MIN_SAMPLES = 50  # per rank and window: 2.5 s at 20 Hz
-EXCESS = 0.15  # 15 points of the rank's samples more (or less) than the other ranks' change
-RATIO = 1.5
-DESIGN_EFFECT = 2.0  # variance inflation of a share of autocorrelated samples: twice the measured (README, "Watching a job")
-NOTABLE = 0.05  # a rise of the named rank's own work worth saying when it is not itself significant
-Z_MIN = 3.0  # never a change below this z, whatever the number of tests
+from perftracker.analyzers.stragglers.stack_profile import deepest
+from perftracker.analyzers.thresholds import threshold, threshold_int
 
 _FRAME = re.compile(r"^(?P<name>.*) \((?P<file>[^()]+):-?\d+\)$")
 
@@ -111,7 +104,7 @@ def window_profiles(samples: pd.DataFrame) -> dict[int, WindowProfile]:
     out: dict[int, WindowProfile] = {}
     for rank, rows in main.groupby("rank"):
         profile = window_profile(rows)
-        if profile.samples >= MIN_SAMPLES:
+        if profile.samples >= threshold_int("online.baseline.min_samples"):
             out[int(str(rank))] = profile
     return out
 
@@ -133,11 +126,13 @@ class Change:
 
 def _variance(share: float, samples: int) -> float:
     p = min(max(share, 1.0 / samples), 1.0 - 1.0 / samples)
-    return DESIGN_EFFECT * p * (1.0 - p) / samples
+    return threshold("online.baseline.design_effect") * p * (1.0 - p) / samples
 
 
 def _p_family(z: float, tests: int) -> float:
-    return 1.0 if z < Z_MIN else min(1.0, 0.5 * math.erfc(z / math.sqrt(2.0)) * max(tests, 1))
+    if z < threshold("online.baseline.z_min"):
+        return 1.0
+    return min(1.0, 0.5 * math.erfc(z / math.sqrt(2.0)) * max(tests, 1))
 
 
 Windows = tuple[dict[int, WindowProfile], dict[int, WindowProfile]]
@@ -163,7 +158,7 @@ def _change(rank: int, what: str, share: Share, windows: Windows, tests: int) ->
         spread = statistics.mean(var(o) for o in others)
         variance += spread if len(others) == 1 else spread * math.pi / (2 * len(others))
     z = abs(excess) / math.sqrt(variance)
-    if len(deltas) >= 2 and abs(excess) < MIN_EFFECT_OVER_SPREAD * (max(deltas) - min(deltas)):
+    if len(deltas) >= 2 and abs(excess) < threshold("straggler.min_effect_over_spread") * (max(deltas) - min(deltas)):
         z = 0.0
     return Change(rank, what, b, a, statistics.median(share(before[o]) for o in others) if others else b,
                   statistics.median(share(after[o]) for o in others) if others else b, excess, z, _p_family(z, tests))
@@ -175,7 +170,7 @@ def stopped_waiting(windows: Windows) -> list[Change]:
     found = []
     for r in ranks:
         c = _change(r, "waiting", lambda p: p.waiting, windows, len(ranks))
-        if (c.excess <= -EXCESS and c.others_after - c.others_before >= EXCESS / 2 and c.p_family <= ALPHA):
+        if (c.excess <= -threshold("online.baseline.excess") and c.others_after - c.others_before >= threshold("online.baseline.excess") / 2 and c.p_family <= threshold("straggler.alpha")):
             found.append(c)
     return found
 
@@ -190,10 +185,10 @@ def moved_work(windows: Windows) -> list[Change]:
     for r in ranks:
         for f in frames:
             b, a = before[r].work.get(f, 0.0), after[r].work.get(f, 0.0)
-            if a - b < EXCESS or a < RATIO * b:
+            if a - b < threshold("online.baseline.excess") or a < threshold("online.baseline.ratio") * b:
                 continue
             c = _change(r, f, _work_share(f), windows, tests)
-            if c.excess >= EXCESS and c.p_family <= ALPHA:
+            if c.excess >= threshold("online.baseline.excess") and c.p_family <= threshold("straggler.alpha"):
                 found.append(c)
     return found
 
@@ -202,7 +197,7 @@ def _top_frame(changes: list[Change], depth: dict[str, int]) -> Change:
     """The deepest frame (of the job's own code first) among those whose share rose nearly the most on the rank
     itself (its own rise: an ancestor frame's excess also holds the other ranks' fall into waiting)."""
     top = max(c.after - c.before for c in changes)
-    near = {c.what: c.after - c.before for c in changes if c.after - c.before >= NEAR_MAX * top}
+    near = {c.what: c.after - c.before for c in changes if c.after - c.before >= threshold("stack_profile.near_max") * top}
     where = deepest(near, depth, user_only=True) or deepest(near, depth, user_only=False) or changes[0].what
     return next(c for c in changes if c.what == where)
 
@@ -276,7 +271,7 @@ def _finding(rank: int, wait: Change | None, work: list[Change], windows: Window
         frame = next((after[o].wait_frame for o in others if after[o].wait_frame), "")
         parts.append(f"the other ranks now wait for it{f' in {frame}' if frame else ''} ({who} of samples; rank "
                      f"{rank} {_pct(wait.before)} -> {_pct(wait.after)})")
-        if moved is not None and not work and moved.after - moved.before >= NOTABLE:
+        if moved is not None and not work and moved.after - moved.before >= threshold("online.baseline.notable"):
             parts.append(f"its own time now in {moved.what} ({_pct(moved.before)} -> {_pct(moved.after)})")
         elif not work:
             parts.append("its own profile barely moved (slowed as a whole: descheduled, a CPU shared, throttled)")
@@ -305,7 +300,8 @@ def _finding(rank: int, wait: Change | None, work: list[Change], windows: Window
                   "recorded when the watch armed; each change on this rank minus its median change on the others",
         "significance": {"test": "stopped waiting" if wait is not None else "own work moved",
                          "z": round(best.z, 2), "p_family": best.p_family, "confidence": round(confidence, 4),
-                         "alpha": ALPHA, "design_effect": DESIGN_EFFECT},
+                         "alpha": threshold("straggler.alpha"),
+                         "design_effect": threshold("online.baseline.design_effect")},
     }
     share = abs(best.excess)
     cost = Cost(seconds_per_step=share * step_s, share_of_step=share) if step_s else Cost()

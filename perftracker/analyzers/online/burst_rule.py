@@ -26,19 +26,17 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.store.alarms import Alarm, StepSeries
 
 DEFAULT_WINDOW = 3
-HORIZON_WINDOWS = 20
-NOISE_K = 4.0
-MIN_SPREAD = 0.02  # the earlier bursts' spread is taken as at least 2% of the best (a few identical values)
 SOURCE = "stacks"
 
 
 def series_alarm(series: StepSeries, window: int = DEFAULT_WINDOW, rise: float = 0.2) -> Alarm | None:
     """The degradation alarm of one rank's burst series, or None."""
-    y = series.durations_ns.astype(float)[-HORIZON_WINDOWS * window:] / 1e9
-    steps = series.steps[-HORIZON_WINDOWS * window:]
+    y = series.durations_ns.astype(float)[-threshold_int("online.burst.horizon_windows") * window:] / 1e9
+    steps = series.steps[-threshold_int("online.burst.horizon_windows") * window:]
     if len(y) < 2 * window:
         return None
     means = np.convolve(y, np.ones(window) / window, mode="valid")
@@ -49,8 +47,9 @@ def series_alarm(series: StepSeries, window: int = DEFAULT_WINDOW, rise: float =
     line = best * (1.0 + rise / 2)
     if float(recent.min()) <= line:
         return None
-    spread = max(float(np.median(np.abs(earlier - np.median(earlier)))) * 1.4826, MIN_SPREAD * best)
-    if current - best <= NOISE_K * spread:
+    spread = max(float(np.median(np.abs(earlier - np.median(earlier)))) * 1.4826,
+                 threshold("online.burst.min_spread") * best)
+    if current - best <= threshold("online.burst.noise_k") * spread:
         return None
     below = np.nonzero(y <= line)[0]
     began = int(steps[below[-1] + 1]) if len(below) else int(steps[0])

@@ -19,8 +19,9 @@ import math
 
 import numpy as np
 
-from perftracker.analyzers.stragglers.degradation import RISE, ChangePoint, best_split
-from perftracker.analyzers.stragglers.shift import ALPHA, MIN_SIDE, ShiftVerdict
+from perftracker.analyzers.stragglers.degradation import ChangePoint, best_split
+from perftracker.analyzers.stragglers.shift import ShiftVerdict
+from perftracker.analyzers.thresholds import threshold, threshold_int
 
 
 def _median(ordered: np.ndarray) -> float:
@@ -92,12 +93,12 @@ def _judge(before: np.ndarray, after: np.ndarray, sorted_before: np.ndarray, bef
     sustained = all(_median(np.sort(part)) > upper for part in (after[:half], after[half:]))
     if not sustained:
         reason = "the later steps came back to the earlier level: a stretch of slow steps, not a lasting slowdown"
-    elif p > ALPHA:
+    elif p > threshold("shift.alpha"):
         reason = (f"a rise this size appears by chance in {100 * p:.0f}% of runs with this much step-to-step "
                   "variation: record more steps to tell")
     else:
         reason = ""
-    return ShiftVerdict(sustained and p <= ALPHA, 1.0 - p, p, sustained, r, reason)
+    return ShiftVerdict(sustained and p <= threshold("shift.alpha"), 1.0 - p, p, sustained, r, reason)
 
 
 def change_point(durations_s: np.ndarray, steps: np.ndarray) -> ChangePoint | None:
@@ -110,7 +111,7 @@ def change_point(durations_s: np.ndarray, steps: np.ndarray) -> ChangePoint | No
     before, after = y[:best], y[best:]
     sorted_before = np.sort(before)
     b, a = _median(sorted_before), _median(np.sort(after))
-    if b <= 0 or a / b - 1.0 < RISE:
+    if b <= 0 or a / b - 1.0 < threshold("degradation.rise"):
         return None
-    assert min(len(before), len(after)) >= MIN_SIDE  # margin >= 5 = MIN_SIDE
+    assert min(len(before), len(after)) >= threshold_int("shift.min_side")  # margin >= 5 = MIN_SIDE
     return ChangePoint(int(steps[best]), b, a, _judge(before, after, sorted_before, b, a, scanned))

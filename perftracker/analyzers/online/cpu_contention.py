@@ -20,11 +20,7 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import rank_list
 from perftracker.analyzers.findings import Cost, Finding, Severity
-
-WAIT_SHARE_MIN = 0.15  # of the window's wall time: runnable, waiting for a CPU
-RISE_MIN = 0.10  # above the same rank's share in the healthy baseline
-NO_BASELINE_MIN = 0.30  # without a baseline window to compare with
-MIN_WINDOW_S = 1.0
+from perftracker.analyzers.thresholds import threshold
 
 
 @dataclass(frozen=True)
@@ -48,7 +44,7 @@ def rank_windows(sched: pd.DataFrame, window: str) -> dict[int, RankWindow]:
         first, last = g.iloc[0], g.iloc[-1]
         rank = int(last["rank"])
         wall_ns = int(last["ts_ns"]) - int(first["ts_ns"])
-        if wall_ns < MIN_WINDOW_S * 1e9:
+        if wall_ns < threshold("online.cpu.min_window_s") * 1e9:
             continue
         wait = max(0, int(last["wait_ns"]) - int(first["wait_ns"])) / wall_ns
         run = max(0, int(last["run_ns"]) - int(first["run_ns"])) / wall_ns
@@ -58,11 +54,11 @@ def rank_windows(sched: pd.DataFrame, window: str) -> dict[int, RankWindow]:
 
 
 def _contended(now: RankWindow, before: RankWindow | None) -> bool:
-    if now.wait_share < WAIT_SHARE_MIN:
+    if now.wait_share < threshold("online.cpu.wait_share_min"):
         return False
     if before is None:
-        return now.wait_share >= NO_BASELINE_MIN
-    return now.wait_share - before.wait_share >= RISE_MIN
+        return now.wait_share >= threshold("online.cpu.no_baseline_min")
+    return now.wait_share - before.wait_share >= threshold("online.cpu.rise_min")
 
 
 def analyze_cpu_contention(analysis: Analysis) -> list[Finding]:
@@ -106,7 +102,8 @@ def _finding(host: str, hit: list[RankWindow], before: dict[int, RankWindow], st
         "method": "the kernel's scheduler accounting (/proc/<pid>/task/*/schedstat: time runnable but waiting on a "
                   "run queue), summed over each rank's threads, at the start and end of the incident's and the "
                   "baseline's stack recording",
-        "thresholds": {"wait_share_min": WAIT_SHARE_MIN, "rise_min": RISE_MIN, "no_baseline_min": NO_BASELINE_MIN},
+        "thresholds": {"wait_share_min": threshold("online.cpu.wait_share_min"),
+                       "rise_min": threshold("online.cpu.rise_min"), "no_baseline_min": threshold("online.cpu.no_baseline_min")},
     }
     cost = Cost(seconds_per_step=share * step_s, share_of_step=min(1.0, share)) if step_s else Cost()
     return Finding("cpu_contention", Severity.WARNING, title, rec, evidence, ranks=tuple(ranks), hosts=(host,),

@@ -13,23 +13,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.store.alarms import Alarm
-
-STALL_FACTOR = 5.0  # a pause this many median steps long is a stall
-# Floor: step records reach the sampler by polling (about a second late), and a native hang dump pauses
-# the job, so a pause must last this long too before it counts.
-MIN_STALL_S = 10.0
-MIN_STEPS = 3  # fewer known step times say nothing about the pace
 
 
 def step_stall(quiet_ns: int | None, median_step_ns: int | None, steps_known: int) -> str | None:
     """None when the steps known are too few to judge, "" when they keep coming, else why it is a stall."""
-    if median_step_ns is None or quiet_ns is None or steps_known < MIN_STEPS:
+    if median_step_ns is None or quiet_ns is None or steps_known < threshold_int("online.hang.min_steps"):
         return None
-    if quiet_ns <= max(STALL_FACTOR * median_step_ns, MIN_STALL_S * 1e9):
+    if quiet_ns <= max(threshold("online.hang.stall_factor") * median_step_ns,
+                       threshold("online.hang.min_stall_s") * 1e9):
         return ""
-    return (f"no step for {quiet_ns / 1e9:.0f} s ({STALL_FACTOR:g}x the median step time is "
-            f"{STALL_FACTOR * median_step_ns / 1e9:.1f} s)")
+    factor = threshold("online.hang.stall_factor")
+    return (f"no step for {quiet_ns / 1e9:.0f} s ({factor:g}x the median step time is "
+            f"{factor * median_step_ns / 1e9:.1f} s)")
 
 
 def hang_alarm(last_step: Mapping[int, int], last_step_ns: Mapping[int, int], median_step_ns: int | None,

@@ -10,13 +10,14 @@ ranks and hosts, or None. So a live trigger and the offline report can never dis
 
 from __future__ import annotations
 
-from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.analysis import Analysis, AnalysisOptions
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.health.gpu_health import analyze_gpu_health
 from perftracker.analyzers.health.gpu_links import analyze_gpu_links
 from perftracker.analyzers.health.links import analyze_links
 from perftracker.analyzers.health.rdma import analyze_rdma
 from perftracker.analyzers.health.rdma_pfc import analyze_rdma_pfc
+from perftracker.analyzers.thresholds import current
 from perftracker.store import Store
 from perftracker.store.alarms import Alarm
 
@@ -24,7 +25,7 @@ RULES = (analyze_gpu_health, analyze_gpu_links, analyze_rdma, analyze_rdma_pfc, 
 
 
 def host_alarm(store: Store) -> Alarm | None:
-    analysis = Analysis(store)
+    analysis = Analysis(store, AnalysisOptions(thresholds=current().overrides))  # the watch's thresholds
     loud: list[Finding] = []
     for rule in RULES:
         try:

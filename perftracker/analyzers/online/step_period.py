@@ -33,14 +33,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.store.stack_bursts import StackBurst, StepPeriod
 
-MIN_CONFIDENCE = 0.4  # real clean bursts: 0.49-0.95; aliased junk of a loop too fast to see: 0.34
-MIN_Z = 12.0  # Rayleigh: P(Z > 12) = 6e-6 for one frequency; ~1e-3 over the few hundred scanned
-MIN_CYCLES = 4.0  # the burst must span at least 4 periods (fewer entries cannot reach MIN_Z)
-MIN_SAMPLES_PER_PERIOD = 3
-MIN_ENTRIES = 3  # a stack entered fewer times says nothing about a period
-HARMONIC_SHARE = 0.5  # 0.8 took the second harmonic for the period in 1 of 8 real 2 s bursts at 50 Hz
 MAX_DEPTH = 24
 MAX_DEPTHS_TRIED = 10  # distinct cuts of the stacks (deeper cuts that change nothing are skipped)
 COARSE_STEPS_PER_PEAK = 3  # frequency grid: 1 / (3 T), then refined around the peak
@@ -56,7 +51,8 @@ def entries(burst: StackBurst, depth: int) -> dict[tuple[str, ...], np.ndarray]:
         if cut and cut != previous:
             found.setdefault(cut, []).append(at)
         previous = cut
-    return {cut: np.asarray(times) for cut, times in found.items() if len(times) >= MIN_ENTRIES}
+    least = threshold_int("online.period.min_entries")
+    return {cut: np.asarray(times) for cut, times in found.items() if len(times) >= least}
 
 
 def rayleigh(times: list[np.ndarray], freqs: np.ndarray) -> np.ndarray:
@@ -74,7 +70,8 @@ def _fundamental(z: np.ndarray, n: int) -> int | None:
     top = float(z.max()) if len(z) else 0.0
     if top <= 0:
         return None
-    floor = max(HARMONIC_SHARE * top, MIN_Z, MIN_CONFIDENCE ** 2 * n)
+    floor = max(threshold("online.period.harmonic_share") * top, threshold("online.period.min_z"),
+                threshold("online.period.min_confidence") ** 2 * n)
     for i in range(len(z)):
         left = z[i - 1] if i > 0 else -np.inf
         right = z[i + 1] if i + 1 < len(z) else -np.inf
@@ -106,9 +103,9 @@ def _at_depth(burst: StackBurst, found: dict[tuple[str, ...], np.ndarray], f_lo:
 def estimate_period(burst: StackBurst) -> StepPeriod | None:
     """The iteration period of one burst, or None (see the module docstring)."""
     span = burst.seconds
-    if len(burst.change_s) < 2 * MIN_ENTRIES or burst.rate_hz <= 0 or span <= 0:
+    if len(burst.change_s) < 2 * threshold_int("online.period.min_entries") or burst.rate_hz <= 0 or span <= 0:
         return None
-    f_lo, f_hi = MIN_CYCLES / span, burst.rate_hz / MIN_SAMPLES_PER_PERIOD
+    f_lo, f_hi = threshold("online.period.min_cycles") / span, burst.rate_hz / threshold_int("online.period.min_samples_per_period")
     deepest = min(MAX_DEPTH, max((len(s) for s in burst.stacks), default=0))
     best: tuple[float, float, float, int] | None = None
     tried: list[int] = []
@@ -123,7 +120,8 @@ def estimate_period(burst: StackBurst) -> StepPeriod | None:
         if len(tried) > MAX_DEPTHS_TRIED:
             break
         got = _at_depth(burst, found, f_lo, f_hi)
-        if got is not None and got[2] >= MIN_Z and got[1] >= MIN_CONFIDENCE and (best is None or got[1] > best[1]):
+        if (got is not None and got[2] >= threshold("online.period.min_z")
+                and got[1] >= threshold("online.period.min_confidence") and (best is None or got[1] > best[1])):
             best = (got[0], got[1], got[2], depth)
     if best is None:
         return None

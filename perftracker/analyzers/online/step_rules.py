@@ -35,18 +35,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from perftracker.analyzers.online.change_point import change_point
+from perftracker.analyzers.thresholds import default, threshold_int
 from perftracker.store.alarms import Alarm, StepSeries
 
 DEFAULT_WINDOW = 10
 DEFAULT_RISE = 0.20
-WARMUP_STEPS = 2  # steps 0 and 1 of a job: start-up, compilation, first allocations
-HORIZON_WINDOWS = 20  # the best is taken over the last 20 x N steps
-CONFIRM_WINDOWS = 10  # the change-point test looks at the last 10 x N steps
+CONFIRM_WINDOWS = default("online.steps.confirm_windows")  # the default, for callers; rules read the run's value
 
 
 def ready(series: StepSeries, window: int = DEFAULT_WINDOW) -> bool:
     """Enough steps (after the warm-up) to judge: two windows."""
-    return int((series.steps >= WARMUP_STEPS).sum()) >= 2 * window
+    return int((series.steps >= threshold_int("online.steps.warmup_steps")).sum()) >= 2 * window
 
 
 def trigger(durations_s: np.ndarray, window: int, rise: float) -> tuple[float, float] | None:
@@ -54,7 +53,7 @@ def trigger(durations_s: np.ndarray, window: int, rise: float) -> tuple[float, f
     mean of `window` steps; None otherwise."""
     if len(durations_s) < 2 * window:
         return None
-    recent = durations_s[-HORIZON_WINDOWS * window:]
+    recent = durations_s[-threshold_int("online.steps.horizon_windows") * window:]
     means = np.convolve(recent, np.ones(window) / window, mode="valid")
     current, best = float(means[-1]), float(means[:-window].min())
     return (current, best) if best > 0 and current > best * (1.0 + rise) else None
@@ -86,7 +85,7 @@ class Rechecks:
 def series_alarm(series: StepSeries, window: int = DEFAULT_WINDOW, rise: float = DEFAULT_RISE,
                  rechecks: Rechecks | None = None) -> Alarm | None:
     """The degradation alarm of one rank's series (see the module docstring), or None."""
-    kept = series.steps >= WARMUP_STEPS
+    kept = series.steps >= threshold_int("online.steps.warmup_steps")
     if int(kept.sum()) < 2 * window:
         return None
     steps = series.steps[kept]
@@ -99,7 +98,7 @@ def series_alarm(series: StepSeries, window: int = DEFAULT_WINDOW, rise: float =
     last = int(steps[-1])
     if rechecks is not None and not rechecks.due(series.rank, last, window):
         return None
-    tail = slice(max(0, len(y) - CONFIRM_WINDOWS * window), len(y))
+    tail = slice(max(0, len(y) - threshold_int("online.steps.confirm_windows") * window), len(y))
     cp = change_point(y[tail], steps[tail])
     if cp is None or not cp.verdict.significant or cp.rise < rise:
         if rechecks is not None:

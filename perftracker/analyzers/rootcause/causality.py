@@ -26,12 +26,11 @@ from typing import Any
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding
+from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.analyzers.traces.gpu_time import breakdown_view
 
 GPU_SIGNALS = ("gpu_health",)
 NETWORK_SIGNALS = ("rdma", "rdma_pfc", "gpu_links")  # NIC ports, RoCE flow control, NVLink / PCIe links
-GPU_SHARE_OF_EXTRA = 0.5  # GPU kernels explain a compute straggler when they hold half its extra work
-TIME_SLACK_NS = 5 * 10**9  # counters are sampled every few seconds: allow that much around the late window
 
 
 @dataclass(frozen=True)
@@ -86,9 +85,9 @@ def straggler_locus(analysis: Analysis, f: Finding) -> str:
         return "cpu"  # its trace holds no GPU kernels: the extra time is CPU-side
     extra = f.evidence.get("extra_work_before_collective_ms")
     if isinstance(extra, (int, float)) and extra > 0:
-        return "gpu" if gpu_extra >= GPU_SHARE_OF_EXTRA * float(extra) / 1e3 else "cpu"
+        return "gpu" if gpu_extra >= threshold("rootcause.gpu_share_of_extra") * float(extra) / 1e3 else "cpu"
     cost = f.cost.seconds_per_step
-    return "gpu" if gpu_extra > 0 and (cost <= 0 or gpu_extra >= GPU_SHARE_OF_EXTRA * cost) else "cpu"
+    return "gpu" if gpu_extra > 0 and (cost <= 0 or gpu_extra >= threshold("rootcause.gpu_share_of_extra") * cost) else "cpu"
 
 
 def straggler_window(analysis: Analysis, f: Finding) -> tuple[int, int] | None:
@@ -147,7 +146,8 @@ def relation(signal: Finding, locus: str, window: tuple[int, int] | None) -> Rel
     if window is None or not spans:
         return Relation("explains", "it acts where the extra time is (no wall times to compare)")
     start, end = window
-    if any(s <= end + TIME_SLACK_NS and e >= start - TIME_SLACK_NS for s, e in spans):
+    slack = threshold_int("rootcause.time_slack_ns")
+    if any(s <= end + slack and e >= start - slack for s, e in spans):
         return Relation("explains", "it acts where the extra time is, during the late steps")
     first, last = min(s for s, _ in spans), max(e for _, e in spans)
     return Relation("also seen on that host", f"it was seen {_clock(first)} to {_clock(last)}, not while the rank "

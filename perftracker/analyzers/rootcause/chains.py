@@ -133,6 +133,11 @@ def _corroborate(findings: list[Finding]) -> list[Finding]:
 
 def link_findings(analysis: Analysis, findings: list[Finding]) -> list[Finding]:
     """Attach host evidence to stragglers, link both ways, and give explaining findings a cost."""
+    with analysis.active():  # the run's thresholds
+        return _link_findings(analysis, findings)
+
+
+def _link_findings(analysis: Analysis, findings: list[Finding]) -> list[Finding]:
     store = analysis.store
     findings = _corroborate(findings)
     stragglers = [f for f in findings if straggler_kind(f)]

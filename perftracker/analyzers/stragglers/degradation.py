@@ -25,15 +25,8 @@ from perftracker.analyzers.common import fmt_ms, hosts_of
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.stragglers.shift import ShiftVerdict, judge_shift
 from perftracker.analyzers.stragglers.waiting import WAITING_PHASES
+from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.store import Store
-
-RISE = 0.05  # a sustained rise of 5% or more
-MIN_STEPS = 20
-SPIKE_Z = 6.0
-SPIKE_RATIO = 1.3
-SPIKE_NEIGHBOURS = 2  # a spike has at most one other high step among the 2 steps on each side
-PERIOD_SHARE = 0.6
-HOST_RISE_OVER_OTHERS = 3.0  # every rank of one host rose 3x more than any rank of the other hosts moved  # share of spike intervals equal to the dominant interval (+-1 step)
 
 
 @dataclass(frozen=True)
@@ -64,12 +57,12 @@ def spikes(series: pd.Series) -> pd.Series:
     median = float(np.median(values))
     mad = float(np.median(np.abs(values - median))) * 1.4826 or 1e-12
     z = (values - median) / mad
-    high = (z > SPIKE_Z) & (values > SPIKE_RATIO * median)
+    high = (z > threshold("degradation.spike_z")) & (values > threshold("degradation.spike_ratio") * median)
     # A spike stands alone: a slow step with slow neighbours is part of a sustained shift (which the change
     # point must see), not a one-off such as a checkpoint.
-    padded = np.concatenate([np.zeros(SPIKE_NEIGHBOURS, bool), high, np.zeros(SPIKE_NEIGHBOURS, bool)])
-    near = sum(padded[SPIKE_NEIGHBOURS + d:len(padded) - SPIKE_NEIGHBOURS + d].astype(int)
-               for d in range(-SPIKE_NEIGHBOURS, SPIKE_NEIGHBOURS + 1) if d != 0)
+    k = threshold_int("degradation.spike_neighbours")
+    padded = np.concatenate([np.zeros(k, bool), high, np.zeros(k, bool)])
+    near = sum(padded[k + d:len(padded) - k + d].astype(int) for d in range(-k, k + 1) if d != 0)
     return pd.Series(high & (near <= 1), index=series.index)
 
 
@@ -81,14 +74,14 @@ def period_of(steps: np.ndarray) -> int | None:
     values, counts = np.unique(gaps, return_counts=True)
     dominant = int(values[np.argmax(counts)])
     near = np.abs(gaps - dominant) <= 1
-    return dominant if dominant >= 2 and near.mean() >= PERIOD_SHARE else None
+    return dominant if dominant >= 2 and near.mean() >= threshold("degradation.period_share") else None
 
 
 def best_split(y: np.ndarray) -> tuple[int, int] | None:
     """(the split minimizing the squared error of a single shift in mean, the number of splits scanned), or None
     for fewer than MIN_STEPS values; the first and last max(5, n/20) values are never a split."""
     n = len(y)
-    if n < MIN_STEPS:
+    if n < threshold_int("degradation.min_steps"):
         return None
     margin = max(5, n // 20)
     csum, csq = np.cumsum(y), np.cumsum(y * y)
@@ -109,7 +102,7 @@ def change_point(series: pd.Series) -> ChangePoint | None:
     best, scanned = split
     before, after = y[:best], y[best:]
     b, a = float(np.median(before)), float(np.median(after))
-    if b <= 0 or a / b - 1.0 < RISE:
+    if b <= 0 or a / b - 1.0 < threshold("degradation.rise"):
         return None
     return ChangePoint(int(series.index[best]), b, a, judge_shift(before, after, candidates=scanned))
 
@@ -131,7 +124,8 @@ def _culprit(store: Store, step: int) -> tuple[list[int], dict[str, float]]:
         return [], {}
     others = rise.median()
     spread = float((rise - others).abs().median()) or 1e-9
-    culprits = rise[(rise > 0) & (rise - others > max(5 * spread, 0.5 * abs(float(rise.max()))))]
+    culprits = rise[(rise > 0) & (rise - others > max(threshold("degradation.culprit_over_spread") * spread,
+                                                        threshold("degradation.culprit_share_of_max") * abs(float(rise.max()))))]
     if culprits.empty:
         culprits = _host_culprits(store, rise)
     return [int(r) for r in culprits.index], {str(r): round(float(v) * 1e3, 3) for r, v in rise.items()}
@@ -149,7 +143,7 @@ def _host_culprits(store: Store, rise: pd.Series) -> pd.Series:
         mine = rise[[hosts[int(r)] == name for r in rise.index]]
         rest = rise[[hosts[int(r)] != name for r in rise.index]]
         low, top = float(mine.min()), float(rest.max())
-        if low > 0 and low > HOST_RISE_OVER_OTHERS * float(rest.abs().max()) and low - top >= 0.5 * float(mine.max()):
+        if low > 0 and low > threshold("degradation.host_rise_over_others") * float(rest.abs().max()) and low - top >= 0.5 * float(mine.max()):
             found.append(mine)
     return found[0] if len(found) == 1 else rise[:0]
 
@@ -157,7 +151,7 @@ def _host_culprits(store: Store, rise: pd.Series) -> pd.Series:
 def analyze_degradation(analysis: Analysis) -> list[Finding]:
     store = analysis.store
     series = job_series(store)
-    if len(series) < MIN_STEPS:
+    if len(series) < threshold_int("degradation.min_steps"):
         return []
     findings: list[Finding] = []
     mask = spikes(series)
@@ -219,7 +213,8 @@ def _change_finding(store: Store, cp: ChangePoint) -> Finding:
                   "(CPU contention, memory pressure), GPU clocks and thermals across the node, a data change "
                   "(longer sequences), or a growing Python-side structure (lists of tensors, logging).")
     return Finding(
-        analyzer="degradation", severity=Severity.WARNING if cp.rise < 0.25 else Severity.CRITICAL,
+        analyzer="degradation",
+        severity=Severity.WARNING if cp.rise < threshold("degradation.critical_rise") else Severity.CRITICAL,
         title=title, recommendation=advice, evidence=evidence, ranks=tuple(ranks), hosts=hosts,
         confidence=verdict.confidence,
         cost=Cost(cp.after_s - cp.before_s, (cp.after_s - cp.before_s) / cp.after_s), key="degradation:change",

@@ -18,17 +18,13 @@ import pandas as pd
 from perftracker.analyzers.common import hosts_of
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.stragglers.waiting import is_waiting_phase
+from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.store import Store
-
-JITTER_RATIO = 1.5  # p90 / median above this: unstable steps
-SLOW_STEP_RATIO = 1.5  # a step slower than this x its rank's median is a slow step
-PHASE_SHARE = 0.6  # one phase carries this share of the slow steps' extra time
-MIN_STEPS = 5
 
 
 def jitter_finding(store: Store, stats: pd.DataFrame) -> Finding | None:
     """See the module docstring. `stats`: the per-rank step statistics (steps.step_stats)."""
-    bad = stats[(stats["steps"] >= MIN_STEPS) & (stats["p90_s"] > JITTER_RATIO * stats["median_s"])]
+    bad = stats[(stats["steps"] >= threshold_int("jitter.min_steps")) & (stats["p90_s"] > threshold("jitter.ratio") * stats["median_s"])]
     if bad.empty:
         return None
     ranks = [int(r) for r in bad["rank"]]
@@ -51,7 +47,7 @@ def jitter_finding(store: Store, stats: pd.DataFrame) -> Finding | None:
             evidence=evidence, ranks=tuple(ranks), hosts=hosts_of(store, ranks), cost=cost, key="steps:jitter",
         )
     top = max(shares, key=lambda p: shares[p]) if shares else ""
-    if top and is_waiting_phase(top) and shares[top] >= PHASE_SHARE:
+    if top and is_waiting_phase(top) and shares[top] >= threshold("jitter.phase_share"):
         why = (f"the slow steps are slow in '{top}', which includes waiting for the other ranks (the gradient "
                "all-reduce), so the step files cannot tell whose work was slow")
     elif shares:
@@ -83,7 +79,7 @@ def _phase_of_slow_steps(store: Store, ranks: list[int]) -> tuple[str | None, di
         return None, {}
     durations = steps.groupby(["rank", "step"])["dur_ns"].max()
     medians = durations.groupby(level="rank").transform("median")
-    slow = durations[durations > SLOW_STEP_RATIO * medians].index
+    slow = durations[durations > threshold("jitter.slow_step_ratio") * medians].index
     normal = durations[durations <= medians].index
     slow, normal = per_step.index.intersection(slow), per_step.index.intersection(normal)
     if len(slow) == 0 or len(normal) == 0:
@@ -95,5 +91,5 @@ def _phase_of_slow_steps(store: Store, ranks: list[int]) -> tuple[str | None, di
     shares = {str(p): round(float(v) / total, 3) for p, v in extra.items()}
     top = max(shares, key=lambda p: shares[p])
     normal_share = float(per_step.loc[normal].median()[top]) / max(float(per_step.loc[normal].median().sum()), 1e-9)
-    named = shares[top] >= PHASE_SHARE and normal_share < shares[top] and not is_waiting_phase(top)
+    named = shares[top] >= threshold("jitter.phase_share") and normal_share < shares[top] and not is_waiting_phase(top)
     return (top if named else None), shares

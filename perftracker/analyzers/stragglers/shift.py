@@ -27,8 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ALPHA = 0.01
-MIN_SIDE = 5
+from perftracker.analyzers.thresholds import threshold, threshold_int
 
 
 @dataclass(frozen=True)
@@ -78,10 +77,12 @@ def mann_whitney_greater(before: np.ndarray, after: np.ndarray, shrink: float = 
     return 0.5 * math.erfc(z / math.sqrt(2.0))
 
 
-def judge_shift(before: np.ndarray, after: np.ndarray, candidates: int, alpha: float = ALPHA) -> ShiftVerdict:
-    """See the module docstring. `candidates`: how many split points the caller scanned (>= 1)."""
+def judge_shift(before: np.ndarray, after: np.ndarray, candidates: int, alpha: float | None = None) -> ShiftVerdict:
+    """See the module docstring. `candidates`: how many split points the caller scanned (>= 1); `alpha`:
+    the run's `shift.alpha` unless given."""
+    alpha = threshold("shift.alpha") if alpha is None else alpha
     before, after = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
-    if min(len(before), len(after)) < MIN_SIDE:
+    if min(len(before), len(after)) < threshold_int("shift.min_side"):
         return ShiftVerdict(False, 0.0, 1.0, False, 0.0,
                             f"{len(before)} step(s) before and {len(after)} after: too few to judge")
     r = max(lag1_autocorrelation(before, after), 0.0)

@@ -36,10 +36,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-ALPHA = 0.01  # family-wise chance of a false straggler in a clean run
-MIN_EFFECT_OVER_SPREAD = 2.0
-MIN_TRIALS = 4
-RUNNER_UP_SHARE = 0.5  # a single straggler is at least twice as late as the next-latest rank
+from perftracker.analyzers.thresholds import default, threshold, threshold_int
+
+ALPHA = default("straggler.alpha")  # docs/reference/thresholds.md
 
 
 def binomial_tail(k: int, n: int, p: float) -> float:
@@ -134,13 +133,15 @@ def _both_halves(slowest: pd.Series, ranks: set[int], share: float) -> bool:
     return True
 
 
-def judge_outliers(trials: pd.DataFrame, min_effect: float = 0.0, alpha: float = ALPHA) -> OutlierVerdict:
+def judge_outliers(trials: pd.DataFrame, min_effect: float = 0.0, alpha: float | None = None) -> OutlierVerdict:
     """`trials`: columns trial, rank, value (larger = slower). See the module docstring. `alpha` is the
-    family-wise false-alarm chance (divide ALPHA by the number of tests when a caller makes several)."""
+    family-wise false-alarm chance (divide ALPHA by the number of tests when a caller makes several; the run's
+    `straggler.alpha` unless given)."""
+    alpha = threshold("straggler.alpha") if alpha is None else alpha
     grid = trials.pivot_table(index="trial", columns="rank", values="value", aggfunc="max").sort_index()
     grid = grid.dropna(axis=0, thresh=2)
     world = int(grid.shape[1])
-    if world < 2 or len(grid) < MIN_TRIALS:
+    if world < 2 or len(grid) < threshold_int("straggler.min_trials"):
         return OutlierVerdict((), False, 0.0, len(grid), world, 0.0, 0.0,
                               reason=f"{len(grid)} trial(s) of {world} rank(s): too few to judge")
     slowest = _slowest(grid)
@@ -190,10 +191,10 @@ def _single(per_rank: dict[int, RankStats], slowest: pd.Series, world: int, min_
     best = min(per_rank.values(), key=lambda s: (s.p_family, -s.typical_excess))
     if best.p_family > alpha or best.typical_excess <= max(min_effect, 0.0):
         return None
-    if best.typical_excess < MIN_EFFECT_OVER_SPREAD * _spread(per_rank, {best.rank}):
+    if best.typical_excess < threshold("straggler.min_effect_over_spread") * _spread(per_rank, {best.rank}):
         return None
     runner_up = max((s.typical_excess for s in per_rank.values() if s.rank != best.rank), default=0.0)
-    if runner_up > RUNNER_UP_SHARE * best.typical_excess:  # another rank is nearly as late: a group, not one
+    if runner_up > threshold("straggler.runner_up_share") * best.typical_excess:  # another rank is nearly as late: a group, not one
         return None
     if not _both_halves(slowest, {best.rank}, 1.0 / world):
         return None
@@ -211,7 +212,7 @@ def _group(per_rank: dict[int, RankStats], slowest: pd.Series, world: int, trial
     if not 2 <= len(slow) < len(fast) + len(slow) or len(slow) > world // 2:
         return None
     inner = max(slow[0].typical_excess - slow[-1].typical_excess, fast[0].typical_excess - fast[-1].typical_excess)
-    if gaps[cut - 1] < MIN_EFFECT_OVER_SPREAD * inner or gaps[cut - 1] <= max(min_effect, 0.0):
+    if gaps[cut - 1] < threshold("straggler.min_effect_over_spread") * inner or gaps[cut - 1] <= max(min_effect, 0.0):
         return None
     members = {s.rank for s in slow}
     k = int(slowest.isin(members).sum())

@@ -18,11 +18,11 @@ import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.thresholds import threshold
 from perftracker.analyzers.traces.grouping import Groups, codes_of, value_test
 from perftracker.analyzers.traces.per_rank import by_rank
 
 _KINDS = ("compute", "memcpy", "memset", "cpu_op", "annotation", "gpu_annotation")
-MIN_EXCESS_SHARE = 0.02  # ignore ops whose excess is under 2% of the rank's total difference
 COLUMNS = ["rank", "name", "kind", "per_step_ns", "count_per_step", "p90_ns"]
 
 
@@ -69,7 +69,7 @@ def slower_ops(analysis: Analysis, rank: int, limit: int = 8) -> list[dict[str, 
     positive = joined[joined["excess"] > 0]
     if positive.empty:
         return []
-    floor = MIN_EXCESS_SHARE * float(positive["excess"].sum())
+    floor = threshold("slow_ops.min_excess_share") * float(positive["excess"].sum())
     top = positive[positive["excess"] >= floor].sort_values("excess", ascending=False, kind="stable").head(limit)
     return [{"name": str(name)[:160], "kind": str(r["kind"]),
              "extra_ms_per_step": round(float(r["excess"]) / 1e6, 3),

@@ -29,15 +29,8 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.stragglers.frame_shares import frame_shares
-from perftracker.analyzers.stragglers.significance import ALPHA, MIN_EFFECT_OVER_SPREAD
+from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.store import Store
-
-MIN_SAMPLES = 50  # 2.5 s at 20 Hz
-MIN_RANKS = 3
-EXCESS = 0.15  # 15 points of the rank's time
-RATIO = 1.5
-Z = 4.0
-NEAR_MAX = 0.8  # frames within 80% of the largest excess are "the same place" (callers / callees)
 
 _FILE = re.compile(r"\((?P<file>[^()]+):\d+\)$")
 _LIBRARIES = frozenset({
@@ -64,7 +57,7 @@ def _family_p(share: float, median: float, samples: int, tests: int) -> float:
     """The chance that sampling noise alone shows some (rank, frame) pair this far above the median rank."""
     p = min(max(median, 1.0 / samples), 1.0 - 1.0 / samples)
     z = (share - median) / math.sqrt(p * (1.0 - p) / samples)
-    if z < Z:
+    if z < threshold("stack_profile.z"):
         return 1.0
     return min(1.0, 0.5 * math.erfc(z / math.sqrt(2.0)) * max(tests, 1))
 
@@ -85,7 +78,8 @@ def deepest(frames: dict[str, float], depth: dict[str, int], user_only: bool) ->
     if not frames:
         return None
     top = max(frames.values())
-    near = [f for f, v in frames.items() if v >= NEAR_MAX * top and (is_user_frame(f) or not user_only)]
+    cut = threshold("stack_profile.near_max") * top
+    near = [f for f, v in frames.items() if v >= cut and (is_user_frame(f) or not user_only)]
     return max(near, key=lambda f: (depth.get(f, 0), frames[f])) if near else None
 
 
@@ -94,13 +88,16 @@ def _median_step_s(store: Store) -> float:
     return float(steps["dur_ns"].median()) / 1e9 if len(steps) else 0.0
 
 
-def rank_profiles(store: Store, min_samples: int = MIN_SAMPLES) -> dict[int, tuple[dict[str, float], dict[str, int], int]]:
+def rank_profiles(store: Store, min_samples: int | None = None) -> dict[int, tuple[dict[str, float], dict[str, int], int]]:
     """rank -> (frame shares, frame depths, samples) of the ranks with at least `min_samples` main-thread samples."""
     return profiles_of(store["profile_samples"], min_samples)
 
 
-def profiles_of(samples: pd.DataFrame, min_samples: int = MIN_SAMPLES) -> dict[int, tuple[dict[str, float], dict[str, int], int]]:
-    """`rank_profiles` of any table with the columns of `profile_samples` (e.g. a baseline window's)."""
+def profiles_of(samples: pd.DataFrame, min_samples: int | None = None) -> dict[int, tuple[dict[str, float], dict[str, int], int]]:
+    """`rank_profiles` of any table with the columns of `profile_samples` (e.g. a baseline window's);
+    `min_samples` is the run's `stack_profile.min_samples` unless given."""
+    if min_samples is None:
+        min_samples = threshold_int("stack_profile.min_samples")
     main = samples[samples["main"].astype(bool)]
     out: dict[int, tuple[dict[str, float], dict[str, int], int]] = {}
     for rank, rows in main.groupby("rank"):
@@ -116,12 +113,13 @@ def rank_profiles_view(analysis: Analysis) -> dict[int, tuple[dict[str, float], 
 
 
 def _with_enough_samples(analysis: Analysis) -> dict[int, tuple[dict[str, float], dict[str, int], int]]:
-    return {r: p for r, p in analysis.view(rank_profiles_view).items() if p[2] >= MIN_SAMPLES}
+    least = threshold_int("stack_profile.min_samples")
+    return {r: p for r, p in analysis.view(rank_profiles_view).items() if p[2] >= least}
 
 
 def judgeable(analysis: Analysis) -> bool:
     """Enough ranks with enough samples to compare them with a median rank."""
-    return len(_with_enough_samples(analysis)) >= MIN_RANKS
+    return len(_with_enough_samples(analysis)) >= threshold_int("stack_profile.min_ranks")
 
 
 def analyze_stack_profile(analysis: Analysis) -> list[Finding]:
@@ -129,7 +127,7 @@ def analyze_stack_profile(analysis: Analysis) -> list[Finding]:
     if store["profile_samples"].empty:
         return []
     per_rank = _with_enough_samples(analysis)
-    if len(per_rank) < MIN_RANKS:
+    if len(per_rank) < threshold_int("stack_profile.min_ranks"):
         return []
     frames = sorted({f for shares, _, _ in per_rank.values() for f in shares})
     median = {f: statistics.median(s.get(f, 0.0) for s, _, _ in per_rank.values()) for f in frames}
@@ -140,10 +138,10 @@ def analyze_stack_profile(analysis: Analysis) -> list[Finding]:
         excess: dict[str, float] = {}
         for f, share in shares.items():
             gap = share - median[f]
-            if gap < EXCESS or share < RATIO * median[f] or gap < MIN_EFFECT_OVER_SPREAD * _others_spread(f, rank, per_rank):
+            if gap < threshold("stack_profile.excess") or share < threshold("stack_profile.ratio") * median[f] or gap < threshold("straggler.min_effect_over_spread") * _others_spread(f, rank, per_rank):
                 continue
             p = _family_p(share, median[f], total, tests)
-            if p <= ALPHA:
+            if p <= threshold("straggler.alpha"):
                 excess[f] = gap
                 family_p[rank] = min(family_p.get(rank, 1.0), p)
         if excess:
@@ -160,7 +158,8 @@ def _finding(rank: int, excess: dict[str, float], per_rank: dict[int, tuple[dict
     shares, depth, total = per_rank[rank]
     where = deepest(excess, depth, user_only=True) or deepest(excess, depth, user_only=False) or ""
     leaf = deepest(excess, depth, user_only=False) or where
-    deficit = {f: m - shares.get(f, 0.0) for f, m in median.items() if m - shares.get(f, 0.0) >= EXCESS / 2}
+    half = threshold("stack_profile.excess") / 2
+    deficit = {f: m - shares.get(f, 0.0) for f, m in median.items() if m - shares.get(f, 0.0) >= half}
     all_depths: dict[str, int] = {}
     for _, d, _ in per_rank.values():
         for f, v in d.items():
@@ -186,7 +185,7 @@ def _finding(rank: int, excess: dict[str, float], per_rank: dict[int, tuple[dict
                               sorted(excess.items(), key=lambda kv: (-kv[1], -depth.get(kv[0], 0)))[:8]],
         "method": "py-spy record of every rank's main thread (non-blocking); shares of samples per frame "
                   "compared with the median rank",
-        "significance": {"confidence": round(confidence, 4), "alpha": ALPHA,
+        "significance": {"confidence": round(confidence, 4), "alpha": threshold("straggler.alpha"),
                          "others_spread": round(_others_spread(where, rank, per_rank), 4)},
     }
     seconds = gap * step_s

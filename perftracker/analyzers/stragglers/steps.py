@@ -16,13 +16,10 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.stragglers.jitter import jitter_finding
-from perftracker.analyzers.stragglers.significance import ALPHA, judge_outliers
+from perftracker.analyzers.stragglers.significance import judge_outliers
 from perftracker.analyzers.stragglers.waiting import is_waiting_phase
+from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.store import Store
-
-IMBALANCE = 0.15  # a rank's median step time this much above the others' median
-PHASE_IMBALANCE = 0.30  # a rank's median phase time this much above its peers' median
-MIN_STEPS = 3
 
 
 def step_stats(store: Store) -> pd.DataFrame:
@@ -93,7 +90,7 @@ def _imbalance(store: Store, stats: pd.DataFrame) -> list[Finding]:
     out = []
     for _, row in stats.iterrows():
         others = stats[stats["rank"] != row["rank"]]["median_s"].median()
-        if others > 0 and row["steps"] >= MIN_STEPS and row["median_s"] > others * (1 + IMBALANCE):
+        if others > 0 and row["steps"] >= threshold_int("steps.min_steps") and row["median_s"] > others * (1 + threshold("steps.imbalance")):
             rank = int(row["rank"])
             lost = float(row["median_s"] - others)
             real = verdict.significant and verdict.ranks == (rank,)
@@ -127,15 +124,15 @@ def _phases(store: Store, stats: pd.DataFrame) -> list[Finding]:
     for phase, group in med.groupby("phase", observed=True):
         mine = phases[phases["phase"] == phase]
         verdict = judge_outliers(pd.DataFrame({"trial": mine["step"], "rank": mine["rank"], "value": mine["dur_ns"]}),
-                                 alpha=ALPHA / n_phases)  # one test per phase: keep the family-wise rate
+                                 alpha=threshold("straggler.alpha") / n_phases)  # one test per phase: keep the family-wise rate
         for _, row in group.iterrows():
             peers = group[group["rank"] != row["rank"]]["dur_ns"].median()
-            if peers <= 0 or row["dur_ns"] <= peers * (1 + PHASE_IMBALANCE):
+            if peers <= 0 or row["dur_ns"] <= peers * (1 + threshold("steps.phase_imbalance")):
                 continue
             rank = int(row["rank"])
             extra = float(row["dur_ns"] - peers) / 1e9
             step = float(step_med.get(rank, 0.0))
-            if step > 0 and extra / step < 0.02:
+            if step > 0 and extra / step < threshold("steps.min_phase_cost_share"):
                 continue
             waits = is_waiting_phase(str(phase)) and rank in own_work.index and len(own_work) > 1 and \
                 float(own_work[rank]) <= float(own_work.drop(rank).median())
@@ -159,7 +156,7 @@ def _phases(store: Store, stats: pd.DataFrame) -> list[Finding]:
                           "peers_median_ms": round(float(peers) / 1e6, 3),
                           "significance": {"trials": verdict.trials, "confidence": round(verdict.confidence, 4),
                                            "times_slowest": stats_r.times_slowest if stats_r else 0,
-                                           "alpha": round(ALPHA / n_phases, 5)}},
+                                           "alpha": round(threshold("straggler.alpha") / n_phases, 5)}},
                 ranks=(rank,), hosts=hosts_of(store, [rank]), confidence=verdict.confidence,
                 cost=Cost(extra, extra / step if step > 0 else 0.0), key=f"steps:phase:{phase}:{rank}",
             ))

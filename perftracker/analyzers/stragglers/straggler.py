@@ -28,16 +28,11 @@ from perftracker.analyzers.stragglers.collectives import (
     collective_events,
     match_instances,
 )
-from perftracker.analyzers.stragglers.significance import ALPHA, OutlierVerdict, judge_outliers
+from perftracker.analyzers.stragglers.significance import OutlierVerdict, judge_outliers
 from perftracker.analyzers.stragglers.slow_ops import slower_ops
+from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.store import Store
 from perftracker.values import short_symbol
-
-MIN_SHARE_LAST_MANY = 0.5  # persistent: last in at least half of its collectives (3+ ranks)
-MIN_SHARE_LAST_TWO = 0.75  # with two ranks one is always last: ask for more
-MIN_COST_SHARE = 0.05  # and the others wait at least 5% of a step for it
-CRITICAL_COST_SHARE = 0.15
-MIN_INSTANCES = 4
 
 
 def straggler_tables(store: Store) -> tuple[pd.DataFrame, pd.Series]:
@@ -133,9 +128,9 @@ def _step_seconds(store: Store, arr: pd.DataFrame) -> float:
 
 def _persistent(metrics: pd.DataFrame) -> pd.DataFrame:
     world = int(metrics["world"].iloc[0]) if not metrics.empty else 0
-    min_last = MIN_SHARE_LAST_TWO if world <= 2 else MIN_SHARE_LAST_MANY
-    return metrics[(metrics["instances"] >= MIN_INSTANCES) & (metrics["share_last"] >= min_last)
-                   & (metrics["cost_share"] >= MIN_COST_SHARE)]
+    min_last = threshold("straggler.min_share_last_two") if world <= 2 else threshold("straggler.min_share_last_many")
+    return metrics[(metrics["instances"] >= threshold_int("straggler.min_instances")) & (metrics["share_last"] >= min_last)
+                   & (metrics["cost_share"] >= threshold("straggler.min_cost_share"))]
 
 
 def _kind(arr: pd.DataFrame, rank: int) -> tuple[str, dict[str, float]]:
@@ -191,7 +186,7 @@ def _significance(v: OutlierVerdict) -> dict[str, object]:
             "times_slowest": named.times_slowest if named else 0,
             "chance_times_slowest": round(v.trials / max(v.world, 1), 2),
             "effect_ms": round(v.effect / 1e6, 3), "others_spread_ms": round(v.spread / 1e6, 3),
-            "alpha": ALPHA}
+            "alpha": threshold("straggler.alpha")}
 
 
 def analyze_stragglers(analysis: Analysis) -> list[Finding]:
@@ -214,7 +209,8 @@ def analyze_stragglers(analysis: Analysis) -> list[Finding]:
         if r in named:
             continue
         findings.append(Finding(
-            analyzer="straggler", severity=Severity.CRITICAL if share >= CRITICAL_COST_SHARE else Severity.WARNING,
+            analyzer="straggler",
+            severity=Severity.CRITICAL if share >= threshold("straggler.critical_cost_share") else Severity.WARNING,
             title=(f"Rank {r} is a communication straggler: collectives it takes part in transfer "
                    f"{evidence['transfer_excess_ms']:.2f} ms longer than like collectives without it "
                    f"(typical {evidence['typical_transfer_ms']:.2f} ms); {fmt_ms(cost)} per step"),
@@ -232,8 +228,8 @@ def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, ver
     row = metrics.loc[r].to_dict()
     kind, kind_evidence = _kind(arr, r)
     ops = slower_ops(analysis, r)
-    severity = (Severity.CRITICAL if row["cost_share"] >= CRITICAL_COST_SHARE else
-                Severity.WARNING if row["cost_share"] >= MIN_COST_SHARE else Severity.INFO)
+    severity = (Severity.CRITICAL if row["cost_share"] >= threshold("straggler.critical_cost_share") else
+                Severity.WARNING if row["cost_share"] >= threshold("straggler.min_cost_share") else Severity.INFO)
     what = ("; slower ops: " + ", ".join(f"{short_symbol(o['name'], 60)} (+{o['extra_ms_per_step']:.2f} ms per step)"
                                          for o in ops[:3])) if ops else ""
     stats = verdict.per_rank[r]
@@ -283,8 +279,8 @@ def _group(store: Store, arr: pd.DataFrame, verdict: OutlierVerdict) -> Finding:
     listed = ", ".join(str(r) for r in sorted(members))
     times = sum(verdict.per_rank[r].times_slowest for r in members)
     if whole_host:
-        severity = Severity.CRITICAL if share >= CRITICAL_COST_SHARE else (
-            Severity.WARNING if share >= MIN_COST_SHARE else Severity.INFO)
+        severity = Severity.CRITICAL if share >= threshold("straggler.critical_cost_share") else (
+            Severity.WARNING if share >= threshold("straggler.min_cost_share") else Severity.INFO)
         title = (f"Host {hosts[0]} is slow: its ranks {listed} arrive late together (the last in {times} of "
                  f"{verdict.trials} steps); the other hosts wait {fmt_ms(cost)} per step for it")
         advice = (f"Every rank of host {hosts[0]} is late, so look at the host, not one rank: CPU frequency and "
@@ -327,9 +323,6 @@ def _within_noise(store: Store, metrics: pd.DataFrame, verdict: OutlierVerdict) 
     )]
 
 
-COMM_EXCESS_RATIO = 0.05  # its collectives' transfer phase is 5% longer than like collectives without it
-COMM_RUNNER_UP = 1.5  # and 1.5x the excess of the next rank (which shares only some groups with it)
-COMM_MIN_COST_SHARE = 0.02
 
 
 def comm_excess(arr: pd.DataFrame) -> pd.DataFrame:
@@ -358,13 +351,13 @@ def _comm_stragglers(arr: pd.DataFrame, store: Store) -> list[tuple[int, float, 
         return []
     ordered = table.sort_values("excess_median", ascending=False)
     top, runner_up = ordered.iloc[0], ordered.iloc[1]
-    if top["typical"] <= 0 or top["excess_median"] < COMM_EXCESS_RATIO * top["typical"]:
+    if top["typical"] <= 0 or top["excess_median"] < threshold("straggler.comm_excess_ratio") * top["typical"]:
         return []
-    if top["excess_median"] < COMM_RUNNER_UP * max(float(runner_up["excess_median"]), 0.0):
+    if top["excess_median"] < threshold("straggler.comm_runner_up") * max(float(runner_up["excess_median"]), 0.0):
         return []
     step_s = _step_seconds(store, arr)
     share = float(top["excess_per_step_s"]) / step_s if step_s > 0 else 0.0
-    if share < COMM_MIN_COST_SHARE:
+    if share < threshold("straggler.comm_min_cost_share"):
         return []
     evidence = {"transfer_excess_ms": round(float(top["excess_median"]) / 1e6, 3),
                 "typical_transfer_ms": round(float(top["typical"]) / 1e6, 3),

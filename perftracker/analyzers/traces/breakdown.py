@@ -17,6 +17,7 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of, rank_list
 from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.thresholds import threshold
 from perftracker.analyzers.traces.gpu_time import as_int, breakdown_view
 from perftracker.analyzers.traces.period_costs import (
     basis_row,
@@ -25,7 +26,6 @@ from perftracker.analyzers.traces.period_costs import (
     rank_costs_view,
 )
 
-MEMORY_SHARE_WARN = 0.05
 SHARES = ("compute_pct", "comm_exposed_pct", "memory_exposed_pct", "idle_pct")
 
 
@@ -40,7 +40,7 @@ def analyze_breakdown(analysis: Analysis) -> list[Finding]:
     if costs.empty:
         return findings
     mem = per_period(costs, "memory_exposed_ns")
-    bad = mem[mem["share"] >= MEMORY_SHARE_WARN].sort_values("share", ascending=False)
+    bad = mem[mem["share"] >= threshold("breakdown.memory_share_warn")].sort_values("share", ascending=False)
     if not bad.empty:
         ranks = [int(r) for r in bad["rank"]]
         worst = bad.iloc[0]

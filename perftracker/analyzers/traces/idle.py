@@ -27,6 +27,7 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of
 from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.analyzers.traces.cpu_context import cpu_ops_during
 from perftracker.analyzers.traces.exec_trace import op_shapes
 from perftracker.analyzers.traces.gpu_time import as_int, gpu_work, gpu_work_view
@@ -36,9 +37,6 @@ from perftracker.analyzers.traces.period_costs import basis_row, per_period, ran
 from perftracker.analyzers.traces.periods import cost_periods_view
 from perftracker.store import Store
 
-MIN_GAP_NS = 2_000
-WARN_SHARE = 0.05
-LAUNCH_GAP_NS = 50_000
 CATEGORIES = ("between_steps", "sync", "host", "launch", "dependency")
 _SYNC_CALL = r"Synchronize|^cudaMemcpy$|^hipMemcpy$|^cudaMemcpy2D$|^cudaFree$"
 
@@ -98,7 +96,7 @@ def _gaps_for(group: pd.DataFrame, launches: pd.DataFrame, syncs: pd.DataFrame, 
     if len(s) < 2:
         return pd.DataFrame(columns=GAP_COLUMNS)
     gap_start, gap_end = e[:-1], s[1:]
-    keep = (gap_end - gap_start) >= MIN_GAP_NS
+    keep = (gap_end - gap_start) >= threshold_int("idle.min_gap_ns")
     gap_start, gap_end = gap_start[keep], gap_end[keep]
     starts = group["start_ns"].to_numpy(np.int64)
     first_at = np.searchsorted(starts, gap_end, side="left")
@@ -119,7 +117,8 @@ def _gaps_for(group: pd.DataFrame, launches: pd.DataFrame, syncs: pd.DataFrame, 
     lo = np.searchsorted(sync_end, gap_start, side="left")
     hi = np.searchsorted(sync_end, launch_ref, side="right")
     synced = hi > lo
-    category[host_late] = np.where((gap_end - gap_start)[host_late] < LAUNCH_GAP_NS, "launch", "host")
+    category[host_late] = np.where((gap_end - gap_start)[host_late] < threshold_int("idle.launch_gap_ns"),
+                                   "launch", "host")
     category[host_late & synced] = "sync"
     category[crossed] = "between_steps"
     return pd.DataFrame({"rank": rank, "window": window, "start_ns": gap_start, "dur_ns": gap_end - gap_start,
@@ -185,7 +184,7 @@ def analyze_idle(analysis: Analysis) -> list[Finding]:
     shapes = op_shapes(analysis)
     findings = []
     for category in CATEGORIES:
-        rows = per[(per["category"] == category) & (per["share"] >= WARN_SHARE)]
+        rows = per[(per["category"] == category) & (per["share"] >= threshold("idle.warn_share"))]
         if rows.empty:
             continue
         rows = rows.sort_values("share", ascending=False)

@@ -13,10 +13,8 @@ from __future__ import annotations
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of
 from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.thresholds import threshold
 from perftracker.analyzers.traces.period_costs import basis_row, per_period, rank_costs_view
-
-WARN_SHARE = 0.05
-CRITICAL_SHARE = 0.25
 
 
 def analyze_overlap(analysis: Analysis) -> list[Finding]:
@@ -26,14 +24,14 @@ def analyze_overlap(analysis: Analysis) -> list[Finding]:
         return []
     table = per_period(table[table["comm_ns"] > 0], "comm_exposed_ns")
     table["hidden_pct"] = 100.0 * table["comm_hidden_ns"] / table["comm_ns"]
-    bad = table[table["share"] >= WARN_SHARE].sort_values("share", ascending=False)
+    bad = table[table["share"] >= threshold("overlap.warn_share")].sort_values("share", ascending=False)
     if bad.empty:
         return []
     ranks = [int(r) for r in bad["rank"]]
     med_share = float(bad["share"].median())
     med_overlap = float(bad["hidden_pct"].median())
     basis = basis_row(bad.iloc[0])
-    severity = Severity.CRITICAL if med_share >= CRITICAL_SHARE else Severity.WARNING
+    severity = Severity.CRITICAL if med_share >= threshold("overlap.critical_share") else Severity.WARNING
     return [Finding(
         analyzer="overlap", severity=severity,
         title=(f"Communication is exposed for {fmt_ms(float(bad['per_period_s'].median()))} {basis.per} "

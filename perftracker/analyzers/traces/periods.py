@@ -27,13 +27,12 @@ import numpy.typing as npt
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.analyzers.traces.cpu_context import top_level
 from perftracker.analyzers.traces.gpu_time import as_int, gpu_work, gpu_work_view
 from perftracker.store import Store
 
 COLUMNS = ["rank", "window", "period", "start_ns", "end_ns", "basis", "clock", "marker"]
-MIN_ITERATIONS = 3  # starts of a repeating annotation needed to infer iterations from it
-MAX_PACE_RATIO = 3.0  # its longest start-to-start interval at most this many times its shortest
 _OPTIMIZER_STEP = "Optimizer.step#"
 
 
@@ -149,10 +148,10 @@ def _iteration_periods(marks: pd.DataFrame) -> pd.DataFrame | None:
     candidates = []
     for name, group in marks.groupby(marks["name"].astype(str)):
         starts = np.sort(group["start_ns"].to_numpy(np.int64))
-        if len(starts) < MIN_ITERATIONS:
+        if len(starts) < threshold_int("periods.min_iterations"):
             continue
         pace = np.diff(starts)
-        if pace.min() <= 0 or pace.max() > MAX_PACE_RATIO * pace.min():
+        if pace.min() <= 0 or pace.max() > threshold("periods.max_pace_ratio") * pace.min():
             continue
         candidates.append((not str(name).startswith(_OPTIMIZER_STEP), len(starts), str(name), starts))
     if not candidates:

@@ -1,0 +1,93 @@
+"""The watcher's per-rank step series: the last steps of each rank, and whose turn it is to be judged.
+
+Promise: `RankSeriesBook.add(rank, step, duration_ns)` keeps each rank's last SERIES_STEPS steps as they came
+(two plain deques; sorted once, when asked, if steps came out of order); `series_of(rank)` is that rank's
+`StepSeries` in step order, built when asked and kept until its next step; `turn(known)` hands the degradation
+rule the ranks with new steps, at most RANKS_PER_LOOK a look, those unjudged longest first (bounded CPU
+however many ranks); `counted(rank)` is how many steps after the warm-up it holds (for arming); `clear()`
+forgets every series (a slowdown became the new normal).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from perftracker.store.alarms import StepSeries
+
+SERIES_STEPS = 400  # per rank: the rules look at 20 x N steps at most (N = 10 by default)
+RANKS_PER_LOOK = 4  # the degradation rule judges at most this many ranks a second (round robin): bounded CPU
+
+
+@dataclass
+class _RankSteps:
+    """One rank's last SERIES_STEPS steps and durations (ns), as they came, in two plain deques."""
+
+    steps: deque[int] = field(default_factory=lambda: deque(maxlen=SERIES_STEPS))
+    durations: deque[int] = field(default_factory=lambda: deque(maxlen=SERIES_STEPS))
+    ordered: bool = True  # every step came after the one before (one source; the usual case)
+
+    def add(self, step: int, duration_ns: int) -> None:
+        if self.steps and step < self.steps[-1]:
+            self.ordered = False
+        self.steps.append(step)
+        self.durations.append(duration_ns)
+
+    def series(self, rank: int) -> StepSeries:
+        """The series in step order (sorted once when steps came out of order)."""
+        if not self.ordered:
+            pairs = sorted(zip(self.steps, self.durations))
+            self.steps.clear()
+            self.durations.clear()
+            self.steps.extend(step for step, _ in pairs)
+            self.durations.extend(dur for _, dur in pairs)
+            self.ordered = True
+        return StepSeries(rank, np.fromiter(self.steps, dtype=np.int64, count=len(self.steps)),
+                          np.fromiter(self.durations, dtype=np.int64, count=len(self.durations)))
+
+
+@dataclass
+class RankSeriesBook:
+    """Each rank's recent steps, their series in step order, and the ranks the degradation rule has yet to judge."""
+
+    _series: dict[int, _RankSteps] = field(default_factory=dict)  # rank -> its last steps, as they came
+    _built: dict[int, StepSeries] = field(default_factory=dict)  # rank -> its series in step order, until new steps
+    fresh: set[int] = field(default_factory=set)  # ranks with steps the degradation rule has not judged yet
+    _judged: dict[int, int] = field(default_factory=dict)  # rank -> when (in steps read) it was last judged
+
+    def add(self, rank: int, step: int, duration_ns: int) -> None:
+        series = self._series.get(rank)
+        if series is None:
+            series = self._series[rank] = _RankSteps()
+        series.add(step, duration_ns)
+        self.fresh.add(rank)
+        self._built.pop(rank, None)
+
+    def ranks(self) -> list[int]:
+        return sorted(self._series)
+
+    def series_of(self, rank: int) -> StepSeries:
+        """One rank's series in step order (built when asked, kept until its next step)."""
+        built = self._built.get(rank)
+        if built is None:
+            built = self._built[rank] = self._series[rank].series(rank)
+        return built
+
+    def counted(self, rank: int) -> int:
+        """Steps after the first two (the warm-up) in a rank's series."""
+        series = self._series.get(rank)
+        return sum(1 for step in series.steps if step >= 2) if series is not None else 0
+
+    def turn(self, known: int) -> list[StepSeries]:
+        """The series of the ranks with new steps, at most RANKS_PER_LOOK, longest unjudged first; `known` (the
+        step records read so far) marks when they were judged."""
+        turn = sorted(self.fresh, key=lambda r: self._judged.get(r, 0))[:RANKS_PER_LOOK]
+        self.fresh.difference_update(turn)
+        self._judged.update((r, known) for r in turn)
+        return [self.series_of(r) for r in sorted(turn)]
+
+    def clear(self) -> None:
+        self._series.clear()
+        self._built, self.fresh = {}, set()
