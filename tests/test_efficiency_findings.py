@@ -14,7 +14,9 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.efficiency.analyzer import analyze_efficiency
 from perftracker.analyzers.efficiency.catalog import model_op
 from perftracker.analyzers.efficiency.devices import device_table
+from perftracker.analyzers.efficiency.mfu import step_mfu_view
 from perftracker.analyzers.efficiency.shapes import parse_args
+from perftracker.analyzers.efficiency.tables import op_efficiency_view
 from perftracker.analyzers.findings import Finding
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.errors import InputError
@@ -176,3 +178,16 @@ def test_user_device_file_comes_first_and_bad_files_are_named(tmp_path: Path) ->
     assert device is not None and device.name == "my H100" and device.peak("bf16") == 900.0
     with pytest.raises(InputError, match="bad.toml|memory_tbps"):
         device_table((bad,))
+
+
+def test_a_trace_without_shapes_has_no_mfu_and_lists_its_time_as_no_model(tmp_path: Path) -> None:
+    # GIVEN a trace recorded without record_shapes (an aten::mm with no Input Dims, one kernel of 300 us)
+    ops = Ops()
+    ops.cpu("aten::mm", 100.0, 20.0)
+    ops.kernel("gemm_kernel", 1000.0, 300.0, launch_ts=105.0)
+    run = Analysis(load_path(ops.save(tmp_path), LoadOptions(cache_dir=None)))
+    # THEN no MFU (rather than a false 0%), no finding, and its GPU time is "no model" under the op's name
+    table = run.view(op_efficiency_view)
+    assert run.view(step_mfu_view).empty and analyze_efficiency(run) == []
+    assert table[["op", "family", "gpu_ns"]].to_dict("records") == [
+        {"op": "aten::mm", "family": "no model", "gpu_ns": 300_000}]
