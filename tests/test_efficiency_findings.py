@@ -191,3 +191,23 @@ def test_a_trace_without_shapes_has_no_mfu_and_lists_its_time_as_no_model(tmp_pa
     assert run.view(step_mfu_view).empty and analyze_efficiency(run) == []
     assert table[["op", "family", "gpu_ns"]].to_dict("records") == [
         {"op": "aten::mm", "family": "no model", "gpu_ns": 300_000}]
+
+
+def test_roofline_bounds_and_percentages_exact() -> None:
+    # GIVEN an H100 and four op groups (exact figures: 1e12 FLOPs in 2 ms is 500 TFLOPS): a bf16 GEMM, an elementwise op at half the bandwidth, one faster than the
+    # memory can be (cache), and an FP32 GEMM faster than the FP32 units (TF32)
+    import pandas as pd
+
+    from perftracker.analyzers.efficiency.roofline import roofline
+
+    h100 = device_table().match("NVIDIA H100 80GB HBM3")
+    frame = pd.DataFrame({"flops": [1e12, 0.0, 0.0, 1e12], "bytes": [1e9, 1.675e9, 1e9, 1e9],
+                          "gpu_ns": [2_000_000, 1_000_000, 100_000, 10_000_000], "dtype": ["bf16", "bf16", "fp32", "fp32"]})
+    out = roofline(frame, h100)
+    # THEN each is measured against the right roof
+    assert list(out["bound"]) == ["compute", "memory", "cache", "compute"]
+    assert out["pct_of_peak"].iloc[0] == pytest.approx(100 * 500 / H100_BF16)  # 500 TFLOPS of 989.4
+    assert out["pct_of_peak"].iloc[1] == pytest.approx(100 * 1.675 / H100_BW)  # 1.675 TB/s of 3.35
+    assert out["pct_of_peak"].isna().iloc[2] and out["lost_ns"].iloc[2] == 0
+    # 100 TFLOPS of FP32 is more than the 67 FP32 units give: TF32 ran it, and its peak (494.7) is the roof
+    assert out["peak_tflops"].iloc[3] == 494.7 and out["tf32"].iloc[3] and H100_FP32 < 100
