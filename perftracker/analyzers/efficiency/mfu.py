@@ -4,8 +4,8 @@ Promise: `step_mfu_view(analysis)` has one row per (rank, window, step) of the p
 or, for a rank window without steps, one row with step -1 over the window's GPU span (first kernel start to last
 kernel end): model_flops (FLOPs of the step's modelled GEMM, attention and convolution instances, forward and
 backward; memory-bound ops count none), step_ns, dtype (the dtype with the most of those FLOPs), peak_tflops (the
-device's dense peak for it; FP32 against the TF32 peak only when one of the rank's FP32 matrix ops ran faster than
-the FP32 peak, the sign that TF32 units did the work), tflops (model_flops over step time), mfu (tflops /
+device's dense peak for it; FP32 against the TF32 peak only when one of the rank's FP32 matrix op shapes ran faster
+than the FP32 peak, the sign that TF32 units did the work), tflops (model_flops over step time), mfu (tflops /
 peak_tflops; NaN for an unknown device), device.
 No rows when the run has no modelled matrix op at all (traces without record_shapes): no MFU rather than a false
 0%. Instances attach to steps by their CPU op's step; ops in no step go to the window row only when the window has no
@@ -58,8 +58,9 @@ def step_mfu_view(analysis: Analysis) -> pd.DataFrame:
     out["model_flops"] = out["model_flops"].fillna(0.0)
     out["dtype"] = out["dtype"].fillna("")
     devices = device_of_ranks(analysis)
-    fp32 = inst[inst["dtype"] == "fp32"]
-    fp32_fastest = fp32.assign(rate=fp32["flops"] / fp32["gpu_ns"].clip(lower=1) / 1e3).groupby("rank")["rate"].max()
+    fp32 = inst[inst["dtype"] == "fp32"].groupby(["rank", "op", "shape"])[["flops", "gpu_ns"]].sum()
+    fp32_fastest = (fp32["flops"] / fp32["gpu_ns"].clip(lower=1) / 1e3).groupby(level="rank").max()  # per shape, as
+    # the roofline judges it: one instance's microsecond-rounded time is no evidence
     peak = []
     for rank, dtype in zip(out["rank"].tolist(), out["dtype"].tolist()):
         device = devices.get(int(rank))
