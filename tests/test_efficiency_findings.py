@@ -14,7 +14,9 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.efficiency.analyzer import analyze_efficiency
 from perftracker.analyzers.efficiency.catalog import model_op
 from perftracker.analyzers.efficiency.devices import device_table
+from perftracker.analyzers.efficiency.mfu import step_mfu_view
 from perftracker.analyzers.efficiency.shapes import parse_args
+from perftracker.analyzers.efficiency.tables import op_efficiency_view
 from perftracker.analyzers.findings import Finding
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.errors import InputError
@@ -176,3 +178,36 @@ def test_user_device_file_comes_first_and_bad_files_are_named(tmp_path: Path) ->
     assert device is not None and device.name == "my H100" and device.peak("bf16") == 900.0
     with pytest.raises(InputError, match="bad.toml|memory_tbps"):
         device_table((bad,))
+
+
+def test_a_trace_without_shapes_has_no_mfu_and_lists_its_time_as_no_model(tmp_path: Path) -> None:
+    # GIVEN a trace recorded without record_shapes (an aten::mm with no Input Dims, one kernel of 300 us)
+    ops = Ops()
+    ops.cpu("aten::mm", 100.0, 20.0)
+    ops.kernel("gemm_kernel", 1000.0, 300.0, launch_ts=105.0)
+    run = Analysis(load_path(ops.save(tmp_path), LoadOptions(cache_dir=None)))
+    # THEN no MFU (rather than a false 0%), no finding, and its GPU time is "no model" under the op's name
+    table = run.view(op_efficiency_view)
+    assert run.view(step_mfu_view).empty and analyze_efficiency(run) == []
+    assert table[["op", "family", "gpu_ns"]].to_dict("records") == [
+        {"op": "aten::mm", "family": "no model", "gpu_ns": 300_000}]
+
+
+def test_roofline_bounds_and_percentages_exact() -> None:
+    # GIVEN an H100 and four op groups (exact figures: 1e12 FLOPs in 2 ms is 500 TFLOPS): a bf16 GEMM, an elementwise op at half the bandwidth, one faster than the
+    # memory can be (cache), and an FP32 GEMM faster than the FP32 units (TF32)
+    import pandas as pd
+
+    from perftracker.analyzers.efficiency.roofline import roofline
+
+    h100 = device_table().match("NVIDIA H100 80GB HBM3")
+    frame = pd.DataFrame({"flops": [1e12, 0.0, 0.0, 1e12], "bytes": [1e9, 1.675e9, 1e9, 1e9],
+                          "gpu_ns": [2_000_000, 1_000_000, 100_000, 10_000_000], "dtype": ["bf16", "bf16", "fp32", "fp32"]})
+    out = roofline(frame, h100)
+    # THEN each is measured against the right roof
+    assert list(out["bound"]) == ["compute", "memory", "cache", "compute"]
+    assert out["pct_of_peak"].iloc[0] == pytest.approx(100 * 500 / H100_BF16)  # 500 TFLOPS of 989.4
+    assert out["pct_of_peak"].iloc[1] == pytest.approx(100 * 1.675 / H100_BW)  # 1.675 TB/s of 3.35
+    assert out["pct_of_peak"].isna().iloc[2] and out["lost_ns"].iloc[2] == 0
+    # 100 TFLOPS of FP32 is more than the 67 FP32 units give: TF32 ran it, and its peak (494.7) is the roof
+    assert out["peak_tflops"].iloc[3] == 494.7 and out["tf32"].iloc[3] and H100_FP32 < 100

@@ -4,6 +4,7 @@ MFU is computed, and no percentage of peak passes 100."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import math
@@ -57,10 +58,16 @@ def raw_gemms(path: Path) -> dict[tuple[str, int], float]:
     return found
 
 
+@functools.cache
+def analyzed(path: Path) -> Analysis:
+    """One Analysis per fixture trace for the whole module (analyses do not change their Store)."""
+    return Analysis(load_path(path, LoadOptions(cache_dir=None)))
+
+
 @pytest.fixture(scope="module", params=TRACES, ids=[p.name for p in TRACES])
 def analysis(request: pytest.FixtureRequest) -> tuple[Path, Analysis]:
     path: Path = request.param
-    return path, Analysis(load_path(path, LoadOptions(cache_dir=None)))
+    return path, analyzed(path)
 
 
 def test_gemm_flops_equal_2mnk_batch_per_instance(analysis: tuple[Path, Analysis]) -> None:
@@ -91,7 +98,7 @@ def test_devices_known_mfu_computed_and_no_pct_above_100(analysis: tuple[Path, A
 def test_causal_attention_halves_flops_on_qwen() -> None:
     # GIVEN the Qwen traces (causal SDPA, is_causal=True in the op's arguments: 16 x 16 heads, 559 tokens, D 64)
     for path in FIXTURES.glob("*Qwen*.json.gz"):
-        inst = Analysis(load_path(path, LoadOptions(cache_dir=None))).view(op_instances_view)
+        inst = analyzed(path).view(op_instances_view)
         attention = inst[inst["family"] == "attention"]
         # THEN each attention instance counts 4*B*H*S*S*D / 2
         assert len(attention) == 24 and attention["causal"].all()
@@ -100,7 +107,7 @@ def test_causal_attention_halves_flops_on_qwen() -> None:
 
 def test_a_finding_fires_on_a_real_trace() -> None:
     # GIVEN eager Qwen inference on H100 (RMSNorm, rotary and SwiGLU as separate elementwise kernels)
-    run = Analysis(load_path(FIXTURES / "h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", LoadOptions(cache_dir=None)))
+    run = analyzed(FIXTURES / "h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
     findings = {f.key: f for f in analyze_efficiency(run)}
     # THEN the fusible chains are named, with a cost, and no misaligned or unfused-attention finding (all dims are
     # multiples of 8 and attention ran the flash kernel)

@@ -42,7 +42,7 @@ def _ops_rows(ops: pd.DataFrame) -> dict[str, Any]:
     modelled = ops[ops["family"] != "no model"].head(TOP_ROWS)
     shown = pd.DataFrame({
         "op": modelled["op"], "shape": modelled["shape"], "dtype": modelled["dtype"], "count": modelled["count"],
-        "gpu_ms": modelled["gpu_ns"].map(lambda n: _num(n, 1e6)), "tflops": modelled["tflops"].map(_num),
+        "gpu_ms": modelled["gpu_ns"].map(lambda n: _num(n, 1e6)), "tflops": modelled["tflops"].where(modelled["flops"] > 0).map(_num),
         "tbps": modelled["tbps"].map(_num), "bound": modelled["bound"].replace("", "-"),
         "pct": modelled["pct_of_peak"].map(_num), "lost": modelled["lost_ns"].map(lambda n: _num(n, 1e6))})
     return grid(shown, {"op": "op", "shape": "shape", "dtype": "dtype", "count": "count", "gpu_ms": "GPU ms",

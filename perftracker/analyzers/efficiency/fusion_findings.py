@@ -60,7 +60,7 @@ def unfused_attention(basis: Basis) -> list[Finding]:
 
 def _chains(inst: pd.DataFrame) -> pd.DataFrame:
     """One row per chain of consecutive memory-bound instances on a rank window: length, gpu_ns, bytes, max_bytes."""
-    ordered = inst.sort_values(["rank", "window", "start_ns"])
+    ordered = inst[inst["kernels"] > 0].sort_values(["rank", "window", "start_ns"])  # ops that ran on the GPU
     memory = ordered["family"].isin(MEMORY_FAMILIES).to_numpy()
     rank_change = (ordered[["rank", "window"]].diff().abs().sum(axis=1) > 0).to_numpy()
     breaks = ~memory | rank_change

@@ -5,13 +5,17 @@ has no modelled ancestor in its call tree (aten::linear is the instance, not the
 counted twice): rank, window, step, op, family, shape, dtype, flops, bytes, m, n, k, batch, causal, backward (the op
 computes gradients: a backward op by name, or an op run under autograd's `evaluate_function`), math_attention (an
 attention op whose call tree ran aten::_scaled_dot_product_attention_math), kernels (how many GPU kernels its call
-tree launched), gpu_ns (the union of those kernels' intervals: overlapping kernels count once) and start_ns. Models
+tree launched: kernels and device memsets / device-to-device copies; host<->device and peer copies are PCIe or
+link traffic, not the device's compute or memory, and are left out), gpu_ns (the union of those kernels' intervals:
+overlapping kernels count once) and start_ns. Models
 run once per distinct (op, arguments) signature and map to instances by code, not per instance.
 `unmodelled_view(analysis)`: rank, op, kernels, gpu_ns of the GPU work whose launching op has no model (or no shapes),
 by the op that launched it: the "no model" time, never guessed.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import numpy.typing as npt
@@ -31,6 +35,7 @@ _KEY = ["rank", "window", "start_ns", "dur_ns", "name"]
 _MODEL_FIELDS = ("family", "flops", "bytes", "dtype", "shape", "m", "n", "k", "batch", "causal", "backward")
 INSTANCE_COLUMNS = ["rank", "window", "step", "op", *_MODEL_FIELDS, "math_attention", "kernels", "gpu_ns", "start_ns"]
 AUTOGRAD = "autograd::engine::evaluate_function"
+_HOST_COPY = re.compile(r"(?i)HtoD|DtoH|HtoH|PtoP|HostToDevice|DeviceToHost|PeerToPeer")
 
 
 def _modelled(name: str) -> bool:
@@ -92,7 +97,9 @@ def _union_ns(owner: Ints, start: Ints, end: Ints, n: int) -> Ints:
 def _launch_kernels(analysis: Analysis, calls: pd.DataFrame) -> pd.DataFrame:
     """GPU compute and memory work joined to the CPU call row of its launch (`call`, -1 when not found)."""
     work = analysis.view(gpu_work_view)
-    work = work[work["klass"] != "comm"][["rank", "window", "correlation", "start_ns", "end_ns"]]
+    host_copy = per_value(work["name"], lambda n: _HOST_COPY.search(n) is not None)  # PCIe, not device memory
+    work = work[(work["klass"] != "comm").to_numpy() & ~host_copy][["rank", "window", "correlation", "start_ns",
+                                                                    "end_ns"]]
     launches = calls[(calls["kind"] == "runtime") & (calls["correlation"] >= 0)]
     keys = pd.DataFrame({"rank": launches["rank"].to_numpy(), "window": launches["window"].to_numpy(),
                          "correlation": launches["correlation"].to_numpy(), "call": launches.index.to_numpy()})

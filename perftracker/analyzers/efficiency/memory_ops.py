@@ -4,7 +4,7 @@ run on vector units, not the matrix units MFU and the roofline's compute roof ar
 Promise: bytes = every floating-point tensor argument read once plus the output written once, the output as large
 as the largest input (elementwise, softmax, normalization) or as the reduced result (sum, mean, amax: counted as
 nothing next to the input); copy_/to: the source read and the destination written; fill_/zero_: written once.
-Integer and boolean tensors count at their size. FLOPs are 0.
+Integer and boolean tensors count at their size (an op on them alone is labelled with their dtype). FLOPs are 0.
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ def _tensors(args: OpArgs) -> list[int]:
 
 
 def _first_float(args: OpArgs, tensors: list[int]) -> str:
-    return next((args.dtype(i) for i in tensors if args.dtype(i) in FLOAT_DTYPES), "")
+    """The first floating-point tensor's dtype, else the first tensor's (index copies and masks move bytes too)."""
+    return next((args.dtype(i) for i in tensors if args.dtype(i) in FLOAT_DTYPES),
+                next((args.dtype(i) for i in tensors if args.dtype(i) in ELEMENT_BYTES), ""))
 
 
 def _read_bytes(args: OpArgs, tensors: list[int]) -> int:

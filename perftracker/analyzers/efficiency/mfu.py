@@ -4,10 +4,11 @@ Promise: `step_mfu_view(analysis)` has one row per (rank, window, step) of the p
 or, for a rank window without steps, one row with step -1 over the window's GPU span (first kernel start to last
 kernel end): model_flops (FLOPs of the step's modelled GEMM, attention and convolution instances, forward and
 backward; memory-bound ops count none), step_ns, dtype (the dtype with the most of those FLOPs), peak_tflops (the
-device's dense peak for it; FP32 against the TF32 peak only when one of the rank's FP32 matrix ops ran faster than
-the FP32 peak, the sign that TF32 units did the work), tflops (model_flops over step time), mfu (tflops /
+device's dense peak for it; FP32 against the TF32 peak only when one of the rank's FP32 matrix op shapes ran faster
+than the FP32 peak, the sign that TF32 units did the work), tflops (model_flops over step time), mfu (tflops /
 peak_tflops; NaN for an unknown device), device.
-Instances attach to steps by their CPU op's step; ops in no step go to the window row only when the window has no
+No rows when the run has no modelled matrix op at all (traces without record_shapes): no MFU rather than a false
+0%. Instances attach to steps by their CPU op's step; ops in no step go to the window row only when the window has no
 steps.
 """
 
@@ -43,11 +44,11 @@ def _periods(analysis: Analysis) -> pd.DataFrame:
 
 def step_mfu_view(analysis: Analysis) -> pd.DataFrame:
     """MFU per (rank, window, step): see the module docstring."""
-    periods = _periods(analysis)
-    if periods.empty:
-        return pd.DataFrame({c: pd.Series(dtype="float64") for c in MFU_COLUMNS})
     inst = analysis.view(op_instances_view)
     inst = inst[inst["family"].isin(MATRIX_FAMILIES)]
+    periods = _periods(analysis) if len(inst) else pd.DataFrame()
+    if periods.empty:  # no steps, or no op shapes at all (record_shapes off): no MFU, rather than a false 0%
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in MFU_COLUMNS})
     by_dtype = inst.groupby(["rank", "window", "step", "dtype"], sort=False)["flops"].sum().reset_index()
     by_dtype = by_dtype.astype({"rank": np.int64, "window": np.int64, "step": np.int64})
     total = by_dtype.groupby(["rank", "window", "step"])["flops"].sum().rename("model_flops")
@@ -57,8 +58,9 @@ def step_mfu_view(analysis: Analysis) -> pd.DataFrame:
     out["model_flops"] = out["model_flops"].fillna(0.0)
     out["dtype"] = out["dtype"].fillna("")
     devices = device_of_ranks(analysis)
-    fp32 = inst[inst["dtype"] == "fp32"]
-    fp32_fastest = fp32.assign(rate=fp32["flops"] / fp32["gpu_ns"].clip(lower=1) / 1e3).groupby("rank")["rate"].max()
+    fp32 = inst[inst["dtype"] == "fp32"].groupby(["rank", "op", "shape"])[["flops", "gpu_ns"]].sum()
+    fp32_fastest = (fp32["flops"] / fp32["gpu_ns"].clip(lower=1) / 1e3).groupby(level="rank").max()  # per shape, as
+    # the roofline judges it: one instance's microsecond-rounded time is no evidence
     peak = []
     for rank, dtype in zip(out["rank"].tolist(), out["dtype"].tolist()):
         device = devices.get(int(rank))
