@@ -19,11 +19,8 @@ import pandas as pd
 
 from perftracker.analyzers.efficiency.evidence import Basis, ranks_of
 from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.thresholds import threshold, threshold_int
 
-FUSED_REFERENCE_PCT = 35.0
-WARN_SHARE = 0.02
-MIN_CHAIN = 3
-WARN_CHAIN_SHARE = 0.05
 MEMORY_FAMILIES = ("elementwise", "norm", "reduction")
 
 
@@ -41,10 +38,10 @@ def unfused_attention(basis: Basis) -> list[Finding]:
         reference = f"this run's fused attention ({rate / 1e3:.1f} TFLOPS)"
     else:
         peaks = math_rows["peak_tflops"].to_numpy(np.float64)
-        rate = float(np.nanmean(peaks)) * FUSED_REFERENCE_PCT / 100.0 * 1e3 if np.isfinite(peaks).any() else np.nan
-        reference = f"{FUSED_REFERENCE_PCT:.0f}% of the device's dense peak"
+        rate = float(np.nanmean(peaks)) * threshold("efficiency.fused_reference_pct") / 100.0 * 1e3 if np.isfinite(peaks).any() else np.nan
+        reference = f"{threshold('efficiency.fused_reference_pct'):.0f}% of the device's dense peak"
     saved = float(np.maximum(math_rows["gpu_ns"] - math_rows["flops"] / rate, 0.0).sum()) if rate > 0 else 0.0
-    severity = Severity.WARNING if basis.cost(saved).share_of_step >= WARN_SHARE else Severity.INFO
+    severity = Severity.WARNING if basis.cost(saved).share_of_step >= threshold("efficiency.attention_warn_share") else Severity.INFO
     return [Finding(
         analyzer="efficiency", severity=severity,
         title=f"{len(math_rows)} attention call(s) ran SDPA's unfused math path "
@@ -68,7 +65,7 @@ def _chains(inst: pd.DataFrame) -> pd.DataFrame:
     frame = ordered.assign(chain=chain)[memory]
     grouped = frame.groupby("chain").agg(length=("gpu_ns", "size"), gpu_ns=("gpu_ns", "sum"), bytes=("bytes", "sum"),
                                          max_bytes=("bytes", "max"), rank=("rank", "first"))
-    return grouped[grouped["length"] >= MIN_CHAIN]
+    return grouped[grouped["length"] >= threshold_int("efficiency.min_chain")]
 
 
 def elementwise_chains(basis: Basis) -> list[Finding]:
@@ -83,8 +80,8 @@ def elementwise_chains(basis: Basis) -> list[Finding]:
     saved = float(saved_each.clip(lower=0).sum())
     share = basis.cost(saved).share_of_step
     return [Finding(
-        analyzer="efficiency", severity=Severity.WARNING if share >= WARN_CHAIN_SHARE else Severity.INFO,
-        title=f"{len(chains)} chain(s) of {MIN_CHAIN}+ memory-bound ops back to back ({int(chains['length'].sum())} "
+        analyzer="efficiency", severity=Severity.WARNING if share >= threshold("efficiency.chain_warn_share") else Severity.INFO,
+        title=f"{len(chains)} chain(s) of {threshold_int('efficiency.min_chain')}+ memory-bound ops back to back ({int(chains['length'].sum())} "
               f"kernels, {chains['gpu_ns'].sum() / 1e6:.2f} ms) that one fused kernel each would replace",
         recommendation="Compile the region (torch.compile, or a fused op such as a fused RMSNorm / rotary / SwiGLU "
                        "kernel): each op reads and writes device memory on its own. Cost = chain time minus one "

@@ -21,22 +21,17 @@ import pandas as pd
 
 from perftracker.analyzers.efficiency.evidence import Basis, ranks_of
 from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.thresholds import threshold, threshold_int
 
 ALIGN = {"bf16": 8, "fp16": 8, "fp8": 16, "fp4": 32, "fp32": 4, "fp64": 2}
-FAR_BELOW = 0.5  # "far below": under half the reference efficiency
-WARN_SHARE = 0.02
-MIN_COUNT = 3
-TINY_ROOF_NS = 2_000.0
-MIN_TINY = 50
-WARN_TINY_SHARE = 0.05
 _SHAPE_KEYS = ["op", "shape", "dtype", "m", "n", "k"]
 
 
 def _severity(basis: Basis, saved_ns: float, count: int, share: float = 0.0) -> Severity:
-    """WARNING when the cost is at least `share` (default WARN_SHARE) of the mean step and the cause ran
-    MIN_COUNT times or more."""
-    enough = basis.cost(saved_ns).share_of_step >= (share or WARN_SHARE)
-    return Severity.WARNING if enough and count >= MIN_COUNT else Severity.INFO
+    """WARNING when the cost is at least `share` (default: the threshold efficiency.gemm_warn_share) of the
+    mean step and the cause ran efficiency.gemm_min_count times or more."""
+    enough = basis.cost(saved_ns).share_of_step >= (share or threshold("efficiency.gemm_warn_share"))
+    return Severity.WARNING if enough and count >= threshold_int("efficiency.gemm_min_count") else Severity.INFO
 
 
 def _gemms(basis: Basis) -> pd.DataFrame:
@@ -65,7 +60,7 @@ def misaligned_gemms(basis: Basis) -> list[Finding]:
                                                           roof_ns=("roof_ns", "sum"), flops=("flops", "sum"))
         shapes = shapes.reset_index()
         pct = 100.0 * shapes["roof_ns"] / shapes["gpu_ns"].clip(lower=1)
-        slow = shapes[pct < FAR_BELOW * reference]
+        slow = shapes[pct < threshold("efficiency.gemm_far_below") * reference]
         if slow.empty:
             continue
         saved = np.maximum(slow["gpu_ns"] - slow["roof_ns"] / (reference / 100.0), 0.0)
@@ -95,14 +90,14 @@ def _shape_records(slow: pd.DataFrame) -> list[dict[str, object]]:
 
 def tiny_gemms(basis: Basis) -> list[Finding]:
     gemms = _gemms(basis)
-    tiny = gemms[gemms["roof_ns"] < TINY_ROOF_NS] if len(gemms) else gemms
-    if len(tiny) < MIN_TINY:
+    tiny = gemms[gemms["roof_ns"] < threshold("efficiency.tiny_roof_ns")] if len(gemms) else gemms
+    if len(tiny) < threshold_int("efficiency.min_tiny"):
         return []
-    saved = float(np.maximum(tiny["gpu_ns"] - TINY_ROOF_NS, 0.0).sum())
+    saved = float(np.maximum(tiny["gpu_ns"] - threshold("efficiency.tiny_roof_ns"), 0.0).sum())
     mean_us = float(tiny["gpu_ns"].mean()) / 1e3
     return [Finding(
-        analyzer="efficiency", severity=_severity(basis, saved, len(tiny), WARN_TINY_SHARE),
-        title=f"{len(tiny)} tiny GEMMs (each under {TINY_ROOF_NS / 1e3:.0f} us at the roofline) took {mean_us:.1f} us "
+        analyzer="efficiency", severity=_severity(basis, saved, len(tiny), threshold("efficiency.tiny_warn_share")),
+        title=f"{len(tiny)} tiny GEMMs (each under {threshold('efficiency.tiny_roof_ns') / 1e3:.0f} us at the roofline) took {mean_us:.1f} us "
               "each on average: launch-bound",
         recommendation="Batch them (torch.bmm or a grouped GEMM over the small problems), capture the region in a "
                        "CUDA graph, or let torch.compile fuse them; a GEMM this small cannot fill the GPU.",

@@ -21,8 +21,7 @@ from perftracker.analyzers.efficiency.devices import Device
 from perftracker.analyzers.efficiency.mfu import step_mfu_view
 from perftracker.analyzers.efficiency.roofline import device_of_ranks
 from perftracker.analyzers.findings import Finding, Severity
-
-PEAK_MATCH = 0.10  # an implied peak within 10% of a dense peak of the device is that peak
+from perftracker.analyzers.thresholds import threshold
 
 
 def _device(analysis: Analysis) -> Device | None:
@@ -42,7 +41,7 @@ def _problem(device: Device | None, tflops: float, mfu: float) -> str:
         return f"{tflops:.1f} TFLOP/s per GPU, above the {device.name}'s highest dense peak ({top:g} TFLOPS)"
     if mfu > 0 and tflops > 0:
         implied = tflops / (mfu / 100.0)
-        if not any(abs(implied - p) <= PEAK_MATCH * p for p in peaks.values()):
+        if not any(abs(implied - p) <= threshold("efficiency.reported_peak_match") * p for p in peaks.values()):
             listed = ", ".join(f"{d} {p:g}" for d, p in peaks.items())
             return (f"{tflops:.1f} TFLOP/s at {mfu:.1f}% MFU, which assumes a peak of {implied:.0f} TFLOPS; the "
                     f"{device.name}'s dense peaks are {listed}")
