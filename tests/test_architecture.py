@@ -121,3 +121,21 @@ def test_architecture_doc_names_only_what_exists_and_every_room() -> None:
     # THEN every path it names exists, and every room of analyzers/ and collectors/ is described
     assert missing == []
     assert [r for r in rooms if f"`{r}`" not in text] == []
+
+
+# what the commands must not reach past the API (perftracker/api.py): the analysis, its stages and outputs, loading
+CLI_REACHES_ANALYSIS_ONLY_THROUGH_THE_API = (
+    "perftracker.pipeline", "perftracker.outputs", "perftracker.results", "perftracker.analyzers.analysis",
+    "perftracker.analyzers.registry", "perftracker.analyzers.views", "perftracker.analyzers.rootcause",
+    "perftracker.analyzers.compare", "perftracker.collectors.loading",
+)
+
+
+def test_commands_reach_the_analysis_only_through_the_api() -> None:
+    # GIVEN every module of cli/
+    # WHEN its imports are read
+    reached = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {module}"
+               for path in sorted((PACKAGE / "cli").glob("*.py")) for line, module in _imports(path)
+               if any(module == m or module.startswith(m + ".") for m in CLI_REACHES_ANALYSIS_ONLY_THROUGH_THE_API)]
+    # THEN none imports the analysis, its stages, its outputs or the loader: every command stands on perftracker.api
+    assert reached == []
