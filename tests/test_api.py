@@ -131,3 +131,19 @@ def test_the_notebook_example_runs_and_writes_only_where_asked(tmp_path: Path) -
     assert out.returncode == 0, out.stderr
     assert "Top: Rank 2 spends" in out.stdout and "Top: Rank 2 changed" in out.stdout
     assert _everything_under(work) == [] and (tmp_path / "report" / "report.html").is_file()
+
+
+def test_timeline_marks_the_findings_of_the_report(tmp_path: Path) -> None:
+    # GIVEN a run whose report has warnings on ranks (a throttled GPU's rank, a straggler)
+    sample = REPO / "sample_traces" / "synthetic-gpu-4rank-thermal"
+    _cli("analyze", str(sample), "-o", str(tmp_path / "out"), "--no-cache")
+    document = json.loads((tmp_path / "out" / "findings.json").read_text())
+    # WHEN its timeline is merged by the command
+    _cli("timeline", str(sample), "-o", str(tmp_path / "t.json"), "--no-cache")
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    # THEN the findings marked on it are the report's warnings and criticals, rank by rank (the same analysis,
+    # root-cause join included)
+    marked = sorted((e["pid"], e["args"]["detail"]) for e in events if e["ph"] == "i" and "detail" in e.get("args", {})
+                    and e["name"].startswith(("warning:", "critical:")))
+    expected = sorted((r, f["title"]) for f in document["findings"] if f["severity"] != "info" for r in f["ranks"][:8])
+    assert marked == expected and marked
