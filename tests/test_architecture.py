@@ -139,3 +139,29 @@ def test_commands_reach_the_analysis_only_through_the_api() -> None:
                if any(module == m or module.startswith(m + ".") for m in CLI_REACHES_ANALYSIS_ONLY_THROUGH_THE_API)]
     # THEN none imports the analysis, its stages, its outputs or the loader: every command stands on perftracker.api
     assert reached == []
+
+
+# the predicates that tell one input's kind from another's, and the modules that define them
+KIND_PREDICATES = {"is_stack_file": "collectors/stacks/snapshots.py", "is_profile_file": "collectors/stacks/samples.py",
+                   "is_baseline_profile": "collectors/stacks/samples.py",
+                   "is_inspector_file": "collectors/nccl/inspector.py",
+                   "is_postmortem_file": "collectors/postmortem/inputs.py",
+                   "is_execution_trace": "collectors/traces/execution_trace.py", "looks_like_trace": "", "STEP_NAME": ""}
+INPUT_KINDS = "collectors/input_kinds.py"
+
+
+def test_inputs_are_classified_in_one_module() -> None:
+    # GIVEN every module of the package
+    # WHEN the predicates that decide a file's kind are looked for
+    used = [f"{path.relative_to(PACKAGE)} uses {name}" for path in _modules()
+            for name, home in KIND_PREDICATES.items()
+            if str(path.relative_to(PACKAGE)) not in (INPUT_KINDS, home)
+            and re.search(rf"\b{name}\b", path.read_text(encoding="utf-8"))]
+    # THEN only collectors/input_kinds.py (and each predicate's own module) uses them: a file's kind is decided there
+    assert used == []
+    # AND the loader walks that list: it imports no domain's loader itself
+    loaders = [module for _, module in _imports(PACKAGE / "collectors" / "loading.py")
+               if module.startswith(("perftracker.collectors.nccl", "perftracker.collectors.counters",
+                                     "perftracker.collectors.stacks", "perftracker.collectors.postmortem",
+                                     "perftracker.collectors.steps", "perftracker.collectors.traces.execution_trace"))]
+    assert loaders == []
