@@ -7,9 +7,13 @@ throughput next to a bare `orjson.loads` of the same bytes (the floor).
 
     .venv/bin/python benchmarks/bench_vs_hta.py                 # sizes 1 8 16, 2 repeats
     .venv/bin/python benchmarks/bench_vs_hta.py --sizes 1 --repeat 1
+    .venv/bin/python benchmarks/bench_vs_hta.py --hta 0.5.0 --trace path/to/trace.json.gz
 
-HTA is installed by this script into benchmarks/.venv-hta (git-ignored), never into the project's
-environment and never by CI. Results go to benchmarks/results/bench_vs_hta.json (git-ignored).
+The trace is `--trace`, by default the HTA test trace df_index_resolver.json.gz of the shared folder next to
+the checkout (../shared/traces/hta/, see its PROVENANCE.md) when it is there. HTA is the current release by
+default: PyPI's `traceinsight` (0.6.x, import name `hta`, as HTA 0.5.0's `HolisticTraceAnalysis`); `--hta
+0.5.0` measures the older one. Each is installed by this script into benchmarks/.venv-hta-<release>
+(git-ignored), never into the project's environment and never by CI. Results go to benchmarks/results/bench_vs_hta.json (git-ignored).
 See benchmarks/README.md for what is measured and the numbers on a reference machine.
 
 The script has three internal child modes (`_child hta|pt|parse`); the HTA child runs under the HTA
@@ -34,9 +38,10 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-HTA_VENV = HERE / ".venv-hta"
-HTA_PACKAGE = "HolisticTraceAnalysis==0.5.0"
-DEFAULT_TRACE = Path("/work/shared/traces/hta/df_index_resolver/df_index_resolver.json.gz")
+# release -> (the PyPI requirement, its distribution name); both install the import package `hta`
+HTA_RELEASES = {"traceinsight": ("traceinsight>=0.6,<0.7", "traceinsight"),
+                "0.5.0": ("HolisticTraceAnalysis==0.5.0", "HolisticTraceAnalysis")}
+SHARED_TRACE = REPO.parent / "shared" / "traces" / "hta" / "df_index_resolver" / "df_index_resolver.json.gz"
 RESULTS = HERE / "results" / "bench_vs_hta.json"
 RESULT_TAG = "BENCH_RESULT "
 MB = 1e6  # decimal megabytes throughout (the trace is "53.7 MB" = 53,733,385 bytes)
@@ -68,10 +73,13 @@ def child_hta(folder: str) -> dict[str, Any]:
     overlap = analyzer.get_comm_comp_overlap(visualize=False)
     t3 = time.perf_counter()
     from importlib.metadata import PackageNotFoundError, version
-    try:
-        hta_version = version("HolisticTraceAnalysis")
-    except PackageNotFoundError:  # pragma: no cover - informational only
-        hta_version = "?"
+    hta_version = "?"
+    for distribution in ("traceinsight", "HolisticTraceAnalysis"):  # the current release's name, then 0.5's
+        try:
+            hta_version = f"{distribution} {version(distribution)}"
+            break
+        except PackageNotFoundError:  # pragma: no cover - informational only
+            continue
     return {
         "tool": "hta", "hta_version": hta_version, "pandas": pandas.__version__,
         "n_ranks": len(analyzer.t.traces),
@@ -169,14 +177,17 @@ def child_main(argv: list[str]) -> None:
 # Parent: environment, data, measurement, report.
 # --------------------------------------------------------------------------------------------
 
-def ensure_hta_venv() -> Path:
-    py = HTA_VENV / "bin" / "python"
+def ensure_hta_venv(release: str) -> Path:
+    """The interpreter of benchmarks/.venv-hta-<release>, created with that HTA release the first time."""
+    requirement, _ = HTA_RELEASES[release]
+    venv = HERE / f".venv-hta-{release}"
+    py = venv / "bin" / "python"
     ok = py.exists() and subprocess.run([str(py), "-c", "import hta.trace_analysis"],
                                         check=False, capture_output=True).returncode == 0
     if not ok:
-        print(f"creating {HTA_VENV} and installing {HTA_PACKAGE} (one time)...", flush=True)
-        subprocess.run([shutil.which("python3") or sys.executable, "-m", "venv", str(HTA_VENV)], check=True)
-        subprocess.run([str(HTA_VENV / "bin" / "pip"), "install", "-q", HTA_PACKAGE], check=True)
+        print(f"creating {venv} and installing {requirement} (one time)...", flush=True)
+        subprocess.run([shutil.which("python3") or sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", requirement], check=True)
     return py
 
 
@@ -270,7 +281,10 @@ def main() -> int:
         child_main(sys.argv[2:])
         return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE, help="trace to replicate (.json or .json.gz)")
+    ap.add_argument("--trace", type=Path, default=None, help="trace to replicate (.json or .json.gz; default: "
+                    f"{SHARED_TRACE.name} of ../shared/traces/hta/ next to the checkout, when it is there)")
+    ap.add_argument("--hta", choices=sorted(HTA_RELEASES), default="traceinsight",
+                    help="the HTA release to measure: traceinsight (PyPI's current HTA, 0.6.x) or 0.5.0")
     ap.add_argument("--sizes", type=int, nargs="+", default=[1, 8, 16], help="numbers of ranks (copies)")
     ap.add_argument("--repeat", type=int, default=2, help="runs per tool and size, alternating the tools")
     ap.add_argument("--parse-repeat", type=int, default=3, help="timings per parse measurement (best is kept)")
@@ -281,10 +295,16 @@ def main() -> int:
     ap.add_argument("--workdir", type=Path, default=None, help="where to write the copies (default: a temp dir)")
     ap.add_argument("--output", type=Path, default=RESULTS)
     args = ap.parse_args()
+    if args.trace is None:
+        if not SHARED_TRACE.is_file():
+            ap.error(f"no --trace given and no {SHARED_TRACE} (the shared folder next to the checkout): pass "
+                     "--trace with a torch.profiler trace, e.g. HTA's tests/data/df_index_resolver/"
+                     "df_index_resolver.json.gz from github.com/facebookresearch/HolisticTraceAnalysis")
+        args.trace = SHARED_TRACE
 
     import orjson  # the project's environment; used once to read distributedInfo
 
-    hta_py = ensure_hta_venv() if "hta" in args.tools else None
+    hta_py = ensure_hta_venv(args.hta) if "hta" in args.tools else None
     pt_py = Path(sys.executable)
     script = str(Path(__file__).resolve())
 

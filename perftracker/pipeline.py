@@ -1,37 +1,26 @@
-"""The analyze pipeline: load -> analyze (findings and report views, once) -> write findings.json,
-tables/ and report.html.
+"""The analysis stages behind the API (`perftracker/api.py`): a loaded Store to a `Run`, two runs to a `RunDiff`.
 
-Promise: `analyze_path` loads an input, runs one analysis stage (every analyzer, the root-cause
-join, then every report view of `analyzers.views.REPORT_VIEWS`, sharing what the analyzers already
-computed), saves the views as `tables/<name>.parquet` (plain columnar data, no markup), writes
-findings.json and renders report.html from those tables and findings. `render_report` renders
-report.html again from an output folder's findings.json and tables/ alone, through the same
-renderer. `perftracker analyze`, `demo`, `postmortem`, `run` and `attach` call `analyze_path`;
-`perftracker report` calls `render_report`. `diff_paths` is `perftracker diff`: two inputs analyzed (or
-two saved outputs read), compared by `analyzers.compare.diff`, written as diff.json and diff.html.
-`timeline_path` is `perftracker timeline`: one merged, clock-aligned trace of all ranks with the
-findings marked. An output that cannot be written (a full disk, no permission) is an `OutputError`
-naming the file; when the analysis itself finished it is a `ReportNotWritten`, which carries the
-finished result, so a command still prints the verdict. Nothing half-written is left: every file is
-written then renamed.
+Promise: `run_of(analysis, input)` runs one analysis stage, once: every analyzer, the root-cause join, then
+every report view of `analyzers.views.REPORT_VIEWS` (through `views.report_tables`, sharing what the analyzers
+already computed; a view that fails leaves its table empty and a note), and builds the findings.json document;
+it writes nothing. `findings_of(analysis)` is the findings part alone, the same findings (`perftracker
+timeline` marks them). `read_run(folder)` is a saved output read back as a `Run`; `diff_runs(base, new)`
+compares two runs (`analyzers.compare.diff`) with the comparison's one verdict. Writing and rendering are
+`perftracker/outputs.py`'s. `analyze_path` / `analyze_store` / `diff_side` are the staged calls with their
+outputs written, for scripts and tests that want both at once.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import shlex
-import uuid
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis, AnalysisOptions
-from perftracker.analyzers.compare.diff import DEFAULT_TOLERANCE, RunDiff, compare_runs
+from perftracker.analyzers.compare.diff import DEFAULT_TOLERANCE, compare_runs
 from perftracker.analyzers.compare.side import RunSide, side_from_tables
 from perftracker.analyzers.coverage import coverage, coverage_dict, known_hosts, known_ranks
 from perftracker.analyzers.failures.fold import fold_failures
@@ -41,122 +30,71 @@ from perftracker.analyzers.rootcause import link_findings
 from perftracker.analyzers.thresholds import Thresholds
 from perftracker.analyzers.thresholds import active as active_thresholds
 from perftracker.analyzers.traces.merged_timeline import DEFAULT_MAX_EVENTS, MergedTimeline, merged_timeline
-from perftracker.analyzers.views import REPORT_VIEWS
+from perftracker.analyzers.views import report_tables
 from perftracker.collectors.loading import LoadOptions, load_path
-from perftracker.errors import InputError, OutputError, output_error
-from perftracker.reports import diff_html, json_report, timeline_trace
-from perftracker.reports import html as html_report
-from perftracker.reports.strip import summary_strip
+from perftracker.errors import InputError
+from perftracker.outputs import (  # noqa: F401 - the output folder's names, also known by these
+    DIFF_HTML,
+    DIFF_JSON,
+    FINDINGS,
+    REPORT,
+    TABLES,
+    TIMELINE,
+    ReportNotWritten,
+    load_tables,
+    render_report,
+    save_tables,
+    saved_output,
+    timeline_command,
+    writing,
+)
+from perftracker.reports import json_report
+from perftracker.results import Run, RunDiff
 from perftracker.store import LoadNote, Store
 
-FINDINGS = "findings.json"
-REPORT = "report.html"
-TABLES = "tables"
-DIFF_JSON = "diff.json"
-DIFF_HTML = "diff.html"
-TIMELINE = "timeline.json.gz"
+AnalysisResult = Run  # the name the commands knew before the API
 
 
-@dataclass
-class AnalysisResult:
-    store: Store
-    findings: list[Finding]
-    out_dir: Path
-    document: dict[str, Any]
-    tables: dict[str, pd.DataFrame]
-
-    @property
-    def report_path(self) -> Path:
-        return self.out_dir / REPORT
-
-
-class ReportNotWritten(OutputError):
-    """The analysis finished, but its outputs could not be written: `result` is the finished analysis
-    (findings, document, tables), for the verdict to be said all the same."""
-
-    def __init__(self, cause: OutputError, result: AnalysisResult, written: list[str]) -> None:
-        kept = f" ({' and '.join(written)} written before it)" if written else ""
-        super().__init__(cause.what, cause.where, cause.hint + kept)
-        self.result = result
-
-
-@contextmanager
-def writing(path: Path, option: str = "-o") -> Iterator[None]:
-    """An OSError raised while writing `path` (given with `option`) as the OutputError that says what to do."""
-    try:
-        yield
-    except OSError as exc:
-        raise output_error(path, exc, option) from None
-
-
-def analyze_path(path: Path, out_dir: Path, options: LoadOptions, hta_compat: bool = False,
-                 timeline: bool = False, devices: tuple[Path, ...] = (),
-                 thresholds: Mapping[str, object] | None = None) -> AnalysisResult:
-    return analyze_store(load_path(path, options), path, out_dir, hta_compat=hta_compat, timeline=timeline,
-                         devices=devices, thresholds=thresholds)
-
-
-def analyze_store(store: Store, path: Path, out_dir: Path, hta_compat: bool = False,
-                  timeline: bool = False, devices: tuple[Path, ...] = (),
-                  thresholds: Mapping[str, object] | None = None) -> AnalysisResult:
-    """Analyze one loaded Store (one job) and write its outputs into `out_dir` (ReportNotWritten when they
-    cannot be written). With `timeline`, the merged all-rank timeline of this same analysis (the default
-    selection of `perftracker timeline`) is written beside the report as `TIMELINE`, which the report links.
-    `devices`: the user's device tables (--devices), matched before the shipped one. `thresholds` overrides
-    declared thresholds by name (findings.json then records them: thresholds_changed)."""
-    try:
-        return _analyze_and_write(store, path, out_dir, AnalysisOptions(
-            hta_compat=hta_compat, device_files=devices, thresholds=thresholds or {}), timeline)
-    finally:
-        store.close()  # the events' parts on disk, if the loader wrote any
-
-
-def _analyze_and_write(store: Store, path: Path, out_dir: Path, options: AnalysisOptions,
-                       timeline: bool) -> AnalysisResult:
-    analysis = Analysis(store, options)
-    findings, tables, failed = analyze(analysis)
-    summary = _summary(analysis, tables)
-    notes = [*store.notes, *failed]
-    document = json_report.build(findings, notes, str(path), summary)
-    if analysis.thresholds.changed():
-        document["thresholds_changed"] = analysis.thresholds.changed()
-    result = AnalysisResult(store, findings, out_dir, document, tables)
-    written: list[str] = []
-    try:
-        with writing(out_dir):
-            out_dir.mkdir(parents=True, exist_ok=True)
-        with writing(out_dir / TABLES):
-            save_tables(tables, out_dir / TABLES)
-        written.append(f"{TABLES}/")
-        with writing(out_dir / FINDINGS):
-            json_report.write(out_dir / FINDINGS, document)
-        written.append(FINDINGS)
-        if timeline and store.n_events:
-            with writing(out_dir / TIMELINE):
-                _write_timeline(analysis, findings, out_dir / TIMELINE, str(path))
-            written.append(TIMELINE)
-        with writing(out_dir / REPORT):
-            _render(out_dir, tables, findings, notes, str(path), summary)
-    except OutputError as exc:
-        raise ReportNotWritten(exc, result, written) from None
-    return result
+def findings_of(analysis: Analysis) -> list[Finding]:
+    """Every analyzer's findings, joined by the root-cause rules, the failures a root explains folded into it,
+    and ranked: the findings of a report."""
+    return rank_findings(fold_failures(link_findings(analysis, run_analyzers(analysis))))
 
 
 def analyze(analysis: Analysis) -> tuple[list[Finding], dict[str, pd.DataFrame], list[LoadNote]]:
     """The analysis stage: ranked, linked findings and every report view (an empty table, and a note, for a
     view that fails: one broken view must not blank the report)."""
-    findings = rank_findings(fold_failures(link_findings(analysis, run_analyzers(analysis))))
-    tables: dict[str, pd.DataFrame] = {}
-    failed: list[LoadNote] = []
-    for name, fn in REPORT_VIEWS.items():
-        try:
-            tables[name] = analysis.view(fn)
-        except Exception as exc:  # the analyzer sharing it already reported the crash as a finding
-            tables[name] = pd.DataFrame()
-            failed.append(LoadNote("warning", f"report view {name}",
-                                   f"could not be computed ({type(exc).__name__}: {exc}); its part of the report "
-                                   "is left out. This is a perftracker bug; please report it."))
-    return findings, tables, failed
+    findings = findings_of(analysis)
+    failed: dict[str, Exception] = {}
+    tables = report_tables(analysis, failed)  # the analyzer sharing a failed view already reported it as a finding
+    notes = [LoadNote("warning", f"report view {name}",
+                      f"could not be computed ({type(exc).__name__}: {exc}); its part of the report "
+                      "is left out. This is a perftracker bug; please report it.") for name, exc in failed.items()]
+    return findings, tables, notes
+
+
+def run_of(analysis: Analysis, input_path: str, timeline: bool = False) -> Run:
+    """One analysis of `analysis.store` as a `Run` (nothing written). With `timeline`, the merged all-rank
+    timeline of these findings (the default selection of `perftracker timeline`) when the run has events."""
+    store = analysis.store
+    findings, tables, failed = analyze(analysis)
+    notes = [*store.notes, *failed]
+    document = json_report.build(findings, notes, input_path, _summary(analysis, tables))
+    if analysis.thresholds.changed():
+        document["thresholds_changed"] = analysis.thresholds.changed()
+    merged = merged_timeline(analysis, findings) if timeline and store.n_events else None
+    return Run(input_path, findings, tables, notes, document, store.run_info, merged, store=store)
+
+
+def timeline_of(analysis: Analysis, input_path: str, ranks: list[int] | None = None, steps: list[int] | None = None,
+                max_events: int = DEFAULT_MAX_EVENTS) -> MergedTimeline:
+    """The merged, clock-aligned timeline of the chosen ranks and steps, with the report's findings marked
+    (InputError without trace events)."""
+    if not analysis.store.n_events:
+        raise InputError("no profiler trace events to merge (no torch.profiler trace, or only empty ones)",
+                         input_path, "give timeline a run directory or a folder with one torch.profiler trace "
+                         "per rank (.json/.json.gz); `perftracker analyze` reads the other inputs")
+    return merged_timeline(analysis, findings_of(analysis), ranks, steps, max_events)
 
 
 def _summary(analysis: Analysis, tables: Mapping[str, pd.DataFrame]) -> dict[str, Any]:
@@ -182,126 +120,55 @@ def _finite(value: Any) -> float | None:
     return None if math.isnan(number) else number
 
 
-def save_tables(tables: Mapping[str, pd.DataFrame], folder: Path) -> None:
-    """Each table as `<name>.parquet`, written then renamed: a concurrent reader sees a whole file."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, frame in tables.items():
-        tmp = folder / f".{name}.{uuid.uuid4().hex}.parquet.tmp"
-        try:
-            frame.reset_index(drop=True).to_parquet(tmp, index=False)
-            os.replace(tmp, folder / f"{name}.parquet")
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-
-
-def load_tables(folder: Path) -> dict[str, pd.DataFrame]:
-    """Every report view saved in `folder` (an empty frame for one that is not there, or that cannot be
-    read: a damaged table costs its own part of the report, with a note from `_render`)."""
-    tables = {}
-    for name in REPORT_VIEWS:
-        path = folder / f"{name}.parquet"
-        try:
-            tables[name] = pd.read_parquet(path) if path.is_file() else pd.DataFrame()
-        except Exception:  # noqa: BLE001 - a damaged or foreign file: pyarrow raises many kinds
-            tables[name] = pd.DataFrame()
-    return tables
-
-
-def _render(out_dir: Path, tables: Mapping[str, pd.DataFrame], findings: list[Finding], notes: list[LoadNote],
-            title: str, summary: Mapping[str, Any]) -> None:
-    sections, failed = html_report.build_sections_noting(tables, findings)
-    notes = [*notes, *(LoadNote("warning", f"report section {name}", f"left out: its tables could not be drawn "
-                                f"({why}). Re-run `perftracker analyze` to write them again.")
-                       for name, why in failed)]
-    html_report.render(out_dir / REPORT, findings, notes, sections, title=title, coverage=summary.get("coverage"),
-                       synthetic=summary.get("synthetic_inputs"), strip=summary_strip(tables, findings),
-                       timeline_command=timeline_command(title, out_dir, tables),
-                       timeline_file=TIMELINE if (out_dir / TIMELINE).is_file() else "")
-
-
-def _write_timeline(analysis: Analysis, findings: list[Finding], out: Path, title: str,
-                    ranks: list[int] | None = None, steps: list[int] | None = None,
-                    max_events: int = DEFAULT_MAX_EVENTS) -> tuple[int, MergedTimeline]:
-    merged = merged_timeline(analysis, findings, ranks, steps, max_events)
-    written = timeline_trace.write_trace(out, merged.events, merged.markers, merged.ranks, merged.steps,
-                                         merged.offsets_ns, merged.note, title=title)
-    return written, merged
-
-
-def timeline_command(input_path: str, out_dir: Path, tables: Mapping[str, pd.DataFrame]) -> str:
-    """The `perftracker timeline` command that writes this run's merged timeline next to its report (run
-    from where `analyze` ran: the paths are as it was given them); "" when the run has no traces."""
-    has_traces = any(not tables.get(name, pd.DataFrame()).empty for name in ("ops", "kernels"))
-    if not has_traces:
-        return ""
-    return f"perftracker timeline {shlex.quote(input_path)} -o {shlex.quote(str(out_dir / TIMELINE))}"
-
-
-def render_report(out_dir: Path) -> Path:
-    """Re-render report.html from an output folder's findings.json and tables/."""
-    document, findings = json_report.read(out_dir / FINDINGS)
+def read_run(folder: Path) -> Run:
+    """A saved analysis output (findings.json + tables/) as a `Run` (`out_dir` is the folder)."""
+    document, findings = json_report.read(folder / FINDINGS)
     notes = [LoadNote.from_dict(n) for n in document.get("notes", [])]
-    with writing(out_dir / REPORT, ""):
-        _render(out_dir, load_tables(out_dir / TABLES), findings, notes, str(document.get("input", out_dir)),
-                document.get("summary") or {})
-    return out_dir / REPORT
+    return Run(str(document.get("input", folder)), findings, load_tables(folder / TABLES), notes, document,
+               out_dir=folder)
 
 
-def diff_side(path: Path, label: str, out_dir: Path, options: LoadOptions,
-              thresholds: Mapping[str, object] | None = None) -> RunSide:
-    """One side of `perftracker diff`: a saved analysis output (findings.json + tables/, also in a run
-    directory's perftracker-out/) is read as it is; anything else is analyzed into `out_dir` first."""
-    for folder in (path, path / "perftracker-out"):
-        if (folder / FINDINGS).is_file() and (folder / TABLES).is_dir():
-            _, findings = json_report.read(folder / FINDINGS)
-            return side_from_tables(label, load_tables(folder / TABLES), findings)
-    result = analyze_path(path, out_dir, options, thresholds=thresholds)
-    return side_from_tables(label, result.tables, result.findings)
-
-
-def side_report(path: Path, analyzed_into: Path) -> Path | None:
-    """The report.html of one side of a diff: that of the saved analysis it was read from, or the one
-    analyzed into `analyzed_into`; None when there is none."""
-    for folder in (path, path / "perftracker-out", analyzed_into):
-        if (folder / FINDINGS).is_file() and (folder / REPORT).is_file():
-            return folder / REPORT
-    return None
-
-
-def diff_paths(base: Path, new: Path, out_dir: Path, options: LoadOptions,
-               tolerance: float = DEFAULT_TOLERANCE,
-               thresholds: Mapping[str, object] | None = None) -> tuple[RunDiff, dict[str, Any]]:
-    """`perftracker diff`: both sides (analyzed into out_dir/base and out_dir/new where needed), compared;
-    writes out_dir/diff.json (findings in the usual schema) and out_dir/diff.html. `thresholds` overrides
-    declared thresholds by name, for the sides analyzed here and for the comparison."""
+def diff_runs(base: Run, new: Run, title: str, tolerance: float = DEFAULT_TOLERANCE,
+              thresholds: Mapping[str, object] | None = None) -> RunDiff:
+    """Compare two runs against the noise of running a job twice; the document says the one diff verdict.
+    `thresholds` overrides declared thresholds by name for the comparison (diff.json records them)."""
     table = Thresholds.with_overrides(thresholds)
     with active_thresholds(table):
-        diff = compare_runs(diff_side(base, "base", out_dir / "base", options, thresholds),
-                            diff_side(new, "new", out_dir / "new", options, thresholds), tolerance)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    document = json_report.build(diff.findings, [], f"{base} -> {new}", {"diff": diff.summary})
+        comparison = compare_runs(_side("base", base), _side("new", new), tolerance)
+    document = json_report.build(comparison.findings, [], title, {"diff": comparison.summary},
+                                 verdict_text=json_report.diff_verdict(comparison.findings))
     if table.changed():
         document["thresholds_changed"] = table.changed()
-    json_report.write(out_dir / DIFF_JSON, document)
-    reports = {label: side_report(path, out_dir / label) for label, path in (("base", base), ("new", new))}
-    diff_html.render(out_dir / DIFF_HTML, diff.findings, diff.ops, diff.ranks, diff.summary,
-                     title=f"perftracker diff: {base} -> {new}",
-                     side_reports={label: Path(os.path.relpath(report, out_dir)).as_posix()
-                                   for label, report in reports.items() if report is not None})
-    return diff, document
+    return RunDiff(base, new, comparison, document, title)
 
 
-def timeline_path(path: Path, out: Path, options: LoadOptions, ranks: list[int] | None, steps: list[int] | None,
-                  max_events: int, thresholds: Mapping[str, object] | None = None) -> tuple[int, MergedTimeline]:
-    """`perftracker timeline`: load, analyze (for the findings to mark and the clock offsets), merge, write."""
-    analysis = Analysis(load_path(path, options), AnalysisOptions(thresholds=thresholds or {}))
+def _side(label: str, run: Run) -> RunSide:
+    return side_from_tables(label, run.tables, run.findings)
+
+
+def analyze_path(path: Path, out_dir: Path, options: LoadOptions, hta_compat: bool = False,
+                 timeline: bool = False, devices: tuple[Path, ...] = (),
+                 thresholds: Mapping[str, object] | None = None) -> Run:
+    """Load `path`, analyze it and write the outputs into `out_dir` (ReportNotWritten when they cannot be).
+    `devices`: the user's device tables (--devices); `thresholds`: overrides of declared thresholds by name."""
+    return analyze_store(load_path(path, options), path, out_dir, hta_compat=hta_compat, timeline=timeline,
+                         devices=devices, thresholds=thresholds)
+
+
+def analyze_store(store: Store, path: Path, out_dir: Path, hta_compat: bool = False, timeline: bool = False,
+                  devices: tuple[Path, ...] = (), thresholds: Mapping[str, object] | None = None) -> Run:
+    """Analyze one loaded Store (one job; closed after) and write its outputs into `out_dir`."""
+    options = AnalysisOptions(hta_compat=hta_compat, device_files=devices, thresholds=thresholds or {})
     try:
-        if not analysis.store.n_events:
-            raise InputError("no profiler trace events to merge (no torch.profiler trace, or only empty ones)",
-                             str(path), "give timeline a run directory or a folder with one torch.profiler trace "
-                             "per rank (.json/.json.gz); `perftracker analyze` reads the other inputs")
-        findings = rank_findings(fold_failures(run_analyzers(analysis)))
-        return _write_timeline(analysis, findings, out, str(path), ranks, steps, max_events)
+        run = run_of(Analysis(store, options), str(path), timeline)
     finally:
-        analysis.store.close()
+        store.close()  # the events' parts on disk, if the loader wrote any
+    run.write(out_dir)
+    return run
+
+
+def diff_side(path: Path, label: str, out_dir: Path, options: LoadOptions) -> RunSide:
+    """One side of a comparison: a saved analysis output is read as it is; anything else is analyzed into
+    `out_dir` first."""
+    saved = saved_output(path)
+    return _side(label, read_run(saved) if saved is not None else analyze_path(path, out_dir, options))

@@ -69,7 +69,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
@@ -90,7 +89,7 @@ _SKIP_DIRS = {"tables", ".perftracker-cache", "__pycache__", "incidents"}  # inc
 # Folders of a run directory whose JSON files are not traces.
 NON_TRACE_DIRS = {"env", "steps", "counters", "nccl", "stacks", "tables", "manifests", "output", "requests", "ranks",
                   "fr", "errors", "profiles", "inspector"}
-_OUTPUT_FILES = {"findings.json", "store.json", "ground_truth.json", MANIFEST}
+OUTPUT_FILES = {"findings.json", "store.json", "ground_truth.json", MANIFEST}
 
 
 def host_name(explicit: str | None = None) -> str:
@@ -181,52 +180,34 @@ def trace_file(run: Path, rank: int, compressed: bool = True) -> Path:
 
 @dataclass
 class Inputs:
-    """What `analyze` found under a path, grouped by kind; `unreadable` are the entries that are not regular
-    files (FIFOs, devices, sockets, broken symlinks), with what each is: never opened."""
+    """What `analyze` found under a path: every regular file, in walk order (`collectors/input_kinds.py` says which
+    is which); `unreadable` are the entries that are not regular files (FIFOs, devices, sockets, broken
+    symlinks), with what each is: never opened. `alone`: the path was one file, not a folder."""
 
     root: Path
-    traces: list[Path] = field(default_factory=list)
-    step_files: list[Path] = field(default_factory=list)
-    other: list[Path] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)
     manifest: dict[str, Any] | None = None
     unreadable: list[tuple[Path, str]] = field(default_factory=list)
+    alone: bool = False
 
     @property
     def empty(self) -> bool:
-        return not (self.traces or self.step_files)
-
-
-_STEP_NAME = re.compile(r"rank[-_]?-?\d+\.jsonl$")
-
-
-def _looks_like_trace(path: Path) -> bool:
-    name = path.name
-    if name in _OUTPUT_FILES or name.endswith("_et.json.gz") or name.endswith("_et.json"):
-        return False
-    if path.parent.name in NON_TRACE_DIRS:
-        return False
-    return name.endswith(TRACE_SUFFIXES)
+        return not self.files
 
 
 def discover(root: Path) -> Inputs:
     """Find the inputs under `root` (a run directory, a folder of traces, or one trace file)."""
     if not root.is_dir() and not_regular(root):
-        return Inputs(root=root.parent, unreadable=[(root, not_regular(root))])
+        return Inputs(root=root.parent, unreadable=[(root, not_regular(root))], alone=True)
     if root.is_file():
-        found = Inputs(root=root.parent)
-        (found.traces if _looks_like_trace(root) else found.other).append(root)
-        return found
+        return Inputs(root=root.parent, files=[root], alone=True)
     found = Inputs(root=root, manifest=read_manifest(root))
     for path in _walk(root):
         what = not_regular(path)
         if what:
             found.unreadable.append((path, what))
-        elif path.parent.name == "steps" and _STEP_NAME.search(path.name):
-            found.step_files.append(path)
-        elif _looks_like_trace(path):
-            found.traces.append(path)
         else:
-            found.other.append(path)
+            found.files.append(path)
     return found
 
 

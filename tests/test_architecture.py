@@ -121,3 +121,47 @@ def test_architecture_doc_names_only_what_exists_and_every_room() -> None:
     # THEN every path it names exists, and every room of analyzers/ and collectors/ is described
     assert missing == []
     assert [r for r in rooms if f"`{r}`" not in text] == []
+
+
+# what the commands must not reach past the API (perftracker/api.py): the analysis, its stages and outputs, loading
+CLI_REACHES_ANALYSIS_ONLY_THROUGH_THE_API = (
+    "perftracker.pipeline", "perftracker.outputs", "perftracker.results", "perftracker.analyzers.analysis",
+    "perftracker.analyzers.registry", "perftracker.analyzers.views", "perftracker.analyzers.rootcause",
+    "perftracker.analyzers.compare", "perftracker.collectors.loading",
+)
+
+
+def test_commands_reach_the_analysis_only_through_the_api() -> None:
+    # GIVEN every module of cli/
+    # WHEN its imports are read
+    reached = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {module}"
+               for path in sorted((PACKAGE / "cli").glob("*.py")) for line, module in _imports(path)
+               if any(module == m or module.startswith(m + ".") for m in CLI_REACHES_ANALYSIS_ONLY_THROUGH_THE_API)]
+    # THEN none imports the analysis, its stages, its outputs or the loader: every command stands on perftracker.api
+    assert reached == []
+
+
+# the predicates that tell one input's kind from another's, and the modules that define them
+KIND_PREDICATES = {"is_stack_file": "collectors/stacks/snapshots.py", "is_profile_file": "collectors/stacks/samples.py",
+                   "is_baseline_profile": "collectors/stacks/samples.py",
+                   "is_inspector_file": "collectors/nccl/inspector.py",
+                   "is_postmortem_file": "collectors/postmortem/inputs.py",
+                   "is_execution_trace": "collectors/traces/execution_trace.py", "looks_like_trace": "", "STEP_NAME": ""}
+INPUT_KINDS = "collectors/input_kinds.py"
+
+
+def test_inputs_are_classified_in_one_module() -> None:
+    # GIVEN every module of the package
+    # WHEN the predicates that decide a file's kind are looked for
+    used = [f"{path.relative_to(PACKAGE)} uses {name}" for path in _modules()
+            for name, home in KIND_PREDICATES.items()
+            if str(path.relative_to(PACKAGE)) not in (INPUT_KINDS, home)
+            and re.search(rf"\b{name}\b", path.read_text(encoding="utf-8"))]
+    # THEN only collectors/input_kinds.py (and each predicate's own module) uses them: a file's kind is decided there
+    assert used == []
+    # AND the loader walks that list: it imports no domain's loader itself
+    loaders = [module for _, module in _imports(PACKAGE / "collectors" / "loading.py")
+               if module.startswith(("perftracker.collectors.nccl", "perftracker.collectors.counters",
+                                     "perftracker.collectors.stacks", "perftracker.collectors.postmortem",
+                                     "perftracker.collectors.steps", "perftracker.collectors.traces.execution_trace"))]
+    assert loaders == []

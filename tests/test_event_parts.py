@@ -152,7 +152,7 @@ def test_no_cache_leaves_no_folder_behind_also_when_the_analysis_fails(tmp_path:
     def broken(*_: object) -> None:
         raise RuntimeError("while loading")
 
-    monkeypatch.setattr(loading, "_add_counters", broken)
+    monkeypatch.setattr(loading, "usable_tables", broken)  # called once every input kind was loaded
     with pytest.raises(RuntimeError):
         load_path(sample, options)
     # THEN no folder is left behind either

@@ -5,6 +5,7 @@ verdict of a finished analysis is printed even when its report cannot be written
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -97,3 +98,38 @@ def test_a_bad_comm_kernel_regex_is_a_usage_error_naming_it(tmp_path: Path) -> N
     line = one_line_exit_two(result)
     assert line.startswith("perftracker: --comm-kernel 'my_allreduce(': not a valid regular expression (")
     assert "Fix the pattern" in line and not (tmp_path / "out").exists()
+
+
+def test_diff_on_a_full_disk_says_the_verdict_and_exits_two(tmp_path: Path, tmpfs: Callable[..., Path]) -> None:
+    # GIVEN two runs to compare and a 512 KiB disk: too small for a side's report.html (plotly.js is inlined)
+    disk = tmpfs("512k")
+    base, new = small_trace(tmp_path / "a"), small_trace(tmp_path / "b")
+    # WHEN diff writes its outputs there
+    result = perftracker("diff", str(base), str(new), "-o", str(disk / "out"), "--no-cache")
+    # THEN the comparison's verdict is said, then one line naming the file and what to do (exit 2, not 70)
+    line = one_line_exit_two(result)
+    assert result.stdout.startswith("No change beyond the noise of running the same job twice.")
+    assert line.startswith(f"perftracker: {disk / 'out' / 'base' / 'report.html'}: cannot write (No space left on "
+                           "device). Free space there, or write elsewhere with -o"), line
+    # AND nothing half-written is left behind (every file is whole: written, then renamed)
+    assert not [p for p in (disk / "out").rglob("*") if p.name.startswith(".") or p.name.endswith(".tmp")]
+    # AND WHEN the two sides are saved analyses (nothing to analyze) and the disk is too small for the diff itself
+    for side in ("a", "b"):
+        assert perftracker("analyze", str(tmp_path / side), "-o", str(tmp_path / f"saved-{side}"),
+                           "--no-cache").exit_code == 0
+    tiny = tmpfs("64k")
+    filler = tiny / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)  # fill the disk, then free 1 KiB: no room for diff.json
+    try:
+        while os.write(fd, b"x" * 1024):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    os.truncate(filler, max(0, filler.stat().st_size - 1024))
+    result = perftracker("diff", str(tmp_path / "saved-a"), str(tmp_path / "saved-b"), "-o", str(tiny / "out"))
+    # THEN it is the same: the verdict, one line naming diff.json or diff.html, exit 2, nothing half-written
+    line = one_line_exit_two(result)
+    assert result.stdout.startswith("No change beyond") and line.startswith(f"perftracker: {tiny / 'out' / 'diff.'}"), line
+    assert not [p for p in (tiny / "out").rglob("*") if p.name.startswith(".") or p.name.endswith(".tmp")]

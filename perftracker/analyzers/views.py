@@ -116,6 +116,16 @@ REPORT_VIEWS: dict[str, TableView] = {
 }
 
 
-def report_tables(analysis: Analysis) -> dict[str, pd.DataFrame]:
-    """Every report view of `analysis`, by name (in REPORT_VIEWS order)."""
-    return {name: analysis.view(fn) for name, fn in REPORT_VIEWS.items()}
+def report_tables(analysis: Analysis, failed: dict[str, Exception] | None = None) -> dict[str, pd.DataFrame]:
+    """Every report view of `analysis`, by name (in REPORT_VIEWS order). A view that raises raises here, unless
+    `failed` is given: then its table is empty and its error is put in `failed` under its name."""
+    tables: dict[str, pd.DataFrame] = {}
+    for name, fn in REPORT_VIEWS.items():
+        try:
+            tables[name] = analysis.view(fn)
+        except Exception as exc:
+            if failed is None:
+                raise
+            tables[name] = pd.DataFrame()
+            failed[name] = exc
+    return tables

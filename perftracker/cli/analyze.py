@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
+from perftracker import api
 from perftracker.analyzers.efficiency.devices import device_table
 from perftracker.analyzers.findings import Finding
 from perftracker.cli.options import (
@@ -29,16 +29,7 @@ from perftracker.cli.options import (
 )
 from perftracker.cli.progress import parsing_progress
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, terminal
-from perftracker.collectors.loading import LoadOptions, default_cache_dir, load_jobs
 from perftracker.errors import UsageError
-from perftracker.pipeline import (
-    TIMELINE,
-    AnalysisResult,
-    ReportNotWritten,
-    analyze_path,
-    analyze_store,
-    writing,
-)
 from perftracker.reports.text import print_summary, printable
 from perftracker.rundir import atomic_write_text, host_name
 
@@ -100,11 +91,6 @@ def analyze(
     Exit codes: 0 ran, 2 bad input or usage (traces of several jobs included; an -o that cannot be written,
     after the verdict when the analysis finished), 3 a finding at or above --fail-on exists (in any job,
     with --each-job).
-
-    Examples:
-      perftracker analyze traces/ -o out/
-      perftracker analyze run/ -o out/ --timeline --fail-on warning
-      perftracker analyze traces/ -o out/ --each-job
     """
     threshold = parse_fail_on(fail_on)
     if job and each_job:
@@ -113,69 +99,66 @@ def analyze(
     patterns = comm_kernel_patterns(comm_kernel)
     device_files = tuple(devices or ())
     device_table(device_files)  # a bad file is said now (exit 2), before any parsing
-    overrides = threshold_overrides(set_threshold, thresholds_file)
+    chosen = api.AnalysisOptions(hta_compat=hta_compat, device_files=device_files,
+                                 thresholds=threshold_overrides(set_threshold, thresholds_file))
     writable_folder(out)
-    options = LoadOptions(comm_kernel_patterns=patterns, comm_kernel_files=tuple(comm_kernels or ()),
-                          cache_dir=None if no_cache else default_cache_dir(), workers=workers,
-                          engine=checked_engine(engine), ray_address=ray_address or "",
-                          nccl_profile=profile, sysfs_root=sysfs_root,
-                          sysfs_host=host_name() if sysfs_root is not None else "", job=job,
-                          nsys_step_range=nvtx_step)
+    options: dict[str, Any] = dict(
+        comm_kernel_patterns=patterns, comm_kernel_files=tuple(comm_kernels or ()), cache=not no_cache,
+        workers=workers, engine=checked_engine(engine), ray_address=ray_address or "", nccl_profile=profile,
+        sysfs_root=sysfs_root, sysfs_host=host_name() if sysfs_root is not None else "", job=job,
+        nsys_step_range=nvtx_step)
     console = terminal()
     if each_job:
         with parsing_progress(quiet) as progress:
-            findings = _analyze_each_job(console, path, out, replace(options, progress=progress), hta_compat, quiet,
-                                         timeline, device_files, overrides)
+            findings = _analyze_each_job(console, path, out, {**options, "progress": progress}, chosen, quiet,
+                                         timeline)
         raise typer.Exit(fail_on_exit(findings, threshold))
-    try:
-        with parsing_progress(quiet) as progress:
-            result = analyze_path(path, out, replace(options, progress=progress), hta_compat=hta_compat,
-                                  timeline=timeline, devices=device_files, thresholds=overrides)
-    except ReportNotWritten as exc:  # the analysis finished: its verdict is said, then what could not be written
-        _print_result(console, exc.result, quiet, written=False)
-        raise
-    _print_result(console, result, quiet)
+    with parsing_progress(quiet) as progress:
+        result = api.analyze(path, analysis=chosen, timeline=timeline, progress=progress, **options)
+    _write(console, result, out, quiet)
     raise typer.Exit(fail_on_exit(result.findings, threshold))
 
 
-def _print_result(console: Console, result: AnalysisResult, quiet: bool, written: bool = True) -> None:
+def _write(console: Console, result: api.Run, out: Path, quiet: bool) -> None:
+    """Write the run into `out` and say it (the verdict first, then what could not be written, if so)."""
+    try:
+        result.write(out)
+    except api.ReportNotWritten as exc:  # the analysis finished: its verdict is said, then what could not be written
+        _print_result(console, exc.result, quiet, written=False)
+        raise
+    _print_result(console, result, quiet)
+
+
+def _print_result(console: Console, result: api.Run, quiet: bool, written: bool = True) -> None:
     if quiet:
-        console.print(printable(result.document["summary"]["verdict"]), highlight=False, markup=False)
+        console.print(printable(result.verdict), highlight=False, markup=False)
     else:
         print_summary(console, result.findings, result.report_path if written else None,
-                      coverage=result.document["summary"].get("coverage"),
-                      synthetic=result.document["summary"].get("synthetic_inputs"))
-        timeline = result.out_dir / TIMELINE
+                      coverage=result.summary.get("coverage"), synthetic=result.summary.get("synthetic_inputs"))
+        timeline = result.report_path.parent / api.TIMELINE
         if written and timeline.is_file():
             console.print(printable(f"Timeline: {timeline} (all ranks, clock-aligned; open it in ui.perfetto.dev)"),
                           highlight=False, markup=False)
 
 
-def _analyze_each_job(console: Console, path: Path, out: Path, options: LoadOptions, hta_compat: bool,
-                      quiet: bool, timeline: bool, devices: tuple[Path, ...], thresholds: dict[str, object]) -> list[Finding]:
+def _analyze_each_job(console: Console, path: Path, out: Path, options: dict[str, Any],
+                      chosen: api.AnalysisOptions, quiet: bool, timeline: bool) -> list[Finding]:
     """Each job under `path` analyzed alone into OUT/<label>/ (OUT itself when there is one job), then an
     index: the terminal listing and OUT/jobs.json."""
     everything: list[Finding] = []
     index: list[dict[str, object]] = []
-    jobs = list(load_jobs(path, options))
-    for group, store in jobs:
+    jobs = api.analyze_jobs(path, analysis=chosen, timeline=timeline, **options)
+    for group, result in jobs:
         label = group.label if group is not None and len(jobs) > 1 else ""
         if label and group is not None:
             console.print(f"== {printable(group.describe())}", highlight=False, markup=False)
-        try:
-            result = analyze_store(store, path, out / label if label else out, hta_compat=hta_compat,
-                                   timeline=timeline, devices=devices, thresholds=thresholds)
-        except ReportNotWritten as exc:
-            _print_result(console, exc.result, quiet, written=False)
-            raise
-        _print_result(console, result, quiet)
+        _write(console, result, out / label if label else out, quiet)
         everything.extend(result.findings)
         index.append({"label": label or "job1", "description": group.describe() if group else "",
                       "files": group.paths if group else [], "out": str(result.out_dir),
-                      "verdict": result.document["summary"]["verdict"],
-                      "counts": result.document["summary"].get("counts", {})})
+                      "verdict": result.verdict, "counts": result.summary.get("counts", {})})
     if len(jobs) > 1:
-        with writing(out / JOBS_INDEX):
+        with api.writing(out / JOBS_INDEX):
             atomic_write_text(out / JOBS_INDEX, json.dumps({"input": str(path), "jobs": index}, indent=2) + "\n")
         console.print(f"{len(jobs)} jobs, each analyzed alone (index: {printable(out / JOBS_INDEX)}):",
                       highlight=False, markup=False)

@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from perftracker import api
 from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.online import AnalyzerDiagnosis
 from perftracker.cli.incidents import (
@@ -40,14 +41,12 @@ from perftracker.cli.options import (
     writable_folder,
 )
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, terminal
-from perftracker.collectors.loading import LoadOptions
 from perftracker.errors import PerftrackerError
 from perftracker.live.collectors import SamplerOptions, build_samplers, watch_rates
 from perftracker.live.discovery import find_job, job_label
 from perftracker.live.interrupts import Interrupts
 from perftracker.live.sampler import LiveContext
 from perftracker.live.session import WATCH_TICK_S, run_session
-from perftracker.pipeline import AnalysisResult, ReportNotWritten, analyze_path, writing
 from perftracker.reports.text import print_summary, printable
 from perftracker.rundir import host_name
 
@@ -141,7 +140,7 @@ def _attach(job: str, run_dir: Path, me: str, sysfs_root: Path, options: Sampler
             overrides: dict[str, object] | None = None) -> None:
     console = terminal()
     found = find_job(job, me)
-    with writing(run_dir):
+    with api.writing(run_dir):
         run_dir.mkdir(parents=True, exist_ok=True)
     console.print(printable(f"Attached to {len(found.workers)} rank(s) "
                             f"({', '.join(str(w.rank) for w in found.workers[:16])}) of job "
@@ -165,20 +164,22 @@ def _attach(job: str, run_dir: Path, me: str, sysfs_root: Path, options: Sampler
     if not analyze:
         return
     try:
-        analysis = analyze_path(run_dir, run_dir / "perftracker-out", LoadOptions(cache_dir=None), thresholds=overrides)
-    except ReportNotWritten as exc:  # the verdict is said, then what could not be written
-        _print(console, exc.result, written=False)
-        raise
+        analysis = api.analyze(run_dir, cache=False, analysis=api.AnalysisOptions(thresholds=overrides or {}))
     except PerftrackerError as exc:
         console.print(f"Nothing to analyze yet: {printable(exc.message)}", highlight=False, markup=False)
         return
+    try:
+        analysis.write(run_dir / "perftracker-out")
+    except api.ReportNotWritten as exc:  # the verdict is said, then what could not be written
+        _print(console, exc.result, written=False)
+        raise
     _print(console, analysis)
     raise typer.Exit(fail_on_exit(analysis.findings, threshold))
 
 
-def _print(console: Console, analysis: AnalysisResult, written: bool = True) -> None:
+def _print(console: Console, analysis: api.Run, written: bool = True) -> None:
     print_summary(console, analysis.findings, analysis.report_path if written else None,
-                  coverage=analysis.document["summary"].get("coverage"))
+                  coverage=analysis.summary.get("coverage"))
 
 
 def register(app: typer.Typer) -> None:

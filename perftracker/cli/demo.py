@@ -8,12 +8,11 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from perftracker import api
 from perftracker.analyzers.findings import Severity
 from perftracker.cli.options import out_option, writable_folder
 from perftracker.cli.voice import add_command, terminal
-from perftracker.collectors.loading import LoadOptions
 from perftracker.errors import InputError
-from perftracker.pipeline import AnalysisResult, ReportNotWritten, analyze_path
 from perftracker.reports.index_html import IndexEntry, render_index
 from perftracker.reports.text import print_summary, printable
 
@@ -64,12 +63,13 @@ def demo(
     for run in runs:
         if full:
             console.rule(f"{run.name}")
+        result = api.analyze(run, cache=False)
         try:
-            result = analyze_path(run, out / run.name, LoadOptions(cache_dir=None))
-        except ReportNotWritten as exc:  # the verdict is said, then what could not be written
+            result.write(out / run.name)
+        except api.ReportNotWritten as exc:  # the verdict is said, then what could not be written
             _print(console, exc.result, written=False)
             raise
-        summary = result.document["summary"]
+        summary = result.summary
         if full:
             _print(console, result)
         else:
@@ -82,10 +82,9 @@ def demo(
     console.print(f"Reports of {len(entries)} sample runs: {out / 'index.html'}", highlight=False, markup=False)
 
 
-def _print(console: Console, result: AnalysisResult, written: bool = True) -> None:
+def _print(console: Console, result: api.Run, written: bool = True) -> None:
     print_summary(console, result.findings, result.report_path if written else None,
-                  coverage=result.document["summary"].get("coverage"),
-                  synthetic=result.document["summary"].get("synthetic_inputs"))
+                  coverage=result.summary.get("coverage"), synthetic=result.summary.get("synthetic_inputs"))
 
 
 def register(app: typer.Typer) -> None:

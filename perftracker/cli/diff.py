@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from perftracker.analyzers.compare.diff import DEFAULT_TOLERANCE
-from perftracker.analyzers.findings import Severity
+from perftracker import api
 from perftracker.cli.options import (
     Engine,
     RayAddress,
@@ -23,9 +21,7 @@ from perftracker.cli.options import (
 )
 from perftracker.cli.progress import parsing_progress
 from perftracker.cli.voice import EXIT_FINDINGS, add_command, terminal
-from perftracker.collectors.loading import LoadOptions, default_cache_dir
 from perftracker.errors import UsageError
-from perftracker.pipeline import DIFF_HTML, DIFF_JSON, diff_paths
 from perftracker.reports.text import printable
 
 
@@ -33,7 +29,7 @@ def diff(
     base: Annotated[Path, typer.Argument(help="The good (earlier) run: a run directory, a folder of traces, or an "
                                          "analyze output folder (findings.json + tables/).")],
     new: Annotated[Path, typer.Argument(help="The run to compare with it, in any of the same forms.")],
-    out: Annotated[Path | None, out_option(f"Where to write {DIFF_JSON} and {DIFF_HTML} (each side's own "
+    out: Annotated[Path | None, out_option(f"Where to write {api.DIFF_JSON} and {api.DIFF_HTML} (each side's own "
                                            "analysis goes to base/ and new/ under it). Default: only the "
                                            "terminal summary.")] = None,
     fail_on_regression: Annotated[float | None, typer.Option(
@@ -41,7 +37,7 @@ def diff(
         "beyond the runs' noise (for CI).")] = None,
     tolerance: Annotated[float, typer.Option(
         "--tolerance", metavar="PCT", help="A significant step-time rise below PCT percent is an info, not a "
-        "warning.")] = 100 * DEFAULT_TOLERANCE,
+        "warning.")] = 100 * api.DEFAULT_TOLERANCE,
     no_cache: Annotated[bool, typer.Option("--no-cache", metavar="", help="Do not read or write the parsed-trace cache.")]
     = False,
     engine: Engine = "local",
@@ -67,22 +63,17 @@ def diff(
     checked = checked_engine(engine)
     console = terminal()
     with parsing_progress(quiet) as progress:
-        options = LoadOptions(cache_dir=None if no_cache else default_cache_dir(), progress=progress,
-                              engine=checked, ray_address=ray_address or "")
-        if out is None:
-            with tempfile.TemporaryDirectory(prefix="perftracker-diff-") as scratch:
-                result, _ = diff_paths(base, new, Path(scratch), options, tolerance / 100.0, overrides)
-        else:
-            result, _ = diff_paths(base, new, out, options, tolerance / 100.0, overrides)
-    loud = [f for f in result.findings if f.severity >= Severity.WARNING]
-    verdict = (f"{len(loud)} change(s) beyond the runs' noise. Top: {loud[0].title}" if loud
-               else "No change beyond the noise of running the same job twice.")
-    console.print(printable(verdict), highlight=False, markup=False)
+        result = api.diff(base, new, tolerance=tolerance / 100.0, cache=not no_cache, progress=progress,
+                          engine=checked, ray_address=ray_address or '',
+                          analysis=api.AnalysisOptions(thresholds=overrides))
+    console.print(printable(result.verdict), highlight=False, markup=False)
     if not quiet:
         for f in result.findings:
             console.print(f"  [{f.severity.label}] {printable(f.title)}", highlight=False, markup=False)
-        if out is not None:
-            console.print(f"Diff: {out / DIFF_HTML}  ({out / DIFF_JSON})", highlight=False, markup=False)
+    if out is not None:
+        result.write(out)  # an OutputError (exit 2) naming the file that could not be written, after the verdict
+        if not quiet:
+            console.print(f"Diff: {out / api.DIFF_HTML}  ({out / api.DIFF_JSON})", highlight=False, markup=False)
     regressed = (fail_on_regression is not None and result.regression_significant
                  and result.step_change * 100.0 >= fail_on_regression)
     raise typer.Exit(EXIT_FINDINGS if regressed else 0)

@@ -20,16 +20,15 @@ from typing import Annotated, Any
 
 import typer
 
+from perftracker import api
 from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.online.step_rules import DEFAULT_RISE, DEFAULT_WINDOW
 from perftracker.cli.voice import add_command, terminal
-from perftracker.collectors.loading import LoadOptions
-from perftracker.errors import InputError
+from perftracker.errors import InputError, UsageError
 from perftracker.live.incidents import INCIDENT_FILE, IncidentVerdict
 from perftracker.live.prom import PromPublisher
 from perftracker.live.watch import WatchOptions
 from perftracker.live.watch_setup import watch_setup
-from perftracker.pipeline import ReportNotWritten, analyze_path
 from perftracker.reports.text import printable
 
 LOUD = (Severity.WARNING, Severity.CRITICAL)
@@ -70,12 +69,13 @@ def watch_options(window: int, rise: float, prom: str | None, incident_seconds: 
 def analyze_incident(evidence: Path, out: Path, thresholds: Mapping[str, object] | None = None) -> IncidentVerdict:
     """The pipeline on one incident's evidence; its outputs in `out` (the incident's folder)."""
     try:
-        result = analyze_path(evidence, out, LoadOptions(cache_dir=None, workers=1), thresholds=thresholds)
-    except ReportNotWritten as exc:
+        result = api.analyze(evidence, cache=False, workers=1, analysis=api.AnalysisOptions(thresholds=thresholds or {}))
+        result.write(out)
+    except api.ReportNotWritten as exc:
         result = exc.result
     loud = [f for f in result.findings if f.severity in LOUD]
     report = out / "report.html"
-    return IncidentVerdict(str(result.document["summary"].get("verdict", "")),
+    return IncidentVerdict(result.verdict,
                            tuple(sorted({int(r) for f in loud for r in f.ranks})),
                            tuple(sorted({str(h) for f in loud for h in f.hosts})),
                            str(report) if report.is_file() else "")

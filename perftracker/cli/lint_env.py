@@ -21,9 +21,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.findings import Finding, Severity, rank_findings
-from perftracker.analyzers.nccl.config import analyze_nccl_config
+from perftracker import api
+from perftracker.analyzers.findings import Finding, Severity
 from perftracker.cli.options import fail_on_option, nccl_profile_option, sysfs_root_option
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, terminal
 from perftracker.collectors.counters.sysfs import read_sysfs
@@ -56,7 +55,7 @@ def lint(env_file: Path | None = None, pid: int | None = None, profile: str | No
         raise UsageError(f"--sysfs-root {sysfs_root} is not a directory")
     run_info = RunInfo(sysfs=[read_sysfs(root, host=host)], nccl_profile=load_profile(profile))
     store = Store(tables={"config": config}, run_info=run_info)
-    return rank_findings(analyze_nccl_config(Analysis(store))), store
+    return api.judge(store, ["nccl_config"]), store
 
 
 def _print(console: Console, findings: list[Finding], profile: str) -> None:

@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from perftracker import api
 from perftracker.cli.options import (
     FailOn,
     SetThresholds,
@@ -27,8 +28,6 @@ from perftracker.cli.options import (
 )
 from perftracker.cli.progress import parsing_progress
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, terminal
-from perftracker.collectors.loading import LoadOptions
-from perftracker.pipeline import AnalysisResult, ReportNotWritten, analyze_path, writing
 from perftracker.reports.summary import headline, prometheus_text, text_summary
 from perftracker.reports.text import printable
 from perftracker.rundir import atomic_write_text
@@ -63,23 +62,25 @@ def postmortem(
         if file is not None:
             writable_file(file, option)
     console = terminal()
+    with parsing_progress() as progress:
+        result = api.analyze(path, cache=False, progress=progress,
+                             analysis=api.AnalysisOptions(thresholds=overrides))
     try:
-        with parsing_progress() as progress:
-            result = analyze_path(path, out, LoadOptions(cache_dir=None, progress=progress), thresholds=overrides)
-    except ReportNotWritten as exc:  # the analysis finished: its verdict is said, then what could not be written
+        result.write(out)
+    except api.ReportNotWritten as exc:  # the analysis finished: its verdict is said, then what could not be written
         _say_verdict(console, exc.result, written=False)
         raise
     _say_verdict(console, result)
     if summary is not None:
-        with writing(summary, "--summary"):
+        with api.writing(summary, "--summary"):
             atomic_write_text(summary, text_summary(result.document, str(result.report_path)))
     if prom is not None:
-        with writing(prom, "--prom"):
+        with api.writing(prom, "--prom"):
             atomic_write_text(prom, prometheus_text(result.document, result.tables))
     raise typer.Exit(fail_on_exit(result.findings, threshold))
 
 
-def _say_verdict(console: Console, result: AnalysisResult, written: bool = True) -> None:
+def _say_verdict(console: Console, result: api.Run, written: bool = True) -> None:
     console.print(f"Verdict: {printable(headline(result.document))}", highlight=False, markup=False)
     if written:
         console.print(f"Report: {printable(result.report_path)}", highlight=False, markup=False)

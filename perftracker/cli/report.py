@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
+from perftracker import api
 from perftracker.cli.voice import add_command, terminal
-from perftracker.pipeline import FINDINGS, render_report
 from perftracker.reports.text import printable
 
 
@@ -23,9 +23,9 @@ def report(
       perftracker report run/
     """
     folder = path
-    if not (folder / FINDINGS).exists() and (folder / "perftracker-out" / FINDINGS).exists():
+    if not (folder / api.FINDINGS).exists() and (folder / "perftracker-out" / api.FINDINGS).exists():
         folder = folder / "perftracker-out"
-    out = render_report(folder)
+    out = api.render_report(folder)
     terminal().print(f"Report: {printable(out)}", highlight=False, markup=False)
 
 

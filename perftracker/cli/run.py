@@ -23,6 +23,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from perftracker import api
 from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.online import AnalyzerDiagnosis
 from perftracker.cli.incidents import (
@@ -45,14 +46,12 @@ from perftracker.cli.options import (
     writable_folder,
 )
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, say
-from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.errors import PerftrackerError, UsageError
 from perftracker.live.collectors import SamplerOptions, build_samplers, watch_rates
 from perftracker.live.discovery import Job, find_job
 from perftracker.live.launch import LaunchOptions, RunningJob, exit_status, prepare_env
 from perftracker.live.sampler import LiveContext
 from perftracker.live.session import WATCH_TICK_S, run_session
-from perftracker.pipeline import ReportNotWritten, analyze_store, writing
 from perftracker.redaction import redact_command
 from perftracker.rundir import host_name, write_manifest
 from perftracker.store import LoadNote
@@ -155,7 +154,7 @@ def run(
     me = host_name(host)  # every host-keyed name this command (and the ranks' hook) writes uses it
     run_dir = (out or Path(f"perftracker-run-{time.strftime('%Y%m%d-%H%M%S')}")).resolve()
     writable_folder(run_dir)
-    with writing(run_dir):  # before the job starts: nothing was started when this fails
+    with api.writing(run_dir):  # before the job starts: nothing was started when this fails
         run_dir.mkdir(parents=True, exist_ok=True)
         env, changed = prepare_env(run_dir, dict(os.environ), LaunchOptions(nccl_debug, kineto_daemon,
                                                                            flight_recorder, hook,
@@ -209,16 +208,17 @@ def _post_mortem(run_dir: Path, code: int, running: RunningJob, notes: list[str]
     except OSError as exc:
         say(f"the manifest could not be finished ({exc.strerror or exc}); exit code {code} and notes are not in it")
     try:
-        store = load_path(run_dir, LoadOptions(cache_dir=None))
-        store.notes.extend(LoadNote("warning", "perftracker run", note) for note in running.copy_problems())
-        result = analyze_store(store, run_dir, run_dir / "perftracker-out", thresholds=overrides)
-    except ReportNotWritten as exc:
-        say(f"job exited with {code}. {exc.result.document['summary']['verdict']} No report: {exc.message}")
+        with api.load(run_dir, cache=False) as store:
+            store.notes.extend(LoadNote("warning", "perftracker run", note) for note in running.copy_problems())
+            result = api.analyze_store(store, run_dir)
+        result.write(run_dir / "perftracker-out", thresholds=overrides)
+    except api.ReportNotWritten as exc:
+        say(f"job exited with {code}. {exc.result.verdict} No report: {exc.message}")
         return code
     except PerftrackerError as exc:
         say(f"job exited with {code}; no report ({exc.message})")
         return code
-    say(f"job exited with {code}. {result.document['summary']['verdict']} Report: {result.report_path}")
+    say(f"job exited with {code}. {result.verdict} Report: {result.report_path}")
     return fail_on_exit(result.findings, threshold) if code == 0 else code
 
 

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from perftracker import api
 from perftracker.cli.options import (
     Engine,
     RayAddress,
@@ -20,9 +21,7 @@ from perftracker.cli.options import (
 )
 from perftracker.cli.progress import parsing_progress
 from perftracker.cli.voice import add_command, terminal
-from perftracker.collectors.loading import LoadOptions, default_cache_dir
 from perftracker.errors import UsageError
-from perftracker.pipeline import timeline_path
 
 
 def parse_ranges(text: str | None, what: str) -> list[int] | None:
@@ -82,9 +81,10 @@ def timeline(
     selected = parse_ranges(ranks, "ranks"), parse_ranges(steps, "steps")
     checked = checked_engine(engine)
     with parsing_progress(quiet) as progress:
-        options = LoadOptions(cache_dir=None if no_cache else default_cache_dir(), progress=progress, engine=checked,
-                              ray_address=ray_address or "")
-        written, timeline_ = timeline_path(path, out, options, *selected, max_events, overrides)
+        timeline_ = api.timeline(path, ranks=selected[0], steps=selected[1], max_events=max_events,
+                                 cache=not no_cache, progress=progress, engine=checked, ray_address=ray_address or '',
+                                 analysis=api.AnalysisOptions(thresholds=overrides))
+    written = api.save_timeline(timeline_, out, str(path))
     console = terminal()
     console.print(f"Timeline: {out} ({written} trace events, ranks {len(timeline_.ranks)}, "
                   f"steps {len(timeline_.steps)}{'; ' + timeline_.note if timeline_.note else ''})",

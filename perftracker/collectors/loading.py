@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from perftracker.collectors.engines import MapArgs, engine_for
+from perftracker.collectors.input_kinds import KINDS, KINETO, NSYS, OTHER, Classified, classify, usable_tables
 from perftracker.collectors.jobs import (
     JobGroup,
     group_jobs,
@@ -32,16 +33,14 @@ from perftracker.collectors.jobs import (
     wall_window,
 )
 from perftracker.collectors.manifest import checked_manifest
-from perftracker.collectors.nsys.export import take_nsys_results
-from perftracker.collectors.steps import load_step_files
+from perftracker.collectors.nsys.export import read_nsys_inputs
 from perftracker.collectors.synthetic import synthetic_inputs
 from perftracker.collectors.traces.comm_kernels import CommKernels, cached_comm_kernels
-from perftracker.collectors.traces.execution_trace import load_execution_trace_inputs
 from perftracker.collectors.traces.ranks import TraceIdentity, assign_windows
 from perftracker.collectors.traces.trace_map import FileResult, expand_ranks, pg_groups
 from perftracker.errors import InputError
 from perftracker.rundir import Inputs, discover
-from perftracker.store import LoadNote, RunInfo, Store
+from perftracker.store import LoadNote, Store
 from perftracker.store.event_parts import EventParts
 from perftracker.store.schema import conform
 
@@ -83,9 +82,7 @@ class _Scan:
     root: Path
     options: LoadOptions
     inputs: Inputs
-    stack_files: list[Path]
-    profile_files: list[Path]
-    inspector_files: list[Path]
+    found: Classified  # the files of each input kind (collectors/input_kinds.py)
     results: list[FileResult]
     groups: list[JobGroup]
 
@@ -121,19 +118,17 @@ def _scan(root: Path, options: LoadOptions) -> _Scan:
     if inputs.unreadable and inputs.unreadable[0][0] == root:
         raise InputError(f"is {inputs.unreadable[0][1]}, not a regular file or a folder", str(root),
                          "point perftracker at a run directory, a folder of inputs or one input file")
-    if inputs.empty and not inputs.other:
+    if inputs.empty:
         raise InputError(
             "found no PyTorch profiler traces (*.json, *.json.gz), step files (steps/rank-N.jsonl) or NCCL logs",
             str(root), "point analyze at a run directory, a folder of torch.profiler traces or of NCCL logs")
-    stack_files = _take_stack_files(inputs)
-    profile_files = _take_profile_files(inputs)
-    inspector_files = _take_inspector_files(inputs)
-    _take_postmortem_files(inputs)
-    results = [*_map_traces(inputs, options), *take_nsys_results(inputs, comm_kernels, options.nsys_step_range)]
+    found = classify(inputs)
+    results = [*_map_traces(found.of(KINETO), options),
+               *read_nsys_inputs(found.of(NSYS), comm_kernels, options.nsys_step_range)]
     facts = [trace_job_facts(Path(r.path), root, t.rank, t.world_size, t.device_name, t.pg_config,
                              wall_window(t.base_ns, t.start_ns, t.end_ns))
              for r in results if r.ok and (t := r.facts) is not None]
-    return _Scan(root, options, inputs, stack_files, profile_files, inspector_files, results, group_jobs(facts))
+    return _Scan(root, options, inputs, found, results, group_jobs(facts))
 
 
 def _build(scan: _Scan, group: JobGroup | None) -> Store:
@@ -170,19 +165,10 @@ def _fill(store: Store, scan: _Scan, group: JobGroup | None) -> None:
     families = set(pd.Series(family.unique()).astype(str)) - {""} if store.n_events else set()
     store.run_info.comm_libraries = comm_kernels_of(scan.options).describe(families)
     if not several:
-        _add_step_files(store, inputs)
-        _add_nccl(store, inputs, scan.options)
-        _add_counters(store, inputs)
-        _add_stacks(store, scan.stack_files, scan.profile_files)
-        if scan.inspector_files:
-            from perftracker.collectors.nccl.inspector import load_inspector_inputs
-
-            _merge(store, *load_inspector_inputs(scan.inspector_files))  # NCCL Inspector per-collective records
-        _add_postmortem(store, inputs)
-        _merge(store, *load_execution_trace_inputs(inputs.other))  # PyTorch / Chakra execution traces
-    if (not store.n_events and store.steps.empty and store["nccl"].empty and store["config"].empty
-            and store["counters"].empty and store["netdev"].empty and store["stacks"].empty and store["profile_samples"].empty
-            and store["collectives_fr"].empty and store["failures"].empty and store["nccl_collectives"].empty):
+        for kind in KINDS:  # every kind but the traces mapped above, in the list's order
+            if kind.load is not None:
+                kind.load(store, scan.found.of(OTHER if kind.claims is None else kind.name), scan.options)
+    if not any(store.n_events if name == "events" else not store[name].empty for name in usable_tables()):
         errors = "; ".join(n.message for n in store.notes if n.level == "error")
         raise InputError(f"none of the inputs could be used{f' ({errors})' if errors else ''}", str(root),
                          "check that these are torch.profiler traces, step files or NCCL logs")
@@ -192,18 +178,18 @@ def _note_other_jobs(store: Store, scan: _Scan, group: JobGroup) -> None:
     others = [g.describe() for g in scan.groups if g is not group]
     store.notes.append(LoadNote("warning", "jobs", f"these inputs hold {len(scan.groups)} jobs; this analysis is "
                                 f"{group.label} alone, not compared with the others: {'; '.join(others)}"))
-    left = [*scan.inputs.step_files, *scan.inputs.other, *scan.stack_files, *scan.profile_files,
-            *scan.inspector_files]
+    claimed = [kind.name for kind in KINDS if kind.load is not None and kind.claims is not None]
+    left = [p for name in [*claimed[:1], OTHER, *claimed[1:]] for p in scan.found.of(name)]  # step files first
     if left:
         names = ", ".join(p.name for p in left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
         store.notes.append(LoadNote("warning", "jobs", f"{len(left)} inputs that are not traces ({names}) cannot "
                                     "be told apart by job and were left out: analyze them on their own"))
 
 
-def _map_traces(inputs: Inputs, options: LoadOptions) -> list[FileResult]:
+def _map_traces(traces: list[Path], options: LoadOptions) -> list[FileResult]:
     engine = engine_for(options.engine, options.workers, options.ray_address)
     args = MapArgs(options.cache_dir, options.comm_kernel_files, options.comm_kernel_patterns)
-    return engine.map([str(p) for p in inputs.traces], args, options.progress or (lambda done, total: None))
+    return engine.map([str(p) for p in traces], args, options.progress or (lambda done, total: None))
 
 
 def _reduce_traces(store: Store, results: list[FileResult], spill_from: int) -> None:
@@ -329,121 +315,9 @@ def _note_missing_ranks(store: Store) -> None:
     present = sorted({int(r) for r in ranks["rank"]})
     if world > len(present):
         missing = world - len(present)
-        store.notes.append(LoadNote("info", "ranks", f"traces cover {len(present)} of {world} ranks ({missing} not "
-                                    "profiled); cross-rank results describe the profiled ranks only",
-                                    {"present": present[:64], "world_size": world}))
-
-
-def _take_stack_files(inputs: Inputs) -> list[Path]:
-    """Move stack snapshots (stacks/<snapshot>/rank-<r>.json) out of the trace and other inputs."""
-    from perftracker.collectors.stacks.snapshots import is_stack_file
-
-    found = [p for p in [*inputs.traces, *inputs.other] if is_stack_file(p)]
-    if found:
-        taken = set(found)
-        inputs.traces = [p for p in inputs.traces if p not in taken]
-        inputs.other = [p for p in inputs.other if p not in taken]
-    return found
-
-
-def _take_profile_files(inputs: Inputs) -> list[Path]:
-    """Move sampled stack profiles (profiles/rank-<r>.txt and their .json sidecars) out of the other inputs."""
-    from perftracker.collectors.stacks.samples import is_profile_file
-
-    found = [p for p in inputs.other if is_profile_file(p)]
-    sidecars = {p.with_suffix(".json") for p in found}
-    inputs.other = [p for p in inputs.other if p not in sidecars and not is_profile_file(p)]
-    return found
-
-
-def _take_inspector_files(inputs: Inputs) -> list[Path]:
-    """Move NCCL Inspector output (`<host>-pid<pid>.log` JSON lines, found by content) out of the other inputs,
-    so that no log loader reads it as a job or NCCL log."""
-    from perftracker.collectors.nccl.inspector import is_inspector_file
-
-    found = [p for p in inputs.other if is_inspector_file(p)]
-    if found:
-        taken = set(found)
-        inputs.other = [p for p in inputs.other if p not in taken]
-    return found
-
-
-def _take_postmortem_files(inputs: Inputs) -> None:
-    """Flight-recorder JSON dumps, torchelastic error files and execution traces (named like a trace, e.g.
-    execution_trace.json) are not Kineto traces: move them to `other`."""
-    from perftracker.collectors.postmortem.inputs import is_postmortem_file
-    from perftracker.collectors.traces.execution_trace import is_execution_trace
-
-    found = [p for p in inputs.traces if is_postmortem_file(p) or is_execution_trace(p)]
-    if found:
-        taken = set(found)
-        inputs.traces = [p for p in inputs.traces if p not in taken]
-        inputs.other.extend(found)
-
-
-def _merge(store: Store, tables: dict[str, pd.DataFrame], notes: list[LoadNote], learned: RunInfo) -> None:
-    """Put one loader's tables, notes and what it learned about the run into the Store."""
-    for name, frame in tables.items():
-        store.set_table(name, frame)
-    store.add_notes(notes)
-    store.run_info.learn(learned)
-
-
-def _add_postmortem(store: Store, inputs: Inputs) -> None:
-    """Flight-recorder dumps, job logs, error files and kernel logs (by content, not name)."""
-    from perftracker.collectors.postmortem.inputs import load_postmortem_inputs
-
-    _merge(store, *load_postmortem_inputs(inputs.other))
-
-
-def _add_stacks(store: Store, stack_paths: list[Path], profile_paths: list[Path]) -> None:
-    """py-spy stack snapshots (the hang analyzer reads them) and sampled stack profiles (the
-    stack_profile analyzer reads them), both written by `attach`; the profiles of a watcher's baseline window
-    (`baseline/profiles/`, in an incident's evidence) go to their own table."""
-    from perftracker.collectors.stacks.samples import is_baseline_profile, load_profile_inputs
-    from perftracker.collectors.stacks.snapshots import load_stack_inputs
-
-    baseline = [p for p in profile_paths if is_baseline_profile(p)]
-    window = [p for p in profile_paths if not is_baseline_profile(p)]
-    for table, paths, load in (("stacks", stack_paths, load_stack_inputs),
-                               ("profile_samples", window, load_profile_inputs),
-                               ("baseline_profile_samples", baseline, load_profile_inputs)):
-        if paths:
-            frame, notes = load(paths)
-            store.set_table(table, frame)
-            store.add_notes(notes)
-
-
-def _add_nccl(store: Store, inputs: Inputs, options: LoadOptions) -> None:
-    """NCCL logs and environment snapshots found among the other files (by content, not name)."""
-    from perftracker.collectors.nccl.inputs import load_nccl_inputs
-
-    _merge(store, *load_nccl_inputs(inputs.other, profile=options.nccl_profile, sysfs_root=options.sysfs_root,
-                                    sysfs_host=options.sysfs_host))
-
-
-def _add_counters(store: Store, inputs: Inputs) -> None:
-    """RDMA / GPU counter samples found among the other files (by content, not name)."""
-    from perftracker.collectors.counters.inputs import load_counter_inputs
-
-    _merge(store, *load_counter_inputs(inputs.other))
-
-
-def _add_step_files(store: Store, inputs: Inputs) -> None:
-    if not inputs.step_files:
-        return
-    steps, phases, hosts, notes = load_step_files(inputs.step_files)
-    store.add_notes(notes)
-    if not steps.empty:
-        store.set_table("steps", pd.concat([store.steps, steps], ignore_index=True))
-    store.set_table("phases", phases)
-    store.run_info.step_hosts = dict(hosts)
-    ranks = store.ranks
-    if ranks.empty and hosts:
-        rows = [{"rank": r, "window": 0, "host": h} for r, h in sorted(hosts.items())]
-        store.set_table("ranks", pd.DataFrame(rows))
-    elif hosts:
-        filled = ranks.copy()
-        empty_host = filled["host"].isna() | (filled["host"] == "")
-        filled.loc[empty_host, "host"] = filled.loc[empty_host, "rank"].map(hosts)
-        store.set_table("ranks", conform("ranks", filled.fillna({"host": ""})))
+        store.notes.append(LoadNote(
+            "info", "ranks",
+            f"traces cover {len(present)} of {world} ranks ({missing} not profiled); cross-rank results "
+            "describe the profiled ranks only",
+            {"present": present[:64], "world_size": world},
+        ))

@@ -14,18 +14,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import pandas as pd
 
 from perftracker import __version__
 from perftracker.analyzers.findings import Finding, Severity
+from perftracker.reports.templating import ENV
 from perftracker.rundir import atomic_write_text
 
-_ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("perftracker.reports", "templates"),
-    autoescape=jinja2.select_autoescape(["html", "j2"], default=True),
-    undefined=jinja2.StrictUndefined,
-)
+_ENV = ENV  # the one environment (reports/templating.py)
 MAX_ROWS = 60
 
 
@@ -49,12 +45,10 @@ def _rank_rows(ranks: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def render(path: Path, findings: list[Finding], ops: pd.DataFrame, ranks: pd.DataFrame,
-           summary: Mapping[str, Any], title: str, side_reports: Mapping[str, str] | None = None) -> None:
-    """Write the page; `side_reports` links each side's own report (label -> path relative to the page)."""
+           summary: Mapping[str, Any], title: str, verdict: str, side_reports: Mapping[str, str] | None = None) -> None:
+    """Write the page; `verdict` is the comparison's sentence (`json_report.diff_verdict`); `side_reports` links
+    each side's own report (label -> path relative to the page)."""
     top = max((f.severity for f in findings), default=Severity.INFO)
-    loud = [f for f in findings if f.severity >= Severity.WARNING]
-    verdict = (f"{len(loud)} change(s) that beat the runs' noise. Top: {loud[0].title}" if loud
-               else "No change beyond the noise of running the same job twice.")
     page = _ENV.get_template("diff.html.j2").render(
         title=title, generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), version=__version__,
         verdict=verdict, verdict_class="ok" if top == Severity.INFO else top.label,

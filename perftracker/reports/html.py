@@ -24,7 +24,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import pandas as pd
 from plotly.utils import PlotlyJSONEncoder
 
@@ -41,6 +40,7 @@ from perftracker.reports.nccl_section import inspector_section, nccl_section
 from perftracker.reports.profile_section import profile_section
 from perftracker.reports.sections import Section, SectionFn
 from perftracker.reports.strip import StripCell
+from perftracker.reports.templating import ENV
 from perftracker.reports.trace_sections import (
     breakdown_section,
     overlap_section,
@@ -56,11 +56,7 @@ SECTIONS: tuple[SectionFn, ...] = (
     nccl_section, inspector_section, rdma_section, gpu_section, profile_section, efficiency_section,
 )
 
-_ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("perftracker.reports", "templates"),
-    autoescape=jinja2.select_autoescape(["html", "j2"], default=True),
-    undefined=jinja2.StrictUndefined,
-)
+_ENV = ENV  # the one environment (reports/templating.py)
 
 
 def build_sections(tables: Mapping[str, pd.DataFrame], findings: list[Finding]) -> list[Section]:

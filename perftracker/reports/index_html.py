@@ -11,16 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-import jinja2
-
 from perftracker import __version__
+from perftracker.reports.templating import ENV
 from perftracker.rundir import atomic_write_text
 
-_ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("perftracker.reports", "templates"),
-    autoescape=jinja2.select_autoescape(["html", "j2"], default=True),
-    undefined=jinja2.StrictUndefined,
-)
+_ENV = ENV  # the one environment (reports/templating.py)
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,16 @@ def verdict(findings: list[Finding], coverage: dict[str, Any] | None = None) -> 
     return f"{head}. Top: {top.title}{cost}."
 
 
+def diff_verdict(findings: list[Finding]) -> str:
+    """The one sentence of a comparison (`perftracker diff`): how many changes beat the noise of running the
+    same job twice, and the first of them (in the comparison's order), or that none did. The terminal, diff.json and diff.html
+    all say this sentence."""
+    loud = [f for f in findings if f.severity >= Severity.WARNING]
+    if not loud:
+        return "No change beyond the noise of running the same job twice."
+    return f"{len(loud)} change(s) beyond the runs' noise. Top: {loud[0].title}"
+
+
 def _counts(findings: list[Finding]) -> dict[str, int]:
     counts = {s.label: 0 for s in Severity}
     for f in findings:
@@ -59,7 +69,9 @@ def biggest_cost(findings: list[Finding]) -> Finding | None:
     return max(costly, key=lambda f: f.cost.seconds_per_step) if costly else None
 
 
-def build(findings: list[Finding], notes: list[LoadNote], input_path: str, summary_extra: dict[str, Any]) -> dict[str, Any]:
+def build(findings: list[Finding], notes: list[LoadNote], input_path: str, summary_extra: dict[str, Any],
+          verdict_text: str | None = None) -> dict[str, Any]:
+    """The findings.json document (`verdict_text`: the verdict, when not that of an analysis: a diff's)."""
     worst = max((f.cost.seconds_per_step for f in findings), default=0.0)
     top = biggest_cost(findings)
     biggest = None if top is None else {"finding": top.id, "title": top.title,
@@ -70,7 +82,7 @@ def build(findings: list[Finding], notes: list[LoadNote], input_path: str, summa
         "tool": {"name": "perftracker", "version": __version__},
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "input": input_path,
-        "summary": {"verdict": verdict(findings, summary_extra.get("coverage")), "counts": _counts(findings),
+        "summary": {"verdict": verdict_text if verdict_text is not None else verdict(findings, summary_extra.get("coverage")), "counts": _counts(findings),
                     "worst_cost_seconds_per_step": round(worst, 9), "biggest_cost": biggest, **summary_extra},
         "notes": [n.to_dict() for n in notes],
         "findings": [f.to_dict() for f in findings],

@@ -110,6 +110,13 @@ class Store:
         if self.event_parts is not None:
             self.event_parts.close()
 
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Leaving a `with` block closes the Store (see `close`)."""
+        self.close()
+
     @property
     def steps(self) -> pd.DataFrame:
         return self.tables["steps"]

@@ -71,7 +71,9 @@ def _joined(base: RunSide, new: RunSide) -> pd.DataFrame:
     joined = base.ms_per_step().merge(new.ms_per_step(), on=["rank", "kind", "name"], how="outer",
                                       suffixes=("_base", "_new"))
     joined = joined[~joined["name"].astype(str).str.startswith("ProfilerStep#")]
-    return joined.fillna({"ms_base": 0.0, "ms_new": 0.0}).reset_index(drop=True)
+    # float, always: an outer join of sides where one has no rows leaves object columns (numpy's log fails on them)
+    filled = joined.fillna({"ms_base": 0.0, "ms_new": 0.0}).astype({"ms_base": float, "ms_new": float})
+    return filled.reset_index(drop=True)
 
 
 def _own_work(joined: pd.DataFrame) -> pd.DataFrame:

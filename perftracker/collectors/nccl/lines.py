@@ -1,8 +1,9 @@
 """Turn one NCCL message (the text after `NCCL INFO `) into facts of its process.
 
-Promise: `classify_message` never raises on any input. It dispatches on the first characters of the
-message and only then applies a regular expression, so the common lines (Channel, Ring, Trees)
-cost a couple of string operations. It returns None when the line was understood, "" when it was
+Promise: `classify_message` never raises on any input. It dispatches on the first four characters of the
+message through one prefix table (`_EARLY`, then the `comm 0x` lines, then `_PREFIXES`; each handler may
+hand the line on to the rules on its content) and only then applies a regular expression, so the common
+lines (Channel, Ring, Trees) cost a couple of string operations. It returns None when the line was understood, "" when it was
 not, and "VAR=VALUE" for an environment echo (the caller turns those into config rows).
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 
 from perftracker.collectors.nccl import patterns as P
 from perftracker.values import MAX_RANK, ascii_int
@@ -61,74 +63,108 @@ def classify_message(msg: str, proc: ProcFacts, line: int) -> str | None:
         return ""
 
 
+# A handler's answer for "not mine after all": the message goes on to the rules on its content (`_by_content`).
+_NEXT = "\0next"
+Handler = Callable[[str, ProcFacts, int], "str | None"]
+
+
 def _classify(msg: str, proc: ProcFacts, line: int) -> str | None:
+    """The handler of the message's first four characters (`_EARLY`, then the `comm 0x` lines, then `_PREFIXES`),
+    else the rules on its content."""
     c4 = msg[:4]
-    if c4 == "Chan":
-        return _channel(msg, proc, line)
-    if c4 == "Ring":
-        if " via " in msg:
-            proc.add("via", msg[msg.find(" via ") + 5:], line)
-        else:
-            proc.add("ring", msg[5:7], line)
-        return None
-    if c4 == "Tree":
-        proc.add("tree", "Trees" if msg.startswith("Trees") else "Tree", line)
-        return None
-    if c4 == "NET/" or c4 == "NET ":
-        return _net(msg, proc, line)
-    if c4 == "NCCL":
-        return _nccl_prefixed(msg, proc, line)
+    early = _EARLY.get(c4)
+    if early is not None:
+        return early(msg, proc, line)
     if "comm 0x" in msg[:40]:
         return _comm(msg, proc, line)
-    if c4 == "Init":
-        m = P.INIT_TIMINGS.search(msg)
-        if m is None:
-            return ""
-        parts = {}
-        for item in (m.group("parts") or "").split(","):
-            bits = item.split()
-            if len(bits) == 2:
-                parts[bits[0]] = float(bits[1])
-        _add_rank(proc, m.group("rank"))
-        proc.add("nranks", m.group("nranks"), line)
-        proc.add("init_timings", _js(rank=int(m.group("rank")), total=float(m.group("total")),
-                                     fn=m.group("fn"), parts=parts), line)
-        return None
-    if c4 == "Boot":
-        if "timings" in msg:
-            proc.add("bootstrap_timings", msg[msg.find("total"):], line)
-            return None
-        if "no socket interface" in msg:
-            proc.add("bootstrap", _js(error=msg), line)
-            return None
-        for iface, addr in _ifaces(msg):
-            proc.add("bootstrap", _js(iface=iface, addr=addr), line)
-        return None
-    if c4 == "Usin":
-        if msg.startswith("Using network "):
-            proc.add("network", msg[14:].strip(), line)
-        elif msg.startswith("Using internal Network "):  # NCCL 2.3
-            proc.add("network", msg[23:].strip(), line)
-        elif msg.startswith("Using non-device net plugin"):
-            proc.add("net_plugin", "non-device", line)
-        else:
-            return ""
-        return None
-    if c4 == "Conn":
-        m = P.CONNECTED_RINGS.search(msg)
-        if m is not None:
-            proc.add("connected_rings", _js(pxn=m.group("pxn"), gdr=m.group("gdr")), line)
-        else:
-            proc.add("connected", msg[:40], line)
-        return None
-    if c4 == "Fail" and "libibverbs" in msg:
-        proc.add("ibverbs_missing", msg, line)
-        return None
-    if c4 == "cuda" and msg.startswith("cudaDriverVersion"):
-        proc.add("cuda_driver", msg[18:].strip(), line)
-        return None
-    if c4 in ("Plug", "P2P ", "TUNE", "PROF", "Init", "Assi"):
+    handler = _PREFIXES.get(c4)
+    if handler is not None:
+        answer = handler(msg, proc, line)
+        if answer != _NEXT:
+            return answer
+    return _by_content(msg, proc, line)
+
+
+def _ring(msg: str, proc: ProcFacts, line: int) -> str | None:
+    if " via " in msg:
+        proc.add("via", msg[msg.find(" via ") + 5:], line)
+    else:
+        proc.add("ring", msg[5:7], line)
+    return None
+
+
+def _tree(msg: str, proc: ProcFacts, line: int) -> str | None:
+    proc.add("tree", "Trees" if msg.startswith("Trees") else "Tree", line)
+    return None
+
+
+def _init(msg: str, proc: ProcFacts, line: int) -> str | None:
+    """`Init timings ...` (the communicator's init, by phase); any other `Init...` line (`Initialized NET plugin
+    IB`) is a plugin line."""
+    m = P.INIT_TIMINGS.search(msg)
+    if m is None:
         return _plugins(msg, proc, line)
+    parts = {}
+    for item in (m.group("parts") or "").split(","):
+        bits = item.split()
+        if len(bits) == 2:
+            parts[bits[0]] = float(bits[1])
+    _add_rank(proc, m.group("rank"))
+    proc.add("nranks", m.group("nranks"), line)
+    proc.add("init_timings", _js(rank=int(m.group("rank")), total=float(m.group("total")),
+                                 fn=m.group("fn"), parts=parts), line)
+    return None
+
+
+def _bootstrap(msg: str, proc: ProcFacts, line: int) -> str | None:
+    if "timings" in msg:
+        proc.add("bootstrap_timings", msg[msg.find("total"):], line)
+        return None
+    if "no socket interface" in msg:
+        proc.add("bootstrap", _js(error=msg), line)
+        return None
+    for iface, addr in _ifaces(msg):
+        proc.add("bootstrap", _js(iface=iface, addr=addr), line)
+    return None
+
+
+def _using(msg: str, proc: ProcFacts, line: int) -> str | None:
+    if msg.startswith("Using network "):
+        proc.add("network", msg[14:].strip(), line)
+    elif msg.startswith("Using internal Network "):  # NCCL 2.3
+        proc.add("network", msg[23:].strip(), line)
+    elif msg.startswith("Using non-device net plugin"):
+        proc.add("net_plugin", "non-device", line)
+    else:
+        return ""
+    return None
+
+
+def _connected(msg: str, proc: ProcFacts, line: int) -> str | None:
+    m = P.CONNECTED_RINGS.search(msg)
+    if m is not None:
+        proc.add("connected_rings", _js(pxn=m.group("pxn"), gdr=m.group("gdr")), line)
+    else:
+        proc.add("connected", msg[:40], line)
+    return None
+
+
+def _failed(msg: str, proc: ProcFacts, line: int) -> str | None:
+    if "libibverbs" not in msg:
+        return _NEXT
+    proc.add("ibverbs_missing", msg, line)
+    return None
+
+
+def _cuda(msg: str, proc: ProcFacts, line: int) -> str | None:
+    if not msg.startswith("cudaDriverVersion"):
+        return _NEXT
+    proc.add("cuda_driver", msg[18:].strip(), line)
+    return None
+
+
+def _by_content(msg: str, proc: ProcFacts, line: int) -> str | None:
+    """The lines known by what they hold, not how they start (channel summaries, error chains, IB errors)."""
     if msg[:1].isdigit():
         m = P.CHANNEL_SUMMARY.match(msg)
         if m is not None:
@@ -305,3 +341,28 @@ def _after(text: str, marker: str) -> str | None:
     if i < 0:
         return None
     return text[i + len(marker):].split()[0] if text[i + len(marker):].split() else None
+
+
+# First four characters -> handler, tried before the `comm 0x` lines (the most common lines first)
+_EARLY: dict[str, Handler] = {
+    "Chan": _channel,
+    "Ring": _ring,
+    "Tree": _tree,
+    "NET/": _net,
+    "NET ": _net,
+    "NCCL": _nccl_prefixed,
+}
+# First four characters -> handler, after them; a handler answering _NEXT leaves the line to `_by_content`
+_PREFIXES: dict[str, Handler] = {
+    "Init": _init,  # Init timings; Initialized NET plugin
+    "Boot": _bootstrap,
+    "Usin": _using,
+    "Conn": _connected,
+    "Fail": _failed,
+    "cuda": _cuda,
+    "Plug": _plugins,
+    "P2P ": _plugins,
+    "TUNE": _plugins,
+    "PROF": _plugins,
+    "Assi": _plugins,  # Assigned NET plugin
+}

@@ -1,8 +1,8 @@
 """The loader's entry for Nsight Systems inputs: find them among the other files, export reports, read them.
 
-Promise: `take_nsys_results(inputs, comm_kernels, step_name)` moves every Nsight Systems input out of
-`inputs.other` (a `.sqlite` with the SQLite header, a `.nsys-rep` / `.qdrep` report) and returns their
-`FileResult`s (`load.read_export`, one per rank). A report is exported with `nsys export --type sqlite`
+Promise: `read_nsys_inputs(found, comm_kernels, step_name)` reads the Nsight Systems inputs the input kinds
+found (collectors/input_kinds.py `NSYS`: a `.sqlite` export, a `.nsys-rep` / `.qdrep` report; recognized by
+`database.looks_like_export`) and returns their `FileResult`s (`load.read_export`, one per rank). A report is exported with `nsys export --type sqlite`
 into a temporary folder (removed after reading) when `nsys` is on PATH; without `nsys`, or when a
 `.sqlite` of the same name lies beside it (then that is read instead), it is a note saying how to
 export it. Nothing is ever written next to the inputs.
@@ -15,22 +15,18 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from perftracker.collectors.nsys.database import looks_like_export, time_budget
+from perftracker.collectors.nsys.database import time_budget
 from perftracker.collectors.nsys.load import read_export
 from perftracker.collectors.traces.comm_kernels import CommKernels
 from perftracker.collectors.traces.trace_map import FileResult
-from perftracker.rundir import Inputs
 
 _REPORTS = (".nsys-rep", ".qdrep")
 
 
-def take_nsys_results(inputs: Inputs, comm_kernels: CommKernels, step_name: str = "") -> list[FileResult]:
-    """FileResults of the Nsight Systems inputs among `inputs.other` (which no longer lists them)."""
-    found = [p for p in inputs.other if looks_like_export(p)]
+def read_nsys_inputs(found: list[Path], comm_kernels: CommKernels, step_name: str = "") -> list[FileResult]:
+    """FileResults of the Nsight Systems inputs `found` (exports and reports), one per rank."""
     if not found:
         return []
-    taken = set(found)
-    inputs.other = [p for p in inputs.other if p not in taken]
     exports = {p.with_suffix("") for p in found if p.name.lower().endswith(".sqlite")}
     results: list[FileResult] = []
     for path in found:

@@ -1,0 +1,182 @@
+"""The output folders: what an analysis or a comparison writes, and how it is read and rendered again.
+
+Promise: `write_run(run, out_dir)` writes one analysis as `tables/<view>.parquet` (plain columnar data),
+`findings.json`, the merged timeline when the run holds one (`timeline.json.gz`) and `report.html`, in that
+order; `write_diff(diff, out_dir)` writes a comparison as `diff.json` and `diff.html` (and each side that was
+analyzed, not read, into `base/` and `new/`). Every file is written then renamed, so nothing half-written is
+left; a write that fails is an `OutputError` naming the file (`writing`), and from `write_run` a
+`ReportNotWritten` that carries the finished run, so a command still says the verdict. `render_report`
+renders report.html again from an output folder's findings.json and tables/ alone, through the same renderer.
+Rendering modules (Jinja, plotly) are imported only when a page is rendered.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from perftracker.analyzers.findings import Finding
+from perftracker.analyzers.views import REPORT_VIEWS
+from perftracker.errors import OutputError, output_error
+from perftracker.reports import json_report
+from perftracker.store import LoadNote
+
+if TYPE_CHECKING:
+    from perftracker.results import Run, RunDiff
+
+FINDINGS = "findings.json"
+REPORT = "report.html"
+TABLES = "tables"
+DIFF_JSON = "diff.json"
+DIFF_HTML = "diff.html"
+TIMELINE = "timeline.json.gz"
+
+
+class ReportNotWritten(OutputError):
+    """The analysis finished, but its outputs could not be written: `result` is the finished analysis (a
+    `Run`: findings, document, tables), for the verdict to be said all the same."""
+
+    def __init__(self, cause: OutputError, result: Run, written: list[str]) -> None:
+        kept = f" ({' and '.join(written)} written before it)" if written else ""
+        super().__init__(cause.what, cause.where, cause.hint + kept)
+        self.result = result
+
+
+@contextmanager
+def writing(path: Path, option: str = "-o") -> Iterator[None]:
+    """An OSError raised while writing `path` (given with `option`) as the OutputError that says what to do."""
+    try:
+        yield
+    except OSError as exc:
+        raise output_error(path, exc, option) from None
+
+
+def write_run(run: Run, out_dir: Path) -> None:
+    """Write `run` into `out_dir` (ReportNotWritten naming what was written before a write failed)."""
+    written: list[str] = []
+    try:
+        with writing(out_dir):
+            out_dir.mkdir(parents=True, exist_ok=True)
+        with writing(out_dir / TABLES):
+            save_tables(run.tables, out_dir / TABLES)
+        written.append(f"{TABLES}/")
+        with writing(out_dir / FINDINGS):
+            json_report.write(out_dir / FINDINGS, run.document)
+        written.append(FINDINGS)
+        if run.timeline is not None:
+            with writing(out_dir / TIMELINE):
+                write_timeline(run.timeline, out_dir / TIMELINE, run.input)
+            written.append(TIMELINE)
+        with writing(out_dir / REPORT):
+            render_html(out_dir, run.tables, run.findings, run.notes, run.input, run.summary)
+    except OutputError as exc:
+        raise ReportNotWritten(exc, run, written) from None
+
+
+def save_tables(tables: Mapping[str, pd.DataFrame], folder: Path) -> None:
+    """Each table as `<name>.parquet`, written then renamed: a concurrent reader sees a whole file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, frame in tables.items():
+        tmp = folder / f".{name}.{uuid.uuid4().hex}.parquet.tmp"
+        try:
+            frame.reset_index(drop=True).to_parquet(tmp, index=False)
+            os.replace(tmp, folder / f"{name}.parquet")
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+
+def load_tables(folder: Path) -> dict[str, pd.DataFrame]:
+    """Every report view saved in `folder` (an empty frame for one that is not there, or that cannot be
+    read: a damaged table costs its own part of the report, with a note from `render_html`)."""
+    tables = {}
+    for name in REPORT_VIEWS:
+        path = folder / f"{name}.parquet"
+        try:
+            tables[name] = pd.read_parquet(path) if path.is_file() else pd.DataFrame()
+        except Exception:  # noqa: BLE001 - a damaged or foreign file: pyarrow raises many kinds
+            tables[name] = pd.DataFrame()
+    return tables
+
+
+def saved_output(path: Path) -> Path | None:
+    """The analysis output folder at `path` (findings.json + tables/), or in a run directory's
+    perftracker-out/; None when there is none."""
+    for folder in (path, path / "perftracker-out"):
+        if (folder / FINDINGS).is_file() and (folder / TABLES).is_dir():
+            return folder
+    return None
+
+
+def render_html(out_dir: Path, tables: Mapping[str, pd.DataFrame], findings: list[Finding], notes: list[LoadNote],
+                title: str, summary: Mapping[str, Any]) -> None:
+    """report.html in `out_dir`, from the run's tables and findings (sections that cannot be drawn are noted)."""
+    from perftracker.reports import html as html_report
+    from perftracker.reports.strip import summary_strip
+
+    sections, failed = html_report.build_sections_noting(tables, findings)
+    notes = [*notes, *(LoadNote("warning", f"report section {name}", f"left out: its tables could not be drawn "
+                                f"({why}). Re-run `perftracker analyze` to write them again.")
+                       for name, why in failed)]
+    html_report.render(out_dir / REPORT, findings, notes, sections, title=title, coverage=summary.get("coverage"),
+                       synthetic=summary.get("synthetic_inputs"), strip=summary_strip(tables, findings),
+                       timeline_command=timeline_command(title, out_dir, tables),
+                       timeline_file=TIMELINE if (out_dir / TIMELINE).is_file() else "")
+
+
+def render_report(out_dir: Path) -> Path:
+    """Re-render report.html from an output folder's findings.json and tables/."""
+    document, findings = json_report.read(out_dir / FINDINGS)
+    notes = [LoadNote.from_dict(n) for n in document.get("notes", [])]
+    with writing(out_dir / REPORT, ""):
+        render_html(out_dir, load_tables(out_dir / TABLES), findings, notes, str(document.get("input", out_dir)),
+                    document.get("summary") or {})
+    return out_dir / REPORT
+
+
+def write_timeline(merged: Any, out: Path, title: str) -> int:
+    """The merged timeline (`analyzers.traces.merged_timeline.MergedTimeline`) as a trace file; the events written."""
+    from perftracker.reports import timeline_trace
+
+    written: int = timeline_trace.write_trace(out, merged.events, merged.markers, merged.ranks, merged.steps,
+                                              merged.offsets_ns, merged.note, title=title)
+    return written
+
+
+def timeline_command(input_path: str, out_dir: Path, tables: Mapping[str, pd.DataFrame]) -> str:
+    """The `perftracker timeline` command that writes this run's merged timeline next to its report (run
+    from where `analyze` ran: the paths are as it was given them); "" when the run has no traces."""
+    has_traces = any(not tables.get(name, pd.DataFrame()).empty for name in ("ops", "kernels"))
+    if not has_traces:
+        return ""
+    return f"perftracker timeline {shlex.quote(input_path)} -o {shlex.quote(str(out_dir / TIMELINE))}"
+
+
+def write_diff(diff: RunDiff, out_dir: Path) -> None:
+    """`diff.json` and `diff.html` in `out_dir`, and each side that was analyzed (not read from a saved output)
+    into `out_dir/base` and `out_dir/new`, so that the page links both sides' reports. OutputError when a file
+    cannot be written (each is written then renamed: none is left half-written)."""
+    from perftracker.reports import diff_html
+
+    with writing(out_dir):
+        out_dir.mkdir(parents=True, exist_ok=True)
+    reports: dict[str, str] = {}
+    for label, side in (("base", diff.base), ("new", diff.new)):
+        if side.out_dir is None:
+            side.write(out_dir / label)
+        if side.out_dir is not None and (side.out_dir / REPORT).is_file():
+            reports[label] = Path(os.path.relpath(side.out_dir / REPORT, out_dir)).as_posix()
+    with writing(out_dir / DIFF_JSON):
+        json_report.write(out_dir / DIFF_JSON, diff.document)
+    with writing(out_dir / DIFF_HTML):
+        comparison = diff.comparison
+        diff_html.render(out_dir / DIFF_HTML, diff.findings, comparison.ops, comparison.ranks, comparison.summary,
+                         title=f"perftracker diff: {diff.title}", verdict=diff.verdict, side_reports=reports)
+    diff.out_dir = out_dir

@@ -1,0 +1,187 @@
+"""What the API hands back: one analyzed run (`Run`) and one comparison of two runs (`RunDiff`).
+
+Promise: a `Run` holds everything an analysis found, in memory: its verdict (one sentence), its ranked
+`findings` (the `Finding` dataclasses), the notes the loaders and views left, the summary of findings.json,
+and every report view as a DataFrame (`tables`, `view(name)`), each computed once when the run was analyzed.
+Nothing is written until `write(out)` is called, which writes findings.json, tables/ and report.html (the
+folder `perftracker analyze -o` writes). In a notebook a run shows its verdict and its findings as a table.
+A `RunDiff` holds a comparison's verdict, findings and tables, and both sides (as `Run`s), written by
+`write(out)` as diff.json and diff.html.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from perftracker.analyzers.compare.diff import RunDiff as Comparison
+from perftracker.analyzers.findings import Finding
+from perftracker.store import LoadNote, RunInfo, Store
+
+if TYPE_CHECKING:
+    from perftracker.analyzers.traces.merged_timeline import MergedTimeline
+
+FINDING_COLUMNS = ("id", "severity", "analyzer", "title", "ranks", "hosts", "seconds_per_step", "share_of_step",
+                   "confidence", "recommendation")
+
+
+def findings_frame(findings: list[Finding]) -> pd.DataFrame:
+    """One row per finding, in the ranked order: id, severity (info, warning, critical), analyzer, title,
+    ranks, hosts, its cost (seconds per step, share of the step), confidence and recommendation."""
+    rows = [{"id": f.id, "severity": f.severity.label, "analyzer": f.analyzer, "title": f.title,
+             "ranks": list(f.ranks), "hosts": list(f.hosts), "seconds_per_step": float(f.cost.seconds_per_step),
+             "share_of_step": float(f.cost.share_of_step), "confidence": f.confidence,
+             "recommendation": f.recommendation} for f in findings]
+    return pd.DataFrame(rows, columns=list(FINDING_COLUMNS))
+
+
+@dataclass
+class Run:
+    """One analyzed run: its verdict, findings and report views, in memory until `write` is called.
+
+    Attributes:
+        input: The path that was analyzed, as it was given.
+        findings: The findings, ranked (critical first, then by cost per step, then by confidence).
+        tables: Every report view by name (`perftracker.analyzers.views.REPORT_VIEWS`), as DataFrames.
+        notes: What the loaders and the views want the user to know about the inputs.
+        document: The findings.json document (schema of `perftracker.reports.json_report`).
+        run_info: What the loaders learned about the run (manifest, process groups, ...).
+        timeline: The merged, clock-aligned timeline of all ranks, when it was asked for.
+        out_dir: Where the run was written (by `write`, or the saved output it was read from); None before.
+        store: The Store it was analyzed from (closed: its tables stay, events it had spilled to disk are
+            gone); None for a run read from a saved output.
+    """
+
+    input: str
+    findings: list[Finding]
+    tables: dict[str, pd.DataFrame]
+    notes: list[LoadNote]
+    document: dict[str, Any]
+    run_info: RunInfo = field(default_factory=RunInfo, repr=False)
+    timeline: MergedTimeline | None = field(default=None, repr=False)
+    out_dir: Path | None = None
+    store: Store | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def verdict(self) -> str:
+        """The one-sentence verdict (the first actionable finding, or what was judged healthy)."""
+        return str(self.document["summary"]["verdict"])
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """findings.json's summary: verdict, counts, ranks, hosts, step time, coverage, ..."""
+        summary: dict[str, Any] = self.document["summary"]
+        return summary
+
+    @property
+    def report_path(self) -> Path:
+        """Where report.html is (or will be) in `out_dir` (the current folder's before `write`)."""
+        from perftracker.outputs import REPORT
+
+        return (self.out_dir or Path(".")) / REPORT
+
+    def findings_frame(self) -> pd.DataFrame:
+        """The findings as a DataFrame, one row each in the ranked order (see `findings_frame`)."""
+        return findings_frame(self.findings)
+
+    def view(self, name: str) -> pd.DataFrame:
+        """The report view `name` (e.g. "steps", "breakdown", "kernels", "lateness").
+
+        Raises:
+            KeyError: no view of that name; the message lists the names there are.
+        """
+        if name not in self.tables:
+            raise KeyError(f"no view {name!r}; the views are: {', '.join(self.tables)}")
+        return self.tables[name]
+
+    def write(self, out: str | Path) -> Path:
+        """Write findings.json, tables/<view>.parquet and report.html (and timeline.json.gz when the run holds
+        a timeline) into folder `out`, created if needed. Returns the path of report.html.
+
+        Raises:
+            perftracker.outputs.ReportNotWritten: a file could not be written (it names the file; what was
+                written before it is whole).
+        """
+        from perftracker.outputs import write_run
+
+        folder = Path(out)
+        write_run(self, folder)
+        self.out_dir = folder
+        return self.report_path
+
+    def _repr_html_(self) -> str:
+        from perftracker.reports.notebook import run_html
+
+        return run_html(self.verdict, self.findings)
+
+    def __repr__(self) -> str:
+        return f"Run({self.input!r}: {self.verdict} [{len(self.findings)} findings])"
+
+
+@dataclass
+class RunDiff:
+    """A comparison of two runs of one job: what changed beyond the noise of running it twice.
+
+    Attributes:
+        base: The earlier (good) run.
+        new: The run compared with it.
+        comparison: The comparison's tables: `ops` (op time per step on each side), `ranks` (per-rank
+            changes), `step_change` (new / base median step time - 1), `regression_significant`, `summary`.
+        document: The diff.json document (findings.json's schema).
+        out_dir: Where it was written by `write`; None before.
+    """
+
+    base: Run
+    new: Run
+    comparison: Comparison
+    document: dict[str, Any]
+    title: str
+    out_dir: Path | None = None
+
+    @property
+    def verdict(self) -> str:
+        """The one sentence of the comparison (`perftracker.reports.json_report.diff_verdict`)."""
+        return str(self.document["summary"]["verdict"])
+
+    @property
+    def findings(self) -> list[Finding]:
+        """The changes, ranked: the step time, ranks that changed, ops, settings, findings that came or went."""
+        return self.comparison.findings
+
+    @property
+    def step_change(self) -> float:
+        """New / base median step time - 1 (NaN without steps on both sides)."""
+        return self.comparison.step_change
+
+    @property
+    def regression_significant(self) -> bool:
+        """Whether the new run's steps are slower beyond the runs' noise."""
+        return self.comparison.regression_significant
+
+    def findings_frame(self) -> pd.DataFrame:
+        """The changes as a DataFrame, one row each (see `findings_frame`)."""
+        return findings_frame(self.findings)
+
+    def write(self, out: str | Path) -> Path:
+        """Write diff.json and diff.html into folder `out` (each side that was analyzed, not read from a saved
+        output, into `out/base` and `out/new`). Returns the path of diff.html.
+
+        Raises:
+            perftracker.errors.OutputError: a file could not be written (it names the file).
+        """
+        from perftracker.outputs import DIFF_HTML, write_diff
+
+        folder = Path(out)
+        write_diff(self, folder)
+        return folder / DIFF_HTML
+
+    def _repr_html_(self) -> str:
+        from perftracker.reports.notebook import run_html
+
+        return run_html(self.verdict, self.findings)
+
+    def __repr__(self) -> str:
+        return f"RunDiff({self.title!r}: {self.verdict})"
