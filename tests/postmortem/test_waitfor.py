@@ -180,3 +180,31 @@ def test_a_lost_peer_error_folds_into_the_cause_in_logs_without_dumps(fixture: s
     assert [f.ranks for f in critical] == [culprit], [f.title for f in critical]
     assert [f["analyzer"] for f in critical[0].evidence["folded"]] == ["crash"]
     assert "lost peer" in critical[0].evidence["folded"][0]["title"]
+
+
+def test_a_dump_that_cannot_be_read_is_a_note_and_its_rank_is_named_without_a_dump(tmp_path: Path) -> None:
+    # GIVEN the held-GIL case with rank 9's dump cut in half (a copy truncated as a full disk leaves it)
+    case = tmp_path / "case"
+    case.mkdir()
+    for dump_file in (NVRX / "lock_gil_1st").glob("_dump_*"):
+        data = dump_file.read_bytes()
+        (case / dump_file.name).write_bytes(data[: len(data) // 2] if dump_file.name == "_dump_9" else data)
+    # WHEN it is loaded and judged
+    store = load(case)
+    found = [f for f in analyze_crash(Analysis(store)) if f.severity == Severity.CRITICAL]
+    # THEN the load notes name the file and why; rank 9 is named as leaving no readable dump, rank 14 as missing
+    assert any(n.source.endswith("_dump_9") and "not a readable flight-recorder dump" in n.message for n in store.notes)
+    assert sorted(r for f in found for r in f.ranks) == [9, 14]
+    assert any(f.ranks == (9,) and f.title.startswith("Rank 9 left no dump") for f in found)
+
+
+def test_collectives_every_member_entered_are_one_stuck_collective_finding_only_when_nothing_else_explains(
+        tmp_path: Path) -> None:
+    # GIVEN groups 10 = [0, 1] and 11 = [2, 3]: every member entered #5 and none completed it, nobody missing
+    store = synthetic(tmp_path, {"10": [0, 1], "11": [2, 3]},
+                      {0: {"10": (5, 4)}, 1: {"10": (5, 4)}, 2: {"11": (5, 4)}, 3: {"11": (5, 4)}})
+    found = analyze_crash(Analysis(store))
+    # THEN one finding (was one per group): the communication itself is stuck, both groups in its evidence
+    assert len(found) == 1 and found[0].ranks == (0, 1, 2, 3)
+    assert "the communication itself is stuck" in found[0].title
+    assert sorted(r["pg"] for r in found[0].evidence["consequences"]) == ["10", "11"]

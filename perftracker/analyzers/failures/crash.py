@@ -1,9 +1,12 @@
 """The `crash` analyzer: offline hang and crash diagnosis from flight-recorder dumps and job logs.
 
-Promise: reads only the Store's `collectives_fr` and `failures` tables (plus `fr_pg_status`,
-`fr_pg_config` and `watchdog_progress` of its RunInfo, and rank -> host from any table). Findings, each naming culprit ranks/hosts:
-  * FR hang (critical): the collective (pg, seq, op, sizes) some ranks entered and wait in, and the
-    ranks that never entered it (their last entered/completed collective per pg in the evidence);
+Promise: reads the Store's `collectives_fr` and `failures` tables (plus `fr_pg_status`,
+`fr_pg_config` and `watchdog_progress` of its RunInfo, and rank -> host from any table), and the
+wait-for graph (`waitview.graph_of`, which also reads stacks). Findings, each naming culprit ranks/hosts:
+  * FR hang (critical), when the dumps show ranks waiting: one finding per root of the wait-for graph
+    (`roots.py`), the stuck collectives behind it as its evidence; the findings below that it explains
+    are folded into it (`roots.fold`). Without waiting ranks (older dumps): the collective (pg, seq, op,
+    sizes) some ranks entered and wait in, and the ranks that never entered it;
   * FR mismatch (critical): ranks that ran a different op or sizes at the same sequence number;
   * watchdog timeout (critical): the ranks that timed out at one NCCL SeqNum, and the ranks of the
     group missing from it (the culprits); gloo timeouts likewise, by collective and call site;
@@ -316,10 +319,12 @@ def analyze_crash(analysis: Analysis) -> list[Finding]:
     hosts = host_map(store)
     world = world_size(store)
     graph = analysis.view(graph_of)
-    roots = root_findings(graph, hosts, store["failures"], store["collectives_fr"]) if graph.edges or graph.stalls else []
     others = [*timeout_findings(store, hosts, world), *first_failure(store, hosts), *xid_findings(store)]
-    if not roots:
+    if not graph.roots:
         return [*fr_findings(store, hosts, world), *others]
     fr = store["collectives_fr"]
     mismatches = [f for pg, rows in fr[fr["seq"] >= 0].groupby("pg", sort=True) for f in _mismatch(str(pg), rows, hosts)]
+    if mismatches and all(r.kind == "stuck collective" for r in graph.roots):
+        return [*mismatches, *others]  # the mismatch explains why nobody completes: it is the root
+    roots = root_findings(graph, hosts, store["failures"], store["collectives_fr"])
     return fold(roots, [*mismatches, *others])

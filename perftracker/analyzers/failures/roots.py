@@ -61,9 +61,7 @@ def _what(graph: WaitGraph, root: Root) -> str:
     if root.kind == "stalled":
         stalls = "; ".join(f"rank {s.rank} saw pg {s.pg} complete up to #{s.completed}, rank {s.peer} "
                            f"up to #{s.peer_completed}" for s in _first_stall_per_rank(root)[:2])
-        missing = _missing_in(root)
-        return (f"stopped completing collectives while their peers went on ({stalls}): their GPU or its "
-                f"watchdog stopped" + (f"; never entered {missing}" if missing else ""))
+        return f"stopped completing collectives while their peers went on ({stalls}): their GPU or its watchdog stopped"
     if root.kind == "no dump":
         missing = _missing_in(root)
         never = f" and never entered {missing}" if missing else ""
@@ -165,7 +163,7 @@ def root_finding(graph: WaitGraph, root: Root, hosts: dict[int, str], failures: 
     if stacks:
         extra.append("; ".join(f"rank {r} stack at {w}" for r, w in sorted(stacks.items())[:2]))
     extra.extend(_xids(failures, on)[:3])
-    last = last_entered(fr, root.ranks) if root.kind in ("missing", "stalled", "cycle") else {}
+    last = last_entered(fr, root.ranks) if root.kind in ("missing", "cycle") else {}
     if last and len(set(last.values())) == 1:
         extra.append(next(iter(last.values())).replace("its dump lists", "their dumps list" if len(last) > 1 else "its dump lists"))
     elif last:

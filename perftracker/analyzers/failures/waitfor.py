@@ -87,6 +87,7 @@ class WaitGraph:
     edges: dict[int, dict[int, list[Blocked]]] = field(default_factory=dict)  # waiter -> waited-on -> via
     stalls: list[Stall] = field(default_factory=list)
     roots: list[Root] = field(default_factory=list)
+    cycles: list[list[int]] = field(default_factory=list)  # sets of ranks waiting for each other
     elsewhere: dict[int, str] = field(default_factory=dict)  # ranks the dumps call missing that wait elsewhere
     silent: tuple[int, ...] = ()  # ranks that left no dump, no stack and no line of their own
     at: dict[int, str] = field(default_factory=dict)  # where the stacks show ranks that wait in no call
@@ -208,14 +209,57 @@ def p2p_blocked(store: Store, world: int) -> list[Blocked]:
     return out
 
 
-def _reach(edges: dict[int, dict[int, list[Blocked]]], start: int) -> set[int]:
-    seen, todo = {start}, [start]
-    while todo:
-        for nxt in edges.get(todo.pop(), {}):
-            if nxt not in seen:
+def _components(edges: dict[int, dict[int, list[Blocked]]], nodes: set[int]) -> dict[int, int]:
+    """rank -> its strongly connected component (Kosaraju, iterative: linear in ranks and edges)."""
+    order: list[int] = []
+    seen: set[int] = set()
+    for start in sorted(nodes):
+        if start in seen:
+            continue
+        seen.add(start)
+        stack = [(start, iter(edges.get(start, {})))]
+        while stack:
+            node, children = stack[-1]
+            nxt = next((c for c in children if c not in seen), None)
+            if nxt is None:
+                order.append(node)
+                stack.pop()
+            else:
                 seen.add(nxt)
-                todo.append(nxt)
-    return seen
+                stack.append((nxt, iter(edges.get(nxt, {}))))
+    back = _reverse(edges)
+    comp: dict[int, int] = {}
+    for start in reversed(order):
+        if start in comp:
+            continue
+        comp[start] = start
+        todo = [start]
+        while todo:
+            for prev in back.get(todo.pop(), ()):
+                if prev not in comp:
+                    comp[prev] = start
+                    todo.append(prev)
+    return comp
+
+
+def _reverse(edges: dict[int, dict[int, list[Blocked]]]) -> dict[int, list[int]]:
+    back: dict[int, list[int]] = defaultdict(list)
+    for waiter, targets in edges.items():
+        for target in targets:
+            back[target].append(waiter)
+    return back
+
+
+def _behind(edges: dict[int, dict[int, list[Blocked]]], ranks: set[int]) -> set[int]:
+    """Every rank that waits for one of `ranks`, directly or through others."""
+    back = _reverse(edges)
+    seen, todo = set(ranks), list(ranks)
+    while todo:
+        for prev in back.get(todo.pop(), ()):
+            if prev not in seen:
+                seen.add(prev)
+                todo.append(prev)
+    return seen - ranks
 
 
 def _edge(graph: WaitGraph, waiter: int, target: int, via: Blocked) -> None:
@@ -225,15 +269,22 @@ def _edge(graph: WaitGraph, waiter: int, target: int, via: Blocked) -> None:
             graph.blocked.append(via)
 
 
-def _kinds(graph: WaitGraph, no_dump: set[int]) -> tuple[dict[int, str], dict[int, set[int]]]:
-    """rank -> root kind for the rank at the end of the waiting, and who reaches whom."""
+def _kinds(graph: WaitGraph, no_dump: set[int]) -> dict[int, str]:
+    """rank -> root kind for the ranks at the end of the waiting."""
     nodes = set(graph.edges) | {t for ts in graph.edges.values() for t in ts}
-    reach = {n: _reach(graph.edges, n) for n in nodes}
+    comp = _components(graph.edges, nodes)
+    rings: dict[int, set[int]] = defaultdict(set)
+    for n, c in comp.items():
+        rings[c].add(n)
     stalled = {s.rank for s in graph.stalls}
-    # a sink: waits for nobody; a cycle: every rank it reaches reaches it back (a closed set of mutual waiting)
+    # a sink: waits for nobody; a cycle: a set of ranks waiting for each other with no edge leaving it
     sinks = {n for n in nodes if not graph.edges.get(n)}
-    cyclic = {n for n in nodes if graph.edges.get(n) and all(n in reach[m] for m in reach[n])
-              and _collective_in_cycle(graph, n, reach)}
+    cyclic: set[int] = set()
+    for ring in rings.values():
+        closed = len(ring) > 1 and all(t in ring for n in ring for t in graph.edges.get(n, {}))
+        if closed and _collective_in_cycle(graph, ring):
+            cyclic |= ring
+    graph.cycles = [sorted(r) for r in rings.values() if r <= cyclic]
     kinds: dict[int, str] = {}
     for n in sinks:
         kinds[n] = "no dump" if n in no_dump else "stalled" if n in stalled else "missing"
@@ -241,7 +292,7 @@ def _kinds(graph: WaitGraph, no_dump: set[int]) -> tuple[dict[int, str], dict[in
         kinds[n] = "stalled"  # it also waits for someone, but its own device stopped first
     for n in cyclic - set(kinds):
         kinds[n] = "cycle"
-    return kinds, reach
+    return kinds
 
 
 def build(blocked: list[Blocked], stalls: list[Stall], dumped: tuple[int, ...], world: int,
@@ -265,7 +316,7 @@ def build(blocked: list[Blocked], stalls: list[Stall], dumped: tuple[int, ...], 
         for target in sorted(silent):
             _edge(graph, rank, target, Blocked("", "", -1, message[:80], "", (rank,), (), (target,), -1, "lost peer"))
     no_dump = {r for b in blocked for r in b.no_dump} | silent
-    kinds, reach = _kinds(graph, no_dump)
+    kinds = _kinds(graph, no_dump)
     blocked_elsewhere = {r: f"waits in {w}" for r, w in other.waits_in.items()}
     blocked_elsewhere.update({r: f"lost its peer: {m}" for r, m in other.lost_peer.items()})
     demoted = {r for r, k in kinds.items() if k == "missing" and r in blocked_elsewhere}
@@ -276,8 +327,8 @@ def build(blocked: list[Blocked], stalls: list[Stall], dumped: tuple[int, ...], 
             for target in targets:
                 _edge(graph, rank, target, Blocked("", "", -1, blocked_elsewhere[rank][:80], "", (rank,), (target,),
                                                    (), -1, "stack" if rank in other.waits_in else "lost peer"))
-        kinds, reach = _kinds(graph, no_dump)
-    graph.roots = _roots(graph, kinds, reach)
+        kinds = _kinds(graph, no_dump)
+    graph.roots = _roots(graph, kinds)
     if not graph.roots:
         stuck = [b for b in blocked if not b.absent]
         if stuck:
@@ -286,10 +337,9 @@ def build(blocked: list[Blocked], stalls: list[Stall], dumped: tuple[int, ...], 
     return graph
 
 
-def _collective_in_cycle(graph: WaitGraph, rank: int, reach: dict[int, set[int]]) -> bool:
+def _collective_in_cycle(graph: WaitGraph, ring: set[int]) -> bool:
     """A closed set of ranks waiting for each other counts as a cycle only when a collective is one of its
     edges: a send and its recv both pending (one peer each way) is a pair stuck behind something else."""
-    ring = {m for m in reach[rank] if rank in reach[m]}
     return any(b.source != "p2p" for a in ring for t, via in graph.edges.get(a, {}).items() if t in ring for b in via)
 
 
@@ -299,23 +349,20 @@ def _key(graph: WaitGraph, rank: int, kind: str) -> tuple[str, str]:
         first = min((s for s in graph.stalls if s.rank == rank), key=lambda s: (s.desc, s.completed))
         return kind, f"{first.desc or first.pg}#{first.completed}"
     if kind == "cycle":
-        return kind, ",".join(str(r) for r in sorted(_cycle_of(graph, rank)))
+        return kind, ",".join(str(r) for r in next((c for c in graph.cycles if rank in c), [rank]))
     return kind, ""
 
 
-def _cycle_of(graph: WaitGraph, rank: int) -> set[int]:
-    return {m for m in _reach(graph.edges, rank) if rank in _reach(graph.edges, m)}
-
-
-def _roots(graph: WaitGraph, kinds: dict[int, str], reach: dict[int, set[int]]) -> list[Root]:
+def _roots(graph: WaitGraph, kinds: dict[int, str]) -> list[Root]:
     together: dict[tuple[str, str], list[int]] = defaultdict(list)
     for rank, kind in sorted(kinds.items()):
         together[_key(graph, rank, kind)].append(rank)
     roots = []
     for (kind, _), ranks in together.items():
         mine = set(ranks)
-        behind = tuple(sorted(n for n, seen in reach.items() if n not in mine and seen & mine))
-        held = tuple(b for b in graph.blocked if set(b.absent) & mine or set(b.entered) & set(behind))
+        behind = tuple(sorted(_behind(graph.edges, mine)))
+        later = set(behind)
+        held = tuple(b for b in graph.blocked if set(b.absent) & mine or not later.isdisjoint(b.entered))
         last = {r: last_did(graph, r) for r in ranks}
         roots.append(Root(tuple(ranks), kind, last, behind, held,
                           tuple(s for s in graph.stalls if s.rank in mine)))
