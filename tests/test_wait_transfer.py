@@ -1,0 +1,108 @@
+"""Waiting and transfer at every collective, on real traces, against numbers computed here from the raw events.
+
+The DLRM set (tests/fixtures/dlrm_kineto, facebookresearch/param, MIT) is 8 ranks of one V100 node, one
+profiled step, 8 NCCL collectives (SendRecv and AllReduce) in which one rank (7) arrives last at 5: the
+other ranks' kernels spin for milliseconds while the transfers themselves take microseconds.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.registry import run_analyzers
+from perftracker.analyzers.stragglers.wait_transfer import collective_split_view, step_waits_view
+from perftracker.analyzers.traces.gpu_time import breakdown_view
+from perftracker.collectors.loading import LoadOptions, load_path
+from perftracker.store import Store
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+DLRM = FIXTURES / "dlrm_kineto"
+
+
+@lru_cache(maxsize=1)
+def _dlrm() -> Store:
+    return load_path(DLRM, LoadOptions(workers=1))
+
+
+def _raw_nccl_kernels() -> pd.DataFrame:
+    """Every rank's NCCL kernels straight from the JSON files: rank, k (its k-th), ts and dur in us."""
+    rows = []
+    for path in sorted(DLRM.glob("*.json.gz")):
+        trace = json.loads(gzip.decompress(path.read_bytes()))
+        rank = int(trace["distributedInfo"]["rank"])
+        kernels = sorted((e for e in trace["traceEvents"] if e.get("cat") == "kernel"
+                          and str(e.get("name", "")).startswith("nccl")), key=lambda e: float(e["ts"]))
+        rows += [{"rank": rank, "k": k, "ts": float(e["ts"]), "dur": float(e["dur"])} for k, e in enumerate(kernels)]
+    return pd.DataFrame(rows)
+
+
+def test_dlrm_wait_and_transfer_match_the_raw_events() -> None:
+    # GIVEN the 8-rank DLRM traces, and from the raw events: per collective, the last arrival, each rank's
+    # wait (last arrival - own start, within its kernel) and transfer (the rest), the shortest duration
+    raw = _raw_nccl_kernels()
+    raw["last"] = raw.groupby("k")["ts"].transform("max")
+    raw["wait"] = (raw["last"] - raw["ts"]).clip(lower=0).combine(raw["dur"], min)
+    raw["transfer"] = raw["dur"] - raw["wait"]
+    # WHEN the run is analyzed
+    table = Analysis(_dlrm()).view(collective_split_view)
+    # THEN all 8 collectives are matched on all 8 ranks, on aligned clocks
+    assert table["instance"].nunique() == 8 and table["rank"].nunique() == 8
+    assert set(table["basis"]) == {"aligned"}
+    # AND on every rank wait + transfer is the kernel's duration, exactly
+    assert (table["wait_ns"] + table["transfer_ns"] == table["dur_ns"]).all()
+    # AND per rank, wait and transfer agree with the raw events (the aligned clocks differ from the raw ones by
+    # at most a few microseconds per collective)
+    mine = table.groupby("rank")[["wait_ns", "transfer_ns"]].sum() / 1e3
+    theirs = raw.groupby("rank")[["wait", "transfer"]].sum()
+    assert (mine["wait_ns"] - theirs["wait"]).abs().max() < 25
+    assert (mine["transfer_ns"] - theirs["transfer"]).abs().max() < 25
+    # AND the transfers add up to ~0.2 ms per rank (the sum of the shortest durations, as TraceLens measures
+    # it: 217 us), while the ranks' NCCL kernels last 1.7 to 11.3 ms in all
+    shortest = raw.groupby("k")["dur"].min().sum()
+    assert shortest == pytest.approx(217, abs=1)
+    assert (mine["transfer_ns"] - shortest).abs().max() < 15
+    assert theirs["wait"].max() > 10_000
+
+
+def test_dlrm_rank_7_causes_most_of_the_waiting() -> None:
+    # GIVEN the DLRM traces; from the raw events, the rank arriving last at each collective
+    raw = _raw_nccl_kernels()
+    last = raw.loc[raw.groupby("k")["ts"].idxmax(), "rank"]
+    assert int(last.value_counts().idxmax()) == 7 and int((last == 7).sum()) == 5
+    # WHEN the waits per step are computed
+    steps = Analysis(_dlrm()).view(step_waits_view).set_index("rank")
+    # THEN rank 7 is the last at 5 collectives and caused the most rank-seconds of waiting
+    assert int(steps["times_last"].idxmax()) == 7 and int(steps.loc[7, "times_last"]) == 5
+    assert int(steps["caused_ns"].idxmax()) == 7
+    # AND the waiting caused equals the waiting done (every wait is somebody's lateness)
+    assert steps["caused_ns"].sum() == steps["wait_ns"].sum()
+
+
+def test_dlrm_waiting_is_not_reported_as_exposed_communication() -> None:
+    # GIVEN the DLRM traces, where ~98% of NCCL kernel time is waiting
+    analysis = Analysis(_dlrm())
+    # WHEN analyzed
+    findings = run_analyzers(analysis)
+    table = analysis.view(breakdown_view)
+    # THEN no exposed-communication finding (the transfers are ~0.2 ms of a ~16 ms step)
+    assert not [f for f in findings if f.analyzer == "overlap"]
+    # AND the breakdown counts the transfer as communication and the rest as waiting
+    assert (table["comm_ns"] < 230_000).all()
+    assert (table["comm_exposed_pct"] < 2.0).all()
+    assert table["wait_exposed_pct"].median() > 20.0
+
+
+def test_all_gather_is_sized_by_its_output_as_nccl_tests_does() -> None:
+    # GIVEN the all-gather of a real B200 trace: 25136 elements in, 201088 out (8 ranks), bfloat16
+    store = load_path(FIXTURES / "tracelens_b200", LoadOptions(workers=1))
+    # WHEN loaded
+    rows = store.events[store.events["collective"] == "all_gather"]
+    # THEN the kernel and its op carry the output size, 8x the input (nccl-tests' S for busbw)
+    assert len(rows) == 2 and set(rows["bytes"]) == {201088 * 2}
