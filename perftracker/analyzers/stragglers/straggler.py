@@ -14,7 +14,7 @@ matched collectives' arrivals and the clock offsets), `rank_metrics_view`, and t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -28,6 +28,7 @@ from perftracker.analyzers.stragglers.collectives import (
     collective_events,
     match_instances,
 )
+from perftracker.analyzers.stragglers.durations import DurationVerdict, judge_durations, work_trials
 from perftracker.analyzers.stragglers.significance import ALPHA, OutlierVerdict, judge_outliers
 from perftracker.analyzers.stragglers.slow_ops import slower_ops
 from perftracker.store import Store
@@ -185,6 +186,25 @@ def verdict_view(analysis: Analysis) -> OutlierVerdict:
     return judge_outliers(step_trials(analysis.view(arrivals_view).arrivals))
 
 
+def durations_view(analysis: Analysis) -> DurationVerdict:
+    """Is one rank's own work longer than its peers', paired per step? (`durations.judge_durations`)"""
+    return judge_durations(work_trials(analysis.view(arrivals_view).arrivals))
+
+
+def _by_durations(v: OutlierVerdict, d: DurationVerdict) -> OutlierVerdict:
+    """The last-arrival verdict, naming the rank the durations test names when it alone is significant."""
+    if v.significant or not d.significant or d.rank is None or d.rank not in v.per_rank:
+        return v
+    return replace(v, ranks=(d.rank,), significant=True, confidence=1.0 - d.p_family, effect=d.mean_excess_ns)
+
+
+def _durations_evidence(d: DurationVerdict) -> dict[str, object]:
+    return {"test": "own work paired per step (one-sided t, autocorrelation-aware, x ranks)", "steps": d.steps,
+            "p_family": round(d.p_family, 6), "excess_ms_per_step": round(d.mean_excess_ns / 1e6, 3),
+            "excess_pct": round(100 * d.relative_excess, 1), "steps_longer": d.positive_steps,
+            "lag1_autocorrelation": round(d.rho, 3), "effective_steps": round(d.n_eff, 2)}
+
+
 def _significance(v: OutlierVerdict) -> dict[str, object]:
     named = v.per_rank.get(v.ranks[0] if v.ranks else (v.suspect if v.suspect is not None else -1))
     return {"trials": v.trials, "world": v.world, "confidence": round(v.confidence, 4),
@@ -201,10 +221,11 @@ def analyze_stragglers(analysis: Analysis) -> list[Finding]:
     if arr.empty:
         return []
     metrics = analysis.view(rank_metrics_view)
-    verdict = analysis.view(verdict_view)
+    durations = analysis.view(durations_view)
+    verdict = _by_durations(analysis.view(verdict_view), durations)
     findings = [_alignment_finding(arr, offsets)]
     if verdict.significant and not verdict.is_group:
-        findings.append(_straggler(analysis, arr, metrics, verdict))
+        findings.append(_straggler(analysis, arr, metrics, verdict, durations))
     elif verdict.is_group:
         findings.append(_group(store, arr, verdict))
     else:
@@ -226,7 +247,8 @@ def analyze_stragglers(analysis: Analysis) -> list[Finding]:
     return findings
 
 
-def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, verdict: OutlierVerdict) -> Finding:
+def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, verdict: OutlierVerdict,
+               durations: DurationVerdict) -> Finding:
     store = analysis.store
     r = verdict.ranks[0]
     row = metrics.loc[r].to_dict()
@@ -237,7 +259,12 @@ def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, ver
     what = ("; slower ops: " + ", ".join(f"{short_symbol(o['name'], 60)} (+{o['extra_ms_per_step']:.2f} ms per step)"
                                          for o in ops[:3])) if ops else ""
     stats = verdict.per_rank[r]
+    by_work = durations.significant and durations.rank == r
+    severity = max(severity, Severity.WARNING) if by_work else severity  # its own work is 8%+ longer, step after step
     cheap = "" if severity > Severity.INFO else " (real, but it costs the others little)"
+    if by_work:
+        what = (f"; its own work is {100 * durations.relative_excess:.0f}% longer than its peers' (longer in "
+                f"{durations.positive_steps} of {durations.steps} steps){what}")
     return Finding(
         analyzer="straggler", severity=severity,
         title=(f"Rank {r} is a persistent {kind} straggler: the last to arrive in {stats.times_slowest} of "
@@ -255,6 +282,7 @@ def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, ver
             "peers_median_lateness_ms": round(float(metrics.drop(index=r)["median_lateness_s"].median()) * 1e3, 3),
             "waiting_ranks": [int(x) for x in metrics.index if int(x) != r][:256],
             "significance": _significance(verdict),
+            **({"durations_test": _durations_evidence(durations)} if by_work else {}),
         },
         ranks=(r,), hosts=hosts_of(store, [r]), confidence=verdict.confidence,
         cost=Cost(float(row["cost_per_step_s"]), float(row["cost_share"])), key=f"straggler:{r}",
