@@ -12,6 +12,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -106,3 +107,66 @@ def test_all_gather_is_sized_by_its_output_as_nccl_tests_does() -> None:
     rows = store.events[store.events["collective"] == "all_gather"]
     # THEN the kernel and its op carry the output size, 8x the input (nccl-tests' S for busbw)
     assert len(rows) == 2 and set(rows["bytes"]) == {201088 * 2}
+
+
+def test_dlrm_one_step_names_the_rank_waited_for_and_says_persistence_cannot_be_judged() -> None:
+    # GIVEN the DLRM traces: one profiled step, rank 7 last at 5 of the 8 collectives
+    findings = run_analyzers(Analysis(_dlrm()))
+    # WHEN the straggler analyzer reports
+    measured = [f for f in findings if f.key.startswith("straggler:measured:")]
+    # THEN one finding names rank 7 with the waiting it caused, what it did before, and the caveat
+    assert len(measured) == 1 and measured[0].ranks == (7,)
+    f = measured[0]
+    assert f.evidence["times_last"] == 5 and f.evidence["steps"] == 1
+    assert f.evidence["caused_rank_ms"] == pytest.approx(35.6, abs=0.5)  # the others' waiting, summed
+    assert "persistence cannot be judged" in f.title
+    did = f.evidence["before_arrival"]
+    assert did["collectives"] == 5 and did["interval_ms"] > did["median_rank_interval_ms"]
+    assert did["top_extra_cpu"] and did["extra_cpu_ops_ms"] > 1.0
+
+
+ACCURACY = FIXTURES / "accuracy"
+
+
+def test_gloo_job_wait_and_transfer_match_the_raw_events_and_the_late_rank_is_named_with_what_it_did() -> None:
+    # GIVEN a real 4-rank torchrun gloo job (CPU) of the accuracy corpus: rank 0 does 3x the forward's matmuls
+    # in an `extra_work` region before every gradient all-reduce; one host, so one clock
+    store = load_path(ACCURACY / "inproc-rank0-x3-16", LoadOptions(workers=1))
+    analysis = Analysis(store)
+    # AND from the raw events: per step, each rank's arrival (its c10d::allreduce_ issue) and the end of its
+    # gloo:all_reduce; wait = the last arrival - its own (within the op), transfer = the rest
+    ev = store.events
+    issue = ev[ev["name"] == "c10d::allreduce_"].sort_values("start_ns")
+    run = ev[ev["name"] == "gloo:all_reduce"].sort_values("start_ns")
+    raw = pd.DataFrame({"rank": issue["rank"].to_numpy(), "step": issue["step"].to_numpy(),
+                        "arrival": issue["start_ns"].to_numpy()})
+    raw["end"] = _ends(run, raw)
+    raw = raw[raw["step"] >= 0]
+    raw["wait"] = np.minimum((raw.groupby("step")["arrival"].transform("max") - raw["arrival"]).clip(lower=0),
+                             raw["end"] - raw["arrival"])
+    raw["transfer"] = raw["end"] - raw["arrival"] - raw["wait"]
+    # WHEN analyzed
+    table = analysis.view(collective_split_view)
+    mine = table.set_index(["step", "rank"])[["wait_ns", "transfer_ns"]].sort_index()
+    theirs = raw.set_index(["step", "rank"])[["wait", "transfer"]].sort_index()
+    # THEN the gloo source is used and wait and transfer equal the raw numbers, exactly (one host, one clock)
+    assert set(table["source"]) == {"gloo"}
+    assert (mine["wait_ns"].to_numpy() == theirs["wait"].to_numpy()).all()
+    assert (mine["transfer_ns"].to_numpy() == theirs["transfer"].to_numpy()).all()
+    # AND rank 0 caused the waiting, and the finding names it with what it did: its extra_work region
+    straggler = [f for f in run_analyzers(analysis) if f.key == "straggler:0"]
+    assert straggler and straggler[0].evidence["before_arrival"]["top_extra_cpu"][0]["name"] == "extra_work"
+    assert straggler[0].evidence["before_arrival"]["extra_gpu_idle_ms"] == 0.0  # no GPU in this job
+
+
+def _ends(run: pd.DataFrame, raw: pd.DataFrame) -> np.ndarray:
+    """The end of each rank's k-th gloo:all_reduce, in the order of `raw` (each rank's k-th issue)."""
+    ends = {}
+    for rank, group in run.groupby("rank"):
+        ends[int(rank)] = list((group["start_ns"] + group["dur_ns"]).to_numpy())
+    out, seen = [], {}
+    for rank in raw["rank"]:
+        k = seen.get(int(rank), 0)
+        seen[int(rank)] = k + 1
+        out.append(ends[int(rank)][k])
+    return np.array(out, dtype=np.int64)

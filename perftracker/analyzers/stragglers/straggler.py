@@ -14,7 +14,7 @@ matched collectives' arrivals and the clock offsets), `rank_metrics_view`, and t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -22,14 +22,15 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of
 from perftracker.analyzers.findings import Cost, Finding, Severity
-from perftracker.analyzers.stragglers.collectives import (
-    arrivals,
-    clock_offsets,
-    collective_events,
-    match_instances,
+from perftracker.analyzers.stragglers.collectives import (  # noqa: F401 - re-exported for their readers
+    CollectiveArrivals,
+    arrivals_view,
+    same_host_same_clock,
+    straggler_tables,
 )
 from perftracker.analyzers.stragglers.durations import DurationVerdict, judge_durations, work_trials
-from perftracker.analyzers.stragglers.significance import ALPHA, OutlierVerdict, judge_outliers
+from perftracker.analyzers.stragglers.late_rank import before_arrival, describe, measured_wait_finding
+from perftracker.analyzers.stragglers.significance import ALPHA, MIN_TRIALS, OutlierVerdict, judge_outliers
 from perftracker.analyzers.stragglers.slow_ops import slower_ops
 from perftracker.store import Store
 from perftracker.values import short_symbol
@@ -39,27 +40,6 @@ MIN_SHARE_LAST_TWO = 0.75  # with two ranks one is always last: ask for more
 MIN_COST_SHARE = 0.05  # and the others wait at least 5% of a step for it
 CRITICAL_COST_SHARE = 0.15
 MIN_INSTANCES = 4
-
-
-def straggler_tables(store: Store) -> tuple[pd.DataFrame, pd.Series]:
-    """(arrivals per instance and rank, clock offset per rank in ns)."""
-    matched = match_instances(collective_events(store))
-    offsets = same_host_same_clock(store, clock_offsets(matched))
-    return arrivals(matched, offsets), offsets
-
-
-@dataclass(frozen=True)
-class CollectiveArrivals:
-    """Arrivals per matched collective instance and rank, on clocks aligned by `offsets` (ns per rank)."""
-
-    arrivals: pd.DataFrame
-    offsets: pd.Series
-
-
-def arrivals_view(analysis: Analysis) -> CollectiveArrivals:
-    """The run's collective arrivals (see `straggler_tables`)."""
-    arr, offsets = straggler_tables(analysis.store)
-    return CollectiveArrivals(arr, offsets)
 
 
 def rank_metrics_view(analysis: Analysis) -> pd.DataFrame:
@@ -78,22 +58,6 @@ def rank_waits_view(analysis: Analysis) -> pd.DataFrame:
     if metrics.empty:
         return pd.DataFrame(columns=["rank", "share_last", "wait_per_step_s", "cost_per_step_s"])
     return metrics[["share_last", "wait_per_step_s", "cost_per_step_s"]].reset_index()
-
-
-def same_host_same_clock(store: Store, offsets: pd.Series) -> pd.Series:
-    """Ranks on one host read one system clock: give them their host's median offset, so that a rank
-    whose collectives finish late (a starved progress thread) is not mistaken for a skewed clock.
-    Ranks whose host is unknown keep their own estimate."""
-    if offsets.empty:
-        return offsets
-    hosts = pd.Series({rank: store.host_of(int(str(rank))) for rank in offsets.index})
-    known = hosts[hosts != ""]
-    if known.empty:
-        return offsets
-    per_host = offsets[known.index].astype("float64").groupby(known).transform("median")
-    result = offsets.astype("float64")  # a host's median offset can be a half nanosecond
-    result[per_host.index] = per_host
-    return (result - result.median()).round().astype("int64")
 
 
 def rank_metrics(arr: pd.DataFrame, store: Store) -> pd.DataFrame:
@@ -228,6 +192,9 @@ def analyze_stragglers(analysis: Analysis) -> list[Finding]:
         findings.append(_straggler(analysis, arr, metrics, verdict, durations))
     elif verdict.is_group:
         findings.append(_group(store, arr, verdict))
+    elif verdict.trials < MIN_TRIALS:  # a step or so: a measurement of who was waited for, not a verdict
+        cost = float(metrics["cost_per_step_s"].max())
+        findings += [f for f in [measured_wait_finding(analysis, _step_seconds(store, arr), cost)] if f is not None]
     else:
         findings += _within_noise(store, metrics, verdict)
     named = {f.ranks[0] for f in findings if f.severity > Severity.INFO and len(f.ranks) == 1}
@@ -260,6 +227,7 @@ def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, ver
                                          for o in ops[:3])) if ops else ""
     stats = verdict.per_rank[r]
     by_work = durations.significant and durations.rank == r
+    did = before_arrival(analysis, r)
     severity = max(severity, Severity.WARNING) if by_work else severity  # its own work is 8%+ longer, step after step
     cheap = "" if severity > Severity.INFO else " (real, but it costs the others little)"
     if by_work:
@@ -271,7 +239,7 @@ def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, ver
                f"{stats.trials} steps ({stats.trials / verdict.world:.1f} expected by chance), median "
                f"{fmt_ms(row['median_lateness_s'])} late; the others wait {fmt_ms(row['cost_per_step_s'])} per step "
                f"for it{what}{cheap}"),
-        recommendation=_ADVICE[kind].format(r=r),
+        recommendation=_ADVICE[kind].format(r=r) + (f" What it did: {describe(did)}." if did else ""),
         evidence={
             "kind": kind, "share_last": round(float(row["share_last"]), 3),
             "steps_mostly_last": round(float(row["steps_mostly_last"]), 3),
@@ -282,7 +250,7 @@ def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, ver
             "peers_median_lateness_ms": round(float(metrics.drop(index=r)["median_lateness_s"].median()) * 1e3, 3),
             "waiting_ranks": [int(x) for x in metrics.index if int(x) != r][:256],
             "significance": _significance(verdict),
-            **({"durations_test": _durations_evidence(durations)} if by_work else {}),
+            **({"durations_test": _durations_evidence(durations)} if by_work else {}), "before_arrival": did,
         },
         ranks=(r,), hosts=hosts_of(store, [r]), confidence=verdict.confidence,
         cost=Cost(float(row["cost_per_step_s"]), float(row["cost_share"])), key=f"straggler:{r}",

@@ -28,7 +28,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.health.bandwidth import bus_factor
-from perftracker.analyzers.stragglers.straggler import arrivals_view
+from perftracker.analyzers.stragglers.collectives import arrivals_view
 
 ALIGN_MIN_INSTANCES = 3  # a clock offset estimated from fewer matched collectives is not trusted
 
