@@ -170,3 +170,20 @@ def _ends(run: pd.DataFrame, raw: pd.DataFrame) -> np.ndarray:
         seen[int(rank)] = k + 1
         out.append(ends[int(rank)][k])
     return np.array(out, dtype=np.int64)
+
+
+def test_who_waits_for_whom_section_renders_the_views() -> None:
+    # GIVEN the DLRM run's report views
+    from perftracker.analyzers.views import report_tables
+    from perftracker.reports.waits_section import waits_section
+
+    tables = report_tables(Analysis(_dlrm()))
+    # WHEN the section is built from them alone
+    section = waits_section(tables, [])
+    # THEN it shows the wait heatmap and the worst collectives, rank 7 first in its table
+    assert section is not None and section.key == "waits" and len(section.figures) == 2
+    assert section.data["table"]["rows"][0][0] == "7"
+    worst = section.figures[1]["data"]
+    waits = dict(zip(worst[0]["y"], worst[0]["x"]))
+    # the worst collective is the first SendRecv, where rank 1 waited 7.62 ms for rank 7
+    assert max(waits.values()) == pytest.approx(7.624, abs=0.01)

@@ -292,7 +292,9 @@ def _steps(step_number: npt.NDArray[np.int64], stream: npt.NDArray[np.int64], ts
 
 def _assign_steps(steps: pd.DataFrame, stream: npt.NDArray[np.int64], ts: npt.NDArray[np.int64],
                   corr: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """Step of each event: CPU events by start time; GPU events through their launch's correlation."""
+    """Step of each event: CPU events by start time; GPU events through their launch's correlation. A GPU event
+    whose launch is not in a trace that records launches was launched before the profiled window: it belongs to
+    no step (-1), whatever its time (its time used to put earlier work into the first steps)."""
     result = np.full(len(ts), -1, dtype=np.int64)
     if steps.empty:
         return result
@@ -308,6 +310,7 @@ def _assign_steps(steps: pd.DataFrame, stream: npt.NDArray[np.int64], ts: npt.ND
         launch_step = pd.Series(result[launch], index=corr[launch])
         launch_step = launch_step[~launch_step.index.duplicated()]
         mapped = pd.Series(corr[gpu]).map(launch_step).to_numpy()
-        gpu_steps = np.where(pd.isna(mapped), result[gpu], mapped)
+        unlaunched = pd.isna(mapped) & (corr[gpu] > 0)  # its launch preceded the trace
+        gpu_steps = np.where(unlaunched, -1, np.where(pd.isna(mapped), result[gpu], mapped))
         result[gpu] = gpu_steps.astype(np.int64)
     return result
