@@ -187,3 +187,19 @@ def test_who_waits_for_whom_section_renders_the_views() -> None:
     waits = dict(zip(worst[0]["y"], worst[0]["x"]))
     # the worst collective is the first SendRecv, where rank 1 waited 7.62 ms for rank 7
     assert max(waits.values()) == pytest.approx(7.624, abs=0.01)
+
+
+def test_nccl_inspector_records_are_split_by_the_shortest_duration() -> None:
+    # GIVEN NCCL Inspector records of 8 ranks (generated from the documented format, tests/fixtures/inspector:
+    # no start times), rank 5 computing 1.5 ms longer before each collective
+    store = load_path(FIXTURES / "inspector" / "straggler", LoadOptions(workers=1))
+    analysis = Analysis(store)
+    # WHEN split
+    table = analysis.view(collective_split_view)
+    # THEN by the shortest duration (said so), exactly: wait + transfer = the kernel time, transfer = the
+    # shortest kernel of the collective, and rank 5 caused nearly all the waiting
+    assert set(table["basis"]) == {"shortest"} and set(table["source"]) == {"nccl_inspector"}
+    assert (table["wait_ns"] + table["transfer_ns"] == table["dur_ns"]).all()
+    assert (table["transfer_ns"] == table.groupby("instance")["dur_ns"].transform("min")).all()
+    caused = analysis.view(step_waits_view).groupby("rank")["caused_ns"].sum()
+    assert int(caused.idxmax()) == 5 and caused[5] > 0.9 * caused.sum()

@@ -18,7 +18,8 @@ bytes and, per instance, algbw/busbw from the transfer time (nccl-tests factors,
 an all-gather's bytes are its output, as the trace loader sizes it). `step_waits_view` sums them per
 (step, rank), with `caused_ns`: the waiting of the other members this rank caused as the last to arrive
 (rank-seconds). `kernel_waits_view` gives the wait at the start of each GPU communication kernel, for
-`traces/comm_split.py`, which counts that part as waiting, not as communication.
+`traces/comm_split.py`, which counts that part as waiting, not as communication. Without matched trace
+collectives, NCCL Inspector's records are split by the shortest duration (`inspector_split`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.health.bandwidth import bus_factor
+from perftracker.analyzers.nccl.collective_timing import inspector_collectives_view
 from perftracker.analyzers.stragglers.collectives import arrivals_view
 
 ALIGN_MIN_INSTANCES = 3  # a clock offset estimated from fewer matched collectives is not trusted
@@ -81,10 +83,40 @@ def trusted_clocks(arr: pd.DataFrame, hosts: dict[int, str]) -> pd.Series:
 
 
 def collective_split_view(analysis: Analysis) -> pd.DataFrame:
-    """Per (matched collective, rank): arrival, wait, transfer and bandwidth (see the module docstring)."""
+    """Per (matched collective, rank): arrival, wait, transfer and bandwidth (see the module docstring); from the
+    traces, else from NCCL Inspector's records (`inspector_split`)."""
     arr = analysis.view(arrivals_view).arrivals
-    hosts = {int(r): analysis.store.host_of(int(r)) for r in arr["rank"].unique()} if not arr.empty else {}
+    if arr.empty:
+        return inspector_split(analysis.view(inspector_collectives_view))
+    hosts = {int(r): analysis.store.host_of(int(r)) for r in arr["rank"].unique()}
     return split(arr, trusted_clocks(arr, hosts))
+
+
+def inspector_split(records: pd.DataFrame) -> pd.DataFrame:
+    """NCCL Inspector's per-rank kernel times (`nccl.collective_timing.inspector_collectives`) split by the
+    shortest duration (Inspector gives no start times: a rank's kernel runs from its arrival to the common end,
+    so the member with the shortest kernel arrived last and its time is the transfer); arrival_ns is -1."""
+    rows = records[records.groupby(["comm_id", "seq"])["rank"].transform("size") >= 2] if not records.empty else records
+    if rows.empty:
+        return pd.DataFrame(columns=SPLIT_COLUMNS)
+    dur = (rows["dur_s"] * 1e9).round().astype(np.int64)
+    frame = pd.DataFrame({"instance": rows.groupby(["comm_id", "seq"], sort=True).ngroup().to_numpy(), "step": -1,
+                          "pg": rows["comm_name"].to_numpy(), "collective": rows["op"].to_numpy(),
+                          "source": "nccl_inspector", "rank": rows["rank"].astype(np.int64).to_numpy(), "window": 0,
+                          "start_ns": -1, "arrival_ns": -1, "dur_ns": dur.to_numpy(),
+                          "members": rows.groupby(["comm_id", "seq"])["rank"].transform("size").to_numpy(),
+                          "bytes": rows["bytes"].to_numpy()})
+    shortest = frame.groupby("instance")["dur_ns"].transform("min")
+    frame["wait_ns"] = frame["dur_ns"] - shortest
+    frame["transfer_ns"] = shortest
+    frame["basis"] = "shortest"
+    last = frame.loc[frame.groupby("instance")["dur_ns"].idxmin(), ["instance", "rank"]].set_index("instance")["rank"]
+    frame["last_rank"] = frame["instance"].map(last).astype(np.int64)
+    factor = np.array([bus_factor(str(c), int(n)) for c, n in zip(frame["collective"], frame["members"])])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        algbw = np.where((frame["bytes"] > 0) & (shortest > 0), frame["bytes"] / shortest, np.nan)
+    frame["algbw_gbs"], frame["busbw_gbs"] = algbw, algbw * factor
+    return frame[SPLIT_COLUMNS].sort_values(["instance", "rank"], kind="stable").reset_index(drop=True)
 
 
 def step_waits(table: pd.DataFrame) -> pd.DataFrame:
