@@ -123,7 +123,10 @@ def before_arrival(analysis: Analysis, rank: int) -> dict[str, Any]:
     totals = {"mine": _empty(), "median": _empty()}
     for r, lo, hi, m, mlo, mhi in spans:
         for who, rr, a, b in (("mine", r, lo, hi), ("median", m, mlo, mhi)):
-            ev = events.setdefault(rr, analysis.store.rank_events(rr))
+            if rr not in events:
+                mine_ev = analysis.store.rank_events(rr)
+                events[rr] = mine_ev[mine_ev["rank"] == rr]  # its rows alone, however the store hands them
+            ev = events[rr]
             act = _activity(ev, a + offsets.get(rr, 0), b + offsets.get(rr, 0))
             acc = totals[who]
             for key in ("span", "gpu_busy", "cpu_busy"):
