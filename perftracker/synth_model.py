@@ -103,6 +103,7 @@ class SynthSpec:
     skew_us: dict[int, float] = field(default_factory=dict)  # rank -> clock offset; others random in +-max_skew_us
     max_skew_us: float = 5000.0
     noise_us: float = 50.0  # std of the compute time before each collective (per-kernel jitter)
+    step_jitter: float = 0.0  # std of a per-(rank, step) factor on all its kernels: a slow step is slow throughout
     groups: list[list[int]] | None = None  # None: one world group
     missing_ranks: set[int] = field(default_factory=set)  # simulated but not written
     target_mb_per_rank: float | None = None  # scale kernels_per_step to reach ~this many MB of JSON per rank
@@ -191,9 +192,10 @@ def _slot_durations(plan: _Plan, rank: int) -> list[IntArray]:
     rng = _rank_rng(spec.seed, 1, rank)
     extra_ns = round(spec.stragglers.get(rank, 0.0) * 1000)
     out: list[IntArray] = []
+    factor = 1.0 + spec.step_jitter * _rank_rng(spec.seed, 4, rank).standard_normal((spec.steps, 1))
     for c, n in enumerate(plan.slot_kernels):
         noise = rng.normal(0.0, plan.sigma_ns[c], size=(spec.steps, n))
-        dur = np.maximum(np.rint(plan.base_ns[c][None, :] + noise), plan.kmin_ns).astype(np.int64)
+        dur = np.maximum(np.rint((plan.base_ns[c][None, :] + noise) * factor), plan.kmin_ns).astype(np.int64)
         if extra_ns:  # a slower GPU: every kernel longer in proportion to its duration
             share = (dur * extra_ns) // dur.sum(axis=1, keepdims=True)
             share[:, -1] += extra_ns - share.sum(axis=1)

@@ -15,10 +15,10 @@ from conftest import HTA_TRACES, ROOT, corpus_store
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.registry import run_analyzers
-from perftracker.analyzers.traces.gpu_time import breakdown
+from perftracker.analyzers.traces.gpu_time import breakdown, breakdown_view
 from perftracker.analyzers.traces.period_costs import period_costs_view
 
-SHARES = ["compute_pct", "comm_exposed_pct", "memory_exposed_pct", "idle_pct"]
+SHARES = ["compute_pct", "comm_exposed_pct", "wait_exposed_pct", "memory_exposed_pct", "idle_pct"]
 _PERCENT_OF = re.compile(r"(\d+(?:\.\d+)?)% of the (?:step|iteration|window)")
 
 
@@ -51,13 +51,14 @@ def test_no_cost_share_exceeds_100_percent_and_breakdowns_sum_to_100(name: str) 
         assert all(float(p) <= 100.0 for p in _PERCENT_OF.findall(finding.title)), finding.title
     assert not [f.title for f in findings if f.title.startswith("Analyzer '")]  # no analyzer crashed
     # AND the breakdown sums to 100% per rank window, by both definitions
-    for hta_compat in (False, True):
-        table = breakdown(store, hta_compat=hta_compat)
+    for table in (breakdown(store, hta_compat=False), breakdown(store, hta_compat=True),
+                  analysis.view(breakdown_view)):  # the last with waiting told apart from transfer
         if not table.empty:
             assert (table[SHARES].sum(axis=1) - 100.0).abs().max() < 1e-6
     # AND inside every cost period the parts add up to the period
     costs = analysis.view(period_costs_view)
     if not costs.empty:
-        parts = costs["compute_ns"] + costs["comm_exposed_ns"] + costs["memory_exposed_ns"] + costs["idle_ns"]
+        parts = (costs["compute_ns"] + costs["comm_exposed_ns"] + costs["wait_exposed_ns"]
+                 + costs["memory_exposed_ns"] + costs["idle_ns"])
         assert (parts == costs["dur_ns"]).all()
         assert (costs["idle_ns"] >= 0).all() and (costs["memory_exposed_ns"] >= 0).all()

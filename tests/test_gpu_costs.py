@@ -154,7 +154,8 @@ def test_period_costs_add_up_to_the_period(tmp_path: Path) -> None:
     costs = Analysis(_load(tmp_path, b)).view(period_costs_view)
     # THEN compute, exposed communication, exposed copies and idle add up to each period, exactly
     assert len(costs) == 2
-    parts = costs["compute_ns"] + costs["comm_exposed_ns"] + costs["memory_exposed_ns"] + costs["idle_ns"]
+    parts = (costs["compute_ns"] + costs["comm_exposed_ns"] + costs["wait_exposed_ns"] + costs["memory_exposed_ns"]
+             + costs["idle_ns"])
     assert list(parts) == list(costs["dur_ns"])
     assert (costs[list(QUANTITIES)] >= 0).all().all()
     assert list(costs["comm_ns"]) == [250_000, 100_000]

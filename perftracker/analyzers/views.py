@@ -42,6 +42,7 @@ from perftracker.analyzers.ranks.spread import lateness_groups_view, step_spread
 from perftracker.analyzers.stragglers.profile_tables import profile_ranks_view, profile_shares_view
 from perftracker.analyzers.stragglers.steps import step_series_view, step_stats_view
 from perftracker.analyzers.stragglers.straggler import lateness_view, rank_waits_view
+from perftracker.analyzers.stragglers.wait_transfer import collective_split_view, step_waits_view
 from perftracker.analyzers.traces.gap_ops import idle_ops_view, longest_gaps_view
 from perftracker.analyzers.traces.gpu_time import breakdown_steps_view, breakdown_view
 from perftracker.analyzers.traces.idle import idle_view
@@ -86,6 +87,9 @@ REPORT_VIEWS: dict[str, TableView] = {
     "steps": step_series_view,
     "lateness": lateness_view,
     "rank_waits": rank_waits_view,
+    # who waits for whom: per (matched collective, rank) arrival, wait, transfer, bandwidth; per (step, rank)
+    "collective_waits": collective_split_view,
+    "step_waits": step_waits_view,
     # host health: GPU samples and throttle periods, RDMA ports, RoCE flow control
     "gpu_series": gpu_series_table,
     "gpu_throttle": gpu_throttle_table,

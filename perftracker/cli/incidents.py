@@ -24,7 +24,7 @@ from perftracker import api
 from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.online.step_rules import DEFAULT_RISE, DEFAULT_WINDOW
 from perftracker.cli.voice import add_command, terminal
-from perftracker.errors import InputError, UsageError
+from perftracker.errors import InputError
 from perftracker.live.incidents import INCIDENT_FILE, IncidentVerdict
 from perftracker.live.prom import PromPublisher
 from perftracker.live.watch import WatchOptions

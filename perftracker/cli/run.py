@@ -210,8 +210,8 @@ def _post_mortem(run_dir: Path, code: int, running: RunningJob, notes: list[str]
     try:
         with api.load(run_dir, cache=False) as store:
             store.notes.extend(LoadNote("warning", "perftracker run", note) for note in running.copy_problems())
-            result = api.analyze_store(store, run_dir)
-        result.write(run_dir / "perftracker-out", thresholds=overrides)
+            result = api.analyze_store(store, run_dir, analysis=api.AnalysisOptions(thresholds=overrides or {}))
+        result.write(run_dir / "perftracker-out")
     except api.ReportNotWritten as exc:
         say(f"job exited with {code}. {exc.result.verdict} No report: {exc.message}")
         return code

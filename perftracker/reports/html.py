@@ -48,12 +48,13 @@ from perftracker.reports.trace_sections import (
     stragglers_section,
     timeline_section,
 )
+from perftracker.reports.waits_section import waits_section
 from perftracker.rundir import atomic_write_text
 from perftracker.store import LoadNote
 
 SECTIONS: tuple[SectionFn, ...] = (
-    wait_graph_section, breakdown_section, overlap_section, kernels_section, steps_section, stragglers_section, timeline_section,
-    nccl_section, inspector_section, rdma_section, gpu_section, profile_section, efficiency_section,
+    wait_graph_section, breakdown_section, overlap_section, kernels_section, steps_section, stragglers_section, waits_section,
+    timeline_section, nccl_section, inspector_section, rdma_section, gpu_section, profile_section, efficiency_section,
 )
 
 _ENV = ENV  # the one environment (reports/templating.py)

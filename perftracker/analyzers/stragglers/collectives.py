@@ -7,15 +7,20 @@ k): the k-th such collective the rank issued in that step, so ranks whose profil
 still line up, a missing rank just leaves a member out, and sub-groups (tensor / pipeline / data
 parallel) are matched within their own group.
 
+Views: `arrivals_view` (the run's arrivals and clock offsets, `straggler_tables`), `same_host_same_clock`.
+
 Clock alignment: a collective completes almost simultaneously on all its members, so each rank's
 offset is the median, over its matched instances, of its end time minus the instance's median end.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
+from perftracker.analyzers.analysis import Analysis
 from perftracker.store import Store
 
 _CPU_SOURCES = (("gloo:", "gloo"), ("c10d::", "c10d"), ("nccl:", "nccl_annotation"),
@@ -146,3 +151,40 @@ def arrivals(matched: pd.DataFrame, offsets: pd.Series) -> pd.DataFrame:
     frame.loc[frame.index.isin(order.groupby("instance").head(1).index), "is_last"] = True
     frame["gap_to_next_ns"] = np.where(frame["is_last"], frame["instance"].map(gap).to_numpy(), 0)
     return frame.sort_values(["instance", "rank"]).reset_index(drop=True)
+
+
+def straggler_tables(store: Store) -> tuple[pd.DataFrame, pd.Series]:
+    """(arrivals per instance and rank, clock offset per rank in ns)."""
+    matched = match_instances(collective_events(store))
+    offsets = same_host_same_clock(store, clock_offsets(matched))
+    return arrivals(matched, offsets), offsets
+
+
+@dataclass(frozen=True)
+class CollectiveArrivals:
+    """Arrivals per matched collective instance and rank, on clocks aligned by `offsets` (ns per rank)."""
+
+    arrivals: pd.DataFrame
+    offsets: pd.Series
+
+
+def arrivals_view(analysis: Analysis) -> CollectiveArrivals:
+    """The run's collective arrivals (see `straggler_tables`)."""
+    arr, offsets = straggler_tables(analysis.store)
+    return CollectiveArrivals(arr, offsets)
+
+
+def same_host_same_clock(store: Store, offsets: pd.Series) -> pd.Series:
+    """Ranks on one host read one system clock: give them their host's median offset, so that a rank
+    whose collectives finish late (a starved progress thread) is not mistaken for a skewed clock.
+    Ranks whose host is unknown keep their own estimate."""
+    if offsets.empty:
+        return offsets
+    hosts = pd.Series({rank: store.host_of(int(str(rank))) for rank in offsets.index})
+    known = hosts[hosts != ""]
+    if known.empty:
+        return offsets
+    per_host = offsets[known.index].astype("float64").groupby(known).transform("median")
+    result = offsets.astype("float64")  # a host's median offset can be a half nanosecond
+    result[per_host.index] = per_host
+    return (result - result.median()).round().astype("int64")

@@ -14,7 +14,7 @@ matched collectives' arrivals and the clock offsets), `rank_metrics_view`, and t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -22,38 +22,19 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of
 from perftracker.analyzers.findings import Cost, Finding, Severity
-from perftracker.analyzers.stragglers.collectives import (
-    arrivals,
-    clock_offsets,
-    collective_events,
-    match_instances,
+from perftracker.analyzers.stragglers.collectives import (  # noqa: F401 - re-exported for their readers
+    CollectiveArrivals,
+    arrivals_view,
+    same_host_same_clock,
+    straggler_tables,
 )
+from perftracker.analyzers.stragglers.durations import DurationVerdict, judge_durations, work_trials
+from perftracker.analyzers.stragglers.late_rank import before_arrival, describe, measured_wait_finding
 from perftracker.analyzers.stragglers.significance import OutlierVerdict, judge_outliers
 from perftracker.analyzers.stragglers.slow_ops import slower_ops
 from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.store import Store
 from perftracker.values import short_symbol
-
-
-def straggler_tables(store: Store) -> tuple[pd.DataFrame, pd.Series]:
-    """(arrivals per instance and rank, clock offset per rank in ns)."""
-    matched = match_instances(collective_events(store))
-    offsets = same_host_same_clock(store, clock_offsets(matched))
-    return arrivals(matched, offsets), offsets
-
-
-@dataclass(frozen=True)
-class CollectiveArrivals:
-    """Arrivals per matched collective instance and rank, on clocks aligned by `offsets` (ns per rank)."""
-
-    arrivals: pd.DataFrame
-    offsets: pd.Series
-
-
-def arrivals_view(analysis: Analysis) -> CollectiveArrivals:
-    """The run's collective arrivals (see `straggler_tables`)."""
-    arr, offsets = straggler_tables(analysis.store)
-    return CollectiveArrivals(arr, offsets)
 
 
 def rank_metrics_view(analysis: Analysis) -> pd.DataFrame:
@@ -72,22 +53,6 @@ def rank_waits_view(analysis: Analysis) -> pd.DataFrame:
     if metrics.empty:
         return pd.DataFrame(columns=["rank", "share_last", "wait_per_step_s", "cost_per_step_s"])
     return metrics[["share_last", "wait_per_step_s", "cost_per_step_s"]].reset_index()
-
-
-def same_host_same_clock(store: Store, offsets: pd.Series) -> pd.Series:
-    """Ranks on one host read one system clock: give them their host's median offset, so that a rank
-    whose collectives finish late (a starved progress thread) is not mistaken for a skewed clock.
-    Ranks whose host is unknown keep their own estimate."""
-    if offsets.empty:
-        return offsets
-    hosts = pd.Series({rank: store.host_of(int(str(rank))) for rank in offsets.index})
-    known = hosts[hosts != ""]
-    if known.empty:
-        return offsets
-    per_host = offsets[known.index].astype("float64").groupby(known).transform("median")
-    result = offsets.astype("float64")  # a host's median offset can be a half nanosecond
-    result[per_host.index] = per_host
-    return (result - result.median()).round().astype("int64")
 
 
 def rank_metrics(arr: pd.DataFrame, store: Store) -> pd.DataFrame:
@@ -180,6 +145,25 @@ def verdict_view(analysis: Analysis) -> OutlierVerdict:
     return judge_outliers(step_trials(analysis.view(arrivals_view).arrivals))
 
 
+def durations_view(analysis: Analysis) -> DurationVerdict:
+    """Is one rank's own work longer than its peers', paired per step? (`durations.judge_durations`)"""
+    return judge_durations(work_trials(analysis.view(arrivals_view).arrivals))
+
+
+def _by_durations(v: OutlierVerdict, d: DurationVerdict) -> OutlierVerdict:
+    """The last-arrival verdict, naming the rank the durations test names when it alone is significant."""
+    if v.significant or not d.significant or d.rank is None or d.rank not in v.per_rank:
+        return v
+    return replace(v, ranks=(d.rank,), significant=True, confidence=1.0 - d.p_family, effect=d.mean_excess_ns)
+
+
+def _durations_evidence(d: DurationVerdict) -> dict[str, object]:
+    return {"test": "own work paired per step (one-sided t, autocorrelation-aware, x ranks)", "steps": d.steps,
+            "p_family": round(d.p_family, 6), "excess_ms_per_step": round(d.mean_excess_ns / 1e6, 3),
+            "excess_pct": round(100 * d.relative_excess, 1), "steps_longer": d.positive_steps,
+            "lag1_autocorrelation": round(d.rho, 3), "effective_steps": round(d.n_eff, 2)}
+
+
 def _significance(v: OutlierVerdict) -> dict[str, object]:
     named = v.per_rank.get(v.ranks[0] if v.ranks else (v.suspect if v.suspect is not None else -1))
     return {"trials": v.trials, "world": v.world, "confidence": round(v.confidence, 4),
@@ -196,12 +180,16 @@ def analyze_stragglers(analysis: Analysis) -> list[Finding]:
     if arr.empty:
         return []
     metrics = analysis.view(rank_metrics_view)
-    verdict = analysis.view(verdict_view)
+    durations = analysis.view(durations_view)
+    verdict = _by_durations(analysis.view(verdict_view), durations)
     findings = [_alignment_finding(arr, offsets)]
     if verdict.significant and not verdict.is_group:
-        findings.append(_straggler(analysis, arr, metrics, verdict))
+        findings.append(_straggler(analysis, arr, metrics, verdict, durations))
     elif verdict.is_group:
         findings.append(_group(store, arr, verdict))
+    elif verdict.trials < threshold_int("straggler.min_trials"):  # a step or so: a measurement of who was waited for, not a verdict
+        cost = float(metrics["cost_per_step_s"].max())
+        findings += [f for f in [measured_wait_finding(analysis, _step_seconds(store, arr), cost)] if f is not None]
     else:
         findings += _within_noise(store, metrics, verdict)
     named = {f.ranks[0] for f in findings if f.severity > Severity.INFO and len(f.ranks) == 1}
@@ -222,7 +210,8 @@ def analyze_stragglers(analysis: Analysis) -> list[Finding]:
     return findings
 
 
-def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, verdict: OutlierVerdict) -> Finding:
+def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, verdict: OutlierVerdict,
+               durations: DurationVerdict) -> Finding:
     store = analysis.store
     r = verdict.ranks[0]
     row = metrics.loc[r].to_dict()
@@ -233,14 +222,20 @@ def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, ver
     what = ("; slower ops: " + ", ".join(f"{short_symbol(o['name'], 60)} (+{o['extra_ms_per_step']:.2f} ms per step)"
                                          for o in ops[:3])) if ops else ""
     stats = verdict.per_rank[r]
+    by_work = durations.significant and durations.rank == r
+    did = before_arrival(analysis, r)
+    severity = max(severity, Severity.WARNING) if by_work else severity  # its own work is 8%+ longer, step after step
     cheap = "" if severity > Severity.INFO else " (real, but it costs the others little)"
+    if by_work:
+        what = (f"; its own work is {100 * durations.relative_excess:.0f}% longer than its peers' (longer in "
+                f"{durations.positive_steps} of {durations.steps} steps){what}")
     return Finding(
         analyzer="straggler", severity=severity,
         title=(f"Rank {r} is a persistent {kind} straggler: the last to arrive in {stats.times_slowest} of "
                f"{stats.trials} steps ({stats.trials / verdict.world:.1f} expected by chance), median "
                f"{fmt_ms(row['median_lateness_s'])} late; the others wait {fmt_ms(row['cost_per_step_s'])} per step "
                f"for it{what}{cheap}"),
-        recommendation=_ADVICE[kind].format(r=r),
+        recommendation=_ADVICE[kind].format(r=r) + (f" What it did: {describe(did)}." if did else ""),
         evidence={
             "kind": kind, "share_last": round(float(row["share_last"]), 3),
             "steps_mostly_last": round(float(row["steps_mostly_last"]), 3),
@@ -251,6 +246,7 @@ def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, ver
             "peers_median_lateness_ms": round(float(metrics.drop(index=r)["median_lateness_s"].median()) * 1e3, 3),
             "waiting_ranks": [int(x) for x in metrics.index if int(x) != r][:256],
             "significance": _significance(verdict),
+            **({"durations_test": _durations_evidence(durations)} if by_work else {}), "before_arrival": did,
         },
         ranks=(r,), hosts=hosts_of(store, [r]), confidence=verdict.confidence,
         cost=Cost(float(row["cost_per_step_s"]), float(row["cost_share"])), key=f"straggler:{r}",

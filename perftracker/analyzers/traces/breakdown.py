@@ -1,6 +1,8 @@
-"""Temporal breakdown per rank: compute, exposed communication, exposed memory copies, idle.
+"""Temporal breakdown per rank: compute, exposed communication (transfer only), waiting for late ranks,
+exposed memory copies, idle.
 
-Findings: an info summary of where GPU time goes (the four shares add up to 100% per rank), with, per
+Findings: an info summary of where GPU time goes (the five shares add up to 100% per rank; a communication
+kernel's wait for the last rank to arrive is waiting, not communication: `comm_split`), with, per
 rank, all communication as well as the exposed part (comm_pct, comm_ms_per_step, comm_hidden_pct), the
 communication libraries seen and, for expert-parallel (MoE) kernels, how much of that communication
 there is and how much of it is hidden; and a warning when exposed memory copies cost a noticeable
@@ -26,7 +28,7 @@ from perftracker.analyzers.traces.period_costs import (
     rank_costs_view,
 )
 
-SHARES = ("compute_pct", "comm_exposed_pct", "memory_exposed_pct", "idle_pct")
+SHARES = ("compute_pct", "comm_exposed_pct", "wait_exposed_pct", "memory_exposed_pct", "idle_pct")
 
 
 def analyze_breakdown(analysis: Analysis) -> list[Finding]:
@@ -94,8 +96,10 @@ def _summary(table: pd.DataFrame, costs: pd.DataFrame, libraries: pd.DataFrame,
         evidence["measured_over"] = basis_row(costs.iloc[0]).describe()
     if known:
         evidence["comm_libraries"] = {name: str(info.get("library", name)) for name, info in known.items()}
+    waiting = (f", waiting for late ranks in communication kernels {med['wait_exposed_pct']:.1f}%"
+               if med["wait_exposed_pct"] > 0 else "")
     title = (f"GPU time (median over {len(ranks)} rank(s)): compute {med['compute_pct']:.1f}%, exposed "
-             f"communication {med['comm_exposed_pct']:.1f}%, exposed memory copies "
+             f"communication {med['comm_exposed_pct']:.1f}%{waiting}, exposed memory copies "
              f"{med['memory_exposed_pct']:.1f}%, idle {med['idle_pct']:.1f}%")
     title += _comm_clause(per_rank, costs)
     return Finding(

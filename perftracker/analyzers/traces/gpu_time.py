@@ -25,7 +25,7 @@ from perftracker.analyzers.traces.intervals import intersection_total, total, un
 from perftracker.store import Store
 
 WORK_KINDS = ("compute", "comm", "memcpy", "memset")
-KLASSES = ("comm", "compute", "memory")
+KLASSES = ("comm", "compute", "memory", "wait")  # wait: a comm kernel waiting for late ranks (comm_split)
 
 
 def as_int(value: Any) -> int:
@@ -114,7 +114,7 @@ def _one(group: pd.DataFrame) -> dict[str, float]:
     span = int(all_e.max() - all_s.min()) if len(all_s) else 0
     busy = total(all_s, all_e)
     sets = {}
-    for klass in ("compute", "comm", "memory"):
+    for klass in KLASSES:
         mask = (group["klass"] == klass).to_numpy()
         sets[klass] = union(s[mask], e[mask])
     compute = total(*sets["compute"])
@@ -122,11 +122,17 @@ def _one(group: pd.DataFrame) -> dict[str, float]:
     comm_overlap = intersection_total(*sets["compute"], *sets["comm"])
     comm_exposed = comm_total - comm_overlap
     memory_total = total(*sets["memory"])
-    memory_exposed = max(0, busy - compute - comm_exposed)
+    # waiting for late ranks with neither compute nor a transfer running (0 without comm_split's "wait" rows)
+    klasses = group["klass"].to_numpy()
+    working = (klasses == "compute") | (klasses == "comm")
+    waiting = working | (klasses == "wait")
+    wait_exposed = total(*union(s[waiting], e[waiting])) - total(*union(s[working], e[working]))
+    memory_exposed = max(0, busy - compute - comm_exposed - wait_exposed)
     return {
         "span_ns": span, "busy_ns": busy, "idle_ns": span - busy, "compute_ns": compute,
         "comm_ns": comm_total, "comm_overlapped_ns": comm_overlap, "comm_exposed_ns": comm_exposed,
         "memory_ns": memory_total, "memory_exposed_ns": memory_exposed,
+        "wait_ns": total(*sets["wait"]), "wait_exposed_ns": wait_exposed,
         "n_kernels": len(group),
     }
 
@@ -149,7 +155,7 @@ def breakdown(store: Store, hta_compat: bool = False, work: pd.DataFrame | None 
     steps = store.steps[store.steps["source"] == "profiler"].groupby(["rank", "window"]).size()
     frame["steps"] = [int(steps.get((r, w), 0)) for r, w in zip(frame["rank"], frame["window"])]
     span = frame["span_ns"].where(frame["span_ns"] > 0)
-    for col in ("idle", "compute", "comm_exposed", "memory_exposed"):
+    for col in ("idle", "compute", "comm_exposed", "memory_exposed", "wait_exposed"):
         frame[f"{col}_pct"] = 100.0 * frame[f"{col}_ns"] / span
     frame["overlap_pct"] = 100.0 * frame["comm_overlapped_ns"] / frame["comm_ns"].where(frame["comm_ns"] > 0)
     if hta_compat:
@@ -175,12 +181,17 @@ def gpu_work_view(analysis: Analysis) -> pd.DataFrame:
 
 
 def breakdown_view(analysis: Analysis) -> pd.DataFrame:
-    """The breakdown per rank window under the analysis's definition (`--hta-compat` or not)."""
+    """The breakdown per rank window under the analysis's definition (`--hta-compat` or not); perftracker's
+    counts a communication kernel's wait for late ranks as waiting, not communication (`comm_split`)."""
     if analysis.options.hta_compat:
         return breakdown(analysis.store, hta_compat=True)
-    return breakdown(analysis.store, work=analysis.view(gpu_work_view))
+    from perftracker.analyzers.traces.comm_split import transfer_work_view
+
+    return breakdown(analysis.store, work=analysis.view(transfer_work_view))
 
 
 def breakdown_steps_view(analysis: Analysis) -> pd.DataFrame:
-    """The breakdown per rank window and step (perftracker's definition)."""
-    return breakdown_per_step(analysis.store, work=analysis.view(gpu_work_view))
+    """The breakdown per rank window and step (perftracker's definition, waiting told apart)."""
+    from perftracker.analyzers.traces.comm_split import transfer_work_view
+
+    return breakdown_per_step(analysis.store, work=analysis.view(transfer_work_view))

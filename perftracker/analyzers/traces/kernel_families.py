@@ -6,7 +6,7 @@ Promise: `family_of(name, klass)` is the one place that says which family a GPU 
 trace loader already classified as communication (`klass == "comm"`: NCCL/RCCL names and the user's
 `--comm-kernel` patterns); memory is memcpy/memset work and copy, fill and layout-transform kernels;
 the other families are the first rule of `FAMILY_RULES` whose pattern the name contains (case
-insensitive), in order: attention before GEMM and convolution before GEMM, since their kernels are
+insensitive; `conv` only as a whole name part, split at non-letters and camelCase), in order: attention before GEMM and convolution before GEMM, since their kernels are
 often GEMM-shaped (`fmha_cutlass...`, `...implicit_gemm...`), reduction before elementwise
 (`vectorized_layer_norm_kernel`); FBGEMM (`fbgemm_gpu::`, embedding and quantization kernels) is not
 GEMM. Names come from CUDA (cuBLAS, CUTLASS, cuDNN, PyTorch ATen),
@@ -28,7 +28,10 @@ FAMILIES = ("GEMM", "attention", "convolution", "reduction", "elementwise", "com
 FAMILY_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((family, re.compile(pattern, re.IGNORECASE)) for
                                                               family, pattern in (
     ("attention", r"fmha|flash|attention|attn|sdpa|scaled_dot_product|(^|[^a-z])mha[^a-z]"),
-    ("convolution", r"conv|wgrad|dgrad|fprop|implicit_gemm|winograd|im2col|col2im"),
+    # "conv" only as a whole name part: `conv2d`, `grouped_conv_fwd`, `cudnnConvolution`, `convolve`, never the
+    # `Conv` of `_typeConvert` (a fused RMS-norm kernel's helper) or `convert`
+    ("convolution", r"(?-i:(?<![A-Za-z])[Cc]|(?<=[a-z])C)onv(?:olution|olve)?(?-i:(?![a-z]))"
+                    r"|wgrad|dgrad|fprop|implicit_gemm|winograd|im2col|col2im"),
     ("GEMM", r"(?<!fb)gemm|gemv|cublas|cutlass|^Cijk_|matmul|xmma|wgmma|nvjet|rocblas|hipblaslt|^triton_tem_|bmm"),
     ("reduction", r"reduce|reduction|softmax|batch_?norm|layer_?norm|group_?norm|rms_?norm|instance_?norm"
                   r"|welford|\bbn_(fw|bw)|cub::Device(Segmented)?Reduce|^triton_(red|per)_|argmax|argmin"),

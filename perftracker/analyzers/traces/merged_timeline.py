@@ -19,7 +19,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.stragglers.straggler import arrivals_view
+from perftracker.analyzers.stragglers.collectives import arrivals_view
 
 DEFAULT_MAX_RANKS = 64
 DEFAULT_MAX_EVENTS = 2_000_000

@@ -1,7 +1,9 @@
 """Communication/computation overlap per rank, and the communication left exposed per step.
 
 Exposed communication is GPU time in communication kernels (any library of data/comm_kernels.toml)
-with no compute kernel running: the step waits for the network. It is measured inside each rank's
+transferring with no compute kernel running: the step waits for the network. A kernel's wait for the last
+rank to arrive is not communication (`comm_split`): it is the late rank's cost, named by the straggler
+analyzer, and no overlap advice is given for it (the evidence shows it per rank apart). It is measured inside each rank's
 cost periods (`periods`: profiler steps, on the GPU's clock when the GPU runs behind the CPU; inferred
 iterations; or the whole window), so its share is of the time it was measured in and never above
 100%. Warns when it costs 5% of the step or more (critical from 25%); the finding says what the
@@ -44,6 +46,8 @@ def analyze_overlap(analysis: Analysis) -> list[Finding]:
         evidence={
             "per_rank": {int(r["rank"]): {"overlap_pct": round(float(r["hidden_pct"]), 2),
                                           "exposed_ms_per_step": round(float(r["per_period_s"]) * 1e3, 3),
+                                          "waiting_for_late_ranks_ms_per_step": round(
+                                              float(r["wait_exposed_ns"]) / max(int(r["periods"]), 1) / 1e6, 3),
                                           "comm_ms_total": round(float(r["comm_ns"]) / 1e6, 3)}
                          for _, r in bad.head(64).iterrows()},
             "measured_over": basis.describe(),

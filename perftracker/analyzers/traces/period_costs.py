@@ -4,8 +4,10 @@ Promise: `period_costs_view(analysis)` has one row per rank window and period (`
 dur_ns and the GPU time inside the period that is busy, idle, compute, communication (comm_ns; the
 part under compute, comm_hidden_ns; the rest, comm_exposed_ns), exposed memory copies, and
 expert-parallel communication (ep_comm_ns, ep_hidden_ns: kernels of the families `RunInfo.comm_libraries`
-marks expert-parallel). compute + comm_exposed + memory_exposed + idle = dur, exactly, so no share of a
-period exceeds it. `rank_costs_view` sums them per rank (over its windows), with the number of periods
+marks expert-parallel), and waiting for late ranks (wait_ns; the part with neither compute nor a transfer
+running, wait_exposed_ns: a communication kernel's wait is its own klass, `comm_split`, so comm_ns is
+transfer only). compute + comm_exposed + wait_exposed + memory_exposed + idle = dur, exactly, so no share
+of a period exceeds it. `rank_costs_view` sums them per rank (over its windows), with the number of periods
 and how they were chosen; `comm_library_costs_view` gives communication and its hidden part per rank and
 library (family).
 """
@@ -23,7 +25,7 @@ from perftracker.analyzers.traces.periods import Basis, basis_of, cost_periods_v
 
 Ints = npt.NDArray[np.int64]
 QUANTITIES = ("busy_ns", "idle_ns", "compute_ns", "comm_ns", "comm_hidden_ns", "comm_exposed_ns",
-              "memory_exposed_ns", "ep_comm_ns", "ep_hidden_ns")
+              "memory_exposed_ns", "ep_comm_ns", "ep_hidden_ns", "wait_ns", "wait_exposed_ns")
 COLUMNS = ["rank", "window", "period", "dur_ns", *QUANTITIES]
 LIBRARY_COLUMNS = ["rank", "family", "comm_ns", "hidden_ns", "periods", "dur_ns"]
 
@@ -50,18 +52,22 @@ def period_costs(work: pd.DataFrame, periods: pd.DataFrame, expert_parallel: fro
         compute = _set(group, klass == "compute")
         comm = _set(group, klass == "comm")
         ep = _set(group, (klass == "comm") & np.isin(family, list(expert_parallel)))
+        waiting = _set(group, klass == "wait")
+        working = _set(group, (klass == "compute") | (klass == "comm"))
+        working_or_waiting = _set(group, (klass == "compute") | (klass == "comm") | (klass == "wait"))
         hidden = intersect(*compute, *comm)
         lo = mine["start_ns"].to_numpy(np.int64)
         hi = mine["end_ns"].to_numpy(np.int64)
         dur = np.maximum(hi - lo, 0)
         inside = {name: covered_within(*intervals, lo, hi) for name, intervals in (
             ("busy_ns", busy), ("compute_ns", compute), ("comm_ns", comm), ("comm_hidden_ns", hidden),
-            ("ep_comm_ns", ep), ("ep_hidden_ns", intersect(*ep, *compute)))}
+            ("ep_comm_ns", ep), ("ep_hidden_ns", intersect(*ep, *compute)), ("wait_ns", waiting))}
         exposed = inside["comm_ns"] - inside["comm_hidden_ns"]
+        wait_exposed = covered_within(*working_or_waiting, lo, hi) - covered_within(*working, lo, hi)
         frames.append(pd.DataFrame({
             "rank": as_int(rank), "window": as_int(window), "period": mine["period"].to_numpy(), "dur_ns": dur,
-            **inside, "idle_ns": dur - inside["busy_ns"], "comm_exposed_ns": exposed,
-            "memory_exposed_ns": inside["busy_ns"] - inside["compute_ns"] - exposed,
+            **inside, "idle_ns": dur - inside["busy_ns"], "comm_exposed_ns": exposed, "wait_exposed_ns": wait_exposed,
+            "memory_exposed_ns": inside["busy_ns"] - inside["compute_ns"] - exposed - wait_exposed,
         }))
     return pd.concat(frames, ignore_index=True)[COLUMNS] if frames else pd.DataFrame(columns=COLUMNS)
 

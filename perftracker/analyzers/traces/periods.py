@@ -28,8 +28,9 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.thresholds import threshold, threshold_int
+from perftracker.analyzers.traces.comm_split import transfer_work_view
 from perftracker.analyzers.traces.cpu_context import top_level
-from perftracker.analyzers.traces.gpu_time import as_int, gpu_work, gpu_work_view
+from perftracker.analyzers.traces.gpu_time import as_int, gpu_work
 from perftracker.store import Store
 
 COLUMNS = ["rank", "window", "period", "start_ns", "end_ns", "basis", "clock", "marker"]
@@ -162,10 +163,11 @@ def _iteration_periods(marks: pd.DataFrame) -> pd.DataFrame | None:
 
 
 def cost_work_view(analysis: Analysis) -> pd.DataFrame:
-    """The GPU work the costs count: perftracker's definition, or HTA's under `--hta-compat`."""
+    """The GPU work the costs count: perftracker's definition (a communication kernel's wait for late ranks
+    cut off as klass "wait", `comm_split`), or HTA's under `--hta-compat`."""
     if analysis.options.hta_compat:
         return gpu_work(analysis.store, hta_compat=True)
-    return analysis.view(gpu_work_view)
+    return analysis.view(transfer_work_view)
 
 
 def cost_periods_view(analysis: Analysis) -> pd.DataFrame:

@@ -73,6 +73,17 @@ _DTYPE_BYTES = {"float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, 
                 "float8_e4m3fn": 1, "float8_e5m2": 1}
 
 
+def message_elems(collective: str, in_elems: int | None, out_elems: int | None, group_size: int) -> int | None:
+    """The element count of a collective's message as nccl-tests sizes it for bus bandwidth: the output
+    buffer of an all-gather (n x the per-rank input, when the trace gives only the input), the input of
+    a reduce-scatter and of everything else (an all-reduce's input and output are the same size)."""
+    if collective == "all_gather":
+        if out_elems is not None:
+            return out_elems
+        return None if in_elems is None or group_size <= 0 else in_elems * group_size
+    return in_elems if in_elems is not None else out_elems
+
+
 def collective_of(name: str, hint: str | None = None) -> str:
     """The canonical collective ('all_reduce', ...) a kernel or CPU op performs, or ''."""
     text = (hint or name).lower().replace("_", "").replace(" ", "")
@@ -201,7 +212,8 @@ def build_tables(
             pg_codes[i] = pg_code_of.setdefault(clean_text(str(a.pg_name)), len(pg_code_of))
         if a.group_size is not None:
             gsize[i] = int_in(a.group_size, -1, INT32_MAX) or -1
-        elems = a.in_msg_nelems if a.in_msg_nelems is not None else a.out_msg_nelems
+        elems = message_elems(collective_of(str(a.collective_name)), a.in_msg_nelems, a.out_msg_nelems,
+                              int(gsize[i]))
         size = None if elems is None else int_in(elems * _DTYPE_BYTES.get((a.dtype or "float").lower(), 4), 0)
         nbytes[i] = -1 if size is None else size
 
@@ -305,7 +317,9 @@ def _steps(step_number: npt.NDArray[np.int64], stream: npt.NDArray[np.int64], ts
 
 def _assign_steps(steps: pd.DataFrame, stream: npt.NDArray[np.int64], ts: npt.NDArray[np.int64],
                   corr: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """Step of each event: CPU events by start time; GPU events through their launch's correlation."""
+    """Step of each event: CPU events by start time; GPU events through their launch's correlation. A GPU event
+    whose launch is not in a trace that records launches was launched before the profiled window: it belongs to
+    no step (-1), whatever its time (its time used to put earlier work into the first steps)."""
     result = np.full(len(ts), -1, dtype=np.int64)
     if steps.empty:
         return result
@@ -321,6 +335,7 @@ def _assign_steps(steps: pd.DataFrame, stream: npt.NDArray[np.int64], ts: npt.ND
         launch_step = pd.Series(result[launch], index=corr[launch])
         launch_step = launch_step[~launch_step.index.duplicated()]
         mapped = pd.Series(corr[gpu]).map(launch_step).to_numpy()
-        gpu_steps = np.where(pd.isna(mapped), result[gpu], mapped)
+        unlaunched = pd.isna(mapped) & (corr[gpu] > 0)  # its launch preceded the trace
+        gpu_steps = np.where(unlaunched, -1, np.where(pd.isna(mapped), result[gpu], mapped))
         result[gpu] = gpu_steps.astype(np.int64)
     return result

@@ -44,12 +44,30 @@ def host_from_name(path: Path) -> str:
     return match.group("host") if match else ""
 
 
+def guessed_hosts_note(identities: list[TraceIdentity]) -> list[str]:
+    """A note when host names were guessed from file names (TensorBoard's `<host>_<pid>.<ts>.pt.trace.json`)
+    rather than read from the traces. The guess is wrong for names like `worker0_step_12.<ts>.pt.trace.json`
+    (8 ranks of one node became 8 hosts `worker0_step` ...), and host-level rules then group ranks by it: the
+    note says so and how to give the real hosts."""
+    guessed = sorted({(i.host, i.rank if i.rank is not None else -1) for i in identities
+                      if i.host and i.host == host_from_name(i.path)}, key=lambda x: (x[1], x[0]))
+    if not guessed:
+        return []
+    hosts = sorted({h for h, _ in guessed})
+    one_each = len(hosts) == len(guessed) > 1
+    shown = ", ".join(hosts[:4]) + (", ..." if len(hosts) > 4 else "")
+    return [f"host names of {len(guessed)} trace(s) are guesses from their file names ({shown}: the part before "
+            "'_<number>.<timestamp>.pt.trace.json'), not read from the traces"
+            + ("; every rank has a host of its own, which host-level rules will believe" if one_each else "")
+            + ". Give the real hosts with a run manifest, or ignore host-level groupings"]
+
+
 def assign_windows(identities: list[TraceIdentity]) -> list[str]:
     """Number each rank's files as windows 0, 1, ... by start time; give unlabelled files free ranks.
 
     Returns notes for the user. Raises InputError when two files of one rank overlap in time.
     """
-    notes: list[str] = []
+    notes: list[str] = guessed_hosts_note(identities)
     used = {i.rank for i in identities if i.rank is not None}
     next_free = 0
     for ident in sorted((i for i in identities if i.rank is None), key=lambda i: str(i.path)):

@@ -33,7 +33,7 @@ from perftracker import __version__
 from perftracker.bounded import file_cap, open_regular
 from perftracker.collectors.traces.comm_kernels import CommKernels
 
-CACHE_VERSION = f"{__version__}-8"  # -6: keys by content (sha256 of the bytes); -7: pg_config compacted; -8: op shapes
+CACHE_VERSION = f"{__version__}-9"  # -6: keys by content (sha256 of the bytes); -7: pg_config compacted; -8: op shapes; -9: all-gather sized by its output, GPU work launched before the window in no step
 _BLOCK = 1 << 20
 
 

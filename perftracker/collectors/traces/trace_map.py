@@ -168,6 +168,7 @@ def _parse(path: Path, comm_kernels: CommKernels) -> tuple[TraceFacts, list[tupl
         rank = rank_from_name(path)
         rank_source = "filename" if rank is not None else "assigned"
     events, steps = build_tables(trace, rank if rank is not None else -1, 0, comm_kernels)
+    notes += _launched_before(events, steps)
     device_name = ""
     if trace.device_properties:
         device_name = clean_text(str(trace.device_properties[0].get("name", "")))
@@ -181,3 +182,21 @@ def _parse(path: Path, comm_kernels: CommKernels) -> tuple[TraceFacts, list[tupl
         end_ns=int((events["start_ns"] + events["dur_ns"]).max()) if len(events) else 0,
         n_events=len(events), pg_config=compact_pg_config(pg_config))
     return facts, notes, events, steps
+
+
+def _launched_before(events: pd.DataFrame, steps: pd.DataFrame) -> list[tuple[str, dict[str, Any]]]:
+    """A note on GPU work inside the profiled steps' span that no step launched (its launch preceded the
+    window): it is left out of every step, with its count and GPU time said here."""
+    if steps.empty or events.empty:
+        return []
+    lo = int(steps["start_ns"].min())
+    hi = int((steps["start_ns"] + steps["dur_ns"]).max())
+    start = events["start_ns"].to_numpy()
+    orphan = (events["stream"].to_numpy() >= 0) & (events["step"].to_numpy() < 0) & (start >= lo) & (start < hi)
+    if not orphan.any():
+        return []
+    gpu_ms = float(events["dur_ns"].to_numpy()[orphan].sum()) / 1e6
+    until_ms = float((events["start_ns"] + events["dur_ns"]).to_numpy()[orphan].max() - lo) / 1e6
+    return [(f"{int(orphan.sum())} GPU events ({gpu_ms:.1f} ms of GPU time, running until {until_ms:.1f} ms into "
+             "the first profiled step) were launched before the profiled window: they belong to no step",
+             {"events": int(orphan.sum()), "gpu_ms": round(gpu_ms, 3), "until_ms": round(until_ms, 3)})]

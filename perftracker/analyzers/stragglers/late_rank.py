@@ -1,0 +1,215 @@
+"""The rank the others wait for, what it did before its late arrivals, and the one-step measurement.
+
+Promise: `waited_for(table)` ranks the ranks by the rank-seconds of waiting they caused as the last to arrive
+(`wait_transfer.step_waits`). `before_arrival(analysis, rank)` compares, at the collectives where `rank` arrived
+last (the 16 that cost the most waiting), the interval before its arrival (from its previous collective's end, or
+its step's start, to its arrival) with the same interval on the member of median arrival: the GPU work in it
+(kernels, copies; by name), the top-level CPU ops (by name), the time the GPU had nothing to run and the CPU was in
+no op (a CPU gap), and three named causes: a data-loader wait (`DataLoader` ops), a host sync (CUDA
+synchronizations, `.item()`), memory copies. Garbage-collector pauses need stacks; traces do not show them.
+`measured_wait_finding` is the finding for runs with too few steps to judge persistence (one profiled step is a
+measurement of that step: who was waited for, how long; it says so).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.common import fmt_ms, hosts_of
+from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.stragglers.collectives import arrivals_view
+from perftracker.analyzers.stragglers.wait_transfer import collective_split_view, step_waits
+from perftracker.values import short_symbol
+
+MAX_INTERVALS = 16
+WARN_SHARE = 0.05  # the others wait for it 5% of a step or more
+_GPU = ("compute", "memcpy", "memset")
+_CPU = ("cpu_op", "annotation", "runtime")
+CAUSES = {"data_loader": re.compile(r"dataloader|_next_data|wait_for_batch", re.IGNORECASE),
+          "host_sync": re.compile(r"Synchronize|aten::item|_local_scalar_dense", re.IGNORECASE),
+          "memcpy": re.compile(r"memcpy", re.IGNORECASE)}
+
+
+def waited_for(table: pd.DataFrame) -> pd.DataFrame:
+    """Per rank (rows of `wait_transfer.split`): caused_ns (the others' waiting it caused), times_last, waited_ns
+    (its own waiting), steps; most waiting caused first."""
+    per = step_waits(table)
+    if per.empty:
+        return pd.DataFrame(columns=["caused_ns", "times_last", "waited_ns", "steps"])
+    out = per.groupby("rank").agg(caused_ns=("caused_ns", "sum"), times_last=("times_last", "sum"),
+                                  waited_ns=("wait_ns", "sum"), steps=("step", "nunique"))
+    return out.sort_values(["caused_ns", "times_last"], ascending=False, kind="stable")
+
+
+def _intervals(analysis: Analysis, table: pd.DataFrame, rank: int) -> list[tuple[int, int, int, int, int, int]]:
+    """(rank, lo, hi, median member, its lo, its hi) per costly instance, on aligned clocks."""
+    frame = table.assign(end=table["arrival_ns"] + table["dur_ns"]).sort_values(["rank", "arrival_ns"])
+    frame["prev_end"] = frame.groupby("rank")["end"].shift(1)
+    offsets = analysis.view(_offsets)
+    steps = analysis.store.steps
+    starts = steps[steps["source"] == "profiler"].groupby(["rank", "step"])["start_ns"].min() if not steps.empty else None
+
+    def lo_of(row: pd.Series) -> int:
+        lo = float(row["prev_end"]) if pd.notna(row["prev_end"]) else -np.inf
+        if starts is not None and (int(row["rank"]), int(row["step"])) in starts.index:
+            lo = max(lo, float(starts[(int(row["rank"]), int(row["step"]))]) - offsets.get(int(row["rank"]), 0))
+        return int(lo) if np.isfinite(lo) else int(row["arrival_ns"])
+
+    caused = frame[frame["last_rank"] == rank].groupby("instance")["wait_ns"].sum().sort_values(ascending=False)
+    out: list[tuple[int, int, int, int, int, int]] = []
+    for instance in caused.index[:MAX_INTERVALS]:
+        members = frame[frame["instance"] == instance].sort_values("arrival_ns")
+        mine = members[members["rank"] == rank]
+        others = members[members["rank"] != rank]
+        if mine.empty or others.empty:
+            continue
+        median = others.iloc[(len(others) - 1) // 2]
+        out.append((rank, lo_of(mine.iloc[0]), int(mine.iloc[0]["arrival_ns"]), int(median["rank"]), lo_of(median),
+                    int(median["arrival_ns"])))
+    return out
+
+
+def _offsets(analysis: Analysis) -> dict[int, int]:
+    return {int(str(r)): int(v) for r, v in analysis.view(arrivals_view).offsets.items()}
+
+
+def _activity(ev: pd.DataFrame, lo: int, hi: int) -> dict[str, Any]:
+    """What ran in [lo, hi) (the rank's raw clock): overlapped ns per (kind, name), GPU busy, CPU in an op."""
+    start = ev["start_ns"].to_numpy(np.int64)
+    end = start + ev["dur_ns"].to_numpy(np.int64)
+    inside = (end > lo) & (start < hi)
+    part = ev[inside]
+    cover = np.minimum(end[inside], hi) - np.maximum(start[inside], lo)
+    kind = part["kind"].astype(str).to_numpy()
+    gpu = np.isin(kind, _GPU) & (part["stream"].to_numpy() >= 0)
+    cpu = np.isin(kind, _CPU) & ~part["name"].astype(str).str.startswith("ProfilerStep#").to_numpy()
+    names = part["name"].astype(str).to_numpy()
+    by_name: dict[tuple[str, str], float] = {}
+    for k, n, c, g in zip(kind, names, cover, gpu | cpu):
+        if g:
+            by_name[(k, n)] = by_name.get((k, n), 0.0) + float(c)
+    return {"span": hi - lo, "gpu_busy": _union(start[inside][gpu], end[inside][gpu], lo, hi),
+            "cpu_busy": _union(start[inside][cpu], end[inside][cpu], lo, hi), "ops": by_name}
+
+
+def _union(s: np.ndarray, e: np.ndarray, lo: int, hi: int) -> float:
+    if not len(s):
+        return 0.0
+    order = np.argsort(s)
+    total, cur_s, cur_e = 0.0, max(int(s[order[0]]), lo), min(int(e[order[0]]), hi)
+    for i in order[1:]:
+        a, b = max(int(s[i]), lo), min(int(e[i]), hi)
+        if a > cur_e:
+            total += max(cur_e - cur_s, 0)
+            cur_s, cur_e = a, b
+        else:
+            cur_e = max(cur_e, b)
+    return total + max(cur_e - cur_s, 0)
+
+
+def before_arrival(analysis: Analysis, rank: int) -> dict[str, Any]:
+    """What `rank` did before its late arrivals against the median member (see the module docstring)."""
+    table = analysis.view(collective_split_view)
+    spans = _intervals(analysis, table, rank)
+    if not spans:
+        return {}
+    offsets = analysis.view(_offsets)
+    events: dict[int, pd.DataFrame] = {}
+    totals = {"mine": _empty(), "median": _empty()}
+    for r, lo, hi, m, mlo, mhi in spans:
+        for who, rr, a, b in (("mine", r, lo, hi), ("median", m, mlo, mhi)):
+            if rr not in events:
+                mine_ev = analysis.store.rank_events(rr)
+                events[rr] = mine_ev[mine_ev["rank"] == rr]  # its rows alone, however the store hands them
+            ev = events[rr]
+            act = _activity(ev, a + offsets.get(rr, 0), b + offsets.get(rr, 0))
+            acc = totals[who]
+            for key in ("span", "gpu_busy", "cpu_busy"):
+                acc[key] += act[key]
+            for k, v in act["ops"].items():
+                acc["ops"][k] = acc["ops"].get(k, 0.0) + v
+    mine, med = totals["mine"], totals["median"]
+    gpu_seen = any(k[0] in _GPU for k in [*mine["ops"], *med["ops"]])  # a CPU-only job has no GPU to idle
+    names = set(mine["ops"]) | set(med["ops"])
+    extra = sorted(((mine["ops"].get(k, 0.0) - med["ops"].get(k, 0.0), k) for k in names), reverse=True)
+    causes = {c: round(sum(v for (k, n), v in mine["ops"].items() if p.search(n) or (c == "memcpy" and k == "memcpy"))
+                       / 1e6 - sum(v for (k, n), v in med["ops"].items()
+                                   if p.search(n) or (c == "memcpy" and k == "memcpy")) / 1e6, 3)
+              for c, p in CAUSES.items()}
+    gpu_ops = [(x, k) for x, k in extra if k[0] in _GPU and x > 0]
+    cpu_ops = [(x, k) for x, k in extra if k[0] in _CPU and x > 0]
+    return {
+        "collectives": len(spans), "interval_ms": round(mine["span"] / 1e6, 3),
+        "median_rank_interval_ms": round(med["span"] / 1e6, 3),
+        "extra_gpu_work_ms": round((mine["gpu_busy"] - med["gpu_busy"]) / 1e6, 3),
+        "extra_gpu_idle_ms": round(((mine["span"] - mine["gpu_busy"]) - (med["span"] - med["gpu_busy"])) / 1e6, 3)
+        if gpu_seen else 0.0,
+        "extra_cpu_gap_ms": round(((mine["span"] - mine["cpu_busy"]) - (med["span"] - med["cpu_busy"])) / 1e6, 3),
+        "extra_cpu_ops_ms": round((mine["cpu_busy"] - med["cpu_busy"]) / 1e6, 3),
+        "top_extra_gpu": [{"name": short_symbol(k[1], 80), "extra_ms": round(x / 1e6, 3)} for x, k in gpu_ops[:5]],
+        "top_extra_cpu": [{"name": short_symbol(k[1], 80), "kind": k[0], "extra_ms": round(x / 1e6, 3)}
+                          for x, k in cpu_ops[:5]],
+        "extra_by_cause_ms": causes,
+        "median_ranks": sorted({m for _, _, _, m, _, _ in spans}),
+    }
+
+
+def _empty() -> dict[str, Any]:
+    return {"span": 0.0, "gpu_busy": 0.0, "cpu_busy": 0.0, "ops": {}}
+
+
+def describe(did: dict[str, Any]) -> str:
+    """One clause: what the rank did before its late arrivals, against the median rank."""
+    if not did:
+        return ""
+    parts = []
+    for key, what in (("extra_gpu_work_ms", "more GPU work"), ("extra_gpu_idle_ms", "more GPU idle"),
+                      ("extra_cpu_ops_ms", "more time in CPU ops"), ("extra_cpu_gap_ms", "a longer CPU gap")):
+        if did[key] > 0.05 * max(did["interval_ms"], 1e-9):
+            parts.append(f"{fmt_ms(did[key] / 1e3)} {what}")
+    for cause, what in (("data_loader", "data loading"), ("host_sync", "host syncs"), ("memcpy", "memory copies")):
+        if did["extra_by_cause_ms"][cause] > 0.05 * max(did["interval_ms"], 1e-9):
+            parts.append(f"{fmt_ms(did['extra_by_cause_ms'][cause] / 1e3)} more {what}")
+    top = sorted(did["top_extra_gpu"] + did["top_extra_cpu"], key=lambda o: -float(o["extra_ms"]))[:2]
+    ops = ", ".join(f"{o['name']} (+{fmt_ms(o['extra_ms'] / 1e3)})" for o in top)
+    head = (f"before those arrivals it worked {fmt_ms(did['interval_ms'] / 1e3)} against "
+            f"{fmt_ms(did['median_rank_interval_ms'] / 1e3)} on the median rank")
+    return head + (": " + ", ".join(parts) if parts else "") + (f"; most extra in {ops}" if ops else "")
+
+
+def measured_wait_finding(analysis: Analysis, step_s: float, cost_s: float) -> Finding | None:
+    """The rank the others waited for in a run of too few steps to judge persistence (module docstring)."""
+    table = analysis.view(collective_split_view)
+    ranked = waited_for(table)
+    if ranked.empty or ranked["caused_ns"].iloc[0] <= 0:
+        return None
+    rank = int(str(ranked.index[0]))
+    row = ranked.iloc[0]
+    steps = max(int(table.loc[table["step"] >= 0, "step"].nunique()), 1)
+    world = int(table["rank"].nunique())
+    per_rank_s = float(row["caused_ns"]) / max(world - 1, 1) / steps / 1e9
+    share = per_rank_s / step_s if step_s > 0 else 0.0
+    did = before_arrival(analysis, rank)
+    instances = int(table["instance"].nunique())
+    steps_text = "the 1 profiled step" if steps == 1 else f"the {steps} profiled steps"
+    return Finding(
+        analyzer="straggler", severity=Severity.WARNING if share >= WARN_SHARE else Severity.INFO,
+        title=(f"The other ranks waited {fmt_ms(float(row['caused_ns']) / 1e9)} in all (rank-time) for rank {rank} in "
+               f"{steps_text}: it arrived last at {int(row['times_last'])} of {instances} collectives; "
+               + (describe(did) + "; " if did else "")
+               + "persistence cannot be judged from so few steps"),
+        recommendation=(f"This is a measurement of {steps_text}, not a verdict: profile more steps (torch.profiler "
+                        "schedule active=6 or more) to tell a persistent straggler from a one-off. Look at what rank "
+                        f"{rank} ran before its late arrivals (evidence: before_arrival)."),
+        evidence={"caused_rank_ms": round(float(row["caused_ns"]) / 1e6, 3), "times_last": int(row["times_last"]),
+                  "collectives": instances, "steps": steps, "mean_wait_per_other_rank_ms": round(per_rank_s * 1e3, 3),
+                  "waited_for": {int(str(r)): round(float(v) / 1e6, 3) for r, v in ranked["caused_ns"].head(8).items()},
+                  "before_arrival": did},
+        ranks=(rank,), hosts=hosts_of(analysis.store, [rank]), cost=Cost(cost_s, cost_s / step_s if step_s > 0 else 0.0),
+        confidence=0.0, key=f"straggler:measured:{rank}",
+    )

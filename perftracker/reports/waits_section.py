@@ -1,0 +1,89 @@
+"""The "Who waits for whom" section: waiting per rank and step, and the worst collectives' arrivals and transfers.
+
+Promise: `waits_section(tables, findings)` renders the views `step_waits` (per step and rank: the waiting done
+inside collectives and the waiting caused as the last to arrive) and `collective_waits` (per matched collective
+and rank: arrival, wait, transfer, computed by `analyzers/stragglers/wait_transfer.py`): a rank x step heatmap of
+the waiting, a chart of the WORST collectives (by the waiting they held) with each rank's wait and transfer laid
+out from the first arrival, and the table of the ranks the others waited for. None without those views. Renders
+only: every number comes from the views.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from perftracker.analyzers.findings import Finding
+from perftracker.reports.charts import COLORS, LAYOUT, label
+from perftracker.reports.sections import Section, Tables, grid, table
+
+WORST = 4  # collectives in the arrival chart
+MAX_RANKS = 64
+COLUMNS = {"rank": "rank", "caused_ms": "others waited for it (rank-ms)", "times_last": "times last",
+           "waited_ms": "it waited (ms)", "transfer_ms": "its transfer (ms)"}
+
+
+def waits_section(tables: Tables, findings: list[Finding]) -> Section | None:
+    steps, coll = table(tables, "step_waits"), table(tables, "collective_waits")
+    if steps.empty or not (steps["wait_ns"] > 0).any():
+        return None
+    per_rank = steps.groupby("rank").agg(caused=("caused_ns", "sum"), times_last=("times_last", "sum"),
+                                         waited=("wait_ns", "sum"), transfer=("transfer_ns", "sum")).reset_index()
+    per_rank = per_rank.sort_values(["caused", "times_last"], ascending=False, kind="stable")
+    shown = per_rank.assign(caused_ms=per_rank["caused"] / 1e6, waited_ms=per_rank["waited"] / 1e6,
+                            transfer_ms=per_rank["transfer"] / 1e6)
+    figures = [f for f in (wait_heatmap(steps, per_rank["rank"].head(MAX_RANKS).tolist()),
+                           worst_collectives(coll)) if f]
+    basis = sorted(set(coll["basis"])) if not coll.empty else []
+    note = ("Inside each collective, a rank's time is its wait for the last member to arrive plus the transfer "
+            "(end minus the last arrival" + (" on aligned clocks" if basis == ["aligned"] else
+                                             "; where clocks could not be aligned, the shortest duration") +
+            "). Exposed communication elsewhere in this report counts the transfer only.")
+    return Section("waits", "Who waits for whom", "section_table.html.j2",
+                   {"note": note, "table": grid(shown, COLUMNS, limit=16, source="step_waits")}, figures)
+
+
+def wait_heatmap(steps: pd.DataFrame, ranks: list[Any]) -> dict[str, Any] | None:
+    """Rank x step: the ms each rank waited inside collectives (hover: the waiting it caused)."""
+    mine = steps[steps["rank"].isin(ranks)]
+    z = mine.pivot_table(index="rank", columns="step", values="wait_ns", aggfunc="sum") / 1e6
+    caused = mine.pivot_table(index="rank", columns="step", values="caused_ns", aggfunc="sum").reindex_like(z) / 1e6
+    if z.empty:
+        return None
+    text = [[f"caused {c:.3f} ms" for c in row] for row in caused.fillna(0).to_numpy()]
+    fig = go.Figure(go.Heatmap(z=z.round(3).to_numpy(), x=[label(c) for c in z.columns],
+                               y=[label(f"rank {r}") for r in z.index], colorscale="Oranges", text=text,
+                               colorbar=dict(title="ms waited")))
+    fig.update_layout(title="Waiting inside collectives per rank and step (ms; hover: the waiting it caused)",
+                      xaxis_title="step", **{**LAYOUT, "height": min(2400, max(300, 18 * len(z) + 120))})
+    result: dict[str, Any] = fig.to_plotly_json()
+    return result
+
+
+def worst_collectives(coll: pd.DataFrame) -> dict[str, Any] | None:
+    """The collectives that held the most waiting: per rank, its wait then its transfer, from the first arrival."""
+    if coll.empty:
+        return None
+    worst = coll.groupby("instance")["wait_ns"].sum().sort_values(ascending=False).head(WORST)
+    worst = worst[worst > 0]
+    if worst.empty:
+        return None
+    rows = coll[coll["instance"].isin(worst.index)].copy()
+    rows = rows[rows["rank"].isin(rows.groupby("rank")["wait_ns"].sum().nlargest(MAX_RANKS // WORST).index)]
+    rows["from_ms"] = (rows["arrival_ns"] - rows.groupby("instance")["arrival_ns"].transform("min")) / 1e6
+    rows["y"] = [label(f"{c} #{i} step {s}: rank {r}") for c, i, s, r in
+                 zip(rows["collective"], rows["instance"], rows["step"], rows["rank"])]
+    fig = go.Figure()
+    fig.add_bar(y=rows["y"].tolist(), x=(rows["wait_ns"] / 1e6).round(4).tolist(), base=rows["from_ms"].round(4).tolist(),
+                orientation="h",
+                name="waiting for the last to arrive", marker_color=COLORS["idle"])
+    fig.add_bar(y=rows["y"].tolist(), x=(rows["transfer_ns"] / 1e6).round(4).tolist(),
+                base=(rows["from_ms"] + rows["wait_ns"] / 1e6).round(4).tolist(), orientation="h", name="transfer",
+                marker_color=COLORS["comm"])
+    fig.update_layout(title=f"The {len(worst)} collectives with the most waiting: each rank from its arrival "
+                            "(ms after the first)", barmode="overlay", xaxis_title="ms after the first arrival",
+                      **{**LAYOUT, "height": min(2400, max(300, 16 * len(rows) + 140))})
+    result: dict[str, Any] = fig.to_plotly_json()
+    return result
