@@ -138,3 +138,23 @@ def test_real_gloo_straggler_named_with_a_replayed_cost() -> None:
     assert named and named[0].evidence["cost_source"] == "replay"
     assert 0.0 < named[0].cost.share_of_step < 1.0
     assert named[0].evidence["estimate_s"] > 0
+
+
+def test_report_shows_the_critical_path_the_costs_and_the_replay_error(tmp_path: Path) -> None:
+    # GIVEN the real DLRM traces (one step; rank 7 the others wait for; communication mostly waiting)
+    from perftracker.pipeline import analyze_path
+
+    # WHEN analyzed end to end
+    result = analyze_path(DLRM, tmp_path / "out", LoadOptions(workers=1, cache_dir=None))
+    # THEN the run summary carries the replay's error, within 5% here
+    summary = result.tables["run_summary"].iloc[0]
+    assert summary["replay_steps"] == 1 and summary["replay_error"] <= REL_TOL
+    # AND findings.json says, for every finding with a cost, whether it came from the replay
+    saved = json.loads((tmp_path / "out" / "findings.json").read_text(encoding="utf-8"))["findings"]
+    costed = [f for f in saved if f["cost"]["seconds_per_step"] > 0]
+    assert costed and all(f["evidence"]["cost_source"] in ("replay", "estimate") for f in costed)
+    # AND the critical path runs mostly through rank 7, and the page shows the section
+    path = result.tables["critical_path"].groupby("rank")["path_ns"].sum()
+    assert path.idxmax() == 7
+    page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
+    assert "Critical path and what-if costs" in page and "What each finding costs" in page

@@ -31,6 +31,7 @@ from plotly.utils import PlotlyJSONEncoder
 from perftracker import __version__
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.reports import charts
+from perftracker.reports.critical_path_section import critical_path_section
 from perftracker.reports.evidence import evidence_items
 from perftracker.reports.health_sections import gpu_section, rdma_section
 from perftracker.reports.json_report import verdict
@@ -52,6 +53,7 @@ from perftracker.store import LoadNote
 
 SECTIONS: tuple[SectionFn, ...] = (
     breakdown_section, overlap_section, kernels_section, steps_section, stragglers_section, waits_section,
+    critical_path_section,
     timeline_section, nccl_section, inspector_section, rdma_section, gpu_section, profile_section,
 )
 
