@@ -9,7 +9,8 @@ so on to the step's start. Each local span is split into bound classes from the 
 idle, ``data_loading`` (a DataLoader op), ``host_sync`` (a CUDA synchronization, `.item()`), else
 ``cpu_launch`` (the CPU was running or launching, not the GPU). A collective contributes ``transfer``; its wait
 on a rank is ``wait`` for the rank that arrived last (`for_rank`). The classes of one (step, rank) add up to
-the rank's step time exactly (`ns`); `path_ns` is how much of the step's critical path lay there.
+the rank's step time exactly (`ns`) when each collective ends before the rank's next one starts (a collective
+that overlaps the next is counted in both); `path_ns` is how much of the step's critical path lay there.
 
 `critical_path_view` is the table (one row per step, rank, bound, for_rank) for the run; the events are read a
 chunk of ranks at a time (`traces/per_rank.by_rank`), so memory stays bounded with many ranks.
@@ -58,7 +59,6 @@ def classify(spans: pd.DataFrame, events: pd.DataFrame, offset: int) -> pd.DataF
              cpu & names.str.contains(CAUSES["data_loader"]).to_numpy(bool),
              cpu & names.str.contains(CAUSES["host_sync"]).to_numpy(bool)]
     out = spans.copy()
-    taken = np.zeros(len(spans), dtype=bool)
     cover_before = np.zeros(len(spans), dtype=np.int64)
     so_far = np.zeros(len(events), dtype=bool)
     for bound, mask in zip(BOUNDS[:4], masks):
@@ -68,7 +68,6 @@ def classify(spans: pd.DataFrame, events: pd.DataFrame, offset: int) -> pd.DataF
         out[bound] = cover - cover_before
         cover_before = cover
     out["cpu_launch"] = (hi - lo) - cover_before
-    del taken
     return out
 
 
@@ -77,7 +76,7 @@ def critical_path(graph: StepGraph, play: Replay, classes: pd.DataFrame) -> pd.D
     nodes = graph.nodes
     if nodes.empty:
         return pd.DataFrame(columns=COLUMNS)
-    local = [b for b in BOUNDS[:5]]
+    local = list(BOUNDS[:5])
     parts = [classes.groupby(["step", "rank"])[local].sum().reset_index().melt(
         id_vars=["step", "rank"], var_name="bound", value_name="ns").assign(for_rank=-1)]
     last = play.instances.set_index("instance")["last_rank"]
@@ -148,15 +147,16 @@ def classified_spans(analysis: Analysis, graph: StepGraph, offsets: pd.Series) -
     spans = local_spans(graph)
     if spans.empty:
         return spans.assign(**{b: pd.Series(dtype=np.int64) for b in BOUNDS[:5]})
-    wanted = set(int(r) for r in spans["rank"].unique())
+    per_rank = {int(str(r)): g for r, g in spans.groupby("rank")}
 
     def chunk(ranks: list[int], events: pd.DataFrame) -> pd.DataFrame:
         parts = []
+        by_ev = {int(str(r)): g for r, g in events.groupby("rank")} if "rank" in events and len(ranks) > 1 else {}
         for r in ranks:
-            if int(r) not in wanted:
+            mine = per_rank.get(int(r))
+            if mine is None:
                 continue
-            mine = spans[spans["rank"] == int(r)]
-            ev = events[events["rank"] == r] if "rank" in events else events
+            ev = by_ev.get(int(r), events.iloc[:0]) if by_ev else events
             parts.append(classify(mine, ev, int(offsets.get(int(r), 0)) if len(offsets) else 0))
         return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
