@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import HTA_TRACES
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.registry import run_analyzers
@@ -48,6 +49,10 @@ def test_synthetic_straggler_cost_is_the_step_time_its_removal_saves(tmp_path: P
     straggler = next(f for f in findings if f.key == "straggler:2")
     assert straggler.evidence["cost_source"] == "replay"
     assert straggler.cost.seconds_per_step * 1e6 == pytest.approx(truth_us, rel=0.02)
+    # AND exposed communication (none of it overlaps compute here) costs the transfers, replayed after the straggler
+    exposed = next(f for f in findings if f.key == "overlap:exposed")
+    assert exposed.evidence["cost_source"] == "replay"
+    assert exposed.cost.seconds_per_step == pytest.approx(exposed.evidence["estimate_s"], rel=0.02)
     # AND every finding with a cost says where it came from, and the replayed costs add up below the step
     costed = [f for f in findings if f.cost.seconds_per_step > 0]
     assert costed and all(f.evidence["cost_source"] in ("replay", "estimate") for f in costed)
@@ -158,3 +163,17 @@ def test_report_shows_the_critical_path_the_costs_and_the_replay_error(tmp_path:
     assert path.idxmax() == 7
     page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
     assert "Critical path and what-if costs" in page and "What each finding costs" in page
+
+
+@pytest.mark.skipif(not (HTA_TRACES / "trace_filter").is_dir(), reason="the shared HTA corpus is not here")
+def test_a_replay_off_by_more_than_5_percent_keeps_the_estimates_and_says_so() -> None:
+    # GIVEN HTA's trace_filter folder: two traces of one rank filtered two ways, not two ranks of one job
+    analysis = Analysis(load_path(HTA_TRACES / "trace_filter", LoadOptions(workers=1)))
+    # WHEN analyzed
+    fit = analysis.view(replay_view)
+    findings = run_analyzers(analysis)
+    # THEN the replay does not fit, and the findings it would have costed keep their own estimate, saying why
+    assert fit.error > REL_TOL
+    kept = [f for f in findings if f.key in ("overlap:exposed", "straggler:measured:1")]
+    assert kept and all(f.evidence["cost_source"] == "estimate" and "off the measured" in f.evidence["cost_note"]
+                        for f in kept)
