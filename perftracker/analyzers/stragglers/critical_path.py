@@ -151,12 +151,12 @@ def classified_spans(analysis: Analysis, graph: StepGraph, offsets: pd.Series) -
 
     def chunk(ranks: list[int], events: pd.DataFrame) -> pd.DataFrame:
         parts = []
-        by_ev = {int(str(r)): g for r, g in events.groupby("rank")} if "rank" in events and len(ranks) > 1 else {}
-        for r in ranks:
-            mine = per_rank.get(int(r))
+        by_ev = {int(str(r)): g for r, g in events.groupby("rank")} if "rank" in events else {}
+        for r in sorted({int(r) for r in ranks} | set(by_ev)):
+            mine = per_rank.get(r)
             if mine is None:
                 continue
-            ev = by_ev.get(int(r), events.iloc[:0]) if by_ev else events
+            ev = by_ev.get(r, events.iloc[:0]) if by_ev else events
             parts.append(classify(mine, ev, int(offsets.get(int(r), 0)) if len(offsets) else 0))
         return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
