@@ -171,5 +171,5 @@ def _costs(analysis: Analysis, fit: ReplayFit,
         before = min(before, after)
         what = (f"rank {rank}'s work between its collectives set to its peers' mean" if rank is not None
                 else "each collective's transfer cut to its part hidden under compute")
-        out[i] = (saved / 1e9, saved / step if step > 0 else 0.0, what)
+        out[i] = (saved / 1e9, min(saved / step, 1.0) if step > 0 else 0.0, what)
     return out
