@@ -20,7 +20,7 @@ same time twice. Loops run over instances (numpy over their members), not over e
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -199,7 +199,3 @@ def with_transfer(graph: StepGraph, exposed_share: pd.Series) -> np.ndarray:
     inst_share = share.groupby(nodes["instance"]).transform("max").to_numpy(np.float64)
     return _instance_transfer(nodes) * (1.0 - inst_share)
 
-
-def rescaled(graph: StepGraph, **changes: pd.DataFrame) -> StepGraph:
-    """A copy of `graph` with some of its tables replaced (tests and what-ifs)."""
-    return replace(graph, **changes)
