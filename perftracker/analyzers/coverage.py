@@ -21,6 +21,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.online.baseline_shift import judgeable as against_baseline
+from perftracker.analyzers.stragglers.replay_costs import replay_steps_view
 from perftracker.analyzers.stragglers.stack_profile import judgeable
 from perftracker.analyzers.stragglers.steps import step_stats_view
 from perftracker.store import Store
@@ -115,7 +116,15 @@ def known_hosts(store: Store) -> list[str]:
 
 
 RUN_SUMMARY_COLUMNS = ["ranks", "hosts", "host_names", "step_ranks", "step_median_s", "step_p90_s",
-                       "step_fastest_rank_s", "step_slowest_rank_s", "step_source"]
+                       "step_fastest_rank_s", "step_slowest_rank_s", "step_source", "replay_error", "replay_steps"]
+
+
+def _replay_fit(analysis: Analysis) -> dict[str, Any]:
+    """The what-if replay's median relative error against the measured step times, and the steps replayed
+    (`stragglers/replay_costs.replay_steps_view`; NaN and 0 when no step could be replayed)."""
+    fit = analysis.view(replay_steps_view)
+    errors = fit["error"].dropna() if not fit.empty else pd.Series(dtype=float)
+    return {"replay_error": float(errors.median()) if len(errors) else math.nan, "replay_steps": int(len(errors))}
 
 
 def run_summary_view(analysis: Analysis) -> pd.DataFrame:
@@ -135,5 +144,6 @@ def run_summary_view(analysis: Analysis) -> pd.DataFrame:
         "step_fastest_rank_s": float(stats["median_s"].min()) if many else math.nan,
         "step_slowest_rank_s": float(stats["median_s"].max()) if many else math.nan,
         "step_source": str(stats["source"].iloc[0]) if not stats.empty else "",
+        **_replay_fit(analysis),
     }
     return pd.DataFrame([row], columns=RUN_SUMMARY_COLUMNS)

@@ -33,6 +33,7 @@ from perftracker.analyzers.nccl.config import analyze_nccl_config
 from perftracker.analyzers.online.baseline_shift import analyze_baseline_shift
 from perftracker.analyzers.online.cpu_contention import analyze_cpu_contention
 from perftracker.analyzers.stragglers.degradation import analyze_degradation
+from perftracker.analyzers.stragglers.replay_costs import with_replay_costs
 from perftracker.analyzers.stragglers.stack_profile import analyze_stack_profile
 from perftracker.analyzers.stragglers.steps import analyze_steps
 from perftracker.analyzers.stragglers.straggler import analyze_stragglers
@@ -142,4 +143,10 @@ def run_analyzers(analysis: Analysis, only: list[str] | None = None,
                     key=f"crash:{analyzer.name}",
                 )
             )
-    return findings
+    try:
+        return with_replay_costs(analysis, findings)
+    except Exception as exc:  # the analyzers' own costs stand
+        return [*findings, Finding(analyzer="replay", severity=Severity.WARNING,
+                                   title=f"What-if replay failed: {type(exc).__name__}: {exc}",
+                                   recommendation="This is a perftracker bug; the costs are the analyzers' own.",
+                                   evidence={"traceback": traceback.format_exc(limit=6)}, key="crash:replay")]

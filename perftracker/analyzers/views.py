@@ -40,6 +40,7 @@ from perftracker.analyzers.ranks.focus import rank_focus_view
 from perftracker.analyzers.ranks.groups import rank_groups_view, rank_layout_view
 from perftracker.analyzers.ranks.spread import lateness_groups_view, step_spread_view
 from perftracker.analyzers.stragglers.profile_tables import profile_ranks_view, profile_shares_view
+from perftracker.analyzers.stragglers.replay_costs import critical_path_view, replay_steps_view
 from perftracker.analyzers.stragglers.steps import step_series_view, step_stats_view
 from perftracker.analyzers.stragglers.straggler import lateness_view, rank_waits_view
 from perftracker.analyzers.stragglers.wait_transfer import collective_split_view, step_waits_view
@@ -90,6 +91,9 @@ REPORT_VIEWS: dict[str, TableView] = {
     # who waits for whom: per (matched collective, rank) arrival, wait, transfer, bandwidth; per (step, rank)
     "collective_waits": collective_split_view,
     "step_waits": step_waits_view,
+    # the cross-rank critical path's bound classes per (step, rank), the what-if replay's fit per step
+    "critical_path": critical_path_view,
+    "replay_steps": replay_steps_view,
     # host health: GPU samples and throttle periods, RDMA ports, RoCE flow control
     "gpu_series": gpu_series_table,
     "gpu_throttle": gpu_throttle_table,

@@ -31,6 +31,7 @@ from perftracker import __version__
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.reports import charts
 from perftracker.reports.efficiency_section import efficiency_section
+from perftracker.reports.critical_path_section import critical_path_section
 from perftracker.reports.evidence import evidence_items
 from perftracker.reports.failure_section import wait_graph_section
 from perftracker.reports.health_sections import gpu_section, rdma_section
@@ -54,7 +55,8 @@ from perftracker.store import LoadNote
 
 SECTIONS: tuple[SectionFn, ...] = (
     wait_graph_section, breakdown_section, overlap_section, kernels_section, steps_section, stragglers_section, waits_section,
-    timeline_section, nccl_section, inspector_section, rdma_section, gpu_section, profile_section, efficiency_section,
+    critical_path_section, timeline_section, nccl_section, inspector_section, rdma_section, gpu_section, profile_section,
+    efficiency_section,
 )
 
 _ENV = ENV  # the one environment (reports/templating.py)

@@ -1,0 +1,164 @@
+"""The cross-rank critical path of each step, and every rank's step time split into bound classes.
+
+Promise: on the step graph of `replay.step_graph` (each rank's local work between its collectives, each
+collective's transfer starting at its last member's arrival), `critical_path(graph, play, segments)` walks
+back from the rank that finished the step last: its tail, the transfer of its last collective, the local work
+of the member that arrived last there (the rank the others waited for), that rank's previous collective, and
+so on to the step's start. Each local span is split into bound classes from the rank's own events on that span
+(`classify`): ``gpu_compute`` (a compute kernel ran), ``memcpy`` (only copies/memsets ran), and, with the GPU
+idle, ``data_loading`` (a DataLoader op), ``host_sync`` (a CUDA synchronization, `.item()`), else
+``cpu_launch`` (the CPU was running or launching, not the GPU). A collective contributes ``transfer``; its wait
+on a rank is ``wait`` for the rank that arrived last (`for_rank`). The classes of one (step, rank) add up to
+the rank's step time exactly (`ns`) when each collective ends before the rank's next one starts (a collective
+that overlaps the next is counted in both); `path_ns` is how much of the step's critical path lay there.
+
+`critical_path_view` is the table (one row per step, rank, bound, for_rank) for the run; the events are read a
+chunk of ranks at a time (`traces/per_rank.by_rank`), so memory stays bounded with many ranks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.stragglers.late_rank import CAUSES
+from perftracker.analyzers.stragglers.replay import Replay, StepGraph
+from perftracker.analyzers.traces.intervals import covered_within, union
+from perftracker.analyzers.traces.per_rank import by_rank
+
+BOUNDS = ("gpu_compute", "memcpy", "data_loading", "host_sync", "cpu_launch", "transfer", "wait")
+COLUMNS = ["step", "rank", "bound", "for_rank", "ns", "path_ns"]
+_CPU = ("cpu_op", "annotation", "runtime", "user_annotation")
+
+
+def local_spans(graph: StepGraph) -> pd.DataFrame:
+    """Every local span of the graph on the aligned clock: step, rank, node (row of graph.nodes, -1 for a
+    tail), lo, hi."""
+    nodes, ranks = graph.nodes, graph.ranks
+    hi = nodes["arrival_ns"].to_numpy(np.int64)
+    spans = pd.DataFrame({"step": nodes["step"].to_numpy(), "rank": nodes["rank"].to_numpy(),
+                          "node": np.arange(len(nodes)), "lo": hi - nodes["local_ns"].to_numpy(np.int64), "hi": hi})
+    end = ranks["start_ns"].to_numpy(np.int64) + ranks["dur_ns"].to_numpy(np.int64)
+    tails = pd.DataFrame({"step": ranks["step"].to_numpy(), "rank": ranks["rank"].to_numpy(), "node": -1,
+                          "lo": end - ranks["tail_ns"].to_numpy(np.int64), "hi": end})
+    return pd.concat([spans, tails], ignore_index=True)
+
+
+def classify(spans: pd.DataFrame, events: pd.DataFrame, offset: int) -> pd.DataFrame:
+    """`spans` of one rank with one column per local bound class (ns, adding up to hi - lo); `events` the rank's
+    own on its raw clock, `offset` its clock offset (aligned = raw - offset)."""
+    lo = spans["lo"].to_numpy(np.int64) + offset
+    hi = np.maximum(spans["hi"].to_numpy(np.int64) + offset, lo)
+    kind = events["kind"].astype(str).to_numpy()
+    start = events["start_ns"].to_numpy(np.int64)
+    end = start + events["dur_ns"].to_numpy(np.int64)
+    names = events["name"].astype(str)
+    cpu = np.isin(kind, _CPU)
+    masks = [kind == "compute", np.isin(kind, ["memcpy", "memset"]),
+             cpu & names.str.contains(CAUSES["data_loader"]).to_numpy(bool),
+             cpu & names.str.contains(CAUSES["host_sync"]).to_numpy(bool)]
+    out = spans.copy()
+    cover_before = np.zeros(len(spans), dtype=np.int64)
+    so_far = np.zeros(len(events), dtype=bool)
+    for bound, mask in zip(BOUNDS[:4], masks):
+        so_far = so_far | mask
+        s, e = union(start[so_far], end[so_far])
+        cover = covered_within(s, e, lo, hi)
+        out[bound] = cover - cover_before
+        cover_before = cover
+    out["cpu_launch"] = (hi - lo) - cover_before
+    return out
+
+
+def critical_path(graph: StepGraph, play: Replay, classes: pd.DataFrame) -> pd.DataFrame:
+    """The table of the module docstring from the graph, its unchanged replay and `classify`'s spans."""
+    nodes = graph.nodes
+    if nodes.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    local = list(BOUNDS[:5])
+    parts = [classes.groupby(["step", "rank"])[local].sum().reset_index().melt(
+        id_vars=["step", "rank"], var_name="bound", value_name="ns").assign(for_rank=-1)]
+    last = play.instances.set_index("instance")["last_rank"]
+    per_node = nodes.assign(for_rank=nodes["instance"].map(last).fillna(-1).astype(np.int64))
+    parts.append(per_node.groupby(["step", "rank"])["transfer_ns"].sum().rename("ns").reset_index()
+                 .assign(bound="transfer", for_rank=-1))
+    parts.append(per_node[per_node["wait_ns"] > 0].groupby(["step", "rank", "for_rank"])["wait_ns"].sum()
+                 .rename("ns").reset_index().assign(bound="wait"))
+    table = pd.concat(parts, ignore_index=True)
+    path = _walk(graph, play, classes)
+    table = table.merge(path, on=["step", "rank", "bound", "for_rank"], how="left").fillna({"path_ns": 0})
+    table = table[(table["ns"] > 0) | (table["path_ns"] > 0)]
+    return table.astype({"step": np.int64, "rank": np.int64, "for_rank": np.int64, "ns": np.int64,
+                         "path_ns": np.int64})[COLUMNS].sort_values(["step", "rank", "bound"]).reset_index(drop=True)
+
+
+def _walk(graph: StepGraph, play: Replay, classes: pd.DataFrame) -> pd.DataFrame:
+    """Per (step, rank, bound): the critical path's time there (walked back from the last rank to finish)."""
+    nodes = graph.nodes
+    local = list(BOUNDS[:5])
+    values = classes[local].to_numpy(np.float64)
+    node_of = classes["node"].to_numpy(np.int64)
+    node_row = {int(n): values[i] for i, n in enumerate(node_of) if n >= 0}
+    tail_row = {(int(s), int(r)): values[i] for i, (s, r, n) in
+                enumerate(zip(classes["step"].to_numpy(), classes["rank"].to_numpy(), node_of)) if n < 0}
+    last = {int(i): int(r) for i, r in zip(play.instances["instance"], play.instances["last_rank"])}
+    inst = nodes["instance"].to_numpy(np.int64)
+    xfer = nodes["transfer_ns"].to_numpy(np.float64)
+    after = nodes["after_end"].to_numpy(bool)
+    ordered = nodes.sort_values(["step", "rank", "order"], kind="stable")
+    lists: dict[tuple[int, int], list[int]] = {}
+    for pos, (s, r) in enumerate(zip(ordered["step"].to_numpy(), ordered["rank"].to_numpy())):
+        lists.setdefault((int(s), int(r)), []).append(int(ordered.index[pos]))
+    chain = {k: np.asarray(v, dtype=np.int64) for k, v in lists.items()}
+    finish = play.steps
+    rows: list[tuple[int, int, str, int, float]] = []
+
+    def add_local(step: int, rank: int, row: np.ndarray | None) -> None:
+        if row is not None:
+            rows.extend((step, rank, b, -1, float(v)) for b, v in zip(local, row))
+
+    for label, group in finish.groupby("step"):
+        step = int(str(label))
+        rank = int(group["rank"].to_numpy()[int(np.argmax(group["replayed_ns"].to_numpy()))])
+        add_local(step, rank, tail_row.get((step, rank)))
+        idx = chain.get((step, rank), np.array([], dtype=np.int64))
+        pos = len(idx) - 1
+        while pos >= 0:
+            node = int(idx[pos])
+            rows.append((step, rank, "transfer", -1, float(xfer[node])))
+            rank = last.get(int(inst[node]), rank)
+            idx = chain.get((step, rank), np.array([], dtype=np.int64))
+            hits = np.flatnonzero(inst[idx] == inst[node]) if len(idx) else np.array([], dtype=np.int64)
+            pos = int(hits[0]) if len(hits) else -1
+            while pos >= 0:
+                node = int(idx[pos])
+                add_local(step, rank, node_row.get(node))
+                if after[node]:
+                    break
+                pos -= 1  # its local work began at its previous arrival: continue on the same rank
+            pos -= 1
+    out = pd.DataFrame(rows, columns=["step", "rank", "bound", "for_rank", "path_ns"])
+    return out.groupby(["step", "rank", "bound", "for_rank"], as_index=False).agg(path_ns=("path_ns", "sum"))
+
+
+def classified_spans(analysis: Analysis, graph: StepGraph, offsets: pd.Series) -> pd.DataFrame:
+    """`classify` over every rank's spans, a chunk of ranks' events at a time."""
+    spans = local_spans(graph)
+    if spans.empty:
+        return spans.assign(**{b: pd.Series(dtype=np.int64) for b in BOUNDS[:5]})
+    per_rank = {int(str(r)): g for r, g in spans.groupby("rank")}
+
+    def chunk(ranks: list[int], events: pd.DataFrame) -> pd.DataFrame:
+        parts = []
+        by_ev = {int(str(r)): g for r, g in events.groupby("rank")} if "rank" in events else {}
+        for r in sorted({int(r) for r in ranks} | set(by_ev)):
+            mine = per_rank.get(r)
+            if mine is None:
+                continue
+            ev = by_ev.get(r, events.iloc[:0]) if by_ev else events
+            parts.append(classify(mine, ev, int(offsets.get(int(r), 0)) if len(offsets) else 0))
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+    out = by_rank(analysis.store, chunk)
+    return out if len(out) else spans.assign(**{b: 0 for b in BOUNDS[:5]})

@@ -1,0 +1,201 @@
+"""The cross-rank step graph and its what-if replay (ByteDance OSDI'25's method, on perftracker's collectives).
+
+Promise: `step_graph(table, steps, offsets)` builds, from every matched collective's wait/transfer split
+(`wait_transfer.split`) and the ranks' profiler steps, one chain per (step, rank): the rank's *local* work
+before each of its collectives (from its step's start, or from its previous collective's end, or from its
+previous collective's arrival when the two overlap on the GPU), then the collective, whose transfer cannot
+start before its last member arrives, then its *tail* to the step's end. `replay(graph, ...)` walks the
+instances in the order they completed and recomputes, exactly as the run did when nothing is changed:
+
+    arrival(r, i) = ready(r) + local(r, i);  end(i) = max over members of arrival + transfer(i)
+
+so the replayed step time of each rank is its step's start to (its last collective's end + tail). The
+replay's error against the measured step time (`Replay.error`) says how far this model is from the run; a
+what-if changes the durations and replays: `local` and `tail` of one rank set to the mean of its peers' at
+the same collective (ideal compute, as OSDI'25), transfers set to the members' median (ideal communication),
+transfers scaled down by their exposed share (communication hidden under compute). Costs are differences of
+replayed step times, so costs taken one after another add up to at most the step time and never count the
+same time twice. Loops run over instances (numpy over their members), not over events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+REL_TOL = 0.05  # OSDI'25 drop traces replayed more than 5% off; so do we (the analyzer's own estimate stands)
+
+
+@dataclass(frozen=True)
+class StepGraph:
+    """Per (instance, rank) row: step, order (completion order of the instance in the step), local_ns,
+    transfer_ns (the instance's measured transfer on that rank), after_end (the local work started at the
+    previous collective's end, else at its arrival); per (step, rank): start_ns, dur_ns (measured), tail_ns."""
+
+    nodes: pd.DataFrame
+    ranks: pd.DataFrame
+
+
+@dataclass(frozen=True)
+class Replay:
+    """Replayed step time per (step, rank) and, per instance, its replayed start of transfer (last arrival)
+    and which member arrived last."""
+
+    steps: pd.DataFrame  # step, rank, measured_ns, replayed_ns
+    instances: pd.DataFrame  # instance, step, last_rank, last_arrival_ns, end_ns
+
+    def step_times(self) -> pd.DataFrame:
+        """Per step: measured and replayed step time (mean over the ranks) and the relative error."""
+        per = self.steps.groupby("step").agg(measured_ns=("measured_ns", "mean"), replayed_ns=("replayed_ns", "mean"))
+        per["error"] = (per["replayed_ns"] - per["measured_ns"]).abs() / per["measured_ns"].where(per["measured_ns"] > 0)
+        return per.reset_index()
+
+    def error(self) -> float:
+        """Median relative error of the replayed step time against the measured one (nan when no step)."""
+        per = self.step_times()
+        return float(per["error"].median()) if len(per) else float("nan")
+
+    def mean_step_ns(self) -> float:
+        return float(self.step_times()["replayed_ns"].mean()) if len(self.steps) else 0.0
+
+
+def step_graph(table: pd.DataFrame, steps: pd.DataFrame, offsets: pd.Series) -> StepGraph:
+    """The chains of `table` (`wait_transfer.split` rows) per (step, rank); see the module docstring."""
+    rows = table[table["step"] >= 0]
+    if rows.empty:
+        return StepGraph(_empty_nodes(), pd.DataFrame(columns=["step", "rank", "start_ns", "dur_ns", "tail_ns"]))
+    frame = rows[["instance", "step", "rank", "arrival_ns", "dur_ns", "transfer_ns", "wait_ns"]].astype(np.int64)
+    frame["end_ns"] = frame["arrival_ns"] + frame["dur_ns"]
+    ends = frame.groupby("instance")["end_ns"].max().rename("inst_end")
+    frame = frame.join(ends, on="instance").sort_values(["step", "rank", "inst_end", "instance"], kind="stable")
+    frame["order"] = frame.groupby("step")["inst_end"].rank(method="dense").astype(np.int64)
+    prev_end = frame.groupby(["step", "rank"])["end_ns"].shift(1)
+    prev_arr = frame.groupby(["step", "rank"])["arrival_ns"].shift(1)
+    after_end = prev_end.isna() | (frame["arrival_ns"] >= prev_end)
+    base = prev_end.where(after_end, prev_arr)
+    per_rank = _step_spans(frame, steps, offsets)
+    first = frame.groupby(["step", "rank"])["arrival_ns"].transform("min")
+    mapped = frame.set_index(["step", "rank"]).index.map(per_rank["start_ns"].to_dict())
+    start = pd.Series(np.asarray(mapped, dtype=float), index=frame.index).fillna(first.astype(float))
+    start = start.where(start <= first, first.astype(float))
+    frame["local_ns"] = (frame["arrival_ns"] - base.fillna(start)).clip(lower=0).astype(np.int64)
+    frame["after_end"] = after_end.to_numpy(bool)
+    last_end = frame.groupby(["step", "rank"])["end_ns"].max()
+    first_arrival = frame.groupby(["step", "rank"])["arrival_ns"].min()
+    spans = pd.DataFrame({"last_end": last_end, "first": first_arrival}).join(per_rank, how="left")
+    spans["start_ns"] = np.minimum(spans["start_ns"].fillna(spans["first"]), spans["first"])
+    measured_end = (spans["start_ns"] + spans["dur_ns"]).fillna(spans["last_end"])
+    spans["tail_ns"] = (measured_end - spans["last_end"]).clip(lower=0)
+    spans["dur_ns"] = spans["last_end"] + spans["tail_ns"] - spans["start_ns"]
+    ranks = spans.reset_index()[["step", "rank", "start_ns", "dur_ns", "tail_ns"]].astype(np.int64)
+    nodes = frame[["instance", "step", "rank", "order", "local_ns", "transfer_ns", "wait_ns", "after_end",
+                   "arrival_ns"]].reset_index(drop=True)
+    return StepGraph(nodes, ranks)
+
+
+def _step_spans(frame: pd.DataFrame, steps: pd.DataFrame, offsets: pd.Series) -> pd.DataFrame:
+    """Per (step, rank): the profiler step's start on the aligned clock and its duration."""
+    if steps is None or steps.empty:
+        return pd.DataFrame(columns=["start_ns", "dur_ns"], index=pd.MultiIndex.from_arrays([[], []],
+                                                                                          names=["step", "rank"]))
+    prof = steps[steps["source"].astype(str) == "profiler"] if "source" in steps else steps
+    per = prof.groupby(["step", "rank"]).agg(start_ns=("start_ns", "min"), dur_ns=("dur_ns", "max"))
+    off = per.index.get_level_values("rank").map(lambda r: int(offsets.get(r, 0)) if len(offsets) else 0)
+    per["start_ns"] = per["start_ns"] - np.asarray(off, dtype=np.int64)
+    return per.astype(float)
+
+
+def _empty_nodes() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=np.int64) for c in
+                         ["instance", "step", "rank", "order", "local_ns", "transfer_ns", "wait_ns", "arrival_ns"]}
+                        ).assign(after_end=pd.Series(dtype=bool))
+
+
+def replay(graph: StepGraph, local: np.ndarray | None = None, transfer: np.ndarray | None = None,
+           tail: np.ndarray | None = None) -> Replay:
+    """Replay `graph` with its durations, or with `local`/`transfer` (per node row) and `tail` (per rank row)."""
+    nodes, ranks = graph.nodes, graph.ranks
+    if nodes.empty:
+        return Replay(pd.DataFrame(columns=["step", "rank", "measured_ns", "replayed_ns"]),
+                      pd.DataFrame(columns=["instance", "step", "last_rank", "last_arrival_ns", "end_ns"]))
+    loc = nodes["local_ns"].to_numpy(np.float64) if local is None else np.asarray(local, np.float64)
+    xfer = _instance_transfer(nodes) if transfer is None else np.asarray(transfer, np.float64)
+    tails = ranks["tail_ns"].to_numpy(np.float64) if tail is None else np.asarray(tail, np.float64)
+    key = list(zip(ranks["step"].to_numpy(), ranks["rank"].to_numpy()))
+    ready = dict(zip(key, ranks["start_ns"].to_numpy(np.float64)))
+    last_arr = dict(ready)  # the rank's previous arrival, for local work that overlapped its previous collective
+    order = nodes.sort_values(["step", "order", "instance"], kind="stable")
+    idx = order.index.to_numpy()
+    inst = order["instance"].to_numpy()
+    bounds = np.flatnonzero(np.diff(inst)) + 1
+    step_col, rank_col = order["step"].to_numpy(), order["rank"].to_numpy()
+    after = order["after_end"].to_numpy(bool)
+    out_inst = []
+    for group in np.split(np.arange(len(idx)), bounds):
+        rows = idx[group]
+        who = [(int(step_col[g]), int(rank_col[g])) for g in group]
+        base = np.array([ready[w] if after[g] else last_arr[w] for w, g in zip(who, group)])
+        arrival = base + loc[rows]
+        last = int(np.argmax(arrival))
+        end = float(arrival[last]) + float(xfer[rows].max())
+        for w, a in zip(who, arrival):
+            ready[w], last_arr[w] = end, float(a)
+        out_inst.append((int(inst[group[0]]), who[0][0], who[last][1], float(arrival[last]), end))
+    measured = ranks["dur_ns"].to_numpy(np.float64)
+    finish = np.array([ready[k] for k in key]) + tails
+    steps = pd.DataFrame({"step": ranks["step"].to_numpy(), "rank": ranks["rank"].to_numpy(),
+                          "measured_ns": measured, "replayed_ns": finish - ranks["start_ns"].to_numpy(np.float64)})
+    return Replay(steps, pd.DataFrame(out_inst, columns=["instance", "step", "last_rank", "last_arrival_ns", "end_ns"]))
+
+
+def _instance_transfer(nodes: pd.DataFrame) -> np.ndarray:
+    """The measured transfer of each node's instance: the members' median (OSDI'25's ideal communication;
+    on aligned clocks every member's transfer is its end minus the last arrival, nearly equal)."""
+    return nodes.groupby("instance")["transfer_ns"].transform("median").to_numpy(np.float64)
+
+
+def idealize_rank(graph: StepGraph, rank: int, local: np.ndarray | None = None,
+                  tail: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """`local` and `tail` with `rank`'s set to the mean of the other members' at the same instance (the other
+    ranks' mean tail in the same step): the rank's extra work removed, nothing else changed."""
+    nodes, ranks = graph.nodes, graph.ranks
+    loc = nodes["local_ns"].to_numpy(np.float64).copy() if local is None else local.copy()
+    tails = ranks["tail_ns"].to_numpy(np.float64).copy() if tail is None else tail.copy()
+    mine = nodes["rank"].to_numpy() == rank
+    others = pd.Series(np.where(mine, np.nan, loc), index=nodes.index).groupby(nodes["instance"]).transform("mean")
+    loc[mine] = others.to_numpy()[mine]
+    rmine = ranks["rank"].to_numpy() == rank
+    ot = pd.Series(np.where(rmine, np.nan, tails)).groupby(ranks["step"].to_numpy()).transform("mean")
+    tails[rmine] = ot.to_numpy()[rmine]
+    return np.nan_to_num(loc, nan=0.0), np.nan_to_num(tails, nan=0.0)
+
+
+def idealize_all(graph: StepGraph) -> tuple[np.ndarray, np.ndarray]:
+    """Every rank's local work and tail set to the members' mean (OSDI'25's T_ideal, with median transfers)."""
+    nodes, ranks = graph.nodes, graph.ranks
+    loc = nodes.groupby("instance")["local_ns"].transform("mean").to_numpy(np.float64)
+    tails = ranks.groupby("step")["tail_ns"].transform("mean").to_numpy(np.float64)
+    return loc, tails
+
+
+def slowdown(graph: StepGraph) -> tuple[float, float]:
+    """(S, waste): S = T_replayed / T_ideal, waste = 1 - 1/S (OSDI'25)."""
+    base = replay(graph).mean_step_ns()
+    loc, tails = idealize_all(graph)
+    ideal = replay(graph, local=loc, tail=tails).mean_step_ns()
+    if ideal <= 0 or base <= 0:
+        return 1.0, 0.0
+    s = base / ideal
+    return s, 1.0 - 1.0 / s
+
+
+def with_transfer(graph: StepGraph, exposed_share: pd.Series) -> np.ndarray:
+    """Each instance's median transfer times one minus the largest exposed share of its members (a transfer
+    hidden under compute costs the step nothing; the rest stays)."""
+    nodes = graph.nodes
+    share = nodes["rank"].map(exposed_share).fillna(1.0).clip(0.0, 1.0)
+    inst_share = share.groupby(nodes["instance"]).transform("max").to_numpy(np.float64)
+    return _instance_transfer(nodes) * (1.0 - inst_share)
+

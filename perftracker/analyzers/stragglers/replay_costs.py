@@ -1,0 +1,175 @@
+"""What-if costs: each finding's cost as the step time a replay without its cause saves.
+
+Promise: `replay_view` is the run's step graph (`replay.step_graph` of the matched collectives and profiler
+steps), its unchanged replay, the replay's median relative error against the measured step times, and
+OSDI'25's slowdown S = T / T_ideal and waste 1 - 1/S. `with_replay_costs(analysis, findings)` sets the cost of
+the findings whose cause the replay can remove, one after another in the order of their own estimates, each
+from the state the previous left (so the costs add up to at most the step time and never count the same time
+twice):
+
+- a straggler of one rank (`straggler:<r>`, the durations test's, `straggler:measured:<r>`) or one rank's slow
+  phase (`steps:phase:<phase>:<r>`): that rank's local work and tail set to its peers' mean at the same
+  collectives (its waits on the others go with it); a second finding about the same rank costs 0 ("counted
+  in" the first);
+- exposed communication (`overlap:exposed`): every collective's transfer cut to its part hidden under compute
+  (the rank's hidden share from `period_costs.rank_costs_view`, which counts transfer only).
+
+Every finding with a cost gets `cost_source` in its evidence: ``replay`` (with `replay_error` and the
+analyzer's own `estimate_s`), or ``estimate`` (the analyzer's own; with the reason when a replay was possible
+but its median error exceeded `replay.REL_TOL`, or nothing could be replayed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.findings import Cost, Finding
+from perftracker.analyzers.stragglers.collectives import arrivals_view
+from perftracker.analyzers.stragglers.critical_path import classified_spans, critical_path
+from perftracker.analyzers.stragglers.replay import (
+    REL_TOL,
+    Replay,
+    StepGraph,
+    idealize_rank,
+    replay,
+    slowdown,
+    step_graph,
+    with_transfer,
+)
+from perftracker.analyzers.stragglers.wait_transfer import collective_split_view
+from perftracker.analyzers.traces.period_costs import rank_costs_view
+
+_RANK_KEY = ("straggler:measured:", "straggler:")
+
+
+@dataclass(frozen=True)
+class ReplayFit:
+    """The run's step graph, its unchanged replay and how well that replay fits the measured steps."""
+
+    graph: StepGraph
+    replay: Replay
+    error: float  # median relative error of the replayed step time; nan when nothing was replayed
+    slowdown: float
+    waste: float
+
+    @property
+    def usable(self) -> bool:
+        return bool(np.isfinite(self.error) and self.error <= REL_TOL)
+
+
+def replay_view(analysis: Analysis) -> ReplayFit:
+    """The run's `ReplayFit` (see the module docstring)."""
+    table = analysis.view(collective_split_view)
+    offsets = analysis.view(arrivals_view).offsets
+    graph = step_graph(table, analysis.store.steps, offsets)
+    play = replay(graph)
+    s, waste = slowdown(graph) if not graph.nodes.empty else (1.0, 0.0)
+    return ReplayFit(graph, play, play.error() if not graph.nodes.empty else float("nan"), s, waste)
+
+
+def replay_steps_view(analysis: Analysis) -> pd.DataFrame:
+    """Per step: measured and replayed step time (mean over ranks, ns) and the relative error."""
+    return analysis.view(replay_view).replay.step_times()
+
+
+def critical_path_view(analysis: Analysis) -> pd.DataFrame:
+    """Per (step, rank, bound class, for_rank): the rank's time there and the critical path's (`critical_path`)."""
+    fit = analysis.view(replay_view)
+    offsets = analysis.view(arrivals_view).offsets
+    return critical_path(fit.graph, fit.replay, classified_spans(analysis, fit.graph, offsets))
+
+
+def _target_rank(finding: Finding) -> int | None:
+    """The rank whose extra work a finding is about: a straggler of one rank (`straggler:<r>`,
+    `straggler:measured:<r>`) or one rank's slow phase (`steps:phase:<phase>:<r>`)."""
+    if len(finding.ranks) != 1:
+        return None
+    key = finding.key
+    if finding.analyzer == "straggler" and key.rsplit(":", 1)[0] + ":" in _RANK_KEY:
+        tail = key.rsplit(":", 1)[-1]
+    elif finding.analyzer == "steps" and key.startswith("steps:phase:"):
+        tail = key.rsplit(":", 1)[-1]
+    else:
+        return None
+    return int(tail) if tail.isdigit() and int(tail) == finding.ranks[0] else None
+
+
+def _hidden_share(analysis: Analysis) -> pd.Series:
+    """Per rank: the exposed share of its transfer time."""
+    costs = analysis.view(rank_costs_view)
+    if costs.empty:
+        return pd.Series(dtype=float)
+    per = costs.groupby("rank")[["comm_ns", "comm_exposed_ns"]].sum()
+    share = per["comm_exposed_ns"] / per["comm_ns"].where(per["comm_ns"] > 0)
+    return share.fillna(0.0)
+
+
+def with_replay_costs(analysis: Analysis, findings: list[Finding]) -> list[Finding]:
+    """`findings` with replay costs where the replay fits, and `cost_source` on every finding with a cost."""
+    fit = analysis.view(replay_view) if any(f.cost.seconds_per_step > 0 for f in findings) else None
+    targets = [(i, f) for i, f in enumerate(findings)
+               if f.cost.seconds_per_step > 0 and (_target_rank(f) is not None or f.key == "overlap:exposed")]
+    replayed: dict[int, tuple[float, float, str]] = {}
+    if fit is not None and fit.usable and targets:
+        replayed = _costs(analysis, fit, targets)
+    out = []
+    for i, f in enumerate(findings):
+        if f.cost.seconds_per_step <= 0:
+            out.append(f)
+            continue
+        extra: dict[str, Any] = {"cost_source": "estimate"}
+        if i in replayed:
+            cost_s, share, what = replayed[i]
+            extra = {"cost_source": "replay", "estimate_s": round(f.cost.seconds_per_step, 9),
+                     "replay_error": round(fit.error, 4) if fit else None, "what_if": what}
+            f = replace(f, cost=Cost(cost_s, share))
+        elif any(i == j for j, _ in targets):
+            extra["cost_note"] = _why_estimate(fit)
+        out.append(replace(f, evidence={**dict(f.evidence), **extra}))
+    return out
+
+
+def _why_estimate(fit: ReplayFit | None) -> str:
+    if fit is None or not np.isfinite(fit.error):
+        return "no step could be replayed (no matched collectives inside profiler steps): the analyzer's estimate"
+    return (f"the what-if replay is {100 * fit.error:.1f}% off the measured step times (over "
+            f"{100 * REL_TOL:.0f}%): the analyzer's own estimate is kept")
+
+
+def _costs(analysis: Analysis, fit: ReplayFit,
+           targets: list[tuple[int, Finding]]) -> dict[int, tuple[float, float, str]]:
+    """Per finding index: (seconds saved per step, share of the measured step, the what-if) by sequential
+    what-ifs."""
+    graph = fit.graph
+    step = float(fit.replay.step_times()["measured_ns"].mean())
+    loc = graph.nodes["local_ns"].to_numpy(np.float64)
+    tails = graph.ranks["tail_ns"].to_numpy(np.float64)
+    xfer: np.ndarray | None = None
+    before = fit.replay.mean_step_ns()
+    out: dict[int, tuple[float, float, str]] = {}
+    order = sorted(targets, key=lambda t: (t[1].key == "overlap:exposed", -t[1].cost.seconds_per_step))
+    done: dict[int, str] = {}
+    for i, f in order:
+        rank = _target_rank(f)
+        if rank is not None:
+            if rank not in set(graph.nodes["rank"].tolist()):
+                continue
+            if rank in done:  # one cause, one cost: the rank's extra work is already costed
+                out[i] = (0.0, 0.0, f"counted in {done[rank]}")
+                continue
+            loc, tails = idealize_rank(graph, rank, loc, tails)
+            done[rank] = f.key
+        else:
+            xfer = with_transfer(graph, _hidden_share(analysis))
+        after = replay(graph, local=loc, transfer=xfer, tail=tails).mean_step_ns()
+        saved = max(before - after, 0.0)
+        before = min(before, after)
+        what = (f"rank {rank}'s work between its collectives set to its peers' mean" if rank is not None
+                else "each collective's transfer cut to its part hidden under compute")
+        out[i] = (saved / 1e9, min(saved / step, 1.0) if step > 0 else 0.0, what)
+    return out

@@ -1,0 +1,69 @@
+"""The "Critical path and what-if costs" section: where each rank's step went, and what each cause costs.
+
+Promise: `critical_path_section(tables, findings)` renders the view `critical_path` (per step, rank and bound
+class: the rank's time and the cross-rank critical path's, `analyzers/stragglers/critical_path.py`) as a chart of
+the path's time per step by rank and bound class and a table per rank, the view `replay_steps` as the replay's
+error against the measured step times, and the findings' costs with where they came from (`cost_source` in
+their evidence: the what-if replay or the analyzer's own estimate). None without the critical path. Renders only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from perftracker.analyzers.findings import Finding
+from perftracker.reports.charts import LAYOUT, label
+from perftracker.reports.sections import Section, Tables, grid, table
+
+MAX_RANKS = 64
+BOUNDS = {"gpu_compute": "GPU compute", "transfer": "transfer", "cpu_launch": "CPU / launch",
+          "data_loading": "data loading", "host_sync": "host sync", "memcpy": "memcpy", "wait": "waiting"}
+COST_COLUMNS = {"title": "finding", "cost_ms": "ms per step", "share_pct": "% of the step", "source": "from"}
+
+
+def critical_path_section(tables: Tables, findings: list[Finding]) -> Section | None:
+    path, fit = table(tables, "critical_path"), table(tables, "replay_steps")
+    if path.empty or not (path["path_ns"] > 0).any():
+        return None
+    steps = max(int(path["step"].nunique()), 1)
+    per = path.groupby(["rank", "bound"])["path_ns"].sum().unstack(fill_value=0) / steps / 1e6
+    per = per.loc[per.sum(axis=1).sort_values(ascending=False).index].head(MAX_RANKS)
+    shown = per.reindex(columns=[b for b in BOUNDS if b in per.columns]).round(3).reset_index()
+    columns = {"rank": "rank", **{b: f"{BOUNDS[b]} (ms/step)" for b in BOUNDS if b in per.columns}}
+    error = float(fit["error"].median()) if not fit.empty and fit["error"].notna().any() else float("nan")
+    note = ("The critical path of each step runs through each rank's work between its collectives, every "
+            "collective's transfer (which starts when its last member arrives) and the rank that arrived last. "
+            "Per rank, the path's time per step by what bound it. "
+            + (f"The step graph replays the measured step times with a median error of {100 * error:.1f}%."
+               if error == error else "No step could be replayed."))
+    costs = _costs(findings)
+    return Section("critical_path", "Critical path and what-if costs", "critical_path.html.j2",
+                   {"note": note, "table": grid(shown, columns, limit=16, source="critical_path"),
+                    "costs": grid(costs, COST_COLUMNS, limit=16),
+                    "costs_note": ("'replay': the step time a replay of the step graph without the cause saves, "
+                                   "taken one cause after another so that costs add up; 'estimate': the "
+                                   "analyzer's own (the replay did not fit or cannot remove that cause).")},
+                   [path_chart(per)])
+
+
+def _costs(findings: list[Finding]) -> pd.DataFrame:
+    rows = [{"title": f.title[:140], "cost_ms": round(f.cost.seconds_per_step * 1e3, 3),
+             "share_pct": round(100 * f.cost.share_of_step, 1), "source": str(f.evidence.get("cost_source", ""))}
+            for f in findings if f.cost.seconds_per_step > 0]
+    return pd.DataFrame(rows, columns=list(COST_COLUMNS))
+
+
+def path_chart(per: pd.DataFrame) -> dict[str, Any]:
+    """Stacked bars: per rank, the critical path's ms per step by bound class."""
+    fig = go.Figure()
+    ranks = [label(f"rank {r}") for r in per.index]
+    for bound, name in BOUNDS.items():
+        if bound in per.columns and (per[bound] > 0).any():
+            fig.add_bar(x=ranks, y=per[bound].round(4).tolist(), name=name)
+    fig.update_layout(title="The critical path per step, by rank and what bound it (ms per step)", barmode="stack",
+                      yaxis_title="ms per step", **LAYOUT)
+    result: dict[str, Any] = fig.to_plotly_json()
+    return result
