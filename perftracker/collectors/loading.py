@@ -6,8 +6,7 @@ directory its result is cached as Parquet keyed by the file's content (`collecto
 so a second `analyze` of the same traces, moved or copied or not, parses only the files no entry holds;
 without one the tables come back from the workers directly (pickled, or through Ray's object store). Unusable files become notes naming the file; the analysis runs on what is usable.
 Between map and reduce the traces are grouped by job (`collectors.jobs`): traces of different jobs are
-never reduced into one Store (`load_path` refuses them unless a job is picked; `load_jobs` gives one
-Store per job).
+never reduced into one Store (`load_path` refuses them unless a job is picked; `load_jobs` one Store per job).
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ from perftracker.collectors.synthetic import synthetic_inputs
 from perftracker.collectors.traces.comm_kernels import CommKernels, cached_comm_kernels
 from perftracker.collectors.traces.execution_trace import load_execution_trace_inputs
 from perftracker.collectors.traces.ranks import TraceIdentity, assign_windows
-from perftracker.collectors.traces.trace_map import FileResult, expand_ranks, pg_groups
+from perftracker.collectors.traces.trace_map import FileResult, expand_ranks, pg_groups, result_tables
 from perftracker.errors import InputError
 from perftracker.rundir import Inputs, discover
 from perftracker.store import LoadNote, RunInfo, Store
@@ -219,9 +218,10 @@ def _reduce_traces(store: Store, results: list[FileResult], spill_from: int) -> 
     spill = _EventSpill(store, spill_from)
     pg_configs: dict[str, dict[str, Any]] = {}
     for (r, t), ident in zip(ok, idents):
-        ev = r.events if r.events is not None else pd.read_parquet(r.cache_stem + ".events.parquet")
-        st = r.steps if r.steps is not None else pd.read_parquet(r.cache_stem + ".steps.parquet")
-        r.events = r.steps = None
+        if isinstance(tables := result_tables(r), str):  # its cache entry was damaged after the map step
+            store.notes.append(LoadNote("error", r.path, tables))
+            continue
+        ev, st = tables
         for frame in (ev, st):
             frame["rank"] = np.full(len(frame), ident.rank, dtype=np.int32)
             frame["window"] = np.full(len(frame), ident.window, dtype=np.int16)
