@@ -78,6 +78,8 @@ def analyze(
                                             "job2-w8-a100-sxm4-80gb).")] = None,
     each_job: Annotated[bool, typer.Option("--each-job", metavar="", help="Where the traces are of several jobs: analyze each "
                                            "alone into OUT/<label>/, with an index in OUT/jobs.json.")] = False,
+    follow_links: Annotated[bool, typer.Option("--follow-links", metavar="", help="Read files that symlinks in the "
+                                               "input lead to outside it (never /proc, /sys, /dev).")] = False,
 ) -> None:
     """Analyze traces and step files; print the verdict and ranked findings; write the report.
 
@@ -98,7 +100,8 @@ def analyze(
                           cache_dir=None if no_cache else default_cache_dir(), workers=workers,
                           engine=checked_engine(engine), ray_address=ray_address or "",
                           nccl_profile=profile, sysfs_root=sysfs_root,
-                          sysfs_host=host_name() if sysfs_root is not None else "", job=job)
+                          sysfs_host=host_name() if sysfs_root is not None else "", job=job,
+                          follow_links=follow_links)
     console = terminal()
     if each_job:
         with parsing_progress(quiet) as progress:

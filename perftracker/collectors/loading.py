@@ -55,6 +55,7 @@ class LoadOptions:
     nccl_profile: str | None = None  # platform profile name or file for the NCCL rules
     sysfs_root: Path | None = None  # this node's /sys (or a copy) for the NCCL/RDMA rules
     sysfs_host: str = ""  # the name of the node whose sysfs that is (the command computes it once)
+    follow_links: bool = False  # read files that symlinks lead to outside the input folder (containment.py)
     job: str | None = None  # the label of the one job to load where the traces are of several (collectors.jobs)
     # from this many events on, the Store's events are Parquet parts on disk, one per trace, not one table in
     # memory (store/event_parts.py; a temporary folder the Store removes, with or without a cache); 0: always
@@ -114,7 +115,7 @@ def _scan(root: Path, options: LoadOptions) -> _Scan:
     if not root.exists():
         raise InputError("no such file or directory", str(root), "check the path")
     comm_kernels_of(options)  # a bad --comm-kernels file or --comm-kernel regex stops here, before any parse
-    inputs = discover(root)
+    inputs = discover(root, options.follow_links)
     if inputs.unreadable and inputs.unreadable[0][0] == root:
         raise InputError(f"is {inputs.unreadable[0][1]}, not a regular file or a folder", str(root),
                          "point perftracker at a run directory, a folder of inputs or one input file")
@@ -150,9 +151,7 @@ def _fill(store: Store, scan: _Scan, group: JobGroup | None) -> None:
     store.run_info.input = str(root)
     store.run_info.manifest, manifest_notes = checked_manifest(inputs.manifest or {})
     store.add_notes(manifest_notes)
-    store.add_notes(LoadNote("warning", str(path), f"is {what}, not a regular file: not read (perftracker reads "
-                             "only regular files; copy the data into a file to use it)")
-                    for path, what in inputs.unreadable)
+    store.add_notes(LoadNote("warning", str(path), why) for path, why in inputs.skip_notes())
     store.run_info.synthetic_inputs, synthetic_notes = synthetic_inputs(store.run_info.manifest)
     store.add_notes(synthetic_notes)
     several = len(scan.groups) > 1
