@@ -30,6 +30,7 @@ from typing import Any
 
 import pandas as pd
 
+from perftracker import output_dir
 from perftracker.analyzers.analysis import Analysis, AnalysisOptions
 from perftracker.analyzers.compare.diff import DEFAULT_TOLERANCE, RunDiff, compare_runs
 from perftracker.analyzers.compare.side import RunSide, side_from_tables
@@ -88,7 +89,8 @@ def writing(path: Path, option: str = "-o") -> Iterator[None]:
 
 def analyze_path(path: Path, out_dir: Path, options: LoadOptions, hta_compat: bool = False,
                  timeline: bool = False) -> AnalysisResult:
-    return analyze_store(load_path(path, options), path, out_dir, hta_compat=hta_compat, timeline=timeline)
+    with output_dir.claimed(out_dir):  # held from the start: a second writer is refused before it loads
+        return analyze_store(load_path(path, options), path, out_dir, hta_compat=hta_compat, timeline=timeline)
 
 
 def analyze_store(store: Store, path: Path, out_dir: Path, hta_compat: bool = False,
@@ -97,7 +99,8 @@ def analyze_store(store: Store, path: Path, out_dir: Path, hta_compat: bool = Fa
     cannot be written). With `timeline`, the merged all-rank timeline of this same analysis (the default
     selection of `perftracker timeline`) is written beside the report as `TIMELINE`, which the report links."""
     try:
-        return _analyze_and_write(store, path, out_dir, hta_compat, timeline)
+        with output_dir.claimed(out_dir):
+            return _analyze_and_write(store, path, out_dir, hta_compat, timeline)
     finally:
         store.close()  # the events' parts on disk, if the loader wrote any
 
@@ -114,7 +117,7 @@ def _analyze_and_write(store: Store, path: Path, out_dir: Path, hta_compat: bool
         with writing(out_dir):
             out_dir.mkdir(parents=True, exist_ok=True)
         with writing(out_dir / TABLES):
-            save_tables(tables, out_dir / TABLES)
+            output_dir.replace_tables(tables, out_dir / TABLES)
         written.append(f"{TABLES}/")
         with writing(out_dir / FINDINGS):
             json_report.write(out_dir / FINDINGS, document)
@@ -123,6 +126,8 @@ def _analyze_and_write(store: Store, path: Path, out_dir: Path, hta_compat: bool
             with writing(out_dir / TIMELINE):
                 _write_timeline(analysis, findings, out_dir / TIMELINE, str(path))
             written.append(TIMELINE)
+        else:  # an earlier run's timeline is not this run's
+            output_dir.remove_stale(out_dir / TIMELINE)
         with writing(out_dir / REPORT):
             _render(out_dir, tables, findings, notes, str(path), summary)
     except OutputError as exc:
@@ -190,7 +195,8 @@ def load_tables(folder: Path) -> dict[str, pd.DataFrame]:
     for name in REPORT_VIEWS:
         path = folder / f"{name}.parquet"
         try:
-            tables[name] = pd.read_parquet(path) if path.is_file() else pd.DataFrame()
+            # a regular file of ours: never a link (to /proc/kmsg, a device, elsewhere), a FIFO or a device
+            tables[name] = pd.read_parquet(path) if path.is_file() and not path.is_symlink() else pd.DataFrame()
         except Exception:  # noqa: BLE001 - a damaged or foreign file: pyarrow raises many kinds
             tables[name] = pd.DataFrame()
     return tables
@@ -230,7 +236,7 @@ def render_report(out_dir: Path) -> Path:
     """Re-render report.html from an output folder's findings.json and tables/."""
     document, findings = json_report.read(out_dir / FINDINGS)
     notes = [LoadNote.from_dict(n) for n in document.get("notes", [])]
-    with writing(out_dir / REPORT, ""):
+    with output_dir.claimed(out_dir, ""), writing(out_dir / REPORT, ""):
         _render(out_dir, load_tables(out_dir / TABLES), findings, notes, str(document.get("input", out_dir)),
                 document.get("summary") or {})
     return out_dir / REPORT
@@ -260,9 +266,14 @@ def diff_paths(base: Path, new: Path, out_dir: Path, options: LoadOptions,
                tolerance: float = DEFAULT_TOLERANCE) -> tuple[RunDiff, dict[str, Any]]:
     """`perftracker diff`: both sides (analyzed into out_dir/base and out_dir/new where needed), compared;
     writes out_dir/diff.json (findings in the usual schema) and out_dir/diff.html."""
+    with output_dir.claimed(out_dir):
+        return _diff_into(base, new, out_dir, options, tolerance)
+
+
+def _diff_into(base: Path, new: Path, out_dir: Path, options: LoadOptions,
+               tolerance: float) -> tuple[RunDiff, dict[str, Any]]:
     diff = compare_runs(diff_side(base, "base", out_dir / "base", options),
                         diff_side(new, "new", out_dir / "new", options), tolerance)
-    out_dir.mkdir(parents=True, exist_ok=True)
     document = json_report.build(diff.findings, [], f"{base} -> {new}", {"diff": diff.summary})
     json_report.write(out_dir / DIFF_JSON, document)
     reports = {label: side_report(path, out_dir / label) for label, path in (("base", base), ("new", new))}

@@ -76,7 +76,9 @@ def _joined(base: RunSide, new: RunSide) -> pd.DataFrame:
     joined = base.ms_per_step().merge(new.ms_per_step(), on=["rank", "kind", "name"], how="outer",
                                       suffixes=("_base", "_new"))
     joined = joined[~joined["name"].astype(str).str.startswith("ProfilerStep#")]
-    return joined.fillna({"ms_base": 0.0, "ms_new": 0.0}).reset_index(drop=True)
+    joined = joined.fillna({"ms_base": 0.0, "ms_new": 0.0}).reset_index(drop=True)
+    # a side without ops (a steps-only run) has an empty, object-typed column: numbers, whatever a side holds
+    return joined.astype({"ms_base": float, "ms_new": float})
 
 
 def _own_work(joined: pd.DataFrame) -> pd.DataFrame:
