@@ -33,6 +33,7 @@ import pandas as pd
 from perftracker import output_dir
 from perftracker.analyzers.analysis import Analysis, AnalysisOptions
 from perftracker.analyzers.compare.diff import DEFAULT_TOLERANCE, RunDiff, compare_runs
+from perftracker.analyzers.compare.same_job import job_difference
 from perftracker.analyzers.compare.side import RunSide, side_from_tables
 from perftracker.analyzers.coverage import coverage, coverage_dict, known_hosts, known_ranks
 from perftracker.analyzers.findings import Finding, rank_findings
@@ -263,17 +264,20 @@ def side_report(path: Path, analyzed_into: Path) -> Path | None:
 
 
 def diff_paths(base: Path, new: Path, out_dir: Path, options: LoadOptions,
-               tolerance: float = DEFAULT_TOLERANCE) -> tuple[RunDiff, dict[str, Any]]:
+               tolerance: float = DEFAULT_TOLERANCE, allow_different_jobs: bool = False) -> tuple[RunDiff, dict[str, Any]]:
     """`perftracker diff`: both sides (analyzed into out_dir/base and out_dir/new where needed), compared;
     writes out_dir/diff.json (findings in the usual schema) and out_dir/diff.html."""
     with output_dir.claimed(out_dir):
-        return _diff_into(base, new, out_dir, options, tolerance)
+        return _diff_into(base, new, out_dir, options, tolerance, allow_different_jobs)
 
 
 def _diff_into(base: Path, new: Path, out_dir: Path, options: LoadOptions,
-               tolerance: float) -> tuple[RunDiff, dict[str, Any]]:
-    diff = compare_runs(diff_side(base, "base", out_dir / "base", options),
-                        diff_side(new, "new", out_dir / "new", options), tolerance)
+               tolerance: float, allow_different_jobs: bool) -> tuple[RunDiff, dict[str, Any]]:
+    sides = diff_side(base, "base", out_dir / "base", options), diff_side(new, "new", out_dir / "new", options)
+    if (why := job_difference(*sides)) and not allow_different_jobs:
+        raise InputError(f"the two runs look like different jobs: {why}", f"{base} -> {new}",
+                         "diff compares two runs of one job; give --allow-different-jobs to compare them anyway")
+    diff = compare_runs(*sides, tolerance)
     document = json_report.build(diff.findings, [], f"{base} -> {new}", {"diff": diff.summary})
     json_report.write(out_dir / DIFF_JSON, document)
     reports = {label: side_report(path, out_dir / label) for label, path in (("base", base), ("new", new))}

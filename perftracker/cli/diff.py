@@ -44,8 +44,12 @@ def diff(
     engine: Engine = "local",
     ray_address: RayAddress = None,
     quiet: Annotated[bool, quiet_option("Print only the verdict line.")] = False,
+    allow_different_jobs: Annotated[bool, typer.Option("--allow-different-jobs", metavar="", help="Compare runs "
+                                                       "that look like different jobs (ranks, ops).")] = False,
 ) -> None:
     """Compare two runs: step time, ops and kernels per step, the rank(s) that changed, settings, findings.
+
+    Runs that look like different jobs (rank counts, ops) are refused (exit 2) unless --allow-different-jobs.
 
     Exit codes: 0 compared, 2 bad input or usage, 3 --fail-on-regression exceeded.
     """
@@ -61,20 +65,24 @@ def diff(
                               engine=checked, ray_address=ray_address or "")
         if out is None:
             with tempfile.TemporaryDirectory(prefix="perftracker-diff-") as scratch:
-                result, _ = diff_paths(base, new, Path(scratch), options, tolerance / 100.0)
+                result, _ = diff_paths(base, new, Path(scratch), options, tolerance / 100.0,
+                                       allow_different_jobs)
         else:
-            result, _ = diff_paths(base, new, out, options, tolerance / 100.0)
+            result, _ = diff_paths(base, new, out, options, tolerance / 100.0, allow_different_jobs)
     loud = [f for f in result.findings if f.severity >= Severity.WARNING]
+    regressed = (fail_on_regression is not None and result.regression_significant
+                 and result.step_change * 100.0 >= fail_on_regression)
     verdict = (f"{len(loud)} change(s) beyond the runs' noise. Top: {loud[0].title}" if loud
                else "No change beyond the noise of running the same job twice.")
+    if regressed and not loud:  # the verdict agrees with the exit code it comes with
+        verdict = (f"Step time {100 * result.step_change:+.0f}%, beyond the runs' noise and at or above "
+                   f"--fail-on-regression {fail_on_regression:g}%.")
     console.print(printable(verdict), highlight=False, markup=False)
     if not quiet:
         for f in result.findings:
             console.print(f"  [{f.severity.label}] {printable(f.title)}", highlight=False, markup=False)
         if out is not None:
             console.print(f"Diff: {out / DIFF_HTML}  ({out / DIFF_JSON})", highlight=False, markup=False)
-    regressed = (fail_on_regression is not None and result.regression_significant
-                 and result.step_change * 100.0 >= fail_on_regression)
     raise typer.Exit(EXIT_FINDINGS if regressed else 0)
 
 
