@@ -163,14 +163,14 @@ def safe_text(text: str) -> str:
 
 
 def carries_credential(name: str, value: str) -> bool:
-    """Does the value of variable `name` hold a credential `redact_value` would hide (or is it too long to
-    check, over MAX_TEXT_CHARS)?"""
-    return redact_value(value, check_tokens=name not in _IDENTIFIERS) != value
+    """Does the value of variable `name` (its first MAX_TEXT_CHARS) hold a credential `redact_value` would hide?"""
+    return redact_value(value, check_tokens=name not in _IDENTIFIERS) != capped(value)
 
 
 def safe_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The allow-listed, secret-free part of `env`: a variable whose value carries a credential is dropped whole."""
-    return {k: v for k, v in env.items() if keep_variable(k) and not carries_credential(k, v)}
+    """The allow-listed, secret-free part of `env`: a variable whose value carries a credential is dropped whole;
+    a value longer than MAX_TEXT_CHARS is cut there, saying so in the value itself."""
+    return {k: capped(v) for k, v in env.items() if keep_variable(k) and not carries_credential(k, v)}
 
 
 def redact_command(argv: Sequence[str]) -> list[str]:
