@@ -145,3 +145,18 @@ def test_paths_beyond_path_max_are_said_not_counted_as_missing(tmp_path: Path) -
     # WHEN walked THEN the walk ends with a skip naming PATH_MAX, no error
     skips = [e.skip for e in walk(tmp_path) if e.skip]
     assert any("PATH_MAX" in s for s in skips), skips
+
+
+def test_negative_durations_are_said_when_taken_as_zero(tmp_path: Path) -> None:
+    # GIVEN a trace with an event of negative duration (the probe: clamped to 0 without a note)
+    from perftracker.collectors.traces.comm_kernels import cached_comm_kernels
+    from perftracker.collectors.traces.trace_map import parse_one
+
+    trace = {"traceEvents": [{"ph": "X", "name": "aten::mm", "ts": 100, "dur": -50, "pid": 1, "tid": 1,
+                              "cat": "cpu_op"}]}
+    path = tmp_path / "rank-0.json"
+    path.write_text(json.dumps(trace), encoding="utf-8")
+    result = parse_one(path, None, cached_comm_kernels((), ()))
+    # THEN the event is kept 0 long, and a note says how many were
+    assert result.ok and result.events is not None and result.events["dur_ns"].tolist() == [0]
+    assert any("1 event(s) with a negative duration were taken as 0 long" in m for m, _ in result.notes)

@@ -181,6 +181,10 @@ def _parse(path: Path, comm_kernels: CommKernels) -> tuple[TraceFacts, list[tupl
     trace = parse_trace(path)
     dist = trace.distributed_info
     notes = trace.messages()
+    negative = int((trace.dur_ns_array < 0).sum())  # the tables take them as 0: said, not silent
+    if negative:
+        notes.append((f"{negative:,} event(s) with a negative duration were taken as 0 long",
+                      {"negative_durations": negative}))
     rank = rank_in_range(dist.get("rank"))
     if rank is None and dist.get("rank") is not None:
         notes.append((f"distributedInfo.rank {str(dist.get('rank'))[:40]!r} is not a rank (0 to {MAX_RANK}); "
