@@ -5,7 +5,7 @@ Promise:
   (no-follow: a link planted there is refused) and takes an exclusive, non-blocking lock on it; a second
   perftracker writing into the same folder at the same time gets an `OutputError` at once ("another
   perftracker command is writing into this folder"), never a mix of two runs' files. Re-entrant within a
-  process. The mark also tells `containment.walk` that the folder is output, never input. A folder that is
+  process. A folder it created is removed again when the command fails before writing anything. The mark also tells `containment.walk` that the folder is output, never input. A folder that is
   a symlink inside another output folder (a planted `base` or `new` of a diff) is refused.
 - `replace_tables(tables, folder)` writes every table into a new hidden folder beside `folder`, then swaps
   it in: a `tables` symlink (or file) planted in the output folder is removed, never followed or written
@@ -18,6 +18,7 @@ planted under that name is replaced, its target untouched).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
@@ -45,6 +46,7 @@ def claimed(out_dir: Path, option: str = "-o") -> Iterator[None]:
     if out_dir.is_symlink() and (out_dir.parent / OUTPUT_MARK).exists():
         raise OutputError("is a symlink inside a perftracker output folder (planted there?)", str(out_dir),
                           "remove the link, or give another folder")
+    created = not out_dir.exists()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(out_dir / OUTPUT_MARK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
@@ -60,6 +62,12 @@ def claimed(out_dir: Path, option: str = "-o") -> Iterator[None]:
     _HELD[key] = fd
     try:
         yield
+    except BaseException:
+        if created and [p.name for p in out_dir.iterdir()] == [OUTPUT_MARK]:  # nothing written: leave nothing
+            (out_dir / OUTPUT_MARK).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                out_dir.rmdir()
+        raise
     finally:
         del _HELD[key]
         os.close(fd)

@@ -107,3 +107,8 @@ def test_a_planted_diff_side_link_is_refused(tmp_path: Path) -> None:
     (out / "base").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(OutputError, match="symlink inside a perftracker output folder"), claimed(out / "base"):
         pass
+
+
+def test_a_command_that_fails_before_writing_leaves_no_folder(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["analyze", str(tmp_path / "nothing-here"), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2 and not (tmp_path / "out").exists()
