@@ -97,11 +97,12 @@ def capped(text: str) -> str:
     return f"{text[:MAX_TEXT_CHARS]} ...<{len(text) - MAX_TEXT_CHARS:,} more characters cut>"
 
 
-_PARAM_HINT = re.compile("|".join(SECRET_WORDS) + "|sig|sas|api", re.IGNORECASE)
+_PARAM_HINTS = (*SECRET_WORDS, "SIG", "SAS", "API")
 
 
 def _hide_params(text: str) -> str:
-    if not _PARAM_HINT.search(text):  # no secret-looking name anywhere: nothing for the pass to hide
+    upper = text.upper()
+    if "=" not in text or not any(word in upper for word in _PARAM_HINTS):  # no secret-looking name: nothing to hide
         return text
     return _PARAM.sub(lambda m: f"{m.group('lead')}{m.group('name')}={REDACTED}"
                       if is_secret_name(m.group("name")) and m.group("value") else m.group(0), text)
