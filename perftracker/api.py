@@ -184,7 +184,7 @@ def read(path: PathLike) -> Run:
 
 
 def diff(base: PathLike, new: PathLike, *, tolerance: float = DEFAULT_TOLERANCE,
-         analysis: AnalysisOptions | None = None, **options: Any) -> RunDiff:
+         analysis: AnalysisOptions | None = None, allow_different_jobs: bool = False, **options: Any) -> RunDiff:
     """Compare two runs of one job: what changed beyond the noise of running it twice.
 
     Args:
@@ -193,14 +193,18 @@ def diff(base: PathLike, new: PathLike, *, tolerance: float = DEFAULT_TOLERANCE,
         tolerance: A significant step-time rise below this fraction is an info, not a warning.
         analysis: The analysis options of a side that is analyzed; their threshold overrides also apply to
             the comparison (diff.json records them).
+        allow_different_jobs: Compare runs that look like different jobs (rank counts, ops) instead of refusing.
         **options: Loading options for a side that is analyzed (see `load_options`).
 
     Returns:
         The comparison, in memory: nothing is written until `RunDiff.write(out)`.
+
+    Raises:
+        perftracker.errors.InputError: the two runs look like different jobs (and `allow_different_jobs` is off).
     """
     thresholds = analysis.thresholds if analysis is not None else None
     return diff_runs(_side(Path(base), options, analysis), _side(Path(new), options, analysis), f"{base} -> {new}",
-                     tolerance, thresholds)
+                     tolerance, thresholds, allow_different_jobs)
 
 
 def _side(path: Path, options: dict[str, Any], analysis: AnalysisOptions | None) -> Run:

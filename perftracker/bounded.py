@@ -2,7 +2,8 @@
 
 Promise: whatever a file is or holds, the readers here return in time and memory proportional to the
 cap, never more:
-- only regular files are opened (a symlink is followed only to a regular file): a FIFO, a device, a
+- only regular files are opened (a symlink is followed only to a regular file; never /proc/kmsg or a
+  tracing pipe, regular files whose read blocks, `blocking_file`): a FIFO, a device, a
   socket or a directory raises `InputError` naming the path and what it is, without blocking (opened
   with O_NONBLOCK, checked with fstat on the open descriptor, so a file swapped in meanwhile is caught);
 - at most `file_cap()` bytes are read from a file (`PERFTRACKER_MAX_FILE_BYTES`, default 2 GiB, well
@@ -20,6 +21,7 @@ Nothing read is evaluated.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -57,6 +59,8 @@ def not_regular(path: Path) -> str:
     try:
         st = os.stat(path)
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symlink loop (links that lead back to each other)"
         return "a broken symlink" if os.path.islink(path) else f"unreadable ({exc.strerror or exc})"
     if stat.S_ISREG(st.st_mode):
         return ""
@@ -64,8 +68,20 @@ def not_regular(path: Path) -> str:
     return f"a symlink to {what}" if os.path.islink(path) else what
 
 
+_BLOCKING = re.compile(r"^/proc/kmsg$|^/proc/sysrq-trigger$|^/sys/kernel/(?:debug/)?tracing/(?:.*/)?trace_pipe")
+
+
+def blocking_file(path: Path | str) -> bool:
+    """Is `path` (resolved) a regular file whose read blocks or consumes what it reads (/proc/kmsg, a trace pipe)?"""
+    return bool(_BLOCKING.match(os.path.realpath(path)))
+
+
 def open_regular(path: Path) -> BinaryIO:
-    """`path` opened for binary reading; InputError when it is not a regular file (never blocks on a FIFO)."""
+    """`path` opened for binary reading; InputError when it is not a regular file (never blocks on a FIFO) or
+    is a kernel file whose read blocks (`blocking_file`)."""
+    if blocking_file(path):
+        raise InputError("is a kernel file whose read blocks and consumes what it reads", str(path),
+                         "perftracker never reads it: copy what you need into a file")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:

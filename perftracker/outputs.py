@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from perftracker import output_dir
 from perftracker.analyzers.findings import Finding
 from perftracker.analyzers.views import REPORT_VIEWS
 from perftracker.errors import OutputError, output_error
@@ -62,20 +63,21 @@ def write_run(run: Run, out_dir: Path) -> None:
     """Write `run` into `out_dir` (ReportNotWritten naming what was written before a write failed)."""
     written: list[str] = []
     try:
-        with writing(out_dir):
-            out_dir.mkdir(parents=True, exist_ok=True)
-        with writing(out_dir / TABLES):
-            save_tables(run.tables, out_dir / TABLES)
-        written.append(f"{TABLES}/")
-        with writing(out_dir / FINDINGS):
-            json_report.write(out_dir / FINDINGS, run.document)
-        written.append(FINDINGS)
-        if run.timeline is not None:
-            with writing(out_dir / TIMELINE):
-                write_timeline(run.timeline, out_dir / TIMELINE, run.input)
-            written.append(TIMELINE)
-        with writing(out_dir / REPORT):
-            render_html(out_dir, run.tables, run.findings, run.notes, run.input, run.summary)
+        with output_dir.claimed(out_dir):  # one writer per folder; a planted link is replaced, never followed
+            with writing(out_dir / TABLES):
+                output_dir.replace_tables(run.tables, out_dir / TABLES)
+            written.append(f"{TABLES}/")
+            with writing(out_dir / FINDINGS):
+                json_report.write(out_dir / FINDINGS, run.document)
+            written.append(FINDINGS)
+            if run.timeline is not None:
+                with writing(out_dir / TIMELINE):
+                    write_timeline(run.timeline, out_dir / TIMELINE, run.input)
+                written.append(TIMELINE)
+            else:  # an earlier run's timeline is not this run's
+                output_dir.remove_stale(out_dir / TIMELINE)
+            with writing(out_dir / REPORT):
+                render_html(out_dir, run.tables, run.findings, run.notes, run.input, run.summary)
     except OutputError as exc:
         raise ReportNotWritten(exc, run, written) from None
 
@@ -100,7 +102,8 @@ def load_tables(folder: Path) -> dict[str, pd.DataFrame]:
     for name in REPORT_VIEWS:
         path = folder / f"{name}.parquet"
         try:
-            tables[name] = pd.read_parquet(path) if path.is_file() else pd.DataFrame()
+            # a regular file of ours: never a link (to /proc/kmsg, a device, elsewhere), a FIFO or a device
+            tables[name] = pd.read_parquet(path) if path.is_file() and not path.is_symlink() else pd.DataFrame()
         except Exception:  # noqa: BLE001 - a damaged or foreign file: pyarrow raises many kinds
             tables[name] = pd.DataFrame()
     return tables
@@ -135,7 +138,7 @@ def render_report(out_dir: Path) -> Path:
     """Re-render report.html from an output folder's findings.json and tables/."""
     document, findings = json_report.read(out_dir / FINDINGS)
     notes = [LoadNote.from_dict(n) for n in document.get("notes", [])]
-    with writing(out_dir / REPORT, ""):
+    with output_dir.claimed(out_dir, ""), writing(out_dir / REPORT, ""):
         render_html(out_dir, load_tables(out_dir / TABLES), findings, notes, str(document.get("input", out_dir)),
                     document.get("summary") or {})
     return out_dir / REPORT
@@ -163,10 +166,14 @@ def write_diff(diff: RunDiff, out_dir: Path) -> None:
     """`diff.json` and `diff.html` in `out_dir`, and each side that was analyzed (not read from a saved output)
     into `out_dir/base` and `out_dir/new`, so that the page links both sides' reports. OutputError when a file
     cannot be written (each is written then renamed: none is left half-written)."""
+    with output_dir.claimed(out_dir):
+        _write_diff(diff, out_dir)
+    diff.out_dir = out_dir
+
+
+def _write_diff(diff: RunDiff, out_dir: Path) -> None:
     from perftracker.reports import diff_html
 
-    with writing(out_dir):
-        out_dir.mkdir(parents=True, exist_ok=True)
     reports: dict[str, str] = {}
     for label, side in (("base", diff.base), ("new", diff.new)):
         if side.out_dir is None:
@@ -179,4 +186,3 @@ def write_diff(diff: RunDiff, out_dir: Path) -> None:
         comparison = diff.comparison
         diff_html.render(out_dir / DIFF_HTML, diff.findings, comparison.ops, comparison.ranks, comparison.summary,
                          title=f"perftracker diff: {diff.title}", verdict=diff.verdict, side_reports=reports)
-    diff.out_dir = out_dir

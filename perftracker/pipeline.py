@@ -21,6 +21,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis, AnalysisOptions
 from perftracker.analyzers.compare.diff import DEFAULT_TOLERANCE, compare_runs
+from perftracker.analyzers.compare.same_job import job_difference
 from perftracker.analyzers.compare.side import RunSide, side_from_tables
 from perftracker.analyzers.coverage import coverage, coverage_dict, known_hosts, known_ranks
 from perftracker.analyzers.failures.fold import fold_failures
@@ -129,12 +130,17 @@ def read_run(folder: Path) -> Run:
 
 
 def diff_runs(base: Run, new: Run, title: str, tolerance: float = DEFAULT_TOLERANCE,
-              thresholds: Mapping[str, object] | None = None) -> RunDiff:
+              thresholds: Mapping[str, object] | None = None, allow_different_jobs: bool = False) -> RunDiff:
     """Compare two runs against the noise of running a job twice; the document says the one diff verdict.
-    `thresholds` overrides declared thresholds by name for the comparison (diff.json records them)."""
+    `thresholds` overrides declared thresholds by name for the comparison (diff.json records them). Two runs
+    that look like different jobs (`compare.same_job`) are an InputError unless `allow_different_jobs`."""
+    sides = _side("base", base), _side("new", new)
+    if (why := job_difference(*sides)) and not allow_different_jobs:
+        raise InputError(f"the two runs look like different jobs: {why}", title,
+                         "diff compares two runs of one job; give --allow-different-jobs to compare them anyway")
     table = Thresholds.with_overrides(thresholds)
     with active_thresholds(table):
-        comparison = compare_runs(_side("base", base), _side("new", new), tolerance)
+        comparison = compare_runs(*sides, tolerance)
     document = json_report.build(comparison.findings, [], title, {"diff": comparison.summary},
                                  verdict_text=json_report.diff_verdict(comparison.findings))
     if table.changed():

@@ -22,6 +22,9 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 REDACTED = "<redacted>"
+# Longer values, arguments and quoted lines are cut to this length, saying so: no setting, argument or log
+# line a diagnosis needs is longer, and every pass below then costs a bounded time whatever an input holds.
+MAX_TEXT_CHARS = 1 << 16
 
 ALLOWED_PREFIXES = (
     "NCCL_", "TORCH_", "CUDA_", "UCX_", "GLOO_", "OMP_", "MASTER_", "TORCHELASTIC_", "PYTORCH_", "NVIDIA_",
@@ -40,12 +43,16 @@ SECRET_WORDS = ("TOKEN", "PASS", "PWD", "SECRET", "KEY", "CRED", "CERT", "BEARER
 _IDENTIFIERS = frozenset({"TORCHELASTIC_RUN_ID", "HOSTNAME"})
 
 _SECRET_NAME = re.compile("|".join(SECRET_WORDS), re.IGNORECASE)
-_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^/\s@?#]+)@")
+# A scheme starts only where no scheme character precedes it: each run of them is tried once (linear time;
+# without the look-behind a 256 KiB run of letters took 105 s).
+_URL_USERINFO = re.compile(r"(?<![A-Za-z0-9+.\-])(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<info>[^/\s@?#]+)@")
 # name=value inside a value or an argument: query parameters, comma/semicolon lists, a bare key=value
 _PARAM = re.compile(r"(?P<lead>(?:^|[?&;,\s]))(?P<name>[A-Za-z0-9_.\-]{1,64})=(?P<value>[^&;,\s]*)")
 _SECRET_PARAM_EXTRA = re.compile(r"^(?:sig|signature|x-amz-signature|x-amz-credential|sas|api[-_]?key)$",
                                  re.IGNORECASE)
-_PIECES = re.compile(r"[^\s,:;=@?&'\"]+")  # '/' stays inside: base64 keys hold it
+# '/' stays inside: base64 keys hold it; no token is shorter than 14 characters (a known prefix and 12 more),
+# so shorter pieces are not looked at (a megabyte of short words costs one regex scan, not a call per word)
+_PIECES = re.compile(r"[^\s,:;=@?&'\"]{14,}")
 _PATH_PARTS = re.compile(r"[^/]+")
 _UUID = re.compile(r"^(?:[A-Z]+-)*[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}$")  # GPU-..., MIG-...
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
@@ -83,12 +90,29 @@ def looks_like_token(piece: str) -> bool:
     return mixed and _entropy(piece) >= 4.0  # base64-like; words, paths and host names mix fewer classes
 
 
+def capped(text: str) -> str:
+    """`text` cut to MAX_TEXT_CHARS, saying how much was cut."""
+    if len(text) <= MAX_TEXT_CHARS:
+        return text
+    return f"{text[:MAX_TEXT_CHARS]} ...<{len(text) - MAX_TEXT_CHARS:,} more characters cut>"
+
+
+_PARAM_HINTS = (*SECRET_WORDS, "SIG", "SAS", "API")
+
+
+def _hide_params(text: str) -> str:
+    upper = text.upper()
+    if "=" not in text or not any(word in upper for word in _PARAM_HINTS):  # no secret-looking name: nothing to hide
+        return text
+    return _PARAM.sub(lambda m: f"{m.group('lead')}{m.group('name')}={REDACTED}"
+                      if is_secret_name(m.group("name")) and m.group("value") else m.group(0), text)
+
+
 def redact_value(value: str, check_tokens: bool = True) -> str:
-    """`value` with URL user info, secret-looking name=value parameters and (with `check_tokens`) token-like
-    strings replaced by `<redacted>`; any other text unchanged."""
-    out = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", value)
-    out = _PARAM.sub(lambda m: f"{m.group('lead')}{m.group('name')}={REDACTED}"
-                     if is_secret_name(m.group("name")) and m.group("value") else m.group(0), out)
+    """`value` (cut to MAX_TEXT_CHARS, saying so) with URL user info, secret-looking name=value parameters and
+    (with `check_tokens`) token-like strings replaced by `<redacted>`; any other text unchanged."""
+    out = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", capped(value))
+    out = _hide_params(out)
     if check_tokens:
         out = _PIECES.sub(lambda m: _redact_piece(m.group(0)), out)
     return out
@@ -100,14 +124,54 @@ def _redact_piece(piece: str) -> str:
     return REDACTED if looks_like_token(piece) else piece
 
 
+def _text_token(piece: str) -> bool:
+    """A token inside free text (a log line, an exception): a known token prefix, or a long string mixing
+    lower case, upper case and digits like random data does with no `_` (identifiers, kernel and symbol
+    names hold one) and no hex-only run (hashes and ids are not secrets)."""
+    if _KNOWN_TOKEN.match(piece):
+        return True
+    return "_" not in piece and not _HEX.match(piece) and looks_like_token(piece)
+
+
+def _redact_text_piece(piece: str) -> str:
+    if piece.startswith(("/", "~", ".")):
+        return _PATH_PARTS.sub(lambda m: REDACTED if _text_token(m.group(0)) else m.group(0), piece)
+    return REDACTED if _text_token(piece) else piece
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def plain_line(text: str) -> str:
+    """`text` with every control character (newlines, escapes, NUL ...) made a space: one line that can
+    neither forge another line ("Verdict: ...") nor act on a terminal."""
+    return _CONTROL.sub(" ", text) if _CONTROL.search(text) else text
+
+
+def redact_text(text: str) -> str:
+    """Free text quoted from an input (a log or NCCL line, an exception, a stack frame, a file name) with the
+    credentials it may carry hidden: URL user info, secret-looking name=value parameters, known token
+    prefixes (`ghp_`, `AKIA`, `sk-`, ...) and long random-looking strings (an AWS secret key); the rest,
+    kernel and symbol names, paths, hashes and numbers, unchanged. Cut to MAX_TEXT_CHARS (saying so)."""
+    out = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", capped(text))
+    out = _hide_params(out)
+    return _PIECES.sub(lambda m: _redact_text_piece(m.group(0)), out)
+
+
+def safe_text(text: str) -> str:
+    """What every output shows of a text from an input: `redact_text`, on one line (`plain_line`)."""
+    return plain_line(redact_text(text))
+
+
 def carries_credential(name: str, value: str) -> bool:
-    """Does the value of variable `name` hold a credential `redact_value` would hide?"""
-    return redact_value(value, check_tokens=name not in _IDENTIFIERS) != value
+    """Does the value of variable `name` (its first MAX_TEXT_CHARS) hold a credential `redact_value` would hide?"""
+    return redact_value(value, check_tokens=name not in _IDENTIFIERS) != capped(value)
 
 
 def safe_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The allow-listed, secret-free part of `env`: a variable whose value carries a credential is dropped whole."""
-    return {k: v for k, v in env.items() if keep_variable(k) and not carries_credential(k, v)}
+    """The allow-listed, secret-free part of `env`: a variable whose value carries a credential is dropped whole;
+    a value longer than MAX_TEXT_CHARS is cut there, saying so in the value itself."""
+    return {k: capped(v) for k, v in env.items() if keep_variable(k) and not carries_credential(k, v)}
 
 
 def redact_command(argv: Sequence[str]) -> list[str]:

@@ -71,12 +71,13 @@ import json
 import os
 import socket
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from perftracker.bounded import LineBlocks, LineStats, iter_lines, load_json_file, loads_json, not_regular
+from perftracker.containment import walk
 from perftracker.errors import InputError
 
 RUNDIR_FORMAT = "perftracker-run"
@@ -85,11 +86,10 @@ MANIFEST = "manifest.json"
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 
 TRACE_SUFFIXES = (".json", ".json.gz")
-_SKIP_DIRS = {"tables", ".perftracker-cache", "__pycache__", "incidents"}  # incidents: the watcher's evidence, analyzed apart
 # Folders of a run directory whose JSON files are not traces.
 NON_TRACE_DIRS = {"env", "steps", "counters", "nccl", "stacks", "tables", "manifests", "output", "requests", "ranks",
                   "fr", "errors", "profiles", "inspector"}
-OUTPUT_FILES = {"findings.json", "store.json", "ground_truth.json", MANIFEST}
+OUTPUT_FILES = {"findings.json", "store.json", "ground_truth.json", MANIFEST, "timeline.json.gz", "diff.json"}
 
 
 def host_name(explicit: str | None = None) -> str:
@@ -189,31 +189,36 @@ class Inputs:
     manifest: dict[str, Any] | None = None
     unreadable: list[tuple[Path, str]] = field(default_factory=list)
     alone: bool = False
+    skipped: list[tuple[Path, str]] = field(default_factory=list)  # (path, why it is not read: a sentence)
 
     @property
     def empty(self) -> bool:
         return not self.files
 
+    def skip_notes(self) -> Iterator[tuple[Path, str]]:
+        """(path, message) for every entry not read: the unreadable ones, then the skipped ones."""
+        for path, what in self.unreadable:
+            yield path, (f"is {what}, not a regular file: not read (perftracker reads only regular files; copy "
+                         "the data into a file to use it)")
+        yield from self.skipped
 
-def discover(root: Path) -> Inputs:
-    """Find the inputs under `root` (a run directory, a folder of traces, or one trace file)."""
+
+def discover(root: Path, follow_links: bool = False) -> Inputs:
+    """Find the inputs under `root` (a run directory, a folder of traces, or one trace file); what is not
+    read, and why, is in `Inputs.unreadable` / `Inputs.skipped` (`containment.walk`: nothing from outside
+    the folder, no output folder, no hidden file, without a word)."""
     if not root.is_dir() and not_regular(root):
         return Inputs(root=root.parent, unreadable=[(root, not_regular(root))], alone=True)
     if root.is_file():
         return Inputs(root=root.parent, files=[root], alone=True)
     found = Inputs(root=root, manifest=read_manifest(root))
-    for path in _walk(root):
-        what = not_regular(path)
-        if what:
+    for entry in walk(root, follow_links):
+        path = entry.path
+        what = "" if entry.skip else not_regular(path)
+        if entry.skip:
+            found.skipped.append((path, entry.skip))
+        elif what:
             found.unreadable.append((path, what))
         else:
             found.files.append(path)
     return found
-
-
-def _walk(root: Path) -> Iterable[Path]:
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
-        for name in sorted(filenames):
-            if not name.startswith("."):
-                yield Path(dirpath) / name

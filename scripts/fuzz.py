@@ -8,6 +8,7 @@ longer than --timeout, or (for the commands) an exit other than 0/2/3 or a crash
 
     python scripts/fuzz.py --examples 2000 --seed 1                    # every parser, 2000 inputs
     python scripts/fuzz.py --examples 40 --targets analyze,postmortem  # the commands (~3 s an input)
+    python scripts/fuzz.py --examples 200 --targets places,outputs,cache  # places (tests/fuzz_places.py)
     python scripts/fuzz.py --list                                      # the target names
 
 Exit code: 0 when nothing failed, 1 otherwise (the summary lists each cause and a saved input).
@@ -28,9 +29,45 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
+from fuzz_places import check_cache, check_output, check_places  # noqa: E402
 from fuzzing import FUZZ_RUN, TARGETS, Hang, check_cli, check_parser, cli_seeds, mutate_file  # noqa: E402
 
 COMMANDS = ("analyze", "postmortem")
+PLACES = ("places", "outputs", "cache")  # tests/fuzz_places.py: reshaped runs, edited outputs and cache entries
+
+
+def _fixtures(scratch: Path) -> tuple[Path, Path, Path]:
+    """(an analysis output of the fuzz run, a synthetic trace folder, its filled cache) for outputs and cache."""
+    from perftracker.collectors.loading import LoadOptions
+    from perftracker.pipeline import analyze_path
+    from perftracker.synth import SynthSpec, generate
+
+    analyzed = scratch / "analyzed"
+    try:
+        analyze_path(FUZZ_RUN, analyzed, LoadOptions(cache_dir=None, workers=1))
+    except Exception:  # noqa: BLE001 - a partial output folder is still an output folder to edit
+        pass
+    generate(SynthSpec(ranks=2, steps=2, kernels_per_step=4, collectives_per_step=1, seed=4), scratch / "traces",
+             gzip=True, truth_path=scratch / "truth.json")
+    return analyzed, scratch / "traces", scratch / "xdg" / "perftracker"
+
+
+def _place_case(name: str, rnd: random.Random, folder: Path, fixtures: tuple[Path, Path, Path],
+                timeout: float) -> str:
+    """One input of a place family: its outcome ("exit N"), or an exception (AssertionError: a leak or a bad exit)."""
+    import shutil
+
+    from perftracker.collectors.loading import LoadOptions, load_path
+
+    folder.mkdir(parents=True)
+    if name == "places":
+        return f"exit {check_places(rnd.randint, folder, timeout)[0]}"
+    if name == "outputs":
+        return f"exit {check_output(rnd.randint, folder, fixtures[0], timeout)}"
+    _, traces, cache = fixtures
+    shutil.rmtree(cache, ignore_errors=True)
+    load_path(traces, LoadOptions(cache_dir=cache, workers=1)).close()
+    return f"exit {check_cache(rnd.randint, folder, traces, cache, timeout)}"
 
 
 def _where(exc: BaseException) -> str:
@@ -54,9 +91,11 @@ def main() -> int:
         for name, target in sorted(TARGETS.items()):
             print(f"{name:12} {', '.join(target.seeds)}")
         print("analyze      every file of tests/fixtures/fuzz_run (one mutated per input)\npostmortem   the same")
+        print("places       the fuzz run reshaped (tests/fuzz_places.py)\noutputs      an output folder edited\n"
+              "cache        a cache entry edited")
         return 0
     names = [n.strip() for n in args.targets.split(",") if n.strip()]
-    unknown = [n for n in names if n not in TARGETS and n not in COMMANDS]
+    unknown = [n for n in names if n not in TARGETS and n not in COMMANDS and n not in PLACES]
     if unknown:
         parser.error(f"unknown target(s) {', '.join(unknown)} (see --list)")
     rnd = random.Random(args.seed)
@@ -65,8 +104,22 @@ def main() -> int:
     saved: dict[tuple[str, str], Path] = {}
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as scratch:
+        fixtures = _fixtures(Path(scratch) / "fixtures") if any(n in PLACES for n in names) else None
         for i in range(args.examples):
             name = names[i % len(names)]
+            if name in PLACES and fixtures is not None:
+                try:
+                    outcomes[name][_place_case(name, rnd, Path(scratch) / str(i), fixtures, args.timeout)] += 1
+                except Hang:
+                    outcomes[name]["failed"] += 1
+                    causes[(name, "hang (over --timeout)")] += 1
+                    saved.setdefault((name, "hang (over --timeout)"), Path(scratch) / str(i))
+                except Exception as exc:  # a leak, a bad exit or a crash
+                    outcomes[name]["failed"] += 1
+                    problem = f"{_where(exc)}: {str(exc)[:160]}"
+                    causes[(name, problem)] += 1
+                    saved.setdefault((name, problem), Path(scratch) / str(i))
+                continue
             seed = rnd.choice(cli_seeds() if name in COMMANDS else list(TARGETS[name].seeds))
             data = mutate_file((FUZZ_RUN / seed).read_bytes(), rnd.randint)
             folder = Path(scratch) / str(i)

@@ -4,6 +4,12 @@ Findings are immutable. `cost` is always in one unit: seconds lost per step (`se
 plus the share of the step time (`share_of_step`). `confidence` (0..1, or None for findings that are
 facts rather than statistical claims, such as a setting read from a log) says how sure the claim is
 beyond the run's own noise. Findings are ranked by severity, then cost, then confidence.
+
+Every text a finding carries (title, recommendation, each string of its evidence, host names) passes
+`redaction.safe_text` / `plain_line` when the finding is made, whoever makes it: a log line, an exception
+or an NCCL line quoted into a finding shows no credential (`password=...`, `ghp_...`, URL user info, an
+AWS secret key) and no control character (no forged line, no terminal escape) in any output: findings.json,
+report.html, the terminal, diff.json, the incidents, the timeline's markers.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from typing import Any
+
+from perftracker.redaction import plain_line, safe_text
 
 
 class Severity(IntEnum):
@@ -65,6 +73,12 @@ class Finding:
     fixed_id: str = ""
     confidence: float | None = None
 
+    def __post_init__(self) -> None:  # the one choke point for text from inputs (see the module docstring)
+        object.__setattr__(self, "title", safe_text(self.title))
+        object.__setattr__(self, "recommendation", safe_text(self.recommendation))
+        object.__setattr__(self, "evidence", safe_evidence(self.evidence))
+        object.__setattr__(self, "hosts", tuple(plain_line(h) for h in self.hosts))
+
     @property
     def id(self) -> str:
         """Stable id: analyzer plus a short hash of the finding's key (or title and ranks)."""
@@ -108,6 +122,31 @@ class Finding:
             fixed_id=str(data.get("id", "")),
             confidence=_confidence(data.get("confidence")),
         )
+
+
+MAX_EVIDENCE_DEPTH = 64  # deeper than any evidence perftracker writes; deeper parts of an edited file are cut
+
+
+def safe_evidence(evidence: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of `evidence` with every string passed through `safe_text` (keys through `plain_line`), walked
+    without recursion; a part nested deeper than MAX_EVIDENCE_DEPTH becomes the text "<nested too deeply>"."""
+    root: dict[str, Any] = {}
+    todo: list[tuple[Any, dict[str, Any] | list[Any], Any, int]] = [
+        (v, root, plain_line(str(k)), 1) for k, v in evidence.items()]
+    while todo:
+        value, parent, slot, depth = todo.pop()
+        if isinstance(value, (Mapping, list, tuple)) and depth > MAX_EVIDENCE_DEPTH:
+            copy: Any = "<nested too deeply>"
+        elif isinstance(value, Mapping):
+            copy = {}
+            todo += [(v, copy, plain_line(str(k)), depth + 1) for k, v in value.items()]
+        elif isinstance(value, (list, tuple)):
+            copy = [None] * len(value)
+            todo += [(v, copy, i, depth + 1) for i, v in enumerate(value)]
+        else:
+            copy = safe_text(value) if isinstance(value, str) else value
+        parent[slot] = copy
+    return root
 
 
 def _confidence(value: Any) -> float | None:

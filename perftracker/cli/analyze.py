@@ -82,6 +82,8 @@ def analyze(
                                            "ProfilerStep#N / iteration N ranges.")] = "",
     set_threshold: SetThresholds = None,
     thresholds_file: ThresholdsFiles = None,
+    follow_links: Annotated[bool, typer.Option("--follow-links", metavar="", help="Read files that symlinks in the "
+                                               "input lead to outside it (never /proc, /sys, /dev).")] = False,
 ) -> None:
     """Analyze traces and step files; print the verdict and ranked findings; write the report.
 
@@ -106,7 +108,7 @@ def analyze(
         comm_kernel_patterns=patterns, comm_kernel_files=tuple(comm_kernels or ()), cache=not no_cache,
         workers=workers, engine=checked_engine(engine), ray_address=ray_address or "", nccl_profile=profile,
         sysfs_root=sysfs_root, sysfs_host=host_name() if sysfs_root is not None else "", job=job,
-        nsys_step_range=nvtx_step)
+        nsys_step_range=nvtx_step, follow_links=follow_links)
     console = terminal()
     if each_job:
         with parsing_progress(quiet) as progress:

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from perftracker import api
+from perftracker.analyzers.findings import Severity
 from perftracker.cli.options import (
     Engine,
     RayAddress,
@@ -45,8 +46,12 @@ def diff(
     quiet: Annotated[bool, quiet_option("Print only the verdict line.")] = False,
     set_threshold: SetThresholds = None,
     thresholds_file: ThresholdsFiles = None,
+    allow_different_jobs: Annotated[bool, typer.Option("--allow-different-jobs", metavar="", help="Compare runs "
+                                                       "that look like different jobs (ranks, ops).")] = False,
 ) -> None:
     """Compare two runs: step time, ops and kernels per step, the rank(s) that changed, settings, findings.
+
+    Runs that look like different jobs (rank counts, ops) are refused (exit 2) unless --allow-different-jobs.
 
     Exit codes: 0 compared, 2 bad input or usage, 3 --fail-on-regression exceeded.
 
@@ -65,8 +70,16 @@ def diff(
     with parsing_progress(quiet) as progress:
         result = api.diff(base, new, tolerance=tolerance / 100.0, cache=not no_cache, progress=progress,
                           engine=checked, ray_address=ray_address or '',
-                          analysis=api.AnalysisOptions(thresholds=overrides))
-    console.print(printable(result.verdict), highlight=False, markup=False)
+                          analysis=api.AnalysisOptions(thresholds=overrides),
+                          allow_different_jobs=allow_different_jobs)
+    regressed = (fail_on_regression is not None and result.regression_significant
+                 and result.step_change * 100.0 >= fail_on_regression)
+    verdict = result.verdict
+    loud = any(f.severity >= Severity.WARNING for f in result.findings)
+    if regressed and not loud:  # the verdict agrees with the exit code it comes with
+        verdict = (f"Step time {100 * result.step_change:+.0f}%, beyond the runs' noise and at or above "
+                   f"--fail-on-regression {fail_on_regression:g}%.")
+    console.print(printable(verdict), highlight=False, markup=False)
     if not quiet:
         for f in result.findings:
             console.print(f"  [{f.severity.label}] {printable(f.title)}", highlight=False, markup=False)
@@ -74,8 +87,6 @@ def diff(
         result.write(out)  # an OutputError (exit 2) naming the file that could not be written, after the verdict
         if not quiet:
             console.print(f"Diff: {out / api.DIFF_HTML}  ({out / api.DIFF_JSON})", highlight=False, markup=False)
-    regressed = (fail_on_regression is not None and result.regression_significant
-                 and result.step_change * 100.0 >= fail_on_regression)
     raise typer.Exit(EXIT_FINDINGS if regressed else 0)
 
 

@@ -18,6 +18,7 @@ from typing import Annotated
 import pandas as pd
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -59,6 +60,7 @@ def lint(env_file: Path | None = None, pid: int | None = None, profile: str | No
 
 
 def _print(console: Console, findings: list[Finding], profile: str) -> None:
+    profile = escape(printable(profile))  # a name from a user's file: no markup, no control codes
     if not findings:
         console.print(f"[green]No NCCL configuration problems found[/green] (profile {profile}).")
         return

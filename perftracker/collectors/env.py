@@ -21,7 +21,7 @@ import pandas as pd
 from perftracker.bounded import load_json_file, read_text
 from perftracker.errors import InputError
 from perftracker.launcher_env import rank_in
-from perftracker.redaction import carries_credential, keep_variable, safe_env
+from perftracker.redaction import capped, carries_credential, keep_variable, safe_env
 from perftracker.store import LoadNote
 from perftracker.store.schema import conform
 from perftracker.values import MAX_RANK, ascii_int, int_in, rank_in_range
@@ -99,12 +99,16 @@ def _unquote(value: str) -> str:
 def read_env_file(path: Path) -> dict[str, tuple[str, int]]:
     """Allow-listed assignments of an env file: key -> (value, line); the last assignment wins."""
     try:
-        text, _ = read_text(path, MAX_ENV_BYTES)
+        text, read = read_text(path, MAX_ENV_BYTES)
     except OSError as exc:
         raise InputError(f"cannot read env file: {exc.strerror or exc}", where=str(path)) from None
     except InputError as exc:
         raise InputError(f"cannot read env file: {exc.what}", where=str(path), hint=exc.hint) from None
-    return {k: (v, n) for k, v, n in parse_env_text(text) if keep_variable(k) and not carries_credential(k, v)}
+    if read.left_out:  # settings past the cap would go unchecked: say so rather than pass them
+        raise InputError(f"the env file is {read.size:,} bytes, over the {MAX_ENV_BYTES:,} an env file may "
+                         "hold: the settings past that point would not be checked", where=str(path),
+                         hint="give an env file of the job's settings alone")
+    return {k: (capped(v), n) for k, v, n in parse_env_text(text) if keep_variable(k) and not carries_credential(k, v)}
 
 
 def env_rows(env: Mapping[str, str], *, source: str, evidence: str, host: str = "", pid: int = -1,

@@ -6,8 +6,7 @@ directory its result is cached as Parquet keyed by the file's content (`collecto
 so a second `analyze` of the same traces, moved or copied or not, parses only the files no entry holds;
 without one the tables come back from the workers directly (pickled, or through Ray's object store). Unusable files become notes naming the file; the analysis runs on what is usable.
 Between map and reduce the traces are grouped by job (`collectors.jobs`): traces of different jobs are
-never reduced into one Store (`load_path` refuses them unless a job is picked; `load_jobs` gives one
-Store per job).
+never reduced into one Store (`load_path` refuses them unless a job is picked; `load_jobs` one Store per job).
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ from perftracker.collectors.nsys.export import read_nsys_inputs
 from perftracker.collectors.synthetic import synthetic_inputs
 from perftracker.collectors.traces.comm_kernels import CommKernels, cached_comm_kernels
 from perftracker.collectors.traces.ranks import TraceIdentity, assign_windows
-from perftracker.collectors.traces.trace_map import FileResult, expand_ranks, pg_groups
+from perftracker.collectors.traces.trace_map import FileResult, expand_ranks, pg_groups, result_tables
 from perftracker.errors import InputError
 from perftracker.rundir import Inputs, discover
 from perftracker.store import LoadNote, Store
@@ -57,6 +56,7 @@ class LoadOptions:
     sysfs_root: Path | None = None  # this node's /sys (or a copy) for the NCCL/RDMA rules
     sysfs_host: str = ""  # the name of the node whose sysfs that is (the command computes it once)
     nsys_step_range: str = ""  # the NVTX range name that marks a step in Nsight Systems exports (collectors/nsys)
+    follow_links: bool = False  # read files that symlinks lead to outside the input folder (containment.py)
     job: str | None = None  # the label of the one job to load where the traces are of several (collectors.jobs)
     # from this many events on, the Store's events are Parquet parts on disk, one per trace, not one table in
     # memory (store/event_parts.py; a temporary folder the Store removes, with or without a cache); 0: always
@@ -114,7 +114,7 @@ def _scan(root: Path, options: LoadOptions) -> _Scan:
     if not root.exists():
         raise InputError("no such file or directory", str(root), "check the path")
     comm_kernels = comm_kernels_of(options)  # a bad --comm-kernels file or --comm-kernel regex stops here
-    inputs = discover(root)
+    inputs = discover(root, options.follow_links)
     if inputs.unreadable and inputs.unreadable[0][0] == root:
         raise InputError(f"is {inputs.unreadable[0][1]}, not a regular file or a folder", str(root),
                          "point perftracker at a run directory, a folder of inputs or one input file")
@@ -148,9 +148,7 @@ def _fill(store: Store, scan: _Scan, group: JobGroup | None) -> None:
     store.run_info.input = str(root)
     store.run_info.manifest, manifest_notes = checked_manifest(inputs.manifest or {})
     store.add_notes(manifest_notes)
-    store.add_notes(LoadNote("warning", str(path), f"is {what}, not a regular file: not read (perftracker reads "
-                             "only regular files; copy the data into a file to use it)")
-                    for path, what in inputs.unreadable)
+    store.add_notes(LoadNote("warning", str(path), why) for path, why in inputs.skip_notes())
     store.run_info.synthetic_inputs, synthetic_notes = synthetic_inputs(store.run_info.manifest)
     store.add_notes(synthetic_notes)
     several = len(scan.groups) > 1
@@ -207,9 +205,10 @@ def _reduce_traces(store: Store, results: list[FileResult], spill_from: int) -> 
     spill = _EventSpill(store, spill_from)
     pg_configs: dict[str, dict[str, Any]] = {}
     for (r, t), ident in zip(ok, idents):
-        ev = r.events if r.events is not None else pd.read_parquet(r.cache_stem + ".events.parquet")
-        st = r.steps if r.steps is not None else pd.read_parquet(r.cache_stem + ".steps.parquet")
-        r.events = r.steps = None
+        if isinstance(tables := result_tables(r), str):  # its cache entry was damaged after the map step
+            store.notes.append(LoadNote("error", r.path, tables))
+            continue
+        ev, st = tables
         for frame in (ev, st):
             frame["rank"] = np.full(len(frame), ident.rank, dtype=np.int32)
             frame["window"] = np.full(len(frame), ident.window, dtype=np.int16)

@@ -30,8 +30,8 @@ from plotly.utils import PlotlyJSONEncoder
 from perftracker import __version__
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.reports import charts
-from perftracker.reports.efficiency_section import efficiency_section
 from perftracker.reports.critical_path_section import critical_path_section
+from perftracker.reports.efficiency_section import efficiency_section
 from perftracker.reports.evidence import evidence_items
 from perftracker.reports.failure_section import wait_graph_section
 from perftracker.reports.health_sections import gpu_section, rdma_section

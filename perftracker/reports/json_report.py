@@ -19,6 +19,7 @@ from typing import Any
 from perftracker import __version__
 from perftracker.analyzers.findings import Finding, Severity, rank_findings
 from perftracker.errors import InputError
+from perftracker.reports.findings_file import checked_findings, checked_notes, checked_summary, read_document
 from perftracker.rundir import atomic_write_text
 from perftracker.store import LoadNote
 
@@ -94,19 +95,13 @@ def write(path: Path, document: dict[str, Any]) -> None:
 
 
 def read(path: Path) -> tuple[dict[str, Any], list[Finding]]:
-    """The document and its findings; InputError when the file is missing or not ours."""
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError("no findings.json here", str(path.parent),
-                         "run `perftracker analyze <traces> -o <dir>` first") from None
-    except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read findings ({exc})", str(path), "re-run perftracker analyze") from None
-    if not isinstance(document, dict) or document.get("schema_version") != SCHEMA_VERSION:
+    """The document and its findings, read as untrusted input (`findings_file`): the findings and notes of
+    the shape perftracker writes, a note for each left out, the summary fields the report reads checked;
+    InputError when the file is missing, unreadable or not ours."""
+    document = read_document(path)
+    if document.get("schema_version") != SCHEMA_VERSION:
         raise InputError("not a perftracker findings file of a supported version", str(path),
                          "re-run perftracker analyze with this version")
-    try:
-        return document, [Finding.from_dict(f) for f in document.get("findings", [])]
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # edited by hand, or by something else
-        raise InputError(f"a finding in it is not one perftracker wrote ({type(exc).__name__}: {exc})", str(path),
-                         "re-run perftracker analyze to write it again") from None
+    findings, problems = checked_findings(document, path)
+    notes = checked_notes(document) + [{"level": "warning", "source": str(path), "message": p} for p in problems]
+    return {**document, "notes": notes, "summary": checked_summary(document)}, findings

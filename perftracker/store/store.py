@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from perftracker.redaction import safe_text
 from perftracker.store.event_parts import EventPart, EventParts, RowMask
 from perftracker.store.run_info import RunInfo
 from perftracker.store.schema import TABLES, conform, empty_table
@@ -37,6 +38,10 @@ class LoadNote:
     source: str
     message: str
     data: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:  # notes quote file names and lines: no credential, one line each
+        object.__setattr__(self, "source", safe_text(self.source))
+        object.__setattr__(self, "message", safe_text(self.message))
 
     def to_dict(self) -> dict[str, Any]:
         return {"level": self.level, "source": self.source, "message": self.message, "data": dict(self.data)}

@@ -17,9 +17,10 @@ folder) still uses its node's cache, and returns the tables themselves as pandas
 object store (their numeric columns as zero-copy Arrow-style buffers).
 
 Errors for people, exit 2 (UsageError): the `ray` package missing (`pip install perftracker[ray]`); an
-address nothing answers at (a TCP connect of at most 5 s first: Ray's own retries take minutes) or that
-Ray refuses; workers running another perftracker version. A task that fails (a node lost, a worker
-killed) after Ray's retries leaves its file out with a note naming it; the analysis runs on the rest.
+address nothing answers at, or where what answers is not a gRPC server as Ray's GCS is (a TCP connect
+and an HTTP/2 greeting of at most 5 s each first: Ray's own retries take minutes), or that Ray refuses; workers running another perftracker version. A task that fails (a node lost, a worker
+killed) after Ray's retries is parsed on the driver instead, with a note naming the failure; only a file
+the driver cannot read either is left out, with an error note naming it.
 """
 
 from __future__ import annotations
@@ -81,13 +82,41 @@ def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
                          "Client, auto for a Ray started on this machine with ray start, or no address to start "
                          "one for this command")
     try:
-        with socket.create_connection((host, int(port_text)), timeout=timeout_s):
-            pass
+        with socket.create_connection((host, int(port_text)), timeout=timeout_s) as conn:
+            answer = _grpc_answer(conn, timeout_s)
     except OSError as exc:
         reason = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
         raise UsageError(f"no Ray cluster answers there ({reason} within {timeout_s:.0f} s)", f"Ray address {address}",
                          "start one there (ray start --head), check the host and port (RAY_ADDRESS or "
                          "--ray-address), or leave the address out to start Ray on this machine") from None
+    if answer:
+        raise UsageError(f"what answers there is not Ray ({answer})", f"Ray address {address}",
+                         "give the head node's GCS port (6379 by default) or ray://HOST:10001, or leave the "
+                         "address out to start Ray on this machine")
+
+
+# Ray's GCS and Ray Client speak gRPC, i.e. HTTP/2: to a client's connection preface a server answers
+# with a SETTINGS frame (9-byte header, type 4) at once. A silent listener, an HTTP/1 server or one that
+# closes the connection does not, and is refused here in seconds (Ray's own retries take minutes).
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def _grpc_answer(conn: socket.socket, timeout_s: float) -> str:
+    """"" when the peer answers an HTTP/2 preface as a gRPC server does, else what it did instead."""
+    conn.settimeout(timeout_s)
+    conn.sendall(_H2_PREFACE)
+    header = b""
+    try:
+        while len(header) < 9:
+            chunk = conn.recv(9 - len(header))
+            if not chunk:
+                return "it closed the connection without a word" if not header else "it answered too little"
+            header += chunk
+    except TimeoutError:
+        return f"no answer to a gRPC greeting within {timeout_s:.0f} s"
+    if header[3] != 4:
+        return f"it answered {header[:9]!r}, not gRPC (HTTP/2)"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -144,23 +173,37 @@ class RayEngine:
                 ready = [*ready, *more]
             for ref in ready:
                 i = index[ref]
-                results[i] = _result_of(ray, ref, paths[i])
+                results[i] = _result_of(ray, ref, paths[i], args)
             done += len(ready)
             progress(done, n)
         return [r for r in results if r is not None]
 
 
-def _result_of(ray: ModuleType, ref: Any, path: str) -> FileResult:
+def _result_of(ray: ModuleType, ref: Any, path: str, args: MapArgs) -> FileResult:
     try:
         version, result = cast(tuple[str, FileResult], ray.get(ref))
-    except ray.exceptions.RayError as exc:
-        return FileResult(path, False, error=(
-            f"{path}: the Ray task that loads it failed after {TASK_RETRIES} retries ({_first_line(exc)}). Look "
-            "at the cluster's Ray logs; analyze again (what was cached is kept), or use --engine local."))
+    except ray.exceptions.RayError as exc:  # a node lost, a worker killed: parse it here rather than lose it
+        return _parsed_here(path, args, _first_line(exc))
     if version != CACHE_VERSION:
         raise UsageError(f"the cluster's workers run perftracker {version}, this is {CACHE_VERSION}",
                          "--engine ray", "install the same perftracker version on every node")
     result.path = path
+    return result
+
+
+def _parsed_here(path: str, args: MapArgs, why: str) -> FileResult:
+    """The trace parsed on the driver after its Ray task failed (`why`), with a note saying so; an error
+    naming the failure when the driver cannot read it either."""
+    lost = (f"{path}: the Ray task that loads it failed after {TASK_RETRIES} retries ({why})")
+    if not os.path.exists(path):
+        return FileResult(path, False, error=f"{lost}, and this machine does not see the file: not analyzed. "
+                          "Look at the cluster's Ray logs; analyze again (what was cached is kept), or use "
+                          "--engine local.")
+    result = load_one(os.path.abspath(path), args.cache_dir, args.comm_kernel_files, args.comm_kernel_patterns,
+                      tables_in_result=True)
+    result.path = path
+    if result.ok:
+        result.notes.append((f"{lost}; parsed on this machine instead", {}))
     return result
 
 

@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from perftracker.bounded import loads_json
+from perftracker.bounded import loads_json, read_text
 from perftracker.errors import InputError
 
 DEFAULT_PROFILE = "generic"
@@ -25,15 +25,20 @@ def shipped_profiles() -> list[str]:
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".json"))
 
 
+MAX_PROFILE_BYTES = 16 * 1024 * 1024
+
+
 def load_profile(name_or_path: str | Path | None = None) -> dict[str, Any]:
     """A shipped profile by name, or a user profile from a JSON file."""
     name = str(name_or_path or DEFAULT_PROFILE)
     path = Path(name)
     if name.endswith(".json") or path.is_file():
-        try:
-            text = path.read_text(encoding="utf-8")
+        try:  # bounded: a FIFO, a device or a huge file is refused; bytes that are not UTF-8 are replaced
+            text, capped = read_text(path, MAX_PROFILE_BYTES)
         except OSError as exc:
             raise InputError(f"cannot read profile: {exc.strerror or exc}", where=name) from None
+        if capped.left_out:
+            raise InputError(f"the profile is over {MAX_PROFILE_BYTES:,} bytes: not a profile", where=name)
     else:
         ref = resources.files("perftracker") / "profiles" / f"{name}.json"
         if not ref.is_file():

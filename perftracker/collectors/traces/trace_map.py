@@ -25,7 +25,7 @@ from perftracker.collectors.traces.comm_kernels import CommKernels, cached_comm_
 from perftracker.collectors.traces.kineto import build_tables
 from perftracker.collectors.traces.kineto_read import parse_trace
 from perftracker.collectors.traces.ranks import host_from_name, rank_from_name
-from perftracker.collectors.traces.trace_cache import CacheEntry, content_key
+from perftracker.collectors.traces.trace_cache import CacheEntry, content_source, untrusted
 from perftracker.errors import PerftrackerError
 from perftracker.values import MAX_RANK, int_in, rank_in_range
 
@@ -107,6 +107,23 @@ class FileResult:
     cached: bool = False  # read from the cache: this file was not parsed
 
 
+ENTRY_CHANGED = ("its cache entry could not be read back (changed or damaged since it was checked); not analyzed: "
+                 "run again (the trace is parsed anew) or give --no-cache")
+
+
+def result_tables(result: FileResult) -> tuple[pd.DataFrame, pd.DataFrame] | str:
+    """(events, steps) of a mapped trace, from the result or its cache entry, released from the result;
+    ENTRY_CHANGED (a note's message) when the entry cannot be read back."""
+    try:
+        events = result.events if result.events is not None else pd.read_parquet(result.cache_stem + ".events.parquet")
+        steps = result.steps if result.steps is not None else pd.read_parquet(result.cache_stem + ".steps.parquet")
+    except Exception:  # noqa: BLE001 - pyarrow raises many kinds for a damaged file
+        return ENTRY_CHANGED
+    finally:
+        result.events = result.steps = None
+    return events, steps
+
+
 def load_one(path_str: str, cache_dir: Path | None, files: tuple[Path, ...], patterns: tuple[str, ...],
              tables_in_result: bool = False) -> FileResult:
     """Map step: parse one trace (or read it from the cache in `cache_dir`); its tables go to the cache
@@ -126,8 +143,9 @@ def parse_one(path: Path, cache_dir: Path | None, comm_kernels: CommKernels,
               tables_in_result: bool = False) -> FileResult:
     path_str = str(path)
     try:
-        entry = CacheEntry(cache_dir, content_key(path, comm_kernels)) if cache_dir else None
-        meta = entry.read_meta() if entry else None
+        source = content_source(path, comm_kernels) if cache_dir else None
+        entry = CacheEntry(cache_dir, source.key) if cache_dir and source else None
+        meta, ignored = entry.lookup(source) if entry else (None, "")
         if entry and meta is not None:
             result = FileResult(path_str, True, cache_stem=entry.stem, facts=TraceFacts(**meta["facts"]),
                                 notes=[(str(m), dict(d)) for m, d in meta["notes"]], cached=True)
@@ -135,10 +153,14 @@ def parse_one(path: Path, cache_dir: Path | None, comm_kernels: CommKernels,
                 result.events, result.steps = entry.read_tables()
             return result
         facts, notes, events, steps = _parse(path, comm_kernels)
+        if ignored:
+            notes.append((ignored, {}))
         if entry is None:
             return FileResult(path_str, True, facts=facts, notes=notes, events=events, steps=steps)
+        if ignored and untrusted(entry.folder, "the cache folder"):  # not ours to write into
+            return FileResult(path_str, True, facts=facts, notes=notes, events=events, steps=steps)
         try:
-            entry.write(events, steps, {"facts": asdict(facts), "notes": notes})
+            entry.write(events, steps, {"facts": asdict(facts), "notes": notes}, source)
         except OSError as exc:
             notes.append((f"not cached: cannot write to {entry.folder} ({exc.strerror or exc}); parsed again next "
                           "time", {}))
@@ -159,6 +181,10 @@ def _parse(path: Path, comm_kernels: CommKernels) -> tuple[TraceFacts, list[tupl
     trace = parse_trace(path)
     dist = trace.distributed_info
     notes = trace.messages()
+    negative = int((trace.dur_ns_array < 0).sum())  # the tables take them as 0: said, not silent
+    if negative:
+        notes.append((f"{negative:,} event(s) with a negative duration were taken as 0 long",
+                      {"negative_durations": negative}))
     rank = rank_in_range(dist.get("rank"))
     if rank is None and dist.get("rank") is not None:
         notes.append((f"distributedInfo.rank {str(dist.get('rank'))[:40]!r} is not a rank (0 to {MAX_RANK}); "
