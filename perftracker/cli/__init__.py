@@ -24,6 +24,7 @@ from perftracker.cli import (
     ps,
     report,
     run,
+    sanity,
     timeline,
 )
 from perftracker.cli.voice import EXIT_INTERNAL, EXIT_USAGE, Group, say
@@ -64,6 +65,7 @@ run.register(app)
 postmortem.register(app)
 incidents.register(app)
 lint_env.register(app)
+sanity.register(app)
 
 
 def main() -> None:
