@@ -39,7 +39,7 @@ from perftracker.rundir import host_name
 
 def sanity(
     out: Annotated[Path, out_option("Folder rank 0 writes the report, findings and exclude lists into.")],
-    quick: Annotated[bool, typer.Option("--quick", help=f"A short check: a {QUICK_S:g} s time box.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", metavar="", help=f"A short check: a {QUICK_S:g} s time box.")] = False,
     time_box: Annotated[float | None, typer.Option("--time-box", metavar="S",
                                                    help=f"Seconds the check may take (default {DEFAULT_S:g}).")] = None,
     fail_on: Annotated[str | None, fail_on_option()] = None,
