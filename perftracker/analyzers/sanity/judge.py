@@ -96,6 +96,20 @@ def _device_lows(records: list[dict[str, Any]]) -> dict[str, list[tuple[str, Low
     return out
 
 
+def _device_cause(cpu: bool, figures: set[str]) -> str:
+    """The likely cause of a device's low figures, from which figures are low."""
+    if cpu:
+        return "CPU contention (another process or a CPU quota on this node) or a throttled CPU"
+    causes = []
+    if any(f.startswith("gemm_") for f in figures):
+        causes.append("GPU clock throttling (power or thermal: NVML throttle reasons)")
+    if "copy_gbps" in figures:
+        causes.append("GPU memory clock throttling or a degraded HBM (ECC)")
+    if figures & {"h2d_gbps", "d2h_gbps"}:
+        causes.append("PCIe downtrained (NVML PCIe generation/width below its maximum)")
+    return "; ".join(causes) or "a failing device"
+
+
 def _expected_severity(record: Mapping[str, Any], figure: str, note: str) -> Severity:
     """Critical for a failed test or a figure below CRITICAL_SHARE of its device's peak, else a warning."""
     if note.startswith("failed"):
@@ -153,8 +167,7 @@ def judge(results: SanityResults, exclude_at: Severity = Severity.CRITICAL) -> S
                     evidence.append({"rank": r["rank"], "device": r["device"], "figure": figure, "note": note,
                                      "value": r["figures"].get(figure)})
         cpu = all(str(r["device"]).startswith("cpu") for r, _ in entries)
-        cause = ("CPU contention (another process or a CPU quota on this node) or a throttled CPU" if cpu else
-                 "GPU clock throttling (power or thermal; NVML throttle reasons), or PCIe downtrained for h2d/d2h")
+        cause = _device_cause(cpu, {e["figure"] for e in evidence})
         ranks = tuple(sorted({r["rank"] for r, _ in entries}))
         confs = [e["confidence"] for e in evidence if "confidence" in e]
         named_on_compute.add(host)
