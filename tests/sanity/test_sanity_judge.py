@@ -166,3 +166,15 @@ def test_a_large_synthetic_cluster_names_its_two_bad_nodes_and_the_report_stays_
     page = (tmp_path / "report.html").read_text()
     assert page.count("<tr>") <= 64 + 40 and "Synthetic inputs" in page
     assert page.count("gpu005") >= 1 and (tmp_path / "hostfile").read_text().count(f"slots={gpus}") == nodes - 2
+
+
+def test_a_slow_node_whose_nic_negotiated_a_lower_rate_is_told_so() -> None:
+    # GIVEN the shaped-link run, with node-b's eth0 reporting 100 Gb/s where its peers report 400 Gb/s
+    raw = json.loads(json.dumps(_fixture("rate")))
+    for record in raw["records"].values():
+        rate = 100_000 if record["host"] == "node-b" else 400_000
+        record["node"]["nics"] = [{"name": "eth0", "operstate": "up", "speed_mbps": rate, "errors": {}}]
+    # WHEN judged THEN node-b's finding gives the lower negotiated rate as the likely cause, with both rates
+    (bad,) = [f for f in judge(SanityResults.from_dict(raw)).findings if f.severity >= Severity.WARNING]
+    assert "negotiated 100000 Mb/s where its peers have 400000 Mb/s" in bad.title
+    assert (bad.evidence["nic_rate_mbps"], bad.evidence["peer_rate_mbps"]) == (100_000, 400_000)

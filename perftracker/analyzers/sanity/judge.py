@@ -72,7 +72,9 @@ def _nic_note(host: str, nodes: Mapping[str, Mapping[str, Any]]) -> tuple[str, d
         return (f"its NIC negotiated {mine} Mb/s where its peers have {others[len(others) // 2]} Mb/s",
                 {"nic_rate_mbps": mine, "peer_rate_mbps": others[len(others) // 2]})
     errors = {n["name"]: n.get("errors", {}) for n in nics if any(v > 0 for v in n.get("errors", {}).values())}
-    if errors:
+    peers_count = any(any(v > 0 for n in f.get("nics", []) for v in n.get("errors", {}).values())
+                      for h, f in nodes.items() if h != host)
+    if errors and not peers_count:  # counters since boot: telling only where the peers count none
         return "its link counts errors or drops", {"link_errors": errors}
     return "its link or NIC is slower than its peers' (shaped, congested or degraded)", {}
 
