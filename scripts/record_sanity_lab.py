@@ -57,7 +57,7 @@ def _wait_file(path: Path, timeout: float) -> bool:
 
 
 def run_case(lab: Lab, case: str, out: Path, time_box: float, mbit: float, share: float, kill_after: float,
-             port: int) -> dict[str, Any]:
+             port: int, nproc: int = 1) -> dict[str, Any]:
     """One sanity job on the lab with `case`'s fault; rank 0's results with the lab's truth."""
     nodes = lab.nodes
     bad = lab.node("node-b")
@@ -71,7 +71,7 @@ def run_case(lab: Lab, case: str, out: Path, time_box: float, mbit: float, share
     with fault:
         for i, node in enumerate(nodes):
             cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(nodes)), "--node_rank", str(i),
-                   "--nproc_per_node", "1", "--max_restarts", "0", "--master_addr", nodes[0].address,
+                   "--nproc_per_node", str(nproc), "--max_restarts", "0", "--master_addr", nodes[0].address,
                    "--master_port", str(port), "-m", "perftracker", "sanity", "-o", str(out / "result"),
                    "--time-box", f"{time_box:g}"]
             launchers.append(node.popen(cmd, env=env, log=logs / f"{node.name}.log"))
@@ -96,7 +96,7 @@ def run_case(lab: Lab, case: str, out: Path, time_box: float, mbit: float, share
     doc["lab"] = {"case": case, "fault_node": "node-b" if case != "clean" else "", "mbit": mbit if case == "rate" else None,
                   "share": share if case == "cpu" else None, "kill_after_s": kill_after if case == "kill" else None,
                   "wall_s": round(wall, 2), "fault_at_s": round(fault_at, 2), "wrote": done, "exit_codes": codes, "loadavg": list(os.getloadavg()),
-                  "time_box_s": time_box, "nodes": [n.name for n in nodes], "ranks_per_node": 1}
+                  "time_box_s": time_box, "nodes": [n.name for n in nodes], "ranks_per_node": nproc}
     return doc
 
 
@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mbit", type=float, default=20.0)
     parser.add_argument("--share", type=float, default=0.03)
     parser.add_argument("--kill-after", type=float, default=1.5)
+    parser.add_argument("--nproc", type=int, default=1, help="ranks per node")
     parser.add_argument("--fixtures", type=Path, default=OUT)
     parser.add_argument("--work", type=Path, default=Path("/tmp/perftracker-sanity-lab"))
     args = parser.parse_args(argv)
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                 name = f"{case}-{n + 1}" if case == "clean" else case
                 work = args.work / name
                 doc = run_case(lab, case, work, args.time_box, args.mbit, args.share, args.kill_after,
-                               port=random.randint(20000, 60000))
+                               port=random.randint(20000, 60000), nproc=args.nproc)
                 (args.fixtures / f"{name}.json").write_text(json.dumps(doc, indent=1) + "\n")
                 print(f"{name}: wall {doc['lab']['wall_s']} s, exit {doc['lab']['exit_codes']}, "
                       f"load {doc['lab']['loadavg'][0]:.1f}", flush=True)
