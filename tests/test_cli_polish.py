@@ -17,7 +17,7 @@ from perftracker.cli import app
 from perftracker.collectors.nccl.profiles import shipped_profiles
 from perftracker.errors import InputError, sentence_start
 
-COMMANDS = ["analyze", "report", "diff", "timeline", "demo", "ps", "attach", "run", "postmortem", "lint-env"]
+COMMANDS = ["analyze", "report", "diff", "timeline", "demo", "ps", "attach", "run", "postmortem", "lint-env", "sanity"]
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 
 

@@ -24,6 +24,7 @@ from perftracker.cli import (
     ps,
     report,
     run,
+    sanity,
     thresholds,
     timeline,
 )
@@ -65,6 +66,7 @@ run.register(app)
 postmortem.register(app)
 incidents.register(app)
 lint_env.register(app)
+sanity.register(app)
 thresholds.register(app)
 
 

@@ -1,0 +1,270 @@
+"""`perftracker sanity`'s judgement: which nodes (and links) should the job not get, and why.
+
+Promise: `judge(results)` takes the gathered results (`SanityResults`: every rank's record, the job's hosts
+in rank order) and returns a `SanityVerdict`: findings (one per node that is unreachable, failed a test or is
+below its peers / its device's expected figure; one per slow pair of nodes that no named node explains; the
+NCCL setting lint's findings, merged across the nodes that share them), the per-device table (worst first)
+and the hosts to exclude (those with a finding at or above `exclude_at`) and to keep.
+
+One cause, one finding: a node slow on compute and on its links is named once, on compute (CPU contention or
+throttling slows its communication too); a node whose every pair is slow is named on its link, and its pairs
+are listed in that finding, not again. Every finding is a pre-flight one (no cost: the job has not run) with
+the measurement, the peers' median, the expected figure where the device is known, the likely cause and what
+to do. Figures are compared with `robust.low_outliers` (median and MAD of the peers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from perftracker.analyzers.findings import Finding, Severity, rank_findings
+from perftracker.analyzers.sanity.expected import CRITICAL_SHARE, WARN_SHARE, expected_for
+from perftracker.analyzers.sanity.results import DEVICE_FIGURES, SanityResults
+from perftracker.analyzers.sanity.robust import LINK_FLOOR, Low, low_outliers
+from perftracker.analyzers.sanity.table import device_rows
+
+COMPUTE = ("gemm_", "copy_gbps")
+ANALYZER = "sanity"
+MAX_PAIRS_SHOWN = 64  # the slowest of a node's pairs kept in its finding's evidence
+MIN_PAIRS = 6  # four nodes and more: a single slow pair is judged against the other pairs
+
+
+@dataclass
+class SanityVerdict:
+    """The findings, the per-device rows (worst first), and the hosts to exclude / keep."""
+
+    findings: list[Finding]
+    rows: list[dict[str, Any]]
+    exclude: list[str]
+    keep: list[str]
+    node_status: dict[str, str] = field(default_factory=dict)
+
+
+def _unit(record: Mapping[str, Any]) -> str:
+    return f"{record['host']}/{record['local_rank']}"
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def _best_pair(pairs: list[dict[str, Any]]) -> dict[str, float]:
+    best: dict[str, float] = {}
+    for p in pairs:
+        if p.get("gbps") is None:
+            continue
+        for host in (p["a"], p["b"]):
+            best[host] = max(best.get(host, 0.0), float(p["gbps"]))
+    return best
+
+
+def _nic_note(host: str, nodes: Mapping[str, Mapping[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """A cause from the node's links compared with its peers': a lower negotiated rate or link errors."""
+    facts = nodes.get(host, {})
+    nics = [n for n in facts.get("nics", []) if n.get("operstate") == "up"]
+    rates = {h: max((n.get("speed_mbps", -1) for n in f.get("nics", []) if n.get("operstate") == "up"), default=-1)
+             for h, f in nodes.items()}
+    mine = rates.get(host, -1)
+    others = sorted(r for h, r in rates.items() if h != host and r > 0)
+    if mine > 0 and others and mine < others[len(others) // 2]:
+        return (f"its NIC negotiated {mine} Mb/s where its peers have {others[len(others) // 2]} Mb/s",
+                {"nic_rate_mbps": mine, "peer_rate_mbps": others[len(others) // 2]})
+    errors = {n["name"]: n.get("errors", {}) for n in nics if any(v > 0 for v in n.get("errors", {}).values())}
+    peers_count = any(any(v > 0 for n in f.get("nics", []) for v in n.get("errors", {}).values())
+                      for h, f in nodes.items() if h != host)
+    if errors and not peers_count:  # counters since boot: telling only where the peers count none
+        return "its link counts errors or drops", {"link_errors": errors}
+    return "its link or NIC is slower than its peers' (shaped, congested or degraded)", {}
+
+
+def _device_lows(records: list[dict[str, Any]]) -> dict[str, list[tuple[str, Low | None, str]]]:
+    """unit -> [(figure, Low vs peers or None, note on the expected figure)] for every device below its peers or
+    its expected figure."""
+    out: dict[str, list[tuple[str, Low | None, str]]] = {}
+    for figure in DEVICE_FIGURES:
+        values = {_unit(r): float(r["figures"][figure]) for r in records if figure in r.get("figures", {})}
+        for low in low_outliers(values):
+            out.setdefault(low.unit, []).append((figure, low, ""))
+        for r in records:
+            known = expected_for(str(r.get("device_name", "")), figure)
+            if known is None or figure not in r.get("figures", {}):
+                continue
+            share = float(r["figures"][figure]) / known[0]
+            if share < WARN_SHARE:
+                out.setdefault(_unit(r), []).append(
+                    (figure, None, f"{share:.0%} of the {known[0]:g} peak ({known[1]})"))
+    return out
+
+
+def _device_cause(cpu: bool, figures: set[str]) -> str:
+    """The likely cause of a device's low figures, from which figures are low."""
+    if cpu:
+        return "CPU contention (another process or a CPU quota on this node) or a throttled CPU"
+    causes = []
+    if any(f.startswith("gemm_") for f in figures):
+        causes.append("GPU clock throttling (power or thermal: NVML throttle reasons)")
+    if "copy_gbps" in figures:
+        causes.append("GPU memory clock throttling or a degraded HBM (ECC)")
+    if figures & {"h2d_gbps", "d2h_gbps"}:
+        causes.append("PCIe downtrained (NVML PCIe generation/width below its maximum)")
+    return "; ".join(causes) or "a failing device"
+
+
+def _expected_severity(record: Mapping[str, Any], figure: str, note: str) -> Severity:
+    """Critical for a failed test or a figure below CRITICAL_SHARE of its device's peak, else a warning."""
+    if note.startswith("failed"):
+        return Severity.CRITICAL
+    known = expected_for(str(record.get("device_name", "")), figure)
+    value = float(record.get("figures", {}).get(figure, 0.0))
+    return Severity.CRITICAL if known is not None and value < CRITICAL_SHARE * known[0] else Severity.WARNING
+
+
+def judge(results: SanityResults, exclude_at: Severity = Severity.CRITICAL) -> SanityVerdict:
+    """See the module docstring."""
+    records = [results.records[r] for r in sorted(results.records)]
+    hosts = list(dict.fromkeys(results.hosts))
+    reported = {r["host"] for r in records}
+    findings: list[Finding] = []
+    status: dict[str, Severity] = {}
+    for host in hosts:
+        if host in reported:
+            continue
+        ranks = tuple(i for i, h in enumerate(results.hosts) if h == host)
+        status[host] = Severity.CRITICAL
+        findings.append(Finding(
+            ANALYZER, Severity.CRITICAL, f"{host} is unreachable: its ranks {list(ranks)} sent no result within the "
+            f"{results.time_box_s:g} s time box", "Exclude the node and check it (power, network, the launcher's "
+            "log on it) before starting the job.", evidence={"ranks": list(ranks)}, ranks=ranks, hosts=(host,),
+            key=f"unreachable|{host}"))
+    nodes = {r["host"]: r.get("node", {}) for r in records if r.get("node")}
+    common = set.intersection(*[set(r.get("figures", {})) for r in records]) if records else set()
+    device_lows = _device_lows(records)
+    named_on_compute: set[str] = set()
+    by_host: dict[str, list[tuple[dict[str, Any], list[tuple[str, Low | None, str]]]]] = {}
+    findings += _collective_failures(records, unreachable=bool(status))
+    for r in records:
+        failed = {k: v for k, v in r.get("errors", {}).items() if k in DEVICE_FIGURES and k not in common}
+        items = device_lows.get(_unit(r), [])
+        if failed:
+            items = items + [(k, None, f"failed: {v}") for k, v in failed.items()]
+        if items:
+            by_host.setdefault(r["host"], []).append((r, items))
+    for host, entries in by_host.items():
+        sev = Severity.WARNING
+        lines, evidence = [], []
+        for r, items in entries:
+            for figure, low, note in items:
+                if low is not None:
+                    sev = max(sev, low.severity)
+                    lines.append(f"{figure} {_fmt(low.value)} on {r['device']} is {low.ratio:.0%} of its peers' "
+                                 f"median {_fmt(low.peer_median)}")
+                    evidence.append({"rank": r["rank"], "device": r["device"], "figure": figure, "value": low.value,
+                                     "peer_median": low.peer_median, "peer_mad": low.peer_mad,
+                                     "confidence": low.confidence})
+                else:
+                    sev = max(sev, _expected_severity(r, figure, note))
+                    lines.append(f"{figure} on {r['device']}: {note}")
+                    evidence.append({"rank": r["rank"], "device": r["device"], "figure": figure, "note": note,
+                                     "value": r["figures"].get(figure)})
+        cpu = all(str(r["device"]).startswith("cpu") for r, _ in entries)
+        cause = _device_cause(cpu, {e["figure"] for e in evidence})
+        ranks = tuple(sorted({r["rank"] for r, _ in entries}))
+        confs = [e["confidence"] for e in evidence if "confidence" in e]
+        named_on_compute.add(host)
+        status[host] = max(status.get(host, Severity.INFO), sev)
+        findings.append(Finding(
+            ANALYZER, sev, f"{host} measures below its peers: " + "; ".join(lines[:4]) + f" (likely {cause})",
+            "Exclude the node from this job (OUT/exclude.txt) and check it: " + cause + ".",
+            evidence={"figures": evidence, "likely_cause": cause}, ranks=ranks, hosts=(host,),
+            key=f"device|{host}", confidence=min(confs) if confs else None))
+    findings += _links(records, nodes, named_on_compute, status)
+    findings += _lint(nodes)
+    ranked = rank_findings(findings)
+    rows = device_rows(results, status)
+    exclude = [h for h in hosts if status.get(h, Severity.INFO) >= exclude_at and h in status]
+    keep = [h for h in hosts if h not in exclude]
+    return SanityVerdict(ranked, rows, exclude, keep, {h: s.label for h, s in status.items()})
+
+
+def _links(records: list[dict[str, Any]], nodes: Mapping[str, Mapping[str, Any]], named: set[str],
+           status: dict[str, Severity]) -> list[Finding]:
+    pairs = [p for r in records for p in r.get("pairs", [])]
+    if not pairs:
+        return []
+    best = _best_pair(pairs)
+    by_host_pairs: dict[str, list[dict[str, Any]]] = {}
+    for p in pairs:
+        for h in (p["a"], p["b"]):
+            by_host_pairs.setdefault(h, []).append(p)
+    findings = []
+    slow_nodes = {low.unit: low for low in low_outliers(best, LINK_FLOOR)}
+    failed_pairs = [p for p in pairs if p.get("gbps") is None]
+    for p in failed_pairs:  # a pair with no figure at all: both ends lost the other
+        for host in (p["a"], p["b"]):
+            if all(q.get("gbps") is None for q in by_host_pairs[host]) and host not in slow_nodes:
+                slow_nodes[host] = Low(host, 0.0, 0.0, 0.0, 1.0, Severity.CRITICAL, 0.99)
+    for host, low in sorted(slow_nodes.items()):
+        if host in named or status.get(host) == Severity.CRITICAL and host not in best:
+            continue
+        mine = list(by_host_pairs.get(host, []))
+        cause, facts = _nic_note(host, nodes)
+        status[host] = max(status.get(host, Severity.INFO), low.severity)
+        mine.sort(key=lambda p: -1.0 if p.get("gbps") is None else float(p["gbps"]))
+        listed = ", ".join(f"{p['a']}-{p['b']} " + (f"{p['gbps']:.3g} GB/s" if p.get("gbps") is not None else
+                                                   f"failed ({p.get('error', '')[:60]})") for p in mine[:4])
+        listed += f" and {len(mine) - 4} more" if len(mine) > 4 else ""
+        findings.append(Finding(
+            ANALYZER, low.severity, f"{host}'s links are slow: its best pair reaches {low.value:.3g} GB/s, "
+            f"{low.ratio:.0%} of the other nodes' median {low.peer_median:.3g} GB/s (pairs: {listed}); likely {cause}",
+            "Exclude the node (OUT/exclude.txt), then check its NIC: rate and state (ethtool, ibstat), error "
+            "counters, cable and switch port.", evidence={"pairs": mine[:MAX_PAIRS_SHOWN], "pair_count": len(mine), "best_gbps": low.value,
+                                                         "peer_median_gbps": low.peer_median, **facts},
+            hosts=(host,), key=f"link|{host}", confidence=low.confidence))
+    explained = set(slow_nodes) | named
+    measured = {f"{p['a']}\t{p['b']}": p for p in pairs if p.get("gbps") is not None}
+    by_pair = {key: float(p["gbps"]) for key, p in measured.items()}
+    if len(by_pair) >= MIN_PAIRS:  # fewer pairs cannot tell one slow link from noise
+        for low in low_outliers(by_pair, LINK_FLOOR):
+            a, b = low.unit.split("\t")
+            if a in explained or b in explained:
+                continue
+            pair = measured[low.unit]
+            findings.append(Finding(
+                ANALYZER, low.severity, f"the link between {a} and {b} is slow: {low.value:.3g} GB/s, "
+                f"{low.ratio:.0%} of the other pairs' median {low.peer_median:.3g} GB/s, while both nodes reach "
+                "their other peers at full rate", "Check the path between the two nodes (switch ports, cables, "
+                "routing); exclude one of them if it cannot be fixed before the job.",
+                evidence={"pair": pair, "peer_median_gbps": low.peer_median}, hosts=(a, b),
+                key=f"pair|{a}|{b}", confidence=low.confidence))
+    return findings
+
+
+def _collective_failures(records: list[dict[str, Any]], unreachable: bool) -> list[Finding]:
+    """One finding for collectives that failed while every node answered (a dead node explains its own)."""
+    failed = {r["rank"]: (k, v) for r in records for k, v in r.get("errors", {}).items()
+              if k not in DEVICE_FIGURES}
+    if not failed or unreachable:
+        return []
+    first = next(iter(failed.values()))
+    return [Finding(ANALYZER, Severity.CRITICAL, f"the collectives failed on ranks {sorted(failed)} while every node "
+                    f"answered: {first[0]}: {first[1][:160]}", "Read the launcher's logs of these ranks; check the "
+                    "network between the nodes (firewall, interface selection: GLOO_SOCKET_IFNAME / "
+                    "NCCL_SOCKET_IFNAME).", evidence={"errors": {str(r): v for r, v in failed.items()}},
+                    ranks=tuple(sorted(failed)), key="collectives-failed")]
+
+
+def _lint(nodes: Mapping[str, Mapping[str, Any]]) -> list[Finding]:
+    """The NCCL setting lint's findings of every node, one finding per title, naming every node that has it."""
+    merged: dict[str, tuple[Finding, list[str]]] = {}
+    for host, facts in sorted(nodes.items()):
+        for raw in facts.get("lint", []):
+            f = Finding.from_dict(raw)
+            merged.setdefault(f.title, (f, []))[1].append(host)
+    out = []
+    for f, hosts in merged.values():
+        out.append(Finding(f.analyzer, f.severity, f.title + f" (on {len(hosts)} node(s))", f.recommendation,
+                           evidence=dict(f.evidence), hosts=tuple(hosts), key=f"lint|{f.id}",
+                           confidence=f.confidence))
+    return out

@@ -1,0 +1,134 @@
+"""Per-device figures for `perftracker sanity`: GEMM throughput, device memory copy and host<->device bandwidth.
+
+Promise: `device_figures(device, seconds)` measures, on `device` ("cpu" or "cuda:N"), for about `seconds` in all:
+GEMM TFLOPS at every dtype the device supports (FP32 on CPU; BF16, FP16, TF32 and, on compute capability 8.9
+and later, FP8 on CUDA), the device memory copy bandwidth (bytes read + written per second) and, on CUDA,
+host->device and device->host bandwidth from pinned memory. Each figure is the median rate over windows of
+~0.3 s (a noisy neighbour during one window moves the median little; a quota or throttling shows in every one). A figure that cannot be measured is left out and
+its reason kept in `errors`. The CUDA paths are written for GPUs and have not run in this repository's CI
+(no GPU there): only the CPU path is tested.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+GEMM_N_CPU = 256
+GEMM_N_GPU = 8192
+COPY_BYTES_CPU = 32 << 20
+COPY_BYTES_GPU = 1 << 30
+H2D_BYTES = 256 << 20
+WINDOW_S = 0.3
+
+
+@dataclass
+class DeviceFigures:
+    """One device's figures (name -> value; TFLOPS or GB/s) and why any figure is missing."""
+
+    device: str
+    name: str
+    figures: dict[str, float] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _window_rates(fn: Callable[[], None], amount: float, device: torch.device, seconds: float,
+                  window: float = WINDOW_S) -> list[float]:
+    """`amount` per second of repeated calls of `fn`, in windows of about `window` s filling `seconds` (at least
+    three), after one warm-up call. A window spans several scheduler periods, so a CPU quota or a throttled clock
+    shows in it (the duration of one short call would hide it: it runs at full speed between throttled spells)."""
+    fn()
+    _sync(device)
+    rates: list[float] = []
+    end = time.perf_counter() + seconds
+    while len(rates) < 3 or time.perf_counter() < end:
+        t0 = time.perf_counter()
+        calls = 0
+        while True:
+            fn()
+            calls += 1
+            if calls % 8 == 0 or device.type != "cuda":
+                _sync(device)
+                if time.perf_counter() - t0 >= window:
+                    break
+        rates.append(calls * amount / (time.perf_counter() - t0))
+        if len(rates) >= 1000:
+            break
+    return rates
+
+
+def gemm_dtypes(device: torch.device) -> list[str]:
+    """The GEMM dtypes measured on `device`."""
+    if device.type != "cuda":
+        return ["fp32"]
+    kinds = ["bf16", "fp16", "tf32"]
+    major, minor = torch.cuda.get_device_capability(device)
+    if (major, minor) >= (8, 9) and hasattr(torch, "float8_e4m3fn") and hasattr(torch, "_scaled_mm"):
+        kinds.append("fp8")
+    return kinds
+
+
+def _gemm_fn(kind: str, device: torch.device, n: int) -> Callable[[], None]:
+    if kind == "fp8":
+        a = torch.randn(n, n, device=device).to(torch.float8_e4m3fn)
+        b = torch.randn(n, n, device=device).to(torch.float8_e4m3fn).t()
+        one = torch.tensor(1.0, device=device)
+        return lambda: None if torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16) is None else None
+    dtype = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[kind]
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    out = torch.empty(n, n, device=device, dtype=dtype)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = kind == "tf32"
+    return lambda: None if torch.mm(a, b, out=out) is None else None
+
+
+def device_figures(device_name: str, seconds: float) -> DeviceFigures:
+    """Measure `device_name` for about `seconds`; see the module docstring."""
+    device = torch.device(device_name)
+    label = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    result = DeviceFigures(device=device_name, name=label)
+    kinds = gemm_dtypes(device)
+    slices = len(kinds) + (3 if device.type == "cuda" else 1)
+    share = seconds / slices
+    n = GEMM_N_GPU if device.type == "cuda" else GEMM_N_CPU
+    for kind in kinds:
+        try:
+            fn = _gemm_fn(kind, device, n)
+            result.figures[f"gemm_{kind}_tflops"] = statistics.median(_window_rates(fn, 2.0 * n**3 / 1e12, device, share))
+        except (RuntimeError, TypeError, ValueError) as exc:  # a dtype the build or device refuses
+            result.errors[f"gemm_{kind}_tflops"] = f"{type(exc).__name__}: {exc}"[:200]
+    size = COPY_BYTES_GPU if device.type == "cuda" else COPY_BYTES_CPU
+    try:
+        src = torch.empty(size, dtype=torch.uint8, device=device)
+        dst = torch.empty_like(src)
+        src.fill_(1)
+        result.figures["copy_gbps"] = statistics.median(_window_rates(
+            lambda: None if dst.copy_(src) is None else None, 2.0 * size / 1e9, device, share))
+    except RuntimeError as exc:
+        result.errors["copy_gbps"] = f"{type(exc).__name__}: {exc}"[:200]
+    if device.type == "cuda":
+        _host_device(result, device, share)
+    return result
+
+
+def _host_device(result: DeviceFigures, device: torch.device, share: float) -> None:
+    try:
+        host = torch.empty(H2D_BYTES, dtype=torch.uint8, pin_memory=True)
+        dev = torch.empty(H2D_BYTES, dtype=torch.uint8, device=device)
+        gb = H2D_BYTES / 1e9
+        result.figures["h2d_gbps"] = statistics.median(_window_rates(
+            lambda: None if dev.copy_(host, non_blocking=True) is None else None, gb, device, share))
+        result.figures["d2h_gbps"] = statistics.median(_window_rates(
+            lambda: None if host.copy_(dev, non_blocking=True) is None else None, gb, device, share))
+    except RuntimeError as exc:
+        result.errors["h2d_gbps"] = f"{type(exc).__name__}: {exc}"[:200]

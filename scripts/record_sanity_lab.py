@@ -1,0 +1,136 @@
+"""Record `perftracker sanity` runs on the namespace lab as fixtures (tests/fixtures/sanity_lab/<case>.json).
+
+Each case is a real 3-node job (one rank per node, gloo over the lab's bridge), launched as a user would:
+`torchrun --nnodes 3 --node_rank i --master_addr <node-a> -m perftracker sanity -o OUT --quick` on each node.
+The fixture is rank 0's OUT/sanity.json plus a `lab` entry: the fault done (the truth the tests compare with),
+the wall time, the exit codes and the machine's load average. Cases:
+
+  clean   nothing done                          (--repeat N: N clean runs, clean-1 ... clean-N)
+  rate    node-b's egress held to --mbit Mbit/s by tc tbf from the start
+  cpu     node-b's processes held to --share of one core by a cgroup once node-b has joined
+  kill    node-b killed (its PID namespace's init, so every process of it) --kill-after s after it joined
+
+wall_s is from the launch to rank 0's last file (interpreter and torch start included); the records'
+elapsed_s count from the moment every rank joined (the time box)
+
+    sudo PYTHONPATH=$PWD .venv/bin/python scripts/record_sanity_lab.py clean rate cpu kill --repeat 10
+
+Needs root, iproute2 and util-linux (scripts/netlab.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from netlab import IFACE, REPO, Lab, _python_env, node_names, wait_all  # noqa: E402
+
+OUT = REPO / "tests" / "fixtures" / "sanity_lab"
+
+
+def _wait_line(log: Path, text: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log.is_file() and text in log.read_text(errors="replace"):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"no {text!r} in {log} within {timeout:.0f} s")
+
+
+def _wait_file(path: Path, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.is_file():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def run_case(lab: Lab, case: str, out: Path, time_box: float, mbit: float, share: float, kill_after: float,
+             port: int, nproc: int = 1) -> dict[str, Any]:
+    """One sanity job on the lab with `case`'s fault; rank 0's results with the lab's truth."""
+    nodes = lab.nodes
+    bad = lab.node("node-b")
+    logs = out / "logs"
+    env = _python_env({"GLOO_SOCKET_IFNAME": IFACE})
+    launchers = []
+    fault: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+    if case == "rate":
+        fault = lab.rate_limit(bad, mbit)
+    started = time.monotonic()
+    with fault:
+        for i, node in enumerate(nodes):
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(len(nodes)), "--node_rank", str(i),
+                   "--nproc_per_node", str(nproc), "--max_restarts", "0", "--master_addr", nodes[0].address,
+                   "--master_port", str(port), "-m", "perftracker", "sanity", "-o", str(out / "result"),
+                   "--time-box", f"{time_box:g}"]
+            launchers.append(node.popen(cmd, env=env, log=logs / f"{node.name}.log"))
+        _wait_line(logs / "node-b.log", "joined", timeout=time_box + 120)  # faults hit the measurement, not the start
+        fault_at = time.monotonic() - started
+        quota: contextlib.AbstractContextManager[Any] = (lab.cpu_quota(bad, share) if case == "cpu"
+                                                         else contextlib.nullcontext())
+        with quota:
+            if case == "kill":
+                killer = threading.Timer(kill_after, lab.kill, args=(bad,))
+                killer.start()
+            done = _wait_file(out / "result" / "hostfile", timeout=time_box + 120)
+            wall = time.monotonic() - started
+    codes = wait_all(launchers, timeout=3)  # torchrun's agents wait at an exit barrier for the dead: not us
+    for proc in launchers:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, 9)
+    results_file = out / "result" / "sanity.json"
+    if not results_file.is_file():
+        raise RuntimeError(f"{case}: rank 0 wrote no sanity.json; logs in {logs}")
+    doc = json.loads(results_file.read_text())
+    doc["lab"] = {"case": case, "fault_node": "node-b" if case != "clean" else "", "mbit": mbit if case == "rate" else None,
+                  "share": share if case == "cpu" else None, "kill_after_s": kill_after if case == "kill" else None,
+                  "wall_s": round(wall, 2), "fault_at_s": round(fault_at, 2), "wrote": done, "exit_codes": codes, "loadavg": list(os.getloadavg()),
+                  "time_box_s": time_box, "nodes": [n.name for n in nodes], "ranks_per_node": nproc}
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("cases", nargs="+", choices=["clean", "rate", "cpu", "kill"])
+    parser.add_argument("--repeat", type=int, default=1, help="clean runs to record")
+    parser.add_argument("--time-box", type=float, default=20.0)
+    parser.add_argument("--mbit", type=float, default=20.0)
+    parser.add_argument("--share", type=float, default=0.03)
+    parser.add_argument("--kill-after", type=float, default=1.5)
+    parser.add_argument("--nproc", type=int, default=1, help="ranks per node")
+    parser.add_argument("--fixtures", type=Path, default=OUT)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/perftracker-sanity-lab"))
+    args = parser.parse_args(argv)
+    why = Lab.available()
+    if why:
+        print(f"record_sanity_lab: {why}", file=sys.stderr)
+        return 2
+    args.fixtures.mkdir(parents=True, exist_ok=True)
+    with Lab(node_names(3)) as lab:
+        for case in args.cases:
+            for n in range(args.repeat if case == "clean" else 1):
+                name = f"{case}-{n + 1}" if case == "clean" else case
+                work = args.work / name
+                doc = run_case(lab, case, work, args.time_box, args.mbit, args.share, args.kill_after,
+                               port=random.randint(20000, 60000), nproc=args.nproc)
+                (args.fixtures / f"{name}.json").write_text(json.dumps(doc, indent=1) + "\n")
+                print(f"{name}: wall {doc['lab']['wall_s']} s, exit {doc['lab']['exit_codes']}, "
+                      f"load {doc['lab']['loadavg'][0]:.1f}", flush=True)
+                if case == "kill":  # the dead node cannot come back: the lab is done
+                    return 0
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
