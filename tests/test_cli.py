@@ -55,8 +55,12 @@ def test_analyze_real_traces_writes_report_findings_and_tables(hta_traces: Path,
 
 
 def test_fail_on_sets_exit_code_three(hta_traces: Path, tmp_path: Path) -> None:
-    result = run("analyze", str(hta_traces / "trace_filter"), "-o", str(tmp_path / "o"), "--fail-on", "critical")
+    # (its exposed communication was critical while it counted the waiting for the late rank: 160 ms; the
+    # transfer alone, 98 ms, is a warning since issue 26)
+    result = run("analyze", str(hta_traces / "trace_filter"), "-o", str(tmp_path / "o"), "--fail-on", "warning")
     assert result.returncode == 3
+    assert run("analyze", str(hta_traces / "trace_filter"), "-o", str(tmp_path / "o3"), "--fail-on",
+               "critical").returncode == 0
     clean = TraceBuilder(rank=0).step(1, 0, 1000).kernel("gemm", 0, 990, launch_ts=0).write(tmp_path / "c" / "r.json")
     assert run("analyze", str(clean.parent), "-o", str(tmp_path / "o2"), "--fail-on", "warning").returncode == 0
 

@@ -21,7 +21,10 @@ from conftest import HTA_TRACES
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.registry import run_analyzers
-from perftracker.analyzers.stragglers.replay import REL_TOL, replay
+from perftracker.analyzers.stragglers.replay import replay
+from perftracker.analyzers.thresholds import default
+
+REL_TOL = default("replay.max_error")
 from perftracker.analyzers.stragglers.replay_costs import critical_path_view, replay_view
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.synth import SynthSpec, generate

@@ -93,6 +93,11 @@ def analyze(
     Exit codes: 0 ran, 2 bad input or usage (traces of several jobs included; an -o that cannot be written,
     after the verdict when the analysis finished), 3 a finding at or above --fail-on exists (in any job,
     with --each-job).
+
+    Examples:
+      perftracker analyze traces/ -o out/
+      perftracker analyze run/ -o out/ --timeline --fail-on warning
+      perftracker analyze traces/ -o out/ --set straggler.alpha=0.005
     """
     threshold = parse_fail_on(fail_on)
     if job and each_job:

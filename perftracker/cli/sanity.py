@@ -48,7 +48,13 @@ def sanity(
     profile: Annotated[str, nccl_profile_option("NCCL setting lint's platform profile.")] = "generic",
     sysfs_root: Annotated[Path, sysfs_root_option("Root of sysfs for the node's links.")] = Path("/sys"),
 ) -> None:
-    """Measure every node of a job before it starts (compute, memory, collectives, node pairs) and name bad nodes."""
+    """Measure every node of a job before it starts (compute, memory, collectives, node pairs) and name bad nodes.
+
+    Examples:
+      torchrun --nnodes 4 --nproc-per-node 8 --rdzv-endpoint head:29500 -m perftracker sanity -o sanity/
+      torchrun --nproc-per-node 2 -m perftracker sanity -o sanity/ --quick
+      srun --nodes 16 python -m perftracker sanity -o sanity/ --fail-on warning
+    """
     started = time.monotonic()
     threshold = parse_fail_on(fail_on)
     try:

@@ -58,7 +58,13 @@ def thresholds(
     set_threshold: SetThresholds = None,
     thresholds_file: ThresholdsFiles = None,
 ) -> None:
-    """List every threshold a finding depends on: name, value, unit, what it decides, how it was chosen."""
+    """List every threshold a finding depends on: name, value, unit, what it decides, how it was chosen.
+
+    Examples:
+      perftracker thresholds
+      perftracker thresholds --set straggler.alpha=0.005 --json
+      perftracker analyze traces/ -o out/ --set straggler.alpha=0.005
+    """
     table = Thresholds.with_overrides(threshold_overrides(set_threshold, thresholds_file))
     if markdown:
         typer.echo(reference_markdown(), nl=False)

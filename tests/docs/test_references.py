@@ -24,9 +24,11 @@ PATH = re.compile(rf"(?<![\w/.<>*-])((?:[A-Za-z_.][\w.-]*/)+[A-Za-z_][\w.-]*\.(?
 BARE_MODULE = re.compile(r"(?<![\w/.<>*-])([a-z_][a-z0-9_]*\.py)\b")
 # Examples by design, not files of this repository: the user's training script and wrapper, a made-up
 # generator in a manifest example, a trace file in an output example, the architecture page's worked example
-# of a new analyzer, the plotly.py library.
+# of a new analyzer, the plotly.py library; files of other projects named as sources (flash-attn's
+# flash_attn_interface.py, NCCL's nccl_payload_breakdown.py) and a job's own file in a stack example (job.py).
 EXAMPLES = {"train.py", "perftracker.sh", "scripts/make_x.py", "traces/rank-1.json", "all_to_all.py",
-            "templates/section_all_to_all.html.j2", "plotly.py"}
+            "templates/section_all_to_all.html.j2", "plotly.py", "flash_attn_interface.py",
+            "nccl_payload_breakdown.py", "job.py"}
 DOTTED = re.compile(r"(?<![\w.])(perftracker(?:\.[a-z_][a-z0-9_]*)+)")
 
 

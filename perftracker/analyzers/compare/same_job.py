@@ -12,8 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from perftracker.analyzers.compare.side import RunSide
-
-MIN_OVERLAP = 0.3  # two runs of one job share nearly all their op time; another model shares little
+from perftracker.analyzers.thresholds import threshold
 
 
 def _ranks(side: RunSide) -> int:
@@ -46,7 +45,7 @@ def job_difference(base: RunSide, new: RunSide) -> str:
     if all(len(w) == 1 for w in world) and world[0] != world[1]:
         return f"WORLD_SIZE is {next(iter(world[0]))} in the base run, {next(iter(world[1]))} in the new run"
     shared = _shared_time(base, new)
-    if shared is not None and shared < MIN_OVERLAP:
+    if shared is not None and shared < threshold('diff.same_job_min_overlap'):
         return (f"only {100 * shared:.0f}% of their op time is in ops both runs have (another model or "
                 "workload)")
     return ""

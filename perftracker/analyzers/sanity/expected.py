@@ -9,10 +9,6 @@ large GEMM or copy (measured GEMMs reach 60-80% of dense peak, copies 80-90% of 
 
 from __future__ import annotations
 
-WARN_SHARE = 0.5
-CRITICAL_SHARE = 0.3
-HEALTHY_SHARE = 0.7
-
 _H100 = "NVIDIA H100 Tensor Core GPU datasheet (SXM5), nvidia.com/en-us/data-center/h100"
 _H200 = "NVIDIA H200 Tensor Core GPU datasheet, nvidia.com/en-us/data-center/h200"
 _A100 = "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB), nvidia.com/en-us/data-center/a100"

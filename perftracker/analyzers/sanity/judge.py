@@ -20,15 +20,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perftracker.analyzers.findings import Finding, Severity, rank_findings
-from perftracker.analyzers.sanity.expected import CRITICAL_SHARE, WARN_SHARE, expected_for
+from perftracker.analyzers.sanity.expected import expected_for
 from perftracker.analyzers.sanity.results import DEVICE_FIGURES, SanityResults
 from perftracker.analyzers.sanity.robust import LINK_FLOOR, Low, low_outliers
 from perftracker.analyzers.sanity.table import device_rows
+from perftracker.analyzers.thresholds import threshold, threshold_int
 
 COMPUTE = ("gemm_", "copy_gbps")
 ANALYZER = "sanity"
 MAX_PAIRS_SHOWN = 64  # the slowest of a node's pairs kept in its finding's evidence
-MIN_PAIRS = 6  # four nodes and more: a single slow pair is judged against the other pairs
 
 
 @dataclass
@@ -92,7 +92,7 @@ def _device_lows(records: list[dict[str, Any]]) -> dict[str, list[tuple[str, Low
             if known is None or figure not in r.get("figures", {}):
                 continue
             share = float(r["figures"][figure]) / known[0]
-            if share < WARN_SHARE:
+            if share < threshold('sanity.expected_warn_share'):
                 out.setdefault(_unit(r), []).append(
                     (figure, None, f"{share:.0%} of the {known[0]:g} peak ({known[1]})"))
     return out
@@ -113,12 +113,12 @@ def _device_cause(cpu: bool, figures: set[str]) -> str:
 
 
 def _expected_severity(record: Mapping[str, Any], figure: str, note: str) -> Severity:
-    """Critical for a failed test or a figure below CRITICAL_SHARE of its device's peak, else a warning."""
+    """Critical for a failed test or a figure below threshold('sanity.expected_critical_share') of its device's peak, else a warning."""
     if note.startswith("failed"):
         return Severity.CRITICAL
     known = expected_for(str(record.get("device_name", "")), figure)
     value = float(record.get("figures", {}).get(figure, 0.0))
-    return Severity.CRITICAL if known is not None and value < CRITICAL_SHARE * known[0] else Severity.WARNING
+    return Severity.CRITICAL if known is not None and value < threshold('sanity.expected_critical_share') * known[0] else Severity.WARNING
 
 
 def judge(results: SanityResults, exclude_at: Severity = Severity.CRITICAL) -> SanityVerdict:
@@ -225,7 +225,7 @@ def _links(records: list[dict[str, Any]], nodes: Mapping[str, Mapping[str, Any]]
     explained = set(slow_nodes) | named
     measured = {f"{p['a']}\t{p['b']}": p for p in pairs if p.get("gbps") is not None}
     by_pair = {key: float(p["gbps"]) for key, p in measured.items()}
-    if len(by_pair) >= MIN_PAIRS:  # fewer pairs cannot tell one slow link from noise
+    if len(by_pair) >= threshold_int('sanity.min_pairs'):  # fewer pairs cannot tell one slow link from noise
         for low in low_outliers(by_pair, LINK_FLOOR):
             a, b = low.unit.split("\t")
             if a in explained or b in explained:

@@ -30,19 +30,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from perftracker.analyzers.findings import Severity
+from perftracker.analyzers.thresholds import threshold, threshold_int
 
-NOISE_K = 4.0
-# The deficit floor (fewer than MANY_PEERS peers, else from MANY_PEERS on), set on the namespace lab (3 nodes on a
+# The deficit floor (fewer than threshold_int('sanity.many_peers') peers, else from threshold_int('sanity.many_peers') on), set on the namespace lab (3 nodes on a
 # 2-core machine at load 7-13, tests/fixtures/sanity_lab clean-1..18): a clean node's GEMM / copy fell to 53% of its
 # peers' median at worst and its best pair to 25% (ping-pong through veths is CPU-bound there, and with three
 # nodes a node's peers are one pair); a CPU quota of 0.03 core measured 9%, a 20 Mbit/s link 1%. The floors were
 # set on these same runs (no held-out estimate): 0.4 / 0.7 gave 3 false warnings in the 8 runs recorded after.
 DEVICE_FLOOR = (0.5, 0.15)
 LINK_FLOOR = (0.8, 0.3)
-MANY_PEERS = 8
 MIN_DEFICIT = DEVICE_FLOOR[0]
-CRITICAL_RATIO = 0.5
-MIN_PEERS = 2
 MAD_TO_SIGMA = 1.4826
 LEAVE_ONE_OUT_UP_TO = 32
 
@@ -83,7 +80,7 @@ def low_outliers(values: Mapping[str, float], floor: tuple[float, float] = DEVIC
             med, mad = med_all, mad_all
         else:
             others = [values[u] for u in units if u != unit]
-            if len(others) < MIN_PEERS:
+            if len(others) < threshold_int('sanity.min_peers'):
                 continue
             med = statistics.median(others)
             mad = MAD_TO_SIGMA * statistics.median(abs(v - med) for v in others)
@@ -92,10 +89,10 @@ def low_outliers(values: Mapping[str, float], floor: tuple[float, float] = DEVIC
         value = values[unit]
         deficit = 1.0 - value / med
         rel_mad = mad / med
-        least = floor[0] if len(units) - 1 < MANY_PEERS else floor[1]
-        if deficit < max(least, NOISE_K * rel_mad):
+        least = floor[0] if len(units) - 1 < threshold_int('sanity.many_peers') else floor[1]
+        if deficit < max(least, threshold('sanity.noise_k') * rel_mad):
             continue
-        severity = Severity.CRITICAL if value <= CRITICAL_RATIO * med else Severity.WARNING
+        severity = Severity.CRITICAL if value <= threshold('sanity.critical_ratio') * med else Severity.WARNING
         z = deficit / max(rel_mad, MIN_DEFICIT / 10)
         found.append(Low(unit, value, med, mad, deficit, severity, _confidence(z, len(units))))
     return sorted(found, key=lambda low: low.ratio)

@@ -24,10 +24,10 @@ from perftracker.analyzers.common import fmt_ms, hosts_of
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.stragglers.collectives import arrivals_view
 from perftracker.analyzers.stragglers.wait_transfer import collective_split_view, step_waits
+from perftracker.analyzers.thresholds import threshold
 from perftracker.values import short_symbol
 
 MAX_INTERVALS = 16
-WARN_SHARE = 0.05  # the others wait for it 5% of a step or more
 _GPU = ("compute", "memcpy", "memset")
 _CPU = ("cpu_op", "annotation", "runtime")
 CAUSES = {"data_loader": re.compile(r"dataloader|_next_data|wait_for_batch", re.IGNORECASE),
@@ -198,7 +198,7 @@ def measured_wait_finding(analysis: Analysis, step_s: float, cost_s: float) -> F
     instances = int(table["instance"].nunique())
     steps_text = "the 1 profiled step" if steps == 1 else f"the {steps} profiled steps"
     return Finding(
-        analyzer="straggler", severity=Severity.WARNING if share >= WARN_SHARE else Severity.INFO,
+        analyzer="straggler", severity=Severity.WARNING if share >= threshold('straggler.late_rank_warn_share') else Severity.INFO,
         title=(f"The other ranks waited {fmt_ms(float(row['caused_ns']) / 1e9)} in all (rank-time) for rank {rank} in "
                f"{steps_text}: it arrived last at {int(row['times_last'])} of {instances} collectives; "
                + (describe(did) + "; " if did else "")

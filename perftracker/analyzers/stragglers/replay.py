@@ -25,8 +25,6 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-REL_TOL = 0.05  # OSDI'25 drop traces replayed more than 5% off; so do we (the analyzer's own estimate stands)
-
 
 @dataclass(frozen=True)
 class StepGraph:

@@ -32,7 +32,6 @@ from perftracker.analyzers.findings import Cost, Finding
 from perftracker.analyzers.stragglers.collectives import arrivals_view
 from perftracker.analyzers.stragglers.critical_path import classified_spans, critical_path
 from perftracker.analyzers.stragglers.replay import (
-    REL_TOL,
     Replay,
     StepGraph,
     idealize_rank,
@@ -42,6 +41,7 @@ from perftracker.analyzers.stragglers.replay import (
     with_transfer,
 )
 from perftracker.analyzers.stragglers.wait_transfer import collective_split_view
+from perftracker.analyzers.thresholds import threshold
 from perftracker.analyzers.traces.period_costs import rank_costs_view
 
 _RANK_KEY = ("straggler:measured:", "straggler:")
@@ -59,7 +59,7 @@ class ReplayFit:
 
     @property
     def usable(self) -> bool:
-        return bool(np.isfinite(self.error) and self.error <= REL_TOL)
+        return bool(np.isfinite(self.error) and self.error <= threshold('replay.max_error'))
 
 
 def replay_view(analysis: Analysis) -> ReplayFit:
@@ -138,7 +138,7 @@ def _why_estimate(fit: ReplayFit | None) -> str:
     if fit is None or not np.isfinite(fit.error):
         return "no step could be replayed (no matched collectives inside profiler steps): the analyzer's estimate"
     return (f"the what-if replay is {100 * fit.error:.1f}% off the measured step times (over "
-            f"{100 * REL_TOL:.0f}%): the analyzer's own estimate is kept")
+            f"{100 * threshold('replay.max_error'):.0f}%): the analyzer's own estimate is kept")
 
 
 def _costs(analysis: Analysis, fit: ReplayFit,

@@ -31,8 +31,7 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.health.bandwidth import bus_factor
 from perftracker.analyzers.nccl.collective_timing import inspector_collectives_view
 from perftracker.analyzers.stragglers.collectives import arrivals_view
-
-ALIGN_MIN_INSTANCES = 3  # a clock offset estimated from fewer matched collectives is not trusted
+from perftracker.analyzers.thresholds import threshold_int
 
 SPLIT_COLUMNS = ["instance", "step", "pg", "collective", "source", "rank", "window", "start_ns", "arrival_ns",
                  "dur_ns", "wait_ns", "transfer_ns", "basis", "last_rank", "members", "bytes", "algbw_gbs",
@@ -78,7 +77,7 @@ def trusted_clocks(arr: pd.DataFrame, hosts: dict[int, str]) -> pd.Series:
     known = {r: h for r, h in hosts.items() if h}
     one_host = len(set(known.values())) == 1 and set(known) >= {int(r) for r in counts.index}
     ranks = [int(str(r)) for r in counts.index]
-    return pd.Series([bool(one_host or int(n) >= ALIGN_MIN_INSTANCES) for n in counts.to_numpy()], index=ranks,
+    return pd.Series([bool(one_host or int(n) >= threshold_int('waits.align_min_collectives')) for n in counts.to_numpy()], index=ranks,
                      dtype=bool)
 
 
