@@ -64,7 +64,7 @@ def test_links_out_of_the_input_are_not_followed_and_each_is_named(tmp_path: Pat
 def test_follow_links_reads_them(tmp_path: Path) -> None:
     run, _ = _run(tmp_path)
     found = discover(run, follow_links=True)
-    assert run / "output" / "job.log" in found.other and not found.skipped
+    assert run / "output" / "job.log" in found.files and not found.skipped
 
 
 def test_links_to_the_root_and_to_proc_kmsg_are_never_read(tmp_path: Path) -> None:
@@ -76,7 +76,7 @@ def test_links_to_the_root_and_to_proc_kmsg_are_never_read(tmp_path: Path) -> No
     # WHEN discovered, even with --follow-links THEN neither is read, each said
     found = discover(run, follow_links=True)
     said = dict(found.skipped)
-    assert not found.traces and not found.other
+    assert not found.files
     assert "in /proc" in said[run / "rank-0.json"] and "not followed" in said[run / "root"]
     # AND opened by name, /proc/kmsg is refused at once
     with pytest.raises(InputError, match="blocks"):
@@ -122,12 +122,18 @@ def test_folders_nested_beyond_the_stack_are_walked_without_recursion(tmp_path: 
         os.mkdir(deep)
     (deep / "rank-1.json").write_text("{}")
     # WHEN walked THEN the shallow file is found and the cut is said
-    found = discover(tmp_path)
-    assert [p.name for p in found.traces] == ["rank-0.json"]
-    assert any(f"deeper than {MAX_DEPTH} levels" in w for _, w in found.skipped)
-    # AND analyze says it with exit 2 (nothing to analyze), never 70
-    result = CliRunner().invoke(app, ["analyze", str(tmp_path), "-o", str(tmp_path.parent / "o")])
-    assert result.exit_code in (0, 2), result.output
+    try:
+        found = discover(tmp_path)
+        assert [p.name for p in found.files] == ["rank-0.json"]
+        assert any(f"deeper than {MAX_DEPTH} levels" in w for _, w in found.skipped)
+        # AND analyze says it with exit 2 (nothing to analyze), never 70
+        result = CliRunner().invoke(app, ["analyze", str(tmp_path), "-o", str(tmp_path.parent / "o")])
+        assert result.exit_code in (0, 2), result.output
+    finally:  # bottom-up, without recursion: pytest's own clean-up of old temporary folders recurses per level
+        (deep / "rank-1.json").unlink(missing_ok=True)
+        while deep != tmp_path:
+            os.rmdir(deep)
+            deep = deep.parent
 
 
 def test_paths_beyond_path_max_are_said_not_counted_as_missing(tmp_path: Path) -> None:
