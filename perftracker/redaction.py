@@ -87,7 +87,17 @@ def looks_like_token(piece: str) -> bool:
     if _HEX.match(piece):
         return len(piece) >= 32 and any(c.isdigit() for c in piece) and any(c.isalpha() for c in piece)
     mixed = all((any(c.islower() for c in piece), any(c.isupper() for c in piece), any(c.isdigit() for c in piece)))
-    return mixed and _entropy(piece) >= 4.0  # base64-like; words, paths and host names mix fewer classes
+    # base64-like; words, paths and host names mix fewer classes, and a CamelCase name (a kernel's, a symbol's:
+    # FP8RowwiseQuantizedToFloat) is mostly words, runs of 4+ lower-case letters that random data rarely has
+    return mixed and _entropy(piece) >= 4.0 and _in_words(piece) < 0.5
+
+
+_WORD = re.compile(r"[a-z]{4,}")
+
+
+def _in_words(piece: str) -> float:
+    """The share of `piece` in runs of four or more lower-case letters."""
+    return sum(len(m) for m in _WORD.findall(piece)) / len(piece)
 
 
 def capped(text: str) -> str:

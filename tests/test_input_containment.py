@@ -130,8 +130,10 @@ def test_folders_nested_beyond_the_stack_are_walked_without_recursion(tmp_path: 
         result = CliRunner().invoke(app, ["analyze", str(tmp_path), "-o", str(tmp_path.parent / "o")])
         assert result.exit_code in (0, 2), result.output
     finally:  # bottom-up, without recursion: pytest's own clean-up of old temporary folders recurses per level
-        (deep / "rank-1.json").unlink(missing_ok=True)
         while deep != tmp_path:
+            for entry in deep.iterdir():
+                if not entry.is_dir():
+                    entry.unlink()
             os.rmdir(deep)
             deep = deep.parent
 

@@ -15,6 +15,7 @@ from tracegen import TraceBuilder
 from typer.testing import CliRunner, Result
 
 from perftracker.cli import app
+from perftracker.containment import OUTPUT_MARK
 
 
 def perftracker(*args: str) -> Result:
@@ -113,7 +114,7 @@ def test_diff_on_a_full_disk_says_the_verdict_and_exits_two(tmp_path: Path, tmpf
     assert line.startswith(f"perftracker: {disk / 'out' / 'base' / 'report.html'}: cannot write (No space left on "
                            "device). Free space there, or write elsewhere with -o"), line
     # AND nothing half-written is left behind (every file is whole: written, then renamed)
-    assert not [p for p in (disk / "out").rglob("*") if p.name.startswith(".") or p.name.endswith(".tmp")]
+    assert not [p for p in (disk / "out").rglob("*") if p.name != OUTPUT_MARK and (p.name.startswith(".") or p.name.endswith(".tmp"))]
     # AND WHEN the two sides are saved analyses (nothing to analyze) and the disk is too small for the diff itself
     for side in ("a", "b"):
         assert perftracker("analyze", str(tmp_path / side), "-o", str(tmp_path / f"saved-{side}"),
@@ -133,4 +134,4 @@ def test_diff_on_a_full_disk_says_the_verdict_and_exits_two(tmp_path: Path, tmpf
     # THEN it is the same: the verdict, one line naming diff.json or diff.html, exit 2, nothing half-written
     line = one_line_exit_two(result)
     assert result.stdout.startswith("No change beyond") and line.startswith(f"perftracker: {tiny / 'out' / 'diff.'}"), line
-    assert not [p for p in (tiny / "out").rglob("*") if p.name.startswith(".") or p.name.endswith(".tmp")]
+    assert not [p for p in (tiny / "out").rglob("*") if p.name != OUTPUT_MARK and (p.name.startswith(".") or p.name.endswith(".tmp"))]

@@ -130,16 +130,16 @@ MAX_EVIDENCE_DEPTH = 64  # deeper than any evidence perftracker writes; deeper p
 def safe_evidence(evidence: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of `evidence` with every string passed through `safe_text` (keys through `plain_line`), walked
     without recursion; a part nested deeper than MAX_EVIDENCE_DEPTH becomes the text "<nested too deeply>"."""
-    root: dict[str, Any] = {}
+    root: dict[str, Any] = {_safe_key(k): None for k in evidence}  # the keys in their order, filled below
     todo: list[tuple[Any, dict[str, Any] | list[Any], Any, int]] = [
-        (v, root, plain_line(str(k)), 1) for k, v in evidence.items()]
+        (v, root, _safe_key(k), 1) for k, v in evidence.items()]
     while todo:
         value, parent, slot, depth = todo.pop()
         if isinstance(value, (Mapping, list, tuple)) and depth > MAX_EVIDENCE_DEPTH:
             copy: Any = "<nested too deeply>"
         elif isinstance(value, Mapping):
-            copy = {}
-            todo += [(v, copy, plain_line(str(k)), depth + 1) for k, v in value.items()]
+            copy = {_safe_key(k): None for k in value}  # the keys in their order (the stack fills them last first)
+            todo += [(v, copy, _safe_key(k), depth + 1) for k, v in value.items()]
         elif isinstance(value, (list, tuple)):
             copy = [None] * len(value)
             todo += [(v, copy, i, depth + 1) for i, v in enumerate(value)]
@@ -147,6 +147,11 @@ def safe_evidence(evidence: Mapping[str, Any]) -> dict[str, Any]:
             copy = safe_text(value) if isinstance(value, str) else value
         parent[slot] = copy
     return root
+
+
+def _safe_key(key: Any) -> Any:
+    """A key as one plain line when it is text; a number (a rank) stays a number."""
+    return plain_line(key) if isinstance(key, str) else key if isinstance(key, (int, float)) else plain_line(str(key))
 
 
 def _confidence(value: Any) -> float | None:

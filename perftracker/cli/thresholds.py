@@ -63,7 +63,7 @@ def thresholds(
     Examples:
       perftracker thresholds
       perftracker thresholds --set straggler.alpha=0.005 --json
-      perftracker analyze traces/ -o out/ --set straggler.alpha=0.005
+      perftracker thresholds --markdown > thresholds.md
     """
     table = Thresholds.with_overrides(threshold_overrides(set_threshold, thresholds_file))
     if markdown:

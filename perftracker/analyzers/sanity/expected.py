@@ -2,9 +2,9 @@
 
 Promise: `expected_for(device_name, figure)` returns (peak, source) for the figures below, matched by the
 device name NVML / torch report (substring, longest first), or None when the device or figure is not listed
-(CPUs are judged against their peers only). A healthy device reaches `HEALTHY_SHARE` of the peak in a plain
-large GEMM or copy (measured GEMMs reach 60-80% of dense peak, copies 80-90% of memory bandwidth); below
-`WARN_SHARE` is a warning, below `CRITICAL_SHARE` critical. Peaks are dense (no sparsity), in TFLOPS / GB/s.
+(CPUs are judged against their peers only). A healthy device reaches 60-80% of dense peak in a
+plain large GEMM and 80-90% of memory bandwidth in a copy; below the threshold sanity.expected_warn_share of
+the peak is a warning, below sanity.expected_critical_share critical. Peaks are dense (no sparsity), in TFLOPS / GB/s.
 """
 
 from __future__ import annotations
