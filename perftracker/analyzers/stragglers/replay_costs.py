@@ -152,10 +152,7 @@ def _costs(analysis: Analysis, fit: ReplayFit,
     xfer: np.ndarray | None = None
     before = fit.replay.mean_step_ns()
     out: dict[int, tuple[float, float, str]] = {}
-    # the most specific cause of a rank's extra work first (its slow phase, then the straggler verdict): it
-    # takes the cost, and a later finding about the same rank says where its time is counted
-    order = sorted(targets, key=lambda t: (t[1].key == "overlap:exposed", not t[1].key.startswith("steps:phase:"),
-                                           -t[1].cost.seconds_per_step))
+    order = sorted(targets, key=lambda t: (t[1].key == "overlap:exposed", -t[1].cost.seconds_per_step))
     done: dict[int, str] = {}
     for i, f in order:
         rank = _target_rank(f)
