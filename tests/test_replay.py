@@ -166,6 +166,9 @@ def test_report_shows_the_critical_path_the_costs_and_the_replay_error(tmp_path:
     assert path.idxmax() == 7
     page = (tmp_path / "out" / "report.html").read_text(encoding="utf-8")
     assert "Critical path and what-if costs" in page and "What each finding costs" in page
+    # AND the section draws the op-level path, with each rank's own step time and whom it waited for (rank 7)
+    ops = result.tables["critical_path_ops"]
+    assert (ops["path_ns"] > 0).any() and "Each rank's own step time" in page and "rank 7" in page
 
 
 @pytest.mark.skipif(not (HTA_TRACES / "trace_filter").is_dir(), reason="the shared HTA corpus is not here")

@@ -39,6 +39,7 @@ from perftracker.analyzers.nccl.tables import (
 from perftracker.analyzers.ranks.focus import rank_focus_view
 from perftracker.analyzers.ranks.groups import rank_groups_view, rank_layout_view
 from perftracker.analyzers.ranks.spread import lateness_groups_view, step_spread_view
+from perftracker.analyzers.stragglers.op_path import critical_path_ops_view
 from perftracker.analyzers.stragglers.profile_tables import profile_ranks_view, profile_shares_view
 from perftracker.analyzers.stragglers.replay_costs import critical_path_view, replay_steps_view
 from perftracker.analyzers.stragglers.steps import step_series_view, step_stats_view
@@ -93,6 +94,8 @@ REPORT_VIEWS: dict[str, TableView] = {
     "step_waits": step_waits_view,
     # the cross-rank critical path's bound classes per (step, rank), the what-if replay's fit per step
     "critical_path": critical_path_view,
+    # the same at op level: each rank's step time and the cross-rank path by launches, streams and host syncs
+    "critical_path_ops": critical_path_ops_view,
     "replay_steps": replay_steps_view,
     # host health: GPU samples and throttle periods, RDMA ports, RoCE flow control
     "gpu_series": gpu_series_table,

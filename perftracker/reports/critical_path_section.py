@@ -1,9 +1,11 @@
 """The "Critical path and what-if costs" section: where each rank's step went, and what each cause costs.
 
-Promise: `critical_path_section(tables, findings)` renders the view `critical_path` (per step, rank and bound
-class: the rank's time and the cross-rank critical path's, `analyzers/stragglers/critical_path.py`) as a chart of
-the path's time per step by rank and bound class and a table per rank, the view `replay_steps` as the replay's
-error against the measured step times, and the findings' costs with where they came from (`cost_source` in
+Promise: `critical_path_section(tables, findings)` renders the view `critical_path_ops` (per step, rank and
+bound class: the rank's own step time and the cross-rank critical path's, at op level,
+`analyzers/stragglers/op_path.py`), or without it the collective-level view `critical_path`
+(`analyzers/stragglers/critical_path.py`), as a chart of the path's time per step by rank and bound class, a
+table per rank of the path's time and one of the rank's own step time by class (its waiting named by the rank it
+waited for), the view `replay_steps` as the replay's error against the measured step times, and the findings' costs with where they came from (`cost_source` in
 their evidence: the what-if replay or the analyzer's own estimate). None without the critical path. Renders only.
 """
 
@@ -25,7 +27,10 @@ COST_COLUMNS = {"title": "finding", "cost_ms": "ms per step", "share_pct": "% of
 
 
 def critical_path_section(tables: Tables, findings: list[Finding]) -> Section | None:
-    path, fit = table(tables, "critical_path"), table(tables, "replay_steps")
+    fit = table(tables, "replay_steps")
+    path, ops = table(tables, "critical_path_ops"), True
+    if path.empty or not (path["path_ns"] > 0).any():
+        path, ops = table(tables, "critical_path"), False
     if path.empty or not (path["path_ns"] > 0).any():
         return None
     steps = max(int(path["step"].nunique()), 1)
@@ -36,17 +41,38 @@ def critical_path_section(tables: Tables, findings: list[Finding]) -> Section | 
     error = float(fit["error"].median()) if not fit.empty and fit["error"].notna().any() else float("nan")
     note = ("The critical path of each step runs through each rank's work between its collectives, every "
             "collective's transfer (which starts when its last member arrives) and the rank that arrived last. "
-            "Per rank, the path's time per step by what bound it. "
+            + ("Within a rank it follows what released each op: its launch, the kernel before it on its stream, a "
+               "kernel on another stream, a host sync that waited for the GPU. " if ops else "")
+            + "Per rank, the path's time per step by what bound it. "
             + (f"The step graph replays the measured step times with a median error of {100 * error:.1f}%."
                if error == error else "No step could be replayed."))
     costs = _costs(findings)
+    source = "critical_path_ops" if ops else "critical_path"
+    own, own_columns = _own(path, steps)
     return Section("critical_path", "Critical path and what-if costs", "critical_path.html.j2",
-                   {"note": note, "table": grid(shown, columns, limit=16, source="critical_path"),
+                   {"note": note, "table": grid(shown, columns, limit=16, source=source),
+                    "own": grid(own, own_columns, limit=16, source=source),
+                    "own_note": ("Each rank's own step time by class (ms per step): what bound it within the rank, "
+                                 "and its waiting at collectives for the rank whose arrival released the transfer."),
                     "costs": grid(costs, COST_COLUMNS, limit=16),
                     "costs_note": ("'replay': the step time a replay of the step graph without the cause saves, "
                                    "taken one cause after another so that costs add up; 'estimate': the "
                                    "analyzer's own (the replay did not fit or cannot remove that cause).")},
                    [path_chart(per)])
+
+
+def _own(path: pd.DataFrame, steps: int) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Per rank: its own step time by class (ms per step) and the rank it waited for most."""
+    per = path.groupby(["rank", "bound"])["ns"].sum().unstack(fill_value=0) / steps / 1e6
+    waits = path[(path["bound"] == "wait") & (path["for_rank"] >= 0)]
+    ranked = waits.groupby(["rank", "for_rank"])["ns"].sum().reset_index().sort_values("ns", ascending=False)
+    most = ranked.drop_duplicates("rank").set_index("rank")["for_rank"]
+    per = per.loc[per.sum(axis=1).sort_values(ascending=False).index].head(MAX_RANKS)
+    shown = per.reindex(columns=[b for b in BOUNDS if b in per.columns]).round(3)
+    shown["waited_for"] = [f"rank {int(most[r])}" if r in most.index else "" for r in shown.index]
+    columns = {"rank": "rank", **{b: f"{BOUNDS[b]} (ms/step)" for b in BOUNDS if b in per.columns},
+               "waited_for": "waited most for"}
+    return shown.reset_index(), columns
 
 
 def _costs(findings: list[Finding]) -> pd.DataFrame:

@@ -169,7 +169,10 @@ def _main_thread(ev: pd.DataFrame) -> int:
         return int(steps["tid"].mode().iloc[0])
     runtime = ev[ev["kind"] == "runtime"]
     cpu = runtime if len(runtime) else ev[ev["kind"].isin(list(_CPU)).to_numpy() & (ev["stream"].to_numpy() < 0)]
-    return int(cpu.groupby("tid")["dur_ns"].sum().idxmax()) if len(cpu) else -1
+    if not len(cpu):
+        return -1
+    per = cpu.groupby("tid")["dur_ns"].sum()
+    return int(per.index.to_numpy(np.int64)[int(np.argmax(per.to_numpy()))])
 
 
 def _threads(ev: pd.DataFrame) -> dict[int, Thread]:
@@ -254,9 +257,11 @@ def rank_graph(rank: int, events: pd.DataFrame, matched: pd.DataFrame, steps: pd
     idx = by_start.index.to_numpy()
     pred[idx[1:][prev.to_numpy()[1:]]] = idx[:-1][prev.to_numpy()[1:]]
     pred[nodes["stream"].to_numpy() < 0] = -1
-    graph = RankGraph(rank, main, *(_ints(nodes[c]) for c in ("start", "end", "stream", "cls", "launch",
-                                                                "launch_tid")), pred,
-                      *(_ints(nodes[c]) for c in ("instance", "wait", "waited_for", "step")),
-                      _threads(events), coarse)
+    col = {c: _ints(nodes[c]) for c in ("start", "end", "stream", "cls", "launch", "launch_tid", "instance", "wait",
+                                        "waited_for", "step")}
+    graph = RankGraph(rank=rank, main=main, start=col["start"], end=col["end"], stream=col["stream"], cls=col["cls"],
+                      launch=col["launch"], launch_tid=col["launch_tid"], pred=pred, instance=col["instance"],
+                      wait=col["wait"], waited_for=col["waited_for"], step=col["step"], threads=_threads(events),
+                      coarsened=coarse)
     _resume_points(graph)
     return graph

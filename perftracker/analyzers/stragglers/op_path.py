@@ -36,7 +36,7 @@ from perftracker.analyzers.traces.per_rank import by_rank
 COLUMNS = ["step", "rank", "bound", "for_rank", "ns", "path_ns"]
 PIECE_COLUMNS = ["step", "rank", "origin", "reached", "r_start", "r_end", "r_wait", "r_for", "lo", "hi", "coarse",
                  *CLASSES]
-_CPU, _SYNC, _DATA, _XFER = 4, 3, 2, 5
+_CPU, _SYNC, _DATA = 4, 3, 2
 
 
 def _covered(pair: tuple[np.ndarray, np.ndarray], a: int, b: int) -> int:
@@ -111,7 +111,7 @@ def walk(g: RankGraph, lo: int, node: int = -1, tid: int = -1, t: int = 0,
                 _cpu_time(vec, thread, p, t)
                 rel = int(thread.released_at[k])
                 by = int(thread.by_node[k])
-                vec[_SYNC if by >= 0 and g.cls[by] != _XFER else _CPU] += p - max(rel, lo)
+                vec[_SYNC if by >= 0 and g.stream[by] >= 0 else _CPU] += p - max(rel, lo)
                 if rel <= lo:
                     return vec, -1
                 t = rel
@@ -139,11 +139,9 @@ def pieces(g: RankGraph, steps: pd.DataFrame) -> pd.DataFrame:
     for step, lo, dur in zip(steps["step"].to_numpy(np.int64), steps["start_ns"].to_numpy(np.int64),
                              steps["dur_ns"].to_numpy(np.int64)):
         hi = int(lo + dur)
-        starts: list[tuple[int, dict[str, int]]] = [(-1, {"tid": g.main, "t": hi})]
         inside = np.flatnonzero((g.instance >= 0) & (g.start > lo) & (g.start <= hi))
-        starts += [(int(i), {"node": int(i)}) for i in inside]
-        for origin, where in starts:
-            vec, reached = walk(g, int(lo), **where)
+        for origin in [-1, *inside.tolist()]:
+            vec, reached = walk(g, int(lo), node=origin, tid=g.main, t=hi)
             r = [int(g.start[reached]), int(g.end[reached]), int(g.wait[reached]), int(g.waited_for[reached])] \
                 if reached >= 0 else [-1, -1, 0, -1]
             rows.append([int(step), g.rank, int(g.instance[origin]) if origin >= 0 else -1,
@@ -160,7 +158,7 @@ def assemble(table: pd.DataFrame, offsets: pd.Series) -> pd.DataFrame:
     path: dict[tuple[int, int, str, int], int] = {}
     index = {(int(s), int(r), int(o)): i for i, (s, r, o) in
              enumerate(zip(table["step"], table["rank"], table["origin"]))}
-    rec = table.to_dict("records")
+    rec = [{str(k): int(v) for k, v in row.items()} for row in table[PIECE_COLUMNS[:11] + list(CLASSES)].to_dict("records")]
 
     def add(into: dict[tuple[int, int, str, int], int], row: dict[str, int], rank: int, bound: str, ns: int,
             for_rank: int = -1) -> None:
@@ -193,12 +191,14 @@ def assemble(table: pd.DataFrame, offsets: pd.Series) -> pd.DataFrame:
             if at is None and start > lo:
                 add(into, row, rank, "cpu_launch", start - lo)  # a collective whose start was not walked
 
-    for (step, rank), _ in table[table["origin"] < 0].groupby(["step", "rank"]):
+    for step, rank in zip(table["step"].to_numpy(np.int64)[table["origin"].to_numpy() < 0],
+                          table["rank"].to_numpy(np.int64)[table["origin"].to_numpy() < 0]):
         follow(int(step), int(rank), cross=False)
     ends = table[table["origin"] < 0].assign(off=lambda f: f["rank"].map(offsets).fillna(0).astype(np.int64))
     ends = ends.assign(aligned=ends["hi"] - ends["off"])
     for step, group in ends.groupby("step"):
-        follow(int(step), int(group.loc[group["aligned"].idxmax(), "rank"]), cross=True)
+        last = int(group["rank"].to_numpy(np.int64)[int(np.argmax(group["aligned"].to_numpy(np.int64)))])
+        follow(int(str(step)), last, cross=True)
     keys = sorted(set(own) | set(path))
     out = pd.DataFrame([(*k, own.get(k, 0), path.get(k, 0)) for k in keys], columns=COLUMNS)
     return out.astype({"step": np.int64, "rank": np.int64, "for_rank": np.int64, "ns": np.int64, "path_ns": np.int64})
@@ -224,8 +224,8 @@ def op_pieces(analysis: Analysis) -> pd.DataFrame:
         return pd.DataFrame(columns=PIECE_COLUMNS)
     prof = steps[steps["source"].astype(str) == "profiler"] if "source" in steps else steps
     prof = prof.groupby(["rank", "step"], as_index=False).agg(start_ns=("start_ns", "min"), dur_ns=("dur_ns", "max"))
-    per_rank = {int(r): g for r, g in prof.groupby("rank")}
-    by_split = {int(r): g for r, g in split.groupby("rank")} if len(split) else {}
+    per_rank = {int(str(r)): g for r, g in prof.groupby("rank")}
+    by_split = {int(str(r)): g for r, g in split.groupby("rank")} if len(split) else {}
 
     def chunk(ranks: list[int], events: pd.DataFrame) -> pd.DataFrame:
         parts = []
