@@ -34,6 +34,8 @@ def critical_path_section(tables: Tables, findings: list[Finding]) -> Section | 
     if path.empty or not (path["path_ns"] > 0).any():
         return None
     steps = max(int(path["step"].nunique()), 1)
+    coarse = sorted({int(r) for r in path.loc[path["coarsened"].astype(bool), "rank"]}) \
+        if ops and "coarsened" in path else []
     per = path.groupby(["rank", "bound"])["path_ns"].sum().unstack(fill_value=0) / steps / 1e6
     per = per.loc[per.sum(axis=1).sort_values(ascending=False).index].head(MAX_RANKS)
     shown = per.reindex(columns=[b for b in BOUNDS if b in per.columns]).round(3).reset_index()
@@ -44,6 +46,9 @@ def critical_path_section(tables: Tables, findings: list[Finding]) -> Section | 
             + ("Within a rank it follows what released each op: its launch, the kernel before it on its stream, a "
                "kernel on another stream, a host sync that waited for the GPU. " if ops else "")
             + "Per rank, the path's time per step by what bound it. "
+            + (f"Ranks {', '.join(str(r) for r in coarse)} had more GPU work per step than the op graph keeps: "
+               "back-to-back kernels of one kind on a stream were taken as one, their small gaps counted with them. "
+               if coarse else "")
             + (f"The step graph replays the measured step times with a median error of {100 * error:.1f}%."
                if error == error else "No step could be replayed."))
     costs = _costs(findings)

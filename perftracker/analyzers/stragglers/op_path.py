@@ -17,7 +17,8 @@ walks, per rank and profiler step, from the step's end and from the start of eac
 ``transfer`` and its ``wait`` for the member whose arrival released the transfer, `for_rank`), adding up to the
 rank's step time exactly; and the step's cross-rank path (`path_ns`), from the rank that finished last (aligned
 clocks) back through each collective's transfer to the member that arrived last, whose own work before it then
-lies on the path. `critical_path_ops_view` is the run's table, a chunk of ranks' events at a time.
+lies on the path. `critical_path_ops_view` is the run's table, a chunk of ranks' events at a time; `coarsened` says which (step,
+rank) had its graph coarsened (`op_graph`: more than `critical.max_nodes_per_step` GPU nodes per step).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from perftracker.analyzers.thresholds import threshold_int
 from perftracker.analyzers.traces.intervals import covered_within
 from perftracker.analyzers.traces.per_rank import by_rank
 
-COLUMNS = ["step", "rank", "bound", "for_rank", "ns", "path_ns"]
+COLUMNS = ["step", "rank", "bound", "for_rank", "ns", "path_ns", "coarsened"]
 PIECE_COLUMNS = ["step", "rank", "origin", "reached", "r_start", "r_end", "r_wait", "r_for", "lo", "hi", "coarse",
                  *CLASSES]
 _CPU, _SYNC, _DATA = 4, 3, 2
@@ -153,7 +154,8 @@ def pieces(g: RankGraph, steps: pd.DataFrame) -> pd.DataFrame:
 def assemble(table: pd.DataFrame, offsets: pd.Series) -> pd.DataFrame:
     """The view's table from `pieces` of every rank (see the module docstring)."""
     if table.empty:
-        return pd.DataFrame({c: pd.Series(dtype=object if c == "bound" else np.int64) for c in COLUMNS})
+        return pd.DataFrame({c: pd.Series(dtype=object if c == "bound" else bool if c == "coarsened" else np.int64)
+                             for c in COLUMNS})
     own: dict[tuple[int, int, str, int], int] = {}
     path: dict[tuple[int, int, str, int], int] = {}
     index = {(int(s), int(r), int(o)): i for i, (s, r, o) in
@@ -200,8 +202,11 @@ def assemble(table: pd.DataFrame, offsets: pd.Series) -> pd.DataFrame:
         last = int(group["rank"].to_numpy(np.int64)[int(np.argmax(group["aligned"].to_numpy(np.int64)))])
         follow(int(str(step)), last, cross=True)
     keys = sorted(set(own) | set(path))
-    out = pd.DataFrame([(*k, own.get(k, 0), path.get(k, 0)) for k in keys], columns=COLUMNS)
-    return out.astype({"step": np.int64, "rank": np.int64, "for_rank": np.int64, "ns": np.int64, "path_ns": np.int64})
+    coarse = table.groupby(["step", "rank"])["coarse"].max().astype(bool).to_dict()
+    out = pd.DataFrame([(*k, own.get(k, 0), path.get(k, 0), coarse.get((k[0], k[1]), False)) for k in keys],
+                       columns=COLUMNS)
+    return out.astype({"step": np.int64, "rank": np.int64, "for_rank": np.int64, "ns": np.int64, "path_ns": np.int64,
+                       "coarsened": bool})
 
 
 def waited_for(split: pd.DataFrame) -> pd.Series:
