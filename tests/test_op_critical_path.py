@@ -193,3 +193,27 @@ def test_real_gloo_path_runs_through_the_slowed_rank() -> None:
     assert cpu.idxmax() == 2
     waits = table[table["bound"] == "wait"].groupby("for_rank")["ns"].sum()
     assert waits.idxmax() == 2
+
+
+@pytest.mark.skipif(not (HTA_TRACES / "critical_path").is_dir(), reason="the shared HTA corpus is not here")
+@pytest.mark.parametrize("name", ["cuda_event_sync", "cuda_event_sync_multi_stream"])
+def test_hta_sync_traces_put_the_kernel_a_sync_waited_for_on_the_path(name: str) -> None:
+    # GIVEN HTA's synchronization test traces (one rank): a cudaEventSynchronize / cudaDeviceSynchronize that
+    # returns just after the kernel it waits for ends (HTA's tests expect a sync edge from that kernel)
+    store = load_path(HTA_TRACES / "critical_path" / name, LoadOptions(workers=1, cache_dir=None))
+    ev = store.rank_events(store.event_ranks()[0])
+    g = rank_graph(0, ev, pd.DataFrame(columns=["source"]), pd.DataFrame(columns=["start_ns"]))
+    cpu = ev[ev["stream"] < 0]
+    lo, hi = int(ev["start_ns"].min()), int((cpu["start_ns"] + cpu["dur_ns"])[cpu["tid"] == g.main].max())
+    # WHEN walked back from the main thread's last event
+    seen: list[int] = []
+    vec, _ = walk(g, lo, tid=g.main, t=hi, visited=seen)
+    # THEN the kernel that ended last inside a synchronizing call is on the path, behind a host_sync edge
+    names = ev["name"].astype(str)
+    syncs = ev[(ev["kind"] == "runtime").to_numpy() & names.str.contains("Synchronize").to_numpy()]
+    kernels = ev[(ev["kind"] == "compute").to_numpy()]
+    k_end = (kernels["start_ns"] + kernels["dur_ns"]).to_numpy()
+    waited = [int(kernels["start_ns"].to_numpy()[k_end <= e][np.argmax(k_end[k_end <= e])])
+              for s, e in zip(syncs["start_ns"], syncs["start_ns"] + syncs["dur_ns"]) if ((k_end >= s) & (k_end <= e)).any()]
+    assert waited and int(waited[-1]) in {int(g.start[i]) for i in seen}
+    assert vec[CLASSES.index("host_sync")] > 0 and int(vec.sum()) == hi - lo
