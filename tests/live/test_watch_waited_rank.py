@@ -34,18 +34,19 @@ STEPS_OFF = 40  # the change step found within this many steps of the step the s
 @pytest.mark.skipif(find_pyspy() is None, reason="py-spy is not installed")
 def test_watch_names_the_rank_slowed_from_outside_in_an_unprepared_job_from_the_ranks_states(tmp_path: Path) -> None:
     job_dir, out = tmp_path / "job", tmp_path / "watch"
-    # GIVEN an unhooked 4-rank job whose step times are only rank 0's printed lines, watched from step 5
+    # GIVEN an unhooked 4-rank job whose step times are only rank 0's printed lines, watched from its start
     log = tmp_path / "job.log"
     proc = launch_job(job_dir, nproc=4, job_args=JOB, log=log)
     stop = threading.Event()
     attach = None
     try:
         pids = wait_workers(proc, 4)
-        wait_steps(job_dir, 0, 5)
+        # attached while the ranks still import torch: attach's own start-up (~20 s under load) overlaps theirs
         attach = subprocess.Popen([sys.executable, "-m", "perftracker", "attach", f"pid:{proc.pid}", "-o", str(out),
-                                   "--quiet", "--watch", "--no-analyze", "--incident-seconds", "4",
+                                   "--quiet", "--watch", "--no-analyze", "--incident-seconds", "3",
                                    "--watch-rise", RISE],
                                   stdout=open(tmp_path / "attach.log", "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
+        wait_steps(job_dir, 0, 5, timeout=60)
         wait_baseline(out, 60)
         # WHEN rank 2 is stopped 60 ms of every 100 ms from outside, once the healthy baseline is recorded
         slowed_at = step_of(job_dir, SLOWED, time.time_ns())
