@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.online.waited_fold import fold_into_waited_rank
 from perftracker.analyzers.online.waited_rank import analyze_waited_rank
 from perftracker.collectors.counters.proc_state import read_state
 from perftracker.collectors.loading import LoadOptions, load_path
@@ -223,3 +224,26 @@ def test_a_bad_state_line_is_a_note_and_the_baseline_window_is_kept_apart(tmp_pa
     # THEN every record is in the table, in its window, and the bad line is named in a note
     assert store["proc_states"]["window"].value_counts().to_dict() == {"incident": 60, "baseline": 60}
     assert any("not process-state records" in n.message and "line 61" in n.message for n in store.notes)
+
+
+def test_the_fold_keeps_findings_about_other_ranks_and_causes_of_their_own() -> None:
+    # GIVEN a waited-rank finding about rank 2, a job-wide degradation warning with a 30 ms cost, a baseline_shift
+    # about rank 2, one about rank 1, and an info degradation
+    def make(analyzer: str, key: str, ranks: tuple[int, ...], severity: Severity = Severity.WARNING,
+             cost: float = 0.0) -> Finding:
+        return Finding(analyzer, severity, f"{analyzer} {ranks}", "", {}, ranks=ranks, cost=Cost(cost, cost),
+                       key=key)
+
+    waited = make("waited_rank", "waited_rank:2", (2,), cost=0.01)
+    job = make("degradation", "degradation:change", (), Severity.CRITICAL, cost=0.03)
+    same, other = make("baseline_shift", "baseline_shift:2", (2,)), make("baseline_shift", "baseline_shift:1", (1,))
+    periodic = make("degradation", "degradation:periodic", (), Severity.INFO)
+    # WHEN folded
+    out = fold_into_waited_rank([job, waited, same, other, periodic])
+    # THEN the job-wide degradation and rank 2's stacks finding are in the waited-rank finding's evidence, which
+    # takes the critical severity and the 30 ms cost; rank 1's finding and the info stay as they were
+    assert [f.key for f in out] == ["waited_rank:2", "baseline_shift:1", "degradation:periodic"]
+    assert out[0].severity == Severity.CRITICAL and out[0].cost.seconds_per_step == 0.03
+    assert [f["id"] for f in out[0].evidence["folded"]] == [job.id, same.id]
+    # AND without a waited-rank finding nothing is folded
+    assert fold_into_waited_rank([job, same]) == [job, same]
