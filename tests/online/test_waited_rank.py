@@ -247,3 +247,8 @@ def test_the_fold_keeps_findings_about_other_ranks_and_causes_of_their_own() -> 
     assert [f["id"] for f in out[0].evidence["folded"]] == [job.id, same.id]
     # AND without a waited-rank finding nothing is folded
     assert fold_into_waited_rank([job, same]) == [job, same]
+    # AND a straggler finding from traces about rank 2 takes the waited-rank finding in, and nothing else moves
+    traced = make("straggler", "straggler:2", (2,), cost=0.02)
+    out = fold_into_waited_rank([job, waited, traced, same])
+    assert [f.key for f in out] == ["degradation:change", "straggler:2", "baseline_shift:2"]
+    assert [f["id"] for f in out[1].evidence["folded"]] == [waited.id] and out[1].cost.seconds_per_step == 0.02

@@ -7,6 +7,9 @@ times from one log, or every rank at once) or of that rank alone, and the `basel
 and `stack_profile` findings naming that rank alone (the same rank seen from its stacks or its CPU wait). The
 `waited_rank` finding takes the highest severity among them and the largest cost (the degradation's: the
 slowdown since the change step, with its `cost_source`), so the time is counted once. Other findings stay.
+When a trace-based straggler finding (`straggler`, `nccl_straggler`: who arrived last at the collectives, and
+what it did) names that rank alone, it is the stronger evidence of the same cause: the `waited_rank` finding is
+folded into it instead, and nothing else changes.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 from perftracker.analyzers.findings import Finding, Severity
 
 SAME_RANK = ("baseline_shift", "cpu_contention", "stack_profile")
+FROM_TRACES = ("straggler", "nccl_straggler")
 
 
 def _explained(f: Finding, rank: int) -> bool:
@@ -32,6 +36,13 @@ def fold_into_waited_rank(findings: list[Finding]) -> list[Finding]:
     if len(waited) != 1:
         return findings
     root = waited[0]
+    traced = [f for f in findings if f.analyzer in FROM_TRACES and f.severity >= Severity.WARNING
+              and tuple(f.ranks) == tuple(root.ranks)]
+    if traced:
+        into = traced[0]
+        entry = {"analyzer": root.analyzer, "title": root.title, "id": root.id}
+        richer = replace(into, evidence={**into.evidence, "folded": [*into.evidence.get("folded", []), entry]})
+        return [richer if f is into else f for f in findings if f is not root]
     folded = [f for f in findings if f is not root and _explained(f, root.ranks[0])]
     if not folded:
         return findings
