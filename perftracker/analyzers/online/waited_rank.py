@@ -11,9 +11,10 @@ at least MIN_EFFECT_OVER_SPREAD times the spread (max - min) of the other ranks'
 on), and beyond sampling noise: a z test on the difference of shares, its variance inflated by DESIGN_EFFECT
 (consecutive samples of one thread are not independent), Bonferroni-corrected for the ranks compared, at a
 family-wise ALPHA (`straggler.alpha`). Every rank needs MIN_SAMPLES samples. When the incident holds a
-healthy baseline's states for every rank compared, each rank's share there is subtracted first (a rank that
-always sleeps less, e.g. the one that prints, is not named for it). No baseline is needed otherwise: the
-ranks are compared with each other inside the window. Python stacks cannot do this in DDP, where every rank
+healthy baseline's states for every rank compared, the same rank must also be lowest, and by DROP_MIN, once
+each rank's share there is subtracted (a rank that always sleeps less, e.g. the one that prints, is not named
+for it; the noise test stays on the window itself, which the baseline's own sampling noise would only blur).
+No baseline is needed otherwise: the ranks are compared with each other inside the window. Python stacks cannot do this in DDP, where every rank
 waits inside the autograd engine (`baseline_shift`'s limit); the scheduler state can.
 
 What the named rank is doing: the state whose share exceeds the other ranks' median most: stopped (T/t:
@@ -80,9 +81,9 @@ class Waited:
     """The rank named, and the numbers it was named on."""
 
     rank: int
-    drop: float  # the others' median (baseline-corrected) asleep share minus the rank's
-    others_asleep: float  # the others' median asleep share in the window (uncorrected)
-    spread: float  # max - min of the others' (corrected) asleep shares
+    drop: float  # the others' median asleep share minus the rank's (each less its baseline share, with one)
+    others_asleep: float  # the others' median asleep share in the window
+    spread: float  # max - min of the others' asleep shares in the window
     z: float
     p_family: float
     baseline: bool  # the shares were corrected by the baseline's
@@ -97,26 +98,28 @@ def judge(now: dict[int, RankStates], before: dict[int, RankStates]) -> Waited |
     """The rank the others wait for (see the module docstring), or None."""
     if len(now) < 2:
         return None
-    use_base = set(now) <= set(before)
-    effect = {r: s.asleep - (before[r].asleep if use_base else 0.0) for r, s in now.items()}
-
-    def var(r: int) -> float:
-        v = _variance(now[r].asleep, now[r].samples)
-        return v + (_variance(before[r].asleep, before[r].samples) if use_base else 0.0)
-
-    rank = min(effect, key=lambda r: (effect[r], r))
+    rank = min(now, key=lambda r: (now[r].asleep, r))
     others = [o for o in sorted(now) if o != rank]
-    drop = statistics.median(effect[o] for o in others) - effect[rank]
-    spread = max(effect[o] for o in others) - min(effect[o] for o in others)
     others_asleep = statistics.median(now[o].asleep for o in others)
-    noise = statistics.mean(var(o) for o in others)
-    variance = var(rank) + (noise if len(others) == 1 else noise * math.pi / (2 * len(others)))
+    drop = others_asleep - now[rank].asleep
+    spread = max(now[o].asleep for o in others) - min(now[o].asleep for o in others)
+    noise = statistics.mean(_variance(now[o].asleep, now[o].samples) for o in others)
+    variance = _variance(now[rank].asleep, now[rank].samples) + (
+        noise if len(others) == 1 else noise * math.pi / (2 * len(others)))
     z = drop / math.sqrt(variance) if variance > 0 else 0.0
     p_family = min(1.0, 0.5 * math.erfc(z / math.sqrt(2.0)) * len(now)) if z >= threshold("online.waited.z_min") else 1.0
     if (drop < threshold("online.waited.drop_min") or others_asleep < threshold("online.waited.others_asleep_min")
             or (len(others) >= 2 and drop < threshold("online.waited.min_effect_over_spread") * spread)
             or p_family > threshold("straggler.alpha")):
         return None
+    use_base = set(now) <= set(before)
+    if use_base:  # the same comparison once each rank's usual share is taken out: a change, not a habit
+        moved = {r: now[r].asleep - before[r].asleep for r in now}
+        if min(moved, key=lambda r: (moved[r], r)) != rank:
+            return None
+        drop = statistics.median(moved[o] for o in others) - moved[rank]
+        if drop < threshold("online.waited.drop_min"):
+            return None
     return Waited(rank, drop, others_asleep, spread, z, p_family, use_base)
 
 
