@@ -26,6 +26,7 @@ from perftracker.analyzers.compare.side import RunSide, side_from_tables
 from perftracker.analyzers.coverage import coverage, coverage_dict, known_hosts, known_ranks
 from perftracker.analyzers.failures.fold import fold_failures
 from perftracker.analyzers.findings import Finding, rank_findings
+from perftracker.analyzers.online.waited_fold import fold_into_waited_rank
 from perftracker.analyzers.registry import run_analyzers
 from perftracker.analyzers.rootcause import link_findings
 from perftracker.analyzers.thresholds import Thresholds
@@ -58,8 +59,8 @@ AnalysisResult = Run  # the name the commands knew before the API
 
 def findings_of(analysis: Analysis) -> list[Finding]:
     """Every analyzer's findings, joined by the root-cause rules, the failures a root explains folded into it,
-    and ranked: the findings of a report."""
-    return rank_findings(fold_failures(link_findings(analysis, run_analyzers(analysis))))
+    what the rank the others wait for explains folded into it, and ranked: the findings of a report."""
+    return rank_findings(fold_into_waited_rank(fold_failures(link_findings(analysis, run_analyzers(analysis)))))
 
 
 def analyze(analysis: Analysis) -> tuple[list[Finding], dict[str, pd.DataFrame], list[LoadNote]]:

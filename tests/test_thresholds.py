@@ -49,6 +49,7 @@ NOT_THRESHOLDS = {
     "online/step_rules.py": {"DEFAULT_WINDOW", "DEFAULT_RISE"},  # the watch's --watch-window / --watch-rise
     "online/burst_rule.py": {"DEFAULT_WINDOW"},  # the watch's burst window (WatchOptions.burst_window)
     "online/diagnosis.py": {"SUSPICION_CHARS"},  # text length
+    "online/waited_rank.py": {"TOP_FRAMES"},  # how many of the named rank's frames are shown
     "compare/diff.py": {"DEFAULT_TOLERANCE", "TOP_OPS"},  # diff --tolerance; rows shown
     "health/gpu_health.py": {"MAX_PERIODS"},  # periods listed
     "health/gpu_tables.py": {"MAX_HOSTS", "MAX_PERIODS"},  # chart size

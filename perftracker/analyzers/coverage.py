@@ -68,9 +68,11 @@ def coverage(analysis: Analysis) -> list[Area]:
     failures = not store["failures"].empty
     sampled = judgeable(analysis) or against_baseline(analysis)  # a median rank, or the watcher's baseline window
     inspector = store["nccl_collectives"]["rank"].nunique() >= 2  # NCCL Inspector records of two ranks or more
+    states = store["proc_states"]["rank"].nunique() >= 2  # the ranks' sampled scheduler states (a --watch incident)
     areas = [
-        Area("stragglers and step time", trace_ranks or step_ranks or sampled or inspector,
-             _present(traces=trace_ranks, step_times=step_ranks, sampled_stacks=sampled, NCCL_Inspector=inspector),
+        Area("stragglers and step time", trace_ranks or step_ranks or sampled or inspector or states,
+             _present(traces=trace_ranks, step_times=step_ranks, sampled_stacks=sampled, NCCL_Inspector=inspector,
+                      scheduler_states=states),
              f"{_TRACE_HINT}, or step times (the hook, or attach --job-log with the job's log), of at least "
              "two ranks"),
         Area("GPU kernels, overlap and idle time", bool(kinds & {"compute", "comm"}), _present(GPU_traces=True),

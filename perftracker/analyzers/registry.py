@@ -32,6 +32,7 @@ from perftracker.analyzers.nccl.collective_timing import analyze_inspector_strag
 from perftracker.analyzers.nccl.config import analyze_nccl_config
 from perftracker.analyzers.online.baseline_shift import analyze_baseline_shift
 from perftracker.analyzers.online.cpu_contention import analyze_cpu_contention
+from perftracker.analyzers.online.waited_rank import analyze_waited_rank
 from perftracker.analyzers.stragglers.degradation import analyze_degradation
 from perftracker.analyzers.stragglers.replay_costs import with_replay_costs
 from perftracker.analyzers.stragglers.stack_profile import analyze_stack_profile
@@ -60,6 +61,9 @@ BUILTIN: tuple[Analyzer, ...] = (
     Analyzer("cpu_contention", analyze_cpu_contention,
              "An incident of --watch: ranks that waited for a CPU (other processes on the host) more than in the "
              "healthy baseline"),
+    Analyzer("waited_rank", analyze_waited_rank,
+             "An incident of --watch: the rank the others wait for, from each rank's sampled scheduler state "
+             "(stopped, running or runnable while the others sleep in the collective)"),
     Analyzer("crash", analyze_crash,
              "Hangs and crashes from flight-recorder dumps, watchdog/gloo timeouts, tracebacks and Xid lines"),
     Analyzer("degradation", analyze_degradation, "Step time over the run: periodic slow steps and sustained slowdowns"),

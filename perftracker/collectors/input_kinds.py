@@ -192,8 +192,8 @@ KINDS: tuple[InputKind, ...] = (
               "env/rank-<r>.json environment snapshots", POOL, _load_nccl, ("nccl", "config"),
               ("nccl", "config")),
     InputKind("counters", "host counters: RDMA/GPU/net JSON lines, ethtool and ip dumps, sysfs copies, Prometheus "
-              "text, scheduler samples (by their first bytes: counters.inputs.sniff)", POOL,
-              _load_counters, ("counters", "devices", "netdev", "net_ifaces", "cpu_sched"), ("counters", "netdev")),
+              "text, scheduler accounting and sampled process states (by their first bytes: counters.inputs.sniff)", POOL,
+              _load_counters, ("counters", "devices", "netdev", "net_ifaces", "cpu_sched", "proc_states"), ("counters", "netdev")),
     InputKind("stack_snapshots", "stacks/<snapshot>/rank-<r>.json: py-spy dumps attach took", lambda o: is_stack_file(o.path),
               _load_stacks, ("stacks",), ("stacks",)),
     InputKind("stack_profiles", "profiles/rank-<r>.txt: sampled stacks (py-spy record --format raw)",

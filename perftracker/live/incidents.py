@@ -14,7 +14,8 @@ Promise: `capture_incident(...)` (run in a thread of its own by the watcher) wri
   last `STEPS_TAIL_BYTES` per rank (the healthy steps before the change and those after it) and the
   counters' last `COUNTERS_TAIL_BYTES` per file (NVML, RDMA, net: the minutes around the moment), the env
   snapshots and a manifest; each rank's scheduler accounting at the start and the end of the stack recording
-  (`sched/`: how long it waited for a CPU, collectors/counters/sched.py); the baseline window's stacks and
+  (`sched/`: how long it waited for a CPU, collectors/counters/sched.py) and its main thread's state sampled
+  every 50-100 ms through it (stopped, running, asleep: collectors/counters/proc_state.py); the baseline window's stacks and
   scheduler records (`baseline/profiles/`: the healthy window
   `baseline_capture` recorded when the watch armed; not when the change began before it ended), which the
   `baseline_shift` analyzer compares with the incident's, rank by rank;
@@ -32,6 +33,7 @@ traces, then its profiles (said in the notes). `baseline_capture` records the he
 from __future__ import annotations
 
 import json
+import random
 import re
 import shutil
 import threading
@@ -41,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perftracker.collectors.counters.proc_state import state_record
 from perftracker.collectors.counters.sched import snapshot_record
 from perftracker.collectors.steps import parse_step_line
 from perftracker.live.profile_sampler import ProfileSampler
@@ -54,6 +57,8 @@ STEPS_TAIL_BYTES = 256 * 1024
 COUNTERS_TAIL_BYTES = 512 * 1024
 TRACE_WAIT_S = 30.0
 INCIDENT_FILE = "incident.json"
+STATE_EVERY_S = (0.05, 0.1)  # the ranks' states are sampled every 50-100 ms (uniform jitter) during a recording
+RECORDER_POLL_S = 0.5
 BASELINE_FILE = "baseline.json"  # written last by `baseline_capture`: the baseline window is complete
 
 
@@ -162,15 +167,38 @@ def copy_window(ctx: LiveContext, evidence: Path) -> None:
 def record_profiles(ctx: LiveContext, folder: Path, seconds: float, rate_hz: int, stop: threading.Event) -> None:
     """Every rank's stacks side by side for `seconds` (py-spy record, non-blocking); stops early on `stop`. The
     ranks' scheduler accounting is read at its start and its end (`sched/<host>.sched.jsonl` beside `folder`):
-    how much of the window each rank waited for a CPU."""
+    how much of the window each rank waited for a CPU; their main threads' states every STATE_EVERY_S
+    (jittered) through it (`sched/<host>.states.jsonl`): which rank is stopped, runs or sleeps while the others
+    wait."""
     sched_snapshot(ctx, folder.parent / "sched")
     recorder = ProfileSampler(seconds=seconds, rate_hz=rate_hz, delay_s=0.0, out_dir=folder, judge=False)
     recorder.start(ctx)
+    states: list[dict[str, Any]] = []
+    polled = 0.0
     while not recorder.done and not stop.is_set():
-        recorder.sample(ctx)
-        stop.wait(0.5)
+        now = time.monotonic()
+        if now - polled >= RECORDER_POLL_S:
+            recorder.sample(ctx)
+            polled = now
+        sample_states(ctx, states)
+        stop.wait(random.uniform(*STATE_EVERY_S))  # noqa: S311  jitter, not security
     recorder.stop(ctx)
     sched_snapshot(ctx, folder.parent / "sched")
+    write_states(ctx, folder.parent / "sched", states)
+
+
+def sample_states(ctx: LiveContext, into: list[dict[str, Any]]) -> None:
+    """Each rank's main-thread state now (collectors/counters/proc_state.py): one /proc read per rank."""
+    now = time.time_ns()
+    into.extend(rec for w in ctx.job.workers if (rec := state_record(ctx.host, w.rank, w.pid, now)) is not None)
+
+
+def write_states(ctx: LiveContext, folder: Path, states: list[dict[str, Any]]) -> None:
+    """The window's sampled states, at once, into `folder/<host>.states.jsonl`."""
+    if states:
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / f"{ctx.host}.states.jsonl", "a", encoding="utf-8") as out:
+            out.writelines(json.dumps(rec) + "\n" for rec in states)
 
 
 def sched_snapshot(ctx: LiveContext, folder: Path) -> None:
@@ -211,7 +239,7 @@ def copy_baseline(baseline: Path, evidence: Path, notes: list[str], began_ns: in
     if began_ns is not None and isinstance(ended, int) and began_ns < ended:
         notes.append("the baseline window was still recording when the change began: not compared with it")
         return
-    for src in sorted((baseline / "sched").glob("*.sched.jsonl")):  # the ranks' CPU wait in the healthy window
+    for src in sorted((baseline / "sched").glob("*.jsonl")):  # the ranks' CPU wait and states in the healthy window
         (evidence / "baseline" / "sched").mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, evidence / "baseline" / "sched" / src.name)
     profiles = sorted((baseline / "profiles").glob("rank-*.*"))

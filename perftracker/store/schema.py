@@ -127,6 +127,17 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "cpus": "int32",
         "window": "string",
     },
+    # Each rank's main-thread scheduler state sampled through a window (collectors/counters/proc_state.py): one
+    # row per rank per sample, every 50-100 ms of an incident's (or the baseline's: window "baseline") stack
+    # recording; state is /proc/<pid>/stat's letter (R, S, D, T, t, ...).
+    "proc_states": {
+        "host": "string",
+        "rank": "int32",
+        "pid": "int64",
+        "ts_ns": "int64",
+        "state": "string",
+        "window": "string",
+    },
     # The interfaces those samples are of, per host: why the job uses each (a socket setting, the route
     # to a peer; "" unknown), the peers it reaches, its own addresses, the root qdisc kind last seen, the file.
     "net_ifaces": {

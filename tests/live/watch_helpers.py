@@ -12,7 +12,7 @@ from sample_job_runner import duty_cycle
 
 from perftracker.live.incidents import BASELINE_FILE
 
-__all__ = ["duty_cycle", "incidents", "step_of", "wait_baseline", "wait_incident"]
+__all__ = ["duty_cycle", "incidents", "named_by", "step_of", "wait_baseline", "wait_incident"]
 
 
 def incidents(run: Path) -> list[dict[str, Any]]:
@@ -54,3 +54,13 @@ def step_of(run: Path, rank: int, at_ns: int) -> int:
         if rec["start_ns"] <= at_ns:
             step = rec["step"]
     return step
+
+
+def named_by(findings: list[dict[str, Any]], analyzer: str) -> list[list[int]]:
+    """The ranks each warning or critical finding of `analyzer` names, whether it stands in findings.json or was
+    folded into the `waited_rank` finding about the same rank (one cause, one finding: its evidence's `folded`)."""
+    out = [f["ranks"] for f in findings if f["analyzer"] == analyzer and f["severity"] != "info"]
+    for f in findings:
+        if f["analyzer"] == "waited_rank":
+            out += [f["ranks"] for folded in f["evidence"].get("folded", []) if folded["analyzer"] == analyzer]
+    return out

@@ -9,10 +9,11 @@ Promise: `load_counter_inputs(paths)` looks at each non-trace file and loads, wh
   counters of RoCE ports, collectors/counters/ethtool.py), moved onto the RDMA device / port whose sysfs
   record (from any other input of the same host) lists that netdev,
 - the ranks' scheduler accounting around an incident's window (`sched/<host>.sched.jsonl`,
-  `collectors/counters/sched.py`) into the `cpu_sched` table,
+  `collectors/counters/sched.py`) into the `cpu_sched` table, and their main threads' states sampled through
+  it (`sched/<host>.states.jsonl`, `collectors/counters/proc_state.py`) into the `proc_states` table,
 - Ethernet interface counters (`<host>.net.jsonl`, `ip -s link` and /sys/class/net dumps, node exporter
   `node_network_*`: `collectors/counters/netdev_dumps.py`) into the `netdev` and `net_ifaces` tables,
-and returns `({"counters", "devices", "netdev", "net_ifaces"[, "cpu_sched"]}, notes, RunInfo)`; its `counter_sources`
+and returns `({"counters", "devices", "netdev", "net_ifaces"[, "cpu_sched", "proc_states"]}, notes, RunInfo)`; its `counter_sources`
 counts the files of each kind. Files that are none of these are left alone (other loaders read them).
 """
 
@@ -25,7 +26,15 @@ from typing import Any
 import pandas as pd
 
 from perftracker.bounded import file_cap, loads_json, read_head, read_text
-from perftracker.collectors.counters import ethtool, gpu_samples, netdev_dumps, prometheus, rdma, sched
+from perftracker.collectors.counters import (
+    ethtool,
+    gpu_samples,
+    netdev_dumps,
+    proc_state,
+    prometheus,
+    rdma,
+    sched,
+)
 from perftracker.errors import InputError
 from perftracker.store import LoadNote, RunInfo
 from perftracker.store.schema import conform
@@ -50,7 +59,7 @@ def _first_json(head: str) -> dict[str, Any]:
 
 
 def sniff(path: Path, head: str) -> str:
-    """The kind of counter input a file holds: rdma_jsonl, gpu_jsonl, sched_jsonl, smi_csv, prometheus,
+    """The kind of counter input a file holds: rdma_jsonl, gpu_jsonl, sched_jsonl, states_jsonl, smi_csv, prometheus,
     sysfs_dump, ethtool_dump or ''."""
     rec = _first_json(head) if head.lstrip().startswith("{") else {}
     if rec:
@@ -60,6 +69,8 @@ def sniff(path: Path, head: str) -> str:
             return "gpu_jsonl"
         if sched.looks_like_sched_jsonl(rec):
             return "sched_jsonl"
+        if proc_state.looks_like_states_jsonl(rec):
+            return "states_jsonl"
         return ""
     if gpu_samples.looks_like_smi_csv(head):
         return "smi_csv"
@@ -108,6 +119,7 @@ def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame],
     eth_rows: list[dict[str, Any]] = []
     eth_devices: list[dict[str, Any]] = []
     sched_rows: list[dict[str, Any]] = []
+    state_rows: list[dict[str, Any]] = []
     notes: list[LoadNote] = []
     sources: dict[str, int] = {}
     copies = rdma.sysfs_copy_files(paths)
@@ -118,13 +130,13 @@ def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame],
         kind = sniff(path, _head(path))
         if not kind:
             continue
-        if kind == "sched_jsonl":  # the processes' CPU wait around an incident's window: a table of its own
+        if kind in ("sched_jsonl", "states_jsonl"):  # the processes' CPU wait / states in a window: tables of their own
             try:
-                r_sched, n_sched = sched.load_sched_jsonl(path)
+                r_sched, n_sched = (sched.load_sched_jsonl if kind == "sched_jsonl" else proc_state.load_states_jsonl)(path)
             except OSError as exc:
                 notes.append(LoadNote("warning", str(path), f"scheduler file could not be read: {exc.strerror or exc}"))
                 continue
-            sched_rows.extend(r_sched)
+            (sched_rows if kind == "sched_jsonl" else state_rows).extend(r_sched)
             notes.extend(n_sched)
             sources[kind] = sources.get(kind, 0) + 1
             continue
@@ -163,4 +175,6 @@ def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame],
     tables = {"counters": conform("counters", counters), "devices": conform("devices", dev_frame), **net_tables}
     if sched_rows:
         tables["cpu_sched"] = conform("cpu_sched", pd.DataFrame(sched_rows))
+    if state_rows:
+        tables["proc_states"] = conform("proc_states", pd.DataFrame(state_rows))
     return tables, notes + net_notes, RunInfo(counter_sources={**sources, **net_sources})

@@ -1,0 +1,56 @@
+"""One cause, one finding in a watcher's incident: what the rank the others wait for explains is folded into it.
+
+Promise: `fold_into_waited_rank(findings)`: when exactly one `waited_rank` finding is among them, every warning
+or critical finding that reports the same slowdown without a cause of its own is removed and kept in its
+evidence (`folded`: analyzer, title, id): the degradation change point of the job as a whole (no rank: step
+times from one log, or every rank at once) or of that rank alone, and the `baseline_shift`, `cpu_contention`
+and `stack_profile` findings naming that rank alone (the same rank seen from its stacks or its CPU wait). The
+`waited_rank` finding takes the highest severity among them and the largest cost (the degradation's: the
+slowdown since the change step, with its `cost_source`), so the time is counted once. Other findings stay.
+When a trace-based straggler finding (`straggler`, `nccl_straggler`: who arrived last at the collectives, and
+what it did) names that rank alone, it is the stronger evidence of the same cause: the `waited_rank` finding is
+folded into it instead, and nothing else changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from perftracker.analyzers.findings import Finding, Severity
+
+SAME_RANK = ("baseline_shift", "cpu_contention", "stack_profile")
+FROM_TRACES = ("straggler", "nccl_straggler")
+
+
+def _explained(f: Finding, rank: int) -> bool:
+    if f.severity < Severity.WARNING:
+        return False
+    if f.analyzer == "degradation" and f.key == "degradation:change":
+        return not f.ranks or tuple(f.ranks) == (rank,)
+    return f.analyzer in SAME_RANK and tuple(f.ranks) == (rank,)
+
+
+def fold_into_waited_rank(findings: list[Finding]) -> list[Finding]:
+    waited = [f for f in findings if f.analyzer == "waited_rank"]
+    if len(waited) != 1:
+        return findings
+    root = waited[0]
+    traced = [f for f in findings if f.analyzer in FROM_TRACES and f.severity >= Severity.WARNING
+              and tuple(f.ranks) == tuple(root.ranks)]
+    if traced:
+        into = traced[0]
+        entry = {"analyzer": root.analyzer, "title": root.title, "id": root.id}
+        richer = replace(into, evidence={**into.evidence, "folded": [*into.evidence.get("folded", []), entry]})
+        return [richer if f is into else f for f in findings if f is not root]
+    folded = [f for f in findings if f is not root and _explained(f, root.ranks[0])]
+    if not folded:
+        return findings
+    costly = max([root, *folded], key=lambda f: f.cost.seconds_per_step)
+    evidence: dict[str, Any] = {**root.evidence, "folded": [{"analyzer": f.analyzer, "title": f.title, "id": f.id}
+                                                            for f in folded]}
+    if costly is not root and "cost_source" in costly.evidence:
+        evidence["cost_source"] = costly.evidence["cost_source"]
+    merged = replace(root, severity=max(f.severity for f in [root, *folded]), cost=costly.cost, evidence=evidence)
+    gone = {id(f) for f in folded}
+    return [merged if f is root else f for f in findings if id(f) not in gone]
