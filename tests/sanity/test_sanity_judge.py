@@ -4,7 +4,8 @@ a bridge, launched with torchrun as a user would), and on synthetic clusters of 
 
 Each lab fixture is rank 0's OUT/sanity.json with a `lab` entry saying what was done (the truth compared here).
 The 18 clean runs are also the runs the judgement's small-cluster floors were set on (analyzers/sanity/robust.py):
-their passing is in-sample, not a held-out false-warning rate."""
+their passing is in-sample. The held-out false-warning rate is measured on heldout/ (12 clean runs recorded after,
+without changing the judgement)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from perftracker.collectors.sanity.comm import round_robin
 
 LAB = Path(__file__).resolve().parents[1] / "fixtures" / "sanity_lab"
 CLEAN = sorted(p.stem for p in LAB.glob("clean-*.json"))
+HELD_OUT = sorted(f"heldout/{p.stem}" for p in (LAB / "heldout").glob("clean-*.json"))
 
 
 @cache
@@ -73,6 +75,20 @@ def test_a_clean_lab_run_names_no_node(name: str) -> None:
 
 def test_ten_clean_lab_runs_were_recorded() -> None:
     assert len(CLEAN) >= 10, CLEAN
+
+
+@pytest.mark.parametrize("name", HELD_OUT)
+def test_a_held_out_clean_lab_run_names_no_node(name: str) -> None:
+    # GIVEN a clean run recorded after the floors were set on the runs above (held out: never tuned on)
+    results, verdict = _judged(name)
+    # THEN no warning and every node kept (the false-warning rate the docs state: 0 of 12)
+    assert [f.title for f in verdict.findings if f.severity >= Severity.WARNING] == []
+    assert verdict.keep == ["node-a", "node-b", "node-c"]
+    assert results.elapsed_s <= results.time_box_s
+
+
+def test_at_least_ten_held_out_clean_runs_were_recorded() -> None:
+    assert len(HELD_OUT) >= 10, HELD_OUT
 
 
 def test_a_node_whose_link_is_shaped_is_named_on_its_link_with_its_pairs() -> None:
