@@ -3,7 +3,8 @@
 Promise: `plan_for(time_box_s, device)` splits the box between the phases (device figures, collectives,
 pairwise rounds, gathering) and sets the collective timeout so that a dead or hung peer costs one timeout and
 the command still ends within the box plus that timeout at most. `measure(launch, plan, host, node)` runs
-the phases in order on this rank (the box counts from the moment every rank has joined; joining may take
+the phases in order on this rank (device figures; the collectives over all ranks, within each node, between
+nodes; the node pairs; the box counts from the moment every rank has joined; joining may take
 up to `join_s`, since nodes start at different times) and returns its result record (JSON-ready); `comm` errors are recorded in
 it, never raised. The record's schema: rank, local_rank, host, device, device_name, figures, errors, pairs,
 node (the leader's node facts, else {}), joined_after_s (the wait to join), elapsed_s (since joining).
@@ -81,9 +82,12 @@ def measure(launch: Launch, plan: Plan, host: str, node: dict[str, Any], device:
     record["figures"].update(figures.figures)
     record["errors"].update(figures.errors)
     if comm is not None:
-        coll = comm.collectives(plan.coll_bytes, plan.coll_iters, plan.latency_iters)
-        record["figures"].update(coll.figures)
-        record["errors"].update(coll.errors)
+        for scope in ("", "node", "inter"):  # all ranks; within each node; between nodes (one rank each)
+            if scope == "inter" and any(k.startswith(("allreduce", "allgather")) for k in record["errors"]):
+                continue  # a peer is gone: the nodes' group would only wait out the timeout again
+            coll = comm.collectives(plan.coll_bytes, plan.coll_iters, plan.latency_iters, scope)
+            record["figures"].update(coll.figures)
+            record["errors"].update(coll.errors)
         record["pairs"] = [asdict(p) for p in comm.pairwise(plan.pair_bytes, plan.pair_reps, plan.pair_tours)]
         if comm.hosts and comm.leaders() and launch.rank in comm.leaders():
             record["node"] = node
