@@ -155,20 +155,26 @@ class Comm:
 
     def _make_groups(self) -> None:
         """This rank's node group, the group of the nodes' first ranks and the ranks off rank 0's node (for
-        `fallback_gather`), each where it differs from the whole job; only the members of a group make it."""
+        `fallback_gather`), each where it differs from the whole job. Every rank makes every group, in the same
+        order (torch names a group by the order it was made in: a rank that skipped one would wait forever)."""
         me, n = self.launch.rank, self.launch.world
-        mine = [r for r in range(n) if self.hosts[r] == self.hosts[me]]
         leaders = self.leaders()
+        wanted: list[tuple[str, list[int]]] = []
+        for host in self.nodes:
+            mine = [r for r in range(n) if self.hosts[r] == host]
+            if len(mine) > 1:
+                wanted.append(("node", mine))
+        if 1 < len(leaders) < n:
+            wanted.append(("inter", leaders))
         others = [r for r in range(n) if self.hosts[r] != self.hosts[0]]
-        wanted = {"node": mine if 1 < len(mine) else [],
-                  "inter": leaders if 1 < len(leaders) < n else [],
-                  "others": others if len(others) > 1 else []}
-        made: dict[tuple[int, ...], Any] = {}  # one group per set of ranks (torch names a group by its ranks)
-        for name, ranks in wanted.items():
+        if len(others) > 1:
+            wanted.append(("others", others))
+        made: dict[tuple[int, ...], Any] = {}  # one group per set of ranks
+        for name, ranks in wanted:
+            key = tuple(ranks)
+            if key not in made:
+                made[key] = dist.new_group(ranks, timeout=self.timeout)
             if me in ranks:
-                key = tuple(ranks)
-                if key not in made:
-                    made[key] = dist.new_group(ranks, timeout=self.timeout, use_local_synchronization=True)
                 self.groups[name] = made[key]
 
     @property
