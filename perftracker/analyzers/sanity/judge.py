@@ -98,7 +98,7 @@ def _device_lows(records: list[dict[str, Any]]) -> dict[str, list[tuple[str, Low
             share = float(r["figures"][figure]) / known[0]
             if share < threshold('sanity.expected_warn_share'):
                 out.setdefault(_unit(r), []).append(
-                    (figure, None, f"{share:.0%} of the {known[0]:g} peak ({known[1]})"))
+                    (figure, None, f"{share:.0%} of the device's {known[0]:g} datasheet peak"))
     return out
 
 
@@ -167,21 +167,24 @@ def judge(results: SanityResults, exclude_at: Severity = Severity.CRITICAL) -> S
             by_host.setdefault(r["host"], []).append((r, items))
     for host, entries in by_host.items():
         sev = Severity.WARNING
-        lines, evidence = [], []
+        lines: dict[tuple[int, str], str] = {}  # one clause per device and figure: peers, then the peak
+        evidence = []
         for r, items in entries:
             for figure, low, note in items:
+                at = (r["rank"], figure)
                 if low is not None:
                     sev = max(sev, low.severity)
-                    lines.append(f"{figure} {_fmt(low.value)} on {r['device']} is {low.ratio:.0%} of its peers' "
+                    lines[at] = (f"{figure} {_fmt(low.value)} on {r['device']} is {low.ratio:.0%} of its peers' "
                                  f"median {_fmt(low.peer_median)}")
                     evidence.append({"rank": r["rank"], "device": r["device"], "figure": figure, "value": low.value,
                                      "peer_median": low.peer_median, "peer_mad": low.peer_mad,
                                      "confidence": low.confidence})
                 else:
                     sev = max(sev, _expected_severity(r, figure, note))
-                    lines.append(f"{figure} on {r['device']}: {note}")
+                    lines[at] = f"{lines[at]} and {note}" if at in lines else f"{figure} on {r['device']}: {note}"
+                    known = expected_for(str(r.get("device_name", "")), figure)
                     evidence.append({"rank": r["rank"], "device": r["device"], "figure": figure, "note": note,
-                                     "value": r["figures"].get(figure)})
+                                     "value": r["figures"].get(figure), "source": known[1] if known else ""})
         cpu = all(str(r["device"]).startswith("cpu") for r, _ in entries)
         cause = _device_cause(cpu, {e["figure"] for e in evidence})
         ranks = tuple(sorted({r["rank"] for r, _ in entries}))
@@ -189,7 +192,8 @@ def judge(results: SanityResults, exclude_at: Severity = Severity.CRITICAL) -> S
         named_on_compute.add(host)
         status[host] = max(status.get(host, Severity.INFO), sev)
         findings.append(Finding(
-            ANALYZER, sev, f"{host} measures below its peers: " + "; ".join(lines[:4]) + f" (likely {cause})",
+            ANALYZER, sev, f"{host} measures below its peers: " + "; ".join(list(lines.values())[:4]) +
+            f" (likely {cause})",
             "Exclude the node from this job (OUT/exclude.txt) and check it: " + cause + ".",
             evidence={"figures": evidence, "likely_cause": cause}, ranks=ranks, hosts=(host,),
             key=f"device|{host}", confidence=min(confs) if confs else None))
