@@ -145,7 +145,8 @@ def test_the_scheduler_files_and_the_report_name_the_bad_node(tmp_path: Path) ->
 
 def _synthetic(nodes: int, gpus: int, seed: int) -> SanityResults:
     """A made-up H100 cluster (labelled synthetic): BF16 GEMM ~700 TFLOPS with 2% noise, node 5's GPU 3 throttled
-    to 40%, and pairs at ~45 GB/s with node 9's NIC at a quarter."""
+    to 40%, in-node all-reduce ~360 GB/s, between-node ~40 GB/s, and pairs at ~45 GB/s with node 9's NIC at a
+    quarter."""
     rng = random.Random(seed)
     hosts = [f"gpu{n:03d}" for n in range(nodes) for _ in range(gpus)]
     records: dict[int, dict[str, Any]] = {}
@@ -156,7 +157,10 @@ def _synthetic(nodes: int, gpus: int, seed: int) -> SanityResults:
         records[rank] = {"rank": rank, "local_rank": local, "host": host, "device": f"cuda:{local}",
                          "device_name": "NVIDIA H100 80GB HBM3", "errors": {}, "pairs": [], "node": {},
                          "figures": {"gemm_bf16_tflops": 700 * slow * rng.gauss(1, 0.02),
-                                     "copy_gbps": 2900 * rng.gauss(1, 0.02), "h2d_gbps": 50 * rng.gauss(1, 0.02)}}
+                                     "copy_gbps": 2900 * rng.gauss(1, 0.02), "h2d_gbps": 50 * rng.gauss(1, 0.02),
+                                     "node_allreduce_busbw_gbps": 360 * rng.gauss(1, 0.02)}}
+        if local == 0:
+            records[rank]["figures"]["inter_allreduce_busbw_gbps"] = 40 * rng.gauss(1, 0.01)
     for a, b in [p for r in round_robin(nodes) for p in r]:
         factor = 0.25 if 9 in (a, b) else 1.0
         records[a * gpus]["pairs"].append(
