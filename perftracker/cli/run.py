@@ -56,7 +56,7 @@ from perftracker.live.sampler import LiveContext
 from perftracker.live.sanity_first import run_sanity, sanity_command
 from perftracker.live.session import WATCH_TICK_S, run_session
 from perftracker.redaction import redact_command
-from perftracker.rundir import host_name, write_manifest
+from perftracker.rundir import SANITY_DIR, host_name, write_manifest
 from perftracker.store import LoadNote
 
 _ERROR_FILE = re.compile(r"error_file\s*:\s*(\S+)")
@@ -213,7 +213,7 @@ def _sanity_first(command: list[str], run_dir: Path, time_box_s: float, refuse: 
     that a node named for exclusion would slow, or whose nodes could not be checked."""
     if not 5 <= time_box_s <= 3600:
         raise UsageError(f"--sanity-time-box {time_box_s:g} is outside 5..3600 seconds", "--sanity-time-box")
-    out = run_dir / "sanity"
+    out = run_dir / SANITY_DIR
     check = sanity_command(command, out, time_box_s)
     say(f"sanity check first: {' '.join(redact_command(check))[:300]}")
     outcome = run_sanity(check, dict(os.environ), out, time_box_s)

@@ -3,7 +3,7 @@
 Promise: `sanity_command(launch, out, time_box_s)` turns the job's launch command into the check's: a torchrun
 launch (`torchrun ...` or `python -m torch.distributed.run ...`) keeps its launcher arguments (nodes, ranks per
 node, rendezvous) and runs `-m perftracker sanity -o OUT --time-box S` in place of the script; a plain
-`python script.py` runs the check alone on this machine. Any other launcher is a UsageError that says how to run
+python running a script runs the check alone on this machine. Any other launcher is a UsageError that says how to run
 the check under it. `run_sanity(command, env, out, time_box_s)` runs it (its output into OUT/launch.log, killed
 past its longest possible time) and returns a `SanityOutcome`: the exit code, the hosts the check would exclude
 and why (from OUT/findings.json, written by rank 0 or the rank that wrote in its place), or that no result was

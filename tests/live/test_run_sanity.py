@@ -48,6 +48,8 @@ def test_a_clean_check_starts_the_job_and_leaves_its_result_in_the_run_directory
     result = json.loads((tmp_path / "run" / "sanity" / "findings.json").read_text())
     assert result["summary"]["ranks"] == 2 and result["summary"]["exclude"] == []
     assert "names no node to exclude" in err
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["sanity"]["exclude"] == [] and manifest["sanity"]["wrote"] is True
     assert sorted(p.name for p in (tmp_path / "mark").iterdir()) == ["0", "1"]
 
 

@@ -39,3 +39,23 @@ def test_a_plain_python_job_is_checked_alone_and_another_launcher_is_refused_wit
     with pytest.raises(UsageError, match="torchrun launches") as err:
         sanity_command(["srun", "-N", "4", "python", "train.py"], OUT, 20)
     assert "python -m perftracker sanity" in str(err.value.__dict__)
+
+
+def test_the_check_s_folder_in_a_run_directory_is_not_an_input_nor_a_note(tmp_path: Path) -> None:
+    # GIVEN a run directory (a manifest) holding the check's output in sanity/, and a stray output folder beside it
+    from perftracker.analyzers.sanity.judge import judge
+    from perftracker.analyzers.sanity.results import SanityResults
+    from perftracker.cli.sanity_out import write_outputs
+    from perftracker.rundir import SANITY_DIR, discover, write_manifest
+
+    write_manifest(tmp_path, created_by="perftracker run")
+    results = SanityResults(hosts=["n0"], records={0: {"rank": 0, "local_rank": 0, "host": "n0", "device": "cpu",
+                                                        "figures": {"gemm_fp32_tflops": 0.1}, "errors": {},
+                                                        "pairs": [], "node": {}}}, time_box_s=20)
+    for name in (SANITY_DIR, "other-out"):
+        write_outputs(tmp_path / name, results, judge(results))
+    # WHEN its inputs are found
+    found = discover(tmp_path)
+    # THEN neither folder is read; the stray one is said, the check's own is not
+    assert not [f for f in found.files if SANITY_DIR in f.parts or "other-out" in f.parts]
+    assert [p.name for p, _ in found.skipped] == ["other-out"]
