@@ -19,6 +19,7 @@ Layout (format version 1)::
     <run>/incidents/<ts>-<kind>-<host>/ attach/run --watch: incident.json, evidence/ (a run directory),
                                         findings.json, report.html, tables/ (live/incidents.py)
     <run>/incidents/baseline-<host>/    the healthy window <host>'s watcher recorded once armed
+    <run>/sanity/                       run --sanity: the check before the job (SANITY_DIR; not an input)
 
 A step record is one line of JSON::
 
