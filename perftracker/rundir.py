@@ -19,6 +19,7 @@ Layout (format version 1)::
     <run>/incidents/<ts>-<kind>-<host>/ attach/run --watch: incident.json, evidence/ (a run directory),
                                         findings.json, report.html, tables/ (live/incidents.py)
     <run>/incidents/baseline-<host>/    the healthy window <host>'s watcher recorded once armed
+    <run>/sanity/                       run --sanity: the check before the job (SANITY_DIR; not an input)
 
 A step record is one line of JSON::
 
@@ -203,10 +204,14 @@ class Inputs:
         yield from self.skipped
 
 
+SANITY_DIR = "sanity"  # where `perftracker run --sanity` writes the check in a run directory (not an input)
+
+
 def discover(root: Path, follow_links: bool = False) -> Inputs:
     """Find the inputs under `root` (a run directory, a folder of traces, or one trace file); what is not
     read, and why, is in `Inputs.unreadable` / `Inputs.skipped` (`containment.walk`: nothing from outside
-    the folder, no output folder, no hidden file, without a word)."""
+    the folder, no output folder, no hidden file, without a word; a run directory's SANITY_DIR, the check
+    `run --sanity` wrote before the job, is left out without a note)."""
     if not root.is_dir() and not_regular(root):
         return Inputs(root=root.parent, unreadable=[(root, not_regular(root))], alone=True)
     if root.is_file():
@@ -216,7 +221,8 @@ def discover(root: Path, follow_links: bool = False) -> Inputs:
         path = entry.path
         what = "" if entry.skip else not_regular(path)
         if entry.skip:
-            found.skipped.append((path, entry.skip))
+            if not (found.manifest is not None and path == root / SANITY_DIR and path.is_dir()):
+                found.skipped.append((path, entry.skip))  # (`run --sanity`'s own check is left out unsaid)
         elif what:
             found.unreadable.append((path, what))
         else:

@@ -16,6 +16,8 @@ Faults, each undone when its context ends (or the lab closes):
 * ``lab.flap(node, down_s)``: the node's ``eth0`` down for ``down_s`` seconds, then up (the other
   nodes' links stay up: only the switch port sees the carrier go);
 * ``lab.rate_limit(node, mbit)``: a ``tc tbf`` qdisc holding the node's egress to ``mbit`` Mbit/s;
+* ``lab.loopback_rate(node, mbit)``: a ``tc tbf`` rate on the node's loopback (its ranks' traffic among
+  themselves) only;
 * ``lab.cpu_quota(node, share, pids)``: the processes ``pids`` (host pids; their threads and
   children follow) in a cgroup with a CFS quota of ``share`` of one core (cgroup v1
   ``cpu.cfs_quota_us``, or v2 ``cpu.max``);
@@ -381,6 +383,19 @@ class Lab:
             subprocess.run(["tc", "-n", node.netns, "qdisc", "del", "dev", IFACE, "root"], check=False,
                            capture_output=True)
             self._qdiscs.discard(node.netns)
+
+    @contextlib.contextmanager
+    def loopback_rate(self, node: Node, mbit: float) -> Iterator[None]:
+        """The node's traffic with itself (its loopback: between its own ranks) held to `mbit` Mbit/s by a tbf
+        qdisc while the context lasts (its burst above the loopback's 64 KiB MTU); its traffic with other nodes
+        is untouched."""
+        subprocess.run(["tc", "-n", node.netns, "qdisc", "replace", "dev", "lo", "root", "tbf", "rate",
+                        f"{mbit:g}mbit", "burst", "128kb", "latency", "100ms"], check=True, capture_output=True)
+        try:
+            yield
+        finally:
+            subprocess.run(["tc", "-n", node.netns, "qdisc", "del", "dev", "lo", "root"], check=False,
+                           capture_output=True)
 
     @contextlib.contextmanager
     def cpu_quota(self, node: Node, share: float, pids: Sequence[int] = ()) -> Iterator[Path]:

@@ -9,6 +9,8 @@ the wall time, the exit codes and the machine's load average. Cases:
   rate    node-b's egress held to --mbit Mbit/s by tc tbf from the start
   cpu     node-b's processes held to --share of one core by a cgroup once node-b has joined
   kill    node-b killed (its PID namespace's init, so every process of it) --kill-after s after it joined
+  kill0   node-a killed the same way: rank 0's node, and the rendezvous store's (a lower rank writes instead)
+  intra   node-b's loopback (its own ranks' traffic, --nproc 2 or more) held to --mbit by tc netem from the start
 
 wall_s is from the launch to rank 0's last file (interpreter and torch start included); the records'
 elapsed_s count from the moment every rank joined (the time box)
@@ -60,13 +62,15 @@ def run_case(lab: Lab, case: str, out: Path, time_box: float, mbit: float, share
              port: int, nproc: int = 1) -> dict[str, Any]:
     """One sanity job on the lab with `case`'s fault; rank 0's results with the lab's truth."""
     nodes = lab.nodes
-    bad = lab.node("node-b")
+    bad = lab.node("node-a" if case == "kill0" else "node-b")
     logs = out / "logs"
     env = _python_env({"GLOO_SOCKET_IFNAME": IFACE})
     launchers = []
     fault: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
     if case == "rate":
         fault = lab.rate_limit(bad, mbit)
+    elif case == "intra":
+        fault = lab.loopback_rate(bad, mbit)
     started = time.monotonic()
     with fault:
         for i, node in enumerate(nodes):
@@ -80,7 +84,7 @@ def run_case(lab: Lab, case: str, out: Path, time_box: float, mbit: float, share
         quota: contextlib.AbstractContextManager[Any] = (lab.cpu_quota(bad, share) if case == "cpu"
                                                          else contextlib.nullcontext())
         with quota:
-            if case == "kill":
+            if case in ("kill", "kill0"):
                 killer = threading.Timer(kill_after, lab.kill, args=(bad,))
                 killer.start()
             done = _wait_file(out / "result" / "hostfile", timeout=time_box + 120)
@@ -91,9 +95,10 @@ def run_case(lab: Lab, case: str, out: Path, time_box: float, mbit: float, share
             os.killpg(proc.pid, 9)
     results_file = out / "result" / "sanity.json"
     if not results_file.is_file():
-        raise RuntimeError(f"{case}: rank 0 wrote no sanity.json; logs in {logs}")
+        raise RuntimeError(f"{case}: no rank wrote sanity.json; logs in {logs}")
     doc = json.loads(results_file.read_text())
-    doc["lab"] = {"case": case, "fault_node": "node-b" if case != "clean" else "", "mbit": mbit if case == "rate" else None,
+    doc["lab"] = {"case": case, "fault_node": bad.name if case != "clean" else "",
+                  "mbit": mbit if case in ("rate", "intra") else None,
                   "share": share if case == "cpu" else None, "kill_after_s": kill_after if case == "kill" else None,
                   "wall_s": round(wall, 2), "fault_at_s": round(fault_at, 2), "wrote": done, "exit_codes": codes, "loadavg": list(os.getloadavg()),
                   "time_box_s": time_box, "nodes": [n.name for n in nodes], "ranks_per_node": nproc}
@@ -102,7 +107,7 @@ def run_case(lab: Lab, case: str, out: Path, time_box: float, mbit: float, share
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("cases", nargs="+", choices=["clean", "rate", "cpu", "kill"])
+    parser.add_argument("cases", nargs="+", choices=["clean", "rate", "cpu", "kill", "kill0", "intra"])
     parser.add_argument("--repeat", type=int, default=1, help="clean runs to record")
     parser.add_argument("--time-box", type=float, default=20.0)
     parser.add_argument("--mbit", type=float, default=20.0)
@@ -127,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
                 (args.fixtures / f"{name}.json").write_text(json.dumps(doc, indent=1) + "\n")
                 print(f"{name}: wall {doc['lab']['wall_s']} s, exit {doc['lab']['exit_codes']}, "
                       f"load {doc['lab']['loadavg'][0]:.1f}", flush=True)
-                if case == "kill":  # the dead node cannot come back: the lab is done
+                if case in ("kill", "kill0"):  # the dead node cannot come back: the lab is done
                     return 0
     return 0
 

@@ -6,7 +6,9 @@ timeout), the run directory keeps what was collected and gets a report. Whatever
 perftracker's own writing once the job runs (a full disk, a folder removed, a bug), the job's output
 keeps passing through, its pipes keep draining, what failed is said (on stderr, in the manifest and
 in the report's notes when they can be written) and the exit code is the job's. A run directory that
-cannot be written at all is said before anything starts (exit 2).
+cannot be written at all is said before anything starts (exit 2). With `--sanity` the nodes are checked first
+(`perftracker sanity` launched the way the job is, into RUN/sanity); with `--sanity-exclude` a check that names
+a node to exclude, or that fails, stops here: the job is not started, exit 4, saying which node and why.
 """
 
 from __future__ import annotations
@@ -51,12 +53,14 @@ from perftracker.live.collectors import SamplerOptions, build_samplers, watch_ra
 from perftracker.live.discovery import Job, find_job
 from perftracker.live.launch import LaunchOptions, RunningJob, exit_status, prepare_env
 from perftracker.live.sampler import LiveContext
+from perftracker.live.sanity_first import run_sanity, sanity_command
 from perftracker.live.session import WATCH_TICK_S, run_session
 from perftracker.redaction import redact_command
-from perftracker.rundir import host_name, write_manifest
+from perftracker.rundir import SANITY_DIR, host_name, write_manifest
 from perftracker.store import LoadNote
 
 _ERROR_FILE = re.compile(r"error_file\s*:\s*(\S+)")
+REFUSED_EXIT = 4  # --sanity-exclude: the check named a node to exclude (or failed); the job was not started
 
 
 def _wait_for_workers(proc_pid: int, host: str, running: RunningJob, timeout_s: float = 120.0) -> Job | None:
@@ -134,13 +138,21 @@ def run(
     prom: Annotated[str | None, prom_option()] = None,
     set_threshold: SetThresholds = None,
     thresholds_file: ThresholdsFiles = None,
+    sanity: Annotated[bool, typer.Option("--sanity", metavar="", help="Run `perftracker sanity` first, launched the "
+                                         "way the job is, into RUN/sanity.")] = False,
+    sanity_exclude: Annotated[bool, typer.Option("--sanity-exclude", metavar="", help="With the check first: do not "
+                                                 f"start the job (exit {REFUSED_EXIT}) when it names a node to "
+                                                 "exclude, or fails.")] = False,
+    sanity_time_box: Annotated[float, typer.Option("--sanity-time-box", metavar="S",
+                                                   help="The check's time box in seconds.")] = 20.0,
 ) -> None:
     """Run a launch command (e.g. `-- torchrun --nproc_per_node 8 train.py`) prepared for diagnosis, and
-    write its post-mortem report when it ends. Exits with the job's exit code.
+    write its post-mortem report when it ends. Exits with the job's exit code (or 4: --sanity-exclude refused).
 
     Examples:
       perftracker run -o run/ -- torchrun --nproc_per_node 8 train.py
       perftracker run --watch -o run/ -- torchrun --nproc_per_node 8 train.py
+      perftracker run --sanity-exclude -o run/ -- torchrun --nnodes 4 --nproc_per_node 8 train.py
     """
     threshold = parse_fail_on(fail_on)
     overrides = threshold_overrides(set_threshold, thresholds_file)
@@ -162,6 +174,8 @@ def run(
         write_manifest(run_dir, job=" ".join(redact_command(command))[:500], created_by="perftracker run",
                        prepared=changed, started_ns=time.time_ns(), host=me)
     say(f"run directory {run_dir}")
+    if sanity or sanity_exclude:
+        _sanity_first(command, run_dir, sanity_time_box, refuse=sanity_exclude)
     try:
         running = RunningJob(command, env, run_dir)
     except OSError as exc:
@@ -192,6 +206,36 @@ def run(
             f"`perftracker postmortem {run_dir}` with PERFTRACKER_DEBUG=1 and report it)")
     sys.stdout.flush()
     raise typer.Exit(code)
+
+
+def _sanity_first(command: list[str], run_dir: Path, time_box_s: float, refuse: bool) -> None:
+    """The check before the job (live/sanity_first.py); with `refuse`, exit REFUSED_EXIT instead of starting a job
+    that a node named for exclusion would slow, or whose nodes could not be checked."""
+    if not 5 <= time_box_s <= 3600:
+        raise UsageError(f"--sanity-time-box {time_box_s:g} is outside 5..3600 seconds", "--sanity-time-box")
+    out = run_dir / SANITY_DIR
+    check = sanity_command(command, out, time_box_s)
+    say(f"sanity check first: {' '.join(redact_command(check))[:300]}")
+    outcome = run_sanity(check, dict(os.environ), out, time_box_s)
+    write_manifest(run_dir, sanity={"command": redact_command(check), "exit_code": outcome.code,
+                                    "exclude": outcome.exclude, "wrote": outcome.wrote})
+    if outcome.exclude:
+        why = "; ".join(f"{host}: {' / '.join(titles[:2]) or 'see the report'}" for host, titles in outcome.why.items())
+        say(f"the sanity check would exclude {', '.join(outcome.exclude)} ({why}); {out / 'report.html'}")
+        if refuse:
+            say(f"not starting the job (--sanity-exclude): leave {', '.join(outcome.exclude)} out "
+                f"({out / 'exclude.txt'}, {out / 'hostfile'}) and launch again")
+            raise typer.Exit(REFUSED_EXIT)
+    elif not outcome.wrote and outcome.code != 0:
+        say(f"the sanity check failed (exit {outcome.code}{', past its time limit' if outcome.timed_out else ''}); "
+            f"its output: {out / 'launch.log'}")
+        if refuse:
+            say("not starting the job (--sanity-exclude): the nodes could not be checked")
+            raise typer.Exit(REFUSED_EXIT)
+    elif not outcome.wrote:
+        say("the sanity check passed here; its result is written on rank 0's node (this is another node)")
+    else:
+        say(f"the sanity check names no node to exclude; {out / 'report.html'}")
 
 
 def _post_mortem(run_dir: Path, code: int, running: RunningJob, notes: list[str], threshold: Severity | None,

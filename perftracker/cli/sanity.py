@@ -4,8 +4,10 @@ Promise: launched the way the job is (`torchrun [--nnodes N ...] -m perftracker 
 mpirun with MASTER_ADDR and MASTER_PORT exported; alone it checks this machine), every rank measures its
 device, the collectives over all ranks and (one rank per node) every pair of nodes, within `--time-box`
 seconds (default 120, `--quick` 20; a dead or hung node costs at most one collective timeout more); rank 0
-gathers, judges (analyzers/sanity) and writes OUT (cli/sanity_out.py). Exit codes: 0, 3 when a finding at or
-above `--fail-on` exists (rank 0; other ranks exit 0), 2 for a usage error.
+gathers, judges (analyzers/sanity) and writes OUT (cli/sanity_out.py). When rank 0 is gone (nothing said by the
+end of the box plus two collective timeouts), the lowest live rank writes in its place (comm.fallback_gather),
+naming rank 0's node unreachable. Exit codes: 0, 3 when a finding at or above `--fail-on` exists (on the rank
+that wrote; other ranks exit 0), 2 for a usage error.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from perftracker.collectors.sanity.measure import DEFAULT_S, QUICK_S, device_for
 from perftracker.collectors.sanity.node import node_facts
 from perftracker.errors import UsageError
 from perftracker.rundir import host_name
+
+WAIT_SLACK_S = 5.0  # the other ranks wait this much past rank 0's latest end before writing in its place
 
 
 def sanity(
@@ -76,11 +80,20 @@ def sanity(
         node["lint"] = [f.to_dict() for f in lint(profile=profile, sysfs_root=sysfs_root, host=host)[0]]
     comm, record = measure(launch, plan, host, node, device, started)
     if launch.rank != 0:
-        if comm is not None:
-            comm.post(record)
+        if comm is None:
+            return
+        comm.post(record)
+        gathered = comm.fallback_gather(record, comm.joined_at + box + 2 * plan.timeout_s + WAIT_SLACK_S)
+        if gathered is None:  # rank 0 gathered (or another rank writes in its place)
             comm.close(clean=not record["errors"])
-        return
-    gathered = comm.gather(record, comm.joined_at + box) if comm is not None else {0: record}
+            return
+        typer.echo(f"perftracker sanity: rank 0 sent nothing; rank {launch.rank} ({host}) writes the result",
+                   err=True)
+        writable_folder(out)
+    else:
+        gathered = comm.gather(record, comm.joined_at + box) if comm is not None else {0: record}
+        if comm is not None:
+            comm.mark_gathered()
     hosts = comm.hosts if comm is not None and comm.hosts else [host] * launch.world
     results = SanityResults(hosts=hosts, records=gathered, time_box_s=box,
                             elapsed_s=round(time.monotonic() - (comm.joined_at if comm is not None else started), 3))

@@ -27,7 +27,8 @@ def _note(results: SanityResults) -> str:
     records = list(results.records.values())
     parts = [f"{len(dict.fromkeys(results.hosts))} nodes, {len(results.hosts)} ranks; checked in "
              f"{results.elapsed_s:.1f} s (time box {results.time_box_s:g} s)."]
-    for key in ("allreduce_busbw_gbps", "allgather_busbw_gbps", "allreduce_lat_us"):
+    for key in ("allreduce_busbw_gbps", "allgather_busbw_gbps", "allreduce_lat_us", "node_allreduce_busbw_gbps",
+                "inter_allreduce_busbw_gbps", "inter_allreduce_lat_us"):
         values = sorted(float(r["figures"][key]) for r in records if key in r.get("figures", {}))
         if values:
             parts.append(f"{FIGURE_LABELS[key]}: {values[len(values) // 2]:.3g} (median over ranks).")

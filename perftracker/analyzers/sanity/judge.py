@@ -2,8 +2,10 @@
 
 Promise: `judge(results)` takes the gathered results (`SanityResults`: every rank's record, the job's hosts
 in rank order) and returns a `SanityVerdict`: findings (one per node that is unreachable, failed a test or is
-below its peers / its device's expected figure; one per slow pair of nodes that no named node explains; the
-NCCL setting lint's findings, merged across the nodes that share them), the per-device table (worst first)
+below its peers / its device's expected figure; one per node some of whose ranks sent nothing; one per node whose
+collectives among its own ranks are below the other nodes', judged apart from the links between nodes; one per
+slow pair of nodes that no named node explains; the NCCL setting lint's findings, merged across the nodes that
+share them), the per-device table (worst first)
 and the hosts to exclude (those with a finding at or above `exclude_at`) and to keep.
 
 One cause, one finding: a node slow on compute and on its links is named once, on compute (CPU contention or
@@ -15,6 +17,7 @@ to do. Figures are compared with `robust.low_outliers` (median and MAD of the pe
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +30,7 @@ from perftracker.analyzers.sanity.table import device_rows
 from perftracker.analyzers.thresholds import threshold, threshold_int
 
 COMPUTE = ("gemm_", "copy_gbps")
+INTRA_FIGURES = ("node_allreduce_busbw_gbps", "node_allgather_busbw_gbps")
 ANALYZER = "sanity"
 MAX_PAIRS_SHOWN = 64  # the slowest of a node's pairs kept in its finding's evidence
 
@@ -94,7 +98,7 @@ def _device_lows(records: list[dict[str, Any]]) -> dict[str, list[tuple[str, Low
             share = float(r["figures"][figure]) / known[0]
             if share < threshold('sanity.expected_warn_share'):
                 out.setdefault(_unit(r), []).append(
-                    (figure, None, f"{share:.0%} of the {known[0]:g} peak ({known[1]})"))
+                    (figure, None, f"{share:.0%} of the device's {known[0]:g} datasheet peak"))
     return out
 
 
@@ -138,6 +142,16 @@ def judge(results: SanityResults, exclude_at: Severity = Severity.CRITICAL) -> S
             f"{results.time_box_s:g} s time box", "Exclude the node and check it (power, network, the launcher's "
             "log on it) before starting the job.", evidence={"ranks": list(ranks)}, ranks=ranks, hosts=(host,),
             key=f"unreachable|{host}"))
+    for host in hosts:
+        lost = [i for i, h in enumerate(results.hosts) if h == host and i not in results.records]
+        if host not in reported or not lost:
+            continue
+        status[host] = Severity.CRITICAL
+        findings.append(Finding(
+            ANALYZER, Severity.CRITICAL, f"{host}: ranks {lost} sent no result within the {results.time_box_s:g} s "
+            "time box while its other ranks did (a process or device of it failed)", "Exclude the node and read "
+            "the launcher's log of these ranks on it before starting the job.", evidence={"ranks": lost},
+            ranks=tuple(lost), hosts=(host,), key=f"lost-ranks|{host}"))
     nodes = {r["host"]: r.get("node", {}) for r in records if r.get("node")}
     common = set.intersection(*[set(r.get("figures", {})) for r in records]) if records else set()
     device_lows = _device_lows(records)
@@ -153,21 +167,24 @@ def judge(results: SanityResults, exclude_at: Severity = Severity.CRITICAL) -> S
             by_host.setdefault(r["host"], []).append((r, items))
     for host, entries in by_host.items():
         sev = Severity.WARNING
-        lines, evidence = [], []
+        lines: dict[tuple[int, str], str] = {}  # one clause per device and figure: peers, then the peak
+        evidence = []
         for r, items in entries:
             for figure, low, note in items:
+                at = (r["rank"], figure)
                 if low is not None:
                     sev = max(sev, low.severity)
-                    lines.append(f"{figure} {_fmt(low.value)} on {r['device']} is {low.ratio:.0%} of its peers' "
+                    lines[at] = (f"{figure} {_fmt(low.value)} on {r['device']} is {low.ratio:.0%} of its peers' "
                                  f"median {_fmt(low.peer_median)}")
                     evidence.append({"rank": r["rank"], "device": r["device"], "figure": figure, "value": low.value,
                                      "peer_median": low.peer_median, "peer_mad": low.peer_mad,
                                      "confidence": low.confidence})
                 else:
                     sev = max(sev, _expected_severity(r, figure, note))
-                    lines.append(f"{figure} on {r['device']}: {note}")
+                    lines[at] = f"{lines[at]} and {note}" if at in lines else f"{figure} on {r['device']}: {note}"
+                    known = expected_for(str(r.get("device_name", "")), figure)
                     evidence.append({"rank": r["rank"], "device": r["device"], "figure": figure, "note": note,
-                                     "value": r["figures"].get(figure)})
+                                     "value": r["figures"].get(figure), "source": known[1] if known else ""})
         cpu = all(str(r["device"]).startswith("cpu") for r, _ in entries)
         cause = _device_cause(cpu, {e["figure"] for e in evidence})
         ranks = tuple(sorted({r["rank"] for r, _ in entries}))
@@ -175,10 +192,12 @@ def judge(results: SanityResults, exclude_at: Severity = Severity.CRITICAL) -> S
         named_on_compute.add(host)
         status[host] = max(status.get(host, Severity.INFO), sev)
         findings.append(Finding(
-            ANALYZER, sev, f"{host} measures below its peers: " + "; ".join(lines[:4]) + f" (likely {cause})",
+            ANALYZER, sev, f"{host} measures below its peers: " + "; ".join(list(lines.values())[:4]) +
+            f" (likely {cause})",
             "Exclude the node from this job (OUT/exclude.txt) and check it: " + cause + ".",
             evidence={"figures": evidence, "likely_cause": cause}, ranks=ranks, hosts=(host,),
             key=f"device|{host}", confidence=min(confs) if confs else None))
+    findings += _within_node(records, named_on_compute, status)
     findings += _links(records, nodes, named_on_compute, status)
     findings += _lint(nodes)
     ranked = rank_findings(findings)
@@ -238,6 +257,39 @@ def _links(records: list[dict[str, Any]], nodes: Mapping[str, Mapping[str, Any]]
                 "routing); exclude one of them if it cannot be fixed before the job.",
                 evidence={"pair": pair, "peer_median_gbps": low.peer_median}, hosts=(a, b),
                 key=f"pair|{a}|{b}", confidence=low.confidence))
+    return findings
+
+
+def _within_node(records: list[dict[str, Any]], named: set[str], status: dict[str, Severity]) -> list[Finding]:
+    """Nodes whose collectives among their own ranks are below the other nodes' (a node's figure: the median of
+    its ranks'), judged apart from the links between nodes; a node named on compute is not named again."""
+    lows: dict[str, list[tuple[str, Low]]] = {}
+    for figure in INTRA_FIGURES:
+        values: dict[str, list[float]] = {}
+        for r in records:
+            if figure in r.get("figures", {}):
+                values.setdefault(r["host"], []).append(float(r["figures"][figure]))
+        for low in low_outliers({h: statistics.median(v) for h, v in values.items()}, LINK_FLOOR):
+            lows.setdefault(low.unit, []).append((figure, low))
+    findings = []
+    for host, found in sorted(lows.items()):
+        if host in named:
+            continue
+        sev = max(low.severity for _, low in found)
+        status[host] = max(status.get(host, Severity.INFO), sev)
+        gpu = any(str(r["device"]).startswith("cuda") for r in records if r["host"] == host)
+        cause = ("NVLink or PCIe between its GPUs (nvidia-smi topo -m, NVLink error counters) or a GPU whose PCIe "
+                 "link trained down" if gpu else "CPU contention or memory bandwidth on the node (its ranks "
+                 "exchange through the host)")
+        lines = "; ".join(f"{figure} {low.value:.3g} GB/s is {low.ratio:.0%} of the other nodes' median "
+                          f"{low.peer_median:.3g}" for figure, low in found)
+        findings.append(Finding(
+            ANALYZER, sev, f"{host}'s collectives within the node are slow: {lines} (likely {cause})",
+            "Exclude the node (OUT/exclude.txt) and check the links between its devices: " + cause + ".",
+            evidence={"figures": [{"figure": figure, "value": low.value, "peer_median": low.peer_median,
+                                   "peer_mad": low.peer_mad, "confidence": low.confidence} for figure, low in found],
+                      "likely_cause": cause},
+            hosts=(host,), key=f"intra|{host}", confidence=min(low.confidence for _, low in found)))
     return findings
 
 

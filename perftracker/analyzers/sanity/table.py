@@ -21,6 +21,11 @@ FIGURE_LABELS = {
     "gemm_fp8_tflops": "GEMM FP8 TFLOPS", "copy_gbps": "copy GB/s", "h2d_gbps": "H2D GB/s", "d2h_gbps": "D2H GB/s",
     "best_pair_gbps": "best pair GB/s", "allreduce_busbw_gbps": "all-reduce busbw GB/s",
     "allgather_busbw_gbps": "all-gather busbw GB/s", "allreduce_lat_us": "all-reduce latency us",
+    "node_allreduce_busbw_gbps": "in-node all-reduce busbw GB/s",
+    "node_allgather_busbw_gbps": "in-node all-gather busbw GB/s", "node_allreduce_lat_us": "in-node latency us",
+    "inter_allreduce_busbw_gbps": "between-node all-reduce busbw GB/s",
+    "inter_allgather_busbw_gbps": "between-node all-gather busbw GB/s",
+    "inter_allreduce_lat_us": "between-node latency us",
 }
 _ORDER = {"unreachable": 0, "critical": 1, "warning": 2, "ok": 3}
 

@@ -7,19 +7,29 @@ Promise:
 - `Comm.start(launch, backend, timeout_s)` joins the process group (gloo on CPU, NCCL on GPU) with `timeout_s`
   on every collective, publishes this rank's host, and learns every rank's host through the group's store.
 - `collectives(...)` measures all-reduce latency (one element) and all-reduce / all-gather bus bandwidth
-  (nccl-tests' definitions: busbw = algbw * 2(n-1)/n for all-reduce, * (n-1)/n for all-gather) over all ranks.
+  (nccl-tests' definitions: busbw = algbw * 2(n-1)/n for all-reduce, * (n-1)/n for all-gather) over all ranks;
+  with `scope="node"` over this node's ranks only (every node at once: NVLink / PCIe / shared memory within a
+  node), with `scope="inter"` over the first rank of each node (the NICs between nodes), each figure named with
+  its scope's prefix (`node_`, `inter_`). Those groups exist only where they differ from the whole job: a node
+  with two or more ranks; two or more nodes of which one has two or more ranks.
 - `pairwise(...)`: the first rank of each node (its *leader*) meets every other node's leader once, in the
   N-1 rounds (N even; N with one node resting per round when odd) of a round-robin tournament, and times a
   ping-pong of `size` bytes; the lower-ranked leader records the pair's bandwidth (2*size / round trip).
   Every wait has a timeout and every message a tag of its round, so a dead or slow peer costs one timeout and
   never shifts later messages.
 - `post(result)` / `gather(world, deadline)`: each rank leaves its result (JSON) in the store; rank 0 collects
-  what arrived by `deadline` (a rank absent then is unreachable). A failure is recorded in `errors`, never
-  raised: a node that died mid-test must not stop the others from reporting.
+  what arrived by `deadline` (a rank absent then is unreachable) and says so (`mark_gathered`). A failure is
+  recorded in `errors`, never raised: a node that died mid-test must not stop the others from reporting.
+- `fallback_gather(own, deadline)`: on a rank other than 0 that saw no `mark_gathered` by `deadline`, the
+  results to write when rank 0 is gone: through the store when it still answers (the lowest rank that posted
+  writes: it gets every posted result), else (the store lived with rank 0's node) over a gloo group of the
+  ranks on the other nodes, made at the start (its connections outlive the store), whose lowest rank writes. Returns the results on the writer,
+  None elsewhere.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -36,6 +46,7 @@ from perftracker.errors import UsageError
 from perftracker.launcher_env import LOCAL_RANK_VARS, RANK_VARS, WORLD_VARS, first_int
 
 KEY = "perftracker-sanity"
+_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # the newer name, where torch has it
 
 
 @dataclass(frozen=True)
@@ -116,6 +127,7 @@ class Comm:
         self.joined_at = time.monotonic()
         self.hosts: list[str] = []
         self.store: Any = None
+        self.groups: dict[str, Any] = {}  # "node", "inter", "others" -> this rank's process group, where it is one
 
     @classmethod
     def start(cls, launch: Launch, device: torch.device, host: str, timeout_s: float, join_s: float) -> Comm:
@@ -136,9 +148,34 @@ class Comm:
         keys = [f"{KEY}/host/{r}" for r in range(launch.world)]
         comm.store.wait(keys, join)
         comm.hosts = [comm.store.get(k).decode("utf-8", "replace") for k in keys]
+        comm._make_groups()
         comm.store.set_timeout(comm.timeout)
         comm.joined_at = time.monotonic()
         return comm
+
+    def _make_groups(self) -> None:
+        """This rank's node group, the group of the nodes' first ranks and the ranks off rank 0's node (for
+        `fallback_gather`), each where it differs from the whole job. Every rank makes every group, in the same
+        order (torch names a group by the order it was made in: a rank that skipped one would wait forever)."""
+        me, n = self.launch.rank, self.launch.world
+        leaders = self.leaders()
+        wanted: list[tuple[str, list[int]]] = []
+        for host in self.nodes:
+            mine = [r for r in range(n) if self.hosts[r] == host]
+            if len(mine) > 1:
+                wanted.append(("node", mine))
+        if 1 < len(leaders) < n:
+            wanted.append(("inter", leaders))
+        others = [r for r in range(n) if self.hosts[r] != self.hosts[0]]
+        if len(others) > 1:
+            wanted.append(("others", others))
+        made: dict[tuple[int, ...], Any] = {}  # one group per set of ranks
+        for name, ranks in wanted:
+            key = tuple(ranks)
+            if key not in made:
+                made[key] = dist.new_group(ranks, timeout=self.timeout)
+            if me in ranks:
+                self.groups[name] = made[key]
 
     @property
     def nodes(self) -> list[str]:
@@ -165,32 +202,38 @@ class Comm:
             out.append(time.perf_counter() - t0)
         return out
 
-    def collectives(self, size: int, iters: int, latency_iters: int) -> CommFigures:
-        """All-reduce latency and all-reduce / all-gather bus bandwidth over all ranks (see the module)."""
+    def collectives(self, size: int, iters: int, latency_iters: int, scope: str = "") -> CommFigures:
+        """All-reduce latency and all-reduce / all-gather bus bandwidth over all ranks, or over `scope`'s group
+        (see the module); nothing where this rank has no such group."""
         result = CommFigures()
-        n = self.launch.world
+        group = self.groups.get(scope) if scope else None
+        if scope and group is None:
+            return result
+        n = dist.get_world_size(group) if scope else self.launch.world
         if n < 2:
             return result
+        prefix = f"{scope}_" if scope else ""
         dev = self.device
         one = torch.ones(1, device=dev)
         big = torch.ones(size // 4, device=dev)
         part = torch.ones(size // 4 // n, device=dev)
         gathered = torch.empty(part.numel() * n, device=dev)
         steps: list[tuple[str, Any, int, float]] = [
-            ("allreduce_lat_us", lambda: dist.all_reduce(one, async_op=True), latency_iters, 0.0),
-            ("allreduce_busbw_gbps", lambda: dist.all_reduce(big, async_op=True), iters, 2.0 * (n - 1) / n),
-            ("allgather_busbw_gbps", lambda: dist.all_gather_into_tensor(gathered, part, async_op=True), iters,
+            ("allreduce_lat_us", lambda: dist.all_reduce(one, group=group, async_op=True), latency_iters, 0.0),
+            ("allreduce_busbw_gbps", lambda: dist.all_reduce(big, group=group, async_op=True), iters,
+             2.0 * (n - 1) / n),
+            ("allgather_busbw_gbps", lambda: _ALL_GATHER(gathered, part, group=group, async_op=True), iters,
              (n - 1) / n),
         ]
         for name, fn, count, factor in steps:
             try:
                 durations = self._timed(fn, count)
             except (RuntimeError, ValueError) as exc:  # a peer died or hung past the timeout
-                result.errors[name] = _why(exc)
+                result.errors[prefix + name] = _why(exc)
                 break  # the group is broken: later collectives would only wait out the timeout again
             t = statistics.median(durations)
             nbytes = big.numel() * 4 if name.startswith("allreduce_busbw") else gathered.numel() * 4
-            result.figures[name] = t * 1e6 if factor == 0.0 else nbytes / t / 1e9 * factor
+            result.figures[prefix + name] = t * 1e6 if factor == 0.0 else nbytes / t / 1e9 * factor
         return result
 
     def pairwise(self, size: int, reps: int, tours: int = 3) -> list[PairFigure]:
@@ -248,13 +291,18 @@ class Comm:
             pair.error = _why(exc)
         return rtts
 
-    def post(self, result: Mapping[str, Any]) -> None:
-        """Leave this rank's result for rank 0 (a no-op alone)."""
-        if self.store is not None:
+    def post(self, result: Mapping[str, Any]) -> bool:
+        """Leave this rank's result for rank 0 (a no-op alone); False when the store no longer answers."""
+        if self.store is None:
+            return True
+        try:
             self.store.set(f"{KEY}/result/{self.launch.rank}", json.dumps(result))
+        except (RuntimeError, ValueError):  # the store lived with a node that died
+            return False
+        return True
 
     def gather(self, own: Mapping[str, Any], deadline: float) -> dict[int, dict[str, Any]]:
-        """Rank 0: every rank's result that arrived by `deadline` (time.monotonic()), its own included."""
+        """Every rank's result that arrived by `deadline` (time.monotonic()), this rank's own included."""
         got: dict[int, dict[str, Any]] = {self.launch.rank: dict(own)}
         missing = [r for r in range(self.launch.world) if r not in got]
         while missing and self.store is not None:
@@ -269,6 +317,51 @@ class Comm:
                 break
             time.sleep(0.2)
         return got
+
+    def mark_gathered(self) -> None:
+        """Rank 0: say that it gathered (the other ranks stop waiting for it)."""
+        if self.store is not None:
+            with contextlib.suppress(RuntimeError, ValueError):
+                self.store.set(f"{KEY}/gathered", "1")
+
+    def _rank0_gathered(self, deadline: float) -> bool | None:
+        """True once rank 0 said it gathered, False when the store answers but rank 0 did not by `deadline`,
+        None when the store no longer answers."""
+        while True:
+            try:
+                if self.store.check([f"{KEY}/gathered"]):
+                    return True
+            except (RuntimeError, ValueError):
+                return None
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+
+    def fallback_gather(self, own: Mapping[str, Any], deadline: float) -> dict[int, dict[str, Any]] | None:
+        """See the module docstring: the results to write on the rank that writes in rank 0's place, else None."""
+        if self.store is None or self.launch.rank == 0:
+            return None
+        state = self._rank0_gathered(deadline)
+        if state is True:
+            return None
+        me = self.launch.rank
+        if state is False:  # rank 0 is gone, its store is not: the lowest rank that posted writes
+            try:
+                posted = [r for r in range(1, self.launch.world) if self.store.check([f"{KEY}/result/{r}"])]
+            except (RuntimeError, ValueError):
+                return None
+            return self.gather(own, time.monotonic()) if posted and posted[0] == me else None
+        group = self.groups.get("others")
+        others = [r for r in range(self.launch.world) if self.hosts[r] != self.hosts[0]]
+        if group is None:  # alone off rank 0's node, or on it (its ranks are presumed gone with it)
+            return {me: dict(own)} if others == [me] else None
+        dst = min(others)
+        out: list[Any] | None = [None] * len(others) if me == dst else None
+        try:
+            dist.gather_object(dict(own), out, dst=dst, group=group)
+        except (RuntimeError, ValueError):  # another node died too: nobody can say it has every result
+            return None
+        return {int(r["rank"]): r for r in out if isinstance(r, dict)} if out is not None else None
 
     def close(self, clean: bool) -> None:
         """Leave the group when every step went well (no collective goodbye: a dead peer would make it hang;

@@ -3,16 +3,20 @@
 Promise: `plan_for(time_box_s, device)` splits the box between the phases (device figures, collectives,
 pairwise rounds, gathering) and sets the collective timeout so that a dead or hung peer costs one timeout and
 the command still ends within the box plus that timeout at most. `measure(launch, plan, host, node)` runs
-the phases in order on this rank (the box counts from the moment every rank has joined; joining may take
+the phases in order on this rank (device figures; the collectives over all ranks, within each node, between
+nodes; the node pairs; the box counts from the moment every rank has joined; joining may take
 up to `join_s`, since nodes start at different times) and returns its result record (JSON-ready); `comm` errors are recorded in
 it, never raised. The record's schema: rank, local_rank, host, device, device_name, figures, errors, pairs,
 node (the leader's node facts, else {}), joined_after_s (the wait to join), elapsed_s (since joining).
+The test hook $PERFTRACKER_SANITY_TEST_FAIL (`<rank>:<figure>`) turns a figure of a rank into a failure.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -23,6 +27,18 @@ from perftracker.collectors.sanity.comm import Comm, Launch
 
 QUICK_S = 20.0
 DEFAULT_S = 120.0
+TEST_FAIL_VAR = "PERFTRACKER_SANITY_TEST_FAIL"  # "<rank>:<figure>,...": that rank's figure fails (tests only)
+
+
+def injected_failures(env: Mapping[str, str], rank: int) -> list[str]:
+    """The figures the test hook $PERFTRACKER_SANITY_TEST_FAIL makes fail on `rank` (a device that errors, on
+    demand: tests of what follows a failed check)."""
+    out = []
+    for item in env.get(TEST_FAIL_VAR, "").split(","):
+        who, _, figure = item.strip().partition(":")
+        if who.strip().isdigit() and int(who) == rank and figure.strip():
+            out.append(figure.strip())
+    return out
 
 
 @dataclass(frozen=True)
@@ -80,10 +96,16 @@ def measure(launch: Launch, plan: Plan, host: str, node: dict[str, Any], device:
     record["device_name"] = figures.name
     record["figures"].update(figures.figures)
     record["errors"].update(figures.errors)
+    for figure in injected_failures(os.environ, launch.rank):
+        record["figures"].pop(figure, None)
+        record["errors"][figure] = f"RuntimeError: injected by {TEST_FAIL_VAR} (a test hook)"
     if comm is not None:
-        coll = comm.collectives(plan.coll_bytes, plan.coll_iters, plan.latency_iters)
-        record["figures"].update(coll.figures)
-        record["errors"].update(coll.errors)
+        for scope in ("", "node", "inter"):  # all ranks; within each node; between nodes (one rank each)
+            if scope == "inter" and any(k.startswith(("allreduce", "allgather")) for k in record["errors"]):
+                continue  # a peer is gone: the nodes' group would only wait out the timeout again
+            coll = comm.collectives(plan.coll_bytes, plan.coll_iters, plan.latency_iters, scope)
+            record["figures"].update(coll.figures)
+            record["errors"].update(coll.errors)
         record["pairs"] = [asdict(p) for p in comm.pairwise(plan.pair_bytes, plan.pair_reps, plan.pair_tours)]
         if comm.hosts and comm.leaders() and launch.rank in comm.leaders():
             record["node"] = node
