@@ -7,7 +7,8 @@ runtime (CUDA/HIP/MTIA runtime and driver calls), cpu_op, annotation (user annot
 collective_cpu (c10d::*, gloo:*, nccl:*, record_param_comms) and counter_range (CUPTI range-profiler
 counter ranges, `cuda_profiler_range`, which take the place of kernel events).
 `ProfilerStep#N` annotations become rows of `steps`; every event gets the step it belongs to
-(CPU events by time, GPU events through the launch that queued them).
+(CPU events by time, GPU events through the launch that queued them: `step_assign`; GPU work launched
+before the profiled window belongs to no step).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from perftracker.collectors.traces.collective_names import collective_of, messag
 from perftracker.collectors.traces.comm_kernels import CommKernels
 from perftracker.collectors.traces.kineto_columns import MAX_SHAPE_TEXT, EventColumns, codes_of, narrow
 from perftracker.collectors.traces.kineto_read import ParsedTrace
+from perftracker.collectors.traces.step_assign import assign_steps
 from perftracker.store.schema import conform
 from perftracker.values import ascii_int
 
@@ -128,7 +130,8 @@ def build_tables(
         "device": narrow(device, np.int16), "stream": narrow(stream, np.int32), "tid": tid,
         "kind": _categorical(kind.astype(np.int64), list(_KIND_NAMES)),
         "name": _categorical(name_codes, name_values), "start_ns": ts, "dur_ns": np.maximum(dur, 0),
-        "step": _assign_steps(steps, stream, ts, corr), "correlation": corr, "external_id": cols.external_id,
+        "step": assign_steps(steps, stream, ts, corr, unlaunched_in_no_step=True), "correlation": corr,
+        "external_id": cols.external_id,
         "collective": _categorical(coll_codes, coll_values), "bytes": cols.nbytes,
         "pg": _categorical(pg_codes, pg_values), "group_size": cols.group_size,
         "comm_family": _categorical(family_codes, family_values), **_shape_args(cols, kind),
@@ -205,29 +208,3 @@ def _steps(step_number: npt.NDArray[np.int64], stream: npt.NDArray[np.int64], ts
         "source": _categorical(np.zeros(len(ann), dtype=np.int64), ["profiler"]),
     })
     return steps.sort_values("start_ns").drop_duplicates("step", keep="first").reset_index(drop=True)
-
-
-def _assign_steps(steps: pd.DataFrame, stream: npt.NDArray[np.int64], ts: npt.NDArray[np.int64],
-                  corr: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """Step of each event: CPU events by start time; GPU events through their launch's correlation. A GPU event
-    whose launch is not in a trace that records launches was launched before the profiled window: it belongs to
-    no step (-1), whatever its time (its time used to put earlier work into the first steps)."""
-    result = np.full(len(ts), -1, dtype=np.int64)
-    if steps.empty:
-        return result
-    starts = steps["start_ns"].to_numpy()
-    ends = starts + steps["dur_ns"].to_numpy()
-    numbers = steps["step"].to_numpy()
-    pos = np.searchsorted(starts, ts, side="right") - 1
-    inside = (pos >= 0) & (ts < ends[np.clip(pos, 0, None)])
-    result[inside] = numbers[pos[inside]]
-    gpu = stream >= 0
-    launch = (~gpu) & (corr >= 0)
-    if launch.any() and gpu.any():
-        launch_step = pd.Series(result[launch], index=corr[launch])
-        launch_step = launch_step[~launch_step.index.duplicated()]
-        mapped = pd.Series(corr[gpu]).map(launch_step).to_numpy()
-        unlaunched = pd.isna(mapped) & (corr[gpu] > 0)  # its launch preceded the trace
-        gpu_steps = np.where(unlaunched, -1, np.where(pd.isna(mapped), result[gpu], mapped))
-        result[gpu] = gpu_steps.astype(np.int64)
-    return result
