@@ -68,22 +68,22 @@ def _cat_kind(cat: str) -> int:
     return _KIND_CODE[_CAT_KIND.get(lower) or {"memcpy": "memcpy", "memset": "memset"}.get(lower, "annotation")]
 
 
-def _categorical(codes: npt.NDArray[np.int64], values: list[str]) -> pd.Series:
+def _categorical(codes: npt.NDArray[np.integer[Any]], values: list[str]) -> pd.Series:
     """values[codes] as a Categorical of the values present, sorted (what `astype("category")` makes;
     with no values at all, that has categories of dtype object)."""
     present = np.flatnonzero(np.bincount(codes, minlength=len(values)))
     order = sorted(present.tolist(), key=values.__getitem__)
-    remap = np.full(len(values), -1, dtype=np.int64)
+    remap = np.full(len(values), -1, dtype=np.int32)
     remap[order] = np.arange(len(order))
     categories = pd.Index([values[i] for i in order], dtype="str" if len(codes) else object)
     return pd.Series(pd.Categorical.from_codes(remap[codes], dtype=pd.CategoricalDtype(categories)), copy=False)
 
 
-def _recoded(codes: npt.NDArray[Any], values: list[str]) -> tuple[npt.NDArray[np.int64], list[str]]:
+def _recoded(codes: npt.NDArray[Any], values: list[str]) -> tuple[npt.NDArray[np.int32], list[str]]:
     """`codes` into `values` (distinct) as codes into the values as the events table spells them (one
     entry per spelling: a value with a lone surrogate is read with U+FFFD)."""
     again, spelled = codes_of(values)
-    return (again[codes] if len(codes) else codes.astype(np.int64)), spelled
+    return (again.astype(np.int32)[codes] if len(codes) else codes.astype(np.int32)), spelled
 
 
 def build_tables(
@@ -99,6 +99,7 @@ def build_tables(
     name_codes, name_values = _recoded(cols.name_code[cols.kept], cols.name_values)
     cat_codes, cat_values = _recoded(cols.cat_code, cols.cat_values)
     kind = np.array([_cat_kind(c) for c in cat_values], dtype=np.int8)[cat_codes]
+    del cat_codes
     family_of_name = [comm_kernels.family_of(v) for v in name_values]
     is_comm = np.array([bool(f) for f in family_of_name], dtype=bool)
     is_cpu_coll = np.array([bool(_CPU_COLLECTIVE.search(v)) for v in name_values], dtype=bool)
@@ -128,7 +129,7 @@ def build_tables(
     events = pd.DataFrame({
         "rank": np.full(n, rank, dtype=np.int32), "window": np.full(n, window, dtype=np.int16),
         "device": narrow(device, np.int16), "stream": narrow(stream, np.int32), "tid": tid,
-        "kind": _categorical(kind.astype(np.int64), list(_KIND_NAMES)),
+        "kind": _categorical(kind, list(_KIND_NAMES)),
         "name": _categorical(name_codes, name_values), "start_ns": ts, "dur_ns": np.maximum(dur, 0),
         "step": assign_steps(steps, stream, ts, corr, unlaunched_in_no_step=True), "correlation": corr,
         "external_id": cols.external_id,
@@ -167,11 +168,11 @@ def _step_number(name: str) -> int:
     return -1 if number is None else number
 
 
-def _collectives(name_codes: npt.NDArray[np.int64], name_values: list[str], kind: npt.NDArray[np.int8],
-                 hint_code: npt.NDArray[np.int32], hint_values: list[str]) -> tuple[npt.NDArray[np.int64], list[str]]:
+def _collectives(name_codes: npt.NDArray[np.int32], name_values: list[str], kind: npt.NDArray[np.int8],
+                 hint_code: npt.NDArray[np.int32], hint_values: list[str]) -> tuple[npt.NDArray[np.int32], list[str]]:
     """Codes into a list of collective names ('' first) for comm kernels and CPU collectives."""
     relevant = (kind == _KIND_CODE["comm"]) | (kind == _KIND_CODE["collective_cpu"])
-    codes = np.zeros(len(kind), dtype=np.int64)
+    codes = np.zeros(len(kind), dtype=np.int32)
     values = [""]
     seen: dict[tuple[int, int], int] = {}
     code_of = {"": 0}
@@ -188,13 +189,13 @@ def _collectives(name_codes: npt.NDArray[np.int64], name_values: list[str], kind
     return codes, values
 
 
-def _comm_families(name_codes: npt.NDArray[np.int64], family_of_name: list[str],
-                   kind: npt.NDArray[np.int8]) -> tuple[npt.NDArray[np.int64], list[str]]:
+def _comm_families(name_codes: npt.NDArray[np.int32], family_of_name: list[str],
+                   kind: npt.NDArray[np.int8]) -> tuple[npt.NDArray[np.int32], list[str]]:
     """Codes into a list of family names ('' first): the library of each comm kernel, '' for other events."""
     values = ["", *sorted({f for f in family_of_name if f})]
     code_of = {v: i for i, v in enumerate(values)}
-    per_name = np.array([code_of[f] for f in family_of_name], dtype=np.int64)
-    codes = per_name[name_codes] if len(name_codes) else np.zeros(0, dtype=np.int64)
+    per_name = np.array([code_of[f] for f in family_of_name], dtype=np.int32)
+    codes = per_name[name_codes] if len(name_codes) else np.zeros(0, dtype=np.int32)
     return np.where(kind == _KIND_CODE["comm"], codes, 0), values
 
 

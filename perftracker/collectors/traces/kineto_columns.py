@@ -12,7 +12,8 @@ them into the Store's tables exactly as it did from per-event lists.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import ctypes
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -224,6 +225,7 @@ class ColumnBuilder:
             parts = self.parts.pop(key)
             out = np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
             parts.clear()
+            release_free_memory()  # the parts' pages, else kept by the C allocator: the columns would cost twice
             return out
 
         shapes = []
@@ -242,6 +244,24 @@ class ColumnBuilder:
             shape_values=[list(table) for table in self.shapes],
             shape_code=shapes, negative_durations=self.negative)
         return columns
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim  # glibc
+    except (OSError, AttributeError):
+        return None
+    return trim
+
+
+_TRIM = _malloc_trim()
+
+
+def release_free_memory() -> None:
+    """Hand the pages the C allocator holds free back to the system (glibc's `malloc_trim`; elsewhere nothing).
+    Freed chunks of the heap stay resident otherwise, however large the free space they add up to."""
+    if _TRIM is not None:
+        _TRIM(0)
 
 
 class _NoArgs:

@@ -37,9 +37,9 @@ from perftracker.collectors.traces.kineto_records import (
 )
 from perftracker.errors import InputError
 
-CHUNK_BYTES = 4 << 20  # events text decoded at a time
-_READ = 4 << 20  # bytes read from the file at a time (as `bounded.read_capped` reads them)
-_INFLATE = 4 << 20
+CHUNK_BYTES = 1 << 20  # events text decoded at a time
+_READ = 1 << 20  # bytes read from the file at a time
+_INFLATE = 1 << 20
 _MAX_HEAD = 64 << 20  # text before `traceEvents` (and after it) that a trace may hold
 _MAX_EVENT = 64 << 20  # a chunk that grows past this without decoding is damage: the whole-text reader decides
 _TRIES = 8  # chunk ends tried, last first
