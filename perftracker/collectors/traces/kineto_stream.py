@@ -147,7 +147,7 @@ def _plain(handle: BinaryIO, first: bytes, cap: int) -> Iterator[bytes]:
 
 def _inflated(handle: BinaryIO, first: bytes, cap: int) -> Iterator[bytes]:
     stream = zlib.decompressobj(wbits=31)
-    read = decoded = 0
+    read, decoded = len(first), 0
     pending = first
     try:
         while not stream.eof:
