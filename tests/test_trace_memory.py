@@ -18,7 +18,8 @@ from perftracker.collectors.traces.comm_kernels import load_comm_kernels
 from perftracker.collectors.traces.kineto import build_tables
 from perftracker.collectors.traces.kineto_read import parse_trace
 from perftracker.collectors.traces.kineto_stream import parse_streaming
-from perftracker.synth import SynthSpec, generate
+from perftracker.synth import generate
+from perftracker.synth_model import SynthSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 # The rise of the peak RSS while one trace is parsed, against the trace's JSON bytes. Reading the whole text
