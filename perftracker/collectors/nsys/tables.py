@@ -7,7 +7,7 @@ or comm when a communication kernel pattern (`comm_kernels.py`) matches, with it
 NVTX op ranges are cpu_op, c10d / NCCL ranges collective_cpu, other ranges annotation; runtime calls
 lose their `_v7000` version suffix (`cudaLaunchKernel`, as Kineto names them). Steps come from the step
 ranges `nvtx.classify` names; every event gets its step (CPU events by time, GPU events through the
-launch with the same correlation id), as `collectors/traces/kineto.py` does.
+launch with the same correlation id: `collectors/traces/step_assign.py`, as the Kineto path does).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pandas as pd
 
 from perftracker.collectors.traces.comm_kernels import CommKernels
 from perftracker.collectors.traces.kineto import collective_of
+from perftracker.collectors.traces.step_assign import assign_steps
 from perftracker.store.schema import conform
 
 _VERSION_SUFFIX = re.compile(r"_v\d{1,6}$")
@@ -85,7 +86,7 @@ def build_rank_tables(parts: list[Part], names: list[str], comm_kernels: CommKer
         "tid": _cat(parts, "tid")[order],
         "kind": pd.Categorical.from_codes(kind, dtype=pd.CategoricalDtype(list(KINDS))),
         "name": pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(values)),
-        "start_ns": start, "dur_ns": end - start, "step": _assign_steps(steps, stream, start, corr),
+        "start_ns": start, "dur_ns": end - start, "step": assign_steps(steps, stream, start, corr, unlaunched_in_no_step=False),
         "correlation": corr, "external_id": -1,
         "collective": pd.Categorical.from_codes(np.where(relevant, coll_code[codes], 0),
                                                 dtype=pd.CategoricalDtype(collectives)),
@@ -113,25 +114,3 @@ def _steps(mark: npt.NDArray[np.int64], start: npt.NDArray[np.int64], end: npt.N
     steps = pd.DataFrame({"rank": rank, "window": 0, "step": number, "start_ns": start[rows],
                           "dur_ns": end[rows] - start[rows], "source": "nvtx"})
     return steps.sort_values("start_ns", kind="stable").drop_duplicates("step", keep="first").reset_index(drop=True)
-
-
-def _assign_steps(steps: pd.DataFrame, stream: npt.NDArray[np.int64], ts: npt.NDArray[np.int64],
-                  corr: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """Step of each event: CPU events by start time; GPU events through their launch's correlation."""
-    result = np.full(len(ts), -1, dtype=np.int64)
-    if steps.empty:
-        return result
-    starts = steps["start_ns"].to_numpy()
-    ends = starts + steps["dur_ns"].to_numpy()
-    numbers = steps["step"].to_numpy()
-    pos = np.searchsorted(starts, ts, side="right") - 1
-    inside = (pos >= 0) & (ts < ends[np.clip(pos, 0, None)])
-    result[inside] = numbers[pos[inside]]
-    gpu = stream >= 0
-    launch = (~gpu) & (corr >= 0)
-    if launch.any() and gpu.any():
-        launch_step = pd.Series(result[launch], index=corr[launch])
-        launch_step = launch_step[~launch_step.index.duplicated()]
-        mapped = pd.Series(corr[gpu]).map(launch_step).to_numpy()
-        result[gpu] = np.where(pd.isna(mapped), result[gpu], mapped).astype(np.int64)
-    return result

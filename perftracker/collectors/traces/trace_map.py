@@ -181,7 +181,7 @@ def _parse(path: Path, comm_kernels: CommKernels) -> tuple[TraceFacts, list[tupl
     trace = parse_trace(path)
     dist = trace.distributed_info
     notes = trace.messages()
-    negative = int((trace.dur_ns_array < 0).sum())  # the tables take them as 0: said, not silent
+    negative = trace.negative_durations  # the tables take them as 0: said, not silent
     if negative:
         notes.append((f"{negative:,} event(s) with a negative duration were taken as 0 long",
                       {"negative_durations": negative}))

@@ -1,0 +1,275 @@
+"""A trace's events as compact columns, built a chunk of decoded events at a time.
+
+Promise: `ColumnBuilder.add` takes one chunk of events (their names, categories, phases, pids, tids,
+integer-nanosecond times and args, as the reader decoded them) and keeps of it only what the events
+table needs, as arrays: a name code and a kept flag for every event, and for the complete ('X') events
+outside the skipped categories their category code, pid (as the int16 device it may stand for), tid,
+times, the integer args and codes for the collective args and the op shapes. Strings are interned once
+per distinct value. The decoded chunk can then be freed, so a whole trace costs about 100 bytes per kept
+event instead of its Python objects. `finish()` gives the `EventColumns`; `kineto.build_tables` turns
+them into the Store's tables exactly as it did from per-event lists.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa  # type: ignore[import-untyped]
+
+from perftracker.bounded import clean_text
+from perftracker.collectors.traces.collective_names import DTYPE_BYTES, collective_of, message_elems
+from perftracker.values import INT32_MAX, INT64_MAX, INT64_MIN, int_in
+
+if TYPE_CHECKING:
+    from perftracker.collectors.traces.kineto_read import EventArgs
+
+SKIP_CATS = frozenset({"trace", "ac2g", "fwdbwd", "flow", "cpu_instant_event", "python"})
+MAX_SHAPE_TEXT = 4096  # longer arg lists are cut (and so no longer JSON: their op gets no model)
+_I64 = np.int64
+
+
+def codes_of(values: Sequence[str]) -> tuple[npt.NDArray[np.int64], list[str]]:
+    """(code of each value, distinct values in order of first appearance)."""
+    try:  # Arrow hashes the strings in C++, about twice as fast as a dict
+        encoded = pa.array(values, type=pa.string()).dictionary_encode()
+        codes: npt.NDArray[np.int64] = encoded.indices.to_numpy().astype(np.int64)
+        distinct: list[str] = encoded.dictionary.to_pylist()
+        return codes, distinct
+    except (pa.ArrowException, UnicodeError):  # e.g. a lone surrogate from a JSON escape
+        pass
+    table: dict[str, int] = {}
+    for value in values:
+        table.setdefault(clean_text(value), len(table))
+    return (np.fromiter((table[clean_text(v)] for v in values), dtype=np.int64, count=len(values)),
+            list(table))
+
+
+def ints(values: Sequence[Any]) -> npt.NDArray[np.int64]:
+    """An int64 array of the ints in `values`, -1 for anything else (None, strings, ints past int64)."""
+    if set(map(type, values)) <= {int}:
+        try:
+            return np.fromiter(values, dtype=np.int64, count=len(values))
+        except OverflowError:
+            pass
+    return np.fromiter((v if type(v) is int and INT64_MIN <= v <= INT64_MAX else -1 for v in values),
+                       dtype=np.int64, count=len(values))
+
+
+def arg_ints(values: Sequence[int | None]) -> npt.NDArray[np.int64]:
+    """An int64 array of integer args (absent ones are already -1), None (null in the file) and ints past
+    int64 as -1."""
+    try:
+        return np.fromiter(values, dtype=np.int64, count=len(values))
+    except (TypeError, OverflowError):
+        return ints(values)
+
+
+def narrow(values: npt.NDArray[np.int64], dtype: type[np.signedinteger[Any]]) -> npt.NDArray[Any]:
+    """`values` as a narrower int type, those it cannot hold as -1 (never a wrapped value)."""
+    info = np.iinfo(dtype)
+    return np.where((values < info.min) | (values > info.max), -1, values).astype(dtype)
+
+
+class _Interned:
+    """Distinct strings in order of first appearance, and their codes."""
+
+    def __init__(self, *first: str) -> None:
+        self.code: dict[str, int] = {v: i for i, v in enumerate(first)}
+
+    def values(self) -> list[str]:
+        return list(self.code)
+
+    def encode(self, values: Sequence[str]) -> npt.NDArray[np.int32]:
+        """Codes of `values` (a chunk), new values added."""
+        codes, distinct = codes_of(values)
+        table = self.code
+        mapping = np.fromiter((table.setdefault(v, len(table)) for v in distinct), dtype=np.int64,
+                              count=len(distinct))
+        return (mapping[codes] if len(codes) else codes).astype(np.int32)
+
+
+@dataclass
+class EventColumns:
+    """One trace's events as arrays (see the module docstring). `name_code` and `kept` have one entry per
+    event read; every other array one per kept event, in trace order."""
+
+    name_values: list[str] = field(default_factory=list)
+    name_code: npt.NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, np.int32))
+    kept: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, bool))
+    cat_values: list[str] = field(default_factory=list)
+    cat_code: npt.NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, np.int32))
+    pid_device: npt.NDArray[np.int16] = field(default_factory=lambda: np.zeros(0, np.int16))
+    tid: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, _I64))
+    ts_ns: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, _I64))
+    dur_ns: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, _I64))
+    stream: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, _I64))
+    device: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, _I64))
+    correlation: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, _I64))
+    external_id: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, _I64))
+    nbytes: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, _I64))
+    hint_values: list[str] = field(default_factory=list)
+    hint_code: npt.NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, np.int32))  # -1: no hint
+    pg_values: list[str] = field(default_factory=lambda: [""])
+    pg_code: npt.NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, np.int32))
+    group_size: npt.NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, np.int32))
+    shape_values: list[list[bytes]] = field(default_factory=lambda: [[b""], [b""], [b""]])
+    shape_code: list[npt.NDArray[np.int32]] = field(
+        default_factory=lambda: [np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.int32)])
+    negative_durations: int = 0  # events (kept or not) whose duration is negative
+
+    @property
+    def n_read(self) -> int:
+        return len(self.name_code)
+
+    @property
+    def n_kept(self) -> int:
+        return len(self.ts_ns)
+
+    def names(self) -> list[str]:
+        """The name of every event read."""
+        values = self.name_values
+        return [values[c] for c in self.name_code.tolist()]
+
+
+_SHAPE_ATTRS = ("input_dims", "input_type", "concrete_inputs")
+_ARRAYS = ("name_code", "kept", "cat_code", "pid_device", "tid", "ts_ns", "dur_ns", "stream", "device",
+           "correlation", "external_id", "nbytes", "hint_code", "pg_code", "group_size")
+
+
+class ColumnBuilder:
+    """Builds `EventColumns` a chunk at a time (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.names = _Interned()
+        self.cats = _Interned()
+        self.phs = _Interned()
+        self.hints = _Interned()
+        self.pgs = _Interned("")
+        self.shapes: list[dict[bytes, int]] = [{b"": 0}, {b"": 0}, {b"": 0}]
+        self.parts: dict[str, list[npt.NDArray[Any]]] = {k: [] for k in _ARRAYS}
+        self.shape_parts: list[list[npt.NDArray[np.int32]]] = [[], [], []]
+        self.keep_ph: list[bool] = []
+        self.keep_cat: list[bool] = []
+        self.negative = 0
+
+    def _keep_table(self, interned: _Interned, table: list[bool], test: Any) -> npt.NDArray[np.bool_]:
+        values = interned.values()
+        table += [bool(test(v)) for v in values[len(table):]]
+        return np.array(table, dtype=bool)
+
+    def add(self, names: Sequence[str], cats: Sequence[str], phs: Sequence[str], pids: Sequence[Any],
+            tids: Sequence[Any], ts_ns: npt.NDArray[np.int64], dur_ns: npt.NDArray[np.int64],
+            args: Sequence[EventArgs | None]) -> None:
+        """Add one chunk of events (every sequence one entry per event, in trace order)."""
+        parts = self.parts
+        self.negative += int((dur_ns < 0).sum())
+        parts["name_code"].append(self.names.encode(names))
+        cat_code = self.cats.encode(cats)
+        ph_code = self.phs.encode(phs)
+        keep = (self._keep_table(self.phs, self.keep_ph, lambda v: v == "X")[ph_code]
+                & self._keep_table(self.cats, self.keep_cat, lambda v: v.lower() not in SKIP_CATS)[cat_code])
+        parts["kept"].append(keep)
+        picked = np.flatnonzero(keep).tolist()
+        every = len(picked) == len(keep)
+
+        def pick(column: Sequence[Any]) -> Sequence[Any]:
+            return column if every else [column[i] for i in picked]
+
+        parts["cat_code"].append(cat_code if every else cat_code[picked])
+        parts["pid_device"].append(narrow(ints(pick(pids)), np.int16))
+        parts["tid"].append(ints(pick(tids)))
+        parts["ts_ns"].append(ts_ns if every else ts_ns[picked])
+        parts["dur_ns"].append(dur_ns if every else dur_ns[picked])
+        kept_args = [_NO_ARGS if a is None else a for a in pick(args)]
+        parts["stream"].append(arg_ints([a.stream for a in kept_args]))
+        parts["device"].append(arg_ints([a.device for a in kept_args]))
+        parts["correlation"].append(arg_ints([a.correlation for a in kept_args]))
+        parts["external_id"].append(arg_ints([a.external_id for a in kept_args]))
+        nbytes = arg_ints([a.nbytes for a in kept_args])
+        hint = np.full(len(kept_args), -1, dtype=np.int32)
+        pg = np.zeros(len(kept_args), dtype=np.int32)
+        gsize = np.full(len(kept_args), -1, dtype=np.int64)
+        for i, a in enumerate(kept_args):
+            if a.collective_name is None:
+                continue
+            name = str(a.collective_name)
+            hint[i] = self.hints.code.setdefault(name, len(self.hints.code))
+            if a.pg_name is not None:
+                pg[i] = self.pgs.code.setdefault(clean_text(str(a.pg_name)), len(self.pgs.code))
+            if a.group_size is not None:
+                gsize[i] = int_in(a.group_size, -1, INT32_MAX) or -1
+            elems = message_elems(collective_of(name), a.in_msg_nelems, a.out_msg_nelems, int(gsize[i]))
+            size = None if elems is None else int_in(elems * DTYPE_BYTES.get((a.dtype or "float").lower(), 4), 0)
+            nbytes[i] = -1 if size is None else size
+        parts["nbytes"].append(nbytes)
+        parts["hint_code"].append(hint)
+        parts["pg_code"].append(pg)
+        parts["group_size"].append(gsize.astype(np.int32))
+        for column, attr in enumerate(_SHAPE_ATTRS):
+            table = self.shapes[column]
+            codes = np.zeros(len(kept_args), dtype=np.int32)
+            for i, a in enumerate(kept_args):
+                raw = getattr(a, attr)
+                if raw:  # interned by the bytes kept (the text is made once per distinct value)
+                    codes[i] = table.setdefault(bytes(raw)[:MAX_SHAPE_TEXT], len(table))
+            self.shape_parts[column].append(codes)
+
+    def finish(self) -> EventColumns:
+        """The columns of every chunk added (the builder is emptied)."""
+        def joined(key: str, dtype: Any) -> npt.NDArray[Any]:
+            parts = self.parts.pop(key)
+            out = np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype)
+            parts.clear()
+            release_free_memory()  # the parts' pages, else kept by the C allocator: the columns would cost twice
+            return out
+
+        shapes = []
+        for parts in self.shape_parts:
+            shapes.append(np.concatenate(parts) if parts else np.zeros(0, np.int32))
+            parts.clear()
+        columns = EventColumns(
+            name_values=self.names.values(), name_code=joined("name_code", np.int32), kept=joined("kept", bool),
+            cat_values=self.cats.values(), cat_code=joined("cat_code", np.int32),
+            pid_device=joined("pid_device", np.int16), tid=joined("tid", _I64), ts_ns=joined("ts_ns", _I64),
+            dur_ns=joined("dur_ns", _I64), stream=joined("stream", _I64), device=joined("device", _I64),
+            correlation=joined("correlation", _I64), external_id=joined("external_id", _I64),
+            nbytes=joined("nbytes", _I64), hint_values=self.hints.values(), hint_code=joined("hint_code", np.int32),
+            pg_values=self.pgs.values(), pg_code=joined("pg_code", np.int32),
+            group_size=joined("group_size", np.int32),
+            shape_values=[list(table) for table in self.shapes],
+            shape_code=shapes, negative_durations=self.negative)
+        return columns
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim  # glibc
+    except (OSError, AttributeError):
+        return None
+    return trim
+
+
+_TRIM = _malloc_trim()
+
+
+def release_free_memory() -> None:
+    """Hand the pages the C allocator holds free back to the system (glibc's `malloc_trim`; elsewhere nothing).
+    Freed chunks of the heap stay resident otherwise, however large the free space they add up to."""
+    if _TRIM is not None:
+        _TRIM(0)
+
+
+class _NoArgs:
+    """The args of an event without any (what an `EventArgs()` holds)."""
+
+    stream = device = correlation = external_id = nbytes = -1
+    collective_name = pg_name = group_size = in_msg_nelems = out_msg_nelems = dtype = None
+    input_dims = input_type = concrete_inputs = b""
+
+
+_NO_ARGS: Any = _NoArgs()

@@ -1,0 +1,263 @@
+"""The typed records a Kineto trace decodes into, and how a chunk of them becomes columns.
+
+Promise: `Event` / `RawEvent` (ts and dur as the raw JSON digits) / `EventArgs` are the msgspec structs a
+trace's events decode into (only the fields perftracker reads), `TraceDoc` the whole document. `add_typed`
+and `add_digits` take one chunk of decoded events and add it to a `ColumnBuilder`: timestamps range-checked
+(events without a usable one dropped and counted), durations out of range taken as 0 (counted), times in
+integer nanoseconds. `ParsedTrace` is what reading one file gives: the columns, the trace's facts, and notes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from perftracker.bounded import clean_text
+from perftracker.collectors.traces.kineto_columns import ColumnBuilder, EventColumns
+from perftracker.collectors.traces.kineto_cut import CutReport
+from perftracker.values import int_in
+
+# Times in ns beyond these are not a trace's (year 2115 in epoch ns): bounded so that start + duration,
+# and a base time plus either, still fit int64.
+MAX_TS_NS = 4 * 10**18
+MAX_DUR_NS = 10**18
+MAX_BASE_NS = 4 * 10**18
+NO_RAW = msgspec.Raw(b"")  # an absent JSON value
+SURROGATE_NOTE = "text with lone UTF-16 surrogates (\\ud800 without its pair) was read as U+FFFD"
+
+
+# gc=False: these records hold no references that could form a cycle, and not tracking hundreds of
+# thousands of them keeps the garbage collector from running over and over during a decode.
+class EventArgs(msgspec.Struct, omit_defaults=True, gc=False):
+    # -1 when absent (the events table's "unknown"); None when null in the file or not an int (loose reader).
+    stream: int | None = -1
+    device: int | None = -1
+    correlation: int | None = -1
+    external_id: int | None = msgspec.field(default=-1, name="External id")
+    collective_name: str | None = msgspec.field(default=None, name="Collective name")
+    in_msg_nelems: int | None = msgspec.field(default=None, name="In msg nelems")
+    out_msg_nelems: int | None = msgspec.field(default=None, name="Out msg nelems")
+    group_size: int | None = msgspec.field(default=None, name="Group size")
+    pg_name: str | int | None = msgspec.field(default=None, name="Process Group Name")
+    dtype: str | None = None
+    nbytes: int | None = msgspec.field(default=-1, name="bytes")
+    input_dims: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input Dims")  # an op's shapes, kept as JSON text
+    input_type: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=NO_RAW, name="Concrete Inputs")
+
+
+class Event(msgspec.Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: float | None = None
+    dur: float | None = 0.0
+    args: EventArgs | None = None
+
+
+class RawEvent(msgspec.Struct, gc=False):
+    """Same as Event, with ts/dur as raw JSON text so no digit is lost."""
+
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b""))
+    dur: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b""))
+    args: EventArgs | None = None
+
+
+class TraceDoc(msgspec.Struct):
+    traceEvents: list[Event]
+    distributedInfo: dict[str, Any] | None = None
+    deviceProperties: list[dict[str, Any]] | None = None
+    baseTimeNanoseconds: int | None = None
+    host_name: str | None = None
+    schemaVersion: int | None = None
+
+
+class RawTraceDoc(msgspec.Struct):
+    traceEvents: list[RawEvent]
+
+
+@dataclass
+class ParsedTrace:
+    """One trace file as read: its events as columns (`kineto_columns.EventColumns`), its facts and notes.
+
+    `names` gives the name of every event read (after events without a usable timestamp are dropped);
+    `ts_ns_array` / `dur_ns_array` (`ts_ns` / `dur_ns` as lists of int) the times of the events the
+    events table keeps (complete events outside the skipped categories), in integer nanoseconds.
+    """
+
+    path: Path
+    columns: EventColumns = field(default_factory=EventColumns)
+    distributed_info: dict[str, Any] = field(default_factory=dict)
+    device_properties: list[dict[str, Any]] = field(default_factory=list)
+    base_ns: int | None = None
+    host_name: str | None = None
+    bytes_lost: int = 0
+    notes: list[str] = field(default_factory=list)
+    cut: CutReport | None = None  # set when the trace stops being readable before its end
+    dropped: int = 0  # events without a usable timestamp (none, not a number, out of range)
+    bad_durations: int = 0  # durations out of range or not numbers, taken as 0
+    utf8_fixed: bool = False  # bytes that are not UTF-8 were already replaced
+
+    def messages(self) -> list[tuple[str, dict[str, Any]]]:
+        """What the user should know about how this file was read: (message, data) pairs."""
+        said: list[tuple[str, dict[str, Any]]] = [(n, {}) for n in self.notes]
+        if self.cut is not None:
+            said.append((self.cut.message(), self.cut.data()))
+        if self.dropped:
+            said.append((f"{self.dropped:,} event(s) without a usable timestamp (missing, not a number, or out of "
+                         "range) were left out", {"events_dropped": self.dropped}))
+        if self.bad_durations:
+            said.append((f"{self.bad_durations:,} event duration(s) out of range or not numbers were taken as 0",
+                         {"bad_durations": self.bad_durations}))
+        return said
+
+    @property
+    def names(self) -> list[str]:
+        return self.columns.names()
+
+    @property
+    def n_events(self) -> int:
+        """Events read (with a usable timestamp), kept or not."""
+        return self.columns.n_read
+
+    @property
+    def negative_durations(self) -> int:
+        """Events read whose duration is negative (the tables take them as 0)."""
+        return self.columns.negative_durations
+
+    @property
+    def ts_ns_array(self) -> npt.NDArray[np.int64]:
+        return self.columns.ts_ns
+
+    @property
+    def dur_ns_array(self) -> npt.NDArray[np.int64]:
+        return self.columns.dur_ns
+
+    @property
+    def ts_ns(self) -> list[int]:
+        values: list[int] = self.columns.ts_ns.tolist()
+        return values
+
+    @property
+    def dur_ns(self) -> list[int]:
+        values: list[int] = self.columns.dur_ns.tolist()
+        return values
+
+
+def take_header(trace: ParsedTrace, dist: Any, props: Any, base: Any, host: Any) -> None:
+    """The trace's own facts, each kept only when it has the shape and range a trace gives it."""
+    trace.distributed_info = dict(dist) if isinstance(dist, dict) else {}
+    trace.device_properties = [p for p in props if isinstance(p, dict)] if isinstance(props, list) else []
+    trace.base_ns = int_in(base, 1, MAX_BASE_NS)
+    trace.host_name = clean_text(host) if isinstance(host, str) else None
+
+
+def floats(values: Sequence[float | None], none: float = math.nan) -> npt.NDArray[np.float64]:
+    """A float64 array of `values`, `none` for None."""
+    try:
+        return np.fromiter(values, dtype=np.float64, count=len(values))
+    except TypeError:
+        return np.fromiter((none if v is None else v for v in values), dtype=np.float64, count=len(values))
+
+
+def us_to_ns(us: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+    """Float microseconds (finite, within MAX_TS_NS) -> integer nanoseconds: whole values exactly, others
+    rounded half to even (as Python's round(us * 1000.0))."""
+    whole = us == np.floor(us)
+    ns: npt.NDArray[np.int64] = np.where(whole, us.astype(np.int64) * 1000, np.rint(us * 1000.0).astype(np.int64))
+    return ns
+
+
+def to_ns(value: Any, limit: int = MAX_TS_NS) -> int | None:
+    """Microseconds (int, exact Decimal, or numeric string) -> integer nanoseconds; None past +-`limit`."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        ns = value * 1000 if -limit <= value <= limit else None
+    elif isinstance(value, Decimal):
+        if not value.is_finite() or value.adjusted() > 18:  # int() of 1e999999 would take forever
+            return None
+        ns = int((value * 1000).to_integral_value())
+    elif isinstance(value, float):
+        if not math.isfinite(value) or abs(value) > limit:
+            return None
+        ns = int(value) * 1000 if value.is_integer() else round(value * 1000.0)
+    elif isinstance(value, str):
+        try:
+            return to_ns(Decimal(value.strip()[:64]), limit)
+        except InvalidOperation:
+            return None
+    else:
+        return None
+    return ns if ns is not None and -limit <= ns <= limit else None
+
+
+def add_typed(trace: ParsedTrace, builder: ColumnBuilder, events: Sequence[Event]) -> None:
+    """Add a chunk of typed events (ts/dur as floats) to `builder`."""
+    columns: list[list[Any]] = [[e.name for e in events], [e.cat for e in events], [e.ph for e in events],
+                                [e.pid for e in events], [e.tid for e in events], [e.dur for e in events],
+                                [e.args for e in events]]
+    ts_us = floats([e.ts for e in events])
+    usable = np.isfinite(ts_us) & (np.abs(ts_us) <= MAX_TS_NS / 1000)
+    if not usable.all():  # events without a usable timestamp are dropped
+        keep = np.flatnonzero(usable).tolist()
+        trace.dropped += len(ts_us) - len(keep)
+        columns = [[column[i] for i in keep] for column in columns]
+        ts_us = ts_us[usable]
+    names, cats, phs, pids, tids, durs, argss = columns
+    dur_us = floats(durs, none=0.0)
+    bad_dur = ~(np.isfinite(dur_us) & (np.abs(dur_us) <= MAX_DUR_NS / 1000))
+    if bad_dur.any():
+        trace.bad_durations += int(bad_dur.sum())
+        dur_us[bad_dur] = 0.0
+    builder.add(names, cats, phs, pids, tids, us_to_ns(ts_us), us_to_ns(dur_us), argss)
+
+
+def _digits_to_ns(raw: bytes, limit: int = MAX_TS_NS) -> int | None:
+    """'1682725898236567.123' (microseconds) -> 1682725898236567123 nanoseconds, exactly (None: not a time)."""
+    return to_ns(raw.decode("ascii", "replace"), limit)
+
+
+def add_digits(trace: ParsedTrace, builder: ColumnBuilder, events: Sequence[RawEvent]) -> None:
+    """Add a chunk of events whose ts/dur are raw digits to `builder`, every digit kept."""
+    names: list[str] = []
+    cats: list[str] = []
+    phs: list[str] = []
+    pids: list[int | str | None] = []
+    tids: list[int | str | None] = []
+    ts_ns: list[int] = []
+    dur_ns: list[int] = []
+    argss: list[EventArgs | None] = []
+    for e in events:
+        ts = _digits_to_ns(bytes(e.ts)) if e.ts else None
+        if ts is None:
+            trace.dropped += 1
+            continue
+        dur = _digits_to_ns(bytes(e.dur), MAX_DUR_NS) if e.dur else 0
+        if dur is None:
+            trace.bad_durations += 1
+        names.append(e.name)
+        cats.append(e.cat)
+        phs.append(e.ph)
+        pids.append(e.pid)
+        tids.append(e.tid)
+        ts_ns.append(ts)
+        dur_ns.append(dur or 0)
+        argss.append(e.args)
+    builder.add(names, cats, phs, pids, tids, np.array(ts_ns, dtype=np.int64), np.array(dur_ns, dtype=np.int64),
+                argss)
