@@ -17,6 +17,14 @@ writes, into ``RUN`` (format of ``perftracker/rundir.py``):
 the gradient all-reduce, so in the step files R shows a longer *forward* and the others a longer
 *backward*; step times themselves stay close because DDP synchronises every step.
 
+``--slow-rank R --extra-compute F`` is the fine-grained knob (F a fraction, e.g. 0.15; it replaces
+``--slow-factor``): rank R's forward also runs, in the same ``extra_work`` region, no-grad passes of the
+model over ``round(STEP_PER_FORWARD F batch)`` rows (whole batches, then a slice of one): about F times the
+compute of its training step. ``STEP_PER_FORWARD`` (2.4) is a training step's compute over one forward
+pass's, as this job's own CPU traces measure it (``perftracker.analyzers.stragglers.op_work``: each op at its
+shortest own time) at width 256, depth 1, batch 2048; runs.json of ``tests/fixtures/accuracy_excess`` holds
+the excess each recorded run really shows.
+
 ``--hang-rank R --hang-step N`` makes the job hang for good, as a real job does when one rank stops:
 at step N every rank calls an explicit ``dist.all_reduce`` of its loss after the optimizer step,
 except rank R, which sleeps forever in ``hang_forever`` just before it; the other ranks then block in
@@ -77,7 +85,7 @@ def allowed_env(environ: dict[str, str]) -> dict[str, str]:
 class SlowableMLP(nn.Module):
     """An MLP whose forward can do `extra_passes` extra no-grad passes (real compute, labelled)."""
 
-    def __init__(self, width: int, depth: int, classes: int, extra_passes: int = 0) -> None:
+    def __init__(self, width: int, depth: int, classes: int, extra_passes: int = 0, extra_rows: int = 0) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         for _ in range(depth):
@@ -85,12 +93,17 @@ class SlowableMLP(nn.Module):
         self.body = nn.Sequential(*layers)
         self.head = nn.Linear(width, classes)
         self.extra_passes = extra_passes
+        self.extra_rows = extra_rows
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.extra_passes > 0:
+        if self.extra_passes > 0 or self.extra_rows > 0:
             with record_function("extra_work"), torch.no_grad():
                 for _ in range(self.extra_passes):
                     self.head(self.body(x))
+                rows = self.extra_rows
+                while rows > 0:  # whole batches, then a slice of one: rows x the per-row matmul work
+                    self.head(self.body(x[: min(rows, len(x))]))
+                    rows -= min(rows, len(x))
         out: torch.Tensor = self.head(self.body(x))
         return out
 
@@ -110,6 +123,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--slow-factor", type=float, default=4.0, help="slowed rank's forward does ~F times the compute"
     )
+    parser.add_argument("--extra-compute", type=float, default=0.0,
+                        help="slowed rank's forward adds about this fraction of its step's compute (e.g. 0.15); "
+                             "replaces --slow-factor when above 0")
     parser.add_argument("--step-sleep", type=float, default=0.0, help="seconds slept in each data phase")
     parser.add_argument("--hang-rank", type=int, default=-1, help="rank that hangs at --hang-step; -1 for none")
     parser.add_argument("--hang-step", type=int, default=-1, help="step whose explicit all_reduce rank R never joins")
@@ -131,6 +147,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.steps < 1 or args.profile_steps < 0:
         parser.error("--steps must be >= 1 and --profile-steps >= 0")
     return args
+
+
+STEP_PER_FORWARD = 2.4  # a training step's compute over one forward pass's (see the module docstring)
+
+
+def extra_rows(fraction: float, batch: int) -> int:
+    """Rows of no-grad forward that add about `fraction` of a training step's compute."""
+    return max(0, round(STEP_PER_FORWARD * fraction * batch))
 
 
 def profile_skip(args: argparse.Namespace) -> int:
@@ -198,8 +222,11 @@ def main(argv: list[str] | None = None) -> int:
     write_env(run, rank, host)
 
     torch.manual_seed(args.seed)  # same initial weights everywhere (DDP broadcasts them anyway)
-    extra = max(0, round(args.slow_factor) - 1) if rank == args.slow_rank else 0
-    model = SlowableMLP(args.width, args.depth, classes=10, extra_passes=extra)
+    extra, rows = 0, 0
+    if rank == args.slow_rank:
+        extra, rows = (0, extra_rows(args.extra_compute, args.batch)) if args.extra_compute > 0 else \
+            (max(0, round(args.slow_factor) - 1), 0)
+    model = SlowableMLP(args.width, args.depth, classes=10, extra_passes=extra, extra_rows=rows)
     model = model.to(device)
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
