@@ -73,12 +73,18 @@ def _signal(pid: int, sig: int) -> bool:
 
 @dataclass
 class DutyCycle:
-    """SIGSTOP/SIGCONT duty cycle on one worker: stopped for `stopped` of every `period_s`."""
+    """SIGSTOP/SIGCONT duty cycle on one worker: stopped for `stopped` of every `period_s`.
+
+    The stopped share holds under load: this thread's wake-ups come late on a busy machine (every late
+    wake-up while the worker runs lets it run longer: with 10 ms of lateness an 80% cycle of 20 ms would
+    stop it only 65% of the time), so each stop lasts until the worker's stopped time since the start is
+    `stopped` of the time measured so far. `achieved_stopped` (in `describe()`) is the share it reached."""
 
     rank: int
     stopped: float = 0.4
     period_s: float = 0.05
     how: str = field(default="sigstop-duty-cycle", init=False)
+    achieved_stopped: float | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.stopped < 1.0 or self.period_s <= 0:
@@ -89,18 +95,27 @@ class DutyCycle:
 
     def __call__(self, pids: dict[int, int], stop: threading.Event) -> None:
         pid = pids[self.rank]
-        off_s, on_s = self.stopped * self.period_s, (1.0 - self.stopped) * self.period_s
+        on_s = (1.0 - self.stopped) * self.period_s
+        stopped_s = running_s = 0.0
         try:
             while not stop.is_set():
+                t0 = time.monotonic()
                 if not _signal(pid, signal.SIGSTOP):
                     return
-                # stop.wait, not sleep: the job may end (or time out) while the worker is stopped
-                stop.wait(off_s)
+                # stopped until the stopped share since the start is `stopped` again (it pays back a late
+                # wake-up of this thread while the worker ran); stop.wait, not sleep: the job may end (or time
+                # out) while the worker is stopped
+                stop.wait(max(0.0, self.stopped * running_s / (1.0 - self.stopped) - stopped_s))
+                t1 = time.monotonic()
+                stopped_s += t1 - t0
                 if not _signal(pid, signal.SIGCONT):
                     return
                 stop.wait(on_s)
+                running_s += time.monotonic() - t1
         finally:
             _signal(pid, signal.SIGCONT)
+            if stopped_s + running_s > 0:
+                self.achieved_stopped = round(stopped_s / (stopped_s + running_s), 3)
 
 
 @dataclass

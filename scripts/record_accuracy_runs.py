@@ -285,8 +285,8 @@ def slowed_how(spec: RunSpec) -> dict[str, Any] | None:
             "detail": f"cgroup-v1 CFS quota of {spec.quota_share:g} of one core on every thread of the rank"}
 
 
-def trim_trace(path: Path) -> tuple[int, int]:
-    """Rewrite the gzip'd trace at `path` without `DROPPED_ARGS`, `DROPPED_CPU_OP_ARGS` (of cpu_op events)
+def trim_trace(path: Path, dropped_args: frozenset[str] = DROPPED_ARGS) -> tuple[int, int]:
+    """Rewrite the gzip'd trace at `path` without `dropped_args`, `DROPPED_CPU_OP_ARGS` (of cpu_op events)
     and `DROPPED_CATS`; (bytes before, after). Trimming a trimmed trace changes nothing."""
     before = path.stat().st_size
     with gzip.open(path, "rt", encoding="utf-8") as src:
@@ -297,7 +297,7 @@ def trim_trace(path: Path) -> tuple[int, int]:
             continue
         args = event.get("args")
         if isinstance(args, dict):
-            dropped = DROPPED_ARGS | DROPPED_CPU_OP_ARGS if event.get("cat") == "cpu_op" else DROPPED_ARGS
+            dropped = dropped_args | DROPPED_CPU_OP_ARGS if event.get("cat") == "cpu_op" else dropped_args
             for key in dropped & args.keys():
                 del args[key]
             if not args:

@@ -13,9 +13,9 @@ writes, into ``RUN`` (format of ``perftracker/rundir.py``):
 
 ``--slow-rank R --slow-factor F`` makes rank R really slower: inside its model's forward, in a
 ``record_function("extra_work")`` region, it runs F-1 extra no-grad passes of the model on the batch
-(F is rounded to whole passes; F <= 1 means no extra work). The other ranks then wait for rank R in
-the gradient all-reduce, so in the step files R shows a longer *forward* and the others a longer
-*backward*; step times themselves stay close because DDP synchronises every step.
+(F rounded to whole passes; F <= 1: none); ``--extra-compute E`` instead adds passes over about E of its
+step's compute in rows (`extra_passes`). The others then wait for rank R in the gradient all-reduce: in the
+step files R shows a longer *forward*, the others a longer *backward*; step times stay close (DDP syncs).
 
 ``--hang-rank R --hang-step N`` makes the job hang for good, as a real job does when one rank stops:
 at step N every rank calls an explicit ``dist.all_reduce`` of its loss after the optimizer step,
@@ -75,22 +75,22 @@ def allowed_env(environ: dict[str, str]) -> dict[str, str]:
 
 
 class SlowableMLP(nn.Module):
-    """An MLP whose forward can do `extra_passes` extra no-grad passes (real compute, labelled)."""
+    """An MLP whose forward does extra no-grad passes over `extra` rows each (None: all; real compute, labelled)."""
 
-    def __init__(self, width: int, depth: int, classes: int, extra_passes: int = 0) -> None:
+    def __init__(self, width: int, depth: int, classes: int, extra: tuple[int | None, ...] = ()) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         for _ in range(depth):
             layers += [nn.Linear(width, width), nn.ReLU()]
         self.body = nn.Sequential(*layers)
         self.head = nn.Linear(width, classes)
-        self.extra_passes = extra_passes
+        self.extra = extra
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.extra_passes > 0:
+        if self.extra:
             with record_function("extra_work"), torch.no_grad():
-                for _ in range(self.extra_passes):
-                    self.head(self.body(x))
+                for rows in self.extra:
+                    self.head(self.body(x[:rows]))
         out: torch.Tensor = self.head(self.body(x))
         return out
 
@@ -101,11 +101,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=30, help="total training steps")
     parser.add_argument("--profile-steps", type=int, default=5, help="active (recorded) profiler steps")
     parser.add_argument(
-        "--profile-skip",
-        type=int,
-        default=-1,
+        "--profile-skip", type=int, default=-1,
         help="steps before the profiler's wait/warmup/active window; -1: profile the last steps",
     )
+    parser.add_argument("--extra-compute", type=float, default=0.0, help="slowed rank's forward adds about this "
+                        "fraction of its step's compute (e.g. 0.15) in place of --slow-factor; 0: not used")
     parser.add_argument("--slow-rank", type=int, default=-1, help="rank to slow down; -1 for none")
     parser.add_argument(
         "--slow-factor", type=float, default=4.0, help="slowed rank's forward does ~F times the compute"
@@ -198,8 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     write_env(run, rank, host)
 
     torch.manual_seed(args.seed)  # same initial weights everywhere (DDP broadcasts them anyway)
-    extra = max(0, round(args.slow_factor) - 1) if rank == args.slow_rank else 0
-    model = SlowableMLP(args.width, args.depth, classes=10, extra_passes=extra)
+    extra = extra_passes(args.slow_factor, args.extra_compute, args.batch) if rank == args.slow_rank else ()
+    model = SlowableMLP(args.width, args.depth, classes=10, extra=extra)
     model = model.to(device)
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
@@ -276,6 +276,22 @@ def main(argv: list[str] | None = None) -> int:
     dist.barrier()
     dist.destroy_process_group()
     return 0
+
+
+# A training step's compute over one forward pass's, as this job's own CPU traces measure it at width 256,
+# depth 1, batch 2048 (`perftracker.analyzers.stragglers.op_work`: each op at its shortest own time); the runs
+# of tests/fixtures/accuracy_excess record the excess each really showed.
+STEP_PER_FORWARD = 2.4
+
+
+def extra_passes(slow_factor: float, extra_compute: float, batch: int) -> tuple[int | None, ...]:
+    """The slowed rank's extra no-grad passes, as rows each (None: the whole batch): with `extra_compute` > 0,
+    round(STEP_PER_FORWARD x extra_compute x batch) rows (whole batches, then a slice of one), about that
+    fraction of its step's compute; else `slow_factor` - 1 whole passes (rounded; none at 1 or below)."""
+    if extra_compute <= 0:
+        return (None,) * max(0, round(slow_factor) - 1)
+    rows = max(0, round(STEP_PER_FORWARD * extra_compute * batch))
+    return (batch,) * (rows // batch) + ((rows % batch,) if rows % batch else ())
 
 
 if __name__ == "__main__":

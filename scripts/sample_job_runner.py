@@ -265,6 +265,7 @@ def run_job(
     disturb: Disturb | None = None,
     hang_rank: int = -1,
     hang_step: int = -1,
+    extra_compute: float = 0.0,
 ) -> Path:
     """Run the sample job with `nproc` ranks into `run_dir` (must be absent or empty); return `run_dir`.
 
@@ -277,6 +278,8 @@ def run_job(
     runs; the manifest then records ``disturbance``: its ``describe()`` if it has one, else its repr.
     `hang_rank`/`hang_step` (-1: none) pass ``--hang-rank/--hang-step`` to the job: that rank never
     joins step `hang_step`'s all-reduce, so the job hangs until `timeout` (and JobFailed is raised).
+    `extra_compute` (> 0, with `slow_rank`) passes ``--extra-compute``: about that fraction of the step's
+    compute added to the slowed rank's forward, in place of `slow_factor`.
     """
     run_dir = Path(run_dir).resolve()
     if run_dir.exists() and any(run_dir.iterdir()):
@@ -294,6 +297,8 @@ def run_job(
         "--depth", str(depth),
         "--batch", str(batch),
     ]  # fmt: skip
+    if extra_compute > 0:
+        job_args += ["--extra-compute", str(extra_compute)]
     if hang_rank >= 0:
         job_args += ["--hang-rank", str(hang_rank), "--hang-step", str(hang_step)]
     env = dict(os.environ)
@@ -333,6 +338,14 @@ def run_job(
         "model": {"kind": "mlp", "width": width, "depth": depth, "batch": batch},
         "slowdown": (
             {
+                "rank": slow_rank,
+                "extra_compute": extra_compute,
+                "how": f"no-grad forward passes over round(2.4 x {extra_compute:g} x batch) rows per step on rank "
+                f"{slow_rank} (about {extra_compute:.0%} of its step's compute), inside its forward, in "
+                "record_function('extra_work')",
+            }
+            if slow_rank >= 0 and extra_compute > 0
+            else {
                 "rank": slow_rank,
                 "factor": slow_factor,
                 "how": f"{extra_passes} extra no-grad forward passes of the model per step on rank "

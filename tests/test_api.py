@@ -129,7 +129,7 @@ def test_the_notebook_example_runs_and_writes_only_where_asked(tmp_path: Path) -
                           str(tmp_path / "report")], capture_output=True, text=True, timeout=600, env=env, cwd=work)
     # THEN it says the verdicts, and wrote only its report
     assert out.returncode == 0, out.stderr
-    assert "Top: Rank 2 spends" in out.stdout and "Top: Rank 2 changed" in out.stdout
+    assert "Top: Rank 2 is a persistent compute straggler" in out.stdout and "Top: Rank 2 changed" in out.stdout
     assert _everything_under(work) == [] and (tmp_path / "report" / "report.html").is_file()
 
 

@@ -15,7 +15,8 @@ others wait up to ~10% of a step beyond the next-latest, though not both in the 
 analyzer reported no straggler in any of the 10 it saw. Slowed ranks: forward x7 in the job is last
 at 88-100% (cost 55-90% of a step); SIGSTOP 80% of every 20 ms at 66-100% (cost 27-47%); 60% of
 every 20 ms was too weak (last at 44-88%, found in 4 of 7 runs); a cgroup quota of 0.15 core at
-100% (3 runs), 0.2 core at 62-100% (found in 4 of 5).
+100% (3 runs), 0.2 core at 62-100% (found in 4 of 5). The test now stops the rank 90% of every 20 ms
+(80% failed now and then under load: see STOPPED).
 32 profiled steps keep the "last" share from being a coin toss.
 """
 
@@ -48,7 +49,12 @@ BATCH = 1024  # compute-bound steps (~80 ms clean): a 256-wide MLP's all-reduce 
 TIMEOUT_S = 150
 
 OUTSIDE_RANK = 1
-STOPPED = 0.8  # stopped 80% of every 20 ms, in slices much shorter than a step
+# stopped 90% of every 20 ms, in slices much shorter than a step. 80% was flaky under load: the duty cycle's
+# own late wake-ups let the rank run longer (fixed in disturb.DutyCycle, which pays them back), and the
+# scheduler gives a process that was stopped a bigger share of the core while it runs, more so the busier the
+# machine: next to an unstopped twin busy loop, at load ~9, an 80% cycle let it run 0.40-0.86 of its twin's
+# CPU time before the payback, 0.15-0.59 after; 90% with the payback: 0.29 with six more busy loops
+STOPPED = 0.9
 PERIOD_S = 0.02
 
 
@@ -92,12 +98,15 @@ def _brief(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @pytest.mark.slow
 def test_rank_slowed_from_outside_the_job_is_the_one_straggler(tmp_path: Path) -> None:
-    # GIVEN a real 4-rank gloo job whose rank 1 process is stopped (SIGSTOP) 80% of every 20 ms from
+    # GIVEN a real 4-rank gloo job whose rank 1 process is stopped (SIGSTOP) 90% of every 20 ms from
     # outside for the whole run
     disturb: Any = DutyCycle(OUTSIDE_RANK, stopped=STOPPED, period_s=PERIOD_S)
     run_dir = _run(tmp_path / "run", disturb=disturb)
     manifest = json.loads((run_dir / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["disturbance"]["rank"] == OUTSIDE_RANK and manifest["slowdown"] is None
+    # AND the rank was stopped for the share of the time asked for, however loaded the machine was (the duty
+    # cycle pays back its own late wake-ups)
+    assert manifest["disturbance"]["achieved_stopped"] >= STOPPED - 0.05, manifest["disturbance"]
     # WHEN the run directory is analyzed
     found = _stragglers(run_dir, tmp_path / "out")
     # THEN exactly one straggler finding names rank 1, costing time per step
@@ -112,7 +121,8 @@ def test_duty_cycle_stops_the_process_and_always_leaves_it_running() -> None:
     child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         proc, stop = psutil.Process(child.pid), threading.Event()
-        thread = threading.Thread(target=DutyCycle(0, stopped=0.8, period_s=0.05), args=({0: child.pid}, stop))
+        cycle = DutyCycle(0, stopped=0.8, period_s=0.05)
+        thread = threading.Thread(target=cycle, args=({0: child.pid}, stop))
         thread.start()
         # WHEN it runs for a while
         seen = set()
@@ -126,6 +136,8 @@ def test_duty_cycle_stops_the_process_and_always_leaves_it_running() -> None:
         stop.set()
         thread.join(2.0)
         assert not thread.is_alive()
+        # AND it says the share of the time it kept the process stopped: the 80% asked for, late wake-ups paid back
+        assert cycle.achieved_stopped is not None and abs(cycle.achieved_stopped - 0.8) <= 0.1, cycle.achieved_stopped
         time.sleep(0.05)
         assert proc.status() != psutil.STATUS_STOPPED
     finally:

@@ -15,7 +15,10 @@ from five ranks on the range of their middle 80%) and more than twice the next r
 
 Where the last-arrival binomial test (`significance.judge_outliers`) spends a whole step on one bit (who was
 last), this test keeps the durations: with 6 profiled steps a consistent 10-20% excess is named even when
-another rank is last in a step or two. Plain statistics over a table; nothing here reads the Store.
+another rank is last in a step or two. The straggler analyzer runs it twice, on the wall-clock work between
+collectives (`work_trials`) and on each rank's compute from its ops (`op_work.compute_trials`, with
+straggler.compute_min_excess in place of the durations floor); `measure` names which in the verdict's words.
+Plain statistics over a table; nothing here reads the Store.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class DurationVerdict:
     rho: float
     n_eff: float
     reason: str = ""
+    measure: str = "own work"  # what the values are: "own work" (wall clock between collectives), "compute"
 
 
 def work_trials(arr: pd.DataFrame) -> pd.DataFrame:
@@ -120,16 +124,19 @@ def _paired_excess(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return values - others, others
 
 
-def judge_durations(trials: pd.DataFrame, alpha: float | None = None) -> DurationVerdict:
+def judge_durations(trials: pd.DataFrame, alpha: float | None = None, measure: str = "own work",
+                    min_excess: float | None = None) -> DurationVerdict:
     """`trials`: columns trial, rank, value (a rank's own work in one step). See the module docstring.
     `alpha`: the family-wise level (default half of straggler.alpha: beside the last-arrival test, the two
-    together keep the run's)."""
+    together keep the run's). `measure` names what the values are, for the verdict's words; `min_excess` the
+smallest relative excess named (default straggler.durations_min_excess)."""
+    floor = threshold("straggler.durations_min_excess") if min_excess is None else min_excess
     alpha = threshold("straggler.alpha") / 2 if alpha is None else alpha
     grid = trials.pivot_table(index="trial", columns="rank", values="value", aggfunc="sum").sort_index().dropna()
     steps, world = grid.shape
     if world < 3 or steps < threshold_int("straggler.durations_min_steps"):
         return DurationVerdict(None, False, 1.0, steps, world, 0.0, 0.0, 0, 0.0, float(steps),
-                               f"{steps} step(s) of {world} rank(s): too few for the durations test")
+                               f"{steps} step(s) of {world} rank(s): too few for the durations test", measure)
     values = grid.to_numpy(dtype=float)
     d, others = _paired_excess(values)
     rho = _pooled_rho(d)
@@ -145,17 +152,19 @@ def judge_durations(trials: pd.DataFrame, alpha: float | None = None) -> Duratio
     rest = _paired_excess(np.delete(values, best, axis=1))[0].mean(axis=0)  # the others among themselves
     spread = float(np.percentile(rest, 90) - np.percentile(rest, 10)) if len(rest) >= 5 else float(rest.max() - rest.min())
     verdict = DurationVerdict(rank, False, p_family, steps, world, float(means[best]), relative,
-                              int((d[:, best] > 0).sum()), rho, n_eff)
-    why = _why_not(verdict, float(rest.max()), spread, alpha)
+                              int((d[:, best] > 0).sum()), rho, n_eff, measure=measure)
+    why = _why_not(verdict, float(rest.max()), spread, alpha, floor)
     return DurationVerdict(**{**verdict.__dict__, "significant": not why, "reason": why})
 
 
-def _why_not(v: DurationVerdict, runner_up: float, spread: float, alpha: float) -> str:
+def _why_not(v: DurationVerdict, runner_up: float, spread: float, alpha: float, min_excess: float) -> str:
+    if v.mean_excess_ns <= 0:
+        return f"no rank's {v.measure} exceeds its peers'"
     if v.p_family > alpha:
-        return f"rank {v.rank}'s own work exceeds its peers' by chance alone with p = {v.p_family:.3g} (family-wise)"
-    if v.relative_excess < threshold("straggler.durations_min_excess"):
-        return (f"rank {v.rank}'s excess is {100 * v.relative_excess:.1f}% of its peers' work, under "
-                f"{100 * threshold('straggler.durations_min_excess'):.0f}%")
+        return f"rank {v.rank}'s {v.measure} exceeds its peers' by chance alone with p = {v.p_family:.3g} (family-wise)"
+    if v.relative_excess < min_excess:
+        return (f"rank {v.rank}'s excess is {100 * v.relative_excess:.1f}% of its peers' {v.measure}, under "
+                f"{100 * min_excess:.0f}%")
     if v.mean_excess_ns < threshold("straggler.durations_min_effect_over_spread") * spread:
         return f"rank {v.rank}'s excess is within the spread between the other ranks"
     if runner_up > threshold("straggler.durations_runner_up_share") * v.mean_excess_ns:

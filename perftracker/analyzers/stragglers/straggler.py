@@ -5,7 +5,10 @@ collectives where it arrived last, its median lateness, and its cost: per step, 
 waited for it beyond the next-latest member. A persistent straggler is last in most collectives and
 costs a noticeable share of the step; scattered "last" placements are noise and are not reported.
 The finding says whether the rank is a compute straggler (longer work before the collective) or a
-communication straggler (its own transfer is slower), and which ops take longer on it.
+communication straggler (its own transfer is slower), and which ops take longer on it. Beside the last-arrival
+test two durations tests can name the rank (each at a quarter of straggler.alpha): its wall-clock work between
+collectives (`durations_view`) and its compute from its ops (`compute_view`, `op_work`: GPU compute kernels, or
+CPU ops at their own shortest cost, which the scheduling noise of a shared CPU does not stretch).
 
 Views (computed once per analysis, shared by the analyzer and the report): `arrivals_view` (the
 matched collectives' arrivals and the clock offsets), `rank_metrics_view`, and the report's tables
@@ -30,9 +33,11 @@ from perftracker.analyzers.stragglers.collectives import (  # noqa: F401 - re-ex
 )
 from perftracker.analyzers.stragglers.durations import DurationVerdict, judge_durations, work_trials
 from perftracker.analyzers.stragglers.late_rank import before_arrival, describe, measured_wait_finding
+from perftracker.analyzers.stragglers.op_work import op_costs, trials_of
 from perftracker.analyzers.stragglers.significance import OutlierVerdict, judge_outliers
 from perftracker.analyzers.stragglers.slow_ops import slower_ops
 from perftracker.analyzers.thresholds import threshold, threshold_int
+from perftracker.analyzers.traces.per_rank import by_rank
 from perftracker.store import Store
 from perftracker.values import short_symbol
 
@@ -145,9 +150,29 @@ def verdict_view(analysis: Analysis) -> OutlierVerdict:
     return judge_outliers(step_trials(analysis.view(arrivals_view).arrivals))
 
 
+def _durations_alpha() -> float:
+    """Each durations test's family-wise level: straggler.alpha halved beside the last-arrival test, halved
+    again between the two durations tests (wall-clock work, op compute)."""
+    return threshold("straggler.alpha") / 4
+
+
 def durations_view(analysis: Analysis) -> DurationVerdict:
-    """Is one rank's own work longer than its peers', paired per step? (`durations.judge_durations`)"""
-    return judge_durations(work_trials(analysis.view(arrivals_view).arrivals))
+    """Is one rank's own work (wall clock between collectives) longer than its peers', paired per step?
+    (`durations.judge_durations`)"""
+    return judge_durations(work_trials(analysis.view(arrivals_view).arrivals), alpha=_durations_alpha())
+
+
+def compute_view(analysis: Analysis) -> DurationVerdict:
+    """Is one rank's compute (its compute kernels, or its CPU ops at their own cost: `op_work`) more than its
+    peers', paired per step? (`durations.judge_durations`)"""
+    costs = by_rank(analysis.store, lambda _, ev: op_costs(ev))
+    return judge_durations(trials_of(costs), alpha=_durations_alpha(), measure="compute",
+                           min_excess=threshold("straggler.compute_min_excess"))
+
+
+def _durations_pick(*tests: DurationVerdict) -> DurationVerdict:
+    """The first significant durations verdict (the op compute test first), else the first."""
+    return next((d for d in tests if d.significant), tests[0])
 
 
 def _by_durations(v: OutlierVerdict, d: DurationVerdict) -> OutlierVerdict:
@@ -158,7 +183,7 @@ def _by_durations(v: OutlierVerdict, d: DurationVerdict) -> OutlierVerdict:
 
 
 def _durations_evidence(d: DurationVerdict) -> dict[str, object]:
-    return {"test": "own work paired per step (one-sided t, autocorrelation-aware, x ranks)", "steps": d.steps,
+    return {"test": f"{d.measure} paired per step (one-sided t, autocorrelation-aware, x ranks)", "steps": d.steps,
             "p_family": round(d.p_family, 6), "excess_ms_per_step": round(d.mean_excess_ns / 1e6, 3),
             "excess_pct": round(100 * d.relative_excess, 1), "steps_longer": d.positive_steps,
             "lag1_autocorrelation": round(d.rho, 3), "effective_steps": round(d.n_eff, 2)}
@@ -180,11 +205,12 @@ def analyze_stragglers(analysis: Analysis) -> list[Finding]:
     if arr.empty:
         return []
     metrics = analysis.view(rank_metrics_view)
-    durations = analysis.view(durations_view)
-    verdict = _by_durations(analysis.view(verdict_view), durations)
+    durations = _durations_pick(analysis.view(compute_view), analysis.view(durations_view))
+    by_last = analysis.view(verdict_view)
+    verdict = _by_durations(by_last, durations)
     findings = [_alignment_finding(arr, offsets)]
     if verdict.significant and not verdict.is_group:
-        findings.append(_straggler(analysis, arr, metrics, verdict, durations))
+        findings.append(_straggler(analysis, arr, metrics, verdict, durations, by_last.significant))
     elif verdict.is_group:
         findings.append(_group(store, arr, verdict))
     elif verdict.trials < threshold_int("straggler.min_trials"):  # a step or so: a measurement of who was waited for, not a verdict
@@ -211,7 +237,8 @@ def analyze_stragglers(analysis: Analysis) -> list[Finding]:
 
 
 def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, verdict: OutlierVerdict,
-               durations: DurationVerdict) -> Finding:
+               durations: DurationVerdict, by_last: bool) -> Finding:
+    """The straggler finding; `by_last`: the last-arrival test named it (else a durations test alone did)."""
     store = analysis.store
     r = verdict.ranks[0]
     row = metrics.loc[r].to_dict()
@@ -226,15 +253,22 @@ def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, ver
     did = before_arrival(analysis, r)
     severity = max(severity, Severity.WARNING) if by_work else severity  # its own work is 8%+ longer, step after step
     cheap = "" if severity > Severity.INFO else " (real, but it costs the others little)"
-    if by_work:
-        what = (f"; its own work is {100 * durations.relative_excess:.0f}% longer than its peers' (longer in "
-                f"{durations.positive_steps} of {durations.steps} steps){what}")
+    last = (f"the last to arrive in {stats.times_slowest} of {stats.trials} steps ({stats.trials / verdict.world:.1f} "
+            f"expected by chance), median {fmt_ms(row['median_lateness_s'])} late")
+    if by_work and durations.measure == "compute":  # more compute, from its ops: a compute straggler
+        kind = "compute"
+    if by_work and not by_last:
+        lead = (f"its {durations.measure} is {100 * durations.relative_excess:.0f}% more than its peers' in "
+                f"{durations.positive_steps} of {durations.steps} steps; {last}")
+    elif by_work:
+        lead = (f"{last}; its {durations.measure} is {100 * durations.relative_excess:.0f}% more than its peers' "
+                f"(more in {durations.positive_steps} of {durations.steps} steps)")
+    else:
+        lead = last
     return Finding(
         analyzer="straggler", severity=severity,
-        title=(f"Rank {r} is a persistent {kind} straggler: the last to arrive in {stats.times_slowest} of "
-               f"{stats.trials} steps ({stats.trials / verdict.world:.1f} expected by chance), median "
-               f"{fmt_ms(row['median_lateness_s'])} late; the others wait {fmt_ms(row['cost_per_step_s'])} per step "
-               f"for it{what}{cheap}"),
+        title=(f"Rank {r} is a persistent {kind} straggler: {lead}; the others wait "
+               f"{fmt_ms(row['cost_per_step_s'])} per step for it{what}{cheap}"),
         recommendation=_ADVICE[kind].format(r=r) + (f" What it did: {describe(did)}." if did else ""),
         evidence={
             "kind": kind, "share_last": round(float(row["share_last"]), 3),
