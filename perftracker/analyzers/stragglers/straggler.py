@@ -22,10 +22,10 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of
 from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.stragglers.clock_domains import clock_domain_findings
 from perftracker.analyzers.stragglers.collectives import (  # noqa: F401 - re-exported for their readers
     CollectiveArrivals,
     arrivals_view,
-    same_host_same_clock,
     straggler_tables,
 )
 from perftracker.analyzers.stragglers.durations import DurationVerdict, judge_durations, work_trials
@@ -182,7 +182,7 @@ def analyze_stragglers(analysis: Analysis) -> list[Finding]:
     metrics = analysis.view(rank_metrics_view)
     durations = analysis.view(durations_view)
     verdict = _by_durations(analysis.view(verdict_view), durations)
-    findings = [_alignment_finding(arr, offsets)]
+    findings = [_alignment_finding(arr, offsets), *clock_domain_findings(seen.domains)]
     if verdict.significant and not verdict.is_group:
         findings.append(_straggler(analysis, arr, metrics, verdict, durations))
     elif verdict.is_group:
