@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import typer
-from fuzzing import FUZZ_RUN, Draw, mutate_file, time_limit
+from fuzzing import Draw, copy_fuzz_run, mutate_file, time_limit
 
 MARKER = "OUTSIDE-MARKER-9c1e"
 SECRETS = ("hunter2", "ghp_Zx9", "s3cretpw", "wJalrXUtnFEMI")
@@ -184,8 +184,7 @@ def check_places(draw: Draw, folder: Path, timeout_s: float = 120.0,
                  families: list[str] | None = None) -> tuple[int, list[str]]:
     """(exit code, mutations) of analyze on a reshaped fuzz run; raises AssertionError on a leak or a bad
     exit, Hang past the limit, anything else as the CLI's exit 70 would be."""
-    run = folder / "run"
-    shutil.copytree(FUZZ_RUN, run, symlinks=True)
+    run = copy_fuzz_run(folder / "run", symlinks=True)
     names = reshape(run, draw, folder, families)
     out = folder / "out" if draw(0, 1) else run / "out"  # -o outside, or inside the input
     code, said = _invoke(_analyze(run, out), timeout_s)
