@@ -97,10 +97,27 @@ def _odd_name(run: Path, draw: Draw, folder: Path) -> None:
 def _deep(run: Path, draw: Draw, folder: Path) -> None:
     source = _pick(run, draw)
     deep = run / f"deep-{draw(0, 10**9)}"
-    for _ in range(draw(60, 1100)):
+    deep.mkdir()
+    for _ in range(draw(60, 1100)):  # level by level: Path.mkdir(parents=True) recurses (RecursionError near 1,000)
         deep = deep / "d"
-    deep.mkdir(parents=True)
+        deep.mkdir()
     shutil.copy(source, deep / source.name)
+
+
+def unnest(run: Path) -> None:
+    """Remove `_deep`'s folders bottom-up, level by level (shutil.rmtree and pytest's clean-up of old temporary
+    folders recurse per level: past ~1,000 a RecursionError)."""
+    for top in list(run.glob("deep-*")):
+        chain = [top]
+        while (chain[-1] / "d").is_dir():
+            chain.append(chain[-1] / "d")
+        for level in reversed(chain):
+            for entry in level.iterdir():
+                if not entry.is_dir() or entry.is_symlink():
+                    entry.unlink()
+                elif entry.name != "d":
+                    shutil.rmtree(entry)
+            level.rmdir()
 
 
 def _many(run: Path, draw: Draw, folder: Path) -> None:
@@ -185,9 +202,12 @@ def check_places(draw: Draw, folder: Path, timeout_s: float = 120.0,
     """(exit code, mutations) of analyze on a reshaped fuzz run; raises AssertionError on a leak or a bad
     exit, Hang past the limit, anything else as the CLI's exit 70 would be."""
     run = copy_fuzz_run(folder / "run", symlinks=True)
-    names = reshape(run, draw, folder, families)
-    out = folder / "out" if draw(0, 1) else run / "out"  # -o outside, or inside the input
-    code, said = _invoke(_analyze(run, out), timeout_s)
+    try:
+        names = reshape(run, draw, folder, families)
+        out = folder / "out" if draw(0, 1) else run / "out"  # -o outside, or inside the input
+        code, said = _invoke(_analyze(run, out), timeout_s)
+    finally:
+        unnest(run)
     assert code in (0, 2, 3), f"{names}: exit {code}: {said[-500:]}"
     texts = [said] + [(out / name).read_text(encoding="utf-8", errors="replace")
                       for name in ("findings.json", "report.html") if (out / name).is_file()]
