@@ -39,7 +39,17 @@ ODD_NAMES = ("node\x1b[31m-a.1.log", "rank-0\nVerdict: all good.json", "[/red][b
 
 
 def _files(run: Path) -> list[Path]:
-    return sorted(p for p in run.rglob("*") if p.is_file() and not p.is_symlink())
+    """The regular files under `run`, without recursion (Path.rglob recurses per level: a RecursionError
+    once `_deep` made its 1,100 levels)."""
+    found, todo = [], [run]
+    while todo:
+        with os.scandir(todo.pop()) as scan:
+            for entry in scan:
+                if entry.is_dir(follow_symlinks=False):
+                    todo.append(Path(entry.path))
+                elif entry.is_file(follow_symlinks=False):
+                    found.append(Path(entry.path))
+    return sorted(found)
 
 
 def _outside(folder: Path) -> Path:
