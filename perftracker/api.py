@@ -169,9 +169,11 @@ def analyze_jobs(path: PathLike, *, hta_compat: bool = False, analysis: Analysis
     return runs
 
 
-def read(path: PathLike) -> Run:
+def read(path: PathLike, *, follow_links: bool = False) -> Run:
     """A saved analysis (the folder `Run.write` or `perftracker analyze -o` wrote, or a run directory holding
-    one in perftracker-out/) as a `Run`.
+    one in perftracker-out/) as a `Run`. Its findings.json and tables/ are read as untrusted input: a table
+    that is damaged, foreign or a link leading outside the folder (unless `follow_links`) is left out, and
+    `Run.notes` says why.
 
     Raises:
         perftracker.errors.InputError: no findings.json and tables/ there.
@@ -180,7 +182,7 @@ def read(path: PathLike) -> Run:
     if folder is None:
         raise InputError("no saved analysis here (findings.json and tables/)", str(path),
                          "run `perftracker analyze <inputs> -o <dir>` first, or analyze the inputs")
-    return read_run(folder)
+    return read_run(folder, follow_links)
 
 
 def diff(base: PathLike, new: PathLike, *, tolerance: float = DEFAULT_TOLERANCE,
@@ -209,7 +211,8 @@ def diff(base: PathLike, new: PathLike, *, tolerance: float = DEFAULT_TOLERANCE,
 
 def _side(path: Path, options: dict[str, Any], analysis: AnalysisOptions | None) -> Run:
     saved = saved_output(path)
-    return read_run(saved) if saved is not None else analyze(path, analysis=analysis, **options)
+    return read_run(saved, bool(options.get("follow_links", False))) if saved is not None \
+        else analyze(path, analysis=analysis, **options)
 
 
 def timeline(path: PathLike, *, ranks: list[int] | None = None, steps: list[int] | None = None,

@@ -24,9 +24,9 @@ import pandas as pd
 
 from perftracker import output_dir
 from perftracker.analyzers.findings import Finding
-from perftracker.analyzers.views import REPORT_VIEWS
 from perftracker.errors import OutputError, output_error
 from perftracker.reports import json_report
+from perftracker.saved_tables import read_tables
 from perftracker.store import LoadNote
 
 if TYPE_CHECKING:
@@ -95,18 +95,10 @@ def save_tables(tables: Mapping[str, pd.DataFrame], folder: Path) -> None:
             raise
 
 
-def load_tables(folder: Path) -> dict[str, pd.DataFrame]:
-    """Every report view saved in `folder` (an empty frame for one that is not there, or that cannot be
-    read: a damaged table costs its own part of the report, with a note from `render_html`)."""
-    tables = {}
-    for name in REPORT_VIEWS:
-        path = folder / f"{name}.parquet"
-        try:
-            # a regular file of ours: never a link (to /proc/kmsg, a device, elsewhere), a FIFO or a device
-            tables[name] = pd.read_parquet(path) if path.is_file() and not path.is_symlink() else pd.DataFrame()
-        except Exception:  # noqa: BLE001 - a damaged or foreign file: pyarrow raises many kinds
-            tables[name] = pd.DataFrame()
-    return tables
+def load_tables(folder: Path, follow_links: bool = False) -> dict[str, pd.DataFrame]:
+    """Every report view saved in `folder` (an empty frame for one that is absent or left out; the notes
+    that say why are `saved_tables.read_tables`')."""
+    return read_tables(folder, follow_links)[0]
 
 
 def saved_output(path: Path) -> Path | None:
@@ -134,12 +126,15 @@ def render_html(out_dir: Path, tables: Mapping[str, pd.DataFrame], findings: lis
                        timeline_file=TIMELINE if (out_dir / TIMELINE).is_file() else "")
 
 
-def render_report(out_dir: Path) -> Path:
-    """Re-render report.html from an output folder's findings.json and tables/."""
-    document, findings = json_report.read(out_dir / FINDINGS)
-    notes = [LoadNote.from_dict(n) for n in document.get("notes", [])]
+def render_report(out_dir: Path, follow_links: bool = False) -> Path:
+    """Re-render report.html from an output folder's findings.json and tables/ (each checked as it is read:
+    `saved_tables`; a table left out is a note on the page; with `follow_links`, links leading outside the
+    folder are read)."""
+    document, findings = json_report.read(out_dir / FINDINGS, follow_links)
+    tables, table_notes = read_tables(out_dir / TABLES, follow_links)
+    notes = [*(LoadNote.from_dict(n) for n in document.get("notes", [])), *table_notes]
     with output_dir.claimed(out_dir, ""), writing(out_dir / REPORT, ""):
-        render_html(out_dir, load_tables(out_dir / TABLES), findings, notes, str(document.get("input", out_dir)),
+        render_html(out_dir, tables, findings, notes, str(document.get("input", out_dir)),
                     document.get("summary") or {})
     return out_dir / REPORT
 

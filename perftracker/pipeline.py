@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -52,9 +53,11 @@ from perftracker.outputs import (  # noqa: F401 - the output folder's names, als
 )
 from perftracker.reports import json_report
 from perftracker.results import Run, RunDiff
+from perftracker.saved_tables import read_tables
 from perftracker.store import LoadNote, Store
 
 AnalysisResult = Run  # the name the commands knew before the API
+MAX_TIMELINE_NOTES = 5  # the input notes a timeline's one note line names (the rest are counted)
 
 
 def findings_of(analysis: Analysis) -> list[Finding]:
@@ -91,12 +94,19 @@ def run_of(analysis: Analysis, input_path: str, timeline: bool = False) -> Run:
 def timeline_of(analysis: Analysis, input_path: str, ranks: list[int] | None = None, steps: list[int] | None = None,
                 max_events: int = DEFAULT_MAX_EVENTS) -> MergedTimeline:
     """The merged, clock-aligned timeline of the chosen ranks and steps, with the report's findings marked
-    (InputError without trace events)."""
+    (InputError without trace events); its note also names the inputs left out or cut (links out of the input
+    among them), as the store's notes say."""
     if not analysis.store.n_events:
         raise InputError("no profiler trace events to merge (no torch.profiler trace, or only empty ones)",
                          input_path, "give timeline a run directory or a folder with one torch.profiler trace "
                          "per rank (.json/.json.gz); `perftracker analyze` reads the other inputs")
-    return merged_timeline(analysis, findings_of(analysis), ranks, steps, max_events)
+    merged = merged_timeline(analysis, findings_of(analysis), ranks, steps, max_events)
+    left = [n for n in analysis.store.notes if n.level in ("warning", "error")]
+    if not left:
+        return merged
+    said = "; ".join(f"{n.source}: {n.message}" for n in left[:MAX_TIMELINE_NOTES])
+    more = f" (and {len(left) - MAX_TIMELINE_NOTES} more)" if len(left) > MAX_TIMELINE_NOTES else ""
+    return replace(merged, note="; ".join(filter(None, [merged.note, f"inputs left out or cut: {said}{more}"])))
 
 
 def _summary(analysis: Analysis, tables: Mapping[str, pd.DataFrame]) -> dict[str, Any]:
@@ -122,12 +132,13 @@ def _finite(value: Any) -> float | None:
     return None if math.isnan(number) else number
 
 
-def read_run(folder: Path) -> Run:
-    """A saved analysis output (findings.json + tables/) as a `Run` (`out_dir` is the folder)."""
-    document, findings = json_report.read(folder / FINDINGS)
-    notes = [LoadNote.from_dict(n) for n in document.get("notes", [])]
-    return Run(str(document.get("input", folder)), findings, load_tables(folder / TABLES), notes, document,
-               out_dir=folder)
+def read_run(folder: Path, follow_links: bool = False) -> Run:
+    """A saved analysis output (findings.json + tables/, each checked as it is read: a table left out is a
+    note) as a `Run` (`out_dir` is the folder); with `follow_links`, links leading outside it are read."""
+    document, findings = json_report.read(folder / FINDINGS, follow_links)
+    tables, table_notes = read_tables(folder / TABLES, follow_links)
+    notes = [*(LoadNote.from_dict(n) for n in document.get("notes", [])), *table_notes]
+    return Run(str(document.get("input", folder)), findings, tables, notes, document, out_dir=folder)
 
 
 def diff_runs(base: Run, new: Run, title: str, tolerance: float = DEFAULT_TOLERANCE,
@@ -178,4 +189,5 @@ def diff_side(path: Path, label: str, out_dir: Path, options: LoadOptions) -> Ru
     """One side of a comparison: a saved analysis output is read as it is; anything else is analyzed into
     `out_dir` first."""
     saved = saved_output(path)
-    return _side(label, read_run(saved) if saved is not None else analyze_path(path, out_dir, options))
+    return _side(label, read_run(saved, options.follow_links) if saved is not None
+                 else analyze_path(path, out_dir, options))

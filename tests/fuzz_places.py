@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import typer
-from fuzzing import FUZZ_RUN, Draw, mutate_file, time_limit
+from fuzzing import Draw, copy_fuzz_run, mutate_file, time_limit
 
 MARKER = "OUTSIDE-MARKER-9c1e"
 SECRETS = ("hunter2", "ghp_Zx9", "s3cretpw", "wJalrXUtnFEMI")
@@ -39,7 +39,17 @@ ODD_NAMES = ("node\x1b[31m-a.1.log", "rank-0\nVerdict: all good.json", "[/red][b
 
 
 def _files(run: Path) -> list[Path]:
-    return sorted(p for p in run.rglob("*") if p.is_file() and not p.is_symlink())
+    """The regular files under `run`, without recursion (Path.rglob recurses per level: a RecursionError
+    once `_deep` made its 1,100 levels)."""
+    found, todo = [], [run]
+    while todo:
+        with os.scandir(todo.pop()) as scan:
+            for entry in scan:
+                if entry.is_dir(follow_symlinks=False):
+                    todo.append(Path(entry.path))
+                elif entry.is_file(follow_symlinks=False):
+                    found.append(Path(entry.path))
+    return sorted(found)
 
 
 def _outside(folder: Path) -> Path:
@@ -97,10 +107,27 @@ def _odd_name(run: Path, draw: Draw, folder: Path) -> None:
 def _deep(run: Path, draw: Draw, folder: Path) -> None:
     source = _pick(run, draw)
     deep = run / f"deep-{draw(0, 10**9)}"
-    for _ in range(draw(60, 1100)):
+    deep.mkdir()
+    for _ in range(draw(60, 1100)):  # level by level: Path.mkdir(parents=True) recurses (RecursionError near 1,000)
         deep = deep / "d"
-    deep.mkdir(parents=True)
+        deep.mkdir()
     shutil.copy(source, deep / source.name)
+
+
+def unnest(run: Path) -> None:
+    """Remove `_deep`'s folders bottom-up, level by level (shutil.rmtree and pytest's clean-up of old temporary
+    folders recurse per level: past ~1,000 a RecursionError)."""
+    for top in list(run.glob("deep-*")):
+        chain = [top]
+        while (chain[-1] / "d").is_dir():
+            chain.append(chain[-1] / "d")
+        for level in reversed(chain):
+            for entry in level.iterdir():
+                if not entry.is_dir() or entry.is_symlink():
+                    entry.unlink()
+                elif entry.name != "d":
+                    shutil.rmtree(entry)
+            level.rmdir()
 
 
 def _many(run: Path, draw: Draw, folder: Path) -> None:
@@ -184,11 +211,13 @@ def check_places(draw: Draw, folder: Path, timeout_s: float = 120.0,
                  families: list[str] | None = None) -> tuple[int, list[str]]:
     """(exit code, mutations) of analyze on a reshaped fuzz run; raises AssertionError on a leak or a bad
     exit, Hang past the limit, anything else as the CLI's exit 70 would be."""
-    run = folder / "run"
-    shutil.copytree(FUZZ_RUN, run, symlinks=True)
-    names = reshape(run, draw, folder, families)
-    out = folder / "out" if draw(0, 1) else run / "out"  # -o outside, or inside the input
-    code, said = _invoke(_analyze(run, out), timeout_s)
+    run = copy_fuzz_run(folder / "run", symlinks=True)
+    try:
+        names = reshape(run, draw, folder, families)
+        out = folder / "out" if draw(0, 1) else run / "out"  # -o outside, or inside the input
+        code, said = _invoke(_analyze(run, out), timeout_s)
+    finally:
+        unnest(run)
     assert code in (0, 2, 3), f"{names}: exit {code}: {said[-500:]}"
     texts = [said] + [(out / name).read_text(encoding="utf-8", errors="replace")
                       for name in ("findings.json", "report.html") if (out / name).is_file()]

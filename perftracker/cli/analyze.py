@@ -15,6 +15,7 @@ from perftracker.analyzers.findings import Finding
 from perftracker.cli.options import (
     Engine,
     FailOn,
+    FollowLinks,
     RayAddress,
     SetThresholds,
     ThresholdsFiles,
@@ -82,8 +83,7 @@ def analyze(
                                            "ProfilerStep#N / iteration N ranges.")] = "",
     set_threshold: SetThresholds = None,
     thresholds_file: ThresholdsFiles = None,
-    follow_links: Annotated[bool, typer.Option("--follow-links", metavar="", help="Read files that symlinks in the "
-                                               "input lead to outside it (never /proc, /sys, /dev).")] = False,
+    follow_links: FollowLinks = False,
 ) -> None:
     """Analyze traces and step files; print the verdict and ranked findings; write the report.
 

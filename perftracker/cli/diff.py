@@ -11,6 +11,7 @@ from perftracker import api
 from perftracker.analyzers.findings import Severity
 from perftracker.cli.options import (
     Engine,
+    FollowLinks,
     RayAddress,
     SetThresholds,
     ThresholdsFiles,
@@ -48,6 +49,7 @@ def diff(
     thresholds_file: ThresholdsFiles = None,
     allow_different_jobs: Annotated[bool, typer.Option("--allow-different-jobs", metavar="", help="Compare runs "
                                                        "that look like different jobs (ranks, ops).")] = False,
+    follow_links: FollowLinks = False,
 ) -> None:
     """Compare two runs: step time, ops and kernels per step, the rank(s) that changed, settings, findings.
 
@@ -69,7 +71,7 @@ def diff(
     console = terminal()
     with parsing_progress(quiet) as progress:
         result = api.diff(base, new, tolerance=tolerance / 100.0, cache=not no_cache, progress=progress,
-                          engine=checked, ray_address=ray_address or '',
+                          engine=checked, ray_address=ray_address or '', follow_links=follow_links,
                           analysis=api.AnalysisOptions(thresholds=overrides),
                           allow_different_jobs=allow_different_jobs)
     regressed = (fail_on_regression is not None and result.regression_significant

@@ -83,6 +83,9 @@ def ray_address_option() -> Any:
 FailOn = Annotated[str | None, fail_on_option()]
 Engine = Annotated[str, engine_option()]
 RayAddress = Annotated[str | None, ray_address_option()]
+FollowLinks = Annotated[bool, typer.Option("--follow-links", metavar="", help=(
+    "Read files that symlinks in the input lead to outside it (never /proc, /sys, /dev); without it such a "
+    "link is left out with a note naming it."))]
 Host = Annotated[str | None, typer.Option(
     "--host", envvar="PERFTRACKER_HOST", help="This node's name in host-keyed files and records (default: the "
     "hostname up to its first dot); give each node a distinct one where hostnames repeat.")]

@@ -19,6 +19,7 @@ from rich.console import Console
 from perftracker import api
 from perftracker.cli.options import (
     FailOn,
+    FollowLinks,
     SetThresholds,
     ThresholdsFiles,
     out_option,
@@ -46,6 +47,7 @@ def postmortem(
                                               "(node-exporter textfile collector).")] = None,
     set_threshold: SetThresholds = None,
     thresholds_file: ThresholdsFiles = None,
+    follow_links: FollowLinks = False,
 ) -> None:
     """Post-mortem of a job: which rank hung or failed first, where, and why.
 
@@ -63,7 +65,7 @@ def postmortem(
             writable_file(file, option)
     console = terminal()
     with parsing_progress() as progress:
-        result = api.analyze(path, cache=False, progress=progress,
+        result = api.analyze(path, cache=False, progress=progress, follow_links=follow_links,
                              analysis=api.AnalysisOptions(thresholds=overrides))
     try:
         result.write(out)

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from perftracker import api
+from perftracker.cli.options import FollowLinks
 from perftracker.cli.voice import add_command, terminal
 from perftracker.reports.text import printable
 
@@ -15,6 +16,7 @@ from perftracker.reports.text import printable
 def report(
     path: Annotated[Path, typer.Argument(help="An analyze output folder (holding findings.json and tables/), "
                                          "or a run directory that holds one in perftracker-out/.")],
+    follow_links: FollowLinks = False,
 ) -> None:
     """Re-render the HTML report from findings.json and the saved tables.
 
@@ -25,7 +27,7 @@ def report(
     folder = path
     if not (folder / api.FINDINGS).exists() and (folder / "perftracker-out" / api.FINDINGS).exists():
         folder = folder / "perftracker-out"
-    out = api.render_report(folder)
+    out = api.render_report(folder, follow_links)
     terminal().print(f"Report: {printable(out)}", highlight=False, markup=False)
 
 

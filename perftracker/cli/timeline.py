@@ -10,6 +10,7 @@ import typer
 from perftracker import api
 from perftracker.cli.options import (
     Engine,
+    FollowLinks,
     RayAddress,
     SetThresholds,
     ThresholdsFiles,
@@ -22,6 +23,7 @@ from perftracker.cli.options import (
 from perftracker.cli.progress import parsing_progress
 from perftracker.cli.voice import add_command, terminal
 from perftracker.errors import UsageError
+from perftracker.reports.text import printable
 
 
 def parse_ranges(text: str | None, what: str) -> list[int] | None:
@@ -64,6 +66,7 @@ def timeline(
     ray_address: RayAddress = None,
     set_threshold: SetThresholds = None,
     thresholds_file: ThresholdsFiles = None,
+    follow_links: FollowLinks = False,
 ) -> None:
     """Merge every rank's trace into one, on one clock (offsets estimated from collective end times), one
     process per rank grouped by host, with the straggler's late arrivals and the findings marked.
@@ -83,11 +86,12 @@ def timeline(
     with parsing_progress(quiet) as progress:
         timeline_ = api.timeline(path, ranks=selected[0], steps=selected[1], max_events=max_events,
                                  cache=not no_cache, progress=progress, engine=checked, ray_address=ray_address or '',
+                                 follow_links=follow_links,
                                  analysis=api.AnalysisOptions(thresholds=overrides))
     written = api.save_timeline(timeline_, out, str(path))
     console = terminal()
-    console.print(f"Timeline: {out} ({written} trace events, ranks {len(timeline_.ranks)}, "
-                  f"steps {len(timeline_.steps)}{'; ' + timeline_.note if timeline_.note else ''})",
+    console.print(printable(f"Timeline: {out} ({written} trace events, ranks {len(timeline_.ranks)}, "
+                            f"steps {len(timeline_.steps)}{'; ' + timeline_.note if timeline_.note else ''})"),
                   highlight=False, markup=False)
     if not quiet:
         console.print("Open it in https://ui.perfetto.dev (works offline once loaded) or chrome://tracing.",

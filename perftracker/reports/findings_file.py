@@ -1,7 +1,7 @@
 """findings.json read back as untrusted input: bounded, checked field by field, never a crash.
 
 Promise: `read_document(path)` reads a findings.json (or diff.json) written by perftracker, or edited by
-anyone, within bounds: a regular file only (a FIFO, a device, /proc/kmsg refused at once, `bounded`), at
+anyone, within bounds: not a link out of its folder (unless `follow_links`), a regular file only (a FIFO, a device, /proc/kmsg refused at once, `bounded`), at
 most MAX_FINDINGS_FILE_BYTES, JSON nested at most as deep as the decoder allows (deeper is an InputError).
 `checked_findings(document)` returns the findings that have the shape perftracker writes (strings where
 strings go, severities it knows, ranks that are integers in range, finite non-negative costs, confidences
@@ -14,11 +14,13 @@ InputError naming the file and what to do: exit 2, never 70.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.bounded import loads_json, read_text
+from perftracker.containment import inside, special_place
 from perftracker.errors import InputError
 from perftracker.values import MAX_RANK
 
@@ -27,11 +29,20 @@ MAX_FINDINGS = 2000  # a report of more is unreadable (and 10^5 took 50 s and 29
 _SEVERITIES = {s.label for s in Severity}
 
 
-def read_document(path: Path) -> dict[str, Any]:
-    """The JSON object in `path`, read within bounds (InputError for anything else)."""
+def read_document(path: Path, follow_links: bool = False) -> dict[str, Any]:
+    """The JSON object in `path`, read within bounds (InputError for anything else, and for a symlink that
+    leads outside its folder unless `follow_links`; never one into /proc, /sys or /dev)."""
     if not path.exists() and not path.is_symlink():
         raise InputError("no findings.json here", str(path.parent),
                          "run `perftracker analyze <traces> -o <dir>` first")
+    if path.is_symlink():
+        target = os.path.realpath(path)
+        if special_place(path):
+            raise InputError(f"a symlink to {target} (in {special_place(path)}): never read", str(path),
+                             "replace it with the findings.json perftracker wrote")
+        if not follow_links and not inside(path, os.path.realpath(path.parent)):
+            raise InputError(f"a symlink leading outside its folder, to {target}: not read", str(path),
+                             "give --follow-links to read files that links lead to, or copy the file in")
     try:
         text, capped = read_text(path, MAX_FINDINGS_FILE_BYTES)
         if capped.left_out:

@@ -94,11 +94,11 @@ def write(path: Path, document: dict[str, Any]) -> None:
     atomic_write_text(path, json.dumps(document, indent=2, default=str) + "\n")
 
 
-def read(path: Path) -> tuple[dict[str, Any], list[Finding]]:
+def read(path: Path, follow_links: bool = False) -> tuple[dict[str, Any], list[Finding]]:
     """The document and its findings, read as untrusted input (`findings_file`): the findings and notes of
     the shape perftracker writes, a note for each left out, the summary fields the report reads checked;
     InputError when the file is missing, unreadable or not ours."""
-    document = read_document(path)
+    document = read_document(path, follow_links)
     if document.get("schema_version") != SCHEMA_VERSION:
         raise InputError("not a perftracker findings file of a supported version", str(path),
                          "re-run perftracker analyze with this version")

@@ -7,10 +7,11 @@ k): the k-th such collective the rank issued in that step, so ranks whose profil
 still line up, a missing rank just leaves a member out, and sub-groups (tensor / pipeline / data
 parallel) are matched within their own group.
 
-Views: `arrivals_view` (the run's arrivals and clock offsets, `straggler_tables`), `same_host_same_clock`.
+Views: `arrivals_view` (the run's arrivals, clock offsets and clock domains, `aligned_arrivals`).
 
 Clock alignment: a collective completes almost simultaneously on all its members, so each rank's
-offset is the median, over its matched instances, of its end time minus the instance's median end.
+offset is the median, over its matched instances, of its end time minus the instance's median end;
+the ranks of one host share their host's clock, unless one host name hides several (`clock_domains`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.stragglers.clock_domains import ClockDomains, clock_domains
 from perftracker.store import Store
 
 _CPU_SOURCES = (("gloo:", "gloo"), ("c10d::", "c10d"), ("nccl:", "nccl_annotation"),
@@ -155,9 +157,15 @@ def arrivals(matched: pd.DataFrame, offsets: pd.Series) -> pd.DataFrame:
 
 def straggler_tables(store: Store) -> tuple[pd.DataFrame, pd.Series]:
     """(arrivals per instance and rank, clock offset per rank in ns)."""
+    arr, domains = aligned_arrivals(store)
+    return arr, domains.offsets
+
+
+def aligned_arrivals(store: Store) -> tuple[pd.DataFrame, ClockDomains]:
+    """(arrivals per instance and rank, the ranks' clock domains and offsets: `clock_domains`)."""
     matched = match_instances(collective_events(store))
-    offsets = same_host_same_clock(store, clock_offsets(matched))
-    return arrivals(matched, offsets), offsets
+    domains = clock_domains(store, matched, clock_offsets(matched))
+    return arrivals(matched, domains.offsets), domains
 
 
 @dataclass(frozen=True)
@@ -166,25 +174,10 @@ class CollectiveArrivals:
 
     arrivals: pd.DataFrame
     offsets: pd.Series
+    domains: ClockDomains | None = None
 
 
 def arrivals_view(analysis: Analysis) -> CollectiveArrivals:
     """The run's collective arrivals (see `straggler_tables`)."""
-    arr, offsets = straggler_tables(analysis.store)
-    return CollectiveArrivals(arr, offsets)
-
-
-def same_host_same_clock(store: Store, offsets: pd.Series) -> pd.Series:
-    """Ranks on one host read one system clock: give them their host's median offset, so that a rank
-    whose collectives finish late (a starved progress thread) is not mistaken for a skewed clock.
-    Ranks whose host is unknown keep their own estimate."""
-    if offsets.empty:
-        return offsets
-    hosts = pd.Series({rank: store.host_of(int(str(rank))) for rank in offsets.index})
-    known = hosts[hosts != ""]
-    if known.empty:
-        return offsets
-    per_host = offsets[known.index].astype("float64").groupby(known).transform("median")
-    result = offsets.astype("float64")  # a host's median offset can be a half nanosecond
-    result[per_host.index] = per_host
-    return (result - result.median()).round().astype("int64")
+    arr, domains = aligned_arrivals(analysis.store)
+    return CollectiveArrivals(arr, domains.offsets, domains)

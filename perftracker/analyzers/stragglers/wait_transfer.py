@@ -84,10 +84,12 @@ def trusted_clocks(arr: pd.DataFrame, hosts: dict[int, str]) -> pd.Series:
 def collective_split_view(analysis: Analysis) -> pd.DataFrame:
     """Per (matched collective, rank): arrival, wait, transfer and bandwidth (see the module docstring); from the
     traces, else from NCCL Inspector's records (`inspector_split`)."""
-    arr = analysis.view(arrivals_view).arrivals
+    seen = analysis.view(arrivals_view)
+    arr = seen.arrivals
     if arr.empty:
         return inspector_split(analysis.view(inspector_collectives_view))
-    hosts = {int(r): analysis.store.host_of(int(r)) for r in arr["rank"].unique()}
+    domain = seen.domains.domain if seen.domains is not None else {}  # one host name, several clocks: apart
+    hosts = {int(r): domain.get(int(r)) or analysis.store.host_of(int(r)) for r in arr["rank"].unique()}
     return split(arr, trusted_clocks(arr, hosts))
 
 

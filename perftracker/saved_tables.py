@@ -1,0 +1,139 @@
+"""tables/ read back as untrusted input: each view's Parquet file checked before it is used, never a crash.
+
+Promise: `read_tables(folder, follow_links)` returns every report view saved in an output folder's
+`tables/` (an empty frame for one that is absent) and a `LoadNote` for each file left out or cut, with the
+reason: a symlink leading outside the output folder (read with `follow_links`; never one into /proc, /sys
+or /dev), anything but a regular file (opened with `bounded.open_regular`: a FIFO never blocks), a file
+larger than MAX_TABLE_BYTES, one that is not Parquet, one of more than MAX_TABLE_ROWS rows or
+MAX_TABLE_MEMORY bytes once read, nested or binary columns, column names that are not text. Views with a
+declared schema (`VIEW_SCHEMAS`: the Store's `steps`, the comparison's `op_totals` and `settings`) are
+checked column by column: a missing column or one of the wrong kind leaves the table out, extra columns
+are dropped; each said. A table left out costs its part of the report (or of a comparison), not the page.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+from perftracker.analyzers.compare.summaries import OP_COLUMNS, SETTING_COLUMNS
+from perftracker.analyzers.views import REPORT_VIEWS
+from perftracker.bounded import open_regular
+from perftracker.containment import inside, special_place
+from perftracker.errors import InputError
+from perftracker.store import LoadNote
+from perftracker.store.schema import TABLES as STORE_TABLES
+
+MAX_TABLE_BYTES = 1024**3  # a real run's largest view (ops of 1,024 ranks) is tens of MB
+MAX_TABLE_ROWS = 20_000_000
+MAX_TABLE_MEMORY = 4 * 1024**3  # uncompressed, as the file's own metadata states it
+
+# The kind of each column ("int", "float", "text") of the views whose columns are declared.
+_KINDS = {"int": pa.types.is_integer, "float": lambda t: pa.types.is_floating(t) or pa.types.is_integer(t),
+          "text": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_dictionary(t)
+          or pa.types.is_null(t)}
+
+
+def _store_kinds(name: str) -> dict[str, str]:
+    return {col: "int" if dtype.startswith("int") else "float" if dtype == "float64" else "text"
+            for col, dtype in STORE_TABLES[name].items()}
+
+
+VIEW_SCHEMAS: Mapping[str, Mapping[str, str]] = {
+    "steps": _store_kinds("steps"),
+    "op_totals": dict(zip(OP_COLUMNS, ["int", "text", "text", "int", "int", "int"], strict=True)),
+    "settings": dict(zip(SETTING_COLUMNS, ["text", "text", "int", "text"], strict=True)),
+}
+
+
+def read_tables(folder: Path, follow_links: bool = False) -> tuple[dict[str, pd.DataFrame], list[LoadNote]]:
+    """Every report view in `folder` (an output's tables/) and a note per file left out or cut."""
+    tables = {name: pd.DataFrame() for name in REPORT_VIEWS}
+    notes: list[LoadNote] = []
+    root = os.path.realpath(folder.parent)
+    if folder.is_symlink() and not _allowed(folder, root, follow_links):
+        notes.append(LoadNote("warning", str(folder), _link_reason(folder)))
+        return tables, notes
+    for name in REPORT_VIEWS:
+        path = folder / f"{name}.parquet"
+        if not path.exists() and not path.is_symlink():
+            continue
+        try:
+            tables[name], extra = _read(path, name, root, follow_links)
+        except _LeftOut as why:
+            notes.append(LoadNote("warning", f"tables/{name}.parquet", f"{why}: its part of the report is left "
+                                  "out. Re-run `perftracker analyze` to write it again."))
+            continue
+        if extra:
+            notes.append(LoadNote("warning", f"tables/{name}.parquet", f"columns perftracker does not write "
+                                  f"({', '.join(extra[:8])}) were dropped"))
+    return tables, notes
+
+
+class _LeftOut(Exception):
+    """Why one table is not used (its message)."""
+
+
+def _allowed(path: Path, root: str, follow_links: bool) -> bool:
+    return not special_place(path) and (follow_links or inside(path, root))
+
+
+def _link_reason(path: Path) -> str:
+    target = os.path.realpath(path)
+    if special_place(path):
+        return f"a symlink to {target} (in {special_place(path)}): never read"
+    return (f"a symlink leading outside the output folder, to {target}: not read (give --follow-links to read "
+            "files that links lead to)")
+
+
+def _read(path: Path, name: str, root: str, follow_links: bool) -> tuple[pd.DataFrame, list[str]]:
+    if path.is_symlink() and not _allowed(path, root, follow_links):
+        raise _LeftOut(_link_reason(path))
+    try:
+        with open_regular(path) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > MAX_TABLE_BYTES:
+                raise _LeftOut(f"larger than {MAX_TABLE_BYTES:,} bytes ({size:,})")
+            parquet = pq.ParquetFile(handle)
+            meta = parquet.metadata
+            if meta.num_rows > MAX_TABLE_ROWS:
+                raise _LeftOut(f"{meta.num_rows:,} rows, more than the {MAX_TABLE_ROWS:,} perftracker reads")
+            memory = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+            if memory > MAX_TABLE_MEMORY:
+                raise _LeftOut(f"{memory:,} bytes once read, more than {MAX_TABLE_MEMORY:,}")
+            schema = parquet.schema_arrow
+            _check_schema(schema, name)
+            extra = [f for f in schema.names if name in VIEW_SCHEMAS and f not in VIEW_SCHEMAS[name]]
+            wanted = [f for f in schema.names if f not in extra]
+            frame = parquet.read(columns=wanted).to_pandas()
+    except InputError as exc:
+        raise _LeftOut(exc.what) from None
+    except _LeftOut:
+        raise
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises many kinds for a damaged or foreign file
+        raise _LeftOut(f"not a Parquet file perftracker can read ({type(exc).__name__}: {str(exc)[:200]})") from None
+    return frame.reset_index(drop=True), extra
+
+
+def _check_schema(schema: pa.Schema, name: str) -> None:
+    if len(set(schema.names)) != len(schema.names) or not all(isinstance(n, str) and n for n in schema.names):
+        raise _LeftOut("column names that are repeated or not text")
+    for field in schema:
+        kind = field.type
+        if pa.types.is_nested(kind) or pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+            raise _LeftOut(f"column {field.name!r} holds {kind}, not plain numbers or text")
+    declared = VIEW_SCHEMAS.get(name)
+    if declared is None:
+        return
+    missing = [c for c in declared if c not in schema.names]
+    if missing:
+        raise _LeftOut(f"columns {', '.join(missing[:8])} are missing")
+    for col, want in declared.items():
+        kind = schema.field(col).type
+        if not _KINDS[want](kind):
+            raise _LeftOut(f"column {col!r} holds {kind}, not {want}")
