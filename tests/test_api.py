@@ -157,3 +157,14 @@ def test_diff_of_runs_whose_op_tables_share_nothing_compares_what_there_is() -> 
     titles = [f.title for f in change.findings]
     assert "No step times on one side: only ops and settings are compared" in titles
     assert change.verdict == "No change beyond the noise of running the same job twice."
+
+
+def test_the_command_line_starts_without_torch_or_ray() -> None:
+    # GIVEN a fresh interpreter WHEN the command-line app is imported (what `perftracker --help` and every command
+    # do first)
+    code = "import sys, perftracker.cli\nprint([m for m in ('torch', 'ray', 'plotly') if m in sys.modules])\n"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    # THEN neither torch (seconds to import; only `sanity` and the job's own hook need it) nor Ray nor plotly came
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["[]"]

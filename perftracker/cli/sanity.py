@@ -32,9 +32,7 @@ from perftracker.cli.options import (
 )
 from perftracker.cli.sanity_out import write_outputs
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on
-from perftracker.collectors.sanity.comm import Launch
-from perftracker.collectors.sanity.measure import DEFAULT_S, QUICK_S, device_for, measure, plan_for
-from perftracker.collectors.sanity.node import node_facts
+from perftracker.collectors.sanity import DEFAULT_S, QUICK_S
 from perftracker.errors import UsageError
 from perftracker.rundir import host_name
 
@@ -68,6 +66,11 @@ def sanity(
     box = time_box if time_box is not None else (QUICK_S if quick else DEFAULT_S)
     if not 5 <= box <= 3600:
         raise UsageError(f"--time-box {box:g} is outside 5..3600 seconds", "--time-box")
+    # torch only now: every other command (and this one's --help) starts without it
+    from perftracker.collectors.sanity.comm import Launch
+    from perftracker.collectors.sanity.measure import device_for, measure, plan_for
+    from perftracker.collectors.sanity.node import node_facts
+
     launch = Launch.from_env(os.environ)
     if launch.rank == 0:
         writable_folder(out)

@@ -18,7 +18,7 @@ import pandas as pd
 from perftracker.analyzers.sanity.judge import SanityVerdict
 from perftracker.analyzers.sanity.results import SanityResults
 from perftracker.analyzers.sanity.table import FIGURE_LABELS
-from perftracker.reports import html, json_report
+from perftracker.reports import json_report
 from perftracker.reports.sanity_section import sanity_section
 from perftracker.rundir import atomic_write_text
 
@@ -49,6 +49,8 @@ def write_outputs(out: Path, results: SanityResults, verdict: SanityVerdict) -> 
     pd.DataFrame(verdict.rows).to_parquet(out / "tables" / "sanity_devices.parquet", index=False)
     section = sanity_section(verdict.rows, FIGURE_LABELS, _note(results))
     synthetic = [{"path": ".", "what": results.synthetic, "made_by": ""}] if results.synthetic else None
+    from perftracker.reports import html  # plotly and Jinja only when a page is rendered
+
     html.render(out / "report.html", verdict.findings, [], [section], title="perftracker sanity check",
                 synthetic=synthetic)
     atomic_write_text(out / "exclude.txt", "".join(f"{h}\n" for h in verdict.exclude))

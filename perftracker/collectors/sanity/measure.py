@@ -22,11 +22,10 @@ from typing import Any
 
 import torch
 
+from perftracker.collectors.sanity import DEFAULT_S, QUICK_S  # noqa: F401 - re-exported
 from perftracker.collectors.sanity.bench import device_figures
 from perftracker.collectors.sanity.comm import Comm, Launch
 
-QUICK_S = 20.0
-DEFAULT_S = 120.0
 TEST_FAIL_VAR = "PERFTRACKER_SANITY_TEST_FAIL"  # "<rank>:<figure>,...": that rank's figure fails (tests only)
 
 
