@@ -20,7 +20,8 @@ Errors for people, exit 2 (UsageError): the `ray` package missing (`pip install 
 address nothing answers at, or where what answers is not a gRPC server as Ray's GCS is (a TCP connect
 and an HTTP/2 greeting of at most 5 s each first: Ray's own retries take minutes), or that Ray refuses; workers running another perftracker version. A task that fails (a node lost, a worker
 killed) after Ray's retries is parsed on the driver instead, with a note naming the failure; only a file
-the driver cannot read either is left out, with an error note naming it.
+the driver cannot read either is left out, with an error note naming it. Ctrl-C stops the command within
+seconds with a message even while Ray holds the interpreter in its C++ core (`interrupt_watchdog.py`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from types import ModuleType
 from typing import Any, cast
 
 from perftracker.collectors.engines import MapArgs, Progress
+from perftracker.collectors.engines.interrupt_watchdog import interrupt_watchdog
 from perftracker.collectors.traces.trace_cache import CACHE_VERSION
 from perftracker.collectors.traces.trace_map import FileResult, load_one
 from perftracker.errors import UsageError
@@ -128,15 +130,17 @@ class RayEngine:
         ray = import_ray()
         if args.cache_dir is not None:  # the tasks' working folder is not this one
             args = replace(args, cache_dir=args.cache_dir.absolute())
-        started = self._connect(ray)
-        probe = _leave_probe(args.cache_dir)
-        try:
-            return self._run(ray, paths, args, probe, progress)
-        finally:
-            if probe:
-                Path(probe).unlink(missing_ok=True)
-            if started:
-                ray.shutdown()
+        # Ray's connect and waits can hold the interpreter in C++ (a stuck raylet): Ctrl-C still stops the command
+        with interrupt_watchdog("joining or waiting for Ray" if self.address else "running Ray on this machine"):
+            started = self._connect(ray)
+            probe = _leave_probe(args.cache_dir)
+            try:
+                return self._run(ray, paths, args, probe, progress)
+            finally:
+                if probe:
+                    Path(probe).unlink(missing_ok=True)
+                if started:
+                    ray.shutdown()
 
     def _connect(self, ray: ModuleType) -> bool:
         """Join (or start) Ray; True when this call did, so that `map` disconnects afterwards."""

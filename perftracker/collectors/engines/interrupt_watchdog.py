@@ -1,0 +1,106 @@
+"""Ctrl-C that works while Ray holds the interpreter: a small watchdog process hears the signal when Python cannot.
+
+Ray's connect (`ray.init`) and some of its waits run in C++ holding Python's global lock, and Ray ignores SIGINT
+while it connects (measured: SigIgn in /proc), so a Ctrl-C runs no Python handler until Ray returns: 24 s and more
+against a stuck raylet. Inside `interrupt_watchdog(what)` a child process in this process's group hears a
+terminal's Ctrl-C itself, and the C-level signal handler writes each signal's number to a pipe the child reads
+(`signal.set_wakeup_fd`, no lock needed: a `kill -INT` of this process alone). When SIGINT or SIGTERM arrives and
+this process has not ended GRACE_S later, the child says what happened on stderr (what was running, that nothing
+was written) and ends it (SIGKILL: a shell shows 137). A normal end closes the pipe and the child leaves; outside
+the `with`, the previous wakeup fd is back. Where a wakeup fd cannot be set (not the main thread, another
+library's fd) nothing changes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+GRACE_S = 3.0  # how long Python gets to handle the interrupt itself (the usual path) before the watchdog acts
+
+# The child: reads signal numbers from stdin; on SIGINT/SIGTERM gives the parent GRACE_S to end by itself,
+# then says so and kills it. EOF (the parent closed the pipe or ended) ends the child quietly.
+_CHILD = r"""
+import os, select, signal, sys, time
+parent, grace, what = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+fd = sys.stdin.fileno()
+wanted = {int(signal.SIGINT), int(signal.SIGTERM)}
+heard = []
+signal.signal(signal.SIGINT, lambda signum, frame: heard.append(signum))  # a terminal's Ctrl-C reaches us too
+def alive():
+    try:
+        with open(f"/proc/{parent}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        try:
+            os.kill(parent, 0)
+            return True
+        except OSError:
+            return False
+def pipe_closed(timeout):
+    ready, _, _ = select.select([fd], [], [], timeout)
+    if not ready:
+        return False
+    data = os.read(fd, 64)
+    if wanted.intersection(data):
+        heard.append(1)
+    return not data
+while not heard:
+    if pipe_closed(0.2):
+        sys.exit(0)
+deadline = time.monotonic() + grace
+while time.monotonic() < deadline:
+    if pipe_closed(0.1) or not alive():
+        sys.exit(0)
+sys.stderr.write(
+    f"perftracker: interrupted while {what}, which did not give control back within {grace:g} s "
+    "(a stuck or unreachable Ray raylet or cluster?); stopped. Nothing was written to the output folder.\n")
+sys.stderr.flush()
+try:
+    os.kill(parent, signal.SIGKILL)  # not SIGTERM: Ray's own handler of it dumps a C++ stack and may wait again
+except OSError:
+    pass
+"""
+
+
+@contextmanager
+def interrupt_watchdog(what: str, grace_s: float = GRACE_S) -> Iterator[None]:
+    """While inside, an interrupt Python cannot handle within `grace_s` still ends this process, with a message."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    try:
+        previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    except ValueError:  # not the main thread
+        os.close(read_fd)
+        os.close(write_fd)
+        yield
+        return
+    if previous != -1:  # somebody else's wakeup fd: leave it to them
+        signal.set_wakeup_fd(previous)
+        os.close(read_fd)
+        os.close(write_fd)
+        yield
+        return
+    try:
+        child = subprocess.Popen([sys.executable, "-c", _CHILD, str(os.getpid()), str(grace_s), what],
+                                 stdin=read_fd, close_fds=True)
+    except OSError:
+        signal.set_wakeup_fd(-1)
+        os.close(read_fd)
+        os.close(write_fd)
+        yield
+        return
+    os.close(read_fd)
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(-1)
+        os.close(write_fd)  # EOF: the child leaves
+        try:
+            child.wait(timeout=grace_s + 2)
+        except subprocess.TimeoutExpired:
+            child.kill()
