@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from perftracker.bounded import file_cap, loads_json, read_text
+from perftracker.collectors.counters.sched import load_window_records, nonneg_int
 from perftracker.store import LoadNote
 
 RECORD_KEYS = frozenset({"ts_ns", "rank", "pid", "state"})
@@ -51,36 +51,14 @@ def looks_like_states_jsonl(first: dict[str, Any]) -> bool:
     return RECORD_KEYS <= first.keys() and "run_ns" not in first
 
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+def _state_row(rec: dict[str, Any], window: str, host: str) -> dict[str, Any] | None:
+    ts, pid, rank, state = nonneg_int(rec.get("ts_ns")), nonneg_int(rec.get("pid")), rec.get("rank"), rec.get("state")
+    if (ts is None or pid is None or not isinstance(rank, int) or isinstance(rank, bool)
+            or not isinstance(state, str) or state not in STATES):
+        return None
+    return {"host": str(rec.get("host") or host), "rank": rank, "pid": pid, "ts_ns": ts, "state": state,
+            "window": window}
 
 
 def load_states_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[LoadNote]]:
-    text, capped = read_text(path)
-    window = "baseline" if path.parent.parent.name == "baseline" else "incident"
-    rows: list[dict[str, Any]] = []
-    bad: list[int] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = loads_json(line)
-        except ValueError:
-            bad.append(number)
-            continue
-        if not isinstance(rec, dict):
-            bad.append(number)
-            continue
-        ts, pid, rank, state = _int(rec.get("ts_ns")), _int(rec.get("pid")), rec.get("rank"), rec.get("state")
-        if (ts is None or pid is None or not isinstance(rank, int) or isinstance(rank, bool)
-                or not isinstance(state, str) or state not in STATES):
-            bad.append(number)
-            continue
-        rows.append({"host": str(rec.get("host") or path.name.split(".")[0]), "rank": rank, "pid": pid,
-                     "ts_ns": ts, "state": state, "window": window})
-    notes = [LoadNote("warning", str(path), capped.note(file_cap()))] if capped.left_out else []
-    if bad:
-        notes.append(LoadNote("warning", str(path), f"{len(bad)} line(s) are not process-state records and were "
-                              f"skipped (line {', '.join(map(str, bad[:5]))}{', ...' if len(bad) > 5 else ''})",
-                              {"lines": bad[:50]}))
-    return rows, notes
+    return load_window_records(path, "process-state records", _state_row)

@@ -21,6 +21,7 @@ them, bounded, into rows of the `cpu_sched` table (the window is "baseline" unde
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,13 +76,19 @@ def looks_like_sched_jsonl(first: dict[str, Any]) -> bool:
     return RECORD_KEYS <= first.keys() and "metrics" not in first
 
 
-def _int(value: Any) -> int | None:
+def nonneg_int(value: Any) -> int | None:
+    """`value` when it is a non-negative int (not a bool), else None."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def load_sched_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[LoadNote]]:
+def load_window_records(path: Path, what: str, row_of: Callable[[dict[str, Any], str, str], dict[str, Any] | None]
+                        ) -> tuple[list[dict[str, Any]], list[LoadNote]]:
+    """The rows of a JSON-lines file of records taken around a window (bounded): `row_of(record, window, host)`
+    turns one record into a row or None (not such a record: skipped, with one note naming `what` and the lines);
+    the window is "baseline" under a `baseline/` folder, else "incident"; host defaults to the file name's head."""
     text, capped = read_text(path)
     window = "baseline" if path.parent.parent.name == "baseline" else "incident"
+    host = path.name.split(".")[0]
     rows: list[dict[str, Any]] = []
     bad: list[int] = []
     for number, line in enumerate(text.splitlines(), 1):
@@ -90,24 +97,32 @@ def load_sched_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[LoadNote]]:
         try:
             rec = loads_json(line)
         except ValueError:
+            rec = None
+        row = row_of(rec, window, host) if isinstance(rec, dict) else None
+        if row is None:
             bad.append(number)
-            continue
-        values = [_int(rec.get(k)) if isinstance(rec, dict) else None for k in ("ts_ns", "pid", "run_ns", "wait_ns")]
-        rank = rec.get("rank") if isinstance(rec, dict) else None
-        if any(v is None for v in values) or not isinstance(rank, int) or isinstance(rank, bool):
-            bad.append(number)
-            continue
-        assert isinstance(rec, dict)
-        load = rec.get("load1")
-        cpus = _int(rec.get("cpus"))
-        rows.append({"host": str(rec.get("host") or path.name.split(".")[0]), "rank": rank, "pid": values[1],
-                     "ts_ns": values[0], "run_ns": values[2], "wait_ns": values[3],
-                     "slices": _int(rec.get("slices")) or 0, "load1": float(load) if isinstance(load, (int, float))
-                     and not isinstance(load, bool) else float("nan"), "cpus": cpus if cpus is not None else -1,
-                     "window": window})
+        else:
+            rows.append(row)
     notes = [LoadNote("warning", str(path), capped.note(file_cap()))] if capped.left_out else []
     if bad:
-        notes.append(LoadNote("warning", str(path), f"{len(bad)} line(s) are not scheduler records and were skipped "
+        notes.append(LoadNote("warning", str(path), f"{len(bad)} line(s) are not {what} and were skipped "
                               f"(line {', '.join(map(str, bad[:5]))}{', ...' if len(bad) > 5 else ''})",
                               {"lines": bad[:50]}))
     return rows, notes
+
+
+def _sched_row(rec: dict[str, Any], window: str, host: str) -> dict[str, Any] | None:
+    ts, pid, run, wait = (nonneg_int(rec.get(k)) for k in ("ts_ns", "pid", "run_ns", "wait_ns"))
+    rank = rec.get("rank")
+    if ts is None or pid is None or run is None or wait is None or not isinstance(rank, int) or isinstance(rank, bool):
+        return None
+    load = rec.get("load1")
+    cpus = nonneg_int(rec.get("cpus"))
+    return {"host": str(rec.get("host") or host), "rank": rank, "pid": pid, "ts_ns": ts, "run_ns": run,
+            "wait_ns": wait, "slices": nonneg_int(rec.get("slices")) or 0,
+            "load1": float(load) if isinstance(load, (int, float)) and not isinstance(load, bool) else float("nan"),
+            "cpus": cpus if cpus is not None else -1, "window": window}
+
+
+def load_sched_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[LoadNote]]:
+    return load_window_records(path, "scheduler records", _sched_row)
