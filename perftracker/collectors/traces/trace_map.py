@@ -225,4 +225,5 @@ def _launched_before(events: pd.DataFrame, steps: pd.DataFrame) -> list[tuple[st
     until_ms = float((events["start_ns"] + events["dur_ns"]).to_numpy()[orphan].max() - lo) / 1e6
     return [(f"{int(orphan.sum())} GPU events ({gpu_ms:.1f} ms of GPU time, running until {until_ms:.1f} ms into "
              "the first profiled step) were launched before the profiled window: they belong to no step",
-             {"events": int(orphan.sum()), "gpu_ms": round(gpu_ms, 3), "until_ms": round(until_ms, 3)})]
+             {"events": int(orphan.sum()), "gpu_ms": round(gpu_ms, 3), "until_ms": round(until_ms, 3),
+              "info": True})]  # scope, not damage: not a "partly usable (cut off)" input
