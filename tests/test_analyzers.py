@@ -38,19 +38,36 @@ def test_breakdown_and_overlap_on_known_intervals(tmp_path: Path) -> None:
     assert row["overlap_pct"] == pytest.approx(100 / 3)
 
 
-def test_exposed_communication_is_a_ranked_finding(tmp_path: Path) -> None:
-    # GIVEN two steps where communication runs alone for 40% of each step
-    b = TraceBuilder(rank=0)
+def _exposed_steps(rank: int, world_size: int) -> TraceBuilder:
+    """Two steps where communication runs alone for 40% of each step."""
+    b = TraceBuilder(rank=rank, world_size=world_size)
     for n, t0 in ((1, 0), (2, 1000)):
         b.step(n, t0, 1000).kernel("gemm", t0 + 10, 580, launch_ts=t0 + 1).kernel(
             "ncclDevKernel_AllReduce_Sum_f32", t0 + 590, 400, launch_ts=t0 + 2, stream=20)
-    store = _load(tmp_path, b)
+    return b
+
+
+def test_exposed_communication_is_a_ranked_finding(tmp_path: Path) -> None:
+    # GIVEN the trace of a one-rank job with two steps where communication runs alone for 40% of each step
+    store = _load(tmp_path, _exposed_steps(rank=0, world_size=1))
     findings = [f for f in run_analyzers(Analysis(store)) if f.analyzer == "overlap"]
     # THEN one critical overlap finding costing ~0.4 ms per step
     assert len(findings) == 1
     assert findings[0].severity == Severity.CRITICAL
     assert findings[0].cost.seconds_per_step == pytest.approx(400e-6, rel=0.01)
     assert "bucket_cap_mb" in findings[0].recommendation
+
+
+def test_exposed_communication_of_one_rank_of_many_says_it_may_be_waiting(tmp_path: Path) -> None:
+    # GIVEN the same steps, but the trace of rank 0 of an 8-rank job and no other rank's trace
+    store = _load(tmp_path, _exposed_steps(rank=0, world_size=8))
+    findings = [f for f in run_analyzers(Analysis(store)) if f.analyzer == "overlap"]
+    # THEN the finding is a warning at most: the kernel time may be waiting for a late rank, which one trace cannot
+    # tell apart, and the advice starts with profiling every rank
+    assert len(findings) == 1 and findings[0].severity == Severity.WARNING
+    assert "1 of 8 ranks profiled" in findings[0].title
+    assert findings[0].recommendation.startswith("First profile every rank")
+    assert findings[0].evidence["waiting_told_apart"] is False
 
 
 def test_idle_gaps_are_attributed_to_launch_sync_and_step_boundary(tmp_path: Path) -> None:

@@ -87,3 +87,16 @@ def test_b200_all_gather_bus_bandwidth_from_the_output_size() -> None:
     assert row["bytes"] == out_bytes and row["group_size"] == n
     assert row["busbw_gbs"] == pytest.approx(expected, rel=0.01)
     assert expected == pytest.approx(16.0, abs=0.1) and old == pytest.approx(2.0, abs=0.05)
+
+
+def test_mi300x_one_rank_of_eight_does_not_call_its_communication_time_exposed_with_certainty() -> None:
+    # GIVEN the real MI300X trace: rank 0 of an 8-rank job, the only rank profiled, whose communication
+    # kernels also spin while they wait for late peers (the first complaint, on one trace)
+    # WHEN perftracker judges its overlap
+    with load(MI300X, cache=False, workers=1) as store:
+        overlap = [f for f in judge(store, ["overlap"]) if f.analyzer == "overlap"]
+    # THEN it says how much is exposed, as a warning at most, that waiting cannot be told apart with 1 of 8
+    # ranks, and its first advice is to profile every rank, not to tune buckets
+    assert len(overlap) == 1 and overlap[0].severity.label == "warning"
+    assert "1 of 8 ranks profiled" in overlap[0].title
+    assert overlap[0].recommendation.startswith("First profile every rank")

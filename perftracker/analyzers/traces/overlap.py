@@ -7,7 +7,9 @@ analyzer, and no overlap advice is given for it (the evidence shows it per rank 
 cost periods (`periods`: profiler steps, on the GPU's clock when the GPU runs behind the CPU; inferred
 iterations; or the whole window), so its share is of the time it was measured in and never above
 100%. Warns when it costs 5% of the step or more (critical from 25%); the finding says what the
-costs were measured over.
+costs were measured over. With fewer ranks profiled than the job has (one trace of eight), no collective is
+matched whole, so its waiting cannot be cut off: the finding says so, stays a warning at most, and advises
+profiling every rank first.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from perftracker.analyzers.common import fmt_ms, hosts_of
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.thresholds import threshold
 from perftracker.analyzers.traces.period_costs import basis_row, per_period, rank_costs_view
+from perftracker.store import Store
 
 
 def analyze_overlap(analysis: Analysis) -> list[Finding]:
@@ -34,15 +37,25 @@ def analyze_overlap(analysis: Analysis) -> list[Finding]:
     med_overlap = float(bad["hidden_pct"].median())
     basis = basis_row(bad.iloc[0])
     severity = Severity.CRITICAL if med_share >= threshold("overlap.critical_share") else Severity.WARNING
+    profiled, world = _profiled_of(store)
+    unsplit = world > profiled  # collectives with unprofiled members: their waiting is not told apart
+    title = (f"Communication is exposed for {fmt_ms(float(bad['per_period_s'].median()))} {basis.per} "
+             f"({100 * med_share:.0f}% {basis.of}); only {med_overlap:.0f}% of it overlaps compute")
+    advice = ("Overlap gradient communication with backward compute: with DDP tune bucket_cap_mb (smaller "
+              "buckets start earlier) and set gradient_as_bucket_view=True; with FSDP enable backward_prefetch "
+              "and forward_prefetch; in Megatron use --overlap-grad-reduce / --overlap-param-gather. Remove "
+              "synchronizations (.item(), torch.cuda.synchronize) between backward and the optimizer step.")
+    if unsplit:
+        # one rank's communication kernel also spins while it waits for late peers; without their traces that
+        # waiting cannot be cut off, so the figure is an upper bound and not a verdict on the overlap
+        severity = min(severity, Severity.WARNING)
+        title += (f"; with {profiled} of {world} ranks profiled, this includes any waiting for late ranks, "
+                  "which cannot be told apart")
+        advice = (f"First profile every rank (or several on different nodes): only {profiled} of {world} were, so "
+                  "part of this time may be waiting for a late rank (a straggler's cost, not an overlap problem). "
+                  "If it is transfer: " + advice[0].lower() + advice[1:])
     return [Finding(
-        analyzer="overlap", severity=severity,
-        title=(f"Communication is exposed for {fmt_ms(float(bad['per_period_s'].median()))} {basis.per} "
-               f"({100 * med_share:.0f}% {basis.of}); only {med_overlap:.0f}% of it overlaps compute"),
-        recommendation=(
-            "Overlap gradient communication with backward compute: with DDP tune bucket_cap_mb (smaller "
-            "buckets start earlier) and set gradient_as_bucket_view=True; with FSDP enable backward_prefetch "
-            "and forward_prefetch; in Megatron use --overlap-grad-reduce / --overlap-param-gather. Remove "
-            "synchronizations (.item(), torch.cuda.synchronize) between backward and the optimizer step."),
+        analyzer="overlap", severity=severity, title=title, recommendation=advice,
         evidence={
             "per_rank": {int(r["rank"]): {"overlap_pct": round(float(r["hidden_pct"]), 2),
                                           "exposed_ms_per_step": round(float(r["per_period_s"]) * 1e3, 3),
@@ -51,7 +64,18 @@ def analyze_overlap(analysis: Analysis) -> list[Finding]:
                                           "comm_ms_total": round(float(r["comm_ns"]) / 1e6, 3)}
                          for _, r in bad.head(64).iterrows()},
             "measured_over": basis.describe(),
+            **({"ranks_profiled": profiled, "world_size": world, "waiting_told_apart": False} if unsplit else {}),
         },
         ranks=tuple(ranks), hosts=hosts_of(store, ranks),
         cost=Cost(float(bad["per_period_s"].median()), med_share), key="overlap:exposed",
     )]
+
+
+def _profiled_of(store: Store) -> tuple[int, int]:
+    """(ranks profiled, the job's world size as the traces state it; the first when unknown)."""
+    ranks = store.ranks
+    if ranks.empty:
+        return 0, 0
+    profiled = int(ranks["rank"].nunique())
+    world = int(ranks["world_size"].max()) if "world_size" in ranks else -1
+    return profiled, max(world, profiled)
