@@ -3,7 +3,8 @@ of burst periods (`analyzers/online/burst_rule.py`).
 
 Real recordings (tests/fixtures/stack_bursts, `scripts/record_stack_bursts.py`): 4 s bursts at 100 Hz of both
 ranks of an unhooked 2-rank gloo job (~100 ms steps), clean, with rank 1 SIGSTOPped 200 ms of every 250 ms, and
-hung; `truth.json` holds the job's own mean step time over each burst. Synthetic bursts give exact ground truth:
+hung, and 2 s bursts of a ~120 ms loop stopped at random (`loaded-*`, `scripts/record_loaded_loop_bursts.py`);
+`truth.json` holds the process's own mean step time over each burst (README.md there says how each was made). Synthetic bursts give exact ground truth:
 a loop of stacks with jittered phase lengths, sampled at a rate, with samples missed.
 """
 
@@ -18,7 +19,7 @@ import numpy as np
 import pytest
 
 from perftracker.analyzers.online.burst_rule import burst_alarm, series_alarm
-from perftracker.analyzers.online.step_period import estimate_period
+from perftracker.analyzers.online.step_period import chance, estimate_period
 from perftracker.collectors.stacks.chrometrace import read_burst
 from perftracker.errors import InputError
 from perftracker.store.alarms import StepSeries
@@ -45,7 +46,8 @@ def synthetic(period_s: float, seconds: float, rate_hz: float, jitter: float, mi
             t += share * period_s * (1 + rng.uniform(-jitter, jitter))
     times = np.arange(0, seconds, 1 / rate_hz)
     starts = np.array([b for b, _ in bounds])
-    change_s, stacks = [], []
+    change_s: list[float] = []
+    stacks: list[tuple[str, ...]] = []
     for at in times:
         stack = bounds[int(np.searchsorted(starts, at, side="right")) - 1][1] if at >= starts[0] else LOOP
         if rng.random() < miss:
@@ -101,6 +103,37 @@ def test_recorded_bursts_of_a_real_job_give_its_step_time(tmp_path: Path, name: 
     found = estimate_period(burst)
     assert found is not None, name
     assert found.period_s == pytest.approx(TRUTH[name]["mean_step_s"], rel=0.2)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, t in TRUTH.items() if t["scenario"] == "loaded"))
+def test_recorded_bursts_of_a_descheduled_loop_give_its_period_not_its_second_harmonic(tmp_path: Path,
+                                                                                       name: str) -> None:
+    # GIVEN a real 2 s burst of a ~120 ms loop stopped at random (whose Z at 1/P fell under MIN_Z, at 2/P did not)
+    burst = _burst(tmp_path, name)
+    # WHEN its period is estimated
+    found = estimate_period(burst)
+    # THEN it is the loop's own mean iteration within 20% (the live test's margin), not half of it
+    assert found is not None, name
+    assert found.period_s == pytest.approx(TRUTH[name]["mean_step_s"], rel=0.2)
+
+
+def test_a_periodic_loop_is_never_taken_for_twice_its_period() -> None:
+    # GIVEN synthetic loops (exact truth) with jitter and misses, whose entries cancel at half their frequency
+    doubled = []
+    for seed in range(12):
+        for period_s in (0.06, 0.12, 0.3):
+            found = estimate_period(synthetic(period_s, 2.0, 100.0, jitter=0.3, miss=0.2, seed=seed))
+            # THEN the sub-harmonic check never doubles their period
+            if found is not None and found.period_s > 1.5 * period_s:
+                doubled.append((seed, period_s, found.period_s))
+    assert doubled == []
+
+
+def test_the_chance_of_a_pooled_rayleigh_z_is_the_gamma_tail() -> None:
+    # GIVEN one stack (Exp(1)) and two stacks (Gamma(2, 1)): THEN P(Z >= z) is exp(-z) and exp(-z)(1 + z)
+    assert chance(3.0, 1) == pytest.approx(np.exp(-3.0))
+    assert chance(7.4, 2) == pytest.approx(np.exp(-7.4) * 8.4)
+    assert chance(0.0, 5) == 1.0
 
 
 @pytest.mark.parametrize("name", sorted(n for n, t in TRUTH.items() if t["scenario"] == "hung"))

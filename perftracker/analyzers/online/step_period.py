@@ -15,7 +15,11 @@ work fell between two samples, common at 50-100 Hz) leave an entry out but do no
 is why entries' phases, not the intervals between them or the exact match of stacks lag by lag (tried first:
 a 95 ms loop whose work is 10 ms matched itself at its period in only 10% of the samples), are used. Frequencies
 m/P repeat as well; the period is the lowest-frequency peak within `HARMONIC_SHARE` of the highest (and itself
-above the floors below), refined on a fine grid around it. The depth with the highest coherence wins; the coherence sqrt(Z / n) (0..1: 1 when every
+above the floors below), refined on a fine grid around it; then half that frequency is tried: entries that recur
+every 1/f alternate phase at f/2 and cancel, so a Z there beyond `SUBHARMONIC_CHANCE` (the chance of one frequency
+fixed in advance: Gamma(stacks, 1)) makes the period 2/f (a loop stopped at random on a crowded machine had its Z
+at 1/P just under `MIN_Z`, which pays for the few hundred frequencies scanned, and its 2/P above: the period came
+out halved). The depth with the highest coherence wins; the coherence sqrt(Z / n) (0..1: 1 when every
 entry falls at the same phase) is the confidence; below `MIN_CONFIDENCE`, or with Z under `MIN_Z` (chance, over
 the frequencies scanned), there is no period.
 
@@ -24,12 +28,14 @@ to T / `MIN_CYCLES` (1.25 s for a 5 s burst); on the real recordings (~100 ms st
 the job's own mean step time, 15% on a loaded machine; live (2 s at 100 Hz), 24 of 26 rank-bursts within 6%. It gives the loop's dominant period: a loop locked to an outside clock (a SIGSTOP duty cycle whose period is
 close to the step's, letting one or two iterations through per cycle) shows the clock's period, not the mean
 step (measured: 104 ms for a 128 ms mean under a 100 ms duty cycle), and a rank frozen by SIGSTOP most of each
-period can show half its period (2 of 26 live rank-bursts); a loop whose iterations differ by a lot
+period could show half its period (2 of 26 live rank-bursts, before the sub-harmonic test); a loop whose iterations differ by a lot
 (gradient accumulation, evaluation inside the burst) shows its repeating unit's. One whose main thread sits in a
 single stack the whole burst (idle, hung, or all work in other threads) has no period here.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -80,24 +86,49 @@ def _fundamental(z: np.ndarray, n: int) -> int | None:
     return int(np.argmax(z))
 
 
+def chance(z: float, stacks: int) -> float:
+    """P(Z >= z) at one frequency fixed in advance when the entries have no period: each stack adds an Exp(1)
+    (|sum of n_s unit phasors|^2 / n_s), so the pooled Z is Gamma(stacks, 1)."""
+    term = total = 1.0
+    for i in range(1, stacks):
+        term *= z / i
+        total += term
+    return min(1.0, math.exp(-z) * total)
+
+
+def _refined(times: list[np.ndarray], f: float, step: float, f_lo: float, f_hi: float) -> tuple[float, float]:
+    """(frequency, Z) of the highest Z within `step` of `f` (clipped to the range)."""
+    fine = np.linspace(max(f_lo, f - step), min(f_hi, f + step), FINE_STEPS)
+    zf = rayleigh(times, fine)
+    j = int(np.argmax(zf))
+    return float(fine[j]), float(zf[j])
+
+
 def _at_depth(burst: StackBurst, found: dict[tuple[str, ...], np.ndarray], f_lo: float,
               f_hi: float) -> tuple[float, float, float] | None:
-    """(frequency, coherence, Z) of one depth's entries, or None."""
+    """(frequency, coherence, Z of the peak that shows a period) of one depth's entries, or None."""
     times = list(found.values())
     n = sum(len(t) for t in times)
     if n == 0 or f_hi <= f_lo:
         return None
     span = burst.seconds
-    coarse = np.arange(f_lo, f_hi, 1.0 / (COARSE_STEPS_PER_PEAK * span))
+    step = 1.0 / (COARSE_STEPS_PER_PEAK * span)
+    coarse = np.arange(f_lo, f_hi, step)
     z = rayleigh(times, coarse)
     i = _fundamental(z, n)
     if i is None:
         return None
-    step = 1.0 / (COARSE_STEPS_PER_PEAK * span)
-    fine = np.linspace(max(f_lo, coarse[i] - step), min(f_hi, coarse[i] + step), FINE_STEPS)
-    zf = rayleigh(times, fine)
-    j = int(np.argmax(zf))
-    return float(fine[j]), float(np.sqrt(zf[j] / n)), float(zf[j])
+    f, zf = _refined(times, float(coarse[i]), step, f_lo, f_hi)
+    # The sub-harmonic f/2: entries that recur every 1/f alternate phase there and cancel (Z at chance), so a
+    # strong Z at f/2 says the period is 2/f and f its harmonic. f/2 is one frequency fixed in advance, so it is
+    # judged by its own chance, not by MIN_Z (which pays for the few hundred frequencies scanned): on loaded
+    # machines a real loop's Z at 1/P fell just under MIN_Z while the one at 2/P passed.
+    if f / 2 >= f_lo:
+        half, zh = _refined(times, f / 2, COARSE_STEPS_PER_PEAK * step, f_lo, f_hi)  # within a peak's width
+        if (zh >= threshold("online.period.min_confidence") ** 2 * n
+                and chance(zh, len(times)) <= threshold("online.period.subharmonic_chance")):
+            return half, float(np.sqrt(zh / n)), zf
+    return f, float(np.sqrt(zf / n)), zf
 
 
 def estimate_period(burst: StackBurst) -> StepPeriod | None:
