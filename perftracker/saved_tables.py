@@ -107,7 +107,7 @@ def _read(path: Path, name: str, root: str, follow_links: bool) -> tuple[pd.Data
             if memory > MAX_TABLE_MEMORY:
                 raise _LeftOut(f"{memory:,} bytes once read, more than {MAX_TABLE_MEMORY:,}")
             schema = parquet.schema_arrow
-            _check_schema(schema, name)
+            _check_schema(schema, name, empty=meta.num_rows == 0)
             extra = [f for f in schema.names if name in VIEW_SCHEMAS and f not in VIEW_SCHEMAS[name]]
             wanted = [f for f in schema.names if f not in extra]
             frame = parquet.read(columns=wanted).to_pandas()
@@ -120,7 +120,7 @@ def _read(path: Path, name: str, root: str, follow_links: bool) -> tuple[pd.Data
     return frame.reset_index(drop=True), extra
 
 
-def _check_schema(schema: pa.Schema, name: str) -> None:
+def _check_schema(schema: pa.Schema, name: str, empty: bool = False) -> None:
     if len(set(schema.names)) != len(schema.names) or not all(isinstance(n, str) and n for n in schema.names):
         raise _LeftOut("column names that are repeated or not text")
     for field in schema:
@@ -135,5 +135,5 @@ def _check_schema(schema: pa.Schema, name: str) -> None:
         raise _LeftOut(f"columns {', '.join(missing[:8])} are missing")
     for col, want in declared.items():
         kind = schema.field(col).type
-        if not _KINDS[want](kind):
+        if not _KINDS[want](kind) and not (empty and pa.types.is_null(kind)):  # an empty view's column has no type
             raise _LeftOut(f"column {col!r} holds {kind}, not {want}")

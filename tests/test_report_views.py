@@ -73,7 +73,7 @@ def test_report_rebuilds_every_section_from_tables_and_findings(tmp_path: Path, 
 
 HEAVY: list[tuple[Any, str]] = [
     (gpu_time, "gpu_work"), (gpu_time, "breakdown"), (gpu_time, "breakdown_per_step"), (idle, "idle_gaps"),
-    (timeline, "pick_ranks"), (collectives, "straggler_tables"), (straggler, "rank_metrics"),
+    (timeline, "pick_ranks"), (collectives, "aligned_arrivals"), (straggler, "rank_metrics"),
     (steps, "step_stats"), (gpu_health, "gpu_wide"), (rdma, "port_series"), (rdma_pfc, "pfc_series"),
     (context, "build_context"), (stack_profile, "rank_profiles"), (cpu_ops, "cpu_calls"), (kernels, "families"),
 ]

@@ -133,3 +133,14 @@ def test_untouched_tables_are_read_without_a_note(saved: Path) -> None:
     assert not [n for n in run.notes if n.source.startswith("tables/")]
     for name, columns in saved_tables.VIEW_SCHEMAS.items():
         assert list(run.tables[name].columns) == list(columns), name
+
+
+def test_the_empty_views_of_a_run_without_traces_are_read_without_a_note(tmp_path: Path) -> None:
+    # GIVEN the output of a bundled run with NCCL logs and counters but no traces: its op and step views are
+    # empty, and Parquet stores their columns with no type
+    out = tmp_path / "out"
+    api.analyze(Path(__file__).resolve().parent.parent / "sample_traces" / "nccl-roce-2node-misconfig",
+                cache=False, workers=1).write(out)
+    # WHEN it is read back THEN no table is left out for it (the report re-rendered has no "Inputs" section)
+    run = api.read(out)
+    assert not [n for n in run.notes if n.source.startswith("tables/")]
