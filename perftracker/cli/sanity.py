@@ -13,6 +13,7 @@ that wrote; other ranks exit 0), 2 for a usage error.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Annotated
@@ -88,7 +89,9 @@ def sanity(
         comm.post(record)
         gathered = comm.fallback_gather(record, comm.joined_at + box + 2 * plan.timeout_s + WAIT_SLACK_S)
         if gathered is None:  # rank 0 gathered (or another rank writes in its place)
-            comm.close(clean=not record["errors"])
+            clean = not record["errors"]
+            comm.close(clean=clean)
+            _leave(0, broken_group=not clean)
             return
         typer.echo(f"perftracker sanity: rank 0 sent nothing; rank {launch.rank} ({host}) writes the result",
                    err=True)
@@ -102,13 +105,25 @@ def sanity(
                             elapsed_s=round(time.monotonic() - (comm.joined_at if comm is not None else started), 3))
     verdict = judge(results, exclude_sev)
     write_outputs(out, results, verdict)
+    clean = not record["errors"] and len(gathered) == launch.world
     if comm is not None:
-        comm.close(clean=not record["errors"] and len(gathered) == launch.world)
+        comm.close(clean=clean)
     worst = [f for f in verdict.findings if f.severity >= Severity.WARNING]
     typer.echo(f"perftracker sanity: {len(dict.fromkeys(hosts))} node(s), {len(worst)} warning(s) or worse; "
                f"exclude: {', '.join(verdict.exclude) or 'none'}; {out / 'report.html'} "
                f"({results.elapsed_s:.1f} s)")
-    raise typer.Exit(fail_on_exit(verdict.findings, threshold))
+    _leave(fail_on_exit(verdict.findings, threshold), broken_group=comm is not None and not clean)
+
+
+def _leave(code: int, broken_group: bool) -> None:
+    """End the command with `code`. After a process group a dead peer broke, without the interpreter's teardown:
+    torch's gloo group can abort the process in its destructors (exit -6 on a rank whose work was done, seen
+    when rank 0's node was killed), and the check's result is already written and said."""
+    if not broken_group:
+        raise typer.Exit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def register(app: typer.Typer) -> None:
