@@ -41,6 +41,7 @@ from perftracker.errors import InputError
 from perftracker.rundir import Inputs, discover
 from perftracker.store import LoadNote, Store
 from perftracker.store.event_parts import EventParts
+from perftracker.store.run_info import ProcessGroup
 from perftracker.store.schema import conform
 
 
@@ -203,7 +204,7 @@ def _reduce_traces(store: Store, results: list[FileResult], spill_from: int) -> 
         store.notes.append(LoadNote("info", "ranks", note))
     steps, rank_rows = [], []
     spill = _EventSpill(store, spill_from)
-    pg_configs: dict[str, dict[str, Any]] = {}
+    pg_configs: dict[str, ProcessGroup] = {}
     for (r, t), ident in zip(ok, idents):
         if isinstance(tables := result_tables(r), str):  # its cache entry was damaged after the map step
             store.notes.append(LoadNote("error", r.path, tables))
@@ -220,7 +221,7 @@ def _reduce_traces(store: Store, results: list[FileResult], spill_from: int) -> 
                           "rank": ident.rank, "window": ident.window, "file": r.path})
         for name, desc, size, ranks in pg_groups(t.pg_config):  # the first trace naming a group says its ranks
             if name not in pg_configs:
-                pg_configs[name] = {"pg_desc": desc, "pg_size": size, "ranks": expand_ranks(ranks)}
+                pg_configs[name] = ProcessGroup(name, desc, size, tuple(expand_ranks(ranks)), "kineto_pg_config")
     if ok:
         spill.finish()
         store.set_table("steps", _concat(steps))

@@ -26,6 +26,18 @@ class SyntheticInput:
         return {"path": self.path, "made_by": self.made_by, "what": self.what}
 
 
+@dataclass(frozen=True)
+class ProcessGroup:
+    """One process group of the job as an input declared it: the one record of group membership that
+    matching, layout inference and the report read (a collective is matched only inside its group)."""
+
+    name: str  # pg_name as the job named it ("0", "1", a hash, ...): the `pg` column of events carries it
+    desc: str  # pg_desc ("default_pg", "mp_group", "DP", "PIPELINE_MODEL_PARALLEL_GROUP", ...); "" if unknown
+    size: int  # members the input said the group has (-1 if it did not say)
+    ranks: tuple[int, ...]  # global ranks in group-rank order; () where the input listed none
+    source: str  # where membership came from: "kineto_pg_config", "flight_recorder", ...
+
+
 @dataclass
 class RunInfo:
     """Facts about one run that are not rows of a table."""
@@ -35,8 +47,8 @@ class RunInfo:
     # The run directory's manifest.json (rundir format: job, hosts, world_size, exit_code, ...); {} for a
     # bare folder of traces.
     manifest: dict[str, Any] = field(default_factory=dict)
-    # Process groups the traces' distributedInfo.pg_config names: pg name -> {"pg_desc", "pg_size", "ranks"}.
-    process_groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Process groups the inputs name (the traces' distributedInfo.pg_config, ...): pg name -> its group.
+    process_groups: dict[str, ProcessGroup] = field(default_factory=dict)
     # rank -> host as the step files (steps/rank-<r>.jsonl) name it.
     step_hosts: dict[int, str] = field(default_factory=dict)
     # RDMA devices and network interfaces of the nodes whose sysfs was read (collectors.counters.sysfs
