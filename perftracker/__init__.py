@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from perftracker._version import __version__
 
 _API = ("analyze", "analyze_jobs", "analyze_store", "diff", "load", "load_options", "read", "timeline",
         "save_timeline", "Run", "RunDiff", "AnalysisOptions", "LoadOptions")

@@ -19,6 +19,7 @@ import pandas as pd
 
 from perftracker.analyzers.compare.diff import RunDiff as Comparison
 from perftracker.analyzers.findings import Finding
+from perftracker.outputs import DIFF_HTML, REPORT, write_diff, write_run
 from perftracker.store import LoadNote, RunInfo, Store
 
 if TYPE_CHECKING:
@@ -79,8 +80,6 @@ class Run:
     @property
     def report_path(self) -> Path:
         """Where report.html is (or will be) in `out_dir` (the current folder's before `write`)."""
-        from perftracker.outputs import REPORT
-
         return (self.out_dir or Path(".")) / REPORT
 
     def findings_frame(self) -> pd.DataFrame:
@@ -105,8 +104,6 @@ class Run:
             perftracker.outputs.ReportNotWritten: a file could not be written (it names the file; what was
                 written before it is whole).
         """
-        from perftracker.outputs import write_run
-
         folder = Path(out)
         write_run(self, folder)
         self.out_dir = folder
@@ -172,8 +169,6 @@ class RunDiff:
         Raises:
             perftracker.errors.OutputError: a file could not be written (it names the file).
         """
-        from perftracker.outputs import DIFF_HTML, write_diff
-
         folder = Path(out)
         write_diff(self, folder)
         return folder / DIFF_HTML

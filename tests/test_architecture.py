@@ -165,3 +165,103 @@ def test_inputs_are_classified_in_one_module() -> None:
                                      "perftracker.collectors.stacks", "perftracker.collectors.postmortem",
                                      "perftracker.collectors.steps", "perftracker.collectors.traces.execution_trace"))]
     assert loaders == []
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _module_level_imports(path: Path, known: set[str]) -> set[str]:
+    """The perftracker modules a file imports when it is imported: statements at module level (inside `try` or
+    `if` too), not those in functions or under `if TYPE_CHECKING:`; `from a.b import c` is module `a.b.c` when
+    that is a module, else `a.b`."""
+    found: set[str] = set()
+    todo: list[ast.stmt] = list(ast.parse(path.read_text(encoding="utf-8")).body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            todo += node.orelse
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("perftracker")}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("perftracker"):
+            found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module
+                      for a in node.names}
+        elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+            for part in ("body", "orelse", "finalbody"):
+                todo += getattr(node, part, [])
+            todo += [s for h in getattr(node, "handlers", []) for s in h.body]
+    return found
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's, without recursion)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            nxt = next((e for e in edges if e in graph), None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+    return cycles
+
+
+def test_import_cycles_are_found() -> None:
+    # GIVEN a graph with a circle of three modules and a tail; THEN the circle is found, and only it
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set()}) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_between_modules() -> None:
+    # GIVEN every module of the package and the perftracker modules it imports at module level
+    known = {_module_name(p) for p in _modules()}
+    graph = {_module_name(p): _module_level_imports(p, known) - {_module_name(p)} for p in _modules()}
+    # THEN no module imports itself back through others: the graph has no circle
+    assert import_cycles(graph) == []
+
+
+def test_no_module_imports_the_package_front_or_its_writer_back() -> None:
+    # GIVEN every module of the package, with its imports at any depth
+    up = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {module}" for path in _modules()
+          if path != PACKAGE / "__init__.py" for line, module in _imports(path)
+          if module.rsplit(".", 1)[0] == "perftracker" and module.rsplit(".", 1)[1] not in
+          {_module_name(p).rsplit(".", 1)[-1] for p in PACKAGE.glob("*") if p.suffix == ".py" or p.is_dir()}]
+    # THEN none reaches up into the lazy front `perftracker/__init__.py` (the version is `perftracker/_version.py`)
+    assert up == []
+    # AND the writer of the output folders knows a run by its shape: outputs.py does not import results.py
+    assert [m for _, m in _imports(PACKAGE / "outputs.py") if m.startswith("perftracker.results")] == []

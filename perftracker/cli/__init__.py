@@ -12,7 +12,7 @@ import sys
 
 import typer
 
-from perftracker import __version__
+from perftracker._version import __version__
 from perftracker.cli import (
     analyze,
     attach,

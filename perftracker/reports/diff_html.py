@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from perftracker import __version__
+from perftracker._version import __version__
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.reports.templating import ENV
 from perftracker.rundir import atomic_write_text

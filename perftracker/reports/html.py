@@ -27,7 +27,7 @@ from typing import Any
 import pandas as pd
 from plotly.utils import PlotlyJSONEncoder
 
-from perftracker import __version__
+from perftracker._version import __version__
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.reports import charts
 from perftracker.reports.critical_path_section import critical_path_section

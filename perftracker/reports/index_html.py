@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from perftracker import __version__
+from perftracker._version import __version__
 from perftracker.reports.templating import ENV
 from perftracker.rundir import atomic_write_text
 

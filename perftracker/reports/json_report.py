@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from perftracker import __version__
+from perftracker._version import __version__
 from perftracker.analyzers.findings import Finding, Severity, rank_findings
 from perftracker.errors import InputError
 from perftracker.reports.findings_file import checked_findings, checked_notes, checked_summary, read_document

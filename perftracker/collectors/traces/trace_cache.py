@@ -41,7 +41,7 @@ from typing import Any
 import pandas as pd
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-from perftracker import __version__
+from perftracker._version import __version__
 from perftracker.bounded import file_cap, load_json_file, open_regular
 from perftracker.collectors.traces.comm_kernels import CommKernels
 from perftracker.errors import InputError
