@@ -25,12 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perftracker.bounded import not_regular
+from perftracker.output_names import DIFF_JSON, FINDINGS, TABLES
 
 MAX_DEPTH = 64  # no run directory or trace folder comes near; deeper folders are skipped, said
 PATH_MAX = 4096  # bytes, Linux's limit: a longer path cannot be opened by name
 MAX_ENTRIES = 1_000_000
 OUTPUT_MARK = ".perftracker-output"  # written into every output folder (perftracker/output_dir.py)
-SKIP_DIRS = {"tables", ".perftracker-cache", "__pycache__", "incidents"}  # incidents: the watcher's, analyzed apart
+SKIP_DIRS = {TABLES, ".perftracker-cache", "__pycache__", "incidents"}  # incidents: the watcher's, analyzed apart
 SPECIAL_ROOTS = ("/proc", "/sys", "/dev")
 
 
@@ -55,7 +56,7 @@ def inside(path: Path | str, real_root: str) -> bool:
 
 def is_output_folder(folder: Path, names: set[str]) -> bool:
     """Does a folder holding `names` look like a perftracker output (analyze, diff, report)?"""
-    return OUTPUT_MARK in names or "diff.json" in names or ("findings.json" in names and "tables" in names)
+    return OUTPUT_MARK in names or DIFF_JSON in names or (FINDINGS in names and TABLES in names)
 
 
 def _link_skip(path: Path, real_root: str, follow_links: bool, folder: bool) -> str:

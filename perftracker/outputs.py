@@ -25,16 +25,13 @@ import pandas as pd
 from perftracker import output_dir
 from perftracker.analyzers.findings import Finding
 from perftracker.errors import OutputError, output_error
+from perftracker.output_names import DIFF_HTML, DIFF_JSON, FINDINGS, REPORT, TABLES, TIMELINE
 from perftracker.reports import json_report
 from perftracker.saved_tables import read_tables
 from perftracker.store import LoadNote
 
-FINDINGS = "findings.json"
-REPORT = "report.html"
-TABLES = "tables"
-DIFF_JSON = "diff.json"
-DIFF_HTML = "diff.html"
-TIMELINE = "timeline.json.gz"
+__all__ = ["DIFF_HTML", "DIFF_JSON", "FINDINGS", "REPORT", "TABLES", "TIMELINE"]  # the names, also known from here
+
 
 
 class Run(Protocol):

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from perftracker.analyzers.compare.diff import RunDiff as Comparison
+from perftracker.analyzers.compare.diff import RunComparison
 from perftracker.analyzers.findings import Finding
 from perftracker.outputs import DIFF_HTML, REPORT, write_diff, write_run
 from perftracker.store import LoadNote, RunInfo, Store
@@ -133,7 +133,7 @@ class RunDiff:
 
     base: Run
     new: Run
-    comparison: Comparison
+    comparison: RunComparison
     document: dict[str, Any]
     title: str
     out_dir: Path | None = None

@@ -80,6 +80,7 @@ from typing import Any
 from perftracker.bounded import LineBlocks, LineStats, iter_lines, load_json_file, loads_json, not_regular
 from perftracker.containment import walk
 from perftracker.errors import InputError
+from perftracker.output_names import DIFF_JSON, FINDINGS, TABLES, TIMELINE
 
 RUNDIR_FORMAT = "perftracker-run"
 RUNDIR_VERSION = 1
@@ -88,9 +89,9 @@ MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 # Folders of a run directory whose JSON files are not traces.
-NON_TRACE_DIRS = {"env", "steps", "counters", "nccl", "stacks", "tables", "manifests", "output", "requests", "ranks",
+NON_TRACE_DIRS = {"env", "steps", "counters", "nccl", "stacks", TABLES, "manifests", "output", "requests", "ranks",
                   "fr", "errors", "profiles", "inspector"}
-OUTPUT_FILES = {"findings.json", "store.json", "ground_truth.json", MANIFEST, "timeline.json.gz", "diff.json"}
+OUTPUT_FILES = {FINDINGS, "store.json", "ground_truth.json", MANIFEST, TIMELINE, DIFF_JSON}
 
 
 def host_name(explicit: str | None = None) -> str:

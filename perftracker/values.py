@@ -5,7 +5,7 @@ before it enters the Store.
 Promise: pure functions and constants with no I/O, imported by collectors (which write these values),
 analyzers (which judge them) and reports (which show them) alike, so every side agrees on what a value
 means and a long templated kernel name is shortened the same way in a finding's title and in the report.
-The range checks (`int_in`, `rank_in_range`, `ascii_int`, `finite`) return None for anything a column
+`robust_sigma` is the one MAD-based spread (MAD x 1.4826). The range checks (`int_in`, `rank_in_range`, `ascii_int`, `finite`) return None for anything a column
 cannot hold as it is (a bool, a string, NaN/Inf, an int past int64 or past the column's width), so that
 no value wraps, overflows or raises on its way into a table: the caller skips it or says "unknown" (-1),
 with a note.
@@ -15,10 +15,17 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from typing import Any
+
+import numpy as np
 
 ETHTOOL_COUNTER_PREFIX = "ethtool:"  # `counters` rows named "ethtool:<stat>" came from `ethtool -S`
 NET_STATE_CHANGE = "state_change"  # `netdev` row of a link watcher's record: the state changed within `value` s
+
+# The median absolute deviation times this estimates the standard deviation of normal noise: the one robust
+# spread every judge of "beyond noise" uses (`robust_sigma`).
+MAD_TO_SIGMA = 1.4826
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INT32_MAX = 2**31 - 1
@@ -159,3 +166,13 @@ def _collapse_templates(text: str, depth: int) -> str:
         elif level < depth:
             out.append(ch)
     return "".join(out)
+
+
+def robust_sigma(values: Iterable[float] | np.ndarray, centre: float | None = None) -> float:
+    """The robust spread of `values`: their median absolute deviation from `centre` (their median when None),
+    times MAD_TO_SIGMA; 0.0 for no values."""
+    array = np.asarray(list(values) if not isinstance(values, np.ndarray) else values, dtype=float)
+    if array.size == 0:
+        return 0.0
+    middle = float(np.median(array)) if centre is None else centre
+    return MAD_TO_SIGMA * float(np.median(np.abs(array - middle)))

@@ -29,6 +29,7 @@ from perftracker.live.incidents import INCIDENT_FILE, IncidentVerdict
 from perftracker.live.prom import PromPublisher
 from perftracker.live.watch import WatchOptions
 from perftracker.live.watch_setup import watch_setup
+from perftracker.output_names import REPORT
 from perftracker.reports.text import printable
 
 LOUD = (Severity.WARNING, Severity.CRITICAL)
@@ -74,7 +75,7 @@ def analyze_incident(evidence: Path, out: Path, thresholds: Mapping[str, object]
     except api.ReportNotWritten as exc:
         result = exc.result
     loud = [f for f in result.findings if f.severity in LOUD]
-    report = out / "report.html"
+    report = out / REPORT
     return IncidentVerdict(result.verdict,
                            tuple(sorted({int(r) for f in loud for r in f.ranks})),
                            tuple(sorted({str(h) for f in loud for h in f.hosts})),

@@ -55,6 +55,7 @@ from perftracker.live.launch import LaunchOptions, RunningJob, exit_status, prep
 from perftracker.live.sampler import LiveContext
 from perftracker.live.sanity_first import run_sanity, sanity_command
 from perftracker.live.session import WATCH_TICK_S, run_session
+from perftracker.output_names import REPORT
 from perftracker.redaction import redact_command
 from perftracker.rundir import SANITY_DIR, host_name, write_manifest
 from perftracker.store import LoadNote
@@ -221,7 +222,7 @@ def _sanity_first(command: list[str], run_dir: Path, time_box_s: float, refuse: 
                                     "exclude": outcome.exclude, "wrote": outcome.wrote})
     if outcome.exclude:
         why = "; ".join(f"{host}: {' / '.join(titles[:2]) or 'see the report'}" for host, titles in outcome.why.items())
-        say(f"the sanity check would exclude {', '.join(outcome.exclude)} ({why}); {out / 'report.html'}")
+        say(f"the sanity check would exclude {', '.join(outcome.exclude)} ({why}); {out / REPORT}")
         if refuse:
             say(f"not starting the job (--sanity-exclude): leave {', '.join(outcome.exclude)} out "
                 f"({out / 'exclude.txt'}, {out / 'hostfile'}) and launch again")
@@ -235,7 +236,7 @@ def _sanity_first(command: list[str], run_dir: Path, time_box_s: float, refuse: 
     elif not outcome.wrote:
         say("the sanity check passed here; its result is written on rank 0's node (this is another node)")
     else:
-        say(f"the sanity check names no node to exclude; {out / 'report.html'}")
+        say(f"the sanity check names no node to exclude; {out / REPORT}")
 
 
 def _post_mortem(run_dir: Path, code: int, running: RunningJob, notes: list[str], threshold: Severity | None,

@@ -23,6 +23,7 @@ from perftracker.cli.options import (
 from perftracker.cli.progress import parsing_progress
 from perftracker.cli.voice import add_command, terminal
 from perftracker.errors import UsageError
+from perftracker.output_names import TIMELINE
 from perftracker.reports.text import printable
 
 
@@ -51,7 +52,7 @@ def parse_ranges(text: str | None, what: str) -> list[int] | None:
 def timeline(
     path: Annotated[Path, typer.Argument(help="A run directory, a folder of torch.profiler traces, or one trace.")],
     out: Annotated[Path, out_option("The trace to write (.json or .json.gz; open it in ui.perfetto.dev or "
-                                    "chrome://tracing).")] = Path("timeline.json.gz"),
+                                    "chrome://tracing).")] = Path(TIMELINE),
     ranks: Annotated[str | None, typer.Option("--ranks", help="Ranks to include, e.g. 0,3-5 (default: all up to "
                                               "64; beyond, the ranks the findings name and the median rank).")]
     = None,

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perftracker.errors import UsageError
+from perftracker.output_names import FINDINGS
 
 TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 # torchrun's options that change how its script is run: ours is always `-m perftracker`
@@ -104,7 +105,7 @@ def run_sanity(command: list[str], env: dict[str, str], out: Path, time_box_s: f
                 pass
         if timed_out:
             code = proc.wait()
-    findings_file = out / "findings.json"
+    findings_file = out / FINDINGS
     if not findings_file.is_file():
         return SanityOutcome(code=code, wrote=False, timed_out=timed_out)
     doc = json.loads(findings_file.read_text(encoding="utf-8"))

@@ -1,6 +1,6 @@
 """What changed between two runs of a job, judged against the noise of running the same job twice.
 
-Promise: `compare_runs(base, new)` returns a `RunDiff`: findings in the usual schema (analyzer
+Promise: `compare_runs(base, new)` returns a `RunComparison`: findings in the usual schema (analyzer
 "diff") and the tables behind them. The noise model has two parts, both measured on real runs:
 
 - **Within a run**, step times wander (busy minutes, autocorrelated): the step-time change is tested
@@ -37,6 +37,7 @@ from perftracker.analyzers.findings import Cost, Finding, Severity, rank_finding
 from perftracker.analyzers.stragglers.shift import lag1_autocorrelation, mann_whitney_greater
 from perftracker.analyzers.stragglers.waiting import is_waiting_phase
 from perftracker.analyzers.thresholds import threshold, threshold_int
+from perftracker.values import robust_sigma
 
 DEFAULT_TOLERANCE = 0.05  # a step-time regression below 5% is not a warning
 COMM_KINDS = ("comm", "collective_cpu")
@@ -44,7 +45,7 @@ TOP_OPS = 8
 
 
 @dataclass(frozen=True)
-class RunDiff:
+class RunComparison:
     """Findings and the tables behind them (op changes, per-rank changes)."""
 
     findings: list[Finding]
@@ -93,7 +94,7 @@ def _scale(joined: pd.DataFrame, step_ms: float) -> tuple[float, float]:
         return 1.0, 0.0
     logs = np.log(both["ms_new"].to_numpy() / both["ms_base"].to_numpy())
     centre = float(np.median(logs))
-    mad = 1.4826 * float(np.median(np.abs(logs - centre)))
+    mad = robust_sigma(logs, centre)
     return math.exp(centre), mad
 
 
@@ -138,7 +139,7 @@ def _rank_changes(joined: pd.DataFrame, scale: float, step_ms: float) -> pd.Data
     sizable = (base.max(axis=1) >= least_ms) | (new.max(axis=1) >= least_ms)
     spread = relative[sizable].to_numpy().ravel()
     spread = spread[np.isfinite(spread)]
-    noise = 1.4826 * float(np.median(np.abs(spread - np.median(spread)))) if len(spread) else 0.0
+    noise = robust_sigma(spread)
     log_cut = max(math.log(threshold("diff.change_ratio")), threshold("diff.mad_z") * noise)
     rows = []
     names = [str(key[1]) for key in base.index]
@@ -184,7 +185,7 @@ def _op_list(ops: pd.DataFrame) -> list[dict[str, object]]:
              "extra_ms_per_step": round(float(r["delta_ms"]), 3)} for _, r in moved.iterrows()]
 
 
-def compare_runs(base: RunSide, new: RunSide, tolerance: float = DEFAULT_TOLERANCE) -> RunDiff:
+def compare_runs(base: RunSide, new: RunSide, tolerance: float = DEFAULT_TOLERANCE) -> RunComparison:
     """See the module docstring."""
     base_steps, new_steps = base.job_steps_s(), new.job_steps_s()
     b = float(np.median(base_steps)) if len(base_steps) else float("nan")
@@ -220,7 +221,7 @@ def compare_runs(base: RunSide, new: RunSide, tolerance: float = DEFAULT_TOLERAN
                "new_step_ms": round(n * 1e3, 3) if n == n else None,
                "step_change": round(change, 4) if change == change else None, "scale": round(scale, 4),
                "p_slower": round(p_slower, 6), "p_faster": round(p_faster, 6), "changed_ranks": named}
-    return RunDiff(rank_findings(findings), table, ranks, scale, change, significant, summary)
+    return RunComparison(rank_findings(findings), table, ranks, scale, change, significant, summary)
 
 
 def _step_finding(b: float, n: float, change: float, p_slower: float, p_faster: float, scale: float,

@@ -25,6 +25,7 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.analyzers.traces.intervals import total, union
+from perftracker.values import MAD_TO_SIGMA
 
 COLLECTIVE_KINDS = ("collective_cpu", "comm")
 EPOCH_NS = 10**17  # wall-clock ns (time.time_ns()) are far above this
@@ -128,7 +129,7 @@ def stall_during(analysis: Analysis, start_ns: int, end_ns: int) -> Stall | None
         return None
     longest = hit.loc[hit.groupby("rank")["dur_ns"].idxmax()]
     med = longest["rank"].map(stats["median"]).to_numpy(dtype=float)
-    mad = longest["rank"].map(stats["mad"]).to_numpy(dtype=float) * 1.4826
+    mad = longest["rank"].map(stats["mad"]).to_numpy(dtype=float) * MAD_TO_SIGMA
     excess = longest["dur_ns"].to_numpy(dtype=float) - med
     stalled = excess > np.maximum.reduce([med, threshold("link_stalls.mad_factor") * mad,
                                           np.full(len(med), threshold("link_stalls.min_stall_s") * 1e9)])

@@ -28,6 +28,7 @@ import numpy as np
 
 from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.store.alarms import Alarm, StepSeries
+from perftracker.values import robust_sigma
 
 DEFAULT_WINDOW = 3
 SOURCE = "stacks"
@@ -47,7 +48,7 @@ def series_alarm(series: StepSeries, window: int = DEFAULT_WINDOW, rise: float =
     line = best * (1.0 + rise / 2)
     if float(recent.min()) <= line:
         return None
-    spread = max(float(np.median(np.abs(earlier - np.median(earlier)))) * 1.4826,
+    spread = max(robust_sigma(earlier),
                  threshold("online.burst.min_spread") * best)
     if current - best <= threshold("online.burst.noise_k") * spread:
         return None

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.thresholds import threshold, threshold_int
+from perftracker.values import MAD_TO_SIGMA
 
 # The deficit floor (fewer than threshold_int('sanity.many_peers') peers, else from threshold_int('sanity.many_peers') on), set on the namespace lab (3 nodes on a
 # 2-core machine at load 7-13, tests/fixtures/sanity_lab clean-1..18): a clean node's GEMM / copy fell to 53% of its
@@ -40,7 +41,6 @@ from perftracker.analyzers.thresholds import threshold, threshold_int
 DEVICE_FLOOR = (0.5, 0.15)
 LINK_FLOOR = (0.8, 0.3)
 MIN_DEFICIT = DEVICE_FLOOR[0]
-MAD_TO_SIGMA = 1.4826
 LEAVE_ONE_OUT_UP_TO = 32
 
 

@@ -27,6 +27,7 @@ from perftracker.analyzers.stragglers.shift import ShiftVerdict, judge_shift
 from perftracker.analyzers.stragglers.waiting import WAITING_PHASES
 from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.store import Store
+from perftracker.values import robust_sigma
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ def spikes(series: pd.Series) -> pd.Series:
     """Boolean mask of spike steps."""
     values = series.to_numpy()
     median = float(np.median(values))
-    mad = float(np.median(np.abs(values - median))) * 1.4826 or 1e-12
+    mad = robust_sigma(values, median) or 1e-12
     z = (values - median) / mad
     high = (z > threshold("degradation.spike_z")) & (values > threshold("degradation.spike_ratio") * median)
     # A spike stands alone: a slow step with slow neighbours is part of a sustained shift (which the change
