@@ -36,7 +36,7 @@ from typing import Any
 from perftracker.analyzers.analysis import Analysis, AnalysisOptions
 from perftracker.analyzers.compare.diff import DEFAULT_TOLERANCE
 from perftracker.analyzers.findings import Finding, rank_findings
-from perftracker.analyzers.registry import run_analyzers
+from perftracker.analyzers.passes import costed_findings
 from perftracker.analyzers.traces.merged_timeline import DEFAULT_MAX_EVENTS, MergedTimeline
 from perftracker.collectors.jobs import JobGroup
 from perftracker.collectors.loading import LoadOptions, default_cache_dir, load_jobs, load_path
@@ -127,7 +127,7 @@ def judge(store: Store, analyzers: Sequence[str], analysis: AnalysisOptions | No
 
     A crashing analyzer becomes a warning finding naming it, as in a full analysis.
     """
-    return rank_findings(run_analyzers(Analysis(store, analysis), only=list(analyzers)))
+    return rank_findings(costed_findings(Analysis(store, analysis), only=list(analyzers)))
 
 
 def analyze(path: PathLike, *, hta_compat: bool = False, analysis: AnalysisOptions | None = None,

@@ -1,6 +1,6 @@
 """The analysis stages behind the API (`perftracker/api.py`): a loaded Store to a `Run`, two runs to a `RunDiff`.
 
-Promise: `run_of(analysis, input)` runs one analysis stage, once: every analyzer, the root-cause join, then
+Promise: `run_of(analysis, input)` runs one analysis stage, once: every analyzer, the finding passes, then
 every report view of `analyzers.views.REPORT_VIEWS` (through `views.report_tables`, sharing what the analyzers
 already computed; a view that fails leaves its table empty and a note), and builds the findings.json document;
 it writes nothing. `findings_of(analysis)` is the findings part alone, the same findings (`perftracker
@@ -25,11 +25,9 @@ from perftracker.analyzers.compare.diff import DEFAULT_TOLERANCE, compare_runs
 from perftracker.analyzers.compare.same_job import job_difference
 from perftracker.analyzers.compare.side import RunSide, side_from_tables
 from perftracker.analyzers.coverage import coverage, coverage_dict, known_hosts, known_ranks
-from perftracker.analyzers.failures.fold import fold_failures
-from perftracker.analyzers.findings import Finding, rank_findings
-from perftracker.analyzers.online.waited_fold import fold_into_waited_rank
+from perftracker.analyzers.findings import Finding
+from perftracker.analyzers.passes import apply_passes
 from perftracker.analyzers.registry import run_analyzers
-from perftracker.analyzers.rootcause import link_findings
 from perftracker.analyzers.thresholds import Thresholds
 from perftracker.analyzers.thresholds import active as active_thresholds
 from perftracker.analyzers.traces.merged_timeline import DEFAULT_MAX_EVENTS, MergedTimeline, merged_timeline
@@ -61,9 +59,9 @@ MAX_TIMELINE_NOTES = 5  # the input notes a timeline's one note line names (the 
 
 
 def findings_of(analysis: Analysis) -> list[Finding]:
-    """Every analyzer's findings, joined by the root-cause rules, the failures a root explains folded into it,
-    what the rank the others wait for explains folded into it, and ranked: the findings of a report."""
-    return rank_findings(fold_into_waited_rank(fold_failures(link_findings(analysis, run_analyzers(analysis)))))
+    """Every analyzer's findings through every finding pass (`analyzers.passes.FINDING_PASSES`: replay costs,
+    root-cause links, folds, roles, ranking): the findings of a report."""
+    return apply_passes(analysis, run_analyzers(analysis))
 
 
 def analyze(analysis: Analysis) -> tuple[list[Finding], dict[str, pd.DataFrame], list[LoadNote]]:

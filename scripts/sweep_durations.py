@@ -78,7 +78,7 @@ def statistics_sweep(args: argparse.Namespace) -> None:
 def traces_sweep(args: argparse.Namespace) -> None:
     from perftracker.analyzers.analysis import Analysis
     from perftracker.analyzers.findings import Severity
-    from perftracker.analyzers.registry import run_analyzers
+    from perftracker.analyzers.passes import costed_findings
     from perftracker.collectors.loading import LoadOptions, load_path
     from perftracker.synth import SynthSpec, generate
 
@@ -90,7 +90,7 @@ def traces_sweep(args: argparse.Namespace) -> None:
                 extra = {2: 20_000.0 * excess} if excess else {}  # 20 ms of compute per collective slot
                 generate(SynthSpec(ranks=4, steps=6, seed=seed, stragglers=extra, step_jitter=args.trace_jitter),
                          Path(tmp) / "t")
-                findings = run_analyzers(Analysis(load_path(Path(tmp) / "t", LoadOptions(workers=1))))
+                findings = costed_findings(Analysis(load_path(Path(tmp) / "t", LoadOptions(workers=1))))
                 loud = [f.ranks for f in findings if f.analyzer == "straggler" and f.severity >= Severity.WARNING]
                 hits += (loud == [(2,)]) if excess else bool(loud)
         what = "clean runs with a warning" if not excess else f"{excess:.0%} excess named"

@@ -234,7 +234,7 @@ def test_step_time_and_stack_rules_stay_quiet_on_real_clean_runs(tmp_path: Path)
     # whatever else runs here: step times wander by tens of percent within a run)
     from perftracker.analyzers.analysis import Analysis
     from perftracker.analyzers.findings import Severity
-    from perftracker.analyzers.registry import run_analyzers
+    from perftracker.analyzers.passes import costed_findings
 
     loud: dict[str, list[str]] = {}
     clean = [run for run in RUNS if run["scenario"] == "clean"]
@@ -242,7 +242,7 @@ def test_step_time_and_stack_rules_stay_quiet_on_real_clean_runs(tmp_path: Path)
         store = load_path(_step_files_only(CORPUS / run["name"], tmp_path / run["name"]), LoadOptions(workers=1))
         # WHEN the step-time rules (unstable steps, step imbalance, phase stragglers, slowdowns) and the
         # stack-profile rule judge them
-        found = [f for f in run_analyzers(Analysis(store)) if f.analyzer in ("steps", "degradation", "stack_profile")]
+        found = [f for f in costed_findings(Analysis(store)) if f.analyzer in ("steps", "degradation", "stack_profile")]
         titles = [f.title for f in found if f.severity >= Severity.WARNING]
         if titles:
             loud[run["name"]] = titles

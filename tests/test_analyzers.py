@@ -9,7 +9,8 @@ from tracegen import TraceBuilder
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity, rank_findings
-from perftracker.analyzers.registry import Analyzer, run_analyzers
+from perftracker.analyzers.passes import costed_findings
+from perftracker.analyzers.registry import Analyzer
 from perftracker.analyzers.traces.gpu_time import breakdown
 from perftracker.analyzers.traces.idle import idle_gaps
 from perftracker.collectors.loading import LoadOptions, load_path
@@ -50,7 +51,7 @@ def _exposed_steps(rank: int, world_size: int) -> TraceBuilder:
 def test_exposed_communication_is_a_ranked_finding(tmp_path: Path) -> None:
     # GIVEN the trace of a one-rank job with two steps where communication runs alone for 40% of each step
     store = _load(tmp_path, _exposed_steps(rank=0, world_size=1))
-    findings = [f for f in run_analyzers(Analysis(store)) if f.analyzer == "overlap"]
+    findings = [f for f in costed_findings(Analysis(store)) if f.analyzer == "overlap"]
     # THEN one critical overlap finding costing ~0.4 ms per step
     assert len(findings) == 1
     assert findings[0].severity == Severity.CRITICAL
@@ -61,7 +62,7 @@ def test_exposed_communication_is_a_ranked_finding(tmp_path: Path) -> None:
 def test_exposed_communication_of_one_rank_of_many_says_it_may_be_waiting(tmp_path: Path) -> None:
     # GIVEN the same steps, but the trace of rank 0 of an 8-rank job and no other rank's trace
     store = _load(tmp_path, _exposed_steps(rank=0, world_size=8))
-    findings = [f for f in run_analyzers(Analysis(store)) if f.analyzer == "overlap"]
+    findings = [f for f in costed_findings(Analysis(store)) if f.analyzer == "overlap"]
     # THEN the finding is a warning at most: the kernel time may be waiting for a late rank, which one trace cannot
     # tell apart, and the advice starts with profiling every rank
     assert len(findings) == 1 and findings[0].severity == Severity.WARNING
@@ -98,7 +99,7 @@ def test_phase_imbalance_names_the_slow_rank(tmp_path: Path) -> None:
                                      "end_ns": step * 100_000_000 + 90_000_000, "host": f"h{rank}",
                                      "phases_ns": {"forward": fwd, "backward": 50_000_000}}) + "\n")
     store = load_path(tmp_path / "run", LoadOptions(workers=1))
-    findings = [f for f in run_analyzers(Analysis(store)) if f.analyzer == "steps" and f.severity >= Severity.WARNING]
+    findings = [f for f in costed_findings(Analysis(store)) if f.analyzer == "steps" and f.severity >= Severity.WARNING]
     assert len(findings) == 1 and findings[0].ranks == (2,) and findings[0].hosts == ("h2",)
     assert "forward" in findings[0].title
 
@@ -110,7 +111,7 @@ def test_a_crashing_analyzer_becomes_a_finding(tmp_path: Path) -> None:
 
     store = _load(tmp_path, TraceBuilder(rank=0).step(1, 0, 100).kernel("gemm", 1, 10))
     # WHEN every analyzer runs
-    findings = run_analyzers(Analysis(store), extra=(Analyzer("test_crasher", crasher, "raises on purpose"),))
+    findings = costed_findings(Analysis(store), extra=(Analyzer("test_crasher", crasher, "raises on purpose"),))
     # THEN its failure is one finding and the others still ran
     crash = [f for f in findings if f.analyzer == "test_crasher"]
     assert len(crash) == 1 and "boom" in crash[0].title and crash[0].severity == Severity.WARNING

@@ -265,3 +265,13 @@ def test_no_module_imports_the_package_front_or_its_writer_back() -> None:
     assert up == []
     # AND the writer of the output folders knows a run by its shape: outputs.py does not import results.py
     assert [m for _, m in _imports(PACKAGE / "outputs.py") if m.startswith("perftracker.results")] == []
+
+
+def test_every_analyzer_kind_names_a_registered_analyzer() -> None:
+    # GIVEN the names the finding passes use for the analyzers (findings.Kind) and the registry's list
+    from perftracker.analyzers.findings import Kind
+    from perftracker.analyzers.registry import BUILTIN
+
+    # THEN each names a registered analyzer (or the passes' own "replay"): a renamed analyzer cannot leave a
+    # fold or a link matching a name no finding has
+    assert sorted(k.value for k in Kind if k.value not in {a.name for a in BUILTIN} | {"replay"}) == []

@@ -14,7 +14,7 @@ import pytest
 from conftest import HTA_TRACES, ROOT, corpus_store
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.registry import run_analyzers
+from perftracker.analyzers.passes import costed_findings
 from perftracker.analyzers.traces.gpu_time import breakdown, breakdown_view
 from perftracker.analyzers.traces.period_costs import period_costs_view
 
@@ -44,7 +44,7 @@ def test_no_cost_share_exceeds_100_percent_and_breakdowns_sum_to_100(name: str) 
     # GIVEN one trace set of the corpus, analyzed once
     store = corpus_store(_path(name))
     analysis = Analysis(store)
-    findings = run_analyzers(analysis)
+    findings = costed_findings(analysis)
     # THEN no finding costs more than its step, in its cost or in its title
     for finding in findings:
         assert 0.0 <= finding.cost.share_of_step <= 1.0 + 1e-9, (finding.key, finding.cost)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.registry import run_analyzers
+from perftracker.analyzers.passes import costed_findings
 from perftracker.collectors.loading import LoadOptions, load_path
 
 
@@ -27,7 +27,7 @@ def write_steps(run: Path, durations: dict[int, np.ndarray], phases: dict[int, n
 
 
 def findings_of(run: Path, tmp: Path) -> list:
-    return [f for f in run_analyzers(Analysis(load_path(run, LoadOptions(workers=1)))) if f.analyzer == "degradation"]
+    return [f for f in costed_findings(Analysis(load_path(run, LoadOptions(workers=1)))) if f.analyzer == "degradation"]
 
 
 def test_sustained_rise_is_found_at_its_step_and_names_the_host(tmp_path: Path) -> None:

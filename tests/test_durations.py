@@ -15,7 +15,7 @@ import pytest
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Severity
-from perftracker.analyzers.registry import run_analyzers
+from perftracker.analyzers.passes import costed_findings
 from perftracker.analyzers.stragglers.durations import judge_durations, t_sf
 from perftracker.analyzers.stragglers.significance import judge_outliers
 from perftracker.analyzers.stragglers.straggler import durations_view
@@ -74,7 +74,7 @@ def test_durations_stay_quiet_on_a_drifting_clean_run() -> None:
 
 
 def _loud_stragglers(path: Path) -> list[tuple[int, ...]]:
-    findings = run_analyzers(Analysis(load_path(path, LoadOptions(workers=1))))
+    findings = costed_findings(Analysis(load_path(path, LoadOptions(workers=1))))
     return [f.ranks for f in findings if f.analyzer == "straggler" and f.severity >= Severity.WARNING]
 
 

@@ -12,7 +12,7 @@ from tracegen import TraceBuilder
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.registry import run_analyzers
+from perftracker.analyzers.passes import costed_findings
 from perftracker.analyzers.traces.idle import idle_gaps
 from perftracker.analyzers.traces.intervals import covered_within, intersect, union
 from perftracker.analyzers.traces.period_costs import QUANTITIES, period_costs_view
@@ -34,7 +34,7 @@ def _load(tmp_path: Path, builder: TraceBuilder) -> Store:
 
 
 def _findings(store: Store, analyzer: str) -> list[Finding]:
-    return [f for f in run_analyzers(Analysis(store), only=[analyzer]) if f.analyzer == analyzer]
+    return [f for f in costed_findings(Analysis(store), only=[analyzer]) if f.analyzer == analyzer]
 
 
 def test_gpu_running_behind_the_cpu_measures_steps_on_the_gpus_clock(tmp_path: Path) -> None:

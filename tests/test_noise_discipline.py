@@ -17,7 +17,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.registry import run_analyzers
+from perftracker.analyzers.passes import costed_findings
 from perftracker.analyzers.stragglers.degradation import change_point
 from perftracker.collectors.loading import LoadOptions, load_path
 
@@ -64,7 +64,7 @@ def _write_steps(run: Path, phases_by_rank: dict[int, list[dict[str, float]]]) -
 
 
 def _steps_findings(run: Path) -> list[Finding]:
-    return [f for f in run_analyzers(Analysis(load_path(run, LoadOptions(workers=1)))) if f.analyzer == "steps"]
+    return [f for f in costed_findings(Analysis(load_path(run, LoadOptions(workers=1)))) if f.analyzer == "steps"]
 
 
 def test_slow_steps_in_the_data_phase_are_a_warning_and_in_backward_an_info(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ import pytest
 from conftest import HTA_TRACES
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.registry import run_analyzers
+from perftracker.analyzers.passes import costed_findings
 from perftracker.analyzers.stragglers.replay import replay
 from perftracker.analyzers.thresholds import default
 
@@ -45,7 +45,7 @@ def test_synthetic_straggler_cost_is_the_step_time_its_removal_saves(tmp_path: P
     analysis, truth_us = _synthetic(tmp_path)
     # WHEN analyzed
     fit = analysis.view(replay_view)
-    findings = run_analyzers(analysis)
+    findings = costed_findings(analysis)
     # THEN the unchanged replay gives the measured step times back
     assert fit.error < 1e-6
     # AND the straggler's cost is the replayed saving of its peers' mean durations, equal to the simulation's
@@ -140,7 +140,7 @@ def test_real_gloo_straggler_named_with_a_replayed_cost() -> None:
     analysis = Analysis(load_path(GLOO, LoadOptions(workers=1)))
     # WHEN analyzed
     fit = analysis.view(replay_view)
-    named = [f for f in run_analyzers(analysis) if f.ranks == (2,) and f.cost.seconds_per_step > 0]
+    named = [f for f in costed_findings(analysis) if f.ranks == (2,) and f.cost.seconds_per_step > 0]
     # THEN the replay fits the measured steps and the straggler's cost comes from it, below the step time
     assert fit.error <= REL_TOL
     assert named and named[0].evidence["cost_source"] == "replay"
@@ -177,7 +177,7 @@ def test_a_replay_off_by_more_than_5_percent_keeps_the_estimates_and_says_so() -
     analysis = Analysis(load_path(HTA_TRACES / "trace_filter", LoadOptions(workers=1)))
     # WHEN analyzed
     fit = analysis.view(replay_view)
-    findings = run_analyzers(analysis)
+    findings = costed_findings(analysis)
     # THEN the replay does not fit, and the findings it would have costed keep their own estimate, saying why
     assert fit.error > REL_TOL
     kept = [f for f in findings if f.key in ("overlap:exposed", "straggler:measured:1")]

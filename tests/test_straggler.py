@@ -8,14 +8,14 @@ import pytest
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Severity
-from perftracker.analyzers.registry import run_analyzers
+from perftracker.analyzers.passes import costed_findings
 from perftracker.analyzers.stragglers.straggler import straggler_tables
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.synth import SynthSpec, generate, tp_dp_groups
 
 
 def stragglers(store) -> list:  # type: ignore[no-untyped-def]
-    return [f for f in run_analyzers(Analysis(store)) if f.analyzer == "straggler" and f.severity >= Severity.WARNING]
+    return [f for f in costed_findings(Analysis(store)) if f.analyzer == "straggler" and f.severity >= Severity.WARNING]
 
 
 def build(tmp_path: Path, spec: SynthSpec):  # type: ignore[no-untyped-def]

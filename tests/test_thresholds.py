@@ -22,7 +22,7 @@ import pytest
 from perftracker.analyzers.analysis import Analysis, AnalysisOptions
 from perftracker.analyzers.findings import rank_findings
 from perftracker.analyzers.online.hang_rule import step_stall
-from perftracker.analyzers.registry import run_analyzers
+from perftracker.analyzers.passes import costed_findings
 from perftracker.analyzers.thresholds import DECLARED, Thresholds, active, threshold
 from perftracker.cli.thresholds import reference_markdown
 from perftracker.collectors.loading import LoadOptions, load_path
@@ -113,7 +113,7 @@ def sample() -> Store:
 
 
 def _keys(store: Store, **overrides: object) -> dict[str, str]:
-    findings = rank_findings(run_analyzers(Analysis(store, AnalysisOptions(thresholds=overrides))))
+    findings = rank_findings(costed_findings(Analysis(store, AnalysisOptions(thresholds=overrides))))
     return {f.key: f.severity.label for f in findings}
 
 

@@ -11,20 +11,20 @@ from tracegen import TraceBuilder
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.registry import run_analyzers
+from perftracker.analyzers.passes import costed_findings
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.store import Store
 
 
 def _inputs(store: Store) -> dict[str, Finding]:
-    return {f.key: f for f in run_analyzers(Analysis(store), only=["inputs"])}
+    return {f.key: f for f in costed_findings(Analysis(store), only=["inputs"])}
 
 
 def test_an_execution_trace_is_joined_to_its_kineto_trace(hta_traces: Path) -> None:
     # GIVEN HTA's simple-add benchmark: a Kineto trace and the execution trace recorded with it
     store = corpus_store(hta_traces / "execution_trace")
     # WHEN the inputs and idle analyzers run
-    findings = {f.key: f for f in run_analyzers(Analysis(store), only=["inputs", "idle"])}
+    findings = {f.key: f for f in costed_findings(Analysis(store), only=["inputs", "idle"])}
     # THEN the ET's operators are joined to rank 0 by record-function id, and the CPU ops named in the
     # idle finding carry the input shapes the ET recorded
     joined = findings["inputs:execution-trace:benchmark_simple_add_et.json.gz"]

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.registry import run_analyzers
+from perftracker.analyzers.passes import costed_findings
 from perftracker.analyzers.stragglers.wait_transfer import collective_split_view, step_waits_view
 from perftracker.analyzers.traces.gpu_time import breakdown_view
 from perftracker.collectors.loading import LoadOptions, load_path
@@ -90,7 +90,7 @@ def test_dlrm_waiting_is_not_reported_as_exposed_communication() -> None:
     # GIVEN the DLRM traces, where ~98% of NCCL kernel time is waiting
     analysis = Analysis(_dlrm())
     # WHEN analyzed
-    findings = run_analyzers(analysis)
+    findings = costed_findings(analysis)
     table = analysis.view(breakdown_view)
     # THEN no exposed-communication finding (the transfers are ~0.2 ms of a ~16 ms step)
     assert not [f for f in findings if f.analyzer == "overlap"]
@@ -111,7 +111,7 @@ def test_all_gather_is_sized_by_its_output_as_nccl_tests_does() -> None:
 
 def test_dlrm_one_step_names_the_rank_waited_for_and_says_persistence_cannot_be_judged() -> None:
     # GIVEN the DLRM traces: one profiled step, rank 7 last at 5 of the 8 collectives
-    findings = run_analyzers(Analysis(_dlrm()))
+    findings = costed_findings(Analysis(_dlrm()))
     # WHEN the straggler analyzer reports
     measured = [f for f in findings if f.key.startswith("straggler:measured:")]
     # THEN one finding names rank 7 with the waiting it caused, what it did before, and the caveat
@@ -154,7 +154,7 @@ def test_gloo_job_wait_and_transfer_match_the_raw_events_and_the_late_rank_is_na
     assert (mine["wait_ns"].to_numpy() == theirs["wait"].to_numpy()).all()
     assert (mine["transfer_ns"].to_numpy() == theirs["transfer"].to_numpy()).all()
     # AND rank 0 caused the waiting, and the finding names it with what it did: its extra_work region
-    straggler = [f for f in run_analyzers(analysis) if f.key == "straggler:0"]
+    straggler = [f for f in costed_findings(analysis) if f.key == "straggler:0"]
     assert straggler and straggler[0].evidence["before_arrival"]["top_extra_cpu"][0]["name"] == "extra_work"
     assert straggler[0].evidence["before_arrival"]["extra_gpu_idle_ms"] == 0.0  # no GPU in this job
 

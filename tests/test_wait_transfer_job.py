@@ -18,7 +18,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 from sample_job_runner import run_job  # noqa: E402
 
 from perftracker.analyzers.analysis import Analysis  # noqa: E402
-from perftracker.analyzers.registry import run_analyzers  # noqa: E402
+from perftracker.analyzers.passes import costed_findings  # noqa: E402
 from perftracker.analyzers.stragglers.late_rank import before_arrival  # noqa: E402
 from perftracker.analyzers.stragglers.wait_transfer import collective_split_view, step_waits_view  # noqa: E402
 from perftracker.collectors.loading import LoadOptions, load_path  # noqa: E402
@@ -59,7 +59,7 @@ def test_real_job_waits_for_the_computing_rank_and_the_numbers_match_the_raw_eve
     # arrivals is its extra work
     caused = analysis.view(step_waits_view).groupby("rank")["caused_ns"].sum()
     assert int(caused.idxmax()) == SLOW
-    about = [f for f in run_analyzers(analysis) if f.analyzer == "straggler" and f.ranks == (SLOW,)]
+    about = [f for f in costed_findings(analysis) if f.analyzer == "straggler" and f.ranks == (SLOW,)]
     assert about, "no straggler finding is about the slowed rank"
     did = next((f.evidence["before_arrival"] for f in about if "before_arrival" in f.evidence), None)
     did = did if did is not None else before_arrival(analysis, SLOW)

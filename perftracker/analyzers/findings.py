@@ -5,6 +5,12 @@ plus the share of the step time (`share_of_step`). `confidence` (0..1, or None f
 facts rather than statistical claims, such as a setting read from a log) says how sure the claim is
 beyond the run's own noise. Findings are ranked by severity, then cost, then confidence.
 
+`role` says what a finding is in the story of the run (`Role`): a root (a cause: act on it), a consequence
+(an effect another finding explains; the finding passes, `analyzers/passes.py`, mark it) or context (a fact
+that frames the others). Left out, it is inferred when the finding is made: an info finding is context,
+any other a root. `Kind` names the built-in analyzers, so that the passes that relate one analyzer's findings
+to another's refer to them by name, not by a string typed again.
+
 Every text a finding carries (title, recommendation, each string of its evidence, host names) passes
 `redaction.safe_text` / `plain_line` when the finding is made, whoever makes it: a log line, an exception
 or an NCCL line quoted into a finding shows no credential (`password=...`, `ghp_...`, URL user info, an
@@ -17,7 +23,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from enum import IntEnum
+from enum import Enum, IntEnum
 from typing import Any
 
 from perftracker.redaction import plain_line, safe_text
@@ -40,6 +46,55 @@ class Severity(IntEnum):
             return cls[text.strip().upper()]
         except KeyError:
             raise ValueError(f"unknown severity {text!r}; use info, warning or critical") from None
+
+
+class Role(str, Enum):
+    """What a finding is in the story of the run: a cause, an effect of another finding, or a fact around them."""
+
+    ROOT = "root"
+    CONSEQUENCE = "consequence"
+    CONTEXT = "context"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class Kind(str, Enum):
+    """The built-in analyzers' names (`Finding.analyzer`; `registry.BUILTIN` lists one analyzer per name), plus
+    the finding passes' own ("replay"). A member equals its name as text: `f.analyzer == Kind.CRASH`."""
+
+    TOPOLOGY = "topology"
+    BANDWIDTH = "bandwidth"
+    BREAKDOWN = "breakdown"
+    BASELINE_SHIFT = "baseline_shift"
+    CPU_CONTENTION = "cpu_contention"
+    WAITED_RANK = "waited_rank"
+    CRASH = "crash"
+    DEGRADATION = "degradation"
+    GPU_HEALTH = "gpu_health"
+    GPU_LINKS = "gpu_links"
+    HANG = "hang"
+    IDLE = "idle"
+    INPUTS = "inputs"
+    LINKS = "links"
+    NCCL_BANDWIDTH = "nccl_bandwidth"
+    NCCL_STRAGGLER = "nccl_straggler"
+    NCCL_CONFIG = "nccl_config"
+    OVERLAP = "overlap"
+    RDMA = "rdma"
+    RDMA_PFC = "rdma_pfc"
+    SILENT_HOST = "silent_host"
+    STACK_PROFILE = "stack_profile"
+    STEPS = "steps"
+    STRAGGLER = "straggler"
+    EFFICIENCY = "efficiency"
+    REPLAY = "replay"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __hash__(self) -> int:  # as its text's: a Kind finds the analyzer's name in a dict or set, and back
+        return hash(self.value)
 
 
 @dataclass(frozen=True)
@@ -72,8 +127,12 @@ class Finding:
     key: str = ""
     fixed_id: str = ""
     confidence: float | None = None
+    role: Role | None = None  # None: inferred when made (info: context, else root); always set after
 
     def __post_init__(self) -> None:  # the one choke point for text from inputs (see the module docstring)
+        if self.role is None:
+            object.__setattr__(self, "role", inferred_role(self.severity))
+        object.__setattr__(self, "analyzer", str(self.analyzer))  # a Kind is stored as its text
         object.__setattr__(self, "title", safe_text(self.title))
         object.__setattr__(self, "recommendation", safe_text(self.recommendation))
         object.__setattr__(self, "evidence", safe_evidence(self.evidence))
@@ -96,6 +155,7 @@ class Finding:
             "id": self.id,
             "analyzer": self.analyzer,
             "severity": self.severity.label,
+            "role": str(self.role),
             "title": self.title,
             "ranks": list(self.ranks),
             "hosts": list(self.hosts),
@@ -121,6 +181,7 @@ class Finding:
             related=tuple(str(r) for r in data.get("related") or ()),
             fixed_id=str(data.get("id", "")),
             confidence=_confidence(data.get("confidence")),
+            role=_role(data.get("role")),
         )
 
 
@@ -152,6 +213,19 @@ def safe_evidence(evidence: Mapping[str, Any]) -> dict[str, Any]:
 def _safe_key(key: Any) -> Any:
     """A key as one plain line when it is text; a number (a rank) stays a number."""
     return plain_line(key) if isinstance(key, str) else key if isinstance(key, (int, float)) else plain_line(str(key))
+
+
+def inferred_role(severity: Severity) -> Role:
+    """The role of a finding that does not say: an info finding is context, any other a root."""
+    return Role.CONTEXT if severity == Severity.INFO else Role.ROOT
+
+
+def _role(value: Any) -> Role | None:
+    """A saved finding's role; None (inferred) when absent or not one of ours (a file written before roles)."""
+    try:
+        return Role(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
 
 
 def _confidence(value: Any) -> float | None:

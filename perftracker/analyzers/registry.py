@@ -3,7 +3,8 @@
 An analyzer is a plain function `Analysis -> list[Finding]` (see `analysis.py`). The built-in ones
 are listed in `BUILTIN` below, in the order they run; third-party analyzers come from the
 entry-point group `perftracker.analyzers` and run after them. A crashing analyzer becomes a finding
-of its own, so one bad analyzer never blanks a report.
+of its own, so one bad analyzer never blanks a report. `run_analyzers` runs the analyzers and nothing
+else; what relates one analyzer's findings to another's is the finding passes' (`passes.py`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from perftracker.analyzers.efficiency.analyzer import analyze_efficiency
 from perftracker.analyzers.failures.crash import analyze_crash
 from perftracker.analyzers.failures.hang import analyze_hang
 from perftracker.analyzers.failures.silent_host import analyze_silent_host
-from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.findings import Finding, Role, Severity
 from perftracker.analyzers.health.bandwidth import analyze_bandwidth
 from perftracker.analyzers.health.gpu_health import analyze_gpu_health
 from perftracker.analyzers.health.gpu_links import analyze_gpu_links
@@ -34,7 +35,6 @@ from perftracker.analyzers.online.baseline_shift import analyze_baseline_shift
 from perftracker.analyzers.online.cpu_contention import analyze_cpu_contention
 from perftracker.analyzers.online.waited_rank import analyze_waited_rank
 from perftracker.analyzers.stragglers.degradation import analyze_degradation
-from perftracker.analyzers.stragglers.replay_costs import with_replay_costs
 from perftracker.analyzers.stragglers.stack_profile import analyze_stack_profile
 from perftracker.analyzers.stragglers.steps import analyze_steps
 from perftracker.analyzers.stragglers.straggler import analyze_stragglers
@@ -127,7 +127,8 @@ def all_analyzers(extra: tuple[Analyzer, ...] = ()) -> list[Analyzer]:
 
 def run_analyzers(analysis: Analysis, only: list[str] | None = None,
                   extra: tuple[Analyzer, ...] = ()) -> list[Finding]:
-    """Run each analyzer; an exception becomes a warning finding naming the analyzer."""
+    """Run each analyzer; an exception becomes a warning finding naming the analyzer (its role: context). The
+    findings are each analyzer's own: relating them to each other is `passes.apply_passes`'."""
     findings: list[Finding] = []
     for analyzer in all_analyzers(extra):
         if only and analyzer.name not in only:
@@ -145,12 +146,7 @@ def run_analyzers(analysis: Analysis, only: list[str] | None = None,
                     "The other analyzers ran normally.",
                     evidence={"traceback": traceback.format_exc(limit=6)},
                     key=f"crash:{analyzer.name}",
+                    role=Role.CONTEXT,
                 )
             )
-    try:
-        return with_replay_costs(analysis, findings)
-    except Exception as exc:  # the analyzers' own costs stand
-        return [*findings, Finding(analyzer="replay", severity=Severity.WARNING,
-                                   title=f"What-if replay failed: {type(exc).__name__}: {exc}",
-                                   recommendation="This is a perftracker bug; the costs are the analyzers' own.",
-                                   evidence={"traceback": traceback.format_exc(limit=6)}, key="crash:replay")]
+    return findings

@@ -18,7 +18,7 @@ from perftracker.analyzers.failures.hang import analyze_hang
 from perftracker.analyzers.failures.waitfor import wait_graph
 from perftracker.analyzers.failures.waitview import wait_graph_view
 from perftracker.analyzers.findings import Severity
-from perftracker.analyzers.registry import run_analyzers
+from perftracker.analyzers.passes import costed_findings
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.collectors.postmortem.flight_recorder import load_fr_dumps
 from perftracker.reports.failure_section import wait_graph_section
@@ -174,7 +174,7 @@ def test_a_lost_peer_error_folds_into_the_cause_in_logs_without_dumps(fixture: s
     # logged is another rank's "Connection closed by peer"), and a node killed mid-run (lab kill-3)
     analysis = Analysis(load(Path(__file__).resolve().parents[1] / "fixtures" / fixture))
     # WHEN every analyzer runs and the failure findings are folded
-    found = fold_failures(run_analyzers(analysis))
+    found = fold_failures(costed_findings(analysis))
     critical = [f for f in found if f.severity == Severity.CRITICAL]
     # THEN one critical finding names the culprit, and the lost-peer "first failure" is its evidence
     assert [f.ranks for f in critical] == [culprit], [f.title for f in critical]

@@ -17,13 +17,13 @@ from dataclasses import replace
 from datetime import datetime, timezone
 
 from perftracker.analyzers.failures.roots import explained_ranks
-from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.findings import Finding, Kind, Severity
 
-FAILURE_ANALYZERS = ("crash", "hang", "silent_host")
+FAILURE_ANALYZERS = (Kind.CRASH, Kind.HANG, Kind.SILENT_HOST)
 
 
 def _is_root(f: Finding) -> bool:
-    return f.analyzer == "crash" and f.key.startswith("crash:root:")
+    return f.analyzer == Kind.CRASH and f.key.startswith("crash:root:")
 
 
 def _explained(f: Finding, ranks: set[int], hosts: set[str]) -> bool:
@@ -50,11 +50,14 @@ def _silent_clause(f: Finding) -> str:
 
 def _lost_peer(f: Finding) -> bool:
     """The first-failure finding when the first error is about a lost peer: a consequence by its own account."""
-    return f.analyzer == "crash" and f.key.startswith("crash:first:") and bool(f.evidence.get("consequence_of_a_lost_peer"))
+    return f.analyzer == Kind.CRASH and f.key.startswith("crash:first:") and bool(f.evidence.get("consequence_of_a_lost_peer"))
+
+
+_CAUSE_ORDER: dict[str, int] = {Kind.SILENT_HOST: 0, Kind.CRASH: 1, Kind.HANG: 2}
 
 
 def _cause_order(f: Finding) -> int:
-    return {"silent_host": 0, "crash": 1, "hang": 2}.get(f.analyzer, 9) + (1 if f.key.startswith("crash:first:") else 0)
+    return _CAUSE_ORDER.get(f.analyzer, 9) + (1 if f.key.startswith("crash:first:") else 0)
 
 
 def fold_failures(findings: list[Finding]) -> list[Finding]:
@@ -76,7 +79,7 @@ def fold_failures(findings: list[Finding]) -> list[Finding]:
     for i, root in enumerate(roots):
         extra = folded.get(i, [])
         if extra:
-            silent = [_silent_clause(f) for f in extra if f.analyzer == "silent_host" and set(f.ranks) & set(root.ranks)]
+            silent = [_silent_clause(f) for f in extra if f.analyzer == Kind.SILENT_HOST and set(f.ranks) & set(root.ranks)]
             title = root.title if not silent else f"{root.title} ({'; '.join(silent)})"
             previous = list(root.evidence.get("folded", []))
             evidence = {**root.evidence, "folded": previous + [

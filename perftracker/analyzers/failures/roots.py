@@ -18,9 +18,9 @@ from typing import Any
 import pandas as pd
 
 from perftracker.analyzers.failures.waitfor import Blocked, Root, WaitGraph
-from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.findings import Finding, Kind, Severity
 
-ANALYZER = "crash"
+ANALYZER = Kind.CRASH
 _SHOWN = 16
 
 

@@ -17,22 +17,22 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.findings import Finding, Kind, Severity
 
-SAME_RANK = ("baseline_shift", "cpu_contention", "stack_profile")
-FROM_TRACES = ("straggler", "nccl_straggler")
+SAME_RANK = (Kind.BASELINE_SHIFT, Kind.CPU_CONTENTION, Kind.STACK_PROFILE)
+FROM_TRACES = (Kind.STRAGGLER, Kind.NCCL_STRAGGLER)
 
 
 def _explained(f: Finding, rank: int) -> bool:
     if f.severity < Severity.WARNING:
         return False
-    if f.analyzer == "degradation" and f.key == "degradation:change":
+    if f.analyzer == Kind.DEGRADATION and f.key == "degradation:change":
         return not f.ranks or tuple(f.ranks) == (rank,)
     return f.analyzer in SAME_RANK and tuple(f.ranks) == (rank,)
 
 
 def fold_into_waited_rank(findings: list[Finding]) -> list[Finding]:
-    waited = [f for f in findings if f.analyzer == "waited_rank"]
+    waited = [f for f in findings if f.analyzer == Kind.WAITED_RANK]
     if len(waited) != 1:
         return findings
     root = waited[0]

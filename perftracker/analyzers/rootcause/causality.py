@@ -25,12 +25,12 @@ from datetime import datetime, timezone
 from typing import Any
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.findings import Finding
+from perftracker.analyzers.findings import Finding, Kind
 from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.analyzers.traces.gpu_time import breakdown_view
 
-GPU_SIGNALS = ("gpu_health",)
-NETWORK_SIGNALS = ("rdma", "rdma_pfc", "gpu_links")  # NIC ports, RoCE flow control, NVLink / PCIe links
+GPU_SIGNALS = (Kind.GPU_HEALTH,)
+NETWORK_SIGNALS = (Kind.RDMA, Kind.RDMA_PFC, Kind.GPU_LINKS)  # NIC ports, RoCE flow control, NVLink / PCIe links
 
 
 @dataclass(frozen=True)
@@ -73,9 +73,9 @@ def _rank_has_events(analysis: Analysis, rank: int) -> bool:
 def straggler_locus(analysis: Analysis, f: Finding) -> str:
     """"gpu", "cpu", "network" or "" for a finding naming one slow rank (see the module docstring)."""
     kind = str(f.evidence.get("kind", ""))
-    if f.analyzer == "straggler" and kind == "communication":
+    if f.analyzer == Kind.STRAGGLER and kind == "communication":
         return "network"
-    if f.analyzer == "stack_profile":
+    if f.analyzer == Kind.STACK_PROFILE:
         return "cpu"  # sampled Python stacks: its own CPU-side work takes the time
     rank = f.ranks[0]
     if not _rank_has_events(analysis, rank):

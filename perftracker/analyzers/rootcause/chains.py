@@ -27,12 +27,12 @@ from typing import Any
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.findings import Cost, Finding, Kind, Severity
 from perftracker.analyzers.health.topology import rank_map
 from perftracker.analyzers.rootcause.causality import relation, straggler_locus, straggler_window
 
-_NIC_ANALYZERS = ("rdma", "rdma_pfc")  # port counters (sysfs) and RoCE flow control (ethtool)
-_GPU_ANALYZERS = ("gpu_health", "gpu_links")
+_NIC_ANALYZERS = (Kind.RDMA, Kind.RDMA_PFC)  # port counters (sysfs) and RoCE flow control (ethtool)
+_GPU_ANALYZERS = (Kind.GPU_HEALTH, Kind.GPU_LINKS)
 _GPU_PHASES = ("forward", "backward", "optimizer")
 
 
@@ -44,11 +44,11 @@ def straggler_kind(f: Finding) -> str:
     """
     if len(f.ranks) != 1 or f.severity < Severity.WARNING:
         return ""
-    if f.analyzer == "straggler":
+    if f.analyzer == Kind.STRAGGLER:
         return str(f.evidence.get("kind", ""))
-    if f.analyzer == "steps" and str(f.evidence.get("phase", "")) in _GPU_PHASES:
+    if f.analyzer == Kind.STEPS and str(f.evidence.get("phase", "")) in _GPU_PHASES:
         return "compute"
-    if f.analyzer == "stack_profile":  # its own work takes the time: the rank's device is the first suspect
+    if f.analyzer == Kind.STACK_PROFILE:  # its own work takes the time: the rank's device is the first suspect
         return "compute"
     return ""
 
@@ -81,7 +81,7 @@ def _matches(loc: dict[str, Any], f: Finding) -> str:
 
 def _cause_text(f: Finding) -> str:
     ev = f.evidence
-    if f.analyzer == "gpu_health" and str(ev.get("check", "")).startswith("throttle_"):
+    if f.analyzer == Kind.GPU_HEALTH and str(ev.get("check", "")).startswith("throttle_"):
         clock = ev.get("sm_clock_mhz_throttled")
         return (f"its GPU {ev['gpu']} on host {ev['host']} was in {str(ev['reason']).replace('_', ' ')} slowdown "
                 f"{100 * float(ev['share_of_time']):.0f}% of the time"
@@ -119,8 +119,8 @@ def _summary(straggler: Finding, loc: dict[str, Any], chain: list[tuple[Finding,
 
 def _corroborate(findings: list[Finding]) -> list[Finding]:
     """A sampled-stack straggler and a trace / step / hang finding about the same one rank name each other."""
-    sampled = [f for f in findings if f.analyzer == "stack_profile" and len(f.ranks) == 1]
-    others = [f for f in findings if f.analyzer in ("straggler", "steps", "hang") and len(f.ranks) == 1
+    sampled = [f for f in findings if f.analyzer == Kind.STACK_PROFILE and len(f.ranks) == 1]
+    others = [f for f in findings if f.analyzer in (Kind.STRAGGLER, Kind.STEPS, Kind.HANG) and len(f.ranks) == 1
               and f.severity >= Severity.WARNING]
     links: dict[str, set[str]] = {}
     for s in sampled:
@@ -178,7 +178,7 @@ def _link_findings(analysis: Analysis, findings: list[Finding]) -> list[Finding]
                 if s.ranks[0] not in cur.ranks:
                     cur = replace(cur, ranks=tuple(sorted(set(cur.ranks) | set(s.ranks))))
             updated[f.id] = cur
-    slow = [f for f in findings if f.analyzer == "bandwidth" and f.severity >= Severity.WARNING]
+    slow = [f for f in findings if f.analyzer == Kind.BANDWIDTH and f.severity >= Severity.WARNING]
     nic_findings = [f for f in health if f.analyzer in _NIC_ANALYZERS and f.severity >= Severity.WARNING]
     for b in slow:
         if nic_findings:

@@ -1,0 +1,96 @@
+"""The finding passes: the one place that relates one analyzer's findings to another's, in one ordered list.
+
+Promise: `FINDING_PASSES` is the ordered list of passes a full analysis runs over the analyzers' findings
+(`registry.run_analyzers` runs the analyzers and nothing else); `apply_passes(analysis, findings)` runs them
+once, in this order:
+
+1. `replay costs` (`stragglers.replay_costs`): a finding's cost is the step time a replay without its cause
+   saves; a replay that fails leaves the analyzers' own costs and a warning finding;
+2. `links` (`rootcause.link_findings`): stragglers joined with the host findings that can explain them;
+3. `failure folds` (`failures.fold`): what a wait-for root explains is folded into it;
+4. `waited-rank fold` (`online.waited_fold`): what the rank the others wait for explains is folded into it;
+5. `roles`: a finding another one explains (a straggler whose root-cause chain names a cause that explains it)
+   is a consequence, its explaining finding a root;
+6. `ranking` (`findings.rank_findings`): the one order of findings everywhere.
+
+A pass is a plain function `(Analysis, list[Finding]) -> list[Finding]`: a new pass is a line here, nowhere
+else. `costed_findings(analysis)` is the analyzers' findings with the first pass alone (what `lint-env` and the
+tests of one analyzer's costs read).
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, replace
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.failures.fold import fold_failures
+from perftracker.analyzers.findings import Finding, Kind, Role, Severity, rank_findings
+from perftracker.analyzers.online.waited_fold import fold_into_waited_rank
+from perftracker.analyzers.registry import Analyzer, run_analyzers
+from perftracker.analyzers.rootcause import link_findings
+from perftracker.analyzers.stragglers.replay_costs import with_replay_costs
+
+PassFn = Callable[[Analysis, list[Finding]], list[Finding]]
+
+
+@dataclass(frozen=True)
+class FindingPass:
+    """One pass over every analyzer's findings: its name (as the docs and `apply_passes(only=...)` say it)."""
+
+    name: str
+    fn: PassFn
+
+
+def _replay_costs(analysis: Analysis, findings: list[Finding]) -> list[Finding]:
+    try:
+        return with_replay_costs(analysis, findings)
+    except Exception as exc:  # the analyzers' own costs stand
+        return [*findings, Finding(analyzer=Kind.REPLAY, severity=Severity.WARNING,
+                                   title=f"What-if replay failed: {type(exc).__name__}: {exc}",
+                                   recommendation="This is a perftracker bug; the costs are the analyzers' own.",
+                                   evidence={"traceback": traceback.format_exc(limit=6)}, key="crash:replay",
+                                   role=Role.CONTEXT)]
+
+
+def _roles(analysis: Analysis, findings: list[Finding]) -> list[Finding]:
+    """A finding whose root-cause chain (`links`) names a finding that explains it is that finding's
+    consequence; the explaining one is a root."""
+    explained: set[str] = set()
+    causes: set[str] = set()
+    for f in findings:
+        chain = f.evidence.get("root_cause", {}).get("chain", []) if isinstance(
+            f.evidence.get("root_cause"), dict) else []
+        ids = {str(c.get("id")) for c in chain if isinstance(c, dict) and c.get("explains")}
+        if ids:
+            explained.add(f.id)
+            causes |= ids
+    return [replace(f, role=Role.CONSEQUENCE) if f.id in explained
+            else replace(f, role=Role.ROOT) if f.id in causes and f.severity >= Severity.WARNING else f
+            for f in findings]
+
+
+FINDING_PASSES: tuple[FindingPass, ...] = (
+    FindingPass("replay costs", _replay_costs),
+    FindingPass("links", link_findings),
+    FindingPass("failure folds", lambda analysis, findings: fold_failures(findings)),
+    FindingPass("waited-rank fold", lambda analysis, findings: fold_into_waited_rank(findings)),
+    FindingPass("roles", _roles),
+    FindingPass("ranking", lambda analysis, findings: rank_findings(findings)),
+)
+REPLAY_COSTS = FINDING_PASSES[0].name
+
+
+def apply_passes(analysis: Analysis, findings: list[Finding], only: Collection[str] | None = None) -> list[Finding]:
+    """Every pass of `FINDING_PASSES` (or those named in `only`), once, in the list's order."""
+    for finding_pass in FINDING_PASSES:
+        if only is None or finding_pass.name in only:
+            findings = finding_pass.fn(analysis, findings)
+    return findings
+
+
+def costed_findings(analysis: Analysis, only: list[str] | None = None,
+                    extra: tuple[Analyzer, ...] = ()) -> list[Finding]:
+    """The analyzers' findings (`registry.run_analyzers`) with their replay costs, nothing else joined."""
+    return apply_passes(analysis, run_analyzers(analysis, only, extra), (REPLAY_COSTS,))
