@@ -47,7 +47,7 @@ class Run(Protocol):
     out_dir: Path | None
 
     @property
-    def summary(self) -> Mapping[str, Any]: ...
+    def summary(self) -> json_report.Summary: ...
 
     @property
     def verdict(self) -> str: ...
@@ -165,7 +165,7 @@ def saved_output(path: Path) -> Path | None:
 
 
 def render_html(out_dir: Path, tables: Mapping[str, pd.DataFrame], findings: list[Finding], notes: list[LoadNote],
-                title: str, summary: Mapping[str, Any]) -> None:
+                title: str, summary: json_report.Summary) -> None:
     """report.html in `out_dir`, from the run's tables and findings (sections that cannot be drawn are noted)."""
     from perftracker.reports import html as html_report
     from perftracker.reports.strip import summary_strip
@@ -174,8 +174,8 @@ def render_html(out_dir: Path, tables: Mapping[str, pd.DataFrame], findings: lis
     notes = [*notes, *(LoadNote("warning", f"report section {name}", f"left out: its tables could not be drawn "
                                 f"({why}). Re-run `perftracker analyze` to write them again.")
                        for name, why in failed)]
-    html_report.render(out_dir / REPORT, findings, notes, sections, title=title, coverage=summary.get("coverage"),
-                       synthetic=summary.get("synthetic_inputs"), strip=summary_strip(tables, findings),
+    html_report.render(out_dir / REPORT, findings, notes, sections, title=title, coverage=summary.coverage,
+                       synthetic=summary.synthetic_inputs or None, strip=summary_strip(tables, findings),
                        timeline_command=timeline_command(title, out_dir, tables),
                        timeline_file=TIMELINE if (out_dir / TIMELINE).is_file() else "")
 
@@ -189,7 +189,7 @@ def render_report(out_dir: Path, follow_links: bool = False) -> Path:
     notes = [*(LoadNote.from_dict(n) for n in document.get("notes", [])), *table_notes]
     with output_dir.claimed(out_dir, ""), writing(out_dir / REPORT, ""):
         render_html(out_dir, tables, findings, notes, str(document.get("input", out_dir)),
-                    document.get("summary") or {})
+                    json_report.Summary.from_dict(document.get("summary") or {}))
     return out_dir / REPORT
 
 

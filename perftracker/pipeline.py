@@ -50,6 +50,7 @@ from perftracker.outputs import (  # noqa: F401 - the output folder's names, als
     writing,
 )
 from perftracker.reports import json_report
+from perftracker.reports.json_report import RunFacts
 from perftracker.results import Run, RunDiff
 from perftracker.saved_tables import read_tables
 from perftracker.store import LoadNote, Store
@@ -82,11 +83,12 @@ def run_of(analysis: Analysis, input_path: str, timeline: bool = False) -> Run:
     store = analysis.store
     findings, tables, failed = analyze(analysis)
     notes = [*store.notes, *failed]
-    document = json_report.build(findings, notes, input_path, _summary(analysis, tables))
+    summary = json_report.summary_of(findings, _facts(analysis, tables))
+    document = json_report.build(findings, notes, input_path, summary)
     if analysis.thresholds.changed():
         document["thresholds_changed"] = analysis.thresholds.changed()
     merged = merged_timeline(analysis, findings) if timeline and store.n_events else None
-    return Run(input_path, findings, tables, notes, document, store.run_info, merged, store=store)
+    return Run(input_path, findings, tables, notes, document, summary, store.run_info, merged, store=store)
 
 
 def timeline_of(analysis: Analysis, input_path: str, ranks: list[int] | None = None, steps: list[int] | None = None,
@@ -107,21 +109,17 @@ def timeline_of(analysis: Analysis, input_path: str, ranks: list[int] | None = N
     return replace(merged, note="; ".join(filter(None, [merged.note, f"inputs left out or cut: {said}{more}"])))
 
 
-def _summary(analysis: Analysis, tables: Mapping[str, pd.DataFrame]) -> dict[str, Any]:
+def _facts(analysis: Analysis, tables: Mapping[str, pd.DataFrame]) -> RunFacts:
     store = analysis.store
     run = tables["run_summary"]
     step = run.iloc[0] if not run.empty else None
-    summary: dict[str, Any] = {
-        "ranks": len(known_ranks(store)), "hosts": known_hosts(store),
-        "coverage": coverage_dict(coverage(analysis)),
-        "step_time_s": _finite(step["step_median_s"]) if step is not None else None,
-        "step_spread_across_ranks_s": (_finite(step["step_slowest_rank_s"] - step["step_fastest_rank_s"])
-                                       if step is not None else None),
-        "hta_compat": analysis.options.hta_compat,
-    }
-    if store.run_info.synthetic_inputs:  # only runs that say so: a real run's summary has no such key
-        summary["synthetic_inputs"] = [s.to_dict() for s in store.run_info.synthetic_inputs]
-    return summary
+    return RunFacts(
+        ranks=len(known_ranks(store)), hosts=known_hosts(store), coverage=coverage_dict(coverage(analysis)),
+        step_time_s=_finite(step["step_median_s"]) if step is not None else None,
+        step_spread_across_ranks_s=(_finite(step["step_slowest_rank_s"] - step["step_fastest_rank_s"])
+                                    if step is not None else None),
+        hta_compat=analysis.options.hta_compat,
+        synthetic_inputs=[s.to_dict() for s in store.run_info.synthetic_inputs])
 
 
 def _finite(value: Any) -> float | None:
@@ -136,7 +134,8 @@ def read_run(folder: Path, follow_links: bool = False) -> Run:
     document, findings = json_report.read(folder / FINDINGS, follow_links)
     tables, table_notes = read_tables(folder / TABLES, follow_links)
     notes = [*(LoadNote.from_dict(n) for n in document.get("notes", [])), *table_notes]
-    return Run(str(document.get("input", folder)), findings, tables, notes, document, out_dir=folder)
+    return Run(str(document.get("input", folder)), findings, tables, notes, document,
+               json_report.Summary.from_dict(document["summary"]), out_dir=folder)
 
 
 def diff_runs(base: Run, new: Run, title: str, tolerance: float = DEFAULT_TOLERANCE,
@@ -151,11 +150,12 @@ def diff_runs(base: Run, new: Run, title: str, tolerance: float = DEFAULT_TOLERA
     table = Thresholds.with_overrides(thresholds)
     with active_thresholds(table):
         comparison = compare_runs(*sides, tolerance)
-    document = json_report.build(comparison.findings, [], title, {"diff": comparison.summary},
-                                 verdict_text=json_report.diff_verdict(comparison.findings))
+    summary = json_report.summary_of(comparison.findings, diff=dict(comparison.summary),
+                                     verdict_text=json_report.diff_verdict(comparison.findings))
+    document = json_report.build(comparison.findings, [], title, summary)
     if table.changed():
         document["thresholds_changed"] = table.changed()
-    return RunDiff(base, new, comparison, document, title)
+    return RunDiff(base, new, comparison, document, summary, title)
 
 
 def _side(label: str, run: Run) -> RunSide:

@@ -20,6 +20,7 @@ import pandas as pd
 from perftracker.analyzers.compare.diff import RunComparison
 from perftracker.analyzers.findings import Finding
 from perftracker.outputs import DIFF_HTML, REPORT, write_diff, write_run
+from perftracker.reports.json_report import Summary
 from perftracker.store import LoadNote, RunInfo, Store
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ class Run:
         tables: Every report view by name (`perftracker.analyzers.views.REPORT_VIEWS`), as DataFrames.
         notes: What the loaders and the views want the user to know about the inputs.
         document: The findings.json document (schema of `perftracker.reports.json_report`).
+        summary: Its summary, typed (`json_report.Summary`: verdict, counts, costs, the run's facts).
         run_info: What the loaders learned about the run (manifest, process groups, ...).
         timeline: The merged, clock-aligned timeline of all ranks, when it was asked for.
         out_dir: Where the run was written (by `write`, or the saved output it was read from); None before.
@@ -61,6 +63,7 @@ class Run:
     tables: dict[str, pd.DataFrame]
     notes: list[LoadNote]
     document: dict[str, Any]
+    summary: Summary = field(repr=False)
     run_info: RunInfo = field(default_factory=RunInfo, repr=False)
     timeline: MergedTimeline | None = field(default=None, repr=False)
     out_dir: Path | None = None
@@ -69,13 +72,7 @@ class Run:
     @property
     def verdict(self) -> str:
         """The one-sentence verdict (the first actionable finding, or what was judged healthy)."""
-        return str(self.document["summary"]["verdict"])
-
-    @property
-    def summary(self) -> dict[str, Any]:
-        """findings.json's summary: verdict, counts, ranks, hosts, step time, coverage, ..."""
-        summary: dict[str, Any] = self.document["summary"]
-        return summary
+        return self.summary.verdict
 
     @property
     def report_path(self) -> Path:
@@ -128,6 +125,7 @@ class RunDiff:
         comparison: The comparison's tables: `ops` (op time per step on each side), `ranks` (per-rank
             changes), `step_change` (new / base median step time - 1), `regression_significant`, `summary`.
         document: The diff.json document (findings.json's schema).
+        summary: Its summary, typed (`json_report.Summary`; the comparison's figures in `diff`).
         out_dir: Where it was written by `write`; None before.
     """
 
@@ -135,13 +133,14 @@ class RunDiff:
     new: Run
     comparison: RunComparison
     document: dict[str, Any]
+    summary: Summary
     title: str
     out_dir: Path | None = None
 
     @property
     def verdict(self) -> str:
         """The one sentence of the comparison (`perftracker.reports.json_report.diff_verdict`)."""
-        return str(self.document["summary"]["verdict"])
+        return self.summary.verdict
 
     @property
     def findings(self) -> list[Finding]:

@@ -6,20 +6,34 @@ import re
 from pathlib import Path
 
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.reports.evidence import Unit, evidence_items, number
+from perftracker.evidence_units import EVIDENCE_FIELDS, EvidenceField, field_of
+from perftracker.reports.evidence import evidence_items, number
 from perftracker.reports.html import build_sections, render
 
 
 def test_units_come_from_the_key_and_numbers_are_rounded() -> None:
     # GIVEN keys as the analyzers write them; THEN the unit leaves the label and goes with the value
-    assert Unit.of("idle_ms_per_step") == Unit("idle", "ms", "per step")
-    assert Unit.of("comm_ms_total") == Unit("comm total", "ms")
-    assert Unit.of("temp_c_median").header == "temp median (°C)"
-    assert Unit.of("share_last").unit == "share" and Unit.of("start_ns").unit == "timestamp"
+    assert field_of("idle_ms_per_step") == EvidenceField("idle", "ms", "per step")
+    assert field_of("comm_ms_total") == EvidenceField("comm total", "ms")
+    assert field_of("temp_c_median").header == "temp median (°C)"
+    assert field_of("share_last").unit == "share" and field_of("start_ns").unit == "timestamp"
     # AND numbers keep 3 significant digits, thousands grouped, shares as percentages, ns and bytes scaled
     assert [number(171.4321, "ms"), number(0.012345, "ms"), number(12.0), number(1234567)] == [
         "171 ms", "0.0123 ms", "12", "1,234,567"]
     assert [number(0.465, "share"), number(2_500_000, "ns"), number(3 * 2**20, "bytes")] == ["46.5%", "2.5 ms", "3 MiB"]
+
+
+def test_units_are_declared_and_an_undeclared_key_falls_back_to_its_name() -> None:
+    # GIVEN the declared evidence fields (perftracker/evidence_units.py)
+    # THEN a declared key's unit is the declaration's, even where its name would say otherwise: a silent host's
+    # last sample is a wall-clock instant, not a duration in ns
+    assert "idle_ms_per_step" in EVIDENCE_FIELDS and "last_sample_ns" in EVIDENCE_FIELDS
+    assert field_of("last_sample_ns").unit == "timestamp"
+    items = {i.label: i.text for i in evidence_items({"last_sample_ns": 1_700_000_000_123_456_789})}
+    assert items == {"last sample": "1700000000123456789"}
+    # AND a key no analyzer declared (a plugin's, a newer branch's) still renders with the unit its name says
+    assert "plugin_wait_ms_per_step" not in EVIDENCE_FIELDS
+    assert field_of("plugin_wait_ms_per_step") == EvidenceField("plugin wait", "ms", "per step")
 
 
 def test_records_become_sub_tables_and_lists_short_text() -> None:

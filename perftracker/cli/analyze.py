@@ -141,7 +141,7 @@ def _print_result(console: Console, result: api.Run, quiet: bool, written: bool 
         console.print(printable(result.verdict), highlight=False, markup=False)
     else:
         print_summary(console, result.findings, result.report_path if written else None,
-                      coverage=result.summary.get("coverage"), synthetic=result.summary.get("synthetic_inputs"))
+                      coverage=result.summary.coverage, synthetic=result.summary.synthetic_inputs or None)
         timeline = result.report_path.parent / api.TIMELINE
         if written and timeline.is_file():
             console.print(printable(f"Timeline: {timeline} (all ranks, clock-aligned; open it in ui.perfetto.dev)"),
@@ -163,7 +163,7 @@ def _analyze_each_job(console: Console, path: Path, out: Path, options: dict[str
         everything.extend(result.findings)
         index.append({"label": label or "job1", "description": group.describe() if group else "",
                       "files": group.paths if group else [], "out": str(result.out_dir),
-                      "verdict": result.verdict, "counts": result.summary.get("counts", {})})
+                      "verdict": result.verdict, "counts": result.summary.counts})
     if len(jobs) > 1:
         with api.writing(out / JOBS_INDEX):
             atomic_write_text(out / JOBS_INDEX, json.dumps({"input": str(path), "jobs": index}, indent=2) + "\n")

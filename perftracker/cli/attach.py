@@ -179,7 +179,7 @@ def _attach(job: str, run_dir: Path, me: str, sysfs_root: Path, options: Sampler
 
 def _print(console: Console, analysis: api.Run, written: bool = True) -> None:
     print_summary(console, analysis.findings, analysis.report_path if written else None,
-                  coverage=analysis.summary.get("coverage"))
+                  coverage=analysis.summary.coverage)
 
 
 def register(app: typer.Typer) -> None:

@@ -73,18 +73,18 @@ def demo(
         if full:
             _print(console, result)
         else:
-            tag = " (Synthetic inputs: a demonstration, not measurements)" if summary.get("synthetic_inputs") else ""
-            console.print(f"{run.name}{tag}: {printable(summary['verdict'])}", highlight=False, markup=False)
+            tag = " (Synthetic inputs: a demonstration, not measurements)" if summary.synthetic_inputs else ""
+            console.print(f"{run.name}{tag}: {printable(summary.verdict)}", highlight=False, markup=False)
         top = max((f.severity for f in result.findings), default=Severity.INFO)
-        entries.append(IndexEntry(run.name, str(summary["verdict"]), "ok" if top == Severity.INFO else top.label,
-                                  f"{run.name}/report.html", bool(summary.get("synthetic_inputs"))))
+        entries.append(IndexEntry(run.name, summary.verdict, "ok" if top == Severity.INFO else top.label,
+                                  f"{run.name}/report.html", bool(summary.synthetic_inputs)))
     render_index(out / "index.html", entries, "perftracker demo: the bundled sample runs")
     console.print(f"Reports of {len(entries)} sample runs: {out / 'index.html'}", highlight=False, markup=False)
 
 
 def _print(console: Console, result: api.Run, written: bool = True) -> None:
     print_summary(console, result.findings, result.report_path if written else None,
-                  coverage=result.summary.get("coverage"), synthetic=result.summary.get("synthetic_inputs"))
+                  coverage=result.summary.coverage, synthetic=result.summary.synthetic_inputs or None)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,9 +1,10 @@
 """A finding's evidence as a person reads it: a small table of labels and values with units, rounded.
 
 Promise: `evidence_items(evidence)` turns the evidence dict of findings.json (which keeps the exact
-values) into `EvidenceItem`s for the report's template: the unit a key names (a word of it: `ms`, `us`,
-`ns`, `s`, `pct`, `gbs`, `gbps`, `mhz`, `w`, `c`, `bytes`; a share 0..1 as a percentage; a trailing
-`per_step` / `per_s`) goes with the value and leaves the label (`comm_ms_total`: "comm total", ms), numbers are rounded to what a reader needs (3 significant digits,
+values) into `EvidenceItem`s for the report's template: each key's unit and rate, as declared in
+`perftracker/evidence_units.py` (`field_of`: the declared table, or the one fallback rule for a key not in
+it), go with the value and leave the label (`comm_ms_total`: "comm total", ms; a share 0..1 as a percentage),
+numbers are rounded to what a reader needs (3 significant digits,
 thousands grouped), a list of records or a map of records (per rank) becomes a sub-table, a short
 map or list becomes a line of text, anything deeper a short JSON text. Nothing here is markup: the
 template escapes every string. `number(value, unit)` is the same formatting for other tables.
@@ -17,13 +18,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from perftracker.evidence_units import EvidenceField as Unit
+from perftracker.evidence_units import field_of
+
 MAX_ROWS = 12
 MAX_LIST = 16
 MAX_TEXT = 300
-_UNITS = {"gbps": "Gb/s", "gbs": "GB/s", "mhz": "MHz", "pct": "%", "ms": "ms", "us": "us", "ns": "ns", "s": "s",
-          "w": "W", "c": "°C", "bytes": "bytes"}
-_RATES = ((("per", "step"), "per step"), (("per", "s"), "per s"))
-_TIMESTAMP = ("start", "end", "ts", "time", "at")
 
 
 @dataclass(frozen=True)
@@ -39,41 +39,6 @@ class EvidenceItem:
     label: str
     text: str = ""
     table: EvidenceTable | None = field(default=None)
-
-
-@dataclass(frozen=True)
-class Unit:
-    """What a key says about its value: the words left, the unit, the rate."""
-
-    words: str
-    unit: str = ""
-    rate: str = ""
-
-    @classmethod
-    def of(cls, key: str) -> Unit:
-        """`idle_ms_per_step` -> idle, ms, per step; `comm_ms_total` -> comm total, ms; `share_last` -> a share."""
-        tokens, rate, unit = str(key).split("_"), "", ""
-        for suffix, name in _RATES:
-            if len(tokens) > len(suffix) and tokens[-len(suffix):] == list(suffix):
-                tokens, rate = tokens[: -len(suffix)], name
-                break
-        for i in range(len(tokens) - 1, -1, -1):
-            if tokens[i] in _UNITS and (i > 0 or len(tokens[i]) > 1):
-                unit = _UNITS[tokens.pop(i)]
-                break
-        if not unit and "share" in tokens:
-            unit = "share"
-        if unit == "ns" and tokens and tokens[0] in _TIMESTAMP:
-            unit = "timestamp"
-        words = " ".join(tokens) or ("time" if unit in ("ms", "us", "s", "ns") else "size" if unit == "bytes"
-                                     else "value")
-        return cls(words, unit, rate)
-
-    @property
-    def header(self) -> str:
-        shown = {"share": "%", "timestamp": "ns", "bytes": "", "ns": ""}.get(self.unit, self.unit)
-        suffix = " ".join(p for p in (shown, self.rate) if p)
-        return f"{self.words} ({suffix})" if suffix else self.words
 
 
 def number(value: float, unit: str = "") -> str:
@@ -134,7 +99,7 @@ def value_text(value: Any, unit: Unit | None = None, with_unit: bool = True) -> 
     if isinstance(value, str):
         return value if len(value) <= MAX_TEXT else value[: MAX_TEXT - 1] + "…"
     if isinstance(value, Mapping) and all(_scalar(v) for v in value.values()):
-        return ", ".join(f"{Unit.of(str(k)).words}: {value_text(v, Unit.of(str(k)))}" for k, v in value.items())
+        return ", ".join(f"{field_of(str(k)).words}: {value_text(v, field_of(str(k)))}" for k, v in value.items())
     if isinstance(value, Sequence) and all(_scalar(v) for v in value):
         shown = ", ".join(value_text(v, u) for v in list(value)[:MAX_LIST])
         return shown + (f" (+{len(value) - MAX_LIST} more)" if len(value) > MAX_LIST else "")
@@ -151,7 +116,7 @@ def _records_table(records: Sequence[Mapping[str, Any]], first: str = "", keys: 
     columns: list[str] = []
     for record in records[:MAX_ROWS]:
         columns += [str(k) for k in record if str(k) not in columns]
-    units = [Unit.of(c) for c in columns]
+    units = [field_of(c) for c in columns]
     rows = [([str(keys[i])] if keys else []) + [value_text(record.get(c), u, with_unit=False)
                                                   if c in record else "" for c, u in zip(columns, units)]
             for i, record in enumerate(records[:MAX_ROWS])]
@@ -163,7 +128,7 @@ def _records_table(records: Sequence[Mapping[str, Any]], first: str = "", keys: 
 
 
 def _item(key: str, value: Any) -> EvidenceItem:
-    unit = Unit.of(key)
+    unit = field_of(key)
     label = unit.words or key
     if isinstance(value, Sequence) and not isinstance(value, str) and value and all(
             isinstance(v, Mapping) for v in value):
@@ -172,7 +137,7 @@ def _item(key: str, value: Any) -> EvidenceItem:
         first = "rank" if key.startswith("per_rank") else ""
         return EvidenceItem(label, table=_records_table(list(value.values()), first, list(value.keys())))
     if isinstance(value, Mapping) and (len(value) > 6 or not all(_scalar(v) for v in value.values())):
-        rows = [[Unit.of(str(k)).words or str(k), value_text(v, Unit.of(str(k)))] for k, v in value.items()]
+        rows = [[field_of(str(k)).words or str(k), value_text(v, field_of(str(k)))] for k, v in value.items()]
         return EvidenceItem(label, table=EvidenceTable(["", ""], rows[:MAX_ROWS], max(0, len(rows) - MAX_ROWS),
                                                        [False, False]))
     return EvidenceItem(label, text=value_text(value, unit))

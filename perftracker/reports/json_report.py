@@ -7,11 +7,18 @@ docs/formats/findings-json.md with the versioning rule: within one `SCHEMA_VERSI
 
 Findings are ordered by severity (critical first), then cost (seconds lost per step), then confidence;
 the verdict's "Top:" is the first actionable finding of that order.
+
+The document's summary is typed: `Summary` (the verdict, counts, costs, the run's `RunFacts` for an analysis,
+`diff` for a comparison), made by `summary_of`, serialized by `Summary.to_dict` into the same keys in the same
+order as before, and read back by `Summary.from_dict` from a checked saved summary. `Run` and `RunDiff`
+(`perftracker/results.py`) hold it: their verdict is `summary.verdict`.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -24,6 +31,110 @@ from perftracker.rundir import atomic_write_text
 from perftracker.store import LoadNote
 
 SCHEMA_VERSION = 1
+_FACTS = ("ranks", "hosts", "coverage", "step_time_s", "step_spread_across_ranks_s", "hta_compat", "synthetic_inputs")
+
+
+@dataclass(frozen=True)
+class BiggestCost:
+    """The finding that costs the most time per step (`summary.biggest_cost`)."""
+
+    finding: str
+    title: str
+    seconds_per_step: float
+    share_of_step: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"finding": self.finding, "title": self.title, "seconds_per_step": round(self.seconds_per_step, 9),
+                "share_of_step": round(self.share_of_step, 6)}
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What an analysis says about the run itself: ranks and hosts any input names, what could be judged
+    (`analyzers.coverage`), the median step and the spread across ranks (None without steps), whether HTA's
+    definitions were used, and the made-up inputs a run declares (empty for a real run: no key written)."""
+
+    ranks: int | None = None
+    hosts: list[str] | None = None
+    coverage: dict[str, Any] | None = None
+    step_time_s: float | None = None
+    step_spread_across_ranks_s: float | None = None
+    hta_compat: bool | None = None
+    synthetic_inputs: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"ranks": self.ranks, "hosts": self.hosts, "coverage": self.coverage,
+                               "step_time_s": self.step_time_s,
+                               "step_spread_across_ranks_s": self.step_spread_across_ranks_s,
+                               "hta_compat": self.hta_compat}
+        if self.synthetic_inputs:  # only runs that say so: a real run's summary has no such key
+            out["synthetic_inputs"] = self.synthetic_inputs
+        return out
+
+
+@dataclass(frozen=True)
+class Summary:
+    """findings.json's summary, typed: the one-line verdict, the count per severity, the largest cost per step
+    and the finding that has it, the run's facts (an analysis) or the comparison (`diff`, a diff.json), and any
+    other key a writer adds (`extra`: sanity's)."""
+
+    verdict: str
+    counts: dict[str, int]
+    worst_cost_seconds_per_step: float = 0.0
+    biggest_cost: BiggestCost | None = None
+    facts: RunFacts | None = None
+    diff: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def coverage(self) -> dict[str, Any] | None:
+        return self.facts.coverage if self.facts is not None else None
+
+    @property
+    def synthetic_inputs(self) -> list[dict[str, Any]]:
+        return self.facts.synthetic_inputs if self.facts is not None else []
+
+    def to_dict(self) -> dict[str, Any]:
+        """The summary's keys, in findings.json's order."""
+        return {"verdict": self.verdict, "counts": dict(self.counts),
+                "worst_cost_seconds_per_step": round(self.worst_cost_seconds_per_step, 9),
+                "biggest_cost": None if self.biggest_cost is None else self.biggest_cost.to_dict(),
+                **(self.facts.to_dict() if self.facts is not None else {}),
+                **({"diff": self.diff} if self.diff is not None else {}), **self.extra}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Summary:
+        """A saved summary (checked by `findings_file.checked_summary`) as a Summary; a value of the wrong shape
+        is left out (None), never raised."""
+        counts = raw.get("counts")
+        big = raw.get("biggest_cost")
+        facts = RunFacts(
+            ranks=_of(raw.get("ranks"), int), hosts=[str(h) for h in _of(raw.get("hosts"), list) or []] or None,
+            coverage=_of(raw.get("coverage"), dict), step_time_s=_number(raw.get("step_time_s")),
+            step_spread_across_ranks_s=_number(raw.get("step_spread_across_ranks_s")),
+            hta_compat=_of(raw.get("hta_compat"), bool),
+            synthetic_inputs=[s for s in _of(raw.get("synthetic_inputs"), list) or [] if isinstance(s, dict)],
+        ) if any(k in raw for k in _FACTS) else None
+        return cls(
+            verdict=str(raw.get("verdict", "no verdict")),
+            counts={str(k): int(v) for k, v in counts.items() if isinstance(v, int)} if isinstance(counts, dict)
+            else {},
+            worst_cost_seconds_per_step=_number(raw.get("worst_cost_seconds_per_step")) or 0.0,
+            biggest_cost=BiggestCost(str(big.get("finding", "")), str(big.get("title", "")),
+                                     _number(big.get("seconds_per_step")) or 0.0,
+                                     _number(big.get("share_of_step")) or 0.0) if isinstance(big, dict) else None,
+            facts=facts, diff=_of(raw.get("diff"), dict),
+            extra={k: v for k, v in raw.items() if k not in {*_FACTS, "verdict", "counts", "diff", "biggest_cost",
+                                                             "worst_cost_seconds_per_step"}},
+        )
+
+
+def _of(value: Any, kind: type) -> Any:
+    return value if isinstance(value, kind) and not (kind is int and isinstance(value, bool)) else None
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def verdict(findings: list[Finding], coverage: dict[str, Any] | None = None) -> str:
@@ -70,21 +181,32 @@ def biggest_cost(findings: list[Finding]) -> Finding | None:
     return max(costly, key=lambda f: f.cost.seconds_per_step) if costly else None
 
 
-def build(findings: list[Finding], notes: list[LoadNote], input_path: str, summary_extra: dict[str, Any],
-          verdict_text: str | None = None) -> dict[str, Any]:
-    """The findings.json document (`verdict_text`: the verdict, when not that of an analysis: a diff's)."""
-    worst = max((f.cost.seconds_per_step for f in findings), default=0.0)
+def summary_of(findings: list[Finding], facts: RunFacts | None = None, diff: dict[str, Any] | None = None,
+               extra: Mapping[str, Any] | None = None, verdict_text: str | None = None) -> Summary:
+    """The summary of these findings (`verdict_text`: the verdict, when not that of an analysis: a diff's)."""
     top = biggest_cost(findings)
-    biggest = None if top is None else {"finding": top.id, "title": top.title,
-                                        "seconds_per_step": round(top.cost.seconds_per_step, 9),
-                                        "share_of_step": round(top.cost.share_of_step, 6)}
+    coverage = facts.coverage if facts is not None else (extra or {}).get("coverage")
+    return Summary(
+        verdict=verdict_text if verdict_text is not None else verdict(findings, coverage),
+        counts=_counts(findings), worst_cost_seconds_per_step=max((f.cost.seconds_per_step for f in findings),
+                                                                  default=0.0),
+        biggest_cost=None if top is None else BiggestCost(top.id, top.title, top.cost.seconds_per_step,
+                                                          top.cost.share_of_step),
+        facts=facts, diff=diff, extra=dict(extra or {}))
+
+
+def build(findings: list[Finding], notes: list[LoadNote], input_path: str,
+          summary: Summary | Mapping[str, Any], verdict_text: str | None = None) -> dict[str, Any]:
+    """The findings.json document of `summary` (or, given the keys a writer adds, the summary of `findings`
+    with them: `verdict_text` the verdict when not that of an analysis)."""
+    if not isinstance(summary, Summary):
+        summary = summary_of(findings, extra=summary, verdict_text=verdict_text)
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "perftracker", "version": __version__},
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "input": input_path,
-        "summary": {"verdict": verdict_text if verdict_text is not None else verdict(findings, summary_extra.get("coverage")), "counts": _counts(findings),
-                    "worst_cost_seconds_per_step": round(worst, 9), "biggest_cost": biggest, **summary_extra},
+        "summary": summary.to_dict(),
         "notes": [n.to_dict() for n in notes],
         "findings": [f.to_dict() for f in findings],
     }
