@@ -9,11 +9,11 @@ naming the ranks whose series fired, or None. Per series:
    mean of N consecutive steps among the earlier steps of the horizon (`HORIZON_WINDOWS` x N steps, so the
    best is recent). Fires when current > best x (1 + `rise`). The first `WARMUP_STEPS` steps of a job are
    left out (start-up).
-2. **Confirmation.** The offline change-point scan (`analyzers/stragglers/degradation.change_point`: the
-   split minimizing the squared error) on the last `CONFIRM_WINDOWS` x N steps, judged by
-   `analyzers/stragglers/shift.judge_shift` (one-sided rank test with its autocorrelation correction and
-   Bonferroni over the splits scanned, sustained over both halves of the later steps), computed by its lean
-   twin `analyzers/online/change_point.py` (the same result, about 4x cheaper). Only a significant
+2. **Confirmation.** The one change-point detector (`analyzers/stragglers/degradation.change_point_of`: the
+   split minimizing the squared error, the same the offline analyzers use) on the last `CONFIRM_WINDOWS` x N
+   steps, judged by `analyzers/stragglers/shift.judge_shift` (one-sided rank test with its autocorrelation
+   correction and Bonferroni over the splits scanned, sustained over both halves of the later steps), plain
+   numpy on small arrays, fast enough for the watcher's rate. Only a significant
    rise of at least `rise` at that step is an alarm; the step it returns is where the slowdown began.
    With a `Rechecks` (the watcher's), a rank whose trigger fired but whose confirmation said no is confirmed
    again only once `recheck_steps(window)` (N / 2) more of its steps came: on a noisy machine the trigger
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from perftracker.analyzers.online.change_point import change_point
+from perftracker.analyzers.stragglers.degradation import change_point_of
 from perftracker.analyzers.thresholds import default, threshold_int
 from perftracker.store.alarms import Alarm, StepSeries
 
@@ -99,7 +99,7 @@ def series_alarm(series: StepSeries, window: int = DEFAULT_WINDOW, rise: float =
     if rechecks is not None and not rechecks.due(series.rank, last, window):
         return None
     tail = slice(max(0, len(y) - threshold_int("online.steps.confirm_windows") * window), len(y))
-    cp = change_point(y[tail], steps[tail])
+    cp = change_point_of(y[tail], steps[tail])
     if cp is None or not cp.verdict.significant or cp.rise < rise:
         if rechecks is not None:
             rechecks.declined(series.rank, last)

@@ -23,7 +23,7 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of
 from perftracker.analyzers.findings import Cost, Finding, Severity
-from perftracker.analyzers.stragglers.shift import ShiftVerdict, judge_shift
+from perftracker.analyzers.stragglers.shift import ShiftVerdict, judge_shift, median_sorted
 from perftracker.analyzers.stragglers.waiting import WAITING_PHASES
 from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.store import Store
@@ -95,17 +95,24 @@ def best_split(y: np.ndarray) -> tuple[int, int] | None:
 
 
 def change_point(series: pd.Series) -> ChangePoint | None:
-    """The most likely single shift in mean when it is a rise of RISE or more, with its verdict."""
-    y = series.to_numpy(dtype=float)
+    """`change_point_of` a Series of step durations (s) indexed by step."""
+    return change_point_of(series.to_numpy(dtype=float), series.index.to_numpy())
+
+
+def change_point_of(durations_s: np.ndarray, steps: np.ndarray) -> ChangePoint | None:
+    """The one change-point detector (offline analyzers and the watcher's degradation rule alike): the most
+    likely single shift in mean when it is a rise of RISE or more, with `shift.judge_shift`'s verdict. Plain
+    numpy on small arrays (no pandas, each side sorted once), fast enough for the watcher's confirmations."""
+    y = np.asarray(durations_s, dtype=float)
     split = best_split(y)
     if split is None:
         return None
     best, scanned = split
     before, after = y[:best], y[best:]
-    b, a = float(np.median(before)), float(np.median(after))
+    b, a = median_sorted(np.sort(before)), median_sorted(np.sort(after))
     if b <= 0 or a / b - 1.0 < threshold("degradation.rise"):
         return None
-    return ChangePoint(int(series.index[best]), b, a, judge_shift(before, after, candidates=scanned))
+    return ChangePoint(int(steps[best]), b, a, judge_shift(before, after, candidates=scanned))
 
 
 def _culprit(store: Store, step: int) -> tuple[list[int], dict[str, float]]:
