@@ -5,7 +5,7 @@ Promise: `burst_alarm(series, window, rise)` looks at each rank's burst periods 
 number, duration = the burst's mean period) and returns one `Alarm` (kind "degradation", source "stacks") naming
 the ranks whose series fired, or None. Per series:
 
-1. **Trigger**, as for steps: the mean of the last `window` (N, default 3) bursts more than `rise` (X) above the
+1. **Trigger**, the step rule's (`step_rules.trigger`): the mean of the last `window` (N, default 3) bursts more than `rise` (X) above the
    lowest mean of N consecutive earlier bursts (within the last `HORIZON_WINDOWS` x N).
 2. **Confirmation.** The step rule's change-point test needs 20 values and more; N bursts of a coarse series are
    minutes. A burst's value is already a mean over tens to hundreds of iterations, so a lone slow step cannot move
@@ -26,6 +26,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from perftracker.analyzers.online.step_rules import trigger
 from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.store.alarms import Alarm, StepSeries
 from perftracker.values import robust_sigma
@@ -38,12 +39,10 @@ def series_alarm(series: StepSeries, window: int = DEFAULT_WINDOW, rise: float =
     """The degradation alarm of one rank's burst series, or None."""
     y = series.durations_ns.astype(float)[-threshold_int("online.burst.horizon_windows") * window:] / 1e9
     steps = series.steps[-threshold_int("online.burst.horizon_windows") * window:]
-    if len(y) < 2 * window:
+    fired = trigger(y, window, rise, threshold_int("online.burst.horizon_windows"))  # the step rule's trigger
+    if fired is None:
         return None
-    means = np.convolve(y, np.ones(window) / window, mode="valid")
-    current, best = float(means[-1]), float(means[:-window].min())
-    if best <= 0 or current <= best * (1.0 + rise):
-        return None
+    current, best = fired
     recent, earlier = y[-window:], y[:-window]
     line = best * (1.0 + rise / 2)
     if float(recent.min()) <= line:

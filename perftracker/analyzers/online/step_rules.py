@@ -48,12 +48,15 @@ def ready(series: StepSeries, window: int = DEFAULT_WINDOW) -> bool:
     return int((series.steps >= threshold_int("online.steps.warmup_steps")).sum()) >= 2 * window
 
 
-def trigger(durations_s: np.ndarray, window: int, rise: float) -> tuple[float, float] | None:
-    """(current mean, best mean) when the last `window` steps' mean is more than `rise` above the best earlier
-    mean of `window` steps; None otherwise."""
+def trigger(durations_s: np.ndarray, window: int, rise: float,
+            horizon_windows: int | None = None) -> tuple[float, float] | None:
+    """(current mean, best mean) when the last `window` values' mean is more than `rise` above the best earlier
+    mean of `window` values within the last `horizon_windows` x `window` (the run's
+    `online.steps.horizon_windows` unless given; the burst rule gives its own); None otherwise."""
     if len(durations_s) < 2 * window:
         return None
-    recent = durations_s[-threshold_int("online.steps.horizon_windows") * window:]
+    horizon = threshold_int("online.steps.horizon_windows") if horizon_windows is None else horizon_windows
+    recent = durations_s[-horizon * window:]
     means = np.convolve(recent, np.ones(window) / window, mode="valid")
     current, best = float(means[-1]), float(means[:-window].min())
     return (current, best) if best > 0 and current > best * (1.0 + rise) else None
