@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from perftracker.analyzers.findings import Kind
 from perftracker.reports.text import printable
 
 SEVERITIES = ("critical", "warning", "info")
@@ -86,7 +87,7 @@ def prometheus_text(document: dict[str, Any], tables: dict[str, pd.DataFrame] | 
     _metric(out, "perftracker_step_time_seconds", "Median step time across ranks.",
             [({}, float(step))] if isinstance(step, (int, float)) else [])
     stragglers = [float((f.get("cost") or {}).get("seconds_per_step", 0.0)) for f in document.get("findings") or []
-                  if f.get("analyzer") == "straggler"]
+                  if f.get("analyzer") == Kind.STRAGGLER]
     waits = tables.get("rank_waits")
     if waits is not None and not waits.empty and "cost_per_step_s" in waits:
         stragglers.append(float(waits["cost_per_step_s"].max()))

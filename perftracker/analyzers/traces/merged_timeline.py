@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.findings import Finding, Kind, Severity
 from perftracker.analyzers.stragglers.collectives import arrivals_view
 
 DEFAULT_MAX_RANKS = 64
@@ -93,7 +93,7 @@ def merged_timeline(analysis: Analysis, findings: list[Finding], ranks: list[int
 
 def _late_arrivals(arrivals: pd.DataFrame, ranks: list[int], findings: list[Finding]) -> list[Marker]:
     """The collectives where a straggler the findings name arrived last, with how late."""
-    stragglers = {r for f in findings if f.analyzer == "straggler" and f.severity >= Severity.WARNING for r in f.ranks}
+    stragglers = {r for f in findings if f.analyzer == Kind.STRAGGLER and f.severity >= Severity.WARNING for r in f.ranks}
     if arrivals.empty or not stragglers:
         return []
     late = arrivals[arrivals["rank"].isin(stragglers & set(ranks)) & arrivals["is_last"]
