@@ -6,6 +6,7 @@ Plain data in, plain data out: no run is loaded (the passes that need a run's ta
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Kind, Role, Severity
@@ -27,6 +28,10 @@ def test_a_role_is_inferred_when_left_out_and_kept_in_findings_json() -> None:
     assert Finding.from_dict(effect.to_dict()).role == Role.CONSEQUENCE
     old = {k: v for k, v in cause.to_dict().items() if k != "role"}
     assert Finding.from_dict(old).role == Role.ROOT
+    # AND an inferred role follows the severity a pass gives (a fold that raises an info finding), a stated one stays
+    assert replace(fact, severity=Severity.WARNING).role == Role.ROOT
+    assert replace(effect, severity=Severity.CRITICAL).role == Role.CONSEQUENCE
+    assert replace(fact.with_role(Role.CONSEQUENCE), severity=Severity.INFO).role == Role.CONSEQUENCE
 
 
 def test_an_analyzer_kind_is_its_name_as_text() -> None:

@@ -128,10 +128,12 @@ class Finding:
     fixed_id: str = ""
     confidence: float | None = None
     role: Role | None = None  # None: inferred when made (info: context, else root); always set after
+    role_inferred: bool = field(default=False, repr=False, compare=False)  # the role follows the severity
 
     def __post_init__(self) -> None:  # the one choke point for text from inputs (see the module docstring)
-        if self.role is None:
+        if self.role is None or self.role_inferred:  # inferred again when a pass changes the severity
             object.__setattr__(self, "role", inferred_role(self.severity))
+            object.__setattr__(self, "role_inferred", True)
         object.__setattr__(self, "analyzer", str(self.analyzer))  # a Kind is stored as its text
         object.__setattr__(self, "title", safe_text(self.title))
         object.__setattr__(self, "recommendation", safe_text(self.recommendation))
@@ -146,6 +148,10 @@ class Finding:
         basis = self.key or f"{self.title}|{self.ranks}|{self.hosts}"
         digest = hashlib.sha1(basis.encode("utf-8")).hexdigest()[:8]
         return f"{self.analyzer}-{digest}"
+
+    def with_role(self, role: Role) -> Finding:
+        """This finding with `role` stated (a finding pass's judgement: it no longer follows the severity)."""
+        return replace(self, role=role, role_inferred=False)
 
     def with_related(self, ids: Iterable[str]) -> Finding:
         return replace(self, related=tuple(sorted(set(self.related) | set(ids))))

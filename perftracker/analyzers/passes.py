@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.failures.fold import fold_failures
@@ -66,8 +66,8 @@ def _roles(analysis: Analysis, findings: list[Finding]) -> list[Finding]:
         if ids:
             explained.add(f.id)
             causes |= ids
-    return [replace(f, role=Role.CONSEQUENCE) if f.id in explained
-            else replace(f, role=Role.ROOT) if f.id in causes and f.severity >= Severity.WARNING else f
+    return [f.with_role(Role.CONSEQUENCE) if f.id in explained
+            else f.with_role(Role.ROOT) if f.id in causes and f.severity >= Severity.WARNING else f
             for f in findings]
 
 
