@@ -115,7 +115,7 @@ def sanity(
     measure(launch, plan, host, node, device, started, record, comm)
     code, broken = ending.finish()
     watchdog.cancel()
-    _leave(code, broken_group=broken)
+    _leave(code, in_group=launch.world > 1 or broken)
 
 
 class _Ending:
@@ -173,7 +173,6 @@ class _Ending:
             handover.post(comm, record)
             taken = handover.wait_for_writer(comm, record, gather_end, comm.joined_at + HARD_END * self.box)
             if taken is None:  # the writer wrote (or is alive and writes): this rank never writes OUT
-                comm.close(clean=not broken)
                 return 0, broken
             gathered, self.lease = taken
             say(f"sanity: rank 0 is gone (its lease in the store lapsed); rank {launch.rank} writes the result")
@@ -220,11 +219,11 @@ def _fail(message: str) -> None:
     os._exit(CHECK_FAILED)
 
 
-def _leave(code: int, broken_group: bool) -> None:
-    """End the command with `code`. After a process group a dead peer broke, without the interpreter's teardown:
-    torch's gloo group can abort the process in its destructors (exit -6 on a rank whose work was done, seen
-    when rank 0's node was killed), and the check's result is already written and said."""
-    if not broken_group:
+def _leave(code: int, in_group: bool) -> None:
+    """End the command with `code`. A rank of a group leaves without the interpreter's teardown: torch's gloo
+    group can abort the process in its destructors (exit -6 on a rank whose work was done: when a peer died, and
+    when the writer's lease thread still used the store), and the check's result is already written and said."""
+    if not in_group:
         raise typer.Exit(code)
     sys.stdout.flush()
     sys.stderr.flush()
