@@ -111,10 +111,11 @@ def sanity(
     ending = _Ending(comm, launch, record, out, box, exclude_sev, threshold, started)
     watchdog = threading.Timer(max(0.0, comm.joined_at + WATCHDOG_END * box - time.monotonic()), ending.watchdog)
     watchdog.daemon = True
-    watchdog.start()
+    if launch.world > 1:  # alone, nothing can hold the measurement beyond its phases' own ends
+        watchdog.start()
     measure(launch, plan, host, node, device, started, record, comm)
-    code, broken = ending.finish()
     watchdog.cancel()
+    code, broken = ending.finish()
     _leave(code, in_group=launch.world > 1 or broken)
 
 
@@ -175,7 +176,8 @@ class _Ending:
             if taken is None:  # the writer wrote (or is alive and writes): this rank never writes OUT
                 return 0, broken
             gathered, self.lease = taken
-            say(f"sanity: rank 0 is gone (its lease in the store lapsed); rank {launch.rank} writes the result")
+            how = "its lease in the store lapsed" if self.lease is not None else "its node's store is gone too"
+            say(f"sanity: rank 0 is gone ({how}); rank {launch.rank} ({comm.hosts[launch.rank]}) writes the result")
             writable_folder(self.out)
         else:
             won = handover.claim(comm) if comm.store is not None else True
@@ -202,6 +204,7 @@ class _Ending:
             if self.lease is not None:
                 self.lease.stop()
         handover.mark_written(comm)
+        handover.wait_left(comm, sorted(gathered))
         if set(hosts) - {str(r.get("host")) for r in gathered.values()}:  # a node died: its agent cannot arrive
             handover.release_agents(comm)
         worst = [f for f in verdict.findings if f.severity >= Severity.WARNING]

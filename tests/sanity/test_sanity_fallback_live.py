@@ -50,11 +50,11 @@ def test_rank_0_s_node_killed_mid_check_the_lowest_live_rank_writes_naming_it_un
         for proc in procs:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
-    # THEN rank 2 said it writes in rank 0's place, OUT names ha unreachable and keeps hb, within the box
-    # (+ two collective timeouts of 8 s and the slack)
+    # THEN rank 2 said it writes in rank 0's place, OUT names ha unreachable and keeps hb, and the survivors
+    # ended within 1.25x the box of the kill (+ the writing on a loaded machine)
     assert codes == [0, 0], [(tmp_path / f"rank{r}.log").read_text()[-2000:] for r in (2, 3)]
     assert "rank 2 (hb) writes the result" in (tmp_path / "rank2.log").read_text()
     summary = json.loads((out / "findings.json").read_text())["summary"]
     assert summary["exclude"] == ["ha"] and summary["keep"] == ["hb"]
     assert (out / "hostfile").read_text() == "hb slots=2\n"
-    assert ended < 6 + 2 * 8 + 5 + 30  # 30 s for writing on a loaded machine
+    assert ended < 1.25 * 6 + 10, ended  # 10 s for writing the report on a loaded machine

@@ -94,12 +94,14 @@ def test_a_shaped_link_names_that_node_and_only_it_and_says_the_shaper(name: str
 
 @pytest.mark.parametrize("name", _of("cpu"))
 def test_a_cpu_quota_names_that_node_and_says_a_quota_is_set(name: str) -> None:
-    # GIVEN node-b's processes held to 20% of a core by a cgroup quota once it joined
+    # GIVEN node-b's processes held to a share of a core by a cgroup quota once it joined (0.2: at load every
+    # rank gets about that much anyway, so the quota does not show in the figures; 0.05: it does)
+    share = _doc(name)["lab"]["share"]
     found = _named(name)
-    # THEN node-b alone is named, and the finding says the quota its cgroup has
+    # THEN node-b alone is named, once, and the finding says the quota its cgroup has (read by the node itself)
     assert [f.hosts for f in found] == [("node-b",)], [f.title for f in found]
-    assert "a CPU quota of 0.2 CPU is set on its cgroup" in found[0].title, found[0].title
-    assert found[0].evidence["cpu_quota_cores"] == 0.2
+    assert f"a CPU quota of {share:.2g} CPU is set on its cgroup" in found[0].title, found[0].title
+    assert found[0].evidence["cpu_quota_cores"] == share
 
 
 @pytest.mark.parametrize("name", _of("kill"))

@@ -33,6 +33,7 @@ from perftracker.analyzers.thresholds import threshold, threshold_int
 COMPUTE = ("gemm_", "copy_gbps")
 INTRA_FIGURES = ("node_allreduce_busbw_gbps", "node_allgather_busbw_gbps")
 ANALYZER = "sanity"
+QUOTA_CORES_PER_RANK = 1.0  # a cgroup quota below this many CPUs per rank of the node holds a training rank back
 MAX_PAIRS_SHOWN = 64  # the slowest of a node's pairs kept in its finding's evidence
 
 
@@ -190,6 +191,7 @@ def judge(results: SanityResults, exclude_at: Severity = Severity.CRITICAL) -> S
             "Exclude the node from this job (OUT/exclude.txt) and check it: " + cause + ".",
             evidence={"figures": evidence, "likely_cause": cause, **facts}, ranks=ranks, hosts=(host,),
             key=f"device|{host}", confidence=min(confs) if confs else None))
+    findings += _quota_held(records, named_on_compute, status)
     findings += _within_node(records, named_on_compute, status)
     findings += _links(records, nodes, named_on_compute, status)
     findings += _lint(nodes)
@@ -330,3 +332,27 @@ def _cut_finding(results: SanityResults) -> list[Finding]:
                     f"was measured: {'; '.join(cut[:3])}", f"Give a longer --time-box (it was "
                     f"{results.time_box_s:g} s) for every figure in full.", evidence={"cut": cut[:64]},
                     key="cut-short")]
+
+
+def _quota_held(records: list[dict[str, Any]], named: set[str], status: dict[str, Severity]) -> list[Finding]:
+    """Nodes whose cgroup holds a rank to less than one CPU while their peers have no such quota: named as a
+    warning from the fact itself (read, not measured: on a loaded machine every rank may be as starved as the
+    quota holds it, so its figures alone cannot tell), unless already named on compute (whose finding says the
+    quota). The job's ranks on that node would run under the same quota."""
+    findings = []
+    for host in dict.fromkeys(r["host"] for r in records):
+        if host in named:
+            continue
+        mine = [r for r in records if r["host"] == host]
+        said, facts = cpu_cause(mine, [r for r in records if r["host"] != host])
+        quota = facts.get("cpu_quota_cores")
+        if not isinstance(quota, (int, float)) or quota >= QUOTA_CORES_PER_RANK * len(mine):
+            continue
+        status[host] = max(status.get(host, Severity.INFO), Severity.WARNING)
+        findings.append(Finding(
+            ANALYZER, Severity.WARNING, f"{host} is held back by its cgroup: {said} (its peers have no such quota; "
+            f"{len(mine)} rank(s) of the job would share it)", "Remove or raise the node's CPU quota (the container's "
+            "or the job's cgroup: cpu.max / cpu.cfs_quota_us) before the job, or exclude the node (exclude-at "
+            "warning).", evidence={"ranks": [r["rank"] for r in mine], **facts}, ranks=tuple(r["rank"] for r in mine),
+            hosts=(host,), key=f"quota|{host}", confidence=0.99))
+    return findings

@@ -13,6 +13,9 @@ Promise (one writer per output, on a shared folder too):
   when this rank takes over: only once the lease lapsed (the counter did not move for `LAPSE_S`, rank 0 is
   dead, not slow) AND its compare-and-set won. When the store itself is gone (it lived with rank 0's node),
   the results go over a gloo group of the ranks off rank 0's node, made at the start, whose lowest rank writes.
+- `wait_left(comm, ranks)`: the writer, after `mark_written`, waits (bounded) until the ranks that posted saw
+  it, so the store that may end with the writer's node outlives their last look (else a rank would take the
+  store's end for rank 0's death and wait out a group timeout).
 - `release_agents(comm)`: after writing, a torchrun agent on a surviving node does not wait out its 300 s
   exit barrier for an agent that died with its node: the writer completes the barrier in its place.
 """
@@ -33,6 +36,7 @@ from perftracker.collectors.sanity.comm import KEY, Comm
 
 RENEW_S = 0.5
 LAPSE_S = 3.0
+LEFT_S = 3.0  # the writer waits this long at most for the other ranks to see that it wrote
 _LEASE = f"{KEY}/lease"
 _WRITER = f"{KEY}/writer"
 _WRITTEN = f"{KEY}/written"
@@ -109,6 +113,22 @@ def mark_written(comm: Comm) -> None:
             comm.store.set(_WRITTEN, "1")
 
 
+def wait_left(comm: Comm, ranks: list[int], within_s: float = LEFT_S) -> list[int]:
+    """After `mark_written`: wait (at most `within_s`) until `ranks` saw it, so that the store (which may live
+    with this rank's node and end with it) outlives their last look; the ranks that did not say so."""
+    deadline = time.monotonic() + within_s
+    waiting = [r for r in ranks if r != comm.launch.rank]
+    while waiting and comm.store is not None:
+        try:
+            waiting = [r for r in waiting if not comm.store.check([f"{KEY}/left/{r}"])]
+        except _ERRORS:
+            return waiting
+        if not waiting or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    return waiting
+
+
 def _holder(comm: Comm) -> str:
     return comm.store.get(_WRITER).decode() if comm.store.check([_WRITER]) else ""
 
@@ -123,6 +143,7 @@ def wait_for_writer(comm: Comm, own: Mapping[str, Any], deadline: float,
     while time.monotonic() < hard_end:
         try:
             if comm.store.check([_WRITTEN]):
+                comm.store.set(f"{KEY}/left/{comm.launch.rank}", "1")  # the writer may let the store go now
                 return None
             count = int(comm.store.add(_LEASE, 0))
             holder = _holder(comm)
