@@ -5,7 +5,7 @@ Each case is a real 3-node job (one rank per node, gloo over the lab's bridge), 
 The fixture is rank 0's OUT/sanity.json plus a `lab` entry: the fault done (the truth the tests compare with),
 the wall time, the exit codes and the machine's load average. Cases:
 
-  clean   nothing done                          (--repeat N: N clean runs, clean-1 ... clean-N)
+  clean   nothing done       (each case --repeat N times: <case>-1 ... <case>-N, from --first)
   rate    node-b's egress held to --mbit Mbit/s by tc tbf from the start
   cpu     node-b's processes held to --share of one core by a cgroup once node-b has joined
   kill    node-b killed (its PID namespace's init, so every process of it) --kill-after s after it joined
@@ -19,7 +19,7 @@ check ends). `--hog N` runs N busy processes beside the lab (outside it) for the
 machine has. The `lab` entry also keeps the output folder's exclude.txt and findings.json's summary.exclude
 (they must be equal) and every `perftracker` line the nodes printed.
 
-    sudo PYTHONPATH=$PWD .venv/bin/python scripts/record_sanity_lab.py clean rate cpu kill --repeat 10 --hog 1
+    sudo PYTHONPATH=$PWD .venv/bin/python scripts/record_sanity_lab.py clean rate cpu --repeat 10 --hog 1
 
 Needs root, iproute2 and util-linux (scripts/netlab.py).
 """
@@ -126,7 +126,7 @@ def run_case(lab: Lab, case: str, out: Path, time_box: float, mbit: float, share
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("cases", nargs="+", choices=["clean", "rate", "cpu", "kill", "kill0", "intra"])
-    parser.add_argument("--repeat", type=int, default=1, help="clean runs to record")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each case to record")
     parser.add_argument("--time-box", type=float, default=20.0)
     parser.add_argument("--mbit", type=float, default=20.0)
     parser.add_argument("--share", type=float, default=0.2)
