@@ -22,8 +22,8 @@ import pandas as pd
 from perftracker.analyzers.sanity.judge import SanityVerdict, cut_short
 from perftracker.analyzers.sanity.results import SanityResults
 from perftracker.analyzers.sanity.table import FIGURE_LABELS
+from perftracker.api import writing
 from perftracker.output_dir import replace_tables
-from perftracker.outputs import writing
 from perftracker.reports import json_report
 from perftracker.reports.sanity_section import sanity_section
 from perftracker.rundir import atomic_write_text
