@@ -38,7 +38,7 @@ from perftracker.cli.options import (
 )
 from perftracker.cli.sanity_out import write_outputs
 from perftracker.cli.voice import EXIT_USAGE, add_command, fail_on_exit, parse_fail_on, say
-from perftracker.collectors.sanity import DEFAULT_S, QUICK_S
+from perftracker.collectors.sanity import DEFAULT_S, QUICK_S, join_s
 from perftracker.errors import PerftrackerError, UsageError
 from perftracker.rundir import host_name
 
@@ -76,8 +76,9 @@ def sanity(
     from perftracker.collectors.sanity.launch import Launch, RendezvousError, check_rendezvous
 
     launch = Launch.from_env(os.environ)  # before torch: a bad launch is said at once
-    try:
-        check_rendezvous(launch, box, store_up=launch.rank != 0 or os.environ.get(AGENT_STORE_VAR) == "True")
+    agent_store = os.environ.get(AGENT_STORE_VAR) == "True"  # listening before any rank starts: the box applies
+    try:  # else rank 0 starts the store itself, maybe later than this rank: the join's wait (measure.plan_for)
+        check_rendezvous(launch, box if agent_store else join_s(box), store_up=launch.rank != 0 or agent_store)
     except RendezvousError as exc:
         _fail(f"rank {launch.rank}: {exc}; check MASTER_ADDR / MASTER_PORT (or torchrun's --master-addr / "
               "--rdzv-endpoint) and that the first node is up")

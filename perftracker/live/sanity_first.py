@@ -23,6 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from perftracker.collectors.sanity import join_s
 from perftracker.errors import UsageError
 from perftracker.outputs import writing
 
@@ -32,7 +33,6 @@ _SCRIPT_FLAGS = ("-m", "--module", "--no-python", "--no_python", "--run-path", "
 _PYTHON_NAMES = ("python", "python3")
 CHECK_ENDED = (0, 3)  # `perftracker sanity`'s exit codes when the check ran to its verdict
 LOG_TAIL = 8192
-JOIN_S = 60.0  # the check's longest wait for every rank to join (collectors/sanity/measure.py: max(60, box))
 SLACK_S = 60.0  # interpreter and torch start-up, writing
 
 
@@ -102,7 +102,7 @@ def run_sanity(command: list[str], env: dict[str, str], out: Path, time_box_s: f
     with writing(out):
         out.mkdir(parents=True, exist_ok=True)
         (out / "findings.json").unlink(missing_ok=True)
-    limit = max(JOIN_S, time_box_s) + 2 * time_box_s + SLACK_S
+    limit = join_s(time_box_s) + 2 * time_box_s + SLACK_S
     with writing(out / "launch.log"), (out / "launch.log").open("wb") as log:
         proc = subprocess.Popen(command, env=_package_path(env), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)

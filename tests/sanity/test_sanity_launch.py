@@ -85,11 +85,13 @@ def test_an_unresolvable_rendezvous_address_is_named_at_once(tmp_path: Path) -> 
 
 
 def test_a_rendezvous_nothing_answers_at_is_named_within_the_box(tmp_path: Path) -> None:
-    # GIVEN rank 1 of 2 pointed at a port nothing listens on (the first node is not up)
+    # GIVEN rank 1 of 2 under torchrun (its agent's store listens before any rank starts) pointed at a port
+    # nothing listens on (the first node is not up)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = _env(RANK="1", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    env = _env(RANK="1", WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               TORCHELASTIC_USE_AGENT_STORE="True")
     done, took = _run_check(env, tmp_path / "o")
     # THEN it fails (exit 1) naming the address and port within the box, with no stack trace and no rank blamed
     assert done.returncode == 1, done.stderr

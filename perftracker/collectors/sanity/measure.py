@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from perftracker.collectors.sanity import DEFAULT_S, QUICK_S  # noqa: F401 - re-exported
+from perftracker.collectors.sanity import DEFAULT_S, QUICK_S, join_s  # noqa: F401 - re-exported
 from perftracker.collectors.sanity.bench import device_figures
 from perftracker.collectors.sanity.comm import Comm
 from perftracker.collectors.sanity.cpu_facts import cpu_during, cpu_sample
@@ -69,7 +69,7 @@ def plan_for(time_box_s: float, device: torch.device) -> Plan:
     """The phases' shares of `time_box_s` (see the module docstring)."""
     gpu = device.type == "cuda"
     short = time_box_s <= 30
-    return Plan(time_box_s=time_box_s, join_s=max(60.0, time_box_s), device_s=0.2 * time_box_s, timeout_s=max(8.0, 0.2 * time_box_s),
+    return Plan(time_box_s=time_box_s, join_s=join_s(time_box_s), device_s=0.2 * time_box_s, timeout_s=max(8.0, 0.2 * time_box_s),
                 coll_bytes=(256 << 20) if gpu else (1 << 20) if short else (4 << 20),
                 coll_iters=5 if short else 20, latency_iters=20 if short else 100,
                 pair_bytes=(64 << 20) if gpu else (1 << 20), pair_reps=4 if short else 10, pair_tours=3 if short else 5)
