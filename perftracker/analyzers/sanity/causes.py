@@ -15,8 +15,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-THROTTLED_SHARE = 0.2  # a cgroup throttled in this share of its periods or more is held back by its quota
-PSI_GAP = 20.0  # CPU pressure (PSI some avg10, % of time) this much above its peers' is telling
+from perftracker.analyzers.thresholds import threshold
 
 
 def _num(value: object) -> float | None:
@@ -42,12 +41,12 @@ def cpu_cause(records: Sequence[Mapping[str, Any]], peers: Sequence[Mapping[str,
             clauses.append(clause)
             evidence.update({"cpu_quota_cores": quota, "cpu_quota_cgroup": where,
                              "peer_cpu_quotas": peer_quotas, "throttled_share": max(throttled) if throttled else None})
-    if not clauses and throttled and max(throttled) >= THROTTLED_SHARE:
+    if not clauses and throttled and max(throttled) >= threshold('sanity.throttled_share'):
         clauses.append(f"its cgroup was throttled {max(throttled):.0%} of periods during the check")
         evidence["throttled_share"] = max(throttled)
     psi = [p for p in (_num(f.get("cgroup_psi_some_avg10")) for f in facts) if p is not None]
     peer_psi = [p for p in (_num((q.get("cpu") or {}).get("cgroup_psi_some_avg10")) for q in peers) if p is not None]
-    if psi and peer_psi and max(psi) - statistics.median(peer_psi) >= PSI_GAP:
+    if psi and peer_psi and max(psi) - statistics.median(peer_psi) >= threshold('sanity.psi_gap'):
         clauses.append(f"its cgroup's CPU pressure is {max(psi):.0f}% (PSI some avg10; peers "
                        f"{statistics.median(peer_psi):.0f}%)")
         evidence.update({"cgroup_cpu_pressure": max(psi), "peer_cgroup_cpu_pressure": statistics.median(peer_psi)})

@@ -33,7 +33,6 @@ from perftracker.analyzers.thresholds import threshold, threshold_int
 COMPUTE = ("gemm_", "copy_gbps")
 INTRA_FIGURES = ("node_allreduce_busbw_gbps", "node_allgather_busbw_gbps")
 ANALYZER = "sanity"
-QUOTA_CORES_PER_RANK = 1.0  # a cgroup quota below this many CPUs per rank of the node holds a training rank back
 MAX_PAIRS_SHOWN = 64  # the slowest of a node's pairs kept in its finding's evidence
 
 
@@ -346,7 +345,7 @@ def _quota_held(records: list[dict[str, Any]], named: set[str], status: dict[str
         mine = [r for r in records if r["host"] == host]
         said, facts = cpu_cause(mine, [r for r in records if r["host"] != host])
         quota = facts.get("cpu_quota_cores")
-        if not isinstance(quota, (int, float)) or quota >= QUOTA_CORES_PER_RANK * len(mine):
+        if not isinstance(quota, (int, float)) or quota >= threshold('sanity.quota_cores_per_rank') * len(mine):
             continue
         status[host] = max(status.get(host, Severity.INFO), Severity.WARNING)
         findings.append(Finding(
