@@ -100,6 +100,7 @@ def test_a_rendezvous_nothing_answers_at_is_named_within_the_box(tmp_path: Path)
     assert took < 5 + 40, took  # the box, and the interpreter's start on a loaded 2-core machine
 
 
+@pytest.mark.slow
 def test_run_sanity_exclude_on_a_full_filesystem_does_not_start_the_job(tmp_path: Path,
                                                                          tmpfs: Callable[..., Path]) -> None:
     # GIVEN a run directory on a filesystem with a few kB left: the check's report cannot be written there
