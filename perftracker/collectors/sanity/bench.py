@@ -7,8 +7,8 @@ host->device and device->host bandwidth from pinned memory. Each measurement is 
 of ~0.3 s (a noisy neighbour during one window moves the median little; a quota or throttling shows in every
 one); with `repeats` > 1 every figure is measured that many times, `sync()` (a barrier of every rank) before
 each repeat, and the figure is the best repeat, every repeat kept in `repeats` (its spread: the device's own
-noise). A figure that cannot be measured is left out and its reason kept in `errors`. The CUDA paths are written for GPUs and have not run in this repository's CI
-(no GPU there): only the CPU path is tested.
+noise). A figure that cannot be measured is left out and its reason kept in `errors`. The CUDA paths are
+written for GPUs and have not run in this repository's CI (no GPU there): only the CPU path is tested.
 """
 
 from __future__ import annotations
