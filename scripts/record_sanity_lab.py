@@ -40,7 +40,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from netlab import IFACE, REPO, Lab, _python_env, node_names, wait_all  # noqa: E402
+from netlab import IFACE, REPO, Lab, _python_env, node_names  # noqa: E402
 
 OUT = REPO / "tests" / "fixtures" / "sanity_lab"
 
