@@ -7,7 +7,8 @@ Promise: ``with Lab(["node-a", "node-b"]) as lab:`` builds, and always removes a
 * per node: network namespace ``<prefix>-<name>`` with ``lo`` and ``eth0`` (one end of a veth pair
   whose other end, ``p-<name>``, is a port of the bridge), address ``10.77.0.<i+1>/24``, and a node
   *init* process in new PID + UTS + mount namespaces (hostname ``<name>``, ``/proc`` of its own PID
-  namespace, ``/sys`` of its network namespace). Commands run "on" a node (``node.popen``) enter all
+  namespace, ``/sys`` of its network namespace with the host's cgroup cpu hierarchies mounted again under
+  ``/sys/fs/cgroup``, as a real node reads its quota). Commands run "on" a node (``node.popen``) enter all
   its namespaces: they see only the node's processes, its hostname and its interfaces. The file
   system is shared, as a cluster's shared storage is.
 
@@ -60,8 +61,19 @@ CGROUP_V1_CPU = Path("/sys/fs/cgroup/cpu")
 CGROUP_V2 = Path("/sys/fs/cgroup/unified")
 
 _INIT = r"""
-import os, signal, socket, sys, time
+import os, signal, socket, subprocess, sys, time
 socket.sethostname(sys.argv[1])
+def _mount(*args):
+    return subprocess.run(["mount", *args], capture_output=True).returncode == 0
+# the node's /sys is its network namespace's sysfs, without the cgroup mounts: mount the cpu ones again, as a
+# real node has them (the same hierarchies as the host's: a quota set on the host is read on the node)
+if _mount("-t", "tmpfs", "-o", "mode=755", "cgroup", "/sys/fs/cgroup"):
+    for name, opts in (("cpu", "cpu"), ("cpu,cpuacct", "cpu,cpuacct"), ("cpuacct", "cpuacct")):
+        os.makedirs("/sys/fs/cgroup/" + name, exist_ok=True)
+        if not _mount("-t", "cgroup", "-o", opts, "cgroup", "/sys/fs/cgroup/" + name):
+            os.rmdir("/sys/fs/cgroup/" + name)
+    os.makedirs("/sys/fs/cgroup/unified", exist_ok=True)
+    _mount("-t", "cgroup2", "none", "/sys/fs/cgroup/unified")
 signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
 print("ready", flush=True)
 while True:  # PID 1 of the node: reap orphans (torchrun's workers outlive it when it is killed)

@@ -48,7 +48,7 @@ from perftracker.cli.options import (
     writable_folder,
 )
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, say
-from perftracker.errors import PerftrackerError, UsageError
+from perftracker.errors import OutputError, PerftrackerError, UsageError
 from perftracker.live.collectors import SamplerOptions, build_samplers, watch_rates
 from perftracker.live.discovery import Job, find_job
 from perftracker.live.launch import LaunchOptions, RunningJob, exit_status, prepare_env
@@ -217,9 +217,16 @@ def _sanity_first(command: list[str], run_dir: Path, time_box_s: float, refuse: 
     out = run_dir / SANITY_DIR
     check = sanity_command(command, out, time_box_s)
     say(f"sanity check first: {' '.join(redact_command(check))[:300]}")
-    outcome = run_sanity(check, dict(os.environ), out, time_box_s)
+    try:
+        outcome = run_sanity(check, dict(os.environ), out, time_box_s)
+    except OutputError as exc:  # the check's own folder cannot be written: it could not run
+        say(f"the sanity check could not run: {exc.message}")
+        if refuse:
+            say("not starting the job (--sanity-exclude): the nodes could not be checked")
+            raise typer.Exit(REFUSED_EXIT) from None
+        return
     write_manifest(run_dir, sanity={"command": redact_command(check), "exit_code": outcome.code,
-                                    "exclude": outcome.exclude, "wrote": outcome.wrote})
+                                    "exclude": outcome.exclude, "wrote": outcome.wrote, "passed": outcome.passed})
     if outcome.exclude:
         why = "; ".join(f"{host}: {' / '.join(titles[:2]) or 'see the report'}" for host, titles in outcome.why.items())
         say(f"the sanity check would exclude {', '.join(outcome.exclude)} ({why}); {out / REPORT}")
@@ -227,9 +234,10 @@ def _sanity_first(command: list[str], run_dir: Path, time_box_s: float, refuse: 
             say(f"not starting the job (--sanity-exclude): leave {', '.join(outcome.exclude)} out "
                 f"({out / 'exclude.txt'}, {out / 'hostfile'}) and launch again")
             raise typer.Exit(REFUSED_EXIT)
-    elif not outcome.wrote and outcome.code != 0:
-        say(f"the sanity check failed (exit {outcome.code}{', past its time limit' if outcome.timed_out else ''}); "
-            f"its output: {out / 'launch.log'}")
+    elif not outcome.passed:
+        said = f": {outcome.reason}" if outcome.reason else ""
+        say(f"the sanity check failed (exit {outcome.code}{', past its time limit' if outcome.timed_out else ''})"
+            f"{said}; its output: {out / 'launch.log'}")
         if refuse:
             say("not starting the job (--sanity-exclude): the nodes could not be checked")
             raise typer.Exit(REFUSED_EXIT)

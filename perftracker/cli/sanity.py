@@ -1,22 +1,27 @@
 """`perftracker sanity`: measure every node of a job before the job starts, and name the ones to leave out.
 
 Promise: launched the way the job is (`torchrun [--nnodes N ...] -m perftracker sanity -o OUT`, or under srun /
-mpirun with MASTER_ADDR and MASTER_PORT exported; alone it checks this machine), every rank measures its
+mpirun with MASTER_ADDR and MASTER_PORT exported; alone it checks this machine), the launch is checked first
+(collectors/sanity/launch.py: a rank, world size, address or port that cannot be used is exit 2 naming the
+variable; a rendezvous nothing answers at is named within the box, exit 1). Then every rank measures its
 device, the collectives over all ranks and (one rank per node) every pair of nodes, within `--time-box`
-seconds (default 120, `--quick` 20; a dead or hung node costs at most one collective timeout more); rank 0
-gathers, judges (analyzers/sanity) and writes OUT (cli/sanity_out.py). When rank 0 is gone (nothing said by the
-end of the box plus two collective timeouts), the lowest live rank writes in its place (comm.fallback_gather),
-naming rank 0's node unreachable. Exit codes: 0, 3 when a finding at or above `--fail-on` exists (on the rank
-that wrote; other ranks exit 0), 2 for a usage error.
+seconds counted from the join (default 120, `--quick` 20; measure.py's phases, and a watchdog that finishes
+with what was measured, so the command ends within 1.25x the box). One rank writes OUT (cli/sanity_out.py):
+rank 0, after winning the writer's place through the store; another rank only once rank 0's lease lapsed
+(it is dead) and it won the store's compare-and-set (collectors/sanity/handover.py). No other rank writes
+OUT. Exit codes: 0, 3 when a finding at or above `--fail-on` exists (on the rank that wrote; other ranks
+exit 0), 2 for a usage error or an output that cannot be written (OutputError), 1 when the ranks could not
+join.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -32,12 +37,13 @@ from perftracker.cli.options import (
     writable_folder,
 )
 from perftracker.cli.sanity_out import write_outputs
-from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on
-from perftracker.collectors.sanity import DEFAULT_S, QUICK_S
-from perftracker.errors import UsageError
+from perftracker.cli.voice import EXIT_USAGE, add_command, fail_on_exit, parse_fail_on, say
+from perftracker.collectors.sanity import DEFAULT_S, QUICK_S, join_s
+from perftracker.errors import PerftrackerError, UsageError
 from perftracker.rundir import host_name
 
-WAIT_SLACK_S = 5.0  # the other ranks wait this much past rank 0's latest end before writing in its place
+AGENT_STORE_VAR = "TORCHELASTIC_USE_AGENT_STORE"  # torchrun's agent hosts the store: it listens before any rank
+CHECK_FAILED = 1  # the ranks could not join: nothing was measured
 
 
 def sanity(
@@ -67,12 +73,21 @@ def sanity(
     box = time_box if time_box is not None else (QUICK_S if quick else DEFAULT_S)
     if not 5 <= box <= 3600:
         raise UsageError(f"--time-box {box:g} is outside 5..3600 seconds", "--time-box")
+    from perftracker.collectors.sanity.launch import Launch, RendezvousError, check_rendezvous
+
+    launch = Launch.from_env(os.environ)  # before torch: a bad launch is said at once
+    agent_store = os.environ.get(AGENT_STORE_VAR) == "True"  # listening before any rank starts: the box applies
+    try:  # else rank 0 starts the store itself, maybe later than this rank: the join's wait (measure.plan_for)
+        check_rendezvous(launch, box if agent_store else join_s(box), store_up=launch.rank != 0 or agent_store)
+    except RendezvousError as exc:
+        _fail(f"rank {launch.rank}: {exc}; check MASTER_ADDR / MASTER_PORT (or torchrun's --master-addr / "
+              "--rdzv-endpoint) and that the first node is up")
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")  # torch's C++ retries and stack traces: we say why
     # torch only now: every other command (and this one's --help) starts without it
-    from perftracker.collectors.sanity.comm import Launch
-    from perftracker.collectors.sanity.measure import device_for, measure, plan_for
+    from perftracker.collectors.sanity.comm import Comm
+    from perftracker.collectors.sanity.measure import WATCHDOG_END, device_for, measure, new_record, plan_for
     from perftracker.collectors.sanity.node import node_facts
 
-    launch = Launch.from_env(os.environ)
     if launch.rank == 0:
         writable_folder(out)
     host = host_name()
@@ -82,44 +97,137 @@ def sanity(
     if launch.local_rank == 0:
         node = node_facts(sysfs_root, with_gpus=device.type == "cuda")
         node["lint"] = [f.to_dict() for f in lint(profile=profile, sysfs_root=sysfs_root, host=host)[0]]
-    comm, record = measure(launch, plan, host, node, device, started)
-    if launch.rank != 0:
-        if comm is None:
-            return
-        comm.post(record)
-        gathered = comm.fallback_gather(record, comm.joined_at + box + 2 * plan.timeout_s + WAIT_SLACK_S)
-        if gathered is None:  # rank 0 gathered (or another rank writes in its place)
-            clean = not record["errors"]
-            comm.close(clean=clean)
-            _leave(0, broken_group=not clean)
-            return
-        typer.echo(f"perftracker sanity: rank 0 sent nothing; rank {launch.rank} ({host}) writes the result",
+    comm: Comm | None = None
+    try:
+        comm = Comm.start(launch, device, host, plan.timeout_s, plan.join_s)
+    except (RuntimeError, ValueError) as exc:
+        _fail(f"rank {launch.rank}: the {launch.world} ranks did not all join at {launch.master_addr}:"
+              f"{launch.master_port} within {plan.join_s:g} s ({str(exc).splitlines()[0][:160] if str(exc) else ''})"
+              "; check that every node was launched with the same --nnodes / WORLD_SIZE and rendezvous")
+    assert comm is not None
+    if launch.world > 1:
+        typer.echo(f"perftracker sanity: rank {launch.rank} joined ({launch.world} ranks, {len(comm.nodes)} nodes)",
                    err=True)
-        writable_folder(out)
-    else:
-        gathered = comm.gather(record, comm.joined_at + box) if comm is not None else {0: record}
-        if comm is not None:
-            comm.mark_gathered()
-    hosts = comm.hosts if comm is not None and comm.hosts else [host] * launch.world
-    results = SanityResults(hosts=hosts, records=gathered, time_box_s=box,
-                            elapsed_s=round(time.monotonic() - (comm.joined_at if comm is not None else started), 3))
-    verdict = judge(results, exclude_sev)
-    write_outputs(out, results, verdict)
-    clean = not record["errors"] and len(gathered) == launch.world
-    if comm is not None:
-        comm.close(clean=clean)
-    worst = [f for f in verdict.findings if f.severity >= Severity.WARNING]
-    typer.echo(f"perftracker sanity: {len(dict.fromkeys(hosts))} node(s), {len(worst)} warning(s) or worse; "
-               f"exclude: {', '.join(verdict.exclude) or 'none'}; {out / 'report.html'} "
-               f"({results.elapsed_s:.1f} s)")
-    _leave(fail_on_exit(verdict.findings, threshold), broken_group=comm is not None and not clean)
+    record = new_record(launch, host, device)
+    ending = _Ending(comm, launch, record, out, box, exclude_sev, threshold, started)
+    watchdog = threading.Timer(max(0.0, comm.joined_at + WATCHDOG_END * box - time.monotonic()), ending.watchdog)
+    watchdog.daemon = True
+    if launch.world > 1:  # alone, nothing can hold the measurement beyond its phases' own ends
+        watchdog.start()
+    measure(launch, plan, host, node, device, started, record, comm)
+    watchdog.cancel()
+    code, broken = ending.finish()
+    _leave(code, in_group=launch.world > 1 or broken)
 
 
-def _leave(code: int, broken_group: bool) -> None:
-    """End the command with `code`. After a process group a dead peer broke, without the interpreter's teardown:
-    torch's gloo group can abort the process in its destructors (exit -6 on a rank whose work was done, seen
-    when rank 0's node was killed), and the check's result is already written and said."""
-    if not broken_group:
+class _Ending:
+    """The command's end, run once: by the main thread after measuring, or by the watchdog at the end of the
+    box with what was measured (the main thread then waits in a collective; the watchdog ends the process)."""
+
+    def __init__(self, comm: Any, launch: Any, record: dict[str, Any], out: Path, box: float,
+                 exclude_sev: Severity, threshold: Severity | None, started: float) -> None:
+        self.comm, self.launch, self.record, self.out, self.box = comm, launch, record, out, box
+        self.exclude_sev, self.threshold, self.started = exclude_sev, threshold, started
+        self._lock = threading.Lock()
+        self._started = False
+        self._done = threading.Event()
+        self.result = (0, False)
+        from perftracker.collectors.sanity.handover import Lease
+
+        self.lease = Lease(comm) if launch.rank == 0 and comm.store is not None else None
+
+    def watchdog(self) -> None:
+        from perftracker.collectors.sanity.measure import WATCHDOG_END
+
+        self.record["cut"].append(f"the watchdog ended the measurement {WATCHDOG_END * self.box:.1f} s into the "
+                                  f"{self.box:g} s box (a phase was still waiting for a peer)")
+        self.record.setdefault("elapsed_s", round(time.monotonic() - self.comm.joined_at, 3))
+        try:
+            code, _ = self.finish()
+        except PerftrackerError as exc:
+            say(exc.message)
+            code = EXIT_USAGE
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+    def finish(self) -> tuple[int, bool]:
+        with self._lock:
+            first = not self._started
+            self._started = True
+        if not first:
+            self._done.wait()
+            return self.result
+        try:
+            self.result = self._finish()
+        finally:
+            self._done.set()
+        return self.result
+
+    def _finish(self) -> tuple[int, bool]:
+        from perftracker.collectors.sanity import handover
+        from perftracker.collectors.sanity.measure import GATHER_END, HARD_END
+
+        comm, launch, record = self.comm, self.launch, self.record
+        gather_end = comm.joined_at + GATHER_END * self.box
+        broken = bool(record["errors"]) and launch.world > 1
+        if launch.rank != 0:
+            handover.post(comm, record)
+            taken = handover.wait_for_writer(comm, record, gather_end, comm.joined_at + HARD_END * self.box)
+            if taken is None:  # the writer wrote (or is alive and writes): this rank never writes OUT
+                return 0, broken
+            gathered, self.lease = taken
+            how = "its lease in the store lapsed" if self.lease is not None else "its node's store is gone too"
+            say(f"sanity: rank 0 is gone ({how}); rank {launch.rank} ({comm.hosts[launch.rank]}) writes the result")
+            writable_folder(self.out)
+        else:
+            won = handover.claim(comm) if comm.store is not None else True
+            if won is None and "others" in comm.groups:
+                say("sanity: the rendezvous store is gone; a rank on another node writes the result")
+                return 0, True
+            if won is False:
+                say("sanity: another rank took the writer's place (rank 0's lease had lapsed); it writes the result")
+                return 0, True
+            gathered = handover.gather(comm, record, gather_end) if comm.store is not None else {0: record}
+        return self._write(gathered), broken or len(gathered) < launch.world
+
+    def _write(self, gathered: dict[int, dict[str, Any]]) -> int:
+        from perftracker.collectors.sanity import handover
+
+        comm, launch = self.comm, self.launch
+        hosts = comm.hosts if comm.hosts else [host_name()] * launch.world
+        results = SanityResults(hosts=hosts, records=gathered, time_box_s=self.box,
+                                elapsed_s=round(time.monotonic() - comm.joined_at, 3))
+        verdict = judge(results, self.exclude_sev)
+        try:
+            write_outputs(self.out, results, verdict)
+        finally:
+            if self.lease is not None:
+                self.lease.stop()
+        handover.mark_written(comm)
+        handover.wait_left(comm, sorted(gathered))
+        if set(hosts) - {str(r.get("host")) for r in gathered.values()}:  # a node died: its agent cannot arrive
+            handover.release_agents(comm)
+        worst = [f for f in verdict.findings if f.severity >= Severity.WARNING]
+        typer.echo(f"perftracker sanity: {len(dict.fromkeys(hosts))} node(s) of {launch.world} rank(s), "
+                   f"{len(worst)} warning(s) or worse; exclude: {', '.join(verdict.exclude) or 'none'}; "
+                   f"{self.out / 'report.html'} ({results.elapsed_s:.1f} s)", err=True)
+        return fail_on_exit(verdict.findings, self.threshold)
+
+
+def _fail(message: str) -> None:
+    """The check could not be made: say why on one line, exit CHECK_FAILED (never a pass, never a traceback)."""
+    say(f"sanity: {message}")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(CHECK_FAILED)
+
+
+def _leave(code: int, in_group: bool) -> None:
+    """End the command with `code`. A rank of a group leaves without the interpreter's teardown: torch's gloo
+    group can abort the process in its destructors (exit -6 on a rank whose work was done: when a peer died, and
+    when the writer's lease thread still used the store), and the check's result is already written and said."""
+    if not in_group:
         raise typer.Exit(code)
     sys.stdout.flush()
     sys.stderr.flush()

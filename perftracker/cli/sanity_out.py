@@ -1,10 +1,14 @@
-"""What `perftracker sanity` writes into OUT (rank 0 only).
+"""What `perftracker sanity` writes into OUT (the one writer only: cli/sanity.py).
 
-Promise: `write_outputs(out, results, verdict)` writes, each atomically:
-sanity.json (every rank's record: what the judgement read, re-judgeable), findings.json (the usual document),
-report.html (findings and the per-device table, slow ones first), tables/sanity_devices.parquet (the whole
-table), exclude.txt (one host per line to exclude; empty when none), slurm_exclude.txt (`--exclude=h1,h2`, or
-empty), hostfile (the good nodes, one per line, with `slots=<ranks it ran>` as Open MPI / DeepSpeed read it).
+Promise: `scheduler_files(verdict, hosts)` is the one maker of the scheduler's files from the judgement:
+exclude.txt (one host per line to exclude; empty when none), slurm_exclude.txt (`--exclude=h1,h2`, or empty),
+hostfile (the good nodes, one per line, with `slots=<ranks it ran>` as Open MPI / DeepSpeed read it), each
+from `verdict.exclude` / `verdict.keep`, the lists findings.json's `summary.exclude` / `summary.keep` are.
+`write_outputs(out, results, verdict)` writes tables/sanity_devices.parquet (the whole table), sanity.json
+(every rank's record: what the judgement read, re-judgeable), report.html, the scheduler files and, last,
+findings.json (so a findings.json on disk means every other file of this check is there too). Each file is
+written to a temporary name in its own folder and renamed; a write that fails (a full disk) is an OutputError
+naming the file, and leaves the earlier check's findings.json out of the folder rather than beside new files.
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from perftracker.analyzers.sanity.judge import SanityVerdict
+from perftracker.analyzers.sanity.judge import SanityVerdict, cut_short
 from perftracker.analyzers.sanity.results import SanityResults
 from perftracker.analyzers.sanity.table import FIGURE_LABELS
+from perftracker.api import writing
+from perftracker.output_dir import replace_tables
 from perftracker.reports import json_report
 from perftracker.reports.sanity_section import sanity_section
 from perftracker.rundir import atomic_write_text
@@ -37,23 +43,39 @@ def _note(results: SanityResults) -> str:
     return " ".join(parts)
 
 
+def scheduler_files(verdict: SanityVerdict, hosts: list[str]) -> dict[str, str]:
+    """See the module docstring: file name -> text."""
+    slots = Counter(hosts)
+    return {"exclude.txt": "".join(f"{h}\n" for h in verdict.exclude),
+            "slurm_exclude.txt": f"--exclude={','.join(verdict.exclude)}\n" if verdict.exclude else "",
+            "hostfile": "".join(f"{h} slots={slots[h]}\n" for h in verdict.keep)}
+
+
+def _atomic(path: Path, text: str) -> None:
+    with writing(path):
+        atomic_write_text(path, text)
+
+
 def write_outputs(out: Path, results: SanityResults, verdict: SanityVerdict) -> None:
     """See the module docstring."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "tables").mkdir(exist_ok=True)
-    atomic_write_text(out / "sanity.json", json.dumps(results.to_dict(), separators=(",", ":")) + "\n")  # C encoder: fast
+    findings_file = out / "findings.json"
+    with writing(out):
+        out.mkdir(parents=True, exist_ok=True)
+        findings_file.unlink(missing_ok=True)  # an earlier check's verdict never stands beside this one's files
+    with writing(out / "tables"):
+        replace_tables({"sanity_devices": pd.DataFrame(verdict.rows)}, out / "tables")
+    _atomic(out / "sanity.json", json.dumps(results.to_dict(), separators=(",", ":")) + "\n")  # C encoder: fast
     summary = {"command": "sanity", "nodes": len(dict.fromkeys(results.hosts)), "ranks": len(results.hosts),
                "exclude": verdict.exclude, "keep": verdict.keep, "node_status": verdict.node_status,
-               "elapsed_s": results.elapsed_s, "time_box_s": results.time_box_s}
-    json_report.write(out / "findings.json", json_report.build(verdict.findings, [], "sanity", summary))
-    pd.DataFrame(verdict.rows).to_parquet(out / "tables" / "sanity_devices.parquet", index=False)
+               "elapsed_s": results.elapsed_s, "time_box_s": results.time_box_s, "cut": cut_short(results)}
     section = sanity_section(verdict.rows, FIGURE_LABELS, _note(results))
     synthetic = [{"path": ".", "what": results.synthetic, "made_by": ""}] if results.synthetic else None
     from perftracker.reports import html  # plotly and Jinja only when a page is rendered
 
-    html.render(out / "report.html", verdict.findings, [], [section], title="perftracker sanity check",
-                synthetic=synthetic)
-    atomic_write_text(out / "exclude.txt", "".join(f"{h}\n" for h in verdict.exclude))
-    atomic_write_text(out / "slurm_exclude.txt", f"--exclude={','.join(verdict.exclude)}\n" if verdict.exclude else "")
-    slots = Counter(results.hosts)
-    atomic_write_text(out / "hostfile", "".join(f"{h} slots={slots[h]}\n" for h in verdict.keep))
+    with writing(out / "report.html"):
+        html.render(out / "report.html", verdict.findings, [], [section], title="perftracker sanity check",
+                    synthetic=synthetic)
+    for name, text in scheduler_files(verdict, results.hosts).items():
+        _atomic(out / name, text)
+    with writing(findings_file):
+        json_report.write(findings_file, json_report.build(verdict.findings, [], "sanity", summary))

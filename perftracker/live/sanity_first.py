@@ -6,8 +6,11 @@ node, rendezvous) and runs `-m perftracker sanity -o OUT --time-box S` in place 
 python running a script runs the check alone on this machine. Any other launcher is a UsageError that says how to run
 the check under it. `run_sanity(command, env, out, time_box_s)` runs it (its output into OUT/launch.log, killed
 past its longest possible time) and returns a `SanityOutcome`: the exit code, the hosts the check would exclude
-and why (from OUT/findings.json, written by rank 0 or the rank that wrote in its place), or that no result was
-written on this machine.
+and why (from OUT/findings.json, written last by rank 0 or the rank that wrote in its place; an earlier
+check's findings.json is removed before the launch, so a stale verdict is never read), or that no result was
+written on this machine, and the check's own last word (`reason`: its last `perftracker:` line in launch.log).
+`passed` is True only for a check that ended as a check ends (exit 0, or 3: findings at --fail-on) and wrote
+its verdict (or, on a node other than rank 0's, ended 0): a check that failed never reads as a pass.
 """
 
 from __future__ import annotations
@@ -20,14 +23,17 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from perftracker.collectors.sanity import join_s
 from perftracker.errors import UsageError
 from perftracker.output_names import FINDINGS
+from perftracker.outputs import writing
 
 TORCHRUN_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 # torchrun's options that change how its script is run: ours is always `-m perftracker`
 _SCRIPT_FLAGS = ("-m", "--module", "--no-python", "--no_python", "--run-path", "--run_path")
 _PYTHON_NAMES = ("python", "python3")
-JOIN_S = 60.0  # the check's longest wait for every rank to join (collectors/sanity/measure.py: max(60, box))
+CHECK_ENDED = (0, 3)  # `perftracker sanity`'s exit codes when the check ran to its verdict
+LOG_TAIL = 8192
 SLACK_S = 60.0  # interpreter and torch start-up, writing
 
 
@@ -40,6 +46,12 @@ class SanityOutcome:
     exclude: list[str] = field(default_factory=list)
     why: dict[str, list[str]] = field(default_factory=dict)
     timed_out: bool = False
+    reason: str = ""
+
+    @property
+    def passed(self) -> bool:
+        """See the module docstring."""
+        return not self.timed_out and (self.code in CHECK_ENDED if self.wrote else self.code == 0)
 
 
 def _is_python(word: str) -> bool:
@@ -88,9 +100,11 @@ def _package_path(env: dict[str, str]) -> dict[str, str]:
 
 def run_sanity(command: list[str], env: dict[str, str], out: Path, time_box_s: float) -> SanityOutcome:
     """See the module docstring."""
-    out.mkdir(parents=True, exist_ok=True)
-    limit = max(JOIN_S, time_box_s) + 3 * time_box_s + SLACK_S
-    with (out / "launch.log").open("wb") as log:
+    with writing(out):
+        out.mkdir(parents=True, exist_ok=True)
+        (out / FINDINGS).unlink(missing_ok=True)
+    limit = join_s(time_box_s) + 2 * time_box_s + SLACK_S
+    with writing(out / "launch.log"), (out / "launch.log").open("wb") as log:
         proc = subprocess.Popen(command, env=_package_path(env), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         try:
@@ -105,11 +119,27 @@ def run_sanity(command: list[str], env: dict[str, str], out: Path, time_box_s: f
                 pass
         if timed_out:
             code = proc.wait()
+    reason = _last_word(out / "launch.log")
     findings_file = out / FINDINGS
-    if not findings_file.is_file():
-        return SanityOutcome(code=code, wrote=False, timed_out=timed_out)
-    doc = json.loads(findings_file.read_text(encoding="utf-8"))
+    try:
+        doc = json.loads(findings_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # not written here (or not whole): no verdict to read
+        return SanityOutcome(code=code, wrote=False, timed_out=timed_out, reason=reason)
+    if not isinstance(doc, dict) or not isinstance(doc.get("summary"), dict):
+        return SanityOutcome(code=code, wrote=False, timed_out=timed_out, reason=reason)
     exclude = [str(h) for h in doc.get("summary", {}).get("exclude", [])]
     why = {h: [str(f["title"]) for f in doc.get("findings", []) if h in f.get("hosts", [])
                and f.get("severity") in ("warning", "critical")] for h in exclude}
-    return SanityOutcome(code=code, wrote=True, exclude=exclude, why=why, timed_out=timed_out)
+    return SanityOutcome(code=code, wrote=True, exclude=exclude, why=why, timed_out=timed_out, reason=reason)
+
+
+def _last_word(log: Path) -> str:
+    """The check's last `perftracker:` line in its launch log (bounded), or ''."""
+    try:
+        with log.open("rb") as handle:
+            handle.seek(max(0, log.stat().st_size - LOG_TAIL))
+            tail = handle.read(LOG_TAIL).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in tail.splitlines() if line.lstrip().startswith("perftracker")]
+    return lines[-1][:300] if lines else ""

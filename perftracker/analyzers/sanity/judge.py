@@ -4,15 +4,19 @@ Promise: `judge(results)` takes the gathered results (`SanityResults`: every ran
 in rank order) and returns a `SanityVerdict`: findings (one per node that is unreachable, failed a test or is
 below its peers / its device's expected figure; one per node some of whose ranks sent nothing; one per node whose
 collectives among its own ranks are below the other nodes', judged apart from the links between nodes; one per
-slow pair of nodes that no named node explains; the NCCL setting lint's findings, merged across the nodes that
-share them), the per-device table (worst first)
+slow pair of nodes that no named node explains; one per node whose cgroup holds a rank to less than
+`sanity.quota_cores_per_rank` CPUs while its peers have no such quota, from the fact itself; one info finding
+saying what the time box cut; the NCCL setting lint's findings, merged across the nodes that share them), the
+per-device table (worst first)
 and the hosts to exclude (those with a finding at or above `exclude_at`) and to keep.
 
 One cause, one finding: a node slow on compute and on its links is named once, on compute (CPU contention or
 throttling slows its communication too); a node whose every pair is slow is named on its link, and its pairs
 are listed in that finding, not again. Every finding is a pre-flight one (no cost: the job has not run) with
 the measurement, the peers' median, the expected figure where the device is known, the likely cause and what
-to do. Figures are compared with `robust.low_outliers` (median and MAD of the peers).
+to do. Figures are compared with `robust.low_outliers` (median and MAD of the peers), and a device is named only
+when its deficit also exceeds the spread of its own repeats (`own_spread`); the likely cause comes from the
+node's own facts where they differ from its peers' (causes.py).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perftracker.analyzers.findings import Finding, Severity, rank_findings
+from perftracker.analyzers.sanity.causes import cpu_cause, link_cause
 from perftracker.analyzers.sanity.expected import expected_for
 from perftracker.analyzers.sanity.results import DEVICE_FIGURES, SanityResults
 from perftracker.analyzers.sanity.robust import LINK_FLOOR, Low, low_outliers
@@ -64,32 +69,22 @@ def _best_pair(pairs: list[dict[str, Any]]) -> dict[str, float]:
     return best
 
 
-def _nic_note(host: str, nodes: Mapping[str, Mapping[str, Any]]) -> tuple[str, dict[str, Any]]:
-    """A cause from the node's links compared with its peers': a lower negotiated rate or link errors."""
-    facts = nodes.get(host, {})
-    nics = [n for n in facts.get("nics", []) if n.get("operstate") == "up"]
-    rates = {h: max((n.get("speed_mbps", -1) for n in f.get("nics", []) if n.get("operstate") == "up"), default=-1)
-             for h, f in nodes.items()}
-    mine = rates.get(host, -1)
-    others = sorted(r for h, r in rates.items() if h != host and r > 0)
-    if mine > 0 and others and mine < others[len(others) // 2]:
-        return (f"its NIC negotiated {mine} Mb/s where its peers have {others[len(others) // 2]} Mb/s",
-                {"nic_rate_mbps": mine, "peer_rate_mbps": others[len(others) // 2]})
-    errors = {n["name"]: n.get("errors", {}) for n in nics if any(v > 0 for v in n.get("errors", {}).values())}
-    peers_count = any(any(v > 0 for n in f.get("nics", []) for v in n.get("errors", {}).values())
-                      for h, f in nodes.items() if h != host)
-    if errors and not peers_count:  # counters since boot: telling only where the peers count none
-        return "its link counts errors or drops", {"link_errors": errors}
-    return "its link or NIC is slower than its peers' (shaped, congested or degraded)", {}
+def own_spread(record: Mapping[str, Any], figure: str) -> float:
+    """The spread (max - min) of a device's own repeats of `figure`; 0 with fewer than two."""
+    values = [float(v) for v in record.get("repeats", {}).get(figure, [])]
+    return max(values) - min(values) if len(values) > 1 else 0.0
 
 
 def _device_lows(records: list[dict[str, Any]]) -> dict[str, list[tuple[str, Low | None, str]]]:
-    """unit -> [(figure, Low vs peers or None, note on the expected figure)] for every device below its peers or
-    its expected figure."""
+    """unit -> [(figure, Low vs peers or None, note on the expected figure)] for every device below its peers by
+    more than its peers' noise and its own repeats' spread, or below its expected figure."""
     out: dict[str, list[tuple[str, Low | None, str]]] = {}
+    by_unit = {_unit(r): r for r in records}
     for figure in DEVICE_FIGURES:
         values = {_unit(r): float(r["figures"][figure]) for r in records if figure in r.get("figures", {})}
         for low in low_outliers(values):
+            if low.peer_median - low.value <= own_spread(by_unit[low.unit], figure):
+                continue  # within its own repeats' spread: this device's noise, not a slow device
             out.setdefault(low.unit, []).append((figure, low, ""))
         for r in records:
             known = expected_for(str(r.get("device_name", "")), figure)
@@ -178,6 +173,7 @@ def judge(results: SanityResults, exclude_at: Severity = Severity.CRITICAL) -> S
                                  f"median {_fmt(low.peer_median)}")
                     evidence.append({"rank": r["rank"], "device": r["device"], "figure": figure, "value": low.value,
                                      "peer_median": low.peer_median, "peer_mad": low.peer_mad,
+                                     "own_spread": own_spread(r, figure), "repeats": r.get("repeats", {}).get(figure, []),
                                      "confidence": low.confidence})
                 else:
                     sev = max(sev, _expected_severity(r, figure, note))
@@ -186,7 +182,8 @@ def judge(results: SanityResults, exclude_at: Severity = Severity.CRITICAL) -> S
                     evidence.append({"rank": r["rank"], "device": r["device"], "figure": figure, "note": note,
                                      "value": r["figures"].get(figure), "source": known[1] if known else ""})
         cpu = all(str(r["device"]).startswith("cpu") for r, _ in entries)
-        cause = _device_cause(cpu, {e["figure"] for e in evidence})
+        said, facts = cpu_cause([r for r, _ in entries], [r for r in records if r["host"] != host])
+        cause = said or _device_cause(cpu, {e["figure"] for e in evidence})
         ranks = tuple(sorted({r["rank"] for r, _ in entries}))
         confs = [e["confidence"] for e in evidence if "confidence" in e]
         named_on_compute.add(host)
@@ -195,11 +192,13 @@ def judge(results: SanityResults, exclude_at: Severity = Severity.CRITICAL) -> S
             ANALYZER, sev, f"{host} measures below its peers: " + "; ".join(list(lines.values())[:4]) +
             f" (likely {cause})",
             "Exclude the node from this job (OUT/exclude.txt) and check it: " + cause + ".",
-            evidence={"figures": evidence, "likely_cause": cause}, ranks=ranks, hosts=(host,),
+            evidence={"figures": evidence, "likely_cause": cause, **facts}, ranks=ranks, hosts=(host,),
             key=f"device|{host}", confidence=min(confs) if confs else None))
+    findings += _quota_held(records, named_on_compute, status)
     findings += _within_node(records, named_on_compute, status)
     findings += _links(records, nodes, named_on_compute, status)
     findings += _lint(nodes)
+    findings += _cut_finding(results)
     ranked = rank_findings(findings)
     rows = device_rows(results, status)
     exclude = [h for h in hosts if status.get(h, Severity.INFO) >= exclude_at and h in status]
@@ -219,16 +218,16 @@ def _links(records: list[dict[str, Any]], nodes: Mapping[str, Mapping[str, Any]]
             by_host_pairs.setdefault(h, []).append(p)
     findings = []
     slow_nodes = {low.unit: low for low in low_outliers(best, LINK_FLOOR)}
-    failed_pairs = [p for p in pairs if p.get("gbps") is None]
+    failed_pairs = [p for p in pairs if p.get("gbps") is None and not p.get("cut")]
     for p in failed_pairs:  # a pair with no figure at all: both ends lost the other
         for host in (p["a"], p["b"]):
-            if all(q.get("gbps") is None for q in by_host_pairs[host]) and host not in slow_nodes:
+            if all(q.get("gbps") is None and not q.get("cut") for q in by_host_pairs[host]) and host not in slow_nodes:
                 slow_nodes[host] = Low(host, 0.0, 0.0, 0.0, 1.0, Severity.CRITICAL, 0.99)
     for host, low in sorted(slow_nodes.items()):
         if host in named or status.get(host) == Severity.CRITICAL and host not in best:
             continue
         mine = list(by_host_pairs.get(host, []))
-        cause, facts = _nic_note(host, nodes)
+        cause, facts = link_cause(host, nodes)
         status[host] = max(status.get(host, Severity.INFO), low.severity)
         mine.sort(key=lambda p: -1.0 if p.get("gbps") is None else float(p["gbps"]))
         listed = ", ".join(f"{p['a']}-{p['b']} " + (f"{p['gbps']:.3g} GB/s" if p.get("gbps") is not None else
@@ -320,3 +319,43 @@ def _lint(nodes: Mapping[str, Mapping[str, Any]]) -> list[Finding]:
                            evidence=dict(f.evidence), hosts=tuple(hosts), key=f"lint|{f.id}",
                            confidence=f.confidence))
     return out
+
+
+def cut_short(results: SanityResults) -> list[str]:
+    """What the time box cut short, rank by rank ("rank 2: ..."), as the records say."""
+    return [f"rank {rank}: {what}" for rank, r in sorted(results.records.items()) for what in r.get("cut", [])]
+
+
+def _cut_finding(results: SanityResults) -> list[Finding]:
+    """One info finding saying what the time box cut (the judgement is of what was measured)."""
+    cut = cut_short(results)
+    if not cut:
+        return []
+    return [Finding(ANALYZER, Severity.INFO, f"the time box cut the check short ({len(cut)} cut(s)); judged on what "
+                    f"was measured: {'; '.join(cut[:3])}", f"Give a longer --time-box (it was "
+                    f"{results.time_box_s:g} s) for every figure in full.", evidence={"cut": cut[:64]},
+                    key="cut-short")]
+
+
+def _quota_held(records: list[dict[str, Any]], named: set[str], status: dict[str, Severity]) -> list[Finding]:
+    """Nodes whose cgroup holds a rank to less than one CPU while their peers have no such quota: named as a
+    warning from the fact itself (read, not measured: on a loaded machine every rank may be as starved as the
+    quota holds it, so its figures alone cannot tell), unless already named on compute (whose finding says the
+    quota). The job's ranks on that node would run under the same quota."""
+    findings = []
+    for host in dict.fromkeys(r["host"] for r in records):
+        if host in named:
+            continue
+        mine = [r for r in records if r["host"] == host]
+        said, facts = cpu_cause(mine, [r for r in records if r["host"] != host])
+        quota = facts.get("cpu_quota_cores")
+        if not isinstance(quota, (int, float)) or quota >= threshold('sanity.quota_cores_per_rank') * len(mine):
+            continue
+        status[host] = max(status.get(host, Severity.INFO), Severity.WARNING)
+        findings.append(Finding(
+            ANALYZER, Severity.WARNING, f"{host} is held back by its cgroup: {said} (its peers have no such quota; "
+            f"{len(mine)} rank(s) of the job would share it)", "Remove or raise the node's CPU quota (the container's "
+            "or the job's cgroup: cpu.max / cpu.cfs_quota_us) before the job, or exclude the node (exclude-at "
+            "warning).", evidence={"ranks": [r["rank"] for r in mine], **facts}, ranks=tuple(r["rank"] for r in mine),
+            hosts=(host,), key=f"quota|{host}", confidence=0.99))
+    return findings

@@ -3,14 +3,17 @@
 Promise: `device_figures(device, seconds)` measures, on `device` ("cpu" or "cuda:N"), for about `seconds` in all:
 GEMM TFLOPS at every dtype the device supports (FP32 on CPU; BF16, FP16, TF32 and, on compute capability 8.9
 and later, FP8 on CUDA), the device memory copy bandwidth (bytes read + written per second) and, on CUDA,
-host->device and device->host bandwidth from pinned memory. Each figure is the median rate over windows of
-~0.3 s (a noisy neighbour during one window moves the median little; a quota or throttling shows in every one). A figure that cannot be measured is left out and
-its reason kept in `errors`. The CUDA paths are written for GPUs and have not run in this repository's CI
-(no GPU there): only the CPU path is tested.
+host->device and device->host bandwidth from pinned memory. Each measurement is the median rate over windows
+of ~0.3 s (a noisy neighbour during one window moves the median little; a quota or throttling shows in every
+one); with `repeats` > 1 every figure is measured that many times, `sync()` (a barrier of every rank) before
+each repeat, and the figure is the best repeat, every repeat kept in `repeats` (its spread: the device's own
+noise). A figure that cannot be measured is left out and its reason kept in `errors`. The CUDA paths are
+written for GPUs and have not run in this repository's CI (no GPU there): only the CPU path is tested.
 """
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -34,6 +37,7 @@ class DeviceFigures:
     name: str
     figures: dict[str, float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    repeats: dict[str, list[float]] = field(default_factory=dict)
 
 
 def _sync(device: torch.device) -> None:
@@ -42,15 +46,15 @@ def _sync(device: torch.device) -> None:
 
 
 def _window_rates(fn: Callable[[], None], amount: float, device: torch.device, seconds: float,
-                  window: float = WINDOW_S) -> list[float]:
+                  window: float = WINDOW_S, least: int = 3) -> list[float]:
     """`amount` per second of repeated calls of `fn`, in windows of about `window` s filling `seconds` (at least
-    three), after one warm-up call. A window spans several scheduler periods, so a CPU quota or a throttled clock
+    `least`), after one warm-up call. A window spans several scheduler periods, so a CPU quota or a throttled clock
     shows in it (the duration of one short call would hide it: it runs at full speed between throttled spells)."""
     fn()
     _sync(device)
     rates: list[float] = []
     end = time.perf_counter() + seconds
-    while len(rates) < 3 or time.perf_counter() < end:
+    while len(rates) < least or time.perf_counter() < end:
         t0 = time.perf_counter()
         calls = 0
         while True:
@@ -92,33 +96,48 @@ def _gemm_fn(kind: str, device: torch.device, n: int) -> Callable[[], None]:
     return lambda: None if torch.mm(a, b, out=out) is None else None
 
 
-def device_figures(device_name: str, seconds: float) -> DeviceFigures:
+def device_figures(device_name: str, seconds: float, repeats: int = 1,
+                   sync: Callable[[], object] | None = None) -> DeviceFigures:
     """Measure `device_name` for about `seconds`; see the module docstring."""
     device = torch.device(device_name)
     label = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     result = DeviceFigures(device=device_name, name=label)
     kinds = gemm_dtypes(device)
     slices = len(kinds) + (3 if device.type == "cuda" else 1)
-    share = seconds / slices
+    share = seconds / slices / max(1, repeats)
+    least = 3 if repeats <= 1 else 2
     n = GEMM_N_GPU if device.type == "cuda" else GEMM_N_CPU
-    for kind in kinds:
-        try:
-            fn = _gemm_fn(kind, device, n)
-            result.figures[f"gemm_{kind}_tflops"] = statistics.median(_window_rates(fn, 2.0 * n**3 / 1e12, device, share))
-        except (RuntimeError, TypeError, ValueError) as exc:  # a dtype the build or device refuses
-            result.errors[f"gemm_{kind}_tflops"] = f"{type(exc).__name__}: {exc}"[:200]
     size = COPY_BYTES_GPU if device.type == "cuda" else COPY_BYTES_CPU
-    try:
-        src = torch.empty(size, dtype=torch.uint8, device=device)
-        dst = torch.empty_like(src)
-        src.fill_(1)
-        result.figures["copy_gbps"] = statistics.median(_window_rates(
-            lambda: None if dst.copy_(src) is None else None, 2.0 * size / 1e9, device, share))
-    except RuntimeError as exc:
-        result.errors["copy_gbps"] = f"{type(exc).__name__}: {exc}"[:200]
+    measures: list[tuple[str, Callable[[], Callable[[], None]], float]] = [
+        (f"gemm_{kind}_tflops", functools.partial(_gemm_fn, kind, device, n), 2.0 * n**3 / 1e12) for kind in kinds]
+    measures.append(("copy_gbps", functools.partial(_copy_fn, device, size), 2.0 * size / 1e9))
+    made: dict[str, Callable[[], None]] = {}
+    for _ in range(max(1, repeats)):
+        if sync is not None:
+            sync()
+        for name, make, amount in measures:
+            if name in result.errors:
+                continue
+            try:
+                if name not in made:
+                    made[name] = make()
+                value = statistics.median(_window_rates(made[name], amount, device, share, least=least))
+            except (RuntimeError, TypeError, ValueError) as exc:  # a dtype the build or device refuses
+                result.errors[name] = f"{type(exc).__name__}: {exc}"[:200]
+                continue
+            result.repeats.setdefault(name, []).append(value)
     if device.type == "cuda":
-        _host_device(result, device, share)
+        _host_device(result, device, share * max(1, repeats))
+    for name, values in result.repeats.items():
+        result.figures.setdefault(name, max(values))
     return result
+
+
+def _copy_fn(device: torch.device, size: int) -> Callable[[], None]:
+    src = torch.empty(size, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    src.fill_(1)
+    return lambda: None if dst.copy_(src) is None else None
 
 
 def _host_device(result: DeviceFigures, device: torch.device, share: float) -> None:

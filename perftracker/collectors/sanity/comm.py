@@ -1,40 +1,34 @@
 """Communication figures for `perftracker sanity`, over the ranks of the job it was launched as.
 
 Promise:
-- `Launch.from_env(env)` reads the rank, world size and local rank the launcher gave (torchrun, Slurm, Open MPI,
-  MPICH, PMIx: launcher_env.py) and the rendezvous address (MASTER_ADDR / MASTER_PORT); one process alone
-  when no launcher set a world size.
+- `Launch` (launch.py: the launcher's variables, checked) says where this rank stands.
 - `Comm.start(launch, backend, timeout_s)` joins the process group (gloo on CPU, NCCL on GPU) with `timeout_s`
   on every collective, publishes this rank's host, and learns every rank's host through the group's store.
-- `collectives(...)` measures all-reduce latency (one element) and all-reduce / all-gather bus bandwidth
-  (nccl-tests' definitions: busbw = algbw * 2(n-1)/n for all-reduce, * (n-1)/n for all-gather) over all ranks;
-  with `scope="node"` over this node's ranks only (every node at once: NVLink / PCIe / shared memory within a
-  node), with `scope="inter"` over the first rank of each node (the NICs between nodes), each figure named with
-  its scope's prefix (`node_`, `inter_`). Those groups exist only where they differ from the whole job: a node
-  with two or more ranks; two or more nodes of which one has two or more ranks.
-- `pairwise(...)`: the first rank of each node (its *leader*) meets every other node's leader once, in the
-  N-1 rounds (N even; N with one node resting per round when odd) of a round-robin tournament, and times a
-  ping-pong of `size` bytes; the lower-ranked leader records the pair's bandwidth (2*size / round trip).
-  Every wait has a timeout and every message a tag of its round, so a dead or slow peer costs one timeout and
-  never shifts later messages.
-- `post(result)` / `gather(world, deadline)`: each rank leaves its result (JSON) in the store; rank 0 collects
-  what arrived by `deadline` (a rank absent then is unreachable) and says so (`mark_gathered`). A failure is
-  recorded in `errors`, never raised: a node that died mid-test must not stop the others from reporting.
-- `fallback_gather(own, deadline)`: on a rank other than 0 that saw no `mark_gathered` by `deadline`, the
-  results to write when rank 0 is gone: through the store when it still answers (the lowest rank that posted
-  writes: it gets every posted result), else (the store lived with rank 0's node) over a gloo group of the
-  ranks on the other nodes, made at the start (its connections outlive the store), whose lowest rank writes. Returns the results on the writer,
-  None elsewhere.
+- `barrier(group)`: every member arrives before a timed window starts (bounded by the timeout), so no rank's
+  window overlaps another's set-up, gathering or writing.
+- `collectives(size, iters, latency_iters, scope, deadline)` measures all-reduce latency (one element) and
+  all-reduce / all-gather bus bandwidth (nccl-tests' definitions: busbw = algbw * 2(n-1)/n for all-reduce,
+  * (n-1)/n for all-gather) over all ranks; with `scope="node"` over this node's ranks only (every node at
+  once: NVLink / PCIe / shared memory within a node), with `scope="inter"` over the first rank of each node
+  (the NICs between nodes), each figure named with its scope's prefix (`node_`, `inter_`). Those groups exist
+  only where they differ from the whole job. The members agree on each figure's iteration count from the
+  slowest warm-up and the least time left before `deadline` (one small all-reduce), so a slow link cuts the
+  count on every member alike and the phase ends by its deadline; what was cut is listed in `cut`.
+- `pairwise(size, reps, tours, deadline)`: the first rank of each node (its *leader*) meets every other node's
+  leader once per tour, in the rounds of a round-robin tournament, and times a ping-pong of `size` bytes; the
+  lower-ranked leader (the initiator) records the pair's bandwidth (2*size / round trip), the best of the tours'
+  medians, with every tour's figure (`tours_gbps`: the spread of its own repeats). The initiator's first
+  element of each message says whether another round trip follows, so past `deadline` both ends stop together
+  (a pair never measured is `cut`, not failed). Every wait has a timeout and every message a tag of its
+  round: a dead or slow peer costs one timeout and never shifts later messages.
+Handing the results over and writing them once: handover.py.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import statistics
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -42,38 +36,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from perftracker.errors import UsageError
-from perftracker.launcher_env import LOCAL_RANK_VARS, RANK_VARS, WORLD_VARS, first_int
+from perftracker.collectors.sanity.launch import Launch
 
 KEY = "perftracker-sanity"
+_GO, _LAST, _SKIP = 1.0, 0.0, -1.0  # a ping-pong message's first element: what follows it
 _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # the newer name, where torch has it
-
-
-@dataclass(frozen=True)
-class Launch:
-    """Where this process stands in the job."""
-
-    rank: int
-    world: int
-    local_rank: int
-    master_addr: str = ""
-    master_port: int = 0
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> Launch:
-        world = first_int(env, WORLD_VARS) or 1
-        rank = first_int(env, RANK_VARS) or 0
-        local = first_int(env, LOCAL_RANK_VARS) or 0
-        if rank >= world:
-            raise UsageError(f"rank {rank} is not below the world size {world} the launcher set",
-                             "check the launcher's rank variables (RANK / SLURM_PROCID / OMPI_COMM_WORLD_RANK)")
-        addr = env.get("MASTER_ADDR", "").strip()
-        port = first_int(env, ("MASTER_PORT",)) or 0
-        if world > 1 and (not addr or not port):
-            raise UsageError(f"rank {rank} of {world}: MASTER_ADDR and MASTER_PORT are not set",
-                             "launch with torchrun, or export MASTER_ADDR (the first node) and MASTER_PORT under "
-                             "srun / mpirun")
-        return cls(rank, world, local, addr, port)
 
 
 @dataclass
@@ -85,6 +52,8 @@ class PairFigure:
     gbps: float | None = None
     rtt_ms: float | None = None
     error: str = ""
+    cut: bool = False  # never measured: the phase's deadline passed first (not a failure)
+    tours_gbps: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -93,7 +62,7 @@ class CommFigures:
 
     figures: dict[str, float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
-    pairs: list[PairFigure] = field(default_factory=list)
+    cut: list[str] = field(default_factory=list)
 
 
 def round_robin(n: int) -> list[list[tuple[int, int]]]:
@@ -193,16 +162,38 @@ class Comm:
         else:
             work.wait(self.timeout)
 
-    def _timed(self, fn: Any, iters: int) -> list[float]:
+    def barrier(self, scope: str = "") -> str:
+        """Wait until every member of `scope`'s group (all ranks by default) arrives; '' or why it failed."""
+        group = self.groups.get(scope) if scope else None
+        if self.launch.world < 2 or (scope and group is None):
+            return ""
+        try:
+            self._wait(dist.barrier(group=group, async_op=True))
+        except (RuntimeError, ValueError) as exc:
+            return _why(exc)
+        return ""
+
+    def _agreed_count(self, warm_s: float, iters: int, deadline: float, group: Any) -> int:
+        """The iterations every member of `group` runs: as many of `iters` as fit before `deadline` at the slowest
+        member's warm-up pace, with the least time left of any member (one small all-reduce: all agree)."""
+        both = torch.tensor([warm_s, -(deadline - time.monotonic())], dtype=torch.float32, device=self.device)
+        self._wait(dist.all_reduce(both, op=dist.ReduceOp.MAX, group=group, async_op=True))
+        slowest, left = float(both[0]), -float(both[1])
+        return max(0, min(iters, int(left / max(slowest, 1e-6))))
+
+    def _timed(self, fn: Any, iters: int, deadline: float, group: Any) -> list[float]:
+        t0 = time.perf_counter()
         self._wait(fn())  # warm-up (connections, buffers)
+        count = self._agreed_count(time.perf_counter() - t0, iters, deadline, group)
         out = []
-        for _ in range(iters):
+        for _ in range(count):
             t0 = time.perf_counter()
             self._wait(fn())
             out.append(time.perf_counter() - t0)
         return out
 
-    def collectives(self, size: int, iters: int, latency_iters: int, scope: str = "") -> CommFigures:
+    def collectives(self, size: int, iters: int, latency_iters: int, scope: str = "",
+                    deadline: float = float("inf")) -> CommFigures:
         """All-reduce latency and all-reduce / all-gather bus bandwidth over all ranks, or over `scope`'s group
         (see the module); nothing where this rank has no such group."""
         result = CommFigures()
@@ -227,19 +218,23 @@ class Comm:
         ]
         for name, fn, count, factor in steps:
             try:
-                durations = self._timed(fn, count)
+                durations = self._timed(fn, count, deadline, group)
             except (RuntimeError, ValueError) as exc:  # a peer died or hung past the timeout
                 result.errors[prefix + name] = _why(exc)
                 break  # the group is broken: later collectives would only wait out the timeout again
-            t = statistics.median(durations)
+            if len(durations) < count:
+                result.cut.append(f"{prefix}{name}: {len(durations)} of {count} iterations (time box)")
+            if not durations:
+                continue
+            t = min(durations) if factor == 0.0 else statistics.median(durations)
             nbytes = big.numel() * 4 if name.startswith("allreduce_busbw") else gathered.numel() * 4
             result.figures[prefix + name] = t * 1e6 if factor == 0.0 else nbytes / t / 1e9 * factor
         return result
 
-    def pairwise(self, size: int, reps: int, tours: int = 3) -> list[PairFigure]:
+    def pairwise(self, size: int, reps: int, tours: int = 3, deadline: float = float("inf")) -> list[PairFigure]:
         """This leader's pairs (see the module); [] for ranks that lead no node. The tournament is played
-        `tours` times; a pair's figure is the median over tours of each tour's median round trip (a burst of
-        load during one round moves it little)."""
+        `tours` times; a pair's figure is the best of the tours' median round trips (a burst of load during one
+        tour moves it little; a shaped or degraded link is slow in every tour)."""
         leaders = self.leaders()
         me = self.launch.rank
         if me not in leaders or len(leaders) < 2:
@@ -259,7 +254,7 @@ class Comm:
                     if pair.error:
                         continue  # the peer failed once: do not wait out its timeout again
                     rtts = self._ping_pong(leaders[b if idx == a else a], idx == a, buf_out, buf_in, reps,
-                                           (tour * len(schedule) + rnd) * 1000, pair)
+                                           (tour * len(schedule) + rnd) * 1000, pair, deadline)
                     if rtts:
                         tour_rtts.setdefault((a, b), []).append(statistics.median(rtts))
         out = []
@@ -267,101 +262,45 @@ class Comm:
             if key[0] != idx:
                 continue
             if key in tour_rtts:
-                rtt = statistics.median(tour_rtts[key])
+                rtt = min(tour_rtts[key])
                 pair.rtt_ms, pair.gbps = rtt * 1e3, 2.0 * size / rtt / 1e9
+                pair.tours_gbps = [round(2.0 * size / t / 1e9, 6) for t in tour_rtts[key]]
+                pair.cut = False
             out.append(pair)
         return out
 
     def _ping_pong(self, peer: int, first: bool, buf_out: torch.Tensor, buf_in: torch.Tensor, reps: int,
-                   base_tag: int, pair: PairFigure) -> list[float]:
-        rtts = []
+                   base_tag: int, pair: PairFigure, deadline: float) -> list[float]:
+        """One match: the initiator (`first`) marks each message GO (another round trip follows), LAST (the
+        responder answers, then both stop) or SKIP (past the deadline before the match began: no answer)."""
+        rtts: list[float] = []
         try:
             for rep in range(reps + 1):
                 tag = (base_tag + rep) * 2
                 t0 = time.perf_counter()
                 if first:
+                    late = time.monotonic() >= deadline
+                    flag = _SKIP if late and rep == 0 else _LAST if late or rep == reps else _GO
+                    buf_out[0] = flag
                     self._wait(dist.isend(buf_out, peer, tag=tag))
+                    if flag == _SKIP:
+                        pair.cut = True
+                        break
                     self._wait(dist.irecv(buf_in, peer, tag=tag + 1))
                 else:
                     self._wait(dist.irecv(buf_in, peer, tag=tag))
+                    flag = float(buf_in[0])
+                    if flag == _SKIP:
+                        pair.cut = True
+                        break
                     self._wait(dist.isend(buf_out, peer, tag=tag + 1))
                 if rep:  # the first is the warm-up
                     rtts.append(time.perf_counter() - t0)
+                if flag == _LAST:
+                    break
         except (RuntimeError, ValueError) as exc:
             pair.error = _why(exc)
         return rtts
-
-    def post(self, result: Mapping[str, Any]) -> bool:
-        """Leave this rank's result for rank 0 (a no-op alone); False when the store no longer answers."""
-        if self.store is None:
-            return True
-        try:
-            self.store.set(f"{KEY}/result/{self.launch.rank}", json.dumps(result))
-        except (RuntimeError, ValueError):  # the store lived with a node that died
-            return False
-        return True
-
-    def gather(self, own: Mapping[str, Any], deadline: float) -> dict[int, dict[str, Any]]:
-        """Every rank's result that arrived by `deadline` (time.monotonic()), this rank's own included."""
-        got: dict[int, dict[str, Any]] = {self.launch.rank: dict(own)}
-        missing = [r for r in range(self.launch.world) if r not in got]
-        while missing and self.store is not None:
-            for r in list(missing):
-                try:
-                    if self.store.check([f"{KEY}/result/{r}"]):
-                        got[r] = json.loads(self.store.get(f"{KEY}/result/{r}"))
-                        missing.remove(r)
-                except (RuntimeError, ValueError):
-                    continue
-            if not missing or time.monotonic() >= deadline:
-                break
-            time.sleep(0.2)
-        return got
-
-    def mark_gathered(self) -> None:
-        """Rank 0: say that it gathered (the other ranks stop waiting for it)."""
-        if self.store is not None:
-            with contextlib.suppress(RuntimeError, ValueError):
-                self.store.set(f"{KEY}/gathered", "1")
-
-    def _rank0_gathered(self, deadline: float) -> bool | None:
-        """True once rank 0 said it gathered, False when the store answers but rank 0 did not by `deadline`,
-        None when the store no longer answers."""
-        while True:
-            try:
-                if self.store.check([f"{KEY}/gathered"]):
-                    return True
-            except (RuntimeError, ValueError):
-                return None
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.1)
-
-    def fallback_gather(self, own: Mapping[str, Any], deadline: float) -> dict[int, dict[str, Any]] | None:
-        """See the module docstring: the results to write on the rank that writes in rank 0's place, else None."""
-        if self.store is None or self.launch.rank == 0:
-            return None
-        state = self._rank0_gathered(deadline)
-        if state is True:
-            return None
-        me = self.launch.rank
-        if state is False:  # rank 0 is gone, its store is not: the lowest rank that posted writes
-            try:
-                posted = [r for r in range(1, self.launch.world) if self.store.check([f"{KEY}/result/{r}"])]
-            except (RuntimeError, ValueError):
-                return None
-            return self.gather(own, time.monotonic()) if posted and posted[0] == me else None
-        group = self.groups.get("others")
-        others = [r for r in range(self.launch.world) if self.hosts[r] != self.hosts[0]]
-        if group is None:  # alone off rank 0's node, or on it (its ranks are presumed gone with it)
-            return {me: dict(own)} if others == [me] else None
-        dst = min(others)
-        out: list[Any] | None = [None] * len(others) if me == dst else None
-        try:
-            dist.gather_object(dict(own), out, dst=dst, group=group)
-        except (RuntimeError, ValueError):  # another node died too: nobody can say it has every result
-            return None
-        return {int(r["rank"]): r for r in out if isinstance(r, dict)} if out is not None else None
 
     def close(self, clean: bool) -> None:
         """Leave the group when every step went well (no collective goodbye: a dead peer would make it hang;

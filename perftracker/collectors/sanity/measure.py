@@ -1,20 +1,24 @@
 """One rank's whole `perftracker sanity` measurement, within the time box.
 
-Promise: `plan_for(time_box_s, device)` splits the box between the phases (device figures, collectives,
-pairwise rounds, gathering) and sets the collective timeout so that a dead or hung peer costs one timeout and
-the command still ends within the box plus that timeout at most. `measure(launch, plan, host, node)` runs
-the phases in order on this rank (device figures; the collectives over all ranks, within each node, between
-nodes; the node pairs; the box counts from the moment every rank has joined; joining may take
-up to `join_s`, since nodes start at different times) and returns its result record (JSON-ready); `comm` errors are recorded in
-it, never raised. The record's schema: rank, local_rank, host, device, device_name, figures, errors, pairs,
-node (the leader's node facts, else {}), joined_after_s (the wait to join), elapsed_s (since joining).
-The test hook $PERFTRACKER_SANITY_TEST_FAIL (`<rank>:<figure>`) turns a figure of a rank into a failure.
+Promise: `plan_for(time_box_s, device)` splits the box (counted from the moment every rank joined) between the
+phases, each with a deadline as a share of the box: device figures (`DEVICE_END`), the collectives over all
+ranks, within each node and between nodes (`COLL_END`), the node pairs (`PAIRS_END`); rank 0 gathers until
+`GATHER_END` and a watchdog finishes with what was measured at `WATCHDOG_END` (cli/sanity.py); a rank that
+does not write leaves by `HARD_END`, so the command ends within 1.25x the box. Every member of a phase waits
+at a barrier before its timed windows (no rank's window overlaps another's set-up or the writer's work) and
+the phase's counts are agreed between its members (comm.py), so a slow link or a dead node cuts a phase short
+on every rank alike: what was cut is listed in the record's `cut`. `new_record(...)` is the record (JSON-ready) that `measure(launch, plan, host, node,
+device, started, record)` fills in place as it goes (a watchdog may read it part-filled): rank, local_rank,
+host, device, device_name, figures (each the best of `REPEATS` repeats), repeats (every repeat per figure),
+errors, pairs, cut, cpu (this process's cgroup quota, throttling during the device phase and CPU pressure:
+cpu_facts.py), node (the leader's node facts, else {}), joined_after_s (the wait to join), elapsed_s (since
+joining). `comm` errors are recorded in it, never raised. The test hook $PERFTRACKER_SANITY_TEST_FAIL
+(`<rank>:<figure>`) turns a figure of a rank into a failure.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -22,10 +26,15 @@ from typing import Any
 
 import torch
 
-from perftracker.collectors.sanity import DEFAULT_S, QUICK_S  # noqa: F401 - re-exported
+from perftracker.collectors.sanity import DEFAULT_S, QUICK_S, join_s  # noqa: F401 - re-exported
 from perftracker.collectors.sanity.bench import device_figures
-from perftracker.collectors.sanity.comm import Comm, Launch
+from perftracker.collectors.sanity.comm import Comm
+from perftracker.collectors.sanity.cpu_facts import cpu_during, cpu_sample
+from perftracker.collectors.sanity.launch import Launch
 
+REPEATS = 3
+# shares of the box: the phases' deadlines; the watchdog's end of measuring; the latest a non-writer stays
+DEVICE_END, COLL_END, PAIRS_END, GATHER_END, WATCHDOG_END, HARD_END = 0.3, 0.55, 0.75, 0.85, 0.95, 1.2
 TEST_FAIL_VAR = "PERFTRACKER_SANITY_TEST_FAIL"  # "<rank>:<figure>,...": that rank's figure fails (tests only)
 
 
@@ -60,7 +69,7 @@ def plan_for(time_box_s: float, device: torch.device) -> Plan:
     """The phases' shares of `time_box_s` (see the module docstring)."""
     gpu = device.type == "cuda"
     short = time_box_s <= 30
-    return Plan(time_box_s=time_box_s, join_s=max(60.0, time_box_s), device_s=0.2 * time_box_s, timeout_s=max(8.0, 0.2 * time_box_s),
+    return Plan(time_box_s=time_box_s, join_s=join_s(time_box_s), device_s=0.2 * time_box_s, timeout_s=max(8.0, 0.2 * time_box_s),
                 coll_bytes=(256 << 20) if gpu else (1 << 20) if short else (4 << 20),
                 coll_iters=5 if short else 20, latency_iters=20 if short else 100,
                 pair_bytes=(64 << 20) if gpu else (1 << 20), pair_reps=4 if short else 10, pair_tours=3 if short else 5)
@@ -75,25 +84,34 @@ def device_for(local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
+def new_record(launch: Launch, host: str, device: torch.device) -> dict[str, Any]:
+    """This rank's record before anything is measured (see the module docstring)."""
+    return {"rank": launch.rank, "local_rank": launch.local_rank, "host": host, "device": str(device),
+            "device_name": "", "figures": {}, "repeats": {}, "errors": {}, "pairs": [], "cut": [], "cpu": {},
+            "node": {}}
+
+
 def measure(launch: Launch, plan: Plan, host: str, node: dict[str, Any], device: torch.device,
-            started: float) -> tuple[Comm | None, dict[str, Any]]:
-    """This rank's record (see the module docstring); `started` is time.monotonic() at the command's start."""
-    record: dict[str, Any] = {"rank": launch.rank, "local_rank": launch.local_rank, "host": host,
-                              "device": str(device), "device_name": "", "figures": {}, "errors": {}, "pairs": [],
-                              "node": {}}
-    comm: Comm | None = None
-    try:
-        comm = Comm.start(launch, device, host, plan.timeout_s, plan.join_s)
-        if launch.world > 1:
-            print(f"perftracker sanity: rank {launch.rank} joined ({launch.world} ranks, {len(comm.nodes)} nodes)",
-                  file=sys.stderr, flush=True)
-    except (RuntimeError, ValueError) as exc:  # the rendezvous failed: measure alone, report what we can
-        record["errors"]["join"] = f"{type(exc).__name__}: {exc}"[:300]
+            started: float, record: dict[str, Any], comm: Comm | None) -> None:
+    """Fill `record` (see the module docstring); `started` is time.monotonic() at the command's start and `comm`
+    the joined group (None: alone, or the rendezvous failed)."""
     if comm is not None:
         record["joined_after_s"] = round(comm.joined_at - started, 3)
-    figures = device_figures(str(device), plan.device_s)
+    t0 = comm.joined_at if comm is not None else started
+    box = plan.time_box_s
+
+    def sync() -> None:
+        if comm is not None and "barrier" not in record["errors"]:  # a broken group: one timeout, not three
+            why = comm.barrier()
+            if why:
+                record["errors"].setdefault("barrier", why)
+
+    before = cpu_sample()
+    figures = device_figures(str(device), plan.device_s, repeats=REPEATS, sync=sync)
+    record["cpu"] = cpu_during(before, cpu_sample())
     record["device_name"] = figures.name
     record["figures"].update(figures.figures)
+    record["repeats"].update({k: [round(v, 6) for v in vs] for k, vs in figures.repeats.items()})
     record["errors"].update(figures.errors)
     for figure in injected_failures(os.environ, launch.rank):
         record["figures"].pop(figure, None)
@@ -102,13 +120,21 @@ def measure(launch: Launch, plan: Plan, host: str, node: dict[str, Any], device:
         for scope in ("", "node", "inter"):  # all ranks; within each node; between nodes (one rank each)
             if scope == "inter" and any(k.startswith(("allreduce", "allgather")) for k in record["errors"]):
                 continue  # a peer is gone: the nodes' group would only wait out the timeout again
-            coll = comm.collectives(plan.coll_bytes, plan.coll_iters, plan.latency_iters, scope)
+            if comm.barrier(scope):
+                continue
+            coll = comm.collectives(plan.coll_bytes, plan.coll_iters, plan.latency_iters, scope,
+                                    deadline=t0 + COLL_END * box)
             record["figures"].update(coll.figures)
             record["errors"].update(coll.errors)
-        record["pairs"] = [asdict(p) for p in comm.pairwise(plan.pair_bytes, plan.pair_reps, plan.pair_tours)]
+            record["cut"].extend(coll.cut)
+        if not comm.barrier("inter" if "inter" in comm.groups else ""):
+            pairs = comm.pairwise(plan.pair_bytes, plan.pair_reps, plan.pair_tours, deadline=t0 + PAIRS_END * box)
+            record["pairs"] = [asdict(p) for p in pairs]
+            cut = [f"{p.a}-{p.b}" for p in pairs if p.cut]
+            if cut:
+                record["cut"].append(f"node pairs not measured (time box): {', '.join(cut)}")
         if comm.hosts and comm.leaders() and launch.rank in comm.leaders():
             record["node"] = node
     else:
         record["node"] = node
-    record["elapsed_s"] = round(time.monotonic() - (comm.joined_at if comm is not None else started), 3)
-    return comm, record
+    record["elapsed_s"] = round(time.monotonic() - t0, 3)
