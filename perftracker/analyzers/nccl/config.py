@@ -15,9 +15,11 @@ which variables the findings are about.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.findings import Finding
+from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.nccl import rules_busbw as busbw_rules
 from perftracker.analyzers.nccl import rules_env as env_rules
 from perftracker.analyzers.nccl import rules_ib as ib_rules
 from perftracker.analyzers.nccl import rules_log as log_rules
@@ -34,7 +36,19 @@ RULES: tuple[Callable[[NcclContext], list[Finding]], ...] = (
     env_rules.debug_knobs,
     log_rules.warns, log_rules.completion_errors, log_rules.slow_init,
     verify_rules.unverified,
+    busbw_rules.bus_bandwidth, busbw_rules.wrong_results,
 )
+# The problem classes about the network transport: judged only where the job uses one (`network_unused`).
+NETWORK_FLAGS = frozenset({"gdr_disabled", "hca_problem", "gid_problem", "ib_tc", "ib_sl", "ib_timeout", "ib_retry",
+                           "ib_qps", "net_plugin", "ib_completion_error"})
+
+
+def _scoped(ctx: NcclContext, f: Finding) -> Finding:
+    """A network finding of a job that uses no network transport is context (info), not a problem."""
+    if f.severity > Severity.INFO and f.evidence.get("flag") in NETWORK_FLAGS and ctx.network_unused():
+        return replace(f, severity=Severity.INFO,
+                       title=f"Context only, this single-node job uses no network transport: {f.title}")
+    return f
 
 
 def check(ctx: NcclContext) -> list[Finding]:
@@ -46,7 +60,7 @@ def check(ctx: NcclContext) -> list[Finding]:
         for f in rule(ctx):
             if f.id not in seen:
                 seen.add(f.id)
-                out.append(f)
+                out.append(_scoped(ctx, f))
     return one_per_subject(out)
 
 
