@@ -26,6 +26,7 @@ from perftracker.collectors.nccl.comms import process_groups
 from perftracker.collectors.nccl.inputs import load_nccl_inputs
 from perftracker.collectors.nccl.inspector import is_inspector_file, load_inspector_inputs
 from perftracker.collectors.nccl.nccl_tests import load_nccl_tests
+from perftracker.collectors.nccl.ras import load_ras
 from perftracker.collectors.nsys.database import looks_like_export
 from perftracker.collectors.postmortem.inputs import is_postmortem_file, load_postmortem_inputs
 from perftracker.collectors.stacks.samples import is_baseline_profile, is_profile_file, load_profile_inputs
@@ -156,6 +157,12 @@ def _load_nccl_tests(store: Store, paths: list[Path], options: LoadOptions) -> N
         merge(store, tables, notes, RunInfo())
 
 
+def _load_nccl_ras(store: Store, paths: list[Path], options: LoadOptions) -> None:
+    tables, notes = load_ras(paths)
+    if not tables["nccl_ras"].empty or notes:
+        merge(store, tables, notes, RunInfo())
+
+
 def _load_counters(store: Store, paths: list[Path], options: LoadOptions) -> None:
     merge(store, *load_counter_inputs(paths))
 
@@ -204,6 +211,8 @@ KINDS: tuple[InputKind, ...] = (
               ("nccl", "config")),
     InputKind("nccl_tests", "nccl-tests output (all_reduce_perf, ...: its tables, in any text file, by content: "
               "looks_like_nccl_tests)", POOL, _load_nccl_tests, ("nccl_tests",), ("nccl_tests",)),
+    InputKind("nccl_ras", "NCCL RAS client output (ncclras text, JSON or monitor events, by content: is_ras_file)",
+              POOL, _load_nccl_ras, ("nccl_ras",), ("nccl_ras",)),
     InputKind("counters", "host counters: RDMA/GPU/net JSON lines, ethtool and ip dumps, sysfs copies, Prometheus "
               "text, scheduler accounting and sampled process states (by their first bytes: counters.inputs.sniff)", POOL,
               _load_counters, ("counters", "devices", "netdev", "net_ifaces", "cpu_sched", "proc_states"), ("counters", "netdev")),

@@ -308,6 +308,22 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "hosts": "string",
         "gpus": "string",
     },
+    # The NCCL RAS client's output (collectors/nccl/ras.py): one row per thing it reports. kind: comm_group | dead |
+    # missing_process | missing_rank | comm_error | comm_mismatch | timeout; comm: the communicator hash ("0x..", the
+    # commId of NCCL's Init lines) or ""; rank the communicator rank, pid / host / gpu the process (-1 / "" unknown).
+    "nccl_ras": {
+        "file": "string",
+        "line": "int64",
+        "kind": "string",
+        "comm": "string",
+        "rank": "int32",
+        "host": "string",
+        "pid": "int64",
+        "gpu": "string",
+        "status": "string",
+        "errors": "string",
+        "detail": "string",
+    },
     # The throughput a job's own log reports (collectors/postmortem/throughput_lines.py): TFLOP/s per GPU and MFU as
     # Megatron, torchtitan or NeMo print them, one row per line (NaN where the line has no such figure).
     "reported_throughput": {

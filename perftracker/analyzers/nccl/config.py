@@ -8,7 +8,8 @@ has a `flag` (socket_fallback, hca_problem, gid_problem, bad_socket_iface, gdr_d
 p2p_disabled, ib_completion_error, nccl_warn, slow_init, ib_tc, ib_sl, ib_timeout, ib_retry, ib_qps,
 net_plugin, loose_int, echo_mismatch, inconsistent_env, profile, forced_tuning, debug, unverified, ...; from
 what the job measured, rules_busbw.py: forced_topology, p2p_disabled, few_channels, slow_link, busbw_gap for a
-bus bandwidth far below what the hardware should give, nccl_tests_wrong). A network setting (GDR, NCCL_IB_*, the
+bus bandwidth far below what the hardware should give, nccl_tests_wrong; from NCCL's RAS client, rules_ras.py:
+ras_dead, ras_missing, ras_comm_error, ras_mismatch). A network setting (GDR, NCCL_IB_*, the
 net plugin) of a single-node job whose log shows no network transport is context only (info).
 Config findings carry no per-step cost (they rank by severity). `nccl_findings_view` is this
 analyzer's result, computed once per analysis: the report's tables (`nccl.tables`) read from it
@@ -27,6 +28,7 @@ from perftracker.analyzers.nccl import rules_env as env_rules
 from perftracker.analyzers.nccl import rules_ib as ib_rules
 from perftracker.analyzers.nccl import rules_log as log_rules
 from perftracker.analyzers.nccl import rules_net as net_rules
+from perftracker.analyzers.nccl import rules_ras as ras_rules
 from perftracker.analyzers.nccl import rules_verify as verify_rules
 from perftracker.analyzers.nccl.context import NcclContext, context_view, job_without_nccl
 from perftracker.analyzers.nccl.merge import one_per_subject, problems
@@ -39,7 +41,7 @@ RULES: tuple[Callable[[NcclContext], list[Finding]], ...] = (
     env_rules.debug_knobs,
     log_rules.warns, log_rules.completion_errors, log_rules.slow_init,
     verify_rules.unverified,
-    busbw_rules.bus_bandwidth, busbw_rules.wrong_results,
+    busbw_rules.bus_bandwidth, busbw_rules.wrong_results, ras_rules.ras_status,
 )
 # The problem classes about the network transport: judged only where the job uses one (`network_unused`).
 NETWORK_FLAGS = frozenset({"gdr_disabled", "hca_problem", "gid_problem", "ib_tc", "ib_sl", "ib_timeout", "ib_retry",

@@ -21,6 +21,7 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.nccl.measured import Measure, measured_busbw
+from perftracker.analyzers.nccl.ras_status import RasRecord, ras_records
 from perftracker.store import Store
 from perftracker.values import strtoll_base0
 
@@ -113,10 +114,11 @@ class NcclContext:
     sysfs: list[dict[str, Any]]
     profile: dict[str, Any]
     measured: list[Measure] = field(default_factory=list)  # nccl-tests / Inspector bus bandwidth (measured.py)
+    ras: list[RasRecord] = field(default_factory=list)  # what NCCL's RAS client reported (ras_status.py)
 
     @property
     def empty(self) -> bool:
-        return not self.procs and not self.settings and not self.orphans and not self.measured
+        return not self.procs and not self.settings and not self.orphans and not self.measured and not self.ras
 
     def network_unused(self) -> bool:
         """The log shows the job's transports and none is a network one, on one node: the NET settings (GDR,
@@ -224,7 +226,7 @@ def build_context(store: Store) -> NcclContext:
                     int(str(rank_o)), int(str(pid_o)), str(source_o), str(ev_o))
         settings.setdefault(s.key, []).append(s)
     return NcclContext(list(procs.values()), orphans, warn_lines, settings, list(store.run_info.sysfs),
-                       store.run_info.nccl_profile, measured_busbw(store))
+                       store.run_info.nccl_profile, measured_busbw(store), ras_records(store))
 
 
 def context_view(analysis: Analysis) -> NcclContext:

@@ -1,0 +1,61 @@
+"""NCCL RAS client output (text, JSON, monitor mode) read and judged: dead and missing ranks as failure evidence.
+
+Real inputs: the examples of NCCL's own RAS documentation (NVIDIA/nccl docs/userguide/source/troubleshooting/ras.rst
+at 5067397c, tests/fixtures/nccl_public/PROVENANCE.md), printed by the RAS client of NCCL 2.24-2.29.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.findings import Severity
+from perftracker.analyzers.nccl.config import analyze_nccl_config, flags
+from perftracker.collectors.loading import LoadOptions, load_path
+from perftracker.collectors.nccl.ras import is_ras_file, load_ras
+from perftracker.store import Store
+
+PUBLIC = Path(__file__).resolve().parents[1] / "fixtures" / "nccl_public"
+
+
+def _judge(name: str) -> list:  # type: ignore[type-arg]
+    tables, notes = load_ras([PUBLIC / name])
+    assert not notes
+    return analyze_nccl_config(Analysis(Store(tables=dict(tables))))
+
+
+@pytest.mark.parametrize(("name", "flag", "severity", "names"), [
+    ("ras_text_dead.txt", "ras_dead", Severity.CRITICAL, "process 3487984 on 172.16.64.213 (GPU 5)"),
+    ("ras_monitor.txt", "ras_dead", Severity.CRITICAL, "process 1524345 on 172.16.64.245 (GPU 1)"),
+    ("ras_text_incomplete.txt", "ras_missing", Severity.WARNING, "process 3487984 on 172.16.64.213 (GPU 5)"),
+    ("ras_comms.json", "ras_missing", Severity.WARNING, "process 1524345 on 172.16.64.245 (GPU 1)"),
+    ("ras_text_mismatch.txt", "ras_mismatch", Severity.INFO, "1 communicator"),
+])
+def test_each_ras_output_gives_one_finding(name: str, flag: str, severity: Severity, names: str) -> None:
+    # GIVEN one RAS output of NCCL's documentation WHEN read and judged
+    findings = _judge(name)
+    # THEN one finding of its kind names the process (host, pid, GPU) at its severity
+    assert is_ras_file(PUBLIC / name)
+    assert flags(findings) == {flag}, [f.title for f in findings]
+    assert findings[0].severity == severity and names in findings[0].title
+
+
+def test_dead_process_folds_the_missing_rank() -> None:
+    # GIVEN the DEAD report, which also lists communicator cf264af53edbe986's missing rank 21
+    tables, _ = load_ras([PUBLIC / "ras_text_dead.txt"])
+    rows = tables["nccl_ras"]
+    assert set(rows["kind"]) == {"dead", "missing_rank"}
+    assert rows.loc[rows["kind"] == "missing_rank", "comm"].tolist() == ["0xcf264af53edbe986"]
+    # WHEN judged THEN the missing rank is the dead process's evidence, not a second finding
+    (finding,) = _judge("ras_text_dead.txt")
+    assert finding.evidence["missing_ranks"] == ["0xcf264af53edbe986 rank 21"]
+
+
+def test_a_folder_with_ras_output_is_analysable(tmp_path: Path) -> None:
+    # GIVEN a folder holding only the RAS client's answer WHEN loaded THEN its table fills (the input kind reads it)
+    shutil.copy(PUBLIC / "ras_text_incomplete.txt", tmp_path / "ncclras.out")
+    store = load_path(tmp_path, LoadOptions())
+    assert set(store["nccl_ras"]["kind"]) == {"comm_group", "missing_process", "missing_rank", "timeout"}
