@@ -167,3 +167,29 @@ def test_link_model_figures() -> None:
     assert link_gbs("nvlink", gpu="NVIDIA H100 80GB HBM3", line_rate=True) == 450.0
     assert link_gbs("pcie", gen=4) == 24.0 and link_gbs("net", gbps=400) == 50.0
     assert link_gbs("nvlink", gpu="Tesla T4") is None
+
+
+def test_an_hca_set_that_leaves_nics_unused_is_the_cause(tmp_path: Path) -> None:
+    # GIVEN a 2-node H100 job (constructed in NCCL 2.2x's formats): the topology shows 4 NICs at 50 GB/s per GPU's
+    # node, NCCL_IB_HCA=mlx5_0 makes NCCL use one, and nccl-tests measures 40 GB/s
+    lines = []
+    for host, pid in (("nodeA", 11), ("nodeB", 22)):
+        head = f"{host}:{pid}:{pid} [0] NCCL INFO "
+        lines += [head + "NCCL_IB_HCA set by environment to mlx5_0",
+                  head + "NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>",
+                  head + f"comm 0x7f00 rank {0 if host == 'nodeA' else 1} nRanks 2 nNodes 2 localRanks 1 localRank 0 "
+                         "MNNVL 0",
+                  head + "GPU/0-1b000 :GPU/0-1b000 (0/5000.0/LOC) NET/0 (3/50.0/PXB) NET/1 (3/50.0/PXB) "
+                         "NET/2 (5/50.0/SYS) NET/3 (5/50.0/SYS)",
+                  head + "Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/0/GDRDMA"]
+    table = _TABLE_HEAD.replace("A100 80GB PCIe", "H100 80GB HBM3").replace("a100host", "nodeA") + \
+        "  1073741824     268435456     float     sum      -1  26843.5   40.00   40.00      0  26843.5   40.00   40.00      0\n"
+    path = tmp_path / "job.log"
+    path.write_text("\n".join(lines) + "\n" + table)
+    # WHEN judged
+    findings = analyze_nccl_config(Analysis(_store(path)))
+    # THEN the cause named is the HCA set (1 of 4 NICs), with the gap against 4 x 50 GB/s
+    gap = [f for f in findings if f.evidence.get("measured_busbw_gbs") == 40.0]
+    assert len(gap) == 1 and "NCCL_IB_HCA=mlx5_0 leaves NICs unused: 1 of the 4" in gap[0].title, \
+        [f.title for f in findings]
+    assert gap[0].evidence["bound_by"].startswith("4 NIC(s) at 50")

@@ -4,7 +4,8 @@ Promise: `bus_bandwidth(ctx)` compares each measured peak bus bandwidth (nccl-te
 with `expected_bw.expect` of the job's topology and, when the worst is below half of it, returns ONE finding
 naming the cause (one cause, one finding: the rest is its evidence), first that applies of: a forced topology
 file (NCCL_TOPO_FILE) showing fewer NVLinks or channels than the GPUs have; P2P disabled (SHM between GPUs of a
-node); GPUDirect RDMA off on a multi-node job; fewer channels than the hardware allows (NCCL_MAX_NCHANNELS /
+node); GPUDirect RDMA off, PXN disabled or an NCCL_IB_HCA that leaves NICs of the topology unused on a multi-node
+job; fewer channels than the hardware allows (NCCL_MAX_NCHANNELS /
 NCCL_MIN_NCHANNELS, or none set); NVLinks slower than their type; else the bounding link itself. Its subject is
 the variable at fault, so the configuration rules' finding on it merges into it. Warning below 1/2 of the
 expectation, critical below 1/4. `wrong_results(ctx)`: nccl-tests #wrong > 0 is critical.
@@ -53,6 +54,17 @@ def _cause(ctx: NcclContext, topo: Topology, exp: Expectation) -> Cause:
         return Cause("NCCL_NET_GDR_LEVEL", "GPUDirect RDMA is off on this multi-node job: network traffic is "
                      "staged through host memory", "Load nvidia-peermem, check ACS/IOMMU, or raise "
                      "NCCL_NET_GDR_LEVEL when the GPU-NIC distance is the cause.", "gdr_disabled")
+    pxn_off = [s for s in ctx.settings.get("NCCL_PXN_DISABLE", []) if s.value.strip() == "1"]
+    if topo.multi_node and pxn_off:
+        return Cause("NCCL_PXN_DISABLE", "PXN is disabled on this multi-node job: a GPU reaches only the NICs of its "
+                     "own PCIe switch", "Unset NCCL_PXN_DISABLE so NCCL can route through a peer GPU's NIC over "
+                     "NVLink.", "pxn_disabled")
+    hca = ctx.settings.get("NCCL_IB_HCA", [])
+    used = {str(n.get("hca")) for p in ctx.procs for n in p.jsons("nic")}
+    if topo.multi_node and hca and used and len(used) < len(topo.net_gbs):
+        return Cause("NCCL_IB_HCA", f"NCCL_IB_HCA={hca[0].value} leaves NICs unused: {len(used)} of the "
+                     f"{len(topo.net_gbs)} the topology shows", "List every HCA of the node in NCCL_IB_HCA (or unset "
+                     "it); check that every node uses the same set (`NET/IB : Using` lines).", "hca_problem")
     capped = [s for var in ("NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS", "NCCL_MAX_CTAS")
               for s in ctx.settings.get(var, [])]
     if few_channels or (capped and topo.channels and topo.channels < 8):
@@ -89,6 +101,7 @@ def bus_bandwidth(ctx: NcclContext) -> list[Finding]:
         "channels": topo.channels, "channels_hardware": exp.channels_hw,
         "nvlinks_seen": round(exp.nvl_links_seen, 2), "nvlinks_hardware": exp.nvl_links_hw,
         "transports": sorted(topo.transports), "gpus": list(gpus),
+        "nvlink_path_gbs": sorted(set(topo.nvl_gbs))[:8],  # more than one value: asymmetric paths
         "log": [w for w in (topo.where.get("topo_file"), topo.where.get("path"), topo.where.get("channels")) if w],
     }
     severity = Severity.CRITICAL if ratio < CRITICAL_RATIO else Severity.WARNING
