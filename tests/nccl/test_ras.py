@@ -59,3 +59,18 @@ def test_a_folder_with_ras_output_is_analysable(tmp_path: Path) -> None:
     shutil.copy(PUBLIC / "ras_text_incomplete.txt", tmp_path / "ncclras.out")
     store = load_path(tmp_path, LoadOptions())
     assert set(store["nccl_ras"]["kind"]) == {"comm_group", "missing_process", "missing_rank", "timeout"}
+
+
+def test_hostile_text_neither_raises_nor_invents_rows(tmp_path: Path) -> None:
+    # GIVEN files that look like RAS / nccl-tests output but are garbage: binary bytes, huge lines, bad JSON
+    from perftracker.collectors.nccl.nccl_tests import load_nccl_tests
+
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"Group     Comms busbw algbw\n" + bytes(range(256)) * 64 + b"\n" + b"9" * 200_000 + b"\n"
+                    + b"#0-0 (zz) INCOMPLETE\n  Rank x -- GPU\n{\"communicators\": [1, {\"missing_ranks\": [\"x\"]}]\n")
+    js = tmp_path / "bad.json"
+    js.write_text('{"communicators": [{"hash": 1, "missing_ranks": [{"rank": "not a number"}]}], "missing_ranks": 1}')
+    # WHEN loaded THEN no exception, no rows made up from them (a bad JSON record is dropped, not guessed)
+    ras, _ = load_ras([bad, js])
+    tests, _ = load_nccl_tests([bad])
+    assert set(ras["nccl_ras"]["kind"]) <= {"comm_group"} and tests["nccl_tests"].empty
