@@ -193,3 +193,12 @@ def test_an_hca_set_that_leaves_nics_unused_is_the_cause(tmp_path: Path) -> None
     assert len(gap) == 1 and "NCCL_IB_HCA=mlx5_0 leaves NICs unused: 1 of the 4" in gap[0].title, \
         [f.title for f in findings]
     assert gap[0].evidence["bound_by"].startswith("4 NIC(s) at 50")
+
+
+def test_the_report_table_puts_measured_beside_expected(tmp_path: Path) -> None:
+    # GIVEN the fault log WHEN the report's nccl_busbw view is computed
+    from perftracker.analyzers.nccl.tables import nccl_busbw_table
+
+    table = nccl_busbw_table(Analysis(_store(_a100_pair(tmp_path, fault=True))))
+    # THEN one row: 28.6 GB/s measured against 192 expected (12 NVLinks x 20 GB/s x 0.8)
+    assert table[["busbw_gbs", "expected_gbs", "share"]].values.tolist() == [[28.6, 192.0, 0.149]]
