@@ -3,8 +3,9 @@ findings scoped to the transports a job uses.
 
 Real inputs: tests/fixtures/nccl_public (PROVENANCE.md). The forced-topology pair (issue 38's 2-GPU A100 PCIe host:
 24 channels / NVLink paths at 240 GB/s / busbw ~217 vs NCCL_TOPO_FILE with one NVLink: 2 channels / 20 GB/s /
-busbw ~28.6) could not be found in the public index this session searched; `_a100_pair` rebuilds the two logs
-line for line in NCCL 2.2x's formats with the figures the issue reports (exact ground truth, not a real log).
+busbw ~28.6) could not be found in the public index searched; `_a100_pair` rebuilds the two logs
+line for line in NCCL 2.2x's formats with the figures the issue reports (REBUILT: exact ground truth, not a real
+log). The same host on a real public log, and the fault derived from it: tests/nccl/test_real_a100.py.
 """
 
 from __future__ import annotations
