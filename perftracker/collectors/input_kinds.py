@@ -26,7 +26,7 @@ from perftracker.collectors.nccl.comms import process_groups
 from perftracker.collectors.nccl.inputs import load_nccl_inputs
 from perftracker.collectors.nccl.inspector import is_inspector_file, load_inspector_inputs
 from perftracker.collectors.nccl.nccl_tests import load_nccl_tests
-from perftracker.collectors.nccl.ras import load_ras
+from perftracker.collectors.nccl.ras import is_ras_file, load_ras
 from perftracker.collectors.nsys.database import looks_like_export
 from perftracker.collectors.postmortem.inputs import is_postmortem_file, load_postmortem_inputs
 from perftracker.collectors.stacks.samples import is_baseline_profile, is_profile_file, load_profile_inputs
@@ -231,10 +231,10 @@ KINDS: tuple[InputKind, ...] = (
               ("collectives_fr", "failures"), ("collectives_fr", "failures")),
     InputKind("execution_traces", "PyTorch / Chakra execution traces (*_et.json, or JSON with a schema and "
               "nodes: is_execution_trace)", POOL, _load_execution_traces, ("exec_ops",)),
-    InputKind("named_like_a_trace", "*.json named like a trace that is a flight-recorder dump, an error file or an "
-              "execution trace: read by content with the pool",
-              lambda o: o.trace_named and (is_postmortem_file(o.path) or is_execution_trace(o.path)), None,
-              to_pool=True),
+    InputKind("named_like_a_trace", "*.json named like a trace that is a flight-recorder dump, an error file, an "
+              "execution trace or NCCL RAS JSON (ncclras -f json): read by content with the pool",
+              lambda o: o.trace_named and (is_postmortem_file(o.path) or is_execution_trace(o.path)
+                                           or is_ras_file(o.path)), None, to_pool=True),
     InputKind(NSYS, "Nsight Systems exports (*.sqlite with StringIds and a CUPTI / NVTX table; *.nsys-rep / "
               "*.qdrep reports, exported with `nsys export` when it is on PATH): read per file "
               "(collectors/nsys/), then reduced with the Kineto traces", lambda o: looks_like_export(o.path), None,

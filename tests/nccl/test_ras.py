@@ -61,6 +61,17 @@ def test_a_folder_with_ras_output_is_analysable(tmp_path: Path) -> None:
     assert set(store["nccl_ras"]["kind"]) == {"comm_group", "missing_process", "missing_rank", "timeout"}
 
 
+
+def test_ras_json_named_like_a_trace_is_read_as_ras(tmp_path: Path) -> None:
+    # GIVEN a run folder with the RAS client's JSON saved as `ncclras.json` (named like a Kineto trace) and a
+    # step-less folder otherwise
+    shutil.copy(PUBLIC / "ras_comms.json", tmp_path / "ncclras.json")
+    # WHEN loaded
+    store = load_path(tmp_path, LoadOptions())
+    # THEN the RAS kind reads it by content (it is not offered to the Kineto trace kind, which would reject it)
+    rows = store["nccl_ras"]
+    assert not rows.empty and "missing_rank" in set(rows["kind"])
+
 def test_hostile_text_neither_raises_nor_invents_rows(tmp_path: Path) -> None:
     # GIVEN files that look like RAS / nccl-tests output but are garbage: binary bytes, huge lines, bad JSON
     from perftracker.collectors.nccl.nccl_tests import load_nccl_tests
