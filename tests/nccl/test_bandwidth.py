@@ -203,3 +203,50 @@ def test_the_report_table_puts_measured_beside_expected(tmp_path: Path) -> None:
     table = nccl_busbw_table(Analysis(_store(_a100_pair(tmp_path, fault=True))))
     # THEN one row: 28.6 GB/s measured against 192 expected (12 NVLinks x 20 GB/s x 0.8)
     assert table[["busbw_gbs", "expected_gbs", "share"]].values.tolist() == [[28.6, 192.0, 0.149]]
+
+
+def _four_gpu_log(tmp_path: Path, slow_gbs: float) -> Path:
+    """A 4x A100 NVLink node in NCCL 2.23's path format (constructed): every GPU pair at 80 GB/s (4 NVLinks) but
+    GPU/0-c000 - GPU/0-d000 at `slow_gbs`; 8 channels over P2P; nccl-tests measures 15 GB/s."""
+    gpus = ["GPU/0-a000", "GPU/0-b000", "GPU/0-c000", "GPU/0-d000"]
+    head = "node1:500:500 [0] NCCL INFO "
+    lines = [head + "comm 0x99 rank 0 nRanks 4 nNodes 1 localRanks 4 localRank 0 MNNVL 0",
+             head + "8 coll channels, 8 collnet channels, 0 nvls channels, 32 p2p channels, 32 p2p channels per peer",
+             head + "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read"]
+    for src in gpus:
+        items = []
+        for dst in gpus:
+            slow = {src, dst} == {"GPU/0-c000", "GPU/0-d000"}
+            items.append(f"{dst} (0/5000.0/LOC)" if dst == src else f"{dst} (1/{slow_gbs if slow else 80.0:.1f}/NVL)")
+        lines.append(head + f"{src} :" + " ".join(items) + " CPU/0-0 (2/24.0/PHB) ")
+    table = _TABLE_HEAD + \
+        "  1073741824     268435456     float     sum      -1  71582.8   15.00   15.00      0  71582.8   15.00   15.00      0\n"
+    path = tmp_path / "job.log"
+    path.write_text("\n".join(lines) + "\n" + table)
+    return path
+
+
+def test_asymmetric_paths_are_the_named_cause(tmp_path: Path) -> None:
+    # GIVEN a 4-GPU node whose pair c000-d000 has one NVLink (20 GB/s) while the others have 80 GB/s, 15 GB/s measured
+    findings = analyze_nccl_config(Analysis(_store(_four_gpu_log(tmp_path, 20.0))))
+    # THEN the one bandwidth finding names the asymmetric pair and both speeds
+    gap = [f for f in findings if f.evidence.get("measured_busbw_gbs") == 15.0]
+    assert len(gap) == 1 and gap[0].evidence["flag"] == "asymmetric_paths", [f.title for f in findings]
+    assert "Asymmetric NVL paths: GPU/0-c000 - GPU/0-d000 at 20 GB/s against 80 GB/s" in gap[0].title
+    # AND with every pair even, the same gap is put down to something else (the cause can fail to be named)
+    (tmp_path / "even").mkdir()
+    even = analyze_nccl_config(Analysis(_store(_four_gpu_log(tmp_path / "even", 80.0))))
+    assert "asymmetric_paths" not in flags(even) and flags(even) & {"few_channels", "slow_link"}
+
+
+def test_real_even_paths_are_not_asymmetric() -> None:
+    # GIVEN the real path lines of NCCL issue 1511 (NVL 160 between GPUs, NICs at 12.5 and 10) and of the real
+    # 2x A100 log (NVL 240)
+    from perftracker.analyzers.nccl.context import build_context
+    from perftracker.analyzers.nccl.expected_bw import asymmetric_paths, topology_of
+
+    for name in ("nccl_issue_1511_paths.log", "my_nccl_a100_2proc_trace_all.log"):
+        frames, _ = load_nccl_logs([PUBLIC / name])
+        topo = topology_of(build_context(Store(tables=frames)))
+        # THEN GPU pairs are read, and none is called asymmetric (the NIC distances are not GPU pairs)
+        assert topo.gpu_pairs and asymmetric_paths(topo) is None

@@ -7,7 +7,7 @@ the rules' findings about one variable or link are merged (`merge.py`). Every fi
 has a `flag` (socket_fallback, hca_problem, gid_problem, bad_socket_iface, gdr_disabled,
 p2p_disabled, ib_completion_error, nccl_warn, slow_init, ib_tc, ib_sl, ib_timeout, ib_retry, ib_qps,
 net_plugin, loose_int, echo_mismatch, inconsistent_env, profile, forced_tuning, debug, unverified, ...; from
-what the job measured, rules_busbw.py: forced_topology, p2p_disabled, few_channels, slow_link, busbw_gap for a
+what the job measured, rules_busbw.py: forced_topology, p2p_disabled, asymmetric_paths, few_channels, slow_link, busbw_gap for a
 bus bandwidth far below what the hardware should give, nccl_tests_wrong; from NCCL's RAS client, rules_ras.py:
 ras_dead, ras_missing, ras_comm_error, ras_mismatch). A network setting (GDR, NCCL_IB_*, the
 net plugin) of a single-node job whose log shows no network transport is context only (info).

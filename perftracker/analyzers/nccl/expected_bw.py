@@ -3,7 +3,8 @@
 Promise: `link_gbs(...)` is the one place a link's bandwidth comes from (NVLink by GPU name and link count, PCIe
 by generation and width, a network port by its rate); the sanity check calls it for its links. `topology_of(ctx,
 gpus)` reads the NCCL context's facts (topology paths and links, search patterns, channel counts, transports, the
-NCCL_TOPO_FILE setting) into a `Topology`; `expect(topology)` gives an `Expectation`: the bus bandwidth the job
+NCCL_TOPO_FILE setting, each GPU pair's path type and speed) into a `Topology`; `asymmetric_paths(topology)` names
+GPU pairs joined by paths of one type at different speeds; `expect(topology)` gives an `Expectation`: the bus bandwidth the job
 should reach (the slowest of the intra-node and inter-node rates, times NCCL's efficiency), the link that bounds
 it, and what the topology shows against the hardware (fewer NVLinks than the GPU has, fewer channels). None
 when neither the hardware nor the topology is known. Nothing here reads files but the shipped links.toml.
@@ -76,6 +77,7 @@ class Topology:
     nvl_gbs: list[float] = field(default_factory=list)  # GPU-GPU (or GPU-NVSwitch) NVLink paths and links
     pci_gbs: list[float] = field(default_factory=list)  # GPU-GPU paths over PCIe
     net_gbs: dict[str, float] = field(default_factory=dict)  # NET/x -> its bandwidth from a GPU
+    gpu_pairs: dict[tuple[str, str], tuple[str, float]] = field(default_factory=dict)  # (GPU/a, GPU/b) -> type, GB/s
     channels: int = 0  # coll channels NCCL built (the largest a process printed)
     transports: set[str] = field(default_factory=set)  # P2P, SHM, NET (from `via`)
     multi_node: bool = False
@@ -99,6 +101,9 @@ def topology_of(ctx: NcclContext, gpus: tuple[str, ...] = ()) -> Topology:
             src, dst, bw, kind = str(path.get("src")), str(path.get("dst")), float(path.get("bw", 0)), path.get("type")
             if src.startswith("GPU/") and dst.startswith("GPU/"):
                 (topo.nvl_gbs if kind == "NVL" else topo.pci_gbs).append(bw)
+                pair = (min(src, dst), max(src, dst))
+                if pair not in topo.gpu_pairs or bw < topo.gpu_pairs[pair][1]:
+                    topo.gpu_pairs[pair] = (str(kind), bw)
                 topo.where.setdefault("path", p.where("topo_path"))
             elif src.startswith("GPU/") and dst.startswith("NET/"):
                 topo.net_gbs[dst] = max(topo.net_gbs.get(dst, 0.0), bw)
@@ -121,6 +126,34 @@ def topology_of(ctx: NcclContext, gpus: tuple[str, ...] = ()) -> Topology:
         topo.topo_file = s.value
         topo.where.setdefault("topo_file", s.evidence)
     return topo
+
+
+ASYMMETRY = 0.75  # a GPU pair below this share of the fastest pair of the same path type is asymmetric
+
+
+@dataclass(frozen=True)
+class Asymmetry:
+    """GPU pairs joined by paths of one type at different speeds: the slowest pair against the fastest."""
+
+    path_type: str  # NVL, PIX, PXB, PHB, SYS ...
+    slow_pair: tuple[str, str]
+    slow_gbs: float
+    fast_gbs: float
+    pairs: int  # pairs of that type
+
+
+def asymmetric_paths(topo: Topology) -> Asymmetry | None:
+    """The path type whose GPU pairs differ most in bandwidth, when its slowest pair is below ASYMMETRY x its
+    fastest (a ring or tree through that pair runs at its speed); None when every type is even."""
+    worst: Asymmetry | None = None
+    for kind in sorted({k for k, _ in topo.gpu_pairs.values()}):
+        pairs = {pair: bw for pair, (k, bw) in topo.gpu_pairs.items() if k == kind}
+        slow = min(pairs, key=lambda pair: (pairs[pair], pair))
+        fast = max(pairs.values())
+        if fast > 0 and pairs[slow] < ASYMMETRY * fast and (worst is None or
+                                                            pairs[slow] / fast < worst.slow_gbs / worst.fast_gbs):
+            worst = Asymmetry(kind, slow, pairs[slow], fast, len(pairs))
+    return worst
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ with `expected_bw.expect` of the job's topology and, when the worst is below hal
 naming the cause (one cause, one finding: the rest is its evidence), first that applies of: a forced topology
 file (NCCL_TOPO_FILE) showing fewer NVLinks or channels than the GPUs have; P2P disabled (SHM between GPUs of a
 node); GPUDirect RDMA off, PXN disabled or an NCCL_IB_HCA that leaves NICs of the topology unused on a multi-node
-job; fewer channels than the hardware allows (NCCL_MAX_NCHANNELS /
-NCCL_MIN_NCHANNELS, or none set); NVLinks slower than their type; else the bounding link itself. Its subject is
+job; asymmetric paths (GPU pairs joined by paths of one type at different speeds); fewer channels than the
+hardware allows (NCCL_MAX_NCHANNELS / NCCL_MIN_NCHANNELS, or none set); NVLinks slower than their type; else the bounding link itself. Its subject is
 the variable at fault, so the configuration rules' finding on it merges into it. Warning below 1/2 of the
 expectation, critical below 1/4. `wrong_results(ctx)`: nccl-tests #wrong > 0 is critical.
 """
@@ -17,7 +17,13 @@ from dataclasses import dataclass
 
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.nccl.context import NcclContext, finding
-from perftracker.analyzers.nccl.expected_bw import Expectation, Topology, expect, topology_of
+from perftracker.analyzers.nccl.expected_bw import (
+    Expectation,
+    Topology,
+    asymmetric_paths,
+    expect,
+    topology_of,
+)
 from perftracker.analyzers.nccl.measured import Measure
 
 WARN_RATIO = 0.5
@@ -65,6 +71,14 @@ def _cause(ctx: NcclContext, topo: Topology, exp: Expectation) -> Cause:
         return Cause("NCCL_IB_HCA", f"NCCL_IB_HCA={hca[0].value} leaves NICs unused: {len(used)} of the "
                      f"{len(topo.net_gbs)} the topology shows", "List every HCA of the node in NCCL_IB_HCA (or unset "
                      "it); check that every node uses the same set (`NET/IB : Using` lines).", "hca_problem")
+    asym = asymmetric_paths(topo)
+    if asym is not None:
+        a, b = asym.slow_pair
+        return Cause("", f"Asymmetric {asym.path_type} paths: {a} - {b} at {asym.slow_gbs:g} GB/s against "
+                     f"{asym.fast_gbs:g} GB/s between other GPU pairs", "Rings and trees run at their slowest hop: "
+                     f"check the {a} - {b} pair with `nvidia-smi topo -m` and `nvidia-smi nvlink -s` (a link down, "
+                     "a bridge missing or badly seated, a GPU in a slower slot); if the hardware is built so, keep "
+                     "that pair out of the job's communicators.", "asymmetric_paths")
     capped = [s for var in ("NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS", "NCCL_MAX_CTAS")
               for s in ctx.settings.get(var, [])]
     if few_channels or (capped and topo.channels and topo.channels < 8):
@@ -101,7 +115,7 @@ def bus_bandwidth(ctx: NcclContext) -> list[Finding]:
         "channels": topo.channels, "channels_hardware": exp.channels_hw,
         "nvlinks_seen": round(exp.nvl_links_seen, 2), "nvlinks_hardware": exp.nvl_links_hw,
         "transports": sorted(topo.transports), "gpus": list(gpus),
-        "nvlink_path_gbs": sorted(set(topo.nvl_gbs))[:8],  # more than one value: asymmetric paths
+        "nvlink_path_gbs": sorted(set(topo.nvl_gbs))[:8],
         "log": [w for w in (topo.where.get("topo_file"), topo.where.get("path"), topo.where.get("channels")) if w],
     }
     severity = Severity.CRITICAL if ratio < CRITICAL_RATIO else Severity.WARNING
