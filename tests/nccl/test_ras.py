@@ -85,3 +85,40 @@ def test_hostile_text_neither_raises_nor_invents_rows(tmp_path: Path) -> None:
     ras, _ = load_ras([bad, js])
     tests, _ = load_nccl_tests([bad])
     assert set(ras["nccl_ras"]["kind"]) <= {"comm_group"} and tests["nccl_tests"].empty
+
+
+def _hang_with_ras(tmp_path: Path, pid: int) -> Path:
+    """The real 8-rank gloo hang of tests/fixtures/fr_gloo/gil (rank 5 stuck holding the GIL: the wait-for graph's
+    only root; its stacks give rank 5 pid 23262 on host `vm`) with an NCCL RAS answer beside it: the documentation's
+    `ras_text_dead.txt` with its dead process's pid and node replaced by `pid` on `vm` (constructed: RAS is NCCL's,
+    the recorded job ran gloo)."""
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "fr_gloo" / "gil", run)
+    text = (PUBLIC / "ras_text_dead.txt").read_text().replace("3487984", str(pid)).replace("172.16.64.213", "vm")
+    (run / "ncclras.out").write_text(text)
+    return run
+
+
+def test_ras_dead_process_joins_the_wait_for_root(tmp_path: Path) -> None:
+    from perftracker.pipeline import findings_of
+
+    # GIVEN the hang whose wait-for root is rank 5, and RAS saying rank 5's process (pid 23262 on vm) is dead
+    findings = findings_of(Analysis(load_path(_hang_with_ras(tmp_path, 23262), LoadOptions())))
+    # THEN one critical finding names the root (the flight-recorder's), and the RAS finding is its context, joined
+    # to rank 5: one cause, one finding
+    ras = [f for f in findings if "ras_dead" in flags([f])]
+    assert len(ras) == 1 and ras[0].severity == Severity.INFO and ras[0].ranks == (5,), [f.title for f in findings]
+    assert ras[0].evidence["wait_for_root_ranks"] == [5]
+    roots = [f for f in findings if f.key.startswith("crash:root:") and f.severity == Severity.CRITICAL]
+    assert len(roots) == 1 and roots[0].ranks == (5,)
+
+
+def test_ras_dead_process_of_another_pid_stays_a_cause(tmp_path: Path) -> None:
+    from perftracker.pipeline import findings_of
+
+    # GIVEN the same hang, but RAS names a process the job's tables do not give any rank (pid 999999 on `vm`,
+    # a host that also holds ranks the root does not include)
+    findings = findings_of(Analysis(load_path(_hang_with_ras(tmp_path, 999999), LoadOptions())))
+    # THEN RAS's dead process is not folded into rank 5's root: it stays critical
+    ras = [f for f in findings if "ras_dead" in flags([f])]
+    assert len(ras) == 1 and ras[0].severity == Severity.CRITICAL

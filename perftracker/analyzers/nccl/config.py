@@ -32,6 +32,7 @@ from perftracker.analyzers.nccl import rules_ras as ras_rules
 from perftracker.analyzers.nccl import rules_verify as verify_rules
 from perftracker.analyzers.nccl.context import NcclContext, context_view, job_without_nccl
 from perftracker.analyzers.nccl.merge import one_per_subject, problems
+from perftracker.analyzers.nccl.ras_roots import join_roots
 
 RULES: tuple[Callable[[NcclContext], list[Finding]], ...] = (
     net_rules.socket_fallback, net_rules.ib_disabled, net_rules.ib_devices, net_rules.socket_ifaces, net_rules.net_plugin,
@@ -76,10 +77,11 @@ def nccl_active_view(analysis: Analysis) -> bool:
 
 
 def nccl_findings_view(analysis: Analysis) -> list[Finding]:
-    """Every rule's findings on the run's NCCL context, or [] when there is no NCCL to judge."""
+    """Every rule's findings on the run's NCCL context, or [] when there is no NCCL to judge; RAS findings about
+    a root of the wait-for graph are context of it (ras_roots.join_roots)."""
     if not analysis.view(nccl_active_view):
         return []
-    return check(analysis.view(context_view))
+    return join_roots(analysis, check(analysis.view(context_view)))
 
 
 def analyze_nccl_config(analysis: Analysis) -> list[Finding]:

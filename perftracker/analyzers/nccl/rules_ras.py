@@ -5,7 +5,8 @@ one critical finding (the communicators' missing ranks that RAS also reports are
 a dead process, ranks missing from a communicator (unresponsive: stopped, hung, or gone) are one warning;
 communicator errors (initialization or asynchronous) one critical finding. A collective-count mismatch is normal
 while collectives run (RAS's own documentation): it is context (info), a hang only when it does not change across
-queries.
+queries. Where flight-recorder dumps give a wait-for graph, ras_roots.py makes the RAS finding about a root's
+process context of that root's finding.
 """
 
 from __future__ import annotations
