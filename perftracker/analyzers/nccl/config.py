@@ -33,6 +33,7 @@ from perftracker.analyzers.nccl import rules_verify as verify_rules
 from perftracker.analyzers.nccl.context import NcclContext, context_view, job_without_nccl
 from perftracker.analyzers.nccl.merge import one_per_subject, problems
 from perftracker.analyzers.nccl.ras_roots import join_roots
+from perftracker.analyzers.nccl.trace_busbw import measured_context_view
 
 RULES: tuple[Callable[[NcclContext], list[Finding]], ...] = (
     net_rules.socket_fallback, net_rules.ib_disabled, net_rules.ib_devices, net_rules.socket_ifaces, net_rules.net_plugin,
@@ -81,7 +82,7 @@ def nccl_findings_view(analysis: Analysis) -> list[Finding]:
     a root of the wait-for graph are context of it (ras_roots.join_roots)."""
     if not analysis.view(nccl_active_view):
         return []
-    return join_roots(analysis, check(analysis.view(context_view)))
+    return join_roots(analysis, check(analysis.view(measured_context_view)))
 
 
 def analyze_nccl_config(analysis: Analysis) -> list[Finding]:

@@ -1,14 +1,16 @@
 """NCCL rules on what the job measured: bus bandwidth far below what the hardware should give, and wrong results.
 
-Promise: `bus_bandwidth(ctx)` compares each measured peak bus bandwidth (nccl-tests, Inspector: `ctx.measured`)
-with `expected_bw.expect` of the job's topology and, when the worst is below half of it, returns ONE finding
-naming the cause (one cause, one finding: the rest is its evidence), first that applies of: a forced topology
-file (NCCL_TOPO_FILE) showing fewer NVLinks or channels than the GPUs have; P2P disabled (SHM between GPUs of a
-node); GPUDirect RDMA off, PXN disabled or an NCCL_IB_HCA that leaves NICs of the topology unused on a multi-node
-job; asymmetric paths (GPU pairs joined by paths of one type at different speeds); fewer channels than the
-hardware allows (NCCL_MAX_NCHANNELS / NCCL_MIN_NCHANNELS, or none set); NVLinks slower than their type; else the bounding link itself. Its subject is
-the variable at fault, so the configuration rules' finding on it merges into it. Warning below 1/2 of the
-expectation, critical below 1/4. `wrong_results(ctx)`: nccl-tests #wrong > 0 is critical.
+Promise: `bus_bandwidth(ctx)` compares each measured peak bus bandwidth (nccl-tests, Inspector and the traces'
+collectives: `ctx.measured`) with `expected_bw.expect` of the job's topology and, when the worst is below half of
+it, returns ONE finding naming the cause (one cause, one finding: the rest is its evidence), first that applies of:
+a forced topology file (NCCL_TOPO_FILE) showing fewer NVLinks or channels than the GPUs have; P2P disabled (SHM
+between GPUs of a node); GPUDirect RDMA off, PXN disabled or an NCCL_IB_HCA that leaves NICs of the topology unused
+on a multi-node job; asymmetric paths (GPU pairs joined by paths of one type at different speeds); fewer channels
+than the hardware allows (NCCL_MAX_NCHANNELS / NCCL_MIN_NCHANNELS, or none set); NVLinks slower than their type;
+else the bounding link itself. Its subject is the variable at fault, so the configuration rules' finding on it
+merges into it. Warning below 1/2 of the expectation, critical below 1/4; a trace collective's bus bandwidth
+(transfer time only, trace_busbw.py), measured while compute shares the GPU, warns only below 1/4 and is never
+critical. `wrong_results(ctx)`: nccl-tests #wrong > 0 is critical.
 """
 
 from __future__ import annotations
@@ -28,6 +30,11 @@ from perftracker.analyzers.nccl.measured import Measure
 
 WARN_RATIO = 0.5
 CRITICAL_RATIO = 0.25
+TRACE_WARN_RATIO = 0.25  # a training step's NCCL kernels share the GPU with compute: only a wider gap warns
+
+
+def _warn_ratio(m: Measure) -> float:
+    return TRACE_WARN_RATIO if m.source == "trace" else WARN_RATIO
 
 
 @dataclass(frozen=True)
@@ -103,9 +110,9 @@ def bus_bandwidth(ctx: NcclContext) -> list[Finding]:
     exp = expect(topo)
     if exp is None or exp.busbw_gbs <= 0:
         return []
-    worst: Measure = min(ctx.measured, key=lambda m: m.busbw_gbs)
+    worst: Measure = min(ctx.measured, key=lambda m: m.busbw_gbs / _warn_ratio(m))
     ratio = worst.busbw_gbs / exp.busbw_gbs
-    if ratio >= WARN_RATIO:
+    if ratio >= _warn_ratio(worst):
         return []
     cause = _cause(ctx, topo, exp)
     gap = exp.busbw_gbs / max(worst.busbw_gbs, 1e-9)
@@ -118,7 +125,7 @@ def bus_bandwidth(ctx: NcclContext) -> list[Finding]:
         "nvlink_path_gbs": sorted(set(topo.nvl_gbs))[:8],
         "log": [w for w in (topo.where.get("topo_file"), topo.where.get("path"), topo.where.get("channels")) if w],
     }
-    severity = Severity.CRITICAL if ratio < CRITICAL_RATIO else Severity.WARNING
+    severity = Severity.CRITICAL if ratio < CRITICAL_RATIO and worst.source != "trace" else Severity.WARNING
     title = (f"{cause.title}: bus bandwidth {worst.busbw_gbs:.1f} GB/s, {gap:.1f}x below the "
              f"{exp.busbw_gbs:.0f} GB/s this hardware should give")
     return [finding(cause.flag, severity, title, cause.recommendation, evidence, hosts=list(worst.hosts),

@@ -25,6 +25,7 @@ from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.nccl.config import nccl_active_view, nccl_findings_view
 from perftracker.analyzers.nccl.context import NcclFinding, context_view
 from perftracker.analyzers.nccl.expected_bw import expect, topology_of
+from perftracker.analyzers.nccl.trace_busbw import measured_context_view
 
 MAX_VARIABLES = 24
 MAX_WARNS = 30
@@ -100,7 +101,7 @@ def nccl_busbw_table(analysis: Analysis) -> pd.DataFrame:
     """source, what, size_bytes, busbw_gbs, expected_gbs, share, bound_by, where of each measured bus bandwidth."""
     if not analysis.view(nccl_active_view):
         return pd.DataFrame(columns=BUSBW_COLUMNS)
-    ctx = analysis.view(context_view)
+    ctx = analysis.view(measured_context_view)
     exp = expect(topology_of(ctx, tuple(sorted({g for m in ctx.measured for g in m.gpus}))))
     expected = exp.busbw_gbs if exp is not None else float("nan")
     rows = [(m.source, m.what, m.size_bytes, round(m.busbw_gbs, 2), round(expected, 1),
