@@ -30,6 +30,7 @@ from perftracker.analyzers.health.port_tables import (
 from perftracker.analyzers.nccl.collective_bandwidth import inspector_bandwidth_view
 from perftracker.analyzers.nccl.collective_timing import inspector_lateness_view
 from perftracker.analyzers.nccl.tables import (
+    nccl_busbw_table,
     nccl_config_table,
     nccl_flagged_table,
     nccl_summary_table,
@@ -110,6 +111,7 @@ REPORT_VIEWS: dict[str, TableView] = {
     "nccl_flagged": nccl_flagged_table,
     "nccl_transports": nccl_transports_table,
     "nccl_warns": nccl_warns_table,
+    "nccl_busbw": nccl_busbw_table,
     # NCCL Inspector: per-rank lateness at each communicator's collectives, bandwidth per communicator and size
     "inspector_lateness": inspector_lateness_view,
     "inspector_bandwidth": inspector_bandwidth_view,

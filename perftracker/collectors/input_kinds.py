@@ -22,8 +22,11 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from perftracker.collectors.counters.inputs import load_counter_inputs
+from perftracker.collectors.nccl.comms import process_groups
 from perftracker.collectors.nccl.inputs import load_nccl_inputs
 from perftracker.collectors.nccl.inspector import is_inspector_file, load_inspector_inputs
+from perftracker.collectors.nccl.nccl_tests import load_nccl_tests
+from perftracker.collectors.nccl.ras import is_ras_file, load_ras
 from perftracker.collectors.nsys.database import looks_like_export
 from perftracker.collectors.postmortem.inputs import is_postmortem_file, load_postmortem_inputs
 from perftracker.collectors.stacks.samples import is_baseline_profile, is_profile_file, load_profile_inputs
@@ -141,8 +144,23 @@ def _load_step_files(store: Store, paths: list[Path], options: LoadOptions) -> N
 
 
 def _load_nccl(store: Store, paths: list[Path], options: LoadOptions) -> None:
-    merge(store, *load_nccl_inputs(paths, profile=options.nccl_profile, sysfs_root=options.sysfs_root,
-                                   sysfs_host=options.sysfs_host))
+    tables, notes, learned = load_nccl_inputs(paths, profile=options.nccl_profile, sysfs_root=options.sysfs_root,
+                                              sysfs_host=options.sysfs_host)
+    merge(store, tables, notes, learned)
+    for name, group in process_groups(tables["nccl"]).items():  # a group the traces declared keeps their record
+        store.run_info.process_groups.setdefault(name, group)
+
+
+def _load_nccl_tests(store: Store, paths: list[Path], options: LoadOptions) -> None:
+    tables, notes = load_nccl_tests(paths)
+    if not tables["nccl_tests"].empty or notes:
+        merge(store, tables, notes, RunInfo())
+
+
+def _load_nccl_ras(store: Store, paths: list[Path], options: LoadOptions) -> None:
+    tables, notes = load_ras(paths)
+    if not tables["nccl_ras"].empty or notes:
+        merge(store, tables, notes, RunInfo())
 
 
 def _load_counters(store: Store, paths: list[Path], options: LoadOptions) -> None:
@@ -191,6 +209,10 @@ KINDS: tuple[InputKind, ...] = (
     InputKind("nccl_logs", "NCCL_DEBUG output (any file whose lines NCCL wrote: looks_like_nccl_log) and the "
               "env/rank-<r>.json environment snapshots", POOL, _load_nccl, ("nccl", "config"),
               ("nccl", "config")),
+    InputKind("nccl_tests", "nccl-tests output (all_reduce_perf, ...: its tables, in any text file, by content: "
+              "looks_like_nccl_tests)", POOL, _load_nccl_tests, ("nccl_tests",), ("nccl_tests",)),
+    InputKind("nccl_ras", "NCCL RAS client output (ncclras text, JSON or monitor events, by content: is_ras_file)",
+              POOL, _load_nccl_ras, ("nccl_ras",), ("nccl_ras",)),
     InputKind("counters", "host counters: RDMA/GPU/net JSON lines, ethtool and ip dumps, sysfs copies, Prometheus "
               "text, scheduler accounting and sampled process states (by their first bytes: counters.inputs.sniff)", POOL,
               _load_counters, ("counters", "devices", "netdev", "net_ifaces", "cpu_sched", "proc_states"), ("counters", "netdev")),
@@ -209,10 +231,10 @@ KINDS: tuple[InputKind, ...] = (
               ("collectives_fr", "failures"), ("collectives_fr", "failures")),
     InputKind("execution_traces", "PyTorch / Chakra execution traces (*_et.json, or JSON with a schema and "
               "nodes: is_execution_trace)", POOL, _load_execution_traces, ("exec_ops",)),
-    InputKind("named_like_a_trace", "*.json named like a trace that is a flight-recorder dump, an error file or an "
-              "execution trace: read by content with the pool",
-              lambda o: o.trace_named and (is_postmortem_file(o.path) or is_execution_trace(o.path)), None,
-              to_pool=True),
+    InputKind("named_like_a_trace", "*.json named like a trace that is a flight-recorder dump, an error file, an "
+              "execution trace or NCCL RAS JSON (ncclras -f json): read by content with the pool",
+              lambda o: o.trace_named and (is_postmortem_file(o.path) or is_execution_trace(o.path)
+                                           or is_ras_file(o.path)), None, to_pool=True),
     InputKind(NSYS, "Nsight Systems exports (*.sqlite with StringIds and a CUPTI / NVTX table; *.nsys-rep / "
               "*.qdrep reports, exported with `nsys export` when it is on PATH): read per file "
               "(collectors/nsys/), then reduced with the Kineto traces", lambda o: looks_like_export(o.path), None,

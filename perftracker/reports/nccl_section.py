@@ -19,6 +19,8 @@ from perftracker.reports.sections import Section, Tables, grid, table
 MAX_ROWS = 64  # rows of each table on the page; the rest is in tables/<view>.parquet, named under the table
 TRANSPORT_COLUMNS = ("host", "transport", "network", "nics", "intra")
 WARN_COLUMNS = ("host", "pid", "message", "count", "file", "line")
+BUSBW_COLUMNS = {"source": "source", "what": "measured", "size_bytes": "bytes", "busbw_gbs": "busbw GB/s",
+                 "expected_gbs": "expected GB/s", "share": "share", "bound_by": "bounded by"}
 BANDWIDTH_COLUMNS = {"comm_name": "communicator", "comm_size": "ranks", "op": "op", "bytes": "bytes",
                      "collectives": "collectives", "busbw_median_gbs": "busbw median GB/s",
                      "busbw_p10_gbs": "busbw p10 GB/s", "transfer_median_ms": "transfer median ms"}
@@ -49,6 +51,7 @@ def nccl_section(tables: Tables, findings: list[Finding]) -> Section | None:
         return None
     transports = table(tables, "nccl_transports")
     warns = table(tables, "nccl_warns")
+    busbw = table(tables, "nccl_busbw")
     data = {
         "profile": str(summary["profile"].iloc[0]),
         "config": _config(table(tables, "nccl_config"), table(tables, "nccl_flagged")),
@@ -62,6 +65,7 @@ def nccl_section(tables: Tables, findings: list[Finding]) -> Section | None:
                   zip(*(warns[c].head(MAX_ROWS).tolist() for c in WARN_COLUMNS))] if not warns.empty else [],
         "warns_more": max(0, len(warns) - MAX_ROWS),
         "failing_links": [f.title for f in findings if f.evidence.get("flag") == "ib_completion_error"],
+        "busbw": grid(busbw, BUSBW_COLUMNS, source="nccl_busbw") if not busbw.empty else {"rows": []},
     }
     return Section("nccl", "NCCL", "section_nccl.html.j2", data)
 

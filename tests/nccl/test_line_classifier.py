@@ -33,6 +33,14 @@ LINES = {
              "TUNER/Plugin", None),
     "PROF": ("PROFILER/Plugin: Could not find: libnccl-profiler.so. ", "plugin_note", "PROFILER/Plugin", None),
     "Assi": ("Assigned NET plugin Socket to comm", "net_plugin", "Socket", None),  # public log, see above
+    # The topology and graph lines (NCCL_DEBUG_SUBSYS=GRAPH), as public logs print them (tests/fixtures/nccl_public)
+    "=== ": ("=== System : maxBw 240.0 totalBw 240.0 ===", "topo_system", '"max_bw":240.0', None),
+    "GPU/": ("GPU/0-8000 :GPU/0-8000 (0/5000.0/LOC) GPU/0-9000 (1/240.0/NVL) CPU/0-0 (2/24.0/PHB)", "topo_path",
+             '"type":"NVL"', None),
+    "Patt": ("Pattern 4, crossNic 0, nChannels 12, bw 20.000000/20.000000, type NVL/PIX, sameChannels 1",
+             "graph_pattern", '"nchannels":12', None),
+    "NVLS": ("NVLS multicast support is available on dev 7", "nvls", "available", None),
+    "Chec": ("Check P2P Type isAllDirectP2p 0 directMode 0", "p2p_type", "isAllDirectP2p 0", None),
 }
 
 

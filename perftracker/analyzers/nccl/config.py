@@ -6,7 +6,11 @@ returns [] when there is no NCCL log fact and no configuration captured. One fin
 the rules' findings about one variable or link are merged (`merge.py`). Every finding's evidence
 has a `flag` (socket_fallback, hca_problem, gid_problem, bad_socket_iface, gdr_disabled,
 p2p_disabled, ib_completion_error, nccl_warn, slow_init, ib_tc, ib_sl, ib_timeout, ib_retry, ib_qps,
-net_plugin, loose_int, echo_mismatch, inconsistent_env, profile, forced_tuning, debug, unverified, ...).
+net_plugin, loose_int, echo_mismatch, inconsistent_env, profile, forced_tuning, debug, unverified, ...; from
+what the job measured, rules_busbw.py: forced_topology, p2p_disabled, asymmetric_paths, few_channels, slow_link, busbw_gap for a
+bus bandwidth far below what the hardware should give, nccl_tests_wrong; from NCCL's RAS client, rules_ras.py:
+ras_dead, ras_missing, ras_comm_error, ras_mismatch). A network setting (GDR, NCCL_IB_*, the
+net plugin) of a single-node job whose log shows no network transport is context only (info).
 Config findings carry no per-step cost (they rank by severity). `nccl_findings_view` is this
 analyzer's result, computed once per analysis: the report's tables (`nccl.tables`) read from it
 which variables the findings are about.
@@ -15,16 +19,21 @@ which variables the findings are about.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.findings import Finding
+from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.nccl import rules_busbw as busbw_rules
 from perftracker.analyzers.nccl import rules_env as env_rules
 from perftracker.analyzers.nccl import rules_ib as ib_rules
 from perftracker.analyzers.nccl import rules_log as log_rules
 from perftracker.analyzers.nccl import rules_net as net_rules
+from perftracker.analyzers.nccl import rules_ras as ras_rules
 from perftracker.analyzers.nccl import rules_verify as verify_rules
 from perftracker.analyzers.nccl.context import NcclContext, context_view, job_without_nccl
 from perftracker.analyzers.nccl.merge import one_per_subject, problems
+from perftracker.analyzers.nccl.ras_roots import join_roots
+from perftracker.analyzers.nccl.trace_busbw import measured_context_view
 
 RULES: tuple[Callable[[NcclContext], list[Finding]], ...] = (
     net_rules.socket_fallback, net_rules.ib_disabled, net_rules.ib_devices, net_rules.socket_ifaces, net_rules.net_plugin,
@@ -34,7 +43,19 @@ RULES: tuple[Callable[[NcclContext], list[Finding]], ...] = (
     env_rules.debug_knobs,
     log_rules.warns, log_rules.completion_errors, log_rules.slow_init,
     verify_rules.unverified,
+    busbw_rules.bus_bandwidth, busbw_rules.wrong_results, ras_rules.ras_status,
 )
+# The problem classes about the network transport: judged only where the job uses one (`network_unused`).
+NETWORK_FLAGS = frozenset({"gdr_disabled", "hca_problem", "gid_problem", "ib_tc", "ib_sl", "ib_timeout", "ib_retry",
+                           "ib_qps", "net_plugin", "ib_completion_error"})
+
+
+def _scoped(ctx: NcclContext, f: Finding) -> Finding:
+    """A network finding of a job that uses no network transport is context (info), not a problem."""
+    if f.severity > Severity.INFO and f.evidence.get("flag") in NETWORK_FLAGS and ctx.network_unused():
+        return replace(f, severity=Severity.INFO,
+                       title=f"Context only, this single-node job uses no network transport: {f.title}")
+    return f
 
 
 def check(ctx: NcclContext) -> list[Finding]:
@@ -46,7 +67,7 @@ def check(ctx: NcclContext) -> list[Finding]:
         for f in rule(ctx):
             if f.id not in seen:
                 seen.add(f.id)
-                out.append(f)
+                out.append(_scoped(ctx, f))
     return one_per_subject(out)
 
 
@@ -57,10 +78,11 @@ def nccl_active_view(analysis: Analysis) -> bool:
 
 
 def nccl_findings_view(analysis: Analysis) -> list[Finding]:
-    """Every rule's findings on the run's NCCL context, or [] when there is no NCCL to judge."""
+    """Every rule's findings on the run's NCCL context, or [] when there is no NCCL to judge; RAS findings about
+    a root of the wait-for graph are context of it (ras_roots.join_roots)."""
     if not analysis.view(nccl_active_view):
         return []
-    return check(analysis.view(context_view))
+    return join_roots(analysis, check(analysis.view(measured_context_view)))
 
 
 def analyze_nccl_config(analysis: Analysis) -> list[Finding]:

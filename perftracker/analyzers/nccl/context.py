@@ -20,6 +20,8 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.nccl.measured import Measure, measured_busbw
+from perftracker.analyzers.nccl.ras_status import RasRecord, ras_records
 from perftracker.store import Store
 from perftracker.values import strtoll_base0
 
@@ -111,10 +113,18 @@ class NcclContext:
     settings: dict[str, list[Setting]]
     sysfs: list[dict[str, Any]]
     profile: dict[str, Any]
+    measured: list[Measure] = field(default_factory=list)  # nccl-tests / Inspector bus bandwidth (measured.py)
+    ras: list[RasRecord] = field(default_factory=list)  # what NCCL's RAS client reported (ras_status.py)
 
     @property
     def empty(self) -> bool:
-        return not self.procs and not self.settings and not self.orphans
+        return not self.procs and not self.settings and not self.orphans and not self.measured and not self.ras
+
+    def network_unused(self) -> bool:
+        """The log shows the job's transports and none is a network one, on one node: the NET settings (GDR,
+        NCCL_IB_*, the net plugin) govern nothing it does."""
+        vias = {v for p in self.procs for v in p.values("via")}
+        return bool(vias) and not any(v.startswith(("NET/", "COLLNET")) for v in vias) and not self.multi_node()
 
     @property
     def nccl_evident(self) -> bool:
@@ -216,7 +226,7 @@ def build_context(store: Store) -> NcclContext:
                     int(str(rank_o)), int(str(pid_o)), str(source_o), str(ev_o))
         settings.setdefault(s.key, []).append(s)
     return NcclContext(list(procs.values()), orphans, warn_lines, settings, list(store.run_info.sysfs),
-                       store.run_info.nccl_profile)
+                       store.run_info.nccl_profile, measured_busbw(store), ras_records(store))
 
 
 def context_view(analysis: Analysis) -> NcclContext:

@@ -10,7 +10,10 @@ Promise: every table is empty when there is no NCCL to judge (`config.nccl_activ
 - `nccl_transports_table`: per host the transports, networks, NICs (hca:port/link layer, /SHARP)
   and intra-node paths (P2P/..., SHM/...) its processes used, each as sorted comma-separated text;
 - `nccl_warns_table`: host, pid, message (at most 300 characters), count, file, line of the first
-  MAX_WARNS WARN lines.
+  MAX_WARNS WARN lines;
+- `nccl_busbw_table`: each measured peak bus bandwidth (nccl-tests test, Inspector collective) against the one the
+  hardware should give (expected_bw.py): source, what, size_bytes, busbw_gbs, expected_gbs (NaN unknown), share
+  (measured / expected), bound_by, where.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.nccl.config import nccl_active_view, nccl_findings_view
 from perftracker.analyzers.nccl.context import NcclFinding, context_view
+from perftracker.analyzers.nccl.expected_bw import expect, topology_of
+from perftracker.analyzers.nccl.trace_busbw import measured_context_view
 
 MAX_VARIABLES = 24
 MAX_WARNS = 30
@@ -29,6 +34,7 @@ CONFIG_COLUMNS = ["host", "rank", "variable", "value"]
 FLAGGED_COLUMNS = ["variable", "severity"]
 TRANSPORT_COLUMNS = ["host", "transport", "network", "nics", "intra"]
 WARN_COLUMNS = ["host", "pid", "message", "count", "file", "line"]
+BUSBW_COLUMNS = ["source", "what", "size_bytes", "busbw_gbs", "expected_gbs", "share", "bound_by", "where"]
 
 
 def nccl_summary_table(analysis: Analysis) -> pd.DataFrame:
@@ -89,3 +95,16 @@ def nccl_warns_table(analysis: Analysis) -> pd.DataFrame:
     rows = [(p.host, p.pid, value[:300], count, p.file, line)
             for p in analysis.view(context_view).procs for value, line, count in p.facts.get("warn", [])]
     return pd.DataFrame(rows[:MAX_WARNS], columns=WARN_COLUMNS)
+
+
+def nccl_busbw_table(analysis: Analysis) -> pd.DataFrame:
+    """source, what, size_bytes, busbw_gbs, expected_gbs, share, bound_by, where of each measured bus bandwidth."""
+    if not analysis.view(nccl_active_view):
+        return pd.DataFrame(columns=BUSBW_COLUMNS)
+    ctx = analysis.view(measured_context_view)
+    exp = expect(topology_of(ctx, tuple(sorted({g for m in ctx.measured for g in m.gpus}))))
+    expected = exp.busbw_gbs if exp is not None else float("nan")
+    rows = [(m.source, m.what, m.size_bytes, round(m.busbw_gbs, 2), round(expected, 1),
+             round(m.busbw_gbs / expected, 3) if exp is not None and expected > 0 else float("nan"),
+             exp.bound_by if exp is not None else "", m.where) for m in ctx.measured]
+    return pd.DataFrame(rows, columns=BUSBW_COLUMNS)

@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Callable
 
+from perftracker.collectors.nccl import graph_lines as G
 from perftracker.collectors.nccl import patterns as P
 from perftracker.values import MAX_RANK, ascii_int
 
@@ -181,6 +182,10 @@ def _by_content(msg: str, proc: ProcFacts, line: int) -> str | None:
         return _net(msg[msg.find("NET/IB"):] if "NET/IB" in msg else msg, proc, line)
     if "GPU Direct RDMA Disabled" in msg:
         return _net(msg, proc, line)
+    if "GPU Direct RDMA Enabled" in msg:
+        return G.gdr_enabled(msg, proc, line)
+    if msg[:1] == " " or msg[:1] == "+":  # the system tree's links, indented by depth
+        return G.tree_link(msg, proc, line)
     if "Call to ibv_" in msg or "ibv_open_device" in msg:
         proc.add("ib_open_failed" if "open_device" in msg else "ibv_error", msg, line)
         return None
@@ -220,6 +225,8 @@ def _net(msg: str, proc: ProcFacts, line: int) -> str | None:
         if body.startswith("No device found"):
             proc.add("ib_no_device", "1", line)
             return None
+        if "GPU Direct RDMA Enabled" in body:
+            return G.gdr_enabled(body, proc, line)
         if "GPU Direct RDMA Disabled" in body:
             gm = P.GDR_DISABLED.search(body)
             proc.add("gdr_disabled", gm.group("what") if gm else body, line)
@@ -267,6 +274,8 @@ def _net(msg: str, proc: ProcFacts, line: int) -> str | None:
         return ""
     if msg.startswith("NET/Plugin"):
         return _plugins(msg, proc, line)
+    if G.PATH_HEAD.match(msg):  # NET/0 :GPU/... (a NIC's paths)
+        return G.paths(msg, proc, line)
     if msg.startswith("NET : Using interface"):  # NCCL 2.3 socket / bootstrap interface
         for iface, addr in _ifaces(msg[21:]):
             proc.add("bootstrap", _js(iface=iface, addr=addr), line)
@@ -365,4 +374,9 @@ _PREFIXES: dict[str, Handler] = {
     "TUNE": _plugins,
     "PROF": _plugins,
     "Assi": _plugins,  # Assigned NET plugin
+    "=== ": G.system,
+    "GPU/": G.paths,
+    "Patt": G.pattern,
+    "NVLS": G.nvls,
+    "Chec": G.p2p_type,
 }

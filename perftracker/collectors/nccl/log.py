@@ -34,6 +34,7 @@ FACT_KEYS = (
     "channels", "ring", "tree", "qp", "env", "warn", "completion_error", "error_chain", "cuda_driver",
     "other", "other_count", "warn_lines", "process", "cqe_error", "ibv_error", "sharp", "socket_ifcount",
     "plugin_note", "channel_count", "bootstrap_timings", "connected",
+    "topo_system", "topo_link", "topo_path", "graph_pattern", "gdr_enabled", "nvls", "p2p_type",
 )
 _SNIFF_BYTES = 64 * 1024
 _OTHER_SAMPLES = 50

@@ -36,7 +36,7 @@ CHANNEL_SUMMARY = re.compile(r"^(?P<coll>\d+) coll channels,(?: (?P<collnet>\d+)
 COMM_INIT = re.compile(
     r"(?:(?<!\w)(?P<fn>nccl\w+) )?comm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+) "
     r"cudaDev (?P<cuda>\d+)(?: nvmlDev (?P<nvml>\d+))?(?: busId (?P<bus>[0-9a-f]+))?"
-    r"(?: parent 0x[0-9a-f]+ [^-]{0,256}?)?(?: commId (?P<commid>0x[0-9a-f]+))? - Init (?P<state>START|COMPLETE)"
+    r"(?: parent 0x[0-9a-f]+ [^-]{0,256}?)?(?: commId (?P<commid>0x[0-9a-f]+))? ?- Init (?P<state>START|COMPLETE)"
 )
 COMM_NODES = re.compile(
     r"comm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\d+) nRanks (?P<nranks>\d+) nNodes (?P<nnodes>\d+) "

@@ -1,0 +1,73 @@
+"""The bus bandwidth the traces' collectives reached, from their transfer time only, as measures of the job.
+
+Promise: `trace_measures(analysis)` reads `stragglers.wait_transfer.collective_split_view` (each matched collective's
+wait for late peers and its transfer, per rank; busbw per instance from the transfer time, nccl-tests' factors) and
+returns one `measured.Measure` (source "trace") per (process group, collective, member count) of the NCCL GPU
+kernels: its best instance's bus bandwidth over the large messages only (at least LARGE_BYTES, where bandwidth, not
+latency, sets the time), when at least MIN_INSTANCES of them were seen. Waiting for a late peer is not in it (the
+split took it out), so a straggler does not read as a slow link. Only the bandwidth collectives (all-reduce,
+all-gather, reduce-scatter, broadcast, reduce): point-to-point and all-to-all depend on who sends to whom.
+`with_trace_measures(analysis, ctx)` is the context with them added, only when its NCCL log showed a topology to
+compare them with (else `ctx` itself, and the split is not computed for it); `measured_context_view(analysis)` is that
+context of the run, computed once (the rules and the report's busbw table read it). Traces that record no message
+sizes give no measure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.nccl.context import NcclContext, context_view
+from perftracker.analyzers.nccl.measured import Measure
+from perftracker.analyzers.stragglers.wait_transfer import collective_split_view
+
+LARGE_BYTES = 32 << 20  # 32 MiB: NCCL's ring reaches its bandwidth plateau well before (nccl-tests curves)
+MIN_INSTANCES = 3
+BANDWIDTH_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+TOPOLOGY_KEYS = ("topo_path", "topo_link")
+
+
+def _gpus(analysis: Analysis) -> tuple[str, ...]:
+    ranks = analysis.store["ranks"]
+    if ranks.empty or "device_name" not in ranks:
+        return ()
+    return tuple(sorted({str(n) for n in ranks["device_name"].dropna() if str(n)}))
+
+
+def trace_measures(analysis: Analysis) -> list[Measure]:
+    """See the module's promise."""
+    split: pd.DataFrame = analysis.view(collective_split_view)
+    if split.empty:
+        return []
+    rows = split[(split["source"].astype(str) == "gpu_kernel") & (split["bytes"] >= LARGE_BYTES)
+                 & split["collective"].astype(str).isin(BANDWIDTH_COLLECTIVES)]
+    inst = rows.drop_duplicates("instance")
+    inst = inst[np.isfinite(inst["busbw_gbs"].to_numpy(float)) & (inst["busbw_gbs"] > 0)]
+    gpus = _gpus(analysis)
+    out: list[Measure] = []
+    for (pg, coll, members), group in inst.groupby([inst["pg"].astype(str), inst["collective"].astype(str),
+                                                    inst["members"]], sort=True):
+        if len(group) < MIN_INSTANCES:
+            continue
+        best = group.iloc[int(group["busbw_gbs"].to_numpy(float).argmax())]
+        out.append(Measure("trace", f"{coll} in process group {pg} ({int(members)} ranks, {len(group)} instances "
+                           f">= {LARGE_BYTES >> 20} MiB, transfer time only)", float(best["busbw_gbs"]),
+                           int(best["bytes"]), f"traces: instance {int(best['instance'])}", gpus, (), int(members)))
+    return out
+
+
+def with_trace_measures(analysis: Analysis, ctx: NcclContext) -> NcclContext:
+    """`ctx` with the traces' measures added where its log shows a topology (see the module's promise)."""
+    if not any(p.has(key) for p in ctx.procs for key in TOPOLOGY_KEYS):
+        return ctx
+    extra = trace_measures(analysis)
+    return replace(ctx, measured=[*ctx.measured, *extra]) if extra else ctx
+
+
+def measured_context_view(analysis: Analysis) -> NcclContext:
+    """The run's NCCL context with its traces' measures (`with_trace_measures`), once per analysis."""
+    return with_trace_measures(analysis, analysis.view(context_view))
