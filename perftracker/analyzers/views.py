@@ -56,6 +56,7 @@ from perftracker.analyzers.traces.kernels import (
     ops_view,
 )
 from perftracker.analyzers.traces.timeline import timeline_view
+from perftracker.analyzers.whatif.analyzer import whatif_optypes_view, whatif_workers_view
 
 TableView = Callable[[Analysis], pd.DataFrame]
 
@@ -97,6 +98,9 @@ REPORT_VIEWS: dict[str, TableView] = {
     # the same at op level: each rank's step time and the cross-rank path by launches, streams and host syncs
     "critical_path_ops": critical_path_ops_view,
     "replay_steps": replay_steps_view,
+    # pipeline jobs recorded per operation: the what-if's S_w per worker and S_t per op type (OSDI'25)
+    "whatif_workers": whatif_workers_view,
+    "whatif_optypes": whatif_optypes_view,
     # host health: GPU samples and throttle periods, RDMA ports, RoCE flow control
     "gpu_series": gpu_series_table,
     "gpu_throttle": gpu_throttle_table,

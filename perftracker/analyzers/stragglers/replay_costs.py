@@ -119,7 +119,7 @@ def with_replay_costs(analysis: Analysis, findings: list[Finding]) -> list[Findi
         replayed = _costs(analysis, fit, targets)
     out = []
     for i, f in enumerate(findings):
-        if f.cost.seconds_per_step <= 0:
+        if f.cost.seconds_per_step <= 0 or f.evidence.get("cost_source") == "replay":  # costed by its own replay
             out.append(f)
             continue
         extra: dict[str, Any] = {"cost_source": "estimate"}

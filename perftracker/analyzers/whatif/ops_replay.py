@@ -48,6 +48,8 @@ class WhatIf:
     by_stage: dict[int, float]
     workers: pd.DataFrame  # dp_rank, stage, rank, s_worker (exact), score (min of S_dp, S_stage)
     m_w: float
+    fix_workers_s: float  # T minus the replay with the top workers (`m_w_workers`) at ideal durations
+    fix_last_stage_s: float  # T minus the replay with the last stage at ideal durations
     m_w_workers: tuple[tuple[int, int], ...]  # (dp_rank, stage) of the top workers M_W fixed
     m_s: float
     stage_mean_share: float  # share of S-1 left when every op takes its (type, stage) mean: not stage imbalance
@@ -168,7 +170,7 @@ def whatif(graph: OpsGraph, ranks: pd.DataFrame | None = None) -> WhatIf:
                              "measured_s": graph.measured / 1e9, "replayed_s": t_steps / 1e9,
                              "ideal_s": ideal_steps / 1e9})
     return WhatIf(t / 1e9, t_ideal / 1e9, float(graph.measured.mean()) / 1e9, slow, dict(sorted(by_optype.items(), key=lambda kv: -kv[1])),
-                  by_dp, by_stage, workers, m_w, tuple(zip(top["dp_rank"].tolist(), top["stage"].tolist())), m_s,
+                  by_dp, by_stage, workers, m_w, (t - t_rem_w) / 1e9, (t - t_rem_s) / 1e9, tuple(zip(top["dp_rank"].tolist(), top["stage"].tolist())), m_s,
                   left, _verdict(slow, m_w, m_s, left), per_step)
 
 
