@@ -16,6 +16,12 @@ the same collective (ideal compute, as OSDI'25), transfers set to the members' m
 transfers scaled down by their exposed share (communication hidden under compute). Costs are differences of
 replayed step times, so costs taken one after another add up to at most the step time and never count the
 same time twice. Loops run over instances (numpy over their members), not over events.
+
+A rank's *peers* are the ranks whose step ran the same sequence of collectives (`peer_key`: step, that
+sequence, the position in it): in a pipeline the other replicas' ranks of the same stage, not the members of
+its send/recv (the receiver of a send did other work before it) nor of another stage's collectives. The
+ideal local work of a node is its peers' mean at the same position; a node without peers falls back to the
+other members of its collective, and a P2P node without peers keeps its own (nothing comparable measured).
 """
 
 from __future__ import annotations
@@ -25,12 +31,16 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+P2P_NAMES = ("send", "recv")  # the `collective` of a member of a matched point-to-point pair
+
 
 @dataclass(frozen=True)
 class StepGraph:
     """Per (instance, rank) row: step, order (completion order of the instance in the step), local_ns,
     transfer_ns (the instance's measured transfer on that rank), after_end (the local work started at the
-    previous collective's end, else at its arrival); per (step, rank): start_ns, dur_ns (measured), tail_ns."""
+    previous collective's end, else at its arrival), peer_key (same value: peers, see the module docstring),
+    p2p (a send or recv); per (step, rank): start_ns, dur_ns (measured), tail_ns, peer_key (same value: the
+    ranks of that step that ran the same sequence of collectives)."""
 
     nodes: pd.DataFrame
     ranks: pd.DataFrame
@@ -88,8 +98,18 @@ def step_graph(table: pd.DataFrame, steps: pd.DataFrame, offsets: pd.Series) -> 
     spans["tail_ns"] = (measured_end - spans["last_end"]).clip(lower=0)
     spans["dur_ns"] = spans["last_end"] + spans["tail_ns"] - spans["start_ns"]
     ranks = spans.reset_index()[["step", "rank", "start_ns", "dur_ns", "tail_ns"]].astype(np.int64)
+    names = rows["collective"].astype(str) if "collective" in rows else pd.Series("", index=rows.index)
+    frame["collective"] = names.reindex(frame.index).fillna("").to_numpy()
+    frame["p2p"] = frame["collective"].isin(P2P_NAMES).to_numpy(bool)
+    frame["pos"] = frame.groupby(["step", "rank"]).cumcount()
+    chain = frame.groupby(["step", "rank"])["collective"].agg("|".join).rename("chain")
+    frame = frame.join(chain, on=["step", "rank"])
+    frame["peer_key"] = pd.factorize(pd.MultiIndex.from_frame(frame[["step", "chain", "pos"]]))[0]
+    rank_key = pd.factorize(pd.MultiIndex.from_frame(chain.reset_index()[["step", "chain"]]))[0]
+    keys = pd.Series(rank_key, index=pd.MultiIndex.from_frame(chain.reset_index()[["step", "rank"]]))
+    ranks["peer_key"] = keys.reindex(pd.MultiIndex.from_frame(ranks[["step", "rank"]])).fillna(-1).to_numpy(np.int64)
     nodes = frame[["instance", "step", "rank", "order", "local_ns", "transfer_ns", "wait_ns", "after_end",
-                   "arrival_ns"]].reset_index(drop=True)
+                   "arrival_ns", "peer_key", "p2p"]].reset_index(drop=True)
     return StepGraph(nodes, ranks)
 
 
@@ -107,8 +127,8 @@ def _step_spans(frame: pd.DataFrame, steps: pd.DataFrame, offsets: pd.Series) ->
 
 def _empty_nodes() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=np.int64) for c in
-                         ["instance", "step", "rank", "order", "local_ns", "transfer_ns", "wait_ns", "arrival_ns"]}
-                        ).assign(after_end=pd.Series(dtype=bool))
+                         ["instance", "step", "rank", "order", "local_ns", "transfer_ns", "wait_ns", "arrival_ns",
+                          "peer_key"]}).assign(after_end=pd.Series(dtype=bool), p2p=pd.Series(dtype=bool))
 
 
 def replay(graph: StepGraph, local: np.ndarray | None = None, transfer: np.ndarray | None = None,
@@ -156,26 +176,50 @@ def _instance_transfer(nodes: pd.DataFrame) -> np.ndarray:
 
 def idealize_rank(graph: StepGraph, rank: int, local: np.ndarray | None = None,
                   tail: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """`local` and `tail` with `rank`'s set to the mean of the other members' at the same instance (the other
-    ranks' mean tail in the same step): the rank's extra work removed, nothing else changed."""
+    """`local` and `tail` with `rank`'s set to the mean of its peers' at the same position (without peers: the
+    other members' at the same instance, a P2P node its own; the tail: the peers' in the step, else the other
+    ranks'): the rank's extra work removed, nothing else changed."""
     nodes, ranks = graph.nodes, graph.ranks
     loc = nodes["local_ns"].to_numpy(np.float64).copy() if local is None else local.copy()
     tails = ranks["tail_ns"].to_numpy(np.float64).copy() if tail is None else tail.copy()
     mine = nodes["rank"].to_numpy() == rank
-    others = pd.Series(np.where(mine, np.nan, loc), index=nodes.index).groupby(nodes["instance"]).transform("mean")
-    loc[mine] = others.to_numpy()[mine]
+    masked = pd.Series(np.where(mine, np.nan, loc), index=nodes.index)
+    peers = masked.groupby(_keys(nodes, "peer_key")).transform("mean").to_numpy()
+    members = masked.groupby(nodes["instance"]).transform("mean").to_numpy()
+    p2p = nodes["p2p"].to_numpy(bool) if "p2p" in nodes else np.zeros(len(nodes), dtype=bool)
+    fallback = np.where(p2p, loc, members)
+    loc[mine] = np.where(np.isnan(peers), fallback, peers)[mine]
     rmine = ranks["rank"].to_numpy() == rank
-    ot = pd.Series(np.where(rmine, np.nan, tails)).groupby(ranks["step"].to_numpy()).transform("mean")
-    tails[rmine] = ot.to_numpy()[rmine]
+    rmasked = pd.Series(np.where(rmine, np.nan, tails))
+    rpeers = rmasked.groupby(_keys(ranks, "peer_key")).transform("mean").to_numpy()
+    ot = rmasked.groupby(ranks["step"].to_numpy()).transform("mean").to_numpy()
+    tails[rmine] = np.where(np.isnan(rpeers), ot, rpeers)[rmine]
     return np.nan_to_num(loc, nan=0.0), np.nan_to_num(tails, nan=0.0)
 
 
+def _keys(frame: pd.DataFrame, column: str) -> np.ndarray:
+    """The peer key per row; a graph built without one (every row its own) keeps the old per-row fallback."""
+    if column in frame:
+        return frame[column].to_numpy(np.int64)
+    return -np.arange(1, len(frame) + 1, dtype=np.int64)
+
+
 def idealize_all(graph: StepGraph) -> tuple[np.ndarray, np.ndarray]:
-    """Every rank's local work and tail set to the members' mean (OSDI'25's T_ideal, with median transfers)."""
+    """Every rank's local work and tail set to its peers' mean (with itself; without peers: the members' mean at
+    the instance, a P2P node its own): OSDI'25's T_ideal, with median transfers."""
     nodes, ranks = graph.nodes, graph.ranks
-    loc = nodes.groupby("instance")["local_ns"].transform("mean").to_numpy(np.float64)
-    tails = ranks.groupby("step")["tail_ns"].transform("mean").to_numpy(np.float64)
-    return loc, tails
+    loc = nodes["local_ns"].to_numpy(np.float64)
+    key = pd.Series(_keys(nodes, "peer_key"))
+    sizes = key.groupby(key).transform("size").to_numpy()
+    peers = nodes.groupby(key.to_numpy())["local_ns"].transform("mean").to_numpy(np.float64)
+    members = nodes.groupby("instance")["local_ns"].transform("mean").to_numpy(np.float64)
+    p2p = nodes["p2p"].to_numpy(bool) if "p2p" in nodes else np.zeros(len(nodes), dtype=bool)
+    ideal = np.where(sizes > 1, peers, np.where(p2p, loc, members))
+    rkey = pd.Series(_keys(ranks, "peer_key"))
+    rsizes = rkey.groupby(rkey).transform("size").to_numpy()
+    rpeers = ranks.groupby(rkey.to_numpy())["tail_ns"].transform("mean").to_numpy(np.float64)
+    rall = ranks.groupby("step")["tail_ns"].transform("mean").to_numpy(np.float64)
+    return ideal, np.where(rsizes > 1, rpeers, rall)
 
 
 def slowdown(graph: StepGraph) -> tuple[float, float]:
