@@ -75,11 +75,17 @@ def step_graph(table: pd.DataFrame, steps: pd.DataFrame, offsets: pd.Series) -> 
     if rows.empty:
         return StepGraph(_empty_nodes(), pd.DataFrame(columns=["step", "rank", "start_ns", "dur_ns", "tail_ns"]))
     frame = rows[["instance", "step", "rank", "arrival_ns", "dur_ns", "transfer_ns", "wait_ns"]].astype(np.int64)
+    names = rows["collective"].astype(str) if "collective" in rows else pd.Series("", index=rows.index)
+    frame["collective"] = names.to_numpy()
     frame["end_ns"] = frame["arrival_ns"] + frame["dur_ns"]
-    ends = frame.groupby("instance")["end_ns"].max().rename("inst_end")
-    frame = frame.join(ends, on="instance").sort_values(["step", "rank", "inst_end", "instance"], kind="stable")
-    frame["order"] = frame.groupby("step")["inst_end"].rank(method="dense").astype(np.int64)
-    prev_end = frame.groupby(["step", "rank"])["end_ns"].shift(1)
+    frame["p2p"], frame["post"] = _p2p(frame)
+    # a posted send does not hold its rank: its place in the chain is its arrival; the pair completes with its recv
+    frame["eff_end"] = np.where(frame["post"], frame["arrival_ns"], frame["end_ns"])
+    done = frame["end_ns"].where(~frame["post"]).groupby(frame["instance"]).transform("max")
+    frame["key"] = np.where(frame["post"], frame["arrival_ns"], done.fillna(frame["end_ns"])).astype(np.int64)
+    frame = frame.sort_values(["step", "rank", "key", "instance"], kind="stable")
+    frame["order"] = frame.groupby("step")["key"].rank(method="dense").astype(np.int64)
+    prev_end = frame.groupby(["step", "rank"])["eff_end"].shift(1)
     prev_arr = frame.groupby(["step", "rank"])["arrival_ns"].shift(1)
     after_end = prev_end.isna() | (frame["arrival_ns"] >= prev_end)
     base = prev_end.where(after_end, prev_arr)
@@ -90,7 +96,7 @@ def step_graph(table: pd.DataFrame, steps: pd.DataFrame, offsets: pd.Series) -> 
     start = start.where(start <= first, first.astype(float))
     frame["local_ns"] = (frame["arrival_ns"] - base.fillna(start)).clip(lower=0).astype(np.int64)
     frame["after_end"] = after_end.to_numpy(bool)
-    last_end = frame.groupby(["step", "rank"])["end_ns"].max()
+    last_end = frame.groupby(["step", "rank"])["eff_end"].max()
     first_arrival = frame.groupby(["step", "rank"])["arrival_ns"].min()
     spans = pd.DataFrame({"last_end": last_end, "first": first_arrival}).join(per_rank, how="left")
     spans["start_ns"] = np.minimum(spans["start_ns"].fillna(spans["first"]), spans["first"])
@@ -98,9 +104,6 @@ def step_graph(table: pd.DataFrame, steps: pd.DataFrame, offsets: pd.Series) -> 
     spans["tail_ns"] = (measured_end - spans["last_end"]).clip(lower=0)
     spans["dur_ns"] = spans["last_end"] + spans["tail_ns"] - spans["start_ns"]
     ranks = spans.reset_index()[["step", "rank", "start_ns", "dur_ns", "tail_ns"]].astype(np.int64)
-    names = rows["collective"].astype(str) if "collective" in rows else pd.Series("", index=rows.index)
-    frame["collective"] = names.reindex(frame.index).fillna("").to_numpy()
-    frame["p2p"] = frame["collective"].isin(P2P_NAMES).to_numpy(bool)
     frame["pos"] = frame.groupby(["step", "rank"]).cumcount()
     chain = frame.groupby(["step", "rank"])["collective"].agg("|".join).rename("chain")
     frame = frame.join(chain, on=["step", "rank"])
@@ -109,8 +112,18 @@ def step_graph(table: pd.DataFrame, steps: pd.DataFrame, offsets: pd.Series) -> 
     keys = pd.Series(rank_key, index=pd.MultiIndex.from_frame(chain.reset_index()[["step", "rank"]]))
     ranks["peer_key"] = keys.reindex(pd.MultiIndex.from_frame(ranks[["step", "rank"]])).fillna(-1).to_numpy(np.int64)
     nodes = frame[["instance", "step", "rank", "order", "local_ns", "transfer_ns", "wait_ns", "after_end",
-                   "arrival_ns", "peer_key", "p2p"]].reset_index(drop=True)
+                   "arrival_ns", "peer_key", "p2p", "post"]].reset_index(drop=True)
     return StepGraph(nodes, ranks)
+
+
+def _p2p(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: whether its instance is a point-to-point pair (every member a send or a recv, at least one of
+    each: `collectives.match_instances`' pairs), and whether the row is the send of such a pair."""
+    name = frame["collective"]
+    inst = frame["instance"]
+    pair = (name.isin(P2P_NAMES).groupby(inst).transform("all") & (name == "send").groupby(inst).transform("any")
+            & (name == "recv").groupby(inst).transform("any")).to_numpy(bool)
+    return pair, pair & (name == "send").to_numpy(bool)
 
 
 def _step_spans(frame: pd.DataFrame, steps: pd.DataFrame, offsets: pd.Series) -> pd.DataFrame:
@@ -128,7 +141,8 @@ def _step_spans(frame: pd.DataFrame, steps: pd.DataFrame, offsets: pd.Series) ->
 def _empty_nodes() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=np.int64) for c in
                          ["instance", "step", "rank", "order", "local_ns", "transfer_ns", "wait_ns", "arrival_ns",
-                          "peer_key"]}).assign(after_end=pd.Series(dtype=bool), p2p=pd.Series(dtype=bool))
+                          "peer_key"]}).assign(after_end=pd.Series(dtype=bool), p2p=pd.Series(dtype=bool),
+                                               post=pd.Series(dtype=bool))
 
 
 def replay(graph: StepGraph, local: np.ndarray | None = None, transfer: np.ndarray | None = None,
@@ -144,12 +158,15 @@ def replay(graph: StepGraph, local: np.ndarray | None = None, transfer: np.ndarr
     key = list(zip(ranks["step"].to_numpy(), ranks["rank"].to_numpy()))
     ready = dict(zip(key, ranks["start_ns"].to_numpy(np.float64)))
     last_arr = dict(ready)  # the rank's previous arrival, for local work that overlapped its previous collective
-    order = nodes.sort_values(["step", "order", "instance"], kind="stable")
+    posted = _posted(nodes)
+    order = nodes.assign(_post=posted).sort_values(["step", "order", "instance", "_post"], kind="stable")
     idx = order.index.to_numpy()
     inst = order["instance"].to_numpy()
-    bounds = np.flatnonzero(np.diff(inst)) + 1
+    post = posted[idx]
+    bounds = np.flatnonzero((np.diff(inst) != 0) | (np.diff(post.astype(np.int8)) != 0)) + 1
     step_col, rank_col = order["step"].to_numpy(), order["rank"].to_numpy()
     after = order["after_end"].to_numpy(bool)
+    sent: dict[int, tuple[float, int]] = {}  # a pair's instance -> (its send's replayed arrival, the sender)
     out_inst = []
     for group in np.split(np.arange(len(idx)), bounds):
         rows = idx[group]
@@ -157,10 +174,19 @@ def replay(graph: StepGraph, local: np.ndarray | None = None, transfer: np.ndarr
         base = np.array([ready[w] if after[g] else last_arr[w] for w, g in zip(who, group)])
         arrival = base + loc[rows]
         last = int(np.argmax(arrival))
-        end = float(arrival[last]) + float(xfer[rows].max())
+        here = int(inst[group[0]])
+        if post[group[0]]:  # a send posted: the sender goes on at once, the pair completes with its recv
+            sent[here] = (float(arrival[last]), who[last][1])
+            for w, a in zip(who, arrival):
+                ready[w] = last_arr[w] = float(a)
+            continue
+        last_at, last_rank = float(arrival[last]), who[last][1]
+        if here in sent and sent[here][0] > last_at:
+            last_at, last_rank = sent[here]
+        end = last_at + float(xfer[rows].max())
         for w, a in zip(who, arrival):
             ready[w], last_arr[w] = end, float(a)
-        out_inst.append((int(inst[group[0]]), who[0][0], who[last][1], float(arrival[last]), end))
+        out_inst.append((here, who[0][0], last_rank, last_at, end))
     measured = ranks["dur_ns"].to_numpy(np.float64)
     finish = np.array([ready[k] for k in key]) + tails
     steps = pd.DataFrame({"step": ranks["step"].to_numpy(), "rank": ranks["rank"].to_numpy(),
@@ -170,8 +196,16 @@ def replay(graph: StepGraph, local: np.ndarray | None = None, transfer: np.ndarr
 
 def _instance_transfer(nodes: pd.DataFrame) -> np.ndarray:
     """The measured transfer of each node's instance: the members' median (OSDI'25's ideal communication;
-    on aligned clocks every member's transfer is its end minus the last arrival, nearly equal)."""
-    return nodes.groupby("instance")["transfer_ns"].transform("median").to_numpy(np.float64)
+    on aligned clocks every member's transfer is its end minus the last arrival, nearly equal); of a P2P pair,
+    its recv's (a posted send's span runs to whenever its rank waited on it)."""
+    xfer = nodes["transfer_ns"].astype(np.float64)
+    of_recv = xfer.where(~_posted(nodes)).groupby(nodes["instance"]).transform("median")
+    whole = xfer.groupby(nodes["instance"]).transform("median")
+    return of_recv.fillna(whole).to_numpy(np.float64)
+
+
+def _posted(nodes: pd.DataFrame) -> np.ndarray:
+    return nodes["post"].to_numpy(bool) if "post" in nodes else np.zeros(len(nodes), dtype=bool)
 
 
 def idealize_rank(graph: StepGraph, rank: int, local: np.ndarray | None = None,
