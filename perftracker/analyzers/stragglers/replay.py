@@ -117,12 +117,13 @@ def step_graph(table: pd.DataFrame, steps: pd.DataFrame, offsets: pd.Series) -> 
 
 
 def _p2p(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Per row: whether its instance is a point-to-point pair (every member a send or a recv, at least one of
-    each: `collectives.match_instances`' pairs), and whether the row is the send of such a pair."""
+    """Per row: whether its instance is a point-to-point pair (two members, a send and a recv:
+    `collectives.match_instances`' pairs), and whether the row is the send of such a pair."""
     name = frame["collective"]
     inst = frame["instance"]
     pair = (name.isin(P2P_NAMES).groupby(inst).transform("all") & (name == "send").groupby(inst).transform("any")
-            & (name == "recv").groupby(inst).transform("any")).to_numpy(bool)
+            & (name == "recv").groupby(inst).transform("any") & (inst.groupby(inst).transform("size") == 2)
+            ).to_numpy(bool)
     return pair, pair & (name == "send").to_numpy(bool)
 
 
