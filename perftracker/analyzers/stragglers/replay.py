@@ -17,6 +17,12 @@ transfers scaled down by their exposed share (communication hidden under compute
 replayed step times, so costs taken one after another add up to at most the step time and never count the
 same time twice. Loops run over instances (numpy over their members), not over events.
 
+Collectives are instances of their own process group (`collectives.match_instances`): a DP all-reduce waits
+for its group only. A point-to-point pair (two members, a `send` and a `recv`) is *posted* by its sender, who
+goes on at its arrival (isend, or a send kernel off the compute stream); the pair completes when the later of
+the two has arrived plus the recv's transfer, and only the receiver waits for that. Chains and instances are
+ordered by that (a posted send at its arrival, the rest at their completion), which the measured times obey.
+
 A rank's *peers* are the ranks whose step ran the same sequence of collectives (`peer_key`: step, that
 sequence, the position in it): in a pipeline the other replicas' ranks of the same stage, not the members of
 its send/recv (the receiver of a send did other work before it) nor of another stage's collectives. The
