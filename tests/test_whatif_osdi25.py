@@ -117,3 +117,17 @@ def test_a_parquet_of_other_columns_is_not_read(tmp_path: Path) -> None:
     tables, notes, _ = load_whatif_inputs([tmp_path / "trace-X.parquet"])
     # THEN nothing is loaded and the note names the file and the missing columns
     assert tables == {} and "trace-X.parquet is a Parquet file without the per-operation columns" in notes[0].message
+
+
+def test_a_job_at_its_ideal_durations_does_not_straggle() -> None:
+    # GIVEN the ST job with every op set to its type's ideal duration (no straggler left by construction)
+    import dataclasses
+
+    from perftracker.analyzers.whatif.ops_replay import ideal
+
+    tables, _, _ = load_whatif_inputs([DATA / "trace-ST.parquet"])
+    graph = build(tables["pipeline_ops"])
+    dur, transfer = ideal(graph)
+    # WHEN replayed; THEN S is 1 and the verdict names nothing
+    r = whatif(dataclasses.replace(graph, dur=dur, transfer=transfer))
+    assert r.slowdown == pytest.approx(1.0) and r.verdict == "none"
