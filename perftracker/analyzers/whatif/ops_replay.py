@@ -12,8 +12,8 @@ What-if Analysis, OSDI'25, Eq. 1-5):
   for communication (transfer durations); S = T / T_ideal (Eq. 1), waste = 1 - 1/S;
 - S_t (Eq. 2): the ideal replay with only op type t at its measured durations (P2P kinds folded into forward-
   and backward-pp-comm), over T_ideal; likewise per replica (`by_dp`), per stage (`by_stage`) and per worker
-  (`by_worker`, the exact one: only that worker's ops measured); the artifact's heatmap score of a worker
-  is min(S_dp, S_stage) (`score`);
+  (`workers.s_worker`, the exact one: only that worker's ops measured; NaN past `MAX_EXACT_WORKERS` workers);
+  the artifact's heatmap score of a worker is min(S_dp, S_stage) (`score`);
 - M_W (Eq. 5): the share of T - T_ideal removed when the top 3% of workers by score get ideal durations in the
   measured replay; M_S: the same for every worker of the last stage;
 - the verdict: one worker (M_W >= 0.5), the last stage (M_S >= 0.5 and the slowdown that remains with
@@ -32,6 +32,7 @@ from perftracker.analyzers.whatif.ops_graph import COMM_TYPES, OPTIMIZER, OpsGra
 
 TOP_WORKERS_PCT = 3  # M_W's "top 3% of workers" (the paper's choice)
 VERDICT_SHARE = 0.5  # M_W or M_S at or above this names the cause
+MAX_EXACT_WORKERS = 256  # above: S_w only as the heatmap score (one replay per worker would dominate the time)
 RANDOM_SHARE = 1 / 3  # slowdown left with per-stage means above this share of S-1: random variation
 
 
@@ -144,9 +145,11 @@ def whatif(graph: OpsGraph, ranks: pd.DataFrame | None = None) -> WhatIf:
     stage_ids = sorted({int(s) for s in stages})
     by_stage = {s: mixed(stages == s, all_cols, False) / t_ideal for s in stage_ids}
     rows = []
+    exact_each = graph.n_dp * len(stage_ids) <= MAX_EXACT_WORKERS
     for d in range(graph.n_dp):
         for s in stage_ids:
-            rows.append({"dp_rank": d, "stage": s, "s_worker": mixed(stages == s, dp_col == d, False) / t_ideal,
+            exact = mixed(stages == s, dp_col == d, False) / t_ideal if exact_each else float("nan")
+            rows.append({"dp_rank": d, "stage": s, "s_worker": exact,
                          "score": min(by_dp[d], by_stage[s])})
     workers = pd.DataFrame(rows)
     workers["rank"] = _global_ranks(workers, ranks)
