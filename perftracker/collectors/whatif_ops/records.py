@@ -33,9 +33,9 @@ _STAGE = re.compile(r"PP rank (\d+)")
 
 
 def is_ops_parquet(path: Path) -> bool:
-    """A Parquet file (the artifact's records are claimed whether or not their schema reads: a cut one gets
-    a note naming it rather than passing silently)."""
-    return path.suffix.lower() == ".parquet"
+    """A Parquet file outside a saved analysis' `tables/` (the artifact's records are claimed whether or not
+    their schema reads: a cut one gets a note naming it rather than passing silently)."""
+    return path.suffix.lower() == ".parquet" and path.parent.name != "tables"
 
 
 def is_ops_timeline(path: Path) -> bool:
@@ -71,7 +71,7 @@ def read_parquet_ops(path: Path) -> tuple[pd.DataFrame, list[LoadNote]]:
         missing = [c for c in COLUMNS if c not in names and c not in OPTIONAL]
         if missing:
             return _empty(), [_note(path, f"is a Parquet file without the per-operation columns "
-                                          f"{', '.join(missing)}: not read as a pipeline job's records")]
+                                          f"{', '.join(missing)}: not read as a pipeline job's records", "info")]
         if handle.metadata.num_rows > MAX_ROWS:
             return _empty(), [_note(path, f"holds {handle.metadata.num_rows:,} rows, over {MAX_ROWS:,}: not read")]
         table = handle.read(columns=[c for c in COLUMNS if c in names])
