@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from perftracker import api
-from perftracker.analyzers.stragglers.replay import idealize_all, idealize_rank, replay, step_graph
+from perftracker.analyzers.stragglers.replay import fix_each_rank, idealize_all, idealize_rank, replay, step_graph
 
 MS = 1_000_000
 
@@ -68,6 +68,17 @@ def test_the_ideal_keeps_each_stage_its_own_work() -> None:
     ideal = replay(graph, local=loc, tail=tails).steps.set_index("rank")["replayed_ns"]
     # THEN stage 0 computes the mean of its replicas (15 ms), stage 1 still 30 ms after its recv: 15 + 1 + 30 + 1
     assert ideal[2] == pytest.approx(47 * MS) and ideal[3] == pytest.approx(47 * MS)
+
+
+def test_fix_each_rank_names_the_slow_stage_0_rank() -> None:
+    # WHEN each rank doing more than its peers is fixed in turn ("fix worker w: the step gets x shorter")
+    table, steps = _table()
+    per = fix_each_rank(step_graph(table, steps, pd.Series(dtype=np.int64))).set_index("rank")
+    # THEN rank 0 (10 ms above its peer) comes first, and fixing it saves 10 ms on every rank: its DP peer no
+    # longer waits for it at their all-reduce (12 ms), nor stage 1 at theirs (42 ms)
+    assert per.index[0] == 0
+    assert per.loc[0, "saved_ns"] == pytest.approx(10 * MS)
+    assert per.loc[0, "s_w"] > 1.0
 
 
 PIPELINE = Path(__file__).parent / "fixtures" / "pipeline_gloo" / "slow_worker" / "traces"

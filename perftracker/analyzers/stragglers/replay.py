@@ -282,3 +282,31 @@ def with_transfer(graph: StepGraph, exposed_share: pd.Series) -> np.ndarray:
     inst_share = share.groupby(nodes["instance"]).transform("max").to_numpy(np.float64)
     return _instance_transfer(nodes) * (1.0 - inst_share)
 
+
+
+FIX_RANKS_MAX = 16  # ranks `fix_each_rank` replays (those with the most work above their peers')
+
+
+def fix_each_rank(graph: StepGraph, limit: int = FIX_RANKS_MAX) -> pd.DataFrame:
+    """Per rank (the `limit` ranks with the most local work above their peers'): `saved_ns`, how much shorter
+    the mean step gets when only that rank's work is its peers' ("fix worker w"), and `s_w`, OSDI'25's S_w:
+    the mean step with every other rank ideal and this one as measured, over T_ideal."""
+    cols = ["rank", "excess_ns", "saved_ns", "s_w"]
+    nodes = graph.nodes
+    if nodes.empty:
+        return pd.DataFrame(columns=cols)
+    measured = nodes["local_ns"].to_numpy(np.float64)
+    tails = graph.ranks["tail_ns"].to_numpy(np.float64)
+    ideal_loc, ideal_tail = idealize_all(graph)
+    base = replay(graph).mean_step_ns()
+    t_ideal = replay(graph, local=ideal_loc, tail=ideal_tail).mean_step_ns()
+    excess = pd.Series(measured - ideal_loc).groupby(nodes["rank"].to_numpy()).sum().sort_values(ascending=False)
+    rows = []
+    for rank in excess.index[:limit]:
+        loc, tl = idealize_rank(graph, int(rank))
+        fixed = replay(graph, local=loc, tail=tl).mean_step_ns()
+        mine, rmine = nodes["rank"].to_numpy() == rank, graph.ranks["rank"].to_numpy() == rank
+        only = replay(graph, local=np.where(mine, measured, ideal_loc),
+                      tail=np.where(rmine, tails, ideal_tail)).mean_step_ns()
+        rows.append((int(rank), float(excess[rank]), max(base - fixed, 0.0), only / t_ideal if t_ideal > 0 else 1.0))
+    return pd.DataFrame(rows, columns=cols)
