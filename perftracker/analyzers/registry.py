@@ -41,6 +41,7 @@ from perftracker.analyzers.stragglers.straggler import analyze_stragglers
 from perftracker.analyzers.traces.breakdown import analyze_breakdown
 from perftracker.analyzers.traces.idle import analyze_idle
 from perftracker.analyzers.traces.overlap import analyze_overlap
+from perftracker.analyzers.whatif.analyzer import analyze_whatif
 
 AnalyzerFn = Callable[[Analysis], list[Finding]]
 
@@ -92,6 +93,9 @@ BUILTIN: tuple[Analyzer, ...] = (
              "Stragglers from sampled stacks: the rank whose time goes somewhere the others' does not"),
     Analyzer("steps", analyze_steps, "Step time per rank: spread across ranks, unstable steps, slow phases"),
     Analyzer("straggler", analyze_stragglers, "Cross-rank stragglers at collectives: who, how late, what it costs"),
+    Analyzer("whatif", analyze_whatif,
+             "Pipeline jobs recorded per operation (OSDI'25 format): what-if replay on the real dependencies, "
+             "slowdown S, S_t, S_w, M_W, M_S and the verdict (one worker, the last stage, random variation)"),
     Analyzer("efficiency", analyze_efficiency,
              "Compute efficiency from op shapes: misaligned or tiny GEMMs, FP32 GEMMs, unfused attention, "
              "fusible elementwise chains"),

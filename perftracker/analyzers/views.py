@@ -42,7 +42,11 @@ from perftracker.analyzers.ranks.groups import rank_groups_view, rank_layout_vie
 from perftracker.analyzers.ranks.spread import lateness_groups_view, step_spread_view
 from perftracker.analyzers.stragglers.op_path import critical_path_ops_view
 from perftracker.analyzers.stragglers.profile_tables import profile_ranks_view, profile_shares_view
-from perftracker.analyzers.stragglers.replay_costs import critical_path_view, replay_steps_view
+from perftracker.analyzers.stragglers.replay_costs import (
+    critical_path_view,
+    replay_steps_view,
+    whatif_ranks_view,
+)
 from perftracker.analyzers.stragglers.steps import step_series_view, step_stats_view
 from perftracker.analyzers.stragglers.straggler import lateness_view, rank_waits_view
 from perftracker.analyzers.stragglers.wait_transfer import collective_split_view, step_waits_view
@@ -57,6 +61,7 @@ from perftracker.analyzers.traces.kernels import (
     ops_view,
 )
 from perftracker.analyzers.traces.timeline import timeline_view
+from perftracker.analyzers.whatif.analyzer import whatif_optypes_view, whatif_workers_view
 
 TableView = Callable[[Analysis], pd.DataFrame]
 
@@ -98,6 +103,11 @@ REPORT_VIEWS: dict[str, TableView] = {
     # the same at op level: each rank's step time and the cross-rank path by launches, streams and host syncs
     "critical_path_ops": critical_path_ops_view,
     "replay_steps": replay_steps_view,
+    # per rank doing more than its peers (traces): the step time saved if it were fixed, and OSDI'25's S_w
+    "whatif_ranks": whatif_ranks_view,
+    # pipeline jobs recorded per operation: the what-if's S_w per worker and S_t per op type (OSDI'25)
+    "whatif_workers": whatif_workers_view,
+    "whatif_optypes": whatif_optypes_view,
     # host health: GPU samples and throttle periods, RDMA ports, RoCE flow control
     "gpu_series": gpu_series_table,
     "gpu_throttle": gpu_throttle_table,

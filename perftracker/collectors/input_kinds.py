@@ -33,6 +33,9 @@ from perftracker.collectors.stacks.samples import is_baseline_profile, is_profil
 from perftracker.collectors.stacks.snapshots import is_stack_file, load_stack_inputs
 from perftracker.collectors.steps import load_step_files
 from perftracker.collectors.traces.execution_trace import is_execution_trace, load_execution_trace_inputs
+from perftracker.collectors.whatif_ops.inputs import is_ideal_timeline, load_whatif_inputs
+from perftracker.collectors.whatif_ops.meta import looks_like_meta
+from perftracker.collectors.whatif_ops.records import is_expected_result, is_ops_parquet, is_ops_timeline
 from perftracker.rundir import NON_TRACE_DIRS, OUTPUT_FILES, TRACE_SUFFIXES, Inputs
 from perftracker.store import LoadNote, RunInfo, Store
 from perftracker.store.schema import conform
@@ -194,6 +197,17 @@ def _load_postmortem(store: Store, paths: list[Path], options: LoadOptions) -> N
     merge(store, *load_postmortem_inputs(paths))
 
 
+def _load_pipeline_ops(store: Store, paths: list[Path], options: LoadOptions) -> None:
+    if paths:
+        merge(store, *load_whatif_inputs(paths))
+
+
+def _claims_pipeline_ops(offer: Offer) -> bool:
+    path = offer.path
+    return (is_ops_parquet(path) or looks_like_meta(path)
+            or (offer.trace_named and (is_ideal_timeline(path) or is_ops_timeline(path))))
+
+
 def _load_execution_traces(store: Store, paths: list[Path], options: LoadOptions) -> None:
     merge(store, *load_execution_trace_inputs(paths))
 
@@ -231,6 +245,12 @@ KINDS: tuple[InputKind, ...] = (
               ("collectives_fr", "failures"), ("collectives_fr", "failures")),
     InputKind("execution_traces", "PyTorch / Chakra execution traces (*_et.json, or JSON with a schema and "
               "nodes: is_execution_trace)", POOL, _load_execution_traces, ("exec_ops",)),
+    InputKind("pipeline_ops", "per-operation records of a pipeline-parallel job (the OSDI'25 what-if artifact: "
+              "trace-<job>.parquet, meta-<job>.yaml, timeline-<job>.json.gz; collectors/whatif_ops/)",
+              _claims_pipeline_ops, _load_pipeline_ops, ("pipeline_ops", "steps", "ranks"),
+              ("pipeline_ops",)),
+    InputKind("whatif_expected", "the OSDI'25 artifact's expected outputs (result-, ms-, mw-<job>.json): "
+              "recognized, not read", lambda o: o.trace_named and is_expected_result(o.path), None),
     InputKind("named_like_a_trace", "*.json named like a trace that is a flight-recorder dump, an error file, an "
               "execution trace or NCCL RAS JSON (ncclras -f json): read by content with the pool",
               lambda o: o.trace_named and (is_postmortem_file(o.path) or is_execution_trace(o.path)

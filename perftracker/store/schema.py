@@ -63,6 +63,22 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "input_types": "category",
         "concrete_inputs": "category",
     },
+    # One row per operation of a pipeline-parallel job recorded per worker (the OSDI'25 what-if artifact's
+    # Parquet / Chrome-trace format, collectors/whatif_ops/): the what-if replay's input (analyzers/whatif/).
+    "pipeline_ops": {
+        "job": "category",  # the trial the records belong to (meta `trial_name`, else the file's stem)
+        "rank": "int32",
+        "dp_rank": "int32",
+        "stage": "int32",
+        "step": "int64",
+        "optype": "category",  # forward-compute, backward-send, params-all-gather, optimizer, ...
+        "start_ns": "int64",  # from the start of its step (the artifact rebases every step to 0)
+        "dur_ns": "int64",
+        "seq_id": "int32",  # order of the ops of one type in a step on a worker
+        "mc": "int32",  # model chunk (virtual stage) within the stage; -1 for none
+        "gmc": "int32",  # model chunk in the model
+        "mb_id": "int32",  # micro-batch (forward / backward compute); -1 for others
+    },
     # One row per training step per rank (from ProfilerStep#N or step files).
     "steps": {
         "rank": "int32",

@@ -4,7 +4,8 @@ Promise: on the step graph of `replay.step_graph` (each rank's local work betwee
 collective's transfer starting at its last member's arrival), `critical_path(graph, play, segments)` walks
 back from the rank that finished the step last: its tail, the transfer of its last collective, the local work
 of the member that arrived last there (the rank the others waited for), that rank's previous collective, and
-so on to the step's start. Each local span is split into bound classes from the rank's own events on that span
+so on to the step's start; a send its rank posted and went on from (`replay`'s P2P pairs) puts its rank's work
+before it on the path, not its wait. Each local span is split into bound classes from the rank's own events on that span
 (`classify`): ``gpu_compute`` (a compute kernel ran), ``memcpy`` (only copies/memsets ran), and, with the GPU
 idle, ``data_loading`` (a DataLoader op), ``host_sync`` (a CUDA synchronization, `.item()`), else
 ``cpu_launch`` (the CPU was running or launching, not the GPU). A collective contributes ``transfer``; its wait
@@ -106,6 +107,7 @@ def _walk(graph: StepGraph, play: Replay, classes: pd.DataFrame) -> pd.DataFrame
     inst = nodes["instance"].to_numpy(np.int64)
     xfer = nodes["transfer_ns"].to_numpy(np.float64)
     after = nodes["after_end"].to_numpy(bool)
+    posted = nodes["post"].to_numpy(bool) if "post" in nodes else np.zeros(len(nodes), dtype=bool)
     ordered = nodes.sort_values(["step", "rank", "order"], kind="stable")
     lists: dict[tuple[int, int], list[int]] = {}
     for pos, (s, r) in enumerate(zip(ordered["step"].to_numpy(), ordered["rank"].to_numpy())):
@@ -126,6 +128,10 @@ def _walk(graph: StepGraph, play: Replay, classes: pd.DataFrame) -> pd.DataFrame
         pos = len(idx) - 1
         while pos >= 0:
             node = int(idx[pos])
+            if posted[node]:  # a send its rank posted and went on from: its work is on the path, not its wait
+                add_local(step, rank, node_row.get(node))
+                pos -= 1
+                continue
             rows.append((step, rank, "transfer", -1, float(xfer[node])))
             rank = last.get(int(inst[node]), rank)
             idx = chain.get((step, rank), np.array([], dtype=np.int64))

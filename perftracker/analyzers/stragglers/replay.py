@@ -16,6 +16,18 @@ the same collective (ideal compute, as OSDI'25), transfers set to the members' m
 transfers scaled down by their exposed share (communication hidden under compute). Costs are differences of
 replayed step times, so costs taken one after another add up to at most the step time and never count the
 same time twice. Loops run over instances (numpy over their members), not over events.
+
+Collectives are instances of their own process group (`collectives.match_instances`): a DP all-reduce waits
+for its group only. A point-to-point pair (two members, a `send` and a `recv`) is *posted* by its sender, who
+goes on at its arrival (isend, or a send kernel off the compute stream); the pair completes when the later of
+the two has arrived plus the recv's transfer, and only the receiver waits for that. Chains and instances are
+ordered by that (a posted send at its arrival, the rest at their completion), which the measured times obey.
+
+A rank's *peers* are the ranks whose step ran the same sequence of collectives (`peer_key`: step, that
+sequence, the position in it): in a pipeline the other replicas' ranks of the same stage, not the members of
+its send/recv (the receiver of a send did other work before it) nor of another stage's collectives. The
+ideal local work of a node is its peers' mean at the same position; a node without peers falls back to the
+other members of its collective, and a P2P node without peers keeps its own (nothing comparable measured).
 """
 
 from __future__ import annotations
@@ -25,12 +37,16 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+P2P_NAMES = ("send", "recv")  # the `collective` of a member of a matched point-to-point pair
+
 
 @dataclass(frozen=True)
 class StepGraph:
     """Per (instance, rank) row: step, order (completion order of the instance in the step), local_ns,
     transfer_ns (the instance's measured transfer on that rank), after_end (the local work started at the
-    previous collective's end, else at its arrival); per (step, rank): start_ns, dur_ns (measured), tail_ns."""
+    previous collective's end, else at its arrival), peer_key (same value: peers, see the module docstring),
+    p2p (a send or recv); per (step, rank): start_ns, dur_ns (measured), tail_ns, peer_key (same value: the
+    ranks of that step that ran the same sequence of collectives)."""
 
     nodes: pd.DataFrame
     ranks: pd.DataFrame
@@ -65,11 +81,17 @@ def step_graph(table: pd.DataFrame, steps: pd.DataFrame, offsets: pd.Series) -> 
     if rows.empty:
         return StepGraph(_empty_nodes(), pd.DataFrame(columns=["step", "rank", "start_ns", "dur_ns", "tail_ns"]))
     frame = rows[["instance", "step", "rank", "arrival_ns", "dur_ns", "transfer_ns", "wait_ns"]].astype(np.int64)
+    names = rows["collective"].astype(str) if "collective" in rows else pd.Series("", index=rows.index)
+    frame["collective"] = names.to_numpy()
     frame["end_ns"] = frame["arrival_ns"] + frame["dur_ns"]
-    ends = frame.groupby("instance")["end_ns"].max().rename("inst_end")
-    frame = frame.join(ends, on="instance").sort_values(["step", "rank", "inst_end", "instance"], kind="stable")
-    frame["order"] = frame.groupby("step")["inst_end"].rank(method="dense").astype(np.int64)
-    prev_end = frame.groupby(["step", "rank"])["end_ns"].shift(1)
+    frame["p2p"], frame["post"] = _p2p(frame)
+    # a posted send does not hold its rank: its place in the chain is its arrival; the pair completes with its recv
+    frame["eff_end"] = np.where(frame["post"], frame["arrival_ns"], frame["end_ns"])
+    done = frame["end_ns"].where(~frame["post"]).groupby(frame["instance"]).transform("max")
+    frame["key"] = np.where(frame["post"], frame["arrival_ns"], done.fillna(frame["end_ns"])).astype(np.int64)
+    frame = frame.sort_values(["step", "rank", "key", "instance"], kind="stable")
+    frame["order"] = frame.groupby("step")["key"].rank(method="dense").astype(np.int64)
+    prev_end = frame.groupby(["step", "rank"])["eff_end"].shift(1)
     prev_arr = frame.groupby(["step", "rank"])["arrival_ns"].shift(1)
     after_end = prev_end.isna() | (frame["arrival_ns"] >= prev_end)
     base = prev_end.where(after_end, prev_arr)
@@ -80,7 +102,7 @@ def step_graph(table: pd.DataFrame, steps: pd.DataFrame, offsets: pd.Series) -> 
     start = start.where(start <= first, first.astype(float))
     frame["local_ns"] = (frame["arrival_ns"] - base.fillna(start)).clip(lower=0).astype(np.int64)
     frame["after_end"] = after_end.to_numpy(bool)
-    last_end = frame.groupby(["step", "rank"])["end_ns"].max()
+    last_end = frame.groupby(["step", "rank"])["eff_end"].max()
     first_arrival = frame.groupby(["step", "rank"])["arrival_ns"].min()
     spans = pd.DataFrame({"last_end": last_end, "first": first_arrival}).join(per_rank, how="left")
     spans["start_ns"] = np.minimum(spans["start_ns"].fillna(spans["first"]), spans["first"])
@@ -88,9 +110,27 @@ def step_graph(table: pd.DataFrame, steps: pd.DataFrame, offsets: pd.Series) -> 
     spans["tail_ns"] = (measured_end - spans["last_end"]).clip(lower=0)
     spans["dur_ns"] = spans["last_end"] + spans["tail_ns"] - spans["start_ns"]
     ranks = spans.reset_index()[["step", "rank", "start_ns", "dur_ns", "tail_ns"]].astype(np.int64)
+    frame["pos"] = frame.groupby(["step", "rank"]).cumcount()
+    chain = frame.groupby(["step", "rank"])["collective"].agg("|".join).rename("chain")
+    frame = frame.join(chain, on=["step", "rank"])
+    frame["peer_key"] = pd.factorize(pd.MultiIndex.from_frame(frame[["step", "chain", "pos"]]))[0]
+    rank_key = pd.factorize(pd.MultiIndex.from_frame(chain.reset_index()[["step", "chain"]]))[0]
+    keys = pd.Series(rank_key, index=pd.MultiIndex.from_frame(chain.reset_index()[["step", "rank"]]))
+    ranks["peer_key"] = keys.reindex(pd.MultiIndex.from_frame(ranks[["step", "rank"]])).fillna(-1).to_numpy(np.int64)
     nodes = frame[["instance", "step", "rank", "order", "local_ns", "transfer_ns", "wait_ns", "after_end",
-                   "arrival_ns"]].reset_index(drop=True)
+                   "arrival_ns", "peer_key", "p2p", "post"]].reset_index(drop=True)
     return StepGraph(nodes, ranks)
+
+
+def _p2p(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: whether its instance is a point-to-point pair (two members, a send and a recv:
+    `collectives.match_instances`' pairs), and whether the row is the send of such a pair."""
+    name = frame["collective"]
+    inst = frame["instance"]
+    pair = (name.isin(P2P_NAMES).groupby(inst).transform("all") & (name == "send").groupby(inst).transform("any")
+            & (name == "recv").groupby(inst).transform("any") & (inst.groupby(inst).transform("size") == 2)
+            ).to_numpy(bool)
+    return pair, pair & (name == "send").to_numpy(bool)
 
 
 def _step_spans(frame: pd.DataFrame, steps: pd.DataFrame, offsets: pd.Series) -> pd.DataFrame:
@@ -107,8 +147,9 @@ def _step_spans(frame: pd.DataFrame, steps: pd.DataFrame, offsets: pd.Series) ->
 
 def _empty_nodes() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=np.int64) for c in
-                         ["instance", "step", "rank", "order", "local_ns", "transfer_ns", "wait_ns", "arrival_ns"]}
-                        ).assign(after_end=pd.Series(dtype=bool))
+                         ["instance", "step", "rank", "order", "local_ns", "transfer_ns", "wait_ns", "arrival_ns",
+                          "peer_key"]}).assign(after_end=pd.Series(dtype=bool), p2p=pd.Series(dtype=bool),
+                                               post=pd.Series(dtype=bool))
 
 
 def replay(graph: StepGraph, local: np.ndarray | None = None, transfer: np.ndarray | None = None,
@@ -124,12 +165,15 @@ def replay(graph: StepGraph, local: np.ndarray | None = None, transfer: np.ndarr
     key = list(zip(ranks["step"].to_numpy(), ranks["rank"].to_numpy()))
     ready = dict(zip(key, ranks["start_ns"].to_numpy(np.float64)))
     last_arr = dict(ready)  # the rank's previous arrival, for local work that overlapped its previous collective
-    order = nodes.sort_values(["step", "order", "instance"], kind="stable")
+    posted = _posted(nodes)
+    order = nodes.assign(_post=posted).sort_values(["step", "order", "instance", "_post"], kind="stable")
     idx = order.index.to_numpy()
     inst = order["instance"].to_numpy()
-    bounds = np.flatnonzero(np.diff(inst)) + 1
+    post = posted[idx]
+    bounds = np.flatnonzero((np.diff(inst) != 0) | (np.diff(post.astype(np.int8)) != 0)) + 1
     step_col, rank_col = order["step"].to_numpy(), order["rank"].to_numpy()
     after = order["after_end"].to_numpy(bool)
+    sent: dict[int, tuple[float, int]] = {}  # a pair's instance -> (its send's replayed arrival, the sender)
     out_inst = []
     for group in np.split(np.arange(len(idx)), bounds):
         rows = idx[group]
@@ -137,10 +181,19 @@ def replay(graph: StepGraph, local: np.ndarray | None = None, transfer: np.ndarr
         base = np.array([ready[w] if after[g] else last_arr[w] for w, g in zip(who, group)])
         arrival = base + loc[rows]
         last = int(np.argmax(arrival))
-        end = float(arrival[last]) + float(xfer[rows].max())
+        here = int(inst[group[0]])
+        if post[group[0]]:  # a send posted: the sender goes on at once, the pair completes with its recv
+            sent[here] = (float(arrival[last]), who[last][1])
+            for w, a in zip(who, arrival):
+                ready[w] = last_arr[w] = float(a)
+            continue
+        last_at, last_rank = float(arrival[last]), who[last][1]
+        if here in sent and sent[here][0] > last_at:
+            last_at, last_rank = sent[here]
+        end = last_at + float(xfer[rows].max())
         for w, a in zip(who, arrival):
             ready[w], last_arr[w] = end, float(a)
-        out_inst.append((int(inst[group[0]]), who[0][0], who[last][1], float(arrival[last]), end))
+        out_inst.append((here, who[0][0], last_rank, last_at, end))
     measured = ranks["dur_ns"].to_numpy(np.float64)
     finish = np.array([ready[k] for k in key]) + tails
     steps = pd.DataFrame({"step": ranks["step"].to_numpy(), "rank": ranks["rank"].to_numpy(),
@@ -150,32 +203,64 @@ def replay(graph: StepGraph, local: np.ndarray | None = None, transfer: np.ndarr
 
 def _instance_transfer(nodes: pd.DataFrame) -> np.ndarray:
     """The measured transfer of each node's instance: the members' median (OSDI'25's ideal communication;
-    on aligned clocks every member's transfer is its end minus the last arrival, nearly equal)."""
-    return nodes.groupby("instance")["transfer_ns"].transform("median").to_numpy(np.float64)
+    on aligned clocks every member's transfer is its end minus the last arrival, nearly equal); of a P2P pair,
+    its recv's (a posted send's span runs to whenever its rank waited on it)."""
+    xfer = nodes["transfer_ns"].astype(np.float64)
+    of_recv = xfer.where(~_posted(nodes)).groupby(nodes["instance"]).transform("median")
+    whole = xfer.groupby(nodes["instance"]).transform("median")
+    return of_recv.fillna(whole).to_numpy(np.float64)
+
+
+def _posted(nodes: pd.DataFrame) -> np.ndarray:
+    return nodes["post"].to_numpy(bool) if "post" in nodes else np.zeros(len(nodes), dtype=bool)
 
 
 def idealize_rank(graph: StepGraph, rank: int, local: np.ndarray | None = None,
                   tail: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """`local` and `tail` with `rank`'s set to the mean of the other members' at the same instance (the other
-    ranks' mean tail in the same step): the rank's extra work removed, nothing else changed."""
+    """`local` and `tail` with `rank`'s set to the mean of its peers' at the same position (without peers: the
+    other members' at the same instance, a P2P node its own; the tail: the peers' in the step, else the other
+    ranks'): the rank's extra work removed, nothing else changed."""
     nodes, ranks = graph.nodes, graph.ranks
     loc = nodes["local_ns"].to_numpy(np.float64).copy() if local is None else local.copy()
     tails = ranks["tail_ns"].to_numpy(np.float64).copy() if tail is None else tail.copy()
     mine = nodes["rank"].to_numpy() == rank
-    others = pd.Series(np.where(mine, np.nan, loc), index=nodes.index).groupby(nodes["instance"]).transform("mean")
-    loc[mine] = others.to_numpy()[mine]
+    masked = pd.Series(np.where(mine, np.nan, loc), index=nodes.index)
+    peers = masked.groupby(_keys(nodes, "peer_key")).transform("mean").to_numpy()
+    members = masked.groupby(nodes["instance"]).transform("mean").to_numpy()
+    p2p = nodes["p2p"].to_numpy(bool) if "p2p" in nodes else np.zeros(len(nodes), dtype=bool)
+    fallback = np.where(p2p, loc, members)
+    loc[mine] = np.where(np.isnan(peers), fallback, peers)[mine]
     rmine = ranks["rank"].to_numpy() == rank
-    ot = pd.Series(np.where(rmine, np.nan, tails)).groupby(ranks["step"].to_numpy()).transform("mean")
-    tails[rmine] = ot.to_numpy()[rmine]
+    rmasked = pd.Series(np.where(rmine, np.nan, tails))
+    rpeers = rmasked.groupby(_keys(ranks, "peer_key")).transform("mean").to_numpy()
+    ot = rmasked.groupby(ranks["step"].to_numpy()).transform("mean").to_numpy()
+    tails[rmine] = np.where(np.isnan(rpeers), ot, rpeers)[rmine]
     return np.nan_to_num(loc, nan=0.0), np.nan_to_num(tails, nan=0.0)
 
 
+def _keys(frame: pd.DataFrame, column: str) -> np.ndarray:
+    """The peer key per row; a graph built without one (every row its own) keeps the old per-row fallback."""
+    if column in frame:
+        return frame[column].to_numpy(np.int64)
+    return -np.arange(1, len(frame) + 1, dtype=np.int64)
+
+
 def idealize_all(graph: StepGraph) -> tuple[np.ndarray, np.ndarray]:
-    """Every rank's local work and tail set to the members' mean (OSDI'25's T_ideal, with median transfers)."""
+    """Every rank's local work and tail set to its peers' mean (with itself; without peers: the members' mean at
+    the instance, a P2P node its own): OSDI'25's T_ideal, with median transfers."""
     nodes, ranks = graph.nodes, graph.ranks
-    loc = nodes.groupby("instance")["local_ns"].transform("mean").to_numpy(np.float64)
-    tails = ranks.groupby("step")["tail_ns"].transform("mean").to_numpy(np.float64)
-    return loc, tails
+    loc = nodes["local_ns"].to_numpy(np.float64)
+    key = pd.Series(_keys(nodes, "peer_key"))
+    sizes = key.groupby(key).transform("size").to_numpy()
+    peers = nodes.groupby(key.to_numpy())["local_ns"].transform("mean").to_numpy(np.float64)
+    members = nodes.groupby("instance")["local_ns"].transform("mean").to_numpy(np.float64)
+    p2p = nodes["p2p"].to_numpy(bool) if "p2p" in nodes else np.zeros(len(nodes), dtype=bool)
+    ideal = np.where(sizes > 1, peers, np.where(p2p, loc, members))
+    rkey = pd.Series(_keys(ranks, "peer_key"))
+    rsizes = rkey.groupby(rkey).transform("size").to_numpy()
+    rpeers = ranks.groupby(rkey.to_numpy())["tail_ns"].transform("mean").to_numpy(np.float64)
+    rall = ranks.groupby("step")["tail_ns"].transform("mean").to_numpy(np.float64)
+    return ideal, np.where(rsizes > 1, rpeers, rall)
 
 
 def slowdown(graph: StepGraph) -> tuple[float, float]:
@@ -197,3 +282,31 @@ def with_transfer(graph: StepGraph, exposed_share: pd.Series) -> np.ndarray:
     inst_share = share.groupby(nodes["instance"]).transform("max").to_numpy(np.float64)
     return _instance_transfer(nodes) * (1.0 - inst_share)
 
+
+
+FIX_RANKS_MAX = 16  # ranks `fix_each_rank` replays (those with the most work above their peers')
+
+
+def fix_each_rank(graph: StepGraph, limit: int = FIX_RANKS_MAX) -> pd.DataFrame:
+    """Per rank (the `limit` ranks with the most local work above their peers'): `saved_ns`, how much shorter
+    the mean step gets when only that rank's work is its peers' ("fix worker w"), and `s_w`, OSDI'25's S_w:
+    the mean step with every other rank ideal and this one as measured, over T_ideal."""
+    cols = ["rank", "excess_ns", "saved_ns", "s_w"]
+    nodes = graph.nodes
+    if nodes.empty:
+        return pd.DataFrame(columns=cols)
+    measured = nodes["local_ns"].to_numpy(np.float64)
+    tails = graph.ranks["tail_ns"].to_numpy(np.float64)
+    ideal_loc, ideal_tail = idealize_all(graph)
+    base = replay(graph).mean_step_ns()
+    t_ideal = replay(graph, local=ideal_loc, tail=ideal_tail).mean_step_ns()
+    excess = pd.Series(measured - ideal_loc).groupby(nodes["rank"].to_numpy()).sum().sort_values(ascending=False)
+    rows = []
+    for rank in excess.index[:limit]:
+        loc, tl = idealize_rank(graph, int(rank))
+        fixed = replay(graph, local=loc, tail=tl).mean_step_ns()
+        mine, rmine = nodes["rank"].to_numpy() == rank, graph.ranks["rank"].to_numpy() == rank
+        only = replay(graph, local=np.where(mine, measured, ideal_loc),
+                      tail=np.where(rmine, tails, ideal_tail)).mean_step_ns()
+        rows.append((int(rank), float(excess[rank]), max(base - fixed, 0.0), only / t_ideal if t_ideal > 0 else 1.0))
+    return pd.DataFrame(rows, columns=cols)

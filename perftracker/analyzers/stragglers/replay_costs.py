@@ -1,6 +1,7 @@
 """What-if costs: each finding's cost as the step time a replay without its cause saves.
 
-Promise: `replay_view` is the run's step graph (`replay.step_graph` of the matched collectives and profiler
+Promise: `whatif_ranks_view` is "fix rank r: the step gets x shorter" per rank (`replay.fix_each_rank`).
+`replay_view` is the run's step graph (`replay.step_graph` of the matched collectives and profiler
 steps), its unchanged replay, the replay's median relative error against the measured step times, and
 OSDI'25's slowdown S = T / T_ideal and waste 1 - 1/S. `with_replay_costs(analysis, findings)` sets the cost of
 the findings whose cause the replay can remove, one after another in the order of their own estimates, each
@@ -34,6 +35,7 @@ from perftracker.analyzers.stragglers.critical_path import classified_spans, cri
 from perftracker.analyzers.stragglers.replay import (
     Replay,
     StepGraph,
+    fix_each_rank,
     idealize_rank,
     replay,
     slowdown,
@@ -75,6 +77,15 @@ def replay_view(analysis: Analysis) -> ReplayFit:
 def replay_steps_view(analysis: Analysis) -> pd.DataFrame:
     """Per step: measured and replayed step time (mean over ranks, ns) and the relative error."""
     return analysis.view(replay_view).replay.step_times()
+
+
+def whatif_ranks_view(analysis: Analysis) -> pd.DataFrame:
+    """Per rank with work above its peers' (at most `replay.FIX_RANKS_MAX`): the step time saved when it is
+    fixed (`saved_ns`) and OSDI'25's S_w; empty when the replay does not fit the measured steps."""
+    fit = analysis.view(replay_view)
+    if not fit.usable:
+        return pd.DataFrame(columns=["rank", "excess_ns", "saved_ns", "s_w"])
+    return fix_each_rank(fit.graph)
 
 
 def critical_path_view(analysis: Analysis) -> pd.DataFrame:
@@ -119,7 +130,7 @@ def with_replay_costs(analysis: Analysis, findings: list[Finding]) -> list[Findi
         replayed = _costs(analysis, fit, targets)
     out = []
     for i, f in enumerate(findings):
-        if f.cost.seconds_per_step <= 0:
+        if f.cost.seconds_per_step <= 0 or f.evidence.get("cost_source") == "replay":  # costed by its own replay
             out.append(f)
             continue
         extra: dict[str, Any] = {"cost_source": "estimate"}
