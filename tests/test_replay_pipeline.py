@@ -15,7 +15,13 @@ import pandas as pd
 import pytest
 
 from perftracker import api
-from perftracker.analyzers.stragglers.replay import fix_each_rank, idealize_all, idealize_rank, replay, step_graph
+from perftracker.analyzers.stragglers.replay import (
+    fix_each_rank,
+    idealize_all,
+    idealize_rank,
+    replay,
+    step_graph,
+)
 
 MS = 1_000_000
 
