@@ -2,7 +2,7 @@
 
 Promise: ``python scripts/record_pipeline_runs.py [--out tests/fixtures/pipeline_gloo] [--cases clean,...]`` runs
 ``scripts/pipeline_job.py`` under ``torchrun --nproc-per-node 4`` once per run of each case and writes
-``<out>/<case>/`` (one run: its ranks' gzipped traces there; several runs: ``run-NN/`` folders) and
+``<out>/<case>/`` (one run: its ranks' gzipped traces in ``traces/``; several runs: ``run-NN/`` folders) and
 ``<out>/<case>/case.json`` (the scenario's arguments, its ground truth, the load average before and after
 each run, the step times rank 0 printed, the torch version). The machine is shared and busy while recording:
 that load is part of what the fixtures show, and case.json says how much there was.
@@ -83,7 +83,7 @@ def record(out: Path, name: str, port: int) -> None:
     shutil.rmtree(folder, ignore_errors=True)
     runs = []
     for i in range(case["runs"]):
-        dest = folder / f"run-{i:02d}" if case["runs"] > 1 else folder
+        dest = folder / f"run-{i:02d}" if case["runs"] > 1 else folder / "traces"
         meta = run_once(case["args"], dest, port)
         runs.append({"folder": dest.relative_to(folder).as_posix(), **meta})
         print(f"{name} {i}: {meta}", flush=True)
