@@ -33,6 +33,14 @@ import torch.distributed as dist
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
+# The script runs as `python scripts/pipeline_job.py`, so the repository root is not on sys.path.
+_REPO = Path(__file__).resolve().parent.parent
+if str(_REPO) not in sys.path:
+    sys.path.insert(0, str(_REPO))
+
+# the one definition of the GPipe / 1F1B orders
+from perftracker.analyzers.pipeline.schedule_sim import pass_order
+
 PROFILER_WAIT = 1
 PROFILER_WARMUP = 1
 
@@ -98,18 +106,6 @@ def make_groups(world: int, dp: int) -> tuple[dist.ProcessGroup, dist.ProcessGro
     return mine_dp, mine_pp
 
 
-def schedule_order(kind: str, stage: int, stages: int, m: int) -> list[tuple[str, int]]:
-    """The (pass, micro-batch) order one stage runs: GPipe all F then all B; 1F1B warm-up F, then F/B, then B."""
-    if kind == "gpipe":
-        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
-    warm = min(stages - stage - 1, m)
-    order = [("F", i) for i in range(warm)]
-    for i in range(m - warm):
-        order += [("F", warm + i), ("B", i)]
-    order += [("B", i) for i in range(m - warm, m)]
-    return order
-
-
 def gzip_handler(dest: Path):  # type: ignore[no-untyped-def]
     dest.parent.mkdir(parents=True, exist_ok=True)
 
@@ -147,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     loss_fn = nn.CrossEntropyLoss()
     data = torch.Generator().manual_seed(args.seed + 1000 * (replica + 1))
     m, rows, width = args.microbatches, args.rows, args.width
-    order = schedule_order(args.schedule, stage, stages, m)
+    order = pass_order(args.schedule, stage, stages, m)
     steps = PROFILER_WAIT + PROFILER_WARMUP + args.profile_steps
     prof = profile(
         activities=[ProfilerActivity.CPU],

@@ -27,12 +27,15 @@ from perftracker.analyzers.health.rdma import analyze_rdma
 from perftracker.analyzers.health.rdma_pfc import analyze_rdma_pfc
 from perftracker.analyzers.health.topology import analyze_topology
 from perftracker.analyzers.inputs import analyze_inputs
+from perftracker.analyzers.layout.positions import with_positions
+from perftracker.analyzers.layout.views import parallel_layout_view
 from perftracker.analyzers.nccl.collective_bandwidth import analyze_inspector_bandwidth
 from perftracker.analyzers.nccl.collective_timing import analyze_inspector_stragglers
 from perftracker.analyzers.nccl.config import analyze_nccl_config
 from perftracker.analyzers.online.baseline_shift import analyze_baseline_shift
 from perftracker.analyzers.online.cpu_contention import analyze_cpu_contention
 from perftracker.analyzers.online.waited_rank import analyze_waited_rank
+from perftracker.analyzers.pipeline.analyzer import analyze_pipeline
 from perftracker.analyzers.stragglers.degradation import analyze_degradation
 from perftracker.analyzers.stragglers.replay_costs import with_replay_costs
 from perftracker.analyzers.stragglers.stack_profile import analyze_stack_profile
@@ -91,6 +94,9 @@ BUILTIN: tuple[Analyzer, ...] = (
     Analyzer("stack_profile", analyze_stack_profile,
              "Stragglers from sampled stacks: the rank whose time goes somewhere the others' does not"),
     Analyzer("steps", analyze_steps, "Step time per rank: spread across ranks, unstable steps, slow phases"),
+    Analyzer("pipeline", analyze_pipeline,
+             "Pipeline-parallel jobs: the schedule and its bubbles, stage imbalance (what to move, the step a "
+             "balanced split gives), bubbles beyond the schedule's ideal"),
     Analyzer("straggler", analyze_stragglers, "Cross-rank stragglers at collectives: who, how late, what it costs"),
     Analyzer("efficiency", analyze_efficiency,
              "Compute efficiency from op shapes: misaligned or tiny GEMMs, FP32 GEMMs, unfused attention, "
@@ -147,6 +153,7 @@ def run_analyzers(analysis: Analysis, only: list[str] | None = None,
                     key=f"crash:{analyzer.name}",
                 )
             )
+    findings = with_positions(findings, analysis.view(parallel_layout_view))  # where each named rank sits
     try:
         return with_replay_costs(analysis, findings)
     except Exception as exc:  # the analyzers' own costs stand

@@ -1,0 +1,37 @@
+"""The pipeline room's schedule model: pass orders, ideal bubble, the simulator and schedule recognition (exact)."""
+
+from __future__ import annotations
+
+import pytest
+
+from perftracker.analyzers.pipeline.schedule_sim import ideal_bubble, pass_order, recognize, simulate
+
+
+@pytest.mark.parametrize("kind", ["1f1b", "gpipe"])
+@pytest.mark.parametrize(("p", "m"), [(2, 4), (4, 8), (3, 1)])
+def test_equal_stages_take_m_plus_p_minus_1_slots(kind: str, p: int, m: int) -> None:
+    """GIVEN p equal stages (forward 1, backward 2) and m micro-batches WHEN simulated
+    THEN the step is (m + p - 1) x 3 and its idle share is the ideal bubble (p - 1) / (m + p - 1)."""
+    makespan = simulate(kind, [1.0] * p, [2.0] * p, m)
+    assert makespan == pytest.approx((m + p - 1) * 3.0)
+    assert 1 - m * 3.0 / makespan == pytest.approx(ideal_bubble(p, m))
+
+
+def test_heavy_last_stage_sets_the_pace() -> None:
+    """GIVEN 2 stages, the last ~2.7x the first, 4 micro-batches, 1F1B WHEN simulated, then balanced
+    THEN the heavy stage runs back to back (its 4 micro-batches plus the first stage's forward and backward)
+    and an even split of the same compute is shorter."""
+    now = simulate("1f1b", [1.0, 8 / 3], [2.0, 16 / 3], 4)
+    assert now == pytest.approx(1.0 + 4 * 8.0 + 2.0)
+    balanced = simulate("1f1b", [11 / 6] * 2, [11 / 3] * 2, 4)
+    assert balanced == pytest.approx(5 * 5.5) and balanced < now
+
+
+def test_recognize_orders() -> None:
+    """GIVEN each stage's pass letters as GPipe and 1F1B run them THEN the schedule is named; else unknown."""
+    for p, m in ((2, 4), (4, 8)):
+        for s in range(p - 1):  # the last stage's 1F1B and GPipe orders differ only in warm-up, checked below
+            assert recognize("".join(k for k, _ in pass_order("1f1b", s, p, m)), s, p) == "1f1b"
+            assert recognize("".join(k for k, _ in pass_order("gpipe", s, p, m)), s, p) == "gpipe"
+    assert recognize("FBFBFBFB", 1, 2) == "1f1b" and recognize("FFFFBBBB", 1, 2) == "gpipe"
+    assert recognize("FFB", 0, 2) == "unknown" and recognize("", 0, 2) == "unknown"
