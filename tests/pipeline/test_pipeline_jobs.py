@@ -111,3 +111,18 @@ def test_clean_runs_false_warning_rate() -> None:
         if loud:
             noisy[i] = [f.title for f in loud]
     assert noisy == {}
+
+
+def test_layout_grid_section_shows_the_heavy_stage(imbalance: Store) -> None:
+    """GIVEN the imbalance job's layout_grid view WHEN the report's layout section renders it
+    THEN it draws a replica x stage heatmap of 2 x 2 workers whose stage-1 column is the hotter one."""
+    from perftracker.analyzers.analysis import Analysis
+    from perftracker.analyzers.pipeline.views import layout_grid_view
+    from perftracker.reports.layout_section import layout_section
+
+    grid = Analysis(imbalance).view(layout_grid_view)
+    assert sorted(zip(grid["rank"], grid["pp"], grid["dp"], strict=True)) == [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]
+    section = layout_section({"layout_grid": grid}, [])
+    assert section is not None and section.key == "layout" and len(section.figures) == 1
+    z = section.figures[0]["data"][0]["z"]
+    assert len(z) == 2 and all(row[1] > row[0] for row in z)
