@@ -35,3 +35,24 @@ def test_recognize_orders() -> None:
             assert recognize("".join(k for k, _ in pass_order("gpipe", s, p, m)), s, p) == "gpipe"
     assert recognize("FBFBFBFB", 1, 2) == "1f1b" and recognize("FFFFBBBB", 1, 2) == "gpipe"
     assert recognize("FFB", 0, 2) == "unknown" and recognize("", 0, 2) == "unknown"
+
+
+def test_middle_stage_passes_need_the_peer() -> None:
+    """GIVEN the sends/receives of the middle stage of a 3-stage 1F1B pipeline (a pure pipeline job: its one
+    pipeline group is the world) WHEN read into pass letters
+    THEN with each op's peer the letters are the stage's 1F1B order; without peers they cannot be told."""
+    import pandas as pd
+
+    from perftracker.analyzers.layout.infer import infer_layout
+    from perftracker.analyzers.pipeline.stage_steps import pass_letters
+    from perftracker.store.run_info import ProcessGroup
+
+    layout = infer_layout({"1": ProcessGroup("1", "PIPELINE_MODEL_PARALLEL_GROUP", 3, (0, 1, 2), "test")}, 3)
+    assert layout.stages == 3 and layout.stage_of(1) == 1
+    ops = []
+    for kind, _ in pass_order("1f1b", 1, 3, 4):
+        ops += [("recv", 0), ("send", 2)] if kind == "F" else [("recv", 2), ("send", 0)]
+    frame = pd.DataFrame(ops, columns=["op", "peer"])
+    letters = pass_letters(frame, 1, 3, layout)
+    assert letters == "FFBFBFBB" and recognize(letters, 1, 3) == "1f1b"
+    assert pass_letters(frame.assign(peer=-1), 1, 3, layout) == ""

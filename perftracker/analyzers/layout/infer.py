@@ -60,9 +60,9 @@ def infer_layout(groups: Mapping[str, ProcessGroup], world: int, pairs: Iterable
     unnamed: dict[tuple[int, int], list[Group]] = {}
     for pg in groups.values():
         ranks = tuple(pg.ranks)
-        if len(ranks) < 2 or len(set(ranks)) >= world > 0:
-            continue
         dim = dim_of_desc(pg.desc)
+        if len(ranks) < 2 or (dim is None and len(set(ranks)) >= world > 0):  # the world is no family; a named
+            continue  # dimension may span it (a pure pipeline job's one pipeline)
         if dim is not None:
             named.setdefault(dim, []).append((ranks, pg.desc))
         elif not is_composite(pg.desc):

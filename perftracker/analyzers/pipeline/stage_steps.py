@@ -54,7 +54,7 @@ def _collectives(events: pd.DataFrame) -> pd.DataFrame:
     return rows[gpu | ~dispatch | ~rows["rank"].isin(work_ranks)]
 
 
-def _passes(ops: pd.DataFrame, stage: int, stages: int, layout: Layout) -> str:
+def pass_letters(ops: pd.DataFrame, stage: int, stages: int, layout: Layout) -> str:
     """The stage's pass letters in order, one per pass of a micro-batch: the first stage's sends are its
     forwards and its receives its backwards, the last stage's receives its forwards and its sends its backwards;
     a middle stage's receives from the previous stage are forwards, from the next one backwards (peer needed)."""
@@ -109,8 +109,9 @@ def stage_steps(store: Store, layout: Layout) -> pd.DataFrame:
                                   (c_inside["start_ns"] + c_inside["dur_ns"]).astype(int), strict=True))
             recv_wait = _union_ns(recv_spans, lo, phase_end)
             waits = _union_ns(recv_spans + coll_spans, lo, hi)
-            passes = _passes(inside, stage, stages, layout)
-            m = passes.count("F") if passes else int((inside["op"] == ("send" if stage == 0 else "recv")).sum())
+            passes = pass_letters(inside, stage, stages, layout)
+            # without the letters (a middle stage, peers unknown) its receives are one forward and one backward each
+            m = passes.count("F") if passes else int((inside["op"] == "recv").sum()) // 2
             phase = max(phase_end, last_p2p) - lo
             rows.append({
                 "rank": r, "stage": stage, "replica": layout.replica_of(r), "step": int(step), "start_ns": lo,
