@@ -21,7 +21,7 @@ def p2p_ops(events: pd.DataFrame) -> pd.DataFrame:
     """The run's point-to-point operations (see the module docstring)."""
     if events.empty or "collective" not in events.columns:
         return pd.DataFrame(columns=COLUMNS)
-    rows = events[events["collective"].astype(str).isin(P2P)]
+    rows = events[events["collective"].isin(P2P).to_numpy()]  # on the category codes: no string per event
     if rows.empty:
         return pd.DataFrame(columns=COLUMNS)
     gpu = rows["kind"].astype(str) == "comm"

@@ -44,8 +44,8 @@ def _union_ns(spans: list[tuple[int, int]], lo: int, hi: int) -> int:
 
 def _collectives(events: pd.DataFrame) -> pd.DataFrame:
     """Non-P2P collective work spans (GPU kernels, else CPU work spans rather than their dispatch ops)."""
-    coll = events["collective"].astype(str)
-    rows = events[(coll != "") & ~coll.isin(P2P)]
+    coll = events["collective"]
+    rows = events[(coll.notna() & (coll != "") & ~coll.isin(P2P)).to_numpy()]
     if rows.empty:
         return rows
     dispatch = rows["name"].astype(str).str.startswith(("c10d::", "record_param_comms"))
@@ -84,7 +84,7 @@ def stage_steps(store: Store, layout: Layout) -> pd.DataFrame:
     events = store.events
     ops = p2p_ops(events)
     colls = _collectives(events)
-    linear = events[(events["kind"].astype(str) == "cpu_op") & (events["name"].astype(str) == "aten::linear")]
+    linear = events[((events["kind"] == "cpu_op") & (events["name"] == "aten::linear")).to_numpy()]
     linear_n = linear.groupby(["rank", "step"]).size()
     rows = []
     for rank, mine in steps.groupby("rank"):

@@ -10,6 +10,7 @@ worker's; what the grid's heatmap colours).
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
@@ -35,8 +36,7 @@ def stage_compute_view(analysis: Analysis) -> pd.DataFrame:
     events = events[events["rank"].isin(list(rows["rank"].unique())) & (events["step"] >= 0)]
     window = events[["rank", "step"]].merge(rows[["rank", "step", "p2p_end_ns", "phase_end_ns"]], on=["rank", "step"],
                                             how="left")
-    names = events["name"].astype(str)
-    backward = (names.str.startswith("autograd::") | names.str.contains("Backward", regex=False)).to_numpy()
+    backward = _backward_ops(events["name"])
     start = events["start_ns"].to_numpy()
     inside = (start < window["p2p_end_ns"].to_numpy()) | (backward & (start < window["phase_end_ns"].to_numpy()))
     trials = compute_trials(events[inside])
@@ -49,6 +49,17 @@ def stage_compute_view(analysis: Analysis) -> pd.DataFrame:
     out = pd.DataFrame({"compute_ms": grouped["value"].min() / 1e6, "microbatches": grouped["microbatches"].max(),
                         "replicas": grouped["rank"].nunique()}).reset_index()
     return out[COMPUTE_COLUMNS]
+
+
+def _backward_ops(names: pd.Series) -> np.ndarray:
+    """Which events are autograd's backward ops, judged once per distinct name (the column is a category)."""
+    if not isinstance(names.dtype, pd.CategoricalDtype):
+        text = names.astype(str)
+        return (text.str.startswith("autograd::") | text.str.contains("Backward", regex=False)).to_numpy()
+    cats = pd.Series(names.cat.categories.astype(str))
+    hit = (cats.str.startswith("autograd::") | cats.str.contains("Backward", regex=False)).to_numpy()
+    codes = names.cat.codes.to_numpy()
+    return np.where(codes >= 0, hit[np.clip(codes, 0, None)] if len(hit) else False, False)
 
 
 def layout_grid_view(analysis: Analysis) -> pd.DataFrame:
