@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from perftracker.analyzers.pipeline.schedule_sim import ideal_bubble, pass_order, recognize, simulate
@@ -41,8 +42,6 @@ def test_middle_stage_passes_need_the_peer() -> None:
     """GIVEN the sends/receives of the middle stage of a 3-stage 1F1B pipeline (a pure pipeline job: its one
     pipeline group is the world) WHEN read into pass letters
     THEN with each op's peer the letters are the stage's 1F1B order; without peers they cannot be told."""
-    import pandas as pd
-
     from perftracker.analyzers.layout.infer import infer_layout
     from perftracker.analyzers.pipeline.stage_steps import pass_letters
     from perftracker.store.run_info import ProcessGroup
@@ -56,3 +55,25 @@ def test_middle_stage_passes_need_the_peer() -> None:
     letters = pass_letters(frame, 1, 3, layout)
     assert letters == "FFBFBFBB" and recognize(letters, 1, 3) == "1f1b"
     assert pass_letters(frame.assign(peer=-1), 1, 3, layout) == ""
+
+
+def _rows(bubble: float, steps: int = 4) -> pd.DataFrame:
+    return pd.DataFrame([{"step": s, "stage": st, "replica": r, "rank": 2 * st + r, "step_ms": 100.0,
+                          "phase_ms": 80.0, "recv_wait_ms": 80.0 * bubble}
+                         for s in range(steps) for st in range(2) for r in range(2)])
+
+
+def test_bubbles_beyond_the_ideal() -> None:
+    """GIVEN 2 stages, 4 micro-batches (ideal bubble 20%) and every worker blocked in receives 60% of the pipeline
+    phase in every step WHEN the bubble rule runs
+    THEN one warning: 40 points beyond the ideal (32 ms of an 80 ms phase), and the micro-batches that would bring
+    the bubble back to 20%: k = b m / ((1 - b)(p - 1)) = 6, so 6 x 4 = 24. At 30% (10 points over) nothing.
+    (Exact rows: no recorded job has bubbles beyond the ideal without a heavy stage or a slow worker.)"""
+    from perftracker.analyzers.pipeline.analyzer import bubble_findings
+
+    rows = _rows(0.6)
+    [finding] = bubble_findings(rows, rows["recv_wait_ms"] / rows["phase_ms"], 0.2, 2, 4, "1f1b")
+    assert finding.severity.label == "warning" and finding.evidence["microbatches_to_hide"] == 24
+    assert finding.cost.seconds_per_step == pytest.approx(0.032)
+    quiet = _rows(0.3)
+    assert bubble_findings(quiet, quiet["recv_wait_ms"] / quiet["phase_ms"], 0.2, 2, 4, "1f1b") == []

@@ -5,7 +5,7 @@ stages, the per rank-step measurements (`stage_steps_view`) and the per stage-st
 
 * an info naming the layout, the schedule recognized from the order of sends and receives (`recognize`), the
   micro-batches, each stage's share of the compute and the time blocked in receives against the schedule's
-  ideal bubble (p - 1) / (m + p - 1);
+  ideal bubble (p - 1) / (m + p - 1), with each stage's warm-up, cool-down and total receive waits;
 * **stage imbalance** (warning; critical from straggler.critical_cost_share): the heaviest stage (its lightest
   replica's compute from its ops, so one slow worker is not a heavy stage) exceeds the median of the others by at
   least pipeline.min_stage_excess; its wall-clock busy time in the pipeline phase exceeds the others' paired per
@@ -95,7 +95,7 @@ def analyze_pipeline(analysis: Analysis) -> list[Finding]:
     if imbalance is not None:
         findings.append(imbalance)
     else:
-        findings += _bubbles(rows, bubble, ideal, p, m, kind)
+        findings += bubble_findings(rows, bubble, ideal, p, m, kind)
     return findings
 
 
@@ -113,9 +113,17 @@ def _summary(layout: Layout, kind: str, m: int, ideal: float, bubble: float, sha
                   "schedule": kind, "microbatches": m, "stages": layout.stages,
                   "replicas": layout.size("dp"), "ideal_bubble": round(ideal, 3), "bubble": round(bubble, 3),
                   "stage_compute_share": [round(float(s), 3) for s in shares],
-                  "recv_wait_share_by_stage": _wait_shares(rows)},
+                  "recv_wait_share_by_stage": _wait_shares(rows),
+                  "warmup_wait_ms_by_stage": _by_stage(rows, "warmup_wait_ms"),
+                  "cooldown_wait_ms_by_stage": _by_stage(rows, "cooldown_wait_ms"),
+                  "recv_wait_ms_by_stage": _by_stage(rows, "recv_wait_ms")},
         key="pipeline:summary", confidence=layout.confidence,
     )
+
+
+def _by_stage(rows: pd.DataFrame, column: str) -> list[float]:
+    """The median of `column` per stage (over its ranks and steps), in stage order."""
+    return [round(float(x), 3) for x in rows.groupby("stage")[column].median()]
 
 
 def _wait_shares(rows: pd.DataFrame) -> list[float]:
@@ -180,7 +188,7 @@ def _imbalance(layout: Layout, rows: pd.DataFrame, grid: pd.DataFrame, kind: str
     )
 
 
-def _bubbles(rows: pd.DataFrame, bubble: pd.Series, ideal: float, p: int, m: int, kind: str) -> list[Finding]:
+def bubble_findings(rows: pd.DataFrame, bubble: pd.Series, ideal: float, p: int, m: int, kind: str) -> list[Finding]:
     frame = rows.assign(bubble=bubble).dropna(subset=["bubble"])
     best = frame.groupby(["step", "stage"])["bubble"].min().groupby("step").median()
     margin = threshold("pipeline.min_bubble_excess")

@@ -4,7 +4,9 @@ Promise: `stage_steps(store, layout)` gives one row per (rank, profiled step) of
 rank, stage, replica, step, start_ns, p2p_end_ns and phase_end_ns (the step's start, its last send/recv's end
 and its pipeline phase's end, on the rank's clock), step_ms (the ProfilerStep span), phase_ms (from the step's start to the end of
 its pipeline phase: the start of the first collective after its last send/recv, else the step's end),
-recv_wait_ms (time blocked in receives inside the phase), coll_wait_ms (time in other collectives, e.g. the
+recv_wait_ms (time blocked in receives inside the phase; of it warmup_wait_ms in the receives before the stage's
+first send, waiting for its first activation, and cooldown_wait_ms in those after its last send, waiting for the
+last gradients), coll_wait_ms (time in other collectives, e.g. the
 data-parallel gradient all-reduce), busy_ms (step_ms minus both waits), busy_pipe_ms (phase_ms minus the
 receive wait: the stage's compute over its micro-batches), microbatches (forward passes seen), passes (the
 stage's F/B letters in order, "" when the direction of its sends/receives is unknown), linear_per_mb
@@ -24,7 +26,8 @@ from perftracker.analyzers.layout.model import Layout
 from perftracker.analyzers.layout.p2p import P2P, p2p_ops
 from perftracker.store import Store
 
-COLUMNS = ["rank", "stage", "replica", "step", "start_ns", "p2p_end_ns", "phase_end_ns", "step_ms", "phase_ms", "recv_wait_ms", "coll_wait_ms", "busy_ms",
+COLUMNS = ["rank", "stage", "replica", "step", "start_ns", "p2p_end_ns", "phase_end_ns", "step_ms", "phase_ms", "recv_wait_ms",
+           "warmup_wait_ms", "cooldown_wait_ms", "coll_wait_ms", "busy_ms",
            "busy_pipe_ms", "microbatches", "passes", "linear_per_mb"]
 
 
@@ -108,6 +111,10 @@ def stage_steps(store: Store, layout: Layout) -> pd.DataFrame:
             coll_spans = list(zip(c_inside["start_ns"].astype(int),
                                   (c_inside["start_ns"] + c_inside["dur_ns"]).astype(int), strict=True))
             recv_wait = _union_ns(recv_spans, lo, phase_end)
+            sends = inside.loc[inside["op"] == "send", "start_ns"]
+            first_send, last_send = (int(sends.min()), int(sends.max())) if not sends.empty else (hi, lo)
+            warmup = _union_ns([sp for sp in recv_spans if sp[0] < first_send], lo, phase_end)
+            cooldown = _union_ns([sp for sp in recv_spans if sp[0] > last_send], lo, phase_end)
             waits = _union_ns(recv_spans + coll_spans, lo, hi)
             passes = pass_letters(inside, stage, stages, layout)
             # without the letters (a middle stage, peers unknown) its receives are one forward and one backward each
@@ -117,6 +124,7 @@ def stage_steps(store: Store, layout: Layout) -> pd.DataFrame:
                 "rank": r, "stage": stage, "replica": layout.replica_of(r), "step": int(step), "start_ns": lo,
                 "p2p_end_ns": last_p2p, "phase_end_ns": lo + phase,
                 "step_ms": dur / 1e6, "phase_ms": phase / 1e6, "recv_wait_ms": recv_wait / 1e6,
+                "warmup_wait_ms": warmup / 1e6, "cooldown_wait_ms": cooldown / 1e6,
                 "coll_wait_ms": max(0, waits - recv_wait) / 1e6, "busy_ms": max(0, int(dur) - waits) / 1e6,
                 "busy_pipe_ms": max(0, phase - recv_wait) / 1e6, "microbatches": m, "passes": passes,
                 "linear_per_mb": float(linear_n.get((r, int(step)), 0)) / m if m else 0.0,
