@@ -6,7 +6,10 @@ gradients) and its data-parallel peers (they wait in the gradient collective). E
 its role and its wait per step beyond the same role's rank in another replica (a rank at the same stage that
 does not talk to the slow worker: what the wait would be without it; the rank's own wait when there is none),
 as the median over the profiled steps of `stage_steps_view`. Victims with no excess wait are left out. These are
-evidence of the slow worker's finding, never findings of their own.
+evidence of the slow worker's finding, never findings of their own. `seat_of(analysis, rank)` is what the straggler
+finding says of a rank's place: where it sits (when the layout has a pipeline or came from the job's own group
+names), its victims, and whether it is alone at its stage (no replica: its extra work cannot be told from its
+stage's, which the stage-imbalance finding judges).
 """
 
 from __future__ import annotations
@@ -36,6 +39,33 @@ class Victim:
     def to_dict(self) -> dict[str, object]:
         return {"rank": self.rank, "position": self.position, "role": self.role, "waits": self.where_waiting,
                 "wait_ms_per_step": round(self.wait_ms, 3)}
+
+
+@dataclass(frozen=True)
+class Seat:
+    """A named rank's place for its finding's words and evidence."""
+
+    where: str  # " (stage 0, replica 1)" or ""
+    position: str  # "rank 1: stage 0, replica 1" or ""
+    victims: tuple[Victim, ...]
+    alone_at_stage: bool
+
+    def victims_clause(self) -> str:
+        return ("; its victims: " + ", ".join(f"rank {v.rank} ({v.role}, {v.wait_ms:.1f} ms per step "
+                                             f"{v.where_waiting})" for v in self.victims)) if self.victims else ""
+
+    def evidence(self) -> dict[str, object]:
+        return {**({"position": self.position} if self.position else {}),
+                **({"victims": [v.to_dict() for v in self.victims]} if self.victims else {})}
+
+
+def seat_of(analysis: Analysis, rank: int) -> Seat:
+    """Where `rank` sits, whom it makes wait, and whether it is alone at its stage (see the module docstring)."""
+    layout = analysis.view(parallel_layout_view)
+    sure = layout.stages > 1 or layout.confidence >= 0.9  # a layout guessed from strides alone is not said
+    place = layout.where(rank).partition(": ")[2] if sure else ""
+    return Seat(f" ({place})" if place else "", layout.where(rank) if place else "", tuple(victims_of(analysis, rank)),
+                layout.stages > 1 and not layout.peers(rank, "dp"))
 
 
 def _excess(rows: pd.DataFrame, layout: Layout, victim: int, slow: int, column: str) -> float:

@@ -10,7 +10,8 @@ known, where it sits (stage, replica) and its victims (`pipeline.victims`: its p
 peers, with the wait each shows) as evidence of this one finding: the victims' wait is the straggler's cost, counted
 once, never findings of their own. In a pipeline job the tests leave its sends and receives out
 (`judged_arrivals_view`), and the measured wait of a run too short for a verdict, which counts waits in receives
-(the schedule's bubbles) as lateness, is an info. Beside the last-arrival
+(the schedule's bubbles) as lateness, is an info; so is a straggler alone at its stage (no data-parallel replica to
+compare with): its extra work is its stage's, which the pipeline's stage imbalance judges (one cause, one finding). Beside the last-arrival
 test two durations tests can name the rank (each at a quarter of straggler.alpha): its wall-clock work between
 collectives (`durations_view`) and its compute from its ops (`compute_view`, `op_work`: GPU compute kernels, or
 CPU ops at their own shortest cost, which the scheduling noise of a shared CPU does not stretch).
@@ -32,7 +33,7 @@ from perftracker.analyzers.common import fmt_ms, hosts_of
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.layout.p2p import P2P
 from perftracker.analyzers.layout.views import parallel_layout_view
-from perftracker.analyzers.pipeline.victims import victims_of
+from perftracker.analyzers.pipeline.victims import seat_of
 from perftracker.analyzers.stragglers.clock_domains import clock_domain_findings
 from perftracker.analyzers.stragglers.collectives import (  # noqa: F401 - re-exported for their readers
     CollectiveArrivals,
@@ -274,12 +275,9 @@ def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, ver
     by_work = durations.significant and durations.rank == r
     did = before_arrival(analysis, r)
     severity = max(severity, Severity.WARNING) if by_work else severity  # its own work is 8%+ longer, step after step
+    seat = seat_of(analysis, r)
+    severity = Severity.INFO if seat.alone_at_stage else severity  # its stage's work: the pipeline finding judges it
     cheap = "" if severity > Severity.INFO else " (real, but it costs the others little)"
-    layout = analysis.view(parallel_layout_view)
-    place = layout.where(r).partition(": ")[2]
-    victims = victims_of(analysis, r)
-    hurt = ("; its victims: " + ", ".join(f"rank {v.rank} ({v.role}, {v.wait_ms:.1f} ms per step {v.where_waiting})"
-                                         for v in victims)) if victims else ""
     last = (f"the last to arrive in {stats.times_slowest} of {stats.trials} steps ({stats.trials / verdict.world:.1f} "
             f"expected by chance), median {fmt_ms(row['median_lateness_s'])} late")
     if by_work and durations.measure == "compute":  # more compute, from its ops: a compute straggler
@@ -294,8 +292,8 @@ def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, ver
         lead = last
     return Finding(
         analyzer="straggler", severity=severity,
-        title=(f"Rank {r}{f' ({place})' if place else ''} is a persistent {kind} straggler: {lead}; the others wait "
-               f"{fmt_ms(row['cost_per_step_s'])} per step for it{hurt}{what}{cheap}"),
+        title=(f"Rank {r}{seat.where} is a persistent {kind} straggler: {lead}; the others wait "
+               f"{fmt_ms(row['cost_per_step_s'])} per step for it{seat.victims_clause()}{what}{cheap}"),
         recommendation=_ADVICE[kind].format(r=r) + (f" What it did: {describe(did)}." if did else ""),
         evidence={
             "kind": kind, "share_last": round(float(row["share_last"]), 3),
@@ -306,8 +304,7 @@ def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, ver
             "slower_ops": ops[:8],
             "peers_median_lateness_ms": round(float(metrics.drop(index=r)["median_lateness_s"].median()) * 1e3, 3),
             "waiting_ranks": [int(x) for x in metrics.index if int(x) != r][:256],
-            **({"position": layout.where(r)} if place else {}),
-            **({"victims": [v.to_dict() for v in victims]} if victims else {}),
+            **seat.evidence(),
             "significance": _significance(verdict),
             **({"durations_test": _durations_evidence(durations)} if by_work else {}), "before_arrival": did,
         },
