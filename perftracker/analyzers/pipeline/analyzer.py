@@ -91,6 +91,8 @@ def analyze_pipeline(analysis: Analysis) -> list[Finding]:
         else pd.DataFrame()
     shares = (grid.median() / grid.median().sum()) if not grid.empty else pd.Series(dtype=float)
     findings = [_summary(layout, kind, m, ideal, float(bubble.median()), shares, rows)]
+    if m < 1:  # sends and receives whose direction is not told (fused send_recv kernels): no schedule to judge by
+        return findings
     imbalance = _imbalance(layout, rows, grid, kind, m) if len(shares) == p else None
     if imbalance is not None:
         findings.append(imbalance)

@@ -34,8 +34,8 @@ def stage_compute_view(analysis: Analysis) -> pd.DataFrame:
         return pd.DataFrame(columns=COMPUTE_COLUMNS)
     events = analysis.store.events
     events = events[events["rank"].isin(list(rows["rank"].unique())) & (events["step"] >= 0)]
-    window = events[["rank", "step"]].merge(rows[["rank", "step", "p2p_end_ns", "phase_end_ns"]], on=["rank", "step"],
-                                            how="left")
+    bounds = rows[["rank", "step", "p2p_end_ns", "phase_end_ns"]].drop_duplicates(["rank", "step"])
+    window = events[["rank", "step"]].merge(bounds, on=["rank", "step"], how="left")  # one row per event, in order
     backward = _backward_ops(events["name"])
     start = events["start_ns"].to_numpy()
     inside = (start < window["p2p_end_ns"].to_numpy()) | (backward & (start < window["phase_end_ns"].to_numpy()))
