@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.failures.fold import fold_failures
 from perftracker.analyzers.findings import Finding, Kind, Role, Severity, rank_findings
+from perftracker.analyzers.layout.positions import with_positions
+from perftracker.analyzers.layout.views import parallel_layout_view
 from perftracker.analyzers.online.waited_fold import fold_into_waited_rank
 from perftracker.analyzers.registry import Analyzer, run_analyzers
 from perftracker.analyzers.rootcause import link_findings
@@ -71,15 +73,17 @@ def _roles(analysis: Analysis, findings: list[Finding]) -> list[Finding]:
             for f in findings]
 
 
+REPLAY_COSTS = "replay costs"
 FINDING_PASSES: tuple[FindingPass, ...] = (
-    FindingPass("replay costs", _replay_costs),
+    FindingPass("positions", lambda analysis, findings: with_positions(findings,
+                                                                       analysis.view(parallel_layout_view))),
+    FindingPass(REPLAY_COSTS, _replay_costs),
     FindingPass("links", link_findings),
     FindingPass("failure folds", lambda analysis, findings: fold_failures(findings)),
     FindingPass("waited-rank fold", lambda analysis, findings: fold_into_waited_rank(findings)),
     FindingPass("roles", _roles),
     FindingPass("ranking", lambda analysis, findings: rank_findings(findings)),
 )
-REPLAY_COSTS = FINDING_PASSES[0].name
 
 
 def apply_passes(analysis: Analysis, findings: list[Finding], only: Collection[str] | None = None) -> list[Finding]:
@@ -92,5 +96,6 @@ def apply_passes(analysis: Analysis, findings: list[Finding], only: Collection[s
 
 def costed_findings(analysis: Analysis, only: list[str] | None = None,
                     extra: tuple[Analyzer, ...] = ()) -> list[Finding]:
-    """The analyzers' findings (`registry.run_analyzers`) with their replay costs, nothing else joined."""
-    return apply_passes(analysis, run_analyzers(analysis, only, extra), (REPLAY_COSTS,))
+    """The analyzers' findings (`registry.run_analyzers`) with each named rank's place and their replay costs,
+    nothing else joined."""
+    return apply_passes(analysis, run_analyzers(analysis, only, extra), ("positions", REPLAY_COSTS))

@@ -34,6 +34,7 @@ from perftracker.analyzers.nccl.config import analyze_nccl_config
 from perftracker.analyzers.online.baseline_shift import analyze_baseline_shift
 from perftracker.analyzers.online.cpu_contention import analyze_cpu_contention
 from perftracker.analyzers.online.waited_rank import analyze_waited_rank
+from perftracker.analyzers.pipeline.analyzer import analyze_pipeline
 from perftracker.analyzers.stragglers.degradation import analyze_degradation
 from perftracker.analyzers.stragglers.stack_profile import analyze_stack_profile
 from perftracker.analyzers.stragglers.steps import analyze_steps
@@ -92,6 +93,9 @@ BUILTIN: tuple[Analyzer, ...] = (
     Analyzer("stack_profile", analyze_stack_profile,
              "Stragglers from sampled stacks: the rank whose time goes somewhere the others' does not"),
     Analyzer("steps", analyze_steps, "Step time per rank: spread across ranks, unstable steps, slow phases"),
+    Analyzer("pipeline", analyze_pipeline,
+             "Pipeline-parallel jobs: the schedule and its bubbles, stage imbalance (what to move, the step a "
+             "balanced split gives), bubbles beyond the schedule's ideal"),
     Analyzer("straggler", analyze_stragglers, "Cross-rank stragglers at collectives: who, how late, what it costs"),
     Analyzer("whatif", analyze_whatif,
              "Pipeline jobs recorded per operation (OSDI'25 format): what-if replay on the real dependencies, "

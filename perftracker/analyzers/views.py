@@ -37,6 +37,7 @@ from perftracker.analyzers.nccl.tables import (
     nccl_transports_table,
     nccl_warns_table,
 )
+from perftracker.analyzers.pipeline.views import layout_grid_view
 from perftracker.analyzers.ranks.focus import rank_focus_view
 from perftracker.analyzers.ranks.groups import rank_groups_view, rank_layout_view
 from perftracker.analyzers.ranks.spread import lateness_groups_view, step_spread_view
@@ -95,6 +96,8 @@ REPORT_VIEWS: dict[str, TableView] = {
     "steps": step_series_view,
     "lateness": lateness_view,
     "rank_waits": rank_waits_view,
+    # pipeline jobs: the DP x PP grid of workers, each one's busy and waiting time per step
+    "layout_grid": layout_grid_view,
     # who waits for whom: per (matched collective, rank) arrival, wait, transfer, bandwidth; per (step, rank)
     "collective_waits": collective_split_view,
     "step_waits": step_waits_view,

@@ -37,6 +37,7 @@ from perftracker.reports.failure_section import wait_graph_section
 from perftracker.reports.health_sections import gpu_section, rdma_section
 from perftracker.reports.json_report import verdict
 from perftracker.reports.kernel_section import kernels_section
+from perftracker.reports.layout_section import layout_section
 from perftracker.reports.nccl_section import inspector_section, nccl_section
 from perftracker.reports.profile_section import profile_section
 from perftracker.reports.sections import Section, SectionFn
@@ -54,7 +55,8 @@ from perftracker.rundir import atomic_write_text
 from perftracker.store import LoadNote
 
 SECTIONS: tuple[SectionFn, ...] = (
-    wait_graph_section, breakdown_section, overlap_section, kernels_section, steps_section, stragglers_section, waits_section,
+    wait_graph_section, breakdown_section, overlap_section, kernels_section, steps_section, layout_section,
+    stragglers_section, waits_section,
     critical_path_section, timeline_section, nccl_section, inspector_section, rdma_section, gpu_section, profile_section,
     efficiency_section,
 )

@@ -5,7 +5,13 @@ collectives where it arrived last, its median lateness, and its cost: per step, 
 waited for it beyond the next-latest member. A persistent straggler is last in most collectives and
 costs a noticeable share of the step; scattered "last" placements are noise and are not reported.
 The finding says whether the rank is a compute straggler (longer work before the collective) or a
-communication straggler (its own transfer is slower), and which ops take longer on it. Beside the last-arrival
+communication straggler (its own transfer is slower), and which ops take longer on it; in a job whose layout is
+known, where it sits (stage, replica) and its victims (`pipeline.victims`: its pipeline neighbours and data-parallel
+peers, with the wait each shows) as evidence of this one finding: the victims' wait is the straggler's cost, counted
+once, never findings of their own. In a pipeline job the tests leave its sends and receives out
+(`judged_arrivals_view`), and the measured wait of a run too short for a verdict, which counts waits in receives
+(the schedule's bubbles) as lateness, is an info; so is a straggler alone at its stage (no data-parallel replica to
+compare with): its extra work is its stage's, which the pipeline's stage imbalance judges (one cause, one finding). Beside the last-arrival
 test two durations tests can name the rank (each at a quarter of straggler.alpha): its wall-clock work between
 collectives (`durations_view`) and its compute from its ops (`compute_view`, `op_work`: GPU compute kernels, or
 CPU ops at their own shortest cost, which the scheduling noise of a shared CPU does not stretch).
@@ -25,6 +31,9 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of
 from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.layout.p2p import P2P
+from perftracker.analyzers.layout.views import parallel_layout_view
+from perftracker.analyzers.pipeline.victims import seat_of
 from perftracker.analyzers.stragglers.clock_domains import clock_domain_findings
 from perftracker.analyzers.stragglers.collectives import (  # noqa: F401 - re-exported for their readers
     CollectiveArrivals,
@@ -42,9 +51,20 @@ from perftracker.store import Store
 from perftracker.values import short_symbol
 
 
+def judged_arrivals_view(analysis: Analysis) -> pd.DataFrame:
+    """The arrivals the straggler tests judge: every matched collective, but in a pipeline job (two or more
+    stages) not its sends and receives: waiting in a receive is the schedule's bubble there, which the pipeline
+    analyzer judges against the schedule's ideal (a slow worker still shows in its compute and at the
+    data-parallel collectives)."""
+    arr = analysis.view(arrivals_view).arrivals
+    if arr.empty or analysis.view(parallel_layout_view).stages < 2:
+        return arr
+    return arr[~arr["collective"].astype(str).isin(P2P)]
+
+
 def rank_metrics_view(analysis: Analysis) -> pd.DataFrame:
     """`rank_metrics` of the run's collective arrivals."""
-    return rank_metrics(analysis.view(arrivals_view).arrivals, analysis.store)
+    return rank_metrics(analysis.view(judged_arrivals_view), analysis.store)
 
 
 def lateness_view(analysis: Analysis) -> pd.DataFrame:
@@ -147,7 +167,7 @@ def step_trials(arr: pd.DataFrame) -> pd.DataFrame:
 
 def verdict_view(analysis: Analysis) -> OutlierVerdict:
     """Is one rank (or a group) later than this run's own noise explains? (`significance.judge_outliers`)"""
-    return judge_outliers(step_trials(analysis.view(arrivals_view).arrivals))
+    return judge_outliers(step_trials(analysis.view(judged_arrivals_view)))
 
 
 def _durations_alpha() -> float:
@@ -159,7 +179,7 @@ def _durations_alpha() -> float:
 def durations_view(analysis: Analysis) -> DurationVerdict:
     """Is one rank's own work (wall clock between collectives) longer than its peers', paired per step?
     (`durations.judge_durations`)"""
-    return judge_durations(work_trials(analysis.view(arrivals_view).arrivals), alpha=_durations_alpha())
+    return judge_durations(work_trials(analysis.view(judged_arrivals_view)), alpha=_durations_alpha())
 
 
 def compute_view(analysis: Analysis) -> DurationVerdict:
@@ -201,7 +221,7 @@ def _significance(v: OutlierVerdict) -> dict[str, object]:
 def analyze_stragglers(analysis: Analysis) -> list[Finding]:
     store = analysis.store
     seen = analysis.view(arrivals_view)
-    arr, offsets = seen.arrivals, seen.offsets
+    arr, offsets = analysis.view(judged_arrivals_view), seen.offsets
     if arr.empty:
         return []
     metrics = analysis.view(rank_metrics_view)
@@ -215,7 +235,10 @@ def analyze_stragglers(analysis: Analysis) -> list[Finding]:
         findings.append(_group(store, arr, verdict))
     elif verdict.trials < threshold_int("straggler.min_trials"):  # a step or so: a measurement of who was waited for, not a verdict
         cost = float(metrics["cost_per_step_s"].max())
-        findings += [f for f in [measured_wait_finding(analysis, _step_seconds(store, arr), cost)] if f is not None]
+        measured = measured_wait_finding(analysis, _step_seconds(store, arr), cost)
+        if measured is not None and analysis.view(parallel_layout_view).stages > 1:  # its waits hold the bubbles
+            measured = replace(measured, severity=Severity.INFO)
+        findings += [measured] if measured is not None else []
     else:
         findings += _within_noise(store, metrics, verdict)
     named = {f.ranks[0] for f in findings if f.severity > Severity.INFO and len(f.ranks) == 1}
@@ -252,6 +275,8 @@ def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, ver
     by_work = durations.significant and durations.rank == r
     did = before_arrival(analysis, r)
     severity = max(severity, Severity.WARNING) if by_work else severity  # its own work is 8%+ longer, step after step
+    seat = seat_of(analysis, r)
+    severity = Severity.INFO if seat.alone_at_stage else severity  # its stage's work: the pipeline finding judges it
     cheap = "" if severity > Severity.INFO else " (real, but it costs the others little)"
     last = (f"the last to arrive in {stats.times_slowest} of {stats.trials} steps ({stats.trials / verdict.world:.1f} "
             f"expected by chance), median {fmt_ms(row['median_lateness_s'])} late")
@@ -267,8 +292,8 @@ def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, ver
         lead = last
     return Finding(
         analyzer="straggler", severity=severity,
-        title=(f"Rank {r} is a persistent {kind} straggler: {lead}; the others wait "
-               f"{fmt_ms(row['cost_per_step_s'])} per step for it{what}{cheap}"),
+        title=(f"Rank {r}{seat.where} is a persistent {kind} straggler: {lead}; the others wait "
+               f"{fmt_ms(row['cost_per_step_s'])} per step for it{seat.victims_clause()}{what}{cheap}"),
         recommendation=_ADVICE[kind].format(r=r) + (f" What it did: {describe(did)}." if did else ""),
         evidence={
             "kind": kind, "share_last": round(float(row["share_last"]), 3),
@@ -279,6 +304,7 @@ def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, ver
             "slower_ops": ops[:8],
             "peers_median_lateness_ms": round(float(metrics.drop(index=r)["median_lateness_s"].median()) * 1e3, 3),
             "waiting_ranks": [int(x) for x in metrics.index if int(x) != r][:256],
+            **seat.evidence(),
             "significance": _significance(verdict),
             **({"durations_test": _durations_evidence(durations)} if by_work else {}), "before_arrival": did,
         },

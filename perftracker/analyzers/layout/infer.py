@@ -1,0 +1,160 @@
+"""Infer the job's layout (TP/CP/EP/DP/PP) from its process groups and its send/recv neighbours.
+
+Promise: `infer_layout(groups, world, pairs)` returns a `Layout`. Groups are read from the group table
+(`RunInfo.process_groups`: members in group order). A group whose `pg_desc` names one dimension (`names`) gives
+that dimension directly (confidence 0.95); groups of one size and stride that partition the ranks but have no telling name
+are a family: the family holding every send/recv pair is the pipeline, the others are named by their stride in
+Megatron's order tp-cp-ep-dp-pp, the widest stride the data-parallel one (confidence 0.6, said in the note).
+Two families naming one dimension (torchtitan's dp_replicate and dp_shard) merge into one. Without groups,
+the send/recv pairs alone give pipelines (chains of ranks, stages in rank order) and replicas (a rank's place
+across pipelines). A coordinate is a rank's index in its group. When nothing tells, the Layout is empty and
+its note says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from perftracker.analyzers.layout.model import DIMS, Dim, Layout
+from perftracker.analyzers.layout.names import dim_of_desc, is_composite
+from perftracker.store.run_info import ProcessGroup
+
+Group = tuple[int, ...]
+
+
+def _partition(groups: Iterable[Group]) -> tuple[Group, ...]:
+    """Merge overlapping groups (two families of one dim) into disjoint groups, each in first-seen order."""
+    merged: list[list[int]] = []
+    for g in groups:
+        hit = [m for m in merged if set(m) & set(g)]
+        base: list[int] = []
+        for m in hit:
+            merged.remove(m)
+            base += [r for r in m if r not in base]
+        base += [r for r in g if r not in base]
+        merged.append(base)
+    return tuple(tuple(m) for m in merged)
+
+
+def _stride(group: Group) -> int:
+    """The common step between a group's consecutive ranks; 0 when they are not evenly spaced."""
+    if len(group) < 2:
+        return 0
+    steps = {b - a for a, b in zip(group, group[1:], strict=False)}
+    return steps.pop() if len(steps) == 1 else 0
+
+
+def _disjoint(groups: tuple[Group, ...]) -> bool:
+    seen: set[int] = set()
+    for g in groups:
+        if seen & set(g):
+            return False
+        seen |= set(g)
+    return True
+
+
+def infer_layout(groups: Mapping[str, ProcessGroup], world: int, pairs: Iterable[tuple[int, int]] = ()) -> Layout:
+    """The layout the groups and send/recv pairs support (see the module docstring)."""
+    pairs = set(pairs)
+    named: dict[str, list[tuple[Group, str]]] = {}
+    unnamed: dict[tuple[int, int], list[Group]] = {}
+    for pg in groups.values():
+        ranks = tuple(pg.ranks)
+        dim = dim_of_desc(pg.desc)
+        if len(ranks) < 2 or (dim is None and len(set(ranks)) >= world > 0):  # the world is no family; a named
+            continue  # dimension may span it (a pure pipeline job's one pipeline)
+        if dim is not None:
+            named.setdefault(dim, []).append((ranks, pg.desc))
+        elif not is_composite(pg.desc):
+            unnamed.setdefault((len(ranks), _stride(ranks)), []).append(ranks)
+    dims: list[Dim] = []
+    for dim, found in named.items():
+        merged = _partition(sorted({g for g, _ in found}, key=lambda g: (-len(g), g)))
+        descs = ", ".join(sorted({d for _, d in found}))
+        dims.append(Dim(dim, max(len(g) for g in merged), tuple(sorted(merged)), f"pg_desc {descs}"))
+    named_groups = {g for d in dims for g in d.groups}
+    families = []
+    for _key, gs in sorted(unnamed.items()):
+        fam = tuple(sorted(set(gs) - named_groups))
+        if fam and _disjoint(fam) and all(_stride(g) for g in fam):
+            families.append(fam)
+    guessed = _name_families(families, {d.name for d in dims}, pairs)
+    dims += guessed
+    if not any(d.name == "pp" for d in dims) and pairs and not dims:
+        dims += _from_pairs(pairs, world)
+    if not dims:
+        why = ("the inputs list no process groups besides the world" if not groups
+               else "no group names a dimension and no family of groups partitions the ranks")
+        return Layout(world, note=f"Layout not inferred: {why}; findings name ranks only.")
+    dims.sort(key=lambda d: DIMS.index(d.name))
+    coords: dict[int, dict[str, int]] = {}
+    for d in dims:
+        for g in d.groups:
+            for i, r in enumerate(g):
+                coords.setdefault(r, {})[d.name] = i
+    for r in range(world):
+        coords.setdefault(r, {})
+    product = 1
+    for d in dims:
+        product *= d.size
+    notes = []
+    if guessed:
+        notes.append(", ".join(f"{d.name} ({d.how})" for d in guessed) + " named without the job's own names")
+    if world and product != world:
+        notes.append(f"the dimensions found ({' x '.join(str(d.size) for d in dims)}) cover {product} of {world} ranks")
+    by_desc = all(d.how.startswith("pg_desc") for d in dims)
+    confidence = 0.95 if by_desc and product == world else 0.6 if product == world else 0.4
+    method = "; ".join(f"{d.name.upper()}={d.size} from {d.how}" for d in dims)
+    return Layout(world, tuple(dims), coords, method, confidence, "; ".join(notes))
+
+
+def _name_families(families: list[tuple[Group, ...]], taken: set[str],
+                   pairs: set[tuple[int, int]]) -> list[Dim]:
+    """Name unnamed families: the one holding every send/recv pair is pp; the rest by stride, widest dp."""
+    out: list[Dim] = []
+    rest = list(families)
+    if "pp" not in taken and pairs:
+        for fam in rest:
+            if all(any(a in g and b in g for g in fam) for a, b in pairs):
+                out.append(Dim("pp", len(fam[0]), fam, "send/recv neighbours"))
+                rest.remove(fam)
+                break
+    free = [d for d in DIMS if d not in taken and d not in {x.name for x in out}]
+    rest.sort(key=lambda fam: _stride(fam[0]))
+    if rest and "dp" in free:  # the widest remaining stride: data parallel (replicas outermost but for pp)
+        fam = rest.pop()
+        out.append(Dim("dp", len(fam[0]), fam, f"stride {_stride(fam[0])}"))
+        free.remove("dp")
+    for fam, name in zip(rest, [d for d in free if d != "pp"], strict=False):
+        out.append(Dim(name, len(fam[0]), fam, f"stride {_stride(fam[0])}"))
+    return out
+
+
+def _from_pairs(pairs: set[tuple[int, int]], world: int) -> list[Dim]:
+    """Pipelines as the chains the send/recv pairs form (stages in rank order); replicas across them."""
+    links: dict[int, set[int]] = {}
+    for a, b in pairs:
+        links.setdefault(a, set()).add(b)
+        links.setdefault(b, set()).add(a)
+    chains: list[Group] = []
+    seen: set[int] = set()
+    for start in sorted(links):
+        if start in seen:
+            continue
+        todo, comp = [start], set()
+        while todo:
+            r = todo.pop()
+            if r not in comp:
+                comp.add(r)
+                todo += links[r] - comp
+        seen |= comp
+        chains.append(tuple(sorted(comp)))
+    sizes = {len(c) for c in chains}
+    if len(sizes) != 1:
+        return []
+    size = sizes.pop()
+    out = [Dim("pp", size, tuple(chains), "send/recv neighbours")]
+    if len(chains) > 1:
+        replicas = tuple(tuple(c[i] for c in chains) for i in range(size))
+        out.append(Dim("dp", len(chains), replicas, "send/recv neighbours (ranks at one stage)"))
+    return out

@@ -1,0 +1,77 @@
+"""Pipeline schedules: their pass order, their ideal bubble, a small simulator, and recognizing one from a trace.
+
+Promise: `pass_order(kind, stage, stages, m)` is the (pass, micro-batch) order one stage runs under GPipe
+(all forwards, then all backwards) or 1F1B (stages - stage - 1 warm-up forwards, then one forward one
+backward, then the cool-down backwards). `simulate(kind, fwd, bwd, m)` runs that schedule on stages whose
+forward and backward of one micro-batch take fwd[s] and bwd[s] (any unit; transfers free) and returns the
+makespan: F(s, i) waits for F(s-1, i), B(s, i) for B(s+1, i) and F(s, i), and each stage runs its passes in
+order. `ideal_bubble(stages, m)` is (p - 1) / (m + p - 1), the idle share GPipe and 1F1B leave with equal
+stages. `recognize(passes, stage, stages)` names the schedule a stage's pass letters ("FFBFBB") show. This is
+the pipeline room's own schedule model; the cross-rank what-if replay is `stragglers/replay.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+SCHEDULES = ("1f1b", "gpipe")
+
+
+def pass_order(kind: str, stage: int, stages: int, m: int) -> list[tuple[str, int]]:
+    """The order of (pass "F" | "B", micro-batch) of one stage."""
+    if kind == "gpipe":
+        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+    warm = min(stages - stage - 1, m)
+    order = [("F", i) for i in range(warm)]
+    for i in range(m - warm):
+        order += [("F", warm + i), ("B", i)]
+    return order + [("B", i) for i in range(m - warm, m)]
+
+
+def ideal_bubble(stages: int, m: int) -> float:
+    """The idle share of a GPipe / 1F1B step with equal stages: (p - 1) / (m + p - 1)."""
+    return (stages - 1) / (m + stages - 1) if m > 0 and stages > 0 else 0.0
+
+
+def simulate(kind: str, fwd: Sequence[float], bwd: Sequence[float], m: int) -> float:
+    """The makespan of `m` micro-batches through stages with these pass times (see the module docstring)."""
+    p = len(fwd)
+    orders = [pass_order(kind, s, p, m) for s in range(p)]
+    done: dict[tuple[str, int, int], float] = {}
+    clock = [0.0] * p
+    nxt = [0] * p
+    remaining = sum(len(o) for o in orders)
+    while remaining:
+        progressed = False
+        for s in range(p):
+            while nxt[s] < len(orders[s]):
+                kind_, i = orders[s][nxt[s]]
+                deps = [("F", s - 1, i)] if kind_ == "F" and s > 0 else []
+                if kind_ == "B":
+                    deps = [("F", s, i)] + ([("B", s + 1, i)] if s + 1 < p else [])
+                if any(d not in done for d in deps):
+                    break
+                start = max([clock[s], *(done[d] for d in deps)])
+                clock[s] = start + (fwd[s] if kind_ == "F" else bwd[s])
+                done[(kind_, s, i)] = clock[s]
+                nxt[s] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:  # cannot happen for these schedules; never loop forever
+            raise ValueError(f"schedule {kind} deadlocks with {p} stages and {m} micro-batches")
+    return max(clock)
+
+
+def recognize(passes: str, stage: int, stages: int) -> str:
+    """'gpipe', '1f1b', 'interleaved' or 'unknown' from one stage's pass letters in one step."""
+    m = passes.count("F")
+    if not passes or m != passes.count("B") or m == 0:
+        return "unknown"
+    if passes == "F" * m + "B" * m and m > max(1, stages - stage - 1):
+        return "gpipe"
+    if passes == "".join(k for k, _ in pass_order("1f1b", stage, stages, m)):
+        return "1f1b"
+    warm = len(passes) - len(passes.lstrip("F"))
+    if warm > stages - stage - 1 and passes != "F" * m + "B" * m:
+        return "interleaved"
+    return "gpipe" if passes == "F" * m + "B" * m else "unknown"

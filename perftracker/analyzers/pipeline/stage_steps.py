@@ -1,0 +1,137 @@
+"""Per rank and step of a pipeline job: busy time, time blocked in receives and collectives, its passes.
+
+Promise: `stage_steps(store, layout)` gives one row per (rank, profiled step) of a rank with a pipeline stage:
+rank, stage, replica, step, start_ns, p2p_end_ns and phase_end_ns (the step's start, its last send/recv's end
+and its pipeline phase's end, on the rank's clock), step_ms (the ProfilerStep span), phase_ms (from the step's start to the end of
+its pipeline phase: the start of the first collective after its last send/recv, else the step's end),
+recv_wait_ms (time blocked in receives inside the phase; of it warmup_wait_ms in the receives before the stage's
+first send, waiting for its first activation, and cooldown_wait_ms in those after its last send, waiting for the
+last gradients), coll_wait_ms (time in other collectives, e.g. the
+data-parallel gradient all-reduce), busy_ms (step_ms minus both waits), busy_pipe_ms (phase_ms minus the
+receive wait: the stage's compute over its micro-batches), microbatches (forward passes seen), passes (the
+stage's F/B letters in order, "" when the direction of its sends/receives is unknown), linear_per_mb
+(aten::linear calls per micro-batch: the layers, as a model's Linear modules count them; 0 if none).
+A send or receive is a forward or backward pass by its direction: toward the next stage an activation
+(F), toward the previous one a gradient (B); the first stage only talks to the next, the last only to the
+previous, a middle stage needs the peer (`p2p_ops`' peer column). Waits are unions of intervals (a rank
+waiting on two things at once waits once).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from perftracker.analyzers.layout.model import Layout
+from perftracker.analyzers.layout.p2p import P2P, p2p_ops
+from perftracker.store import Store
+
+COLUMNS = ["rank", "stage", "replica", "step", "start_ns", "p2p_end_ns", "phase_end_ns", "step_ms", "phase_ms", "recv_wait_ms",
+           "warmup_wait_ms", "cooldown_wait_ms", "coll_wait_ms", "busy_ms",
+           "busy_pipe_ms", "microbatches", "passes", "linear_per_mb"]
+
+
+def _union_ns(spans: list[tuple[int, int]], lo: int, hi: int) -> int:
+    """Total length of the union of [start, end) spans clipped to [lo, hi)."""
+    total, cur_s, cur_e = 0, None, None
+    for s, e in sorted((max(s, lo), min(e, hi)) for s, e in spans):
+        if e <= s:
+            continue
+        if cur_e is None or s > cur_e:
+            total += (cur_e - cur_s) if cur_e is not None and cur_s is not None else 0
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return total + ((cur_e - cur_s) if cur_e is not None and cur_s is not None else 0)
+
+
+def _collectives(events: pd.DataFrame) -> pd.DataFrame:
+    """Non-P2P collective work spans (GPU kernels, else CPU work spans rather than their dispatch ops)."""
+    coll = events["collective"]
+    rows = events[(coll.notna() & (coll != "") & ~coll.isin(P2P)).to_numpy()]
+    if rows.empty:
+        return rows
+    dispatch = rows["name"].astype(str).str.startswith(("c10d::", "record_param_comms"))
+    gpu = rows["kind"].astype(str) == "comm"
+    work_ranks = set(rows.loc[~dispatch, "rank"])
+    return rows[gpu | ~dispatch | ~rows["rank"].isin(work_ranks)]
+
+
+def pass_letters(ops: pd.DataFrame, stage: int, stages: int, layout: Layout) -> str:
+    """The stage's pass letters in order, one per pass of a micro-batch: the first stage's sends are its
+    forwards and its receives its backwards, the last stage's receives its forwards and its sends its backwards;
+    a middle stage's receives from the previous stage are forwards, from the next one backwards (peer needed)."""
+    letters: list[str] = []
+    for op, peer in zip(ops["op"], ops["peer"], strict=True):
+        if op not in ("send", "recv"):
+            return ""
+        if stage == 0:
+            letters.append("F" if op == "send" else "B")
+        elif stage == stages - 1:
+            letters.append("F" if op == "recv" else "B")
+        elif peer < 0 or peer not in layout.coords:
+            return ""
+        elif op == "recv":
+            letters.append("F" if layout.stage_of(int(peer)) < stage else "B")
+    return "".join(letters)
+
+
+def stage_steps(store: Store, layout: Layout) -> pd.DataFrame:
+    """One row per (rank, profiled step) of a pipeline stage (see the module docstring)."""
+    stages = layout.stages
+    steps = store.steps
+    if stages < 2 or steps.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    prof = steps[steps["source"].astype(str) == "profiler"]
+    steps = prof if not prof.empty else steps
+    events = store.events
+    ops = p2p_ops(events)
+    colls = _collectives(events)
+    linear = events[((events["kind"] == "cpu_op") & (events["name"] == "aten::linear")).to_numpy()]
+    linear_n = linear.groupby(["rank", "step"]).size()
+    rows = []
+    for rank, mine in steps.groupby("rank"):
+        r = int(str(rank))
+        if r not in layout.coords or "pp" not in layout.coords[r]:
+            continue
+        stage = layout.stage_of(r)
+        my_ops = ops[ops["rank"] == r]
+        my_coll = colls[colls["rank"] == r]
+        for start, dur, step in zip(mine["start_ns"], mine["dur_ns"], mine["step"], strict=True):
+            lo, hi = int(start), int(start) + int(dur)
+            inside = my_ops[(my_ops["start_ns"] >= lo) & (my_ops["start_ns"] < hi)]
+            if inside.empty:
+                continue
+            c_inside = my_coll[(my_coll["start_ns"] < hi) & (my_coll["start_ns"] + my_coll["dur_ns"] > lo)]
+            last_p2p = int(inside["end_ns"].max())
+            after = c_inside[c_inside["start_ns"] >= int(inside["start_ns"].max())]["start_ns"]
+            phase_end = min(hi, int(after.min())) if not after.empty else hi
+            recvs = inside[inside["op"] == "recv"]
+            recv_spans = list(zip(recvs["start_ns"].astype(int), recvs["end_ns"].astype(int), strict=True))
+            coll_spans = list(zip(c_inside["start_ns"].astype(int),
+                                  (c_inside["start_ns"] + c_inside["dur_ns"]).astype(int), strict=True))
+            recv_wait = _union_ns(recv_spans, lo, phase_end)
+            sends = inside.loc[inside["op"] == "send", "start_ns"]
+            first_send, last_send = (int(sends.min()), int(sends.max())) if not sends.empty else (hi, lo)
+            warmup = _union_ns([sp for sp in recv_spans if sp[0] < first_send], lo, phase_end)
+            cooldown = _union_ns([sp for sp in recv_spans if sp[0] > last_send], lo, phase_end)
+            waits = _union_ns(recv_spans + coll_spans, lo, hi)
+            passes = pass_letters(inside, stage, stages, layout)
+            # without the letters (a middle stage, peers unknown) its receives are one forward and one backward each
+            m = passes.count("F") if passes else int((inside["op"] == "recv").sum()) // 2
+            phase = max(phase_end, last_p2p) - lo
+            rows.append({
+                "rank": r, "stage": stage, "replica": layout.replica_of(r), "step": int(step), "start_ns": lo,
+                "p2p_end_ns": last_p2p, "phase_end_ns": lo + phase,
+                "step_ms": dur / 1e6, "phase_ms": phase / 1e6, "recv_wait_ms": recv_wait / 1e6,
+                "warmup_wait_ms": warmup / 1e6, "cooldown_wait_ms": cooldown / 1e6,
+                "coll_wait_ms": max(0, waits - recv_wait) / 1e6, "busy_ms": max(0, int(dur) - waits) / 1e6,
+                "busy_pipe_ms": max(0, phase - recv_wait) / 1e6, "microbatches": m, "passes": passes,
+                "linear_per_mb": float(linear_n.get((r, int(step)), 0)) / m if m else 0.0,
+            })
+    if not rows:
+        return pd.DataFrame(columns=COLUMNS)
+    out = pd.DataFrame(rows, columns=COLUMNS)
+    return out.astype({"rank": np.int64, "stage": np.int64, "replica": np.int64, "step": np.int64,
+                       "start_ns": np.int64, "p2p_end_ns": np.int64, "phase_end_ns": np.int64,
+                       "microbatches": np.int64})
