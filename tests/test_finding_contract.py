@@ -45,7 +45,7 @@ def test_an_analyzer_kind_is_its_name_as_text() -> None:
 
 def test_the_passes_run_once_in_their_order_and_mark_what_a_cause_explains() -> None:
     # GIVEN the one list of finding passes
-    assert [p.name for p in FINDING_PASSES] == ["replay costs", "links", "failure folds", "waited-rank fold",
+    assert [p.name for p in FINDING_PASSES] == ["positions", "replay costs", "links", "failure folds", "waited-rank fold",
                                                 "roles", "ranking"]
     # AND a straggler whose root-cause chain names a host finding that explains it (what `links` writes)
     gpu = Finding("gpu_health", Severity.WARNING, "GPU 2 throttles", "", ranks=(2,), key="gpu")
