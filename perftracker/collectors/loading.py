@@ -12,11 +12,11 @@ never reduced into one Store (`load_path` refuses them unless a job is picked; `
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -167,10 +167,28 @@ def _fill(store: Store, scan: _Scan, group: JobGroup | None) -> None:
         for kind in KINDS:  # every kind but the traces mapped above, in the list's order
             if kind.load is not None:
                 kind.load(store, scan.found.of(OTHER if kind.claims is None else kind.name), scan.options)
+    _groups_from_flight_recorder(store)
     if not any(store.n_events if name == "events" else not store[name].empty for name in usable_tables()):
         errors = "; ".join(n.message for n in store.notes if n.level == "error")
         raise InputError(f"none of the inputs could be used{f' ({errors})' if errors else ''}", str(root),
                          "check that these are torch.profiler traces, step files or NCCL logs")
+
+
+def _groups_from_flight_recorder(store: Store) -> None:
+    """The groups the flight-recorder dumps declare (pg_config), into the one group table where no trace named them."""
+    groups = store.run_info.process_groups
+    for name, entry in list(store.run_info.fr_pg_config.items())[:4096]:
+        if str(name) in groups or not isinstance(entry, dict):
+            continue
+        raw = entry.get("ranks")
+        if isinstance(raw, str):
+            try:
+                raw = json.loads(raw)
+            except ValueError:
+                raw = None
+        ranks = tuple(r for r in raw if isinstance(r, int) and not isinstance(r, bool)) if isinstance(raw, list) else ()
+        groups[str(name)] = ProcessGroup(str(name), str(entry.get("desc", ""))[:200], len(ranks) if ranks else -1,
+                                         ranks, "flight_recorder")
 
 
 def _note_other_jobs(store: Store, scan: _Scan, group: JobGroup) -> None:

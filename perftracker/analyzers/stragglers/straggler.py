@@ -29,6 +29,7 @@ from perftracker.analyzers.stragglers.clock_domains import clock_domain_findings
 from perftracker.analyzers.stragglers.collectives import (  # noqa: F401 - re-exported for their readers
     CollectiveArrivals,
     arrivals_view,
+    matching_findings,
     straggler_tables,
 )
 from perftracker.analyzers.stragglers.durations import DurationVerdict, judge_durations, work_trials
@@ -208,7 +209,7 @@ def analyze_stragglers(analysis: Analysis) -> list[Finding]:
     durations = _durations_pick(analysis.view(compute_view), analysis.view(durations_view))
     by_last = analysis.view(verdict_view)
     verdict = _by_durations(by_last, durations)
-    findings = [_alignment_finding(arr, offsets), *clock_domain_findings(seen.domains)]
+    findings = [_alignment_finding(arr, offsets), *clock_domain_findings(seen.domains), *matching_findings(seen)]
     if verdict.significant and not verdict.is_group:
         findings.append(_straggler(analysis, arr, metrics, verdict, durations, by_last.significant))
     elif verdict.is_group:
