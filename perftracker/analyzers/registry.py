@@ -34,6 +34,7 @@ from perftracker.analyzers.online.baseline_shift import analyze_baseline_shift
 from perftracker.analyzers.online.cpu_contention import analyze_cpu_contention
 from perftracker.analyzers.online.waited_rank import analyze_waited_rank
 from perftracker.analyzers.stragglers.degradation import analyze_degradation
+from perftracker.analyzers.stragglers.expert_balance import analyze_expert_balance
 from perftracker.analyzers.stragglers.replay_costs import with_replay_costs
 from perftracker.analyzers.stragglers.stack_profile import analyze_stack_profile
 from perftracker.analyzers.stragglers.steps import analyze_steps
@@ -92,6 +93,8 @@ BUILTIN: tuple[Analyzer, ...] = (
              "Stragglers from sampled stacks: the rank whose time goes somewhere the others' does not"),
     Analyzer("steps", analyze_steps, "Step time per rank: spread across ranks, unstable steps, slow phases"),
     Analyzer("straggler", analyze_stragglers, "Cross-rank stragglers at collectives: who, how late, what it costs"),
+    Analyzer("expert_balance", analyze_expert_balance,
+             "Expert parallelism: a few ranks receiving most all-to-all tokens, and the wait it causes"),
     Analyzer("efficiency", analyze_efficiency,
              "Compute efficiency from op shapes: misaligned or tiny GEMMs, FP32 GEMMs, unfused attention, "
              "fusible elementwise chains"),

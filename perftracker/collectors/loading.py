@@ -36,7 +36,13 @@ from perftracker.collectors.nsys.export import read_nsys_inputs
 from perftracker.collectors.synthetic import synthetic_inputs
 from perftracker.collectors.traces.comm_kernels import CommKernels, cached_comm_kernels
 from perftracker.collectors.traces.ranks import TraceIdentity, assign_windows
-from perftracker.collectors.traces.trace_map import FileResult, expand_ranks, pg_groups, result_tables
+from perftracker.collectors.traces.trace_map import (
+    FileResult,
+    expand_ranks,
+    pg_groups,
+    pg_sources,
+    result_tables,
+)
 from perftracker.errors import InputError
 from perftracker.rundir import Inputs, discover
 from perftracker.store import LoadNote, Store
@@ -237,9 +243,11 @@ def _reduce_traces(store: Store, results: list[FileResult], spill_from: int) -> 
                           "device_name": t.device_name, "base_ns": t.base_ns, "start_ns": t.start_ns,
                           "end_ns": t.end_ns, "n_events": t.n_events,
                           "rank": ident.rank, "window": ident.window, "file": r.path})
+        sources = pg_sources(t.pg_config)
         for name, desc, size, ranks in pg_groups(t.pg_config):  # the first trace naming a group says its ranks
-            if name not in pg_configs:
-                pg_configs[name] = ProcessGroup(name, desc, size, tuple(expand_ranks(ranks)), "kineto_pg_config")
+            if name not in pg_configs or (pg_configs[name].source != "kineto_pg_config" and name not in sources):
+                pg_configs[name] = ProcessGroup(name, desc, size, tuple(expand_ranks(ranks)),
+                                                sources.get(name, "kineto_pg_config"))
     if ok:
         spill.finish()
         store.set_table("steps", _concat(steps))

@@ -49,6 +49,7 @@ def fill_groups(cand: pd.DataFrame, groups: dict[str, ProcessGroup]) -> tuple[pd
         return cand, fill
     cand = cand.copy()
     cand["pg"] = cand["pg"].astype(str)
+    cand["splits"] = _c10d_splits(cand)
     cand = _inherit(cand, fill)
     if groups:
         cand = _by_thread(cand, groups, fill)
@@ -215,6 +216,28 @@ def _peers(cand: pd.DataFrame, groups: dict[str, ProcessGroup], fill: GroupFill)
             peer_col[i] = found
             fill.peers += 1
     return cand.assign(peer=peer_col)
+
+
+def _c10d_splits(cand: pd.DataFrame) -> pd.Series:
+    """The splits column, with c10d::alltoall_base_'s own arguments (Concrete Inputs [out, in, pg, '[out splits]',
+    '[in splits]', ...]) as '[[in splits],[out splits]]' where no record_param_comms gave them."""
+    splits = cand["splits"].astype(str) if "splits" in cand else pd.Series("", index=cand.index)
+    need = (cand["collective"] == "all_to_all") & (cand["source"] == "c10d") & (splits == "")
+    if not need.any() or "concrete_inputs" not in cand:
+        return splits
+    texts = cand.loc[need, "concrete_inputs"].astype(str)
+    parsed = {text: _split_args(text) for text in texts.unique()}
+    return splits.where(~need, texts.map(parsed)).fillna("")
+
+
+def _split_args(text: str) -> str:
+    try:
+        values = json.loads(text) if text else []
+        sides = [json.loads(values[4]), json.loads(values[3])] if isinstance(values, list) and len(values) > 4 else []
+    except (ValueError, TypeError):
+        return ""
+    ok = len(sides) == 2 and all(isinstance(v, list) and all(isinstance(x, int) for x in v) for v in sides)
+    return json.dumps(sides, separators=(",", ":")) if ok and any(sides) else ""
 
 
 def _local_peer(text: str) -> int:

@@ -57,7 +57,7 @@ def compact_pg_config(raw: Any, seen: dict[str, tuple[str, str]] | None = None) 
         except ValueError:
             continue
         if name not in named and isinstance(ranks, list) and ranks:
-            groups.append([name, desc, len(ranks), _ranks_text(ranks)])
+            groups.append([name, desc, len(ranks), _ranks_text(ranks), "record_param_comms"])
     return json.dumps(groups, separators=(",", ":"))
 
 
@@ -68,7 +68,17 @@ def pg_groups(text: str) -> list[tuple[str, str, int, str]]:
     except ValueError:
         return []
     return [(str(g[0]), str(g[1]), g[2], str(g[3])) for g in groups if isinstance(groups, list)
-            and isinstance(g, list) and len(g) == 4 and isinstance(g[2], int)]
+            and isinstance(g, list) and len(g) in (4, 5) and isinstance(g[2], int)]
+
+
+def pg_sources(text: str) -> dict[str, str]:
+    """pg name -> where a `compact_pg_config` string learned it: "record_param_comms" for the groups only the
+    trace's ops named (pg_config's own groups are not listed)."""
+    try:
+        groups = json.loads(text) if isinstance(text, str) and text else []
+    except ValueError:
+        return {}
+    return {str(g[0]): str(g[4]) for g in groups if isinstance(groups, list) and isinstance(g, list) and len(g) == 5}
 
 
 def expand_ranks(text: str) -> list[int]:
