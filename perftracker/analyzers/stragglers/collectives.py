@@ -167,7 +167,10 @@ def _inside_groups(colls: pd.DataFrame, groups: dict[str, ProcessGroup], report:
         return colls
     pg = colls["pg"].astype(str).to_numpy()
     rank = colls["rank"].to_numpy()
-    inside = np.array([p not in members or int(r) in members[p] for p, r in zip(pg.tolist(), rank.tolist())])
+    inside = np.ones(len(colls), dtype=bool)
+    for name in set(pg.tolist()) & set(members):
+        at = pg == name
+        inside[at] = np.isin(rank[at], members[name])
     report.outside_group = int((~inside).sum())
     return colls[inside]
 

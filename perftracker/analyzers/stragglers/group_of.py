@@ -64,10 +64,14 @@ def _inherit(cand: pd.DataFrame, fill: GroupFill) -> pd.DataFrame:
     if rpc.empty or not need.any():
         return cand
     pg = cand["pg"].to_numpy(dtype=object)
-    for (rank, tid), parents in rpc.groupby(["rank", "tid"], sort=False):
-        rows = np.flatnonzero(need.to_numpy() & (cand["rank"].to_numpy() == rank) & (cand["tid"].to_numpy() == tid))
-        if not len(rows):
+    parents_of = {key: part for key, part in rpc.groupby(["rank", "tid"], sort=False)}
+    at = np.arange(len(cand))
+    for key, part in pd.Series(at[need.to_numpy()]).groupby(
+            [cand["rank"].to_numpy()[need.to_numpy()], cand["tid"].to_numpy()[need.to_numpy()]], sort=False):
+        parents = parents_of.get(key)
+        if parents is None:
             continue
+        rows = part.to_numpy()
         parents = parents.sort_values("start_ns")
         p_start = parents["start_ns"].to_numpy()
         p_end = p_start + parents["dur_ns"].to_numpy()
@@ -94,6 +98,20 @@ def _by_thread(cand: pd.DataFrame, groups: dict[str, ProcessGroup], fill: GroupF
     if not coll.any():
         return cand
     ordered = [g for g in _creation_order(groups) if len(g.ranks) >= 2]
+    pg = cand["pg"].to_numpy(dtype=object)
+    rank_of = cand["rank"].to_numpy()
+    single: dict[int, str] = {}
+    for r in np.unique(rank_of[coll.to_numpy()]).tolist():
+        names = [g.name for g in ordered if r in g.ranks]
+        if len(names) == 1:  # a rank in one group: all its collectives run there (no thread to tell apart)
+            single[int(r)] = names[0]
+    if single:
+        at = coll.to_numpy() & np.isin(rank_of, list(single))
+        pg[at] = pd.Series(rank_of[at]).map(single).to_numpy()
+        fill.by_thread += int(at.sum())
+        coll = coll & ~at
+        if not coll.any():
+            return cand.assign(pg=pg)
     rows = cand[coll]
     keys = rows["collective"].astype(str) + ":" + rows["bytes"].astype(str)
     # per rank: classes of threads (threads sharing a (collective, bytes) run one group's work)
@@ -125,8 +143,7 @@ def _by_thread(cand: pd.DataFrame, groups: dict[str, ProcessGroup], fill: GroupF
             names = _pick(r, cls, options, classes, keyed)
         chosen[r] = {tid: name for (tids, _), name in zip(cls, names) for tid in tids}
     if not chosen:
-        return cand
-    pg = cand["pg"].to_numpy(dtype=object)
+        return cand.assign(pg=pg)
     idx = np.flatnonzero(coll.to_numpy())
     at_rank = cand["rank"].to_numpy()[idx].tolist()
     at_tid = cand["tid"].to_numpy()[idx].tolist()
