@@ -3,10 +3,12 @@
 Promise: `match_pairs(p2p)` gives each send and the recv it feeds one instance of exactly two members: the
 k-th send from rank s to rank r in a step is the k-th recv at r from s in that step (P2P ops of one pair of
 ranks complete in the order they were posted). Ops whose peer is unknown, or whose counterpart is not in the
-traces, are left out. `pair_arrivals(frame)` sets a pair's lateness and waits the way a recv blocks: the
-receiver waits from its recv until the send is issued (`wait_ns`), the sender waits for no one; the sender is
-the member that can be waited for (`is_last`, its lateness = the receiver's wait). Pairs feed neither the
-clock-offset estimate nor the clock-domain test: a send's end is not its recv's end.
+traces, are left out. `pair_arrivals(frame)` sets a pair's waits the way a recv blocks: the receiver waits
+from its recv until the send is issued (`wait_ns`; the sender is its `peer`), the sender waits for no one. A
+pair has no "last arrival" (`is_last` False, lateness 0 on both members): a pipeline's receiver waiting for
+its predecessor is the schedule's dependency, not a straggler holding a collective, so the last-arrival tests
+count collectives only. Pairs feed neither the clock-offset estimate nor the clock-domain test: a send's end is
+not its recv's end.
 """
 
 from __future__ import annotations
@@ -33,19 +35,18 @@ def match_pairs(p2p: pd.DataFrame, first_instance: int) -> pd.DataFrame:
 
 
 def pair_arrivals(frame: pd.DataFrame) -> pd.DataFrame:
-    """`frame` (arrivals with `start_aligned`) with the P2P rows' lateness, waits and last member set."""
+    """`frame` (arrivals with `start_aligned`) with the P2P rows' waits set, and no last member or lateness."""
     p2p = frame["p2p"].to_numpy()
     if not p2p.any():
         return frame
     rows = frame[p2p]
     send_start = rows["start_aligned"].where(rows["collective"] == "send").groupby(rows["instance"]).transform("max")
-    late = (send_start - rows["start_aligned"].groupby(rows["instance"]).transform("min")).clip(lower=0)
     is_send = (rows["collective"] == "send").to_numpy()
     recv_wait = (send_start - rows["start_aligned"]).clip(lower=0)
     idx = frame.index[p2p]
-    frame.loc[idx, "lateness_ns"] = np.where(is_send, late, 0).astype(np.int64)
+    frame.loc[idx, "lateness_ns"] = 0
     frame.loc[idx, "wait_ns"] = np.where(is_send, 0, recv_wait).astype(np.int64)
-    frame.loc[idx, "own_ns"] = np.where(is_send, late, 0.0)
-    frame.loc[idx, "is_last"] = is_send
-    frame.loc[idx, "gap_to_next_ns"] = np.where(is_send, late, 0).astype(np.int64)
+    frame.loc[idx, "own_ns"] = 0.0
+    frame.loc[idx, "is_last"] = False
+    frame.loc[idx, "gap_to_next_ns"] = 0
     return frame

@@ -360,6 +360,7 @@ def comm_excess(arr: pd.DataFrame) -> pd.DataFrame:
     """Per rank: how much longer the transfer phase (all arrived -> done) of its collectives is than that of
     like collectives (same op and size) elsewhere. A slow NIC or link stretches every group the rank is in;
     ranks sharing only some groups with it are stretched less. Needs more than one group to be told apart."""
+    arr = arr[~arr["p2p"]] if "p2p" in arr else arr  # a pair's send and recv do not end together: no transfer phase
     if arr.empty or arr["pg"].nunique() < 2:
         return pd.DataFrame()
     inst = arr.groupby("instance").agg(end=("end_aligned", "median"), last_start=("start_aligned", "max"),
