@@ -89,3 +89,36 @@ def test_members_no_shift_explains_are_refused_and_do_not_skew_the_clocks() -> N
     assert error.max() < 300_000
     late = arr.groupby("rank")["lateness_ns"].median()
     assert late.idxmax() == LATE_RANK and late.drop(LATE_RANK).max() < 1_000_000
+
+
+def test_the_groups_own_sequence_number_orders_its_collectives() -> None:
+    # GIVEN two ranks of group "5" whose traces record Seq (record_param_comms), rank 1's trace starting 3
+    # collectives later and in another profiler step numbering (its window began later)
+    rows = []
+    for rank, first, step in ((0, 0, 0), (1, 3, 7)):
+        for seq in range(first, 10):
+            start = seq * 1_000_000 + rank * 10_000
+            rows.append({"rank": rank, "window": 0, "step": step, "name": "nccl:all_reduce", "collective": "all_reduce",
+                         "pg": "5", "bytes": 4096, "seq": seq, "source": "gpu_kernel", "start_ns": start,
+                         "dur_ns": 50_000, "end_ns": start + 50_000})
+    coll = pd.DataFrame(rows)
+    # WHEN matched
+    report = MatchReport()
+    matched = match_instances(coll, None, report)
+    # THEN the collectives with the same Seq are one instance (7 shared), whatever the step or position
+    assert matched["instance"].nunique() == 7
+    assert (matched.groupby("instance")["seq"].nunique() == 1).all()
+    assert report.alignment.by_seq == len(coll)
+
+
+def test_sequence_numbers_that_name_different_collectives_are_not_trusted() -> None:
+    # GIVEN Seq numbers shared with P2P on one rank (its all_gather and the other's all_reduce carry one number)
+    rows = []
+    for rank, names in ((0, ["all_reduce", "all_gather"]), (1, ["all_gather", "all_reduce"])):
+        for i, name in enumerate(names):
+            rows.append({"rank": rank, "window": 0, "step": 0, "name": name, "collective": name, "pg": "5",
+                         "bytes": 4096, "seq": i, "source": "gpu_kernel", "start_ns": i * 1_000_000,
+                         "dur_ns": 10, "end_ns": i * 1_000_000 + 10})
+    # WHEN matched THEN by name and order instead: each instance is one collective
+    matched = match_instances(pd.DataFrame(rows), None, MatchReport())
+    assert (matched.groupby("instance")["collective"].nunique() == 1).all() and matched["instance"].nunique() == 2

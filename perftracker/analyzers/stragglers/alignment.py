@@ -1,8 +1,8 @@
 """Collectives matched by position must be the same collective: detect when they are not, realign or refuse.
 
 Promise: `order_keys(coll)` gives every collective event its order inside its group (`k`): the group's own
-sequence number where every event of the group records one (`Seq`), else the k-th collective of that name the
-rank issued in that group and step. `realign(coll)` then checks that the members of each instance agree on the
+sequence number where every event of the group records one (`Seq`) and each number names one collective, else
+the k-th collective of that name the rank issued in that group and step. `realign(coll)` then checks that the members of each instance agree on the
 message size (within `_TOLERANCE`; all-to-all sizes differ by design and are not compared). Where they do not
 (ranks that dropped a different number of their first collectives, or traces of different jobs), each rank's
 sequence of (collective, size) in that group and step is shifted onto the longest one's where at least
@@ -42,6 +42,11 @@ def order_keys(coll: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     seq = coll["seq"].to_numpy() if "seq" in coll else np.full(len(coll), -1)
     with_seq = pd.Series(seq >= 0, index=coll.index).groupby(coll["pg"]).transform("all").to_numpy(dtype=bool)
     with_seq = with_seq & (coll["pg"].astype(str).to_numpy() != "")
+    if with_seq.any():  # a group whose numbers do not name one collective (a counter shared with P2P): by position
+        named = coll[with_seq].groupby(["pg", "seq"], observed=True)["collective"].transform("nunique")
+        odd = set(coll.loc[named.index[named.to_numpy() > 1], "pg"].astype(str))
+        if odd:
+            with_seq = with_seq & ~coll["pg"].astype(str).isin(odd).to_numpy()
     out = coll.assign(k=np.where(with_seq, seq, k), by_seq=with_seq)
     return out, int(with_seq.sum())
 
