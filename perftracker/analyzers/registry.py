@@ -36,6 +36,7 @@ from perftracker.analyzers.online.cpu_contention import analyze_cpu_contention
 from perftracker.analyzers.online.waited_rank import analyze_waited_rank
 from perftracker.analyzers.pipeline.analyzer import analyze_pipeline
 from perftracker.analyzers.stragglers.degradation import analyze_degradation
+from perftracker.analyzers.stragglers.expert_balance import analyze_expert_balance
 from perftracker.analyzers.stragglers.stack_profile import analyze_stack_profile
 from perftracker.analyzers.stragglers.steps import analyze_steps
 from perftracker.analyzers.stragglers.straggler import analyze_stragglers
@@ -100,6 +101,8 @@ BUILTIN: tuple[Analyzer, ...] = (
     Analyzer("whatif", analyze_whatif,
              "Pipeline jobs recorded per operation (OSDI'25 format): what-if replay on the real dependencies, "
              "slowdown S, S_t, S_w, M_W, M_S and the verdict (one worker, the last stage, random variation)"),
+    Analyzer("expert_balance", analyze_expert_balance,
+             "Expert parallelism: a few ranks receiving most all-to-all tokens, and the wait it causes"),
     Analyzer("efficiency", analyze_efficiency,
              "Compute efficiency from op shapes: misaligned or tiny GEMMs, FP32 GEMMs, unfused attention, "
              "fusible elementwise chains"),

@@ -41,6 +41,7 @@ from perftracker.analyzers.pipeline.views import layout_grid_view
 from perftracker.analyzers.ranks.focus import rank_focus_view
 from perftracker.analyzers.ranks.groups import rank_groups_view, rank_layout_view
 from perftracker.analyzers.ranks.spread import lateness_groups_view, step_spread_view
+from perftracker.analyzers.stragglers.expert_balance import alltoall_bytes_view
 from perftracker.analyzers.stragglers.op_path import critical_path_ops_view
 from perftracker.analyzers.stragglers.profile_tables import profile_ranks_view, profile_shares_view
 from perftracker.analyzers.stragglers.replay_costs import (
@@ -101,6 +102,8 @@ REPORT_VIEWS: dict[str, TableView] = {
     # who waits for whom: per (matched collective, rank) arrival, wait, transfer, bandwidth; per (step, rank)
     "collective_waits": collective_split_view,
     "step_waits": step_waits_view,
+    # expert parallelism: rows and bytes each rank sent each other over the matched all-to-alls
+    "alltoall_bytes": alltoall_bytes_view,
     # the cross-rank critical path's bound classes per (step, rank), the what-if replay's fit per step
     "critical_path": critical_path_view,
     # the same at op level: each rank's step time and the cross-rank path by launches, streams and host syncs

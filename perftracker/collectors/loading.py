@@ -12,6 +12,7 @@ never reduced into one Store (`load_path` refuses them unless a job is picked; `
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -35,7 +36,13 @@ from perftracker.collectors.nsys.export import read_nsys_inputs
 from perftracker.collectors.synthetic import synthetic_inputs
 from perftracker.collectors.traces.comm_kernels import CommKernels, cached_comm_kernels
 from perftracker.collectors.traces.ranks import TraceIdentity, assign_windows
-from perftracker.collectors.traces.trace_map import FileResult, expand_ranks, pg_groups, result_tables
+from perftracker.collectors.traces.trace_map import (
+    FileResult,
+    expand_ranks,
+    pg_groups,
+    pg_sources,
+    result_tables,
+)
 from perftracker.errors import InputError
 from perftracker.rundir import Inputs, discover
 from perftracker.store import LoadNote, Store
@@ -166,10 +173,28 @@ def _fill(store: Store, scan: _Scan, group: JobGroup | None) -> None:
         for kind in KINDS:  # every kind but the traces mapped above, in the list's order
             if kind.load is not None:
                 kind.load(store, scan.found.of(OTHER if kind.claims is None else kind.name), scan.options)
+    _groups_from_flight_recorder(store)
     if not any(store.n_events if name == "events" else not store[name].empty for name in usable_tables()):
         errors = "; ".join(n.message for n in store.notes if n.level == "error")
         raise InputError(f"none of the inputs could be used{f' ({errors})' if errors else ''}", str(root),
                          "check that these are torch.profiler traces, step files or NCCL logs")
+
+
+def _groups_from_flight_recorder(store: Store) -> None:
+    """The groups the flight-recorder dumps declare (pg_config), into the one group table where no trace named them."""
+    groups = store.run_info.process_groups
+    for name, entry in list(store.run_info.fr_pg_config.items())[:4096]:
+        if str(name) in groups or not isinstance(entry, dict):
+            continue
+        raw = entry.get("ranks")
+        if isinstance(raw, str):
+            try:
+                raw = json.loads(raw)
+            except ValueError:
+                raw = None
+        ranks = tuple(r for r in raw if isinstance(r, int) and not isinstance(r, bool)) if isinstance(raw, list) else ()
+        groups[str(name)] = ProcessGroup(str(name), str(entry.get("desc", ""))[:200], len(ranks) if ranks else -1,
+                                         ranks, "flight_recorder")
 
 
 def _note_other_jobs(store: Store, scan: _Scan, group: JobGroup) -> None:
@@ -218,9 +243,11 @@ def _reduce_traces(store: Store, results: list[FileResult], spill_from: int) -> 
                           "device_name": t.device_name, "base_ns": t.base_ns, "start_ns": t.start_ns,
                           "end_ns": t.end_ns, "n_events": t.n_events,
                           "rank": ident.rank, "window": ident.window, "file": r.path})
+        sources = pg_sources(t.pg_config)
         for name, desc, size, ranks in pg_groups(t.pg_config):  # the first trace naming a group says its ranks
-            if name not in pg_configs:
-                pg_configs[name] = ProcessGroup(name, desc, size, tuple(expand_ranks(ranks)), "kineto_pg_config")
+            if name not in pg_configs or (pg_configs[name].source != "kineto_pg_config" and name not in sources):
+                pg_configs[name] = ProcessGroup(name, desc, size, tuple(expand_ranks(ranks)),
+                                                sources.get(name, "kineto_pg_config"))
     if ok:
         spill.finish()
         store.set_table("steps", _concat(steps))

@@ -56,6 +56,10 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "bytes": "int64",  # message / copy size when the trace records it
         "pg": "category",  # process-group name
         "group_size": "int32",
+        "seq": "int64",  # the collective's sequence number in its group (record_param_comms `Seq`), -1 unknown
+        "peer": "int32",  # a send's destination / a recv's source, global rank (`Dst Rank` / `Src Rank`), -1
+        # all-to-all split sizes as recorded ('[[in splits],[out splits]]' JSON text), '' where none
+        "splits": "category",
         # the communication library of a comm kernel (data/comm_kernels.toml family: nccl, deepep, ...), else ''
         "comm_family": "category",
         # a framework op's arguments as the trace wrote them (JSON text; '' for other events and traces without

@@ -2,109 +2,185 @@
 
 Each rank's collectives come from one source, the best its trace has: GPU communication kernels
 (NCCL/RCCL), else gloo's `gloo:*` execution annotations, else `c10d::*` ops, else `nccl:*`
-annotations, else `record_param_comms`. An instance is keyed by (process group, collective, step,
-k): the k-th such collective the rank issued in that step, so ranks whose profiling windows differ
-still line up, a missing rank just leaves a member out, and sub-groups (tensor / pipeline / data
-parallel) are matched within their own group.
+annotations, else `record_param_comms`. Every event carries its process group where the input says it
+(`group_of.fill_groups`: the event's args, its record_param_comms, gloo's per-group worker threads). A
+collective is matched only among the members of its group, in the group's own order (`alignment`: its
+sequence number where recorded, else the k-th collective of that name the rank issued in that group and
+step), and members that disagree on the message are realigned or refused. P2P send/recv are matched as
+pairs (`p2p`). Where no event names a group, collectives are matched by name and order over all ranks, and
+`MatchReport` says so (`matching_findings`).
 
-Views: `arrivals_view` (the run's arrivals, clock offsets and clock domains, `aligned_arrivals`).
+Views: `arrivals_view` (the run's arrivals, clock offsets and clock domains, `aligned_arrivals`). The
+events and arrivals tables carry `peer` (the other rank of a P2P op, -1 for collectives) and `p2p`.
 
 Clock alignment: a collective completes almost simultaneously on all its members, so each rank's
-offset is the median, over its matched instances, of its end time minus the instance's median end;
-the ranks of one host share their host's clock, unless one host name hides several (`clock_domains`).
+offset is the median, over its matched instances (not P2P pairs), of its end time minus the instance's median
+end; the ranks of one host share their host's clock, unless one host name hides several (`clock_domains`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.stragglers.alignment import Alignment, instance_keys, order_keys, realign
 from perftracker.analyzers.stragglers.clock_domains import ClockDomains, clock_domains
+from perftracker.analyzers.stragglers.group_of import P2P_COLLECTIVES, GroupFill, fill_groups
+from perftracker.analyzers.stragglers.p2p import match_pairs, pair_arrivals
 from perftracker.store import Store
+from perftracker.store.run_info import ProcessGroup
 
 _CPU_SOURCES = (("gloo:", "gloo"), ("c10d::", "c10d"), ("nccl:", "nccl_annotation"),
                 ("record_param_comms", "record_param_comms"))
+_COLUMNS = ["rank", "window", "step", "name", "collective", "pg", "bytes", "start_ns", "dur_ns", "source", "seq",
+            "peer", "p2p", "splits", "tid"]
+
+
+@dataclass
+class MatchReport:
+    """How the collectives were matched: their groups' provenance, the fallback used, what was refused."""
+
+    events: int = 0
+    with_group: int = 0  # collective (not P2P) events whose group is known
+    fill: GroupFill = field(default_factory=GroupFill)
+    alignment: Alignment = field(default_factory=Alignment)
+    p2p_events: int = 0
+    p2p_paired: int = 0
+    outside_group: int = 0  # events left out: their rank is not a member of the group they name
+
+    @property
+    def fallback(self) -> bool:
+        """No collective event names its group: matched by name and order over all ranks."""
+        return self.events > self.p2p_events and self.with_group == 0
 
 
 def collective_events(store: Store) -> pd.DataFrame:
-    """Per rank window, the collective events of its best source, with a `source` column."""
+    """Per rank window, the collective events of its best source, with `source`, `pg` filled where it can be
+    known (`group_of`), `peer` (global rank of a P2P op's other end, -1 otherwise) and `p2p`."""
+    return _events(store)[0]
+
+
+def _events(store: Store) -> tuple[pd.DataFrame, GroupFill]:
     if not store.n_events:
-        return _empty()
+        return _empty(), GroupFill()
     candidates = store.select_events(lambda ev: ev["kind"].isin(["comm", "collective_cpu"]).to_numpy())
     if candidates.empty:
-        return _empty()
+        return _empty(), GroupFill()
     names = candidates["name"].astype(str)
     source = pd.Series("", index=candidates.index, dtype=object)
     source[candidates["kind"] == "comm"] = "gpu_kernel"
     for prefix, label in _CPU_SOURCES:
         source[(source == "") & names.str.startswith(prefix)] = label
-    candidates = candidates.assign(source=source.to_numpy())
+    candidates = candidates.assign(source=source.to_numpy(), collective=candidates["collective"].astype(str))
     candidates = candidates[candidates["source"] != ""]
+    candidates, fill = fill_groups(candidates, store.run_info.process_groups)
     priority = {"gpu_kernel": 0, "gloo": 1, "c10d": 2, "nccl_annotation": 3, "record_param_comms": 4}
     rank_best = candidates.assign(prio=candidates["source"].map(priority)).groupby(["rank", "window"])["prio"].min()
     prio = candidates["source"].map(priority).to_numpy()
     best = rank_best.reindex(pd.MultiIndex.from_arrays([candidates["rank"], candidates["window"]])).to_numpy()
     chosen = candidates[prio == best]
-    out = chosen[["rank", "window", "step", "name", "collective", "pg", "bytes", "start_ns", "dur_ns", "source"]].copy()
-    out["collective"] = out["collective"].astype(str).replace("", "unknown")
+    out = chosen.assign(p2p=chosen["collective"].isin(P2P_COLLECTIVES).to_numpy())[_COLUMNS].copy()
+    out["collective"] = out["collective"].replace("", "unknown")
     out["pg"] = out["pg"].astype(str)
+    out["splits"] = out["splits"].astype(str)
+    out["peer"] = out["peer"].astype(np.int32)
     out["end_ns"] = out["start_ns"] + out["dur_ns"]
     issued = candidates[candidates["source"] == "c10d"]
     if not issued.empty and (out["source"] == "gloo").any():
         out = _arrive_at_issue(out, issued)
     result: pd.DataFrame = out.reset_index(drop=True)
-    return result
+    return result, fill
 
 
 def _arrive_at_issue(out: pd.DataFrame, issued: pd.DataFrame) -> pd.DataFrame:
     """gloo runs a rank's collectives one after another on its own thread, so a gloo:* span starts when
     the previous one ended (at the same time on every rank). The rank *arrived* when its main thread
-    issued the c10d:: op: pair the k-th issue with the k-th execution and start there."""
+    issued the c10d:: op: pair the k-th issue with the k-th execution and start there (a P2P op's peer and
+    the issued op's splits come from the c10d:: op too)."""
     keys = ["rank", "window", "step", "collective"]
-    issue = issued.assign(collective=issued["collective"].astype(str)).sort_values("start_ns", kind="stable")
-    issue = issue.assign(k=issue.groupby(keys, observed=True).cumcount())[[*keys, "k", "start_ns"]]
+    issue = issued.sort_values("start_ns", kind="stable")
+    issue = issue.assign(k=issue.groupby(keys, observed=True).cumcount())[[*keys, "k", "start_ns", "peer", "splits"]]
+    issue = issue.rename(columns={"start_ns": "issued_ns", "peer": "issued_peer", "splits": "issued_splits"})
     out = out.sort_values("start_ns", kind="stable")
     out = out.assign(k=out.groupby(keys, observed=True).cumcount())
-    merged = out.merge(issue.rename(columns={"start_ns": "issued_ns"}), on=[*keys, "k"], how="left")
+    merged = out.merge(issue, on=[*keys, "k"], how="left")
     gloo = (merged["source"] == "gloo") & merged["issued_ns"].notna()
     issued_ns = merged["issued_ns"].fillna(0).astype(np.int64)
     earlier = gloo & (issued_ns < merged["start_ns"])
     merged.loc[earlier, "start_ns"] = issued_ns[earlier]
     merged["dur_ns"] = merged["end_ns"] - merged["start_ns"]
-    return merged.drop(columns=["k", "issued_ns"])
+    peer = merged["issued_peer"].fillna(-1).astype(np.int32)
+    take = gloo & (merged["peer"] < 0) & (peer >= 0)
+    merged.loc[take, "peer"] = peer[take]
+    splits = merged["issued_splits"].astype(str)
+    take = gloo & (merged["splits"] == "") & merged["issued_splits"].notna() & (splits != "")
+    merged.loc[take, "splits"] = splits[take]
+    return merged.drop(columns=["k", "issued_ns", "issued_peer", "issued_splits"])
 
 
 def _empty() -> pd.DataFrame:
-    return pd.DataFrame(columns=["rank", "window", "step", "name", "collective", "pg", "bytes", "start_ns",
-                                 "dur_ns", "source", "end_ns"])
+    frame = pd.DataFrame({c: pd.Series(dtype=object) for c in [*_COLUMNS, "end_ns"]})
+    return frame.astype({"rank": np.int32, "peer": np.int32, "p2p": bool, "start_ns": np.int64, "end_ns": np.int64,
+                         "dur_ns": np.int64})
 
 
-def match_instances(coll: pd.DataFrame) -> pd.DataFrame:
+def match_instances(coll: pd.DataFrame, groups: dict[str, ProcessGroup] | None = None,
+                    report: MatchReport | None = None) -> pd.DataFrame:
     """Add `instance` (an id shared by the same collective on every member) and `members`.
 
+    Collectives are matched inside their group in the group's order (`alignment`), P2P ops as pairs (`p2p`).
     Only instances seen on at least two ranks are kept.
     """
+    report = report if report is not None else MatchReport()
     if coll.empty:
         return coll.assign(instance=pd.Series(dtype=np.int64), members=pd.Series(dtype=np.int64))
-    coll = coll.sort_values(["rank", "window", "start_ns"], kind="stable")
-    keys = ["rank", "pg", "collective", "step"]
-    coll = coll.assign(k=coll.groupby(keys, sort=False, observed=True).cumcount())
-    instance_keys = ["pg", "collective", "step", "k"]
-    coll = coll.assign(instance=coll.groupby(instance_keys, sort=True, observed=True).ngroup())
-    members = coll.groupby("instance")["rank"].transform("nunique")
-    coll = coll.assign(members=members)
+    if "p2p" not in coll:
+        coll = coll.assign(p2p=coll["collective"].isin(P2P_COLLECTIVES), peer=np.int32(-1))
+    p2p = coll["p2p"].to_numpy(dtype=bool)
+    report.events, report.p2p_events = len(coll), int(p2p.sum())
+    colls = coll[~p2p]
+    report.with_group = int((colls["pg"].astype(str) != "").sum())
+    colls = _inside_groups(colls, groups or {}, report)
+    colls, report.alignment.by_seq = order_keys(colls)
+    colls, report.alignment = realign(colls)
+    report.alignment.by_seq = int(colls["by_seq"].sum()) if len(colls) else 0
+    colls = colls.assign(instance=colls.groupby(instance_keys(colls), sort=True, observed=True).ngroup())
     # A rank seen twice in one instance (two windows of one step) keeps its first occurrence.
-    coll = coll.drop_duplicates(["instance", "rank"], keep="first")
-    return coll[coll["members"] >= 2].reset_index(drop=True)
+    colls = colls.drop_duplicates(["instance", "rank"], keep="first")
+    colls = colls.assign(members=colls.groupby("instance")["rank"].transform("nunique"))
+    colls = colls[colls["members"] >= 2].drop(columns=["k", "by_seq"])
+    first = int(colls["instance"].max()) + 1 if len(colls) else 0
+    pairs = match_pairs(coll[p2p], first)
+    report.p2p_paired = len(pairs)
+    out = pd.concat([colls, pairs], ignore_index=True) if len(pairs) else colls.reset_index(drop=True)
+    return out
+
+
+def _inside_groups(colls: pd.DataFrame, groups: dict[str, ProcessGroup], report: MatchReport) -> pd.DataFrame:
+    """Events of ranks that are not members of the group they name are left out (counted)."""
+    members = {name: g.ranks for name, g in groups.items() if g.ranks}
+    if not members or colls.empty:
+        return colls
+    pg = colls["pg"].astype(str).to_numpy()
+    rank = colls["rank"].to_numpy()
+    inside = np.ones(len(colls), dtype=bool)
+    for name in set(pg.tolist()) & set(members):
+        at = pg == name
+        inside[at] = np.isin(rank[at], members[name])
+    report.outside_group = int((~inside).sum())
+    return colls[inside]
 
 
 def clock_offsets(matched: pd.DataFrame, iterations: int = 20) -> pd.Series:
     """Per-rank clock offset in ns (relative to the job's median clock), from collective end times. Iterated
     until it converges (below a microsecond): with real end-time jitter and skews of tens of ms between hosts,
     3 rounds left estimates 0.6 ms off and not shifting with the skew (tests/lab); about 10 converge."""
+    if "p2p" in matched:
+        matched = matched[~matched["p2p"].to_numpy(dtype=bool)]  # a send's end is not its recv's end
     if matched.empty:
         return pd.Series(dtype=np.int64)
     offsets = pd.Series(0.0, index=sorted(matched["rank"].unique()))
@@ -152,6 +228,8 @@ def arrivals(matched: pd.DataFrame, offsets: pd.Series) -> pd.DataFrame:
     frame["is_last"] = False
     frame.loc[frame.index.isin(order.groupby("instance").head(1).index), "is_last"] = True
     frame["gap_to_next_ns"] = np.where(frame["is_last"], frame["instance"].map(gap).to_numpy(), 0)
+    if "p2p" in frame:
+        frame = pair_arrivals(frame)
     return frame.sort_values(["instance", "rank"]).reset_index(drop=True)
 
 
@@ -161,10 +239,13 @@ def straggler_tables(store: Store) -> tuple[pd.DataFrame, pd.Series]:
     return arr, domains.offsets
 
 
-def aligned_arrivals(store: Store) -> tuple[pd.DataFrame, ClockDomains]:
+def aligned_arrivals(store: Store, report: MatchReport | None = None) -> tuple[pd.DataFrame, ClockDomains]:
     """(arrivals per instance and rank, the ranks' clock domains and offsets: `clock_domains`)."""
-    matched = match_instances(collective_events(store))
-    domains = clock_domains(store, matched, clock_offsets(matched))
+    report = report if report is not None else MatchReport()
+    events, report.fill = _events(store)
+    matched = match_instances(events, store.run_info.process_groups, report)
+    collectives = matched[~matched["p2p"].to_numpy(dtype=bool)] if "p2p" in matched else matched
+    domains = clock_domains(store, collectives, clock_offsets(collectives))
     return arrivals(matched, domains.offsets), domains
 
 
@@ -175,9 +256,43 @@ class CollectiveArrivals:
     arrivals: pd.DataFrame
     offsets: pd.Series
     domains: ClockDomains | None = None
+    report: MatchReport | None = None  # how they were matched (groups, fallback, refused members)
 
 
 def arrivals_view(analysis: Analysis) -> CollectiveArrivals:
     """The run's collective arrivals (see `straggler_tables`)."""
-    arr, domains = aligned_arrivals(analysis.store)
-    return CollectiveArrivals(arr, domains.offsets, domains)
+    report = MatchReport()
+    arr, domains = aligned_arrivals(analysis.store, report)
+    return CollectiveArrivals(arr, domains.offsets, domains, report)
+
+
+def matching_findings(seen: CollectiveArrivals) -> list[Finding]:
+    """Info findings on how collectives were matched, where it matters: the fallback used when no event names
+    its process group, and the members refused or realigned because they were not the same collective."""
+    report = seen.report
+    if report is None or report.events == 0:
+        return []
+    found: list[Finding] = []
+    if report.fallback:
+        found.append(Finding(
+            analyzer="straggler", severity=Severity.INFO,
+            title="Collectives matched by name and order across all ranks: the traces name no process group",
+            recommendation="Context: without groups, collectives of different sub-groups (tensor, pipeline, data "
+            "parallel) that run at the same time can be taken for one. Record with a PyTorch whose traces carry "
+            "record_param_comms (NCCL) or distributedInfo.pg_config, so each collective is matched inside its group.",
+            evidence={"collective_events": report.events - report.p2p_events, "fallback": "name_and_order"},
+            key="straggler:matching:fallback"))
+    align = report.alignment
+    if align.mismatched:
+        found.append(Finding(
+            analyzer="straggler", severity=Severity.INFO,
+            title=(f"{align.mismatched} collective instance(s) matched by position had members that are not the same "
+                   f"collective (their sizes differ): {align.realigned} event(s) realigned by name and size, "
+                   f"{align.refused} left out of the timing"),
+            recommendation="Context: the ranks' traces do not start at the same collective (a different number of "
+            "early collectives was dropped), or they come from different jobs. Clock offsets and lateness are "
+            "computed only from instances whose members agree; record all ranks over the same steps.",
+            evidence={"mismatched_instances": align.mismatched, "realigned_events": align.realigned,
+                      "refused_events": align.refused, "groups": list(align.groups)},
+            key="straggler:matching:mismatch"))
+    return found

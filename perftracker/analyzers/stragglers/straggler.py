@@ -38,6 +38,7 @@ from perftracker.analyzers.stragglers.clock_domains import clock_domain_findings
 from perftracker.analyzers.stragglers.collectives import (  # noqa: F401 - re-exported for their readers
     CollectiveArrivals,
     arrivals_view,
+    matching_findings,
     straggler_tables,
 )
 from perftracker.analyzers.stragglers.durations import DurationVerdict, judge_durations, work_trials
@@ -228,7 +229,7 @@ def analyze_stragglers(analysis: Analysis) -> list[Finding]:
     durations = _durations_pick(analysis.view(compute_view), analysis.view(durations_view))
     by_last = analysis.view(verdict_view)
     verdict = _by_durations(by_last, durations)
-    findings = [_alignment_finding(arr, offsets), *clock_domain_findings(seen.domains)]
+    findings = [_alignment_finding(arr, offsets), *clock_domain_findings(seen.domains), *matching_findings(seen)]
     if verdict.significant and not verdict.is_group:
         findings.append(_straggler(analysis, arr, metrics, verdict, durations, by_last.significant))
     elif verdict.is_group:
@@ -385,6 +386,7 @@ def comm_excess(arr: pd.DataFrame) -> pd.DataFrame:
     """Per rank: how much longer the transfer phase (all arrived -> done) of its collectives is than that of
     like collectives (same op and size) elsewhere. A slow NIC or link stretches every group the rank is in;
     ranks sharing only some groups with it are stretched less. Needs more than one group to be told apart."""
+    arr = arr[~arr["p2p"]] if "p2p" in arr else arr  # a pair's send and recv do not end together: no transfer phase
     if arr.empty or arr["pg"].nunique() < 2:
         return pd.DataFrame()
     inst = arr.groupby("instance").agg(end=("end_aligned", "median"), last_start=("start_aligned", "max"),

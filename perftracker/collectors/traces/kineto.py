@@ -21,13 +21,13 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from perftracker.collectors.traces.collective_names import collective_of, message_elems
+from perftracker.collectors.traces.collective_names import DTYPE_BYTES, collective_of, message_elems
 from perftracker.collectors.traces.comm_kernels import CommKernels
 from perftracker.collectors.traces.kineto_columns import MAX_SHAPE_TEXT, EventColumns, codes_of, narrow
 from perftracker.collectors.traces.kineto_read import ParsedTrace
 from perftracker.collectors.traces.step_assign import assign_steps
 from perftracker.store.schema import conform
-from perftracker.values import ascii_int
+from perftracker.values import ascii_int, int_in
 
 __all__ = ["MAX_SHAPE_TEXT", "build_tables", "collective_of", "message_elems"]
 
@@ -126,6 +126,7 @@ def build_tables(
     steps = _steps(step_of_name[name_codes], stream, ts, dur, rank, window)
     coll_codes, coll_values = _collectives(name_codes, name_values, kind, cols.hint_code, cols.hint_values)
     family_codes, family_values = _comm_families(name_codes, family_of_name, kind)
+    nbytes = _sized_by_shapes(cols, kind)
     events = pd.DataFrame({
         "rank": np.full(n, rank, dtype=np.int32), "window": np.full(n, window, dtype=np.int16),
         "device": narrow(device, np.int16), "stream": narrow(stream, np.int32), "tid": tid,
@@ -133,8 +134,9 @@ def build_tables(
         "name": _categorical(name_codes, name_values), "start_ns": ts, "dur_ns": np.maximum(dur, 0),
         "step": assign_steps(steps, stream, ts, corr, unlaunched_in_no_step=True), "correlation": corr,
         "external_id": cols.external_id,
-        "collective": _categorical(coll_codes, coll_values), "bytes": cols.nbytes,
-        "pg": _categorical(pg_codes, pg_values), "group_size": cols.group_size,
+        "collective": _categorical(coll_codes, coll_values), "bytes": nbytes,
+        "pg": _categorical(pg_codes, pg_values), "group_size": cols.group_size, "seq": cols.seq, "peer": cols.peer,
+        "splits": _categorical(*_recoded(cols.split_code, cols.split_values)),
         "comm_family": _categorical(family_codes, family_values), **_shape_args(cols, kind),
     }, copy=False)
     return events, conform("steps", steps)
@@ -145,13 +147,51 @@ _SHAPE_COLUMNS = ("input_dims", "input_types", "concrete_inputs")
 
 def _shape_args(cols: EventColumns, kind: npt.NDArray[np.int8]) -> dict[str, pd.Series]:
     """The shape columns of framework ops (`Input Dims`, `Input type`, `Concrete Inputs` as JSON text), '' elsewhere."""
-    is_op = kind == _KIND_CODE["cpu_op"]
+    is_op = (kind == _KIND_CODE["cpu_op"]) | (kind == _KIND_CODE["collective_cpu"])  # c10d::send's peer, splits
     out: dict[str, pd.Series] = {}
     for column, codes, keys in zip(_SHAPE_COLUMNS, cols.shape_code, cols.shape_values):
         texts, raw = _recoded(np.where(is_op, codes, 0), [k.decode("utf-8", "replace") for k in keys])
         compact, values = codes_of([_compact_json(v) for v in raw])  # one spelling per value: pretty-printed traces
         out[column] = _categorical(compact[texts] if len(texts) else texts, values)
     return out
+
+
+def _sized_by_shapes(cols: EventColumns, kind: npt.NDArray[np.int8]) -> npt.NDArray[np.int64]:
+    """The events' bytes, with CPU collectives that record no size (gloo:*, c10d::*) sized by their first input's
+    `Input Dims` and `Input type` (one tensor, or a list of tensors: their elements summed)."""
+    nbytes = cols.nbytes
+    need = (kind == _KIND_CODE["collective_cpu"]) & (nbytes < 0) & (cols.shape_code[0] > 0)
+    if not need.any():
+        return nbytes
+    nbytes = nbytes.copy()
+    pairs = np.stack([cols.shape_code[0][need], cols.shape_code[1][need]], axis=1)
+    distinct, inverse = np.unique(pairs, axis=0, return_inverse=True)
+    dims_values, type_values = cols.shape_values[0], cols.shape_values[1]
+    sizes = np.array([_first_input_bytes(dims_values[d], type_values[t]) for d, t in distinct.tolist()], dtype=np.int64)
+    nbytes[need] = sizes[inverse.reshape(-1)]
+    return nbytes
+
+
+def _first_input_bytes(dims_raw: bytes, types_raw: bytes) -> int:
+    """Bytes of an op's first input from its `Input Dims` ([[n, m], ...] or [[[n], [m]], ...]) and `Input type`
+    (['float', ...], 'TensorList' counted as float); -1 when they do not say."""
+    try:
+        dims, types = msgspec.json.decode(dims_raw), msgspec.json.decode(types_raw) if types_raw else []
+    except (msgspec.DecodeError, UnicodeError):
+        return -1
+    if not isinstance(dims, list) or not dims or not isinstance(dims[0], list) or not dims[0]:
+        return -1
+    flat = all(isinstance(d, int) for d in dims[0])
+    shapes = [dims[0]] if flat else [d for d in dims[0] if isinstance(d, list)]
+    elems = 0
+    for shape in shapes[:4096]:
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                  for d in shape):
+            return -1
+        elems += int(np.prod(shape, dtype=np.float64))
+    name = str(types[0]).lower() if isinstance(types, list) and types else "float"
+    size = int_in(elems * DTYPE_BYTES.get(name, 4), 0)
+    return -1 if size is None else size
 
 
 def _compact_json(text: str) -> str:

@@ -17,13 +17,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from perftracker.bounded import clean_text
 from perftracker.collectors.traces.collective_names import DTYPE_BYTES, collective_of, message_elems
-from perftracker.values import INT32_MAX, INT64_MAX, INT64_MIN, int_in
+from perftracker.values import INT32_MAX, INT64_MAX, INT64_MIN, ascii_int, int_in
 
 if TYPE_CHECKING:
     from perftracker.collectors.traces.kineto_read import EventArgs
@@ -117,6 +118,12 @@ class EventColumns:
     pg_values: list[str] = field(default_factory=lambda: [""])
     pg_code: npt.NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, np.int32))
     group_size: npt.NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, np.int32))
+    seq: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, _I64))  # the group's own order, -1
+    peer: npt.NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, np.int32))  # P2P global peer, -1
+    split_values: list[str] = field(default_factory=lambda: [""])  # '[[in splits],[out splits]]' JSON text
+    split_code: npt.NDArray[np.int32] = field(default_factory=lambda: np.zeros(0, np.int32))
+    # pg name -> (description, members as JSON text) from record_param_comms (the groups ops name)
+    groups_seen: dict[str, tuple[str, str]] = field(default_factory=dict)
     shape_values: list[list[bytes]] = field(default_factory=lambda: [[b""], [b""], [b""]])
     shape_code: list[npt.NDArray[np.int32]] = field(
         default_factory=lambda: [np.zeros(0, np.int32), np.zeros(0, np.int32), np.zeros(0, np.int32)])
@@ -138,7 +145,7 @@ class EventColumns:
 
 _SHAPE_ATTRS = ("input_dims", "input_type", "concrete_inputs")
 _ARRAYS = ("name_code", "kept", "cat_code", "pid_device", "tid", "ts_ns", "dur_ns", "stream", "device",
-           "correlation", "external_id", "nbytes", "hint_code", "pg_code", "group_size")
+           "correlation", "external_id", "nbytes", "hint_code", "pg_code", "group_size", "seq", "peer", "split_code")
 
 
 class ColumnBuilder:
@@ -150,6 +157,8 @@ class ColumnBuilder:
         self.phs = _Interned()
         self.hints = _Interned()
         self.pgs = _Interned("")
+        self.splits = _Interned("")
+        self.groups_seen: dict[str, tuple[str, str]] = {}
         self.shapes: list[dict[bytes, int]] = [{b"": 0}, {b"": 0}, {b"": 0}]
         self.parts: dict[str, list[npt.NDArray[Any]]] = {k: [] for k in _ARRAYS}
         self.shape_parts: list[list[npt.NDArray[np.int32]]] = [[], [], []]
@@ -194,13 +203,26 @@ class ColumnBuilder:
         hint = np.full(len(kept_args), -1, dtype=np.int32)
         pg = np.zeros(len(kept_args), dtype=np.int32)
         gsize = np.full(len(kept_args), -1, dtype=np.int64)
+        seq = np.full(len(kept_args), -1, dtype=np.int64)
+        peer = np.full(len(kept_args), -1, dtype=np.int32)
+        split = np.zeros(len(kept_args), dtype=np.int32)
         for i, a in enumerate(kept_args):
             if a.collective_name is None:
                 continue
             name = str(a.collective_name)
             hint[i] = self.hints.code.setdefault(name, len(self.hints.code))
             if a.pg_name is not None:
-                pg[i] = self.pgs.code.setdefault(clean_text(str(a.pg_name)), len(self.pgs.code))
+                pg_name = clean_text(str(a.pg_name))
+                pg[i] = self.pgs.code.setdefault(pg_name, len(self.pgs.code))
+                if pg_name not in self.groups_seen and a.pg_ranks and len(self.groups_seen) < _MAX_GROUPS:
+                    self.groups_seen[pg_name] = (clean_text(str(a.pg_desc or ""))[:200],
+                                                 bytes(a.pg_ranks)[:_MAX_RANKS_TEXT].decode("utf-8", "replace"))
+            seq[i] = _small_int(a.seq, -1)
+            peer[i] = _small_int(a.dst_rank if a.dst_rank is not None else a.src_rank, -1)
+            if a.in_split or a.out_split:
+                text = _splits_text(a.in_split, a.out_split)
+                if text:
+                    split[i] = self.splits.code.setdefault(text, len(self.splits.code))
             if a.group_size is not None:
                 gsize[i] = int_in(a.group_size, -1, INT32_MAX) or -1
             elems = message_elems(collective_of(name), a.in_msg_nelems, a.out_msg_nelems, int(gsize[i]))
@@ -210,6 +232,9 @@ class ColumnBuilder:
         parts["hint_code"].append(hint)
         parts["pg_code"].append(pg)
         parts["group_size"].append(gsize.astype(np.int32))
+        parts["seq"].append(seq)
+        parts["peer"].append(peer)
+        parts["split_code"].append(split)
         for column, attr in enumerate(_SHAPE_ATTRS):
             table = self.shapes[column]
             codes = np.zeros(len(kept_args), dtype=np.int32)
@@ -240,7 +265,9 @@ class ColumnBuilder:
             correlation=joined("correlation", _I64), external_id=joined("external_id", _I64),
             nbytes=joined("nbytes", _I64), hint_values=self.hints.values(), hint_code=joined("hint_code", np.int32),
             pg_values=self.pgs.values(), pg_code=joined("pg_code", np.int32),
-            group_size=joined("group_size", np.int32),
+            group_size=joined("group_size", np.int32), seq=joined("seq", _I64), peer=joined("peer", np.int32),
+            split_values=self.splits.values(), split_code=joined("split_code", np.int32),
+            groups_seen=dict(self.groups_seen),
             shape_values=[list(table) for table in self.shapes],
             shape_code=shapes, negative_durations=self.negative)
         return columns
@@ -269,7 +296,40 @@ class _NoArgs:
 
     stream = device = correlation = external_id = nbytes = -1
     collective_name = pg_name = group_size = in_msg_nelems = out_msg_nelems = dtype = None
-    input_dims = input_type = concrete_inputs = b""
+    pg_desc = seq = src_rank = dst_rank = None
+    input_dims = input_type = concrete_inputs = pg_ranks = in_split = out_split = b""
 
 
 _NO_ARGS: Any = _NoArgs()
+
+
+_MAX_GROUPS = 4096  # groups remembered per trace (a 4096-rank job names ~520)
+_MAX_RANKS_TEXT = 64 * 1024
+_MAX_SPLITS = 4096  # splits kept per side of one all-to-all
+
+
+def _small_int(value: int | str | None, default: int) -> int:
+    """An int32 from an int or a numeric string (kineto writes metadata as text), else `default`."""
+    if isinstance(value, str):
+        value = ascii_int(value.strip())
+    if isinstance(value, int) and not isinstance(value, bool):
+        small = int_in(value, -1, INT32_MAX)
+        return default if small is None else small
+    return default
+
+
+def _splits_text(in_raw: bytes | msgspec.Raw, out_raw: bytes | msgspec.Raw) -> str:
+    """'[[in splits],[out splits]]' from the args' texts ('[1, 2]', or a JSON list), '' when both are empty."""
+    sides = []
+    for raw in (in_raw, out_raw):
+        value: object = []
+        if raw:
+            try:
+                value = msgspec.json.decode(bytes(raw)[:_MAX_RANKS_TEXT])
+                if isinstance(value, str):
+                    value = msgspec.json.decode(value)
+            except (msgspec.DecodeError, UnicodeError):
+                value = []
+        sides.append([int(v) for v in value[:_MAX_SPLITS] if isinstance(v, int) and not isinstance(v, bool)]
+                     if isinstance(value, list) else [])
+    return msgspec.json.encode(sides).decode() if any(sides) else ""

@@ -52,6 +52,7 @@ __all__ = ["EventArgs", "ParsedTrace", "TraceDoc", "parse_trace"]
 # The tolerant reader builds Python objects for every value (~100 bytes each): this bounds its memory.
 MAX_LOOSE_VALUES = 4_000_000
 _CHUNK = 1 << 16  # events added to the columns at a time
+_COMM_KEYS = (("pg_ranks", "Process Group Ranks"), ("in_split", "In split size"), ("out_split", "Out split size"))
 _SHAPE_KEYS = (("input_dims", "Input Dims"), ("input_type", "Input type"), ("concrete_inputs", "Concrete Inputs"))
 
 
@@ -251,5 +252,8 @@ def _loose_args(args: dict[str, Any]) -> EventArgs:
         pg_name=pg if isinstance(pg, (str, int)) and not isinstance(pg, bool) else None,
         dtype=str(args["dtype"]) if "dtype" in args else None,
         nbytes=_as_int(args.get("bytes")),
+        pg_desc=str(args["Process Group Description"]) if "Process Group Description" in args else None,
+        seq=_as_int(args.get("Seq")), src_rank=_as_int(args.get("Src Rank")), dst_rank=_as_int(args.get("Dst Rank")),
+        **{attr: msgspec.Raw(msgspec.json.encode(args[key])) for attr, key in _COMM_KEYS if key in args},
         **{attr: msgspec.Raw(msgspec.json.encode(args[key])) for attr, key in _SHAPE_KEYS if key in args},
     )

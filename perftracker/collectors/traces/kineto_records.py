@@ -49,6 +49,15 @@ class EventArgs(msgspec.Struct, omit_defaults=True, gc=False):
     pg_name: str | int | None = msgspec.field(default=None, name="Process Group Name")
     dtype: str | None = None
     nbytes: int | None = msgspec.field(default=-1, name="bytes")
+    # record_param_comms' group and order (PyTorch 2.1-2.6+ profiler/util.cpp): the group's description and
+    # members (JSON text "[0, 1]"), its own sequence number, a P2P op's global peer, all-to-all splits.
+    pg_desc: str | None = msgspec.field(default=None, name="Process Group Description")
+    pg_ranks: msgspec.Raw = msgspec.field(default=NO_RAW, name="Process Group Ranks")
+    seq: int | str | None = msgspec.field(default=None, name="Seq")
+    src_rank: int | str | None = msgspec.field(default=None, name="Src Rank")
+    dst_rank: int | str | None = msgspec.field(default=None, name="Dst Rank")
+    in_split: msgspec.Raw = msgspec.field(default=NO_RAW, name="In split size")
+    out_split: msgspec.Raw = msgspec.field(default=NO_RAW, name="Out split size")
     input_dims: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input Dims")  # an op's shapes, kept as JSON text
     input_type: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input type")
     concrete_inputs: msgspec.Raw = msgspec.field(default=NO_RAW, name="Concrete Inputs")

@@ -46,7 +46,7 @@ from perftracker.bounded import file_cap, load_json_file, open_regular
 from perftracker.collectors.traces.comm_kernels import CommKernels
 from perftracker.errors import InputError
 
-CACHE_VERSION = f"{__version__}-10"  # -6: keys by content (sha256 of the bytes); -7: pg_config compacted; -8: op shapes; -9: all-gather sized by its output, GPU work launched before the window in no step; -10: the pre-window note is info
+CACHE_VERSION = f"{__version__}-11"  # -11: events' seq, peer, splits; c10d ops' shapes; groups of record_param_comms; -6: keys by content (sha256 of the bytes); -7: pg_config compacted; -8: op shapes; -9: all-gather sized by its output, GPU work launched before the window in no step; -10: the pre-window note is info
 _BLOCK = 1 << 20
 
 

@@ -40,14 +40,24 @@ def _ranks_text(ranks: Any) -> str:
     return ",".join(map(str, ranks))
 
 
-def compact_pg_config(raw: Any) -> str:
+def compact_pg_config(raw: Any, seen: dict[str, tuple[str, str]] | None = None) -> str:
     """distributedInfo.pg_config as one JSON string of [name, desc, size, ranks text] per group. A trace of a
     4096-rank job lists ~520 groups naming ~12k ranks; kept as parsed lists for every trace, the driver held
-    O(ranks^2) Python objects (2.8 GB at 4096 ranks); one short string per trace is ~30 KB."""
+    O(ranks^2) Python objects (2.8 GB at 4096 ranks); one short string per trace is ~30 KB. `seen`: the groups
+    the trace's record_param_comms name (name -> (desc, members as JSON text)), added where pg_config lacks them."""
     groups = [[str(pg["pg_name"]), str(pg.get("pg_desc", "")),
                size if isinstance(size := pg.get("pg_size"), int) and not isinstance(size, bool) else -1,
                _ranks_text(pg.get("ranks"))]
               for pg in (raw if isinstance(raw, list) else []) if isinstance(pg, dict) and "pg_name" in pg]
+    named = {g[0] for g in groups}
+    for name, (desc, ranks_json) in (seen or {}).items():
+        try:
+            ranks = json.loads(ranks_json)
+            ranks = json.loads(ranks) if isinstance(ranks, str) else ranks
+        except ValueError:
+            continue
+        if name not in named and isinstance(ranks, list) and ranks:
+            groups.append([name, desc, len(ranks), _ranks_text(ranks), "record_param_comms"])
     return json.dumps(groups, separators=(",", ":"))
 
 
@@ -58,7 +68,17 @@ def pg_groups(text: str) -> list[tuple[str, str, int, str]]:
     except ValueError:
         return []
     return [(str(g[0]), str(g[1]), g[2], str(g[3])) for g in groups if isinstance(groups, list)
-            and isinstance(g, list) and len(g) == 4 and isinstance(g[2], int)]
+            and isinstance(g, list) and len(g) in (4, 5) and isinstance(g[2], int)]
+
+
+def pg_sources(text: str) -> dict[str, str]:
+    """pg name -> where a `compact_pg_config` string learned it: "record_param_comms" for the groups only the
+    trace's ops named (pg_config's own groups are not listed)."""
+    try:
+        groups = json.loads(text) if isinstance(text, str) and text else []
+    except ValueError:
+        return {}
+    return {str(g[0]): str(g[4]) for g in groups if isinstance(groups, list) and isinstance(g, list) and len(g) == 5}
 
 
 def expand_ranks(text: str) -> list[int]:
@@ -206,7 +226,7 @@ def _parse(path: Path, comm_kernels: CommKernels) -> tuple[TraceFacts, list[tupl
         device_name=device_name, base_ns=trace.base_ns if trace.base_ns is not None else -1,
         start_ns=int(events["start_ns"].min()) if len(events) else 0,
         end_ns=int((events["start_ns"] + events["dur_ns"]).max()) if len(events) else 0,
-        n_events=len(events), pg_config=compact_pg_config(pg_config))
+        n_events=len(events), pg_config=compact_pg_config(pg_config, trace.columns.groups_seen))
     return facts, notes, events, steps
 
 
