@@ -25,6 +25,7 @@ import pandas as pd
 from perftracker import output_dir
 from perftracker.analyzers.findings import Finding
 from perftracker.errors import OutputError, output_error
+from perftracker.redaction import safe_frame, safe_tables, safe_text
 from perftracker.reports import json_report
 from perftracker.saved_tables import read_tables
 from perftracker.store import LoadNote
@@ -63,21 +64,28 @@ def write_run(run: Run, out_dir: Path) -> None:
     """Write `run` into `out_dir` (ReportNotWritten naming what was written before a write failed)."""
     written: list[str] = []
     try:
-        with output_dir.claimed(out_dir):  # one writer per folder; a planted link is replaced, never followed
+        with output_dir.claimed(out_dir) as claim:  # one writer per folder; a planted link is replaced, never followed
+            for rel in (FINDINGS, REPORT, TIMELINE):  # nothing perftracker did not write is in the way
+                claim.check(rel)
+            claim.made_from, claim.command = str(run.input), "analyze"
+            tables = safe_tables(run.tables)
             with writing(out_dir / TABLES):
-                output_dir.replace_tables(run.tables, out_dir / TABLES)
+                output_dir.replace_tables(tables, out_dir / TABLES, claim)
             written.append(f"{TABLES}/")
             with writing(out_dir / FINDINGS):
                 json_report.write(out_dir / FINDINGS, run.document)
+                claim.wrote(FINDINGS)
             written.append(FINDINGS)
             if run.timeline is not None:
                 with writing(out_dir / TIMELINE):
                     write_timeline(run.timeline, out_dir / TIMELINE, run.input)
+                    claim.wrote(TIMELINE)
                 written.append(TIMELINE)
             else:  # an earlier run's timeline is not this run's
-                output_dir.remove_stale(out_dir / TIMELINE)
+                output_dir.remove_stale(out_dir / TIMELINE, claim)
             with writing(out_dir / REPORT):
-                render_html(out_dir, run.tables, run.findings, run.notes, run.input, run.summary)
+                render_html(out_dir, tables, run.findings, run.notes, run.input, run.summary)
+                claim.wrote(REPORT)
     except OutputError as exc:
         raise ReportNotWritten(exc, run, written) from None
 
@@ -120,7 +128,7 @@ def render_html(out_dir: Path, tables: Mapping[str, pd.DataFrame], findings: lis
     notes = [*notes, *(LoadNote("warning", f"report section {name}", f"left out: its tables could not be drawn "
                                 f"({why}). Re-run `perftracker analyze` to write them again.")
                        for name, why in failed)]
-    html_report.render(out_dir / REPORT, findings, notes, sections, title=title, coverage=summary.get("coverage"),
+    html_report.render(out_dir / REPORT, findings, notes, sections, title=safe_text(title), coverage=summary.get("coverage"),
                        synthetic=summary.get("synthetic_inputs"), strip=summary_strip(tables, findings),
                        timeline_command=timeline_command(title, out_dir, tables),
                        timeline_file=TIMELINE if (out_dir / TIMELINE).is_file() else "")
@@ -133,9 +141,11 @@ def render_report(out_dir: Path, follow_links: bool = False) -> Path:
     document, findings = json_report.read(out_dir / FINDINGS, follow_links)
     tables, table_notes = read_tables(out_dir / TABLES, follow_links)
     notes = [*(LoadNote.from_dict(n) for n in document.get("notes", [])), *table_notes]
-    with output_dir.claimed(out_dir, ""), writing(out_dir / REPORT, ""):
-        render_html(out_dir, tables, findings, notes, str(document.get("input", out_dir)),
+    with output_dir.claimed(out_dir, "") as claim, writing(out_dir / REPORT, ""):
+        claim.check(REPORT)
+        render_html(out_dir, safe_tables(tables), findings, notes, str(document.get("input", out_dir)),
                     document.get("summary") or {})
+        claim.wrote(REPORT)
     return out_dir / REPORT
 
 
@@ -161,12 +171,15 @@ def write_diff(diff: RunDiff, out_dir: Path) -> None:
     """`diff.json` and `diff.html` in `out_dir`, and each side that was analyzed (not read from a saved output)
     into `out_dir/base` and `out_dir/new`, so that the page links both sides' reports. OutputError when a file
     cannot be written (each is written then renamed: none is left half-written)."""
-    with output_dir.claimed(out_dir):
-        _write_diff(diff, out_dir)
+    with output_dir.claimed(out_dir) as claim:
+        for rel in (DIFF_JSON, DIFF_HTML):
+            claim.check(rel)
+        claim.command = claim.command or "diff"
+        _write_diff(diff, out_dir, claim)
     diff.out_dir = out_dir
 
 
-def _write_diff(diff: RunDiff, out_dir: Path) -> None:
+def _write_diff(diff: RunDiff, out_dir: Path, claim: output_dir.Claim) -> None:
     from perftracker.reports import diff_html
 
     reports: dict[str, str] = {}
@@ -177,7 +190,10 @@ def _write_diff(diff: RunDiff, out_dir: Path) -> None:
             reports[label] = Path(os.path.relpath(side.out_dir / REPORT, out_dir)).as_posix()
     with writing(out_dir / DIFF_JSON):
         json_report.write(out_dir / DIFF_JSON, diff.document)
+        claim.wrote(DIFF_JSON)
     with writing(out_dir / DIFF_HTML):
         comparison = diff.comparison
-        diff_html.render(out_dir / DIFF_HTML, diff.findings, comparison.ops, comparison.ranks, comparison.summary,
-                         title=f"perftracker diff: {diff.title}", verdict=diff.verdict, side_reports=reports)
+        diff_html.render(out_dir / DIFF_HTML, diff.findings, safe_frame(comparison.ops), safe_frame(comparison.ranks),
+                         comparison.summary, title=f"perftracker diff: {diff.title}", verdict=diff.verdict,
+                         side_reports=reports)
+        claim.wrote(DIFF_HTML)

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from perftracker.collectors.counters.proc_state import state_record
+from perftracker.containment import OUTPUT_MARK
 from perftracker.collectors.counters.sched import snapshot_record
 from perftracker.collectors.steps import parse_step_line
 from perftracker.live.profile_sampler import ProfileSampler
@@ -289,6 +290,7 @@ def capture_incident(ctx: LiveContext, alarm: Alarm, folder: Path, plan: Capture
     evidence = folder / "evidence"
     try:
         evidence.mkdir(parents=True, exist_ok=True)
+        (folder / OUTPUT_MARK).touch()  # perftracker's own folder: its analysis is written beside the evidence
         record.step_source = alarm.source
         record.write(folder)
         if alarm.kind == "hang" and stacks is not None:
