@@ -1,0 +1,92 @@
+"""Round three: one redaction for everything written. Secrets planted into the names of ops (record_function)
+and kernels of Kineto traces, into NCCL WARN lines and job-log lines (a PEM private key, a `ghp_` token,
+`password=`, URL credentials), plus an ESC byte, are greped for in every output file: findings.json, report.html,
+tables/*.parquet decoded, the timeline, diff.json and diff.html, and the terminal. None survives."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from perftracker.cli import app
+from perftracker.redaction import safe_frame, safe_text
+
+SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "ddp-gloo-4rank-slow-rank2"
+PEM = ("-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA7bq9Zx3kQwErTy\nUiOpAsDfGhJkLzXcVbNm1234\n"
+       "-----END RSA PRIVATE KEY-----")
+PLANT = " password=hunter2 ghp_AbCdEf0123456789AbCdEf0123456789abcd https://alice:s3cretpw@h.example/x \x1b[31m"
+SECRETS = ["hunter2", "ghp_AbCdEf", "s3cretpw", "MIIEpAIBAAKCAQEA", "UiOpAsDfGhJk", "\x1b", "\\u001b"]
+
+
+def _planted_run(root: Path) -> Path:
+    run = Path(shutil.copytree(SAMPLE, root / "run"))
+    for trace in sorted((run / "traces").glob("*.json.gz")):
+        doc = json.loads(gzip.decompress(trace.read_bytes()))
+        for event in doc["traceEvents"]:
+            if event.get("name") in ("extra_work", "aten::addmm", "aten::mm"):
+                event["name"] = event["name"] + PLANT
+        trace.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    (run / "output").mkdir(exist_ok=True)
+    (run / "output" / "launcher.stderr.log").write_text(
+        f"node-1:7:7 [0] NCCL WARN NET/IB : connect failed {PLANT}\n" + f"[rank1]: RuntimeError: ssl failed {PEM}\n"
+        + "\n".join(f"[rank1]: {line}" for line in PEM.splitlines()) + "\n", encoding="utf-8")
+    return run
+
+
+def _text_of(path: Path) -> str:
+    if path.suffix == ".parquet":
+        frame = pd.read_parquet(path)
+        return frame.to_csv() + " ".join(map(str, frame.columns))
+    data = path.read_bytes()
+    if path.suffix == ".gz":
+        data = gzip.decompress(data)
+    return data.decode("utf-8", errors="replace")
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    root = tmp_path_factory.mktemp("secrets")
+    run = _planted_run(root)
+    runner = CliRunner()
+    first = runner.invoke(app, ["analyze", str(run), "-o", str(root / "out"), "--timeline", "--no-cache"],
+                          terminal_width=300)
+    assert first.exit_code == 0, first.output
+    second = runner.invoke(app, ["diff", str(SAMPLE), str(run), "-o", str(root / "diff"), "--no-cache",
+                                 "--allow-different-jobs"], terminal_width=300)
+    assert second.exit_code in (0, 3), second.output
+    return root, first.output + second.output
+
+
+def test_no_planted_secret_reaches_any_output_file(outputs: tuple[Path, str]) -> None:
+    root, terminal = outputs
+    # GIVEN the planted run analyzed (with its timeline) and compared with the clean one
+    files = [p for folder in ("out", "diff") for p in (root / folder).rglob("*") if p.is_file()]
+    assert any(p.suffix == ".parquet" for p in files) and any(p.name == "timeline.json.gz" for p in files)
+    assert any(p.name == "diff.html" for p in files)
+    # THEN no secret and no ESC byte is in any of them, nor in the terminal
+    leaks = {str(p.relative_to(root)): [s for s in SECRETS if s in _text_of(p)] for p in files}
+    assert {k: v for k, v in leaks.items() if v} == {}
+    assert [s for s in SECRETS if s in terminal] == []
+    # AND the names are still there, their secrets hidden
+    ops = pd.read_parquet(root / "out" / "tables" / "op_totals.parquet")
+    assert ops.astype(str).apply(lambda c: c.str.contains("extra_work password=<redacted>")).any().any()
+
+
+def test_safe_frame_redacts_each_distinct_string_once_and_keeps_the_rest() -> None:
+    # GIVEN a table of a million rows of two names, one with a secret, a categorical column and numbers
+    frame = pd.DataFrame({"name": ["aten::mm", f"k{PLANT}"] * 500_000, "n": range(1_000_000)})
+    frame["cat"] = frame["name"].astype("category")
+    # WHEN made safe THEN both columns are redacted, the numbers as they were; a clean frame is returned as is
+    safe = safe_frame(frame)
+    assert set(safe["name"]) == {"aten::mm", safe_text(f"k{PLANT}")} and "hunter2" not in str(set(safe["cat"]))
+    assert safe["n"].equals(frame["n"])
+    clean = pd.DataFrame({"name": ["aten::mm"]})
+    assert safe_frame(clean) is clean
+    assert io.StringIO(safe.head().to_csv()).read().count("<redacted>") > 0
