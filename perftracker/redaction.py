@@ -16,6 +16,7 @@ value check above. Everything perftracker stores (env snapshots, manifests, repo
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
@@ -187,7 +188,13 @@ def redact_text(text: str) -> str:
 
 
 def safe_text(text: str) -> str:
-    """What every output shows of a text from an input: `redact_text`, on one line (`plain_line`)."""
+    """What every output shows of a text from an input: `redact_text`, on one line (`plain_line`). Short texts
+    are remembered (a name repeated in every row or every rank's evidence is redacted once)."""
+    return _safe_short(text) if len(text) <= 512 else plain_line(redact_text(text))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _safe_short(text: str) -> str:
     return plain_line(redact_text(text))
 
 

@@ -44,9 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from perftracker.collectors.counters.proc_state import state_record
-from perftracker.containment import OUTPUT_MARK
 from perftracker.collectors.counters.sched import snapshot_record
 from perftracker.collectors.steps import parse_step_line
+from perftracker.containment import OUTPUT_MARK
 from perftracker.live.profile_sampler import ProfileSampler
 from perftracker.live.sampler import LiveContext
 from perftracker.live.stacks import StackSampler, snapshot_name

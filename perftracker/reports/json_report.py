@@ -19,8 +19,8 @@ from typing import Any
 from perftracker import __version__
 from perftracker.analyzers.findings import Finding, Severity, rank_findings, safe_evidence
 from perftracker.errors import InputError
-from perftracker.reports.findings_file import checked_findings, checked_notes, checked_summary, read_document
 from perftracker.redaction import safe_text
+from perftracker.reports.findings_file import checked_findings, checked_notes, checked_summary, read_document
 from perftracker.rundir import atomic_write_text
 from perftracker.store import LoadNote
 
