@@ -17,7 +17,7 @@ from perftracker.containment import OUTPUT_MARK
 from perftracker.errors import OutputError
 from perftracker.results import Run
 
-SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "ddp-gloo-4rank-slow-rank2"
+SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "gloo-4rank-stall-rank2"
 
 
 @pytest.fixture(scope="module")
