@@ -118,6 +118,18 @@ def saved_output(path: Path) -> Path | None:
     return None
 
 
+def origin_notes(folder: Path, document: Mapping[str, Any]) -> list[LoadNote]:
+    """A warning when the folder's mark (`output_dir.made_from`: what the last analysis written there was made
+    from) and its findings.json disagree: the folder may hold files of two runs, and is not read as either
+    silently."""
+    marked, said = output_dir.made_from(folder), str(document.get("input", ""))
+    if not marked or marked == said:
+        return []
+    return [LoadNote("warning", str(folder), f"this output folder's mark says its last analysis was of {marked}, "
+                     f"but its findings.json is of {said}: it may hold files of two runs; analyze again into a new "
+                     "folder")]
+
+
 def render_html(out_dir: Path, tables: Mapping[str, pd.DataFrame], findings: list[Finding], notes: list[LoadNote],
                 title: str, summary: Mapping[str, Any]) -> None:
     """report.html in `out_dir`, from the run's tables and findings (sections that cannot be drawn are noted)."""

@@ -102,3 +102,17 @@ def test_planted_links_in_an_unmarked_folder_are_refused_their_targets_untouched
     assert result.exit_code == 2, result.output
     assert sorted(p.name for p in foreign.iterdir()) == ["keep.txt"]
     shutil.rmtree(out)
+
+
+def test_a_saved_folder_whose_mark_and_findings_disagree_is_said(run: Run, tmp_path: Path) -> None:
+    # GIVEN an output folder whose mark says its last analysis was of another input than its findings.json
+    out = tmp_path / "out"
+    run.write(out)
+    mark = json.loads((out / OUTPUT_MARK).read_text())
+    (out / OUTPUT_MARK).write_text(json.dumps({**mark, "made_from": "/runs/another-job"}))
+    # WHEN read as a saved analysis (as `diff` and `report` read it) THEN a warning names both
+    notes = [n.message for n in perftracker.read(out).notes]
+    assert any("/runs/another-job" in m and "two runs" in m for m in notes), notes
+    # AND a folder whose mark agrees gets no such note
+    (out / OUTPUT_MARK).write_text(json.dumps(mark))
+    assert not any("two runs" in n.message for n in perftracker.read(out).notes)
