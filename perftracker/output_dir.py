@@ -10,7 +10,8 @@ Promise:
   The mark also tells `containment.walk` that the folder is output, never input. Refused (`OutputError`,
   exit 2, before anything is written): `out_dir` a symlink (its target is not ours to fill; give the target
   itself), and an existing folder without the mark that is not empty (a user's own folder: what is there is
-  named).
+  named) unless it has the shape of an output folder written before the mark (findings.json and tables/,
+  or diff.json: `containment.is_output_folder`), which is then treated as a mark without a manifest.
 - The mark holds the folder's manifest (JSON: the files perftracker wrote there and what the analysis was
   made from). Inside a marked folder only the files its manifest lists (or, for a mark written before the
   manifest, perftracker's own file names) are replaced or removed: `Claim.check(rel)` refuses any other
@@ -42,7 +43,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from perftracker.containment import OUTPUT_MARK
+from perftracker.containment import OUTPUT_MARK, is_output_folder
 from perftracker.errors import OutputError, output_error
 
 TABLES = "tables"
@@ -136,7 +137,7 @@ def refuse_foreign(out_dir: Path, option: str) -> None:
                           f"give the folder itself{' with ' + option if option else ''}, or a new folder")
     if out_dir.is_dir() and not os.path.lexists(out_dir / OUTPUT_MARK):
         names = sorted(os.listdir(out_dir))
-        if names:
+        if names and not is_output_folder(out_dir, set(names)):  # an output of a version before the mark: ours
             shown = ", ".join(names[:_SHOWN]) + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
             raise OutputError(f"is not a perftracker output folder and is not empty (it holds {shown}): perftracker "
                               "writes only into a new or empty folder, or one it wrote before", str(out_dir),

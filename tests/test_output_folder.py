@@ -30,14 +30,12 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_a_planted_tables_link_is_replaced_never_written_through(run: Path, tmp_path: Path) -> None:
-    # GIVEN an -o (a perftracker output folder: an unmarked one is refused, tests/hostile/test_outputs.py)
-    # holding `tables` -> a foreign folder and `findings.json` -> a foreign file
+    # GIVEN an -o holding `tables` -> a foreign folder and `findings.json` -> a foreign file
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "keep.txt").write_text("mine")
     out = tmp_path / "out"
-    with claimed(out):
-        pass
+    out.mkdir()
     (out / "tables").symlink_to(foreign)
     (out / "findings.json").symlink_to(foreign / "keep.txt")
     # WHEN analyzed into it
