@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from perftracker import output_dir
-from perftracker.analyzers.findings import Finding
+from perftracker.analyzers.findings import Finding, safe_evidence
 from perftracker.errors import OutputError, output_error
-from perftracker.redaction import safe_frame, safe_tables, safe_text
+from perftracker.redaction import plain_line, safe_frame, safe_tables, safe_text
 from perftracker.reports import json_report
 from perftracker.saved_tables import read_tables
 from perftracker.store import LoadNote
@@ -142,7 +142,7 @@ def render_html(out_dir: Path, tables: Mapping[str, pd.DataFrame], findings: lis
                        for name, why in failed)]
     html_report.render(out_dir / REPORT, findings, notes, sections, title=safe_text(title), coverage=summary.get("coverage"),
                        synthetic=summary.get("synthetic_inputs"), strip=summary_strip(tables, findings),
-                       timeline_command=timeline_command(title, out_dir, tables),
+                       timeline_command=plain_line(timeline_command(title, out_dir, tables)),
                        timeline_file=TIMELINE if (out_dir / TIMELINE).is_file() else "")
 
 
@@ -206,6 +206,7 @@ def _write_diff(diff: RunDiff, out_dir: Path, claim: output_dir.Claim) -> None:
     with writing(out_dir / DIFF_HTML):
         comparison = diff.comparison
         diff_html.render(out_dir / DIFF_HTML, diff.findings, safe_frame(comparison.ops), safe_frame(comparison.ranks),
-                         comparison.summary, title=f"perftracker diff: {diff.title}", verdict=diff.verdict,
+                         safe_evidence(comparison.summary), title=safe_text(f"perftracker diff: {diff.title}"),
+                         verdict=diff.verdict,
                          side_reports=reports)
         claim.wrote(DIFF_HTML)

@@ -92,11 +92,13 @@ def build(findings: list[Finding], notes: list[LoadNote], input_path: str, summa
 
 
 def write(path: Path, document: dict[str, Any]) -> None:
-    """The document as JSON; its input and summary (host names, the diff's labels) through the one redaction
-    (`safe_evidence`: `redaction.safe_text` on every string and key; findings and notes passed it when made)."""
+    """The document as JSON; its input, summary (host names, the diff's labels) and notes' data through the one
+    redaction (`safe_evidence`: `redaction.safe_text` on every string and key; findings passed it when made)."""
     shown = {**document, "input": safe_text(str(document.get("input", "")))} if "input" in document else dict(document)
     if isinstance(document.get("summary"), dict):
         shown["summary"] = safe_evidence(document["summary"])
+    if isinstance(document.get("notes"), list):  # a note's data (the files it names) too
+        shown["notes"] = [safe_evidence(n) if isinstance(n, dict) else n for n in document["notes"]]
     atomic_write_text(path, json.dumps(shown, indent=2, default=str) + "\n")
 
 

@@ -90,3 +90,24 @@ def test_safe_frame_redacts_each_distinct_string_once_and_keeps_the_rest() -> No
     clean = pd.DataFrame({"name": ["aten::mm"]})
     assert safe_frame(clean) is clean
     assert io.StringIO(safe.head().to_csv()).read().count("<redacted>") > 0
+
+
+STALL = Path(__file__).resolve().parents[2] / "sample_traces" / "gloo-4rank-stall-rank2"
+
+
+def test_control_bytes_of_folder_and_host_names_reach_no_output(tmp_path: Path) -> None:
+    # GIVEN a run in a folder whose name holds ESC sequences, whose manifests name the host with one too
+    run = Path(shutil.copytree(STALL, tmp_path / "run\x1b[31m\x1b]0;title\x07"))
+    for manifest in (run / "manifest.json", *(run / "manifests").glob("*.json")):
+        manifest.write_text(manifest.read_text().replace('"vm"', '"vm\\u001b[2Jevil"'))
+    # WHEN analyzed, and compared with itself
+    runner = CliRunner()
+    first = runner.invoke(app, ["analyze", str(run), "-o", str(tmp_path / "out"), "--no-cache"])
+    second = runner.invoke(app, ["diff", str(tmp_path / "out"), str(tmp_path / "out"), "-o", str(tmp_path / "d")])
+    assert first.exit_code == 0 and second.exit_code == 0, first.output + second.output
+    # THEN no control byte (raw or JSON-escaped) is in report.html, findings.json, diff.html or diff.json
+    for path in (tmp_path / "out" / "report.html", tmp_path / "out" / "findings.json", tmp_path / "d" / "diff.html",
+                 tmp_path / "d" / "diff.json"):
+        text = path.read_text(encoding="utf-8")
+        assert "\x1b" not in text and "\\u001b" not in text and "\x07" not in text, path.name
+    assert "\x1b" not in first.output + second.output
