@@ -111,3 +111,28 @@ def test_control_bytes_of_folder_and_host_names_reach_no_output(tmp_path: Path) 
         text = path.read_text(encoding="utf-8")
         assert "\x1b" not in text and "\\u001b" not in text and "\x07" not in text, path.name
     assert "\x1b" not in first.output + second.output
+
+
+def test_secrets_in_flight_recorder_op_names_reach_no_output(tmp_path: Path) -> None:
+    # GIVEN flight-recorder dumps whose op names and process-group names carry planted secrets
+    import pickle
+
+    from postmortem.frgen import entry
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for rank in range(4):
+        entries = [entry(5, op=f"nccl:all_reduce{PLANT}", pg="10", desc=f"GROUP{PLANT}", state="started")]
+        body = {"version": "2.10", "rank": rank, "entries": entries if rank != 3 else [],
+                "pg_config": {"10": {"name": "10", "desc": f"GROUP{PLANT}", "ranks": "[0, 1, 2, 3]"}},
+                "pg_status": {"10": {"last_enqueued_collective": 5 if rank != 3 else 4, "last_started_collective": -1,
+                                     "last_completed_collective": 4}}}
+        (run / f"nccl_trace_rank_{rank}").write_bytes(pickle.dumps(body))
+    # WHEN analyzed THEN the hang is found, and no output file holds a secret
+    result = CliRunner().invoke(app, ["postmortem", str(run), "-o", str(tmp_path / "out")], terminal_width=300)
+    assert result.exit_code == 0, result.output
+    files = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+    assert {str(p.name): [s for s in SECRETS if s in _text_of(p)] for p in files if any(
+        s in _text_of(p) for s in SECRETS)} == {}
+    assert [s for s in SECRETS if s in result.output] == []
+    assert "Rank 3" in result.output
