@@ -159,7 +159,7 @@ _PEM = re.compile(r"-----BEGIN[ A-Z0-9]{0,40}PRIVATE KEY(?:[ A-Z]{0,20}-----)?.*
 _AUTH_SCHEME = re.compile(r"(?i)\b(?P<scheme>bearer|basic|token)(?P<gap>[ \t]+)(?P<cred>[A-Za-z0-9._~+/\-]{8,}=*)")
 # `password: hunter2`, `"api_key": "x"`: a secret-looking name, a colon, a value
 _COLON_SECRET = re.compile(r"(?i)(?P<name>\b[A-Za-z0-9_.\-]{0,40}(?:passw(?:or)?d|passwd|secret|api[_-]?key|"
-                           r"access[_-]?key|private[_-]?key|token)[\"']?)(?P<gap>[ \t]*:[ \t]*[\"']?)"
+                           r"access[_-]?key|private[_-]?key|token)[\"']?)(?P<gap>[ \t]*:(?!:)[ \t]*[\"']?)"
                            r"(?P<value>[^\s\"',;]{1,})")
 
 
@@ -180,7 +180,8 @@ def redact_text(text: str) -> str:
     out = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", out)
     out = _hide_params(out)
     out = _AUTH_SCHEME.sub(lambda m: f"{m.group('scheme')}{m.group('gap')}{REDACTED}"
-                           if m.group("scheme").lower() != "token" or _text_token(m.group("cred")) else m.group(0), out)
+                           if m.group("scheme").lower() == "bearer" or _text_token(m.group("cred"))
+                           or m.group("cred").endswith("=") else m.group(0), out)
     if ":" in out:
         out = _COLON_SECRET.sub(lambda m: f"{m.group('name')}{m.group('gap')}{REDACTED}"
                                 if m.group("value") != REDACTED else m.group(0), out)
