@@ -136,3 +136,27 @@ def test_secrets_in_flight_recorder_op_names_reach_no_output(tmp_path: Path) -> 
         s in _text_of(p) for s in SECRETS)} == {}
     assert [s for s in SECRETS if s in result.output] == []
     assert "Rank 3" in result.output
+
+
+def test_secrets_in_nsight_kernel_names_and_nvtx_ranges_reach_no_output(tmp_path: Path) -> None:
+    # GIVEN a real Nsight Systems export whose every string (kernel names, NVTX ranges) carries planted secrets
+    import sqlite3
+
+    from nsys_fixtures import SAXPY, real_export
+
+    export = real_export(SAXPY, tmp_path / "run", "rank_0.sqlite")
+    conn = sqlite3.connect(export)
+    conn.execute("UPDATE StringIds SET value = value || ?", (PLANT,))
+    conn.commit()
+    conn.close()
+    # WHEN analyzed with its timeline
+    result = CliRunner().invoke(app, ["analyze", str(tmp_path / "run"), "-o", str(tmp_path / "out"), "--timeline",
+                                      "--no-cache"], terminal_width=300)
+    assert result.exit_code in (0, 3), result.output
+    # THEN no output file, parquet decoded, holds a secret or an ESC byte
+    files = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+    assert any(p.name == "kernels.parquet" for p in files)
+    assert "password=<redacted>" in _text_of(tmp_path / "out" / "tables" / "kernels.parquet")  # names kept, hidden
+    assert {p.name: [s for s in SECRETS if s in _text_of(p)] for p in files
+            if any(s in _text_of(p) for s in SECRETS)} == {}
+    assert [s for s in SECRETS if s in result.output] == []
