@@ -1,51 +1,157 @@
-"""Outputs only where asked: one writer per output folder, and no write that follows a link planted in it.
+"""Outputs only where asked: one writer per output folder, no write that follows a link planted in it, and
+nothing removed or replaced that perftracker did not write.
 
 Promise:
-- `claimed(out_dir)` holds the folder for one command: it creates it, opens its mark file `OUTPUT_MARK`
-  (no-follow: a link planted there is refused) and takes an exclusive, non-blocking lock on it; a second
-  perftracker writing into the same folder at the same time gets an `OutputError` at once ("another
-  perftracker command is writing into this folder"), never a mix of two runs' files. Re-entrant within a
-  process. A folder it created is removed again when the command fails before writing anything. The mark also tells `containment.walk` that the folder is output, never input. A folder that is
-  a symlink inside another output folder (a planted `base` or `new` of a diff) is refused.
-- `replace_tables(tables, folder)` writes every table into a new hidden folder beside `folder`, then swaps
-  it in: a `tables` symlink (or file) planted in the output folder is removed, never followed or written
-  through, and tables of an earlier run that this run does not write do not stay behind.
-- `remove_stale(path)` removes a file of an earlier run that this run does not write (unlinks, never
-  follows), so a report never links another run's file as this run's.
+- `claimed(out_dir)` holds the folder for one command and yields its `Claim`: it creates it, opens its mark
+  file `OUTPUT_MARK` (no-follow: a link planted there is refused) and takes an exclusive, non-blocking lock
+  on it; a second perftracker writing into the same folder at the same time gets an `OutputError` at once
+  ("another perftracker command is writing into this folder"), never a mix of two runs' files. Re-entrant
+  within a process. A folder it created is removed again when the command fails before writing anything.
+  The mark also tells `containment.walk` that the folder is output, never input. Refused (`OutputError`,
+  exit 2, before anything is written): `out_dir` a symlink (its target is not ours to fill; give the target
+  itself), and an existing folder without the mark that is not empty (a user's own folder: what is there is
+  named) unless it has the shape of an output folder written before the mark (findings.json and tables/,
+  or diff.json: `containment.is_output_folder`), which is then treated as a mark without a manifest.
+- The mark holds the folder's manifest (JSON: the files perftracker wrote there and what the analysis was
+  made from). Inside a marked folder only the files its manifest lists (or, for a mark written before the
+  manifest, perftracker's own file names) are replaced or removed: `Claim.check(rel)` refuses any other
+  file in the way, naming it; a link in the way is replaced, never followed.
+- `replace_tables(tables, folder, claim)` writes every table into a new hidden folder beside `folder`, then
+  swaps it in: a `tables` symlink (or file) planted in the output folder is removed, never followed or
+  written through, and tables of an earlier run that this run does not write do not stay behind; a file
+  in `tables/` the manifest does not list stops it before anything is written.
+- `remove_stale(path, claim)` removes a file of an earlier run that this run does not write (unlinks, never
+  follows), so a report never links another run's file as this run's: only when the manifest lists it.
 Every other output file is written by `rundir.atomic_write_*` (a new file renamed over the name: a link
-planted under that name is replaced, its target untouched).
+planted under that name is replaced, its target untouched), after `Claim.check` and recorded with
+`Claim.wrote`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from perftracker.containment import OUTPUT_MARK
+from perftracker.containment import OUTPUT_MARK, is_output_folder
 from perftracker.errors import OutputError, output_error
 
-_HELD: dict[str, int] = {}
+TABLES = "tables"
+# The names perftracker writes into an output folder: a mark without a manifest (written before there was
+# one) owns these, and only these.
+OWN_NAMES = frozenset({"findings.json", "report.html", "timeline.json.gz", "diff.json", "diff.html"})
+MAX_MARK_BYTES = 1 << 20
+_SHOWN = 8
+
+
+@dataclass
+class Claim:
+    """A folder held by this command: what its manifest says perftracker wrote there, and what it writes now."""
+
+    folder: Path
+    fd: int
+    files: set[str] = field(default_factory=set)  # relative posix paths perftracker wrote
+    legacy: bool = False  # a mark without a manifest: perftracker's own names are its
+    made_from: str = ""  # what the analysis written here was made from (its input)
+    command: str = ""
+
+    def owns(self, rel: str) -> bool:
+        if rel in self.files:
+            return True
+        return self.legacy and (rel in OWN_NAMES or (rel.startswith(f"{TABLES}/") and rel.endswith(".parquet")))
+
+    def check(self, rel: str) -> None:
+        """OutputError when `rel` is there, is not a link and is not perftracker's: it is never replaced."""
+        path = self.folder / rel
+        if os.path.lexists(path) and not path.is_symlink() and not self.owns(rel):
+            raise OutputError(f"holds {rel}, which perftracker did not write (its mark does not list it); "
+                              "perftracker never replaces such a file", str(self.folder),
+                              f"move {rel} away, or give another folder")
+
+    def wrote(self, rel: str) -> None:
+        self.files.add(rel)
+        self.save()
+
+    def forget(self, rel: str) -> None:
+        self.files.discard(rel)
+        self.save()
+
+    def save(self) -> None:
+        """Rewrite the mark with the manifest (through the open, locked descriptor: never a link)."""
+        self.legacy = False
+        data = json.dumps({"perftracker_output": 1, "made_from": self.made_from, "command": self.command,
+                           "files": sorted(self.files)}, indent=1).encode()
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, data, 0)
+
+
+def read_manifest(fd: int) -> tuple[set[str], bool, str, str]:
+    """(files, legacy, made_from, command) of an open mark file; a mark that is empty or not a manifest is
+    one written before the manifest (legacy)."""
+    raw = os.pread(fd, MAX_MARK_BYTES, 0)
+    try:
+        doc = json.loads(raw) if raw.strip() else None
+    except (ValueError, RecursionError):
+        doc = None
+    if not isinstance(doc, dict) or not isinstance(doc.get("files"), list):
+        return set(), True, "", ""
+    files = {str(f) for f in doc["files"] if isinstance(f, str) and ".." not in f.split("/") and not f.startswith("/")}
+    return files, False, str(doc.get("made_from") or ""), str(doc.get("command") or "")
+
+
+def made_from(folder: Path) -> str:
+    """What the analysis in output folder `folder` was made from, as its mark says ("" when it does not say)."""
+    try:
+        fd = os.open(folder / OUTPUT_MARK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    try:
+        return read_manifest(fd)[2]
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+
+
+_HELD: dict[str, Claim] = {}
+
+
+def refuse_foreign(out_dir: Path, option: str) -> None:
+    """OutputError when `out_dir` is a symlink, or an existing folder without the mark that holds anything."""
+    if out_dir.is_symlink():
+        if (out_dir.parent / OUTPUT_MARK).exists():
+            raise OutputError("is a symlink inside a perftracker output folder (planted there?)", str(out_dir),
+                              "remove the link, or give another folder")
+        raise OutputError(f"is a symbolic link (to {os.readlink(out_dir)}): perftracker does not write through "
+                          "a link into a folder it did not make", str(out_dir),
+                          f"give the folder itself{' with ' + option if option else ''}, or a new folder")
+    if out_dir.is_dir() and not os.path.lexists(out_dir / OUTPUT_MARK):
+        names = sorted(os.listdir(out_dir))
+        if names and not is_output_folder(out_dir, set(names)):  # an output of a version before the mark: ours
+            shown = ", ".join(names[:_SHOWN]) + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
+            raise OutputError(f"is not a perftracker output folder and is not empty (it holds {shown}): perftracker "
+                              "writes only into a new or empty folder, or one it wrote before", str(out_dir),
+                              f"give a new or empty folder{' with ' + option if option else ''}")
 
 
 @contextmanager
-def claimed(out_dir: Path, option: str = "-o") -> Iterator[None]:
+def claimed(out_dir: Path, option: str = "-o") -> Iterator[Claim]:
     """Hold `out_dir` for this command (see the module docstring); OutputError when it cannot be."""
     key = os.path.abspath(out_dir)
     if key in _HELD:
-        yield
+        yield _HELD[key]
         return
-    if out_dir.is_symlink() and (out_dir.parent / OUTPUT_MARK).exists():
-        raise OutputError("is a symlink inside a perftracker output folder (planted there?)", str(out_dir),
-                          "remove the link, or give another folder")
+    refuse_foreign(out_dir, option)
     created = not out_dir.exists()
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -59,9 +165,14 @@ def claimed(out_dir: Path, option: str = "-o") -> Iterator[None]:
         raise OutputError("another perftracker command is writing into this folder", str(out_dir),
                           f"wait for it to finish, or give another folder{' with ' + option if option else ''}"
                           ) from None
-    _HELD[key] = fd
     try:
-        yield
+        files, legacy, source, command = read_manifest(fd)
+    except OSError as exc:
+        os.close(fd)
+        raise output_error(out_dir, exc, option) from None
+    claim = _HELD[key] = Claim(out_dir, fd, files, legacy and not created, source, command)
+    try:
+        yield claim
     except BaseException:
         if created and [p.name for p in out_dir.iterdir()] == [OUTPUT_MARK]:  # nothing written: leave nothing
             (out_dir / OUTPUT_MARK).unlink(missing_ok=True)
@@ -81,9 +192,22 @@ def _remove_entry(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def replace_tables(tables: Mapping[str, pd.DataFrame], folder: Path) -> None:
+def _foreign_tables(folder: Path, claim: Claim | None) -> list[str]:
+    """The entries of an existing `tables/` folder perftracker did not write (links aside: they hold nothing)."""
+    if claim is None or folder.is_symlink() or not folder.is_dir():
+        return []
+    return sorted(e.name for e in os.scandir(folder) if not e.is_symlink() and not claim.owns(f"{folder.name}/{e.name}"))
+
+
+def replace_tables(tables: Mapping[str, pd.DataFrame], folder: Path, claim: Claim | None = None) -> None:
     """Write each table as `<name>.parquet` into a new folder, then swap it in as `folder` (see the module
-    docstring). OSError when it cannot be written; nothing half-written is left."""
+    docstring). OSError when it cannot be written; OutputError when `folder` holds a file perftracker did not
+    write (nothing is written then); nothing half-written is left."""
+    foreign = _foreign_tables(folder, claim)
+    if foreign:
+        shown = ", ".join(foreign[:_SHOWN]) + (f" and {len(foreign) - _SHOWN} more" if len(foreign) > _SHOWN else "")
+        raise OutputError(f"holds files perftracker did not write ({shown}); perftracker would replace the folder "
+                          "and never removes them", str(folder), "move them away, or give another folder")
     stage = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
         os.chmod(stage, 0o755)
@@ -102,9 +226,18 @@ def replace_tables(tables: Mapping[str, pd.DataFrame], folder: Path) -> None:
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+    if claim is not None:
+        claim.files = {f for f in claim.files if not f.startswith(f"{folder.name}/")}
+        claim.files |= {f"{folder.name}/{name}.parquet" for name in tables}
+        claim.save()
 
 
-def remove_stale(path: Path) -> None:
-    """Remove `path` (a file or link of an earlier run), if there: never followed."""
-    if os.path.lexists(path):
-        _remove_entry(path)
+def remove_stale(path: Path, claim: Claim | None = None) -> None:
+    """Remove `path` (a file or link of an earlier run), if there and perftracker's: never followed."""
+    if not os.path.lexists(path):
+        return
+    if claim is not None and not path.is_symlink() and not claim.owns(path.name):
+        return  # not perftracker's: kept
+    _remove_entry(path)
+    if claim is not None:
+        claim.forget(path.name)

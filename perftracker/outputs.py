@@ -23,9 +23,10 @@ from typing import Any, Generic, Protocol, TypeVar
 import pandas as pd
 
 from perftracker import output_dir
-from perftracker.analyzers.findings import Finding
+from perftracker.analyzers.findings import Finding, safe_evidence
 from perftracker.errors import OutputError, output_error
 from perftracker.output_names import DIFF_HTML, DIFF_JSON, FINDINGS, REPORT, TABLES, TIMELINE
+from perftracker.redaction import plain_line, safe_frame, safe_tables, safe_text
 from perftracker.reports import json_report
 from perftracker.saved_tables import read_tables
 from perftracker.store import LoadNote
@@ -117,21 +118,28 @@ def write_run(run: WrittenRun, out_dir: Path) -> None:
     """Write `run` into `out_dir` (ReportNotWritten naming what was written before a write failed)."""
     written: list[str] = []
     try:
-        with output_dir.claimed(out_dir):  # one writer per folder; a planted link is replaced, never followed
+        with output_dir.claimed(out_dir) as claim:  # one writer per folder; a planted link is replaced, never followed
+            for rel in (FINDINGS, REPORT, TIMELINE):  # nothing perftracker did not write is in the way
+                claim.check(rel)
+            claim.made_from, claim.command = str(run.input), "analyze"
+            tables = safe_tables(run.tables)
             with writing(out_dir / TABLES):
-                output_dir.replace_tables(run.tables, out_dir / TABLES)
+                output_dir.replace_tables(tables, out_dir / TABLES, claim)
             written.append(f"{TABLES}/")
             with writing(out_dir / FINDINGS):
                 json_report.write(out_dir / FINDINGS, run.document)
+                claim.wrote(FINDINGS)
             written.append(FINDINGS)
             if run.timeline is not None:
                 with writing(out_dir / TIMELINE):
                     write_timeline(run.timeline, out_dir / TIMELINE, run.input)
+                    claim.wrote(TIMELINE)
                 written.append(TIMELINE)
             else:  # an earlier run's timeline is not this run's
-                output_dir.remove_stale(out_dir / TIMELINE)
+                output_dir.remove_stale(out_dir / TIMELINE, claim)
             with writing(out_dir / REPORT):
-                render_html(out_dir, run.tables, run.findings, run.notes, run.input, run.summary)
+                render_html(out_dir, tables, run.findings, run.notes, run.input, run.summary)
+                claim.wrote(REPORT)
     except OutputError as exc:
         raise ReportNotWritten(exc, run, written) from None
 
@@ -164,6 +172,18 @@ def saved_output(path: Path) -> Path | None:
     return None
 
 
+def origin_notes(folder: Path, document: Mapping[str, Any]) -> list[LoadNote]:
+    """A warning when the folder's mark (`output_dir.made_from`: what the last analysis written there was made
+    from) and its findings.json disagree: the folder may hold files of two runs, and is not read as either
+    silently."""
+    marked, said = output_dir.made_from(folder), str(document.get("input", ""))
+    if not marked or marked == said:
+        return []
+    return [LoadNote("warning", str(folder), f"this output folder's mark says its last analysis was of {marked}, "
+                     f"but its findings.json is of {said}: it may hold files of two runs; analyze again into a new "
+                     "folder")]
+
+
 def render_html(out_dir: Path, tables: Mapping[str, pd.DataFrame], findings: list[Finding], notes: list[LoadNote],
                 title: str, summary: json_report.Summary) -> None:
     """report.html in `out_dir`, from the run's tables and findings (sections that cannot be drawn are noted)."""
@@ -174,9 +194,9 @@ def render_html(out_dir: Path, tables: Mapping[str, pd.DataFrame], findings: lis
     notes = [*notes, *(LoadNote("warning", f"report section {name}", f"left out: its tables could not be drawn "
                                 f"({why}). Re-run `perftracker analyze` to write them again.")
                        for name, why in failed)]
-    html_report.render(out_dir / REPORT, findings, notes, sections, title=title, coverage=summary.coverage,
+    html_report.render(out_dir / REPORT, findings, notes, sections, title=safe_text(title), coverage=summary.coverage,
                        synthetic=summary.synthetic_inputs or None, strip=summary_strip(tables, findings),
-                       timeline_command=timeline_command(title, out_dir, tables),
+                       timeline_command=plain_line(timeline_command(title, out_dir, tables)),
                        timeline_file=TIMELINE if (out_dir / TIMELINE).is_file() else "")
 
 
@@ -187,9 +207,11 @@ def render_report(out_dir: Path, follow_links: bool = False) -> Path:
     document, findings = json_report.read(out_dir / FINDINGS, follow_links)
     tables, table_notes = read_tables(out_dir / TABLES, follow_links)
     notes = [*(LoadNote.from_dict(n) for n in document.get("notes", [])), *table_notes]
-    with output_dir.claimed(out_dir, ""), writing(out_dir / REPORT, ""):
-        render_html(out_dir, tables, findings, notes, str(document.get("input", out_dir)),
+    with output_dir.claimed(out_dir, "") as claim, writing(out_dir / REPORT, ""):
+        claim.check(REPORT)
+        render_html(out_dir, safe_tables(tables), findings, notes, str(document.get("input", out_dir)),
                     json_report.Summary.from_dict(document.get("summary") or {}))
+        claim.wrote(REPORT)
     return out_dir / REPORT
 
 
@@ -215,12 +237,15 @@ def write_diff(diff: RunDiff, out_dir: Path) -> None:
     """`diff.json` and `diff.html` in `out_dir`, and each side that was analyzed (not read from a saved output)
     into `out_dir/base` and `out_dir/new`, so that the page links both sides' reports. OutputError when a file
     cannot be written (each is written then renamed: none is left half-written)."""
-    with output_dir.claimed(out_dir):
-        _write_diff(diff, out_dir)
+    with output_dir.claimed(out_dir) as claim:
+        for rel in (DIFF_JSON, DIFF_HTML):
+            claim.check(rel)
+        claim.command = claim.command or "diff"
+        _write_diff(diff, out_dir, claim)
     diff.out_dir = out_dir
 
 
-def _write_diff(diff: RunDiff, out_dir: Path) -> None:
+def _write_diff(diff: RunDiff, out_dir: Path, claim: output_dir.Claim) -> None:
     from perftracker.reports import diff_html
 
     reports: dict[str, str] = {}
@@ -231,7 +256,11 @@ def _write_diff(diff: RunDiff, out_dir: Path) -> None:
             reports[label] = Path(os.path.relpath(side.out_dir / REPORT, out_dir)).as_posix()
     with writing(out_dir / DIFF_JSON):
         json_report.write(out_dir / DIFF_JSON, diff.document)
+        claim.wrote(DIFF_JSON)
     with writing(out_dir / DIFF_HTML):
         comparison = diff.comparison
-        diff_html.render(out_dir / DIFF_HTML, diff.findings, comparison.ops, comparison.ranks, comparison.summary,
-                         title=f"perftracker diff: {diff.title}", verdict=diff.verdict, side_reports=reports)
+        diff_html.render(out_dir / DIFF_HTML, diff.findings, safe_frame(comparison.ops), safe_frame(comparison.ranks),
+                         safe_evidence(comparison.summary), title=safe_text(f"perftracker diff: {diff.title}"),
+                         verdict=diff.verdict,
+                         side_reports=reports)
+        claim.wrote(DIFF_HTML)

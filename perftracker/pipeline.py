@@ -43,6 +43,7 @@ from perftracker.outputs import (  # noqa: F401 - the output folder's names, als
     TIMELINE,
     ReportNotWritten,
     load_tables,
+    origin_notes,
     render_report,
     save_tables,
     saved_output,
@@ -133,7 +134,7 @@ def read_run(folder: Path, follow_links: bool = False) -> Run:
     note) as a `Run` (`out_dir` is the folder); with `follow_links`, links leading outside it are read."""
     document, findings = json_report.read(folder / FINDINGS, follow_links)
     tables, table_notes = read_tables(folder / TABLES, follow_links)
-    notes = [*(LoadNote.from_dict(n) for n in document.get("notes", [])), *table_notes]
+    notes = [*(LoadNote.from_dict(n) for n in document.get("notes", [])), *table_notes, *origin_notes(folder, document)]
     return Run(str(document.get("input", folder)), findings, tables, notes, document,
                json_report.Summary.from_dict(document["summary"]), out_dir=folder)
 
@@ -145,7 +146,9 @@ def diff_runs(base: Run, new: Run, title: str, tolerance: float = DEFAULT_TOLERA
     that look like different jobs (`compare.same_job`) are an InputError unless `allow_different_jobs`."""
     sides = _side("base", base), _side("new", new)
     if (why := job_difference(*sides)) and not allow_different_jobs:
-        raise InputError(f"the two runs look like different jobs: {why}", title,
+        saved = "".join(f"; {label} {run.out_dir} is the saved analysis of {run.input}"
+                        for label, run in (("base", base), ("new", new)) if run.out_dir is not None)
+        raise InputError(f"the two runs look like different jobs: {why}{saved}", title,
                          "diff compares two runs of one job; give --allow-different-jobs to compare them anyway")
     table = Thresholds.with_overrides(thresholds)
     with active_thresholds(table):

@@ -16,10 +16,12 @@ value check above. Everything perftracker stores (env snapshots, manifests, repo
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 REDACTED = "<redacted>"
 # Longer values, arguments and quoted lines are cut to this length, saying so: no setting, argument or log
@@ -149,7 +151,16 @@ def _redact_text_piece(piece: str) -> str:
     return REDACTED if _text_token(piece) else piece
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# A PEM private key: from its BEGIN line (cut or whole) to its END line, or to the end of the text when cut
+_PEM = re.compile(r"-----BEGIN[ A-Z0-9]{0,40}PRIVATE KEY(?:[ A-Z]{0,20}-----)?.*?(?:-----END[ A-Z0-9]{0,60}-----|\Z)",
+                  re.DOTALL)
+# An HTTP credential after its scheme word (`Authorization: Bearer <token>`, `Basic <base64>`)
+_AUTH_SCHEME = re.compile(r"(?i)\b(?P<scheme>bearer|basic|token)(?P<gap>[ \t]+)(?P<cred>[A-Za-z0-9._~+/\-]{8,}=*)")
+# `password: hunter2`, `"api_key": "x"`: a secret-looking name, a colon, a value
+_COLON_SECRET = re.compile(r"(?i)(?P<name>\b[A-Za-z0-9_.\-]{0,40}(?:passw(?:or)?d|passwd|secret|api[_-]?key|"
+                           r"access[_-]?key|private[_-]?key|token)[\"']?)(?P<gap>[ \t]*:(?!:)[ \t]*[\"']?)"
+                           r"(?P<value>[^\s\"',;]{1,})")
 
 
 def plain_line(text: str) -> str:
@@ -163,14 +174,71 @@ def redact_text(text: str) -> str:
     credentials it may carry hidden: URL user info, secret-looking name=value parameters, known token
     prefixes (`ghp_`, `AKIA`, `sk-`, ...) and long random-looking strings (an AWS secret key); the rest,
     kernel and symbol names, paths, hashes and numbers, unchanged. Cut to MAX_TEXT_CHARS (saying so)."""
-    out = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", capped(text))
+    out = capped(text)
+    if "PRIVATE KEY" in out:
+        out = _PEM.sub(f"-----BEGIN PRIVATE KEY----- {REDACTED} -----END PRIVATE KEY-----", out)
+    out = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{REDACTED}@", out)
     out = _hide_params(out)
+    out = _AUTH_SCHEME.sub(lambda m: f"{m.group('scheme')}{m.group('gap')}{REDACTED}"
+                           if m.group("scheme").lower() == "bearer" or _text_token(m.group("cred"))
+                           or m.group("cred").endswith("=") else m.group(0), out)
+    if ":" in out:
+        out = _COLON_SECRET.sub(lambda m: f"{m.group('name')}{m.group('gap')}{REDACTED}"
+                                if m.group("value") != REDACTED else m.group(0), out)
     return _PIECES.sub(lambda m: _redact_text_piece(m.group(0)), out)
 
 
 def safe_text(text: str) -> str:
-    """What every output shows of a text from an input: `redact_text`, on one line (`plain_line`)."""
+    """What every output shows of a text from an input: `redact_text`, on one line (`plain_line`). Short texts
+    are remembered (a name repeated in every row or every rank's evidence is redacted once)."""
+    return _safe_short(text) if len(text) <= 512 else plain_line(redact_text(text))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _safe_short(text: str) -> str:
     return plain_line(redact_text(text))
+
+
+def safe_frame(frame: Any) -> Any:
+    """A DataFrame whose text cells (object, string and categorical columns) passed `safe_text`: each distinct
+    string once (a categorical's categories, not its rows), so a column of a million rows of a few names costs
+    a few calls. The frame itself when nothing changed; a copy otherwise."""
+    import numpy as np
+    import pandas as pd
+
+    out = None
+    for name in frame.columns:
+        col = frame[name]
+        if isinstance(col.dtype, pd.CategoricalDtype):
+            cats = list(col.cat.categories)
+            new = [safe_text(c) if isinstance(c, str) else c for c in cats]
+            if new == cats:
+                continue
+            fixed = (col.cat.rename_categories(new) if len(set(new)) == len(new)
+                     else col.astype(object).map(dict(zip(cats, new))))
+        elif col.dtype == object or isinstance(col.dtype, pd.StringDtype):
+            codes, uniques = pd.factorize(col)
+            values = list(uniques)
+            new = [safe_text(v) if isinstance(v, str) else v for v in values]
+            if new == values:
+                continue
+            table = np.empty(len(new) + 1, dtype=object)
+            table[:-1] = new
+            table[-1] = None
+            fixed = pd.Series(table[codes], index=col.index, name=name)  # -1 (missing) picks the None
+            if isinstance(col.dtype, pd.StringDtype):
+                fixed = fixed.astype(col.dtype)
+        else:
+            continue
+        if out is None:
+            out = frame.copy()
+        out[name] = fixed
+    return frame if out is None else out
+
+
+def safe_tables(tables: Mapping[str, Any]) -> dict[str, Any]:
+    """Every table through `safe_frame`: what an output folder's tables/, its report and a diff page show."""
+    return {name: safe_frame(frame) for name, frame in tables.items()}
 
 
 def carries_credential(name: str, value: str) -> bool:

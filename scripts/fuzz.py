@@ -9,6 +9,7 @@ longer than --timeout, or (for the commands) an exit other than 0/2/3 or a crash
     python scripts/fuzz.py --examples 2000 --seed 1                    # every parser, 2000 inputs
     python scripts/fuzz.py --examples 40 --targets analyze,postmortem  # the commands (~3 s an input)
     python scripts/fuzz.py --examples 200 --targets places,outputs,cache  # places (tests/fuzz_places.py)
+    python scripts/fuzz.py --examples 2000 --targets thresholds,devices,nsys  # option files, Nsight exports
     python scripts/fuzz.py --list                                      # the target names
 
 Exit code: 0 when nothing failed, 1 otherwise (the summary lists each cause and a saved input).

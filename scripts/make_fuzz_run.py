@@ -68,11 +68,39 @@ def _small_nsys_export(out: Path) -> None:
         conn.close()
 
 
+# Option files (not inputs of the run): the seeds of the fuzz targets "thresholds" and "devices"
+THRESHOLDS_TOML = """# Threshold overrides, as a user writes them for --thresholds (seed of the fuzz target "thresholds")
+"straggler.alpha" = 0.005
+"degradation.min_steps" = 12
+
+[straggler]
+min_trials = 5
+
+[efficiency]
+"""
+DEVICES_TOML = """# A user's device table for --devices (seed of the fuzz target "devices")
+[[device]]
+name = "H100-lab"
+patterns = ['H100.*lab', "NVIDIA H100 [0-9]+GB"]
+memory_tbps = 3.35
+bf16 = 989.0
+fp16 = 989.0
+source = "datasheet"
+note = "a lab part"
+
+[[device]]
+name = "A100-lab"
+patterns = ['A100']
+memory_tbps = 2.0
+tf32 = 156.0
+"""
+
+
 def main() -> None:
     if OUT.exists():
         shutil.rmtree(OUT)
     for sub in ("traces", "steps", "env", "nccl", "counters", "output", "fr", "errors", "profiles", "stacks/snap",
-                "inspector", "nsys"):
+                "inspector", "nsys", "options"):
         (OUT / sub).mkdir(parents=True, exist_ok=True)
     manifest = json.loads((SAMPLES / "gloo-4rank-stall-rank2" / "manifest.json").read_text())
     manifest["world_size"] = 2
@@ -111,6 +139,8 @@ def main() -> None:
     for name in ("node-a-pid4100.log", "node-b-pid4105.log"):  # NCCL Inspector records of two ranks
         (OUT / "inspector" / name).write_text(_head_lines(FIXTURES / "inspector" / "straggler" / name, 6))
     _small_nsys_export(OUT / "nsys" / "saxpy-report.sqlite")  # an Nsight Systems export, one more rank
+    (OUT / "options" / "thresholds.toml").write_text(THRESHOLDS_TOML)
+    (OUT / "options" / "devices.toml").write_text(DEVICES_TOML)
     total = sum(p.stat().st_size for p in OUT.rglob("*") if p.is_file())
     print(f"wrote {OUT} ({total:,} bytes)")
 

@@ -234,8 +234,13 @@ def check_output(draw: Draw, folder: Path, analyzed: Path, timeout_s: float = 12
     (out / ".perftracker-output").unlink(missing_ok=True)
     files = sorted(p for p in out.rglob("*") if p.is_file() and p.suffix in (".json", ".parquet"))
     victim = files[draw(0, len(files) - 1)]
-    how = draw(0, 3)
-    if how == 0:
+    how = draw(0, 4)
+    mine = out / "tables" / "mine.csv"
+    if how == 4:  # a mark whose manifest is mutated (or claims a user's file): the user's file is never touched
+        mine.write_text("the user's\n")
+        manifest = json.dumps({"perftracker_output": 1, "made_from": "x", "files": ["tables/mine.csv", "../../etc"]})
+        (out / ".perftracker-output").write_bytes(mutate_file(manifest.encode(), draw) if draw(0, 1) else b"")
+    elif how == 0:
         victim.write_bytes(mutate_file(victim.read_bytes(), draw))
     elif how == 1:
         victim.unlink()
@@ -247,6 +252,7 @@ def check_output(draw: Draw, folder: Path, analyzed: Path, timeout_s: float = 12
         victim.write_bytes(victim.read_bytes()[: draw(0, max(0, victim.stat().st_size - 1))])
     code, said = _invoke(lambda: report_cmd.report(path=out), timeout_s)
     assert code in (0, 2, 3), f"report: exit {code} ({victim.name}, edit {how}): {said[-500:]}"
+    assert how != 4 or mine.read_text() == "the user's\n", "report touched a file perftracker did not write"
     return code
 
 

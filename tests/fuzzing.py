@@ -36,6 +36,9 @@ FUZZ_RUN = Path(__file__).resolve().parent / "fixtures" / "fuzz_run"
 # An Nsight Systems export of another job (pipit's saxpy run): fuzzed through the loader on its own; the
 # commands' runs leave its folder out, since two jobs in one folder is a refusal (exit 2) before any analysis.
 NSYS_SEED = "nsys/saxpy-report.sqlite"
+# Option files (--thresholds, --devices), not inputs of a run: fuzzed through their readers, left out of the runs.
+OPTIONS = "options"
+_NOT_IN_RUNS = ("nsys", OPTIONS)
 
 # Values that broke a parser before (issue 14) or sit on a boundary of one.
 TOKENS: tuple[bytes, ...] = (
@@ -105,6 +108,8 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("profiles", ("profiles/rank-0.txt", "profiles/rank-0.json"), lambda p: _profile(p)),
     Target("manifest", ("manifest.json",), lambda p: _manifest(p)),
     Target("nsys", (NSYS_SEED,), lambda p: _nsys(p), may_refuse=True),
+    Target("thresholds", (f"{OPTIONS}/thresholds.toml",), lambda p: _thresholds(p), may_refuse=True),
+    Target("devices", (f"{OPTIONS}/devices.toml",), lambda p: _devices(p), may_refuse=True),
 )}
 
 
@@ -114,6 +119,24 @@ def _nsys(path: Path) -> Any:
     from perftracker.collectors.loading import LoadOptions, load_path
 
     return load_path(path.parent, LoadOptions(workers=1))
+
+
+def _thresholds(path: Path) -> Any:
+    """A `--thresholds FILE` (bounded TOML, then every name and range checked): a UsageError refuses the file."""
+    from perftracker.analyzers.thresholds import Thresholds, read_overrides
+    from perftracker.errors import InputError, UsageError
+
+    try:
+        return Thresholds.with_overrides(read_overrides(path))
+    except UsageError as exc:
+        raise InputError(exc.what, exc.where, exc.hint) from None
+
+
+def _devices(path: Path) -> Any:
+    """A `--devices FILE` (bounded TOML, then every device checked): an InputError refuses the file."""
+    from perftracker.analyzers.efficiency.devices import device_table
+
+    return device_table((path,))
 
 
 def _manifest(path: Path) -> Any:
@@ -276,11 +299,11 @@ def copy_fuzz_run(dest: Path, symlinks: bool = False) -> Path:
     """The fuzz run copied to `dest` less its Nsight Systems export (another job: with it, every command's run
     is the two-jobs refusal, exit 2, before any analysis)."""
     shutil.copytree(FUZZ_RUN, dest, symlinks=symlinks,
-                    ignore=lambda where, names: ["nsys"] if Path(where) == FUZZ_RUN else [])
+                    ignore=lambda where, names: list(_NOT_IN_RUNS) if Path(where) == FUZZ_RUN else [])
     return dest
 
 
 def cli_seeds() -> list[str]:
     """Every file of the fuzz run, as seeds for the command targets."""
     return sorted(str(p.relative_to(FUZZ_RUN)) for p in FUZZ_RUN.rglob("*")
-                  if p.is_file() and not str(p.relative_to(FUZZ_RUN)).startswith("nsys/"))
+                  if p.is_file() and not str(p.relative_to(FUZZ_RUN)).startswith(tuple(f"{d}/" for d in _NOT_IN_RUNS)))

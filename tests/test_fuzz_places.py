@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from fuzz_places import PLACES, check_cache, check_output, check_places
+from fuzzing import copy_fuzz_run
 from typer.testing import CliRunner
 
 from perftracker.cli import app
@@ -40,9 +41,7 @@ def test_reshaped_runs_never_crash_hang_or_leak(seed: int, tmp_path: Path) -> No
 @pytest.fixture(scope="module")
 def analyzed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("fuzz-out") / "out"
-    seed = Path(__file__).parent / "fixtures" / "fuzz_run"
-    run = tmp_path_factory.mktemp("fuzz-run") / "run"  # the seed less its Nsight Systems export (another job)
-    shutil.copytree(seed, run, ignore=lambda where, names: ["nsys"] if Path(where) == seed else [])
+    run = copy_fuzz_run(tmp_path_factory.mktemp("fuzz-run") / "run")  # less its Nsight export (another job), options
     result = CliRunner().invoke(app, ["analyze", str(run), "-o", str(out), "--no-cache", "-q"])
     assert result.exit_code in (0, 3), result.output
     return out

@@ -6,6 +6,7 @@ foreign folder), two analyses into one -o, a stale timeline linked from the new 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
 from pathlib import Path
@@ -67,10 +68,13 @@ def test_a_second_writer_is_refused_at_once_with_a_clear_message(run: Path, tmp_
 
 def test_an_earlier_runs_timeline_and_tables_are_not_shown_as_this_runs(run: Path, tmp_path: Path) -> None:
     # GIVEN an output folder from a run with --timeline, and a table of a view this version no longer writes
+    # (the earlier version listed it in the folder's manifest, like every file it wrote)
     out = tmp_path / "out"
     assert CliRunner().invoke(app, ["analyze", str(run), "-o", str(out), "--timeline", "-q"]).exit_code == 0
     assert (out / "timeline.json.gz").is_file()
     (out / "tables" / "old_view.parquet").write_bytes(b"PAR1 old")
+    mark = json.loads((out / OUTPUT_MARK).read_text())
+    (out / OUTPUT_MARK).write_text(json.dumps({**mark, "files": [*mark["files"], "tables/old_view.parquet"]}))
     # WHEN analyzed again without --timeline
     assert CliRunner().invoke(app, ["analyze", str(run), "-o", str(out), "-q"]).exit_code == 0
     # THEN neither the old timeline nor the old table is left, and the report links no timeline file

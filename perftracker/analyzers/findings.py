@@ -195,7 +195,8 @@ MAX_EVIDENCE_DEPTH = 64  # deeper than any evidence perftracker writes; deeper p
 
 
 def safe_evidence(evidence: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of `evidence` with every string passed through `safe_text` (keys through `plain_line`), walked
+    """A copy of `evidence` with every string, keys too, passed through `safe_text` (an NCCL line kept as a key of
+    a count is redacted like a value), walked
     without recursion; a part nested deeper than MAX_EVIDENCE_DEPTH becomes the text "<nested too deeply>"."""
     root: dict[str, Any] = {_safe_key(k): None for k in evidence}  # the keys in their order, filled below
     todo: list[tuple[Any, dict[str, Any] | list[Any], Any, int]] = [
@@ -217,8 +218,8 @@ def safe_evidence(evidence: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _safe_key(key: Any) -> Any:
-    """A key as one plain line when it is text; a number (a rank) stays a number."""
-    return plain_line(key) if isinstance(key, str) else key if isinstance(key, (int, float)) else plain_line(str(key))
+    """A key as one plain, redacted line when it is text; a number (a rank) stays a number."""
+    return safe_text(key) if isinstance(key, str) else key if isinstance(key, (int, float)) else safe_text(str(key))
 
 
 def inferred_role(severity: Severity) -> Role:

@@ -25,7 +25,7 @@ from typing import Any
 
 import tomllib
 
-from perftracker.bounded import read_text
+from perftracker.bounded_toml import TomlRefused, read_toml
 from perftracker.errors import UsageError
 
 Number = int | float
@@ -214,13 +214,12 @@ def parse_assignment(text: str) -> tuple[str, str]:
 def read_overrides(path: Path) -> dict[str, object]:
     """A TOML file of overrides (`"straggler.alpha" = 0.005`, or `[straggler]` then `alpha = 0.005`)."""
     try:
-        text, _ = read_text(path, cap=1 << 20)
-        table = tomllib.loads(text)
+        table = read_toml(path, cap=1 << 20)  # bounded: size, nesting and dotted keys checked before parsing
     except OSError as exc:
         raise UsageError(f"cannot read the thresholds file ({exc.strerror or exc})", str(path),
                          "give --thresholds a readable TOML file") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"not a TOML file ({exc})", str(path),
+    except TomlRefused as exc:
+        raise UsageError(f"the thresholds file is {exc}", str(path),
                          "write one NAME = VALUE per line, e.g. \"straggler.alpha\" = 0.005") from None
     return dict(_leaves(table))
 

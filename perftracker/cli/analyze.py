@@ -23,10 +23,10 @@ from perftracker.cli.options import (
     comm_kernel_patterns,
     nccl_profile_option,
     out_option,
+    output_folder,
     quiet_option,
     sysfs_root_option,
     threshold_overrides,
-    writable_folder,
 )
 from perftracker.cli.progress import parsing_progress
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, terminal
@@ -108,7 +108,7 @@ def analyze(
     device_table(device_files)  # a bad file is said now (exit 2), before any parsing
     chosen = api.AnalysisOptions(hta_compat=hta_compat, device_files=device_files,
                                  thresholds=threshold_overrides(set_threshold, thresholds_file))
-    writable_folder(out)
+    output_folder(out)
     options: dict[str, Any] = dict(
         comm_kernel_patterns=patterns, comm_kernel_files=tuple(comm_kernels or ()), cache=not no_cache,
         workers=workers, engine=checked_engine(engine), ray_address=ray_address or "", nccl_profile=profile,

@@ -17,9 +17,9 @@ from perftracker.cli.options import (
     ThresholdsFiles,
     checked_engine,
     out_option,
+    output_folder,
     quiet_option,
     threshold_overrides,
-    writable_folder,
 )
 from perftracker.cli.progress import parsing_progress
 from perftracker.cli.voice import EXIT_FINDINGS, add_command, terminal
@@ -66,7 +66,7 @@ def diff(
                          "e.g. --fail-on-regression 5")
     overrides = threshold_overrides(set_threshold, thresholds_file)
     if out is not None:
-        writable_folder(out)
+        output_folder(out)
     checked = checked_engine(engine)
     console = terminal()
     with parsing_progress(quiet) as progress:

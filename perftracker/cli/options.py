@@ -111,6 +111,15 @@ def writable_folder(path: Path, option: str = "-o") -> Path:
     return path
 
 
+def output_folder(path: Path, option: str = "-o") -> Path:
+    """`writable_folder`, and one perftracker may write its outputs into (`output_dir.refuse_foreign`: not a
+    symlink, not a user's folder that is not empty), checked before any work."""
+    from perftracker.output_dir import refuse_foreign
+
+    refuse_foreign(writable_folder(path, option), option)
+    return path
+
+
 def writable_file(path: Path, option: str) -> Path:
     """`path`, checked before a command does any work: a file name (not a folder) in a folder this
     process can write into (see `writable_folder`)."""

@@ -23,9 +23,9 @@ from perftracker.cli.options import (
     SetThresholds,
     ThresholdsFiles,
     out_option,
+    output_folder,
     threshold_overrides,
     writable_file,
-    writable_folder,
 )
 from perftracker.cli.progress import parsing_progress
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, terminal
@@ -59,7 +59,7 @@ def postmortem(
     """
     threshold = parse_fail_on(fail_on)
     overrides = threshold_overrides(set_threshold, thresholds_file)
-    writable_folder(out)
+    output_folder(out)
     for file, option in ((summary, "--summary"), (prom, "--prom")):
         if file is not None:
             writable_file(file, option)

@@ -2,8 +2,10 @@
 
 `<job>` may be a torchrun launcher PID (its process name is `pt_elastic`), a worker PID, a
 TORCHELASTIC_RUN_ID or a command-line pattern. A bare number is a PID; `pid:`, `runid:`, `cmd:`
-prefixes remove any doubt. Workers are processes with a rank in their environment (RANK,
-SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK). Reading another user's environment needs
+prefixes remove any doubt (`pid:` takes a whole number from 1; anything else is a UsageError). Workers are
+processes with a rank in their environment (RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK),
+not their children that inherited it (a process whose parent is a worker of the same rank and run id).
+A zombie, or a process that exits as it is read, is an InputError saying so. Reading another user's environment needs
 root or the same user: such processes are reported, not silently skipped. Every worker found is on
 this machine, named `host` as the command computed it (`rundir.host_name`). A worker's command line
 is kept with the values of secret-looking options redacted (`redaction.redact_command`): it is
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from perftracker.errors import InputError
+from perftracker.errors import InputError, UsageError
 from perftracker.launcher_env import LOCAL_RANK_VARS, RANK_VARS, WORLD_VARS, first_int
 from perftracker.redaction import redact_command
 
@@ -67,6 +69,8 @@ def worker_of(proc: psutil.Process, host: str) -> Worker | None:
 
 
 def _workers_among(procs: Iterable[psutil.Process], denied: list[int], host: str) -> list[Worker]:
+    """The rank processes among `procs`: a process whose parent is already one of them with the same rank
+    (a data-loader or a subprocess that inherited RANK) is that rank's child, not a rank of its own."""
     found = []
     for proc in procs:
         try:
@@ -79,7 +83,14 @@ def _workers_among(procs: Iterable[psutil.Process], denied: list[int], host: str
             continue
         if worker is not None and worker.pid != os.getpid():
             found.append(worker)
-    return sorted(found, key=lambda w: (w.rank, w.pid))
+    ranked = {w.pid: w for w in found}
+    return sorted((w for w in found if not _inherited(w, ranked)), key=lambda w: (w.rank, w.pid))
+
+
+def _inherited(worker: Worker, ranked: dict[int, Worker]) -> bool:
+    """Is `worker` a child (or grandchild ...) of a process with the same rank and run id? (bounded walk)"""
+    parent = ranked.get(worker.parent)
+    return parent is not None and parent.rank == worker.rank and parent.run_id == worker.run_id
 
 
 def _may_be_training(proc: psutil.Process) -> bool:
@@ -97,8 +108,12 @@ def parse_spec(spec: str) -> tuple[str, str]:
     spec = spec.strip()
     for prefix in ("pid", "runid", "cmd"):
         if spec.startswith(prefix + ":"):
-            return prefix, spec[len(prefix) + 1:]
-    if spec.isdigit():
+            value = spec[len(prefix) + 1:]
+            if prefix == "pid" and not (value.isascii() and value.isdigit() and 0 < int(value) < 1 << 31):
+                raise UsageError(f"'{spec[:80]}' names no process id (pid: takes a whole number from 1)", "attach",
+                                 "give pid:<a pid from `perftracker ps`>, a run id or a command-line pattern")
+            return prefix, value
+    if spec.isascii() and spec.isdigit() and 0 < int(spec) < 1 << 31:
         return "pid", spec
     return "auto", spec
 
@@ -148,10 +163,21 @@ def job_label(job: Job) -> str:
 def _by_pid(pid: int, denied: list[int], host: str) -> Job:
     try:
         proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            raise psutil.ZombieProcess(pid)
+    except psutil.ZombieProcess:
+        raise InputError(f"pid {pid} has exited (a zombie its parent has not reaped): nothing to attach to",
+                         "attach", "attach to a running rank or its launcher (`perftracker ps`)") from None
     except psutil.NoSuchProcess:
         raise InputError(f"no process with pid {pid}", "attach", "check the pid with `perftracker ps`") from None
     try:
         me = worker_of(proc, host)
+    except psutil.ZombieProcess:
+        raise InputError(f"pid {pid} exited as it was read (a zombie until its parent reaps it): nothing to attach "
+                         "to", "attach", "attach to a running rank or its launcher (`perftracker ps`)") from None
+    except psutil.NoSuchProcess:
+        raise InputError(f"pid {pid} exited as it was read", "attach",
+                         "attach to a running rank or its launcher (`perftracker ps`)") from None
     except psutil.AccessDenied:
         raise InputError(f"not allowed to read the environment of pid {pid}", "attach",
                          "run as the job's user or as root (CAP_SYS_PTRACE in containers)") from None

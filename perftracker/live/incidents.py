@@ -46,6 +46,7 @@ from typing import Any
 from perftracker.collectors.counters.proc_state import state_record
 from perftracker.collectors.counters.sched import snapshot_record
 from perftracker.collectors.steps import parse_step_line
+from perftracker.containment import OUTPUT_MARK
 from perftracker.live.profile_sampler import ProfileSampler
 from perftracker.live.sampler import LiveContext
 from perftracker.live.stacks import StackSampler, snapshot_name
@@ -289,6 +290,7 @@ def capture_incident(ctx: LiveContext, alarm: Alarm, folder: Path, plan: Capture
     evidence = folder / "evidence"
     try:
         evidence.mkdir(parents=True, exist_ok=True)
+        (folder / OUTPUT_MARK).touch()  # perftracker's own folder: its analysis is written beside the evidence
         record.step_source = alarm.source
         record.write(folder)
         if alarm.kind == "hang" and stacks is not None:

@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from perftracker._version import __version__
-from perftracker.analyzers.findings import Finding, Severity, rank_findings
+from perftracker.analyzers.findings import Finding, Severity, rank_findings, safe_evidence
 from perftracker.errors import InputError
+from perftracker.redaction import safe_text
 from perftracker.reports.findings_file import checked_findings, checked_notes, checked_summary, read_document
 from perftracker.rundir import atomic_write_text
 from perftracker.store import LoadNote
@@ -213,7 +214,14 @@ def build(findings: list[Finding], notes: list[LoadNote], input_path: str,
 
 
 def write(path: Path, document: dict[str, Any]) -> None:
-    atomic_write_text(path, json.dumps(document, indent=2, default=str) + "\n")
+    """The document as JSON; its input, summary (host names, the diff's labels) and notes' data through the one
+    redaction (`safe_evidence`: `redaction.safe_text` on every string and key; findings passed it when made)."""
+    shown = {**document, "input": safe_text(str(document.get("input", "")))} if "input" in document else dict(document)
+    if isinstance(document.get("summary"), dict):
+        shown["summary"] = safe_evidence(document["summary"])
+    if isinstance(document.get("notes"), list):  # a note's data (the files it names) too
+        shown["notes"] = [safe_evidence(n) if isinstance(n, dict) else n for n in document["notes"]]
+    atomic_write_text(path, json.dumps(shown, indent=2, default=str) + "\n")
 
 
 def read(path: Path, follow_links: bool = False) -> tuple[dict[str, Any], list[Finding]]:

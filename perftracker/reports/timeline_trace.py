@@ -15,12 +15,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+from perftracker.redaction import safe_frame, safe_text
 from perftracker.rundir import atomic_write_bytes
 
 
 def write_trace(path: Path, events: Any, markers: Any, ranks: tuple[int, ...], steps: tuple[int, ...],
                 offsets_ns: dict[int, int], note: str, title: str) -> int:
-    """Write the trace; returns the number of trace events written."""
+    """Write the trace; returns the number of trace events written. Every name, host, marker and title passes
+    the one redaction (`redaction.safe_frame` / `safe_text`: secrets and control characters)."""
+    events = safe_frame(events) if len(events) else events
+    title, note = safe_text(title), safe_text(note)
     zero = int(events["start_ns"].min()) if len(events) else 0
     hosts = {int(r): str(h) for r, h in zip(events["rank"], events["host"])} if len(events) else {}
     order = sorted(ranks, key=lambda r: (hosts.get(r, ""), r))
@@ -42,8 +46,8 @@ def write_trace(path: Path, events: Any, markers: Any, ranks: tuple[int, ...], s
         out.append({"ph": "X", "pid": int(rank), "tid": thread, "name": str(name), "cat": str(kind),
                     "ts": (int(start) - zero) / 1e3, "dur": int(dur) / 1e3, "args": {"step": int(step)}})
     for m in markers:
-        out.append({"ph": "i", "s": "p", "pid": m.rank, "tid": 0, "name": m.name, "cat": "perftracker",
-                    "ts": (m.ts_ns - zero) / 1e3, "args": {"detail": m.detail, "severity": m.severity}})
+        out.append({"ph": "i", "s": "p", "pid": m.rank, "tid": 0, "name": safe_text(str(m.name)), "cat": "perftracker",
+                    "ts": (m.ts_ns - zero) / 1e3, "args": {"detail": safe_text(str(m.detail)), "severity": m.severity}})
     document = {"traceEvents": out, "displayTimeUnit": "ms",
                 "metadata": {"tool": "perftracker timeline", "title": title, "ranks": list(ranks),
                              "steps": list(steps), "clock_offsets_ns": {str(k): v for k, v in offsets_ns.items()},

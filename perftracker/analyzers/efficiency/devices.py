@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from perftracker.bounded import read_text
+from perftracker.bounded_toml import TomlRefused, read_toml
 from perftracker.errors import InputError
 
 if sys.version_info >= (3, 11):
@@ -78,13 +78,12 @@ def device_table(files: tuple[Path, ...] = ()) -> DeviceTable:
 
 def _read_user_file(path: Path) -> tuple[Device, ...]:
     try:
-        text, _ = read_text(path, cap=1 << 20)
-        document = tomllib.loads(text)
-    except (OSError, UnicodeDecodeError, InputError) as exc:
+        document = read_toml(path, cap=1 << 20)  # bounded: size, nesting and dotted keys checked before parsing
+    except (OSError, InputError) as exc:
         raise InputError(f"cannot read the device file ({getattr(exc, 'message', exc)})", str(path),
                          "check the path given to --devices or PERFTRACKER_DEVICES") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"the device file is not valid TOML ({exc})", str(path), _HINT) from None
+    except TomlRefused as exc:
+        raise InputError(f"the device file is {exc}", str(path), _HINT) from None
     return _devices(document, str(path))
 
 

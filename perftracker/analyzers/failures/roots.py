@@ -99,12 +99,13 @@ def last_entered(fr: pd.DataFrame, ranks: tuple[int, ...]) -> dict[int, str]:
     """rank -> the last collective its own dump lists ("its dump lists no collective" when empty)."""
     out: dict[int, str] = {}
     mine = fr[fr["rank"].isin(list(ranks))] if len(fr) else fr
+    last_rows = mine.sort_values("time_created_ns", kind="stable").groupby("rank").tail(1) if len(mine) else mine
+    latest = {int(str(e["rank"])): e for _, e in last_rows.iterrows()}  # one pass, linear in the rows
     for rank in ranks:
-        rows = mine[mine["rank"] == rank] if len(mine) else mine
-        if not len(rows):
+        if rank not in latest:
             out[rank] = "its dump lists no collective"
             continue
-        e = rows.sort_values("time_created_ns").iloc[-1]
+        e = latest[rank]
         seq = int(e["p2p_seq"]) if int(e["seq"]) < 0 else int(e["seq"])
         desc = f" {e['pg_desc']}" if str(e["pg_desc"]) else ""
         out[rank] = f"last entered pg {e['pg']}{desc} #{seq} ({e['op']})"
@@ -178,8 +179,8 @@ def root_finding(graph: WaitGraph, root: Root, hosts: dict[int, str], failures: 
     if tail:
         title += f"; {tail}"
     evidence: dict[str, Any] = {
-        "root_ranks": list(root.ranks), "kind": root.kind, "last": {str(r): t for r, t in sorted(root.last.items())},
-        "last_entered": {str(r): t for r, t in sorted(last.items())},
+        "root_ranks": list(root.ranks), "kind": root.kind, "last": {str(r): t for r, t in sorted(root.last.items())[:256]},
+        "last_entered": {str(r): t for r, t in sorted(last.items())[:256]},
         "waiting_behind": list(root.behind[:256]), "consequences": consequence_rows(root),
         "stalls": [{"rank": s.rank, "pg": s.pg, "pg_desc": s.desc, "last_completed": s.completed, "peer": s.peer,
                     "peer_completed": s.peer_completed} for s in root.stalls[:64]],

@@ -19,6 +19,7 @@ Pure computation: no findings here (see `roots.py`).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -30,6 +31,11 @@ from perftracker.store import Store
 from perftracker.values import pg_ranks
 
 MAX_SHOWN = 64  # ranks listed per group in evidence
+# A stuck collective with many waiting and many absent members is one node between them (a hub, numbered
+# below HUB_FLOOR, never a rank): entered -> hub -> absent, so the graph is linear in ranks (edges one by one
+# were 4096 x 4096 for one world group with half of 8,192 ranks missing: 2.4 GB).
+HUB_FLOOR = -(1 << 40)
+MAX_LAST = 256  # root ranks whose last act is written out (the evidence shows as many)
 
 
 @dataclass(frozen=True)
@@ -47,9 +53,18 @@ class Blocked:
     since_ns: int  # when the first rank entered it (-1 unknown)
     source: str = "flight recorder"
 
-    @property
+    @functools.cached_property
     def absent(self) -> tuple[int, ...]:
+        """The members that never entered it (with a dump or without), sorted once."""
         return tuple(sorted({*self.missing, *self.no_dump}))
+
+    @functools.cached_property
+    def absent_set(self) -> frozenset[int]:
+        return frozenset(self.absent)
+
+    @functools.cached_property
+    def entered_set(self) -> frozenset[int]:
+        return frozenset(self.entered)
 
     @property
     def label(self) -> str:
@@ -75,7 +90,7 @@ class Root:
 
     ranks: tuple[int, ...]
     kind: str  # "missing" | "no dump" | "stalled" | "cycle" | "stuck collective"
-    last: dict[int, str]  # rank -> what it last did (its last collective entered, its stall)
+    last: dict[int, str]  # rank -> what it last did (its last collective entered, its stall), the first MAX_LAST
     behind: tuple[int, ...]  # every rank that waits for them, directly or not
     groups: tuple[Blocked, ...]  # the stuck collectives they hold up (the consequences)
     stalls: tuple[Stall, ...] = ()
@@ -96,7 +111,7 @@ class WaitGraph:
 
     @property
     def waiting(self) -> tuple[int, ...]:
-        return tuple(sorted(self.edges))
+        return tuple(sorted(n for n in self.edges if n > HUB_FLOOR))
 
 
 def _p2p_counted(store: Store) -> dict[tuple[int, str], pd.DataFrame]:
@@ -259,7 +274,7 @@ def _behind(edges: dict[int, dict[int, list[Blocked]]], ranks: set[int]) -> set[
             if prev not in seen:
                 seen.add(prev)
                 todo.append(prev)
-    return seen - ranks
+    return {n for n in seen - ranks if n > HUB_FLOOR}
 
 
 def _edge(graph: WaitGraph, waiter: int, target: int, via: Blocked) -> None:
@@ -284,7 +299,8 @@ def _kinds(graph: WaitGraph, no_dump: set[int]) -> dict[int, str]:
         closed = len(ring) > 1 and all(t in ring for n in ring for t in graph.edges.get(n, {}))
         if closed and _collective_in_cycle(graph, ring):
             cyclic |= ring
-    graph.cycles = [sorted(r) for r in rings.values() if r <= cyclic]
+    graph.cycles = [sorted(n for n in r if n > HUB_FLOOR) for r in rings.values() if r <= cyclic]
+    cyclic = {n for n in cyclic if n > HUB_FLOOR}
     kinds: dict[int, str] = {}
     for n in sinks:
         kinds[n] = "no dump" if n in no_dump else "stalled" if n in stalled else "missing"
@@ -305,7 +321,14 @@ def build(blocked: list[Blocked], stalls: list[Stall], dumped: tuple[int, ...], 
     for the ranks that do not wait (or, when none is left, for the silent ones)."""
     graph = WaitGraph(blocked=list(blocked), stalls=stalls, dumped=dumped, world=world)
     other = elsewhere or Elsewhere()
-    for b in blocked:
+    for index, b in enumerate(blocked):
+        if len(b.entered) > 1 and len(b.absent) > 1:
+            hub = HUB_FLOOR - 1 - index
+            for waiter in b.entered:
+                _edge(graph, waiter, hub, b)
+            for target in b.absent:
+                _edge(graph, hub, target, b)
+            continue
         for waiter in b.entered:
             for target in b.absent:
                 _edge(graph, waiter, target, b)
@@ -358,23 +381,41 @@ def _roots(graph: WaitGraph, kinds: dict[int, str]) -> list[Root]:
     for rank, kind in sorted(kinds.items()):
         together[_key(graph, rank, kind)].append(rank)
     roots = []
+    index = _blocked_by_rank(graph)
     for (kind, _), ranks in together.items():
         mine = set(ranks)
         behind = tuple(sorted(_behind(graph.edges, mine)))
         later = set(behind)
-        held = tuple(b for b in graph.blocked if set(b.absent) & mine or not later.isdisjoint(b.entered))
-        last = {r: last_did(graph, r) for r in ranks}
+        held = tuple(b for b in graph.blocked if not b.absent_set.isdisjoint(mine) or not later.isdisjoint(b.entered))
+        last = {r: last_did(graph, r, index) for r in ranks[:MAX_LAST]}
         roots.append(Root(tuple(ranks), kind, last, behind, held,
                           tuple(s for s in graph.stalls if s.rank in mine)))
     order = {"stalled": 0, "no dump": 1, "missing": 2, "cycle": 3}
     return sorted(roots, key=lambda r: (-len(r.behind), order.get(r.kind, 9), r.ranks))
 
 
-def last_did(graph: WaitGraph, rank: int) -> str:
+def _blocked_by_rank(graph: WaitGraph) -> tuple[dict[int, list[Blocked]], dict[int, list[Blocked]]]:
+    """rank -> the stuck collectives it entered, and those it is absent from (in `graph.blocked`'s order):
+    one pass, linear in the members."""
+    entered: dict[int, list[Blocked]] = defaultdict(list)
+    absent: dict[int, list[Blocked]] = defaultdict(list)
+    for b in graph.blocked:
+        for r in b.entered_set:
+            entered[r].append(b)
+        for r in b.absent_set:
+            absent[r].append(b)
+    return entered, absent
+
+
+def last_did(graph: WaitGraph, rank: int,
+             index: tuple[dict[int, list[Blocked]], dict[int, list[Blocked]]] | None = None) -> str:
     """What a rank last did, as far as the stuck collectives tell: the latest one it entered, or where it is
-    missing."""
-    entered = [b for b in graph.blocked if rank in b.entered]
-    missing = [b for b in graph.blocked if rank in b.absent]
+    missing (`index`: `_blocked_by_rank`, built once for many ranks)."""
+    if index is None:
+        entered = [b for b in graph.blocked if rank in b.entered_set]
+        missing = [b for b in graph.blocked if rank in b.absent_set]
+    else:
+        entered, missing = index[0].get(rank, []), index[1].get(rank, [])
     parts = []
     if missing:
         parts.append("never entered " + ", ".join(b.label for b in missing[:3]) + ("..." if len(missing) > 3 else ""))

@@ -80,13 +80,16 @@ def period_of(steps: np.ndarray) -> int | None:
 
 def best_split(y: np.ndarray) -> tuple[int, int] | None:
     """(the split minimizing the squared error of a single shift in mean, the number of splits scanned), or None
-    for fewer than MIN_STEPS values; the first and last max(5, n/20) values are never a split."""
+    for fewer than MIN_STEPS values or none left between the margins; the first and last max(5, n/20) values
+    are never a split."""
     n = len(y)
     if n < threshold_int("degradation.min_steps"):
         return None
     margin = max(5, n // 20)
     csum, csq = np.cumsum(y), np.cumsum(y * y)
     k = np.arange(margin, n - margin)
+    if not len(k):  # too few steps for a split inside the margins (min_steps may be set as low as 1)
+        return None
     left_n, right_n = k, n - k
     left_sum, right_sum = csum[k - 1], csum[-1] - csum[k - 1]
     left_sq, right_sq = csq[k - 1], csq[-1] - csq[k - 1]

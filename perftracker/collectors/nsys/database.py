@@ -6,12 +6,18 @@ per-file cap, starting with the SQLite header) and returns an `Export`: a connec
 a progress handler that stops any query past a time budget, and the tables (only real tables, never views)
 with their columns, read with `PRAGMA table_info` so that every query names only columns that exist.
 Anything wrong with the file is an `ExportError` naming it, never a traceback.
+An export in WAL mode (its rows in `<name>-wal` beside it: opened immutable, the main file alone has no
+tables) is copied with its WAL into a temporary folder (both under the per-file cap together) and that
+copy is opened, then removed on `close`. A `.sqlite` that is a gzip or zip file is an input of ours too,
+refused with an ExportError saying to decompress it (never silently left out).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
+import tempfile
 import time
 import urllib.parse
 from dataclasses import dataclass, field
@@ -28,6 +34,23 @@ NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 _DEFAULT_SECONDS = 600.0
 MAX_TEXT = 4096  # characters kept of any string the file holds (kernel names run to a few hundred)
 _NOT_NSYS = "not an Nsight Systems export"
+_COMPRESSED = (b"\x1f\x8b", b"PK\x03\x04")  # gzip, zip
+
+
+def _wal_of(path: Path) -> Path | None:
+    """The write-ahead log beside an export in WAL mode (`<name>-wal`, not empty), or None."""
+    wal = Path(f"{path}-wal")
+    try:
+        return wal if wal.is_file() and wal.stat().st_size > 0 else None
+    except OSError:
+        return None
+
+
+def _copy_bounded(src: Path, dst: Path) -> int:
+    """Copy a regular file (never a FIFO or device); the bytes copied."""
+    with open_regular(src) as handle, open(dst, "wb") as out:
+        shutil.copyfileobj(handle, out, 1 << 20)
+        return out.tell()
 
 
 class ExportError(Exception):
@@ -52,12 +75,15 @@ class Export:
     conn: sqlite3.Connection
     columns: dict[str, set[str]] = field(default_factory=dict)
     size: int = 0
+    copy_dir: Path | None = None  # the temporary copy of a WAL-mode export (removed on close)
 
     def has(self, table: str, *cols: str) -> bool:
         return table in self.columns and all(c in self.columns[table] for c in cols)
 
     def close(self) -> None:
         self.conn.close()
+        if self.copy_dir is not None:
+            shutil.rmtree(self.copy_dir, ignore_errors=True)
 
 
 def _text(raw: bytes) -> str:
@@ -76,7 +102,10 @@ def looks_like_export(path: Path) -> bool:
         return False
     try:
         with open_regular(path) as handle:
-            if handle.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
+            head = handle.read(len(SQLITE_HEADER))
+            if head.startswith(_COMPRESSED):
+                return True  # a compressed export under an export's name: the reader says to decompress it
+            if head != SQLITE_HEADER:
                 return False
     except (InputError, OSError):
         return True  # let the reader say what is wrong with it
@@ -102,18 +131,36 @@ def open_export(path: Path, budget_s: float | None = None) -> Export:
         raise ExportError(f"{path}: the export is {size:,} bytes, over perftracker's per-file cap of {cap:,}; "
                           "not read (set PERFTRACKER_MAX_FILE_BYTES to raise the cap, or export a shorter "
                           "range: nsys export --times / nsys profile --capture-range)")
+    if head.startswith(_COMPRESSED):
+        kind, how = ("gzip", "gunzip") if head.startswith(b"\x1f\x8b") else ("zip", "unzip")
+        raise ExportError(f"{path}: a {kind} file named like an Nsight Systems export; not read: decompress it "
+                          f"({how}) and give the .sqlite it holds")
     if head != SQLITE_HEADER:
         raise ExportError(f"{path}: not an SQLite database (no SQLite header); export the report with "
                           "`nsys export --type sqlite`")
-    uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro&immutable=1"
+    wal = _wal_of(path)
+    copy_dir = None
     try:
-        conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
-    except sqlite3.Error as exc:
-        raise ExportError(f"{path}: SQLite cannot open it ({exc})") from None
+        if wal is None:
+            uri = f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro&immutable=1"
+            conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        else:  # WAL mode: its rows are in the log; read a private copy of both (the inputs are never written)
+            if size + wal.stat().st_size > cap:
+                raise ExportError(f"{path}: the export and its write-ahead log {wal.name} together are over "
+                                  f"perftracker's per-file cap of {cap:,}; not read (checkpoint it: "
+                                  f"sqlite3 {path.name} 'PRAGMA wal_checkpoint(TRUNCATE)')")
+            copy_dir = Path(tempfile.mkdtemp(prefix="perftracker-nsys-wal-"))
+            copy = copy_dir / "export.sqlite"
+            size = _copy_bounded(path, copy) + _copy_bounded(wal, Path(f"{copy}-wal"))
+            conn = sqlite3.connect(str(copy), check_same_thread=False)
+    except (sqlite3.Error, OSError, InputError) as exc:
+        if copy_dir is not None:
+            shutil.rmtree(copy_dir, ignore_errors=True)
+        raise ExportError(f"{path}: SQLite cannot open it ({getattr(exc, 'message', exc)})") from None
     conn.text_factory = _text
     deadline = time.monotonic() + (budget_s if budget_s is not None else time_budget())
     conn.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 100_000)
-    export = Export(path, conn, size=size)
+    export = Export(path, conn, size=size, copy_dir=copy_dir)
     try:
         conn.execute("PRAGMA query_only = ON")
         conn.execute("PRAGMA trusted_schema = OFF")
@@ -123,11 +170,11 @@ def open_export(path: Path, budget_s: float | None = None) -> Export:
             if table.replace("_", "").isalnum():  # names are interpolated into SQL below: plain names only
                 export.columns[table] = {str(r[1]) for r in conn.execute(f'PRAGMA table_info("{table}")')}
     except sqlite3.Error as exc:
-        conn.close()
+        export.close()
         raise ExportError(f"{path}: damaged or truncated SQLite file ({exc}); export it again with "
                           "`nsys export --type sqlite`") from None
     if "StringIds" not in export.columns or not any(t in export.columns for t in ACTIVITY_TABLES):
-        conn.close()
+        export.close()
         raise ExportError(f"{path}: an SQLite file but {_NOT_NSYS} (no StringIds table with "
                           f"any of {', '.join(ACTIVITY_TABLES)})")
     return export

@@ -7,8 +7,11 @@ the Store's `RunInfo`, and notes. Pickles are NEVER unpickled: `plain_unpickle` 
 `pickletools.genops` and rebuilds only plain data (dict, list, tuple, set, str, bytes, int, float,
 bool, None). A pickle with any code reference (GLOBAL, REDUCE, BUILD, ...) is refused with a note,
 so a crafted file cannot run anything. The rank comes from a `rank` key when present, else from the
-file name's trailing number (`rank_3`, `nccl_trace_rank_3`, `fr-3.json`). Point-to-point entries get
-seq -1 (their collective sequence number does not advance).
+file name's trailing number (`rank_3`, `nccl_trace_rank_3`, `fr-3.json`) only when the dump has no `rank`
+key (a `rank` of -5 or 1.5 is no rank: -1, said). Two dumps claiming one rank: the one whose entries are the
+newest is read, the others left out with a note (neither, when their times tie). Values JSON cannot hold
+(bytes, a tuple as a dict key) are kept as text. Point-to-point entries get seq -1 (their collective
+sequence number does not advance).
 """
 
 from __future__ import annotations
@@ -265,13 +268,65 @@ def _int(value: Any, default: int = -1) -> int:
     return default
 
 
-def _rank_of(path: Path, dump: dict[str, Any]) -> int:
-    rank = rank_in_range(dump.get("rank"))
-    if rank is not None:
-        return rank
+def jsonable(value: Any) -> Any:
+    """Plain data as JSON can hold it: bytes as text (hex), dict keys as text, sets and tuples as lists (a
+    pickle may hold what JSON cannot: a tuple key, bytes). The value is a bounded tree (`plain_copy`)."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value[:4096]).hex()
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else json.dumps(jsonable(k)): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def _rank_of(path: Path, dump: dict[str, Any]) -> tuple[int, str]:
+    """The dump's rank, and why it has none (-1): a `rank` key that is not a rank (-5, 1.5, text) is never
+    replaced by the file name's digits."""
+    if "rank" in dump:
+        rank = rank_in_range(dump.get("rank"))
+        if rank is None or isinstance(dump.get("rank"), bool):
+            return -1, f"its 'rank' is {str(dump.get('rank'))[:40]!r}, not a rank (a whole number from 0)"
+        return rank, ""
     match = _TRAILING_NUMBER.search(path.name)
     named = ascii_int(match.group(1), 0, MAX_RANK) if match else None
-    return -1 if named is None else named
+    return (-1, "no 'rank' key, no number at the end of the file name") if named is None else (named, "")
+
+
+def _newest_ns(dump: dict[str, Any]) -> int:
+    """The latest time the dump's own entries carry (-1: none)."""
+    times = [_int(e.get(k)) for e in dump.get("entries") or [] if isinstance(e, dict)
+             for k in ("time_created_ns", "time_discovered_started_ns", "time_discovered_completed_ns")]
+    return max(times, default=-1)
+
+
+def _one_dump_per_rank(dumps: list[tuple[Path, dict[str, Any], int]], notes: list[LoadNote]
+                       ) -> list[tuple[Path, dict[str, Any], int]]:
+    """Where two dumps claim one rank (an older attempt's beside the real one), keep the one whose entries are
+    the newest, saying so; when their times cannot tell them apart, keep neither (said too)."""
+    by_rank: dict[int, list[tuple[Path, dict[str, Any], int]]] = {}
+    for item in dumps:
+        by_rank.setdefault(item[2], []).append(item)
+    kept: list[tuple[Path, dict[str, Any], int]] = []
+    for rank, claims in by_rank.items():
+        if rank < 0 or len(claims) == 1:
+            kept += claims
+            continue
+        ordered = sorted(claims, key=lambda c: _newest_ns(c[1]), reverse=True)
+        names = ", ".join(str(c[0]) for c in ordered)
+        newest, runner_up = _newest_ns(ordered[0][1]), _newest_ns(ordered[1][1])
+        if newest > runner_up:
+            kept.append(ordered[0])
+            notes.append(LoadNote("warning", str(ordered[0][0]), f"{len(claims)} flight-recorder dumps claim rank "
+                                  f"{rank} ({names}): this one, whose entries are the newest, is read; the "
+                                  "others (an older attempt's?) are left out"))
+        else:
+            notes.append(LoadNote("warning", str(ordered[0][0]), f"{len(claims)} flight-recorder dumps claim rank "
+                                  f"{rank} ({names}) and their entries' times cannot tell which is this run's: "
+                                  "none of them is read; keep only this run's dumps in the input"))
+    return kept
 
 
 def _rows(dump: dict[str, Any], rank: int, file: str) -> list[dict[str, Any]]:
@@ -288,8 +343,8 @@ def _rows(dump: dict[str, Any], rank: int, file: str) -> list[dict[str, Any]]:
             "rank": rank, "host": str(dump.get("host", "")), "pg": pg, "pg_desc": desc,
             "seq": -1 if e.get("is_p2p") else _int(e.get("collective_seq_id")),
             "op": str(e.get("profiling_name", "")),
-            "input_sizes": json.dumps(e.get("input_sizes"), separators=(",", ":")),
-            "output_sizes": json.dumps(e.get("output_sizes"), separators=(",", ":")),
+            "input_sizes": json.dumps(jsonable(e.get("input_sizes")), separators=(",", ":")),
+            "output_sizes": json.dumps(jsonable(e.get("output_sizes")), separators=(",", ":")),
             "dtypes": ",".join(str(d) for d in dtypes) if isinstance(dtypes, (list, tuple)) else str(dtypes),
             "state": str(e.get("state", "")), "retired": bool(e.get("retired", False)),
             "time_created_ns": _int(e.get("time_created_ns")),
@@ -336,6 +391,7 @@ def load_fr_dumps(paths: Sequence[Path]) -> tuple[pd.DataFrame, RunInfo, list[Lo
     status: dict[str, dict[str, dict[str, int]]] = {}
     config: dict[str, dict[str, Any]] = {}
     notes: list[LoadNote] = []
+    dumps: list[tuple[Path, dict[str, Any], int]] = []
     for path in paths:
         try:
             dump = read_fr_dump(path)
@@ -347,15 +403,17 @@ def load_fr_dumps(paths: Sequence[Path]) -> tuple[pd.DataFrame, RunInfo, list[Lo
             notes.append(LoadNote("warning", str(path), f"not a readable flight-recorder dump "
                                   f"({getattr(exc, 'message', exc)})"))
             continue
-        rank = _rank_of(path, dump)
+        rank, why = _rank_of(path, dump)
         if rank < 0:
-            notes.append(LoadNote("warning", str(path), "flight-recorder dump without a rank (no 'rank' key, no "
-                                  "number at the end of the file name); its entries are kept as rank -1"))
+            notes.append(LoadNote("warning", str(path), f"flight-recorder dump without a rank ({why}); its "
+                                  "entries are kept as rank -1"))
+        dumps.append((path, dump, rank))
+    for path, dump, rank in _one_dump_per_rank(dumps, notes):
         rows.extend(_rows(dump, rank, str(path)))
         status[str(rank)] = _status(dump.get("pg_status"), _pg_names(dump))
         for pg, cfg in (dump.get("pg_config") or {}).items() if isinstance(dump.get("pg_config"), dict) else []:
             if isinstance(cfg, dict) and str(pg):
-                config.setdefault(str(pg), {k: (str(v) if not isinstance(v, (int, list)) else v)
+                config.setdefault(str(pg), {str(k): (str(v) if not isinstance(v, (int, list)) else jsonable(v))
                                             for k, v in cfg.items()})
     frame = conform("collectives_fr", pd.DataFrame(rows)) if rows else empty_table("collectives_fr")
     return frame, RunInfo(fr_pg_status=status, fr_pg_config=config) if status else RunInfo(), notes
