@@ -14,12 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+# the one list of public names (perftracker.api.__all__ is this list)
 _API = ("analyze", "analyze_jobs", "analyze_store", "diff", "load", "load_options", "read", "timeline",
-        "save_timeline", "Run", "RunDiff", "AnalysisOptions", "LoadOptions")
+        "save_timeline", "Run", "RunDiff", "AnalysisOptions", "LoadOptions", "LoadKeywords")
 
 if TYPE_CHECKING:
     from perftracker.api import (  # noqa: F401
         AnalysisOptions,
+        LoadKeywords,
         LoadOptions,
         Run,
         RunDiff,

@@ -12,7 +12,6 @@ checked by `writable_folder` before a command does any work, and `--comm-kernel`
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,9 +19,10 @@ from typing import Annotated, Any
 
 import typer
 
+from perftracker import option_checks as checks
 from perftracker.analyzers.thresholds import Thresholds, collect_overrides
 from perftracker.collectors.nccl.profiles import shipped_profiles
-from perftracker.errors import OutputError, UsageError, output_error
+from perftracker.errors import OutputError, output_error
 
 FAIL_ON_HELP = ("Exit 3 when a finding at or above this severity exists (warning or critical): for CI gates "
                 "and job hooks.")
@@ -121,26 +121,16 @@ def writable_file(path: Path, option: str) -> Path:
 
 
 def comm_kernel_patterns(patterns: Iterable[str] | None) -> tuple[str, ...]:
-    """The `--comm-kernel` regular expressions, each checked; a UsageError naming the one that is not valid."""
-    checked = tuple(patterns or ())
-    for pattern in checked:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise UsageError(f"not a valid regular expression ({exc})", f"--comm-kernel {pattern!r}",
-                             "fix the pattern (Python `re` syntax; escape a literal parenthesis as \\( ), e.g. "
-                             "--comm-kernel 'my_allreduce|custom_a2a'") from None
-    return checked
+    """The `--comm-kernel` regular expressions, each checked (`option_checks.patterns`, as the API checks them)."""
+    return checks.patterns(patterns)
 
 
 def checked_engine(name: str) -> str:
     """The `--engine` name, checked before any work: a UsageError for an unknown one, or for ray when the
     Ray extra is not installed."""
-    from perftracker.collectors.engines import ENGINES
+    from perftracker.collectors.engines import checked_engine_name
 
-    if name not in ENGINES:
-        raise UsageError(f"no engine called {name!r}", "--engine", f"use one of {', '.join(ENGINES)}")
-    if name == "ray":
+    if checked_engine_name(name) == "ray":
         from perftracker.collectors.engines.ray_engine import import_ray
 
         import_ray()

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from perftracker import api
+from perftracker import option_checks as checks
 from perftracker.cli.options import (
     Engine,
     FollowLinks,
@@ -77,8 +78,7 @@ def timeline(
       perftracker timeline traces/ -o all-ranks.json.gz
       perftracker timeline traces/ -o some.json.gz --ranks 0,3-5 --steps 10-12
     """
-    if max_events < 1:
-        raise UsageError(f"--max-events {max_events}: must be at least 1", "timeline", "e.g. --max-events 500000")
+    checks.whole(max_events, "max_events", 1)
     overrides = threshold_overrides(set_threshold, thresholds_file)
     writable_file(out, "-o")
     selected = parse_ranges(ranks, "ranks"), parse_ranges(steps, "steps")
