@@ -28,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # synth.py
 
 from fuzz_places import check_cache, check_output, check_places  # noqa: E402
 from fuzzing import FUZZ_RUN, TARGETS, Hang, check_cli, check_parser, cli_seeds, copy_fuzz_run, mutate_file  # noqa: E402
@@ -38,9 +39,10 @@ PLACES = ("places", "outputs", "cache")  # tests/fuzz_places.py: reshaped runs, 
 
 def _fixtures(scratch: Path) -> tuple[Path, Path, Path]:
     """(an analysis output of the fuzz run, a synthetic trace folder, its filled cache) for outputs and cache."""
+    from synth import SynthSpec, generate
+
     from perftracker.collectors.loading import LoadOptions
     from perftracker.pipeline import analyze_path
-    from perftracker.synth import SynthSpec, generate
 
     analyzed = scratch / "analyzed"  # of the fuzz run less its other job (else the two-jobs refusal: no output)
     analyze_path(copy_fuzz_run(scratch / "run"), analyzed, LoadOptions(cache_dir=None, workers=1))

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from synth import SynthSpec, generate
 
 from perftracker import pipeline
 from perftracker.analyzers.analysis import Analysis
@@ -25,7 +26,6 @@ from perftracker.pipeline import analyze, analyze_path
 from perftracker.store import Store
 from perftracker.store.event_parts import EventParts
 from perftracker.store.schema import conform
-from perftracker.synth import SynthSpec, generate
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_traces"

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from synth import SynthSpec, generate
+
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.stragglers.straggler import arrivals_view
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.pipeline import analyze_path
-from perftracker.synth import SynthSpec, generate
 
 HOSTS = {0: "node-a", 1: "node-a", 2: "node-b", 3: "node-b", 4: "node-c", 5: "node-c"}
 SKEW_US = {0: 0.0, 1: 0.0, 2: 1234.5, 3: 1234.501, 4: -7777.25, 5: -7777.249}  # ~one clock per host

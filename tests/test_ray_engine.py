@@ -23,13 +23,13 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from synth import SynthSpec, generate
 
 from perftracker.collectors.engines import MapArgs
 from perftracker.collectors.engines.local import LocalEngine
 from perftracker.collectors.engines.ray_engine import RayEngine, map_task
 from perftracker.collectors.loading import LoadOptions
 from perftracker.pipeline import analyze_path
-from perftracker.synth import SynthSpec, generate
 
 ray = pytest.importorskip("ray", reason="the Ray extra is not installed (pip install -e '.[dev]' installs it)")
 

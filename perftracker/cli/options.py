@@ -68,7 +68,7 @@ def engine_option() -> Any:
     """`--engine local|ray`: where the traces are parsed (`collectors.engines`)."""
     return typer.Option("--engine", metavar="local|ray", help=(
         "Where the traces are parsed: local (a process pool on this machine, the default) or ray (one Ray task "
-        "per trace on a cluster, see --ray-address; needs pip install 'perftracker\\[ray]', perftracker on every "
+        "per trace on a cluster, see --ray-address; needs pip install 'perftracker-dl\\[ray]', perftracker on every "
         "node, and the traces at the same path on every node)."))
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from synth import SynthSpec, generate, tp_dp_groups
+
 from perftracker.collectors.loading import LoadOptions
 from perftracker.pipeline import analyze_path
-from perftracker.synth import SynthSpec, generate, tp_dp_groups
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "health"
 

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+from synth import SynthSpec, generate
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Cost, Finding, Severity, rank_findings
@@ -18,7 +19,6 @@ from perftracker.collectors.loading import LoadOptions
 from perftracker.pipeline import analyze_path
 from perftracker.store import Store
 from perftracker.store.schema import conform
-from perftracker.synth import SynthSpec, generate
 
 from .conftest import FIXTURES, FakeRdmaNode, gpu_record, write_jsonl
 

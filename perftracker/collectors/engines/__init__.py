@@ -7,7 +7,7 @@ of the paths. What it hands back is what `trace_map.load_one` returns wherever i
 and every finding, is the same whichever engine mapped it. `engine_for(name, ...)` builds one:
 
 - `local` (`engines/local.py`, the default): a process pool on this machine;
-- `ray` (`engines/ray_engine.py`, `pip install perftracker[ray]`): Ray tasks on an existing cluster
+- `ray` (`engines/ray_engine.py`, `pip install 'perftracker-dl[ray]'`): Ray tasks on an existing cluster
   (or a Ray started on this machine for the command).
 
 Each engine goes through the same content-keyed cache (`collectors/traces/trace_cache.py`), so a run
