@@ -12,7 +12,7 @@ the verdict's "Top:" is the first actionable finding of that order.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +81,7 @@ def build(findings: list[Finding], notes: list[LoadNote], input_path: str, summa
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "perftracker", "version": __version__},
-        "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "input": input_path,
         "summary": {"verdict": verdict_text if verdict_text is not None else verdict(findings, summary_extra.get("coverage")), "counts": _counts(findings),
                     "worst_cost_seconds_per_step": round(worst, 9), "biggest_cost": biggest, **summary_extra},
