@@ -72,17 +72,20 @@ def engine_option() -> Any:
         "node, and the traces at the same path on every node)."))
 
 
-def ray_address_option() -> Any:
-    """`--ray-address HOST:PORT` (or $RAY_ADDRESS): the Ray cluster of `--engine ray`."""
+def ray_address_option(workers: bool = True) -> Any:
+    """`--ray-address HOST:PORT` (or $RAY_ADDRESS): the Ray cluster of `--engine ray` (`workers`: the command has
+    `--workers`, which bounds the CPUs of a Ray it starts)."""
+    cpus = "--workers CPUs" if workers else "this machine's CPUs"
     return typer.Option("--ray-address", envvar="RAY_ADDRESS", metavar="HOST:PORT", help=(
         "With --engine ray: the cluster's head node (HOST:PORT, ray://HOST:10001 for Ray Client, or auto for a Ray "
         "started on this machine with ray start). Without it or $RAY_ADDRESS, a Ray is started on this machine "
-        "for the command (ray.init(), --workers CPUs) and stopped afterwards."))
+        f"for the command (ray.init(), {cpus}) and stopped afterwards."))
 
 
 FailOn = Annotated[str | None, fail_on_option()]
 Engine = Annotated[str, engine_option()]
 RayAddress = Annotated[str | None, ray_address_option()]
+RayAddressNoWorkers = Annotated[str | None, ray_address_option(workers=False)]  # commands without --workers
 FollowLinks = Annotated[bool, typer.Option("--follow-links", metavar="", help=(
     "Read files that symlinks in the input lead to outside it (never /proc, /sys, /dev); without it such a "
     "link is left out with a note naming it."))]
@@ -143,7 +146,7 @@ SetThresholds = Annotated[list[str] | None, typer.Option(
     "the changes.")]
 ThresholdsFiles = Annotated[list[Path] | None, typer.Option(
     "--thresholds", metavar="FILE.toml", help="A TOML file of thresholds to change (NAME = VALUE per line, or "
-    "[straggler] then alpha = 0.005); repeatable, --set wins.")]
+    "\\[straggler] then alpha = 0.005); repeatable, --set wins.")]
 
 
 def threshold_overrides(assignments: list[str] | None, files: list[Path] | None) -> dict[str, object]:

@@ -12,7 +12,7 @@ from perftracker import option_checks as checks
 from perftracker.cli.options import (
     Engine,
     FollowLinks,
-    RayAddress,
+    RayAddressNoWorkers,
     SetThresholds,
     ThresholdsFiles,
     checked_engine,
@@ -64,7 +64,7 @@ def timeline(
     = False,
     quiet: Annotated[bool, quiet_option("Print only the line naming the file written.")] = False,
     engine: Engine = "local",
-    ray_address: RayAddress = None,
+    ray_address: RayAddressNoWorkers = None,
     set_threshold: SetThresholds = None,
     thresholds_file: ThresholdsFiles = None,
     follow_links: FollowLinks = False,

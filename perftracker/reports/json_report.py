@@ -42,7 +42,8 @@ def verdict(findings: list[Finding], coverage: dict[str, Any] | None = None) -> 
     cost = ""
     if top.cost.seconds_per_step > 0:
         cost = f" (~{top.cost.seconds_per_step * 1e3:.1f} ms/step, {100 * top.cost.share_of_step:.0f}% of the step)"
-    head = ", ".join(f"{counts[s]} {s}" for s in ("critical", "warning") if counts[s])
+    head = ", ".join(f"{counts[s]} {s}{'s' if s == 'warning' and counts[s] != 1 else ''}"
+                     for s in ("critical", "warning") if counts[s])  # "2 critical, 5 warnings"
     return f"{head}. Top: {top.title}{cost}."
 
 
