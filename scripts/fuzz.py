@@ -41,11 +41,10 @@ def _fixtures(scratch: Path) -> tuple[Path, Path, Path]:
     """(an analysis output of the fuzz run, a synthetic trace folder, its filled cache) for outputs and cache."""
     from synth import SynthSpec, generate
 
-    from perftracker.collectors.loading import LoadOptions
-    from perftracker.pipeline import analyze_path
+    import perftracker
 
     analyzed = scratch / "analyzed"  # of the fuzz run less its other job (else the two-jobs refusal: no output)
-    analyze_path(copy_fuzz_run(scratch / "run"), analyzed, LoadOptions(cache_dir=None, workers=1))
+    perftracker.analyze(copy_fuzz_run(scratch / "run"), cache=False, workers=1).write(analyzed)
     generate(SynthSpec(ranks=2, steps=2, kernels_per_step=4, collectives_per_step=1, seed=4), scratch / "traces",
              gzip=True, truth_path=scratch / "truth.json")
     return analyzed, scratch / "traces", scratch / "xdg" / "perftracker"

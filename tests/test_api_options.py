@@ -132,3 +132,12 @@ def test_a_list_of_patterns_still_selects_the_communication_kernels() -> None:
     # GIVEN the patterns as a list (and as a tuple); THEN the loading options hold them as they were given
     assert load_options(comm_kernel_patterns=["nccl", "a2a"], cache=False).comm_kernel_patterns == ("nccl", "a2a")
     assert load_options(comm_kernel_patterns=("x",), cache=False).comm_kernel_patterns == ("x",)
+
+
+def test_one_list_of_public_names_and_each_resolves() -> None:
+    # GIVEN the package's list of public names; THEN the API module keeps no second list, and each name resolves
+    import perftracker.api as api
+
+    assert not hasattr(api, "__all__")
+    assert {"analyze", "diff", "load", "read", "timeline", "LoadKeywords"} <= set(perftracker.__all__)
+    assert all(getattr(perftracker, name) is not None for name in perftracker.__all__)

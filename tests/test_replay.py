@@ -151,10 +151,10 @@ def test_real_gloo_straggler_named_with_a_replayed_cost() -> None:
 
 def test_report_shows_the_critical_path_the_costs_and_the_replay_error(tmp_path: Path) -> None:
     # GIVEN the real DLRM traces (one step; rank 7 the others wait for; communication mostly waiting)
-    from perftracker.pipeline import analyze_path
+    from api_helpers import analyzed
 
     # WHEN analyzed end to end
-    result = analyze_path(DLRM, tmp_path / "out", LoadOptions(workers=1, cache_dir=None))
+    result = analyzed(DLRM, tmp_path / "out", cache=False, workers=1)
     # THEN the run summary carries the replay's error, within 5% here
     summary = result.tables["run_summary"].iloc[0]
     assert summary["replay_steps"] == 1 and summary["replay_error"] <= REL_TOL
