@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-# the one list of public names (perftracker.api.__all__ is this list)
+# the one list of public names (perftracker/api.py keeps no second one)
 _API = ("analyze", "analyze_jobs", "analyze_store", "diff", "load", "load_options", "read", "timeline",
         "save_timeline", "Run", "RunDiff", "AnalysisOptions", "LoadOptions", "LoadKeywords")
 
