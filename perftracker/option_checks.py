@@ -133,6 +133,12 @@ def selection(value: object, keyword: str) -> list[int] | None:
     return sorted({whole(item, keyword, 0, MAX_SELECTED) for item in _items(value, keyword, "numbers", "[0, 3]")})
 
 
+def optional_callable(value: object, keyword: str, example: str) -> None:
+    """A function, or None."""
+    if value is not None and not callable(value):
+        raise _wrong(keyword, value, "callable", example)
+
+
 def mapping(value: object, keyword: str) -> Mapping[str, object]:
     """A mapping of names (strings) to values."""
     if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):

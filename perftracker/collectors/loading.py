@@ -81,9 +81,7 @@ class LoadOptions:
         checks.boolean(self.follow_links, "follow_links")
         checks.optional_text(self.job, "job")
         checks.whole(self.spill_events_from, "spill_events_from")
-        if self.progress is not None and not callable(self.progress):
-            raise checks.UsageError(f"{self.progress!r} is not callable", "progress",
-                                    "give a function of (files parsed, files in all), or None")
+        checks.optional_callable(self.progress, "progress", "a function of (files parsed, files in all), or None")
 
 
 def default_cache_dir() -> Path:
