@@ -1,4 +1,4 @@
-"""Build hook: the wheel carries the sample runs, so that `pip install perftracker && perftracker demo` works.
+"""Build hook: the wheel carries the sample runs, so that `pip install perftracker-dl && perftracker demo` works.
 
 Everything else is in pyproject.toml. `sample_traces/` (one copy in the repository, with its README naming
 each run's provenance) is copied into the built package as `perftracker/samples/`, where `perftracker demo`

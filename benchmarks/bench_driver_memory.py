@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where the driver's memory goes: analyze's phases at N synthetic ranks, measured in one fresh process each.
 
-For each size it generates ~`--target-mb` MB of trace JSON per rank (`perftracker.synth`, gzip'd), then a
+For each size it generates ~`--target-mb` MB of trace JSON per rank (`benchmarks/synth.py`, gzip'd), then a
 child process loads and analyzes them phase by phase (map with the local pool, cache off; reduce;
 analyzers; report views), printing after each phase the driver's RSS now, its peak so far and its CPU seconds so far (the pool's
 workers are other processes and are not counted here: this is the driver alone), and the deep sizes of
@@ -182,7 +182,7 @@ def main() -> int:
     if args.child:
         child(args.child, args.per_view)
         return 0
-    from perftracker.synth import SynthSpec, generate
+    from synth import SynthSpec, generate
 
     for ranks in args.sizes:
         root = Path(tempfile.mkdtemp(prefix="perftracker-driver-memory-"))

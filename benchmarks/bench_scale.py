@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Scale: `perftracker analyze` on 128 to 4096 synthetic ranks, with the local engine and with Ray.
 
-For each size it generates ~`--target-mb` MB of trace JSON per rank (`perftracker.synth`, gzip'd on disk,
+For each size it generates ~`--target-mb` MB of trace JSON per rank (`benchmarks/synth.py`, gzip'd on disk,
 one seeded compute straggler at rank ranks//3 + 1) into a temporary folder, then for each engine runs
 `perftracker analyze DIR -o OUT --no-cache --quiet --engine E` in a subprocess (with `--engine ray` and no
 address, analyze starts a local Ray for the command: its GCS, raylet and worker processes are children of
@@ -42,7 +42,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_straggler_scale import GZ_RATIO_BOUND, OUTPUT_MARGIN, straggler_verdict
 
-from perftracker.synth import SynthSpec, generate
+from synth import SynthSpec, generate
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "bench_scale.json"

@@ -2,7 +2,7 @@
 """Straggler analysis at scale: `perftracker analyze` on synthetic N-rank traces with one seeded straggler.
 
 For each size (default 64 and 256 ranks, about 5 MB of trace JSON per rank, gzip-compressed on disk) it
-generates traces with `perftracker.synth` into a temporary folder, runs `perftracker analyze <dir> -o <out>
+generates traces with `benchmarks/synth.py` into a temporary folder, runs `perftracker analyze <dir> -o <out>
 --no-cache` in a subprocess, samples the peak RSS of that process tree every 50 ms, and prints seconds,
 events, seconds per million events, peak MB, and whether the straggler finding names the seeded rank (and
 how close its clock offsets are to the seeded skews). The temporary folder is removed afterwards.
@@ -31,7 +31,7 @@ from typing import Any
 
 import psutil
 
-from perftracker.synth import SynthSpec, generate
+from synth import SynthSpec, generate
 
 HERE = Path(__file__).resolve().parent
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Memory and CPU of parsing one big Kineto trace: 1M and 5M events, each parse in a fresh process.
 
-The trace is synthetic: `perftracker.synth`'s rank-0 document for 2 ranks and 10 steps (~20k events: a
+The trace is synthetic: `benchmarks/synth.py`'s rank-0 document for 2 ranks and 10 steps (~20k events: a
 `cpu_op`, a `cudaLaunchKernel`, two `ac2g` flow events and a kernel per compute kernel, plus the collectives),
 whose steps are written again and again, each copy shifted in time past the previous one (ProfilerStep
 numbers, correlation and External ids shifted too), until the file holds `--events` trace events. It is
@@ -61,8 +61,8 @@ print(json.dumps({
 
 def _events(total: int) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
     """(the document without its events, the events): synth's rank-0 steps repeated to `total` events."""
-    from perftracker.synth import SynthSpec
-    from perftracker.synth_model import _make_plan, _rank_document
+    from synth import SynthSpec
+    from synth_model import _make_plan, _rank_document
 
     doc = _rank_document(_make_plan(SynthSpec(ranks=2, steps=10, kernels_per_step=400, seed=1)), 0)
     events: list[dict[str, Any]] = doc.pop("traceEvents")

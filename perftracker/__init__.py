@@ -14,12 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from perftracker._version import __version__
 
+# the one list of public names (perftracker/api.py keeps no second one)
 _API = ("analyze", "analyze_jobs", "analyze_store", "diff", "load", "load_options", "read", "timeline",
-        "save_timeline", "Run", "RunDiff", "AnalysisOptions", "LoadOptions")
+        "save_timeline", "Run", "RunDiff", "AnalysisOptions", "LoadOptions", "LoadKeywords")
 
 if TYPE_CHECKING:
     from perftracker.api import (  # noqa: F401
         AnalysisOptions,
+        LoadKeywords,
         LoadOptions,
         Run,
         RunDiff,

@@ -19,9 +19,11 @@ Example:
 
 Promise: `analyze`, `diff`, `load` and `timeline` read their inputs and write nothing (the parsed-trace cache
 aside, under `$XDG_CACHE_HOME/perftracker`, unless `cache=False`); results are written only by their `write`
-methods. Loading options are keyword arguments named as the fields of
-`perftracker.collectors.loading.LoadOptions` (`workers`, `engine`, `ray_address`, `job`, `nccl_profile`,
-`sysfs_root`, `sysfs_host`, `comm_kernel_patterns`, `comm_kernel_files`, `progress`, ...), plus `cache`.
+methods. Loading options are the typed keyword arguments of `LoadKeywords` (the fields of
+`perftracker.collectors.loading.LoadOptions`: `workers`, `engine`, `job`, `comm_kernel_patterns`, ..., plus
+`cache`), checked by mypy and, at run time, every value before anything is loaded (`perftracker.option_checks`,
+the command line's own checks: a string where a list is meant, NaN, a number out of range, "no" for a bool, a
+wrong container or an unknown name is a `perftracker.errors.UsageError`; an unknown keyword a TypeError).
 Rendering (Jinja, plotly) and the Ray engine are imported only when a page is rendered or `engine="ray"`.
 Bad input raises `perftracker.errors.InputError` (its `message` says what, where and what next).
 """
@@ -29,68 +31,80 @@ Bad input raises `perftracker.errors.InputError` (its `message` says what, where
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, Unpack
 
-from perftracker.analyzers.analysis import Analysis, AnalysisOptions
-from perftracker.analyzers.compare.diff import DEFAULT_TOLERANCE
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.analysis import AnalysisOptions as AnalysisOptions
+from perftracker.analyzers.compare.diff import DEFAULT_TOLERANCE as DEFAULT_TOLERANCE
 from perftracker.analyzers.findings import Finding, rank_findings
 from perftracker.analyzers.passes import costed_findings
 from perftracker.analyzers.traces.merged_timeline import DEFAULT_MAX_EVENTS, MergedTimeline
 from perftracker.collectors.jobs import JobGroup
-from perftracker.collectors.loading import LoadOptions, default_cache_dir, load_jobs, load_path
-from perftracker.errors import InputError
-from perftracker.outputs import (
-    DIFF_HTML,
-    DIFF_JSON,
-    FINDINGS,
-    REPORT,
-    TABLES,
-    TIMELINE,
-    ReportNotWritten,
-    render_report,
-    saved_output,
-    write_timeline,
-    writing,
-)
+from perftracker.collectors.loading import LoadOptions as LoadOptions
+from perftracker.collectors.loading import default_cache_dir, load_jobs, load_path
+from perftracker.errors import InputError, UsageError
+from perftracker.option_checks import boolean, finite, selection, whole
+from perftracker.option_checks import path as checked_path
+from perftracker.outputs import DIFF_HTML as DIFF_HTML
+from perftracker.outputs import DIFF_JSON as DIFF_JSON
+from perftracker.outputs import FINDINGS as FINDINGS
+from perftracker.outputs import REPORT as REPORT
+from perftracker.outputs import TABLES as TABLES
+from perftracker.outputs import TIMELINE as TIMELINE
+from perftracker.outputs import ReportNotWritten as ReportNotWritten
+from perftracker.outputs import render_report as render_report
+from perftracker.outputs import saved_output, write_timeline
+from perftracker.outputs import writing as writing
 from perftracker.pipeline import diff_runs, read_run, run_of, timeline_of
-from perftracker.results import Run, RunDiff
+from perftracker.results import Run as Run
+from perftracker.results import RunDiff as RunDiff
 from perftracker.store import Store
 
 PathLike = str | os.PathLike[str]
 
-__all__ = [
-    "DEFAULT_TOLERANCE", "DIFF_HTML", "DIFF_JSON", "FINDINGS", "REPORT", "TABLES", "TIMELINE", "AnalysisOptions", "LoadOptions",
-    "ReportNotWritten", "Run", "RunDiff", "analyze", "analyze_jobs", "analyze_store", "diff", "judge", "load",
-    "load_options", "read", "render_report", "save_timeline", "timeline", "writing",
-]
+
+class LoadKeywords(TypedDict, total=False):
+    """The loading options, as keyword arguments of `load`, `analyze`, `analyze_jobs`, `diff` and `timeline`."""
+
+    cache: bool | PathLike  # True: the parsed-trace cache under $XDG_CACHE_HOME/perftracker; False: none; a folder
+    comm_kernel_patterns: Sequence[str]  # regular expressions of communication kernels (family "custom")
+    comm_kernel_files: Sequence[PathLike]  # files of communication kernel families (comm_kernels format)
+    workers: int  # parser processes (0: one per CPU)
+    engine: str  # "local" or "ray"
+    ray_address: str  # the Ray cluster of engine="ray" ("": one started on this machine)
+    nccl_profile: str | None  # the NCCL platform profile (shipped name or file)
+    sysfs_root: PathLike | None  # this node's /sys (or a copy) for the NCCL/RDMA rules
+    sysfs_host: str  # the node whose sysfs that is
+    nsys_step_range: str  # the NVTX range that marks a step in Nsight Systems exports
+    follow_links: bool  # read files that symlinks lead to outside the input
+    job: str | None  # the one job to load where the traces are of several
+    spill_events_from: int  # from this many events on, the events are Parquet parts on disk
+    progress: Callable[[int, int], None] | None  # called with (files parsed, files in all)
+
+# The public names are listed once, in perftracker/__init__.py; the commands also use the names re-exported below.
 
 
-def load_options(cache: bool | PathLike = True, **fields: Any) -> LoadOptions:
-    """The loading options of these keyword arguments.
-
-    Args:
-        cache: True: the parsed-trace cache under `$XDG_CACHE_HOME/perftracker` (or ~/.cache/perftracker);
-            False: none; a path: that folder.
-        **fields: Fields of `LoadOptions` (`workers`, `engine`, `job`, `nccl_profile`, ...).
+def load_options(**options: Unpack[LoadKeywords]) -> LoadOptions:
+    """The loading options of these keyword arguments, every value checked (nothing is loaded).
 
     Raises:
         TypeError: a keyword that is not a loading option.
+        perftracker.errors.UsageError: a value of the wrong kind or out of range.
     """
-    cache_dir = default_cache_dir() if cache is True else None if cache is False else Path(cache)
-    for name in ("comm_kernel_patterns", "comm_kernel_files"):
-        if name in fields:
-            fields[name] = tuple(fields[name] or ())
+    fields: dict[str, object] = dict(options)
     known = set(LoadOptions.__dataclass_fields__) - {"cache_dir"}
-    unknown = sorted(set(fields) - known)
+    unknown = sorted(set(fields) - known - {"cache"})
     if unknown:
         raise TypeError(f"unknown option(s) {', '.join(unknown)}; the loading options are: cache, "
                         + ", ".join(sorted(known)))
-    return LoadOptions(cache_dir=cache_dir, **fields)
+    cache = fields.pop("cache", True)
+    cache_dir = default_cache_dir() if cache is True else None if cache is False else checked_path(cache, "cache")
+    return LoadOptions(cache_dir=cache_dir, **fields)  # type: ignore[arg-type]  # each field checked by LoadOptions
 
 
-def load(path: PathLike, **options: Any) -> Store:
+def load(path: PathLike, **options: Unpack[LoadKeywords]) -> Store:
     """Load every input under `path` into a `Store` (typed tables, notes, run facts); nothing is analyzed.
 
     Use it as a context manager: past a size the events are Parquet parts in a temporary folder, removed
@@ -103,7 +117,7 @@ def load(path: PathLike, **options: Any) -> Store:
     Raises:
         perftracker.errors.InputError: nothing usable there, or traces of several jobs without `job=`.
     """
-    return load_path(Path(path), load_options(**options))
+    return load_path(checked_path(path, "path"), load_options(**options))
 
 
 def analyze_store(store: Store, input_path: PathLike = "", *, hta_compat: bool = False,
@@ -117,7 +131,7 @@ def analyze_store(store: Store, input_path: PathLike = "", *, hta_compat: bool =
         analysis: The analysis options in full (`hta_compat` is then ignored).
         timeline: Also merge all ranks onto one clock-aligned timeline (`Run.timeline`; written by `Run.write`).
     """
-    chosen = analysis if analysis is not None else AnalysisOptions(hta_compat=hta_compat)
+    chosen = _analysis_options(hta_compat, analysis)
     return run_of(Analysis(store, chosen), str(input_path or store.run_info.input), timeline)
 
 
@@ -131,7 +145,7 @@ def judge(store: Store, analyzers: Sequence[str], analysis: AnalysisOptions | No
 
 
 def analyze(path: PathLike, *, hta_compat: bool = False, analysis: AnalysisOptions | None = None,
-            timeline: bool = False, **options: Any) -> Run:
+            timeline: bool = False, **options: Unpack[LoadKeywords]) -> Run:
     """Analyze the inputs under `path`: every analyzer, the root-cause join and every report view, once.
 
     Args:
@@ -148,12 +162,14 @@ def analyze(path: PathLike, *, hta_compat: bool = False, analysis: AnalysisOptio
     Raises:
         perftracker.errors.InputError: nothing usable there, or traces of several jobs without `job=`.
     """
-    with load(path, **options) as store:
-        return analyze_store(store, path, hta_compat=hta_compat, analysis=analysis, timeline=timeline)
+    chosen, loading = _analysis_options(hta_compat, analysis), load_options(**options)
+    boolean(timeline, "timeline")
+    with load_path(Path(path), loading) as store:
+        return analyze_store(store, path, analysis=chosen, timeline=timeline)
 
 
 def analyze_jobs(path: PathLike, *, hta_compat: bool = False, analysis: AnalysisOptions | None = None,
-                 timeline: bool = False, **options: Any) -> list[tuple[JobGroup | None, Run]]:
+                 timeline: bool = False, **options: Unpack[LoadKeywords]) -> list[tuple[JobGroup | None, Run]]:
     """Each job under `path` analyzed alone (traces of different jobs are never compared), one at a time
     (each job's Store is closed before the next is loaded).
 
@@ -161,11 +177,12 @@ def analyze_jobs(path: PathLike, *, hta_compat: bool = False, analysis: Analysis
         (the job's group of traces, or None for inputs without traces; its `Run`) per job. With one job,
         that of `analyze`.
     """
+    chosen, loading = _analysis_options(hta_compat, analysis), load_options(**options)
+    boolean(timeline, "timeline")
     runs: list[tuple[JobGroup | None, Run]] = []
-    for group, store in load_jobs(Path(path), load_options(**options)):
+    for group, store in load_jobs(Path(path), loading):
         with store:
-            runs.append((group, analyze_store(store, path, hta_compat=hta_compat, analysis=analysis,
-                                              timeline=timeline)))
+            runs.append((group, analyze_store(store, path, analysis=chosen, timeline=timeline)))
     return runs
 
 
@@ -178,7 +195,8 @@ def read(path: PathLike, *, follow_links: bool = False) -> Run:
     Raises:
         perftracker.errors.InputError: no findings.json and tables/ there.
     """
-    folder = saved_output(Path(path))
+    folder = saved_output(checked_path(path, "path"))
+    boolean(follow_links, "follow_links")
     if folder is None:
         raise InputError("no saved analysis here (findings.json and tables/)", str(path),
                          "run `perftracker analyze <inputs> -o <dir>` first, or analyze the inputs")
@@ -186,7 +204,8 @@ def read(path: PathLike, *, follow_links: bool = False) -> Run:
 
 
 def diff(base: PathLike, new: PathLike, *, tolerance: float = DEFAULT_TOLERANCE,
-         analysis: AnalysisOptions | None = None, allow_different_jobs: bool = False, **options: Any) -> RunDiff:
+         analysis: AnalysisOptions | None = None, allow_different_jobs: bool = False,
+         **options: Unpack[LoadKeywords]) -> RunDiff:
     """Compare two runs of one job: what changed beyond the noise of running it twice.
 
     Args:
@@ -204,20 +223,34 @@ def diff(base: PathLike, new: PathLike, *, tolerance: float = DEFAULT_TOLERANCE,
     Raises:
         perftracker.errors.InputError: the two runs look like different jobs (and `allow_different_jobs` is off).
     """
-    thresholds = analysis.thresholds if analysis is not None else None
-    return diff_runs(_side(Path(base), options, analysis), _side(Path(new), options, analysis), f"{base} -> {new}",
-                     tolerance, thresholds, allow_different_jobs)
+    chosen, loading = _analysis_options(False, analysis), load_options(**options)
+    tolerance = finite(tolerance, "tolerance")
+    boolean(allow_different_jobs, "allow_different_jobs")
+    before, after = (_side(checked_path(side, name), loading, chosen) for side, name in ((base, "base"), (new, "new")))
+    return diff_runs(before, after, f"{base} -> {new}", tolerance, chosen.thresholds, allow_different_jobs)
 
 
-def _side(path: Path, options: dict[str, Any], analysis: AnalysisOptions | None) -> Run:
+def _side(path: Path, loading: LoadOptions, analysis: AnalysisOptions) -> Run:
     saved = saved_output(path)
-    return read_run(saved, bool(options.get("follow_links", False))) if saved is not None \
-        else analyze(path, analysis=analysis, **options)
+    if saved is not None:
+        return read_run(saved, loading.follow_links)
+    with load_path(path, loading) as store:
+        return analyze_store(store, path, analysis=analysis)
+
+
+def _analysis_options(hta_compat: object, analysis: object) -> AnalysisOptions:
+    """The analysis options of a call, checked (an `AnalysisOptions` checks its own fields when made)."""
+    if analysis is None:
+        return AnalysisOptions(hta_compat=boolean(hta_compat, "hta_compat"))
+    if not isinstance(analysis, AnalysisOptions):
+        raise UsageError(f"{type(analysis).__name__} is not an AnalysisOptions", "analysis",
+                         "give perftracker.AnalysisOptions(...), or None")
+    return analysis
 
 
 def timeline(path: PathLike, *, ranks: list[int] | None = None, steps: list[int] | None = None,
              max_events: int = DEFAULT_MAX_EVENTS, analysis: AnalysisOptions | None = None,
-             **options: Any) -> MergedTimeline:
+             **options: Unpack[LoadKeywords]) -> MergedTimeline:
     """One clock-aligned timeline of all ranks (offsets from collective end times), with the findings of the
     report marked on it; write it with `write_timeline`.
 
@@ -232,8 +265,11 @@ def timeline(path: PathLike, *, ranks: list[int] | None = None, steps: list[int]
     Raises:
         perftracker.errors.InputError: no trace events to merge.
     """
-    with load(path, **options) as store:
-        return timeline_of(Analysis(store, analysis), str(path), ranks, steps, max_events)
+    chosen, loading = _analysis_options(False, analysis), load_options(**options)
+    ranks, steps = selection(ranks, "ranks"), selection(steps, "steps")
+    max_events = whole(max_events, "max_events", 1)
+    with load_path(checked_path(path, "path"), loading) as store:
+        return timeline_of(Analysis(store, chosen), str(path), ranks, steps, max_events)
 
 
 def save_timeline(merged: MergedTimeline, out: PathLike, title: str = "") -> int:

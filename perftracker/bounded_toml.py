@@ -11,16 +11,11 @@ two levels and have keys of two or three parts.
 
 from __future__ import annotations
 
-import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
 from perftracker.bounded import read_capped
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 MAX_DEPTH = 32
 MAX_KEY_PARTS = 64

@@ -6,8 +6,7 @@ already computed; a view that fails leaves its table empty and a note), and buil
 it writes nothing. `findings_of(analysis)` is the findings part alone, the same findings (`perftracker
 timeline` marks them). `read_run(folder)` is a saved output read back as a `Run`; `diff_runs(base, new)`
 compares two runs (`analyzers.compare.diff`) with the comparison's one verdict. Writing and rendering are
-`perftracker/outputs.py`'s. `analyze_path` / `analyze_store` / `diff_side` are the staged calls with their
-outputs written, for scripts and tests that want both at once.
+`perftracker/outputs.py`'s; loading and writing together are `perftracker.api`'s (`analyze(...).write(out)`).
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from perftracker.analyzers.analysis import Analysis, AnalysisOptions
+from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.compare.diff import DEFAULT_TOLERANCE, compare_runs
 from perftracker.analyzers.compare.same_job import job_difference
 from perftracker.analyzers.compare.side import RunSide, side_from_tables
@@ -32,31 +31,14 @@ from perftracker.analyzers.thresholds import Thresholds
 from perftracker.analyzers.thresholds import active as active_thresholds
 from perftracker.analyzers.traces.merged_timeline import DEFAULT_MAX_EVENTS, MergedTimeline, merged_timeline
 from perftracker.analyzers.views import report_tables
-from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.errors import InputError
-from perftracker.outputs import (  # noqa: F401 - the output folder's names, also known by these
-    DIFF_HTML,
-    DIFF_JSON,
-    FINDINGS,
-    REPORT,
-    TABLES,
-    TIMELINE,
-    ReportNotWritten,
-    load_tables,
-    origin_notes,
-    render_report,
-    save_tables,
-    saved_output,
-    timeline_command,
-    writing,
-)
+from perftracker.outputs import FINDINGS, TABLES, origin_notes
 from perftracker.reports import json_report
 from perftracker.reports.json_report import RunFacts
 from perftracker.results import Run, RunDiff
 from perftracker.saved_tables import read_tables
-from perftracker.store import LoadNote, Store
+from perftracker.store import LoadNote
 
-AnalysisResult = Run  # the name the commands knew before the API
 MAX_TIMELINE_NOTES = 5  # the input notes a timeline's one note line names (the rest are counted)
 
 
@@ -163,32 +145,3 @@ def diff_runs(base: Run, new: Run, title: str, tolerance: float = DEFAULT_TOLERA
 
 def _side(label: str, run: Run) -> RunSide:
     return side_from_tables(label, run.tables, run.findings)
-
-
-def analyze_path(path: Path, out_dir: Path, options: LoadOptions, hta_compat: bool = False,
-                 timeline: bool = False, devices: tuple[Path, ...] = (),
-                 thresholds: Mapping[str, object] | None = None) -> Run:
-    """Load `path`, analyze it and write the outputs into `out_dir` (ReportNotWritten when they cannot be).
-    `devices`: the user's device tables (--devices); `thresholds`: overrides of declared thresholds by name."""
-    return analyze_store(load_path(path, options), path, out_dir, hta_compat=hta_compat, timeline=timeline,
-                         devices=devices, thresholds=thresholds)
-
-
-def analyze_store(store: Store, path: Path, out_dir: Path, hta_compat: bool = False, timeline: bool = False,
-                  devices: tuple[Path, ...] = (), thresholds: Mapping[str, object] | None = None) -> Run:
-    """Analyze one loaded Store (one job; closed after) and write its outputs into `out_dir`."""
-    options = AnalysisOptions(hta_compat=hta_compat, device_files=devices, thresholds=thresholds or {})
-    try:
-        run = run_of(Analysis(store, options), str(path), timeline)
-    finally:
-        store.close()  # the events' parts on disk, if the loader wrote any
-    run.write(out_dir)
-    return run
-
-
-def diff_side(path: Path, label: str, out_dir: Path, options: LoadOptions) -> RunSide:
-    """One side of a comparison: a saved analysis output is read as it is; anything else is analyzed into
-    `out_dir` first."""
-    saved = saved_output(path)
-    return _side(label, read_run(saved, options.follow_links) if saved is not None
-                 else analyze_path(path, out_dir, options))

@@ -7,3 +7,6 @@ python3 -m venv .venv
 python -m pip install -q --upgrade pip
 python -m pip install -q -e .
 perftracker demo -o perftracker-demo
+echo
+echo "The perftracker command is in .venv: run '. .venv/bin/activate' first (then 'perftracker --help'),"
+echo "or call it as .venv/bin/perftracker."

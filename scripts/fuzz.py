@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # synth.py
 
 from fuzz_places import check_cache, check_output, check_places  # noqa: E402
 from fuzzing import FUZZ_RUN, TARGETS, Hang, check_cli, check_parser, cli_seeds, copy_fuzz_run, mutate_file  # noqa: E402
@@ -39,12 +40,12 @@ PLACES = ("places", "outputs", "cache")  # tests/fuzz_places.py: reshaped runs, 
 
 def _fixtures(scratch: Path) -> tuple[Path, Path, Path]:
     """(an analysis output of the fuzz run, a synthetic trace folder, its filled cache) for outputs and cache."""
-    from perftracker.collectors.loading import LoadOptions
-    from perftracker.pipeline import analyze_path
-    from perftracker.synth import SynthSpec, generate
+    from synth import SynthSpec, generate
+
+    import perftracker
 
     analyzed = scratch / "analyzed"  # of the fuzz run less its other job (else the two-jobs refusal: no output)
-    analyze_path(copy_fuzz_run(scratch / "run"), analyzed, LoadOptions(cache_dir=None, workers=1))
+    perftracker.analyze(copy_fuzz_run(scratch / "run"), cache=False, workers=1).write(analyzed)
     generate(SynthSpec(ranks=2, steps=2, kernels_per_step=4, collectives_per_step=1, seed=4), scratch / "traces",
              gzip=True, truth_path=scratch / "truth.json")
     return analyzed, scratch / "traces", scratch / "xdg" / "perftracker"

@@ -34,7 +34,7 @@ def _small_trace(rank: int, events: int = 120) -> bytes:
     return json.dumps(doc).encode()
 
 
-# A training log's throughput lines, one per trainer format collectors/postmortem/throughput_lines.py reads.
+# A training log's throughput lines, one per trainer format formats/framework_throughput.py reads.
 THROUGHPUT_LINES = (
     " [2024-09-03 15:56:55] iteration       20/  500000 | elapsed time per iteration (ms): 12137.8 | throughput per "
     "GPU (TFLOP/s/GPU): 412.5 | learning rate: 6.976744E-07 |\n"

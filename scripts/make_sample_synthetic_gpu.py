@@ -4,7 +4,7 @@ Everything in it is made up here, deterministically and without torch (this mach
 its manifest says so (`synthetic`):
 
 - `traces/rank-<r>.pt.trace.json.gz`: Kineto traces of a 4-rank NCCL job on one host (8 profiled steps
-  of ~100 ms, GPU r is rank r's) written by `perftracker.synth`. Rank 2 is a compute straggler: each of
+  of ~100 ms, GPU r is rank r's) written by `benchmarks/synth.py`. Rank 2 is a compute straggler: each of
   its compute phases takes `EXTRA_US` longer on the GPU (its kernels are longer, as on a slower GPU),
   which is what a 1410 MHz SM clock against 1980 MHz does to 80 ms of kernels per step (x1.40).
 - `counters/<HOST>.gpu.jsonl`: NVML samples (format: `perftracker/collectors/counters/gpu_samples.py`)
@@ -30,10 +30,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from perftracker.rundir import write_manifest
-from perftracker.synth import BASE_TIME_NS, SynthSpec, generate
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # synth.py
+
+from synth import BASE_TIME_NS, SynthSpec, generate  # noqa: E402
+
+from perftracker.rundir import write_manifest  # noqa: E402
+
 OUT = ROOT / "sample_traces" / "synthetic-gpu-4rank-thermal"
 SCRIPT = "scripts/make_sample_synthetic_gpu.py"
 HOST = "gpu-node-1"
@@ -111,7 +114,7 @@ def synthetic_entries() -> list[dict[str, str]]:
     """The manifest's `synthetic` list: every input of this sample, what wrote it and what it pretends."""
     return [
         {"path": ".", "made_by": SCRIPT, "what": "a sample written for the demo and the tests; no GPU job ran"},
-        {"path": "traces/", "made_by": f"perftracker.synth via {SCRIPT}",
+        {"path": "traces/", "made_by": f"benchmarks/synth.py via {SCRIPT}",
          "what": f"Kineto traces of a {RANKS}-rank NCCL job, {STEPS} steps; rank {STRAGGLER} is given "
                  f"{EXTRA_US / 1000:.1f} ms of extra GPU kernel time before every collective"},
         {"path": f"counters/{HOST}.gpu.jsonl", "made_by": SCRIPT,

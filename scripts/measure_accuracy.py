@@ -2,7 +2,7 @@
 
 Promise: ``python scripts/measure_accuracy.py [FOLDER] [--only NAME,...] [--json FILE]`` analyzes every
 run listed in ``FOLDER/runs.json`` (default ``tests/fixtures/accuracy``, recorded by
-``scripts/record_accuracy_runs.py``) with ``perftracker.pipeline.analyze_path`` twice:
+``scripts/record_accuracy_runs.py``) with ``perftracker.analyze(...).write(out)`` twice:
 
 * ``traces``: from the traces alone: a copy of the run without ``steps/`` (and without the py-spy
   ``profiles/``, which are not traces either);
@@ -120,13 +120,13 @@ def traces_only_copy(run_dir: Path, dest: Path) -> Path:
 
 def analyze(run: RunTruth, mode: str, scratch: Path) -> Outcome:
     """Analyze `run` in `mode` ('traces' or 'all'); keep the findings of `ANALYZERS`."""
-    from perftracker.collectors.loading import LoadOptions
-    from perftracker.pipeline import analyze_path
+    import perftracker
 
     start = time.monotonic()
     source = run.path if mode == "all" else traces_only_copy(run.path, scratch / f"{run.name}-traces")
     try:
-        result = analyze_path(source, scratch / f"{run.name}-{mode}-out", LoadOptions(workers=1))
+        result = perftracker.analyze(source, cache=False, workers=1)
+        result.write(scratch / f"{run.name}-{mode}-out")
     except Exception as exc:  # noqa: BLE001 - counted as an error, reported with the run
         return Outcome(run, mode, error=f"{type(exc).__name__}: {exc}", seconds=time.monotonic() - start)
     findings = tuple(

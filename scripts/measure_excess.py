@@ -2,7 +2,7 @@
 
 Promise: ``python scripts/measure_excess.py [FOLDER] [--json FILE]`` reads the corpus at ``FOLDER`` (default
 ``tests/fixtures/accuracy_excess``, recorded by ``scripts/record_excess_runs.py``) and, for every run, from its
-traces alone (as ``scripts/measure_accuracy.py`` does in its ``traces`` mode, ``perftracker.pipeline.analyze_path``):
+traces alone (as ``scripts/measure_accuracy.py`` does in its ``traces`` mode, ``perftracker.analyze``):
 
 * ``named``: an excess run whose slowed rank is named: a ``straggler`` finding of severity warning or critical
   whose ranks are exactly that rank;

@@ -57,7 +57,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -399,7 +399,7 @@ def record(spec: RunSpec, corpus: Path) -> dict[str, Any]:
         "slowed_rank": spec.slowed_rank,
         "slowed_how": slowed_how(spec),
         **spec.truth(),
-        "recorded": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "recorded": datetime.now(UTC).isoformat(timespec="seconds"),
         "params": {"model": asdict(spec.model), "pin": {str(r): list(c) for r, c in sorted(spec.pin.items())},
                    "load": [load.describe() for load in spec.load], "slow_factor": spec.slow_factor,
                    "hog_competitors": spec.hog_competitors, "quota_share": spec.quota_share},

@@ -26,7 +26,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +88,7 @@ def record(spec: ExcessSpec, corpus: Path) -> dict[str, Any]:
         "name": spec.name, "scenario": scenario, "layout": "unpinned", "ranks": NPROC, "steps": STEPS,
         "profiled_steps": PROFILED, "slowed_rank": spec.slowed_rank, "slowed_how": how,
         "expect_named": None if spec.slowed_rank is None else True, "expect_named_why": None,
-        "recorded": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "recorded": datetime.now(UTC).isoformat(timespec="seconds"),
         "model": {"width": MODEL.width, "depth": MODEL.depth, "batch": MODEL.batch},
         "regenerate": f"python scripts/record_excess_runs.py --only {spec.name} --replace",
         "command": manifest["command"],

@@ -10,7 +10,7 @@ Promise: ``python scripts/sweep_durations.py [--runs 20] [--big 2000] [--traces 
    work minus the earliest rank's) or, when that is not significant, the durations test
    (`durations.judge_durations`). Rates over `--runs` runs (the issue's 20) and over `--big` runs.
 2. **Traces** (end to end, `--traces` runs per case): synthetic 4-rank GPU traces of 6 steps
-   (`perftracker.synth`, per-kernel noise plus `step_jitter`, a per-(rank, step) factor on all the rank's kernels)
+   (`benchmarks/synth.py`, per-kernel noise plus `step_jitter`, a per-(rank, step) factor on all the rank's kernels)
    analyzed by every analyzer; named = a warning/critical straggler finding naming the slowed rank (a
    clean run: any warning/critical straggler finding).
 
@@ -32,6 +32,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))  # synth.py
 
 from perftracker.analyzers.stragglers.durations import judge_durations  # noqa: E402
 from perftracker.analyzers.stragglers.significance import judge_outliers  # noqa: E402
@@ -76,11 +77,12 @@ def statistics_sweep(args: argparse.Namespace) -> None:
 
 
 def traces_sweep(args: argparse.Namespace) -> None:
+    from synth import SynthSpec, generate
+
     from perftracker.analyzers.analysis import Analysis
     from perftracker.analyzers.findings import Severity
     from perftracker.analyzers.passes import costed_findings
     from perftracker.collectors.loading import LoadOptions, load_path
-    from perftracker.synth import SynthSpec, generate
 
     print(f"traces: synthetic 4-rank GPU traces, 6 steps, step_jitter {args.trace_jitter:.0%}")
     for excess in (0.0, 0.10, 0.15, 0.20):

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 HTA_TRACES = SHARED / "traces" / "hta"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the synthetic job generator (synth.py), kept out of the package
 
 
 REAL_JOB_GROUP = "real-jobs"

@@ -24,6 +24,8 @@ FORBIDDEN = {
     "reports": {"collectors", "live", "cli", "pipeline"},
     "store": {"analyzers", "collectors", "live", "reports", "cli", "pipeline"},
 }
+# the formats floor (one parser per format) imports nothing of the package but these; every room may import it
+FORMATS_MAY_IMPORT = {"formats", "values", "bounded", "errors"}
 REPORTS_MAY_IMPORT_FROM_ANALYZERS = {"perftracker.analyzers.findings"}
 
 
@@ -60,6 +62,8 @@ def test_rooms_import_only_what_the_architecture_allows() -> None:
         room = _room(path)
         for line, module in _imports(path):
             target = _target_room(module)
+            if room == "formats" and target not in FORMATS_MAY_IMPORT:
+                broken.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {module} (formats/ is the floor)")
             if target in FORBIDDEN.get(room, set()):
                 broken.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {module}")
             if room == "reports" and target == "analyzers" and not any(
@@ -115,9 +119,10 @@ def test_architecture_doc_names_only_what_exists_and_every_room() -> None:
     named = set(re.findall(r"`((?:perftracker/)?[a-z_/]+(?:\.py|/))`", text))
     missing = [n for n in named if not any((base / n).exists() for base in
                                            (PACKAGE.parent, PACKAGE, PACKAGE / "analyzers", PACKAGE / "collectors",
-                                            PACKAGE / "reports", PACKAGE / "cli", PACKAGE / "live", PACKAGE / "store"))]
+                                            PACKAGE / "reports", PACKAGE / "cli", PACKAGE / "live", PACKAGE / "store",
+                                            PACKAGE / "formats"))]
     rooms = [f"{p.name}/" for parent in ("analyzers", "collectors") for p in (PACKAGE / parent).iterdir()
-             if p.is_dir() and (p / "__init__.py").exists()]
+             if p.is_dir() and (p / "__init__.py").exists()] + ["formats/"]
     # THEN every path it names exists, and every room of analyzers/ and collectors/ is described
     assert missing == []
     assert [r for r in rooms if f"`{r}`" not in text] == []

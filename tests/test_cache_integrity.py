@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from synth import SynthSpec, generate
 
 from perftracker.collectors.engines import MapArgs
 from perftracker.collectors.engines.local import LocalEngine
@@ -18,7 +19,6 @@ from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.collectors.traces.comm_kernels import cached_comm_kernels
 from perftracker.collectors.traces.trace_cache import CacheEntry, content_key
 from perftracker.collectors.traces.trace_map import FileResult
-from perftracker.synth import SynthSpec, generate
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from perftracker.collectors.loading import LoadOptions
-from perftracker.pipeline import analyze_path
+from api_helpers import analyzed
 
 REPO = Path(__file__).resolve().parents[1]
 STALL = REPO / "sample_traces" / "gloo-4rank-stall-rank2"
@@ -28,7 +27,7 @@ def test_environment_only_says_what_it_could_not_judge(tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(STALL / "env", run / "env")
     # WHEN it is analyzed
-    result = analyze_path(run, tmp_path / "out", LoadOptions(cache_dir=None))
+    result = analyzed(run, tmp_path / "out", cache=False)
     doc = result.document
     # THEN the verdict names what was judged and what was not, instead of a bare "no problems"
     assert doc["summary"]["verdict"] == (
@@ -47,7 +46,7 @@ def test_environment_only_says_what_it_could_not_judge(tmp_path: Path) -> None:
 def test_full_sample_run_is_judged_from_its_inputs(tmp_path: Path) -> None:
     # GIVEN the real sample run: CPU traces, step files and environments, no GPU or RDMA counters
     # WHEN it is analyzed
-    doc = analyze_path(SLOW, tmp_path / "out", LoadOptions(cache_dir=None)).document
+    doc = analyzed(SLOW, tmp_path / "out", cache=False).document
     # THEN stragglers are judged from traces and step times; GPU kernels are not (CPU traces), nor GPU
     # health and RDMA (no samples: the machine has neither), nor hangs (no stacks); a crash area is not
     # named for a run with no job output
@@ -63,7 +62,7 @@ def test_full_sample_run_is_judged_from_its_inputs(tmp_path: Path) -> None:
 def test_gpu_sample_run_judges_gpu_health_and_rdma_from_its_counters(tmp_path: Path) -> None:
     # GIVEN the synthetic GPU sample: GPU traces, NVML samples and RDMA port counters
     # WHEN it is analyzed
-    doc = analyze_path(SYNTHETIC_GPU, tmp_path / "out", LoadOptions(cache_dir=None)).document
+    doc = analyzed(SYNTHETIC_GPU, tmp_path / "out", cache=False).document
     # THEN stragglers, GPU kernels, GPU health and RDMA are judged from those inputs; hangs (no stacks)
     # and the NCCL configuration (no environments or NCCL logs) are not
     judged = _areas(doc, "judged")
@@ -97,6 +96,6 @@ def test_one_rank_is_not_enough_to_judge_stragglers(tmp_path: Path) -> None:
     for r in (0, 1):
         (run / "profiles" / f"rank-{r}.txt").write_text("thread (1): MainThread;main (t.py:1) 200\n")
     # WHEN analyzed
-    doc = analyze_path(run, tmp_path / "out", LoadOptions(cache_dir=None)).document
+    doc = analyzed(run, tmp_path / "out", cache=False).document
     # THEN stragglers are listed as not judged, with the need for two ranks
     assert "at least two ranks" in str(_areas(doc, "not_judged")["stragglers and step time"])

@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from api_helpers import side_of
 
 from perftracker.analyzers.compare.diff import compare_runs
 from perftracker.analyzers.compare.side import RunSide
 from perftracker.analyzers.findings import Severity
-from perftracker.collectors.loading import LoadOptions
-from perftracker.pipeline import diff_side, save_tables
+from perftracker.outputs import save_tables
 from perftracker.reports import json_report
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,8 +39,8 @@ def sides(tmp_path_factory: pytest.TempPathFactory) -> dict[str, RunSide]:
     out = tmp_path_factory.mktemp("sides")
     result = {}
     for name in [*SAME_JOB, EXTRA_WORK]:
-        diff_side(CORPUS / name, name, out / name, LoadOptions(workers=1))
-        result[name] = diff_side(out / name, name, out / "unused", LoadOptions(workers=1))
+        side_of(CORPUS / name, name, out / name, cache=False, workers=1)
+        result[name] = side_of(out / name, name, out / "unused", cache=False, workers=1)
     return result
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from synth import SynthSpec, generate
 from typer.testing import CliRunner
 
 from perftracker.cli import app
-from perftracker.synth import SynthSpec, generate
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 

@@ -1,6 +1,6 @@
 """The durations-based straggler test: a consistent 10-20% excess of one rank's own work over 6 steps is named.
 
-Synthetic traces (perftracker.synth: per-kernel noise plus a per-(rank, step) jitter on all of a rank's kernels)
+Synthetic traces (benchmarks/synth.py: per-kernel noise plus a per-(rank, step) jitter on all of a rank's kernels)
 give the exact truth; the real recorded torchrun runs of tests/fixtures/accuracy show the test on real jitter.
 The sweep behind the rates in benchmarks/README.md is scripts/sweep_durations.py.
 """
@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from synth import SynthSpec, generate
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Severity
@@ -20,7 +21,6 @@ from perftracker.analyzers.stragglers.durations import judge_durations, t_sf
 from perftracker.analyzers.stragglers.significance import judge_outliers
 from perftracker.analyzers.stragglers.straggler import durations_view
 from perftracker.collectors.loading import LoadOptions, load_path
-from perftracker.synth import SynthSpec, generate
 
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "accuracy"
 

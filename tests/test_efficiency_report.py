@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+from api_helpers import analyzed
 
-from perftracker.collectors.loading import LoadOptions
-from perftracker.pipeline import analyze_path
 from perftracker.reports.efficiency_section import efficiency_section
 
 TRACE = Path(__file__).parent / "fixtures" / "tracelens" / "h100_gaunernst_bert-small-uncased__1016001.json.gz"
@@ -17,7 +16,7 @@ REQUIRED = ["op", "shape", "dtype", "count", "flops", "bytes", "gpu_ns", "tflops
 
 def test_tables_and_section_on_a_real_trace(tmp_path: Path) -> None:
     # GIVEN BERT-small inference on an H100 with record_shapes; WHEN analyzed into a folder
-    analyze_path(TRACE, tmp_path, LoadOptions(cache_dir=None))
+    analyzed(TRACE, tmp_path, cache=False)
     ops = pd.read_parquet(tmp_path / "tables" / "op_efficiency.parquet")
     mfu = pd.read_parquet(tmp_path / "tables" / "step_mfu.parquet")
     html = (tmp_path / "report.html").read_text(encoding="utf-8")

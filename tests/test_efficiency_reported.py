@@ -13,7 +13,7 @@ from test_efficiency_findings import Ops, mm
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.efficiency.analyzer import analyze_efficiency
 from perftracker.collectors.loading import LoadOptions, load_path
-from perftracker.collectors.postmortem.throughput_lines import parse_line
+from perftracker.formats.framework_throughput import parse_line
 
 MEGATRON = (" [2024-09-03 15:56:55] iteration       20/  500000 | consumed samples:        20480 | elapsed time per "
             "iteration (ms): 12137.8 | throughput per GPU (TFLOP/s/GPU): 412.5 | learning rate: 6.976744E-07 | "

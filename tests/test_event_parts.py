@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from api_helpers import analyzed
+from synth import SynthSpec, generate
 
 from perftracker import pipeline
 from perftracker.analyzers.analysis import Analysis
@@ -21,11 +23,10 @@ from perftracker.analyzers.traces.gpu_time import gpu_work_view
 from perftracker.analyzers.traces.kernels import kernel_work_view
 from perftracker.collectors import loading
 from perftracker.collectors.loading import LoadOptions, load_path
-from perftracker.pipeline import analyze, analyze_path
+from perftracker.pipeline import analyze
 from perftracker.store import Store
 from perftracker.store.event_parts import EventParts
 from perftracker.store.schema import conform
-from perftracker.synth import SynthSpec, generate
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_traces"
@@ -137,7 +138,7 @@ def test_no_cache_leaves_no_folder_behind_also_when_the_analysis_fails(tmp_path:
 
     monkeypatch.setattr(pipeline, "analyze", watching)
     # WHEN an analysis finishes
-    analyze_path(sample, tmp_path / "out", options)
+    analyzed(sample, tmp_path / "out", cache=False, workers=1, spill_events_from=0)
     # THEN its parts were on disk during it, and are gone after it
     assert seen and not _leftovers(temp)
 
@@ -147,7 +148,7 @@ def test_no_cache_leaves_no_folder_behind_also_when_the_analysis_fails(tmp_path:
 
     monkeypatch.setattr(pipeline, "analyze", failing)
     with pytest.raises(RuntimeError):
-        analyze_path(sample, tmp_path / "out2", options)
+        analyzed(sample, tmp_path / "out2", cache=False, workers=1, spill_events_from=0)
     # AND WHEN loading fails after the events were written
     def broken(*_: object) -> None:
         raise RuntimeError("while loading")

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from fuzz_places import PLACES, check_cache, check_output, check_places
 from fuzzing import copy_fuzz_run
+from synth import SynthSpec, generate
 from typer.testing import CliRunner
 
 from perftracker.cli import app
-from perftracker.synth import SynthSpec, generate
 
 PLACE_SEEDS = range(2)
 OUTPUT_SEEDS = range(5)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from api_helpers import analyzed as analyzed_into
 
-from perftracker.collectors.loading import LoadOptions
-from perftracker.pipeline import AnalysisResult, analyze_path
+from perftracker.results import Run
 
 # trace set -> (its top kernel across ranks, that kernel's family, the op that launched it, an op of its top ops)
 EXPECTED = {
@@ -27,16 +27,16 @@ EXPECTED = {
 
 
 @pytest.fixture(scope="module")
-def analyzed(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Path, str], AnalysisResult]:
+def analyzed(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Path, str], Run]:
     @cache
-    def run(root: Path, trace_set: str) -> AnalysisResult:
-        return analyze_path(root / trace_set, tmp_path_factory.mktemp(trace_set), LoadOptions(workers=1))
+    def run(root: Path, trace_set: str) -> Run:
+        return analyzed_into(root / trace_set, tmp_path_factory.mktemp(trace_set), cache=False, workers=1)
 
     return run
 
 
 @pytest.mark.parametrize("trace_set", sorted(EXPECTED))
-def test_the_report_names_the_top_kernels_and_ops(hta_traces: Path, analyzed: Callable[[Path, str], AnalysisResult],
+def test_the_report_names_the_top_kernels_and_ops(hta_traces: Path, analyzed: Callable[[Path, str], Run],
                                                   trace_set: str) -> None:
     # GIVEN a real trace (CUDA, ROCm, Triton, two ranks) WHEN analyzed
     result = analyzed(hta_traces, trace_set)
@@ -56,7 +56,7 @@ def test_the_report_names_the_top_kernels_and_ops(hta_traces: Path, analyzed: Ca
 
 
 def test_a_multi_rank_job_has_tables_per_rank_and_across_ranks(hta_traces: Path,
-                                                              analyzed: Callable[[Path, str], AnalysisResult]) -> None:
+                                                              analyzed: Callable[[Path, str], Run]) -> None:
     # GIVEN the real 2-rank job WHEN analyzed
     result = analyzed(hta_traces, "trace_filter")
     tables = result.out_dir / "tables"
@@ -76,7 +76,7 @@ def test_a_multi_rank_job_has_tables_per_rank_and_across_ranks(hta_traces: Path,
 
 
 def test_the_idle_finding_says_what_the_cpu_did_in_the_longest_gaps(
-        hta_traces: Path, analyzed: Callable[[Path, str], AnalysisResult]) -> None:
+        hta_traces: Path, analyzed: Callable[[Path, str], Run]) -> None:
     # GIVEN the real 2-rank job whose GPU waits ~171 ms per step for the CPU
     result = analyzed(hta_traces, "trace_filter")
     host = next(f for f in result.findings if f.key == "idle:host")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from api_helpers import analyzed
+from synth import SynthSpec, generate
+
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.stragglers.straggler import arrivals_view
 from perftracker.collectors.loading import LoadOptions, load_path
-from perftracker.pipeline import analyze_path
-from perftracker.synth import SynthSpec, generate
 
 HOSTS = {0: "node-a", 1: "node-a", 2: "node-b", 3: "node-b", 4: "node-c", 5: "node-c"}
 SKEW_US = {0: 0.0, 1: 0.0, 2: 1234.5, 3: 1234.501, 4: -7777.25, 5: -7777.249}  # ~one clock per host
@@ -40,7 +41,7 @@ def test_analyze_of_many_hosts_names_the_straggler_without_crashing(tmp_path: Pa
     # GIVEN the same 3-host job with rank 4 computing 6 ms longer per slot
     run = _run(tmp_path, {4: 6000.0})
     # WHEN analyzed end to end
-    findings = analyze_path(run, tmp_path / "out", LoadOptions(workers=1, cache_dir=None)).findings
+    findings = analyzed(run, tmp_path / "out", cache=False, workers=1).findings
     # THEN it exits normally and names rank 4 (no analyzer crashed)
     assert not any(f.title.startswith("Analyzer '") for f in findings)
     assert [f.ranks for f in findings if f.analyzer == "straggler" and f.severity.label != "info"] == [(4,)]

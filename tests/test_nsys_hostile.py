@@ -9,11 +9,11 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from api_helpers import analyzed
 from nsys_fixtures import MFU, SAXPY, real_export, synthetic_export
 
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.errors import InputError
-from perftracker.pipeline import analyze_path
 
 KERNELS = [(1_000_000 + i * 100_000, 1_050_000 + i * 100_000, "gemm_kernel") for i in range(6)]
 
@@ -90,7 +90,7 @@ def test_hostile_strings_and_bad_values(tmp_path: Path) -> None:
     conn.commit()
     conn.close()
     # WHEN it is analyzed
-    result = analyze_path(tmp_path / "run", tmp_path / "out", LoadOptions())
+    result = analyzed(tmp_path / "run", tmp_path / "out", cache=False)
     # THEN the names are kept as data, the bad row is skipped with a note, and the report holds no raw markup
     assert hostile in set(result.store.events["name"].astype(str))
     assert any("1 of 5 rows skipped" in m for m in _notes(result.store, "warning"))
@@ -127,7 +127,7 @@ def test_the_export_is_never_written(tmp_path: Path) -> None:
     path = real_export(MFU, tmp_path / "run")
     before = hashlib.sha256(path.read_bytes()).hexdigest()
     path.chmod(0o444)
-    analyze_path(tmp_path / "run", tmp_path / "out", LoadOptions())
+    analyzed(tmp_path / "run", tmp_path / "out", cache=False)
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [MFU]
 

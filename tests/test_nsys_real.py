@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from api_helpers import analyzed
 from nsys_fixtures import (
     CLOVER,
     MFU,
@@ -20,7 +21,6 @@ from nsys_fixtures import (
 )
 
 from perftracker.collectors.loading import LoadOptions, load_path
-from perftracker.pipeline import analyze_path
 
 KERNELS_BY_PROCESS = ("SELECT (globalPid >> 24) & 16777215 AS pid, deviceId, count(*), sum(end - start), "
                       "sum(s.value LIKE 'ncclDevKernel%') FROM CUPTI_ACTIVITY_KIND_KERNEL k "
@@ -55,7 +55,7 @@ def test_two_ranks_of_one_capture_analyzed_matched_and_named(tmp_path: Path) -> 
     # GIVEN the real 2-GPU FSDP capture (two torchrun workers in one nsys session, NCCL all-to-all)
     real_export(MFU, tmp_path / "run")
     # WHEN it is analyzed
-    result = analyze_path(tmp_path / "run", tmp_path / "out", LoadOptions())
+    result = analyzed(tmp_path / "run", tmp_path / "out", cache=False)
     # THEN both ranks' 33 NCCL kernels are matched as collectives, communication is counted, kernels named
     titles = [f.title for f in result.findings]
     assert any("Matched 33 collectives across 2 ranks" in t for t in titles), titles
@@ -81,7 +81,7 @@ def test_per_rank_files_derived_from_a_real_capture_are_matched_and_aligned(tmp_
     keep_process(whole, tmp_path / "run" / "rank_0.sqlite", 144)
     shift_clock(tmp_path / "run" / "rank_1.sqlite", 7_000_000_000)  # rank 1's host clock reads 7 s later
     # WHEN they are loaded and analyzed
-    result = analyze_path(tmp_path / "run", tmp_path / "out", LoadOptions())
+    result = analyzed(tmp_path / "run", tmp_path / "out", cache=False)
     # THEN the ranks come from the file names, each file's UTC base puts both on the same wall clock, and
     # their collectives match with the 7 s between the clocks found
     ranks = result.store.ranks.set_index("rank")

@@ -9,9 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from perftracker.collectors.loading import LoadOptions
-from perftracker.pipeline import analyze_path
+from api_helpers import analyzed
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 RANK = {"critical": 2, "warning": 1, "info": 0}
@@ -20,7 +18,7 @@ RANK = {"critical": 2, "warning": 1, "info": 0}
 @pytest.mark.parametrize("sample", sorted(p.name for p in SAMPLES.iterdir() if p.is_dir() and not p.name.startswith(".")))
 def test_findings_json_and_verdict_agree_on_the_order(sample: str, tmp_path: Path) -> None:
     # GIVEN a bundled sample run, analyzed
-    doc = analyze_path(SAMPLES / sample, tmp_path / "out", LoadOptions(cache_dir=None, workers=1)).document
+    doc = analyzed(SAMPLES / sample, tmp_path / "out", cache=False, workers=1).document
     found = doc["findings"]
     # THEN findings.json is ordered by severity, then cost
     keys = [(RANK[f["severity"]], f["cost"]["seconds_per_step"]) for f in found]

@@ -98,7 +98,7 @@ def test_a_bad_comm_kernel_regex_is_a_usage_error_naming_it(tmp_path: Path) -> N
                          "--comm-kernel", "my_allreduce(")
     # THEN analyze says which pattern and how to fix it, before any work
     line = one_line_exit_two(result)
-    assert line.startswith("perftracker: --comm-kernel 'my_allreduce(': not a valid regular expression (")
+    assert line.startswith("perftracker: comm_kernel_patterns / --comm-kernel 'my_allreduce(': not a valid regular expression (")
     assert "Fix the pattern" in line and not (tmp_path / "out").exists()
 
 

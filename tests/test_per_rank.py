@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from synth import SynthSpec, generate
 
 from perftracker.analyzers.analysis import Analysis, AnalysisOptions
 from perftracker.analyzers.traces import per_rank
@@ -22,7 +23,6 @@ from perftracker.analyzers.traces.kernels import kernel_work_view
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.pipeline import analyze
 from perftracker.store import Store
-from perftracker.synth import SynthSpec, generate
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "sample_traces" / "ddp-gloo-4rank-slow-rank2"

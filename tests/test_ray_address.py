@@ -76,9 +76,10 @@ def test_a_grpc_server_passes_the_greeting(listener: str) -> None:
 def test_a_trace_whose_ray_task_died_with_its_node_is_parsed_here(tmp_path: Path) -> None:
     # GIVEN a trace whose Ray task failed for good (as when the raylet of its node is lost: the probe lost
     # 1,634 of 2,000 traces with "1 warning" and exit 0)
+    from synth import SynthSpec, generate
+
     from perftracker.collectors.engines import MapArgs
     from perftracker.collectors.engines.ray_engine import _result_of
-    from perftracker.synth import SynthSpec, generate
 
     generate(SynthSpec(ranks=1, steps=2, kernels_per_step=4, collectives_per_step=1, seed=2), tmp_path / "t",
              gzip=False, truth_path=tmp_path / "truth.json")

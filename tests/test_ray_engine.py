@@ -23,13 +23,12 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from api_helpers import analyzed
+from synth import SynthSpec, generate
 
 from perftracker.collectors.engines import MapArgs
 from perftracker.collectors.engines.local import LocalEngine
 from perftracker.collectors.engines.ray_engine import RayEngine, map_task
-from perftracker.collectors.loading import LoadOptions
-from perftracker.pipeline import analyze_path
-from perftracker.synth import SynthSpec, generate
 
 ray = pytest.importorskip("ray", reason="the Ray extra is not installed (pip install -e '.[dev]' installs it)")
 
@@ -73,7 +72,7 @@ def _paths(folder: Path) -> list[str]:
 def test_analyze_with_the_ray_engine_writes_the_local_engines_findings(cluster: str, traces: Path,
                                                                        tmp_path: Path) -> None:
     # GIVEN the findings of the local engine
-    local = analyze_path(traces, tmp_path / "local", LoadOptions(workers=1))
+    local = analyzed(traces, tmp_path / "local", cache=False, workers=1)
     assert any(f.analyzer == "straggler" and tuple(f.ranks) == (STRAGGLER,) for f in local.findings)
     # WHEN `analyze --engine ray` joins the cluster from another process (its cache in a fresh folder)
     env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, "XDG_CACHE_HOME": str(tmp_path / "xdg")}

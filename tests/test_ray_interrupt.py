@@ -103,7 +103,7 @@ def _raylet_of(temp: str) -> int:
 @pytest.mark.slow
 def test_ctrl_c_while_joining_a_ray_cluster_whose_raylet_is_stuck_stops_within_seconds(tmp_path: Path) -> None:
     pytest.importorskip("ray", reason="the Ray extra is not installed (pip install -e '.[dev]' installs it)")
-    from perftracker.synth import SynthSpec, generate
+    from synth import SynthSpec, generate
 
     # GIVEN a real local Ray cluster (its own processes) whose raylet is stopped, and 2 synthetic traces
     generate(SynthSpec(ranks=2, steps=3, kernels_per_step=8, collectives_per_step=2, seed=3), tmp_path / "traces")

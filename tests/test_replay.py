@@ -1,6 +1,6 @@
 """The cross-rank critical path and the what-if replay: exact ground truth, and a real trace with a known delay.
 
-Synthetic (`perftracker.synth`, for exact ground truth only): rank 2 does 1 ms more compute before each of 4
+Synthetic (`benchmarks/synth.py`, for exact ground truth only): rank 2 does 1 ms more compute before each of 4
 collectives per step; the simulation knows what that costs the step. Real: the DLRM set (tests/fixtures/
 dlrm_kineto, facebookresearch/param, MIT; 8 V100 ranks, one profiled step) with a delay injected into the
 trace files themselves: the rank that arrived last at a collective starts it D later, every other member's
@@ -25,9 +25,10 @@ from perftracker.analyzers.stragglers.replay import replay
 from perftracker.analyzers.thresholds import default
 
 REL_TOL = default("replay.max_error")
+from synth import SynthSpec, generate
+
 from perftracker.analyzers.stragglers.replay_costs import critical_path_view, replay_view
 from perftracker.collectors.loading import LoadOptions, load_path
-from perftracker.synth import SynthSpec, generate
 
 ROOT = Path(__file__).resolve().parent.parent
 DLRM = ROOT / "tests" / "fixtures" / "dlrm_kineto"
@@ -150,10 +151,10 @@ def test_real_gloo_straggler_named_with_a_replayed_cost() -> None:
 
 def test_report_shows_the_critical_path_the_costs_and_the_replay_error(tmp_path: Path) -> None:
     # GIVEN the real DLRM traces (one step; rank 7 the others wait for; communication mostly waiting)
-    from perftracker.pipeline import analyze_path
+    from api_helpers import analyzed
 
     # WHEN analyzed end to end
-    result = analyze_path(DLRM, tmp_path / "out", LoadOptions(workers=1, cache_dir=None))
+    result = analyzed(DLRM, tmp_path / "out", cache=False, workers=1)
     # THEN the run summary carries the replay's error, within 5% here
     summary = result.tables["run_summary"].iloc[0]
     assert summary["replay_steps"] == 1 and summary["replay_error"] <= REL_TOL

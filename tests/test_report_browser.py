@@ -20,9 +20,9 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from api_helpers import analyzed
 
-from perftracker.collectors.loading import LoadOptions
-from perftracker.pipeline import analyze_path, render_report
+from perftracker.outputs import render_report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -91,7 +91,7 @@ def console_errors(stderr: str) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("trace_set", ["trace_filter", "df_index_resolver", "cpu_only"])
 def test_every_chart_renders_without_console_errors(hta_traces: Path, tmp_path: Path, trace_set: str) -> None:
-    result = analyze_path(hta_traces / trace_set, tmp_path / "out", LoadOptions(workers=1))
+    result = analyzed(hta_traces / trace_set, tmp_path / "out", cache=False, workers=1)
     html = result.report_path.read_text()
     expected = html.count('class="chart"')
     dom, stderr = render_dom(result.report_path, tmp_path / "profile")
@@ -116,7 +116,7 @@ SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 @pytest.mark.parametrize("sample", sorted(p.name for p in SAMPLES.iterdir() if p.is_dir()))
 def test_sample_run_report_renders(tmp_path: Path, sample: str) -> None:
     # GIVEN each bundled sample run WHEN analyzed and its report opened in a browser
-    result = analyze_path(SAMPLES / sample, tmp_path / "out", LoadOptions(workers=1))
+    result = analyzed(SAMPLES / sample, tmp_path / "out", cache=False, workers=1)
     dom, stderr, check = render_checked(result.report_path, tmp_path / "profile", DESKTOP, tmp_path / "desktop.png")
     # THEN every chart draws and the console has no errors
     charts = result.report_path.read_text().count('class="chart"')
@@ -169,7 +169,7 @@ IN_BROWSER = {"amd_trace", "critical_path/alexnet", "execution_trace", "mtia_inf
 def test_analyze_every_shared_trace_set_and_render(hta_traces: Path, tmp_path: Path, trace_set: str) -> None:
     # GIVEN any trace set of the shared corpus (GPU, AMD, MTIA, CPU-only, odd metadata)
     # WHEN analyzed end to end
-    result = analyze_path(hta_traces / trace_set, tmp_path / "out", LoadOptions(workers=1))
+    result = analyzed(hta_traces / trace_set, tmp_path / "out", cache=False, workers=1)
     # THEN there are findings (at least the summary or the input notes) and every chart has its figure
     assert result.findings
     charts = static_charts(result.report_path.read_text())

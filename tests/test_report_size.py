@@ -14,10 +14,9 @@ import re
 from pathlib import Path
 
 import pytest
+from api_helpers import analyzed
 from plotly.offline import get_plotlyjs
 
-from perftracker.collectors.loading import LoadOptions
-from perftracker.pipeline import analyze_path
 from perftracker.reports import html as html_report
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
@@ -41,7 +40,7 @@ def test_the_vendored_bundle_is_the_plotly_js_that_plotly_py_ships() -> None:
 @pytest.mark.parametrize("sample", sorted(p.name for p in SAMPLES.iterdir() if p.is_dir()))
 def test_sample_report_is_light_and_draws_only_what_the_bundle_holds(tmp_path: Path, sample: str) -> None:
     # GIVEN a bundled sample run WHEN analyzed
-    result = analyze_path(SAMPLES / sample, tmp_path / "out", LoadOptions(workers=1))
+    result = analyzed(SAMPLES / sample, tmp_path / "out", cache=False, workers=1)
     # THEN its report is at most 1.5 MiB
     size = result.report_path.stat().st_size
     assert size <= LIMIT, f"{sample}: report.html is {size} bytes"

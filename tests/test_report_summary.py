@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from api_helpers import analyzed
 from typer.testing import CliRunner
 
 from perftracker.analyzers.analysis import Analysis
@@ -26,7 +27,6 @@ from perftracker.analyzers.coverage import run_summary_view
 from perftracker.analyzers.stragglers.steps import analyze_steps
 from perftracker.cli import app
 from perftracker.collectors.loading import LoadOptions, load_path
-from perftracker.pipeline import analyze_path
 from perftracker.reports.charts import step_time_chart
 from perftracker.reports.evidence import number
 from perftracker.reports.strip import summary_strip
@@ -65,7 +65,7 @@ def test_the_strip_leaves_out_what_was_not_measured() -> None:
 def test_report_top_and_its_timeline_command_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN the real slowed 4-rank run analyzed with a relative -o
     monkeypatch.chdir(tmp_path)
-    result = analyze_path(SLOWED, Path("out"), LoadOptions(workers=1))
+    result = analyzed(SLOWED, Path("out"), cache=False, workers=1)
     html = result.report_path.read_text()
     summary = result.document["summary"]
     # THEN the strip (step time with its spread across 4 ranks, ranks, hosts, biggest cost) precedes the findings
@@ -101,7 +101,7 @@ def test_the_step_chart_bar_goes_up_to_p90_only() -> None:
 
 def test_analyze_with_timeline_writes_it_beside_the_report_and_links_it(tmp_path: Path) -> None:
     # GIVEN the real slowed 4-rank run WHEN it is analyzed with the timeline asked for
-    result = analyze_path(SLOWED, tmp_path / "out", LoadOptions(workers=1), timeline=True)
+    result = analyzed(SLOWED, tmp_path / "out", cache=False, workers=1, timeline=True)
     html = result.report_path.read_text()
     # THEN timeline.json.gz lies beside report.html, every rank a process, the straggler's late arrivals marked
     trace = json.loads(gzip.decompress((tmp_path / "out" / "timeline.json.gz").read_bytes()))
@@ -113,6 +113,6 @@ def test_analyze_with_timeline_writes_it_beside_the_report_and_links_it(tmp_path
     assert link is not None and link.group(1) == "timeline.json.gz"
     assert 'id="timeline-command"' not in html
     # AND without the flag no timeline is written and the report shows the command instead
-    plain = analyze_path(SLOWED, tmp_path / "plain", LoadOptions(workers=1))
+    plain = analyzed(SLOWED, tmp_path / "plain", cache=False, workers=1)
     assert not (tmp_path / "plain" / "timeline.json.gz").exists()
     assert 'id="timeline-command"' in plain.report_path.read_text()

@@ -12,14 +12,14 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from api_helpers import analyzed
 
 from perftracker.analyzers.health import gpu_health, rdma, rdma_pfc
 from perftracker.analyzers.nccl import context
 from perftracker.analyzers.stragglers import collectives, stack_profile, steps, straggler
 from perftracker.analyzers.traces import cpu_ops, gpu_time, idle, kernels, timeline
 from perftracker.analyzers.views import REPORT_VIEWS
-from perftracker.collectors.loading import LoadOptions
-from perftracker.pipeline import TABLES, analyze_path, render_report
+from perftracker.outputs import TABLES, render_report
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 SAMPLE_RUNS = sorted(p.name for p in SAMPLES.iterdir() if p.is_dir())
@@ -47,18 +47,18 @@ def sections_of(report: Path) -> list[tuple[str, str, int]]:
 def test_report_rebuilds_every_section_from_tables_and_findings(tmp_path: Path, sample: str) -> None:
     # GIVEN a bundled sample run analyzed once
     out = tmp_path / "out"
-    analyze_path(SAMPLES / sample, out, LoadOptions(workers=1, cache_dir=None))
-    analyzed = sections_of(out / "report.html")
+    analyzed(SAMPLES / sample, out, cache=False, workers=1)
+    first = sections_of(out / "report.html")
     # WHEN its report is rendered again from the output folder alone
     (out / "report.html").unlink()
     render_report(out)
     # THEN it has the same sections, with the same titles and as many figures each
-    assert sections_of(out / "report.html") == analyzed
-    assert len(analyzed) >= 3  # findings and at least two drawn sections
+    assert sections_of(out / "report.html") == first
+    assert len(first) >= 3  # findings and at least two drawn sections
     # AND a sample with traces names its top CPU ops (and GPU kernels, the GPU one) in "Kernels and ops",
     # each with its full name in the row's title
     traced = (SAMPLES / sample / "traces").is_dir()
-    assert (("kernels", "Kernels and ops") in {(key, title) for key, title, _ in analyzed}) == traced
+    assert (("kernels", "Kernels and ops") in {(key, title) for key, title, _ in first}) == traced
     page = (out / "report.html").read_text(encoding="utf-8")
     for view in ("ops", "kernels"):
         top = pd.read_parquet(out / TABLES / f"{view}.parquet")["name"].head(1)
@@ -97,7 +97,7 @@ def test_every_heavy_computation_runs_once_per_analyze(tmp_path: Path, monkeypat
         monkeypatch.setattr(module, name, _counting(calls, name, getattr(module, name)))
     # WHEN a sample run that exercises breakdown, stragglers, GPU and RDMA series, NCCL context and
     # sampled stacks is analyzed end to end (findings, report views, report)
-    result = analyze_path(SAMPLES / sample, tmp_path / "out", LoadOptions(workers=1, cache_dir=None))
+    result = analyzed(SAMPLES / sample, tmp_path / "out", cache=False, workers=1)
     assert result.findings
     # THEN each ran exactly once, shared by the analyzers and the report
     expected = {name: 1 for _, name in HEAVY}

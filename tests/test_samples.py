@@ -11,10 +11,11 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from api_helpers import analyzed
 
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.collectors.synthetic import synthetic_inputs
-from perftracker.pipeline import analyze_path, render_report
+from perftracker.outputs import render_report
 from perftracker.store import SyntheticInput
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,7 +72,7 @@ def test_the_loader_puts_the_entry_in_the_run_info() -> None:
 @pytest.mark.parametrize("sample", ALL_SAMPLES)
 def test_synthetic_inputs_are_said_in_summary_finding_and_report(tmp_path: Path, sample: str) -> None:
     # GIVEN a bundled sample WHEN analyzed
-    result = analyze_path(SAMPLES / sample, tmp_path / "out", LoadOptions(cache_dir=None, workers=1))
+    result = analyzed(SAMPLES / sample, tmp_path / "out", cache=False, workers=1)
     summary = result.document["summary"]
     said = [f for f in result.findings if f.analyzer == "inputs" and f.evidence.get("synthetic_inputs")]
     html = result.report_path.read_text(encoding="utf-8")
@@ -113,7 +114,7 @@ def test_the_terminal_says_which_inputs_are_synthetic(tmp_path: Path) -> None:
 def test_the_gpu_sample_names_the_straggler_and_its_throttle_overlaps_the_traced_steps(tmp_path: Path) -> None:
     # GIVEN the synthetic GPU sample: rank 2 given extra GPU kernel time, GPU 2 thermally throttled
     # WHEN analyzed
-    result = analyze_path(SAMPLES / GPU, tmp_path / "out", LoadOptions(cache_dir=None, workers=1))
+    result = analyzed(SAMPLES / GPU, tmp_path / "out", cache=False, workers=1)
     # THEN rank 2 is named from the traces alone as a compute straggler, its extra time in GPU kernels
     named = [f for f in result.findings if f.analyzer == "straggler" and f.severity.label != "info"]
     assert [f.ranks for f in named] == [(2,)] and named[0].evidence["kind"] == "compute"
@@ -153,7 +154,7 @@ def test_the_real_sample_has_no_made_up_host_counters(tmp_path: Path) -> None:
     run = SAMPLES / REAL
     assert not (run / "counters").exists() and "synthetic" not in json.loads((run / "manifest.json").read_text())
     # WHEN analyzed
-    result = analyze_path(run, tmp_path / "out", LoadOptions(cache_dir=None, workers=1))
+    result = analyzed(run, tmp_path / "out", cache=False, workers=1)
     # THEN rank 2 is named from its forward phase, and no GPU or NIC finding claims to explain it
     actionable = [f for f in result.findings if f.severity.label != "info"]
     assert actionable and all(f.ranks == (2,) for f in actionable)

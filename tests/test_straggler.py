@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from synth import SynthSpec, generate, tp_dp_groups
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.passes import costed_findings
 from perftracker.analyzers.stragglers.straggler import straggler_tables
 from perftracker.collectors.loading import LoadOptions, load_path
-from perftracker.synth import SynthSpec, generate, tp_dp_groups
 
 
 def stragglers(store) -> list:  # type: ignore[no-untyped-def]

@@ -8,10 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
-from perftracker.collectors.loading import LoadOptions, load_path
-from perftracker.store import Store
-from perftracker.synth import (
+from synth import (
     GROUND_TRUTH,
     GroundTruth,
     SynthSpec,
@@ -20,6 +17,9 @@ from perftracker.synth import (
     read_ground_truth,
     tp_dp_groups,
 )
+
+from perftracker.collectors.loading import LoadOptions, load_path
+from perftracker.store import Store
 
 RANKS = 8
 STEPS = 3

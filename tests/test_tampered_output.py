@@ -10,16 +10,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+from api_helpers import analyzed
 
-from perftracker.collectors.loading import LoadOptions
-from perftracker.pipeline import analyze_path, render_report
+from perftracker.outputs import render_report
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "ddp-gloo-4rank-slow-rank2"
 
 
 def test_damaged_tables_cost_only_their_section(tmp_path: Path) -> None:
     # GIVEN an analysis output whose step table has text where numbers belong and whose step series is not Parquet
-    out = analyze_path(SAMPLE, tmp_path / "out", LoadOptions(workers=1, cache_dir=None)).out_dir
+    out = analyzed(SAMPLE, tmp_path / "out", cache=False, workers=1).out_dir
     pd.DataFrame({"rank": ["<b>x</b>", "y"], "median_s": ["a", "b"]}).to_parquet(out / "tables" / "step_stats.parquet")
     (out / "tables" / "steps.parquet").write_bytes(b"not parquet")
     # WHEN the report is redrawn from it

@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from perftracker.synth import SynthSpec, generate
+from synth import SynthSpec, generate
 
 REPO = Path(__file__).resolve().parents[1]
 SLOWED = REPO / "tests" / "fixtures" / "accuracy" / "inproc-rank2-x5-16"

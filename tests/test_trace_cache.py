@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from synth import SynthSpec, generate
 
 from perftracker.collectors.engines import MapArgs
 from perftracker.collectors.engines.local import LocalEngine
@@ -24,7 +25,6 @@ from perftracker.collectors.traces import trace_map
 from perftracker.collectors.traces.comm_kernels import cached_comm_kernels
 from perftracker.collectors.traces.trace_cache import CacheEntry, content_key
 from perftracker.collectors.traces.trace_map import FileResult
-from perftracker.synth import SynthSpec, generate
 
 RANKS = 4
 

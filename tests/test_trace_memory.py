@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from synth import generate
+from synth_model import SynthSpec
 from tracegen import TraceBuilder
 
 from perftracker.collectors.traces import kineto_read
@@ -18,8 +20,6 @@ from perftracker.collectors.traces.comm_kernels import load_comm_kernels
 from perftracker.collectors.traces.kineto import build_tables
 from perftracker.collectors.traces.kineto_read import parse_trace
 from perftracker.collectors.traces.kineto_stream import parse_streaming
-from perftracker.synth import generate
-from perftracker.synth_model import SynthSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 # The rise of the peak RSS while one trace is parsed, against the trace's JSON bytes. Reading the whole text
@@ -50,7 +50,7 @@ print((kb("VmHWM") - base) * 1024, len(events))
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux's /proc/self/clear_refs")
 def test_parsing_a_trace_costs_about_its_json_size_not_a_python_object_per_event(tmp_path: Path) -> None:
-    # GIVEN a synthetic trace (perftracker.synth, one rank, 100 steps of 400 kernels): ~200k events, ~47 MB
+    # GIVEN a synthetic trace (benchmarks/synth.py, one rank, 100 steps of 400 kernels): ~200k events, ~47 MB
     truth = generate(SynthSpec(ranks=1, steps=100, kernels_per_step=400, seed=1), tmp_path / "t", gzip=False)
     path = tmp_path / "t" / "rank-0.pt.trace.json"
     # WHEN a fresh process parses it as an engine's worker does (read, decode, events and steps tables)

@@ -40,7 +40,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
             shutil.copy2(path, src / name)
     out = tmp_path_factory.mktemp("wheel")
     run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", out, src, cwd=src)
-    (built,) = out.glob("perftracker-*.whl")
+    (built,) = out.glob("perftracker_dl-*.whl")  # the distribution's name is free on the package index
     return built
 
 
@@ -54,6 +54,12 @@ def test_the_wheel_carries_the_samples_and_the_schemas(wheel: Path) -> None:
         assert f"perftracker/samples/{run_name}/manifest.json" in names, run_name
     assert {"perftracker/schemas/findings.schema.json", "perftracker/schemas/diff.schema.json"} <= names
     assert sum(i.file_size for i in infos if i.filename.startswith("perftracker/samples/")) < 1.5e6
+    # AND it is the distribution perftracker-dl, whose import package is perftracker (not the index's "perftracker")
+    metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
+    with zipfile.ZipFile(wheel) as archive:
+        text = archive.read(metadata).decode()
+    assert "\nName: perftracker-dl\n" in text and "\nRequires-Python: >=3.11\n" in text
+    assert not any(n.startswith("perftracker/synth") for n in names)  # the synthetic generators stay out
 
 
 def test_demo_runs_from_the_wheel_in_a_fresh_venv(wheel: Path, tmp_path: Path) -> None:

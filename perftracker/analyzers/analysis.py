@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from perftracker.analyzers.thresholds import Number, Thresholds
 from perftracker.analyzers.thresholds import active as _active
+from perftracker.option_checks import boolean, mapping, paths
 from perftracker.store import Store
 
 T = TypeVar("T")
@@ -35,6 +36,12 @@ class AnalysisOptions:
     hta_compat: bool = False
     device_files: tuple[Path, ...] = ()  # --devices files (analyzers/efficiency/devices.py format), matched first
     thresholds: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """Each value checked as it is given (`perftracker.option_checks`), before anything is loaded."""
+        boolean(self.hta_compat, "hta_compat")
+        object.__setattr__(self, "device_files", paths(self.device_files, "device_files"))
+        Thresholds.with_overrides(mapping(self.thresholds, "thresholds"))
 
 
 class Analysis:

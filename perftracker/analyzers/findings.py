@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from enum import Enum, IntEnum
+from enum import IntEnum, StrEnum
 from typing import Any
 
 from perftracker.redaction import plain_line, safe_text
@@ -48,7 +48,7 @@ class Severity(IntEnum):
             raise ValueError(f"unknown severity {text!r}; use info, warning or critical") from None
 
 
-class Role(str, Enum):
+class Role(StrEnum):
     """What a finding is in the story of the run: a cause, an effect of another finding, or a fact around them."""
 
     ROOT = "root"
@@ -59,7 +59,7 @@ class Role(str, Enum):
         return str(self.value)
 
 
-class Kind(str, Enum):
+class Kind(StrEnum):
     """The built-in analyzers' names (`Finding.analyzer`; `registry.BUILTIN` lists one analyzer per name), plus
     the finding passes' own ("replay"). A member equals its name as text: `f.analyzer == Kind.CRASH`."""
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import tomllib
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -22,8 +23,6 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from perftracker.bounded_toml import TomlRefused, read_toml
 from perftracker.errors import UsageError

@@ -12,7 +12,7 @@ from perftracker.analyzers.findings import Severity
 from perftracker.cli.options import (
     Engine,
     FollowLinks,
-    RayAddress,
+    RayAddressNoWorkers,
     SetThresholds,
     ThresholdsFiles,
     checked_engine,
@@ -43,7 +43,7 @@ def diff(
     no_cache: Annotated[bool, typer.Option("--no-cache", metavar="", help="Do not read or write the parsed-trace cache.")]
     = False,
     engine: Engine = "local",
-    ray_address: RayAddress = None,
+    ray_address: RayAddressNoWorkers = None,
     quiet: Annotated[bool, quiet_option("Print only the verdict line.")] = False,
     set_threshold: SetThresholds = None,
     thresholds_file: ThresholdsFiles = None,

@@ -35,8 +35,10 @@ from perftracker.reports.text import printable
 LOUD = (Severity.WARNING, Severity.CRITICAL)
 
 
-def watch_option() -> Any:
-    return typer.Option("--watch", metavar="", help="Stay with the job until it ends (as --duration 0), cheaply, and open an "
+def watch_option(duration: bool = True) -> Any:
+    """`--watch` (`duration`: the command has `--duration`, which --watch sets to 0)."""
+    until = "until it ends (as --duration 0)" if duration else "until it ends"
+    return typer.Option("--watch", metavar="", help=f"Stay with the job {until}, cheaply, and open an "
                         "incident (RUN/incidents/<time>-<kind>/: evidence, findings.json, report.html) when its "
                         "steps slow down, it hangs, or a host signal fires.")
 

@@ -12,7 +12,6 @@ checked by `writable_folder` before a command does any work, and `--comm-kernel`
 from __future__ import annotations
 
 import os
-import re
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,9 +19,10 @@ from typing import Annotated, Any
 
 import typer
 
+from perftracker import option_checks as checks
 from perftracker.analyzers.thresholds import Thresholds, collect_overrides
 from perftracker.collectors.nccl.profiles import shipped_profiles
-from perftracker.errors import OutputError, UsageError, output_error
+from perftracker.errors import OutputError, output_error
 
 FAIL_ON_HELP = ("Exit 3 when a finding at or above this severity exists (warning or critical): for CI gates "
                 "and job hooks.")
@@ -68,21 +68,24 @@ def engine_option() -> Any:
     """`--engine local|ray`: where the traces are parsed (`collectors.engines`)."""
     return typer.Option("--engine", metavar="local|ray", help=(
         "Where the traces are parsed: local (a process pool on this machine, the default) or ray (one Ray task "
-        "per trace on a cluster, see --ray-address; needs pip install 'perftracker\\[ray]', perftracker on every "
+        "per trace on a cluster, see --ray-address; needs pip install 'perftracker-dl\\[ray]', perftracker on every "
         "node, and the traces at the same path on every node)."))
 
 
-def ray_address_option() -> Any:
-    """`--ray-address HOST:PORT` (or $RAY_ADDRESS): the Ray cluster of `--engine ray`."""
+def ray_address_option(workers: bool = True) -> Any:
+    """`--ray-address HOST:PORT` (or $RAY_ADDRESS): the Ray cluster of `--engine ray` (`workers`: the command has
+    `--workers`, which bounds the CPUs of a Ray it starts)."""
+    cpus = "--workers CPUs" if workers else "this machine's CPUs"
     return typer.Option("--ray-address", envvar="RAY_ADDRESS", metavar="HOST:PORT", help=(
         "With --engine ray: the cluster's head node (HOST:PORT, ray://HOST:10001 for Ray Client, or auto for a Ray "
         "started on this machine with ray start). Without it or $RAY_ADDRESS, a Ray is started on this machine "
-        "for the command (ray.init(), --workers CPUs) and stopped afterwards."))
+        f"for the command (ray.init(), {cpus}) and stopped afterwards."))
 
 
 FailOn = Annotated[str | None, fail_on_option()]
 Engine = Annotated[str, engine_option()]
 RayAddress = Annotated[str | None, ray_address_option()]
+RayAddressNoWorkers = Annotated[str | None, ray_address_option(workers=False)]  # commands without --workers
 FollowLinks = Annotated[bool, typer.Option("--follow-links", metavar="", help=(
     "Read files that symlinks in the input lead to outside it (never /proc, /sys, /dev); without it such a "
     "link is left out with a note naming it."))]
@@ -130,26 +133,16 @@ def writable_file(path: Path, option: str) -> Path:
 
 
 def comm_kernel_patterns(patterns: Iterable[str] | None) -> tuple[str, ...]:
-    """The `--comm-kernel` regular expressions, each checked; a UsageError naming the one that is not valid."""
-    checked = tuple(patterns or ())
-    for pattern in checked:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise UsageError(f"not a valid regular expression ({exc})", f"--comm-kernel {pattern!r}",
-                             "fix the pattern (Python `re` syntax; escape a literal parenthesis as \\( ), e.g. "
-                             "--comm-kernel 'my_allreduce|custom_a2a'") from None
-    return checked
+    """The `--comm-kernel` regular expressions, each checked (`option_checks.patterns`, as the API checks them)."""
+    return checks.patterns(patterns)
 
 
 def checked_engine(name: str) -> str:
     """The `--engine` name, checked before any work: a UsageError for an unknown one, or for ray when the
     Ray extra is not installed."""
-    from perftracker.collectors.engines import ENGINES
+    from perftracker.collectors.engines import checked_engine_name
 
-    if name not in ENGINES:
-        raise UsageError(f"no engine called {name!r}", "--engine", f"use one of {', '.join(ENGINES)}")
-    if name == "ray":
+    if checked_engine_name(name) == "ray":
         from perftracker.collectors.engines.ray_engine import import_ray
 
         import_ray()
@@ -162,7 +155,7 @@ SetThresholds = Annotated[list[str] | None, typer.Option(
     "the changes.")]
 ThresholdsFiles = Annotated[list[Path] | None, typer.Option(
     "--thresholds", metavar="FILE.toml", help="A TOML file of thresholds to change (NAME = VALUE per line, or "
-    "[straggler] then alpha = 0.005); repeatable, --set wins.")]
+    "\\[straggler] then alpha = 0.005); repeatable, --set wins.")]
 
 
 def threshold_overrides(assignments: list[str] | None, files: list[Path] | None) -> dict[str, object]:

@@ -132,7 +132,7 @@ def run(
     host: Host = None,
     fail_on: Annotated[str | None, fail_on_option("Exit 3 if the job succeeded but a finding at this severity "
                                                   "exists (the job's own failure always wins).")] = None,
-    watch: Annotated[bool, watch_option()] = False,
+    watch: Annotated[bool, watch_option(duration=False)] = False,
     watch_window: Annotated[int, window_option()] = 10,
     watch_rise: Annotated[float, rise_option()] = 0.2,
     incident_seconds: Annotated[float, incident_seconds_option()] = 10.0,

@@ -8,10 +8,11 @@ from typing import Annotated
 import typer
 
 from perftracker import api
+from perftracker import option_checks as checks
 from perftracker.cli.options import (
     Engine,
     FollowLinks,
-    RayAddress,
+    RayAddressNoWorkers,
     SetThresholds,
     ThresholdsFiles,
     checked_engine,
@@ -64,7 +65,7 @@ def timeline(
     = False,
     quiet: Annotated[bool, quiet_option("Print only the line naming the file written.")] = False,
     engine: Engine = "local",
-    ray_address: RayAddress = None,
+    ray_address: RayAddressNoWorkers = None,
     set_threshold: SetThresholds = None,
     thresholds_file: ThresholdsFiles = None,
     follow_links: FollowLinks = False,
@@ -78,8 +79,7 @@ def timeline(
       perftracker timeline traces/ -o all-ranks.json.gz
       perftracker timeline traces/ -o some.json.gz --ranks 0,3-5 --steps 10-12
     """
-    if max_events < 1:
-        raise UsageError(f"--max-events {max_events}: must be at least 1", "timeline", "e.g. --max-events 500000")
+    checks.whole(max_events, "max_events", 1)
     overrides = threshold_overrides(set_threshold, thresholds_file)
     writable_file(out, "-o")
     selected = parse_ranges(ranks, "ranks"), parse_ranges(steps, "steps")

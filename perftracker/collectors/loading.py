@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from perftracker.collectors.engines import MapArgs, engine_for
+from perftracker import option_checks as checks
+from perftracker.collectors.engines import MapArgs, checked_engine_name, engine_for
 from perftracker.collectors.input_kinds import KINDS, KINETO, NSYS, OTHER, Classified, classify, usable_tables
 from perftracker.collectors.jobs import (
     JobGroup,
@@ -70,6 +71,24 @@ class LoadOptions:
     spill_events_from: int = 1 << 18
     # called with (files parsed, files in all) as the map step goes (the CLI's progress display on a TTY)
     progress: Callable[[int, int], None] | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        """Each value checked as it is given (`perftracker.option_checks`), before anything is loaded."""
+        set_ = object.__setattr__
+        set_(self, "comm_kernel_patterns", checks.patterns(self.comm_kernel_patterns))
+        set_(self, "comm_kernel_files", checks.paths(self.comm_kernel_files, "comm_kernel_files"))
+        set_(self, "cache_dir", checks.optional_path(self.cache_dir, "cache"))
+        checks.whole(self.workers, "workers")
+        checked_engine_name(checks.text(self.engine, "engine"))
+        checks.text(self.ray_address, "ray_address")
+        checks.optional_text(self.nccl_profile, "nccl_profile")
+        set_(self, "sysfs_root", checks.optional_path(self.sysfs_root, "sysfs_root"))
+        checks.text(self.sysfs_host, "sysfs_host")
+        checks.text(self.nsys_step_range, "nsys_step_range")
+        checks.boolean(self.follow_links, "follow_links")
+        checks.optional_text(self.job, "job")
+        checks.whole(self.spill_events_from, "spill_events_from")
+        checks.optional_callable(self.progress, "progress", "a function of (files parsed, files in all), or None")
 
 
 def default_cache_dir() -> Path:

@@ -11,7 +11,7 @@ per rank, step durations) current for the live panel and the hang detector. Sour
   after attach started are picked up (rescan every 5 s). Records already in the spool when attach
   starts (the job's history, at most the last 16 MB per rank) are copied too.
 * ``--job-log FILE``: step lines of Megatron-LM, DeepSpeed, the Hugging Face Trainer, PyTorch Lightning
-  and torchtitan (`perftracker.live.step_lines`), written with the launcher prefix's rank, else rank -1
+  and torchtitan (`perftracker.formats.framework_steps`), written with the launcher prefix's rank, else rank -1
   (``steps/rank--1.jsonl``). Lines already in the file when attach starts (its last 1 MB) are used
   only when they carry a timestamp. Log records feed ``ctx.progress`` only when no rank is hooked.
 * the job's own output, found without ``--job-log`` (`live/job_outputs.py`): the launcher's and the
@@ -38,12 +38,13 @@ from typing import Any, BinaryIO
 import psutil
 
 from perftracker.collectors.steps import parse_step_lines
+from perftracker.formats.framework_steps import StepLineParser
+from perftracker.formats.log_lines import line_time_ns
 from perftracker.hooks import spool_dir
 from perftracker.live.hook_spool import hooked_by
 from perftracker.live.job_outputs import find_job_outputs
 from perftracker.live.sampler import LiveContext
 from perftracker.live.step_feed import StepFeed
-from perftracker.live.step_lines import StepLineParser, line_time_ns
 from perftracker.rundir import append_jsonl, step_file
 
 HISTORY_BYTES = 16 * 1024 * 1024

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,7 @@ def render(path: Path, findings: list[Finding], ops: pd.DataFrame, ranks: pd.Dat
     each side's own report (label -> path relative to the page)."""
     top = max((f.severity for f in findings), default=Severity.INFO)
     page = _ENV.get_template("diff.html.j2").render(
-        title=title, generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), version=__version__,
+        title=title, generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), version=__version__,
         verdict=verdict, verdict_class="ok" if top == Severity.INFO else top.label,
         findings=[{**f.to_dict(), "evidence_text": json.dumps(f.evidence, indent=1, default=str)[:20000]}
                   for f in findings],

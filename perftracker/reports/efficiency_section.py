@@ -2,7 +2,7 @@
 they lose against the roofline, and the GPU time no model covers.
 
 Promise: `efficiency_section(tables, findings)` is None when the run has no `op_efficiency` rows (traces without op
-shapes); otherwise it lays out the views `step_mfu`, `op_efficiency` and `device_peaks` as computed (at most
+shapes) or no GPU time (a CPU-only run); otherwise it lays out the views `step_mfu`, `op_efficiency` and `device_peaks` as computed (at most
 TOP_ROWS rows per table; the rest stays in tables/), and says when a device is not in the device table.
 """
 
@@ -67,9 +67,11 @@ def efficiency_section(tables: Tables, findings: list[Finding]) -> Section | Non
     unknown = sorted(set(peaks.loc[~peaks["known"].astype(bool), "trace_name"].astype(str))) if len(peaks) else []
     modelled_ns = float(ops.loc[ops["family"] != "no model", "gpu_ns"].sum())
     other_ns = float(ops.loc[ops["family"] == "no model", "gpu_ns"].sum())
+    if modelled_ns + other_ns <= 0:
+        return None  # no GPU time (a CPU-only run): rates against a GPU's roofs would be a table of dashes
     data = {
         "mfu": _mfu_rows(table(tables, "step_mfu")), "ops": _ops_rows(ops), "unmodelled": _unmodelled(ops),
-        "unknown": [name or "(no device name in the trace)" for name in unknown],
+        "unknown": [name or "no device name in the trace" for name in unknown],
         "devices": [f"{r['device']}: {r['source']}" for _, r in peaks[peaks["known"].astype(bool)].iterrows()]
         if len(peaks) else [],
         "coverage": number(100.0 * modelled_ns / (modelled_ns + other_ns)) if modelled_ns + other_ns > 0 else "-",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -130,7 +130,7 @@ def render(path: Path, findings: list[Finding], notes: list[LoadNote], sections:
     verdict_class = "ok" if top == Severity.INFO else top.label
     figures_json = json.dumps(figures, cls=PlotlyJSONEncoder).replace("<", "\\u003c")
     page = _ENV.get_template("report.html.j2").render(
-        title=title, generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), version=__version__,
+        title=title, generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), version=__version__,
         verdict=verdict(findings, coverage), verdict_class=verdict_class,
         not_judged=(coverage or {}).get("not_judged") or [], synthetic=synthetic or [],
         findings=[_finding_view(f) for f in findings], sections=view_sections, strip=strip or [],

@@ -8,7 +8,7 @@ is escaped by the template.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from perftracker._version import __version__
@@ -30,5 +30,5 @@ class IndexEntry:
 def render_index(path: Path, entries: list[IndexEntry], title: str) -> None:
     page = _ENV.get_template("index.html.j2").render(
         title=title, entries=entries, version=__version__,
-        generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
+        generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
     atomic_write_text(path, page)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -154,7 +154,8 @@ def verdict(findings: list[Finding], coverage: dict[str, Any] | None = None) -> 
     cost = ""
     if top.cost.seconds_per_step > 0:
         cost = f" (~{top.cost.seconds_per_step * 1e3:.1f} ms/step, {100 * top.cost.share_of_step:.0f}% of the step)"
-    head = ", ".join(f"{counts[s]} {s}" for s in ("critical", "warning") if counts[s])
+    head = ", ".join(f"{counts[s]} {s}{'s' if s == 'warning' and counts[s] != 1 else ''}"
+                     for s in ("critical", "warning") if counts[s])  # "2 critical, 5 warnings"
     return f"{head}. Top: {top.title}{cost}."
 
 
@@ -205,7 +206,7 @@ def build(findings: list[Finding], notes: list[LoadNote], input_path: str,
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "perftracker", "version": __version__},
-        "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "input": input_path,
         "summary": summary.to_dict(),
         "notes": [n.to_dict() for n in notes],

@@ -275,7 +275,7 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "input_types": "string",
     },
     **NCCL_TABLES,
-    # The throughput a job's own log reports (collectors/postmortem/throughput_lines.py): TFLOP/s per GPU and MFU as
+    # The throughput a job's own log reports (formats/framework_throughput.py): TFLOP/s per GPU and MFU as
     # Megatron, torchtitan or NeMo print them, one row per line (NaN where the line has no such figure).
     "reported_throughput": {
         "rank": "int32",

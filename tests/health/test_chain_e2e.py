@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from api_helpers import analyzed
+from synth import SynthSpec, generate, tp_dp_groups
+
 from perftracker.collectors.loading import LoadOptions
-from perftracker.pipeline import analyze_path
-from perftracker.synth import SynthSpec, generate, tp_dp_groups
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "health"
 
@@ -35,7 +36,7 @@ def test_communication_straggler_chain_from_traces_to_the_nic(tmp_path: Path) ->
         prom = prom.replace(f"# scrape_time {1795000000 + 15 * i}", f"# scrape_time {start_s - 30 + 15 * i}")
     (run / "counters" / "node-c.node_exporter.prom").write_text(prom)
     # WHEN the run is analyzed
-    result = analyze_path(run, tmp_path / "out", LoadOptions(workers=1))
+    result = analyzed(run, tmp_path / "out", cache=False, workers=1)
     # THEN rank 11 is the communication straggler and the flapping mlx5_1 on node-c is its root cause
     straggler = next(f for f in result.findings if f.analyzer == "straggler" and f.ranks == (11,))
     assert straggler.evidence["kind"] == "communication"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from api_helpers import analyzed
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Cost, Finding, Severity
@@ -16,11 +17,9 @@ from perftracker.analyzers.health.rdma_pfc import analyze_rdma_pfc, pfc_series
 from perftracker.analyzers.rootcause import link_findings
 from perftracker.collectors.counters.ethtool import flow_control, parse_ethtool_stats, read_ethtool
 from perftracker.collectors.counters.inputs import load_counter_inputs
-from perftracker.collectors.loading import LoadOptions
 from perftracker.live.discovery import Job
 from perftracker.live.rdma_sampler import RdmaSampler
 from perftracker.live.sampler import LiveContext
-from perftracker.pipeline import analyze_path
 from perftracker.store.schema import conform
 
 from .conftest import ETHTOOL_FIXTURE, FakeEthtool, FakeRdmaNode, counter_store
@@ -231,7 +230,7 @@ def test_offline_ethtool_dump_is_recognised_mapped_and_analyzed(tmp_path: Path) 
     (run / "counters" / "capture-01.log").write_text("\n".join(lines))
     (run / "counters" / "node-r.rdma.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     # WHEN the run is analyzed end to end
-    result = analyze_path(run, tmp_path / "out", LoadOptions(workers=1))
+    result = analyzed(run, tmp_path / "out", cache=False, workers=1)
     # THEN the dump is loaded by content, its counters land on mlx5_1 port 1, and the pause is found
     assert result.store.run_info.counter_sources == {"ethtool_dump": 1, "rdma_jsonl": 1}
     pfc = [f for f in result.findings if f.analyzer == "rdma_pfc"]

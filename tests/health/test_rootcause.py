@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 
 import pandas as pd
+from api_helpers import analyzed
+from synth import SynthSpec, generate
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Cost, Finding, Severity, rank_findings
@@ -15,10 +17,8 @@ from perftracker.analyzers.health.topology import rank_map
 from perftracker.analyzers.rootcause import link_findings
 from perftracker.collectors.counters.inputs import load_counter_inputs
 from perftracker.collectors.loading import LoadOptions
-from perftracker.pipeline import analyze_path
 from perftracker.store import Store
 from perftracker.store.schema import conform
-from perftracker.synth import SynthSpec, generate
 
 from .conftest import FIXTURES, FakeRdmaNode, gpu_record, write_jsonl
 
@@ -64,7 +64,7 @@ def test_straggler_with_throttled_gpu_is_one_ranked_chain(tmp_path: Path) -> Non
     # GIVEN a 4-rank run where rank 2 computes 8 ms longer per slot and its GPU 2 throttles thermally
     run = _run_dir(tmp_path, {2: 8000.0}, throttle_gpu=2)
     # WHEN the run is analyzed end to end
-    result = analyze_path(run, tmp_path / "out", LoadOptions(workers=1))
+    result = analyzed(run, tmp_path / "out", cache=False, workers=1)
     findings = result.findings
     straggler = next(f for f in findings if f.analyzer == "straggler" and f.ranks == (2,))
     gpu = next(f for f in findings if f.analyzer == "gpu_health")
@@ -92,7 +92,7 @@ def test_a_throttle_outside_the_late_steps_is_only_also_seen(tmp_path: Path) -> 
     # GIVEN the same straggler, but its GPU throttled a day before the traced steps
     run = _run_dir(tmp_path, {2: 8000.0}, throttle_gpu=2, samples_shift_s=-86_400)
     # WHEN analyzed
-    findings = analyze_path(run, tmp_path / "out", LoadOptions(workers=1)).findings
+    findings = analyzed(run, tmp_path / "out", cache=False, workers=1).findings
     straggler = next(f for f in findings if f.analyzer == "straggler" and f.ranks == (2,))
     gpu = next(f for f in findings if f.analyzer == "gpu_health")
     # THEN the throttle is listed as also seen, with when, and neither explains nor takes the straggler's cost
@@ -118,7 +118,7 @@ def test_a_gpu_signal_does_not_explain_a_cpu_side_straggler(tmp_path: Path) -> N
                        clock_event_reasons=0x40 if g == 2 else 0) for i in range(40) for g in range(4)]
     write_jsonl(run / "counters" / "vm.gpu.jsonl", recs)
     # WHEN analyzed
-    findings = analyze_path(run, tmp_path / "out", LoadOptions(workers=1, cache_dir=None)).findings
+    findings = analyzed(run, tmp_path / "out", cache=False, workers=1).findings
     # THEN rank 2 is named, and no straggler is explained by the GPU: its extra time is on the CPU
     joined = [f for f in findings if "root_cause" in f.evidence]
     assert joined and all(f.ranks == (2,) for f in joined)
@@ -132,7 +132,7 @@ def test_a_gpu_signal_does_not_explain_a_cpu_side_straggler(tmp_path: Path) -> N
 def test_healthy_samples_and_no_straggler_give_no_host_warnings(tmp_path: Path) -> None:
     # GIVEN the same run without a straggler and with healthy GPUs and NICs
     run = _run_dir(tmp_path, {}, throttle_gpu=None)
-    findings = analyze_path(run, tmp_path / "out", LoadOptions(workers=1)).findings
+    findings = analyzed(run, tmp_path / "out", cache=False, workers=1).findings
     # THEN the host analyzers raise nothing above info, and the topology map covers every rank
     assert [f.title for f in findings if f.analyzer in MINE and f.severity >= Severity.WARNING] == []
     topo = next(f for f in findings if f.analyzer == "topology")

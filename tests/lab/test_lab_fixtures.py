@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from api_helpers import analyzed
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.stragglers.straggler import arrivals_view
 from perftracker.collectors.loading import LoadOptions, load_path
-from perftracker.pipeline import analyze_path
 
 LAB = Path(__file__).resolve().parents[1] / "fixtures" / "lab"
 NETWORK_OR_STRAGGLER = ("links", "straggler", "silent_host")
@@ -34,7 +34,7 @@ NETWORK_OR_STRAGGLER = ("links", "straggler", "silent_host")
 def _analyzed(name: str) -> tuple[tuple[Finding, ...], dict[str, Any]]:
     out = Path(f"/tmp/perftracker-lab-fixture-{name}")
     shutil.rmtree(out, ignore_errors=True)
-    analysis = analyze_path(LAB / name, out, LoadOptions(workers=1, cache_dir=None))
+    analysis = analyzed(LAB / name, out, cache=False, workers=1)
     shutil.rmtree(out, ignore_errors=True)
     return tuple(analysis.findings), analysis.document
 
@@ -178,5 +178,5 @@ def test_traces_of_several_hosts_with_skewed_clocks_are_aligned_per_host(tmp_pat
         moved_ms = ((float(after[rank]) - float(after[ref])) - (float(before[rank]) - float(before[ref]))) / 1e6
         assert abs(moved_ms - skew_ms.get(host, 0.0)) < 0.1, (rank, host, moved_ms)
     # AND the analysis of the skewed traces runs to the end without any analyzer failing
-    out = analyze_path(run, tmp_path / "out", options).findings
+    out = analyzed(run, tmp_path / "out", workers=1, cache=False).findings
     assert not [f for f in out if f.title.startswith("Analyzer '")]

@@ -17,17 +17,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from api_helpers import analyzed
 from netlab import REPO, Lab, Scenario, run_scenario, sweep_stale
 
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.collectors.loading import LoadOptions
-from perftracker.pipeline import analyze_path
 
 NETWORK_OR_STRAGGLER = ("links", "straggler", "silent_host")
 
 
 def _analyze(run: Path, out: Path) -> list[Finding]:
-    return analyze_path(run, out, LoadOptions(workers=1, cache_dir=None)).findings
+    return analyzed(run, out, cache=False, workers=1).findings
 
 
 @pytest.mark.slow

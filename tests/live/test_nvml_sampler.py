@@ -12,15 +12,14 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from api_helpers import analyzed
 
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.health.topology import rank_map
-from perftracker.collectors.loading import LoadOptions
 from perftracker.live import nvml_sampler
 from perftracker.live.discovery import Job, Worker
 from perftracker.live.nvml_sampler import NvmlSampler
 from perftracker.live.sampler import LiveContext
-from perftracker.pipeline import analyze_path
 
 from .fake_pynvml import FakeGpu, FakePynvml, public_names
 
@@ -189,7 +188,7 @@ def test_sampled_link_faults_are_found_on_the_right_gpu_and_rank(tmp_path: Path,
     ctx = _ctx(tmp_path, [_worker(0, 4000), _worker(1, 4001), _worker(2, 4002)])
     # WHEN sampled 7 times (30 s) and the run directory is analyzed
     _run(ctx, fake, 7, clock)
-    result = analyze_path(ctx.run_dir, tmp_path / "out", LoadOptions(workers=1, cache_dir=None))
+    result = analyzed(ctx.run_dir, tmp_path / "out", cache=False, workers=1)
     found = _by_check(result.findings)
     # THEN the rank map ties each rank to the GPU NVML listed it on
     rmap = rank_map(result.store)

@@ -15,10 +15,11 @@ from pathlib import Path
 import psutil
 import pytest
 
+from perftracker.formats.framework_steps import StepLineParser
+from perftracker.formats.log_lines import line_rank
 from perftracker.hooks import spool_dir
 from perftracker.live.discovery import Job, Worker
 from perftracker.live.sampler import LiveContext
-from perftracker.live.step_lines import StepLineParser, line_rank
 from perftracker.live.steps_sampler import StepsSampler
 
 REPO = Path(__file__).resolve().parents[2]

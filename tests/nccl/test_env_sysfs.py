@@ -7,6 +7,8 @@ import os
 import shutil
 from pathlib import Path
 
+from api_helpers import analyzed
+
 from perftracker.collectors.counters.sysfs import read_sysfs
 from perftracker.collectors.env import (
     capture_process_env,
@@ -15,8 +17,6 @@ from perftracker.collectors.env import (
     parse_env_text,
     read_env_file,
 )
-from perftracker.collectors.loading import LoadOptions
-from perftracker.pipeline import analyze_path
 
 from .conftest import FIXTURES, build_sysfs, lingjun_node
 
@@ -102,7 +102,7 @@ def test_analyze_on_the_node_reads_its_sysfs_into_the_run(tmp_path: Path) -> Non
     shutil.copytree(SAMPLE_ENV, run / "env")
     root = lingjun_node(tmp_path / "sys")
     # WHEN analyzed (this used to stop with an internal error: the coverage read the sysfs list as one node)
-    result = analyze_path(run, tmp_path / "out", LoadOptions(cache_dir=None, sysfs_root=root, sysfs_host="node-7"))
+    result = analyzed(run, tmp_path / "out", cache=False, sysfs_root=root, sysfs_host="node-7")
     # THEN the node's facts are in the run's RunInfo under the name the command gave, and the RDMA
     # network counts as judged from sysfs
     (node,) = result.store.run_info.sysfs

@@ -14,9 +14,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from perftracker.analyzers.nccl.lists import parse_list, selects_within
 from perftracker.cli import lint_env
 from perftracker.collectors.counters import sysfs
+from perftracker.formats.nccl_lists import parse_list, selects_within
 
 from .conftest import FIXTURES, build_sysfs, lingjun_node
 

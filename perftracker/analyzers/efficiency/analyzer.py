@@ -28,7 +28,7 @@ def analyze_efficiency(analysis: Analysis) -> list[Finding]:
     names = device_names(analysis)
     unknown = sorted(rank for rank, device in device_of_ranks(analysis).items() if device is None)
     if unknown:
-        shown = sorted({names.get(r) or "(no device name in the trace)" for r in unknown})
+        shown = sorted({names.get(r) or "no device name in the trace" for r in unknown})
         findings.append(Finding(
             analyzer="efficiency", severity=Severity.INFO,
             title=f"Device not in the device table ({', '.join(shown[:3])}): FLOPs and TFLOPS without % of peak or MFU",

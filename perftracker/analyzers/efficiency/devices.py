@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-import sys
+import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -21,11 +21,6 @@ from typing import Any
 
 from perftracker.bounded_toml import TomlRefused, read_toml
 from perftracker.errors import InputError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 MAX_FIGURE = 1e7  # TFLOPS or TB/s beyond this is a typo, not a device

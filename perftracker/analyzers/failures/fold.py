@@ -14,7 +14,7 @@ what the root ranks last did. Findings naming any other rank stay as they are.
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from perftracker.analyzers.failures.roots import explained_ranks
 from perftracker.analyzers.findings import Finding, Kind, Severity
@@ -43,7 +43,7 @@ def _target(roots: list[Finding], f: Finding) -> int:
 
 def _silent_clause(f: Finding) -> str:
     seen = f.evidence.get("last_sample_ns")
-    when = (f" at {datetime.fromtimestamp(int(seen) / 1e9, tz=timezone.utc).strftime('%H:%M:%S UTC')}"
+    when = (f" at {datetime.fromtimestamp(int(seen) / 1e9, tz=UTC).strftime('%H:%M:%S UTC')}"
             if isinstance(seen, int) and seen > 0 else "")
     return f"host {f.evidence.get('host', '?')} went silent{when}"
 

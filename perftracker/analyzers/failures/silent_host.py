@@ -12,7 +12,7 @@ a shorter --duration) in a job where nothing failed is no finding.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pandas as pd
 
@@ -27,7 +27,7 @@ _FAILED = ("exception", "exit", "timeout", "gloo_timeout")
 
 
 def _clock(ns: int) -> str:
-    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%H:%M:%S UTC")
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%H:%M:%S UTC")
 
 
 def _addresses(analysis: Analysis, host: str) -> set[str]:

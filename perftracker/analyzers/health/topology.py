@@ -25,6 +25,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
+from perftracker.formats.nccl_lists import parse_list
 from perftracker.store import Store
 from perftracker.values import fact_json
 
@@ -85,15 +86,8 @@ def _host(store: Store, rank: int, cfg: dict[str, str], only_host: str, nvml: Nv
 
 def _parse_hca(value: str) -> list[tuple[str, str]]:
     """NCCL_IB_HCA "=mlx5_0:1,mlx5_1" -> [("mlx5_0", "1"), ("mlx5_1", "")]; exclusion lists give []."""
-    text = value.strip()
-    if text.startswith("^"):
-        return []
-    out = []
-    for part in text.lstrip("=").split(","):
-        name, _, port = part.strip().partition(":")
-        if name:
-            out.append((name, port))
-    return out
+    spec = parse_list(value.strip())  # NCCL's list syntax: formats/nccl_lists.py
+    return [] if spec.exclude else [(t.name.strip(), t.port.strip()) for t in spec.tokens if t.name.strip()]
 
 
 def _nics(store: Store, rank: int, host: str, cfg: dict[str, str], numa: int,

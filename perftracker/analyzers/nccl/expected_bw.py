@@ -14,18 +14,13 @@ from __future__ import annotations
 
 import json
 import re
-import sys
+import tomllib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 from typing import Any
 
 from perftracker.analyzers.nccl.context import NcclContext
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 
 @lru_cache(maxsize=1)

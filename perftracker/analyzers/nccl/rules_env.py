@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.nccl.context import NcclContext, Setting, finding, setting_refs
-from perftracker.analyzers.nccl.lists import match_list, parse_list, selects_within
 from perftracker.analyzers.thresholds import threshold_int
+from perftracker.formats.nccl_lists import match_list, parse_list, selects_within
 from perftracker.values import strtoll_base0
 
 INT_VARS = frozenset({

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.nccl.context import NcclContext, Setting, finding, is_intended, setting_refs
-from perftracker.analyzers.nccl.lists import match_list, overmatches, parse_list, syntax_problems
 from perftracker.analyzers.thresholds import threshold_int
+from perftracker.formats.nccl_lists import match_list, overmatches, parse_list, syntax_problems
 from perftracker.values import strtoll_base0
 
 

@@ -13,7 +13,7 @@ import re
 
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.nccl.context import NcclContext, finding, is_intended, setting_refs
-from perftracker.analyzers.nccl.lists import match_list, parse_list
+from perftracker.formats.nccl_lists import match_list, parse_list
 
 _BAD_IFACE = re.compile(r"^(docker|virbr|flannel|cni|veth|lo$|lo\d|br-|cali|weave|tunl|kube|ifb|tun\d|tap|dummy|vxlan|"
                         r"genev|nodelocaldns|sit\d|ip6tnl|gre|erspan)")

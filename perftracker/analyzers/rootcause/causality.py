@@ -21,7 +21,7 @@ Only an "explains" relation lets a host finding take the straggler's cost and le
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from perftracker.analyzers.analysis import Analysis
@@ -122,7 +122,7 @@ def signal_windows(f: Finding) -> list[tuple[int, int]]:
 
 
 def _clock(ns: int) -> str:
-    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 _ELSEWHERE = {

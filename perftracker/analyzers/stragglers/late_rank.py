@@ -58,7 +58,8 @@ def _intervals(analysis: Analysis, table: pd.DataFrame, rank: int) -> list[tuple
         lo = float(row["prev_end"]) if pd.notna(row["prev_end"]) else -np.inf
         if starts is not None and (int(row["rank"]), int(row["step"])) in starts.index:
             lo = max(lo, float(starts[(int(row["rank"]), int(row["step"]))]) - offsets.get(int(row["rank"]), 0))
-        return int(lo) if np.isfinite(lo) else int(row["arrival_ns"])
+        # never after the arrival: a previous collective still running then (async ones overlap) bounds nothing
+        return min(int(lo), int(row["arrival_ns"])) if np.isfinite(lo) else int(row["arrival_ns"])
 
     caused = frame[frame["last_rank"] == rank].groupby("instance")["wait_ns"].sum().sort_values(ascending=False)
     out: list[tuple[int, int, int, int, int, int]] = []

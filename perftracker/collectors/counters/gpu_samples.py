@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import csv
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -165,7 +165,7 @@ def _value(text: str) -> float | None:
 def _timestamp_ns(text: str) -> int | None:
     for fmt in ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%dT%H:%M:%S.%f"):
         try:
-            dt = datetime.strptime(text.strip(), fmt).replace(tzinfo=timezone.utc)
+            dt = datetime.strptime(text.strip(), fmt).replace(tzinfo=UTC)
         except ValueError:
             continue
         return int(dt.timestamp() * 1e6) * 1000

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import psutil
 
+from perftracker.formats.nccl_lists import match_list, parse_list
+
 IFNAME_SETTINGS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
 PEER_SETTINGS = ("MASTER_ADDR",)
 _PREFIX_MATCH = {"NCCL_SOCKET_IFNAME"}
@@ -107,15 +109,7 @@ def ifname_matches(variable: str, value: str, name: str) -> bool:
     text = value.strip()
     if variable not in _PREFIX_MATCH:
         return name in {t.strip() for t in text.split(",") if t.strip()}
-    exclude = text.startswith("^")
-    if exclude:
-        text = text[1:]
-    exact = text.startswith("=")
-    if exact:
-        text = text[1:]
-    tokens = [t.split(":", 1)[0] for t in text.split(",") if t]
-    hit = any(name == t if exact else name.startswith(t) for t in tokens)
-    return not hit if exclude else hit
+    return bool(match_list(parse_list(text), [name]))  # NCCL's list syntax: formats/nccl_lists.py
 
 
 def normal_address(address: str) -> str:

@@ -7,7 +7,7 @@ of the paths. What it hands back is what `trace_map.load_one` returns wherever i
 and every finding, is the same whichever engine mapped it. `engine_for(name, ...)` builds one:
 
 - `local` (`engines/local.py`, the default): a process pool on this machine;
-- `ray` (`engines/ray_engine.py`, `pip install perftracker[ray]`): Ray tasks on an existing cluster
+- `ray` (`engines/ray_engine.py`, `pip install 'perftracker-dl[ray]'`): Ray tasks on an existing cluster
   (or a Ray started on this machine for the command).
 
 Each engine goes through the same content-keyed cache (`collectors/traces/trace_cache.py`), so a run
@@ -43,15 +43,20 @@ class MapEngine(Protocol):
     def map(self, paths: Sequence[str], args: MapArgs, progress: Progress) -> list[FileResult]: ...
 
 
+def checked_engine_name(name: str) -> str:
+    """`name` when it is an engine's (`ENGINES`); else the usage error that lists them."""
+    if name not in ENGINES:
+        raise UsageError(f"no engine called {name!r}", "engine / --engine", f"use one of {', '.join(ENGINES)}")
+    return name
+
+
 def engine_for(name: str, workers: int = 0, ray_address: str = "") -> MapEngine:
     """The engine called `name` (`local` or `ray`); `workers` bounds the local pool (0: one per CPU) and the
     CPUs of a Ray started for this command; `ray_address` is the cluster to join ("" : see ray_engine)."""
-    if name == "local":
+    if checked_engine_name(name) == "local":
         from perftracker.collectors.engines.local import LocalEngine
 
         return LocalEngine(workers)
-    if name == "ray":
-        from perftracker.collectors.engines.ray_engine import RayEngine
+    from perftracker.collectors.engines.ray_engine import RayEngine
 
-        return RayEngine(ray_address, workers)
-    raise UsageError(f"no engine called {name!r}", "--engine", f"use one of {', '.join(ENGINES)}")
+    return RayEngine(ray_address, workers)

@@ -16,7 +16,7 @@ what a re-run (by either engine) finds. A task that cannot see it (`--no-cache`,
 folder) still uses its node's cache, and returns the tables themselves as pandas frames through Ray's
 object store (their numeric columns as zero-copy Arrow-style buffers).
 
-Errors for people, exit 2 (UsageError): the `ray` package missing (`pip install perftracker[ray]`); an
+Errors for people, exit 2 (UsageError): the `ray` package missing (`pip install 'perftracker-dl[ray]'`); an
 address nothing answers at, or where what answers is not a gRPC server as Ray's GCS is (a TCP connect
 and an HTTP/2 greeting of at most 5 s each first: Ray's own retries take minutes), or that Ray refuses; workers running another perftracker version. A task that fails (a node lost, a worker
 killed) after Ray's retries is parsed on the driver instead, with a note naming the failure; only a file
@@ -44,7 +44,7 @@ from perftracker.errors import UsageError
 
 CONNECT_TIMEOUT_S = 5.0
 TASK_RETRIES = 2
-INSTALL_HINT = "install it with pip install 'perftracker[ray]' (or pip install ray), or use the default --engine local"
+INSTALL_HINT = "install it with pip install 'perftracker-dl[ray]' (or pip install ray), or use the default --engine local"
 
 
 def map_task(path: str, args: MapArgs, probe: str) -> tuple[str, FileResult]:

@@ -29,8 +29,8 @@ from perftracker.collectors.postmortem.joblogs import (
     looks_like_job_log,
     parse_job_log,
 )
-from perftracker.collectors.postmortem.throughput_lines import looks_like_throughput_log, parse_throughput_log
 from perftracker.errors import InputError
+from perftracker.formats.framework_throughput import looks_like_throughput_log, parse_throughput_log
 from perftracker.store import LoadNote, RunInfo
 from perftracker.store.schema import conform, empty_table
 
@@ -131,7 +131,7 @@ def load_postmortem_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFram
 
 def _add_reported_throughput(paths: Sequence[Path], taken: list[Path], tables: dict[str, pd.DataFrame],
                              notes: list[LoadNote]) -> None:
-    """The TFLOP/s per GPU and MFU that training logs among `paths` report (`throughput_lines.py`)."""
+    """The TFLOP/s per GPU and MFU that training logs among `paths` report (`formats/framework_throughput.py`)."""
     rows: list[dict[str, Any]] = []
     for path in paths:
         if path in taken or path.name.endswith((*_BINARY_SUFFIXES, ".json", ".jsonl")) \

@@ -21,13 +21,14 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from perftracker.bounded import LineBlocks, iter_lines, load_json_file, open_regular
 from perftracker.collectors.traces.ranks import rank_from_name
 from perftracker.errors import InputError
+from perftracker.formats.log_lines import launcher_prefix
 from perftracker.values import MAX_RANK, ascii_int
 
 MAX_ERROR_FILE_BYTES = 64 * 1024 * 1024
@@ -36,7 +37,6 @@ SNIFF_BYTES = 256 * 1024
 MARKERS = (b"Watchdog caught collective operation timeout", b"Traceback (most recent call last)",
            b"ChildFailedError", b"NVRM: Xid", b"Timed out waiting", b"detected by watchdog at work")
 
-_PREFIX = re.compile(r"^\s*\[(?:rank|default)(\d+)\]:\s?")
 _GLOG = re.compile(r"\[?[EWIF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?\s+\S+:\d+\]")
 _WATCHDOG = re.compile(
     r"\[Rank (\d+)\] Watchdog caught collective operation timeout: WorkNCCL\(SeqNum=(\d+), OpType=(\w+)"
@@ -92,7 +92,7 @@ def _glog_ts(text: str, year: int) -> int:
         return -1
     month, day, hh, mm, ss, frac = m.groups()
     try:
-        base = datetime(year, int(month), int(day), int(hh), int(mm), int(ss), tzinfo=timezone.utc)
+        base = datetime(year, int(month), int(day), int(hh), int(mm), int(ss), tzinfo=UTC)
     except ValueError:
         return -1
     nanos = int((frac or "0")[:9].ljust(9, "0"))
@@ -101,7 +101,7 @@ def _glog_ts(text: str, year: int) -> int:
 
 def _table_time(text: str) -> int:
     try:
-        return int(datetime.strptime(text.strip(), "%Y-%m-%d_%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+        return int(datetime.strptime(text.strip(), "%Y-%m-%d_%H:%M:%S").replace(tzinfo=UTC).timestamp()
                    * 1e9)
     except ValueError:
         return -1
@@ -127,9 +127,9 @@ class _Parser:
     def __init__(self, path: Path) -> None:
         self.path, self.file = path, str(path)
         try:
-            self.year = datetime.fromtimestamp(path.stat().st_mtime, timezone.utc).year
+            self.year = datetime.fromtimestamp(path.stat().st_mtime, UTC).year
         except OSError:
-            self.year = datetime.now(timezone.utc).year
+            self.year = datetime.now(UTC).year
         self.file_rank = rank_from_name(path)
         self.result = LogResult()
         self.tracebacks: dict[int, _Traceback] = {}
@@ -138,10 +138,9 @@ class _Parser:
         self.root_cause = False
 
     def feed(self, lineno: int, raw: str) -> None:
-        m = _PREFIX.match(raw)
-        named = ascii_int(m.group(1), 0, MAX_RANK) if m else None
-        rank = named if named is not None else (self.file_rank if self.file_rank is not None else -1)
-        text = raw[m.end():] if m else raw
+        prefix = launcher_prefix(raw)  # formats/log_lines.py: the one rank-prefix grammar
+        rank = prefix[0] if prefix else (self.file_rank if self.file_rank is not None else -1)
+        text = raw[prefix[1]:].removeprefix(" ") if prefix else raw
         if self._table_line(lineno, raw):
             return
         if (w := _WATCHDOG.search(text)) is not None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-import sys
+import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import resources
@@ -24,11 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from perftracker.errors import InputError, UsageError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 CUSTOM_FAMILY = "custom"
 

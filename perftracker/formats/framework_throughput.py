@@ -8,7 +8,8 @@ reads it line by line (untrusted text: linear regexes, never eval; ANSI colour c
   * torchtitan  `step: N ... tflops: X  mfu: Y%`;
   * nemo        `TFLOPS_per_GPU: X` / `tflops_per_sec_per_gpu=X` (NeMo's FLOPs callback), with `step N` or
                 `global_step: N` when the line has it.
-The rank is the line's `[rankN]:` / `rank-N/` prefix, else -1 (the job as a whole). Values out of range (negative,
+The rank is the line's (`formats/log_lines.py`: a launcher prefix or a rank tag such as `rank-N/`), else -1 (the
+job as a whole). Values out of range (negative,
 past MAX_TFLOPS) skip their line, counted in a note.
 """
 
@@ -19,13 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from perftracker.bounded import LineBlocks, iter_lines, read_head
-from perftracker.values import MAX_RANK, ascii_int
+from perftracker.formats.log_lines import line_rank, strip_ansi
+from perftracker.values import ascii_int
 
 MAX_TFLOPS = 1e6
 _MARKERS = (b"TFLOP/s/GPU", b"mfu:", b"TFLOPS_per_GPU", b"tflops_per_sec_per_gpu")
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _NUMBER = r"(\d{1,9}(?:\.\d{1,9})?)"
-_RANK = re.compile(r"(?:\[rank(\d{1,7})\]:|\brank-(\d{1,7})/)")
 _MEGATRON = re.compile(r"throughput per GPU \(TFLOP/s/GPU\):\s*" + _NUMBER)
 _ITERATION = re.compile(r"\biteration\s{0,40}(\d{1,12})\s{0,40}/")
 _TITAN_STEP = re.compile(r"\bstep:\s{0,40}(\d{1,12})\b")
@@ -62,8 +62,8 @@ def _int(match: re.Match[str] | None, limit: int) -> int:
 
 def parse_line(line: str) -> dict[str, Any] | None:
     """The reported figures of one log line (rank, step, tflops, mfu_pct, source), None when it holds none."""
-    text = _ANSI.sub("", line)
-    rank = _int(_RANK.search(text), MAX_RANK)
+    text = strip_ansi(line)
+    rank = line_rank(text)
     if (match := _MEGATRON.search(text)) is not None:
         return {"rank": rank, "step": _int(_ITERATION.search(text), 10**12), "tflops": _float(match.group(1)),
                 "mfu_pct": float("nan"), "source": "megatron"}

@@ -31,7 +31,7 @@ A communication straggler makes every collective of its groups end later for all
 simultaneous, its kernels are longer exactly as its group peers' are, so within one group it is
 indistinguishable from a slow link: only groups with and without it tell it apart.
 
-CLI: `python -m perftracker.synth --ranks 8 --out DIR [--straggler 3:2000] [--comm-straggler 5:1000]
+CLI: `python benchmarks/synth.py --ranks 8 --out DIR [--straggler 3:2000] [--comm-straggler 5:1000]
 [--seed S] [--target-mb 5] [--tp 2] [--steps N] [--missing R] [--no-gzip]`.
 """
 
@@ -48,8 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-
-from perftracker.synth_model import (  # noqa: F401  (re-exported: the public API lives here)
+from synth_model import (  # noqa: F401  (re-exported: the public API lives here)
     BASE_TIME_NS,
     FIRST_STEP,
     GROUND_TRUTH,
@@ -225,7 +224,7 @@ def _rank_value(text: str) -> tuple[int, float]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m perftracker.synth",
+    parser = argparse.ArgumentParser(prog="python benchmarks/synth.py",
                                      description="Write synthetic N-rank PyTorch profiler traces with known "
                                      "stragglers and clock skew, plus ground_truth.json.")
     parser.add_argument("--ranks", type=int, required=True)
@@ -259,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             target_mb_per_rank=args.target_mb)
         truth = generate(spec, args.out, gzip=not args.no_gzip)
     except ValueError as exc:
-        print(f"perftracker.synth: {exc}", file=sys.stderr)
+        print(f"benchmarks/synth.py: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {len(truth.files)} rank traces to {args.out}: {truth.events_complete:,} complete events, "
           f"{truth.bytes_json / 1e6:.1f} MB of JSON ({truth.bytes_json / 1e6 / max(1, len(truth.files)):.2f} MB per "

@@ -1,4 +1,4 @@
-"""The synthetic job model behind `perftracker.synth`: the spec, the per-rank plan of a step's kernels
+"""The synthetic job model behind `benchmarks/synth.py`: the spec, the per-rank plan of a step's kernels
 and collectives in true time, and the Kineto document each rank writes.
 
 All times are whole nanoseconds; a collective ends at the same true time on every member of its group,

@@ -24,11 +24,9 @@ record in the run-directory format (`perftracker.rundir`), or None. Supported li
   prints no step time, so the step time is by difference, as for DeepSpeed; ``validate step:`` lines
   are skipped.
 
-The rank is the one of a launcher prefix: torchrun ``--tee``/``--log-line-prefix-template``
-(``[default3]:``, ``[rank3]:``), OpenMPI ``--tag-output`` (``[1,3]<stdout>:``), or DeepSpeed's
-``[Rank 3]``; else -1 (the job as a whole). ``default<N>`` is torchrun's *local* rank, which is the
-global rank on one node; a line without a prefix gets the parser's `default_rank` (-1 unless the
-caller knows the one worker writing the file). A line's ``YYYY-MM-DD hh:mm:ss`` timestamp is read as local time.
+The rank is the line's (`formats/log_lines.py`: a launcher prefix, else a rank tag such as DeepSpeed's
+``[Rank 3]``); a line without one gets the parser's `default_rank` (-1 unless the caller knows the one worker
+writing the file). A line's ``YYYY-MM-DD hh:mm:ss`` timestamp is read as local time.
 Records get ``"source": "log"``. Progress bars written with carriage returns: split on ``\\r`` too.
 """
 
@@ -36,45 +34,19 @@ from __future__ import annotations
 
 import ast
 import re
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
-_PREFIX = re.compile(r"^\s*(?:\[(?:default|rank|[A-Za-z_]+)?(\d+)\]:|\[\d+,(\d+)\]<std(?:out|err)>:)")
-_DS_RANK = re.compile(r"\[Rank (\d+)\]")
-_TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,6}))?")
+from perftracker.formats.log_lines import line_rank, line_time_ns, strip_ansi
+
 _MEGATRON = re.compile(r"iteration\s+(\d+)\s*/\s*\d+\s*\|.*?elapsed time per iteration \(ms\):\s*([0-9.]+)")
 _DS_STEP = re.compile(r"(?:\]\s|^|\s)step=(\d+), skipped=\d+")
 _DS_TIMER = re.compile(r"global_step=(\d+), RunningAvgSamplesPerSec=")
 _TQDM = re.compile(r"(\d+)/(\d+) \[[0-9:]+<[0-9:?]+,\s*([0-9.]+)(it/s|s/it)")
 _DICT = re.compile(r"(\{'[a-z_]+': .*\})\s*$")
-_ANSI = re.compile(r"\x1b\[[0-9;]{0,16}m")
 _LIGHTNING_EPOCH = re.compile(r"(?:^|[\s:\]])Epoch (\d{1,9}):\s")
 _NOT_TRAINING_BAR = re.compile(r"(?:Validation|Validating|Sanity Checking|Testing|Predicting)\b[^|%]{0,40}:")
 _TITAN = re.compile(r"(?<!validate )(?<![A-Za-z_])step:\s{0,8}(\d{1,18})\s+loss:")
-
-
-def line_rank(line: str) -> int:
-    """The rank a launcher prefix (or DeepSpeed's `[Rank R]`) names, else -1."""
-    match = _PREFIX.match(line)
-    if match:
-        return int(match.group(1) or match.group(2))
-    ds = _DS_RANK.search(line)
-    return int(ds.group(1)) if ds else -1
-
-
-def line_time_ns(line: str) -> int | None:
-    """Wall time (ns) of a `YYYY-MM-DD hh:mm:ss[.,fraction]` timestamp in the line (local time)."""
-    match = _TIMESTAMP.search(line)
-    if not match:
-        return None
-    day, hh, mm, ss, frac = match.groups()
-    try:
-        secs = time.mktime(time.strptime(f"{day} {hh}:{mm}:{ss}", "%Y-%m-%d %H:%M:%S"))
-    except (ValueError, OverflowError):
-        return None
-    frac_ns = int((frac or "0").ljust(9, "0")[:9])
-    return int(secs) * 1_000_000_000 + frac_ns
 
 
 @dataclass
@@ -89,8 +61,7 @@ class StepLineParser:
     def feed(self, line: str, seen_ns: int) -> dict[str, Any] | None:
         if len(line) > 4096 or not any(key in line for key in ("iteration", "step", "it/s", "s/it")):
             return None
-        if "\x1b" in line:
-            line = _ANSI.sub("", line)
+        line = strip_ansi(line)
         rank = line_rank(line)
         if rank < 0:
             rank = self.default_rank
