@@ -41,7 +41,6 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_straggler_scale import GZ_RATIO_BOUND, OUTPUT_MARGIN, straggler_verdict
-
 from synth import SynthSpec, generate
 
 HERE = Path(__file__).resolve().parent

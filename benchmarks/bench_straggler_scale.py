@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-
 from synth import SynthSpec, generate
 
 HERE = Path(__file__).resolve().parent
