@@ -42,7 +42,7 @@ def test_the_ray_engine_without_the_ray_extra_says_how_to_install_it(tmp_path: P
     code, output = _analyze(tmp_path, "--engine", "ray")
     # THEN exit 2, naming the option and the extra to install, and nothing was written
     assert code == 2, output
-    assert "--engine ray: the Ray engine needs the ray package" in output and "perftracker[ray]" in output
+    assert "--engine ray: the Ray engine needs the ray package" in output and "perftracker-dl[ray]" in output
     assert not (tmp_path / "out" / "findings.json").exists()
 
 

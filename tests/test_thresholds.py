@@ -37,6 +37,15 @@ READ = re.compile(r"""\b(?:threshold|threshold_int|default)\(\s*["']([a-z_.]+)["
 # Module-level numbers of analyzers/ that decide no finding: how much is shown, chunk sizes, search grids,
 # encodings. A new number that decides a finding belongs in perftracker/data/thresholds.toml instead.
 NOT_THRESHOLDS = {
+    "layout/positions.py": {"MAX_LISTED"},  # ranks listed in a finding's evidence
+    "pipeline/analyzer.py": {"BACKWARD_PER_FORWARD"},  # the cost model of a backward pass, not a judgement
+    "pipeline/victims.py": {"MIN_WAIT_MS"},  # which victims the evidence lists
+    "stragglers/alignment.py": {"_MAX_SHIFT", "_MIN_AGREE", "_TOLERANCE"},  # matching members, not judging them
+    "stragglers/group_of.py": {"_IMPOSSIBLE_SHARE", "_SLACK_NS"},  # inferring a gloo op's group
+    "stragglers/replay.py": {"FIX_RANKS_MAX"},  # rows of the whatif_ranks view
+    "whatif/analyzer.py": {"REPLAY_TOL"},  # the replay's own consistency check
+    "whatif/ops_graph.py": {"NEG_TRANSFER_NS"},  # clock tolerance of the records
+    "whatif/ops_replay.py": {"MAX_EXACT_WORKERS", "TOP_WORKERS_PCT"},  # replays per worker; the paper's M_W
     "traces/merged_timeline.py": {"DEFAULT_MAX_RANKS", "DEFAULT_MAX_EVENTS", "LATE_MARK_MS"},  # timeline size, marks
     "traces/kernels.py": {"TOP_ALL", "TOP_PER_RANK", "TOP_SELF"},  # table rows shown
     "traces/gap_ops.py": {"TOP_OPS", "LONGEST", "OPS_PER_GAP"},  # table rows shown

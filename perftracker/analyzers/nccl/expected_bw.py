@@ -21,6 +21,7 @@ from importlib import resources
 from typing import Any
 
 from perftracker.analyzers.nccl.context import NcclContext
+from perftracker.analyzers.thresholds import threshold
 
 
 @lru_cache(maxsize=1)
@@ -123,7 +124,6 @@ def topology_of(ctx: NcclContext, gpus: tuple[str, ...] = ()) -> Topology:
     return topo
 
 
-ASYMMETRY = 0.75  # a GPU pair below this share of the fastest pair of the same path type is asymmetric
 
 
 @dataclass(frozen=True)
@@ -138,14 +138,14 @@ class Asymmetry:
 
 
 def asymmetric_paths(topo: Topology) -> Asymmetry | None:
-    """The path type whose GPU pairs differ most in bandwidth, when its slowest pair is below ASYMMETRY x its
+    """The path type whose GPU pairs differ most in bandwidth, when its slowest pair is below `nccl.path_asymmetry` x its
     fastest (a ring or tree through that pair runs at its speed); None when every type is even."""
     worst: Asymmetry | None = None
     for kind in sorted({k for k, _ in topo.gpu_pairs.values()}):
         pairs = {pair: bw for pair, (k, bw) in topo.gpu_pairs.items() if k == kind}
         slow = min(pairs, key=lambda pair: (pairs[pair], pair))
         fast = max(pairs.values())
-        if fast > 0 and pairs[slow] < ASYMMETRY * fast and (worst is None or
+        if fast > 0 and pairs[slow] < threshold("nccl.path_asymmetry") * fast and (worst is None or
                                                             pairs[slow] / fast < worst.slow_gbs / worst.fast_gbs):
             worst = Asymmetry(kind, slow, pairs[slow], fast, len(pairs))
     return worst

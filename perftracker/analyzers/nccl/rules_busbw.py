@@ -27,14 +27,12 @@ from perftracker.analyzers.nccl.expected_bw import (
     topology_of,
 )
 from perftracker.analyzers.nccl.measured import Measure
-
-WARN_RATIO = 0.5
-CRITICAL_RATIO = 0.25
-TRACE_WARN_RATIO = 0.25  # a training step's NCCL kernels share the GPU with compute: only a wider gap warns
+from perftracker.analyzers.thresholds import threshold
 
 
 def _warn_ratio(m: Measure) -> float:
-    return TRACE_WARN_RATIO if m.source == "trace" else WARN_RATIO
+    # a training step's NCCL kernels share the GPU with compute: only a wider gap warns
+    return threshold("nccl.trace_busbw_warn_ratio") if m.source == "trace" else threshold("nccl.busbw_warn_ratio")
 
 
 @dataclass(frozen=True)
@@ -125,7 +123,7 @@ def bus_bandwidth(ctx: NcclContext) -> list[Finding]:
         "nvlink_path_gbs": sorted(set(topo.nvl_gbs))[:8],
         "log": [w for w in (topo.where.get("topo_file"), topo.where.get("path"), topo.where.get("channels")) if w],
     }
-    severity = Severity.CRITICAL if ratio < CRITICAL_RATIO and worst.source != "trace" else Severity.WARNING
+    severity = Severity.CRITICAL if ratio < threshold("nccl.busbw_critical_ratio") and worst.source != "trace" else Severity.WARNING
     title = (f"{cause.title}: bus bandwidth {worst.busbw_gbs:.1f} GB/s, {gap:.1f}x below the "
              f"{exp.busbw_gbs:.0f} GB/s this hardware should give")
     return [finding(cause.flag, severity, title, cause.recommendation, evidence, hosts=list(worst.hosts),

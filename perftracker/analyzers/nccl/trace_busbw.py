@@ -3,8 +3,8 @@
 Promise: `trace_measures(analysis)` reads `stragglers.wait_transfer.collective_split_view` (each matched collective's
 wait for late peers and its transfer, per rank; busbw per instance from the transfer time, nccl-tests' factors) and
 returns one `measured.Measure` (source "trace") per (process group, collective, member count) of the NCCL GPU
-kernels: its best instance's bus bandwidth over the large messages only (at least LARGE_BYTES, where bandwidth, not
-latency, sets the time), when at least MIN_INSTANCES of them were seen. Waiting for a late peer is not in it (the
+kernels: its best instance's bus bandwidth over the large messages only (at least `nccl.trace_busbw_min_bytes`, where bandwidth, not
+latency, sets the time), when at least `nccl.trace_busbw_min_instances` of them were seen. Waiting for a late peer is not in it (the
 split took it out), so a straggler does not read as a slow link. Only the bandwidth collectives (all-reduce,
 all-gather, reduce-scatter, broadcast, reduce): point-to-point and all-to-all depend on who sends to whom.
 `with_trace_measures(analysis, ctx)` is the context with them added, only when its NCCL log showed a topology to
@@ -24,9 +24,8 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.nccl.context import NcclContext, context_view
 from perftracker.analyzers.nccl.measured import Measure
 from perftracker.analyzers.stragglers.wait_transfer import collective_split_view
+from perftracker.analyzers.thresholds import threshold
 
-LARGE_BYTES = 32 << 20  # 32 MiB: NCCL's ring reaches its bandwidth plateau well before (nccl-tests curves)
-MIN_INSTANCES = 3
 BANDWIDTH_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 TOPOLOGY_KEYS = ("topo_path", "topo_link")
 
@@ -43,7 +42,7 @@ def trace_measures(analysis: Analysis) -> list[Measure]:
     split: pd.DataFrame = analysis.view(collective_split_view)
     if split.empty:
         return []
-    rows = split[(split["source"].astype(str) == "gpu_kernel") & (split["bytes"] >= LARGE_BYTES)
+    rows = split[(split["source"].astype(str) == "gpu_kernel") & (split["bytes"] >= threshold("nccl.trace_busbw_min_bytes"))
                  & split["collective"].astype(str).isin(BANDWIDTH_COLLECTIVES)]
     inst = rows.drop_duplicates("instance")
     inst = inst[np.isfinite(inst["busbw_gbs"].to_numpy(float)) & (inst["busbw_gbs"] > 0)]
@@ -51,11 +50,11 @@ def trace_measures(analysis: Analysis) -> list[Measure]:
     out: list[Measure] = []
     for (pg, coll, members), group in inst.groupby([inst["pg"].astype(str), inst["collective"].astype(str),
                                                     inst["members"]], sort=True):
-        if len(group) < MIN_INSTANCES:
+        if len(group) < threshold("nccl.trace_busbw_min_instances"):
             continue
         best = group.iloc[int(group["busbw_gbs"].to_numpy(float).argmax())]
         out.append(Measure("trace", f"{coll} in process group {pg} ({int(members)} ranks, {len(group)} instances "
-                           f">= {LARGE_BYTES >> 20} MiB, transfer time only)", float(best["busbw_gbs"]),
+                           f">= {int(threshold('nccl.trace_busbw_min_bytes')) >> 20} MiB, transfer time only)", float(best["busbw_gbs"]),
                            int(best["bytes"]), f"traces: instance {int(best['instance'])}", gpus, (), int(members)))
     return out
 

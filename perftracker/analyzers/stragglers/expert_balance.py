@@ -20,11 +20,9 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of, rank_list, step_seconds
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.stragglers.collectives import arrivals_view
+from perftracker.analyzers.thresholds import threshold
 from perftracker.store.run_info import ProcessGroup
 
-_HEAVY = 1.5  # a rank receiving this many times the mean carries "most tokens"
-_MOST = 0.5  # ... in at least this share of the all-to-alls
-_WARN_SHARE = 0.05  # the wait it causes, as a share of the step, that makes it a warning
 _COLUMNS = ["instance", "step", "sender", "receiver", "rows", "bytes"]
 
 
@@ -85,8 +83,8 @@ def analyze_expert_balance(analysis: Analysis) -> list[Finding]:
     mean = received.mean(axis=1).replace(0, np.nan)
     ratio = received.div(mean, axis=0)
     imbalance = ratio.max(axis=1).dropna()
-    heavy_share = (ratio >= _HEAVY).mean()  # per rank: the share of all-to-alls in which it is heavy
-    heavy = sorted(int(str(r)) for r in heavy_share[heavy_share >= _MOST].index)
+    heavy_share = (ratio >= threshold("expert.heavy_ratio")).mean()  # per rank: the share of all-to-alls in which it is heavy
+    heavy = sorted(int(str(r)) for r in heavy_share[heavy_share >= threshold("expert.heavy_share")].index)
     if not heavy or len(heavy) > max(1, received.shape[1] // 4):
         return []
     arr = seen.arrivals
@@ -97,7 +95,7 @@ def analyze_expert_balance(analysis: Analysis) -> list[Finding]:
     step_s = float(step_seconds(analysis.store).median()) if not analysis.store.steps.empty else 0.0
     share = cost / step_s if step_s > 0 else 0.0
     tokens = received[heavy].to_numpy().sum() / max(float(received.to_numpy().sum()), 1.0)
-    severity = Severity.WARNING if share >= _WARN_SHARE else Severity.INFO
+    severity = Severity.WARNING if share >= threshold("expert.warn_share") else Severity.INFO
     return [Finding(
         analyzer="expert_balance", severity=severity,
         title=(f"Rank{'s' if len(heavy) > 1 else ''} {rank_list(heavy)} receive{'' if len(heavy) > 1 else 's'} "

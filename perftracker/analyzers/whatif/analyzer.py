@@ -23,12 +23,11 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.thresholds import threshold
 from perftracker.analyzers.whatif.ops_graph import GraphError, build
 from perftracker.analyzers.whatif.ops_replay import WhatIf, whatif
 
 ANALYZER = "whatif"
-MIN_SLOWDOWN = 1.05  # below: the job does not straggle (the paper counts a job straggling from S >= 1.1)
-WARN_SLOWDOWN = 1.1
 REPLAY_TOL = 0.05  # the paper drops traces whose replayed step time is more than 5% off the measured one
 
 
@@ -106,10 +105,10 @@ def _finding(name: str, job: JobWhatIf, r: WhatIf) -> Finding:
     if job.unknown_types:
         evidence["op_types_left_out"] = ", ".join(job.unknown_types)
     confidence = 0.9 if error <= REPLAY_TOL else 0.5
-    severity = Severity.WARNING if r.slowdown >= WARN_SLOWDOWN else Severity.INFO
+    severity = Severity.WARNING if r.slowdown >= threshold("whatif.warn_slowdown") else Severity.INFO
     slow = f"S = {r.slowdown:.2f}: {100 * r.waste:.0f}% of each step is lost to stragglers"
     key = f"whatif:{name}:{r.verdict}"
-    if r.slowdown < MIN_SLOWDOWN:
+    if r.slowdown < threshold("whatif.min_slowdown"):
         return Finding(ANALYZER, Severity.INFO, f"Job {name}: no straggling (S = {r.slowdown:.3f} against every op "
                        "at its ideal duration)", "Nothing to fix here.", evidence, key=key, confidence=confidence)
     if r.verdict == "one_worker":

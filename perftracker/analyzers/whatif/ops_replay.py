@@ -28,12 +28,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from perftracker.analyzers.thresholds import threshold
 from perftracker.analyzers.whatif.ops_graph import COMM_TYPES, OPTIMIZER, OpsGraph, step_max
 
 TOP_WORKERS_PCT = 3  # M_W's "top 3% of workers" (the paper's choice)
-VERDICT_SHARE = 0.5  # M_W or M_S at or above this names the cause
 MAX_EXACT_WORKERS = 256  # above: S_w only as the heatmap score (one replay per worker would dominate the time)
-RANDOM_SHARE = 1 / 3  # slowdown left with per-stage means above this share of S-1: random variation
 
 
 @dataclass(frozen=True)
@@ -180,9 +179,9 @@ def whatif(graph: OpsGraph, ranks: pd.DataFrame | None = None) -> WhatIf:
 def _verdict(s: float, m_w: float, m_s: float, left: float) -> str:
     if s < 1.0 + 1e-3:
         return "none"
-    if m_w >= VERDICT_SHARE:
+    if m_w >= threshold("whatif.verdict_share"):
         return "one_worker"
-    if m_s >= VERDICT_SHARE and left < RANDOM_SHARE:
+    if m_s >= threshold("whatif.verdict_share") and left < threshold("whatif.random_share"):
         return "last_stage"
     return "random_variation"
 
