@@ -15,7 +15,8 @@ def test_equal_stages_take_m_plus_p_minus_1_slots(kind: str, p: int, m: int) -> 
     THEN the step is (m + p - 1) x 3 and its idle share is the ideal bubble (p - 1) / (m + p - 1)."""
     makespan = simulate(kind, [1.0] * p, [2.0] * p, m)
     assert makespan == pytest.approx((m + p - 1) * 3.0)
-    assert 1 - m * 3.0 / makespan == pytest.approx(ideal_bubble(p, m))
+    idle_share = 1 - m * 3.0 / makespan
+    assert idle_share == pytest.approx(ideal_bubble(p, m))
 
 
 def test_heavy_last_stage_sets_the_pace() -> None:
