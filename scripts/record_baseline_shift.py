@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 
 from sample_job_runner import duty_cycle, free_port, job_command, worker_pids
 
-from perftracker.live.stacks import find_pyspy
+from perftracker.live.samplers.stacks import find_pyspy
 from perftracker.rundir import host_name
 
 RATE_HZ = 20

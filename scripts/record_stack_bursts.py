@@ -4,7 +4,7 @@ bursts of a real 2-rank job, with the job's own step times as the truth.
 Promise: ``python scripts/record_stack_bursts.py OUT [--scenario clean|slowed|hung ...] [--seconds S] [--rate R]
 [--bursts K]`` runs, per scenario, a 2-rank torchrun job of ``scripts/sample_job.py`` (CPU, gloo, no hook,
 ``--step-sleep 0.08``: ~90 ms steps) and records K bursts of both ranks side by side exactly as the watcher's
-stack-steps sampler does (`live/stack_steps.py`: ``py-spy record --nonblocking --idle --threads --format
+stack-steps sampler does (`live/samplers/stack_steps.py`: ``py-spy record --nonblocking --idle --threads --format
 chrometrace``), each into ``OUT/<scenario>-<k>-rank<r>.json.gz``; ``OUT/truth.json`` holds, per file, the mean
 step time of that rank's steps that ended inside the burst (from the job's own step files) and how many:
 
@@ -36,9 +36,9 @@ sys.path.insert(0, str(REPO))
 
 from sample_job_runner import duty_cycle, free_port, job_command, worker_pids
 
-from perftracker.live.discovery import Worker
-from perftracker.live.stack_steps import BurstRound
-from perftracker.live.stacks import find_pyspy
+from perftracker.live.attach.discovery import Worker
+from perftracker.live.samplers.stack_steps import BurstRound
+from perftracker.live.samplers.stacks import find_pyspy
 
 JOB_ARGS = ["--steps", "100000", "--profile-steps", "0", "--width", "64", "--batch", "16", "--step-sleep", "0.08"]
 

@@ -5,20 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from perftracker.live.env_snapshot import EnvSampler
-from perftracker.live.follow import FollowSampler
-from perftracker.live.inspector_sampler import InspectorSampler
-from perftracker.live.netdev_sampler import NetdevSampler
-from perftracker.live.nvml_sampler import NvmlSampler
-from perftracker.live.profile_sampler import ProfileSampler
-from perftracker.live.rdma_sampler import RdmaSampler
 from perftracker.live.sampler import Sampler
-from perftracker.live.stack_steps import StackStepsSampler
-from perftracker.live.stacks import StackSampler
-from perftracker.live.step_feed import StepFeed
-from perftracker.live.steps_sampler import StepsSampler
-from perftracker.live.traces import TraceSampler
-from perftracker.live.watch import WatchOptions, WatchSampler
+from perftracker.live.samplers.env_snapshot import EnvSampler
+from perftracker.live.samplers.follow import FollowSampler
+from perftracker.live.samplers.inspector_sampler import InspectorSampler
+from perftracker.live.samplers.netdev_sampler import NetdevSampler
+from perftracker.live.samplers.nvml_sampler import NvmlSampler
+from perftracker.live.samplers.profile_sampler import ProfileSampler
+from perftracker.live.samplers.rdma_sampler import RdmaSampler
+from perftracker.live.samplers.stack_steps import StackStepsSampler
+from perftracker.live.samplers.stacks import StackSampler
+from perftracker.live.samplers.step_feed import StepFeed
+from perftracker.live.samplers.steps_sampler import StepsSampler
+from perftracker.live.samplers.traces import TraceSampler
+from perftracker.live.watch.watcher import WatchOptions, WatchSampler
 
 
 @dataclass

@@ -17,9 +17,9 @@ from typing import Protocol
 
 import psutil
 
+from perftracker.live.attach.discovery import Job, Worker
 from perftracker.live.diagnosis import LiveDiagnosis, NoDiagnosis
-from perftracker.live.discovery import Job, Worker
-from perftracker.live.step_state import StepState
+from perftracker.live.samplers.step_state import StepState
 
 
 @dataclass

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from health.conftest import FakeRdmaNode
 
-from perftracker.live.discovery import find_job
-from perftracker.live.follow import FollowSampler, resolve_nccl_debug_file
-from perftracker.live.rdma_sampler import RdmaSampler
+from perftracker.live.attach.discovery import find_job
 from perftracker.live.sampler import LiveContext
+from perftracker.live.samplers.follow import FollowSampler, resolve_nccl_debug_file
+from perftracker.live.samplers.rdma_sampler import RdmaSampler
 
 WORKER = """
 import os, sys, time
@@ -100,7 +100,7 @@ def test_rdma_sampler_without_devices_says_so(tmp_path: Path) -> None:
 
 
 def _empty_job():  # type: ignore[no-untyped-def]
-    from perftracker.live.discovery import Job
+    from perftracker.live.attach.discovery import Job
 
     return Job([])
 
@@ -134,7 +134,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_everything(tmp_path: Path) -> None:
 
 
 def test_unreadable_processes_get_advice_that_fits_who_runs_perftracker(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from perftracker.live import discovery
+    from perftracker.live.attach import discovery
 
     # GIVEN two processes whose environment could not be read
     # WHEN the hint is written for root, and for an ordinary user
@@ -148,7 +148,7 @@ def test_unreadable_processes_get_advice_that_fits_who_runs_perftracker(monkeypa
 
 
 def test_torchrun_static_run_id_none_is_not_shown_as_a_job_name() -> None:
-    from perftracker.live.discovery import Job, job_label
+    from perftracker.live.attach.discovery import Job, job_label
 
     # GIVEN jobs with torchrun's static default run id "none", a real run id, and neither
     # THEN only the real run id names the job; the others fall back to the launcher pid

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from perftracker.live.discovery import Job, Worker
-from perftracker.live.interrupts import Interrupts
+from perftracker.live.attach.discovery import Job, Worker
+from perftracker.live.attach.interrupts import Interrupts
 from perftracker.live.sampler import LiveContext
 from perftracker.live.session import run_session
 

@@ -14,11 +14,11 @@ from typing import IO, Any
 
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.formats.framework_steps import StepLineParser
-from perftracker.live.discovery import Job, Worker
-from perftracker.live.inspector_sampler import InspectorSampler, inspector_dir, inspector_enabled
-from perftracker.live.job_outputs import find_job_outputs
+from perftracker.live.attach.discovery import Job, Worker
+from perftracker.live.attach.job_outputs import find_job_outputs
 from perftracker.live.sampler import LiveContext
-from perftracker.live.steps_sampler import StepsSampler
+from perftracker.live.samplers.inspector_sampler import InspectorSampler, inspector_dir, inspector_enabled
+from perftracker.live.samplers.steps_sampler import StepsSampler
 
 T0 = 1_750_000_000 * 10**9
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "inspector" / "straggler" / "node-b-pid4105.log"

@@ -19,12 +19,12 @@ import pytest
 
 from perftracker.analyzers.online import AnalyzerDiagnosis
 from perftracker.collectors.stacks.snapshots import load_stack_inputs
+from perftracker.live.attach.discovery import Job, Worker
 from perftracker.live.diagnosis import LiveDiagnosis, Look, NoDiagnosis
-from perftracker.live.discovery import Job, Worker
-from perftracker.live.profile_sampler import ProfileSampler
 from perftracker.live.sampler import LiveContext
+from perftracker.live.samplers.profile_sampler import ProfileSampler
+from perftracker.live.samplers.stacks import StackSampler
 from perftracker.live.session import SessionResult
-from perftracker.live.stacks import StackSampler
 from perftracker.store.stack_frames import main_stacks
 
 from .test_stacks_hang import IN_ALL_REDUCE, SLEEPING, T0, findings_for, write_rank
@@ -137,7 +137,7 @@ def test_without_a_diagnosis_the_samplers_collect_but_judge_nothing(tmp_path: Pa
     ctx.progress.last_step_ns = {5: time.time_ns() - 600 * 10**9}
     pyspy = _fake_pyspy(tmp_path)
     stacks = StackSampler(interval_s=60, pyspy=pyspy)
-    monkeypatch.setattr("perftracker.live.profile_sampler.find_pyspy", lambda: pyspy)
+    monkeypatch.setattr("perftracker.live.samplers.profile_sampler.find_pyspy", lambda: pyspy)
     profile = ProfileSampler(seconds=1, delay_s=0)
     # WHEN stacks are dumped twice, the watcher looks, and a recording finishes
     stacks.sample(ctx)
@@ -164,7 +164,7 @@ def test_the_profile_sampler_suspicion_is_the_diagnosis_verdict_on_its_samples(
     fake = FakeDiagnosis(straggler="fake: rank 5 straggles")
     ctx = _context(tmp_path, fake)
     pyspy = _fake_pyspy(tmp_path)
-    monkeypatch.setattr("perftracker.live.profile_sampler.find_pyspy", lambda: pyspy)
+    monkeypatch.setattr("perftracker.live.samplers.profile_sampler.find_pyspy", lambda: pyspy)
     # WHEN one recording of the rank ends
     _record(ctx, ProfileSampler(seconds=1, delay_s=0))
     # THEN the suspicion is the diagnosis' verdict, given the recording as a profile_samples table

@@ -16,10 +16,10 @@ from api_helpers import analyzed
 
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.health.topology import rank_map
-from perftracker.live import nvml_sampler
-from perftracker.live.discovery import Job, Worker
-from perftracker.live.nvml_sampler import NvmlSampler
+from perftracker.live.attach.discovery import Job, Worker
 from perftracker.live.sampler import LiveContext
+from perftracker.live.samplers import nvml_sampler
+from perftracker.live.samplers.nvml_sampler import NvmlSampler
 
 from .fake_pynvml import FakeGpu, FakePynvml, public_names
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from perftracker.live.passthrough import OutputCopier
+from perftracker.live.attach.passthrough import OutputCopier
 
 MEGABYTE = b"".join(b"line %06d %s\n" % (i, b"x" * 50) for i in range(16000))
 

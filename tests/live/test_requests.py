@@ -7,8 +7,8 @@ import signal
 import time
 from pathlib import Path
 
-from perftracker.live.discovery import Job
-from perftracker.live.requests import RequestWatcher
+from perftracker.live.attach.discovery import Job
+from perftracker.live.attach.requests import RequestWatcher
 from perftracker.live.sampler import LiveContext
 
 

@@ -164,9 +164,9 @@ def _fake_pyspy(tmp_path: Path, body: str) -> str:
 def _sampler_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str):  # type: ignore[no-untyped-def]
     import sys as _sys
 
-    from perftracker.live import profile_sampler
-    from perftracker.live.discovery import Job, Worker
+    from perftracker.live.attach.discovery import Job, Worker
     from perftracker.live.sampler import LiveContext
+    from perftracker.live.samplers import profile_sampler
 
     monkeypatch.setattr(profile_sampler, "find_pyspy", lambda: _fake_pyspy(tmp_path, body))
     worker = Worker(rank=5, local_rank=1, pid=os.getpid(), host="h", cmdline=_sys.executable, run_id="r",

@@ -1,4 +1,4 @@
-"""The step signal from sampled stacks in the live watch (`live/stack_steps.py`): the sampler on a real Python
+"""The step signal from sampled stacks in the live watch (`live/samplers/stack_steps.py`): the sampler on a real Python
 loop of known period, its grace period and its silence when the job has another step source, and the watcher's
 handling of its coarse records (armed by bursts, judged by the burst rule, never taken for a stall)."""
 
@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from perftracker.analyzers.online import AnalyzerDiagnosis
-from perftracker.live.discovery import Job, Worker
+from perftracker.live.attach.discovery import Job, Worker
 from perftracker.live.sampler import LiveContext
-from perftracker.live.stack_steps import STACKS_SOURCE, StackStepsSampler
-from perftracker.live.stacks import find_pyspy
-from perftracker.live.step_feed import StepFeed
-from perftracker.live.watch import WatchOptions, WatchSampler
+from perftracker.live.samplers.stack_steps import STACKS_SOURCE, StackStepsSampler
+from perftracker.live.samplers.stacks import find_pyspy
+from perftracker.live.samplers.step_feed import StepFeed
+from perftracker.live.watch.watcher import WatchOptions, WatchSampler
 
 # The loop waits in both phases, as a training loop waits for its data and for the GPU: its period is set by the
 # waits, so it stays ~120 ms on a machine whose CPUs are busy (a busy-looping phase stretched under load, and a

@@ -19,9 +19,9 @@ from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.online import AnalyzerDiagnosis
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.collectors.stacks.snapshots import load_stack_inputs
-from perftracker.live.discovery import Job, Worker
+from perftracker.live.attach.discovery import Job, Worker
 from perftracker.live.sampler import LiveContext
-from perftracker.live.stacks import StackSampler, find_pyspy
+from perftracker.live.samplers.stacks import StackSampler, find_pyspy
 from perftracker.store import Store
 
 from .conftest import attach_command, launch_job, stop_job, wait_steps, wait_workers
@@ -293,7 +293,7 @@ def test_sampler_explains_missing_pyspy_and_permission_problems(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     ctx = LiveContext(run_dir=tmp_path, job=Job([]), host="h")
     # GIVEN no py-spy WHEN started THEN one note says how to get it, and sampling does nothing
-    monkeypatch.setattr("perftracker.live.stacks.find_pyspy", lambda: None)
+    monkeypatch.setattr("perftracker.live.samplers.stacks.find_pyspy", lambda: None)
     sampler = StackSampler()
     sampler.start(ctx)
     sampler.sample(ctx)

@@ -1,5 +1,5 @@
 """One step state for the live side: the steps sampler keeps it, the watcher it feeds reads the same one, and
-the typical step has one definition (live/step_state.py)."""
+the typical step has one definition (live/samplers/step_state.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import json
 import os
 from pathlib import Path
 
-from perftracker.live.discovery import Job, Worker
+from perftracker.live.attach.discovery import Job, Worker
 from perftracker.live.sampler import LiveContext
-from perftracker.live.step_feed import StepFeed
-from perftracker.live.step_state import RECENT_STEPS, StepState
-from perftracker.live.steps_sampler import LineTail, StepsSampler, _HookedRank
-from perftracker.live.watch import WatchOptions, WatchSampler
+from perftracker.live.samplers.step_feed import StepFeed
+from perftracker.live.samplers.step_state import RECENT_STEPS, StepState
+from perftracker.live.samplers.steps_sampler import LineTail, StepsSampler, _HookedRank
+from perftracker.live.watch.watcher import WatchOptions, WatchSampler
 from perftracker.rundir import step_file
 
 

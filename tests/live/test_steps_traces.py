@@ -18,9 +18,9 @@ import pytest
 from perftracker.formats.framework_steps import StepLineParser
 from perftracker.formats.log_lines import line_rank
 from perftracker.hooks import spool_dir
-from perftracker.live.discovery import Job, Worker
+from perftracker.live.attach.discovery import Job, Worker
 from perftracker.live.sampler import LiveContext
-from perftracker.live.steps_sampler import StepsSampler
+from perftracker.live.samplers.steps_sampler import StepsSampler
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = 1_800_000_000_000_000_000

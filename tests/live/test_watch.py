@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from perftracker.live.stacks import find_pyspy
+from perftracker.live.samplers.stacks import find_pyspy
 
 from .conftest import launch_job, stop_job, wait_steps, wait_workers
 from .watch_helpers import duty_cycle, incidents, named_by, step_of, wait_baseline, wait_incident

@@ -1,5 +1,5 @@
 """`perftracker attach --watch` on one real unprepared torchrun job (2 ranks, gloo, ~140 ms steps, no hook, no step
-lines, no NCCL Inspector): its step signal comes from sampled-stack bursts (`live/stack_steps.py`, a burst every
+lines, no NCCL Inspector): its step signal comes from sampled-stack bursts (`live/samplers/stack_steps.py`, a burst every
 3 s here instead of 60 s). The periods found match the job's own step times; no incident while it is healthy;
 then rank 1 SIGSTOPped 200 ms of every 250 ms from outside opens a degradation incident whose step source is
 "stacks" and whose analysis (the stacks against the healthy baseline) names rank 1."""
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from perftracker.live.stacks import find_pyspy
+from perftracker.live.samplers.stacks import find_pyspy
 
 from .conftest import launch_job, stop_job, wait_steps, wait_workers
 from .watch_helpers import duty_cycle, incidents, named_by, wait_incident

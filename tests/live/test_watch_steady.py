@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 
 from perftracker.collectors.steps import parse_step_line, parse_step_lines
+from perftracker.live.attach.discovery import Job, Worker
 from perftracker.live.diagnosis import NoDiagnosis
-from perftracker.live.discovery import Job, Worker
 from perftracker.live.sampler import LiveContext
-from perftracker.live.stacks import StackSampler
-from perftracker.live.step_feed import StepFeed
-from perftracker.live.steps_sampler import LineTail, StepsSampler, _HookedRank
-from perftracker.live.watch import WatchOptions, WatchSampler
+from perftracker.live.samplers.stacks import StackSampler
+from perftracker.live.samplers.step_feed import StepFeed
+from perftracker.live.samplers.steps_sampler import LineTail, StepsSampler, _HookedRank
+from perftracker.live.watch.watcher import WatchOptions, WatchSampler
 from perftracker.rundir import step_file
 from perftracker.store import Store
 from perftracker.store.alarms import Alarm
@@ -310,7 +310,7 @@ def test_the_host_manifest_says_where_the_sessions_cpu_went(tmp_path: Path) -> N
 
 def test_the_net_sampler_reads_queue_stats_at_most_every_qdisc_every_s(tmp_path: Path) -> None:
     # GIVEN one interface in a fake sysfs, a queue-stats reader that counts its calls, and the watch's 300 s
-    from perftracker.live.netdev_sampler import NetdevSampler
+    from perftracker.live.samplers.netdev_sampler import NetdevSampler
 
     base = tmp_path / "sys" / "class" / "net" / "eth0"
     (base / "statistics").mkdir(parents=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from perftracker.live.stacks import find_pyspy
+from perftracker.live.samplers.stacks import find_pyspy
 
 from .conftest import launch_job, stop_job, wait_steps, wait_workers
 from .watch_helpers import duty_cycle, step_of, wait_baseline, wait_incident

@@ -10,7 +10,7 @@ from typing import Any
 
 from sample_job_runner import duty_cycle
 
-from perftracker.live.incidents import BASELINE_FILE
+from perftracker.live.watch.incidents import BASELINE_FILE
 
 __all__ = ["duty_cycle", "incidents", "named_by", "step_of", "wait_baseline", "wait_incident"]
 

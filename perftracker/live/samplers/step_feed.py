@@ -3,9 +3,9 @@ parsed once.
 
 Promise: `StepFeed` is a bounded, thread-safe queue of step records (the dicts
 `collectors.steps.parse_step_line` returns, exactly as `steps/rank-<r>.jsonl` holds them). The steps
-sampler (`live/steps_sampler.py`), the one reader of the job's step sources, `publish`es every record it
+sampler (`live/samplers/steps_sampler.py`), the one reader of the job's step sources, `publish`es every record it
 writes into the run directory (the hook's, --job-log's and the job output's alike); the watcher
-(`live/watch.py`) `take`s what came since its last look instead of reading the step files again. At most
+(`live/watch/watcher.py`) `take`s what came since its last look instead of reading the step files again. At most
 `maxlen` records wait (the hook's history at attach can be larger: the oldest are then dropped and counted
 in `dropped`; the watcher keeps only the last few hundred steps per rank anyway).
 """

@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from perftracker.errors import UsageError
-from perftracker.live.incidents import IncidentReporter
-from perftracker.live.prom import PromPublisher, parse_target
-from perftracker.live.watch import WatchOptions
+from perftracker.live.watch.incidents import IncidentReporter
+from perftracker.live.watch.prom import PromPublisher, parse_target
+from perftracker.live.watch.watcher import WatchOptions
 
 
 def watch_setup(window: int, rise: float, prom: str | None, incident_seconds: float = 10.0,

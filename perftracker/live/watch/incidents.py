@@ -47,10 +47,10 @@ from perftracker.collectors.counters.proc_state import state_record
 from perftracker.collectors.counters.sched import snapshot_record
 from perftracker.collectors.steps import parse_step_line
 from perftracker.containment import OUTPUT_MARK
-from perftracker.live.profile_sampler import ProfileSampler
 from perftracker.live.sampler import LiveContext
-from perftracker.live.stacks import StackSampler, snapshot_name
-from perftracker.live.traces import TraceSampler
+from perftracker.live.samplers.profile_sampler import ProfileSampler
+from perftracker.live.samplers.stacks import StackSampler, snapshot_name
+from perftracker.live.samplers.traces import TraceSampler
 from perftracker.rundir import atomic_write_bytes, atomic_write_text, write_manifest
 from perftracker.store.alarms import Alarm
 

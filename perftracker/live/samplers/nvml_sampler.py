@@ -2,7 +2,7 @@
 
 One JSON line per GPU per sample: ts_ns, host (the session's host name), gpu (NVML index), uuid,
 pci_bus_id, `pids` / `ranks` (the job's processes NVML lists on that GPU, ranks from the attached
-workers) and `metrics` (see `live/nvml_read.py` for what is read: clocks, power, temperature,
+workers) and `metrics` (see `live/samplers/nvml_read.py` for what is read: clocks, power, temperature,
 utilization, clock-event reasons, PCIe link / throughput / replays, NVLink links / errors /
 throughput, ECC; plus `xid`, the XIDs seen on that GPU since the last sample). Calls a GPU does not
 support are left out.
@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from perftracker.live.nvml_read import call, compute_pids, identity, read_metrics
 from perftracker.live.sampler import LiveContext
+from perftracker.live.samplers.nvml_read import call, compute_pids, identity, read_metrics
 
 
 def _listing(values: list[int], most: int = 16) -> str:

@@ -4,18 +4,18 @@ online rule fires.
 Promise: `WatchSampler` (name ``watch``, once a second) takes the step records that came since its last look
 (from the steps sampler's `StepFeed`, parsed once there; without one, from the new bytes of the run
 directory's step files `steps/rank-<r>.jsonl`; rank -1 is the job as a whole) into a bounded per-rank series
-(`live/watch_series.py`: the last SERIES_STEPS steps, plain deques) and the job's step progress (`live/step_state.py`: last step per rank,
+(`live/watch/series.py`: the last SERIES_STEPS steps, plain deques) and the job's step progress (`live/samplers/step_state.py`: last step per rank,
 the typical step; the steps sampler's own `ctx.progress.steps` when fed by it, one state for the session), and asks `ctx.diagnosis` (the analyzers' online rules, through
 the `live/diagnosis.py` seam) three questions: did a rank's steps get slower (degradation, with the step it
 began at; only ranks with new steps, at most RANKS_PER_LOOK a look, those unjudged longest first), has the
 job stopped (hang; also when the StackSampler's stack check raised a hang suspicion), and, every
 `host_check_s` (600 s; one check costs ~0.3-0.5 s of CPU) or at once when a link state change or an XID was
-recorded, do the latest NVML / RDMA / net records show a host problem (`live/host_check.py`). The rules are armed once a series holds 2 x `window` steps after the
+recorded, do the latest NVML / RDMA / net records show a host problem (`live/watch/host_check.py`). The rules are armed once a series holds 2 x `window` steps after the
 warm-up: with the hook's history copied at attach, at once on a job already stepping; else after 2 x N steps
 (20 steps of a 0.5 s job: 10 s). The steady state does no pandas and writes nothing but `--prom` (when steps
 or incidents came, else every PUBLISH_S).
 
-When a rule fires, an incident is captured in a thread of its own (`live/incidents.py`). Rate limits: one
+When a rule fires, an incident is captured in a thread of its own (`live/watch/incidents.py`). Rate limits: one
 capture at a time; per kind, none within `cooldown_s` of the last; a degradation incident restarts the
 series (the slower level becomes the new best, so only a further change fires again); a hang fires again only
 after steps resumed; at most `max_incidents` per session. Disk: `cap_bytes` per incident, `total_cap_bytes`
@@ -36,8 +36,14 @@ from typing import Any
 import numpy as np
 
 from perftracker.collectors.steps import parse_step_lines
-from perftracker.live.host_check import HostCheck
-from perftracker.live.incidents import (
+from perftracker.live.sampler import LiveContext
+from perftracker.live.samplers.stack_steps import STACKS_SOURCE, BurstSeries
+from perftracker.live.samplers.stacks import StackSampler, find_pyspy
+from perftracker.live.samplers.step_feed import StepFeed
+from perftracker.live.samplers.step_state import StepState
+from perftracker.live.samplers.steps_sampler import LineTail
+from perftracker.live.watch.host_check import HostCheck
+from perftracker.live.watch.incidents import (
     CapturePlan,
     IncidentRecord,
     IncidentReporter,
@@ -47,13 +53,7 @@ from perftracker.live.incidents import (
     folder_bytes,
     incident_folder,
 )
-from perftracker.live.sampler import LiveContext
-from perftracker.live.stack_steps import STACKS_SOURCE, BurstSeries
-from perftracker.live.stacks import StackSampler, find_pyspy
-from perftracker.live.step_feed import StepFeed
-from perftracker.live.step_state import StepState
-from perftracker.live.steps_sampler import LineTail
-from perftracker.live.watch_series import RankSeriesBook
+from perftracker.live.watch.series import RankSeriesBook
 from perftracker.store.alarms import Alarm, StepSeries
 
 RESCAN_S = 5.0
@@ -111,7 +111,7 @@ class WatchSampler:
     _stop: threading.Event = field(default_factory=threading.Event)
     _capture: threading.Thread | None = None
     _baseline: threading.Thread | None = None
-    bursts: BurstSeries = field(default_factory=BurstSeries)  # `source: "stacks"` records (live/stack_steps.py)
+    bursts: BurstSeries = field(default_factory=BurstSeries)  # `source: "stacks"` records (live/samplers/stack_steps.py)
     stacks: StackSampler | None = None  # the session's: its lock keeps two native dumps off one rank at once
     _started_s: float = 0.0
 

@@ -13,7 +13,7 @@ so the ~6-16 ms of py-spy per rank are spent only on jobs without steps, or once
 
 * once at `stacks_at` (epoch seconds) into `stacks/<that time>-at/`: give every node the same
   value and every rank of a big job is captured at the same moment, in one folder;
-* on demand (`ctx.progress.hang_requested`, set by `live/requests.py`: SIGUSR1 or a `requests/stacks*`
+* on demand (`ctx.progress.hang_requested`, set by `live/attach/requests.py`: SIGUSR1 or a `requests/stacks*`
   file), one blocking `--native` dump per rank into `stacks/<time>-request/`;
 * when the job stops making progress, one blocking
   `--native` dump per rank (native frames show c10d::Work::wait; it pauses each rank ~50 ms once)
@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 from perftracker.collectors.stacks.snapshots import main_stack
+from perftracker.live.attach.discovery import Worker
 from perftracker.live.diagnosis import Look
-from perftracker.live.discovery import Worker
 from perftracker.live.sampler import LiveContext
 from perftracker.rundir import atomic_write_text
 from perftracker.store.stack_frames import MainStack

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from perftracker.collectors.stacks.samples import load_profile_inputs
 from perftracker.live.sampler import LiveContext
-from perftracker.live.stacks import PERMISSION_HINT, find_pyspy
+from perftracker.live.samplers.stacks import PERMISSION_HINT, find_pyspy
 from perftracker.rundir import atomic_write_text
 
 

@@ -6,7 +6,7 @@ KINETO_USE_DAEMON=1 (traces on demand), flight-recorder settings (TORCH_FR_BUFFE
 dump-on-timeout into `fr/`), the step hook through a sitecustomize on PYTHONPATH, and
 PERFTRACKER_RUN_DIR (and PERFTRACKER_HOST when the command was given a --host, so the hook's step
 records name the host as the command does). `RunningJob` starts the command, passes its stdout/stderr
-byte for byte to ours while keeping a copy in `output/` (`live/passthrough.py`: a copy that cannot be
+byte for byte to ours while keeping a copy in `output/` (`live/attach/passthrough.py`: a copy that cannot be
 written, e.g. on a full disk, stops and is reported by `copy_problems`; the job's output keeps flowing
 and its pipes keep draining), forwards SIGINT/SIGTERM/SIGHUP, and `wait` returns the job's exit status.
 """
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from perftracker.live.passthrough import OutputCopier
+from perftracker.live.attach.passthrough import OutputCopier
 
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
 

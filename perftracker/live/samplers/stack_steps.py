@@ -42,12 +42,12 @@ import numpy as np
 
 from perftracker.collectors.stacks.chrometrace import read_burst
 from perftracker.errors import InputError
+from perftracker.live.attach.discovery import Worker
 from perftracker.live.diagnosis import LiveDiagnosis
-from perftracker.live.discovery import Worker
-from perftracker.live.profile_sampler import interrupt_recorders
 from perftracker.live.sampler import LiveContext
-from perftracker.live.stacks import PERMISSION_HINT, find_pyspy
-from perftracker.live.step_feed import StepFeed
+from perftracker.live.samplers.profile_sampler import interrupt_recorders
+from perftracker.live.samplers.stacks import PERMISSION_HINT, find_pyspy
+from perftracker.live.samplers.step_feed import StepFeed
 from perftracker.rundir import append_jsonl, step_file
 from perftracker.store.alarms import Alarm, StepSeries
 from perftracker.store.stack_bursts import StackBurst

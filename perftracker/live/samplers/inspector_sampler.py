@@ -1,7 +1,7 @@
 """Follow the NCCL Inspector output of an attached job into the run directory, so `analyze` of the run sees it.
 
 Promise: `InspectorSampler` (name ``inspector``) reads each worker's environment (/proc/PID/environ,
-as `live/discovery.py` does) and, for the workers whose NCCL loads the Inspector plugin
+as `live/attach/discovery.py` does) and, for the workers whose NCCL loads the Inspector plugin
 (`NCCL_INSPECTOR_ENABLE` a non-zero integer, `NCCL_PROFILER_PLUGIN` set, JSON output: not
 `NCCL_INSPECTOR_PROM_DUMP=1`), follows the file the plugin writes for that process:
 `<NCCL_INSPECTOR_DUMP_DIR or nccl-inspector-<SLURM_JOBID> or nccl-inspector-unknown-jobid>/<hostname>-pid<pid>.log`,

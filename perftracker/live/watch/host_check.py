@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perftracker.collectors.loading import LoadOptions, load_path
-from perftracker.live.incidents import COUNTERS_TAIL_BYTES, copy_tail
 from perftracker.live.sampler import LiveContext
-from perftracker.live.steps_sampler import LineTail
+from perftracker.live.samplers.steps_sampler import LineTail
+from perftracker.live.watch.incidents import COUNTERS_TAIL_BYTES, copy_tail
 from perftracker.store.alarms import Alarm
 
 RESCAN_S = 5.0  # the counters' new bytes are looked at for urgent signals this often

@@ -40,7 +40,7 @@ from pathlib import Path
 import psutil
 
 from perftracker.hooks import spool_dir
-from perftracker.live.hook_spool import hooked_by
+from perftracker.live.attach.hook_spool import hooked_by
 from perftracker.live.sampler import LiveContext
 from perftracker.rundir import atomic_write_text
 

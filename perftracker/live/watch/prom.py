@@ -16,7 +16,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from perftracker.live.watch import WatchState
+from perftracker.live.watch.watcher import WatchState
 from perftracker.rundir import atomic_write_text
 from perftracker.store.alarms import KINDS
 

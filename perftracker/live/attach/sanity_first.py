@@ -93,7 +93,7 @@ def sanity_command(launch: list[str], out: Path, time_box_s: float) -> list[str]
 
 def _package_path(env: dict[str, str]) -> dict[str, str]:
     """`env` with this perftracker's folder first on PYTHONPATH (the check's ranks import the same code)."""
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[3])
     paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     return {**env, "PYTHONPATH": os.pathsep.join([root, *[p for p in paths if p != root]])}
 

@@ -14,7 +14,7 @@ per rank, step durations) current for the live panel and the hang detector. Sour
   and torchtitan (`perftracker.formats.framework_steps`), written with the launcher prefix's rank, else rank -1
   (``steps/rank--1.jsonl``). Lines already in the file when attach starts (its last 1 MB) are used
   only when they carry a timestamp. Log records feed ``ctx.progress`` only when no rank is hooked.
-* the job's own output, found without ``--job-log`` (`live/job_outputs.py`): the launcher's and the
+* the job's own output, found without ``--job-log`` (`live/attach/job_outputs.py`): the launcher's and the
   workers' stdout/stderr when they are regular files, and the ``*.log``/``*.txt``/``*.out``/``*.err``
   files they hold open for writing; each file is tailed once, like ``--job-log``, with the same
   parser and limits (records get ``"source": "job-output"`` and the file). A file only one worker
@@ -41,10 +41,10 @@ from perftracker.collectors.steps import parse_step_lines
 from perftracker.formats.framework_steps import StepLineParser
 from perftracker.formats.log_lines import line_time_ns
 from perftracker.hooks import spool_dir
-from perftracker.live.hook_spool import hooked_by
-from perftracker.live.job_outputs import find_job_outputs
+from perftracker.live.attach.hook_spool import hooked_by
+from perftracker.live.attach.job_outputs import find_job_outputs
 from perftracker.live.sampler import LiveContext
-from perftracker.live.step_feed import StepFeed
+from perftracker.live.samplers.step_feed import StepFeed
 from perftracker.rundir import append_jsonl, step_file
 
 HISTORY_BYTES = 16 * 1024 * 1024
@@ -131,13 +131,13 @@ class StepsSampler:
     hooked: dict[int, _HookedRank] = field(default_factory=dict)
     spools: dict[int, Path] = field(default_factory=dict)  # worker pid -> spool dir
     logs: list[_LogSource] = field(default_factory=list)
-    find_outputs: bool = True  # follow the job's own output files (live/job_outputs.py)
+    find_outputs: bool = True  # follow the job's own output files (live/attach/job_outputs.py)
     records: int = 0
     log_records: int = 0
     next_scan: float = 0.0
     last_written: dict[int, int] = field(default_factory=dict)  # rank -> last step written from a log
     _copies: dict[int, BinaryIO] = field(default_factory=dict)  # rank -> its open copy in the run directory
-    feed: StepFeed | None = None  # --watch: every record written is handed to the watcher, parsed (live/step_feed.py)
+    feed: StepFeed | None = None  # --watch: every record written is handed to the watcher, parsed (live/samplers/step_feed.py)
 
     @property
     def log_tail(self) -> LineTail | None:
@@ -169,7 +169,7 @@ class StepsSampler:
         exclude = [ctx.run_dir] + ([self.job_log] if self.job_log is not None else [])
         found = find_job_outputs(pids, exclude=exclude)
         rank_of = {w.pid: w.rank for w in ctx.job.workers}
-        if found.ours:  # `perftracker run` reads these pipes itself: its copies (live/launch.py) are the output
+        if found.ours:  # `perftracker run` reads these pipes itself: its copies (live/attach/launch.py) are the output
             for copy in sorted((ctx.run_dir / "output").glob("launcher.std*.log")):
                 self.logs.append(_LogSource(LineTail.at_tail(copy, LOG_BACKLOG_BYTES), StepLineParser(host=ctx.host),
                                             "job-output"))
