@@ -1,14 +1,8 @@
 """The one seam through which live samplers ask for a verdict: `LiveDiagnosis`, and a default that judges nothing.
 
-Promise: live samplers collect (stack dumps, sampled stacks, step times) and decide nothing about
-them; whether the job looks stuck, how long a pause in steps is too long, and who straggles are
-judgments that live in `perftracker.analyzers` (the same rules the offline analyzers apply, so live and
-offline agree). The samplers reach them only through a `LiveDiagnosis` handed over in their
-`LiveContext` (`ctx.diagnosis`); the CLI wires in the analyzers' implementation
-(`perftracker.analyzers.online.AnalyzerDiagnosis`). A look at the ranks is rank -> `MainStack` (each
-rank's main thread as just dumped, with its voluntary context switches). `NoDiagnosis`, the
-default, says "nothing suspicious" to every question: the samplers still collect everything, but never
-take a hang dump or raise a suspicion on their own.
+Samplers collect and decide nothing; the judgments live in `perftracker.analyzers` and reach them only through
+the `LiveDiagnosis` in `ctx.diagnosis` (the CLI wires in `analyzers.online.AnalyzerDiagnosis`). `NoDiagnosis`
+says "nothing suspicious" to every question. A look at the ranks is rank -> `MainStack`.
 """
 
 from __future__ import annotations

@@ -117,8 +117,8 @@ def test_the_stack_sampler_dumps_on_the_diagnosis_step_stall(tmp_path: Path) -> 
     # GIVEN steps that stopped 20 s ago, and a diagnosis that calls that a stall
     fake = FakeDiagnosis(stall="fake: no step lately")
     ctx = _context(tmp_path, fake)
-    ctx.progress.step_durations_ns = [100_000_000] * 10
-    ctx.progress.last_step_ns = {5: time.time_ns() - 20 * 10**9}
+    ctx.progress.steps.set_durations([100_000_000] * 10)
+    ctx.progress.steps.last_step_ns = {5: time.time_ns() - 20 * 10**9}
     sampler = StackSampler(interval_s=60, pyspy=_fake_pyspy(tmp_path))
     # WHEN the sampler's watcher looks once
     sampler._triggers(ctx)
@@ -133,8 +133,8 @@ def test_without_a_diagnosis_the_samplers_collect_but_judge_nothing(tmp_path: Pa
     # GIVEN samplers on a context built without a diagnosis, steps that stopped long ago
     ctx = _context(tmp_path)
     assert isinstance(ctx.diagnosis, NoDiagnosis)
-    ctx.progress.step_durations_ns = [100_000_000] * 10
-    ctx.progress.last_step_ns = {5: time.time_ns() - 600 * 10**9}
+    ctx.progress.steps.set_durations([100_000_000] * 10)
+    ctx.progress.steps.last_step_ns = {5: time.time_ns() - 600 * 10**9}
     pyspy = _fake_pyspy(tmp_path)
     stacks = StackSampler(interval_s=60, pyspy=pyspy)
     monkeypatch.setattr("perftracker.live.samplers.profile_sampler.find_pyspy", lambda: pyspy)

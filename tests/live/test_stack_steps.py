@@ -84,7 +84,7 @@ def test_the_sampler_waits_its_grace_period_and_stays_quiet_when_steps_come_from
     sampler = StackStepsSampler(grace_s=0.0)
     sampler.start(ctx)
     sampler._pyspy = "/nonexistent/py-spy"  # any launch would fail loudly in the notes
-    ctx.progress.last_step[0] = 12
+    ctx.progress.steps.last_step[0] = 12
     # WHEN it is asked to sample, THEN it records nothing and says why
     sampler.sample(ctx)
     assert sampler._round is None and "another step source" in sampler.status()

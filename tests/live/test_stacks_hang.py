@@ -274,8 +274,8 @@ def test_sampler_dumps_on_request_and_on_stalled_steps_and_survives_an_exited_ra
         procs[1].kill()
         procs[1].wait()
         with ctx.lock:
-            ctx.progress.step_durations_ns = [100_000_000] * 10
-            ctx.progress.last_step_ns = {0: time.time_ns() - 10 * 10**9}
+            ctx.progress.steps.set_durations([100_000_000] * 10)
+            ctx.progress.steps.last_step_ns = {0: time.time_ns() - 10 * 10**9}
             ctx.progress.suspicion = ""
         deadline = time.monotonic() + 20
         while not ctx.progress.suspicion and time.monotonic() < deadline:

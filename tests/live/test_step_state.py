@@ -60,5 +60,5 @@ def test_the_watcher_fed_by_the_steps_sampler_reads_the_sessions_one_step_state(
     # THEN there is one step state: the stack sampler's typical step (ctx.progress) is the watcher's, and the
     # records were counted once
     assert watch._step_state(ctx) is ctx.progress.steps
-    assert ctx.progress.median_step_ns() == watch._median() == 40_000_000
+    assert ctx.progress.steps.median_step_ns() == watch._median() == 40_000_000
     assert watch._known == ctx.progress.steps.known == 30 and watch.state.last_step == {0: 29}

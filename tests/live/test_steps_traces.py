@@ -104,7 +104,7 @@ def test_steps_sampler_writes_log_steps_and_notes_when_no_source(tmp_path: Path)
     # THEN the step is in steps/rank-0.jsonl and in the progress; a sampler with no source leaves a note
     records = [json.loads(x) for x in (tmp_path / "run" / "steps" / "rank-0.jsonl").read_text().splitlines()]
     assert [(r["step"], r["format"]) for r in records] == [(7, "megatron")]
-    assert ctx.progress.last_step == {0: 7}
+    assert ctx.progress.steps.last_step == {0: 7}
     bare = LiveContext(run_dir=tmp_path / "run2", job=Job([me]), host="h")
     empty = StepsSampler()
     empty.start(bare)

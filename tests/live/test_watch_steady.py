@@ -158,7 +158,7 @@ def test_the_watcher_fed_by_the_steps_sampler_sees_what_it_reads_from_the_step_f
         assert step_file(ctx.run_dir, rank).read_bytes() == spool.read_bytes()
     assert not steps._copies  # closed at stop
     for rank in range(2):
-        a, b = fed.series_of(rank), reading.series_of(rank)
+        a, b = fed.book.series_of(rank), reading.book.series_of(rank)
         assert a.steps.tolist() == b.steps.tolist() == list(range(40))
         assert a.durations_ns.tolist() == b.durations_ns.tolist()
     assert fed.state.last_step == reading.state.last_step == {0: 39, 1: 39} and fed._known == reading._known == 80
@@ -172,7 +172,7 @@ def test_a_series_whose_steps_came_out_of_order_is_judged_in_step_order(tmp_path
     feed.publish(parse_step_lines([_record(0, s) for s in (*range(10, 20), *range(0, 5))]))
     watch._read_steps(_ctx(tmp_path))
     # THEN its series is in step order
-    assert watch.series_of(0).steps.tolist() == [*range(0, 5), *range(10, 20)]
+    assert watch.book.series_of(0).steps.tolist() == [*range(0, 5), *range(10, 20)]
 
 
 def test_alive_drops_a_worker_that_exited_a_zombie_and_a_reused_pid(tmp_path: Path) -> None:
@@ -208,7 +208,7 @@ def test_periodic_stack_rounds_are_left_out_while_steps_come(tmp_path: Path) -> 
     stacks.sample(ctx)
     assert len(taken) == 2
     # WHEN a step comes between two looks: THEN that look is left out; the next, with no new step, takes one
-    ctx.progress.last_step_ns[0] = time.time_ns() + 1
+    ctx.progress.steps.last_step_ns[0] = time.time_ns() + 1
     stacks.sample(ctx)
     assert len(taken) == 2 and stacks.skipped == 1 and "left out while steps came" in stacks.status()
     stacks.sample(ctx)
@@ -237,41 +237,41 @@ def test_a_link_state_record_or_an_xid_runs_the_host_check_at_once(tmp_path: Pat
     # WHEN another ordinary sample is appended: THEN no host check
     with open(net, "a") as out:
         out.write(json.dumps({"ts_ns": 2, "host": "node-a", "ifaces": {"eth0": {"operstate": "up"}}}) + "\n")
-    watch._next_urgent_look = 0.0
+    watch.hosts.next_urgent_look = 0.0
     watch.sample(ctx)
     assert diagnosis.asked == 0
     # WHEN another node sharing the run directory records a flap of its own link: THEN not judged here (its
     # own watcher does)
     other = ctx.run_dir / "counters" / "node-b.net.jsonl"
     other.write_text(json.dumps({"ts_ns": 2, "host": "node-b", "ifaces": {"eth0": {"operstate": "up"}}}) + "\n")
-    watch._next_urgent_look = 0.0
+    watch.hosts.next_urgent_look = 0.0
     watch.sample(ctx)
     with open(other, "a") as out:
         out.write(json.dumps({"ts_ns": 3, "host": "node-b", "changed_within_s": 2.0,
                               "ifaces": {"eth0": {"operstate": "down", "carrier": 0}}}) + "\n")
-    watch._next_urgent_look = 0.0
+    watch.hosts.next_urgent_look = 0.0
     watch.sample(ctx)
     assert diagnosis.asked == 0
     # WHEN the net sampler's link watcher records a state change (a flap): THEN the host check runs at that look
     with open(net, "a") as out:
         out.write(json.dumps({"ts_ns": 3, "host": "node-a", "changed_within_s": 2.0,
                               "ifaces": {"eth0": {"operstate": "down", "carrier": 0}}}) + "\n")
-    watch._next_urgent_look = 0.0
+    watch.hosts.next_urgent_look = 0.0
     watch.sample(ctx)
     assert diagnosis.asked == 1
     # WHEN a GPU sample without an XID, then one with an XID, is appended: THEN a check at the second only
     gpu = ctx.run_dir / "counters" / "node-a.gpu.jsonl"
     gpu.write_text(json.dumps({"ts_ns": 4, "gpu": 0, "metrics": {"xid": []}}) + "\n")
-    watch._next_urgent_look = 0.0
+    watch.hosts.next_urgent_look = 0.0
     watch.sample(ctx)
     with open(gpu, "a") as out:
         out.write(json.dumps({"ts_ns": 5, "gpu": 0, "metrics": {"xid": []}}) + "\n")
-    watch._next_urgent_look = 0.0
+    watch.hosts.next_urgent_look = 0.0
     watch.sample(ctx)
     assert diagnosis.asked == 1
     with open(gpu, "a") as out:
         out.write(json.dumps({"ts_ns": 6, "gpu": 0, "metrics": {"xid": [79]}}) + "\n")
-    watch._next_urgent_look = 0.0
+    watch.hosts.next_urgent_look = 0.0
     watch.sample(ctx)
     assert diagnosis.asked == 2
 

@@ -1,14 +1,8 @@
 """Where attach's own CPU went beyond its collectors' `sample` calls: every thread's time and the garbage collector's.
 
-Promise: `thread_cpu_s()` reads, for each live Python thread of this process, its user + system CPU seconds from
-`/proc/self/task/<native id>/stat` (the kernel's own accounting, so a thread's wake-ups, lock waits' spinning
-and the interpreter's overhead between `sample` calls are in it; names are the threads' Python names; empty
-where /proc is not there). `GcClock` counts the cyclic garbage collector's passes per generation since the
-session started. `freeze_startup_objects()` collects once and moves every object that survived
-start-up (imported modules, the samplers) to the collector's permanent generation (`gc.freeze`), so the
-collector's later full passes walk only what the session made since: on attach's ~90 000 start-up objects a
-full pass costs 40-110 ms here, and steady-state garbage (step records, numpy arrays) is reclaimed by
-reference counting as before. The session writes all three into the host manifest's `cpu_s`.
+`thread_cpu_s()` is each Python thread's CPU from /proc; `GcClock` counts the collector's passes per
+generation; `freeze_startup_objects()` moves what survived start-up out of the collector's way. The session
+writes them into the host manifest's `cpu_s`.
 """
 
 from __future__ import annotations

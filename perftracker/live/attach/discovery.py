@@ -1,15 +1,8 @@
 """Find a running job's processes: launcher, workers and their ranks, from a PID, run id or pattern.
 
-`<job>` may be a torchrun launcher PID (its process name is `pt_elastic`), a worker PID, a
-TORCHELASTIC_RUN_ID or a command-line pattern. A bare number is a PID; `pid:`, `runid:`, `cmd:`
-prefixes remove any doubt (`pid:` takes a whole number from 1; anything else is a UsageError). Workers are
-processes with a rank in their environment (RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK),
-not their children that inherited it (a process whose parent is a worker of the same rank and run id).
-A zombie, or a process that exits as it is read, is an InputError saying so. Reading another user's environment needs
-root or the same user: such processes are reported, not silently skipped. Every worker found is on
-this machine, named `host` as the command computed it (`rundir.host_name`). A worker's command line
-is kept with the values of secret-looking options redacted (`redaction.redact_command`): it is
-shown by `ps` and stored in the host manifest.
+A bare number is a PID; `pid:`, `runid:`, `cmd:` prefixes remove any doubt. Workers are processes with a rank
+in their environment, not their children that inherited it. A zombie or a vanished process is an InputError;
+processes of another user are reported (`Job.denied`), not skipped. Command lines are kept redacted.
 """
 
 from __future__ import annotations

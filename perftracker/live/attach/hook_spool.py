@@ -1,10 +1,7 @@
 """Which worker installed the hook: the attach side's reading of `<spool>/ranks/rank-<r>.json`.
 
-Promise: `hooked_by(spool, rank, pid)` is True only when that file names `pid` **and** was written after the
-process with that pid started (its `installed_ns` no earlier than the process's start, less CLOCK_SLACK_S). A
-pid alone is not enough: in containers and PID namespaces every run's launcher and workers get the same small
-pids, and a spool folder keyed by the launcher's pid (`pid-<n>`) or by a fixed run id then still holds the
-previous run's files, which would otherwise be read as this worker's history until its own hook truncates them.
+`hooked_by(spool, rank, pid)` is True only when that file names `pid` and was written after that process
+started (less CLOCK_SLACK_S): pids repeat across runs in containers, so a pid alone is not enough.
 """
 
 from __future__ import annotations

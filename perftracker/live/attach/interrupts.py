@@ -1,11 +1,8 @@
 """How a live session is stopped from outside: Ctrl-C, SIGTERM and SIGHUP alike.
 
-Promise: while an `Interrupts` is installed (from the main thread), SIGINT, SIGTERM and SIGHUP (what
-a user, a scheduler and a closed terminal send) each stop a collecting session as Ctrl-C always did:
-a `KeyboardInterrupt` in the session loop, after which the samplers are stopped (flushing what they
-hold) and the manifests written. While the session is stopping (`holding`), further signals are
-noted and ignored, so nothing collected is lost half-written; once it has stopped, a signal
-interrupts what comes next (the analysis) as a second Ctrl-C does. `received` is the first signal.
+While an `Interrupts` is installed, each of the three raises KeyboardInterrupt in the session loop, as Ctrl-C
+does; while the session stops (`holding`) further signals are noted and ignored, so nothing is lost
+half-written. `received` is the first signal.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """Find the text files an attached job writes its log lines into, without being told (`--job-log`).
 
-Promise: `find_job_outputs(pids)` looks at the open file descriptors of the job's processes (the
-launcher and the workers: /proc/PID/fd/* and the flags in /proc/PID/fdinfo/*) and returns a
-`JobOutputs`: `files`, the regular files that are the processes' stdout/stderr (fd 1 and 2) or that
-they hold open for writing (O_WRONLY / O_RDWR) and look like logs (`*.log`, `*.txt`, `*.out`, `*.err`),
-each once (by real path) with the first pid and fd it was seen on; and `pipes`, the stdout/stderr
-that are pipes or terminals. A pipe is never read: reading it would take the lines away from whoever
-reads the job's output (the terminal, `tee`, the scheduler), so only its existence is reported; `ours`
-are the pipes this process itself reads (`perftracker run` passes the job's output through and keeps a
-copy, which the caller can read instead).
-Files under `exclude` (the run directory perftracker writes) and the job's traces, checkpoints and
-other data (anything without a log suffix, unless it is fd 1 or 2) are left out. Only /proc is read;
-processes that exit or deny access meanwhile are skipped. At most `MAX_FDS` descriptors per process.
+`find_job_outputs(pids)` reads /proc/PID/fd and fdinfo: `files` are the stdout/stderr regular files and the
+log-like files held open for writing (each once, by real path); `pipes` are stdout/stderr that are pipes or
+terminals, never read (`ours`: those this process reads itself). Files under `exclude` are left out; at most
+MAX_FDS descriptors per process.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Start a job prepared for diagnosis, pass its output and exit code through, and keep its artifacts.
 
-`prepare_env` adds what makes a post-mortem possible without code changes (each only when the user
-has not set it): NCCL_DEBUG=INFO with a per-process NCCL_DEBUG_FILE in the run directory,
-KINETO_USE_DAEMON=1 (traces on demand), flight-recorder settings (TORCH_FR_BUFFER_SIZE and
-dump-on-timeout into `fr/`), the step hook through a sitecustomize on PYTHONPATH, and
-PERFTRACKER_RUN_DIR (and PERFTRACKER_HOST when the command was given a --host, so the hook's step
-records name the host as the command does). `RunningJob` starts the command, passes its stdout/stderr
-byte for byte to ours while keeping a copy in `output/` (`live/attach/passthrough.py`: a copy that cannot be
-written, e.g. on a full disk, stops and is reported by `copy_problems`; the job's output keeps flowing
-and its pipes keep draining), forwards SIGINT/SIGTERM/SIGHUP, and `wait` returns the job's exit status.
+`prepare_env` adds, only where the user has not set them, NCCL debug logs, Kineto's daemon mode, the flight
+recorder, the step hook (`bootstrap/sitecustomize.py` on PYTHONPATH) and PERFTRACKER_RUN_DIR / _HOST.
+`RunningJob` starts the command, copies its output (`passthrough.py`), forwards SIGINT/SIGTERM/SIGHUP, and
+`wait` returns the job's exit status.
 """
 
 from __future__ import annotations

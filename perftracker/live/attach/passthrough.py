@@ -1,13 +1,8 @@
 """Pass a job's output stream through to ours and keep a copy of it; our own writing never blocks the job.
 
-Promise: an `OutputCopier` drains the job's pipe until the job closes it, whatever happens to the two
-places it writes: every chunk goes to our own stream (the pass-through) and is appended to the copy
-in the run directory. When the copy cannot be written (disk full, a quota, a folder removed or made
-read-only) the copy stops there, for good, and `problem()` says which file, why, and how many bytes it
-kept; the pass-through goes on. When our own stream fails (a reader that went away, a terminal that
-hung up, a full disk under a redirected stdout) the chunk is dropped there and the next one is tried;
-a closed pipe stops the pass-through. Either way the job's output keeps being read, so the job never
-blocks on a full pipe, and its exit code is never ours to change.
+An `OutputCopier` drains the job's pipe until it closes: each chunk to our stream and to the copy. A copy that
+cannot be written stops for good (`problem()` says why); a failing stream of ours drops that chunk. Either
+way the job's pipe keeps draining and its exit code is untouched.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Ask a running `attach` for a stack dump of every rank, now: SIGUSR1, or a file in the run directory.
 
-Promise: `RequestWatcher(ctx)` makes `kill -USR1 <attach pid>` and the creation of any file named
-`requests/stacks*` in the run directory (or a new modification time of one: `touch` it again) set
-`ctx.progress.hang_requested`; the stack sampler then takes
-one native dump of every rank into `stacks/<time>-request/`. A file works across nodes: every `attach`
-writing into a shared run directory sees the same new file and names the snapshot by the file's
-modification time, so one `touch` dumps every rank of the job into one folder. Files are never removed (the other hosts still need to see them); files that existed when the
-watcher started are not requests. SIGUSR1 is taken only in the main thread (Python's rule) and the
-previous handler is restored by `close()`.
+`RequestWatcher(ctx)` turns `kill -USR1 <attach pid>` and a new (or newly touched) `requests/stacks*` file into
+`ctx.progress.hang_requested`; a file's modification time names the snapshot, so one `touch` in a shared run
+directory dumps every node's ranks into one folder. `close()` restores the previous SIGUSR1 handler.
 """
 
 from __future__ import annotations

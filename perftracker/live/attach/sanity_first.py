@@ -1,16 +1,9 @@
 """`perftracker run --sanity`: the sanity check launched the way the job is, before the job.
 
-Promise: `sanity_command(launch, out, time_box_s)` turns the job's launch command into the check's: a torchrun
-launch (`torchrun ...` or `python -m torch.distributed.run ...`) keeps its launcher arguments (nodes, ranks per
-node, rendezvous) and runs `-m perftracker sanity -o OUT --time-box S` in place of the script; a plain
-python running a script runs the check alone on this machine. Any other launcher is a UsageError that says how to run
-the check under it. `run_sanity(command, env, out, time_box_s)` runs it (its output into OUT/launch.log, killed
-past its longest possible time) and returns a `SanityOutcome`: the exit code, the hosts the check would exclude
-and why (from OUT/findings.json, written last by rank 0 or the rank that wrote in its place; an earlier
-check's findings.json is removed before the launch, so a stale verdict is never read), or that no result was
-written on this machine, and the check's own last word (`reason`: its last `perftracker:` line in launch.log).
-`passed` is True only for a check that ended as a check ends (exit 0, or 3: findings at --fail-on) and wrote
-its verdict (or, on a node other than rank 0's, ended 0): a check that failed never reads as a pass.
+`sanity_command` turns a torchrun (or plain python) launch into the check's launch, keeping the launcher's
+arguments; any other launcher is a UsageError. `run_sanity` runs it into OUT/launch.log, bounded in time, and
+returns a `SanityOutcome` read from OUT/findings.json (removed first, so a stale verdict is never read);
+`passed` is True only for a check that ended as a check ends and wrote its verdict.
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """Follow files a job writes (NCCL debug logs, its stdout/stderr) and copy them into the run directory.
 
-NCCL logs: the file each worker's NCCL_DEBUG_FILE names (%h = host, %p = pid), or files the user
-names. Job output: /proc/PID/fd/1 and 2 when they are regular files (a pipe or a terminal cannot be
-read from outside). Copies are appended as the job writes, so nothing is lost if the job dies.
+Copies are appended as the job writes, so nothing is lost if the job dies. `Tail` is the one bounded
+appended-bytes copier (also NCCL Inspector's, whole lines only).
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,31 +22,48 @@ def resolve_nccl_debug_file(pattern: str, host: str, pid: int) -> str:
     return pattern.replace("%%", "\0").replace("%h", host).replace("%p", str(pid)).replace("\0", "%")
 
 
-@dataclass
-class _Tail:
-    source: Path
-    target: Path
-    offset: int = 0
+class Tail:
+    """Copies what was appended to `source` since the last call into `target`, up to MAX_CHUNK a call (a source
+    that shrank starts over). With `lines`, only complete lines (a line being written waits), at most `cap` bytes
+    in all (then `full`), and 8 MB without a line end is skipped uncopied."""
+
+    __slots__ = ("source", "target", "lines", "cap", "offset", "copied", "full")
+
+    def __init__(self, source: Path, target: Path, lines: bool = False, cap: int = 0) -> None:
+        self.source, self.target, self.lines, self.cap = source, target, lines, cap
+        self.offset = self.copied = 0
+        self.full = False
 
     def pump(self) -> int:
-        """Copy what was appended since the last call; returns bytes copied."""
+        """Copy what came since the last call; returns bytes copied."""
         try:
-            size = self.source.stat().st_size
+            info = os.stat(self.source)
         except OSError:
             return 0
-        if size < self.offset:  # truncated or replaced: start over
-            self.offset = 0
-        if size == self.offset:
+        if self.full or not stat.S_ISREG(info.st_mode):
             return 0
+        if info.st_size < self.offset:  # truncated or replaced: start over
+            self.offset = 0
+        if info.st_size == self.offset:
+            return 0
+        room = self.cap - self.copied if self.cap else MAX_CHUNK
         with open(self.source, "rb") as src:
             src.seek(self.offset)
-            data = src.read(min(size - self.offset, MAX_CHUNK))
+            data = src.read(min(info.st_size - self.offset, MAX_CHUNK, room))
+        end = data.rfind(b"\n") + 1 if self.lines else len(data)
+        if end == 0:
+            if len(data) >= MAX_CHUNK:  # no line end in 8 MB: not line output; skip it, uncopied
+                self.offset += len(data)
+            self.full = bool(self.cap) and len(data) >= room
+            return 0
         self.target.parent.mkdir(parents=True, exist_ok=True)
         with open(self.target, "ab") as dst:
-            dst.write(data)
+            dst.write(data[:end])
             dst.flush()
-        self.offset += len(data)
-        return len(data)
+        self.offset += end
+        self.copied += end
+        self.full = bool(self.cap) and self.copied >= self.cap - 1
+        return end
 
 
 @dataclass
@@ -56,7 +73,7 @@ class FollowSampler:
     extra_logs: list[Path] = field(default_factory=list)
     name: str = "logs"
     interval_s: float = 1.0
-    tails: list[_Tail] = field(default_factory=list)
+    tails: list[Tail] = field(default_factory=list)
     copied: int = 0
 
     def start(self, ctx: LiveContext) -> None:
@@ -103,7 +120,7 @@ class FollowSampler:
         key = str(source)
         if key not in seen:
             seen.add(key)
-            self.tails.append(_Tail(source, target))
+            self.tails.append(Tail(source, target))
 
     def sample(self, ctx: LiveContext) -> None:
         for tail in self.tails:

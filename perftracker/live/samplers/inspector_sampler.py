@@ -1,33 +1,23 @@
 """Follow the NCCL Inspector output of an attached job into the run directory, so `analyze` of the run sees it.
 
-Promise: `InspectorSampler` (name ``inspector``) reads each worker's environment (/proc/PID/environ,
-as `live/attach/discovery.py` does) and, for the workers whose NCCL loads the Inspector plugin
-(`NCCL_INSPECTOR_ENABLE` a non-zero integer, `NCCL_PROFILER_PLUGIN` set, JSON output: not
-`NCCL_INSPECTOR_PROM_DUMP=1`), follows the file the plugin writes for that process:
-`<NCCL_INSPECTOR_DUMP_DIR or nccl-inspector-<SLURM_JOBID> or nccl-inspector-unknown-jobid>/<hostname>-pid<pid>.log`,
-relative to the worker's working directory (the rule of NCCL's `genDumpDir` and
-`inspectorStateDumpJSON`, see collectors/nccl/inspector.py). Every second what was appended is copied,
-complete lines only, to `<run>/inspector/<hostname>-pid<pid>.log`; a file is opened only when it is a
-regular file; at most `MAX_COPY_BYTES` are copied per file (then one note). When no worker enables the
-plugin: one quiet note saying how to. When the plugin writes only at teardown (the dump interval unset
-or -1): a note that nothing arrives until the job ends. Never raises into the session.
+`InspectorSampler` finds, from each worker's environment, the file NCCL's Inspector plugin writes for it and
+copies its complete lines every second to `<run>/inspector/<hostname>-pid<pid>.log` (at most MAX_COPY_BYTES
+per file). Without the plugin, or when it writes only at teardown, one note says so.
 """
 
 from __future__ import annotations
 
-import os
 import socket
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
 from perftracker.live.sampler import LiveContext
+from perftracker.live.samplers.follow import Tail
 from perftracker.values import ascii_int
 
 MAX_COPY_BYTES = 512 * 1024 * 1024
-MAX_CHUNK = 8 * 1024 * 1024
 ENABLE_HINT = ("NCCL_PROFILER_PLUGIN=/path/to/libnccl-profiler-inspector.so NCCL_INSPECTOR_ENABLE=1 "
                "NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS=1000000")
 
@@ -55,50 +45,10 @@ def inspector_file(env: dict[str, str], pid: int, cwd: Path, hostname: str) -> P
 
 
 @dataclass
-class _Copy:
-    source: Path
-    target: Path
-    offset: int = 0
-    copied: int = 0
-    full: bool = False
-
-    def pump(self) -> int:
-        """Copy the complete lines appended since the last call (bounded); bytes copied."""
-        try:
-            info = os.stat(self.source)
-        except OSError:
-            return 0
-        if not stat.S_ISREG(info.st_mode) or self.full:
-            return 0
-        if info.st_size < self.offset:  # the plugin reopened it with mode "w": start over
-            self.offset = 0
-        if info.st_size == self.offset:
-            return 0
-        room = MAX_COPY_BYTES - self.copied
-        with open(self.source, "rb") as src:
-            src.seek(self.offset)
-            data = src.read(min(info.st_size - self.offset, MAX_CHUNK, room))
-        end = data.rfind(b"\n") + 1  # a line NCCL is still writing waits for the next call
-        if end == 0:
-            if len(data) >= MAX_CHUNK:  # no line end in 8 MB: not Inspector output; skip it, uncopied
-                self.offset += len(data)
-            self.full = len(data) >= room
-            return 0
-        self.target.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.target, "ab") as dst:
-            dst.write(data[:end])
-            dst.flush()
-        self.offset += end
-        self.copied += end
-        self.full = self.copied >= MAX_COPY_BYTES - 1
-        return end
-
-
-@dataclass
 class InspectorSampler:
     name: str = "inspector"
     interval_s: float = 1.0
-    copies: list[_Copy] = field(default_factory=list)
+    copies: list[Tail] = field(default_factory=list)
     copied: int = 0
     told_full: bool = False
 
@@ -117,7 +67,7 @@ class InspectorSampler:
             interval = ascii_int(env.get("NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "").strip() or "-1")
             teardown_only += interval is None or interval < 0
             source = inspector_file(env, w.pid, cwd, hostname)
-            self.copies.append(_Copy(source, ctx.run_dir / "inspector" / source.name))
+            self.copies.append(Tail(source, ctx.run_dir / "inspector" / source.name, lines=True, cap=MAX_COPY_BYTES))
         if not enabled:
             ctx.note("NCCL Inspector: not enabled in the job's environment; per-rank collective timings without a "
                      f"profiler come from it: next time launch with {ENABLE_HINT}")

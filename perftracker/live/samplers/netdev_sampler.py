@@ -1,23 +1,9 @@
 """Sample the Ethernet interfaces the job uses, and the node's TCP counters, into `counters/<host>.net.jsonl`.
 
-Promise: the first sample is taken in `start` (as soon as the session starts), then one about every
-`interval_s` (1 s: these are sysfs and /proc reads, plus one `tc -s -j qdisc` per interface), each
-appended and flushed to the run directory as it is taken, so that an attach killed with its node
-keeps every sample taken until then. The record format is `collectors/counters/netdev.py`'s.
-
-Which interfaces: those the job's socket settings select (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME,
-TP_SOCKET_IFNAME of its processes) and those of the routes to its peers (MASTER_ADDR and the remote
-ends of the workers' and the launcher's TCP connections), worked out again every `resolve_every_s`
-(connections appear once the job has met at its rendezvous). An interface once chosen stays sampled
-(a link that goes down loses its routes, and that is when it matters most). Until one is known, every
-interface but `lo` is sampled (at most MAX_FALLBACK), marked with no reason. No `tc`: one note, and
-queue drops / overlimits are not sampled.
-
-Between samples a watcher thread reads the link state (operstate, carrier, admin state: three small
-sysfs reads per interface) every `watch_s` (0.1 s) and appends a record as soon as it changes, so a link
-that goes down is timed to a tenth of a second, not to the sampling interval. With `qdisc_every_s`
-(`attach --watch`: 300 s) the queue stats are read at most that often (the samples between have no
-`qdisc`, as when `tc` is missing; a rate between two that have it is still exact).
+The first sample is taken in `start`, then one about every `interval_s`, each appended and flushed at once;
+a thread records link state changes between samples (every `watch_s`). The interfaces are those the job's
+socket settings and peer routes select, looked up again every `resolve_every_s`; until one is known, all but
+`lo`. The record format is `collectors/counters/netdev.py`'s.
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
 """Read one GPU's health metrics from NVML, leaving out whatever the GPU or driver does not support.
 
-Promise: every function takes the pynvml module (`nv`) and a device handle and returns plain
-Python values. Each NVML call (looked up by name, so an older nvidia-ml-py without it is fine) is
-wrapped: NVMLError_NotSupported, NoPermission, FunctionNotFound or any other failure just leaves
-that field out; nothing here raises. Metric names and units are the ones of
-`collectors/counters/gpu_samples.py`:
-- `read_metrics`: clocks, power, temperature, utilization, clock-event reasons, PCIe link and
-  throughput, ECC, plus `nvlink_metrics`;
-- `pcie_metrics`: `pcie_tx_kbps` / `pcie_rx_kbps` (KB/s, NVML measures a 20 ms window per call),
-  `pcie_replay` (cumulative replay count);
-- `nvlink_metrics`: links 0..NVML_NVLINK_MAX_LINKS-1 whose state call answers are present:
-  `nvlink_links` (present), `nvlink_active` (state enabled), cumulative error counters summed over
-  the present links (`nvlink_replay`, `nvlink_recovery`, `nvlink_crc_flit`, `nvlink_crc_data`) and
-  cumulative data throughput summed over them (`nvlink_tx_kib`, `nvlink_rx_kib`: KiB of payload,
-  NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX / _RX). A GPU without NVLink gives {};
-- `compute_pids`: the pids with a compute (or MPS) context on the GPU, None when NVML cannot say;
-- `identity`: uuid and PCI bus id.
+Every function takes the pynvml module (`nv`) and a device handle and returns plain values; each NVML call is
+looked up by name and wrapped, so an unsupported or missing call only leaves its field out. Metric names and
+units are `collectors/counters/gpu_samples.py`'s.
 """
 
 from __future__ import annotations

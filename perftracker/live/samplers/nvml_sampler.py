@@ -1,30 +1,18 @@
 """Sample NVML for the GPUs the job uses into `counters/<host>.gpu.jsonl`.
 
-One JSON line per GPU per sample: ts_ns, host (the session's host name), gpu (NVML index), uuid,
-pci_bus_id, `pids` / `ranks` (the job's processes NVML lists on that GPU, ranks from the attached
-workers) and `metrics` (see `live/samplers/nvml_read.py` for what is read: clocks, power, temperature,
-utilization, clock-event reasons, PCIe link / throughput / replays, NVLink links / errors /
-throughput, ECC; plus `xid`, the XIDs seen on that GPU since the last sample). Calls a GPU does not
-support are left out.
-
-Which GPUs: at every sample NVML's compute-process lists are matched with the job's worker pids;
-once a GPU has hosted a job process it is sampled for the rest of the session (so a GPU whose rank
-crashed is still watched) and the host's other GPUs are not. While no GPU lists a job process (a
-CPU-only job, workers that have not touched CUDA yet, or a container whose PID namespace differs
-from NVML's) every GPU is sampled. The choice is written once as a note when the sampler stops.
-Without NVML (no GPU or no driver) the sampler says so once and does nothing; the other collectors
-carry on.
+One JSON line per GPU per sample (identity, the job's pids and ranks on it, `nvml_read` metrics, the XIDs
+seen since). Once a GPU has hosted a job process only such GPUs are sampled; until then, all. Without NVML
+one note, nothing else.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from perftracker.live.sampler import LiveContext
+from perftracker.live.sampler import LiveContext, append_records
 from perftracker.live.samplers.nvml_read import call, compute_pids, identity, read_metrics
 
 
@@ -108,10 +96,7 @@ class NvmlSampler:
                 self._ids[i] = identity(pynvml, h)
             lines.append({"ts_ns": time.time_ns(), "host": ctx.host, "gpu": i, **self._ids[i],
                           "pids": job_pids[i], "ranks": sorted({ranks[p] for p in job_pids[i]}), "metrics": metrics})
-        path = ctx.run_dir / "counters" / f"{ctx.host}.gpu.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write("".join(json.dumps(line) + "\n" for line in lines))
+        append_records(ctx.run_dir / "counters" / f"{ctx.host}.gpu.jsonl", lines)
         self.samples += 1
         self.state = (f"{len(self.used)} of {len(self.handles)} GPU(s) used by the job" if self.used
                       else f"{len(self.handles)} GPU(s), none lists a job process yet")

@@ -1,15 +1,8 @@
 """Sample every rank's stacks for a few seconds with `py-spy record`, so an unprepared job's straggler shows.
 
-Once per attach, `delay_s` after the start, one `py-spy record --nonblocking --idle --threads
---format raw` runs per rank for `seconds` at `rate_hz` (the job is never paused), all side by side so
-the ranks are sampled over the same window. Each writes `profiles/rank-<r>.txt` (collapsed stacks,
-readable by flamegraph.pl and speedscope) with a `rank-<r>.json` sidecar (rank, pid, host, rate_hz,
-duration_s, started_ns). If attach stops first (Ctrl-C, SIGTERM, SIGHUP), the recorders, each in a
-session of its own so that a signal to attach's process group does not reach them, are interrupted
-and write what they have. Measured cost: about 0.05 s of CPU per rank for 8 s at 20 Hz (benchmarks/README.md). Failures
-(py-spy missing, no permission, a rank that exited) become notes; the other collectors go on. When
-the recordings end, the live panel's suspicion is `ctx.diagnosis`'s verdict on them (the CLI wires in
-the `stack_profile` analyzer: the straggler `analyze` will report).
+Once, `delay_s` after the start, one non-blocking `py-spy record` per rank, side by side, into
+`profiles/rank-<r>.txt` with a `.json` sidecar; stopped early, the recorders write what they have. When they
+end, the panel's suspicion is `ctx.diagnosis.straggler_suspicion` of them.
 """
 
 from __future__ import annotations

@@ -1,25 +1,17 @@
 """Sample RDMA port counters from sysfs into `counters/<host>.rdma.jsonl` (read-only, cheap).
 
-Uses `perftracker.collectors.counters.rdma.snapshot`, the same reader the offline loader and the tests use;
-`sysfs_root` points at a fake tree in tests. No RDMA devices: one note, nothing else.
-
-RoCE ports (link layer Ethernet) with a netdev also get `"ethtool": {name: int}` in their records:
-the flow-control counters (PFC pauses, discards, buffer / ECN / pause-storm counters) of
-`ethtool -S <netdev>` (collectors/counters/ethtool.py), read through `ethtool_reader` (tests inject a fake).
-The first netdev of the port that gives counters is used; a port none of whose netdevs gives any
-is noted once and not asked again. Without ethtool: one note saying how to
-get these counters, and the sysfs counters go on.
+RoCE ports with a netdev also get the flow-control counters of `ethtool -S` (`"ethtool"`), through
+`ethtool_reader`. No RDMA devices, or no ethtool: one note, and the rest goes on.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from perftracker.live.sampler import LiveContext
+from perftracker.live.sampler import LiveContext, append_records
 
 EthtoolReader = Callable[[str], dict[str, int] | None]
 
@@ -95,10 +87,7 @@ class RdmaSampler:
                         rec["ethtool"] = counters
                         pfc += 1
         self.pfc_ports = max(self.pfc_ports, pfc)
-        path = ctx.run_dir / "counters" / f"{ctx.host}.rdma.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write("".join(json.dumps(r) + "\n" for r in records))
+        append_records(ctx.run_dir / "counters" / f"{ctx.host}.rdma.jsonl", records)
         self.samples += 1
 
     def stop(self, ctx: LiveContext) -> None:

@@ -1,30 +1,9 @@
 """The step signal of an unprepared job under `--watch`: the iteration period read from short sampled-stack
 bursts, for jobs with no hook, no recognised step lines and no NCCL Inspector output.
 
-Promise: `StackStepsSampler` (name ``stack-steps``) waits `grace_s` (30 s) after the session starts; as long as
-no other step source has produced a record (`ctx.progress.last_step` is empty: the steps sampler fills it from
-the hook, --job-log and the job's output; and no `inspector/` file came), it records, every `every_s` (60 s; the
-first `quick_bursts` bursts every `quick_every_s`, so that the rules arm within about a minute and a half), one
-burst: `py-spy record --nonblocking --idle --threads --format chrometrace` for
-`burst_s` (5 s) at `rate_hz` (50 Hz) of the lowest `ranks_per_burst` ranks (1: the ranks of a synchronous job step
-together; 0 records every rank), each py-spy in a session of its own (the job is never paused; a signal
-to attach's group does not reach it), into a temporary folder removed once read. Each rank's burst is read
-(`collectors/stacks/chrometrace.py`) and its iteration period asked of `ctx.diagnosis.step_period` (the
-estimator `analyzers/online/step_period.py`, through the live seam). A rank whose burst shows a period gets one
-step-like record in `steps/rank-<r>.jsonl`, handed to the watcher through the `StepFeed` too:
-
-    {"rank": 1, "step": 7, "start_ns": ..., "end_ns": ..., "host": "node-7", "source": "stacks",
-     "period_s": 0.0831, "confidence": 0.74, "cycles": 60.2, "burst_s": 5, "rate_hz": 50}
-
-`step` is the burst's number (0, 1, ... in this session, the same for every rank), `end_ns` the burst's end
-(the same for every rank of a burst, so no rank looks late) and `end_ns - start_ns` the burst's mean period: one
-value per burst per rank, which the watcher keeps apart from real steps (`BurstSeries`) and judges with the
-coarse degradation rule (`analyzers/online/burst_rule.py`); the step-stall rule never sees them (a record every
-60 s is the cadence, not a stall): for such a job a hang is stacks that stop moving (the stack sampler's check).
-A burst with no period writes nothing (its count is in the status). Cost: py-spy's CPU per burst x ranks recorded
-/ `every_s`; measured 0.10-0.13 s (user + system) for one rank's 5 s burst at 50 Hz, so 0.17-0.22% of one core at
-the defaults whatever the number of ranks (1.3-1.7% for 8 ranks with `ranks_per_burst` 0), plus a few ms per
-rank-burst for the estimate; only while the job offers no other step signal (README "Watching a job").
+`StackStepsSampler` records, while no other step source has produced a record, a short py-spy burst of a few
+ranks every `every_s`; a rank whose burst shows a period (`ctx.diagnosis.step_period`) gets one step-like
+record (`"source": "stacks"`) in `steps/rank-<r>.jsonl` and in the `StepFeed`.
 """
 
 from __future__ import annotations
@@ -182,7 +161,7 @@ class StackStepsSampler:
 
     def _other_step_source(self, ctx: LiveContext) -> bool:
         with ctx.lock:
-            stepping = bool(ctx.progress.last_step)
+            stepping = bool(ctx.progress.steps.last_step)
         inspector = ctx.run_dir / "inspector"
         return stepping or (inspector.is_dir() and any(inspector.iterdir()))
 

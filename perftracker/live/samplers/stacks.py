@@ -1,33 +1,8 @@
 """Python stacks of every rank with py-spy, and automatic hang dumps; the job is never paused by default.
 
-Promise: every `interval_s` (15 s by default) `StackSampler` takes one `py-spy dump --json
---nonblocking` of each live worker (no ptrace stop: the job is not paused) and writes
-`stacks/<UTC time>/rank-<r>.json` = {"rank", "pid", "host", "ts_ns", "mode", "world_size",
-"switches", "threads": py-spy's JSON}. A non-blocking dump costs py-spy ~6 ms of CPU per rank
-(15-30 ms wall); measured on a 4-rank gloo job at the default intervals, all of attach (its process
-plus py-spy children) used 0.46% of one core, so about 0.9% for an 8-rank node.
-
-With `rounds_while_stepping` off (`attach --watch`), a periodic round is taken only when no step came since
-the previous look: while steps come a stack hang cannot be (new steps veto it) and the step rule watches,
-so the ~6-16 ms of py-spy per rank are spent only on jobs without steps, or once they stopped. It also dumps:
-
-* once at `stacks_at` (epoch seconds) into `stacks/<that time>-at/`: give every node the same
-  value and every rank of a big job is captured at the same moment, in one folder;
-* on demand (`ctx.progress.hang_requested`, set by `live/attach/requests.py`: SIGUSR1 or a `requests/stacks*`
-  file), one blocking `--native` dump per rank into `stacks/<time>-request/`;
-* when the job stops making progress, one blocking
-  `--native` dump per rank (native frames show c10d::Work::wait; it pauses each rank ~50 ms once)
-  into `stacks/<time>-hang/`, and sets `ctx.progress.suspicion`. The sampler decides nothing itself:
-  it asks `ctx.diagnosis` (`live/diagnosis.py`; the CLI wires in the analyzers' rules) whether the
-  steps stalled (when a step collector fills `ctx.progress`), and, for each round of stacks, whether
-  it looks hung, shows the same picture as the round before, and whether the ranks stayed blocked
-  in between (voluntary context switches of their main threads, read from /proc with every dump). A
-  round that looks hung but differs from the one before is re-checked after `confirm_s`; the hang
-  dump comes when two alike rounds look hung and no step came in between. New steps veto a stack hang.
-
-Each rank's dump is its own subprocess with a timeout: one failing rank does not stop the others;
-ranks that exited are skipped. Missing py-spy or a permission problem becomes one note saying how to
-fix it (run as the job's user or root; CAP_SYS_PTRACE in containers).
+`StackSampler` takes a non-blocking `py-spy dump` of each rank every `interval_s` into `stacks/<UTC time>/`,
+and a blocking native dump of every rank at `stacks_at`, on request, and when `ctx.diagnosis` says the steps
+stalled or two alike rounds look hung (`<time>-hang/`, with `ctx.progress.suspicion`). Failures become notes.
 """
 
 from __future__ import annotations
@@ -188,8 +163,8 @@ class StackSampler:
     def _stalled(self, ctx: LiveContext) -> str:
         """The diagnosis' suspicion text when the steps stopped coming ("" when they come or are too few)."""
         with ctx.lock:
-            med = ctx.progress.median_step_ns()
-            last = max(ctx.progress.last_step_ns.values()) if ctx.progress.last_step_ns else None
+            med = ctx.progress.steps.median_step_ns()
+            last = max(ctx.progress.steps.last_step_ns.values()) if ctx.progress.steps.last_step_ns else None
             known = ctx.progress.steps.known
         verdict = ctx.diagnosis.step_stall(time.time_ns() - last if last is not None else None, med, known)
         if verdict == "":
@@ -198,7 +173,7 @@ class StackSampler:
 
     def _progressed_since(self, ctx: LiveContext, since_ns: int) -> bool:
         with ctx.lock:
-            return any(ns > since_ns for ns in ctx.progress.last_step_ns.values())
+            return any(ns > since_ns for ns in ctx.progress.steps.last_step_ns.values())
 
     def _periodic(self, ctx: LiveContext, confirming: bool = False) -> None:
         started_ns = time.time_ns()

@@ -1,13 +1,7 @@
-"""The step records the steps sampler read, handed to the watcher parsed, so that each record is read and
-parsed once.
+"""The step records the steps sampler read, handed to the watcher parsed, so that each record is read once.
 
-Promise: `StepFeed` is a bounded, thread-safe queue of step records (the dicts
-`collectors.steps.parse_step_line` returns, exactly as `steps/rank-<r>.jsonl` holds them). The steps
-sampler (`live/samplers/steps_sampler.py`), the one reader of the job's step sources, `publish`es every record it
-writes into the run directory (the hook's, --job-log's and the job output's alike); the watcher
-(`live/watch/watcher.py`) `take`s what came since its last look instead of reading the step files again. At most
-`maxlen` records wait (the hook's history at attach can be larger: the oldest are then dropped and counted
-in `dropped`; the watcher keeps only the last few hundred steps per rank anyway).
+`StepFeed` is a bounded, thread-safe queue of parsed step records: the steps sampler `publish`es what it writes,
+the watcher `take`s what came since its last look. Past `maxlen` the oldest are dropped (counted in `dropped`).
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """The job's step progress as the live side knows it, kept in one place with one typical step.
 
-Promise: `StepState.add(rank, step, start_ns, end_ns)` takes one step record; `last_step` / `last_step_ns` hold
-each rank's latest step and its wall time, `known` counts the records taken, and `median_step_ns()` is THE
-typical step of the job, for every live question about pace (the stall rule of the stack sampler and of the
-watcher, the panel's rate, the trace sampler's step alignment): the median of the last RECENT_STEPS durations
-of all ranks (200 a rank for 8 ranks), computed again at most every MEDIAN_S while steps come (sorting them at
-every look was a tenth of the watcher's CPU), at once after `restart()` or `set_durations`. The steps sampler
-keeps the session's state in `ctx.progress.steps`; a watcher fed by it reads that same state, and one that
-reads the step files itself keeps its own. Not thread-safe: its owner holds `ctx.lock` around it.
+`StepState.add` takes one step record; `last_step` / `last_step_ns` hold each rank's latest step and its wall
+time, and `median_step_ns()` is THE typical step for every live question about pace (recomputed at most every
+MEDIAN_S). Not thread-safe: its owner holds `ctx.lock`.
 """
 
 from __future__ import annotations

@@ -1,29 +1,8 @@
 """Step times of an attached job, from the perftracker hook's spool or from the job's log.
 
-Promise: `StepsSampler` (name ``steps``) copies, four times a second, every new step record into
-the run directory's ``steps/rank-<r>.jsonl`` (and, under --watch, hands each record parsed to the watcher
-through a `StepFeed`, so it is read once) and keeps ``ctx.progress`` (last step and its wall time
-per rank, step durations) current for the live panel and the hang detector. Sources:
-
-* the hook (``perftracker.hooks.install()`` in the job): its spool directory is computed from each
-  worker's environment with the hook's own rule (``perftracker.hooks.spool_dir``); a rank counts as
-  hooked when ``<spool>/ranks/rank-<r>.json`` names that worker's pid. Ranks that install the hook
-  after attach started are picked up (rescan every 5 s). Records already in the spool when attach
-  starts (the job's history, at most the last 16 MB per rank) are copied too.
-* ``--job-log FILE``: step lines of Megatron-LM, DeepSpeed, the Hugging Face Trainer, PyTorch Lightning
-  and torchtitan (`perftracker.formats.framework_steps`), written with the launcher prefix's rank, else rank -1
-  (``steps/rank--1.jsonl``). Lines already in the file when attach starts (its last 1 MB) are used
-  only when they carry a timestamp. Log records feed ``ctx.progress`` only when no rank is hooked.
-* the job's own output, found without ``--job-log`` (`live/attach/job_outputs.py`): the launcher's and the
-  workers' stdout/stderr when they are regular files, and the ``*.log``/``*.txt``/``*.out``/``*.err``
-  files they hold open for writing; each file is tailed once, like ``--job-log``, with the same
-  parser and limits (records get ``"source": "job-output"`` and the file). A file only one worker
-  writes gives its lines that worker's rank when they carry no rank prefix. A (rank, step) is written
-  once whatever file it came from, and never for a rank the hook already times. Pipes and terminals are
-  not read (that would steal the job's output): a note says so; under `perftracker run`, which reads the
-  job's output pipes itself, its copies in ``output/`` are read instead. The files found are named in a note.
-
-No source: one note naming the hook line and ``--job-log``. Never raises into the session.
+`StepsSampler` copies every new step record into `steps/rank-<r>.jsonl` (and the `StepFeed` under --watch)
+and keeps `ctx.progress` current. Sources: the hook's spool, `--job-log`'s framework lines, else the job's
+own output files (`attach/job_outputs.py`); a (rank, step) is written once. No source: one note.
 """
 
 from __future__ import annotations

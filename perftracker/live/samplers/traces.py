@@ -1,27 +1,8 @@
 """On-demand kernel/operator traces of every rank of an attached job (`attach --trace-steps N`).
 
-Promise: `TraceSampler` (name ``traces``) asks every rank once for a trace of N steps and puts what
-arrives into the run directory as ``traces/rank-<r>.pt.trace.json[.gz]``, through one of:
-
-* the perftracker hook (``perftracker.hooks.install()`` in the job): a request file
-  ``<spool>/requests/trace-<id>.json`` ({"steps": N, "ranks": [...]}); each hooked rank profiles N
-  steps with torch.profiler (after one warm-up step) and marks the request done; the sampler moves
-  ``<spool>/traces/rank-<r>.<id>.pt.trace.json.gz`` into the run directory. No code change beyond
-  the hook; the trace has ``distributedInfo``.
-* libkineto's on-demand protocol, for ranks started with ``KINETO_USE_DAEMON=1`` (no code change):
-  the sampler stands in for dynolog. It binds the datagram socket libkineto polls (abstract name
-  ``"\\0dynolog\\0"``, or ``$KINETO_IPC_SOCKET_DIR/dynolog`` when the workers set that), answers each
-  worker's ``req`` with an iteration-based config (``PROFILE_START_ITERATION=0``,
-  ``PROFILE_START_ITERATION_ROUNDUP=R``, ``ACTIVITIES_ITERATIONS=N``, R chosen so that ranks polling
-  up to ~10 s apart start at the same step, 10 while the step time is unknown) writing into a temp
-  dir, twice (see `SENDS_PER_PID`: libkineto drops the first), answers every other process
-  (the launcher polls too) with an empty config, and moves each ``<stem>_<pid>.json`` into the run
-  directory under the rank of that pid (these traces have no ``distributedInfo``). Latency: two
-  polls, 10-20 s, then up to R + N steps. If the socket is taken (a
-  real dynolog runs), the sampler says so and leaves it alone.
-
-Ranks with neither get one note naming ``KINETO_USE_DAEMON=1`` and the hook. On stop, the sampler
-waits a bounded time (`STOP_GRACE_S`) for traces still in flight, then notes the ranks without one.
+`TraceSampler` asks every rank once for N steps, through the hook's spool (a request file) or, for ranks
+started with KINETO_USE_DAEMON=1, as a stand-in for dynolog on libkineto's socket; what arrives goes into
+`traces/rank-<r>.pt.trace.json[.gz]`. Ranks with neither get one note; stop waits a bounded time.
 """
 
 from __future__ import annotations
@@ -242,7 +223,7 @@ class TraceSampler:
     def _roundup(ctx: LiveContext) -> int:
         """Steps between aligned start points: enough to cover the ranks' ~10 s spread of polls."""
         with ctx.lock:
-            med = ctx.progress.median_step_ns()
+            med = ctx.progress.steps.median_step_ns()
         if not med:
             return 10
         return max(1, min(1000, int((DAEMON_POLL_S + 2) * 1e9 / med) + 1))

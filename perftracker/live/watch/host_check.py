@@ -1,12 +1,8 @@
 """The watcher's host check: when to judge this host's latest counters, and the judging through the seam.
 
-Promise: `HostCheck(every_s)` answers `look(ctx)` once a second: every `every_s` (600 s; one check costs
-~0.3-0.5 s of CPU), or at once when a sampler recorded something that must be judged now (in the new bytes
-of the counters, no JSON parsed, every RESCAN_S: a link state change in `*.net.jsonl`, the net sampler's link
-watcher; an XID in `*.gpu.jsonl`, NVML's event watcher), it copies the tail of this host's counter files
-(`counters/<host>.<kind>.jsonl`: in a run directory the watchers of several nodes share, each judges its own
-host's signals), loads them and asks `ctx.diagnosis.host_alarm`; the same counters twice are not judged
-again. A partial record becomes a note, never an error.
+`HostCheck(every_s).look(ctx)` judges this host's counter files' tails through `ctx.diagnosis.host_alarm`
+every `every_s`, or at once when a link state change or an XID was recorded; the same counters are not
+judged twice. A partial record becomes a note.
 """
 
 from __future__ import annotations

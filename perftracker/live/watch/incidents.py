@@ -1,33 +1,9 @@
-"""An incident of `attach --watch`: open `RUN/incidents/<UTC time>-<kind>/`, capture the evidence its kind
-needs off the session's loop, and have it analyzed.
+"""An incident of `attach --watch`: open `RUN/incidents/<UTC time>-<kind>-<host>/`, capture the evidence its
+kind needs off the session's loop, and have it analyzed.
 
-Promise: `capture_incident(...)` (run in a thread of its own by the watcher) writes, for one `Alarm`:
-
-* `incident.json`: kind, when, the rule's text, ranks, the step it began at, state (capturing, analyzing,
-  done, interrupted), notes, then the verdict, the ranks and hosts the incident's findings name and the
-  report's path; rewritten atomically at each stage, so a reader never sees half of it;
-* `evidence/` (a run directory of its own): for a hang, one `--native` stack dump of every rank
-  (`stacks/<time>-hang/`, the StackSampler's dump); for every kind, every rank's stacks recorded side by side
-  with `py-spy record --nonblocking` for `profile_seconds` (`profiles/`, the ProfileSampler's machinery), a
-  trace of `trace_steps` steps of every rank that allows it (the TraceSampler's request: hook or libkineto;
-  not for a hang, which makes no steps; ranks that cannot be traced are said in the notes), the step files'
-  last `STEPS_TAIL_BYTES` per rank (the healthy steps before the change and those after it) and the
-  counters' last `COUNTERS_TAIL_BYTES` per file (NVML, RDMA, net: the minutes around the moment), the env
-  snapshots and a manifest; each rank's scheduler accounting at the start and the end of the stack recording
-  (`sched/`: how long it waited for a CPU, collectors/counters/sched.py) and its main thread's state sampled
-  every 50-100 ms through it (stopped, running, asleep: collectors/counters/proc_state.py); the baseline window's stacks and
-  scheduler records (`baseline/profiles/`: the healthy window
-  `baseline_capture` recorded when the watch armed; not when the change began before it ended), which the
-  `baseline_shift` analyzer compares with the incident's, rank by rank;
-* `findings.json`, `report.html`, `tables/`: the evidence analyzed by `IncidentReporter` (the CLI hands in
-  the ordinary pipeline: the degradation analyzer finds the step it began at and the rank whose own work
-  rose, baseline_shift the rank whose time moved to other frames since the baseline, stack_profile the rank
-  whose time goes elsewhere than the median rank's, hang the stuck rank and where the others wait).
-
-The job is never paused beyond py-spy's non-blocking sampling (and, for a hang, the native dump's ~50 ms
-per rank). When `stop` is set (Ctrl-C, SIGTERM, the job ended), recordings write what they have, the
-evidence is kept and still analyzed. Disk: after the capture, an incident over `cap_bytes` loses its
-traces, then its profiles (said in the notes). `baseline_capture` records the healthy window once.
+`capture_incident` writes `incident.json` (atomically, at each stage), `evidence/` (a run directory: stacks,
+sampled stacks, traces, step and counter tails, scheduler records, the baseline window) and the reporter's
+analysis; it never raises. `baseline_capture` records the healthy window once.
 """
 
 from __future__ import annotations
@@ -47,7 +23,7 @@ from perftracker.collectors.counters.proc_state import state_record
 from perftracker.collectors.counters.sched import snapshot_record
 from perftracker.collectors.steps import parse_step_line
 from perftracker.containment import OUTPUT_MARK
-from perftracker.live.sampler import LiveContext
+from perftracker.live.sampler import LiveContext, append_records
 from perftracker.live.samplers.profile_sampler import ProfileSampler
 from perftracker.live.samplers.stacks import StackSampler, snapshot_name
 from perftracker.live.samplers.traces import TraceSampler
@@ -185,7 +161,8 @@ def record_profiles(ctx: LiveContext, folder: Path, seconds: float, rate_hz: int
         stop.wait(random.uniform(*STATE_EVERY_S))  # noqa: S311  jitter, not security
     recorder.stop(ctx)
     sched_snapshot(ctx, folder.parent / "sched")
-    write_states(ctx, folder.parent / "sched", states)
+    if states:  # the window's sampled states, at once
+        append_records(folder.parent / "sched" / f"{ctx.host}.states.jsonl", states)
 
 
 def sample_states(ctx: LiveContext, into: list[dict[str, Any]]) -> None:
@@ -194,22 +171,12 @@ def sample_states(ctx: LiveContext, into: list[dict[str, Any]]) -> None:
     into.extend(rec for w in ctx.job.workers if (rec := state_record(ctx.host, w.rank, w.pid, now)) is not None)
 
 
-def write_states(ctx: LiveContext, folder: Path, states: list[dict[str, Any]]) -> None:
-    """The window's sampled states, at once, into `folder/<host>.states.jsonl`."""
-    if states:
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / f"{ctx.host}.states.jsonl", "a", encoding="utf-8") as out:
-            out.writelines(json.dumps(rec) + "\n" for rec in states)
-
-
 def sched_snapshot(ctx: LiveContext, folder: Path) -> None:
     """One scheduler record per rank (collectors/counters/sched.py), appended to `folder/<host>.sched.jsonl`."""
     now = time.time_ns()
     records = [rec for w in ctx.job.workers if (rec := snapshot_record(ctx.host, w.rank, w.pid, now)) is not None]
     if records:
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / f"{ctx.host}.sched.jsonl", "a", encoding="utf-8") as out:
-            out.writelines(json.dumps(rec) + "\n" for rec in records)
+        append_records(folder / f"{ctx.host}.sched.jsonl", records)
 
 
 def step_started_ns(steps: Path, step: int) -> int | None:

@@ -1,12 +1,7 @@
 """`--prom FILE|[HOST]:PORT` of `attach --watch` / `run --watch`: the watch state as Prometheus metrics.
 
-Promise: `PromPublisher(target)` renders a `WatchState` in the Prometheus text format and either rewrites
-`FILE` atomically (for node exporter's textfile collector) or serves it at `http://HOST:PORT/metrics` from a
-stdlib `http.server` in a daemon thread (bound to 127.0.0.1 unless a host is given). Metric names follow
-`postmortem --prom` where they overlap (`perftracker_step_time_seconds`); the others are new:
-`perftracker_rank_step_time_seconds{rank}` (mean of the last N steps), `perftracker_rank_lag_steps{rank}`
-(steps behind the most advanced rank), `perftracker_incidents_total{kind}`,
-`perftracker_last_incident_timestamp_seconds`, `perftracker_watch_armed`.
+`PromPublisher(target)` renders a `WatchState` in the Prometheus text format and rewrites FILE atomically or
+serves it at `http://HOST:PORT/metrics` (127.0.0.1 unless a host is given).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The watcher's per-rank step series: the last steps of each rank, and whose turn it is to be judged.
 
-Promise: `RankSeriesBook.add(rank, step, duration_ns)` keeps each rank's last SERIES_STEPS steps as they came
-(two plain deques; sorted once, when asked, if steps came out of order); `series_of(rank)` is that rank's
-`StepSeries` in step order, built when asked and kept until its next step; `turn(known)` hands the degradation
-rule the ranks with new steps, at most RANKS_PER_LOOK a look, those unjudged longest first (bounded CPU
-however many ranks); `counted(rank)` is how many steps after the warm-up it holds (for arming); `clear()`
-forgets every series (a slowdown became the new normal).
+`RankSeriesBook.add` keeps each rank's last SERIES_STEPS steps; `series_of(rank)` is its `StepSeries`;
+`turn(known)` hands the rule at most RANKS_PER_LOOK ranks with new steps, unjudged longest first; `counted`
+is how many steps after the warm-up it holds; `clear()` forgets them all.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The watch's options from what a command was given: `--watch-window`, `--watch-rise`, `--prom`,
 `--incident-seconds`, and who analyzes an incident.
 
-Promise: `watch_setup(window, rise, prom, incident_seconds, reporter)` returns the `WatchOptions` of
-`attach --watch` / `run --watch` and the `--prom` publisher (None without `--prom`), or raises the
-`UsageError` that says what to give (exit 2) for an N under 3, an X outside (0, 10), a `--prom` that is a
-folder or a port that cannot be served, before any work. The commands hand in `reporter` (the analysis of
-an incident's evidence, which lives above live/).
+`watch_setup` returns the `WatchOptions` and the `--prom` publisher, or the UsageError (exit 2) for a bad N,
+X or `--prom`, before any work.
 """
 
 from __future__ import annotations

@@ -1,27 +1,10 @@
 """`attach --watch` / `run --watch`: stay with a job for its whole life, cheaply, and open an incident when an
 online rule fires.
 
-Promise: `WatchSampler` (name ``watch``, once a second) takes the step records that came since its last look
-(from the steps sampler's `StepFeed`, parsed once there; without one, from the new bytes of the run
-directory's step files `steps/rank-<r>.jsonl`; rank -1 is the job as a whole) into a bounded per-rank series
-(`live/watch/series.py`: the last SERIES_STEPS steps, plain deques) and the job's step progress (`live/samplers/step_state.py`: last step per rank,
-the typical step; the steps sampler's own `ctx.progress.steps` when fed by it, one state for the session), and asks `ctx.diagnosis` (the analyzers' online rules, through
-the `live/diagnosis.py` seam) three questions: did a rank's steps get slower (degradation, with the step it
-began at; only ranks with new steps, at most RANKS_PER_LOOK a look, those unjudged longest first), has the
-job stopped (hang; also when the StackSampler's stack check raised a hang suspicion), and, every
-`host_check_s` (600 s; one check costs ~0.3-0.5 s of CPU) or at once when a link state change or an XID was
-recorded, do the latest NVML / RDMA / net records show a host problem (`live/watch/host_check.py`). The rules are armed once a series holds 2 x `window` steps after the
-warm-up: with the hook's history copied at attach, at once on a job already stepping; else after 2 x N steps
-(20 steps of a 0.5 s job: 10 s). The steady state does no pandas and writes nothing but `--prom` (when steps
-or incidents came, else every PUBLISH_S).
-
-When a rule fires, an incident is captured in a thread of its own (`live/watch/incidents.py`). Rate limits: one
-capture at a time; per kind, none within `cooldown_s` of the last; a degradation incident restarts the
-series (the slower level becomes the new best, so only a further change fires again); a hang fires again only
-after steps resumed; at most `max_incidents` per session. Disk: `cap_bytes` per incident, `total_cap_bytes`
-for `incidents/` in all; once that is reached the oldest incidents are kept and new ones record only their
-incident.json (said in it). Once armed, a baseline (`incidents/baseline-<host>/`: `baseline_seconds` of every rank's
-stacks side by side and the steps so far) is recorded once. `WatchState` is what the panel and `--prom` show.
+`WatchSampler` takes new step records into per-rank series once a second and asks `ctx.diagnosis` about
+degradation, a hang and this host's counters; once armed it records a baseline, and when a rule fires it
+captures an incident in its own thread (`incidents.py`), rate- and disk-limited. `WatchState` is what the
+panel and `--prom` show.
 """
 
 from __future__ import annotations
@@ -113,18 +96,8 @@ class WatchSampler:
     _baseline: threading.Thread | None = None
     bursts: BurstSeries = field(default_factory=BurstSeries)  # `source: "stacks"` records (live/samplers/stack_steps.py)
     stacks: StackSampler | None = None  # the session's: its lock keeps two native dumps off one rank at once
-    _started_s: float = 0.0
-
-    @property
-    def _next_urgent_look(self) -> float:
-        return self.hosts.next_urgent_look
-
-    @_next_urgent_look.setter
-    def _next_urgent_look(self, value: float) -> None:
-        self.hosts.next_urgent_look = value
 
     def start(self, ctx: LiveContext) -> None:
-        self._started_s = time.time()
         self.bursts.window = self.options.burst_window
         self.hosts.every_s = self.options.host_check_s
         self.hosts.start()
@@ -179,10 +152,6 @@ class WatchSampler:
             with self._steps_lock:
                 self.state.last_step = dict(steps.last_step)
         return bool(records)
-
-    def series_of(self, rank: int) -> StepSeries:
-        """One rank's series in step order (built when asked, kept until its next step)."""
-        return self.book.series_of(rank)
 
     def series(self) -> list[StepSeries]:
         return [self.book.series_of(rank) for rank in self.book.ranks()]
