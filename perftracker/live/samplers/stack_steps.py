@@ -12,27 +12,21 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from perftracker.collectors.stacks.chrometrace import read_burst
 from perftracker.errors import InputError
 from perftracker.live.attach.discovery import Worker
-from perftracker.live.diagnosis import LiveDiagnosis
 from perftracker.live.sampler import LiveContext
 from perftracker.live.samplers.profile_sampler import interrupt_recorders
 from perftracker.live.samplers.stacks import PERMISSION_HINT, find_pyspy
 from perftracker.live.samplers.step_feed import StepFeed
 from perftracker.rundir import append_jsonl, step_file
-from perftracker.store.alarms import Alarm, StepSeries
 from perftracker.store.stack_bursts import StackBurst
 
 STACKS_SOURCE = "stacks"  # the `source` of a step record made from a burst
-BURST_SERIES = 60  # per rank: the burst rule looks at the last 20 x N bursts at most (N = 3)
 SAMPLES_PER_BURST = 250
 WAIT_GRACE_S = 5.0  # beyond its duration, a recorder gets this long before it is interrupted
 
@@ -238,58 +232,3 @@ class StackStepsSampler:
         if self.no_period:
             text += f"; {self.no_period} rank-burst(s) without a period"
         return text
-
-
-@dataclass
-class BurstSeries:
-    """The watcher's per-rank series of burst periods (from `source: "stacks"` records), judged apart from real
-    steps: one value per burst, the coarse degradation rule with its own window."""
-
-    window: int = 3
-    _series: dict[int, deque[tuple[int, int]]] = field(default_factory=dict)  # rank -> (burst, period ns)
-    _fresh: set[int] = field(default_factory=set)
-
-    def add(self, record: dict[str, Any]) -> None:
-        rank = int(record["rank"])
-        series = self._series.setdefault(rank, deque(maxlen=BURST_SERIES))
-        series.append((int(record["step"]), int(record["end_ns"]) - int(record["start_ns"])))
-        self._fresh.add(rank)
-
-    def ready(self) -> bool:
-        """A rank has enough bursts to judge: two windows."""
-        return any(len(s) >= 2 * self.window for s in self._series.values())
-
-    def most(self) -> int:
-        """The most bursts any rank has (the panel's arming count)."""
-        return max((len(s) for s in self._series.values()), default=0)
-
-    def series(self, rank: int) -> StepSeries:
-        pairs = self._series[rank]
-        return StepSeries(rank, [b for b, _ in pairs], [d for _, d in pairs])
-
-    def judge(self, diagnosis: LiveDiagnosis, rise: float, armed: bool, current: dict[int, float],
-              best: dict[int, float]) -> Alarm | None:
-        """The burst rule on the ranks with new bursts (once a burst: cheap), None when not armed or none came; the
-        panel's levels of those ranks into `current` and `best`."""
-        fresh, self._fresh = sorted(self._fresh), set()
-        if not fresh:
-            return None
-        self._levels(fresh, current, best)
-        return diagnosis.burst_alarm([self.series(r) for r in fresh], self.window, rise) if armed else None
-
-    def _levels(self, ranks: list[int], current: dict[int, float], best: dict[int, float]) -> None:
-        """Current (mean of the last N bursts) and best (lowest earlier mean of N) of these ranks, in s."""
-        n = self.window
-        for rank in ranks:
-            pairs = self._series[rank]
-            durs = np.array([d for _, d in pairs], dtype=float) / 1e9
-            if len(durs) >= n:
-                means = np.convolve(durs, np.ones(n) / n, mode="valid")
-                current[rank] = float(means[-1])
-                if len(durs) >= 2 * n:
-                    best[rank] = float(means[:-n].min())
-
-    def clear(self) -> None:
-        """After a degradation incident: the slower level becomes the new normal."""
-        self._series.clear()
-        self._fresh.clear()

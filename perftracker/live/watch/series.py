@@ -9,13 +9,26 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from perftracker.store.alarms import StepSeries
+from perftracker.live.diagnosis import LiveDiagnosis
+from perftracker.store.alarms import Alarm, StepSeries
 
 SERIES_STEPS = 400  # per rank: the rules look at 20 x N steps at most (N = 10 by default)
 RANKS_PER_LOOK = 4  # the degradation rule judges at most this many ranks a second (round robin): bounded CPU
+BURST_SERIES = 60  # per rank: the burst rule looks at the last 20 x N bursts at most (N = 3)
+
+
+def levels(rank: int, durations_s: np.ndarray, n: int, current: dict[int, float], best: dict[int, float]) -> None:
+    """A rank's current level (mean of its last `n` durations, s) into `current`, its best earlier mean of `n` into
+    `best`, once it has that many."""
+    if len(durations_s) >= n:
+        means = np.convolve(durations_s, np.ones(n) / n, mode="valid")
+        current[rank] = float(means[-1])
+        if len(durations_s) >= 2 * n:
+            best[rank] = float(means[:-n].min())
 
 
 @dataclass
@@ -88,3 +101,47 @@ class RankSeriesBook:
     def clear(self) -> None:
         self._series.clear()
         self._built, self.fresh = {}, set()
+
+
+@dataclass
+class BurstSeries:
+    """The watcher's per-rank series of burst periods (from `source: "stacks"` records), judged apart from real
+    steps: one value per burst, the coarse degradation rule with its own window."""
+
+    window: int = 3
+    _series: dict[int, deque[tuple[int, int]]] = field(default_factory=dict)  # rank -> (burst, period ns)
+    _fresh: set[int] = field(default_factory=set)
+
+    def add(self, record: dict[str, Any]) -> None:
+        rank = int(record["rank"])
+        series = self._series.setdefault(rank, deque(maxlen=BURST_SERIES))
+        series.append((int(record["step"]), int(record["end_ns"]) - int(record["start_ns"])))
+        self._fresh.add(rank)
+
+    def ready(self) -> bool:
+        """A rank has enough bursts to judge: two windows."""
+        return any(len(s) >= 2 * self.window for s in self._series.values())
+
+    def most(self) -> int:
+        """The most bursts any rank has (the panel's arming count)."""
+        return max((len(s) for s in self._series.values()), default=0)
+
+    def series(self, rank: int) -> StepSeries:
+        pairs = self._series[rank]
+        return StepSeries(rank, [b for b, _ in pairs], [d for _, d in pairs])
+
+    def judge(self, diagnosis: LiveDiagnosis, rise: float, armed: bool, current: dict[int, float],
+              best: dict[int, float]) -> Alarm | None:
+        """The burst rule on the ranks with new bursts (once a burst: cheap), None when not armed or none came; the
+        panel's levels of those ranks into `current` and `best`."""
+        fresh, self._fresh = sorted(self._fresh), set()
+        if not fresh:
+            return None
+        for rank in fresh:
+            levels(rank, np.array([d for _, d in self._series[rank]], dtype=float) / 1e9, self.window, current, best)
+        return diagnosis.burst_alarm([self.series(r) for r in fresh], self.window, rise) if armed else None
+
+    def clear(self) -> None:
+        """After a degradation incident: the slower level becomes the new normal."""
+        self._series.clear()
+        self._fresh.clear()

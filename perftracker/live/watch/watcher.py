@@ -16,11 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from perftracker.collectors.steps import parse_step_lines
 from perftracker.live.sampler import LiveContext
-from perftracker.live.samplers.stack_steps import STACKS_SOURCE, BurstSeries
+from perftracker.live.samplers.stack_steps import STACKS_SOURCE
 from perftracker.live.samplers.stacks import StackSampler, find_pyspy
 from perftracker.live.samplers.step_feed import StepFeed
 from perftracker.live.samplers.step_state import StepState
@@ -36,7 +34,7 @@ from perftracker.live.watch.incidents import (
     folder_bytes,
     incident_folder,
 )
-from perftracker.live.watch.series import RankSeriesBook
+from perftracker.live.watch.series import BurstSeries, RankSeriesBook, levels
 from perftracker.store.alarms import Alarm, StepSeries
 
 RESCAN_S = 5.0
@@ -161,16 +159,6 @@ class WatchSampler:
         with self._steps_lock:
             return self._steps.median_step_ns() if self._steps is not None else None
 
-    def _update_levels(self, series: list[StepSeries]) -> None:
-        n = self.options.window
-        for s in series:
-            durs = s.durations_ns[s.steps >= 2].astype(float) / 1e9
-            if len(durs) >= n:
-                means = np.convolve(durs, np.ones(n) / n, mode="valid")
-                self.state.current_s[s.rank] = float(means[-1])
-                if len(durs) >= 2 * n:
-                    self.state.best_s[s.rank] = float(means[:-n].min())
-
     # -- the loop -------------------------------------------------------------------------------
     def sample(self, ctx: LiveContext) -> None:
         new = self._read_steps(ctx)
@@ -184,7 +172,8 @@ class WatchSampler:
         diagnosis = ctx.diagnosis
         if self.book.fresh:  # the ranks with new steps, at most RANKS_PER_LOOK a look, longest unjudged first
             looked = self.book.turn(self._known)
-            self._update_levels(looked)
+            for s in looked:
+                levels(s.rank, s.durations_ns[s.steps >= 2].astype(float) / 1e9, n, self.state.current_s, self.state.best_s)
             found = diagnosis.degradation_alarm(looked, n, self.options.rise) if self.state.armed else None
             if found is not None:
                 alarms.append(found)
