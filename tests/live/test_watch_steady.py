@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from perftracker.collectors.steps import parse_step_line, parse_step_lines
 from perftracker.live.attach.discovery import Job, Worker
 from perftracker.live.diagnosis import NoDiagnosis
@@ -197,12 +199,12 @@ def test_alive_drops_a_worker_that_exited_a_zombie_and_a_reused_pid(tmp_path: Pa
     assert _ctx(tmp_path, (running.pid,)).alive() == []
 
 
-def test_periodic_stack_rounds_are_left_out_while_steps_come(tmp_path: Path) -> None:
+def test_periodic_stack_rounds_are_left_out_while_steps_come(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN a stack sampler in watch mode (rounds_while_stepping off), its rounds counted instead of run
     ctx = _ctx(tmp_path)
     stacks = StackSampler(pyspy="py-spy", rounds_while_stepping=False)
     taken: list[int] = []
-    stacks._periodic = lambda ctx, confirming=False: taken.append(1)  # type: ignore[method-assign]
+    monkeypatch.setattr(StackSampler, "_periodic", lambda self, ctx, confirming=False: taken.append(1))
     # WHEN no step ever came: THEN each look takes a round (the stack half of the hang rule)
     stacks.sample(ctx)
     stacks.sample(ctx)

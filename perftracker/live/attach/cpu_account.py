@@ -10,7 +10,6 @@ from __future__ import annotations
 import gc
 import os
 import threading
-from dataclasses import dataclass, field
 from typing import Any
 
 from perftracker.live.sampler import stat_fields
@@ -41,13 +40,15 @@ def thread_cpu_s() -> dict[str, float]:
     return out
 
 
-@dataclass
 class GcClock:
     """How many passes the cyclic collector made per generation since `start()` (`gc.get_stats()`). Counted, not
     timed: a `gc.callbacks` hook would run Python code inside every pass, and a SIGTERM's KeyboardInterrupt raised
     there is lost (an exception in a collector callback is only printed), so the session would not stop."""
 
-    _at_start: list[int] = field(default_factory=lambda: [0, 0, 0])
+    __slots__ = ("_at_start",)
+
+    def __init__(self) -> None:
+        self._at_start: list[int] = [0, 0, 0]
 
     def start(self) -> None:
         self._at_start = [int(g["collections"]) for g in gc.get_stats()]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 import psutil
 
@@ -12,11 +11,13 @@ from perftracker.live.sampler import LiveContext
 from perftracker.rundir import atomic_write_text
 
 
-@dataclass
 class EnvSampler:
-    name: str = "env"
-    interval_s: float = 3600.0
-    written: int = 0
+    name = "env"
+    interval_s = 3600.0
+    __slots__ = ("written",)
+
+    def __init__(self) -> None:
+        self.written = 0
 
     def start(self, ctx: LiveContext) -> None:
         for w in ctx.job.workers:

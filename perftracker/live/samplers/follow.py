@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import socket
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from perftracker.live.sampler import LiveContext
@@ -66,15 +65,17 @@ class Tail:
         return end
 
 
-@dataclass
 class FollowSampler:
     """Copies NCCL logs and job output into `nccl/` and `output/` of the run directory."""
 
-    extra_logs: list[Path] = field(default_factory=list)
-    name: str = "logs"
-    interval_s: float = 1.0
-    tails: list[Tail] = field(default_factory=list)
-    copied: int = 0
+    name = "logs"
+    __slots__ = ("extra_logs", "interval_s", "tails", "copied")
+
+    def __init__(self, extra_logs: list[Path] | None = None, interval_s: float = 1.0) -> None:
+        self.extra_logs = extra_logs if extra_logs is not None else []
+        self.interval_s = interval_s
+        self.tails: list[Tail] = []
+        self.copied = 0
 
     def start(self, ctx: LiveContext) -> None:
         import psutil

@@ -8,7 +8,6 @@ per file). Without the plugin, or when it writes only at teardown, one note says
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -44,13 +43,15 @@ def inspector_file(env: dict[str, str], pid: int, cwd: Path, hostname: str) -> P
     return (folder if folder.is_absolute() else cwd / folder) / f"{hostname}-pid{pid}.log"
 
 
-@dataclass
 class InspectorSampler:
-    name: str = "inspector"
-    interval_s: float = 1.0
-    copies: list[Tail] = field(default_factory=list)
-    copied: int = 0
-    told_full: bool = False
+    name = "inspector"
+    __slots__ = ("interval_s", "copies", "copied", "told_full")
+
+    def __init__(self, interval_s: float = 1.0) -> None:
+        self.interval_s = interval_s
+        self.copies: list[Tail] = []
+        self.copied = 0
+        self.told_full = False
 
     def start(self, ctx: LiveContext) -> None:
         hostname = socket.gethostname()  # NCCL's gethostname(), not shortened, as in its file names

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from perftracker.live.sampler import LiveContext, append_records
@@ -21,18 +20,20 @@ def _listing(values: list[int], most: int = 16) -> str:
     return text if len(values) <= most else f"{text}, ... ({len(values)} in all)"
 
 
-@dataclass
 class NvmlSampler:
-    name: str = "gpu"
-    interval_s: float = 5.0
-    handles: list[Any] = field(default_factory=list)
-    samples: int = 0
-    state: str = "not started"
-    used: dict[int, set[int]] = field(default_factory=dict)  # GPU index -> ranks seen on it
-    listed: bool = False  # NVML answered a compute-process list at least once
-    _ids: dict[int, dict[str, str | None]] = field(default_factory=dict)
-    _xids: list[tuple[int, int]] = field(default_factory=list)
-    _stop: threading.Event = field(default_factory=threading.Event)
+    name = "gpu"
+    __slots__ = ("interval_s", "handles", "samples", "state", "used", "listed", "_ids", "_xids", "_stop")
+
+    def __init__(self, interval_s: float = 5.0) -> None:
+        self.interval_s = interval_s
+        self.handles: list[Any] = []
+        self.samples = 0
+        self.state = "not started"
+        self.used: dict[int, set[int]] = {}  # GPU index -> ranks seen on it
+        self.listed = False  # NVML answered a compute-process list at least once
+        self._ids: dict[int, dict[str, str | None]] = {}
+        self._xids: list[tuple[int, int]] = []
+        self._stop = threading.Event()
 
     def start(self, ctx: LiveContext) -> None:
         try:

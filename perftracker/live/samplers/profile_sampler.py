@@ -11,7 +11,7 @@ import json
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from perftracker.collectors.stacks.samples import load_profile_inputs
@@ -42,20 +42,25 @@ class _Recording:
     started_ns: int
 
 
-@dataclass
 class ProfileSampler:
-    name: str = "profile"
-    interval_s: float = 1.0
-    seconds: float = 10.0
-    rate_hz: int = 20
-    delay_s: float = 2.0
-    out_dir: Path | None = None  # default RUN/profiles; the watcher's incidents record into their own folder
-    judge: bool = True  # ask ctx.diagnosis for the straggler suspicion when the recordings end
-    state: str = "waiting"
-    _pyspy: str | None = None
-    _started: float = 0.0
-    _recordings: list[_Recording] = field(default_factory=list)
-    _done: bool = False
+    name = "profile"
+    interval_s = 1.0
+    __slots__ = (
+        "seconds", "rate_hz", "delay_s", "out_dir", "judge", "state", "_pyspy", "_started", "_recordings", "_done",
+    )
+
+    def __init__(self, seconds: float = 10.0, rate_hz: int = 20, delay_s: float = 2.0, out_dir: Path | None = None,
+                 judge: bool = True) -> None:
+        self.seconds = seconds
+        self.rate_hz = rate_hz
+        self.delay_s = delay_s
+        self.out_dir = out_dir  # default RUN/profiles; the watcher's incidents record into their own folder
+        self.judge = judge  # ask ctx.diagnosis for the straggler suspicion when the recordings end
+        self.state = "waiting"
+        self._pyspy: str | None = None
+        self._started = 0.0
+        self._recordings: list[_Recording] = []
+        self._done = False
 
     def start(self, ctx: LiveContext) -> None:
         self._started = time.monotonic()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from perftracker.live.sampler import LiveContext, append_records
@@ -20,16 +19,18 @@ def _roce(rec: dict[str, Any]) -> bool:
     return str(rec.get("link_layer", "")).strip().lower() == "ethernet" and bool(rec.get("netdevs"))
 
 
-@dataclass
 class RdmaSampler:
-    name: str = "rdma"
-    interval_s: float = 5.0
-    ports: int = 0
-    samples: int = 0
-    enabled: bool = True
-    ethtool_reader: EthtoolReader | None = None
-    pfc_ports: int = 0
-    _netdev: dict[tuple[str, str], str] = field(default_factory=dict)
+    name = "rdma"
+    __slots__ = ("interval_s", "ports", "samples", "enabled", "ethtool_reader", "pfc_ports", "_netdev")
+
+    def __init__(self, interval_s: float = 5.0, ethtool_reader: EthtoolReader | None = None) -> None:
+        self.interval_s = interval_s
+        self.ports = 0
+        self.samples = 0
+        self.enabled = True
+        self.ethtool_reader = ethtool_reader
+        self.pfc_ports = 0
+        self._netdev: dict[tuple[str, str], str] = {}
 
     def start(self, ctx: LiveContext) -> None:
         from perftracker.collectors.counters.rdma import snapshot

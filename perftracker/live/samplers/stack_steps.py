@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,17 +44,19 @@ class _Recorder:
     out: Path
 
 
-@dataclass
 class BurstRound:
     """One burst of every rank side by side: start, `poll` until done, then `read` (or `stop` early)."""
 
-    pyspy: str
-    seconds: int
-    rate_hz: int
-    folder: Path
-    started_ns: int = 0
-    recorders: list[_Recorder] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
+    __slots__ = ("pyspy", "seconds", "rate_hz", "folder", "started_ns", "recorders", "errors")
+
+    def __init__(self, pyspy: str, seconds: int, rate_hz: int, folder: Path) -> None:
+        self.pyspy = pyspy
+        self.seconds = seconds
+        self.rate_hz = rate_hz
+        self.folder = folder
+        self.started_ns = 0
+        self.recorders: list[_Recorder] = []
+        self.errors: list[str] = []
 
     def start(self, workers: list[Worker]) -> None:
         self.started_ns = time.time_ns()
@@ -111,31 +113,37 @@ def burst_record(burst: StackBurst, index: int, end_ns: int, host: str, period_s
             "cycles": round(cycles, 1), "burst_s": round(burst.seconds, 2), "rate_hz": burst.rate_hz}
 
 
-@dataclass
 class StackStepsSampler:
-    name: str = "stack-steps"
-    interval_s: float = 1.0
-    every_s: float = 60.0
-    burst_s: int = 5
-    rate_hz: int = 50
-    grace_s: float = 30.0
-    quick_bursts: int = 6  # the first bursts come quicker: 2 x N of them arm the rules (N = 3)
-    quick_every_s: float = 15.0
-    # The ranks each burst records: the lowest this many (0: every rank). One is enough for the step signal, since
-    # the ranks of a synchronous job step together (a slowed rank slows every rank's iterations); the incident's
-    # capture then records every rank side by side, and its analysis names the rank.
-    ranks_per_burst: int = 1
-    feed: StepFeed | None = None
-    bursts: int = 0
-    periods: int = 0  # rank-bursts that showed a period
-    no_period: int = 0
-    state: str = "waiting"
-    _pyspy: str | None = None
-    _started: float = 0.0
-    _next: float = 0.0
-    _round: BurstRound | None = None
-    _folder: Path | None = None
-    _other_source: bool = False
+    name = "stack-steps"
+    interval_s = 1.0
+    quick_bursts = 6  # the first bursts come quicker: 2 x N of them arm the rules (N = 3)
+    __slots__ = (
+        "every_s", "burst_s", "rate_hz", "grace_s", "quick_every_s", "ranks_per_burst", "feed", "bursts", "periods",
+        "no_period", "state", "_pyspy", "_started", "_next", "_round", "_folder", "_other_source",
+    )
+
+    def __init__(self, every_s: float = 60.0, burst_s: int = 5, rate_hz: int = 50, grace_s: float = 30.0,
+                 quick_every_s: float = 15.0, ranks_per_burst: int = 1, feed: StepFeed | None = None) -> None:
+        self.every_s = every_s
+        self.burst_s = burst_s
+        self.rate_hz = rate_hz
+        self.grace_s = grace_s
+        self.quick_every_s = quick_every_s
+        # The ranks each burst records: the lowest this many (0: every rank). One is enough for the step signal, since
+        # the ranks of a synchronous job step together (a slowed rank slows every rank's iterations); the incident's
+        # capture then records every rank side by side, and its analysis names the rank.
+        self.ranks_per_burst = ranks_per_burst
+        self.feed = feed
+        self.bursts = 0
+        self.periods = 0  # rank-bursts that showed a period
+        self.no_period = 0
+        self.state = "waiting"
+        self._pyspy: str | None = None
+        self._started = 0.0
+        self._next = 0.0
+        self._round: BurstRound | None = None
+        self._folder: Path | None = None
+        self._other_source = False
 
     @classmethod
     def every(cls, every_s: float, feed: StepFeed | None) -> StackStepsSampler:

@@ -9,18 +9,19 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 FEED_RECORDS = 64 * 1024
 
 
-@dataclass
 class StepFeed:
-    maxlen: int = FEED_RECORDS
-    dropped: int = 0
-    _records: deque[dict[str, Any]] = field(default_factory=deque)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    __slots__ = ("maxlen", "dropped", "_records", "_lock")
+
+    def __init__(self, maxlen: int = FEED_RECORDS) -> None:
+        self.maxlen = maxlen
+        self.dropped = 0
+        self._records: deque[dict[str, Any]] = deque()
+        self._lock = threading.Lock()
 
     def publish(self, records: Iterable[dict[str, Any]]) -> None:
         with self._lock:

@@ -11,22 +11,23 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 RECENT_STEPS = 1600  # durations of all ranks the typical step is the median of (200 a rank for 8 ranks)
 MEDIAN_S = 10.0  # the typical step is computed again at most this often while steps come (it moves slowly)
 
 
-@dataclass
 class StepState:
     """Each rank's latest step and its wall time, the recent step durations of all ranks, the typical step."""
 
-    last_step: dict[int, int] = field(default_factory=dict)  # rank -> last step seen
-    last_step_ns: dict[int, int] = field(default_factory=dict)  # rank -> wall time (ns) that step ended
-    known: int = 0  # step records taken
-    recent: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT_STEPS))  # durations (ns), all ranks
-    _median_ns: int | None = None
-    _median_at: float = 0.0  # monotonic time it was computed
+    __slots__ = ("last_step", "last_step_ns", "known", "recent", "_median_ns", "_median_at")
+
+    def __init__(self) -> None:
+        self.last_step: dict[int, int] = {}  # rank -> last step seen
+        self.last_step_ns: dict[int, int] = {}  # rank -> wall time (ns) that step ended
+        self.known = 0  # step records taken
+        self.recent: deque[int] = deque(maxlen=RECENT_STEPS)  # durations (ns), all ranks
+        self._median_ns: int | None = None
+        self._median_at = 0.0  # monotonic time it was computed
 
     def add(self, rank: int, step: int, start_ns: int, end_ns: int) -> None:
         if step >= self.last_step.get(rank, -1):

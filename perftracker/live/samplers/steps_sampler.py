@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -33,17 +33,19 @@ RESCAN_S = 5.0
 HOOK_LINE = "import perftracker.hooks; perftracker.hooks.install()"
 
 
-@dataclass
 class LineTail:
     """Complete lines appended to `path` since the last call (a partial last line waits). The file stays open
     between calls (a look is one stat, and one pread when it grew; it is opened again when the path names another
     file), closed by `close()` or when the tail is dropped."""
 
-    path: Path
-    offset: int = 0
-    partial: bytes = b""
-    _handle: io.FileIO | None = field(default=None, repr=False, compare=False)
-    _identity: tuple[int, int] = field(default=(-1, -1), repr=False, compare=False)  # (st_dev, st_ino) open
+    __slots__ = ("path", "offset", "partial", "_handle", "_identity")
+
+    def __init__(self, path: Path, offset: int = 0) -> None:
+        self.path = path
+        self.offset = offset
+        self.partial: bytes = b""
+        self._handle: io.FileIO | None = None
+        self._identity: tuple[int, int] = (-1, -1)  # (st_dev, st_ino) open
 
     @classmethod
     def at_tail(cls, path: Path, keep: int) -> LineTail:
@@ -102,21 +104,27 @@ class _LogSource:
     records: int = 0
 
 
-@dataclass
 class StepsSampler:
-    job_log: Path | None = None
-    name: str = "steps"
-    interval_s: float = 0.25  # the hang detector's floor is 1 s of no step: stay well under it
-    hooked: dict[int, _HookedRank] = field(default_factory=dict)
-    spools: dict[int, Path] = field(default_factory=dict)  # worker pid -> spool dir
-    logs: list[_LogSource] = field(default_factory=list)
-    find_outputs: bool = True  # follow the job's own output files (live/attach/job_outputs.py)
-    records: int = 0
-    log_records: int = 0
-    next_scan: float = 0.0
-    last_written: dict[int, int] = field(default_factory=dict)  # rank -> last step written from a log
-    _copies: dict[int, BinaryIO] = field(default_factory=dict)  # rank -> its open copy in the run directory
-    feed: StepFeed | None = None  # --watch: every record written is handed to the watcher, parsed (live/samplers/step_feed.py)
+    name = "steps"
+    __slots__ = (
+        "job_log", "interval_s", "hooked", "spools", "logs", "find_outputs", "records", "log_records", "next_scan",
+        "last_written", "_copies", "feed",
+    )
+
+    def __init__(self, job_log: Path | None = None, interval_s: float = 0.25, find_outputs: bool = True,
+                 feed: StepFeed | None = None) -> None:
+        self.job_log = job_log
+        self.interval_s = interval_s  # the hang detector's floor is 1 s of no step: stay well under it
+        self.hooked: dict[int, _HookedRank] = {}
+        self.spools: dict[int, Path] = {}  # worker pid -> spool dir
+        self.logs: list[_LogSource] = []
+        self.find_outputs = find_outputs  # follow the job's own output files (live/attach/job_outputs.py)
+        self.records = 0
+        self.log_records = 0
+        self.next_scan = 0.0
+        self.last_written: dict[int, int] = {}  # rank -> last step written from a log
+        self._copies: dict[int, BinaryIO] = {}  # rank -> its open copy in the run directory
+        self.feed = feed  # --watch: every record written is handed to the watcher, parsed (live/samplers/step_feed.py)
 
     @property
     def log_tail(self) -> LineTail | None:

@@ -15,7 +15,7 @@ import struct
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -42,20 +42,24 @@ def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-@dataclass
 class DynologStandIn:
     """A minimal dynolog: answers libkineto `req` polls from `configs` (pid -> config text, sent once)."""
 
-    socket_dir: str = ""
-    configs: dict[int, str] = field(default_factory=dict)
-    answered: dict[int, float] = field(default_factory=dict)  # pid -> time a config was last sent
-    sent: dict[int, int] = field(default_factory=dict)  # pid -> configs sent
-    finished: set[int] = field(default_factory=set)  # pids whose trace arrived: answer empty
-    polls: int = 0
-    error: str = ""
-    sock: socket.socket | None = None
-    thread: threading.Thread | None = None
-    stopping: threading.Event = field(default_factory=threading.Event)
+    __slots__ = (
+        "socket_dir", "configs", "answered", "sent", "finished", "polls", "error", "sock", "thread", "stopping",
+    )
+
+    def __init__(self, socket_dir: str = "", configs: dict[int, str] | None = None) -> None:
+        self.socket_dir = socket_dir
+        self.configs = configs if configs is not None else {}
+        self.answered: dict[int, float] = {}  # pid -> time a config was last sent
+        self.sent: dict[int, int] = {}  # pid -> configs sent
+        self.finished: set[int] = set()  # pids whose trace arrived: answer empty
+        self.polls = 0
+        self.error = ""
+        self.sock: socket.socket | None = None
+        self.thread: threading.Thread | None = None
+        self.stopping = threading.Event()
 
     def address(self) -> str | bytes:
         if self.socket_dir:
@@ -157,16 +161,18 @@ class _Pending:
     last_size: int = -1
 
 
-@dataclass
 class TraceSampler:
-    steps: int = 2
-    name: str = "traces"
-    interval_s: float = 1.0
-    pending: list[_Pending] = field(default_factory=list)
-    daemon: DynologStandIn | None = None
-    tmp: Path | None = None
-    collected: int = 0
-    out_dir: Path | None = None  # default RUN/traces; the watcher's incidents collect into their own folder
+    name = "traces"
+    interval_s = 1.0
+    __slots__ = ("steps", "pending", "daemon", "tmp", "collected", "out_dir")
+
+    def __init__(self, steps: int = 2, out_dir: Path | None = None) -> None:
+        self.steps = steps
+        self.pending: list[_Pending] = []
+        self.daemon: DynologStandIn | None = None
+        self.tmp: Path | None = None
+        self.collected = 0
+        self.out_dir = out_dir  # default RUN/traces; the watcher's incidents collect into their own folder
 
     def start(self, ctx: LiveContext) -> None:
         req_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"

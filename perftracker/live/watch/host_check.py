@@ -12,7 +12,6 @@ import re
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from perftracker.collectors.loading import LoadOptions, load_path
@@ -33,15 +32,17 @@ def own_counters(ctx: LiveContext, kind: str = "*") -> list[Path]:
     return list((ctx.run_dir / "counters").glob(f"{glob.escape(ctx.host)}.{kind}.jsonl"))
 
 
-@dataclass
 class HostCheck:
     """When the watcher judges the host's counters (periodically, or at once on an urgent signal), and how."""
 
-    every_s: float = 600.0
-    next_check: float = 0.0  # monotonic time of the next periodic check
-    next_urgent_look: float = 0.0  # monotonic time the counters' new bytes are looked at next
-    _tails: dict[Path, LineTail] = field(default_factory=dict)
-    _sizes: tuple[int, ...] = ()
+    __slots__ = ("every_s", "next_check", "next_urgent_look", "_tails", "_sizes")
+
+    def __init__(self, every_s: float = 600.0) -> None:
+        self.every_s = every_s
+        self.next_check = 0.0  # monotonic time of the next periodic check
+        self.next_urgent_look = 0.0  # monotonic time the counters' new bytes are looked at next
+        self._tails: dict[Path, LineTail] = {}
+        self._sizes: tuple[int, ...] = ()
 
     def start(self) -> None:
         self.next_check = time.monotonic() + self.every_s

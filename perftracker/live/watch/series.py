@@ -58,14 +58,16 @@ class _RankSteps:
                           np.fromiter(self.durations, dtype=np.int64, count=len(self.durations)))
 
 
-@dataclass
 class RankSeriesBook:
     """Each rank's recent steps, their series in step order, and the ranks the degradation rule has yet to judge."""
 
-    _series: dict[int, _RankSteps] = field(default_factory=dict)  # rank -> its last steps, as they came
-    _built: dict[int, StepSeries] = field(default_factory=dict)  # rank -> its series in step order, until new steps
-    fresh: set[int] = field(default_factory=set)  # ranks with steps the degradation rule has not judged yet
-    _judged: dict[int, int] = field(default_factory=dict)  # rank -> when (in steps read) it was last judged
+    __slots__ = ("_series", "_built", "fresh", "_judged")
+
+    def __init__(self) -> None:
+        self._series: dict[int, _RankSteps] = {}  # rank -> its last steps, as they came
+        self._built: dict[int, StepSeries] = {}  # rank -> its series in step order, until new steps
+        self.fresh: set[int] = set()  # ranks with steps the degradation rule has not judged yet
+        self._judged: dict[int, int] = {}  # rank -> when (in steps read) it was last judged
 
     def add(self, rank: int, step: int, duration_ns: int) -> None:
         series = self._series.get(rank)
@@ -103,14 +105,16 @@ class RankSeriesBook:
         self._built, self.fresh = {}, set()
 
 
-@dataclass
 class BurstSeries:
     """The watcher's per-rank series of burst periods (from `source: "stacks"` records), judged apart from real
     steps: one value per burst, the coarse degradation rule with its own window."""
 
-    window: int = 3
-    _series: dict[int, deque[tuple[int, int]]] = field(default_factory=dict)  # rank -> (burst, period ns)
-    _fresh: set[int] = field(default_factory=set)
+    __slots__ = ("window", "_series", "_fresh")
+
+    def __init__(self, window: int = 3) -> None:
+        self.window = window
+        self._series: dict[int, deque[tuple[int, int]]] = {}  # rank -> (burst, period ns)
+        self._fresh: set[int] = set()
 
     def add(self, record: dict[str, Any]) -> None:
         rank = int(record["rank"])

@@ -73,27 +73,33 @@ class WatchState:
     suppressed: int = 0
 
 
-@dataclass
 class WatchSampler:
-    options: WatchOptions = field(default_factory=WatchOptions)
-    name: str = "watch"
-    interval_s: float = 1.0
-    state: WatchState = field(default_factory=WatchState)
-    feed: StepFeed | None = None  # the steps sampler's records, parsed once there; None: the step files are read here
-    _tails: dict[Path, LineTail] = field(default_factory=dict)
-    book: RankSeriesBook = field(default_factory=RankSeriesBook)  # each rank's last steps, whose turn to be judged
-    _steps: StepState | None = None  # the job's step progress: the steps sampler's (with a feed), else its own
-    _steps_lock: threading.Lock = field(default_factory=threading.Lock)  # ctx.lock when it is the steps sampler's
-    hosts: HostCheck = field(default_factory=HostCheck)  # when and how the host's counters are judged
-    _next_publish: float = 0.0
-    _next_scan: float = 0.0
-    _last_by_kind: dict[str, float] = field(default_factory=dict)
-    _hang_open: bool = False
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _capture: threading.Thread | None = None
-    _baseline: threading.Thread | None = None
-    bursts: BurstSeries = field(default_factory=BurstSeries)  # `source: "stacks"` records (live/samplers/stack_steps.py)
-    stacks: StackSampler | None = None  # the session's: its lock keeps two native dumps off one rank at once
+    name = "watch"
+    interval_s = 1.0
+    __slots__ = (
+        "options", "state", "feed", "_tails", "book", "_steps", "_steps_lock", "hosts", "_next_publish", "_next_scan",
+        "_last_by_kind", "_hang_open", "_stop", "_capture", "_baseline", "bursts", "stacks",
+    )
+
+    def __init__(self, options: WatchOptions | None = None, feed: StepFeed | None = None,
+                 stacks: StackSampler | None = None) -> None:
+        self.options = options if options is not None else WatchOptions()
+        self.state = WatchState()
+        self.feed = feed  # the steps sampler's records, parsed once there; None: the step files are read here
+        self._tails: dict[Path, LineTail] = {}
+        self.book = RankSeriesBook()  # each rank's last steps, whose turn to be judged
+        self._steps: StepState | None = None  # the job's step progress: the steps sampler's (with a feed), else its own
+        self._steps_lock = threading.Lock()  # ctx.lock when it is the steps sampler's
+        self.hosts = HostCheck()  # when and how the host's counters are judged
+        self._next_publish = 0.0
+        self._next_scan = 0.0
+        self._last_by_kind: dict[str, float] = {}
+        self._hang_open = False
+        self._stop = threading.Event()
+        self._capture: threading.Thread | None = None
+        self._baseline: threading.Thread | None = None
+        self.bursts = BurstSeries()  # `source: "stacks"` records (live/samplers/stack_steps.py)
+        self.stacks = stacks  # the session's: its lock keeps two native dumps off one rank at once
 
     def start(self, ctx: LiveContext) -> None:
         self.bursts.window = self.options.burst_window
