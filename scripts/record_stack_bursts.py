@@ -99,13 +99,13 @@ def record(out: Path, scenario: str, seconds: int, rate: int, bursts: int, truth
                 time.sleep(0.2)
             end_ns = rnd.started_ns + int(seconds * 1e9)
             for rec in rnd.recorders:
-                name = f"{scenario}-{k}-rank{rec.worker.rank}.json.gz"
+                name = f"{scenario}-{k}-rank{rec.rank}.json.gz"
                 with open(rec.out, "rb") as src, gzip.open(out / name, "wb") as dst:
                     shutil.copyfileobj(src, dst)
-                inside = [s for s in _steps(work / "job", rec.worker.rank)
+                inside = [s for s in _steps(work / "job", rec.rank)
                           if rnd.started_ns <= s["start_ns"] and s["end_ns"] <= end_ns]
                 mean = (sum(s["end_ns"] - s["start_ns"] for s in inside) / len(inside) / 1e9) if inside else None
-                truth[name] = {"scenario": scenario, "rank": rec.worker.rank, "rate_hz": rate, "seconds": seconds,
+                truth[name] = {"scenario": scenario, "rank": rec.rank, "rate_hz": rate, "seconds": seconds,
                                "mean_step_s": mean, "steps": len(inside)}
                 print(name, truth[name], flush=True)
             time.sleep(1)

@@ -34,12 +34,30 @@ def interrupt_recorders(procs: list[subprocess.Popen[bytes]]) -> None:
             proc.wait()
 
 @dataclass
-class _Recording:
+class Recording:
+    """One rank's `py-spy record` under way."""
+
     rank: int
     pid: int
     proc: subprocess.Popen[bytes]
     out: Path
     started_ns: int
+
+
+def start_recorder(pyspy: str, pid: int, seconds: int, rate_hz: int, fmt: str, out: Path) -> subprocess.Popen[bytes]:
+    """One `py-spy record --nonblocking --idle --threads` of a process (never pausing it), in a session of its own:
+    a SIGTERM or SIGHUP sent to attach's process group must not kill it before it is asked to write what it has."""
+    return subprocess.Popen([pyspy, "record", "--pid", str(pid), "--rate", str(rate_hz), "--duration", str(seconds),
+                             "--nonblocking", "--idle", "--threads", "--format", fmt, "--output", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def recording_problem(rec: Recording, err: str) -> str:
+    """Why a rank's recording has no samples, from py-spy's stderr (`err`, not empty)."""
+    if "permission" in err.lower() or "operation not permitted" in err.lower():
+        return f"no permission to sample rank {rec.rank} (pid {rec.pid}): {PERMISSION_HINT}"
+    return f"no samples of rank {rec.rank} (pid {rec.pid}): {err.strip().splitlines()[-1][:200]}"
 
 
 class ProfileSampler:
@@ -59,7 +77,7 @@ class ProfileSampler:
         self.state = "waiting"
         self._pyspy: str | None = None
         self._started = 0.0
-        self._recordings: list[_Recording] = []
+        self._recordings: list[Recording] = []
         self._done = False
 
     def start(self, ctx: LiveContext) -> None:
@@ -85,17 +103,12 @@ class ProfileSampler:
         folder.mkdir(parents=True, exist_ok=True)
         for w in ctx.alive():
             out = folder / f"rank-{w.rank}.txt"
-            cmd = [self._pyspy, "record", "--pid", str(w.pid), "--rate", str(self.rate_hz), "--duration",
-                   str(max(1, round(self.seconds))), "--nonblocking", "--idle", "--threads", "--format", "raw",
-                   "--output", str(out)]
             try:
-                # its own session: a SIGTERM or SIGHUP sent to attach's process group (a scheduler, a closed
-                # terminal) must not kill it before `stop` asks it, with SIGINT, to write what it has
-                proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+                proc = start_recorder(self._pyspy, w.pid, max(1, round(self.seconds)), self.rate_hz, "raw", out)
             except OSError as exc:
                 ctx.note(f"profile: could not start py-spy for rank {w.rank} ({exc})")
                 continue
-            self._recordings.append(_Recording(w.rank, w.pid, proc, out, time.time_ns()))
+            self._recordings.append(Recording(w.rank, w.pid, proc, out, time.time_ns()))
         if not self._recordings:
             self._done = True
         self.state = f"recording {len(self._recordings)} rank(s) for {self.seconds:.0f}s at {self.rate_hz} Hz"
@@ -109,11 +122,8 @@ class ProfileSampler:
                 meta = {"rank": rec.rank, "pid": rec.pid, "host": ctx.host, "rate_hz": self.rate_hz,
                         "duration_s": (time.time_ns() - rec.started_ns) / 1e9, "started_ns": rec.started_ns}
                 atomic_write_text(rec.out.with_suffix(".json"), json.dumps(meta) + "\n")
-            elif "permission" in err.lower() or "operation not permitted" in err.lower():
-                ctx.note(f"profile: no permission to sample rank {rec.rank} (pid {rec.pid}): {PERMISSION_HINT}")
             else:
-                last = err.strip().splitlines()[-1] if err.strip() else f"exit status {rec.proc.returncode}"
-                ctx.note(f"profile: no samples of rank {rec.rank} (pid {rec.pid}): {last}")
+                ctx.note("profile: " + recording_problem(rec, err if err.strip() else f"exit status {rec.proc.returncode}"))
         self._done = True
         self.state = f"{recorded} of {len(self._recordings)} rank(s) recorded ({self.seconds:.0f}s at {self.rate_hz} Hz)"
         if recorded and self.judge and not ctx.progress.suspicion:

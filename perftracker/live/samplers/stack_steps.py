@@ -9,10 +9,8 @@ record (`"source": "stacks"`) in `steps/rank-<r>.jsonl` and in the `StepFeed`.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +18,13 @@ from perftracker.collectors.stacks.chrometrace import read_burst
 from perftracker.errors import InputError
 from perftracker.live.attach.discovery import Worker
 from perftracker.live.sampler import LiveContext
-from perftracker.live.samplers.profile_sampler import interrupt_recorders
-from perftracker.live.samplers.stacks import PERMISSION_HINT, find_pyspy
+from perftracker.live.samplers.profile_sampler import (
+    Recording,
+    interrupt_recorders,
+    recording_problem,
+    start_recorder,
+)
+from perftracker.live.samplers.stacks import find_pyspy
 from perftracker.live.samplers.step_feed import StepFeed
 from perftracker.rundir import append_jsonl, step_file
 from perftracker.store.stack_bursts import StackBurst
@@ -29,19 +32,6 @@ from perftracker.store.stack_bursts import StackBurst
 STACKS_SOURCE = "stacks"  # the `source` of a step record made from a burst
 SAMPLES_PER_BURST = 250
 WAIT_GRACE_S = 5.0  # beyond its duration, a recorder gets this long before it is interrupted
-
-
-def burst_command(pyspy: str, pid: int, seconds: int, rate_hz: int, out: Path) -> list[str]:
-    """The py-spy command that records one burst of one process (never pausing it)."""
-    return [pyspy, "record", "--pid", str(pid), "--rate", str(rate_hz), "--duration", str(seconds),
-            "--nonblocking", "--idle", "--threads", "--format", "chrometrace", "--output", str(out)]
-
-
-@dataclass
-class _Recorder:
-    worker: Worker
-    proc: subprocess.Popen[bytes]
-    out: Path
 
 
 class BurstRound:
@@ -55,7 +45,7 @@ class BurstRound:
         self.rate_hz = rate_hz
         self.folder = folder
         self.started_ns = 0
-        self.recorders: list[_Recorder] = []
+        self.recorders: list[Recording] = []
         self.errors: list[str] = []
 
     def start(self, workers: list[Worker]) -> None:
@@ -63,13 +53,11 @@ class BurstRound:
         for w in workers:
             out = self.folder / f"rank-{w.rank}.chrometrace.json"
             try:
-                proc = subprocess.Popen(burst_command(self.pyspy, w.pid, self.seconds, self.rate_hz, out),
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                        start_new_session=True)
+                proc = start_recorder(self.pyspy, w.pid, self.seconds, self.rate_hz, "chrometrace", out)
             except OSError as exc:
                 self.errors.append(f"could not start py-spy for rank {w.rank} ({exc})")
                 continue
-            self.recorders.append(_Recorder(w, proc, out))
+            self.recorders.append(Recording(w.rank, w.pid, proc, out, self.started_ns))
 
     def done(self) -> bool:
         late = time.time_ns() > self.started_ns + int((self.seconds + WAIT_GRACE_S) * 1e9)
@@ -89,18 +77,13 @@ class BurstRound:
             if rec.proc.stderr:
                 rec.proc.stderr.close()
             if not rec.out.is_file() or rec.out.stat().st_size == 0:
-                low = err.lower()
-                if "permission" in low or "operation not permitted" in low:
-                    self.errors.append(f"no permission to sample rank {rec.worker.rank} (pid {rec.worker.pid}): "
-                                       f"{PERMISSION_HINT}")
-                elif err.strip():
-                    self.errors.append(f"no samples of rank {rec.worker.rank} (pid {rec.worker.pid}): "
-                                       f"{err.strip().splitlines()[-1][:200]}")
+                if err.strip():
+                    self.errors.append(recording_problem(rec, err))
                 continue
             try:
-                bursts.append(read_burst(rec.out, rec.worker.rank, self.rate_hz, self.started_ns))
+                bursts.append(read_burst(rec.out, rec.rank, self.rate_hz, self.started_ns))
             except InputError as exc:
-                self.errors.append(f"rank {rec.worker.rank}'s burst not read: {exc.message}")
+                self.errors.append(f"rank {rec.rank}'s burst not read: {exc.message}")
         return bursts
 
 
