@@ -1,4 +1,4 @@
-"""Record real sampled-stack bursts of the live test's ~120 ms sleeping loop (tests/live/test_stack_steps.py) on a
+"""Record real sampled-stack bursts of the live test's ~120 ms sleeping loop (tests/live/samplers/test_stack_steps.py) on a
 machine made busy on purpose, and keep those whose period the estimator gets wrong.
 
 Promise: ``python scripts/record_loaded_loop_bursts.py OUT [--busy N] [--bursts K] [--seconds S] [--rate R]

@@ -53,14 +53,8 @@ class SamplerOptions:
 
 
 def watch_rates(options: SamplerOptions) -> SamplerOptions:
-    """The steady state of --watch: NVML and RDMA every 10 s, net every 30 s (queue stats every 5 minutes, link
-    state every 2 s, the job's interfaces and peers looked up again every 10 minutes; a shorter flap still shows in the carrier-change
-    counters), new step records read every second, stack requests and stalls checked every second (the hang
-    rule needs 10 s of no step), a non-blocking stack round every 60 s when no step came in between (the
-    stack half of the hang rule, for jobs without steps or once they stopped), no start-up stack recording
-    (the baseline takes its place), NCCL logs and Inspector output copied every 5 s (nothing judges them live; an
-    incident's analysis comes after its 10 s recording, and the session's end copies the rest).
-    Returns new options; `options` is left as it was."""
+    """The steady state of --watch (docs/internals/live.md): slower counters, steps and logs, stack rounds only
+    while no step comes, no start-up recording. Returns new options; `options` is left as it was."""
     return replace(
         options,
         interval_s=max(options.interval_s, 10.0),

@@ -41,9 +41,8 @@ def thread_cpu_s() -> dict[str, float]:
 
 
 class GcClock:
-    """How many passes the cyclic collector made per generation since `start()` (`gc.get_stats()`). Counted, not
-    timed: a `gc.callbacks` hook would run Python code inside every pass, and a SIGTERM's KeyboardInterrupt raised
-    there is lost (an exception in a collector callback is only printed), so the session would not stop."""
+    """How many passes the cyclic collector made per generation since `start()`: counted, not timed (a callback
+    inside every pass would swallow a SIGTERM's KeyboardInterrupt)."""
 
     __slots__ = ("_at_start",)
 

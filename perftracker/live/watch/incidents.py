@@ -142,11 +142,8 @@ def copy_window(ctx: LiveContext, evidence: Path) -> None:
 
 
 def record_profiles(ctx: LiveContext, folder: Path, seconds: float, rate_hz: int, stop: threading.Event) -> None:
-    """Every rank's stacks side by side for `seconds` (py-spy record, non-blocking); stops early on `stop`. The
-    ranks' scheduler accounting is read at its start and its end (`sched/<host>.sched.jsonl` beside `folder`):
-    how much of the window each rank waited for a CPU; their main threads' states every STATE_EVERY_S
-    (jittered) through it (`sched/<host>.states.jsonl`): which rank is stopped, runs or sleeps while the others
-    wait."""
+    """Every rank's stacks side by side for `seconds` (stops early on `stop`), with the ranks' scheduler records at
+    its start and end and their main threads' states every STATE_EVERY_S through it (`sched/` beside `folder`)."""
     sched_snapshot(ctx, folder.parent / "sched")
     recorder = ProfileSampler(seconds=seconds, rate_hz=rate_hz, delay_s=0.0, out_dir=folder, judge=False)
     recorder.start(ctx)

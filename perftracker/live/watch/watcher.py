@@ -2,9 +2,8 @@
 online rule fires.
 
 `WatchSampler` takes new step records into per-rank series once a second and asks `ctx.diagnosis` about
-degradation, a hang and this host's counters; once armed it records a baseline, and when a rule fires it
-captures an incident in its own thread (`incidents.py`), rate- and disk-limited. `WatchState` is what the
-panel and `--prom` show.
+degradation, a hang and this host's counters; once armed it records a baseline; a rule that fires opens an
+incident (`incidents.py`), rate- and disk-limited. `WatchState` is what the panel and `--prom` show.
 """
 
 from __future__ import annotations

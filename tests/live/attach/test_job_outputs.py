@@ -21,7 +21,7 @@ from perftracker.live.samplers.inspector_sampler import InspectorSampler, inspec
 from perftracker.live.samplers.steps_sampler import StepsSampler
 
 T0 = 1_750_000_000 * 10**9
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "inspector" / "straggler" / "node-b-pid4105.log"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "inspector" / "straggler" / "node-b-pid4105.log"
 
 # A child that holds train.log open for writing and a trace file open too, prints to its stdout (a file or a
 # pipe, as the test chooses), and writes torchtitan lines to train.log as the test asks (one per line on stdin).

@@ -19,13 +19,13 @@ import pytest
 
 from perftracker.live.samplers.stacks import find_pyspy
 
-from .conftest import launch_job, stop_job, wait_steps, wait_workers
+from ..conftest import launch_job, stop_job, wait_steps, wait_workers
 from .watch_helpers import duty_cycle, step_of, wait_baseline, wait_incident
 
 SLOWED = 2
 JOB = ["--steps", "100000", "--print-steps", "--step-sleep", "0.03", "--width", "64", "--batch", "16"]
 # This 2-core machine, shared with other test runs, moves a clean 4-rank job's step time by tens of percent; the
-# duty cycle makes it 2-3x slower, so the rule asks for +60% (as tests/live/test_watch_stacks.py).
+# duty cycle makes it 2-3x slower, so the rule asks for +60% (as tests/live/watch/test_watch_stacks.py).
 RISE = "0.6"
 STEPS_OFF = 40  # the change step found within this many steps of the step the slowdown began at
 

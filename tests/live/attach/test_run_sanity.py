@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.live.test_run import free_port
+from tests.live.attach.test_run import free_port
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 JOB = "import os, pathlib; pathlib.Path(os.environ['MARK']).joinpath(os.environ['RANK']).write_text('ran')\n"
 
 

@@ -24,7 +24,7 @@ from perftracker.live.sampler import LiveContext
 from perftracker.live.samplers.stacks import StackSampler, find_pyspy
 from perftracker.store import Store
 
-from .conftest import attach_command, launch_job, stop_job, wait_steps, wait_workers
+from ..conftest import attach_command, launch_job, stop_job, wait_steps, wait_workers
 
 C10D = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
 LOGGER = "/venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py"

@@ -21,7 +21,7 @@ from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.collectors.stacks.samples import parse_raw
 from tests.live.conftest import attach_command, launch_job, stop_job, wait_steps, wait_workers
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "profiles"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "profiles"
 MAIN = "thread (11): MainThread;<module> (train.py:90);main (train.py:50)"
 
 

@@ -22,7 +22,7 @@ from perftracker.live.attach.discovery import Job, Worker
 from perftracker.live.sampler import LiveContext
 from perftracker.live.samplers.steps_sampler import StepsSampler
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 T0 = 1_800_000_000_000_000_000
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from perftracker.live.samplers.stacks import find_pyspy
 
-from .conftest import launch_job, stop_job, wait_steps, wait_workers
+from ..conftest import launch_job, stop_job, wait_steps, wait_workers
 from .watch_helpers import duty_cycle, incidents, named_by, wait_incident
 
 JOB = ["--steps", "3000", "--step-sleep", "0.1", "--width", "256", "--batch", "256"]

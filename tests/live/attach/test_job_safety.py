@@ -21,7 +21,7 @@ from test_redaction import PLANTED_ARGS, PLANTED_ENV, PLANTED_VALUES
 
 from tests.live.conftest import attach_command
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RANK_ENV = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 LINES = 16000  # ~1 MB of output, four times what the disk below holds
 FILLS_THE_DISK = f"""

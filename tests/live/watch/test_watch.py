@@ -17,7 +17,7 @@ import pytest
 
 from perftracker.live.samplers.stacks import find_pyspy
 
-from .conftest import launch_job, stop_job, wait_steps, wait_workers
+from ..conftest import launch_job, stop_job, wait_steps, wait_workers
 from .watch_helpers import duty_cycle, incidents, named_by, step_of, wait_baseline, wait_incident
 
 DETECT_STEPS = 30  # an incident opens within 3 x N steps after the slowdown began (8 to 27 measured here)
