@@ -39,7 +39,6 @@ class OutputCopier:
         self.name = name
         self.copy = copy
         self.copied_bytes = 0
-        self.passed_bytes = 0
         self.lost_passthrough_bytes = 0
         self._source = source
         self._sink_fd = _fd_of(sink)
@@ -122,8 +121,6 @@ class OutputCopier:
                 self._sink_stream.flush()
             else:  # our side is closed: the chunk is drained, not shown
                 self.lost_passthrough_bytes += len(chunk)
-                return
-            self.passed_bytes += len(chunk)
         except (BrokenPipeError, ValueError, TypeError):  # nobody reads our output any more (or cannot): keep draining
             self._sink_fd, self._sink_stream = None, None
             self.lost_passthrough_bytes += len(chunk)
