@@ -27,11 +27,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from perftracker.analyzers.online.diagnosis import AnalyzerDiagnosis
-from perftracker.live.discovery import Job, Worker
+from perftracker.live.attach.discovery import Job, Worker
 from perftracker.live.sampler import LiveContext
-from perftracker.live.step_feed import StepFeed
-from perftracker.live.steps_sampler import LineTail, StepsSampler, _HookedRank
-from perftracker.live.watch import WatchOptions, WatchSampler
+from perftracker.live.samplers.step_feed import StepFeed
+from perftracker.live.samplers.steps_sampler import LineTail, StepsSampler, _HookedRank
+from perftracker.live.watch.watcher import WatchOptions, WatchSampler
 from perftracker.rundir import step_file
 
 STEP_NS = 85_000_000

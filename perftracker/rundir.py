@@ -14,10 +14,10 @@ Layout (format version 1)::
                                         reads it), with rank-<r>.json: rank, pid, host, rate_hz, duration_s
     <run>/manifests/<host>.json         one manifest per host when several hosts write into one run directory
     <run>/output/                       the job's stdout/stderr and log files as run and attach copied them
-    <run>/ranks/rank-<r>.json           each rank's registration by the in-job hook (live/hook_spool.py)
+    <run>/ranks/rank-<r>.json           each rank's registration by the in-job hook (live/attach/hook_spool.py)
     <run>/requests/                     requests to the attached collector (touch requests/stacks: a stack dump)
     <run>/incidents/<ts>-<kind>-<host>/ attach/run --watch: incident.json, evidence/ (a run directory),
-                                        findings.json, report.html, tables/ (live/incidents.py)
+                                        findings.json, report.html, tables/ (live/watch/incidents.py)
     <run>/incidents/baseline-<host>/    the healthy window <host>'s watcher recorded once armed
     <run>/sanity/                       run --sanity: the check before the job (SANITY_DIR; not an input)
 

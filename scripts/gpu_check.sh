@@ -70,7 +70,7 @@ if not rmap.empty:
     print(rmap[["rank", "host", "gpu", "gpu_source"]].to_string(index=False))
 print("gpu_links findings:", [f.title for f in analyze_gpu_links(store)] or "none")
 import time, pynvml
-from perftracker.live.nvml_read import read_metrics
+from perftracker.live.samplers.nvml_read import read_metrics
 pynvml.nvmlInit()
 wall, cpu = time.perf_counter(), time.process_time()
 count = pynvml.nvmlDeviceGetCount()

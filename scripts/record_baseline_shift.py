@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 
 from sample_job_runner import duty_cycle, free_port, job_command, worker_pids
 
-from perftracker.live.stacks import find_pyspy
+from perftracker.live.samplers.stacks import find_pyspy
 from perftracker.rundir import host_name
 
 RATE_HZ = 20
@@ -105,7 +105,7 @@ def main() -> int:
         while len(worker_pids(job.pid)) < 2 and job.poll() is None:
             time.sleep(0.2)
         pids = worker_pids(job.pid)
-        time.sleep(0.5)  # attached at once, as tests/live/test_watch.py: its own start-up load is then part of the best
+        time.sleep(0.5)  # attached at once, as tests/live/watch/test_watch.py: its own start-up load is then part of the best
         attach = subprocess.Popen([sys.executable, "-m", "perftracker", "attach", f"pid:{job.pid}", "-o", str(watch),
                                    "--quiet", "--watch", "--no-analyze", "--incident-seconds", str(args.seconds),
                                    "--watch-rise", str(args.rise)],

@@ -4,7 +4,7 @@ bursts of a real 2-rank job, with the job's own step times as the truth.
 Promise: ``python scripts/record_stack_bursts.py OUT [--scenario clean|slowed|hung ...] [--seconds S] [--rate R]
 [--bursts K]`` runs, per scenario, a 2-rank torchrun job of ``scripts/sample_job.py`` (CPU, gloo, no hook,
 ``--step-sleep 0.08``: ~90 ms steps) and records K bursts of both ranks side by side exactly as the watcher's
-stack-steps sampler does (`live/stack_steps.py`: ``py-spy record --nonblocking --idle --threads --format
+stack-steps sampler does (`live/samplers/stack_steps.py`: ``py-spy record --nonblocking --idle --threads --format
 chrometrace``), each into ``OUT/<scenario>-<k>-rank<r>.json.gz``; ``OUT/truth.json`` holds, per file, the mean
 step time of that rank's steps that ended inside the burst (from the job's own step files) and how many:
 
@@ -36,9 +36,9 @@ sys.path.insert(0, str(REPO))
 
 from sample_job_runner import duty_cycle, free_port, job_command, worker_pids
 
-from perftracker.live.discovery import Worker
-from perftracker.live.stack_steps import BurstRound
-from perftracker.live.stacks import find_pyspy
+from perftracker.live.attach.discovery import Worker
+from perftracker.live.samplers.stack_steps import BurstRound
+from perftracker.live.samplers.stacks import find_pyspy
 
 JOB_ARGS = ["--steps", "100000", "--profile-steps", "0", "--width", "64", "--batch", "16", "--step-sleep", "0.08"]
 
@@ -99,13 +99,13 @@ def record(out: Path, scenario: str, seconds: int, rate: int, bursts: int, truth
                 time.sleep(0.2)
             end_ns = rnd.started_ns + int(seconds * 1e9)
             for rec in rnd.recorders:
-                name = f"{scenario}-{k}-rank{rec.worker.rank}.json.gz"
+                name = f"{scenario}-{k}-rank{rec.rank}.json.gz"
                 with open(rec.out, "rb") as src, gzip.open(out / name, "wb") as dst:
                     shutil.copyfileobj(src, dst)
-                inside = [s for s in _steps(work / "job", rec.worker.rank)
+                inside = [s for s in _steps(work / "job", rec.rank)
                           if rnd.started_ns <= s["start_ns"] and s["end_ns"] <= end_ns]
                 mean = (sum(s["end_ns"] - s["start_ns"] for s in inside) / len(inside) / 1e9) if inside else None
-                truth[name] = {"scenario": scenario, "rank": rec.worker.rank, "rate_hz": rate, "seconds": seconds,
+                truth[name] = {"scenario": scenario, "rank": rec.rank, "rate_hz": rate, "seconds": seconds,
                                "mean_step_s": mean, "steps": len(inside)}
                 print(name, truth[name], flush=True)
             time.sleep(1)

@@ -43,7 +43,7 @@ from sample_job_runner import duty_cycle, free_port, job_command, worker_pids
 
 from perftracker.collectors.counters.proc_state import state_record
 from perftracker.collectors.counters.sched import snapshot_record
-from perftracker.live.incidents import STATE_EVERY_S, STEPS_TAIL_BYTES, copy_tail
+from perftracker.live.watch.incidents import STATE_EVERY_S, STEPS_TAIL_BYTES, copy_tail
 from perftracker.rundir import host_name
 
 JOB_ARGS = ["--steps", "100000", "--profile-steps", "0", "--print-steps", "--step-sleep", "0.03", "--width", "64",

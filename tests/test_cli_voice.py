@@ -92,9 +92,9 @@ def _calls(path: Path) -> list[tuple[int, str]]:
 HOST_SOURCES_ALLOWED = {
     "rundir.py": {"gethostname", "PERFTRACKER_HOST"},
     "hooks/__init__.py": {"host_name"},
-    "live/follow.py": {"gethostname"},
-    "live/inspector_sampler.py": {"gethostname"},  # NCCL names Inspector files by gethostname(), as %h for follow.py
-    "live/launch.py": {"PERFTRACKER_HOST"},
+    "live/samplers/follow.py": {"gethostname"},
+    "live/samplers/inspector_sampler.py": {"gethostname"},  # NCCL names Inspector files by gethostname(), as %h for follow.py
+    "live/attach/launch.py": {"PERFTRACKER_HOST"},
     "cli/options.py": {"PERFTRACKER_HOST"},
 }
 

@@ -1,7 +1,7 @@
 """`perftracker attach <job>`: collect from a running job without restarting it, then diagnose.
 
 Ctrl-C, SIGTERM and SIGHUP (a user, a scheduler, a closed terminal) all stop it the same way
-(`live/interrupts.py`): the samplers stop, everything collected is kept, the manifests are written,
+(`live/attach/interrupts.py`): the samplers stop, everything collected is kept, the manifests are written,
 and the run directory is analyzed unless `--no-analyze`. An `-o` that cannot be written is said
 before attaching (exit 2).
 """
@@ -42,9 +42,9 @@ from perftracker.cli.options import (
 )
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, terminal
 from perftracker.errors import PerftrackerError
+from perftracker.live.attach.discovery import find_job, job_label
+from perftracker.live.attach.interrupts import Interrupts
 from perftracker.live.collectors import SamplerOptions, build_samplers, watch_rates
-from perftracker.live.discovery import find_job, job_label
-from perftracker.live.interrupts import Interrupts
 from perftracker.live.sampler import LiveContext
 from perftracker.live.session import WATCH_TICK_S, run_session
 from perftracker.reports.text import print_summary, printable

@@ -7,7 +7,7 @@ kind, state, the step it began at, the ranks its findings name (else the ranks w
 without incidents says so (exit 0); a RUN that is not a folder is exit 2. `analyze_incident` is the
 `IncidentReporter` the watcher is handed: the ordinary pipeline on the incident's evidence, its outputs
 (findings.json, report.html, tables/) written into the incident's folder. `watch_options` hands the command
-line to `live/watch_setup.py` (the watcher's options and `--prom`'s publisher) with that reporter.
+line to `live/watch/setup.py` (the watcher's options and `--prom`'s publisher) with that reporter.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.online.step_rules import DEFAULT_RISE, DEFAULT_WINDOW
 from perftracker.cli.voice import add_command, terminal
 from perftracker.errors import InputError
-from perftracker.live.incidents import INCIDENT_FILE, IncidentVerdict
-from perftracker.live.prom import PromPublisher
-from perftracker.live.watch import WatchOptions
-from perftracker.live.watch_setup import watch_setup
+from perftracker.live.watch.incidents import INCIDENT_FILE, IncidentVerdict
+from perftracker.live.watch.prom import PromPublisher
+from perftracker.live.watch.setup import watch_setup
+from perftracker.live.watch.watcher import WatchOptions
 from perftracker.output_names import REPORT
 from perftracker.reports.text import printable
 
@@ -64,7 +64,7 @@ def prom_option() -> Any:
 
 def watch_options(window: int, rise: float, prom: str | None, incident_seconds: float = 10.0,
                   thresholds: Mapping[str, object] | None = None) -> tuple[WatchOptions, PromPublisher | None]:
-    """The watcher's options (`live/watch_setup.py`); a UsageError for a bad N, X or --prom (before any work).
+    """The watcher's options (`live/watch/setup.py`); a UsageError for a bad N, X or --prom (before any work).
     `thresholds`: the command's --set / --thresholds, for the analysis of each incident."""
     return watch_setup(window, rise, prom, incident_seconds, partial(analyze_incident, thresholds=thresholds or {}))
 

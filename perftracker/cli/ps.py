@@ -8,7 +8,7 @@ from rich.text import Text
 
 from perftracker.cli.options import Host
 from perftracker.cli.voice import add_command, terminal
-from perftracker.live.discovery import denied_hint, job_label, list_jobs
+from perftracker.live.attach.discovery import denied_hint, job_label, list_jobs
 from perftracker.reports.text import printable
 from perftracker.rundir import host_name
 

@@ -49,11 +49,11 @@ from perftracker.cli.options import (
 )
 from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, say
 from perftracker.errors import OutputError, PerftrackerError, UsageError
+from perftracker.live.attach.discovery import Job, find_job
+from perftracker.live.attach.launch import LaunchOptions, RunningJob, exit_status, prepare_env
+from perftracker.live.attach.sanity_first import run_sanity, sanity_command
 from perftracker.live.collectors import SamplerOptions, build_samplers, watch_rates
-from perftracker.live.discovery import Job, find_job
-from perftracker.live.launch import LaunchOptions, RunningJob, exit_status, prepare_env
 from perftracker.live.sampler import LiveContext
-from perftracker.live.sanity_first import run_sanity, sanity_command
 from perftracker.live.session import WATCH_TICK_S, run_session
 from perftracker.output_names import REPORT
 from perftracker.redaction import redact_command
@@ -210,7 +210,7 @@ def run(
 
 
 def _sanity_first(command: list[str], run_dir: Path, time_box_s: float, refuse: bool) -> None:
-    """The check before the job (live/sanity_first.py); with `refuse`, exit REFUSED_EXIT instead of starting a job
+    """The check before the job (live/attach/sanity_first.py); with `refuse`, exit REFUSED_EXIT instead of starting a job
     that a node named for exclusion would slow, or whose nodes could not be checked."""
     if not 5 <= time_box_s <= 3600:
         raise UsageError(f"--sanity-time-box {time_box_s:g} is outside 5..3600 seconds", "--sanity-time-box")

@@ -5,20 +5,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from perftracker.live.env_snapshot import EnvSampler
-from perftracker.live.follow import FollowSampler
-from perftracker.live.inspector_sampler import InspectorSampler
-from perftracker.live.netdev_sampler import NetdevSampler
-from perftracker.live.nvml_sampler import NvmlSampler
-from perftracker.live.profile_sampler import ProfileSampler
-from perftracker.live.rdma_sampler import RdmaSampler
 from perftracker.live.sampler import Sampler
-from perftracker.live.stack_steps import StackStepsSampler
-from perftracker.live.stacks import StackSampler
-from perftracker.live.step_feed import StepFeed
-from perftracker.live.steps_sampler import StepsSampler
-from perftracker.live.traces import TraceSampler
-from perftracker.live.watch import WatchOptions, WatchSampler
+from perftracker.live.samplers.env_snapshot import EnvSampler
+from perftracker.live.samplers.follow import FollowSampler
+from perftracker.live.samplers.inspector_sampler import InspectorSampler
+from perftracker.live.samplers.netdev_sampler import NetdevSampler
+from perftracker.live.samplers.nvml_sampler import NvmlSampler
+from perftracker.live.samplers.profile_sampler import ProfileSampler
+from perftracker.live.samplers.rdma_sampler import RdmaSampler
+from perftracker.live.samplers.stack_steps import StackStepsSampler
+from perftracker.live.samplers.stacks import StackSampler
+from perftracker.live.samplers.step_feed import StepFeed
+from perftracker.live.samplers.steps_sampler import StepsSampler
+from perftracker.live.samplers.traces import TraceSampler
+from perftracker.live.watch.watcher import WatchOptions, WatchSampler
 
 
 @dataclass
@@ -53,14 +53,8 @@ class SamplerOptions:
 
 
 def watch_rates(options: SamplerOptions) -> SamplerOptions:
-    """The steady state of --watch: NVML and RDMA every 10 s, net every 30 s (queue stats every 5 minutes, link
-    state every 2 s, the job's interfaces and peers looked up again every 10 minutes; a shorter flap still shows in the carrier-change
-    counters), new step records read every second, stack requests and stalls checked every second (the hang
-    rule needs 10 s of no step), a non-blocking stack round every 60 s when no step came in between (the
-    stack half of the hang rule, for jobs without steps or once they stopped), no start-up stack recording
-    (the baseline takes its place), NCCL logs and Inspector output copied every 5 s (nothing judges them live; an
-    incident's analysis comes after its 10 s recording, and the session's end copies the rest).
-    Returns new options; `options` is left as it was."""
+    """The steady state of --watch (docs/internals/live.md): slower counters, steps and logs, stack rounds only
+    while no step comes, no start-up recording. Returns new options; `options` is left as it was."""
     return replace(
         options,
         interval_s=max(options.interval_s, 10.0),

@@ -1,14 +1,8 @@
 """The one seam through which live samplers ask for a verdict: `LiveDiagnosis`, and a default that judges nothing.
 
-Promise: live samplers collect (stack dumps, sampled stacks, step times) and decide nothing about
-them; whether the job looks stuck, how long a pause in steps is too long, and who straggles are
-judgments that live in `perftracker.analyzers` (the same rules the offline analyzers apply, so live and
-offline agree). The samplers reach them only through a `LiveDiagnosis` handed over in their
-`LiveContext` (`ctx.diagnosis`); the CLI wires in the analyzers' implementation
-(`perftracker.analyzers.online.AnalyzerDiagnosis`). A look at the ranks is rank -> `MainStack` (each
-rank's main thread as just dumped, with its voluntary context switches). `NoDiagnosis`, the
-default, says "nothing suspicious" to every question: the samplers still collect everything, but never
-take a hang dump or raise a suspicion on their own.
+Samplers collect and decide nothing; the judgments live in `perftracker.analyzers` and reach them only through
+the `LiveDiagnosis` in `ctx.diagnosis` (the CLI wires in `analyzers.online.AnalyzerDiagnosis`). `NoDiagnosis`
+says "nothing suspicious" to every question. A look at the ranks is rank -> `MainStack`.
 """
 
 from __future__ import annotations
@@ -27,85 +21,55 @@ Look = Mapping[int, MainStack]  # rank -> its main thread in one round of stack 
 
 
 class LiveDiagnosis(Protocol):
-    """The verdicts live samplers need; each answer is about data the sampler itself collected."""
+    """The verdicts live samplers need; each answer is about data the sampler itself collected. The defaults
+    judge nothing."""
 
     def hang_pattern(self, look: Look) -> str:
         """Why this one look at the ranks seems hung, as one line ("" when it does not)."""
-        ...
+        return ""
 
     def same_picture(self, before: Look, after: Look) -> bool:
         """Do two consecutive looks show the ranks in the same place (the same stacks twice)?"""
-        ...
+        return False
 
     def stayed_blocked(self, before: Look, after: Look, seconds: float) -> bool:
         """Did the ranks that should be blocked stay blocked between two looks `seconds` apart (False when
         they kept waking up: the job loops, it is not stuck)?"""
-        ...
+        return False
 
     def step_stall(self, quiet_ns: int | None, median_step_ns: int | None, steps_known: int) -> str | None:
         """Whether no step for `quiet_ns` (since the last step of any rank) is a stall: None when the steps
         known are too few to say, "" when steps keep coming, else the suspicion text."""
-        ...
+        return None
 
     def straggler_suspicion(self, profile_samples: pd.DataFrame) -> str:
         """The straggler these sampled stacks (a `profile_samples` table) show, as one line ("" when none)."""
-        ...
+        return ""
 
     def degradation_alarm(self, series: Sequence[StepSeries], window: int, rise: float) -> Alarm | None:
         """The watcher's question: did these ranks' recent steps (rank -1 = the job) get slower beyond noise:
         the mean of the last `window` steps more than `rise` above the recent best, with the step it began at?"""
-        ...
+        return None
 
     def step_period(self, burst: StackBurst) -> StepPeriod | None:
         """The iteration period one rank's sampled-stack burst shows (None: no clear period), for jobs with no other
         step signal."""
-        ...
+        return None
 
     def burst_alarm(self, series: Sequence[StepSeries], window: int, rise: float) -> Alarm | None:
         """The watcher's question for burst periods (one value per burst per rank): did they rise beyond noise?"""
-        ...
+        return None
 
     def hang_alarm(self, last_step: Mapping[int, int], last_step_ns: Mapping[int, int], median_step_ns: int | None,
                    steps_known: int, now_ns: int) -> Alarm | None:
         """The watcher's question: has the job stopped making progress (rank -> last step and its wall time)?"""
-        ...
+        return None
 
     def host_alarm(self, store: Store) -> Alarm | None:
         """The watcher's question: do these latest host counters (NVML, RDMA, net) show throttling, XIDs, link
         errors or flaps?"""
-        ...
+        return None
 
 
-class NoDiagnosis:
+class NoDiagnosis(LiveDiagnosis):
     """The default `LiveDiagnosis`: judges nothing, so a sampler never suspects anything by itself."""
-
-    def hang_pattern(self, look: Look) -> str:
-        return ""
-
-    def same_picture(self, before: Look, after: Look) -> bool:
-        return False
-
-    def stayed_blocked(self, before: Look, after: Look, seconds: float) -> bool:
-        return False
-
-    def step_stall(self, quiet_ns: int | None, median_step_ns: int | None, steps_known: int) -> str | None:
-        return None
-
-    def straggler_suspicion(self, profile_samples: pd.DataFrame) -> str:
-        return ""
-
-    def degradation_alarm(self, series: Sequence[StepSeries], window: int, rise: float) -> Alarm | None:
-        return None
-
-    def step_period(self, burst: StackBurst) -> StepPeriod | None:
-        return None
-
-    def burst_alarm(self, series: Sequence[StepSeries], window: int, rise: float) -> Alarm | None:
-        return None
-
-    def hang_alarm(self, last_step: Mapping[int, int], last_step_ns: Mapping[int, int], median_step_ns: int | None,
-                   steps_known: int, now_ns: int) -> Alarm | None:
-        return None
-
-    def host_alarm(self, store: Store) -> Alarm | None:
-        return None

@@ -1,67 +1,37 @@
 """The contract every live collector follows, and the shared context they run in.
 
-A sampler is started once, asked to `sample` every `interval_s` seconds from its own thread, and
-stopped once (also on Ctrl-C or when the job ends). It writes incrementally into the run directory
-(appends that survive a crash), never raises into the session (errors become notes), and reports a
-one-line status for the live panel. Samplers share facts through `LiveContext.progress`, and ask
-for verdicts only through `LiveContext.diagnosis` (`live/diagnosis.py`; by default it judges nothing).
+A sampler is started once, asked to `sample` every `interval_s` from its own thread, and stopped once; it
+appends into the run directory, never raises into the session (errors become notes) and gives a one-line
+status. Samplers share facts through `LiveContext.progress` and ask for verdicts only through
+`LiveContext.diagnosis`.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import psutil
 
+from perftracker.live.attach.discovery import Job, Worker
 from perftracker.live.diagnosis import LiveDiagnosis, NoDiagnosis
-from perftracker.live.discovery import Job, Worker
-from perftracker.live.step_state import StepState
+from perftracker.live.samplers.step_state import StepState
 
 
 @dataclass
 class Progress:
-    """What samplers learned that others use: the job's step progress (`steps`, the one `StepState` of the
-    session, which the steps sampler keeps) and the current suspicion."""
+    """What samplers learned that others use: the session's one `StepState` (the steps sampler keeps it), the
+    current suspicion, and a pending stack request."""
 
     steps: StepState = field(default_factory=StepState)
     suspicion: str = ""
     hang_requested: bool = False
     requested_at: float = 0.0  # epoch s the request names (a request file's mtime), 0 = now
-
-    @property
-    def last_step(self) -> dict[int, int]:
-        """rank -> last step seen."""
-        return self.steps.last_step
-
-    @last_step.setter
-    def last_step(self, value: dict[int, int]) -> None:
-        self.steps.last_step = value
-
-    @property
-    def last_step_ns(self) -> dict[int, int]:
-        """rank -> wall time (ns) its last step ended."""
-        return self.steps.last_step_ns
-
-    @last_step_ns.setter
-    def last_step_ns(self, value: dict[int, int]) -> None:
-        self.steps.last_step_ns = value
-
-    @property
-    def step_durations_ns(self) -> list[int]:
-        """The recent step durations of all ranks (a copy)."""
-        return list(self.steps.recent)
-
-    @step_durations_ns.setter
-    def step_durations_ns(self, value: list[int]) -> None:
-        self.steps.set_durations(value)
-
-    def median_step_ns(self) -> int | None:
-        """The job's typical step (`StepState.median_step_ns`: one definition for every live question)."""
-        return self.steps.median_step_ns()
 
 
 @dataclass
@@ -102,6 +72,13 @@ class LiveContext:
 
 
 _PROC_STAT = Path("/proc/self/stat").exists()
+
+
+def append_records(path: Path, records: Iterable[Mapping[str, Any]]) -> None:
+    """Append records as JSON lines in one write (the counters' and incidents' files)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as out:
+        out.write("".join(json.dumps(rec) + "\n" for rec in records))
 
 
 def stat_fields(path: str) -> list[bytes] | None:

@@ -1,14 +1,9 @@
 """Run samplers side by side against a live job, show a live status, and stop cleanly.
 
-Each sampler runs in its own thread at its own interval; an exception in one becomes a note and
-the others go on. Stack dumps can be asked for meanwhile (`live/requests.py`). The session ends when the duration is over, when every worker has exited, or on
-Ctrl-C (and, with `live/interrupts.py` installed, on SIGTERM or SIGHUP alike); samplers are then
-stopped (flushing what they hold, with further signals held off) and the host's manifest is
-written, with where attach's CPU went (`cpu_s`: each collector's `sample` calls, the process, its children, each
-thread's own time and the garbage collector's passes: `live/cpu_account.py`). A session that runs until the job ends
-(no duration: `--watch`, `run`) moves the objects that survived start-up out of the collector's way (`gc.freeze`)
-once its samplers started, and gives them back when it ends. Nothing already written is ever removed. A manifest that cannot be written (a full disk)
-is an OutputError, raised once everything else is stopped.
+Each sampler runs in its own thread; an exception in one becomes a note. The session ends at the duration,
+when every worker exited, or on Ctrl-C / SIGTERM / SIGHUP; the samplers are then stopped and the host's
+manifest written (with where attach's CPU went). A manifest that cannot be written is an OutputError.
+Design notes: docs/internals/live.md.
 """
 
 from __future__ import annotations
@@ -28,9 +23,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from perftracker.errors import output_error
-from perftracker.live.cpu_account import GcClock, freeze_startup_objects, thread_cpu_s
-from perftracker.live.interrupts import Interrupts
-from perftracker.live.requests import RequestWatcher
+from perftracker.live.attach.cpu_account import GcClock, freeze_startup_objects, thread_cpu_s
+from perftracker.live.attach.interrupts import Interrupts
+from perftracker.live.attach.requests import RequestWatcher
 from perftracker.live.sampler import LiveContext, Sampler
 from perftracker.rundir import MANIFEST, atomic_write_text, write_manifest
 
@@ -65,13 +60,13 @@ def _panel(ctx: LiveContext, samplers: Sequence[Sampler], elapsed: float, durati
     table.add_column("status", overflow="fold")
     for s in samplers:
         table.add_row(s.name, s.status())
-    steps = ctx.progress
+    steps = ctx.progress.steps
     if steps.last_step:
         med = steps.median_step_ns()
         rate = f"{1e9 / med:.2f} steps/s" if med else "?"
         table.add_row("steps", f"last step {max(steps.last_step.values())}, {rate}")
-    if steps.suspicion:
-        table.add_row("[bold red]suspicion[/]", escape(steps.suspicion))  # stack text is untrusted
+    if ctx.progress.suspicion:
+        table.add_row("[bold red]suspicion[/]", escape(ctx.progress.suspicion))  # stack text is untrusted
     return table
 
 

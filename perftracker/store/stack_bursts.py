@@ -1,6 +1,6 @@
 """One rank's short sampled-stack recording in time order, and the iteration period read from it: the record
 shapes shared by the reader (`collectors/stacks/chrometrace.py`), the estimator
-(`analyzers/online/step_period.py`) and the live sampler of the step signal from stacks (`live/stack_steps.py`).
+(`analyzers/online/step_period.py`) and the live sampler of the step signal from stacks (`live/samplers/stack_steps.py`).
 
 Promise: plain, typed records with no behaviour. A `StackBurst` holds the main thread's stacks as py-spy's
 `record --format chrometrace` gives them: the times (seconds from the recording's start) at which the sampled

@@ -1,7 +1,7 @@
 """Every module path and repository file named in the docs, the README and the package's docstrings exists.
 
 A reference is a path with a known extension (`analyzers/traces/idle.py`, `sample_traces/README.md`), a
-bare module file name (`voice.py`) or a dotted module path (`perftracker.live.incidents`). A path is found
+bare module file name (`voice.py`) or a dotted module path (`perftracker.live.watch.incidents`). A path is found
 when a file of the repository ends with it (docstrings name modules relative to their package, e.g.
 `rootcause/causality.py` inside analyzers/); a dotted path when it imports, or names an attribute of a
 module that does. Placeholders (`rank-<r>.json`, `*.py`) and paths under an output folder the user names

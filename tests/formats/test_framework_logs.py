@@ -15,7 +15,7 @@ import pytest
 import perftracker
 from perftracker.formats import framework_steps
 from perftracker.formats.log_lines import launcher_prefix, line_rank
-from perftracker.live import steps_sampler
+from perftracker.live.samplers import steps_sampler
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "framework_logs"
 

@@ -17,9 +17,9 @@ from perftracker.analyzers.health.rdma_pfc import analyze_rdma_pfc, pfc_series
 from perftracker.analyzers.rootcause import link_findings
 from perftracker.collectors.counters.ethtool import flow_control, parse_ethtool_stats, read_ethtool
 from perftracker.collectors.counters.inputs import load_counter_inputs
-from perftracker.live.discovery import Job
-from perftracker.live.rdma_sampler import RdmaSampler
+from perftracker.live.attach.discovery import Job
 from perftracker.live.sampler import LiveContext
+from perftracker.live.samplers.rdma_sampler import RdmaSampler
 from perftracker.store.schema import conform
 
 from .conftest import ETHTOOL_FIXTURE, FakeEthtool, FakeRdmaNode, counter_store
@@ -110,7 +110,7 @@ def test_live_sampler_adds_ethtool_counters_of_roce_ports(tmp_path: Path, monkey
 
 def test_sampler_without_ethtool_says_how_to_get_pfc_counters(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN a RoCE node on a host without the ethtool program
-    monkeypatch.setattr("perftracker.live.rdma_sampler.shutil.which", lambda name: None)
+    monkeypatch.setattr("perftracker.live.samplers.rdma_sampler.shutil.which", lambda name: None)
     node = FakeRdmaNode(tmp_path / "sys", "h", devices=("mlx5_0",), link_layer="Ethernet", netdev="eth")
     ctx = LiveContext(run_dir=tmp_path / "run", job=Job([]), host="h", sysfs_root=tmp_path / "sys")
     sampler = RdmaSampler()

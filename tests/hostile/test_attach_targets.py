@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from perftracker.cli import app
 from perftracker.errors import InputError
-from perftracker.live.discovery import find_job, list_jobs
+from perftracker.live.attach.discovery import find_job, list_jobs
 
 
 @pytest.mark.parametrize("spec", ["pid:-5", "pid:12abc", "pid:", "pid:99999999999999999999"])

@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 from net.conftest import FakeNetNode
+from perftracker.live.attach.discovery import find_job
 from perftracker.live.collectors import SamplerOptions, build_samplers
-from perftracker.live.discovery import find_job
-from perftracker.live.netdev_sampler import NetdevSampler
 from perftracker.live.sampler import LiveContext
+from perftracker.live.samplers.netdev_sampler import NetdevSampler
 
 
 def _worker(env: dict[str, str]) -> subprocess.Popen[bytes]:

@@ -20,7 +20,7 @@ from perftracker.analyzers.findings import Finding
 from perftracker.analyzers.online.baseline_shift import analyze_baseline_shift, is_wait_frame
 from perftracker.cli.incidents import analyze_incident
 from perftracker.collectors.loading import LoadOptions, load_path
-from perftracker.live.incidents import copy_baseline, step_started_ns
+from perftracker.live.watch.incidents import copy_baseline, step_started_ns
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SHIFT = FIXTURES / "baseline_shift"

@@ -1,4 +1,4 @@
-"""The live watcher (live/watch.py) with a stand-in diagnosis: arming, incidents and their rate limits and disk cap,
+"""The live watcher (live/watch/watcher.py) with a stand-in diagnosis: arming, incidents and their rate limits and disk cap,
 the metrics of --prom, and `perftracker incidents`."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import pandas as pd
 from typer.testing import CliRunner
 
 from perftracker.cli import app
+from perftracker.live.attach.discovery import Job, Worker
 from perftracker.live.diagnosis import Look, NoDiagnosis
-from perftracker.live.discovery import Job, Worker
-from perftracker.live.incidents import CapturePlan, IncidentVerdict, capture_incident
-from perftracker.live.prom import PromPublisher, metrics_text
 from perftracker.live.sampler import LiveContext
-from perftracker.live.watch import WatchOptions, WatchSampler
+from perftracker.live.watch.incidents import CapturePlan, IncidentVerdict, capture_incident
+from perftracker.live.watch.prom import PromPublisher, metrics_text
+from perftracker.live.watch.watcher import WatchOptions, WatchSampler
 from perftracker.store import Store
 from perftracker.store.alarms import Alarm, StepSeries
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.live.test_run import free_port
+from tests.live.attach.test_run import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

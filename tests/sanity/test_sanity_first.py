@@ -1,5 +1,5 @@
 """How `perftracker run --sanity` launches the check: the job's own launcher arguments, the check in place of the
-script (live/sanity_first.py)."""
+script (live/attach/sanity_first.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from perftracker.errors import UsageError
-from perftracker.live.sanity_first import sanity_command
+from perftracker.live.attach.sanity_first import sanity_command
 
 OUT = Path("/runs/r1/sanity")
 CHECK = ["-m", "perftracker", "sanity", "-o", str(OUT), "--time-box", "20"]

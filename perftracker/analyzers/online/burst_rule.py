@@ -1,5 +1,5 @@
 """The watcher's degradation rule for coarse step series: one value per sampled-stack burst per rank (the mean
-iteration period of a 5 s burst, `live/stack_steps.py`), not one per step.
+iteration period of a 5 s burst, `live/samplers/stack_steps.py`), not one per step.
 
 Promise: `burst_alarm(series, window, rise)` looks at each rank's burst periods (`StepSeries`: step = burst
 number, duration = the burst's mean period) and returns one `Alarm` (kind "degradation", source "stacks") naming

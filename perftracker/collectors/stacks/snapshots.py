@@ -1,7 +1,7 @@
 """Read the stack snapshots `attach` writes (py-spy dumps of every rank) into the `stacks` table.
 
 Promise: `load_stack_inputs(paths)` keeps the files named `stacks/<snapshot>/rank-<r>.json` (as
-written by `perftracker.live.stacks`: {"rank", "pid", "host", "ts_ns", "mode", "switches", "threads":
+written by `perftracker.live.samplers.stacks`: {"rank", "pid", "host", "ts_ns", "mode", "switches", "threads":
 py-spy --json}) and returns the `stacks` table (one row per thread; `frames` is JSON, innermost first,
 of [name, short file, line, file], see `perftracker.store.stack_frames`) plus load notes for files it
 could not read. `main_stack` reads one py-spy dump into a `MainStack` (the rank's main thread: the

@@ -1,0 +1,144 @@
+"""Sample every rank's stacks for a few seconds with `py-spy record`, so an unprepared job's straggler shows.
+
+Once, `delay_s` after the start, one non-blocking `py-spy record` per rank, side by side, into
+`profiles/rank-<r>.txt` with a `.json` sidecar; stopped early, the recorders write what they have. When they
+end, the panel's suspicion is `ctx.diagnosis.straggler_suspicion` of them.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from perftracker.collectors.stacks.samples import load_profile_inputs
+from perftracker.live.sampler import LiveContext
+from perftracker.live.samplers.stacks import PERMISSION_HINT, find_pyspy
+from perftracker.rundir import atomic_write_text
+
+
+def interrupt_recorders(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Stop the `py-spy record` processes still running with SIGINT (py-spy then writes what it has), waiting up to
+    10 s for each before it is killed."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+    for proc in procs:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+@dataclass
+class Recording:
+    """One rank's `py-spy record` under way."""
+
+    rank: int
+    pid: int
+    proc: subprocess.Popen[bytes]
+    out: Path
+    started_ns: int
+
+
+def start_recorder(pyspy: str, pid: int, seconds: int, rate_hz: int, fmt: str, out: Path) -> subprocess.Popen[bytes]:
+    """One `py-spy record --nonblocking --idle --threads` of a process (never pausing it), in a session of its own:
+    a SIGTERM or SIGHUP sent to attach's process group must not kill it before it is asked to write what it has."""
+    return subprocess.Popen([pyspy, "record", "--pid", str(pid), "--rate", str(rate_hz), "--duration", str(seconds),
+                             "--nonblocking", "--idle", "--threads", "--format", fmt, "--output", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def recording_problem(rec: Recording, err: str) -> str:
+    """Why a rank's recording has no samples, from py-spy's stderr (`err`, not empty)."""
+    if "permission" in err.lower() or "operation not permitted" in err.lower():
+        return f"no permission to sample rank {rec.rank} (pid {rec.pid}): {PERMISSION_HINT}"
+    return f"no samples of rank {rec.rank} (pid {rec.pid}): {err.strip().splitlines()[-1][:200]}"
+
+
+class ProfileSampler:
+    name = "profile"
+    interval_s = 1.0
+    __slots__ = (
+        "seconds", "rate_hz", "delay_s", "out_dir", "judge", "state", "_pyspy", "_started", "_recordings", "_done",
+    )
+
+    def __init__(self, seconds: float = 10.0, rate_hz: int = 20, delay_s: float = 2.0, out_dir: Path | None = None,
+                 judge: bool = True) -> None:
+        self.seconds = seconds
+        self.rate_hz = rate_hz
+        self.delay_s = delay_s
+        self.out_dir = out_dir  # default RUN/profiles; the watcher's incidents record into their own folder
+        self.judge = judge  # ask ctx.diagnosis for the straggler suspicion when the recordings end
+        self.state = "waiting"
+        self._pyspy: str | None = None
+        self._started = 0.0
+        self._recordings: list[Recording] = []
+        self._done = False
+
+    def start(self, ctx: LiveContext) -> None:
+        self._started = time.monotonic()
+        self._pyspy = find_pyspy()
+        if self._pyspy is None:
+            self._done, self.state = True, "no py-spy"
+            ctx.note("profile: py-spy is not installed (pip install py-spy); sampled stacks are not recorded")
+
+    def sample(self, ctx: LiveContext) -> None:
+        if self._done:
+            return
+        if not self._recordings:
+            if time.monotonic() - self._started >= self.delay_s:
+                self._launch(ctx)
+            return
+        if all(r.proc.poll() is not None for r in self._recordings):
+            self._finish(ctx)
+
+    def _launch(self, ctx: LiveContext) -> None:
+        assert self._pyspy is not None
+        folder = self.out_dir or ctx.run_dir / "profiles"
+        folder.mkdir(parents=True, exist_ok=True)
+        for w in ctx.alive():
+            out = folder / f"rank-{w.rank}.txt"
+            try:
+                proc = start_recorder(self._pyspy, w.pid, max(1, round(self.seconds)), self.rate_hz, "raw", out)
+            except OSError as exc:
+                ctx.note(f"profile: could not start py-spy for rank {w.rank} ({exc})")
+                continue
+            self._recordings.append(Recording(w.rank, w.pid, proc, out, time.time_ns()))
+        if not self._recordings:
+            self._done = True
+        self.state = f"recording {len(self._recordings)} rank(s) for {self.seconds:.0f}s at {self.rate_hz} Hz"
+
+    def _finish(self, ctx: LiveContext) -> None:
+        recorded = 0
+        for rec in self._recordings:
+            err = rec.proc.stderr.read().decode(errors="replace") if rec.proc.stderr else ""
+            if rec.out.is_file() and rec.out.stat().st_size > 0:
+                recorded += 1
+                meta = {"rank": rec.rank, "pid": rec.pid, "host": ctx.host, "rate_hz": self.rate_hz,
+                        "duration_s": (time.time_ns() - rec.started_ns) / 1e9, "started_ns": rec.started_ns}
+                atomic_write_text(rec.out.with_suffix(".json"), json.dumps(meta) + "\n")
+            else:
+                ctx.note("profile: " + recording_problem(rec, err if err.strip() else f"exit status {rec.proc.returncode}"))
+        self._done = True
+        self.state = f"{recorded} of {len(self._recordings)} rank(s) recorded ({self.seconds:.0f}s at {self.rate_hz} Hz)"
+        if recorded and self.judge and not ctx.progress.suspicion:
+            samples, _ = load_profile_inputs([r.out for r in self._recordings if r.out.is_file()])
+            ctx.progress.suspicion = ctx.diagnosis.straggler_suspicion(samples)
+
+    def stop(self, ctx: LiveContext) -> None:
+        if self._done or not self._recordings:
+            return
+        interrupt_recorders([rec.proc for rec in self._recordings])  # attach ends first
+        self._finish(ctx)
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def status(self) -> str:
+        return self.state

@@ -1,0 +1,295 @@
+"""Step times of an attached job, from the perftracker hook's spool or from the job's log.
+
+`StepsSampler` copies every new step record into `steps/rank-<r>.jsonl` (and the `StepFeed` under --watch)
+and keeps `ctx.progress` current. Sources: the hook's spool, `--job-log`'s framework lines, else the job's
+own output files (`attach/job_outputs.py`); a (rank, step) is written once. No source: one note.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import psutil
+
+from perftracker.collectors.steps import parse_step_lines
+from perftracker.formats.framework_steps import StepLineParser
+from perftracker.formats.log_lines import line_time_ns
+from perftracker.hooks import spool_dir
+from perftracker.live.attach.hook_spool import hooked_by
+from perftracker.live.attach.job_outputs import find_job_outputs
+from perftracker.live.sampler import LiveContext
+from perftracker.live.samplers.step_feed import StepFeed
+from perftracker.rundir import append_jsonl, step_file
+
+HISTORY_BYTES = 16 * 1024 * 1024
+LOG_BACKLOG_BYTES = 1024 * 1024
+MAX_READ = 8 * 1024 * 1024
+RESCAN_S = 5.0
+HOOK_LINE = "import perftracker.hooks; perftracker.hooks.install()"
+
+
+class LineTail:
+    """Complete lines appended to `path` since the last call (a partial last line waits). The file stays open
+    between calls (a look is one stat, and one pread when it grew; it is opened again when the path names another
+    file), closed by `close()` or when the tail is dropped."""
+
+    __slots__ = ("path", "offset", "partial", "_handle", "_identity")
+
+    def __init__(self, path: Path, offset: int = 0) -> None:
+        self.path = path
+        self.offset = offset
+        self.partial: bytes = b""
+        self._handle: io.FileIO | None = None
+        self._identity: tuple[int, int] = (-1, -1)  # (st_dev, st_ino) open
+
+    @classmethod
+    def at_tail(cls, path: Path, keep: int) -> LineTail:
+        """A tail that starts `keep` bytes before the current end, at a line start."""
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return cls(path)
+        tail = cls(path, max(0, size - keep))
+        if tail.offset > 0:
+            tail.read_lines()  # drop the cut-off first line
+        return tail
+
+    def read_lines(self) -> list[bytes]:
+        try:
+            info = os.stat(self.path)
+        except OSError:
+            self.close()  # removed: its space is not held
+            return []
+        size = info.st_size
+        if size < self.offset:  # truncated or replaced: start over
+            self.offset, self.partial = 0, b""
+        if size == self.offset:
+            return []
+        if self._handle is None or self._identity != (info.st_dev, info.st_ino):
+            self.close()
+            self._handle = io.FileIO(self.path, "r")
+            self._identity = (info.st_dev, info.st_ino)
+        data = os.pread(self._handle.fileno(), min(size - self.offset, MAX_READ), self.offset)
+        self.offset += len(data)
+        data = self.partial + data
+        parts = data.replace(b"\r", b"\n").split(b"\n")
+        self.partial = parts.pop()
+        return [p for p in parts if p.strip()]
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+
+@dataclass
+class _HookedRank:
+    rank: int
+    tail: LineTail
+    target: Path | None  # None: the hook writes into the run directory itself
+
+
+@dataclass
+class _LogSource:
+    """One text file read for step lines, with its own parser (formats by difference keep state per file)."""
+
+    tail: LineTail
+    parser: StepLineParser
+    source: str  # "log" (--job-log) | "job-output" (found on the job's descriptors)
+    records: int = 0
+
+
+class StepsSampler:
+    name = "steps"
+    __slots__ = (
+        "job_log", "interval_s", "hooked", "spools", "logs", "find_outputs", "records", "log_records", "next_scan",
+        "last_written", "_copies", "feed",
+    )
+
+    def __init__(self, job_log: Path | None = None, interval_s: float = 0.25, find_outputs: bool = True,
+                 feed: StepFeed | None = None) -> None:
+        self.job_log = job_log
+        self.interval_s = interval_s  # the hang detector's floor is 1 s of no step: stay well under it
+        self.hooked: dict[int, _HookedRank] = {}
+        self.spools: dict[int, Path] = {}  # worker pid -> spool dir
+        self.logs: list[_LogSource] = []
+        self.find_outputs = find_outputs  # follow the job's own output files (live/attach/job_outputs.py)
+        self.records = 0
+        self.log_records = 0
+        self.next_scan = 0.0
+        self.last_written: dict[int, int] = {}  # rank -> last step written from a log
+        self._copies: dict[int, BinaryIO] = {}  # rank -> its open copy in the run directory
+        self.feed = feed  # --watch: every record written is handed to the watcher, parsed (live/samplers/step_feed.py)
+
+    @property
+    def log_tail(self) -> LineTail | None:
+        """The --job-log tail, when one is read."""
+        return next((log.tail for log in self.logs if log.source == "log"), None)
+
+    def start(self, ctx: LiveContext) -> None:
+        for w in ctx.job.workers:
+            try:
+                env = psutil.Process(w.pid).environ()
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            self.spools[w.pid] = spool_dir(env, w.parent)
+        self._scan(ctx, history=True)
+        if self.job_log is not None:
+            if not self.job_log.is_file():
+                ctx.note(f"steps: --job-log {self.job_log} is not a file; no step lines read from it")
+            else:
+                self.logs.append(_LogSource(LineTail.at_tail(self.job_log, LOG_BACKLOG_BYTES),
+                                            StepLineParser(host=ctx.host), "log"))
+        if self.find_outputs:
+            self._find_outputs(ctx)
+        for log in self.logs:
+            self._read_log(ctx, log, backlog=True)
+
+    def _find_outputs(self, ctx: LiveContext) -> None:
+        """Tail the job's own output files (stdout/stderr files, logs it holds open for writing)."""
+        pids = ([ctx.job.launcher_pid] if ctx.job.launcher_pid else []) + ctx.job.pids
+        exclude = [ctx.run_dir] + ([self.job_log] if self.job_log is not None else [])
+        found = find_job_outputs(pids, exclude=exclude)
+        rank_of = {w.pid: w.rank for w in ctx.job.workers}
+        if found.ours:  # `perftracker run` reads these pipes itself: its copies (live/attach/launch.py) are the output
+            for copy in sorted((ctx.run_dir / "output").glob("launcher.std*.log")):
+                self.logs.append(_LogSource(LineTail.at_tail(copy, LOG_BACKLOG_BYTES), StepLineParser(host=ctx.host),
+                                            "job-output"))
+        for out in found.files:
+            writers = {rank_of[p] for p in out.pids if p in rank_of}
+            parser = StepLineParser(host=ctx.host, default_rank=writers.pop() if len(writers) == 1 else -1)
+            self.logs.append(_LogSource(LineTail.at_tail(out.path, LOG_BACKLOG_BYTES), parser, "job-output"))
+        if found.ours:
+            ctx.note("steps: reading step lines from the job's output as `perftracker run` passes it through "
+                     f"({ctx.run_dir / 'output'})")
+        if found.files:
+            shown = "; ".join(out.label for out in found.files[:8])
+            more = f" and {len(found.files) - 8} more" if len(found.files) > 8 else ""
+            ctx.note(f"steps: reading step lines from the job's own output: {shown}{more}")
+        if found.pipes:
+            ctx.note(f"steps: {len(found.pipes)} stdout/stderr stream(s) of the job are pipes or terminals "
+                     f"(e.g. pid {found.pipes[0][0]} fd {found.pipes[0][1]}: {found.pipes[0][2]}); they are not "
+                     "read, since reading a pipe takes the lines from whoever reads the job's output: redirect "
+                     "it to a file (or `| tee FILE`, then --job-log FILE) to have step lines from it")
+
+    def _scan(self, ctx: LiveContext, history: bool) -> None:
+        """Find ranks whose hook is installed (`<spool>/ranks/rank-<r>.json` written by that worker: `hooked_by`)."""
+        self.next_scan = time.monotonic() + RESCAN_S
+        run = ctx.run_dir.resolve()
+        for w in ctx.job.workers:
+            spool = self.spools.get(w.pid)
+            if spool is None or w.rank in self.hooked:
+                continue
+            if not hooked_by(spool, w.rank, w.pid):  # (the previous run's files in a reused spool are not)
+                continue
+            source = step_file(spool, w.rank)
+            same = spool.resolve() == run
+            tail = LineTail.at_tail(source, HISTORY_BYTES) if history or same else LineTail(source)
+            self.hooked[w.rank] = _HookedRank(w.rank, tail, None if same else step_file(ctx.run_dir, w.rank))
+
+    def sample(self, ctx: LiveContext) -> None:
+        if len(self.hooked) < len(ctx.job.workers) and time.monotonic() >= self.next_scan:
+            self._scan(ctx, history=True)
+        for hooked in self.hooked.values():
+            lines = hooked.tail.read_lines()
+            if not lines:
+                continue
+            if hooked.target is not None:
+                self._copy(hooked, lines)
+            records = parse_step_lines(lines)
+            self.records += len(records)
+            if self.feed is not None:
+                self.feed.publish(records)
+            self._progress(ctx, records)
+        for log in self.logs:
+            self._read_log(ctx, log)
+
+    def _copy(self, hooked: _HookedRank, lines: list[bytes]) -> None:
+        """Append the hook's lines to the run directory's copy (kept open: one write and flush a look)."""
+        assert hooked.target is not None
+        out = self._copies.get(hooked.rank)
+        if out is None:
+            hooked.target.parent.mkdir(parents=True, exist_ok=True)
+            out = self._copies[hooked.rank] = open(hooked.target, "ab")  # noqa: SIM115  closed in stop()
+        out.write(b"".join(line + b"\n" for line in lines))
+        out.flush()
+
+    def _read_log(self, ctx: LiveContext, log: _LogSource, backlog: bool = False) -> None:
+        lines = log.tail.read_lines()
+        found = []
+        now = time.time_ns()
+        for raw in lines:
+            line = raw.decode("utf-8", errors="replace")
+            if backlog and line_time_ns(line) is None:
+                continue
+            record = log.parser.feed(line, now)
+            if record is not None and self._wanted(log, record):
+                if log.source != "log":
+                    record.update(source=log.source, file=str(log.tail.path))
+                append_jsonl(step_file(ctx.run_dir, int(record["rank"])), record)
+                found.append(record)
+        log.records += len(found)
+        self.log_records += len(found)
+        if self.feed is not None and found:
+            self.feed.publish(found)
+        if not self.hooked:
+            self._progress(ctx, found)
+
+    def _wanted(self, log: _LogSource, record: dict[str, Any]) -> bool:
+        """A log record is written once per (rank, step) whatever file it came from (the launcher's copy of a
+        worker's output holds the same lines), and one found on the job's own output only for ranks the hook
+        does not already time (rank -1: only while no rank is hooked)."""
+        rank, step = int(record["rank"]), int(record["step"])
+        if log.source != "log" and (rank in self.hooked or (rank < 0 and self.hooked)):
+            return False
+        if step <= self.last_written.get(rank, -1):
+            return False
+        self.last_written[rank] = step
+        return True
+
+    @staticmethod
+    def _progress(ctx: LiveContext, records: list[dict[str, Any]]) -> None:
+        if not records:
+            return
+        with ctx.lock:
+            steps = ctx.progress.steps
+            for rec in records:
+                steps.add(int(rec["rank"]), int(rec["step"]), int(rec["start_ns"]), int(rec["end_ns"]))
+
+    def stop(self, ctx: LiveContext) -> None:
+        try:
+            self.sample(ctx)
+        finally:
+            for out in self._copies.values():
+                out.close()
+            self._copies.clear()
+            for tail in [*(h.tail for h in self.hooked.values()), *(log.tail for log in self.logs)]:
+                tail.close()
+        ranks = len(ctx.job.workers)
+        if not self.hooked and not self.log_records and not any(log.source == "log" for log in self.logs):
+            ctx.note(f"steps: no step times: the job has no perftracker hook, no --job-log was given and no step "
+                     f"lines were found in its output files; next time add `{HOOK_LINE}` to the training script, "
+                     "or pass --job-log FILE (Megatron-LM, DeepSpeed, Hugging Face Trainer, Lightning or "
+                     "torchtitan step lines)")
+        elif self.hooked and len(self.hooked) < ranks:
+            missing = sorted({w.rank for w in ctx.job.workers} - set(self.hooked))
+            ctx.note(f"steps: {len(missing)} of {ranks} rank(s) have no perftracker hook "
+                     f"({', '.join(map(str, missing[:16]))}); their steps are missing")
+        elif self.log_tail is not None and not self.hooked and self.log_records == 0:
+            ctx.note(f"steps: no step lines recognised in {self.job_log} (Megatron-LM `elapsed time per "
+                     "iteration`, DeepSpeed `step=`/`global_step=`, HF Trainer or Lightning progress bar, "
+                     f"torchtitan `step: N  loss:`); for exact per-rank steps add `{HOOK_LINE}`")
+
+    def status(self) -> str:
+        parts = []
+        if self.hooked:
+            parts.append(f"hook on {len(self.hooked)} rank(s), {self.records} step(s)")
+        if self.logs:
+            parts.append(f"log: {self.log_records} step line(s) from {len(self.logs)} file(s)")
+        return ", ".join(parts) or "no hook found (yet), no --job-log, no output file"
+

@@ -1,0 +1,1 @@
+"""The watcher of `--watch`: step series, the online rules asked through the seam, incidents."""
