@@ -7,7 +7,7 @@ forward and backward of one micro-batch take fwd[s] and bwd[s] (any unit; transf
 makespan: F(s, i) waits for F(s-1, i), B(s, i) for B(s+1, i) and F(s, i), and each stage runs its passes in
 order. `ideal_bubble(stages, m)` is (p - 1) / (m + p - 1), the idle share GPipe and 1F1B leave with equal
 stages. `recognize(passes, stage, stages)` names the schedule a stage's pass letters ("FFBFBB") show. This is
-the pipeline room's own schedule model; the cross-rank what-if replay is `stragglers/replay.py`.
+the pipeline room's own schedule model; the cross-rank what-if replay is `stepgraph/replay.py`.
 """
 
 from __future__ import annotations

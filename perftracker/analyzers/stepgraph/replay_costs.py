@@ -30,9 +30,8 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Cost, Finding
-from perftracker.analyzers.stragglers.collectives import arrivals_view
-from perftracker.analyzers.stragglers.critical_path import classified_spans, critical_path
-from perftracker.analyzers.stragglers.replay import (
+from perftracker.analyzers.stepgraph.critical_path import classified_spans, critical_path
+from perftracker.analyzers.stepgraph.replay import (
     Replay,
     StepGraph,
     fix_each_rank,
@@ -42,6 +41,7 @@ from perftracker.analyzers.stragglers.replay import (
     step_graph,
     with_transfer,
 )
+from perftracker.analyzers.stragglers.collectives import arrivals_view
 from perftracker.analyzers.stragglers.wait_transfer import collective_split_view
 from perftracker.analyzers.thresholds import threshold
 from perftracker.analyzers.traces.period_costs import rank_costs_view
