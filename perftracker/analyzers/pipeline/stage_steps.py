@@ -1,20 +1,7 @@
 """Per rank and step of a pipeline job: busy time, time blocked in receives and collectives, its passes.
 
-Promise: `stage_steps(store, layout)` gives one row per (rank, profiled step) of a rank with a pipeline stage:
-rank, stage, replica, step, start_ns, p2p_end_ns and phase_end_ns (the step's start, its last send/recv's end
-and its pipeline phase's end, on the rank's clock), step_ms (the ProfilerStep span), phase_ms (from the step's start to the end of
-its pipeline phase: the start of the first collective after its last send/recv, else the step's end),
-recv_wait_ms (time blocked in receives inside the phase; of it warmup_wait_ms in the receives before the stage's
-first send, waiting for its first activation, and cooldown_wait_ms in those after its last send, waiting for the
-last gradients), coll_wait_ms (time in other collectives, e.g. the
-data-parallel gradient all-reduce), busy_ms (step_ms minus both waits), busy_pipe_ms (phase_ms minus the
-receive wait: the stage's compute over its micro-batches), microbatches (forward passes seen), passes (the
-stage's F/B letters in order, "" when the direction of its sends/receives is unknown), linear_per_mb
-(aten::linear calls per micro-batch: the layers, as a model's Linear modules count them; 0 if none).
-A send or receive is a forward or backward pass by its direction: toward the next stage an activation
-(F), toward the previous one a gradient (B); the first stage only talks to the next, the last only to the
-previous, a middle stage needs the peer (`p2p_ops`' peer column). Waits are unions of intervals (a rank
-waiting on two things at once waits once).
+`stage_steps(store, layout)`: one row per (rank, profiled step) of a rank with a pipeline stage (columns in
+docs/internals/stepgraph.md); waits are unions of intervals.
 """
 
 from __future__ import annotations
@@ -77,7 +64,7 @@ def pass_letters(ops: pd.DataFrame, stage: int, stages: int, layout: Layout) -> 
 
 
 def stage_steps(store: Store, layout: Layout) -> pd.DataFrame:
-    """One row per (rank, profiled step) of a pipeline stage (see the module docstring)."""
+    """One row per (rank, profiled step) of a pipeline stage (docs/internals/stepgraph.md)."""
     stages = layout.stages
     steps = store.steps
     if stages < 2 or steps.empty:

@@ -1,20 +1,8 @@
 """The cross-rank critical path of each step, and every rank's step time split into bound classes.
 
-Promise: on the step graph of `replay.step_graph` (each rank's local work between its collectives, each
-collective's transfer starting at its last member's arrival), `critical_path(graph, play, segments)` walks
-back from the rank that finished the step last: its tail, the transfer of its last collective, the local work
-of the member that arrived last there (the rank the others waited for), that rank's previous collective, and
-so on to the step's start; a send its rank posted and went on from (`replay`'s P2P pairs) puts its rank's work
-before it on the path, not its wait. Each local span is split into bound classes from the rank's own events on that span
-(`classify`): ``gpu_compute`` (a compute kernel ran), ``memcpy`` (only copies/memsets ran), and, with the GPU
-idle, ``data_loading`` (a DataLoader op), ``host_sync`` (a CUDA synchronization, `.item()`), else
-``cpu_launch`` (the CPU was running or launching, not the GPU). A collective contributes ``transfer``; its wait
-on a rank is ``wait`` for the rank that arrived last (`for_rank`). The classes of one (step, rank) add up to
-the rank's step time exactly (`ns`) when each collective ends before the rank's next one starts (a collective
-that overlaps the next is counted in both); `path_ns` is how much of the step's critical path lay there.
-
-`critical_path_view` is the table (one row per step, rank, bound, for_rank) for the run; the events are read a
-chunk of ranks at a time (`traces/per_rank.by_rank`), so memory stays bounded with many ranks.
+`follow` is the one critical-path walker, for the collective level (`critical_path` on `replay.step_graph`) and
+the op level (`op_path`); `classify` splits local spans into bound classes; `critical_path_view`'s table adds
+up to each rank's step time (`ns`) and says how much of the path lay there (`path_ns`).
 """
 
 from __future__ import annotations

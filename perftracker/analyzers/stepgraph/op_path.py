@@ -1,24 +1,8 @@
 """The op-level critical path of each step, within each rank and across ranks, split into bound classes.
 
-Promise: on a rank's `op_graph.RankGraph`, `walk` goes back in time from a point to what released it, edge by
-edge: a node's own time (its class), then the latest of its releases: its launch (the gap is launch delay,
-``cpu_launch``), its stream predecessor (kernel-to-kernel gap, ``cpu_launch``) or a node on another stream (a
-cross-stream wait, ``cpu_launch``); on a thread, its work back to its last resume point (``data_loading``,
-``host_sync`` for synchronizing calls, else ``cpu_launch``), then the blocked time until the release (``host_sync``
-when a GPU node released it) and on to the releasing node or thread; a thread other than the main one, with
-nothing that released it, hands back to the main thread where its burst began. Every edge's weight is the
-time between its ends, so any path from the step's start to its end is as long as the step: the walk picks,
-at each point, the dependency that released it last, which is a longest path (the one HTA's longest path
-finds when its edge weights are these gaps), and its classes add up exactly.
-
-A walk stops at a collective matched across ranks (`wait_transfer.split`) or at the step's start. `pieces`
-walks, per rank and profiler step, from the step's end and from the start of each matched collective in it.
-`assemble` joins them: per (step, rank) the rank's own step time (`ns`: its pieces, each collective's
-``transfer`` and its ``wait`` for the member whose arrival released the transfer, `for_rank`), adding up to the
-rank's step time exactly; and the step's cross-rank path (`path_ns`), from the rank that finished last (aligned
-clocks) back through each collective's transfer to the member that arrived last, whose own work before it then
-lies on the path. `critical_path_ops_view` is the run's table, a chunk of ranks' events at a time; `coarsened` says which (step,
-rank) had its graph coarsened (`op_graph`: more than `critical.max_nodes_per_step` GPU nodes per step).
+`walk` goes back from a point along the dependency that released it last (a longest path) to a matched collective
+or the step's start; `pieces` are those walks per rank and step, joined across ranks by `critical_path.follow`
+in `assemble`; `critical_path_ops_view` is the run's table.
 """
 
 from __future__ import annotations
@@ -61,7 +45,7 @@ def _cpu_time(vec: np.ndarray, thread: Thread | None, a: int, b: int) -> None:
 def walk(g: RankGraph, lo: int, node: int = -1, tid: int = -1, t: int = 0,
          visited: list[int] | None = None) -> tuple[np.ndarray, int]:
     """Classes of the walk back to `lo` or to a matched collective (its node row, else -1): from `node`'s start
-    (the node's own time left out), or from thread `tid` at time `t` (see the module docstring); the nodes whose
+    (the node's own time left out), or from thread `tid` at time `t` (docs/internals/stepgraph.md); the nodes whose
     own time lies on it are appended to `visited` when given."""
     vec = np.zeros(len(CLASSES), dtype=np.int64)
     gap = threshold_int("critical.cross_stream_gap_ns")
@@ -154,7 +138,7 @@ def pieces(g: RankGraph, steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def assemble(table: pd.DataFrame, offsets: pd.Series) -> pd.DataFrame:
-    """The view's table from `pieces` of every rank (see the module docstring)."""
+    """The view's table from `pieces` of every rank (docs/internals/stepgraph.md)."""
     if table.empty:
         return pd.DataFrame({c: pd.Series(dtype=object if c == "bound" else bool if c == "coarsened" else np.int64)
                              for c in COLUMNS})

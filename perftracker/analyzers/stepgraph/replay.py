@@ -1,33 +1,8 @@
 """The cross-rank step graph and its what-if replay (ByteDance OSDI'25's method, on perftracker's collectives).
 
-Promise: `step_graph(table, steps, offsets)` builds, from every matched collective's wait/transfer split
-(`wait_transfer.split`) and the ranks' profiler steps, one chain per (step, rank): the rank's *local* work
-before each of its collectives (from its step's start, or from its previous collective's end, or from its
-previous collective's arrival when the two overlap on the GPU), then the collective, whose transfer cannot
-start before its last member arrives, then its *tail* to the step's end. `replay(graph, ...)` walks the
-instances in the order they completed and recomputes, exactly as the run did when nothing is changed:
-
-    arrival(r, i) = ready(r) + local(r, i);  end(i) = max over members of arrival + transfer(i)
-
-so the replayed step time of each rank is its step's start to (its last collective's end + tail). The
-replay's error against the measured step time (`Replay.error`) says how far this model is from the run; a
-what-if changes the durations and replays: `local` and `tail` of one rank set to the mean of its peers' at
-the same collective (ideal compute, as OSDI'25), transfers set to the members' median (ideal communication),
-transfers scaled down by their exposed share (communication hidden under compute). Costs are differences of
-replayed step times, so costs taken one after another add up to at most the step time and never count the
-same time twice. Loops run over instances (numpy over their members), not over events.
-
-Collectives are instances of their own process group (`collectives.match_instances`): a DP all-reduce waits
-for its group only. A point-to-point pair (two members, a `send` and a `recv`) is *posted* by its sender, who
-goes on at its arrival (isend, or a send kernel off the compute stream); the pair completes when the later of
-the two has arrived plus the recv's transfer, and only the receiver waits for that. Chains and instances are
-ordered by that (a posted send at its arrival, the rest at their completion), which the measured times obey.
-
-A rank's *peers* are the ranks whose step ran the same sequence of collectives (`peer_key`: step, that
-sequence, the position in it): in a pipeline the other replicas' ranks of the same stage, not the members of
-its send/recv (the receiver of a send did other work before it) nor of another stage's collectives. The
-ideal local work of a node is its peers' mean at the same position; a node without peers falls back to the
-other members of its collective, and a P2P node without peers keeps its own (nothing comparable measured).
+`step_graph(table, steps, offsets)` chains each rank's local work, collectives and tail per step; `replay(graph,
+...)` recomputes the step times, exactly as measured when nothing is changed; `idealize_rank`, `idealize_all`,
+`with_transfer` change the durations for a what-if; `slowdown` and `fix_each_rank` are OSDI'25's S and S_w.
 """
 
 from __future__ import annotations
@@ -44,7 +19,7 @@ P2P_NAMES = ("send", "recv")  # the `collective` of a member of a matched point-
 class StepGraph:
     """Per (instance, rank) row: step, order (completion order of the instance in the step), local_ns,
     transfer_ns (the instance's measured transfer on that rank), after_end (the local work started at the
-    previous collective's end, else at its arrival), peer_key (same value: peers, see the module docstring),
+    previous collective's end, else at its arrival), peer_key (same value: peers, see docs/internals/stepgraph.md),
     p2p (a send or recv); per (step, rank): start_ns, dur_ns (measured), tail_ns, peer_key (same value: the
     ranks of that step that ran the same sequence of collectives)."""
 
@@ -76,7 +51,7 @@ class Replay:
 
 
 def step_graph(table: pd.DataFrame, steps: pd.DataFrame, offsets: pd.Series) -> StepGraph:
-    """The chains of `table` (`wait_transfer.split` rows) per (step, rank); see the module docstring."""
+    """The chains of `table` (`wait_transfer.split` rows) per (step, rank); see docs/internals/stepgraph.md."""
     rows = table[table["step"] >= 0]
     if rows.empty:
         return StepGraph(_empty_nodes(), pd.DataFrame(columns=["step", "rank", "start_ns", "dur_ns", "tail_ns"]))

@@ -1,21 +1,8 @@
 """Match the same collective instance across ranks, and align the ranks' clocks with it.
 
-Each rank's collectives come from one source, the best its trace has: GPU communication kernels
-(NCCL/RCCL), else gloo's `gloo:*` execution annotations, else `c10d::*` ops, else `nccl:*`
-annotations, else `record_param_comms`. Every event carries its process group where the input says it
-(`group_of.fill_groups`: the event's args, its record_param_comms, gloo's per-group worker threads). A
-collective is matched only among the members of its group, in the group's own order (`alignment`: its
-sequence number where recorded, else the k-th collective of that name the rank issued in that group and
-step), and members that disagree on the message are realigned or refused. P2P send/recv are matched as
-pairs (`p2p`). Where no event names a group, collectives are matched by name and order over all ranks, and
-`MatchReport` says so (`matching_findings`).
-
-Views: `arrivals_view` (the run's arrivals, clock offsets and clock domains, `aligned_arrivals`). The
-events and arrivals tables carry `peer` (the other rank of a P2P op, -1 for collectives) and `p2p`.
-
-Clock alignment: a collective completes almost simultaneously on all its members, so each rank's
-offset is the median, over its matched instances (not P2P pairs), of its end time minus the instance's median
-end; the ranks of one host share their host's clock, unless one host name hides several (`clock_domains`).
+Collectives are matched inside their process group in the group's own order (P2P as pairs, `p2p`); each rank's
+clock offset is its median end minus the instances' median end. `arrivals_view` is the run's arrivals, offsets
+and clock domains; `matching_findings` says when the matching fell back or refused members.
 """
 
 from __future__ import annotations

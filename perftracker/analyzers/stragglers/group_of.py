@@ -1,20 +1,7 @@
 """Which process group each collective event ran in, where the event itself does not say.
 
-Promise: `fill_groups(candidates, groups)` returns the collective events with their `pg` filled wherever the
-trace allows, and says how (`GroupFill`):
-
-* an event without a group (c10d::*, nccl:*, gloo:*) takes the group of the `record_param_comms` on its
-  thread whose span contains it or that it contains (PyTorch records the group's name there);
-* gloo collectives (`gloo:*` run on their process group's own worker threads, which the group creates when it
-  is created, so one rank's threads follow its groups in creation order): a rank's worker threads are put in
-  classes by the (collective, bytes) they run, and the classes, in thread-id order, are given the rank's
-  groups (`RunInfo.process_groups`, the traces' pg_config) in creation order where there are as many of
-  each; otherwise each class takes the largest group whose other members run the same kind of collective and
-  whose collectives one clock explains (`_pick`);
-* P2P ops get their peer as a global rank: `Dst Rank` / `Src Rank` where recorded, else c10d::send / recv_'s
-  group-rank argument mapped through the group in which the peer posts the matching op.
-
-Events whose group cannot be known keep pg "" and are matched as before (by name and order over all ranks).
+`fill_groups(candidates, groups)` fills `pg` from record_param_comms, gloo's per-group worker threads and P2P
+peers, and says how (`GroupFill`); events whose group cannot be known keep pg "".
 """
 
 from __future__ import annotations
@@ -43,7 +30,7 @@ class GroupFill:
 
 def fill_groups(cand: pd.DataFrame, groups: dict[str, ProcessGroup]) -> tuple[pd.DataFrame, GroupFill]:
     """`cand` (collective events of every source, with `tid`, `source`, `pg`, `peer`, `concrete_inputs`) with
-    `pg` and `peer` filled where they can be (see the module docstring)."""
+    `pg` and `peer` filled where they can be (docs/internals/stepgraph.md)."""
     fill = GroupFill()
     if cand.empty:
         return cand, fill

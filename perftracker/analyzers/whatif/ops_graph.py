@@ -1,24 +1,8 @@
 """The dependency graph of a pipeline-parallel step, from per-operation records (the OSDI'25 artifact's format).
 
-Promise: `build(ops)` turns the `pipeline_ops` table (one row per operation: dp_rank, stage, step, optype,
-seq_id, mc, start_ns, dur_ns) into an `OpsGraph`: one *template* node per (stage, optype, seq_id), shared by
-every (step, dp_rank) column (Megatron runs the same schedule on every replica and step), with
-
-- duration matrices `dur` and measured start/end per node x column (ns, float64);
-- in-worker dependencies (the paper's streams): one compute stream (forward/backward in their order), one
-  stream per P2P kind (forward/backward send/recv, in order), one DP-communication stream; a recv feeds the
-  compute of its micro-batch and is posted after the previous compute of that kind; a send follows its
-  compute; the first backward send/recv follows the compute two before the first backward; the params
-  all-gather of a model chunk precedes its first forward; after the last compute: gc, the layernorm
-  all-reduce, the embedding all-reduce (first and last stage), the grads reduce-scatter, the clip, the optimizer;
-- communication groups: each forward (backward) send paired with the recv of the next (previous) stage with
-  the same sequence number, the embedding all-reduce of the first and last stage (per replica), and the DP
-  collectives and the clip synchronized across every replica of the step (`sync`);
-- `transfer` per node x column: the op's end minus the last start among its group (the paper's transfer
-  duration: the blocking time removed), 0 where that is below -10 ms.
-
-Columns whose ops do not match the template are dropped with their step (`dropped_steps`); an optype the model
-does not know is listed in `unknown` and left out. The graph is checked for cycles (`GraphError`).
+`build(ops)` turns the `pipeline_ops` table into an `OpsGraph`: template nodes per (stage, optype, seq_id) shared by
+every (step, replica) column, their dependencies and communication groups in topological order, and the
+transfer durations; raises `GraphError` when the records form no acyclic step.
 """
 
 from __future__ import annotations
@@ -69,7 +53,7 @@ class OpsGraph:
 
 
 def build(ops: pd.DataFrame) -> OpsGraph:
-    """The `OpsGraph` of `ops` (see the module docstring); raises `GraphError` when nothing fits."""
+    """The `OpsGraph` of `ops` (docs/internals/stepgraph.md); raises `GraphError` when nothing fits."""
     unknown = tuple(sorted(set(ops["optype"].astype(str)) - set(KNOWN)))
     ops = ops[ops["optype"].astype(str).isin(KNOWN)]
     if ops.empty:
