@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-SCHEDULES = ("1f1b", "gpipe")
-
 
 def pass_order(kind: str, stage: int, stages: int, m: int) -> list[tuple[str, int]]:
     """The order of (pass "F" | "B", micro-batch) of one stage."""

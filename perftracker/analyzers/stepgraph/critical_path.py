@@ -143,7 +143,7 @@ def _pieces(graph: StepGraph, play: Replay, classes: pd.DataFrame
     inst = nodes["instance"].to_numpy(np.int64)
     xfer = nodes["transfer_ns"].to_numpy(np.int64)
     after = nodes["after_end"].to_numpy(bool)
-    posted = nodes["post"].to_numpy(bool) if "post" in nodes else np.zeros(len(nodes), dtype=bool)
+    posted = nodes["post"].to_numpy(bool)
     ordered = nodes.sort_values(["step", "rank", "order"], kind="stable")
     chains: dict[tuple[int, int], list[int]] = {(int(s), int(r)): [] for s, r in
                                                 zip(graph.ranks["step"].to_numpy(), graph.ranks["rank"].to_numpy())}

@@ -140,7 +140,7 @@ def replay(graph: StepGraph, local: np.ndarray | None = None, transfer: np.ndarr
     key = list(zip(ranks["step"].to_numpy(), ranks["rank"].to_numpy()))
     ready = dict(zip(key, ranks["start_ns"].to_numpy(np.float64)))
     last_arr = dict(ready)  # the rank's previous arrival, for local work that overlapped its previous collective
-    posted = _posted(nodes)
+    posted = nodes["post"].to_numpy(bool)
     order = nodes.assign(_post=posted).sort_values(["step", "order", "instance", "_post"], kind="stable")
     idx = order.index.to_numpy()
     inst = order["instance"].to_numpy()
@@ -181,13 +181,9 @@ def _instance_transfer(nodes: pd.DataFrame) -> np.ndarray:
     on aligned clocks every member's transfer is its end minus the last arrival, nearly equal); of a P2P pair,
     its recv's (a posted send's span runs to whenever its rank waited on it)."""
     xfer = nodes["transfer_ns"].astype(np.float64)
-    of_recv = xfer.where(~_posted(nodes)).groupby(nodes["instance"]).transform("median")
+    of_recv = xfer.where(~nodes["post"].to_numpy(bool)).groupby(nodes["instance"]).transform("median")
     whole = xfer.groupby(nodes["instance"]).transform("median")
     return of_recv.fillna(whole).to_numpy(np.float64)
-
-
-def _posted(nodes: pd.DataFrame) -> np.ndarray:
-    return nodes["post"].to_numpy(bool) if "post" in nodes else np.zeros(len(nodes), dtype=bool)
 
 
 def idealize_rank(graph: StepGraph, rank: int, local: np.ndarray | None = None,
@@ -200,24 +196,17 @@ def idealize_rank(graph: StepGraph, rank: int, local: np.ndarray | None = None,
     tails = ranks["tail_ns"].to_numpy(np.float64).copy() if tail is None else tail.copy()
     mine = nodes["rank"].to_numpy() == rank
     masked = pd.Series(np.where(mine, np.nan, loc), index=nodes.index)
-    peers = masked.groupby(_keys(nodes, "peer_key")).transform("mean").to_numpy()
+    peers = masked.groupby(nodes["peer_key"].to_numpy(np.int64)).transform("mean").to_numpy()
     members = masked.groupby(nodes["instance"]).transform("mean").to_numpy()
-    p2p = nodes["p2p"].to_numpy(bool) if "p2p" in nodes else np.zeros(len(nodes), dtype=bool)
+    p2p = nodes["p2p"].to_numpy(bool)
     fallback = np.where(p2p, loc, members)
     loc[mine] = np.where(np.isnan(peers), fallback, peers)[mine]
     rmine = ranks["rank"].to_numpy() == rank
     rmasked = pd.Series(np.where(rmine, np.nan, tails))
-    rpeers = rmasked.groupby(_keys(ranks, "peer_key")).transform("mean").to_numpy()
+    rpeers = rmasked.groupby(ranks["peer_key"].to_numpy(np.int64)).transform("mean").to_numpy()
     ot = rmasked.groupby(ranks["step"].to_numpy()).transform("mean").to_numpy()
     tails[rmine] = np.where(np.isnan(rpeers), ot, rpeers)[rmine]
     return np.nan_to_num(loc, nan=0.0), np.nan_to_num(tails, nan=0.0)
-
-
-def _keys(frame: pd.DataFrame, column: str) -> np.ndarray:
-    """The peer key per row; a graph built without one (every row its own) keeps the old per-row fallback."""
-    if column in frame:
-        return frame[column].to_numpy(np.int64)
-    return -np.arange(1, len(frame) + 1, dtype=np.int64)
 
 
 def idealize_all(graph: StepGraph) -> tuple[np.ndarray, np.ndarray]:
@@ -225,13 +214,13 @@ def idealize_all(graph: StepGraph) -> tuple[np.ndarray, np.ndarray]:
     the instance, a P2P node its own): OSDI'25's T_ideal, with median transfers."""
     nodes, ranks = graph.nodes, graph.ranks
     loc = nodes["local_ns"].to_numpy(np.float64)
-    key = pd.Series(_keys(nodes, "peer_key"))
+    key = pd.Series(nodes["peer_key"].to_numpy(np.int64))
     sizes = key.groupby(key).transform("size").to_numpy()
     peers = nodes.groupby(key.to_numpy())["local_ns"].transform("mean").to_numpy(np.float64)
     members = nodes.groupby("instance")["local_ns"].transform("mean").to_numpy(np.float64)
-    p2p = nodes["p2p"].to_numpy(bool) if "p2p" in nodes else np.zeros(len(nodes), dtype=bool)
+    p2p = nodes["p2p"].to_numpy(bool)
     ideal = np.where(sizes > 1, peers, np.where(p2p, loc, members))
-    rkey = pd.Series(_keys(ranks, "peer_key"))
+    rkey = pd.Series(ranks["peer_key"].to_numpy(np.int64))
     rsizes = rkey.groupby(rkey).transform("size").to_numpy()
     rpeers = ranks.groupby(rkey.to_numpy())["tail_ns"].transform("mean").to_numpy(np.float64)
     rall = ranks.groupby("step")["tail_ns"].transform("mean").to_numpy(np.float64)

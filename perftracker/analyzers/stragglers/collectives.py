@@ -45,12 +45,6 @@ class MatchReport:
         return self.events > self.p2p_events and self.with_group == 0
 
 
-def collective_events(store: Store) -> pd.DataFrame:
-    """Per rank window, the collective events of its best source, with `source`, `pg` filled where it can be
-    known (`group_of`), `peer` (global rank of a P2P op's other end, -1 otherwise) and `p2p`."""
-    return _events(store)[0]
-
-
 def _events(store: Store) -> tuple[pd.DataFrame, GroupFill]:
     if not store.n_events:
         return _empty(), GroupFill()

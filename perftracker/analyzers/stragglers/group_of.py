@@ -7,7 +7,6 @@ peers, and says how (`GroupFill`); events whose group cannot be known keep pg ""
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -254,12 +253,3 @@ def _local_peer(text: str) -> int:
         return int(values[2])
     return -1
 
-
-def group_members(groups: dict[str, ProcessGroup]) -> dict[str, frozenset[int]]:
-    """pg name -> its member ranks, for the groups whose members are known."""
-    return {name: frozenset(g.ranks) for name, g in groups.items() if g.ranks}
-
-
-def count_by(values: pd.Series) -> dict[str, int]:
-    """How many of each value (for a note's evidence)."""
-    return {str(k): int(v) for k, v in Counter(values.astype(str)).most_common(16)}

@@ -141,7 +141,7 @@ def _dependencies(nodes: pd.DataFrame, n_dp: int
         dp_ops = here[here["optype"].isin(DP_COMM)]
         if use_dp:
             _chain(deps, dp_ops.index.to_list())
-            _params_before_forward(deps, here, comp)
+            _per_chunk(deps, here, comp, before=True)
         last_compute = comp.index[-1] if len(comp) else None
         post = _post_chain(here, stage, n_stages, use_dp, overlap_dp)
         gc = index.get((stage, GC, 0))
@@ -152,7 +152,7 @@ def _dependencies(nodes: pd.DataFrame, n_dp: int
             rs = here[here["optype"] == "grads-reduce-scatter"]
             if len(rs):
                 tail.append(int(rs.index[-1]))
-            _reduce_after_backward(deps, here, comp)
+            _per_chunk(deps, here, comp, before=False)
         tail.append(gc if gc is not None else (int(last_compute) if last_compute is not None else -1))
         for j in post:
             deps[j].extend(t for t in tail if t >= 0)
@@ -183,22 +183,16 @@ def _chain(deps: dict[int, list[int]], order: list[int]) -> None:
         deps[b].append(a)
 
 
-def _params_before_forward(deps: dict[int, list[int]], here: pd.DataFrame, comp: pd.DataFrame) -> None:
-    """The last params all-gather of each model chunk precedes that chunk's first forward compute."""
-    gathers = here[here["optype"] == "params-all-gather"].sort_values("seq_id")
-    for mc, rows in gathers.groupby("mc"):
-        forwards = comp[(comp["optype"] == FWD) & (comp["mc"] == mc)]
-        if len(forwards):
-            deps[int(forwards.index[0])].append(int(rows.index[-1]))
-
-
-def _reduce_after_backward(deps: dict[int, list[int]], here: pd.DataFrame, comp: pd.DataFrame) -> None:
-    """With overlapped DP communication, the first grads reduce-scatter of a chunk follows its last backward."""
-    reduces = here[here["optype"] == "grads-reduce-scatter"].sort_values("seq_id")
-    for mc, rows in reduces.groupby("mc"):
-        backwards = comp[(comp["optype"] == BWD) & (comp["mc"] == mc)]
-        if len(backwards):
-            deps[int(rows.index[0])].append(int(backwards.index[-1]))
+def _per_chunk(deps: dict[int, list[int]], here: pd.DataFrame, comp: pd.DataFrame, before: bool) -> None:
+    """Per model chunk: its last params all-gather precedes its first forward (`before`), or, with overlapped DP
+    communication, its first grads reduce-scatter follows its last backward."""
+    kind, compute = ("params-all-gather", FWD) if before else ("grads-reduce-scatter", BWD)
+    for mc, rows in here[here["optype"] == kind].sort_values("seq_id").groupby("mc"):
+        mine = comp[(comp["optype"] == compute) & (comp["mc"] == mc)]
+        if len(mine) and before:
+            deps[int(mine.index[0])].append(int(rows.index[-1]))
+        elif len(mine):
+            deps[int(rows.index[0])].append(int(mine.index[-1]))
 
 
 def _post_chain(here: pd.DataFrame, stage: int, n_stages: int, use_dp: bool, overlap_dp: bool) -> list[int]:
