@@ -59,7 +59,8 @@ def _backward_ops(names: pd.Series) -> np.ndarray:
 
 
 def layout_grid_view(analysis: Analysis) -> pd.DataFrame:
-    """One row per worker of a pipeline job (docs/internals/stepgraph.md)."""
+    """One row per worker of a pipeline job: its place (dp, pp, tp), its median step, busy and wait time over the
+    profiled steps (ms), and cost_ms, its busy time beyond the median worker's."""
     rows = analysis.view(stage_steps_view)
     if rows.empty:
         return pd.DataFrame(columns=GRID_COLUMNS)

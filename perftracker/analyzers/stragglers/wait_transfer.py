@@ -64,8 +64,8 @@ def trusted_clocks(arr: pd.DataFrame, hosts: dict[int, str]) -> pd.Series:
 
 
 def collective_split_view(analysis: Analysis) -> pd.DataFrame:
-    """Per (matched collective, rank): arrival, wait, transfer and bandwidth (docs/internals/stepgraph.md); from the
-    traces, else from NCCL Inspector's records (`inspector_split`)."""
+    """Per (matched collective, rank): arrival, wait, transfer (wait + transfer = duration; `basis` aligned or
+    shortest) and bandwidth; from the traces, else from NCCL Inspector's records (`inspector_split`)."""
     seen = analysis.view(arrivals_view)
     arr = seen.arrivals
     if arr.empty:
