@@ -11,6 +11,7 @@ import pandas as pd
 
 from perftracker.analyzers.layout.model import Layout
 from perftracker.analyzers.layout.p2p import P2P, p2p_ops
+from perftracker.analyzers.traces.intervals import clip, total, union
 from perftracker.store import Store
 
 COLUMNS = ["rank", "stage", "replica", "step", "start_ns", "p2p_end_ns", "phase_end_ns", "step_ms", "phase_ms", "recv_wait_ms",
@@ -20,16 +21,8 @@ COLUMNS = ["rank", "stage", "replica", "step", "start_ns", "p2p_end_ns", "phase_
 
 def _union_ns(spans: list[tuple[int, int]], lo: int, hi: int) -> int:
     """Total length of the union of [start, end) spans clipped to [lo, hi)."""
-    total, cur_s, cur_e = 0, None, None
-    for s, e in sorted((max(s, lo), min(e, hi)) for s, e in spans):
-        if e <= s:
-            continue
-        if cur_e is None or s > cur_e:
-            total += (cur_e - cur_s) if cur_e is not None and cur_s is not None else 0
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    return total + ((cur_e - cur_s) if cur_e is not None and cur_s is not None else 0)
+    arr = np.array(spans, dtype=np.int64).reshape(-1, 2)
+    return total(*union(*clip(arr[:, 0], arr[:, 1], lo, hi)))
 
 
 def _collectives(events: pd.DataFrame) -> pd.DataFrame:

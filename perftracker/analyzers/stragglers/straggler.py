@@ -364,8 +364,6 @@ def _within_noise(store: Store, metrics: pd.DataFrame, verdict: OutlierVerdict) 
     )]
 
 
-
-
 def comm_excess(arr: pd.DataFrame) -> pd.DataFrame:
     """Per rank: how much longer the transfer phase (all arrived -> done) of its collectives is than that of
     like collectives (same op and size) elsewhere. A slow NIC or link stretches every group the rank is in;
