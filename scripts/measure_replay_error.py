@@ -3,7 +3,7 @@
 Promise: ``python scripts/measure_replay_error.py [FOLDER ...] [--json FILE]`` loads every trace set
 (default: each folder of ``sample_traces/``, every run of ``tests/fixtures/accuracy/`` and every multi-rank
 folder of ``/work/shared/traces/hta`` when present), replays its cross-rank step graph unchanged
-(`perftracker.analyzers.stragglers.replay`) and prints, per set, the number of replayed steps, the median
+(`perftracker.analyzers.stepgraph.replay`) and prints, per set, the number of replayed steps, the median
 and p90 relative error of the replayed step time against the measured one, and OSDI'25's slowdown S and
 waste 1 - 1/S; then the median over the sets and over all steps. A set with no matched collective inside a
 profiler step has nothing to replay and is listed as such, never counted as exact.
@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from perftracker.analyzers.analysis import Analysis  # noqa: E402
-from perftracker.analyzers.stragglers.replay_costs import replay_view  # noqa: E402
+from perftracker.analyzers.stepgraph.replay_costs import replay_view  # noqa: E402
 from perftracker.collectors.loading import LoadOptions, load_path  # noqa: E402
 
 HTA = Path("/work/shared/traces/hta")

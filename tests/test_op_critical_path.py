@@ -20,9 +20,9 @@ import pytest
 from conftest import HTA_TRACES
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.stepgraph.op_graph import CLASSES, rank_graph
+from perftracker.analyzers.stepgraph.op_path import assemble, critical_path_ops_view, pieces, walk
 from perftracker.analyzers.stragglers.collectives import arrivals_view
-from perftracker.analyzers.stragglers.op_graph import CLASSES, rank_graph
-from perftracker.analyzers.stragglers.op_path import assemble, critical_path_ops_view, pieces, walk
 from perftracker.collectors.loading import LoadOptions, load_path
 
 ROOT = Path(__file__).resolve().parent.parent

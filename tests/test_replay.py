@@ -21,13 +21,13 @@ from conftest import HTA_TRACES
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.passes import costed_findings
-from perftracker.analyzers.stragglers.replay import replay
+from perftracker.analyzers.stepgraph.replay import replay
 from perftracker.analyzers.thresholds import default
 
 REL_TOL = default("replay.max_error")
 from synth import SynthSpec, generate
 
-from perftracker.analyzers.stragglers.replay_costs import critical_path_view, replay_view
+from perftracker.analyzers.stepgraph.replay_costs import critical_path_view, replay_view
 from perftracker.collectors.loading import LoadOptions, load_path
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from perftracker import api
-from perftracker.analyzers.stragglers.replay import (
+from perftracker.analyzers.stepgraph.replay import (
     fix_each_rank,
     idealize_all,
     idealize_rank,

@@ -42,7 +42,7 @@ NOT_THRESHOLDS = {
     "pipeline/victims.py": {"MIN_WAIT_MS"},  # which victims the evidence lists
     "stragglers/alignment.py": {"_MAX_SHIFT", "_MIN_AGREE", "_TOLERANCE"},  # matching members, not judging them
     "stragglers/group_of.py": {"_IMPOSSIBLE_SHARE", "_SLACK_NS"},  # inferring a gloo op's group
-    "stragglers/replay.py": {"FIX_RANKS_MAX"},  # rows of the whatif_ranks view
+    "stepgraph/replay.py": {"FIX_RANKS_MAX"},  # rows of the whatif_ranks view
     "whatif/analyzer.py": {"REPLAY_TOL"},  # the replay's own consistency check
     "whatif/ops_graph.py": {"NEG_TRANSFER_NS"},  # clock tolerance of the records
     "whatif/ops_replay.py": {"MAX_EXACT_WORKERS", "TOP_WORKERS_PCT"},  # replays per worker; the paper's M_W

@@ -21,7 +21,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.online.baseline_shift import judgeable as against_baseline
-from perftracker.analyzers.stragglers.replay_costs import replay_steps_view
+from perftracker.analyzers.stepgraph.replay_costs import replay_steps_view
 from perftracker.analyzers.stragglers.stack_profile import judgeable
 from perftracker.analyzers.stragglers.steps import step_stats_view
 from perftracker.store import Store
@@ -123,7 +123,7 @@ RUN_SUMMARY_COLUMNS = ["ranks", "hosts", "host_names", "step_ranks", "step_media
 
 def _replay_fit(analysis: Analysis) -> dict[str, Any]:
     """The what-if replay's median relative error against the measured step times, and the steps replayed
-    (`stragglers/replay_costs.replay_steps_view`; NaN and 0 when no step could be replayed)."""
+    (`stepgraph/replay_costs.replay_steps_view`; NaN and 0 when no step could be replayed)."""
     fit = analysis.view(replay_steps_view)
     errors = fit["error"].dropna() if not fit.empty else pd.Series(dtype=float)
     return {"replay_error": float(errors.median()) if len(errors) else math.nan, "replay_steps": int(len(errors))}

@@ -4,7 +4,7 @@ Promise: `FINDING_PASSES` is the ordered list of passes a full analysis runs ove
 (`registry.run_analyzers` runs the analyzers and nothing else); `apply_passes(analysis, findings)` runs them
 once, in this order:
 
-1. `replay costs` (`stragglers.replay_costs`): a finding's cost is the step time a replay without its cause
+1. `replay costs` (`stepgraph.replay_costs`): a finding's cost is the step time a replay without its cause
    saves; a replay that fails leaves the analyzers' own costs and a warning finding;
 2. `links` (`rootcause.link_findings`): stragglers joined with the host findings that can explain them;
 3. `failure folds` (`failures.fold`): what a wait-for root explains is folded into it;
@@ -32,7 +32,7 @@ from perftracker.analyzers.layout.views import parallel_layout_view
 from perftracker.analyzers.online.waited_fold import fold_into_waited_rank
 from perftracker.analyzers.registry import Analyzer, run_analyzers
 from perftracker.analyzers.rootcause import link_findings
-from perftracker.analyzers.stragglers.replay_costs import with_replay_costs
+from perftracker.analyzers.stepgraph.replay_costs import with_replay_costs
 
 PassFn = Callable[[Analysis, list[Finding]], list[Finding]]
 

@@ -1,23 +1,7 @@
 """Pipeline findings: the schedule and its bubbles, a stage heavier than the others, bubbles beyond the ideal.
 
-Promise: `analyze_pipeline(analysis)` reads the layout (`layout_view`) and, for a job with two or more pipeline
-stages, the per rank-step measurements (`stage_steps_view`) and the per stage-step compute (`stage_compute_view`):
-
-* an info naming the layout, the schedule recognized from the order of sends and receives (`recognize`), the
-  micro-batches, each stage's share of the compute and the time blocked in receives against the schedule's
-  ideal bubble (p - 1) / (m + p - 1), with each stage's warm-up, cool-down and total receive waits;
-* **stage imbalance** (warning; critical from straggler.critical_cost_share): the heaviest stage (its lightest
-  replica's compute from its ops, so one slow worker is not a heavy stage) exceeds the median of the others by at
-  least pipeline.min_stage_excess; its wall-clock busy time in the pipeline phase exceeds the others' paired per
-  step and pipeline (replica) beyond that noise (one-sided t, x stages, at straggler.alpha); and a
-  balanced split would shorten the step by at least pipeline.min_imbalance_share: the recognized schedule
-  simulated (`schedule_sim.simulate`, backward = 2 x forward) with the measured per-stage compute, then with
-  their mean on every stage, the relative saving applied to the measured pipeline phase. It says what to move
-  (about k of the heavy stage's aten::linear calls per micro-batch, toward its lighter neighbour) and the step
-  time a balanced split would give; the other stages' time blocked in receives is its evidence, not a finding;
-* **bubbles beyond the ideal** (warning), only without an imbalance: in every step the stages' time blocked in
-  receives (each stage's best replica) exceeds the ideal share by pipeline.min_bubble_excess or more; it names the
-  micro-batch count that would bring the bubble back to today's ideal share.
+`analyze_pipeline(analysis)`: an info on the layout and schedule, the stage-imbalance warning (what a balanced
+split saves, by `schedule_sim.simulate`), and bubbles beyond the ideal (only without an imbalance).
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """Pipeline schedules: their pass order, their ideal bubble, a small simulator, and recognizing one from a trace.
 
-Promise: `pass_order(kind, stage, stages, m)` is the (pass, micro-batch) order one stage runs under GPipe
-(all forwards, then all backwards) or 1F1B (stages - stage - 1 warm-up forwards, then one forward one
-backward, then the cool-down backwards). `simulate(kind, fwd, bwd, m)` runs that schedule on stages whose
-forward and backward of one micro-batch take fwd[s] and bwd[s] (any unit; transfers free) and returns the
-makespan: F(s, i) waits for F(s-1, i), B(s, i) for B(s+1, i) and F(s, i), and each stage runs its passes in
-order. `ideal_bubble(stages, m)` is (p - 1) / (m + p - 1), the idle share GPipe and 1F1B leave with equal
-stages. `recognize(passes, stage, stages)` names the schedule a stage's pass letters ("FFBFBB") show. This is
-the pipeline room's own schedule model; the cross-rank what-if replay is `stragglers/replay.py`.
+`pass_order` (GPipe, 1F1B), `simulate` (the makespan of a schedule with per-stage pass times), `ideal_bubble`
+((p - 1) / (m + p - 1)) and `recognize` (the schedule a stage's pass letters show).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-SCHEDULES = ("1f1b", "gpipe")
 
 
 def pass_order(kind: str, stage: int, stages: int, m: int) -> list[tuple[str, int]]:
@@ -34,7 +26,7 @@ def ideal_bubble(stages: int, m: int) -> float:
 
 
 def simulate(kind: str, fwd: Sequence[float], bwd: Sequence[float], m: int) -> float:
-    """The makespan of `m` micro-batches through stages with these pass times (see the module docstring)."""
+    """The makespan of `m` micro-batches through stages with these pass times (docs/internals/stepgraph.md)."""
     p = len(fwd)
     orders = [pass_order(kind, s, p, m) for s in range(p)]
     done: dict[tuple[str, int, int], float] = {}

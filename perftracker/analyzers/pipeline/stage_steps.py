@@ -1,20 +1,7 @@
 """Per rank and step of a pipeline job: busy time, time blocked in receives and collectives, its passes.
 
-Promise: `stage_steps(store, layout)` gives one row per (rank, profiled step) of a rank with a pipeline stage:
-rank, stage, replica, step, start_ns, p2p_end_ns and phase_end_ns (the step's start, its last send/recv's end
-and its pipeline phase's end, on the rank's clock), step_ms (the ProfilerStep span), phase_ms (from the step's start to the end of
-its pipeline phase: the start of the first collective after its last send/recv, else the step's end),
-recv_wait_ms (time blocked in receives inside the phase; of it warmup_wait_ms in the receives before the stage's
-first send, waiting for its first activation, and cooldown_wait_ms in those after its last send, waiting for the
-last gradients), coll_wait_ms (time in other collectives, e.g. the
-data-parallel gradient all-reduce), busy_ms (step_ms minus both waits), busy_pipe_ms (phase_ms minus the
-receive wait: the stage's compute over its micro-batches), microbatches (forward passes seen), passes (the
-stage's F/B letters in order, "" when the direction of its sends/receives is unknown), linear_per_mb
-(aten::linear calls per micro-batch: the layers, as a model's Linear modules count them; 0 if none).
-A send or receive is a forward or backward pass by its direction: toward the next stage an activation
-(F), toward the previous one a gradient (B); the first stage only talks to the next, the last only to the
-previous, a middle stage needs the peer (`p2p_ops`' peer column). Waits are unions of intervals (a rank
-waiting on two things at once waits once).
+`stage_steps(store, layout)`: one row per (rank, profiled step) of a rank with a pipeline stage (columns in
+docs/internals/stepgraph.md); waits are unions of intervals.
 """
 
 from __future__ import annotations
@@ -24,6 +11,7 @@ import pandas as pd
 
 from perftracker.analyzers.layout.model import Layout
 from perftracker.analyzers.layout.p2p import P2P, p2p_ops
+from perftracker.analyzers.traces.intervals import clip, total, union
 from perftracker.store import Store
 
 COLUMNS = ["rank", "stage", "replica", "step", "start_ns", "p2p_end_ns", "phase_end_ns", "step_ms", "phase_ms", "recv_wait_ms",
@@ -33,16 +21,8 @@ COLUMNS = ["rank", "stage", "replica", "step", "start_ns", "p2p_end_ns", "phase_
 
 def _union_ns(spans: list[tuple[int, int]], lo: int, hi: int) -> int:
     """Total length of the union of [start, end) spans clipped to [lo, hi)."""
-    total, cur_s, cur_e = 0, None, None
-    for s, e in sorted((max(s, lo), min(e, hi)) for s, e in spans):
-        if e <= s:
-            continue
-        if cur_e is None or s > cur_e:
-            total += (cur_e - cur_s) if cur_e is not None and cur_s is not None else 0
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    return total + ((cur_e - cur_s) if cur_e is not None and cur_s is not None else 0)
+    arr = np.array(spans, dtype=np.int64).reshape(-1, 2)
+    return total(*union(*clip(arr[:, 0], arr[:, 1], lo, hi)))
 
 
 def _collectives(events: pd.DataFrame) -> pd.DataFrame:
@@ -77,7 +57,7 @@ def pass_letters(ops: pd.DataFrame, stage: int, stages: int, layout: Layout) -> 
 
 
 def stage_steps(store: Store, layout: Layout) -> pd.DataFrame:
-    """One row per (rank, profiled step) of a pipeline stage (see the module docstring)."""
+    """One row per (rank, profiled step) of a pipeline stage (docs/internals/stepgraph.md)."""
     stages = layout.stages
     steps = store.steps
     if stages < 2 or steps.empty:

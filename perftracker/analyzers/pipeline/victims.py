@@ -1,15 +1,7 @@
 """The victims of a slow worker in a pipeline job: who waits for it, where, and how long.
 
-Promise: `victims_of(analysis, rank)` lists the ranks a slow `rank` makes wait, by the layout: its pipeline
-predecessor and successor (they wait in receives: the successor for its activations, the predecessor for its
-gradients) and its data-parallel peers (they wait in the gradient collective). Each `Victim` carries its place,
-its role and its wait per step beyond the same role's rank in another replica (a rank at the same stage that
-does not talk to the slow worker: what the wait would be without it; the rank's own wait when there is none),
-as the median over the profiled steps of `stage_steps_view`. Victims with no excess wait are left out. These are
-evidence of the slow worker's finding, never findings of their own. `seat_of(analysis, rank)` is what the straggler
-finding says of a rank's place: where it sits (when the layout has a pipeline or came from the job's own group
-names), its victims, and whether it is alone at its stage (no replica: its extra work cannot be told from its
-stage's, which the stage-imbalance finding judges).
+`victims_of(analysis, rank)`: its pipeline neighbours and data-parallel peers with their excess wait per step
+(evidence of the slow worker's finding, never findings of their own); `seat_of` what the straggler finding says.
 """
 
 from __future__ import annotations
@@ -60,7 +52,7 @@ class Seat:
 
 
 def seat_of(analysis: Analysis, rank: int) -> Seat:
-    """Where `rank` sits, whom it makes wait, and whether it is alone at its stage (see the module docstring)."""
+    """Where `rank` sits, whom it makes wait, and whether it is alone at its stage (docs/internals/stepgraph.md)."""
     layout = analysis.view(parallel_layout_view)
     sure = layout.stages > 1 or layout.confidence >= 0.9  # a layout guessed from strides alone is not said
     place = layout.where(rank).partition(": ")[2] if sure else ""
@@ -82,7 +74,7 @@ def _excess(rows: pd.DataFrame, layout: Layout, victim: int, slow: int, column: 
 
 
 def victims_of(analysis: Analysis, rank: int) -> list[Victim]:
-    """The ranks `rank` makes wait (see the module docstring); [] without a known layout."""
+    """The ranks `rank` makes wait (docs/internals/stepgraph.md); [] without a known layout."""
     layout = analysis.view(parallel_layout_view)
     if not layout.known or rank not in layout.coords:
         return []

@@ -1,11 +1,7 @@
 """The pipeline room's views: per rank and step measurements, per stage compute, and the report's DP x PP grid.
 
-Promise: `stage_steps_view` is `stage_steps` of the run under its layout; `stage_compute_view` gives per (stage,
-step) the compute in the pipeline phase (up to its last send/recv, then only the last backward's autograd ops:
-the gradient reduction and the optimizer left out) of the stage's lightest replica from its ops (`op_work.compute_trials`, which a shared CPU's
-scheduling does not stretch), in ms, and the micro-batches; `layout_grid_view` is one row per worker: rank, dp,
-pp, tp, step_ms, busy_ms, wait_ms (medians over the profiled steps), cost_ms (its busy time beyond the median
-worker's; what the grid's heatmap colours).
+`stage_steps_view`, `stage_compute_view` (the lightest replica's compute per stage and step, from its ops) and
+`layout_grid_view` (one row per worker).
 """
 
 from __future__ import annotations
@@ -63,7 +59,8 @@ def _backward_ops(names: pd.Series) -> np.ndarray:
 
 
 def layout_grid_view(analysis: Analysis) -> pd.DataFrame:
-    """One row per worker of a pipeline job (see the module docstring)."""
+    """One row per worker of a pipeline job: its place (dp, pp, tp), its median step, busy and wait time over the
+    profiled steps (ms), and cost_ms, its busy time beyond the median worker's."""
     rows = analysis.view(stage_steps_view)
     if rows.empty:
         return pd.DataFrame(columns=GRID_COLUMNS)

@@ -1,14 +1,7 @@
 """Collectives matched by position must be the same collective: detect when they are not, realign or refuse.
 
-Promise: `order_keys(coll)` gives every collective event its order inside its group (`k`): the group's own
-sequence number where every event of the group records one (`Seq`) and each number names one collective, else
-the k-th collective of that name the rank issued in that group and step. `realign(coll)` then checks that the members of each instance agree on the
-message size (within `_TOLERANCE`; all-to-all sizes differ by design and are not compared). Where they do not
-(ranks that dropped a different number of their first collectives, or traces of different jobs), each rank's
-sequence of (collective, size) in that group and step is shifted onto the longest one's where at least
-`_MIN_AGREE` of the overlap agrees, and the events then disagreeing, or of a rank no shift fits, are refused:
-left out of every instance, so neither the clock offsets nor any lateness comes from them. `Alignment` counts
-what was realigned and refused, for the note the analysis writes.
+`order_keys(coll)` orders each group's collectives (Seq, else the k-th of that name); `realign(coll)` shifts or
+refuses members that disagree on the message size; `Alignment` counts what was realigned and refused.
 """
 
 from __future__ import annotations
@@ -36,7 +29,7 @@ class Alignment:
 
 
 def order_keys(coll: pd.DataFrame) -> tuple[pd.DataFrame, int]:
-    """`coll` with `k` (see the module docstring) and `order` ("seq" or "position"); and how many use Seq."""
+    """`coll` with `k` (docs/internals/stepgraph.md) and `order` ("seq" or "position"); and how many use Seq."""
     coll = coll.sort_values(["rank", "window", "start_ns"], kind="stable")
     k = coll.groupby(["rank", "pg", "collective", "step"], sort=False, observed=True).cumcount().to_numpy()
     seq = coll["seq"].to_numpy() if "seq" in coll else np.full(len(coll), -1)
@@ -59,7 +52,7 @@ def instance_keys(coll: pd.DataFrame) -> list[pd.Series]:
 
 
 def realign(coll: pd.DataFrame) -> tuple[pd.DataFrame, Alignment]:
-    """Realign or refuse the members of instances that disagree on size (see the module docstring)."""
+    """Realign or refuse the members of instances that disagree on size (docs/internals/stepgraph.md)."""
     report = Alignment()
     if coll.empty:
         return coll, report

@@ -1,16 +1,7 @@
 """Clock domains: which ranks read one clock, and the offset that aligns each rank.
 
-Promise: `clock_domains(store, matched, raw)` pools the ranks of one host on one offset (their host's one
-system clock: a rank whose collectives end late, a starved progress thread, is not taken for a skewed
-clock), except where one host name hides several clocks (containers or pods with repeated host names):
-there the host's ranks are split, by their own offsets (`collectives.clock_offsets`), into groups at least
-`straggler.clock_split_ms` apart, and two groups are kept apart only when one clock cannot explain them:
-in at least `straggler.clock_split_share` of the collectives both took part in (and at least
-`straggler.clock_split_min_collectives` of them), a member's collective *ended* before another member
-*arrived* by more than half that gap, which no collective does on one clock (it ends after its last
-member arrives). Each such group is a clock domain of its own, aligned by its own median offset as a host
-of its own would be; `ClockDomains.split` names the hosts, their ranks and the measured offsets, for the
-note the straggler analyzer writes. Ranks whose host is unknown keep their own estimate.
+`clock_domains(store, matched, raw)` pools one host's ranks on one offset, unless one host name hides several
+clocks (then split where no single clock explains the collectives); `ClockDomains.split` names those hosts.
 """
 
 from __future__ import annotations
@@ -45,7 +36,7 @@ class ClockDomains:
 
 
 def clock_domains(store: Store, matched: pd.DataFrame, raw: pd.Series) -> ClockDomains:
-    """The ranks' clock domains and aligned offsets (see the module docstring)."""
+    """The ranks' clock domains and aligned offsets (docs/internals/stepgraph.md)."""
     if raw.empty:
         return ClockDomains(raw)
     ranks = [int(str(r)) for r in raw.index]

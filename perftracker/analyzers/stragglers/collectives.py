@@ -1,21 +1,8 @@
 """Match the same collective instance across ranks, and align the ranks' clocks with it.
 
-Each rank's collectives come from one source, the best its trace has: GPU communication kernels
-(NCCL/RCCL), else gloo's `gloo:*` execution annotations, else `c10d::*` ops, else `nccl:*`
-annotations, else `record_param_comms`. Every event carries its process group where the input says it
-(`group_of.fill_groups`: the event's args, its record_param_comms, gloo's per-group worker threads). A
-collective is matched only among the members of its group, in the group's own order (`alignment`: its
-sequence number where recorded, else the k-th collective of that name the rank issued in that group and
-step), and members that disagree on the message are realigned or refused. P2P send/recv are matched as
-pairs (`p2p`). Where no event names a group, collectives are matched by name and order over all ranks, and
-`MatchReport` says so (`matching_findings`).
-
-Views: `arrivals_view` (the run's arrivals, clock offsets and clock domains, `aligned_arrivals`). The
-events and arrivals tables carry `peer` (the other rank of a P2P op, -1 for collectives) and `p2p`.
-
-Clock alignment: a collective completes almost simultaneously on all its members, so each rank's
-offset is the median, over its matched instances (not P2P pairs), of its end time minus the instance's median
-end; the ranks of one host share their host's clock, unless one host name hides several (`clock_domains`).
+Collectives are matched inside their process group in the group's own order (P2P as pairs, `p2p`); each rank's
+clock offset is its median end minus the instances' median end. `arrivals_view` is the run's arrivals, offsets
+and clock domains; `matching_findings` says when the matching fell back or refused members.
 """
 
 from __future__ import annotations
@@ -29,7 +16,7 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.stragglers.alignment import Alignment, instance_keys, order_keys, realign
 from perftracker.analyzers.stragglers.clock_domains import ClockDomains, clock_domains
-from perftracker.analyzers.stragglers.group_of import P2P_COLLECTIVES, GroupFill, fill_groups
+from perftracker.analyzers.stragglers.group_of import P2P_COLLECTIVES, fill_groups
 from perftracker.analyzers.stragglers.p2p import match_pairs, pair_arrivals
 from perftracker.store import Store
 from perftracker.store.run_info import ProcessGroup
@@ -46,11 +33,9 @@ class MatchReport:
 
     events: int = 0
     with_group: int = 0  # collective (not P2P) events whose group is known
-    fill: GroupFill = field(default_factory=GroupFill)
     alignment: Alignment = field(default_factory=Alignment)
     p2p_events: int = 0
     p2p_paired: int = 0
-    outside_group: int = 0  # events left out: their rank is not a member of the group they name
 
     @property
     def fallback(self) -> bool:
@@ -58,18 +43,12 @@ class MatchReport:
         return self.events > self.p2p_events and self.with_group == 0
 
 
-def collective_events(store: Store) -> pd.DataFrame:
-    """Per rank window, the collective events of its best source, with `source`, `pg` filled where it can be
-    known (`group_of`), `peer` (global rank of a P2P op's other end, -1 otherwise) and `p2p`."""
-    return _events(store)[0]
-
-
-def _events(store: Store) -> tuple[pd.DataFrame, GroupFill]:
+def _events(store: Store) -> pd.DataFrame:
     if not store.n_events:
-        return _empty(), GroupFill()
+        return _empty()
     candidates = store.select_events(lambda ev: ev["kind"].isin(["comm", "collective_cpu"]).to_numpy())
     if candidates.empty:
-        return _empty(), GroupFill()
+        return _empty()
     names = candidates["name"].astype(str)
     source = pd.Series("", index=candidates.index, dtype=object)
     source[candidates["kind"] == "comm"] = "gpu_kernel"
@@ -77,7 +56,7 @@ def _events(store: Store) -> tuple[pd.DataFrame, GroupFill]:
         source[(source == "") & names.str.startswith(prefix)] = label
     candidates = candidates.assign(source=source.to_numpy(), collective=candidates["collective"].astype(str))
     candidates = candidates[candidates["source"] != ""]
-    candidates, fill = fill_groups(candidates, store.run_info.process_groups)
+    candidates = fill_groups(candidates, store.run_info.process_groups)
     priority = {"gpu_kernel": 0, "gloo": 1, "c10d": 2, "nccl_annotation": 3, "record_param_comms": 4}
     rank_best = candidates.assign(prio=candidates["source"].map(priority)).groupby(["rank", "window"])["prio"].min()
     prio = candidates["source"].map(priority).to_numpy()
@@ -93,7 +72,7 @@ def _events(store: Store) -> tuple[pd.DataFrame, GroupFill]:
     if not issued.empty and (out["source"] == "gloo").any():
         out = _arrive_at_issue(out, issued)
     result: pd.DataFrame = out.reset_index(drop=True)
-    return result, fill
+    return result
 
 
 def _arrive_at_issue(out: pd.DataFrame, issued: pd.DataFrame) -> pd.DataFrame:
@@ -144,7 +123,7 @@ def match_instances(coll: pd.DataFrame, groups: dict[str, ProcessGroup] | None =
     report.events, report.p2p_events = len(coll), int(p2p.sum())
     colls = coll[~p2p]
     report.with_group = int((colls["pg"].astype(str) != "").sum())
-    colls = _inside_groups(colls, groups or {}, report)
+    colls = _inside_groups(colls, groups or {})
     colls, report.alignment.by_seq = order_keys(colls)
     colls, report.alignment = realign(colls)
     report.alignment.by_seq = int(colls["by_seq"].sum()) if len(colls) else 0
@@ -160,8 +139,8 @@ def match_instances(coll: pd.DataFrame, groups: dict[str, ProcessGroup] | None =
     return out
 
 
-def _inside_groups(colls: pd.DataFrame, groups: dict[str, ProcessGroup], report: MatchReport) -> pd.DataFrame:
-    """Events of ranks that are not members of the group they name are left out (counted)."""
+def _inside_groups(colls: pd.DataFrame, groups: dict[str, ProcessGroup]) -> pd.DataFrame:
+    """Events of ranks that are not members of the group they name are left out."""
     members = {name: g.ranks for name, g in groups.items() if g.ranks}
     if not members or colls.empty:
         return colls
@@ -171,7 +150,6 @@ def _inside_groups(colls: pd.DataFrame, groups: dict[str, ProcessGroup], report:
     for name in set(pg.tolist()) & set(members):
         at = pg == name
         inside[at] = np.isin(rank[at], members[name])
-    report.outside_group = int((~inside).sum())
     return colls[inside]
 
 
@@ -242,7 +220,7 @@ def straggler_tables(store: Store) -> tuple[pd.DataFrame, pd.Series]:
 def aligned_arrivals(store: Store, report: MatchReport | None = None) -> tuple[pd.DataFrame, ClockDomains]:
     """(arrivals per instance and rank, the ranks' clock domains and offsets: `clock_domains`)."""
     report = report if report is not None else MatchReport()
-    events, report.fill = _events(store)
+    events = _events(store)
     matched = match_instances(events, store.run_info.process_groups, report)
     collectives = matched[~matched["p2p"].to_numpy(dtype=bool)] if "p2p" in matched else matched
     domains = clock_domains(store, collectives, clock_offsets(collectives))

@@ -1,16 +1,7 @@
 """Step time over a run: periodic slow steps, and a sustained slowdown with the step where it began.
 
-Works from step files alone (no traces needed). The job's step time per step is the median across
-ranks. Spikes (robust z-score above SPIKE_Z, each standing alone: at most one other high step among
-the SPIKE_NEIGHBOURS steps on each side, so a sustained shift is never taken for spikes) are set aside first: when they recur at a fixed
-interval they are reported as periodic work (checkpointing, evaluation, garbage collection), never
-as a change point. On the rest, the single change point minimizing the two segments' squared error
-is a candidate when the later segment is at least RISE slower. It is a warning (or critical, by cost)
-only when `shift.judge_shift` finds it significant for this run: a rank test corrected for the number
-of splits scanned, and the rise sustained over both halves of the later steps. Otherwise it is an info
-with the numbers and why it is within the run's noise. The rank (and host) whose own phases slowed
-most is named, or the host when all of its ranks slowed together and no other host's did; a rise on
-every rank at once points at the node or the job, not at one rank.
+From step files alone: isolated spikes set aside (periodic work when they recur), then the one change point
+(`change_point_of`), a warning only when `shift.judge_shift` finds it beyond the run's noise.
 """
 
 from __future__ import annotations

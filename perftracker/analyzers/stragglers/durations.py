@@ -1,24 +1,7 @@
 """Is one rank's own work longer than its peers', step after step? The durations-based straggler test.
 
-Promise: `work_trials(arrivals)` gives one number per (trial, rank): the rank's own work before the
-collectives of one step of one process group (each collective's aligned arrival minus the end of the
-rank's previous collective, summed over the step: the waiting inside the collectives is left out). `judge_durations(trials)`
-tests each rank against its peers, paired per step: d_t = its work minus the median of the others' in
-step t. The mean of d over the steps, against its standard error, is a one-sided Student t test whose
-sample size is the effective number of steps n_eff = T (1 - rho) / (1 + rho), rho the lag-1
-autocorrelation of d pooled over all ranks (used when above white noise's 5% bound, clipped to [0, 0.9]: a
-slow drift must not pass for many independent steps); the p-value is multiplied by the number of ranks (any of them could have been picked after the
-fact). A rank is named when that family-wise p is at most half of straggler.alpha, its mean excess is at least
-straggler.durations_min_excess of the peers' work, at least straggler.durations_min_effect_over_spread times the spread of the other
-ranks' mean excesses over each other (the named rank left out: the run's noise between ranks; their range,
-from five ranks on the range of their middle 80%) and more than twice the next rank's.
-
-Where the last-arrival binomial test (`significance.judge_outliers`) spends a whole step on one bit (who was
-last), this test keeps the durations: with 6 profiled steps a consistent 10-20% excess is named even when
-another rank is last in a step or two. The straggler analyzer runs it twice, on the wall-clock work between
-collectives (`work_trials`) and on each rank's compute from its ops (`op_work.compute_trials`, with
-straggler.compute_min_excess in place of the durations floor); `measure` names which in the verdict's words.
-Plain statistics over a table; nothing here reads the Store.
+`work_trials(arrivals)`: each rank's work before the collectives of each step; `judge_durations(trials)`: a
+paired one-sided t test per rank on the effective number of steps, corrected for the number of ranks.
 """
 
 from __future__ import annotations
@@ -126,7 +109,7 @@ def _paired_excess(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def judge_durations(trials: pd.DataFrame, alpha: float | None = None, measure: str = "own work",
                     min_excess: float | None = None) -> DurationVerdict:
-    """`trials`: columns trial, rank, value (a rank's own work in one step). See the module docstring.
+    """`trials`: columns trial, rank, value (a rank's own work in one step). See docs/internals/stepgraph.md.
     `alpha`: the family-wise level (default half of straggler.alpha: beside the last-arrival test, the two
     together keep the run's). `measure` names what the values are, for the verdict's words; `min_excess` the
 smallest relative excess named (default straggler.durations_min_excess)."""

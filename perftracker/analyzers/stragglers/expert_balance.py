@@ -1,12 +1,7 @@
 """Expert parallelism: how evenly all-to-all exchanges spread tokens, and what the imbalance costs.
 
-Promise: where all-to-all split sizes are recorded (record_param_comms `In split size` / `Out split size`, or
-gloo's c10d::alltoall_base_ arguments), `alltoall_exchanges(arrivals, groups)` gives each matched all-to-all's
-rows sent from each member to each other (group-rank order mapped to global ranks through the instance's
-group), in rows and, where the message size is known, bytes. `alltoall_bytes_view` sums them per (sender,
-receiver): the rank-to-rank matrix the report shows. `analyze_expert_balance` writes a finding when a few ranks
-receive most tokens in most all-to-alls: those ranks, their share, the imbalance (max over mean received) per
-collective, and the wait it causes (what the others' collectives wait for them, from the matched instances).
+`alltoall_exchanges`, `alltoall_bytes_view` (the rank-to-rank matrix) and `analyze_expert_balance` (a few ranks
+receiving most tokens in most all-to-alls, and the wait it causes).
 """
 
 from __future__ import annotations

@@ -1,27 +1,12 @@
 """Which process group each collective event ran in, where the event itself does not say.
 
-Promise: `fill_groups(candidates, groups)` returns the collective events with their `pg` filled wherever the
-trace allows, and says how (`GroupFill`):
-
-* an event without a group (c10d::*, nccl:*, gloo:*) takes the group of the `record_param_comms` on its
-  thread whose span contains it or that it contains (PyTorch records the group's name there);
-* gloo collectives (`gloo:*` run on their process group's own worker threads, which the group creates when it
-  is created, so one rank's threads follow its groups in creation order): a rank's worker threads are put in
-  classes by the (collective, bytes) they run, and the classes, in thread-id order, are given the rank's
-  groups (`RunInfo.process_groups`, the traces' pg_config) in creation order where there are as many of
-  each; otherwise each class takes the largest group whose other members run the same kind of collective and
-  whose collectives one clock explains (`_pick`);
-* P2P ops get their peer as a global rank: `Dst Rank` / `Src Rank` where recorded, else c10d::send / recv_'s
-  group-rank argument mapped through the group in which the peer posts the matching op.
-
-Events whose group cannot be known keep pg "" and are matched as before (by name and order over all ranks).
+`fill_groups(candidates, groups)` fills `pg` from record_param_comms, gloo's per-group worker threads and P2P
+peers; events whose group cannot be known keep pg "".
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
-from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -31,33 +16,22 @@ from perftracker.store.run_info import ProcessGroup
 P2P_COLLECTIVES = ("send", "recv")
 
 
-@dataclass
-class GroupFill:
-    """How the events' groups were found: counts of events per way, and the groups inferred per rank."""
-
-    inherited: int = 0  # from the record_param_comms around them
-    by_thread: int = 0  # gloo collectives, from their worker thread
-    peers: int = 0  # P2P ops whose global peer was found
-    thread_groups: dict[int, dict[int, str]] = field(default_factory=dict)  # rank -> tid -> pg name
-
-
-def fill_groups(cand: pd.DataFrame, groups: dict[str, ProcessGroup]) -> tuple[pd.DataFrame, GroupFill]:
+def fill_groups(cand: pd.DataFrame, groups: dict[str, ProcessGroup]) -> pd.DataFrame:
     """`cand` (collective events of every source, with `tid`, `source`, `pg`, `peer`, `concrete_inputs`) with
-    `pg` and `peer` filled where they can be (see the module docstring)."""
-    fill = GroupFill()
+    `pg` and `peer` filled where they can be (docs/internals/stepgraph.md)."""
     if cand.empty:
-        return cand, fill
+        return cand
     cand = cand.copy()
     cand["pg"] = cand["pg"].astype(str)
     cand["splits"] = _c10d_splits(cand)
-    cand = _inherit(cand, fill)
+    cand = _inherit(cand)
     if groups:
-        cand = _by_thread(cand, groups, fill)
-        cand = _peers(cand, groups, fill)
-    return cand, fill
+        cand = _by_thread(cand, groups)
+        cand = _peers(cand, groups)
+    return cand
 
 
-def _inherit(cand: pd.DataFrame, fill: GroupFill) -> pd.DataFrame:
+def _inherit(cand: pd.DataFrame) -> pd.DataFrame:
     """Events without a group take that of the record_param_comms whose span overlaps theirs on their thread."""
     rpc = cand[(cand["source"] == "record_param_comms") & (cand["pg"] != "")]
     need = (cand["pg"] == "") & cand["source"].isin(["gloo", "c10d", "nccl_annotation"])
@@ -82,7 +56,6 @@ def _inherit(cand: pd.DataFrame, fill: GroupFill) -> pd.DataFrame:
         i = np.searchsorted(p_start, end, side="right") - 1
         ok = (i >= 0) & (p_end[np.clip(i, 0, None)] >= start)
         pg[rows[ok]] = p_pg[i[ok]]
-        fill.inherited += int(ok.sum())
     return cand.assign(pg=pg)
 
 
@@ -92,7 +65,7 @@ def _creation_order(groups: dict[str, ProcessGroup]) -> list[ProcessGroup]:
     return sorted(listed, key=lambda g: (0, int(g.name), 0) if g.name.isdigit() else (1, 0, listed.index(g)))
 
 
-def _by_thread(cand: pd.DataFrame, groups: dict[str, ProcessGroup], fill: GroupFill) -> pd.DataFrame:
+def _by_thread(cand: pd.DataFrame, groups: dict[str, ProcessGroup]) -> pd.DataFrame:
     """gloo collectives without a group: their group from the worker thread they ran on."""
     coll = (cand["source"] == "gloo") & (cand["pg"] == "") & ~cand["collective"].isin(P2P_COLLECTIVES)
     if not coll.any():
@@ -108,7 +81,6 @@ def _by_thread(cand: pd.DataFrame, groups: dict[str, ProcessGroup], fill: GroupF
     if single:
         at = coll.to_numpy() & np.isin(rank_of, list(single))
         pg[at] = pd.Series(rank_of[at]).map(single).to_numpy()
-        fill.by_thread += int(at.sum())
         coll = coll & ~at
         if not coll.any():
             return cand.assign(pg=pg)
@@ -151,8 +123,6 @@ def _by_thread(cand: pd.DataFrame, groups: dict[str, ProcessGroup], fill: GroupF
         name = chosen.get(int(r), {}).get(int(t))
         if name is not None:
             pg[idx[j]] = name
-            fill.by_thread += 1
-    fill.thread_groups = chosen
     return cand.assign(pg=pg)
 
 
@@ -201,7 +171,7 @@ def _impossible(keyed: pd.DataFrame, members: tuple[int, ...], kinds: frozenset[
     return float((end.min(axis=1) < start.max(axis=1) - _SLACK_NS).mean())
 
 
-def _peers(cand: pd.DataFrame, groups: dict[str, ProcessGroup], fill: GroupFill) -> pd.DataFrame:
+def _peers(cand: pd.DataFrame, groups: dict[str, ProcessGroup]) -> pd.DataFrame:
     """P2P ops without a global peer: c10d::send / recv_'s group-rank argument, through the group in which the
     peer posts the opposite op naming this rank's group rank (the default group first)."""
     p2p = cand["collective"].isin(P2P_COLLECTIVES).to_numpy()
@@ -231,7 +201,6 @@ def _peers(cand: pd.DataFrame, groups: dict[str, ProcessGroup], fill: GroupFill)
         found = resolved.get((int(ranks[i]), str(kinds[i]), int(local[i])))
         if found is not None:
             peer_col[i] = found
-            fill.peers += 1
     return cand.assign(peer=peer_col)
 
 
@@ -267,12 +236,3 @@ def _local_peer(text: str) -> int:
         return int(values[2])
     return -1
 
-
-def group_members(groups: dict[str, ProcessGroup]) -> dict[str, frozenset[int]]:
-    """pg name -> its member ranks, for the groups whose members are known."""
-    return {name: frozenset(g.ranks) for name, g in groups.items() if g.ranks}
-
-
-def count_by(values: pd.Series) -> dict[str, int]:
-    """How many of each value (for a note's evidence)."""
-    return {str(k): int(v) for k, v in Counter(values.astype(str)).most_common(16)}

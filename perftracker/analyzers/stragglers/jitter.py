@@ -1,14 +1,7 @@
 """Unstable step time: which steps are slow, and whether one phase of the step explains them.
 
-Promise: `jitter_finding(store, stats)` returns one finding when some ranks' p90 step time is more than
-`JITTER_RATIO` times their median, or None. It is a **warning** only when the evidence names a cause
-inside the job: in the slow steps (slower than `SLOW_STEP_RATIO` x the median) one phase of the step
-files (e.g. `data`: input stalls) carries at least `PHASE_SHARE` of the extra time while it is a
-smaller share of a normal step, and that phase is the rank's own work (not `backward` or another phase
-that includes waiting for the other ranks: `waiting.WAITING_PHASES`). When the slow steps are slow in every phase (or there are no phase
-timings to tell), the variation is the machine's or the job's as a whole (other processes on the node,
-a busy shared machine, garbage collection) and the finding is an **info** that says so: instability
-a run shows by itself is not evidence of a problem in the job.
+`jitter_finding(store, stats)`: a warning only when one phase of the rank's own work carries the slow steps' extra
+time, else an info (the machine's or the job's variation as a whole).
 """
 
 from __future__ import annotations
@@ -23,7 +16,7 @@ from perftracker.store import Store
 
 
 def jitter_finding(store: Store, stats: pd.DataFrame) -> Finding | None:
-    """See the module docstring. `stats`: the per-rank step statistics (steps.step_stats)."""
+    """See docs/internals/stepgraph.md. `stats`: the per-rank step statistics (steps.step_stats)."""
     bad = stats[(stats["steps"] >= threshold_int("jitter.min_steps")) & (stats["p90_s"] > threshold("jitter.ratio") * stats["median_s"])]
     if bad.empty:
         return None

@@ -1,14 +1,7 @@
 """The rank the others wait for, what it did before its late arrivals, and the one-step measurement.
 
-Promise: `waited_for(table)` ranks the ranks by the rank-seconds of waiting they caused as the last to arrive
-(`wait_transfer.step_waits`). `before_arrival(analysis, rank)` compares, at the collectives where `rank` arrived
-last (the 16 that cost the most waiting), the interval before its arrival (from its previous collective's end, or
-its step's start, to its arrival) with the same interval on the member of median arrival: the GPU work in it
-(kernels, copies; by name), the top-level CPU ops (by name), the time the GPU had nothing to run and the CPU was in
-no op (a CPU gap), and three named causes: a data-loader wait (`DataLoader` ops), a host sync (CUDA
-synchronizations, `.item()`), memory copies. Garbage-collector pauses need stacks; traces do not show them.
-`measured_wait_finding` is the finding for runs with too few steps to judge persistence (one profiled step is a
-measurement of that step: who was waited for, how long; it says so).
+`waited_for(table)` ranks the ranks by the waiting they caused; `before_arrival(analysis, rank)` compares what it
+ran before its late arrivals with the median member; `measured_wait_finding` is the one-step measurement.
 """
 
 from __future__ import annotations
@@ -114,7 +107,7 @@ def _union(s: np.ndarray, e: np.ndarray, lo: int, hi: int) -> float:
 
 
 def before_arrival(analysis: Analysis, rank: int) -> dict[str, Any]:
-    """What `rank` did before its late arrivals against the median member (see the module docstring)."""
+    """What `rank` did before its late arrivals against the median member (docs/internals/stepgraph.md)."""
     table = analysis.view(collective_split_view)
     spans = _intervals(analysis, table, rank)
     if not spans:
@@ -184,7 +177,7 @@ def describe(did: dict[str, Any]) -> str:
 
 
 def measured_wait_finding(analysis: Analysis, step_s: float, cost_s: float) -> Finding | None:
-    """The rank the others waited for in a run of too few steps to judge persistence (module docstring)."""
+    """The rank the others waited for in a run of too few steps to judge persistence (docs/internals/stepgraph.md)."""
     table = analysis.view(collective_split_view)
     ranked = waited_for(table)
     if ranked.empty or ranked["caused_ns"].iloc[0] <= 0:

@@ -1,21 +1,7 @@
 """How much compute each rank ran in each profiled step, from its ops, not from the clock between collectives.
 
-Promise: `compute_trials(events)` gives one number per (trial, rank): the rank's compute in one profiled step
-(ns), for the durations test (`durations.judge_durations`) beside the wall-clock work between collectives.
-
-* GPU traces (compute kernels present): the sum of the rank's compute-kernel durations in the step
-  (communication kernels, memcpy and waits left out). A kernel's duration is the device's time on it: the host's
-  scheduling does not stretch it.
-* CPU-only traces: the sum, over the rank's CPU ops in the step (collectives left out), of each op's *cost*:
-  the shortest own time (its duration less its children's) that op (same name, same input shapes) took
-  anywhere in the profiled window, on any rank. On a CPU shared by more runnable threads than cores an op's wall
-  duration includes the time its thread sat descheduled (here a 0.1 ms relu shows 10 ms), and that noise
-  dwarfs a 10-20% excess; its shortest duration is the op's own cost (the scheduler only ever adds time), so a
-  rank that runs more ops, or bigger ones, shows more compute, and ranks that run the same ops show the same.
-
-A rank slowed from outside (a CPU hog, a quota, a throttled GPU on CPU traces) runs the same ops at the same
-shortest cost: this measure does not see it, by design; the last-arrival and wall-clock work tests do.
-Plain table arithmetic over the Store's events; nothing here judges.
+`compute_trials(events)`: per (trial, rank), the GPU compute-kernel time, or on CPU-only traces each CPU op at its
+shortest own time anywhere (which a shared CPU's scheduling does not stretch). Nothing here judges.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """Point-to-point send/recv matched as pairs, and what a pair's members waited.
 
-Promise: `match_pairs(p2p)` gives each send and the recv it feeds one instance of exactly two members: the
-k-th send from rank s to rank r in a step is the k-th recv at r from s in that step (P2P ops of one pair of
-ranks complete in the order they were posted). Ops whose peer is unknown, or whose counterpart is not in the
-traces, are left out. `pair_arrivals(frame)` sets a pair's waits the way a recv blocks: the receiver waits
-from its recv until the send is issued (`wait_ns`; the sender is its `peer`), the sender waits for no one. A
-pair has no "last arrival" (`is_last` False, lateness 0 on both members): a pipeline's receiver waiting for
-its predecessor is the schedule's dependency, not a straggler holding a collective, so the last-arrival tests
-count collectives only. Pairs feed neither the clock-offset estimate nor the clock-domain test: a send's end is
-not its recv's end.
+`match_pairs(p2p)`: the k-th send from s to r in a step is the k-th recv at r from s; `pair_arrivals(frame)`: the
+receiver waits for the send, the sender for no one, and a pair has no last arrival.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """The report's tables of sampled stacks: where each rank's main thread spends its time, side by side.
 
-Promise: from `stack_profile.rank_profiles_view` (every sampled rank, at most MAX_RANKS, lowest
-first), `profile_ranks_view` has one row per rank (rank, samples, rate_hz: the highest sampling rate
-of its samples) and `profile_shares_view` the frames that differ most between ranks: at most
-MAX_FRAMES frames that some rank spends at least MIN_SHARE of its samples in and whose share
-varies by at least MIN_SPREAD across ranks, the largest spread first, then ordered shallow frames
-first; one row per frame and rank (row: the frame's position, frame, rank, share_pct rounded to
-0.1). Both are empty without sampled stacks.
+`profile_ranks_view` (rank, samples, rate_hz) and `profile_shares_view` (the frames that differ most between
+ranks); both are empty without sampled stacks.
 """
 
 from __future__ import annotations

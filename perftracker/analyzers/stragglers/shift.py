@@ -1,23 +1,7 @@
 """Is a later stretch of steps really slower than the earlier one, beyond this run's own noise?
 
-Promise: `judge_shift(before, after, candidates)` takes the step times before and after a change
-point that a caller picked by scanning `candidates` possible splits, and returns a `ShiftVerdict`:
-
-- **Rank test, corrected for the scan and for runs of similar steps.** A one-sided Mann-Whitney U test
-  (normal approximation with continuity and tie correction) of "after is slower than before". Step
-  times are not independent (a busy minute on the machine slows several steps in a row, as the
-  collectives of one step are one trial for the straggler test), so its z-score is shrunk to the
-  effective number of steps, n (1 - r) / (1 + r) for the lag-1 autocorrelation r of the steps around
-  their segment's median. The p-value is then multiplied by the number of candidate splits
-  (Bonferroni: the caller chose the best split after looking), so that a run whose step time only
-  wanders shows a "slower since step N" warning in about 1% of runs (`ALPHA`; measured on simulated
-  autocorrelated noise in tests/test_noise_discipline.py). The price is power on short windows: with
-  strongly autocorrelated steps, a few dozen steps cannot show a rise whatever its size; hundreds can.
-- **Sustained, not a bump.** Both halves of the later stretch have their median above the earlier
-  stretch's upper quartile: a burst of slow steps that ends before the window does is not a slowdown.
-- **Enough steps.** At least `MIN_SIDE` steps on each side.
-
-`confidence` is 1 - (corrected p), in [0, 1]. Pure statistics over arrays: nothing here reads the Store.
+`judge_shift(before, after, candidates)`: a one-sided rank test on the effective number of steps, corrected for
+the splits scanned, and the rise sustained over both halves of the later stretch. Plain statistics.
 """
 
 from __future__ import annotations
@@ -113,7 +97,7 @@ def mann_whitney_greater(before: np.ndarray, after: np.ndarray, shrink: float = 
 
 
 def judge_shift(before: np.ndarray, after: np.ndarray, candidates: int, alpha: float | None = None) -> ShiftVerdict:
-    """See the module docstring. `candidates`: how many split points the caller scanned (>= 1); `alpha`:
+    """See docs/internals/stepgraph.md. `candidates`: how many split points the caller scanned (>= 1); `alpha`:
     the run's `shift.alpha` unless given. Small arrays, no pandas: the watcher confirms ranks with it live."""
     alpha = threshold("shift.alpha") if alpha is None else alpha
     before, after = np.asarray(before, dtype=float), np.asarray(after, dtype=float)

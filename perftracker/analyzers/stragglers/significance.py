@@ -1,31 +1,7 @@
 """Is one rank (or one group of ranks) really slower than the others, beyond this run's own noise?
 
-Promise: `judge_outliers(trials)` takes one number per (trial, rank), larger meaning later or slower
-(a rank's own lateness at the collectives of one step, its time in one phase of one step, its share of
-samples in one frame during one slice of a recording), and returns an `OutlierVerdict`:
-
-- **Trials are independent units.** The collectives of one step are correlated (a rank slow in the
-  forward pass is late at every bucket of that step), so callers pass one trial per step, not one
-  per collective.
-- **Consistency, corrected for the number of ranks.** Under the null hypothesis that no rank is
-  special, each of the n ranks is the trial's slowest with probability 1/n. A rank that is the
-  slowest in k of T trials has the binomial tail p = P(X >= k | T, 1/n); multiplied by n (Bonferroni:
-  any of the n ranks could have been picked after the fact) this is the chance that a clean run shows
-  such a rank at all. Significant means `p * n <= ALPHA` (1%): a clean run raises a warning from noise
-  in at most ~1% of runs, whatever its rank count. The rank must also be the slowest more often than
-  chance in both halves of the window (a burst in one half is not a persistent straggler).
-- **Effect above the spread of the others.** The rank's typical excess (median over trials of its value
-  minus the median of the other ranks) must be positive, at least `MIN_EFFECT_OVER_SPREAD` times the
-  spread of the other ranks' own typical excesses (their range; from five ranks on, the range of their
-  middle 80%), at least `min_effect` (the caller's unit), and more than twice the next-latest rank's.
-- **Groups.** When ranks are slow together (two ranks sharing a core, all ranks of a host), the
-  slowest single rank fails the spread test (its partner is one of "the others"); the verdict then
-  looks for a group: ranks ordered by typical excess split at the widest gap, the slow side smaller
-  than the fast side, the gap wider than the spread inside each side, and the group's members the
-  trial's slowest significantly more often than their share. Such a verdict names the group.
-
-`confidence` is 1 - (family-wise p), in [0, 1]: how sure we are that the named rank or group is not a
-product of noise. Nothing here reads the Store: the module is plain statistics over a table.
+`judge_outliers(trials)`: one trial per step; the binomial chance of being the slowest so often, corrected for the
+number of ranks, and the effect above the other ranks' spread; or a group. Plain statistics over a table.
 """
 
 from __future__ import annotations
@@ -134,7 +110,7 @@ def _both_halves(slowest: pd.Series, ranks: set[int], share: float) -> bool:
 
 
 def judge_outliers(trials: pd.DataFrame, min_effect: float = 0.0, alpha: float | None = None) -> OutlierVerdict:
-    """`trials`: columns trial, rank, value (larger = slower). See the module docstring. `alpha` is the
+    """`trials`: columns trial, rank, value (larger = slower). See docs/internals/stepgraph.md. `alpha` is the
     family-wise false-alarm chance (divide ALPHA by the number of tests when a caller makes several; the run's
     `straggler.alpha` unless given)."""
     alpha = threshold("straggler.alpha") if alpha is None else alpha

@@ -1,13 +1,7 @@
-"""Op-by-op comparison of one rank with its peers: which kernels, CPU ops or annotated regions take
-longer on it, ranked by the total extra time per step, with the tail (p90) beside it.
+"""Op-by-op comparison of one rank with its peers, ranked by the total extra time per step.
 
-Promise: `op_steps_view(analysis)` (computed once) is, per rank and op name (GPU kernels, memory
-copies, CPU ops, user annotations; `ProfilerStep#N` left out): its kind, its time per step (the events
-inside profiled steps summed and divided by the rank's steps; a rank without steps counts its whole
-window as one), its instances per step and its p90 duration. `slower_ops(analysis, rank)` lists the
-ops whose time per step on `rank` exceeds the median of its peers the most (`extra_ms_per_step`, an op
-the peers never ran counts in full), largest first, each at least MIN_EXCESS_SHARE of the rank's
-total extra time.
+`op_steps_view` (per rank and op: time per step, instances, p90) and `slower_ops(analysis, rank)` (the ops whose
+time per step exceeds the peers' median the most).
 """
 
 from __future__ import annotations
@@ -27,7 +21,7 @@ COLUMNS = ["rank", "name", "kind", "per_step_ns", "count_per_step", "p90_ns"]
 
 
 def op_steps_view(analysis: Analysis) -> pd.DataFrame:
-    """Per rank and op name: kind, time and instances per step, p90 duration (see the module docstring);
+    """Per rank and op name: kind, time and instances per step, p90 duration (docs/internals/stepgraph.md);
     computed a few ranks at a time over their own events (`per_rank.by_rank`)."""
     store = analysis.store
     is_step = value_test(store.events_schema(["name"])["name"], lambda name: name.startswith("ProfilerStep#"))

@@ -1,19 +1,7 @@
 """The `stack_profile` analyzer: a straggler found from where each rank's main thread spends its time.
 
-Promise: reads only the Store's `profile_samples` table (py-spy record of every rank, taken by
-`attach` without preparing the job: no hook, no profiler, no step times needed). For each rank with
-at least MIN_SAMPLES main-thread samples it computes the share of samples each frame appears in, and
-compares it with the median rank's share of that frame. A rank is a straggler when some frame takes
-at least EXCESS (absolute) more of its time than on the median rank, at least RATIO times as much,
-beyond sampling noise (Z standard errors of a binomial share, and a family-wise chance of at most
-ALPHA once corrected for every (rank, frame) pair compared), and at least MIN_EFFECT_OVER_SPREAD
-times the spread of the other ranks' shares of that frame (the run's own noise between ranks). With at least MIN_RANKS ranks and
-fewer than half of them flagged (the median must describe healthy ranks), one warning per flagged
-rank names the deepest frame of the job's own code with that excess (library frames, such as
-torch's, in the evidence), and where the other ranks spend the time instead (typically a
-collective wait). The cost is the excess share of the median step time when step times exist, else 0.
-`rank_profiles_view` is the per-rank profile of every sampled rank, computed once per analysis for
-this analyzer, the coverage and the report's tables (`profile_tables`).
+From `profile_samples` alone: a rank whose share of some frame exceeds the median rank's beyond sampling noise
+and the other ranks' spread is named with that frame; `rank_profiles_view` is every sampled rank's profile.
 """
 
 from __future__ import annotations

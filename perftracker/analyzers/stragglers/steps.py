@@ -1,11 +1,6 @@
 """Step time per rank (median, p90, spread), unstable steps, and ranks slow in one phase.
 
-Uses ProfilerStep annotations and step files. In synchronous training every rank's step time looks
-alike (all wait for the slowest), so a per-phase comparison (from step files' phase timings) is
-what names the rank doing more work.
-
-Views: `step_stats_view` (per-rank statistics, shared by the analyzer, the summary and the report)
-and `step_series_view` (every step of every rank, the report's step-time series).
+Views: `step_stats_view` (per-rank statistics) and `step_series_view` (every step of every rank).
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
 """Cross-rank stragglers: which rank makes the others wait at collectives, by how much, how often.
 
-From matched collective instances on aligned clocks (see `collectives`): per rank, the share of
-collectives where it arrived last, its median lateness, and its cost: per step, the time the group
-waited for it beyond the next-latest member. A persistent straggler is last in most collectives and
-costs a noticeable share of the step; scattered "last" placements are noise and are not reported.
-The finding says whether the rank is a compute straggler (longer work before the collective) or a
-communication straggler (its own transfer is slower), and which ops take longer on it; in a job whose layout is
-known, where it sits (stage, replica) and its victims (`pipeline.victims`: its pipeline neighbours and data-parallel
-peers, with the wait each shows) as evidence of this one finding: the victims' wait is the straggler's cost, counted
-once, never findings of their own. In a pipeline job the tests leave its sends and receives out
-(`judged_arrivals_view`), and the measured wait of a run too short for a verdict, which counts waits in receives
-(the schedule's bubbles) as lateness, is an info; so is a straggler alone at its stage (no data-parallel replica to
-compare with): its extra work is its stage's, which the pipeline's stage imbalance judges (one cause, one finding). Beside the last-arrival
-test two durations tests can name the rank (each at a quarter of straggler.alpha): its wall-clock work between
-collectives (`durations_view`) and its compute from its ops (`compute_view`, `op_work`: GPU compute kernels, or
-CPU ops at their own shortest cost, which the scheduling noise of a shared CPU does not stretch).
-
-Views (computed once per analysis, shared by the analyzer and the report): `arrivals_view` (the
-matched collectives' arrivals and the clock offsets), `rank_metrics_view`, and the report's tables
-`lateness_view` (rank x step lateness) and `rank_waits_view` (waiting per rank and step).
+The last-arrival test and two durations tests (work between collectives, compute from ops) name a rank; its
+finding says compute or communication, which ops, and in a laid-out job its place and victims (as evidence).
+Views: `rank_metrics_view`, `lateness_view`, `rank_waits_view`, `judged_arrivals_view`.
 """
 
 from __future__ import annotations
@@ -378,8 +362,6 @@ def _within_noise(store: Store, metrics: pd.DataFrame, verdict: OutlierVerdict) 
                   "cost_share_if_real": round(float(row["cost_share"]), 4)},
         ranks=(r,), hosts=hosts_of(store, [r]), confidence=verdict.confidence, key=f"straggler:noise:{r}",
     )]
-
-
 
 
 def comm_excess(arr: pd.DataFrame) -> pd.DataFrame:

@@ -1,25 +1,7 @@
 """Waiting and transfer at every matched collective: the one home of the split.
 
-Promise: a collective's time on a rank (a GPU NCCL/RCCL kernel, a gloo collective from the rank's issue of
-it, or any other source `collectives` matches) is its *wait* for the last member to arrive plus its
-*transfer*, exactly: wait + transfer = the rank's duration. Two ways to tell them apart, named per row in
-`basis`:
-
-- ``aligned``: on the clocks `collectives.clock_offsets` aligns (or one host's one clock), wait = the last
-  member's arrival minus the rank's own, clipped to [0, duration]; transfer = the rest (its end minus the
-  last arrival), as ByteDance's what-if study defines transfer (op end - the latest start of the peers).
-- ``shortest``: where a member's clock cannot be aligned (it took part in fewer than ALIGN_MIN_INSTANCES
-  matched collectives and shares no known host with the others), transfer = the shortest duration of the
-  instance across its members (TraceLens' `comm_latency`: the last to arrive barely waits), wait = the rest.
-
-`collective_split_view` has one row per (instance, rank): arrival_ns (aligned start), dur_ns, wait_ns,
-transfer_ns, basis, last_rank (the member that caused the wait, `collectives.arrivals`' `is_last`),
-bytes and, per instance, algbw/busbw from the transfer time (nccl-tests factors, `health.bandwidth.bus_factor`;
-an all-gather's bytes are its output, as the trace loader sizes it). `step_waits_view` sums them per
-(step, rank), with `caused_ns`: the waiting of the other members this rank caused as the last to arrive
-(rank-seconds). `kernel_waits_view` gives the wait at the start of each GPU communication kernel, for
-`traces/comm_split.py`, which counts that part as waiting, not as communication. Without matched trace
-collectives, NCCL Inspector's records are split by the shortest duration (`inspector_split`).
+wait + transfer = the rank's duration, by the aligned clocks (`aligned`) or the instance's shortest duration
+(`shortest`). Views: `collective_split_view`, `step_waits_view`, `kernel_waits_view`; `inspector_split`.
 """
 
 from __future__ import annotations
@@ -70,7 +52,7 @@ def split(arr: pd.DataFrame, trusted: pd.Series) -> pd.DataFrame:
 
 
 def trusted_clocks(arr: pd.DataFrame, hosts: dict[int, str]) -> pd.Series:
-    """Per rank: True when its clock can be aligned with the others' (see the module docstring)."""
+    """Per rank: True when its clock can be aligned with the others' (docs/internals/stepgraph.md)."""
     if arr.empty:
         return pd.Series(dtype=bool)
     counts = arr.groupby("rank")["instance"].nunique()
@@ -82,8 +64,8 @@ def trusted_clocks(arr: pd.DataFrame, hosts: dict[int, str]) -> pd.Series:
 
 
 def collective_split_view(analysis: Analysis) -> pd.DataFrame:
-    """Per (matched collective, rank): arrival, wait, transfer and bandwidth (see the module docstring); from the
-    traces, else from NCCL Inspector's records (`inspector_split`)."""
+    """Per (matched collective, rank): arrival, wait, transfer (wait + transfer = duration; `basis` aligned or
+    shortest) and bandwidth; from the traces, else from NCCL Inspector's records (`inspector_split`)."""
     seen = analysis.view(arrivals_view)
     arr = seen.arrivals
     if arr.empty:

@@ -1,18 +1,7 @@
 """The what-if verdict of pipeline jobs recorded per operation (`pipeline_ops`): one finding per job.
 
-Promise: `whatif_view(analysis)` replays every job of the Store's `pipeline_ops` table on its real
-dependencies (`ops_graph.build`, `ops_replay.whatif`) once per analysis; `analyze_whatif` turns each into one
-finding, with the paper's verdict and the step time a fix saves, from the replay (`cost_source` replay):
-
-- one worker (M_W >= 50%): that worker named with its stage and replica; cost: the step time saved when its
-  ops take their ideal durations;
-- the last stage (M_S >= 50%, the slowdown kept by per-stage means): stage imbalance; cost: the last stage
-  at ideal durations;
-- random variation: no single worker or stage; cost: T - T_ideal (every op at its type's ideal);
-- no slowdown (S < 1.05): an info line with S.
-The replay's own error against the measured step time sets the confidence (under 5%: 0.9, else 0.5, as the
-paper drops traces it cannot replay within 5%). `whatif_workers_view` / `whatif_optypes_view` are the report's
-tables: S_w per worker (exact and the artifact's heatmap score min(S_dp, S_stage)) and S_t per op type.
+`whatif_view` replays each job once per analysis; `analyze_whatif` turns it into one finding (one worker, the
+last stage, random variation or none) costed by the replay; `whatif_workers_view` / `whatif_optypes_view`.
 """
 
 from __future__ import annotations

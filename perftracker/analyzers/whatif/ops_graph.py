@@ -1,24 +1,8 @@
 """The dependency graph of a pipeline-parallel step, from per-operation records (the OSDI'25 artifact's format).
 
-Promise: `build(ops)` turns the `pipeline_ops` table (one row per operation: dp_rank, stage, step, optype,
-seq_id, mc, start_ns, dur_ns) into an `OpsGraph`: one *template* node per (stage, optype, seq_id), shared by
-every (step, dp_rank) column (Megatron runs the same schedule on every replica and step), with
-
-- duration matrices `dur` and measured start/end per node x column (ns, float64);
-- in-worker dependencies (the paper's streams): one compute stream (forward/backward in their order), one
-  stream per P2P kind (forward/backward send/recv, in order), one DP-communication stream; a recv feeds the
-  compute of its micro-batch and is posted after the previous compute of that kind; a send follows its
-  compute; the first backward send/recv follows the compute two before the first backward; the params
-  all-gather of a model chunk precedes its first forward; after the last compute: gc, the layernorm
-  all-reduce, the embedding all-reduce (first and last stage), the grads reduce-scatter, the clip, the optimizer;
-- communication groups: each forward (backward) send paired with the recv of the next (previous) stage with
-  the same sequence number, the embedding all-reduce of the first and last stage (per replica), and the DP
-  collectives and the clip synchronized across every replica of the step (`sync`);
-- `transfer` per node x column: the op's end minus the last start among its group (the paper's transfer
-  duration: the blocking time removed), 0 where that is below -10 ms.
-
-Columns whose ops do not match the template are dropped with their step (`dropped_steps`); an optype the model
-does not know is listed in `unknown` and left out. The graph is checked for cycles (`GraphError`).
+`build(ops)` turns the `pipeline_ops` table into an `OpsGraph`: template nodes per (stage, optype, seq_id) shared by
+every (step, replica) column, their dependencies and communication groups in topological order, and the
+transfer durations; raises `GraphError` when the records form no acyclic step.
 """
 
 from __future__ import annotations
@@ -69,7 +53,7 @@ class OpsGraph:
 
 
 def build(ops: pd.DataFrame) -> OpsGraph:
-    """The `OpsGraph` of `ops` (see the module docstring); raises `GraphError` when nothing fits."""
+    """The `OpsGraph` of `ops` (docs/internals/stepgraph.md); raises `GraphError` when nothing fits."""
     unknown = tuple(sorted(set(ops["optype"].astype(str)) - set(KNOWN)))
     ops = ops[ops["optype"].astype(str).isin(KNOWN)]
     if ops.empty:
@@ -157,7 +141,7 @@ def _dependencies(nodes: pd.DataFrame, n_dp: int
         dp_ops = here[here["optype"].isin(DP_COMM)]
         if use_dp:
             _chain(deps, dp_ops.index.to_list())
-            _params_before_forward(deps, here, comp)
+            _per_chunk(deps, here, comp, before=True)
         last_compute = comp.index[-1] if len(comp) else None
         post = _post_chain(here, stage, n_stages, use_dp, overlap_dp)
         gc = index.get((stage, GC, 0))
@@ -168,7 +152,7 @@ def _dependencies(nodes: pd.DataFrame, n_dp: int
             rs = here[here["optype"] == "grads-reduce-scatter"]
             if len(rs):
                 tail.append(int(rs.index[-1]))
-            _reduce_after_backward(deps, here, comp)
+            _per_chunk(deps, here, comp, before=False)
         tail.append(gc if gc is not None else (int(last_compute) if last_compute is not None else -1))
         for j in post:
             deps[j].extend(t for t in tail if t >= 0)
@@ -199,22 +183,16 @@ def _chain(deps: dict[int, list[int]], order: list[int]) -> None:
         deps[b].append(a)
 
 
-def _params_before_forward(deps: dict[int, list[int]], here: pd.DataFrame, comp: pd.DataFrame) -> None:
-    """The last params all-gather of each model chunk precedes that chunk's first forward compute."""
-    gathers = here[here["optype"] == "params-all-gather"].sort_values("seq_id")
-    for mc, rows in gathers.groupby("mc"):
-        forwards = comp[(comp["optype"] == FWD) & (comp["mc"] == mc)]
-        if len(forwards):
-            deps[int(forwards.index[0])].append(int(rows.index[-1]))
-
-
-def _reduce_after_backward(deps: dict[int, list[int]], here: pd.DataFrame, comp: pd.DataFrame) -> None:
-    """With overlapped DP communication, the first grads reduce-scatter of a chunk follows its last backward."""
-    reduces = here[here["optype"] == "grads-reduce-scatter"].sort_values("seq_id")
-    for mc, rows in reduces.groupby("mc"):
-        backwards = comp[(comp["optype"] == BWD) & (comp["mc"] == mc)]
-        if len(backwards):
-            deps[int(rows.index[0])].append(int(backwards.index[-1]))
+def _per_chunk(deps: dict[int, list[int]], here: pd.DataFrame, comp: pd.DataFrame, before: bool) -> None:
+    """Per model chunk: its last params all-gather precedes its first forward (`before`), or, with overlapped DP
+    communication, its first grads reduce-scatter follows its last backward."""
+    kind, compute = ("params-all-gather", FWD) if before else ("grads-reduce-scatter", BWD)
+    for mc, rows in here[here["optype"] == kind].sort_values("seq_id").groupby("mc"):
+        mine = comp[(comp["optype"] == compute) & (comp["mc"] == mc)]
+        if len(mine) and before:
+            deps[int(mine.index[0])].append(int(rows.index[-1]))
+        elif len(mine):
+            deps[int(rows.index[0])].append(int(mine.index[-1]))
 
 
 def _post_chain(here: pd.DataFrame, stage: int, n_stages: int, use_dp: bool, overlap_dp: bool) -> list[int]:

@@ -1,23 +1,7 @@
 """What-if replay of a pipeline-parallel job on its real dependencies, and the OSDI'25 slowdown metrics.
 
-Promise: `replay(graph, dur, transfer)` replays every (step, replica) column of an `ops_graph.OpsGraph` at
-once (numpy over the columns, a loop over the template's groups in topological order): a group starts when
-the last dependency of any member ended (and, when synchronized, when every replica of the step got there); a
-local op ends `dur` later, a communication member `transfer` later; the step ends with its last optimizer.
-`whatif(graph)` computes, as the paper defines them (Understanding Stragglers in Large Model Training Using
-What-if Analysis, OSDI'25, Eq. 1-5):
-
-- T: the mean replayed step time with the measured durations (launch gaps removed);
-- T_ideal: every op at its type's ideal duration: the mean over all workers and steps for compute, the median
-  for communication (transfer durations); S = T / T_ideal (Eq. 1), waste = 1 - 1/S;
-- S_t (Eq. 2): the ideal replay with only op type t at its measured durations (P2P kinds folded into forward-
-  and backward-pp-comm), over T_ideal; likewise per replica (`by_dp`), per stage (`by_stage`) and per worker
-  (`workers.s_worker`, the exact one: only that worker's ops measured; NaN past `MAX_EXACT_WORKERS` workers);
-  the artifact's heatmap score of a worker is min(S_dp, S_stage) (`score`);
-- M_W (Eq. 5): the share of T - T_ideal removed when the top 3% of workers by score get ideal durations in the
-  measured replay; M_S: the same for every worker of the last stage;
-- the verdict: one worker (M_W >= 0.5), the last stage (M_S >= 0.5 and the slowdown that remains with
-  every op at its stage's mean is under a third of it), else no single worker: random variation.
+`replay(graph, dur, transfer)` replays every (step, replica) column at once; `whatif(graph)` computes T, T_ideal,
+S, S_t, S_w, M_W, M_S and the verdict as the paper defines them (OSDI'25, Eq. 1-5).
 """
 
 from __future__ import annotations
@@ -117,7 +101,7 @@ def optype_family(kind: str) -> str:
 
 
 def whatif(graph: OpsGraph, ranks: pd.DataFrame | None = None) -> WhatIf:
-    """The job's metrics (see the module docstring). `ranks`: dp_rank, stage, rank (global rank per worker)."""
+    """The job's metrics (docs/internals/stepgraph.md). `ranks`: dp_rank, stage, rank (global rank per worker)."""
     ideal_dur, ideal_xfer = ideal(graph)
     t_steps = replay(graph, graph.dur, graph.transfer)
     ideal_steps = replay(graph, ideal_dur, ideal_xfer)

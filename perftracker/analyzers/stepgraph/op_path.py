@@ -1,24 +1,8 @@
 """The op-level critical path of each step, within each rank and across ranks, split into bound classes.
 
-Promise: on a rank's `op_graph.RankGraph`, `walk` goes back in time from a point to what released it, edge by
-edge: a node's own time (its class), then the latest of its releases: its launch (the gap is launch delay,
-``cpu_launch``), its stream predecessor (kernel-to-kernel gap, ``cpu_launch``) or a node on another stream (a
-cross-stream wait, ``cpu_launch``); on a thread, its work back to its last resume point (``data_loading``,
-``host_sync`` for synchronizing calls, else ``cpu_launch``), then the blocked time until the release (``host_sync``
-when a GPU node released it) and on to the releasing node or thread; a thread other than the main one, with
-nothing that released it, hands back to the main thread where its burst began. Every edge's weight is the
-time between its ends, so any path from the step's start to its end is as long as the step: the walk picks,
-at each point, the dependency that released it last, which is a longest path (the one HTA's longest path
-finds when its edge weights are these gaps), and its classes add up exactly.
-
-A walk stops at a collective matched across ranks (`wait_transfer.split`) or at the step's start. `pieces`
-walks, per rank and profiler step, from the step's end and from the start of each matched collective in it.
-`assemble` joins them: per (step, rank) the rank's own step time (`ns`: its pieces, each collective's
-``transfer`` and its ``wait`` for the member whose arrival released the transfer, `for_rank`), adding up to the
-rank's step time exactly; and the step's cross-rank path (`path_ns`), from the rank that finished last (aligned
-clocks) back through each collective's transfer to the member that arrived last, whose own work before it then
-lies on the path. `critical_path_ops_view` is the run's table, a chunk of ranks' events at a time; `coarsened` says which (step,
-rank) had its graph coarsened (`op_graph`: more than `critical.max_nodes_per_step` GPU nodes per step).
+`walk` goes back from a point along the dependency that released it last (a longest path) to a matched collective
+or the step's start; `pieces` are those walks per rank and step, joined across ranks by `critical_path.follow`
+in `assemble`; `critical_path_ops_view` is the run's table.
 """
 
 from __future__ import annotations
@@ -27,16 +11,17 @@ import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.stepgraph.critical_path import Walked, follow
+from perftracker.analyzers.stepgraph.op_graph import CLASSES, RankGraph, Thread, rank_graph
 from perftracker.analyzers.stragglers.collectives import arrivals_view
-from perftracker.analyzers.stragglers.op_graph import CLASSES, RankGraph, Thread, rank_graph
 from perftracker.analyzers.stragglers.wait_transfer import collective_split_view
 from perftracker.analyzers.thresholds import threshold_int
 from perftracker.analyzers.traces.intervals import covered_within
 from perftracker.analyzers.traces.per_rank import by_rank
 
 COLUMNS = ["step", "rank", "bound", "for_rank", "ns", "path_ns", "coarsened"]
-PIECE_COLUMNS = ["step", "rank", "origin", "reached", "r_start", "r_end", "r_wait", "r_for", "lo", "hi", "coarse",
-                 *CLASSES]
+PIECE_COLUMNS = ["step", "rank", "origin", "reached", "r_for", "transfer_ns", "wait_ns", "more", "unwalked_ns", "hi",
+                 "coarse", *CLASSES]
 _CPU, _SYNC, _DATA = 4, 3, 2
 
 
@@ -60,7 +45,7 @@ def _cpu_time(vec: np.ndarray, thread: Thread | None, a: int, b: int) -> None:
 def walk(g: RankGraph, lo: int, node: int = -1, tid: int = -1, t: int = 0,
          visited: list[int] | None = None) -> tuple[np.ndarray, int]:
     """Classes of the walk back to `lo` or to a matched collective (its node row, else -1): from `node`'s start
-    (the node's own time left out), or from thread `tid` at time `t` (see the module docstring); the nodes whose
+    (the node's own time left out), or from thread `tid` at time `t` (docs/internals/stepgraph.md); the nodes whose
     own time lies on it are appended to `visited` when given."""
     vec = np.zeros(len(CLASSES), dtype=np.int64)
     gap = threshold_int("critical.cross_stream_gap_ns")
@@ -135,72 +120,40 @@ def walk(g: RankGraph, lo: int, node: int = -1, tid: int = -1, t: int = 0,
 
 def pieces(g: RankGraph, steps: pd.DataFrame) -> pd.DataFrame:
     """Per profiler step of the rank (`steps`: step, start_ns, dur_ns on its raw clock): the walk from its end and
-    from the start of each matched collective that starts inside it."""
+    from the start of each matched collective that starts inside it, as `critical_path.follow`'s pieces."""
     rows: list[list[int]] = []
     for step, lo, dur in zip(steps["step"].to_numpy(np.int64), steps["start_ns"].to_numpy(np.int64),
                              steps["dur_ns"].to_numpy(np.int64)):
-        hi = int(lo + dur)
+        lo, hi = int(lo), int(lo + dur)
         inside = np.flatnonzero((g.instance >= 0) & (g.start > lo) & (g.start <= hi))
         for origin in [-1, *inside.tolist()]:
-            vec, reached = walk(g, int(lo), node=origin, tid=g.main, t=hi)
-            r = [int(g.start[reached]), int(g.end[reached]), int(g.wait[reached]), int(g.waited_for[reached])] \
-                if reached >= 0 else [-1, -1, 0, -1]
-            rows.append([int(step), g.rank, int(g.instance[origin]) if origin >= 0 else -1,
-                         int(g.instance[reached]) if reached >= 0 else -1, *r, int(lo), hi, int(g.coarsened),
-                         *vec.tolist()])
+            vec, at = walk(g, lo, node=origin, tid=g.main, t=hi)
+            reached = [int(g.instance[at]), int(g.waited_for[at])] if at >= 0 else [-1, -1]
+            start, end = (int(g.start[at]), int(g.end[at])) if at >= 0 else (-1, -1)
+            arrive = start + (int(g.wait[at]) if at >= 0 else 0)
+            rows.append([int(step), g.rank, int(g.instance[origin]) if origin >= 0 else -1, *reached,
+                         end - max(arrive, lo), min(arrive, end) - max(start, lo), int(start > lo), start - lo, hi,
+                         int(g.coarsened), *vec.tolist()])
     return pd.DataFrame(rows, columns=PIECE_COLUMNS)
 
 
 def assemble(table: pd.DataFrame, offsets: pd.Series) -> pd.DataFrame:
-    """The view's table from `pieces` of every rank (see the module docstring)."""
+    """The view's table from `pieces` of every rank (docs/internals/stepgraph.md)."""
     if table.empty:
         return pd.DataFrame({c: pd.Series(dtype=object if c == "bound" else bool if c == "coarsened" else np.int64)
                              for c in COLUMNS})
-    own: dict[tuple[int, int, str, int], int] = {}
-    path: dict[tuple[int, int, str, int], int] = {}
+    own: Walked = {}
+    path: Walked = {}
     index = {(int(s), int(r), int(o)): i for i, (s, r, o) in
              enumerate(zip(table["step"], table["rank"], table["origin"]))}
-    rec = [{str(k): int(v) for k, v in row.items()} for row in table[PIECE_COLUMNS[:11] + list(CLASSES)].to_dict("records")]
-
-    def add(into: dict[tuple[int, int, str, int], int], row: dict[str, int], rank: int, bound: str, ns: int,
-            for_rank: int = -1) -> None:
-        if ns > 0:
-            key = (int(row["step"]), rank, bound, for_rank)
-            into[key] = into.get(key, 0) + int(ns)
-
-    def follow(step: int, rank: int, cross: bool) -> None:
-        into = path if cross else own
-        at = index.get((step, rank, -1))
-        for _ in range(len(rec) + 1):
-            if at is None:
-                return
-            row = rec[at]
-            rank = int(row["rank"])
-            for c in CLASSES:
-                add(into, row, rank, c, int(row[c]))
-            if int(row["reached"]) < 0:
-                return
-            lo, start, end = int(row["lo"]), int(row["r_start"]), int(row["r_end"])
-            arrive = start + int(row["r_wait"])
-            add(into, row, rank, "transfer", end - max(arrive, lo))
-            other = int(row["r_for"])
-            jump = index.get((step, other, int(row["reached"]))) if cross and other not in (-1, rank) else None
-            if jump is not None:
-                at = jump
-                continue
-            add(into, row, rank, "wait", min(arrive, end) - max(start, lo), other)
-            at = index.get((step, rank, int(row["reached"]))) if start > lo else None
-            if at is None and start > lo:
-                add(into, row, rank, "cpu_launch", start - lo)  # a collective whose start was not walked
-
-    for step, rank in zip(table["step"].to_numpy(np.int64)[table["origin"].to_numpy() < 0],
-                          table["rank"].to_numpy(np.int64)[table["origin"].to_numpy() < 0]):
-        follow(int(step), int(rank), cross=False)
-    ends = table[table["origin"] < 0].assign(off=lambda f: f["rank"].map(offsets).fillna(0).astype(np.int64))
-    ends = ends.assign(aligned=ends["hi"] - ends["off"])
+    rec = [{str(k): int(v) for k, v in row.items()} for row in table[PIECE_COLUMNS].to_dict("records")]
+    ends = table[table["origin"] < 0]
+    for step, rank in zip(ends["step"].to_numpy(np.int64), ends["rank"].to_numpy(np.int64)):
+        follow(rec, index, CLASSES, int(step), int(rank), False, own)
+    ends = ends.assign(aligned=ends["hi"] - ends["rank"].map(offsets).fillna(0).astype(np.int64))
     for step, group in ends.groupby("step"):
         last = int(group["rank"].to_numpy(np.int64)[int(np.argmax(group["aligned"].to_numpy(np.int64)))])
-        follow(int(str(step)), last, cross=True)
+        follow(rec, index, CLASSES, int(str(step)), last, True, path)
     keys = sorted(set(own) | set(path))
     coarse = table.groupby(["step", "rank"])["coarse"].max().astype(bool).to_dict()
     out = pd.DataFrame([(*k, own.get(k, 0), path.get(k, 0), coarse.get((k[0], k[1]), False)) for k in keys],

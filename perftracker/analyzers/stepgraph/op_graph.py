@@ -1,28 +1,7 @@
 """One rank's op-level dependency graph: its GPU work per stream, its CPU threads, and what released each.
 
-Promise: `rank_graph(events, matched, steps)` builds, from one rank's events (raw clock), the rank's rows of
-`wait_transfer.split` (`matched`) and its profiler steps, a `RankGraph` whose dependencies are those a CUDA
-program has:
-
-- *nodes*: every GPU kernel, memcpy and memset (a CUDA-graph launch, the kernels sharing one correlation id on a
-  stream, is one node), and every collective matched across ranks (a GPU NCCL/RCCL kernel, or a CPU-side gloo
-  collective from the rank's issue of it), with its class (``gpu_compute``, ``memcpy``, ``transfer``), the
-  release time of its launch (the launching runtime call's end, at most the node's start: a kernel may start
-  before its launch returns) and launching thread, its predecessor on its stream, and, for a matched one, its
-  instance, wait and the member the transfer waited for (the latest arrival);
-- *threads*: per CPU thread, its busy time (framework ops, runtime calls, CPU collectives; annotations are
-  containers, not work), what of it is data loading and host synchronization (`late_rank.CAUSES`), and its
-  *resume points*: the end of each period the thread was blocked with what released it: a synchronizing runtime
-  call released by the latest GPU node that ended during it (a thread waits for the GPU only through such a call:
-  `.item()` and pageable copies make one), or an idle gap of at least `critical.blocked_gap_ns` released by a
-  matched CPU collective or another thread's burst of work that ended at most `critical.resume_slack_ns` before
-  the thread resumed.
-
-Cross-stream waits (`cudaStreamWaitEvent`) are not linked by event in the Store, so a node that starts more than
-`critical.cross_stream_gap_ns` after both its launch and its stream predecessor is taken to wait for the node that
-ended last before it on another stream, if that one ended at most the resume slack before it. A rank with more
-than `critical.max_nodes_per_step` nodes per step is coarsened: consecutive unmatched nodes of one class on one
-stream, less than the blocked gap apart, become one node (`RankGraph.coarsened`).
+`rank_graph(rank, events, matched, steps)` builds a `RankGraph`: GPU nodes with their launches and stream
+predecessors, matched collectives, and each CPU thread's blocked periods with what released them.
 """
 
 from __future__ import annotations
@@ -66,7 +45,7 @@ class Thread:
 
 @dataclass
 class RankGraph:
-    """The graph of the module docstring; node columns are arrays of one length, sorted by end."""
+    """The graph of docs/internals/stepgraph.md; node columns are arrays of one length, sorted by end."""
 
     rank: int
     main: int
@@ -200,7 +179,7 @@ def _threads(ev: pd.DataFrame) -> dict[int, Thread]:
 
 
 def _resume_points(graph: RankGraph) -> None:
-    """Each thread's blocked periods and what released them (see the module docstring)."""
+    """Each thread's blocked periods and what released them (docs/internals/stepgraph.md)."""
     gap, slack = threshold_int("critical.blocked_gap_ns"), threshold_int("critical.resume_slack_ns")
     ends = graph.end  # sorted
     coll_row = np.flatnonzero(graph.stream == -2)
@@ -243,7 +222,7 @@ def _resume_points(graph: RankGraph) -> None:
 
 
 def rank_graph(rank: int, events: pd.DataFrame, matched: pd.DataFrame, steps: pd.DataFrame) -> RankGraph:
-    """The `RankGraph` of one rank (see the module docstring); `matched` holds `waited_for` per row."""
+    """The `RankGraph` of one rank (docs/internals/stepgraph.md); `matched` holds `waited_for` per row."""
     main = _main_thread(events)
     nodes = _with_collectives(_gpu_nodes(events), matched, main)
     n_steps = max(int(len(steps)), 1)

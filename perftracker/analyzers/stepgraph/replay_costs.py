@@ -1,23 +1,8 @@
 """What-if costs: each finding's cost as the step time a replay without its cause saves.
 
-Promise: `whatif_ranks_view` is "fix rank r: the step gets x shorter" per rank (`replay.fix_each_rank`).
-`replay_view` is the run's step graph (`replay.step_graph` of the matched collectives and profiler
-steps), its unchanged replay, the replay's median relative error against the measured step times, and
-OSDI'25's slowdown S = T / T_ideal and waste 1 - 1/S. `with_replay_costs(analysis, findings)` sets the cost of
-the findings whose cause the replay can remove, one after another in the order of their own estimates, each
-from the state the previous left (so the costs add up to at most the step time and never count the same time
-twice):
-
-- a straggler of one rank (`straggler:<r>`, the durations test's, `straggler:measured:<r>`) or one rank's slow
-  phase (`steps:phase:<phase>:<r>`): that rank's local work and tail set to its peers' mean at the same
-  collectives (its waits on the others go with it); a second finding about the same rank costs 0 ("counted
-  in" the first);
-- exposed communication (`overlap:exposed`): every collective's transfer cut to its part hidden under compute
-  (the rank's hidden share from `period_costs.rank_costs_view`, which counts transfer only).
-
-Every finding with a cost gets `cost_source` in its evidence: ``replay`` (with `replay_error` and the
-analyzer's own `estimate_s`), or ``estimate`` (the analyzer's own; with the reason when a replay was possible
-but its median error exceeded `replay.REL_TOL`, or nothing could be replayed).
+`replay_view` (the run's step graph, its replay, error, S and waste), `whatif_ranks_view`, `critical_path_view`;
+`with_replay_costs(analysis, findings)` costs the findings one after another, so the costs never count the same
+time twice, and marks every cost's `cost_source` (replay | estimate).
 """
 
 from __future__ import annotations
@@ -30,9 +15,8 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Cost, Finding
-from perftracker.analyzers.stragglers.collectives import arrivals_view
-from perftracker.analyzers.stragglers.critical_path import classified_spans, critical_path
-from perftracker.analyzers.stragglers.replay import (
+from perftracker.analyzers.stepgraph.critical_path import classified_spans, critical_path
+from perftracker.analyzers.stepgraph.replay import (
     Replay,
     StepGraph,
     fix_each_rank,
@@ -42,6 +26,7 @@ from perftracker.analyzers.stragglers.replay import (
     step_graph,
     with_transfer,
 )
+from perftracker.analyzers.stragglers.collectives import arrivals_view
 from perftracker.analyzers.stragglers.wait_transfer import collective_split_view
 from perftracker.analyzers.thresholds import threshold
 from perftracker.analyzers.traces.period_costs import rank_costs_view
@@ -65,7 +50,7 @@ class ReplayFit:
 
 
 def replay_view(analysis: Analysis) -> ReplayFit:
-    """The run's `ReplayFit` (see the module docstring)."""
+    """The run's `ReplayFit` (docs/internals/stepgraph.md)."""
     table = analysis.view(collective_split_view)
     offsets = analysis.view(arrivals_view).offsets
     graph = step_graph(table, analysis.store.steps, offsets)

@@ -1,35 +1,26 @@
 """The cross-rank critical path of each step, and every rank's step time split into bound classes.
 
-Promise: on the step graph of `replay.step_graph` (each rank's local work between its collectives, each
-collective's transfer starting at its last member's arrival), `critical_path(graph, play, segments)` walks
-back from the rank that finished the step last: its tail, the transfer of its last collective, the local work
-of the member that arrived last there (the rank the others waited for), that rank's previous collective, and
-so on to the step's start; a send its rank posted and went on from (`replay`'s P2P pairs) puts its rank's work
-before it on the path, not its wait. Each local span is split into bound classes from the rank's own events on that span
-(`classify`): ``gpu_compute`` (a compute kernel ran), ``memcpy`` (only copies/memsets ran), and, with the GPU
-idle, ``data_loading`` (a DataLoader op), ``host_sync`` (a CUDA synchronization, `.item()`), else
-``cpu_launch`` (the CPU was running or launching, not the GPU). A collective contributes ``transfer``; its wait
-on a rank is ``wait`` for the rank that arrived last (`for_rank`). The classes of one (step, rank) add up to
-the rank's step time exactly (`ns`) when each collective ends before the rank's next one starts (a collective
-that overlaps the next is counted in both); `path_ns` is how much of the step's critical path lay there.
-
-`critical_path_view` is the table (one row per step, rank, bound, for_rank) for the run; the events are read a
-chunk of ranks at a time (`traces/per_rank.by_rank`), so memory stays bounded with many ranks.
+`follow` is the one critical-path walker, for the collective level (`critical_path` on `replay.step_graph`) and
+the op level (`op_path`); `classify` splits local spans into bound classes; `critical_path_view`'s table adds
+up to each rank's step time (`ns`) and says how much of the path lay there (`path_ns`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.stepgraph.replay import Replay, StepGraph
 from perftracker.analyzers.stragglers.late_rank import CAUSES
-from perftracker.analyzers.stragglers.replay import Replay, StepGraph
 from perftracker.analyzers.traces.intervals import covered_within, union
 from perftracker.analyzers.traces.per_rank import by_rank
 
 BOUNDS = ("gpu_compute", "memcpy", "data_loading", "host_sync", "cpu_launch", "transfer", "wait")
 COLUMNS = ["step", "rank", "bound", "for_rank", "ns", "path_ns"]
+Walked = dict[tuple[int, int, str, int], int]  # (step, rank, bound, for_rank) -> ns
 _CPU = ("cpu_op", "annotation", "runtime", "user_annotation")
 
 
@@ -73,7 +64,7 @@ def classify(spans: pd.DataFrame, events: pd.DataFrame, offset: int) -> pd.DataF
 
 
 def critical_path(graph: StepGraph, play: Replay, classes: pd.DataFrame) -> pd.DataFrame:
-    """The table of the module docstring from the graph, its unchanged replay and `classify`'s spans."""
+    """Per (step, rank, bound, for_rank): the rank's time there (`ns`) and the critical path's (`path_ns`)."""
     nodes = graph.nodes
     if nodes.empty:
         return pd.DataFrame(columns=COLUMNS)
@@ -87,65 +78,104 @@ def critical_path(graph: StepGraph, play: Replay, classes: pd.DataFrame) -> pd.D
     parts.append(per_node[per_node["wait_ns"] > 0].groupby(["step", "rank", "for_rank"])["wait_ns"].sum()
                  .rename("ns").reset_index().assign(bound="wait"))
     table = pd.concat(parts, ignore_index=True)
-    path = _walk(graph, play, classes)
+    into: Walked = {}
+    pieces, index = _pieces(graph, play, classes)
+    for step, group in play.steps.groupby("step"):
+        first = int(group["rank"].to_numpy()[int(np.argmax(group["replayed_ns"].to_numpy()))])
+        follow(pieces, index, local, int(str(step)), first, True, into)
+    path = pd.DataFrame([(*k, v) for k, v in into.items()], columns=["step", "rank", "bound", "for_rank", "path_ns"])
+    path = path.astype({"step": np.int64, "rank": np.int64, "for_rank": np.int64, "path_ns": np.int64})
     table = table.merge(path, on=["step", "rank", "bound", "for_rank"], how="left").fillna({"path_ns": 0})
     table = table[(table["ns"] > 0) | (table["path_ns"] > 0)]
     return table.astype({"step": np.int64, "rank": np.int64, "for_rank": np.int64, "ns": np.int64,
                          "path_ns": np.int64})[COLUMNS].sort_values(["step", "rank", "bound"]).reset_index(drop=True)
 
 
-def _walk(graph: StepGraph, play: Replay, classes: pd.DataFrame) -> pd.DataFrame:
-    """Per (step, rank, bound): the critical path's time there (walked back from the last rank to finish)."""
+def follow(pieces: list[dict[str, int]], index: dict[tuple[int, int, int], int], classes: Sequence[str],
+           step: int, rank: int, cross: bool, into: Walked) -> None:
+    """The one critical-path walker, at either granularity: from (step, rank)'s end piece back, each piece's
+    classes, then the transfer of the collective it reached; across ranks (`cross`) on to the piece of the
+    member that arrived last (`r_for`) before that collective, else the rank's own wait there and its own piece
+    from that collective (`more`; `unwalked_ns` of launch time when it has none)."""
+    at = index.get((step, rank, -1))
+    for _ in range(len(pieces) + 1):
+        if at is None:
+            return
+        row = pieces[at]
+        rank = row["rank"]
+        for c in classes:
+            _add(into, step, rank, c, row[c])
+        reached = row["reached"]
+        if reached < 0:
+            return
+        _add(into, step, rank, "transfer", row["transfer_ns"])
+        other = row["r_for"]
+        jump = index.get((step, other, reached)) if cross and other not in (-1, rank) else None
+        if jump is not None:
+            at = jump
+            continue
+        _add(into, step, rank, "wait", row["wait_ns"], other)
+        at = index.get((step, rank, reached)) if row["more"] else None
+        if at is None and row["more"]:
+            _add(into, step, rank, "cpu_launch", row["unwalked_ns"])  # a collective whose start was not walked
+
+
+def _add(into: Walked, step: int, rank: int, bound: str, ns: int, for_rank: int = -1) -> None:
+    if ns > 0:
+        key = (step, rank, bound, for_rank)
+        into[key] = into.get(key, 0) + int(ns)
+
+
+def _pieces(graph: StepGraph, play: Replay, classes: pd.DataFrame
+            ) -> tuple[list[dict[str, int]], dict[tuple[int, int, int], int]]:
+    """`follow`'s pieces of the step graph: per (step, rank) its tail and per collective (`origin`: its instance)
+    the local work before it, back to the previous collective that held the rank (a posted send does not; a
+    local span that began at the previous arrival takes the previous span with it)."""
     nodes = graph.nodes
     local = list(BOUNDS[:5])
-    values = classes[local].to_numpy(np.float64)
+    values = classes[local].to_numpy(np.int64)
     node_of = classes["node"].to_numpy(np.int64)
+    zero = np.zeros(len(local), dtype=np.int64)
     node_row = {int(n): values[i] for i, n in enumerate(node_of) if n >= 0}
     tail_row = {(int(s), int(r)): values[i] for i, (s, r, n) in
                 enumerate(zip(classes["step"].to_numpy(), classes["rank"].to_numpy(), node_of)) if n < 0}
     last = {int(i): int(r) for i, r in zip(play.instances["instance"], play.instances["last_rank"])}
     inst = nodes["instance"].to_numpy(np.int64)
-    xfer = nodes["transfer_ns"].to_numpy(np.float64)
+    xfer = nodes["transfer_ns"].to_numpy(np.int64)
     after = nodes["after_end"].to_numpy(bool)
-    posted = nodes["post"].to_numpy(bool) if "post" in nodes else np.zeros(len(nodes), dtype=bool)
+    posted = nodes["post"].to_numpy(bool)
     ordered = nodes.sort_values(["step", "rank", "order"], kind="stable")
-    lists: dict[tuple[int, int], list[int]] = {}
-    for pos, (s, r) in enumerate(zip(ordered["step"].to_numpy(), ordered["rank"].to_numpy())):
-        lists.setdefault((int(s), int(r)), []).append(int(ordered.index[pos]))
-    chain = {k: np.asarray(v, dtype=np.int64) for k, v in lists.items()}
-    finish = play.steps
-    rows: list[tuple[int, int, str, int, float]] = []
+    chains: dict[tuple[int, int], list[int]] = {(int(s), int(r)): [] for s, r in
+                                                zip(graph.ranks["step"].to_numpy(), graph.ranks["rank"].to_numpy())}
+    for row, s, r in zip(ordered.index, ordered["step"].to_numpy(), ordered["rank"].to_numpy()):
+        chains.setdefault((int(s), int(r)), []).append(int(row))
+    pieces: list[dict[str, int]] = []
+    index: dict[tuple[int, int, int], int] = {}
 
-    def add_local(step: int, rank: int, row: np.ndarray | None) -> None:
-        if row is not None:
-            rows.extend((step, rank, b, -1, float(v)) for b, v in zip(local, row))
-
-    for label, group in finish.groupby("step"):
-        step = int(str(label))
-        rank = int(group["rank"].to_numpy()[int(np.argmax(group["replayed_ns"].to_numpy()))])
-        add_local(step, rank, tail_row.get((step, rank)))
-        idx = chain.get((step, rank), np.array([], dtype=np.int64))
-        pos = len(idx) - 1
-        while pos >= 0:
-            node = int(idx[pos])
-            if posted[node]:  # a send its rank posted and went on from: its work is on the path, not its wait
-                add_local(step, rank, node_row.get(node))
-                pos -= 1
-                continue
-            rows.append((step, rank, "transfer", -1, float(xfer[node])))
-            rank = last.get(int(inst[node]), rank)
-            idx = chain.get((step, rank), np.array([], dtype=np.int64))
-            hits = np.flatnonzero(inst[idx] == inst[node]) if len(idx) else np.array([], dtype=np.int64)
-            pos = int(hits[0]) if len(hits) else -1
-            while pos >= 0:
-                node = int(idx[pos])
-                add_local(step, rank, node_row.get(node))
-                if after[node]:
-                    break
-                pos -= 1  # its local work began at its previous arrival: continue on the same rank
+    def piece(step: int, rank: int, origin: int, vec: np.ndarray, pos: int, chain: list[int]) -> None:
+        while pos >= 0 and posted[chain[pos]]:  # a send its rank posted and went on from: its work, not its wait
+            vec = vec + node_row.get(chain[pos], zero)
             pos -= 1
-    out = pd.DataFrame(rows, columns=["step", "rank", "bound", "for_rank", "path_ns"])
-    return out.groupby(["step", "rank", "bound", "for_rank"], as_index=False).agg(path_ns=("path_ns", "sum"))
+        node = chain[pos] if pos >= 0 else -1
+        to = last.get(int(inst[node]), rank) if node >= 0 else -1
+        index[(step, rank, origin)] = len(pieces)
+        pieces.append({"rank": rank, "reached": int(inst[node]) if node >= 0 else -1, "r_for": to,
+                       "transfer_ns": int(xfer[node]) if node >= 0 else 0, "wait_ns": 0, "more": int(to == rank),
+                       "unwalked_ns": 0, **dict(zip(local, vec.tolist()))})
+
+    for (step, rank), chain in chains.items():
+        piece(step, rank, -1, tail_row.get((step, rank), zero), len(chain) - 1, chain)
+        for pos, node in enumerate(chain):
+            if (step, rank, int(inst[node])) in index:
+                continue
+            vec = zero
+            while pos >= 0:
+                vec = vec + node_row.get(chain[pos], zero)
+                if after[chain[pos]]:
+                    break
+                pos -= 1  # its local work began at its previous arrival: the previous span is on the path too
+            piece(step, rank, int(inst[node]), vec, pos - 1, chain)
+    return pieces, index
 
 
 def classified_spans(analysis: Analysis, graph: StepGraph, offsets: pd.Series) -> pd.DataFrame:

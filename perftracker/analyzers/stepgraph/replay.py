@@ -1,33 +1,8 @@
 """The cross-rank step graph and its what-if replay (ByteDance OSDI'25's method, on perftracker's collectives).
 
-Promise: `step_graph(table, steps, offsets)` builds, from every matched collective's wait/transfer split
-(`wait_transfer.split`) and the ranks' profiler steps, one chain per (step, rank): the rank's *local* work
-before each of its collectives (from its step's start, or from its previous collective's end, or from its
-previous collective's arrival when the two overlap on the GPU), then the collective, whose transfer cannot
-start before its last member arrives, then its *tail* to the step's end. `replay(graph, ...)` walks the
-instances in the order they completed and recomputes, exactly as the run did when nothing is changed:
-
-    arrival(r, i) = ready(r) + local(r, i);  end(i) = max over members of arrival + transfer(i)
-
-so the replayed step time of each rank is its step's start to (its last collective's end + tail). The
-replay's error against the measured step time (`Replay.error`) says how far this model is from the run; a
-what-if changes the durations and replays: `local` and `tail` of one rank set to the mean of its peers' at
-the same collective (ideal compute, as OSDI'25), transfers set to the members' median (ideal communication),
-transfers scaled down by their exposed share (communication hidden under compute). Costs are differences of
-replayed step times, so costs taken one after another add up to at most the step time and never count the
-same time twice. Loops run over instances (numpy over their members), not over events.
-
-Collectives are instances of their own process group (`collectives.match_instances`): a DP all-reduce waits
-for its group only. A point-to-point pair (two members, a `send` and a `recv`) is *posted* by its sender, who
-goes on at its arrival (isend, or a send kernel off the compute stream); the pair completes when the later of
-the two has arrived plus the recv's transfer, and only the receiver waits for that. Chains and instances are
-ordered by that (a posted send at its arrival, the rest at their completion), which the measured times obey.
-
-A rank's *peers* are the ranks whose step ran the same sequence of collectives (`peer_key`: step, that
-sequence, the position in it): in a pipeline the other replicas' ranks of the same stage, not the members of
-its send/recv (the receiver of a send did other work before it) nor of another stage's collectives. The
-ideal local work of a node is its peers' mean at the same position; a node without peers falls back to the
-other members of its collective, and a P2P node without peers keeps its own (nothing comparable measured).
+`step_graph(table, steps, offsets)` chains each rank's local work, collectives and tail per step; `replay(graph,
+...)` recomputes the step times, exactly as measured when nothing is changed; `idealize_rank`, `idealize_all`,
+`with_transfer` change the durations for a what-if; `slowdown` and `fix_each_rank` are OSDI'25's S and S_w.
 """
 
 from __future__ import annotations
@@ -44,7 +19,7 @@ P2P_NAMES = ("send", "recv")  # the `collective` of a member of a matched point-
 class StepGraph:
     """Per (instance, rank) row: step, order (completion order of the instance in the step), local_ns,
     transfer_ns (the instance's measured transfer on that rank), after_end (the local work started at the
-    previous collective's end, else at its arrival), peer_key (same value: peers, see the module docstring),
+    previous collective's end, else at its arrival), peer_key (same value: peers, see docs/internals/stepgraph.md),
     p2p (a send or recv); per (step, rank): start_ns, dur_ns (measured), tail_ns, peer_key (same value: the
     ranks of that step that ran the same sequence of collectives)."""
 
@@ -76,7 +51,7 @@ class Replay:
 
 
 def step_graph(table: pd.DataFrame, steps: pd.DataFrame, offsets: pd.Series) -> StepGraph:
-    """The chains of `table` (`wait_transfer.split` rows) per (step, rank); see the module docstring."""
+    """The chains of `table` (`wait_transfer.split` rows) per (step, rank); see docs/internals/stepgraph.md."""
     rows = table[table["step"] >= 0]
     if rows.empty:
         return StepGraph(_empty_nodes(), pd.DataFrame(columns=["step", "rank", "start_ns", "dur_ns", "tail_ns"]))
@@ -165,7 +140,7 @@ def replay(graph: StepGraph, local: np.ndarray | None = None, transfer: np.ndarr
     key = list(zip(ranks["step"].to_numpy(), ranks["rank"].to_numpy()))
     ready = dict(zip(key, ranks["start_ns"].to_numpy(np.float64)))
     last_arr = dict(ready)  # the rank's previous arrival, for local work that overlapped its previous collective
-    posted = _posted(nodes)
+    posted = nodes["post"].to_numpy(bool)
     order = nodes.assign(_post=posted).sort_values(["step", "order", "instance", "_post"], kind="stable")
     idx = order.index.to_numpy()
     inst = order["instance"].to_numpy()
@@ -206,13 +181,9 @@ def _instance_transfer(nodes: pd.DataFrame) -> np.ndarray:
     on aligned clocks every member's transfer is its end minus the last arrival, nearly equal); of a P2P pair,
     its recv's (a posted send's span runs to whenever its rank waited on it)."""
     xfer = nodes["transfer_ns"].astype(np.float64)
-    of_recv = xfer.where(~_posted(nodes)).groupby(nodes["instance"]).transform("median")
+    of_recv = xfer.where(~nodes["post"].to_numpy(bool)).groupby(nodes["instance"]).transform("median")
     whole = xfer.groupby(nodes["instance"]).transform("median")
     return of_recv.fillna(whole).to_numpy(np.float64)
-
-
-def _posted(nodes: pd.DataFrame) -> np.ndarray:
-    return nodes["post"].to_numpy(bool) if "post" in nodes else np.zeros(len(nodes), dtype=bool)
 
 
 def idealize_rank(graph: StepGraph, rank: int, local: np.ndarray | None = None,
@@ -225,24 +196,17 @@ def idealize_rank(graph: StepGraph, rank: int, local: np.ndarray | None = None,
     tails = ranks["tail_ns"].to_numpy(np.float64).copy() if tail is None else tail.copy()
     mine = nodes["rank"].to_numpy() == rank
     masked = pd.Series(np.where(mine, np.nan, loc), index=nodes.index)
-    peers = masked.groupby(_keys(nodes, "peer_key")).transform("mean").to_numpy()
+    peers = masked.groupby(nodes["peer_key"].to_numpy(np.int64)).transform("mean").to_numpy()
     members = masked.groupby(nodes["instance"]).transform("mean").to_numpy()
-    p2p = nodes["p2p"].to_numpy(bool) if "p2p" in nodes else np.zeros(len(nodes), dtype=bool)
+    p2p = nodes["p2p"].to_numpy(bool)
     fallback = np.where(p2p, loc, members)
     loc[mine] = np.where(np.isnan(peers), fallback, peers)[mine]
     rmine = ranks["rank"].to_numpy() == rank
     rmasked = pd.Series(np.where(rmine, np.nan, tails))
-    rpeers = rmasked.groupby(_keys(ranks, "peer_key")).transform("mean").to_numpy()
+    rpeers = rmasked.groupby(ranks["peer_key"].to_numpy(np.int64)).transform("mean").to_numpy()
     ot = rmasked.groupby(ranks["step"].to_numpy()).transform("mean").to_numpy()
     tails[rmine] = np.where(np.isnan(rpeers), ot, rpeers)[rmine]
     return np.nan_to_num(loc, nan=0.0), np.nan_to_num(tails, nan=0.0)
-
-
-def _keys(frame: pd.DataFrame, column: str) -> np.ndarray:
-    """The peer key per row; a graph built without one (every row its own) keeps the old per-row fallback."""
-    if column in frame:
-        return frame[column].to_numpy(np.int64)
-    return -np.arange(1, len(frame) + 1, dtype=np.int64)
 
 
 def idealize_all(graph: StepGraph) -> tuple[np.ndarray, np.ndarray]:
@@ -250,13 +214,13 @@ def idealize_all(graph: StepGraph) -> tuple[np.ndarray, np.ndarray]:
     the instance, a P2P node its own): OSDI'25's T_ideal, with median transfers."""
     nodes, ranks = graph.nodes, graph.ranks
     loc = nodes["local_ns"].to_numpy(np.float64)
-    key = pd.Series(_keys(nodes, "peer_key"))
+    key = pd.Series(nodes["peer_key"].to_numpy(np.int64))
     sizes = key.groupby(key).transform("size").to_numpy()
     peers = nodes.groupby(key.to_numpy())["local_ns"].transform("mean").to_numpy(np.float64)
     members = nodes.groupby("instance")["local_ns"].transform("mean").to_numpy(np.float64)
-    p2p = nodes["p2p"].to_numpy(bool) if "p2p" in nodes else np.zeros(len(nodes), dtype=bool)
+    p2p = nodes["p2p"].to_numpy(bool)
     ideal = np.where(sizes > 1, peers, np.where(p2p, loc, members))
-    rkey = pd.Series(_keys(ranks, "peer_key"))
+    rkey = pd.Series(ranks["peer_key"].to_numpy(np.int64))
     rsizes = rkey.groupby(rkey).transform("size").to_numpy()
     rpeers = ranks.groupby(rkey.to_numpy())["tail_ns"].transform("mean").to_numpy(np.float64)
     rall = ranks.groupby("step")["tail_ns"].transform("mean").to_numpy(np.float64)
