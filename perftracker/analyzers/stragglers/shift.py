@@ -11,7 +11,7 @@ point that a caller picked by scanning `candidates` possible splits, and returns
   their segment's median. The p-value is then multiplied by the number of candidate splits
   (Bonferroni: the caller chose the best split after looking), so that a run whose step time only
   wanders shows a "slower since step N" warning in about 1% of runs (`ALPHA`; measured on simulated
-  autocorrelated noise in tests/test_noise_discipline.py). The price is power on short windows: with
+  autocorrelated noise in tests/analyzers/stragglers/test_noise_discipline.py). The price is power on short windows: with
   strongly autocorrelated steps, a few dozen steps cannot show a rise whatever its size; hundreds can.
 - **Sustained, not a bump.** Both halves of the later stretch have their median above the earlier
   stretch's upper quartile: a burst of slow steps that ends before the window does is not a slowdown.
