@@ -13,7 +13,7 @@ import re
 import stat
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -175,7 +175,6 @@ def split_lines(data: bytes, final: bool) -> tuple[list[str], bytes]:
     return lines, data[cut:] + hold
 
 
-@dataclass
 class LineBlocks:
     """A regular file's lines in blocks (lists of str), under the cap, each line at most MAX_LINE_CHARS.
 
@@ -183,10 +182,9 @@ class LineBlocks:
     had no line end; `stats` what was cut. Opening raises InputError / OSError like `open_regular`.
     """
 
-    path: Path
-    cap: int = field(default_factory=file_cap)
-    stats: LineStats = field(default_factory=LineStats)
-    ends_open: bool = False
+    def __init__(self, path: Path, cap: int | None = None) -> None:
+        self.path, self.cap = path, file_cap() if cap is None else cap
+        self.stats, self.ends_open = LineStats(), False
 
     def __iter__(self) -> Iterator[tuple[int, list[str]]]:
         with open_regular(self.path) as handle:

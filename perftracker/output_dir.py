@@ -16,7 +16,6 @@ import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -32,16 +31,14 @@ MAX_MARK_BYTES = 1 << 20
 _SHOWN = 8
 
 
-@dataclass
 class Claim:
-    """A folder held by this command: what its manifest says perftracker wrote there, and what it writes now."""
+    """A folder held by this command: what its manifest says perftracker wrote there, and what it writes now.
+    `files` the relative posix paths perftracker wrote; `legacy` a mark without a manifest (perftracker's own
+    names are its); `made_from` what the analysis written here was made from (its input)."""
 
-    folder: Path
-    fd: int
-    files: set[str] = field(default_factory=set)  # relative posix paths perftracker wrote
-    legacy: bool = False  # a mark without a manifest: perftracker's own names are its
-    made_from: str = ""  # what the analysis written here was made from (its input)
-    command: str = ""
+    def __init__(self, folder: Path, fd: int, files: set[str], legacy: bool, made_from: str, command: str) -> None:
+        self.folder, self.fd, self.files, self.legacy = folder, fd, files, legacy
+        self.made_from, self.command = made_from, command
 
     def owns(self, rel: str) -> bool:
         if rel in self.files:

@@ -152,12 +152,6 @@ def save_tables(tables: Mapping[str, pd.DataFrame], folder: Path) -> None:
             raise
 
 
-def load_tables(folder: Path, follow_links: bool = False) -> dict[str, pd.DataFrame]:
-    """Every report view saved in `folder` (an empty frame for one that is absent or left out; the notes
-    that say why are `saved_tables.read_tables`')."""
-    return read_tables(folder, follow_links)[0]
-
-
 def saved_output(path: Path) -> Path | None:
     """The analysis output folder at `path` (findings.json + tables/), or in a run directory's
     perftracker-out/; None when there is none."""

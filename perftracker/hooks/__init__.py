@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from perftracker.launcher_env import rank_in
-from perftracker.rundir import host_name
+from perftracker.rundir import atomic_write_bytes, host_name
 
 POLL_S = 1.0
 MAX_TRACE_STEPS = 1000
@@ -83,7 +83,7 @@ class _Hook:
         # Kept open for the life of the process; one step is one small buffered write + flush.
         self.steps = open(root / "steps" / f"rank-{rank}.jsonl", "w", encoding="utf-8")  # noqa: SIM115
         info = {"rank": rank, "pid": os.getpid(), "host": self.host, "installed_ns": self.installed_ns}
-        _write_atomic(root / "ranks" / f"rank-{rank}.json", json.dumps(info).encode())
+        atomic_write_bytes(root / "ranks" / f"rank-{rank}.json", json.dumps(info).encode())
         self.handles: list[Any] = []
         self.primary: int | None = None
         self.step = 0
@@ -169,7 +169,7 @@ class _Hook:
                 error = f"{type(exc).__name__}: {exc}"
                 _warn(f"trace request {req_id} skipped ({error})")
                 marker = {"rank": self.rank, "pid": os.getpid(), "error": error, "ended_ns": time.time_ns()}
-                _write_atomic(self._done_marker(req_id), json.dumps(marker).encode())
+                atomic_write_bytes(self._done_marker(req_id), json.dumps(marker).encode())
             return
 
     def _done_marker(self, req_id: str) -> Path:
@@ -211,7 +211,7 @@ class _Hook:
             raw.unlink(missing_ok=True)
             packed.unlink(missing_ok=True)
         marker = {"rank": self.rank, "pid": os.getpid(), "file": dest.name, "ended_ns": time.time_ns()}
-        _write_atomic(self._done_marker(self.prof_id), json.dumps(marker).encode())
+        atomic_write_bytes(self._done_marker(self.prof_id), json.dumps(marker).encode())
 
     def _disable(self, text: str) -> None:
         self.broken = True
@@ -227,9 +227,3 @@ class _Hook:
         except Exception:  # noqa: BLE001, S110 - never raise into the training job
             pass
         self.prof = None
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
