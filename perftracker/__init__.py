@@ -1,11 +1,7 @@
 """perftracker: name the cause of a slow or stuck distributed training job, with evidence.
 
-The package promises one flow: collectors write (or read) artifacts, loaders build a Store of typed
-tables, analyzers turn the Store into Findings, reports render Store + Findings.
-
-The Python API (`perftracker/api.py`) is exported here, imported on first use so that `import perftracker`
-stays cheap: `perftracker.analyze(path) -> Run`, `perftracker.diff(base, new) -> RunDiff`,
-`perftracker.load(path) -> Store`, `perftracker.read(out) -> Run`, `perftracker.timeline(path)`.
+The Python API (`perftracker/api.py`: `analyze`, `diff`, `load`, `read`, `timeline`) is exported here, imported
+on first use so that `import perftracker` stays cheap.
 """
 
 from __future__ import annotations

@@ -1,31 +1,8 @@
 """perftracker's Python API: the front door every command stands on.
 
-Example:
-    In a notebook::
-
-        import perftracker
-
-        run = perftracker.analyze("sample_traces/ddp-gloo-4rank-slow-rank2")
-        run.verdict                  # one sentence
-        run.findings_frame()         # the findings, ranked, as a DataFrame
-        run.view("steps")            # any report view, as a DataFrame
-        run.write("out")             # findings.json, tables/, report.html: only when asked
-
-        change = perftracker.diff("runs/before", "runs/after")
-        change.verdict, change.findings_frame()
-
-        with perftracker.load("runs/after") as store:   # the loaded tables themselves
-            store["steps"]
-
-Promise: `analyze`, `diff`, `load` and `timeline` read their inputs and write nothing (the parsed-trace cache
-aside, under `$XDG_CACHE_HOME/perftracker`, unless `cache=False`); results are written only by their `write`
-methods. Loading options are the typed keyword arguments of `LoadKeywords` (the fields of
-`perftracker.collectors.loading.LoadOptions`: `workers`, `engine`, `job`, `comm_kernel_patterns`, ..., plus
-`cache`), checked by mypy and, at run time, every value before anything is loaded (`perftracker.option_checks`,
-the command line's own checks: a string where a list is meant, NaN, a number out of range, "no" for a bool, a
-wrong container or an unknown name is a `perftracker.errors.UsageError`; an unknown keyword a TypeError).
-Rendering (Jinja, plotly) and the Ray engine are imported only when a page is rendered or `engine="ray"`.
-Bad input raises `perftracker.errors.InputError` (its `message` says what, where and what next).
+`analyze`, `diff`, `load` and `timeline` read their inputs and write nothing (the parsed-trace cache aside);
+results are written only by their `write` methods. Options are typed keywords, checked before anything is
+loaded (`option_checks`). Design and an example: docs/internals/core.md.
 """
 
 from __future__ import annotations

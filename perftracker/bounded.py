@@ -1,22 +1,7 @@
 """Read untrusted files within bounds: regular files only, a size cap, bounded lines, JSON nesting and gzip output.
 
-Promise: whatever a file is or holds, the readers here return in time and memory proportional to the
-cap, never more:
-- only regular files are opened (a symlink is followed only to a regular file; never /proc/kmsg or a
-  tracing pipe, regular files whose read blocks, `blocking_file`): a FIFO, a device, a
-  socket or a directory raises `InputError` naming the path and what it is, without blocking (opened
-  with O_NONBLOCK, checked with fstat on the open descriptor, so a file swapped in meanwhile is caught);
-- at most `file_cap()` bytes are read from a file (`PERFTRACKER_MAX_FILE_BYTES`, default 2 GiB, well
-  above real traces and logs); what lies beyond is reported (`Capped.left_out`), never read;
-- gzip is inflated in chunks up to the same cap (`inflate`): a bomb stops at the cap, a cut stream
-  yields what it holds, a corrupt one says where; JSON readers may ask for runs of whitespace of
-  `BLANK_RUN` bytes or more to be squeezed to one space as they are read (`squeeze_blank_runs`), so a
-  file of padding costs no memory;
-- lines are split like Python's universal newlines (`\\n`, `\\r\\n`, `\\r`), decoded as UTF-8 with bad
-  bytes replaced, and cut at `MAX_LINE_CHARS` (the cut lines are counted, `LineStats`);
-- `loads_json` turns a decoder's recursion failure on deeply nested input into `ValueError`, so a
-  caller's one `except ValueError` covers every malformed document.
-Nothing read is evaluated.
+Whatever a file is or holds, the readers here return in time and memory proportional to the cap, never more,
+and nothing read is evaluated. The rules (caps, gzip, lines, JSON): docs/internals/core.md.
 """
 
 from __future__ import annotations
@@ -28,7 +13,7 @@ import re
 import stat
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -190,7 +175,6 @@ def split_lines(data: bytes, final: bool) -> tuple[list[str], bytes]:
     return lines, data[cut:] + hold
 
 
-@dataclass
 class LineBlocks:
     """A regular file's lines in blocks (lists of str), under the cap, each line at most MAX_LINE_CHARS.
 
@@ -198,10 +182,9 @@ class LineBlocks:
     had no line end; `stats` what was cut. Opening raises InputError / OSError like `open_regular`.
     """
 
-    path: Path
-    cap: int = field(default_factory=file_cap)
-    stats: LineStats = field(default_factory=LineStats)
-    ends_open: bool = False
+    def __init__(self, path: Path, cap: int | None = None) -> None:
+        self.path, self.cap = path, file_cap() if cap is None else cap
+        self.stats, self.ends_open = LineStats(), False
 
     def __iter__(self) -> Iterator[tuple[int, list[str]]]:
         with open_regular(self.path) as handle:

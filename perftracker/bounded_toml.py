@@ -1,12 +1,7 @@
 """Read a user's small TOML file (`--thresholds`, `--devices`) within bounds, before the TOML library sees it.
 
-Promise: `read_toml(path, cap)` returns the parsed table of a regular file of at most `cap` bytes, or raises
-`TomlRefused` with the reason, in time linear in the file: a file past the cap is refused as such (never
-read in part, nothing of it silently ignored); a pre-scan of the text (strings and comments skipped) refuses
-arrays, inline tables and headers nested deeper than `MAX_DEPTH` and a line whose keys hold more than
-`MAX_KEY_PARTS` dotted parts or a key longer than `MAX_KEY_CHARS` (the standard library's reader recurses
-on nesting and is quadratic in dotted parts: 100,000 parts took 11.7 GB). Real files of these kinds nest
-two levels and have keys of two or three parts.
+`read_toml(path, cap)` returns the parsed table of a regular file of at most `cap` bytes, or raises `TomlRefused`
+with the reason, in time linear in the file (nesting and dotted keys bounded: docs/internals/core.md).
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
 """Inputs stay inside the folder the user named: the walk over an input folder, and what it leaves out.
 
-Promise: `walk(root)` yields every regular-file candidate under `root` (sorted, without recursion, so a
-folder nested 10,000 deep costs no stack) as `Entry(path, skip)`, where `skip` is "" for a file to read
-and otherwise the reason, in words, it is not read; nothing is dropped without a reason:
-- a symlink (file or folder) that resolves outside `root` is not followed ("a symlink leading outside the
-  input folder, to ...; give --follow-links to read it"); with `follow_links` a file symlink is followed
-  (never one into /proc, /sys or /dev, `special_place`), folder symlinks never are (no walk can then loop);
-- a symlink folder inside the root is not walked twice (its target is walked where it lies);
-- a symlink loop is named as a loop (`bounded.not_regular`);
-- names starting with "." (hidden files and folders, perftracker's own temporary files) are skipped, said;
-- a folder that is perftracker output (holds `findings.json` with `tables/`, `diff.json`, or the
-  `OUTPUT_MARK` file `output_dir` writes) is not read as input: `-o` inside the input is never scanned;
-- folders deeper than MAX_DEPTH levels and paths longer than PATH_MAX bytes are skipped, said;
-- at most MAX_ENTRIES entries are yielded; the rest are counted in one skip.
-`special_place(path)` is the resolved path's /proc, /sys or /dev prefix ("" when none); the regular files
-whose read blocks or consumes data (/proc/kmsg, tracing pipes) are refused by `bounded.open_regular` itself.
+`walk(root)` yields every regular-file candidate under `root` as `Entry(path, skip)`, `skip` the reason in words
+when it is not read: nothing is dropped without a reason. The rules (links, hidden files, output folders,
+depth and count caps): docs/internals/core.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """Evidence fields: the unit of each evidence key, declared in one table, and the one fallback for keys not in it.
 
-Promise: `field_of(key)` is what an evidence key (or a column of an evidence record) holds: the words of its
-label, its unit (`ms`, `us`, `ns`, `s`, `%`, `GB/s`, `Gb/s`, `MHz`, `W`, `°C`, `bytes`; `share` for a share 0..1
-shown as a percentage; `timestamp` for a wall-clock instant in ns) and its rate (`per step`, `per s`). The keys
-the built-in analyzers write are declared in `EVIDENCE_FIELDS`; the report (`reports/evidence.py`) reads units
-from here and nowhere else. A key that is not declared (a plugin's, a newer analyzer's) falls back, here and
-only here, to the rule the names follow (`_by_name`: a unit word, `_per_step` / `_per_s`, `share`), so its
-finding still renders; declare it to say its unit outright. Constants and pure functions: no imports from
-the package, so analyzers and reports alike may import it.
+`field_of(key)` gives a key's label, unit and rate from `EVIDENCE_FIELDS`, else from the rule the names follow.
+Constants and pure functions, no imports from the package: analyzers and reports may both import it.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Every option's value checked once, for the API and the commands alike, before anything is loaded.
 
-Promise: each function takes a value as a caller gave it (typed or not: a notebook passes anything) and
-returns it in its one accepted form, or raises the `UsageError` that names the option both ways (the API's
-keyword and the command's flag, e.g. "comm_kernel_patterns / --comm-kernel") and says what to give: a string
-where a list is meant, a bool given as "no", NaN or an out-of-range number, a wrong container. The command
-line and `perftracker.api` call these same functions, so both say the same thing. This module imports only
-`perftracker.errors`: every room may use it (the options dataclasses check themselves with it).
+Each function returns a value in its one accepted form or raises the `UsageError` that names the option both
+ways (keyword and flag) and says what to give. Imports only `perftracker.errors`.
 """
 
 from __future__ import annotations

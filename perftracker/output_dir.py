@@ -1,30 +1,8 @@
 """Outputs only where asked: one writer per output folder, no write that follows a link planted in it, and
 nothing removed or replaced that perftracker did not write.
 
-Promise:
-- `claimed(out_dir)` holds the folder for one command and yields its `Claim`: it creates it, opens its mark
-  file `OUTPUT_MARK` (no-follow: a link planted there is refused) and takes an exclusive, non-blocking lock
-  on it; a second perftracker writing into the same folder at the same time gets an `OutputError` at once
-  ("another perftracker command is writing into this folder"), never a mix of two runs' files. Re-entrant
-  within a process. A folder it created is removed again when the command fails before writing anything.
-  The mark also tells `containment.walk` that the folder is output, never input. Refused (`OutputError`,
-  exit 2, before anything is written): `out_dir` a symlink (its target is not ours to fill; give the target
-  itself), and an existing folder without the mark that is not empty (a user's own folder: what is there is
-  named) unless it has the shape of an output folder written before the mark (findings.json and tables/,
-  or diff.json: `containment.is_output_folder`), which is then treated as a mark without a manifest.
-- The mark holds the folder's manifest (JSON: the files perftracker wrote there and what the analysis was
-  made from). Inside a marked folder only the files its manifest lists (or, for a mark written before the
-  manifest, perftracker's own file names) are replaced or removed: `Claim.check(rel)` refuses any other
-  file in the way, naming it; a link in the way is replaced, never followed.
-- `replace_tables(tables, folder, claim)` writes every table into a new hidden folder beside `folder`, then
-  swaps it in: a `tables` symlink (or file) planted in the output folder is removed, never followed or
-  written through, and tables of an earlier run that this run does not write do not stay behind; a file
-  in `tables/` the manifest does not list stops it before anything is written.
-- `remove_stale(path, claim)` removes a file of an earlier run that this run does not write (unlinks, never
-  follows), so a report never links another run's file as this run's: only when the manifest lists it.
-Every other output file is written by `rundir.atomic_write_*` (a new file renamed over the name: a link
-planted under that name is replaced, its target untouched), after `Claim.check` and recorded with
-`Claim.wrote`.
+`claimed(out_dir)` holds the folder for one command (its mark file, a lock, a manifest of what it wrote);
+`replace_tables` and `remove_stale` act only on what the manifest lists. The rules: docs/internals/core.md.
 """
 
 from __future__ import annotations
@@ -38,7 +16,6 @@ import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -54,16 +31,14 @@ MAX_MARK_BYTES = 1 << 20
 _SHOWN = 8
 
 
-@dataclass
 class Claim:
-    """A folder held by this command: what its manifest says perftracker wrote there, and what it writes now."""
+    """A folder held by this command: what its manifest says perftracker wrote there, and what it writes now.
+    `files` the relative posix paths perftracker wrote; `legacy` a mark without a manifest (perftracker's own
+    names are its); `made_from` what the analysis written here was made from (its input)."""
 
-    folder: Path
-    fd: int
-    files: set[str] = field(default_factory=set)  # relative posix paths perftracker wrote
-    legacy: bool = False  # a mark without a manifest: perftracker's own names are its
-    made_from: str = ""  # what the analysis written here was made from (its input)
-    command: str = ""
+    def __init__(self, folder: Path, fd: int, files: set[str], legacy: bool, made_from: str, command: str) -> None:
+        self.folder, self.fd, self.files, self.legacy = folder, fd, files, legacy
+        self.made_from, self.command = made_from, command
 
     def owns(self, rel: str) -> bool:
         if rel in self.files:

@@ -1,13 +1,8 @@
 """The output folders: what an analysis or a comparison writes, and how it is read and rendered again.
 
-Promise: `write_run(run, out_dir)` writes one analysis as `tables/<view>.parquet` (plain columnar data),
-`findings.json`, the merged timeline when the run holds one (`timeline.json.gz`) and `report.html`, in that
-order; `write_diff(diff, out_dir)` writes a comparison as `diff.json` and `diff.html` (and each side that was
-analyzed, not read, into `base/` and `new/`). Every file is written then renamed, so nothing half-written is
-left; a write that fails is an `OutputError` naming the file (`writing`), and from `write_run` a
-`ReportNotWritten` that carries the finished run, so a command still says the verdict. `render_report`
-renders report.html again from an output folder's findings.json and tables/ alone, through the same renderer.
-Rendering modules (Jinja, plotly) are imported only when a page is rendered.
+`write_run` writes tables/, findings.json, timeline.json.gz and report.html; `write_diff` diff.json and diff.html;
+`render_report` redraws report.html from a folder. Every file is written then renamed; a failure is an
+`OutputError` naming the file (`ReportNotWritten` carries the finished run).
 """
 
 from __future__ import annotations
@@ -155,12 +150,6 @@ def save_tables(tables: Mapping[str, pd.DataFrame], folder: Path) -> None:
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
-
-
-def load_tables(folder: Path, follow_links: bool = False) -> dict[str, pd.DataFrame]:
-    """Every report view saved in `folder` (an empty frame for one that is absent or left out; the notes
-    that say why are `saved_tables.read_tables`')."""
-    return read_tables(folder, follow_links)[0]
 
 
 def saved_output(path: Path) -> Path | None:

@@ -1,12 +1,7 @@
 """The analysis stages behind the API (`perftracker/api.py`): a loaded Store to a `Run`, two runs to a `RunDiff`.
 
-Promise: `run_of(analysis, input)` runs one analysis stage, once: every analyzer, the finding passes, then
-every report view of `analyzers.views.REPORT_VIEWS` (through `views.report_tables`, sharing what the analyzers
-already computed; a view that fails leaves its table empty and a note), and builds the findings.json document;
-it writes nothing. `findings_of(analysis)` is the findings part alone, the same findings (`perftracker
-timeline` marks them). `read_run(folder)` is a saved output read back as a `Run`; `diff_runs(base, new)`
-compares two runs (`analyzers.compare.diff`) with the comparison's one verdict. Writing and rendering are
-`perftracker/outputs.py`'s; loading and writing together are `perftracker.api`'s (`analyze(...).write(out)`).
+`run_of` runs every analyzer, the finding passes and every report view once, and builds findings.json's
+document; `findings_of` the findings alone; `read_run` a saved output; `diff_runs` two runs. It writes nothing.
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
 """What perftracker never keeps: secret environment variables, credentials in values, secret command-line options.
 
-Promise: `keep_variable(name)` is True only for allow-listed names (the documented NCCL_/TORCH_/
-CUDA_/UCX_/GLOO_/... prefixes and a few exact names, `ALLOWED_PREFIXES` / `ALLOWED_NAMES`) that hold
-none of TOKEN, PASS, PWD, SECRET, KEY, CRED, CERT, BEARER, WEBHOOK, AUTH (nor COOKIE, PRIVATE,
-SESSION), whatever their prefix; documented variables that merely contain such a word
-(`NCCL_IB_PKEY`, `UCX_IB_PKEY`) are excepted by name. `redact_value(value)` hides the credentials a
-kept variable may still carry: URL user info (`https://user:pw@host` -> `https://<redacted>@host`),
-secret-looking query or key=value parameters (`h?token=abc` -> `h?token=<redacted>`) and long
-high-entropy strings (tokens, keys) -> `<redacted>`; paths, lists, GPU UUIDs and run ids stay as they
-are. `safe_env(env)` keeps the variables of `keep_variable` whose value carries no such credential
-(one that does is dropped whole). `redact_command(argv)` gives a command line with the values of
-secret-looking options hidden, in `--opt value`, `--opt=value` and `key=value` forms, plus every
-value check above. Everything perftracker stores (env snapshots, manifests, reports) passes here.
+`keep_variable`, `redact_value`, `safe_env` and `redact_command`: everything perftracker stores (env snapshots,
+manifests, reports) passes here. The rules: docs/internals/core.md.
 """
 
 from __future__ import annotations

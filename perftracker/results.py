@@ -1,12 +1,7 @@
 """What the API hands back: one analyzed run (`Run`) and one comparison of two runs (`RunDiff`).
 
-Promise: a `Run` holds everything an analysis found, in memory: its verdict (one sentence), its ranked
-`findings` (the `Finding` dataclasses), the notes the loaders and views left, the summary of findings.json,
-and every report view as a DataFrame (`tables`, `view(name)`), each computed once when the run was analyzed.
-Nothing is written until `write(out)` is called, which writes findings.json, tables/ and report.html (the
-folder `perftracker analyze -o` writes). In a notebook a run shows its verdict and its findings as a table.
-A `RunDiff` holds a comparison's verdict, findings and tables, and both sides (as `Run`s), written by
-`write(out)` as diff.json and diff.html.
+Each holds its verdict, ranked findings, notes, summary and report views in memory; nothing is written until
+`write(out)`. In a notebook a run shows its verdict and findings as a table.
 """
 
 from __future__ import annotations

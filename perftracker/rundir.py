@@ -1,69 +1,7 @@
 """The run-directory format: what collectors write, what users copy around, what `analyze` reads.
 
-Layout (format version 1)::
-
-    <run>/manifest.json                 format, version, job, hosts, ranks, collectors, time window
-    <run>/traces/rank-<r>.pt.trace.json[.gz]    PyTorch profiler (Kineto) traces
-    <run>/steps/rank-<r>.jsonl          one JSON object per step (see STEP_RECORD below)
-    <run>/env/rank-<r>.json             allow-listed environment of each rank
-    <run>/nccl/<host>.<pid>.log         NCCL_DEBUG output as NCCL wrote it
-    <run>/inspector/<name>-pid<pid>.log  NCCL Inspector plugin output as NCCL wrote it (collectors/nccl/inspector.py)
-    <run>/counters/<host>.rdma.jsonl    <run>/counters/<host>.gpu.jsonl    <run>/counters/<host>.net.jsonl
-    <run>/stacks/<ts>/rank-<r>.json   py-spy dumps (JSON), <ts>-hang/ for the native dump taken on a hang
-    <run>/profiles/rank-<r>.txt         sampled stacks (py-spy record --format raw --threads; flamegraph.pl
-                                        reads it), with rank-<r>.json: rank, pid, host, rate_hz, duration_s
-    <run>/manifests/<host>.json         one manifest per host when several hosts write into one run directory
-    <run>/output/                       the job's stdout/stderr and log files as run and attach copied them
-    <run>/ranks/rank-<r>.json           each rank's registration by the in-job hook (live/attach/hook_spool.py)
-    <run>/requests/                     requests to the attached collector (touch requests/stacks: a stack dump)
-    <run>/incidents/<ts>-<kind>-<host>/ attach/run --watch: incident.json, evidence/ (a run directory),
-                                        findings.json, report.html, tables/ (live/watch/incidents.py)
-    <run>/incidents/baseline-<host>/    the healthy window <host>'s watcher recorded once armed
-    <run>/sanity/                       run --sanity: the check before the job (SANITY_DIR; not an input)
-
-A step record is one line of JSON::
-
-    {"rank": 3, "step": 120, "start_ns": 1732900000000000000, "end_ns": 1732900000250000000,
-     "host": "node-7", "phases_ns": {"data": 1200000, "forward": 80000000, "backward": 150000000}}
-
-`<host>` in file names and records is `host_name()`: a command's `--host`, else $PERFTRACKER_HOST, else
-the hostname up to its first dot (as NCCL prints it). A command computes it once where it starts (the
-in-job hook where it is installed) and passes it down; nothing below calls `host_name`. Several hosts
-may write into one run directory; per-host manifests go to `manifests/<host>.json`.
-
-`start_ns`/`end_ns` are the rank's wall clock (time.time_ns()); `phases_ns` is optional.
-
-Host counters (one JSON object per line, times in epoch ns; every metric optional)::
-
-    counters/<host>.rdma.jsonl   one record per RDMA port sample:
-      {"ts_ns", "host", "device": "mlx5_0", "port": "1", "state": "4: ACTIVE", "phys_state": "5: LinkUp",
-       "rate": "400 Gb/sec (4X NDR)", "link_layer": "InfiniBand", "counters": {name: int, ...},
-       "hw_counters": {name: int, ...}, "numa_node": 0, "pci_bus_id": "0000:17:00.0", "netdevs": ["ib0"],
-       "ethtool": {name: int, ...}}      (RoCE ports only: flow-control counters of `ethtool -S <netdev>`)
-    counters/<host>.gpu.jsonl    one record per GPU sample:
-      {"ts_ns", "host", "gpu": 3, "uuid", "pci_bus_id", "numa_node",
-       "metrics": {"sm_clock_mhz", "mem_clock_mhz", "max_sm_clock_mhz", "power_w", "power_limit_w",
-                   "temp_c", "util_gpu_pct", "util_mem_pct", "clock_event_reasons" (NVML bitmask),
-                   "pcie_gen", "pcie_width", "pcie_max_gen", "pcie_max_width", "pcie_tx_kbps", "pcie_rx_kbps",
-                   "pcie_replay", "nvlink_links", "nvlink_active", "nvlink_replay", "nvlink_recovery",
-                   "nvlink_crc_flit", "nvlink_crc_data", "nvlink_tx_kib", "nvlink_rx_kib", "ecc_sbe", "ecc_dbe",
-                   "xid": [int, ...]}, "pids": [...], "ranks": [...]}   (the job's processes NVML lists on it)
-
-    counters/<host>.net.jsonl    one record per sample of the Ethernet interfaces the job uses (and the host's
-      TCP counters), plus one per link state change: collectors/counters/netdev.py documents the fields
-
-`counters`/`hw_counters` hold the sysfs files of `ports/<n>/counters` and `ports/<n>/hw_counters` as the
-kernel writes them (`port_*_data` are octets / 4); `collectors/counters/rdma.py: snapshot()` makes the RDMA
-records, and `collectors/counters/gpu_samples.py` documents the GPU fields. `ethtool` (link layer Ethernet ports
-with a netdev, sampled live) holds the driver's pause / PFC / discard / buffer / ECN / pause-storm
-counters as `ethtool -S` prints them (mlx5: `rx_prio3_pause`, `rx_prio3_pause_duration` in us,
-`tx_prio3_pause`, `rx_discards_phy`, `tx_pause_storm_error_events`, ...; per-queue counters left out;
-`collectors/counters/ethtool.py`); in the `counters` table they become rows named `ethtool:<name>` on the
-record's device and port. `analyze` also reads, by content, nvidia-smi CSV, DCGM / node-exporter
-Prometheus text, raw sysfs counter copies and repeated `ethtool -S <netdev>` outputs each after a
-`date +%s.%N` line (`# host=`, `# netdev=` lines or the `ethtool -S <dev>` command line name them;
-`collectors/counters/inputs.py`).
-`analyze` also accepts a bare folder of traces (or any mix): inputs are found by name and content.
+Its layout, step records and host counters are described in docs/internals/core.md and, for users, in
+docs/formats/run-directory.md. Here: the host name, atomic writes, JSON lines, the manifest and `discover`.
 """
 
 from __future__ import annotations

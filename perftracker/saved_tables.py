@@ -1,14 +1,7 @@
 """tables/ read back as untrusted input: each view's Parquet file checked before it is used, never a crash.
 
-Promise: `read_tables(folder, follow_links)` returns every report view saved in an output folder's
-`tables/` (an empty frame for one that is absent) and a `LoadNote` for each file left out or cut, with the
-reason: a symlink leading outside the output folder (read with `follow_links`; never one into /proc, /sys
-or /dev), anything but a regular file (opened with `bounded.open_regular`: a FIFO never blocks), a file
-larger than MAX_TABLE_BYTES, one that is not Parquet, one of more than MAX_TABLE_ROWS rows or
-MAX_TABLE_MEMORY bytes once read, nested or binary columns, column names that are not text. Views with a
-declared schema (`VIEW_SCHEMAS`: the Store's `steps`, the comparison's `op_totals` and `settings`) are
-checked column by column: a missing column or one of the wrong kind leaves the table out, extra columns
-are dropped; each said. A table left out costs its part of the report (or of a comparison), not the page.
+`read_tables(folder, follow_links)` returns every saved view (empty when absent) and a `LoadNote` for each file
+left out or cut, with the reason; views with a declared schema (`VIEW_SCHEMAS`) are checked column by column.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
 """Values several rooms read the same way: NCCL's integer parsing, structured fact values, FR group ranks,
-short display forms of long kernel and op names, and the range checks every untrusted number passes
-before it enters the Store.
-
-Promise: pure functions and constants with no I/O, imported by collectors (which write these values),
-analyzers (which judge them) and reports (which show them) alike, so every side agrees on what a value
-means and a long templated kernel name is shortened the same way in a finding's title and in the report.
-`robust_sigma` is the one MAD-based spread (MAD x 1.4826). The range checks (`int_in`, `rank_in_range`, `ascii_int`, `finite`) return None for anything a column
-cannot hold as it is (a bool, a string, NaN/Inf, an int past int64 or past the column's width), so that
-no value wraps, overflows or raises on its way into a table: the caller skips it or says "unknown" (-1),
-with a note.
+short display forms of long names, `robust_sigma` (MAD x 1.4826) and the range checks every untrusted number
+passes before it enters the Store. Pure functions and constants, no I/O.
 """
 
 from __future__ import annotations

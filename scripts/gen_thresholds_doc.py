@@ -1,4 +1,4 @@
-"""Write docs/reference/thresholds.md from perftracker/data/thresholds.toml (tests/test_thresholds.py fails
+"""Write docs/reference/thresholds.md from perftracker/data/thresholds.toml (tests/analyzers/test_thresholds.py fails
 when the committed page differs from what this writes). Run: python scripts/gen_thresholds_doc.py"""
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ Scenarios (the truth the accuracy measurement, ``scripts/measure_accuracy.py``, 
 saving the index (any recording, or ``--reindex``) updates runs.json without re-recording.
 
 This machine has 2 cores shared with other work (other test runs); that is background noise the
-clean runs include, and runs.json says so. Jobs are sized like ``tests/test_straggler_jobs.py``
+clean runs include, and runs.json says so. Jobs are sized like ``tests/analyzers/stragglers/test_straggler_jobs.py``
 (batch x width compute-bound, one gradient all-reduce per step) but with one hidden layer (depth 1)
 and a bigger batch, so a trace holds fewer events per step and the corpus stays small.
 """

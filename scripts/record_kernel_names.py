@@ -1,6 +1,6 @@
 """Record the distinct GPU kernel names of the shared real traces as a small test fixture.
 
-tests/test_comm_kernels.py checks that none of these compute kernels (GEMMs, convolutions, elementwise,
+tests/collectors/traces/test_comm_kernels.py checks that none of these compute kernels (GEMMs, convolutions, elementwise,
 reductions, attention, Triton, MTIA) is taken for communication except NCCL's own, without needing the
 shared corpus. Re-run after the corpus changes:
 

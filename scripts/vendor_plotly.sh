@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Refresh perftracker/reports/assets/plotly-cartesian.min.js.gz: plotly.js's own "cartesian" partial bundle
 # (bar, box, contour, heatmap, histogram*, image, pie, scatter, scatterternary, violin), at the plotly.js
-# version the installed plotly.py ships (tests/test_report_size.py checks they match), gzip-compressed.
+# version the installed plotly.py ships (tests/reports/test_report_size.py checks they match), gzip-compressed.
 # Needs npm and the npm registry. Usage: bash scripts/vendor_plotly.sh [python]
 set -euo pipefail
 cd "$(dirname "$0")/.."

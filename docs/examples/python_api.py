@@ -1,4 +1,4 @@
-"""The Python API as a notebook uses it, cell by cell (tests/test_api.py runs this file in CI).
+"""The Python API as a notebook uses it, cell by cell (tests/api/test_api.py runs this file in CI).
 
 Run it in a perftracker checkout: `python docs/examples/python_api.py [CHECKOUT] [OUT]` (CHECKOUT: the
 checkout's root, default the current folder; OUT: where the last cell writes a report, default: nothing is

@@ -1,9 +1,7 @@
 """`perftracker attach <job>`: collect from a running job without restarting it, then diagnose.
 
-Ctrl-C, SIGTERM and SIGHUP (a user, a scheduler, a closed terminal) all stop it the same way
-(`live/attach/interrupts.py`): the samplers stop, everything collected is kept, the manifests are written,
-and the run directory is analyzed unless `--no-analyze`. An `-o` that cannot be written is said
-before attaching (exit 2).
+Ctrl-C, SIGTERM and SIGHUP stop it the same way (`live/attach/interrupts.py`): everything collected is kept, the
+manifests written and the run directory analyzed unless `--no-analyze`.
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
 """`perftracker incidents RUN`: the incidents `attach --watch` / `run --watch` opened, one line each, with the
-path of each report; and the watch options those two commands share, with the analysis of an incident.
-
-Promise: `incidents` reads `RUN/incidents/*/incident.json` (oldest first) and prints for each: when (UTC),
-kind, state, the step it began at, the ranks its findings name (else the ranks whose rule fired), the verdict
-(else the rule's text) and the path of its report.html (or of incident.json when there is no report). A RUN
-without incidents says so (exit 0); a RUN that is not a folder is exit 2. `analyze_incident` is the
-`IncidentReporter` the watcher is handed: the ordinary pipeline on the incident's evidence, its outputs
-(findings.json, report.html, tables/) written into the incident's folder. `watch_options` hands the command
-line to `live/watch/setup.py` (the watcher's options and `--prom`'s publisher) with that reporter.
+path of each report; and the watch options those two commands share, with the analysis of an incident
+(`analyze_incident`, the watcher's `IncidentReporter`).
 """
 
 from __future__ import annotations

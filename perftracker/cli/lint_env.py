@@ -1,11 +1,7 @@
 """`perftracker lint-env`: a pre-flight check of a job's NCCL configuration before launch.
 
-Promise: reads an env file / job spec (`--env-file`), a live process's environment (`--pid`) or,
-with neither, the current environment; adds the node's sysfs facts (`--sysfs-root`, default /sys)
-and a platform profile (`--profile`, a shipped name or a JSON file); runs the `nccl_config` rules and
-prints the findings (rich table, or `--json`). Exit codes: 0 clean, 3 when a finding at or above
-`--fail-on` exists (critical by default), 2 for a usage or input error, printed as one line in the voice of
-every command (cli/voice.py).
+Reads an env file, a live process's environment or the current one, adds the node's sysfs facts and a platform
+profile, runs the `nccl_config` rules and prints the findings. Exit 0 clean, 3 at or above `--fail-on`, 2 bad input.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""Options several commands share, defined once: flag names, short forms, environment variables.
-
-A command types its parameter with one of these, e.g. `fail_on: FailOn = None`, `host: Host = None`.
-Where the flag is the same but its meaning differs per command (what `-o` names, what `--quiet`
-silences), the factory takes that command's help text. `--fail-on` values are checked by
-`voice.parse_fail_on`; the host name by `rundir.host_name`, once per command. What `-o` names is
-checked by `writable_folder` before a command does any work, and `--comm-kernel` patterns by
-`comm_kernel_patterns` (files a command writes, like `--summary`, by `writable_file`), and `--engine` by
-`checked_engine` (the Ray extra installed?): all raise the usage error that says what to do (exit 2).
+"""Options several commands share, defined once: flag names, short forms, environment variables, and the
+checks of their values before a command does any work (`writable_folder`, `writable_file`,
+`comm_kernel_patterns`, `checked_engine`: a usage error, exit 2).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """`perftracker postmortem DIR`: diagnose a finished, failed or hung job from the artifacts it left.
 
-Promise: analyzes a folder collected by any means (Slurm epilogue, Kubernetes pod logs, a copied
-folder, or the run directory of `perftracker run`): job output logs, flight-recorder dumps,
-torchelastic error files, NCCL logs, kernel logs, traces and step files. It prints a one-line verdict
-and the report path, writes `--summary` (chat/ticket text) and `--prom` (Prometheus text file) when
-asked. Exit codes as `analyze`: 0 ran, 2 bad input or usage (an -o, --summary or --prom that cannot be
-written too, after the verdict when the analysis finished), 3 a finding at or above --fail-on.
+Job logs, flight-recorder dumps, torchelastic error files, NCCL and kernel logs, traces and step files; a
+one-line verdict, `--summary` and `--prom` when asked. Exit codes as `analyze`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Progress of long commands on a terminal: traces parsed out of all, rate and time left.
 
-Promise: `parsing_progress(quiet)` is a context manager giving the callback for `LoadOptions.progress`:
-on a TTY (and not `--quiet`) a rich progress bar on stderr, "parsing traces N/M", files per second and
-the time left, shown once there are at least two files and hidden when the last is parsed; a load that
-starts again from 0 (the second run of `diff`) gets a bar of its own; piped, redirected or quiet, no
-callback at all, so nothing is printed. The job of saying what happens during a 15 s load, nothing more.
-`analyze`, `postmortem`, `diff` and `timeline` use it.
+`parsing_progress(quiet)` gives the callback for `LoadOptions.progress`: a rich bar on a TTY, no callback at all
+when piped, redirected or `--quiet`.
 """
 
 from __future__ import annotations

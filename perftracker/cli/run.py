@@ -1,14 +1,7 @@
 """`perftracker run [options] -- <launch command>`: start a job prepared for diagnosis; post-mortem on exit.
 
-The job's output and exit code pass through unchanged; perftracker's own lines go to stderr,
-prefixed `perftracker:`. Whatever happens to the job (normal end, error, signal, collective
-timeout), the run directory keeps what was collected and gets a report. Whatever happens to
-perftracker's own writing once the job runs (a full disk, a folder removed, a bug), the job's output
-keeps passing through, its pipes keep draining, what failed is said (on stderr, in the manifest and
-in the report's notes when they can be written) and the exit code is the job's. A run directory that
-cannot be written at all is said before anything starts (exit 2). With `--sanity` the nodes are checked first
-(`perftracker sanity` launched the way the job is, into RUN/sanity); with `--sanity-exclude` a check that names
-a node to exclude, or that fails, stops here: the job is not started, exit 4, saying which node and why.
+The job's output and exit code pass through unchanged, whatever happens to the job or to perftracker's own
+writing; the run directory keeps what was collected and gets a report. `--sanity` checks the nodes first.
 """
 
 from __future__ import annotations

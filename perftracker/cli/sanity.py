@@ -1,17 +1,8 @@
 """`perftracker sanity`: measure every node of a job before the job starts, and name the ones to leave out.
 
-Promise: launched the way the job is (`torchrun [--nnodes N ...] -m perftracker sanity -o OUT`, or under srun /
-mpirun with MASTER_ADDR and MASTER_PORT exported; alone it checks this machine), the launch is checked first
-(collectors/sanity/launch.py: a rank, world size, address or port that cannot be used is exit 2 naming the
-variable; a rendezvous nothing answers at is named within the box, exit 1). Then every rank measures its
-device, the collectives over all ranks and (one rank per node) every pair of nodes, within `--time-box`
-seconds counted from the join (default 120, `--quick` 20; measure.py's phases, and a watchdog that finishes
-with what was measured, so the command ends within 1.25x the box). One rank writes OUT (cli/sanity_out.py):
-rank 0, after winning the writer's place through the store; another rank only once rank 0's lease lapsed
-(it is dead) and it won the store's compare-and-set (collectors/sanity/handover.py). No other rank writes
-OUT. Exit codes: 0, 3 when a finding at or above `--fail-on` exists (on the rank that wrote; other ranks
-exit 0), 2 for a usage error or an output that cannot be written (OutputError), 1 when the ranks could not
-join.
+Launched the way the job is; the launch is checked first, every rank measures within `--time-box`, and one
+rank writes OUT (rank 0, or a rank that took over its lapsed lease). Exit 0, 3 (`--fail-on`), 2, or 1 when the
+ranks could not join. Details: docs/internals/core.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
 """What `perftracker sanity` writes into OUT (the one writer only: cli/sanity.py).
 
-Promise: `scheduler_files(verdict, hosts)` is the one maker of the scheduler's files from the judgement:
-exclude.txt (one host per line to exclude; empty when none), slurm_exclude.txt (`--exclude=h1,h2`, or empty),
-hostfile (the good nodes, one per line, with `slots=<ranks it ran>` as Open MPI / DeepSpeed read it), each
-from `verdict.exclude` / `verdict.keep`, the lists findings.json's `summary.exclude` / `summary.keep` are.
-`write_outputs(out, results, verdict)` writes tables/sanity_devices.parquet (the whole table), sanity.json
-(every rank's record: what the judgement read, re-judgeable), report.html, the scheduler files and, last,
-findings.json (so a findings.json on disk means every other file of this check is there too). Each file is
-written to a temporary name in its own folder and renamed; a write that fails (a full disk) is an OutputError
-naming the file, and leaves the earlier check's findings.json out of the folder rather than beside new files.
+`scheduler_files` makes exclude.txt, slurm_exclude.txt and hostfile from the judgement; `write_outputs` writes
+the table, sanity.json, report.html, those files and, last, findings.json, each atomically.
 """
 
 from __future__ import annotations

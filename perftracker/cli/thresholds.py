@@ -1,9 +1,6 @@
-"""`perftracker thresholds`: every declared threshold, its default, unit, what it decides and how it was chosen.
-
-Promise: lists `analyzers.thresholds.DECLARED` (perftracker/data/thresholds.toml) as a table, as JSON
-(`--json`), or as the Markdown reference page (`--markdown`, what scripts/gen_thresholds_doc.py writes to
-docs/reference/thresholds.md); `--set` / `--thresholds` show the values a run with those overrides would use
-(checked as analyze checks them: exit 2 for an unknown name or a value out of range).
+"""`perftracker thresholds`: every declared threshold, its default, unit, what it decides and how it was chosen,
+as a table, `--json` or the Markdown reference page (`--markdown`); `--set` / `--thresholds` show the values
+a run with those overrides would use.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """One voice for every command: how errors are said, and what `--fail-on` means.
 
-Promise: a command raises `PerftrackerError` for anything the user can act on; registered through
-`add_command`, it then prints `perftracker: <where>: <what>. <What next>.` as one line on stderr and
-exits 2 (`EXIT_USAGE`), the same under `perftracker` as under a test runner, never a traceback.
-Help text reads as prose: `reflow_help` joins the lines of each paragraph of a command's docstring (typer's
-rich help would otherwise break sentences where the source wraps), and keeps the closing `Examples:` block one
-command per line.
-`--fail-on LEVEL` is read by `parse_fail_on` before a command does any work (a bad level is the same
-usage error in every command) and turned into the exit code by `fail_on_exit`: 3 (`EXIT_FINDINGS`)
-when a finding at or above LEVEL exists, else 0. `Command` / `Group` list `--help` as a switch (no `<bool>`). `terminal()` is the console every command prints to:
-on a terminal it wraps to its width; piped or redirected, lines are never wrapped (a one-line verdict
-stays one line for grep and CI logs) and tables get 160 columns. Usage errors the option parser itself finds (a
-missing argument, a number that is not one) keep typer's usage box, also with exit 2.
+A `PerftrackerError` prints as one line `perftracker: <where>: <what>. <What next>.` on stderr, exit 2;
+`--fail-on LEVEL` is parsed once (`parse_fail_on`) and made the exit code by `fail_on_exit`; help text reflowed;
+`terminal()` the console every command prints to. Details: docs/internals/core.md.
 """
 
 from __future__ import annotations

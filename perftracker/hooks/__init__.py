@@ -1,40 +1,8 @@
 """Opt-in, in-process step timing and on-demand profiler windows for a training job.
 
-Promise: one line in the training script,
-
-    import perftracker.hooks; perftracker.hooks.install()
-
-records every rank's step boundaries and serves `perftracker attach --trace-steps N`, at negligible
-cost (no device synchronisation, one small buffered file append per step, one directory listing per
-second), and never raises into the job: any error prints one ``perftracker.hooks: ...`` warning line
-on stderr and turns the hook off. `install()` is idempotent; importing this module imports no torch.
-
-How it works: a global optimizer step hook (``torch.optim.optimizer.register_optimizer_step_post_hook``,
-plus the matching pre-hook for the optimizer phase) covers every optimizer without touching the
-model. A step ends when the first optimizer the hook sees finishes ``step()``; with several
-optimizers, only that one counts. Steps skipped by a GradScaler (inf/NaN gradients) are not seen.
-
-Where it writes (the *spool* directory), first that applies:
-``install(run_dir)``; ``$PERFTRACKER_RUN_DIR``; ``${TMPDIR:-/tmp}/perftracker/<TORCHELASTIC_RUN_ID>``
-(torchrun's run id, unless it is missing or ``none``); ``${TMPDIR:-/tmp}/perftracker/pid-<parent pid>``
-(the launcher). `perftracker attach` computes the same path from the workers' environment.
-
-    <spool>/ranks/rank-<r>.json         {"rank", "pid", "host", "installed_ns"}: who installed the hook
-    <spool>/steps/rank-<r>.jsonl        one step record per optimizer step (perftracker.rundir format):
-                                        {"rank","step","start_ns","end_ns","host","phases_ns":{"optimizer"}}
-                                        a step runs from the previous step's end to this one's end, so
-                                        the first optimizer step has no record; the file is truncated
-                                        when the hook is installed (one job per spool)
-    <spool>/requests/trace-<id>.json    written by attach: {"steps": N[, "ranks": [...]]}; polled about
-                                        once a second (at optimizer steps)
-    <spool>/traces/rank-<r>.<id>.pt.trace.json.gz   a torch.profiler trace of N steps (after one
-                                        warm-up step), CPU plus CUDA when available, shapes recorded
-    <spool>/requests/trace-<id>.rank-<r>.done       written once that rank's trace is complete (or
-                                        with {"error": ...} when the profiler could not start, e.g.
-                                        because the job runs its own; step timing goes on)
-
-The rank is taken from RANK (or SLURM_PROCID, OMPI_COMM_WORLD_RANK, PMI_RANK, PMIX_RANK), else 0.
-Requests older than the hook's installation are ignored.
+`import perftracker.hooks; perftracker.hooks.install()` records every rank's step boundaries and serves
+`perftracker attach --trace-steps N`, at negligible cost, and never raises into the job. How it works and the
+spool it writes: docs/internals/core.md.
 """
 
 from __future__ import annotations
@@ -51,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from perftracker.launcher_env import rank_in
-from perftracker.rundir import host_name
+from perftracker.rundir import atomic_write_bytes, host_name
 
 POLL_S = 1.0
 MAX_TRACE_STEPS = 1000
@@ -115,7 +83,7 @@ class _Hook:
         # Kept open for the life of the process; one step is one small buffered write + flush.
         self.steps = open(root / "steps" / f"rank-{rank}.jsonl", "w", encoding="utf-8")  # noqa: SIM115
         info = {"rank": rank, "pid": os.getpid(), "host": self.host, "installed_ns": self.installed_ns}
-        _write_atomic(root / "ranks" / f"rank-{rank}.json", json.dumps(info).encode())
+        atomic_write_bytes(root / "ranks" / f"rank-{rank}.json", json.dumps(info).encode())
         self.handles: list[Any] = []
         self.primary: int | None = None
         self.step = 0
@@ -201,7 +169,7 @@ class _Hook:
                 error = f"{type(exc).__name__}: {exc}"
                 _warn(f"trace request {req_id} skipped ({error})")
                 marker = {"rank": self.rank, "pid": os.getpid(), "error": error, "ended_ns": time.time_ns()}
-                _write_atomic(self._done_marker(req_id), json.dumps(marker).encode())
+                atomic_write_bytes(self._done_marker(req_id), json.dumps(marker).encode())
             return
 
     def _done_marker(self, req_id: str) -> Path:
@@ -243,7 +211,7 @@ class _Hook:
             raw.unlink(missing_ok=True)
             packed.unlink(missing_ok=True)
         marker = {"rank": self.rank, "pid": os.getpid(), "file": dest.name, "ended_ns": time.time_ns()}
-        _write_atomic(self._done_marker(self.prof_id), json.dumps(marker).encode())
+        atomic_write_bytes(self._done_marker(self.prof_id), json.dumps(marker).encode())
 
     def _disable(self, text: str) -> None:
         self.broken = True
@@ -259,9 +227,3 @@ class _Hook:
         except Exception:  # noqa: BLE001, S110 - never raise into the training job
             pass
         self.prof = None
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)

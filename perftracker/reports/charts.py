@@ -1,11 +1,7 @@
 """Plotly figures for the report, each a plain function of the report tables (no diagnosis here).
 
-Plotly reads a small markup in every label (line breaks, bold, links, styled spans): text that came
-from the job or from an output folder (kernel names, frames, lanes, kinds, ranks, steps, host and
-device names, counters) goes through `label` first, in every trace name, category, hover text,
-annotation and title. Hover text is given as data (`hovertext` / `hoverinfo`), never as a markup
-template. `safe_figure`, applied by the page to every figure, is the net under that rule: a `<` or
-`>` left raw anywhere in a figure is made an entity, so plotly shows it as text.
+Text from the job or an output folder goes through `label` in every name, hover text and title; `safe_figure`
+makes any `<` or `>` left raw an entity.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """The "Critical path and what-if costs" section: where each rank's step went, and what each cause costs.
 
-Promise: `critical_path_section(tables, findings)` renders the view `critical_path_ops` (per step, rank and
-bound class: the rank's own step time and the cross-rank critical path's, at op level,
-`analyzers/stepgraph/op_path.py`), or without it the collective-level view `critical_path`
-(`analyzers/stepgraph/critical_path.py`), as a chart of the path's time per step by rank and bound class, a
-table per rank of the path's time and one of the rank's own step time by class (its waiting named by the rank it
-waited for), the view `replay_steps` as the replay's error against the measured step times, and the findings' costs with where they came from (`cost_source` in
-their evidence: the what-if replay or the analyzer's own estimate). None without the critical path. Renders only.
+`critical_path_section(tables, findings)` renders `critical_path_ops` (else `critical_path`), `replay_steps` and
+the findings' costs with their `cost_source`. None without the critical path. Renders only.
 """
 
 from __future__ import annotations

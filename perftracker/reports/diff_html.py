@@ -1,9 +1,5 @@
-"""diff.html: the page of `perftracker diff`, one small self-contained file (no scripts), from findings and tables.
-
-Promise: `render(path, findings, ops, ranks, summary, title)` writes the verdict of the comparison, its
-findings (with their evidence), the ops that changed (base and new time per step, with bars scaled to
-the largest), the per-rank changes and links to each side's own report.html. Every text that came from a trace or a finding is escaped by the
-template (autoescape); the page needs no JavaScript and nothing online.
+"""diff.html: the page of `perftracker diff`, one small self-contained file (no scripts), from findings and tables:
+the verdict, its findings, the ops and ranks that changed, links to each side's report; escaped by the template.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""The report's "Efficiency" section: MFU per rank and step, the roofline chart, the least efficient ops by the time
-they lose against the roofline, and the GPU time no model covers.
+"""The report's "Efficiency" section: MFU per rank and step, the roofline, the least efficient ops.
 
-Promise: `efficiency_section(tables, findings)` is None when the run has no `op_efficiency` rows (traces without op
-shapes) or no GPU time (a CPU-only run); otherwise it lays out the views `step_mfu`, `op_efficiency` and `device_peaks` as computed (at most
-TOP_ROWS rows per table; the rest stays in tables/), and says when a device is not in the device table.
+`efficiency_section(tables, findings)` is None without `op_efficiency` rows or GPU time; otherwise it lays out
+`step_mfu`, `op_efficiency` and `device_peaks` (at most TOP_ROWS rows per table).
 """
 
 from __future__ import annotations

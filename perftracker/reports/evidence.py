@@ -1,13 +1,7 @@
 """A finding's evidence as a person reads it: a small table of labels and values with units, rounded.
 
-Promise: `evidence_items(evidence)` turns the evidence dict of findings.json (which keeps the exact
-values) into `EvidenceItem`s for the report's template: each key's unit and rate, as declared in
-`perftracker/evidence_units.py` (`field_of`: the declared table, or the one fallback rule for a key not in
-it), go with the value and leave the label (`comm_ms_total`: "comm total", ms; a share 0..1 as a percentage),
-numbers are rounded to what a reader needs (3 significant digits,
-thousands grouped), a list of records or a map of records (per rank) becomes a sub-table, a short
-map or list becomes a line of text, anything deeper a short JSON text. Nothing here is markup: the
-template escapes every string. `number(value, unit)` is the same formatting for other tables.
+`evidence_items(evidence)` makes `EvidenceItem`s (units from `perftracker/evidence_units.py`, 3 significant
+digits, sub-tables for records); `number(value, unit)` the same formatting for other tables. No markup here.
 """
 
 from __future__ import annotations

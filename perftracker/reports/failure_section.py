@@ -1,10 +1,7 @@
 """The report's wait-for section: who waits for whom in a hung or failed job, grouped by process group.
 
-Promise: `wait_graph_section(tables, findings)` lays out the `wait_graph` view (analyzers/failures/
-waitview.py) as one table a person can follow from any waiting rank to the root it leads to: per
-process-group kind and group, the stuck collective, the ranks waiting in it, the ranks they wait for
-(and which left no dump), since when, from which source; the note above it names each root (the root
-findings' titles). None when the job did not hang.
+`wait_graph_section(tables, findings)` lays out the `wait_graph` view, with each root named above it. None when
+the job did not hang.
 """
 
 from __future__ import annotations

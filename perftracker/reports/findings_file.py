@@ -1,14 +1,7 @@
 """findings.json read back as untrusted input: bounded, checked field by field, never a crash.
 
-Promise: `read_document(path)` reads a findings.json (or diff.json) written by perftracker, or edited by
-anyone, within bounds: not a link out of its folder (unless `follow_links`), a regular file only (a FIFO, a device, /proc/kmsg refused at once, `bounded`), at
-most MAX_FINDINGS_FILE_BYTES, JSON nested at most as deep as the decoder allows (deeper is an InputError).
-`checked_findings(document)` returns the findings that have the shape perftracker writes (strings where
-strings go, severities it knows, ranks that are integers in range, finite non-negative costs, confidences
-in [0, 1], evidence an object) and, for each one left out, why; at most MAX_FINDINGS are kept (the first,
-in the file's order: the ranked order) and the rest counted in one note. `checked_notes` and
-`checked_summary` do the same for the notes and the summary fields the report reads. Every error is an
-InputError naming the file and what to do: exit 2, never 70.
+`read_document` reads it within bounds; `checked_findings`, `checked_notes` and `checked_summary` keep what has
+the shape perftracker writes and say why for the rest. Every error is an InputError (exit 2, never 70).
 """
 
 from __future__ import annotations

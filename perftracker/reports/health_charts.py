@@ -1,10 +1,5 @@
-"""Plotly figures of host health, one per host, each a plain function of the report tables.
-
-GPU: SM clock, temperature and power per GPU over time, throttle periods shaded (`gpu_series`,
-`gpu_throttle`). RDMA: transmit / receive Gb/s per port, congestion counters per second and, for
-hosts with RoCE flow-control counters, the share of time paused by PFC (`rdma_ports`,
-`rdma_throughput`, `rdma_congestion`, `pfc_paused`). Host, GPU, device, port and counter names pass
-through `charts.label`.
+"""Plotly figures of host health, one per host, each a plain function of the report tables: GPU clocks,
+temperature, power and throttling; RDMA throughput, congestion and PFC pauses. Names pass through `charts.label`.
 """
 
 from __future__ import annotations

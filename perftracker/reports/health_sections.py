@@ -1,11 +1,7 @@
 """Report sections for host health: RDMA throughput / congestion and GPU clocks / temperature / power.
 
-Promise: `rdma_section` and `gpu_section` return None when the run has no such samples. Figures are
-one per host (see `health_charts`). The RDMA section has a table of every port (state, rate,
-throughput, CNP / ECN rate and, with `ethtool` counters, the most paused PFC priority per
-direction) and lists the rdma_pfc findings; the GPU section lists the gpu_health / gpu_links
-findings. Under each straggler finding's root-cause chain (from `rootcause.link_findings`) the GPU
-section (or the RDMA section when there are no GPU samples) lists the causes.
+`rdma_section` and `gpu_section` return None without such samples; each lists its findings and, under each
+straggler's root-cause chain, the causes.
 """
 
 from __future__ import annotations

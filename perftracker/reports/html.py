@@ -1,16 +1,7 @@
 """report.html: one self-contained page (plotly.js inlined, works offline), drawn from tables and findings.
 
-plotly.js is plotly's own `cartesian` partial bundle (the trace types the report draws: bar, heatmap,
-scatter and their cartesian kin; `reports/assets/`, refreshed by `scripts/vendor_plotly.sh` to the
-version plotly.py ships), inlined gzip-compressed as base64 and unpacked in the page with the
-browser's DecompressionStream: about 0.66 MB instead of the full 4.8 MB bundle, so a report stays a
-single offline file well under 1.5 MiB.
-
-Promise: `SECTIONS` is the explicit list of the report's sections, in page order; `build_sections`
-runs each on the report tables and findings; `render` writes the page. Everything that came from a
-trace, a log or a finding is escaped by the templates (autoescape), and nothing is marked safe but
-plotly.js and the figures; figures carry no plotly label markup from data (`charts.safe_figure`) and
-their JSON is embedded as data, with `<` escaped so it cannot close the script element.
+`SECTIONS` is the explicit list of sections in page order; `build_sections` runs them; `render` writes the page,
+everything from inputs escaped by the templates. The inlined bundle: docs/internals/core.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """findings.json: the versioned, documented output for automation.
 
-Promise: `build` returns the document `write` saves; its shape is `perftracker/schemas/findings.schema.json`
-(JSON Schema, shipped in the package; `diff` adds `summary.diff`: `diff.schema.json`), described once in
-docs/formats/findings-json.md with the versioning rule: within one `SCHEMA_VERSION`, additive changes only
-(a new optional key, declared in the schema in the same change).
-
-Findings are ordered by severity (critical first), then cost (seconds lost per step), then confidence;
-the verdict's "Top:" is the first actionable finding of that order.
-
-The document's summary is typed: `Summary` (the verdict, counts, costs, the run's `RunFacts` for an analysis,
-`diff` for a comparison), made by `summary_of`, serialized by `Summary.to_dict` into the same keys in the same
-order as before, and read back by `Summary.from_dict` from a checked saved summary. `Run` and `RunDiff`
-(`perftracker/results.py`) hold it: their verdict is `summary.verdict`.
+`build` returns the document `write` saves, shaped as `perftracker/schemas/findings.schema.json` (additive changes
+only within a `SCHEMA_VERSION`); its summary is the typed `Summary`. Findings are ordered by severity, cost,
+then confidence.
 """
 
 from __future__ import annotations

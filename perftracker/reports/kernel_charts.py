@@ -1,9 +1,5 @@
 """Plotly figures of the "Kernels and ops" section: the top kernels by time, the kernel families per rank.
-
-Plain functions of the report tables (no diagnosis here). Kernel names come from the job: every
-label and hover text goes through `charts.label`; the bars' names are shortened for the axis
-(`values.short_symbol`) and numbered, so two kernels that shorten alike stay two bars, with the
-full name in the hover text.
+Labels go through `charts.label`; shortened names are numbered so two kernels that shorten alike stay two bars.
 """
 
 from __future__ import annotations

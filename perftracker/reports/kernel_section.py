@@ -1,11 +1,6 @@
-"""The report's "Kernels and ops" section: the top GPU kernels and CPU ops, kernel families, and what
-the CPU ran while the GPU was idle, as tables (server-rendered) and two charts.
-
-Promise: `kernels_section(tables, findings)` is None when the run has neither kernels nor CPU ops;
-otherwise it lays out the views `kernels`, `ops`, `kernel_families`, `kernels_per_rank`,
-`ops_per_rank`, `idle_longest` and `idle_ops` as computed (their order, their rows: at most TOP_ROWS
-per table, the rest stays in tables/). Each kernel or op row carries its full name (the template puts
-it in the cell's `title`) beside the shortened one it shows.
+"""The report's "Kernels and ops" section: the top GPU kernels and CPU ops, kernel families, and what the CPU
+ran while the GPU was idle. `kernels_section(tables, findings)` is None when the run has neither kernels nor CPU
+ops; at most TOP_ROWS rows per table.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """The "Layout: data x pipeline parallel" section: the grid of workers as a heatmap of their busy time per step.
 
-Promise: `layout_section(tables, findings)` renders the view `layout_grid` (one row per worker of a pipeline job:
-its dp and pp coordinates, step, busy and waiting time, cost = busy beyond the median worker) as a replica x stage
-heatmap of each worker's busy ms per step (hover: its rank, waiting and cost), with the layout and schedule the
-pipeline analyzer's summary finding states, and the table. None without the view. Renders only.
+`layout_section(tables, findings)` renders the view `layout_grid`; None without it. Renders only.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""The report's NCCL sections: configuration per host/rank (the variables findings are about highlighted),
-transports and NICs in use, and a WARN / error summary; and the NCCL Inspector tables (bandwidth per
-communicator and size, lateness per rank).
-
-Promise: `nccl_section` returns None when the run has no NCCL to judge (no `nccl_summary` row),
-`inspector_section` when it has no Inspector records; every string that came from a log, an
-environment or a finding is escaped by the sections' templates.
+"""The report's NCCL sections: configuration per host/rank, transports and NICs, a WARN / error summary, and the
+NCCL Inspector tables. `nccl_section` is None without a `nccl_summary` row, `inspector_section` without
+Inspector records.
 """
 
 from __future__ import annotations

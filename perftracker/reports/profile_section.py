@@ -1,10 +1,7 @@
 """Report section "Where each rank spends its time": the sampled stacks (`profile_samples`) side by side.
 
-Promise: `profile_section(tables, findings)` returns None without profiled ranks (`profile_ranks`);
-otherwise a heatmap of the share of each rank's main-thread samples spent in the frames that differ
-most between ranks (`profile_shares`, chosen by the analyzers), each rank's sample count, and the
-`stack_profile` findings. Frame text comes from the job's stacks: escaped by the template in the
-page and by `charts.label` in the chart labels (`charts.profile_figures`).
+`profile_section(tables, findings)` is None without profiled ranks; otherwise a heatmap of the frames that differ
+most between ranks, each rank's sample count and the `stack_profile` findings.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Plotly figures for runs of many ranks: distributions across ranks, rank groups and the slowest ranks.
 
-Plain functions of the report tables (no diagnosis here): which ranks are many, how they are grouped and
-which ranks are worth showing were chosen by the analyzers (`rank_layout`, `lateness_groups`,
-`step_spread`, `rank_focus` views). A distribution draws every rank's value once (a box per measure,
-outlier ranks as points named in their hover text; a histogram with the slowest ranks marked), never a
-bar per rank, so a chart's size grows with the ranks by a few bytes each and its height not at all.
-Every label from an input goes through `charts.label`.
+Plain functions of the views the analyzers chose; a distribution draws every rank once (never a bar per rank),
+so a chart grows by a few bytes per rank. Labels go through `charts.label`.
 """
 
 from __future__ import annotations

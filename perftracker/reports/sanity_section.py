@@ -1,9 +1,5 @@
-"""The report section of `perftracker sanity`: every device's figures in one table, the slow ones first.
-
-Promise: `sanity_section(rows, summary)` renders the rows the judgement computed (analyzers/sanity/table.py,
-already sorted worst first) as a `Section` for `html.render`: the first `MAX_ROWS` on the page (the whole table
-is in OUT/tables/sanity_devices.parquet and sanity.json), and a note with the cluster's collective figures and
-the time the check took. Rendering only: no judgement here.
+"""The report section of `perftracker sanity`: every device's figures in one table, the slow ones first
+(the first `MAX_ROWS`), and a note with the cluster's collective figures. Rendering only.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Report sections: the unit the HTML report is assembled from, and the helpers section functions share.
 
-A section function is a plain function `(tables, findings) -> Section | None` (None when the section
-has nothing to show): `tables` are the report views by name (`tables/<name>.parquet`), `findings`
-those of findings.json. A section renders through its Jinja template (under templates/, with
-autoescape: every string in `data` is escaped there), which sees the section as `s`; `figures` are
-plotly figures as dicts, drawn by the page with the inlined plotly.js. Section functions compute no
-diagnosis: they select, format and lay out what the analyzers computed.
+A section function is `(tables, findings) -> Section | None`; it renders through its Jinja template (autoescape)
+and computes no diagnosis.
 """
 
 from __future__ import annotations

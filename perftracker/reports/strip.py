@@ -1,11 +1,7 @@
 """The summary strip at the top of report.html: what the run is and what costs most, before the findings.
 
-Promise: `summary_strip(tables, findings)` lays out the `run_summary` view (computed once by the
-analyzers: ranks, hosts, step time, the fastest and slowest rank's median step) and the finding with the
-biggest cost (`json_report.biggest_cost`, the one findings.json's summary names) as a few labelled cells for
-the template: step time with its spread (across ranks only when two or more ranks have steps; a single rank
-shows its p90 instead), ranks, hosts, the biggest cost with its share of the step; the page shows the verdict line under them. It judges
-nothing; a value the view could not measure is left out, never shown as 0.
+`summary_strip(tables, findings)` lays out the `run_summary` view and the biggest cost as labelled cells; a value
+the view could not measure is left out, never shown as 0.
 """
 
 from __future__ import annotations

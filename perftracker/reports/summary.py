@@ -1,12 +1,7 @@
 """Short outputs for schedulers and CI: a chat/ticket-ready text summary and a Prometheus text file.
 
-Promise: `text_summary(document)` turns a findings.json document into a few plain lines (verdict,
-top 3 actionable findings with ranks, hosts and cost, the report path); `prometheus_text(document,
-tables)` writes headline metrics in the Prometheus text exposition format (HELP/TYPE lines, one
-sample per line) for node-exporter's textfile collector: step time, straggler cost, communication
-overlap, findings by severity. Metrics the analysis could not measure are left out, not written as 0.
-Text from inputs (titles, hosts, the input path) reaches the summary without control characters
-(`text.printable`): it is pasted into chats and tickets and shown in terminals.
+`text_summary(document)` and `prometheus_text(document, tables)`; metrics not measured are left out, not written
+as 0, and input text passes `text.printable`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The one Jinja environment of every page perftracker renders.
-
-Promise: `ENV` loads the templates of `perftracker/reports/templates/`, escapes everything it inserts
-(autoescape, also for `.j2` files) and fails on an undefined name (`StrictUndefined`) instead of rendering
-an empty string. Every renderer (report.html, diff.html, the demo's index.html, a notebook's view of a run)
-takes its templates from here, so the escaping rules are one.
+"""The one Jinja environment of every page perftracker renders: `ENV` loads `perftracker/reports/templates/`,
+escapes everything it inserts and fails on an undefined name (`StrictUndefined`).
 """
 
 from __future__ import annotations

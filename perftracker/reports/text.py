@@ -1,9 +1,7 @@
 """The terminal summary: a verdict line and the ranked findings, with rich.
 
-Promise: text that came from inputs (finding titles made of phase names, frames, host and kernel
-names) reaches the terminal through `printable`, without the control characters a terminal acts on
-(ESC sequences that recolour, move the cursor or set the title; other C0/C1 controls; bidirectional
-overrides), and is never read as rich markup.
+Text from inputs reaches the terminal through `printable`, without control characters, and is never read as
+rich markup.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """The merged timeline as a trace file Perfetto UI and chrome://tracing open (Chrome trace-event JSON, gzip).
 
-Promise: `write_trace(path, timeline, title)` writes one process per rank, named `rank N (host)` and
-sorted by host then rank, one thread per CPU thread or GPU stream, every event as a complete ("X")
-event in microseconds on the shared clock (time zero at the earliest event), and the markers as
-instant ("i") events on their rank's process with their detail in `args`. Names are data, not markup:
-the JSON encoder escapes them; nothing is evaluated when the file is read. A `.gz` path is
-compressed. The file says in its metadata which ranks and steps it holds and what was left out.
+`write_trace(path, timeline, title)` writes one process per rank (`rank N (host)`), one thread per CPU thread or
+GPU stream, markers as instant events, and says in its metadata what it holds and left out.
 """
 
 from __future__ import annotations

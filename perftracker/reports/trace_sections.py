@@ -1,11 +1,7 @@
 """Report sections drawn from traces and step times: GPU time breakdown, overlap, step time, stragglers, timeline.
 
-Promise: each is a section function `(tables, findings) -> Section | None`, None when its charts have
-nothing to draw; tables under the charts show at most 64 rows (the rest is in tables/<view>.parquet,
-named under the table). With many ranks (the `rank_layout` view: more than 64) the charts are
-distributions across ranks, rank groups and the ranks the analyzers picked (`rank_focus`: the slowest,
-the slowest one's peers, the median rank), and the tables list those ranks, each with why it is shown;
-the timeline's title names the ranks it shows and why.
+Each is `(tables, findings) -> Section | None`; tables show at most 64 rows; with many ranks the charts are
+distributions and the tables list the ranks the analyzers picked.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """The "Who waits for whom" section: waiting per rank and step, and the worst collectives' arrivals and transfers.
 
-Promise: `waits_section(tables, findings)` renders the views `step_waits` (per step and rank: the waiting done
-inside collectives and the waiting caused as the last to arrive) and `collective_waits` (per matched collective
-and rank: arrival, wait, transfer, computed by `analyzers/stragglers/wait_transfer.py`): a rank x step heatmap of
-the waiting, a chart of the WORST collectives (by the waiting they held) with each rank's wait and transfer laid
-out from the first arrival, and the table of the ranks the others waited for. None without those views. Renders
-only: every number comes from the views.
+`waits_section(tables, findings)` renders `step_waits` and `collective_waits`; None without them. Renders only.
 """
 
 from __future__ import annotations

@@ -1,11 +1,5 @@
 """What the watcher's online rules say when they fire: one `Alarm`, shared by live (which captures an
-incident for it) and analyzers/online (whose rules raise it).
-
-Promise: plain, typed records with no behaviour. `kind` is one of `KINDS`; `ranks` the ranks whose own
-series showed it (-1 = the job as a whole, when step times come from one log); `step` the step it began
-at (change point) or was last seen at (a hang), -1 when not known; `text` one line for people; `source` the
-step signal a degradation was seen in ("" for step records, "stacks" for the burst periods of sampled stacks,
-whose `step` is then the burst's number).
+incident for it) and analyzers/online (whose rules raise it). Plain, typed records with no behaviour.
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
 """A Store's events kept on disk, in one Parquet file of one row group per trace (a rank window), read on demand.
 
-Promise: `EventParts` holds the events table as the parts the reduce step added in table order (each part
-one trace's rows, already in the schema's dtypes, `add`): a part is a row group of one Parquet file, its
-category columns stored as codes of the part's own categories (kept here, small). `finish` (once, after
-the last part) closes the file and computes the table's category dtypes (per column, the parts' dtype when
-all parts agree, else the sorted union of their categories, as `pd.concat` of the parts makes them) and,
-per part, the map of its codes to the table's. Every read (`concat` of some parts or all, `select`,
-`schema`) gives rows exactly as the all-rank table would hold them: the same values, dtypes and row labels
-(the table's 0..n-1), so a computation over parts gives what it gave over the resident table; only the
-`columns` asked for are read, and the parts asked for are read in one call. The file is in a folder of
-this object's own (made under the system's temporary folder, removed by `close`, or at the latest when
-the object is collected or the interpreter exits: also after a failed analysis). Making one switches
-this process's pyarrow allocations to the system allocator, which hands freed buffers back.
+Every read gives rows exactly as the all-rank table would hold them (values, dtypes, row labels); the file lives
+in a folder of its own, removed by `close` or at exit. Details: docs/internals/core.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """What the loaders learned about a run besides its tables: `RunInfo`, one per Store.
 
-Promise: every field is typed, documented and empty by default (a run without that input has nothing
-there). Loaders write it (`collectors/loading.py` and the domain loaders it calls, each returning a
-RunInfo with the fields it learned, merged with `learn`); analyzers read it through attributes. Values
-are plain JSON-able data as the inputs carried them (rank keys stay strings where an input wrote them
-so, since they reach findings' evidence). Options of an analysis (HTA compatibility, ...) are not here:
-they are `AnalysisOptions`.
+Every field typed and empty by default; loaders write it (merged with `learn`), analyzers read it. Options of an
+analysis are not here: they are `AnalysisOptions`.
 """
 
 from __future__ import annotations

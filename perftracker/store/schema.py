@@ -1,13 +1,7 @@
 """Column names and dtypes of every Store table, in one place.
 
-Times are int64 nanoseconds on each rank's own clock (as the trace wrote them, relative to the
-trace's base); -1 marks "unknown" in integer columns. Repeating strings are pandas categories.
-
-`conform` is where every row enters the Store, and it never raises on a value: an integer column takes
-only integers its width holds (anything else, a NaN, an int past int64, a rank past int32, becomes -1,
-"unknown", never a wrapped value), a float column only numbers (others, and +-Inf, become NaN). Loaders
-check their values first and say what they skipped; what still needed replacing here is listed in
-`problems` when the caller passes a list (`Store.set_table` turns it into a note).
+Times are int64 ns on each rank's own clock; -1 marks "unknown" in integer columns. `conform` is where every row
+enters the Store, and it never raises on a value (docs/internals/core.md).
 """
 
 from __future__ import annotations
@@ -23,32 +17,19 @@ from perftracker.values import ascii_int
 
 # The columns of a sampled-stack profile table (profile_samples and baseline_profile_samples below).
 _PROFILE_SAMPLE_COLUMNS: Mapping[str, str] = {
-    "rank": "int32",
-    "host": "string",
-    "pid": "int64",
-    "thread": "string",
-    "main": "bool",
-    "stack": "string",
-    "count": "int64",
-    "rate_hz": "float64",
-    "duration_s": "float64",
-    "file": "string",
+    "rank": "int32", "host": "string", "pid": "int64", "thread": "string", "main": "bool", "stack": "string",
+    "count": "int64", "rate_hz": "float64", "duration_s": "float64", "file": "string",
 }
 
 TABLES: Mapping[str, Mapping[str, str]] = {
     # One row per trace event (complete 'X' events).
     "events": {
-        "rank": "int32",
-        "window": "int16",
-        "device": "int16",
+        "rank": "int32", "window": "int16", "device": "int16",
         "stream": "int32",  # -1 = CPU thread
         "tid": "int64",
         # compute | comm | memcpy | memset | sync | cpu_op | runtime | annotation | collective_cpu | gpu_annotation
         # | counter_range (CUPTI range-profiler counters in place of kernel events)
-        "kind": "category",
-        "name": "category",
-        "start_ns": "int64",
-        "dur_ns": "int64",
+        "kind": "category", "name": "category", "start_ns": "int64", "dur_ns": "int64",
         "step": "int64",  # ProfilerStep number the event belongs to, -1 outside steps
         "correlation": "int64",  # launch <-> kernel link, -1 when absent
         "external_id": "int64",
@@ -64,18 +45,13 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "comm_family": "category",
         # a framework op's arguments as the trace wrote them (JSON text; '' for other events and traces without
         # record_shapes): `Input Dims`, `Input type`, `Concrete Inputs` (analyzers/efficiency/ reads them)
-        "input_dims": "category",
-        "input_types": "category",
-        "concrete_inputs": "category",
+        "input_dims": "category", "input_types": "category", "concrete_inputs": "category",
     },
     # One row per operation of a pipeline-parallel job recorded per worker (the OSDI'25 what-if artifact's
     # Parquet / Chrome-trace format, collectors/whatif_ops/): the what-if replay's input (analyzers/whatif/).
     "pipeline_ops": {
         "job": "category",  # the trial the records belong to (meta `trial_name`, else the file's stem)
-        "rank": "int32",
-        "dp_rank": "int32",
-        "stage": "int32",
-        "step": "int64",
+        "rank": "int32", "dp_rank": "int32", "stage": "int32", "step": "int64",
         "optype": "category",  # forward-compute, backward-send, params-all-gather, optimizer, ...
         "start_ns": "int64",  # from the start of its step (the artifact rebases every step to 0)
         "dur_ns": "int64",
@@ -86,132 +62,72 @@ TABLES: Mapping[str, Mapping[str, str]] = {
     },
     # One row per training step per rank (from ProfilerStep#N or step files).
     "steps": {
-        "rank": "int32",
-        "window": "int16",
-        "step": "int64",
-        "start_ns": "int64",
-        "dur_ns": "int64",
+        "rank": "int32", "window": "int16", "step": "int64", "start_ns": "int64", "dur_ns": "int64",
         "source": "category",  # profiler | stepfile
     },
     # Per-step phase timings from step files (forward, backward, optimizer, data, ...).
     "phases": {
-        "rank": "int32",
-        "step": "int64",
-        "phase": "category",
-        "dur_ns": "int64",
+        "rank": "int32", "step": "int64", "phase": "category", "dur_ns": "int64",
     },
     # One row per loaded trace window (a rank may have several profiling windows).
     "ranks": {
-        "rank": "int32",
-        "window": "int16",
-        "host": "string",
-        "file": "string",
-        "world_size": "int32",
-        "backend": "string",
-        "device_name": "string",
+        "rank": "int32", "window": "int16", "host": "string", "file": "string", "world_size": "int32",
+        "backend": "string", "device_name": "string",
         "base_ns": "int64",  # epoch ns of the trace's time zero when the trace says so, else -1
-        "start_ns": "int64",
-        "end_ns": "int64",
-        "n_events": "int64",
+        "start_ns": "int64", "end_ns": "int64", "n_events": "int64",
     },
     "counters": {
-        "host": "category",
-        "rank": "int32",
-        "device": "string",
-        "port": "string",
-        "name": "category",
-        "ts_ns": "int64",
-        "value": "float64",
+        "host": "category", "rank": "int32", "device": "string", "port": "string", "name": "category",
+        "ts_ns": "int64", "value": "float64",
     },
     # Ethernet interface and TCP counters of each host (collectors/counters/netdev.py): one row per
     # (host, iface, counter, sample); cumulative counters by their sysfs names (rx_bytes, tx_dropped,
     # carrier_changes, ...), gauges operstate_up / carrier / admin_up / speed_mbps / mtu, qdisc_* from
     # `tc -s qdisc`, and the host's TCP counters on iface "" as tcp:<name>.
     "netdev": {
-        "host": "category",
-        "iface": "string",
-        "name": "category",
-        "ts_ns": "int64",
-        "value": "float64",
+        "host": "category", "iface": "string", "name": "category", "ts_ns": "int64", "value": "float64",
     },
     # The ranks' scheduler accounting (collectors/counters/sched.py): two snapshots per rank per window (an
     # incident's, or the watcher's healthy baseline: window "baseline"), summed over the process's threads.
     "cpu_sched": {
-        "host": "string",
-        "rank": "int32",
-        "pid": "int64",
-        "ts_ns": "int64",
-        "run_ns": "int64",
-        "wait_ns": "int64",
-        "slices": "int64",
-        "load1": "float64",
-        "cpus": "int32",
-        "window": "string",
+        "host": "string", "rank": "int32", "pid": "int64", "ts_ns": "int64", "run_ns": "int64",
+        "wait_ns": "int64", "slices": "int64", "load1": "float64", "cpus": "int32", "window": "string",
     },
     # Each rank's main-thread scheduler state sampled through a window (collectors/counters/proc_state.py): one
     # row per rank per sample, every 50-100 ms of an incident's (or the baseline's: window "baseline") stack
     # recording; state is /proc/<pid>/stat's letter (R, S, D, T, t, ...).
     "proc_states": {
-        "host": "string",
-        "rank": "int32",
-        "pid": "int64",
-        "ts_ns": "int64",
-        "state": "string",
+        "host": "string", "rank": "int32", "pid": "int64", "ts_ns": "int64", "state": "string",
         "window": "string",
     },
     # The interfaces those samples are of, per host: why the job uses each (a socket setting, the route
     # to a peer; "" unknown), the peers it reaches, its own addresses, the root qdisc kind last seen, the file.
     "net_ifaces": {
-        "host": "string",
-        "iface": "string",
-        "why": "string",
-        "peers": "string",
+        "host": "string", "iface": "string", "why": "string", "peers": "string",
         "addresses": "string",  # the interface's own addresses, comma-separated
-        "qdisc": "string",
-        "source": "string",
+        "qdisc": "string", "source": "string",
     },
     # One row per configuration value seen: a captured process environment, an env file / job spec,
     # or an NCCL log's echo line. source: env | env_file | nccl_echo; evidence: file:line or "pid N".
     "config": {
-        "rank": "int32",
-        "host": "string",
-        "pid": "int64",
-        "key": "string",
-        "value": "string",
-        "source": "string",
-        "evidence": "string",
+        "rank": "int32", "host": "string", "pid": "int64", "key": "string", "value": "string",
+        "source": "string", "evidence": "string",
     },
     # Facts parsed from NCCL_DEBUG logs, one row per distinct (process, key, value) with the line it
     # was first seen on and how often it repeated (collectors/nccl/log.py lists the keys; structured
     # values are JSON). pid -1: a fact printed outside a process header (bare version line).
     "nccl": {
-        "rank": "int32",
-        "host": "string",
-        "pid": "int64",
-        "device": "int32",
-        "key": "string",
-        "value": "string",
-        "line": "int64",
-        "file": "string",
-        "count": "int64",
+        "rank": "int32", "host": "string", "pid": "int64", "device": "int32", "key": "string",
+        "value": "string", "line": "int64", "file": "string", "count": "int64",
     },
     "stacks": {
-        "rank": "int32",
-        "host": "string",
-        "pid": "int64",
-        "ts_ns": "int64",
-        "thread": "string",
+        "rank": "int32", "host": "string", "pid": "int64", "ts_ns": "int64", "thread": "string",
         "frames": "string",  # JSON, innermost first: [[name, short file, line, file], ...] (store/stack_frames.py)
         # Added for hang diagnosis (collectors/stacks/snapshots.py): the snapshot folder the row came from
         # (stacks/<snapshot>/rank-<r>.json), the dump mode (nonblocking | blocking | native),
         # py-spy's "active" flag, the OS thread id, whether it is the rank's main thread.
-        "snapshot": "string",
-        "mode": "string",
-        "active": "bool",
-        "os_thread": "int64",
-        "main": "bool",
-        "world_size": "int32",
-        "file": "string",
+        "snapshot": "string", "mode": "string", "active": "bool", "os_thread": "int64", "main": "bool",
+        "world_size": "int32", "file": "string",
         # voluntary context switches of the rank's main thread when it was dumped (-1 unknown): a
         # blocked thread does not switch, a looping one does (analyzers/failures/stack_state.py `still`)
         "switches": "int64",
@@ -230,11 +146,7 @@ TABLES: Mapping[str, Mapping[str, str]] = {
     "devices": {
         "host": "string",
         "kind": "string",  # gpu | nic
-        "device": "string",
-        "port": "string",
-        "uuid": "string",
-        "pci_bus_id": "string",
-        "numa_node": "int32",
+        "device": "string", "port": "string", "uuid": "string", "pci_bus_id": "string", "numa_node": "int32",
         "link_layer": "string",
         "netdevs": "string",  # comma-separated
         "ranks": "string",  # comma-separated job ranks seen on a GPU, "" unknown
@@ -244,63 +156,32 @@ TABLES: Mapping[str, Mapping[str, str]] = {
     # collective. seq is the process group's collective sequence number (-1 for point-to-point
     # entries); sizes are JSON; started/completed are -1 when the backend never reports them (gloo).
     "collectives_fr": {
-        "rank": "int32",
-        "host": "string",
-        "pg": "string",
-        "pg_desc": "string",
-        "seq": "int64",
-        "op": "string",
-        "input_sizes": "string",
-        "output_sizes": "string",
-        "dtypes": "string",
-        "state": "string",
-        "retired": "bool",
-        "time_created_ns": "int64",
-        "started_ns": "int64",
-        "completed_ns": "int64",
-        "timeout_ms": "int64",
-        "file": "string",
+        "rank": "int32", "host": "string", "pg": "string", "pg_desc": "string", "seq": "int64",
+        "op": "string", "input_sizes": "string", "output_sizes": "string", "dtypes": "string",
+        "state": "string", "retired": "bool", "time_created_ns": "int64", "started_ns": "int64",
+        "completed_ns": "int64", "timeout_ms": "int64", "file": "string",
         "p2p_seq": "int64",  # a point-to-point entry's p2p_seq_id (-1 for collectives)
     },
     # Operators of PyTorch / Chakra execution traces found beside the Kineto traces
     # (collectors/traces/execution_trace.py): rf_id is the record-function id, which the Kineto trace's
     # ops carry as "External id"; input_shapes / input_types are JSON text as the ET wrote them.
     "exec_ops": {
-        "file": "string",
-        "pid": "int64",
-        "node_id": "int64",
-        "rf_id": "int64",
-        "name": "string",
-        "input_shapes": "string",
-        "input_types": "string",
+        "file": "string", "pid": "int64", "node_id": "int64", "rf_id": "int64", "name": "string",
+        "input_shapes": "string", "input_types": "string",
     },
     **NCCL_TABLES,
     # The throughput a job's own log reports (formats/framework_throughput.py): TFLOP/s per GPU and MFU as
     # Megatron, torchtitan or NeMo print them, one row per line (NaN where the line has no such figure).
     "reported_throughput": {
-        "rank": "int32",
-        "step": "int64",
-        "tflops": "float64",
-        "mfu_pct": "float64",
-        "source": "string",
-        "file": "string",
-        "line": "int64",
+        "rank": "int32", "step": "int64", "tflops": "float64", "mfu_pct": "float64", "source": "string",
+        "file": "string", "line": "int64",
     },
     # Failures read from job output and launcher logs, torchelastic error files and kernel logs
     # (collectors/postmortem/joblogs.py). kind: timeout (NCCL watchdog) | gloo_timeout | exception | exit | xid.
     # ts_ns: epoch ns when the line says (-1 unknown); rank -1 when no rank is known.
     "failures": {
-        "rank": "int32",
-        "host": "string",
-        "kind": "string",
-        "ts_ns": "int64",
-        "pg": "string",
-        "seq": "int64",
-        "op": "string",
-        "numel": "int64",
-        "message": "string",
-        "file": "string",
-        "line": "int64",
+        "rank": "int32", "host": "string", "kind": "string", "ts_ns": "int64", "pg": "string", "seq": "int64",
+        "op": "string", "numel": "int64", "message": "string", "file": "string", "line": "int64",
     },
 }
 

@@ -1,12 +1,6 @@
-"""One rank's short sampled-stack recording in time order, and the iteration period read from it: the record
-shapes shared by the reader (`collectors/stacks/chrometrace.py`), the estimator
-(`analyzers/online/step_period.py`) and the live sampler of the step signal from stacks (`live/samplers/stack_steps.py`).
-
-Promise: plain, typed records with no behaviour. A `StackBurst` holds the main thread's stacks as py-spy's
-`record --format chrometrace` gives them: the times (seconds from the recording's start) at which the sampled
-stack changed, the stack from each such time until the next (frames root first, each "function (file:line)";
-an empty tuple where no sample was taken), and when the recording ended. A `StepPeriod` is the estimator's
-answer: the iteration period (seconds), how sure it is (0..1) and how many iterations the burst spans.
+"""One rank's short sampled-stack recording in time order (`StackBurst`), and the iteration period read from it
+(`StepPeriod`): the records shared by `collectors/stacks/chrometrace.py`, `analyzers/online/step_period.py` and
+`live/samplers/stack_steps.py`. Plain, typed records with no behaviour.
 """
 
 from __future__ import annotations

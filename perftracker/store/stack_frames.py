@@ -1,11 +1,7 @@
 """Stack frames as the `stacks` table holds them, for the collector that writes them and the analyzers that judge them.
 
-Promise: `StackFrame` is one py-spy frame (function name, short file, line, full file path);
-`encode_frames` / `decode_frames` turn a thread's frames, innermost first, into the `frames` column's
-JSON ([[name, short file, line, file], ...]) and back. `MainStack` is one rank's main thread in one
-snapshot (a main row of the `stacks` table, or what the live sampler just dumped), and
-`main_stacks(stacks)` decodes the table into snapshot -> rank -> MainStack. Plain data, no judgment:
-what a frame or a stack means is the analyzers' business (`analyzers/failures/stack_state.py`).
+`StackFrame`, `encode_frames` / `decode_frames` (the `frames` column's JSON), `MainStack` and `main_stacks`.
+Plain data, no judgment.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
-"""The Store: typed pandas tables, the notes the loaders left about their inputs, and what they learned
-about the run (`RunInfo`).
-
-A Store always has every table of `schema.TABLES` (possibly empty). The events table is either resident
-(`tables["events"]`, for small runs and tables put in directly) or on disk, one Parquet part per trace
-(`event_parts`, `store/event_parts.py`: what the loader does past a size), and every read of it says the
-same either way: `rank_events(rank)` is one rank's events (its rows of the table, in table order, with
-their row labels) and `event_ranks()` the ranks that have events; `select_events(mask, columns)` the rows
-a row-by-row test keeps; `event_columns(columns)` a few columns of every row; `events_schema()` no rows,
-the table's dtypes (a test per distinct name reads the categories there); `n_events` the row count.
-`events` is the whole table: on disk, it is read (every part, every column) on each use, so it is the
-memory hazard at many ranks; what still reads it is listed in docs/architecture.md.
+"""The Store: typed pandas tables, the notes the loaders left about their inputs, and what they learned about
+the run (`RunInfo`). It always has every table of `schema.TABLES`; the events table is resident or on disk
+(`store/event_parts.py`) and reads the same either way (docs/internals/core.md).
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ import pytest
 
 from perftracker.analyzers.sanity.judge import judge
 from perftracker.cli.sanity_out import write_outputs
+from tests.reports.test_report_browser import DESKTOP, NARROW, assert_reads_cleanly, render_checked
 from tests.sanity.test_sanity_judge import _synthetic
-from tests.test_report_browser import DESKTOP, NARROW, assert_reads_cleanly, render_checked
 
 
 @pytest.mark.slow

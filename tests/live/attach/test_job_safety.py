@@ -17,8 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from test_redaction import PLANTED_ARGS, PLANTED_ENV, PLANTED_VALUES
-
+from tests.hostile.test_redaction import PLANTED_ARGS, PLANTED_ENV, PLANTED_VALUES
 from tests.live.conftest import attach_command
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -130,7 +130,7 @@ SLOW_JOB = ["--steps", "100000", "--width", "256", "--batch", "1024"]
 def test_attach_finds_the_straggler_of_an_unprepared_job(tmp_path: Path, slow: bool) -> None:
     # GIVEN a real 4-rank torchrun job without hook, profiler or NCCL_DEBUG, with rank 2 slowed 3x
     # (clean jobs: the py-spy recordings of the 21 clean runs of the accuracy corpus, judged in
-    # tests/test_accuracy_corpus.py, cover far more layouts than one fresh clean run here could)
+    # tests/analyzers/stragglers/test_accuracy_corpus.py, cover far more layouts than one fresh clean run here could)
     job = launch_job(tmp_path / "job", 4, [*SLOW_JOB, *(["--slow-rank", "2", "--slow-factor", "3"] if slow else [])])
     try:
         wait_workers(job, 4)

@@ -1,0 +1,143 @@
+"""Ctrl-C stops a command promptly, with a message, even while Ray holds the interpreter.
+
+Promise checked (collectors/engines/interrupt_watchdog.py, used by the Ray engine): Ray's connect runs in C++
+holding Python's lock and ignores SIGINT meanwhile, so before the watchdog a Ctrl-C against a stuck raylet took
+~24 s and ended with Ray's own line only. Now a terminal's Ctrl-C (SIGINT to the process group) ends the command
+within the watchdog's grace, saying what it was doing and that nothing was written; a process that handles the
+interrupt itself is left to do so, and the watchdog says nothing. The real case: a local Ray cluster whose raylet
+is SIGSTOPped, `analyze --engine ray --ray-address` joining it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from perftracker.collectors.engines.interrupt_watchdog import GRACE_S
+
+REPO = Path(__file__).resolve().parents[3]
+ENV = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled"}
+# what the command gets on top of the grace to end (process start, /proc polling, a loaded 2-core machine)
+SLACK_S = 6.0
+
+STUCK = """
+import signal, time
+from perftracker.collectors.engines.interrupt_watchdog import interrupt_watchdog
+print("inside", flush=True)
+with interrupt_watchdog("{what}"):
+    if {ignore}:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # as Ray does while it connects
+    try:
+        time.sleep(60)
+    except KeyboardInterrupt:
+        print("handled", flush=True)
+        raise SystemExit(130)
+"""
+
+
+def _interrupt_group(proc: subprocess.Popen[str]) -> float:
+    """SIGINT to the process's group (what a terminal's Ctrl-C sends); seconds until it ended."""
+    start = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.wait(timeout=GRACE_S + SLACK_S + 30)
+    return time.monotonic() - start
+
+
+def _start(code: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=ENV, start_new_session=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "inside"
+    time.sleep(1.0)  # the watchdog child started
+    return proc
+
+
+def test_an_interrupt_python_cannot_handle_still_ends_the_process_with_a_message() -> None:
+    # GIVEN a process inside the watchdog that ignores SIGINT (as Ray's connect does) and sleeps for a minute
+    proc = _start(STUCK.format(what="joining the test's stuck thing", ignore=True))
+    # WHEN Ctrl-C reaches its process group
+    took = _interrupt_group(proc)
+    err = proc.stderr.read() if proc.stderr else ""
+    # THEN it ends within the grace and some slack, killed by the watchdog, which says what it was doing
+    assert took < GRACE_S + SLACK_S, took
+    assert proc.returncode == -signal.SIGKILL
+    assert "interrupted while joining the test's stuck thing" in err and "Nothing was written" in err
+    assert "Traceback" not in err
+
+
+def test_a_process_that_handles_the_interrupt_itself_is_left_to_do_so() -> None:
+    # GIVEN a process inside the watchdog that handles Ctrl-C as Python does by default
+    proc = _start(STUCK.format(what="sleeping", ignore=False))
+    # WHEN Ctrl-C reaches its process group
+    took = _interrupt_group(proc)
+    out = proc.stdout.read() if proc.stdout else ""
+    err = proc.stderr.read() if proc.stderr else ""
+    # THEN its own handling ran (exit 130) and the watchdog said nothing and killed nothing
+    assert proc.returncode == 130 and "handled" in out, (proc.returncode, out, err)
+    assert "interrupted while" not in err
+    assert took < GRACE_S + SLACK_S
+
+
+CLUSTER = """
+import logging, sys, time, ray
+ray.init(address="local", num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[1], log_to_driver=False,
+         logging_level=logging.WARNING)
+print(ray.get_runtime_context().gcs_address, flush=True)
+time.sleep(3600)
+"""
+
+
+def _raylet_of(temp: str) -> int:
+    found = subprocess.run(["pgrep", "-f", f"raylet_socket_name={temp}"], capture_output=True, text=True)
+    pids = [int(p) for p in found.stdout.split()]
+    assert pids, f"no raylet found under {temp}"
+    return pids[0]
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_joining_a_ray_cluster_whose_raylet_is_stuck_stops_within_seconds(tmp_path: Path) -> None:
+    pytest.importorskip("ray", reason="the Ray extra is not installed (pip install -e '.[dev]' installs it)")
+    from synth import SynthSpec, generate
+
+    # GIVEN a real local Ray cluster (its own processes) whose raylet is stopped, and 2 synthetic traces
+    generate(SynthSpec(ranks=2, steps=3, kernels_per_step=8, collectives_per_step=2, seed=3), tmp_path / "traces")
+    temp = tempfile.mkdtemp(prefix="pt-rayint-")  # short: Ray's socket paths must fit 107 characters
+    cluster = subprocess.Popen([sys.executable, "-c", CLUSTER, temp], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True, env=ENV, start_new_session=True)
+    raylet = 0
+    try:
+        assert cluster.stdout is not None
+        address = cluster.stdout.readline().strip()
+        assert address, "the test's Ray cluster did not start"
+        raylet = _raylet_of(temp)
+        os.kill(raylet, signal.SIGSTOP)
+        # WHEN analyze joins it with the Ray engine, and Ctrl-C comes while it waits in Ray's connect
+        out = tmp_path / "out"
+        proc = subprocess.Popen([sys.executable, "-m", "perftracker", "analyze", str(tmp_path / "traces"), "-o",
+                                 str(out), "--engine", "ray", "--ray-address", address],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+                                start_new_session=True)
+        time.sleep(8.0)  # past the address probe (at most 5 s), inside ray.init
+        assert proc.poll() is None, "analyze ended before the interrupt: the raylet was not stuck"
+        took = _interrupt_group(proc)
+        err = proc.stderr.read() if proc.stderr else ""
+        # THEN it stops within seconds (Ray alone: ~24 s), saying so, with no traceback and no output folder
+        assert took < GRACE_S + SLACK_S, (took, err[-2000:])
+        assert "perftracker: interrupted while joining or waiting for Ray" in err, err[-2000:]
+        assert "Traceback" not in err
+        assert not (out / "findings.json").exists()
+    finally:
+        if raylet:
+            os.kill(raylet, signal.SIGCONT)
+        os.killpg(cluster.pid, signal.SIGTERM)
+        try:
+            cluster.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(cluster.pid, signal.SIGKILL)
+        subprocess.run(["pkill", "-9", "-f", temp], check=False)
