@@ -280,3 +280,20 @@ def test_every_analyzer_kind_names_a_registered_analyzer() -> None:
     # THEN each names a registered analyzer (or the passes' own "replay"): a renamed analyzer cannot leave a
     # fold or a link matching a name no finding has
     assert sorted(k.value for k in Kind if k.value not in {a.name for a in BUILTIN} | {"replay"}) == []
+
+
+TESTS = Path(__file__).resolve().parent
+# what stays at the top of tests/: the suites that cross every room
+TOP_LEVEL_TESTS = {"test_architecture.py", "test_fuzz.py", "test_fuzz_places.py", "test_samples.py",
+                   "test_sample_job.py", "test_synth.py", "test_wheel_demo.py"}
+
+
+def test_tests_mirror_the_package_rooms() -> None:
+    # GIVEN the test folders that stand for a room of the package (tests/analyzers/<room>, tests/collectors/<room>,
+    # tests/live/<room>)
+    mirrored = [folder for parent in ("analyzers", "collectors", "live") if (TESTS / parent).is_dir()
+                for folder in (TESTS / parent).iterdir() if folder.is_dir() and folder.name != "__pycache__"]
+    # THEN each names a room that exists, and only the cross-cutting suites sit at the top of tests/
+    assert [str(f.relative_to(TESTS)) for f in mirrored
+            if not (PACKAGE / f.relative_to(TESTS)).is_dir()] == []
+    assert sorted(p.name for p in TESTS.glob("test_*.py") if p.name not in TOP_LEVEL_TESTS) == []
