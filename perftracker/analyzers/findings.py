@@ -97,6 +97,29 @@ class Kind(StrEnum):
         return hash(self.value)
 
 
+class Mark(StrEnum):
+    """The findings a pass singles out among one analyzer's, by the start of their key: the analyzer makes the
+    key with `mark.key(...)` and a pass asks `mark.on(finding)`; no key text is typed twice."""
+
+    WAIT_ROOT = "crash:root:"  # a root of the wait-for graph (`failures.roots`)
+    FIRST_FAILURE = "crash:first:"  # the job's first failure (`failures.crash`)
+    DEGRADATION_CHANGE = "degradation:change"  # the change point of the step times (`stragglers.degradation`)
+    STRAGGLER_RANK = "straggler:"  # `straggler:<rank>`: one late rank (`stragglers.straggler`)
+    STRAGGLER_MEASURED = "straggler:measured:"  # `straggler:measured:<rank>` (`stragglers.late_rank`)
+    STEPS_PHASE = "steps:phase:"  # `steps:phase:<phase>:<rank>`: one rank's slow phase (`stragglers.steps`)
+    OVERLAP_EXPOSED = "overlap:exposed"  # communication left exposed (`traces.overlap`)
+
+    @property
+    def kind(self) -> Kind:
+        return Kind(self.value.split(":", 1)[0])
+
+    def key(self, *parts: object) -> str:
+        return self.value + ":".join(str(p) for p in parts)
+
+    def on(self, f: Finding) -> bool:
+        return f.analyzer == self.kind and f.key.startswith(self.value)
+
+
 @dataclass(frozen=True)
 class Cost:
     """Estimated cost of a problem: seconds lost per step and the share of step time it represents."""

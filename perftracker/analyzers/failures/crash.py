@@ -25,10 +25,11 @@ from typing import Any
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.failures.roots import fold, root_findings
+from perftracker.analyzers.failures.fold import fold_into
+from perftracker.analyzers.failures.roots import root_findings
 from perftracker.analyzers.failures.waitsources import world_size
 from perftracker.analyzers.failures.waitview import graph_of
-from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.findings import Finding, Mark, Severity
 from perftracker.store import Store
 from perftracker.values import pg_ranks
 
@@ -286,7 +287,7 @@ def first_failure(store: Store, hosts: dict[int, str]) -> list[Finding]:
                "went silent before the others.")
         evidence["consequence_of_a_lost_peer"] = True
     return [Finding("crash", Severity.CRITICAL, title, rec, evidence, ranks=(first,), hosts=_hosts(hosts, [first]),
-                    key=f"crash:first:{first}")]
+                    key=Mark.FIRST_FAILURE.key(first))]
 
 
 def xid_findings(store: Store) -> list[Finding]:
@@ -327,4 +328,4 @@ def analyze_crash(analysis: Analysis) -> list[Finding]:
     if mismatches and all(r.kind == "stuck collective" for r in graph.roots):
         return [*mismatches, *others]  # the mismatch explains why nobody completes: it is the root
     roots = root_findings(graph, hosts, store["failures"], store["collectives_fr"])
-    return fold(roots, [*mismatches, *others])
+    return fold_into(roots, [*mismatches, *others])

@@ -37,6 +37,7 @@ from perftracker.store import Store
 
 REASON_BITS = {"thermal": 0x20 | 0x40, "hw_slowdown": 0x8, "power_brake": 0x80, "power_cap": 0x4}
 MAX_PERIODS = 20
+THROTTLE = "throttle_"  # the start of a throttling finding's `check` (root-cause chains read it)
 
 
 def gpu_counters(store: Store) -> pd.DataFrame:
@@ -183,7 +184,7 @@ def _throttle(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame, clock_lo
         during = float(wide.loc[mask, "sm_clock_mhz"].median()) if "sm_clock_mhz" in wide else float("nan")
         clock_text = (f"; SM clock {during:.0f} MHz while throttled against a job median of {ctx.job_clock:.0f}"
                       if during == during and ctx.job_clock == ctx.job_clock else "")
-        out.append(gpu_finding(ctx, host, gpu, wide, f"throttle_{reason}", severity,
+        out.append(gpu_finding(ctx, host, gpu, wide, f"{THROTTLE}{reason}", severity,
                                f"{{gpu}} was in {reason.replace('_', ' ')} slowdown {100 * share:.0f}% of the time"
                                + clock_text, _THROTTLE_ADVICE[reason], reason=reason, sm_clock_mhz_throttled=during,
                                share_of_time=round(share, 4), periods=[list(p) for p in spans[:MAX_PERIODS]],

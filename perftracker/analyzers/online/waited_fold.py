@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from perftracker.analyzers.findings import Finding, Kind, Severity
+from perftracker.analyzers.findings import Finding, Kind, Mark, Severity
 
 SAME_RANK = (Kind.BASELINE_SHIFT, Kind.CPU_CONTENTION, Kind.STACK_PROFILE)
 FROM_TRACES = (Kind.STRAGGLER, Kind.NCCL_STRAGGLER)
@@ -26,7 +26,7 @@ FROM_TRACES = (Kind.STRAGGLER, Kind.NCCL_STRAGGLER)
 def _explained(f: Finding, rank: int) -> bool:
     if f.severity < Severity.WARNING:
         return False
-    if f.analyzer == Kind.DEGRADATION and f.key == "degradation:change":
+    if Mark.DEGRADATION_CHANGE.on(f):
         return not f.ranks or tuple(f.ranks) == (rank,)
     return f.analyzer in SAME_RANK and tuple(f.ranks) == (rank,)
 

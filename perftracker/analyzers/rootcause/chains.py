@@ -28,6 +28,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Cost, Finding, Kind, Severity
+from perftracker.analyzers.health.gpu_health import THROTTLE
 from perftracker.analyzers.health.topology import rank_map
 from perftracker.analyzers.rootcause.causality import relation, straggler_locus, straggler_window
 
@@ -81,7 +82,7 @@ def _matches(loc: dict[str, Any], f: Finding) -> str:
 
 def _cause_text(f: Finding) -> str:
     ev = f.evidence
-    if f.analyzer == Kind.GPU_HEALTH and str(ev.get("check", "")).startswith("throttle_"):
+    if f.analyzer == Kind.GPU_HEALTH and str(ev.get("check", "")).startswith(THROTTLE):
         clock = ev.get("sm_clock_mhz_throttled")
         return (f"its GPU {ev['gpu']} on host {ev['host']} was in {str(ev['reason']).replace('_', ' ')} slowdown "
                 f"{100 * float(ev['share_of_time']):.0f}% of the time"

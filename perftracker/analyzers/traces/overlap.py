@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of
-from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.findings import Cost, Finding, Mark, Severity
 from perftracker.analyzers.thresholds import threshold
 from perftracker.analyzers.traces.period_costs import basis_row, per_period, rank_costs_view
 from perftracker.store import Store
@@ -67,7 +67,7 @@ def analyze_overlap(analysis: Analysis) -> list[Finding]:
             **({"ranks_profiled": profiled, "world_size": world, "waiting_told_apart": False} if unsplit else {}),
         },
         ranks=tuple(ranks), hosts=hosts_of(store, ranks),
-        cost=Cost(float(bad["per_period_s"].median()), med_share), key="overlap:exposed",
+        cost=Cost(float(bad["per_period_s"].median()), med_share), key=Mark.OVERLAP_EXPOSED.key(),
     )]
 
 
