@@ -1,13 +1,4 @@
-"""Turn what the loaders noticed about their inputs into findings users see in the report.
-
-Recovered truncated traces and unusable files are warnings (results rest on partial data); ranks
-missing from the world size, multiple windows and CPU-only traces are info. Traces with kernel
-launches but no kernel events are a warning that says which profiler setting caused it (CUPTI range
-profiling, or activity records that never arrived), not "add ProfilerActivity.CUDA". Execution traces
-beside the Kineto traces are said to be joined, or not used and why (`traces/exec_trace.py`). Inputs the run's manifest
-says are synthetic (`RunInfo.synthetic_inputs`) are one info finding naming each, so that no reader
-takes a made-up sample for a measurement.
-"""
+"""Turn what the loaders noticed about their inputs into findings users see in the report."""
 
 from __future__ import annotations
 

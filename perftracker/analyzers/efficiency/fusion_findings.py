@@ -1,16 +1,4 @@
-"""Fusion findings: attention that ran unfused (SDPA's math path), and chains of memory-bound elementwise ops.
-
-Promise (each `Basis -> list[Finding]`, costs from `Basis.cost`):
-- `unfused_attention`: attention instances that ran aten::_scaled_dot_product_attention_math (the math fallback:
-  QK^T, softmax and PV as separate kernels). Reference: this run's fused attention rate (FLOPs per GPU ns) when it
-  has fused instances, else FUSED_REFERENCE_PCT of the device's dense peak for the dtype (a conservative figure for
-  fused kernels: FlashAttention-2 reports 50-73% of A100's peak forward). Cost: their time minus their FLOPs at
-  that rate. WARNING when the cost is at least WARN_SHARE of the mean step, else INFO.
-- `elementwise_chains`: runs of at least MIN_CHAIN consecutive memory-bound ops (elementwise, norm, reduction; in
-  start order on a rank, no GEMM, attention or convolution between) that a fusing compiler would make one kernel.
-  Reference: one kernel moving the largest op's bytes at the chain's own achieved bandwidth; cost = chain time
-  minus that. WARNING when at least WARN_CHAIN_SHARE of the mean step, else INFO.
-"""
+"""Fusion findings: attention that ran unfused (SDPA's math path), and chains of memory-bound elementwise ops."""
 
 from __future__ import annotations
 

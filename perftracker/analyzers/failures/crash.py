@@ -1,19 +1,7 @@
 """The `crash` analyzer: offline hang and crash diagnosis from flight-recorder dumps and job logs.
 
-Promise: reads the Store's `collectives_fr` and `failures` tables (plus `fr_pg_status`,
-`fr_pg_config` and `watchdog_progress` of its RunInfo, and rank -> host from any table), and the
-wait-for graph (`waitview.graph_of`, which also reads stacks). Findings, each naming culprit ranks/hosts:
-  * FR hang (critical), when the dumps show ranks waiting: one finding per root of the wait-for graph
-    (`roots.py`), the stuck collectives behind it as its evidence; the findings below that it explains
-    are folded into it (`roots.fold`). Without waiting ranks (older dumps): the collective (pg, seq, op,
-    sizes) some ranks entered and wait in, and the ranks that never entered it;
-  * FR mismatch (critical): ranks that ran a different op or sizes at the same sequence number;
-  * watchdog timeout (critical): the ranks that timed out at one NCCL SeqNum, and the ranks of the
-    group missing from it (the culprits); gloo timeouts likewise, by collective and call site;
-  * first failure (critical): the earliest rank that failed by itself (an exception or exit that is
-    not a timeout or the launcher's SIGTERM/SIGKILL), with its error;
-  * Xid (critical or warning by code): GPU errors the kernel logged, per host.
-NCCL WARN lines and IB completion errors are the `nccl_*` rules' job (the failing link); not repeated here.
+Reads the Store's `collectives_fr` and `failures` tables and the wait-for graph (`waitview.graph_of`); one
+finding per cause, naming culprit ranks and hosts.
 """
 
 from __future__ import annotations

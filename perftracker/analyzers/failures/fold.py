@@ -1,8 +1,7 @@
 """One cause, one finding across the failure analyzers: what a wait-for root explains is folded into it.
 
-Promise: `fold_failures(findings)` (a finding pass) and `fold_into(roots, others)` (the crash analyzer's own) keep
-what a root of the wait-for graph explains in the root's evidence (`folded`); without a root, a first failure
-about a lost peer folds into the finding naming the cause. docs/internals/analyzers.md says which fold where.
+`fold_failures(findings)` (a finding pass) and `fold_into(roots, others)` (the crash analyzer's own) keep what
+a root of the wait-for graph explains in the root's evidence (`folded`).
 """
 
 from __future__ import annotations

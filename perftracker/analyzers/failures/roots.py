@@ -1,13 +1,6 @@
 """One critical finding per root of a hung or failed job, with what waits behind it as its evidence.
 
-Promise: `root_findings(graph, hosts, failures)` turns the roots of a `waitfor.WaitGraph` into findings:
-one per set of root ranks that stopped together, titled with the ranks (and hosts), what they last did
-(stalled completions, the collective they never entered, its process group and sequence number, "left
-no dump", their own error or exit from the `failures` table where one is known) and the consequence as
-a clause ("13 ranks in 9 process groups wait behind them"). The stuck collectives it holds up are its
-evidence (`consequences`: group, collective, waiting ranks, since when), never findings of their own.
-`explained_ranks(findings)` lists the ranks root findings name and hold up, so that the other failure
-rules can fold what the graph already explains.
+`root_findings(graph, hosts, failures)` turns the roots of a `waitfor.WaitGraph` into findings.
 """
 
 from __future__ import annotations

@@ -1,13 +1,4 @@
-"""A node that died: it went silent while the others went on, and the others' errors are about losing it.
-
-Promise (analyzer `silent_host`): a host whose last interface sample (attach and run sample every
-second, on disk as taken) comes SILENT_GAP_S or more before the other hosts' last ones, in a job where
-ranks failed (the `failures` table: exceptions, exits), is named as the node that went away, critical:
-when it went silent, its ranks (and that none of them reported an error of its own, when so), and the
-other ranks' errors that name one of its addresses (`net_ifaces.addresses`) or a lost peer ("connection
-closed / reset by peer"), which are then consequences. A host that only stopped earlier (an attach with
-a shorter --duration) in a job where nothing failed is no finding.
-"""
+"""A node that died: it went silent while the others went on, and the others' errors are about losing it."""
 
 from __future__ import annotations
 

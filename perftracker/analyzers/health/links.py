@@ -1,23 +1,4 @@
-"""Ethernet link faults per host, joined to what the job felt (analyzer `links`).
-
-Promise: from the `netdev` samples of the job's interfaces (`link_series.job_ifaces_view`; hosts whose
-samples do not say which interfaces the job used are judged on every physical-looking interface):
-- **flap** (one finding per host and interface): the interface was seen down (operstate / carrier) or its
-  carrier changed between two samples. Each down period has its time and estimated length; the job's
-  stall during it (`link_stalls.stall_during`: the step, how many ranks, how long, in which collective)
-  makes it critical with that stall as its cost, else a warning. The host whose own link went down is the
-  finding's host; the other hosts' TCP retransmissions / timeouts and stopped traffic during the period are
-  its `also_saw` (a link that lost its carrier only while another host's link was taken down is not a
-  fault of its own, and is listed there too). A link down for the whole window is critical.
-- **errors / drops**: physical errors (CRC, frame, length, carrier, ...) at or above ERRORS_PER_S, or
-  drops (NIC and qdisc) at or above DROPS_PER_S and DROP_SHARE of the packets (warning).
-- **held rate** (warning): a link held below what the job asks of it, with evidence that the job waits on
-  it: its egress shaper holds packets back (qdisc overlimits / drops at or above OVERLIMITS_PER_S), or it
-  trained below the other hosts' links (`speed`) and is saturated (SATURATED_SHARE of it) while the job
-  spends COMM_BOUND_SHARE of its steps in collectives. A lightly used link is never a finding by its rate
-  alone. Its cost is the job's time per step in collectives (an upper bound of what the limit costs).
-- one info finding with each host's job interfaces, why they were chosen, and their peak rates.
-"""
+"""Ethernet link faults per host, joined to what the job felt (analyzer `links`)."""
 
 from __future__ import annotations
 

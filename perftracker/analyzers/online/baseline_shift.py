@@ -1,37 +1,7 @@
 """The `baseline_shift` analyzer: which rank changed since the watcher's healthy baseline, and where its time went.
 
-Promise: reads the `baseline_profile_samples` table (every rank's stacks recorded side by side by `attach
---watch` when it armed, while the job was healthy) and the `profile_samples` table (the incident's own
-recording, side by side too); says nothing unless both hold at least MIN_SAMPLES main-thread samples of a
-rank. Each rank's samples of a window (`window_profile`) are split into *waiting* ones (a frame of the stack
-is where a rank may wait for the others: a torch.distributed collective, a Work's wait, or the autograd
-engine's backward, inside which DDP waits for its gradient all-reduce) and *working* ones, whose
-frames give the rank's own work (a frame's share: the share of all the rank's samples that are working and
-contain it). Every change is judged against the same change on the other ranks over the same two windows (a
-difference of differences: a job-wide change, such as a loaded host, moves every rank alike and names none):
-
-* **The others now wait for it.** A rank whose waiting share fell by at least EXCESS relative to the other
-  ranks' median change, while the others' waiting share rose by at least EXCESS / 2: in synchronous training
-  the rank that became slower is the one that stopped waiting (it arrives last). This names the rank even of
-  two (the changed one and the one that now waits), and even when its own profile barely moved (a rank slowed
-  uniformly, e.g. descheduled, keeps its shares: its victims' shares move).
-* **Its time moved to its own work.** A (rank, frame) pair whose working share rose by at least EXCESS more
-  than the other ranks' median change, and to at least RATIO times its baseline share ("rank 1: 62% of samples
-  now in data_loader.next, 4% in the baseline").
-
-Each test is beyond sampling noise: samples are counts, so a two-proportion z test on the difference of
-differences, its variance inflated by DESIGN_EFFECT (consecutive py-spy samples of one rank are not
-independent), with a family-wise chance of at most ALPHA (`stragglers/significance.py`) once
-Bonferroni-corrected for every rank (waiting) or (rank, frame) pair (work) compared; from two other ranks on,
-also at least MIN_EFFECT_OVER_SPREAD times the spread of the other ranks' changes (the noise between ranks).
-With three ranks or more, more than half flagged is not one changed rank and says nothing.
-
-One warning per changed rank, named in `ranks`, with the frame its time moved to (the deepest of the job's own
-code among those that rose most), its shares before and after, the waiting ranks and where they wait, the step
-it began at (the change point of the step times, `stragglers/degradation.py`, when significant) and the
-confidence (1 - the family-wise p). The cost is the moved share of the median step. Limit: Python stacks do
-not tell a rank's backward compute from DDP's all-reduce wait (the frame is the same, and no frame of a window
-needs to show DDP), so backward counts as waiting and a rank slower in backward alone is not named.
+Reads the `baseline_profile_samples` (the watcher's healthy baseline) and `profile_samples` (the incident's)
+tables.
 """
 
 from __future__ import annotations
@@ -176,7 +146,7 @@ def stopped_waiting(windows: Windows) -> list[Change]:
 
 
 def moved_work(windows: Windows) -> list[Change]:
-    """Every (rank, frame) pair whose working share rose beyond the others' (see the module docstring)."""
+    """Every (rank, frame) pair whose working share rose beyond the others' (docs/internals/analyzers.md)."""
     before, after = windows
     ranks = sorted(after)
     frames = sorted({f for r in ranks for f in (*before[r].work, *after[r].work)})

@@ -1,16 +1,4 @@
-"""One cause, one finding in a watcher's incident: what the rank the others wait for explains is folded into it.
-
-Promise: `fold_into_waited_rank(findings)`: when exactly one `waited_rank` finding is among them, every warning
-or critical finding that reports the same slowdown without a cause of its own is removed and kept in its
-evidence (`folded`: analyzer, title, id): the degradation change point of the job as a whole (no rank: step
-times from one log, or every rank at once) or of that rank alone, and the `baseline_shift`, `cpu_contention`
-and `stack_profile` findings naming that rank alone (the same rank seen from its stacks or its CPU wait). The
-`waited_rank` finding takes the highest severity among them and the largest cost (the degradation's: the
-slowdown since the change step, with its `cost_source`), so the time is counted once. Other findings stay.
-When a trace-based straggler finding (`straggler`, `nccl_straggler`: who arrived last at the collectives, and
-what it did) names that rank alone, it is the stronger evidence of the same cause: the `waited_rank` finding is
-folded into it instead, and nothing else changes.
-"""
+"""One cause, one finding in a watcher's incident: what the rank the others wait for explains is folded into it."""
 
 from __future__ import annotations
 

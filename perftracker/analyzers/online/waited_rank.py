@@ -1,29 +1,7 @@
 """The `waited_rank` analyzer: in an incident of `attach --watch`, the rank the others wait for, from each rank's
 scheduler state through the incident's window.
 
-Promise: reads the `proc_states` table (each rank's main-thread state sampled every 50-100 ms during the
-incident's stack recording, and during the healthy baseline's: `collectors/counters/proc_state.py`). In
-synchronous training the ranks that wait for another sleep voluntarily in the collective (state S: a gloo or NCCL
-wait blocks), while the rank they wait for does not: it is stopped from outside (T), runnable or running (R),
-or in uninterruptible I/O (D). So the rank named is the one whose *asleep* share is lowest by far: at least
-DROP_MIN below the other ranks' median, the others asleep at least OTHERS_ASLEEP_MIN of the window, the drop
-at least MIN_EFFECT_OVER_SPREAD times the spread (max - min) of the other ranks' shares (from two other ranks
-on), and beyond sampling noise: a z test on the difference of shares, its variance inflated by DESIGN_EFFECT
-(consecutive samples of one thread are not independent), Bonferroni-corrected for the ranks compared, at a
-family-wise ALPHA (`straggler.alpha`). Every rank needs MIN_SAMPLES samples. When the incident holds a
-healthy baseline's states for every rank compared, the same rank must also be lowest, and by DROP_MIN, once
-each rank's share there is subtracted (a rank that always sleeps less, e.g. the one that prints, is not named
-for it; the noise test stays on the window itself, which the baseline's own sampling noise would only blur).
-No baseline is needed otherwise: the ranks are compared with each other inside the window. Python stacks cannot do this in DDP, where every rank
-waits inside the autograd engine (`baseline_shift`'s limit); the scheduler state can.
-
-What the named rank is doing: the state whose share exceeds the other ranks' median most: stopped (T/t:
-SIGSTOP, a debugger, a frozen cgroup), in I/O (D), or running/runnable (R), which the scheduler accounting of
-the same window (`cpu_sched`, when present) splits into waiting for a CPU against computing while the others
-wait; with the innermost frames of its main thread's sampled stacks (`profile_samples`), the frame where the
-others wait, and the step it began at (the change point of the step times, `stragglers/degradation.py`, when
-significant). One warning, naming the rank; its cost is the slowdown since that step (the degradation
-finding it explains is folded into it by `waited_fold.py`), else the drop times the median step.
+Reads the `proc_states` table: each rank's main-thread state sampled through the incident's window.
 """
 
 from __future__ import annotations
@@ -95,7 +73,7 @@ def _variance(share: float, samples: int) -> float:
 
 
 def judge(now: dict[int, RankStates], before: dict[int, RankStates]) -> Waited | None:
-    """The rank the others wait for (see the module docstring), or None."""
+    """The rank the others wait for (docs/internals/analyzers.md), or None."""
     if len(now) < 2:
         return None
     rank = min(now, key=lambda r: (now[r].asleep, r))
@@ -141,7 +119,7 @@ def _pct(share: float) -> str:
 
 
 def doing(rank: int, now: dict[int, RankStates], cpu: dict[int, RankWindow]) -> Doing:
-    """The state the rank was in beyond the other ranks' median (see the module docstring)."""
+    """The state the rank was in beyond the other ranks' median (docs/internals/analyzers.md)."""
     me = now[rank]
     excess = {kind: getattr(me, kind) - _median_of_others({r: getattr(s, kind) for r, s in now.items()}, rank)
               for kind in ("stopped", "io", "running")}

@@ -1,12 +1,7 @@
 """Why a node measured low, from the facts the node itself recorded (collectors/sanity/node.py, cpu_facts.py).
 
-Promise: `cpu_cause(records, peers)` reads the CPU facts of a node's ranks (its cgroup's CPU quota, the share of
-scheduler periods throttled during the device figures, the CPU pressure) against its peers' and returns the
-clause that says why ("a CPU quota of 0.2 CPU is set on its cgroup /x, throttled 80% of periods during the
-check") with flat evidence, or ('', {}) when its facts do not differ from its peers'. `link_cause(host, nodes)`
-does the same for a slow link: a shaping queueing discipline on its interface (tc tbf / netem: its rate and
-delay), a lower negotiated NIC speed than its peers', link errors only it counts; else the generic clause.
-Plain reading of recorded facts: no measurement, no Finding.
+`cpu_cause(records, peers)` and `link_cause(host, nodes)`: the clause that says why a node or a link measured
+low, with flat evidence, or ('', {}).
 """
 
 from __future__ import annotations
@@ -23,7 +18,7 @@ def _num(value: object) -> float | None:
 
 
 def cpu_cause(records: Sequence[Mapping[str, Any]], peers: Sequence[Mapping[str, Any]]) -> tuple[str, dict[str, Any]]:
-    """See the module docstring: `records` are the node's ranks' records, `peers` the other nodes'."""
+    """See docs/internals/analyzers.md: `records` are the node's ranks' records, `peers` the other nodes'."""
     facts = [r.get("cpu") or {} for r in records]
     quotas = [q for q in (_num(f.get("quota_cores")) for f in facts) if q is not None]
     peer_quotas = [_num((p.get("cpu") or {}).get("quota_cores")) for p in peers]
@@ -62,7 +57,7 @@ def _shapers(facts: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
 
 
 def link_cause(host: str, nodes: Mapping[str, Mapping[str, Any]]) -> tuple[str, dict[str, Any]]:
-    """See the module docstring."""
+    """See docs/internals/analyzers.md."""
     facts = nodes.get(host, {})
     shaped = _shapers(facts)
     peers_shaped = any(_shapers(f) for h, f in nodes.items() if h != host)

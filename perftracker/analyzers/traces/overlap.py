@@ -1,16 +1,4 @@
-"""Communication/computation overlap per rank, and the communication left exposed per step.
-
-Exposed communication is GPU time in communication kernels (any library of data/comm_kernels.toml)
-transferring with no compute kernel running: the step waits for the network. A kernel's wait for the last
-rank to arrive is not communication (`comm_split`): it is the late rank's cost, named by the straggler
-analyzer, and no overlap advice is given for it (the evidence shows it per rank apart). It is measured inside each rank's
-cost periods (`periods`: profiler steps, on the GPU's clock when the GPU runs behind the CPU; inferred
-iterations; or the whole window), so its share is of the time it was measured in and never above
-100%. Warns when it costs 5% of the step or more (critical from 25%); the finding says what the
-costs were measured over. With fewer ranks profiled than the job has (one trace of eight), no collective is
-matched whole, so its waiting cannot be cut off: the finding says so, stays a warning at most, and advises
-profiling every rank first.
-"""
+"""Communication/computation overlap per rank, and the communication left exposed per step."""
 
 from __future__ import annotations
 

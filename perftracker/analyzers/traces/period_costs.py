@@ -1,15 +1,6 @@
 """GPU time inside each cost period, so that every cost is a share of the time it was measured in.
 
-Promise: `period_costs_view(analysis)` has one row per rank window and period (`periods.cost_periods`):
-dur_ns and the GPU time inside the period that is busy, idle, compute, communication (comm_ns; the
-part under compute, comm_hidden_ns; the rest, comm_exposed_ns), exposed memory copies, and
-expert-parallel communication (ep_comm_ns, ep_hidden_ns: kernels of the families `RunInfo.comm_libraries`
-marks expert-parallel), and waiting for late ranks (wait_ns; the part with neither compute nor a transfer
-running, wait_exposed_ns: a communication kernel's wait is its own klass, `comm_split`, so comm_ns is
-transfer only). compute + comm_exposed + wait_exposed + memory_exposed + idle = dur, exactly, so no share
-of a period exceeds it. `rank_costs_view` sums them per rank (over its windows), with the number of periods
-and how they were chosen; `comm_library_costs_view` gives communication and its hidden part per rank and
-library (family).
+`period_costs_view(analysis)` has one row per rank window and period (`periods.cost_periods`).
 """
 
 from __future__ import annotations
@@ -37,7 +28,7 @@ def _set(group: pd.DataFrame, mask: npt.NDArray[np.bool_] | None = None) -> tupl
 
 
 def period_costs(work: pd.DataFrame, periods: pd.DataFrame, expert_parallel: frozenset[str]) -> pd.DataFrame:
-    """Per rank window and period, the GPU time of each kind inside the period (see the module docstring)."""
+    """Per rank window and period, the GPU time of each kind inside the period (docs/internals/analyzers.md)."""
     if work.empty or periods.empty:
         return pd.DataFrame(columns=COLUMNS)
     frames = []
@@ -119,7 +110,7 @@ def _expert_parallel(analysis: Analysis) -> frozenset[str]:
 
 
 def period_costs_view(analysis: Analysis) -> pd.DataFrame:
-    """The GPU time of each kind inside every cost period (see the module docstring)."""
+    """The GPU time of each kind inside every cost period (docs/internals/analyzers.md)."""
     return period_costs(analysis.view(cost_work_view), analysis.view(cost_periods_view), _expert_parallel(analysis))
 
 
