@@ -71,5 +71,4 @@ ATTENTION_MODELS = {
     "aten::_flash_attention_backward": _backward(1, 11, False),
     "flash_attn::_flash_attn_backward": _backward(1, 11, False),
 }
-FUSED_ATTENTION = frozenset(n for n in ATTENTION_MODELS if "math" not in n and n != "aten::scaled_dot_product_attention")
 MATH_ATTENTION = "aten::_scaled_dot_product_attention_math"

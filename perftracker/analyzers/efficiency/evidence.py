@@ -51,9 +51,6 @@ class Basis:
         share = per / self.mean_period_ns if self.mean_period_ns > 0 else 0.0
         return Cost(seconds_per_step=per / 1e9, share_of_step=min(share, 1.0))
 
-    def share_of_gpu(self, ns: float) -> float:
-        return ns / self.gpu_ns if self.gpu_ns > 0 else 0.0
-
 
 def ranks_of(frame: pd.DataFrame) -> tuple[int, ...]:
     """The ranks of `frame`'s rows (at most 64), for a finding's `ranks`."""

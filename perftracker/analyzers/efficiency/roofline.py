@@ -31,16 +31,6 @@ def device_of_ranks(analysis: Analysis) -> dict[int, Device | None]:
     return {rank: table.match(name) for rank, name in device_names(analysis).items()}
 
 
-def peak_for(device: Device | None, dtype: str, tflops: float) -> float:
-    """The dense peak TFLOPS an op of `dtype` running at `tflops` is measured against (docs/internals/analyzers.md)."""
-    if device is None:
-        return math.nan
-    peak = device.peak(dtype)
-    if dtype == "fp32" and not math.isnan(device.peak("tf32")) and (math.isnan(peak) or tflops > peak):
-        return device.peak("tf32")
-    return peak
-
-
 def roofline(frame: pd.DataFrame, device: Device | None) -> pd.DataFrame:
     """`frame` with the ROOF_COLUMNS added (docs/internals/analyzers.md)."""
     out = frame.copy()
@@ -55,7 +45,7 @@ def roofline(frame: pd.DataFrame, device: Device | None) -> pd.DataFrame:
     for dtype in set(dtypes.tolist()):
         rows = dtypes == dtype
         peak[rows] = device.peak(dtype) if device is not None else np.nan
-        if dtype == "fp32" and device is not None:  # TF32 where an FP32 op outran the FP32 units (`peak_for`)
+        if dtype == "fp32" and device is not None:  # TF32 where an FP32 op outran the FP32 units
             faster = rows & (np.nan_to_num(tflops) > device.peak("fp32")) & ~np.isnan([device.peak("tf32")])[0]
             peak[faster] = device.peak("tf32")
     bw = device.memory_tbps if device is not None else math.nan

@@ -10,7 +10,6 @@ from perftracker.analyzers.nccl.context import NcclContext, finding
 
 
 def ras_status(ctx: NcclContext) -> list[Finding]:
-
     """See docs/internals/analyzers.md."""
     records = ctx.ras
     out: list[Finding] = []

@@ -5,6 +5,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
@@ -27,16 +30,20 @@ def _set(group: pd.DataFrame, mask: npt.NDArray[np.bool_] | None = None) -> tupl
     return union(s, e) if mask is None else union(s[mask], e[mask])
 
 
+def _windows(work: pd.DataFrame, periods: pd.DataFrame) -> Iterator[tuple[Any, Any, pd.DataFrame, pd.DataFrame]]:
+    """(rank, window, its periods, its GPU work) of every rank window with both."""
+    grouped = dict(iter(work.groupby(["rank", "window"], sort=True, observed=True)))
+    for (rank, window), mine in periods.groupby(["rank", "window"], sort=True):
+        if (rank, window) in grouped:
+            yield rank, window, mine, grouped[(rank, window)]
+
+
 def period_costs(work: pd.DataFrame, periods: pd.DataFrame, expert_parallel: frozenset[str]) -> pd.DataFrame:
     """Per rank window and period, the GPU time of each kind inside the period (docs/internals/analyzers.md)."""
     if work.empty or periods.empty:
         return pd.DataFrame(columns=COLUMNS)
     frames = []
-    grouped = dict(iter(work.groupby(["rank", "window"], sort=True, observed=True)))
-    for (rank, window), mine in periods.groupby(["rank", "window"], sort=True):
-        group = grouped.get((rank, window))
-        if group is None:
-            continue
+    for rank, window, mine, group in _windows(work, periods):
         klass = group["klass"].to_numpy()
         family = group["comm_family"].astype(str).to_numpy()
         busy = _set(group)
@@ -47,8 +54,7 @@ def period_costs(work: pd.DataFrame, periods: pd.DataFrame, expert_parallel: fro
         working = _set(group, (klass == "compute") | (klass == "comm"))
         working_or_waiting = _set(group, (klass == "compute") | (klass == "comm") | (klass == "wait"))
         hidden = intersect(*compute, *comm)
-        lo = mine["start_ns"].to_numpy(np.int64)
-        hi = mine["end_ns"].to_numpy(np.int64)
+        lo, hi = mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64)
         dur = np.maximum(hi - lo, 0)
         inside = {name: covered_within(*intervals, lo, hi) for name, intervals in (
             ("busy_ns", busy), ("compute_ns", compute), ("comm_ns", comm), ("comm_hidden_ns", hidden),
@@ -69,13 +75,8 @@ def library_costs(work: pd.DataFrame, periods: pd.DataFrame) -> pd.DataFrame:
     if comm_rows.empty or periods.empty:
         return pd.DataFrame(columns=LIBRARY_COLUMNS)
     rows = []
-    grouped = dict(iter(work.groupby(["rank", "window"], sort=True, observed=True)))
-    for (rank, window), mine in periods.groupby(["rank", "window"], sort=True):
-        group = grouped.get((rank, window))
-        if group is None:
-            continue
-        lo = mine["start_ns"].to_numpy(np.int64)
-        hi = mine["end_ns"].to_numpy(np.int64)
+    for rank, _window, mine, group in _windows(work, periods):
+        lo, hi = mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64)
         compute = _set(group, (group["klass"] == "compute").to_numpy())
         families = group["comm_family"].astype(str).to_numpy()
         comm_mask = (group["klass"] == "comm").to_numpy()
