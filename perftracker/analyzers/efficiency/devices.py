@@ -35,13 +35,12 @@ class Device:
         return self.peaks.get(dtype, math.nan)
 
 
-@dataclass
 class DeviceTable:
-    devices: tuple[Device, ...]
-    _compiled: list[tuple[re.Pattern[str], Device]] = field(default_factory=list, repr=False)
+    """The devices in the order they are matched (the user's first), each name pattern compiled once."""
 
-    def __post_init__(self) -> None:
-        self._compiled = [(re.compile(p, re.IGNORECASE), d) for d in self.devices for p in d.patterns]
+    def __init__(self, devices: tuple[Device, ...]) -> None:
+        self.devices = devices
+        self._compiled = [(re.compile(p, re.IGNORECASE), d) for d in devices for p in d.patterns]
 
     def match(self, name: str) -> Device | None:
         """The first device with a pattern found in `name`, None when none matches (or the name is empty)."""

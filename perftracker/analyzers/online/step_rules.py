@@ -8,7 +8,6 @@ fired, or None.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -45,11 +44,11 @@ def recheck_steps(window: int) -> int:
     return max(1, window // 2)
 
 
-@dataclass
 class Rechecks:
     """Per rank, the last step of its series when its confirmation last said no (the trigger had fired)."""
 
-    declined_at: dict[int, int] = field(default_factory=dict)
+    def __init__(self) -> None:
+        self.declined_at: dict[int, int] = {}
 
     def due(self, rank: int, last_step: int, window: int) -> bool:
         """Is the confirmation worth asking again: no "no" yet, enough steps since, or the steps started over?"""

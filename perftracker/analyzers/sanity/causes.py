@@ -10,6 +10,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from perftracker.analyzers.nccl.expected_bw import link_gbs
 from perftracker.analyzers.thresholds import threshold
 
 
@@ -72,9 +73,10 @@ def link_cause(host: str, nodes: Mapping[str, Mapping[str, Any]]) -> tuple[str, 
              for h, f in nodes.items()}
     mine = rates.get(host, -1)
     others = sorted(r for h, r in rates.items() if h != host and r > 0)
-    if mine > 0 and others and mine < others[len(others) // 2]:
-        return (f"its NIC negotiated {mine} Mb/s where its peers have {others[len(others) // 2]} Mb/s",
-                {"nic_rate_mbps": mine, "peer_rate_mbps": others[len(others) // 2]})
+    if mine > 0 and others and mine < (peer := others[len(others) // 2]):  # GB/s one way: the link table's
+        return (f"its NIC negotiated {mine} Mb/s where its peers have {peer} Mb/s",
+                {"nic_rate_mbps": mine, "peer_rate_mbps": peer, "nic_link_gbs": link_gbs("net", gbps=mine / 1000),
+                 "peer_link_gbs": link_gbs("net", gbps=peer / 1000)})
     errors = {n["name"]: n.get("errors", {}) for n in nics if any(v > 0 for v in n.get("errors", {}).values())}
     peers_count = any(any(v > 0 for n in f.get("nics", []) for v in n.get("errors", {}).values())
                       for h, f in nodes.items() if h != host)
