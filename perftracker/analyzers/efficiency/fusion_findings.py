@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.efficiency.evidence import Basis, ranks_of
-from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.findings import Finding, Kind, Severity
 from perftracker.analyzers.thresholds import threshold, threshold_int
 
 MEMORY_FAMILIES = ("elementwise", "norm", "reduction")
@@ -31,8 +31,7 @@ def unfused_attention(basis: Basis) -> list[Finding]:
     saved = float(np.maximum(math_rows["gpu_ns"] - math_rows["flops"] / rate, 0.0).sum()) if rate > 0 else 0.0
     severity = Severity.WARNING if basis.cost(saved).share_of_step >= threshold("efficiency.attention_warn_share") else Severity.INFO
     return [Finding(
-        analyzer="efficiency", severity=severity,
-        title=f"{len(math_rows)} attention call(s) ran SDPA's unfused math path "
+        Kind.EFFICIENCY, severity, f"{len(math_rows)} attention call(s) ran SDPA's unfused math path "
               f"({math_rows['gpu_ns'].sum() / 1e6:.2f} ms of GPU time)",
         recommendation="Make a fused backend eligible: BF16/FP16 inputs, no arbitrary attn_mask (use is_causal), "
                        "head dim the kernels support; check with torch.nn.attention.sdpa_kernel(...) which backend "

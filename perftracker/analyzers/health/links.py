@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.findings import Cost, Finding, Kind, Severity
 from perftracker.analyzers.health.link_series import Down, job_ifaces_view, link_downs_view, link_series_view
 from perftracker.analyzers.health.link_stalls import (
     Stall,
@@ -209,8 +209,7 @@ def _errors(analysis: Analysis, judged: dict[str, dict[str, str]]) -> list[Findi
             parts = [f"{n} {v:.2f}/s" for n, v in errors.items()] + [
                 f"{n} {v:.1f}/s ({100 * sh:.2f}% of packets)" for n, (v, sh) in drops.items()]
             out.append(Finding(
-                analyzer="links", severity=Severity.WARNING,
-                title=f"{host}'s link {iface} loses packets: " + ", ".join(parts),
+                Kind.LINKS, Severity.WARNING, f"{host}'s link {iface} loses packets: " + ", ".join(parts),
                 recommendation=("Errors (CRC, frame, carrier) mean a bad cable, transceiver or port: check "
                                 "`ethtool -S` and the switch port, and replace the part. Drops mean full queues: "
                                 "a receiver that cannot keep up (ring size, `ethtool -g`), or a qdisc / shaper "
@@ -306,8 +305,7 @@ def _summary(stats: list[dict[str, Any]]) -> Finding:
     parts = [f"{s['host']} {s['iface']}" + (f" ({s['why']})" if s["why"] else "") + f" peak {s['peak_mbps']:.1f} Mbit/s"
              for s in stats[:8]]
     return Finding(
-        analyzer="links", severity=Severity.INFO,
-        title=f"Ethernet links of {len({s['host'] for s in stats})} host(s): " + "; ".join(parts)
+        Kind.LINKS, Severity.INFO, f"Ethernet links of {len({s['host'] for s in stats})} host(s): " + "; ".join(parts)
               + (f"; and {len(stats) - 8} more" if len(stats) > 8 else ""),
         recommendation="Context: the interfaces the job used on each host, why, and their busiest sample interval.",
         evidence={"links": [{k: (None if isinstance(v, float) and v != v else v) for k, v in s.items()}
