@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime
 
+from perftracker.analyzers.common import clock_utc
 from perftracker.analyzers.failures.roots import explained_ranks
 from perftracker.analyzers.findings import Finding, Kind, Mark, Severity
 
@@ -19,8 +19,7 @@ _CAUSE_ORDER: dict[str, int] = {Kind.SILENT_HOST: 0, Kind.CRASH: 1, Kind.HANG: 2
 
 def _silent_clause(f: Finding) -> str:
     seen = f.evidence.get("last_sample_ns")
-    when = (f" at {datetime.fromtimestamp(int(seen) / 1e9, tz=UTC).strftime('%H:%M:%S UTC')}"
-            if isinstance(seen, int) and seen > 0 else "")
+    when = f" at {clock_utc(seen)}" if isinstance(seen, int) and seen > 0 else ""
     return f"host {f.evidence.get('host', '?')} went silent{when}"
 
 

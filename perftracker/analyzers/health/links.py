@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.common import clock_utc
 from perftracker.analyzers.findings import Cost, Finding, Kind, Severity
 from perftracker.analyzers.health.link_series import Down, job_ifaces_view, link_downs_view, link_series_view
 from perftracker.analyzers.health.link_stalls import (
@@ -25,10 +25,6 @@ DROP_NAMES = ("rx_dropped", "tx_dropped", "rx_missed_errors", "rx_fifo_errors", 
               "qdisc_drops")
 VIRTUAL = ("lo", "veth", "docker", "br-", "virbr", "cni", "flannel", "cali", "tunl", "vxlan", "ifb", "tun", "tap",
            "kube", "weave", "cilium", "genev", "nodelocaldns")
-
-
-def _clock(ns: int) -> str:
-    return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%H:%M:%S UTC")
 
 
 def judged_ifaces(analysis: Analysis) -> dict[str, dict[str, str]]:
@@ -96,11 +92,11 @@ def _describe_seen(seen: dict[str, Any]) -> str:
 
 def _down_text(d: Down) -> str:
     if d.end_ns < 0:
-        return f"went down at {_clock(d.start_ns)} and was still down at the last sample"
+        return f"went down at {clock_utc(d.start_ns)} and was still down at the last sample"
     if d.samples_down == 0:
-        return (f"lost its carrier and got it back between {_clock(d.earliest_start_ns)} and "
-                f"{_clock(d.latest_end_ns)} (shorter than the sampling interval)")
-    return f"went down for {d.seconds:.1f} s at {_clock(d.start_ns)}"
+        return (f"lost its carrier and got it back between {clock_utc(d.earliest_start_ns)} and "
+                f"{clock_utc(d.latest_end_ns)} (shorter than the sampling interval)")
+    return f"went down for {d.seconds:.1f} s at {clock_utc(d.start_ns)}"
 
 
 def _stall_text(stall: Stall | None) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.common import median_step_s, pct
 from perftracker.analyzers.failures.stack_state import COLLECTIVES
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.stragglers.degradation import change_point, job_series
@@ -210,18 +211,13 @@ def analyze_baseline_shift(analysis: Analysis) -> list[Finding]:
     series = job_series(store)
     cp = change_point(series) if len(series) else None
     since = cp.step if cp is not None and cp.verdict.significant else None
-    steps = store.steps
-    step_s = float(steps["dur_ns"].median()) / 1e9 if len(steps) else 0.0
+    step_s = median_step_s(store)
     return [_finding(r, waits.get(r), work.get(r, []), windows, since, step_s, _hosts(now, r), len(common))
             for r in named]
 
 
 def _hosts(samples: pd.DataFrame, rank: int) -> tuple[str, ...]:
     return tuple(sorted({str(h) for h in samples.loc[samples["rank"] == rank, "host"].dropna() if str(h)}))
-
-
-def _pct(share: float) -> str:
-    return f"{100 * share:.0f}%"
 
 
 def _finding(rank: int, wait: Change | None, work: list[Change], windows: Windows, since: int | None,
@@ -232,17 +228,17 @@ def _finding(rank: int, wait: Change | None, work: list[Change], windows: Window
     when = f" since step {since}" if since is not None else " since the baseline"
     parts = []
     if moved is not None and (work or wait is None):
-        parts.append(f"{_pct(moved.after)} of samples now in {moved.what}, {_pct(moved.before)} in the baseline "
-                     f"(the other ranks {_pct(moved.others_before)} -> {_pct(moved.others_after)})")
+        parts.append(f"{pct(moved.after)} of samples now in {moved.what}, {pct(moved.before)} in the baseline "
+                     f"(the other ranks {pct(moved.others_before)} -> {pct(moved.others_after)})")
     waiting_records = [{"rank": o, "frame": after[o].wait_frame, "waiting_before": round(before[o].waiting, 4),
                         "waiting_after": round(after[o].waiting, 4)} for o in others]
     if wait is not None:
-        who = ", ".join(f"rank {o} {_pct(before[o].waiting)} -> {_pct(after[o].waiting)}" for o in others[:4])
+        who = ", ".join(f"rank {o} {pct(before[o].waiting)} -> {pct(after[o].waiting)}" for o in others[:4])
         frame = next((after[o].wait_frame for o in others if after[o].wait_frame), "")
         parts.append(f"the other ranks now wait for it{f' in {frame}' if frame else ''} ({who} of samples; rank "
-                     f"{rank} {_pct(wait.before)} -> {_pct(wait.after)})")
+                     f"{rank} {pct(wait.before)} -> {pct(wait.after)})")
         if moved is not None and not work and moved.after - moved.before >= threshold("online.baseline.notable"):
-            parts.append(f"its own time now in {moved.what} ({_pct(moved.before)} -> {_pct(moved.after)})")
+            parts.append(f"its own time now in {moved.what} ({pct(moved.before)} -> {pct(moved.after)})")
         elif not work:
             parts.append("its own profile barely moved (slowed as a whole: descheduled, a CPU shared, throttled)")
     title = f"Rank {rank}{when}: " + "; ".join(parts)

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.common import median_step_s, pct
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.online.cpu_contention import RankWindow, rank_windows
 from perftracker.analyzers.stragglers.degradation import ChangePoint, change_point, job_series, spikes
@@ -114,10 +115,6 @@ class Doing:
     text: str
 
 
-def _pct(share: float) -> str:
-    return f"{100 * share:.0f}%"
-
-
 def doing(rank: int, now: dict[int, RankStates], cpu: dict[int, RankWindow]) -> Doing:
     """The state the rank was in beyond the other ranks' median (docs/internals/analyzers.md)."""
     me = now[rank]
@@ -127,11 +124,11 @@ def doing(rank: int, now: dict[int, RankStates], cpu: dict[int, RankWindow]) -> 
     others = {k: _median_of_others({r: getattr(s, k) for r, s in now.items()}, rank) for k in excess}
     if kind == "stopped":
         return Doing("stopped", f"it was stopped from outside (state T: SIGSTOP, a debugger, a frozen cgroup) "
-                                f"{_pct(me.stopped)} of the window, the other ranks {_pct(others['stopped'])}")
+                                f"{pct(me.stopped)} of the window, the other ranks {pct(others['stopped'])}")
     if kind == "io":
-        return Doing("io", f"it was in uninterruptible sleep (state D: disk or other I/O) {_pct(me.io)} of the "
-                           f"window, the other ranks {_pct(others['io'])}")
-    running = f"running or runnable {_pct(me.running)} of the window, the other ranks {_pct(others['running'])}"
+        return Doing("io", f"it was in uninterruptible sleep (state D: disk or other I/O) {pct(me.io)} of the "
+                           f"window, the other ranks {pct(others['io'])}")
+    running = f"running or runnable {pct(me.running)} of the window, the other ranks {pct(others['running'])}"
     if rank not in cpu or len(cpu) < 2:
         return Doing("running or runnable", f"it was {running}")
     wait_x = cpu[rank].wait_share - _median_of_others({r: w.wait_share for r, w in cpu.items()}, rank)
@@ -140,10 +137,10 @@ def doing(rank: int, now: dict[int, RankStates], cpu: dict[int, RankWindow]) -> 
     waited = _median_of_others({r: w.wait_share for r, w in cpu.items()}, rank)
     if wait_x > run_x:
         return Doing("waiting for a CPU", f"it was {running}, waiting for a CPU (runnable while another task held "
-                                          f"its core) {_pct(cpu[rank].wait_share)} of the window against the others' "
-                                          f"{_pct(waited)}")
-    return Doing("computing", f"it was computing while the others waited: on a CPU {_pct(cpu[rank].run_share)} of "
-                              f"the window (all its threads) against the others' {_pct(ran)}")
+                                          f"its core) {pct(cpu[rank].wait_share)} of the window against the others' "
+                                          f"{pct(waited)}")
+    return Doing("computing", f"it was computing while the others waited: on a CPU {pct(cpu[rank].run_share)} of "
+                              f"the window (all its threads) against the others' {pct(ran)}")
 
 
 def top_frames(samples: pd.DataFrame, rank: int) -> list[dict[str, Any]]:
@@ -193,10 +190,10 @@ def _finding(analysis: Analysis, w: Waited, now: dict[int, RankStates], before: 
     others = [o for o in sorted(now) if o != w.rank]
     wait_frame = next((f[0]["frame"] for o in others if (f := top_frames(samples, o))), "")
     where = f" (most samples in {wait_frame})" if wait_frame else ""
-    title = (f"Rank {w.rank} is the rank the others wait for{when}: its main thread was asleep {_pct(me.asleep)} of "
-             f"the incident's window, the other ranks {_pct(w.others_asleep)} (median){where}; {what.text}")
+    title = (f"Rank {w.rank} is the rank the others wait for{when}: its main thread was asleep {pct(me.asleep)} of "
+             f"the incident's window, the other ranks {pct(w.others_asleep)} (median){where}; {what.text}")
     if frames:
-        title += f"; its stacks: {frames[0]['frame']} ({_pct(frames[0]['share'])})"
+        title += f"; its stacks: {frames[0]['frame']} ({pct(frames[0]['share'])})"
     advice = {
         "stopped": "Something outside the job stops this rank's process: look for a debugger or tracer attached to "
                    "it, a job-control signal (SIGSTOP/SIGTSTP: a shell, a supervisor, a checkpoint/restore tool), "
@@ -236,8 +233,7 @@ def _finding(analysis: Analysis, w: Waited, now: dict[int, RankStates], before: 
                        "min_effect_over_spread": threshold("online.waited.min_effect_over_spread"),
                        "min_samples": threshold_int("online.waited.min_samples")},
     }
-    steps = store.steps
-    step_s = float(steps["dur_ns"].median()) / 1e9 if len(steps) else 0.0
+    step_s = median_step_s(store)
     if cp is not None:
         cost = Cost(cp.after_s - cp.before_s, (cp.after_s - cp.before_s) / cp.after_s)
     else:
