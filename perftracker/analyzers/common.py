@@ -32,11 +32,6 @@ def clock_utc(ns: int) -> str:
     return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%H:%M:%S UTC")
 
 
-def median_step_s(store: Store) -> float:
-    """The median step time of every step the Store holds, in seconds (0 without steps)."""
-    return float(store.steps["dur_ns"].median()) / 1e9 if len(store.steps) else 0.0
-
-
 def pct(share: float) -> str:
     return f"{100 * share:.0f}%"
 

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.common import median_step_s, pct
+from perftracker.analyzers.common import pct
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.online.cpu_contention import RankWindow, rank_windows
 from perftracker.analyzers.stragglers.degradation import ChangePoint, change_point, job_series, spikes
@@ -233,7 +233,8 @@ def _finding(analysis: Analysis, w: Waited, now: dict[int, RankStates], before: 
                        "min_effect_over_spread": threshold("online.waited.min_effect_over_spread"),
                        "min_samples": threshold_int("online.waited.min_samples")},
     }
-    step_s = median_step_s(store)
+    steps = store.steps
+    step_s = float(steps["dur_ns"].median()) / 1e9 if len(steps) else 0.0
     if cp is not None:
         cost = Cost(cp.after_s - cp.before_s, (cp.after_s - cp.before_s) / cp.after_s)
     else:
