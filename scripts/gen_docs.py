@@ -146,6 +146,7 @@ def findings_page() -> str:
                      f"| `{module.__name__ if module else '?'}` |")
     lines.append("")
     accuracy = (DOCS / "explanation" / "accuracy.md").read_text(encoding="utf-8")
+    internals = (DOCS / "internals" / "analyzers.md").read_text(encoding="utf-8")
     for analyzer in BUILTIN:
         module = inspect.getmodule(analyzer.fn)
         path = Path(inspect.getfile(analyzer.fn)).resolve().relative_to(ROOT).as_posix()
@@ -162,6 +163,8 @@ def findings_page() -> str:
             lines += ["Its false-positive and detection rates on real runs are measured in "
                       "[How accuracy is measured](../explanation/accuracy.md).\n"]
         lines += ["Its module:\n", "```text", _module_doc(module), "```", ""]
+        if f"### `{path.split('perftracker/analyzers/', 1)[-1]}`" in internals:
+            lines += ["How it decides, in full: [Analyzers: design notes](../internals/analyzers.md).\n"]
     return "\n".join(lines).rstrip() + "\n"
 
 

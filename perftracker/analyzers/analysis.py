@@ -1,15 +1,6 @@
 """One analysis of one Store: the options it runs under, and every view computed at most once.
 
-Promise: an `Analysis` is what each analyzer and each view function receives. `analysis.store` is
-the loaded run (read-only for analyzers); `analysis.options` the choices the user made for this
-analysis (`--hta-compat`, ...), never stored in the Store. `analysis.view(fn)` returns `fn(analysis)`,
-computing it on the first call only: a table several analyzers and the report need (the GPU time
-breakdown, the collective arrivals, the NCCL context, ...) is built once per `analyze`. A view that
-raises raises the same exception again on later calls, without being computed again.
-`analysis.thresholds` is this run's table of thresholds (the declared defaults with the overrides of
-`AnalysisOptions.thresholds`, checked when the Analysis is made); `analysis.active()` makes it the one
-`thresholds.threshold(name)` answers from (views and `registry.run_analyzers` run inside it), and
-`analysis.threshold(name)` reads it directly.
+An `Analysis` is what each analyzer and each view function receives.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pandas as pd
 
 from perftracker.store import Store
@@ -23,6 +25,15 @@ def host(store: Store, rank: int) -> str:
 
 def hosts_of(store: Store, ranks: list[int]) -> tuple[str, ...]:
     return tuple(sorted({h for h in (store.host_of(r) for r in ranks) if h}))
+
+
+def clock_utc(ns: int) -> str:
+    """Epoch ns as the time of day people read in a title: "10:02:11 UTC"."""
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%H:%M:%S UTC")
+
+
+def pct(share: float) -> str:
+    return f"{100 * share:.0f}%"
 
 
 def fmt_ms(seconds: float) -> str:

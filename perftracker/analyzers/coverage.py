@@ -1,14 +1,7 @@
 """What an analysis could judge, from which inputs, and what it could not for lack of them.
 
-Promise: `coverage(analysis)` returns one `Area` per kind of problem perftracker looks for (stragglers
-and step time, GPU kernels and overlap, NCCL configuration, GPU health, RDMA network, Ethernet network,
-hangs, crashes),
-each either judged (with the inputs it rested on) or not (with what input would make it judgeable;
-crashes are named only when judged, since a running job has no crash to read; the Ethernet network too, so
-that outputs without interface counters read as before).
-"No problems found" then means something: the verdict can say what was and was not examined.
-`known_ranks` / `known_hosts` count the job's ranks and hosts from every input, not only traces;
-`run_summary_view` is the one-row view of the report's summary strip (ranks, hosts, step time and its spread).
+`coverage(analysis)` returns one `Area` per kind of problem perftracker looks for, judged (with its inputs) or
+not (with the input that would make it judgeable).
 """
 
 from __future__ import annotations

@@ -1,21 +1,7 @@
-"""The Finding record: one diagnosis with its evidence, cost and recommendation.
+"""The Finding record: one diagnosis with its evidence, cost (seconds per step), confidence and role.
 
-Findings are immutable. `cost` is always in one unit: seconds lost per step (`seconds_per_step`),
-plus the share of the step time (`share_of_step`). `confidence` (0..1, or None for findings that are
-facts rather than statistical claims, such as a setting read from a log) says how sure the claim is
-beyond the run's own noise. Findings are ranked by severity, then cost, then confidence.
-
-`role` says what a finding is in the story of the run (`Role`): a root (a cause: act on it), a consequence
-(an effect another finding explains; the finding passes, `analyzers/passes.py`, mark it) or context (a fact
-that frames the others). Left out, it is inferred when the finding is made: an info finding is context,
-any other a root. `Kind` names the built-in analyzers, so that the passes that relate one analyzer's findings
-to another's refer to them by name, not by a string typed again.
-
-Every text a finding carries (title, recommendation, each string of its evidence, host names) passes
-`redaction.safe_text` / `plain_line` when the finding is made, whoever makes it: a log line, an exception
-or an NCCL line quoted into a finding shows no credential (`password=...`, `ghp_...`, URL user info, an
-AWS secret key) and no control character (no forged line, no terminal escape) in any output: findings.json,
-report.html, the terminal, diff.json, the incidents, the timeline's markers.
+`Kind` names the analyzers and `Mark` the keys the passes single out, so no pass matches them as text. Every
+text a finding carries passes `redaction.safe_text` / `plain_line` when it is made (docs/internals/analyzers.md).
 """
 
 from __future__ import annotations
@@ -97,6 +83,29 @@ class Kind(StrEnum):
         return hash(self.value)
 
 
+class Mark(StrEnum):
+    """The findings a pass singles out among one analyzer's, by the start of their key: the analyzer makes the
+    key with `mark.key(...)` and a pass asks `mark.on(finding)`; no key text is typed twice."""
+
+    WAIT_ROOT = "crash:root:"  # a root of the wait-for graph (`failures.roots`)
+    FIRST_FAILURE = "crash:first:"  # the job's first failure (`failures.crash`)
+    DEGRADATION_CHANGE = "degradation:change"  # the change point of the step times (`stragglers.degradation`)
+    STRAGGLER_RANK = "straggler:"  # `straggler:<rank>`: one late rank (`stragglers.straggler`)
+    STRAGGLER_MEASURED = "straggler:measured:"  # `straggler:measured:<rank>` (`stragglers.late_rank`)
+    STEPS_PHASE = "steps:phase:"  # `steps:phase:<phase>:<rank>`: one rank's slow phase (`stragglers.steps`)
+    OVERLAP_EXPOSED = "overlap:exposed"  # communication left exposed (`traces.overlap`)
+
+    @property
+    def kind(self) -> Kind:
+        return Kind(self.value.split(":", 1)[0])
+
+    def key(self, *parts: object) -> str:
+        return self.value + ":".join(str(p) for p in parts)
+
+    def on(self, f: Finding) -> bool:
+        return f.analyzer == self.kind and f.key.startswith(self.value)
+
+
 @dataclass(frozen=True)
 class Cost:
     """Estimated cost of a problem: seconds lost per step and the share of step time it represents."""
@@ -130,7 +139,7 @@ class Finding:
     role: Role | None = None  # None: inferred when made (info: context, else root); always set after
     role_inferred: bool = field(default=False, repr=False, compare=False)  # the role follows the severity
 
-    def __post_init__(self) -> None:  # the one choke point for text from inputs (see the module docstring)
+    def __post_init__(self) -> None:  # the one choke point for text from inputs
         if self.role is None or self.role_inferred:  # inferred again when a pass changes the severity
             object.__setattr__(self, "role", inferred_role(self.severity))
             object.__setattr__(self, "role_inferred", True)

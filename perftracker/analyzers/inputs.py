@@ -1,18 +1,9 @@
-"""Turn what the loaders noticed about their inputs into findings users see in the report.
-
-Recovered truncated traces and unusable files are warnings (results rest on partial data); ranks
-missing from the world size, multiple windows and CPU-only traces are info. Traces with kernel
-launches but no kernel events are a warning that says which profiler setting caused it (CUPTI range
-profiling, or activity records that never arrived), not "add ProfilerActivity.CUDA". Execution traces
-beside the Kineto traces are said to be joined, or not used and why (`traces/exec_trace.py`). Inputs the run's manifest
-says are synthetic (`RunInfo.synthetic_inputs`) are one info finding naming each, so that no reader
-takes a made-up sample for a measurement.
-"""
+"""Turn what the loaders noticed about their inputs into findings users see in the report."""
 
 from __future__ import annotations
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.findings import Finding, Kind, Severity
 from perftracker.analyzers.traces.exec_trace import execution_trace_findings
 from perftracker.errors import sentence_start
 from perftracker.store import Store
@@ -27,8 +18,7 @@ def analyze_inputs(analysis: Analysis) -> list[Finding]:
     errors = [n for n in store.notes if n.level == "error"]
     if errors:
         findings.append(Finding(
-            analyzer="inputs", severity=Severity.WARNING,
-            title=f"{len(errors)} input file(s) could not be used; results cover the rest",
+            Kind.INPUTS, Severity.WARNING, f"{len(errors)} input file(s) could not be used; results cover the rest",
             recommendation="Re-export or re-copy the files listed in the evidence; the other ranks were analyzed.",
             evidence={"files": {n.source: n.message for n in errors[:50]}},
             key="inputs:errors",
@@ -36,8 +26,7 @@ def analyze_inputs(analysis: Analysis) -> list[Finding]:
     partial = [n for n in store.notes if n.level == "warning"]
     if partial:
         findings.append(Finding(
-            analyzer="inputs", severity=Severity.WARNING,
-            title=f"{len(partial)} input(s) were only partly usable (cut off or malformed)",
+            Kind.INPUTS, Severity.WARNING, f"{len(partial)} input(s) were only partly usable (cut off or malformed)",
             recommendation="The job was probably killed while writing. Results use the recovered part; "
             "profile again with a clean exit (prof.stop() / leaving the profiler context) for full data.",
             evidence={"notes": [f"{n.source}: {n.message}" for n in partial[:50]]},
@@ -89,8 +78,7 @@ def _no_gpu_activity(store: Store) -> Finding:
             key="inputs:no-kernels",
         )
     return Finding(
-        analyzer="inputs", severity=Severity.INFO,
-        title="The traces hold no GPU activity (CPU-only or CPU-side profile)",
+        Kind.INPUTS, Severity.INFO, "The traces hold no GPU activity (CPU-only or CPU-side profile)",
         recommendation=skipped + "To profile the GPU, add ProfilerActivity.CUDA to torch.profiler's activities.",
         key="inputs:cpu-only",
     )

@@ -1,21 +1,7 @@
 """The finding passes: the one place that relates one analyzer's findings to another's, in one ordered list.
 
-Promise: `FINDING_PASSES` is the ordered list of passes a full analysis runs over the analyzers' findings
-(`registry.run_analyzers` runs the analyzers and nothing else); `apply_passes(analysis, findings)` runs them
-once, in this order:
-
-1. `replay costs` (`stepgraph.replay_costs`): a finding's cost is the step time a replay without its cause
-   saves; a replay that fails leaves the analyzers' own costs and a warning finding;
-2. `links` (`rootcause.link_findings`): stragglers joined with the host findings that can explain them;
-3. `failure folds` (`failures.fold`): what a wait-for root explains is folded into it;
-4. `waited-rank fold` (`online.waited_fold`): what the rank the others wait for explains is folded into it;
-5. `roles`: a finding another one explains (a straggler whose root-cause chain names a cause that explains it)
-   is a consequence, its explaining finding a root;
-6. `ranking` (`findings.rank_findings`): the one order of findings everywhere.
-
-A pass is a plain function `(Analysis, list[Finding]) -> list[Finding]`: a new pass is a line here, nowhere
-else. `costed_findings(analysis)` is the analyzers' findings with the first pass alone (what `lint-env` and the
-tests of one analyzer's costs read).
+`FINDING_PASSES` is the ordered list of passes a full analysis runs over the analyzers' findings
+(`registry.run_analyzers` runs the analyzers and nothing else).
 """
 
 from __future__ import annotations

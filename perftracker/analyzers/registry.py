@@ -1,11 +1,4 @@
-"""The analyzer registry: the explicit list of analyzers `analyze` runs, and the safe way to run them.
-
-An analyzer is a plain function `Analysis -> list[Finding]` (see `analysis.py`). The built-in ones
-are listed in `BUILTIN` below, in the order they run; third-party analyzers come from the
-entry-point group `perftracker.analyzers` and run after them. A crashing analyzer becomes a finding
-of its own, so one bad analyzer never blanks a report. `run_analyzers` runs the analyzers and nothing
-else; what relates one analyzer's findings to another's is the finding passes' (`passes.py`).
-"""
+"""The analyzer registry: the explicit list of analyzers `analyze` runs, and the safe way to run them."""
 
 from __future__ import annotations
 

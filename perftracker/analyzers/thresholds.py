@@ -1,14 +1,7 @@
 """Thresholds as data: every hand-set number a finding depends on, declared once, overridable per run.
 
-Promise: `DECLARED` holds one `Threshold` (name, default value, unit, what it decides, how it was chosen)
-per entry of `perftracker/data/thresholds.toml`, read once. `Thresholds.with_overrides({name: value})`
-is the table one run uses: an unknown name or a value outside its unit's range raises `UsageError`
-(exit 2) naming the closest known name or the range. Analyzers read a value with `threshold(name)`,
-which answers from the table of the analysis being run: `Analysis` activates its own table (`active`)
-while it computes a view or runs the analyzers, so two analyses in one process never see each other's
-overrides; outside any analysis the defaults apply. `threshold_int` is the same for counts.
-`parse_assignment("a.b=1")` and `read_overrides(path)` turn `--set` and `--thresholds FILE.toml` into
-the mapping `with_overrides` takes.
+`DECLARED` holds one `Threshold` (name, default value, unit, what it decides, how it was chosen) per entry of
+`perftracker/data/thresholds.toml`, read once.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """The report's views: the named tables reports draw, each computed once per analysis by the analyzers' rooms.
 
-Promise: `REPORT_VIEWS` is the explicit list, name -> view function (`fn(analysis) -> DataFrame`,
-defined next to the computation it shows); `report_tables(analysis)` computes every one of them
-through `analysis.view`, so a view the analyzers already computed (the breakdown, the collective
-arrivals, the GPU series, the NCCL context, ...) is not computed again. The pipeline saves each as
-`tables/<name>.parquet`: plain columnar data, everything `perftracker report` needs to redraw the
-report besides findings.json.
+`REPORT_VIEWS` is the explicit list, name -> view function (`fn(analysis) -> DataFrame`, defined next to the
+computation it shows).
 """
 
 from __future__ import annotations

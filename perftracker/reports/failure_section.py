@@ -6,7 +6,7 @@ the job did not hang.
 
 from __future__ import annotations
 
-from perftracker.analyzers.findings import Finding, Kind
+from perftracker.analyzers.findings import Finding, Mark
 from perftracker.reports.sections import Section, Tables, grid, table
 
 _COLUMNS = {"group": "process group", "pg": "pg", "collective": "collective (#seq)", "waiting": "waiting ranks",
@@ -18,7 +18,7 @@ def wait_graph_section(tables: Tables, findings: list[Finding]) -> Section | Non
     view = table(tables, "wait_graph")
     if view.empty:
         return None
-    roots = [f.title for f in findings if f.analyzer == Kind.CRASH and f.key.startswith("crash:root:")]
+    roots = [f.title for f in findings if Mark.WAIT_ROOT.on(f)]
     note = ("Read from any waiting rank: it waits in the collective of its row for the ranks in 'wait for'; "
             "follow those to the root. " + " ".join(f"Root: {t}." for t in roots[:4]))
     return Section("waitfor", "Who waits for whom", "section_table.html.j2",

@@ -5,11 +5,14 @@ Plain data in, plain data out: no run is loaded (the passes that need a run's ta
 
 from __future__ import annotations
 
+import ast
 import json
 from dataclasses import replace
+from pathlib import Path
 
+from perftracker.analyzers import passes
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.findings import Finding, Kind, Role, Severity
+from perftracker.analyzers.findings import Finding, Kind, Mark, Role, Severity
 from perftracker.analyzers.passes import FINDING_PASSES, apply_passes
 from perftracker.reports import json_report
 from perftracker.reports.json_report import RunFacts, Summary
@@ -80,3 +83,72 @@ def test_the_summary_is_typed_and_writes_the_keys_it_always_wrote() -> None:
     other = json_report.build(findings, [], "sanity", {"exclude": ["node-2"]})
     assert list(other["summary"])[-1] == "exclude" and Summary.from_dict(other["summary"]).extra == {
         "exclude": ["node-2"]}
+
+
+def _pass_modules() -> list[Path]:
+    """The modules of the finding passes: what passes.py imports from analyzers/ (a package: all its modules), but
+    the modules that name the analyzers (findings.py's Kind, registry.py's list)."""
+    root = Path(passes.__file__).parent
+    out = [Path(passes.__file__)]
+    for node in ast.walk(ast.parse(Path(passes.__file__).read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("perftracker.analyzers."):
+            rel = root.joinpath(*node.module.split(".")[2:])  # type: ignore[union-attr]
+            if rel.name in ("findings", "registry"):
+                continue
+            out += sorted(rel.glob("*.py")) if rel.is_dir() else [rel.with_suffix(".py")]
+    return out
+
+
+def _texts_naming_analyzers(tree: ast.AST) -> list[ast.Constant]:
+    """The texts of a module that say which analyzer's findings it means: a finding key's start ("crash:root:")
+    but in a key it makes (`key=`), or an analyzer's name listed (a tuple, list, set or dict key) or compared
+    with a finding's `analyzer`."""
+    def text(n: ast.AST) -> bool:
+        return isinstance(n, ast.Constant) and isinstance(n.value, str)
+    docs = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(
+        n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and n.body and isinstance(n.body[0], ast.Expr)}
+    made = {id(k.value) for k in ast.walk(tree) if isinstance(k, ast.keyword) and k.arg == "key"}
+    listed = [c for n in ast.walk(tree) if isinstance(n, (ast.Tuple, ast.List, ast.Set)) for c in n.elts]
+    listed += [k for n in ast.walk(tree) if isinstance(n, ast.Dict) for k in n.keys if k is not None]
+    listed += [c for n in ast.walk(tree) if isinstance(n, ast.Compare) and any(isinstance(
+        s, ast.Attribute) and s.attr == "analyzer" for s in [n.left, *n.comparators]) for c in [n.left, *n.comparators]]
+    kinds = {k.value for k in Kind}
+    prefixed = [n for n in ast.walk(tree) if text(n) and id(n) not in docs | made
+                and any(str(n.value).startswith(f"{k}:") for k in kinds)]  # type: ignore[attr-defined]
+    return [*prefixed, *(c for c in listed if text(c) and c.value in kinds)]  # type: ignore[attr-defined]
+
+
+def test_no_pass_matches_an_analyzer_or_a_key_by_text() -> None:
+    # GIVEN the modules of the finding passes (those that relate one analyzer's findings to another's)
+    modules = _pass_modules()
+    assert {"fold.py", "waited_fold.py", "chains.py", "causality.py"} <= {p.name for p in modules}
+    bad = [f"{path.name}:{n.lineno}: {n.value!r}" for path in modules
+           for n in _texts_naming_analyzers(ast.parse(path.read_text(encoding="utf-8")))]
+    # THEN none names an analyzer or a finding key's start as text: they say `Kind` and `Mark` members
+    assert not bad, bad
+
+
+def test_no_analyzer_compares_an_analyzer_name_or_a_key_with_text() -> None:
+    # GIVEN every analyzer module but findings.py (where `Mark.on` is the one test of a key's start)
+    bad = []
+    for path in sorted(p for p in Path(passes.__file__).parent.rglob("*.py") if p.name != "findings.py"):
+        for n in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            # WHEN `<finding>.analyzer` or `.key` is compared with text, or a key's start is tested against text
+            sides = [n.left, *n.comparators] if isinstance(n, ast.Compare) else []
+            named = any(isinstance(s, ast.Attribute) and s.attr in ("analyzer", "key") for s in sides)
+            texts = [c for s in sides for c in ([s] if isinstance(s, ast.Constant) else getattr(s, "elts", []))
+                     if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+            prefix = isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "startswith" \
+                and isinstance(n.func.value, ast.Attribute) and n.func.value.attr == "key"
+            if named and texts or prefix:
+                bad.append(f"{path.relative_to(path.parents[2])}:{n.lineno}")
+    # THEN there is none: `f.analyzer == Kind.CRASH`, `Mark.WAIT_ROOT.on(f)`
+    assert not bad, bad
+
+
+def test_a_mark_makes_the_key_it_matches() -> None:
+    # GIVEN a key made by a Mark
+    f = Finding(Kind.CRASH, Severity.CRITICAL, "Rank 3 died", "", key=Mark.WAIT_ROOT.key("missing", [3]))
+    # THEN it is the text it always was, the mark finds it, and another analyzer's finding with that key is not it
+    assert f.key == "crash:root:missing:[3]" and Mark.WAIT_ROOT.on(f) and not Mark.FIRST_FAILURE.on(f)
+    assert not Mark.WAIT_ROOT.on(replace(f, analyzer=Kind.HANG))

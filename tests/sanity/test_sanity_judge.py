@@ -198,6 +198,8 @@ def test_a_slow_node_whose_nic_negotiated_a_lower_rate_is_told_so() -> None:
     (bad,) = [f for f in judge(SanityResults.from_dict(raw)).findings if f.severity >= Severity.WARNING]
     assert "negotiated 100000 Mb/s where its peers have 400000 Mb/s" in bad.title
     assert (bad.evidence["nic_rate_mbps"], bad.evidence["peer_rate_mbps"]) == (100_000, 400_000)
+    # AND the link table (`expected_bw.link_gbs`, as the NCCL rules read it) gives both links' GB/s one way
+    assert (bad.evidence["nic_link_gbs"], bad.evidence["peer_link_gbs"]) == (12.5, 50.0)
 
 
 X2 = sorted(f"x2/{p.stem}" for p in (LAB / "x2").glob("clean-*.json"))

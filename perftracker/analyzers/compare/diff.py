@@ -1,26 +1,6 @@
 """What changed between two runs of a job, judged against the noise of running the same job twice.
 
-Promise: `compare_runs(base, new)` returns a `RunComparison`: findings in the usual schema (analyzer
-"diff") and the tables behind them. The noise model has two parts, both measured on real runs:
-
-- **Within a run**, step times wander (busy minutes, autocorrelated): the step-time change is tested
-  with the rank test of `stragglers.shift` (one-sided each way, z shrunk for autocorrelation); below
-  `ALPHA` it is an info "within the two runs' noise".
-- **Between runs**, the machine itself runs faster or slower (clocks, other load: the same job run
-  four times on this 2-core machine varied by up to 24%); such a change scales every op alike. So each
-  op's time per step (a rank's own work: communication is left out of these judgments, since its time
-  is mostly waiting for the other ranks, and is compared in its own finding) is compared with the
-  run-wide factor `scale` (the median of the
-  ops' new/base ratios, one vote per op): an op, or a rank, is *changed* only when its ratio departs from `scale` by
-  more than `CHANGE_RATIO` and by more than `MAD_Z` robust deviations of all ops' ratios, and its extra
-  time per step is at least `MIN_SHARE` of the step and `MIN_MS`. A significant step-time change that
-  the changed ops do not explain is an info naming the uniform factor (the machine, not the job).
-
-Findings: the step time (warning when significant, above `tolerance` and explained by changed ops or
-ranks; info otherwise); a rank whose own ops changed relative to its peers (warning, `ranks` holds it,
-the ops in the same finding); ops changed on every rank alike (warning when they explain a
-regression); the communication/compute shift (info); setting differences (info: a setting that
-changed with no change in speed is only context); findings new and resolved (info).
+`compare_runs(base, new)` returns a `RunComparison`.
 """
 
 from __future__ import annotations
@@ -186,7 +166,7 @@ def _op_list(ops: pd.DataFrame) -> list[dict[str, object]]:
 
 
 def compare_runs(base: RunSide, new: RunSide, tolerance: float = DEFAULT_TOLERANCE) -> RunComparison:
-    """See the module docstring."""
+    """See docs/internals/analyzers.md."""
     base_steps, new_steps = base.job_steps_s(), new.job_steps_s()
     b = float(np.median(base_steps)) if len(base_steps) else float("nan")
     n = float(np.median(new_steps)) if len(new_steps) else float("nan")

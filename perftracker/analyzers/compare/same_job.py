@@ -1,10 +1,7 @@
 """Are the two sides of a diff runs of one job? Only then is "beyond the noise" a meaningful answer.
 
-Promise: `job_difference(base, new)` is "" when nothing shows the two runs are of different jobs, else
-the difference in words: a different number of ranks (in the steps or the op totals), a different
-world size or device setting recorded among the settings (`WORLD_SIZE`), or op sets that barely overlap
-(fewer than MIN_OVERLAP of the ops, by name, weighed by time, run on both sides: another model or
-another workload). A side without the facts (a steps-only run has no ops) disagrees with nothing.
+`job_difference(base, new)` is "" when nothing shows the two runs are of different jobs, else the difference
+in words.
 """
 
 from __future__ import annotations

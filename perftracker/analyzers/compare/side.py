@@ -1,9 +1,6 @@
 """One side of a comparison: the step times, op totals, settings and findings of one run.
 
-Promise: `RunSide` holds what `diff.compare_runs` needs of a run, already analyzed: the `steps`,
-`op_totals` and `settings` tables (report views, so an analysis output folder has them in tables/)
-and the run's findings. `side_from_tables(label, tables, findings)` builds it from either an
-analysis just run or a saved output folder's tables; nothing here reads raw traces.
+`RunSide` holds what `diff.compare_runs` needs of a run, already analyzed.
 """
 
 from __future__ import annotations

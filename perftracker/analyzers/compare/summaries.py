@@ -1,12 +1,7 @@
 """The small per-run summaries a later `perftracker diff` compares, saved with every analysis.
 
-Promise: `op_totals_view(analysis)` is, per rank and CPU op / GPU kernel name, the total time, the
-call count and the number of profiled steps of that rank (so time per step compares across runs of
-different lengths); `settings_view(analysis)` is every captured setting (environment snapshots, env
-files, NCCL echo lines) as distinct (key, value) pairs with how many ranks showed them, plus the
-job's shape (world size, backends, device names) under `job.*` keys. Both are report views
-(`analyzers/views.py`), saved as tables/op_totals.parquet and tables/settings.parquet, so an analysis
-output folder can be compared without its raw traces.
+`op_totals_view(analysis)`: per rank and CPU op / GPU kernel name, the total time, the calls and the profiled
+steps.
 """
 
 from __future__ import annotations

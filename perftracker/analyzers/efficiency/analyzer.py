@@ -1,9 +1,7 @@
 """The efficiency analyzer: compute findings from the op roofline, and what the tables cannot say on their own.
 
-Promise: `analyze_efficiency(analysis)` returns the findings of `gemm_findings.py` and `fusion_findings.py` (one per
-cause, each with its cost and stated reference), plus an INFO finding naming the ranks whose device the device table
-does not know (FLOPs and TFLOPS are still computed; no percentage of peak, no MFU), and the job log's own throughput
-figures judged against the device (`reported.py`). Nothing else when the traces carry no op shapes.
+`analyze_efficiency(analysis)`: the GEMM and fusion findings, plus an info finding naming the ranks whose
+device the device table does not know.
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ from perftracker.analyzers.findings import Finding, Severity
 
 
 def analyze_efficiency(analysis: Analysis) -> list[Finding]:
-    """Compute efficiency findings (see the module docstring)."""
+    """Compute efficiency findings (docs/internals/analyzers.md)."""
     reported = reported_findings(analysis)
     basis = analysis.view(basis_view)
     if basis.instances.empty:

@@ -1,12 +1,8 @@
 """Shape models of attention: scaled_dot_product_attention and its fused backends (flash, memory-efficient, cuDNN),
 the math fallback, the flash-attn package's ops, forward and backward.
 
-Promise: forward FLOPs = 2*B*H*Sq*Sk*(D_qk + D_v) (the two matmuls QK^T and PV, softmax left out, as FlashAttention's
-benchmarks and TraceLens count), halved under a causal mask; backward = 2.5x that (the five matmuls of a fused
-backward: QK^T recomputed, dV, dP, dQ, dK). Bytes: Q, K, V read and O written once (backward: Q, K, V, dO read,
-dQ, dK, dV written). Causal comes from the op's own is_causal argument (its position per op below); an op whose
-argument list does not say gets no model. Layout: aten's SDPA ops take [B, H, S, D], the *_attention_forward and
-flash-attn ops [B, S, H, D].
+Forward FLOPs = 2*B*H*Sq*Sk*(D_qk + D_v) (the two matmuls QK^T and PV, softmax left out, as FlashAttention's
+benchmarks and TraceLens count), halved under a causal mask.
 """
 
 from __future__ import annotations
@@ -75,5 +71,4 @@ ATTENTION_MODELS = {
     "aten::_flash_attention_backward": _backward(1, 11, False),
     "flash_attn::_flash_attn_backward": _backward(1, 11, False),
 }
-FUSED_ATTENTION = frozenset(n for n in ATTENTION_MODELS if "math" not in n and n != "aten::scaled_dot_product_attention")
 MATH_ATTENTION = "aten::_scaled_dot_product_attention_math"

@@ -1,8 +1,7 @@
 """Which shape model knows which op: the one table of op names and models.
 
-Promise: `model_op(name, args)` returns the `OpModel` of the op's model (`gemm.py`, `attention.py`, `conv.py`,
-`memory_ops.py`), or None when no model knows the op or its arguments do not fit (never a guess). `MODELS` names
-every op with a model; ops outside it are "no model" in the tables, with their time.
+`model_op(name, args)` returns the `OpModel` of the op's model (`gemm.py`, `attention.py`, `conv.py`,
+`memory_ops.py`), or None when no model knows the op or its arguments do not fit (never a guess).
 """
 
 from __future__ import annotations

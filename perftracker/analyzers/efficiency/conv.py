@@ -1,9 +1,6 @@
 """Shape model of convolution: aten::convolution / _convolution / conv1d-3d / cudnn_convolution, and its backward.
 
-Promise: forward FLOPs = 2 * N * C_out * prod(output spatial) * (C_in / groups) * prod(kernel); the output size from
-the stride, padding and dilation arguments (defaults 1, 0, 1 when the trace did not record them); bytes = input +
-weight + output once each. aten::convolution_backward: the forward's FLOPs for each of the input and weight
-gradients its output_mask asks for. Transposed convolutions get no model.
+Forward FLOPs = 2 * N * C_out * prod(output spatial) * (C_in / groups) * prod(kernel).
 """
 
 from __future__ import annotations

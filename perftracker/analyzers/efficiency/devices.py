@@ -1,12 +1,4 @@
-"""The device table: peak TFLOPS by dtype and peak memory bandwidth of the GPU a trace ran on.
-
-Promise: `device_table(files)` returns the devices of each user file (`--devices FILE`, `PERFTRACKER_DEVICES`; the
-format of perftracker/data/devices.toml), then the shipped ones, in match order; `DeviceTable.match(name)` is the
-first device with a pattern found (case-insensitively) in the device name, None for an unknown device (efficiency
-figures then carry no percentage). `Device.peak(dtype)` is the dense peak TFLOPS of the matrix units for that dtype
-(NaN when the device has none). A user file that cannot be read, is not TOML of that shape, holds a regex that does
-not compile or a figure that is not a positive number raises `InputError` naming the file, never a traceback.
-"""
+"""The device table: peak TFLOPS by dtype and peak memory bandwidth of the GPU a trace ran on."""
 
 from __future__ import annotations
 
@@ -43,13 +35,12 @@ class Device:
         return self.peaks.get(dtype, math.nan)
 
 
-@dataclass
 class DeviceTable:
-    devices: tuple[Device, ...]
-    _compiled: list[tuple[re.Pattern[str], Device]] = field(default_factory=list, repr=False)
+    """The devices in the order they are matched (the user's first), each name pattern compiled once."""
 
-    def __post_init__(self) -> None:
-        self._compiled = [(re.compile(p, re.IGNORECASE), d) for d in self.devices for p in d.patterns]
+    def __init__(self, devices: tuple[Device, ...]) -> None:
+        self.devices = devices
+        self._compiled = [(re.compile(p, re.IGNORECASE), d) for d in devices for p in d.patterns]
 
     def match(self, name: str) -> Device | None:
         """The first device with a pattern found in `name`, None when none matches (or the name is empty)."""

@@ -1,9 +1,7 @@
 """What the efficiency findings share: the instances that count, their roofline figures, and a cost per step.
 
-Promise: `Basis.of(analysis)` holds the modelled instances inside the periods MFU is measured over (the profiler's
-steps, or each window without steps), with their roofline columns (`roofline.py`, the rank's device), the number
-of periods and their mean time; `Basis.cost(saved_ns)` turns GPU time saved over the whole trace into a `Cost` per
-period (averaged over ranks' periods) with its share of the mean period.
+`Basis.of(analysis)`: the modelled instances inside the periods MFU is measured over, with their roofline
+columns.
 """
 
 from __future__ import annotations
@@ -52,9 +50,6 @@ class Basis:
         per = saved_ns / self.periods
         share = per / self.mean_period_ns if self.mean_period_ns > 0 else 0.0
         return Cost(seconds_per_step=per / 1e9, share_of_step=min(share, 1.0))
-
-    def share_of_gpu(self, ns: float) -> float:
-        return ns / self.gpu_ns if self.gpu_ns > 0 else 0.0
 
 
 def ranks_of(frame: pd.DataFrame) -> tuple[int, ...]:

@@ -1,16 +1,4 @@
-"""Fusion findings: attention that ran unfused (SDPA's math path), and chains of memory-bound elementwise ops.
-
-Promise (each `Basis -> list[Finding]`, costs from `Basis.cost`):
-- `unfused_attention`: attention instances that ran aten::_scaled_dot_product_attention_math (the math fallback:
-  QK^T, softmax and PV as separate kernels). Reference: this run's fused attention rate (FLOPs per GPU ns) when it
-  has fused instances, else FUSED_REFERENCE_PCT of the device's dense peak for the dtype (a conservative figure for
-  fused kernels: FlashAttention-2 reports 50-73% of A100's peak forward). Cost: their time minus their FLOPs at
-  that rate. WARNING when the cost is at least WARN_SHARE of the mean step, else INFO.
-- `elementwise_chains`: runs of at least MIN_CHAIN consecutive memory-bound ops (elementwise, norm, reduction; in
-  start order on a rank, no GEMM, attention or convolution between) that a fusing compiler would make one kernel.
-  Reference: one kernel moving the largest op's bytes at the chain's own achieved bandwidth; cost = chain time
-  minus that. WARNING when at least WARN_CHAIN_SHARE of the mean step, else INFO.
-"""
+"""Fusion findings: attention that ran unfused (SDPA's math path), and chains of memory-bound elementwise ops."""
 
 from __future__ import annotations
 
@@ -18,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.efficiency.evidence import Basis, ranks_of
-from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.findings import Finding, Kind, Severity
 from perftracker.analyzers.thresholds import threshold, threshold_int
 
 MEMORY_FAMILIES = ("elementwise", "norm", "reduction")
@@ -43,8 +31,7 @@ def unfused_attention(basis: Basis) -> list[Finding]:
     saved = float(np.maximum(math_rows["gpu_ns"] - math_rows["flops"] / rate, 0.0).sum()) if rate > 0 else 0.0
     severity = Severity.WARNING if basis.cost(saved).share_of_step >= threshold("efficiency.attention_warn_share") else Severity.INFO
     return [Finding(
-        analyzer="efficiency", severity=severity,
-        title=f"{len(math_rows)} attention call(s) ran SDPA's unfused math path "
+        Kind.EFFICIENCY, severity, f"{len(math_rows)} attention call(s) ran SDPA's unfused math path "
               f"({math_rows['gpu_ns'].sum() / 1e6:.2f} ms of GPU time)",
         recommendation="Make a fused backend eligible: BF16/FP16 inputs, no arbitrary attn_mask (use is_causal), "
                        "head dim the kernels support; check with torch.nn.attention.sdpa_kernel(...) which backend "

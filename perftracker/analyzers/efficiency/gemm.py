@@ -1,10 +1,4 @@
-"""Shape models of the GEMM family: mm, addmm, bmm, baddbmm, matmul, linear, _scaled_mm and the grouped GEMMs.
-
-Promise: each model returns FLOPs = 2*M*N*K*batch (the multiply-adds; a bias add is not counted, as
-torch.utils.flop_counter does not), bytes = (M*K + K*N) * batch * element size of the inputs + M*N*batch * the
-output's (the first input's dtype; a bias adds N per batch), and M, N, K, batch; None when the dims do not fit.
-FP4 arguments packed two per byte (Float4_e2m1fn_x2) count K twice in FLOPs.
-"""
+"""Shape models of the GEMM family: mm, addmm, bmm, baddbmm, matmul, linear, _scaled_mm and the grouped GEMMs."""
 
 from __future__ import annotations
 

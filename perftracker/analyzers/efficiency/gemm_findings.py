@@ -1,18 +1,4 @@
-"""GEMM findings: dims the tensor cores do not want, tiny launch-bound GEMMs, FP32 GEMMs in a BF16/FP16 run.
-
-Promise (each a function `Basis -> list[Finding]`, one finding per cause, costs from `Basis.cost`):
-- `misaligned_gemms`: GEMM shapes whose N or K is not a multiple of ALIGN[dtype] elements (16 bytes: 8 for BF16/FP16,
-  16 for FP8, 4 for FP32) and that reach less than half the reference efficiency. Reference: the FLOP-weighted % of
-  roof of this run's aligned GEMMs of the same dtype (no aligned GEMMs: no finding). Cost: their GPU time minus
-  their roofline time at that reference. WARNING when the cost is at least WARN_SHARE of the mean step and the shapes
-  ran at least MIN_COUNT times, else INFO.
-- `tiny_gemms`: GEMMs whose roofline time is under TINY_ROOF_NS and that ran at least MIN_TINY times: launch-bound;
-  cost: GPU time beyond TINY_ROOF_NS each (an upper bound: batching removes most of it). INFO unless over WARN_TINY_SHARE
-  of the mean step.
-- `fp32_gemms`: FP32 GEMMs in a run whose GEMM FLOPs are mostly BF16/FP16 and that ran no faster than the device's
-  FP32 peak (so TF32 was off). Reference: this run's BF16/FP16 GEMM rate (TFLOPS). Cost: their time minus their
-  FLOPs at that rate. WARNING as above.
-"""
+"""GEMM findings: dims the tensor cores do not want, tiny launch-bound GEMMs, FP32 GEMMs in a BF16/FP16 run."""
 
 from __future__ import annotations
 

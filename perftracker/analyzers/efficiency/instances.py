@@ -1,16 +1,6 @@
 """Every modelled op instance of the run with its FLOPs, bytes and the GPU time of the kernels it launched.
 
-Promise: `op_instances_view(analysis)` has one row per op instance that a shape model knows (`catalog.py`) and that
-has no modelled ancestor in its call tree (aten::linear is the instance, not the aten::addmm inside it: nothing is
-counted twice): rank, window, step, op, family, shape, dtype, flops, bytes, m, n, k, batch, causal, backward (the op
-computes gradients: a backward op by name, or an op run under autograd's `evaluate_function`), math_attention (an
-attention op whose call tree ran aten::_scaled_dot_product_attention_math), kernels (how many GPU kernels its call
-tree launched: kernels and device memsets / device-to-device copies; host<->device and peer copies are PCIe or
-link traffic, not the device's compute or memory, and are left out), gpu_ns (the union of those kernels' intervals:
-overlapping kernels count once) and start_ns. Models
-run once per distinct (op, arguments) signature and map to instances by code, not per instance.
-`unmodelled_view(analysis)`: rank, op, kernels, gpu_ns of the GPU work whose launching op has no model (or no shapes),
-by the op that launched it: the "no model" time, never guessed.
+`op_instances_view(analysis)`: one row per modelled op instance without a modelled ancestor.
 """
 
 from __future__ import annotations
@@ -110,7 +100,7 @@ def _launch_kernels(analysis: Analysis, calls: pd.DataFrame) -> pd.DataFrame:
 
 
 def op_instances(analysis: Analysis) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(modelled instances, unmodelled GPU time by launching op): see the module docstring."""
+    """(modelled instances, unmodelled GPU time by launching op): see docs/internals/analyzers.md."""
     calls = analysis.view(cpu_calls_view)
     names = calls["name"]
     candidate = per_value(names, _modelled) & (calls["kind"] == "cpu_op").to_numpy()
@@ -177,7 +167,7 @@ def _both(analysis: Analysis) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def op_instances_view(analysis: Analysis) -> pd.DataFrame:
-    """Every modelled op instance (see the module docstring), computed once per analysis."""
+    """Every modelled op instance (docs/internals/analyzers.md), computed once per analysis."""
     return analysis.view(_both)[0]
 
 

@@ -1,10 +1,5 @@
 """Byte models of the memory-bound ops: normalization, elementwise and reduction (their FLOPs are not counted: they
 run on vector units, not the matrix units MFU and the roofline's compute roof are about).
-
-Promise: bytes = every floating-point tensor argument read once plus the output written once, the output as large
-as the largest input (elementwise, softmax, normalization) or as the reduced result (sum, mean, amax: counted as
-nothing next to the input); copy_/to: the source read and the destination written; fill_/zero_: written once.
-Integer and boolean tensors count at their size (an op on them alone is labelled with their dtype). FLOPs are 0.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
 """Model FLOPs utilization per step and rank, from the modelled ops of the step.
 
-Promise: `step_mfu_view(analysis)` has one row per (rank, window, step) of the profiler's steps (ProfilerStep#N),
-or, for a rank window without steps, one row with step -1 over the window's GPU span (first kernel start to last
-kernel end): model_flops (FLOPs of the step's modelled GEMM, attention and convolution instances, forward and
-backward; memory-bound ops count none), step_ns, dtype (the dtype with the most of those FLOPs), peak_tflops (the
-device's dense peak for it; FP32 against the TF32 peak only when one of the rank's FP32 matrix op shapes ran faster
-than the FP32 peak, the sign that TF32 units did the work), tflops (model_flops over step time), mfu (tflops /
-peak_tflops; NaN for an unknown device), device.
-No rows when the run has no modelled matrix op at all (traces without record_shapes): no MFU rather than a false
-0%. Instances attach to steps by their CPU op's step; ops in no step go to the window row only when the window has no
-steps.
+`step_mfu_view(analysis)`: one row per (rank, window, step) of the profiler's steps, or per rank window
+without steps.
 """
 
 from __future__ import annotations
@@ -43,7 +35,7 @@ def _periods(analysis: Analysis) -> pd.DataFrame:
 
 
 def step_mfu_view(analysis: Analysis) -> pd.DataFrame:
-    """MFU per (rank, window, step): see the module docstring."""
+    """MFU per (rank, window, step): see docs/internals/analyzers.md."""
     inst = analysis.view(op_instances_view)
     inst = inst[inst["family"].isin(MATRIX_FAMILIES)]
     periods = _periods(analysis) if len(inst) else pd.DataFrame()

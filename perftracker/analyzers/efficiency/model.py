@@ -1,8 +1,6 @@
 """What one op instance computes: its FLOPs and the bytes it must move, from its arguments.
 
-Promise: `OpModel` is the answer of every shape model (`gemm.py`, `attention.py`, `conv.py`, `memory_ops.py`;
-`catalog.py` says which model knows which op). FLOPs count multiply-adds as two; bytes are the minimum
-traffic to device memory (each input read once, each output written once).
+`OpModel` is every shape model's answer: FLOPs (a multiply-add counts two) and the least bytes moved.
 """
 
 from __future__ import annotations

@@ -1,14 +1,4 @@
-"""The throughput a job's log reports, judged against the device: a figure that implies a peak this device lacks.
-
-Promise: `reported_findings(analysis)` reads the `reported_throughput` table (TFLOP/s per GPU and MFU as Megatron,
-torchtitan or NeMo print them) and, per source and device, returns:
-- WARNING when the log's median MFU is above 100%, or its TFLOP/s per GPU is above the device's highest dense peak
-  (any dtype, FP4 included), or its MFU and TFLOP/s together imply a peak (TFLOP/s / MFU) that is within
-  PEAK_MATCH of none of the device's dense peaks (the "563% MFU" of a trainer that fell back to another GPU's peak);
-- INFO otherwise, comparing the log's figures with perftracker's own (the `step_mfu` view) when a trace was analyzed.
-The device is the run's one known device (from the traces); with none or several, the figures are compared with
-nothing and said as they are.
-"""
+"""The throughput a job's log reports, judged against the device: a figure that implies a peak this device lacks."""
 
 from __future__ import annotations
 

@@ -1,17 +1,4 @@
-"""Achieved figures against the device's roofline: per op instance group, TFLOPS, TB/s, intensity, bound, % of bound.
-
-Promise: `device_of_ranks(analysis)` maps each rank to its `Device` (the device table's match of the trace's device
-name; None unknown). `roofline(frame, device)` adds to a frame with flops, bytes, gpu_ns and dtype the columns
-tflops (FLOPs / GPU time), tbps (bytes / GPU time), intensity (FLOPs per byte), peak_tflops (the device's dense
-peak for the dtype: FP32 ops are measured against the FP32 peak unless they ran faster than it, which only TF32
-units do, then against TF32), peak_tbps, roof_ns (the roofline's time: the larger of FLOPs at peak and bytes at
-peak bandwidth), bound (compute | memory: which roof the op's intensity sits under; cache: a memory-bound op that
-moved its modelled bytes faster than the memory can, so some came from cache or its inputs were one tensor),
-pct_of_peak (the achieved rate as a percentage of that roof: TFLOPS of the compute roof, or TB/s of the memory roof
-for ops that do no matrix FLOPs; NaN for "cache"), lost_ns (GPU time minus roof_ns: what reaching the roof would
-save; 0 for "cache"), tf32 (an FP32 op faster than the FP32 peak: it ran on TF32 units). Unknown device: NaN peaks,
-bound "", NaN percentage; FLOPs and TFLOPS still there.
-"""
+"""Achieved figures against the device's roofline: per op instance group, TFLOPS, TB/s, intensity, bound, % of bound."""
 
 from __future__ import annotations
 
@@ -44,18 +31,8 @@ def device_of_ranks(analysis: Analysis) -> dict[int, Device | None]:
     return {rank: table.match(name) for rank, name in device_names(analysis).items()}
 
 
-def peak_for(device: Device | None, dtype: str, tflops: float) -> float:
-    """The dense peak TFLOPS an op of `dtype` running at `tflops` is measured against (see the module docstring)."""
-    if device is None:
-        return math.nan
-    peak = device.peak(dtype)
-    if dtype == "fp32" and not math.isnan(device.peak("tf32")) and (math.isnan(peak) or tflops > peak):
-        return device.peak("tf32")
-    return peak
-
-
 def roofline(frame: pd.DataFrame, device: Device | None) -> pd.DataFrame:
-    """`frame` with the ROOF_COLUMNS added (see the module docstring)."""
+    """`frame` with the ROOF_COLUMNS added (docs/internals/analyzers.md)."""
     out = frame.copy()
     ns = out["gpu_ns"].to_numpy(np.float64)
     flops, moved = out["flops"].to_numpy(np.float64), out["bytes"].to_numpy(np.float64)
@@ -68,7 +45,7 @@ def roofline(frame: pd.DataFrame, device: Device | None) -> pd.DataFrame:
     for dtype in set(dtypes.tolist()):
         rows = dtypes == dtype
         peak[rows] = device.peak(dtype) if device is not None else np.nan
-        if dtype == "fp32" and device is not None:  # TF32 where an FP32 op outran the FP32 units (`peak_for`)
+        if dtype == "fp32" and device is not None:  # TF32 where an FP32 op outran the FP32 units
             faster = rows & (np.nan_to_num(tflops) > device.peak("fp32")) & ~np.isnan([device.peak("tf32")])[0]
             peak[faster] = device.peak("tf32")
     bw = device.memory_tbps if device is not None else math.nan

@@ -1,9 +1,7 @@
 """An op's arguments as the trace recorded them (`Input Dims`, `Input type`, `Concrete Inputs`), parsed and typed.
 
-Promise: `parse_args(dims, types, concrete)` takes the three compact JSON texts the events table keeps
-(`store/schema.py`) and returns an `OpArgs` (or None when any is not a JSON list of the expected shape); it never
-evaluates trace content. `dtype_of(type_name)` maps a trace's type name ("c10::BFloat16", "float", ...) to a short
-dtype ("bf16", "fp32", ...; "" for a non-float or unknown type) and `ELEMENT_BYTES` gives its size in bytes.
+`parse_args(dims, types, concrete)` takes the three compact JSON texts the events table keeps
+(`store/schema.py`) and returns an `OpArgs` (or None when any is not a JSON list of the expected shape).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """The efficiency tables of the report: per (op, shape, dtype) figures against the roofline, and MFU per step.
 
-Promise: `op_efficiency_view(analysis)` has one row per (rank's device, op, family, shape, dtype, backward) of the
-modelled instances (`instances.py`) with count, flops, bytes, gpu_ns (sums over instances and ranks), the roofline
-columns of `roofline.py`, and one row per launching op whose GPU time no model covers (family "no model", its
-gpu_ns and count of kernels, NaN figures); sorted by lost time, then GPU time. `device_peaks_view(analysis)`: the
-device of each rank as the table knows it (name, peaks, bandwidth, source; known False for an unknown device),
-which the roofline chart draws.
+`op_efficiency_view(analysis)`: one row per (device, op, family, shape, dtype, backward) of the modelled
+instances, and one per op no model covers.
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ EFFICIENCY_COLUMNS = [*GROUP, "count", "flops", "bytes", "gpu_ns", *ROOF_COLUMNS
 
 
 def op_efficiency_view(analysis: Analysis) -> pd.DataFrame:
-    """Achieved figures per (device, op, shape, dtype, direction), then the "no model" time (module docstring)."""
+    """Achieved figures per (device, op, shape, dtype, direction), then the "no model" time (docs/internals/analyzers.md)."""
     inst = analysis.view(op_instances_view)
     devices = device_of_ranks(analysis)
     names = device_names(analysis)

@@ -1,19 +1,7 @@
 """The `crash` analyzer: offline hang and crash diagnosis from flight-recorder dumps and job logs.
 
-Promise: reads the Store's `collectives_fr` and `failures` tables (plus `fr_pg_status`,
-`fr_pg_config` and `watchdog_progress` of its RunInfo, and rank -> host from any table), and the
-wait-for graph (`waitview.graph_of`, which also reads stacks). Findings, each naming culprit ranks/hosts:
-  * FR hang (critical), when the dumps show ranks waiting: one finding per root of the wait-for graph
-    (`roots.py`), the stuck collectives behind it as its evidence; the findings below that it explains
-    are folded into it (`roots.fold`). Without waiting ranks (older dumps): the collective (pg, seq, op,
-    sizes) some ranks entered and wait in, and the ranks that never entered it;
-  * FR mismatch (critical): ranks that ran a different op or sizes at the same sequence number;
-  * watchdog timeout (critical): the ranks that timed out at one NCCL SeqNum, and the ranks of the
-    group missing from it (the culprits); gloo timeouts likewise, by collective and call site;
-  * first failure (critical): the earliest rank that failed by itself (an exception or exit that is
-    not a timeout or the launcher's SIGTERM/SIGKILL), with its error;
-  * Xid (critical or warning by code): GPU errors the kernel logged, per host.
-NCCL WARN lines and IB completion errors are the `nccl_*` rules' job (the failing link); not repeated here.
+Reads the Store's `collectives_fr` and `failures` tables and the wait-for graph (`waitview.graph_of`); one
+finding per cause, naming culprit ranks and hosts.
 """
 
 from __future__ import annotations
@@ -25,10 +13,11 @@ from typing import Any
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.failures.roots import fold, root_findings
+from perftracker.analyzers.failures.fold import fold_into
+from perftracker.analyzers.failures.roots import root_findings
 from perftracker.analyzers.failures.waitsources import world_size
 from perftracker.analyzers.failures.waitview import graph_of
-from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.findings import Finding, Mark, Severity
 from perftracker.store import Store
 from perftracker.values import pg_ranks
 
@@ -286,7 +275,7 @@ def first_failure(store: Store, hosts: dict[int, str]) -> list[Finding]:
                "went silent before the others.")
         evidence["consequence_of_a_lost_peer"] = True
     return [Finding("crash", Severity.CRITICAL, title, rec, evidence, ranks=(first,), hosts=_hosts(hosts, [first]),
-                    key=f"crash:first:{first}")]
+                    key=Mark.FIRST_FAILURE.key(first))]
 
 
 def xid_findings(store: Store) -> list[Finding]:
@@ -327,4 +316,4 @@ def analyze_crash(analysis: Analysis) -> list[Finding]:
     if mismatches and all(r.kind == "stuck collective" for r in graph.roots):
         return [*mismatches, *others]  # the mismatch explains why nobody completes: it is the root
     roots = root_findings(graph, hosts, store["failures"], store["collectives_fr"])
-    return fold(roots, [*mismatches, *others])
+    return fold_into(roots, [*mismatches, *others])

@@ -1,17 +1,6 @@
 """The `hang` analyzer: which ranks hold a hung job up, and where the others wait for them.
 
-Promise: reads only the Store's `stacks` table (py-spy snapshots `attach` took). It picks the
-snapshot to judge: the latest `-hang` dump of each host (merged: taken when the job stopped making
-progress or on request), else the latest agreed-time (`-at`) or requested snapshot, else the last two
-periodic snapshots when they show the same picture and the ranks that should be blocked did not
-keep waking up in between (voluntary context switches recorded with each dump; `stack_state.still`,
-the live sampler's rule). It groups ranks by their main thread's innermost
-user frame; ranks inside a collective (torch.distributed collectives, c10d::Work::wait natively, an
-idle DDP backward) wait, the others are the suspects. One finding: critical with `ranks` = the
-suspects and a title such as "Rank 1 is not in the collective all_reduce (train.py:66) where ranks
-0, 2, 3 wait; it is at hang_or_sleep (train.py:44)"; when every rank waits in the same collective,
-it says so and names ranks without stacks (on nodes not attached). A single explicit snapshot gives
-a warning (one look cannot tell a hang from a slow rank). No stacks or no hang: no finding.
+Reads only the Store's `stacks` table (the py-spy snapshots `attach` took).
 """
 
 from __future__ import annotations

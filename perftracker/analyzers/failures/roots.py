@@ -1,24 +1,16 @@
 """One critical finding per root of a hung or failed job, with what waits behind it as its evidence.
 
-Promise: `root_findings(graph, hosts, failures)` turns the roots of a `waitfor.WaitGraph` into findings:
-one per set of root ranks that stopped together, titled with the ranks (and hosts), what they last did
-(stalled completions, the collective they never entered, its process group and sequence number, "left
-no dump", their own error or exit from the `failures` table where one is known) and the consequence as
-a clause ("13 ranks in 9 process groups wait behind them"). The stuck collectives it holds up are its
-evidence (`consequences`: group, collective, waiting ranks, since when), never findings of their own.
-`explained_ranks(findings)` lists the ranks root findings name and hold up, so that the other failure
-rules can fold what the graph already explains.
+`root_findings(graph, hosts, failures)` turns the roots of a `waitfor.WaitGraph` into findings.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 import pandas as pd
 
-from perftracker.analyzers.failures.waitfor import Blocked, Root, WaitGraph
-from perftracker.analyzers.findings import Finding, Kind, Severity
+from perftracker.analyzers.failures.waitfor import Root, WaitGraph
+from perftracker.analyzers.findings import Finding, Kind, Mark, Severity
 
 ANALYZER = Kind.CRASH
 _SHOWN = 16
@@ -187,7 +179,7 @@ def root_finding(graph: WaitGraph, root: Root, hosts: dict[int, str], failures: 
         "own_errors": {str(r): m for r, m in own.items()}, "no_dump": no_dump, "roots_in_job": len(graph.roots),
     }
     return Finding(ANALYZER, Severity.CRITICAL, title, _recommendation(root), evidence, ranks=root.ranks, hosts=on,
-                   key=f"crash:root:{root.kind}:{list(root.ranks)}", confidence=_confidence(root))
+                   key=Mark.WAIT_ROOT.key(root.kind, list(root.ranks)), confidence=_confidence(root))
 
 
 def _confidence(root: Root) -> float:
@@ -206,35 +198,7 @@ def explained_ranks(findings: list[Finding]) -> tuple[set[int], set[int]]:
     roots: set[int] = set()
     behind: set[int] = set()
     for f in findings:
-        if f.key.startswith("crash:root:"):
+        if Mark.WAIT_ROOT.on(f):
             roots |= set(f.ranks)
             behind |= set(f.evidence.get("waiting_behind", []))
     return roots, behind
-
-
-def graph_rows(graph: WaitGraph) -> list[Blocked]:
-    """Every stuck collective, grouped by process group kind and then group, for the report's table."""
-    return sorted(graph.blocked, key=lambda b: (b.desc, b.pg, b.seq))
-
-
-def fold(roots: list[Finding], others: list[Finding]) -> list[Finding]:
-    """`roots` with every finding of `others` they explain folded in (kept in the root's evidence `folded`:
-    analyzer, id, title): one that names only root ranks or ranks waiting behind a root, or only a root's
-    hosts."""
-    root_ranks, behind = explained_ranks(roots)
-    root_hosts = {h for f in roots for h in f.hosts}
-    kept: list[Finding] = []
-    folded: dict[int, list[dict[str, str]]] = {}
-    for f in others:
-        named = set(f.ranks)
-        if named and named <= root_ranks | behind or not named and f.hosts and set(f.hosts) <= root_hosts:
-            target = next((i for i, r in enumerate(roots) if named & set(r.ranks) or set(f.hosts) & set(r.hosts)), 0)
-            folded.setdefault(target, []).append({"analyzer": f.analyzer, "id": f.id, "title": f.title})
-        else:
-            kept.append(f)
-    out = []
-    for i, r in enumerate(roots):
-        if i in folded:
-            r = replace(r, evidence={**r.evidence, "folded": folded[i][:32]})
-        out.append(r)
-    return [*out, *kept]

@@ -1,33 +1,19 @@
-"""A node that died: it went silent while the others went on, and the others' errors are about losing it.
-
-Promise (analyzer `silent_host`): a host whose last interface sample (attach and run sample every
-second, on disk as taken) comes SILENT_GAP_S or more before the other hosts' last ones, in a job where
-ranks failed (the `failures` table: exceptions, exits), is named as the node that went away, critical:
-when it went silent, its ranks (and that none of them reported an error of its own, when so), and the
-other ranks' errors that name one of its addresses (`net_ifaces.addresses`) or a lost peer ("connection
-closed / reset by peer"), which are then consequences. A host that only stopped earlier (an attach with
-a shorter --duration) in a job where nothing failed is no finding.
-"""
+"""A node that died: it went silent while the others went on, and the others' errors are about losing it."""
 
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
 
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.common import rank_list
+from perftracker.analyzers.common import clock_utc, rank_list
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.thresholds import threshold
 
 _LOST_PEER = re.compile(r"Connection closed by peer|Connection reset by peer|remote worker|Broken pipe",
                         re.IGNORECASE)
 _FAILED = ("exception", "exit", "timeout", "gloo_timeout")
-
-
-def _clock(ns: int) -> str:
-    return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%H:%M:%S UTC")
 
 
 def _addresses(analysis: Analysis, host: str) -> set[str]:
@@ -76,7 +62,7 @@ def analyze_silent_host(analysis: Analysis) -> list[Finding]:
         after = (f"; ranks {rank_list(blamed)} then failed with lost-connection errors{named}" if blamed else "")
         findings.append(Finding(
             analyzer="silent_host", severity=Severity.CRITICAL,
-            title=(f"Host {host} went silent at {_clock(int(seen))} (its last interface sample; the other hosts "
+            title=(f"Host {host} went silent at {clock_utc(int(seen))} (its last interface sample; the other hosts "
                    f"reported for {gap_s:.0f} s more):{on_it or ' it'} stopped{silent}{after}"),
             recommendation=(f"Look at {host} first: it (or every process of the job on it) died without a word, "
                             "which is what a node lost to a kernel panic, a power or network failure, the OOM "

@@ -1,11 +1,6 @@
 """What a rank is doing in one stack snapshot, and whether two snapshots show a stuck job.
 
-Promise: `rank_state` reduces one rank's main thread (a `MainStack`) to what hang diagnosis compares:
-its innermost user frame, whether it waits inside a collective (torch.distributed collectives,
-c10d::Work::wait natively, or an idle DDP backward) and which. `signature` and `still` say whether
-two looks at the ranks show the same picture with the ranks that should be blocked staying blocked;
-`hang_pattern` says why one look seems hung. The `hang` analyzer judges the `stacks` table with
-these rules and the live sampler judges its dumps with them (through `analyzers/online`), so both agree.
+`rank_state` reduces one rank's main thread (a `MainStack`) to what hang diagnosis compares.
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
 """Who waits for whom across process groups, and the ranks at the end of the waiting: the roots.
 
-Promise: `wait_graph(store)` builds one `WaitGraph` from what the Store knows about where each rank
-stopped: flight-recorder state (`collectives_fr` rows and `fr_pg_status` / `fr_pg_config` of its
-RunInfo: per rank and process group the last collective enqueued and the last one seen completed),
-watchdog and gloo timeouts of the `failures` table, and ranks without a dump. For each process group
-it finds the stuck collective, the first sequence number no member saw complete (a member that saw it
-complete proves every member ran it), and splits the members into those that entered it and those
-that never did (with or without a dump). Every entering rank waits for every missing one: those are the
-edges. A rank whose own completions stopped before its peers' in the same group (a peer saw a later
-collective of theirs complete) is stalled in itself: a GPU or watchdog that stopped. Following the edges
-from the waiting ranks leads to the roots: ranks that wait for nobody (missing, without a dump, stalled),
-and sets of ranks that wait for each other (a cycle: the ranks disagree on the order of collectives),
-each named with what it last did. Collectives every member entered and none completed hold no edge;
-they are consequences of a root when the graph has one, and a root of their own ("the collective
-itself is stuck") only when it has none. Point-to-point entries are left out (their counters differ).
-Pure computation: no findings here (see `roots.py`).
+`wait_graph(store)` builds one `WaitGraph` from what the Store knows about where each rank stopped.
 """
 
 from __future__ import annotations

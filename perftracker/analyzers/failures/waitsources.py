@@ -1,13 +1,6 @@
 """Where each rank is, from the sources other than flight-recorder entries, for the wait-for graph.
 
-Promise: `other_sources(store, world, dumped)` returns one `Elsewhere`: from the stack snapshots
-(the snapshot the `hang` analyzer judges: a hang dump, else the latest), the ranks whose main thread
-waits in a torch.distributed call (a collective, a send or recv, a Work wait; gloo's sends and recvs
-never reach the flight recorder) and where every other rank with stacks is; from the `failures`
-table, the ranks whose error reports a lost peer ("Connection closed / reset by peer", "Broken pipe":
-they failed because another rank vanished), and the ranks' own errors; and the ranks of the world
-that left nothing at all (no dump, no stack, no line of their own) while others did: the ranks that
-died or were never seen. Pure reading: the graph (`waitfor`) decides what they mean.
+`other_sources(store, world, dumped)` returns one `Elsewhere`.
 """
 
 from __future__ import annotations

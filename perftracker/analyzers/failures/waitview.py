@@ -1,11 +1,7 @@
 """The wait-for graph of a hung or failed job, computed once per analysis, and its table for the report.
 
-Promise: `graph_of(analysis)` is the `waitfor.WaitGraph` of the Store (through `analysis.view`, so the
-`crash` analyzer and the report share one computation). `wait_graph_view(analysis)` is the table a
-person follows: one row per stuck collective (or point-to-point wait, or wait the stacks or a lost
-peer show), grouped by process-group kind and group: which ranks wait there, for which ranks, which of
-those left no dump, since when, from which source, and the root the waiting leads to. Empty when the
-job did not hang or fail (no stuck collective).
+`graph_of(analysis)` is the `waitfor.WaitGraph` of the Store (through `analysis.view`, so the `crash` analyzer
+and the report share one computation).
 """
 
 from __future__ import annotations

@@ -1,15 +1,4 @@
-"""Achieved collective bandwidth from traces, compared with the NICs' link rate.
-
-Promise: for every communication kernel (`events` rows with kind "comm", a message size, a duration
-and a group of 2+ ranks), algorithm bandwidth = bytes / time and bus bandwidth = algbw x the ring
-factor of NCCL's performance notes (all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all
-(n-1)/n; broadcast, reduce, send/recv 1). `bytes` is the size the trace records for the call.
-A kernel's time includes waiting for late peers, so per (process group, collective, size) the
-BEST_QUANTILE of durations over ranks and calls stands for the transfer time; per rank the median
-is reported too. When the ranks span several hosts and the NIC link rate per rank is known (RDMA
-samples and the topology map), bus bandwidth below LOW_SHARE of it for messages of at least
-MIN_BYTES is a warning; the info finding always lists the table.
-"""
+"""Achieved collective bandwidth from traces, compared with the NICs' link rate."""
 
 from __future__ import annotations
 

@@ -1,23 +1,6 @@
 """GPU health from NVML / nvidia-smi / DCGM samples: throttling, low clocks, XID / ECC, PCIe, low utilization.
 
-Promise: per (host, GPU) of the `counters` rows named by collectors/counters/gpu_samples.py, one finding per
-problem, naming the host, the GPU index and (through `topology.rank_map`) the ranks on it, with the
-share of samples affected, the time window and the throttle periods. Checks and thresholds:
-- clock events (NVML bitmask): thermal (SW 0x20 / HW 0x40), HW slowdown (0x8), power brake (0x80) in
-  at least THROTTLE_SHARE of the samples: warning (critical from CRITICAL_SHARE); power cap (0x4) is
-  common under full load and is info unless the SM clock is also low. DCGM violation counters stand
-  in when the bitmask is absent;
-- SM clock: median (over samples with util >= BUSY_UTIL_PCT, all samples if none) below the job's
-  median GPU by more than CLOCK_DEFICIT: warning when `peer_outliers.peer_verdict` finds the GPU
-  significantly the lowest (over time windows, beyond the spread among the other GPUs), else info;
-- XID events or a rising double-bit ECC count: critical; rising single-bit ECC: info;
-- PCIe: width below the maximum, or generation below the maximum while busy, in most samples: warning;
-- utilization: median more than UTIL_GAP_PCT points below the job's median, when that is at least
-  BUSY_UTIL_PCT: warning under the same significance test as the SM clock, else info.
-Costs are left at zero; `rootcause.link_findings` gives the cost of a straggler the GPU explains.
-Views, computed once per analysis for this analyzer, `gpu_links` and the report (`gpu_tables`):
-`gpu_series_view` (the samples per GPU), `throttle_view` (per GPU and reason: the mask of throttled
-samples and its periods) and `gpu_context_view` (what every per-GPU check compares with).
+Per (host, GPU) of the `counters` rows, one finding per problem, naming the host, the GPU and the ranks on it.
 """
 
 from __future__ import annotations
@@ -37,6 +20,7 @@ from perftracker.store import Store
 
 REASON_BITS = {"thermal": 0x20 | 0x40, "hw_slowdown": 0x8, "power_brake": 0x80, "power_cap": 0x4}
 MAX_PERIODS = 20
+THROTTLE = "throttle_"  # the start of a throttling finding's `check` (root-cause chains read it)
 
 
 def gpu_counters(store: Store) -> pd.DataFrame:
@@ -183,7 +167,7 @@ def _throttle(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame, clock_lo
         during = float(wide.loc[mask, "sm_clock_mhz"].median()) if "sm_clock_mhz" in wide else float("nan")
         clock_text = (f"; SM clock {during:.0f} MHz while throttled against a job median of {ctx.job_clock:.0f}"
                       if during == during and ctx.job_clock == ctx.job_clock else "")
-        out.append(gpu_finding(ctx, host, gpu, wide, f"throttle_{reason}", severity,
+        out.append(gpu_finding(ctx, host, gpu, wide, f"{THROTTLE}{reason}", severity,
                                f"{{gpu}} was in {reason.replace('_', ' ')} slowdown {100 * share:.0f}% of the time"
                                + clock_text, _THROTTLE_ADVICE[reason], reason=reason, sm_clock_mhz_throttled=during,
                                share_of_time=round(share, 4), periods=[list(p) for p in spans[:MAX_PERIODS]],

@@ -1,22 +1,6 @@
 """GPU interconnect health from NVML / DCGM samples: NVLink errors and links down, PCIe replays.
 
-Promise: per (host, GPU) of the `counters` rows named by collectors/counters/gpu_samples.py, findings of
-analyzer "gpu_links" naming the host, the GPU index and (through `topology.rank_map`) the ranks on
-it, with the counter increase, its rate, the window and what to run next. A cumulative counter's
-increase is the sum of its rises between samples (a reset by `nvidia-smi nvlink -re` or a driver
-reload is not a decrease). Checks and thresholds (DCGM's health limits where it has one):
-- `nvlink_recovery` rising at all: critical: a recovery is the link retraining, traffic on it stalls
-  meanwhile, and repeated ones tend to end with the link down (XID 74);
-- `nvlink_replay` rising at all (DCGM allows none): warning; `nvlink_crc_flit` + `nvlink_crc_data`
-  rising at NVLINK_CRC_PER_S per second or more (DCGM: CRC errors matter from 100/s; below that
-  replays absorb them): warning, slower: info. Both in one `nvlink_errors` finding;
-- NVLinks down: in some sample fewer active links than present ones: warning; critical when also fewer
-  than the host's other GPUs usually have active. Hosts where no GPU has an active link (NVLink
-  hardware without bridges / switches) are skipped;
-- `pcie_replay` rising at PCIE_REPLAY_PER_MIN per minute or more (DCGM / the driver's limit): warning,
-  slower: info.
-Costs are left at zero; `rootcause.link_findings` joins a warning here to a communication straggler
-on the same GPU.
+Per (host, GPU) of the `counters` rows, findings naming the host, the GPU and the ranks on it.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """The report's GPU tables: clocks, temperature and power per GPU over time, and the throttle periods.
 
-Promise: from `gpu_health.gpu_series_view` / `throttle_view`, for the GPUs of the first MAX_HOSTS
-hosts (by name): `gpu_series_table` has one row per GPU and sample time (host, gpu, ts_ns and the
-SERIES_METRICS, NaN where a GPU did not report the metric at that time), ordered by host, GPU and
-time; `gpu_throttle_table` one row per throttle period (host, gpu, reason, start_ns, end_ns), at
-most MAX_PERIODS per GPU and reason, for the SHADED_REASONS. Both are empty without GPU samples.
+Built from `gpu_health.gpu_series_view` / `throttle_view`, for the GPUs of the first MAX_HOSTS hosts.
 """
 
 from __future__ import annotations

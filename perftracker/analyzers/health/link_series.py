@@ -1,21 +1,4 @@
-"""Ethernet links over time, per host and interface: counter increases per sample interval, and down periods.
-
-Promise (views, each computed once per analysis):
-- `link_series_view`: one row per (host, iface) and sample interval: host, iface, t0_ns, t1_ns, dt_s, the
-  increase of every cumulative counter (`netdev` rows; a drop is read as a counter reset, the increase
-  then the new value, as `rdma.increases` does), gauges at the interval's end (operstate_up, carrier,
-  admin_up, speed_mbps, mtu, qdisc_backlog_bytes, qdisc_rate_bps), and tx_mbps / rx_mbps. The host's
-  TCP counters are the rows of iface "".
-- `link_downs_view`: one `Down` per period an interface was seen down (operstate not up, or no carrier,
-  in consecutive samples), with its estimated start and end (midpoints between the last sample up and
-  the first down, and the last down and the first up), the bounds of each, whether it was taken down
-  by an administrator (IFF_UP cleared) or lost its carrier, and the carrier changes counted; a rise of
-  `carrier_changes` / `carrier_down_count` in an interval whose two samples were both up is a flap
-  shorter than the sampling interval (its bounds are that interval). A period still down at the last
-  sample has no end (`end_ns` -1).
-- `job_ifaces_view`: {host: {iface: why}} of the interfaces the job used (`net_ifaces.why`); for a host
-  whose samples say nothing about that, every interface it sampled, with why "".
-"""
+"""Ethernet links over time, per host and interface: counter increases per sample interval, and down periods."""
 
 from __future__ import annotations
 
@@ -35,7 +18,7 @@ FLAP_COUNTERS = ("carrier_changes", "carrier_down_count")
 
 
 def link_series(store: Store) -> pd.DataFrame:
-    """See the module docstring."""
+    """See docs/internals/analyzers.md."""
     frames = []
     table = store["netdev"]
     if table.empty:
@@ -148,7 +131,7 @@ def downs_of(host: str, iface: str, wide: pd.DataFrame) -> list[Down]:
 
 
 def link_downs(store: Store) -> list[Down]:
-    """Every down period of every interface (see the module docstring)."""
+    """Every down period of every interface (docs/internals/analyzers.md)."""
     table = store["netdev"]
     out: list[Down] = []
     if table.empty:
@@ -166,7 +149,7 @@ def link_downs_view(analysis: Analysis) -> list[Down]:
 
 
 def job_ifaces(store: Store) -> dict[str, dict[str, str]]:
-    """{host: {iface: why}} (see the module docstring)."""
+    """{host: {iface: why}} (docs/internals/analyzers.md)."""
     out: dict[str, dict[str, str]] = {}
     ifaces = store["net_ifaces"]
     for row in ifaces.itertuples():

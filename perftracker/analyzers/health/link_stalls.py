@@ -1,18 +1,5 @@
 """What the job felt while a link was down or slow: its stalled steps, the collective they waited in, its
 time in communication.
-
-Promise:
-- `job_steps_view`: every step of every rank on the wall clock (epoch ns): rank, step, start_ns, end_ns,
-  dur_ns; step files first (they cover the whole run), else profiler steps placed by their trace's base time.
-- `stall_during(analysis, start_ns, end_ns)`: the `Stall` of the job during [start, end] (SLACK_NS on each
-  side, for sampling): per rank, the longest step overlapping it; a rank *stalled* when that step is
-  longer than its own median step by more than max(its median, MAD_FACTOR robust deviations, MIN_STALL_S);
-  the stall is the median excess of the stalled ranks; the collective is the one the stalled ranks' traces
-  were in longest during the window (`collective` column, e.g. all_reduce), else the step-file phase that
-  grew most. None when no rank stalled (or the job has no wall-clock steps there).
-- `comm_share_view`: the job's share of step time spent inside collectives (per rank, the union of its
-  collective events within its profiled steps over those steps' time; the median over ranks), with the
-  collective time per step and the most frequent collective; None without traces holding collectives.
 """
 
 from __future__ import annotations
@@ -72,7 +59,7 @@ def job_steps(analysis: Analysis) -> pd.DataFrame:
 
 
 def job_steps_view(analysis: Analysis) -> pd.DataFrame:
-    """Every step on the wall clock (see the module docstring)."""
+    """Every step on the wall clock (docs/internals/analyzers.md)."""
     return job_steps(analysis)
 
 
@@ -116,7 +103,7 @@ def _phase_grown(analysis: Analysis, pairs: list[tuple[int, int]]) -> str:
 
 
 def stall_during(analysis: Analysis, start_ns: int, end_ns: int) -> Stall | None:
-    """See the module docstring."""
+    """See docs/internals/analyzers.md."""
     steps = analysis.view(job_steps_view)
     if steps.empty:
         return None

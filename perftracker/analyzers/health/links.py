@@ -1,34 +1,15 @@
-"""Ethernet link faults per host, joined to what the job felt (analyzer `links`).
-
-Promise: from the `netdev` samples of the job's interfaces (`link_series.job_ifaces_view`; hosts whose
-samples do not say which interfaces the job used are judged on every physical-looking interface):
-- **flap** (one finding per host and interface): the interface was seen down (operstate / carrier) or its
-  carrier changed between two samples. Each down period has its time and estimated length; the job's
-  stall during it (`link_stalls.stall_during`: the step, how many ranks, how long, in which collective)
-  makes it critical with that stall as its cost, else a warning. The host whose own link went down is the
-  finding's host; the other hosts' TCP retransmissions / timeouts and stopped traffic during the period are
-  its `also_saw` (a link that lost its carrier only while another host's link was taken down is not a
-  fault of its own, and is listed there too). A link down for the whole window is critical.
-- **errors / drops**: physical errors (CRC, frame, length, carrier, ...) at or above ERRORS_PER_S, or
-  drops (NIC and qdisc) at or above DROPS_PER_S and DROP_SHARE of the packets (warning).
-- **held rate** (warning): a link held below what the job asks of it, with evidence that the job waits on
-  it: its egress shaper holds packets back (qdisc overlimits / drops at or above OVERLIMITS_PER_S), or it
-  trained below the other hosts' links (`speed`) and is saturated (SATURATED_SHARE of it) while the job
-  spends COMM_BOUND_SHARE of its steps in collectives. A lightly used link is never a finding by its rate
-  alone. Its cost is the job's time per step in collectives (an upper bound of what the limit costs).
-- one info finding with each host's job interfaces, why they were chosen, and their peak rates.
-"""
+"""Ethernet link faults per host, joined to what the job felt (analyzer `links`)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.common import clock_utc
+from perftracker.analyzers.findings import Cost, Finding, Kind, Severity
 from perftracker.analyzers.health.link_series import Down, job_ifaces_view, link_downs_view, link_series_view
 from perftracker.analyzers.health.link_stalls import (
     Stall,
@@ -44,10 +25,6 @@ DROP_NAMES = ("rx_dropped", "tx_dropped", "rx_missed_errors", "rx_fifo_errors", 
               "qdisc_drops")
 VIRTUAL = ("lo", "veth", "docker", "br-", "virbr", "cni", "flannel", "cali", "tunl", "vxlan", "ifb", "tun", "tap",
            "kube", "weave", "cilium", "genev", "nodelocaldns")
-
-
-def _clock(ns: int) -> str:
-    return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%H:%M:%S UTC")
 
 
 def judged_ifaces(analysis: Analysis) -> dict[str, dict[str, str]]:
@@ -115,11 +92,11 @@ def _describe_seen(seen: dict[str, Any]) -> str:
 
 def _down_text(d: Down) -> str:
     if d.end_ns < 0:
-        return f"went down at {_clock(d.start_ns)} and was still down at the last sample"
+        return f"went down at {clock_utc(d.start_ns)} and was still down at the last sample"
     if d.samples_down == 0:
-        return (f"lost its carrier and got it back between {_clock(d.earliest_start_ns)} and "
-                f"{_clock(d.latest_end_ns)} (shorter than the sampling interval)")
-    return f"went down for {d.seconds:.1f} s at {_clock(d.start_ns)}"
+        return (f"lost its carrier and got it back between {clock_utc(d.earliest_start_ns)} and "
+                f"{clock_utc(d.latest_end_ns)} (shorter than the sampling interval)")
+    return f"went down for {d.seconds:.1f} s at {clock_utc(d.start_ns)}"
 
 
 def _stall_text(stall: Stall | None) -> str:
@@ -228,8 +205,7 @@ def _errors(analysis: Analysis, judged: dict[str, dict[str, str]]) -> list[Findi
             parts = [f"{n} {v:.2f}/s" for n, v in errors.items()] + [
                 f"{n} {v:.1f}/s ({100 * sh:.2f}% of packets)" for n, (v, sh) in drops.items()]
             out.append(Finding(
-                analyzer="links", severity=Severity.WARNING,
-                title=f"{host}'s link {iface} loses packets: " + ", ".join(parts),
+                Kind.LINKS, Severity.WARNING, f"{host}'s link {iface} loses packets: " + ", ".join(parts),
                 recommendation=("Errors (CRC, frame, carrier) mean a bad cable, transceiver or port: check "
                                 "`ethtool -S` and the switch port, and replace the part. Drops mean full queues: "
                                 "a receiver that cannot keep up (ring size, `ethtool -g`), or a qdisc / shaper "
@@ -325,8 +301,7 @@ def _summary(stats: list[dict[str, Any]]) -> Finding:
     parts = [f"{s['host']} {s['iface']}" + (f" ({s['why']})" if s["why"] else "") + f" peak {s['peak_mbps']:.1f} Mbit/s"
              for s in stats[:8]]
     return Finding(
-        analyzer="links", severity=Severity.INFO,
-        title=f"Ethernet links of {len({s['host'] for s in stats})} host(s): " + "; ".join(parts)
+        Kind.LINKS, Severity.INFO, f"Ethernet links of {len({s['host'] for s in stats})} host(s): " + "; ".join(parts)
               + (f"; and {len(stats) - 8} more" if len(stats) > 8 else ""),
         recommendation="Context: the interfaces the job used on each host, why, and their busiest sample interval.",
         evidence={"links": [{k: (None if isinstance(v, float) and v != v else v) for k, v in s.items()}

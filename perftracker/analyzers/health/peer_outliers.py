@@ -1,14 +1,4 @@
-"""Is one GPU really below its peers on a sampled metric (SM clock, utilization), beyond the run's noise?
-
-Promise: `peer_verdict(wide_by_gpu, metric, busy_only)` puts the samples of every GPU of the job on
-one time grid (at most MAX_BINS equal windows over the sampled span, one trial each), takes per GPU
-and window the median of `metric` (over busy samples only when `busy_only` and utilization is
-sampled), and asks `stragglers.significance.judge_outliers` which GPU (or group of GPUs) is lowest
-more often than chance, in both halves of the window, by more than the spread among the other GPUs.
-The result maps each GPU to whether the verdict names it, with the verdict's confidence: the same
-discipline as the straggler rules, so that a clock 10% under the job median on one sample, or a GPU
-that is as often the lowest as any other, is not a warning.
-"""
+"""Is one GPU really below its peers on a sampled metric (SM clock, utilization), beyond the run's noise?"""
 
 from __future__ import annotations
 
@@ -46,7 +36,7 @@ def _series(wide: pd.DataFrame, metric: str, busy_only: bool) -> pd.Series:
 
 
 def peer_verdict(wide_by_gpu: dict[GpuKey, pd.DataFrame], metric: str, busy_only: bool) -> PeerVerdict:
-    """See the module docstring. Lower values of `metric` are worse."""
+    """See docs/internals/analyzers.md. Lower values of `metric` are worse."""
     series = {key: _series(wide, metric, busy_only) for key, wide in sorted(wide_by_gpu.items())}
     series = {key: s for key, s in series.items() if len(s)}
     if len(series) < 2:

@@ -1,17 +1,6 @@
 """The report's RDMA tables: one row per port, and throughput, congestion and PFC pauses over time.
 
-Promise: from `rdma.port_series_view` and `rdma_pfc.pfc_ports_view`:
-- `rdma_ports_table`: one row per (host, device, port) with sysfs counter samples or `ethtool`
-  flow-control counters, sorted; `shown`: its host is among the first MAX_HOSTS (by name), whose
-  series the other tables hold; `sampled` (it has sysfs samples) with its last state_id and
-  rate_gbps, mean tx_gbps / rx_gbps and cnp_per_s (CNPs and ECN marks per second over the window);
-  `pfc` (it has flow-control counters) with, per direction (rx: pauses received, tx: sent), the most
-  paused priority among those whose counters moved (`pfc_<dir>_priority`, "" when none moved), its
-  paused share of the window (NaN without a duration counter) and its pause frames per second;
-- for the first MAX_HOSTS hosts of that table: `rdma_throughput_table` (host, device, port, t1_ns,
-  tx_gbps, rx_gbps per sample interval), `rdma_congestion_table` (host, device, port, t1_ns,
-  counter, per_s: the CONGESTION_COUNTERS that rose on that port) and `pfc_paused_table` (host,
-  device, port, t1_ns, counter, paused_pct: the pause-duration counters that rose, as % of time).
+Built from `rdma.port_series_view` and `rdma_pfc.pfc_ports_view`.
 """
 
 from __future__ import annotations

@@ -1,29 +1,4 @@
-"""RDMA port health from counter samples, per host and port: throughput, rail balance, congestion, errors.
-
-Promise: from the `counters` rows of RDMA ports (collectors/counters/rdma.py names), per (host, device, port)
-the counters are turned into per-interval increases between consecutive samples, with 32-bit queue
-counters that wrap (a drop from above 2^31) unwrapped and any other drop read as a counter reset (the
-increase is then the new value, as Prometheus does). Findings name host, device and port, and their
-evidence is rates with their time window (start/end ns and seconds). Each check is below, with its
-threshold as a module constant:
-- a port not ACTIVE at its last sample (critical), or running below the rate / width of the job's
-  other ports with the same link layer (warning);
-- a flapping link: `link_downed` or `link_error_recovery` increased (critical); physical errors
-  (`symbol_error`, `port_rcv_errors`, ...) at or above LINK_ERRORS_PER_S (warning);
-- transport errors: local ACK timeouts, out-of-sequence, packet-sequence / implied-NAK errors at or
-  above TRANSPORT_ERRORS_PER_S (warning); any `req_*_retries_exceeded` (critical: QPs failed);
-- congestion: CNPs handled / sent or ECN-marked packets at or above CNP_PER_S, `port_xmit_wait` at or
-  above XMIT_WAIT_PER_S, or `port_xmit_discards` / `out_of_buffer` at or above DROPS_PER_S (warning);
-- an idle rail: an ACTIVE port carrying under IDLE_RAIL_SHARE of the busiest port of the same host
-  and link layer, while that one carries at least BUSY_GBPS (warning; usually NCCL_IB_HCA leaves it
-  out). A NIC meant for other traffic (storage) with the same link layer is reported too: check it.
-- per host an info finding with transmit / receive throughput against the link rate.
-RoCE flow control (PFC pauses, pause storms, NIC drops from `ethtool -S`: `ethtool:<name>` rows) is
-judged by `rdma_pfc`, not here.
-Costs are left at zero; `rootcause.link_findings` gives a finding the cost of the straggler it explains.
-`port_series_view` (the per-interval increases of every port) is computed once per analysis for this
-analyzer and the report's tables (`port_tables`).
-"""
+"""RDMA port health from counter samples, per host and port: throughput, rail balance, congestion, errors."""
 
 from __future__ import annotations
 

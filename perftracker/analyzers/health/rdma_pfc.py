@@ -1,31 +1,4 @@
-"""PFC pauses, pause storms and NIC drops of RoCE ports, from `ethtool -S` counters (`ethtool:<name>` rows).
-
-Promise: from the `counters` rows named `ethtool:<name>` (collectors/counters/ethtool.py: live `ethtool` fields
-of RoCE port records, or offline `ethtool -S` dumps), per (host, device, port) the counters are made
-per-interval increases with `rdma.increases` (a drop is a counter reset: the increase is the new
-value). Findings name host, device, port and netdev, the priority involved, and the share / rate with
-its window (start/end ns and seconds). mlx5 reports pause counters only for the priorities PFC is
-enabled on, so those are listed as the port's lossless priorities. Checks, thresholds as constants:
-- pfc_rx, PFC pause received (`rx_prio<p>_pause_duration` as a share of the window, or
-  `rx_prio<p>_pause` frames per second when the driver gives no duration): the switch told this NIC to
-  stop sending on priority p, i.e. congestion downstream (an incast, a slow receiver elsewhere, a
-  lossless-queue misconfiguration). Warning at PAUSE_SHARE of the window or PAUSE_FRAMES_PER_S.
-- pfc_tx, PFC pause sent (`tx_prio<p>_pause*`): this NIC cannot drain its receive buffer (PCIe /
-  host-side slowness, CPU or memory pressure, a receiver that does not post buffers). Same thresholds.
-  Link-level pause (`*_global_pause*`, `*_pause_ctrl_phy`) is judged the same way, as priority
-  "global", when no per-priority pause counter moved.
-- pfc_storm: `tx_pause_storm_error_events` rising is critical (the NIC's watchdog stopped sending
-  pause frames after pausing too long; lossless traffic may have been dropped meanwhile);
-  `tx_pause_storm_warning_events` alone is a warning (it has been pausing for a long period).
-- discards: `rx_discards_phy`, `tx_discards_phy`, `rx_prio<p>_buf_discard` / `_cong_discard` /
-  `_discards`, `rx_out_of_buffer`, `outbound_pci_buffer_overflow`, `dev_out_of_buffer` at or above
-  DISCARDS_PER_S (warning): a drop on a lossless class costs a RoCE retransmission.
-Pause findings carry the port's sysfs ECN / CNP rates (DCQCN activity) to say whether congestion
-control acts before PFC. Costs are left at zero; `rootcause.link_findings` joins these findings, like
-the `rdma` ones, to communication stragglers on the port's ranks and gives them their cost.
-`pfc_series_view` and `pfc_ports_view` are computed once per analysis for this analyzer and the
-report's tables (`port_tables`).
-"""
+"""PFC pauses, pause storms and NIC drops of RoCE ports, from `ethtool -S` counters (`ethtool:<name>` rows)."""
 
 from __future__ import annotations
 

@@ -1,20 +1,7 @@
 """Which GPU, NUMA node and NICs each rank uses, so host evidence can be tied to ranks.
 
-Promise: `rank_map(store)` returns one row per known rank with `host`, `local_rank`, `gpu` (the
-physical index NVML / nvidia-smi use, -1 unknown), `pci_bus_id`, `uuid`, `numa_node`, `nics`
-(tuple of "device/port") and where each came from:
-- host: the rank's trace, else its environment snapshot or NCCL log, else step files, else the host
-  whose GPU samples list it (NVML), else the only host that has counter samples;
-- local rank: LOCAL_RANK / SLURM_LOCALID / OMPI_COMM_WORLD_LOCAL_RANK, else the rank's position among
-  the ranks of its host ("inferred");
-- GPU: the GPU NVML listed the rank's process on (`devices.ranks`, from gpu.jsonl samples; "nvml").
-  A rank listed on several GPUs (every rank also opening a context on GPU 0 is common) gets the one
-  hosting the fewest ranks, ties going to the answer of the next sources; else the NCCL log's
-  cudaDev, else the local rank, mapped through CUDA_VISIBLE_DEVICES (an index or a GPU UUID matched
-  against the samples);
-- NICs: the NET/IB devices NCCL printed for the rank, else NCCL_IB_HCA matched against the host's
-  ports, else the ports on the GPU's NUMA node (sysfs numa_node), else every port of the host.
-The `topology` analyzer reports the map as one info finding when there are host samples.
+`rank_map(store)`: one row per known rank with its host, local rank, GPU, PCI bus id, uuid, NUMA node, NICs
+and where each came from.
 """
 
 from __future__ import annotations

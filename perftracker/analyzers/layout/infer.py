@@ -1,14 +1,6 @@
 """Infer the job's layout (TP/CP/EP/DP/PP) from its process groups and its send/recv neighbours.
 
-Promise: `infer_layout(groups, world, pairs)` returns a `Layout`. Groups are read from the group table
-(`RunInfo.process_groups`: members in group order). A group whose `pg_desc` names one dimension (`names`) gives
-that dimension directly (confidence 0.95); groups of one size and stride that partition the ranks but have no telling name
-are a family: the family holding every send/recv pair is the pipeline, the others are named by their stride in
-Megatron's order tp-cp-ep-dp-pp, the widest stride the data-parallel one (confidence 0.6, said in the note).
-Two families naming one dimension (torchtitan's dp_replicate and dp_shard) merge into one. Without groups,
-the send/recv pairs alone give pipelines (chains of ranks, stages in rank order) and replicas (a rank's place
-across pipelines). A coordinate is a rank's index in its group. When nothing tells, the Layout is empty and
-its note says why.
+`infer_layout(groups, world, pairs)` returns a `Layout`.
 """
 
 from __future__ import annotations
@@ -54,7 +46,7 @@ def _disjoint(groups: tuple[Group, ...]) -> bool:
 
 
 def infer_layout(groups: Mapping[str, ProcessGroup], world: int, pairs: Iterable[tuple[int, int]] = ()) -> Layout:
-    """The layout the groups and send/recv pairs support (see the module docstring)."""
+    """The layout the groups and send/recv pairs support (docs/internals/analyzers.md)."""
     pairs = set(pairs)
     named: dict[str, list[tuple[Group, str]]] = {}
     unnamed: dict[tuple[int, int], list[Group]] = {}

@@ -1,11 +1,4 @@
-"""The typed layout of a job: its parallel dimensions and each rank's coordinates in them.
-
-Promise: a `Layout` names the dimensions it found (tp, cp, ep, dp, pp; each with its size and its groups as
-global-rank tuples in group order), each rank's coordinate in each of them, how it was inferred and how sure
-that is, and a note when it could not be inferred. `where(rank)` says a rank's place in words ("rank 0:
-stage 0, replica 0"); `stage_of`, `replica_of`, `stage_ranks` and `peers` answer the questions findings ask.
-Plain data: nothing here reads the Store.
-"""
+"""The typed layout of a job: its parallel dimensions and each rank's coordinates in them."""
 
 from __future__ import annotations
 

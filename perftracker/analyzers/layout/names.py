@@ -1,11 +1,4 @@
-"""Which parallel dimension a process group's `pg_desc` names, in the words of Megatron, torchtitan and DeepSpeed.
-
-Promise: `dim_of_desc(desc)` gives tp, cp, ep, dp or pp for a group whose description names exactly one of them
-(Megatron-core's TENSOR_MODEL_PARALLEL_GROUP ..., torch DeviceMesh's "mesh_<dim name>" as torchtitan names its
-mesh dims: pp, dp_replicate, dp_shard, cp, tp, ep; DeepSpeed-like "pipe", "data", "model"), None for the world,
-for composite groups (MODEL_PARALLEL_GROUP = tp x pp, TENSOR_AND_DATA..., DATA_PARALLEL_GROUP_WITH_CP, dp_cp,
-embedding groups) and for names it does not know.
-"""
+"""Which parallel dimension a process group's `pg_desc` names, in the words of Megatron, torchtitan and DeepSpeed."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
 """The point-to-point operations of a run (send/recv), one row per operation a rank waited in or issued.
 
-Promise: `p2p_ops(events)` keeps the events that are sends or receives (`collective` send, recv, send_recv)
-and, per rank, the rows that carry the operation's own time: GPU kernels where the rank has them, else the
-CPU work spans (gloo:recv, nccl:send, ...) rather than their short dispatch ops (c10d::recv_). Columns: rank,
-step, tid, start_ns, end_ns, op (send | recv | send_recv), peer (the other side's global rank, -1 unknown:
-read from the events' `peer` column when the loader records one). `neighbours(ops)` is the set of rank pairs
-that exchanged point-to-point messages, where the peer is known. This is the one place that decides which
-rows are P2P; when the loader matches sends to receives itself, only this module changes.
+`p2p_ops(events)` keeps the events that are sends or receives (`collective` send, recv, send_recv) and, per
+rank, the rows that carry the operation's own time.
 """
 
 from __future__ import annotations
@@ -18,7 +13,7 @@ COLUMNS = ["rank", "step", "tid", "start_ns", "end_ns", "op", "peer"]
 
 
 def p2p_ops(events: pd.DataFrame) -> pd.DataFrame:
-    """The run's point-to-point operations (see the module docstring)."""
+    """The run's point-to-point operations (docs/internals/analyzers.md)."""
     if events.empty or "collective" not in events.columns:
         return pd.DataFrame(columns=COLUMNS)
     rows = events[events["collective"].isin(P2P).to_numpy()]  # on the category codes: no string per event

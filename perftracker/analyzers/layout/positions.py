@@ -1,10 +1,4 @@
-"""The post-pass that says where each rank a finding names sits in the job's layout.
-
-Promise: `with_positions(findings, layout)` returns the findings, each one that names ranks given the evidence
-`position` ("rank 0: stage 0, replica 0", for one rank) or `positions` (a list, for up to 16 ranks), unless it
-already has one; findings are unchanged when the layout is unknown. A plain function: the places where post-passes
-run call it once.
-"""
+"""The post-pass that says where each rank a finding names sits in the job's layout."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The layout of an analysed run, computed once per analysis.
 
-Promise: `parallel_layout_view(analysis)` is the run's `Layout`, inferred (`infer.infer_layout`) from the Store's
-group table and the send/recv neighbours its events show, over the ranks the run's traces or step files name.
+`parallel_layout_view(analysis)` is the run's `Layout`, inferred (`infer.infer_layout`) from the Store's group
+table and the send/recv neighbours its events show, over the ranks the run's traces or step files name.
 """
 
 from __future__ import annotations

@@ -1,22 +1,5 @@
 """Bandwidth drops from NCCL Inspector records: a communicator's collectives getting slower over time, or one
 communicator slower than its peers of the same shape, beyond the run's own spread.
-
-The transfer time of one collective is the *shortest* member's exec time (the last rank to arrive runs
-only the transfer, the others also wait: see `collective_timing.py`), so a collective's bandwidth is its
-best member's busbw. Waiting never lowers it; a slower link, a fallback transport or congestion does.
-
-Promise: `inspector_bandwidth_view(analysis)` is, per (communicator, op, message size), the number of
-collectives and the median / 10th percentile of the collective busbw (GB/s), the report's table.
-`analyze_inspector_bandwidth(analysis)` finds, at a family-wise `ALPHA` split over the tests made:
-- **over time**: per (communicator, op, size) with `MIN_STEPS` collectives or more, the single change
-  point of the transfer time (spikes set aside, as for step times: `degradation.change_point`) when it
-  is a rise of `degradation.RISE` or more, judged by `shift.judge_shift` (rank test corrected for the
-  splits scanned and for autocorrelation, sustained over both halves after it);
-- **against peers**: among three or more communicators of the same op, size and member count, one whose
-  median busbw is at least `PEER_DROP` below the others' median and below the lowest of them by more than
-  `MIN_GAP_OVER_SPREAD` times their own spread (range). The hosts named are those of its members that no
-  normal communicator has (the host they share), else all of its hosts.
-Within one communicator ranks cannot be told apart by busbw: their differences are arrival, not links.
 """
 
 from __future__ import annotations

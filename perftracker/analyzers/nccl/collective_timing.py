@@ -1,30 +1,4 @@
-"""Stragglers from NCCL Inspector's per-rank collective timings: the rank the others wait for, without a profiler.
-
-What Inspector measures (collectors/nccl/inspector.py): for each rank and collective, the time its
-collective kernel ran on the GPU (`coll_exec_time_us`, the slowest channel). A rank's kernel starts when
-that rank reaches the collective (its stream gets there), and it cannot finish before every member has
-contributed its data, so all members' kernels end at about the same moment, a transfer time after the
-last member arrived. A rank's exec time is therefore (end - its own arrival): the rank that arrives
-last has the *shortest* exec time and the highest "bandwidth", and every other rank's extra time is
-time spent waiting for it. So for one (communicator, sequence number) a rank's lateness is the members'
-median exec time minus its own; the larger, the later it arrived.
-
-Promise:
-- `inspector_lateness_view(analysis)`: per (communicator, rank) the median lateness over that
-  communicator's collectives (ms, the members' median exec time minus the rank's own), the
-  collective count and the rank's host: the report's table.
-- `analyze_inspector_stragglers(analysis)`: per communicator with at least two member ranks, the
-  collectives are cut into consecutive blocks (`MAX_TRIALS` at most; a block of several steps'
-  collectives is one trial, since the collectives of one step are not independent: the caller of
-  `significance.judge_outliers` must pass independent units, and blocks spanning at least a step each
-  come close when the window holds at least as many steps as blocks), each rank's value in a block
-  is its median lateness, and `judge_outliers` decides whether one rank (or a group) is the late one
-  beyond this run's noise, at a family-wise `ALPHA` split over the communicators judged. A rank (or
-  group) named by several communicators is one finding listing them. A clean run gives nothing. The
-  cost is the others' wait per collective; as a share of time, that wait over the communicator's
-  average interval between collectives (from the dump timestamps); per step only when step times are
-  known, else the per-collective wait stands for it (`evidence.cost_basis`).
-"""
+"""Stragglers from NCCL Inspector's per-rank collective timings: the rank the others wait for, without a profiler."""
 
 from __future__ import annotations
 

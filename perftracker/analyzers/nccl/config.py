@@ -1,19 +1,7 @@
 """The `nccl_config` analyzer: NCCL configuration and NCCL log problems, one finding per problem.
 
-Promise: reads only the Store (tables `nccl` and `config`, `store.run_info.sysfs` from
-collectors.sysfs.read_sysfs and `store.run_info.nccl_profile` from collectors.profiles.load_profile);
-returns [] when there is no NCCL log fact and no configuration captured. One finding per problem:
-the rules' findings about one variable or link are merged (`merge.py`). Every finding's evidence
-has a `flag` (socket_fallback, hca_problem, gid_problem, bad_socket_iface, gdr_disabled,
-p2p_disabled, ib_completion_error, nccl_warn, slow_init, ib_tc, ib_sl, ib_timeout, ib_retry, ib_qps,
-net_plugin, loose_int, echo_mismatch, inconsistent_env, profile, forced_tuning, debug, unverified, ...; from
-what the job measured, rules_busbw.py: forced_topology, p2p_disabled, asymmetric_paths, few_channels, slow_link, busbw_gap for a
-bus bandwidth far below what the hardware should give, nccl_tests_wrong; from NCCL's RAS client, rules_ras.py:
-ras_dead, ras_missing, ras_comm_error, ras_mismatch). A network setting (GDR, NCCL_IB_*, the
-net plugin) of a single-node job whose log shows no network transport is context only (info).
-Config findings carry no per-step cost (they rank by severity). `nccl_findings_view` is this
-analyzer's result, computed once per analysis: the report's tables (`nccl.tables`) read from it
-which variables the findings are about.
+Reads only the Store (tables `nccl` and `config`, `store.run_info.sysfs` from collectors.sysfs.read_sysfs and
+`store.run_info.nccl_profile` from collectors.profiles.load_profile).
 """
 
 from __future__ import annotations

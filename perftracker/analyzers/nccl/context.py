@@ -1,12 +1,7 @@
 """The NCCL analyzers' view of a Store: processes with their log facts, settings, sysfs, profile.
 
-Promise: `build_context(store)` reads only the Store (`nccl` and `config` tables, and
-`store.run_info.sysfs` / `store.run_info.nccl_profile`); it never reads files. It derives per-process
-transport and link layer and a per-file summary (`summarize`) in the vocabulary of
-shared/nccl_logs/expected.json, and offers `finding()` so every rule builds findings the same way:
-each finding's evidence carries a `flag` naming the problem class, and the finding (an
-`NcclFinding`) names the NCCL variables it is about. `context_view(analysis)` is the context of
-the analysis's Store, built once for the nccl_config analyzer and the report's NCCL tables.
+`build_context(store)` reads only the Store (`nccl` and `config` tables, and `store.run_info.sysfs` /
+`store.run_info.nccl_profile`).
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """The bus bandwidth a job should reach on its hardware, from the topology NCCL printed and perftracker/data/links.toml.
 
-Promise: `link_gbs(...)` is the one place a link's bandwidth comes from (NVLink by GPU name and link count, PCIe
-by generation and width, a network port by its rate); the sanity check calls it for its links. `topology_of(ctx,
-gpus)` reads the NCCL context's facts (topology paths and links, search patterns, channel counts, transports, the
-NCCL_TOPO_FILE setting, each GPU pair's path type and speed) into a `Topology`; `asymmetric_paths(topology)` names
-GPU pairs joined by paths of one type at different speeds; `expect(topology)` gives an `Expectation`: the bus bandwidth the job
-should reach (the slowest of the intra-node and inter-node rates, times NCCL's efficiency), the link that bounds
-it, and what the topology shows against the hardware (fewer NVLinks than the GPU has, fewer channels). None
-when neither the hardware nor the topology is known. Nothing here reads files but the shipped links.toml.
+`link_gbs(...)` is the one place a link's bandwidth comes from (NVLink by GPU name and link count, PCIe by
+generation and width, a network port by its rate).
 """
 
 from __future__ import annotations
@@ -90,7 +84,7 @@ def _json(value: str) -> dict[str, Any]:
 
 
 def topology_of(ctx: NcclContext, gpus: tuple[str, ...] = ()) -> Topology:
-    """The `Topology` of every process of the context (see the module's promise)."""
+    """The `Topology` of every process of the context (docs/internals/analyzers.md)."""
     topo = Topology(gpus=gpus, multi_node=ctx.multi_node())
     for p in ctx.procs:
         for path in p.jsons("topo_path"):
@@ -165,7 +159,7 @@ class Expectation:
 
 
 def expect(topo: Topology) -> Expectation | None:
-    """The expectation for a topology (see the module's promise); None when nothing bounds it."""
+    """The expectation for a topology (docs/internals/analyzers.md); None when nothing bounds it."""
     bounds: list[tuple[float, str]] = []
     spec = next((s for s in (nvlink_spec(g) for g in topo.gpus) if s is not None), None)
     links_seen, links_hw, channels_hw = 0.0, 0, 0

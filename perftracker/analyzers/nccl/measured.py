@@ -1,8 +1,7 @@
 """The bus bandwidth a job measured: nccl-tests tables and NCCL Inspector records, as typed rows.
 
-Promise: `measured_busbw(store)` reads the Store's `nccl_tests` and `nccl_collectives` tables (never files) and
-returns one `Measure` per nccl-tests test (its peak busbw over sizes, out-of-place or in-place, its #wrong total,
-its GPUs and hosts) and one per Inspector communicator and collective (its peak busbw). Empty tables give [].
+`measured_busbw(store)` reads the `nccl_tests` and `nccl_collectives` tables into one `Measure` per test and
+per Inspector communicator and collective.
 """
 
 from __future__ import annotations
@@ -60,5 +59,5 @@ def _inspector(frame: pd.DataFrame) -> list[Measure]:
 
 
 def measured_busbw(store: Store) -> list[Measure]:
-    """Every nccl-tests test's and Inspector collective's peak bus bandwidth (see the module's promise)."""
+    """Every nccl-tests test's and Inspector collective's peak bus bandwidth (docs/internals/analyzers.md)."""
     return _tests(store["nccl_tests"]) + _inspector(store["nccl_collectives"])

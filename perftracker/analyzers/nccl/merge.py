@@ -1,14 +1,7 @@
 """One finding per problem: the NCCL rules' findings about one subject merged into one.
 
-Promise: `one_per_subject(findings)` returns one finding for each `subject` in the findings' evidence
-(an NCCL variable, a link), keeping findings without a subject as they are, in the order of the first
-finding of each. The same variable seen in env snapshots, in NCCL's log echo and against the
-platform profile raises several rules (a value NCCL reads as octal, the echo that shows it, the
-difference across ranks it makes...); they are one problem. The merged finding is the most severe of
-them (the first on a tie, so its id is stable) with every host and rank, every source (`env`, `log`,
-`sysfs`, ...) and the other findings' titles, flags, severities and evidence in `evidence.problems`,
-their recommendations appended, and `evidence.subject` naming what they are about (a finding alone
-keeps its evidence as its rule made it). `flags` of the merged finding still lists every rule that fired.
+`one_per_subject(findings)`: one finding for each evidence `subject` (an NCCL variable, a link); findings
+without one stay.
 """
 
 from __future__ import annotations
@@ -24,7 +17,7 @@ _SOURCES = ("env", "log", "sysfs")
 
 
 def one_per_subject(findings: list[Finding]) -> list[Finding]:
-    """Merge the findings that share an `evidence.subject` (see the module's promise)."""
+    """Merge the findings that share an `evidence.subject` (docs/internals/analyzers.md)."""
     groups: dict[str, list[Finding]] = {}
     order: list[tuple[str, Finding | None]] = []
     for f in findings:

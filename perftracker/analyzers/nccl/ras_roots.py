@@ -1,12 +1,7 @@
 """NCCL RAS's dead and missing processes joined with the wait-for graph's roots: one cause, one finding.
 
-Promise: `join_roots(analysis, findings)` returns `findings` with each RAS finding (flag ras_dead / ras_missing)
-that names the same process as a root of the wait-for graph (failures/waitview.py, from flight-recorder dumps and
-stacks) turned into context (info) of that root: the root's finding (the `crash` analyzer's, critical) names the
-cause, and the RAS finding says that RAS saw the same process dead or unresponsive, with the root's ranks. A
-process is the same when its pid is the pid a Store table gives a root rank (stacks, NCCL logs, ranks), or its host
-holds only root ranks. RAS findings that match no root, and every finding when there is no root (no dumps: RAS is
-then the cause), are left as they are. The wait-for graph is the one the crash analyzer computed (a shared view).
+`join_roots(analysis, findings)` turns a RAS finding naming the same process as a wait-for root into context
+of that root.
 """
 
 from __future__ import annotations
@@ -52,7 +47,7 @@ def _root_ranks(analysis: Analysis, host: str, pid: int, roots: list[tuple[int, 
 
 
 def join_roots(analysis: Analysis, findings: list[Finding]) -> list[Finding]:
-    """See the module's promise."""
+    """See docs/internals/analyzers.md."""
     ras = [f for f in findings if {str(p.get("flag")) for p in problems(f)} & set(RAS_FLAGS)]
     if not ras:
         return findings

@@ -1,7 +1,7 @@
 """What NCCL's RAS client reported, typed: dead processes, ranks missing from communicators, communicator errors.
 
-Promise: `ras_records(store)` reads the Store's `nccl_ras` table (collectors/nccl/ras.py) into `RasRecord`s, one per
-row, in table order; [] when there is none. rules_ras.py judges them.
+`ras_records(store)` reads the Store's `nccl_ras` table (collectors/nccl/ras.py) into `RasRecord`s, one per
+row, in table order.
 """
 
 from __future__ import annotations

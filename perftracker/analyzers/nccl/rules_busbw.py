@@ -1,17 +1,4 @@
-"""NCCL rules on what the job measured: bus bandwidth far below what the hardware should give, and wrong results.
-
-Promise: `bus_bandwidth(ctx)` compares each measured peak bus bandwidth (nccl-tests, Inspector and the traces'
-collectives: `ctx.measured`) with `expected_bw.expect` of the job's topology and, when the worst is below half of
-it, returns ONE finding naming the cause (one cause, one finding: the rest is its evidence), first that applies of:
-a forced topology file (NCCL_TOPO_FILE) showing fewer NVLinks or channels than the GPUs have; P2P disabled (SHM
-between GPUs of a node); GPUDirect RDMA off, PXN disabled or an NCCL_IB_HCA that leaves NICs of the topology unused
-on a multi-node job; asymmetric paths (GPU pairs joined by paths of one type at different speeds); fewer channels
-than the hardware allows (NCCL_MAX_NCHANNELS / NCCL_MIN_NCHANNELS, or none set); NVLinks slower than their type;
-else the bounding link itself. Its subject is the variable at fault, so the configuration rules' finding on it
-merges into it. Warning below 1/2 of the expectation, critical below 1/4; a trace collective's bus bandwidth
-(transfer time only, trace_busbw.py), measured while compute shares the GPU, warns only below 1/4 and is never
-critical. `wrong_results(ctx)`: nccl-tests #wrong > 0 is critical.
-"""
+"""NCCL rules on what the job measured: bus bandwidth far below what the hardware should give, and wrong results."""
 
 from __future__ import annotations
 
@@ -100,7 +87,7 @@ def _cause(ctx: NcclContext, topo: Topology, exp: Expectation) -> Cause:
 
 
 def bus_bandwidth(ctx: NcclContext) -> list[Finding]:
-    """Measured bus bandwidth far below what the hardware should give (see the module's promise)."""
+    """Measured bus bandwidth far below what the hardware should give (docs/internals/analyzers.md)."""
     if not ctx.measured:
         return []
     gpus = tuple(sorted({g for m in ctx.measured for g in m.gpus}))

@@ -2,8 +2,7 @@
 echoes that disagree with the configuration, variables that differ across ranks or hosts,
 deviations from the platform profile, and debugging knobs left on.
 
-Promise: pure functions `NcclContext -> list[Finding]`, each finding naming the variables it is
-about; a profile's own values never trigger a warning here, they are the reference.
+Pure functions `NcclContext -> list[Finding]`, each finding naming the variables it is about.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """NCCL rules for the IB/RoCE settings: NCCL_IB_HCA, NCCL_IB_GID_INDEX, NCCL_IB_TC / NCCL_IB_SL,
 NCCL_IB_TIMEOUT / NCCL_IB_RETRY_CNT and NCCL_IB_QPS_PER_CONNECTION.
 
-Promise: pure functions `NcclContext -> list[Finding]`, each finding naming the variable it is
-about (`variables`). Values are read the way NCCL reads them
-(strtoll base 0), sysfs facts come from `store.run_info.sysfs`, and a profile's own values are never
-reported as mistakes, only compared against.
+Pure functions `NcclContext -> list[Finding]`, each finding naming the variable it is about (`variables`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """NCCL rules read from the log alone: WARN lines, IB completion errors per link, slow init.
 
-Promise: pure functions `NcclContext -> list[Finding]`. Completion errors are grouped per
-(host, peer) pair so the report names the failing link, not every line.
+Pure functions `NcclContext -> list[Finding]`.
 """
 
 from __future__ import annotations

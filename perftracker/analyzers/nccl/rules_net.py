@@ -1,9 +1,7 @@
 """NCCL rules about the network path: Socket fallback, socket/bootstrap interfaces, net plugins,
 GPUDirect RDMA and intra-node P2P.
 
-Promise: each rule is a pure function `NcclContext -> list[Finding]`; evidence names the log line,
-env source or sysfs fact, every recommendation says what to set, and a finding about a variable
-names it (`variables`).
+Each rule is a pure function `NcclContext -> list[Finding]`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
 """NCCL rule on what the RAS client reported: dead processes, ranks missing from communicators, communicator errors.
 
-Promise: `ras_status(ctx)` turns `ctx.ras` (ras_status.RasRecord) into findings, one per cause: dead processes are
-one critical finding (the communicators' missing ranks that RAS also reports are its evidence: one cause); without
-a dead process, ranks missing from a communicator (unresponsive: stopped, hung, or gone) are one warning;
-communicator errors (initialization or asynchronous) one critical finding. A collective-count mismatch is normal
-while collectives run (RAS's own documentation): it is context (info), a hang only when it does not change across
-queries. Where flight-recorder dumps give a wait-for graph, ras_roots.py makes the RAS finding about a root's
-process context of that root's finding.
+`ras_status(ctx)` turns `ctx.ras` (ras_status.RasRecord) into findings, one per cause.
 """
 
 from __future__ import annotations
@@ -16,8 +10,7 @@ from perftracker.analyzers.nccl.context import NcclContext, finding
 
 
 def ras_status(ctx: NcclContext) -> list[Finding]:
-
-    """See the module's promise."""
+    """See docs/internals/analyzers.md."""
     records = ctx.ras
     out: list[Finding] = []
     dead = [r for r in records if r.kind == "dead"]

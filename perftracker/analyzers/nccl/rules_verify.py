@@ -1,14 +1,6 @@
 """What the node's sysfs could not confirm: settings the rules could not check against the node, and why.
 
-Promise: a pure function `NcclContext -> list[Finding]`. For each node whose sysfs was read
-(`RunInfo.sysfs`, with `status` from collectors.counters.sysfs) and each setting checked against it
-(NCCL_IB_HCA and NCCL_IB_GID_INDEX against `class/infiniband`, NCCL_SOCKET_IFNAME against
-`class/net`), a finding says that it could not be verified and why: no sysfs, no
-`/sys/class/infiniband` (no RDMA driver loaded), no devices, no permission. An NCCL_IB_HCA that
-selects devices on a node that has none is a warning, since if the job runs there NCCL finds no RDMA
-device and falls back to TCP sockets (what the log rules call critical); the rest are infos.
-Nothing is said where the sysfs was read fine, or where no sysfs was given (a log folder copied
-from a cluster says nothing about the machine analysing it).
+A pure function `NcclContext -> list[Finding]`.
 """
 
 from __future__ import annotations

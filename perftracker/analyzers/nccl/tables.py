@@ -1,19 +1,6 @@
 """The report's NCCL tables, from the NCCL context and the nccl_config findings (both computed once).
 
-Promise: every table is empty when there is no NCCL to judge (`config.nccl_active_view`); else
-- `nccl_summary_table`: one row: profile (the platform profile's name, "" without one) and
-  warn_lines (WARN lines in all NCCL logs);
-- `nccl_config_table`: host, rank, variable, value: the first value of each of the first
-  MAX_VARIABLES NCCL_* variables (by name) per host and rank it was captured for;
-- `nccl_flagged_table`: variable, severity: each variable an nccl_config finding is about
-  (`NcclFinding.variables`), with the worst severity among those findings;
-- `nccl_transports_table`: per host the transports, networks, NICs (hca:port/link layer, /SHARP)
-  and intra-node paths (P2P/..., SHM/...) its processes used, each as sorted comma-separated text;
-- `nccl_warns_table`: host, pid, message (at most 300 characters), count, file, line of the first
-  MAX_WARNS WARN lines;
-- `nccl_busbw_table`: each measured peak bus bandwidth (nccl-tests test, Inspector collective) against the one the
-  hardware should give (expected_bw.py): source, what, size_bytes, busbw_gbs, expected_gbs (NaN unknown), share
-  (measured / expected), bound_by, where.
+Every table is empty when there is no NCCL to judge (`config.nccl_active_view`).
 """
 
 from __future__ import annotations

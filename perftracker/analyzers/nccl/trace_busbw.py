@@ -1,17 +1,4 @@
-"""The bus bandwidth the traces' collectives reached, from their transfer time only, as measures of the job.
-
-Promise: `trace_measures(analysis)` reads `stragglers.wait_transfer.collective_split_view` (each matched collective's
-wait for late peers and its transfer, per rank; busbw per instance from the transfer time, nccl-tests' factors) and
-returns one `measured.Measure` (source "trace") per (process group, collective, member count) of the NCCL GPU
-kernels: its best instance's bus bandwidth over the large messages only (at least `nccl.trace_busbw_min_bytes`, where bandwidth, not
-latency, sets the time), when at least `nccl.trace_busbw_min_instances` of them were seen. Waiting for a late peer is not in it (the
-split took it out), so a straggler does not read as a slow link. Only the bandwidth collectives (all-reduce,
-all-gather, reduce-scatter, broadcast, reduce): point-to-point and all-to-all depend on who sends to whom.
-`with_trace_measures(analysis, ctx)` is the context with them added, only when its NCCL log showed a topology to
-compare them with (else `ctx` itself, and the split is not computed for it); `measured_context_view(analysis)` is that
-context of the run, computed once (the rules and the report's busbw table read it). Traces that record no message
-sizes give no measure.
-"""
+"""The bus bandwidth the traces' collectives reached, from their transfer time only, as measures of the job."""
 
 from __future__ import annotations
 
@@ -38,7 +25,7 @@ def _gpus(analysis: Analysis) -> tuple[str, ...]:
 
 
 def trace_measures(analysis: Analysis) -> list[Measure]:
-    """See the module's promise."""
+    """See docs/internals/analyzers.md."""
     split: pd.DataFrame = analysis.view(collective_split_view)
     if split.empty:
         return []
@@ -60,7 +47,7 @@ def trace_measures(analysis: Analysis) -> list[Measure]:
 
 
 def with_trace_measures(analysis: Analysis, ctx: NcclContext) -> NcclContext:
-    """`ctx` with the traces' measures added where its log shows a topology (see the module's promise)."""
+    """`ctx` with the traces' measures added where its log shows a topology (docs/internals/analyzers.md)."""
     if not any(p.has(key) for p in ctx.procs for key in TOPOLOGY_KEYS):
         return ctx
     extra = trace_measures(analysis)

@@ -1,37 +1,7 @@
 """The `baseline_shift` analyzer: which rank changed since the watcher's healthy baseline, and where its time went.
 
-Promise: reads the `baseline_profile_samples` table (every rank's stacks recorded side by side by `attach
---watch` when it armed, while the job was healthy) and the `profile_samples` table (the incident's own
-recording, side by side too); says nothing unless both hold at least MIN_SAMPLES main-thread samples of a
-rank. Each rank's samples of a window (`window_profile`) are split into *waiting* ones (a frame of the stack
-is where a rank may wait for the others: a torch.distributed collective, a Work's wait, or the autograd
-engine's backward, inside which DDP waits for its gradient all-reduce) and *working* ones, whose
-frames give the rank's own work (a frame's share: the share of all the rank's samples that are working and
-contain it). Every change is judged against the same change on the other ranks over the same two windows (a
-difference of differences: a job-wide change, such as a loaded host, moves every rank alike and names none):
-
-* **The others now wait for it.** A rank whose waiting share fell by at least EXCESS relative to the other
-  ranks' median change, while the others' waiting share rose by at least EXCESS / 2: in synchronous training
-  the rank that became slower is the one that stopped waiting (it arrives last). This names the rank even of
-  two (the changed one and the one that now waits), and even when its own profile barely moved (a rank slowed
-  uniformly, e.g. descheduled, keeps its shares: its victims' shares move).
-* **Its time moved to its own work.** A (rank, frame) pair whose working share rose by at least EXCESS more
-  than the other ranks' median change, and to at least RATIO times its baseline share ("rank 1: 62% of samples
-  now in data_loader.next, 4% in the baseline").
-
-Each test is beyond sampling noise: samples are counts, so a two-proportion z test on the difference of
-differences, its variance inflated by DESIGN_EFFECT (consecutive py-spy samples of one rank are not
-independent), with a family-wise chance of at most ALPHA (`stragglers/significance.py`) once
-Bonferroni-corrected for every rank (waiting) or (rank, frame) pair (work) compared; from two other ranks on,
-also at least MIN_EFFECT_OVER_SPREAD times the spread of the other ranks' changes (the noise between ranks).
-With three ranks or more, more than half flagged is not one changed rank and says nothing.
-
-One warning per changed rank, named in `ranks`, with the frame its time moved to (the deepest of the job's own
-code among those that rose most), its shares before and after, the waiting ranks and where they wait, the step
-it began at (the change point of the step times, `stragglers/degradation.py`, when significant) and the
-confidence (1 - the family-wise p). The cost is the moved share of the median step. Limit: Python stacks do
-not tell a rank's backward compute from DDP's all-reduce wait (the frame is the same, and no frame of a window
-needs to show DDP), so backward counts as waiting and a rank slower in backward alone is not named.
+Reads the `baseline_profile_samples` (the watcher's healthy baseline) and `profile_samples` (the incident's)
+tables.
 """
 
 from __future__ import annotations
@@ -46,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.common import pct
 from perftracker.analyzers.failures.stack_state import COLLECTIVES
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.stragglers.degradation import change_point, job_series
@@ -176,7 +147,7 @@ def stopped_waiting(windows: Windows) -> list[Change]:
 
 
 def moved_work(windows: Windows) -> list[Change]:
-    """Every (rank, frame) pair whose working share rose beyond the others' (see the module docstring)."""
+    """Every (rank, frame) pair whose working share rose beyond the others' (docs/internals/analyzers.md)."""
     before, after = windows
     ranks = sorted(after)
     frames = sorted({f for r in ranks for f in (*before[r].work, *after[r].work)})
@@ -250,10 +221,6 @@ def _hosts(samples: pd.DataFrame, rank: int) -> tuple[str, ...]:
     return tuple(sorted({str(h) for h in samples.loc[samples["rank"] == rank, "host"].dropna() if str(h)}))
 
 
-def _pct(share: float) -> str:
-    return f"{100 * share:.0f}%"
-
-
 def _finding(rank: int, wait: Change | None, work: list[Change], windows: Windows, since: int | None,
              step_s: float, hosts: tuple[str, ...], ranks: int) -> Finding:
     before, after = windows
@@ -262,17 +229,17 @@ def _finding(rank: int, wait: Change | None, work: list[Change], windows: Window
     when = f" since step {since}" if since is not None else " since the baseline"
     parts = []
     if moved is not None and (work or wait is None):
-        parts.append(f"{_pct(moved.after)} of samples now in {moved.what}, {_pct(moved.before)} in the baseline "
-                     f"(the other ranks {_pct(moved.others_before)} -> {_pct(moved.others_after)})")
+        parts.append(f"{pct(moved.after)} of samples now in {moved.what}, {pct(moved.before)} in the baseline "
+                     f"(the other ranks {pct(moved.others_before)} -> {pct(moved.others_after)})")
     waiting_records = [{"rank": o, "frame": after[o].wait_frame, "waiting_before": round(before[o].waiting, 4),
                         "waiting_after": round(after[o].waiting, 4)} for o in others]
     if wait is not None:
-        who = ", ".join(f"rank {o} {_pct(before[o].waiting)} -> {_pct(after[o].waiting)}" for o in others[:4])
+        who = ", ".join(f"rank {o} {pct(before[o].waiting)} -> {pct(after[o].waiting)}" for o in others[:4])
         frame = next((after[o].wait_frame for o in others if after[o].wait_frame), "")
         parts.append(f"the other ranks now wait for it{f' in {frame}' if frame else ''} ({who} of samples; rank "
-                     f"{rank} {_pct(wait.before)} -> {_pct(wait.after)})")
+                     f"{rank} {pct(wait.before)} -> {pct(wait.after)})")
         if moved is not None and not work and moved.after - moved.before >= threshold("online.baseline.notable"):
-            parts.append(f"its own time now in {moved.what} ({_pct(moved.before)} -> {_pct(moved.after)})")
+            parts.append(f"its own time now in {moved.what} ({pct(moved.before)} -> {pct(moved.after)})")
         elif not work:
             parts.append("its own profile barely moved (slowed as a whole: descheduled, a CPU shared, throttled)")
     title = f"Rank {rank}{when}: " + "; ".join(parts)

@@ -1,23 +1,8 @@
 """The watcher's degradation rule for coarse step series: one value per sampled-stack burst per rank (the mean
 iteration period of a 5 s burst, `live/samplers/stack_steps.py`), not one per step.
 
-Promise: `burst_alarm(series, window, rise)` looks at each rank's burst periods (`StepSeries`: step = burst
-number, duration = the burst's mean period) and returns one `Alarm` (kind "degradation", source "stacks") naming
-the ranks whose series fired, or None. Per series:
-
-1. **Trigger**, the step rule's (`step_rules.trigger`): the mean of the last `window` (N, default 3) bursts more than `rise` (X) above the
-   lowest mean of N consecutive earlier bursts (within the last `HORIZON_WINDOWS` x N).
-2. **Confirmation.** The step rule's change-point test needs 20 values and more; N bursts of a coarse series are
-   minutes. A burst's value is already a mean over tens to hundreds of iterations, so a lone slow step cannot move
-   it; what can is a burst that caught a passing disturbance. So: every one of the last N bursts must itself be
-   more than X / 2 above the best (sustained, not one odd burst) and the rise more than `NOISE_K` times the
-   earlier bursts' own spread (the median absolute deviation x 1.4826 of the values before the window, at
-   least `MIN_SPREAD` of the best). The burst it began at is the first of the trailing run of bursts above the
-   best by X / 2.
-
-N = 3: with bursts every 60 s the rule confirms a slowdown within 3 minutes of it, and 2 x N = 6 bursts arm it;
-three bursts in a row above the line are unlikely from independent disturbances (measured false incidents on
-clean real jobs: README "Watching a job").
+`burst_alarm(series, window, rise)`: one `Alarm` (kind "degradation", source "stacks") naming the ranks whose
+burst series fired, or None.
 """
 
 from __future__ import annotations

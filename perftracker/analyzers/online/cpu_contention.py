@@ -1,15 +1,4 @@
-"""The `cpu_contention` analyzer: ranks that waited for a CPU during an incident, more than in the healthy baseline.
-
-Promise: `analyze_cpu_contention(analysis)` reads the `cpu_sched` table (the kernel's scheduler accounting of
-each rank's process, two snapshots per window: `collectors/counters/sched.py`, written around an incident's
-stack recording and around the watcher's baseline) and, per host, names the ranks whose share of the window
-spent runnable but waiting on a run queue (another task held the CPU) is at least WAIT_SHARE_MIN and, where
-the rank has a baseline window, at least RISE_MIN above its share there (without one, at least
-NO_BASELINE_MIN). That is a slowdown from outside the job: other processes on the host (or the job's own
-threads, more than it has cores) take its cores. The numbers are the kernel's exact accounting, not samples:
-the thresholds only say how much is worth a warning, and the baseline (recorded with the same py-spy sampling
-running) takes out what perftracker's own recording costs. Nothing for windows shorter than MIN_WINDOW_S.
-"""
+"""The `cpu_contention` analyzer: ranks that waited for a CPU during an incident, more than in the healthy baseline."""
 
 from __future__ import annotations
 

@@ -1,16 +1,6 @@
 """`AnalyzerDiagnosis`: the live samplers' verdicts, given by the rules the offline analyzers judge with.
 
-Promise: implements `perftracker.live.diagnosis.LiveDiagnosis` (structurally: analyzers never import
-live). Hang questions go to `analyzers/failures/stack_state.py` (the rules of the `hang` analyzer:
-rank states, the same-picture signature, the "stayed blocked" test on context switches, the hang
-pattern); the straggler question runs the `stack_profile` analyzer on the recorded samples, so the
-live panel's suspicion is the title of the finding `analyze` will report. The step-stall rule is
-in `analyzers/online/hang_rule.py` (no offline analyzer has one). The watcher's questions (`attach --watch`)
-go to the online rules: `step_rules.py` (degradation with its change point), `hang_rule.py`,
-`host_trigger.py` (the offline host-health analyzers on the latest counters); for jobs with no step signal,
-`step_period.py` (the iteration period of a sampled-stack burst) and `burst_rule.py` (degradation of those
-coarse series). Every question is judged with the session's thresholds (`AnalyzerDiagnosis(thresholds)`,
-the overrides of `--set` / `--thresholds`; the declared defaults otherwise).
+Implements `perftracker.live.diagnosis.LiveDiagnosis` structurally (analyzers never import live).
 """
 
 from __future__ import annotations

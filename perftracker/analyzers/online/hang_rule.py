@@ -1,12 +1,7 @@
 """The watcher's hang rule: no step for K times the typical step (and at least a floor), per job.
 
-Promise: `hang_alarm(last_step, last_step_ns, median_step_ns, steps_known, now_ns)` returns an `Alarm` (kind
-"hang") when the step-stall rule `step_stall` (STALL_FACTOR x the median step
-time, at least MIN_STALL_S, once MIN_STEPS steps are known) says the job stopped making progress, else
-None. The alarm's `step` is the last step any rank finished and `ranks` the ranks quiet the longest (in a
-collective hang every rank stops; which one is stuck, and where the others wait, the incident's native
-stacks tell: `analyzers/failures/stack_state.py`, the `hang` analyzer). The other half of the hang rule,
-stacks that stop moving, is the StackSampler's own check through the same seam.
+`hang_alarm(...)` returns an `Alarm` (kind "hang") when the step-stall rule `step_stall` says the job stopped
+making progress, else None.
 """
 
 from __future__ import annotations

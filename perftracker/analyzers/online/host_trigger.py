@@ -1,11 +1,6 @@
 """The watcher's host-signal trigger: the offline host-health rules on the samplers' latest records.
 
-Promise: `host_alarm(store)` runs the analyzers that judge host counters (`gpu_health`: throttling, XID,
-ECC, low clocks; `gpu_links`: NVLink / PCIe errors; `rdma` and `rdma_pfc`: port errors, flaps, pause
-storms; `links`: Ethernet link flaps, errors, drops) on a Store holding only the last minutes of the
-NVML / RDMA / net records (the live side loads them with the ordinary collectors), with the offline
-thresholds unchanged, and returns one `Alarm` (kind "host") naming every warning or critical finding, its
-ranks and hosts, or None. So a live trigger and the offline report can never disagree about a threshold.
+`host_alarm(store)` runs the host-counter analyzers on the latest records: one `Alarm` (kind "host") or None.
 """
 
 from __future__ import annotations

@@ -1,36 +1,8 @@
 """The iteration period of a training loop from one rank's short sampled-stack recording, for jobs that offer no
 other step signal (no hook, no step lines, no NCCL Inspector output).
 
-Promise: `estimate_period(burst)` returns the `StepPeriod` of a `StackBurst` (the main thread's stacks in time
-order, as `py-spy record --format chrometrace` gives them), or None when the burst shows no clear period: the
-thread sat in one stack (idle, hung), the stacks do not repeat, or the period is longer than a third of the burst.
-
-How (judged on real recordings, tests/fixtures/stack_bursts): a training loop enters the same stacks once per
-iteration, so the times at which the sampler first sees a stack (its *entries*) recur with the iteration period.
-At each depth d (the stacks cut to their first d frames from the root: "where in the loop" rather than which leaf
-line ran), the entry times t_j of every stack s are put through the Rayleigh periodogram
-Z(f) = sum over s of |sum_j exp(2 pi i f t_j)|^2 / n_s (pooled over the stacks, each with its own phase): a stack
-entered once per iteration adds n_s at f = 1/P, a random one about 1. Sampling misses (an iteration whose short
-work fell between two samples, common at 50-100 Hz) leave an entry out but do not shift the others' phases, which
-is why entries' phases, not the intervals between them or the exact match of stacks lag by lag (tried first:
-a 95 ms loop whose work is 10 ms matched itself at its period in only 10% of the samples), are used. Frequencies
-m/P repeat as well; the period is the lowest-frequency peak within `HARMONIC_SHARE` of the highest (and itself
-above the floors below), refined on a fine grid around it; then half that frequency is tried: entries that recur
-every 1/f alternate phase at f/2 and cancel, so a Z there beyond `SUBHARMONIC_CHANCE` (the chance of one frequency
-fixed in advance: Gamma(stacks, 1)) makes the period 2/f (a loop stopped at random on a crowded machine had its Z
-at 1/P just under `MIN_Z`, which pays for the few hundred frequencies scanned, and its 2/P above: the period came
-out halved). The depth with the highest coherence wins; the coherence sqrt(Z / n) (0..1: 1 when every
-entry falls at the same phase) is the confidence; below `MIN_CONFIDENCE`, or with Z under `MIN_Z` (chance, over
-the frequencies scanned), there is no period.
-
-Limits, at rate r and burst length T: periods from `MIN_SAMPLES_PER_PERIOD` / r (60 ms at 50 Hz, 30 ms at 100 Hz)
-to T / `MIN_CYCLES` (1.25 s for a 5 s burst); on the real recordings (~100 ms steps, 4 s at 100 Hz) within 1% of
-the job's own mean step time, 15% on a loaded machine; live (2 s at 100 Hz), 24 of 26 rank-bursts within 6%. It gives the loop's dominant period: a loop locked to an outside clock (a SIGSTOP duty cycle whose period is
-close to the step's, letting one or two iterations through per cycle) shows the clock's period, not the mean
-step (measured: 104 ms for a 128 ms mean under a 100 ms duty cycle), and a rank frozen by SIGSTOP most of each
-period could show half its period (2 of 26 live rank-bursts, before the sub-harmonic test); a loop whose iterations differ by a lot
-(gradient accumulation, evaluation inside the burst) shows its repeating unit's. One whose main thread sits in a
-single stack the whole burst (idle, hung, or all work in other threads) has no period here.
+`estimate_period(burst)` returns the `StepPeriod` of a `StackBurst` (the main thread's stacks in time order,
+as `py-spy record --format chrometrace` gives them), or None when the burst shows no clear period.
 """
 
 from __future__ import annotations
@@ -62,7 +34,7 @@ def entries(burst: StackBurst, depth: int) -> dict[tuple[str, ...], np.ndarray]:
 
 
 def rayleigh(times: list[np.ndarray], freqs: np.ndarray) -> np.ndarray:
-    """Z(f), pooled over the stacks' entry times (see the module docstring)."""
+    """Z(f), pooled over the stacks' entry times (docs/internals/analyzers.md)."""
     z = np.zeros(len(freqs))
     for t in times:
         phasors = np.exp(2j * np.pi * np.outer(freqs, t)).sum(axis=1)
@@ -132,7 +104,7 @@ def _at_depth(burst: StackBurst, found: dict[tuple[str, ...], np.ndarray], f_lo:
 
 
 def estimate_period(burst: StackBurst) -> StepPeriod | None:
-    """The iteration period of one burst, or None (see the module docstring)."""
+    """The iteration period of one burst, or None (docs/internals/analyzers.md)."""
     span = burst.seconds
     if len(burst.change_s) < 2 * threshold_int("online.period.min_entries") or burst.rate_hz <= 0 or span <= 0:
         return None

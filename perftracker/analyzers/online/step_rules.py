@@ -1,36 +1,13 @@
 """The watcher's degradation rule: mean of the last N steps more than X above the recent best, confirmed by a
 change-point test that gives the step it began at and beats the run's own noise.
 
-Promise: `degradation_alarm(series, window, rise)` looks at each rank's recent steps (`StepSeries`; rank -1
-is the job as a whole, when step times come from one log) and returns one `Alarm` (kind "degradation")
-naming the ranks whose series fired, or None. Per series:
-
-1. **Trigger, in PerfTracker's spirit.** current = mean of the last `window` (N) steps; best = the lowest
-   mean of N consecutive steps among the earlier steps of the horizon (`HORIZON_WINDOWS` x N steps, so the
-   best is recent). Fires when current > best x (1 + `rise`). The first `WARMUP_STEPS` steps of a job are
-   left out (start-up).
-2. **Confirmation.** The one change-point detector (`analyzers/stragglers/degradation.change_point_of`: the
-   split minimizing the squared error, the same the offline analyzers use) on the last `CONFIRM_WINDOWS` x N
-   steps, judged by `analyzers/stragglers/shift.judge_shift` (one-sided rank test with its autocorrelation
-   correction and Bonferroni over the splits scanned, sustained over both halves of the later steps), plain
-   numpy on small arrays, fast enough for the watcher's rate. Only a significant
-   rise of at least `rise` at that step is an alarm; the step it returns is where the slowdown began.
-   With a `Rechecks` (the watcher's), a rank whose trigger fired but whose confirmation said no is confirmed
-   again only once `recheck_steps(window)` (N / 2) more of its steps came: on a noisy machine the trigger
-   fires most of the time, and a slow job's rank gets one new step a look.
-
-Defaults (N = 10, X = 20%), measured on the 21 clean real runs of tests/fixtures/accuracy (their steady,
-traced part): the trigger alone is noisy on that loaded 2-core machine (the worst mean of 10 steps is 93%
-above the run's best mean of 10; 60% in the median run), which is why the change-point test decides;
-with it, no clean run's rank fires except clean-unpinned-32, whose every rank became 80% slower at once at
-step 24 (the shared machine got loaded) and stayed so: a real job-wide slowdown the rule reports. X = 20%
-is the smallest rise the confirmation separates from the noise within N steps (see README).
+`degradation_alarm(series, window, rise)`: one `Alarm` (kind "degradation") naming the ranks whose series
+fired, or None.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -67,11 +44,11 @@ def recheck_steps(window: int) -> int:
     return max(1, window // 2)
 
 
-@dataclass
 class Rechecks:
     """Per rank, the last step of its series when its confirmation last said no (the trigger had fired)."""
 
-    declined_at: dict[int, int] = field(default_factory=dict)
+    def __init__(self) -> None:
+        self.declined_at: dict[int, int] = {}
 
     def due(self, rank: int, last_step: int, window: int) -> bool:
         """Is the confirmation worth asking again: no "no" yet, enough steps since, or the steps started over?"""
@@ -87,7 +64,7 @@ class Rechecks:
 
 def series_alarm(series: StepSeries, window: int = DEFAULT_WINDOW, rise: float = DEFAULT_RISE,
                  rechecks: Rechecks | None = None) -> Alarm | None:
-    """The degradation alarm of one rank's series (see the module docstring), or None."""
+    """The degradation alarm of one rank's series (docs/internals/analyzers.md), or None."""
     kept = series.steps >= threshold_int("online.steps.warmup_steps")
     if int(kept.sum()) < 2 * window:
         return None

@@ -1,23 +1,11 @@
-"""One cause, one finding in a watcher's incident: what the rank the others wait for explains is folded into it.
-
-Promise: `fold_into_waited_rank(findings)`: when exactly one `waited_rank` finding is among them, every warning
-or critical finding that reports the same slowdown without a cause of its own is removed and kept in its
-evidence (`folded`: analyzer, title, id): the degradation change point of the job as a whole (no rank: step
-times from one log, or every rank at once) or of that rank alone, and the `baseline_shift`, `cpu_contention`
-and `stack_profile` findings naming that rank alone (the same rank seen from its stacks or its CPU wait). The
-`waited_rank` finding takes the highest severity among them and the largest cost (the degradation's: the
-slowdown since the change step, with its `cost_source`), so the time is counted once. Other findings stay.
-When a trace-based straggler finding (`straggler`, `nccl_straggler`: who arrived last at the collectives, and
-what it did) names that rank alone, it is the stronger evidence of the same cause: the `waited_rank` finding is
-folded into it instead, and nothing else changes.
-"""
+"""One cause, one finding in a watcher's incident: what the rank the others wait for explains is folded into it."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
 
-from perftracker.analyzers.findings import Finding, Kind, Severity
+from perftracker.analyzers.findings import Finding, Kind, Mark, Severity
 
 SAME_RANK = (Kind.BASELINE_SHIFT, Kind.CPU_CONTENTION, Kind.STACK_PROFILE)
 FROM_TRACES = (Kind.STRAGGLER, Kind.NCCL_STRAGGLER)
@@ -26,7 +14,7 @@ FROM_TRACES = (Kind.STRAGGLER, Kind.NCCL_STRAGGLER)
 def _explained(f: Finding, rank: int) -> bool:
     if f.severity < Severity.WARNING:
         return False
-    if f.analyzer == Kind.DEGRADATION and f.key == "degradation:change":
+    if Mark.DEGRADATION_CHANGE.on(f):
         return not f.ranks or tuple(f.ranks) == (rank,)
     return f.analyzer in SAME_RANK and tuple(f.ranks) == (rank,)
 

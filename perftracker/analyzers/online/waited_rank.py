@@ -1,29 +1,7 @@
 """The `waited_rank` analyzer: in an incident of `attach --watch`, the rank the others wait for, from each rank's
 scheduler state through the incident's window.
 
-Promise: reads the `proc_states` table (each rank's main-thread state sampled every 50-100 ms during the
-incident's stack recording, and during the healthy baseline's: `collectors/counters/proc_state.py`). In
-synchronous training the ranks that wait for another sleep voluntarily in the collective (state S: a gloo or NCCL
-wait blocks), while the rank they wait for does not: it is stopped from outside (T), runnable or running (R),
-or in uninterruptible I/O (D). So the rank named is the one whose *asleep* share is lowest by far: at least
-DROP_MIN below the other ranks' median, the others asleep at least OTHERS_ASLEEP_MIN of the window, the drop
-at least MIN_EFFECT_OVER_SPREAD times the spread (max - min) of the other ranks' shares (from two other ranks
-on), and beyond sampling noise: a z test on the difference of shares, its variance inflated by DESIGN_EFFECT
-(consecutive samples of one thread are not independent), Bonferroni-corrected for the ranks compared, at a
-family-wise ALPHA (`straggler.alpha`). Every rank needs MIN_SAMPLES samples. When the incident holds a
-healthy baseline's states for every rank compared, the same rank must also be lowest, and by DROP_MIN, once
-each rank's share there is subtracted (a rank that always sleeps less, e.g. the one that prints, is not named
-for it; the noise test stays on the window itself, which the baseline's own sampling noise would only blur).
-No baseline is needed otherwise: the ranks are compared with each other inside the window. Python stacks cannot do this in DDP, where every rank
-waits inside the autograd engine (`baseline_shift`'s limit); the scheduler state can.
-
-What the named rank is doing: the state whose share exceeds the other ranks' median most: stopped (T/t:
-SIGSTOP, a debugger, a frozen cgroup), in I/O (D), or running/runnable (R), which the scheduler accounting of
-the same window (`cpu_sched`, when present) splits into waiting for a CPU against computing while the others
-wait; with the innermost frames of its main thread's sampled stacks (`profile_samples`), the frame where the
-others wait, and the step it began at (the change point of the step times, `stragglers/degradation.py`, when
-significant). One warning, naming the rank; its cost is the slowdown since that step (the degradation
-finding it explains is folded into it by `waited_fold.py`), else the drop times the median step.
+Reads the `proc_states` table: each rank's main-thread state sampled through the incident's window.
 """
 
 from __future__ import annotations
@@ -36,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.common import pct
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.online.cpu_contention import RankWindow, rank_windows
 from perftracker.analyzers.stragglers.degradation import ChangePoint, change_point, job_series, spikes
@@ -95,7 +74,7 @@ def _variance(share: float, samples: int) -> float:
 
 
 def judge(now: dict[int, RankStates], before: dict[int, RankStates]) -> Waited | None:
-    """The rank the others wait for (see the module docstring), or None."""
+    """The rank the others wait for (docs/internals/analyzers.md), or None."""
     if len(now) < 2:
         return None
     rank = min(now, key=lambda r: (now[r].asleep, r))
@@ -136,12 +115,8 @@ class Doing:
     text: str
 
 
-def _pct(share: float) -> str:
-    return f"{100 * share:.0f}%"
-
-
 def doing(rank: int, now: dict[int, RankStates], cpu: dict[int, RankWindow]) -> Doing:
-    """The state the rank was in beyond the other ranks' median (see the module docstring)."""
+    """The state the rank was in beyond the other ranks' median (docs/internals/analyzers.md)."""
     me = now[rank]
     excess = {kind: getattr(me, kind) - _median_of_others({r: getattr(s, kind) for r, s in now.items()}, rank)
               for kind in ("stopped", "io", "running")}
@@ -149,11 +124,11 @@ def doing(rank: int, now: dict[int, RankStates], cpu: dict[int, RankWindow]) -> 
     others = {k: _median_of_others({r: getattr(s, k) for r, s in now.items()}, rank) for k in excess}
     if kind == "stopped":
         return Doing("stopped", f"it was stopped from outside (state T: SIGSTOP, a debugger, a frozen cgroup) "
-                                f"{_pct(me.stopped)} of the window, the other ranks {_pct(others['stopped'])}")
+                                f"{pct(me.stopped)} of the window, the other ranks {pct(others['stopped'])}")
     if kind == "io":
-        return Doing("io", f"it was in uninterruptible sleep (state D: disk or other I/O) {_pct(me.io)} of the "
-                           f"window, the other ranks {_pct(others['io'])}")
-    running = f"running or runnable {_pct(me.running)} of the window, the other ranks {_pct(others['running'])}"
+        return Doing("io", f"it was in uninterruptible sleep (state D: disk or other I/O) {pct(me.io)} of the "
+                           f"window, the other ranks {pct(others['io'])}")
+    running = f"running or runnable {pct(me.running)} of the window, the other ranks {pct(others['running'])}"
     if rank not in cpu or len(cpu) < 2:
         return Doing("running or runnable", f"it was {running}")
     wait_x = cpu[rank].wait_share - _median_of_others({r: w.wait_share for r, w in cpu.items()}, rank)
@@ -162,10 +137,10 @@ def doing(rank: int, now: dict[int, RankStates], cpu: dict[int, RankWindow]) -> 
     waited = _median_of_others({r: w.wait_share for r, w in cpu.items()}, rank)
     if wait_x > run_x:
         return Doing("waiting for a CPU", f"it was {running}, waiting for a CPU (runnable while another task held "
-                                          f"its core) {_pct(cpu[rank].wait_share)} of the window against the others' "
-                                          f"{_pct(waited)}")
-    return Doing("computing", f"it was computing while the others waited: on a CPU {_pct(cpu[rank].run_share)} of "
-                              f"the window (all its threads) against the others' {_pct(ran)}")
+                                          f"its core) {pct(cpu[rank].wait_share)} of the window against the others' "
+                                          f"{pct(waited)}")
+    return Doing("computing", f"it was computing while the others waited: on a CPU {pct(cpu[rank].run_share)} of "
+                              f"the window (all its threads) against the others' {pct(ran)}")
 
 
 def top_frames(samples: pd.DataFrame, rank: int) -> list[dict[str, Any]]:
@@ -215,10 +190,10 @@ def _finding(analysis: Analysis, w: Waited, now: dict[int, RankStates], before: 
     others = [o for o in sorted(now) if o != w.rank]
     wait_frame = next((f[0]["frame"] for o in others if (f := top_frames(samples, o))), "")
     where = f" (most samples in {wait_frame})" if wait_frame else ""
-    title = (f"Rank {w.rank} is the rank the others wait for{when}: its main thread was asleep {_pct(me.asleep)} of "
-             f"the incident's window, the other ranks {_pct(w.others_asleep)} (median){where}; {what.text}")
+    title = (f"Rank {w.rank} is the rank the others wait for{when}: its main thread was asleep {pct(me.asleep)} of "
+             f"the incident's window, the other ranks {pct(w.others_asleep)} (median){where}; {what.text}")
     if frames:
-        title += f"; its stacks: {frames[0]['frame']} ({_pct(frames[0]['share'])})"
+        title += f"; its stacks: {frames[0]['frame']} ({pct(frames[0]['share'])})"
     advice = {
         "stopped": "Something outside the job stops this rank's process: look for a debugger or tracer attached to "
                    "it, a job-control signal (SIGSTOP/SIGTSTP: a shell, a supervisor, a checkpoint/restore tool), "

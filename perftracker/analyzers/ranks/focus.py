@@ -1,17 +1,4 @@
-"""The ranks worth showing when there are too many to show all: the slowest, the slowest one's peers, the median.
-
-Promise: `rank_focus_view(analysis)` ranks every rank by one measure and keeps, in this order:
-- role "slowest", order 1..TOP_K: the ranks the others wait for longest at collectives (the straggler
-  finding's measure: `cost_per_step_s`, ties broken by median lateness); without matched collectives,
-  the ranks with the longest median step time;
-- the peers of the slowest rank: role "host peer", the ranks on its host (at most MAX_PEERS, order 1 the
-  nearest in rank) when hosts are known, else role "rank neighbour", the ranks just below and above it;
-- role "median": the rank in the middle of that order (the typical rank), when not already listed.
-Columns: rank, role, order, host, measure (the column that ranked them), wait_cost_ms (the others wait
-for it, per step), lateness_ms (its median lateness at collectives), step_ms (its median step time);
-NaN where the run has no such data. Empty when the run has neither collectives nor steps.
-`focus_ranks` is the pure function behind it.
-"""
+"""The ranks worth showing when there are too many to show all: the slowest, the slowest one's peers, the median."""
 
 from __future__ import annotations
 
@@ -51,7 +38,7 @@ def rank_measures(metrics: pd.DataFrame, stats: pd.DataFrame) -> pd.DataFrame:
 
 def focus_ranks(measures: pd.DataFrame, hosts: Mapping[int, str], top_k: int = TOP_K,
                 max_peers: int = MAX_PEERS) -> pd.DataFrame:
-    """The focus table (see the module's promise) of per-rank `measures` (`rank_measures`)."""
+    """The focus table (docs/internals/analyzers.md) of per-rank `measures` (`rank_measures`)."""
     if measures.empty:
         return pd.DataFrame(columns=FOCUS_COLUMNS)
     if measures["wait_cost_ms"].notna().any():

@@ -1,13 +1,4 @@
-"""Rank groups: how a report of many ranks bins them, by host where hosts are known.
-
-Promise: `rank_layout_view(analysis)` is one row saying how many ranks the run has and whether they
-are *many* (more than MANY_RANKS: then the report draws distributions, the slowest ranks and rank
-groups instead of one bar or row per rank), into how many groups they are binned and by what.
-`rank_groups_view(analysis)` gives each rank its group: one group per host when every rank's host is
-known and there are 2 to MAX_GROUPS hosts, consecutive hosts merged into at most MAX_GROUPS groups
-when there are more, else consecutive rank ranges of equal size (at most MAX_GROUPS of them).
-`group_ranks` and `layout` are the pure functions behind them.
-"""
+"""Rank groups: how a report of many ranks bins them, by host where hosts are known."""
 
 from __future__ import annotations
 
@@ -46,7 +37,7 @@ def _span(names: Sequence[str]) -> str:
 
 
 def group_ranks(ranks: Sequence[int], hosts: Mapping[int, str], max_groups: int = MAX_GROUPS) -> pd.DataFrame:
-    """rank, host, group (0..), group_label of each of `ranks` (see the module's promise)."""
+    """rank, host, group (0..), group_label of each of `ranks` (docs/internals/analyzers.md)."""
     ordered = sorted(set(ranks))
     if not ordered:
         return pd.DataFrame(columns=GROUP_COLUMNS)

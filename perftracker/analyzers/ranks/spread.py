@@ -1,11 +1,7 @@
 """Spreads across many ranks: lateness binned by rank group and step, step time per step across ranks.
 
-Promise: both views are empty unless the run has many ranks (`rank_layout_view`), where one row per
-rank would be unreadable. `lateness_groups_view`: per rank group (`rank_groups_view`) and step, the
-group's ranks, the median and the max of its ranks' median lateness at collectives (ms), and the rank
-at that max (so an outlier rank stays named in a binned chart). `step_spread_view`: per step, across
-ranks (step files preferred, as the step charts do), ranks, median, p90, min and max step time (ms) and
-the rank at the max. `binned` and `spread_over_steps` are the pure functions behind them.
+Both views are empty unless the run has many ranks (`rank_layout_view`), where one row per rank would be
+unreadable.
 """
 
 from __future__ import annotations

@@ -1,21 +1,6 @@
 """Can this host signal be the cause of that straggler? Where the straggler's extra time is, and when.
 
-Promise: `straggler_locus(analysis, finding)` says where a straggler's extra time is spent: "gpu"
-(longer GPU kernels than its peers), "cpu" (CPU-side work: CPU-only traces, sampled Python stacks, or
-GPU kernels no longer than its peers'), "network" (its transfers are slower) or "" (nothing shows where,
-e.g. step files alone). `straggler_window(analysis, finding)` is the epoch-ns span of the evidence that it
-was late (its traced collectives, or its step-file steps), None when its inputs carry no wall time.
-`relation(...)` then decides, for a host finding on the straggler's GPU or NIC, one of:
-
-- "explains": the signal acts where the extra time is (GPU signals for time in GPU kernels, NIC and
-  link signals for time in communication) and its time window overlaps the straggler's (or one of the
-  two has no wall time to compare);
-- "possible cause": nothing shows where the straggler's extra time is, so the signal cannot be
-  confirmed or ruled out;
-- "also seen on that host": it acts elsewhere (a GPU signal cannot explain time spent on the CPU, a NIC
-  signal cannot explain a compute straggler) or its time window does not overlap the late steps.
-
-Only an "explains" relation lets a host finding take the straggler's cost and lead its recommendation.
+`straggler_locus(analysis, finding)` says where a straggler's extra time is spent.
 """
 
 from __future__ import annotations
@@ -71,7 +56,7 @@ def _rank_has_events(analysis: Analysis, rank: int) -> bool:
 
 
 def straggler_locus(analysis: Analysis, f: Finding) -> str:
-    """"gpu", "cpu", "network" or "" for a finding naming one slow rank (see the module docstring)."""
+    """"gpu", "cpu", "network" or "" for a finding naming one slow rank (docs/internals/analyzers.md)."""
     kind = str(f.evidence.get("kind", ""))
     if f.analyzer == Kind.STRAGGLER and kind == "communication":
         return "network"

@@ -1,22 +1,7 @@
 """Join stragglers with host evidence into ranked root-cause chains.
 
-Promise: `link_findings(analysis, findings)` returns the same findings (same order, same ids) where:
-- each straggler finding (analyzer "straggler", one rank; or a `steps` finding of one rank slower in a
-  GPU phase, see `straggler_kind`) gets `evidence["root_cause"]`: the rank's
-  host, GPU and NICs (topology.rank_map), where its extra time is (`locus`: gpu, cpu, network or
-  unknown) and when (`window_ns`), a one-line `summary` ("rank 2 late in 97% of steps; its
-  GPU 2 on host vm was in thermal slowdown 40% of the time; SM clock 1410 MHz against a job median
-  of 1980"), and the `chain` of warning / critical gpu_health, gpu_links, rdma and rdma_pfc findings
-  on that GPU and those NICs, each with its `relation` to the straggler (`causality.relation`:
-  "explains" only when it acts where the extra time is and overlaps the late steps in time; else
-  "possible cause" or "also seen on that host", with `why`), explaining ones first; its
-  recommendation starts with the likeliest cause only when one explains it;
-- chained host findings and the straggler name each other in `related`; a chained finding that
-  explains the straggler and has no cost of its own gets the straggler's cost, and its rank;
-- a slow-bandwidth finding is related to the RDMA (rdma, rdma_pfc) findings of every host with samples;
-- a `stack_profile` straggler (sampled stacks) counts as a compute straggler, and names (and is
-  named by) the straggler, steps and hang findings about the same one rank.
-Findings are then ranked as usual (`findings.rank_findings`: severity, cost, confidence).
+`link_findings(analysis, findings)`: the same findings (same order, same ids), each straggler given its
+root-cause chain.
 """
 
 from __future__ import annotations
@@ -28,6 +13,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Cost, Finding, Kind, Severity
+from perftracker.analyzers.health.gpu_health import THROTTLE
 from perftracker.analyzers.health.topology import rank_map
 from perftracker.analyzers.rootcause.causality import relation, straggler_locus, straggler_window
 
@@ -81,7 +67,7 @@ def _matches(loc: dict[str, Any], f: Finding) -> str:
 
 def _cause_text(f: Finding) -> str:
     ev = f.evidence
-    if f.analyzer == Kind.GPU_HEALTH and str(ev.get("check", "")).startswith("throttle_"):
+    if f.analyzer == Kind.GPU_HEALTH and str(ev.get("check", "")).startswith(THROTTLE):
         clock = ev.get("sm_clock_mhz_throttled")
         return (f"its GPU {ev['gpu']} on host {ev['host']} was in {str(ev['reason']).replace('_', ' ')} slowdown "
                 f"{100 * float(ev['share_of_time']):.0f}% of the time"

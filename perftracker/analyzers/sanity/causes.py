@@ -1,12 +1,7 @@
 """Why a node measured low, from the facts the node itself recorded (collectors/sanity/node.py, cpu_facts.py).
 
-Promise: `cpu_cause(records, peers)` reads the CPU facts of a node's ranks (its cgroup's CPU quota, the share of
-scheduler periods throttled during the device figures, the CPU pressure) against its peers' and returns the
-clause that says why ("a CPU quota of 0.2 CPU is set on its cgroup /x, throttled 80% of periods during the
-check") with flat evidence, or ('', {}) when its facts do not differ from its peers'. `link_cause(host, nodes)`
-does the same for a slow link: a shaping queueing discipline on its interface (tc tbf / netem: its rate and
-delay), a lower negotiated NIC speed than its peers', link errors only it counts; else the generic clause.
-Plain reading of recorded facts: no measurement, no Finding.
+`cpu_cause(records, peers)` and `link_cause(host, nodes)`: the clause that says why a node or a link measured
+low, with flat evidence, or ('', {}).
 """
 
 from __future__ import annotations
@@ -15,6 +10,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from perftracker.analyzers.nccl.expected_bw import link_gbs
 from perftracker.analyzers.thresholds import threshold
 
 
@@ -23,7 +19,7 @@ def _num(value: object) -> float | None:
 
 
 def cpu_cause(records: Sequence[Mapping[str, Any]], peers: Sequence[Mapping[str, Any]]) -> tuple[str, dict[str, Any]]:
-    """See the module docstring: `records` are the node's ranks' records, `peers` the other nodes'."""
+    """See docs/internals/analyzers.md: `records` are the node's ranks' records, `peers` the other nodes'."""
     facts = [r.get("cpu") or {} for r in records]
     quotas = [q for q in (_num(f.get("quota_cores")) for f in facts) if q is not None]
     peer_quotas = [_num((p.get("cpu") or {}).get("quota_cores")) for p in peers]
@@ -62,7 +58,7 @@ def _shapers(facts: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
 
 
 def link_cause(host: str, nodes: Mapping[str, Mapping[str, Any]]) -> tuple[str, dict[str, Any]]:
-    """See the module docstring."""
+    """See docs/internals/analyzers.md."""
     facts = nodes.get(host, {})
     shaped = _shapers(facts)
     peers_shaped = any(_shapers(f) for h, f in nodes.items() if h != host)
@@ -77,9 +73,10 @@ def link_cause(host: str, nodes: Mapping[str, Mapping[str, Any]]) -> tuple[str, 
              for h, f in nodes.items()}
     mine = rates.get(host, -1)
     others = sorted(r for h, r in rates.items() if h != host and r > 0)
-    if mine > 0 and others and mine < others[len(others) // 2]:
-        return (f"its NIC negotiated {mine} Mb/s where its peers have {others[len(others) // 2]} Mb/s",
-                {"nic_rate_mbps": mine, "peer_rate_mbps": others[len(others) // 2]})
+    if mine > 0 and others and mine < (peer := others[len(others) // 2]):  # GB/s one way: the link table's
+        return (f"its NIC negotiated {mine} Mb/s where its peers have {peer} Mb/s",
+                {"nic_rate_mbps": mine, "peer_rate_mbps": peer, "nic_link_gbs": link_gbs("net", gbps=mine / 1000),
+                 "peer_link_gbs": link_gbs("net", gbps=peer / 1000)})
     errors = {n["name"]: n.get("errors", {}) for n in nics if any(v > 0 for v in n.get("errors", {}).values())}
     peers_count = any(any(v > 0 for n in f.get("nics", []) for v in n.get("errors", {}).values())
                       for h, f in nodes.items() if h != host)

@@ -1,10 +1,6 @@
 """Expected figures per device for `perftracker sanity`: the vendor's peak, and what a healthy device reaches.
 
-Promise: `expected_for(device_name, figure)` returns (peak, source) for the figures below, matched by the
-device name NVML / torch report (substring, longest first), or None when the device or figure is not listed
-(CPUs are judged against their peers only). A healthy device reaches 60-80% of dense peak in a
-plain large GEMM and 80-90% of memory bandwidth in a copy; below the threshold sanity.expected_warn_share of
-the peak is a warning, below sanity.expected_critical_share critical. Peaks are dense (no sparsity), in TFLOPS / GB/s.
+`expected_for(device_name, figure)` returns (peak, source), or None when the device or figure is not listed.
 """
 
 from __future__ import annotations

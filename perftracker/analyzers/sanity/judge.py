@@ -1,23 +1,4 @@
-"""`perftracker sanity`'s judgement: which nodes (and links) should the job not get, and why.
-
-Promise: `judge(results)` takes the gathered results (`SanityResults`: every rank's record, the job's hosts
-in rank order) and returns a `SanityVerdict`: findings (one per node that is unreachable, failed a test or is
-below its peers / its device's expected figure; one per node some of whose ranks sent nothing; one per node whose
-collectives among its own ranks are below the other nodes', judged apart from the links between nodes; one per
-slow pair of nodes that no named node explains; one per node whose cgroup holds a rank to less than
-`sanity.quota_cores_per_rank` CPUs while its peers have no such quota, from the fact itself; one info finding
-saying what the time box cut; the NCCL setting lint's findings, merged across the nodes that share them), the
-per-device table (worst first)
-and the hosts to exclude (those with a finding at or above `exclude_at`) and to keep.
-
-One cause, one finding: a node slow on compute and on its links is named once, on compute (CPU contention or
-throttling slows its communication too); a node whose every pair is slow is named on its link, and its pairs
-are listed in that finding, not again. Every finding is a pre-flight one (no cost: the job has not run) with
-the measurement, the peers' median, the expected figure where the device is known, the likely cause and what
-to do. Figures are compared with `robust.low_outliers` (median and MAD of the peers), and a device is named only
-when its deficit also exceeds the spread of its own repeats (`own_spread`); the likely cause comes from the
-node's own facts where they differ from its peers' (causes.py).
-"""
+"""`perftracker sanity`'s judgement: which nodes (and links) should the job not get, and why."""
 
 from __future__ import annotations
 
@@ -121,7 +102,7 @@ def _expected_severity(record: Mapping[str, Any], figure: str, note: str) -> Sev
 
 
 def judge(results: SanityResults, exclude_at: Severity = Severity.CRITICAL) -> SanityVerdict:
-    """See the module docstring."""
+    """See docs/internals/analyzers.md."""
     records = [results.records[r] for r in sorted(results.records)]
     hosts = list(dict.fromkeys(results.hosts))
     reported = {r["host"] for r in records}

@@ -1,7 +1,6 @@
 """The gathered results of `perftracker sanity` (what rank 0 writes as OUT/sanity.json and judges).
 
-Promise: `SanityResults` round-trips through `to_dict` / `from_dict` (JSON-ready); `DEVICE_FIGURES` names the
-per-device figures, in the order the table shows them.
+`SanityResults` round-trips through `to_dict` / `from_dict` (JSON-ready).
 """
 
 from __future__ import annotations

@@ -1,25 +1,7 @@
 """Is one unit (a device, a node, a pair) below its peers beyond the noise of those peers?
 
-Promise: `low_outliers(values)` takes one figure per unit, larger meaning better (TFLOPS, GB/s), and returns the
-units below their peers, each with a severity:
-
-- **Peers, robustly.** Each unit is compared with the *others*: their median and their MAD (median absolute
-  deviation, times 1.4826 so that it estimates a standard deviation under normal noise). Leaving the unit out
-  keeps a bad unit from widening the noise it is judged against (with three nodes, one slow node would
-  otherwise be half of the spread).
-- **Beyond noise.** A warning needs a deficit (1 - value / peers' median) of at least `NOISE_K` peer MADs
-  (relative) and at least a floor (`DEVICE_FLOOR` / `LINK_FLOOR`, higher below `MANY_PEERS` peers, whose MAD
-  over two or three peers underestimates noise); a clean cluster whose units differ by their noise gets no
-  warning. The floors were measured on the namespace lab (see their comment).
-- **Far below.** Critical when, in addition, the value is at most `CRITICAL_RATIO` of the peers' median.
-- **Many units.** Past `LEAVE_ONE_OUT_UP_TO` units the median and MAD of all units stand for the peers'
-  (one unit moves them little, and a cluster's thousands of pairs stay linear to judge).
-- **Too few peers.** Fewer than `MIN_PEERS` others: nothing is judged (a pair of nodes cannot say which of them
-  is slow).
-
-`confidence` is 1 - n * P(Z >= z) (a Bonferroni bound over the n units), z the deficit in peer MADs (the MAD
-floored at a tenth of `MIN_DEFICIT` so one exact tie does not give infinite certainty). Plain statistics: no
-Store, no Finding.
+`low_outliers(values)` takes one figure per unit, larger meaning better (TFLOPS, GB/s), and returns the units
+below their peers, each with a severity.
 """
 
 from __future__ import annotations
@@ -67,7 +49,7 @@ def _confidence(z: float, n: int) -> float:
 
 
 def low_outliers(values: Mapping[str, float], floor: tuple[float, float] = DEVICE_FLOOR) -> list[Low]:
-    """The units below their peers beyond noise (see the module docstring), lowest ratio first; `floor` is the
+    """The units below their peers beyond noise (docs/internals/analyzers.md), lowest ratio first; `floor` is the
     least deficit named with few peers and with many (DEVICE_FLOOR, LINK_FLOOR)."""
     found = []
     units = [u for u, v in values.items() if v == v and v >= 0]

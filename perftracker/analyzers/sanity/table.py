@@ -1,9 +1,7 @@
 """The per-device table of `perftracker sanity`: one row per rank, the worst nodes first.
 
-Promise: `device_rows(results, status)` returns one plain row per rank that reported (host, rank, device,
-status, each measured figure, the node's best pair) plus one row per unreachable host, sorted by status
-(unreachable, critical, warning, ok) then by the first GEMM figure's share of its median (lowest first), so
-the slow ones head the table whatever the cluster's size. `FIGURE_LABELS` names the columns.
+`device_rows(results, status)`: one plain row per rank that reported, plus one per unreachable host, the worst
+first.
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ _ORDER = {"unreachable": 0, "critical": 1, "warning": 2, "ok": 3}
 
 
 def device_rows(results: SanityResults, status: Mapping[str, Severity]) -> list[dict[str, Any]]:
-    """See the module docstring."""
+    """See docs/internals/analyzers.md."""
     records = [results.records[r] for r in sorted(results.records)]
     best: dict[str, float] = {}
     for r in records:

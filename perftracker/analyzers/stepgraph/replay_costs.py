@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.findings import Cost, Finding
+from perftracker.analyzers.findings import Cost, Finding, Kind, Mark
 from perftracker.analyzers.stepgraph.critical_path import classified_spans, critical_path
 from perftracker.analyzers.stepgraph.replay import (
     Replay,
@@ -31,7 +31,7 @@ from perftracker.analyzers.stragglers.wait_transfer import collective_split_view
 from perftracker.analyzers.thresholds import threshold
 from perftracker.analyzers.traces.period_costs import rank_costs_view
 
-_RANK_KEY = ("straggler:measured:", "straggler:")
+_RANK_KEY = (Mark.STRAGGLER_MEASURED, Mark.STRAGGLER_RANK)
 
 
 @dataclass(frozen=True)
@@ -86,9 +86,9 @@ def _target_rank(finding: Finding) -> int | None:
     if len(finding.ranks) != 1:
         return None
     key = finding.key
-    if finding.analyzer == "straggler" and key.rsplit(":", 1)[0] + ":" in _RANK_KEY:
+    if finding.analyzer == Kind.STRAGGLER and key.rsplit(":", 1)[0] + ":" in _RANK_KEY:
         tail = key.rsplit(":", 1)[-1]
-    elif finding.analyzer == "steps" and key.startswith("steps:phase:"):
+    elif Mark.STEPS_PHASE.on(finding):
         tail = key.rsplit(":", 1)[-1]
     else:
         return None
@@ -109,7 +109,7 @@ def with_replay_costs(analysis: Analysis, findings: list[Finding]) -> list[Findi
     """`findings` with replay costs where the replay fits, and `cost_source` on every finding with a cost."""
     fit = analysis.view(replay_view) if any(f.cost.seconds_per_step > 0 for f in findings) else None
     targets = [(i, f) for i, f in enumerate(findings)
-               if f.cost.seconds_per_step > 0 and (_target_rank(f) is not None or f.key == "overlap:exposed")]
+               if f.cost.seconds_per_step > 0 and (_target_rank(f) is not None or Mark.OVERLAP_EXPOSED.on(f))]
     replayed: dict[int, tuple[float, float, str]] = {}
     if fit is not None and fit.usable and targets:
         replayed = _costs(analysis, fit, targets)
@@ -148,7 +148,7 @@ def _costs(analysis: Analysis, fit: ReplayFit,
     xfer: np.ndarray | None = None
     before = fit.replay.mean_step_ns()
     out: dict[int, tuple[float, float, str]] = {}
-    order = sorted(targets, key=lambda t: (t[1].key == "overlap:exposed", -t[1].cost.seconds_per_step))
+    order = sorted(targets, key=lambda t: (Mark.OVERLAP_EXPOSED.on(t[1]), -t[1].cost.seconds_per_step))
     done: dict[int, str] = {}
     for i, f in order:
         rank = _target_rank(f)

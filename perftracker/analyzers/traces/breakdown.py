@@ -1,13 +1,5 @@
 """Temporal breakdown per rank: compute, exposed communication (transfer only), waiting for late ranks,
 exposed memory copies, idle.
-
-Findings: an info summary of where GPU time goes (the five shares add up to 100% per rank; a communication
-kernel's wait for the last rank to arrive is waiting, not communication: `comm_split`), with, per
-rank, all communication as well as the exposed part (comm_pct, comm_ms_per_step, comm_hidden_pct), the
-communication libraries seen and, for expert-parallel (MoE) kernels, how much of that communication
-there is and how much of it is hidden; and a warning when exposed memory copies cost a noticeable
-share of the step. Per-step amounts and shares come from the rank's cost periods (`period_costs`), so
-no share exceeds 100%.
 """
 
 from __future__ import annotations

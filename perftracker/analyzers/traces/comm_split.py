@@ -1,12 +1,7 @@
 """The GPU work with each communication kernel's wait for late ranks cut off as its own klass, "wait".
 
-Promise: `transfer_work(work, waits)` returns `work` (`gpu_time.gpu_work`) where every communication kernel
-that `stragglers/wait_transfer.kernel_waits_view` found waiting (matched on rank, window, start and
-duration) becomes two rows: [start, start + wait) of klass "wait" and the rest, its transfer, of klass
-"comm". Nothing else changes, so busy time is the same; exposed communication and overlap computed over
-this work count the transfer only, and the waiting is told apart (it belongs to the rank that arrived
-last, not to the network). `transfer_work_view` is that work for the run (perftracker's definition; HTA's
-under `--hta-compat` never splits).
+`transfer_work(work, waits)`: `work` with every communication kernel found waiting split into its wait and its
+transfer.
 """
 
 from __future__ import annotations
@@ -22,7 +17,7 @@ _KEYS = ["rank", "window", "start_ns", "dur_ns"]
 
 
 def transfer_work(work: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:
-    """`work` with the waiting part of each matched communication kernel as a "wait" row (module docstring)."""
+    """`work` with the waiting part of each matched communication kernel as a "wait" row (docs/internals/analyzers.md)."""
     if work.empty or waits.empty:
         return work
     comm = work["klass"] == "comm"
@@ -48,5 +43,5 @@ def transfer_work(work: pd.DataFrame, waits: pd.DataFrame) -> pd.DataFrame:
 
 
 def transfer_work_view(analysis: Analysis) -> pd.DataFrame:
-    """The run's GPU work with waiting told apart from transfer (see the module docstring)."""
+    """The run's GPU work with waiting told apart from transfer (docs/internals/analyzers.md)."""
     return transfer_work(analysis.view(gpu_work_view), analysis.view(kernel_waits_view))

@@ -1,12 +1,6 @@
 """What the CPU was doing while the GPU waited: the top-level CPU ops that overlap given time intervals.
 
-Promise: `top_level(events)` marks the CPU events not nested in another event of their thread;
-`cpu_ops_during(store, gaps)` names, for gaps (rows with rank, window, start_ns, dur_ns), the top-level
-CPU ops and runtime calls (user annotations, which wrap regions, aside) that ran during them, by the time
-they overlap the gaps, at most `limit`: op name, ms of overlap, share of the gaps' time, and how many
-such events there were; with `shapes` (an execution trace's input shapes of ops, keyed (rank, window,
-external_id): `exec_trace.op_shapes`) also the op's most common input shapes. Top-level only, so that
-an op and the ops inside it are not counted twice.
+`top_level(events)` marks the CPU events not nested in another event of their thread.
 """
 
 from __future__ import annotations
@@ -35,7 +29,7 @@ def top_level(cpu: pd.DataFrame) -> pd.Series:
 
 def cpu_ops_during(store: Store, gaps: pd.DataFrame, limit: int = 5,
                    shapes: Mapping[tuple[int, int, int], str] | None = None) -> list[dict[str, Any]]:
-    """The top-level CPU work overlapping `gaps`, most time first (see the module docstring)."""
+    """The top-level CPU work overlapping `gaps`, most time first (docs/internals/analyzers.md)."""
     if gaps.empty or not store.n_events:
         return []
     overlap: dict[str, list[float]] = {}

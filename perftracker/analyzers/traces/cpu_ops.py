@@ -1,16 +1,7 @@
 """The CPU side of a trace as call trees: each CPU event's parent, its self time, and the op it runs in.
 
-Promise: `cpu_calls(store)` (and `cpu_calls_view`, computed once per analysis) returns one row per CPU
-event of `CPU_KINDS` (framework ops, user annotations, CPU-side collectives, runtime and driver
-calls; `ProfilerStep#N` left out, since it wraps the whole step), sorted by rank, window, thread,
-start (the longer first on a tie), on a fresh 0..n-1 index, with the event's `COLUMNS` but its thread
-(`rank_calls` keeps `tid`) and no end (start_ns + dur_ns): a table of one row per CPU event is kept narrow;
-- `parent` (int32, as `op`): the row of the innermost event of the same thread that contains it, -1 at
-  top level (an event that only partly overlaps the one open before it is top level);
-- `self_ns`: its duration minus its children's (never below 0);
-- `op`: the row of the innermost event containing it, itself included, that is not a runtime call
-  (-1 for a runtime call outside any op): for a kernel launch, the op that issued it.
-`launch_ops(calls)` maps each launch (rank, window, correlation) to the name of that op.
+`cpu_calls(store)` (once per analysis: `cpu_calls_view`): one row per CPU event with its parent, self time and
+op.
 """
 
 from __future__ import annotations
@@ -30,7 +21,7 @@ Ints = npt.NDArray[np.int64]
 
 
 def cpu_calls(store: Store) -> pd.DataFrame:
-    """Every CPU event with its parent, self time and op (see the module docstring), computed a few ranks at a time
+    """Every CPU event with its parent, self time and op (docs/internals/analyzers.md), computed a few ranks at a time
     (`per_rank.by_rank`; a call's parent and op are of its own thread, so of its own rank): `parent` and `op` are rows of the
     whole table."""
     offset = 0

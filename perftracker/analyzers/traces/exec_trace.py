@@ -1,11 +1,7 @@
 """Execution traces (PyTorch / Chakra ET) joined to the Kineto traces' ops, or said not to be used.
 
-Promise: `exec_ops_view(analysis)` joins each ET's operators (the `exec_ops` table) to the rank window
-whose CPU ops share the most of them by record-function id (ET `rf_id` = Kineto "External id") and
-name: one row per ET operator with rank, window (-1 when the ET joins no trace), matched, name, its
-input shapes and types. `op_shapes(analysis)` gives the input shapes of each joined Kineto op, keyed
-(rank, window, external_id), for findings that name ops. `execution_trace_findings(analysis)` says, per
-ET file, that it was joined (how many operators, to which rank) or that it is not used and why.
+`exec_ops_view(analysis)` joins each ET's operators (the `exec_ops` table) to the rank window whose CPU ops
+share the most of them by record-function id (ET `rf_id` = Kineto "External id") and name.
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ _OP_KINDS = ("cpu_op", "annotation", "collective_cpu")
 
 
 def exec_ops_view(analysis: Analysis) -> pd.DataFrame:
-    """Every ET operator with the rank window it joined (see the module docstring)."""
+    """Every ET operator with the rank window it joined (docs/internals/analyzers.md)."""
     et = analysis.store["exec_ops"]
     if et.empty:
         return pd.DataFrame(columns=COLUMNS)

@@ -1,17 +1,4 @@
-"""What the CPU was doing while the GPU waited: the ops in the idle gaps, the longest gaps, the kernels after them.
-
-Promise: for the idle gaps of `idle.py` (each category apart) and the CPU call trees of `cpu_ops.py`:
-- `idle_ops_view` (a report view): per rank, gap category and CPU op (name, kind), the op's own time
-  inside that category's gaps (self time: the time its children ran is theirs), its share of the
-  category's gap time, and a row `NO_OP` for gap time no CPU event of the rank covers; the
-  TOP_OPS largest per rank and category;
-- `longest_gaps_view` (a report view): the LONGEST (3) longest gaps of each rank and category, each with
-  the ops that ran in it (own time, largest first), the kernel after it and the op that launched it;
-- `next_kernels_view`: every gap with the GPU work after it (name, family, duration, launching op).
-`gap_evidence(analysis, category, ranks)` turns these into the idle finding's evidence (what the CPU
-ran is left out for dependency gaps, whose work was already queued) and `gap_headline(evidence)` into
-the end of its title.
-"""
+"""What the CPU was doing while the GPU waited: the ops in the idle gaps, the longest gaps, the kernels after them."""
 
 from __future__ import annotations
 
@@ -89,7 +76,7 @@ class _Calls:
 
 
 def idle_ops_view(analysis: Analysis) -> pd.DataFrame:
-    """Per rank, category and CPU op: own time inside the category's idle gaps (see the module docstring)."""
+    """Per rank, category and CPU op: own time inside the category's idle gaps (docs/internals/analyzers.md)."""
     gaps = analysis.view(idle_gaps_view)
     if gaps.empty:
         return pd.DataFrame(columns=IDLE_OPS_COLUMNS)

@@ -1,16 +1,4 @@
-"""Where each rank's GPU time goes: compute, communication, memory copies and idle, with overlap.
-
-Plain functions over the Store's events, and the views (`fn(analysis)`, computed once per analysis)
-the breakdown, overlap and idle analyzers and the report share: `gpu_work_view` (the GPU work, by
-perftracker's definition), `breakdown_view` (per rank window, under the analysis's definition) and
-`breakdown_steps_view` (per rank window and step). Two definitions are offered:
-
-- perftracker (default): GPU work is kernels, memcpy and memset; the window is the whole profiled
-  span; communication hidden under compute is reported as overlapped, the rest as exposed.
-- HTA-compatible (`hta_compat=True`): Holistic Trace Analysis 0.5 semantics: drop the last
-  ProfilerStep, any GPU event with a stream counts as a kernel, kernel type by name ("nccl"
-  prefix = communication, "Memcpy"/"Memset" = memory), overlapped communication counts as compute.
-"""
+"""Where each rank's GPU time goes: compute, communication, memory copies and idle, with overlap."""
 
 from __future__ import annotations
 

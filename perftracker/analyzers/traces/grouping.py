@@ -1,11 +1,4 @@
-"""Group-by on integer codes with numpy: the statistics the kernel and op tables need, without pandas' string hashing.
-
-Promise: `codes_of(column)` turns a column into integer codes and the distinct values (a categorical's
-own codes; a missing value becomes ""); `per_value(column, test)` runs a test once per distinct value, and
-`value_test(column, test)` does it once for every part of a column (a rank's rows) sharing its categories; `Groups.of(keys...)` groups rows by integer key columns;
-its methods give per group the count, sum, p90 (linear interpolation, as pandas' `quantile`), and
-the distinct (group, value) pairs of another key (the ranks of each kernel). Results are arrays in group order.
-"""
+"""Group-by on integer codes with numpy: the statistics the kernel and op tables need, without pandas' string hashing."""
 
 from __future__ import annotations
 

@@ -1,21 +1,4 @@
-"""GPU idle gaps, attributed where the trace gives evidence.
-
-For each gap between GPU work on a rank, the next kernel's launch (matched by correlation id) says
-who was late: launched after the GPU went idle means the host was late, and then
-- the gap spans a step boundary: between steps (data loading / host work);
-- a CPU synchronization call ended inside the gap: waiting on a synchronization;
-- otherwise, a short gap (under 50 us): launch-bound (the CPU cannot queue kernels fast enough);
-  a longer one: host-bound (the CPU was busy with other work before launching).
-A kernel launched before the gap began was waiting on a dependency (another stream, an event).
-
-Idle time is counted inside each rank's cost periods (`periods`: profiler steps, on the GPU's clock
-when the GPU runs behind; inferred iterations; or the whole window when the trace has no ProfilerStep
-markers), so a share is of the time it was measured in; the finding says which, and names the CPU
-ops that ran during the gaps (`cpu_context`).
-
-Views: `idle_gaps_view` (every gap, the analyzer's input), `idle_costs_view` (idle time per rank and
-category inside the cost periods) and `idle_view` (the report's table: idle time per rank and category).
-"""
+"""GPU idle gaps, attributed where the trace gives evidence."""
 
 from __future__ import annotations
 

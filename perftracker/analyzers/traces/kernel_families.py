@@ -1,17 +1,7 @@
 """Kernel families from GPU kernel names: GEMM, attention, convolution, reduction, elementwise,
 communication, memory, other.
 
-Promise: `family_of(name, klass)` is the one place that says which family a GPU kernel belongs to;
-`families(names, klasses)` applies it to a column, once per distinct name. Communication is what the
-trace loader already classified as communication (`klass == "comm"`: NCCL/RCCL names and the user's
-`--comm-kernel` patterns); memory is memcpy/memset work and copy, fill and layout-transform kernels;
-the other families are the first rule of `FAMILY_RULES` whose pattern the name contains (case
-insensitive; `conv` only as a whole name part, split at non-letters and camelCase), in order: attention before GEMM and convolution before GEMM, since their kernels are
-often GEMM-shaped (`fmha_cutlass...`, `...implicit_gemm...`), reduction before elementwise
-(`vectorized_layer_norm_kernel`); FBGEMM (`fbgemm_gpu::`, embedding and quantization kernels) is not
-GEMM. Names come from CUDA (cuBLAS, CUTLASS, cuDNN, PyTorch ATen),
-ROCm (Tensile `Cijk_...`, MIOpen, rocclr) and Triton (`triton_poi_` pointwise, `triton_red_`/`triton_per_`
-reductions, `triton_tem_` templates).
+`family_of(name, klass)` is the one place that says which family a GPU kernel belongs to.
 """
 
 from __future__ import annotations

@@ -1,20 +1,4 @@
-"""The top GPU kernels and CPU ops by total time, per rank and across ranks, over the window and per step.
-
-Promise: the report views
-- `kernels_view` (across ranks) and `kernels_per_rank_view`: one row per GPU kernel name (memcpy and
-  memset included) with its family (`kernel_families.py`), the op whose launches account for most of
-  its time (`launched_by`),
-  count, total/mean/p90 duration, share of the GPU work time (sum of GPU work durations; the shares
-  of one rank add up to 100%), and per profiled step: instances and time (work launched inside
-  ProfilerSteps, divided by the steps; NaN without steps; across ranks, the mean over rank-steps);
-- `kernel_families_view`: per rank and family, the same totals (the chart of the report);
-- `ops_view` and `ops_per_rank_view`: one row per CPU op name and kind (framework op, annotation,
-  CPU-side collective, runtime call) with count, total (children included), self time, mean/p90,
-  self share of the CPU ops' time (adds up to 100% per rank) and per-step time and count.
-Tables keep the top TOP_ALL (across ranks) or TOP_PER_RANK (per rank) rows by total time, and for
-ops also those with the most self time; `kernel_work_view` is every GPU work row with its family
-and launching op, for the analyses that point at kernels.
-"""
+"""The top GPU kernels and CPU ops by total time, per rank and across ranks, over the window and per step."""
 
 from __future__ import annotations
 
@@ -146,7 +130,7 @@ def _kernel_table(analysis: Analysis, per_rank: bool) -> pd.DataFrame:
 
 
 def kernels_view(analysis: Analysis) -> pd.DataFrame:
-    """The top GPU kernels across ranks (see the module docstring)."""
+    """The top GPU kernels across ranks (docs/internals/analyzers.md)."""
     return _kernel_table(analysis, per_rank=False)
 
 
@@ -189,7 +173,7 @@ def _op_table(analysis: Analysis, per_rank: bool) -> pd.DataFrame:
 
 
 def ops_view(analysis: Analysis) -> pd.DataFrame:
-    """The top CPU ops across ranks (see the module docstring)."""
+    """The top CPU ops across ranks (docs/internals/analyzers.md)."""
     return _op_table(analysis, per_rank=False)
 
 

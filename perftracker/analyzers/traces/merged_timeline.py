@@ -1,14 +1,4 @@
-"""One timeline of all ranks on one clock, with what the analysis found marked on it.
-
-Promise: `merged_timeline(analysis, findings, ranks, steps, max_events)` selects the events of the
-chosen ranks and steps (by default every rank up to `DEFAULT_MAX_RANKS`, else the ranks the findings
-name plus the median-step rank, and every step while the events fit `max_events`, else the last steps
-that fit), shifts each rank's times by the clock offset the straggler analysis estimated from
-collective end times (`stragglers.straggler.arrivals_view`), and returns a `MergedTimeline`: the events
-(rank, host, thread, name, kind, start/duration in ns on the shared clock), markers (a straggler's late
-arrivals at collectives, with how late; each finding naming ranks, at the start of its first selected
-step) and a note saying what was left out. The trace writer (`reports/timeline_trace.py`) renders it.
-"""
+"""One timeline of all ranks on one clock, with what the analysis found marked on it."""
 
 from __future__ import annotations
 

@@ -1,22 +1,10 @@
-"""Communication/computation overlap per rank, and the communication left exposed per step.
-
-Exposed communication is GPU time in communication kernels (any library of data/comm_kernels.toml)
-transferring with no compute kernel running: the step waits for the network. A kernel's wait for the last
-rank to arrive is not communication (`comm_split`): it is the late rank's cost, named by the straggler
-analyzer, and no overlap advice is given for it (the evidence shows it per rank apart). It is measured inside each rank's
-cost periods (`periods`: profiler steps, on the GPU's clock when the GPU runs behind the CPU; inferred
-iterations; or the whole window), so its share is of the time it was measured in and never above
-100%. Warns when it costs 5% of the step or more (critical from 25%); the finding says what the
-costs were measured over. With fewer ranks profiled than the job has (one trace of eight), no collective is
-matched whole, so its waiting cannot be cut off: the finding says so, stays a warning at most, and advises
-profiling every rank first.
-"""
+"""Communication/computation overlap per rank, and the communication left exposed per step."""
 
 from __future__ import annotations
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of
-from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.findings import Cost, Finding, Mark, Severity
 from perftracker.analyzers.thresholds import threshold
 from perftracker.analyzers.traces.period_costs import basis_row, per_period, rank_costs_view
 from perftracker.store import Store
@@ -67,7 +55,7 @@ def analyze_overlap(analysis: Analysis) -> list[Finding]:
             **({"ranks_profiled": profiled, "world_size": world, "waiting_told_apart": False} if unsplit else {}),
         },
         ranks=tuple(ranks), hosts=hosts_of(store, ranks),
-        cost=Cost(float(bad["per_period_s"].median()), med_share), key="overlap:exposed",
+        cost=Cost(float(bad["per_period_s"].median()), med_share), key=Mark.OVERLAP_EXPOSED.key(),
     )]
 
 

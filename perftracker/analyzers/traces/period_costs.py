@@ -1,18 +1,12 @@
 """GPU time inside each cost period, so that every cost is a share of the time it was measured in.
 
-Promise: `period_costs_view(analysis)` has one row per rank window and period (`periods.cost_periods`):
-dur_ns and the GPU time inside the period that is busy, idle, compute, communication (comm_ns; the
-part under compute, comm_hidden_ns; the rest, comm_exposed_ns), exposed memory copies, and
-expert-parallel communication (ep_comm_ns, ep_hidden_ns: kernels of the families `RunInfo.comm_libraries`
-marks expert-parallel), and waiting for late ranks (wait_ns; the part with neither compute nor a transfer
-running, wait_exposed_ns: a communication kernel's wait is its own klass, `comm_split`, so comm_ns is
-transfer only). compute + comm_exposed + wait_exposed + memory_exposed + idle = dur, exactly, so no share
-of a period exceeds it. `rank_costs_view` sums them per rank (over its windows), with the number of periods
-and how they were chosen; `comm_library_costs_view` gives communication and its hidden part per rank and
-library (family).
+`period_costs_view(analysis)` has one row per rank window and period (`periods.cost_periods`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -36,16 +30,20 @@ def _set(group: pd.DataFrame, mask: npt.NDArray[np.bool_] | None = None) -> tupl
     return union(s, e) if mask is None else union(s[mask], e[mask])
 
 
+def _windows(work: pd.DataFrame, periods: pd.DataFrame) -> Iterator[tuple[Any, Any, pd.DataFrame, pd.DataFrame]]:
+    """(rank, window, its periods, its GPU work) of every rank window with both."""
+    grouped = dict(iter(work.groupby(["rank", "window"], sort=True, observed=True)))
+    for (rank, window), mine in periods.groupby(["rank", "window"], sort=True):
+        if (rank, window) in grouped:
+            yield rank, window, mine, grouped[(rank, window)]
+
+
 def period_costs(work: pd.DataFrame, periods: pd.DataFrame, expert_parallel: frozenset[str]) -> pd.DataFrame:
-    """Per rank window and period, the GPU time of each kind inside the period (see the module docstring)."""
+    """Per rank window and period, the GPU time of each kind inside the period (docs/internals/analyzers.md)."""
     if work.empty or periods.empty:
         return pd.DataFrame(columns=COLUMNS)
     frames = []
-    grouped = dict(iter(work.groupby(["rank", "window"], sort=True, observed=True)))
-    for (rank, window), mine in periods.groupby(["rank", "window"], sort=True):
-        group = grouped.get((rank, window))
-        if group is None:
-            continue
+    for rank, window, mine, group in _windows(work, periods):
         klass = group["klass"].to_numpy()
         family = group["comm_family"].astype(str).to_numpy()
         busy = _set(group)
@@ -56,8 +54,7 @@ def period_costs(work: pd.DataFrame, periods: pd.DataFrame, expert_parallel: fro
         working = _set(group, (klass == "compute") | (klass == "comm"))
         working_or_waiting = _set(group, (klass == "compute") | (klass == "comm") | (klass == "wait"))
         hidden = intersect(*compute, *comm)
-        lo = mine["start_ns"].to_numpy(np.int64)
-        hi = mine["end_ns"].to_numpy(np.int64)
+        lo, hi = mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64)
         dur = np.maximum(hi - lo, 0)
         inside = {name: covered_within(*intervals, lo, hi) for name, intervals in (
             ("busy_ns", busy), ("compute_ns", compute), ("comm_ns", comm), ("comm_hidden_ns", hidden),
@@ -78,13 +75,8 @@ def library_costs(work: pd.DataFrame, periods: pd.DataFrame) -> pd.DataFrame:
     if comm_rows.empty or periods.empty:
         return pd.DataFrame(columns=LIBRARY_COLUMNS)
     rows = []
-    grouped = dict(iter(work.groupby(["rank", "window"], sort=True, observed=True)))
-    for (rank, window), mine in periods.groupby(["rank", "window"], sort=True):
-        group = grouped.get((rank, window))
-        if group is None:
-            continue
-        lo = mine["start_ns"].to_numpy(np.int64)
-        hi = mine["end_ns"].to_numpy(np.int64)
+    for rank, _window, mine, group in _windows(work, periods):
+        lo, hi = mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64)
         compute = _set(group, (group["klass"] == "compute").to_numpy())
         families = group["comm_family"].astype(str).to_numpy()
         comm_mask = (group["klass"] == "comm").to_numpy()
@@ -119,7 +111,7 @@ def _expert_parallel(analysis: Analysis) -> frozenset[str]:
 
 
 def period_costs_view(analysis: Analysis) -> pd.DataFrame:
-    """The GPU time of each kind inside every cost period (see the module docstring)."""
+    """The GPU time of each kind inside every cost period (docs/internals/analyzers.md)."""
     return period_costs(analysis.view(cost_work_view), analysis.view(cost_periods_view), _expert_parallel(analysis))
 
 

@@ -1,21 +1,6 @@
 """The periods a rank's GPU costs are measured over, so that no cost is a larger share than the time it is of.
 
-Promise: `cost_periods_view(analysis)` has one row per rank window and period: rank, window, period,
-start_ns, end_ns, basis, clock, marker. Every rank window with GPU work has at least one period:
-
-- basis "steps": each `ProfilerStep#N`, on the CPU's clock (the ProfilerStep's own time) unless the
-  GPU runs behind the CPU: then on the GPU's clock (clock "gpu"), where step N runs from the first
-  GPU work its launches queued (tied to the step by correlation id, CUDA-graph replays included) to
-  that of step N+1. The GPU runs behind when its steps, so counted, take longer than the CPU's. Periods
-  never overlap. Under `--hta-compat` the last step is left out, as HTA does.
-- basis "iterations": no ProfilerStep markers, but a top-level annotation repeats at a steady pace
-  (`Optimizer.step#...` first, else the repeating annotation seen fewest times, at least 3): the
-  periods between its starts (`marker` names it).
-- basis "window": neither: the whole GPU window (first GPU work to last), one period.
-
-Costs are then amounts of time inside these periods (`period_costs`), so a share of them is at most
-100%. `describe(basis, clock, marker)` words the basis for findings ("per step", "over the profiled
-window", ...).
+`cost_periods_view(analysis)` has one row per rank window and period.
 """
 
 from __future__ import annotations
@@ -75,7 +60,7 @@ class Basis:
 
 
 def cost_periods(store: Store, work: pd.DataFrame, drop_last_step: bool = False) -> pd.DataFrame:
-    """The periods of every rank window that has GPU `work` (see the module docstring)."""
+    """The periods of every rank window that has GPU `work` (docs/internals/analyzers.md)."""
     if work.empty:
         return pd.DataFrame(columns=COLUMNS)
     steps = store.steps[store.steps["source"] == "profiler"]
@@ -171,7 +156,7 @@ def cost_work_view(analysis: Analysis) -> pd.DataFrame:
 
 
 def cost_periods_view(analysis: Analysis) -> pd.DataFrame:
-    """The periods of every rank window (see the module docstring), under the analysis's definitions."""
+    """The periods of every rank window (docs/internals/analyzers.md), under the analysis's definitions."""
     return cost_periods(analysis.store, analysis.view(cost_work_view), drop_last_step=analysis.options.hta_compat)
 
 

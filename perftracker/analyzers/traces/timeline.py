@@ -1,13 +1,4 @@
-"""The timeline view: one representative step per rank, as boxes per lane, small enough for hundreds of ranks.
-
-Promise: `timeline_view(analysis)` picks the profiled step whose median duration across ranks is
-nearest the median step, every rank when there are at most MAX_TIMELINE_RANKS, else the ranks worth
-showing (`analyzers/ranks/focus.py`: the slowest ones, the slowest one's peers, the median rank; or, without
-them, the fastest, the slowest and a spread between, by their duration of that step), and per rank and lane (a GPU stream, or a CPU event kind)
-at most MAX_BOXES_PER_LANE boxes (the longest: they carry the time). Rows: rank, lane, kind, name
-(at most 120 characters), start_ms (from the rank's step start) and dur_ms; no rows without
-profiler steps and events.
-"""
+"""The timeline view: one representative step per rank, as boxes per lane, small enough for hundreds of ranks."""
 
 from __future__ import annotations
 
