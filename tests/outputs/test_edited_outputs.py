@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -89,20 +88,23 @@ def test_a_left_out_finding_is_said_in_the_report(analyzed: Path, tmp_path: Path
     assert "finding 1 is not one perftracker wrote (ranks are not integers" in (out / "report.html").read_text()
 
 
-def test_a_hundred_thousand_findings_are_capped_and_said(analyzed: Path, tmp_path: Path) -> None:
-    # GIVEN a findings.json with 10^5 findings (the probe: 50 s, 2.6 GB, a 291 MB report)
+def test_ten_times_the_shown_findings_are_capped_and_said(analyzed: Path, tmp_path: Path) -> None:
+    # GIVEN a findings.json with ten times the findings a report shows (the probe's 10^5: 50 s, 2.6 GB, a 291 MB
+    # report; how long a large file takes is benchmarks' business, not a timed test's)
+    many_findings = 10 * MAX_FINDINGS
+
     def many(document: dict[str, Any]) -> None:
         one = document["findings"][0]
-        document["findings"] = [{**one, "id": f"x-{i}", "title": f"finding {i}"} for i in range(100_000)]
+        document["findings"] = [{**one, "id": f"x-{i}", "title": f"finding {i}"} for i in range(many_findings)]
     out = _edited(analyzed, tmp_path, many)
-    start = time.perf_counter()
+    # WHEN the report is rendered again from it
     result = CliRunner().invoke(app, ["report", str(out)])
-    # THEN the report shows the first MAX_FINDINGS and says how many it left out
+    # THEN the report shows the first MAX_FINDINGS, says how many it left out, and stays the size of a report of
+    # MAX_FINDINGS
     assert result.exit_code == 0, result.output
     page = (out / "report.html").read_text(encoding="utf-8")
-    assert f"{100_000 - MAX_FINDINGS:,} findings beyond the first {MAX_FINDINGS:,} are not shown" in page
+    assert f"{many_findings - MAX_FINDINGS:,} findings beyond the first {MAX_FINDINGS:,} are not shown" in page
     assert os.path.getsize(out / "report.html") < 60 * 1024 * 1024
-    assert time.perf_counter() - start < 120
 
 
 def test_a_fifo_or_a_dev_zero_link_as_findings_json_is_refused_at_once(analyzed: Path, tmp_path: Path) -> None:
