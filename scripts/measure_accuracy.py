@@ -2,7 +2,7 @@
 
 Promise: ``python scripts/measure_accuracy.py [FOLDER] [--only NAME,...] [--json FILE]`` analyzes every
 run listed in ``FOLDER/runs.json`` (default ``tests/fixtures/accuracy``, recorded by
-``scripts/record_accuracy_runs.py``) with ``perftracker.analyze(...).write(out)`` twice:
+``scripts/record_accuracy_runs.py``) with ``perftracker.analyze(...)`` twice (findings in memory; nothing is written):
 
 * ``traces``: from the traces alone: a copy of the run without ``steps/`` (and without the py-spy
   ``profiles/``, which are not traces either);
@@ -126,7 +126,6 @@ def analyze(run: RunTruth, mode: str, scratch: Path) -> Outcome:
     source = run.path if mode == "all" else traces_only_copy(run.path, scratch / f"{run.name}-traces")
     try:
         result = perftracker.analyze(source, cache=False, workers=1)
-        result.write(scratch / f"{run.name}-{mode}-out")
     except Exception as exc:  # noqa: BLE001 - counted as an error, reported with the run
         return Outcome(run, mode, error=f"{type(exc).__name__}: {exc}", seconds=time.monotonic() - start)
     findings = tuple(
