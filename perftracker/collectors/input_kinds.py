@@ -148,19 +148,19 @@ def _load_step_files(store: Store, paths: list[Path], options: LoadOptions) -> N
 
 
 def _load_framework_logs(store: Store, paths: list[Path], options: LoadOptions) -> None:
-    """Step times from training logs, only for a run with no other step record (traces or the hook's files time
-    the same steps better: a log's steps beside them would count each step twice)."""
-    steps, notes = load_framework_logs(paths)
-    if steps.empty:
-        store.add_notes(notes)
-    elif store.steps.empty:
-        store.add_notes(notes)
+    """Reported throughput always; step times only for a run with no other step record (traces or the hook's
+    files time the same steps better: a log's steps beside them would count each step twice)."""
+    tables, notes = load_framework_logs(paths)
+    steps = tables.pop("steps")
+    unused = not steps.empty and not store.steps.empty
+    merge(store, tables, [n for n in notes if not (unused and n.level == "info")], RunInfo())
+    if not steps.empty and store.steps.empty:
         store.set_table("steps", steps)
         if store.ranks.empty:
             ranks = sorted(r for r in steps["rank"].unique() if r >= 0)
             store.set_table("ranks", conform("ranks", pd.DataFrame(
                 [{"rank": r, "window": 0, "host": ""} for r in ranks], columns=["rank", "window", "host"])))
-    else:
+    elif unused:
         store.add_notes([LoadNote("info", "framework logs", "the step lines of the training log(s) are not used: "
                                   "the traces or the hook's step files time the steps")])
 
@@ -239,9 +239,11 @@ KINDS: tuple[InputKind, ...] = (
     InputKind("step_files", "steps/rank-<r>.jsonl of a run directory (the in-job hook's step records)",
               lambda o: not o.alone and o.path.parent.name == "steps" and STEP_NAME.search(o.path.name) is not None,
               _load_step_files, ("steps", "phases", "ranks"), ("steps",)),
-    InputKind("framework_logs", "training logs whose lines Megatron-LM, DeepSpeed, HF Trainer, Lightning or torchtitan "
-              "printed (by content: framework_logs.looks_like_framework_log): their step times, read as attach reads "
-              "them (formats/framework_steps.py)", POOL, _load_framework_logs, ("steps", "ranks"), ("steps",)),
+    InputKind("framework_logs", "training logs whose lines Megatron-LM, DeepSpeed, HF Trainer, Lightning, torchtitan "
+              "or NeMo printed (by content: framework_logs.looks_like_framework_log), read once: their step times, "
+              "as attach reads them (formats/framework_steps.py), and the TFLOP/s and MFU they report "
+              "(formats/framework_throughput.py)", POOL, _load_framework_logs,
+              ("steps", "ranks", "reported_throughput"), ("steps",)),
     InputKind("nccl_logs", "NCCL_DEBUG output (any file whose lines NCCL wrote: looks_like_nccl_log) and the "
               "env/rank-<r>.json environment snapshots", POOL, _load_nccl, ("nccl", "config"),
               ("nccl", "config")),
