@@ -1,14 +1,8 @@
 """The kinds of input perftracker reads: which file is which, how each is loaded, which tables it fills.
 
-Promise: `KINDS` is the one list of input kinds. Each `InputKind` says how it recognizes a file (`claims`,
-by its name and, where the name cannot tell, its first bytes) or that it reads the files no kind claimed and
-picks its own by content (`claims` None: NCCL logs, counter dumps, job logs, flight-recorder dumps, execution
-traces, several of which may read one job log), how it loads them into the Store (`load`), which tables it
-fills (`tables`) and which of them alone make a run worth analyzing (`usable`). `classify(inputs)` offers every
-file found (`rundir.discover`) to the kinds in list order: the first that claims it takes it; what none claims
-goes to the shared pool the content kinds read. Nowhere else is a file's kind decided
-(`tests/test_architecture.py`). `collectors/loading.py` maps the Kineto traces (`KINETO`) over an engine, then
-walks `KINDS` in order to load the rest. A new input format is a new entry here (see docs/architecture.md).
+Promise: `KINDS` is the one list of input kinds; `classify(inputs)` offers every file to the kinds in list order
+(the first that claims it takes it; the rest go to the pool the content kinds read). Nowhere else is a file's
+kind decided (`tests/test_architecture.py`). A new input format is a new entry here (docs/internals/collectors.md).
 """
 
 from __future__ import annotations

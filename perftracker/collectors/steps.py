@@ -1,9 +1,7 @@
 """Load per-rank step files (`steps/rank-N.jsonl`) into the `steps` and `phases` tables.
 
-Each line is one step (see `perftracker.rundir`). Lines that are not valid JSON, miss fields or hold
-a rank (other than -1, the job as a whole), step or time out of range are skipped and counted with their line numbers; phases whose
-duration is not a number of nanoseconds are skipped and counted; a file cut off mid-line loses only
-that line. Files are read within `perftracker.bounded`'s limits.
+Promise: each line is one step (`perftracker.rundir`); bad lines and phases are skipped and counted with their
+line numbers; a file cut off mid-line loses only that line. Read within `perftracker.bounded`'s limits.
 """
 
 from __future__ import annotations

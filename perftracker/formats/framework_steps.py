@@ -1,33 +1,8 @@
 """Step records from the text a training framework prints, for jobs without the perftracker hook.
 
-Promise: `StepLineParser.feed(line, seen_ns)` turns one line of a job's log into at most one step
-record in the run-directory format (`perftracker.rundir`), or None. Supported lines:
-
-* Megatron-LM: ``iteration  N/ M | ... | elapsed time per iteration (ms): X | ...``. The time is
-  Megatron's average over its log interval; the record covers the last X ms before the line.
-* DeepSpeed: ``[Rank R] step=N, skipped=...`` (log_dist) and the throughput timer's
-  ``epoch=E/micro_step=M/global_step=N, RunningAvgSamplesPerSec=...``. Neither prints a step time,
-  so the step time is the time between two such lines divided by the steps between them (from the
-  lines' own ``[YYYY-MM-DD hh:mm:ss,mmm]`` timestamps when present, else when the line was read);
-  the first such line only sets the reference point.
-* Hugging Face Trainer: the tqdm progress bar ``N/M [elapsed<left, X it/s]`` (or ``s/it``; tqdm's
-  smoothed rate), and logged dicts that carry ``'step'``/``'global_step'`` (step time by
-  difference, as for DeepSpeed). Dicts without a step (``{'loss': ..., 'epoch': ...}``) and the
-  final ``train_runtime`` summary carry no per-step time and are skipped.
-* PyTorch Lightning: its tqdm progress bar ``Epoch E:  45%|...| N/M [elapsed<left, X it/s, v_num=..., loss=...]``
-  (or ``s/it``; the logged metrics ride in the bar's postfix and carry no time of their own). The step is
-  E * M + N (M the batches of one epoch), so steps keep rising across epochs; the bars of validation,
-  testing, prediction and the sanity check are not training steps and are skipped (for every tqdm format).
-* torchtitan: the metrics logger's line ``step: N  loss: ...  memory: ...GiB(...%)  tps: ...  mfu: ...%``
-  (`torchtitan/components/metrics.py`, `MetricsProcessor.log`, printed every `--metrics.log_freq` steps
-  with colour codes, which are removed, after ``[titan] YYYY-MM-DD hh:mm:ss,mmm - root - INFO -``). It
-  prints no step time, so the step time is by difference, as for DeepSpeed; ``validate step:`` lines
-  are skipped.
-
-The rank is the line's (`formats/log_lines.py`: a launcher prefix, else a rank tag such as DeepSpeed's
-``[Rank 3]``); a line without one gets the parser's `default_rank` (-1 unless the caller knows the one worker
-writing the file). A line's ``YYYY-MM-DD hh:mm:ss`` timestamp is read as local time.
-Records get ``"source": "log"``. Progress bars written with carriage returns: split on ``\\r`` too.
+Promise: `StepLineParser.feed(line, seen_ns)` turns one line of a job's log (Megatron-LM, DeepSpeed, Hugging Face
+Trainer, PyTorch Lightning, torchtitan) into at most one step record in the run-directory format, or None;
+records get `"source": "log"`. The lines and how each is timed: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

@@ -1,34 +1,8 @@
 """GPU health samples: `<run>/counters/<host>.gpu.jsonl` and `nvidia-smi --query-gpu ... --format=csv`.
 
-Promise: both loaders return `counters` rows (device "gpu:<index>", port "", name one of `METRICS`,
-value a float; one row per XID number, name "xid") and `devices` rows (kind "gpu", uuid, PCI bus id,
-NUMA node when known, `ranks`: the job's ranks NVML listed on the GPU in any sample, comma-separated,
-"" when unknown). DCGM exporter samples are read by `collectors/counters/prometheus.py` into the same names.
-Missing or "[N/A]" fields are skipped.
-
-`<run>/counters/<host>.gpu.jsonl`, one JSON object per GPU sample (all metrics optional; `pids` /
-`ranks` are the job's processes on the GPU, written by `perftracker attach`)::
-
-    {"ts_ns": 1732900000000000000, "host": "node-7", "gpu": 3, "uuid": "GPU-...",
-     "pci_bus_id": "00000000:9B:00.0", "numa_node": 1, "pids": [4711], "ranks": [3],
-     "metrics": {"sm_clock_mhz": 1980, "mem_clock_mhz": 2619, "max_sm_clock_mhz": 1980,
-                 "power_w": 650.2, "power_limit_w": 700, "temp_c": 71, "util_gpu_pct": 99,
-                 "util_mem_pct": 45, "clock_event_reasons": 0, "pcie_gen": 5, "pcie_width": 16,
-                 "pcie_max_gen": 5, "pcie_max_width": 16, "pcie_tx_kbps": 1200, "pcie_rx_kbps": 800,
-                 "pcie_replay": 0, "nvlink_links": 18, "nvlink_active": 18, "nvlink_replay": 0,
-                 "nvlink_recovery": 0, "nvlink_crc_flit": 0, "nvlink_crc_data": 0,
-                 "nvlink_tx_kib": 81234567, "nvlink_rx_kib": 80234567, "ecc_sbe": 0, "ecc_dbe": 0,
-                 "xid": [79]}}
-
-Units: `pcie_tx_kbps` / `pcie_rx_kbps` are NVML's PCIe throughput in KB/s over a 20 ms window;
-`pcie_replay` and every `nvlink_*` error counter are cumulative counts (the NVLink ones summed over
-the GPU's links); `nvlink_links` / `nvlink_active` count the links NVML answers for / the active
-ones; `nvlink_tx_kib` / `nvlink_rx_kib` are cumulative KiB of payload summed over the links (rates
-come from differences). `clock_event_reasons` is NVML's bitmask (see `analyzers/health/gpu_health.py`).
-
-nvidia-smi CSV: the header line names the fields (`--query-gpu=timestamp,index,uuid,pci.bus_id,
-clocks.sm,...`, with or without units); `timestamp` (local time, read as UTC) and `index` are
-required; headers repeated by `-l` are skipped. The host is the file name up to its first dot.
+Promise: both loaders return `counters` rows (device "gpu:<index>", name one of `METRICS`, one row per XID
+number) and `devices` rows (kind "gpu", uuid, PCI bus id, NUMA node, the job's ranks on it); missing or
+"[N/A]" fields are skipped. Record format and units: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
-"""Pick up host counter samples among the inputs of `perftracker analyze`, by content.
+"""Pick up host counter samples among the inputs of `perftracker analyze`, by content, whatever their names.
 
-Promise: `load_counter_inputs(paths)` looks at each non-trace file and loads, whatever its name:
-- `*.rdma.jsonl`-style RDMA port samples and `*.gpu.jsonl`-style GPU samples (first JSON line decides),
-- `nvidia-smi --query-gpu=... --format=csv` output (header line decides),
-- Prometheus text with `node_infiniband_*` (node exporter) or `DCGM_FI_*` (DCGM exporter) samples,
-- `grep -H .` dumps of sysfs port counters, and copied sysfs port folders (path layout decides),
-- repeated `ethtool -S <netdev>` outputs with epoch lines ("NIC statistics:" decides; PFC / discard
-  counters of RoCE ports, collectors/counters/ethtool.py), moved onto the RDMA device / port whose sysfs
-  record (from any other input of the same host) lists that netdev,
-- the ranks' scheduler accounting around an incident's window (`sched/<host>.sched.jsonl`,
-  `collectors/counters/sched.py`) into the `cpu_sched` table, and their main threads' states sampled through
-  it (`sched/<host>.states.jsonl`, `collectors/counters/proc_state.py`) into the `proc_states` table,
-- Ethernet interface counters (`<host>.net.jsonl`, `ip -s link` and /sys/class/net dumps, node exporter
-  `node_network_*`: `collectors/counters/netdev_dumps.py`) into the `netdev` and `net_ifaces` tables,
-and returns `({"counters", "devices", "netdev", "net_ifaces"[, "cpu_sched", "proc_states"]}, notes, RunInfo)`; its `counter_sources`
-counts the files of each kind. Files that are none of these are left alone (other loaders read them).
+Promise: `load_counter_inputs(paths)` loads RDMA and GPU samples, nvidia-smi CSV, Prometheus text, sysfs dumps
+and copies, ethtool dumps, scheduler accounting, process states and Ethernet counters, and returns
+`({"counters", "devices", "netdev", "net_ifaces"[, "cpu_sched", "proc_states"]}, notes, RunInfo)`; other files
+are left to the other loaders. Which file is which: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
 """Ethernet interface counters from the files users already have, and the net part of `analyze`'s inputs.
 
-Promise: `load_net_inputs(paths)` looks at each file by content, whatever its name, and loads:
-- `<host>.net.jsonl` samples written by attach / run (`collectors/counters/netdev.py`);
-- repeated `ip -s link` (or `ip -s -s link`) outputs, each preceded by an epoch line (`date +%s.%N`,
-  or `# ts_ns=<ns>`): interface lines give admin state (`UP`), carrier (`LOWER_UP` / `NO-CARRIER`),
-  operstate and MTU; the `RX:` / `TX:` / `RX errors:` / `TX errors:` blocks give the counters under their
-  sysfs names (`transns`, the carrier transitions, is `carrier_changes`);
-- repeated `grep -H . /sys/class/net/*/statistics/* /sys/class/net/*/{operstate,carrier,flags,speed,mtu,
-  carrier_changes}` dumps (lines `<path>:<value>`, or `<path> <value>`), each preceded by an epoch line
-  (a bare `cat` of those files names no counter and cannot be read);
-- Prometheus text from node exporter (`node_network_*` by `device`: bytes, packets, errs, drop,
-  carrier changes, `up`, `carrier`, `speed_bytes`, `mtu_bytes`; `node_netstat_Tcp_*` / `TcpExt_*` as TCP
-  counters), timed by sample timestamps or `# scrape_time <unix s>` lines (`collectors/counters/prometheus.py`).
-`# host=<name>` names the host of a text dump, else the file name up to its first dot does. It returns
-`({"netdev": frame, "net_ifaces": frame}, notes, {kind: files})`; files without a time are skipped with
-a note, since rates need sample times.
+Promise: `load_net_inputs(paths)` reads, by content, `<host>.net.jsonl` samples, repeated `ip -s link` outputs,
+sysfs `grep -H` dumps and node exporter text, and returns `({"netdev", "net_ifaces"}, notes, {kind: files})`;
+files without a time are skipped with a note. Formats: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

@@ -1,40 +1,8 @@
 """RDMA port counters: a sysfs snapshot, and loaders of the files that hold such snapshots.
 
-Promise:
-- `snapshot(sysfs_root, host)` reads every port of `<root>/class/infiniband/*` (or of `root` when it
-  is the `infiniband` folder itself), following symlinks as the kernel lays them out, and returns one
-  record per port in the run-directory format below. Unreadable or non-numeric files are skipped.
-  A live sampler appends these records with `rundir.append_jsonl`; tests snapshot fake trees.
-- `load_rdma_jsonl(path)` reads `<run>/counters/<host>.rdma.jsonl`; `load_sysfs_copies(paths)` reads
-  periodic raw snapshots users already have; both return `counters` rows and `devices` rows.
-
-`<run>/counters/<host>.rdma.jsonl`, one JSON object per port sample::
-
-    {"ts_ns": 1732900000000000000, "host": "node-7", "device": "mlx5_0", "port": "1",
-     "state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": "400 Gb/sec (4X NDR)",
-     "link_layer": "InfiniBand", "counters": {"port_xmit_data": 123, ...},
-     "hw_counters": {"np_cnp_sent": 0, ...}, "numa_node": 0, "pci_bus_id": "0000:17:00.0",
-     "netdevs": ["ib0"]}
-
-(`phys_state`, `numa_node`, `pci_bus_id` and `netdevs` are optional.) Counter values are kept as
-the kernel writes them: `port_xmit_data`/`port_rcv_data` count octets divided by 4. A RoCE port
-(link layer Ethernet) sampled live also has `"ethtool": {name: int}`: the flow-control counters
-(PFC pauses, discards, buffer / ECN / pause-storm counters) of `ethtool -S <netdev>`, selected by
-`collectors/counters/ethtool.py`; `snapshot()` itself reads sysfs only.
-
-Counter rows: device = RDMA device, port = port number as text, name = the sysfs file name (from
-`counters/` or `hw_counters/`) or `ethtool:<name>` for the `ethtool` counters (e.g.
-`ethtool:rx_prio3_pause_duration`), plus `state_id` (4 = ACTIVE), `phys_state_id` (5 = LinkUp),
-`rate_gbps` and `width` (lanes) parsed from the port's `rate`.
-
-Raw snapshot copies (`load_sysfs_copies`) come in two shapes:
-- folders: `<anything>/<host>/<time>/[class/]infiniband/<dev>/ports/<n>/{counters,hw_counters}/<name>`
-  (e.g. `cp -r` of the counter folders once a minute). `<time>` is the epoch in s, ms or ns; a file
-  `hostname` in the `<time>` folder overrides the host taken from the folder above it.
-- text dumps: the output of `grep -H . /sys/class/infiniband/*/ports/*/{counters,hw_counters}/*
-  /sys/class/infiniband/*/ports/*/{state,rate,link_layer}` repeated, each repetition preceded by a
-  line holding the epoch (`date +%s.%N`) or `# ts_ns=<ns>`; `# host=<name>` names the host, else
-  the file name up to its first dot does.
+Promise: `snapshot(sysfs_root, host)` reads every port of `<root>/class/infiniband/*` into one record per port
+(unreadable files skipped); `load_rdma_jsonl(path)` and `load_sysfs_copies(paths)` read recorded samples and
+raw sysfs copies into `counters` and `devices` rows. Record format and copy shapes: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

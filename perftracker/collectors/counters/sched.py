@@ -1,21 +1,8 @@
 """How long each rank's process waited for a CPU: the kernel's scheduler accounting, read around a window.
 
-Record format (`<evidence>/sched/<host>.sched.jsonl`, and `baseline/sched/` for the watcher's healthy window;
-one JSON object per rank per snapshot, two snapshots per window: at its start and at its end)::
-
-    {"ts_ns": ..., "host": "node-a", "rank": 3, "pid": 4242, "run_ns": ..., "wait_ns": ..., "slices": ...,
-     "threads": 9, "load1": 7.6, "cpus": 2}
-
-`run_ns`, `wait_ns` and `slices` are the sums over the process's threads of `/proc/<pid>/task/<tid>/schedstat`:
-time on a CPU, time runnable but waiting on a run queue (another task had the CPU), and the number of times
-it was scheduled in (the kernel's `sched_info`; present when the kernel has schedstats, as every distribution
-kernel does). `load1` is the first field of /proc/loadavg, `cpus` the CPUs the process may run on. Between two
-snapshots of one pid, wait / wall is the share of the window the rank wanted a CPU and had none.
-
-Promise: `read_process(pid, proc_root)` gives (run_ns, wait_ns, slices, threads) or None (gone, no
-permission, no schedstat); `snapshot_record(...)` builds one record; `load_sched_jsonl(path)` reads a file of
-them, bounded, into rows of the `cpu_sched` table (the window is "baseline" under a `baseline/` folder, else
-"incident"), skipping lines that are not records with a note.
+Promise: `read_process(pid, proc_root)` gives (run_ns, wait_ns, slices, threads) or None; `snapshot_record(...)`
+builds one record; `load_sched_jsonl(path)` reads a file of them, bounded, into `cpu_sched` rows, skipping lines
+that are not records with a note. Record format: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """What a node's sysfs says about its RDMA devices and network interfaces.
 
-Promise: `read_sysfs(root)` reads `<root>/class/infiniband/*` (ports, state, link layer, GID table
-with GID types and netdevs) and `<root>/class/net/*` (operstate, and the addresses the RoCE GIDs
-name), following symlinks exactly as the kernel lays them out, so tests can point `root` at a fake
-tree. Unreadable files (an empty GID slot's attributes fail with EINVAL) are skipped, never fatal.
-With the real `/sys` the IPv4/IPv6 addresses of every interface are added from the kernel.
-It also says what it could not read, and why (`status`: no sysfs, no `class/infiniband`, no devices, no
-permission), so the rules can say what they could not verify. Bridges are marked `bridge`. The result is plain JSON-able data meant for the
-Store's `RunInfo.sysfs`.
+Promise: `read_sysfs(root)` reads `<root>/class/infiniband/*` and `<root>/class/net/*` as the kernel lays them
+out (unreadable files skipped, never fatal) into plain JSON-able data for `RunInfo.sysfs`, with a `status`
+saying what it could not read and why. Details: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

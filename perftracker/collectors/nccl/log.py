@@ -1,15 +1,9 @@
 """Read NCCL_DEBUG=INFO/WARN/TRACE output into the Store's `nccl` and `config` tables.
 
-Promise: any text file is accepted (a per-process NCCL_DEBUG_FILE, or a job's mixed output with
-launcher prefixes, timestamps and unrelated lines, NCCL 2.3 to 2.30). Lines that are not NCCL lines
-are skipped; NCCL lines with an unknown message are counted and a sample is kept as `other` facts;
-nothing in a log is fatal. Each fact is stored once per process with the line it was first seen on
-and how often it repeated, so a gigabyte of Channel lines becomes a few hundred rows.
-
-`nccl` rows: (rank, host, pid, device, key, value, line, file, count). Keys are listed in
-`FACT_KEYS`; structured values are compact JSON. Facts printed outside any process header (the bare
-`NCCL version` line of NCCL <= 2.21, PyTorch error text) have pid -1 and host "".
-`config` rows: one per environment echo (`NCCL_X set by environment to V`), source `nccl_echo`.
+Promise: any text file is accepted (NCCL 2.3 to 2.30, mixed with other output); nothing in a log is fatal. Each
+fact is stored once per process with the line it was first seen on and how often it repeated. `nccl` rows:
+(rank, host, pid, device, key, value, line, file, count); `config` rows: one per environment echo, source
+`nccl_echo`. Details: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Read nccl-tests output (all_reduce_perf, all_gather_perf, sendrecv_perf, ...) into the Store's `nccl_tests` table.
 
-Promise: any text file is accepted wherever the output sits: a job log mixing NCCL_DEBUG lines, a launcher's
-stdout, one file per rank; lines may carry a launcher prefix (`[1,0]<stdout>:`, `host: `, `[timestamp] `). Every
-test's table gives one row per message size: size, count, type, redop, root (-1 when the version prints none),
-and for out-of-place and in-place the time (us), algbw, busbw (GB/s) and #wrong (-1 where it prints N/A; the
-older `error` column's float is kept as #wrong 0 when it is below 1e-3, else 1). The test's `# Avg bus bandwidth`
-line, its `Using devices` lines (ranks, hosts, GPU names) and its name (the `Collective test concluded` line, or
-the last `*_perf` command seen before it) go on each of its rows. Nothing here raises on content; a file with no
-table gives no rows. Lines are read within `perftracker.bounded`'s limits.
+Promise: any text file is accepted wherever the output sits (launcher prefixes allowed); every test's table
+gives one row per message size, with the test's name, devices and average bus bandwidth on each row. Nothing
+raises on content; lines are read within `perftracker.bounded`'s limits. Columns: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """One Nsight Systems SQLite export, opened read-only and immutable, and what its schema holds.
 
-Promise: `open_export(path)` checks the file through `perftracker/bounded.py` (a regular file, under the
-per-file cap, starting with the SQLite header) and returns an `Export`: a connection that can never write
-(`mode=ro&immutable=1`, `query_only`, no trusted schema, so no view or trigger of the file runs code), with
-a progress handler that stops any query past a time budget, and the tables (only real tables, never views)
-with their columns, read with `PRAGMA table_info` so that every query names only columns that exist.
-Anything wrong with the file is an `ExportError` naming it, never a traceback.
-An export in WAL mode (its rows in `<name>-wal` beside it: opened immutable, the main file alone has no
-tables) is copied with its WAL into a temporary folder (both under the per-file cap together) and that
-copy is opened, then removed on `close`. A `.sqlite` that is a gzip or zip file is an input of ours too,
-refused with an ExportError saying to decompress it (never silently left out).
+Promise: `open_export(path)` checks the file (`perftracker/bounded.py`) and returns an `Export`: a connection
+that can never write nor run the file's code, stopped past a time budget, with the real tables and their
+columns. Anything wrong with the file is an `ExportError` naming it. WAL and compressed files: see
+docs/internals/collectors.md.
 """
 
 from __future__ import annotations

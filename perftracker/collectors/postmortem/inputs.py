@@ -1,11 +1,8 @@
 """Pick up the post-mortem inputs of a folder: flight-recorder dumps, job logs, error files, kernel logs.
 
-Promise: `is_postmortem_file(path)` tells, from the file's first bytes, whether a file is a
-flight-recorder dump (JSON or pickle) or a torchelastic error file, so `analyze` does not take it
-for a profiler trace. `load_postmortem_inputs(paths)` takes the files `rundir.discover` found and
-returns (tables {"collectives_fr", "failures"}, notes, RunInfo {fr_pg_status, fr_pg_config,
-watchdog_progress}). Files are recognized by content, not name; anything unreadable becomes a note.
-Ranks of error files named in torchrun's ChildFailedError table (`error_file:`) take that rank.
+Promise: `is_postmortem_file(path)` tells an FR dump or a torchelastic error file by its first bytes;
+`load_postmortem_inputs(paths)` returns ({"collectives_fr", "failures"}, notes, RunInfo). Files are recognized
+by content; anything unreadable is a note. Error files named in torchrun's ChildFailedError table take its rank.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Which GPU kernels are communication, and of which library: the shipped list, the user's, and `--comm-kernel`.
 
 Promise: `load_comm_kernels(files, extra)` returns a `CommKernels` matcher built from
-`perftracker/data/comm_kernels.toml` (NCCL, RCCL, MSCCL, MSCCL++, DeepEP-style expert parallelism,
-pplx, NVSHMEM, Transformer Engine userbuffers, oneCCL, HCCL, PyTorch symmetric memory), then the
-families of each user file in that format (`--comm-kernels FILE`, `PERFTRACKER_COMM_KERNELS`; a family
-of a name already known adds its patterns to it), then the `--comm-kernel` regexes as family
-"custom". `family_of(name)` is the first family with a pattern found in the kernel name ('' for none).
-A user file that cannot be read, is not TOML of that shape, or holds a regex that does not compile
-raises `InputError` naming the file (or `UsageError` for a bad `--comm-kernel`), never a traceback.
-`fingerprint()` changes whenever the patterns do, so parsed-trace caches keyed by it stay right.
+`perftracker/data/comm_kernels.toml`, the user's files in that format and the `--comm-kernel` regexes (family
+"custom"); `family_of(name)` is the first matching family ('' for none); `fingerprint()` changes whenever the
+patterns do. A bad file or regex raises `InputError` / `UsageError` naming it, never a traceback.
 """
 
 from __future__ import annotations

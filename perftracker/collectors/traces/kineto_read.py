@@ -1,20 +1,8 @@
 """Read one Kineto (PyTorch profiler) trace file into typed event records, as much of it as is usable.
 
-Promises:
-- `.json` and `.json.gz`, read under the per-file cap (`perftracker.bounded`: regular files only, gzip
-  inflated in chunks); a gzip stream cut off mid-write yields the bytes it holds.
-- A trace cut off (or damaged) anywhere is recovered up to its last complete event whatever the
-  decoder's error says (`kineto_cut`), with `ParsedTrace.cut` saying what was kept and lost. An empty
-  file, a corrupt gzip with nothing before the damage, or JSON that is not a trace raises
-  `InputError` naming the file.
-- Every number is range-checked before it becomes a column: events whose timestamp is not a number
-  or out of range are dropped (counted in `dropped`), durations out of range are 0 (`bad_durations`).
-- Timestamps keep every digit: when the file writes epoch-magnitude microseconds with a fraction
-  (which a float64 cannot hold to the nanosecond), the raw digits are parsed instead.
-- Trace content is data: nothing in it is evaluated.
-- Memory: a well-formed trace is read streaming (`kineto_stream`: the text in blocks, the events decoded a
-  chunk at a time into columns), so it costs about the columns it yields; anything else (a cut, damage,
-  fields of unusual types, a file over the cap) is read whole as below, with the same result.
+Promise: `.json` and `.json.gz` under the per-file cap; a trace cut or damaged anywhere is kept up to its last
+complete event (`ParsedTrace.cut`); unusable files raise `InputError` naming them; every number is range-checked
+and timestamps keep every digit; nothing is evaluated. Details: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

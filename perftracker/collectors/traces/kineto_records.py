@@ -1,10 +1,8 @@
 """The typed records a Kineto trace decodes into, and how a chunk of them becomes columns.
 
-Promise: `Event` / `RawEvent` (ts and dur as the raw JSON digits) / `EventArgs` are the msgspec structs a
-trace's events decode into (only the fields perftracker reads), `TraceDoc` the whole document. `add_typed`
-and `add_digits` take one chunk of decoded events and add it to a `ColumnBuilder`: timestamps range-checked
-(events without a usable one dropped and counted), durations out of range taken as 0 (counted), times in
-integer nanoseconds. `ParsedTrace` is what reading one file gives: the columns, the trace's facts, and notes.
+Promise: `Event` / `RawEvent` / `EventArgs` / `TraceDoc` are the msgspec structs a trace decodes into;
+`add_typed` and `add_digits` add one decoded chunk to a `ColumnBuilder` (times range-checked, in integer
+nanoseconds, the dropped counted); `ParsedTrace` is what reading one file gives.
 """
 
 from __future__ import annotations
