@@ -97,14 +97,14 @@ _FACTS = (("world_size", "world size"), ("device_name", "device"), ("manifest_jo
           ("run_id", "TORCHELASTIC_RUN_ID"))
 
 
-@dataclass
 class _Agreed:
     """What the members of a group agree on so far: each fact's known value, each process group's (desc, size).
     Kept as members join, so that grouping N traces costs N checks, not N x members (4096 ranks of 500
     process groups each took hours)."""
 
-    values: dict[str, Any] = field(default_factory=dict)
-    process_groups: dict[str, tuple[str, int]] = field(default_factory=dict)
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.process_groups: dict[str, tuple[str, int]] = {}
 
     def add(self, trace: TraceJobFacts) -> None:
         for attr, _ in _FACTS:

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from perftracker.bounded import LineBlocks, clean_text, iter_lines, loads_json
+from perftracker.collectors.file_notes import line_list
 from perftracker.errors import InputError
 from perftracker.store import LoadNote
 from perftracker.store.schema import conform, empty_table
@@ -52,7 +53,7 @@ def load_step_files(paths: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame, dict
             continue
         if bad:
             notes.append(LoadNote("warning", str(path), f"skipped {len(bad)} malformed step line(s) (line "
-                                  f"{', '.join(map(str, bad[:5]))}{', ...' if len(bad) > 5 else ''}: not JSON, a "
+                                  f"{line_list(bad)}: not JSON, a "
                                   "field missing, or a rank, step or time out of range)", {"lines": bad[:50]}))
         if bad_phases:
             notes.append(LoadNote("warning", str(path), f"skipped {bad_phases} step phase(s) whose duration is not a "

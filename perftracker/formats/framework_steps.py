@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from perftracker.formats.log_lines import line_rank, line_time_ns, strip_ansi
@@ -24,14 +23,14 @@ _NOT_TRAINING_BAR = re.compile(r"(?:Validation|Validating|Sanity Checking|Testin
 _TITAN = re.compile(r"(?<!validate )(?<![A-Za-z_])step:\s{0,8}(\d{1,18})\s+loss:")
 
 
-@dataclass
 class StepLineParser:
     """Stateful: step-by-difference formats remember the previous (step, time) per rank and kind."""
 
-    host: str = ""
-    default_rank: int = -1  # the rank of lines without a rank prefix (a file only one worker writes)
-    previous: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
-    last_tqdm: dict[int, int] = field(default_factory=dict)
+    def __init__(self, host: str = "", default_rank: int = -1) -> None:
+        self.host = host
+        self.default_rank = default_rank  # the rank of lines without a rank prefix (a file only one worker writes)
+        self.previous: dict[tuple[str, int], tuple[int, int]] = {}
+        self.last_tqdm: dict[int, int] = {}
 
     def feed(self, line: str, seen_ns: int) -> dict[str, Any] | None:
         if len(line) > 4096 or not any(key in line for key in ("iteration", "step", "it/s", "s/it")):

@@ -13,7 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from perftracker.bounded import LineBlocks, LineStats, file_cap, iter_lines
+from perftracker.bounded import LineBlocks, LineStats, iter_lines
+from perftracker.collectors.file_notes import cut_notes
 from perftracker.rundir import read_jsonl
 from perftracker.store import LoadNote
 from perftracker.values import finite, int_in, rank_in_range
@@ -104,7 +105,7 @@ def load_gpu_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any
         devices[key]["ranks"] = ",".join(map(str, sorted(on_gpu)))
     notes = [LoadNote("warning", str(path), f"{bad} line(s) are not GPU samples (or hold a GPU index or time out "
                       "of range) and were skipped")] if bad else []
-    notes.extend(LoadNote("warning", str(path), n) for n in stats.notes(file_cap()))
+    notes.extend(cut_notes(path, stats))
     return rows, list(devices.values()), notes
 
 

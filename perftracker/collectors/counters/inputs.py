@@ -8,13 +8,13 @@ are left to the other loaders. Which file is which: docs/internals/collectors.md
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from perftracker.bounded import file_cap, loads_json, read_head, read_text
+from perftracker.bounded import loads_json, read_head, read_text
 from perftracker.collectors.counters import (
     ethtool,
     gpu_samples,
@@ -24,6 +24,7 @@ from perftracker.collectors.counters import (
     rdma,
     sched,
 )
+from perftracker.collectors.file_notes import cut_notes, line_list, unreadable
 from perftracker.errors import InputError
 from perftracker.store import LoadNote, RunInfo
 from perftracker.store.schema import conform
@@ -52,24 +53,17 @@ def sniff(path: Path, head: str) -> str:
     sysfs_dump, ethtool_dump or ''."""
     rec = _first_json(head) if head.lstrip().startswith("{") else {}
     if rec:
-        if {"device", "port", "ts_ns"} <= rec.keys() and ("counters" in rec or "hw_counters" in rec):
-            return "rdma_jsonl"
-        if {"gpu", "ts_ns", "metrics"} <= rec.keys():
-            return "gpu_jsonl"
-        if sched.looks_like_sched_jsonl(rec):
-            return "sched_jsonl"
-        if proc_state.looks_like_states_jsonl(rec):
-            return "states_jsonl"
-        return ""
-    if gpu_samples.looks_like_smi_csv(head):
-        return "smi_csv"
-    if prometheus.looks_like_exposition(head):
-        return "prometheus"
-    if rdma.looks_like_sysfs_dump(head):
-        return "sysfs_dump"
-    if ethtool.looks_like_ethtool_dump(head):
-        return "ethtool_dump"
-    return ""
+        return next((kind for kind, test in _JSON_KINDS if test(rec)), "")
+    return next((kind for kind, looks_like in _TEXT_KINDS if looks_like(head)), "")
+
+
+_JSON_KINDS: tuple[tuple[str, Callable[[dict[str, Any]], bool]], ...] = (
+    ("rdma_jsonl", lambda r: {"device", "port", "ts_ns"} <= r.keys() and ("counters" in r or "hw_counters" in r)),
+    ("gpu_jsonl", lambda r: {"gpu", "ts_ns", "metrics"} <= r.keys()),
+    ("sched_jsonl", sched.looks_like_sched_jsonl), ("states_jsonl", proc_state.looks_like_states_jsonl))
+_TEXT_KINDS: tuple[tuple[str, Callable[[str], bool]], ...] = (
+    ("smi_csv", gpu_samples.looks_like_smi_csv), ("prometheus", prometheus.looks_like_exposition),
+    ("sysfs_dump", rdma.looks_like_sysfs_dump), ("ethtool_dump", ethtool.looks_like_ethtool_dump))
 
 
 def _load_prometheus(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
@@ -77,11 +71,10 @@ def _load_prometheus(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, A
     skipped: list[int] = []
     samples = prometheus.parse_text(text, skipped)
     host = path.name.split(".")[0]
-    notes: list[LoadNote] = [LoadNote("warning", str(path), capped.note(file_cap()))] if capped.left_out else []
+    notes = cut_notes(path, capped)
     if skipped:
         notes.append(LoadNote("warning", str(path), f"{len(skipped)} sample line(s) with a value or time that is not a "
-                              f"finite number in range were skipped (line {', '.join(map(str, skipped[:5]))}"
-                              f"{', ...' if len(skipped) > 5 else ''})", {"lines": skipped[:50]}))
+                              f"finite number in range were skipped (line {line_list(skipped)})", {"lines": skipped[:50]}))
     if any(s.ts_ns < 0 for s in samples):
         notes.append(LoadNote("warning", str(path), "Prometheus samples without a timestamp or a preceding "
                               "`# scrape_time <unix seconds>` line were skipped: rates need sample times"))
@@ -123,7 +116,7 @@ def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame],
             try:
                 r_sched, n_sched = (sched.load_sched_jsonl if kind == "sched_jsonl" else proc_state.load_states_jsonl)(path)
             except OSError as exc:
-                notes.append(LoadNote("warning", str(path), f"scheduler file could not be read: {exc.strerror or exc}"))
+                notes.append(unreadable(path, "scheduler file", exc))
                 continue
             (sched_rows if kind == "sched_jsonl" else state_rows).extend(r_sched)
             notes.extend(n_sched)
@@ -131,11 +124,8 @@ def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame],
             continue
         try:
             r, d, n = _LOADERS[kind](path)
-        except OSError as exc:
-            notes.append(LoadNote("warning", str(path), f"counter file could not be read: {exc.strerror or exc}"))
-            continue
-        except InputError as exc:
-            notes.append(LoadNote("warning", str(path), f"counter file could not be read: {exc.message}"))
+        except (OSError, InputError) as exc:
+            notes.append(unreadable(path, "counter file", exc))
             continue
         (eth_rows if kind == "ethtool_dump" else rows).extend(r)
         (eth_devices if kind == "ethtool_dump" else devices).extend(d)

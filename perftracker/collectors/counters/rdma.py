@@ -13,7 +13,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from perftracker.bounded import LineBlocks, LineStats, file_cap, iter_lines, read_text
+from perftracker.bounded import LineBlocks, LineStats, iter_lines, read_text
+from perftracker.collectors.file_notes import cut_notes
 from perftracker.errors import InputError
 from perftracker.rundir import read_jsonl
 from perftracker.store import LoadNote
@@ -174,7 +175,7 @@ def load_rdma_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, An
     if bad:
         notes.append(LoadNote("warning", str(path), f"{bad} line(s) are not RDMA port samples (or hold a time or "
                               "counter out of range) and were skipped"))
-    notes.extend(LoadNote("warning", str(path), n) for n in stats.notes(file_cap()))
+    notes.extend(cut_notes(path, stats))
     return rows, list(devices.values()), notes
 
 

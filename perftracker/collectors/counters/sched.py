@@ -12,7 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perftracker.bounded import file_cap, loads_json, read_text
+from perftracker.bounded import loads_json, read_text
+from perftracker.collectors.file_notes import cut_notes, line_list
 from perftracker.store import LoadNote
 
 RECORD_KEYS = frozenset({"ts_ns", "rank", "pid", "run_ns", "wait_ns"})
@@ -90,11 +91,10 @@ def load_window_records(path: Path, what: str, row_of: Callable[[dict[str, Any],
             bad.append(number)
         else:
             rows.append(row)
-    notes = [LoadNote("warning", str(path), capped.note(file_cap()))] if capped.left_out else []
+    notes = cut_notes(path, capped)
     if bad:
         notes.append(LoadNote("warning", str(path), f"{len(bad)} line(s) are not {what} and were skipped "
-                              f"(line {', '.join(map(str, bad[:5]))}{', ...' if len(bad) > 5 else ''})",
-                              {"lines": bad[:50]}))
+                              f"(line {line_list(bad)})", {"lines": bad[:50]}))
     return rows, notes
 
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from perftracker.bounded import LineBlocks, file_cap, iter_lines, loads_json, read_head
+from perftracker.bounded import LineBlocks, iter_lines, loads_json, read_head
+from perftracker.collectors.file_notes import cut_notes, line_list
 from perftracker.errors import InputError
 from perftracker.store import LoadNote, RunInfo
 from perftracker.store.schema import conform, empty_table
@@ -114,9 +115,9 @@ def parse_inspector_file(path: Path) -> tuple[list[dict[str, Any]], list[LoadNot
         reason = exc.what if isinstance(exc, InputError) else (exc.strerror or str(exc))
         return [], [LoadNote("warning", str(path), f"NCCL Inspector output not read: {reason}; check the file "
                              "is a readable regular file")]
-    notes = [LoadNote("warning", str(path), said) for said in blocks.stats.notes(file_cap())]
+    notes = cut_notes(path, blocks.stats)
     if bad:
-        shown = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
+        shown = line_list(bad)
         notes.append(LoadNote("warning", str(path), f"{len(bad)} line(s) are not complete NCCL Inspector records "
                               f"or hold values out of range and were skipped (line {shown}); the other "
                               f"{len(rows)} record(s) were used. A last line cut off while NCCL wrote it is "

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from perftracker.bounded import LineBlocks, LineStats, file_cap, read_head
+from perftracker.bounded import LineBlocks, LineStats, read_head
+from perftracker.collectors.file_notes import cut_notes, unreadable
 from perftracker.collectors.nccl import patterns as P
 from perftracker.collectors.nccl.lines import ProcFacts, classify_message
 from perftracker.errors import InputError
@@ -307,13 +308,10 @@ def load_nccl_logs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], list
         stats = LineStats()
         try:
             rows, config = parse_nccl_file(Path(path), stats)
-        except OSError as exc:
-            notes.append(LoadNote("warning", str(path), f"NCCL log could not be read: {exc.strerror or exc}"))
+        except (OSError, InputError) as exc:
+            notes.append(unreadable(path, "NCCL log", exc))
             continue
-        except InputError as exc:
-            notes.append(LoadNote("warning", str(path), f"NCCL log could not be read: {exc.message}"))
-            continue
-        notes.extend(LoadNote("warning", str(path), n) for n in stats.notes(file_cap()))
+        notes.extend(cut_notes(path, stats))
         nccl_rows.extend(rows)
         config_rows.extend(config)
         procs = {(r["host"], r["pid"]) for r in rows if int(str(r["pid"])) >= 0}

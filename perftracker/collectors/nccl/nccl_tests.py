@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from perftracker.bounded import LineBlocks, read_head
+from perftracker.collectors.file_notes import unreadable
 from perftracker.errors import InputError
 from perftracker.store import LoadNote
 from perftracker.store.schema import conform
@@ -77,7 +78,6 @@ class _Parser:
         self.current: _Test | None = None
         self.name = ""
         self.devices: dict[int, tuple[str, str]] = {}
-        self.in_header = False
 
     def feed(self, lines: Iterable[str], first: int) -> None:
         lineno = first - 1
@@ -165,14 +165,8 @@ def load_nccl_tests(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], lis
     notes: list[LoadNote] = []
     for path in paths:
         try:
-            if not looks_like_nccl_tests(Path(path)):
-                continue
-            found = parse_nccl_tests_file(Path(path))
-        except OSError as exc:
-            notes.append(LoadNote("warning", str(path), f"nccl-tests output could not be read: {exc.strerror or exc}"))
-            continue
-        except InputError as exc:
-            notes.append(LoadNote("warning", str(path), f"nccl-tests output could not be read: {exc.message}"))
-            continue
-        rows.extend(found)
+            if looks_like_nccl_tests(Path(path)):
+                rows.extend(parse_nccl_tests_file(Path(path)))
+        except (OSError, InputError) as exc:
+            notes.append(unreadable(path, "nccl-tests output", exc))
     return {"nccl_tests": conform("nccl_tests", pd.DataFrame(rows))}, notes

@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from perftracker.bounded import read_head, read_text
+from perftracker.collectors.file_notes import unreadable
 from perftracker.errors import InputError
 from perftracker.store import LoadNote
 from perftracker.store.schema import conform
@@ -157,6 +158,5 @@ def load_ras(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], list[LoadN
             if is_ras_file(Path(path)):
                 rows.extend(parse_ras_file(Path(path)))
         except (OSError, InputError) as exc:
-            why = exc.message if isinstance(exc, InputError) else (exc.strerror or str(exc))
-            notes.append(LoadNote("warning", str(path), f"NCCL RAS output could not be read: {why}"))
+            notes.append(unreadable(path, "NCCL RAS output", exc))
     return {"nccl_ras": conform("nccl_ras", pd.DataFrame(rows))}, notes

@@ -14,7 +14,6 @@ import sqlite3
 import tempfile
 import time
 import urllib.parse
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from perftracker.bounded import file_cap, open_regular
@@ -24,7 +23,6 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 # The tables whose presence says "an Nsight Systems export" (any one of the first with StringIds).
 ACTIVITY_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS",
                    "CUPTI_ACTIVITY_KIND_MEMCPY")
-NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 _DEFAULT_SECONDS = 600.0
 MAX_TEXT = 4096  # characters kept of any string the file holds (kernel names run to a few hundred)
 _NOT_NSYS = "not an Nsight Systems export"
@@ -61,15 +59,15 @@ def time_budget() -> float:
     return value if 0 < value < 1e7 else _DEFAULT_SECONDS
 
 
-@dataclass
 class Export:
     """An open export: its connection and its tables' columns (name -> set of column names)."""
 
-    path: Path
-    conn: sqlite3.Connection
-    columns: dict[str, set[str]] = field(default_factory=dict)
-    size: int = 0
-    copy_dir: Path | None = None  # the temporary copy of a WAL-mode export (removed on close)
+    def __init__(self, path: Path, conn: sqlite3.Connection, size: int = 0, copy_dir: Path | None = None) -> None:
+        self.path = path
+        self.conn = conn
+        self.columns: dict[str, set[str]] = {}
+        self.size = size
+        self.copy_dir = copy_dir  # the temporary copy of a WAL-mode export (removed on close)
 
     def has(self, table: str, *cols: str) -> bool:
         return table in self.columns and all(c in self.columns[table] for c in cols)

@@ -13,7 +13,7 @@ import hashlib
 import re
 import tomllib
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -34,15 +34,12 @@ class CommFamily:
     sources: tuple[str, ...] = ()
 
 
-@dataclass
 class CommKernels:
     """The families in match order, each pattern compiled once."""
 
-    families: tuple[CommFamily, ...]
-    _compiled: list[tuple[str, re.Pattern[str]]] = field(default_factory=list, repr=False)
-
-    def __post_init__(self) -> None:
-        self._compiled = [(f.name, re.compile(p)) for f in self.families for p in f.patterns]
+    def __init__(self, families: tuple[CommFamily, ...]) -> None:
+        self.families = families
+        self._compiled = [(f.name, re.compile(p)) for f in families for p in f.patterns]
 
     def family_of(self, name: str) -> str:
         """The first family with a pattern found in `name`, '' when the kernel is not communication."""
