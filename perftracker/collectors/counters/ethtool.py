@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from perftracker.bounded import LineBlocks, iter_lines
+from perftracker.collectors.counters.dump_lines import named_host, stamp
 from perftracker.store import LoadNote
 from perftracker.values import ETHTOOL_COUNTER_PREFIX
 
@@ -99,8 +100,6 @@ def _rows(blocks: list[tuple[int, str, dict[str, int]]], host: str,
 
 def load_ethtool_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
     """(counter rows, device rows, notes) of a text file of repeated `ethtool -S` outputs with epoch lines."""
-    from perftracker.collectors.counters.rdma import _epoch_ns  # rdma imports this module
-
     host = path.name.split(".")[0]
     ts: int | None = None
     netdev = ""
@@ -123,17 +122,17 @@ def load_ethtool_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
     for _, raw in iter_lines(reader):
         line = raw.strip()
         cmd = _COMMAND.match(line)
-        if line.startswith("# host="):
-            host = line[7:].strip() or host
+        if (named := named_host(line)) is not None:
+            host = named or host
         elif line.startswith("# netdev="):
             flush()
             netdev = line[9:].strip()
         elif cmd:
             flush()
             netdev = cmd.group("dev")
-        elif line.startswith("# ts_ns=") or _epoch_ns(line) is not None:
+        elif line.startswith("# ts_ns=") or stamp(line) is not None:
             flush()
-            ts = _epoch_ns(line[8:] if line.startswith("# ts_ns=") else line)
+            ts = stamp(line)
         elif line == _HEADER:
             flush()
         else:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from perftracker.bounded import LineBlocks, LineStats, iter_lines
+from perftracker.collectors.counters.dump_lines import MAX_TS_NS
 from perftracker.collectors.file_notes import cut_notes
 from perftracker.rundir import read_jsonl
 from perftracker.store import LoadNote
@@ -60,14 +61,13 @@ def _ranks(value: Any) -> set[int]:
 
 
 _MAX_GPU = 1 << 16
-_MAX_TS_NS = 4 * 10**18
 
 
 def _sample(rec: Any, default_host: str) -> tuple[str, int, int, dict[str, Any]] | None:
     """(host, gpu, ts_ns, metrics) of one GPU sample record, or None when it is not one (or out of range)."""
     if not isinstance(rec, dict):
         return None
-    gpu, ts, metrics = int_in(rec.get("gpu"), 0, _MAX_GPU), int_in(rec.get("ts_ns"), 0, _MAX_TS_NS), rec.get("metrics")
+    gpu, ts, metrics = int_in(rec.get("gpu"), 0, _MAX_GPU), int_in(rec.get("ts_ns"), 0, MAX_TS_NS), rec.get("metrics")
     if gpu is None or ts is None or not isinstance(metrics, (dict, type(None))):
         return None
     return str(rec.get("host") or default_host), gpu, ts, dict(metrics or {})

@@ -208,7 +208,7 @@ def _num(value: Any) -> float | None:
 
 
 def iface_rows(host: str, iface: str, data: Mapping[str, Any], ts: int) -> list[dict[str, Any]]:
-    """`netdev` rows of one interface's sample (see the module docstring for the names)."""
+    """`netdev` rows of one interface's sample (names: docs/internals/collectors.md)."""
     base = {"host": host, "iface": iface, "ts_ns": ts}
     rows: list[dict[str, Any]] = []
 

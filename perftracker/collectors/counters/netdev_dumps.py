@@ -16,6 +16,7 @@ import pandas as pd
 
 from perftracker.bounded import LineBlocks, iter_lines, loads_json, read_head, read_text
 from perftracker.collectors.counters import netdev, prometheus
+from perftracker.collectors.counters.dump_lines import named_host, stamp
 from perftracker.errors import InputError
 from perftracker.store import LoadNote
 from perftracker.store.schema import conform
@@ -46,18 +47,6 @@ NODE_NETWORK: dict[str, tuple[str, float]] = {  # node exporter metric (no node_
     "carrier_down_changes_total": ("carrier_down_count", 1.0), "up": ("operstate_up", 1.0),
     "carrier": ("carrier", 1.0), "speed_bytes": ("speed_mbps", 8e-6), "mtu_bytes": ("mtu", 1.0),
 }
-
-
-def _epoch_ns(line: str) -> int | None:
-    text = line[8:] if line.startswith("# ts_ns=") else line
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    for limit, scale in ((1e17, 1.0), (1e14, 1e3), (1e11, 1e6), (1e8, 1e9)):
-        if value > limit:
-            return int(value * scale)
-    return None
 
 
 def looks_like_ip_link(head: str) -> bool:
@@ -98,12 +87,11 @@ class _Samples:
 
 def _header(text: str, samples: _Samples) -> bool:
     """Epoch and host lines of a dump; True when the line was one."""
-    if text.startswith("# host="):
-        samples.host = text[7:].strip()
+    if (named := named_host(text)) is not None:
+        samples.host = named
         return True
-    stamp = _epoch_ns(text)
-    if stamp is not None:
-        samples.ts = stamp
+    if (at := stamp(text)) is not None:
+        samples.ts = at
         return True
     return False
 

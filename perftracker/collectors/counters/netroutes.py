@@ -92,7 +92,7 @@ def route_iface(address: str, routes: Sequence[Route]) -> str | None:
 
 
 def ifname_matches(variable: str, value: str, name: str) -> bool:
-    """Whether `name` is selected by `variable=value` (see the module docstring)."""
+    """Whether `name` is selected by `variable=value` (docs/internals/collectors.md)."""
     text = value.strip()
     if variable not in _PREFIX_MATCH:
         return name in {t.strip() for t in text.split(",") if t.strip()}
@@ -120,7 +120,7 @@ def _is_loopback(address: str) -> bool:
 
 def job_interfaces(settings: Mapping[str, str], peers: Iterable[str], names: Sequence[str],
                    routes: Sequence[Route], local: Iterable[str] = ()) -> dict[str, str]:
-    """{iface: why} of the interfaces the job uses on this node (see the module docstring)."""
+    """{iface: why} of the interfaces the job uses on this node (docs/internals/collectors.md)."""
     reasons: dict[str, list[str]] = {}
     candidates = [n for n in names if n != "lo"]
     for variable in IFNAME_SETTINGS:

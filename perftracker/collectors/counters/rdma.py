@@ -7,21 +7,19 @@ raw sysfs copies into `counters` and `devices` rows. Record format and copy shap
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from perftracker.bounded import LineBlocks, LineStats, iter_lines, read_text
+from perftracker.collectors.counters.dump_lines import MAX_TS_NS, epoch_ns, named_host, stamp
 from perftracker.collectors.file_notes import cut_notes
 from perftracker.errors import InputError
 from perftracker.rundir import read_jsonl
 from perftracker.store import LoadNote
 from perftracker.values import ETHTOOL_COUNTER_PREFIX as ETHTOOL_PREFIX
 from perftracker.values import finite, int_in
-
-MAX_TS_NS = 4 * 10**18
 
 RATE = re.compile(r"(?<![\d.])(?P<gbps>\d{1,9}(?:\.\d{1,9})?)\s*Gb/sec(?:\s*\((?P<width>\d{1,4})X\s*"
                   r"(?P<speed>[A-Z0-9]{0,16})\))?")
@@ -179,29 +177,10 @@ def load_rdma_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, An
     return rows, list(devices.values()), notes
 
 
-def _epoch_ns(text: str) -> int | None:
-    """An epoch time in s, ms, us or ns (told apart by size) as ns; None for anything else."""
-    try:
-        value = float(text[:64])
-    except ValueError:
-        return None
-    if not math.isfinite(value) or value >= MAX_TS_NS:
-        return None
-    if value > 1e17:
-        return int(value)
-    if value > 1e14:
-        return int(value * 1e3)
-    if value > 1e11:
-        return int(value * 1e6)
-    if value > 1e8:
-        return int(value * 1e9)
-    return None
-
-
 def _folder_time_host(root: Path) -> tuple[int | None, str]:
     parts = root.parts
     for i in range(len(parts) - 1, -1, -1):
-        ts = _epoch_ns(parts[i])
+        ts = epoch_ns(parts[i])
         if ts is not None:
             named = _read(root / "hostname")
             host = named or (parts[i - 1] if i > 0 else "")
@@ -232,7 +211,7 @@ def sysfs_copy_files(paths: Iterable[Path]) -> list[Path]:
 
 
 def load_sysfs_copies(paths: Sequence[Path]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
-    """(counter rows, device rows, notes) from copied sysfs port folders (see the module docstring)."""
+    """(counter rows, device rows, notes) from copied sysfs port folders (docs/internals/collectors.md)."""
     groups: dict[str, dict[tuple[str, str], dict[str, str]]] = {}
     for p in paths:
         m = _PORT_PATH.match(p.as_posix())
@@ -279,13 +258,12 @@ def load_sysfs_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, An
     blocks = LineBlocks(path)
     for _, line in iter_lines(blocks):
         line = line.strip()
-        if line.startswith("# host="):
-            host = line[7:].strip()
+        if (named := named_host(line)) is not None:
+            host = named
             continue
-        stamp = _epoch_ns(line[8:]) if line.startswith("# ts_ns=") else _epoch_ns(line)
-        if stamp is not None:
+        if (at := stamp(line)) is not None:
             flush()
-            ts = stamp
+            ts = at
             continue
         m = _DUMP_LINE.match(line)
         if m:

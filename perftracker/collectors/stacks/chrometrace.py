@@ -53,7 +53,7 @@ def _is_main(changes: list[tuple[float, tuple[str, ...]]]) -> bool:
 
 
 def read_burst(path: Path, rank: int, rate_hz: float, started_ns: int = 0) -> StackBurst:
-    """The main thread's stacks of one chrometrace recording (see the module docstring)."""
+    """The main thread's stacks of one chrometrace recording (docs/internals/collectors.md)."""
     try:
         events = load_json_file(path)
     except (OSError, ValueError) as exc:

@@ -45,7 +45,7 @@ _SHAPE_KEYS = (("input_dims", "Input Dims"), ("input_type", "Input type"), ("con
 
 
 def parse_trace(path: Path) -> ParsedTrace:
-    """Parse one trace file; see the module docstring for what is recovered and what raises."""
+    """Parse one trace file; what is recovered and what raises: docs/internals/collectors.md."""
     streamed = parse_streaming(path)
     if streamed is not None:
         return streamed
