@@ -12,10 +12,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from perftracker.bounded import LineBlocks, LineStats, iter_lines, read_text
+from perftracker.bounded import LineBlocks, LineStats, iter_lines
 from perftracker.collectors.counters.dump_lines import MAX_TS_NS, epoch_ns, named_host, stamp
+from perftracker.collectors.counters.sysfs import read_attr
 from perftracker.collectors.file_notes import cut_notes
-from perftracker.errors import InputError
 from perftracker.rundir import read_jsonl
 from perftracker.store import LoadNote
 from perftracker.values import ETHTOOL_COUNTER_PREFIX as ETHTOOL_PREFIX
@@ -31,15 +31,6 @@ _DUMP_LINE = re.compile(r"^(?P<path>\S*/infiniband/[^/]+/ports/\d+/(?:(?:hw_)?co
 _TEXT_FIELDS = ("state", "phys_state", "rate", "link_layer")
 
 
-_SYSFS_FILE_BYTES = 1 << 16  # a sysfs attribute is a page at most
-
-
-def _read(path: Path) -> str | None:
-    try:
-        text, _ = read_text(path, _SYSFS_FILE_BYTES)
-    except (InputError, OSError):
-        return None
-    return text.strip()
 
 
 def _int(text: str | None) -> int | None:
@@ -56,7 +47,7 @@ def _counter_dir(folder: Path) -> dict[str, int]:
     for f in sorted(folder.iterdir(), key=lambda p: p.name):
         if f.name == "lifespan":
             continue
-        value = _int(_read(f))
+        value = _int(read_attr(f))
         if value is not None:
             out[f.name] = value
     return out
@@ -83,14 +74,14 @@ def snapshot(sysfs_root: Path | str, host: str, ts_ns: int | None = None) -> lis
         if not ports.is_dir():
             continue
         pci = dev / "device"
-        numa = _int(_read(pci / "numa_node"))
+        numa = _int(read_attr(pci / "numa_node"))
         net = pci / "net"
         netdevs = sorted(p.name for p in net.iterdir()) if net.is_dir() else []
         bus_id = pci.resolve().name if pci.exists() else ""
         for port in sorted(ports.iterdir(), key=lambda p: p.name):
             rec: dict[str, Any] = {"ts_ns": when, "host": host, "device": dev.name, "port": port.name}
             for name in _TEXT_FIELDS:
-                rec[name] = _read(port / name) or ""
+                rec[name] = read_attr(port / name) or ""
             rec["counters"] = _counter_dir(port / "counters")
             rec["hw_counters"] = _counter_dir(port / "hw_counters")
             if numa is not None:
@@ -182,10 +173,10 @@ def _folder_time_host(root: Path) -> tuple[int | None, str]:
     for i in range(len(parts) - 1, -1, -1):
         ts = epoch_ns(parts[i])
         if ts is not None:
-            named = _read(root / "hostname")
+            named = read_attr(root / "hostname")
             host = named or (parts[i - 1] if i > 0 else "")
             return ts, host
-    return None, _read(root / "hostname") or ""
+    return None, read_attr(root / "hostname") or ""
 
 
 def _records_from(values: dict[tuple[str, str], dict[str, str]], ts: int, host: str) -> list[dict[str, Any]]:
@@ -217,7 +208,7 @@ def load_sysfs_copies(paths: Sequence[Path]) -> tuple[list[dict[str, Any]], list
         m = _PORT_PATH.match(p.as_posix())
         if not m:
             continue
-        text = _read(p)
+        text = read_attr(p)
         if text is not None:
             groups.setdefault(m.group("root"), {}).setdefault((m.group("dev"), m.group("port")), {})[
                 m.group("rest")] = text
