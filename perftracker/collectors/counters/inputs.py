@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from perftracker.bounded import loads_json, read_head, read_text
+from perftracker.bounded import loads_json, read_text
 from perftracker.collectors.counters import (
     ethtool,
     gpu_samples,
@@ -28,13 +28,6 @@ from perftracker.collectors.file_notes import cut_notes, line_list, unreadable
 from perftracker.errors import InputError
 from perftracker.store import LoadNote, RunInfo
 from perftracker.store.schema import conform
-
-_HEAD_BYTES = 65536
-_SKIP_SUFFIXES = (".gz", ".parquet", ".html", ".png", ".zip", ".tar")
-
-
-def _head(path: Path) -> str:
-    return read_head(path, _HEAD_BYTES).decode("utf-8", errors="replace")
 
 
 def _first_json(head: str) -> dict[str, Any]:
@@ -107,9 +100,9 @@ def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame],
     copies = rdma.sysfs_copy_files(paths)
     copy_set = set(copies)
     for path in paths:
-        if path in copy_set or path.name.endswith(_SKIP_SUFFIXES):
+        if path in copy_set or path.name.endswith(netdev_dumps.SKIP_SUFFIXES):
             continue
-        kind = sniff(path, _head(path))
+        kind = sniff(path, netdev_dumps.head_text(path))
         if not kind:
             continue
         if kind in ("sched_jsonl", "states_jsonl"):  # the processes' CPU wait / states in a window: tables of their own

@@ -17,12 +17,13 @@ import pandas as pd
 from perftracker.bounded import LineBlocks, iter_lines, loads_json, read_head, read_text
 from perftracker.collectors.counters import netdev, prometheus
 from perftracker.collectors.counters.dump_lines import named_host, stamp
+from perftracker.collectors.file_notes import unreadable
 from perftracker.errors import InputError
 from perftracker.store import LoadNote
 from perftracker.store.schema import conform
 
 _HEAD_BYTES = 65536
-_SKIP_SUFFIXES = (".gz", ".parquet", ".html", ".png", ".zip", ".tar")
+SKIP_SUFFIXES = (".gz", ".parquet", ".html", ".png", ".zip", ".tar")
 _LINK = re.compile(r"^\d+:\s+(?P<name>[^:@\s]+)(?:@\S+)?:\s+<(?P<flags>[^>]*)>(?P<rest>.*)$")
 _BLOCK = re.compile(r"^\s+(?P<dir>RX|TX)(?P<errors>\s+errors)?:\s+(?P<names>.+)$")
 _SYSFS = re.compile(r"^(?:\S*/)?class/net/(?P<iface>[^/\s]+)/(?:(?P<stats>statistics)/)?(?P<file>[a-z_]+)"
@@ -207,7 +208,7 @@ def load_node_network(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
     return rows, list(ifaces.values()), notes
 
 
-def _head(path: Path) -> str:
+def head_text(path: Path) -> str:
     return read_head(path, _HEAD_BYTES).decode("utf-8", errors="replace")  # "" for a FIFO, device, ...
 
 
@@ -240,16 +241,15 @@ def load_net_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], lis
     notes: list[LoadNote] = []
     sources: dict[str, int] = {}
     for path in paths:
-        if path.name.endswith(_SKIP_SUFFIXES):
+        if path.name.endswith(SKIP_SUFFIXES):
             continue
-        kind = sniff_net(_head(path))
+        kind = sniff_net(head_text(path))
         if not kind:
             continue
         try:
             r, i, n = _LOADERS[kind](path)
         except (OSError, InputError) as exc:
-            notes.append(LoadNote("warning", str(path), f"network counter file could not be read: "
-                                  f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}"))
+            notes.append(unreadable(path, "network counter file", exc))
             continue
         rows.extend(r)
         ifaces.extend(i)
