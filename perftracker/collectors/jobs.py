@@ -291,11 +291,16 @@ def _manifest_job(folder: Path, root: Path) -> str:
     return ""
 
 
-def _read_job(path: Path) -> str:
+def _small_json(path: Path) -> Any:
+    """A manifest or env snapshot's JSON ({} when absent or unreadable)."""
     try:
-        data = load_json_file(path, MAX_MANIFEST_BYTES) if path.is_file() else {}
+        return load_json_file(path, MAX_MANIFEST_BYTES) if path.is_file() else {}
     except (InputError, OSError, ValueError):
-        return ""
+        return {}
+
+
+def _read_job(path: Path) -> str:
+    data = _small_json(path)
     job = data.get("job") if isinstance(data, dict) else None
     return str(job) if job else ""
 
@@ -304,11 +309,7 @@ def _run_id(run_dir: Path, rank: int | None) -> str:
     """TORCHELASTIC_RUN_ID of the rank's env snapshot in `run_dir` ("" when none, or torchrun's `none`)."""
     if rank is None:
         return ""
-    path = run_dir / "env" / f"rank-{rank}.json"
-    try:
-        data = load_json_file(path, MAX_MANIFEST_BYTES) if path.is_file() else {}
-    except (InputError, OSError, ValueError):
-        return ""
+    data = _small_json(run_dir / "env" / f"rank-{rank}.json")
     env = data.get("env") if isinstance(data, dict) else None
     value = str(env.get("TORCHELASTIC_RUN_ID", "")).strip() if isinstance(env, dict) else ""
     return "" if value in ("", "none") else value
