@@ -67,7 +67,8 @@ def _load_prometheus(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, A
     notes = cut_notes(path, capped)
     if skipped:
         notes.append(LoadNote("warning", str(path), f"{len(skipped)} sample line(s) with a value or time that is not a "
-                              f"finite number in range were skipped (line {line_list(skipped)})", {"lines": skipped[:50]}))
+                              f"finite number in range were skipped (line {line_list(skipped)})",
+                              {"lines": skipped[:50]}))
     if any(s.ts_ns < 0 for s in samples):
         notes.append(LoadNote("warning", str(path), "Prometheus samples without a timestamp or a preceding "
                               "`# scrape_time <unix seconds>` line were skipped: rates need sample times"))

@@ -110,6 +110,11 @@ def _replace_bad_utf8(trace: ParsedTrace, text: TraceText) -> bool:
     return False
 
 
+def _damaged(exc: Exception, path: Path) -> InputError:
+    return InputError(f"the trace is not valid JSON ({exc})", str(path),
+                      "the file is damaged; re-export this rank's trace")
+
+
 def _recover(trace: ParsedTrace, text: TraceText, error_at: int, total: int, exc: Exception) -> TraceDoc | None:
     """Keep the complete events before a cut or damage (`text.data` shortened in place); None when the
     kept part needs the loose reader. Raises InputError when no event before the damage is complete."""
@@ -119,8 +124,7 @@ def _recover(trace: ParsedTrace, text: TraceText, error_at: int, total: int, exc
             said = "".join(f"; {n}" for n in text.notes)
             raise InputError(f"the trace is cut off before its first complete event{said}", str(trace.path),
                              "nothing in it can be used; re-export this rank's trace") from None
-        raise InputError(f"the trace is not valid JSON ({exc})", str(trace.path),
-                         "the file is damaged; re-export this rank's trace") from None
+        raise _damaged(exc, trace.path) from None
     trace.cut = CutReport(events_kept=0, bytes_used=used, bytes_read=total, total_known=text.whole,
                           damaged_at=error_at, gzip=text.gzip)
     trace.bytes_lost = total - used
@@ -129,8 +133,7 @@ def _recover(trace: ParsedTrace, text: TraceText, error_at: int, total: int, exc
     except msgspec.ValidationError:
         return None
     except msgspec.DecodeError as again:  # syntax is whole now: what the typed decoder still refuses
-        raise InputError(f"the trace is not valid JSON ({again})", str(trace.path),
-                         "the file is damaged; re-export this rank's trace") from None
+        raise _damaged(again, trace.path) from None
 
 
 def _fill_loose(trace: ParsedTrace, text: TraceText, path: Path) -> None:
@@ -151,8 +154,7 @@ def _fill_loose(trace: ParsedTrace, text: TraceText, path: Path) -> None:
                 _fill_loose(trace, text, path)
                 return
             if trace.cut is not None:
-                raise InputError(f"the trace is not valid JSON ({exc})", str(path),
-                                 "the file is damaged; re-export this rank's trace") from None
+                raise _damaged(exc, path) from None
             total = len(text.data)
             _recover(trace, text, error_position(str(exc), total), total, exc)
             try:
@@ -160,8 +162,7 @@ def _fill_loose(trace: ParsedTrace, text: TraceText, path: Path) -> None:
             except msgspec.ValidationError:
                 raise
             except msgspec.DecodeError as again:
-                raise InputError(f"the trace is not valid JSON ({again})", str(path),
-                                 "the file is damaged; re-export this rank's trace") from None
+                raise _damaged(again, path) from None
     except msgspec.ValidationError as exc:  # msgspec's own limits (an integer of thousands of digits)
         raise InputError(f"the trace holds a value out of range ({exc})", str(path),
                          "the file is damaged or not from torch.profiler; re-export this rank's trace") from None

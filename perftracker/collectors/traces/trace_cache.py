@@ -1,6 +1,6 @@
 """The per-rank cache of parsed traces: keyed by what a trace holds, written so that a crash leaves no half entry.
 
-Promise: `content_key(path, comm_kernels)` is the same for the same bytes, file name, `CACHE_VERSION` and
+Promise: `content_source(path, comm_kernels).key` is the same for the same bytes, file name, `CACHE_VERSION` and
 patterns, wherever the file lies; `CacheEntry` writes an entry's files so that one with a meta file is whole;
 `lookup` uses an entry only when no one else could have written it and it checks out, else it is a miss with a
 note, never a crash. Costs and trust rules: docs/internals/collectors.md.
@@ -58,11 +58,6 @@ def content_source(path: Path, comm_kernels: CommKernels) -> Source:
     digest, size = content_digest(path, cap)
     basis = json.dumps([digest, size, path.name, cap, CACHE_VERSION, comm_kernels.fingerprint()])
     return Source(hashlib.sha256(basis.encode()).hexdigest()[:32], digest, size)
-
-
-def content_key(path: Path, comm_kernels: CommKernels) -> str:
-    """`content_source(...).key`."""
-    return content_source(path, comm_kernels).key
 
 
 def untrusted(path: Path, what: str) -> str:
