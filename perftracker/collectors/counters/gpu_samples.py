@@ -1,6 +1,6 @@
 """GPU health samples: `<run>/counters/<host>.gpu.jsonl` and `nvidia-smi --query-gpu ... --format=csv`.
 
-Promise: both loaders return `counters` rows (device "gpu:<index>", name one of `METRICS`, one row per XID
+Promise: both loaders return `counters` rows (device "gpu:<index>", name a metric of the record, one row per XID
 number) and `devices` rows (kind "gpu", uuid, PCI bus id, NUMA node, the job's ranks on it); missing or
 "[N/A]" fields are skipped. Record format and units: docs/internals/collectors.md.
 """
@@ -19,12 +19,6 @@ from perftracker.collectors.file_notes import cut_notes
 from perftracker.rundir import read_jsonl
 from perftracker.store import LoadNote
 from perftracker.values import finite, int_in, rank_in_range
-
-METRICS = ("sm_clock_mhz", "mem_clock_mhz", "max_sm_clock_mhz", "power_w", "power_limit_w", "temp_c",
-           "util_gpu_pct", "util_mem_pct", "clock_event_reasons", "pcie_gen", "pcie_width", "pcie_max_gen",
-           "pcie_max_width", "pcie_tx_kbps", "pcie_rx_kbps", "pcie_replay", "nvlink_links", "nvlink_active",
-           "nvlink_replay", "nvlink_recovery", "nvlink_crc_flit", "nvlink_crc_data", "nvlink_tx_kib",
-           "nvlink_rx_kib", "ecc_sbe", "ecc_dbe", "thermal_violation_us", "power_violation_us")
 
 # nvidia-smi --query-gpu field (units stripped) -> metric name
 SMI_FIELDS: dict[str, str] = {

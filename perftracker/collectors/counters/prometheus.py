@@ -49,7 +49,7 @@ NODE_IB: dict[str, tuple[str, float]] = {
     "rate_bytes_per_second": ("rate_gbps", 8e-9),
 }
 
-# DCGM exporter field -> GPU metric name (gpu_samples.METRICS)
+# DCGM exporter field -> GPU metric name (those of gpu_samples.py)
 DCGM: dict[str, str] = {
     "DCGM_FI_DEV_SM_CLOCK": "sm_clock_mhz",
     "DCGM_FI_DEV_MEM_CLOCK": "mem_clock_mhz",

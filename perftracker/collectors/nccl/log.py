@@ -22,15 +22,6 @@ from perftracker.store import LoadNote
 from perftracker.store.schema import conform
 from perftracker.values import INT32_MAX, MAX_RANK, ascii_int
 
-FACT_KEYS = (
-    "version", "rank", "nranks", "nnodes", "local_ranks", "comm", "init_complete", "init_start",
-    "init_timings", "bootstrap", "socket_if", "oob", "nic", "ib_ro", "ib_no_device", "ibverbs_missing",
-    "ib_open_failed", "network", "net_plugin", "plugin_path", "gdr_disabled", "connected_rings", "via",
-    "channels", "ring", "tree", "qp", "env", "warn", "completion_error", "error_chain", "cuda_driver",
-    "other", "other_count", "warn_lines", "process", "cqe_error", "ibv_error", "sharp", "socket_ifcount",
-    "plugin_note", "channel_count", "bootstrap_timings", "connected",
-    "topo_system", "topo_link", "topo_path", "graph_pattern", "gdr_enabled", "nvls", "p2p_type",
-)
 _SNIFF_BYTES = 64 * 1024
 _OTHER_SAMPLES = 50
 _HEAD_CACHE_MAX = 1 << 18
