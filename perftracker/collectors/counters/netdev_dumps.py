@@ -76,6 +76,13 @@ class _Samples:
             return None
         return self.records.setdefault((self.ts, name), {"counters": {}})
 
+    def finish(self, path: Path, what: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
+        """(netdev rows, net_ifaces rows, notes) of a text dump; without a time line, a note says it was skipped."""
+        rows, ifaces = self.rows(str(path))
+        notes = [] if rows else [LoadNote("warning", str(path), f"{what} without time lines (`date +%s.%N` or "
+                                          "`# ts_ns=N` before each) was skipped: rates need sample times")]
+        return rows, ifaces, notes
+
     def rows(self, source: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         rows: list[dict[str, Any]] = []
         ifaces: dict[str, dict[str, Any]] = {}
@@ -133,10 +140,7 @@ def load_ip_link_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
                 if column in names and value.isdigit():
                     current["counters"][names[column]] = int(value)
             pending = None
-    rows, ifaces = samples.rows(str(path))
-    notes = [] if rows else [LoadNote("warning", str(path), "`ip -s link` output without time lines (`date +%s.%N` "
-                                      "or `# ts_ns=N` before each) was skipped: rates need sample times")]
-    return rows, ifaces, notes
+    return samples.finish(path, "`ip -s link` output")
 
 
 def load_sysfs_net_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
@@ -165,10 +169,7 @@ def load_sysfs_net_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str
                 data["speed_mbps"] = number
             elif m.group("stats") or name.startswith("carrier_"):
                 data["counters"][name] = number
-    rows, ifaces = samples.rows(str(path))
-    notes = [] if rows else [LoadNote("warning", str(path), "/sys/class/net dump without time lines (`date +%s.%N` "
-                                      "or `# ts_ns=N` before each) was skipped: rates need sample times")]
-    return rows, ifaces, notes
+    return samples.finish(path, "/sys/class/net dump")
 
 
 def load_node_network(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
