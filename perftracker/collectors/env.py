@@ -1,12 +1,8 @@
 """Configuration sources: a live process's environment, env files / job specs, run-dir env snapshots.
 
-Promise: only allow-listed variables (NCCL_*, TORCH_*, CUDA_*, UCX_*, GLOO_*, OMP_*, MASTER_*, the
-launcher's rank variables and a few more) are ever returned, and a variable whose name looks like a
-secret (TOKEN, PASS, PWD, SECRET, KEY, CRED, CERT, BEARER, WEBHOOK, AUTH, ...) is dropped even when
-its prefix is allowed, as is one whose value carries a credential (URL user info, a token query
-parameter, a long random-looking key): the rules are `perftracker/redaction.py`'s. Values are kept
-verbatim (stray spaces included: they matter to NCCL). Rows conform to the Store's `config` table:
-rank, host, pid, key, value, source (env | env_file), evidence.
+Promise: only allow-listed variables are ever returned, and a variable whose name or value looks like a secret
+is dropped (`perftracker/redaction.py`'s rules). Values are kept verbatim (stray spaces matter to NCCL). Rows
+conform to the Store's `config` table: rank, host, pid, key, value, source (env | env_file), evidence.
 """
 
 from __future__ import annotations

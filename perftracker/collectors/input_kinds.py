@@ -1,14 +1,8 @@
 """The kinds of input perftracker reads: which file is which, how each is loaded, which tables it fills.
 
-Promise: `KINDS` is the one list of input kinds. Each `InputKind` says how it recognizes a file (`claims`,
-by its name and, where the name cannot tell, its first bytes) or that it reads the files no kind claimed and
-picks its own by content (`claims` None: NCCL logs, counter dumps, job logs, flight-recorder dumps, execution
-traces, several of which may read one job log), how it loads them into the Store (`load`), which tables it
-fills (`tables`) and which of them alone make a run worth analyzing (`usable`). `classify(inputs)` offers every
-file found (`rundir.discover`) to the kinds in list order: the first that claims it takes it; what none claims
-goes to the shared pool the content kinds read. Nowhere else is a file's kind decided
-(`tests/test_architecture.py`). `collectors/loading.py` maps the Kineto traces (`KINETO`) over an engine, then
-walks `KINDS` in order to load the rest. A new input format is a new entry here (see docs/architecture.md).
+Promise: `KINDS` is the one list of input kinds; `classify(inputs)` offers every file to the kinds in list order
+(the first that claims it takes it; the rest go to the pool the content kinds read). Nowhere else is a file's
+kind decided (`tests/test_architecture.py`). A new input format is a new entry here (docs/internals/collectors.md).
 """
 
 from __future__ import annotations
@@ -148,19 +142,19 @@ def _load_step_files(store: Store, paths: list[Path], options: LoadOptions) -> N
 
 
 def _load_framework_logs(store: Store, paths: list[Path], options: LoadOptions) -> None:
-    """Step times from training logs, only for a run with no other step record (traces or the hook's files time
-    the same steps better: a log's steps beside them would count each step twice)."""
-    steps, notes = load_framework_logs(paths)
-    if steps.empty:
-        store.add_notes(notes)
-    elif store.steps.empty:
-        store.add_notes(notes)
+    """Reported throughput always; step times only for a run with no other step record (traces or the hook's
+    files time the same steps better: a log's steps beside them would count each step twice)."""
+    tables, notes = load_framework_logs(paths)
+    steps = tables.pop("steps")
+    unused = not steps.empty and not store.steps.empty
+    merge(store, tables, [n for n in notes if not (unused and n.level == "info")], RunInfo())
+    if not steps.empty and store.steps.empty:
         store.set_table("steps", steps)
         if store.ranks.empty:
             ranks = sorted(r for r in steps["rank"].unique() if r >= 0)
             store.set_table("ranks", conform("ranks", pd.DataFrame(
                 [{"rank": r, "window": 0, "host": ""} for r in ranks], columns=["rank", "window", "host"])))
-    else:
+    elif unused:
         store.add_notes([LoadNote("info", "framework logs", "the step lines of the training log(s) are not used: "
                                   "the traces or the hook's step files time the steps")])
 
@@ -239,9 +233,11 @@ KINDS: tuple[InputKind, ...] = (
     InputKind("step_files", "steps/rank-<r>.jsonl of a run directory (the in-job hook's step records)",
               lambda o: not o.alone and o.path.parent.name == "steps" and STEP_NAME.search(o.path.name) is not None,
               _load_step_files, ("steps", "phases", "ranks"), ("steps",)),
-    InputKind("framework_logs", "training logs whose lines Megatron-LM, DeepSpeed, HF Trainer, Lightning or torchtitan "
-              "printed (by content: framework_logs.looks_like_framework_log): their step times, read as attach reads "
-              "them (formats/framework_steps.py)", POOL, _load_framework_logs, ("steps", "ranks"), ("steps",)),
+    InputKind("framework_logs", "training logs whose lines Megatron-LM, DeepSpeed, HF Trainer, Lightning, torchtitan "
+              "or NeMo printed (by content: framework_logs.looks_like_framework_log), read once: their step times, "
+              "as attach reads them (formats/framework_steps.py), and the TFLOP/s and MFU they report "
+              "(formats/framework_throughput.py)", POOL, _load_framework_logs,
+              ("steps", "ranks", "reported_throughput"), ("steps",)),
     InputKind("nccl_logs", "NCCL_DEBUG output (any file whose lines NCCL wrote: looks_like_nccl_log) and the "
               "env/rank-<r>.json environment snapshots", POOL, _load_nccl, ("nccl", "config"),
               ("nccl", "config")),

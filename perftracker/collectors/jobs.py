@@ -1,28 +1,8 @@
 """Which job each trace belongs to: the loaded traces grouped by job, before anything cross-rank.
 
-Promise: `group_jobs` is a plain function of the traces' identities (`TraceJobFacts`). Two traces are
-of different jobs when they disagree on anything a job fixes for all its ranks:
-
-- world size (`distributedInfo.world_size`);
-- process-group configuration (`distributedInfo.pg_config`): one process-group name with a different
-  description or size (ranks may list only the groups they belong to, so a name one trace lacks is
-  no conflict);
-- job / run id: the `job` of the nearest `manifest.json` between the trace and the analyzed root,
-  and `TORCHELASTIC_RUN_ID` of the rank's environment snapshot (`env/rank-<r>.json` of that run
-  directory; torchrun's placeholder `none` is no id);
-- device type (`deviceProperties[0].name`);
-- wall-clock time: traces whose time spans are more than `FAR_APART_NS` (24 hours) apart, with no
-  trace of the same group in between, are different runs.
-
-A fact a trace does not carry (no world size, no devices, no base time) agrees with anything, so a
-trace missing facts joins the group it is compatible with and never splits one.
-
-Why 24 hours: the ranks of one job record the same steps, so their windows overlap up to the clock
-skew between hosts (milliseconds to seconds; minutes on a badly synchronized cluster). Windows of one
-rank taken at different times of one job are chained (each gap is measured from the group's trace
-before it), so a long job profiled every few hours stays one group however long it runs. A day with
-no trace of that job is far longer than any skew or profiling interval, and is what separates two
-submissions of the same script (the reported mix was 8.5 days apart).
+Promise: `group_jobs` is a plain function of the traces' identities (`TraceJobFacts`): two traces are of
+different jobs when they disagree on a fact a job fixes for all its ranks, or lie more than `FAR_APART_NS`
+apart; a fact a trace lacks agrees with anything. The facts and why 24 hours: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
@@ -117,14 +97,14 @@ _FACTS = (("world_size", "world size"), ("device_name", "device"), ("manifest_jo
           ("run_id", "TORCHELASTIC_RUN_ID"))
 
 
-@dataclass
 class _Agreed:
     """What the members of a group agree on so far: each fact's known value, each process group's (desc, size).
     Kept as members join, so that grouping N traces costs N checks, not N x members (4096 ranks of 500
     process groups each took hours)."""
 
-    values: dict[str, Any] = field(default_factory=dict)
-    process_groups: dict[str, tuple[str, int]] = field(default_factory=dict)
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.process_groups: dict[str, tuple[str, int]] = {}
 
     def add(self, trace: TraceJobFacts) -> None:
         for attr, _ in _FACTS:
@@ -311,11 +291,16 @@ def _manifest_job(folder: Path, root: Path) -> str:
     return ""
 
 
-def _read_job(path: Path) -> str:
+def _small_json(path: Path) -> Any:
+    """A manifest or env snapshot's JSON ({} when absent or unreadable)."""
     try:
-        data = load_json_file(path, MAX_MANIFEST_BYTES) if path.is_file() else {}
+        return load_json_file(path, MAX_MANIFEST_BYTES) if path.is_file() else {}
     except (InputError, OSError, ValueError):
-        return ""
+        return {}
+
+
+def _read_job(path: Path) -> str:
+    data = _small_json(path)
     job = data.get("job") if isinstance(data, dict) else None
     return str(job) if job else ""
 
@@ -324,11 +309,7 @@ def _run_id(run_dir: Path, rank: int | None) -> str:
     """TORCHELASTIC_RUN_ID of the rank's env snapshot in `run_dir` ("" when none, or torchrun's `none`)."""
     if rank is None:
         return ""
-    path = run_dir / "env" / f"rank-{rank}.json"
-    try:
-        data = load_json_file(path, MAX_MANIFEST_BYTES) if path.is_file() else {}
-    except (InputError, OSError, ValueError):
-        return ""
+    data = _small_json(run_dir / "env" / f"rank-{rank}.json")
     env = data.get("env") if isinstance(data, dict) else None
     value = str(env.get("TORCHELASTIC_RUN_ID", "")).strip() if isinstance(env, dict) else ""
     return "" if value in ("", "none") else value

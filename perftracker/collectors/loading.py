@@ -1,12 +1,8 @@
-"""Load everything under a path into a Store: map over rank files, then reduce.
+"""Load everything under a path into a Store: map over rank files on an engine, then reduce.
 
-The map step (one trace file -> that rank's tables, `collectors/traces/trace_map.py`) runs on an engine
-(`collectors/engines/`: a local process pool by default, or Ray tasks on a cluster). With a cache
-directory its result is cached as Parquet keyed by the file's content (`collectors/traces/trace_cache.py`),
-so a second `analyze` of the same traces, moved or copied or not, parses only the files no entry holds;
-without one the tables come back from the workers directly (pickled, or through Ray's object store). Unusable files become notes naming the file; the analysis runs on what is usable.
-Between map and reduce the traces are grouped by job (`collectors.jobs`): traces of different jobs are
-never reduced into one Store (`load_path` refuses them unless a job is picked; `load_jobs` one Store per job).
+Promise: `load_path` (one Store; traces of several jobs refused unless one is picked) and `load_jobs` (one Store
+per job) read every input kind; unusable files become notes naming the file, and the analysis runs on what is
+usable. Map, cache and reduce: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Load per-rank step files (`steps/rank-N.jsonl`) into the `steps` and `phases` tables.
 
-Each line is one step (see `perftracker.rundir`). Lines that are not valid JSON, miss fields or hold
-a rank (other than -1, the job as a whole), step or time out of range are skipped and counted with their line numbers; phases whose
-duration is not a number of nanoseconds are skipped and counted; a file cut off mid-line loses only
-that line. Files are read within `perftracker.bounded`'s limits.
+Promise: each line is one step (`perftracker.rundir`); bad lines and phases are skipped and counted with their
+line numbers; a file cut off mid-line loses only that line. Read within `perftracker.bounded`'s limits.
 """
 
 from __future__ import annotations
@@ -18,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from perftracker.bounded import LineBlocks, clean_text, iter_lines, loads_json
+from perftracker.collectors.file_notes import line_list
 from perftracker.errors import InputError
 from perftracker.store import LoadNote
 from perftracker.store.schema import conform, empty_table
@@ -54,7 +53,7 @@ def load_step_files(paths: list[Path]) -> tuple[pd.DataFrame, pd.DataFrame, dict
             continue
         if bad:
             notes.append(LoadNote("warning", str(path), f"skipped {len(bad)} malformed step line(s) (line "
-                                  f"{', '.join(map(str, bad[:5]))}{', ...' if len(bad) > 5 else ''}: not JSON, a "
+                                  f"{line_list(bad)}: not JSON, a "
                                   "field missing, or a rank, step or time out of range)", {"lines": bad[:50]}))
         if bad_phases:
             notes.append(LoadNote("warning", str(path), f"skipped {bad_phases} step phase(s) whose duration is not a "

@@ -1,15 +1,7 @@
 """Which inputs of a run directory were made up, from its manifest's `synthetic` entry.
 
-Promise: `synthetic_inputs(manifest)` returns one `SyntheticInput` per input the manifest says is
-synthetic, in the manifest's order, and a warning `LoadNote` for every entry it cannot read (the
-others are kept). A manifest without the entry gives nothing. The entry takes three shapes:
-
-    "synthetic": [{"path": "counters/vm.gpu.jsonl", "made_by": "scripts/make_x.py", "what": "NVML samples ..."}]
-    "synthetic": {"path": ".", "made_by": "...", "what": "..."}     (one entry; "." is every input)
-    "synthetic": "all"                                               (every input, made by `created_by`)
-
-`path` is relative to the run directory (a file or a folder); `made_by` defaults to the manifest's
-`created_by` (or `generated_by`), `what` to "made up, not collected".
+Promise: `synthetic_inputs(manifest)` returns one `SyntheticInput` per input the manifest says is synthetic, and
+a warning `LoadNote` for every entry it cannot read. The entry's shapes: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

@@ -1,40 +1,14 @@
 """Step records from the text a training framework prints, for jobs without the perftracker hook.
 
-Promise: `StepLineParser.feed(line, seen_ns)` turns one line of a job's log into at most one step
-record in the run-directory format (`perftracker.rundir`), or None. Supported lines:
-
-* Megatron-LM: ``iteration  N/ M | ... | elapsed time per iteration (ms): X | ...``. The time is
-  Megatron's average over its log interval; the record covers the last X ms before the line.
-* DeepSpeed: ``[Rank R] step=N, skipped=...`` (log_dist) and the throughput timer's
-  ``epoch=E/micro_step=M/global_step=N, RunningAvgSamplesPerSec=...``. Neither prints a step time,
-  so the step time is the time between two such lines divided by the steps between them (from the
-  lines' own ``[YYYY-MM-DD hh:mm:ss,mmm]`` timestamps when present, else when the line was read);
-  the first such line only sets the reference point.
-* Hugging Face Trainer: the tqdm progress bar ``N/M [elapsed<left, X it/s]`` (or ``s/it``; tqdm's
-  smoothed rate), and logged dicts that carry ``'step'``/``'global_step'`` (step time by
-  difference, as for DeepSpeed). Dicts without a step (``{'loss': ..., 'epoch': ...}``) and the
-  final ``train_runtime`` summary carry no per-step time and are skipped.
-* PyTorch Lightning: its tqdm progress bar ``Epoch E:  45%|...| N/M [elapsed<left, X it/s, v_num=..., loss=...]``
-  (or ``s/it``; the logged metrics ride in the bar's postfix and carry no time of their own). The step is
-  E * M + N (M the batches of one epoch), so steps keep rising across epochs; the bars of validation,
-  testing, prediction and the sanity check are not training steps and are skipped (for every tqdm format).
-* torchtitan: the metrics logger's line ``step: N  loss: ...  memory: ...GiB(...%)  tps: ...  mfu: ...%``
-  (`torchtitan/components/metrics.py`, `MetricsProcessor.log`, printed every `--metrics.log_freq` steps
-  with colour codes, which are removed, after ``[titan] YYYY-MM-DD hh:mm:ss,mmm - root - INFO -``). It
-  prints no step time, so the step time is by difference, as for DeepSpeed; ``validate step:`` lines
-  are skipped.
-
-The rank is the line's (`formats/log_lines.py`: a launcher prefix, else a rank tag such as DeepSpeed's
-``[Rank 3]``); a line without one gets the parser's `default_rank` (-1 unless the caller knows the one worker
-writing the file). A line's ``YYYY-MM-DD hh:mm:ss`` timestamp is read as local time.
-Records get ``"source": "log"``. Progress bars written with carriage returns: split on ``\\r`` too.
+Promise: `StepLineParser.feed(line, seen_ns)` turns one line of a job's log (Megatron-LM, DeepSpeed, Hugging Face
+Trainer, PyTorch Lightning, torchtitan) into at most one step record in the run-directory format, or None;
+records get `"source": "log"`. The lines and how each is timed: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from perftracker.formats.log_lines import line_rank, line_time_ns, strip_ansi
@@ -49,14 +23,14 @@ _NOT_TRAINING_BAR = re.compile(r"(?:Validation|Validating|Sanity Checking|Testin
 _TITAN = re.compile(r"(?<!validate )(?<![A-Za-z_])step:\s{0,8}(\d{1,18})\s+loss:")
 
 
-@dataclass
 class StepLineParser:
     """Stateful: step-by-difference formats remember the previous (step, time) per rank and kind."""
 
-    host: str = ""
-    default_rank: int = -1  # the rank of lines without a rank prefix (a file only one worker writes)
-    previous: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
-    last_tqdm: dict[int, int] = field(default_factory=dict)
+    def __init__(self, host: str = "", default_rank: int = -1) -> None:
+        self.host = host
+        self.default_rank = default_rank  # the rank of lines without a rank prefix (a file only one worker writes)
+        self.previous: dict[tuple[str, int], tuple[int, int]] = {}
+        self.last_tqdm: dict[int, int] = {}
 
     def feed(self, line: str, seen_ns: int) -> dict[str, Any] | None:
         if len(line) > 4096 or not any(key in line for key in ("iteration", "step", "it/s", "s/it")):

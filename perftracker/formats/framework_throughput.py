@@ -1,30 +1,20 @@
 """The throughput a training job's own log reports: TFLOP/s per GPU and MFU, as Megatron, torchtitan and NeMo print them.
 
-Promise: `looks_like_throughput_log(path)` sniffs a text file's head for the markers below; `parse_throughput_log(path)`
-reads it line by line (untrusted text: linear regexes, never eval; ANSI colour codes removed) and returns
-`reported_throughput` rows (store/schema.py) with the notes about what it skipped:
-  * megatron    `iteration N/ M | ... | throughput per GPU (TFLOP/s/GPU): X |` (Megatron-LM, Megatron-Bridge; Primus
-                prints `X/Y`, the current and the average: X is taken);
-  * torchtitan  `step: N ... tflops: X  mfu: Y%`;
-  * nemo        `TFLOPS_per_GPU: X` / `tflops_per_sec_per_gpu=X` (NeMo's FLOPs callback), with `step N` or
-                `global_step: N` when the line has it.
-The rank is the line's (`formats/log_lines.py`: a launcher prefix or a rank tag such as `rank-N/`), else -1 (the
-job as a whole). Values out of range (negative,
-past MAX_TFLOPS) skip their line, counted in a note.
+Promise: `parse_line(line)` gives one line's figures (rank, step, tflops, mfu_pct, source), a None value where a
+figure is out of range, or None when the line holds none; `MARKERS` are the bytes that tell such a log by its head.
+Untrusted text: linear regexes, never eval. The line formats: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
-from perftracker.bounded import LineBlocks, iter_lines, read_head
 from perftracker.formats.log_lines import line_rank, strip_ansi
 from perftracker.values import ascii_int
 
 MAX_TFLOPS = 1e6
-_MARKERS = (b"TFLOP/s/GPU", b"mfu:", b"TFLOPS_per_GPU", b"tflops_per_sec_per_gpu")
+MARKERS = (b"TFLOP/s/GPU", b"mfu:", b"TFLOPS_per_GPU", b"tflops_per_sec_per_gpu")
 _NUMBER = r"(\d{1,9}(?:\.\d{1,9})?)"
 _MEGATRON = re.compile(r"throughput per GPU \(TFLOP/s/GPU\):\s*" + _NUMBER)
 _ITERATION = re.compile(r"\biteration\s{0,40}(\d{1,12})\s{0,40}/")
@@ -33,15 +23,6 @@ _TITAN_TFLOPS = re.compile(r"\btflops:\s{0,40}(\d{1,9}(?:,\d{3}){0,3}(?:\.\d{1,9
 _TITAN_MFU = re.compile(r"\bmfu:\s{0,40}" + _NUMBER + "%")
 _NEMO = re.compile(r"(?i)\b(?:tflops_per_gpu|tflops_per_sec_per_gpu)\s{0,40}[:=]\s{0,40}" + _NUMBER)
 _NEMO_STEP = re.compile(r"(?i)\b(?:global_step|step)\s{0,40}[:=]?\s{0,40}(\d{1,12})\b")
-
-
-def looks_like_throughput_log(path: Path) -> bool:
-    """The file's head names a throughput figure one of the known trainers prints."""
-    try:
-        head = read_head(path, 256 * 1024)
-    except OSError:
-        return False
-    return head.lstrip()[:1] != b"{" and any(marker in head for marker in _MARKERS)
 
 
 def _float(text: str) -> float | None:
@@ -78,18 +59,3 @@ def parse_line(line: str) -> dict[str, Any] | None:
                 "mfu_pct": float("nan"), "source": "nemo"}
     return None
 
-
-def parse_throughput_log(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """(reported_throughput rows, notes) of one log file."""
-    rows: list[dict[str, Any]] = []
-    bad: list[int] = []
-    for lineno, line in iter_lines(LineBlocks(path)):
-        row = parse_line(line)
-        if row is None:
-            continue
-        if row["tflops"] is None or row["mfu_pct"] is None:
-            bad.append(lineno)
-            continue
-        rows.append({**row, "file": str(path), "line": lineno})
-    notes = [f"skipped {len(bad)} throughput line(s) with a value out of range (line {bad[0]}, ...)"] if bad else []
-    return rows, notes

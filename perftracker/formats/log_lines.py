@@ -1,17 +1,8 @@
 """The parts every training log line may carry: which rank wrote it, when, and terminal colour codes.
 
-Promise: one rank-prefix grammar for every reader of job and framework logs (the live step reader, the
-throughput reader, the post-mortem job-log reader):
-
-* a launcher prefix at the line's start (`launcher_prefix`): torchrun `--tee` / `--log-line-prefix-template`
-  (``[default3]:``, ``[rank3]:``, any ``[name3]:``), OpenMPI `--tag-output` (``[1,3]<stdout>:``);
-* else a rank tag inside the line (`line_rank`): DeepSpeed's ``[Rank 3]``, Primus' ``[rank-3/8]`` (``rank-3/``),
-  or a ``[rank3]:`` after a timestamp;
-* else -1 (the job as a whole, or a caller's default).
-
-``default<N>`` is torchrun's *local* rank, the global rank on one node. Ranks are ASCII digits in 0..MAX_RANK
-(others are no rank). `line_time_ns` reads a ``YYYY-MM-DD hh:mm:ss[.,fraction]`` timestamp as local time;
-`strip_ansi` removes colour codes (bounded, linear). Lines are untrusted text: linear regexes only.
+Promise: one rank-prefix grammar for every reader of job and framework logs: `launcher_prefix` (torchrun,
+OpenMPI), `line_rank` (that, else a rank tag, else -1), `line_time_ns` (a local-time timestamp) and `strip_ansi`.
+Linear regexes only. The grammar: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

@@ -1,35 +1,9 @@
 """NIC flow-control counters from `ethtool -S <netdev>`: PFC pauses, discards, buffer and ECN counters.
 
-On RoCE ports (link layer Ethernet) priority flow control (PFC) and the NIC's own drops are not in
-sysfs `ports/<n>/counters`; the Ethernet driver reports them through `ethtool -S` of the port's netdev.
-
-Promise:
-- `parse_ethtool_stats(text)` reads `ethtool -S` output ("NIC statistics:" then `     name: value`
-  lines, per-queue names included) into `{name: int}`; lines whose value is not an integer are
-  skipped, nothing is evaluated.
-- `FLOW_CONTROL` / `flow_control(counters)` keep the pause / PFC / discard / buffer / ECN / CNP / pause
-  storm counters and leave out per-queue and per-channel counters (`rx0_*`, `tx3_*`, `ch1_*`,
-  `ptp_cq0_*`, `*queue_5_*`): the few dozen port-level counters, not hundreds of packet counters.
-- `read_ethtool(netdev)` runs `ethtool -S <netdev>` (2 s timeout, no shell) and returns every
-  counter, or None when ethtool is missing, the device unknown, the call denied or timed out: it
-  never raises.
-- Offline dumps (`looks_like_ethtool_dump`, `load_ethtool_dump`): a text file of repeated `ethtool -S`
-  outputs, each preceded by an epoch line (`date +%s.%N`, or `# ts_ns=<ns>`); `# host=<name>` names
-  the host (else the file name up to its first dot), the netdev comes from the command line when the
-  dump includes it (`ethtool -S eth2`, `$ ethtool -S eth2`) or from a `# netdev=<name>` line.
-  `attach_to_ports` then names each netdev's RDMA device and port from the same host's sysfs
-  records (devices table `netdevs`); without one the device is the netdev and the port "1".
-
-Counter rows (the `counters` table) of these counters are named `ethtool:<driver name>`, e.g.
-`ethtool:rx_prio3_pause_duration`, on the RDMA device / port of the netdev; values are cumulative
-as the driver reports them (mlx5: `*_pause_duration` in microseconds, the rest in packets / events).
-mlx5 names (NVIDIA's "Understanding mlx5 ethtool counters", kernel mlx5/counters.rst):
-`rx_prio<p>_pause[_duration|_transition]` pause frames / time received on priority p (the switch
-stopped this port), `tx_prio<p>_pause[_duration]` sent (this NIC stopped the switch),
-`rx_pause_ctrl_phy` / `tx_pause_ctrl_phy` and `*_global_pause*` link-level pause,
-`rx_discards_phy` / `tx_discards_phy` / `rx_prio<p>_buf_discard` / `rx_prio<p>_cong_discard` /
-`rx_prio<p>_discards` / `rx_out_of_buffer` drops, `tx_pause_storm_warning_events` /
-`tx_pause_storm_error_events` the PFC storm watchdog, `rx_ecn_mark` / `rx_prio<p>_marked` ECN marks.
+Promise: `parse_ethtool_stats(text)` reads `ethtool -S` output into `{name: int}` (nothing evaluated);
+`flow_control(counters)` keeps the port-level flow-control counters; `read_ethtool(netdev)` runs the tool and
+never raises; `load_ethtool_dump` reads repeated dumps and `attach_to_ports` puts them on their RDMA ports.
+Dump format and counter names: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
@@ -42,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from perftracker.bounded import LineBlocks, iter_lines
+from perftracker.collectors.counters.dump_lines import named_host, stamp
 from perftracker.store import LoadNote
 from perftracker.values import ETHTOOL_COUNTER_PREFIX
 
@@ -125,8 +100,6 @@ def _rows(blocks: list[tuple[int, str, dict[str, int]]], host: str,
 
 def load_ethtool_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
     """(counter rows, device rows, notes) of a text file of repeated `ethtool -S` outputs with epoch lines."""
-    from perftracker.collectors.counters.rdma import _epoch_ns  # rdma imports this module
-
     host = path.name.split(".")[0]
     ts: int | None = None
     netdev = ""
@@ -149,17 +122,17 @@ def load_ethtool_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
     for _, raw in iter_lines(reader):
         line = raw.strip()
         cmd = _COMMAND.match(line)
-        if line.startswith("# host="):
-            host = line[7:].strip() or host
+        if (named := named_host(line)) is not None:
+            host = named or host
         elif line.startswith("# netdev="):
             flush()
             netdev = line[9:].strip()
         elif cmd:
             flush()
             netdev = cmd.group("dev")
-        elif line.startswith("# ts_ns=") or _epoch_ns(line) is not None:
+        elif line.startswith("# ts_ns=") or stamp(line) is not None:
             flush()
-            ts = _epoch_ns(line[8:] if line.startswith("# ts_ns=") else line)
+            ts = stamp(line)
         elif line == _HEADER:
             flush()
         else:

@@ -1,34 +1,8 @@
 """GPU health samples: `<run>/counters/<host>.gpu.jsonl` and `nvidia-smi --query-gpu ... --format=csv`.
 
-Promise: both loaders return `counters` rows (device "gpu:<index>", port "", name one of `METRICS`,
-value a float; one row per XID number, name "xid") and `devices` rows (kind "gpu", uuid, PCI bus id,
-NUMA node when known, `ranks`: the job's ranks NVML listed on the GPU in any sample, comma-separated,
-"" when unknown). DCGM exporter samples are read by `collectors/counters/prometheus.py` into the same names.
-Missing or "[N/A]" fields are skipped.
-
-`<run>/counters/<host>.gpu.jsonl`, one JSON object per GPU sample (all metrics optional; `pids` /
-`ranks` are the job's processes on the GPU, written by `perftracker attach`)::
-
-    {"ts_ns": 1732900000000000000, "host": "node-7", "gpu": 3, "uuid": "GPU-...",
-     "pci_bus_id": "00000000:9B:00.0", "numa_node": 1, "pids": [4711], "ranks": [3],
-     "metrics": {"sm_clock_mhz": 1980, "mem_clock_mhz": 2619, "max_sm_clock_mhz": 1980,
-                 "power_w": 650.2, "power_limit_w": 700, "temp_c": 71, "util_gpu_pct": 99,
-                 "util_mem_pct": 45, "clock_event_reasons": 0, "pcie_gen": 5, "pcie_width": 16,
-                 "pcie_max_gen": 5, "pcie_max_width": 16, "pcie_tx_kbps": 1200, "pcie_rx_kbps": 800,
-                 "pcie_replay": 0, "nvlink_links": 18, "nvlink_active": 18, "nvlink_replay": 0,
-                 "nvlink_recovery": 0, "nvlink_crc_flit": 0, "nvlink_crc_data": 0,
-                 "nvlink_tx_kib": 81234567, "nvlink_rx_kib": 80234567, "ecc_sbe": 0, "ecc_dbe": 0,
-                 "xid": [79]}}
-
-Units: `pcie_tx_kbps` / `pcie_rx_kbps` are NVML's PCIe throughput in KB/s over a 20 ms window;
-`pcie_replay` and every `nvlink_*` error counter are cumulative counts (the NVLink ones summed over
-the GPU's links); `nvlink_links` / `nvlink_active` count the links NVML answers for / the active
-ones; `nvlink_tx_kib` / `nvlink_rx_kib` are cumulative KiB of payload summed over the links (rates
-come from differences). `clock_event_reasons` is NVML's bitmask (see `analyzers/health/gpu_health.py`).
-
-nvidia-smi CSV: the header line names the fields (`--query-gpu=timestamp,index,uuid,pci.bus_id,
-clocks.sm,...`, with or without units); `timestamp` (local time, read as UTC) and `index` are
-required; headers repeated by `-l` are skipped. The host is the file name up to its first dot.
+Promise: both loaders return `counters` rows (device "gpu:<index>", name a metric of the record, one row per XID
+number) and `devices` rows (kind "gpu", uuid, PCI bus id, NUMA node, the job's ranks on it); missing or
+"[N/A]" fields are skipped. Record format and units: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
@@ -39,16 +13,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from perftracker.bounded import LineBlocks, LineStats, file_cap, iter_lines
+from perftracker.bounded import LineBlocks, LineStats, iter_lines
+from perftracker.collectors.counters.dump_lines import MAX_TS_NS
+from perftracker.collectors.file_notes import cut_notes
 from perftracker.rundir import read_jsonl
 from perftracker.store import LoadNote
 from perftracker.values import finite, int_in, rank_in_range
-
-METRICS = ("sm_clock_mhz", "mem_clock_mhz", "max_sm_clock_mhz", "power_w", "power_limit_w", "temp_c",
-           "util_gpu_pct", "util_mem_pct", "clock_event_reasons", "pcie_gen", "pcie_width", "pcie_max_gen",
-           "pcie_max_width", "pcie_tx_kbps", "pcie_rx_kbps", "pcie_replay", "nvlink_links", "nvlink_active",
-           "nvlink_replay", "nvlink_recovery", "nvlink_crc_flit", "nvlink_crc_data", "nvlink_tx_kib",
-           "nvlink_rx_kib", "ecc_sbe", "ecc_dbe", "thermal_violation_us", "power_violation_us")
 
 # nvidia-smi --query-gpu field (units stripped) -> metric name
 SMI_FIELDS: dict[str, str] = {
@@ -85,14 +55,13 @@ def _ranks(value: Any) -> set[int]:
 
 
 _MAX_GPU = 1 << 16
-_MAX_TS_NS = 4 * 10**18
 
 
 def _sample(rec: Any, default_host: str) -> tuple[str, int, int, dict[str, Any]] | None:
     """(host, gpu, ts_ns, metrics) of one GPU sample record, or None when it is not one (or out of range)."""
     if not isinstance(rec, dict):
         return None
-    gpu, ts, metrics = int_in(rec.get("gpu"), 0, _MAX_GPU), int_in(rec.get("ts_ns"), 0, _MAX_TS_NS), rec.get("metrics")
+    gpu, ts, metrics = int_in(rec.get("gpu"), 0, _MAX_GPU), int_in(rec.get("ts_ns"), 0, MAX_TS_NS), rec.get("metrics")
     if gpu is None or ts is None or not isinstance(metrics, (dict, type(None))):
         return None
     return str(rec.get("host") or default_host), gpu, ts, dict(metrics or {})
@@ -130,7 +99,7 @@ def load_gpu_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any
         devices[key]["ranks"] = ",".join(map(str, sorted(on_gpu)))
     notes = [LoadNote("warning", str(path), f"{bad} line(s) are not GPU samples (or hold a GPU index or time out "
                       "of range) and were skipped")] if bad else []
-    notes.extend(LoadNote("warning", str(path), n) for n in stats.notes(file_cap()))
+    notes.extend(cut_notes(path, stats))
     return rows, list(devices.values()), notes
 
 

@@ -1,31 +1,20 @@
-"""Pick up host counter samples among the inputs of `perftracker analyze`, by content.
+"""Pick up host counter samples among the inputs of `perftracker analyze`, by content, whatever their names.
 
-Promise: `load_counter_inputs(paths)` looks at each non-trace file and loads, whatever its name:
-- `*.rdma.jsonl`-style RDMA port samples and `*.gpu.jsonl`-style GPU samples (first JSON line decides),
-- `nvidia-smi --query-gpu=... --format=csv` output (header line decides),
-- Prometheus text with `node_infiniband_*` (node exporter) or `DCGM_FI_*` (DCGM exporter) samples,
-- `grep -H .` dumps of sysfs port counters, and copied sysfs port folders (path layout decides),
-- repeated `ethtool -S <netdev>` outputs with epoch lines ("NIC statistics:" decides; PFC / discard
-  counters of RoCE ports, collectors/counters/ethtool.py), moved onto the RDMA device / port whose sysfs
-  record (from any other input of the same host) lists that netdev,
-- the ranks' scheduler accounting around an incident's window (`sched/<host>.sched.jsonl`,
-  `collectors/counters/sched.py`) into the `cpu_sched` table, and their main threads' states sampled through
-  it (`sched/<host>.states.jsonl`, `collectors/counters/proc_state.py`) into the `proc_states` table,
-- Ethernet interface counters (`<host>.net.jsonl`, `ip -s link` and /sys/class/net dumps, node exporter
-  `node_network_*`: `collectors/counters/netdev_dumps.py`) into the `netdev` and `net_ifaces` tables,
-and returns `({"counters", "devices", "netdev", "net_ifaces"[, "cpu_sched", "proc_states"]}, notes, RunInfo)`; its `counter_sources`
-counts the files of each kind. Files that are none of these are left alone (other loaders read them).
+Promise: `load_counter_inputs(paths)` loads RDMA and GPU samples, nvidia-smi CSV, Prometheus text, sysfs dumps
+and copies, ethtool dumps, scheduler accounting, process states and Ethernet counters, and returns
+`({"counters", "devices", "netdev", "net_ifaces"[, "cpu_sched", "proc_states"]}, notes, RunInfo)`; other files
+are left to the other loaders. Which file is which: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from perftracker.bounded import file_cap, loads_json, read_head, read_text
+from perftracker.bounded import loads_json, read_text
 from perftracker.collectors.counters import (
     ethtool,
     gpu_samples,
@@ -35,16 +24,10 @@ from perftracker.collectors.counters import (
     rdma,
     sched,
 )
+from perftracker.collectors.file_notes import cut_notes, line_list, unreadable
 from perftracker.errors import InputError
 from perftracker.store import LoadNote, RunInfo
 from perftracker.store.schema import conform
-
-_HEAD_BYTES = 65536
-_SKIP_SUFFIXES = (".gz", ".parquet", ".html", ".png", ".zip", ".tar")
-
-
-def _head(path: Path) -> str:
-    return read_head(path, _HEAD_BYTES).decode("utf-8", errors="replace")
 
 
 def _first_json(head: str) -> dict[str, Any]:
@@ -63,24 +46,17 @@ def sniff(path: Path, head: str) -> str:
     sysfs_dump, ethtool_dump or ''."""
     rec = _first_json(head) if head.lstrip().startswith("{") else {}
     if rec:
-        if {"device", "port", "ts_ns"} <= rec.keys() and ("counters" in rec or "hw_counters" in rec):
-            return "rdma_jsonl"
-        if {"gpu", "ts_ns", "metrics"} <= rec.keys():
-            return "gpu_jsonl"
-        if sched.looks_like_sched_jsonl(rec):
-            return "sched_jsonl"
-        if proc_state.looks_like_states_jsonl(rec):
-            return "states_jsonl"
-        return ""
-    if gpu_samples.looks_like_smi_csv(head):
-        return "smi_csv"
-    if prometheus.looks_like_exposition(head):
-        return "prometheus"
-    if rdma.looks_like_sysfs_dump(head):
-        return "sysfs_dump"
-    if ethtool.looks_like_ethtool_dump(head):
-        return "ethtool_dump"
-    return ""
+        return next((kind for kind, test in _JSON_KINDS if test(rec)), "")
+    return next((kind for kind, looks_like in _TEXT_KINDS if looks_like(head)), "")
+
+
+_JSON_KINDS: tuple[tuple[str, Callable[[dict[str, Any]], bool]], ...] = (
+    ("rdma_jsonl", lambda r: {"device", "port", "ts_ns"} <= r.keys() and ("counters" in r or "hw_counters" in r)),
+    ("gpu_jsonl", lambda r: {"gpu", "ts_ns", "metrics"} <= r.keys()),
+    ("sched_jsonl", sched.looks_like_sched_jsonl), ("states_jsonl", proc_state.looks_like_states_jsonl))
+_TEXT_KINDS: tuple[tuple[str, Callable[[str], bool]], ...] = (
+    ("smi_csv", gpu_samples.looks_like_smi_csv), ("prometheus", prometheus.looks_like_exposition),
+    ("sysfs_dump", rdma.looks_like_sysfs_dump), ("ethtool_dump", ethtool.looks_like_ethtool_dump))
 
 
 def _load_prometheus(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
@@ -88,11 +64,11 @@ def _load_prometheus(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, A
     skipped: list[int] = []
     samples = prometheus.parse_text(text, skipped)
     host = path.name.split(".")[0]
-    notes: list[LoadNote] = [LoadNote("warning", str(path), capped.note(file_cap()))] if capped.left_out else []
+    notes = cut_notes(path, capped)
     if skipped:
         notes.append(LoadNote("warning", str(path), f"{len(skipped)} sample line(s) with a value or time that is not a "
-                              f"finite number in range were skipped (line {', '.join(map(str, skipped[:5]))}"
-                              f"{', ...' if len(skipped) > 5 else ''})", {"lines": skipped[:50]}))
+                              f"finite number in range were skipped (line {line_list(skipped)})",
+                              {"lines": skipped[:50]}))
     if any(s.ts_ns < 0 for s in samples):
         notes.append(LoadNote("warning", str(path), "Prometheus samples without a timestamp or a preceding "
                               "`# scrape_time <unix seconds>` line were skipped: rates need sample times"))
@@ -125,16 +101,16 @@ def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame],
     copies = rdma.sysfs_copy_files(paths)
     copy_set = set(copies)
     for path in paths:
-        if path in copy_set or path.name.endswith(_SKIP_SUFFIXES):
+        if path in copy_set or path.name.endswith(netdev_dumps.SKIP_SUFFIXES):
             continue
-        kind = sniff(path, _head(path))
+        kind = sniff(path, netdev_dumps.head_text(path))
         if not kind:
             continue
         if kind in ("sched_jsonl", "states_jsonl"):  # the processes' CPU wait / states in a window: tables of their own
             try:
                 r_sched, n_sched = (sched.load_sched_jsonl if kind == "sched_jsonl" else proc_state.load_states_jsonl)(path)
             except OSError as exc:
-                notes.append(LoadNote("warning", str(path), f"scheduler file could not be read: {exc.strerror or exc}"))
+                notes.append(unreadable(path, "scheduler file", exc))
                 continue
             (sched_rows if kind == "sched_jsonl" else state_rows).extend(r_sched)
             notes.extend(n_sched)
@@ -142,11 +118,8 @@ def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame],
             continue
         try:
             r, d, n = _LOADERS[kind](path)
-        except OSError as exc:
-            notes.append(LoadNote("warning", str(path), f"counter file could not be read: {exc.strerror or exc}"))
-            continue
-        except InputError as exc:
-            notes.append(LoadNote("warning", str(path), f"counter file could not be read: {exc.message}"))
+        except (OSError, InputError) as exc:
+            notes.append(unreadable(path, "counter file", exc))
             continue
         (eth_rows if kind == "ethtool_dump" else rows).extend(r)
         (eth_devices if kind == "ethtool_dump" else devices).extend(d)

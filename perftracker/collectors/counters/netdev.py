@@ -1,42 +1,9 @@
 """Ethernet interface and TCP counters of one node: a live snapshot, its run-directory record, its rows.
 
-Promise:
-- `snapshot(host, ifaces, sysfs_root, proc_root, qdisc_reader, ts_ns)` reads, for each named interface,
-  `<sysfs>/class/net/<iface>/`: `operstate`, `carrier`, `flags` (admin up: IFF_UP), `speed` (Mb/s; -1
-  when the driver gives none, as veth and Wi-Fi may while down), `mtu`, `carrier_changes`,
-  `carrier_up_count`, `carrier_down_count` and every `statistics/*` counter (bytes, packets, errors,
-  drops, ...), plus the root qdisc's statistics from `qdisc_reader(iface)` (`read_qdisc`: `tc -s -j qdisc`;
-  a shaper's configured rate too), and the node's TCP counters (`<proc>/net/snmp` `Tcp:` and
-  `<proc>/net/netstat` `TcpExt:` lines, the retransmission / timeout / reset counters of TCP_NAMES).
-  Files that cannot be read are left out, never fatal. It returns one record (below), which a live
-  sampler appends with `rundir.append_jsonl` as soon as it is taken.
-- `record_rows(record)` turns one record into `netdev` table rows (host, iface, name, ts_ns, value) and
-  `net_ifaces` rows (host, iface, why, peers, addresses, qdisc, source); `load_net_jsonl(path)` reads a file of them.
-
-`<run>/counters/<host>.net.jsonl`, one JSON object per sample (every field but ts_ns/host optional)::
-
-    {"ts_ns": 1732900000000000000, "host": "node-b",
-     "ifaces": {"eth0": {"operstate": "up", "carrier": 1, "admin_up": true, "speed_mbps": 10000, "mtu": 1500,
-                         "counters": {"rx_bytes": 123, "tx_bytes": 456, "rx_dropped": 0, "carrier_changes": 2, ...},
-                         "qdisc": {"kind": "tbf", "rate_bps": 20000000, "drops": 0, "overlimits": 17,
-                                   "requeues": 0, "backlog_bytes": 0, "bytes": 456, "packets": 9},
-                         "why": "GLOO_SOCKET_IFNAME=eth0", "peers": ["10.77.0.1"], "addresses": ["10.77.0.2"]}},
-     "tcp": {"RetransSegs": 12, "TCPTimeouts": 3, ...}}
-
-A link watcher adds, between samples, a record each time an interface's state changes (operstate,
-carrier, admin state; polled every `changed_within_s` seconds), so a flap is timed to that precision::
-
-    {"ts_ns": ..., "host": "node-b", "changed_within_s": 0.1,
-     "ifaces": {"eth0": {"operstate": "down", "carrier": 0, "admin_up": false}}}
-
-`why` says why the interface is one the job uses (an NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME value, the
-route to a peer); "" when it was sampled only because nothing better was known. `addresses` are the
-interface's own (so that a peer's error naming an address can be tied to its host).
-Rows: counters by their sysfs name (`rx_bytes`, `tx_dropped`, `carrier_changes`, ...), gauges
-`operstate_up` (1 up, 0 down / lowerlayerdown / notpresent / dormant; no row for "unknown"),
-`carrier`, `admin_up`, `speed_mbps`, `mtu`, `state_change` (a watcher's record: its `changed_within_s`), qdisc counters as `qdisc_<name>` (`qdisc_drops`,
-`qdisc_overlimits`, `qdisc_backlog_bytes` a gauge, `qdisc_rate_bps` the shaper's rate in bit/s), and TCP
-counters on iface "" as `tcp:<name>` (`tcp:RetransSegs`).
+Promise: `snapshot(...)` reads the named interfaces' sysfs state and counters, their root qdisc and the node's
+TCP counters into one record (unreadable files left out, never fatal); `record_rows(record)` turns a record
+into `netdev` and `net_ifaces` rows; `load_net_jsonl(path)` reads a file of records.
+Record format and row names: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
@@ -241,7 +208,7 @@ def _num(value: Any) -> float | None:
 
 
 def iface_rows(host: str, iface: str, data: Mapping[str, Any], ts: int) -> list[dict[str, Any]]:
-    """`netdev` rows of one interface's sample (see the module docstring for the names)."""
+    """`netdev` rows of one interface's sample (names: docs/internals/collectors.md)."""
     base = {"host": host, "iface": iface, "ts_ns": ts}
     rows: list[dict[str, Any]] = []
 

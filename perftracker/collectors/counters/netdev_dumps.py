@@ -1,20 +1,8 @@
 """Ethernet interface counters from the files users already have, and the net part of `analyze`'s inputs.
 
-Promise: `load_net_inputs(paths)` looks at each file by content, whatever its name, and loads:
-- `<host>.net.jsonl` samples written by attach / run (`collectors/counters/netdev.py`);
-- repeated `ip -s link` (or `ip -s -s link`) outputs, each preceded by an epoch line (`date +%s.%N`,
-  or `# ts_ns=<ns>`): interface lines give admin state (`UP`), carrier (`LOWER_UP` / `NO-CARRIER`),
-  operstate and MTU; the `RX:` / `TX:` / `RX errors:` / `TX errors:` blocks give the counters under their
-  sysfs names (`transns`, the carrier transitions, is `carrier_changes`);
-- repeated `grep -H . /sys/class/net/*/statistics/* /sys/class/net/*/{operstate,carrier,flags,speed,mtu,
-  carrier_changes}` dumps (lines `<path>:<value>`, or `<path> <value>`), each preceded by an epoch line
-  (a bare `cat` of those files names no counter and cannot be read);
-- Prometheus text from node exporter (`node_network_*` by `device`: bytes, packets, errs, drop,
-  carrier changes, `up`, `carrier`, `speed_bytes`, `mtu_bytes`; `node_netstat_Tcp_*` / `TcpExt_*` as TCP
-  counters), timed by sample timestamps or `# scrape_time <unix s>` lines (`collectors/counters/prometheus.py`).
-`# host=<name>` names the host of a text dump, else the file name up to its first dot does. It returns
-`({"netdev": frame, "net_ifaces": frame}, notes, {kind: files})`; files without a time are skipped with
-a note, since rates need sample times.
+Promise: `load_net_inputs(paths)` reads, by content, `<host>.net.jsonl` samples, repeated `ip -s link` outputs,
+sysfs `grep -H` dumps and node exporter text, and returns `({"netdev", "net_ifaces"}, notes, {kind: files})`;
+files without a time are skipped with a note. Formats: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
@@ -28,12 +16,14 @@ import pandas as pd
 
 from perftracker.bounded import LineBlocks, iter_lines, loads_json, read_head, read_text
 from perftracker.collectors.counters import netdev, prometheus
+from perftracker.collectors.counters.dump_lines import named_host, stamp
+from perftracker.collectors.file_notes import unreadable
 from perftracker.errors import InputError
 from perftracker.store import LoadNote
 from perftracker.store.schema import conform
 
 _HEAD_BYTES = 65536
-_SKIP_SUFFIXES = (".gz", ".parquet", ".html", ".png", ".zip", ".tar")
+SKIP_SUFFIXES = (".gz", ".parquet", ".html", ".png", ".zip", ".tar")
 _LINK = re.compile(r"^\d+:\s+(?P<name>[^:@\s]+)(?:@\S+)?:\s+<(?P<flags>[^>]*)>(?P<rest>.*)$")
 _BLOCK = re.compile(r"^\s+(?P<dir>RX|TX)(?P<errors>\s+errors)?:\s+(?P<names>.+)$")
 _SYSFS = re.compile(r"^(?:\S*/)?class/net/(?P<iface>[^/\s]+)/(?:(?P<stats>statistics)/)?(?P<file>[a-z_]+)"
@@ -58,18 +48,6 @@ NODE_NETWORK: dict[str, tuple[str, float]] = {  # node exporter metric (no node_
     "carrier_down_changes_total": ("carrier_down_count", 1.0), "up": ("operstate_up", 1.0),
     "carrier": ("carrier", 1.0), "speed_bytes": ("speed_mbps", 8e-6), "mtu_bytes": ("mtu", 1.0),
 }
-
-
-def _epoch_ns(line: str) -> int | None:
-    text = line[8:] if line.startswith("# ts_ns=") else line
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    for limit, scale in ((1e17, 1.0), (1e14, 1e3), (1e11, 1e6), (1e8, 1e9)):
-        if value > limit:
-            return int(value * scale)
-    return None
 
 
 def looks_like_ip_link(head: str) -> bool:
@@ -98,6 +76,13 @@ class _Samples:
             return None
         return self.records.setdefault((self.ts, name), {"counters": {}})
 
+    def finish(self, path: Path, what: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
+        """(netdev rows, net_ifaces rows, notes) of a text dump; without a time line, a note says it was skipped."""
+        rows, ifaces = self.rows(str(path))
+        notes = [] if rows else [LoadNote("warning", str(path), f"{what} without time lines (`date +%s.%N` or "
+                                          "`# ts_ns=N` before each) was skipped: rates need sample times")]
+        return rows, ifaces, notes
+
     def rows(self, source: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         rows: list[dict[str, Any]] = []
         ifaces: dict[str, dict[str, Any]] = {}
@@ -110,12 +95,11 @@ class _Samples:
 
 def _header(text: str, samples: _Samples) -> bool:
     """Epoch and host lines of a dump; True when the line was one."""
-    if text.startswith("# host="):
-        samples.host = text[7:].strip()
+    if (named := named_host(text)) is not None:
+        samples.host = named
         return True
-    stamp = _epoch_ns(text)
-    if stamp is not None:
-        samples.ts = stamp
+    if (at := stamp(text)) is not None:
+        samples.ts = at
         return True
     return False
 
@@ -156,10 +140,7 @@ def load_ip_link_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
                 if column in names and value.isdigit():
                     current["counters"][names[column]] = int(value)
             pending = None
-    rows, ifaces = samples.rows(str(path))
-    notes = [] if rows else [LoadNote("warning", str(path), "`ip -s link` output without time lines (`date +%s.%N` "
-                                      "or `# ts_ns=N` before each) was skipped: rates need sample times")]
-    return rows, ifaces, notes
+    return samples.finish(path, "`ip -s link` output")
 
 
 def load_sysfs_net_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
@@ -188,10 +169,7 @@ def load_sysfs_net_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str
                 data["speed_mbps"] = number
             elif m.group("stats") or name.startswith("carrier_"):
                 data["counters"][name] = number
-    rows, ifaces = samples.rows(str(path))
-    notes = [] if rows else [LoadNote("warning", str(path), "/sys/class/net dump without time lines (`date +%s.%N` "
-                                      "or `# ts_ns=N` before each) was skipped: rates need sample times")]
-    return rows, ifaces, notes
+    return samples.finish(path, "/sys/class/net dump")
 
 
 def load_node_network(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
@@ -231,7 +209,7 @@ def load_node_network(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
     return rows, list(ifaces.values()), notes
 
 
-def _head(path: Path) -> str:
+def head_text(path: Path) -> str:
     return read_head(path, _HEAD_BYTES).decode("utf-8", errors="replace")  # "" for a FIFO, device, ...
 
 
@@ -264,16 +242,15 @@ def load_net_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], lis
     notes: list[LoadNote] = []
     sources: dict[str, int] = {}
     for path in paths:
-        if path.name.endswith(_SKIP_SUFFIXES):
+        if path.name.endswith(SKIP_SUFFIXES):
             continue
-        kind = sniff_net(_head(path))
+        kind = sniff_net(head_text(path))
         if not kind:
             continue
         try:
             r, i, n = _LOADERS[kind](path)
         except (OSError, InputError) as exc:
-            notes.append(LoadNote("warning", str(path), f"network counter file could not be read: "
-                                  f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}"))
+            notes.append(unreadable(path, "network counter file", exc))
             continue
         rows.extend(r)
         ifaces.extend(i)

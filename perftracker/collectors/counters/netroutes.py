@@ -1,21 +1,8 @@
 """Which network interfaces a job uses on this node: its socket settings, and the routes to its peers.
 
-Promise:
-- `parse_routes(text)` reads `/proc/net/route` (IPv4) and `parse_routes6(text)` `/proc/net/ipv6_route`
-  into `Route`s; `route_iface(address, routes)` is the interface of the longest matching prefix (the
-  lowest metric among equals), None when nothing matches or the address is not an IP.
-- `ifname_matches(variable, value, name)`: whether interface `name` is selected by a setting, as the
-  library reading it matches: NCCL_SOCKET_IFNAME by prefix (`eth` covers `eth0`; a leading `^` excludes,
-  `=` asks for exact names; comma lists), GLOO_SOCKET_IFNAME and TP_SOCKET_IFNAME by exact name (comma lists).
-- `job_interfaces(settings, peers, names, routes, local)` -> {iface: why}: the interfaces a setting
-  selects (why: `GLOO_SOCKET_IFNAME=eth0`), then the interfaces of the routes to the job's peers (why:
-  `route to 10.0.0.2`), never `lo` and never a peer that is one of this node's own addresses (that
-  traffic stays on loopback). Several reasons for one interface are joined with "; ".
-- `peer_addresses(pids)` is the remote addresses of the established TCP connections of processes `pids`
-  (the job's workers and launcher: their rendezvous and collective connections), loopback left out,
-  IPv4-mapped IPv6 addresses written as IPv4 (`normal_address`);
-  `settings_of(pids)` their socket-interface settings and MASTER_ADDR; `iface_addresses()` this node's addresses. Both never raise for a process
-  that is gone or unreadable.
+Promise: `parse_routes` / `parse_routes6` read the kernel's route tables, `route_iface` picks a route,
+`ifname_matches` applies a socket-interface setting as its library does, `job_interfaces` says why each interface
+is the job's; `peer_addresses`, `settings_of` and `iface_addresses` read live processes and never raise.
 """
 
 from __future__ import annotations
@@ -105,7 +92,7 @@ def route_iface(address: str, routes: Sequence[Route]) -> str | None:
 
 
 def ifname_matches(variable: str, value: str, name: str) -> bool:
-    """Whether `name` is selected by `variable=value` (see the module docstring)."""
+    """Whether `name` is selected by `variable=value` (docs/internals/collectors.md)."""
     text = value.strip()
     if variable not in _PREFIX_MATCH:
         return name in {t.strip() for t in text.split(",") if t.strip()}
@@ -133,7 +120,7 @@ def _is_loopback(address: str) -> bool:
 
 def job_interfaces(settings: Mapping[str, str], peers: Iterable[str], names: Sequence[str],
                    routes: Sequence[Route], local: Iterable[str] = ()) -> dict[str, str]:
-    """{iface: why} of the interfaces the job uses on this node (see the module docstring)."""
+    """{iface: why} of the interfaces the job uses on this node (docs/internals/collectors.md)."""
     reasons: dict[str, list[str]] = {}
     candidates = [n for n in names if n != "lo"]
     for variable in IFNAME_SETTINGS:

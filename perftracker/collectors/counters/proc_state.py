@@ -1,20 +1,8 @@
 """Each rank's main thread's scheduler state, sampled through a window: stopped, running, asleep.
 
-Record format (`<evidence>/sched/<host>.states.jsonl`, and `baseline/sched/` for the watcher's healthy window;
-one JSON object per rank per sample, a sample every 50-100 ms, jittered, during the window's stack recording)::
-
-    {"ts_ns": ..., "host": "node-a", "rank": 3, "pid": 4242, "state": "S"}
-
-`state` is the third field of `/proc/<pid>/stat` (the main thread, tid = pid): R running or runnable, S asleep
-(a voluntary wait: a lock, a condition variable, a socket: where a rank waits in a gloo or NCCL collective),
-D uninterruptible (disk or other I/O), T stopped by a signal (SIGSTOP), t stopped by a tracer. One read of a
-few hundred bytes per rank per sample; the jitter keeps the samples from locking onto a periodic disturbance
-(a 100 ms SIGSTOP duty cycle sampled every 100 ms would always see the same phase).
-
-Promise: `read_state(pid, proc_root)` gives the state letter or None (gone, no permission);
-`state_record(...)` builds one record; `load_states_jsonl(path)` reads a file of them, bounded, into rows of
-the `proc_states` table (the window is "baseline" under a `baseline/` folder, else "incident"), skipping
-lines that are not records with a note.
+Promise: `read_state(pid, proc_root)` gives the state letter of `/proc/<pid>/stat` or None; `state_record(...)`
+builds one record; `load_states_jsonl(path)` reads a file of them, bounded, into `proc_states` rows, skipping
+lines that are not records with a note. Record format: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

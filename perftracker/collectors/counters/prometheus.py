@@ -1,17 +1,8 @@
 """Prometheus text exposition samples: a parser, and the node exporter / DCGM exporter mappings.
 
-Promise:
-- `parse_text(text)` returns every sample line as `Sample(name, labels, value, ts_ns)`. The time is
-  the sample's own timestamp (ms, as the exposition format allows) when present; otherwise the
-  time of the latest `# scrape_time <unix seconds>` comment (write one before each scrape when
-  saving `curl` output in a loop); otherwise -1.
-- `node_infiniband_rows` maps the node exporter's infiniband collector (`node_infiniband_*`, labels
-  `device`, `port`) onto the sysfs counter names of `collectors/counters/rdma.py` in sysfs units (the
-  exporter's `*_bytes_total` are bytes; sysfs `port_*_data` count octets / 4, so they are divided
-  by 4), plus `state_id`, `phys_state_id` and `rate_gbps`.
-- `dcgm_rows` maps the DCGM exporter's `DCGM_FI_*` gauges onto the GPU metric names of
-  `collectors/counters/gpu_samples.py` (labels `gpu`, `UUID`, `pci_bus_id`, `Hostname`).
-The host is the `Hostname` label, else `instance` without its port, else the caller's default.
+Promise: `parse_text(text)` returns every sample line as a `Sample` (timed by its own timestamp, else the latest
+`# scrape_time` comment, else -1); `node_infiniband_rows` and `dcgm_rows` map the exporters' samples onto the
+names and units of `counters/rdma.py` and `counters/gpu_samples.py`. Mappings: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
@@ -58,7 +49,7 @@ NODE_IB: dict[str, tuple[str, float]] = {
     "rate_bytes_per_second": ("rate_gbps", 8e-9),
 }
 
-# DCGM exporter field -> GPU metric name (gpu_samples.METRICS)
+# DCGM exporter field -> GPU metric name (those of gpu_samples.py)
 DCGM: dict[str, str] = {
     "DCGM_FI_DEV_SM_CLOCK": "sm_clock_mhz",
     "DCGM_FI_DEV_MEM_CLOCK": "mem_clock_mhz",

@@ -1,58 +1,25 @@
 """RDMA port counters: a sysfs snapshot, and loaders of the files that hold such snapshots.
 
-Promise:
-- `snapshot(sysfs_root, host)` reads every port of `<root>/class/infiniband/*` (or of `root` when it
-  is the `infiniband` folder itself), following symlinks as the kernel lays them out, and returns one
-  record per port in the run-directory format below. Unreadable or non-numeric files are skipped.
-  A live sampler appends these records with `rundir.append_jsonl`; tests snapshot fake trees.
-- `load_rdma_jsonl(path)` reads `<run>/counters/<host>.rdma.jsonl`; `load_sysfs_copies(paths)` reads
-  periodic raw snapshots users already have; both return `counters` rows and `devices` rows.
-
-`<run>/counters/<host>.rdma.jsonl`, one JSON object per port sample::
-
-    {"ts_ns": 1732900000000000000, "host": "node-7", "device": "mlx5_0", "port": "1",
-     "state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": "400 Gb/sec (4X NDR)",
-     "link_layer": "InfiniBand", "counters": {"port_xmit_data": 123, ...},
-     "hw_counters": {"np_cnp_sent": 0, ...}, "numa_node": 0, "pci_bus_id": "0000:17:00.0",
-     "netdevs": ["ib0"]}
-
-(`phys_state`, `numa_node`, `pci_bus_id` and `netdevs` are optional.) Counter values are kept as
-the kernel writes them: `port_xmit_data`/`port_rcv_data` count octets divided by 4. A RoCE port
-(link layer Ethernet) sampled live also has `"ethtool": {name: int}`: the flow-control counters
-(PFC pauses, discards, buffer / ECN / pause-storm counters) of `ethtool -S <netdev>`, selected by
-`collectors/counters/ethtool.py`; `snapshot()` itself reads sysfs only.
-
-Counter rows: device = RDMA device, port = port number as text, name = the sysfs file name (from
-`counters/` or `hw_counters/`) or `ethtool:<name>` for the `ethtool` counters (e.g.
-`ethtool:rx_prio3_pause_duration`), plus `state_id` (4 = ACTIVE), `phys_state_id` (5 = LinkUp),
-`rate_gbps` and `width` (lanes) parsed from the port's `rate`.
-
-Raw snapshot copies (`load_sysfs_copies`) come in two shapes:
-- folders: `<anything>/<host>/<time>/[class/]infiniband/<dev>/ports/<n>/{counters,hw_counters}/<name>`
-  (e.g. `cp -r` of the counter folders once a minute). `<time>` is the epoch in s, ms or ns; a file
-  `hostname` in the `<time>` folder overrides the host taken from the folder above it.
-- text dumps: the output of `grep -H . /sys/class/infiniband/*/ports/*/{counters,hw_counters}/*
-  /sys/class/infiniband/*/ports/*/{state,rate,link_layer}` repeated, each repetition preceded by a
-  line holding the epoch (`date +%s.%N`) or `# ts_ns=<ns>`; `# host=<name>` names the host, else
-  the file name up to its first dot does.
+Promise: `snapshot(sysfs_root, host)` reads every port of `<root>/class/infiniband/*` into one record per port
+(unreadable files skipped); `load_rdma_jsonl(path)` and `load_sysfs_copies(paths)` read recorded samples and
+raw sysfs copies into `counters` and `devices` rows. Record format and copy shapes: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from perftracker.bounded import LineBlocks, LineStats, file_cap, iter_lines, read_text
-from perftracker.errors import InputError
+from perftracker.bounded import LineBlocks, LineStats, iter_lines
+from perftracker.collectors.counters.dump_lines import MAX_TS_NS, epoch_ns, named_host, stamp
+from perftracker.collectors.counters.sysfs import read_attr
+from perftracker.collectors.file_notes import cut_notes
 from perftracker.rundir import read_jsonl
 from perftracker.store import LoadNote
 from perftracker.values import ETHTOOL_COUNTER_PREFIX as ETHTOOL_PREFIX
 from perftracker.values import finite, int_in
-
-MAX_TS_NS = 4 * 10**18
 
 RATE = re.compile(r"(?<![\d.])(?P<gbps>\d{1,9}(?:\.\d{1,9})?)\s*Gb/sec(?:\s*\((?P<width>\d{1,4})X\s*"
                   r"(?P<speed>[A-Z0-9]{0,16})\))?")
@@ -64,15 +31,6 @@ _DUMP_LINE = re.compile(r"^(?P<path>\S*/infiniband/[^/]+/ports/\d+/(?:(?:hw_)?co
 _TEXT_FIELDS = ("state", "phys_state", "rate", "link_layer")
 
 
-_SYSFS_FILE_BYTES = 1 << 16  # a sysfs attribute is a page at most
-
-
-def _read(path: Path) -> str | None:
-    try:
-        text, _ = read_text(path, _SYSFS_FILE_BYTES)
-    except (InputError, OSError):
-        return None
-    return text.strip()
 
 
 def _int(text: str | None) -> int | None:
@@ -89,7 +47,7 @@ def _counter_dir(folder: Path) -> dict[str, int]:
     for f in sorted(folder.iterdir(), key=lambda p: p.name):
         if f.name == "lifespan":
             continue
-        value = _int(_read(f))
+        value = _int(read_attr(f))
         if value is not None:
             out[f.name] = value
     return out
@@ -116,14 +74,14 @@ def snapshot(sysfs_root: Path | str, host: str, ts_ns: int | None = None) -> lis
         if not ports.is_dir():
             continue
         pci = dev / "device"
-        numa = _int(_read(pci / "numa_node"))
+        numa = _int(read_attr(pci / "numa_node"))
         net = pci / "net"
         netdevs = sorted(p.name for p in net.iterdir()) if net.is_dir() else []
         bus_id = pci.resolve().name if pci.exists() else ""
         for port in sorted(ports.iterdir(), key=lambda p: p.name):
             rec: dict[str, Any] = {"ts_ns": when, "host": host, "device": dev.name, "port": port.name}
             for name in _TEXT_FIELDS:
-                rec[name] = _read(port / name) or ""
+                rec[name] = read_attr(port / name) or ""
             rec["counters"] = _counter_dir(port / "counters")
             rec["hw_counters"] = _counter_dir(port / "hw_counters")
             if numa is not None:
@@ -206,38 +164,19 @@ def load_rdma_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, An
     if bad:
         notes.append(LoadNote("warning", str(path), f"{bad} line(s) are not RDMA port samples (or hold a time or "
                               "counter out of range) and were skipped"))
-    notes.extend(LoadNote("warning", str(path), n) for n in stats.notes(file_cap()))
+    notes.extend(cut_notes(path, stats))
     return rows, list(devices.values()), notes
-
-
-def _epoch_ns(text: str) -> int | None:
-    """An epoch time in s, ms, us or ns (told apart by size) as ns; None for anything else."""
-    try:
-        value = float(text[:64])
-    except ValueError:
-        return None
-    if not math.isfinite(value) or value >= MAX_TS_NS:
-        return None
-    if value > 1e17:
-        return int(value)
-    if value > 1e14:
-        return int(value * 1e3)
-    if value > 1e11:
-        return int(value * 1e6)
-    if value > 1e8:
-        return int(value * 1e9)
-    return None
 
 
 def _folder_time_host(root: Path) -> tuple[int | None, str]:
     parts = root.parts
     for i in range(len(parts) - 1, -1, -1):
-        ts = _epoch_ns(parts[i])
+        ts = epoch_ns(parts[i])
         if ts is not None:
-            named = _read(root / "hostname")
+            named = read_attr(root / "hostname")
             host = named or (parts[i - 1] if i > 0 else "")
             return ts, host
-    return None, _read(root / "hostname") or ""
+    return None, read_attr(root / "hostname") or ""
 
 
 def _records_from(values: dict[tuple[str, str], dict[str, str]], ts: int, host: str) -> list[dict[str, Any]]:
@@ -263,13 +202,13 @@ def sysfs_copy_files(paths: Iterable[Path]) -> list[Path]:
 
 
 def load_sysfs_copies(paths: Sequence[Path]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
-    """(counter rows, device rows, notes) from copied sysfs port folders (see the module docstring)."""
+    """(counter rows, device rows, notes) from copied sysfs port folders (docs/internals/collectors.md)."""
     groups: dict[str, dict[tuple[str, str], dict[str, str]]] = {}
     for p in paths:
         m = _PORT_PATH.match(p.as_posix())
         if not m:
             continue
-        text = _read(p)
+        text = read_attr(p)
         if text is not None:
             groups.setdefault(m.group("root"), {}).setdefault((m.group("dev"), m.group("port")), {})[
                 m.group("rest")] = text
@@ -310,13 +249,12 @@ def load_sysfs_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, An
     blocks = LineBlocks(path)
     for _, line in iter_lines(blocks):
         line = line.strip()
-        if line.startswith("# host="):
-            host = line[7:].strip()
+        if (named := named_host(line)) is not None:
+            host = named
             continue
-        stamp = _epoch_ns(line[8:]) if line.startswith("# ts_ns=") else _epoch_ns(line)
-        if stamp is not None:
+        if (at := stamp(line)) is not None:
             flush()
-            ts = stamp
+            ts = at
             continue
         m = _DUMP_LINE.match(line)
         if m:

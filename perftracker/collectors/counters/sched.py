@@ -1,21 +1,8 @@
 """How long each rank's process waited for a CPU: the kernel's scheduler accounting, read around a window.
 
-Record format (`<evidence>/sched/<host>.sched.jsonl`, and `baseline/sched/` for the watcher's healthy window;
-one JSON object per rank per snapshot, two snapshots per window: at its start and at its end)::
-
-    {"ts_ns": ..., "host": "node-a", "rank": 3, "pid": 4242, "run_ns": ..., "wait_ns": ..., "slices": ...,
-     "threads": 9, "load1": 7.6, "cpus": 2}
-
-`run_ns`, `wait_ns` and `slices` are the sums over the process's threads of `/proc/<pid>/task/<tid>/schedstat`:
-time on a CPU, time runnable but waiting on a run queue (another task had the CPU), and the number of times
-it was scheduled in (the kernel's `sched_info`; present when the kernel has schedstats, as every distribution
-kernel does). `load1` is the first field of /proc/loadavg, `cpus` the CPUs the process may run on. Between two
-snapshots of one pid, wait / wall is the share of the window the rank wanted a CPU and had none.
-
-Promise: `read_process(pid, proc_root)` gives (run_ns, wait_ns, slices, threads) or None (gone, no
-permission, no schedstat); `snapshot_record(...)` builds one record; `load_sched_jsonl(path)` reads a file of
-them, bounded, into rows of the `cpu_sched` table (the window is "baseline" under a `baseline/` folder, else
-"incident"), skipping lines that are not records with a note.
+Promise: `read_process(pid, proc_root)` gives (run_ns, wait_ns, slices, threads) or None; `snapshot_record(...)`
+builds one record; `load_sched_jsonl(path)` reads a file of them, bounded, into `cpu_sched` rows, skipping lines
+that are not records with a note. Record format: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
@@ -25,7 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perftracker.bounded import file_cap, loads_json, read_text
+from perftracker.bounded import loads_json, read_text
+from perftracker.collectors.file_notes import cut_notes, line_list
 from perftracker.store import LoadNote
 
 RECORD_KEYS = frozenset({"ts_ns", "rank", "pid", "run_ns", "wait_ns"})
@@ -103,11 +91,10 @@ def load_window_records(path: Path, what: str, row_of: Callable[[dict[str, Any],
             bad.append(number)
         else:
             rows.append(row)
-    notes = [LoadNote("warning", str(path), capped.note(file_cap()))] if capped.left_out else []
+    notes = cut_notes(path, capped)
     if bad:
         notes.append(LoadNote("warning", str(path), f"{len(bad)} line(s) are not {what} and were skipped "
-                              f"(line {', '.join(map(str, bad[:5]))}{', ...' if len(bad) > 5 else ''})",
-                              {"lines": bad[:50]}))
+                              f"(line {line_list(bad)})", {"lines": bad[:50]}))
     return rows, notes
 
 

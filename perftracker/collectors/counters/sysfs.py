@@ -1,13 +1,8 @@
 """What a node's sysfs says about its RDMA devices and network interfaces.
 
-Promise: `read_sysfs(root)` reads `<root>/class/infiniband/*` (ports, state, link layer, GID table
-with GID types and netdevs) and `<root>/class/net/*` (operstate, and the addresses the RoCE GIDs
-name), following symlinks exactly as the kernel lays them out, so tests can point `root` at a fake
-tree. Unreadable files (an empty GID slot's attributes fail with EINVAL) are skipped, never fatal.
-With the real `/sys` the IPv4/IPv6 addresses of every interface are added from the kernel.
-It also says what it could not read, and why (`status`: no sysfs, no `class/infiniband`, no devices, no
-permission), so the rules can say what they could not verify. Bridges are marked `bridge`. The result is plain JSON-able data meant for the
-Store's `RunInfo.sysfs`.
+Promise: `read_sysfs(root)` reads `<root>/class/infiniband/*` and `<root>/class/net/*` as the kernel lays them
+out (unreadable files skipped, never fatal) into plain JSON-able data for `RunInfo.sysfs`, with a `status`
+saying what it could not read and why. Details: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
@@ -24,7 +19,8 @@ from perftracker.errors import InputError
 ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 
 
-def _read(path: Path) -> str | None:
+def read_attr(path: Path) -> str | None:
+    """A sysfs attribute's text, stripped; None when it cannot be read (never a FIFO or device)."""
     try:
         text, _ = read_text(path, 1 << 16)  # an attribute is a page at most; a FIFO or device is never read
     except (InputError, OSError):
@@ -58,20 +54,20 @@ def _port(port_dir: Path) -> dict[str, Any]:
         if index is None:
             continue
         table_len = max(table_len, index + 1)
-        gid = _read(gid_dir / name)
+        gid = read_attr(gid_dir / name)
         if not gid or gid == ZERO_GID:
             continue
         gids.append({
             "index": index, "gid": gid, "ip": _gid_ip(gid),
-            "type": _read(port_dir / "gid_attrs" / "types" / name),
-            "ndev": _read(port_dir / "gid_attrs" / "ndevs" / name),
+            "type": read_attr(port_dir / "gid_attrs" / "types" / name),
+            "ndev": read_attr(port_dir / "gid_attrs" / "ndevs" / name),
         })
-    state = _read(port_dir / "state") or ""
+    state = read_attr(port_dir / "state") or ""
     return {
         "port": _index(port_dir.name) if _index(port_dir.name) is not None else -1,
         "state": state, "active": state.endswith("ACTIVE"),
-        "link_layer": _read(port_dir / "link_layer") or "",
-        "rate": _read(port_dir / "rate") or "",
+        "link_layer": read_attr(port_dir / "link_layer") or "",
+        "rate": read_attr(port_dir / "rate") or "",
         "gid_table_len": table_len, "gids": gids,
     }
 
@@ -88,7 +84,7 @@ def read_rdma(root: Path) -> list[dict[str, Any]]:
         net_dir = dev / "device" / "net"
         netdevs = sorted(p.name for p in net_dir.iterdir()) if net_dir.is_dir() else []
         devices.append({"device": dev.name, "ports": ports, "netdevs": netdevs,
-                        "node_type": _read(dev / "node_type") or ""})
+                        "node_type": read_attr(dev / "node_type") or ""})
     return devices
 
 
@@ -108,15 +104,15 @@ def read_net(root: Path, rdma: list[dict[str, Any]] | None = None) -> list[dict[
     if not base.is_dir():
         return out
     for iface in sorted(base.iterdir(), key=lambda p: p.name):
-        out.append({"name": iface.name, "operstate": _read(iface / "operstate") or "",
-                    "type": _read(iface / "type") or "", "addresses": sorted(addresses.get(iface.name, ()))})
+        out.append({"name": iface.name, "operstate": read_attr(iface / "operstate") or "",
+                    "type": read_attr(iface / "type") or "", "addresses": sorted(addresses.get(iface.name, ()))})
     return out
 
 
 def _kernel_addresses() -> dict[str, set[str]]:
     """Addresses of the real machine: IPv6 from /proc/net/if_inet6, IPv4 with SIOCGIFADDR."""
     found: dict[str, set[str]] = {}
-    text = _read(Path("/proc/net/if_inet6")) or ""
+    text = read_attr(Path("/proc/net/if_inet6")) or ""
     for line in text.splitlines():
         parts = line.split()
         if len(parts) >= 6:

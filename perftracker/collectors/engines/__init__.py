@@ -1,17 +1,8 @@
 """The seam of the map step: an engine turns trace paths into `FileResult`s, one per path, in input order.
 
-Promise: an engine (`MapEngine`) is given the trace paths and the plain arguments of the map step
-(`MapArgs`: the cache folder and the communication-kernel patterns), calls `progress(done, total)` with
-0 first and once as each file finishes (done counts up to total), and returns the results in the order
-of the paths. What it hands back is what `trace_map.load_one` returns wherever it runs, so the Store,
-and every finding, is the same whichever engine mapped it. `engine_for(name, ...)` builds one:
-
-- `local` (`engines/local.py`, the default): a process pool on this machine;
-- `ray` (`engines/ray_engine.py`, `pip install 'perftracker-dl[ray]'`): Ray tasks on an existing cluster
-  (or a Ray started on this machine for the command).
-
-Each engine goes through the same content-keyed cache (`collectors/traces/trace_cache.py`), so a run
-cut short by either resumes with the other.
+Promise: an engine (`MapEngine`) takes the trace paths and `MapArgs`, calls `progress(done, total)`, and returns
+what `trace_map.load_one` returns wherever it runs, so every finding is the same whichever engine mapped it.
+`engine_for(name, ...)` builds `local` (a process pool) or `ray` (Ray tasks). See docs/internals/collectors.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Ctrl-C that works while Ray holds the interpreter: a small watchdog process hears the signal when Python cannot.
 
-Ray's connect (`ray.init`) and some of its waits run in C++ holding Python's global lock, and Ray ignores SIGINT
-while it connects (measured: SigIgn in /proc), so a Ctrl-C runs no Python handler until Ray returns: 24 s and more
-against a stuck raylet. Inside `interrupt_watchdog(what)` a child process in this process's group hears a
-terminal's Ctrl-C itself, and the C-level signal handler writes each signal's number to a pipe the child reads
-(`signal.set_wakeup_fd`, no lock needed: a `kill -INT` of this process alone). When SIGINT or SIGTERM arrives and
-this process has not ended GRACE_S later, the child says what happened on stderr (what was running, that nothing
-was written) and ends it (SIGKILL: a shell shows 137). A normal end closes the pipe and the child leaves; outside
-the `with`, the previous wakeup fd is back. Where a wakeup fd cannot be set (not the main thread, another
-library's fd) nothing changes.
+Promise: inside `interrupt_watchdog(what)`, a SIGINT or SIGTERM that this process has not answered GRACE_S later
+ends it (SIGKILL) with a message on stderr; a normal end lets the child go. Where a wakeup fd cannot be set,
+nothing changes. Why and how: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

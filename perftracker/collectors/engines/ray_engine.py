@@ -1,27 +1,9 @@
 """The Ray engine: the map step as Ray tasks, for jobs whose traces one machine should not parse alone.
 
-Promise: `RayEngine(address, workers).map(paths, args, progress)` joins the Ray cluster at `address`
-(`--ray-address`, or `RAY_ADDRESS` through the CLI; "auto" for a Ray started on this machine with
-`ray start`) or, without one, starts a Ray on this machine for the command (`ray.init()`, `workers`
-CPUs, 0: all) and stops it afterwards; a Ray already initialized in this process is used as it is. It
-runs one task per trace (1 CPU each) calling `trace_map.load_one` on the path made absolute (every node
-must see the traces at that path: a shared filesystem), reports each finished task as `ray.wait` hands
-it back, and returns the results in the order of the paths, each naming its file as it was given: the
-same results, so the same findings, as the local engine.
-
-Where the tables travel. The driver leaves a probe file in its cache folder; a task on a node that sees
-it (the cache folder is on storage the driver shares) reads or writes that rank's Parquet there and
-returns only the facts, the driver reads the Parquet: nothing large goes through Ray, and the entry is
-what a re-run (by either engine) finds. A task that cannot see it (`--no-cache`, or a node-local cache
-folder) still uses its node's cache, and returns the tables themselves as pandas frames through Ray's
-object store (their numeric columns as zero-copy Arrow-style buffers).
-
-Errors for people, exit 2 (UsageError): the `ray` package missing (`pip install 'perftracker-dl[ray]'`); an
-address nothing answers at, or where what answers is not a gRPC server as Ray's GCS is (a TCP connect
-and an HTTP/2 greeting of at most 5 s each first: Ray's own retries take minutes), or that Ray refuses; workers running another perftracker version. A task that fails (a node lost, a worker
-killed) after Ray's retries is parsed on the driver instead, with a note naming the failure; only a file
-the driver cannot read either is left out, with an error note naming it. Ctrl-C stops the command within
-seconds with a message even while Ray holds the interpreter in its C++ core (`interrupt_watchdog.py`).
+Promise: `RayEngine(address, workers).map(paths, args, progress)` joins (or starts) a Ray, runs one task per
+trace calling `trace_map.load_one`, and returns the same results in the order of the paths as the local
+engine. Errors a person can act on are `UsageError`s (exit 2); a failed task is parsed on the driver instead.
+Where the tables travel and what fails how: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

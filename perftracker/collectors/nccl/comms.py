@@ -1,12 +1,8 @@
 """The communicators an NCCL log names, as the job's process groups (`RunInfo.process_groups`).
 
-Promise: `process_groups(nccl)` reads the `nccl` table's Init START / COMPLETE facts (`ncclCommInitRank... comm 0x..
-rank R nranks N ... commId 0x... - Init ...`) and returns one `ProcessGroup` per commId (the communicator's hash,
-the same on every rank of it): name the commId, desc "", size nRanks, source "nccl_log", and its ranks where the
-log tells them: a communicator as large as the largest one is the world (ranks 0..N-1); for a smaller one the
-ranks are known only when every member's line was seen under a launcher prefix naming its global rank, else ().
-Communicators printed without a commId (NCCL before 2.18, split communicators) cannot be told apart and are left
-out.
+Promise: `process_groups(nccl)` reads the `nccl` table's Init START / COMPLETE facts and returns one
+`ProcessGroup` per commId (source "nccl_log"), with its ranks where the log tells them; communicators printed
+without a commId cannot be told apart and are left out. Rules: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """The topology and graph lines of an NCCL_DEBUG=INFO log (NCCL_DEBUG_SUBSYS with GRAPH) as process facts.
 
 Promise: each handler takes one message (the text after `NCCL INFO `), records what it shows in the process's
-facts and returns None, or "" when the message is not one of its lines; none raises. The formats, from NCCL's
-graph/topo.cc (`ncclTopoPrint`), graph/paths.cc (`printNodePaths`), graph/search.cc (`ncclTopoPrintGraph`) and
-transport/net_ib.cc, 2.7 to 2.30:
-- `=== System : maxBw 240.0 totalBw 240.0 ===` (`maxWidth .. totalWidth` before 2.12) -> `topo_system`
-- `+ NVL[240.0] - GPU/0-9000` (a link of the system tree, indented) -> `topo_link` {type, bw, to}
-- `GPU/0-8000 :GPU/0-8000 (0/5000.0/LOC) GPU/0-9000 (1/240.0/NVL) ...` (one node's paths) -> one `topo_path`
-  {src, dst, hops, bw, type} per other GPU or NET it names
-- `Pattern 4, crossNic 0, nChannels 12, bw 20.000000/20.000000, type NVL/PIX, sameChannels 1` (`speed` for
-  `bw` before 2.12) -> `graph_pattern`
-- `GPU Direct RDMA Enabled for GPU 0 / HCA 0 ...` -> `gdr_enabled`; `NVLS multicast support is (not) available
-  on dev 0` -> `nvls`; `Check P2P Type isAllDirectP2p 0 directMode 0` -> `p2p_type`.
-Values are compact JSON (bandwidths in GB/s as NCCL models them, not measured).
+facts and returns None, or "" when the message is not one of its lines; none raises. Values are compact JSON
+(bandwidths in GB/s as NCCL models them). The lines and the facts they give: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Pick up the NCCL inputs of a run directory or a folder of logs, for `perftracker analyze`.
 
-Promise: `load_nccl_inputs(paths)` takes the non-trace files `rundir.discover` found, keeps the
-NCCL logs (content sniff) and `env/rank-<r>.json` snapshots, and returns the `nccl` and `config`
-tables, load notes, and the RunInfo fields the `nccl_config` analyzer reads (`nccl_profile`, and
-`sysfs` only when a sysfs root is given: a log folder copied from a cluster says nothing about the
-machine analysing it; its entry names the host `sysfs_host`).
+Promise: `load_nccl_inputs(paths)` keeps the NCCL logs (by content) and `env/rank-<r>.json` snapshots among
+`paths` and returns the `nccl` and `config` tables, notes, and the RunInfo fields `nccl_config` reads
+(`nccl_profile`; `sysfs` only when a sysfs root is given, its entry naming `sysfs_host`).
 """
 
 from __future__ import annotations

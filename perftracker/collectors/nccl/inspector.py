@@ -1,53 +1,9 @@
 """Read the JSON lines NCCL's Inspector profiler plugin writes into the `nccl_collectives` table.
 
-Promise: `load_inspector_inputs(paths)` reads every Inspector output file among `paths` (found by
-content: `is_inspector_file`) within `perftracker.bounded`'s limits and returns
-`({"nccl_collectives": rows}, notes, RunInfo())`. It is total: a line that is not JSON, not an
-Inspector record, or holds a value out of range is skipped and counted, and each file with such lines
-gets one note naming it, the lines and what to do; a file that cannot be opened is a note too. Nothing
-raises for any content.
-
-The format, as NCCL writes it (github.com/NVIDIA/nccl, `plugins/profiler/inspector/`, formerly
-`ext-profiler/inspector/`; read at commit 5067397c, Inspector output format "v4.0"):
-
-* **Files.** One per process: `<dir>/<hostname>-pid<pid>.log` (`inspector.cc`,
-  `inspectorDumpThread::inspectorStateDumpJSON`; `<hostname>` is `gethostname()`, unshortened), opened
-  with mode "w" (`json.cc`, `jsonInitFileOutput`). `<dir>` is `$NCCL_INSPECTOR_DUMP_DIR`, else
-  `nccl-inspector-<SLURM_JOBID>`, else `nccl-inspector-unknown-jobid`, relative to the process's
-  working directory (`inspector.cc`, `genDumpDir`). The plugin is on with `NCCL_PROFILER_PLUGIN`
-  naming it and `NCCL_INSPECTOR_ENABLE` a non-zero integer (`inspectorGlobalInit`: `atoi`); with
-  `NCCL_INSPECTOR_PROM_DUMP=1` it writes Prometheus text instead (not read here). Records are written
-  by a dump thread every `NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS` (default -1: only when the
-  communicator is torn down). The NCCL exporter example reads `*.log`, `*.jsonl` and their `.gz`.
-* **Lines.** One compact JSON object per completed operation and line (`inspector_json.cc`,
-  `inspectorCommInfoDumpColl` / `inspectorCommInfoDumpP2p`: `jsonNewline` after each), holding:
-  - `header` (`inspectorCommInfoHeader`): `id` the communicator hash as `0x%lx`
-    (`inspectorCommGetHashStr`), `comm_name` ("unknown" when unnamed), `rank` the rank *in that
-    communicator*, `n_ranks` its size, `nnodes`;
-  - `metadata` (`inspectorCommInfoMetaHeader`): `inspector_output_format_version`, `git_rev`,
-    `rec_mechanism`, `dump_timestamp_us` (`inspectorGetTime`: gettimeofday, epoch us, taken when the
-    line is written, not when the op ran), `hostname`, `pid`;
-  - `coll_perf` (`inspectorCompletedColl`): `coll` (`ncclFuncToString`: AllReduce, AllGather,
-    ReduceScatter, Broadcast, Reduce, ...), `coll_sn` the communicator's collective sequence number,
-    `coll_msg_size_bytes`, `coll_exec_time_us` (integer us), `coll_timing_source` (kernel_gpu |
-    kernel_cpu | collective_cpu), `coll_algobw_gbs`, `coll_busbw_gbs`; or `p2p_perf`
-    (`inspectorCompletedP2p`): `p2p` (Send, Recv), `p2p_sn`, `p2p_peer`, `p2p_msg_size_bytes`,
-    `p2p_exec_time_us`, `p2p_timing_source`, `p2p_algobw_gbs`, `p2p_busbw_gbs`;
-  - with `NCCL_INSPECTOR_DUMP_VERBOSE=1`, inside the perf object, `event_trace_ts` with
-    `coll_start_ts` / `p2p_start_ts` (epoch us, when NCCL's profiler saw the op start: the rank called
-    it) and per-channel `kernel_events` (`inspectorCompletedCollVerbose` / `...P2pVerbose`). The
-    README's examples are pretty-printed; the code writes one object per line.
-* **What the numbers mean** (`inspector.cc`): `coll_exec_time_us` is `calculateMaxKernelExecTimeUsecs`,
-  the longest channel's kernel time from the GPU's globaltimer (`kernel_gpu`), falling back to CPU
-  timestamps; by default only `kernel_gpu` records are kept (`NCCL_INSPECTOR_REQUIRE_KERNEL_TIMING=1`).
-  `inspectorComputeOpBw`: algbw = bytes (x n_ranks for AllGather / ReduceScatter) / 1e9 / time, and
-  busbw = algbw x 2(n-1)/n for AllReduce, x (n-1)/n for AllGather / ReduceScatter, x 1 otherwise.
-  Only ops of at least `NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES` (default 8192) are recorded.
-
-The file names no global rank, only each communicator's own. A row's `rank` is the process's rank in
-the largest communicator of its file (PyTorch's default process group spans the world, so this is the
-global rank); a file whose largest communicators disagree on it keeps the lowest and says so. A file
-cut while being written keeps its complete lines (the open last one is left for the next read).
+Promise: `load_inspector_inputs(paths)` reads every Inspector output file among `paths` (`is_inspector_file`)
+within `perftracker.bounded`'s limits and returns `({"nccl_collectives": rows}, notes, RunInfo())`. It is total:
+bad lines are skipped, counted and said in one note per file; nothing raises for any content.
+The format as NCCL writes it, and how a row's rank is chosen: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
@@ -59,7 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from perftracker.bounded import LineBlocks, file_cap, iter_lines, loads_json, read_head
+from perftracker.bounded import LineBlocks, iter_lines, loads_json, read_head
+from perftracker.collectors.file_notes import cut_notes, line_list
 from perftracker.errors import InputError
 from perftracker.store import LoadNote, RunInfo
 from perftracker.store.schema import conform, empty_table
@@ -158,9 +115,9 @@ def parse_inspector_file(path: Path) -> tuple[list[dict[str, Any]], list[LoadNot
         reason = exc.what if isinstance(exc, InputError) else (exc.strerror or str(exc))
         return [], [LoadNote("warning", str(path), f"NCCL Inspector output not read: {reason}; check the file "
                              "is a readable regular file")]
-    notes = [LoadNote("warning", str(path), said) for said in blocks.stats.notes(file_cap())]
+    notes = cut_notes(path, blocks.stats)
     if bad:
-        shown = ", ".join(map(str, bad[:5])) + (", ..." if len(bad) > 5 else "")
+        shown = line_list(bad)
         notes.append(LoadNote("warning", str(path), f"{len(bad)} line(s) are not complete NCCL Inspector records "
                               f"or hold values out of range and were skipped (line {shown}); the other "
                               f"{len(rows)} record(s) were used. A last line cut off while NCCL wrote it is "

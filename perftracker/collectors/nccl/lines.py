@@ -1,9 +1,7 @@
 """Turn one NCCL message (the text after `NCCL INFO `) into facts of its process.
 
-Promise: `classify_message` never raises on any input. It dispatches on the first four characters of the
-message through one prefix table (`_EARLY`, then the `comm 0x` lines, then `_PREFIXES`; each handler may
-hand the line on to the rules on its content) and only then applies a regular expression, so the common
-lines (Channel, Ring, Trees) cost a couple of string operations. It returns None when the line was understood, "" when it was
+Promise: `classify_message` never raises on any input. It dispatches on the message's first characters through
+one prefix table before any regular expression, and returns None when the line was understood, "" when it was
 not, and "VAR=VALUE" for an environment echo (the caller turns those into config rows).
 """
 

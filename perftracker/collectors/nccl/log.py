@@ -1,15 +1,9 @@
 """Read NCCL_DEBUG=INFO/WARN/TRACE output into the Store's `nccl` and `config` tables.
 
-Promise: any text file is accepted (a per-process NCCL_DEBUG_FILE, or a job's mixed output with
-launcher prefixes, timestamps and unrelated lines, NCCL 2.3 to 2.30). Lines that are not NCCL lines
-are skipped; NCCL lines with an unknown message are counted and a sample is kept as `other` facts;
-nothing in a log is fatal. Each fact is stored once per process with the line it was first seen on
-and how often it repeated, so a gigabyte of Channel lines becomes a few hundred rows.
-
-`nccl` rows: (rank, host, pid, device, key, value, line, file, count). Keys are listed in
-`FACT_KEYS`; structured values are compact JSON. Facts printed outside any process header (the bare
-`NCCL version` line of NCCL <= 2.21, PyTorch error text) have pid -1 and host "".
-`config` rows: one per environment echo (`NCCL_X set by environment to V`), source `nccl_echo`.
+Promise: any text file is accepted (NCCL 2.3 to 2.30, mixed with other output); nothing in a log is fatal. Each
+fact is stored once per process with the line it was first seen on and how often it repeated. `nccl` rows:
+(rank, host, pid, device, key, value, line, file, count); `config` rows: one per environment echo, source
+`nccl_echo`. Details: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
@@ -19,7 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from perftracker.bounded import LineBlocks, LineStats, file_cap, read_head
+from perftracker.bounded import LineBlocks, LineStats, read_head
+from perftracker.collectors.file_notes import cut_notes, unreadable
 from perftracker.collectors.nccl import patterns as P
 from perftracker.collectors.nccl.lines import ProcFacts, classify_message
 from perftracker.errors import InputError
@@ -27,15 +22,6 @@ from perftracker.store import LoadNote
 from perftracker.store.schema import conform
 from perftracker.values import INT32_MAX, MAX_RANK, ascii_int
 
-FACT_KEYS = (
-    "version", "rank", "nranks", "nnodes", "local_ranks", "comm", "init_complete", "init_start",
-    "init_timings", "bootstrap", "socket_if", "oob", "nic", "ib_ro", "ib_no_device", "ibverbs_missing",
-    "ib_open_failed", "network", "net_plugin", "plugin_path", "gdr_disabled", "connected_rings", "via",
-    "channels", "ring", "tree", "qp", "env", "warn", "completion_error", "error_chain", "cuda_driver",
-    "other", "other_count", "warn_lines", "process", "cqe_error", "ibv_error", "sharp", "socket_ifcount",
-    "plugin_note", "channel_count", "bootstrap_timings", "connected",
-    "topo_system", "topo_link", "topo_path", "graph_pattern", "gdr_enabled", "nvls", "p2p_type",
-)
 _SNIFF_BYTES = 64 * 1024
 _OTHER_SAMPLES = 50
 _HEAD_CACHE_MAX = 1 << 18
@@ -313,13 +299,10 @@ def load_nccl_logs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], list
         stats = LineStats()
         try:
             rows, config = parse_nccl_file(Path(path), stats)
-        except OSError as exc:
-            notes.append(LoadNote("warning", str(path), f"NCCL log could not be read: {exc.strerror or exc}"))
+        except (OSError, InputError) as exc:
+            notes.append(unreadable(path, "NCCL log", exc))
             continue
-        except InputError as exc:
-            notes.append(LoadNote("warning", str(path), f"NCCL log could not be read: {exc.message}"))
-            continue
-        notes.extend(LoadNote("warning", str(path), n) for n in stats.notes(file_cap()))
+        notes.extend(cut_notes(path, stats))
         nccl_rows.extend(rows)
         config_rows.extend(config)
         procs = {(r["host"], r["pid"]) for r in rows if int(str(r["pid"])) >= 0}

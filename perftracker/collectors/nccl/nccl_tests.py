@@ -1,13 +1,8 @@
 """Read nccl-tests output (all_reduce_perf, all_gather_perf, sendrecv_perf, ...) into the Store's `nccl_tests` table.
 
-Promise: any text file is accepted wherever the output sits: a job log mixing NCCL_DEBUG lines, a launcher's
-stdout, one file per rank; lines may carry a launcher prefix (`[1,0]<stdout>:`, `host: `, `[timestamp] `). Every
-test's table gives one row per message size: size, count, type, redop, root (-1 when the version prints none),
-and for out-of-place and in-place the time (us), algbw, busbw (GB/s) and #wrong (-1 where it prints N/A; the
-older `error` column's float is kept as #wrong 0 when it is below 1e-3, else 1). The test's `# Avg bus bandwidth`
-line, its `Using devices` lines (ranks, hosts, GPU names) and its name (the `Collective test concluded` line, or
-the last `*_perf` command seen before it) go on each of its rows. Nothing here raises on content; a file with no
-table gives no rows. Lines are read within `perftracker.bounded`'s limits.
+Promise: any text file is accepted wherever the output sits (launcher prefixes allowed); every test's table
+gives one row per message size, with the test's name, devices and average bus bandwidth on each row. Nothing
+raises on content; lines are read within `perftracker.bounded`'s limits. Columns: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
@@ -19,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from perftracker.bounded import LineBlocks, read_head
+from perftracker.collectors.file_notes import unreadable
 from perftracker.errors import InputError
 from perftracker.store import LoadNote
 from perftracker.store.schema import conform
@@ -82,7 +78,6 @@ class _Parser:
         self.current: _Test | None = None
         self.name = ""
         self.devices: dict[int, tuple[str, str]] = {}
-        self.in_header = False
 
     def feed(self, lines: Iterable[str], first: int) -> None:
         lineno = first - 1
@@ -170,14 +165,8 @@ def load_nccl_tests(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], lis
     notes: list[LoadNote] = []
     for path in paths:
         try:
-            if not looks_like_nccl_tests(Path(path)):
-                continue
-            found = parse_nccl_tests_file(Path(path))
-        except OSError as exc:
-            notes.append(LoadNote("warning", str(path), f"nccl-tests output could not be read: {exc.strerror or exc}"))
-            continue
-        except InputError as exc:
-            notes.append(LoadNote("warning", str(path), f"nccl-tests output could not be read: {exc.message}"))
-            continue
-        rows.extend(found)
+            if looks_like_nccl_tests(Path(path)):
+                rows.extend(parse_nccl_tests_file(Path(path)))
+        except (OSError, InputError) as exc:
+            notes.append(unreadable(path, "nccl-tests output", exc))
     return {"nccl_tests": conform("nccl_tests", pd.DataFrame(rows))}, notes

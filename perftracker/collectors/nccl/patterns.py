@@ -1,11 +1,7 @@
 """Regular expressions and small pure helpers for NCCL_DEBUG log lines (NCCL 2.3 to 2.30).
 
-Promise: every pattern here is applied only after a cheap keyword check in `nccl_log`, so a
-pattern may be as precise as it needs to be, and every one runs in time linear in the line, however
-long and however crafted: a token that may repeat starts only at a boundary (a lookbehind), and no
-unbounded quantifier may scan past another one's text (spans that cross tokens are bounded, `{0,N}`;
-trailing text is stripped in Python, not by a lazy `.*?` before the end). Nothing here does I/O. Formats are those catalogued
-in shared/reference/nccl_rules.md section 3.
+Promise: every pattern runs in time linear in the line, however long and however crafted, and is applied only
+after a cheap keyword check; nothing here does I/O. How the patterns stay linear: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Platform profiles: recommended NCCL settings shipped as data files, or given by the user.
 
-Promise: `load_profile(name_or_path)` returns a validated profile dict
-`{"name", "description", "source", "fabric", "values": {VAR: {"value", "consequence"}}}`.
-Shipped profiles live in `perftracker/profiles/<name>.json`; a path to a JSON file works too.
-A bad profile raises `InputError` with one clear line. A profile's own values are, by definition,
-what its user intends: the analyzers never warn about them as such.
+Promise: `load_profile(name_or_path)` returns a validated profile dict (`name`, `description`, `source`,
+`fabric`, `values`) from `perftracker/profiles/<name>.json` or a JSON file's path; a bad profile raises
+`InputError` with one clear line. A profile's values are what its user intends: never warned about as such.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""Read the NCCL RAS client's output (`ncclras`, NCCL 2.24+; text, JSON from 2.28.7, monitor mode from 2.29) into
-the Store's `nccl_ras` table.
+"""Read the NCCL RAS client's output (`ncclras`: text, JSON, monitor events) into the Store's `nccl_ras` table.
 
-Promise: `load_ras(paths)` reads the files that hold RAS output (`is_ras_file`, by content) and returns one row per
-thing RAS reported wrong or summarised: `comm_group` (a row of its communicators table: status and errors),
-`dead` (a process RAS considers dead: unreachable for 60 s), `missing_process` (a job process that gave no
-communicator data), `missing_rank` (a communicator's rank that gave none: its comm hash, rank, and where known
-process, node, GPU), `comm_error` (a communicator with initialization or asynchronous errors), `comm_mismatch`
-(ranks with different collective counts or status: normal while collectives run, a hang when it does not change)
-and `timeout`. The formats are NCCL's src/ras/client_support.cc (text: `rasOutAppend`; JSON: `jsonWrite*`) and
-docs/userguide/source/troubleshooting/ras.rst at 5067397c. Nothing raises on content.
+Promise: `load_ras(paths)` reads the files that hold RAS output (`is_ras_file`, by content) and returns one row
+per thing RAS reported wrong or summarised (kinds: docs/internals/collectors.md). Nothing raises on content.
 """
 
 from __future__ import annotations
@@ -22,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from perftracker.bounded import read_head, read_text
+from perftracker.collectors.file_notes import unreadable
 from perftracker.errors import InputError
 from perftracker.store import LoadNote
 from perftracker.store.schema import conform
@@ -164,6 +158,5 @@ def load_ras(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], list[LoadN
             if is_ras_file(Path(path)):
                 rows.extend(parse_ras_file(Path(path)))
         except (OSError, InputError) as exc:
-            why = exc.message if isinstance(exc, InputError) else (exc.strerror or str(exc))
-            notes.append(LoadNote("warning", str(path), f"NCCL RAS output could not be read: {why}"))
+            notes.append(unreadable(path, "NCCL RAS output", exc))
     return {"nccl_ras": conform("nccl_ras", pd.DataFrame(rows))}, notes

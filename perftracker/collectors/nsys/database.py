@@ -1,15 +1,9 @@
 """One Nsight Systems SQLite export, opened read-only and immutable, and what its schema holds.
 
-Promise: `open_export(path)` checks the file through `perftracker/bounded.py` (a regular file, under the
-per-file cap, starting with the SQLite header) and returns an `Export`: a connection that can never write
-(`mode=ro&immutable=1`, `query_only`, no trusted schema, so no view or trigger of the file runs code), with
-a progress handler that stops any query past a time budget, and the tables (only real tables, never views)
-with their columns, read with `PRAGMA table_info` so that every query names only columns that exist.
-Anything wrong with the file is an `ExportError` naming it, never a traceback.
-An export in WAL mode (its rows in `<name>-wal` beside it: opened immutable, the main file alone has no
-tables) is copied with its WAL into a temporary folder (both under the per-file cap together) and that
-copy is opened, then removed on `close`. A `.sqlite` that is a gzip or zip file is an input of ours too,
-refused with an ExportError saying to decompress it (never silently left out).
+Promise: `open_export(path)` checks the file (`perftracker/bounded.py`) and returns an `Export`: a connection
+that can never write nor run the file's code, stopped past a time budget, with the real tables and their
+columns. Anything wrong with the file is an `ExportError` naming it. WAL and compressed files: see
+docs/internals/collectors.md.
 """
 
 from __future__ import annotations
@@ -20,7 +14,6 @@ import sqlite3
 import tempfile
 import time
 import urllib.parse
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from perftracker.bounded import file_cap, open_regular
@@ -30,7 +23,6 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 # The tables whose presence says "an Nsight Systems export" (any one of the first with StringIds).
 ACTIVITY_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS",
                    "CUPTI_ACTIVITY_KIND_MEMCPY")
-NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 _DEFAULT_SECONDS = 600.0
 MAX_TEXT = 4096  # characters kept of any string the file holds (kernel names run to a few hundred)
 _NOT_NSYS = "not an Nsight Systems export"
@@ -67,15 +59,15 @@ def time_budget() -> float:
     return value if 0 < value < 1e7 else _DEFAULT_SECONDS
 
 
-@dataclass
 class Export:
     """An open export: its connection and its tables' columns (name -> set of column names)."""
 
-    path: Path
-    conn: sqlite3.Connection
-    columns: dict[str, set[str]] = field(default_factory=dict)
-    size: int = 0
-    copy_dir: Path | None = None  # the temporary copy of a WAL-mode export (removed on close)
+    def __init__(self, path: Path, conn: sqlite3.Connection, size: int = 0, copy_dir: Path | None = None) -> None:
+        self.path = path
+        self.conn = conn
+        self.columns: dict[str, set[str]] = {}
+        self.size = size
+        self.copy_dir = copy_dir  # the temporary copy of a WAL-mode export (removed on close)
 
     def has(self, table: str, *cols: str) -> bool:
         return table in self.columns and all(c in self.columns[table] for c in cols)

@@ -1,11 +1,8 @@
-"""The loader's entry for Nsight Systems inputs: find them among the other files, export reports, read them.
+"""The loader's entry for Nsight Systems inputs: export the reports, read the exports.
 
 Promise: `read_nsys_inputs(found, comm_kernels, step_name)` reads the Nsight Systems inputs the input kinds
-found (collectors/input_kinds.py `NSYS`: a `.sqlite` export, a `.nsys-rep` / `.qdrep` report; recognized by
-`database.looks_like_export`) and returns their `FileResult`s (`load.read_export`, one per rank). A report is exported with `nsys export --type sqlite`
-into a temporary folder (removed after reading) when `nsys` is on PATH; without `nsys`, or when a
-`.sqlite` of the same name lies beside it (then that is read instead), it is a note saying how to
-export it. Nothing is ever written next to the inputs.
+found and returns their `FileResult`s (`load.read_export`, one per rank). A report is exported into a temporary
+folder when `nsys` is on PATH, else a note says how to export it; nothing is written next to the inputs.
 """
 
 from __future__ import annotations

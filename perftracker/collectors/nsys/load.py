@@ -1,15 +1,8 @@
 """An Nsight Systems export read into one `FileResult` per rank, for the loader's reduce step.
 
-Promise: `read_export(path, comm_kernels, step_name)` reads one `.sqlite` export (`database.open_export`:
-read-only, immutable, checked) and returns a `FileResult` per rank: each CUDA device of each process
-with GPU activity is a rank. The rank comes from NCCL's NVTX payloads (`nccl_payload.py`: the process's
-rank in its largest communicator, whose size is the world size; kept only by `nsys export
---include-blobs=true`), else from the environment Nsight recorded (`RANK=` of the profiled command:
-`nsys profile` run by torchrun once per rank, one rank in the file), else the file name
-(`rank_%q{RANK}`), else the loader assigns it (files in path order, ranks of one file in device order);
-`rank_source` and an info note say which. Times stay on the capture's clock, with `base_ns` putting them
-on the UTC epoch (TARGET_INFO_SESSION_START_TIME), which aligns the ranks of several files. A file that
-cannot be read is one FileResult that is not ok, its message naming the file.
+Promise: `read_export(path, comm_kernels, step_name)` returns a `FileResult` per rank (each CUDA device of each
+process with GPU activity), its rank from NCCL's payloads, the recorded environment, the file name or the
+loader, `rank_source` saying which; a file that cannot be read is one FileResult that is not ok.
 """
 
 from __future__ import annotations

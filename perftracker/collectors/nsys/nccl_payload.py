@@ -1,13 +1,8 @@
 """NCCL's NVTX payloads in an export: which rank of how many each process is, from its communicators.
 
-Promise: `payload_ranks(export)` reads the typed NVTX payloads NCCL attaches to its ranges (kept in
-`NVTX_EVENTS.binaryData` only by `nsys export --include-blobs=true`), decoded with the file's own
-schemas (`NVTX_PAYLOAD_SCHEMAS` / `NVTX_PAYLOAD_SCHEMA_ENTRIES`: each field's name, type and offset),
-and returns, per process id, the rank and rank count of the largest communicator the process
-reported ("Rank" with "No. of ranks"), which in a training job is the world, plus a note when
-payloads are absent. A blob is a 32-byte header (domain id, schema id, payload size, total size,
-little-endian) then the payload; the layout was found in Nsight Systems 2026.2 exports (nsys-ai's
-`nccl_payload_breakdown.py` documents it); a blob that does not fit its schema is skipped, never guessed.
+Promise: `payload_ranks(export)` decodes the typed payloads NCCL attaches to its ranges with the file's own
+schemas and returns, per process id, the rank and rank count of its largest communicator, plus a note when
+payloads are absent; a blob that does not fit its schema is skipped. Layout: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

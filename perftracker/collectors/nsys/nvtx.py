@@ -1,12 +1,8 @@
 """What each NVTX range is: a PyTorch op (`--pytorch=autograd-nvtx`), a collective, a step, or a user range.
 
-Promise: `classify(names, domain_is_nccl, step_pattern)` gives, per distinct range name, the Store name
-(op ranges lose their `, op_id = N` / `, seq = N` / `, sizes = [...]` tail; the shapes, when
-`autograd-shapes-nvtx` recorded them, are kept apart), the `kind` the Kineto path would give that
-event (cpu_op for op ranges, collective_cpu for c10d/nccl ops and NCCL's own NVTX domain's collective
-calls, annotation for the rest) and the step number when the range is a step: `ProfilerStep#N`,
-`iteration N` / `step N` / `train_step N` (Megatron, NeMo, torchtitan style user ranges), or the user's
-chosen range name (`LoadOptions.nsys_step_range`, matched whole, or as the op name of an op range), numbered in order of start.
+Promise: `classify(names, domain_is_nccl, step_pattern)` gives, per distinct range name, the Store name, the
+`kind` the Kineto path would give that event and the step number when the range is a step. Rules:
+docs/internals/collectors.md.
 """
 
 from __future__ import annotations

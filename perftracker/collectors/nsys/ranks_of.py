@@ -1,11 +1,8 @@
 """An export's rows split into ranks: each CUDA device of each process with GPU activity is one rank.
 
-Promise: `split_ranks(export, rows, comm_kernels, step_name)` groups the GPU rows by (process, device),
-gives each process's CPU rows (runtime calls, NVTX ranges of its threads) to the rank of its lowest
-device (a process driving several GPUs is rare in training; a note says so when it happens), resolves
-every name id through StringIds once, and builds each rank's tables (`tables.build_rank_tables`).
-Ranks come out in (device, process) order. Rows of processes without GPU activity (the launcher,
-nsys itself) are left out.
+Promise: `split_ranks(export, rows, comm_kernels, step_name)` groups the GPU rows by (process, device), gives a
+process's CPU rows to the rank of its lowest device, resolves names once and builds each rank's tables, in
+(device, process) order; processes without GPU activity are left out.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Rows of an export's activity tables as numpy columns: SQL names the columns, filters bad rows, caps.
 
-Promise: `read_table(export, spec)` runs one SELECT with an explicit column list (a column the file's
-Nsight version does not have reads as its default, said in a note when it matters), keeps only rows
-whose times are integers with end >= start >= 0 (the others are counted and said), stops at the row
-cap (`PERFTRACKER_NSYS_MAX_ROWS` per table, default 20M, said), and returns int64 arrays. `strings`
-resolves StringIds for just the ids the rows use, each cut to `MAX_TEXT` characters. SQLite errors
-(a damaged page, the time budget spent) become `ExportError`s naming the file and table.
+Promise: `read_table(export, spec)` runs one SELECT with an explicit column list, keeps rows with sane times,
+stops at the row cap (`PERFTRACKER_NSYS_MAX_ROWS`) and returns int64 arrays, saying what it left out;
+`strings` resolves just the StringIds used. SQLite errors become `ExportError`s naming the file and table.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """One rank's rows of an export as the Store's `events` and `steps` tables, as the Kineto path makes them.
 
-Promise: `build_rank_tables(parts, names, comm_kernels, rank)` takes the rank's GPU rows (kernels, CUDA
-graph launches, copies, sets, synchronizations) and CPU rows (CUDA runtime calls, NVTX ranges) with the
-text of every name id and returns (events, steps) conforming to `store/schema.py`: kernels are compute,
-or comm when a communication kernel pattern (`comm_kernels.py`) matches, with its family and collective;
-NVTX op ranges are cpu_op, c10d / NCCL ranges collective_cpu, other ranges annotation; runtime calls
-lose their `_v7000` version suffix (`cudaLaunchKernel`, as Kineto names them). Steps come from the step
-ranges `nvtx.classify` names; every event gets its step (CPU events by time, GPU events through the
-launch with the same correlation id: `collectors/traces/step_assign.py`, as the Kineto path does).
+Promise: `build_rank_tables(parts, names, comm_kernels, rank)` returns (events, steps) conforming to
+`store/schema.py`, each event kinded and given its step as `kineto.py` would. Mapping:
+docs/internals/collectors.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
 """Read PyTorch Flight Recorder (FR) dumps without trusting them.
 
-Promise: `load_fr_dumps(paths)` reads FR dumps as JSON (`_dump_fr_trace_json()`, one file per rank)
-or as pickle (`_dump_fr_trace()`, the files `TORCH_FR_DUMP_TEMP_FILE` / `TORCH_NCCL_DEBUG_INFO_TEMP_FILE`
-name `<prefix><rank>`) and returns the `collectives_fr` table, per-rank `pg_status`/`pg_config` for
-the Store's `RunInfo`, and notes. Pickles are NEVER unpickled: `plain_unpickle` walks the opcodes with
-`pickletools.genops` and rebuilds only plain data (dict, list, tuple, set, str, bytes, int, float,
-bool, None). A pickle with any code reference (GLOBAL, REDUCE, BUILD, ...) is refused with a note,
-so a crafted file cannot run anything. The rank comes from a `rank` key when present, else from the
-file name's trailing number (`rank_3`, `nccl_trace_rank_3`, `fr-3.json`) only when the dump has no `rank`
-key (a `rank` of -5 or 1.5 is no rank: -1, said). Two dumps claiming one rank: the one whose entries are the
-newest is read, the others left out with a note (neither, when their times tie). Values JSON cannot hold
-(bytes, a tuple as a dict key) are kept as text. Point-to-point entries get seq -1 (their collective
-sequence number does not advance).
+Promise: `load_fr_dumps(paths)` reads FR dumps (JSON or pickle) into the `collectives_fr` table, per-rank
+`pg_status` / `pg_config` and notes. Pickles are NEVER unpickled: `plain_unpickle` rebuilds only plain data and
+refuses any code reference. Ranks and duplicates: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Pick up the post-mortem inputs of a folder: flight-recorder dumps, job logs, error files, kernel logs.
 
-Promise: `is_postmortem_file(path)` tells, from the file's first bytes, whether a file is a
-flight-recorder dump (JSON or pickle) or a torchelastic error file, so `analyze` does not take it
-for a profiler trace. `load_postmortem_inputs(paths)` takes the files `rundir.discover` found and
-returns (tables {"collectives_fr", "failures"}, notes, RunInfo {fr_pg_status, fr_pg_config,
-watchdog_progress}). Files are recognized by content, not name; anything unreadable becomes a note.
-Ranks of error files named in torchrun's ChildFailedError table (`error_file:`) take that rank.
+Promise: `is_postmortem_file(path)` tells an FR dump or a torchelastic error file by its first bytes;
+`load_postmortem_inputs(paths)` returns ({"collectives_fr", "failures"}, notes, RunInfo). Files are recognized
+by content; anything unreadable is a note. Error files named in torchrun's ChildFailedError table take its rank.
 """
 
 from __future__ import annotations
@@ -30,7 +27,6 @@ from perftracker.collectors.postmortem.joblogs import (
     parse_job_log,
 )
 from perftracker.errors import InputError
-from perftracker.formats.framework_throughput import looks_like_throughput_log, parse_throughput_log
 from perftracker.store import LoadNote, RunInfo
 from perftracker.store.schema import conform, empty_table
 
@@ -120,7 +116,6 @@ def load_postmortem_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFram
     elif log_paths or error_paths:
         tables["failures"] = empty_table("failures")
     learned.watchdog_progress = progress
-    _add_reported_throughput(paths, fr_paths + error_paths, tables, notes)
     if fr_paths or log_paths or error_paths:
         notes.append(LoadNote("info", "postmortem", f"post-mortem inputs: {len(fr_paths)} flight-recorder dump(s), "
                               f"{len(log_paths)} job log(s), {len(error_paths)} error file(s)",
@@ -128,21 +123,3 @@ def load_postmortem_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFram
                                "error_files": [str(p) for p in error_paths[:32]]}))
     return tables, notes, learned
 
-
-def _add_reported_throughput(paths: Sequence[Path], taken: list[Path], tables: dict[str, pd.DataFrame],
-                             notes: list[LoadNote]) -> None:
-    """The TFLOP/s per GPU and MFU that training logs among `paths` report (`formats/framework_throughput.py`)."""
-    rows: list[dict[str, Any]] = []
-    for path in paths:
-        if path in taken or path.name.endswith((*_BINARY_SUFFIXES, ".json", ".jsonl")) \
-                or not looks_like_throughput_log(path):
-            continue
-        try:
-            found, said = parse_throughput_log(path)
-        except (InputError, OSError) as exc:
-            notes.append(LoadNote("warning", str(path), f"could not read the log ({getattr(exc, 'message', exc)})"))
-            continue
-        rows.extend(found)
-        notes.extend(LoadNote("warning", str(path), n) for n in said)
-    if rows:
-        tables["reported_throughput"] = conform("reported_throughput", pd.DataFrame(rows))

@@ -1,19 +1,8 @@
 """Failures in job output, launcher logs, torchelastic error files and kernel logs.
 
-Promise: `looks_like_job_log(path)` sniffs a text file's head and tail for failure markers;
-`parse_job_log(path)` reads it line by line (untrusted text: only regexes, never eval) and returns
-`failures` rows:
-  * timeout       ProcessGroupNCCL watchdog lines `[Rank R] Watchdog caught collective operation timeout:
-                  WorkNCCL(SeqNum=N, OpType=OP, NumelIn=.., NumelOut=.., Timeout(ms)=..) ran for T milliseconds`,
-                  with the process group from the following `[PG ID p PG GUID g(desc) Rank R] ... at work: N` line;
-  * gloo_timeout  `Timed out waiting Nms for recv|send operation to complete` (rank from the `[rankN]:` prefix);
-  * exception     the last line of each rank's Python traceback (`[rankN]: Traceback ...`), with the
-                  torch.distributed collective it was in (`op`) and the user frame (in `message`);
-  * exit          rows of torchrun's ChildFailedError table (time, host, rank, exitcode, error_file);
-  * xid           kernel `NVRM: Xid (PCI:...): N, ...` lines.
-Watchdog progress (`last enqueued/completed NCCL work`) goes to the returned meta. `load_error_file`
-reads a torchelastic error file (TORCHELASTIC_ERROR_FILE JSON). Times without a year (glog `E1218
-20:27:21.4`) take the file's modification year; naive times are read as UTC (only their order matters).
+Promise: `looks_like_job_log(path)` sniffs a text file's head and tail for failure markers; `parse_job_log(path)`
+reads it line by line (regexes only) into `failures` rows and watchdog progress; `load_error_file` reads a
+torchelastic error file. The lines read: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

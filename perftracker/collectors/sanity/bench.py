@@ -1,14 +1,8 @@
 """Per-device figures for `perftracker sanity`: GEMM throughput, device memory copy and host<->device bandwidth.
 
-Promise: `device_figures(device, seconds)` measures, on `device` ("cpu" or "cuda:N"), for about `seconds` in all:
-GEMM TFLOPS at every dtype the device supports (FP32 on CPU; BF16, FP16, TF32 and, on compute capability 8.9
-and later, FP8 on CUDA), the device memory copy bandwidth (bytes read + written per second) and, on CUDA,
-host->device and device->host bandwidth from pinned memory. Each measurement is the median rate over windows
-of ~0.3 s (a noisy neighbour during one window moves the median little; a quota or throttling shows in every
-one); with `repeats` > 1 every figure is measured that many times, `sync()` (a barrier of every rank) before
-each repeat, and the figure is the best repeat, every repeat kept in `repeats` (its spread: the device's own
-noise). A figure that cannot be measured is left out and its reason kept in `errors`. The CUDA paths are
-written for GPUs and have not run in this repository's CI (no GPU there): only the CPU path is tested.
+Promise: `device_figures(device, seconds)` measures each figure as the median rate over short windows, the best
+of `repeats`, every repeat kept; a figure that cannot be measured is left out with its reason in `errors`.
+Only the CPU path runs in CI. Details: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

@@ -1,27 +1,8 @@
 """Communication figures for `perftracker sanity`, over the ranks of the job it was launched as.
 
-Promise:
-- `Launch` (launch.py: the launcher's variables, checked) says where this rank stands.
-- `Comm.start(launch, backend, timeout_s)` joins the process group (gloo on CPU, NCCL on GPU) with `timeout_s`
-  on every collective, publishes this rank's host, and learns every rank's host through the group's store.
-- `barrier(group)`: every member arrives before a timed window starts (bounded by the timeout), so no rank's
-  window overlaps another's set-up, gathering or writing.
-- `collectives(size, iters, latency_iters, scope, deadline)` measures all-reduce latency (one element) and
-  all-reduce / all-gather bus bandwidth (nccl-tests' definitions: busbw = algbw * 2(n-1)/n for all-reduce,
-  * (n-1)/n for all-gather) over all ranks; with `scope="node"` over this node's ranks only (every node at
-  once: NVLink / PCIe / shared memory within a node), with `scope="inter"` over the first rank of each node
-  (the NICs between nodes), each figure named with its scope's prefix (`node_`, `inter_`). Those groups exist
-  only where they differ from the whole job. The members agree on each figure's iteration count from the
-  slowest warm-up and the least time left before `deadline` (one small all-reduce), so a slow link cuts the
-  count on every member alike and the phase ends by its deadline; what was cut is listed in `cut`.
-- `pairwise(size, reps, tours, deadline)`: the first rank of each node (its *leader*) meets every other node's
-  leader once per tour, in the rounds of a round-robin tournament, and times a ping-pong of `size` bytes; the
-  lower-ranked leader (the initiator) records the pair's bandwidth (2*size / round trip), the best of the tours'
-  medians, with every tour's figure (`tours_gbps`: the spread of its own repeats). The initiator's first
-  element of each message says whether another round trip follows, so past `deadline` both ends stop together
-  (a pair never measured is `cut`, not failed). Every wait has a timeout and every message a tag of its
-  round: a dead or slow peer costs one timeout and never shifts later messages.
-Handing the results over and writing them once: handover.py.
+Promise: `Comm.start(launch, backend, timeout_s)` joins the process group; `barrier`, `collectives` (all-reduce
+latency, all-reduce / all-gather bus bandwidth over the job, a node or between nodes) and `pairwise` (node
+pairs) end by their deadline on every member alike, what was cut listed. See docs/internals/collectors.md.
 """
 
 from __future__ import annotations

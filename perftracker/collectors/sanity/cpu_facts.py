@@ -1,12 +1,8 @@
 """What holds this process's CPU back, as the node itself can tell: cgroup CPU quota, throttling, CPU pressure.
 
-Promise: `cpu_sample(proc_root, cgroup_root)` reads, for this process and never raising (an unreadable source
-is named in `errors`): its cgroup (from /proc/self/cgroup, v1 `cpu` controller or v2 unified), the tightest CPU
-quota on that cgroup or any parent (v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us`, v2 `cpu.max`) in cores, the
-cgroup's throttling counters (`cpu.stat`: nr_periods, nr_throttled, throttled time), the machine's CPU pressure
-(PSI `/proc/pressure/cpu`, `some` avg10, percent of time) and, on v2, the cgroup's own (`cpu.pressure`).
-`cpu_during(before, after)` is the sample after plus what changed between the two: the share of scheduler
-periods throttled and the seconds throttled while the figures were measured. Plain JSON-ready values.
+Promise: `cpu_sample(proc_root, cgroup_root)` reads the cgroup's quota, throttling counters and CPU pressure,
+never raising (an unreadable source named in `errors`); `cpu_during(before, after)` adds what changed between
+two samples. Plain JSON-ready values.
 """
 
 from __future__ import annotations

@@ -1,23 +1,8 @@
 """Handing `perftracker sanity`'s results to the one rank that writes them, through the rendezvous store.
 
-Promise (one writer per output, on a shared folder too):
-- `post(comm, result)`: each rank leaves its result (JSON) in the store; `gather(comm, own, deadline)`: the
-  writer collects what arrived by `deadline` (a rank absent then is unreachable). Failures are returned, never
-  raised: a node that died mid-test must not stop the others from reporting.
-- `Lease(comm)`: rank 0 (and later a rank that took its place) renews a counter in the store every
-  `RENEW_S` from the moment it joined until it wrote; `claim(comm, expected)` takes the right to write with the
-  store's compare-and-set (one winner, whatever the timing). Rank 0 claims before it writes and writes only
-  when it won.
-- `wait_for_writer(comm, own, deadline, hard_end)` on every other rank: returns None as soon as the writer
-  said it wrote (`mark_written`), or when the lease still runs at `hard_end`; returns the results to write
-  when this rank takes over: only once the lease lapsed (the counter did not move for `LAPSE_S`, rank 0 is
-  dead, not slow) AND its compare-and-set won. When the store itself is gone (it lived with rank 0's node),
-  the results go over a gloo group of the ranks off rank 0's node, made at the start, whose lowest rank writes.
-- `wait_left(comm, ranks)`: the writer, after `mark_written`, waits (bounded) until the ranks that posted saw
-  it, so the store that may end with the writer's node outlives their last look (else a rank would take the
-  store's end for rank 0's death and wait out a group timeout).
-- `release_agents(comm)`: after writing, a torchrun agent on a surviving node does not wait out its 300 s
-  exit barrier for an agent that died with its node: the writer completes the barrier in its place.
+Promise: one writer per output, on a shared folder too: `post` / `gather` move the results, a `Lease` and
+`claim` pick the writer, `wait_for_writer` lets another rank take over only when rank 0 is dead, not slow;
+failures are returned, never raised. The protocol: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

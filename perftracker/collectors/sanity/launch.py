@@ -1,13 +1,8 @@
 """Where this process stands in the job `perftracker sanity` was launched as, checked before anything starts.
 
-Promise: `Launch.from_env(env)` reads the rank, world size and local rank the launcher gave (torchrun, Slurm,
-Open MPI, MPICH, PMIx: launcher_env.py's variables, the first one set of each kind) and the rendezvous
-(MASTER_ADDR / MASTER_PORT), and raises a `UsageError` (exit 2) that names the variable and its value when one is
-not usable: a rank, world size or local rank that is not a whole number, a world size below 1 or above
-`MAX_WORLD`, a rank or local rank not below the world size, a port outside 1-65535, a missing address or port
-with more than one rank. One process alone when no launcher set a world size. `check_rendezvous(launch,
-within_s)` names, within `within_s` seconds, a MASTER_ADDR that does not resolve (UsageError) or a rendezvous
-that nothing answers at (`RendezvousError`), instead of torch's retries and stack traces.
+Promise: `Launch.from_env(env)` reads rank, world size, local rank and rendezvous from the launcher's variables
+and raises a `UsageError` naming a variable whose value is not usable; `check_rendezvous(launch, within_s)`
+names an address that does not resolve or a rendezvous nothing answers at, instead of torch's retries.
 """
 
 from __future__ import annotations

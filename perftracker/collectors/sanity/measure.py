@@ -1,19 +1,8 @@
 """One rank's whole `perftracker sanity` measurement, within the time box.
 
-Promise: `plan_for(time_box_s, device)` splits the box (counted from the moment every rank joined) between the
-phases, each with a deadline as a share of the box: device figures (`DEVICE_END`), the collectives over all
-ranks, within each node and between nodes (`COLL_END`), the node pairs (`PAIRS_END`); rank 0 gathers until
-`GATHER_END` and a watchdog finishes with what was measured at `WATCHDOG_END` (cli/sanity.py); a rank that
-does not write leaves by `HARD_END`, so the command ends within 1.25x the box. Every member of a phase waits
-at a barrier before its timed windows (no rank's window overlaps another's set-up or the writer's work) and
-the phase's counts are agreed between its members (comm.py), so a slow link or a dead node cuts a phase short
-on every rank alike: what was cut is listed in the record's `cut`. `new_record(...)` is the record (JSON-ready) that `measure(launch, plan, host, node,
-device, started, record)` fills in place as it goes (a watchdog may read it part-filled): rank, local_rank,
-host, device, device_name, figures (each the best of `REPEATS` repeats), repeats (every repeat per figure),
-errors, pairs, cut, cpu (this process's cgroup quota, throttling during the device phase and CPU pressure:
-cpu_facts.py), node (the leader's node facts, else {}), joined_after_s (the wait to join), elapsed_s (since
-joining). `comm` errors are recorded in it, never raised. The test hook $PERFTRACKER_SANITY_TEST_FAIL
-(`<rank>:<figure>`) turns a figure of a rank into a failure.
+Promise: `plan_for(time_box_s, device)` splits the box between the phases, each with a deadline; `new_record`
+is the JSON-ready record that `measure(...)` fills in place as it goes; `comm` errors are recorded, never
+raised. Phases and record fields: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

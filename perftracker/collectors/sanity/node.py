@@ -1,11 +1,7 @@
-"""The node's own facts for `perftracker sanity`: its network links (state, negotiated rate, error counters)
-and, where NVML is installed, each GPU's health (throttle reasons, PCIe link against its maximum, ECC).
+"""The node's own facts for `perftracker sanity`: its network links and, where NVML is installed, each GPU's health.
 
-Promise: `node_facts(sysfs_root)` returns plain JSON-ready values and never raises: an unreadable source is
-named in `errors`. Each interface carries its negotiated speed (/sys/class/net/*/speed) and the shaping of its
-egress (`tc qdisc show dev IF`, where tc is installed: a tbf or netem rate, netem delay; default queueing
-disciplines are not shaping and are left out; `parse_qdiscs` reads that text). Loopback, bridges and virtual-only interfaces without a rate are kept (their state is still
-a fact) but marked. The NVML path is written for GPU nodes and untested in this repository's CI (no GPU).
+Promise: `node_facts(sysfs_root)` returns plain JSON-ready values and never raises (an unreadable source is named
+in `errors`); `parse_qdiscs` reads `tc qdisc show` text. The NVML path is untested in CI (no GPU).
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Read a `py-spy record --format chrometrace` recording into each thread's stacks in time order.
 
-Promise: `read_burst(path, rank, rate_hz, started_ns)` returns the `StackBurst` of the recording's main thread
-(the one py-spy names MainThread, else the thread with the most stack changes), or raises `InputError` (what is
-wrong with the file, for a note). py-spy writes a JSON list of trace events: per thread, "B" (a frame begins) and
-"E" (it ends) events with `ts` in microseconds from the recording's start, `name` the function, `args.filename`
-and `args.line`; with `--threads` each stack's first frame is "thread (<id>): <name>". Consecutive identical
-samples are written once (a stack's events come only when it changes), so the stack between two event times is
-the one in effect, which is what `StackBurst` keeps; the last events (every frame ending) mark the end. The file
-is read within `perftracker.bounded`'s limits; content is never evaluated.
+Promise: `read_burst(path, rank, rate_hz, started_ns)` returns the `StackBurst` of the recording's main thread,
+or raises `InputError` saying what is wrong with the file. Read within `perftracker.bounded`'s limits, never
+evaluated. The format: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
@@ -58,7 +53,7 @@ def _is_main(changes: list[tuple[float, tuple[str, ...]]]) -> bool:
 
 
 def read_burst(path: Path, rank: int, rate_hz: float, started_ns: int = 0) -> StackBurst:
-    """The main thread's stacks of one chrometrace recording (see the module docstring)."""
+    """The main thread's stacks of one chrometrace recording (docs/internals/collectors.md)."""
     try:
         events = load_json_file(path)
     except (OSError, ValueError) as exc:

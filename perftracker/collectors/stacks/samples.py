@@ -1,15 +1,8 @@
 """Read the sampled stack profiles `attach` records with `py-spy record` and say where ranks spend time.
 
-Promise: `load_profile_inputs(paths)` keeps the files named `profiles/rank-<r>.txt` (py-spy
-`record --format raw --threads`: one collapsed stack per line, root first, frames separated by ';',
-the first frame "thread (<id>): <thread name>", then the sample count), each with its optional
-sidecar `profiles/rank-<r>.json` ({"rank", "pid", "host", "rate_hz", "duration_s", "started_ns"}),
-and returns the `profile_samples` table (one row per distinct (thread, stack): rank, host, pid,
-thread, main, stack as ';'-joined "function (file:line)" frames root first, count, rate_hz,
-duration_s, file) plus notes for files it could not read. The main thread is the one py-spy names
-MainThread, else the one with the most samples (where the time goes is judged by the `stack_profile`
-analyzer, not here). Lines that do not parse are skipped and counted; content is never evaluated.
-`is_baseline_profile` tells the watcher's baseline window (`baseline/profiles/`) from the window analyzed.
+Promise: `load_profile_inputs(paths)` reads `profiles/rank-<r>.txt` (with their optional `.json` sidecars) into
+the `profile_samples` table plus notes; lines that do not parse are skipped and counted. `is_baseline_profile`
+tells the watcher's baseline window. The format: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

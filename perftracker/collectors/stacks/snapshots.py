@@ -1,12 +1,8 @@
 """Read the stack snapshots `attach` writes (py-spy dumps of every rank) into the `stacks` table.
 
-Promise: `load_stack_inputs(paths)` keeps the files named `stacks/<snapshot>/rank-<r>.json` (as
-written by `perftracker.live.samplers.stacks`: {"rank", "pid", "host", "ts_ns", "mode", "switches", "threads":
-py-spy --json}) and returns the `stacks` table (one row per thread; `frames` is JSON, innermost first,
-of [name, short file, line, file], see `perftracker.store.stack_frames`) plus load notes for files it
-could not read. `main_stack` reads one py-spy dump into a `MainStack` (the rank's main thread: the
-thread whose OS id is the pid), as the live sampler hands it to the diagnosis. What a stack means
-(waiting in a collective, hung) is judged in `analyzers/failures/stack_state.py`, not here.
+Promise: `load_stack_inputs(paths)` reads `stacks/<snapshot>/rank-<r>.json` into the `stacks` table (one row per
+thread) plus notes; `main_stack` reads one dump into a `MainStack`. What a stack means is judged in
+`analyzers/failures/stack_state.py`.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Which GPU kernels are communication, and of which library: the shipped list, the user's, and `--comm-kernel`.
 
 Promise: `load_comm_kernels(files, extra)` returns a `CommKernels` matcher built from
-`perftracker/data/comm_kernels.toml` (NCCL, RCCL, MSCCL, MSCCL++, DeepEP-style expert parallelism,
-pplx, NVSHMEM, Transformer Engine userbuffers, oneCCL, HCCL, PyTorch symmetric memory), then the
-families of each user file in that format (`--comm-kernels FILE`, `PERFTRACKER_COMM_KERNELS`; a family
-of a name already known adds its patterns to it), then the `--comm-kernel` regexes as family
-"custom". `family_of(name)` is the first family with a pattern found in the kernel name ('' for none).
-A user file that cannot be read, is not TOML of that shape, or holds a regex that does not compile
-raises `InputError` naming the file (or `UsageError` for a bad `--comm-kernel`), never a traceback.
-`fingerprint()` changes whenever the patterns do, so parsed-trace caches keyed by it stay right.
+`perftracker/data/comm_kernels.toml`, the user's files in that format and the `--comm-kernel` regexes (family
+"custom"); `family_of(name)` is the first matching family ('' for none); `fingerprint()` changes whenever the
+patterns do. A bad file or regex raises `InputError` / `UsageError` naming it, never a traceback.
 """
 
 from __future__ import annotations
@@ -18,7 +13,7 @@ import hashlib
 import re
 import tomllib
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -39,15 +34,12 @@ class CommFamily:
     sources: tuple[str, ...] = ()
 
 
-@dataclass
 class CommKernels:
     """The families in match order, each pattern compiled once."""
 
-    families: tuple[CommFamily, ...]
-    _compiled: list[tuple[str, re.Pattern[str]]] = field(default_factory=list, repr=False)
-
-    def __post_init__(self) -> None:
-        self._compiled = [(f.name, re.compile(p)) for f in self.families for p in f.patterns]
+    def __init__(self, families: tuple[CommFamily, ...]) -> None:
+        self.families = families
+        self._compiled = [(f.name, re.compile(p)) for f in families for p in f.patterns]
 
     def family_of(self, name: str) -> str:
         """The first family with a pattern found in `name`, '' when the kernel is not communication."""

@@ -1,12 +1,8 @@
 """Read PyTorch / Chakra execution traces (ET) found beside Kineto traces: their operators and input shapes.
 
-Promise: `is_execution_trace(path)` tells an ET file (`*_et.json[.gz]`, or JSON with a `schema` and
-`nodes` whose entries have `rf_id`) from anything else. `load_execution_trace_inputs(paths)` picks the
-ETs among a folder's other files and returns ({"exec_ops": table}, notes, RunInfo()) as the loaders'
-merge expects; `load_execution_traces(paths)` returns the `exec_ops` table (one row per operator node: file, pid, node_id, rf_id, name, input_shapes and
-input_types as JSON text) and a note per file it could not use. Joining the operators to the Kineto
-trace's ops (rf_id = the op's "External id") is the analyzers' work (`analyzers/traces/exec_trace.py`).
-The ET's own bookkeeping nodes (`[pytorch|profiler|execution_trace|...]`) are left out.
+Promise: `is_execution_trace(path)` tells an ET file; `load_execution_trace_inputs(paths)` picks the ETs among
+`paths` and returns ({"exec_ops": table}, notes, RunInfo()): one row per operator node (bookkeeping nodes left
+out), a note per file it could not use. Joining them to the Kineto ops is `analyzers/traces/exec_trace.py`'s.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Turn one parsed Kineto trace into the Store's `events` and `steps` tables for one rank window.
 
-Every complete ('X') event is classified into a `kind`:
-compute / comm (GPU kernels; communication by the kernel name patterns of `comm_kernels`, whose
-family is the event's `comm_family`), memcpy, memset, sync (GPU-side cuda_sync), gpu_annotation,
-runtime (CUDA/HIP/MTIA runtime and driver calls), cpu_op, annotation (user annotations),
-collective_cpu (c10d::*, gloo:*, nccl:*, record_param_comms) and counter_range (CUPTI range-profiler
-counter ranges, `cuda_profiler_range`, which take the place of kernel events).
-`ProfilerStep#N` annotations become rows of `steps`; every event gets the step it belongs to
-(CPU events by time, GPU events through the launch that queued them: `step_assign`; GPU work launched
-before the profiled window belongs to no step).
+Promise: every complete ('X') event is given a `kind` (compute, comm, memcpy, memset, sync, gpu_annotation,
+runtime, cpu_op, annotation, collective_cpu, counter_range); `ProfilerStep#N` annotations become `steps` rows
+and every event gets its step (`step_assign`). The kinds: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """A trace's events as compact columns, built a chunk of decoded events at a time.
 
-Promise: `ColumnBuilder.add` takes one chunk of events (their names, categories, phases, pids, tids,
-integer-nanosecond times and args, as the reader decoded them) and keeps of it only what the events
-table needs, as arrays: a name code and a kept flag for every event, and for the complete ('X') events
-outside the skipped categories their category code, pid (as the int16 device it may stand for), tid,
-times, the integer args and codes for the collective args and the op shapes. Strings are interned once
-per distinct value. The decoded chunk can then be freed, so a whole trace costs about 100 bytes per kept
-event instead of its Python objects. `finish()` gives the `EventColumns`; `kineto.build_tables` turns
-them into the Store's tables exactly as it did from per-event lists.
+Promise: `ColumnBuilder.add` keeps of one decoded chunk only what the events table needs, as arrays, with
+strings interned once, so a trace costs about 100 bytes per kept event; `finish()` gives the `EventColumns`
+that `kineto.build_tables` turns into the Store's tables.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Keep every complete event of a Kineto trace cut off (or damaged) anywhere, and say how much was lost.
 
-Promise: `cut_back(data, error_at)` takes the JSON text of a trace the decoder refused and the byte
-it refused it at (the end for a truncated text; whatever the decoder's message says otherwise), scans
-back from there to the last complete event, and closes the JSON in place (`data` is shortened to
-`...last event}]}`), so that it decodes with every event before the cut. A cut after the events
-array (in the trailing `traceName` / `baseTimeNanoseconds` keys) keeps the whole array and the
-complete keys. Syntax is checked with a decoder that builds nothing (every value `msgspec.Raw`).
-`CutReport` says what was kept: the events, the bytes used of the bytes read, and the share lost
-against what was read, or that the total is unknown (a gzip stream cut short, a file over the cap).
+Promise: `cut_back(data, error_at)` shortens the refused JSON text in place to its last complete event and
+closes it, so it decodes with every event before the cut; `CutReport` says what was kept and lost.
+How the cut is found: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,8 @@
 """Read one Kineto (PyTorch profiler) trace file into typed event records, as much of it as is usable.
 
-Promises:
-- `.json` and `.json.gz`, read under the per-file cap (`perftracker.bounded`: regular files only, gzip
-  inflated in chunks); a gzip stream cut off mid-write yields the bytes it holds.
-- A trace cut off (or damaged) anywhere is recovered up to its last complete event whatever the
-  decoder's error says (`kineto_cut`), with `ParsedTrace.cut` saying what was kept and lost. An empty
-  file, a corrupt gzip with nothing before the damage, or JSON that is not a trace raises
-  `InputError` naming the file.
-- Every number is range-checked before it becomes a column: events whose timestamp is not a number
-  or out of range are dropped (counted in `dropped`), durations out of range are 0 (`bad_durations`).
-- Timestamps keep every digit: when the file writes epoch-magnitude microseconds with a fraction
-  (which a float64 cannot hold to the nanosecond), the raw digits are parsed instead.
-- Trace content is data: nothing in it is evaluated.
-- Memory: a well-formed trace is read streaming (`kineto_stream`: the text in blocks, the events decoded a
-  chunk at a time into columns), so it costs about the columns it yields; anything else (a cut, damage,
-  fields of unusual types, a file over the cap) is read whole as below, with the same result.
+Promise: `.json` and `.json.gz` under the per-file cap; a trace cut or damaged anywhere is kept up to its last
+complete event (`ParsedTrace.cut`); unusable files raise `InputError` naming them; every number is range-checked
+and timestamps keep every digit; nothing is evaluated. Details: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
@@ -57,7 +45,7 @@ _SHAPE_KEYS = (("input_dims", "Input Dims"), ("input_type", "Input type"), ("con
 
 
 def parse_trace(path: Path) -> ParsedTrace:
-    """Parse one trace file; see the module docstring for what is recovered and what raises."""
+    """Parse one trace file; what is recovered and what raises: docs/internals/collectors.md."""
     streamed = parse_streaming(path)
     if streamed is not None:
         return streamed
@@ -122,6 +110,11 @@ def _replace_bad_utf8(trace: ParsedTrace, text: TraceText) -> bool:
     return False
 
 
+def _damaged(exc: Exception, path: Path) -> InputError:
+    return InputError(f"the trace is not valid JSON ({exc})", str(path),
+                      "the file is damaged; re-export this rank's trace")
+
+
 def _recover(trace: ParsedTrace, text: TraceText, error_at: int, total: int, exc: Exception) -> TraceDoc | None:
     """Keep the complete events before a cut or damage (`text.data` shortened in place); None when the
     kept part needs the loose reader. Raises InputError when no event before the damage is complete."""
@@ -131,8 +124,7 @@ def _recover(trace: ParsedTrace, text: TraceText, error_at: int, total: int, exc
             said = "".join(f"; {n}" for n in text.notes)
             raise InputError(f"the trace is cut off before its first complete event{said}", str(trace.path),
                              "nothing in it can be used; re-export this rank's trace") from None
-        raise InputError(f"the trace is not valid JSON ({exc})", str(trace.path),
-                         "the file is damaged; re-export this rank's trace") from None
+        raise _damaged(exc, trace.path) from None
     trace.cut = CutReport(events_kept=0, bytes_used=used, bytes_read=total, total_known=text.whole,
                           damaged_at=error_at, gzip=text.gzip)
     trace.bytes_lost = total - used
@@ -141,8 +133,7 @@ def _recover(trace: ParsedTrace, text: TraceText, error_at: int, total: int, exc
     except msgspec.ValidationError:
         return None
     except msgspec.DecodeError as again:  # syntax is whole now: what the typed decoder still refuses
-        raise InputError(f"the trace is not valid JSON ({again})", str(trace.path),
-                         "the file is damaged; re-export this rank's trace") from None
+        raise _damaged(again, trace.path) from None
 
 
 def _fill_loose(trace: ParsedTrace, text: TraceText, path: Path) -> None:
@@ -163,8 +154,7 @@ def _fill_loose(trace: ParsedTrace, text: TraceText, path: Path) -> None:
                 _fill_loose(trace, text, path)
                 return
             if trace.cut is not None:
-                raise InputError(f"the trace is not valid JSON ({exc})", str(path),
-                                 "the file is damaged; re-export this rank's trace") from None
+                raise _damaged(exc, path) from None
             total = len(text.data)
             _recover(trace, text, error_position(str(exc), total), total, exc)
             try:
@@ -172,8 +162,7 @@ def _fill_loose(trace: ParsedTrace, text: TraceText, path: Path) -> None:
             except msgspec.ValidationError:
                 raise
             except msgspec.DecodeError as again:
-                raise InputError(f"the trace is not valid JSON ({again})", str(path),
-                                 "the file is damaged; re-export this rank's trace") from None
+                raise _damaged(again, path) from None
     except msgspec.ValidationError as exc:  # msgspec's own limits (an integer of thousands of digits)
         raise InputError(f"the trace holds a value out of range ({exc})", str(path),
                          "the file is damaged or not from torch.profiler; re-export this rank's trace") from None

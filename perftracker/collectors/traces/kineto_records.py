@@ -1,10 +1,8 @@
 """The typed records a Kineto trace decodes into, and how a chunk of them becomes columns.
 
-Promise: `Event` / `RawEvent` (ts and dur as the raw JSON digits) / `EventArgs` are the msgspec structs a
-trace's events decode into (only the fields perftracker reads), `TraceDoc` the whole document. `add_typed`
-and `add_digits` take one chunk of decoded events and add it to a `ColumnBuilder`: timestamps range-checked
-(events without a usable one dropped and counted), durations out of range taken as 0 (counted), times in
-integer nanoseconds. `ParsedTrace` is what reading one file gives: the columns, the trace's facts, and notes.
+Promise: `Event` / `RawEvent` / `EventArgs` / `TraceDoc` are the msgspec structs a trace decodes into;
+`add_typed` and `add_digits` add one decoded chunk to a `ColumnBuilder` (times range-checked, in integer
+nanoseconds, the dropped counted); `ParsedTrace` is what reading one file gives.
 """
 
 from __future__ import annotations
@@ -63,25 +61,23 @@ class EventArgs(msgspec.Struct, omit_defaults=True, gc=False):
     concrete_inputs: msgspec.Raw = msgspec.field(default=NO_RAW, name="Concrete Inputs")
 
 
-class Event(msgspec.Struct, gc=False):
+class _EventBase(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
     name: str = ""
     pid: int | str | None = None
     tid: int | str | None = None
+
+
+class Event(_EventBase, gc=False):
     ts: float | None = None
     dur: float | None = 0.0
     args: EventArgs | None = None
 
 
-class RawEvent(msgspec.Struct, gc=False):
+class RawEvent(_EventBase, gc=False):
     """Same as Event, with ts/dur as raw JSON text so no digit is lost."""
 
-    ph: str = ""
-    cat: str = ""
-    name: str = ""
-    pid: int | str | None = None
-    tid: int | str | None = None
     ts: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b""))
     dur: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b""))
     args: EventArgs | None = None
@@ -105,8 +101,8 @@ class ParsedTrace:
     """One trace file as read: its events as columns (`kineto_columns.EventColumns`), its facts and notes.
 
     `names` gives the name of every event read (after events without a usable timestamp are dropped);
-    `ts_ns_array` / `dur_ns_array` (`ts_ns` / `dur_ns` as lists of int) the times of the events the
-    events table keeps (complete events outside the skipped categories), in integer nanoseconds.
+    `ts_ns` / `dur_ns` the times of the events the events table keeps (complete events outside the skipped
+    categories), in integer nanoseconds.
     """
 
     path: Path
@@ -148,14 +144,6 @@ class ParsedTrace:
     def negative_durations(self) -> int:
         """Events read whose duration is negative (the tables take them as 0)."""
         return self.columns.negative_durations
-
-    @property
-    def ts_ns_array(self) -> npt.NDArray[np.int64]:
-        return self.columns.ts_ns
-
-    @property
-    def dur_ns_array(self) -> npt.NDArray[np.int64]:
-        return self.columns.dur_ns
 
     @property
     def ts_ns(self) -> list[int]:

@@ -1,16 +1,8 @@
 """Read a well-formed Kineto trace streaming: the text in blocks, its events decoded a chunk at a time.
 
-Promise: `parse_streaming(path)` gives the same `ParsedTrace` as reading the whole text (`kineto_read`)
-while holding only a few MB of the text and one chunk of decoded events at a time: each chunk of about
-`CHUNK_BYTES` of the `traceEvents` array is decoded (msgspec, typed) and added to the columns, then freed.
-It returns None, having built nothing that stays, whenever the whole-text reader must decide: a file
-over the cap or that cannot be opened, a gzip stream cut short or corrupt, a whitespace run the reader
-would squeeze, text that is not a JSON object with a `traceEvents` array, any syntax error (a cut or damaged
-trace: `kineto_cut` keeps its complete events), fields of types the typed decoder refuses (the tolerant
-reader takes them). A chunk ends at a `}` followed by the next event or the array's end; a `}` inside a
-string or a nested value cannot end a chunk that decodes (the text before it is not a list of values), so
-a chunk that decodes is whole events. Timestamps that a float cannot hold to the nanosecond anywhere in the
-text switch the whole trace to the exact-digits decoding, as the whole-text reader does.
+Promise: `parse_streaming(path)` gives the same `ParsedTrace` as reading the whole text (`kineto_read`) while
+holding only a few MB of text and one chunk of events at a time, or None, having built nothing, whenever the
+whole-text reader must decide. When that is: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

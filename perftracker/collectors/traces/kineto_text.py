@@ -1,10 +1,8 @@
 """Read a Kineto trace file's JSON text within bounds: decompressed, under the per-file cap, checked to be JSON.
 
-Promise: `read_bytes(path)` returns the text (a bytearray: later steps shorten it in place) with notes
-about anything left out: a file over the cap (`perftracker.bounded`), a gzip stream cut short, corrupt
-or reaching the cap (inflated in chunks; a non-JSON first byte stops it at once), whitespace runs
-squeezed as read. It raises `InputError` for a file that is not a regular file, is empty, is not JSON,
-or is a corrupt gzip with nothing before the damage.
+Promise: `read_bytes(path)` returns the text (a bytearray, shortened in place later) with notes about anything
+left out (over the cap, a gzip cut or corrupt, whitespace squeezed); it raises `InputError` for a file that is
+not a regular file, is empty, is not JSON, or is a corrupt gzip with nothing before the damage.
 """
 
 from __future__ import annotations

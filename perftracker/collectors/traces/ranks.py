@@ -1,9 +1,8 @@
 """Decide which rank (and which profiling window of it) each trace file is.
 
-Rank comes from `distributedInfo.rank`, else from a number in the file name (`rank-3`, `rank_3`,
-`worker3`, ...). Files of one rank whose time spans do not overlap are separate profiling windows;
-two files claiming one rank in the same window is an error that lists them. Traces of different jobs
-never meet here: `collectors.jobs` groups them first, and this runs on one job's traces.
+Promise: the rank is `distributedInfo.rank`, else a number in the file name (`rank_from_name`); files of one
+rank whose time spans do not overlap are separate windows; two files claiming one rank in one window is an
+error that lists them. Runs on one job's traces (`collectors.jobs` groups them first).
 """
 
 from __future__ import annotations

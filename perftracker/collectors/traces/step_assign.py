@@ -1,11 +1,8 @@
 """Give every event of one rank the step it belongs to: CPU events by time, GPU events through their launch.
 
-Promise: `assign_steps(steps, stream, ts, corr, ...)` returns each event's step number (-1: none). A CPU
-event (stream < 0) belongs to the step whose span holds its start; a GPU event (stream >= 0) to the step
-of the CPU launch with the same correlation id (the first such launch), else to the step of its own start.
-With `unlaunched_in_no_step`, a GPU event whose launch is not in the trace (correlation > 0, no launch: it
-was launched before the profiled window) belongs to no step, whatever its time. Both the Kineto path
-(`kineto.py`) and the Nsight Systems path (`nsys/tables.py`) assign steps through this.
+Promise: `assign_steps(steps, stream, ts, corr, ...)` returns each event's step (-1: none), a GPU event taking
+its launch's step; with `unlaunched_in_no_step`, a GPU event launched before the window belongs to no step.
+The Kineto and Nsight Systems paths both assign steps here.
 """
 
 from __future__ import annotations

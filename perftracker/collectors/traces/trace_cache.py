@@ -1,30 +1,9 @@
 """The per-rank cache of parsed traces: keyed by what a trace holds, written so that a crash leaves no half entry.
 
-Promise: `content_key(path, comm_kernels)` is the same for the same bytes under the same file name (the
-rank and host a file name can give are part of what a trace means), the same `CACHE_VERSION` and the same
-communication-kernel patterns, wherever the file lies and whatever its mtime: a trace folder moved or
-copied hits the cache, a file changed anywhere misses it. The bytes the parse reads (all of them, up to
-the per-file cap of `bounded.file_cap`) are hashed whole, sha256 streamed in 1 MiB blocks: about 1.2 GB/s
-here, 46 ms for a 53.7 MB trace and 4 ms for its 3 MB gzip, against about 0.25 s to parse it; so a miss
-costs a few percent more, a hit a fraction of a parse, and, unlike a hash of sampled chunks, no entry is
-ever handed back for a trace edited between the samples.
-
-`CacheEntry` is one key's files in a cache folder: `<key>.events.parquet`, `<key>.steps.parquet` and
-`<key>.meta.json` (the trace's facts and notes). `write` puts each under a temporary name and renames it,
-the meta last, so an entry with a meta file is whole; `read_meta` takes an entry as cached only when all
-three files are there and the meta is readable, else the trace is parsed again (and the entry rewritten).
-Both engines (local processes, Ray tasks) go through this module, so a re-run after a crash, or with
-more ranks, parses only the traces no entry holds.
-
-A cache that cannot lie (`lookup`): an entry is used only when the folder and its three files are owned by
-the user running perftracker, are not symlinks, and are writable by no one else (group or others); else it is
-ignored with a note saying why (anyone who can read a trace can compute its key, so a folder others can write
-is a folder others can fill). The entry is self-checking: its meta records `CACHE_VERSION`, the trace's
-size and sha256, and the size, row count and columns of each table file; a mismatch, a damaged meta or
-Parquet footer, or facts of the wrong shape make it a miss (the trace is parsed again and the entry
-rewritten), never a crash. Files are written 0644 (0600 under a stricter umask), the folder 0700 when
-perftracker creates it. A cache shared by the workers of a Ray cluster (`--cache-dir` on a shared file
-system) must be a folder of the one user every worker runs as, mode 0700 or 0755.
+Promise: `content_source(path, comm_kernels).key` is the same for the same bytes, file name, `CACHE_VERSION` and
+patterns, wherever the file lies; `CacheEntry` writes an entry's files so that one with a meta file is whole;
+`lookup` uses an entry only when no one else could have written it and it checks out, else it is a miss with a
+note, never a crash. Costs and trust rules: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
@@ -79,11 +58,6 @@ def content_source(path: Path, comm_kernels: CommKernels) -> Source:
     digest, size = content_digest(path, cap)
     basis = json.dumps([digest, size, path.name, cap, CACHE_VERSION, comm_kernels.fingerprint()])
     return Source(hashlib.sha256(basis.encode()).hexdigest()[:32], digest, size)
-
-
-def content_key(path: Path, comm_kernels: CommKernels) -> str:
-    """`content_source(...).key`."""
-    return content_source(path, comm_kernels).key
 
 
 def untrusted(path: Path, what: str) -> str:

@@ -1,13 +1,8 @@
 """The map step of loading: one trace file parsed into that rank's tables, or read back from the cache.
 
-Promise: `load_one(path, cache_dir, comm_kernel_files, comm_kernel_patterns, tables_in_result)` (plain
-arguments, so that a worker process or a Ray task can take them) returns a `FileResult`: ok with the
-trace's `TraceFacts` (rank and where it came from, host, world size, backend, device, base time, event
-window, process-group config) and its tables, in the result (no cache, or `tables_in_result`) and/or as
-Parquet at `cache_stem` (`collectors/traces/trace_cache.py`: keyed by the file's content, not its path);
-`cached` says the cache had them and nothing was parsed. Not ok, it carries a message naming the file.
-Notes about the file (cut, dropped values) travel with it. A cache folder that cannot be written costs
-the cache, not the file: the tables come back in the result, with a note.
+Promise: `load_one(...)` (plain arguments, for a worker process or a Ray task) returns a `FileResult`: ok with
+the trace's `TraceFacts` and its tables (in the result and/or as cached Parquet; `cached` says nothing was
+parsed), or not ok with a message naming the file. A cache that cannot be written costs the cache, not the file.
 """
 
 from __future__ import annotations

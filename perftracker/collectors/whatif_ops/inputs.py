@@ -1,14 +1,8 @@
 """Load the OSDI'25 artifact's files of one or more jobs into the Store.
 
-Promise: `load_whatif_inputs(paths)` reads the per-operation records (`trace-<trial>.parquet`, else the
-`timeline-<trial>.json[.gz]` Chrome trace) and the `meta-<trial>.yaml` layouts among `paths`, and returns
-`pipeline_ops` (every job, the `job` column naming it: the what-if replay's input) and, for the first job,
-`steps` (per worker and step: the steps laid end to end, since the artifact rebases each to 0), `ranks`, and
-`RunInfo.process_groups` (DP per stage, PP per replica, TP per worker when the meta declares it; source
-"osdi25_ops") for the layout inference. No `events`: the records are per-operation spans whose
-communication includes its blocking time, not kernels on streams; the trace analyzers would read them as
-exposed communication and skewed clocks (`op_events` builds them, for a caller that wants them). Notes name each file that could not be used and why; the
-artifact's expected outputs and its simulated ideal timeline are recognized and left out, said once.
+Promise: `load_whatif_inputs(paths)` reads the per-operation records and `meta-<trial>.yaml` layouts among
+`paths` into `pipeline_ops` (every job) and, for the first job, `steps`, `ranks` and process groups (source
+"osdi25_ops"); no `events`. Notes name each file not used and why. See docs/internals/collectors.md.
 """
 
 from __future__ import annotations

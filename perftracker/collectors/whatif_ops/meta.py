@@ -1,10 +1,8 @@
 """A job's `meta` YAML (the OSDI'25 artifact's `meta-<trial>.yaml`), read without a YAML library.
 
-Promise: `read_meta(path)` returns the `JobLayout` the file declares, or None with a note naming the file and
-what is wrong. Only the subset the artifact writes is accepted: `key: value` lines (comments and blank lines
-skipped), values integers or plain strings, at most `MAX_BYTES` bytes and `MAX_KEYS` keys; anything else
-(nesting, lists, anchors, tags, flow collections) is refused, never evaluated. `looks_like_meta(path)` tells
-such a file by its first bytes (a `*.yaml`/`*.yml` naming `pp_size` or `dp_size`).
+Promise: `read_meta(path)` returns the declared `JobLayout`, or None with a note naming the file and what is
+wrong; only flat `key: value` lines within `MAX_BYTES` and `MAX_KEYS` are accepted, never evaluated.
+`looks_like_meta(path)` tells such a file by its first bytes.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Per-operation records of a pipeline-parallel job, from the OSDI'25 artifact's Parquet or Chrome-trace files.
 
-Promise: `read_parquet_ops(path)` and `read_timeline_ops(path)` return the records as a `pipeline_ops` frame
-(store/schema.py: rank, dp_rank, stage, step, optype, start_ns, dur_ns, seq_id, mc, gmc, mb_id) and the notes
-of what could not be used, naming the file: a cut or corrupt file, missing columns, rows with impossible
-values (negative durations, non-finite times, ranks out of range: dropped and counted). Reads are bounded:
-the per-file cap (`bounded.file_cap`), at most `MAX_ROWS` records, only the columns named. The Parquet
-columns are the artifact's (`dp_rank, stage, rank, step, optype, start_ts, duration, seq_id, mc, gmc,
-mb_id`, seconds); the timeline is its Chrome trace (pid = DP rank, a thread named `PP rank <s>, ...`, op
-args step / seq_id / mb_id / model_chunk, microseconds). `is_ops_parquet` / `is_ops_timeline` /
-`is_expected_result` tell the files by their schema or first bytes.
+Promise: `read_parquet_ops(path)` and `read_timeline_ops(path)` return a `pipeline_ops` frame and notes naming
+the file for what could not be used; reads are bounded. `is_ops_parquet` / `is_ops_timeline` /
+`is_expected_result` tell the files. Columns: docs/internals/collectors.md.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from perftracker.collectors.engines import MapArgs
 from perftracker.collectors.engines.local import LocalEngine
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.collectors.traces.comm_kernels import cached_comm_kernels
-from perftracker.collectors.traces.trace_cache import CacheEntry, content_key
+from perftracker.collectors.traces.trace_cache import CacheEntry, content_source
 from perftracker.collectors.traces.trace_map import FileResult
 
 
@@ -36,7 +36,7 @@ def _map(folder: Path, cache: Path) -> list[FileResult]:
 
 
 def _entry(traces: Path, cache: Path) -> CacheEntry:
-    return CacheEntry(cache, content_key(traces / "rank-0.pt.trace.json", cached_comm_kernels((), ())))
+    return CacheEntry(cache, content_source(traces / "rank-0.pt.trace.json", cached_comm_kernels((), ())).key)
 
 
 def _poison(entry: CacheEntry) -> None:

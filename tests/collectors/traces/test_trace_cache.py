@@ -23,7 +23,7 @@ from perftracker.collectors.engines import MapArgs
 from perftracker.collectors.engines.local import LocalEngine
 from perftracker.collectors.traces import trace_map
 from perftracker.collectors.traces.comm_kernels import cached_comm_kernels
-from perftracker.collectors.traces.trace_cache import CacheEntry, content_key
+from perftracker.collectors.traces.trace_cache import CacheEntry, content_source
 from perftracker.collectors.traces.trace_map import FileResult
 
 RANKS = 4
@@ -105,7 +105,7 @@ def test_a_rerun_after_a_crash_or_with_more_ranks_parses_only_what_is_missing(tr
     for name in ("rank-0.pt.trace.json", "rank-1.pt.trace.json"):
         shutil.copyfile(traces / name, partial / name)
     _map(partial, cache)
-    crashed = CacheEntry(cache, content_key(traces / "rank-2.pt.trace.json", cached_comm_kernels((), ())))
+    crashed = CacheEntry(cache, content_source(traces / "rank-2.pt.trace.json", cached_comm_kernels((), ())).key)
     crashed.events_path.write_bytes(b"PAR1 cut short")
     parses.clear()
     # WHEN all 4 ranks are mapped
