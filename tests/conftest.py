@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))  # the synthetic job generator (syn
 REAL_JOB_GROUP = "real-jobs"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """How pytest-xdist (`--dist loadgroup`) shares the tests out: every real multi-process job test on one
     worker, one at a time (the `slow` tests other than the browser ones start torchrun jobs or the network lab,
@@ -33,6 +34,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         test_file = item.nodeid.split("::")[0]
         real_job = item.get_closest_marker("slow") is not None and "browser" not in test_file
         item.add_marker(pytest.mark.xdist_group(REAL_JOB_GROUP if real_job else test_file))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: object, ids: list[str]) -> None:
+    """Under `--dist loadgroup`, stop if the groups did not take: pytest-xdist marks a grouped test by
+    appending `@group` to its id, which pytest 9 ignores (the dev extra pins pytest<9); the real-job tests
+    would then run on both workers at once and starve each other."""
+    ungrouped = [test_id for test_id in ids if "@" not in test_id]
+    config = getattr(node, "config", None)
+    if ungrouped and config is not None and config.getoption("dist", None) == "loadgroup":
+        pytest.exit(f"pytest-xdist's --dist loadgroup did not group {len(ungrouped)} tests (e.g. {ungrouped[0]}) "
+                    f"on pytest {pytest.__version__}: install the dev extra's pytest (pip install -e '.[dev]')",
+                    returncode=4)
 
 
 @pytest.fixture
