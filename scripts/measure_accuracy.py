@@ -2,7 +2,8 @@
 
 Promise: ``python scripts/measure_accuracy.py [FOLDER] [--only NAME,...] [--json FILE]`` analyzes every
 run listed in ``FOLDER/runs.json`` (default ``tests/fixtures/accuracy``, recorded by
-``scripts/record_accuracy_runs.py``) with ``perftracker.analyze(...)`` twice (findings in memory; nothing is written):
+``scripts/record_accuracy_runs.py``) twice, for ``perftracker.analyze``'s findings (loaded, analyzed and
+passed as ``analyze`` does, without computing its report views):
 
 * ``traces``: from the traces alone: a copy of the run without ``steps/`` (and without the py-spy
   ``profiles/``, which are not traces either);
@@ -121,16 +122,19 @@ def traces_only_copy(run_dir: Path, dest: Path) -> Path:
 def analyze(run: RunTruth, mode: str, scratch: Path) -> Outcome:
     """Analyze `run` in `mode` ('traces' or 'all'); keep the findings of `ANALYZERS`."""
     import perftracker
+    from perftracker.analyzers.analysis import Analysis
+    from perftracker.pipeline import findings_of
 
     start = time.monotonic()
     source = run.path if mode == "all" else traces_only_copy(run.path, scratch / f"{run.name}-traces")
     try:
-        result = perftracker.analyze(source, cache=False, workers=1)
+        with perftracker.load(source, cache=False, workers=1) as store:
+            documented = [f.to_dict() for f in findings_of(Analysis(store))]  # analyze's findings, without its views
     except Exception as exc:  # noqa: BLE001 - counted as an error, reported with the run
         return Outcome(run, mode, error=f"{type(exc).__name__}: {exc}", seconds=time.monotonic() - start)
     findings = tuple(
         {key: f.get(key) for key in ("analyzer", "severity", "title", "ranks", "hosts")}
-        for f in result.document.get("findings", []) if f.get("analyzer") in ANALYZERS)
+        for f in documented if f.get("analyzer") in ANALYZERS)
     return Outcome(run, mode, findings, seconds=time.monotonic() - start)
 
 
