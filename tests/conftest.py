@@ -27,12 +27,14 @@ REAL_JOB_GROUP = "real-jobs"
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """How pytest-xdist (`--dist loadgroup`) shares the tests out: every real multi-process job test on one
-    worker, one at a time (the `slow` tests other than the browser ones start torchrun jobs or the network lab,
-    and two such jobs at once on a 2-core machine starve each other's timing); every other test with the rest
-    of its file, so a module's expensive fixture (a Ray cluster, a recorded corpus) is built once."""
+    worker, one at a time (the `slow` tests other than the browser ones, marked `browser` or in a file named so,
+    start torchrun jobs or the network lab, and two such jobs at once on a 2-core machine starve each other's
+    timing); every other test with the rest of its file, so a module's expensive fixture (a Ray cluster, a
+    recorded corpus) is built once."""
     for item in items:
         test_file = item.nodeid.split("::")[0]
-        real_job = item.get_closest_marker("slow") is not None and "browser" not in test_file
+        browser = item.get_closest_marker("browser") is not None or "browser" in test_file
+        real_job = item.get_closest_marker("slow") is not None and not browser
         item.add_marker(pytest.mark.xdist_group(REAL_JOB_GROUP if real_job else test_file))
 
 

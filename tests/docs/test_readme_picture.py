@@ -28,6 +28,7 @@ def _quoted_verdict() -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.browser
 def test_the_readme_picture_is_regenerated_from_the_current_report(tmp_path: Path) -> None:
     if shutil.which("chromium") is None and shutil.which("chromium-browser") is None:
         pytest.fail("chromium is not installed: install Debian's chromium (CI does)")

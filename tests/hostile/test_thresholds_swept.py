@@ -4,7 +4,7 @@ and no report view fails. The probe: `--set degradation.min_steps=1` (legal) mad
 
 The sweep is grouped to keep it fast: one analysis with every threshold at the low end of its range, one with
 every threshold at the high end (an open end is approached within 1e-6, or one for counts; an unbounded one is
-10^9), per sample, each sample loaded once. The two samples with traces take ~10 s each here: `slow`."""
+10^9), per sample, each sample loaded once (the two samples with traces take ~10 s each here)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.store import Store
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
-HEAVY = {"ddp-gloo-4rank-slow-rank2", "synthetic-gpu-4rank-thermal"}
 
 
 def end_of_range(name: str, high: bool) -> Number:
@@ -50,7 +49,7 @@ def _store(sample: str) -> Store:
     return _STORES[sample]
 
 
-CASES = [pytest.param(s, high, marks=[pytest.mark.slow] if s in HEAVY else [], id=f"{s}-{'high' if high else 'low'}")
+CASES = [pytest.param(s, high, id=f"{s}-{'high' if high else 'low'}")
          for s in sorted(p.name for p in SAMPLES.iterdir() if p.is_dir()) for high in (False, True)]
 
 

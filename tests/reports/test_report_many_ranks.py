@@ -141,6 +141,7 @@ def test_focus_ranks_are_the_slowest_their_peers_and_the_median() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.browser
 def test_a_4096_rank_report_reads_cleanly_in_a_browser(tmp_path: Path) -> None:
     # GIVEN the 4096-rank report WHEN opened in headless Chromium at a desktop's and a phone's width
     page, text = _render(tmp_path)
