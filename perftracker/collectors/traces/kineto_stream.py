@@ -27,6 +27,7 @@ from perftracker.collectors.traces.kineto_records import (
     add_typed,
     take_header,
 )
+from perftracker.collectors.traces.kineto_text import GZIP_MAGIC
 from perftracker.errors import InputError
 
 CHUNK_BYTES = 1 << 20  # events text decoded at a time
@@ -36,7 +37,6 @@ _MAX_HEAD = 64 << 20  # text before `traceEvents` (and after it) that a trace ma
 _MAX_EVENT = 64 << 20  # a chunk that grows past this without decoding is damage: the whole-text reader decides
 _TRIES = 8  # chunk ends tried, last first
 _LOOK = 100_000  # `}` looked at for them
-_GZIP_MAGIC = b"\x1f\x8b"
 _EVENTS_START = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BLANK = re.compile(rb"[ \t\r\n]*")
 _TO_SPACE = bytes.maketrans(b"\t\r\n", b"   ")
@@ -118,7 +118,7 @@ def text_blocks(path: Path) -> Iterator[bytes]:
     cap = file_cap()
     with open_regular(path) as handle:
         first = handle.read(2)
-        blocks = _inflated(handle, first, cap) if first == _GZIP_MAGIC else _plain(handle, first, cap)
+        blocks = _inflated(handle, first, cap) if first == GZIP_MAGIC else _plain(handle, first, cap)
         tail = b""
         for block in blocks:
             if (tail + block).translate(_TO_SPACE).find(b" " * BLANK_RUN) >= 0:
