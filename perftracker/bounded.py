@@ -234,7 +234,7 @@ def iter_lines(blocks: LineBlocks) -> Iterator[tuple[int, str]]:
 
 
 BLANK_RUN = 1 << 16  # whitespace runs this long are squeezed (JSON readers): no real text has one
-_TO_SPACE = bytes.maketrans(b"\t\r\n", b"   ")
+TO_SPACE = bytes.maketrans(b"\t\r\n", b"   ")  # whitespace as spaces (a run is then one `find`)
 _NOT_SPACE = re.compile(rb"[^ ]")
 
 
@@ -242,7 +242,7 @@ def squeeze_blank_runs(chunk: bytes | bytearray, min_run: int = BLANK_RUN) -> tu
     """`chunk` with each run of at least `min_run` whitespace bytes replaced by one space, and how many bytes
     that dropped (linear: one translate, then `find`s)."""
     needle = b" " * min_run
-    probe = chunk.translate(_TO_SPACE)
+    probe = chunk.translate(TO_SPACE)
     at = probe.find(needle)
     if at < 0:
         return chunk, 0

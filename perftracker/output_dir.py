@@ -22,11 +22,11 @@ import pandas as pd
 
 from perftracker.containment import OUTPUT_MARK, is_output_folder
 from perftracker.errors import OutputError, output_error
+from perftracker.output_names import DIFF_HTML, DIFF_JSON, FINDINGS, REPORT, TABLES, TIMELINE
 
-TABLES = "tables"
 # The names perftracker writes into an output folder: a mark without a manifest (written before there was
 # one) owns these, and only these.
-OWN_NAMES = frozenset({"findings.json", "report.html", "timeline.json.gz", "diff.json", "diff.html"})
+OWN_NAMES = frozenset({FINDINGS, REPORT, TIMELINE, DIFF_JSON, DIFF_HTML})
 MAX_MARK_BYTES = 1 << 20
 _SHOWN = 8
 

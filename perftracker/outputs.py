@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -137,19 +136,6 @@ def write_run(run: WrittenRun, out_dir: Path) -> None:
                 claim.wrote(REPORT)
     except OutputError as exc:
         raise ReportNotWritten(exc, run, written) from None
-
-
-def save_tables(tables: Mapping[str, pd.DataFrame], folder: Path) -> None:
-    """Each table as `<name>.parquet`, written then renamed: a concurrent reader sees a whole file."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, frame in tables.items():
-        tmp = folder / f".{name}.{uuid.uuid4().hex}.parquet.tmp"
-        try:
-            frame.reset_index(drop=True).to_parquet(tmp, index=False)
-            os.replace(tmp, folder / f"{name}.parquet")
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
 
 
 def saved_output(path: Path) -> Path | None:

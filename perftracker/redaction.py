@@ -10,7 +10,7 @@ import functools
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 REDACTED = "<redacted>"
@@ -120,10 +120,10 @@ def redact_value(value: str, check_tokens: bool = True) -> str:
     return out
 
 
-def _redact_piece(piece: str) -> str:
+def _redact_piece(piece: str, is_token: Callable[[str], bool] = looks_like_token) -> str:
     if piece.startswith(("/", "~", ".")):  # a path (or a URL's): each of its parts on its own
-        return _PATH_PARTS.sub(lambda m: REDACTED if looks_like_token(m.group(0)) else m.group(0), piece)
-    return REDACTED if looks_like_token(piece) else piece
+        return _PATH_PARTS.sub(lambda m: REDACTED if is_token(m.group(0)) else m.group(0), piece)
+    return REDACTED if is_token(piece) else piece
 
 
 def _text_token(piece: str) -> bool:
@@ -133,12 +133,6 @@ def _text_token(piece: str) -> bool:
     if _KNOWN_TOKEN.match(piece):
         return True
     return "_" not in piece and not _HEX.match(piece) and looks_like_token(piece)
-
-
-def _redact_text_piece(piece: str) -> str:
-    if piece.startswith(("/", "~", ".")):
-        return _PATH_PARTS.sub(lambda m: REDACTED if _text_token(m.group(0)) else m.group(0), piece)
-    return REDACTED if _text_token(piece) else piece
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
@@ -175,7 +169,7 @@ def redact_text(text: str) -> str:
     if ":" in out:
         out = _COLON_SECRET.sub(lambda m: f"{m.group('name')}{m.group('gap')}{REDACTED}"
                                 if m.group("value") != REDACTED else m.group(0), out)
-    return _PIECES.sub(lambda m: _redact_text_piece(m.group(0)), out)
+    return _PIECES.sub(lambda m: _redact_piece(m.group(0), _text_token), out)
 
 
 def safe_text(text: str) -> str:

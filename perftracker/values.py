@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,18 @@ def ascii_int(text: str, lo: int = INT64_MIN, hi: int = INT64_MAX) -> int | None
     if not body or len(body) > 19 or not body.isascii() or not body.isdigit():
         return None
     return int_in(int(text), lo, hi)
+
+
+def loose_int(value: object) -> int | None:
+    """An int64 from an int, a finite float or Decimal (truncated) or an ASCII decimal string; None otherwise
+    (a bool too): the numbers of inputs whose fields have unusual types."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return int_in(value)
+    if isinstance(value, (float, Decimal)):
+        return int(value) if math.isfinite(value) and -(2**63) < value < 2**63 else None
+    return ascii_int(value.strip()) if isinstance(value, str) else None
 
 
 def finite(value: object) -> float | None:

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import psutil
 
+from perftracker.collectors.counters.proc_state import stat_fields
 from perftracker.live.attach.discovery import Job, Worker
 from perftracker.live.diagnosis import LiveDiagnosis, NoDiagnosis
 from perftracker.live.samplers.step_state import StepState
@@ -79,16 +80,6 @@ def append_records(path: Path, records: Iterable[Mapping[str, Any]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as out:
         out.write("".join(json.dumps(rec) + "\n" for rec in records))
-
-
-def stat_fields(path: str) -> list[bytes] | None:
-    """The fields of a /proc `stat` file after the command name (field 3, the state, first), or None."""
-    try:
-        with open(path, "rb") as handle:
-            text = handle.read()
-    except OSError:
-        return None
-    return text[text.rfind(b")") + 2:].split()
 
 
 def _proc_state(pid: int) -> tuple[str, int] | None:

@@ -17,15 +17,21 @@ RECORD_KEYS = frozenset({"ts_ns", "rank", "pid", "state"})
 STATES = frozenset("RSDTtZXIWPK")
 
 
-def read_state(pid: int, proc_root: Path = Path("/proc")) -> str | None:
-    """The state letter of `pid`'s main thread, or None."""
+def stat_fields(path: str | Path) -> list[bytes] | None:
+    """The fields of a /proc `stat` file after the command name (field 3, the state, first), or None."""
     try:
-        text = (proc_root / str(pid) / "stat").read_text()
+        with open(path, "rb") as handle:
+            text = handle.read()
     except OSError:
         return None
-    close = text.rfind(")")  # the command name may hold spaces and parentheses
-    rest = text[close + 1:].split() if close >= 0 else []
-    return rest[0] if rest and rest[0] in STATES else None
+    return text[text.rfind(b")") + 2:].split()  # the command name may hold spaces and parentheses
+
+
+def read_state(pid: int, proc_root: Path = Path("/proc")) -> str | None:
+    """The state letter of `pid`'s main thread, or None."""
+    fields = stat_fields(proc_root / str(pid) / "stat")
+    state = fields[0].decode("ascii", "replace") if fields else None
+    return state if state in STATES else None
 
 
 def state_record(host: str, rank: int, pid: int, ts_ns: int, proc_root: Path = Path("/proc")) -> dict[str, Any] | None:

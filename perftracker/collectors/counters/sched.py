@@ -12,8 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perftracker.bounded import loads_json, read_text
+from perftracker.bounded import LineStats
 from perftracker.collectors.file_notes import cut_notes, line_list
+from perftracker.rundir import read_jsonl
 from perftracker.store import LoadNote
 
 RECORD_KEYS = frozenset({"ts_ns", "rank", "pid", "run_ns", "wait_ns"})
@@ -74,24 +75,18 @@ def load_window_records(path: Path, what: str, row_of: Callable[[dict[str, Any],
     """The rows of a JSON-lines file of records taken around a window (bounded): `row_of(record, window, host)`
     turns one record into a row or None (not such a record: skipped, with one note naming `what` and the lines);
     the window is "baseline" under a `baseline/` folder, else "incident"; host defaults to the file name's head."""
-    text, capped = read_text(path)
     window = "baseline" if path.parent.parent.name == "baseline" else "incident"
     host = path.name.split(".")[0]
     rows: list[dict[str, Any]] = []
     bad: list[int] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = loads_json(line)
-        except ValueError:
-            rec = None
+    stats = LineStats()
+    for number, rec in read_jsonl(path, stats):
         row = row_of(rec, window, host) if isinstance(rec, dict) else None
         if row is None:
             bad.append(number)
         else:
             rows.append(row)
-    notes = cut_notes(path, capped)
+    notes = cut_notes(path, stats)
     if bad:
         notes.append(LoadNote("warning", str(path), f"{len(bad)} line(s) are not {what} and were skipped "
                               f"(line {line_list(bad)})", {"lines": bad[:50]}))

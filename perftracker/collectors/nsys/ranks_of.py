@@ -19,7 +19,6 @@ from perftracker.collectors.nsys.database import Export
 from perftracker.collectors.nsys.nvtx import NVTX_DOMAIN_CREATE, NVTX_RANGE_TYPES, classify
 from perftracker.collectors.nsys.rows import Rows, strings
 from perftracker.collectors.nsys.tables import (
-    KIND,
     Part,
     build_rank_tables,
     copy_name,
@@ -27,6 +26,7 @@ from perftracker.collectors.nsys.tables import (
     sync_name,
 )
 from perftracker.collectors.traces.comm_kernels import CommKernels
+from perftracker.collectors.traces.kineto import KIND_CODE as KIND
 
 _GPU_TABLES = ("kernel", "graph", "memcpy", "memset", "sync")
 _DEVICE_TABLES = _GPU_TABLES[:4]  # rows that say a process drives a device (a sync row may name none)

@@ -15,6 +15,8 @@ import numpy.typing as npt
 import pandas as pd
 
 from perftracker.collectors.traces.comm_kernels import CommKernels
+from perftracker.collectors.traces.kineto import KIND_CODE as KIND
+from perftracker.collectors.traces.kineto import KIND_NAMES as KINDS
 from perftracker.collectors.traces.kineto import collective_of
 from perftracker.collectors.traces.step_assign import assign_steps
 from perftracker.store.schema import conform
@@ -39,11 +41,6 @@ class Part:
     correlation: npt.NDArray[np.int64]
     nbytes: npt.NDArray[np.int64]
     step: npt.NDArray[np.int64]  # step number for step ranges, -2 for the user's step range, else -1
-
-
-KINDS = ("compute", "comm", "memcpy", "memset", "sync", "gpu_annotation", "runtime", "cpu_op", "annotation",
-         "collective_cpu", "counter_range")
-KIND = {k: i for i, k in enumerate(KINDS)}
 
 
 def runtime_name(text: str) -> str:

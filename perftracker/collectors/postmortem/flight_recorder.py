@@ -21,7 +21,7 @@ from perftracker.bounded import clean_text, loads_json, read_capped, read_head
 from perftracker.errors import InputError
 from perftracker.store import LoadNote, RunInfo
 from perftracker.store.schema import conform, empty_table
-from perftracker.values import INT64_MAX, INT64_MIN, MAX_RANK, ascii_int, rank_in_range
+from perftracker.values import MAX_RANK, ascii_int, loose_int, rank_in_range
 
 MAX_DUMP_BYTES = 1 << 30
 # Bounds of the opcode walk: a real dump (a few thousand entries of small dicts) is far below all of them.
@@ -246,17 +246,9 @@ def read_fr_dump(path: Path) -> dict[str, Any]:
 
 
 def _int(value: Any, default: int = -1) -> int:
-    """An int64 from a dump's int, integral float or ASCII decimal string, else `default`."""
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
-        return value if INT64_MIN <= value <= INT64_MAX else default
-    if isinstance(value, float):
-        return int(value) if math.isfinite(value) and -(2.0**63) < value < 2.0**63 else default
-    if isinstance(value, str):
-        number = ascii_int(value.strip())
-        return default if number is None else number
-    return default
+    """An int64 from a dump's bool, int, float or ASCII decimal string, else `default`."""
+    number = int(value) if isinstance(value, bool) else loose_int(value)
+    return default if number is None else number
 
 
 def jsonable(value: Any) -> Any:

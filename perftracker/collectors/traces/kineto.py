@@ -50,16 +50,16 @@ _CAT_KIND = {
 _GPU_KINDS = frozenset({"compute", "comm", "memcpy", "memset", "sync", "gpu_annotation"})
 
 # Kinds in code order: the events table's `kind` is built from these codes.
-_KIND_NAMES = ("compute", "comm", "memcpy", "memset", "sync", "gpu_annotation", "runtime", "cpu_op", "annotation",
+KIND_NAMES = ("compute", "comm", "memcpy", "memset", "sync", "gpu_annotation", "runtime", "cpu_op", "annotation",
                "collective_cpu", "counter_range")
-_KIND_CODE = {k: i for i, k in enumerate(_KIND_NAMES)}
-_IS_GPU_KIND = np.array([k in _GPU_KINDS for k in _KIND_NAMES])
+KIND_CODE = {k: i for i, k in enumerate(KIND_NAMES)}
+_IS_GPU_KIND = np.array([k in _GPU_KINDS for k in KIND_NAMES])
 
 
 def _cat_kind(cat: str) -> int:
     lower = cat.lower()
     # Old traces name categories 'Kernel', 'Runtime', 'Memcpy', 'Memset'.
-    return _KIND_CODE[_CAT_KIND.get(lower) or {"memcpy": "memcpy", "memset": "memset"}.get(lower, "annotation")]
+    return KIND_CODE[_CAT_KIND.get(lower) or {"memcpy": "memcpy", "memset": "memset"}.get(lower, "annotation")]
 
 
 def _categorical(codes: npt.NDArray[np.integer[Any]], values: list[str]) -> pd.Series:
@@ -97,9 +97,9 @@ def build_tables(
     family_of_name = [comm_kernels.family_of(v) for v in name_values]
     is_comm = np.array([bool(f) for f in family_of_name], dtype=bool)
     is_cpu_coll = np.array([bool(_CPU_COLLECTIVE.search(v)) for v in name_values], dtype=bool)
-    kind[(kind == _KIND_CODE["compute"]) & is_comm[name_codes]] = _KIND_CODE["comm"]
-    cpu_side = (kind == _KIND_CODE["cpu_op"]) | (kind == _KIND_CODE["annotation"])
-    kind[cpu_side & is_cpu_coll[name_codes]] = _KIND_CODE["collective_cpu"]
+    kind[(kind == KIND_CODE["compute"]) & is_comm[name_codes]] = KIND_CODE["comm"]
+    cpu_side = (kind == KIND_CODE["cpu_op"]) | (kind == KIND_CODE["annotation"])
+    kind[cpu_side & is_cpu_coll[name_codes]] = KIND_CODE["collective_cpu"]
     ts = cols.ts_ns
     dur = cols.dur_ns
     stream = cols.stream.copy()  # changed below: the trace's columns stay as read
@@ -124,7 +124,7 @@ def build_tables(
     events = pd.DataFrame({
         "rank": np.full(n, rank, dtype=np.int32), "window": np.full(n, window, dtype=np.int16),
         "device": narrow(device, np.int16), "stream": narrow(stream, np.int32), "tid": tid,
-        "kind": _categorical(kind, list(_KIND_NAMES)),
+        "kind": _categorical(kind, list(KIND_NAMES)),
         "name": _categorical(name_codes, name_values), "start_ns": ts, "dur_ns": np.maximum(dur, 0),
         "step": assign_steps(steps, stream, ts, corr, unlaunched_in_no_step=True), "correlation": corr,
         "external_id": cols.external_id,
@@ -141,7 +141,7 @@ _SHAPE_COLUMNS = ("input_dims", "input_types", "concrete_inputs")
 
 def _shape_args(cols: EventColumns, kind: npt.NDArray[np.int8]) -> dict[str, pd.Series]:
     """The shape columns of framework ops (`Input Dims`, `Input type`, `Concrete Inputs` as JSON text), '' elsewhere."""
-    is_op = (kind == _KIND_CODE["cpu_op"]) | (kind == _KIND_CODE["collective_cpu"])  # c10d::send's peer, splits
+    is_op = (kind == KIND_CODE["cpu_op"]) | (kind == KIND_CODE["collective_cpu"])  # c10d::send's peer, splits
     out: dict[str, pd.Series] = {}
     for column, codes, keys in zip(_SHAPE_COLUMNS, cols.shape_code, cols.shape_values):
         texts, raw = _recoded(np.where(is_op, codes, 0), [k.decode("utf-8", "replace") for k in keys])
@@ -154,7 +154,7 @@ def _sized_by_shapes(cols: EventColumns, kind: npt.NDArray[np.int8]) -> npt.NDAr
     """The events' bytes, with CPU collectives that record no size (gloo:*, c10d::*) sized by their first input's
     `Input Dims` and `Input type` (one tensor, or a list of tensors: their elements summed)."""
     nbytes = cols.nbytes
-    need = (kind == _KIND_CODE["collective_cpu"]) & (nbytes < 0) & (cols.shape_code[0] > 0)
+    need = (kind == KIND_CODE["collective_cpu"]) & (nbytes < 0) & (cols.shape_code[0] > 0)
     if not need.any():
         return nbytes
     nbytes = nbytes.copy()
@@ -205,7 +205,7 @@ def _step_number(name: str) -> int:
 def _collectives(name_codes: npt.NDArray[np.int32], name_values: list[str], kind: npt.NDArray[np.int8],
                  hint_code: npt.NDArray[np.int32], hint_values: list[str]) -> tuple[npt.NDArray[np.int32], list[str]]:
     """Codes into a list of collective names ('' first) for comm kernels and CPU collectives."""
-    relevant = (kind == _KIND_CODE["comm"]) | (kind == _KIND_CODE["collective_cpu"])
+    relevant = (kind == KIND_CODE["comm"]) | (kind == KIND_CODE["collective_cpu"])
     codes = np.zeros(len(kind), dtype=np.int32)
     values = [""]
     seen: dict[tuple[int, int], int] = {}
@@ -230,7 +230,7 @@ def _comm_families(name_codes: npt.NDArray[np.int32], family_of_name: list[str],
     code_of = {v: i for i, v in enumerate(values)}
     per_name = np.array([code_of[f] for f in family_of_name], dtype=np.int32)
     codes = per_name[name_codes] if len(name_codes) else np.zeros(0, dtype=np.int32)
-    return np.where(kind == _KIND_CODE["comm"], codes, 0), values
+    return np.where(kind == KIND_CODE["comm"], codes, 0), values
 
 
 def _steps(step_number: npt.NDArray[np.int64], stream: npt.NDArray[np.int64], ts: npt.NDArray[np.int64],

@@ -16,7 +16,7 @@ import msgspec
 _WINDOW = 4 * 1024 * 1024  # where a cut after the events array is looked for
 _TRIES = 16  # closings tried
 _BRACES = 100_000  # `}` looked at, however far back (a run of whitespace or junk may separate them)
-_EVENTS_START = re.compile(rb'"traceEvents"\s*:\s*\[')
+EVENTS_START = re.compile(rb'"traceEvents"\s*:\s*\[')
 # The end of an event: `}` followed by the next event, the end of the events array, or the cut itself.
 _EVENT_END = re.compile(rb"\}(?=\s*(?:,\s*(?:\{|\Z)|\]|\Z))")
 _ARRAY_END = re.compile(rb"\}\s*\]\s*,")
@@ -51,7 +51,7 @@ def cut_back(data: bytearray, error_at: int) -> int | None:
     brackets added), or None when no event before `error_at` is complete (`data` may then be shortened:
     nothing in it is usable anyway).
     """
-    start = _EVENTS_START.search(data)
+    start = EVENTS_START.search(data)
     if start is None or error_at <= start.end():
         return None
     kept = _keep_trailing_keys(data, max(start.end(), error_at - _WINDOW), error_at)

@@ -7,11 +7,11 @@ and timestamps keep every digit; nothing is evaluated. Details: docs/internals/c
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import numpy as np
@@ -34,13 +34,14 @@ from perftracker.collectors.traces.kineto_records import (
 from perftracker.collectors.traces.kineto_stream import needs_exact_digits, parse_streaming
 from perftracker.collectors.traces.kineto_text import TraceText, read_bytes
 from perftracker.errors import InputError
-from perftracker.values import ascii_int, int_in
+from perftracker.values import loose_int
 
 __all__ = ["EventArgs", "ParsedTrace", "TraceDoc", "parse_trace"]
 # The tolerant reader builds Python objects for every value (~100 bytes each): this bounds its memory.
 MAX_LOOSE_VALUES = 4_000_000
 _CHUNK = 1 << 16  # events added to the columns at a time
 _COMM_KEYS = (("pg_ranks", "Process Group Ranks"), ("in_split", "In split size"), ("out_split", "Out split size"))
+_T = TypeVar("_T")
 _SHAPE_KEYS = (("input_dims", "Input Dims"), ("input_type", "Input type"), ("concrete_inputs", "Concrete Inputs"))
 
 
@@ -82,15 +83,32 @@ def parse_trace(path: Path) -> ParsedTrace:
 
 def _decode(trace: ParsedTrace, text: TraceText) -> TraceDoc | None:
     """The typed document (None: fields of unusual types, for the loose reader), after recovering a cut."""
-    total = len(text.data)
     try:
-        return msgspec.json.decode(text.data, type=TraceDoc)
+        return _decoded(trace, text, lambda data: msgspec.json.decode(data, type=TraceDoc))
     except msgspec.ValidationError:
         return None
-    except msgspec.DecodeError as exc:
-        if _replace_bad_utf8(trace, text):
-            return _decode(trace, text)
-        return _recover(trace, text, error_position(str(exc), total), total, exc)
+
+
+def _decoded(trace: ParsedTrace, text: TraceText, decode: Callable[[bytearray], _T]) -> _T:
+    """`decode(text.data)`, once bytes that are not UTF-8 are replaced or the complete events before a cut or
+    damage are kept (`_cut`); msgspec.ValidationError passes through, a text still refused raises InputError."""
+    try:
+        try:
+            return decode(text.data)
+        except msgspec.ValidationError:
+            raise
+        except msgspec.DecodeError as exc:
+            if _replace_bad_utf8(trace, text):
+                return _decoded(trace, text, decode)
+            if trace.cut is not None:
+                raise _damaged(exc, trace.path) from None
+            _cut(trace, text, error_position(str(exc), len(text.data)), exc)
+        try:
+            return decode(text.data)
+        except msgspec.ValidationError:
+            raise
+        except msgspec.DecodeError as again:  # syntax is whole now: what the decoder still refuses
+            raise _damaged(again, trace.path) from None
     except RecursionError:
         raise InputError("the trace is nested too deeply to be a profiler trace", str(trace.path),
                          "pass the files written by torch.profiler") from None
@@ -115,9 +133,10 @@ def _damaged(exc: Exception, path: Path) -> InputError:
                       "the file is damaged; re-export this rank's trace")
 
 
-def _recover(trace: ParsedTrace, text: TraceText, error_at: int, total: int, exc: Exception) -> TraceDoc | None:
-    """Keep the complete events before a cut or damage (`text.data` shortened in place); None when the
-    kept part needs the loose reader. Raises InputError when no event before the damage is complete."""
+def _cut(trace: ParsedTrace, text: TraceText, error_at: int, exc: Exception) -> None:
+    """Keep the complete events before a cut or damage (`text.data` shortened in place). Raises InputError
+    when no event before the damage is complete."""
+    total = len(text.data)
     used = cut_back(text.data, error_at)
     if used is None:
         if error_at >= total - 1 or not text.whole:
@@ -128,12 +147,6 @@ def _recover(trace: ParsedTrace, text: TraceText, error_at: int, total: int, exc
     trace.cut = CutReport(events_kept=0, bytes_used=used, bytes_read=total, total_known=text.whole,
                           damaged_at=error_at, gzip=text.gzip)
     trace.bytes_lost = total - used
-    try:
-        return msgspec.json.decode(text.data, type=TraceDoc)
-    except msgspec.ValidationError:
-        return None
-    except msgspec.DecodeError as again:  # syntax is whole now: what the typed decoder still refuses
-        raise _damaged(again, trace.path) from None
 
 
 def _fill_loose(trace: ParsedTrace, text: TraceText, path: Path) -> None:
@@ -145,30 +158,10 @@ def _fill_loose(trace: ParsedTrace, text: TraceText, path: Path) -> None:
                          "re-export it with torch.profiler, or split it") from None
     decoder = msgspec.json.Decoder(float_hook=Decimal)
     try:
-        try:
-            raw = decoder.decode(text.data)
-        except msgspec.ValidationError:
-            raise
-        except msgspec.DecodeError as exc:
-            if _replace_bad_utf8(trace, text):
-                _fill_loose(trace, text, path)
-                return
-            if trace.cut is not None:
-                raise _damaged(exc, path) from None
-            total = len(text.data)
-            _recover(trace, text, error_position(str(exc), total), total, exc)
-            try:
-                raw = decoder.decode(text.data)
-            except msgspec.ValidationError:
-                raise
-            except msgspec.DecodeError as again:
-                raise _damaged(again, path) from None
+        raw = _decoded(trace, text, decoder.decode)
     except msgspec.ValidationError as exc:  # msgspec's own limits (an integer of thousands of digits)
         raise InputError(f"the trace holds a value out of range ({exc})", str(path),
                          "the file is damaged or not from torch.profiler; re-export this rank's trace") from None
-    except RecursionError:
-        raise InputError("the trace is nested too deeply to be a profiler trace", str(path),
-                         "pass the files written by torch.profiler") from None
     if isinstance(raw, list):  # bare Chrome-trace array
         raw = {"traceEvents": raw}
     if not isinstance(raw, dict) or not isinstance(raw.get("traceEvents"), list):
@@ -212,37 +205,22 @@ def _add_loose(builder: ColumnBuilder, chunk: tuple[list[Any], ...]) -> None:
         column.clear()
 
 
-def _as_int(value: Any) -> int | None:
-    """An int64 from an int, an integral float or Decimal, or a numeric string; None otherwise."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return int_in(value)
-    if isinstance(value, (float, Decimal)):
-        if not math.isfinite(value) or not -(2**63) < value < 2**63:
-            return None
-        return int(value)
-    if isinstance(value, str):
-        return ascii_int(value.strip())
-    return None
-
-
 def _loose_args(args: dict[str, Any]) -> EventArgs:
     pg = args.get("Process Group Name")
     return EventArgs(
-        stream=_as_int(args.get("stream")),
-        device=_as_int(args.get("device")),
-        correlation=_as_int(args.get("correlation")),
-        external_id=_as_int(args.get("External id")),
+        stream=loose_int(args.get("stream")),
+        device=loose_int(args.get("device")),
+        correlation=loose_int(args.get("correlation")),
+        external_id=loose_int(args.get("External id")),
         collective_name=str(args["Collective name"]) if "Collective name" in args else None,
-        in_msg_nelems=_as_int(args.get("In msg nelems")),
-        out_msg_nelems=_as_int(args.get("Out msg nelems")),
-        group_size=_as_int(args.get("Group size")),
+        in_msg_nelems=loose_int(args.get("In msg nelems")),
+        out_msg_nelems=loose_int(args.get("Out msg nelems")),
+        group_size=loose_int(args.get("Group size")),
         pg_name=pg if isinstance(pg, (str, int)) and not isinstance(pg, bool) else None,
         dtype=str(args["dtype"]) if "dtype" in args else None,
-        nbytes=_as_int(args.get("bytes")),
+        nbytes=loose_int(args.get("bytes")),
         pg_desc=str(args["Process Group Description"]) if "Process Group Description" in args else None,
-        seq=_as_int(args.get("Seq")), src_rank=_as_int(args.get("Src Rank")), dst_rank=_as_int(args.get("Dst Rank")),
+        seq=loose_int(args.get("Seq")), src_rank=loose_int(args.get("Src Rank")), dst_rank=loose_int(args.get("Dst Rank")),
         **{attr: msgspec.Raw(msgspec.json.encode(args[key])) for attr, key in _COMM_KEYS if key in args},
         **{attr: msgspec.Raw(msgspec.json.encode(args[key])) for attr, key in _SHAPE_KEYS if key in args},
     )

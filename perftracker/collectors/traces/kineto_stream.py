@@ -15,8 +15,9 @@ from typing import BinaryIO
 
 import msgspec
 
-from perftracker.bounded import BLANK_RUN, file_cap, open_regular, replace_lone_surrogate_escapes
+from perftracker.bounded import BLANK_RUN, TO_SPACE, file_cap, open_regular, replace_lone_surrogate_escapes
 from perftracker.collectors.traces.kineto_columns import ColumnBuilder
+from perftracker.collectors.traces.kineto_cut import EVENTS_START
 from perftracker.collectors.traces.kineto_records import (
     SURROGATE_NOTE,
     Event,
@@ -27,6 +28,7 @@ from perftracker.collectors.traces.kineto_records import (
     add_typed,
     take_header,
 )
+from perftracker.collectors.traces.kineto_text import GZIP_MAGIC
 from perftracker.errors import InputError
 
 CHUNK_BYTES = 1 << 20  # events text decoded at a time
@@ -36,10 +38,7 @@ _MAX_HEAD = 64 << 20  # text before `traceEvents` (and after it) that a trace ma
 _MAX_EVENT = 64 << 20  # a chunk that grows past this without decoding is damage: the whole-text reader decides
 _TRIES = 8  # chunk ends tried, last first
 _LOOK = 100_000  # `}` looked at for them
-_GZIP_MAGIC = b"\x1f\x8b"
-_EVENTS_START = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BLANK = re.compile(rb"[ \t\r\n]*")
-_TO_SPACE = bytes.maketrans(b"\t\r\n", b"   ")
 # A timestamp of 13+ integer digits (>= 1e12 us, past what float64 resolves to 1 ns) with a fraction.
 _LOSSY_TS = re.compile(rb'"ts"\s*:\s*-?\d{13,}\.\d')
 
@@ -118,10 +117,10 @@ def text_blocks(path: Path) -> Iterator[bytes]:
     cap = file_cap()
     with open_regular(path) as handle:
         first = handle.read(2)
-        blocks = _inflated(handle, first, cap) if first == _GZIP_MAGIC else _plain(handle, first, cap)
+        blocks = _inflated(handle, first, cap) if first == GZIP_MAGIC else _plain(handle, first, cap)
         tail = b""
         for block in blocks:
-            if (tail + block).translate(_TO_SPACE).find(b" " * BLANK_RUN) >= 0:
+            if (tail + block).translate(TO_SPACE).find(b" " * BLANK_RUN) >= 0:
                 raise NotStreamable  # a run the reader squeezes (and notes)
             tail = block[-(BLANK_RUN - 1):]
             yield block
@@ -176,7 +175,7 @@ def split_events(blocks: Iterator[bytes], on_head: Callable[[bytes], None],
         buf.extend(block)
         return True
 
-    while (start := _EVENTS_START.search(buf)) is None:
+    while (start := EVENTS_START.search(buf)) is None:
         if len(buf) > _MAX_HEAD or not more():
             raise NotStreamable
     head = bytes(buf[:start.start()])

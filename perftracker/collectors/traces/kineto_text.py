@@ -26,7 +26,7 @@ class TraceText:
     squeezed: int = 0  # whitespace bytes dropped from long runs as read
 
 
-_GZIP_MAGIC = b"\x1f\x8b"
+GZIP_MAGIC = b"\x1f\x8b"
 _NON_BLANK = re.compile(rb"[^ \t\r\n]")
 
 
@@ -37,13 +37,13 @@ def read_bytes(path: Path) -> TraceText:
     with nothing before the damage.
     """
     try:
-        capped = read_capped(path, squeeze=read_head(path, 2) != _GZIP_MAGIC)
+        capped = read_capped(path, squeeze=read_head(path, 2) != GZIP_MAGIC)
     except OSError as exc:
         raise InputError(f"cannot read the file ({exc.strerror or exc})", str(path),
                          "check the path and its permissions") from None
     cap = file_cap()
     notes = [capped.note(cap)] if capped.left_out else []
-    text = TraceText(capped.data, gzip=capped.data[:2] == _GZIP_MAGIC, whole=not capped.left_out, notes=notes)
+    text = TraceText(capped.data, gzip=capped.data[:2] == GZIP_MAGIC, whole=not capped.left_out, notes=notes)
     if text.gzip:
         inflated = inflate(capped.data, cap, skip_leading_blank=True, first_bytes=b"{[", squeeze=True)
         del capped

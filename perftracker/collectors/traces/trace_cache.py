@@ -105,10 +105,6 @@ class CacheEntry:
     def meta_path(self) -> Path:
         return Path(self.stem + ".meta.json")
 
-    def read_meta(self, source: Source | None = None) -> dict[str, Any] | None:
-        """The entry's facts and notes when the entry is whole and checks out (`lookup`), else None."""
-        return self.lookup(source)[0]
-
     def lookup(self, source: Source | None = None) -> tuple[dict[str, Any] | None, str]:
         """(the entry's meta, "") for a trusted entry that checks out against `source` (see the module
         docstring); (None, why) when it is ignored (why: a sentence for a note), (None, "") when absent."""

@@ -24,7 +24,7 @@ from api_helpers import side_of
 from perftracker.analyzers.compare.diff import compare_runs
 from perftracker.analyzers.compare.side import RunSide
 from perftracker.analyzers.findings import Severity
-from perftracker.outputs import save_tables
+from perftracker.output_dir import replace_tables
 from perftracker.reports import json_report
 
 REPO = Path(__file__).resolve().parents[3]
@@ -94,7 +94,8 @@ def test_an_op_slower_on_every_rank_is_a_regression_with_that_op(tmp_path: Path)
     # WHEN the CLI compares the two as saved analysis outputs with --fail-on-regression 10
     for side in (base, new):
         folder = tmp_path / side.label
-        save_tables({"steps": side.steps, "op_totals": side.op_totals, "settings": side.settings}, folder / "tables")
+        folder.mkdir()
+        replace_tables({"steps": side.steps, "op_totals": side.op_totals, "settings": side.settings}, folder / "tables")
         json_report.write(folder / "findings.json", json_report.build([], [], side.label, {}))
     (tmp_path / "base" / "report.html").write_text("the base run's report")  # the new side kept none
     proc = subprocess.run([sys.executable, "-m", "perftracker", "diff", str(tmp_path / "base"), str(tmp_path / "new"),

@@ -114,7 +114,7 @@ def test_a_rerun_after_a_crash_or_with_more_ranks_parses_only_what_is_missing(tr
     assert sorted(p.name for p in parses) == ["rank-2.pt.trace.json", "rank-3.pt.trace.json"]
     assert [r.cached for r in results] == [True, True, False, False]
     facts = results[2].facts
-    assert crashed.read_meta() is not None and facts is not None and len(crashed.read_tables()[0]) == facts.n_events
+    assert crashed.lookup()[0] is not None and facts is not None and len(crashed.read_tables()[0]) == facts.n_events
     assert not list(cache.glob("*.tmp"))
 
 
