@@ -11,7 +11,7 @@ from rich.console import Console
 from perftracker import api
 from perftracker.analyzers.findings import Severity
 from perftracker.cli.options import out_option, writable_folder
-from perftracker.cli.voice import add_command, terminal
+from perftracker.cli.voice import terminal
 from perftracker.errors import InputError
 from perftracker.reports.index_html import IndexEntry, render_index
 from perftracker.reports.text import print_summary, printable
@@ -85,7 +85,3 @@ def demo(
 def _print(console: Console, result: api.Run, written: bool = True) -> None:
     print_summary(console, result.findings, result.report_path if written else None,
                   coverage=result.summary.coverage, synthetic=result.summary.synthetic_inputs or None)
-
-
-def register(app: typer.Typer) -> None:
-    add_command(app, "demo", demo)

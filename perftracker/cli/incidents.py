@@ -15,8 +15,7 @@ import typer
 
 from perftracker import api
 from perftracker.analyzers.findings import Severity
-from perftracker.analyzers.online.step_rules import DEFAULT_RISE, DEFAULT_WINDOW
-from perftracker.cli.voice import add_command, terminal
+from perftracker.cli.voice import terminal
 from perftracker.errors import InputError
 from perftracker.live.watch.incidents import INCIDENT_FILE, IncidentVerdict
 from perftracker.live.watch.prom import PromPublisher
@@ -26,33 +25,6 @@ from perftracker.output_names import REPORT
 from perftracker.reports.text import printable
 
 LOUD = (Severity.WARNING, Severity.CRITICAL)
-
-
-def watch_option(duration: bool = True) -> Any:
-    """`--watch` (`duration`: the command has `--duration`, which --watch sets to 0)."""
-    until = "until it ends (as --duration 0)" if duration else "until it ends"
-    return typer.Option("--watch", metavar="", help=f"Stay with the job {until}, cheaply, and open an "
-                        "incident (RUN/incidents/<time>-<kind>/: evidence, findings.json, report.html) when its "
-                        "steps slow down, it hangs, or a host signal fires.")
-
-
-def window_option() -> Any:
-    return typer.Option("--watch-window", help=f"N: steps averaged by the degradation rule (default {DEFAULT_WINDOW}).")
-
-
-def rise_option() -> Any:
-    return typer.Option("--watch-rise", help="X: the mean of the last N steps this much above the recent best "
-                        f"(a fraction; default {DEFAULT_RISE:g}) triggers the change-point test.")
-
-
-def incident_seconds_option() -> Any:
-    return typer.Option("--incident-seconds", help="With --watch: seconds of every rank's stacks recorded side by side "
-                        "when an incident opens, and once, as the healthy baseline they are compared with, when the watch arms.")
-
-
-def prom_option() -> Any:
-    return typer.Option("--prom", help="With --watch: Prometheus metrics, as a text file rewritten atomically "
-                        "(FILE) or served at http://HOST:PORT/metrics ([HOST]:PORT, 127.0.0.1 by default).")
 
 
 def watch_options(window: int, rise: float, prom: str | None, incident_seconds: float = 10.0,
@@ -110,7 +82,3 @@ def incidents(run: Annotated[Path, typer.Argument(help="A run directory written 
             continue
         if isinstance(record, dict):
             console.print(printable(_line(folder, record)), highlight=False, markup=False, soft_wrap=True)
-
-
-def register(app: typer.Typer) -> None:
-    add_command(app, "incidents", incidents)

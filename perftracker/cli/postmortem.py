@@ -13,18 +13,9 @@ import typer
 from rich.console import Console
 
 from perftracker import api
-from perftracker.cli.options import (
-    FailOn,
-    FollowLinks,
-    SetThresholds,
-    ThresholdsFiles,
-    out_option,
-    output_folder,
-    threshold_overrides,
-    writable_file,
-)
+from perftracker.cli import options as opt
 from perftracker.cli.progress import parsing_progress
-from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, terminal
+from perftracker.cli.voice import fail_on_exit, parse_fail_on, terminal
 from perftracker.reports.summary import headline, prometheus_text, text_summary
 from perftracker.reports.text import printable
 from perftracker.rundir import atomic_write_text
@@ -34,16 +25,16 @@ def postmortem(
     path: Annotated[Path, typer.Argument(help="Folder with what the job left: output logs, flight-recorder dumps, "
                                          "torchelastic error files, NCCL logs, traces (or a perftracker run "
                                          "directory).")],
-    out: Annotated[Path, out_option("Where to write report.html, findings.json and tables/ (keep it outside "
+    out: Annotated[Path, opt.out_option("Where to write report.html, findings.json and tables/ (keep it outside "
                                     "PATH).")] = Path("perftracker-postmortem"),
-    fail_on: FailOn = None,
+    fail_on: opt.FailOn = None,
     summary: Annotated[Path | None, typer.Option("--summary", help="Write a short text summary (chat, ticket).")]
     = None,
     prom: Annotated[Path | None, typer.Option("--prom", help="Write headline metrics as a Prometheus text file "
                                               "(node-exporter textfile collector).")] = None,
-    set_threshold: SetThresholds = None,
-    thresholds_file: ThresholdsFiles = None,
-    follow_links: FollowLinks = False,
+    set_threshold: opt.SetThresholds = None,
+    thresholds_file: opt.ThresholdsFiles = None,
+    follow_links: opt.FollowLinks = False,
 ) -> None:
     """Post-mortem of a job: which rank hung or failed first, where, and why.
 
@@ -54,11 +45,11 @@ def postmortem(
       perftracker postmortem job-logs/ -o out/ --summary summary.txt --prom metrics.prom
     """
     threshold = parse_fail_on(fail_on)
-    overrides = threshold_overrides(set_threshold, thresholds_file)
-    output_folder(out)
+    overrides = opt.threshold_overrides(set_threshold, thresholds_file)
+    opt.output_folder(out)
     for file, option in ((summary, "--summary"), (prom, "--prom")):
         if file is not None:
-            writable_file(file, option)
+            opt.writable_file(file, option)
     console = terminal()
     with parsing_progress() as progress:
         result = api.analyze(path, cache=False, progress=progress, follow_links=follow_links,
@@ -82,7 +73,3 @@ def _say_verdict(console: Console, result: api.Run, written: bool = True) -> Non
     console.print(f"Verdict: {printable(headline(result.document))}", highlight=False, markup=False)
     if written:
         console.print(f"Report: {printable(result.report_path)}", highlight=False, markup=False)
-
-
-def register(app: typer.Typer) -> None:
-    add_command(app, "postmortem", postmortem)

@@ -9,7 +9,7 @@ import typer
 
 from perftracker import api
 from perftracker.cli.options import FollowLinks
-from perftracker.cli.voice import add_command, terminal
+from perftracker.cli.voice import terminal
 from perftracker.reports.text import printable
 
 
@@ -29,7 +29,3 @@ def report(
         folder = folder / "perftracker-out"
     out = api.render_report(folder, follow_links)
     terminal().print(f"Report: {printable(out)}", highlight=False, markup=False)
-
-
-def register(app: typer.Typer) -> None:
-    add_command(app, "report", report)

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from perftracker.analyzers.thresholds import DECLARED, UNITS, Thresholds, shown
 from perftracker.cli.options import SetThresholds, ThresholdsFiles, threshold_overrides
-from perftracker.cli.voice import add_command, terminal
+from perftracker.cli.voice import terminal
 from perftracker.reports.text import printable
 
 DOC_INTRO = """# Thresholds
@@ -85,7 +85,3 @@ def write_reference(path: Path) -> None:
     """Write the Markdown reference page to `path` (scripts/gen_thresholds_doc.py)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(reference_markdown(), encoding="utf-8")
-
-
-def register(app: typer.Typer) -> None:
-    add_command(app, "thresholds", thresholds)
