@@ -14,9 +14,8 @@ from perftracker.analyzers.efficiency.devices import device_table
 from perftracker.analyzers.findings import Finding
 from perftracker.cli import options as opt
 from perftracker.cli.progress import parsing_progress
-from perftracker.cli.voice import fail_on_exit, parse_fail_on, terminal
+from perftracker.cli.voice import fail_on_exit, parse_fail_on, print_run, show, terminal, write_and_say
 from perftracker.errors import UsageError
-from perftracker.reports.text import print_summary, printable
 from perftracker.rundir import atomic_write_text, host_name
 
 JOBS_INDEX = "jobs.json"
@@ -112,24 +111,17 @@ def analyze(
 
 def _write(console: Console, result: api.Run, out: Path, quiet: bool) -> None:
     """Write the run into `out` and say it (the verdict first, then what could not be written, if so)."""
-    try:
-        result.write(out)
-    except api.ReportNotWritten as exc:  # the analysis finished: its verdict is said, then what could not be written
-        _print_result(console, exc.result, quiet, written=False)
-        raise
-    _print_result(console, result, quiet)
+    write_and_say(result, out, lambda run, written: _print_result(console, run, quiet, written))
 
 
-def _print_result(console: Console, result: api.Run, quiet: bool, written: bool = True) -> None:
+def _print_result(console: Console, result: api.Run, quiet: bool, written: bool) -> None:
     if quiet:
-        console.print(printable(result.verdict), highlight=False, markup=False)
-    else:
-        print_summary(console, result.findings, result.report_path if written else None,
-                      coverage=result.summary.coverage, synthetic=result.summary.synthetic_inputs or None)
-        timeline = result.report_path.parent / api.TIMELINE
-        if written and timeline.is_file():
-            console.print(printable(f"Timeline: {timeline} (all ranks, clock-aligned; open it in ui.perfetto.dev)"),
-                          highlight=False, markup=False)
+        show(console, result.verdict)
+        return
+    print_run(console, result, written)
+    timeline = result.report_path.parent / api.TIMELINE
+    if written and timeline.is_file():
+        show(console, f"Timeline: {timeline} (all ranks, clock-aligned; open it in ui.perfetto.dev)")
 
 
 def _analyze_each_job(console: Console, path: Path, out: Path, options: dict[str, Any],
@@ -142,7 +134,7 @@ def _analyze_each_job(console: Console, path: Path, out: Path, options: dict[str
     for group, result in jobs:
         label = group.label if group is not None and len(jobs) > 1 else ""
         if label and group is not None:
-            console.print(f"== {printable(group.describe())}", highlight=False, markup=False)
+            show(console, f"== {group.describe()}")
         _write(console, result, out / label if label else out, quiet)
         everything.extend(result.findings)
         index.append({"label": label or "job1", "description": group.describe() if group else "",
@@ -151,9 +143,7 @@ def _analyze_each_job(console: Console, path: Path, out: Path, options: dict[str
     if len(jobs) > 1:
         with api.writing(out / JOBS_INDEX):
             atomic_write_text(out / JOBS_INDEX, json.dumps({"input": str(path), "jobs": index}, indent=2) + "\n")
-        console.print(f"{len(jobs)} jobs, each analyzed alone (index: {printable(out / JOBS_INDEX)}):",
-                      highlight=False, markup=False)
+        show(console, f"{len(jobs)} jobs, each analyzed alone (index: {out / JOBS_INDEX}):")
         for entry in index:
-            console.print(printable(f"  {entry['label']}: {entry['verdict']} -> {entry['out']}"), highlight=False,
-                          markup=False)
+            show(console, f"  {entry['label']}: {entry['verdict']} -> {entry['out']}")
     return everything

@@ -8,25 +8,24 @@ from __future__ import annotations
 
 import os
 import time
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from perftracker import api
 from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.online import AnalyzerDiagnosis
 from perftracker.cli import options as opt
 from perftracker.cli.incidents import watch_options
-from perftracker.cli.voice import fail_on_exit, parse_fail_on, terminal
+from perftracker.cli.voice import fail_on_exit, parse_fail_on, print_run, show, terminal, write_and_say
 from perftracker.errors import PerftrackerError
 from perftracker.live.attach.discovery import find_job, job_label
 from perftracker.live.attach.interrupts import Interrupts
 from perftracker.live.collectors import SamplerOptions, build_samplers, watch_rates
 from perftracker.live.sampler import LiveContext
 from perftracker.live.session import WATCH_TICK_S, run_session
-from perftracker.reports.text import print_summary, printable
 from perftracker.rundir import host_name
 
 
@@ -121,44 +120,30 @@ def _attach(job: str, run_dir: Path, me: str, sysfs_root: Path, options: Sampler
     found = find_job(job, me)
     with api.writing(run_dir):
         run_dir.mkdir(parents=True, exist_ok=True)
-    console.print(printable(f"Attached to {len(found.workers)} rank(s) "
-                            f"({', '.join(str(w.rank) for w in found.workers[:16])}) of job "
-                            f"{job_label(found)}; writing {run_dir}"), highlight=False, markup=False)
+    show(console, f"Attached to {len(found.workers)} rank(s) ({', '.join(str(w.rank) for w in found.workers[:16])}) "
+                  f"of job {job_label(found)}; writing {run_dir}")
     ctx = LiveContext(run_dir=run_dir, job=found, host=me, sysfs_root=sysfs_root, diagnosis=AnalyzerDiagnosis(overrides))
     if options.stacks:
-        console.print(printable(f"Stacks of every rank on demand: kill -USR1 {os.getpid()}, or touch "
-                                f"{run_dir / 'requests' / 'stacks'} (reaches every attach sharing {run_dir})"),
-                      highlight=False, markup=False)
+        show(console, f"Stacks of every rank on demand: kill -USR1 {os.getpid()}, or touch "
+                      f"{run_dir / 'requests' / 'stacks'} (reaches every attach sharing {run_dir})")
     result = run_session(ctx, build_samplers(options), duration if duration > 0 else None, console,
                          show_live=not quiet, interrupts=interrupts, tick_s=WATCH_TICK_S if options.watch else 0.5)
-    console.print(printable(f"Stopped ({result.reason}) after {result.seconds:.0f}s; run directory: {run_dir}"),
-                  highlight=False, markup=False)
+    show(console, f"Stopped ({result.reason}) after {result.seconds:.0f}s; run directory: {run_dir}")
     for note in ctx.notes:
-        console.print(f"  note: {printable(note)}", highlight=False, markup=False)
+        show(console, f"  note: {note}")
     others = _other_hosts(run_dir, ctx.host)
     if others:
-        console.print(printable(f"Hosts {', '.join(others)} also write to {run_dir}: this verdict covers what has "
-                                f"been collected so far; run `perftracker analyze {run_dir}` once every node has "
-                                "stopped."), highlight=False, markup=False)
+        show(console, f"Hosts {', '.join(others)} also write to {run_dir}: this verdict covers what has been "
+                      f"collected so far; run `perftracker analyze {run_dir}` once every node has stopped.")
     if not analyze:
         return
     try:
         analysis = api.analyze(run_dir, cache=False, analysis=api.AnalysisOptions(thresholds=overrides or {}))
     except PerftrackerError as exc:
-        console.print(f"Nothing to analyze yet: {printable(exc.message)}", highlight=False, markup=False)
+        show(console, f"Nothing to analyze yet: {exc.message}")
         return
-    try:
-        analysis.write(run_dir / "perftracker-out")
-    except api.ReportNotWritten as exc:  # the verdict is said, then what could not be written
-        _print(console, exc.result, written=False)
-        raise
-    _print(console, analysis)
+    write_and_say(analysis, run_dir / "perftracker-out", partial(print_run, console))
     raise typer.Exit(fail_on_exit(analysis.findings, threshold))
-
-
-def _print(console: Console, analysis: api.Run, written: bool = True) -> None:
-    print_summary(console, analysis.findings, analysis.report_path if written else None,
-                  coverage=analysis.summary.coverage)
 
 
 def _other_hosts(run_dir: Path, me: str) -> list[str]:

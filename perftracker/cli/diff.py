@@ -11,9 +11,8 @@ from perftracker import api
 from perftracker.analyzers.findings import Severity
 from perftracker.cli import options as opt
 from perftracker.cli.progress import parsing_progress
-from perftracker.cli.voice import EXIT_FINDINGS, terminal
+from perftracker.cli.voice import EXIT_FINDINGS, show, terminal
 from perftracker.errors import UsageError
-from perftracker.reports.text import printable
 
 
 def diff(
@@ -69,12 +68,12 @@ def diff(
     if regressed and not loud:  # the verdict agrees with the exit code it comes with
         verdict = (f"Step time {100 * result.step_change:+.0f}%, beyond the runs' noise and at or above "
                    f"--fail-on-regression {fail_on_regression:g}%.")
-    console.print(printable(verdict), highlight=False, markup=False)
+    show(console, verdict)
     if not quiet:
         for f in result.findings:
-            console.print(f"  [{f.severity.label}] {printable(f.title)}", highlight=False, markup=False)
+            show(console, f"  [{f.severity.label}] {f.title}")
     if out is not None:
         result.write(out)  # an OutputError (exit 2) naming the file that could not be written, after the verdict
         if not quiet:
-            console.print(f"Diff: {out / api.DIFF_HTML}  ({out / api.DIFF_JSON})", highlight=False, markup=False)
+            show(console, f"Diff: {out / api.DIFF_HTML}  ({out / api.DIFF_JSON})")
     raise typer.Exit(EXIT_FINDINGS if regressed else 0)

@@ -15,14 +15,13 @@ import typer
 
 from perftracker import api
 from perftracker.analyzers.findings import Severity
-from perftracker.cli.voice import terminal
+from perftracker.cli.voice import show, terminal
 from perftracker.errors import InputError
 from perftracker.live.watch.incidents import INCIDENT_FILE, IncidentVerdict
 from perftracker.live.watch.prom import PromPublisher
 from perftracker.live.watch.setup import watch_setup
 from perftracker.live.watch.watcher import WatchOptions
 from perftracker.output_names import REPORT
-from perftracker.reports.text import printable
 
 LOUD = (Severity.WARNING, Severity.CRITICAL)
 
@@ -71,14 +70,13 @@ def incidents(run: Annotated[Path, typer.Argument(help="A run directory written 
     console = terminal()
     folders = sorted(p.parent for p in (run / "incidents").glob(f"*/{INCIDENT_FILE}"))
     if not folders:
-        console.print(printable(f"No incidents in {run} (a watched job that stayed healthy, or not watched)."),
-                      highlight=False, markup=False)
+        show(console, f"No incidents in {run} (a watched job that stayed healthy, or not watched).")
         return
     for folder in folders:
         try:
             record = json.loads((folder / INCIDENT_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            console.print(printable(f"{folder.name}  unreadable incident.json"), highlight=False, markup=False)
+            show(console, f"{folder.name}  unreadable incident.json")
             continue
         if isinstance(record, dict):
-            console.print(printable(_line(folder, record)), highlight=False, markup=False, soft_wrap=True)
+            show(console, _line(folder, record), soft_wrap=True)

@@ -6,6 +6,7 @@ one-line verdict, `--summary` and `--prom` when asked. Exit codes as `analyze`.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -15,9 +16,8 @@ from rich.console import Console
 from perftracker import api
 from perftracker.cli import options as opt
 from perftracker.cli.progress import parsing_progress
-from perftracker.cli.voice import fail_on_exit, parse_fail_on, terminal
+from perftracker.cli.voice import fail_on_exit, parse_fail_on, show, terminal, write_and_say
 from perftracker.reports.summary import headline, prometheus_text, text_summary
-from perftracker.reports.text import printable
 from perftracker.rundir import atomic_write_text
 
 
@@ -54,12 +54,7 @@ def postmortem(
     with parsing_progress() as progress:
         result = api.analyze(path, cache=False, progress=progress, follow_links=follow_links,
                              analysis=api.AnalysisOptions(thresholds=overrides))
-    try:
-        result.write(out)
-    except api.ReportNotWritten as exc:  # the analysis finished: its verdict is said, then what could not be written
-        _say_verdict(console, exc.result, written=False)
-        raise
-    _say_verdict(console, result)
+    write_and_say(result, out, partial(_say_verdict, console))
     if summary is not None:
         with api.writing(summary, "--summary"):
             atomic_write_text(summary, text_summary(result.document, str(result.report_path)))
@@ -69,7 +64,7 @@ def postmortem(
     raise typer.Exit(fail_on_exit(result.findings, threshold))
 
 
-def _say_verdict(console: Console, result: api.Run, written: bool = True) -> None:
-    console.print(f"Verdict: {printable(headline(result.document))}", highlight=False, markup=False)
+def _say_verdict(console: Console, result: api.Run, written: bool) -> None:
+    show(console, f"Verdict: {headline(result.document)}")
     if written:
-        console.print(f"Report: {printable(result.report_path)}", highlight=False, markup=False)
+        show(console, f"Report: {result.report_path}")

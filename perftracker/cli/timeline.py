@@ -11,10 +11,9 @@ from perftracker import api
 from perftracker import option_checks as checks
 from perftracker.cli import options as opt
 from perftracker.cli.progress import parsing_progress
-from perftracker.cli.voice import terminal
+from perftracker.cli.voice import show, terminal
 from perftracker.errors import UsageError
 from perftracker.output_names import TIMELINE
-from perftracker.reports.text import printable
 
 
 def parse_ranges(text: str | None, what: str) -> list[int] | None:
@@ -79,9 +78,7 @@ def timeline(
                                  analysis=api.AnalysisOptions(thresholds=overrides))
     written = api.save_timeline(timeline_, out, str(path))
     console = terminal()
-    console.print(printable(f"Timeline: {out} ({written} trace events, ranks {len(timeline_.ranks)}, "
-                            f"steps {len(timeline_.steps)}{'; ' + timeline_.note if timeline_.note else ''})"),
-                  highlight=False, markup=False)
+    show(console, f"Timeline: {out} ({written} trace events, ranks {len(timeline_.ranks)}, "
+                  f"steps {len(timeline_.steps)}{'; ' + timeline_.note if timeline_.note else ''})")
     if not quiet:
-        console.print("Open it in https://ui.perfetto.dev (works offline once loaded) or chrome://tracing.",
-                      highlight=False, markup=False)
+        show(console, "Open it in https://ui.perfetto.dev (works offline once loaded) or chrome://tracing.")

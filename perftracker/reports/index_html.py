@@ -8,14 +8,9 @@ is escaped by the template.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
-from perftracker._version import __version__
-from perftracker.reports.templating import ENV
-from perftracker.rundir import atomic_write_text
-
-_ENV = ENV  # the one environment (reports/templating.py)
+from perftracker.reports.templating import write_page
 
 
 @dataclass(frozen=True)
@@ -28,7 +23,4 @@ class IndexEntry:
 
 
 def render_index(path: Path, entries: list[IndexEntry], title: str) -> None:
-    page = _ENV.get_template("index.html.j2").render(
-        title=title, entries=entries, version=__version__,
-        generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"))
-    atomic_write_text(path, page)
+    write_page(path, "index.html.j2", title=title, entries=entries)

@@ -55,10 +55,7 @@ class RunFacts:
     synthetic_inputs: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"ranks": self.ranks, "hosts": self.hosts, "coverage": self.coverage,
-                               "step_time_s": self.step_time_s,
-                               "step_spread_across_ranks_s": self.step_spread_across_ranks_s,
-                               "hta_compat": self.hta_compat}
+        out: dict[str, Any] = {name: getattr(self, name) for name in _FACTS if name != "synthetic_inputs"}
         if self.synthetic_inputs:  # only runs that say so: a real run's summary has no such key
             out["synthetic_inputs"] = self.synthetic_inputs
         return out

@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from perftracker.analyzers.findings import Finding
-from perftracker.reports.charts import COLORS, LAYOUT, label
+from perftracker.reports.charts import COLORS, figure, label, tall
 from perftracker.reports.sections import Section, Tables, grid, table
 
 WORST = 4  # collectives in the arrival chart
@@ -51,10 +51,8 @@ def wait_heatmap(steps: pd.DataFrame, ranks: list[Any]) -> dict[str, Any] | None
     fig = go.Figure(go.Heatmap(z=z.round(3).to_numpy(), x=[label(c) for c in z.columns],
                                y=[label(f"rank {r}") for r in z.index], colorscale="Oranges", text=text,
                                colorbar=dict(title="ms waited")))
-    fig.update_layout(title="Waiting inside collectives per rank and step (ms; hover: the waiting it caused)",
-                      xaxis_title="step", **{**LAYOUT, "height": min(2400, max(300, 18 * len(z) + 120))})
-    result: dict[str, Any] = fig.to_plotly_json()
-    return result
+    return figure(fig, tall(len(z), 18, 120), xaxis_title="step",
+                  title="Waiting inside collectives per rank and step (ms; hover: the waiting it caused)")
 
 
 def worst_collectives(coll: pd.DataFrame) -> dict[str, Any] | None:
@@ -77,8 +75,5 @@ def worst_collectives(coll: pd.DataFrame) -> dict[str, Any] | None:
     fig.add_bar(y=rows["y"].tolist(), x=(rows["transfer_ns"] / 1e6).round(4).tolist(),
                 base=(rows["from_ms"] + rows["wait_ns"] / 1e6).round(4).tolist(), orientation="h", name="transfer",
                 marker_color=COLORS["comm"])
-    fig.update_layout(title=f"The {len(worst)} collectives with the most waiting: each rank from its arrival "
-                            "(ms after the first)", barmode="overlay", xaxis_title="ms after the first arrival",
-                      **{**LAYOUT, "height": min(2400, max(300, 16 * len(rows) + 140))})
-    result: dict[str, Any] = fig.to_plotly_json()
-    return result
+    return figure(fig, tall(len(rows), 16, 140), barmode="overlay", xaxis_title="ms after the first arrival",
+                  title=f"The {len(worst)} collectives with the most waiting: each rank from its arrival (ms after the first)")
