@@ -1,6 +1,6 @@
 """`perftracker incidents RUN`: the incidents `attach --watch` / `run --watch` opened, one line each, with the
-path of each report; and the watch options those two commands share, with the analysis of an incident
-(`analyze_incident`, the watcher's `IncidentReporter`).
+path of each report; and the watch setup those two commands share (`watch_options`), with the analysis of an
+incident (`analyze_incident`, the watcher's `IncidentReporter`).
 """
 
 from __future__ import annotations

@@ -132,9 +132,7 @@ class _Ending:
         except PerftrackerError as exc:
             say(exc.message)
             code = EXIT_USAGE
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        _exit_now(code)
 
     def finish(self) -> tuple[int, bool]:
         with self._lock:
@@ -203,9 +201,7 @@ class _Ending:
 def _fail(message: str) -> None:
     """The check could not be made: say why on one line, exit CHECK_FAILED (never a pass, never a traceback)."""
     say(f"sanity: {message}")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(CHECK_FAILED)
+    _exit_now(CHECK_FAILED)
 
 
 def _leave(code: int, in_group: bool) -> None:
@@ -214,6 +210,11 @@ def _leave(code: int, in_group: bool) -> None:
     when the writer's lease thread still used the store), and the check's result is already written and said."""
     if not in_group:
         raise typer.Exit(code)
+    _exit_now(code)
+
+
+def _exit_now(code: int) -> None:
+    """Flush what was said, then end the process with `code` at once (no interpreter teardown)."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
