@@ -1,7 +1,8 @@
-"""`perftracker demo`: analyze every bundled sample run and print where each report is."""
+"""`perftracker demo`: analyze every bundled sample run; print where each report is, and link them in index.html."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Annotated
@@ -14,7 +15,18 @@ from perftracker.analyzers.findings import Severity
 from perftracker.cli.options import out_option, writable_folder
 from perftracker.cli.voice import print_run, show, terminal, write_and_say
 from perftracker.errors import InputError
-from perftracker.reports.index_html import IndexEntry, render_index
+from perftracker.reports.templating import write_page
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """One sample run on the demo's index.html (templates/index.html.j2: a static page, every text escaped)."""
+
+    name: str
+    verdict: str
+    severity: str  # critical | warning | ok
+    report: str  # relative to the index
+    synthetic: bool
 
 
 def sample_traces_dir(explicit: Path | None = None) -> Path:
@@ -69,7 +81,7 @@ def demo(
         top = max((f.severity for f in result.findings), default=Severity.INFO)
         entries.append(IndexEntry(run.name, summary.verdict, "ok" if top == Severity.INFO else top.label,
                                   f"{run.name}/report.html", bool(summary.synthetic_inputs)))
-    render_index(out / "index.html", entries, "perftracker demo: the bundled sample runs")
+    write_page(out / "index.html", "index.html.j2", title="perftracker demo: the bundled sample runs", entries=entries)
     show(console, f"Reports of {len(entries)} sample runs: {out / 'index.html'}")
 
 

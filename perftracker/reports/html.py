@@ -22,7 +22,6 @@ from perftracker.reports import charts
 from perftracker.reports.critical_path_section import critical_path_section
 from perftracker.reports.efficiency_section import efficiency_section
 from perftracker.reports.evidence import evidence_items
-from perftracker.reports.failure_section import wait_graph_section
 from perftracker.reports.health_sections import gpu_section, rdma_section
 from perftracker.reports.json_report import verdict
 from perftracker.reports.kernel_section import kernels_section
@@ -39,7 +38,7 @@ from perftracker.reports.trace_sections import (
     stragglers_section,
     timeline_section,
 )
-from perftracker.reports.waits_section import waits_section
+from perftracker.reports.waits_section import wait_graph_section, waits_section
 from perftracker.store import LoadNote
 
 SECTIONS: tuple[SectionFn, ...] = (

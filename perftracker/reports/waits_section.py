@@ -1,6 +1,6 @@
-"""The "Who waits for whom" section: waiting per rank and step, and the worst collectives' arrivals and transfers.
-
-`waits_section(tables, findings)` renders `step_waits` and `collective_waits`; None without them. Renders only.
+"""The "Who waits for whom" sections: waiting per rank and step, the worst collectives' arrivals and transfers
+(`waits_section`: `step_waits` and `collective_waits`), and in a hung or failed job the wait-for table by process
+group (`wait_graph_section`: `wait_graph`, each root named above it). None without their views. Renders only.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from perftracker.analyzers.findings import Finding
+from perftracker.analyzers.findings import Finding, Mark
 from perftracker.reports.charts import COLORS, figure, label, tall
 from perftracker.reports.sections import Section, Tables, grid, table
 
@@ -18,6 +18,20 @@ WORST = 4  # collectives in the arrival chart
 MAX_RANKS = 64
 COLUMNS = {"rank": "rank", "caused_ms": "others waited for it (rank-ms)", "times_last": "times last",
            "waited_ms": "it waited (ms)", "transfer_ms": "its transfer (ms)"}
+WAIT_GRAPH_COLUMNS = {"group": "process group", "pg": "pg", "collective": "collective (#seq)",
+                      "waiting": "waiting ranks", "waits_for": "wait for", "no_dump": "left no dump",
+                      "since": "since (UTC)", "source": "source", "root": "leads to root"}
+
+
+def wait_graph_section(tables: Tables, findings: list[Finding]) -> Section | None:
+    view = table(tables, "wait_graph")
+    if view.empty:
+        return None
+    roots = [f.title for f in findings if Mark.WAIT_ROOT.on(f)]
+    note = ("Read from any waiting rank: it waits in the collective of its row for the ranks in 'wait for'; "
+            "follow those to the root. " + " ".join(f"Root: {t}." for t in roots[:4]))
+    return Section("waitfor", "Who waits for whom", "section_table.html.j2",
+                   {"note": note, "table": grid(view, WAIT_GRAPH_COLUMNS, limit=64, source="wait_graph")})
 
 
 def waits_section(tables: Tables, findings: list[Finding]) -> Section | None:
