@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from perftracker import api
+from perftracker import option_checks as checks
 from perftracker.analyzers.efficiency.devices import device_table
 from perftracker.analyzers.findings import Finding
 from perftracker.cli import options as opt
@@ -86,7 +87,7 @@ def analyze(
     if job and each_job:
         raise UsageError("--job and --each-job exclude each other", "analyze",
                          "pick one job with --job, or all of them with --each-job")
-    patterns = opt.comm_kernel_patterns(comm_kernel)
+    patterns = checks.patterns(comm_kernel)  # each regular expression checked as the API checks it
     device_files = tuple(devices or ())
     device_table(device_files)  # a bad file is said now (exit 2), before any parsing
     chosen = api.AnalysisOptions(hta_compat=hta_compat, device_files=device_files,

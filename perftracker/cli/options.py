@@ -1,19 +1,17 @@
 """Options several commands share, defined once: flag names, short forms, environment variables, and the
-checks of their values before a command does any work (`writable_folder`, `writable_file`,
-`comm_kernel_patterns`, `checked_engine`: a usage error, exit 2).
+checks of their values before a command does any work (`writable_folder`, `writable_file`, `checked_engine`: a
+usage error, exit 2).
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from perftracker import option_checks as checks
 from perftracker.analyzers.online.step_rules import DEFAULT_RISE, DEFAULT_WINDOW
 from perftracker.analyzers.thresholds import Thresholds, collect_overrides
 from perftracker.collectors.nccl.profiles import shipped_profiles
@@ -118,11 +116,6 @@ def writable_file(path: Path, option: str) -> Path:
         raise OutputError("is a folder, not a file", str(path), f"give {option} the name of a file to write")
     writable_folder(path.absolute().parent, option)
     return path
-
-
-def comm_kernel_patterns(patterns: Iterable[str] | None) -> tuple[str, ...]:
-    """The `--comm-kernel` regular expressions, each checked (`option_checks.patterns`, as the API checks them)."""
-    return checks.patterns(patterns)
 
 
 def checked_engine(name: str) -> str:

@@ -158,10 +158,7 @@ def diff_verdict(findings: list[Finding]) -> str:
 
 
 def _counts(findings: list[Finding]) -> dict[str, int]:
-    counts = {s.label: 0 for s in Severity}
-    for f in findings:
-        counts[f.severity.label] += 1
-    return counts
+    return {s.label: sum(f.severity == s for f in findings) for s in Severity}
 
 
 def biggest_cost(findings: list[Finding]) -> Finding | None:
