@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -106,16 +107,12 @@ def analyze(
         raise typer.Exit(fail_on_exit(findings, threshold))
     with parsing_progress(quiet) as progress:
         result = api.analyze(path, analysis=chosen, timeline=timeline, progress=progress, **options)
-    _write(console, result, out, quiet)
+    write_and_say(result, out, partial(_print_result, console, quiet))
     raise typer.Exit(fail_on_exit(result.findings, threshold))
 
 
-def _write(console: Console, result: api.Run, out: Path, quiet: bool) -> None:
-    """Write the run into `out` and say it (the verdict first, then what could not be written, if so)."""
-    write_and_say(result, out, lambda run, written: _print_result(console, run, quiet, written))
-
-
-def _print_result(console: Console, result: api.Run, quiet: bool, written: bool) -> None:
+def _print_result(console: Console, quiet: bool, result: api.Run, written: bool) -> None:
+    """The run as `write_and_say` tells it: its verdict (`--quiet`), or its findings and where its files are."""
     if quiet:
         show(console, result.verdict)
         return
@@ -136,7 +133,7 @@ def _analyze_each_job(console: Console, path: Path, out: Path, options: dict[str
         label = group.label if group is not None and len(jobs) > 1 else ""
         if label and group is not None:
             show(console, f"== {group.describe()}")
-        _write(console, result, out / label if label else out, quiet)
+        write_and_say(result, out / label if label else out, partial(_print_result, console, quiet))
         everything.extend(result.findings)
         index.append({"label": label or "job1", "description": group.describe() if group else "",
                       "files": group.paths if group else [], "out": str(result.out_dir),
