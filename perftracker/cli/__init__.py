@@ -28,7 +28,7 @@ from perftracker.cli import (
     thresholds,
     timeline,
 )
-from perftracker.cli.voice import EXIT_INTERNAL, EXIT_USAGE, Group, say
+from perftracker.cli.voice import EXIT_INTERNAL, EXIT_USAGE, Group, add_command, say
 from perftracker.errors import PerftrackerError
 
 app = typer.Typer(
@@ -55,19 +55,12 @@ def _root(
     """perftracker: performance diagnostics for distributed deep-learning training."""
 
 
-analyze.register(app)
-report.register(app)
-diff.register(app)
-timeline.register(app)
-demo.register(app)
-ps.register(app)
-attach.register(app)
-run.register(app)
-postmortem.register(app)
-incidents.register(app)
-lint_env.register(app)
-sanity.register(app)
-thresholds.register(app)
+PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}  # `run`: the launch command after --
+for name, command in (("analyze", analyze.analyze), ("report", report.report), ("diff", diff.diff),
+                      ("timeline", timeline.timeline), ("demo", demo.demo), ("ps", ps.ps), ("attach", attach.attach),
+                      ("run", run.run), ("postmortem", postmortem.postmortem), ("incidents", incidents.incidents),
+                      ("lint-env", lint_env.lint_env), ("sanity", sanity.sanity), ("thresholds", thresholds.thresholds)):
+    add_command(app, name, command, context_settings=PASS_THROUGH if name == "run" else None)
 
 
 def main() -> None:

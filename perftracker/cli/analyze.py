@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,28 +11,13 @@ import typer
 from rich.console import Console
 
 from perftracker import api
+from perftracker import option_checks as checks
 from perftracker.analyzers.efficiency.devices import device_table
 from perftracker.analyzers.findings import Finding
-from perftracker.cli.options import (
-    Engine,
-    FailOn,
-    FollowLinks,
-    RayAddress,
-    SetThresholds,
-    ThresholdsFiles,
-    checked_engine,
-    comm_kernel_patterns,
-    nccl_profile_option,
-    out_option,
-    output_folder,
-    quiet_option,
-    sysfs_root_option,
-    threshold_overrides,
-)
+from perftracker.cli import options as opt
 from perftracker.cli.progress import parsing_progress
-from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, terminal
+from perftracker.cli.voice import fail_on_exit, parse_fail_on, print_run, show, terminal, write_and_say
 from perftracker.errors import UsageError
-from perftracker.reports.text import print_summary, printable
 from perftracker.rundir import atomic_write_text, host_name
 
 JOBS_INDEX = "jobs.json"
@@ -40,9 +26,9 @@ JOBS_INDEX = "jobs.json"
 def analyze(
     path: Annotated[Path, typer.Argument(help="A run directory, a folder of torch.profiler traces (.json/.json.gz, "
                                          "one per rank), or one trace file.")],
-    out: Annotated[Path, out_option("Where to write report.html, findings.json and tables/.")]
+    out: Annotated[Path, opt.out_option("Where to write report.html, findings.json and tables/.")]
     = Path("perftracker-out"),
-    fail_on: FailOn = None,
+    fail_on: opt.FailOn = None,
     hta_compat: Annotated[bool, typer.Option("--hta-compat", metavar="", help="Use Holistic Trace Analysis' definitions for "
                                              "the breakdown and overlap (drop the last step; overlapped "
                                              "communication counts as compute).")] = False,
@@ -54,21 +40,20 @@ def analyze(
         help="A TOML file of communication kernel name patterns by library, in the format of the shipped "
              "perftracker/data/comm_kernels.toml (which NCCL, RCCL, MSCCL++, DeepEP, userbuffers, oneCCL, HCCL "
              "and symmetric-memory kernels already match); repeatable.")] = None,
-    profile: Annotated[str | None, nccl_profile_option("NCCL platform profile for the configuration rules: a "
+    profile: Annotated[str | None, opt.nccl_profile_option("NCCL platform profile for the configuration rules: a "
                                                        "shipped name (generic, pai-lingjun) or a JSON file.")]
     = None,
-    sysfs_root: Annotated[Path | None, sysfs_root_option("Check NCCL settings against this node's RDMA/network "
+    sysfs_root: Annotated[Path | None, opt.sysfs_root_option("Check NCCL settings against this node's RDMA/network "
                                                          "sysfs (e.g. /sys) when analyzing on the node.")] = None,
-    no_cache: Annotated[bool, typer.Option("--no-cache", metavar="", help="Do not read or write the parsed-trace cache.")]
-    = False,
+    no_cache: opt.NoCache = False,
     workers: Annotated[int, typer.Option("--workers", help="Parallel parser processes (0: one per CPU); with "
                                          "--engine ray and no cluster, the CPUs of the Ray it starts.")] = 0,
-    engine: Engine = "local",
-    ray_address: RayAddress = None,
+    engine: opt.Engine = "local",
+    ray_address: opt.RayAddress = None,
     timeline: Annotated[bool, typer.Option("--timeline", metavar="", help="Also write timeline.json.gz beside the "
                                            "report: all ranks on one clock-aligned trace with the findings marked "
                                            "(as `perftracker timeline` writes it), linked from the report.")] = False,
-    quiet: Annotated[bool, quiet_option("Print only the verdict line.")] = False,
+    quiet: opt.QuietVerdict = False,
     job: Annotated[str | None, typer.Option("--job", help="Where the traces are of several jobs: analyze only "
                                             "the one with this label (as the refusal lists them, e.g. job2 or "
                                             "job2-w8-a100-sxm4-80gb).")] = None,
@@ -81,9 +66,9 @@ def analyze(
     nvtx_step: Annotated[str, typer.Option("--nvtx-step", help="Nsight Systems exports: the NVTX range name that "
                                            "marks one training step (numbered in order), where the job has no "
                                            "ProfilerStep#N / iteration N ranges.")] = "",
-    set_threshold: SetThresholds = None,
-    thresholds_file: ThresholdsFiles = None,
-    follow_links: FollowLinks = False,
+    set_threshold: opt.SetThresholds = None,
+    thresholds_file: opt.ThresholdsFiles = None,
+    follow_links: opt.FollowLinks = False,
 ) -> None:
     """Analyze traces and step files; print the verdict and ranked findings; write the report.
 
@@ -103,15 +88,15 @@ def analyze(
     if job and each_job:
         raise UsageError("--job and --each-job exclude each other", "analyze",
                          "pick one job with --job, or all of them with --each-job")
-    patterns = comm_kernel_patterns(comm_kernel)
+    patterns = checks.patterns(comm_kernel)  # each regular expression checked as the API checks it
     device_files = tuple(devices or ())
     device_table(device_files)  # a bad file is said now (exit 2), before any parsing
     chosen = api.AnalysisOptions(hta_compat=hta_compat, device_files=device_files,
-                                 thresholds=threshold_overrides(set_threshold, thresholds_file))
-    output_folder(out)
+                                 thresholds=opt.threshold_overrides(set_threshold, thresholds_file))
+    opt.output_folder(out)
     options: dict[str, Any] = dict(
         comm_kernel_patterns=patterns, comm_kernel_files=tuple(comm_kernels or ()), cache=not no_cache,
-        workers=workers, engine=checked_engine(engine), ray_address=ray_address or "", nccl_profile=profile,
+        workers=workers, engine=opt.checked_engine(engine), ray_address=ray_address or "", nccl_profile=profile,
         sysfs_root=sysfs_root, sysfs_host=host_name() if sysfs_root is not None else "", job=job,
         nsys_step_range=nvtx_step, follow_links=follow_links)
     console = terminal()
@@ -122,30 +107,19 @@ def analyze(
         raise typer.Exit(fail_on_exit(findings, threshold))
     with parsing_progress(quiet) as progress:
         result = api.analyze(path, analysis=chosen, timeline=timeline, progress=progress, **options)
-    _write(console, result, out, quiet)
+    write_and_say(result, out, partial(_print_result, console, quiet))
     raise typer.Exit(fail_on_exit(result.findings, threshold))
 
 
-def _write(console: Console, result: api.Run, out: Path, quiet: bool) -> None:
-    """Write the run into `out` and say it (the verdict first, then what could not be written, if so)."""
-    try:
-        result.write(out)
-    except api.ReportNotWritten as exc:  # the analysis finished: its verdict is said, then what could not be written
-        _print_result(console, exc.result, quiet, written=False)
-        raise
-    _print_result(console, result, quiet)
-
-
-def _print_result(console: Console, result: api.Run, quiet: bool, written: bool = True) -> None:
+def _print_result(console: Console, quiet: bool, result: api.Run, written: bool) -> None:
+    """The run as `write_and_say` tells it: its verdict (`--quiet`), or its findings and where its files are."""
     if quiet:
-        console.print(printable(result.verdict), highlight=False, markup=False)
-    else:
-        print_summary(console, result.findings, result.report_path if written else None,
-                      coverage=result.summary.coverage, synthetic=result.summary.synthetic_inputs or None)
-        timeline = result.report_path.parent / api.TIMELINE
-        if written and timeline.is_file():
-            console.print(printable(f"Timeline: {timeline} (all ranks, clock-aligned; open it in ui.perfetto.dev)"),
-                          highlight=False, markup=False)
+        show(console, result.verdict)
+        return
+    print_run(console, result, written)
+    timeline = result.report_path.parent / api.TIMELINE
+    if written and timeline.is_file():
+        show(console, f"Timeline: {timeline} (all ranks, clock-aligned; open it in ui.perfetto.dev)")
 
 
 def _analyze_each_job(console: Console, path: Path, out: Path, options: dict[str, Any],
@@ -158,8 +132,8 @@ def _analyze_each_job(console: Console, path: Path, out: Path, options: dict[str
     for group, result in jobs:
         label = group.label if group is not None and len(jobs) > 1 else ""
         if label and group is not None:
-            console.print(f"== {printable(group.describe())}", highlight=False, markup=False)
-        _write(console, result, out / label if label else out, quiet)
+            show(console, f"== {group.describe()}")
+        write_and_say(result, out / label if label else out, partial(_print_result, console, quiet))
         everything.extend(result.findings)
         index.append({"label": label or "job1", "description": group.describe() if group else "",
                       "files": group.paths if group else [], "out": str(result.out_dir),
@@ -167,13 +141,7 @@ def _analyze_each_job(console: Console, path: Path, out: Path, options: dict[str
     if len(jobs) > 1:
         with api.writing(out / JOBS_INDEX):
             atomic_write_text(out / JOBS_INDEX, json.dumps({"input": str(path), "jobs": index}, indent=2) + "\n")
-        console.print(f"{len(jobs)} jobs, each analyzed alone (index: {printable(out / JOBS_INDEX)}):",
-                      highlight=False, markup=False)
+        show(console, f"{len(jobs)} jobs, each analyzed alone (index: {out / JOBS_INDEX}):")
         for entry in index:
-            console.print(printable(f"  {entry['label']}: {entry['verdict']} -> {entry['out']}"), highlight=False,
-                          markup=False)
+            show(console, f"  {entry['label']}: {entry['verdict']} -> {entry['out']}")
     return everything
-
-
-def register(app: typer.Typer) -> None:
-    add_command(app, "analyze", analyze)

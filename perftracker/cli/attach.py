@@ -8,56 +8,36 @@ from __future__ import annotations
 
 import os
 import time
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from perftracker import api
 from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.online import AnalyzerDiagnosis
-from perftracker.cli.incidents import (
-    incident_seconds_option,
-    prom_option,
-    rise_option,
-    watch_option,
-    watch_options,
-    window_option,
-)
-from perftracker.cli.options import (
-    Host,
-    SetThresholds,
-    ThresholdsFiles,
-    fail_on_option,
-    interval_option,
-    out_option,
-    quiet_option,
-    stack_interval_option,
-    sysfs_root_option,
-    threshold_overrides,
-    writable_folder,
-)
-from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, terminal
+from perftracker.cli import options as opt
+from perftracker.cli.incidents import watch_options
+from perftracker.cli.voice import fail_on_exit, parse_fail_on, print_run, show, terminal, write_and_say
 from perftracker.errors import PerftrackerError
 from perftracker.live.attach.discovery import find_job, job_label
 from perftracker.live.attach.interrupts import Interrupts
 from perftracker.live.collectors import SamplerOptions, build_samplers, watch_rates
 from perftracker.live.sampler import LiveContext
 from perftracker.live.session import WATCH_TICK_S, run_session
-from perftracker.reports.text import print_summary, printable
 from perftracker.rundir import host_name
 
 
 def attach(
     job: Annotated[str, typer.Argument(help="A torchrun launcher PID, a worker PID, a TORCHELASTIC_RUN_ID or a "
                                        "command-line pattern (prefix pid:, runid: or cmd: to be explicit).")],
-    out: Annotated[Path | None, out_option("Run directory to write (default perftracker-run-<time>). Several "
+    out: Annotated[Path | None, opt.out_option("Run directory to write (default perftracker-run-<time>). Several "
                                            "hosts may share one directory.")] = None,
     duration: Annotated[float, typer.Option("--duration", "-d", help="Seconds to collect; 0 = until Ctrl-C or the "
                                             "job ends.")] = 60.0,
-    interval: Annotated[float, interval_option()] = 5.0,
-    stack_interval: Annotated[float, stack_interval_option("Seconds between non-blocking py-spy dumps of every rank "
+    interval: opt.Interval = 5.0,
+    stack_interval: Annotated[float, opt.stack_interval_option("Seconds between non-blocking py-spy dumps of every rank "
                                                            "(each costs about 6 ms of CPU per rank).")] = 15.0,
     stacks: Annotated[bool, typer.Option("--stacks/--no-stacks", metavar="", help="Python stacks with py-spy.")] = True,
     profile_seconds: Annotated[float, typer.Option("--profile-seconds", help="Record every rank's stacks with "
@@ -84,24 +64,24 @@ def attach(
     stacks_at: Annotated[float | None, typer.Option("--stacks-at", help="Epoch seconds at which to take one stack "
                                                     "snapshot on this node: give every node the same value to see "
                                                     "a hang across the whole job.")] = None,
-    host: Host = None,
-    sysfs_root: Annotated[Path, sysfs_root_option("Root of sysfs (tests use a fake tree).")] = Path("/sys"),
+    host: opt.Host = None,
+    sysfs_root: Annotated[Path, opt.sysfs_root_option("Root of sysfs (tests use a fake tree).")] = Path("/sys"),
     analyze: Annotated[bool, typer.Option("--analyze/--no-analyze", metavar="", help="Analyze the run directory at the end.")]
     = True,
-    fail_on: Annotated[str | None, fail_on_option("Exit 3 when the diagnosis at the end has a finding at or above "
+    fail_on: Annotated[str | None, opt.fail_on_option("Exit 3 when the diagnosis at the end has a finding at or above "
                                                   "this severity (warning or critical).")] = None,
-    quiet: Annotated[bool, quiet_option("No live panel.")] = False,
-    watch: Annotated[bool, watch_option()] = False,
-    watch_window: Annotated[int, window_option()] = 10,
-    watch_rise: Annotated[float, rise_option()] = 0.2,
-    incident_seconds: Annotated[float, incident_seconds_option()] = 10.0,
-    prom: Annotated[str | None, prom_option()] = None,
+    quiet: Annotated[bool, opt.quiet_option("No live panel.")] = False,
+    watch: Annotated[bool, opt.watch_option()] = False,
+    watch_window: opt.WatchWindow = 10,
+    watch_rise: opt.WatchRise = 0.2,
+    incident_seconds: opt.IncidentSeconds = 10.0,
+    prom: opt.Prom = None,
     stack_steps_every: Annotated[float, typer.Option("--stack-steps-every", help="--watch on a job with no other "
                                                      "step signal (no hook, no step lines, no NCCL Inspector): "
                                                      "seconds between the sampled-stack bursts that give its "
                                                      "iteration period; 0 = off.")] = 60.0,
-    set_threshold: SetThresholds = None,
-    thresholds_file: ThresholdsFiles = None,
+    set_threshold: opt.SetThresholds = None,
+    thresholds_file: opt.ThresholdsFiles = None,
 ) -> None:
     """Attach to a running job: environment, NCCL logs, stacks, GPU and RDMA samples, step times; then a
     diagnosis. Read-only: the job is never paused (non-blocking stacks) and keeps running after.
@@ -112,10 +92,10 @@ def attach(
       perftracker attach cmd:train.py -o run/ --trace-steps 5
     """
     threshold = parse_fail_on(fail_on)
-    overrides = threshold_overrides(set_threshold, thresholds_file)
+    overrides = opt.threshold_overrides(set_threshold, thresholds_file)
     me = host_name(host)  # every host-keyed name this command writes uses it
     run_dir = out or Path(f"perftracker-run-{time.strftime('%Y%m%d-%H%M%S')}")
-    writable_folder(run_dir)
+    opt.writable_folder(run_dir)
     options = SamplerOptions(interval_s=interval, stack_interval_s=stack_interval, stacks=stacks, gpu=gpu,
                              rdma=rdma, net=net, logs=logs, steps=steps, nccl_logs=list(nccl_log or ()), job_log=job_log,
                              trace_steps=trace_steps, stacks_at=stacks_at, profile_seconds=profile_seconds,
@@ -140,48 +120,30 @@ def _attach(job: str, run_dir: Path, me: str, sysfs_root: Path, options: Sampler
     found = find_job(job, me)
     with api.writing(run_dir):
         run_dir.mkdir(parents=True, exist_ok=True)
-    console.print(printable(f"Attached to {len(found.workers)} rank(s) "
-                            f"({', '.join(str(w.rank) for w in found.workers[:16])}) of job "
-                            f"{job_label(found)}; writing {run_dir}"), highlight=False, markup=False)
+    show(console, f"Attached to {len(found.workers)} rank(s) ({', '.join(str(w.rank) for w in found.workers[:16])}) "
+                  f"of job {job_label(found)}; writing {run_dir}")
     ctx = LiveContext(run_dir=run_dir, job=found, host=me, sysfs_root=sysfs_root, diagnosis=AnalyzerDiagnosis(overrides))
     if options.stacks:
-        console.print(printable(f"Stacks of every rank on demand: kill -USR1 {os.getpid()}, or touch "
-                                f"{run_dir / 'requests' / 'stacks'} (reaches every attach sharing {run_dir})"),
-                      highlight=False, markup=False)
+        show(console, f"Stacks of every rank on demand: kill -USR1 {os.getpid()}, or touch "
+                      f"{run_dir / 'requests' / 'stacks'} (reaches every attach sharing {run_dir})")
     result = run_session(ctx, build_samplers(options), duration if duration > 0 else None, console,
                          show_live=not quiet, interrupts=interrupts, tick_s=WATCH_TICK_S if options.watch else 0.5)
-    console.print(printable(f"Stopped ({result.reason}) after {result.seconds:.0f}s; run directory: {run_dir}"),
-                  highlight=False, markup=False)
+    show(console, f"Stopped ({result.reason}) after {result.seconds:.0f}s; run directory: {run_dir}")
     for note in ctx.notes:
-        console.print(f"  note: {printable(note)}", highlight=False, markup=False)
+        show(console, f"  note: {note}")
     others = _other_hosts(run_dir, ctx.host)
     if others:
-        console.print(printable(f"Hosts {', '.join(others)} also write to {run_dir}: this verdict covers what has "
-                                f"been collected so far; run `perftracker analyze {run_dir}` once every node has "
-                                "stopped."), highlight=False, markup=False)
+        show(console, f"Hosts {', '.join(others)} also write to {run_dir}: this verdict covers what has been "
+                      f"collected so far; run `perftracker analyze {run_dir}` once every node has stopped.")
     if not analyze:
         return
     try:
         analysis = api.analyze(run_dir, cache=False, analysis=api.AnalysisOptions(thresholds=overrides or {}))
     except PerftrackerError as exc:
-        console.print(f"Nothing to analyze yet: {printable(exc.message)}", highlight=False, markup=False)
+        show(console, f"Nothing to analyze yet: {exc.message}")
         return
-    try:
-        analysis.write(run_dir / "perftracker-out")
-    except api.ReportNotWritten as exc:  # the verdict is said, then what could not be written
-        _print(console, exc.result, written=False)
-        raise
-    _print(console, analysis)
+    write_and_say(analysis, run_dir / "perftracker-out", partial(print_run, console))
     raise typer.Exit(fail_on_exit(analysis.findings, threshold))
-
-
-def _print(console: Console, analysis: api.Run, written: bool = True) -> None:
-    print_summary(console, analysis.findings, analysis.report_path if written else None,
-                  coverage=analysis.summary.coverage)
-
-
-def register(app: typer.Typer) -> None:
-    add_command(app, "attach", attach)
 
 
 def _other_hosts(run_dir: Path, me: str) -> list[str]:

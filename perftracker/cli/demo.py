@@ -1,7 +1,9 @@
-"""`perftracker demo`: analyze every bundled sample run and print where each report is."""
+"""`perftracker demo`: analyze every bundled sample run; print where each report is, and link them in index.html."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -11,10 +13,20 @@ from rich.console import Console
 from perftracker import api
 from perftracker.analyzers.findings import Severity
 from perftracker.cli.options import out_option, writable_folder
-from perftracker.cli.voice import add_command, terminal
+from perftracker.cli.voice import print_run, show, terminal, write_and_say
 from perftracker.errors import InputError
-from perftracker.reports.index_html import IndexEntry, render_index
-from perftracker.reports.text import print_summary, printable
+from perftracker.reports.templating import write_page
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """One sample run on the demo's index.html (templates/index.html.j2: a static page, every text escaped)."""
+
+    name: str
+    verdict: str
+    severity: str  # critical | warning | ok
+    report: str  # relative to the index
+    synthetic: bool
 
 
 def sample_traces_dir(explicit: Path | None = None) -> Path:
@@ -64,28 +76,19 @@ def demo(
         if full:
             console.rule(f"{run.name}")
         result = api.analyze(run, cache=False)
-        try:
-            result.write(out / run.name)
-        except api.ReportNotWritten as exc:  # the verdict is said, then what could not be written
-            _print(console, exc.result, written=False)
-            raise
+        write_and_say(result, out / run.name, partial(_print, console, full, run.name))
         summary = result.summary
-        if full:
-            _print(console, result)
-        else:
-            tag = " (Synthetic inputs: a demonstration, not measurements)" if summary.synthetic_inputs else ""
-            console.print(f"{run.name}{tag}: {printable(summary.verdict)}", highlight=False, markup=False)
         top = max((f.severity for f in result.findings), default=Severity.INFO)
         entries.append(IndexEntry(run.name, summary.verdict, "ok" if top == Severity.INFO else top.label,
                                   f"{run.name}/report.html", bool(summary.synthetic_inputs)))
-    render_index(out / "index.html", entries, "perftracker demo: the bundled sample runs")
-    console.print(f"Reports of {len(entries)} sample runs: {out / 'index.html'}", highlight=False, markup=False)
+    write_page(out / "index.html", "index.html.j2", title="perftracker demo: the bundled sample runs", entries=entries)
+    show(console, f"Reports of {len(entries)} sample runs: {out / 'index.html'}")
 
 
-def _print(console: Console, result: api.Run, written: bool = True) -> None:
-    print_summary(console, result.findings, result.report_path if written else None,
-                  coverage=result.summary.coverage, synthetic=result.summary.synthetic_inputs or None)
-
-
-def register(app: typer.Typer) -> None:
-    add_command(app, "demo", demo)
+def _print(console: Console, full: bool, name: str, result: api.Run, written: bool) -> None:
+    """Every finding (`--full`, or a report not written), else the verdict line of the sample run `name`."""
+    if full or not written:
+        print_run(console, result, written)
+    else:
+        tag = " (Synthetic inputs: a demonstration, not measurements)" if result.summary.synthetic_inputs else ""
+        show(console, f"{name}{tag}: {result.summary.verdict}")

@@ -9,29 +9,17 @@ import typer
 
 from perftracker import api
 from perftracker.analyzers.findings import Severity
-from perftracker.cli.options import (
-    Engine,
-    FollowLinks,
-    RayAddressNoWorkers,
-    SetThresholds,
-    ThresholdsFiles,
-    checked_engine,
-    out_option,
-    output_folder,
-    quiet_option,
-    threshold_overrides,
-)
+from perftracker.cli import options as opt
 from perftracker.cli.progress import parsing_progress
-from perftracker.cli.voice import EXIT_FINDINGS, add_command, terminal
+from perftracker.cli.voice import EXIT_FINDINGS, show, terminal
 from perftracker.errors import UsageError
-from perftracker.reports.text import printable
 
 
 def diff(
     base: Annotated[Path, typer.Argument(help="The good (earlier) run: a run directory, a folder of traces, or an "
                                          "analyze output folder (findings.json + tables/).")],
     new: Annotated[Path, typer.Argument(help="The run to compare with it, in any of the same forms.")],
-    out: Annotated[Path | None, out_option(f"Where to write {api.DIFF_JSON} and {api.DIFF_HTML} (each side's own "
+    out: Annotated[Path | None, opt.out_option(f"Where to write {api.DIFF_JSON} and {api.DIFF_HTML} (each side's own "
                                            "analysis goes to base/ and new/ under it). Default: only the "
                                            "terminal summary.")] = None,
     fail_on_regression: Annotated[float | None, typer.Option(
@@ -40,16 +28,15 @@ def diff(
     tolerance: Annotated[float, typer.Option(
         "--tolerance", metavar="PCT", help="A significant step-time rise below PCT percent is an info, not a "
         "warning.")] = 100 * api.DEFAULT_TOLERANCE,
-    no_cache: Annotated[bool, typer.Option("--no-cache", metavar="", help="Do not read or write the parsed-trace cache.")]
-    = False,
-    engine: Engine = "local",
-    ray_address: RayAddressNoWorkers = None,
-    quiet: Annotated[bool, quiet_option("Print only the verdict line.")] = False,
-    set_threshold: SetThresholds = None,
-    thresholds_file: ThresholdsFiles = None,
+    no_cache: opt.NoCache = False,
+    engine: opt.Engine = "local",
+    ray_address: opt.RayAddressNoWorkers = None,
+    quiet: opt.QuietVerdict = False,
+    set_threshold: opt.SetThresholds = None,
+    thresholds_file: opt.ThresholdsFiles = None,
     allow_different_jobs: Annotated[bool, typer.Option("--allow-different-jobs", metavar="", help="Compare runs "
                                                        "that look like different jobs (ranks, ops).")] = False,
-    follow_links: FollowLinks = False,
+    follow_links: opt.FollowLinks = False,
 ) -> None:
     """Compare two runs: step time, ops and kernels per step, the rank(s) that changed, settings, findings.
 
@@ -64,10 +51,10 @@ def diff(
     if fail_on_regression is not None and fail_on_regression < 0:
         raise UsageError(f"--fail-on-regression {fail_on_regression}: must be a percentage >= 0", "diff",
                          "e.g. --fail-on-regression 5")
-    overrides = threshold_overrides(set_threshold, thresholds_file)
+    overrides = opt.threshold_overrides(set_threshold, thresholds_file)
     if out is not None:
-        output_folder(out)
-    checked = checked_engine(engine)
+        opt.output_folder(out)
+    checked = opt.checked_engine(engine)
     console = terminal()
     with parsing_progress(quiet) as progress:
         result = api.diff(base, new, tolerance=tolerance / 100.0, cache=not no_cache, progress=progress,
@@ -81,16 +68,12 @@ def diff(
     if regressed and not loud:  # the verdict agrees with the exit code it comes with
         verdict = (f"Step time {100 * result.step_change:+.0f}%, beyond the runs' noise and at or above "
                    f"--fail-on-regression {fail_on_regression:g}%.")
-    console.print(printable(verdict), highlight=False, markup=False)
+    show(console, verdict)
     if not quiet:
         for f in result.findings:
-            console.print(f"  [{f.severity.label}] {printable(f.title)}", highlight=False, markup=False)
+            show(console, f"  [{f.severity.label}] {f.title}")
     if out is not None:
         result.write(out)  # an OutputError (exit 2) naming the file that could not be written, after the verdict
         if not quiet:
-            console.print(f"Diff: {out / api.DIFF_HTML}  ({out / api.DIFF_JSON})", highlight=False, markup=False)
+            show(console, f"Diff: {out / api.DIFF_HTML}  ({out / api.DIFF_JSON})")
     raise typer.Exit(EXIT_FINDINGS if regressed else 0)
-
-
-def register(app: typer.Typer) -> None:
-    add_command(app, "diff", diff)

@@ -1,6 +1,6 @@
 """`perftracker incidents RUN`: the incidents `attach --watch` / `run --watch` opened, one line each, with the
-path of each report; and the watch options those two commands share, with the analysis of an incident
-(`analyze_incident`, the watcher's `IncidentReporter`).
+path of each report; and the watch setup those two commands share (`watch_options`), with the analysis of an
+incident (`analyze_incident`, the watcher's `IncidentReporter`).
 """
 
 from __future__ import annotations
@@ -15,44 +15,15 @@ import typer
 
 from perftracker import api
 from perftracker.analyzers.findings import Severity
-from perftracker.analyzers.online.step_rules import DEFAULT_RISE, DEFAULT_WINDOW
-from perftracker.cli.voice import add_command, terminal
+from perftracker.cli.voice import show, terminal
 from perftracker.errors import InputError
 from perftracker.live.watch.incidents import INCIDENT_FILE, IncidentVerdict
 from perftracker.live.watch.prom import PromPublisher
 from perftracker.live.watch.setup import watch_setup
 from perftracker.live.watch.watcher import WatchOptions
 from perftracker.output_names import REPORT
-from perftracker.reports.text import printable
 
 LOUD = (Severity.WARNING, Severity.CRITICAL)
-
-
-def watch_option(duration: bool = True) -> Any:
-    """`--watch` (`duration`: the command has `--duration`, which --watch sets to 0)."""
-    until = "until it ends (as --duration 0)" if duration else "until it ends"
-    return typer.Option("--watch", metavar="", help=f"Stay with the job {until}, cheaply, and open an "
-                        "incident (RUN/incidents/<time>-<kind>/: evidence, findings.json, report.html) when its "
-                        "steps slow down, it hangs, or a host signal fires.")
-
-
-def window_option() -> Any:
-    return typer.Option("--watch-window", help=f"N: steps averaged by the degradation rule (default {DEFAULT_WINDOW}).")
-
-
-def rise_option() -> Any:
-    return typer.Option("--watch-rise", help="X: the mean of the last N steps this much above the recent best "
-                        f"(a fraction; default {DEFAULT_RISE:g}) triggers the change-point test.")
-
-
-def incident_seconds_option() -> Any:
-    return typer.Option("--incident-seconds", help="With --watch: seconds of every rank's stacks recorded side by side "
-                        "when an incident opens, and once, as the healthy baseline they are compared with, when the watch arms.")
-
-
-def prom_option() -> Any:
-    return typer.Option("--prom", help="With --watch: Prometheus metrics, as a text file rewritten atomically "
-                        "(FILE) or served at http://HOST:PORT/metrics ([HOST]:PORT, 127.0.0.1 by default).")
 
 
 def watch_options(window: int, rise: float, prom: str | None, incident_seconds: float = 10.0,
@@ -99,18 +70,13 @@ def incidents(run: Annotated[Path, typer.Argument(help="A run directory written 
     console = terminal()
     folders = sorted(p.parent for p in (run / "incidents").glob(f"*/{INCIDENT_FILE}"))
     if not folders:
-        console.print(printable(f"No incidents in {run} (a watched job that stayed healthy, or not watched)."),
-                      highlight=False, markup=False)
+        show(console, f"No incidents in {run} (a watched job that stayed healthy, or not watched).")
         return
     for folder in folders:
         try:
             record = json.loads((folder / INCIDENT_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            console.print(printable(f"{folder.name}  unreadable incident.json"), highlight=False, markup=False)
+            show(console, f"{folder.name}  unreadable incident.json")
             continue
         if isinstance(record, dict):
-            console.print(printable(_line(folder, record)), highlight=False, markup=False, soft_wrap=True)
-
-
-def register(app: typer.Typer) -> None:
-    add_command(app, "incidents", incidents)
+            show(console, _line(folder, record), soft_wrap=True)

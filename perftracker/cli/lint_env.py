@@ -21,7 +21,7 @@ from rich.text import Text
 from perftracker import api
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.cli.options import fail_on_option, nccl_profile_option, sysfs_root_option
-from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, terminal
+from perftracker.cli.voice import fail_on_exit, parse_fail_on, terminal
 from perftracker.collectors.counters.sysfs import read_sysfs
 from perftracker.collectors.env import env_file_frame, env_rows, filter_env, process_env_frame
 from perftracker.collectors.nccl.profiles import load_profile
@@ -92,8 +92,3 @@ def lint_env(
     else:
         _print(terminal(), findings, str(store.run_info.nccl_profile["name"]))
     raise typer.Exit(fail_on_exit(findings, threshold))
-
-
-def register(app: typer.Typer) -> None:
-    """Add the `lint-env` command to `app`."""
-    add_command(app, "lint-env", lint_env)

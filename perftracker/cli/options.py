@@ -1,19 +1,18 @@
 """Options several commands share, defined once: flag names, short forms, environment variables, and the
-checks of their values before a command does any work (`writable_folder`, `writable_file`,
-`comm_kernel_patterns`, `checked_engine`: a usage error, exit 2).
+checks of their values before a command does any work (`writable_folder`, `writable_file`, `checked_engine`: a
+usage error, exit 2).
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from perftracker import option_checks as checks
+from perftracker.analyzers.online.step_rules import DEFAULT_RISE, DEFAULT_WINDOW
 from perftracker.analyzers.thresholds import Thresholds, collect_overrides
 from perftracker.collectors.nccl.profiles import shipped_profiles
 from perftracker.errors import OutputError, output_error
@@ -48,22 +47,9 @@ def nccl_profile_option(help: str) -> Any:
     return typer.Option("--profile", metavar="|".join([*shipped_profiles(), "FILE"]), help=help)
 
 
-def interval_option(help: str = "Seconds between GPU/RDMA samples.") -> Any:
-    """`--interval S` of the live samplers."""
-    return typer.Option("--interval", help=help)
-
-
 def stack_interval_option(help: str) -> Any:
     """`--stack-interval S` of the stack sampler."""
     return typer.Option("--stack-interval", help=help)
-
-
-def engine_option() -> Any:
-    """`--engine local|ray`: where the traces are parsed (`collectors.engines`)."""
-    return typer.Option("--engine", metavar="local|ray", help=(
-        "Where the traces are parsed: local (a process pool on this machine, the default) or ray (one Ray task "
-        "per trace on a cluster, see --ray-address; needs pip install 'perftracker-dl\\[ray]', perftracker on every "
-        "node, and the traces at the same path on every node)."))
 
 
 def ray_address_option(workers: bool = True) -> Any:
@@ -77,12 +63,18 @@ def ray_address_option(workers: bool = True) -> Any:
 
 
 FailOn = Annotated[str | None, fail_on_option()]
-Engine = Annotated[str, engine_option()]
+Engine = Annotated[str, typer.Option("--engine", metavar="local|ray", help=(
+    "Where the traces are parsed: local (a process pool on this machine, the default) or ray (one Ray task "
+    "per trace on a cluster, see --ray-address; needs pip install 'perftracker-dl\\[ray]', perftracker on every "
+    "node, and the traces at the same path on every node)."))]
 RayAddress = Annotated[str | None, ray_address_option()]
 RayAddressNoWorkers = Annotated[str | None, ray_address_option(workers=False)]  # commands without --workers
 FollowLinks = Annotated[bool, typer.Option("--follow-links", metavar="", help=(
     "Read files that symlinks in the input lead to outside it (never /proc, /sys, /dev); without it such a "
     "link is left out with a note naming it."))]
+QuietVerdict = Annotated[bool, quiet_option("Print only the verdict line.")]
+NoCache = Annotated[bool, typer.Option("--no-cache", metavar="", help="Do not read or write the parsed-trace cache.")]
+Interval = Annotated[float, typer.Option("--interval", help="Seconds between GPU/RDMA samples.")]  # live samplers
 Host = Annotated[str | None, typer.Option(
     "--host", envvar="PERFTRACKER_HOST", help="This node's name in host-keyed files and records (default: the "
     "hostname up to its first dot); give each node a distinct one where hostnames repeat.")]
@@ -126,11 +118,6 @@ def writable_file(path: Path, option: str) -> Path:
     return path
 
 
-def comm_kernel_patterns(patterns: Iterable[str] | None) -> tuple[str, ...]:
-    """The `--comm-kernel` regular expressions, each checked (`option_checks.patterns`, as the API checks them)."""
-    return checks.patterns(patterns)
-
-
 def checked_engine(name: str) -> str:
     """The `--engine` name, checked before any work: a UsageError for an unknown one, or for ray when the
     Ray extra is not installed."""
@@ -158,3 +145,23 @@ def threshold_overrides(assignments: list[str] | None, files: list[Path] | None)
     overrides = collect_overrides(assignments, files)
     Thresholds.with_overrides(overrides)
     return overrides
+
+
+def watch_option(duration: bool = True) -> Any:
+    """`--watch` (`duration`: the command has `--duration`, which --watch sets to 0)."""
+    until = "until it ends (as --duration 0)" if duration else "until it ends"
+    return typer.Option("--watch", metavar="", help=f"Stay with the job {until}, cheaply, and open an "
+                        "incident (RUN/incidents/<time>-<kind>/: evidence, findings.json, report.html) when its "
+                        "steps slow down, it hangs, or a host signal fires.")
+
+
+WatchWindow = Annotated[int, typer.Option(
+    "--watch-window", help=f"N: steps averaged by the degradation rule (default {DEFAULT_WINDOW}).")]
+WatchRise = Annotated[float, typer.Option("--watch-rise", help="X: the mean of the last N steps this much above the "
+                                          f"recent best (a fraction; default {DEFAULT_RISE:g}) triggers the change-point test.")]
+IncidentSeconds = Annotated[float, typer.Option(
+    "--incident-seconds", help="With --watch: seconds of every rank's stacks recorded side by side when an incident "
+    "opens, and once, as the healthy baseline they are compared with, when the watch arms.")]
+Prom = Annotated[str | None, typer.Option(
+    "--prom", help="With --watch: Prometheus metrics, as a text file rewritten atomically (FILE) or served at "
+    "http://HOST:PORT/metrics ([HOST]:PORT, 127.0.0.1 by default).")]

@@ -6,6 +6,7 @@ one-line verdict, `--summary` and `--prom` when asked. Exit codes as `analyze`.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -13,20 +14,10 @@ import typer
 from rich.console import Console
 
 from perftracker import api
-from perftracker.cli.options import (
-    FailOn,
-    FollowLinks,
-    SetThresholds,
-    ThresholdsFiles,
-    out_option,
-    output_folder,
-    threshold_overrides,
-    writable_file,
-)
+from perftracker.cli import options as opt
 from perftracker.cli.progress import parsing_progress
-from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, terminal
+from perftracker.cli.voice import fail_on_exit, parse_fail_on, show, terminal, write_and_say
 from perftracker.reports.summary import headline, prometheus_text, text_summary
-from perftracker.reports.text import printable
 from perftracker.rundir import atomic_write_text
 
 
@@ -34,16 +25,16 @@ def postmortem(
     path: Annotated[Path, typer.Argument(help="Folder with what the job left: output logs, flight-recorder dumps, "
                                          "torchelastic error files, NCCL logs, traces (or a perftracker run "
                                          "directory).")],
-    out: Annotated[Path, out_option("Where to write report.html, findings.json and tables/ (keep it outside "
+    out: Annotated[Path, opt.out_option("Where to write report.html, findings.json and tables/ (keep it outside "
                                     "PATH).")] = Path("perftracker-postmortem"),
-    fail_on: FailOn = None,
+    fail_on: opt.FailOn = None,
     summary: Annotated[Path | None, typer.Option("--summary", help="Write a short text summary (chat, ticket).")]
     = None,
     prom: Annotated[Path | None, typer.Option("--prom", help="Write headline metrics as a Prometheus text file "
                                               "(node-exporter textfile collector).")] = None,
-    set_threshold: SetThresholds = None,
-    thresholds_file: ThresholdsFiles = None,
-    follow_links: FollowLinks = False,
+    set_threshold: opt.SetThresholds = None,
+    thresholds_file: opt.ThresholdsFiles = None,
+    follow_links: opt.FollowLinks = False,
 ) -> None:
     """Post-mortem of a job: which rank hung or failed first, where, and why.
 
@@ -54,21 +45,16 @@ def postmortem(
       perftracker postmortem job-logs/ -o out/ --summary summary.txt --prom metrics.prom
     """
     threshold = parse_fail_on(fail_on)
-    overrides = threshold_overrides(set_threshold, thresholds_file)
-    output_folder(out)
+    overrides = opt.threshold_overrides(set_threshold, thresholds_file)
+    opt.output_folder(out)
     for file, option in ((summary, "--summary"), (prom, "--prom")):
         if file is not None:
-            writable_file(file, option)
+            opt.writable_file(file, option)
     console = terminal()
     with parsing_progress() as progress:
         result = api.analyze(path, cache=False, progress=progress, follow_links=follow_links,
                              analysis=api.AnalysisOptions(thresholds=overrides))
-    try:
-        result.write(out)
-    except api.ReportNotWritten as exc:  # the analysis finished: its verdict is said, then what could not be written
-        _say_verdict(console, exc.result, written=False)
-        raise
-    _say_verdict(console, result)
+    write_and_say(result, out, partial(_say_verdict, console))
     if summary is not None:
         with api.writing(summary, "--summary"):
             atomic_write_text(summary, text_summary(result.document, str(result.report_path)))
@@ -78,11 +64,7 @@ def postmortem(
     raise typer.Exit(fail_on_exit(result.findings, threshold))
 
 
-def _say_verdict(console: Console, result: api.Run, written: bool = True) -> None:
-    console.print(f"Verdict: {printable(headline(result.document))}", highlight=False, markup=False)
+def _say_verdict(console: Console, result: api.Run, written: bool) -> None:
+    show(console, f"Verdict: {headline(result.document)}")
     if written:
-        console.print(f"Report: {printable(result.report_path)}", highlight=False, markup=False)
-
-
-def register(app: typer.Typer) -> None:
-    add_command(app, "postmortem", postmortem)
+        show(console, f"Report: {result.report_path}")

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import typer
 from rich.table import Table
 from rich.text import Text
 
 from perftracker.cli.options import Host
-from perftracker.cli.voice import add_command, terminal
+from perftracker.cli.voice import show, terminal
 from perftracker.live.attach.discovery import denied_hint, job_label, list_jobs
 from perftracker.reports.text import printable
 from perftracker.rundir import host_name
@@ -39,8 +38,4 @@ def ps(host: Host = None) -> None:
         console.print(table)
     denied = [pid for job in jobs for pid in job.denied]
     if denied:
-        console.print(f"Not shown: {denied_hint(denied)}.", highlight=False, markup=False)
-
-
-def register(app: typer.Typer) -> None:
-    add_command(app, "ps", ps)
+        show(console, f"Not shown: {denied_hint(denied)}.")

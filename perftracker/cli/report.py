@@ -9,8 +9,7 @@ import typer
 
 from perftracker import api
 from perftracker.cli.options import FollowLinks
-from perftracker.cli.voice import add_command, terminal
-from perftracker.reports.text import printable
+from perftracker.cli.voice import show, terminal
 
 
 def report(
@@ -28,8 +27,4 @@ def report(
     if not (folder / api.FINDINGS).exists() and (folder / "perftracker-out" / api.FINDINGS).exists():
         folder = folder / "perftracker-out"
     out = api.render_report(folder, follow_links)
-    terminal().print(f"Report: {printable(out)}", highlight=False, markup=False)
-
-
-def register(app: typer.Typer) -> None:
-    add_command(app, "report", report)
+    show(terminal(), f"Report: {out}")

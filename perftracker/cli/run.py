@@ -21,26 +21,9 @@ from rich.console import Console
 from perftracker import api
 from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.online import AnalyzerDiagnosis
-from perftracker.cli.incidents import (
-    incident_seconds_option,
-    prom_option,
-    rise_option,
-    watch_option,
-    watch_options,
-    window_option,
-)
-from perftracker.cli.options import (
-    Host,
-    SetThresholds,
-    ThresholdsFiles,
-    fail_on_option,
-    interval_option,
-    out_option,
-    stack_interval_option,
-    threshold_overrides,
-    writable_folder,
-)
-from perftracker.cli.voice import add_command, fail_on_exit, parse_fail_on, say
+from perftracker.cli import options as opt
+from perftracker.cli.incidents import watch_options
+from perftracker.cli.voice import fail_on_exit, parse_fail_on, say
 from perftracker.errors import OutputError, PerftrackerError, UsageError
 from perftracker.live.attach.discovery import Job, find_job
 from perftracker.live.attach.launch import LaunchOptions, RunningJob, exit_status, prepare_env
@@ -108,7 +91,7 @@ def _collect_error_files(run_dir: Path) -> int:
 
 def run(
     ctx: typer.Context,
-    out: Annotated[Path | None, out_option("Run directory (default perftracker-run-<time>).")] = None,
+    out: Annotated[Path | None, opt.out_option("Run directory (default perftracker-run-<time>).")] = None,
     hook: Annotated[bool, typer.Option("--hook/--no-hook", metavar="", help="Load the step-time hook through a sitecustomize "
                                        "on PYTHONPATH (no code change).")] = True,
     nccl_debug: Annotated[bool, typer.Option("--nccl-debug/--no-nccl-debug", metavar="", help="NCCL_DEBUG=INFO with a "
@@ -119,19 +102,19 @@ def run(
                                                 "demand.")] = True,
     flight_recorder: Annotated[bool, typer.Option("--flight-recorder/--no-flight-recorder", metavar="", help="Flight recorder "
                                                   "with dump on timeout into fr/.")] = True,
-    interval: Annotated[float, interval_option()] = 10.0,
-    stack_interval: Annotated[float, stack_interval_option("Seconds between stack dumps (also taken automatically "
+    interval: opt.Interval = 10.0,
+    stack_interval: Annotated[float, opt.stack_interval_option("Seconds between stack dumps (also taken automatically "
                                                            "when progress stops).")] = 60.0,
-    host: Host = None,
-    fail_on: Annotated[str | None, fail_on_option("Exit 3 if the job succeeded but a finding at this severity "
+    host: opt.Host = None,
+    fail_on: Annotated[str | None, opt.fail_on_option("Exit 3 if the job succeeded but a finding at this severity "
                                                   "exists (the job's own failure always wins).")] = None,
-    watch: Annotated[bool, watch_option(duration=False)] = False,
-    watch_window: Annotated[int, window_option()] = 10,
-    watch_rise: Annotated[float, rise_option()] = 0.2,
-    incident_seconds: Annotated[float, incident_seconds_option()] = 10.0,
-    prom: Annotated[str | None, prom_option()] = None,
-    set_threshold: SetThresholds = None,
-    thresholds_file: ThresholdsFiles = None,
+    watch: Annotated[bool, opt.watch_option(duration=False)] = False,
+    watch_window: opt.WatchWindow = 10,
+    watch_rise: opt.WatchRise = 0.2,
+    incident_seconds: opt.IncidentSeconds = 10.0,
+    prom: opt.Prom = None,
+    set_threshold: opt.SetThresholds = None,
+    thresholds_file: opt.ThresholdsFiles = None,
     sanity: Annotated[bool, typer.Option("--sanity", metavar="", help="Run `perftracker sanity` first, launched the "
                                          "way the job is, into RUN/sanity.")] = False,
     sanity_exclude: Annotated[bool, typer.Option("--sanity-exclude", metavar="", help="With the check first: do not "
@@ -149,7 +132,7 @@ def run(
       perftracker run --sanity-exclude -o run/ -- torchrun --nnodes 4 --nproc_per_node 8 train.py
     """
     threshold = parse_fail_on(fail_on)
-    overrides = threshold_overrides(set_threshold, thresholds_file)
+    overrides = opt.threshold_overrides(set_threshold, thresholds_file)
     command = list(ctx.args)
     if command and command[0] == "--":
         command = command[1:]
@@ -159,7 +142,7 @@ def run(
     watching, publisher = watch_options(watch_window, watch_rise, prom, incident_seconds, overrides) if watch else (None, None)
     me = host_name(host)  # every host-keyed name this command (and the ranks' hook) writes uses it
     run_dir = (out or Path(f"perftracker-run-{time.strftime('%Y%m%d-%H%M%S')}")).resolve()
-    writable_folder(run_dir)
+    opt.writable_folder(run_dir)
     with api.writing(run_dir):  # before the job starts: nothing was started when this fails
         run_dir.mkdir(parents=True, exist_ok=True)
         env, changed = prepare_env(run_dir, dict(os.environ), LaunchOptions(nccl_debug, kineto_daemon,
@@ -266,7 +249,3 @@ def _post_mortem(run_dir: Path, code: int, running: RunningJob, notes: list[str]
         return code
     say(f"job exited with {code}. {result.verdict} Report: {result.report_path}")
     return fail_on_exit(result.findings, threshold) if code == 0 else code
-
-
-def register(app: typer.Typer) -> None:
-    add_command(app, "run", run, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -19,16 +19,10 @@ import typer
 from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.sanity.judge import judge
 from perftracker.analyzers.sanity.results import SanityResults
+from perftracker.cli import options as opt
 from perftracker.cli.lint_env import lint
-from perftracker.cli.options import (
-    fail_on_option,
-    nccl_profile_option,
-    out_option,
-    sysfs_root_option,
-    writable_folder,
-)
 from perftracker.cli.sanity_out import write_outputs
-from perftracker.cli.voice import EXIT_USAGE, add_command, fail_on_exit, parse_fail_on, say
+from perftracker.cli.voice import EXIT_USAGE, fail_on_exit, parse_fail_on, say
 from perftracker.collectors.sanity import DEFAULT_S, QUICK_S, join_s
 from perftracker.errors import PerftrackerError, UsageError
 from perftracker.rundir import host_name
@@ -38,15 +32,15 @@ CHECK_FAILED = 1  # the ranks could not join: nothing was measured
 
 
 def sanity(
-    out: Annotated[Path, out_option("Folder rank 0 writes the report, findings and exclude lists into.")],
+    out: Annotated[Path, opt.out_option("Folder rank 0 writes the report, findings and exclude lists into.")],
     quick: Annotated[bool, typer.Option("--quick", metavar="", help=f"A short check: a {QUICK_S:g} s time box.")] = False,
     time_box: Annotated[float | None, typer.Option("--time-box", metavar="S",
                                                    help=f"Seconds the check may take (default {DEFAULT_S:g}).")] = None,
-    fail_on: Annotated[str | None, fail_on_option()] = None,
+    fail_on: opt.FailOn = None,
     exclude_at: Annotated[str, typer.Option("--exclude-at", metavar="warning|critical",
                                             help="Exclude nodes with a finding at or above this severity.")] = "critical",
-    profile: Annotated[str, nccl_profile_option("NCCL setting lint's platform profile.")] = "generic",
-    sysfs_root: Annotated[Path, sysfs_root_option("Root of sysfs for the node's links.")] = Path("/sys"),
+    profile: Annotated[str, opt.nccl_profile_option("NCCL setting lint's platform profile.")] = "generic",
+    sysfs_root: Annotated[Path, opt.sysfs_root_option("Root of sysfs for the node's links.")] = Path("/sys"),
 ) -> None:
     """Measure every node of a job before it starts (compute, memory, collectives, node pairs) and name bad nodes.
 
@@ -80,7 +74,7 @@ def sanity(
     from perftracker.collectors.sanity.node import node_facts
 
     if launch.rank == 0:
-        writable_folder(out)
+        opt.writable_folder(out)
     host = host_name()
     device = device_for(launch.local_rank)
     plan = plan_for(box, device)
@@ -138,9 +132,7 @@ class _Ending:
         except PerftrackerError as exc:
             say(exc.message)
             code = EXIT_USAGE
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        _exit_now(code)
 
     def finish(self) -> tuple[int, bool]:
         with self._lock:
@@ -170,7 +162,7 @@ class _Ending:
             gathered, self.lease = taken
             how = "its lease in the store lapsed" if self.lease is not None else "its node's store is gone too"
             say(f"sanity: rank 0 is gone ({how}); rank {launch.rank} ({comm.hosts[launch.rank]}) writes the result")
-            writable_folder(self.out)
+            opt.writable_folder(self.out)
         else:
             won = handover.claim(comm) if comm.store is not None else True
             if won is None and "others" in comm.groups:
@@ -209,9 +201,7 @@ class _Ending:
 def _fail(message: str) -> None:
     """The check could not be made: say why on one line, exit CHECK_FAILED (never a pass, never a traceback)."""
     say(f"sanity: {message}")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(CHECK_FAILED)
+    _exit_now(CHECK_FAILED)
 
 
 def _leave(code: int, in_group: bool) -> None:
@@ -220,11 +210,11 @@ def _leave(code: int, in_group: bool) -> None:
     when the writer's lease thread still used the store), and the check's result is already written and said."""
     if not in_group:
         raise typer.Exit(code)
+    _exit_now(code)
+
+
+def _exit_now(code: int) -> None:
+    """Flush what was said, then end the process with `code` at once (no interpreter teardown)."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-def register(app: typer.Typer) -> None:
-    """Add the `sanity` command to `app`."""
-    add_command(app, "sanity", sanity)

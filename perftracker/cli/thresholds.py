@@ -13,9 +13,9 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from perftracker.analyzers.thresholds import DECLARED, UNITS, Thresholds, shown
+from perftracker.analyzers.thresholds import DECLARED, UNITS, Threshold, Thresholds, shown
 from perftracker.cli.options import SetThresholds, ThresholdsFiles, threshold_overrides
-from perftracker.cli.voice import add_command, terminal
+from perftracker.cli.voice import terminal
 from perftracker.reports.text import printable
 
 DOC_INTRO = """# Thresholds
@@ -33,6 +33,10 @@ Units and the range an override must stay in: {units}.
 """
 
 
+def _by_name() -> list[Threshold]:
+    return sorted(DECLARED.values(), key=lambda t: t.name)
+
+
 def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
@@ -42,7 +46,7 @@ def reference_markdown() -> str:
     units = "; ".join(f"`{name}` {unit.describe()}" for name, unit in UNITS.items())
     lines = [DOC_INTRO.replace("{units}", units), f"{len(DECLARED)} thresholds.", "",
              "| name | default | unit | decides | how chosen |", "|---|---|---|---|---|"]
-    for t in sorted(DECLARED.values(), key=lambda t: t.name):
+    for t in _by_name():
         lines.append(f"| `{t.name}` | {shown(t.value)} | {_cell(t.unit)} | {_cell(t.decides)} | {_cell(t.chosen)} |")
     return "\n".join(lines) + "\n"
 
@@ -69,12 +73,12 @@ def thresholds(
     if as_json:
         typer.echo(json.dumps({t.name: {"value": table.value(t.name), "default": t.value, "unit": t.unit,
                                         "decides": t.decides, "chosen": t.chosen}
-                               for t in sorted(DECLARED.values(), key=lambda t: t.name)}, indent=2))
+                               for t in _by_name()}, indent=2))
         return
     out = Table(title=Text(f"{len(DECLARED)} thresholds (change one with --set NAME=VALUE)"), title_justify="left")
     for col in ("name", "value", "unit", "decides", "how chosen"):
         out.add_column(col, overflow="fold")
-    for t in sorted(DECLARED.values(), key=lambda t: t.name):
+    for t in _by_name():
         value = table.value(t.name)
         text = shown(value) if value == t.value else f"{shown(value)} (default {shown(t.value)})"
         out.add_row(Text(t.name), Text(text), Text(t.unit), Text(printable(t.decides)), Text(printable(t.chosen)))
@@ -85,7 +89,3 @@ def write_reference(path: Path) -> None:
     """Write the Markdown reference page to `path` (scripts/gen_thresholds_doc.py)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(reference_markdown(), encoding="utf-8")
-
-
-def register(app: typer.Typer) -> None:
-    add_command(app, "thresholds", thresholds)

@@ -9,23 +9,11 @@ import typer
 
 from perftracker import api
 from perftracker import option_checks as checks
-from perftracker.cli.options import (
-    Engine,
-    FollowLinks,
-    RayAddressNoWorkers,
-    SetThresholds,
-    ThresholdsFiles,
-    checked_engine,
-    out_option,
-    quiet_option,
-    threshold_overrides,
-    writable_file,
-)
+from perftracker.cli import options as opt
 from perftracker.cli.progress import parsing_progress
-from perftracker.cli.voice import add_command, terminal
+from perftracker.cli.voice import show, terminal
 from perftracker.errors import UsageError
 from perftracker.output_names import TIMELINE
-from perftracker.reports.text import printable
 
 
 def parse_ranges(text: str | None, what: str) -> list[int] | None:
@@ -52,7 +40,7 @@ def parse_ranges(text: str | None, what: str) -> list[int] | None:
 
 def timeline(
     path: Annotated[Path, typer.Argument(help="A run directory, a folder of torch.profiler traces, or one trace.")],
-    out: Annotated[Path, out_option("The trace to write (.json or .json.gz; open it in ui.perfetto.dev or "
+    out: Annotated[Path, opt.out_option("The trace to write (.json or .json.gz; open it in ui.perfetto.dev or "
                                     "chrome://tracing).")] = Path(TIMELINE),
     ranks: Annotated[str | None, typer.Option("--ranks", help="Ranks to include, e.g. 0,3-5 (default: all up to "
                                               "64; beyond, the ranks the findings name and the median rank).")]
@@ -61,14 +49,13 @@ def timeline(
                                               "all that fit --max-events).")] = None,
     max_events: Annotated[int, typer.Option("--max-events", help="At most this many events (the last steps that "
                                             "fit are kept).")] = 2_000_000,
-    no_cache: Annotated[bool, typer.Option("--no-cache", metavar="", help="Do not read or write the parsed-trace cache.")]
-    = False,
-    quiet: Annotated[bool, quiet_option("Print only the line naming the file written.")] = False,
-    engine: Engine = "local",
-    ray_address: RayAddressNoWorkers = None,
-    set_threshold: SetThresholds = None,
-    thresholds_file: ThresholdsFiles = None,
-    follow_links: FollowLinks = False,
+    no_cache: opt.NoCache = False,
+    quiet: Annotated[bool, opt.quiet_option("Print only the line naming the file written.")] = False,
+    engine: opt.Engine = "local",
+    ray_address: opt.RayAddressNoWorkers = None,
+    set_threshold: opt.SetThresholds = None,
+    thresholds_file: opt.ThresholdsFiles = None,
+    follow_links: opt.FollowLinks = False,
 ) -> None:
     """Merge every rank's trace into one, on one clock (offsets estimated from collective end times), one
     process per rank grouped by host, with the straggler's late arrivals and the findings marked.
@@ -80,10 +67,10 @@ def timeline(
       perftracker timeline traces/ -o some.json.gz --ranks 0,3-5 --steps 10-12
     """
     checks.whole(max_events, "max_events", 1)
-    overrides = threshold_overrides(set_threshold, thresholds_file)
-    writable_file(out, "-o")
+    overrides = opt.threshold_overrides(set_threshold, thresholds_file)
+    opt.writable_file(out, "-o")
     selected = parse_ranges(ranks, "ranks"), parse_ranges(steps, "steps")
-    checked = checked_engine(engine)
+    checked = opt.checked_engine(engine)
     with parsing_progress(quiet) as progress:
         timeline_ = api.timeline(path, ranks=selected[0], steps=selected[1], max_events=max_events,
                                  cache=not no_cache, progress=progress, engine=checked, ray_address=ray_address or '',
@@ -91,13 +78,7 @@ def timeline(
                                  analysis=api.AnalysisOptions(thresholds=overrides))
     written = api.save_timeline(timeline_, out, str(path))
     console = terminal()
-    console.print(printable(f"Timeline: {out} ({written} trace events, ranks {len(timeline_.ranks)}, "
-                            f"steps {len(timeline_.steps)}{'; ' + timeline_.note if timeline_.note else ''})"),
-                  highlight=False, markup=False)
+    show(console, f"Timeline: {out} ({written} trace events, ranks {len(timeline_.ranks)}, "
+                  f"steps {len(timeline_.steps)}{'; ' + timeline_.note if timeline_.note else ''})")
     if not quiet:
-        console.print("Open it in https://ui.perfetto.dev (works offline once loaded) or chrome://tracing.",
-                      highlight=False, markup=False)
-
-
-def register(app: typer.Typer) -> None:
-    add_command(app, "timeline", timeline)
+        show(console, "Open it in https://ui.perfetto.dev (works offline once loaded) or chrome://tracing.")

@@ -12,15 +12,17 @@ import inspect
 import os
 import sys
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import typer
 from rich.console import Console
 from typer.core import TyperCommand, TyperGroup
 
+from perftracker import api
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.errors import PerftrackerError, UsageError
-from perftracker.reports.text import printable
+from perftracker.reports.text import print_summary, printable
 
 EXIT_USAGE = 2
 EXIT_FINDINGS = 3
@@ -38,6 +40,28 @@ def terminal() -> Console:
         return Console()
     columns = os.environ.get("COLUMNS", "")
     return Console(soft_wrap=True, width=int(columns) if columns.isdigit() and int(columns) > 0 else PIPED_WIDTH)
+
+
+def show(console: Console, text: object, **options: Any) -> None:
+    """`text` on `console` as it is: without control characters (`printable`), never read as rich markup."""
+    console.print(printable(text), highlight=False, markup=False, **options)
+
+
+def print_run(console: Console, run: api.Run, written: bool = True) -> None:
+    """The verdict and ranked findings of `run` (`reports.text.print_summary`), with its report when `written`."""
+    print_summary(console, run.findings, run.report_path if written else None, coverage=run.summary.coverage,
+                  synthetic=run.summary.synthetic_inputs or None)
+
+
+def write_and_say(run: api.Run, out: Path, tell: Callable[[api.Run, bool], None]) -> None:
+    """Write `run` into `out`, then `tell` it (written or not): when a file cannot be written, the verdict of the
+    finished analysis is told first, then the error raised (exit 2)."""
+    try:
+        run.write(out)
+    except api.ReportNotWritten as exc:
+        tell(exc.result, False)
+        raise
+    tell(run, True)
 
 
 def say(text: str) -> None:

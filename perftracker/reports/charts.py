@@ -48,9 +48,33 @@ def safe_figure(figure: Mapping[str, Any]) -> dict[str, Any]:
     return {key: _no_tags(value) for key, value in figure.items()}
 
 
-def _fig(fig: go.Figure) -> dict[str, Any]:
+def figure(fig: go.Figure, height: int | None = None, **layout: Any) -> dict[str, Any]:
+    """`fig` laid out (`layout`, then the report's LAYOUT, `height` pixels tall when given) as a plotly dict."""
+    fig.update_layout(**layout, **(LAYOUT if height is None else {**LAYOUT, "height": height}))
     result: dict[str, Any] = fig.to_plotly_json()
     return result
+
+
+def tall(rows: int, per_row: int, extra: int, low: int = 300, high: int = 2400) -> int:
+    """The height of a chart of `rows` rows: `per_row` pixels each and `extra`, within `low`..`high`."""
+    return min(high, max(low, per_row * rows + extra))
+
+
+BREAKDOWN = (("compute_pct", "compute", "compute"), ("comm_exposed_pct", "exposed communication", "comm"),
+             ("memory_exposed_pct", "exposed memory copies", "memory"), ("idle_pct", "idle", "idle"))
+
+
+def mark_changes(fig: go.Figure, change_steps: list[int] | None) -> None:
+    """A dashed line at each step from which the steps got slower."""
+    for step in change_steps or []:
+        fig.add_vline(x=step, line_dash="dash", line_color="#c0392b",
+                      annotation_text=f"slower since step {step}", annotation_position="top left")
+
+
+def step_source(steps: pd.DataFrame) -> pd.DataFrame:
+    """The step-file rows of `steps` when it has any (the job's own timing), else every row."""
+    files = steps[steps["source"] == "stepfile"] if not steps.empty else steps
+    return files if not files.empty else steps
 
 
 def breakdown_chart(table: pd.DataFrame) -> dict[str, Any] | None:
@@ -58,11 +82,9 @@ def breakdown_chart(table: pd.DataFrame) -> dict[str, Any] | None:
         return None
     labels = [label(f"rank {r}" + (f" w{w}" if w else "")) for r, w in zip(table["rank"], table["window"])]
     fig = go.Figure()
-    for col, name, color in (("compute_pct", "compute", "compute"), ("comm_exposed_pct", "exposed communication", "comm"),
-                             ("memory_exposed_pct", "exposed memory copies", "memory"), ("idle_pct", "idle", "idle")):
+    for col, name, color in BREAKDOWN:
         fig.add_bar(x=labels, y=table[col].round(2), name=name, marker_color=COLORS[color])
-    fig.update_layout(barmode="stack", title="GPU time per rank (% of profiled span)", yaxis_title="%", **LAYOUT)
-    return _fig(fig)
+    return figure(fig, barmode="stack", title="GPU time per rank (% of profiled span)", yaxis_title="%")
 
 
 def overlap_chart(table: pd.DataFrame) -> dict[str, Any] | None:
@@ -74,9 +96,8 @@ def overlap_chart(table: pd.DataFrame) -> dict[str, Any] | None:
     fig.add_bar(x=labels, y=(t["comm_overlapped_ns"] / 1e6).round(3), name="overlapped with compute",
                 marker_color=COLORS["compute"])
     fig.add_bar(x=labels, y=(t["comm_exposed_ns"] / 1e6).round(3), name="exposed", marker_color=COLORS["comm"])
-    fig.update_layout(barmode="stack", title="Communication time per rank (ms): overlapped vs exposed",
-                      yaxis_title="ms", **LAYOUT)
-    return _fig(fig)
+    return figure(fig, barmode="stack", title="Communication time per rank (ms): overlapped vs exposed",
+                  yaxis_title="ms")
 
 
 def step_time_chart(stats: pd.DataFrame) -> dict[str, Any] | None:
@@ -88,9 +109,8 @@ def step_time_chart(stats: pd.DataFrame) -> dict[str, Any] | None:
                 error_y=dict(type="data", array=((stats["p90_s"] - stats["median_s"]) * 1e3).round(3).tolist(),
                              symmetric=False, arrayminus=[0.0] * len(stats),  # up to p90 only: below is no p10
                              visible=True), marker_color=COLORS["compute"])
-    fig.update_layout(title="Step time per rank (ms): median, bar to p90", yaxis_title="ms", **LAYOUT)
     fig.update_yaxes(rangemode="tozero")
-    return _fig(fig)
+    return figure(fig, title="Step time per rank (ms): median, bar to p90", yaxis_title="ms")
 
 
 def lateness_heatmap(lateness: pd.DataFrame, max_ranks: int = 256) -> dict[str, Any] | None:
@@ -104,10 +124,8 @@ def lateness_heatmap(lateness: pd.DataFrame, max_ranks: int = 256) -> dict[str, 
     fig = go.Figure(go.Heatmap(z=grid.round(3).to_numpy(), x=[label(c) for c in grid.columns],
                                y=[_rank(r) for r in grid.index], colorscale="Reds", zmin=0.0, zmax=top,
                                colorbar=dict(title="ms late")))
-    layout = {**LAYOUT, "height": min(2400, max(300, 18 * len(grid) + 120))}
-    fig.update_layout(title="Arrival lateness at collectives (median per step, ms after the earliest rank)",
-                      xaxis_title="step", **layout)
-    return _fig(fig)
+    return figure(fig, tall(len(grid), 18, 120), xaxis_title="step",
+                  title="Arrival lateness at collectives (median per step, ms after the earliest rank)")
 
 
 def wait_bars(waits: pd.DataFrame, title: str = "Waiting at collectives per step (ms)") -> dict[str, Any] | None:
@@ -119,27 +137,22 @@ def wait_bars(waits: pd.DataFrame, title: str = "Waiting at collectives per step
                 marker_color=COLORS["idle"])
     fig.add_bar(x=labels, y=(waits["cost_per_step_s"] * 1e3).round(3), name="time others waited for it",
                 marker_color=COLORS["comm"])
-    fig.update_layout(barmode="group", title=label(title), yaxis_title="ms", **LAYOUT)
-    return _fig(fig)
+    return figure(fig, barmode="group", title=label(title), yaxis_title="ms")
 
 
 def step_series_chart(steps: pd.DataFrame, max_ranks: int = 32,
                       change_steps: list[int] | None = None) -> dict[str, Any] | None:
     if steps.empty:
         return None
-    src = steps[steps["source"] == "stepfile"]
-    use = src if not src.empty else steps
+    use = step_source(steps)
     fig = go.Figure()
     for rank in sorted(use["rank"].unique())[:max_ranks]:
         s = use[use["rank"] == rank].sort_values("step")
         fig.add_scatter(x=s["step"], y=(s["dur_ns"] / 1e6).round(3), mode="lines+markers", name=_rank(rank))
-    for step in change_steps or []:
-        fig.add_vline(x=step, line_dash="dash", line_color="#c0392b",
-                      annotation_text=f"slower since step {step}", annotation_position="top left")
-    fig.update_layout(title="Step time over steps (ms)", xaxis_title="step", yaxis_title="ms", **LAYOUT)
+    mark_changes(fig, change_steps)
     fig.update_xaxes(tickformat="d")  # steps are whole numbers
     fig.update_yaxes(rangemode="tozero")
-    return _fig(fig)
+    return figure(fig, title="Step time over steps (ms)", xaxis_title="step", yaxis_title="ms")
 
 
 def timeline_chart(timeline: pd.DataFrame,
@@ -153,11 +166,8 @@ def timeline_chart(timeline: pd.DataFrame,
         fig.add_bar(y=group["row"], x=group["dur_ms"].round(4), base=group["start_ms"].round(4), orientation="h",
                     name=label(kind), marker_color=COLORS.get(str(kind), "#999999"),
                     hovertext=[label(n) for n in group["name"]], hoverinfo="text+x")
-    height = max(300, 22 * len(rows) + 120)
-    layout = {**LAYOUT, "height": min(height, 2400)}
-    fig.update_layout(barmode="overlay", title=label(title),
-                      xaxis_title="ms", yaxis=dict(categoryorder="array", categoryarray=rows[::-1]), **layout)
-    return _fig(fig)
+    return figure(fig, tall(len(rows), 22, 120), barmode="overlay", title=label(title), xaxis_title="ms",
+                  yaxis=dict(categoryorder="array", categoryarray=rows[::-1]))
 
 
 def profile_figures(ranks_table: pd.DataFrame, shares: pd.DataFrame) -> list[dict[str, Any]]:

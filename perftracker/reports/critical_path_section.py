@@ -12,7 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from perftracker.analyzers.findings import Finding
-from perftracker.reports.charts import LAYOUT, label
+from perftracker.reports.charts import figure, label
 from perftracker.reports.sections import Section, Tables, grid, table
 
 MAX_RANKS = 64
@@ -31,10 +31,7 @@ def critical_path_section(tables: Tables, findings: list[Finding]) -> Section | 
     steps = max(int(path["step"].nunique()), 1)
     coarse = sorted({int(r) for r in path.loc[path["coarsened"].astype(bool), "rank"]}) \
         if ops and "coarsened" in path else []
-    per = path.groupby(["rank", "bound"])["path_ns"].sum().unstack(fill_value=0) / steps / 1e6
-    per = per.loc[per.sum(axis=1).sort_values(ascending=False).index].head(MAX_RANKS)
-    shown = per.reindex(columns=[b for b in BOUNDS if b in per.columns]).round(3).reset_index()
-    columns = {"rank": "rank", **{b: f"{BOUNDS[b]} (ms/step)" for b in BOUNDS if b in per.columns}}
+    per, shown, columns = _by_bound(path, "path_ns", steps)
     error = float(fit["error"].median()) if not fit.empty and fit["error"].notna().any() else float("nan")
     note = ("The critical path of each step runs through each rank's work between its collectives, every "
             "collective's transfer (which starts when its last member arrives) and the rank that arrived last. "
@@ -50,7 +47,7 @@ def critical_path_section(tables: Tables, findings: list[Finding]) -> Section | 
     source = "critical_path_ops" if ops else "critical_path"
     own, own_columns = _own(path, steps)
     return Section("critical_path", "Critical path and what-if costs", "critical_path.html.j2",
-                   {"note": note, "table": grid(shown, columns, limit=16, source=source),
+                   {"note": note, "table": grid(shown.reset_index(), columns, limit=16, source=source),
                     "own": grid(own, own_columns, limit=16, source=source),
                     "own_note": ("Each rank's own step time by class (ms per step): what bound it within the rank, "
                                  "and its waiting at collectives for the rank whose arrival released the transfer."),
@@ -61,18 +58,23 @@ def critical_path_section(tables: Tables, findings: list[Finding]) -> Section | 
                    [path_chart(per)])
 
 
+def _by_bound(path: pd.DataFrame, column: str, steps: int) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, str]]:
+    """Per rank (the MAX_RANKS with the most), `column` in ms per step by bound class; those columns in BOUNDS'
+    order, rounded, and their labels."""
+    per = path.groupby(["rank", "bound"])[column].sum().unstack(fill_value=0) / steps / 1e6
+    per = per.loc[per.sum(axis=1).sort_values(ascending=False).index].head(MAX_RANKS)
+    shown = per.reindex(columns=[b for b in BOUNDS if b in per.columns]).round(3)
+    return per, shown, {"rank": "rank", **{b: f"{BOUNDS[b]} (ms/step)" for b in BOUNDS if b in per.columns}}
+
+
 def _own(path: pd.DataFrame, steps: int) -> tuple[pd.DataFrame, dict[str, str]]:
     """Per rank: its own step time by class (ms per step) and the rank it waited for most."""
-    per = path.groupby(["rank", "bound"])["ns"].sum().unstack(fill_value=0) / steps / 1e6
+    _, shown, columns = _by_bound(path, "ns", steps)
     waits = path[(path["bound"] == "wait") & (path["for_rank"] >= 0)]
     ranked = waits.groupby(["rank", "for_rank"])["ns"].sum().reset_index().sort_values("ns", ascending=False)
     most = ranked.drop_duplicates("rank").set_index("rank")["for_rank"]
-    per = per.loc[per.sum(axis=1).sort_values(ascending=False).index].head(MAX_RANKS)
-    shown = per.reindex(columns=[b for b in BOUNDS if b in per.columns]).round(3)
     shown["waited_for"] = [f"rank {int(most[r])}" if r in most.index else "" for r in shown.index]
-    columns = {"rank": "rank", **{b: f"{BOUNDS[b]} (ms/step)" for b in BOUNDS if b in per.columns},
-               "waited_for": "waited most for"}
-    return shown.reset_index(), columns
+    return shown.reset_index(), {**columns, "waited_for": "waited most for"}
 
 
 def _costs(findings: list[Finding]) -> pd.DataFrame:
@@ -89,7 +91,5 @@ def path_chart(per: pd.DataFrame) -> dict[str, Any]:
     for bound, name in BOUNDS.items():
         if bound in per.columns and (per[bound] > 0).any():
             fig.add_bar(x=ranks, y=per[bound].round(4).tolist(), name=name)
-    fig.update_layout(title="The critical path per step, by rank and what bound it (ms per step)", barmode="stack",
-                      yaxis_title="ms per step", **LAYOUT)
-    result: dict[str, Any] = fig.to_plotly_json()
-    return result
+    return figure(fig, title="The critical path per step, by rank and what bound it (ms per step)", barmode="stack",
+                  yaxis_title="ms per step")

@@ -6,18 +6,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from perftracker._version import __version__
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.reports.templating import ENV
-from perftracker.rundir import atomic_write_text
+from perftracker.reports.templating import write_page
 
-_ENV = ENV  # the one environment (reports/templating.py)
 MAX_ROWS = 60
 
 
@@ -45,11 +41,9 @@ def render(path: Path, findings: list[Finding], ops: pd.DataFrame, ranks: pd.Dat
     """Write the page; `verdict` is the comparison's sentence (`json_report.diff_verdict`); `side_reports` links
     each side's own report (label -> path relative to the page)."""
     top = max((f.severity for f in findings), default=Severity.INFO)
-    page = _ENV.get_template("diff.html.j2").render(
-        title=title, generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), version=__version__,
-        verdict=verdict, verdict_class="ok" if top == Severity.INFO else top.label,
+    write_page(
+        path, "diff.html.j2", title=title, verdict=verdict, verdict_class="ok" if top == Severity.INFO else top.label,
         findings=[{**f.to_dict(), "evidence_text": json.dumps(f.evidence, indent=1, default=str)[:20000]}
                   for f in findings],
         ops=_op_rows(ops), ranks=_rank_rows(ranks), summary=dict(summary),
         side_reports=dict(side_reports or {}))
-    atomic_write_text(path, page)

@@ -13,13 +13,11 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from perftracker.reports.charts import label
+from perftracker.reports.charts import figure, label
 
 FAMILY_COLORS = {"gemm": "#4C78A8", "attention": "#B279A2", "conv": "#72B7B2", "norm": "#EECA3B",
                  "elementwise": "#9D755D", "reduction": "#54A24B"}
 MAX_POINTS = 400
-_LAYOUT = dict(margin=dict(l=60, r=20, t=40, b=40), height=420, template="plotly_white",
-               legend=dict(orientation="h", y=-0.2))
 
 
 def roofline_chart(ops: pd.DataFrame, peaks: pd.DataFrame) -> dict[str, Any] | None:
@@ -54,8 +52,6 @@ def roofline_chart(ops: pd.DataFrame, peaks: pd.DataFrame) -> dict[str, Any] | N
             fig.add_scatter(x=[lo, ridge, hi], y=[lo * bw, peak, peak], mode="lines",
                             name=label(f"{device['device']} {dtype} roof ({peak:g} TFLOPS, {bw:g} TB/s)"),
                             line=dict(dash="dash", width=1.5), hoverinfo="name")
-    fig.update_layout(title="Roofline: achieved TFLOPS per op shape against FLOPs per byte",
-                      xaxis=dict(type="log", title="arithmetic intensity (FLOPs per byte)"),
-                      yaxis=dict(type="log", title="achieved TFLOPS"), **_LAYOUT)
-    result: dict[str, Any] = fig.to_plotly_json()
-    return result
+    return figure(fig, 420, title="Roofline: achieved TFLOPS per op shape against FLOPs per byte",
+                  xaxis=dict(type="log", title="arithmetic intensity (FLOPs per byte)"),
+                  yaxis=dict(type="log", title="achieved TFLOPS"))

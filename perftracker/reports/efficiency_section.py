@@ -6,32 +6,25 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pandas as pd
 
 from perftracker.analyzers.findings import Finding
 from perftracker.reports.efficiency_charts import roofline_chart
-from perftracker.reports.evidence import number
+from perftracker.reports.evidence import measured, number
 from perftracker.reports.sections import Section, Tables, grid, table
 
 TEMPLATE = "section_efficiency.html.j2"
 TOP_ROWS = 20
 
 
-def _num(value: Any, scale: float = 1.0) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return number(float(value) / scale)
-
-
 def _mfu_rows(mfu: pd.DataFrame) -> dict[str, Any]:
     shown = pd.DataFrame({
         "rank": mfu["rank"], "step": mfu["step"].map(lambda s: "window" if int(s) < 0 else str(int(s))),
         "device": mfu["device"].replace("", "unknown"), "dtype": mfu["dtype"],
-        "tflops": mfu["model_flops"].map(lambda f: _num(f, 1e12)), "step_ms": mfu["step_ns"].map(lambda n: _num(n, 1e6)),
-        "achieved": mfu["tflops"].map(_num), "mfu": mfu["mfu"].map(lambda m: _num(100.0 * m))})
+        "tflops": mfu["model_flops"].map(lambda f: measured(f, 1e12)), "step_ms": mfu["step_ns"].map(lambda n: measured(n, 1e6)),
+        "achieved": mfu["tflops"].map(measured), "mfu": mfu["mfu"].map(lambda m: measured(100.0 * m))})
     return grid(shown, {"rank": "rank", "step": "step", "device": "device", "dtype": "dtype", "tflops": "model TFLOP",
                         "step_ms": "step ms", "achieved": "TFLOPS", "mfu": "MFU %"}, TOP_ROWS, "step_mfu")
 
@@ -40,9 +33,9 @@ def _ops_rows(ops: pd.DataFrame) -> dict[str, Any]:
     modelled = ops[ops["family"] != "no model"].head(TOP_ROWS)
     shown = pd.DataFrame({
         "op": modelled["op"], "shape": modelled["shape"], "dtype": modelled["dtype"], "count": modelled["count"],
-        "gpu_ms": modelled["gpu_ns"].map(lambda n: _num(n, 1e6)), "tflops": modelled["tflops"].where(modelled["flops"] > 0).map(_num),
-        "tbps": modelled["tbps"].map(_num), "bound": modelled["bound"].replace("", "-"),
-        "pct": modelled["pct_of_peak"].map(_num), "lost": modelled["lost_ns"].map(lambda n: _num(n, 1e6))})
+        "gpu_ms": modelled["gpu_ns"].map(lambda n: measured(n, 1e6)), "tflops": modelled["tflops"].where(modelled["flops"] > 0).map(measured),
+        "tbps": modelled["tbps"].map(measured), "bound": modelled["bound"].replace("", "-"),
+        "pct": modelled["pct_of_peak"].map(measured), "lost": modelled["lost_ns"].map(lambda n: measured(n, 1e6))})
     return grid(shown, {"op": "op", "shape": "shape", "dtype": "dtype", "count": "count", "gpu_ms": "GPU ms",
                         "tflops": "TFLOPS", "tbps": "TB/s", "bound": "bound", "pct": "% of roof",
                         "lost": "ms lost vs roof"}, TOP_ROWS, "op_efficiency",
@@ -51,7 +44,7 @@ def _ops_rows(ops: pd.DataFrame) -> dict[str, Any]:
 
 def _unmodelled(ops: pd.DataFrame) -> dict[str, Any]:
     none = ops[ops["family"] == "no model"].sort_values("gpu_ns", ascending=False)
-    shown = pd.DataFrame({"op": none["op"], "kernels": none["count"], "gpu_ms": none["gpu_ns"].map(lambda n: _num(n, 1e6))})
+    shown = pd.DataFrame({"op": none["op"], "kernels": none["count"], "gpu_ms": none["gpu_ns"].map(lambda n: measured(n, 1e6))})
     return grid(shown, {"op": "op (launching the kernels)", "kernels": "kernels", "gpu_ms": "GPU ms"}, 10,
                 "op_efficiency", total=len(none))
 

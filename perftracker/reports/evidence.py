@@ -55,6 +55,13 @@ def number(value: float, unit: str = "") -> str:
     return text + ("%" if unit == "%" else f" {unit.strip()}" if unit.strip() else "")
 
 
+def measured(value: Any, scale: float = 1.0) -> str:
+    """`number(value / scale)`, or "-" for a value not measured (None, NaN)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return number(float(value) / scale)
+
+
 def _rounded(value: float) -> str:
     """3 significant digits (whole numbers from 100 on), thousands grouped."""
     if isinstance(value, int):

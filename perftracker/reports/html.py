@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -18,13 +17,11 @@ from typing import Any
 import pandas as pd
 from plotly.utils import PlotlyJSONEncoder
 
-from perftracker._version import __version__
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.reports import charts
 from perftracker.reports.critical_path_section import critical_path_section
 from perftracker.reports.efficiency_section import efficiency_section
 from perftracker.reports.evidence import evidence_items
-from perftracker.reports.failure_section import wait_graph_section
 from perftracker.reports.health_sections import gpu_section, rdma_section
 from perftracker.reports.json_report import verdict
 from perftracker.reports.kernel_section import kernels_section
@@ -33,7 +30,7 @@ from perftracker.reports.nccl_section import inspector_section, nccl_section
 from perftracker.reports.profile_section import profile_section
 from perftracker.reports.sections import Section, SectionFn
 from perftracker.reports.strip import StripCell
-from perftracker.reports.templating import ENV
+from perftracker.reports.templating import ENV, write_page
 from perftracker.reports.trace_sections import (
     breakdown_section,
     overlap_section,
@@ -41,8 +38,7 @@ from perftracker.reports.trace_sections import (
     stragglers_section,
     timeline_section,
 )
-from perftracker.reports.waits_section import waits_section
-from perftracker.rundir import atomic_write_text
+from perftracker.reports.waits_section import wait_graph_section, waits_section
 from perftracker.store import LoadNote
 
 SECTIONS: tuple[SectionFn, ...] = (
@@ -51,9 +47,6 @@ SECTIONS: tuple[SectionFn, ...] = (
     critical_path_section, timeline_section, nccl_section, inspector_section, rdma_section, gpu_section, profile_section,
     efficiency_section,
 )
-
-_ENV = ENV  # the one environment (reports/templating.py)
-
 
 def build_sections(tables: Mapping[str, pd.DataFrame], findings: list[Finding]) -> list[Section]:
     """Every section of SECTIONS that has something to show, in order."""
@@ -97,7 +90,7 @@ def plotly_bundle_b64() -> str:
 
 def render_section(section: Section) -> str:
     """The markup of one section's template alone (its figures left out)."""
-    return _ENV.get_template(section.template).render(s=_section_view(section, []))
+    return ENV.get_template(section.template).render(s=_section_view(section, []))
 
 
 def render(path: Path, findings: list[Finding], notes: list[LoadNote], sections: list[Section],
@@ -120,15 +113,13 @@ def render(path: Path, findings: list[Finding], notes: list[LoadNote], sections:
     top = max((f.severity for f in findings), default=Severity.INFO)
     verdict_class = "ok" if top == Severity.INFO else top.label
     figures_json = json.dumps(figures, cls=PlotlyJSONEncoder).replace("<", "\\u003c")
-    page = _ENV.get_template("report.html.j2").render(
-        title=title, generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), version=__version__,
-        verdict=verdict(findings, coverage), verdict_class=verdict_class,
+    write_page(
+        path, "report.html.j2", title=title, verdict=verdict(findings, coverage), verdict_class=verdict_class,
         not_judged=(coverage or {}).get("not_judged") or [], synthetic=synthetic or [],
         findings=[_finding_view(f) for f in findings], sections=view_sections, strip=strip or [],
         timeline_command=timeline_command, timeline_file=timeline_file,
-        notes=[n.to_dict() for n in notes[:MAX_NOTES]], notes_more=max(0, len(notes) - MAX_NOTES), figures_json=figures_json, plotly_gz_b64=plotly_bundle_b64(),
-    )
-    atomic_write_text(path, page)
+        notes=[n.to_dict() for n in notes[:MAX_NOTES]], notes_more=max(0, len(notes) - MAX_NOTES),
+        figures_json=figures_json, plotly_gz_b64=plotly_bundle_b64())
 
 
 def _first(items: list[Any], limit: int = 16) -> str:

@@ -55,10 +55,7 @@ class RunFacts:
     synthetic_inputs: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"ranks": self.ranks, "hosts": self.hosts, "coverage": self.coverage,
-                               "step_time_s": self.step_time_s,
-                               "step_spread_across_ranks_s": self.step_spread_across_ranks_s,
-                               "hta_compat": self.hta_compat}
+        out: dict[str, Any] = {name: getattr(self, name) for name in _FACTS if name != "synthetic_inputs"}
         if self.synthetic_inputs:  # only runs that say so: a real run's summary has no such key
             out["synthetic_inputs"] = self.synthetic_inputs
         return out
@@ -161,10 +158,7 @@ def diff_verdict(findings: list[Finding]) -> str:
 
 
 def _counts(findings: list[Finding]) -> dict[str, int]:
-    counts = {s.label: 0 for s in Severity}
-    for f in findings:
-        counts[f.severity.label] += 1
-    return counts
+    return {s.label: sum(f.severity == s for f in findings) for s in Severity}
 
 
 def biggest_cost(findings: list[Finding]) -> Finding | None:

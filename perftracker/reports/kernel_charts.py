@@ -9,13 +9,12 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from perftracker.reports.charts import label
+from perftracker.reports.charts import figure, label
 from perftracker.values import short_symbol
 
 TOP_BARS = 15
 FAMILY_COLORS = {"GEMM": "#4C78A8", "attention": "#B279A2", "convolution": "#72B7B2", "reduction": "#EECA3B",
                  "elementwise": "#9D755D", "communication": "#F58518", "memory": "#54A24B", "other": "#BAB0AC"}
-_LAYOUT = dict(margin=dict(l=60, r=20, t=40, b=40), template="plotly_white", legend=dict(orientation="h", y=-0.2))
 
 
 def kernels_chart(kernels: pd.DataFrame) -> dict[str, Any] | None:
@@ -33,11 +32,8 @@ def kernels_chart(kernels: pd.DataFrame) -> dict[str, Any] | None:
                     marker_color=FAMILY_COLORS.get(family, "#999999"),
                     hovertext=[label(str(top.loc[i, "name"])[:400]) for i in rows], hoverinfo="text+x")
     unit = "ms per step (mean over ranks)" if per_step else "ms in the profiled window"
-    fig.update_layout(title=f"Top GPU kernels across ranks ({unit})", xaxis_title="ms",
-                      yaxis=dict(categoryorder="array", categoryarray=names[::-1], automargin=True),
-                      height=max(320, 26 * len(names) + 140), **_LAYOUT)
-    result: dict[str, Any] = fig.to_plotly_json()
-    return result
+    return figure(fig, max(320, 26 * len(names) + 140), title=f"Top GPU kernels across ranks ({unit})",
+                  xaxis_title="ms", yaxis=dict(categoryorder="array", categoryarray=names[::-1], automargin=True))
 
 
 def families_chart(families: pd.DataFrame, max_ranks: int = 64) -> dict[str, Any] | None:
@@ -51,7 +47,5 @@ def families_chart(families: pd.DataFrame, max_ranks: int = 64) -> dict[str, Any
     for family in [f for f in FAMILY_COLORS if f in set(shown["family"].astype(str))]:
         share = shown[shown["family"] == family].set_index("rank")["share_pct"].reindex(ranks).fillna(0.0)
         fig.add_bar(x=labels, y=share.round(2), name=label(family), marker_color=FAMILY_COLORS[family])
-    fig.update_layout(barmode="stack", title="GPU work per rank by kernel family (% of its GPU work time)",
-                      yaxis_title="%", height=360, **_LAYOUT)
-    result: dict[str, Any] = fig.to_plotly_json()
-    return result
+    return figure(fig, barmode="stack", title="GPU work per rank by kernel family (% of its GPU work time)",
+                  yaxis_title="%")

@@ -5,15 +5,15 @@ ops; at most TOP_ROWS rows per table.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pandas as pd
 
 from perftracker.analyzers.findings import Finding
 from perftracker.reports import kernel_charts, rank_charts
-from perftracker.reports.evidence import number
+from perftracker.reports.evidence import measured
 from perftracker.reports.sections import Section, Tables, rank_layout, table
 from perftracker.values import short_symbol
 
@@ -54,16 +54,9 @@ def _named(head: list[str], rows: list[NamedRow], more: int) -> NamedTable:
     return NamedTable(head, rows, more, tuple(h in TEXT_COLUMNS for h in head))
 
 
-def _ms(ns: Any) -> str:
-    return "-" if ns is None or (isinstance(ns, float) and math.isnan(ns)) else number(float(ns) / 1e6)
-
-
-def _us(ns: Any) -> str:
-    return "-" if ns is None or (isinstance(ns, float) and math.isnan(ns)) else number(float(ns) / 1e3)
-
-
-def _pct(value: Any) -> str:
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else number(float(value))
+_ms = partial(measured, scale=1e6)  # ns as ms, "-" when not measured
+_us = partial(measured, scale=1e3)  # ns as us
+_pct = measured
 
 
 def _count(value: Any) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from perftracker.analyzers.findings import Finding
-from perftracker.reports.charts import LAYOUT, label
+from perftracker.reports.charts import figure, label, tall
 from perftracker.reports.sections import Section, Tables, grid, table
 
 COLUMNS = {"rank": "rank", "pp": "stage", "dp": "replica", "tp": "tensor rank", "step_ms": "step (ms)",
@@ -50,8 +50,6 @@ def grid_heatmap(frame: Any) -> dict[str, Any] | None:
                                text=[[label(t) for t in row] for row in labels], texttemplate="%{text}",
                                hovertext=[[label(t) for t in row] for row in text],
                                colorbar=dict(title="busy ms/step")))
-    fig.update_layout(title="Workers by replica and stage: busy time per step (ms; hover: waiting and cost)",
-                      xaxis_title="pipeline stage", yaxis_title="data-parallel replica", yaxis_autorange="reversed",
-                      **{**LAYOUT, "height": min(1200, max(260, 60 * len(z) + 160))})
-    result: dict[str, Any] = fig.to_plotly_json()
-    return result
+    return figure(fig, tall(len(z), 60, 160, low=260, high=1200), xaxis_title="pipeline stage",
+                  title="Workers by replica and stage: busy time per step (ms; hover: waiting and cost)",
+                  yaxis_title="data-parallel replica", yaxis_autorange="reversed")

@@ -11,13 +11,8 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from perftracker.reports.charts import COLORS, LAYOUT, label
+from perftracker.reports.charts import BREAKDOWN, COLORS, figure, label, mark_changes, step_source, tall
 from perftracker.reports.sections import role_text
-
-
-def _fig(fig: go.Figure) -> dict[str, Any]:
-    result: dict[str, Any] = fig.to_plotly_json()
-    return result
 
 
 def _box(fig: go.Figure, values: pd.Series, ranks: pd.Series, name: str, color: str) -> None:
@@ -30,13 +25,10 @@ def breakdown_distribution(table: pd.DataFrame) -> dict[str, Any] | None:
     if table.empty:
         return None
     fig = go.Figure()
-    for col, name, color in (("compute_pct", "compute", "compute"), ("comm_exposed_pct", "exposed communication", "comm"),
-                             ("memory_exposed_pct", "exposed memory copies", "memory"), ("idle_pct", "idle", "idle")):
+    for col, name, color in BREAKDOWN:
         _box(fig, table[col], table["rank"], name, COLORS[color])
-    ranks = table["rank"].nunique()
-    fig.update_layout(title=f"GPU time across {ranks:,} ranks (% of profiled span; points: outlier ranks)",
-                      yaxis_title="%", showlegend=False, **LAYOUT)
-    return _fig(fig)
+    return figure(fig, title=f"GPU time across {table['rank'].nunique():,} ranks (% of profiled span; points: outlier "
+                  "ranks)", yaxis_title="%", showlegend=False)
 
 
 def overlap_distribution(table: pd.DataFrame) -> dict[str, Any] | None:
@@ -47,9 +39,8 @@ def overlap_distribution(table: pd.DataFrame) -> dict[str, Any] | None:
     fig = go.Figure()
     _box(fig, t["comm_overlapped_ns"] / 1e6, t["rank"], "overlapped with compute", COLORS["compute"])
     _box(fig, t["comm_exposed_ns"] / 1e6, t["rank"], "exposed", COLORS["comm"])
-    fig.update_layout(title=f"Communication time across {t['rank'].nunique():,} ranks (ms; points: outlier ranks)",
-                      yaxis_title="ms", showlegend=False, **LAYOUT)
-    return _fig(fig)
+    return figure(fig, title=f"Communication time across {t['rank'].nunique():,} ranks (ms; points: outlier ranks)",
+                  yaxis_title="ms", showlegend=False)
 
 
 def families_distribution(families: pd.DataFrame, order: list[str], colors: dict[str, str]) -> dict[str, Any] | None:
@@ -60,10 +51,8 @@ def families_distribution(families: pd.DataFrame, order: list[str], colors: dict
     for family in [f for f in order if f in set(families["family"].astype(str))]:
         mine = families[families["family"].astype(str) == family]
         _box(fig, mine["share_pct"], mine["rank"], family, colors.get(family, "#999999"))
-    fig.update_layout(title=f"GPU work by kernel family across {families['rank'].nunique():,} ranks "
-                            "(% of each rank's GPU work time; points: outlier ranks)",
-                      yaxis_title="%", showlegend=False, **LAYOUT)
-    return _fig(fig)
+    return figure(fig, title=f"GPU work by kernel family across {families['rank'].nunique():,} ranks "
+                  "(% of each rank's GPU work time; points: outlier ranks)", yaxis_title="%", showlegend=False)
 
 
 def _marks(focus: pd.DataFrame, column: str) -> pd.DataFrame:
@@ -83,9 +72,8 @@ def step_time_histogram(stats: pd.DataFrame, focus: pd.DataFrame) -> dict[str, A
                         hovertext=[label(f"rank {r} ({role_text(str(o), int(n))}): {v:.3f} ms")
                                    for r, o, n, v in zip(marks["rank"], marks["role"], marks["order"],
                                                          marks["step_ms"])], hoverinfo="text")
-    fig.update_layout(title=f"Median step time of each of {len(stats):,} ranks (ms): how many ranks at each",
-                      xaxis_title="ms", yaxis_title="ranks", **LAYOUT)
-    return _fig(fig)
+    return figure(fig, title=f"Median step time of each of {len(stats):,} ranks (ms): how many ranks at each",
+                  xaxis_title="ms", yaxis_title="ranks")
 
 
 def step_spread_chart(spread: pd.DataFrame, steps: pd.DataFrame, focus: pd.DataFrame,
@@ -103,8 +91,7 @@ def step_spread_chart(spread: pd.DataFrame, steps: pd.DataFrame, focus: pd.DataF
         fig.add_scatter(x=spread["step"], y=spread[col].round(3), mode="lines+markers", name=name,
                         line=dict(dash=dash, color=COLORS["comm"] if col == "max_ms" else COLORS["compute"]),
                         hovertext=hover, hoverinfo="text" if hover else None)
-    files = steps[steps["source"] == "stepfile"] if not steps.empty else steps
-    use = files if not files.empty else steps
+    use = step_source(steps)
     marks = _marks(focus, "rank")
     for rank, role, order in zip(marks.get("rank", []), marks.get("role", []), marks.get("order", [])):
         if role == "slowest" and int(order) > 1:
@@ -113,14 +100,10 @@ def step_spread_chart(spread: pd.DataFrame, steps: pd.DataFrame, focus: pd.DataF
         if not mine.empty:
             fig.add_scatter(x=mine["step"], y=(mine["dur_ns"] / 1e6).round(3), mode="lines",
                             name=label(f"rank {rank} ({role_text(str(role), int(order))})"))
-    for step in change_steps or []:
-        fig.add_vline(x=step, line_dash="dash", line_color="#c0392b",
-                      annotation_text=f"slower since step {step}", annotation_position="top left")
-    ranks = int(spread["ranks"].max())
-    fig.update_layout(title=f"Step time over steps across {ranks:,} ranks (ms)", xaxis_title="step",
-                      yaxis_title="ms", **LAYOUT)
+    mark_changes(fig, change_steps)
     fig.update_xaxes(tickformat="d")
-    return _fig(fig)
+    return figure(fig, title=f"Step time over steps across {int(spread['ranks'].max()):,} ranks (ms)",
+                  xaxis_title="step", yaxis_title="ms")
 
 
 def lateness_groups_heatmap(groups: pd.DataFrame, grouped_by: str) -> dict[str, Any] | None:
@@ -144,8 +127,6 @@ def lateness_groups_heatmap(groups: pd.DataFrame, grouped_by: str) -> dict[str, 
                                zmax=float(groups["max_ms"].max()), colorbar=dict(title="ms late"),
                                hovertext=hover, hoverinfo="text"))
     by = "host" if grouped_by == "host" else "rank range"
-    layout = {**LAYOUT, "height": min(1400, max(300, 18 * len(names) + 140))}
-    fig.update_layout(title=f"Arrival lateness at collectives by {by} ({len(names)} groups): the latest rank of "
-                            "each group, ms after the earliest rank", xaxis_title="step",
-                      yaxis=dict(autorange="reversed", automargin=True), **layout)
-    return _fig(fig)
+    return figure(fig, tall(len(names), 18, 140, high=1400), xaxis_title="step",
+                  title=f"Arrival lateness at collectives by {by} ({len(names)} groups): the latest rank of each group, "
+                  "ms after the earliest rank", yaxis=dict(autorange="reversed", automargin=True))

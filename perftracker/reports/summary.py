@@ -11,14 +11,9 @@ from typing import Any
 import pandas as pd
 
 from perftracker.analyzers.findings import Kind
-from perftracker.reports.text import printable
+from perftracker.reports.text import first, printable
 
 SEVERITIES = ("critical", "warning", "info")
-
-
-def _list(values: list[Any], limit: int = 6) -> str:
-    shown = ", ".join(str(v) for v in values[:limit])
-    return shown + ("..." if len(values) > limit else "")
 
 
 def _ordered(document: dict[str, Any]) -> list[dict[str, Any]]:
@@ -42,9 +37,9 @@ def text_summary(document: dict[str, Any], report_path: str = "", limit: int = 3
     for i, f in enumerate(findings[:limit], 1):
         where = []
         if f.get("ranks"):
-            where.append(f"ranks {_list(f['ranks'])}")
+            where.append(f"ranks {first(f['ranks'])}")
         if f.get("hosts"):
-            where.append(f"hosts {_list(f['hosts'])}")
+            where.append(f"hosts {first(f['hosts'])}")
         cost = (f.get("cost") or {}).get("seconds_per_step", 0.0)
         if cost:
             where.append(f"~{cost * 1e3:.1f} ms/step")

@@ -7,6 +7,7 @@ rich markup.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,11 @@ _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u20
 def printable(text: object) -> str:
     """`text` as a string without the control characters a terminal would act on (tabs and newlines stay)."""
     return _CONTROL.sub("", str(text))
+
+
+def first(values: Sequence[object], limit: int = 6) -> str:
+    """The first `limit` of `values` joined, "..." when there are more."""
+    return ", ".join(str(v) for v in values[:limit]) + ("..." if len(values) > limit else "")
 
 
 def print_summary(console: Console, findings: list[Finding], report: Path | None, limit: int = 12,
@@ -46,10 +52,9 @@ def print_summary(console: Console, findings: list[Finding], report: Path | None
         table.add_column("hosts", overflow="fold")
     for f in shown:
         cost = f"{f.cost.seconds_per_step * 1e3:.1f}" if f.cost.seconds_per_step > 0 else ""
-        ranks = ", ".join(str(r) for r in f.ranks[:6]) + ("..." if len(f.ranks) > 6 else "")
-        row = [f"[{_STYLE[f.severity.label]}]{f.severity.label}[/]", _plain(f.title), cost, ranks]
+        row = [f"[{_STYLE[f.severity.label]}]{f.severity.label}[/]", _plain(f.title), cost, first(f.ranks)]
         if with_hosts:
-            row.append(_plain(", ".join(f.hosts[:4]) + ("..." if len(f.hosts) > 4 else "")))
+            row.append(_plain(first(f.hosts, 4)))
         table.add_row(*row)
     console.print(table)
     if len(findings) > limit:

@@ -21,30 +21,24 @@ FOCUS_COLUMNS = {"rank": "rank", "shown_as": "shown as", "host": "host", "wait_c
                  "lateness_ms": "median lateness (ms)", "step_ms": "median step (ms)"}
 
 
-def _many_note(ranks: int, view: str) -> str:
-    return (f"{ranks:,} ranks: the charts show how the ranks spread, the slowest ranks and the median rank, "
-            f"and the table lists those ranks (every rank's row: tables/{view}.parquet).")
-
-
-def _rows(frame: pd.DataFrame, columns: dict[str, str], view: str, tables: Tables, many: bool) -> dict[str, object]:
-    """The table under a chart: the first 64 rows, or with many ranks the focus ranks' rows (why each is shown)."""
+def _rows(frame: pd.DataFrame, columns: dict[str, str], view: str, tables: Tables) -> dict[str, object]:
+    """The table under a chart: the first 64 rows, or with many ranks the focus ranks' rows (why each is shown)
+    and a note saying so."""
+    ranks, many, _ = rank_layout(tables)
     if not many:
-        return grid(frame, columns, source=view)
-    return grid(focus_rows(frame, table(tables, "rank_focus")), {"rank": "rank", "shown_as": "shown as",
-                                                                  **{k: v for k, v in columns.items() if k != "rank"}},
-                source=view, total=len(frame))
+        return {"table": grid(frame, columns, source=view)}
+    return {"table": grid(focus_rows(frame, table(tables, "rank_focus")),
+                          {"rank": "rank", "shown_as": "shown as", **{k: v for k, v in columns.items() if k != "rank"}},
+                          source=view, total=len(frame)),
+            "note": f"{ranks:,} ranks: the charts show how the ranks spread, the slowest ranks and the median rank, "
+                    f"and the table lists those ranks (every rank's row: tables/{view}.parquet)."}
 
 
 def breakdown_section(tables: Tables, findings: list[Finding]) -> Section | None:
     bd = table(tables, "breakdown")
-    ranks, many, _ = rank_layout(tables)
-    chart = rank_charts.breakdown_distribution(bd) if many else charts.breakdown_chart(bd)
-    if chart is None:
-        return None
-    data: dict[str, object] = {"table": _rows(bd, BREAKDOWN_COLUMNS, "breakdown", tables, many)}
-    if many:
-        data["note"] = _many_note(ranks, "breakdown")
-    return Section("breakdown", "GPU time breakdown", TEMPLATE, data, [chart])
+    chart = rank_charts.breakdown_distribution(bd) if rank_layout(tables)[1] else charts.breakdown_chart(bd)
+    return Section("breakdown", "GPU time breakdown", TEMPLATE, _rows(bd, BREAKDOWN_COLUMNS, "breakdown", tables),
+                   [chart]) if chart else None
 
 
 def overlap_section(tables: Tables, findings: list[Finding]) -> Section | None:
@@ -55,9 +49,8 @@ def overlap_section(tables: Tables, findings: list[Finding]) -> Section | None:
 
 def steps_section(tables: Tables, findings: list[Finding]) -> Section | None:
     stats, steps = table(tables, "step_stats"), table(tables, "steps")
-    ranks, many, _ = rank_layout(tables)
     changes = [int(f.evidence["change_step"]) for f in findings if "change_step" in f.evidence]
-    if many:
+    if rank_layout(tables)[1]:
         focus = table(tables, "rank_focus")
         found = (rank_charts.step_time_histogram(stats, focus),
                  rank_charts.step_spread_chart(table(tables, "step_spread"), steps, focus, change_steps=changes))
@@ -68,9 +61,7 @@ def steps_section(tables: Tables, findings: list[Finding]) -> Section | None:
         return None
     shown = stats.assign(**{f"{c}_ms": (stats[f"{c}_s"] * 1e3) for c in ("median", "p90", "max")}) \
         if not stats.empty else stats
-    data: dict[str, object] = {"table": _rows(shown, STEP_COLUMNS, "step_stats", tables, many)} if not stats.empty else {}
-    if many and not stats.empty:
-        data["note"] = _many_note(ranks, "step_stats")
+    data = _rows(shown, STEP_COLUMNS, "step_stats", tables) if not stats.empty else {}
     return Section("steps", "Step time", TEMPLATE, data, figures)
 
 

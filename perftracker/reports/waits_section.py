@@ -1,6 +1,6 @@
-"""The "Who waits for whom" section: waiting per rank and step, and the worst collectives' arrivals and transfers.
-
-`waits_section(tables, findings)` renders `step_waits` and `collective_waits`; None without them. Renders only.
+"""The "Who waits for whom" sections: waiting per rank and step, the worst collectives' arrivals and transfers
+(`waits_section`: `step_waits` and `collective_waits`), and in a hung or failed job the wait-for table by process
+group (`wait_graph_section`: `wait_graph`, each root named above it). None without their views. Renders only.
 """
 
 from __future__ import annotations
@@ -10,14 +10,28 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from perftracker.analyzers.findings import Finding
-from perftracker.reports.charts import COLORS, LAYOUT, label
+from perftracker.analyzers.findings import Finding, Mark
+from perftracker.reports.charts import COLORS, figure, label, tall
 from perftracker.reports.sections import Section, Tables, grid, table
 
 WORST = 4  # collectives in the arrival chart
 MAX_RANKS = 64
 COLUMNS = {"rank": "rank", "caused_ms": "others waited for it (rank-ms)", "times_last": "times last",
            "waited_ms": "it waited (ms)", "transfer_ms": "its transfer (ms)"}
+WAIT_GRAPH_COLUMNS = {"group": "process group", "pg": "pg", "collective": "collective (#seq)",
+                      "waiting": "waiting ranks", "waits_for": "wait for", "no_dump": "left no dump",
+                      "since": "since (UTC)", "source": "source", "root": "leads to root"}
+
+
+def wait_graph_section(tables: Tables, findings: list[Finding]) -> Section | None:
+    view = table(tables, "wait_graph")
+    if view.empty:
+        return None
+    roots = [f.title for f in findings if Mark.WAIT_ROOT.on(f)]
+    note = ("Read from any waiting rank: it waits in the collective of its row for the ranks in 'wait for'; "
+            "follow those to the root. " + " ".join(f"Root: {t}." for t in roots[:4]))
+    return Section("waitfor", "Who waits for whom", "section_table.html.j2",
+                   {"note": note, "table": grid(view, WAIT_GRAPH_COLUMNS, limit=64, source="wait_graph")})
 
 
 def waits_section(tables: Tables, findings: list[Finding]) -> Section | None:
@@ -51,10 +65,8 @@ def wait_heatmap(steps: pd.DataFrame, ranks: list[Any]) -> dict[str, Any] | None
     fig = go.Figure(go.Heatmap(z=z.round(3).to_numpy(), x=[label(c) for c in z.columns],
                                y=[label(f"rank {r}") for r in z.index], colorscale="Oranges", text=text,
                                colorbar=dict(title="ms waited")))
-    fig.update_layout(title="Waiting inside collectives per rank and step (ms; hover: the waiting it caused)",
-                      xaxis_title="step", **{**LAYOUT, "height": min(2400, max(300, 18 * len(z) + 120))})
-    result: dict[str, Any] = fig.to_plotly_json()
-    return result
+    return figure(fig, tall(len(z), 18, 120), xaxis_title="step",
+                  title="Waiting inside collectives per rank and step (ms; hover: the waiting it caused)")
 
 
 def worst_collectives(coll: pd.DataFrame) -> dict[str, Any] | None:
@@ -77,8 +89,5 @@ def worst_collectives(coll: pd.DataFrame) -> dict[str, Any] | None:
     fig.add_bar(y=rows["y"].tolist(), x=(rows["transfer_ns"] / 1e6).round(4).tolist(),
                 base=(rows["from_ms"] + rows["wait_ns"] / 1e6).round(4).tolist(), orientation="h", name="transfer",
                 marker_color=COLORS["comm"])
-    fig.update_layout(title=f"The {len(worst)} collectives with the most waiting: each rank from its arrival "
-                            "(ms after the first)", barmode="overlay", xaxis_title="ms after the first arrival",
-                      **{**LAYOUT, "height": min(2400, max(300, 16 * len(rows) + 140))})
-    result: dict[str, Any] = fig.to_plotly_json()
-    return result
+    return figure(fig, tall(len(rows), 16, 140), barmode="overlay", xaxis_title="ms after the first arrival",
+                  title=f"The {len(worst)} collectives with the most waiting: each rank from its arrival (ms after the first)")

@@ -10,11 +10,12 @@ import typer
 from typer.testing import CliRunner
 
 from perftracker.cli import lint_env
+from perftracker.cli.voice import add_command
 
 from .conftest import FIXTURES, lingjun_node
 
 app = typer.Typer()
-lint_env.register(app)
+add_command(app, "lint-env", lint_env.lint_env)
 
 
 @app.callback()

@@ -15,13 +15,14 @@ import typer
 from typer.testing import CliRunner
 
 from perftracker.cli import lint_env
+from perftracker.cli.voice import add_command
 from perftracker.collectors.counters import sysfs
 from perftracker.formats.nccl_lists import parse_list, selects_within
 
 from .conftest import FIXTURES, build_sysfs, lingjun_node
 
 app = typer.Typer()
-lint_env.register(app)
+add_command(app, "lint-env", lint_env.lint_env)
 
 
 @app.callback()

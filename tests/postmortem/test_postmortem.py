@@ -126,9 +126,10 @@ def test_pickle_walker_refuses_code_references_and_loads_plain_data(tmp_path: Pa
 
 def test_postmortem_command_writes_summary_and_prometheus(tmp_path: Path) -> None:
     from perftracker.cli import postmortem
+    from perftracker.cli.voice import add_command
 
     app = typer.Typer()
-    postmortem.register(app)
+    add_command(app, "postmortem", postmortem.postmortem)
 
     @app.callback()
     def _root() -> None:

@@ -21,7 +21,7 @@ from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.passes import costed_findings
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.collectors.postmortem.flight_recorder import load_fr_dumps
-from perftracker.reports.failure_section import wait_graph_section
+from perftracker.reports.waits_section import wait_graph_section
 from perftracker.store import Store
 
 from .frgen import entry
