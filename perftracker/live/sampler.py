@@ -35,18 +35,22 @@ class Progress:
     requested_at: float = 0.0  # epoch s the request names (a request file's mtime), 0 = now
 
 
-@dataclass
 class LiveContext:
-    run_dir: Path
-    job: Job
-    host: str
-    sysfs_root: Path = Path("/sys")
-    notes: list[str] = field(default_factory=list)
-    progress: Progress = field(default_factory=Progress)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    started_ns: int = field(default_factory=time.time_ns)
-    diagnosis: LiveDiagnosis = field(default_factory=NoDiagnosis)  # the CLI wires in the analyzers' verdicts
-    _started: dict[int, int] = field(default_factory=dict, repr=False)  # pid -> start time first seen (alive())
+    """What every sampler of one session shares: where it writes, the job, this host, notes, the job's progress
+    and the diagnosis seam (the CLI wires in the analyzers' verdicts)."""
+
+    __slots__ = ("run_dir", "job", "host", "sysfs_root", "notes", "progress", "lock", "started_ns", "diagnosis",
+                 "_started")
+
+    def __init__(self, run_dir: Path, job: Job, host: str, sysfs_root: Path = Path("/sys"),
+                 diagnosis: LiveDiagnosis | None = None) -> None:
+        self.run_dir, self.job, self.host, self.sysfs_root = run_dir, job, host, sysfs_root
+        self.diagnosis: LiveDiagnosis = diagnosis or NoDiagnosis()
+        self.notes: list[str] = []
+        self.progress = Progress()
+        self.lock = threading.Lock()
+        self.started_ns = time.time_ns()
+        self._started: dict[int, int] = {}  # pid -> start time first seen (alive())
 
     def note(self, text: str) -> None:
         with self.lock:

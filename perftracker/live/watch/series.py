@@ -8,7 +8,6 @@ is how many steps after the warm-up it holds; `clear()` forgets them all.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -31,13 +30,15 @@ def levels(rank: int, durations_s: np.ndarray, n: int, current: dict[int, float]
             best[rank] = float(means[:-n].min())
 
 
-@dataclass
 class _RankSteps:
     """One rank's last SERIES_STEPS steps and durations (ns), as they came, in two plain deques."""
 
-    steps: deque[int] = field(default_factory=lambda: deque(maxlen=SERIES_STEPS))
-    durations: deque[int] = field(default_factory=lambda: deque(maxlen=SERIES_STEPS))
-    ordered: bool = True  # every step came after the one before (one source; the usual case)
+    __slots__ = ("steps", "durations", "ordered")
+
+    def __init__(self) -> None:
+        self.steps: deque[int] = deque(maxlen=SERIES_STEPS)
+        self.durations: deque[int] = deque(maxlen=SERIES_STEPS)
+        self.ordered = True  # every step came after the one before (one source; the usual case)
 
     def add(self, step: int, duration_ns: int) -> None:
         if self.steps and step < self.steps[-1]:
