@@ -13,7 +13,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of
-from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.findings import Cost, Finding, Mark, Severity
 from perftracker.analyzers.stragglers.shift import ShiftVerdict, judge_shift, median_sorted
 from perftracker.analyzers.stragglers.waiting import WAITING_PHASES
 from perftracker.analyzers.thresholds import threshold, threshold_int
@@ -205,7 +205,7 @@ def _change_finding(store: Store, cp: ChangePoint) -> Finding:
             title=f"{title}; within this run's noise",
             recommendation=f"Not a slowdown by this run's evidence: {verdict.reason}.",
             evidence=evidence, ranks=tuple(ranks), hosts=hosts, confidence=verdict.confidence,
-            key="degradation:change",
+            key=Mark.DEGRADATION_CHANGE.key(),
         )
     if ranks:
         advice = ("Something changed at that step on the named rank: on its host check GPU clocks and thermals, "
@@ -219,5 +219,5 @@ def _change_finding(store: Store, cp: ChangePoint) -> Finding:
         severity=Severity.WARNING if cp.rise < threshold("degradation.critical_rise") else Severity.CRITICAL,
         title=title, recommendation=advice, evidence=evidence, ranks=tuple(ranks), hosts=hosts,
         confidence=verdict.confidence,
-        cost=Cost(cp.after_s - cp.before_s, (cp.after_s - cp.before_s) / cp.after_s), key="degradation:change",
+        cost=Cost(cp.after_s - cp.before_s, (cp.after_s - cp.before_s) / cp.after_s), key=Mark.DEGRADATION_CHANGE.key(),
     )

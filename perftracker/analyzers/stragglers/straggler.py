@@ -14,7 +14,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of
-from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.findings import Cost, Finding, Mark, Severity
 from perftracker.analyzers.layout.p2p import P2P
 from perftracker.analyzers.layout.views import parallel_layout_view
 from perftracker.analyzers.pipeline.victims import seat_of
@@ -294,7 +294,7 @@ def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, ver
             **({"durations_test": _durations_evidence(durations)} if by_work else {}), "before_arrival": did,
         },
         ranks=(r,), hosts=hosts_of(store, [r]), confidence=verdict.confidence,
-        cost=Cost(float(row["cost_per_step_s"]), float(row["cost_share"])), key=f"straggler:{r}",
+        cost=Cost(float(row["cost_per_step_s"]), float(row["cost_share"])), key=Mark.STRAGGLER_RANK.key(r),
     )
 
 
