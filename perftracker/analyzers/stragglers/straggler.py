@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.common import fmt_ms, hosts_of
+from perftracker.analyzers.common import fmt_ms, hosts_of, median_step_s, preferred
 from perftracker.analyzers.findings import Cost, Finding, Mark, Severity
 from perftracker.analyzers.layout.p2p import P2P
 from perftracker.analyzers.layout.views import parallel_layout_view
@@ -92,11 +92,8 @@ def rank_metrics(arr: pd.DataFrame, store: Store) -> pd.DataFrame:
 
 
 def _step_seconds(store: Store, arr: pd.DataFrame) -> float:
-    steps = store.steps
-    if not steps.empty:
-        prof = steps[steps["source"] == "profiler"]
-        use = prof if not prof.empty else steps
-        return float(use["dur_ns"].median()) / 1e9
+    if not store.steps.empty:
+        return median_step_s(preferred(store.steps, "profiler"))
     span = (arr["end_aligned"].max() - arr["start_aligned"].min()) / 1e9
     return float(span)
 
