@@ -9,14 +9,22 @@ import pandas as pd
 from perftracker.store import Store
 
 
+def preferred(steps: pd.DataFrame, source: str) -> pd.DataFrame:
+    """The steps from `source` ("profiler", "stepfile") when there are any, else all of them."""
+    chosen = steps[steps["source"] == source]
+    return chosen if not chosen.empty else steps
+
+
 def step_seconds(store: Store) -> pd.Series:
     """Median step duration in seconds per rank (profiler steps first, step files otherwise)."""
-    steps = store.steps
-    if steps.empty:
+    if store.steps.empty:
         return pd.Series(dtype=float)
-    prof = steps[steps["source"] == "profiler"]
-    use = prof if not prof.empty else steps
-    return use.groupby("rank")["dur_ns"].median() / 1e9
+    return preferred(store.steps, "profiler").groupby("rank")["dur_ns"].median() / 1e9
+
+
+def median_step_s(steps: pd.DataFrame) -> float:
+    """The median duration (s) of every rank's steps; 0 without steps."""
+    return float(steps["dur_ns"].median()) / 1e9 if len(steps) else 0.0
 
 
 def host(store: Store, rank: int) -> str:

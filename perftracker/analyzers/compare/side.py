@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.findings import Finding
+from perftracker.analyzers.stragglers.degradation import job_series
 
 
 @dataclass(frozen=True)
@@ -27,12 +28,9 @@ class RunSide:
     def job_steps_s(self) -> np.ndarray:
         """The job's step time per step (median across ranks), in seconds, in step order (step files
         preferred, as for the step analyzers)."""
-        steps = self.steps
-        if steps.empty:
+        if self.steps.empty:
             return np.array([], dtype=float)
-        files = steps[steps["source"].astype(str) == "stepfile"]
-        use = files if not files.empty else steps
-        return (use.groupby("step")["dur_ns"].median().sort_index() / 1e9).to_numpy(dtype=float)
+        return job_series(self.steps).to_numpy(dtype=float)
 
     def ms_per_step(self) -> pd.DataFrame:
         """Per (rank, kind, name): milliseconds per profiled step (ranks without profiled steps left out)."""

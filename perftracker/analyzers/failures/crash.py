@@ -14,7 +14,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.failures.fold import fold_into
-from perftracker.analyzers.failures.roots import root_findings
+from perftracker.analyzers.failures.roots import root_findings, who
 from perftracker.analyzers.failures.waitsources import world_size
 from perftracker.analyzers.failures.waitview import graph_of
 from perftracker.analyzers.findings import Finding, Mark, Severity
@@ -29,15 +29,6 @@ _CHECK = ("Look at what the culprit rank did instead: its log and traceback (the
           "a rank-dependent branch that skips or reorders a collective, a stuck data loader or file system, "
           "a dead GPU (Xid) or host. `perftracker attach --stacks` on a live hang shows where it is; "
           "TORCH_DISTRIBUTED_DEBUG=DETAIL checks collective order; dist.monitored_barrier() names a missing rank.")
-
-
-def _text(ranks: list[int]) -> str:
-    shown = ", ".join(str(r) for r in sorted(ranks)[:16])
-    return shown + ("..." if len(ranks) > 16 else "")
-
-
-def _who(ranks: list[int]) -> str:
-    return f"Rank {ranks[0]}" if len(ranks) == 1 else f"Ranks {_text(ranks)}"
 
 
 def host_map(store: Store) -> dict[int, str]:
@@ -111,8 +102,8 @@ def fr_findings(store: Store, hosts: dict[int, str], world: int) -> list[Finding
         culprits = behind or no_dump
         if culprits:
             last = "; ".join(f"rank {r} last entered #{entered[r]}" for r in behind[:6])
-            title = (f"{_who(culprits)}{_where(culprits, hosts)} never entered {what} that "
-                     f"{_who(waiting).lower()} wait in" + (f"; {last}" if last else "; no flight-recorder dump"))
+            title = (f"{who(culprits)}{_where(culprits, hosts)} never entered {what} that "
+                     f"{who(waiting).lower()} wait in" + (f"; {last}" if last else "; no flight-recorder dump"))
             rec = _CHECK
         elif mismatch and mismatch[0].evidence["seq"] == top:
             continue  # the mismatch finding explains why nobody completes it
@@ -138,7 +129,7 @@ def _mismatch(pg: str, rows: pd.DataFrame, hosts: dict[int, str]) -> list[Findin
         odd = sorted(r for r, k in sig.items() if k != major)
         majority = sorted(r for r, k in sig.items() if k == major)
         odd_s = "; ".join(f"rank {r} ran {sig[r][0]} {sig[r][1]}" for r in odd[:6])
-        title = (f"Mismatched collective at pg {pg} #{int(str(seq))}: {_who(majority).lower()} ran {major[0]} {major[1]}, "
+        title = (f"Mismatched collective at pg {pg} #{int(str(seq))}: {who(majority).lower()} ran {major[0]} {major[1]}, "
                  f"but {odd_s}{_where(odd, hosts)}")
         rec = ("Every rank of a process group must issue the same collectives with the same sizes in the same order. "
                "Find the rank-dependent code path (data-dependent shapes, a conditional collective, uneven inputs "
@@ -205,9 +196,9 @@ def _missing_finding(store: Store, backend: str, what: str, timed: list[int], pg
         exits = fail[fail["rank"].isin(missing)]
         evidence["culprit_lines"] = [f"{k} {f}:{ln}: {m[:160]}" for k, f, ln, m in
                                      zip(exits["kind"], exits["file"], exits["line"], exits["message"])][:16]
-        also = f" and {_who(lost_peer).lower()} then lost {'its' if len(lost_peer) == 1 else 'their'} peers" if lost_peer else ""
-        title = (f"{_who(missing)}{_where(missing, hosts)} never joined {what} where "
-                 f"{_who(timed).lower()} timed out{after}{also} ({backend})")
+        also = f" and {who(lost_peer).lower()} then lost {'its' if len(lost_peer) == 1 else 'their'} peers" if lost_peer else ""
+        title = (f"{who(missing)}{_where(missing, hosts)} never joined {what} where "
+                 f"{who(timed).lower()} timed out{after}{also} ({backend})")
         return Finding("crash", Severity.CRITICAL, title, _CHECK, evidence, ranks=tuple(missing),
                        hosts=_hosts(hosts, missing), key=f"crash:{backend}:{what}")
     title = f"All {len(timed)} ranks timed out in {what}{after} ({backend}): no rank is missing from it"

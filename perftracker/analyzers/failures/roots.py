@@ -16,13 +16,13 @@ ANALYZER = Kind.CRASH
 _SHOWN = 16
 
 
-def _ranks(ranks: tuple[int, ...] | list[int]) -> str:
+def ranks_text(ranks: tuple[int, ...] | list[int]) -> str:
     shown = ", ".join(str(r) for r in sorted(ranks)[:_SHOWN])
     return shown + ("..." if len(ranks) > _SHOWN else "")
 
 
-def _who(ranks: tuple[int, ...]) -> str:
-    return f"Rank {ranks[0]}" if len(ranks) == 1 else f"Ranks {_ranks(ranks)}"
+def who(ranks: tuple[int, ...] | list[int]) -> str:
+    return f"Rank {ranks[0]}" if len(ranks) == 1 else f"Ranks {ranks_text(ranks)}"
 
 
 def _when(ns: int) -> str:
@@ -163,8 +163,8 @@ def root_finding(graph: WaitGraph, root: Root, hosts: dict[int, str], failures: 
         extra.append("; ".join(f"rank {r} {t}" for r, t in sorted(last.items())[:2]))
     no_dump = sorted(set(root.ranks) & {r for b in graph.blocked for r in b.no_dump})
     if no_dump and root.kind != "no dump":
-        extra.append(f"rank{'s' if len(no_dump) > 1 else ''} {_ranks(no_dump)} left no dump")
-    title = f"{_who(root.ranks)}{where} {_what(graph, root)}"
+        extra.append(f"rank{'s' if len(no_dump) > 1 else ''} {ranks_text(no_dump)} left no dump")
+    title = f"{who(root.ranks)}{where} {_what(graph, root)}"
     if extra:
         title += f" ({'; '.join(extra)})"
     tail = consequence(root)

@@ -81,7 +81,7 @@ def port_series_view(analysis: Analysis) -> pd.DataFrame:
     return port_series(analysis.store)
 
 
-def _window(g: pd.DataFrame) -> dict[str, Any]:
+def window_of(g: pd.DataFrame) -> dict[str, Any]:
     start, end = int(g["t0_ns"].min()), int(g["t1_ns"].max())
     return {"start_ns": start, "end_ns": end, "seconds": round((end - start) / 1e9, 3)}
 
@@ -100,7 +100,7 @@ def port_summary(series: pd.DataFrame, store: Store) -> pd.DataFrame:
     layers = {(str(d.host), str(d.device), str(d.port)): str(d.link_layer)
               for d in store["devices"].itertuples() if d.kind == "nic"}
     for (host, dev, port), g in series.groupby(["host", "device", "port"]):
-        row: dict[str, Any] = {"host": host, "device": dev, "port": port, "window": _window(g),
+        row: dict[str, Any] = {"host": host, "device": dev, "port": port, "window": window_of(g),
                                "link_layer": layers.get((str(host), str(dev), str(port)), ""),
                                "wraps": int(g["wraps"].iloc[0]), "resets": int(g["resets"].iloc[0])}
         for gauge in _GAUGES:

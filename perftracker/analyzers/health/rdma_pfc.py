@@ -10,7 +10,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.health.rdma import CNP_NAMES, increases
+from perftracker.analyzers.health.rdma import CNP_NAMES, increases, window_of
 from perftracker.analyzers.thresholds import threshold
 from perftracker.store import Store
 from perftracker.values import ETHTOOL_COUNTER_PREFIX as PREFIX
@@ -45,11 +45,6 @@ def pfc_series(store: Store) -> pd.DataFrame:
         if not out.empty:
             frames.append(out[out["dt_s"] > 0].assign(host=str(host), device=str(dev), port=str(port)))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
-def _window(g: pd.DataFrame) -> dict[str, Any]:
-    start, end = int(g["t0_ns"].min()), int(g["t1_ns"].max())
-    return {"start_ns": start, "end_ns": end, "seconds": round((end - start) / 1e9, 3)}
 
 
 def _sum(g: pd.DataFrame, name: str) -> float:
@@ -109,7 +104,7 @@ class _Port:
         self.store, self.g = store, g
         self.host, self.dev, self.port = key
         self.netdev = netdevs.get(key, "") or self.dev
-        self.window = _window(g)
+        self.window = window_of(g)
         self.pauses = pauses(g)
         self.lossless = sorted(p for p in set(self.pauses["rx"]) | set(self.pauses["tx"]) if p != "global")
 

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.common import pct
+from perftracker.analyzers.common import median_step_s, pct
 from perftracker.analyzers.failures.stack_state import COLLECTIVES
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.stragglers.degradation import change_point, job_series
@@ -208,11 +208,10 @@ def analyze_baseline_shift(analysis: Analysis) -> list[Finding]:
     named = sorted(set(waits) | set(work))
     if not named or (len(common) >= 3 and 2 * len(named) > len(common)):
         return []
-    series = job_series(store)
+    series = job_series(store.steps)
     cp = change_point(series) if len(series) else None
     since = cp.step if cp is not None and cp.verdict.significant else None
-    steps = store.steps
-    step_s = float(steps["dur_ns"].median()) / 1e9 if len(steps) else 0.0
+    step_s = median_step_s(store.steps)
     return [_finding(r, waits.get(r), work.get(r, []), windows, since, step_s, _hosts(now, r), len(common))
             for r in named]
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from perftracker.analyzers.online.step_rules import trigger
+from perftracker.analyzers.online.step_rules import joined_alarm, trigger
 from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.store.alarms import Alarm, StepSeries
 from perftracker.values import robust_sigma
@@ -47,11 +47,5 @@ def series_alarm(series: StepSeries, window: int = DEFAULT_WINDOW, rise: float =
 
 def burst_alarm(series: Iterable[StepSeries], window: int = DEFAULT_WINDOW, rise: float = 0.2) -> Alarm | None:
     """One alarm for every series that fired (the earliest burst it began at is the one given)."""
-    fired = [a for a in (series_alarm(s, window, rise) for s in series) if a is not None]
-    if not fired:
-        return None
-    first = min(fired, key=lambda a: (a.step, -(a.current_s or 0.0) / (a.best_s or 1.0)))
-    ranks = tuple(sorted(r for a in fired for r in a.ranks))
-    lead = first.text if len(fired) == 1 else f"{len(fired)} ranks slower ({', '.join(map(str, ranks))}); {first.text}"
-    return Alarm("degradation", lead, ranks=ranks, step=first.step, current_s=first.current_s, best_s=first.best_s,
-                 details=tuple(a.text for a in fired), source=SOURCE)
+    return joined_alarm([a for a in (series_alarm(s, window, rise) for s in series) if a is not None],
+                        "{n} ranks slower ({ranks})")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.common import rank_list
+from perftracker.analyzers.common import median_step_s, rank_list
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.thresholds import threshold
 
@@ -55,8 +55,7 @@ def analyze_cpu_contention(analysis: Analysis) -> list[Finding]:
     if sched.empty:
         return []
     now, before = rank_windows(sched, "incident"), rank_windows(sched, "baseline")
-    steps = analysis.store.steps
-    step_s = float(steps["dur_ns"].median()) / 1e9 if len(steps) else 0.0
+    step_s = median_step_s(analysis.store.steps)
     findings = []
     for host in sorted({w.host for w in now.values()}):
         hit = sorted(r for r, w in now.items() if w.host == host and _contended(w, before.get(r)))

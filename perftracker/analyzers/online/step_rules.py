@@ -99,10 +99,16 @@ def degradation_alarm(series: Iterable[StepSeries], window: int = DEFAULT_WINDOW
                       rise: float = DEFAULT_RISE, rechecks: Rechecks | None = None) -> Alarm | None:
     """One alarm for every series that fired (the earliest change point is the step it began at)."""
     fired = [a for a in (series_alarm(s, window, rise, rechecks) for s in series) if a is not None]
+    return joined_alarm(fired, "{n} series slower (ranks {ranks})")
+
+
+def joined_alarm(fired: list[Alarm], many: str) -> Alarm | None:
+    """One alarm for the series that fired, led by the earliest (`many`: the lead's head with {n} and {ranks})."""
     if not fired:
         return None
     first = min(fired, key=lambda a: (a.step, -(a.current_s or 0.0) / (a.best_s or 1.0)))
     ranks = tuple(sorted(r for a in fired for r in a.ranks))
-    lead = first.text if len(fired) == 1 else f"{len(fired)} series slower (ranks {', '.join(map(str, ranks))}); {first.text}"
-    return Alarm("degradation", lead, ranks=ranks, step=first.step, current_s=first.current_s,
-                 best_s=first.best_s, confidence=first.confidence, details=tuple(a.text for a in fired))
+    head = many.format(n=len(fired), ranks=", ".join(map(str, ranks)))
+    return Alarm("degradation", first.text if len(fired) == 1 else f"{head}; {first.text}", ranks=ranks,
+                 step=first.step, current_s=first.current_s, best_s=first.best_s, confidence=first.confidence,
+                 details=tuple(a.text for a in fired), source=first.source)

@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.common import pct
+from perftracker.analyzers.common import median_step_s, pct
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.online.cpu_contention import RankWindow, rank_windows
 from perftracker.analyzers.stragglers.degradation import ChangePoint, change_point, job_series, spikes
@@ -161,7 +161,7 @@ def top_frames(samples: pd.DataFrame, rank: int) -> list[dict[str, Any]]:
 
 def _significant_change(analysis: Analysis) -> ChangePoint | None:
     """The degradation analyzer's change point (on the step times without their lone spikes), when significant."""
-    series = job_series(analysis.store)
+    series = job_series(analysis.store.steps)
     cp = change_point(series[~spikes(series)]) if len(series) else None
     return cp if cp is not None and cp.verdict.significant else None
 
@@ -233,8 +233,7 @@ def _finding(analysis: Analysis, w: Waited, now: dict[int, RankStates], before: 
                        "min_effect_over_spread": threshold("online.waited.min_effect_over_spread"),
                        "min_samples": threshold_int("online.waited.min_samples")},
     }
-    steps = store.steps
-    step_s = float(steps["dur_ns"].median()) / 1e9 if len(steps) else 0.0
+    step_s = median_step_s(store.steps)
     if cp is not None:
         cost = Cost(cp.after_s - cp.before_s, (cp.after_s - cp.before_s) / cp.after_s)
     else:

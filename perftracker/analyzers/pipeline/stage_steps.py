@@ -11,7 +11,7 @@ import pandas as pd
 
 from perftracker.analyzers.layout.model import Layout
 from perftracker.analyzers.layout.p2p import P2P, p2p_ops
-from perftracker.analyzers.traces.intervals import clip, total, union
+from perftracker.analyzers.traces.intervals import clipped_total
 from perftracker.store import Store
 
 COLUMNS = ["rank", "stage", "replica", "step", "start_ns", "p2p_end_ns", "phase_end_ns", "step_ms", "phase_ms", "recv_wait_ms",
@@ -22,7 +22,7 @@ COLUMNS = ["rank", "stage", "replica", "step", "start_ns", "p2p_end_ns", "phase_
 def _union_ns(spans: list[tuple[int, int]], lo: int, hi: int) -> int:
     """Total length of the union of [start, end) spans clipped to [lo, hi)."""
     arr = np.array(spans, dtype=np.int64).reshape(-1, 2)
-    return total(*union(*clip(arr[:, 0], arr[:, 1], lo, hi)))
+    return clipped_total(arr[:, 0], arr[:, 1], lo, hi)
 
 
 def _collectives(events: pd.DataFrame) -> pd.DataFrame:

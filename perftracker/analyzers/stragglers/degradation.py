@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.common import fmt_ms, hosts_of
-from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.common import fmt_ms, hosts_of, preferred
+from perftracker.analyzers.findings import Cost, Finding, Mark, Severity
 from perftracker.analyzers.stragglers.shift import ShiftVerdict, judge_shift, median_sorted
 from perftracker.analyzers.stragglers.waiting import WAITING_PHASES
 from perftracker.analyzers.thresholds import threshold, threshold_int
@@ -33,11 +33,9 @@ class ChangePoint:
         return self.after_s / self.before_s - 1.0 if self.before_s > 0 else 0.0
 
 
-def job_series(store: Store) -> pd.Series:
+def job_series(steps: pd.DataFrame) -> pd.Series:
     """Median step duration (s) across ranks, indexed by step (step files preferred)."""
-    steps = store.steps
-    src = steps[steps["source"] == "stepfile"]
-    use = src if not src.empty else steps
+    use = preferred(steps, "stepfile")
     if use.empty:
         return pd.Series(dtype=float)
     return use.groupby("step")["dur_ns"].median().sort_index() / 1e9
@@ -152,7 +150,7 @@ def _host_culprits(store: Store, rise: pd.Series) -> pd.Series:
 
 def analyze_degradation(analysis: Analysis) -> list[Finding]:
     store = analysis.store
-    series = job_series(store)
+    series = job_series(store.steps)
     if len(series) < threshold_int("degradation.min_steps"):
         return []
     findings: list[Finding] = []
@@ -205,7 +203,7 @@ def _change_finding(store: Store, cp: ChangePoint) -> Finding:
             title=f"{title}; within this run's noise",
             recommendation=f"Not a slowdown by this run's evidence: {verdict.reason}.",
             evidence=evidence, ranks=tuple(ranks), hosts=hosts, confidence=verdict.confidence,
-            key="degradation:change",
+            key=Mark.DEGRADATION_CHANGE.key(),
         )
     if ranks:
         advice = ("Something changed at that step on the named rank: on its host check GPU clocks and thermals, "
@@ -219,5 +217,5 @@ def _change_finding(store: Store, cp: ChangePoint) -> Finding:
         severity=Severity.WARNING if cp.rise < threshold("degradation.critical_rise") else Severity.CRITICAL,
         title=title, recommendation=advice, evidence=evidence, ranks=tuple(ranks), hosts=hosts,
         confidence=verdict.confidence,
-        cost=Cost(cp.after_s - cp.before_s, (cp.after_s - cp.before_s) / cp.after_s), key="degradation:change",
+        cost=Cost(cp.after_s - cp.before_s, (cp.after_s - cp.before_s) / cp.after_s), key=Mark.DEGRADATION_CHANGE.key(),
     )

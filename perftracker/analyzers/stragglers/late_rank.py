@@ -14,10 +14,11 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of
-from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.findings import Cost, Finding, Mark, Severity
 from perftracker.analyzers.stragglers.collectives import arrivals_view
 from perftracker.analyzers.stragglers.wait_transfer import collective_split_view, step_waits
 from perftracker.analyzers.thresholds import threshold
+from perftracker.analyzers.traces.intervals import clipped_total
 from perftracker.values import short_symbol
 
 MAX_INTERVALS = 16
@@ -87,23 +88,8 @@ def _activity(ev: pd.DataFrame, lo: int, hi: int) -> dict[str, Any]:
     for k, n, c, g in zip(kind, names, cover, gpu | cpu):
         if g:
             by_name[(k, n)] = by_name.get((k, n), 0.0) + float(c)
-    return {"span": hi - lo, "gpu_busy": _union(start[inside][gpu], end[inside][gpu], lo, hi),
-            "cpu_busy": _union(start[inside][cpu], end[inside][cpu], lo, hi), "ops": by_name}
-
-
-def _union(s: np.ndarray, e: np.ndarray, lo: int, hi: int) -> float:
-    if not len(s):
-        return 0.0
-    order = np.argsort(s)
-    total, cur_s, cur_e = 0.0, max(int(s[order[0]]), lo), min(int(e[order[0]]), hi)
-    for i in order[1:]:
-        a, b = max(int(s[i]), lo), min(int(e[i]), hi)
-        if a > cur_e:
-            total += max(cur_e - cur_s, 0)
-            cur_s, cur_e = a, b
-        else:
-            cur_e = max(cur_e, b)
-    return total + max(cur_e - cur_s, 0)
+    return {"span": hi - lo, "gpu_busy": float(clipped_total(start[inside][gpu], end[inside][gpu], lo, hi)),
+            "cpu_busy": float(clipped_total(start[inside][cpu], end[inside][cpu], lo, hi)), "ops": by_name}
 
 
 def before_arrival(analysis: Analysis, rank: int) -> dict[str, Any]:
@@ -205,5 +191,5 @@ def measured_wait_finding(analysis: Analysis, step_s: float, cost_s: float) -> F
                   "waited_for": {int(str(r)): round(float(v) / 1e6, 3) for r, v in ranked["caused_ns"].head(8).items()},
                   "before_arrival": did},
         ranks=(rank,), hosts=hosts_of(analysis.store, [rank]), cost=Cost(cost_s, cost_s / step_s if step_s > 0 else 0.0),
-        confidence=0.0, key=f"straggler:measured:{rank}",
+        confidence=0.0, key=Mark.STRAGGLER_MEASURED.key(rank),
     )

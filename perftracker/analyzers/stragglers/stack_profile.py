@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.common import median_step_s
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.stragglers.frame_shares import frame_shares
 from perftracker.analyzers.thresholds import threshold, threshold_int
@@ -69,11 +70,6 @@ def deepest(frames: dict[str, float], depth: dict[str, int], user_only: bool) ->
     cut = threshold("stack_profile.near_max") * top
     near = [f for f, v in frames.items() if v >= cut and (is_user_frame(f) or not user_only)]
     return max(near, key=lambda f: (depth.get(f, 0), frames[f])) if near else None
-
-
-def _median_step_s(store: Store) -> float:
-    steps = store.steps
-    return float(steps["dur_ns"].median()) / 1e9 if len(steps) else 0.0
 
 
 def rank_profiles(store: Store, min_samples: int | None = None) -> dict[int, tuple[dict[str, float], dict[str, int], int]]:
@@ -136,7 +132,7 @@ def analyze_stack_profile(analysis: Analysis) -> list[Finding]:
             flagged[rank] = excess
     if not flagged or len(flagged) * 2 >= len(per_rank):
         return []
-    step_s = _median_step_s(store)
+    step_s = median_step_s(store.steps)
     return [_finding(rank, excess, per_rank, median, step_s, store, 1.0 - family_p[rank])
             for rank, excess in sorted(flagged.items())]
 

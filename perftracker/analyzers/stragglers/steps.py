@@ -9,7 +9,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of
-from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.findings import Cost, Finding, Mark, Severity
 from perftracker.analyzers.stragglers.jitter import jitter_finding
 from perftracker.analyzers.stragglers.significance import judge_outliers
 from perftracker.analyzers.stragglers.waiting import is_waiting_phase
@@ -153,6 +153,6 @@ def _phases(store: Store, stats: pd.DataFrame) -> list[Finding]:
                                            "times_slowest": stats_r.times_slowest if stats_r else 0,
                                            "alpha": round(threshold("straggler.alpha") / n_phases, 5)}},
                 ranks=(rank,), hosts=hosts_of(store, [rank]), confidence=verdict.confidence,
-                cost=Cost(extra, extra / step if step > 0 else 0.0), key=f"steps:phase:{phase}:{rank}",
+                cost=Cost(extra, extra / step if step > 0 else 0.0), key=Mark.STEPS_PHASE.key(phase, rank),
             ))
     return out

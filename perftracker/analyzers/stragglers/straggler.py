@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.common import fmt_ms, hosts_of
-from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.common import fmt_ms, hosts_of, median_step_s, preferred
+from perftracker.analyzers.findings import Cost, Finding, Mark, Severity
 from perftracker.analyzers.layout.p2p import P2P
 from perftracker.analyzers.layout.views import parallel_layout_view
 from perftracker.analyzers.pipeline.victims import seat_of
@@ -92,11 +92,8 @@ def rank_metrics(arr: pd.DataFrame, store: Store) -> pd.DataFrame:
 
 
 def _step_seconds(store: Store, arr: pd.DataFrame) -> float:
-    steps = store.steps
-    if not steps.empty:
-        prof = steps[steps["source"] == "profiler"]
-        use = prof if not prof.empty else steps
-        return float(use["dur_ns"].median()) / 1e9
+    if not store.steps.empty:
+        return median_step_s(preferred(store.steps, "profiler"))
     span = (arr["end_aligned"].max() - arr["start_aligned"].min()) / 1e9
     return float(span)
 
@@ -294,7 +291,7 @@ def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, ver
             **({"durations_test": _durations_evidence(durations)} if by_work else {}), "before_arrival": did,
         },
         ranks=(r,), hosts=hosts_of(store, [r]), confidence=verdict.confidence,
-        cost=Cost(float(row["cost_per_step_s"]), float(row["cost_share"])), key=f"straggler:{r}",
+        cost=Cost(float(row["cost_per_step_s"]), float(row["cost_share"])), key=Mark.STRAGGLER_RANK.key(r),
     )
 
 

@@ -12,7 +12,7 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.traces.cpu_ops import cpu_calls_view
 from perftracker.analyzers.traces.grouping import Groups, Ints, codes_of
 from perftracker.analyzers.traces.idle import GAP_COLUMNS, idle_gaps_view
-from perftracker.analyzers.traces.intervals import union
+from perftracker.analyzers.traces.intervals import covered_within, union
 from perftracker.analyzers.traces.kernels import kernel_work_view, profiled_steps
 from perftracker.values import short_symbol
 
@@ -23,19 +23,6 @@ OPS_PER_GAP = 3
 IDLE_OPS_COLUMNS = ["rank", "category", "name", "kind", "self_ns", "gap_ns", "share_pct"]
 LONGEST_COLUMNS = ["rank", "window", "category", "step", "start_ns", "dur_ns", "cpu_ops", "next_kernel",
                    "launched_by"]
-
-
-def _covered(gap_start: Ints, gap_len: Ints, start: Ints, end: Ints) -> Ints:
-    """Length of each [start, end) inside the union of disjoint sorted gaps (gap_len 0: a gap not counted)."""
-    before = np.concatenate([[0], np.cumsum(gap_len)])
-
-    def upto(t: Ints) -> Ints:
-        k = np.searchsorted(gap_start, t, side="right") - 1
-        inside = np.clip(t - gap_start[np.clip(k, 0, None)], 0, gap_len[np.clip(k, 0, None)])
-        result: Ints = np.where(k >= 0, before[np.clip(k, 0, None)] + inside, 0)
-        return result
-
-    return upto(end) - upto(start)
 
 
 @dataclass(frozen=True)
@@ -92,8 +79,9 @@ def idle_ops_view(analysis: Analysis) -> pd.DataFrame:
         category_of = mine["category"].to_numpy()
         for category in dict.fromkeys(category_of.tolist()):
             lengths = np.where(category_of == category, gap_len, 0)
-            own = calls.own(lo, hi, _covered(gap_start, lengths, start, end))
-            untraced = int(lengths.sum()) - int(_covered(gap_start, lengths, busy_s, busy_e).sum())
+            gap_end = gap_start + lengths
+            own = calls.own(lo, hi, covered_within(gap_start, gap_end, start, end))
+            untraced = int(lengths.sum()) - int(covered_within(gap_start, gap_end, busy_s, busy_e).sum())
             used = np.flatnonzero(own > 0)
             parts.append(pd.DataFrame({"rank": rank, "category": str(category), "name_code": calls.name[lo + used],
                                        "kind_code": calls.kind[lo + used], "self_ns": own[used]}))

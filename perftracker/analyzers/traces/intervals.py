@@ -55,6 +55,11 @@ def clip(starts: Ints, ends: Ints, lo: int, hi: int) -> tuple[Ints, Ints]:
     return s[keep], e[keep]
 
 
+def clipped_total(starts: Ints, ends: Ints, lo: int, hi: int) -> int:
+    """Length of the union of possibly overlapping intervals cut to [lo, hi]."""
+    return total(*union(*clip(starts, ends, lo, hi)))
+
+
 def intersect(a_s: Ints, a_e: Ints, b_s: Ints, b_e: Ints) -> tuple[Ints, Ints]:
     """The intersection of two sets of disjoint, sorted intervals, as disjoint, sorted intervals."""
     if len(a_s) == 0 or len(b_s) == 0:
