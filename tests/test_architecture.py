@@ -297,3 +297,15 @@ def test_tests_mirror_the_package_rooms() -> None:
     assert [str(f.relative_to(TESTS)) for f in mirrored
             if not (PACKAGE / f.relative_to(TESTS)).is_dir()] == []
     assert sorted(p.name for p in TESTS.glob("test_*.py") if p.name not in TOP_LEVEL_TESTS) == []
+
+
+# Issue 37 asks for 42,000 lines at most (47,729 when it was filed): new capability is paid for by removals.
+# The budget is where the package stands, lowered as code goes, never raised to make room.
+MAX_PACKAGE_LINES = 44_500
+
+
+def test_the_package_stays_within_its_line_budget() -> None:
+    # GIVEN every module of the package (blank lines and docstrings count: `wc -l`)
+    lines = sum(len(path.read_text(encoding="utf-8").splitlines()) for path in PACKAGE.rglob("*.py"))
+    # THEN the package is no larger than its budget
+    assert lines <= MAX_PACKAGE_LINES, f"perftracker/ has {lines:,} lines, over its budget of {MAX_PACKAGE_LINES:,}"
