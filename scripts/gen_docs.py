@@ -96,7 +96,8 @@ def cli_page() -> str:
              "naming what and where, never a traceback), `3` a finding at or above `--fail-on` (or a regression "
              "for `diff`), `70` an internal error ([CI gates and exit codes](../guides/ci-gates.md)).", ""]
     ctx_root = root.make_context("perftracker", [], resilient_parsing=True)
-    for name, command in root.commands.items():
+    for name in root.list_commands(ctx_root):
+        command = root.get_command(ctx_root, name)
         if command.hidden:
             continue
         ctx = command.make_context(name, [], parent=ctx_root, resilient_parsing=True)

@@ -7,29 +7,47 @@ once (cli/options.py). Nothing prints a traceback unless PERFTRACKER_DEBUG=1 (a 
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
+from typing import Any
 
 import typer
+import typer.main
 
 from perftracker._version import __version__
-from perftracker.cli import (
-    analyze,
-    attach,
-    demo,
-    diff,
-    incidents,
-    lint_env,
-    postmortem,
-    ps,
-    report,
-    run,
-    sanity,
-    thresholds,
-    timeline,
-)
 from perftracker.cli.voice import EXIT_INTERNAL, EXIT_USAGE, Group, add_command, say
 from perftracker.errors import PerftrackerError
+
+# each command's name -> its module under perftracker/cli/, whose function of the same name it runs (in --help order)
+COMMANDS = {"analyze": "analyze", "report": "report", "diff": "diff", "timeline": "timeline", "demo": "demo",
+            "ps": "ps", "attach": "attach", "run": "run", "postmortem": "postmortem", "incidents": "incidents",
+            "lint-env": "lint_env", "sanity": "sanity", "thresholds": "thresholds"}
+PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}  # `run`: the launch command after --
+
+
+class LazyGroup(Group):
+    """The `perftracker` group, which imports a command's module only when that command is asked for: `--version`,
+    a usage error or one command's help do not import the analysis (most of a command's start-up time)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._loaded: dict[str, Any] = {}
+
+    def list_commands(self, ctx: Any) -> list[str]:  # typer's own click types; typed loosely on purpose
+        return list(COMMANDS)
+
+    def get_command(self, ctx: Any, name: str) -> Any:
+        if name not in COMMANDS:
+            return None
+        if name not in self._loaded:
+            module = COMMANDS[name]
+            one = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+            add_command(one, name, getattr(importlib.import_module(f"perftracker.cli.{module}"), module),
+                        context_settings=PASS_THROUGH if name == "run" else None)
+            self._loaded[name] = typer.main.get_command(one)
+        return self._loaded[name]
+
 
 app = typer.Typer(
     name="perftracker",
@@ -38,7 +56,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    cls=Group,
+    cls=LazyGroup,
 )
 
 
@@ -53,14 +71,6 @@ def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, metavar="", help="Show the version and exit."),
 ) -> None:
     """perftracker: performance diagnostics for distributed deep-learning training."""
-
-
-PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}  # `run`: the launch command after --
-for name, command in (("analyze", analyze.analyze), ("report", report.report), ("diff", diff.diff),
-                      ("timeline", timeline.timeline), ("demo", demo.demo), ("ps", ps.ps), ("attach", attach.attach),
-                      ("run", run.run), ("postmortem", postmortem.postmortem), ("incidents", incidents.incidents),
-                      ("lint-env", lint_env.lint_env), ("sanity", sanity.sanity), ("thresholds", thresholds.thresholds)):
-    add_command(app, name, command, context_settings=PASS_THROUGH if name == "run" else None)
 
 
 def main() -> None:

@@ -13,16 +13,18 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import typer
 from rich.console import Console
 from typer.core import TyperCommand, TyperGroup
 
-from perftracker import api
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.errors import PerftrackerError, UsageError
 from perftracker.reports.text import print_summary, printable
+
+if TYPE_CHECKING:  # the API (the analysis behind it) is imported by the commands that run one, not by the voice
+    from perftracker import api
 
 EXIT_USAGE = 2
 EXIT_FINDINGS = 3
@@ -56,6 +58,8 @@ def print_run(console: Console, run: api.Run, written: bool = True) -> None:
 def write_and_say(run: api.Run, out: Path, tell: Callable[[api.Run, bool], None]) -> None:
     """Write `run` into `out`, then `tell` it (written or not): when a file cannot be written, the verdict of the
     finished analysis is told first, then the error raised (exit 2)."""
+    from perftracker import api  # here: the voice itself does not import the analysis
+
     try:
         run.write(out)
     except api.ReportNotWritten as exc:

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from perftracker.cli import app
 from perftracker.cli.voice import reflow_help
 
-COMMANDS = sorted(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+COMMANDS = sorted(typer.main.get_command(app).list_commands(None))  # type: ignore[attr-defined, arg-type]
 
 
 def wide_help(monkeypatch: pytest.MonkeyPatch, *args: str) -> str:
