@@ -33,15 +33,16 @@ DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "hta" / "df_index_resolver"
 def _one_run(code: Path, trace: Path, out: Path) -> tuple[float, float, list[str]]:
     """(CPU s, wall s, the findings' titles) of one analyze of `trace` with perftracker from `code`."""
     env = dict(os.environ, PYTHONPATH=str(code))
-    started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "perftracker", "analyze", str(trace), "-o", str(out),
-                             "--no-cache"], env=env, cwd=code, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    if proc.returncode not in (0, 1, 2):  # 1/2: findings at warning/critical, not a failure
+    with tempfile.TemporaryFile() as errors:  # a file, not a pipe: a pipe left unread while waiting could fill
+        started = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-m", "perftracker", "analyze", str(trace), "-o", str(out),
+                                 "--no-cache"], env=env, cwd=code, stdout=subprocess.DEVNULL, stderr=errors)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        errors.seek(0)
+        stderr = errors.read().decode(errors="replace")
+    if proc.returncode != 0:  # 2 is bad input, not findings (no --fail-on is given)
         sys.exit(f"analyze with {code} failed ({proc.returncode}): {stderr[-2000:]}")
     findings = json.loads((out / "findings.json").read_text(encoding="utf-8"))["findings"]
     return usage.ru_utime + usage.ru_stime, wall, [str(f.get("title", "")) for f in findings]
