@@ -24,6 +24,17 @@ sys.path.insert(0, str(ROOT / "benchmarks"))  # the synthetic job generator (syn
 REAL_JOB_GROUP = "real-jobs"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile the package and the job scripts to bytecode once, in the controller, before any test: the tests
+    start hundreds of Python processes (`perftracker` commands, torchrun ranks), and where PYTHONDONTWRITEBYTECODE
+    is set (as in CI) each of them compiled every module it imported again (~0.5 s of CPU per command)."""
+    if not hasattr(config, "workerinput"):
+        import compileall
+
+        for folder in ("perftracker", "scripts"):
+            compileall.compile_dir(ROOT / folder, quiet=2)
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """How pytest-xdist (`--dist loadgroup`) shares the tests out: every real multi-process job test on one

@@ -105,12 +105,12 @@ def test_the_wait_graph_is_linear_in_ranks() -> None:
     blocked = Blocked("0", "default_pg", 5, "nccl:all_reduce", "", tuple(range(half)), tuple(range(half, 2 * half)),
                       (), T0)
     # WHEN the graph is built THEN its edges grow with the ranks (was 4096 x 4096), one root of 4096 ranks
-    began = time.perf_counter()
+    began = time.process_time()
     graph = build([blocked], [], tuple(range(half)), 2 * half)
     assert sum(len(t) for t in graph.edges.values()) <= 2 * half + 2
     assert [(r.kind, len(r.ranks), len(r.behind)) for r in graph.roots] == [("missing", half, half)]
     assert graph.waiting == tuple(range(half))
-    assert time.perf_counter() - began < 10
+    assert time.process_time() - began < 10
 
 
 def test_one_dump_of_a_64k_member_group_is_judged_in_seconds(tmp_path: Path) -> None:
@@ -119,8 +119,8 @@ def test_one_dump_of_a_64k_member_group_is_judged_in_seconds(tmp_path: Path) -> 
     body = _dump(0, {"0": (5, 4)}, {"0": list(range(n))})
     (tmp_path / "nccl_trace_rank_0").write_bytes(pickle.dumps(body))
     store = _load(tmp_path)
-    began = time.perf_counter()
+    began = time.process_time()
     found = analyze_crash(Analysis(store))
     # THEN the 65,535 ranks without a dump are one root, found in seconds, its evidence bounded
-    assert time.perf_counter() - began < 40
+    assert time.process_time() - began < 40
     assert len(found[0].ranks) == n - 1 and len(found[0].evidence["last"]) <= 256

@@ -32,10 +32,10 @@ def test_a_hostile_thresholds_file_is_a_usage_error_in_linear_time(name: str, tm
     path = tmp_path / f"{name}.toml"
     path.write_text(HOSTILE[name])
     # WHEN read THEN it is refused at once, naming the file and why (no RecursionError, no minutes)
-    began = time.perf_counter()
+    began = time.process_time()
     with pytest.raises(UsageError) as caught:
         read_overrides(path)
-    assert time.perf_counter() - began < 5
+    assert time.process_time() - began < 5
     assert caught.value.where == str(path) and ("nested" in caught.value.what or "key" in caught.value.what)
 
 
