@@ -7,6 +7,7 @@ text a finding carries passes `redaction.safe_text` / `plain_line` when it is ma
 from __future__ import annotations
 
 import hashlib
+import traceback
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import IntEnum, StrEnum
@@ -200,13 +201,19 @@ class Finding:
         )
 
 
+def failure_finding(analyzer: str, title: str, recommendation: str, key: str) -> Finding:
+    """A warning (context) that a part of perftracker failed, with the exception being handled's traceback."""
+    return Finding(analyzer, Severity.WARNING, title, recommendation, {"traceback": traceback.format_exc(limit=6)},
+                   key=key, role=Role.CONTEXT)
+
+
+NO_ACTION = "No action needed; listed so the scope of the analysis is clear."  # a context finding's advice
 MAX_EVIDENCE_DEPTH = 64  # deeper than any evidence perftracker writes; deeper parts of an edited file are cut
 
 
 def safe_evidence(evidence: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of `evidence` with every string, keys too, passed through `safe_text` (an NCCL line kept as a key of
-    a count is redacted like a value), walked
-    without recursion; a part nested deeper than MAX_EVIDENCE_DEPTH becomes the text "<nested too deeply>"."""
+    """A copy of `evidence` with every string, keys too, passed through `safe_text`, walked without recursion; a
+    part nested deeper than MAX_EVIDENCE_DEPTH becomes the text "<nested too deeply>"."""
     root: dict[str, Any] = {_safe_key(k): None for k in evidence}  # the keys in their order, filled below
     todo: list[tuple[Any, dict[str, Any] | list[Any], Any, int]] = [
         (v, root, _safe_key(k), 1) for k, v in evidence.items()]
