@@ -16,9 +16,10 @@ from perftracker.analyzers.failures.stack_state import (
     signature,
     states_from_table,
     still,
-    switches_from_table,
+    switches_of,
 )
 from perftracker.analyzers.findings import Finding, Severity
+from perftracker.store.stack_frames import main_stacks
 
 
 def _ranks_text(ranks: list[int]) -> str:
@@ -87,8 +88,8 @@ def _choose(stacks: pd.DataFrame, last_step_ns: int) -> tuple[str, str, dict[int
         first, second = periodic[-2], periodic[-1]
         a, b = states[first], states[second]
         same = signature(a) == signature(b)  # the live sampler's notion of "the same picture"
-        switches = switches_from_table(stacks)
-        if same and not still(b, switches.get(first, {}), switches.get(second, {}),
+        looks = main_stacks(stacks)
+        if same and not still(b, switches_of(looks.get(first, {})), switches_of(looks.get(second, {})),
                               (times[second] - times[first]) / 1e9):
             same = False  # the same stacks twice, but the ranks kept waking up: a loop, not a hang
         if same:

@@ -138,8 +138,3 @@ def switches_of(look: Mapping[int, MainStack]) -> dict[int, int | None]:
 def states_from_table(stacks: pd.DataFrame) -> dict[str, dict[int, RankState]]:
     """snapshot name -> rank -> RankState, from the `stacks` table (main threads only)."""
     return {snap: rank_states(look) for snap, look in main_stacks(stacks).items()}
-
-
-def switches_from_table(stacks: pd.DataFrame) -> dict[str, dict[int, int | None]]:
-    """snapshot name -> rank -> its main thread's voluntary context switches when dumped (None unknown)."""
-    return {snap: switches_of(look) for snap, look in main_stacks(stacks).items()}
