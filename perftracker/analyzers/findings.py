@@ -256,9 +256,8 @@ def _confidence(value: Any) -> float | None:
 
 
 def rank_findings(findings: Iterable[Finding]) -> list[Finding]:
-    """The one order of findings everywhere (findings.json, terminal, report, verdict): severity first
-    (critical before warning before info), then cost per step and share of the step (largest first),
-    then confidence (surest first), then title for stability."""
+    """The one order of findings everywhere (findings.json, terminal, report, verdict): severity, then cost per
+    step and share of the step (largest first), then confidence (surest first), then title for stability."""
     return sorted(
         findings,
         key=lambda f: (-int(f.severity), -f.cost.seconds_per_step, -f.cost.share_of_step,

@@ -21,9 +21,8 @@ Ints = npt.NDArray[np.int64]
 
 
 def cpu_calls(store: Store) -> pd.DataFrame:
-    """Every CPU event with its parent, self time and op (docs/internals/analyzers.md), computed a few ranks at a time
-    (`per_rank.by_rank`; a call's parent and op are of its own thread, so of its own rank): `parent` and `op` are rows of the
-    whole table."""
+    """Every CPU event with its parent, self time and op (rows of the whole table; docs/internals/analyzers.md),
+    computed a few ranks at a time (`per_rank.by_rank`: a call's parent and op are of its own rank)."""
     offset = 0
     is_step = value_test(store.events_schema(["name"])["name"], _is_profiler_step)
 
