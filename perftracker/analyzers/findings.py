@@ -42,9 +42,6 @@ class Role(StrEnum):
     CONSEQUENCE = "consequence"
     CONTEXT = "context"
 
-    def __str__(self) -> str:
-        return str(self.value)
-
 
 class Kind(StrEnum):
     """The built-in analyzers' names (`Finding.analyzer`; `registry.BUILTIN` lists one analyzer per name), plus
@@ -76,9 +73,6 @@ class Kind(StrEnum):
     STRAGGLER = "straggler"
     EFFICIENCY = "efficiency"
     REPLAY = "replay"
-
-    def __str__(self) -> str:
-        return str(self.value)
 
     def __hash__(self) -> int:  # as its text's: a Kind finds the analyzer's name in a dict or set, and back
         return hash(self.value)
