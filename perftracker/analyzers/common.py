@@ -27,10 +27,6 @@ def median_step_s(steps: pd.DataFrame) -> float:
     return float(steps["dur_ns"].median()) / 1e9 if len(steps) else 0.0
 
 
-def host(store: Store, rank: int) -> str:
-    return store.host_of(rank)
-
-
 def hosts_of(store: Store, ranks: list[int]) -> tuple[str, ...]:
     return tuple(sorted({h for h in (store.host_of(r) for r in ranks) if h}))
 

@@ -62,7 +62,7 @@ def coverage(analysis: Analysis) -> list[Area]:
     sampled = judgeable(analysis) or against_baseline(analysis)  # a median rank, or the watcher's baseline window
     inspector = store["nccl_collectives"]["rank"].nunique() >= 2  # NCCL Inspector records of two ranks or more
     states = store["proc_states"]["rank"].nunique() >= 2  # the ranks' sampled scheduler states (a --watch incident)
-    areas = [
+    return [
         Area("stragglers and step time", trace_ranks or step_ranks or sampled or inspector or states,
              _present(traces=trace_ranks, step_times=step_ranks, sampled_stacks=sampled, NCCL_Inspector=inspector,
                       scheduler_states=states),
@@ -86,7 +86,6 @@ def coverage(analysis: Analysis) -> list[Area]:
         Area("crashes", failures, _present(job_logs=failures),
              "the job's output and error files (perftracker run or postmortem)", listed_unjudged=False),
     ]
-    return areas
 
 
 def coverage_dict(areas: list[Area]) -> dict[str, list[dict[str, Any]]]:

@@ -7,6 +7,7 @@ text a finding carries passes `redaction.safe_text` / `plain_line` when it is ma
 from __future__ import annotations
 
 import hashlib
+import traceback
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import IntEnum, StrEnum
@@ -41,9 +42,6 @@ class Role(StrEnum):
     CONSEQUENCE = "consequence"
     CONTEXT = "context"
 
-    def __str__(self) -> str:
-        return str(self.value)
-
 
 class Kind(StrEnum):
     """The built-in analyzers' names (`Finding.analyzer`; `registry.BUILTIN` lists one analyzer per name), plus
@@ -75,9 +73,6 @@ class Kind(StrEnum):
     STRAGGLER = "straggler"
     EFFICIENCY = "efficiency"
     REPLAY = "replay"
-
-    def __str__(self) -> str:
-        return str(self.value)
 
     def __hash__(self) -> int:  # as its text's: a Kind finds the analyzer's name in a dict or set, and back
         return hash(self.value)
@@ -200,13 +195,19 @@ class Finding:
         )
 
 
+def failure_finding(analyzer: str, title: str, recommendation: str, key: str) -> Finding:
+    """A warning (context) that a part of perftracker failed, with the exception being handled's traceback."""
+    return Finding(analyzer, Severity.WARNING, title, recommendation, {"traceback": traceback.format_exc(limit=6)},
+                   key=key, role=Role.CONTEXT)
+
+
+NO_ACTION = "No action needed; listed so the scope of the analysis is clear."  # a context finding's advice
 MAX_EVIDENCE_DEPTH = 64  # deeper than any evidence perftracker writes; deeper parts of an edited file are cut
 
 
 def safe_evidence(evidence: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of `evidence` with every string, keys too, passed through `safe_text` (an NCCL line kept as a key of
-    a count is redacted like a value), walked
-    without recursion; a part nested deeper than MAX_EVIDENCE_DEPTH becomes the text "<nested too deeply>"."""
+    """A copy of `evidence` with every string, keys too, passed through `safe_text`, walked without recursion; a
+    part nested deeper than MAX_EVIDENCE_DEPTH becomes the text "<nested too deeply>"."""
     root: dict[str, Any] = {_safe_key(k): None for k in evidence}  # the keys in their order, filled below
     todo: list[tuple[Any, dict[str, Any] | list[Any], Any, int]] = [
         (v, root, _safe_key(k), 1) for k, v in evidence.items()]
@@ -249,9 +250,8 @@ def _confidence(value: Any) -> float | None:
 
 
 def rank_findings(findings: Iterable[Finding]) -> list[Finding]:
-    """The one order of findings everywhere (findings.json, terminal, report, verdict): severity first
-    (critical before warning before info), then cost per step and share of the step (largest first),
-    then confidence (surest first), then title for stability."""
+    """The one order of findings everywhere (findings.json, terminal, report, verdict): severity, then cost per
+    step and share of the step (largest first), then confidence (surest first), then title for stability."""
     return sorted(
         findings,
         key=lambda f: (-int(f.severity), -f.cost.seconds_per_step, -f.cost.share_of_step,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.findings import Finding, Kind, Severity
+from perftracker.analyzers.findings import NO_ACTION, Finding, Kind, Severity
 from perftracker.analyzers.traces.exec_trace import execution_trace_findings
 from perftracker.errors import sentence_start
 from perftracker.store import Store
@@ -19,26 +19,19 @@ def analyze_inputs(analysis: Analysis) -> list[Finding]:
     if errors:
         findings.append(Finding(
             Kind.INPUTS, Severity.WARNING, f"{len(errors)} input file(s) could not be used; results cover the rest",
-            recommendation="Re-export or re-copy the files listed in the evidence; the other ranks were analyzed.",
-            evidence={"files": {n.source: n.message for n in errors[:50]}},
-            key="inputs:errors",
-        ))
+            "Re-export or re-copy the files listed in the evidence; the other ranks were analyzed.",
+            {"files": {n.source: n.message for n in errors[:50]}}, key="inputs:errors"))
     partial = [n for n in store.notes if n.level == "warning"]
     if partial:
         findings.append(Finding(
             Kind.INPUTS, Severity.WARNING, f"{len(partial)} input(s) were only partly usable (cut off or malformed)",
-            recommendation="The job was probably killed while writing. Results use the recovered part; "
-            "profile again with a clean exit (prof.stop() / leaving the profiler context) for full data.",
-            evidence={"notes": [f"{n.source}: {n.message}" for n in partial[:50]]},
-            key="inputs:partial",
-        ))
+            "The job was probably killed while writing. Results use the recovered part; profile again with a "
+            "clean exit (prof.stop() / leaving the profiler context) for full data.",
+            {"notes": [f"{n.source}: {n.message}" for n in partial[:50]]}, key="inputs:partial"))
     for note in store.notes:
         if note.level == "info":
-            findings.append(Finding(
-                analyzer="inputs", severity=Severity.INFO, title=sentence_start(note.message),
-                recommendation="No action needed; listed so the scope of the analysis is clear.",
-                evidence=dict(note.data), key=f"inputs:{note.message}",
-            ))
+            findings.append(Finding(Kind.INPUTS, Severity.INFO, sentence_start(note.message), NO_ACTION,
+                                    dict(note.data), key=f"inputs:{note.message}"))
     if store.n_events and not store.event_columns(["stream"])["stream"].ge(0).any():
         findings.append(_no_gpu_activity(store))
     findings.extend(execution_trace_findings(analysis))
@@ -55,33 +48,26 @@ def _no_gpu_activity(store: Store) -> Finding:
     skipped = "GPU breakdown, overlap and idle analyses were skipped. "
     if launches and ranges:
         return Finding(
-            analyzer="inputs", severity=Severity.WARNING,
-            title=(f"The traces hold {launches} kernel launches but no kernel events: CUPTI range profiling "
-                   f"({ranges} counter ranges, cuda_profiler_range) replaced kernel tracing"),
-            recommendation=skipped + "ProfilerActivity.CUDA was on (the CUDA runtime calls are traced); the "
-            "profile was taken with hardware counters (torch.profiler's experimental_config="
-            "_ExperimentalConfig(profiler_metrics=[...])), which serializes kernels and records counter "
-            "ranges instead of a kernel timeline. Profile again without profiler_metrics for the timeline; "
-            "keep counter runs apart.",
-            evidence={"kernel_launches": launches, "counter_ranges": ranges, "runtime_calls": len(runtime)},
-            key="inputs:no-kernels-range-profiling",
-        )
+            Kind.INPUTS, Severity.WARNING, f"The traces hold {launches} kernel launches but no kernel events: CUPTI "
+            f"range profiling ({ranges} counter ranges, cuda_profiler_range) replaced kernel tracing",
+            skipped + "ProfilerActivity.CUDA was on (the CUDA runtime calls are traced); the profile was taken with "
+            "hardware counters (torch.profiler's experimental_config=_ExperimentalConfig(profiler_metrics=[...])), "
+            "which serializes kernels and records counter ranges instead of a kernel timeline. Profile again "
+            "without profiler_metrics for the timeline; keep counter runs apart.",
+            {"kernel_launches": launches, "counter_ranges": ranges, "runtime_calls": len(runtime)},
+            key="inputs:no-kernels-range-profiling")
     if launches:
         return Finding(
-            analyzer="inputs", severity=Severity.WARNING,
-            title=f"The traces hold {launches} kernel launches but no kernel events (CUPTI activity records missing)",
-            recommendation=skipped + "ProfilerActivity.CUDA was on (the CUDA runtime calls are traced) but no "
-            "kernel activity reached the trace: another CUPTI client (Nsight Systems / Nsight Compute) was "
-            "attached, or the profile ended before the GPU work finished (call torch.cuda.synchronize() "
-            "before leaving the profiler), or the CUPTI library does not match the driver.",
-            evidence={"kernel_launches": launches, "runtime_calls": len(runtime)},
-            key="inputs:no-kernels",
-        )
-    return Finding(
-        Kind.INPUTS, Severity.INFO, "The traces hold no GPU activity (CPU-only or CPU-side profile)",
-        recommendation=skipped + "To profile the GPU, add ProfilerActivity.CUDA to torch.profiler's activities.",
-        key="inputs:cpu-only",
-    )
+            Kind.INPUTS, Severity.WARNING,
+            f"The traces hold {launches} kernel launches but no kernel events (CUPTI activity records missing)",
+            skipped + "ProfilerActivity.CUDA was on (the CUDA runtime calls are traced) but no kernel activity "
+            "reached the trace: another CUPTI client (Nsight Systems / Nsight Compute) was attached, or the "
+            "profile ended before the GPU work finished (call torch.cuda.synchronize() before leaving the "
+            "profiler), or the CUPTI library does not match the driver.",
+            {"kernel_launches": launches, "runtime_calls": len(runtime)}, key="inputs:no-kernels")
+    return Finding(Kind.INPUTS, Severity.INFO, "The traces hold no GPU activity (CPU-only or CPU-side profile)",
+                   skipped + "To profile the GPU, add ProfilerActivity.CUDA to torch.profiler's activities.",
+                   key="inputs:cpu-only")
 
 
 def _synthetic(store: Store) -> list[Finding]:
@@ -92,9 +78,7 @@ def _synthetic(store: Store) -> list[Finding]:
     named = "; ".join(f"{s.path} ({s.what})" for s in made_up if s.path != ".")
     title = ("Every input is synthetic" + (f": {named}" if named else f" ({made_up[0].what})") if every
              else f"Some inputs are synthetic: {named}")
-    return [Finding(
-        analyzer="inputs", severity=Severity.INFO, title=title,
-        recommendation="Read the findings as a demonstration of what perftracker reports on such inputs, not as "
-        "measurements of a real job; the manifest (synthetic) says what made each input.",
-        evidence={"synthetic_inputs": [s.to_dict() for s in made_up]}, key="inputs:synthetic",
-    )]
+    return [Finding(Kind.INPUTS, Severity.INFO, title,
+                    "Read the findings as a demonstration of what perftracker reports on such inputs, not as "
+                    "measurements of a real job; the manifest (synthetic) says what made each input.",
+                    {"synthetic_inputs": [s.to_dict() for s in made_up]}, key="inputs:synthetic")]

@@ -6,13 +6,12 @@
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.failures.fold import fold_failures
-from perftracker.analyzers.findings import Finding, Kind, Role, Severity, rank_findings
+from perftracker.analyzers.findings import Finding, Kind, Role, Severity, failure_finding, rank_findings
 from perftracker.analyzers.layout.positions import with_positions
 from perftracker.analyzers.layout.views import parallel_layout_view
 from perftracker.analyzers.online.waited_fold import fold_into_waited_rank
@@ -35,11 +34,9 @@ def _replay_costs(analysis: Analysis, findings: list[Finding]) -> list[Finding]:
     try:
         return with_replay_costs(analysis, findings)
     except Exception as exc:  # the analyzers' own costs stand
-        return [*findings, Finding(analyzer=Kind.REPLAY, severity=Severity.WARNING,
-                                   title=f"What-if replay failed: {type(exc).__name__}: {exc}",
-                                   recommendation="This is a perftracker bug; the costs are the analyzers' own.",
-                                   evidence={"traceback": traceback.format_exc(limit=6)}, key="crash:replay",
-                                   role=Role.CONTEXT)]
+        return [*findings, failure_finding(Kind.REPLAY, f"What-if replay failed: {type(exc).__name__}: {exc}",
+                                           "This is a perftracker bug; the costs are the analyzers' own.",
+                                           key="crash:replay")]
 
 
 def _roles(analysis: Analysis, findings: list[Finding]) -> list[Finding]:

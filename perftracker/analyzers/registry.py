@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
@@ -12,7 +11,7 @@ from perftracker.analyzers.efficiency.analyzer import analyze_efficiency
 from perftracker.analyzers.failures.crash import analyze_crash
 from perftracker.analyzers.failures.hang import analyze_hang
 from perftracker.analyzers.failures.silent_host import analyze_silent_host
-from perftracker.analyzers.findings import Finding, Role, Severity
+from perftracker.analyzers.findings import Finding, failure_finding
 from perftracker.analyzers.health.bandwidth import analyze_bandwidth
 from perftracker.analyzers.health.gpu_health import analyze_gpu_health
 from perftracker.analyzers.health.gpu_links import analyze_gpu_links
@@ -141,16 +140,8 @@ def run_analyzers(analysis: Analysis, only: list[str] | None = None,
             with analysis.active():  # the run's thresholds (overrides), for every rule the analyzer applies
                 findings.extend(analyzer.fn(analysis))
         except Exception as exc:
-            findings.append(
-                Finding(
-                    analyzer=analyzer.name,
-                    severity=Severity.WARNING,
-                    title=f"Analyzer '{analyzer.name}' failed: {type(exc).__name__}: {exc}",
-                    recommendation="This is a perftracker bug; please report it with the traceback in the evidence. "
-                    "The other analyzers ran normally.",
-                    evidence={"traceback": traceback.format_exc(limit=6)},
-                    key=f"crash:{analyzer.name}",
-                    role=Role.CONTEXT,
-                )
-            )
+            findings.append(failure_finding(
+                analyzer.name, f"Analyzer '{analyzer.name}' failed: {type(exc).__name__}: {exc}",
+                "This is a perftracker bug; please report it with the traceback in the evidence. The other "
+                "analyzers ran normally.", key=f"crash:{analyzer.name}"))
     return findings

@@ -89,22 +89,20 @@ def _changed(base_ms: pd.Series, new_ms: pd.Series, scale: float, mad: float, st
     return pd.Series(far & big, index=base_ms.index)
 
 
-def _rank_changes(joined: pd.DataFrame, scale: float, step_ms: float) -> pd.DataFrame:
-    """Per rank: the op whose time changed most *relative to the same op on the other ranks* (a difference
-    in differences: the machine's and the job's own changes cancel), and whether that rank is named.
+def _grid(joined: pd.DataFrame, side: str, ranks: list[int]) -> pd.DataFrame:
+    """`side`'s ms per step as (kind, name) x rank; an op a rank does not run counts as 0 ms on that rank."""
+    grid = joined.pivot_table(index=["kind", "name"], columns="rank", values=side, aggfunc="sum", observed=True)
+    return grid.reindex(columns=ranks, fill_value=0.0).fillna(0.0)
 
-    For rank r and op o, excess = new_ms - base_ms x (peers' new / peers' base), peers being the median of
-    the other ranks; the relative change is log of (new_ms / expected). A rank is named when its top op's
-    relative change exceeds both log(CHANGE_RATIO) and MAD_Z robust deviations of the relative changes of
-    every (rank, op) pair of the run, and its excess is at least MIN_SHARE of the step (and MIN_MS)."""
+
+def _rank_changes(joined: pd.DataFrame, scale: float, step_ms: float) -> pd.DataFrame:
+    """Per rank: the op whose time changed most relative to the same op on the other ranks (a difference in
+    differences, docs/internals/analyzers.md), and whether that rank is named."""
     columns = ["rank", "op", "base_ms", "new_ms", "excess_ms", "named"]
     if joined.empty or joined["rank"].nunique() < 2:
         return pd.DataFrame(columns=columns)
     ranks = sorted(int(r) for r in joined["rank"].unique())
-    grids = {side: joined.pivot_table(index=["kind", "name"], columns="rank", values=side, aggfunc="sum",
-                                      observed=True).reindex(columns=ranks, fill_value=0.0).fillna(0.0)
-             for side in ("ms_base", "ms_new")}
-    base, new = grids["ms_base"].align(grids["ms_new"], fill_value=0.0)
+    base, new = _grid(joined, "ms_base", ranks).align(_grid(joined, "ms_new", ranks), fill_value=0.0)
     excess = pd.DataFrame(index=base.index, columns=ranks, dtype=float)
     relative = pd.DataFrame(index=base.index, columns=ranks, dtype=float)
     for rank in ranks:
@@ -142,12 +140,8 @@ def _op_rows(joined: pd.DataFrame, ranks: list[int], scale: float, mad: float, s
     part = joined[joined["rank"].isin(ranks)]
     if part.empty:
         return pd.DataFrame(columns=["kind", "name", "base_ms", "new_ms", "delta_ms", "ratio_vs_scale", "change"])
-    medians = {}
-    for side in ("ms_base", "ms_new"):  # an op a rank does not run counts as 0 ms on that rank
-        grid = part.pivot_table(index=["kind", "name"], columns="rank", values=side, aggfunc="sum", observed=True)
-        grid = grid.reindex(columns=sorted(set(ranks)), fill_value=0.0).fillna(0.0)
-        medians[side] = grid.median(axis=1)
-    agg = pd.DataFrame(medians).reset_index()
+    agg = pd.DataFrame({side: _grid(part, side, sorted(set(ranks))).median(axis=1)
+                        for side in ("ms_base", "ms_new")}).reset_index()
     changed = _changed(agg["ms_base"], agg["ms_new"], scale, mad, step_ms)
     agg = agg.rename(columns={"ms_base": "base_ms", "ms_new": "new_ms"})
     agg["delta_ms"] = agg["new_ms"] - scale * agg["base_ms"]
@@ -183,7 +177,7 @@ def compare_runs(base: RunSide, new: RunSide, tolerance: float = DEFAULT_TOLERAN
     job_ops = _op_rows(joined, peers or all_ranks, scale, mad, step_ms)
     findings: list[Finding] = []
     for rank in named:
-        findings.append(_rank_finding(rank, _op_rows(joined, [rank], scale, mad, step_ms), ranks, step_ms, base, new))
+        findings.append(_rank_finding(rank, _op_rows(joined, [rank], scale, mad, step_ms), ranks, step_ms))
     job_moved = job_ops[job_ops["change"] != "same"]
     explained_ms = float(job_moved["delta_ms"].clip(lower=0).max()) if not job_moved.empty else 0.0
     explained_ms += float(ranks.loc[ranks["named"], "excess_ms"].max()) if named else 0.0
@@ -191,8 +185,8 @@ def compare_runs(base: RunSide, new: RunSide, tolerance: float = DEFAULT_TOLERAN
     findings.append(_step_finding(b, n, change, p_slower, p_faster, scale, explained_ms, tolerance, base, new))
     if not job_moved.empty:
         regression = significant and change > tolerance
-        findings.append(_job_ops_finding(job_ops, scale, regression, step_ms, base, new))
-    findings += _comm_finding(everything, scale, base, new)
+        findings.append(_job_ops_finding(job_ops, scale, regression, step_ms))
+    findings += _comm_finding(everything, scale)
     findings += _settings_findings(base, new)
     findings += _findings_delta(base, new)
     table = pd.concat([job_ops.assign(rank=-1)] + [
@@ -241,8 +235,7 @@ def _step_finding(b: float, n: float, change: float, p_slower: float, p_faster: 
                    cost=Cost(delta_s, delta_s / n), key="diff:steps")
 
 
-def _rank_finding(rank: int, ops: pd.DataFrame, ranks: pd.DataFrame, step_ms: float, base: RunSide,
-                  new: RunSide) -> Finding:
+def _rank_finding(rank: int, ops: pd.DataFrame, ranks: pd.DataFrame, step_ms: float) -> Finding:
     row = ranks[ranks["rank"] == rank].iloc[0]
     extra_s = float(row["excess_ms"]) / 1e3
     listed = _op_list(ops)
@@ -261,8 +254,7 @@ def _rank_finding(rank: int, ops: pd.DataFrame, ranks: pd.DataFrame, step_ms: fl
                    cost=Cost(extra_s, extra_s * 1e3 / step_ms if step_ms else 0.0), key=f"diff:rank:{rank}")
 
 
-def _job_ops_finding(ops: pd.DataFrame, scale: float, regression: bool, step_ms: float, base: RunSide,
-                     new: RunSide) -> Finding:
+def _job_ops_finding(ops: pd.DataFrame, scale: float, regression: bool, step_ms: float) -> Finding:
     listed = _op_list(ops)
     slower = [o for o in listed if float(str(o["extra_ms_per_step"])) > 0]
     extra_ms = sum(float(str(o["extra_ms_per_step"])) for o in slower[:1])
@@ -277,7 +269,7 @@ def _job_ops_finding(ops: pd.DataFrame, scale: float, regression: bool, step_ms:
                    key="diff:ops")
 
 
-def _comm_finding(joined: pd.DataFrame, scale: float, base: RunSide, new: RunSide) -> list[Finding]:
+def _comm_finding(joined: pd.DataFrame, scale: float) -> list[Finding]:
     if joined.empty:
         return []
     comm = joined["kind"].astype(str).isin(COMM_KINDS)

@@ -51,8 +51,5 @@ class RunSide:
 
 def side_from_tables(label: str, tables: Mapping[str, pd.DataFrame], findings: list[Finding]) -> RunSide:
     """A RunSide from report tables (an analysis's or a saved folder's); missing tables are empty."""
-    def table(name: str) -> pd.DataFrame:
-        frame = tables.get(name)
-        return frame if frame is not None else pd.DataFrame()
-
-    return RunSide(label, table("steps"), table("op_totals"), table("settings"), tuple(findings))
+    steps, ops, settings = (tables.get(name, pd.DataFrame()) for name in ("steps", "op_totals", "settings"))
+    return RunSide(label, steps, ops, settings, tuple(findings))

@@ -14,14 +14,15 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.failures.fold import fold_into
-from perftracker.analyzers.failures.roots import root_findings, who
+from perftracker.analyzers.failures.roots import STUCK_ADVICE, on_hosts, root_findings, where, who
+from perftracker.analyzers.failures.waitfor import members
 from perftracker.analyzers.failures.waitsources import world_size
 from perftracker.analyzers.failures.waitview import graph_of
 from perftracker.analyzers.findings import Finding, Mark, Severity
 from perftracker.store import Store
-from perftracker.values import pg_ranks
 
 _SEVERE_XID = {48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140}
+_WHOLE = ("", "0", "default_pg")  # process groups of every rank when their configuration is unknown
 _KILLED = {-15, -9, 15, 9}  # the launcher's SIGTERM / SIGKILL after another rank failed
 _UNEVEN = re.compile(r"all_?to_?all|alltoall", re.IGNORECASE)
 _TIMEOUT_MS = re.compile(r"(?:waiting |timeout )(\d+) ?ms")
@@ -42,24 +43,6 @@ def host_map(store: Store) -> dict[int, str]:
             if isinstance(host, str) and host and int(rank) >= 0:
                 hosts.setdefault(int(rank), host)
     return hosts
-
-
-def _hosts(hosts: dict[int, str], ranks: list[int]) -> tuple[str, ...]:
-    return tuple(sorted({hosts[r] for r in ranks if r in hosts}))
-
-
-def _where(ranks: list[int], hosts: dict[int, str]) -> str:
-    on = _hosts(hosts, ranks)
-    return f" on {', '.join(on)}" if on else ""
-
-
-def _members(store: Store, pg: str, present: list[int], world: int) -> list[int]:
-    ranks = pg_ranks(store.run_info.fr_pg_config, pg)
-    if ranks:
-        return ranks
-    if pg in ("", "0", "default_pg") and world > 0:
-        return list(range(world))
-    return sorted(present)
 
 
 def fr_findings(store: Store, hosts: dict[int, str], world: int) -> list[Finding]:
@@ -85,9 +68,9 @@ def fr_findings(store: Store, hosts: dict[int, str], world: int) -> list[Finding
         waiting = sorted(r for r, e in entered.items() if e >= top and completed[r] < top)
         if not waiting:
             continue
-        members = _members(store, pg, list(entered), world)
-        behind = sorted(r for r in members if r in entered and entered[r] < top)
-        no_dump = sorted(r for r in members if r not in entered)
+        group = members(store, pg, list(entered), world, _WHOLE)
+        behind = sorted(r for r in group if r in entered and entered[r] < top)
+        no_dump = sorted(r for r in group if r not in entered)
         at_top = rows[(rows["seq"] == top) & rows["rank"].isin(waiting)]
         if at_top.empty:  # the dumps' status names a collective none of their entries holds (ring buffer rolled)
             continue
@@ -102,7 +85,7 @@ def fr_findings(store: Store, hosts: dict[int, str], world: int) -> list[Finding
         culprits = behind or no_dump
         if culprits:
             last = "; ".join(f"rank {r} last entered #{entered[r]}" for r in behind[:6])
-            title = (f"{who(culprits)}{_where(culprits, hosts)} never entered {what} that "
+            title = (f"{who(culprits)}{where(culprits, hosts)} never entered {what} that "
                      f"{who(waiting).lower()} wait in" + (f"; {last}" if last else "; no flight-recorder dump"))
             rec = _CHECK
         elif mismatch and mismatch[0].evidence["seq"] == top:
@@ -110,10 +93,9 @@ def fr_findings(store: Store, hosts: dict[int, str], world: int) -> list[Finding
         else:
             culprits = waiting
             title = f"Every rank entered {what} and none completed it: the collective itself is stuck"
-            rec = ("No rank is missing: the communication itself stalled. Check the NCCL WARN / IB completion-error "
-                   "findings for the failing link (host pair, NIC, GID) and the Xid findings for a failed GPU.")
+            rec = STUCK_ADVICE
         out.append(Finding("crash", Severity.CRITICAL, title, rec, evidence, ranks=tuple(culprits),
-                           hosts=_hosts(hosts, culprits), key=f"crash:fr:{pg}:{top}"))
+                           hosts=on_hosts(hosts, culprits), key=f"crash:fr:{pg}:{top}"))
     return out
 
 
@@ -130,13 +112,13 @@ def _mismatch(pg: str, rows: pd.DataFrame, hosts: dict[int, str]) -> list[Findin
         majority = sorted(r for r, k in sig.items() if k == major)
         odd_s = "; ".join(f"rank {r} ran {sig[r][0]} {sig[r][1]}" for r in odd[:6])
         title = (f"Mismatched collective at pg {pg} #{int(str(seq))}: {who(majority).lower()} ran {major[0]} {major[1]}, "
-                 f"but {odd_s}{_where(odd, hosts)}")
+                 f"but {odd_s}{where(odd, hosts)}")
         rec = ("Every rank of a process group must issue the same collectives with the same sizes in the same order. "
                "Find the rank-dependent code path (data-dependent shapes, a conditional collective, uneven inputs "
                "to all_gather without padding); TORCH_DISTRIBUTED_DEBUG=DETAIL reports such mismatches at the call.")
         evidence = {"pg": pg, "seq": int(str(seq)), "majority": {"ranks": majority, "op": major[0], "sizes": major[1]},
                     "others": {str(r): {"op": sig[r][0], "sizes": sig[r][1]} for r in odd[:64]}}
-        return [Finding("crash", Severity.CRITICAL, title, rec, evidence, ranks=tuple(odd), hosts=_hosts(hosts, odd),
+        return [Finding("crash", Severity.CRITICAL, title, rec, evidence, ranks=tuple(odd), hosts=on_hosts(hosts, odd),
                         key=f"crash:mismatch:{pg}:{int(str(seq))}")]
     return []
 
@@ -148,9 +130,9 @@ def timeout_findings(store: Store, hosts: dict[int, str], world: int) -> list[Fi
     if not nccl.empty:
         groups: dict[tuple[int, str], list[int]] = {}
         for s_, o_, r_ in zip(nccl["seq"], nccl["op"], nccl["rank"]):
-            groups.setdefault((int(s_), str(o_)), [])
-            if int(r_) not in groups[(int(s_), str(o_))]:
-                groups[(int(s_), str(o_))].append(int(r_))
+            group = groups.setdefault((int(s_), str(o_)), [])
+            if int(r_) not in group:
+                group.append(int(r_))
         (seq, op), timed = max(groups.items(), key=lambda kv: (len(kv[1]), kv[0][0]))
         timed = sorted(timed)
         rows = nccl[(nccl["seq"] == seq) & (nccl["op"] == op)]
@@ -189,23 +171,22 @@ def _missing_finding(store: Store, backend: str, what: str, timed: list[int], pg
                      world: int, evidence: dict[str, Any], after: str, lost_peer: list[int] | None = None) -> Finding:
     """The ranks of the collective's group that neither timed out in it nor lost their peers inside it."""
     lost_peer = lost_peer or []
-    members = _members(store, pg, timed, world)
-    missing = sorted(set(members) - set(timed) - set(lost_peer))
+    missing = sorted(set(members(store, pg, timed, world, _WHOLE)) - set(timed) - set(lost_peer))
     fail = store["failures"]
     if missing:
         exits = fail[fail["rank"].isin(missing)]
         evidence["culprit_lines"] = [f"{k} {f}:{ln}: {m[:160]}" for k, f, ln, m in
                                      zip(exits["kind"], exits["file"], exits["line"], exits["message"])][:16]
         also = f" and {who(lost_peer).lower()} then lost {'its' if len(lost_peer) == 1 else 'their'} peers" if lost_peer else ""
-        title = (f"{who(missing)}{_where(missing, hosts)} never joined {what} where "
+        title = (f"{who(missing)}{where(missing, hosts)} never joined {what} where "
                  f"{who(timed).lower()} timed out{after}{also} ({backend})")
         return Finding("crash", Severity.CRITICAL, title, _CHECK, evidence, ranks=tuple(missing),
-                       hosts=_hosts(hosts, missing), key=f"crash:{backend}:{what}")
+                       hosts=on_hosts(hosts, missing), key=f"crash:{backend}:{what}")
     title = f"All {len(timed)} ranks timed out in {what}{after} ({backend}): no rank is missing from it"
     rec = ("Every rank entered the collective and it never finished: look at the network (NCCL WARN and IB "
            "completion-error findings name the failing link), Xid findings (a failed GPU), or a rank of another "
            "process group holding this one up. Raise the timeout only if the collective is legitimately slow.")
-    return Finding("crash", Severity.CRITICAL, title, rec, evidence, ranks=tuple(timed), hosts=_hosts(hosts, timed),
+    return Finding("crash", Severity.CRITICAL, title, rec, evidence, ranks=tuple(timed), hosts=on_hosts(hosts, timed),
                    key=f"crash:{backend}:{what}:all")
 
 
@@ -249,9 +230,9 @@ def first_failure(store: Store, hosts: dict[int, str]) -> list[Finding]:
     row = (exc if len(exc) else rows).iloc[0]
     consequence, ts = when(first)[0], when(first)[1]
     at = f" at {pd.Timestamp(ts, unit='ns', tz='UTC').isoformat()}" if ts < 1 << 62 else ""
-    title = f"Rank {first}{_where([first], hosts)} failed first{at}: {str(row['message'])[:200]}"
+    title = f"Rank {first}{where([first], hosts)} failed first{at}: {str(row['message'])[:200]}"
     if consequence:  # every error is about a lost peer: the one that died first left none of its own
-        title = (f"Rank {first}{_where([first], hosts)} was the first to report an error{at}, and it is about a "
+        title = (f"Rank {first}{where([first], hosts)} was the first to report an error{at}, and it is about a "
                  f"lost peer, not its own: {str(row['message'])[:200]}")
     evidence = {"rank": first, "message": str(row["message"]), "where": f"{row['file']}:{row['line']}",
                 "failed_ranks_in_order": order[:64],
@@ -265,7 +246,7 @@ def first_failure(store: Store, hosts: dict[int, str]) -> list[Finding]:
                "address in these messages, in the kernel log of that node (OOM killer, reboot) and among hosts that "
                "went silent before the others.")
         evidence["consequence_of_a_lost_peer"] = True
-    return [Finding("crash", Severity.CRITICAL, title, rec, evidence, ranks=(first,), hosts=_hosts(hosts, [first]),
+    return [Finding("crash", Severity.CRITICAL, title, rec, evidence, ranks=(first,), hosts=on_hosts(hosts, [first]),
                     key=Mark.FIRST_FAILURE.key(first))]
 
 

@@ -16,9 +16,10 @@ from perftracker.analyzers.failures.stack_state import (
     signature,
     states_from_table,
     still,
-    switches_from_table,
+    switches_of,
 )
 from perftracker.analyzers.findings import Finding, Severity
+from perftracker.store.stack_frames import main_stacks
 
 
 def _ranks_text(ranks: list[int]) -> str:
@@ -38,8 +39,7 @@ def groups_of(states: dict[int, RankState]) -> list[dict[str, Any]]:
     for (collective, where), ranks in sorted(by.items(), key=lambda kv: (-len(kv[1]), min(kv[1]))):
         first = states[min(ranks)]
         out.append({"ranks": sorted(ranks), "collective": collective, "where": where, "site": first.site,
-                    "idle": first.idle,
-                     "host": first.host, "frames": list(first.frames[:12])})
+                    "idle": first.idle, "host": first.host, "frames": list(first.frames[:12])})
     return out
 
 
@@ -55,15 +55,20 @@ def _moved_on(states: dict[str, dict[int, RankState]], times: dict[str, int], na
     return False
 
 
+def _snapshots(stacks: pd.DataFrame) -> tuple[dict[str, dict[int, RankState]], dict[str, int], list[str]]:
+    """snapshot -> rank -> state, snapshot -> its first ts_ns, and the snapshots in time order."""
+    states = states_from_table(stacks)
+    times = {str(k): int(v) for k, v in stacks.groupby("snapshot")["ts_ns"].min().items()}
+    return states, times, sorted(states, key=lambda n: (times.get(n, 0), n))
+
+
 def _choose(stacks: pd.DataFrame, last_step_ns: int) -> tuple[str, str, dict[int, RankState], str, int] | None:
     """(kind, snapshot label, states, how it was chosen, ts_ns) of the snapshot to judge; two alike
     periodic snapshots count only when no step ended after the first (`last_step_ns`, epoch ns)."""
-    states = states_from_table(stacks)
+    states, times, names = _snapshots(stacks)
     if not states:
         return None
-    times = {str(k): int(v) for k, v in stacks.groupby("snapshot")["ts_ns"].min().items()}
     hosts = {str(k): str(v) for k, v in stacks.groupby("snapshot")["host"].first().items()}
-    names = sorted(states, key=lambda n: (times.get(n, 0), n))
     hang = [n for n in names if n.endswith("-hang") and not _moved_on(states, times, names, n)]
     if hang:
         latest: dict[str, str] = {}
@@ -83,8 +88,8 @@ def _choose(stacks: pd.DataFrame, last_step_ns: int) -> tuple[str, str, dict[int
         first, second = periodic[-2], periodic[-1]
         a, b = states[first], states[second]
         same = signature(a) == signature(b)  # the live sampler's notion of "the same picture"
-        switches = switches_from_table(stacks)
-        if same and not still(b, switches.get(first, {}), switches.get(second, {}),
+        looks = main_stacks(stacks)
+        if same and not still(b, switches_of(looks.get(first, {})), switches_of(looks.get(second, {})),
                               (times[second] - times[first]) / 1e9):
             same = False  # the same stacks twice, but the ranks kept waking up: a loop, not a hang
         if same:
@@ -99,9 +104,8 @@ def chosen_states(stacks: pd.DataFrame) -> dict[int, RankState]:
     if chosen is not None:
         return chosen[2]
     latest: dict[int, RankState] = {}
-    states = states_from_table(stacks)
-    times = {str(k): int(v) for k, v in stacks.groupby("snapshot")["ts_ns"].min().items()}
-    for name in sorted(states, key=lambda n: (times.get(n, 0), n)):
+    states, _, names = _snapshots(stacks)
+    for name in names:
         latest.update(states[name])
     return latest
 

@@ -14,6 +14,8 @@ from perftracker.analyzers.findings import Finding, Kind, Mark, Severity
 
 ANALYZER = Kind.CRASH
 _SHOWN = 16
+STUCK_ADVICE = ("No rank is missing: the communication itself stalled. Check the NCCL WARN / IB completion-error "
+                "findings for the failing link (host pair, NIC, GID) and the Xid findings for a failed GPU.")
 
 
 def ranks_text(ranks: tuple[int, ...] | list[int]) -> str:
@@ -23,6 +25,15 @@ def ranks_text(ranks: tuple[int, ...] | list[int]) -> str:
 
 def who(ranks: tuple[int, ...] | list[int]) -> str:
     return f"Rank {ranks[0]}" if len(ranks) == 1 else f"Ranks {ranks_text(ranks)}"
+
+
+def on_hosts(hosts: dict[int, str], ranks: tuple[int, ...] | list[int]) -> tuple[str, ...]:
+    return tuple(sorted({hosts[r] for r in ranks if r in hosts}))
+
+
+def where(ranks: tuple[int, ...] | list[int], hosts: dict[int, str]) -> str:
+    on = on_hosts(hosts, ranks)
+    return f" on {', '.join(on)}" if on else ""
 
 
 def _when(ns: int) -> str:
@@ -136,8 +147,7 @@ def _recommendation(root: Root) -> str:
                 "collectives in the same order on each process group (a rank-dependent branch, a different group "
                 "order). TORCH_DISTRIBUTED_DEBUG=DETAIL reports mismatched collectives at the call.")
     if root.kind == "stuck collective":
-        return ("No rank is missing: the communication itself stalled. Check the NCCL WARN / IB completion-error "
-                "findings for the failing link (host pair, NIC, GID) and the Xid findings for a failed GPU.")
+        return STUCK_ADVICE
     return ("Look at what these ranks did instead of the collective: their logs and tracebacks, a rank-dependent "
             "branch that skips a collective, a stuck data loader or file system, a thread holding the GIL, a dead "
             "GPU (Xid) or host. `perftracker attach --stacks` on a live hang shows where they are; the other ranks "
@@ -146,8 +156,7 @@ def _recommendation(root: Root) -> str:
 
 def root_finding(graph: WaitGraph, root: Root, hosts: dict[int, str], failures: pd.DataFrame,
                  fr: pd.DataFrame) -> Finding:
-    on = tuple(sorted({hosts[r] for r in root.ranks if r in hosts}))
-    where = f" on {', '.join(on)}" if on else ""
+    on = on_hosts(hosts, root.ranks)
     extra = []
     own = _own_errors(failures, root.ranks)
     if own:
@@ -164,7 +173,7 @@ def root_finding(graph: WaitGraph, root: Root, hosts: dict[int, str], failures: 
     no_dump = sorted(set(root.ranks) & {r for b in graph.blocked for r in b.no_dump})
     if no_dump and root.kind != "no dump":
         extra.append(f"rank{'s' if len(no_dump) > 1 else ''} {ranks_text(no_dump)} left no dump")
-    title = f"{who(root.ranks)}{where} {_what(graph, root)}"
+    title = f"{who(root.ranks)}{where(root.ranks, hosts)} {_what(graph, root)}"
     if extra:
         title += f" ({'; '.join(extra)})"
     tail = consequence(root)
@@ -183,9 +192,7 @@ def root_finding(graph: WaitGraph, root: Root, hosts: dict[int, str], failures: 
 
 
 def _confidence(root: Root) -> float:
-    """Graded by what the root rests on: a closed cycle or stalled completions are read straight from the
-    dumps; a missing rank is sure once ranks wait for it; a stuck collective without a missing member is
-    the weakest claim (another group may hold it up unseen)."""
+    """Graded by what the root rests on (docs/internals/analyzers.md)."""
     return {"stalled": 0.9, "missing": 0.95, "no dump": 0.9, "cycle": 0.8}.get(root.kind, 0.6)
 
 

@@ -101,11 +101,8 @@ def signature(states: Mapping[int, RankState]) -> tuple[tuple[int, str, str], ..
 
 def still(states: Mapping[int, RankState], before: Mapping[int, int | None], after: Mapping[int, int | None],
           seconds: float) -> bool:
-    """False when a rank that should be blocked (every rank, or the ranks waiting in a collective when
-    others are elsewhere) woke up repeatedly between two looks `seconds` apart (voluntary context
-    switches of its main thread, `before` -> `after`): the same stack seen twice, but the rank is
-    looping (a sleep in a data loader, a collective done every step), not stuck. Unknown counts
-    (None) do not veto. The live sampler and the hang analyzer both judge with this."""
+    """False when a rank that should be blocked woke up repeatedly between two looks `seconds` apart (its main
+    thread's voluntary context switches, `before` -> `after`; docs/internals/analyzers.md)."""
     waiting = [r for r, s in states.items() if s.waiting]
     check = waiting if waiting and len(waiting) < len(states) else list(states)
     for r in check:
@@ -141,8 +138,3 @@ def switches_of(look: Mapping[int, MainStack]) -> dict[int, int | None]:
 def states_from_table(stacks: pd.DataFrame) -> dict[str, dict[int, RankState]]:
     """snapshot name -> rank -> RankState, from the `stacks` table (main threads only)."""
     return {snap: rank_states(look) for snap, look in main_stacks(stacks).items()}
-
-
-def switches_from_table(stacks: pd.DataFrame) -> dict[str, dict[int, int | None]]:
-    """snapshot name -> rank -> its main thread's voluntary context switches when dumped (None unknown)."""
-    return {snap: switches_of(look) for snap, look in main_stacks(stacks).items()}

@@ -16,7 +16,6 @@ from perftracker.analyzers.failures.waitsources import Elsewhere, other_sources
 from perftracker.store import Store
 from perftracker.values import pg_ranks
 
-MAX_SHOWN = 64  # ranks listed per group in evidence
 # A stuck collective with many waiting and many absent members is one node between them (a hub, numbered
 # below HUB_FLOOR, never a rank): entered -> hub -> absent, so the graph is linear in ranks (edges one by one
 # were 4096 x 4096 for one world group with half of 8,192 ranks missing: 2.4 GB).
@@ -138,11 +137,14 @@ def _progress(store: Store) -> tuple[dict[str, dict[int, tuple[int, int]]], set[
     return out, p2p_only
 
 
-def _members(store: Store, pg: str, known: list[int], world: int) -> list[int]:
+def members(store: Store, pg: str, known: list[int], world: int,
+            whole: tuple[str, ...] = ("0", "default_pg")) -> list[int]:
+    """The ranks of process group `pg`: its configuration's, else the world for the groups named in `whole`,
+    else the `known` ones."""
     ranks = pg_ranks(store.run_info.fr_pg_config, pg)
     if ranks:
         return ranks
-    if pg in ("0", "default_pg") and world > 0:
+    if pg in whole and world > 0:
         return list(range(world))
     return sorted(known)
 
@@ -173,10 +175,10 @@ def fr_blocked(store: Store, world: int) -> tuple[list[Blocked], list[Stall], tu
         entered = tuple(sorted(r for r, (e, _) in ranks.items() if e >= seq))
         if not entered:
             continue
-        members = _members(store, pg, list(ranks), world)
-        missing = tuple(sorted(r for r in members if r in ranks and ranks[r][0] < seq))
-        no_dump = tuple(sorted(r for r in members if r not in ranks and r not in dumped))
-        unknown = tuple(sorted(r for r in members if r not in ranks and r in dumped))  # a dump without this pg
+        group = members(store, pg, list(ranks), world)
+        missing = tuple(sorted(r for r in group if r in ranks and ranks[r][0] < seq))
+        no_dump = tuple(sorted(r for r in group if r not in ranks and r not in dumped))
+        unknown = tuple(sorted(r for r in group if r not in ranks and r in dumped))  # a dump without this pg
         desc, op, sizes, since = _describe(fr, pg, seq, entered)
         blocked.append(Blocked(pg, desc, seq, op, sizes, entered, tuple(sorted({*missing, *unknown})), no_dump,
                                since))
@@ -231,15 +233,9 @@ def _components(edges: dict[int, dict[int, list[Blocked]]], nodes: set[int]) -> 
     back = _reverse(edges)
     comp: dict[int, int] = {}
     for start in reversed(order):
-        if start in comp:
-            continue
-        comp[start] = start
-        todo = [start]
-        while todo:
-            for prev in back.get(todo.pop(), ()):
-                if prev not in comp:
-                    comp[prev] = start
-                    todo.append(prev)
+        if start not in comp:
+            comp[start] = start
+            _flood(back, [start], comp, start)
     return comp
 
 
@@ -253,14 +249,18 @@ def _reverse(edges: dict[int, dict[int, list[Blocked]]]) -> dict[int, list[int]]
 
 def _behind(edges: dict[int, dict[int, list[Blocked]]], ranks: set[int]) -> set[int]:
     """Every rank that waits for one of `ranks`, directly or through others."""
-    back = _reverse(edges)
-    seen, todo = set(ranks), list(ranks)
+    seen = dict.fromkeys(ranks, 0)
+    _flood(_reverse(edges), list(ranks), seen, 0)
+    return {n for n in seen if n not in ranks and n > HUB_FLOOR}
+
+
+def _flood(back: dict[int, list[int]], todo: list[int], marks: dict[int, int], label: int) -> None:
+    """Mark every node that reaches one of `todo` through `back`'s edges, and is not marked yet, with `label`."""
     while todo:
         for prev in back.get(todo.pop(), ()):
-            if prev not in seen:
-                seen.add(prev)
+            if prev not in marks:
+                marks[prev] = label
                 todo.append(prev)
-    return {n for n in seen - ranks if n > HUB_FLOOR}
 
 
 def _edge(graph: WaitGraph, waiter: int, target: int, via: Blocked) -> None:
@@ -299,12 +299,8 @@ def _kinds(graph: WaitGraph, no_dump: set[int]) -> dict[int, str]:
 
 def build(blocked: list[Blocked], stalls: list[Stall], dumped: tuple[int, ...], world: int,
           elsewhere: Elsewhere | None = None) -> WaitGraph:
-    """Edges from every stuck collective with absent members, then the roots and what each holds up.
-
-    With `elsewhere` (stacks, errors, silent ranks): a rank that lost its peer waits for the ranks that
-    left nothing; a rank the dumps show as missing but whose stack waits in a call the flight recorder
-    does not record (a gloo send or recv) is not a root: it waits, like the stack-only hang rule says,
-    for the ranks that do not wait (or, when none is left, for the silent ones)."""
+    """Edges from every stuck collective with absent members (and from `elsewhere`: stacks, errors, silent
+    ranks; docs/internals/analyzers.md), then the roots and what each holds up."""
     graph = WaitGraph(blocked=list(blocked), stalls=stalls, dumped=dumped, world=world)
     other = elsewhere or Elsewhere()
     for index, b in enumerate(blocked):
@@ -373,7 +369,7 @@ def _roots(graph: WaitGraph, kinds: dict[int, str]) -> list[Root]:
         behind = tuple(sorted(_behind(graph.edges, mine)))
         later = set(behind)
         held = tuple(b for b in graph.blocked if not b.absent_set.isdisjoint(mine) or not later.isdisjoint(b.entered))
-        last = {r: last_did(graph, r, index) for r in ranks[:MAX_LAST]}
+        last = {r: last_did(r, index) for r in ranks[:MAX_LAST]}
         roots.append(Root(tuple(ranks), kind, last, behind, held,
                           tuple(s for s in graph.stalls if s.rank in mine)))
     order = {"stalled": 0, "no dump": 1, "missing": 2, "cycle": 3}
@@ -393,15 +389,10 @@ def _blocked_by_rank(graph: WaitGraph) -> tuple[dict[int, list[Blocked]], dict[i
     return entered, absent
 
 
-def last_did(graph: WaitGraph, rank: int,
-             index: tuple[dict[int, list[Blocked]], dict[int, list[Blocked]]] | None = None) -> str:
+def last_did(rank: int, index: tuple[dict[int, list[Blocked]], dict[int, list[Blocked]]]) -> str:
     """What a rank last did, as far as the stuck collectives tell: the latest one it entered, or where it is
     missing (`index`: `_blocked_by_rank`, built once for many ranks)."""
-    if index is None:
-        entered = [b for b in graph.blocked if rank in b.entered_set]
-        missing = [b for b in graph.blocked if rank in b.absent_set]
-    else:
-        entered, missing = index[0].get(rank, []), index[1].get(rank, [])
+    entered, missing = index[0].get(rank, []), index[1].get(rank, [])
     parts = []
     if missing:
         parts.append("never entered " + ", ".join(b.label for b in missing[:3]) + ("..." if len(missing) > 3 else ""))

@@ -95,13 +95,24 @@ class Change:
     p_family: float
 
 
-def _variance(share: float, samples: int) -> float:
+def share_variance(share: float, samples: int, design_effect: float) -> float:
+    """The variance of a share of `samples` samples (binomial, times the sampler's design effect)."""
     p = min(max(share, 1.0 / samples), 1.0 - 1.0 / samples)
-    return threshold("online.baseline.design_effect") * p * (1.0 - p) / samples
+    return design_effect * p * (1.0 - p) / samples
 
 
-def _p_family(z: float, tests: int) -> float:
-    if z < threshold("online.baseline.z_min"):
+def contrast_variance(own: float, others: list[float]) -> float:
+    """The variance of one rank's value minus the median of the others' (that median's: about pi / 2n times
+    their mean variance)."""
+    if not others:
+        return own
+    spread = statistics.mean(others)
+    return own + (spread if len(others) == 1 else spread * math.pi / (2 * len(others)))
+
+
+def family_p(z: float, tests: int, z_min: float) -> float:
+    """The one-sided p of `z`, times the `tests` made (1 below `z_min`)."""
+    if z < z_min:
         return 1.0
     return min(1.0, 0.5 * math.erfc(z / math.sqrt(2.0)) * max(tests, 1))
 
@@ -122,17 +133,16 @@ def _change(rank: int, what: str, share: Share, windows: Windows, tests: int) ->
     excess = a - b - (statistics.median(deltas) if deltas else 0.0)
 
     def var(r: int) -> float:
-        return _variance(share(before[r]), before[r].samples) + _variance(share(after[r]), after[r].samples)
+        effect = threshold("online.baseline.design_effect")
+        return (share_variance(share(before[r]), before[r].samples, effect)
+                + share_variance(share(after[r]), after[r].samples, effect))
 
-    variance = var(rank)
-    if others:
-        spread = statistics.mean(var(o) for o in others)
-        variance += spread if len(others) == 1 else spread * math.pi / (2 * len(others))
-    z = abs(excess) / math.sqrt(variance)
+    z = abs(excess) / math.sqrt(contrast_variance(var(rank), [var(o) for o in others]))
     if len(deltas) >= 2 and abs(excess) < threshold("straggler.min_effect_over_spread") * (max(deltas) - min(deltas)):
         z = 0.0
     return Change(rank, what, b, a, statistics.median(share(before[o]) for o in others) if others else b,
-                  statistics.median(share(after[o]) for o in others) if others else b, excess, z, _p_family(z, tests))
+                  statistics.median(share(after[o]) for o in others) if others else b, excess, z,
+                  family_p(z, tests, threshold("online.baseline.z_min")))
 
 
 def stopped_waiting(windows: Windows) -> list[Change]:

@@ -16,6 +16,7 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import median_step_s, pct
 from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.online.baseline_shift import contrast_variance, family_p, share_variance
 from perftracker.analyzers.online.cpu_contention import RankWindow, rank_windows
 from perftracker.analyzers.stragglers.degradation import ChangePoint, change_point, job_series, spikes
 from perftracker.analyzers.thresholds import threshold, threshold_int
@@ -68,9 +69,8 @@ class Waited:
     baseline: bool  # the shares were corrected by the baseline's
 
 
-def _variance(share: float, samples: int) -> float:
-    p = min(max(share, 1.0 / samples), 1.0 - 1.0 / samples)
-    return threshold("online.waited.design_effect") * p * (1.0 - p) / samples
+def _variance(state: RankStates) -> float:
+    return share_variance(state.asleep, state.samples, threshold("online.waited.design_effect"))
 
 
 def judge(now: dict[int, RankStates], before: dict[int, RankStates]) -> Waited | None:
@@ -82,11 +82,9 @@ def judge(now: dict[int, RankStates], before: dict[int, RankStates]) -> Waited |
     others_asleep = statistics.median(now[o].asleep for o in others)
     drop = others_asleep - now[rank].asleep
     spread = max(now[o].asleep for o in others) - min(now[o].asleep for o in others)
-    noise = statistics.mean(_variance(now[o].asleep, now[o].samples) for o in others)
-    variance = _variance(now[rank].asleep, now[rank].samples) + (
-        noise if len(others) == 1 else noise * math.pi / (2 * len(others)))
+    variance = contrast_variance(_variance(now[rank]), [_variance(now[o]) for o in others])
     z = drop / math.sqrt(variance) if variance > 0 else 0.0
-    p_family = min(1.0, 0.5 * math.erfc(z / math.sqrt(2.0)) * len(now)) if z >= threshold("online.waited.z_min") else 1.0
+    p_family = family_p(z, len(now), threshold("online.waited.z_min"))
     if (drop < threshold("online.waited.drop_min") or others_asleep < threshold("online.waited.others_asleep_min")
             or (len(others) >= 2 and drop < threshold("online.waited.min_effect_over_spread") * spread)
             or p_family > threshold("straggler.alpha")):
@@ -118,10 +116,9 @@ class Doing:
 def doing(rank: int, now: dict[int, RankStates], cpu: dict[int, RankWindow]) -> Doing:
     """The state the rank was in beyond the other ranks' median (docs/internals/analyzers.md)."""
     me = now[rank]
-    excess = {kind: getattr(me, kind) - _median_of_others({r: getattr(s, kind) for r, s in now.items()}, rank)
-              for kind in ("stopped", "io", "running")}
-    kind = max(excess, key=lambda k: (excess[k], k))
-    others = {k: _median_of_others({r: getattr(s, k) for r, s in now.items()}, rank) for k in excess}
+    others = {k: _median_of_others({r: getattr(s, k) for r, s in now.items()}, rank)
+              for k in ("stopped", "io", "running")}
+    kind = max(others, key=lambda k: (getattr(me, k) - others[k], k))
     if kind == "stopped":
         return Doing("stopped", f"it was stopped from outside (state T: SIGSTOP, a debugger, a frozen cgroup) "
                                 f"{pct(me.stopped)} of the window, the other ranks {pct(others['stopped'])}")
@@ -131,11 +128,9 @@ def doing(rank: int, now: dict[int, RankStates], cpu: dict[int, RankWindow]) -> 
     running = f"running or runnable {pct(me.running)} of the window, the other ranks {pct(others['running'])}"
     if rank not in cpu or len(cpu) < 2:
         return Doing("running or runnable", f"it was {running}")
-    wait_x = cpu[rank].wait_share - _median_of_others({r: w.wait_share for r, w in cpu.items()}, rank)
-    run_x = cpu[rank].run_share - _median_of_others({r: w.run_share for r, w in cpu.items()}, rank)
     ran = _median_of_others({r: w.run_share for r, w in cpu.items()}, rank)
     waited = _median_of_others({r: w.wait_share for r, w in cpu.items()}, rank)
-    if wait_x > run_x:
+    if cpu[rank].wait_share - waited > cpu[rank].run_share - ran:
         return Doing("waiting for a CPU", f"it was {running}, waiting for a CPU (runnable while another task held "
                                           f"its core) {pct(cpu[rank].wait_share)} of the window against the others' "
                                           f"{pct(waited)}")

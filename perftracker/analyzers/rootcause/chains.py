@@ -23,11 +23,8 @@ _GPU_PHASES = ("forward", "backward", "optimizer")
 
 
 def straggler_kind(f: Finding) -> str:
-    """'compute' / 'communication' for a finding that names one slow rank, '' for any other finding.
-
-    Straggler findings carry their kind; a `steps` finding where one rank spends longer in a GPU phase
-    (forward, backward, optimizer) than its peers is a compute straggler seen from step files.
-    """
+    """'compute' / 'communication' for a finding that names one slow rank (a straggler's own kind; a slow GPU
+    phase of `steps` or a `stack_profile` rank: compute), '' for any other finding."""
     if len(f.ranks) != 1 or f.severity < Severity.WARNING:
         return ""
     if f.analyzer == Kind.STRAGGLER:

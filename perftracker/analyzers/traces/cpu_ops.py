@@ -21,9 +21,8 @@ Ints = npt.NDArray[np.int64]
 
 
 def cpu_calls(store: Store) -> pd.DataFrame:
-    """Every CPU event with its parent, self time and op (docs/internals/analyzers.md), computed a few ranks at a time
-    (`per_rank.by_rank`; a call's parent and op are of its own thread, so of its own rank): `parent` and `op` are rows of the
-    whole table."""
+    """Every CPU event with its parent, self time and op (rows of the whole table; docs/internals/analyzers.md),
+    computed a few ranks at a time (`per_rank.by_rank`: a call's parent and op are of its own rank)."""
     offset = 0
     is_step = value_test(store.events_schema(["name"])["name"], _is_profiler_step)
 
@@ -73,11 +72,8 @@ def rank_calls(ev: pd.DataFrame, is_step: npt.NDArray[np.bool_] | None = None) -
 
 
 def _parents(start: Ints, end: Ints) -> Ints:
-    """Parent of each interval of one thread (sorted by start, longer first), -1 at top level.
-
-    The depth of an interval is the number of earlier ones still open at its start; its parent is the
-    last earlier interval one level up, if that one contains it.
-    """
+    """Parent of each interval of one thread (sorted by start, longer first), -1 at top level: the last earlier
+    interval one level up (depth: the earlier ones still open at its start), if that one contains it."""
     n = len(start)
     position = np.arange(n, dtype=np.int64)
     depth = position - np.searchsorted(np.sort(end), start, side="right")
@@ -109,10 +105,8 @@ def cpu_calls_view(analysis: Analysis) -> pd.DataFrame:
 
 
 def launch_ops(calls: pd.DataFrame) -> pd.DataFrame:
-    """rank, window, correlation, launched_by: the op that issued each launch (the call's own name outside ops).
-
-    `launched_by` is categorical, with the categories of `calls["name"]`.
-    """
+    """rank, window, correlation, launched_by: the op that issued each launch (the call's own name outside ops),
+    categorical, with the categories of `calls["name"]`."""
     launches = calls[(calls["kind"] == "runtime") & (calls["correlation"] >= 0)]
     names = calls["name"].astype("category")
     dtype = pd.CategoricalDtype(names.cat.categories)

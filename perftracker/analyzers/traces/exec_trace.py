@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.findings import NO_ACTION, Finding, Kind, Severity
 from perftracker.analyzers.traces.gpu_time import as_int
 
 COLUMNS = ["file", "rank", "window", "rf_id", "name", "matched", "input_shapes", "input_types"]
@@ -62,17 +62,15 @@ def execution_trace_findings(analysis: Analysis) -> list[Finding]:
             rank = as_int(nodes["rank"].iloc[0])
             title = (f"Execution trace {name} joined to rank {rank}'s trace: {matched} of {len(nodes)} operators "
                      "matched by record-function id and name; their input shapes annotate the CPU ops findings name")
-            advice = "No action needed; listed so the scope of the analysis is clear."
+            advice = NO_ACTION
         else:
             title = (f"Execution trace {name} is not used: none of its {len(nodes)} operators matches an op of the "
                      "traces by record-function id and name")
             advice = ("The execution trace was probably taken in another process or profiling window than the "
                       "traces given. Record both in the same window: torch.profiler.profile(..., "
                       "execution_trace_observer=ExecutionTraceObserver().register_callback(path)).")
-        findings.append(Finding(
-            analyzer="inputs", severity=Severity.INFO, title=title, recommendation=advice,
-            evidence={"file": str(file), "operators": len(nodes), "matched": matched,
-                      "rank": as_int(nodes["rank"].iloc[0]) if matched else None},
-            key=f"inputs:execution-trace:{name}",
-        ))
+        findings.append(Finding(Kind.INPUTS, Severity.INFO, title, advice,
+                                {"file": str(file), "operators": len(nodes), "matched": matched,
+                                 "rank": as_int(nodes["rank"].iloc[0]) if matched else None},
+                                key=f"inputs:execution-trace:{name}"))
     return findings

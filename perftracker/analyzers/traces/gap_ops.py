@@ -143,13 +143,8 @@ def _ms(ns: int) -> str:
 
 
 def gap_evidence(analysis: Analysis, category: str, ranks: list[int]) -> dict[str, Any]:
-    """The idle finding's evidence of what the CPU did in `category`'s gaps on `ranks`.
-
-    `cpu_ops_while_idle`: the ops by own time in the gaps, per step (mean over the ranks' steps) and as a
-    share of the gap time; `longest_gaps`: the longest gaps, each with its ops, the kernel after it and
-    the op that launched that kernel; for launch-bound gaps, `tiny_kernels`: the kernels the GPU waited
-    for most often, with their launching ops.
-    """
+    """The idle finding's evidence of what the CPU did in `category`'s gaps on `ranks`
+    (docs/internals/analyzers.md)."""
     steps = profiled_steps(analysis.store).reindex(ranks).fillna(0).clip(lower=1)
     rank_steps = float(steps.sum()) or 1.0
     ops = analysis.view(idle_ops_view)

@@ -9,6 +9,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.traces.grouping import per_value
 from perftracker.analyzers.traces.intervals import intersection_total, total, union
 from perftracker.store import Store
 
@@ -24,21 +25,12 @@ def as_int(value: Any) -> int:
 def gpu_work(store: Store, hta_compat: bool = False) -> pd.DataFrame:
     """GPU events that count as work, with a `klass` column: compute | comm | memory (and `comm_family`)."""
     columns = ["rank", "window", "step", "stream", "name", "start_ns", "dur_ns", "correlation", "comm_family"]
-
-    def by_name(names: pd.Series, test: Any) -> npt.NDArray[np.bool_]:
-        """`test` (on a Series of names as str) run once per distinct name, mapped to every row."""
-        if not isinstance(names.dtype, pd.CategoricalDtype):
-            return np.asarray(test(names.astype(str)), dtype=bool)
-        per_name = np.asarray(test(pd.Series(names.cat.categories.astype(str), dtype=object)), dtype=bool)
-        missing = np.asarray(test(pd.Series(["nan"], dtype=object)), dtype=bool)  # astype(str) of NaN
-        return np.concatenate([per_name, missing])[names.cat.codes.to_numpy()]
-
     if hta_compat:
         ev = _drop_last_step_like_hta(store, [*columns, "kind"])
         gpu = (ev["stream"] >= 0) & (ev["kind"] != "gpu_annotation")
         out = ev.loc[gpu, columns]
-        is_comm = by_name(out["name"], lambda names: names.str.startswith("nccl"))
-        is_memory = by_name(out["name"], lambda names: names.str.contains("Memcpy|Memset", regex=True))
+        is_comm = per_value(out["name"], lambda name: name.startswith("nccl"))
+        is_memory = per_value(out["name"], lambda name: "Memcpy" in name or "Memset" in name)
         klass = np.where(is_comm, "comm", np.where(is_memory, "memory", "compute"))
         # HTA reads ts and dur as whole microseconds
         out["start_ns"] = out["start_ns"] // 1000 * 1000
@@ -54,11 +46,8 @@ def gpu_work(store: Store, hta_compat: bool = False) -> pd.DataFrame:
 
 
 def _drop_last_step_like_hta(store: Store, columns: list[str] | None = None) -> pd.DataFrame:
-    """HTA keeps CPU events starting before the last ProfilerStep and GPU events launched by them.
-
-    Rows are grouped by rank window (in order), each group's CPU events before its GPU events, as
-    HTA's per-rank frames are; only `columns` (default: all) are returned.
-    """
+    """HTA keeps CPU events starting before the last ProfilerStep and GPU events launched by them; grouped by
+    rank window, CPU events before GPU events, as HTA's per-rank frames are; only `columns` (default: all)."""
     if columns is None:
         ev = store.events  # every column of every event: the memory hazard, only under --hta-compat
     else:
@@ -101,17 +90,14 @@ def _one(group: pd.DataFrame) -> dict[str, float]:
     all_s, all_e = union(s, e)
     span = int(all_e.max() - all_s.min()) if len(all_s) else 0
     busy = total(all_s, all_e)
-    sets = {}
-    for klass in KLASSES:
-        mask = (group["klass"] == klass).to_numpy()
-        sets[klass] = union(s[mask], e[mask])
+    klasses = group["klass"].to_numpy()
+    sets = {klass: union(s[klasses == klass], e[klasses == klass]) for klass in KLASSES}
     compute = total(*sets["compute"])
     comm_total = total(*sets["comm"])
     comm_overlap = intersection_total(*sets["compute"], *sets["comm"])
     comm_exposed = comm_total - comm_overlap
     memory_total = total(*sets["memory"])
     # waiting for late ranks with neither compute nor a transfer running (0 without comm_split's "wait" rows)
-    klasses = group["klass"].to_numpy()
     working = (klasses == "compute") | (klasses == "comm")
     waiting = working | (klasses == "wait")
     wait_exposed = total(*union(s[waiting], e[waiting])) - total(*union(s[working], e[working]))
@@ -126,18 +112,12 @@ def _one(group: pd.DataFrame) -> dict[str, float]:
 
 
 def breakdown(store: Store, hta_compat: bool = False, work: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per rank window: span, busy, idle, compute, comm (total/overlapped/exposed), memory.
-
-    Percentages are of the span; `overlap_pct` is the share of communication time hidden under
-    compute (NaN without communication); `steps` is the number of profiled steps in the window.
-    `work` is `gpu_work(store, hta_compat)` when already computed.
-    """
+    """One row per rank window: span, busy, idle, compute, comm (total/overlapped/exposed), memory, their
+    percentages of the span, `overlap_pct` (NaN without communication) and the window's profiled `steps`
+    (`work`: `gpu_work(store, hta_compat)` when already computed)."""
     work = gpu_work(store, hta_compat) if work is None else work
-    rows = []
-    for (rank, window), group in work.groupby(["rank", "window"], sort=True, observed=True):
-        row = {"rank": as_int(rank), "window": as_int(window), **_one(group)}
-        rows.append(row)
-    frame = pd.DataFrame(rows)
+    frame = pd.DataFrame([{"rank": as_int(rank), "window": as_int(window), **_one(group)}
+                          for (rank, window), group in work.groupby(["rank", "window"], sort=True, observed=True)])
     if frame.empty:
         return frame
     steps = store.steps[store.steps["source"] == "profiler"].groupby(["rank", "window"]).size()
@@ -157,10 +137,9 @@ def breakdown_per_step(store: Store, work: pd.DataFrame | None = None) -> pd.Dat
     """Per rank window and step: the same quantities over the GPU work that step launched."""
     work = gpu_work(store) if work is None else work
     work = work[work["step"] >= 0]
-    rows = []
-    for (rank, window, step), group in work.groupby(["rank", "window", "step"], sort=True, observed=True):
-        rows.append({"rank": as_int(rank), "window": as_int(window), "step": as_int(step), **_one(group)})
-    return pd.DataFrame(rows)
+    return pd.DataFrame([{"rank": as_int(rank), "window": as_int(window), "step": as_int(step), **_one(group)}
+                         for (rank, window, step), group in work.groupby(["rank", "window", "step"], sort=True,
+                                                                          observed=True)])
 
 
 def gpu_work_view(analysis: Analysis) -> pd.DataFrame:

@@ -50,9 +50,8 @@ GAP_COLUMNS = ["rank", "window", "start_ns", "dur_ns", "category", "next_correla
 
 
 def idle_gaps(store: Store, work: pd.DataFrame | None = None) -> pd.DataFrame:
-    """One row per GPU idle gap: rank, window, start_ns, dur_ns, category and the correlation id of the
-    work after it (-1 unknown), which ties the gap to the launch and op behind it (`work`: `gpu_work(store)`).
-    Computed rank by rank: each rank's launches and synchronizations come from its own events."""
+    """One row per GPU idle gap: rank, window, start_ns, dur_ns, category and the correlation id of the work after
+    it (-1 unknown), computed rank by rank over its own launches and synchronizations (`work`: `gpu_work(store)`)."""
     work = gpu_work(store) if work is None else work
     if work.empty:
         return pd.DataFrame(columns=GAP_COLUMNS)

@@ -27,13 +27,11 @@ def rank_chunks(sizes: Mapping[int, int], chunk_rows: int | None = None) -> list
     return chunks
 
 
-def by_rank(store: Store, fn: ChunkFn, keep_index: bool = False) -> pd.DataFrame:
+def by_rank(store: Store, fn: ChunkFn) -> pd.DataFrame:
     """`fn` over each chunk of ranks' events, the results concatenated in rank order (docs/internals/analyzers.md)."""
     chunks = rank_chunks({rank: store.rank_rows(rank) for rank in store.event_ranks()})
     parts = [fn(ranks, store.ranks_events(ranks)) for ranks in chunks]
     if not parts:
         return fn([], store.events_schema())
     kept = [part for part in parts if len(part)] or parts[:1]
-    if len(kept) == 1:
-        return kept[0] if keep_index else kept[0].reset_index(drop=True)
-    return pd.concat(kept, ignore_index=not keep_index)
+    return kept[0].reset_index(drop=True) if len(kept) == 1 else pd.concat(kept, ignore_index=True)

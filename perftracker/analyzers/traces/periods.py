@@ -96,10 +96,8 @@ def _step_periods(steps: pd.DataFrame, work: pd.DataFrame) -> pd.DataFrame:
 def gpu_step_bounds(numbers: npt.NDArray[np.int64], cpu_start: npt.NDArray[np.int64],
                     cpu_end: npt.NDArray[np.int64], work: pd.DataFrame) -> tuple[npt.NDArray[np.int64],
                                                                                   npt.NDArray[np.int64]]:
-    """The steps on the GPU's clock: step N runs from the first GPU work its launches queued (kernels,
-    copies, memsets tied to the step by correlation id, CUDA-graph replays included) to that of step N+1;
-    the last step to the end of its own work. A step that queued nothing starts where its CPU step does.
-    The periods tile the GPU's timeline: none overlaps another, however late a step's work runs."""
+    """The steps on the GPU's clock (docs/internals/analyzers.md): from the first GPU work each step's launches
+    queued to the next one's (the last to the end of its own work); they tile the GPU's timeline."""
     launched = work[work["step"] >= 0]
     span = launched.groupby("step").agg(lo=("start_ns", "min"), hi=("end_ns", "max"))
     first = span["lo"].reindex(numbers).to_numpy(dtype=float)
