@@ -57,8 +57,8 @@ def inspect(run_dir: Path, slowed: int | None) -> dict[str, Any]:
     """What the traces show and each test's verdict (see the module docstring)."""
     from perftracker.analyzers.analysis import Analysis
     from perftracker.analyzers.stragglers.collectives import arrivals_view
-    from perftracker.analyzers.stragglers.durations import work_trials
     from perftracker.analyzers.stragglers.op_work import compute_trials
+    from perftracker.analyzers.stragglers.significance import work_trials
     from perftracker.analyzers.stragglers.straggler import compute_view, durations_view, verdict_view
     from perftracker.collectors.loading import LoadOptions, load_path
 

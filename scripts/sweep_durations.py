@@ -34,8 +34,10 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))  # synth.py
 
-from perftracker.analyzers.stragglers.durations import judge_durations  # noqa: E402
-from perftracker.analyzers.stragglers.significance import judge_outliers  # noqa: E402
+from perftracker.analyzers.stragglers.significance import (
+    judge_durations,  # noqa: E402
+    judge_outliers,  # noqa: E402
+)
 
 
 def simulate(rng: np.random.Generator, ranks: int, steps: int, excess: float, jitter: float, rho: float,
