@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.common import preferred
 from perftracker.analyzers.layout.model import Layout
 from perftracker.analyzers.layout.views import P2P, p2p_ops, parallel_layout_view
 from perftracker.analyzers.stragglers.op_work import compute_trials
@@ -71,8 +72,7 @@ def stage_steps(store: Store, layout: Layout) -> pd.DataFrame:
     steps = store.steps
     if stages < 2 or steps.empty:
         return pd.DataFrame(columns=COLUMNS)
-    prof = steps[steps["source"].astype(str) == "profiler"]
-    steps = prof if not prof.empty else steps
+    steps = preferred(steps, "profiler")
     events = store.events
     ops = p2p_ops(events)
     colls = _collectives(events)

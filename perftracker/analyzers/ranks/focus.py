@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.common import preferred
 from perftracker.analyzers.ranks.groups import rank_groups_view, rank_hosts, rank_layout_view
 from perftracker.analyzers.stragglers.steps import step_series_view, step_stats_view
 from perftracker.analyzers.stragglers.straggler import lateness_view, rank_metrics_view
@@ -129,8 +130,7 @@ def spread_over_steps(steps: pd.DataFrame) -> pd.DataFrame:
     """Per step across ranks: ranks, median, p90, min, max (ms), rank at the max (`steps`: the steps view)."""
     if steps.empty:
         return pd.DataFrame(columns=STEP_SPREAD_COLUMNS)
-    files = steps[steps["source"] == "stepfile"]
-    use = (files if not files.empty else steps).assign(ms=lambda t: t["dur_ns"] / 1e6)
+    use = preferred(steps, "stepfile").assign(ms=lambda t: t["dur_ns"] / 1e6)
     grouped = use.groupby("step", sort=True)
     at_max = use.loc[grouped["ms"].idxmax(), ["step", "rank"]].set_index("step")["rank"]
     table = pd.DataFrame({"ranks": grouped["rank"].nunique(), "median_ms": grouped["ms"].median(),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.common import fmt_ms, hosts_of
+from perftracker.analyzers.common import fmt_ms, hosts_of, preferred
 from perftracker.analyzers.findings import Cost, Finding, Mark, Severity
 from perftracker.analyzers.stragglers.significance import judge_outliers
 from perftracker.analyzers.thresholds import threshold, threshold_int
@@ -21,14 +21,13 @@ def step_stats(store: Store) -> pd.DataFrame:
     steps = store.steps
     if steps.empty:
         return pd.DataFrame()
-    src = steps[steps["source"] == "stepfile"]
-    use = src if not src.empty else steps
+    use = preferred(steps, "stepfile")
     grouped = use.groupby("rank")["dur_ns"]
     stats = pd.DataFrame({
         "steps": grouped.size(), "median_s": grouped.median() / 1e9, "p90_s": grouped.quantile(0.9) / 1e9,
         "min_s": grouped.min() / 1e9, "max_s": grouped.max() / 1e9, "mean_s": grouped.mean() / 1e9,
     }).reset_index()
-    stats["source"] = "stepfile" if not src.empty else "profiler"
+    stats["source"] = "stepfile" if (use["source"] == "stepfile").any() else "profiler"
     return stats
 
 
@@ -78,8 +77,7 @@ def _imbalance(store: Store, stats: pd.DataFrame) -> list[Finding]:
     step ends before it waits for the next one): a warning only when the significance test names it."""
     if len(stats) < 2:
         return []
-    steps = store.steps
-    use = steps[steps["source"] == "stepfile"] if (steps["source"] == "stepfile").any() else steps
+    use = preferred(store.steps, "stepfile")
     verdict = judge_outliers(pd.DataFrame({"trial": use["step"], "rank": use["rank"], "value": use["dur_ns"]}))
     out = []
     for _, row in stats.iterrows():

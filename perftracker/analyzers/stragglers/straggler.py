@@ -174,13 +174,13 @@ def _durations_alpha() -> float:
 
 def durations_view(analysis: Analysis) -> DurationVerdict:
     """Is one rank's own work (wall clock between collectives) longer than its peers', paired per step?
-    (`durations.judge_durations`)"""
+    (`significance.judge_durations`)"""
     return judge_durations(work_trials(analysis.view(judged_arrivals_view)), alpha=_durations_alpha())
 
 
 def compute_view(analysis: Analysis) -> DurationVerdict:
     """Is one rank's compute (its compute kernels, or its CPU ops at their own cost: `op_work`) more than its
-    peers', paired per step? (`durations.judge_durations`)"""
+    peers', paired per step? (`significance.judge_durations`)"""
     costs = by_rank(analysis.store, lambda _, ev: op_costs(ev))
     return judge_durations(trials_of(costs), alpha=_durations_alpha(), measure="compute",
                            min_excess=threshold("straggler.compute_min_excess"))
