@@ -9,7 +9,7 @@ traces alone (as ``scripts/measure_accuracy.py`` does in its ``traces`` mode, ``
 * ``loud``: a clean run with any warning/critical finding of the straggler-type analyzers
   (``measure_accuracy.ANALYZERS``): a false warning;
 * what the traces show: each rank's compute per step (``op_work.compute_trials``: its ops at their shortest own
-  time) and its wall-clock own work between collectives (``durations.work_trials``), as the median over steps of
+  time) and its wall-clock own work between collectives (``significance.work_trials``), as the median over steps of
   the slowed rank's (for a clean run: the highest rank's) over the median of the others', and the three tests'
   verdicts one by one (last arrival, wall-clock work, compute).
 
@@ -57,8 +57,8 @@ def inspect(run_dir: Path, slowed: int | None) -> dict[str, Any]:
     """What the traces show and each test's verdict (see the module docstring)."""
     from perftracker.analyzers.analysis import Analysis
     from perftracker.analyzers.stragglers.collectives import arrivals_view
-    from perftracker.analyzers.stragglers.durations import work_trials
     from perftracker.analyzers.stragglers.op_work import compute_trials
+    from perftracker.analyzers.stragglers.significance import work_trials
     from perftracker.analyzers.stragglers.straggler import compute_view, durations_view, verdict_view
     from perftracker.collectors.loading import LoadOptions, load_path
 

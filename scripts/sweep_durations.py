@@ -8,7 +8,7 @@ Promise: ``python scripts/sweep_durations.py [--runs 20] [--big 2000] [--traces 
    this machine's clean corpus runs are in benchmarks/README.md. Each run is judged like the straggler
    analyzer does: the last-arrival binomial test (`significance.judge_outliers` on each step's lateness, the
    work minus the earliest rank's) or, when that is not significant, the durations test
-   (`durations.judge_durations`). Rates over `--runs` runs (the issue's 20) and over `--big` runs.
+   (`significance.judge_durations`). Rates over `--runs` runs (the issue's 20) and over `--big` runs.
 2. **Traces** (end to end, `--traces` runs per case): synthetic 4-rank GPU traces of 6 steps
    (`benchmarks/synth.py`, per-kernel noise plus `step_jitter`, a per-(rank, step) factor on all the rank's kernels)
    analyzed by every analyzer; named = a warning/critical straggler finding naming the slowed rank (a
@@ -34,8 +34,10 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))  # synth.py
 
-from perftracker.analyzers.stragglers.durations import judge_durations  # noqa: E402
-from perftracker.analyzers.stragglers.significance import judge_outliers  # noqa: E402
+from perftracker.analyzers.stragglers.significance import (
+    judge_durations,  # noqa: E402
+    judge_outliers,  # noqa: E402
+)
 
 
 def simulate(rng: np.random.Generator, ranks: int, steps: int, excess: float, jitter: float, rho: float,

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.failures.fold import fold_failures
 from perftracker.analyzers.findings import Finding, Kind, Role, Severity, failure_finding, rank_findings
-from perftracker.analyzers.layout.positions import with_positions
-from perftracker.analyzers.layout.views import parallel_layout_view
+from perftracker.analyzers.layout.views import parallel_layout_view, with_positions
 from perftracker.analyzers.online.waited_fold import fold_into_waited_rank
 from perftracker.analyzers.registry import Analyzer, run_analyzers
 from perftracker.analyzers.rootcause import link_findings

@@ -34,17 +34,16 @@ from perftracker.analyzers.nccl.tables import (
     nccl_warns_table,
 )
 from perftracker.analyzers.pipeline.views import layout_grid_view
-from perftracker.analyzers.ranks.focus import rank_focus_view
+from perftracker.analyzers.ranks.focus import lateness_groups_view, rank_focus_view, step_spread_view
 from perftracker.analyzers.ranks.groups import rank_groups_view, rank_layout_view
-from perftracker.analyzers.ranks.spread import lateness_groups_view, step_spread_view
-from perftracker.analyzers.stepgraph.op_path import critical_path_ops_view
+from perftracker.analyzers.stepgraph.critical_path import critical_path_ops_view
 from perftracker.analyzers.stepgraph.replay_costs import (
     critical_path_view,
     replay_steps_view,
     whatif_ranks_view,
 )
 from perftracker.analyzers.stragglers.expert_balance import alltoall_bytes_view
-from perftracker.analyzers.stragglers.profile_tables import profile_ranks_view, profile_shares_view
+from perftracker.analyzers.stragglers.stack_profile import profile_ranks_view, profile_shares_view
 from perftracker.analyzers.stragglers.steps import step_series_view, step_stats_view
 from perftracker.analyzers.stragglers.straggler import lateness_view, rank_waits_view
 from perftracker.analyzers.stragglers.wait_transfer import collective_split_view, step_waits_view

@@ -37,21 +37,21 @@ READ = re.compile(r"""\b(?:threshold|threshold_int|default)\(\s*["']([a-z_.]+)["
 # Module-level numbers of analyzers/ that decide no finding: how much is shown, chunk sizes, search grids,
 # encodings. A new number that decides a finding belongs in perftracker/data/thresholds.toml instead.
 NOT_THRESHOLDS = {
-    "layout/positions.py": {"MAX_LISTED"},  # ranks listed in a finding's evidence
+    "layout/views.py": {"MAX_LISTED"},  # ranks listed in a finding's evidence
     "pipeline/analyzer.py": {"BACKWARD_PER_FORWARD"},  # the cost model of a backward pass, not a judgement
-    "pipeline/victims.py": {"MIN_WAIT_MS"},  # which victims the evidence lists
-    "stragglers/alignment.py": {"_MAX_SHIFT", "_MIN_AGREE", "_TOLERANCE"},  # matching members, not judging them
-    "stragglers/group_of.py": {"_IMPOSSIBLE_SHARE", "_SLACK_NS"},  # inferring a gloo op's group
+    "pipeline/views.py": {"MIN_WAIT_MS"},  # which victims the evidence lists
+    # matching members, not judging them; inferring a gloo op's group
+    "stragglers/group_of.py": {"_MAX_SHIFT", "_MIN_AGREE", "_TOLERANCE", "_IMPOSSIBLE_SHARE", "_SLACK_NS"},
     "stepgraph/replay.py": {"FIX_RANKS_MAX"},  # rows of the whatif_ranks view
-    "whatif/analyzer.py": {"REPLAY_TOL"},  # the replay's own consistency check
+    # the replay's own consistency check; replays per worker; the paper's M_W
+    "whatif/analyzer.py": {"REPLAY_TOL", "MAX_EXACT_WORKERS", "TOP_WORKERS_PCT"},
     "whatif/ops_graph.py": {"NEG_TRANSFER_NS"},  # clock tolerance of the records
-    "whatif/ops_replay.py": {"MAX_EXACT_WORKERS", "TOP_WORKERS_PCT"},  # replays per worker; the paper's M_W
     "traces/merged_timeline.py": {"DEFAULT_MAX_RANKS", "DEFAULT_MAX_EVENTS", "LATE_MARK_MS"},  # timeline size, marks
     "traces/kernels.py": {"TOP_ALL", "TOP_PER_RANK", "TOP_SELF"},  # table rows shown
     "traces/gap_ops.py": {"TOP_OPS", "LONGEST", "OPS_PER_GAP"},  # table rows shown
     "traces/per_rank.py": {"CHUNK_ROWS"},  # memory per chunk
     "traces/timeline.py": {"MAX_TIMELINE_RANKS", "MAX_BOXES_PER_LANE", "FOCUS_SLOWEST", "FOCUS_PEERS"},  # chart size
-    "stragglers/profile_tables.py": {"MAX_FRAMES", "MAX_RANKS", "MIN_SHARE", "MIN_SPREAD"},  # rows of a report table
+    "stragglers/stack_profile.py": {"MAX_FRAMES", "MAX_RANKS", "MIN_SHARE", "MIN_SPREAD"},  # rows of a report table
     "ranks/focus.py": {"TOP_K", "MAX_PEERS"},  # ranks shown
     "ranks/groups.py": {"MANY_RANKS", "MAX_GROUPS"},  # when charts bin ranks
     "online/step_period.py": {"MAX_DEPTH", "MAX_DEPTHS_TRIED", "COARSE_STEPS_PER_PEAK", "FINE_STEPS"},  # search grid

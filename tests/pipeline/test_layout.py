@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.layout.infer import infer_layout
-from perftracker.analyzers.layout.names import dim_of_desc
-from perftracker.analyzers.layout.positions import with_positions
+from perftracker.analyzers.layout.infer import dim_of_desc, infer_layout
+from perftracker.analyzers.layout.views import with_positions
 from perftracker.store.run_info import ProcessGroup
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "pipeline_gloo"

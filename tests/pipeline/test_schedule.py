@@ -44,7 +44,7 @@ def test_middle_stage_passes_need_the_peer() -> None:
     pipeline group is the world) WHEN read into pass letters
     THEN with each op's peer the letters are the stage's 1F1B order; without peers they cannot be told."""
     from perftracker.analyzers.layout.infer import infer_layout
-    from perftracker.analyzers.pipeline.stage_steps import pass_letters
+    from perftracker.analyzers.pipeline.views import pass_letters
     from perftracker.store.run_info import ProcessGroup
 
     layout = infer_layout({"1": ProcessGroup("1", "PIPELINE_MODEL_PARALLEL_GROUP", 3, (0, 1, 2), "test")}, 3)

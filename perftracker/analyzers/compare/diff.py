@@ -15,7 +15,7 @@ from perftracker.analyzers.common import fmt_ms
 from perftracker.analyzers.compare.side import RunSide
 from perftracker.analyzers.findings import Cost, Finding, Severity, rank_findings
 from perftracker.analyzers.stragglers.shift import lag1_autocorrelation, mann_whitney_greater
-from perftracker.analyzers.stragglers.waiting import is_waiting_phase
+from perftracker.analyzers.stragglers.steps import is_waiting_phase
 from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.values import robust_sigma
 

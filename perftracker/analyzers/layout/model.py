@@ -54,16 +54,18 @@ class Layout:
     def stage_ranks(self, stage: int) -> list[int]:
         return sorted(r for r in self.coords if self.stage_of(r) == stage)
 
+    def group(self, rank: int, dim: str) -> tuple[int, ...]:
+        """`rank`'s group along `dim`, in group order (() when the dim is unknown)."""
+        d = self.dim(dim)
+        return next((g for g in d.groups if rank in g), ()) if d is not None else ()
+
     def peers(self, rank: int, dim: str) -> tuple[int, ...]:
         """The other members of `rank`'s group along `dim`, in group order (() when the dim is unknown)."""
-        d = self.dim(dim)
-        group = next((g for g in d.groups if rank in g), ()) if d is not None else ()
-        return tuple(r for r in group if r != rank)
+        return tuple(r for r in self.group(rank, dim) if r != rank)
 
     def pipeline_neighbours(self, rank: int) -> tuple[int | None, int | None]:
         """(predecessor, successor) of `rank` in its pipeline; None at the ends or without a pp dim."""
-        d = self.dim("pp")
-        group = next((g for g in d.groups if rank in g), ()) if d is not None else ()
+        group = self.group(rank, "pp")
         if not group:
             return None, None
         i = group.index(rank)

@@ -20,8 +20,7 @@ from perftracker.analyzers.common import median_step_s, pct
 from perftracker.analyzers.failures.stack_state import COLLECTIVES
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.stragglers.degradation import change_point, job_series
-from perftracker.analyzers.stragglers.frame_shares import frame_shares
-from perftracker.analyzers.stragglers.stack_profile import deepest
+from perftracker.analyzers.stragglers.stack_profile import deepest, frame_shares
 from perftracker.analyzers.thresholds import threshold, threshold_int
 
 _FRAME = re.compile(r"^(?P<name>.*) \((?P<file>[^()]+):-?\d+\)$")

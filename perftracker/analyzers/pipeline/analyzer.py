@@ -19,7 +19,7 @@ from perftracker.analyzers.layout.model import Layout
 from perftracker.analyzers.layout.views import parallel_layout_view
 from perftracker.analyzers.pipeline.schedule_sim import ideal_bubble, recognize, simulate
 from perftracker.analyzers.pipeline.views import stage_compute_view, stage_steps_view
-from perftracker.analyzers.stragglers.durations import t_sf
+from perftracker.analyzers.stragglers.significance import t_sf
 from perftracker.analyzers.thresholds import threshold
 
 BACKWARD_PER_FORWARD = 2.0  # a backward pass costs about twice its forward (the usual rule for dense layers)

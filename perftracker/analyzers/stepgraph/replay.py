@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-P2P_NAMES = ("send", "recv")  # the `collective` of a member of a matched point-to-point pair
+from perftracker.analyzers.stragglers.group_of import P2P_COLLECTIVES
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def _p2p(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     `collectives.match_instances`' pairs), and whether the row is the send of such a pair."""
     name = frame["collective"]
     inst = frame["instance"]
-    pair = (name.isin(P2P_NAMES).groupby(inst).transform("all") & (name == "send").groupby(inst).transform("any")
+    pair = (name.isin(P2P_COLLECTIVES).groupby(inst).transform("all") & (name == "send").groupby(inst).transform("any")
             & (name == "recv").groupby(inst).transform("any") & (inst.groupby(inst).transform("size") == 2)
             ).to_numpy(bool)
     return pair, pair & (name == "send").to_numpy(bool)

@@ -1,6 +1,6 @@
 """Match the same collective instance across ranks, and align the ranks' clocks with it.
 
-Collectives are matched inside their process group in the group's own order (P2P as pairs, `p2p`); each rank's
+Collectives are matched inside their process group in the group's own order (P2P as pairs, `match_pairs`); each rank's
 clock offset is its median end minus the instances' median end. `arrivals_view` is the run's arrivals, offsets
 and clock domains; `matching_findings` says when the matching fell back or refused members.
 """
@@ -14,10 +14,15 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.stragglers.alignment import Alignment, instance_keys, order_keys, realign
 from perftracker.analyzers.stragglers.clock_domains import ClockDomains, clock_domains
-from perftracker.analyzers.stragglers.group_of import P2P_COLLECTIVES, fill_groups
-from perftracker.analyzers.stragglers.p2p import match_pairs, pair_arrivals
+from perftracker.analyzers.stragglers.group_of import (
+    P2P_COLLECTIVES,
+    Alignment,
+    fill_groups,
+    instance_keys,
+    order_keys,
+    realign,
+)
 from perftracker.store import Store
 from perftracker.store.run_info import ProcessGroup
 
@@ -111,7 +116,7 @@ def match_instances(coll: pd.DataFrame, groups: dict[str, ProcessGroup] | None =
                     report: MatchReport | None = None) -> pd.DataFrame:
     """Add `instance` (an id shared by the same collective on every member) and `members`.
 
-    Collectives are matched inside their group in the group's order (`alignment`), P2P ops as pairs (`p2p`).
+    Collectives are matched inside their group in the group's order (`alignment`), P2P ops as pairs (`match_pairs`).
     Only instances seen on at least two ranks are kept.
     """
     report = report if report is not None else MatchReport()
@@ -151,6 +156,43 @@ def _inside_groups(colls: pd.DataFrame, groups: dict[str, ProcessGroup]) -> pd.D
         at = pg == name
         inside[at] = np.isin(rank[at], members[name])
     return colls[inside]
+
+
+def match_pairs(p2p: pd.DataFrame, first_instance: int) -> pd.DataFrame:
+    """The send/recv rows that pair up (the k-th send from s to r in a step is the k-th recv at r from s), with
+    `instance` (from `first_instance` on) and `members` (2)."""
+    known = p2p[p2p["peer"] >= 0]
+    if known.empty:
+        return known.assign(instance=pd.Series(dtype=np.int64), members=pd.Series(dtype=np.int64))
+    is_send = (known["collective"] == "send").to_numpy()
+    src = np.where(is_send, known["rank"].to_numpy(), known["peer"].to_numpy())
+    dst = np.where(is_send, known["peer"].to_numpy(), known["rank"].to_numpy())
+    frame = known.assign(src=src, dst=dst).sort_values(["rank", "window", "start_ns"], kind="stable")
+    frame = frame.assign(k=frame.groupby(["rank", "collective", "src", "dst", "step"], sort=False).cumcount())
+    keys = ["src", "dst", "step", "k"]
+    both = frame.groupby(keys, sort=False)["collective"].transform("nunique") == 2
+    frame = frame[both.to_numpy()].drop_duplicates([*keys, "collective"], keep="first")
+    frame = frame.assign(instance=frame.groupby(keys, sort=True).ngroup() + first_instance, members=2)
+    return frame.drop(columns=["src", "dst", "k"])
+
+
+def pair_arrivals(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` (arrivals with `start_aligned`) with the P2P rows' waits set (the receiver waits for the send, the
+    sender for no one), and no last member or lateness."""
+    p2p = frame["p2p"].to_numpy()
+    if not p2p.any():
+        return frame
+    rows = frame[p2p]
+    send_start = rows["start_aligned"].where(rows["collective"] == "send").groupby(rows["instance"]).transform("max")
+    is_send = (rows["collective"] == "send").to_numpy()
+    recv_wait = (send_start - rows["start_aligned"]).clip(lower=0)
+    idx = frame.index[p2p]
+    frame.loc[idx, "lateness_ns"] = 0
+    frame.loc[idx, "wait_ns"] = np.where(is_send, 0, recv_wait).astype(np.int64)
+    frame.loc[idx, "own_ns"] = 0.0
+    frame.loc[idx, "is_last"] = False
+    frame.loc[idx, "gap_to_next_ns"] = 0
+    return frame
 
 
 def clock_offsets(matched: pd.DataFrame, iterations: int = 20) -> pd.Series:

@@ -15,7 +15,7 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of, preferred
 from perftracker.analyzers.findings import Cost, Finding, Mark, Severity
 from perftracker.analyzers.stragglers.shift import ShiftVerdict, judge_shift, median_sorted
-from perftracker.analyzers.stragglers.waiting import WAITING_PHASES
+from perftracker.analyzers.stragglers.steps import WAITING_PHASES
 from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.store import Store
 from perftracker.values import robust_sigma

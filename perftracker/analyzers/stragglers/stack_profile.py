@@ -1,7 +1,8 @@
 """The `stack_profile` analyzer: a straggler found from where each rank's main thread spends its time.
 
 From `profile_samples` alone: a rank whose share of some frame exceeds the median rank's beyond sampling noise
-and the other ranks' spread is named with that frame; `rank_profiles_view` is every sampled rank's profile.
+and the other ranks' spread is named with that frame; `rank_profiles_view` is every sampled rank's profile,
+`profile_ranks_view` / `profile_shares_view` the report's tables of them (empty without sampled stacks).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import median_step_s
 from perftracker.analyzers.findings import Cost, Finding, Severity
-from perftracker.analyzers.stragglers.frame_shares import frame_shares
 from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.store import Store
 
@@ -27,6 +27,12 @@ _LIBRARIES = frozenset({
     "deepspeed", "transformers", "accelerate", "datasets", "lightning", "pytorch_lightning", "tqdm", "wandb",
     "tensorboard", "safetensors", "functorch", "perftracker", "pandas", "pyarrow", "PIL", "cv2",
 })
+MAX_FRAMES = 14
+MAX_RANKS = 256
+MIN_SHARE = 0.05  # a frame no rank spends 5% of its time in is not worth a row
+MIN_SPREAD = 0.03  # nor one every rank spends the same share in
+RANK_COLUMNS = ["rank", "samples", "rate_hz"]
+SHARE_COLUMNS = ["row", "frame", "rank", "share_pct"]
 
 
 def is_user_frame(frame: str) -> bool:
@@ -40,6 +46,28 @@ def is_user_frame(frame: str) -> bool:
     top = file.split("/", 1)[0]
     module = top[:-3] if top.endswith(".py") else top
     return module not in _LIBRARIES and module not in sys.stdlib_module_names
+
+
+def frame_shares(rows: pd.DataFrame) -> tuple[dict[str, float], dict[str, int], int]:
+    """For one rank's main-thread rows of `profile_samples` (collapsed stacks, root first, with counts): (frame ->
+    share of samples it appears in, frame -> its smallest depth, total samples). A frame recurring in one stack
+    counts once."""
+    counts: dict[str, int] = {}
+    depth: dict[str, int] = {}
+    total = 0
+    for stack, count in zip(rows["stack"], rows["count"]):
+        n = int(count)
+        total += n
+        seen: set[str] = set()
+        for d, frame in enumerate(str(stack).split(";")):
+            if not frame or frame in seen:
+                continue
+            seen.add(frame)
+            counts[frame] = counts.get(frame, 0) + n
+            depth[frame] = min(depth.get(frame, d), d)
+    if total == 0:
+        return {}, {}, 0
+    return {f: c / total for f, c in counts.items()}, depth, total
 
 
 def _family_p(share: float, median: float, samples: int, tests: int) -> float:
@@ -178,3 +206,33 @@ def _finding(rank: int, excess: dict[str, float], per_rank: dict[int, tuple[dict
         store["profile_samples"]["rank"] == rank, "host"].dropna() if str(h)}))
     return Finding("stack_profile", Severity.WARNING, title, rec, evidence, ranks=(rank,), hosts=hosts, cost=cost,
                    confidence=confidence, key=f"stack_profile:{rank}:{where}")
+
+
+
+def _profiles(analysis: Analysis) -> dict[int, tuple[dict[str, float], dict[str, int], int]]:
+    return dict(sorted(analysis.view(rank_profiles_view).items())[:MAX_RANKS])
+
+
+def profile_ranks_view(analysis: Analysis) -> pd.DataFrame:
+    """rank, samples (main-thread samples), rate_hz of each profiled rank."""
+    per_rank = _profiles(analysis)
+    if not per_rank:
+        return pd.DataFrame(columns=RANK_COLUMNS)
+    samples = analysis.store["profile_samples"]
+    rate = samples.groupby("rank")["rate_hz"].max()
+    return pd.DataFrame({"rank": list(per_rank), "samples": [p[2] for p in per_rank.values()],
+                         "rate_hz": [float(rate.get(r, float("nan"))) for r in per_rank]})
+
+
+def profile_shares_view(analysis: Analysis) -> pd.DataFrame:
+    """The frames that differ most between ranks, with each rank's share of samples in them (%)."""
+    per_rank = _profiles(analysis)
+    ranks = sorted(per_rank)
+    frames = {f for shares, _, _ in per_rank.values() for f in shares}
+    spread = {f: max(per_rank[r][0].get(f, 0.0) for r in ranks) - min(per_rank[r][0].get(f, 0.0) for r in ranks)
+              for f in frames if max(per_rank[r][0].get(f, 0.0) for r in ranks) >= MIN_SHARE}
+    spread = {f: v for f, v in spread.items() if v >= MIN_SPREAD}
+    depth = {f: min(per_rank[r][1].get(f, 10**6) for r in ranks) for f in spread}
+    rows = sorted(sorted(spread, key=lambda f: -spread[f])[:MAX_FRAMES], key=lambda f: (depth[f], f))
+    records = [(i, f, r, round(100 * per_rank[r][0].get(f, 0.0), 1)) for i, f in enumerate(rows) for r in ranks]
+    return pd.DataFrame(records, columns=SHARE_COLUMNS)

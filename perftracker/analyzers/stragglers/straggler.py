@@ -8,6 +8,7 @@ Views: `rank_metrics_view`, `lateness_view`, `rank_waits_view`, `judged_arrivals
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -15,9 +16,8 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of, median_step_s, preferred
 from perftracker.analyzers.findings import Cost, Finding, Mark, Severity
-from perftracker.analyzers.layout.p2p import P2P
-from perftracker.analyzers.layout.views import parallel_layout_view
-from perftracker.analyzers.pipeline.victims import seat_of
+from perftracker.analyzers.layout.views import P2P, parallel_layout_view
+from perftracker.analyzers.pipeline.views import seat_of
 from perftracker.analyzers.stragglers.clock_domains import clock_domain_findings
 from perftracker.analyzers.stragglers.collectives import (  # noqa: F401 - re-exported for their readers
     CollectiveArrivals,
@@ -25,11 +25,15 @@ from perftracker.analyzers.stragglers.collectives import (  # noqa: F401 - re-ex
     matching_findings,
     straggler_tables,
 )
-from perftracker.analyzers.stragglers.durations import DurationVerdict, judge_durations, work_trials
 from perftracker.analyzers.stragglers.late_rank import before_arrival, describe, measured_wait_finding
-from perftracker.analyzers.stragglers.op_work import op_costs, trials_of
-from perftracker.analyzers.stragglers.significance import OutlierVerdict, judge_outliers
-from perftracker.analyzers.stragglers.slow_ops import slower_ops
+from perftracker.analyzers.stragglers.op_work import op_costs, slower_ops, trials_of
+from perftracker.analyzers.stragglers.significance import (
+    DurationVerdict,
+    OutlierVerdict,
+    judge_durations,
+    judge_outliers,
+    work_trials,
+)
 from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.analyzers.traces.per_rank import by_rank
 from perftracker.store import Store
@@ -79,8 +83,7 @@ def rank_metrics(arr: pd.DataFrame, store: Store) -> pd.DataFrame:
         "wait_per_step_s": grouped["wait_ns"].sum() / steps / 1e9,
         "cost_per_step_s": grouped["gap_to_next_ns"].sum() / steps / 1e9,
     })
-    step_s = _step_seconds(store, arr)
-    metrics["cost_share"] = metrics["cost_per_step_s"] / step_s if step_s > 0 else 0.0
+    metrics["cost_share"] = _share_of_step(store, arr, metrics["cost_per_step_s"])
     # Persistence over steps: in how many steps was this rank last in most of its collectives?
     per_step = arr[arr["step"] >= 0].groupby(["step", "rank"])["is_last"].mean().unstack().fillna(0.0)
     if not per_step.empty:
@@ -94,8 +97,19 @@ def rank_metrics(arr: pd.DataFrame, store: Store) -> pd.DataFrame:
 def _step_seconds(store: Store, arr: pd.DataFrame) -> float:
     if not store.steps.empty:
         return median_step_s(preferred(store.steps, "profiler"))
-    span = (arr["end_aligned"].max() - arr["start_aligned"].min()) / 1e9
-    return float(span)
+    return float((arr["end_aligned"].max() - arr["start_aligned"].min()) / 1e9)
+
+
+def _share_of_step(store: Store, arr: pd.DataFrame, seconds: Any) -> Any:
+    """`seconds` (per step) as a share of the step time (0 without one)."""
+    step_s = _step_seconds(store, arr)
+    return seconds / step_s if step_s > 0 else 0.0
+
+
+def _severity(share: float) -> Severity:
+    """Critical from straggler.critical_cost_share of the step, warning from straggler.min_cost_share."""
+    return (Severity.CRITICAL if share >= threshold("straggler.critical_cost_share") else
+            Severity.WARNING if share >= threshold("straggler.min_cost_share") else Severity.INFO)
 
 
 def _persistent(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -160,13 +174,13 @@ def _durations_alpha() -> float:
 
 def durations_view(analysis: Analysis) -> DurationVerdict:
     """Is one rank's own work (wall clock between collectives) longer than its peers', paired per step?
-    (`durations.judge_durations`)"""
+    (`significance.judge_durations`)"""
     return judge_durations(work_trials(analysis.view(judged_arrivals_view)), alpha=_durations_alpha())
 
 
 def compute_view(analysis: Analysis) -> DurationVerdict:
     """Is one rank's compute (its compute kernels, or its CPU ops at their own cost: `op_work`) more than its
-    peers', paired per step? (`durations.judge_durations`)"""
+    peers', paired per step? (`significance.judge_durations`)"""
     costs = by_rank(analysis.store, lambda _, ev: op_costs(ev))
     return judge_durations(trials_of(costs), alpha=_durations_alpha(), measure="compute",
                            min_excess=threshold("straggler.compute_min_excess"))
@@ -229,7 +243,7 @@ def analyze_stragglers(analysis: Analysis) -> list[Finding]:
             continue
         findings.append(Finding(
             analyzer="straggler",
-            severity=Severity.CRITICAL if share >= threshold("straggler.critical_cost_share") else Severity.WARNING,
+            severity=max(_severity(share), Severity.WARNING),
             title=(f"Rank {r} is a communication straggler: collectives it takes part in transfer "
                    f"{evidence['transfer_excess_ms']:.2f} ms longer than like collectives without it "
                    f"(typical {evidence['typical_transfer_ms']:.2f} ms); {fmt_ms(cost)} per step"),
@@ -249,8 +263,7 @@ def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, ver
     row = metrics.loc[r].to_dict()
     kind, kind_evidence = _kind(arr, r)
     ops = slower_ops(analysis, r)
-    severity = (Severity.CRITICAL if row["cost_share"] >= threshold("straggler.critical_cost_share") else
-                Severity.WARNING if row["cost_share"] >= threshold("straggler.min_cost_share") else Severity.INFO)
+    severity = _severity(row["cost_share"])
     what = ("; slower ops: " + ", ".join(f"{short_symbol(o['name'], 60)} (+{o['extra_ms_per_step']:.2f} ms per step)"
                                          for o in ops[:3])) if ops else ""
     stats = verdict.per_rank[r]
@@ -301,10 +314,8 @@ def _group_cost(store: Store, arr: pd.DataFrame, members: set[int]) -> tuple[flo
     last_in = arr[inside].groupby("instance")["start_aligned"].max()
     last_out = arr[~inside].groupby("instance")["start_aligned"].max()
     gap = (last_in - last_out).dropna().clip(lower=0)
-    steps = arr.loc[arr["step"] >= 0, "step"].nunique() or 1
-    per_step = float(gap.sum()) / steps / 1e9
-    step_s = _step_seconds(store, arr)
-    return per_step, per_step / step_s if step_s > 0 else 0.0
+    per_step = float(gap.sum()) / (arr.loc[arr["step"] >= 0, "step"].nunique() or 1) / 1e9
+    return per_step, _share_of_step(store, arr, per_step)
 
 
 def _group(store: Store, arr: pd.DataFrame, verdict: OutlierVerdict) -> Finding:
@@ -317,8 +328,7 @@ def _group(store: Store, arr: pd.DataFrame, verdict: OutlierVerdict) -> Finding:
     listed = ", ".join(str(r) for r in sorted(members))
     times = sum(verdict.per_rank[r].times_slowest for r in members)
     if whole_host:
-        severity = Severity.CRITICAL if share >= threshold("straggler.critical_cost_share") else (
-            Severity.WARNING if share >= threshold("straggler.min_cost_share") else Severity.INFO)
+        severity = _severity(share)
         title = (f"Host {hosts[0]} is slow: its ranks {listed} arrive late together (the last in {times} of "
                  f"{verdict.trials} steps); the other hosts wait {fmt_ms(cost)} per step for it")
         advice = (f"Every rank of host {hosts[0]} is late, so look at the host, not one rank: CPU frequency and "
@@ -392,8 +402,7 @@ def _comm_stragglers(arr: pd.DataFrame, store: Store) -> list[tuple[int, float, 
         return []
     if top["excess_median"] < threshold("straggler.comm_runner_up") * max(float(runner_up["excess_median"]), 0.0):
         return []
-    step_s = _step_seconds(store, arr)
-    share = float(top["excess_per_step_s"]) / step_s if step_s > 0 else 0.0
+    share = _share_of_step(store, arr, float(top["excess_per_step_s"]))
     if share < threshold("straggler.comm_min_cost_share"):
         return []
     evidence = {"transfer_excess_ms": round(float(top["excess_median"]) / 1e6, 3),

@@ -42,12 +42,15 @@ def split(arr: pd.DataFrame, trusted: pd.Series) -> pd.DataFrame:
     last = frame[frame["is_last"]].drop_duplicates("instance").set_index("instance")["rank"]
     frame["last_rank"] = frame["instance"].map(last).fillna(-1).astype(np.int64)
     transfer = frame.groupby("instance")["transfer_ns"].transform("median").to_numpy(float)
-    size = frame.groupby("instance")["bytes"].transform("max").to_numpy(float)
+    return _with_bandwidth(frame, frame.groupby("instance")["bytes"].transform("max").to_numpy(float), transfer)
+
+
+def _with_bandwidth(frame: pd.DataFrame, size: np.ndarray, transfer: np.ndarray) -> pd.DataFrame:
+    """`frame` with algbw_gbs (bytes per ns = GB/s) and busbw_gbs, as SPLIT_COLUMNS sorted by instance and rank."""
     factor = np.array([bus_factor(str(c), int(n)) for c, n in zip(frame["collective"], frame["members"])])
     with np.errstate(divide="ignore", invalid="ignore"):
-        algbw = np.where((size > 0) & (transfer > 0), size / transfer, np.nan)  # bytes per ns = GB/s
-    frame["algbw_gbs"] = algbw
-    frame["busbw_gbs"] = algbw * factor
+        algbw = np.where((size > 0) & (transfer > 0), size / transfer, np.nan)
+    frame["algbw_gbs"], frame["busbw_gbs"] = algbw, algbw * factor
     return frame[SPLIT_COLUMNS].sort_values(["instance", "rank"], kind="stable").reset_index(drop=True)
 
 
@@ -95,11 +98,7 @@ def inspector_split(records: pd.DataFrame) -> pd.DataFrame:
     frame["basis"] = "shortest"
     last = frame.loc[frame.groupby("instance")["dur_ns"].idxmin(), ["instance", "rank"]].set_index("instance")["rank"]
     frame["last_rank"] = frame["instance"].map(last).astype(np.int64)
-    factor = np.array([bus_factor(str(c), int(n)) for c, n in zip(frame["collective"], frame["members"])])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        algbw = np.where((frame["bytes"] > 0) & (shortest > 0), frame["bytes"] / shortest, np.nan)
-    frame["algbw_gbs"], frame["busbw_gbs"] = algbw, algbw * factor
-    return frame[SPLIT_COLUMNS].sort_values(["instance", "rank"], kind="stable").reset_index(drop=True)
+    return _with_bandwidth(frame, frame["bytes"].to_numpy(float), shortest.to_numpy(float))
 
 
 def step_waits(table: pd.DataFrame) -> pd.DataFrame:

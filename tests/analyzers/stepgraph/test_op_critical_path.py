@@ -20,8 +20,8 @@ import pytest
 from conftest import HTA_TRACES
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.stepgraph.critical_path import assemble, critical_path_ops_view, pieces, walk
 from perftracker.analyzers.stepgraph.op_graph import CLASSES, rank_graph
-from perftracker.analyzers.stepgraph.op_path import assemble, critical_path_ops_view, pieces, walk
 from perftracker.analyzers.stragglers.collectives import arrivals_view
 from perftracker.collectors.loading import LoadOptions, load_path
 

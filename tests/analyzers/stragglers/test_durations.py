@@ -17,8 +17,7 @@ from synth import SynthSpec, generate
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.passes import costed_findings
-from perftracker.analyzers.stragglers.durations import judge_durations, t_sf
-from perftracker.analyzers.stragglers.significance import judge_outliers
+from perftracker.analyzers.stragglers.significance import judge_durations, judge_outliers, t_sf
 from perftracker.analyzers.stragglers.straggler import durations_view
 from perftracker.collectors.loading import LoadOptions, load_path
 

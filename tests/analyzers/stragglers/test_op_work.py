@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from perftracker.analyzers.stragglers.durations import judge_durations
 from perftracker.analyzers.stragglers.op_work import compute_trials, op_costs, self_times, trials_of
+from perftracker.analyzers.stragglers.significance import judge_durations
 from perftracker.analyzers.thresholds import threshold
 
 

@@ -9,7 +9,7 @@ import pytest
 from tracegen import TraceBuilder
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.stragglers.slow_ops import slower_ops
+from perftracker.analyzers.stragglers.op_work import slower_ops
 from perftracker.analyzers.traces.cpu_ops import cpu_calls
 from perftracker.analyzers.traces.idle import analyze_idle
 from perftracker.analyzers.traces.kernel_families import family_of

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from perftracker import api
+from perftracker.analyzers.whatif.analyzer import WhatIf, whatif
 from perftracker.analyzers.whatif.ops_graph import build
-from perftracker.analyzers.whatif.ops_replay import WhatIf, whatif
 from perftracker.collectors.whatif_ops.inputs import load_whatif_inputs
 
 DATA = Path(__file__).resolve().parents[2] / "fixtures" / "osdi25"
@@ -123,7 +123,7 @@ def test_a_job_at_its_ideal_durations_does_not_straggle() -> None:
     # GIVEN the ST job with every op set to its type's ideal duration (no straggler left by construction)
     import dataclasses
 
-    from perftracker.analyzers.whatif.ops_replay import ideal
+    from perftracker.analyzers.whatif.analyzer import ideal
 
     tables, _, _ = load_whatif_inputs([DATA / "trace-ST.parquet"])
     graph = build(tables["pipeline_ops"])
