@@ -14,6 +14,7 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.health.peer_outliers import peer_verdict
+from perftracker.analyzers.health.rdma import samples
 from perftracker.analyzers.health.topology import rank_map, ranks_of_gpu
 from perftracker.analyzers.thresholds import threshold
 from perftracker.store import Store
@@ -34,8 +35,7 @@ def gpu_wide(store: Store) -> dict[tuple[str, int], pd.DataFrame]:
     rows = gpu_counters(store)
     rows = rows[rows["name"] != "xid"]
     for (host, dev), g in rows.groupby(["host", "device"], observed=True):
-        wide = g.pivot_table(index="ts_ns", columns="name", values="value", aggfunc="last", observed=True)
-        out[(str(host), int(str(dev).split(":")[1]))] = wide.sort_index()
+        out[(str(host), int(str(dev).split(":")[1]))] = samples(g)
     return out
 
 
