@@ -276,6 +276,13 @@ def finding(flag: str, severity: Severity, title: str, recommendation: str, evid
                        ranks=ranks_t, key=f"{flag}|{key or title}", variables=tuple(sorted(set(variables))))
 
 
+def about(var: str, settings: list[Setting], flag: str, severity: Severity, title: str, recommendation: str,
+          key: str, ranks: bool = True, **evidence: Any) -> NcclFinding:
+    """A finding about `settings` of `var`: their hosts (and ranks), the first four as `env` evidence."""
+    return finding(flag, severity, title, recommendation, {"env": setting_refs(settings, 4), **evidence},
+                   [s.host for s in settings], [s.rank for s in settings] if ranks else [], key=key, variables=[var])
+
+
 def setting_refs(settings: list[Setting], limit: int = 8) -> list[str]:
     """Short evidence strings for settings: `VAR=value (source evidence)`."""
     return [f"{s.key}={s.value!r} ({s.source} {s.evidence})" for s in settings[:limit]]
