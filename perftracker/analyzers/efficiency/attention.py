@@ -1,9 +1,5 @@
-"""Shape models of attention: scaled_dot_product_attention and its fused backends (flash, memory-efficient, cuDNN),
-the math fallback, the flash-attn package's ops, forward and backward.
-
-Forward FLOPs = 2*B*H*Sq*Sk*(D_qk + D_v) (the two matmuls QK^T and PV, softmax left out, as FlashAttention's
-benchmarks and TraceLens count), halved under a causal mask.
-"""
+"""Shape models of attention (scaled_dot_product_attention, its fused backends and math fallback, flash-attn's ops,
+forward and backward): FLOPs 2*B*H*Sq*Sk*(D_qk + D_v), halved under a causal mask."""
 
 from __future__ import annotations
 

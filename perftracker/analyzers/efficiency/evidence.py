@@ -1,8 +1,5 @@
-"""What the efficiency findings share: the instances that count, their roofline figures, and a cost per step.
-
-`basis_view(analysis)`: the modelled instances inside the periods MFU is measured over, with their roofline
-columns.
-"""
+"""What the efficiency findings share (`basis_view`): the instances that count, their roofline figures, and a cost
+per step."""
 
 from __future__ import annotations
 

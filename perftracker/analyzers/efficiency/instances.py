@@ -1,7 +1,5 @@
-"""Every modelled op instance of the run with its FLOPs, bytes and the GPU time of the kernels it launched.
-
-`op_instances_view(analysis)`: one row per modelled op instance without a modelled ancestor.
-"""
+"""Every modelled op instance of the run with its FLOPs, bytes and the GPU time of the kernels it launched
+(`op_instances_view`: those without a modelled ancestor)."""
 
 from __future__ import annotations
 

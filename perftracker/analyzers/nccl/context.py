@@ -1,8 +1,4 @@
-"""The NCCL analyzers' view of a Store: processes with their log facts, settings, sysfs, profile.
-
-`build_context(store)` reads only the Store (`nccl` and `config` tables, and `store.run_info.sysfs` /
-`store.run_info.nccl_profile`).
-"""
+"""The NCCL analyzers' view of a Store (`build_context`): processes with their log facts, settings, sysfs, profile."""
 
 from __future__ import annotations
 

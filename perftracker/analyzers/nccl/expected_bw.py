@@ -1,8 +1,5 @@
-"""The bus bandwidth a job should reach on its hardware, from the topology NCCL printed and perftracker/data/links.toml.
-
-`link_gbs(...)` is the one place a link's bandwidth comes from (NVLink by GPU name and link count, PCIe by
-generation and width, a network port by its rate).
-"""
+"""The bus bandwidth a job should reach on its hardware, from the topology NCCL printed and
+perftracker/data/links.toml (`link_gbs`: the one place a link's bandwidth comes from)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""NCCL rules about the environment as a whole: values NCCL parses differently than written,
-echoes that disagree with the configuration, variables that differ across ranks or hosts,
-deviations from the platform profile, and debugging knobs left on.
-
-Pure functions `NcclContext -> list[Finding]`, each finding naming the variables it is about.
-"""
+"""NCCL rules about the environment as a whole: values NCCL parses differently than written, echoes that disagree
+with the configuration, values that differ across ranks, deviations from the profile, debugging knobs left on."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
 """NCCL rules for the IB/RoCE settings: NCCL_IB_HCA, NCCL_IB_GID_INDEX, NCCL_IB_TC / NCCL_IB_SL,
-NCCL_IB_TIMEOUT / NCCL_IB_RETRY_CNT and NCCL_IB_QPS_PER_CONNECTION.
-
-Pure functions `NcclContext -> list[Finding]`, each finding naming the variable it is about (`variables`).
-"""
+NCCL_IB_TIMEOUT / NCCL_IB_RETRY_CNT and NCCL_IB_QPS_PER_CONNECTION."""
 
 from __future__ import annotations
 

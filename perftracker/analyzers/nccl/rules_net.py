@@ -1,8 +1,5 @@
 """NCCL rules about the network path: Socket fallback, socket/bootstrap interfaces, net plugins,
-GPUDirect RDMA and intra-node P2P.
-
-Each rule is a pure function `NcclContext -> list[Finding]`.
-"""
+GPUDirect RDMA and intra-node P2P."""
 
 from __future__ import annotations
 

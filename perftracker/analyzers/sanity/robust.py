@@ -1,8 +1,4 @@
-"""Is one unit (a device, a node, a pair) below its peers beyond the noise of those peers?
-
-`low_outliers(values)` takes one figure per unit, larger meaning better (TFLOPS, GB/s), and returns the units
-below their peers, each with a severity.
-"""
+"""Is one unit (a device, a node, a pair) below its peers beyond the noise of those peers (`low_outliers`)?"""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""The per-device table of `perftracker sanity`: one row per rank, the worst nodes first.
-
-`device_rows(results, status)`: one plain row per rank that reported, plus one per unreachable host, the worst
-first.
-"""
+"""The per-device table of `perftracker sanity` (`device_rows`): one row per rank, the worst nodes first."""
 
 from __future__ import annotations
 
