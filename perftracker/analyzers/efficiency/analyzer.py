@@ -1,8 +1,5 @@
-"""The efficiency analyzer: compute findings from the op roofline, and what the tables cannot say on their own.
-
-`analyze_efficiency(analysis)`: the GEMM and fusion findings, plus an info finding naming the ranks whose
-device the device table does not know.
-"""
+"""The efficiency analyzer, `analyze_efficiency(analysis)`: compute findings from the op roofline, and what the
+tables cannot say on their own (a device the device table does not know)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Shape models of attention: scaled_dot_product_attention and its fused backends (flash, memory-efficient, cuDNN),
-the math fallback, the flash-attn package's ops, forward and backward.
-
-Forward FLOPs = 2*B*H*Sq*Sk*(D_qk + D_v) (the two matmuls QK^T and PV, softmax left out, as FlashAttention's
-benchmarks and TraceLens count), halved under a causal mask.
-"""
+"""Shape models of attention (scaled_dot_product_attention, its fused backends and math fallback, flash-attn's ops,
+forward and backward): FLOPs 2*B*H*Sq*Sk*(D_qk + D_v), halved under a causal mask."""
 
 from __future__ import annotations
 
@@ -34,16 +30,9 @@ def _attention(args: OpArgs, q_at: int, heads_first: bool, causal: bool, backwar
                    backward=backward)
 
 
-def _forward(q_at: int, causal_at: int, heads_first: bool) -> ModelFn:
+def _model(q_at: int, causal_at: int, heads_first: bool, backward: bool = False) -> ModelFn:
     def model(args: OpArgs) -> OpModel | None:
-        return _attention(args, q_at, heads_first, args.flag(causal_at), backward=False)
-
-    return model
-
-
-def _backward(q_at: int, causal_at: int, heads_first: bool) -> ModelFn:
-    def model(args: OpArgs) -> OpModel | None:
-        return _attention(args, q_at, heads_first, args.flag(causal_at), backward=True)
+        return _attention(args, q_at, heads_first, args.flag(causal_at), backward=backward)
 
     return model
 
@@ -56,19 +45,19 @@ def efficient_forward(args: OpArgs) -> OpModel | None:
 # (op name, model): the argument positions are those of the ops' schemas in aten/src/ATen/native/native_functions.yaml
 # (and flash_attn's flash_attn_interface.py for the flash_attn:: ops).
 ATTENTION_MODELS = {
-    "aten::scaled_dot_product_attention": _forward(0, 5, True),
-    "aten::_scaled_dot_product_attention_math": _forward(0, 5, True),
-    "aten::_scaled_dot_product_flash_attention": _forward(0, 4, True),
-    "aten::_scaled_dot_product_flash_attention_for_cpu": _forward(0, 4, True),
-    "aten::_scaled_dot_product_efficient_attention": _forward(0, 6, True),
-    "aten::_scaled_dot_product_cudnn_attention": _forward(0, 6, True),
-    "aten::_flash_attention_forward": _forward(0, 8, False),
+    "aten::scaled_dot_product_attention": _model(0, 5, True),
+    "aten::_scaled_dot_product_attention_math": _model(0, 5, True),
+    "aten::_scaled_dot_product_flash_attention": _model(0, 4, True),
+    "aten::_scaled_dot_product_flash_attention_for_cpu": _model(0, 4, True),
+    "aten::_scaled_dot_product_efficient_attention": _model(0, 6, True),
+    "aten::_scaled_dot_product_cudnn_attention": _model(0, 6, True),
+    "aten::_flash_attention_forward": _model(0, 8, False),
     "aten::_efficient_attention_forward": efficient_forward,
-    "flash_attn::_flash_attn_forward": _forward(0, 5, False),
-    "aten::_scaled_dot_product_flash_attention_backward": _backward(1, 11, True),
-    "aten::_scaled_dot_product_efficient_attention_backward": _backward(1, 11, True),
-    "aten::_scaled_dot_product_cudnn_attention_backward": _backward(1, 14, True),
-    "aten::_flash_attention_backward": _backward(1, 11, False),
-    "flash_attn::_flash_attn_backward": _backward(1, 11, False),
+    "flash_attn::_flash_attn_forward": _model(0, 5, False),
+    "aten::_scaled_dot_product_flash_attention_backward": _model(1, 11, True, backward=True),
+    "aten::_scaled_dot_product_efficient_attention_backward": _model(1, 11, True, backward=True),
+    "aten::_scaled_dot_product_cudnn_attention_backward": _model(1, 14, True, backward=True),
+    "aten::_flash_attention_backward": _model(1, 11, False, backward=True),
+    "flash_attn::_flash_attn_backward": _model(1, 11, False, backward=True),
 }
 MATH_ATTENTION = "aten::_scaled_dot_product_attention_math"

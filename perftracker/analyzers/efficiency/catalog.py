@@ -1,8 +1,5 @@
-"""Which shape model knows which op: the one table of op names and models.
-
-`model_op(name, args)` returns the `OpModel` of the op's model (`gemm.py`, `attention.py`, `conv.py`,
-`memory_ops.py`), or None when no model knows the op or its arguments do not fit (never a guess).
-"""
+"""Which shape model knows which op: `model_op(name, args)`, the one table of op names and models (None: no model
+fits, never a guess)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Shape model of convolution: aten::convolution / _convolution / conv1d-3d / cudnn_convolution, and its backward.
-
-Forward FLOPs = 2 * N * C_out * prod(output spatial) * (C_in / groups) * prod(kernel).
-"""
+"""Shape model of convolution (aten::convolution / _convolution / conv1d-3d / cudnn_convolution, and its backward):
+FLOPs 2 * N * C_out * prod(output spatial) * (C_in / groups) * prod(kernel)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""What the efficiency findings share: the instances that count, their roofline figures, and a cost per step.
-
-`Basis.of(analysis)`: the modelled instances inside the periods MFU is measured over, with their roofline
-columns.
-"""
+"""What the efficiency findings share (`basis_view`): the instances that count, their roofline figures, and a cost
+per step."""
 
 from __future__ import annotations
 
@@ -25,25 +22,6 @@ class Basis:
     mean_period_ns: float
     gpu_ns: float  # GPU time of all modelled instances in periods
 
-    @classmethod
-    def of(cls, analysis: Analysis) -> Basis:
-        mfu = analysis.view(step_mfu_view)
-        inst = analysis.view(op_instances_view)
-        if len(mfu) and len(inst):
-            keys = mfu[["rank", "window", "step"]].astype(np.int64)
-            inst = inst.merge(keys, how="inner", on=["rank", "window", "step"])
-            devices = device_of_ranks(analysis)
-            by_device: dict[str, list[int]] = {}
-            for rank, device in devices.items():
-                by_device.setdefault(device.name if device is not None else "", []).append(rank)
-            named = {d.name: d for d in devices.values() if d is not None}
-            parts = [roofline(part, named.get(name)) for name, ranks in by_device.items()
-                     if len(part := inst[inst["rank"].isin(ranks)])]
-            inst = pd.concat(parts, ignore_index=True) if parts else inst
-        periods = len(mfu)
-        mean = float(mfu["step_ns"].mean()) if periods else float("nan")
-        return cls(inst, periods, mean, float(inst["gpu_ns"].sum()) if len(inst) else 0.0)
-
     def cost(self, saved_ns: float) -> Cost:
         if self.periods <= 0 or not saved_ns > 0:
             return Cost()
@@ -59,4 +37,19 @@ def ranks_of(frame: pd.DataFrame) -> tuple[int, ...]:
 
 def basis_view(analysis: Analysis) -> Basis:
     """The `Basis` of this analysis, computed once."""
-    return Basis.of(analysis)
+    mfu = analysis.view(step_mfu_view)
+    inst = analysis.view(op_instances_view)
+    if len(mfu) and len(inst):
+        keys = mfu[["rank", "window", "step"]].astype(np.int64)
+        inst = inst.merge(keys, how="inner", on=["rank", "window", "step"])
+        devices = device_of_ranks(analysis)
+        by_device: dict[str, list[int]] = {}
+        for rank, device in devices.items():
+            by_device.setdefault(device.name if device is not None else "", []).append(rank)
+        named = {d.name: d for d in devices.values() if d is not None}
+        parts = [roofline(part, named.get(name)) for name, ranks in by_device.items()
+                 if len(part := inst[inst["rank"].isin(ranks)])]
+        inst = pd.concat(parts, ignore_index=True) if parts else inst
+    periods = len(mfu)
+    mean = float(mfu["step_ns"].mean()) if periods else float("nan")
+    return Basis(inst, periods, mean, float(inst["gpu_ns"].sum()) if len(inst) else 0.0)

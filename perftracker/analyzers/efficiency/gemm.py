@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from perftracker.analyzers.efficiency.model import OpModel
+from perftracker.analyzers.efficiency.model import ModelFn, OpModel
 from perftracker.analyzers.efficiency.shapes import ELEMENT_BYTES, FLOAT_DTYPES, OpArgs
 
 
@@ -24,32 +24,22 @@ def gemm_model(m: int, n: int, k: int, batch: int, a_dtype: str, b_dtype: str, o
                    backward=backward)
 
 
-def mm(args: OpArgs) -> OpModel | None:
-    a, b = args.dims[0], args.dims[1]
-    if len(a) != 2 or len(b) != 2 or a[1] != b[0]:
-        return None
-    return gemm_model(a[0], b[1], a[1], 1, args.dtype(0), args.dtype(1), args.dtype(0))
+def _matrices(at: int, batched: bool, out_dtype: str = "", bias_at: int = -1) -> ModelFn:
+    """[M, K] x [K, N] (or [B, M, K] x [B, K, N]) at arguments `at` and `at` + 1, a bias tensor at `bias_at`."""
+    def model(args: OpArgs) -> OpModel | None:
+        a, b = args.dims[at], args.dims[at + 1]
+        if len(a) != (3 if batched else 2) or len(b) != len(a) or a[-1] != b[-2] or (batched and a[0] != b[0]):
+            return None
+        return gemm_model(a[-2], b[-1], a[-1], a[0] if batched else 1, args.dtype(at), args.dtype(at + 1),
+                          out_dtype or args.dtype(at), bias=bias_at >= 0 and args.tensor(bias_at))
+
+    return model
 
 
-def addmm(args: OpArgs) -> OpModel | None:  # bias, mat1, mat2
-    a, b = args.dims[1], args.dims[2]
-    if len(a) != 2 or len(b) != 2 or a[1] != b[0]:
-        return None
-    return gemm_model(a[0], b[1], a[1], 1, args.dtype(1), args.dtype(2), args.dtype(1), bias=args.tensor(0))
-
-
-def bmm(args: OpArgs) -> OpModel | None:
-    a, b = args.dims[0], args.dims[1]
-    if len(a) != 3 or len(b) != 3 or a[2] != b[1] or a[0] != b[0]:
-        return None
-    return gemm_model(a[1], b[2], a[2], a[0], args.dtype(0), args.dtype(1), args.dtype(0))
-
-
-def baddbmm(args: OpArgs) -> OpModel | None:  # bias, batch1, batch2
-    a, b = args.dims[1], args.dims[2]
-    if len(a) != 3 or len(b) != 3 or a[2] != b[1] or a[0] != b[0]:
-        return None
-    return gemm_model(a[1], b[2], a[2], a[0], args.dtype(1), args.dtype(2), args.dtype(1), bias=args.tensor(0))
+mm, bmm = _matrices(0, batched=False), _matrices(0, batched=True)
+addmm, baddbmm = _matrices(1, batched=False, bias_at=0), _matrices(1, batched=True, bias_at=0)  # bias, mat1, mat2
+# self, mat2, scale_a, scale_b, bias, scale_result, out_dtype, ...
+scaled_mm = _matrices(0, batched=False, out_dtype="bf16", bias_at=4)
 
 
 def matmul(args: OpArgs) -> OpModel | None:
@@ -79,13 +69,6 @@ def linear(args: OpArgs) -> OpModel | None:  # input [..., K], weight [N, K], bi
         return None
     return gemm_model(math.prod(x[:-1]), w[0], w[1], 1, args.dtype(0), args.dtype(1), args.dtype(0),
                       bias=args.tensor(2))
-
-
-def scaled_mm(args: OpArgs) -> OpModel | None:  # self, mat2, scale_a, scale_b, bias, scale_result, out_dtype, ...
-    a, b = args.dims[0], args.dims[1]
-    if len(a) != 2 or len(b) != 2 or a[1] != b[0]:
-        return None
-    return gemm_model(a[0], b[1], a[1], 1, args.dtype(0), args.dtype(1), "bf16", bias=args.tensor(4))
 
 
 def grouped_mm(args: OpArgs) -> OpModel | None:

@@ -1,7 +1,5 @@
-"""Every modelled op instance of the run with its FLOPs, bytes and the GPU time of the kernels it launched.
-
-`op_instances_view(analysis)`: one row per modelled op instance without a modelled ancestor.
-"""
+"""Every modelled op instance of the run with its FLOPs, bytes and the GPU time of the kernels it launched
+(`op_instances_view`: those without a modelled ancestor)."""
 
 from __future__ import annotations
 
@@ -28,16 +26,12 @@ AUTOGRAD = "autograd::engine::evaluate_function"
 _HOST_COPY = re.compile(r"(?i)HtoD|DtoH|HtoH|PtoP|HostToDevice|DeviceToHost|PeerToPeer")
 
 
-def _modelled(name: str) -> bool:
-    return name in MODELS
-
-
 def _shapes(analysis: Analysis) -> pd.DataFrame:
     """The shape columns of framework ops a model knows, keyed by rank, window, start, duration and name."""
     store = analysis.store
     if not set(SHAPE_COLUMNS) <= set(store.events_schema().columns):
         return pd.DataFrame(columns=[*_KEY, *SHAPE_COLUMNS])
-    picked = store.select_events(lambda ev: (ev["kind"] == "cpu_op").to_numpy() & per_value(ev["name"], _modelled),
+    picked = store.select_events(lambda ev: (ev["kind"] == "cpu_op").to_numpy() & per_value(ev["name"], MODELS.__contains__),
                                  read_columns=["kind", *_KEY, *SHAPE_COLUMNS])
     picked = picked[[*_KEY, *SHAPE_COLUMNS]].assign(name=picked["name"].astype(str))
     return picked.drop_duplicates(_KEY)
@@ -103,7 +97,7 @@ def op_instances(analysis: Analysis) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(modelled instances, unmodelled GPU time by launching op): see docs/internals/analyzers.md."""
     calls = analysis.view(cpu_calls_view)
     names = calls["name"]
-    candidate = per_value(names, _modelled) & (calls["kind"] == "cpu_op").to_numpy()
+    candidate = per_value(names, MODELS.__contains__) & (calls["kind"] == "cpu_op").to_numpy()
     cand = calls.loc[candidate, ["rank", "window", "start_ns", "dur_ns", "name", "step"]]
     cand = cand.assign(name=cand["name"].astype(str), row=cand.index.to_numpy())
     ops = cand.merge(_shapes(analysis), how="inner", on=_KEY)

@@ -1,8 +1,4 @@
-"""Model FLOPs utilization per step and rank, from the modelled ops of the step.
-
-`step_mfu_view(analysis)`: one row per (rank, window, step) of the profiler's steps, or per rank window
-without steps.
-"""
+"""Model FLOPs utilization per step and rank, from the modelled ops of the step (`step_mfu_view`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""What one op instance computes: its FLOPs and the bytes it must move, from its arguments.
-
-`OpModel` is every shape model's answer: FLOPs (a multiply-add counts two) and the least bytes moved.
-"""
+"""What one op instance computes, every shape model's answer (`OpModel`): its FLOPs (a multiply-add counts two) and
+the least bytes it must move."""
 
 from __future__ import annotations
 

@@ -56,26 +56,19 @@ def reported_findings(analysis: Analysis) -> list[Finding]:
                     "reported_mfu_pct_median": None if math.isnan(mfu) else round(mfu, 2),
                     "device": device.name if device else "", "device_dense_peaks_tflops": dict(device.peaks) if device
                     else {}, "perftracker_tflops_per_gpu_median": None if math.isnan(ours) else round(ours, 2)}
-        if problem:
-            findings.append(Finding(
-                analyzer="efficiency", severity=Severity.WARNING,
-                title=f"The job's log reports {problem}: its throughput figures assume a peak this device does not have",
-                recommendation="Fix the trainer's peak table for this device (torchtitan's get_peak_flops, Megatron's "
-                               "or NeMo's FLOPs callback) and compare with perftracker's step_mfu table, measured "
-                               "from the ops and perftracker/data/devices.toml's dense peaks.",
-                evidence=evidence, key=f"reported:{source}", confidence=None))
-        else:
-            shown = "; ".join(t for t in (f"{tflops:.1f} TFLOP/s per GPU" if not math.isnan(tflops) else "",
-                                          f"MFU {mfu:.1f}%" if not math.isnan(mfu) else "") if t)
-            findings.append(Finding(
-                analyzer="efficiency", severity=Severity.INFO,
-                title=f"The job's {source} log reports {shown or 'throughput'} (median of {len(rows)} line(s))"
-                      + (f"; perftracker measured {ours:.1f} TFLOP/s per GPU from the traced ops" if not
-                         math.isnan(ours) else ""),
-                recommendation="The log's figure counts the model's FLOPs analytically; perftracker's counts the "
-                               "modelled ops of the profiled steps. A large gap points at ops no model covers or a "
-                               "different FLOPs convention.",
-                evidence=evidence, key=f"reported:{source}", confidence=None))
+        shown = "; ".join(t for t in (f"{tflops:.1f} TFLOP/s per GPU" if not math.isnan(tflops) else "",
+                                      f"MFU {mfu:.1f}%" if not math.isnan(mfu) else "") if t)
+        title, advice = ((f"The job's log reports {problem}: its throughput figures assume a peak this device does "
+                          "not have", "Fix the trainer's peak table for this device (torchtitan's get_peak_flops, "
+                          "Megatron's or NeMo's FLOPs callback) and compare with perftracker's step_mfu table, "
+                          "measured from the ops and perftracker/data/devices.toml's dense peaks.") if problem else
+                         (f"The job's {source} log reports {shown or 'throughput'} (median of {len(rows)} line(s))"
+                          + (f"; perftracker measured {ours:.1f} TFLOP/s per GPU from the traced ops"
+                             if not math.isnan(ours) else ""),
+                          "The log's figure counts the model's FLOPs analytically; perftracker's counts the modelled "
+                          "ops of the profiled steps. A large gap points at ops no model covers or a different FLOPs "
+                          "convention."))
+        findings.append(Finding(analyzer="efficiency", severity=Severity.WARNING if problem else Severity.INFO,
+                                title=title, recommendation=advice, evidence=evidence, key=f"reported:{source}",
+                                confidence=None))
     return findings
-
-

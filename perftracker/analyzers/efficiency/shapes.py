@@ -1,8 +1,5 @@
-"""An op's arguments as the trace recorded them (`Input Dims`, `Input type`, `Concrete Inputs`), parsed and typed.
-
-`parse_args(dims, types, concrete)` takes the three compact JSON texts the events table keeps
-(`store/schema.py`) and returns an `OpArgs` (or None when any is not a JSON list of the expected shape).
-"""
+"""An op's arguments as the trace recorded them (`Input Dims`, `Input type`, `Concrete Inputs`), parsed and typed
+(`parse_args`: an `OpArgs`, None when they are not JSON lists of the expected shape)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The efficiency tables of the report: per (op, shape, dtype) figures against the roofline, and MFU per step.
-
-`op_efficiency_view(analysis)`: one row per (device, op, family, shape, dtype, backward) of the modelled
-instances, and one per op no model covers.
-"""
+"""The efficiency tables of the report: per (op, shape, dtype) figures against the roofline (`op_efficiency_view`,
+with the time no model covers), and MFU per step."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.health.topology import rank_map
+from perftracker.analyzers.health.topology import rank_map, records
 from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.store import Store
 
@@ -58,11 +58,11 @@ def _link_gbs_per_rank(store: Store) -> tuple[float, int]:
         return float("nan"), hosts
     per_rank = []
     users: dict[tuple[str, str], int] = {}
-    records: list[dict[str, Any]] = [{str(k): v for k, v in r.items()} for r in rmap.to_dict("records")]
-    for r in records:
+    ranks = records(rmap)
+    for r in ranks:
         for nic in r["nics"]:
             users[(str(r["host"]), str(nic))] = users.get((str(r["host"]), str(nic)), 0) + 1
-    for r in records:
+    for r in ranks:
         total = 0.0
         for nic in r["nics"]:
             dev, _, port = str(nic).partition("/")

@@ -1,7 +1,5 @@
-"""GPU health from NVML / nvidia-smi / DCGM samples: throttling, low clocks, XID / ECC, PCIe, low utilization.
-
-Per (host, GPU) of the `counters` rows, one finding per problem, naming the host, the GPU and the ranks on it.
-"""
+"""GPU health from NVML / nvidia-smi / DCGM samples, one finding per problem of each (host, GPU), naming its ranks:
+throttling, low clocks, XID / ECC, PCIe, low utilization."""
 
 from __future__ import annotations
 
@@ -13,7 +11,8 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.health.peer_outliers import peer_verdict
+from perftracker.analyzers.health.peer_outliers import PeerVerdict, peer_verdict
+from perftracker.analyzers.health.rdma import samples
 from perftracker.analyzers.health.topology import rank_map, ranks_of_gpu
 from perftracker.analyzers.thresholds import threshold
 from perftracker.store import Store
@@ -34,8 +33,7 @@ def gpu_wide(store: Store) -> dict[tuple[str, int], pd.DataFrame]:
     rows = gpu_counters(store)
     rows = rows[rows["name"] != "xid"]
     for (host, dev), g in rows.groupby(["host", "device"], observed=True):
-        wide = g.pivot_table(index="ts_ns", columns="name", values="value", aggfunc="last", observed=True)
-        out[(str(host), int(str(dev).split(":")[1]))] = wide.sort_index()
+        out[(str(host), int(str(dev).split(":")[1]))] = samples(g)
     return out
 
 
@@ -183,17 +181,12 @@ def _gpu_findings(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> l
     clock_low = below and ctx.clock_outliers.names((host, gpu))
     out.extend(_throttle(ctx, host, gpu, wide, clock_low))
     if below and not any(f.severity >= Severity.WARNING for f in out):
-        verdict = ctx.clock_outliers
-        out.append(gpu_finding(ctx, host, gpu, wide, "sm_clock", Severity.WARNING if clock_low else Severity.INFO,
-                               f"{{gpu}} runs at {clock:.0f} MHz SM clock against a job median of {ctx.job_clock:.0f}"
-                               + ("" if clock_low else "; within the spread among this job's GPUs"),
-                               "This GPU's clocks are lower than its peers' without a reported throttle reason: check "
-                               "application clocks / clock locks (`nvidia-smi -q -d CLOCK`) and its power limit."
-                               if clock_low else f"Not an outlier by this run's samples: {verdict.reason or 'other GPUs are as low'}.",
-                               deficit=round(1 - clock / ctx.job_clock, 4),
-                               threshold=threshold("gpu_health.clock_deficit"),
-                               confidence=verdict.confidence,
-                               significance={"confidence": round(verdict.confidence, 4), "trials": verdict.trials}))
+        out.append(_below_peers(ctx, host, gpu, wide, "sm_clock", ctx.clock_outliers,
+                                f"{{gpu}} runs at {clock:.0f} MHz SM clock against a job median of {ctx.job_clock:.0f}",
+                                "This GPU's clocks are lower than its peers' without a reported throttle reason: check "
+                                "application clocks / clock locks (`nvidia-smi -q -d CLOCK`) and its power limit.",
+                                deficit=round(1 - clock / ctx.job_clock, 4),
+                                threshold=threshold("gpu_health.clock_deficit")))
     xids = ctx.xids[(ctx.xids["host"] == host) & (ctx.xids["device"] == f"gpu:{gpu}")]
     dbe = float(wide["ecc_dbe"].max() - wide["ecc_dbe"].min()) if "ecc_dbe" in wide else 0.0
     if len(xids) or dbe > 0:
@@ -214,19 +207,23 @@ def _gpu_findings(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> l
     util = _med(wide, "util_gpu_pct")
     if (util == util and ctx.job_util >= threshold("gpu_health.busy_util_pct")
             and util < ctx.job_util - threshold("gpu_health.util_gap_pct")):
-        real = ctx.util_outliers.names((host, gpu))
-        out.append(gpu_finding(ctx, host, gpu, wide, "utilization", Severity.WARNING if real else Severity.INFO,
-                               f"{{gpu}} is {util:.0f}% utilized against a job median of {ctx.job_util:.0f}%"
-                               + ("" if real else "; within the spread among this job's GPUs"),
-                               "This GPU waits while its peers compute: look for a data-loading or CPU bottleneck on "
-                               "its rank, or a rank placed on the wrong GPU." if real else
-                               f"Not an outlier by this run's samples: {ctx.util_outliers.reason or 'other GPUs are as low'}.",
-                               util_gpu_pct=util, job_median_util_pct=ctx.job_util,
-                               gap_threshold=threshold("gpu_health.util_gap_pct"),
-                               confidence=ctx.util_outliers.confidence,
-                               significance={"confidence": round(ctx.util_outliers.confidence, 4),
-                                             "trials": ctx.util_outliers.trials}))
+        out.append(_below_peers(ctx, host, gpu, wide, "utilization", ctx.util_outliers,
+                                f"{{gpu}} is {util:.0f}% utilized against a job median of {ctx.job_util:.0f}%",
+                                "This GPU waits while its peers compute: look for a data-loading or CPU bottleneck on "
+                                "its rank, or a rank placed on the wrong GPU.", util_gpu_pct=util,
+                                job_median_util_pct=ctx.job_util, gap_threshold=threshold("gpu_health.util_gap_pct")))
     return out
+
+
+def _below_peers(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame, check: str, verdict: PeerVerdict,
+                 title: str, advice: str, **evidence: Any) -> Finding:
+    """A GPU below the job's median: a warning with `advice` when the peer test names it, else context."""
+    named = verdict.names((host, gpu))
+    return gpu_finding(ctx, host, gpu, wide, check, Severity.WARNING if named else Severity.INFO,
+                       title + ("" if named else "; within the spread among this job's GPUs"), advice if named else
+                       f"Not an outlier by this run's samples: {verdict.reason or 'other GPUs are as low'}.",
+                       confidence=verdict.confidence, **evidence,
+                       significance={"confidence": round(verdict.confidence, 4), "trials": verdict.trials})
 
 
 def _pcie(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> list[Finding]:

@@ -1,7 +1,5 @@
-"""GPU interconnect health from NVML / DCGM samples: NVLink errors and links down, PCIe replays.
-
-Per (host, GPU) of the `counters` rows, findings naming the host, the GPU and the ranks on it.
-"""
+"""GPU interconnect health from NVML / DCGM samples, per (host, GPU) naming its ranks: NVLink errors and links down,
+PCIe replays."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The report's GPU tables: clocks, temperature and power per GPU over time, and the throttle periods.
-
-Built from `gpu_health.gpu_series_view` / `throttle_view`, for the GPUs of the first MAX_HOSTS hosts.
-"""
+"""The report's GPU tables (of the first MAX_HOSTS hosts): clocks, temperature and power per GPU over time, and the
+throttle periods."""
 
 from __future__ import annotations
 

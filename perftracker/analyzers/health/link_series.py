@@ -8,8 +8,7 @@ import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.health.rdma import increases
-from perftracker.store import Store
+from perftracker.analyzers.health.rdma import increases, intervals, samples
 from perftracker.values import NET_STATE_CHANGE as STATE_CHANGE
 
 GAUGES = frozenset({"operstate_up", "carrier", "admin_up", "speed_mbps", "mtu", "qdisc_backlog_bytes",
@@ -17,40 +16,25 @@ GAUGES = frozenset({"operstate_up", "carrier", "admin_up", "speed_mbps", "mtu", 
 FLAP_COUNTERS = ("carrier_changes", "carrier_down_count")
 
 
-def link_series(store: Store) -> pd.DataFrame:
+def link_series_view(analysis: Analysis) -> pd.DataFrame:
     """See docs/internals/analyzers.md."""
     frames = []
-    table = store["netdev"]
+    table = analysis.store["netdev"]
     if table.empty:
         return pd.DataFrame()
     for (host, iface), grp in table.groupby(["host", "iface"], observed=True):
-        wide = grp.pivot_table(index="ts_ns", columns="name", values="value", aggfunc="last",
-                               observed=True).sort_index()
+        wide = samples(grp)
         counters = [c for c in wide.columns if c not in GAUGES and c != STATE_CHANGE]
         if counters:  # a link watcher's records hold states only: rates come from full samples
             wide = wide[wide[counters].notna().any(axis=1)]
         wide = wide.drop(columns=[STATE_CHANGE], errors="ignore")
         if len(wide) < 2:
             continue
-        ts = wide.index.to_numpy(dtype=np.int64)
-        out = pd.DataFrame({"host": str(host), "iface": str(iface), "t0_ns": ts[:-1], "t1_ns": ts[1:]})
-        out["dt_s"] = (out["t1_ns"] - out["t0_ns"]) / 1e9
-        for name in wide.columns:
-            col = wide[name].to_numpy(dtype=float)
-            if name in GAUGES:
-                out[str(name)] = col[1:]
-                continue
-            filled = pd.Series(col).ffill().to_numpy(dtype=float)
-            out[str(name)] = increases(filled, str(name))[0]
+        out = intervals(wide, {"host": str(host), "iface": str(iface)}, GAUGES, fill_gauges=False)[0]
         for key, name in (("tx_mbps", "tx_bytes"), ("rx_mbps", "rx_bytes")):
             out[key] = out[name] * 8 / out["dt_s"] / 1e6 if name in out else np.nan
         frames.append(out[out["dt_s"] > 0])
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
-def link_series_view(analysis: Analysis) -> pd.DataFrame:
-    """`link_series` of the run."""
-    return link_series(analysis.store)
 
 
 @dataclass(frozen=True)
@@ -130,26 +114,20 @@ def downs_of(host: str, iface: str, wide: pd.DataFrame) -> list[Down]:
     return out
 
 
-def link_downs(store: Store) -> list[Down]:
+def link_downs_view(analysis: Analysis) -> list[Down]:
     """Every down period of every interface (docs/internals/analyzers.md)."""
-    table = store["netdev"]
+    table = analysis.store["netdev"]
     out: list[Down] = []
     if table.empty:
         return out
     for (host, iface), grp in table[table["iface"] != ""].groupby(["host", "iface"], observed=True):
-        wide = grp.pivot_table(index="ts_ns", columns="name", values="value", aggfunc="last",
-                               observed=True).sort_index()
-        out.extend(downs_of(str(host), str(iface), wide))
+        out.extend(downs_of(str(host), str(iface), samples(grp)))
     return out
 
 
-def link_downs_view(analysis: Analysis) -> list[Down]:
-    """`link_downs` of the run."""
-    return link_downs(analysis.store)
-
-
-def job_ifaces(store: Store) -> dict[str, dict[str, str]]:
+def job_ifaces_view(analysis: Analysis) -> dict[str, dict[str, str]]:
     """{host: {iface: why}} (docs/internals/analyzers.md)."""
+    store = analysis.store
     out: dict[str, dict[str, str]] = {}
     ifaces = store["net_ifaces"]
     for row in ifaces.itertuples():
@@ -167,8 +145,3 @@ def job_ifaces(store: Store) -> dict[str, dict[str, str]]:
         if host_name not in out and iface != "lo":  # samples without interface records (e.g. node exporter)
             out.setdefault(host_name, {})[iface] = ""
     return out
-
-
-def job_ifaces_view(analysis: Analysis) -> dict[str, dict[str, str]]:
-    """`job_ifaces` of the run."""
-    return job_ifaces(analysis.store)

@@ -38,7 +38,8 @@ class Stall:
         return f"in '{self.phase}'" if self.phase else ""
 
 
-def job_steps(analysis: Analysis) -> pd.DataFrame:
+def job_steps_view(analysis: Analysis) -> pd.DataFrame:
+    """Every step on the wall clock (docs/internals/analyzers.md)."""
     store = analysis.store
     steps = store.steps
     columns = ["rank", "step", "start_ns", "end_ns", "dur_ns"]
@@ -56,11 +57,6 @@ def job_steps(analysis: Analysis) -> pd.DataFrame:
                                                                                        "dur_ns"]]
     out = out.assign(end_ns=out["start_ns"] + out["dur_ns"])
     return out[columns].astype({"rank": np.int64, "step": np.int64}).reset_index(drop=True)
-
-
-def job_steps_view(analysis: Analysis) -> pd.DataFrame:
-    """Every step on the wall clock (docs/internals/analyzers.md)."""
-    return job_steps(analysis)
 
 
 def _collective_events(analysis: Analysis) -> pd.DataFrame:
@@ -140,7 +136,8 @@ class CommShare:
     ranks: int
 
 
-def comm_share(analysis: Analysis) -> CommShare | None:
+def comm_share_view(analysis: Analysis) -> CommShare | None:
+    """The job's time in collectives per profiled step, or None without collectives and profiler steps."""
     store = analysis.store
     ev = _collective_events(analysis)
     prof = store.steps[store.steps["source"] == "profiler"]
@@ -160,8 +157,3 @@ def comm_share(analysis: Analysis) -> CommShare | None:
         return None
     which = ev.assign(d=ev["end"] - ev["start"]).groupby("collective")["d"].sum().idxmax()
     return CommShare(float(np.median(shares)), float(np.median(per_step)), str(which), len(shares))
-
-
-def comm_share_view(analysis: Analysis) -> CommShare | None:
-    """`comm_share` of the run."""
-    return comm_share(analysis)

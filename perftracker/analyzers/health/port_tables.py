@@ -1,7 +1,4 @@
-"""The report's RDMA tables: one row per port, and throughput, congestion and PFC pauses over time.
-
-Built from `rdma.port_series_view` and `rdma_pfc.pfc_ports_view`.
-"""
+"""The report's RDMA tables: one row per port, and throughput, congestion and PFC pauses over time."""
 
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -48,27 +49,38 @@ def increases(values: np.ndarray[Any, Any], name: str) -> tuple[np.ndarray[Any, 
     return out, int(wrap.sum()), int((drop & ~wrap).sum())
 
 
+def samples(rows: pd.DataFrame) -> pd.DataFrame:
+    """Counter rows (ts_ns, name, value) as one row per time stamp, one column per name."""
+    return rows.pivot_table(index="ts_ns", columns="name", values="value", aggfunc="last", observed=True).sort_index()
+
+
+def intervals(wide: pd.DataFrame, lead: dict[str, Any], gauges: Collection[str] = (), fill_gauges: bool = True,
+              prefix: str = "") -> tuple[pd.DataFrame, int, int]:
+    """One row per interval between consecutive samples of `wide` (`samples`): the `lead` columns, t0_ns, t1_ns,
+    dt_s, each counter's increase (its name less `prefix`) and each gauge at the interval's end; with the
+    counters' wraps and resets."""
+    ts = wide.index.to_numpy(dtype=np.int64)
+    cols: dict[str, Any] = {**lead, "t0_ns": ts[:-1], "t1_ns": ts[1:], "dt_s": (ts[1:] - ts[:-1]) / 1e9}
+    wraps = resets = 0
+    for name in wide.columns:
+        col = wide[name].ffill().to_numpy(dtype=float)
+        if name in gauges:
+            cols[str(name)] = (col if fill_gauges else wide[name].to_numpy(dtype=float))[1:]
+            continue
+        cols[str(name)[len(prefix):]], w, r = increases(col, str(name))
+        wraps, resets = wraps + w, resets + r
+    return pd.DataFrame(cols), wraps, resets
+
+
 def port_series(store: Store) -> pd.DataFrame:
     """One row per port and sample interval: host, device, port, t0_ns, t1_ns, dt_s, `<counter>` increases,
     and tx_gbps / rx_gbps; gauges (state_id, rate_gbps, width) at the interval's end."""
     frames = []
     for (host, dev, port), grp in rdma_counters(store).groupby(["host", "device", "port"], observed=True):
-        wide = grp.pivot_table(index="ts_ns", columns="name", values="value", aggfunc="last", observed=True)
-        wide = wide.sort_index()
+        wide = samples(grp)
         if len(wide) < 2:
             continue
-        ts = wide.index.to_numpy(dtype=np.int64)
-        out = pd.DataFrame({"host": host, "device": dev, "port": port, "t0_ns": ts[:-1], "t1_ns": ts[1:]})
-        out["dt_s"] = (out["t1_ns"] - out["t0_ns"]) / 1e9
-        wraps = resets = 0
-        for name in wide.columns:
-            col = wide[name].ffill().to_numpy(dtype=float)
-            if name in _GAUGES:
-                out[name] = col[1:]
-                continue
-            inc, w, r = increases(col, str(name))
-            out[str(name)] = inc
-            wraps, resets = wraps + w, resets + r
+        out, wraps, resets = intervals(wide, {"host": host, "device": dev, "port": port}, _GAUGES)
         out["wraps"], out["resets"] = wraps, resets
         for key, name in (("tx_gbps", "port_xmit_data"), ("rx_gbps", "port_rcv_data")):
             out[key] = out[name] * 4 * 8 / out["dt_s"] / 1e9 if name in out else np.nan

@@ -10,7 +10,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.health.rdma import CNP_NAMES, increases, window_of
+from perftracker.analyzers.health.rdma import CNP_NAMES, increases, intervals, samples, window_of
 from perftracker.analyzers.thresholds import threshold
 from perftracker.store import Store
 from perftracker.values import ETHTOOL_COUNTER_PREFIX as PREFIX
@@ -23,17 +23,6 @@ DISCARD = re.compile(r"^(?:(?:rx|tx)_discards_phy|rx_prio\d_(?:buf_discard|cong_
                      r"outbound_pci_buffer_overflow|dev_out_of_buffer)$")
 
 
-def _increase_frame(grp: pd.DataFrame, prefix: str = "") -> pd.DataFrame:
-    wide = grp.pivot_table(index="ts_ns", columns="name", values="value", aggfunc="last", observed=True).sort_index()
-    if len(wide) < 2:
-        return pd.DataFrame()
-    ts = wide.index.to_numpy(dtype=np.int64)
-    cols: dict[str, Any] = {"t0_ns": ts[:-1], "t1_ns": ts[1:], "dt_s": (ts[1:] - ts[:-1]) / 1e9}
-    for name in wide.columns:
-        cols[str(name)[len(prefix):]] = increases(wide[name].ffill().to_numpy(dtype=float), str(name))[0]
-    return pd.DataFrame(cols)
-
-
 def pfc_series(store: Store) -> pd.DataFrame:
     """One row per port and sample interval: host, device, port, t0_ns, t1_ns, dt_s and the increase of
     every `ethtool:<name>` counter, as a column `<name>`."""
@@ -41,9 +30,10 @@ def pfc_series(store: Store) -> pd.DataFrame:
     c = c[c["name"].astype(str).str.startswith(PREFIX)]
     frames = []
     for (host, dev, port), grp in c.groupby(["host", "device", "port"], observed=True):
-        out = _increase_frame(grp, PREFIX)
-        if not out.empty:
-            frames.append(out[out["dt_s"] > 0].assign(host=str(host), device=str(dev), port=str(port)))
+        wide = samples(grp)
+        if len(wide) >= 2:
+            out = intervals(wide, {"host": str(host), "device": str(dev), "port": str(port)}, prefix=PREFIX)[0]
+            frames.append(out[out["dt_s"] > 0])
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 

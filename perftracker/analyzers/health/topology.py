@@ -1,8 +1,5 @@
-"""Which GPU, NUMA node and NICs each rank uses, so host evidence can be tied to ranks.
-
-`rank_map(store)`: one row per known rank with its host, local rank, GPU, PCI bus id, uuid, NUMA node, NICs
-and where each came from.
-"""
+"""Which GPU, NUMA node and NICs each rank uses (`rank_map`, with where each came from), so host evidence can be
+tied to ranks."""
 
 from __future__ import annotations
 

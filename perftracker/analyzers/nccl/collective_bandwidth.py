@@ -20,9 +20,10 @@ def _size(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
-def collective_series(frame: pd.DataFrame) -> pd.DataFrame:
+def collective_series_view(analysis: Analysis) -> pd.DataFrame:
     """One row per collective (communicator, seq): op, bytes, comm size, transfer time (the shortest
     member's exec time, s) and bandwidth (the best member's busbw), members and their hosts."""
+    frame = analysis.view(inspector_collectives_view)
     if frame.empty:
         return pd.DataFrame(columns=["comm_id", "comm_name", "comm_size", "op", "bytes", "seq", "transfer_s",
                                      "busbw_gbs", "members"])
@@ -30,10 +31,6 @@ def collective_series(frame: pd.DataFrame) -> pd.DataFrame:
         comm_name=("comm_name", "first"), comm_size=("comm_size", "max"), op=("op", "first"),
         bytes=("bytes", "first"), transfer_s=("dur_s", "min"), busbw_gbs=("busbw_gbs", "max"),
         members=("rank", "nunique")).reset_index()
-
-
-def collective_series_view(analysis: Analysis) -> pd.DataFrame:
-    return collective_series(analysis.view(inspector_collectives_view))
 
 
 def inspector_bandwidth_view(analysis: Analysis) -> pd.DataFrame:

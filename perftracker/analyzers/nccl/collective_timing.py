@@ -13,10 +13,10 @@ from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.store import Store
 
 
-def inspector_collectives(store: Store) -> pd.DataFrame:
+def inspector_collectives_view(analysis: Analysis) -> pd.DataFrame:
     """The collective rows of `nccl_collectives` (p2p ops have no common end to compare against),
     one per (communicator, sequence number, rank), with `dur_s`."""
-    table = store["nccl_collectives"]
+    table = analysis.store["nccl_collectives"]
     if table.empty:
         return pd.DataFrame(columns=["comm_id", "comm_name", "comm_size", "op", "bytes", "seq", "rank", "host",
                                      "dur_s", "busbw_gbs", "dump_ns"])
@@ -26,10 +26,6 @@ def inspector_collectives(store: Store) -> pd.DataFrame:
                           "seq": coll["seq"], "rank": coll["rank"], "host": coll["host"].astype(str),
                           "dur_s": coll["dur_ns"] / 1e9, "busbw_gbs": coll["busbw_gbs"], "dump_ns": coll["dump_ns"]})
     return frame.drop_duplicates(["comm_id", "seq", "rank"]).reset_index(drop=True)
-
-
-def inspector_collectives_view(analysis: Analysis) -> pd.DataFrame:
-    return inspector_collectives(analysis.store)
 
 
 def _lateness(frame: pd.DataFrame) -> pd.DataFrame:

@@ -1,8 +1,5 @@
-"""The `nccl_config` analyzer: NCCL configuration and NCCL log problems, one finding per problem.
-
-Reads only the Store (tables `nccl` and `config`, `store.run_info.sysfs` from collectors.sysfs.read_sysfs and
-`store.run_info.nccl_profile` from collectors.profiles.load_profile).
-"""
+"""The `nccl_config` analyzer: NCCL configuration and NCCL log problems, one finding per problem, from the Store
+alone."""
 
 from __future__ import annotations
 

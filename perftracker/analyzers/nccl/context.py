@@ -1,8 +1,4 @@
-"""The NCCL analyzers' view of a Store: processes with their log facts, settings, sysfs, profile.
-
-`build_context(store)` reads only the Store (`nccl` and `config` tables, and `store.run_info.sysfs` /
-`store.run_info.nccl_profile`).
-"""
+"""The NCCL analyzers' view of a Store (`build_context`): processes with their log facts, settings, sysfs, profile."""
 
 from __future__ import annotations
 
@@ -274,6 +270,13 @@ def finding(flag: str, severity: Severity, title: str, recommendation: str, evid
     return NcclFinding(analyzer=ANALYZER, severity=severity, title=title, recommendation=recommendation,
                        evidence={"flag": flag, **({"subject": about} if about else {}), **evidence}, hosts=hosts_t,
                        ranks=ranks_t, key=f"{flag}|{key or title}", variables=tuple(sorted(set(variables))))
+
+
+def about(var: str, settings: list[Setting], flag: str, severity: Severity, title: str, recommendation: str,
+          key: str, ranks: bool = True, **evidence: Any) -> NcclFinding:
+    """A finding about `settings` of `var`: their hosts (and ranks), the first four as `env` evidence."""
+    return finding(flag, severity, title, recommendation, {"env": setting_refs(settings, 4), **evidence},
+                   [s.host for s in settings], [s.rank for s in settings] if ranks else [], key=key, variables=[var])
 
 
 def setting_refs(settings: list[Setting], limit: int = 8) -> list[str]:

@@ -1,12 +1,8 @@
-"""The bus bandwidth a job should reach on its hardware, from the topology NCCL printed and perftracker/data/links.toml.
-
-`link_gbs(...)` is the one place a link's bandwidth comes from (NVLink by GPU name and link count, PCIe by
-generation and width, a network port by its rate).
-"""
+"""The bus bandwidth a job should reach on its hardware, from the topology NCCL printed and
+perftracker/data/links.toml (`link_gbs`: the one place a link's bandwidth comes from)."""
 
 from __future__ import annotations
 
-import json
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -75,14 +71,6 @@ class Topology:
     where: dict[str, str] = field(default_factory=dict)  # fact -> file:line
 
 
-def _json(value: str) -> dict[str, Any]:
-    try:
-        data = json.loads(value)
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def topology_of(ctx: NcclContext, gpus: tuple[str, ...] = ()) -> Topology:
     """The `Topology` of every process of the context (docs/internals/analyzers.md)."""
     topo = Topology(gpus=gpus, multi_node=ctx.multi_node())
@@ -116,8 +104,6 @@ def topology_of(ctx: NcclContext, gpus: tuple[str, ...] = ()) -> Topology:
         topo.topo_file = s.value
         topo.where.setdefault("topo_file", s.evidence)
     return topo
-
-
 
 
 @dataclass(frozen=True)

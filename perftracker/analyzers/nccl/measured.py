@@ -1,8 +1,5 @@
-"""The bus bandwidth a job measured: nccl-tests tables and NCCL Inspector records, as typed rows.
-
-`measured_busbw(store)` reads the `nccl_tests` and `nccl_collectives` tables into one `Measure` per test and
-per Inspector communicator and collective.
-"""
+"""The bus bandwidth a job measured (`measured_busbw`): nccl-tests tables and NCCL Inspector records, as typed
+rows."""
 
 from __future__ import annotations
 

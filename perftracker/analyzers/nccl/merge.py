@@ -1,8 +1,4 @@
-"""One finding per problem: the NCCL rules' findings about one subject merged into one.
-
-`one_per_subject(findings)`: one finding for each evidence `subject` (an NCCL variable, a link); findings
-without one stay.
-"""
+"""One finding per problem (`one_per_subject`): the NCCL rules' findings about one subject merged into one."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""NCCL RAS's dead and missing processes joined with the wait-for graph's roots: one cause, one finding.
-
-`join_roots(analysis, findings)` turns a RAS finding naming the same process as a wait-for root into context
-of that root.
-"""
+"""NCCL RAS's dead and missing processes joined with the wait-for graph's roots (`join_roots`): one cause, one
+finding."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""What NCCL's RAS client reported, typed: dead processes, ranks missing from communicators, communicator errors.
-
-`ras_records(store)` reads the Store's `nccl_ras` table (collectors/nccl/ras.py) into `RasRecord`s, one per
-row, in table order.
-"""
+"""What NCCL's RAS client reported, typed (`ras_records`): dead processes, ranks missing from communicators,
+communicator errors."""
 
 from __future__ import annotations
 

@@ -1,14 +1,10 @@
-"""NCCL rules about the environment as a whole: values NCCL parses differently than written,
-echoes that disagree with the configuration, variables that differ across ranks or hosts,
-deviations from the platform profile, and debugging knobs left on.
-
-Pure functions `NcclContext -> list[Finding]`, each finding naming the variables it is about.
-"""
+"""NCCL rules about the environment as a whole: values NCCL parses differently than written, echoes that disagree
+with the configuration, values that differ across ranks, deviations from the profile, debugging knobs left on."""
 
 from __future__ import annotations
 
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.nccl.context import NcclContext, Setting, finding, setting_refs
+from perftracker.analyzers.nccl.context import NcclContext, Setting, about, finding, setting_refs
 from perftracker.analyzers.thresholds import threshold_int
 from perftracker.formats.nccl_lists import match_list, parse_list, selects_within
 from perftracker.values import strtoll_base0
@@ -40,12 +36,11 @@ def loose_integers(ctx: NcclContext) -> list[Finding]:
             if full and not octal:
                 continue
             why = "a leading 0 makes it octal" if octal and full else "NCCL stops at the first non-digit"
-            out.append(finding(
-                "loose_int", Severity.WARNING, f"{var}={value!r} is read by NCCL as {parsed} ({why})",
-                f"Write the plain decimal number, e.g. {var}={value.strip().lstrip('0') or '0'}"
-                if octal and full else f"Set {var} to a decimal integer; NCCL accepts garbage silently.",
-                {"env": setting_refs(configured, 4), "nccl_reads": parsed},
-                [s.host for s in configured], [s.rank for s in configured], key=f"{var}|{value}", variables=[var]))
+            out.append(about(var, configured, "loose_int", Severity.WARNING,
+                             f"{var}={value!r} is read by NCCL as {parsed} ({why})",
+                             f"Write the plain decimal number, e.g. {var}={value.strip().lstrip('0') or '0'}"
+                             if octal and full else f"Set {var} to a decimal integer; NCCL accepts garbage silently.",
+                             f"{var}|{value}", nccl_reads=parsed))
     return out
 
 
@@ -159,14 +154,12 @@ def debug_knobs(ctx: NcclContext) -> list[Finding]:
     out: list[Finding] = []
     for var in ("NCCL_ALGO", "NCCL_PROTO"):
         for value, settings in ctx.distinct(var).items():
-            out.append(finding(
-                "forced_tuning", Severity.WARNING,
+            out.append(about(
+                var, settings, "forced_tuning", Severity.WARNING,
                 f"{var}={value!r} forces NCCL's {'algorithm' if var == 'NCCL_ALGO' else 'protocol'} choice"
                 + (" (empty value)" if not value.strip() else ""),
                 f"Unset {var} unless a benchmark proved it helps: it is a debugging switch, often left over, and "
-                "stops NCCL's tuner from choosing per message size.",
-                {"env": setting_refs(settings, 4)}, [s.host for s in settings], [s.rank for s in settings],
-                key=f"{var}|{value}", variables=[var]))
+                "stops NCCL's tuner from choosing per message size.", f"{var}|{value}"))
     have_env = any(s.source != "nccl_echo" for ss in ctx.settings.values() for s in ss)
     debug = ctx.configured("NCCL_DEBUG")
     if have_env and not debug and not ctx.procs:
@@ -176,21 +169,18 @@ def debug_knobs(ctx: NcclContext) -> list[Finding]:
     for value, settings in ctx.distinct("NCCL_DEBUG").items():
         level = value.strip().upper()
         if level == "TRACE":
-            out.append(finding("debug", Severity.WARNING, "NCCL_DEBUG=TRACE in a production run",
-                               "TRACE logs every call and slows the job; use INFO or WARN.",
-                               {"env": setting_refs(settings, 4)}, [s.host for s in settings], key="trace",
-                               variables=["NCCL_DEBUG"]))
+            out.append(about("NCCL_DEBUG", settings, "debug", Severity.WARNING, "NCCL_DEBUG=TRACE in a production run",
+                             "TRACE logs every call and slows the job; use INFO or WARN.", "trace", ranks=False))
         elif level not in _DEBUG_LEVELS:
-            out.append(finding("debug", Severity.WARNING, f"NCCL_DEBUG={value!r} is not a level NCCL knows",
-                               "Use VERSION, WARN, INFO or TRACE: an unknown value makes NCCL (<= 2.29) log nothing.",
-                               {"env": setting_refs(settings, 4)}, [s.host for s in settings], key=f"bad|{value}",
-                               variables=["NCCL_DEBUG"]))
+            out.append(about("NCCL_DEBUG", settings, "debug", Severity.WARNING,
+                             f"NCCL_DEBUG={value!r} is not a level NCCL knows", "Use VERSION, WARN, INFO or TRACE: an "
+                             "unknown value makes NCCL (<= 2.29) log nothing.", f"bad|{value}", ranks=False))
     for value, settings in ctx.distinct("NCCL_DEBUG_SUBSYS").items():
         if "ALL" in [t.strip().upper() for t in value.split(",")] and not value.startswith("^"):
-            out.append(finding("debug", Severity.WARNING, "NCCL_DEBUG_SUBSYS=ALL logs every subsystem",
-                               "Use the default subsystems (unset) or INIT,ENV,NET in production.",
-                               {"env": setting_refs(settings, 4)}, [s.host for s in settings], key="subsys-all",
-                               variables=["NCCL_DEBUG_SUBSYS"]))
+            out.append(about("NCCL_DEBUG_SUBSYS", settings, "debug", Severity.WARNING,
+                             "NCCL_DEBUG_SUBSYS=ALL logs every subsystem",
+                             "Use the default subsystems (unset) or INIT,ENV,NET in production.", "subsys-all",
+                             ranks=False))
     out.extend(_debug_file(ctx))
     return out
 
@@ -218,8 +208,8 @@ def _debug_file(ctx: NcclContext) -> list[Finding]:
     out: list[Finding] = []
     for value, settings in files.items():
         if per_host > 1 and "%p" not in value:
-            out.append(finding("debug", Severity.WARNING, f"NCCL_DEBUG_FILE={value!r} is the same file for every process",
-                               "Add %h and %p (e.g. /path/nccl.%h.%p.log): processes overwrite each other's output.",
-                               {"env": setting_refs(settings, 4)}, [s.host for s in settings], key=f"file|{value}",
-                               variables=["NCCL_DEBUG_FILE"]))
+            out.append(about("NCCL_DEBUG_FILE", settings, "debug", Severity.WARNING,
+                             f"NCCL_DEBUG_FILE={value!r} is the same file for every process", "Add %h and %p (e.g. "
+                             "/path/nccl.%h.%p.log): processes overwrite each other's output.", f"file|{value}",
+                             ranks=False))
     return out

@@ -1,13 +1,10 @@
 """NCCL rules for the IB/RoCE settings: NCCL_IB_HCA, NCCL_IB_GID_INDEX, NCCL_IB_TC / NCCL_IB_SL,
-NCCL_IB_TIMEOUT / NCCL_IB_RETRY_CNT and NCCL_IB_QPS_PER_CONNECTION.
-
-Pure functions `NcclContext -> list[Finding]`, each finding naming the variable it is about (`variables`).
-"""
+NCCL_IB_TIMEOUT / NCCL_IB_RETRY_CNT and NCCL_IB_QPS_PER_CONNECTION."""
 
 from __future__ import annotations
 
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.nccl.context import NcclContext, Setting, finding, is_intended, setting_refs
+from perftracker.analyzers.nccl.context import NcclContext, Setting, about, finding, is_intended, setting_refs
 from perftracker.analyzers.thresholds import threshold_int
 from perftracker.formats.nccl_lists import match_list, overmatches, parse_list, syntax_problems
 from perftracker.values import strtoll_base0
@@ -23,14 +20,6 @@ def _ints(ctx: NcclContext, var: str) -> dict[int, list[Setting]]:
     return out
 
 
-def _hosts(settings: list[Setting]) -> list[str]:
-    return [s.host for s in settings]
-
-
-def _ranks(settings: list[Setting]) -> list[int]:
-    return [s.rank for s in settings]
-
-
 def ib_hca(ctx: NcclContext) -> list[Finding]:
     out: list[Finding] = []
     devices = ctx.rdma_devices()
@@ -38,39 +27,30 @@ def ib_hca(ctx: NcclContext) -> list[Finding]:
     known = devices or log_devs
     for value, settings in ctx.distinct("NCCL_IB_HCA").items():
         spec = parse_list(value)
-        refs = setting_refs(settings, 4)
-        intended = is_intended(ctx, "NCCL_IB_HCA", value)
         for problem in syntax_problems(spec):
-            out.append(finding("hca_problem", Severity.WARNING, f"NCCL_IB_HCA={value!r}: {problem}",
-                               "Write NCCL_IB_HCA as [^][=]dev[:port],dev[:port] with no spaces, "
-                               "e.g. NCCL_IB_HCA==mlx5_0:1,mlx5_1:1.",
-                               {"env": refs}, _hosts(settings), _ranks(settings), key=f"syntax|{value}|{problem}",
-                               variables=["NCCL_IB_HCA"]))
+            out.append(about("NCCL_IB_HCA", settings, "hca_problem", Severity.WARNING,
+                             f"NCCL_IB_HCA={value!r}: {problem}", "Write NCCL_IB_HCA as [^][=]dev[:port],dev[:port] "
+                             "with no spaces, e.g. NCCL_IB_HCA==mlx5_0:1,mlx5_1:1.", f"syntax|{value}|{problem}"))
         if devices and not spec.exclude:
             selected = match_list(spec, devices)
             if not selected:
-                out.append(finding(
-                    "hca_problem", Severity.CRITICAL, f"NCCL_IB_HCA={value!r} matches no RDMA device",
-                    f"NCCL will find no device and fall back to TCP sockets. Use the node's devices: "
-                    f"{', '.join(devices)}.", {"env": refs, "sysfs_devices": devices},
-                    _hosts(settings), _ranks(settings), key=f"none|{value}", variables=["NCCL_IB_HCA"]))
+                out.append(about("NCCL_IB_HCA", settings, "hca_problem", Severity.CRITICAL,
+                                 f"NCCL_IB_HCA={value!r} matches no RDMA device", "NCCL will find no device and fall "
+                                 f"back to TCP sockets. Use the node's devices: {', '.join(devices)}.",
+                                 f"none|{value}", sysfs_devices=devices))
             missing = [t.name for t in spec.tokens if t.name.strip() and not any(
                 d.startswith(t.name) for d in devices)]
             if selected and missing:
-                out.append(finding(
-                    "hca_problem", Severity.WARNING, f"NCCL_IB_HCA names devices that do not exist: {', '.join(missing)}",
-                    f"Remove them or fix the names; present devices: {', '.join(devices)}.",
-                    {"env": refs, "sysfs_devices": devices}, _hosts(settings), _ranks(settings),
-                    key=f"missing|{value}", variables=["NCCL_IB_HCA"]))
-        if known and not intended:
+                out.append(about("NCCL_IB_HCA", settings, "hca_problem", Severity.WARNING,
+                                 f"NCCL_IB_HCA names devices that do not exist: {', '.join(missing)}",
+                                 f"Remove them or fix the names; present devices: {', '.join(devices)}.",
+                                 f"missing|{value}", sysfs_devices=devices))
+        if known and not is_intended(ctx, "NCCL_IB_HCA", value):
             for token, extra in overmatches(spec, known).items():
-                out.append(finding(
-                    "hca_problem", Severity.WARNING,
-                    f"NCCL_IB_HCA token {token!r} is a prefix: it also selects {', '.join(extra[:6])}",
-                    f"Use '=' for exact names: NCCL_IB_HCA={'^' if spec.exclude else ''}="
-                    f"{','.join(t.raw for t in spec.tokens)}.",
-                    {"env": refs, "devices": known}, _hosts(settings), _ranks(settings),
-                    key=f"prefix|{value}|{token}", variables=["NCCL_IB_HCA"]))
+                out.append(about("NCCL_IB_HCA", settings, "hca_problem", Severity.WARNING,
+                                 f"NCCL_IB_HCA token {token!r} is a prefix: it also selects {', '.join(extra[:6])}",
+                                 f"Use '=' for exact names: NCCL_IB_HCA={'^' if spec.exclude else ''}="
+                                 f"{','.join(t.raw for t in spec.tokens)}.", f"prefix|{value}|{token}", devices=known))
     distinct = ctx.distinct("NCCL_IB_HCA")
     if len(distinct) > 1:
         out.append(finding(
@@ -100,20 +80,18 @@ def gid_index(ctx: NcclContext) -> list[Finding]:
         chosen = match_list(parse_list(hca[0].value), sorted({d for d, _ in ports}))
         ports = [(d, port) for d, port in ports if d in chosen] or ports
     for idx, settings in _ints(ctx, "NCCL_IB_GID_INDEX").items():
-        refs = setting_refs(settings, 4)
         if ports:
             for dev, port in ports:
-                out.extend(_gid_slot(ctx, idx, dev, port, settings, refs))
+                out.extend(_gid_slot(idx, dev, port, settings))
         elif idx in (0, 1) and roce and not is_intended(ctx, "NCCL_IB_GID_INDEX", str(idx)):
-            out.append(finding(
-                "gid_problem", Severity.WARNING, f"NCCL_IB_GID_INDEX={idx} on RoCE: on mlx5 GIDs 0/1 are link-local",
-                "Use the RoCE v2 IPv4 GID (usually 3; check with `show_gids`), or leave NCCL_IB_GID_INDEX unset on "
-                "NCCL >= 2.21.", {"env": refs}, _hosts(settings), _ranks(settings), key=f"idx|{idx}", variables=["NCCL_IB_GID_INDEX"]))
-    return _dedupe(out)
+            out.append(about("NCCL_IB_GID_INDEX", settings, "gid_problem", Severity.WARNING,
+                             f"NCCL_IB_GID_INDEX={idx} on RoCE: on mlx5 GIDs 0/1 are link-local",
+                             "Use the RoCE v2 IPv4 GID (usually 3; check with `show_gids`), or leave "
+                             "NCCL_IB_GID_INDEX unset on NCCL >= 2.21.", f"idx|{idx}"))
+    return out
 
 
-def _gid_slot(ctx: NcclContext, idx: int, dev: str, port: dict[str, object], settings: list[Setting],
-              refs: list[str]) -> list[Finding]:
+def _gid_slot(idx: int, dev: str, port: dict[str, object], settings: list[Setting]) -> list[Finding]:
     gids = {int(g["index"]): g for g in port.get("gids", [])}  # type: ignore[attr-defined]
     where = f"sysfs class/infiniband/{dev}/ports/{port.get('port')}/gids/{idx}"
     good = [i for i, g in sorted(gids.items()) if g.get("type") == "RoCE v2" and g.get("ip")
@@ -123,57 +101,43 @@ def _gid_slot(ctx: NcclContext, idx: int, dev: str, port: dict[str, object], set
     g = gids.get(idx)
     if g is None:
         why = "is outside the GID table" if idx >= int(str(port.get("gid_table_len") or 0)) else "is an empty slot"
-        return [finding("gid_problem", Severity.CRITICAL, f"NCCL_IB_GID_INDEX={idx} {why} on {dev}",
-                        fix + "; with an empty GID NCCL fails (ibv_modify_qp: No such device).",
-                        {"env": refs, "sysfs": where}, _hosts(settings), _ranks(settings), key=f"slot|{dev}|{idx}",
-                        variables=["NCCL_IB_GID_INDEX"])]
+        return [about("NCCL_IB_GID_INDEX", settings, "gid_problem", Severity.CRITICAL,
+                      f"NCCL_IB_GID_INDEX={idx} {why} on {dev}",
+                      fix + "; with an empty GID NCCL fails (ibv_modify_qp: No such device).", f"slot|{dev}|{idx}",
+                      sysfs=where)]
     if str(g.get("gid", "")).lower().startswith("fe80"):
-        return [finding("gid_problem", Severity.CRITICAL, f"NCCL_IB_GID_INDEX={idx} is a link-local GID on {dev}",
-                        fix + "; link-local GIDs do not route across subnets (RETRY_EXC_ERR, status 12).",
-                        {"env": refs, "sysfs": f"{where} = {g.get('gid')}"}, _hosts(settings), _ranks(settings),
-                        key=f"ll|{dev}|{idx}", variables=["NCCL_IB_GID_INDEX"])]
+        return [about("NCCL_IB_GID_INDEX", settings, "gid_problem", Severity.CRITICAL,
+                      f"NCCL_IB_GID_INDEX={idx} is a link-local GID on {dev}",
+                      fix + "; link-local GIDs do not route across subnets (RETRY_EXC_ERR, status 12).",
+                      f"ll|{dev}|{idx}", sysfs=f"{where} = {g.get('gid')}")]
     if g.get("type") and g.get("type") != "RoCE v2":
-        return [finding("gid_problem", Severity.WARNING, f"NCCL_IB_GID_INDEX={idx} is a RoCE v1 GID on {dev}",
-                        fix + "; RoCE v1 is not routable across L3.",
-                        {"env": refs, "sysfs": f"{where} type {g.get('type')}"}, _hosts(settings), _ranks(settings),
-                        key=f"v1|{dev}|{idx}", variables=["NCCL_IB_GID_INDEX"])]
+        return [about("NCCL_IB_GID_INDEX", settings, "gid_problem", Severity.WARNING,
+                      f"NCCL_IB_GID_INDEX={idx} is a RoCE v1 GID on {dev}", fix + "; RoCE v1 is not routable across L3.",
+                      f"v1|{dev}|{idx}", sysfs=f"{where} type {g.get('type')}")]
     return []
-
-
-def _dedupe(findings: list[Finding]) -> list[Finding]:
-    seen: set[str] = set()
-    out = []
-    for f in findings:
-        if f.id not in seen:
-            seen.add(f.id)
-            out.append(f)
-    return out
 
 
 def tc_sl(ctx: NcclContext) -> list[Finding]:
     out: list[Finding] = []
     for tc, settings in _ints(ctx, "NCCL_IB_TC").items():
-        refs = setting_refs(settings, 4)
-        args = (_hosts(settings), _ranks(settings))
         if not 0 <= tc <= 255:
-            out.append(finding("ib_tc", Severity.CRITICAL, f"NCCL_IB_TC={tc} is outside 0-255",
-                               "TC is the 8-bit traffic class: TC = DSCP << 2 (DSCP 34 gives 136).",
-                               {"env": refs}, *args, key=f"range|{tc}", variables=["NCCL_IB_TC"]))
+            out.append(about("NCCL_IB_TC", settings, "ib_tc", Severity.CRITICAL, f"NCCL_IB_TC={tc} is outside 0-255",
+                             "TC is the 8-bit traffic class: TC = DSCP << 2 (DSCP 34 gives 136).", f"range|{tc}"))
         elif 0 < tc < 64:
-            out.append(finding("ib_tc", Severity.WARNING, f"NCCL_IB_TC={tc} looks like a DSCP value, not a traffic class",
-                               f"TC = DSCP << 2: for DSCP {tc} set NCCL_IB_TC={tc << 2}.",
-                               {"env": refs, "dscp_if_tc": tc >> 2}, *args, key=f"dscp|{tc}",
-                               variables=["NCCL_IB_TC"]))
+            out.append(about("NCCL_IB_TC", settings, "ib_tc", Severity.WARNING,
+                             f"NCCL_IB_TC={tc} looks like a DSCP value, not a traffic class",
+                             f"TC = DSCP << 2: for DSCP {tc} set NCCL_IB_TC={tc << 2}.", f"dscp|{tc}",
+                             dscp_if_tc=tc >> 2))
         elif tc % 4:
-            out.append(finding("ib_tc", Severity.INFO, f"NCCL_IB_TC={tc} sets ECN bits (TC % 4 = {tc % 4})",
-                               f"Usually harmless; the DSCP part is {tc >> 2}. Use {tc & ~3} for a clean value.",
-                               {"env": refs}, *args, key=f"ecn|{tc}", variables=["NCCL_IB_TC"]))
+            out.append(about("NCCL_IB_TC", settings, "ib_tc", Severity.INFO,
+                             f"NCCL_IB_TC={tc} sets ECN bits (TC % 4 = {tc % 4})",
+                             f"Usually harmless; the DSCP part is {tc >> 2}. Use {tc & ~3} for a clean value.",
+                             f"ecn|{tc}"))
     for sl, settings in _ints(ctx, "NCCL_IB_SL").items():
         if not 0 <= sl <= 15:
-            out.append(finding("ib_sl", Severity.CRITICAL, f"NCCL_IB_SL={sl} is outside 0-15",
-                               "The service level is 4 bits; QP setup fails or truncates. Use the fabric's RDMA "
-                               "priority (e.g. 5 on PAI Lingjun).", {"env": setting_refs(settings, 4)},
-                               _hosts(settings), _ranks(settings), key=f"range|{sl}", variables=["NCCL_IB_SL"]))
+            out.append(about("NCCL_IB_SL", settings, "ib_sl", Severity.CRITICAL, f"NCCL_IB_SL={sl} is outside 0-15",
+                             "The service level is 4 bits; QP setup fails or truncates. Use the fabric's RDMA "
+                             "priority (e.g. 5 on PAI Lingjun).", f"range|{sl}"))
     return out
 
 
@@ -192,40 +156,33 @@ def timeout_retry(ctx: NcclContext) -> list[Finding]:
     prof = ctx.profile_value("NCCL_IB_TIMEOUT")
     prof_int = strtoll_base0(prof)[0] if prof else None
     for t, settings in _ints(ctx, "NCCL_IB_TIMEOUT").items():
-        refs = setting_refs(settings, 4)
-        args = (_hosts(settings), _ranks(settings))
         if t <= 0 or t >= 32:
-            out.append(finding("ib_timeout", Severity.CRITICAL, f"NCCL_IB_TIMEOUT={t} means an infinite ACK timeout",
-                               "Use 1-31 (4.096 us x 2^value); 0 or >= 32 hides real link failures forever. "
-                               f"Recommended: {prof or 22}.", {"env": refs}, *args, key=f"inf|{t}",
-                               variables=["NCCL_IB_TIMEOUT"]))
+            out.append(about("NCCL_IB_TIMEOUT", settings, "ib_timeout", Severity.CRITICAL,
+                             f"NCCL_IB_TIMEOUT={t} means an infinite ACK timeout", "Use 1-31 (4.096 us x 2^value); 0 "
+                             f"or >= 32 hides real link failures forever. Recommended: {prof or 22}.", f"inf|{t}"))
             continue
         if default is not None and t < default:
-            out.append(finding("ib_timeout", Severity.WARNING,
-                               f"NCCL_IB_TIMEOUT={t} is below NCCL {'.'.join(map(str, version or ()))}'s default {default}",
-                               f"A low timeout gives spurious RETRY_EXC_ERR (status 12) under congestion; unset it or "
-                               f"use >= {default}.", {"env": refs, "nccl_default": default}, *args, key=f"low|{t}",
-                               variables=["NCCL_IB_TIMEOUT"]))
+            out.append(about("NCCL_IB_TIMEOUT", settings, "ib_timeout", Severity.WARNING,
+                             f"NCCL_IB_TIMEOUT={t} is below NCCL {'.'.join(map(str, version or ()))}'s default {default}",
+                             "A low timeout gives spurious RETRY_EXC_ERR (status 12) under congestion; unset it or "
+                             f"use >= {default}.", f"low|{t}", nccl_default=default))
         if prof_int is not None and t < prof_int:
-            out.append(finding("ib_timeout", Severity.WARNING,
-                               f"NCCL_IB_TIMEOUT={t} is below the {ctx.profile.get('name')} profile's {prof_int}",
-                               f"Set NCCL_IB_TIMEOUT={prof_int}. {ctx.profile_why('NCCL_IB_TIMEOUT')}",
-                               {"env": refs, "profile": prof_int}, *args, key=f"prof|{t}", variables=["NCCL_IB_TIMEOUT"]))
+            out.append(about("NCCL_IB_TIMEOUT", settings, "ib_timeout", Severity.WARNING,
+                             f"NCCL_IB_TIMEOUT={t} is below the {ctx.profile.get('name')} profile's {prof_int}",
+                             f"Set NCCL_IB_TIMEOUT={prof_int}. {ctx.profile_why('NCCL_IB_TIMEOUT')}", f"prof|{t}",
+                             profile=prof_int))
         if t >= threshold_int("nccl.ib_timeout_high"):
-            out.append(finding("ib_timeout", Severity.WARNING,
-                               f"NCCL_IB_TIMEOUT={t}: about {4.096e-6 * 2 ** t * 7 / 60:.0f} min before a link "
-                               "error surfaces", "Use 20-23 so a dead link fails the job in seconds to minutes.",
-                               {"env": refs}, *args, key=f"high|{t}", variables=["NCCL_IB_TIMEOUT"]))
+            out.append(about("NCCL_IB_TIMEOUT", settings, "ib_timeout", Severity.WARNING,
+                             f"NCCL_IB_TIMEOUT={t}: about {4.096e-6 * 2 ** t * 7 / 60:.0f} min before a link error "
+                             "surfaces", "Use 20-23 so a dead link fails the job in seconds to minutes.", f"high|{t}"))
     for r, settings in _ints(ctx, "NCCL_IB_RETRY_CNT").items():
         if r > 7 or r < 0:
-            out.append(finding("ib_retry", Severity.CRITICAL, f"NCCL_IB_RETRY_CNT={r} is outside the 3-bit range 0-7",
-                               "Use 7 (NCCL's default); larger values fail QP setup or are truncated.",
-                               {"env": setting_refs(settings, 4)}, _hosts(settings), _ranks(settings), key=f"r|{r}",
-                               variables=["NCCL_IB_RETRY_CNT"]))
+            out.append(about("NCCL_IB_RETRY_CNT", settings, "ib_retry", Severity.CRITICAL,
+                             f"NCCL_IB_RETRY_CNT={r} is outside the 3-bit range 0-7",
+                             "Use 7 (NCCL's default); larger values fail QP setup or are truncated.", f"r|{r}"))
         elif r == 0:
-            out.append(finding("ib_retry", Severity.WARNING, "NCCL_IB_RETRY_CNT=0: any lost packet is fatal",
-                               "Use 7 (NCCL's default).", {"env": setting_refs(settings, 4)},
-                               _hosts(settings), _ranks(settings), key="r0", variables=["NCCL_IB_RETRY_CNT"]))
+            out.append(about("NCCL_IB_RETRY_CNT", settings, "ib_retry", Severity.WARNING,
+                             "NCCL_IB_RETRY_CNT=0: any lost packet is fatal", "Use 7 (NCCL's default).", "r0"))
     return out
 
 
@@ -235,18 +192,15 @@ def qps(ctx: NcclContext) -> list[Finding]:
     want = strtoll_base0(prof)[0] if prof else None
     values = _ints(ctx, "NCCL_IB_QPS_PER_CONNECTION")
     for q, settings in values.items():
-        refs = setting_refs(settings, 4)
-        args = (_hosts(settings), _ranks(settings))
         if q <= 0 or q > 128:
-            out.append(finding("ib_qps", Severity.CRITICAL if q <= 0 else Severity.WARNING,
-                               f"NCCL_IB_QPS_PER_CONNECTION={q} is outside 1-128",
-                               f"Use {want or 1}-8; 0 creates no queue pair, huge values exhaust HCA resources.",
-                               {"env": refs}, *args, key=f"range|{q}",
-                               variables=["NCCL_IB_QPS_PER_CONNECTION"]))
+            out.append(about("NCCL_IB_QPS_PER_CONNECTION", settings, "ib_qps",
+                             Severity.CRITICAL if q <= 0 else Severity.WARNING,
+                             f"NCCL_IB_QPS_PER_CONNECTION={q} is outside 1-128",
+                             f"Use {want or 1}-8; 0 creates no queue pair, huge values exhaust HCA resources.",
+                             f"range|{q}"))
         elif want is not None and q < want and ctx.roce() is not False:
-            out.append(finding("ib_qps", Severity.WARNING,
-                               f"NCCL_IB_QPS_PER_CONNECTION={q} is below the {ctx.profile.get('name')} profile's {want}",
-                               f"Set NCCL_IB_QPS_PER_CONNECTION={want}: {ctx.profile_why('NCCL_IB_QPS_PER_CONNECTION')}",
-                               {"env": refs, "profile": want}, *args, key=f"prof|{q}",
-                               variables=["NCCL_IB_QPS_PER_CONNECTION"]))
+            out.append(about("NCCL_IB_QPS_PER_CONNECTION", settings, "ib_qps", Severity.WARNING,
+                             f"NCCL_IB_QPS_PER_CONNECTION={q} is below the {ctx.profile.get('name')} profile's {want}",
+                             f"Set NCCL_IB_QPS_PER_CONNECTION={want}: {ctx.profile_why('NCCL_IB_QPS_PER_CONNECTION')}",
+                             f"prof|{q}", profile=want))
     return out

@@ -1,7 +1,4 @@
-"""NCCL rules read from the log alone: WARN lines, IB completion errors per link, slow init.
-
-Pure functions `NcclContext -> list[Finding]`.
-"""
+"""NCCL rules read from the log alone: WARN lines, IB completion errors per link, slow init."""
 
 from __future__ import annotations
 

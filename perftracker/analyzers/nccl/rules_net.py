@@ -1,8 +1,5 @@
 """NCCL rules about the network path: Socket fallback, socket/bootstrap interfaces, net plugins,
-GPUDirect RDMA and intra-node P2P.
-
-Each rule is a pure function `NcclContext -> list[Finding]`.
-"""
+GPUDirect RDMA and intra-node P2P."""
 
 from __future__ import annotations
 
@@ -10,7 +7,7 @@ import ipaddress
 import re
 
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.nccl.context import NcclContext, finding, is_intended, setting_refs
+from perftracker.analyzers.nccl.context import NcclContext, about, finding, is_intended, setting_refs
 from perftracker.formats.nccl_lists import match_list, parse_list
 
 _BAD_IFACE = re.compile(r"^(docker|virbr|flannel|cni|veth|lo$|lo\d|br-|cali|weave|tunl|kube|ifb|tun\d|tap|dummy|vxlan|"
@@ -164,45 +161,40 @@ def _ifname_setting(ctx: NcclContext) -> list[Finding]:
     ifaces = {i["name"]: i for node in ctx.sysfs for i in node.get("net", [])}
     for value, settings in ctx.distinct("NCCL_SOCKET_IFNAME").items():
         spec = parse_list(value)
-        refs = setting_refs(settings, 4)
         named = [t.name for t in spec.tokens if _BAD_IFACE.match(t.name) and not spec.exclude]
         if named:
-            out.append(finding(
-                "bad_socket_iface", Severity.WARNING, f"NCCL_SOCKET_IFNAME={value!r} selects {', '.join(named)}",
-                "Point NCCL_SOCKET_IFNAME at the routable data interface (e.g. eth0) instead.",
-                {"env": refs}, hosts=[s.host for s in settings], key=f"ifname-bad|{value}",
-                variables=["NCCL_SOCKET_IFNAME"]))
+            out.append(about("NCCL_SOCKET_IFNAME", settings, "bad_socket_iface", Severity.WARNING,
+                             f"NCCL_SOCKET_IFNAME={value!r} selects {', '.join(named)}",
+                             "Point NCCL_SOCKET_IFNAME at the routable data interface (e.g. eth0) instead.",
+                             f"ifname-bad|{value}", ranks=False))
         if not ifaces:
             continue
         matched = match_list(spec, list(ifaces))
         usable = usable_ifaces(ctx)
         if not matched:
-            out.append(finding(
-                "bad_socket_iface", Severity.CRITICAL,
+            out.append(about(
+                "NCCL_SOCKET_IFNAME", settings, "bad_socket_iface", Severity.CRITICAL,
                 f"NCCL_SOCKET_IFNAME={value!r} matches no interface on this node",
                 f"Use one of the node's interfaces: {', '.join(usable)}." if usable else
                 f"This node has no physical interface to propose (only {', '.join(sorted(ifaces))}): point "
                 "NCCL_SOCKET_IFNAME at the data-network interface of the nodes the job runs on.",
-                {"env": refs, "sysfs": sorted(ifaces)}, hosts=[s.host for s in settings], key=f"ifname-none|{value}",
-                variables=["NCCL_SOCKET_IFNAME"]))
+                f"ifname-none|{value}", ranks=False, sysfs=sorted(ifaces)))
             continue
         unwanted = [n for n in matched if n not in usable]
         if unwanted:
-            out.append(finding(
-                "bad_socket_iface", Severity.WARNING,
+            out.append(about(
+                "NCCL_SOCKET_IFNAME", settings, "bad_socket_iface", Severity.WARNING,
                 f"NCCL_SOCKET_IFNAME={value!r} also matches {', '.join(unwanted)}",
                 (f"Use exact names (NCCL_SOCKET_IFNAME=={','.join(good)}) or an exclusion list."
                  if (good := [n for n in matched if n not in unwanted]) else
                  f"Point it at a physical interface{': ' + ', '.join(usable) if usable else ''}."),
-                {"env": refs, "matched": matched}, hosts=[s.host for s in settings],
-                key=f"ifname-unwanted|{value}", variables=["NCCL_SOCKET_IFNAME"]))
+                f"ifname-unwanted|{value}", ranks=False, matched=matched))
         elif len(matched) > 1 and not spec.exact and not is_intended(ctx, "NCCL_SOCKET_IFNAME", value):
-            out.append(finding(
-                "iface_prefix", Severity.INFO,
+            out.append(about(
+                "NCCL_SOCKET_IFNAME", settings, "iface_prefix", Severity.INFO,
                 f"NCCL_SOCKET_IFNAME={value!r} is a prefix that matches {len(matched)} interfaces: {', '.join(matched)}",
                 "If only one was meant, prefix it with '=' for an exact match (e.g. NCCL_SOCKET_IFNAME==eth0).",
-                {"env": refs, "matched": matched}, hosts=[s.host for s in settings],
-                key=f"ifname-prefix|{value}", variables=["NCCL_SOCKET_IFNAME"]))
+                f"ifname-prefix|{value}", ranks=False, matched=matched))
     return out
 
 

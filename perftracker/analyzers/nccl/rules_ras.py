@@ -1,7 +1,5 @@
-"""NCCL rule on what the RAS client reported: dead processes, ranks missing from communicators, communicator errors.
-
-`ras_status(ctx)` turns `ctx.ras` (ras_status.RasRecord) into findings, one per cause.
-"""
+"""NCCL rule on what the RAS client reported (`ras_status`): dead processes, ranks missing from communicators,
+communicator errors."""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""What the node's sysfs could not confirm: settings the rules could not check against the node, and why.
-
-A pure function `NcclContext -> list[Finding]`.
-"""
+"""What the node's sysfs could not confirm: settings the rules could not check against the node, and why."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The report's NCCL tables, from the NCCL context and the nccl_config findings (both computed once).
-
-Every table is empty when there is no NCCL to judge (`config.nccl_active_view`).
-"""
+"""The report's NCCL tables, from the NCCL context and the nccl_config findings: empty when there is no NCCL to
+judge."""
 
 from __future__ import annotations
 

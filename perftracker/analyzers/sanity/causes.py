@@ -1,8 +1,4 @@
-"""Why a node measured low, from the facts the node itself recorded (collectors/sanity/node.py, cpu_facts.py).
-
-`cpu_cause(records, peers)` and `link_cause(host, nodes)`: the clause that says why a node or a link measured
-low, with flat evidence, or ('', {}).
-"""
+"""Why a node or a link measured low, from the facts the node itself recorded (`cpu_cause`, `link_cause`)."""
 
 from __future__ import annotations
 

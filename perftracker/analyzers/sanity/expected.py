@@ -1,7 +1,4 @@
-"""Expected figures per device for `perftracker sanity`: the vendor's peak, and what a healthy device reaches.
-
-`expected_for(device_name, figure)` returns (peak, source), or None when the device or figure is not listed.
-"""
+"""Expected figures per device for `perftracker sanity` (`expected_for`): the vendor's peak, with its source."""
 
 from __future__ import annotations
 

@@ -12,10 +12,9 @@ from perftracker.analyzers.sanity.causes import cpu_cause, link_cause
 from perftracker.analyzers.sanity.expected import expected_for
 from perftracker.analyzers.sanity.results import DEVICE_FIGURES, SanityResults
 from perftracker.analyzers.sanity.robust import LINK_FLOOR, Low, low_outliers
-from perftracker.analyzers.sanity.table import device_rows
+from perftracker.analyzers.sanity.table import best_pair, device_rows
 from perftracker.analyzers.thresholds import threshold, threshold_int
 
-COMPUTE = ("gemm_", "copy_gbps")
 INTRA_FIGURES = ("node_allreduce_busbw_gbps", "node_allgather_busbw_gbps")
 ANALYZER = "sanity"
 MAX_PAIRS_SHOWN = 64  # the slowest of a node's pairs kept in its finding's evidence
@@ -38,16 +37,6 @@ def _unit(record: Mapping[str, Any]) -> str:
 
 def _fmt(value: float) -> str:
     return f"{value:.3g}"
-
-
-def _best_pair(pairs: list[dict[str, Any]]) -> dict[str, float]:
-    best: dict[str, float] = {}
-    for p in pairs:
-        if p.get("gbps") is None:
-            continue
-        for host in (p["a"], p["b"]):
-            best[host] = max(best.get(host, 0.0), float(p["gbps"]))
-    return best
 
 
 def own_spread(record: Mapping[str, Any], figure: str) -> float:
@@ -192,7 +181,7 @@ def _links(records: list[dict[str, Any]], nodes: Mapping[str, Mapping[str, Any]]
     pairs = [p for r in records for p in r.get("pairs", [])]
     if not pairs:
         return []
-    best = _best_pair(pairs)
+    best = best_pair(pairs)
     by_host_pairs: dict[str, list[dict[str, Any]]] = {}
     for p in pairs:
         for h in (p["a"], p["b"]):
@@ -319,10 +308,8 @@ def _cut_finding(results: SanityResults) -> list[Finding]:
 
 
 def _quota_held(records: list[dict[str, Any]], named: set[str], status: dict[str, Severity]) -> list[Finding]:
-    """Nodes whose cgroup holds a rank to less than one CPU while their peers have no such quota: named as a
-    warning from the fact itself (read, not measured: on a loaded machine every rank may be as starved as the
-    quota holds it, so its figures alone cannot tell), unless already named on compute (whose finding says the
-    quota). The job's ranks on that node would run under the same quota."""
+    """Nodes whose cgroup holds a rank to less than one CPU while their peers have no such quota, unless already
+    named on compute (docs/internals/analyzers.md)."""
     findings = []
     for host in dict.fromkeys(r["host"] for r in records):
         if host in named:

@@ -1,7 +1,4 @@
-"""The gathered results of `perftracker sanity` (what rank 0 writes as OUT/sanity.json and judges).
-
-`SanityResults` round-trips through `to_dict` / `from_dict` (JSON-ready).
-"""
+"""The gathered results of `perftracker sanity` (what rank 0 writes as OUT/sanity.json and judges), JSON-ready."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Is one unit (a device, a node, a pair) below its peers beyond the noise of those peers?
-
-`low_outliers(values)` takes one figure per unit, larger meaning better (TFLOPS, GB/s), and returns the units
-below their peers, each with a severity.
-"""
+"""Is one unit (a device, a node, a pair) below its peers beyond the noise of those peers (`low_outliers`)?"""
 
 from __future__ import annotations
 
@@ -13,13 +9,9 @@ from dataclasses import dataclass
 
 from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.thresholds import threshold, threshold_int
-from perftracker.values import MAD_TO_SIGMA
+from perftracker.values import robust_sigma
 
-# The deficit floor (fewer than threshold_int('sanity.many_peers') peers, else from threshold_int('sanity.many_peers') on), set on the namespace lab (3 nodes on a
-# 2-core machine at load 7-13, tests/fixtures/sanity_lab clean-1..18): a clean node's GEMM / copy fell to 53% of its
-# peers' median at worst and its best pair to 25% (ping-pong through veths is CPU-bound there, and with three
-# nodes a node's peers are one pair); a CPU quota of 0.03 core measured 9%, a 20 Mbit/s link 1%. The floors were
-# set on these same runs (no held-out estimate): 0.4 / 0.7 gave 3 false warnings in the 8 runs recorded after.
+# The deficit floors with few peers and with many (sanity.many_peers): docs/internals/analyzers.md, sanity/robust.py.
 DEVICE_FLOOR = (0.5, 0.15)
 LINK_FLOOR = (0.8, 0.3)
 MIN_DEFICIT = DEVICE_FLOOR[0]
@@ -56,7 +48,7 @@ def low_outliers(values: Mapping[str, float], floor: tuple[float, float] = DEVIC
     whole = [values[u] for u in units]
     if len(units) > LEAVE_ONE_OUT_UP_TO:  # one unit moves the median and MAD of many little: compute them once
         med_all = statistics.median(whole)
-        mad_all = MAD_TO_SIGMA * statistics.median(abs(v - med_all) for v in whole)
+        mad_all = robust_sigma(whole, med_all)
     for unit in units:
         if len(units) > LEAVE_ONE_OUT_UP_TO:
             med, mad = med_all, mad_all
@@ -65,7 +57,7 @@ def low_outliers(values: Mapping[str, float], floor: tuple[float, float] = DEVIC
             if len(others) < threshold_int('sanity.min_peers'):
                 continue
             med = statistics.median(others)
-            mad = MAD_TO_SIGMA * statistics.median(abs(v - med) for v in others)
+            mad = robust_sigma(others, med)
         if med <= 0:
             continue
         value = values[unit]

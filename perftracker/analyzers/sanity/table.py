@@ -1,8 +1,4 @@
-"""The per-device table of `perftracker sanity`: one row per rank, the worst nodes first.
-
-`device_rows(results, status)`: one plain row per rank that reported, plus one per unreachable host, the worst
-first.
-"""
+"""The per-device table of `perftracker sanity` (`device_rows`): one row per rank, the worst nodes first."""
 
 from __future__ import annotations
 
@@ -28,15 +24,20 @@ FIGURE_LABELS = {
 _ORDER = {"unreachable": 0, "critical": 1, "warning": 2, "ok": 3}
 
 
+def best_pair(pairs: list[dict[str, Any]]) -> dict[str, float]:
+    """host -> the best GB/s of the measured pairs it is in."""
+    best: dict[str, float] = {}
+    for p in pairs:
+        if p.get("gbps") is not None:
+            for host in (p["a"], p["b"]):
+                best[host] = max(best.get(host, 0.0), float(p["gbps"]))
+    return best
+
+
 def device_rows(results: SanityResults, status: Mapping[str, Severity]) -> list[dict[str, Any]]:
     """See docs/internals/analyzers.md."""
     records = [results.records[r] for r in sorted(results.records)]
-    best: dict[str, float] = {}
-    for r in records:
-        for p in r.get("pairs", []):
-            if p.get("gbps") is not None:
-                for h in (p["a"], p["b"]):
-                    best[h] = max(best.get(h, 0.0), float(p["gbps"]))
+    best = best_pair([p for r in records for p in r.get("pairs", [])])
     reported = {r["host"] for r in records}
     first = next((f for f in DEVICE_FIGURES if any(f in r.get("figures", {}) for r in records)), "")
     values = [float(r["figures"][first]) for r in records if first in r.get("figures", {})]

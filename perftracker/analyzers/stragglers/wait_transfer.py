@@ -79,7 +79,7 @@ def collective_split_view(analysis: Analysis) -> pd.DataFrame:
 
 
 def inspector_split(records: pd.DataFrame) -> pd.DataFrame:
-    """NCCL Inspector's per-rank kernel times (`nccl.collective_timing.inspector_collectives`) split by the
+    """NCCL Inspector's per-rank kernel times (`nccl.collective_timing.inspector_collectives_view`) split by the
     shortest duration (Inspector gives no start times: a rank's kernel runs from its arrival to the common end,
     so the member with the shortest kernel arrived last and its time is the transfer); arrival_ns is -1."""
     rows = records[records.groupby(["comm_id", "seq"])["rank"].transform("size") >= 2] if not records.empty else records
