@@ -275,10 +275,6 @@ def _utc(ns: int) -> str:
     return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) else -1
-
-
 def _manifest_job(folder: Path, root: Path) -> str:
     """The `job` of the nearest manifest.json from `folder` up to `root` ("" when none says)."""
     root = root if root.is_dir() else root.parent
