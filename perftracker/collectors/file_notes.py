@@ -1,13 +1,18 @@
 """The notes every reader of collectors/ leaves about a file, in one wording: it could not be read, the cap or
-long lines cut it, lines of it were skipped."""
+long lines cut it, lines of it were skipped; and `records`, the one reading of JSON-lines records with bad lines."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 from perftracker.bounded import Capped, LineStats, file_cap
 from perftracker.errors import InputError
+from perftracker.rundir import read_jsonl
 from perftracker.store import LoadNote
+
+T = TypeVar("T")
 
 
 def why_unreadable(exc: OSError | InputError) -> str:
@@ -29,3 +34,21 @@ def cut_notes(path: Path | str, cut: LineStats | Capped) -> list[LoadNote]:
 def line_list(lines: list[int]) -> str:
     """The first five line numbers, then "..." when there are more: `3, 8, 9, 12, 40, ...`."""
     return ", ".join(map(str, lines[:5])) + (", ..." if len(lines) > 5 else "")
+
+
+def records(path: Path, row_of: Callable[[int, dict[str, Any]], T | None]) -> tuple[list[T], list[int], list[LoadNote]]:
+    """(`row_of(line, record)` of each JSON object of a JSON-lines file, read bounded; the lines that are not one,
+    or that `row_of` refused with None or a ValueError / KeyError / TypeError / AttributeError; the cut notes)."""
+    rows: list[T] = []
+    bad: list[int] = []
+    stats = LineStats()
+    for lineno, rec in read_jsonl(path, stats):
+        try:
+            row = row_of(lineno, rec) if isinstance(rec, dict) else None
+        except (AttributeError, ValueError, KeyError, TypeError):
+            row = None
+        if row is None:
+            bad.append(lineno)
+        else:
+            rows.append(row)
+    return rows, bad, cut_notes(path, stats)

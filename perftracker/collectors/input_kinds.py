@@ -167,20 +167,22 @@ def _load_nccl(store: Store, paths: list[Path], options: LoadOptions) -> None:
         store.run_info.process_groups.setdefault(name, group)
 
 
-def _load_nccl_tests(store: Store, paths: list[Path], options: LoadOptions) -> None:
-    tables, notes = load_nccl_tests(paths)
-    if not tables["nccl_tests"].empty or notes:
-        merge(store, tables, notes, RunInfo())
+def _found(read: Callable[[list[Path]], tuple[dict[str, pd.DataFrame], list[LoadNote]]], table: str) -> Loader:
+    """A loader putting `read`'s tables and notes into the Store when it found rows of `table` or said something."""
+    def load(store: Store, paths: list[Path], options: LoadOptions) -> None:
+        tables, notes = read(paths)
+        if not tables[table].empty or notes:
+            merge(store, tables, notes, RunInfo())
+    return load
 
 
-def _load_nccl_ras(store: Store, paths: list[Path], options: LoadOptions) -> None:
-    tables, notes = load_ras(paths)
-    if not tables["nccl_ras"].empty or notes:
-        merge(store, tables, notes, RunInfo())
-
-
-def _load_counters(store: Store, paths: list[Path], options: LoadOptions) -> None:
-    merge(store, *load_counter_inputs(paths))
+def _merged(read: Callable[[list[Path]], tuple[dict[str, pd.DataFrame], list[LoadNote], RunInfo]],
+            only_given: bool = False) -> Loader:
+    """A loader merging what `read` returns (`only_given`: not called without files)."""
+    def load(store: Store, paths: list[Path], options: LoadOptions) -> None:
+        if paths or not only_given:
+            merge(store, *read(paths))
+    return load
 
 
 def _load_stacks(store: Store, paths: list[Path], options: LoadOptions) -> None:
@@ -201,28 +203,10 @@ def _load_profiles(store: Store, paths: list[Path], options: LoadOptions) -> Non
             store.add_notes(notes)
 
 
-def _load_inspector(store: Store, paths: list[Path], options: LoadOptions) -> None:
-    if paths:
-        merge(store, *load_inspector_inputs(paths))
-
-
-def _load_postmortem(store: Store, paths: list[Path], options: LoadOptions) -> None:
-    merge(store, *load_postmortem_inputs(paths))
-
-
-def _load_pipeline_ops(store: Store, paths: list[Path], options: LoadOptions) -> None:
-    if paths:
-        merge(store, *load_whatif_inputs(paths))
-
-
 def _claims_pipeline_ops(offer: Offer) -> bool:
     path = offer.path
     return (is_ops_parquet(path) or looks_like_meta(path)
             or (offer.trace_named and (is_ideal_timeline(path) or is_ops_timeline(path))))
-
-
-def _load_execution_traces(store: Store, paths: list[Path], options: LoadOptions) -> None:
-    merge(store, *load_execution_trace_inputs(paths))
 
 
 POOL = None  # `claims` of a kind that reads the pool (the files no kind claimed) and picks its own by content
@@ -242,12 +226,14 @@ KINDS: tuple[InputKind, ...] = (
               "env/rank-<r>.json environment snapshots", POOL, _load_nccl, ("nccl", "config"),
               ("nccl", "config")),
     InputKind("nccl_tests", "nccl-tests output (all_reduce_perf, ...: its tables, in any text file, by content: "
-              "looks_like_nccl_tests)", POOL, _load_nccl_tests, ("nccl_tests",), ("nccl_tests",)),
+              "looks_like_nccl_tests)", POOL, _found(load_nccl_tests, "nccl_tests"), ("nccl_tests",),
+              ("nccl_tests",)),
     InputKind("nccl_ras", "NCCL RAS client output (ncclras text, JSON or monitor events, by content: is_ras_file)",
-              POOL, _load_nccl_ras, ("nccl_ras",), ("nccl_ras",)),
+              POOL, _found(load_ras, "nccl_ras"), ("nccl_ras",), ("nccl_ras",)),
     InputKind("counters", "host counters: RDMA/GPU/net JSON lines, ethtool and ip dumps, sysfs copies, Prometheus "
               "text, scheduler accounting and sampled process states (by their first bytes: counters.inputs.sniff)", POOL,
-              _load_counters, ("counters", "devices", "netdev", "net_ifaces", "cpu_sched", "proc_states"), ("counters", "netdev")),
+              _merged(load_counter_inputs), ("counters", "devices", "netdev", "net_ifaces", "cpu_sched", "proc_states"),
+              ("counters", "netdev")),
     InputKind("stack_snapshots", "stacks/<snapshot>/rank-<r>.json: py-spy dumps attach took", lambda o: is_stack_file(o.path),
               _load_stacks, ("stacks",), ("stacks",)),
     InputKind("stack_profiles", "profiles/rank-<r>.txt: sampled stacks (py-spy record --format raw)",
@@ -256,17 +242,17 @@ KINDS: tuple[InputKind, ...] = (
     InputKind("profile_sidecars", "profiles/rank-<r>.json beside a profile: its rank, pid and rate (read with it)",
               lambda o: not o.trace_named and o.path in o.profile_sidecars, None),
     InputKind("nccl_inspector", "NCCL Inspector output (<host>-pid<pid>.log JSON lines, by content: "
-              "is_inspector_file)", lambda o: not o.trace_named and is_inspector_file(o.path), _load_inspector,
-              ("nccl_collectives",), ("nccl_collectives",)),
+              "is_inspector_file)", lambda o: not o.trace_named and is_inspector_file(o.path),
+              _merged(load_inspector_inputs, only_given=True), ("nccl_collectives",), ("nccl_collectives",)),
     InputKind("postmortem", "flight-recorder dumps, torchelastic error files, job logs and kernel logs (by "
-              "content: postmortem.inputs.classify)", POOL, _load_postmortem,
+              "content: postmortem.inputs.classify)", POOL, _merged(load_postmortem_inputs),
               ("collectives_fr", "failures"), ("collectives_fr", "failures")),
     InputKind("execution_traces", "PyTorch / Chakra execution traces (*_et.json, or JSON with a schema and "
-              "nodes: is_execution_trace)", POOL, _load_execution_traces, ("exec_ops",)),
+              "nodes: is_execution_trace)", POOL, _merged(load_execution_trace_inputs), ("exec_ops",)),
     InputKind("pipeline_ops", "per-operation records of a pipeline-parallel job (the OSDI'25 what-if artifact: "
               "trace-<job>.parquet, meta-<job>.yaml, timeline-<job>.json.gz; collectors/whatif_ops/)",
-              _claims_pipeline_ops, _load_pipeline_ops, ("pipeline_ops", "steps", "ranks"),
-              ("pipeline_ops",)),
+              _claims_pipeline_ops, _merged(load_whatif_inputs, only_given=True),
+              ("pipeline_ops", "steps", "ranks"), ("pipeline_ops",)),
     InputKind("whatif_expected", "the OSDI'25 artifact's expected outputs (result-, ms-, mw-<job>.json): "
               "recognized, not read", lambda o: o.trace_named and is_expected_result(o.path), None),
     InputKind("named_like_a_trace", "*.json named like a trace that is a flight-recorder dump, an error file, an "

@@ -61,18 +61,15 @@ class JobGroup:
 
     @property
     def world_size(self) -> int:
-        known = self.known_values("world_size")
-        return int(known[0]) if known else -1
+        return int(next(iter(self.known_values("world_size")), -1))
 
     @property
     def device_name(self) -> str:
-        known = self.known_values("device_name")
-        return str(known[0]) if known else ""
+        return str(next(iter(self.known_values("device_name")), ""))
 
     @property
     def job_id(self) -> str:
-        known = self.known_values("run_id") or self.known_values("manifest_job")
-        return str(known[0]) if known else ""
+        return str(next(iter(self.known_values("run_id") or self.known_values("manifest_job")), ""))
 
     def span_ns(self) -> tuple[int, int] | None:
         starts = [m.wall_start_ns for m in self.members if m.wall_start_ns is not None]
@@ -273,10 +270,6 @@ def _ranks_text(ranks: list[int]) -> str:
 
 def _utc(ns: int) -> str:
     return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%Y-%m-%d %H:%M UTC")
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) else -1
 
 
 def _manifest_job(folder: Path, root: Path) -> str:

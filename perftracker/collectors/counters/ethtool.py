@@ -85,19 +85,6 @@ def looks_like_ethtool_dump(head: str) -> bool:
     return any(line.strip() == _HEADER for line in lines) and any(stat_line(line) for line in lines)
 
 
-def _rows(blocks: list[tuple[int, str, dict[str, int]]], host: str,
-          source: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    rows: list[dict[str, Any]] = []
-    devices: dict[str, dict[str, Any]] = {}
-    for ts, netdev, counters in blocks:
-        base = {"host": host, "rank": -1, "device": netdev, "port": "1", "ts_ns": ts}
-        rows.extend({**base, "name": PREFIX + n, "value": float(v)} for n, v in flow_control(counters).items())
-        devices.setdefault(netdev, {"host": host, "kind": "nic", "device": netdev, "port": "1", "uuid": "",
-                                    "pci_bus_id": "", "numa_node": -1, "link_layer": "Ethernet",
-                                    "netdevs": netdev, "ranks": "", "source": source})
-    return rows, list(devices.values())
-
-
 def load_ethtool_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
     """(counter rows, device rows, notes) of a text file of repeated `ethtool -S` outputs with epoch lines."""
     host = path.name.split(".")[0]
@@ -147,8 +134,15 @@ def load_ethtool_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
     if unnamed:
         notes.append(LoadNote("warning", str(path), f"{unnamed} `ethtool -S` output(s) without a netdev were skipped: "
                               "add the command line (`echo ethtool -S <dev>`) or a `# netdev=<dev>` line"))
-    rows, devices = _rows(blocks, host, str(path))
-    return rows, devices, notes
+    rows: list[dict[str, Any]] = []
+    devices: dict[str, dict[str, Any]] = {}
+    for ts, dev, counters in blocks:
+        base = {"host": host, "rank": -1, "device": dev, "port": "1", "ts_ns": ts}
+        rows.extend({**base, "name": PREFIX + n, "value": float(v)} for n, v in flow_control(counters).items())
+        devices.setdefault(dev, {"host": host, "kind": "nic", "device": dev, "port": "1", "uuid": "", "pci_bus_id": "",
+                                 "numa_node": -1, "link_layer": "Ethernet", "netdevs": dev, "ranks": "",
+                                 "source": str(path)})
+    return rows, list(devices.values()), notes
 
 
 def attach_to_ports(rows: list[dict[str, Any]], devices: list[dict[str, Any]],

@@ -13,10 +13,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from perftracker.bounded import LineBlocks, LineStats, iter_lines
+from perftracker.bounded import LineBlocks, iter_lines
 from perftracker.collectors.counters.dump_lines import MAX_TS_NS
-from perftracker.collectors.file_notes import cut_notes
-from perftracker.rundir import read_jsonl
+from perftracker.collectors.file_notes import records
 from perftracker.store import LoadNote
 from perftracker.values import finite, int_in, rank_in_range
 
@@ -57,50 +56,47 @@ def _ranks(value: Any) -> set[int]:
 _MAX_GPU = 1 << 16
 
 
-def _sample(rec: Any, default_host: str) -> tuple[str, int, int, dict[str, Any]] | None:
-    """(host, gpu, ts_ns, metrics) of one GPU sample record, or None when it is not one (or out of range)."""
-    if not isinstance(rec, dict):
-        return None
+def _record(rec: dict[str, Any], default_host: str, source: str
+            ) -> tuple[list[dict[str, Any]], dict[str, Any], set[int]] | None:
+    """(counter rows, device row, ranks on the GPU) of one GPU sample record, or None when it is not one (or out
+    of range)."""
     gpu, ts, metrics = int_in(rec.get("gpu"), 0, _MAX_GPU), int_in(rec.get("ts_ns"), 0, MAX_TS_NS), rec.get("metrics")
     if gpu is None or ts is None or not isinstance(metrics, (dict, type(None))):
         return None
-    return str(rec.get("host") or default_host), gpu, ts, dict(metrics or {})
+    host = str(rec.get("host") or default_host)
+    base = {"host": host, "rank": -1, "device": f"gpu:{gpu}", "port": "", "ts_ns": ts}
+    rows = []
+    for name, value in (metrics or {}).items():
+        if name == "xid":
+            for x in value if isinstance(value, list) else [value]:
+                number = finite(x)
+                if number:
+                    rows.append({**base, "name": "xid", "value": number})
+        elif (number := finite(value)) is not None:
+            rows.append({**base, "name": str(name), "value": number})
+    numa = int_in(rec.get("numa_node"), -1, _MAX_GPU)
+    device = _device_row(host, gpu, str(rec.get("uuid", "")), str(rec.get("pci_bus_id", "")),
+                         -1 if numa is None else numa, source)
+    return rows, device, _ranks(rec.get("ranks"))
 
 
 def load_gpu_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
     """(counter rows, device rows, notes) of one `<host>.gpu.jsonl` file."""
+    host = path.name.split(".")[0]
+    found, bad, cut = records(path, lambda n, rec: _record(rec, host, f"{path}:{n}"))
     rows: list[dict[str, Any]] = []
-    devices: dict[tuple[str, int], dict[str, Any]] = {}
-    ranks: dict[tuple[str, int], set[int]] = {}
-    bad = 0
-    default_host = path.name.split(".")[0]
-    stats = LineStats()
-    for lineno, rec in read_jsonl(path, stats):
-        sample = _sample(rec, default_host)
-        if sample is None:
-            bad += 1
-            continue
-        host, gpu, ts, metrics = sample
-        base = {"host": host, "rank": -1, "device": f"gpu:{gpu}", "port": "", "ts_ns": ts}
-        for name, value in metrics.items():
-            if name == "xid":
-                for x in value if isinstance(value, list) else [value]:
-                    number = finite(x)
-                    if number:
-                        rows.append({**base, "name": "xid", "value": number})
-            elif (number := finite(value)) is not None:
-                rows.append({**base, "name": str(name), "value": number})
-        numa = int_in(rec.get("numa_node"), -1, _MAX_GPU)
-        devices.setdefault((host, gpu), _device_row(host, gpu, str(rec.get("uuid", "")),
-                                                    str(rec.get("pci_bus_id", "")),
-                                                    -1 if numa is None else numa, f"{path}:{lineno}"))
-        ranks.setdefault((host, gpu), set()).update(_ranks(rec.get("ranks")))
+    devices: dict[tuple[str, str], dict[str, Any]] = {}
+    ranks: dict[tuple[str, str], set[int]] = {}
+    for r, device, on_gpu in found:
+        rows.extend(r)
+        key = (device["host"], device["device"])
+        devices.setdefault(key, device)
+        ranks.setdefault(key, set()).update(on_gpu)
     for key, on_gpu in ranks.items():
         devices[key]["ranks"] = ",".join(map(str, sorted(on_gpu)))
-    notes = [LoadNote("warning", str(path), f"{bad} line(s) are not GPU samples (or hold a GPU index or time out "
-                      "of range) and were skipped")] if bad else []
-    notes.extend(cut_notes(path, stats))
-    return rows, list(devices.values()), notes
+    notes = [LoadNote("warning", str(path), f"{len(bad)} line(s) are not GPU samples (or hold a GPU index or time "
+                      "out of range) and were skipped")] if bad else []
+    return rows, list(devices.values()), notes + cut
 
 
 def _field(header: str) -> str:

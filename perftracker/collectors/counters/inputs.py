@@ -31,14 +31,11 @@ from perftracker.store.schema import conform
 
 
 def _first_json(head: str) -> dict[str, Any]:
-    for line in head.splitlines()[:5]:
-        if line.strip():
-            try:
-                data = loads_json(line)
-            except ValueError:
-                return {}
-            return data if isinstance(data, dict) else {}
-    return {}
+    try:
+        data = loads_json(next((line for line in head.splitlines()[:5] if line.strip()), ""))
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def sniff(path: Path, head: str) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from perftracker.rundir import read_jsonl
+from perftracker.collectors.file_notes import records
 from perftracker.store import LoadNote
 from perftracker.values import NET_STATE_CHANGE
 
@@ -266,19 +266,8 @@ def looks_like_net_jsonl(first: Mapping[str, Any]) -> bool:
 
 def load_net_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
     """(netdev rows, net_ifaces rows, notes) of one `<host>.net.jsonl` file; bad lines become one note."""
-    rows: list[dict[str, Any]] = []
-    ifaces: list[dict[str, Any]] = []
-    bad = 0
-    default_host = path.name.split(".")[0]
-    for lineno, rec in read_jsonl(path):
-        try:
-            rec.setdefault("host", default_host)
-            r, i = record_rows(rec, f"{path}:{lineno}")
-        except (AttributeError, ValueError, KeyError, TypeError):
-            bad += 1
-            continue
-        rows.extend(r)
-        ifaces.extend(i)
-    notes = [LoadNote("warning", str(path), f"{bad} line(s) are not interface samples and were skipped (a line "
-                      "cut off by a crash is expected at the end)")] if bad else []
-    return rows, ifaces, notes
+    host = path.name.split(".")[0]
+    found, bad, _ = records(path, lambda n, rec: record_rows({"host": host, **rec}, f"{path}:{n}"))
+    notes = [LoadNote("warning", str(path), f"{len(bad)} line(s) are not interface samples and were skipped (a "
+                      "line cut off by a crash is expected at the end)")] if bad else []
+    return [row for rows, _ in found for row in rows], [i for _, ifaces in found for i in ifaces], notes

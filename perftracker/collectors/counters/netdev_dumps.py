@@ -78,19 +78,15 @@ class _Samples:
 
     def finish(self, path: Path, what: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
         """(netdev rows, net_ifaces rows, notes) of a text dump; without a time line, a note says it was skipped."""
-        rows, ifaces = self.rows(str(path))
-        notes = [] if rows else [LoadNote("warning", str(path), f"{what} without time lines (`date +%s.%N` or "
-                                          "`# ts_ns=N` before each) was skipped: rates need sample times")]
-        return rows, ifaces, notes
-
-    def rows(self, source: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         rows: list[dict[str, Any]] = []
         ifaces: dict[str, dict[str, Any]] = {}
         for (ts, name), data in sorted(self.records.items()):
             rows.extend(netdev.iface_rows(self.host, name, data, ts))
             ifaces.setdefault(name, {"host": self.host, "iface": name, "why": "", "peers": "", "addresses": "", "qdisc": "",
-                                     "source": source})
-        return rows, list(ifaces.values())
+                                     "source": str(path)})
+        notes = [] if rows else [LoadNote("warning", str(path), f"{what} without time lines (`date +%s.%N` or "
+                                          "`# ts_ns=N` before each) was skipped: rates need sample times")]
+        return rows, list(ifaces.values()), notes
 
 
 def _header(text: str, samples: _Samples) -> bool:

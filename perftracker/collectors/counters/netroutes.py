@@ -79,11 +79,9 @@ def read_routes(proc_root: Path = Path("/proc")) -> list[Route]:
 def route_iface(address: str, routes: Sequence[Route]) -> str | None:
     """The interface traffic to `address` leaves by: the longest matching prefix, lowest metric first."""
     try:
-        addr = ipaddress.ip_address(address.split("%")[0])
+        addr = ipaddress.ip_address(normal_address(address))
     except ValueError:
         return None
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        addr = addr.ipv4_mapped
     matches = [r for r in routes if r.network.version == addr.version and addr in r.network]
     if not matches:
         return None

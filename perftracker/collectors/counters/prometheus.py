@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perftracker.bounded import MAX_LINE_CHARS
+from perftracker.collectors.counters.dump_lines import MAX_TS_NS
 from perftracker.values import ascii_int, finite
 
 # Linear on any line: the label set is bounded (a real one is a few hundred characters) and holds no
@@ -87,9 +88,6 @@ class Sample:
     ts_ns: int
 
 
-_MAX_NS = 4 * 10**18
-
-
 def parse_text(text: str, skipped: list[int] | None = None) -> list[Sample]:
     """Every sample of a Prometheus text exposition (several scrapes may be concatenated).
 
@@ -106,13 +104,13 @@ def parse_text(text: str, skipped: list[int] | None = None) -> list[Sample]:
             m = _SCRAPE.match(line)
             if m:
                 seconds = finite(_float(m.group("t")))
-                scrape_ns = int(seconds * 1e9) if seconds is not None and 0 <= seconds * 1e9 < _MAX_NS else -1
+                scrape_ns = int(seconds * 1e9) if seconds is not None and 0 <= seconds * 1e9 < MAX_TS_NS else -1
             continue
         m = _LINE.match(line)
         if not m:
             continue
         value = finite(_float(m.group("value")))
-        ts_ms = ascii_int(m.group("ts"), 0, _MAX_NS // 1_000_000) if m.group("ts") else None
+        ts_ms = ascii_int(m.group("ts"), 0, MAX_TS_NS // 1_000_000) if m.group("ts") else None
         if value is None or (m.group("ts") and ts_ms is None):
             if skipped is not None:
                 skipped.append(lineno)

@@ -12,11 +12,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from perftracker.bounded import LineBlocks, LineStats, iter_lines
+from perftracker.bounded import LineBlocks, iter_lines
 from perftracker.collectors.counters.dump_lines import MAX_TS_NS, epoch_ns, named_host, stamp
 from perftracker.collectors.counters.sysfs import read_attr
-from perftracker.collectors.file_notes import cut_notes
-from perftracker.rundir import read_jsonl
+from perftracker.collectors.file_notes import records
 from perftracker.store import LoadNote
 from perftracker.values import ETHTOOL_COUNTER_PREFIX as ETHTOOL_PREFIX
 from perftracker.values import finite, int_in
@@ -29,8 +28,6 @@ _PORT_PATH = re.compile(r"^(?P<root>.*?)/(?:class/)?infiniband/(?P<dev>[^/]+)/po
 _DUMP_LINE = re.compile(r"^(?P<path>\S*/infiniband/[^/]+/ports/\d+/(?:(?:hw_)?counters/[^/:]+|state|phys_state|"
                         r"rate|link_layer)):(?P<value>.*)$")
 _TEXT_FIELDS = ("state", "phys_state", "rate", "link_layer")
-
-
 
 
 def _int(text: str | None) -> int | None:
@@ -141,31 +138,25 @@ def record_rows(rec: dict[str, Any], source: str) -> tuple[list[dict[str, Any]],
     return rows, device
 
 
-def load_rdma_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
-    """(counter rows, device rows, notes) of one `<host>.rdma.jsonl` file; bad lines become notes."""
+def _rows_devices(pairs: Iterable[tuple[list[dict[str, Any]], dict[str, Any]]]
+                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The counter rows of (rows, device row) pairs, and the first device row of each port."""
     rows: list[dict[str, Any]] = []
     devices: dict[tuple[str, str, str], dict[str, Any]] = {}
-    notes: list[LoadNote] = []
-    bad = 0
-    default_host = path.name.split(".")[0]
-    stats = LineStats()
-    for lineno, rec in read_jsonl(path, stats):
-        if not isinstance(rec, dict):
-            bad += 1
-            continue
-        try:
-            rec.setdefault("host", default_host)
-            r, d = record_rows(rec, f"{path}:{lineno}")
-        except (ValueError, KeyError, TypeError):
-            bad += 1
-            continue
+    for r, d in pairs:
         rows.extend(r)
         devices.setdefault((d["host"], d["device"], d["port"]), d)
-    if bad:
-        notes.append(LoadNote("warning", str(path), f"{bad} line(s) are not RDMA port samples (or hold a time or "
-                              "counter out of range) and were skipped"))
-    notes.extend(cut_notes(path, stats))
-    return rows, list(devices.values()), notes
+    return rows, list(devices.values())
+
+
+def load_rdma_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
+    """(counter rows, device rows, notes) of one `<host>.rdma.jsonl` file; bad lines become notes."""
+    host = path.name.split(".")[0]
+    found, bad, cut = records(path, lambda n, rec: record_rows({"host": host, **rec}, f"{path}:{n}"))
+    rows, devices = _rows_devices(found)
+    notes = [LoadNote("warning", str(path), f"{len(bad)} line(s) are not RDMA port samples (or hold a time or "
+                      "counter out of range) and were skipped")] if bad else []
+    return rows, devices, notes + cut
 
 
 def _folder_time_host(root: Path) -> tuple[int | None, str]:
@@ -212,8 +203,7 @@ def load_sysfs_copies(paths: Sequence[Path]) -> tuple[list[dict[str, Any]], list
         if text is not None:
             groups.setdefault(m.group("root"), {}).setdefault((m.group("dev"), m.group("port")), {})[
                 m.group("rest")] = text
-    rows: list[dict[str, Any]] = []
-    devices: dict[tuple[str, str, str], dict[str, Any]] = {}
+    pairs: list[tuple[list[dict[str, Any]], dict[str, Any]]] = []
     notes: list[LoadNote] = []
     for root, values in sorted(groups.items()):
         ts, host = _folder_time_host(Path(root))
@@ -221,11 +211,8 @@ def load_sysfs_copies(paths: Sequence[Path]) -> tuple[list[dict[str, Any]], list
             notes.append(LoadNote("warning", root, "sysfs counter copy without a time in its folder names "
                                   "(<host>/<epoch>/infiniband/...): skipped, rates need sample times"))
             continue
-        for rec in _records_from(values, ts, host):
-            r, d = record_rows(rec, root)
-            rows.extend(r)
-            devices.setdefault((d["host"], d["device"], d["port"]), d)
-    return rows, list(devices.values()), notes
+        pairs.extend(record_rows(rec, root) for rec in _records_from(values, ts, host))
+    return (*_rows_devices(pairs), notes)
 
 
 def looks_like_sysfs_dump(head: str) -> bool:
@@ -238,12 +225,12 @@ def load_sysfs_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, An
     host = path.name.split(".")[0]
     ts: int | None = None
     current: dict[tuple[str, str], dict[str, str]] = {}
-    records: list[dict[str, Any]] = []
+    snapshots: list[dict[str, Any]] = []
     notes: list[LoadNote] = []
 
     def flush() -> None:
         if current and ts is not None:
-            records.extend(_records_from(current, ts, host))
+            snapshots.extend(_records_from(current, ts, host))
         current.clear()
 
     blocks = LineBlocks(path)
@@ -262,14 +249,8 @@ def load_sysfs_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, An
             if pm:
                 current.setdefault((pm.group("dev"), pm.group("port")), {})[pm.group("rest")] = m.group("value")
     flush()
-    if not records:
+    if not snapshots:
         notes.append(LoadNote("warning", str(path), "sysfs counter dump without time lines (`date +%s.%N` or "
                               "`# ts_ns=N` before each snapshot): skipped, rates need sample times"))
     notes.extend(LoadNote("warning", str(path), n) for n in blocks.stats.notes(blocks.cap))
-    rows: list[dict[str, Any]] = []
-    devices: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for rec in records:
-        r, d = record_rows(rec, str(path))
-        rows.extend(r)
-        devices.setdefault((d["host"], d["device"], d["port"]), d)
-    return rows, list(devices.values()), notes
+    return (*_rows_devices(record_rows(rec, str(path)) for rec in snapshots), notes)

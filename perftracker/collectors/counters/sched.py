@@ -12,9 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perftracker.bounded import LineStats
-from perftracker.collectors.file_notes import cut_notes, line_list
-from perftracker.rundir import read_jsonl
+from perftracker.collectors.file_notes import line_list, records
 from perftracker.store import LoadNote
 
 RECORD_KEYS = frozenset({"ts_ns", "rank", "pid", "run_ns", "wait_ns"})
@@ -77,16 +75,7 @@ def load_window_records(path: Path, what: str, row_of: Callable[[dict[str, Any],
     the window is "baseline" under a `baseline/` folder, else "incident"; host defaults to the file name's head."""
     window = "baseline" if path.parent.parent.name == "baseline" else "incident"
     host = path.name.split(".")[0]
-    rows: list[dict[str, Any]] = []
-    bad: list[int] = []
-    stats = LineStats()
-    for number, rec in read_jsonl(path, stats):
-        row = row_of(rec, window, host) if isinstance(rec, dict) else None
-        if row is None:
-            bad.append(number)
-        else:
-            rows.append(row)
-    notes = cut_notes(path, stats)
+    rows, bad, notes = records(path, lambda _, rec: row_of(rec, window, host))
     if bad:
         notes.append(LoadNote("warning", str(path), f"{len(bad)} line(s) are not {what} and were skipped "
                               f"(line {line_list(bad)})", {"lines": bad[:50]}))

@@ -38,9 +38,7 @@ def _gid_ip(gid: str) -> str | None:
         addr = ipaddress.IPv6Address(gid)
     except ValueError:
         return None
-    if addr.ipv4_mapped is not None:
-        return str(addr.ipv4_mapped)
-    return str(addr)
+    return str(addr.ipv4_mapped or addr)
 
 
 def _port(port_dir: Path) -> dict[str, Any]:

@@ -15,8 +15,8 @@ from typing import Any
 
 import pandas as pd
 
-from perftracker.bounded import LineBlocks, iter_lines, loads_json, read_head
-from perftracker.collectors.file_notes import cut_notes, line_list
+from perftracker.bounded import read_head
+from perftracker.collectors.file_notes import line_list, records
 from perftracker.errors import InputError
 from perftracker.store import LoadNote, RunInfo
 from perftracker.store.schema import conform, empty_table
@@ -96,26 +96,12 @@ def _start_ns(perf: Mapping[str, Any], kind: str) -> int:
 
 def parse_inspector_file(path: Path) -> tuple[list[dict[str, Any]], list[LoadNote]]:
     """The rows of one Inspector file (with `rank` set, see the module docstring) and its notes."""
-    blocks = LineBlocks(path)
-    rows: list[dict[str, Any]] = []
-    bad: list[int] = []
     try:
-        for lineno, line in iter_lines(blocks):
-            if not line.strip():
-                continue
-            try:
-                row = parse_record(loads_json(line))
-            except ValueError:
-                row = None
-            if row is None:
-                bad.append(lineno)
-            else:
-                rows.append(row)
+        rows, bad, notes = records(path, lambda _, rec: parse_record(rec))
     except (InputError, OSError) as exc:
         reason = exc.what if isinstance(exc, InputError) else (exc.strerror or str(exc))
         return [], [LoadNote("warning", str(path), f"NCCL Inspector output not read: {reason}; check the file "
                              "is a readable regular file")]
-    notes = cut_notes(path, blocks.stats)
     if bad:
         shown = line_list(bad)
         notes.append(LoadNote("warning", str(path), f"{len(bad)} line(s) are not complete NCCL Inspector records "

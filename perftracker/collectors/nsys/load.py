@@ -17,6 +17,7 @@ from perftracker.collectors.nsys.nccl_payload import PayloadRanks, payload_ranks
 from perftracker.collectors.nsys.ranks_of import RankSplit, split_ranks
 from perftracker.collectors.nsys.rows import TableSpec, read_table, scalar_rows
 from perftracker.collectors.traces.comm_kernels import CommKernels
+from perftracker.collectors.traces.ranks import rank_from_name
 from perftracker.collectors.traces.trace_map import FileResult, TraceFacts, compact_pg_config
 from perftracker.values import MAX_RANK, ascii_int
 
@@ -37,7 +38,6 @@ SPECS = {
         where="eventType IN (59, 60, 70)"),  # the range types (nvtx.NVTX_RANGE_TYPES); marks have no end
 }
 _RANK_ENV = re.compile(r"(?:^|;)RANK=(\d{1,9})(?:;|$)")
-_RANK_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker|proc|gpu)[-_.]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def _results(path: Path, info: ExportInfo, split: RankSplit, notes: list[tuple[s
              payload: PayloadRanks) -> list[FileResult]:
     several = len(split.ranks) > 1
     per_pid = Counter(one.pid for one in split.ranks)
-    name_rank = _rank_from_name(path)
+    name_rank = rank_from_name(path)
     rank_note = ""
     results = []
     for i, one in enumerate(split.ranks):
@@ -114,11 +114,6 @@ def _results(path: Path, info: ExportInfo, split: RankSplit, notes: list[tuple[s
                          {"nsys": True, "info": True}))
         results.append(FileResult(str(path), True, facts=facts, notes=mine, events=events, steps=steps))
     return results
-
-
-def _rank_from_name(path: Path) -> int | None:
-    match = _RANK_NAME.search(path.name)
-    return ascii_int(match.group(1), 0, MAX_RANK) if match else None
 
 
 def _export_info(export: Export) -> ExportInfo:

@@ -33,15 +33,11 @@ from perftracker.store.schema import conform, empty_table
 _BINARY_SUFFIXES = (".gz", ".parquet", ".zip", ".png", ".html", ".pt", ".so", ".npz")
 
 
-def _head(path: Path, n: int = 65536) -> bytes:
-    return read_head(path, n)
-
-
 def is_postmortem_file(path: Path) -> bool:
     """A flight-recorder dump or a torchelastic error file (never a profiler trace)."""
     if path.name.endswith(_BINARY_SUFFIXES):
         return False
-    head = _head(path)
+    head = read_head(path, 65536)
     if b'"traceEvents"' in head:
         return False
     return looks_like_fr_json(head) or looks_like_error_file(head) or (
@@ -56,7 +52,7 @@ def classify(paths: Sequence[Path]) -> tuple[list[Path], list[Path], list[Path]]
     for path in paths:
         if path.name.endswith(_BINARY_SUFFIXES):
             continue
-        head = _head(path)
+        head = read_head(path, 65536)
         if not head:
             continue
         if looks_like_fr_json(head) or (looks_like_fr_pickle(head) and is_fr_dump(path)):
