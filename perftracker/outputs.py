@@ -12,7 +12,7 @@ import shlex
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import pandas as pd
 
@@ -25,17 +25,75 @@ from perftracker.reports import json_report
 from perftracker.saved_tables import read_tables
 from perftracker.store import LoadNote
 
-if TYPE_CHECKING:  # results.py imports this module: the writer names the run types for type checking only
-    from perftracker.results import Run, RunDiff
-
 __all__ = ["DIFF_HTML", "DIFF_JSON", "FINDINGS", "REPORT", "TABLES", "TIMELINE"]  # the names, also known from here
 
 
-class ReportNotWritten(OutputError):
+
+class Run(Protocol):
+    """What `write_run` writes of an analyzed run (`perftracker.results.Run`, which imports this module: the
+    writer knows the run by its shape, so the two modules do not import each other)."""
+
+    input: str
+    findings: list[Finding]
+    tables: dict[str, pd.DataFrame]
+    notes: list[LoadNote]
+    document: dict[str, Any]
+    timeline: Any
+    out_dir: Path | None
+
+    @property
+    def summary(self) -> json_report.Summary: ...
+
+    @property
+    def verdict(self) -> str: ...
+
+    def write(self, out: str | Path) -> Path: ...
+
+
+class Comparison(Protocol):
+    """The tables of a comparison that diff.html draws (`perftracker.analyzers.compare.diff.RunComparison`)."""
+
+    @property
+    def ops(self) -> pd.DataFrame: ...
+
+    @property
+    def ranks(self) -> pd.DataFrame: ...
+
+    @property
+    def summary(self) -> dict[str, object]: ...
+
+
+class RunDiff(Protocol):
+    """What `write_diff` writes of a comparison (`perftracker.results.RunDiff`)."""
+
+    document: dict[str, Any]
+    title: str
+    out_dir: Path | None
+
+    @property
+    def base(self) -> Run: ...
+
+    @property
+    def new(self) -> Run: ...
+
+    @property
+    def comparison(self) -> Comparison: ...
+
+    @property
+    def findings(self) -> list[Finding]: ...
+
+    @property
+    def verdict(self) -> str: ...
+
+
+WrittenRun = TypeVar("WrittenRun", bound=Run)
+
+
+class ReportNotWritten(OutputError, Generic[WrittenRun]):
     """The analysis finished, but its outputs could not be written: `result` is the finished analysis (a
     `Run`: findings, document, tables), for the verdict to be said all the same."""
 
-    def __init__(self, cause: OutputError, result: Run, written: list[str]) -> None:
+    def __init__(self, cause: OutputError, result: WrittenRun, written: list[str]) -> None:
         kept = f" ({' and '.join(written)} written before it)" if written else ""
         super().__init__(cause.what, cause.where, cause.hint + kept)
         self.result = result
@@ -50,7 +108,7 @@ def writing(path: Path, option: str = "-o") -> Iterator[None]:
         raise output_error(path, exc, option) from None
 
 
-def write_run(run: Run, out_dir: Path) -> None:
+def write_run(run: WrittenRun, out_dir: Path) -> None:
     """Write `run` into `out_dir` (ReportNotWritten naming what was written before a write failed)."""
     written: list[str] = []
     try:
