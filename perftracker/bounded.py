@@ -267,7 +267,6 @@ class Inflated:
     complete: bool  # the stream ended properly
     capped: bool  # inflating stopped at the cap
     error: str  # the zlib error that stopped it ("" for none)
-    leading_blank: int = 0  # whitespace bytes skipped before the first other byte (when asked to)
     refused: bool = False  # stopped at once: the first other byte is not one of `first_bytes`
     squeezed: int = 0  # whitespace bytes dropped from long runs (when asked to)
 
@@ -276,8 +275,8 @@ def inflate(raw: bytes | bytearray, cap: int | None = None, skip_leading_blank: 
             first_bytes: bytes | None = None, squeeze: bool = False) -> Inflated:
     """Inflate gzip `raw` in chunks into at most `cap` bytes (memory stays near the output, never twice it).
 
-    With `skip_leading_blank`, whitespace before the first other byte is counted, not kept (a stream of
-    nothing but whitespace then costs no memory at all). With `first_bytes`, inflating stops as soon as
+    With `skip_leading_blank`, whitespace before the first other byte is not kept (a stream of nothing but
+    whitespace then costs no memory at all). With `first_bytes`, inflating stops as soon as
     the first other byte is not one of them (a bomb of zeros costs one chunk). With `squeeze`, long
     whitespace runs are squeezed (`squeeze_blank_runs`); the cap counts every byte inflated.
     """
@@ -285,7 +284,7 @@ def inflate(raw: bytes | bytearray, cap: int | None = None, skip_leading_blank: 
     out = bytearray()
     stream = zlib.decompressobj(wbits=31)
     pending = memoryview(raw)
-    skipped = squeezed = decoded = 0
+    squeezed = decoded = 0
     error = ""
     try:
         while not stream.eof and decoded < limit:
@@ -296,11 +295,9 @@ def inflate(raw: bytes | bytearray, cap: int | None = None, skip_leading_blank: 
                 break  # the input ends before the stream does
             chunk: bytes | bytearray = produced
             if skip_leading_blank and not out:
-                kept = chunk.lstrip(b" \t\r\n")
-                skipped += len(chunk) - len(kept)
-                chunk = kept
+                chunk = chunk.lstrip(b" \t\r\n")
             if first_bytes is not None and not out and chunk and chunk[:1] not in first_bytes:
-                return Inflated(bytearray(chunk[:1]), False, False, "", skipped, refused=True)
+                return Inflated(bytearray(chunk[:1]), False, False, "", refused=True)
             if squeeze:
                 chunk, dropped = squeeze_blank_runs(chunk)
                 squeezed += dropped
@@ -308,7 +305,7 @@ def inflate(raw: bytes | bytearray, cap: int | None = None, skip_leading_blank: 
     except zlib.error as exc:
         error = str(exc)
     capped = not stream.eof and not error and decoded >= limit
-    return Inflated(out, stream.eof, capped, error, skipped, squeezed=squeezed)
+    return Inflated(out, stream.eof, capped, error, squeezed=squeezed)
 
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")

@@ -165,7 +165,7 @@ def render_html(out_dir: Path, tables: Mapping[str, pd.DataFrame], findings: lis
     from perftracker.reports import html as html_report
     from perftracker.reports.strip import summary_strip
 
-    sections, failed = html_report.build_sections_noting(tables, findings)
+    sections, failed = html_report.build_sections(tables, findings)
     notes = [*notes, *(LoadNote("warning", f"report section {name}", f"left out: its tables could not be drawn "
                                 f"({why}). Re-run `perftracker analyze` to write them again.")
                        for name, why in failed)]

@@ -17,7 +17,7 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.compare.diff import DEFAULT_TOLERANCE, compare_runs
 from perftracker.analyzers.compare.same_job import job_difference
-from perftracker.analyzers.compare.side import RunSide, side_from_tables
+from perftracker.analyzers.compare.side import side_from_tables
 from perftracker.analyzers.coverage import coverage, coverage_dict, known_hosts, known_ranks
 from perftracker.analyzers.findings import Finding
 from perftracker.analyzers.passes import apply_passes
@@ -121,7 +121,7 @@ def diff_runs(base: Run, new: Run, title: str, tolerance: float = DEFAULT_TOLERA
     """Compare two runs against the noise of running a job twice; the document says the one diff verdict.
     `thresholds` overrides declared thresholds by name for the comparison (diff.json records them). Two runs
     that look like different jobs (`compare.same_job`) are an InputError unless `allow_different_jobs`."""
-    sides = _side("base", base), _side("new", new)
+    sides = side_from_tables("base", base.tables, base.findings), side_from_tables("new", new.tables, new.findings)
     if (why := job_difference(*sides)) and not allow_different_jobs:
         saved = "".join(f"; {label} {run.out_dir} is the saved analysis of {run.input}"
                         for label, run in (("base", base), ("new", new)) if run.out_dir is not None)
@@ -136,7 +136,3 @@ def diff_runs(base: Run, new: Run, title: str, tolerance: float = DEFAULT_TOLERA
     if table.changed():
         document["thresholds_changed"] = table.changed()
     return RunDiff(base, new, comparison, document, summary, title)
-
-
-def _side(label: str, run: Run) -> RunSide:
-    return side_from_tables(label, run.tables, run.findings)

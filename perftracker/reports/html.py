@@ -48,15 +48,11 @@ SECTIONS: tuple[SectionFn, ...] = (
     efficiency_section,
 )
 
-def build_sections(tables: Mapping[str, pd.DataFrame], findings: list[Finding]) -> list[Section]:
-    """Every section of SECTIONS that has something to show, in order."""
-    return build_sections_noting(tables, findings)[0]
-
-
-def build_sections_noting(tables: Mapping[str, pd.DataFrame],
-                          findings: list[Finding]) -> tuple[list[Section], list[tuple[str, str]]]:
-    """`build_sections`, and (section, what went wrong) for each section its tables could not draw: a
-    table edited or damaged in an output folder costs its own section, never the report."""
+def build_sections(tables: Mapping[str, pd.DataFrame],
+                   findings: list[Finding]) -> tuple[list[Section], list[tuple[str, str]]]:
+    """Every section of SECTIONS that has something to show, in order, and (section, what went wrong) for each
+    section its tables could not draw: a table edited or damaged in an output folder costs its own section,
+    never the report."""
     sections: list[Section] = []
     failed: list[tuple[str, str]] = []
     for fn in SECTIONS:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perftracker._version import __version__
 from perftracker.analyzers.findings import Finding, Severity, rank_findings, safe_evidence
@@ -20,7 +20,9 @@ from perftracker.errors import InputError
 from perftracker.redaction import safe_text
 from perftracker.reports.findings_file import checked_findings, checked_notes, checked_summary, read_document
 from perftracker.rundir import atomic_write_text
-from perftracker.store import LoadNote
+
+if TYPE_CHECKING:
+    from perftracker.store import LoadNote
 
 SCHEMA_VERSION = 1
 _FACTS = ("ranks", "hosts", "coverage", "step_time_s", "step_spread_across_ranks_s", "hta_compat", "synthetic_inputs")
@@ -183,11 +185,11 @@ def summary_of(findings: list[Finding], facts: RunFacts | None = None, diff: dic
 
 
 def build(findings: list[Finding], notes: list[LoadNote], input_path: str,
-          summary: Summary | Mapping[str, Any], verdict_text: str | None = None) -> dict[str, Any]:
+          summary: Summary | Mapping[str, Any]) -> dict[str, Any]:
     """The findings.json document of `summary` (or, given the keys a writer adds, the summary of `findings`
-    with them: `verdict_text` the verdict when not that of an analysis)."""
+    with them)."""
     if not isinstance(summary, Summary):
-        summary = summary_of(findings, extra=summary, verdict_text=verdict_text)
+        summary = summary_of(findings, extra=summary)
     return {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "perftracker", "version": __version__},

@@ -148,15 +148,7 @@ class Store:
         """The events of one rank: its rows of the events table, in table order, with their index (empty, with
         every column, for a rank without events). A slice of a rank's rows is not a copy of the table; on disk,
         only that rank's parts are read."""
-        if self.event_parts is not None:
-            return self.event_parts.concat(self._rank_parts([rank]))
-        events = self.tables["events"]
-        spans = self._rank_index().get(rank, [])
-        if len(spans) == 1:
-            return events.iloc[spans[0][0]:spans[0][1]]
-        if not spans:
-            return events.iloc[0:0]
-        return events.take(np.concatenate([np.arange(lo, hi) for lo, hi in spans]))
+        return self.ranks_events([rank])
 
     def rank_rows(self, rank: int) -> int:
         """How many events `rank` has."""
@@ -166,15 +158,15 @@ class Store:
 
     def ranks_events(self, ranks: list[int]) -> pd.DataFrame:
         """The events of several ranks: their rows of the events table, in table order, with their index."""
-        if len(ranks) == 1:
-            return self.rank_events(ranks[0])
         if self.event_parts is not None:
             return self.event_parts.concat(self._rank_parts(ranks))
-        index = self._rank_index()
+        events, index = self.tables["events"], self._rank_index()
         spans = sorted(span for rank in ranks for span in index.get(rank, []))
+        if len(spans) == 1:
+            return events.iloc[spans[0][0]:spans[0][1]]
         if not spans:
-            return self.tables["events"].iloc[0:0]
-        return self.tables["events"].take(np.concatenate([np.arange(lo, hi) for lo, hi in spans]))
+            return events.iloc[0:0]
+        return events.take(np.concatenate([np.arange(lo, hi) for lo, hi in spans]))
 
     def set_table(self, name: str, frame: pd.DataFrame) -> None:
         """Put `frame` in as table `name`; values its columns cannot hold become a note (see `conform`)."""

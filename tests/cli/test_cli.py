@@ -29,6 +29,17 @@ def test_help_and_version() -> None:
     assert "--fail-on" in run("analyze", "--help").stdout
 
 
+def test_version_imports_neither_pandas_nor_a_command() -> None:
+    # GIVEN the command line; WHEN `perftracker --version` runs in a fresh interpreter
+    code = ("import sys\nfrom perftracker.cli import main\nsys.argv = ['perftracker', '--version']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('pandas', 'perftracker.store', 'perftracker.cli.analyze') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    # THEN it prints the version, and neither pandas, the Store nor a command's module was imported
+    lines = out.stdout.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("perftracker ") and lines[1] == "[]", out.stdout + out.stderr
+
+
 def test_analyze_real_traces_writes_report_findings_and_tables(hta_traces: Path, tmp_path: Path) -> None:
     # GIVEN the real 2-rank GPU traces
     # WHEN analyzed

@@ -65,7 +65,7 @@ def test_the_report_shows_evidence_tables_not_raw_json(tmp_path: Path) -> None:
     finding = Finding(analyzer="idle", severity=Severity.WARNING, title="t", recommendation="r",
                       evidence={"per_rank": {"3": {"idle_ms_per_step": 1.5}}, "next_kernel": "<b>k</b>"})
     # WHEN the report is rendered
-    render(tmp_path / "report.html", [finding], [], build_sections({}, [finding]), "x")
+    render(tmp_path / "report.html", [finding], [], build_sections({}, [finding])[0], "x")
     page = (tmp_path / "report.html").read_text()
     # THEN the evidence is a table with its label, unit header and rounded value, escaped, and no JSON dump
     block = re.search(r'<details class="evidence">(.*?)</details>', page, re.S)

@@ -71,7 +71,7 @@ def _render(tmp_path: Path) -> tuple[Path, str]:
     tables = _tables(RANKS, hosts=True)
     findings = [_straggler_finding(RANKS)]
     page = tmp_path / "report.html"
-    html_report.render(page, findings, [], html_report.build_sections(tables, findings), "4096 ranks")
+    html_report.render(page, findings, [], html_report.build_sections(tables, findings)[0], "4096 ranks")
     return page, page.read_text(encoding="utf-8")
 
 
