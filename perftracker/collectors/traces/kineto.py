@@ -29,23 +29,11 @@ _CPU_COLLECTIVE = re.compile(r"^(c10d::|gloo:|nccl:|record_param_comms$|c10d_fun
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 _CAT_KIND = {
-    "kernel": "compute",
-    "gpu_memcpy": "memcpy",
-    "gpu_memset": "memset",
-    "cuda_sync": "sync",
-    "gpu_user_annotation": "gpu_annotation",
-    "cuda_runtime": "runtime",
-    "cuda_driver": "runtime",
-    "runtime": "runtime",
-    "mtia_runtime": "runtime",
-    "privateuse1_runtime": "runtime",
-    "cpu_op": "cpu_op",
-    "operator": "cpu_op",
-    "python_function": "cpu_op",
-    "user_annotation": "annotation",
-    "mtia_ccp_events": "compute",
-    "privateuse1_driver": "runtime",
-    "cuda_profiler_range": "counter_range",
+    "kernel": "compute", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_sync": "sync",
+    "gpu_user_annotation": "gpu_annotation", "cuda_runtime": "runtime", "cuda_driver": "runtime", "runtime": "runtime",
+    "mtia_runtime": "runtime", "privateuse1_runtime": "runtime", "cpu_op": "cpu_op", "operator": "cpu_op",
+    "python_function": "cpu_op", "user_annotation": "annotation", "mtia_ccp_events": "compute",
+    "privateuse1_driver": "runtime", "cuda_profiler_range": "counter_range",
 }
 _GPU_KINDS = frozenset({"compute", "comm", "memcpy", "memset", "sync", "gpu_annotation"})
 

@@ -260,18 +260,11 @@ class ColumnBuilder:
             shapes.append(np.concatenate(parts) if parts else np.zeros(0, np.int32))
             parts.clear()
         columns = EventColumns(
-            name_values=self.names.values(), name_code=joined("name_code", np.int32), kept=joined("kept", bool),
-            cat_values=self.cats.values(), cat_code=joined("cat_code", np.int32),
-            pid_device=joined("pid_device", np.int16), tid=joined("tid", _I64), ts_ns=joined("ts_ns", _I64),
-            dur_ns=joined("dur_ns", _I64), stream=joined("stream", _I64), device=joined("device", _I64),
-            correlation=joined("correlation", _I64), external_id=joined("external_id", _I64),
-            nbytes=joined("nbytes", _I64), hint_values=self.hints.values(), hint_code=joined("hint_code", np.int32),
-            pg_values=self.pgs.values(), pg_code=joined("pg_code", np.int32),
-            group_size=joined("group_size", np.int32), seq=joined("seq", _I64), peer=joined("peer", np.int32),
-            split_values=self.splits.values(), split_code=joined("split_code", np.int32),
-            groups_seen=dict(self.groups_seen),
-            shape_values=[list(table) for table in self.shapes],
-            shape_code=shapes, negative_durations=self.negative)
+            name_values=self.names.values(), cat_values=self.cats.values(), hint_values=self.hints.values(),
+            pg_values=self.pgs.values(), split_values=self.splits.values(), groups_seen=dict(self.groups_seen),
+            shape_values=[list(table) for table in self.shapes], shape_code=shapes, negative_durations=self.negative)
+        for key in _ARRAYS:  # one at a time (see `joined`), each of the dtype of its empty default
+            setattr(columns, key, joined(key, getattr(columns, key).dtype))
         return columns
 
 
