@@ -71,11 +71,8 @@ def _recoded(codes: npt.NDArray[Any], values: list[str]) -> tuple[npt.NDArray[np
 def build_tables(
     trace: ParsedTrace, rank: int, window: int, comm_kernels: CommKernels
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(events, steps) frames for one trace, conforming to the Store schema.
-
-    Names and categories are classified once per distinct value; the per-event work is array code on the
-    trace's columns (`kineto_columns`).
-    """
+    """(events, steps) frames for one trace, conforming to the Store schema (names and categories classified
+    once per distinct value, the per-event work array code on the trace's columns)."""
     cols = trace.columns
     n = cols.n_kept
     name_codes, name_values = _recoded(cols.name_code[cols.kept], cols.name_values)
@@ -192,22 +189,14 @@ def _step_number(name: str) -> int:
 
 def _collectives(name_codes: npt.NDArray[np.int32], name_values: list[str], kind: npt.NDArray[np.int8],
                  hint_code: npt.NDArray[np.int32], hint_values: list[str]) -> tuple[npt.NDArray[np.int32], list[str]]:
-    """Codes into a list of collective names ('' first) for comm kernels and CPU collectives."""
-    relevant = (kind == KIND_CODE["comm"]) | (kind == KIND_CODE["collective_cpu"])
+    """Codes into a list of collective names ('' first) for comm kernels and CPU collectives, named once per
+    distinct (name, hint)."""
+    rows = np.flatnonzero((kind == KIND_CODE["comm"]) | (kind == KIND_CODE["collective_cpu"]))
+    pairs, inverse = np.unique(np.stack([name_codes[rows], hint_code[rows]], axis=1), axis=0, return_inverse=True)
+    named, values = codes_of(["", *(collective_of(name_values[name], hint_values[hint] if hint >= 0 else None)
+                                    for name, hint in pairs.tolist())])
     codes = np.zeros(len(kind), dtype=np.int32)
-    values = [""]
-    seen: dict[tuple[int, int], int] = {}
-    code_of = {"": 0}
-    rows = np.flatnonzero(relevant)
-    for i, name, hint in zip(rows.tolist(), name_codes[rows].tolist(), hint_code[rows].tolist()):
-        key = (name, hint)
-        if key not in seen:
-            text = collective_of(name_values[name], hint_values[hint] if hint >= 0 else None)
-            if text not in code_of:
-                code_of[text] = len(values)
-                values.append(text)
-            seen[key] = code_of[text]
-        codes[i] = seen[key]
+    codes[rows] = named[1:][inverse.reshape(-1)]
     return codes, values
 
 
