@@ -58,6 +58,11 @@ def main() -> None:
     if not args.trace.exists():
         sys.exit(f"{args.trace}: no such trace; pass --trace (e.g. HTA's tests/data/df_index_resolver/)")
     codes = [path.resolve() for path in args.code]
+    if os.environ.get("PYTHONDONTWRITEBYTECODE"):  # no run writes bytecode: a checkout that has some skips compiling
+        for code in codes:
+            if next((code / "perftracker").rglob("__pycache__"), None) is not None:
+                print(f"warning: {code} holds __pycache__ folders (bytecode the other side may compile each run); "
+                      "compare clean checkouts (e.g. `git archive HEAD perftracker | tar -x -C DIR`)", flush=True)
     cpu: dict[Path, list[float]] = {code: [] for code in codes}
     wall: dict[Path, list[float]] = {code: [] for code in codes}
     titles: dict[Path, list[str]] = {}

@@ -7,7 +7,6 @@ usable. Map, cache and reduce: docs/internals/collectors.md.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -32,6 +31,7 @@ from perftracker.collectors.manifest import checked_manifest
 from perftracker.collectors.nsys.export import read_nsys_inputs
 from perftracker.collectors.synthetic import synthetic_inputs
 from perftracker.collectors.traces.comm_kernels import CommKernels, cached_comm_kernels
+from perftracker.collectors.traces.kineto_columns import release_free_memory
 from perftracker.collectors.traces.ranks import TraceIdentity, assign_windows
 from perftracker.collectors.traces.trace_map import (
     FileResult,
@@ -180,7 +180,9 @@ def _fill(store: Store, scan: _Scan, group: JobGroup | None) -> None:
         _note_other_jobs(store, scan, group)
     else:
         _reduce_traces(store, scan.results, scan.options.spill_events_from)
-    _return_freed_memory()  # the map's results and the per-rank frames are gone: give their heap pages back
+    # the map's results and the per-rank frames are gone: hand their heap pages back, else the driver's RSS stays
+    # as high as the results and the events table together for the rest of the analysis
+    release_free_memory()
     family = store.event_columns(["comm_family"])["comm_family"]  # its distinct values as text, not every row's
     families = set(pd.Series(family.unique()).astype(str)) - {""} if store.n_events else set()
     store.run_info.comm_libraries = comm_kernels_of(scan.options).describe(families)
@@ -315,17 +317,6 @@ def _summed_problems(problems: list[str]) -> list[str]:
         key = (column, what)
         counts[key] = counts.get(key, 0) + (int(number) if number.isdigit() else 0)
     return [f"{column}: {n} {what}" for (column, what), n in counts.items()]
-
-
-def _return_freed_memory() -> None:
-    """Hand the C heap's free pages back to the system (glibc `malloc_trim`; nothing elsewhere). The map's
-    results arrive as many mid-sized arrays the heap keeps after they are freed: without this the driver's
-    RSS stays as high as the results and the events table together for the rest of the analysis."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):
-        return
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:

@@ -6,6 +6,8 @@ makes any `<` or `>` left raw an entity.
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Mapping
 from html import escape
 from typing import Any
@@ -50,9 +52,19 @@ def safe_figure(figure: Mapping[str, Any]) -> dict[str, Any]:
 
 def figure(fig: go.Figure, height: int | None = None, **layout: Any) -> dict[str, Any]:
     """`fig` laid out (`layout`, then the report's LAYOUT, `height` pixels tall when given) as a plotly dict."""
-    fig.update_layout(**layout, **(LAYOUT if height is None else {**LAYOUT, "height": height}))
+    fig.update_layout(**layout, **(_LAID_OUT if height is None else {**_LAID_OUT, "height": height}))
     result: dict[str, Any] = fig.to_plotly_json()
+    result["layout"]["template"] = copy.deepcopy(_template())  # as plotly writes it, checked once, not per figure
     return result
+
+
+_LAID_OUT = {key: value for key, value in LAYOUT.items() if key != "template"}
+
+
+@functools.cache
+def _template() -> dict[str, Any]:
+    template: dict[str, Any] = go.Figure(layout={"template": LAYOUT["template"]}).to_plotly_json()["layout"]["template"]
+    return template
 
 
 def tall(rows: int, per_row: int, extra: int, low: int = 300, high: int = 2400) -> int:

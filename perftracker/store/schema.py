@@ -188,8 +188,9 @@ TABLES: Mapping[str, Mapping[str, str]] = {
 
 def empty_table(name: str) -> pd.DataFrame:
     """An empty DataFrame with the table's columns and dtypes."""
-    columns = TABLES[name]
-    return pd.DataFrame({col: pd.Series(dtype=dtype) for col, dtype in columns.items()})
+    columns = TABLES[name]  # arrays, not Series: no index to align (half the time; a Store makes every table)
+    return pd.DataFrame({col: pd.array([], dtype=dtype) for col, dtype in columns.items()},  # type: ignore[call-overload]
+                        index=pd.RangeIndex(0))
 
 
 def conform(name: str, frame: pd.DataFrame, problems: list[str] | None = None) -> pd.DataFrame:

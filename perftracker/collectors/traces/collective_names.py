@@ -11,18 +11,9 @@ import re
 
 # Canonical collective names, matched against lower-cased names with separators removed.
 _COLLECTIVES = (
-    ("reducescatter", "reduce_scatter"),
-    ("allgather", "all_gather"),
-    ("allreduce", "all_reduce"),
-    ("alltoall", "all_to_all"),
-    ("broadcast", "broadcast"),
-    ("sendrecv", "send_recv"),
-    ("barrier", "barrier"),
-    ("reduce", "reduce"),
-    ("gather", "gather"),
-    ("scatter", "scatter"),
-    ("send", "send"),
-    ("recv", "recv"),
+    ("reducescatter", "reduce_scatter"), ("allgather", "all_gather"), ("allreduce", "all_reduce"),
+    ("alltoall", "all_to_all"), ("broadcast", "broadcast"), ("sendrecv", "send_recv"), ("barrier", "barrier"),
+    ("reduce", "reduce"), ("gather", "gather"), ("scatter", "scatter"), ("send", "send"), ("recv", "recv"),
 )
 DTYPE_BYTES = {"float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2, "bfloat16": 2,
                "long": 8, "int64": 8, "int": 4, "int32": 4, "byte": 1, "char": 1, "bool": 1, "short": 2,

@@ -43,22 +43,15 @@ def load_execution_trace_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.Dat
     found = [p for p in paths if is_execution_trace(p)]
     if not found:
         return {}, [], RunInfo()
-    table, notes = load_execution_traces(found)
-    return {"exec_ops": table}, notes, RunInfo()
-
-
-def load_execution_traces(paths: Sequence[Path]) -> tuple[pd.DataFrame, list[LoadNote]]:
-    """The `exec_ops` table of every readable ET among `paths`, and notes for the others."""
     frames: list[pd.DataFrame] = []
     notes: list[LoadNote] = []
-    for path in paths:
+    for path in found:  # every readable ET's rows, a note for each other
         try:
             frames.append(_read(path))
         except InputError as exc:
             notes.append(LoadNote("error", str(path), exc.message))
-    if not frames:
-        return empty_table("exec_ops"), notes
-    return conform("exec_ops", pd.concat(frames, ignore_index=True)), notes
+    table = conform("exec_ops", pd.concat(frames, ignore_index=True)) if frames else empty_table("exec_ops")
+    return {"exec_ops": table}, notes, RunInfo()
 
 
 def _read(path: Path) -> pd.DataFrame:

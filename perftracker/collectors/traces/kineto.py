@@ -29,23 +29,11 @@ _CPU_COLLECTIVE = re.compile(r"^(c10d::|gloo:|nccl:|record_param_comms$|c10d_fun
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 _CAT_KIND = {
-    "kernel": "compute",
-    "gpu_memcpy": "memcpy",
-    "gpu_memset": "memset",
-    "cuda_sync": "sync",
-    "gpu_user_annotation": "gpu_annotation",
-    "cuda_runtime": "runtime",
-    "cuda_driver": "runtime",
-    "runtime": "runtime",
-    "mtia_runtime": "runtime",
-    "privateuse1_runtime": "runtime",
-    "cpu_op": "cpu_op",
-    "operator": "cpu_op",
-    "python_function": "cpu_op",
-    "user_annotation": "annotation",
-    "mtia_ccp_events": "compute",
-    "privateuse1_driver": "runtime",
-    "cuda_profiler_range": "counter_range",
+    "kernel": "compute", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_sync": "sync",
+    "gpu_user_annotation": "gpu_annotation", "cuda_runtime": "runtime", "cuda_driver": "runtime", "runtime": "runtime",
+    "mtia_runtime": "runtime", "privateuse1_runtime": "runtime", "cpu_op": "cpu_op", "operator": "cpu_op",
+    "python_function": "cpu_op", "user_annotation": "annotation", "mtia_ccp_events": "compute",
+    "privateuse1_driver": "runtime", "cuda_profiler_range": "counter_range",
 }
 _GPU_KINDS = frozenset({"compute", "comm", "memcpy", "memset", "sync", "gpu_annotation"})
 
@@ -83,11 +71,8 @@ def _recoded(codes: npt.NDArray[Any], values: list[str]) -> tuple[npt.NDArray[np
 def build_tables(
     trace: ParsedTrace, rank: int, window: int, comm_kernels: CommKernels
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(events, steps) frames for one trace, conforming to the Store schema.
-
-    Names and categories are classified once per distinct value; the per-event work is array code on the
-    trace's columns (`kineto_columns`).
-    """
+    """(events, steps) frames for one trace, conforming to the Store schema (names and categories classified
+    once per distinct value, the per-event work array code on the trace's columns)."""
     cols = trace.columns
     n = cols.n_kept
     name_codes, name_values = _recoded(cols.name_code[cols.kept], cols.name_values)
@@ -204,22 +189,14 @@ def _step_number(name: str) -> int:
 
 def _collectives(name_codes: npt.NDArray[np.int32], name_values: list[str], kind: npt.NDArray[np.int8],
                  hint_code: npt.NDArray[np.int32], hint_values: list[str]) -> tuple[npt.NDArray[np.int32], list[str]]:
-    """Codes into a list of collective names ('' first) for comm kernels and CPU collectives."""
-    relevant = (kind == KIND_CODE["comm"]) | (kind == KIND_CODE["collective_cpu"])
+    """Codes into a list of collective names ('' first) for comm kernels and CPU collectives, named once per
+    distinct (name, hint)."""
+    rows = np.flatnonzero((kind == KIND_CODE["comm"]) | (kind == KIND_CODE["collective_cpu"]))
+    pairs, inverse = np.unique(np.stack([name_codes[rows], hint_code[rows]], axis=1), axis=0, return_inverse=True)
+    named, values = codes_of(["", *(collective_of(name_values[name], hint_values[hint] if hint >= 0 else None)
+                                    for name, hint in pairs.tolist())])
     codes = np.zeros(len(kind), dtype=np.int32)
-    values = [""]
-    seen: dict[tuple[int, int], int] = {}
-    code_of = {"": 0}
-    rows = np.flatnonzero(relevant)
-    for i, name, hint in zip(rows.tolist(), name_codes[rows].tolist(), hint_code[rows].tolist()):
-        key = (name, hint)
-        if key not in seen:
-            text = collective_of(name_values[name], hint_values[hint] if hint >= 0 else None)
-            if text not in code_of:
-                code_of[text] = len(values)
-                values.append(text)
-            seen[key] = code_of[text]
-        codes[i] = seen[key]
+    codes[rows] = named[1:][inverse.reshape(-1)]
     return codes, values
 
 

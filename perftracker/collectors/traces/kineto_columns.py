@@ -182,7 +182,7 @@ class ColumnBuilder:
         every = len(picked) == len(keep)
 
         def pick(column: Sequence[Any]) -> Sequence[Any]:
-            return column if every else [column[i] for i in picked]
+            return column if every else list(map(column.__getitem__, picked))
 
         parts["cat_code"].append(cat_code if every else cat_code[picked])
         parts["pid_device"].append(narrow(ints(pick(pids)), np.int16))
@@ -194,16 +194,30 @@ class ColumnBuilder:
         parts["device"].append(arg_ints([a.device for a in kept_args]))
         parts["correlation"].append(arg_ints([a.correlation for a in kept_args]))
         parts["external_id"].append(arg_ints([a.external_id for a in kept_args]))
-        nbytes = arg_ints([a.nbytes for a in kept_args])
-        hint = np.full(len(kept_args), -1, dtype=np.int32)
-        pg = np.zeros(len(kept_args), dtype=np.int32)
-        gsize = np.full(len(kept_args), -1, dtype=np.int64)
-        seq = np.full(len(kept_args), -1, dtype=np.int64)
-        peer = np.full(len(kept_args), -1, dtype=np.int32)
-        split = np.zeros(len(kept_args), dtype=np.int32)
-        for i, a in enumerate(kept_args):
-            if a.collective_name is None:
-                continue
+        self._add_collectives(kept_args, arg_ints([a.nbytes for a in kept_args]))
+        # one pass finds the few ops that record shapes; each column is interned by the bytes kept (the text is
+        # made once per distinct value)
+        shaped = [i for i, a in enumerate(kept_args) if a.input_dims or a.input_type or a.concrete_inputs]
+        for column, attr in enumerate(_SHAPE_ATTRS):
+            table = self.shapes[column]
+            codes = np.zeros(len(kept_args), dtype=np.int32)
+            for i in shaped:
+                if raw := getattr(kept_args[i], attr):
+                    codes[i] = table.setdefault(bytes(raw)[:MAX_SHAPE_TEXT], len(table))
+            self.shape_parts[column].append(codes)
+
+    def _add_collectives(self, kept_args: list[Any], nbytes: npt.NDArray[np.int64]) -> None:
+        """The collective columns of a chunk's kept events (group, order, peer, splits, and the size the
+        collective's args give into `nbytes`), read from the events that name a collective only."""
+        n = len(kept_args)
+        hint = np.full(n, -1, dtype=np.int32)
+        pg = np.zeros(n, dtype=np.int32)
+        gsize = np.full(n, -1, dtype=np.int64)
+        seq = np.full(n, -1, dtype=np.int64)
+        peer = np.full(n, -1, dtype=np.int32)
+        split = np.zeros(n, dtype=np.int32)
+        for i in [i for i, a in enumerate(kept_args) if a.collective_name is not None]:
+            a = kept_args[i]
             name = str(a.collective_name)
             hint[i] = self.hints.code.setdefault(name, len(self.hints.code))
             if a.pg_name is not None:
@@ -223,6 +237,7 @@ class ColumnBuilder:
             elems = message_elems(collective_of(name), a.in_msg_nelems, a.out_msg_nelems, int(gsize[i]))
             size = None if elems is None else int_in(elems * DTYPE_BYTES.get((a.dtype or "float").lower(), 4), 0)
             nbytes[i] = -1 if size is None else size
+        parts = self.parts
         parts["nbytes"].append(nbytes)
         parts["hint_code"].append(hint)
         parts["pg_code"].append(pg)
@@ -230,14 +245,6 @@ class ColumnBuilder:
         parts["seq"].append(seq)
         parts["peer"].append(peer)
         parts["split_code"].append(split)
-        for column, attr in enumerate(_SHAPE_ATTRS):
-            table = self.shapes[column]
-            codes = np.zeros(len(kept_args), dtype=np.int32)
-            for i, a in enumerate(kept_args):
-                raw = getattr(a, attr)
-                if raw:  # interned by the bytes kept (the text is made once per distinct value)
-                    codes[i] = table.setdefault(bytes(raw)[:MAX_SHAPE_TEXT], len(table))
-            self.shape_parts[column].append(codes)
 
     def finish(self) -> EventColumns:
         """The columns of every chunk added (the builder is emptied)."""
@@ -253,18 +260,11 @@ class ColumnBuilder:
             shapes.append(np.concatenate(parts) if parts else np.zeros(0, np.int32))
             parts.clear()
         columns = EventColumns(
-            name_values=self.names.values(), name_code=joined("name_code", np.int32), kept=joined("kept", bool),
-            cat_values=self.cats.values(), cat_code=joined("cat_code", np.int32),
-            pid_device=joined("pid_device", np.int16), tid=joined("tid", _I64), ts_ns=joined("ts_ns", _I64),
-            dur_ns=joined("dur_ns", _I64), stream=joined("stream", _I64), device=joined("device", _I64),
-            correlation=joined("correlation", _I64), external_id=joined("external_id", _I64),
-            nbytes=joined("nbytes", _I64), hint_values=self.hints.values(), hint_code=joined("hint_code", np.int32),
-            pg_values=self.pgs.values(), pg_code=joined("pg_code", np.int32),
-            group_size=joined("group_size", np.int32), seq=joined("seq", _I64), peer=joined("peer", np.int32),
-            split_values=self.splits.values(), split_code=joined("split_code", np.int32),
-            groups_seen=dict(self.groups_seen),
-            shape_values=[list(table) for table in self.shapes],
-            shape_code=shapes, negative_durations=self.negative)
+            name_values=self.names.values(), cat_values=self.cats.values(), hint_values=self.hints.values(),
+            pg_values=self.pgs.values(), split_values=self.splits.values(), groups_seen=dict(self.groups_seen),
+            shape_values=[list(table) for table in self.shapes], shape_code=shapes, negative_durations=self.negative)
+        for key in _ARRAYS:  # one at a time (see `joined`), each of the dtype of its empty default
+            setattr(columns, key, joined(key, getattr(columns, key).dtype))
         return columns
 
 

@@ -45,12 +45,8 @@ def _complete(candidate: bytearray | memoryview) -> bool:
 
 
 def cut_back(data: bytearray, error_at: int) -> int | None:
-    """Shorten `data` in place to its last complete event before `error_at`, the JSON closed.
-
-    Returns how many bytes of the original text the kept part uses (`data` then ends with the closing
-    brackets added), or None when no event before `error_at` is complete (`data` may then be shortened:
-    nothing in it is usable anyway).
-    """
+    """Shorten `data` in place to its last complete event before `error_at`, the JSON closed (brackets added);
+    how many bytes of the original text the kept part uses, None when no event before `error_at` is complete."""
     start = EVENTS_START.search(data)
     if start is None or error_at <= start.end():
         return None

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
-import numpy as np
 
 from perftracker.bounded import clean_text, replace_lone_surrogate_escapes
 from perftracker.collectors.traces.kineto_columns import ColumnBuilder
@@ -27,6 +26,7 @@ from perftracker.collectors.traces.kineto_records import (
     RawTraceDoc,
     TraceDoc,
     add_digits,
+    add_rows,
     add_typed,
     take_header,
     to_ns,
@@ -170,8 +170,7 @@ def _fill_loose(trace: ParsedTrace, text: TraceText, path: Path) -> None:
     take_header(trace, raw.get("distributedInfo"), raw.get("deviceProperties"), raw.get("baseTimeNanoseconds"),
                  raw.get("host_name"))
     builder = ColumnBuilder()
-    chunk: tuple[list[Any], ...] = ([], [], [], [], [], [], [], [])
-    names, cats, phs, pids, tids, ts_ns, dur_ns, argss = chunk
+    rows: list[tuple[Any, ...]] = []
     for e in raw["traceEvents"]:
         if not isinstance(e, dict):
             continue
@@ -179,30 +178,18 @@ def _fill_loose(trace: ParsedTrace, text: TraceText, path: Path) -> None:
         if ts is None:
             trace.dropped += 1
             continue
-        pid, tid = e.get("pid"), e.get("tid")
-        names.append(clean_text(str(e.get("name", ""))))
-        cats.append(clean_text(str(e.get("cat", ""))))
-        phs.append(str(e.get("ph", "")))
-        pids.append(pid if isinstance(pid, (int, str)) and not isinstance(pid, bool) else None)
-        tids.append(tid if isinstance(tid, (int, str)) and not isinstance(tid, bool) else None)
-        ts_ns.append(ts)
-        dur_ns.append(to_ns(e.get("dur"), MAX_DUR_NS) or 0)
-        args = e.get("args")
-        argss.append(_loose_args(args) if isinstance(args, dict) else None)
-        if len(names) >= _CHUNK:
-            _add_loose(builder, chunk)
-    _add_loose(builder, chunk)
+        pid, tid, args = e.get("pid"), e.get("tid"), e.get("args")
+        rows.append((clean_text(str(e.get("name", ""))), clean_text(str(e.get("cat", ""))), str(e.get("ph", "")),
+                     pid if isinstance(pid, (int, str)) and not isinstance(pid, bool) else None,
+                     tid if isinstance(tid, (int, str)) and not isinstance(tid, bool) else None,
+                     ts, to_ns(e.get("dur"), MAX_DUR_NS) or 0, _loose_args(args) if isinstance(args, dict) else None))
+        if len(rows) >= _CHUNK:
+            add_rows(builder, rows)
+            rows.clear()
+    add_rows(builder, rows)
     trace.columns = builder.finish()
     if trace.cut is not None:
         trace.cut = replace(trace.cut, events_kept=trace.n_events)
-
-
-def _add_loose(builder: ColumnBuilder, chunk: tuple[list[Any], ...]) -> None:
-    names, cats, phs, pids, tids, ts_ns, dur_ns, argss = chunk
-    builder.add(names, cats, phs, pids, tids, np.array(ts_ns, dtype=np.int64), np.array(dur_ns, dtype=np.int64),
-                argss)
-    for column in chunk:
-        column.clear()
 
 
 def _loose_args(args: dict[str, Any]) -> EventArgs:

@@ -232,14 +232,7 @@ def _digits_to_ns(raw: bytes, limit: int = MAX_TS_NS) -> int | None:
 
 def add_digits(trace: ParsedTrace, builder: ColumnBuilder, events: Sequence[RawEvent]) -> None:
     """Add a chunk of events whose ts/dur are raw digits to `builder`, every digit kept."""
-    names: list[str] = []
-    cats: list[str] = []
-    phs: list[str] = []
-    pids: list[int | str | None] = []
-    tids: list[int | str | None] = []
-    ts_ns: list[int] = []
-    dur_ns: list[int] = []
-    argss: list[EventArgs | None] = []
+    rows = []
     for e in events:
         ts = _digits_to_ns(bytes(e.ts)) if e.ts else None
         if ts is None:
@@ -248,13 +241,13 @@ def add_digits(trace: ParsedTrace, builder: ColumnBuilder, events: Sequence[RawE
         dur = _digits_to_ns(bytes(e.dur), MAX_DUR_NS) if e.dur else 0
         if dur is None:
             trace.bad_durations += 1
-        names.append(e.name)
-        cats.append(e.cat)
-        phs.append(e.ph)
-        pids.append(e.pid)
-        tids.append(e.tid)
-        ts_ns.append(ts)
-        dur_ns.append(dur or 0)
-        argss.append(e.args)
+        rows.append((e.name, e.cat, e.ph, e.pid, e.tid, ts, dur or 0, e.args))
+    add_rows(builder, rows)
+
+
+def add_rows(builder: ColumnBuilder, rows: list[tuple[Any, ...]]) -> None:
+    """Add events given as (name, cat, ph, pid, tid, ts ns, dur ns, args) rows to `builder`."""
+    names, cats, phs, pids, tids, ts_ns, dur_ns, argss = (list(column) for column in zip(*rows)) if rows \
+        else ([] for _ in range(8))
     builder.add(names, cats, phs, pids, tids, np.array(ts_ns, dtype=np.int64), np.array(dur_ns, dtype=np.int64),
                 argss)

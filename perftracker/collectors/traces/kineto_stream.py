@@ -39,8 +39,9 @@ _MAX_EVENT = 64 << 20  # a chunk that grows past this without decoding is damage
 _TRIES = 8  # chunk ends tried, last first
 _LOOK = 100_000  # `}` looked at for them
 _BLANK = re.compile(rb"[ \t\r\n]*")
-# A timestamp of 13+ integer digits (>= 1e12 us, past what float64 resolves to 1 ns) with a fraction.
-_LOSSY_TS = re.compile(rb'"ts"\s*:\s*-?\d{13,}\.\d')
+# A timestamp of 13+ integer digits (>= 1e12 us, past what float64 resolves to 1 ns) with a fraction
+# (possessive: a digit is never a '.', so giving one back cannot match; it only saves the retries).
+_LOSSY_TS = re.compile(rb'"ts"\s*+:\s*+-?\d{13,}+\.\d')
 
 
 def needs_exact_digits(data: bytes | bytearray) -> bool:

@@ -31,11 +31,7 @@ _NON_BLANK = re.compile(rb"[^ \t\r\n]")
 
 
 def read_bytes(path: Path) -> TraceText:
-    """The file's JSON text (decompressed, at most the per-file cap), with notes about what was left out.
-
-    Raises InputError for a file that is not a regular file, empty, not JSON, or a corrupt gzip stream
-    with nothing before the damage.
-    """
+    """The file's JSON text with notes about what was left out; InputError as the module docstring says."""
     try:
         capped = read_capped(path, squeeze=read_head(path, 2) != GZIP_MAGIC)
     except OSError as exc:

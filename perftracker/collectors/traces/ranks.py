@@ -45,9 +45,7 @@ def host_from_name(path: Path) -> str:
 
 def guessed_hosts_note(identities: list[TraceIdentity]) -> list[str]:
     """A note when host names were guessed from file names (TensorBoard's `<host>_<pid>.<ts>.pt.trace.json`)
-    rather than read from the traces. The guess is wrong for names like `worker0_step_12.<ts>.pt.trace.json`
-    (8 ranks of one node became 8 hosts `worker0_step` ...), and host-level rules then group ranks by it: the
-    note says so and how to give the real hosts."""
+    rather than read from the traces (why: docs/internals/collectors.md)."""
     guessed = sorted({(i.host, i.rank if i.rank is not None else -1) for i in identities
                       if i.host and i.host == host_from_name(i.path)}, key=lambda x: (x[1], x[0]))
     if not guessed:

@@ -36,10 +36,9 @@ def _ranks_text(ranks: Any) -> str:
 
 
 def compact_pg_config(raw: Any, seen: dict[str, tuple[str, str]] | None = None) -> str:
-    """distributedInfo.pg_config as one JSON string of [name, desc, size, ranks text] per group. A trace of a
-    4096-rank job lists ~520 groups naming ~12k ranks; kept as parsed lists for every trace, the driver held
-    O(ranks^2) Python objects (2.8 GB at 4096 ranks); one short string per trace is ~30 KB. `seen`: the groups
-    the trace's record_param_comms name (name -> (desc, members as JSON text)), added where pg_config lacks them."""
+    """distributedInfo.pg_config as one JSON string of [name, desc, size, ranks text] per group (why a string:
+    docs/internals/collectors.md), with the groups `seen` in the trace's record_param_comms (name -> (desc,
+    members as JSON text)) that pg_config lacks."""
     groups = [[str(pg["pg_name"]), str(pg.get("pg_desc", "")),
                size if isinstance(size := pg.get("pg_size"), int) and not isinstance(size, bool) else -1,
                _ranks_text(pg.get("ranks"))]
@@ -170,20 +169,19 @@ def parse_one(path: Path, cache_dir: Path | None, comm_kernels: CommKernels,
         facts, notes, events, steps = _parse(path, comm_kernels)
         if ignored:
             notes.append((ignored, {}))
-        if entry is None:
-            return FileResult(path_str, True, facts=facts, notes=notes, events=events, steps=steps)
-        if ignored and untrusted(entry.folder, "the cache folder"):  # not ours to write into
-            return FileResult(path_str, True, facts=facts, notes=notes, events=events, steps=steps)
+        result = FileResult(path_str, True, facts=facts, notes=notes, events=events, steps=steps)
+        if entry is None or (ignored and untrusted(entry.folder, "the cache folder")):  # not ours to write into
+            return result
         try:
             entry.write(events, steps, {"facts": asdict(facts), "notes": notes}, source)
         except OSError as exc:
             notes.append((f"not cached: cannot write to {entry.folder} ({exc.strerror or exc}); parsed again next "
                           "time", {}))
-            return FileResult(path_str, True, facts=facts, notes=notes, events=events, steps=steps)
-        if tables_in_result:
-            return FileResult(path_str, True, cache_stem=entry.stem, facts=facts, notes=notes, events=events,
-                              steps=steps)
-        return FileResult(path_str, True, cache_stem=entry.stem, facts=facts, notes=notes)
+            return result
+        result.cache_stem = entry.stem
+        if not tables_in_result:
+            result.events = result.steps = None
+        return result
     except PerftrackerError as exc:
         return FileResult(path_str, False, error=exc.message)
     except (OSError, ValueError, MemoryError) as exc:
