@@ -114,6 +114,8 @@ def run_session(ctx: LiveContext, samplers: Sequence[Sampler], duration_s: float
                     reason = "job-exited"
                     ctx.note("the job's processes exited while attached; everything collected until then is kept")
                     break
+                if interrupts is not None and interrupts.received is not None:
+                    raise KeyboardInterrupt  # its handler's own raise was lost (inside a gc callback, say)
                 requests.poll()
                 time.sleep(tick_s)
         finally:

@@ -1,8 +1,8 @@
 """Ctrl-C that works while Ray holds the interpreter: a small watchdog process hears the signal when Python cannot.
 
 Promise: inside `interrupt_watchdog(what)`, a SIGINT or SIGTERM that this process has not answered GRACE_S later
-ends it (SIGKILL) with a message on stderr; a normal end lets the child go. Where a wakeup fd cannot be set,
-nothing changes. Why and how: docs/internals/collectors.md.
+(not counting its waits for a CPU on a busy machine; 10x GRACE_S at most) ends it (SIGKILL) with a message on
+stderr; a normal end lets the child go. Where a wakeup fd cannot be set, nothing changes. Why and how: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from contextlib import contextmanager
 
 GRACE_S = 3.0  # how long Python gets to handle the interrupt itself (the usual path) before the watchdog acts
 
-# The child: reads signal numbers from stdin; on SIGINT/SIGTERM gives the parent GRACE_S to end by itself,
-# then says so and kills it. EOF (the parent closed the pipe or ended) ends the child quietly.
+# The child: reads signal numbers from stdin; on SIGINT/SIGTERM gives the parent GRACE_S to end by itself (not
+# counting its waits for a CPU: /proc/<pid>/schedstat), then says so and kills it. EOF (the parent closed the
+# pipe or ended) ends the child quietly.
 _CHILD = r"""
 import os, select, signal, sys, time
 parent, grace, what = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
@@ -46,8 +47,14 @@ def pipe_closed(timeout):
 while not heard:
     if pipe_closed(0.2):
         sys.exit(0)
-deadline = time.monotonic() + grace
-while time.monotonic() < deadline:
+def queued():  # seconds the parent's main thread waited for a CPU: a busy machine's delay, not the parent's
+    try:
+        with open(f"/proc/{parent}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+began, queued_before = time.monotonic(), queued()
+while time.monotonic() - began - (queued() - queued_before) < grace and time.monotonic() - began < 10 * grace:
     if pipe_closed(0.1) or not alive():
         sys.exit(0)
 sys.stderr.write(

@@ -70,3 +70,25 @@ def test_a_signal_stops_the_session_like_ctrl_c_and_the_stop_is_not_cut_short(tm
             time.sleep(5)
     finally:
         interrupts.restore()
+
+
+def test_a_stop_signal_whose_raise_was_lost_still_stops_the_session(tmp_path: Path) -> None:
+    # GIVEN a session collecting from this process, whose stop-signal handler ran but whose KeyboardInterrupt
+    # was swallowed (Python drops an exception raised inside a gc callback: seen once in CI under load)
+    me = Worker(rank=0, local_rank=0, pid=os.getpid(), host="h", cmdline="train.py", run_id="r", world_size=1,
+                parent=os.getppid())
+    ctx = LiveContext(run_dir=tmp_path / "run", job=Job([me]), host="h")
+    interrupts = Interrupts().install()
+    try:
+        def lost_raise() -> None:
+            interrupts.received = signal.SIGTERM  # what the handler records before its raise
+
+        threading.Timer(0.3, lost_raise).start()
+        # WHEN the session runs (no duration: it would run until the job, this process, ends)
+        result = run_session(ctx, [Recorder(stop_signal=0)], None, Console(quiet=True), show_live=False,
+                             interrupts=interrupts, tick_s=0.05)
+        # THEN it ended on its next look, because of that signal, and said so in the manifest
+        assert result.reason == "SIGTERM"
+        assert json.loads((tmp_path / "run" / "manifests" / "h.json").read_text())["ended_because"] == "SIGTERM"
+    finally:
+        interrupts.restore()

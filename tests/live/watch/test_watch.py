@@ -41,7 +41,7 @@ def test_watch_opens_a_degradation_then_a_hang_incident_and_none_while_healthy(t
                                   stdout=open(tmp_path / "attach.log", "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
         # WHEN it runs healthy for 6 s and until its healthy baseline is recorded, THEN no incident opens
         time.sleep(6)
-        wait_baseline(out, 40)
+        wait_baseline(out, 90)
         assert incidents(out) == []
         # WHEN rank 1 is stopped 70% of every 100 ms from outside
         slowed_at = step_of(job_dir, 1, time.time_ns())
@@ -50,7 +50,7 @@ def test_watch_opens_a_degradation_then_a_hang_incident_and_none_while_healthy(t
         # THEN a degradation incident opens within DETECT_STEPS steps, saying the step it began at
         assert step_of(job_dir, 1, opened["opened_ns"]) - slowed_at <= DETECT_STEPS
         assert abs(opened["step"] - slowed_at) <= 3
-        done = wait_incident(out, "degradation", 60)
+        done = wait_incident(out, "degradation", 180)
         stop.set()
         folder = Path(done["folder"])
         findings = json.loads((folder / "findings.json").read_text())["findings"]
@@ -64,7 +64,7 @@ def test_watch_opens_a_degradation_then_a_hang_incident_and_none_while_healthy(t
         # folded into the finding naming rank 1 from the ranks' states)
         assert named_by(findings, "baseline_shift") == [[1]], named
         # WHEN rank 0 hangs (the job's own switch), THEN a hang incident names it and where rank 1 waits
-        hang = wait_incident(out, "hang", 60)
+        hang = wait_incident(out, "hang", 180)
         assert hang["named_ranks"] == [0], hang
         hang_findings = json.loads((Path(hang["folder"]) / "findings.json").read_text())["findings"]
         assert any(f["analyzer"] == "hang" and 0 in f["ranks"] and "hang_forever" in json.dumps(f)

@@ -79,7 +79,7 @@ def test_watch_of_an_unprepared_job_finds_its_step_time_in_sampled_stacks_and_th
         assert abs(statistics.median(errors)) <= 0.2, errors
         # WHEN rank 1 is stopped 200 ms of every 250 ms from outside
         duty_cycle(pids[1], 0.2, 0.25, stop)
-        done = wait_incident(out, "degradation", 60)
+        done = wait_incident(out, "degradation", 180)
         stop.set()
         # THEN a degradation incident opens whose step source is the sampled stacks, and its analysis names rank 1
         assert done["step_source"] == "stacks" and "sampled stacks" in done["trigger"], done

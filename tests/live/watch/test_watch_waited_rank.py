@@ -47,11 +47,11 @@ def test_watch_names_the_rank_slowed_from_outside_in_an_unprepared_job_from_the_
                                    "--watch-rise", RISE],
                                   stdout=open(tmp_path / "attach.log", "wb"), stderr=subprocess.STDOUT)  # noqa: SIM115
         wait_steps(job_dir, 0, 5, timeout=60)
-        wait_baseline(out, 60)
+        wait_baseline(out, 90)
         # WHEN rank 2 is stopped 60 ms of every 100 ms from outside, once the healthy baseline is recorded
         slowed_at = step_of(job_dir, SLOWED, time.time_ns())
         duty_cycle(pids[SLOWED], 0.06, 0.1, stop)
-        done = wait_incident(out, "degradation", 60)
+        done = wait_incident(out, "degradation", 180)
         stop.set()
         findings = json.loads((Path(done["folder"]) / "findings.json").read_text())["findings"]
         named = [(f["analyzer"], f["severity"], f["ranks"], f["title"]) for f in findings]
