@@ -205,8 +205,9 @@ class Hang(Exception):
 def time_limit(seconds: float) -> Iterator[None]:
     """Raise Hang in the main thread after `seconds` of this process's CPU time (SIGPROF), or 10x `seconds` of
     wall time (SIGALRM: a wait that burns no CPU). CPU time, so that a busy machine does not fail a fast parser."""
-    def fire(_signum: int, _frame: Any) -> None:
-        raise Hang(f"still running after {seconds} s of CPU")
+    def fire(signum: int, _frame: Any) -> None:
+        spent = f"{seconds} s of CPU" if signum == signal.SIGPROF else f"{10 * seconds} s of wall time"
+        raise Hang(f"still running after {spent}")
 
     previous = {sig: signal.signal(sig, fire) for sig in (signal.SIGPROF, signal.SIGALRM)}
     signal.setitimer(signal.ITIMER_PROF, seconds)

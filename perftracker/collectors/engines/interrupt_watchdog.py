@@ -2,7 +2,8 @@
 
 Promise: inside `interrupt_watchdog(what)`, a SIGINT or SIGTERM that this process has not answered GRACE_S later
 (not counting its waits for a CPU on a busy machine; 10x GRACE_S at most) ends it (SIGKILL) with a message on
-stderr; a normal end lets the child go. Where a wakeup fd cannot be set, nothing changes. Why and how: docs/internals/collectors.md.
+stderr; a normal end lets the child go. Where a wakeup fd cannot be set, nothing changes. Why and how:
+docs/internals/collectors.md.
 """
 
 from __future__ import annotations
