@@ -34,7 +34,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,6 +76,7 @@ class Outcome:
     findings: tuple[dict[str, Any], ...] = ()
     error: str = ""
     seconds: float = 0.0
+    inspected: dict[str, Any] = field(default_factory=dict)  # what `analyze`'s `inspect` read off the analysis
 
     @property
     def loud(self) -> list[dict[str, Any]]:
@@ -119,8 +120,10 @@ def traces_only_copy(run_dir: Path, dest: Path) -> Path:
     return dest
 
 
-def analyze(run: RunTruth, mode: str, scratch: Path) -> Outcome:
-    """Analyze `run` in `mode` ('traces' or 'all'); keep the findings of `ANALYZERS`."""
+def analyze(run: RunTruth, mode: str, scratch: Path,
+            inspect: Callable[[Any], dict[str, Any]] | None = None) -> Outcome:
+    """Analyze `run` in `mode` ('traces' or 'all'); keep the findings of `ANALYZERS`, and what `inspect` reads off
+    the same `Analysis` (its views are computed once for both)."""
     import perftracker
     from perftracker.analyzers.analysis import Analysis
     from perftracker.pipeline import findings_of
@@ -129,13 +132,15 @@ def analyze(run: RunTruth, mode: str, scratch: Path) -> Outcome:
     source = run.path if mode == "all" else traces_only_copy(run.path, scratch / f"{run.name}-traces")
     try:
         with perftracker.load(source, cache=False, workers=1) as store:
-            documented = [f.to_dict() for f in findings_of(Analysis(store))]  # analyze's findings, without its views
+            analysis = Analysis(store)
+            documented = [f.to_dict() for f in findings_of(analysis)]  # analyze's findings, without its views
+            inspected = inspect(analysis) if inspect is not None else {}
     except Exception as exc:  # noqa: BLE001 - counted as an error, reported with the run
         return Outcome(run, mode, error=f"{type(exc).__name__}: {exc}", seconds=time.monotonic() - start)
     findings = tuple(
         {key: f.get(key) for key in ("analyzer", "severity", "title", "ranks", "hosts")}
         for f in documented if f.get("analyzer") in ANALYZERS)
-    return Outcome(run, mode, findings, seconds=time.monotonic() - start)
+    return Outcome(run, mode, findings, seconds=time.monotonic() - start, inspected=inspected)
 
 
 @dataclass

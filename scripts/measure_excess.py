@@ -25,6 +25,7 @@ import json
 import statistics
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,16 +54,14 @@ def _ratio(table: Any, rank: int | None) -> tuple[int, float]:
     return rank, float(med[rank] / statistics.median(med.drop(rank)))
 
 
-def inspect(run_dir: Path, slowed: int | None) -> dict[str, Any]:
-    """What the traces show and each test's verdict (see the module docstring)."""
-    from perftracker.analyzers.analysis import Analysis
+def inspect(analysis: Any, slowed: int | None) -> dict[str, Any]:
+    """What the traces show and each test's verdict (see the module docstring), read off `analysis` (an
+    `Analysis` of the run's traces-only copy, the one its findings came from)."""
     from perftracker.analyzers.stragglers.collectives import arrivals_view
     from perftracker.analyzers.stragglers.op_work import compute_trials
     from perftracker.analyzers.stragglers.significance import work_trials
     from perftracker.analyzers.stragglers.straggler import compute_view, durations_view, verdict_view
-    from perftracker.collectors.loading import LoadOptions, load_path
 
-    analysis = Analysis(load_path(run_dir / "traces", LoadOptions(workers=1)))
     compute_rank, compute = _ratio(compute_trials(analysis.store.events), slowed)
     work_rank, work = _ratio(work_trials(analysis.view(arrivals_view).arrivals), slowed)
     last, wall, ops = analysis.view(verdict_view), analysis.view(durations_view), analysis.view(compute_view)
@@ -80,14 +79,16 @@ def measure(folder: Path = CORPUS, progress: bool = False) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="perftracker-excess-") as tmp:
         for run in runs:
-            outcome = measure_accuracy.analyze(run, "traces", Path(tmp))
+            outcome = measure_accuracy.analyze(run, "traces", Path(tmp), partial(inspect, slowed=run.slowed_rank))
+            if outcome.error:
+                raise SystemExit(f"{run.path}: could not be analyzed ({outcome.error})")
             loud = [f for f in outcome.findings if f.get("severity") in LOUD]
             named = run.slowed_rank is not None and any(
                 f["analyzer"] == "straggler" and list(f.get("ranks") or []) == [run.slowed_rank] for f in loud)
             row = {"run": run.name, "half": half_of(run.name), "slowed_rank": run.slowed_rank,
                    "error": outcome.error, "named": named, "loud": bool(loud),
                    "loud_titles": [f"{f['analyzer']} {f['severity']} {f.get('ranks')}: {f['title']}" for f in loud],
-                   **inspect(run.path, run.slowed_rank)}
+                   **outcome.inspected}
             rows.append(row)
             if progress:
                 print(f"  {run.name:22} {row['half']:8} named={named!s:5} loud={bool(loud)!s:5} "
