@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from perftracker.bounded import LineBlocks, iter_lines
-from perftracker.collectors.counters.dump_lines import named_host, stamp
+from perftracker.collectors.counters.dump_lines import device_row, named_host, stamp
 from perftracker.store import LoadNote
 from perftracker.values import ETHTOOL_COUNTER_PREFIX
 
@@ -139,9 +139,7 @@ def load_ethtool_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
     for ts, dev, counters in blocks:
         base = {"host": host, "rank": -1, "device": dev, "port": "1", "ts_ns": ts}
         rows.extend({**base, "name": PREFIX + n, "value": float(v)} for n, v in flow_control(counters).items())
-        devices.setdefault(dev, {"host": host, "kind": "nic", "device": dev, "port": "1", "uuid": "", "pci_bus_id": "",
-                                 "numa_node": -1, "link_layer": "Ethernet", "netdevs": dev, "ranks": "",
-                                 "source": str(path)})
+        devices.setdefault(dev, device_row(host, "nic", dev, str(path), "1", link_layer="Ethernet", netdevs=dev))
     return rows, list(devices.values()), notes
 
 

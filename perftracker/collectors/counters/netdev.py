@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from perftracker.collectors.counters.dump_lines import iface_row
 from perftracker.collectors.file_notes import records
 from perftracker.store import LoadNote
 from perftracker.values import NET_STATE_CHANGE
@@ -248,10 +249,9 @@ def record_rows(rec: Mapping[str, Any], source: str) -> tuple[list[dict[str, Any
         if changed is not None:  # a watcher's record: the state changed at most this long before ts
             rows.append({"host": host, "iface": str(name), "name": STATE_CHANGE, "ts_ns": ts, "value": changed})
         qdisc = data.get("qdisc") if isinstance(data.get("qdisc"), Mapping) else {}
-        ifaces.append({"host": host, "iface": str(name), "why": str(data.get("why", "")),
-                       "peers": ",".join(str(p) for p in data.get("peers") or []),
-                       "addresses": ",".join(str(a) for a in data.get("addresses") or []),
-                       "qdisc": str((qdisc or {}).get("kind", "")), "source": source})
+        ifaces.append(iface_row(host, str(name), source, str(data.get("why", "")),
+                                ",".join(str(p) for p in data.get("peers") or []),
+                                ",".join(str(a) for a in data.get("addresses") or []), str((qdisc or {}).get("kind", ""))))
     for name, value in (rec.get("tcp") or {}).items():
         number = _num(value)
         if number is not None:

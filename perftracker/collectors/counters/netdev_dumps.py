@@ -16,7 +16,7 @@ import pandas as pd
 
 from perftracker.bounded import LineBlocks, iter_lines, loads_json, read_head, read_text
 from perftracker.collectors.counters import netdev, prometheus
-from perftracker.collectors.counters.dump_lines import named_host, stamp
+from perftracker.collectors.counters.dump_lines import iface_row, named_host, stamp
 from perftracker.collectors.file_notes import unreadable
 from perftracker.errors import InputError
 from perftracker.store import LoadNote
@@ -82,8 +82,7 @@ class _Samples:
         ifaces: dict[str, dict[str, Any]] = {}
         for (ts, name), data in sorted(self.records.items()):
             rows.extend(netdev.iface_rows(self.host, name, data, ts))
-            ifaces.setdefault(name, {"host": self.host, "iface": name, "why": "", "peers": "", "addresses": "", "qdisc": "",
-                                     "source": str(path)})
+            ifaces.setdefault(name, iface_row(self.host, name, str(path)))
         notes = [] if rows else [LoadNote("warning", str(path), f"{what} without time lines (`date +%s.%N` or "
                                           "`# ts_ns=N` before each) was skipped: rates need sample times")]
         return rows, list(ifaces.values()), notes
@@ -197,8 +196,7 @@ def load_node_network(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
             continue
         name, scale = mapped
         rows.append({"host": host, "iface": dev, "name": name, "ts_ns": s.ts_ns, "value": value * scale})
-        ifaces.setdefault((host, dev), {"host": host, "iface": dev, "why": "", "peers": "", "addresses": "", "qdisc": "",
-                                        "source": str(path)})
+        ifaces.setdefault((host, dev), iface_row(host, dev, str(path)))
     notes = [LoadNote("warning", str(path), f"{untimed} node exporter network sample(s) without a timestamp or a "
                       "preceding `# scrape_time <unix seconds>` line were skipped: rates need sample times")] \
         if untimed else []

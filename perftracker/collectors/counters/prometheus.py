@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perftracker.bounded import MAX_LINE_CHARS
-from perftracker.collectors.counters.dump_lines import MAX_TS_NS
+from perftracker.collectors.counters.dump_lines import MAX_TS_NS, device_row
 from perftracker.values import ascii_int, finite
 
 # Linear on any line: the label set is bounded (a real one is a few hundred characters) and holds no
@@ -160,8 +160,7 @@ def node_infiniband_rows(samples: list[Sample], default_host: str) -> tuple[list
             continue
         rows.append({"host": host, "rank": -1, "device": dev, "port": port, "name": name, "ts_ns": s.ts_ns,
                      "value": s.value * scale})
-        devices.setdefault((host, dev, port), {"host": host, "kind": "nic", "device": dev, "port": port,
-                                               "numa_node": -1, "source": "prometheus"})
+        devices.setdefault((host, dev, port), device_row(host, "nic", dev, "prometheus", port))
     return rows, list(devices.values())
 
 
@@ -179,8 +178,6 @@ def dcgm_rows(samples: list[Sample], default_host: str) -> tuple[list[dict[str, 
             continue
         rows.append({"host": host, "rank": -1, "device": dev, "port": "", "name": metric, "ts_ns": s.ts_ns,
                      "value": s.value})
-        devices.setdefault((host, dev), {"host": host, "kind": "gpu", "device": dev, "port": "",
-                                         "uuid": s.labels.get("UUID", ""),
-                                         "pci_bus_id": s.labels.get("pci_bus_id", ""), "numa_node": -1,
-                                         "source": "prometheus"})
+        devices.setdefault((host, dev), device_row(host, "gpu", dev, "prometheus", uuid=s.labels.get("UUID", ""),
+                                                   pci_bus_id=s.labels.get("pci_bus_id", "")))
     return rows, list(devices.values())

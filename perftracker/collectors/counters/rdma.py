@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from perftracker.bounded import LineBlocks, iter_lines
-from perftracker.collectors.counters.dump_lines import MAX_TS_NS, epoch_ns, named_host, stamp
+from perftracker.collectors.counters.dump_lines import MAX_TS_NS, device_row, epoch_ns, named_host, stamp
 from perftracker.collectors.counters.sysfs import read_attr
 from perftracker.collectors.file_notes import records
 from perftracker.store import LoadNote
@@ -130,12 +130,9 @@ def record_rows(rec: dict[str, Any], source: str) -> tuple[list[dict[str, Any]],
     if width > 0:
         rows.append({**base, "name": "width", "value": float(width)})
     numa = int_in(rec.get("numa_node"), -1, 1 << 16)
-    device = {"host": host, "kind": "nic", "device": dev, "port": port, "uuid": "",
-              "pci_bus_id": str(rec.get("pci_bus_id", "")),
-              "numa_node": -1 if numa is None else numa,
-              "link_layer": str(rec.get("link_layer", "")),
-              "netdevs": ",".join(str(n) for n in rec.get("netdevs") or []), "ranks": "", "source": source}
-    return rows, device
+    return rows, device_row(host, "nic", dev, source, port, pci_bus_id=str(rec.get("pci_bus_id", "")),
+                            numa_node=-1 if numa is None else numa, link_layer=str(rec.get("link_layer", "")),
+                            netdevs=",".join(str(n) for n in rec.get("netdevs") or []))
 
 
 def _rows_devices(pairs: Iterable[tuple[list[dict[str, Any]], dict[str, Any]]]
