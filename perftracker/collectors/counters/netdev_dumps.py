@@ -36,18 +36,17 @@ _TX = {"bytes": "tx_bytes", "packets": "tx_packets", "errors": "tx_errors", "dro
        "carrier": "tx_carrier_errors", "collsns": "collisions", "aborted": "tx_aborted_errors",
        "fifo": "tx_fifo_errors", "window": "tx_window_errors", "heartbt": "tx_heartbeat_errors",
        "transns": "carrier_changes"}
-NODE_NETWORK: dict[str, tuple[str, float]] = {  # node exporter metric (no node_network_ prefix) -> (row, scale)
-    "receive_bytes_total": ("rx_bytes", 1.0), "transmit_bytes_total": ("tx_bytes", 1.0),
-    "receive_packets_total": ("rx_packets", 1.0), "transmit_packets_total": ("tx_packets", 1.0),
-    "receive_errs_total": ("rx_errors", 1.0), "transmit_errs_total": ("tx_errors", 1.0),
-    "receive_drop_total": ("rx_dropped", 1.0), "transmit_drop_total": ("tx_dropped", 1.0),
-    "receive_fifo_total": ("rx_fifo_errors", 1.0), "transmit_fifo_total": ("tx_fifo_errors", 1.0),
-    "receive_frame_total": ("rx_frame_errors", 1.0), "receive_multicast_total": ("multicast", 1.0),
-    "transmit_colls_total": ("collisions", 1.0), "transmit_carrier_total": ("tx_carrier_errors", 1.0),
-    "carrier_changes_total": ("carrier_changes", 1.0), "carrier_up_changes_total": ("carrier_up_count", 1.0),
-    "carrier_down_changes_total": ("carrier_down_count", 1.0), "up": ("operstate_up", 1.0),
-    "carrier": ("carrier", 1.0), "speed_bytes": ("speed_mbps", 8e-6), "mtu_bytes": ("mtu", 1.0),
+NODE_NETWORK: dict[str, str] = {  # node exporter metric (no node_network_ prefix) -> row name
+    "receive_bytes_total": "rx_bytes", "transmit_bytes_total": "tx_bytes", "receive_packets_total": "rx_packets",
+    "transmit_packets_total": "tx_packets", "receive_errs_total": "rx_errors", "transmit_errs_total": "tx_errors",
+    "receive_drop_total": "rx_dropped", "transmit_drop_total": "tx_dropped", "receive_fifo_total": "rx_fifo_errors",
+    "transmit_fifo_total": "tx_fifo_errors", "receive_frame_total": "rx_frame_errors",
+    "receive_multicast_total": "multicast", "transmit_colls_total": "collisions",
+    "transmit_carrier_total": "tx_carrier_errors", "carrier_changes_total": "carrier_changes",
+    "carrier_up_changes_total": "carrier_up_count", "carrier_down_changes_total": "carrier_down_count",
+    "up": "operstate_up", "carrier": "carrier", "speed_bytes": "speed_mbps", "mtu_bytes": "mtu",
 }
+NODE_NETWORK_SCALE = {"speed_bytes": 8e-6}  # speed in bytes/s -> Mbit/s
 
 
 def looks_like_ip_link(head: str) -> bool:
@@ -188,14 +187,12 @@ def load_node_network(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
         dev, short = s.labels["device"], s.name[len("node_network_"):]
         if short == "info":
             up = {"up": 1.0, "down": 0.0, "lowerlayerdown": 0.0}.get(s.labels.get("operstate", "").lower())
-            mapped: tuple[str, float] | None = ("operstate_up", 1.0) if up is not None else None
-            value = up if up is not None else 0.0
+            name, value = ("operstate_up" if up is not None else None), up if up is not None else 0.0
         else:
-            mapped, value = NODE_NETWORK.get(short), s.value
-        if mapped is None:
+            name, value = NODE_NETWORK.get(short), s.value * NODE_NETWORK_SCALE.get(short, 1.0)
+        if name is None:
             continue
-        name, scale = mapped
-        rows.append({"host": host, "iface": dev, "name": name, "ts_ns": s.ts_ns, "value": value * scale})
+        rows.append({"host": host, "iface": dev, "name": name, "ts_ns": s.ts_ns, "value": value})
         ifaces.setdefault((host, dev), iface_row(host, dev, str(path)))
     notes = [LoadNote("warning", str(path), f"{untimed} node exporter network sample(s) without a timestamp or a "
                       "preceding `# scrape_time <unix seconds>` line were skipped: rates need sample times")] \
