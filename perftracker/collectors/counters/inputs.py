@@ -18,6 +18,7 @@ from perftracker.bounded import loads_json, read_text
 from perftracker.collectors.counters import (
     ethtool,
     gpu_samples,
+    netdev,
     netdev_dumps,
     proc_state,
     prometheus,
@@ -80,6 +81,7 @@ Loaded = tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]
 
 _Unreadable = tuple[str, tuple[type[OSError] | type[InputError], ...]]
 _COUNTER: _Unreadable = ("counter file", (OSError, InputError))
+_NET: _Unreadable = ("network counter file", (OSError, InputError))
 # kind -> (loader, the table its rows go to ("ethtool": moved onto RDMA ports first), what an unreadable file is
 # called, the errors that make it unreadable); scheduler files give tables of their own
 _LOADERS: dict[str, tuple[Callable[[Path], Loaded], str, _Unreadable]] = {
@@ -91,39 +93,45 @@ _LOADERS: dict[str, tuple[Callable[[Path], Loaded], str, _Unreadable]] = {
     "ethtool_dump": (ethtool.load_ethtool_dump, "ethtool", _COUNTER),
     "sched_jsonl": (sched.load_sched_jsonl, "cpu_sched", ("scheduler file", (OSError,))),
     "states_jsonl": (proc_state.load_states_jsonl, "proc_states", ("scheduler file", (OSError,))),
+    "net_jsonl": (netdev.load_net_jsonl, "netdev", _NET),  # "devices" of a network file: its net_ifaces rows
+    "ip_link": (netdev_dumps.load_ip_link_dump, "netdev", _NET),
+    "sysfs_net_dump": (netdev_dumps.load_sysfs_net_dump, "netdev", _NET),
+    "node_network": (netdev_dumps.load_node_network, "netdev", _NET),
 }
 
 
 def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], list[LoadNote], RunInfo]:
     """(tables {"counters", "devices"}, notes, RunInfo {counter_sources}) for the host-counter part of an analysis."""
-    rows: dict[str, list[dict[str, Any]]] = {table: [] for table in ("counters", "ethtool", "cpu_sched", "proc_states")}
+    rows: dict[str, list[dict[str, Any]]] = {t: [] for t in ("counters", "ethtool", "cpu_sched", "proc_states", "netdev")}
     devices: dict[str, list[dict[str, Any]]] = {table: [] for table in rows}
-    notes: list[LoadNote] = []
-    sources: dict[str, int] = {}
+    notes: dict[str, list[LoadNote]] = {"host": [], "net": []}  # the network files' notes and kinds come last
+    sources: dict[str, dict[str, int]] = {"host": {}, "net": {}}
     copies = rdma.sysfs_copy_files(paths)
     copy_set = set(copies)
     for path in paths:
-        if path in copy_set or path.name.endswith(netdev_dumps.SKIP_SUFFIXES):
+        if path.name.endswith(netdev_dumps.SKIP_SUFFIXES):
             continue
-        kind = sniff(path, netdev_dumps.head_text(path))
-        if not kind:
-            continue
-        load, table, (what, errors) = _LOADERS[kind]
-        try:
-            r, d, n = load(path)
-        except errors as exc:
-            notes.append(unreadable(path, what, exc))
-            continue
-        rows[table].extend(r)
-        devices[table].extend(d)
-        notes.extend(n)
-        sources[kind] = sources.get(kind, 0) + 1
+        head = netdev_dumps.head_text(path)
+        for kind in ("" if path in copy_set else sniff(path, head), netdev_dumps.sniff_net(head)):
+            if not kind:
+                continue
+            load, table, (what, errors) = _LOADERS[kind]
+            group = "net" if table == "netdev" else "host"
+            try:
+                r, d, n = load(path)
+            except errors as exc:
+                notes[group].append(unreadable(path, what, exc))
+                continue
+            rows[table].extend(r)
+            devices[table].extend(d)
+            notes[group].extend(n)
+            sources[group][kind] = sources[group].get(kind, 0) + 1
     if copies:
         r, d, n = rdma.load_sysfs_copies(copies)
         rows["counters"].extend(r)
         devices["counters"].extend(d)
-        notes.extend(n)
-        sources["sysfs_copy"] = len(copies)
+        notes["host"].extend(n)
+        sources["host"]["sysfs_copy"] = len(copies)
     if rows["ethtool"] or devices["ethtool"]:
         r, d = ethtool.attach_to_ports(rows["ethtool"], devices["ethtool"], devices["counters"])
         rows["counters"].extend(r)
@@ -137,7 +145,7 @@ def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame],
         dev_frame = dev_frame.drop_duplicates(["host", "kind", "device", "port"])
         dev_frame["numa_node"] = dev_frame["numa_node"].fillna(-1)
         dev_frame = dev_frame.fillna("")
-    net_tables, net_notes, net_sources = netdev_dumps.load_net_inputs(paths)
-    tables = {"counters": conform("counters", counters), "devices": conform("devices", dev_frame), **net_tables}
+    tables = {"counters": conform("counters", counters), "devices": conform("devices", dev_frame),
+              **netdev_dumps.net_tables(rows["netdev"], devices["netdev"])}
     tables.update({t: conform(t, pd.DataFrame(rows[t])) for t in ("cpu_sched", "proc_states") if rows[t]})
-    return tables, notes + net_notes, RunInfo(counter_sources={**sources, **net_sources})
+    return tables, notes["host"] + notes["net"], RunInfo(counter_sources={**sources["host"], **sources["net"]})

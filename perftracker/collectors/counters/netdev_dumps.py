@@ -1,14 +1,13 @@
 """Ethernet interface counters from the files users already have, and the net part of `analyze`'s inputs.
 
-Promise: `load_net_inputs(paths)` reads, by content, `<host>.net.jsonl` samples, repeated `ip -s link` outputs,
-sysfs `grep -H` dumps and node exporter text, and returns `({"netdev", "net_ifaces"}, notes, {kind: files})`;
-files without a time are skipped with a note. Formats: docs/internals/collectors.md.
+Promise: `sniff_net(head)` tells `<host>.net.jsonl` samples, repeated `ip -s link` outputs, sysfs `grep -H` dumps
+and node exporter text apart; their loaders return (netdev rows, net_ifaces rows, notes), files without a time
+skipped with a note; `net_tables` makes the two tables. Formats: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +16,6 @@ import pandas as pd
 from perftracker.bounded import LineBlocks, iter_lines, loads_json, read_head, read_text
 from perftracker.collectors.counters import netdev, prometheus
 from perftracker.collectors.counters.dump_lines import iface_row, named_host, stamp
-from perftracker.collectors.file_notes import unreadable
-from perftracker.errors import InputError
 from perftracker.store import LoadNote
 from perftracker.store.schema import conform
 
@@ -222,31 +219,8 @@ def sniff_net(head: str) -> str:
     return ""
 
 
-_LOADERS = {"net_jsonl": netdev.load_net_jsonl, "ip_link": load_ip_link_dump,
-            "sysfs_net_dump": load_sysfs_net_dump, "node_network": load_node_network}
-
-
-def load_net_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], list[LoadNote], dict[str, int]]:
-    """({"netdev", "net_ifaces"} tables, notes, files loaded per kind) of the network counters among `paths`."""
-    rows: list[dict[str, Any]] = []
-    ifaces: list[dict[str, Any]] = []
-    notes: list[LoadNote] = []
-    sources: dict[str, int] = {}
-    for path in paths:
-        if path.name.endswith(SKIP_SUFFIXES):
-            continue
-        kind = sniff_net(head_text(path))
-        if not kind:
-            continue
-        try:
-            r, i, n = _LOADERS[kind](path)
-        except (OSError, InputError) as exc:
-            notes.append(unreadable(path, "network counter file", exc))
-            continue
-        rows.extend(r)
-        ifaces.extend(i)
-        notes.extend(n)
-        sources[kind] = sources.get(kind, 0) + 1
+def net_tables(rows: list[dict[str, Any]], ifaces: list[dict[str, Any]]) -> dict[str, pd.DataFrame]:
+    """The {"netdev", "net_ifaces"} tables of every network reader's rows: a sample's row once, an interface once."""
     frame = pd.DataFrame(rows)
     if not frame.empty:
         frame = frame.drop_duplicates(["host", "iface", "name", "ts_ns"], keep="last")
@@ -255,4 +229,4 @@ def load_net_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], lis
     if not iface_frame.empty:  # the reason and peers of the last sample that had them
         iface_frame = iface_frame.sort_values(["why", "peers"], key=lambda s: s.str.len(), kind="stable")
         iface_frame = iface_frame.drop_duplicates(["host", "iface"], keep="last").sort_values(["host", "iface"])
-    return {"netdev": conform("netdev", frame), "net_ifaces": conform("net_ifaces", iface_frame)}, notes, sources
+    return {"netdev": conform("netdev", frame), "net_ifaces": conform("net_ifaces", iface_frame)}
