@@ -8,6 +8,7 @@ raw sysfs copies into `counters` and `devices` rows. Record format and copy shap
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -59,8 +60,6 @@ def _ib_base(root: Path) -> Path:
 
 def snapshot(sysfs_root: Path | str, host: str, ts_ns: int | None = None) -> list[dict[str, Any]]:
     """One record per RDMA port under `sysfs_root` (a `/sys`, or its `class/infiniband` folder)."""
-    import time
-
     base = _ib_base(Path(sysfs_root))
     when = time.time_ns() if ts_ns is None else ts_ns
     records: list[dict[str, Any]] = []
