@@ -40,8 +40,8 @@ def _first_json(head: str) -> dict[str, Any]:
 
 
 def sniff(path: Path, head: str) -> str:
-    """The kind of counter input a file holds: rdma_jsonl, gpu_jsonl, sched_jsonl, states_jsonl, smi_csv, prometheus,
-    sysfs_dump, ethtool_dump or ''."""
+    """The kind of counter input a file holds: rdma_jsonl, gpu_jsonl, sched_jsonl, states_jsonl, net_jsonl, smi_csv,
+    prometheus, sysfs_dump, ethtool_dump or '' (`netdev_dumps.sniff_net` tells the network texts apart)."""
     rec = _first_json(head) if head.lstrip().startswith("{") else {}
     if rec:
         return next((kind for kind, test in _JSON_KINDS if test(rec)), "")
@@ -51,7 +51,8 @@ def sniff(path: Path, head: str) -> str:
 _JSON_KINDS: tuple[tuple[str, Callable[[dict[str, Any]], bool]], ...] = (
     ("rdma_jsonl", lambda r: {"device", "port", "ts_ns"} <= r.keys() and ("counters" in r or "hw_counters" in r)),
     ("gpu_jsonl", lambda r: {"gpu", "ts_ns", "metrics"} <= r.keys()),
-    ("sched_jsonl", sched.looks_like_sched_jsonl), ("states_jsonl", proc_state.looks_like_states_jsonl))
+    ("sched_jsonl", sched.looks_like_sched_jsonl), ("states_jsonl", proc_state.looks_like_states_jsonl),
+    ("net_jsonl", netdev.looks_like_net_jsonl))
 _TEXT_KINDS: tuple[tuple[str, Callable[[str], bool]], ...] = (
     ("smi_csv", gpu_samples.looks_like_smi_csv), ("prometheus", prometheus.looks_like_exposition),
     ("sysfs_dump", rdma.looks_like_sysfs_dump), ("ethtool_dump", ethtool.looks_like_ethtool_dump))

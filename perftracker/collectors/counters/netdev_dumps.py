@@ -1,8 +1,8 @@
 """Ethernet interface counters from the files users already have, and the net part of `analyze`'s inputs.
 
-Promise: `sniff_net(head)` tells `<host>.net.jsonl` samples, repeated `ip -s link` outputs, sysfs `grep -H` dumps
-and node exporter text apart; their loaders return (netdev rows, net_ifaces rows, notes), files without a time
-skipped with a note; `net_tables` makes the two tables. Formats: docs/internals/collectors.md.
+Promise: `sniff_net(head)` tells repeated `ip -s link` outputs, sysfs `grep -H` dumps and node exporter text
+apart; their loaders (and `netdev.load_net_jsonl`'s) return (netdev rows, net_ifaces rows, notes), files without a
+time skipped with a note; `net_tables` makes the two tables. Formats: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from perftracker.bounded import LineBlocks, iter_lines, loads_json, read_head, read_text
+from perftracker.bounded import LineBlocks, iter_lines, read_head, read_text
 from perftracker.collectors.counters import netdev, prometheus
 from perftracker.collectors.counters.dump_lines import iface_row, named_host, stamp
 from perftracker.store import LoadNote
@@ -202,14 +202,10 @@ def head_text(path: Path) -> str:
 
 
 def sniff_net(head: str) -> str:
-    """The kind of network-counter input a file holds: net_jsonl, ip_link, sysfs_net_dump, node_network or ''."""
+    """The kind of network-counter text a file holds: ip_link, sysfs_net_dump, node_network or '' (JSON records,
+    `<host>.net.jsonl` samples included, are told apart by `inputs.sniff`)."""
     if head.lstrip().startswith("{"):
-        first = head.lstrip().splitlines()[0]
-        try:
-            rec = loads_json(first)
-        except ValueError:
-            return ""
-        return "net_jsonl" if isinstance(rec, dict) and netdev.looks_like_net_jsonl(rec) else ""
+        return ""
     if looks_like_ip_link(head):
         return "ip_link"
     if looks_like_sysfs_net_dump(head):
