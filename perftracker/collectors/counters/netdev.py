@@ -176,18 +176,10 @@ def snapshot(host: str, ifaces: Mapping[str, str], sysfs_root: Path = Path("/sys
         iface = read_iface(sysfs_root, name)
         if iface is None:
             continue
-        qdisc = qdisc_reader(name) if qdisc_reader is not None else None
-        if qdisc:
-            iface["qdisc"] = qdisc
-        if why:
-            iface["why"] = why
-        seen = sorted(set((peers or {}).get(name, ())))
-        if seen:
-            iface["peers"] = seen
-        own = sorted(set((addresses or {}).get(name, ())))
-        if own:
-            iface["addresses"] = own
-        record["ifaces"][name] = iface
+        extra = {"qdisc": qdisc_reader(name) if qdisc_reader is not None else None, "why": why,
+                 "peers": sorted(set((peers or {}).get(name, ()))),
+                 "addresses": sorted(set((addresses or {}).get(name, ())))}
+        record["ifaces"][name] = {**iface, **{key: value for key, value in extra.items() if value}}
     tcp = read_tcp(proc_root)
     if tcp:
         record["tcp"] = tcp
