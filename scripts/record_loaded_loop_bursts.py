@@ -5,7 +5,7 @@ Promise: ``python scripts/record_loaded_loop_bursts.py OUT [--busy N] [--bursts 
 [--keep M] [--preempt S]`` starts N busy-looping Python processes (default 5), the test's loop (90 ms in ``data``, 30 ms in
 ``forward``, both sleeping; with --preempt, SIGSTOPped at random moments for up to S s, as a process
 descheduled on a crowded machine; it also writes each iteration's end time to a file: the truth), and records K bursts
-exactly as the watcher's stack-steps sampler does (`live/samplers/stack_steps.py` `BurstRound`). It prints, per burst, the
+exactly as the watcher's stack-steps sampler does (`live/samplers/profile_sampler.py` `BurstRound`). It prints, per burst, the
 estimate (`analyzers/online/step_period.py`) against the loop's own mean iteration time over the burst, and copies
 up to M bursts off by more than 6% to ``OUT/loaded-<k>-rank0.json.gz``, adding their truth to ``OUT/truth.json``
 (the format of tests/fixtures/stack_bursts). Every process started is killed before the script exits.
@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 from perftracker.analyzers.online.step_period import estimate_period
 from perftracker.collectors.stacks.chrometrace import read_burst
 from perftracker.live.attach.discovery import Worker
-from perftracker.live.samplers.stack_steps import BurstRound
+from perftracker.live.samplers.profile_sampler import BurstRound
 from perftracker.live.samplers.stacks import find_pyspy
 
 LOOP = """

@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 from sample_job_runner import duty_cycle, free_port, job_command, worker_pids
 
 from perftracker.live.attach.discovery import Worker
-from perftracker.live.samplers.stack_steps import BurstRound
+from perftracker.live.samplers.profile_sampler import BurstRound
 from perftracker.live.samplers.stacks import find_pyspy
 
 JOB_ARGS = ["--steps", "100000", "--profile-steps", "0", "--width", "64", "--batch", "16", "--step-sleep", "0.08"]

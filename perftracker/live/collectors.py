@@ -52,24 +52,18 @@ class SamplerOptions:
     stack_steps_every_s: float = 60.0  # --watch, no other step source: a sampled-stack burst this often (0: off)
 
 
+# --watch's steady state: each of these options at least this slow
+WATCH_FLOORS = {"interval_s": 10.0, "net_interval_s": 30.0, "net_resolve_s": 600.0, "net_watch_s": 2.0,
+                "net_qdisc_s": 300.0, "steps_poll_s": 1.0, "follow_s": 5.0, "stack_trigger_s": 1.0,
+                "stack_interval_s": 60.0}
+
+
 def watch_rates(options: SamplerOptions) -> SamplerOptions:
     """The steady state of --watch (docs/internals/live.md): slower counters, steps and logs, stack rounds only
     while no step comes, no start-up recording. Returns new options; `options` is left as it was."""
-    return replace(
-        options,
-        interval_s=max(options.interval_s, 10.0),
-        net_interval_s=max(options.net_interval_s, 30.0),
-        net_resolve_s=max(options.net_resolve_s, 600.0),
-        net_watch_s=max(options.net_watch_s, 2.0),
-        net_qdisc_s=max(options.net_qdisc_s, 300.0),
-        steps_poll_s=max(options.steps_poll_s, 1.0),
-        follow_s=max(options.follow_s, 5.0),
-        stack_trigger_s=max(options.stack_trigger_s, 1.0),
-        stack_interval_s=max(options.stack_interval_s, 60.0),
-        stack_rounds_while_stepping=False,
-        profile_seconds=0.0,
-        nccl_logs=list(options.nccl_logs),
-    )
+    slower = {name: max(getattr(options, name), floor) for name, floor in WATCH_FLOORS.items()}
+    return replace(options, **slower, stack_rounds_while_stepping=False, profile_seconds=0.0,
+                   nccl_logs=list(options.nccl_logs))
 
 
 def build_samplers(options: SamplerOptions) -> list[Sampler]:

@@ -10,6 +10,7 @@ import pytest
 
 from net.conftest import FakeNetNode
 from perftracker.collectors.counters import netdev, netdev_dumps
+from perftracker.collectors.counters.inputs import load_counter_inputs
 from perftracker.collectors.counters.netroutes import (
     ifname_matches,
     job_interfaces,
@@ -166,7 +167,7 @@ def test_sysfs_grep_dumps_and_node_exporter_text_are_read_too(tmp_path: Path) ->
     untimed = tmp_path / "node-e.prom"
     untimed.write_text("node_network_up{device=\"eth0\"} 1\n")
     # WHEN every file is loaded by content
-    tables, notes, sources = netdev_dumps.load_net_inputs([dump, prom, untimed, tmp_path / "missing"])
+    tables, notes, info = load_counter_inputs([dump, prom, untimed, tmp_path / "missing"])
     frame = tables["netdev"]
     # THEN each gives the same row names; the host comes from the file name; untimed samples are a note
     got = {(h, n, int(t)): v for h, n, t, v in zip(frame["host"], frame["name"], frame["ts_ns"], frame["value"])}
@@ -174,7 +175,7 @@ def test_sysfs_grep_dumps_and_node_exporter_text_are_read_too(tmp_path: Path) ->
     assert got[("node-c", "admin_up", T0)] == 1 and got[("node-c", "carrier_changes", T0)] == 2
     assert got[("node-d", "speed_mbps", T0)] == pytest.approx(10_000) and got[("node-d", "tx_bytes", T0 + 10**9)] == 3e3
     assert got[("node-d", "tcp:RetransSegs", T0)] == 5 and got[("node-d", "operstate_up", T0 + 10**9)] == 0
-    assert sources == {"sysfs_net_dump": 1, "node_network": 2}
+    assert info.counter_sources == {"sysfs_net_dump": 1, "node_network": 2}
     assert [n.source for n in notes] == [str(untimed)] and "scrape_time" in notes[0].message
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from perftracker.bounded import LineBlocks, iter_lines
-from perftracker.collectors.counters.dump_lines import named_host, stamp
+from perftracker.collectors.counters.dump_lines import device_row, named_host, stamp
 from perftracker.store import LoadNote
 from perftracker.values import ETHTOOL_COUNTER_PREFIX
 
@@ -90,19 +90,12 @@ def load_ethtool_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
     host = path.name.split(".")[0]
     ts: int | None = None
     netdev = ""
-    blocks: list[tuple[int, str, dict[str, int]]] = []
+    blocks: list[tuple[int | None, str, dict[str, int]]] = []  # (time, netdev, counters) of each output
     current: dict[str, int] = {}
-    untimed = unnamed = 0
 
     def flush() -> None:
-        nonlocal untimed, unnamed
         if current:
-            if ts is None:
-                untimed += 1
-            elif not netdev:
-                unnamed += 1
-            else:
-                blocks.append((ts, netdev, dict(current)))
+            blocks.append((ts, netdev, dict(current)))
         current.clear()
 
     reader = LineBlocks(path)
@@ -128,6 +121,8 @@ def load_ethtool_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
                 current[stat[0]] = stat[1]
     flush()
     notes: list[LoadNote] = [LoadNote("warning", str(path), n) for n in reader.stats.notes(reader.cap)]
+    untimed = sum(when is None for when, _, _ in blocks)
+    unnamed = sum(when is not None and not dev for when, dev, _ in blocks)
     if untimed:
         notes.append(LoadNote("warning", str(path), f"{untimed} `ethtool -S` output(s) without a preceding time line "
                               "(`date +%s.%N` or `# ts_ns=N`) were skipped: rates need sample times"))
@@ -137,11 +132,11 @@ def load_ethtool_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
     rows: list[dict[str, Any]] = []
     devices: dict[str, dict[str, Any]] = {}
     for ts, dev, counters in blocks:
+        if ts is None or not dev:
+            continue
         base = {"host": host, "rank": -1, "device": dev, "port": "1", "ts_ns": ts}
         rows.extend({**base, "name": PREFIX + n, "value": float(v)} for n, v in flow_control(counters).items())
-        devices.setdefault(dev, {"host": host, "kind": "nic", "device": dev, "port": "1", "uuid": "", "pci_bus_id": "",
-                                 "numa_node": -1, "link_layer": "Ethernet", "netdevs": dev, "ranks": "",
-                                 "source": str(path)})
+        devices.setdefault(dev, device_row(host, "nic", dev, str(path), "1", link_layer="Ethernet", netdevs=dev))
     return rows, list(devices.values()), notes
 
 

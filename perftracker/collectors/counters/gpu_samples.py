@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from perftracker.bounded import LineBlocks, iter_lines
-from perftracker.collectors.counters.dump_lines import MAX_TS_NS
+from perftracker.collectors.counters.dump_lines import MAX_TS_NS, device_row
 from perftracker.collectors.file_notes import records
 from perftracker.store import LoadNote
 from perftracker.values import finite, int_in, rank_in_range
@@ -41,11 +41,6 @@ SMI_REASON_BITS: dict[str, int] = {
     "sync_boost": 0x10, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40, "hw_power_brake_slowdown": 0x80,
 }
 _NUM = re.compile(r"^\s*(0x[0-9a-fA-F]+|-?[\d.]+)")
-
-
-def _device_row(host: str, gpu: int, uuid: str, bus: str, numa: int, source: str) -> dict[str, Any]:
-    return {"host": host, "kind": "gpu", "device": f"gpu:{gpu}", "port": "", "uuid": uuid, "pci_bus_id": bus,
-            "numa_node": numa, "link_layer": "", "netdevs": "", "ranks": "", "source": source}
 
 
 def _ranks(value: Any) -> set[int]:
@@ -75,8 +70,8 @@ def _record(rec: dict[str, Any], default_host: str, source: str
         elif (number := finite(value)) is not None:
             rows.append({**base, "name": str(name), "value": number})
     numa = int_in(rec.get("numa_node"), -1, _MAX_GPU)
-    device = _device_row(host, gpu, str(rec.get("uuid", "")), str(rec.get("pci_bus_id", "")),
-                         -1 if numa is None else numa, source)
+    device = device_row(host, "gpu", f"gpu:{gpu}", source, uuid=str(rec.get("uuid", "")),
+                        pci_bus_id=str(rec.get("pci_bus_id", "")), numa_node=-1 if numa is None else numa)
     return rows, device, _ranks(rec.get("ranks"))
 
 
@@ -184,8 +179,8 @@ def load_smi_csv(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
                     reasons |= SMI_REASON_BITS[reason]
         if has_reasons and "clock_event_reasons" not in {SMI_FIELDS.get(n) for n in rec}:
             rows.append({**base, "name": "clock_event_reasons", "value": float(reasons)})
-        devices.setdefault((host, int(gpu)), _device_row(host, int(gpu), rec.get("uuid", ""),
-                                                         rec.get("pci.bus_id", ""), -1, str(path)))
+        devices.setdefault((host, int(gpu)), device_row(host, "gpu", f"gpu:{int(gpu)}", str(path),
+                                                        uuid=rec.get("uuid", ""), pci_bus_id=rec.get("pci.bus_id", "")))
     notes = [LoadNote("warning", str(path), f"{bad} nvidia-smi CSV line(s) could not be read and were skipped")] \
         if bad else []
     notes.extend(LoadNote("warning", str(path), n) for n in blocks.stats.notes(blocks.cap))

@@ -18,6 +18,7 @@ from perftracker.bounded import loads_json, read_text
 from perftracker.collectors.counters import (
     ethtool,
     gpu_samples,
+    netdev,
     netdev_dumps,
     proc_state,
     prometheus,
@@ -39,8 +40,8 @@ def _first_json(head: str) -> dict[str, Any]:
 
 
 def sniff(path: Path, head: str) -> str:
-    """The kind of counter input a file holds: rdma_jsonl, gpu_jsonl, sched_jsonl, states_jsonl, smi_csv, prometheus,
-    sysfs_dump, ethtool_dump or ''."""
+    """The kind of counter input a file holds: rdma_jsonl, gpu_jsonl, sched_jsonl, states_jsonl, net_jsonl, smi_csv,
+    prometheus, sysfs_dump, ethtool_dump or '' (`netdev_dumps.sniff_net` tells the network texts apart)."""
     rec = _first_json(head) if head.lstrip().startswith("{") else {}
     if rec:
         return next((kind for kind, test in _JSON_KINDS if test(rec)), "")
@@ -50,7 +51,8 @@ def sniff(path: Path, head: str) -> str:
 _JSON_KINDS: tuple[tuple[str, Callable[[dict[str, Any]], bool]], ...] = (
     ("rdma_jsonl", lambda r: {"device", "port", "ts_ns"} <= r.keys() and ("counters" in r or "hw_counters" in r)),
     ("gpu_jsonl", lambda r: {"gpu", "ts_ns", "metrics"} <= r.keys()),
-    ("sched_jsonl", sched.looks_like_sched_jsonl), ("states_jsonl", proc_state.looks_like_states_jsonl))
+    ("sched_jsonl", sched.looks_like_sched_jsonl), ("states_jsonl", proc_state.looks_like_states_jsonl),
+    ("net_jsonl", netdev.looks_like_net_jsonl))
 _TEXT_KINDS: tuple[tuple[str, Callable[[str], bool]], ...] = (
     ("smi_csv", gpu_samples.looks_like_smi_csv), ("prometheus", prometheus.looks_like_exposition),
     ("sysfs_dump", rdma.looks_like_sysfs_dump), ("ethtool_dump", ethtool.looks_like_ethtool_dump))
@@ -75,76 +77,76 @@ def _load_prometheus(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, A
     return ib_rows + gpu_rows, ib_dev + gpu_dev, notes
 
 
-_LOADERS = {
-    "rdma_jsonl": rdma.load_rdma_jsonl,
-    "gpu_jsonl": gpu_samples.load_gpu_jsonl,
-    "smi_csv": gpu_samples.load_smi_csv,
-    "prometheus": _load_prometheus,
-    "sysfs_dump": rdma.load_sysfs_dump,
-    "ethtool_dump": ethtool.load_ethtool_dump,
+Loaded = tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]
+
+
+_Unreadable = tuple[str, tuple[type[OSError] | type[InputError], ...]]
+_COUNTER: _Unreadable = ("counter file", (OSError, InputError))
+_NET: _Unreadable = ("network counter file", (OSError, InputError))
+# kind -> (loader, the table its rows go to ("ethtool": moved onto RDMA ports first), what an unreadable file is
+# called, the errors that make it unreadable); scheduler files give tables of their own
+_LOADERS: dict[str, tuple[Callable[[Path], Loaded], str, _Unreadable]] = {
+    "rdma_jsonl": (rdma.load_rdma_jsonl, "counters", _COUNTER),
+    "gpu_jsonl": (gpu_samples.load_gpu_jsonl, "counters", _COUNTER),
+    "smi_csv": (gpu_samples.load_smi_csv, "counters", _COUNTER),
+    "prometheus": (_load_prometheus, "counters", _COUNTER),
+    "sysfs_dump": (rdma.load_sysfs_dump, "counters", _COUNTER),
+    "ethtool_dump": (ethtool.load_ethtool_dump, "ethtool", _COUNTER),
+    "sched_jsonl": (sched.load_sched_jsonl, "cpu_sched", ("scheduler file", (OSError,))),
+    "states_jsonl": (proc_state.load_states_jsonl, "proc_states", ("scheduler file", (OSError,))),
+    "net_jsonl": (netdev.load_net_jsonl, "netdev", _NET),  # "devices" of a network file: its net_ifaces rows
+    "ip_link": (netdev_dumps.load_ip_link_dump, "netdev", _NET),
+    "sysfs_net_dump": (netdev_dumps.load_sysfs_net_dump, "netdev", _NET),
+    "node_network": (netdev_dumps.load_node_network, "netdev", _NET),
 }
 
 
 def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], list[LoadNote], RunInfo]:
     """(tables {"counters", "devices"}, notes, RunInfo {counter_sources}) for the host-counter part of an analysis."""
-    rows: list[dict[str, Any]] = []
-    devices: list[dict[str, Any]] = []
-    eth_rows: list[dict[str, Any]] = []
-    eth_devices: list[dict[str, Any]] = []
-    sched_rows: list[dict[str, Any]] = []
-    state_rows: list[dict[str, Any]] = []
-    notes: list[LoadNote] = []
-    sources: dict[str, int] = {}
+    rows: dict[str, list[dict[str, Any]]] = {t: [] for t in ("counters", "ethtool", "cpu_sched", "proc_states", "netdev")}
+    devices: dict[str, list[dict[str, Any]]] = {table: [] for table in rows}
+    notes: dict[str, list[LoadNote]] = {"host": [], "net": []}  # the network files' notes and kinds come last
+    sources: dict[str, dict[str, int]] = {"host": {}, "net": {}}
     copies = rdma.sysfs_copy_files(paths)
     copy_set = set(copies)
     for path in paths:
-        if path in copy_set or path.name.endswith(netdev_dumps.SKIP_SUFFIXES):
+        if path.name.endswith(netdev_dumps.SKIP_SUFFIXES):
             continue
-        kind = sniff(path, netdev_dumps.head_text(path))
-        if not kind:
-            continue
-        if kind in ("sched_jsonl", "states_jsonl"):  # the processes' CPU wait / states in a window: tables of their own
-            try:
-                r_sched, n_sched = (sched.load_sched_jsonl if kind == "sched_jsonl" else proc_state.load_states_jsonl)(path)
-            except OSError as exc:
-                notes.append(unreadable(path, "scheduler file", exc))
+        head = netdev_dumps.head_text(path)
+        for kind in ("" if path in copy_set else sniff(path, head), netdev_dumps.sniff_net(head)):
+            if not kind:
                 continue
-            (sched_rows if kind == "sched_jsonl" else state_rows).extend(r_sched)
-            notes.extend(n_sched)
-            sources[kind] = sources.get(kind, 0) + 1
-            continue
-        try:
-            r, d, n = _LOADERS[kind](path)
-        except (OSError, InputError) as exc:
-            notes.append(unreadable(path, "counter file", exc))
-            continue
-        (eth_rows if kind == "ethtool_dump" else rows).extend(r)
-        (eth_devices if kind == "ethtool_dump" else devices).extend(d)
-        notes.extend(n)
-        sources[kind] = sources.get(kind, 0) + 1
+            load, table, (what, errors) = _LOADERS[kind]
+            group = "net" if table == "netdev" else "host"
+            try:
+                r, d, n = load(path)
+            except errors as exc:
+                notes[group].append(unreadable(path, what, exc))
+                continue
+            rows[table].extend(r)
+            devices[table].extend(d)
+            notes[group].extend(n)
+            sources[group][kind] = sources[group].get(kind, 0) + 1
     if copies:
         r, d, n = rdma.load_sysfs_copies(copies)
-        rows.extend(r)
-        devices.extend(d)
-        notes.extend(n)
-        sources["sysfs_copy"] = len(copies)
-    if eth_rows or eth_devices:
-        r, d = ethtool.attach_to_ports(eth_rows, eth_devices, devices)
-        rows.extend(r)
-        devices.extend(d)
-    counters = pd.DataFrame(rows)
+        rows["counters"].extend(r)
+        devices["counters"].extend(d)
+        notes["host"].extend(n)
+        sources["host"]["sysfs_copy"] = len(copies)
+    if rows["ethtool"] or devices["ethtool"]:
+        r, d = ethtool.attach_to_ports(rows["ethtool"], devices["ethtool"], devices["counters"])
+        rows["counters"].extend(r)
+        devices["counters"].extend(d)
+    counters = pd.DataFrame(rows["counters"])
     if not counters.empty:
         counters = counters.drop_duplicates(["host", "device", "port", "name", "ts_ns", "value"])
         counters = counters.sort_values(["host", "device", "port", "name", "ts_ns"], kind="stable")
-    dev_frame = pd.DataFrame(devices)
+    dev_frame = pd.DataFrame(devices["counters"])
     if not dev_frame.empty:
         dev_frame = dev_frame.drop_duplicates(["host", "kind", "device", "port"])
         dev_frame["numa_node"] = dev_frame["numa_node"].fillna(-1)
         dev_frame = dev_frame.fillna("")
-    net_tables, net_notes, net_sources = netdev_dumps.load_net_inputs(paths)
-    tables = {"counters": conform("counters", counters), "devices": conform("devices", dev_frame), **net_tables}
-    if sched_rows:
-        tables["cpu_sched"] = conform("cpu_sched", pd.DataFrame(sched_rows))
-    if state_rows:
-        tables["proc_states"] = conform("proc_states", pd.DataFrame(state_rows))
-    return tables, notes + net_notes, RunInfo(counter_sources={**sources, **net_sources})
+    tables = {"counters": conform("counters", counters), "devices": conform("devices", dev_frame),
+              **netdev_dumps.net_tables(rows["netdev"], devices["netdev"])}
+    tables.update({t: conform(t, pd.DataFrame(rows[t])) for t in ("cpu_sched", "proc_states") if rows[t]})
+    return tables, notes["host"] + notes["net"], RunInfo(counter_sources={**sources["host"], **sources["net"]})

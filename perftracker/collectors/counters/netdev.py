@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from perftracker.collectors.counters.dump_lines import iface_row
+from perftracker.collectors.counters.sysfs import read_attr
 from perftracker.collectors.file_notes import records
 from perftracker.store import LoadNote
 from perftracker.values import NET_STATE_CHANGE
@@ -35,13 +37,6 @@ TC_TIMEOUT_S = 2.0
 QdiscReader = Callable[[str], dict[str, Any] | None]
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
-        return None
-
-
 def _int(text: str | None) -> int | None:
     if text is None:
         return None
@@ -57,28 +52,28 @@ def read_iface(sysfs_root: Path, name: str) -> dict[str, Any] | None:
     if not base.is_dir():
         return None
     out: dict[str, Any] = {}
-    oper = _read(base / "operstate")
+    oper = read_attr(base / "operstate")
     if oper:
         out["operstate"] = oper
-    carrier = _int(_read(base / "carrier"))  # EINVAL while the interface is admin down
+    carrier = _int(read_attr(base / "carrier"))  # EINVAL while the interface is admin down
     out["carrier"] = carrier if carrier is not None else 0
-    flags = _int(_read(base / "flags"))
+    flags = _int(read_attr(base / "flags"))
     if flags is not None:
         out["admin_up"] = bool(flags & IFF_UP)
-    speed = _int(_read(base / "speed"))
+    speed = _int(read_attr(base / "speed"))
     out["speed_mbps"] = speed if speed is not None and speed > 0 else -1
-    mtu = _int(_read(base / "mtu"))
+    mtu = _int(read_attr(base / "mtu"))
     if mtu is not None:
         out["mtu"] = mtu
     counters: dict[str, int] = {}
     for fname in _IFACE_FILES:
-        value = _int(_read(base / fname))
+        value = _int(read_attr(base / fname))
         if value is not None:
             counters[fname] = value
     stats = base / "statistics"
     if stats.is_dir():
         for f in sorted(stats.iterdir(), key=lambda p: p.name):
-            value = _int(_read(f))
+            value = _int(read_attr(f))
             if value is not None:
                 counters[f.name] = value
     out["counters"] = counters
@@ -89,11 +84,11 @@ def read_state(sysfs_root: Path, name: str) -> dict[str, Any] | None:
     """Only the link state of `<sysfs_root>/class/net/<name>` (operstate, carrier, admin_up): three small reads,
     cheap enough to watch every tenth of a second; None when there is no such interface."""
     base = sysfs_root / "class" / "net" / name
-    oper = _read(base / "operstate")
+    oper = read_attr(base / "operstate")
     if oper is None:
         return None
-    flags = _int(_read(base / "flags"))
-    carrier = _int(_read(base / "carrier"))
+    flags = _int(read_attr(base / "flags"))
+    carrier = _int(read_attr(base / "carrier"))
     return {"operstate": oper, "carrier": carrier if carrier is not None else 0,
             "admin_up": bool(flags & IFF_UP) if flags is not None else None}
 
@@ -166,8 +161,8 @@ def _table(text: str, prefix: str) -> dict[str, int]:
 
 def read_tcp(proc_root: Path) -> dict[str, int]:
     """The node's TCP counters of TCP_NAMES (`<proc>/net/snmp` Tcp, `<proc>/net/netstat` TcpExt)."""
-    both = {**_table(_read(proc_root / "net" / "snmp") or "", "Tcp"),
-            **_table(_read(proc_root / "net" / "netstat") or "", "TcpExt")}
+    both = {**_table(read_attr(proc_root / "net" / "snmp") or "", "Tcp"),
+            **_table(read_attr(proc_root / "net" / "netstat") or "", "TcpExt")}
     return {name: both[name] for name in TCP_NAMES if name in both}
 
 
@@ -181,18 +176,10 @@ def snapshot(host: str, ifaces: Mapping[str, str], sysfs_root: Path = Path("/sys
         iface = read_iface(sysfs_root, name)
         if iface is None:
             continue
-        qdisc = qdisc_reader(name) if qdisc_reader is not None else None
-        if qdisc:
-            iface["qdisc"] = qdisc
-        if why:
-            iface["why"] = why
-        seen = sorted(set((peers or {}).get(name, ())))
-        if seen:
-            iface["peers"] = seen
-        own = sorted(set((addresses or {}).get(name, ())))
-        if own:
-            iface["addresses"] = own
-        record["ifaces"][name] = iface
+        extra = {"qdisc": qdisc_reader(name) if qdisc_reader is not None else None, "why": why,
+                 "peers": sorted(set((peers or {}).get(name, ()))),
+                 "addresses": sorted(set((addresses or {}).get(name, ())))}
+        record["ifaces"][name] = {**iface, **{key: value for key, value in extra.items() if value}}
     tcp = read_tcp(proc_root)
     if tcp:
         record["tcp"] = tcp
@@ -248,10 +235,9 @@ def record_rows(rec: Mapping[str, Any], source: str) -> tuple[list[dict[str, Any
         if changed is not None:  # a watcher's record: the state changed at most this long before ts
             rows.append({"host": host, "iface": str(name), "name": STATE_CHANGE, "ts_ns": ts, "value": changed})
         qdisc = data.get("qdisc") if isinstance(data.get("qdisc"), Mapping) else {}
-        ifaces.append({"host": host, "iface": str(name), "why": str(data.get("why", "")),
-                       "peers": ",".join(str(p) for p in data.get("peers") or []),
-                       "addresses": ",".join(str(a) for a in data.get("addresses") or []),
-                       "qdisc": str((qdisc or {}).get("kind", "")), "source": source})
+        ifaces.append(iface_row(host, str(name), source, str(data.get("why", "")),
+                                ",".join(str(p) for p in data.get("peers") or []),
+                                ",".join(str(a) for a in data.get("addresses") or []), str((qdisc or {}).get("kind", ""))))
     for name, value in (rec.get("tcp") or {}).items():
         number = _num(value)
         if number is not None:

@@ -1,24 +1,21 @@
 """Ethernet interface counters from the files users already have, and the net part of `analyze`'s inputs.
 
-Promise: `load_net_inputs(paths)` reads, by content, `<host>.net.jsonl` samples, repeated `ip -s link` outputs,
-sysfs `grep -H` dumps and node exporter text, and returns `({"netdev", "net_ifaces"}, notes, {kind: files})`;
-files without a time are skipped with a note. Formats: docs/internals/collectors.md.
+Promise: `sniff_net(head)` tells repeated `ip -s link` outputs, sysfs `grep -H` dumps and node exporter text
+apart; their loaders (and `netdev.load_net_jsonl`'s) return (netdev rows, net_ifaces rows, notes), files without a
+time skipped with a note; `net_tables` makes the two tables. Formats: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from perftracker.bounded import LineBlocks, iter_lines, loads_json, read_head, read_text
+from perftracker.bounded import LineBlocks, iter_lines, read_head, read_text
 from perftracker.collectors.counters import netdev, prometheus
-from perftracker.collectors.counters.dump_lines import named_host, stamp
-from perftracker.collectors.file_notes import unreadable
-from perftracker.errors import InputError
+from perftracker.collectors.counters.dump_lines import iface_row, named_host, stamp
 from perftracker.store import LoadNote
 from perftracker.store.schema import conform
 
@@ -36,18 +33,17 @@ _TX = {"bytes": "tx_bytes", "packets": "tx_packets", "errors": "tx_errors", "dro
        "carrier": "tx_carrier_errors", "collsns": "collisions", "aborted": "tx_aborted_errors",
        "fifo": "tx_fifo_errors", "window": "tx_window_errors", "heartbt": "tx_heartbeat_errors",
        "transns": "carrier_changes"}
-NODE_NETWORK: dict[str, tuple[str, float]] = {  # node exporter metric (no node_network_ prefix) -> (row, scale)
-    "receive_bytes_total": ("rx_bytes", 1.0), "transmit_bytes_total": ("tx_bytes", 1.0),
-    "receive_packets_total": ("rx_packets", 1.0), "transmit_packets_total": ("tx_packets", 1.0),
-    "receive_errs_total": ("rx_errors", 1.0), "transmit_errs_total": ("tx_errors", 1.0),
-    "receive_drop_total": ("rx_dropped", 1.0), "transmit_drop_total": ("tx_dropped", 1.0),
-    "receive_fifo_total": ("rx_fifo_errors", 1.0), "transmit_fifo_total": ("tx_fifo_errors", 1.0),
-    "receive_frame_total": ("rx_frame_errors", 1.0), "receive_multicast_total": ("multicast", 1.0),
-    "transmit_colls_total": ("collisions", 1.0), "transmit_carrier_total": ("tx_carrier_errors", 1.0),
-    "carrier_changes_total": ("carrier_changes", 1.0), "carrier_up_changes_total": ("carrier_up_count", 1.0),
-    "carrier_down_changes_total": ("carrier_down_count", 1.0), "up": ("operstate_up", 1.0),
-    "carrier": ("carrier", 1.0), "speed_bytes": ("speed_mbps", 8e-6), "mtu_bytes": ("mtu", 1.0),
+NODE_NETWORK: dict[str, str] = {  # node exporter metric (no node_network_ prefix) -> row name
+    "receive_bytes_total": "rx_bytes", "transmit_bytes_total": "tx_bytes", "receive_packets_total": "rx_packets",
+    "transmit_packets_total": "tx_packets", "receive_errs_total": "rx_errors", "transmit_errs_total": "tx_errors",
+    "receive_drop_total": "rx_dropped", "transmit_drop_total": "tx_dropped", "receive_fifo_total": "rx_fifo_errors",
+    "transmit_fifo_total": "tx_fifo_errors", "receive_frame_total": "rx_frame_errors",
+    "receive_multicast_total": "multicast", "transmit_colls_total": "collisions",
+    "transmit_carrier_total": "tx_carrier_errors", "carrier_changes_total": "carrier_changes",
+    "carrier_up_changes_total": "carrier_up_count", "carrier_down_changes_total": "carrier_down_count",
+    "up": "operstate_up", "carrier": "carrier", "speed_bytes": "speed_mbps", "mtu_bytes": "mtu",
 }
+NODE_NETWORK_SCALE = {"speed_bytes": 8e-6}  # speed in bytes/s -> Mbit/s
 
 
 def looks_like_ip_link(head: str) -> bool:
@@ -82,8 +78,7 @@ class _Samples:
         ifaces: dict[str, dict[str, Any]] = {}
         for (ts, name), data in sorted(self.records.items()):
             rows.extend(netdev.iface_rows(self.host, name, data, ts))
-            ifaces.setdefault(name, {"host": self.host, "iface": name, "why": "", "peers": "", "addresses": "", "qdisc": "",
-                                     "source": str(path)})
+            ifaces.setdefault(name, iface_row(self.host, name, str(path)))
         notes = [] if rows else [LoadNote("warning", str(path), f"{what} without time lines (`date +%s.%N` or "
                                           "`# ts_ns=N` before each) was skipped: rates need sample times")]
         return rows, list(ifaces.values()), notes
@@ -189,16 +184,13 @@ def load_node_network(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
         dev, short = s.labels["device"], s.name[len("node_network_"):]
         if short == "info":
             up = {"up": 1.0, "down": 0.0, "lowerlayerdown": 0.0}.get(s.labels.get("operstate", "").lower())
-            mapped: tuple[str, float] | None = ("operstate_up", 1.0) if up is not None else None
-            value = up if up is not None else 0.0
+            name, value = ("operstate_up" if up is not None else None), up if up is not None else 0.0
         else:
-            mapped, value = NODE_NETWORK.get(short), s.value
-        if mapped is None:
+            name, value = NODE_NETWORK.get(short), s.value * NODE_NETWORK_SCALE.get(short, 1.0)
+        if name is None:
             continue
-        name, scale = mapped
-        rows.append({"host": host, "iface": dev, "name": name, "ts_ns": s.ts_ns, "value": value * scale})
-        ifaces.setdefault((host, dev), {"host": host, "iface": dev, "why": "", "peers": "", "addresses": "", "qdisc": "",
-                                        "source": str(path)})
+        rows.append({"host": host, "iface": dev, "name": name, "ts_ns": s.ts_ns, "value": value})
+        ifaces.setdefault((host, dev), iface_row(host, dev, str(path)))
     notes = [LoadNote("warning", str(path), f"{untimed} node exporter network sample(s) without a timestamp or a "
                       "preceding `# scrape_time <unix seconds>` line were skipped: rates need sample times")] \
         if untimed else []
@@ -210,14 +202,10 @@ def head_text(path: Path) -> str:
 
 
 def sniff_net(head: str) -> str:
-    """The kind of network-counter input a file holds: net_jsonl, ip_link, sysfs_net_dump, node_network or ''."""
+    """The kind of network-counter text a file holds: ip_link, sysfs_net_dump, node_network or '' (JSON records,
+    `<host>.net.jsonl` samples included, are told apart by `inputs.sniff`)."""
     if head.lstrip().startswith("{"):
-        first = head.lstrip().splitlines()[0]
-        try:
-            rec = loads_json(first)
-        except ValueError:
-            return ""
-        return "net_jsonl" if isinstance(rec, dict) and netdev.looks_like_net_jsonl(rec) else ""
+        return ""
     if looks_like_ip_link(head):
         return "ip_link"
     if looks_like_sysfs_net_dump(head):
@@ -227,31 +215,8 @@ def sniff_net(head: str) -> str:
     return ""
 
 
-_LOADERS = {"net_jsonl": netdev.load_net_jsonl, "ip_link": load_ip_link_dump,
-            "sysfs_net_dump": load_sysfs_net_dump, "node_network": load_node_network}
-
-
-def load_net_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], list[LoadNote], dict[str, int]]:
-    """({"netdev", "net_ifaces"} tables, notes, files loaded per kind) of the network counters among `paths`."""
-    rows: list[dict[str, Any]] = []
-    ifaces: list[dict[str, Any]] = []
-    notes: list[LoadNote] = []
-    sources: dict[str, int] = {}
-    for path in paths:
-        if path.name.endswith(SKIP_SUFFIXES):
-            continue
-        kind = sniff_net(head_text(path))
-        if not kind:
-            continue
-        try:
-            r, i, n = _LOADERS[kind](path)
-        except (OSError, InputError) as exc:
-            notes.append(unreadable(path, "network counter file", exc))
-            continue
-        rows.extend(r)
-        ifaces.extend(i)
-        notes.extend(n)
-        sources[kind] = sources.get(kind, 0) + 1
+def net_tables(rows: list[dict[str, Any]], ifaces: list[dict[str, Any]]) -> dict[str, pd.DataFrame]:
+    """The {"netdev", "net_ifaces"} tables of every network reader's rows: a sample's row once, an interface once."""
     frame = pd.DataFrame(rows)
     if not frame.empty:
         frame = frame.drop_duplicates(["host", "iface", "name", "ts_ns"], keep="last")
@@ -260,4 +225,4 @@ def load_net_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], lis
     if not iface_frame.empty:  # the reason and peers of the last sample that had them
         iface_frame = iface_frame.sort_values(["why", "peers"], key=lambda s: s.str.len(), kind="stable")
         iface_frame = iface_frame.drop_duplicates(["host", "iface"], keep="last").sort_values(["host", "iface"])
-    return {"netdev": conform("netdev", frame), "net_ifaces": conform("net_ifaces", iface_frame)}, notes, sources
+    return {"netdev": conform("netdev", frame), "net_ifaces": conform("net_ifaces", iface_frame)}

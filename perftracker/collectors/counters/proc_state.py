@@ -54,5 +54,5 @@ def _state_row(rec: dict[str, Any], window: str, host: str) -> dict[str, Any] | 
             "window": window}
 
 
-def load_states_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[LoadNote]]:
+def load_states_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
     return load_window_records(path, "process-state records", _state_row)

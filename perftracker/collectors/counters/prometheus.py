@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from perftracker.bounded import MAX_LINE_CHARS
-from perftracker.collectors.counters.dump_lines import MAX_TS_NS
+from perftracker.collectors.counters.dump_lines import MAX_TS_NS, device_row
 from perftracker.values import ascii_int, finite
 
 # Linear on any line: the label set is bounded (a real one is a few hundred characters) and holds no
@@ -22,33 +22,28 @@ _LINE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^{}]{0,
 _LABEL = re.compile(r'(?<![a-zA-Z0-9_])([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
 _SCRAPE = re.compile(r"^#\s*scrape_time\s+(?P<t>[\d.]+)")
 
-# node exporter infiniband metric (without the node_infiniband_ prefix) -> (sysfs counter name, scale)
-NODE_IB: dict[str, tuple[str, float]] = {
-    "port_data_received_bytes_total": ("port_rcv_data", 0.25),
-    "port_data_transmitted_bytes_total": ("port_xmit_data", 0.25),
-    "port_packets_received_total": ("port_rcv_packets", 1.0),
-    "port_packets_transmitted_total": ("port_xmit_packets", 1.0),
-    "port_transmit_wait_total": ("port_xmit_wait", 1.0),
-    "link_downed_total": ("link_downed", 1.0),
-    "link_error_recovery_total": ("link_error_recovery", 1.0),
-    "symbol_error_total": ("symbol_error", 1.0),
-    "port_errors_received_total": ("port_rcv_errors", 1.0),
-    "port_discards_transmitted_total": ("port_xmit_discards", 1.0),
-    "port_receive_remote_physical_errors_total": ("port_rcv_remote_physical_errors", 1.0),
-    "port_receive_switch_relay_errors_total": ("port_rcv_switch_relay_errors", 1.0),
-    "local_link_integrity_errors_total": ("local_link_integrity_errors", 1.0),
-    "excessive_buffer_overrun_errors_total": ("excessive_buffer_overrun_errors", 1.0),
-    "port_transmit_constraint_errors_total": ("port_xmit_constraint_errors", 1.0),
-    "port_receive_constraint_errors_total": ("port_rcv_constraint_errors", 1.0),
-    "vl15_dropped_total": ("VL15_dropped", 1.0),
-    "unicast_packets_received_total": ("unicast_rcv_packets", 1.0),
-    "unicast_packets_transmitted_total": ("unicast_xmit_packets", 1.0),
-    "multicast_packets_received_total": ("multicast_rcv_packets", 1.0),
-    "multicast_packets_transmitted_total": ("multicast_xmit_packets", 1.0),
-    "state_id": ("state_id", 1.0),
-    "physical_state_id": ("phys_state_id", 1.0),
-    "rate_bytes_per_second": ("rate_gbps", 8e-9),
+# node exporter infiniband metric (without the node_infiniband_ prefix) -> sysfs counter name, and the scales of
+# those not in the sysfs unit (data in octets / 4, a rate in Gb/s)
+NODE_IB: dict[str, str] = {
+    "port_data_received_bytes_total": "port_rcv_data", "port_data_transmitted_bytes_total": "port_xmit_data",
+    "port_packets_received_total": "port_rcv_packets", "port_packets_transmitted_total": "port_xmit_packets",
+    "port_transmit_wait_total": "port_xmit_wait", "link_downed_total": "link_downed",
+    "link_error_recovery_total": "link_error_recovery", "symbol_error_total": "symbol_error",
+    "port_errors_received_total": "port_rcv_errors", "port_discards_transmitted_total": "port_xmit_discards",
+    "port_receive_remote_physical_errors_total": "port_rcv_remote_physical_errors",
+    "port_receive_switch_relay_errors_total": "port_rcv_switch_relay_errors",
+    "local_link_integrity_errors_total": "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors_total": "excessive_buffer_overrun_errors",
+    "port_transmit_constraint_errors_total": "port_xmit_constraint_errors",
+    "port_receive_constraint_errors_total": "port_rcv_constraint_errors", "vl15_dropped_total": "VL15_dropped",
+    "unicast_packets_received_total": "unicast_rcv_packets",
+    "unicast_packets_transmitted_total": "unicast_xmit_packets",
+    "multicast_packets_received_total": "multicast_rcv_packets",
+    "multicast_packets_transmitted_total": "multicast_xmit_packets", "state_id": "state_id",
+    "physical_state_id": "phys_state_id", "rate_bytes_per_second": "rate_gbps",
 }
+NODE_IB_SCALE = {"port_data_received_bytes_total": 0.25, "port_data_transmitted_bytes_total": 0.25,
+                 "rate_bytes_per_second": 8e-9}
 
 # DCGM exporter field -> GPU metric name (those of gpu_samples.py)
 DCGM: dict[str, str] = {
@@ -153,15 +148,14 @@ def node_infiniband_rows(samples: list[Sample], default_host: str) -> tuple[list
         if not s.name.startswith("node_infiniband_") or "device" not in s.labels:
             continue
         short = s.name[len("node_infiniband_"):]
-        name, scale = NODE_IB.get(short, (short[:-6] if short.endswith("_total") else short, 1.0))
+        name = NODE_IB.get(short, short[:-6] if short.endswith("_total") else short)
         host = host_of(s.labels, default_host)
         dev, port = s.labels["device"], s.labels.get("port", "1")
         if short == "info":
             continue
         rows.append({"host": host, "rank": -1, "device": dev, "port": port, "name": name, "ts_ns": s.ts_ns,
-                     "value": s.value * scale})
-        devices.setdefault((host, dev, port), {"host": host, "kind": "nic", "device": dev, "port": port,
-                                               "numa_node": -1, "source": "prometheus"})
+                     "value": s.value * NODE_IB_SCALE.get(short, 1.0)})
+        devices.setdefault((host, dev, port), device_row(host, "nic", dev, "prometheus", port))
     return rows, list(devices.values())
 
 
@@ -179,8 +173,6 @@ def dcgm_rows(samples: list[Sample], default_host: str) -> tuple[list[dict[str, 
             continue
         rows.append({"host": host, "rank": -1, "device": dev, "port": "", "name": metric, "ts_ns": s.ts_ns,
                      "value": s.value})
-        devices.setdefault((host, dev), {"host": host, "kind": "gpu", "device": dev, "port": "",
-                                         "uuid": s.labels.get("UUID", ""),
-                                         "pci_bus_id": s.labels.get("pci_bus_id", ""), "numa_node": -1,
-                                         "source": "prometheus"})
+        devices.setdefault((host, dev), device_row(host, "gpu", dev, "prometheus", uuid=s.labels.get("UUID", ""),
+                                                   pci_bus_id=s.labels.get("pci_bus_id", "")))
     return rows, list(devices.values())

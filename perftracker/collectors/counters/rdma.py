@@ -8,12 +8,13 @@ raw sysfs copies into `counters` and `devices` rows. Record format and copy shap
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from perftracker.bounded import LineBlocks, iter_lines
-from perftracker.collectors.counters.dump_lines import MAX_TS_NS, epoch_ns, named_host, stamp
+from perftracker.collectors.counters.dump_lines import MAX_TS_NS, device_row, epoch_ns, named_host, stamp
 from perftracker.collectors.counters.sysfs import read_attr
 from perftracker.collectors.file_notes import records
 from perftracker.store import LoadNote
@@ -59,8 +60,6 @@ def _ib_base(root: Path) -> Path:
 
 def snapshot(sysfs_root: Path | str, host: str, ts_ns: int | None = None) -> list[dict[str, Any]]:
     """One record per RDMA port under `sysfs_root` (a `/sys`, or its `class/infiniband` folder)."""
-    import time
-
     base = _ib_base(Path(sysfs_root))
     when = time.time_ns() if ts_ns is None else ts_ns
     records: list[dict[str, Any]] = []
@@ -130,12 +129,9 @@ def record_rows(rec: dict[str, Any], source: str) -> tuple[list[dict[str, Any]],
     if width > 0:
         rows.append({**base, "name": "width", "value": float(width)})
     numa = int_in(rec.get("numa_node"), -1, 1 << 16)
-    device = {"host": host, "kind": "nic", "device": dev, "port": port, "uuid": "",
-              "pci_bus_id": str(rec.get("pci_bus_id", "")),
-              "numa_node": -1 if numa is None else numa,
-              "link_layer": str(rec.get("link_layer", "")),
-              "netdevs": ",".join(str(n) for n in rec.get("netdevs") or []), "ranks": "", "source": source}
-    return rows, device
+    return rows, device_row(host, "nic", dev, source, port, pci_bus_id=str(rec.get("pci_bus_id", "")),
+                            numa_node=-1 if numa is None else numa, link_layer=str(rec.get("link_layer", "")),
+                            netdevs=",".join(str(n) for n in rec.get("netdevs") or []))
 
 
 def _rows_devices(pairs: Iterable[tuple[list[dict[str, Any]], dict[str, Any]]]

@@ -69,17 +69,18 @@ def nonneg_int(value: Any) -> int | None:
 
 
 def load_window_records(path: Path, what: str, row_of: Callable[[dict[str, Any], str, str], dict[str, Any] | None]
-                        ) -> tuple[list[dict[str, Any]], list[LoadNote]]:
-    """The rows of a JSON-lines file of records taken around a window (bounded): `row_of(record, window, host)`
-    turns one record into a row or None (not such a record: skipped, with one note naming `what` and the lines);
-    the window is "baseline" under a `baseline/` folder, else "incident"; host defaults to the file name's head."""
+                        ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
+    """(rows, no device rows, notes) of a JSON-lines file of records taken around a window (bounded):
+    `row_of(record, window, host)` turns one record into a row or None (not such a record: skipped, with one note
+    naming `what` and the lines); the window is "baseline" under a `baseline/` folder, else "incident"; host defaults
+    to the file name's head."""
     window = "baseline" if path.parent.parent.name == "baseline" else "incident"
     host = path.name.split(".")[0]
     rows, bad, notes = records(path, lambda _, rec: row_of(rec, window, host))
     if bad:
         notes.append(LoadNote("warning", str(path), f"{len(bad)} line(s) are not {what} and were skipped "
                               f"(line {line_list(bad)})", {"lines": bad[:50]}))
-    return rows, notes
+    return rows, [], notes
 
 
 def _sched_row(rec: dict[str, Any], window: str, host: str) -> dict[str, Any] | None:
@@ -95,5 +96,5 @@ def _sched_row(rec: dict[str, Any], window: str, host: str) -> dict[str, Any] | 
             "cpus": cpus if cpus is not None else -1, "window": window}
 
 
-def load_sched_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[LoadNote]]:
+def load_sched_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
     return load_window_records(path, "scheduler records", _sched_row)

@@ -110,15 +110,9 @@ class NetdevSampler:
                 except OSError as exc:
                     ctx.note(f"net: could not write a link state change ({exc})")
 
-    def _pids(self, ctx: LiveContext) -> list[int]:
-        pids = [w.pid for w in ctx.alive()]
-        if ctx.job.launcher_pid:
-            pids.append(ctx.job.launcher_pid)
-        return pids
-
     def _resolve(self, ctx: LiveContext) -> None:
         self._last_resolve = time.monotonic()
-        pids = self._pids(ctx)
+        pids = [w.pid for w in ctx.alive()] + ([ctx.job.launcher_pid] if ctx.job.launcher_pid else [])
         settings = settings_of(pids)
         peers = peer_addresses(pids)
         master = settings.get("MASTER_ADDR", "")

@@ -2,7 +2,8 @@
 
 Once, `delay_s` after the start, one non-blocking `py-spy record` per rank, side by side, into
 `profiles/rank-<r>.txt` with a `.json` sidecar; stopped early, the recorders write what they have. When they
-end, the panel's suspicion is `ctx.diagnosis.straggler_suspicion` of them.
+end, the panel's suspicion is `ctx.diagnosis.straggler_suspicion` of them. `BurstRound`, one such recording of
+every rank, is also the stack-steps sampler's.
 """
 
 from __future__ import annotations
@@ -14,10 +15,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from perftracker.collectors.stacks.chrometrace import read_burst
 from perftracker.collectors.stacks.samples import load_profile_inputs
+from perftracker.errors import InputError
+from perftracker.live.attach.discovery import Worker
 from perftracker.live.sampler import LiveContext
 from perftracker.live.samplers.stacks import PERMISSION_HINT, find_pyspy
 from perftracker.rundir import atomic_write_text
+from perftracker.store.stack_bursts import StackBurst
+
+WAIT_GRACE_S = 5.0  # beyond its duration, a burst's recorder gets this long before it is interrupted
 
 
 def interrupt_recorders(procs: list[subprocess.Popen[bytes]]) -> None:
@@ -60,11 +67,67 @@ def recording_problem(rec: Recording, err: str) -> str:
     return f"no samples of rank {rec.rank} (pid {rec.pid}): {err.strip().splitlines()[-1][:200]}"
 
 
+class BurstRound:
+    """One `py-spy record` of every rank side by side, in format `fmt` into `folder/rank-<r><suffix>`: start, poll
+    `done` until it is, then `read` the bursts (or `stop` early)."""
+
+    __slots__ = ("pyspy", "seconds", "rate_hz", "folder", "fmt", "suffix", "started_ns", "recorders", "errors")
+
+    def __init__(self, pyspy: str, seconds: int, rate_hz: int, folder: Path, fmt: str = "chrometrace",
+                 suffix: str = ".chrometrace.json") -> None:
+        self.pyspy, self.seconds, self.rate_hz, self.folder = pyspy, seconds, rate_hz, folder
+        self.fmt, self.suffix = fmt, suffix
+        self.started_ns = 0
+        self.recorders: list[Recording] = []
+        self.errors: list[str] = []
+
+    def start(self, workers: list[Worker]) -> None:
+        self.started_ns = time.time_ns()
+        for w in workers:
+            out = self.folder / f"rank-{w.rank}{self.suffix}"
+            try:
+                proc = start_recorder(self.pyspy, w.pid, self.seconds, self.rate_hz, self.fmt, out)
+            except OSError as exc:
+                self.errors.append(f"could not start py-spy for rank {w.rank} ({exc})")
+                continue
+            self.recorders.append(Recording(w.rank, w.pid, proc, out, time.time_ns()))
+
+    def finished(self) -> bool:
+        return all(r.proc.poll() is not None for r in self.recorders)
+
+    def done(self) -> bool:
+        """Finished; a recorder still running `WAIT_GRACE_S` past its duration is interrupted first."""
+        if time.time_ns() > self.started_ns + int((self.seconds + WAIT_GRACE_S) * 1e9):
+            self.stop()
+        return self.finished()
+
+    def stop(self) -> None:
+        """Interrupt the recorders still running (py-spy writes what it has on SIGINT)."""
+        interrupt_recorders([rec.proc for rec in self.recorders])
+
+    def read(self) -> list[StackBurst]:
+        """Every rank's burst that was written; what failed is in `errors`."""
+        bursts = []
+        for rec in self.recorders:
+            err = rec.proc.stderr.read().decode(errors="replace") if rec.proc.stderr else ""
+            if rec.proc.stderr:
+                rec.proc.stderr.close()
+            if not rec.out.is_file() or rec.out.stat().st_size == 0:
+                if err.strip():
+                    self.errors.append(recording_problem(rec, err))
+                continue
+            try:
+                bursts.append(read_burst(rec.out, rec.rank, self.rate_hz, self.started_ns))
+            except InputError as exc:
+                self.errors.append(f"rank {rec.rank}'s burst not read: {exc.message}")
+        return bursts
+
+
 class ProfileSampler:
     name = "profile"
     interval_s = 1.0
     __slots__ = (
-        "seconds", "rate_hz", "delay_s", "out_dir", "judge", "state", "_pyspy", "_started", "_recordings", "_done",
+        "seconds", "rate_hz", "delay_s", "out_dir", "judge", "state", "_pyspy", "_started", "_round", "_done",
     )
 
     def __init__(self, seconds: float = 10.0, rate_hz: int = 20, delay_s: float = 2.0, out_dir: Path | None = None,
@@ -77,7 +140,7 @@ class ProfileSampler:
         self.state = "waiting"
         self._pyspy: str | None = None
         self._started = 0.0
-        self._recordings: list[Recording] = []
+        self._round: BurstRound | None = None
         self._done = False
 
     def start(self, ctx: LiveContext) -> None:
@@ -90,32 +153,28 @@ class ProfileSampler:
     def sample(self, ctx: LiveContext) -> None:
         if self._done:
             return
-        if not self._recordings:
+        if self._round is None:
             if time.monotonic() - self._started >= self.delay_s:
                 self._launch(ctx)
             return
-        if all(r.proc.poll() is not None for r in self._recordings):
+        if self._round.finished():
             self._finish(ctx)
 
     def _launch(self, ctx: LiveContext) -> None:
         assert self._pyspy is not None
         folder = self.out_dir or ctx.run_dir / "profiles"
         folder.mkdir(parents=True, exist_ok=True)
-        for w in ctx.alive():
-            out = folder / f"rank-{w.rank}.txt"
-            try:
-                proc = start_recorder(self._pyspy, w.pid, max(1, round(self.seconds)), self.rate_hz, "raw", out)
-            except OSError as exc:
-                ctx.note(f"profile: could not start py-spy for rank {w.rank} ({exc})")
-                continue
-            self._recordings.append(Recording(w.rank, w.pid, proc, out, time.time_ns()))
-        if not self._recordings:
-            self._done = True
-        self.state = f"recording {len(self._recordings)} rank(s) for {self.seconds:.0f}s at {self.rate_hz} Hz"
+        rnd = self._round = BurstRound(self._pyspy, max(1, round(self.seconds)), self.rate_hz, folder, "raw", ".txt")
+        rnd.start(ctx.alive())
+        for err in rnd.errors:
+            ctx.note(f"profile: {err}")
+        self._done = not rnd.recorders
+        self.state = f"recording {len(rnd.recorders)} rank(s) for {self.seconds:.0f}s at {self.rate_hz} Hz"
 
     def _finish(self, ctx: LiveContext) -> None:
+        assert self._round is not None
         recorded = 0
-        for rec in self._recordings:
+        for rec in self._round.recorders:
             err = rec.proc.stderr.read().decode(errors="replace") if rec.proc.stderr else ""
             if rec.out.is_file() and rec.out.stat().st_size > 0:
                 recorded += 1
@@ -125,15 +184,15 @@ class ProfileSampler:
             else:
                 ctx.note("profile: " + recording_problem(rec, err if err.strip() else f"exit status {rec.proc.returncode}"))
         self._done = True
-        self.state = f"{recorded} of {len(self._recordings)} rank(s) recorded ({self.seconds:.0f}s at {self.rate_hz} Hz)"
+        self.state = f"{recorded} of {len(self._round.recorders)} rank(s) recorded ({self.seconds:.0f}s at {self.rate_hz} Hz)"
         if recorded and self.judge and not ctx.progress.suspicion:
-            samples, _ = load_profile_inputs([r.out for r in self._recordings if r.out.is_file()])
+            samples, _ = load_profile_inputs([r.out for r in self._round.recorders if r.out.is_file()])
             ctx.progress.suspicion = ctx.diagnosis.straggler_suspicion(samples)
 
     def stop(self, ctx: LiveContext) -> None:
-        if self._done or not self._recordings:
+        if self._done or self._round is None:
             return
-        interrupt_recorders([rec.proc for rec in self._recordings])  # attach ends first
+        self._round.stop()  # attach ends first
         self._finish(ctx)
 
     @property

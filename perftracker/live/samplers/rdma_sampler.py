@@ -10,6 +10,8 @@ import shutil
 from collections.abc import Callable
 from typing import Any
 
+from perftracker.collectors.counters.ethtool import flow_control, read_ethtool
+from perftracker.collectors.counters.rdma import snapshot
 from perftracker.live.sampler import LiveContext, append_records
 
 EthtoolReader = Callable[[str], dict[str, int] | None]
@@ -33,8 +35,6 @@ class RdmaSampler:
         self._netdev: dict[tuple[str, str], str] = {}
 
     def start(self, ctx: LiveContext) -> None:
-        from perftracker.collectors.counters.rdma import snapshot
-
         first = snapshot(ctx.sysfs_root, ctx.host)
         self.ports = len(first)
         if not first:
@@ -50,13 +50,9 @@ class RdmaSampler:
                          "ethtool`) on the host, or save `ethtool -S <netdev>` periodically with a `date +%s.%N` line "
                          "before each and pass the file to analyze")
             else:
-                from perftracker.collectors.counters.ethtool import read_ethtool
-
                 self.ethtool_reader = read_ethtool
 
     def _ethtool(self, ctx: LiveContext, rec: dict[str, Any]) -> dict[str, int] | None:
-        from perftracker.collectors.counters.ethtool import flow_control
-
         assert self.ethtool_reader is not None
         key = (str(rec["device"]), str(rec["port"]))
         known = self._netdev.get(key)
@@ -76,8 +72,6 @@ class RdmaSampler:
     def sample(self, ctx: LiveContext) -> None:
         if not self.enabled:
             return
-        from perftracker.collectors.counters.rdma import snapshot
-
         records = snapshot(ctx.sysfs_root, ctx.host)
         pfc = 0
         if self.ethtool_reader is not None:

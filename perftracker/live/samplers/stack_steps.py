@@ -14,16 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from perftracker.collectors.stacks.chrometrace import read_burst
-from perftracker.errors import InputError
-from perftracker.live.attach.discovery import Worker
 from perftracker.live.sampler import LiveContext
-from perftracker.live.samplers.profile_sampler import (
-    Recording,
-    interrupt_recorders,
-    recording_problem,
-    start_recorder,
-)
+from perftracker.live.samplers.profile_sampler import BurstRound
 from perftracker.live.samplers.stacks import find_pyspy
 from perftracker.live.samplers.step_feed import StepFeed
 from perftracker.rundir import append_jsonl, step_file
@@ -31,60 +23,6 @@ from perftracker.store.stack_bursts import StackBurst
 
 STACKS_SOURCE = "stacks"  # the `source` of a step record made from a burst
 SAMPLES_PER_BURST = 250
-WAIT_GRACE_S = 5.0  # beyond its duration, a recorder gets this long before it is interrupted
-
-
-class BurstRound:
-    """One burst of every rank side by side: start, `poll` until done, then `read` (or `stop` early)."""
-
-    __slots__ = ("pyspy", "seconds", "rate_hz", "folder", "started_ns", "recorders", "errors")
-
-    def __init__(self, pyspy: str, seconds: int, rate_hz: int, folder: Path) -> None:
-        self.pyspy = pyspy
-        self.seconds = seconds
-        self.rate_hz = rate_hz
-        self.folder = folder
-        self.started_ns = 0
-        self.recorders: list[Recording] = []
-        self.errors: list[str] = []
-
-    def start(self, workers: list[Worker]) -> None:
-        self.started_ns = time.time_ns()
-        for w in workers:
-            out = self.folder / f"rank-{w.rank}.chrometrace.json"
-            try:
-                proc = start_recorder(self.pyspy, w.pid, self.seconds, self.rate_hz, "chrometrace", out)
-            except OSError as exc:
-                self.errors.append(f"could not start py-spy for rank {w.rank} ({exc})")
-                continue
-            self.recorders.append(Recording(w.rank, w.pid, proc, out, self.started_ns))
-
-    def done(self) -> bool:
-        late = time.time_ns() > self.started_ns + int((self.seconds + WAIT_GRACE_S) * 1e9)
-        if late:
-            self.stop()
-        return all(r.proc.poll() is not None for r in self.recorders)
-
-    def stop(self) -> None:
-        """Interrupt the recorders still running (py-spy writes what it has on SIGINT)."""
-        interrupt_recorders([rec.proc for rec in self.recorders])
-
-    def read(self) -> list[StackBurst]:
-        """Every rank's burst that was written; what failed is in `errors`."""
-        bursts = []
-        for rec in self.recorders:
-            err = rec.proc.stderr.read().decode(errors="replace") if rec.proc.stderr else ""
-            if rec.proc.stderr:
-                rec.proc.stderr.close()
-            if not rec.out.is_file() or rec.out.stat().st_size == 0:
-                if err.strip():
-                    self.errors.append(recording_problem(rec, err))
-                continue
-            try:
-                bursts.append(read_burst(rec.out, rec.rank, self.rate_hz, self.started_ns))
-            except InputError as exc:
-                self.errors.append(f"rank {rec.rank}'s burst not read: {exc.message}")
-        return bursts
 
 
 def burst_record(burst: StackBurst, index: int, end_ns: int, host: str, period_s: float, confidence: float,

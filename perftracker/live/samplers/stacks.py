@@ -126,16 +126,10 @@ class StackSampler:
             self._watcher.join(timeout=self.native_timeout_s + 5)
 
     def status(self) -> str:
-        text = f"{self.rounds} round(s), last {self.last_round_s * 1000:.0f} ms; {self.state}"
-        if self.skipped:
-            text += f"; {self.skipped} periodic round(s) left out while steps came"
-        if self.hang_dumps:
-            text += f"; {self.hang_dumps} hang dump(s)"
-        if self.requested_dumps:
-            text += f"; {self.requested_dumps} requested dump(s)"
-        if self.failures:
-            text += f"; {self.failures} failed dump(s)"
-        return text
+        counts = ((self.skipped, "periodic round(s) left out while steps came"), (self.hang_dumps, "hang dump(s)"),
+                  (self.requested_dumps, "requested dump(s)"), (self.failures, "failed dump(s)"))
+        return f"{self.rounds} round(s), last {self.last_round_s * 1000:.0f} ms; {self.state}" + "".join(
+            f"; {n} {what}" for n, what in counts if n)
 
     # -- triggers ------------------------------------------------------------------------------
     def _watch(self, ctx: LiveContext) -> None:
