@@ -1,7 +1,7 @@
 """The cross-rank step graph and its what-if replay (ByteDance OSDI'25's method, on perftracker's collectives).
 
 `step_graph(table, steps, offsets)` chains each rank's local work, collectives and tail per step; `replay(graph,
-...)` recomputes the step times, exactly as measured when nothing is changed; `idealize_rank`, `idealize_all`,
+...)` recomputes the step times, exactly as measured when nothing is changed; `idealize` and
 `with_transfer` change the durations for a what-if; `slowdown` and `fix_each_rank` are OSDI'25's S and S_w.
 """
 
@@ -186,51 +186,34 @@ def _instance_transfer(nodes: pd.DataFrame) -> np.ndarray:
     return of_recv.fillna(whole).to_numpy(np.float64)
 
 
-def idealize_rank(graph: StepGraph, rank: int, local: np.ndarray | None = None,
-                  tail: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """`local` and `tail` with `rank`'s set to the mean of its peers' at the same position (without peers: the
-    other members' at the same instance, a P2P node its own; the tail: the peers' in the step, else the other
-    ranks'): the rank's extra work removed, nothing else changed."""
+def idealize(graph: StepGraph, rank: int | None = None, local: np.ndarray | None = None,
+             tail: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """`local` and `tail` (the measured ones by default) with `rank`'s, or every rank's when None, set to the mean
+    of its peers' at the same position (every rank's: with itself, OSDI'25's T_ideal; without peers: the members'
+    at the same instance, a P2P node its own; a tail: the peers' in the step, else the step's)."""
     nodes, ranks = graph.nodes, graph.ranks
-    loc = nodes["local_ns"].to_numpy(np.float64).copy() if local is None else local.copy()
-    tails = ranks["tail_ns"].to_numpy(np.float64).copy() if tail is None else tail.copy()
-    mine = nodes["rank"].to_numpy() == rank
-    masked = pd.Series(np.where(mine, np.nan, loc), index=nodes.index)
-    peers = masked.groupby(nodes["peer_key"].to_numpy(np.int64)).transform("mean").to_numpy()
-    members = masked.groupby(nodes["instance"]).transform("mean").to_numpy()
-    p2p = nodes["p2p"].to_numpy(bool)
-    fallback = np.where(p2p, loc, members)
-    loc[mine] = np.where(np.isnan(peers), fallback, peers)[mine]
-    rmine = ranks["rank"].to_numpy() == rank
-    rmasked = pd.Series(np.where(rmine, np.nan, tails))
-    rpeers = rmasked.groupby(ranks["peer_key"].to_numpy(np.int64)).transform("mean").to_numpy()
-    ot = rmasked.groupby(ranks["step"].to_numpy()).transform("mean").to_numpy()
-    tails[rmine] = np.where(np.isnan(rpeers), ot, rpeers)[rmine]
-    return np.nan_to_num(loc, nan=0.0), np.nan_to_num(tails, nan=0.0)
+    loc = nodes["local_ns"].to_numpy(np.float64) if local is None else local
+    tails = ranks["tail_ns"].to_numpy(np.float64) if tail is None else tail
 
+    def mean_over(values: np.ndarray, frame: pd.DataFrame, by: str) -> np.ndarray:
+        """Per row: the mean over its `by` group without `rank`'s rows; over peers, NaN for a group of one."""
+        groups = pd.Series(np.where(frame["rank"].to_numpy() == rank, np.nan, values)).groupby(frame[by].to_numpy())
+        mean = groups.transform("mean")
+        return (mean.where(groups.transform("size") > 1) if by == "peer_key" else mean).to_numpy(np.float64)
 
-def idealize_all(graph: StepGraph) -> tuple[np.ndarray, np.ndarray]:
-    """Every rank's local work and tail set to its peers' mean (with itself; without peers: the members' mean at
-    the instance, a P2P node its own): OSDI'25's T_ideal, with median transfers."""
-    nodes, ranks = graph.nodes, graph.ranks
-    loc = nodes["local_ns"].to_numpy(np.float64)
-    key = pd.Series(nodes["peer_key"].to_numpy(np.int64))
-    sizes = key.groupby(key).transform("size").to_numpy()
-    peers = nodes.groupby(key.to_numpy())["local_ns"].transform("mean").to_numpy(np.float64)
-    members = nodes.groupby("instance")["local_ns"].transform("mean").to_numpy(np.float64)
-    p2p = nodes["p2p"].to_numpy(bool)
-    ideal = np.where(sizes > 1, peers, np.where(p2p, loc, members))
-    rkey = pd.Series(ranks["peer_key"].to_numpy(np.int64))
-    rsizes = rkey.groupby(rkey).transform("size").to_numpy()
-    rpeers = ranks.groupby(rkey.to_numpy())["tail_ns"].transform("mean").to_numpy(np.float64)
-    rall = ranks.groupby("step")["tail_ns"].transform("mean").to_numpy(np.float64)
-    return ideal, np.where(rsizes > 1, rpeers, rall)
+    mine = (nodes["rank"].to_numpy() == rank) | (rank is None)
+    rmine = (ranks["rank"].to_numpy() == rank) | (rank is None)
+    peers, rpeers = mean_over(loc, nodes, "peer_key"), mean_over(tails, ranks, "peer_key")
+    fallback = np.where(nodes["p2p"].to_numpy(bool), loc, mean_over(loc, nodes, "instance"))
+    ideal = np.where(mine, np.where(np.isnan(peers), fallback, peers), loc)
+    ideal_tail = np.where(rmine, np.where(np.isnan(rpeers), mean_over(tails, ranks, "step"), rpeers), tails)
+    return np.nan_to_num(ideal, nan=0.0), np.nan_to_num(ideal_tail, nan=0.0)
 
 
 def slowdown(graph: StepGraph) -> tuple[float, float]:
     """(S, waste): S = T_replayed / T_ideal, waste = 1 - 1/S (OSDI'25)."""
     base = replay(graph).mean_step_ns()
-    loc, tails = idealize_all(graph)
+    loc, tails = idealize(graph)
     ideal = replay(graph, local=loc, tail=tails).mean_step_ns()
     if ideal <= 0 or base <= 0:
         return 1.0, 0.0
@@ -261,13 +244,13 @@ def fix_each_rank(graph: StepGraph, limit: int = FIX_RANKS_MAX) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     measured = nodes["local_ns"].to_numpy(np.float64)
     tails = graph.ranks["tail_ns"].to_numpy(np.float64)
-    ideal_loc, ideal_tail = idealize_all(graph)
+    ideal_loc, ideal_tail = idealize(graph)
     base = replay(graph).mean_step_ns()
     t_ideal = replay(graph, local=ideal_loc, tail=ideal_tail).mean_step_ns()
     excess = pd.Series(measured - ideal_loc).groupby(nodes["rank"].to_numpy()).sum().sort_values(ascending=False)
     rows = []
     for rank in excess.index[:limit]:
-        loc, tl = idealize_rank(graph, int(rank))
+        loc, tl = idealize(graph, int(rank))
         fixed = replay(graph, local=loc, tail=tl).mean_step_ns()
         mine, rmine = nodes["rank"].to_numpy() == rank, graph.ranks["rank"].to_numpy() == rank
         only = replay(graph, local=np.where(mine, measured, ideal_loc),
