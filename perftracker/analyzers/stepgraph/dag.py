@@ -1,4 +1,5 @@
-"""Earliest finish over a dependency DAG: the one schedule engine of the per-op what-if and the pipeline simulator.
+"""Earliest finish over a dependency DAG: the one schedule engine of the step-graph replay, the per-op what-if and
+the pipeline simulator.
 
 `topological(preds)` orders the nodes after their predecessors (Kahn's algorithm) and names those left on a
 cycle; `finish(groups, preds, dur, zero)` times them: a group's members start together at the latest end of their

@@ -8,10 +8,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
 
+from perftracker.analyzers.stepgraph.dag import finish
 from perftracker.analyzers.stragglers.group_of import P2P_COLLECTIVES
 
 
@@ -25,6 +27,11 @@ class StepGraph:
 
     nodes: pd.DataFrame
     ranks: pd.DataFrame
+
+    @cached_property
+    def dag(self) -> StepDag:
+        """The graph as a DAG (`step_dag`), built once for all its replays."""
+        return step_dag(self)
 
 
 @dataclass(frozen=True)
@@ -137,9 +144,43 @@ def replay(graph: StepGraph, local: np.ndarray | None = None, transfer: np.ndarr
     loc = nodes["local_ns"].to_numpy(np.float64) if local is None else np.asarray(local, np.float64)
     xfer = _instance_transfer(nodes) if transfer is None else np.asarray(transfer, np.float64)
     tails = ranks["tail_ns"].to_numpy(np.float64) if tail is None else np.asarray(tail, np.float64)
-    key = list(zip(ranks["step"].to_numpy(), ranks["rank"].to_numpy()))
-    ready = dict(zip(key, ranks["start_ns"].to_numpy(np.float64)))
-    last_arr = dict(ready)  # the rank's previous arrival, for local work that overlapped its previous collective
+    dag = graph.dag
+    coll_xfer = np.array([xfer[rows].max() for _, _, _, rows, _ in dag.collectives], dtype=np.float64)
+    start = ranks["start_ns"].to_numpy(np.float64)
+    end = finish(((i,) for i in range(len(dag.preds))), dag.preds,
+                 np.concatenate([start, loc, coll_xfer, tails])[dag.durations], 0.0)
+    out_inst = []
+    for here, step, node, _, by in dag.collectives:
+        arrivals = [end[p] for p in dag.preds[node]]
+        last = int(np.argmax(arrivals))
+        out_inst.append((here, step, by[last], float(arrivals[last]), float(end[node])))
+    measured = ranks["dur_ns"].to_numpy(np.float64)
+    replayed = np.array(end[len(end) - len(ranks):], dtype=np.float64) - start
+    steps = pd.DataFrame({"step": ranks["step"].to_numpy(), "rank": ranks["rank"].to_numpy(),
+                          "measured_ns": measured, "replayed_ns": replayed})
+    return Replay(steps, pd.DataFrame(out_inst, columns=["instance", "step", "last_rank", "last_arrival_ns", "end_ns"]))
+
+
+@dataclass(frozen=True)
+class StepDag:
+    """The step graph as a DAG in topological order: per rank row its start, per node row its arrival (the local
+    work after the rank's previous collective, or its previous arrival), per collective its end (the last arrival
+    plus the transfer; a posted send has none), per rank row its end (plus the tail). `durations` places each DAG
+    node's duration in [start per rank row, local per node row, transfer per collective, tail per rank row]."""
+
+    preds: list[list[int]]
+    durations: np.ndarray
+    collectives: list[tuple[int, int, int, np.ndarray, list[int]]]  # instance, step, DAG node, node rows, pred ranks
+
+
+def step_dag(graph: StepGraph) -> StepDag:
+    """`graph`'s `StepDag`: each instance's members in completion order, a P2P pair's send posted before its recv."""
+    nodes, ranks = graph.nodes, graph.ranks
+    keys = list(zip(ranks["step"].to_numpy().tolist(), ranks["rank"].to_numpy().tolist()))
+    ready = {w: i for i, w in enumerate(keys)}  # per (step, rank): the DAG node its next local work starts after
+    last_arr = dict(ready)  # its previous arrival, for local work that overlapped its previous collective
+    preds: list[list[int]] = [[] for _ in keys]
+    durations = list(range(len(keys)))
     posted = nodes["post"].to_numpy(bool)
     order = nodes.assign(_post=posted).sort_values(["step", "order", "instance", "_post"], kind="stable")
     idx = order.index.to_numpy()
@@ -148,32 +189,29 @@ def replay(graph: StepGraph, local: np.ndarray | None = None, transfer: np.ndarr
     bounds = np.flatnonzero((np.diff(inst) != 0) | (np.diff(post.astype(np.int8)) != 0)) + 1
     step_col, rank_col = order["step"].to_numpy(), order["rank"].to_numpy()
     after = order["after_end"].to_numpy(bool)
-    sent: dict[int, tuple[float, int]] = {}  # a pair's instance -> (its send's replayed arrival, the sender)
-    out_inst = []
+    sent: dict[int, tuple[list[int], list[int]]] = {}  # a pair's instance -> its send's arrival node, the sender
+    collectives: list[tuple[int, int, int, np.ndarray, list[int]]] = []
     for group in np.split(np.arange(len(idx)), bounds):
         rows = idx[group]
         who = [(int(step_col[g]), int(rank_col[g])) for g in group]
-        base = np.array([ready[w] if after[g] else last_arr[w] for w, g in zip(who, group)])
-        arrival = base + loc[rows]
-        last = int(np.argmax(arrival))
+        arrive = list(range(len(preds), len(preds) + len(rows)))
+        preds += [[ready[w] if after[g] else last_arr[w]] for w, g in zip(who, group)]
+        durations += (len(keys) + rows).tolist()
         here = int(inst[group[0]])
         if post[group[0]]:  # a send posted: the sender goes on at once, the pair completes with its recv
-            sent[here] = (float(arrival[last]), who[last][1])
-            for w, a in zip(who, arrival):
-                ready[w] = last_arr[w] = float(a)
+            sent[here] = (arrive, [w[1] for w in who])
+            ready.update(zip(who, arrive))
+            last_arr.update(zip(who, arrive))
             continue
-        last_at, last_rank = float(arrival[last]), who[last][1]
-        if here in sent and sent[here][0] > last_at:
-            last_at, last_rank = sent[here]
-        end = last_at + float(xfer[rows].max())
-        for w, a in zip(who, arrival):
-            ready[w], last_arr[w] = end, float(a)
-        out_inst.append((here, who[0][0], last_rank, last_at, end))
-    measured = ranks["dur_ns"].to_numpy(np.float64)
-    finish = np.array([ready[k] for k in key]) + tails
-    steps = pd.DataFrame({"step": ranks["step"].to_numpy(), "rank": ranks["rank"].to_numpy(),
-                          "measured_ns": measured, "replayed_ns": finish - ranks["start_ns"].to_numpy(np.float64)})
-    return Replay(steps, pd.DataFrame(out_inst, columns=["instance", "step", "last_rank", "last_arrival_ns", "end_ns"]))
+        also, by = sent.get(here, ([], []))
+        collectives.append((here, who[0][0], len(preds), rows, [w[1] for w in who] + by))
+        ready.update((w, len(preds)) for w in who)
+        last_arr.update(zip(who, arrive))
+        preds.append(arrive + also)
+        durations.append(len(keys) + len(nodes) + len(collectives) - 1)
+    preds += [[ready[w]] for w in keys]
+    durations += range(len(keys) + len(nodes) + len(collectives), 2 * len(keys) + len(nodes) + len(collectives))
+    return StepDag(preds, np.array(durations, dtype=np.int64), collectives)
 
 
 def _instance_transfer(nodes: pd.DataFrame) -> np.ndarray:
