@@ -35,7 +35,10 @@ def simulate(kind: str, fwd: Sequence[float], bwd: Sequence[float], m: int) -> f
     index = {key: n for n, key in enumerate(passes)}
     preds = []
     for n, (k, s, i) in enumerate(passes):
-        deps = ([("F", s - 1, i)] if s > 0 else []) if k == "F" else [("F", s, i), *([("B", s + 1, i)] if s + 1 < p else [])]
+        if k == "F":
+            deps = [("F", s - 1, i)] if s > 0 else []
+        else:
+            deps = [("F", s, i), *([("B", s + 1, i)] if s + 1 < p else [])]
         preds.append(([n - 1] if n and passes[n - 1][1] == s else []) + [index[d] for d in deps])
     order, stuck = topological(preds)
     if stuck:  # cannot happen for these schedules

@@ -253,12 +253,6 @@ def arrivals(matched: pd.DataFrame, offsets: pd.Series) -> pd.DataFrame:
     return frame.sort_values(["instance", "rank"]).reset_index(drop=True)
 
 
-def straggler_tables(store: Store) -> tuple[pd.DataFrame, pd.Series]:
-    """(arrivals per instance and rank, clock offset per rank in ns)."""
-    arr, domains = aligned_arrivals(store)
-    return arr, domains.offsets
-
-
 def aligned_arrivals(store: Store, report: MatchReport | None = None) -> tuple[pd.DataFrame, ClockDomains]:
     """(arrivals per instance and rank, the ranks' clock domains and offsets: `clock_domains`)."""
     report = report if report is not None else MatchReport()
@@ -280,7 +274,7 @@ class CollectiveArrivals:
 
 
 def arrivals_view(analysis: Analysis) -> CollectiveArrivals:
-    """The run's collective arrivals (see `straggler_tables`)."""
+    """The run's collective arrivals (see `aligned_arrivals`)."""
     report = MatchReport()
     arr, domains = aligned_arrivals(analysis.store, report)
     return CollectiveArrivals(arr, domains.offsets, domains, report)

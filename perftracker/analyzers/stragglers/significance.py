@@ -293,12 +293,6 @@ def _pooled_rho(d: np.ndarray) -> float:
     return float(np.clip(rho, 0.0, 0.9)) if rho > 1.645 / math.sqrt(pairs) else 0.0
 
 
-def _paired_excess(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(each cell minus the median of the other cells of its row, that median), for steps x ranks."""
-    others = _median_of_others(values)
-    return values - others, others
-
-
 def judge_durations(trials: pd.DataFrame, alpha: float | None = None, measure: str = "own work",
                     min_excess: float | None = None) -> DurationVerdict:
     """`trials`: columns trial, rank, value (a rank's own work in one step). See docs/internals/stepgraph.md.
@@ -313,7 +307,8 @@ smallest relative excess named (default straggler.durations_min_excess)."""
         return DurationVerdict(None, False, 1.0, steps, world, 0.0, 0.0, 0, 0.0, float(steps),
                                f"{steps} step(s) of {world} rank(s): too few for the durations test", measure)
     values = grid.to_numpy(dtype=float)
-    d, others = _paired_excess(values)
+    others = _median_of_others(values)
+    d = values - others  # each rank's excess over the median of the others, per step
     rho = _pooled_rho(d)
     n_eff = max(2.0, steps * (1.0 - rho) / (1.0 + rho))
     means = d.mean(axis=0)
@@ -322,7 +317,8 @@ smallest relative excess named (default straggler.durations_min_excess)."""
     p_family = paired_p(float(means[best]), float(d[:, best].std(ddof=1)), n_eff, world)
     peers_work = float(np.median(others[:, best]))
     relative = float(means[best]) / peers_work if peers_work > 0 else 0.0
-    rest = _paired_excess(np.delete(values, best, axis=1))[0].mean(axis=0)  # the others among themselves
+    rest_values = np.delete(values, best, axis=1)  # the others among themselves
+    rest = (rest_values - _median_of_others(rest_values)).mean(axis=0)
     verdict = DurationVerdict(rank, False, p_family, steps, world, float(means[best]), relative,
                               int((d[:, best] > 0).sum()), rho, n_eff, measure=measure)
     why = _why_not(verdict, float(rest.max()), _range(rest), alpha, floor)
