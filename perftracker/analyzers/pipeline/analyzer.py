@@ -96,9 +96,8 @@ def _summary(layout: Layout, kind: str, m: int, ideal: float, bubble: float, sha
                   "replicas": layout.size("dp"), "ideal_bubble": round(ideal, 3), "bubble": round(bubble, 3),
                   "stage_compute_share": [round(float(s), 3) for s in shares],
                   "recv_wait_share_by_stage": _wait_shares(rows),
-                  "warmup_wait_ms_by_stage": _by_stage(rows, "warmup_wait_ms"),
-                  "cooldown_wait_ms_by_stage": _by_stage(rows, "cooldown_wait_ms"),
-                  "recv_wait_ms_by_stage": _by_stage(rows, "recv_wait_ms")},
+                  **{f"{c}_by_stage": _by_stage(rows, c)
+                     for c in ("warmup_wait_ms", "cooldown_wait_ms", "recv_wait_ms")}},
         key="pipeline:summary", confidence=layout.confidence,
     )
 

@@ -69,9 +69,7 @@ def _events(store: Store) -> pd.DataFrame:
     chosen = candidates[prio == best]
     out = chosen.assign(p2p=chosen["collective"].isin(P2P_COLLECTIVES).to_numpy())[_COLUMNS].copy()
     out["collective"] = out["collective"].replace("", "unknown")
-    out["pg"] = out["pg"].astype(str)
-    out["splits"] = out["splits"].astype(str)
-    out["peer"] = out["peer"].astype(np.int32)
+    out = out.astype({"pg": str, "splits": str, "peer": np.int32})
     out["end_ns"] = out["start_ns"] + out["dur_ns"]
     issued = candidates[candidates["source"] == "c10d"]
     if not issued.empty and (out["source"] == "gloo").any():
