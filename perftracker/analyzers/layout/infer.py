@@ -6,6 +6,7 @@ names, in the words of Megatron, torchtitan and DeepSpeed.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping
 
@@ -112,9 +113,7 @@ def infer_layout(groups: Mapping[str, ProcessGroup], world: int, pairs: Iterable
                 coords.setdefault(r, {})[d.name] = i
     for r in range(world):
         coords.setdefault(r, {})
-    product = 1
-    for d in dims:
-        product *= d.size
+    product = math.prod(d.size for d in dims)
     notes = []
     if guessed:
         notes.append(", ".join(f"{d.name} ({d.how})" for d in guessed) + " named without the job's own names")
@@ -150,23 +149,7 @@ def _name_families(families: list[tuple[Group, ...]], taken: set[str],
 
 def _from_pairs(pairs: set[tuple[int, int]], world: int) -> list[Dim]:
     """Pipelines as the chains the send/recv pairs form (stages in rank order); replicas across them."""
-    links: dict[int, set[int]] = {}
-    for a, b in pairs:
-        links.setdefault(a, set()).add(b)
-        links.setdefault(b, set()).add(a)
-    chains: list[Group] = []
-    seen: set[int] = set()
-    for start in sorted(links):
-        if start in seen:
-            continue
-        todo, comp = [start], set()
-        while todo:
-            r = todo.pop()
-            if r not in comp:
-                comp.add(r)
-                todo += links[r] - comp
-        seen |= comp
-        chains.append(tuple(sorted(comp)))
+    chains = sorted(tuple(sorted(c)) for c in _partition(sorted(pairs)))  # the pairs' connected components
     sizes = {len(c) for c in chains}
     if len(sizes) != 1:
         return []

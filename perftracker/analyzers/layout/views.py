@@ -40,11 +40,9 @@ def p2p_ops(events: pd.DataFrame) -> pd.DataFrame:
         ~dispatch | ~in_rank.isin(ranks_work)))
     kept = rows[keep]
     peer = kept["peer"].astype("int64") if "peer" in kept.columns else pd.Series(-1, index=kept.index)
-    return pd.DataFrame({
-        "rank": kept["rank"].astype("int64"), "step": kept["step"].astype("int64"), "tid": kept["tid"].astype("int64"),
-        "start_ns": kept["start_ns"].astype("int64"), "end_ns": (kept["start_ns"] + kept["dur_ns"]).astype("int64"),
-        "op": kept["collective"].astype(str), "peer": peer,
-    }).sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
+    out = kept[["rank", "step", "tid", "start_ns"]].astype("int64").assign(
+        end_ns=(kept["start_ns"] + kept["dur_ns"]).astype("int64"), op=kept["collective"].astype(str), peer=peer)
+    return out.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
 
 
 def neighbours(ops: pd.DataFrame) -> set[tuple[int, int]]:

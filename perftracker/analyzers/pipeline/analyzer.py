@@ -19,7 +19,7 @@ from perftracker.analyzers.layout.model import Layout
 from perftracker.analyzers.layout.views import parallel_layout_view
 from perftracker.analyzers.pipeline.schedule_sim import ideal_bubble, recognize, simulate
 from perftracker.analyzers.pipeline.views import stage_compute_view, stage_steps_view
-from perftracker.analyzers.stragglers.significance import t_sf
+from perftracker.analyzers.stragglers.significance import paired_p
 from perftracker.analyzers.thresholds import threshold
 
 BACKWARD_PER_FORWARD = 2.0  # a backward pass costs about twice its forward (the usual rule for dense layers)
@@ -40,12 +40,8 @@ def _paired(grid: pd.DataFrame, heavy: int) -> tuple[float, float, int]:
     n = len(d)
     if n < 2:
         return 1.0, 0.0, n
-    sd = float(d.std(ddof=1))
-    mean = float(d.mean())
-    t = math.inf if sd == 0 else mean / (sd / math.sqrt(n))
-    p = min(1.0, t_sf(t, n - 1.0) * grid.shape[1]) if mean > 0 else 1.0
-    base = float(others.mean())
-    return p, mean / base if base > 0 else 0.0, n
+    mean, base = float(d.mean()), float(others.mean())
+    return paired_p(mean, float(d.std(ddof=1)), n, grid.shape[1]), mean / base if base > 0 else 0.0, n
 
 
 def _balanced(kind: str, per_mb: list[float], m: int) -> tuple[float, float]:
@@ -100,9 +96,8 @@ def _summary(layout: Layout, kind: str, m: int, ideal: float, bubble: float, sha
                   "replicas": layout.size("dp"), "ideal_bubble": round(ideal, 3), "bubble": round(bubble, 3),
                   "stage_compute_share": [round(float(s), 3) for s in shares],
                   "recv_wait_share_by_stage": _wait_shares(rows),
-                  "warmup_wait_ms_by_stage": _by_stage(rows, "warmup_wait_ms"),
-                  "cooldown_wait_ms_by_stage": _by_stage(rows, "cooldown_wait_ms"),
-                  "recv_wait_ms_by_stage": _by_stage(rows, "recv_wait_ms")},
+                  **{f"{c}_by_stage": _by_stage(rows, c)
+                     for c in ("warmup_wait_ms", "cooldown_wait_ms", "recv_wait_ms")}},
         key="pipeline:summary", confidence=layout.confidence,
     )
 

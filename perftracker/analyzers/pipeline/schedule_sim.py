@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from perftracker.analyzers.stepgraph.dag import finish, topological
+
 
 def pass_order(kind: str, stage: int, stages: int, m: int) -> list[tuple[str, int]]:
     """The order of (pass "F" | "B", micro-batch) of one stage."""
@@ -26,32 +28,23 @@ def ideal_bubble(stages: int, m: int) -> float:
 
 
 def simulate(kind: str, fwd: Sequence[float], bwd: Sequence[float], m: int) -> float:
-    """The makespan of `m` micro-batches through stages with these pass times (docs/internals/stepgraph.md)."""
+    """The makespan of `m` micro-batches through stages with these pass times (docs/internals/stepgraph.md): each
+    pass after its stage's previous one, a forward after the stage before's, a backward after the stage after's."""
     p = len(fwd)
-    orders = [pass_order(kind, s, p, m) for s in range(p)]
-    done: dict[tuple[str, int, int], float] = {}
-    clock = [0.0] * p
-    nxt = [0] * p
-    remaining = sum(len(o) for o in orders)
-    while remaining:
-        progressed = False
-        for s in range(p):
-            while nxt[s] < len(orders[s]):
-                kind_, i = orders[s][nxt[s]]
-                deps = [("F", s - 1, i)] if kind_ == "F" and s > 0 else []
-                if kind_ == "B":
-                    deps = [("F", s, i)] + ([("B", s + 1, i)] if s + 1 < p else [])
-                if any(d not in done for d in deps):
-                    break
-                start = max([clock[s], *(done[d] for d in deps)])
-                clock[s] = start + (fwd[s] if kind_ == "F" else bwd[s])
-                done[(kind_, s, i)] = clock[s]
-                nxt[s] += 1
-                remaining -= 1
-                progressed = True
-        if not progressed:  # cannot happen for these schedules; never loop forever
-            raise ValueError(f"schedule {kind} deadlocks with {p} stages and {m} micro-batches")
-    return max(clock)
+    passes = [(k, s, i) for s in range(p) for k, i in pass_order(kind, s, p, m)]
+    index = {key: n for n, key in enumerate(passes)}
+    preds = []
+    for n, (k, s, i) in enumerate(passes):
+        if k == "F":
+            deps = [("F", s - 1, i)] if s > 0 else []
+        else:
+            deps = [("F", s, i), *([("B", s + 1, i)] if s + 1 < p else [])]
+        preds.append(([n - 1] if n and passes[n - 1][1] == s else []) + [index[d] for d in deps])
+    order, stuck = topological(preds)
+    if stuck:  # cannot happen for these schedules
+        raise ValueError(f"schedule {kind} deadlocks with {p} stages and {m} micro-batches")
+    end = finish([(n,) for n in order], preds, [fwd[s] if k == "F" else bwd[s] for k, s, _ in passes], 0.0)
+    return float(max(end, default=0.0))
 
 
 def recognize(passes: str, stage: int, stages: int) -> str:

@@ -121,9 +121,8 @@ def stage_steps(store: Store, layout: Layout) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame(columns=COLUMNS)
     out = pd.DataFrame(rows, columns=COLUMNS)
-    return out.astype({"rank": np.int64, "stage": np.int64, "replica": np.int64, "step": np.int64,
-                       "start_ns": np.int64, "p2p_end_ns": np.int64, "phase_end_ns": np.int64,
-                       "microbatches": np.int64})
+    return out.astype(dict.fromkeys(["rank", "stage", "replica", "step", "start_ns", "p2p_end_ns", "phase_end_ns",
+                                     "microbatches"], np.int64))
 
 
 def stage_steps_view(analysis: Analysis) -> pd.DataFrame:
@@ -175,9 +174,8 @@ def layout_grid_view(analysis: Analysis) -> pd.DataFrame:
     layout = analysis.view(parallel_layout_view)
     per = rows.assign(wait_ms=rows["recv_wait_ms"] + rows["coll_wait_ms"]).groupby("rank")[
         ["step_ms", "busy_ms", "wait_ms"]].median().reset_index()
-    per["dp"] = [layout.coords[int(r)].get("dp", 0) for r in per["rank"]]
-    per["pp"] = [layout.coords[int(r)].get("pp", 0) for r in per["rank"]]
-    per["tp"] = [layout.coords[int(r)].get("tp", 0) for r in per["rank"]]
+    for dim in ("dp", "pp", "tp"):
+        per[dim] = [layout.coords[int(r)].get(dim, 0) for r in per["rank"]]
     per["cost_ms"] = (per["busy_ms"] - per["busy_ms"].median()).clip(lower=0.0)
     return per[GRID_COLUMNS].round(3)
 
@@ -244,11 +242,8 @@ def victims_of(analysis: Analysis, rank: int) -> list[Victim]:
         return []
     rows = analysis.view(stage_steps_view)
     before, after = layout.pipeline_neighbours(rank)
-    wanted: list[tuple[int, str, str, str]] = []
-    if after is not None:
-        wanted.append((after, "pipeline successor", "in receives", "recv_wait_ms"))
-    if before is not None:
-        wanted.append((before, "pipeline predecessor", "in receives", "recv_wait_ms"))
+    wanted = [(n, f"pipeline {role}", "in receives", "recv_wait_ms")
+              for n, role in ((after, "successor"), (before, "predecessor")) if n is not None]
     wanted += [(peer, "data-parallel peer", "in the gradient collective", "coll_wait_ms")
                for peer in layout.peers(rank, "dp")]
     out = []

@@ -37,10 +37,7 @@ def rank_measures(metrics: pd.DataFrame, stats: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=["wait_cost_ms", "lateness_ms", "step_ms"])
     table = pd.concat(parts, axis=1)
     table.index = table.index.astype(np.int64)
-    for column in ("wait_cost_ms", "lateness_ms", "step_ms"):
-        if column not in table.columns:
-            table[column] = np.nan
-    return table[["wait_cost_ms", "lateness_ms", "step_ms"]].sort_index()
+    return table.reindex(columns=["wait_cost_ms", "lateness_ms", "step_ms"]).sort_index()
 
 
 def focus_ranks(measures: pd.DataFrame, hosts: Mapping[int, str], top_k: int = TOP_K,

@@ -1,17 +1,19 @@
 """The cross-rank step graph and its what-if replay (ByteDance OSDI'25's method, on perftracker's collectives).
 
 `step_graph(table, steps, offsets)` chains each rank's local work, collectives and tail per step; `replay(graph,
-...)` recomputes the step times, exactly as measured when nothing is changed; `idealize_rank`, `idealize_all`,
+...)` recomputes the step times, exactly as measured when nothing is changed; `idealize` and
 `with_transfer` change the durations for a what-if; `slowdown` and `fix_each_rank` are OSDI'25's S and S_w.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
 
+from perftracker.analyzers.stepgraph.dag import finish
 from perftracker.analyzers.stragglers.group_of import P2P_COLLECTIVES
 
 
@@ -25,6 +27,11 @@ class StepGraph:
 
     nodes: pd.DataFrame
     ranks: pd.DataFrame
+
+    @cached_property
+    def dag(self) -> StepDag:
+        """The graph as a DAG (`step_dag`), built once for all its replays."""
+        return step_dag(self)
 
 
 @dataclass(frozen=True)
@@ -137,9 +144,43 @@ def replay(graph: StepGraph, local: np.ndarray | None = None, transfer: np.ndarr
     loc = nodes["local_ns"].to_numpy(np.float64) if local is None else np.asarray(local, np.float64)
     xfer = _instance_transfer(nodes) if transfer is None else np.asarray(transfer, np.float64)
     tails = ranks["tail_ns"].to_numpy(np.float64) if tail is None else np.asarray(tail, np.float64)
-    key = list(zip(ranks["step"].to_numpy(), ranks["rank"].to_numpy()))
-    ready = dict(zip(key, ranks["start_ns"].to_numpy(np.float64)))
-    last_arr = dict(ready)  # the rank's previous arrival, for local work that overlapped its previous collective
+    dag = graph.dag
+    coll_xfer = np.array([xfer[rows].max() for _, _, _, rows, _ in dag.collectives], dtype=np.float64)
+    start = ranks["start_ns"].to_numpy(np.float64)
+    end = finish(((i,) for i in range(len(dag.preds))), dag.preds,
+                 np.concatenate([start, loc, coll_xfer, tails])[dag.durations], 0.0)
+    out_inst = []
+    for here, step, node, _, by in dag.collectives:
+        arrivals = [end[p] for p in dag.preds[node]]
+        last = int(np.argmax(arrivals))
+        out_inst.append((here, step, by[last], float(arrivals[last]), float(end[node])))
+    measured = ranks["dur_ns"].to_numpy(np.float64)
+    replayed = np.array(end[len(end) - len(ranks):], dtype=np.float64) - start
+    steps = pd.DataFrame({"step": ranks["step"].to_numpy(), "rank": ranks["rank"].to_numpy(),
+                          "measured_ns": measured, "replayed_ns": replayed})
+    return Replay(steps, pd.DataFrame(out_inst, columns=["instance", "step", "last_rank", "last_arrival_ns", "end_ns"]))
+
+
+@dataclass(frozen=True)
+class StepDag:
+    """The step graph as a DAG in topological order: per rank row its start, per node row its arrival (the local
+    work after the rank's previous collective, or its previous arrival), per collective its end (the last arrival
+    plus the transfer; a posted send has none), per rank row its end (plus the tail). `durations` places each DAG
+    node's duration in [start per rank row, local per node row, transfer per collective, tail per rank row]."""
+
+    preds: list[list[int]]
+    durations: np.ndarray
+    collectives: list[tuple[int, int, int, np.ndarray, list[int]]]  # instance, step, DAG node, node rows, pred ranks
+
+
+def step_dag(graph: StepGraph) -> StepDag:
+    """`graph`'s `StepDag`: each instance's members in completion order, a P2P pair's send posted before its recv."""
+    nodes, ranks = graph.nodes, graph.ranks
+    keys = list(zip(ranks["step"].to_numpy().tolist(), ranks["rank"].to_numpy().tolist()))
+    ready = {w: i for i, w in enumerate(keys)}  # per (step, rank): the DAG node its next local work starts after
+    last_arr = dict(ready)  # its previous arrival, for local work that overlapped its previous collective
+    preds: list[list[int]] = [[] for _ in keys]
+    durations = list(range(len(keys)))
     posted = nodes["post"].to_numpy(bool)
     order = nodes.assign(_post=posted).sort_values(["step", "order", "instance", "_post"], kind="stable")
     idx = order.index.to_numpy()
@@ -148,32 +189,29 @@ def replay(graph: StepGraph, local: np.ndarray | None = None, transfer: np.ndarr
     bounds = np.flatnonzero((np.diff(inst) != 0) | (np.diff(post.astype(np.int8)) != 0)) + 1
     step_col, rank_col = order["step"].to_numpy(), order["rank"].to_numpy()
     after = order["after_end"].to_numpy(bool)
-    sent: dict[int, tuple[float, int]] = {}  # a pair's instance -> (its send's replayed arrival, the sender)
-    out_inst = []
+    sent: dict[int, tuple[list[int], list[int]]] = {}  # a pair's instance -> its send's arrival node, the sender
+    collectives: list[tuple[int, int, int, np.ndarray, list[int]]] = []
     for group in np.split(np.arange(len(idx)), bounds):
         rows = idx[group]
         who = [(int(step_col[g]), int(rank_col[g])) for g in group]
-        base = np.array([ready[w] if after[g] else last_arr[w] for w, g in zip(who, group)])
-        arrival = base + loc[rows]
-        last = int(np.argmax(arrival))
+        arrive = list(range(len(preds), len(preds) + len(rows)))
+        preds += [[ready[w] if after[g] else last_arr[w]] for w, g in zip(who, group)]
+        durations += (len(keys) + rows).tolist()
         here = int(inst[group[0]])
         if post[group[0]]:  # a send posted: the sender goes on at once, the pair completes with its recv
-            sent[here] = (float(arrival[last]), who[last][1])
-            for w, a in zip(who, arrival):
-                ready[w] = last_arr[w] = float(a)
+            sent[here] = (arrive, [w[1] for w in who])
+            ready.update(zip(who, arrive))
+            last_arr.update(zip(who, arrive))
             continue
-        last_at, last_rank = float(arrival[last]), who[last][1]
-        if here in sent and sent[here][0] > last_at:
-            last_at, last_rank = sent[here]
-        end = last_at + float(xfer[rows].max())
-        for w, a in zip(who, arrival):
-            ready[w], last_arr[w] = end, float(a)
-        out_inst.append((here, who[0][0], last_rank, last_at, end))
-    measured = ranks["dur_ns"].to_numpy(np.float64)
-    finish = np.array([ready[k] for k in key]) + tails
-    steps = pd.DataFrame({"step": ranks["step"].to_numpy(), "rank": ranks["rank"].to_numpy(),
-                          "measured_ns": measured, "replayed_ns": finish - ranks["start_ns"].to_numpy(np.float64)})
-    return Replay(steps, pd.DataFrame(out_inst, columns=["instance", "step", "last_rank", "last_arrival_ns", "end_ns"]))
+        also, by = sent.get(here, ([], []))
+        collectives.append((here, who[0][0], len(preds), rows, [w[1] for w in who] + by))
+        ready.update((w, len(preds)) for w in who)
+        last_arr.update(zip(who, arrive))
+        preds.append(arrive + also)
+        durations.append(len(keys) + len(nodes) + len(collectives) - 1)
+    preds += [[ready[w]] for w in keys]
+    durations += range(len(keys) + len(nodes) + len(collectives), 2 * len(keys) + len(nodes) + len(collectives))
+    return StepDag(preds, np.array(durations, dtype=np.int64), collectives)
 
 
 def _instance_transfer(nodes: pd.DataFrame) -> np.ndarray:
@@ -186,51 +224,34 @@ def _instance_transfer(nodes: pd.DataFrame) -> np.ndarray:
     return of_recv.fillna(whole).to_numpy(np.float64)
 
 
-def idealize_rank(graph: StepGraph, rank: int, local: np.ndarray | None = None,
-                  tail: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """`local` and `tail` with `rank`'s set to the mean of its peers' at the same position (without peers: the
-    other members' at the same instance, a P2P node its own; the tail: the peers' in the step, else the other
-    ranks'): the rank's extra work removed, nothing else changed."""
+def idealize(graph: StepGraph, rank: int | None = None, local: np.ndarray | None = None,
+             tail: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """`local` and `tail` (the measured ones by default) with `rank`'s, or every rank's when None, set to the mean
+    of its peers' at the same position (every rank's: with itself, OSDI'25's T_ideal; without peers: the members'
+    at the same instance, a P2P node its own; a tail: the peers' in the step, else the step's)."""
     nodes, ranks = graph.nodes, graph.ranks
-    loc = nodes["local_ns"].to_numpy(np.float64).copy() if local is None else local.copy()
-    tails = ranks["tail_ns"].to_numpy(np.float64).copy() if tail is None else tail.copy()
-    mine = nodes["rank"].to_numpy() == rank
-    masked = pd.Series(np.where(mine, np.nan, loc), index=nodes.index)
-    peers = masked.groupby(nodes["peer_key"].to_numpy(np.int64)).transform("mean").to_numpy()
-    members = masked.groupby(nodes["instance"]).transform("mean").to_numpy()
-    p2p = nodes["p2p"].to_numpy(bool)
-    fallback = np.where(p2p, loc, members)
-    loc[mine] = np.where(np.isnan(peers), fallback, peers)[mine]
-    rmine = ranks["rank"].to_numpy() == rank
-    rmasked = pd.Series(np.where(rmine, np.nan, tails))
-    rpeers = rmasked.groupby(ranks["peer_key"].to_numpy(np.int64)).transform("mean").to_numpy()
-    ot = rmasked.groupby(ranks["step"].to_numpy()).transform("mean").to_numpy()
-    tails[rmine] = np.where(np.isnan(rpeers), ot, rpeers)[rmine]
-    return np.nan_to_num(loc, nan=0.0), np.nan_to_num(tails, nan=0.0)
+    loc = nodes["local_ns"].to_numpy(np.float64) if local is None else local
+    tails = ranks["tail_ns"].to_numpy(np.float64) if tail is None else tail
 
+    def mean_over(values: np.ndarray, frame: pd.DataFrame, by: str) -> np.ndarray:
+        """Per row: the mean over its `by` group without `rank`'s rows; over peers, NaN for a group of one."""
+        groups = pd.Series(np.where(frame["rank"].to_numpy() == rank, np.nan, values)).groupby(frame[by].to_numpy())
+        mean = groups.transform("mean")
+        return (mean.where(groups.transform("size") > 1) if by == "peer_key" else mean).to_numpy(np.float64)
 
-def idealize_all(graph: StepGraph) -> tuple[np.ndarray, np.ndarray]:
-    """Every rank's local work and tail set to its peers' mean (with itself; without peers: the members' mean at
-    the instance, a P2P node its own): OSDI'25's T_ideal, with median transfers."""
-    nodes, ranks = graph.nodes, graph.ranks
-    loc = nodes["local_ns"].to_numpy(np.float64)
-    key = pd.Series(nodes["peer_key"].to_numpy(np.int64))
-    sizes = key.groupby(key).transform("size").to_numpy()
-    peers = nodes.groupby(key.to_numpy())["local_ns"].transform("mean").to_numpy(np.float64)
-    members = nodes.groupby("instance")["local_ns"].transform("mean").to_numpy(np.float64)
-    p2p = nodes["p2p"].to_numpy(bool)
-    ideal = np.where(sizes > 1, peers, np.where(p2p, loc, members))
-    rkey = pd.Series(ranks["peer_key"].to_numpy(np.int64))
-    rsizes = rkey.groupby(rkey).transform("size").to_numpy()
-    rpeers = ranks.groupby(rkey.to_numpy())["tail_ns"].transform("mean").to_numpy(np.float64)
-    rall = ranks.groupby("step")["tail_ns"].transform("mean").to_numpy(np.float64)
-    return ideal, np.where(rsizes > 1, rpeers, rall)
+    mine = (nodes["rank"].to_numpy() == rank) | (rank is None)
+    rmine = (ranks["rank"].to_numpy() == rank) | (rank is None)
+    peers, rpeers = mean_over(loc, nodes, "peer_key"), mean_over(tails, ranks, "peer_key")
+    fallback = np.where(nodes["p2p"].to_numpy(bool), loc, mean_over(loc, nodes, "instance"))
+    ideal = np.where(mine, np.where(np.isnan(peers), fallback, peers), loc)
+    ideal_tail = np.where(rmine, np.where(np.isnan(rpeers), mean_over(tails, ranks, "step"), rpeers), tails)
+    return np.nan_to_num(ideal, nan=0.0), np.nan_to_num(ideal_tail, nan=0.0)
 
 
 def slowdown(graph: StepGraph) -> tuple[float, float]:
     """(S, waste): S = T_replayed / T_ideal, waste = 1 - 1/S (OSDI'25)."""
     base = replay(graph).mean_step_ns()
-    loc, tails = idealize_all(graph)
+    loc, tails = idealize(graph)
     ideal = replay(graph, local=loc, tail=tails).mean_step_ns()
     if ideal <= 0 or base <= 0:
         return 1.0, 0.0
@@ -261,13 +282,13 @@ def fix_each_rank(graph: StepGraph, limit: int = FIX_RANKS_MAX) -> pd.DataFrame:
         return pd.DataFrame(columns=cols)
     measured = nodes["local_ns"].to_numpy(np.float64)
     tails = graph.ranks["tail_ns"].to_numpy(np.float64)
-    ideal_loc, ideal_tail = idealize_all(graph)
+    ideal_loc, ideal_tail = idealize(graph)
     base = replay(graph).mean_step_ns()
     t_ideal = replay(graph, local=ideal_loc, tail=ideal_tail).mean_step_ns()
     excess = pd.Series(measured - ideal_loc).groupby(nodes["rank"].to_numpy()).sum().sort_values(ascending=False)
     rows = []
     for rank in excess.index[:limit]:
-        loc, tl = idealize_rank(graph, int(rank))
+        loc, tl = idealize(graph, int(rank))
         fixed = replay(graph, local=loc, tail=tl).mean_step_ns()
         mine, rmine = nodes["rank"].to_numpy() == rank, graph.ranks["rank"].to_numpy() == rank
         only = replay(graph, local=np.where(mine, measured, ideal_loc),

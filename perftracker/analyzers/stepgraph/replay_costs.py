@@ -20,7 +20,7 @@ from perftracker.analyzers.stepgraph.replay import (
     Replay,
     StepGraph,
     fix_each_rank,
-    idealize_rank,
+    idealize,
     replay,
     slowdown,
     step_graph,
@@ -158,7 +158,7 @@ def _costs(analysis: Analysis, fit: ReplayFit,
             if rank in done:  # one cause, one cost: the rank's extra work is already costed
                 out[i] = (0.0, 0.0, f"counted in {done[rank]}")
                 continue
-            loc, tails = idealize_rank(graph, rank, loc, tails)
+            loc, tails = idealize(graph, rank, loc, tails)
             done[rank] = f.key
         else:
             xfer = with_transfer(graph, _hidden_share(analysis))

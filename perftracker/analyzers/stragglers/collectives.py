@@ -69,9 +69,7 @@ def _events(store: Store) -> pd.DataFrame:
     chosen = candidates[prio == best]
     out = chosen.assign(p2p=chosen["collective"].isin(P2P_COLLECTIVES).to_numpy())[_COLUMNS].copy()
     out["collective"] = out["collective"].replace("", "unknown")
-    out["pg"] = out["pg"].astype(str)
-    out["splits"] = out["splits"].astype(str)
-    out["peer"] = out["peer"].astype(np.int32)
+    out = out.astype({"pg": str, "splits": str, "peer": np.int32})
     out["end_ns"] = out["start_ns"] + out["dur_ns"]
     issued = candidates[candidates["source"] == "c10d"]
     if not issued.empty and (out["source"] == "gloo").any():
@@ -253,12 +251,6 @@ def arrivals(matched: pd.DataFrame, offsets: pd.Series) -> pd.DataFrame:
     return frame.sort_values(["instance", "rank"]).reset_index(drop=True)
 
 
-def straggler_tables(store: Store) -> tuple[pd.DataFrame, pd.Series]:
-    """(arrivals per instance and rank, clock offset per rank in ns)."""
-    arr, domains = aligned_arrivals(store)
-    return arr, domains.offsets
-
-
 def aligned_arrivals(store: Store, report: MatchReport | None = None) -> tuple[pd.DataFrame, ClockDomains]:
     """(arrivals per instance and rank, the ranks' clock domains and offsets: `clock_domains`)."""
     report = report if report is not None else MatchReport()
@@ -280,7 +272,7 @@ class CollectiveArrivals:
 
 
 def arrivals_view(analysis: Analysis) -> CollectiveArrivals:
-    """The run's collective arrivals (see `straggler_tables`)."""
+    """The run's collective arrivals (see `aligned_arrivals`)."""
     report = MatchReport()
     arr, domains = aligned_arrivals(analysis.store, report)
     return CollectiveArrivals(arr, domains.offsets, domains, report)

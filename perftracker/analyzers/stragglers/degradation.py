@@ -197,25 +197,18 @@ def _change_finding(store: Store, cp: ChangePoint) -> Finding:
                                  "confidence": round(verdict.confidence, 4)}}
     title = (f"Slower since step {cp.step}{where}: step time {fmt_ms(cp.before_s)} -> {fmt_ms(cp.after_s)} "
              f"(+{100 * cp.rise:.0f}%)")
+    severity = Severity.WARNING if cp.rise < threshold("degradation.critical_rise") else Severity.CRITICAL
+    cost = Cost(cp.after_s - cp.before_s, (cp.after_s - cp.before_s) / cp.after_s)
     if not verdict.significant:
-        return Finding(
-            analyzer="degradation", severity=Severity.INFO,
-            title=f"{title}; within this run's noise",
-            recommendation=f"Not a slowdown by this run's evidence: {verdict.reason}.",
-            evidence=evidence, ranks=tuple(ranks), hosts=hosts, confidence=verdict.confidence,
-            key=Mark.DEGRADATION_CHANGE.key(),
-        )
-    if ranks:
+        title, severity, cost = f"{title}; within this run's noise", Severity.INFO, Cost()
+        advice = f"Not a slowdown by this run's evidence: {verdict.reason}."
+    elif ranks:
         advice = ("Something changed at that step on the named rank: on its host check GPU clocks and thermals, "
                   "CPU contention and memory pressure, other jobs started on the node, and NIC errors.")
     else:
         advice = ("Every rank slowed at once, so the cause is shared: other processes or jobs started on the node(s) "
                   "(CPU contention, memory pressure), GPU clocks and thermals across the node, a data change "
                   "(longer sequences), or a growing Python-side structure (lists of tensors, logging).")
-    return Finding(
-        analyzer="degradation",
-        severity=Severity.WARNING if cp.rise < threshold("degradation.critical_rise") else Severity.CRITICAL,
-        title=title, recommendation=advice, evidence=evidence, ranks=tuple(ranks), hosts=hosts,
-        confidence=verdict.confidence,
-        cost=Cost(cp.after_s - cp.before_s, (cp.after_s - cp.before_s) / cp.after_s), key=Mark.DEGRADATION_CHANGE.key(),
-    )
+    return Finding(analyzer="degradation", severity=severity, title=title, recommendation=advice, evidence=evidence,
+                   ranks=tuple(ranks), hosts=hosts, confidence=verdict.confidence, cost=cost,
+                   key=Mark.DEGRADATION_CHANGE.key())

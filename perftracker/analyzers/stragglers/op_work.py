@@ -36,17 +36,15 @@ def op_costs(events: pd.DataFrame) -> pd.DataFrame:
     inside = events[(events["step"] >= 0).to_numpy() & events["kind"].isin(["compute", "cpu_op"]).to_numpy()]
     gpu = inside[inside["kind"] == "compute"]
     ops = inside[inside["kind"] == "cpu_op"]
+    dims = ops["input_dims"].astype(str) if "input_dims" in ops else pd.Series("", index=ops.index)
     parts = []
-    if not gpu.empty:
-        g = gpu.groupby(["step", "rank"])["dur_ns"].agg(["size", "min", "sum"]).reset_index()
-        parts.append(pd.DataFrame({"step": g["step"], "rank": g["rank"], "source": "gpu", "key": "",
-                                   "count": g["size"], "min_ns": g["min"], "sum_ns": g["sum"]}))
-    if not ops.empty:
-        dims = ops["input_dims"].astype(str) if "input_dims" in ops else pd.Series("", index=ops.index)
-        frame = pd.DataFrame({"step": ops["step"].to_numpy(), "rank": ops["rank"].to_numpy(),
-                              "key": (ops["name"].astype(str) + "|" + dims).to_numpy(), "own": self_times(ops)})
+    for source, rows, key, own in (("gpu", gpu, "", gpu["dur_ns"].to_numpy()),
+                                   ("cpu", ops, (ops["name"].astype(str) + "|" + dims).to_numpy(), self_times(ops))):
+        if rows.empty:
+            continue
+        frame = pd.DataFrame({"step": rows["step"].to_numpy(), "rank": rows["rank"].to_numpy(), "key": key, "own": own})
         c = frame.groupby(["step", "rank", "key"])["own"].agg(["size", "min", "sum"]).reset_index()
-        parts.append(pd.DataFrame({"step": c["step"], "rank": c["rank"], "source": "cpu", "key": c["key"],
+        parts.append(pd.DataFrame({"step": c["step"], "rank": c["rank"], "source": source, "key": c["key"],
                                    "count": c["size"], "min_ns": c["min"], "sum_ns": c["sum"]}))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=COST_COLUMNS)
 

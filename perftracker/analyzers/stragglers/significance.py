@@ -96,11 +96,6 @@ def _typical_excess(grid: pd.DataFrame) -> pd.Series:
         return pd.Series(np.nanmedian(excess, axis=0), index=grid.columns)
 
 
-def _slowest(grid: pd.DataFrame) -> pd.Series:
-    """The rank with the largest value per trial (ties: the lowest rank)."""
-    return grid.idxmax(axis=1, skipna=True)
-
-
 def _both_halves(slowest: pd.Series, ranks: set[int], share: float) -> bool:
     """The ranks are the slowest more often than `share` in each half of the trials (in trial order)."""
     half = len(slowest) // 2
@@ -121,7 +116,7 @@ def judge_outliers(trials: pd.DataFrame, min_effect: float = 0.0, alpha: float |
     if world < 2 or len(grid) < threshold_int("straggler.min_trials"):
         return OutlierVerdict((), False, 0.0, len(grid), world, 0.0, 0.0,
                               reason=f"{len(grid)} trial(s) of {world} rank(s): too few to judge")
-    slowest = _slowest(grid)
+    slowest = grid.idxmax(axis=1, skipna=True)  # per trial, the rank with the largest value (ties: the lowest)
     excess = _typical_excess(grid)
     values = grid.to_numpy(dtype=float)
     present = ~np.isnan(values)
@@ -154,13 +149,15 @@ def _spread(per_rank: dict[int, RankStats], named: set[int]) -> float:
     """How far apart the other ranks' typical excesses are: their full range with few ranks, the range of
     their middle 80% from five ranks on (so one victim, e.g. a straggler's tensor-parallel partner that
     always waits for it, does not pass for noise); with one other rank there is no spread to measure."""
-    others = np.array([s.typical_excess for r, s in per_rank.items() if r not in named], dtype=float)
-    if len(others) < 2:
+    return _range(np.array([s.typical_excess for r, s in per_rank.items() if r not in named], dtype=float))
+
+
+def _range(values: np.ndarray) -> float:
+    """The range of `values`, of their middle 80% from five values on; 0 for fewer than two."""
+    if len(values) < 2:
         return 0.0
-    if len(others) >= 5:
-        low, high = np.percentile(others, [10, 90])
-        return float(high - low)
-    return float(others.max() - others.min())
+    low, high = np.percentile(values, [10, 90]) if len(values) >= 5 else (values.min(), values.max())
+    return float(high - low)
 
 
 def _single(per_rank: dict[int, RankStats], slowest: pd.Series, world: int, min_effect: float,
@@ -276,6 +273,13 @@ def t_sf(t: float, df: float) -> float:
     return tail if t > 0 else 1.0 - tail
 
 
+def paired_p(mean: float, sd: float, n: float, tests: int) -> float:
+    """Family-wise p (times `tests`) of a mean paired excess `mean`, standard deviation `sd`, over `n` (effective)
+    samples: one-sided Student's t; 1 unless the mean is above 0."""
+    t = math.inf if sd == 0 else mean / (sd / math.sqrt(n))
+    return min(1.0, t_sf(t, n - 1.0) * tests) if mean > 0 else 1.0
+
+
 def _pooled_rho(d: np.ndarray) -> float:
     """Lag-1 autocorrelation of the columns of `d` (steps x ranks), pooled over the ranks, clipped to
     [0, 0.9]; 0 unless it is above the one-sided 5% bound of white noise (1.645 / sqrt(pairs)): with a
@@ -287,12 +291,6 @@ def _pooled_rho(d: np.ndarray) -> float:
     rho = float((centered[1:] * centered[:-1]).sum() / den)
     pairs = (len(d) - 1) * d.shape[1]
     return float(np.clip(rho, 0.0, 0.9)) if rho > 1.645 / math.sqrt(pairs) else 0.0
-
-
-def _paired_excess(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(each cell minus the median of the other cells of its row, that median), for steps x ranks."""
-    others = _median_of_others(values)
-    return values - others, others
 
 
 def judge_durations(trials: pd.DataFrame, alpha: float | None = None, measure: str = "own work",
@@ -309,22 +307,21 @@ smallest relative excess named (default straggler.durations_min_excess)."""
         return DurationVerdict(None, False, 1.0, steps, world, 0.0, 0.0, 0, 0.0, float(steps),
                                f"{steps} step(s) of {world} rank(s): too few for the durations test", measure)
     values = grid.to_numpy(dtype=float)
-    d, others = _paired_excess(values)
+    others = _median_of_others(values)
+    d = values - others  # each rank's excess over the median of the others, per step
     rho = _pooled_rho(d)
     n_eff = max(2.0, steps * (1.0 - rho) / (1.0 + rho))
     means = d.mean(axis=0)
     best = int(np.argmax(means))
     rank = int(str(grid.columns[best]))
-    sd = float(d[:, best].std(ddof=1))
-    t = math.inf if sd == 0 else float(means[best]) / (sd / math.sqrt(n_eff))
-    p_family = min(1.0, t_sf(t, n_eff - 1.0) * world) if means[best] > 0 else 1.0
+    p_family = paired_p(float(means[best]), float(d[:, best].std(ddof=1)), n_eff, world)
     peers_work = float(np.median(others[:, best]))
     relative = float(means[best]) / peers_work if peers_work > 0 else 0.0
-    rest = _paired_excess(np.delete(values, best, axis=1))[0].mean(axis=0)  # the others among themselves
-    spread = float(np.percentile(rest, 90) - np.percentile(rest, 10)) if len(rest) >= 5 else float(rest.max() - rest.min())
+    rest_values = np.delete(values, best, axis=1)  # the others among themselves
+    rest = (rest_values - _median_of_others(rest_values)).mean(axis=0)
     verdict = DurationVerdict(rank, False, p_family, steps, world, float(means[best]), relative,
                               int((d[:, best] > 0).sum()), rho, n_eff, measure=measure)
-    why = _why_not(verdict, float(rest.max()), spread, alpha, floor)
+    why = _why_not(verdict, float(rest.max()), _range(rest), alpha, floor)
     return DurationVerdict(**{**verdict.__dict__, "significant": not why, "reason": why})
 
 

@@ -32,6 +32,8 @@ MAX_RANKS = 256
 MIN_SHARE = 0.05  # a frame no rank spends 5% of its time in is not worth a row
 MIN_SPREAD = 0.03  # nor one every rank spends the same share in
 RANK_COLUMNS = ["rank", "samples", "rate_hz"]
+# rank -> (frame shares, frame depths, samples)
+Profiles = dict[int, tuple[dict[str, float], dict[str, int], int]]
 SHARE_COLUMNS = ["row", "frame", "rank", "share_pct"]
 
 
@@ -79,7 +81,7 @@ def _family_p(share: float, median: float, samples: int, tests: int) -> float:
     return min(1.0, 0.5 * math.erfc(z / math.sqrt(2.0)) * max(tests, 1))
 
 
-def _others_spread(frame: str, rank: int, per_rank: dict[int, tuple[dict[str, float], dict[str, int], int]]) -> float:
+def _others_spread(frame: str, rank: int, per_rank: Profiles) -> float:
     """How far apart the other ranks' shares of `frame` are: their range (the middle 80% from five ranks)."""
     others = sorted(s.get(frame, 0.0) for r, (s, _, _) in per_rank.items() if r != rank)
     if len(others) < 2:
@@ -100,18 +102,18 @@ def deepest(frames: dict[str, float], depth: dict[str, int], user_only: bool) ->
     return max(near, key=lambda f: (depth.get(f, 0), frames[f])) if near else None
 
 
-def rank_profiles(store: Store, min_samples: int | None = None) -> dict[int, tuple[dict[str, float], dict[str, int], int]]:
+def rank_profiles(store: Store, min_samples: int | None = None) -> Profiles:
     """rank -> (frame shares, frame depths, samples) of the ranks with at least `min_samples` main-thread samples."""
     return profiles_of(store["profile_samples"], min_samples)
 
 
-def profiles_of(samples: pd.DataFrame, min_samples: int | None = None) -> dict[int, tuple[dict[str, float], dict[str, int], int]]:
+def profiles_of(samples: pd.DataFrame, min_samples: int | None = None) -> Profiles:
     """`rank_profiles` of any table with the columns of `profile_samples` (e.g. a baseline window's);
     `min_samples` is the run's `stack_profile.min_samples` unless given."""
     if min_samples is None:
         min_samples = threshold_int("stack_profile.min_samples")
     main = samples[samples["main"].astype(bool)]
-    out: dict[int, tuple[dict[str, float], dict[str, int], int]] = {}
+    out: Profiles = {}
     for rank, rows in main.groupby("rank"):
         shares, depth, total = frame_shares(rows)
         if total >= max(1, min_samples):
@@ -119,12 +121,12 @@ def profiles_of(samples: pd.DataFrame, min_samples: int | None = None) -> dict[i
     return out
 
 
-def rank_profiles_view(analysis: Analysis) -> dict[int, tuple[dict[str, float], dict[str, int], int]]:
+def rank_profiles_view(analysis: Analysis) -> Profiles:
     """`rank_profiles` of every rank with at least one main-thread sample."""
     return rank_profiles(analysis.store, min_samples=1)
 
 
-def _with_enough_samples(analysis: Analysis) -> dict[int, tuple[dict[str, float], dict[str, int], int]]:
+def _with_enough_samples(analysis: Analysis) -> Profiles:
     least = threshold_int("stack_profile.min_samples")
     return {r: p for r, p in analysis.view(rank_profiles_view).items() if p[2] >= least}
 
@@ -165,8 +167,8 @@ def analyze_stack_profile(analysis: Analysis) -> list[Finding]:
             for rank, excess in sorted(flagged.items())]
 
 
-def _finding(rank: int, excess: dict[str, float], per_rank: dict[int, tuple[dict[str, float], dict[str, int], int]],
-             median: dict[str, float], step_s: float, store: Store, confidence: float) -> Finding:
+def _finding(rank: int, excess: dict[str, float], per_rank: Profiles, median: dict[str, float], step_s: float,
+             store: Store, confidence: float) -> Finding:
     shares, depth, total = per_rank[rank]
     where = deepest(excess, depth, user_only=True) or deepest(excess, depth, user_only=False) or ""
     leaf = deepest(excess, depth, user_only=False) or where
@@ -209,7 +211,7 @@ def _finding(rank: int, excess: dict[str, float], per_rank: dict[int, tuple[dict
 
 
 
-def _profiles(analysis: Analysis) -> dict[int, tuple[dict[str, float], dict[str, int], int]]:
+def _profiles(analysis: Analysis) -> Profiles:
     return dict(sorted(analysis.view(rank_profiles_view).items())[:MAX_RANKS])
 
 

@@ -179,31 +179,28 @@ def jitter_finding(store: Store, stats: pd.DataFrame) -> Finding | None:
     evidence["slow_step_extra_by_phase"] = shares
     title = f"Unstable step time: p90 is {ratio:.1f}x the median on {len(ranks)} rank(s)"
     cost = Cost(excess, excess / float(bad["mean_s"].median()))
-    if phase is not None:
-        return Finding(
-            analyzer="steps", severity=Severity.WARNING,
-            title=f"{title}; the slow steps are slow in '{phase}' ({100 * shares[phase]:.0f}% of their extra time)",
-            recommendation=(f"The '{phase}' phase stalls in some steps. For 'data': more DataLoader workers, "
-                            "pin_memory, prefetching, faster storage; otherwise look at what that phase does in "
-                            "the slow steps (the step-time chart shows which)."),
-            evidence=evidence, ranks=tuple(ranks), hosts=hosts_of(store, ranks), cost=cost, key="steps:jitter",
-        )
     top = max(shares, key=lambda p: shares[p]) if shares else ""
-    if top and is_waiting_phase(top) and shares[top] >= threshold("jitter.phase_share"):
-        why = (f"the slow steps are slow in '{top}', which includes waiting for the other ranks (the gradient "
-               "all-reduce), so the step files cannot tell whose work was slow")
-    elif shares:
-        why = "the slow steps are slower in every phase"
+    if phase is not None:
+        why = f"the slow steps are slow in '{phase}' ({100 * shares[phase]:.0f}% of their extra time)"
+        advice = (f"The '{phase}' phase stalls in some steps. For 'data': more DataLoader workers, pin_memory, "
+                  "prefetching, faster storage; otherwise look at what that phase does in the slow steps (the "
+                  "step-time chart shows which).")
     else:
-        why = "there are no phase timings to tell which part of the step is slow"
+        advice = ("If this is a shared or busy machine, this is its noise. Otherwise look for periodic work "
+                  "(checkpointing, evaluation, garbage collection, logging) in the step-time chart, and write step "
+                  "files with phase timings (the perftracker step hook) to tell which part of the step stalls.")
+        if top and is_waiting_phase(top) and shares[top] >= threshold("jitter.phase_share"):
+            why = (f"the slow steps are slow in '{top}', which includes waiting for the other ranks (the gradient "
+                   "all-reduce), so the step files cannot tell whose work was slow")
+        elif shares:
+            why = "the slow steps are slower in every phase"
+        else:
+            why = "there are no phase timings to tell which part of the step is slow"
+        why += ": variation of the machine or the whole job, not a cause in one phase"
     return Finding(
-        analyzer="steps", severity=Severity.INFO,
-        title=f"{title}; {why}: variation of the machine or the whole job, not a cause in one phase",
-        recommendation=("If this is a shared or busy machine, this is its noise. Otherwise look for periodic work "
-                        "(checkpointing, evaluation, garbage collection, logging) in the step-time chart, and "
-                        "write step files with phase timings (the perftracker step hook) to tell which part "
-                        "of the step stalls."),
-        evidence=evidence, ranks=tuple(ranks), hosts=hosts_of(store, ranks), cost=cost, key="steps:jitter",
+        analyzer="steps", severity=Severity.WARNING if phase is not None else Severity.INFO, title=f"{title}; {why}",
+        recommendation=advice, evidence=evidence, ranks=tuple(ranks), hosts=hosts_of(store, ranks), cost=cost,
+        key="steps:jitter",
     )
 
 

@@ -23,7 +23,6 @@ from perftracker.analyzers.stragglers.collectives import (  # noqa: F401 - re-ex
     CollectiveArrivals,
     arrivals_view,
     matching_findings,
-    straggler_tables,
 )
 from perftracker.analyzers.stragglers.late_rank import before_arrival, describe, measured_wait_finding
 from perftracker.analyzers.stragglers.op_work import op_costs, slower_ops, trials_of
@@ -166,23 +165,19 @@ def verdict_view(analysis: Analysis) -> OutlierVerdict:
     return judge_outliers(step_trials(analysis.view(judged_arrivals_view)))
 
 
-def _durations_alpha() -> float:
-    """Each durations test's family-wise level: straggler.alpha halved beside the last-arrival test, halved
-    again between the two durations tests (wall-clock work, op compute)."""
-    return threshold("straggler.alpha") / 4
-
-
 def durations_view(analysis: Analysis) -> DurationVerdict:
     """Is one rank's own work (wall clock between collectives) longer than its peers', paired per step?
     (`significance.judge_durations`)"""
-    return judge_durations(work_trials(analysis.view(judged_arrivals_view)), alpha=_durations_alpha())
+    # each durations test's family-wise level: straggler.alpha halved beside the last-arrival test, halved again
+    # between the two durations tests (wall-clock work, op compute)
+    return judge_durations(work_trials(analysis.view(judged_arrivals_view)), alpha=threshold("straggler.alpha") / 4)
 
 
 def compute_view(analysis: Analysis) -> DurationVerdict:
     """Is one rank's compute (its compute kernels, or its CPU ops at their own cost: `op_work`) more than its
     peers', paired per step? (`significance.judge_durations`)"""
     costs = by_rank(analysis.store, lambda _, ev: op_costs(ev))
-    return judge_durations(trials_of(costs), alpha=_durations_alpha(), measure="compute",
+    return judge_durations(trials_of(costs), alpha=threshold("straggler.alpha") / 4, measure="compute",
                            min_excess=threshold("straggler.compute_min_excess"))
 
 

@@ -114,9 +114,7 @@ def step_waits(table: pd.DataFrame) -> pd.DataFrame:
                                                              times_last=("total_wait", "size"))
     caused.index = caused.index.set_names(["step", "rank"])
     out = own.join(caused, how="left").fillna({"caused_ns": 0, "times_last": 0}).reset_index()
-    return out.astype({"step": np.int64, "rank": np.int64, "collectives": np.int64, "comm_ns": np.int64,
-                       "wait_ns": np.int64, "transfer_ns": np.int64, "caused_ns": np.int64,
-                       "times_last": np.int64})[STEP_COLUMNS]
+    return out.astype(dict.fromkeys(STEP_COLUMNS, np.int64))[STEP_COLUMNS]
 
 
 def step_waits_view(analysis: Analysis) -> pd.DataFrame:

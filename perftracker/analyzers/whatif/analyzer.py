@@ -16,6 +16,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Cost, Finding, Severity
+from perftracker.analyzers.stepgraph.dag import finish
 from perftracker.analyzers.thresholds import threshold
 from perftracker.analyzers.whatif.ops_graph import (
     COMM_TYPES,
@@ -60,19 +61,17 @@ class WhatIf:
 
 def replay(graph: OpsGraph, dur: np.ndarray, transfer: np.ndarray) -> np.ndarray:
     """Per step: the replayed step time (ns) with these durations (node x column matrices)."""
-    end = np.zeros_like(dur)
-    deps = graph.deps
-    n_cols = dur.shape[1]
     optimizer = graph.nodes["optype"].to_numpy() == OPTIMIZER
-    for members, is_comm, is_sync in zip(graph.groups, graph.comm, graph.sync):
-        before = [j for i in members for j in deps[i]]
-        start = end[before].max(axis=0) if before else np.zeros(n_cols)
-        if is_sync:
-            start = step_max(start, graph.n_steps, graph.n_dp)
-        idx = list(members)
-        end[idx] = start + (transfer[idx] if is_comm else dur[idx])
-    finish = end[optimizer].max(axis=0) if optimizer.any() else end.max(axis=0)
-    per_step: np.ndarray = finish.reshape(graph.n_steps, graph.n_dp).max(axis=1)
+    comm = np.zeros(len(dur), dtype=bool)
+    comm[[i for members, is_comm in zip(graph.groups, graph.comm) if is_comm for i in members]] = True
+
+    def hold(g: int, start: np.ndarray) -> np.ndarray:
+        return step_max(start, graph.n_steps, graph.n_dp) if graph.sync[g] else start
+
+    end = np.array(finish(graph.groups, graph.deps, np.where(comm[:, None], transfer, dur), np.zeros(dur.shape[1]),
+                          hold))
+    last = (end[optimizer] if optimizer.any() else end).max(axis=0)
+    per_step: np.ndarray = last.reshape(graph.n_steps, graph.n_dp).max(axis=1)
     return per_step
 
 

@@ -7,11 +7,13 @@ transfer durations; raises `GraphError` when the records form no acyclic step.
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
+from perftracker.analyzers.stepgraph.dag import topological
 
 FWD, BWD = "forward-compute", "backward-compute"
 P2P = ("forward-send", "forward-recv", "backward-send", "backward-recv")
@@ -227,23 +229,10 @@ def _order(deps: tuple[tuple[int, ...], ...], groups: list[tuple[int, ...]], syn
     preds: list[set[int]] = [set() for _ in all_groups]
     for i, d in enumerate(deps):
         preds[owner[i]].update(int(owner[j]) for j in d if owner[j] != owner[i])
-    succ: list[list[int]] = [[] for _ in all_groups]
-    for g, p in enumerate(preds):
-        for h in p:
-            succ[h].append(g)
-    indeg = [len(p) for p in preds]
-    queue = deque(g for g, k in enumerate(indeg) if k == 0)
-    order: list[int] = []
-    while queue:
-        g = queue.popleft()
-        order.append(g)
-        for h in succ[g]:
-            indeg[h] -= 1
-            if indeg[h] == 0:
-                queue.append(h)
-    if len(order) != len(all_groups):
-        stuck = [all_groups[h][0] for h, k in enumerate(indeg) if k > 0][:3]
-        names = [f"{nodes['optype'].iat[i]!s}#{nodes['seq_id'].iat[i]}@stage{nodes['stage'].iat[i]}" for i in stuck]
+    order, stuck = topological(preds)
+    if stuck:
+        names = [f"{nodes['optype'].iat[i]!s}#{nodes['seq_id'].iat[i]}@stage{nodes['stage'].iat[i]}"
+                 for i in (all_groups[h][0] for h in stuck[:3])]
         raise GraphError(f"the dependencies form a cycle (around {', '.join(names)}): the schedule is not one "
                          "this model knows")
     sync_set = {tuple(g) for g in synced}

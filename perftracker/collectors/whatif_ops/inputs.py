@@ -132,11 +132,11 @@ def op_events(ops: pd.DataFrame) -> pd.DataFrame:
 
 def _per_rank_tables(events: pd.DataFrame, layout: JobLayout | None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """steps and ranks of one job from its `op_events`."""
-    per = events.assign(end=events["start_ns"] + events["dur_ns"]).groupby(["rank", "step"])
-    steps = per.agg(start_ns=("start_ns", "min"), end=("end", "max")).reset_index()
+    events = events.assign(end=events["start_ns"] + events["dur_ns"])
+    steps = events.groupby(["rank", "step"]).agg(start_ns=("start_ns", "min"), end=("end", "max")).reset_index()
     steps = steps.assign(dur_ns=steps["end"] - steps["start_ns"], window=0, source="ops").drop(columns="end")
-    by_rank = events.assign(end=events["start_ns"] + events["dur_ns"]).groupby("rank")
-    ranks = by_rank.agg(start_ns=("start_ns", "min"), end_ns=("end", "max"), n_events=("name", "size")).reset_index()
+    ranks = events.groupby("rank").agg(start_ns=("start_ns", "min"), end_ns=("end", "max"),
+                                       n_events=("name", "size")).reset_index()
     world = layout.world_size if layout is not None else len(ranks)
     ranks = ranks.assign(window=0, host="", file="", world_size=world, backend="", device_name="", base_ns=-1)
     return conform("steps", steps), conform("ranks", ranks)
@@ -147,12 +147,11 @@ def _groups(ops: pd.DataFrame, layout: JobLayout | None) -> dict[str, ProcessGro
     per worker whose member ranks the records do not list."""
     workers = ops[["dp_rank", "stage", "rank"]].drop_duplicates(["dp_rank", "stage"]).astype(int)
     out: dict[str, ProcessGroup] = {}
-    for stage, rows in workers.groupby("stage"):
-        ranks = tuple(int(r) for r in rows.sort_values("dp_rank")["rank"])
-        out[f"dp{stage}"] = ProcessGroup(f"dp{stage}", "DP", len(ranks), ranks, SOURCE)
-    for dp, rows in workers.groupby("dp_rank"):
-        ranks = tuple(int(r) for r in rows.sort_values("stage")["rank"])
-        out[f"pp{dp}"] = ProcessGroup(f"pp{dp}", "PP", len(ranks), ranks, SOURCE)
+    for by, within, desc in (("stage", "dp_rank", "DP"), ("dp_rank", "stage", "PP")):
+        for key, rows in workers.groupby(by):
+            ranks = tuple(int(r) for r in rows.sort_values(within)["rank"])
+            name = f"{desc.lower()}{key}"
+            out[name] = ProcessGroup(name, desc, len(ranks), ranks, SOURCE)
     if layout is not None and layout.tp_size > 1:
         for rank in workers["rank"]:
             out[f"tp{rank}"] = ProcessGroup(f"tp{rank}", "TP", layout.tp_size, (), SOURCE)

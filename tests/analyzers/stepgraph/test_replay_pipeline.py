@@ -17,8 +17,7 @@ import pytest
 from perftracker import api
 from perftracker.analyzers.stepgraph.replay import (
     fix_each_rank,
-    idealize_all,
-    idealize_rank,
+    idealize,
     replay,
     step_graph,
 )
@@ -56,7 +55,7 @@ def test_fixing_a_stage_0_rank_takes_its_dp_peers_work_not_its_receivers() -> No
     # WHEN rank 0's work is set to its peers' (rank 1: same stage, same sequence of collectives)
     table, steps = _table()
     graph = step_graph(table, steps, pd.Series(dtype=np.int64))
-    loc, tails = idealize_rank(graph, 0)
+    loc, tails = idealize(graph, 0)
     played = replay(graph, local=loc, tail=tails)
     fixed = played.steps.set_index("rank")["replayed_ns"]
     # THEN its send leaves at 10 ms and arrives at 11 ms (not at 1 ms: the receiver's 0 ms before its recv is
@@ -70,7 +69,7 @@ def test_the_ideal_keeps_each_stage_its_own_work() -> None:
     # WHEN every rank is idealized (OSDI'25's T_ideal)
     table, steps = _table()
     graph = step_graph(table, steps, pd.Series(dtype=np.int64))
-    loc, tails = idealize_all(graph)
+    loc, tails = idealize(graph)
     ideal = replay(graph, local=loc, tail=tails).steps.set_index("rank")["replayed_ns"]
     # THEN stage 0 computes the mean of its replicas (15 ms), stage 1 still 30 ms after its recv: 15 + 1 + 30 + 1
     assert ideal[2] == pytest.approx(47 * MS) and ideal[3] == pytest.approx(47 * MS)

@@ -10,7 +10,7 @@ from synth import SynthSpec, generate, tp_dp_groups
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.passes import costed_findings
-from perftracker.analyzers.stragglers.straggler import straggler_tables
+from perftracker.analyzers.stragglers.collectives import aligned_arrivals
 from perftracker.collectors.loading import LoadOptions, load_path
 
 
@@ -34,7 +34,7 @@ def test_seeded_compute_straggler_and_clock_skews_are_recovered(tmp_path: Path) 
     expected = truth.stragglers[5].simulated_cost_us_per_step / 1e6
     assert found[0].cost.seconds_per_step == pytest.approx(expected, rel=0.05)
     # and every rank's clock offset is recovered (relative to the job's median clock)
-    _, offsets = straggler_tables(store)
+    offsets = aligned_arrivals(store)[1].offsets
     true = {int(r): float(v) for r, v in truth.skew_us.items()}
     recovered = {int(r): float(v) / 1e3 for r, v in offsets.items()}
     shift = sorted(true[r] - recovered[r] for r in recovered)[len(recovered) // 2]
@@ -69,7 +69,8 @@ def test_missing_rank_and_different_windows_are_tolerated(tmp_path: Path) -> Non
 def test_real_two_rank_gpu_traces_match_collectives_and_estimate_skew(hta_traces: Path, tmp_path: Path) -> None:
     # GIVEN ranks 0 and 1 of a real 128-rank NCCL job (no known straggler)
     store = load_path(hta_traces / "trace_filter", LoadOptions(workers=1))
-    arr, offsets = straggler_tables(store)
+    arr, domains = aligned_arrivals(store)
+    offsets = domains.offsets
     # THEN the 10 NCCL kernels each rank ran in the 2 profiled steps are matched pairwise,
     assert arr["instance"].nunique() == 10 and len(arr) == 20
     # and the clocks of the two ranks (same job, synchronized hosts) differ by well under a millisecond
