@@ -27,6 +27,11 @@ MAX_ENV_BYTES = 64 * 1024 * 1024  # an environment or job spec is kilobytes
 _ASSIGN = re.compile(r"^\s*(?:export\s+)?(?P<key>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$")
 
 
+def filter_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The allow-listed, secret-free part of `env` (values carrying credentials are dropped): `redaction.safe_env`."""
+    return safe_env(env)
+
+
 def capture_process_env(pid: int) -> dict[str, str]:
     """The filtered exec-time environment of process `pid` (psutil reads /proc/<pid>/environ)."""
     import psutil
@@ -38,7 +43,7 @@ def capture_process_env(pid: int) -> dict[str, str]:
     except psutil.AccessDenied:
         raise InputError(f"not allowed to read the environment of pid {pid}",
                          hint="run as the process's user or as root") from None
-    return safe_env(env)
+    return filter_env(env)
 
 
 def rank_of(env: Mapping[str, str]) -> int:
@@ -142,7 +147,7 @@ def load_env_snapshots(paths: Iterable[Path]) -> tuple[pd.DataFrame, list[LoadNo
             continue
         env_obj = data.get("env")
         env_raw: dict[str, object] = env_obj if isinstance(env_obj, dict) else data
-        env = safe_env({str(k): str(v) for k, v in env_raw.items() if isinstance(v, (str, int, float))})
+        env = filter_env({str(k): str(v) for k, v in env_raw.items() if isinstance(v, (str, int, float))})
         m = re.search(r"rank[-_]?(\d+)", Path(path).name)
         named = ascii_int(m.group(1), 0, MAX_RANK) if m else None
         rank = rank_in_range(data.get("rank"))
