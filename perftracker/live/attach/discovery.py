@@ -115,16 +115,11 @@ def find_job(spec: str, host: str) -> Job:
     """The job named by `spec` on this machine (`host`); InputError with what to do when nothing matches."""
     kind, value = parse_spec(spec)
     denied: list[int] = []
-    if kind == "pid":
-        job = _by_pid(int(value), denied, host)
-    elif kind == "runid":
+    job = _by_pid(int(value), denied, host) if kind == "pid" else Job([])
+    if kind in ("runid", "auto"):
         job = _by_run_id(value, denied, host)
-    elif kind == "cmd":
+    if kind == "cmd" or (kind == "auto" and not job.workers):  # a bare word: a run id, else a command pattern
         job = _by_cmd(value, denied, host)
-    else:
-        job = _by_run_id(value, denied, host)
-        if not job.workers:
-            job = _by_cmd(value, denied, host)
     job.denied = denied
     if not job.workers:
         hint = denied_hint(denied) if denied else "run `perftracker ps` to list the jobs and ranks this user can see"
