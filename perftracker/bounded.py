@@ -308,7 +308,7 @@ def inflate(raw: bytes | bytearray, cap: int | None = None, skip_leading_blank: 
     return Inflated(out, stream.eof, capped, error, squeezed=squeezed)
 
 
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _SURROGATE_ESCAPE_B = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
@@ -345,23 +345,15 @@ def clean_strings(value: Any) -> Any:
     todo: list[list[Any] | dict[Any, Any]] = [value]
     while todo:
         node = todo.pop()
-        if isinstance(node, list):
-            for i, item in enumerate(node):
-                if isinstance(item, str):
-                    node[i] = clean_text(item)
-                elif isinstance(item, (list, dict)):
-                    todo.append(item)
-        else:
-            for key in list(node):
-                item = node[key]
-                if isinstance(item, str):
-                    item = clean_text(item)
-                elif isinstance(item, (list, dict)):
-                    todo.append(item)
-                if isinstance(key, str) and clean_text(key) != key:
-                    del node[key]
-                    key = clean_text(key)
-                node[key] = item
+        for key, item in list(enumerate(node) if isinstance(node, list) else node.items()):
+            if isinstance(item, str):
+                item = clean_text(item)
+            elif isinstance(item, (list, dict)):
+                todo.append(item)
+            if isinstance(key, str) and clean_text(key) != key:
+                del node[key]  # type: ignore[arg-type]
+                key = clean_text(key)
+            node[key] = item
     return value
 
 
@@ -372,7 +364,7 @@ def loads_json(text: str | bytes | bytearray) -> Any:
         value = json.loads(text)
     except RecursionError:
         raise ValueError("JSON nested too deeply to read") from None
-    found = _SURROGATE_ESCAPE.search(text) if isinstance(text, str) else _SURROGATE_ESCAPE_B.search(text)
+    found = SURROGATE_ESCAPE.search(text) if isinstance(text, str) else _SURROGATE_ESCAPE_B.search(text)
     return clean_strings(value) if found else value
 
 

@@ -5,8 +5,8 @@ An `Analysis` is what each analyzer and each view function receives.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -49,11 +49,9 @@ class Analysis:
         """The value of declared threshold `name` in this analysis (its override, else its default)."""
         return self.thresholds.value(name)
 
-    @contextmanager
-    def active(self) -> Iterator[None]:
+    def active(self) -> AbstractContextManager[None]:
         """While the block runs, `thresholds.threshold()` answers from this analysis' table."""
-        with _active(self.thresholds):
-            yield
+        return _active(self.thresholds)
 
     def view(self, fn: Callable[[Analysis], T]) -> T:
         """`fn(self)`, computed once per analysis; later calls return the same object (or raise the same error)."""

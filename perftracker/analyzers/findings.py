@@ -136,7 +136,7 @@ class Finding:
 
     def __post_init__(self) -> None:  # the one choke point for text from inputs
         if self.role is None or self.role_inferred:  # inferred again when a pass changes the severity
-            object.__setattr__(self, "role", inferred_role(self.severity))
+            object.__setattr__(self, "role", Role.CONTEXT if self.severity == Severity.INFO else Role.ROOT)
             object.__setattr__(self, "role_inferred", True)
         object.__setattr__(self, "analyzer", str(self.analyzer))  # a Kind is stored as its text
         object.__setattr__(self, "title", safe_text(self.title))
@@ -230,11 +230,6 @@ def safe_evidence(evidence: Mapping[str, Any]) -> dict[str, Any]:
 def _safe_key(key: Any) -> Any:
     """A key as one plain, redacted line when it is text; a number (a rank) stays a number."""
     return safe_text(key) if isinstance(key, str) else key if isinstance(key, (int, float)) else safe_text(str(key))
-
-
-def inferred_role(severity: Severity) -> Role:
-    """The role of a finding that does not say: an info finding is context, any other a root."""
-    return Role.CONTEXT if severity == Severity.INFO else Role.ROOT
 
 
 def _role(value: Any) -> Role | None:

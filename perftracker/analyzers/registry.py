@@ -123,17 +123,12 @@ def _failing(message: str) -> AnalyzerFn:
     return fail
 
 
-def all_analyzers(extra: tuple[Analyzer, ...] = ()) -> list[Analyzer]:
-    """Every analyzer `analyze` runs: the built-in ones, then `extra`, then plugins."""
-    return [*BUILTIN, *extra, *_plugins()]
-
-
 def run_analyzers(analysis: Analysis, only: list[str] | None = None,
                   extra: tuple[Analyzer, ...] = ()) -> list[Finding]:
     """Run each analyzer; an exception becomes a warning finding naming the analyzer (its role: context). The
     findings are each analyzer's own: relating them to each other is `passes.apply_passes`'."""
     findings: list[Finding] = []
-    for analyzer in all_analyzers(extra):
+    for analyzer in [*BUILTIN, *extra, *_plugins()]:  # the built-in ones, then `extra`, then plugins
         if only and analyzer.name not in only:
             continue
         try:

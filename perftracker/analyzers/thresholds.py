@@ -48,22 +48,14 @@ class Unit:
 
 INF = math.inf
 UNITS: dict[str, Unit] = {
-    "probability": Unit(0.0, 1.0, open_low=True, open_high=True),
-    "quantile": Unit(0.0, 1.0, open_low=True, open_high=True),
+    **dict.fromkeys(("probability", "quantile"), Unit(0.0, 1.0, open_low=True, open_high=True)),
     "share": Unit(0.0, 1.0),
     "excess": Unit(0.0, INF),  # a relative excess: 0.15 is 15% above
-    "ratio": Unit(0.0, INF, open_low=True),
-    "z": Unit(0.0, INF, open_low=True),
+    **dict.fromkeys(("ratio", "z"), Unit(0.0, INF, open_low=True)),
     "percent": Unit(0.0, 100.0),
     "count": Unit(1, INF, whole=True),
-    "steps": Unit(0, INF, whole=True),
-    "ns": Unit(0, INF, whole=True),
-    "bytes": Unit(0, INF, whole=True),
-    "ms": Unit(0.0, INF),
-    "s": Unit(0.0, INF),
-    "per_s": Unit(0.0, INF),
-    "per_min": Unit(0.0, INF),
-    "Gb/s": Unit(0.0, INF),
+    **dict.fromkeys(("steps", "ns", "bytes"), Unit(0, INF, whole=True)),
+    **dict.fromkeys(("ms", "s", "per_s", "per_min", "Gb/s"), Unit(0.0, INF)),
 }
 
 
@@ -143,9 +135,7 @@ class Thresholds:
         return cls(checked)
 
     def value(self, name: str) -> Number:
-        if name in self.overrides:
-            return self.overrides[name]
-        return DECLARED[name].value
+        return self.overrides[name] if name in self.overrides else DECLARED[name].value
 
     def changed(self) -> dict[str, dict[str, Number]]:
         """Each threshold this run set to another value than its default: name -> {value, default}."""

@@ -8,6 +8,7 @@ apart; a fact a trace lacks agrees with anything. The facts and why 24 hours: do
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -111,28 +112,17 @@ class _Agreed:
         for name, desc, size in trace.process_groups:
             self.process_groups.setdefault(name, (desc, size))
 
-    @classmethod
-    def of(cls, group: JobGroup) -> _Agreed:
-        agreed = cls()
-        for member in group.members:
-            agreed.add(member)
-        return agreed
-
-
-def conflict(group: JobGroup, trace: TraceJobFacts, agreed: _Agreed | None = None) -> str:
-    """Why `trace` cannot be of `group`'s job ("" when it can); `agreed`: what the group's members agree on,
-    when the caller keeps it."""
-    known = agreed if agreed is not None else _Agreed.of(group)
-    for attr, what in _FACTS:
-        mine = getattr(trace, attr)
-        theirs = known.values.get(attr)
-        if mine not in ("", -1) and theirs is not None and mine != theirs:
-            return f"{what} {theirs} vs {mine}"
-    for name, desc, size in trace.process_groups:
-        if name in known.process_groups and known.process_groups[name] != (desc, size):
-            theirs_desc, theirs_size = known.process_groups[name]
-            return f"process group {name} is {theirs_desc} of size {theirs_size} vs {desc} of size {size}"
-    return ""
+    def conflict(self, trace: TraceJobFacts) -> str:
+        """Why `trace` cannot be of the group's job ("" when it can)."""
+        for attr, what in _FACTS:
+            mine, theirs = getattr(trace, attr), self.values.get(attr)
+            if mine not in ("", -1) and theirs is not None and mine != theirs:
+                return f"{what} {theirs} vs {mine}"
+        for name, desc, size in trace.process_groups:
+            if name in self.process_groups and self.process_groups[name] != (desc, size):
+                theirs_desc, theirs_size = self.process_groups[name]
+                return f"process group {name} is {theirs_desc} of size {theirs_size} vs {desc} of size {size}"
+        return ""
 
 
 def group_jobs(traces: list[TraceJobFacts]) -> list[JobGroup]:
@@ -140,7 +130,7 @@ def group_jobs(traces: list[TraceJobFacts]) -> list[JobGroup]:
     groups: list[tuple[JobGroup, _Agreed]] = []
     # Traces that say most about their job seed the groups; the ones that say less then join them.
     for trace in sorted(traces, key=lambda t: (-_n_known(t), t.path)):
-        home = next(((g, a) for g, a in groups if not conflict(g, trace, a)), None)
+        home = next(((g, a) for g, a in groups if not a.conflict(trace)), None)
         if home is None:
             home = (JobGroup(), _Agreed())
             groups.append(home)
@@ -235,10 +225,7 @@ def _differences(groups: list[JobGroup]) -> str:
 
 
 def _shared_ranks(groups: list[JobGroup]) -> list[int]:
-    seen: dict[int, int] = {}
-    for group in groups:
-        for rank in group.ranks:
-            seen[rank] = seen.get(rank, 0) + 1
+    seen = Counter(rank for group in groups for rank in group.ranks)
     return sorted(r for r, n in seen.items() if n > 1)
 
 

@@ -7,7 +7,6 @@ line numbers; a file cut off mid-line loses only that line. Read within `perftra
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterable
 from json.scanner import make_scanner
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from perftracker.bounded import LineBlocks, clean_text, iter_lines, loads_json
+from perftracker.bounded import SURROGATE_ESCAPE, LineBlocks, clean_text, iter_lines, loads_json
 from perftracker.collectors.file_notes import line_list
 from perftracker.errors import InputError
 from perftracker.store import LoadNote
@@ -109,7 +108,7 @@ def parse_step_lines(lines: Iterable[bytes]) -> list[dict[str, Any]]:
     except UnicodeDecodeError:
         return [r for r in map(_parse_one, batch) if r is not None]
     parts = text.split("\n")
-    if len(parts) != len(batch) or _SURROGATE_ESCAPE.search(text):
+    if len(parts) != len(batch) or SURROGATE_ESCAPE.search(text):
         return [r for r in map(_parse_one, batch) if r is not None]
     out = []
     start = 0
@@ -138,7 +137,7 @@ def _parse_one(line: bytes) -> dict[str, Any] | None:
 
 
 _SCAN: Callable[[str, int], tuple[Any, int]] = make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # json.loads' own scanner: one JSON value at an index, and where it ends
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # bounded.loads_json's: such a line goes the long way
+
 
 
 def _checked(record: Any) -> dict[str, Any] | None:

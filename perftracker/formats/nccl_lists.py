@@ -26,18 +26,10 @@ class DeviceList:
 
 
 def parse_list(value: str) -> DeviceList:
-    text = value
-    exclude = text.startswith("^")
-    if exclude:
-        text = text[1:]
-    exact = text.startswith("=")
-    if exact:
-        text = text[1:]
-    tokens = []
-    for raw in text.split(","):
-        name, _, port = raw.partition(":")
-        tokens.append(Token(raw, name, port))
-    return DeviceList(value, exclude, exact, tuple(tokens))
+    listed = value.removeprefix("^")
+    text = listed.removeprefix("=")
+    tokens = tuple(Token(raw, *raw.partition(":")[::2]) for raw in text.split(","))
+    return DeviceList(value, listed != value, text != listed, tokens)
 
 
 def syntax_problems(spec: DeviceList) -> list[str]:
@@ -60,13 +52,8 @@ def syntax_problems(spec: DeviceList) -> list[str]:
 
 
 def token_matches(tok: Token, exact: bool, name: str, port: int | None = None) -> bool:
-    if exact:
-        ok = name == tok.name
-    else:
-        ok = name.startswith(tok.name) and bool(tok.name)
-    if ok and tok.port.isdigit() and port is not None:
-        ok = int(tok.port) == port
-    return ok
+    ok = name == tok.name if exact else name.startswith(tok.name) and bool(tok.name)
+    return ok and not (tok.port.isdigit() and port is not None and int(tok.port) != port)
 
 
 def match_list(spec: DeviceList, names: list[str], port: int | None = None) -> list[str]:

@@ -7,6 +7,7 @@ spool it writes: docs/internals/core.md.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -66,10 +67,8 @@ def installed_dir() -> Path | None:
 
 
 def _warn(text: str) -> None:
-    try:
+    with contextlib.suppress(Exception):  # never raise into the training job
         print(f"perftracker.hooks: {text}", file=sys.stderr, flush=True)
-    except Exception:  # noqa: BLE001, S110 - never raise into the training job
-        pass
 
 
 class _Hook:
@@ -168,12 +167,15 @@ class _Hook:
                 self.prof = None
                 error = f"{type(exc).__name__}: {exc}"
                 _warn(f"trace request {req_id} skipped ({error})")
-                marker = {"rank": self.rank, "pid": os.getpid(), "error": error, "ended_ns": time.time_ns()}
-                atomic_write_bytes(self._done_marker(req_id), json.dumps(marker).encode())
+                self._mark_done(req_id, "error", error)
             return
 
     def _done_marker(self, req_id: str) -> Path:
         return self.root / "requests" / f"trace-{req_id}.rank-{self.rank}.done"
+
+    def _mark_done(self, req_id: str, key: str, value: str) -> None:
+        marker = {"rank": self.rank, "pid": os.getpid(), key: value, "ended_ns": time.time_ns()}
+        atomic_write_bytes(self._done_marker(req_id), json.dumps(marker).encode())
 
     def _start_profiler(self, req_id: str, steps: int) -> None:
         import torch
@@ -210,20 +212,13 @@ class _Hook:
         finally:
             raw.unlink(missing_ok=True)
             packed.unlink(missing_ok=True)
-        marker = {"rank": self.rank, "pid": os.getpid(), "file": dest.name, "ended_ns": time.time_ns()}
-        atomic_write_bytes(self._done_marker(self.prof_id), json.dumps(marker).encode())
+        self._mark_done(self.prof_id, "file", dest.name)
 
     def _disable(self, text: str) -> None:
         self.broken = True
         _warn(text)
-        for handle in self.handles:
-            try:
-                handle.remove()
-            except Exception:  # noqa: BLE001, S110 - never raise into the training job
-                pass
-        try:
-            if self.prof is not None:
-                self.prof.stop()
-        except Exception:  # noqa: BLE001, S110 - never raise into the training job
-            pass
+        stops = [handle.remove for handle in self.handles] + ([self.prof.stop] if self.prof is not None else [])
+        for stop in stops:
+            with contextlib.suppress(Exception):  # never raise into the training job
+                stop()
         self.prof = None

@@ -42,24 +42,21 @@ class LoadNote:
         return cls(str(raw["level"]), str(raw["source"]), str(raw["message"]), dict(raw.get("data") or {}))
 
 
-@dataclass
 class Store:
-    """All tables of one analysis. Analyzers read it; only loaders write it."""
+    """All tables of one analysis. Analyzers read it; only loaders write it. `event_parts`: the events table on
+    disk (None: resident in tables["events"])."""
 
-    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
-    notes: list[LoadNote] = field(default_factory=list)
-    run_info: RunInfo = field(default_factory=RunInfo)
-    # the events table on disk (None: resident in tables["events"]); see the module docstring
-    event_parts: EventParts | None = field(default=None, repr=False, compare=False)
-    # rank -> its row ranges [lo, hi) in the events table, built on first use (see `rank_events`)
-    _rank_rows: dict[int, list[tuple[int, int]]] | None = field(default=None, init=False, repr=False, compare=False)
-    # (id, rows) of the table indexed: a table put in directly (not through set_table) is indexed again
-    _rank_rows_of: tuple[int, int] = field(default=(-1, -1), init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        for name in TABLES:
-            if name not in self.tables:
-                self.tables[name] = empty_table(name)
+    def __init__(self, tables: dict[str, pd.DataFrame] | None = None, notes: list[LoadNote] | None = None,
+                 run_info: RunInfo | None = None, event_parts: EventParts | None = None) -> None:
+        self.tables = {} if tables is None else tables
+        self.tables.update((name, empty_table(name)) for name in TABLES if name not in self.tables)
+        self.notes = [] if notes is None else notes
+        self.run_info = RunInfo() if run_info is None else run_info
+        self.event_parts = event_parts
+        # rank -> its row ranges [lo, hi) in the events table, built on first use (see `rank_events`), and the
+        # (id, rows) of the table indexed: a table put in directly (not through set_table) is indexed again
+        self._rank_rows: dict[int, list[tuple[int, int]]] = {}
+        self._rank_rows_of = (-1, -1)
 
     def __getitem__(self, name: str) -> pd.DataFrame:
         return self.events if name == "events" else self.tables[name]
@@ -123,7 +120,7 @@ class Store:
 
     def _rank_index(self) -> dict[int, list[tuple[int, int]]]:
         events = self.tables["events"]
-        if self._rank_rows is None or self._rank_rows_of != (id(events), len(events)):
+        if self._rank_rows_of != (id(events), len(events)):
             rank = events["rank"].to_numpy()
             cuts = np.flatnonzero(rank[1:] != rank[:-1]) + 1 if len(rank) else np.empty(0, np.int64)
             rows: dict[int, list[tuple[int, int]]] = {}

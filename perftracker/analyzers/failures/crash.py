@@ -128,13 +128,11 @@ def timeout_findings(store: Store, hosts: dict[int, str], world: int) -> list[Fi
     out: list[Finding] = []
     nccl = fail[(fail["kind"] == "timeout") & (fail["rank"] >= 0)]
     if not nccl.empty:
-        groups: dict[tuple[int, str], list[int]] = {}
+        groups: dict[tuple[int, str], set[int]] = {}
         for s_, o_, r_ in zip(nccl["seq"], nccl["op"], nccl["rank"]):
-            group = groups.setdefault((int(s_), str(o_)), [])
-            if int(r_) not in group:
-                group.append(int(r_))
-        (seq, op), timed = max(groups.items(), key=lambda kv: (len(kv[1]), kv[0][0]))
-        timed = sorted(timed)
+            groups.setdefault((int(s_), str(o_)), set()).add(int(r_))
+        (seq, op), ranks = max(groups.items(), key=lambda kv: (len(kv[1]), kv[0][0]))
+        timed = sorted(ranks)
         rows = nccl[(nccl["seq"] == seq) & (nccl["op"] == op)]
         pg = next((str(p) for p in rows["pg"] if p), "")
         numel = int(rows["numel"].max())

@@ -60,10 +60,6 @@ def _lost_peer(f: Finding) -> bool:
     return Mark.FIRST_FAILURE.on(f) and bool(f.evidence.get("consequence_of_a_lost_peer"))
 
 
-def _cause_order(f: Finding) -> int:
-    return _CAUSE_ORDER.get(f.analyzer, 9) + (1 if Mark.FIRST_FAILURE.on(f) else 0)
-
-
 def fold_failures(findings: list[Finding]) -> list[Finding]:
     roots = [f for f in findings if Mark.WAIT_ROOT.on(f)]
     if roots:
@@ -71,7 +67,8 @@ def fold_failures(findings: list[Finding]) -> list[Finding]:
             f.analyzer in FAILURE_ANALYZERS and f.severity >= Severity.WARNING))
     lost = [f for f in findings if _lost_peer(f)]
     causes = sorted((f for f in findings if f.analyzer in FAILURE_ANALYZERS and f.severity == Severity.CRITICAL
-                     and not _lost_peer(f) and set(f.ranks)), key=_cause_order)
+                     and not _lost_peer(f) and set(f.ranks)),
+                    key=lambda f: _CAUSE_ORDER.get(f.analyzer, 9) + (1 if Mark.FIRST_FAILURE.on(f) else 0))
     if not lost or not causes:
         return findings
     cause = causes[0]

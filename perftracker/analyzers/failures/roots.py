@@ -136,22 +136,23 @@ def consequence_rows(root: Root) -> list[dict[str, Any]]:
     return rows
 
 
-def _recommendation(root: Root) -> str:
-    if root.kind == "stalled":
-        return ("Look at these ranks' GPUs first: their collectives stopped completing while their peers' went on, "
-                "which is what a GPU error (Xid, ECC, a fallen-off GPU), a hung kernel or a stopped watchdog "
-                "thread looks like. Check the host's kernel log (NVRM Xid), nvidia-smi -q and the rank's log; "
-                "the other ranks only wait behind them.")
-    if root.kind == "cycle":
-        return ("The ranks wait for each other in different collectives: make every rank issue the same "
-                "collectives in the same order on each process group (a rank-dependent branch, a different group "
-                "order). TORCH_DISTRIBUTED_DEBUG=DETAIL reports mismatched collectives at the call.")
-    if root.kind == "stuck collective":
-        return STUCK_ADVICE
-    return ("Look at what these ranks did instead of the collective: their logs and tracebacks, a rank-dependent "
-            "branch that skips a collective, a stuck data loader or file system, a thread holding the GIL, a dead "
-            "GPU (Xid) or host. `perftracker attach --stacks` on a live hang shows where they are; the other ranks "
-            "only wait behind them.")
+_LOOK_ELSEWHERE = ("Look at what these ranks did instead of the collective: their logs and tracebacks, a rank-dependent "
+                   "branch that skips a collective, a stuck data loader or file system, a thread holding the GIL, a "
+                   "dead GPU (Xid) or host. `perftracker attach --stacks` on a live hang shows where they are; the "
+                   "other ranks only wait behind them.")
+# root kind -> (confidence, graded by what the root rests on (docs/internals/analyzers.md); recommendation)
+_KINDS: dict[str, tuple[float, str]] = {
+    "stalled": (0.9, "Look at these ranks' GPUs first: their collectives stopped completing while their peers' went "
+                "on, which is what a GPU error (Xid, ECC, a fallen-off GPU), a hung kernel or a stopped watchdog "
+                "thread looks like. Check the host's kernel log (NVRM Xid), nvidia-smi -q and the rank's log; the "
+                "other ranks only wait behind them."),
+    "cycle": (0.8, "The ranks wait for each other in different collectives: make every rank issue the same "
+              "collectives in the same order on each process group (a rank-dependent branch, a different group "
+              "order). TORCH_DISTRIBUTED_DEBUG=DETAIL reports mismatched collectives at the call."),
+    "stuck collective": (0.6, STUCK_ADVICE),
+    "missing": (0.95, _LOOK_ELSEWHERE),
+    "no dump": (0.9, _LOOK_ELSEWHERE),
+}
 
 
 def root_finding(graph: WaitGraph, root: Root, hosts: dict[int, str], failures: pd.DataFrame,
@@ -187,13 +188,9 @@ def root_finding(graph: WaitGraph, root: Root, hosts: dict[int, str], failures: 
                     "peer_completed": s.peer_completed} for s in root.stalls[:64]],
         "own_errors": {str(r): m for r, m in own.items()}, "no_dump": no_dump, "roots_in_job": len(graph.roots),
     }
-    return Finding(ANALYZER, Severity.CRITICAL, title, _recommendation(root), evidence, ranks=root.ranks, hosts=on,
-                   key=Mark.WAIT_ROOT.key(root.kind, list(root.ranks)), confidence=_confidence(root))
-
-
-def _confidence(root: Root) -> float:
-    """Graded by what the root rests on (docs/internals/analyzers.md)."""
-    return {"stalled": 0.9, "missing": 0.95, "no dump": 0.9, "cycle": 0.8}.get(root.kind, 0.6)
+    confidence, advice = _KINDS.get(root.kind, (0.6, _LOOK_ELSEWHERE))
+    return Finding(ANALYZER, Severity.CRITICAL, title, advice, evidence, ranks=root.ranks, hosts=on,
+                   key=Mark.WAIT_ROOT.key(root.kind, list(root.ranks)), confidence=confidence)
 
 
 def root_findings(graph: WaitGraph, hosts: dict[int, str], failures: pd.DataFrame, fr: pd.DataFrame) -> list[Finding]:

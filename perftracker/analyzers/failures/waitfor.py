@@ -202,13 +202,12 @@ def p2p_blocked(store: Store, world: int) -> list[Blocked]:
             continue
         first = pending.sort_values("p2p_seq").iloc[0]
         match = _P2P_OP.search(str(first["op"]))
-        members = pg_ranks(store.run_info.fr_pg_config, pg) or (list(range(world)) if pg == "0" else [])
+        group = members(store, pg, [], world, ("0",))
         peer_index = int(match.group(3)) if match else -1
-        if not 0 <= peer_index < len(members) or members[peer_index] == rank:
+        if not 0 <= peer_index < len(group) or group[peer_index] == rank:
             continue
-        created = int(first["time_created_ns"])
-        out.append(Blocked(pg, str(first["pg_desc"]), int(first["p2p_seq"]), str(first["op"]),
-                           str(first["input_sizes"]), (rank,), (members[peer_index],), (), created, "p2p"))
+        out.append(Blocked(pg, str(first["pg_desc"]), int(first["p2p_seq"]), str(first["op"]), str(first["input_sizes"]),
+                           (rank,), (group[peer_index],), (), int(first["time_created_ns"]), "p2p"))
     return out
 
 

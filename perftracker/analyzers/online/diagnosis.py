@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import pandas as pd
 
@@ -19,20 +19,19 @@ from perftracker.analyzers.failures.stack_state import (
     still,
     switches_of,
 )
-from perftracker.analyzers.online.burst_rule import burst_alarm
-from perftracker.analyzers.online.hang_rule import hang_alarm, step_stall
-from perftracker.analyzers.online.host_trigger import host_alarm
-from perftracker.analyzers.online.step_period import estimate_period
+from perftracker.analyzers.online import burst_rule, hang_rule, host_trigger
+from perftracker.analyzers.online import step_period as period_rule
 from perftracker.analyzers.online.step_rules import Rechecks, degradation_alarm
 from perftracker.analyzers.stragglers.stack_profile import analyze_stack_profile
 from perftracker.analyzers.thresholds import Thresholds, active
 from perftracker.store import Store
 from perftracker.store.alarms import Alarm, StepSeries
-from perftracker.store.stack_bursts import StackBurst, StepPeriod
 from perftracker.store.stack_frames import MainStack
 
 SUSPICION_CHARS = 300
 F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def _judged(method: F) -> F:
@@ -42,6 +41,14 @@ def _judged(method: F) -> F:
         with active(self.thresholds):
             return method(self, *args, **kwargs)
     return run  # type: ignore[return-value]
+
+
+def _rule(rule: Callable[P, R]) -> Callable[Concatenate[AnalyzerDiagnosis, P], R]:
+    """The analyzers' `rule` as a method, run with the session's thresholds active."""
+    def run(self: AnalyzerDiagnosis, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with active(self.thresholds):
+            return rule(*args, **kwargs)
+    return run
 
 
 class AnalyzerDiagnosis:
@@ -64,9 +71,11 @@ class AnalyzerDiagnosis:
     def stayed_blocked(self, before: Mapping[int, MainStack], after: Mapping[int, MainStack], seconds: float) -> bool:
         return still(rank_states(after), switches_of(before), switches_of(after), seconds)
 
-    @_judged
-    def step_stall(self, quiet_ns: int | None, median_step_ns: int | None, steps_known: int) -> str | None:
-        return step_stall(quiet_ns, median_step_ns, steps_known)
+    step_stall = _rule(hang_rule.step_stall)
+    step_period = _rule(period_rule.estimate_period)
+    burst_alarm = _rule(burst_rule.burst_alarm)
+    hang_alarm = _rule(hang_rule.hang_alarm)
+    host_alarm = _rule(host_trigger.host_alarm)
 
     @_judged
     def straggler_suspicion(self, profile_samples: pd.DataFrame) -> str:
@@ -78,20 +87,3 @@ class AnalyzerDiagnosis:
     @_judged
     def degradation_alarm(self, series: Sequence[StepSeries], window: int, rise: float) -> Alarm | None:
         return degradation_alarm(series, window, rise, self.rechecks)
-
-    @_judged
-    def step_period(self, burst: StackBurst) -> StepPeriod | None:
-        return estimate_period(burst)
-
-    @_judged
-    def burst_alarm(self, series: Sequence[StepSeries], window: int, rise: float) -> Alarm | None:
-        return burst_alarm(series, window, rise)
-
-    @_judged
-    def hang_alarm(self, last_step: Mapping[int, int], last_step_ns: Mapping[int, int], median_step_ns: int | None,
-                   steps_known: int, now_ns: int) -> Alarm | None:
-        return hang_alarm(last_step, last_step_ns, median_step_ns, steps_known, now_ns)
-
-    @_judged
-    def host_alarm(self, store: Store) -> Alarm | None:
-        return host_alarm(store)

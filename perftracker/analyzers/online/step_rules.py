@@ -71,21 +71,19 @@ def series_alarm(series: StepSeries, window: int = DEFAULT_WINDOW, rise: float =
     steps = series.steps[kept]
     y = series.durations_ns[kept].astype(float) / 1e9
     fired = trigger(y, window, rise)
+    rechecks = rechecks if rechecks is not None else Rechecks()  # none kept: every firing is confirmed at once
     if fired is None:
-        if rechecks is not None:
-            rechecks.forget(series.rank)  # the trigger fell back: its next firing is confirmed at once
+        rechecks.forget(series.rank)  # the trigger fell back: its next firing is confirmed at once
         return None
     last = int(steps[-1])
-    if rechecks is not None and not rechecks.due(series.rank, last, window):
+    if not rechecks.due(series.rank, last, window):
         return None
     tail = slice(max(0, len(y) - threshold_int("online.steps.confirm_windows") * window), len(y))
     cp = change_point_of(y[tail], steps[tail])
     if cp is None or not cp.verdict.significant or cp.rise < rise:
-        if rechecks is not None:
-            rechecks.declined(series.rank, last)
+        rechecks.declined(series.rank, last)
         return None
-    if rechecks is not None:
-        rechecks.forget(series.rank)
+    rechecks.forget(series.rank)
     current, best = fired
     who = "the job" if series.rank < 0 else f"rank {series.rank}"
     return Alarm("degradation", f"{who}: the last {window} steps take {current * 1e3:.1f} ms on average, "

@@ -47,12 +47,8 @@ def rank_states(table: pd.DataFrame, window: str) -> dict[int, RankStates]:
         if n < threshold_int("online.waited.min_samples"):
             continue
         states = g["state"].astype(str)
-
-        def share(letters: str, states: pd.Series = states, n: int = n) -> float:
-            return float(states.isin(list(letters)).sum()) / n
-
-        out[int(str(rank))] = RankStates(int(str(rank)), str(g["host"].iloc[-1]), n, share(ASLEEP), share(STOPPED),
-                                         share(RUNNING), share(IO))
+        shares = [float(states.isin(list(letters)).sum()) / n for letters in (ASLEEP, STOPPED, RUNNING, IO)]
+        out[int(str(rank))] = RankStates(int(str(rank)), str(g["host"].iloc[-1]), n, *shares)
     return out
 
 

@@ -29,11 +29,9 @@ def straggler_kind(f: Finding) -> str:
         return ""
     if f.analyzer == Kind.STRAGGLER:
         return str(f.evidence.get("kind", ""))
-    if f.analyzer == Kind.STEPS and str(f.evidence.get("phase", "")) in _GPU_PHASES:
-        return "compute"
-    if f.analyzer == Kind.STACK_PROFILE:  # its own work takes the time: the rank's device is the first suspect
-        return "compute"
-    return ""
+    # a sampled-stack rank: its own work takes the time, so the rank's device is the first suspect
+    gpu_phase = f.analyzer == Kind.STEPS and str(f.evidence.get("phase", "")) in _GPU_PHASES
+    return "compute" if gpu_phase or f.analyzer == Kind.STACK_PROFILE else ""
 
 
 def _location(rmap: pd.DataFrame, straggler: Finding) -> dict[str, Any]:

@@ -74,29 +74,24 @@ def interrupt_watchdog(what: str, grace_s: float = GRACE_S) -> Iterator[None]:
     """While inside, an interrupt Python cannot handle within `grace_s` still ends this process, with a message."""
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
+    child = None
     try:
-        previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        previous: int | None = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
     except ValueError:  # not the main thread
-        os.close(read_fd)
-        os.close(write_fd)
-        yield
-        return
-    if previous != -1:  # somebody else's wakeup fd: leave it to them
+        previous = None
+    if previous == -1:
+        try:
+            child = subprocess.Popen([sys.executable, "-c", _CHILD, str(os.getpid()), str(grace_s), what],
+                                     stdin=read_fd, close_fds=True)
+        except OSError:
+            signal.set_wakeup_fd(-1)
+    elif previous is not None:  # somebody else's wakeup fd: leave it to them
         signal.set_wakeup_fd(previous)
-        os.close(read_fd)
-        os.close(write_fd)
-        yield
-        return
-    try:
-        child = subprocess.Popen([sys.executable, "-c", _CHILD, str(os.getpid()), str(grace_s), what],
-                                 stdin=read_fd, close_fds=True)
-    except OSError:
-        signal.set_wakeup_fd(-1)
-        os.close(read_fd)
-        os.close(write_fd)
-        yield
-        return
     os.close(read_fd)
+    if child is None:
+        os.close(write_fd)
+        yield
+        return
     try:
         yield
     finally:

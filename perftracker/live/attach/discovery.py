@@ -115,21 +115,14 @@ def find_job(spec: str, host: str) -> Job:
     """The job named by `spec` on this machine (`host`); InputError with what to do when nothing matches."""
     kind, value = parse_spec(spec)
     denied: list[int] = []
-    if kind == "pid":
-        job = _by_pid(int(value), denied, host)
-    elif kind == "runid":
+    job = _by_pid(int(value), denied, host) if kind == "pid" else Job([])
+    if kind in ("runid", "auto"):
         job = _by_run_id(value, denied, host)
-    elif kind == "cmd":
+    if kind == "cmd" or (kind == "auto" and not job.workers):  # a bare word: a run id, else a command pattern
         job = _by_cmd(value, denied, host)
-    else:
-        job = _by_run_id(value, denied, host)
-        if not job.workers:
-            job = _by_cmd(value, denied, host)
     job.denied = denied
     if not job.workers:
-        hint = "run `perftracker ps` to list the jobs and ranks this user can see"
-        if denied:
-            hint = denied_hint(denied)
+        hint = denied_hint(denied) if denied else "run `perftracker ps` to list the jobs and ranks this user can see"
         raise InputError(f"found no training processes for '{spec}' (no process with RANK in its environment)",
                          "attach", hint)
     return job
@@ -153,6 +146,9 @@ def job_label(job: Job) -> str:
     return f"launcher pid {job.launcher_pid}" if job.launcher_pid else "(no run id)"
 
 
+_RUNNING = "attach to a running rank or its launcher (`perftracker ps`)"
+
+
 def _by_pid(pid: int, denied: list[int], host: str) -> Job:
     try:
         proc = psutil.Process(pid)
@@ -160,17 +156,16 @@ def _by_pid(pid: int, denied: list[int], host: str) -> Job:
             raise psutil.ZombieProcess(pid)
     except psutil.ZombieProcess:
         raise InputError(f"pid {pid} has exited (a zombie its parent has not reaped): nothing to attach to",
-                         "attach", "attach to a running rank or its launcher (`perftracker ps`)") from None
+                         "attach", _RUNNING) from None
     except psutil.NoSuchProcess:
         raise InputError(f"no process with pid {pid}", "attach", "check the pid with `perftracker ps`") from None
     try:
         me = worker_of(proc, host)
     except psutil.ZombieProcess:
         raise InputError(f"pid {pid} exited as it was read (a zombie until its parent reaps it): nothing to attach "
-                         "to", "attach", "attach to a running rank or its launcher (`perftracker ps`)") from None
+                         "to", "attach", _RUNNING) from None
     except psutil.NoSuchProcess:
-        raise InputError(f"pid {pid} exited as it was read", "attach",
-                         "attach to a running rank or its launcher (`perftracker ps`)") from None
+        raise InputError(f"pid {pid} exited as it was read", "attach", _RUNNING) from None
     except psutil.AccessDenied:
         raise InputError(f"not allowed to read the environment of pid {pid}", "attach",
                          "run as the job's user or as root (CAP_SYS_PTRACE in containers)") from None
@@ -193,20 +188,13 @@ def _children_of(pid: int, denied: list[int], host: str) -> Job:
 
 
 def _by_run_id(run_id: str, denied: list[int], host: str) -> Job:
-    workers = []
-    for w in _workers_among(psutil.process_iter(), denied, host):
-        if w.run_id == run_id:
-            workers.append(w)
-    launcher = _common_launcher(workers)
-    return Job(workers, launcher_pid=launcher, run_id=run_id)
+    workers = [w for w in _workers_among(psutil.process_iter(), denied, host) if w.run_id == run_id]
+    return Job(workers, launcher_pid=_common_launcher(workers), run_id=run_id)
 
 
 def _by_cmd(pattern: str, denied: list[int], host: str) -> Job:
-    matched = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmd = " ".join(proc.info.get("cmdline") or [])
-        if pattern in cmd and proc.pid != os.getpid():
-            matched.append(proc)
+    matched = [proc for proc in psutil.process_iter(["cmdline"])
+               if pattern in " ".join(proc.info.get("cmdline") or []) and proc.pid != os.getpid()]
     workers = _workers_among(matched, denied, host)
     if not workers:  # the pattern named a launcher: take its ranked children
         for proc in matched:

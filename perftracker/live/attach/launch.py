@@ -8,6 +8,7 @@ recorder, the step hook (`bootstrap/sitecustomize.py` on PYTHONPATH) and PERFTRA
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -81,10 +82,8 @@ class RunningJob:
     def forward_signals(self) -> None:
         def forward(signum: int, _frame: object) -> None:
             self.signal_received = signum
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(signum)
-            except ProcessLookupError:
-                pass
 
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, forward)

@@ -7,6 +7,7 @@ directory dumps every node's ranks into one folder. `close()` restores the previ
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 from types import FrameType
@@ -31,11 +32,9 @@ class RequestWatcher:
     def _files(self) -> dict[str, int]:
         """name -> modification time (ns) of the request files there now."""
         found: dict[str, int] = {}
-        try:
+        with contextlib.suppress(OSError):
             for path in self.folder.glob(PATTERN):
                 found[path.name] = path.stat().st_mtime_ns
-        except OSError:
-            pass
         return found
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:

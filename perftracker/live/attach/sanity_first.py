@@ -8,6 +8,7 @@ returns a `SanityOutcome` read from OUT/findings.json (removed first, so a stale
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -106,10 +107,8 @@ def run_sanity(command: list[str], env: dict[str, str], out: Path, time_box_s: f
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:  # the launcher's leftovers too (a torchrun agent waiting for a dead node)
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         if timed_out:
             code = proc.wait()
     reason = _last_word(out / "launch.log")
@@ -117,10 +116,10 @@ def run_sanity(command: list[str], env: dict[str, str], out: Path, time_box_s: f
     try:
         doc = json.loads(findings_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):  # not written here (or not whole): no verdict to read
-        return SanityOutcome(code=code, wrote=False, timed_out=timed_out, reason=reason)
+        doc = None
     if not isinstance(doc, dict) or not isinstance(doc.get("summary"), dict):
         return SanityOutcome(code=code, wrote=False, timed_out=timed_out, reason=reason)
-    exclude = [str(h) for h in doc.get("summary", {}).get("exclude", [])]
+    exclude = [str(h) for h in doc["summary"].get("exclude", [])]
     why = {h: [str(f["title"]) for f in doc.get("findings", []) if h in f.get("hosts", [])
                and f.get("severity") in ("warning", "critical")] for h in exclude}
     return SanityOutcome(code=code, wrote=True, exclude=exclude, why=why, timed_out=timed_out, reason=reason)

@@ -8,6 +8,7 @@ analysis; it never raises. `baseline_capture` records the healthy window once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import re
@@ -109,11 +110,8 @@ def baseline_folder(run_dir: Path, host: str) -> Path:
 def folder_bytes(folder: Path) -> int:
     total = 0
     for path in folder.rglob("*"):
-        try:
-            if path.is_file():
-                total += path.stat().st_size
-        except OSError:
-            continue
+        with contextlib.suppress(OSError):
+            total += path.stat().st_size if path.is_file() else 0
     return total
 
 
@@ -292,10 +290,8 @@ def capture_incident(ctx: LiveContext, alarm: Alarm, folder: Path, plan: Capture
 
 
 def _safe_write(record: IncidentRecord, folder: Path) -> None:
-    try:
+    with contextlib.suppress(OSError):
         record.write(folder)
-    except OSError:
-        pass
 
 
 def baseline_capture(ctx: LiveContext, folder: Path, seconds: float, rate_hz: int, stop: threading.Event) -> None:

@@ -31,32 +31,25 @@ def levels(rank: int, durations_s: np.ndarray, n: int, current: dict[int, float]
 
 
 class _RankSteps:
-    """One rank's last SERIES_STEPS steps and durations (ns), as they came, in two plain deques."""
+    """One rank's last SERIES_STEPS (step, duration ns) pairs, as they came."""
 
-    __slots__ = ("steps", "durations", "ordered")
+    __slots__ = ("pairs", "ordered")
 
     def __init__(self) -> None:
-        self.steps: deque[int] = deque(maxlen=SERIES_STEPS)
-        self.durations: deque[int] = deque(maxlen=SERIES_STEPS)
+        self.pairs: deque[tuple[int, int]] = deque(maxlen=SERIES_STEPS)
         self.ordered = True  # every step came after the one before (one source; the usual case)
 
     def add(self, step: int, duration_ns: int) -> None:
-        if self.steps and step < self.steps[-1]:
-            self.ordered = False
-        self.steps.append(step)
-        self.durations.append(duration_ns)
+        self.ordered = self.ordered and not (self.pairs and step < self.pairs[-1][0])
+        self.pairs.append((step, duration_ns))
 
     def series(self, rank: int) -> StepSeries:
         """The series in step order (sorted once when steps came out of order)."""
         if not self.ordered:
-            pairs = sorted(zip(self.steps, self.durations))
-            self.steps.clear()
-            self.durations.clear()
-            self.steps.extend(step for step, _ in pairs)
-            self.durations.extend(dur for _, dur in pairs)
-            self.ordered = True
-        return StepSeries(rank, np.fromiter(self.steps, dtype=np.int64, count=len(self.steps)),
-                          np.fromiter(self.durations, dtype=np.int64, count=len(self.durations)))
+            self.pairs, self.ordered = deque(sorted(self.pairs), maxlen=SERIES_STEPS), True
+        n = len(self.pairs)
+        return StepSeries(rank, np.fromiter((s for s, _ in self.pairs), dtype=np.int64, count=n),
+                          np.fromiter((d for _, d in self.pairs), dtype=np.int64, count=n))
 
 
 class RankSeriesBook:
@@ -91,7 +84,7 @@ class RankSeriesBook:
     def counted(self, rank: int) -> int:
         """Steps after the first two (the warm-up) in a rank's series."""
         series = self._series.get(rank)
-        return sum(1 for step in series.steps if step >= 2) if series is not None else 0
+        return sum(1 for step, _ in series.pairs if step >= 2) if series is not None else 0
 
     def turn(self, known: int) -> list[StepSeries]:
         """The series of the ranks with new steps, at most RANKS_PER_LOOK, longest unjudged first; `known` (the
