@@ -10,7 +10,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.traces.grouping import per_value
-from perftracker.analyzers.traces.intervals import intersection_total, total, union
+from perftracker.analyzers.traces.intervals import intersect, total, union
 from perftracker.store import Store
 
 WORK_KINDS = ("compute", "comm", "memcpy", "memset")
@@ -94,7 +94,7 @@ def _one(group: pd.DataFrame) -> dict[str, float]:
     sets = {klass: union(s[klasses == klass], e[klasses == klass]) for klass in KLASSES}
     compute = total(*sets["compute"])
     comm_total = total(*sets["comm"])
-    comm_overlap = intersection_total(*sets["compute"], *sets["comm"])
+    comm_overlap = total(*intersect(*sets["compute"], *sets["comm"]))
     comm_exposed = comm_total - comm_overlap
     memory_total = total(*sets["memory"])
     # waiting for late ranks with neither compute nor a transfer running (0 without comm_split's "wait" rows)

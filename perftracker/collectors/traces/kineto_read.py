@@ -16,12 +16,11 @@ from typing import Any, TypeVar
 import msgspec
 
 from perftracker.bounded import clean_text, replace_lone_surrogate_escapes
-from perftracker.collectors.traces.kineto_columns import ColumnBuilder
+from perftracker.collectors.traces.kineto_columns import ColumnBuilder, EventArgs
 from perftracker.collectors.traces.kineto_cut import CutReport, cut_back, error_position
 from perftracker.collectors.traces.kineto_records import (
     MAX_DUR_NS,
     SURROGATE_NOTE,
-    EventArgs,
     ParsedTrace,
     RawTraceDoc,
     TraceDoc,
@@ -40,9 +39,8 @@ __all__ = ["EventArgs", "ParsedTrace", "TraceDoc", "parse_trace"]
 # The tolerant reader builds Python objects for every value (~100 bytes each): this bounds its memory.
 MAX_LOOSE_VALUES = 4_000_000
 _CHUNK = 1 << 16  # events added to the columns at a time
-_COMM_KEYS = (("pg_ranks", "Process Group Ranks"), ("in_split", "In split size"), ("out_split", "Out split size"))
 _T = TypeVar("_T")
-_SHAPE_KEYS = (("input_dims", "Input Dims"), ("input_type", "Input type"), ("concrete_inputs", "Concrete Inputs"))
+_ARG_FIELDS = msgspec.structs.fields(EventArgs)
 
 
 def parse_trace(path: Path) -> ParsedTrace:
@@ -193,21 +191,18 @@ def _fill_loose(trace: ParsedTrace, text: TraceText, path: Path) -> None:
 
 
 def _loose_args(args: dict[str, Any]) -> EventArgs:
-    pg = args.get("Process Group Name")
-    return EventArgs(
-        stream=loose_int(args.get("stream")),
-        device=loose_int(args.get("device")),
-        correlation=loose_int(args.get("correlation")),
-        external_id=loose_int(args.get("External id")),
-        collective_name=str(args["Collective name"]) if "Collective name" in args else None,
-        in_msg_nelems=loose_int(args.get("In msg nelems")),
-        out_msg_nelems=loose_int(args.get("Out msg nelems")),
-        group_size=loose_int(args.get("Group size")),
-        pg_name=pg if isinstance(pg, (str, int)) and not isinstance(pg, bool) else None,
-        dtype=str(args["dtype"]) if "dtype" in args else None,
-        nbytes=loose_int(args.get("bytes")),
-        pg_desc=str(args["Process Group Description"]) if "Process Group Description" in args else None,
-        seq=loose_int(args.get("Seq")), src_rank=loose_int(args.get("Src Rank")), dst_rank=loose_int(args.get("Dst Rank")),
-        **{attr: msgspec.Raw(msgspec.json.encode(args[key])) for attr, key in _COMM_KEYS if key in args},
-        **{attr: msgspec.Raw(msgspec.json.encode(args[key])) for attr, key in _SHAPE_KEYS if key in args},
-    )
+    """The args as the typed reader's fields: numbers as loose ints, text as text, JSON values kept (None
+    where a key is absent or holds no such value)."""
+    values: dict[str, Any] = {}
+    for f in _ARG_FIELDS:
+        value = args.get(f.encode_name)
+        if f.type is msgspec.Raw:
+            if f.encode_name in args:
+                values[f.name] = msgspec.Raw(msgspec.json.encode(value))
+        elif f.name == "pg_name":
+            values[f.name] = value if isinstance(value, (str, int)) and not isinstance(value, bool) else None
+        elif f.type == (str | None):
+            values[f.name] = str(value) if f.encode_name in args else None
+        else:
+            values[f.name] = loose_int(value)
+    return EventArgs(**values)
