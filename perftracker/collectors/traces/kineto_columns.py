@@ -8,9 +8,9 @@ that `kineto.build_tables` turns into the Store's tables.
 from __future__ import annotations
 
 import ctypes
-from operator import attrgetter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 import msgspec
