@@ -19,7 +19,7 @@ import numpy.typing as npt
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from perftracker.bounded import clean_text
-from perftracker.collectors.traces.collective_names import DTYPE_BYTES, collective_of, message_elems
+from perftracker.collectors.traces.comm_kernels import DTYPE_BYTES, collective_of, message_elems
 from perftracker.values import INT32_MAX, INT64_MAX, INT64_MIN, ascii_int, int_in
 
 SKIP_CATS = frozenset({"trace", "ac2g", "fwdbwd", "flow", "cpu_instant_event", "python"})
@@ -263,14 +263,9 @@ class ColumnBuilder:
             elems = message_elems(collective_of(name), a.in_msg_nelems, a.out_msg_nelems, int(gsize[i]))
             size = None if elems is None else int_in(elems * DTYPE_BYTES.get((a.dtype or "float").lower(), 4), 0)
             nbytes[i] = -1 if size is None else size
-        parts = self.parts
-        parts["nbytes"].append(nbytes)
-        parts["hint_code"].append(hint)
-        parts["pg_code"].append(pg)
-        parts["group_size"].append(gsize.astype(np.int32))
-        parts["seq"].append(seq)
-        parts["peer"].append(peer)
-        parts["split_code"].append(split)
+        for key, column in (("nbytes", nbytes), ("hint_code", hint), ("pg_code", pg), ("group_size", gsize.astype(np.int32)),
+                            ("seq", seq), ("peer", peer), ("split_code", split)):
+            self.parts[key].append(column)
 
     def finish(self) -> EventColumns:
         """The columns of every chunk added (the builder is emptied)."""

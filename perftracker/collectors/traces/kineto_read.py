@@ -2,20 +2,30 @@
 
 Promise: `.json` and `.json.gz` under the per-file cap; a trace cut or damaged anywhere is kept up to its last
 complete event (`ParsedTrace.cut`); unusable files raise `InputError` naming them; every number is range-checked
-and timestamps keep every digit; nothing is evaluated. Details: docs/internals/collectors.md.
+and timestamps keep every digit; nothing is evaluated. `read_bytes(path)` reads a file's text within those bounds
+(the execution-trace reader's too). Details: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
 
-from perftracker.bounded import clean_text, replace_lone_surrogate_escapes
+from perftracker.bounded import (
+    BLANK_RUN,
+    clean_text,
+    file_cap,
+    inflate,
+    read_capped,
+    read_head,
+    replace_lone_surrogate_escapes,
+)
 from perftracker.collectors.traces.kineto_columns import ColumnBuilder, EventArgs
 from perftracker.collectors.traces.kineto_cut import CutReport, cut_back, error_position
 from perftracker.collectors.traces.kineto_records import (
@@ -30,8 +40,7 @@ from perftracker.collectors.traces.kineto_records import (
     take_header,
     to_ns,
 )
-from perftracker.collectors.traces.kineto_stream import needs_exact_digits, parse_streaming
-from perftracker.collectors.traces.kineto_text import TraceText, read_bytes
+from perftracker.collectors.traces.kineto_stream import GZIP_MAGIC, needs_exact_digits, parse_streaming
 from perftracker.errors import InputError
 from perftracker.values import loose_int
 
@@ -40,7 +49,19 @@ __all__ = ["EventArgs", "ParsedTrace", "TraceDoc", "parse_trace"]
 MAX_LOOSE_VALUES = 4_000_000
 _CHUNK = 1 << 16  # events added to the columns at a time
 _T = TypeVar("_T")
+_NON_BLANK = re.compile(rb"[^ \t\r\n]")
 _ARG_FIELDS = msgspec.structs.fields(EventArgs)
+
+
+@dataclass
+class TraceText:
+    """A trace file's JSON text as read: decompressed, under the per-file cap."""
+
+    data: bytearray
+    gzip: bool
+    whole: bool  # the text is the whole trace (False: a gzip stream cut short, or the cap reached)
+    notes: list[str] = field(default_factory=list)
+    squeezed: int = 0  # whitespace bytes dropped from long runs as read
 
 
 def parse_trace(path: Path) -> ParsedTrace:
@@ -77,6 +98,50 @@ def parse_trace(path: Path) -> ParsedTrace:
     if trace.cut is not None:
         trace.cut = replace(trace.cut, events_kept=trace.n_events)
     return trace
+
+
+def read_bytes(path: Path) -> TraceText:
+    """The file's JSON text (a bytearray, shortened in place later), decompressed, under the per-file cap, with notes
+    about anything left out (over the cap, a gzip cut or corrupt, whitespace squeezed); InputError for a file that
+    is not a regular file, is empty, is not JSON, or is a corrupt gzip with nothing before the damage."""
+    try:
+        capped = read_capped(path, squeeze=read_head(path, 2) != GZIP_MAGIC)
+    except OSError as exc:
+        raise InputError(f"cannot read the file ({exc.strerror or exc})", str(path),
+                         "check the path and its permissions") from None
+    cap = file_cap()
+    notes = [capped.note(cap)] if capped.left_out else []
+    text = TraceText(capped.data, gzip=capped.data[:2] == GZIP_MAGIC, whole=not capped.left_out, notes=notes)
+    if text.gzip:
+        inflated = inflate(capped.data, cap, skip_leading_blank=True, first_bytes=b"{[", squeeze=True)
+        del capped
+        text.data = inflated.data
+        if inflated.error and not inflated.data:
+            raise InputError(f"corrupt gzip data ({inflated.error})", str(path),
+                             "the file is damaged; re-export or re-copy this rank's trace")
+        if inflated.error:
+            notes.append(f"the gzip data is corrupt after {len(inflated.data):,} decoded bytes ({inflated.error}); "
+                         "using what comes before")
+        elif inflated.capped:
+            notes.append(f"the decompressed trace reaches perftracker's per-file cap of {cap:,} bytes; reading "
+                         "stopped there (a gzip bomb, or a trace bigger than any real one: set "
+                         "PERFTRACKER_MAX_FILE_BYTES to raise the cap)")
+        elif not inflated.complete:
+            notes.append("the gzip stream ends early (file cut off while being written); using what it holds")
+        text.whole = text.whole and inflated.complete
+        text.squeezed += inflated.squeezed
+    text.squeezed += capped.squeezed if not text.gzip else 0
+    if text.squeezed:
+        notes.append(f"{text.squeezed:,} bytes of whitespace in runs of {BLANK_RUN:,} or more were dropped as read "
+                     "(padding, or a bomb; byte counts below are of the text kept)")
+    first = _NON_BLANK.search(text.data)
+    if first is None:
+        raise InputError("the file is empty", str(path),
+                         "the profiler did not finish writing it; re-run the profiled steps or drop this file")
+    if bytes(text.data[first.start():first.start() + 1]) not in (b"{", b"["):
+        raise InputError("this is not JSON (not a PyTorch profiler trace)", str(path),
+                         "pass .json or .json.gz files written by torch.profiler")
+    return text
 
 
 def _decode(trace: ParsedTrace, text: TraceText) -> TraceDoc | None:
