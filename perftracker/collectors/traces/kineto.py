@@ -23,7 +23,7 @@ from perftracker.values import ascii_int, int_in
 
 __all__ = ["MAX_SHAPE_TEXT", "build_tables", "collective_of", "message_elems"]
 
-_CPU_COLLECTIVE = re.compile(r"^(c10d::|gloo:|nccl:|record_param_comms$|c10d_functional::)")
+CPU_COLLECTIVE = re.compile(r"^(c10d::|gloo:|nccl:|record_param_comms$|c10d_functional::)")
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 _CAT_KIND = {
@@ -90,7 +90,7 @@ def build_tables(
     kind = np.array([_cat_kind(c) for c in cat_values], dtype=np.int8)[cat_codes]
     del cat_codes
     family_codes, family_values = comm_families(kind, name_codes, name_values, comm_kernels)
-    is_cpu_coll = np.array([bool(_CPU_COLLECTIVE.search(v)) for v in name_values], dtype=bool)
+    is_cpu_coll = np.array([bool(CPU_COLLECTIVE.search(v)) for v in name_values], dtype=bool)
     cpu_side = (kind == KIND_CODE["cpu_op"]) | (kind == KIND_CODE["annotation"])
     kind[cpu_side & is_cpu_coll[name_codes]] = KIND_CODE["collective_cpu"]
     ts = cols.ts_ns
