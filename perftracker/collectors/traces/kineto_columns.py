@@ -167,8 +167,7 @@ class EventColumns:
 
 
 _SHAPE_ATTRS = ("input_dims", "input_type", "concrete_inputs")
-_ARRAYS = ("name_code", "kept", "cat_code", "pid_device", "tid", "ts_ns", "dur_ns", "stream", "device",
-           "correlation", "external_id", "nbytes", "hint_code", "pg_code", "group_size", "seq", "peer", "split_code")
+_ARRAYS = tuple(k for k, v in vars(EventColumns()).items() if isinstance(v, np.ndarray))  # the per-event arrays
 
 
 class ColumnBuilder:

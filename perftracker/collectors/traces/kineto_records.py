@@ -197,20 +197,16 @@ def add_typed(trace: ParsedTrace, builder: ColumnBuilder, events: Sequence[Event
     builder.add(names, cats, phs, pids, tids, us_to_ns(ts_us), us_to_ns(dur_us), argss)
 
 
-def _digits_to_ns(raw: bytes, limit: int = MAX_TS_NS) -> int | None:
-    """'1682725898236567.123' (microseconds) -> 1682725898236567123 nanoseconds, exactly (None: not a time)."""
-    return to_ns(raw.decode("ascii", "replace"), limit)
-
-
 def add_digits(trace: ParsedTrace, builder: ColumnBuilder, events: Sequence[RawEvent]) -> None:
-    """Add a chunk of events whose ts/dur are raw digits to `builder`, every digit kept."""
+    """Add a chunk of events whose ts/dur are raw digits to `builder`, every digit kept (microseconds as text
+    to integer nanoseconds through `to_ns`)."""
     rows = []
     for e in events:
-        ts = _digits_to_ns(bytes(e.ts)) if e.ts else None
+        ts = to_ns(bytes(e.ts).decode("ascii", "replace")) if e.ts else None
         if ts is None:
             trace.dropped += 1
             continue
-        dur = _digits_to_ns(bytes(e.dur), MAX_DUR_NS) if e.dur else 0
+        dur = to_ns(bytes(e.dur).decode("ascii", "replace"), MAX_DUR_NS) if e.dur else 0
         if dur is None:
             trace.bad_durations += 1
         rows.append((e.name, e.cat, e.ph, e.pid, e.tid, ts, dur or 0, e.args))
