@@ -10,10 +10,11 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.traces.grouping import per_value
-from perftracker.analyzers.traces.intervals import intersection_total, total, union
+from perftracker.analyzers.traces.intervals import intersect, total, union
 from perftracker.store import Store
 
 WORK_KINDS = ("compute", "comm", "memcpy", "memset")
+Ints = npt.NDArray[np.int64]
 KLASSES = ("comm", "compute", "memory", "wait")  # wait: a comm kernel waiting for late ranks (comm_split)
 
 
@@ -84,28 +85,31 @@ def _drop_last_step_like_hta(store: Store, columns: list[str] | None = None) -> 
     return frame.take(np.concatenate(parts)) if parts else frame
 
 
-def _one(group: pd.DataFrame) -> dict[str, float]:
+def work_sets(group: pd.DataFrame) -> dict[str, tuple[Ints, Ints]]:
+    """The GPU work of `group` (`gpu_work` rows) as disjoint intervals: busy (all of it), each klass, working
+    (compute or comm), waiting (working or waiting for late ranks) and hidden (comm under compute)."""
     s = group["start_ns"].to_numpy(np.int64)
     e = group["end_ns"].to_numpy(np.int64)
-    all_s, all_e = union(s, e)
-    span = int(all_e.max() - all_s.min()) if len(all_s) else 0
-    busy = total(all_s, all_e)
     klasses = group["klass"].to_numpy()
-    sets = {klass: union(s[klasses == klass], e[klasses == klass]) for klass in KLASSES}
-    compute = total(*sets["compute"])
-    comm_total = total(*sets["comm"])
-    comm_overlap = intersection_total(*sets["compute"], *sets["comm"])
-    comm_exposed = comm_total - comm_overlap
-    memory_total = total(*sets["memory"])
-    # waiting for late ranks with neither compute nor a transfer running (0 without comm_split's "wait" rows)
     working = (klasses == "compute") | (klasses == "comm")
-    waiting = working | (klasses == "wait")
-    wait_exposed = total(*union(s[waiting], e[waiting])) - total(*union(s[working], e[working]))
-    memory_exposed = max(0, busy - compute - comm_exposed - wait_exposed)
+    sets = {"busy": union(s, e), "working": union(s[working], e[working]),
+            "waiting": union(s[working | (klasses == "wait")], e[working | (klasses == "wait")]),
+            **{klass: union(s[klasses == klass], e[klasses == klass]) for klass in KLASSES}}
+    sets["hidden"] = intersect(*sets["compute"], *sets["comm"])
+    return sets
+
+
+def _one(group: pd.DataFrame) -> dict[str, float]:
+    sets = work_sets(group)
+    all_s, all_e = sets["busy"]
+    span = int(all_e.max() - all_s.min()) if len(all_s) else 0
+    busy, compute, comm, overlap = (total(*sets[k]) for k in ("busy", "compute", "comm", "hidden"))
+    # waiting for late ranks with neither compute nor a transfer running (0 without comm_split's "wait" rows)
+    wait_exposed = total(*sets["waiting"]) - total(*sets["working"])
     return {
         "span_ns": span, "busy_ns": busy, "idle_ns": span - busy, "compute_ns": compute,
-        "comm_ns": comm_total, "comm_overlapped_ns": comm_overlap, "comm_exposed_ns": comm_exposed,
-        "memory_ns": memory_total, "memory_exposed_ns": memory_exposed,
+        "comm_ns": comm, "comm_overlapped_ns": overlap, "comm_exposed_ns": comm - overlap,
+        "memory_ns": total(*sets["memory"]), "memory_exposed_ns": max(0, busy - compute - (comm - overlap) - wait_exposed),
         "wait_ns": total(*sets["wait"]), "wait_exposed_ns": wait_exposed,
         "n_kernels": len(group),
     }

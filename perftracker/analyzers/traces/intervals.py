@@ -1,5 +1,5 @@
-"""Interval arithmetic on int64 nanosecond arrays: union, total length, intersection (length and intervals),
-and the length of disjoint intervals inside given windows."""
+"""Interval arithmetic on int64 nanosecond arrays: union, total length, intersection, and the length of
+disjoint intervals inside given windows."""
 
 from __future__ import annotations
 
@@ -31,20 +31,6 @@ def union(starts: Ints, ends: Ints) -> tuple[Ints, Ints]:
 def total(starts: Ints, ends: Ints) -> int:
     """Total length of disjoint intervals."""
     return int((ends - starts).sum())
-
-
-def intersection_total(a_s: Ints, a_e: Ints, b_s: Ints, b_e: Ints) -> int:
-    """Length of the intersection of two sets of disjoint, sorted intervals."""
-    if len(a_s) == 0 or len(b_s) == 0:
-        return 0
-    # Sweep: +1/-1 events of both sets; time where the depth is 2 is the intersection.
-    times = np.concatenate([a_s, a_e, b_s, b_e])
-    delta = np.concatenate([np.ones(len(a_s)), -np.ones(len(a_e)), np.ones(len(b_s)), -np.ones(len(b_e))])
-    order = np.lexsort((delta, times))  # ends before starts at equal times
-    times, delta = times[order], delta[order]
-    depth = np.cumsum(delta)
-    spans = np.diff(times)
-    return int(spans[depth[:-1] >= 2].sum())
 
 
 def clip(starts: Ints, ends: Ints, lo: int, hi: int) -> tuple[Ints, Ints]:

@@ -13,7 +13,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.traces.gpu_time import as_int
+from perftracker.analyzers.traces.gpu_time import as_int, work_sets
 from perftracker.analyzers.traces.intervals import covered_within, intersect, union
 from perftracker.analyzers.traces.periods import Basis, basis_of, cost_periods_view, cost_work_view
 
@@ -44,23 +44,17 @@ def period_costs(work: pd.DataFrame, periods: pd.DataFrame, expert_parallel: fro
         return pd.DataFrame(columns=COLUMNS)
     frames = []
     for rank, window, mine, group in _windows(work, periods):
-        klass = group["klass"].to_numpy()
+        sets = work_sets(group)
         family = group["comm_family"].astype(str).to_numpy()
-        busy = _set(group)
-        compute = _set(group, klass == "compute")
-        comm = _set(group, klass == "comm")
-        ep = _set(group, (klass == "comm") & np.isin(family, list(expert_parallel)))
-        waiting = _set(group, klass == "wait")
-        working = _set(group, (klass == "compute") | (klass == "comm"))
-        working_or_waiting = _set(group, (klass == "compute") | (klass == "comm") | (klass == "wait"))
-        hidden = intersect(*compute, *comm)
+        sets["ep_comm"] = _set(group, (group["klass"] == "comm").to_numpy() & np.isin(family, list(expert_parallel)))
+        sets["ep_hidden"] = intersect(*sets["ep_comm"], *sets["compute"])
         lo, hi = mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64)
         dur = np.maximum(hi - lo, 0)
-        inside = {name: covered_within(*intervals, lo, hi) for name, intervals in (
-            ("busy_ns", busy), ("compute_ns", compute), ("comm_ns", comm), ("comm_hidden_ns", hidden),
-            ("ep_comm_ns", ep), ("ep_hidden_ns", intersect(*ep, *compute)), ("wait_ns", waiting))}
+        inside = {f"{name}_ns": covered_within(*sets[key], lo, hi) for name, key in (
+            ("busy", "busy"), ("compute", "compute"), ("comm", "comm"), ("comm_hidden", "hidden"),
+            ("ep_comm", "ep_comm"), ("ep_hidden", "ep_hidden"), ("wait", "wait"))}
         exposed = inside["comm_ns"] - inside["comm_hidden_ns"]
-        wait_exposed = covered_within(*working_or_waiting, lo, hi) - covered_within(*working, lo, hi)
+        wait_exposed = covered_within(*sets["waiting"], lo, hi) - covered_within(*sets["working"], lo, hi)
         frames.append(pd.DataFrame({
             "rank": as_int(rank), "window": as_int(window), "period": mine["period"].to_numpy(), "dur_ns": dur,
             **inside, "idle_ns": dur - inside["busy_ns"], "comm_exposed_ns": exposed, "wait_exposed_ns": wait_exposed,

@@ -10,13 +10,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from perftracker.collectors.traces.kineto import collective_of
+from perftracker.collectors.traces.kineto import CPU_COLLECTIVE, collective_of
 from perftracker.values import ascii_int
 
 # autograd-nvtx names: "aten::add, op_id = 31", "aten::mm, seq = 12, op_id = 40, sizes = [[2, 3], [3, 4]]"
 _OP_TAIL = re.compile(r", (?:seq|op_id|sizes|input_op_ids)\b")
 _SIZES = re.compile(r", sizes = (\[[^\]\n]{0,2000}\](?:\])?)")
-_CPU_COLLECTIVE = re.compile(r"^(c10d::|gloo:|nccl:|record_param_comms$|c10d_functional::)")
 _STEP_NAMES = (
     re.compile(r"^ProfilerStep#(\d{1,18})$"),
     re.compile(r"^(?:iteration|iter|step|train_step|training_step|train step|global_step)[ _#:=-]{0,3}(\d{1,18})$",
@@ -57,6 +56,6 @@ def classify(text: str, nccl_domain: bool, step_name: str = "") -> RangeName:
             return RangeName(text, "annotation", -1 if number is None else number, False, "")
     if nccl_domain:
         return RangeName(name, "collective_cpu" if collective_of(name) else "annotation", -1, False, "")
-    if _CPU_COLLECTIVE.search(name):
+    if CPU_COLLECTIVE.search(name):
         return RangeName(name, "collective_cpu", -1, False, shapes)
     return RangeName(name, "cpu_op" if is_op else "annotation", -1, False, shapes)

@@ -29,6 +29,8 @@ from perftracker.collectors.traces.comm_kernels import CommKernels
 from perftracker.collectors.traces.kineto import KIND_CODE as KIND
 
 _GPU_TABLES = ("kernel", "graph", "memcpy", "memset", "sync")
+_GPU_NAMED = {"kernel": ("compute", "name"), "graph": ("compute", "graph"), "memcpy": ("memcpy", "copy"),
+              "memset": ("memset", ""), "sync": ("sync", "sync")}  # table: (kind, the column naming a row)
 _DEVICE_TABLES = _GPU_TABLES[:4]  # rows that say a process drives a device (a sync row may name none)
 _PID = 24
 
@@ -116,21 +118,14 @@ def _gpu_parts(rows: dict[str, Rows], text: dict[int, str], pid: int, device: in
         if key == "sync" and first:  # a synchronization naming no device this process drives: its first one's
             select |= (_pid(got.cols["gpid"]) == pid) & ~np.isin(got.cols["device"], list(own))
         mine = got.take(select)
-        c = mine.cols
-        n = len(mine)
-        if key == "kernel":
-            kind, names = KIND["compute"], table.of(c["name"], lambda i: text.get(i, "unknown kernel"))
-        elif key == "graph":
-            kind, names = KIND["compute"], table.of(c["graph"], lambda g: f"CUDA graph {g}")
-        elif key == "memcpy":
-            kind, names = KIND["memcpy"], table.of(c["copy"], copy_name)
-        elif key == "memset":
-            kind, names = KIND["memset"], np.full(n, table.code("Memset"), dtype=np.int64)
-        else:
-            kind, names = KIND["sync"], table.of(c["sync"], sync_name)
+        c, n = mine.cols, len(mine)
+        kind, column = _GPU_NAMED[key]
+        namer = {"kernel": lambda i: text.get(i, "unknown kernel"), "graph": lambda g: f"CUDA graph {g}",
+                 "memcpy": copy_name, "sync": sync_name}.get(key)
+        names = table.of(c[column], namer) if namer else np.full(n, table.code("Memset"), dtype=np.int64)
         none = np.full(n, -1, dtype=np.int64)
-        parts.append(Part(np.full(n, kind, dtype=np.int64), names, c["start"], c["end"], c["device"], c["stream"],
-                          c["stream"], c["correlation"], c.get("bytes", none), none))
+        parts.append(Part(np.full(n, KIND[kind], dtype=np.int64), names, c["start"], c["end"], c["device"],
+                          c["stream"], c["stream"], c["correlation"], c.get("bytes", none), none))
     return parts
 
 

@@ -17,8 +17,7 @@ import pandas as pd
 from perftracker.collectors.traces.comm_kernels import CommKernels
 from perftracker.collectors.traces.kineto import KIND_CODE as KIND
 from perftracker.collectors.traces.kineto import KIND_NAMES as KINDS
-from perftracker.collectors.traces.kineto import collective_of
-from perftracker.collectors.traces.step_assign import assign_steps
+from perftracker.collectors.traces.kineto import assign_steps, collective_of, comm_families
 from perftracker.store.schema import conform
 
 _VERSION_SUFFIX = re.compile(r"_v\d{1,6}$")
@@ -64,14 +63,10 @@ def build_rank_tables(parts: list[Part], names: list[str], comm_kernels: CommKer
     present, inverse = np.unique(_cat(parts, "name")[order], return_inverse=True)
     codes = inverse.reshape(-1).astype(np.int64)
     values = [names[i] for i in present.tolist()]
-    family = [comm_kernels.family_of(v) for v in values]
-    is_comm = np.array([bool(f) for f in family], dtype=bool)
-    kind = np.where((kind == KIND["compute"]) & is_comm[codes], KIND["comm"], kind)
+    family_code, families = comm_families(kind, codes, values, comm_kernels)
     collectives = ["", *sorted({collective_of(v) for v in values} - {""})]
     coll_code = np.array([collectives.index(collective_of(v)) for v in values], dtype=np.int64)
     relevant = (kind == KIND["comm"]) | (kind == KIND["collective_cpu"])
-    families = ["", *sorted(set(family) - {""})]
-    family_code = np.array([families.index(f) for f in family], dtype=np.int64)
     steps = _steps(_cat(parts, "step")[order], start, end, stream, rank)
     events = pd.DataFrame({
         "rank": rank, "window": 0, "device": _cat(parts, "device")[order], "stream": stream,
@@ -83,8 +78,7 @@ def build_rank_tables(parts: list[Part], names: list[str], comm_kernels: CommKer
         "collective": pd.Categorical.from_codes(np.where(relevant, coll_code[codes], 0),
                                                 dtype=pd.CategoricalDtype(collectives)),
         "bytes": _cat(parts, "nbytes")[order], "pg": "", "group_size": -1,
-        "comm_family": pd.Categorical.from_codes(np.where(kind == KIND["comm"], family_code[codes], 0),
-                                                 dtype=pd.CategoricalDtype(families)),
+        "comm_family": pd.Categorical.from_codes(family_code, dtype=pd.CategoricalDtype(families)),
     })
     return conform("events", events), conform("steps", steps)
 

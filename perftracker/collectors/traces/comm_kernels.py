@@ -4,6 +4,8 @@ Promise: `load_comm_kernels(files, extra)` returns a `CommKernels` matcher built
 `perftracker/data/comm_kernels.toml`, the user's files in that format and the `--comm-kernel` regexes (family
 "custom"); `family_of(name)` is the first matching family ('' for none); `fingerprint()` changes whenever the
 patterns do. A bad file or regex raises `InputError` / `UsageError` naming it, never a traceback.
+`collective_of(name, hint)` names the collective a kernel or CPU op performs ('all_reduce', ...; '' for none),
+`message_elems` sizes its message as nccl-tests does, `DTYPE_BYTES` the bytes of a trace's dtype names.
 """
 
 from __future__ import annotations
@@ -145,3 +147,35 @@ def _check_regex(pattern: str, where: str | None) -> None:
                              ) from None
         raise InputError(f"the pattern {pattern!r} is not a valid regular expression ({exc})", where,
                          "fix the pattern (Python re syntax)") from None
+
+
+# Canonical collective names, matched against lower-cased names with separators removed.
+_COLLECTIVES = (
+    ("reducescatter", "reduce_scatter"), ("allgather", "all_gather"), ("allreduce", "all_reduce"),
+    ("alltoall", "all_to_all"), ("broadcast", "broadcast"), ("sendrecv", "send_recv"), ("barrier", "barrier"),
+    ("reduce", "reduce"), ("gather", "gather"), ("scatter", "scatter"), ("send", "send"), ("recv", "recv"),
+)
+DTYPE_BYTES = {"float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2, "bfloat16": 2,
+               "long": 8, "int64": 8, "int": 4, "int32": 4, "byte": 1, "char": 1, "bool": 1, "short": 2,
+               "float8_e4m3fn": 1, "float8_e5m2": 1}
+
+
+def message_elems(collective: str, in_elems: int | None, out_elems: int | None, group_size: int) -> int | None:
+    """The element count of a collective's message as nccl-tests sizes it for bus bandwidth: the output
+    buffer of an all-gather (n x the per-rank input, when the trace gives only the input), the input of
+    a reduce-scatter and of everything else (an all-reduce's input and output are the same size)."""
+    if collective == "all_gather":
+        if out_elems is not None:
+            return out_elems
+        return None if in_elems is None or group_size <= 0 else in_elems * group_size
+    return in_elems if in_elems is not None else out_elems
+
+
+def collective_of(name: str, hint: str | None = None) -> str:
+    """The canonical collective ('all_reduce', ...) a kernel or CPU op performs, or ''."""
+    text = (hint or name).lower().replace("_", "").replace(" ", "")
+    text = re.sub(r"^(c10d::|gloo:|nccl:|nccldevkernel|ncclkernel|nccl|rccl)", "", text)
+    for needle, canonical in _COLLECTIVES:
+        if needle in text:
+            return canonical
+    return ""

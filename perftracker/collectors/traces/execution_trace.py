@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from perftracker.bounded import loads_json
-from perftracker.collectors.traces.kineto_text import read_bytes
+from perftracker.collectors.traces.kineto_read import read_bytes
 from perftracker.errors import InputError
 from perftracker.store import LoadNote, RunInfo
 from perftracker.store.schema import conform, empty_table

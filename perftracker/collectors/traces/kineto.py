@@ -2,7 +2,7 @@
 
 Promise: every complete ('X') event is given a `kind` (compute, comm, memcpy, memset, sync, gpu_annotation,
 runtime, cpu_op, annotation, collective_cpu, counter_range); `ProfilerStep#N` annotations become `steps` rows
-and every event gets its step (`step_assign`). The kinds: docs/internals/collectors.md.
+and every event gets its step (`assign_steps`). The kinds: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
@@ -15,17 +15,15 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from perftracker.collectors.traces.collective_names import DTYPE_BYTES, collective_of, message_elems
-from perftracker.collectors.traces.comm_kernels import CommKernels
+from perftracker.collectors.traces.comm_kernels import DTYPE_BYTES, CommKernels, collective_of, message_elems
 from perftracker.collectors.traces.kineto_columns import MAX_SHAPE_TEXT, EventColumns, codes_of, narrow
 from perftracker.collectors.traces.kineto_read import ParsedTrace
-from perftracker.collectors.traces.step_assign import assign_steps
 from perftracker.store.schema import conform
 from perftracker.values import ascii_int, int_in
 
 __all__ = ["MAX_SHAPE_TEXT", "build_tables", "collective_of", "message_elems"]
 
-_CPU_COLLECTIVE = re.compile(r"^(c10d::|gloo:|nccl:|record_param_comms$|c10d_functional::)")
+CPU_COLLECTIVE = re.compile(r"^(c10d::|gloo:|nccl:|record_param_comms$|c10d_functional::)")
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
 _CAT_KIND = {
@@ -68,6 +66,18 @@ def _recoded(codes: npt.NDArray[Any], values: list[str]) -> tuple[npt.NDArray[np
     return (again.astype(np.int32)[codes] if len(codes) else codes.astype(np.int32)), spelled
 
 
+def comm_families(kind: npt.NDArray[np.integer[Any]], name_codes: npt.NDArray[np.integer[Any]], name_values: list[str],
+                  comm_kernels: CommKernels) -> tuple[npt.NDArray[np.int32], list[str]]:
+    """Turn the compute events whose names are a communication library's kernels into comm events (`kind`
+    changed in place); each comm event's library as codes into ['', the libraries], 0 for other events."""
+    family_of_name = [comm_kernels.family_of(v) for v in name_values]
+    values = ["", *sorted(set(family_of_name) - {""})]
+    code_of = {v: i for i, v in enumerate(values)}
+    family = np.array([code_of[f] for f in family_of_name], dtype=np.int32)[name_codes]
+    kind[(kind == KIND_CODE["compute"]) & (family > 0)] = KIND_CODE["comm"]
+    return np.where(kind == KIND_CODE["comm"], family, 0), values
+
+
 def build_tables(
     trace: ParsedTrace, rank: int, window: int, comm_kernels: CommKernels
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -79,10 +89,8 @@ def build_tables(
     cat_codes, cat_values = _recoded(cols.cat_code, cols.cat_values)
     kind = np.array([_cat_kind(c) for c in cat_values], dtype=np.int8)[cat_codes]
     del cat_codes
-    family_of_name = [comm_kernels.family_of(v) for v in name_values]
-    is_comm = np.array([bool(f) for f in family_of_name], dtype=bool)
-    is_cpu_coll = np.array([bool(_CPU_COLLECTIVE.search(v)) for v in name_values], dtype=bool)
-    kind[(kind == KIND_CODE["compute"]) & is_comm[name_codes]] = KIND_CODE["comm"]
+    family_codes, family_values = comm_families(kind, name_codes, name_values, comm_kernels)
+    is_cpu_coll = np.array([bool(CPU_COLLECTIVE.search(v)) for v in name_values], dtype=bool)
     cpu_side = (kind == KIND_CODE["cpu_op"]) | (kind == KIND_CODE["annotation"])
     kind[cpu_side & is_cpu_coll[name_codes]] = KIND_CODE["collective_cpu"]
     ts = cols.ts_ns
@@ -104,7 +112,6 @@ def build_tables(
     step_of_name = np.array([_step_number(v) for v in name_values], dtype=np.int64)
     steps = _steps(step_of_name[name_codes], stream, ts, dur, rank, window)
     coll_codes, coll_values = _collectives(name_codes, name_values, kind, cols.hint_code, cols.hint_values)
-    family_codes, family_values = _comm_families(name_codes, family_of_name, kind)
     nbytes = _sized_by_shapes(cols, kind)
     events = pd.DataFrame({
         "rank": np.full(n, rank, dtype=np.int32), "window": np.full(n, window, dtype=np.int16),
@@ -200,16 +207,6 @@ def _collectives(name_codes: npt.NDArray[np.int32], name_values: list[str], kind
     return codes, values
 
 
-def _comm_families(name_codes: npt.NDArray[np.int32], family_of_name: list[str],
-                   kind: npt.NDArray[np.int8]) -> tuple[npt.NDArray[np.int32], list[str]]:
-    """Codes into a list of family names ('' first): the library of each comm kernel, '' for other events."""
-    values = ["", *sorted({f for f in family_of_name if f})]
-    code_of = {v: i for i, v in enumerate(values)}
-    per_name = np.array([code_of[f] for f in family_of_name], dtype=np.int32)
-    codes = per_name[name_codes] if len(name_codes) else np.zeros(0, dtype=np.int32)
-    return np.where(kind == KIND_CODE["comm"], codes, 0), values
-
-
 def _steps(step_number: npt.NDArray[np.int64], stream: npt.NDArray[np.int64], ts: npt.NDArray[np.int64],
            dur: npt.NDArray[np.int64], rank: int, window: int) -> pd.DataFrame:
     """`ProfilerStep#N` annotations (CPU side) as steps: the first of each number by start time."""
@@ -220,3 +217,30 @@ def _steps(step_number: npt.NDArray[np.int64], stream: npt.NDArray[np.int64], ts
         "source": _categorical(np.zeros(len(ann), dtype=np.int64), ["profiler"]),
     })
     return steps.sort_values("start_ns").drop_duplicates("step", keep="first").reset_index(drop=True)
+
+
+def assign_steps(steps: pd.DataFrame, stream: npt.NDArray[np.int64], ts: npt.NDArray[np.int64],
+                 corr: npt.NDArray[np.int64], unlaunched_in_no_step: bool) -> npt.NDArray[np.int64]:
+    """Each event's step (-1: none), `steps` sorted by start, one row per step: CPU events by time, a GPU event
+    its launch's; with `unlaunched_in_no_step`, a GPU event launched before the window belongs to no step.
+    The Kineto and Nsight Systems paths both assign steps here."""
+    result = np.full(len(ts), -1, dtype=np.int64)
+    if steps.empty:
+        return result
+    starts = steps["start_ns"].to_numpy()
+    ends = starts + steps["dur_ns"].to_numpy()
+    numbers = steps["step"].to_numpy()
+    pos = np.searchsorted(starts, ts, side="right") - 1
+    inside = (pos >= 0) & (ts < ends[np.clip(pos, 0, None)])
+    result[inside] = numbers[pos[inside]]
+    gpu = stream >= 0
+    launch = (~gpu) & (corr >= 0)
+    if launch.any() and gpu.any():
+        launch_step = pd.Series(result[launch], index=corr[launch])
+        launch_step = launch_step[~launch_step.index.duplicated()]
+        mapped = pd.Series(corr[gpu]).map(launch_step).to_numpy()
+        by_time = result[gpu]
+        if unlaunched_in_no_step:  # its launch preceded the trace
+            by_time = np.where(pd.isna(mapped) & (corr[gpu] > 0), -1, by_time)
+        result[gpu] = np.where(pd.isna(mapped), by_time, mapped).astype(np.int64)
+    return result

@@ -10,7 +10,8 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from operator import attrgetter
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -18,15 +19,42 @@ import numpy.typing as npt
 import pyarrow as pa  # type: ignore[import-untyped]
 
 from perftracker.bounded import clean_text
-from perftracker.collectors.traces.collective_names import DTYPE_BYTES, collective_of, message_elems
+from perftracker.collectors.traces.comm_kernels import DTYPE_BYTES, collective_of, message_elems
 from perftracker.values import INT32_MAX, INT64_MAX, INT64_MIN, ascii_int, int_in
-
-if TYPE_CHECKING:
-    from perftracker.collectors.traces.kineto_read import EventArgs
 
 SKIP_CATS = frozenset({"trace", "ac2g", "fwdbwd", "flow", "cpu_instant_event", "python"})
 MAX_SHAPE_TEXT = 4096  # longer arg lists are cut (and so no longer JSON: their op gets no model)
 _I64 = np.int64
+NO_RAW = msgspec.Raw(b"")  # an absent JSON value
+
+
+# gc=False: these records hold no references that could form a cycle, and not tracking hundreds of
+# thousands of them keeps the garbage collector from running over and over during a decode.
+class EventArgs(msgspec.Struct, omit_defaults=True, gc=False):
+    # -1 when absent (the events table's "unknown"); None when null in the file or not an int (loose reader).
+    stream: int | None = -1
+    device: int | None = -1
+    correlation: int | None = -1
+    external_id: int | None = msgspec.field(default=-1, name="External id")
+    collective_name: str | None = msgspec.field(default=None, name="Collective name")
+    in_msg_nelems: int | None = msgspec.field(default=None, name="In msg nelems")
+    out_msg_nelems: int | None = msgspec.field(default=None, name="Out msg nelems")
+    group_size: int | None = msgspec.field(default=None, name="Group size")
+    pg_name: str | int | None = msgspec.field(default=None, name="Process Group Name")
+    dtype: str | None = None
+    nbytes: int | None = msgspec.field(default=-1, name="bytes")
+    # record_param_comms' group and order (PyTorch 2.1-2.6+ profiler/util.cpp): the group's description and
+    # members (JSON text "[0, 1]"), its own sequence number, a P2P op's global peer, all-to-all splits.
+    pg_desc: str | None = msgspec.field(default=None, name="Process Group Description")
+    pg_ranks: msgspec.Raw = msgspec.field(default=NO_RAW, name="Process Group Ranks")
+    seq: int | str | None = msgspec.field(default=None, name="Seq")
+    src_rank: int | str | None = msgspec.field(default=None, name="Src Rank")
+    dst_rank: int | str | None = msgspec.field(default=None, name="Dst Rank")
+    in_split: msgspec.Raw = msgspec.field(default=NO_RAW, name="In split size")
+    out_split: msgspec.Raw = msgspec.field(default=NO_RAW, name="Out split size")
+    input_dims: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input Dims")  # an op's shapes, kept as JSON text
+    input_type: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input type")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=NO_RAW, name="Concrete Inputs")
 
 
 def codes_of(values: Sequence[str]) -> tuple[npt.NDArray[np.int64], list[str]]:
@@ -139,8 +167,7 @@ class EventColumns:
 
 
 _SHAPE_ATTRS = ("input_dims", "input_type", "concrete_inputs")
-_ARRAYS = ("name_code", "kept", "cat_code", "pid_device", "tid", "ts_ns", "dur_ns", "stream", "device",
-           "correlation", "external_id", "nbytes", "hint_code", "pg_code", "group_size", "seq", "peer", "split_code")
+_ARRAYS = tuple(k for k, v in vars(EventColumns()).items() if isinstance(v, np.ndarray))  # the per-event arrays
 
 
 class ColumnBuilder:
@@ -190,10 +217,8 @@ class ColumnBuilder:
         parts["ts_ns"].append(ts_ns if every else ts_ns[picked])
         parts["dur_ns"].append(dur_ns if every else dur_ns[picked])
         kept_args = [_NO_ARGS if a is None else a for a in pick(args)]
-        parts["stream"].append(arg_ints([a.stream for a in kept_args]))
-        parts["device"].append(arg_ints([a.device for a in kept_args]))
-        parts["correlation"].append(arg_ints([a.correlation for a in kept_args]))
-        parts["external_id"].append(arg_ints([a.external_id for a in kept_args]))
+        for key in ("stream", "device", "correlation", "external_id"):
+            parts[key].append(arg_ints(list(map(attrgetter(key), kept_args))))
         self._add_collectives(kept_args, arg_ints([a.nbytes for a in kept_args]))
         # one pass finds the few ops that record shapes; each column is interned by the bytes kept (the text is
         # made once per distinct value)
@@ -237,14 +262,9 @@ class ColumnBuilder:
             elems = message_elems(collective_of(name), a.in_msg_nelems, a.out_msg_nelems, int(gsize[i]))
             size = None if elems is None else int_in(elems * DTYPE_BYTES.get((a.dtype or "float").lower(), 4), 0)
             nbytes[i] = -1 if size is None else size
-        parts = self.parts
-        parts["nbytes"].append(nbytes)
-        parts["hint_code"].append(hint)
-        parts["pg_code"].append(pg)
-        parts["group_size"].append(gsize.astype(np.int32))
-        parts["seq"].append(seq)
-        parts["peer"].append(peer)
-        parts["split_code"].append(split)
+        for key, column in (("nbytes", nbytes), ("hint_code", hint), ("pg_code", pg), ("group_size", gsize.astype(np.int32)),
+                            ("seq", seq), ("peer", peer), ("split_code", split)):
+            self.parts[key].append(column)
 
     def finish(self) -> EventColumns:
         """The columns of every chunk added (the builder is emptied)."""
@@ -286,18 +306,7 @@ def release_free_memory() -> None:
         _TRIM(0)
 
 
-class _NoArgs:
-    """The args of an event without any (what an `EventArgs()` holds)."""
-
-    stream = device = correlation = external_id = nbytes = -1
-    collective_name = pg_name = group_size = in_msg_nelems = out_msg_nelems = dtype = None
-    pg_desc = seq = src_rank = dst_rank = None
-    input_dims = input_type = concrete_inputs = pg_ranks = in_split = out_split = b""
-
-
-_NO_ARGS: Any = _NoArgs()
-
-
+_NO_ARGS = EventArgs()  # the args of an event without any
 _MAX_GROUPS = 4096  # groups remembered per trace (a 4096-rank job names ~520)
 _MAX_RANKS_TEXT = 64 * 1024
 _MAX_SPLITS = 4096  # splits kept per side of one all-to-all

@@ -2,26 +2,35 @@
 
 Promise: `.json` and `.json.gz` under the per-file cap; a trace cut or damaged anywhere is kept up to its last
 complete event (`ParsedTrace.cut`); unusable files raise `InputError` naming them; every number is range-checked
-and timestamps keep every digit; nothing is evaluated. Details: docs/internals/collectors.md.
+and timestamps keep every digit; nothing is evaluated. `read_bytes(path)` reads a file's text within those bounds
+(the execution-trace reader's too). Details: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
 
-from perftracker.bounded import clean_text, replace_lone_surrogate_escapes
-from perftracker.collectors.traces.kineto_columns import ColumnBuilder
+from perftracker.bounded import (
+    BLANK_RUN,
+    clean_text,
+    file_cap,
+    inflate,
+    read_capped,
+    read_head,
+    replace_lone_surrogate_escapes,
+)
+from perftracker.collectors.traces.kineto_columns import ColumnBuilder, EventArgs
 from perftracker.collectors.traces.kineto_cut import CutReport, cut_back, error_position
 from perftracker.collectors.traces.kineto_records import (
     MAX_DUR_NS,
     SURROGATE_NOTE,
-    EventArgs,
     ParsedTrace,
     RawTraceDoc,
     TraceDoc,
@@ -31,8 +40,7 @@ from perftracker.collectors.traces.kineto_records import (
     take_header,
     to_ns,
 )
-from perftracker.collectors.traces.kineto_stream import needs_exact_digits, parse_streaming
-from perftracker.collectors.traces.kineto_text import TraceText, read_bytes
+from perftracker.collectors.traces.kineto_stream import GZIP_MAGIC, needs_exact_digits, parse_streaming
 from perftracker.errors import InputError
 from perftracker.values import loose_int
 
@@ -40,9 +48,20 @@ __all__ = ["EventArgs", "ParsedTrace", "TraceDoc", "parse_trace"]
 # The tolerant reader builds Python objects for every value (~100 bytes each): this bounds its memory.
 MAX_LOOSE_VALUES = 4_000_000
 _CHUNK = 1 << 16  # events added to the columns at a time
-_COMM_KEYS = (("pg_ranks", "Process Group Ranks"), ("in_split", "In split size"), ("out_split", "Out split size"))
 _T = TypeVar("_T")
-_SHAPE_KEYS = (("input_dims", "Input Dims"), ("input_type", "Input type"), ("concrete_inputs", "Concrete Inputs"))
+_NON_BLANK = re.compile(rb"[^ \t\r\n]")
+_ARG_FIELDS = msgspec.structs.fields(EventArgs)
+
+
+@dataclass
+class TraceText:
+    """A trace file's JSON text as read: decompressed, under the per-file cap."""
+
+    data: bytearray
+    gzip: bool
+    whole: bool  # the text is the whole trace (False: a gzip stream cut short, or the cap reached)
+    notes: list[str] = field(default_factory=list)
+    squeezed: int = 0  # whitespace bytes dropped from long runs as read
 
 
 def parse_trace(path: Path) -> ParsedTrace:
@@ -79,6 +98,50 @@ def parse_trace(path: Path) -> ParsedTrace:
     if trace.cut is not None:
         trace.cut = replace(trace.cut, events_kept=trace.n_events)
     return trace
+
+
+def read_bytes(path: Path) -> TraceText:
+    """The file's JSON text (a bytearray, shortened in place later), decompressed, under the per-file cap, with notes
+    about anything left out (over the cap, a gzip cut or corrupt, whitespace squeezed); InputError for a file that
+    is not a regular file, is empty, is not JSON, or is a corrupt gzip with nothing before the damage."""
+    try:
+        capped = read_capped(path, squeeze=read_head(path, 2) != GZIP_MAGIC)
+    except OSError as exc:
+        raise InputError(f"cannot read the file ({exc.strerror or exc})", str(path),
+                         "check the path and its permissions") from None
+    cap = file_cap()
+    notes = [capped.note(cap)] if capped.left_out else []
+    text = TraceText(capped.data, gzip=capped.data[:2] == GZIP_MAGIC, whole=not capped.left_out, notes=notes)
+    if text.gzip:
+        inflated = inflate(capped.data, cap, skip_leading_blank=True, first_bytes=b"{[", squeeze=True)
+        del capped
+        text.data = inflated.data
+        if inflated.error and not inflated.data:
+            raise InputError(f"corrupt gzip data ({inflated.error})", str(path),
+                             "the file is damaged; re-export or re-copy this rank's trace")
+        if inflated.error:
+            notes.append(f"the gzip data is corrupt after {len(inflated.data):,} decoded bytes ({inflated.error}); "
+                         "using what comes before")
+        elif inflated.capped:
+            notes.append(f"the decompressed trace reaches perftracker's per-file cap of {cap:,} bytes; reading "
+                         "stopped there (a gzip bomb, or a trace bigger than any real one: set "
+                         "PERFTRACKER_MAX_FILE_BYTES to raise the cap)")
+        elif not inflated.complete:
+            notes.append("the gzip stream ends early (file cut off while being written); using what it holds")
+        text.whole = text.whole and inflated.complete
+        text.squeezed += inflated.squeezed
+    text.squeezed += capped.squeezed if not text.gzip else 0
+    if text.squeezed:
+        notes.append(f"{text.squeezed:,} bytes of whitespace in runs of {BLANK_RUN:,} or more were dropped as read "
+                     "(padding, or a bomb; byte counts below are of the text kept)")
+    first = _NON_BLANK.search(text.data)
+    if first is None:
+        raise InputError("the file is empty", str(path),
+                         "the profiler did not finish writing it; re-run the profiled steps or drop this file")
+    if bytes(text.data[first.start():first.start() + 1]) not in (b"{", b"["):
+        raise InputError("this is not JSON (not a PyTorch profiler trace)", str(path),
+                         "pass .json or .json.gz files written by torch.profiler")
+    return text
 
 
 def _decode(trace: ParsedTrace, text: TraceText) -> TraceDoc | None:
@@ -193,21 +256,18 @@ def _fill_loose(trace: ParsedTrace, text: TraceText, path: Path) -> None:
 
 
 def _loose_args(args: dict[str, Any]) -> EventArgs:
-    pg = args.get("Process Group Name")
-    return EventArgs(
-        stream=loose_int(args.get("stream")),
-        device=loose_int(args.get("device")),
-        correlation=loose_int(args.get("correlation")),
-        external_id=loose_int(args.get("External id")),
-        collective_name=str(args["Collective name"]) if "Collective name" in args else None,
-        in_msg_nelems=loose_int(args.get("In msg nelems")),
-        out_msg_nelems=loose_int(args.get("Out msg nelems")),
-        group_size=loose_int(args.get("Group size")),
-        pg_name=pg if isinstance(pg, (str, int)) and not isinstance(pg, bool) else None,
-        dtype=str(args["dtype"]) if "dtype" in args else None,
-        nbytes=loose_int(args.get("bytes")),
-        pg_desc=str(args["Process Group Description"]) if "Process Group Description" in args else None,
-        seq=loose_int(args.get("Seq")), src_rank=loose_int(args.get("Src Rank")), dst_rank=loose_int(args.get("Dst Rank")),
-        **{attr: msgspec.Raw(msgspec.json.encode(args[key])) for attr, key in _COMM_KEYS if key in args},
-        **{attr: msgspec.Raw(msgspec.json.encode(args[key])) for attr, key in _SHAPE_KEYS if key in args},
-    )
+    """The args as the typed reader's fields: numbers as loose ints, text as text, JSON values kept (None
+    where a key is absent or holds no such value)."""
+    values: dict[str, Any] = {}
+    for f in _ARG_FIELDS:
+        value = args.get(f.encode_name)
+        if f.type is msgspec.Raw:
+            if f.encode_name in args:
+                values[f.name] = msgspec.Raw(msgspec.json.encode(value))
+        elif f.name == "pg_name":
+            values[f.name] = value if isinstance(value, (str, int)) and not isinstance(value, bool) else None
+        elif f.type == (str | None):
+            values[f.name] = str(value) if f.encode_name in args else None
+        else:
+            values[f.name] = loose_int(value)
+    return EventArgs(**values)

@@ -1,6 +1,7 @@
 """The typed records a Kineto trace decodes into, and how a chunk of them becomes columns.
 
-Promise: `Event` / `RawEvent` / `EventArgs` / `TraceDoc` are the msgspec structs a trace decodes into;
+Promise: `Event` / `RawEvent` / `TraceDoc` are the msgspec structs a trace decodes into (args:
+`kineto_columns.EventArgs`);
 `add_typed` and `add_digits` add one decoded chunk to a `ColumnBuilder` (times range-checked, in integer
 nanoseconds, the dropped counted); `ParsedTrace` is what reading one file gives.
 """
@@ -19,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from perftracker.bounded import clean_text
-from perftracker.collectors.traces.kineto_columns import ColumnBuilder, EventColumns
+from perftracker.collectors.traces.kineto_columns import ColumnBuilder, EventArgs, EventColumns
 from perftracker.collectors.traces.kineto_cut import CutReport
 from perftracker.values import int_in
 
@@ -28,39 +29,10 @@ from perftracker.values import int_in
 MAX_TS_NS = 4 * 10**18
 MAX_DUR_NS = 10**18
 MAX_BASE_NS = 4 * 10**18
-NO_RAW = msgspec.Raw(b"")  # an absent JSON value
 SURROGATE_NOTE = "text with lone UTF-16 surrogates (\\ud800 without its pair) was read as U+FFFD"
 
 
-# gc=False: these records hold no references that could form a cycle, and not tracking hundreds of
-# thousands of them keeps the garbage collector from running over and over during a decode.
-class EventArgs(msgspec.Struct, omit_defaults=True, gc=False):
-    # -1 when absent (the events table's "unknown"); None when null in the file or not an int (loose reader).
-    stream: int | None = -1
-    device: int | None = -1
-    correlation: int | None = -1
-    external_id: int | None = msgspec.field(default=-1, name="External id")
-    collective_name: str | None = msgspec.field(default=None, name="Collective name")
-    in_msg_nelems: int | None = msgspec.field(default=None, name="In msg nelems")
-    out_msg_nelems: int | None = msgspec.field(default=None, name="Out msg nelems")
-    group_size: int | None = msgspec.field(default=None, name="Group size")
-    pg_name: str | int | None = msgspec.field(default=None, name="Process Group Name")
-    dtype: str | None = None
-    nbytes: int | None = msgspec.field(default=-1, name="bytes")
-    # record_param_comms' group and order (PyTorch 2.1-2.6+ profiler/util.cpp): the group's description and
-    # members (JSON text "[0, 1]"), its own sequence number, a P2P op's global peer, all-to-all splits.
-    pg_desc: str | None = msgspec.field(default=None, name="Process Group Description")
-    pg_ranks: msgspec.Raw = msgspec.field(default=NO_RAW, name="Process Group Ranks")
-    seq: int | str | None = msgspec.field(default=None, name="Seq")
-    src_rank: int | str | None = msgspec.field(default=None, name="Src Rank")
-    dst_rank: int | str | None = msgspec.field(default=None, name="Dst Rank")
-    in_split: msgspec.Raw = msgspec.field(default=NO_RAW, name="In split size")
-    out_split: msgspec.Raw = msgspec.field(default=NO_RAW, name="Out split size")
-    input_dims: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input Dims")  # an op's shapes, kept as JSON text
-    input_type: msgspec.Raw = msgspec.field(default=NO_RAW, name="Input type")
-    concrete_inputs: msgspec.Raw = msgspec.field(default=NO_RAW, name="Concrete Inputs")
-
-
+# gc=False: see kineto_columns.EventArgs.
 class _EventBase(msgspec.Struct, gc=False):
     ph: str = ""
     cat: str = ""
@@ -225,20 +197,16 @@ def add_typed(trace: ParsedTrace, builder: ColumnBuilder, events: Sequence[Event
     builder.add(names, cats, phs, pids, tids, us_to_ns(ts_us), us_to_ns(dur_us), argss)
 
 
-def _digits_to_ns(raw: bytes, limit: int = MAX_TS_NS) -> int | None:
-    """'1682725898236567.123' (microseconds) -> 1682725898236567123 nanoseconds, exactly (None: not a time)."""
-    return to_ns(raw.decode("ascii", "replace"), limit)
-
-
 def add_digits(trace: ParsedTrace, builder: ColumnBuilder, events: Sequence[RawEvent]) -> None:
-    """Add a chunk of events whose ts/dur are raw digits to `builder`, every digit kept."""
+    """Add a chunk of events whose ts/dur are raw digits to `builder`, every digit kept (microseconds as text
+    to integer nanoseconds through `to_ns`)."""
     rows = []
     for e in events:
-        ts = _digits_to_ns(bytes(e.ts)) if e.ts else None
+        ts = to_ns(bytes(e.ts).decode("ascii", "replace")) if e.ts else None
         if ts is None:
             trace.dropped += 1
             continue
-        dur = _digits_to_ns(bytes(e.dur), MAX_DUR_NS) if e.dur else 0
+        dur = to_ns(bytes(e.dur).decode("ascii", "replace"), MAX_DUR_NS) if e.dur else 0
         if dur is None:
             trace.bad_durations += 1
         rows.append((e.name, e.cat, e.ph, e.pid, e.tid, ts, dur or 0, e.args))

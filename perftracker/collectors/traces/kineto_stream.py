@@ -28,9 +28,9 @@ from perftracker.collectors.traces.kineto_records import (
     add_typed,
     take_header,
 )
-from perftracker.collectors.traces.kineto_text import GZIP_MAGIC
 from perftracker.errors import InputError
 
+GZIP_MAGIC = b"\x1f\x8b"
 CHUNK_BYTES = 1 << 20  # events text decoded at a time
 _READ = 1 << 20  # bytes read from the file at a time
 _INFLATE = 1 << 20
