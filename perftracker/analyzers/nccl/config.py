@@ -3,7 +3,7 @@ alone."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from perftracker.analyzers.analysis import Analysis
@@ -20,7 +20,7 @@ from perftracker.analyzers.nccl.merge import one_per_subject, problems
 from perftracker.analyzers.nccl.ras_roots import join_roots
 from perftracker.analyzers.nccl.trace_busbw import measured_context_view
 
-RULES: tuple[Callable[[NcclContext], list[Finding]], ...] = (
+RULES: tuple[Callable[[NcclContext], Iterable[Finding]], ...] = (
     net_rules.socket_fallback, net_rules.ib_disabled, net_rules.ib_devices, net_rules.socket_ifaces, net_rules.net_plugin,
     net_rules.gdr, net_rules.p2p,
     ib_rules.ib_hca, ib_rules.gid_index, ib_rules.tc_sl, ib_rules.timeout_retry, ib_rules.qps,

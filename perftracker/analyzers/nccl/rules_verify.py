@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.nccl.context import NcclContext, finding, setting_refs
 
@@ -15,8 +17,7 @@ _CHECKED = (("NCCL_IB_HCA", "rdma", "infiniband"), ("NCCL_IB_GID_INDEX", "rdma",
             ("NCCL_SOCKET_IFNAME", "net", "net"))
 
 
-def unverified(ctx: NcclContext) -> list[Finding]:
-    out: list[Finding] = []
+def unverified(ctx: NcclContext) -> Iterator[Finding]:
     for node in ctx.sysfs:
         status = node.get("status") or {}
         root = str(node.get("root", "/sys")).rstrip("/") or "/"
@@ -34,11 +35,10 @@ def unverified(ctx: NcclContext) -> list[Finding]:
             consequence = ("If the job runs on this node, NCCL finds no RDMA device and falls back to TCP sockets "
                            "(critical in the NCCL logs): load the RDMA driver or expose the devices to the "
                            "container. " if no_devices else "")
-            out.append(finding(
+            yield finding(
                 "unverified", Severity.WARNING if no_devices else Severity.INFO,
                 f"{var}={values} could not be verified on {where}: {why}",
                 f"{consequence}To check it, run lint-env on a node the job runs on, or pass --sysfs-root with a "
                 "copy of that node's /sys.", {"env": setting_refs(settings, 4), "sysfs_root": root,
                                              "sysfs_status": state}, hosts=[str(node.get("host") or "")],
-                key=f"{var}|{root}|{state}"))
-    return out
+                key=f"{var}|{root}|{state}")
