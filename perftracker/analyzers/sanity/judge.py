@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -229,7 +229,7 @@ def _links(records: list[dict[str, Any]], nodes: Mapping[str, Mapping[str, Any]]
     return findings
 
 
-def _within_node(records: list[dict[str, Any]], named: set[str], status: dict[str, Severity]) -> list[Finding]:
+def _within_node(records: list[dict[str, Any]], named: set[str], status: dict[str, Severity]) -> Iterator[Finding]:
     """Nodes whose collectives among their own ranks are below the other nodes' (a node's figure: the median of
     its ranks'), judged apart from the links between nodes; a node named on compute is not named again."""
     lows: dict[str, list[tuple[str, Low]]] = {}
@@ -240,7 +240,6 @@ def _within_node(records: list[dict[str, Any]], named: set[str], status: dict[st
                 values.setdefault(r["host"], []).append(float(r["figures"][figure]))
         for low in low_outliers({h: statistics.median(v) for h, v in values.items()}, LINK_FLOOR):
             lows.setdefault(low.unit, []).append((figure, low))
-    findings = []
     for host, found in sorted(lows.items()):
         if host in named:
             continue
@@ -252,14 +251,13 @@ def _within_node(records: list[dict[str, Any]], named: set[str], status: dict[st
                  "exchange through the host)")
         lines = "; ".join(f"{figure} {low.value:.3g} GB/s is {low.ratio:.0%} of the other nodes' median "
                           f"{low.peer_median:.3g}" for figure, low in found)
-        findings.append(Finding(
+        yield Finding(
             ANALYZER, sev, f"{host}'s collectives within the node are slow: {lines} (likely {cause})",
             "Exclude the node (OUT/exclude.txt) and check the links between its devices: " + cause + ".",
             evidence={"figures": [{"figure": figure, "value": low.value, "peer_median": low.peer_median,
                                    "peer_mad": low.peer_mad, "confidence": low.confidence} for figure, low in found],
                       "likely_cause": cause},
-            hosts=(host,), key=f"intra|{host}", confidence=min(low.confidence for _, low in found)))
-    return findings
+            hosts=(host,), key=f"intra|{host}", confidence=min(low.confidence for _, low in found))
 
 
 def _collective_failures(records: list[dict[str, Any]], unreachable: bool) -> list[Finding]:
@@ -276,19 +274,17 @@ def _collective_failures(records: list[dict[str, Any]], unreachable: bool) -> li
                     ranks=tuple(sorted(failed)), key="collectives-failed")]
 
 
-def _lint(nodes: Mapping[str, Mapping[str, Any]]) -> list[Finding]:
+def _lint(nodes: Mapping[str, Mapping[str, Any]]) -> Iterator[Finding]:
     """The NCCL setting lint's findings of every node, one finding per title, naming every node that has it."""
     merged: dict[str, tuple[Finding, list[str]]] = {}
     for host, facts in sorted(nodes.items()):
         for raw in facts.get("lint", []):
             f = Finding.from_dict(raw)
             merged.setdefault(f.title, (f, []))[1].append(host)
-    out = []
     for f, hosts in merged.values():
-        out.append(Finding(f.analyzer, f.severity, f.title + f" (on {len(hosts)} node(s))", f.recommendation,
-                           evidence=dict(f.evidence), hosts=tuple(hosts), key=f"lint|{f.id}",
-                           confidence=f.confidence))
-    return out
+        yield Finding(f.analyzer, f.severity, f.title + f" (on {len(hosts)} node(s))", f.recommendation,
+                      evidence=dict(f.evidence), hosts=tuple(hosts), key=f"lint|{f.id}",
+                      confidence=f.confidence)
 
 
 def cut_short(results: SanityResults) -> list[str]:
@@ -307,10 +303,9 @@ def _cut_finding(results: SanityResults) -> list[Finding]:
                     key="cut-short")]
 
 
-def _quota_held(records: list[dict[str, Any]], named: set[str], status: dict[str, Severity]) -> list[Finding]:
+def _quota_held(records: list[dict[str, Any]], named: set[str], status: dict[str, Severity]) -> Iterator[Finding]:
     """Nodes whose cgroup holds a rank to less than one CPU while their peers have no such quota, unless already
     named on compute (docs/internals/analyzers.md)."""
-    findings = []
     for host in dict.fromkeys(r["host"] for r in records):
         if host in named:
             continue
@@ -320,10 +315,9 @@ def _quota_held(records: list[dict[str, Any]], named: set[str], status: dict[str
         if not isinstance(quota, (int, float)) or quota >= threshold('sanity.quota_cores_per_rank') * len(mine):
             continue
         status[host] = max(status.get(host, Severity.INFO), Severity.WARNING)
-        findings.append(Finding(
+        yield Finding(
             ANALYZER, Severity.WARNING, f"{host} is held back by its cgroup: {said} (its peers have no such quota; "
             f"{len(mine)} rank(s) of the job would share it)", "Remove or raise the node's CPU quota (the container's "
             "or the job's cgroup: cpu.max / cpu.cfs_quota_us) before the job, or exclude the node (exclude-at "
             "warning).", evidence={"ranks": [r["rank"] for r in mine], **facts}, ranks=tuple(r["rank"] for r in mine),
-            hosts=(host,), key=f"quota|{host}", confidence=0.99))
-    return findings
+            hosts=(host,), key=f"quota|{host}", confidence=0.99)
