@@ -13,11 +13,9 @@ from perftracker.analyzers.nccl import rules_env as env_rules
 from perftracker.analyzers.nccl import rules_ib as ib_rules
 from perftracker.analyzers.nccl import rules_log as log_rules
 from perftracker.analyzers.nccl import rules_net as net_rules
-from perftracker.analyzers.nccl import rules_ras as ras_rules
-from perftracker.analyzers.nccl import rules_verify as verify_rules
 from perftracker.analyzers.nccl.context import NcclContext, context_view, job_without_nccl
 from perftracker.analyzers.nccl.merge import one_per_subject, problems
-from perftracker.analyzers.nccl.ras_roots import join_roots
+from perftracker.analyzers.nccl.ras_roots import join_roots, ras_status
 from perftracker.analyzers.nccl.trace_busbw import measured_context_view
 
 RULES: tuple[Callable[[NcclContext], Iterable[Finding]], ...] = (
@@ -27,8 +25,8 @@ RULES: tuple[Callable[[NcclContext], Iterable[Finding]], ...] = (
     env_rules.loose_integers, env_rules.echo_mismatch, env_rules.inconsistent, env_rules.profile_deviation,
     env_rules.debug_knobs,
     log_rules.warns, log_rules.completion_errors, log_rules.slow_init,
-    verify_rules.unverified,
-    busbw_rules.bus_bandwidth, busbw_rules.wrong_results, ras_rules.ras_status,
+    env_rules.unverified,
+    busbw_rules.bus_bandwidth, busbw_rules.wrong_results, ras_status,
 )
 # The problem classes about the network transport: judged only where the job uses one (`network_unused`).
 NETWORK_FLAGS = frozenset({"gdr_disabled", "hca_problem", "gid_problem", "ib_tc", "ib_sl", "ib_timeout", "ib_retry",
