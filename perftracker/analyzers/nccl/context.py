@@ -1,4 +1,5 @@
-"""The NCCL analyzers' view of a Store (`build_context`): processes with their log facts, settings, sysfs, profile."""
+"""The NCCL analyzers' view of a Store (`build_context`): processes with their log facts, settings, sysfs, profile,
+measured bus bandwidths and what NCCL's RAS client reported (`ras_records`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.nccl.measured import Measure, measured_busbw
-from perftracker.analyzers.nccl.ras_status import RasRecord, ras_records
 from perftracker.store import Store
 from perftracker.values import strtoll_base0
 
@@ -96,6 +96,36 @@ class Setting:
     evidence: str
 
 
+@dataclass(frozen=True)
+class RasRecord:
+    kind: str  # dead | missing_process | missing_rank | comm_error | comm_mismatch | comm_group | timeout
+    comm: str
+    rank: int
+    host: str
+    pid: int
+    gpu: str
+    detail: str
+    where: str
+
+    def process(self) -> str:
+        if self.pid < 0:
+            return f"rank {self.rank} of communicator {self.comm}" if self.comm else "a process"
+        gpu = f" (GPU {self.gpu})" if self.gpu else ""
+        return f"process {self.pid} on {self.host or '?'}{gpu}"
+
+
+def ras_records(store: Store) -> list[RasRecord]:
+    """The RAS rows of the Store, typed."""
+    frame = store["nccl_ras"]
+    if frame.empty:
+        return []
+    cols = [frame[c].astype(object).tolist() for c in ("kind", "comm", "rank", "host", "pid", "gpu", "detail", "file",
+                                                       "line")]
+    return [RasRecord(str(k), str(c or ""), int(str(r)), str(h or ""), int(str(p)), str(g or ""), str(d or ""),
+                      f"{f}:{int(str(ln))}" if int(str(ln)) > 0 else str(f))
+            for k, c, r, h, p, g, d, f, ln in zip(*cols)]
+
+
 @dataclass
 class NcclContext:
     procs: list[Proc]
@@ -105,7 +135,7 @@ class NcclContext:
     sysfs: list[dict[str, Any]]
     profile: dict[str, Any]
     measured: list[Measure] = field(default_factory=list)  # nccl-tests / Inspector bus bandwidth (measured.py)
-    ras: list[RasRecord] = field(default_factory=list)  # what NCCL's RAS client reported (ras_status.py)
+    ras: list[RasRecord] = field(default_factory=list)  # what NCCL's RAS client reported (`ras_records`)
 
     @property
     def empty(self) -> bool:
