@@ -229,9 +229,10 @@ def _links(records: list[dict[str, Any]], nodes: Mapping[str, Mapping[str, Any]]
     return findings
 
 
-def _within_node(records: list[dict[str, Any]], named: set[str], status: dict[str, Severity]) -> Iterator[Finding]:
+def _within_node(records: list[dict[str, Any]], named: set[str], status: dict[str, Severity]) -> list[Finding]:
     """Nodes whose collectives among their own ranks are below the other nodes' (a node's figure: the median of
     its ranks'), judged apart from the links between nodes; a node named on compute is not named again."""
+    findings = []
     lows: dict[str, list[tuple[str, Low]]] = {}
     for figure in INTRA_FIGURES:
         values: dict[str, list[float]] = {}
@@ -251,13 +252,14 @@ def _within_node(records: list[dict[str, Any]], named: set[str], status: dict[st
                  "exchange through the host)")
         lines = "; ".join(f"{figure} {low.value:.3g} GB/s is {low.ratio:.0%} of the other nodes' median "
                           f"{low.peer_median:.3g}" for figure, low in found)
-        yield Finding(
+        findings.append(Finding(
             ANALYZER, sev, f"{host}'s collectives within the node are slow: {lines} (likely {cause})",
             "Exclude the node (OUT/exclude.txt) and check the links between its devices: " + cause + ".",
             evidence={"figures": [{"figure": figure, "value": low.value, "peer_median": low.peer_median,
                                    "peer_mad": low.peer_mad, "confidence": low.confidence} for figure, low in found],
                       "likely_cause": cause},
-            hosts=(host,), key=f"intra|{host}", confidence=min(low.confidence for _, low in found))
+            hosts=(host,), key=f"intra|{host}", confidence=min(low.confidence for _, low in found)))
+    return findings
 
 
 def _collective_failures(records: list[dict[str, Any]], unreachable: bool) -> list[Finding]:
@@ -303,9 +305,10 @@ def _cut_finding(results: SanityResults) -> list[Finding]:
                     key="cut-short")]
 
 
-def _quota_held(records: list[dict[str, Any]], named: set[str], status: dict[str, Severity]) -> Iterator[Finding]:
+def _quota_held(records: list[dict[str, Any]], named: set[str], status: dict[str, Severity]) -> list[Finding]:
     """Nodes whose cgroup holds a rank to less than one CPU while their peers have no such quota, unless already
     named on compute (docs/internals/analyzers.md)."""
+    findings = []
     for host in dict.fromkeys(r["host"] for r in records):
         if host in named:
             continue
@@ -315,9 +318,10 @@ def _quota_held(records: list[dict[str, Any]], named: set[str], status: dict[str
         if not isinstance(quota, (int, float)) or quota >= threshold('sanity.quota_cores_per_rank') * len(mine):
             continue
         status[host] = max(status.get(host, Severity.INFO), Severity.WARNING)
-        yield Finding(
+        findings.append(Finding(
             ANALYZER, Severity.WARNING, f"{host} is held back by its cgroup: {said} (its peers have no such quota; "
             f"{len(mine)} rank(s) of the job would share it)", "Remove or raise the node's CPU quota (the container's "
             "or the job's cgroup: cpu.max / cpu.cfs_quota_us) before the job, or exclude the node (exclude-at "
             "warning).", evidence={"ranks": [r["rank"] for r in mine], **facts}, ranks=tuple(r["rank"] for r in mine),
-            hosts=(host,), key=f"quota|{host}", confidence=0.99)
+            hosts=(host,), key=f"quota|{host}", confidence=0.99))
+    return findings
