@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.nccl.context import NcclContext, finding
+from perftracker.analyzers.nccl.context import Measure, NcclContext, finding
 from perftracker.analyzers.nccl.expected_bw import (
     Expectation,
     Topology,
@@ -14,7 +14,6 @@ from perftracker.analyzers.nccl.expected_bw import (
     expect,
     topology_of,
 )
-from perftracker.analyzers.nccl.measured import Measure
 from perftracker.analyzers.thresholds import threshold
 
 

@@ -8,8 +8,7 @@ import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.nccl.context import NcclContext, context_view
-from perftracker.analyzers.nccl.measured import Measure
+from perftracker.analyzers.nccl.context import Measure, NcclContext, context_view
 from perftracker.analyzers.stragglers.wait_transfer import collective_split_view
 from perftracker.analyzers.thresholds import threshold
 
