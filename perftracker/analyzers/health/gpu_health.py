@@ -226,13 +226,10 @@ def _below_peers(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame, check
 
 
 def _pcie(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> Iterator[Finding]:
-    peers_gen = max((float(w["pcie_gen"].max()) for w in ctx.wide.values() if "pcie_gen" in w), default=float("nan"))
-    peers_width = max((float(w["pcie_width"].max()) for w in ctx.wide.values() if "pcie_width" in w),
-                      default=float("nan"))
-    for metric, max_metric, peer, busy_only in (("pcie_width", "pcie_max_width", peers_width, False),
-                                                ("pcie_gen", "pcie_max_gen", peers_gen, True)):
+    for metric, max_metric, busy_only in (("pcie_width", "pcie_max_width", False), ("pcie_gen", "pcie_max_gen", True)):
         if metric not in wide:
             continue
+        peer = max((float(w[metric].max()) for w in ctx.wide.values() if metric in w), default=float("nan"))
         limit = wide[max_metric] if max_metric in wide else pd.Series(peer, index=wide.index)
         rows = wide
         if busy_only and "util_gpu_pct" in wide:

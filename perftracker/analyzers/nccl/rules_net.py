@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.nccl.context import NcclContext, about, finding, is_intended, setting_refs
 from perftracker.formats.nccl_lists import match_list, parse_list
+from perftracker.values import strtoll_base0
 
 _BAD_IFACE = re.compile(r"^(docker|virbr|flannel|cni|veth|lo$|lo\d|br-|cali|weave|tunl|kube|ifb|tun\d|tap|dummy|vxlan|"
                         r"genev|nodelocaldns|sit\d|ip6tnl|gre|erspan)")
@@ -80,8 +81,6 @@ def socket_fallback(ctx: NcclContext) -> Iterator[Finding]:
 
 def ib_disabled(ctx: NcclContext) -> Iterator[Finding]:
     """NCCL_IB_DISABLE / NCCL_NET=Socket while RDMA devices exist or NCCL_IB_* shows RDMA was intended."""
-    from perftracker.values import strtoll_base0
-
     off = [s for s in ctx.settings.get("NCCL_IB_DISABLE", []) if s.value.strip() and strtoll_base0(s.value)[0] != 0]
     off += [s for s in ctx.settings.get("NCCL_NET", []) if s.value.strip().lower() == "socket"]
     if not off:
