@@ -81,10 +81,6 @@ def _nvlink_errors(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> 
                       thresholds={"crc_per_s": threshold("gpu_links.nvlink_crc_per_s"), "replay": 1})
 
 
-def _usual_active(wide: pd.DataFrame) -> float:
-    return float(wide["nvlink_active"].median()) if "nvlink_active" in wide else float("nan")
-
-
 def _links_down(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> list[Finding]:
     if "nvlink_active" not in wide or "nvlink_links" not in wide:
         return []
@@ -92,7 +88,7 @@ def _links_down(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> lis
     if not any(float(w["nvlink_active"].max()) > 0 for w in on_host.values()):
         return []  # no GPU of the host has an active NVLink: nothing is connected to use
     rows = wide[["nvlink_links", "nvlink_active"]].dropna()
-    peers = [_usual_active(w) for g, w in on_host.items() if g != gpu]
+    peers = [float(w["nvlink_active"].median()) for g, w in on_host.items() if g != gpu]  # all have the column
     peer_active = float(pd.Series(peers).median()) if peers else float("nan")
     down = rows["nvlink_active"] < rows["nvlink_links"]
     below_peers = rows["nvlink_active"] < peer_active if peer_active == peer_active else pd.Series(False, rows.index)

@@ -121,10 +121,6 @@ def _down_evidence(d: Down, stall: Stall | None) -> dict[str, Any]:
     return ev
 
 
-def _stalled_s(stall: Stall | None) -> float:
-    return stall.stall_s if stall is not None else -1.0
-
-
 def _consequence(down: Down, others: list[Down]) -> bool:
     """A carrier loss (not taken down) overlapping a link another host took down: a consequence of that."""
     if down.admin_down:
@@ -144,7 +140,7 @@ def _flaps(analysis: Analysis, judged: dict[str, dict[str, str]]) -> list[Findin
     for (host, iface) in sorted({(d.host, d.iface) for d in own}):
         mine = sorted((d for d in own if (d.host, d.iface) == (host, iface)), key=lambda d: d.start_ns)
         stalls = [stall_during(analysis, d.start_ns, d.end_ns) for d in mine]
-        worst = max(range(len(mine)), key=lambda i: (_stalled_s(stalls[i]), mine[i].seconds))
+        worst = max(range(len(mine)), key=lambda i: (getattr(stalls[i], "stall_s", -1.0), mine[i].seconds))
         lead, lead_stall = mine[worst], stalls[worst]
         also: list[dict[str, Any]] = []
         for d in mine:
