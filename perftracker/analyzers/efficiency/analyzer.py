@@ -1,15 +1,197 @@
-"""The efficiency analyzer, `analyze_efficiency(analysis)`: compute findings from the op roofline, and what the
+"""The efficiency analyzer, `analyze_efficiency(analysis)`: compute findings from the op roofline (GEMMs the tensor
+cores do not want, tiny launch-bound or FP32 GEMMs; unfused attention, chains of memory-bound ops), and what the
 tables cannot say on their own (a device the device table does not know)."""
 
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
+
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.efficiency.evidence import basis_view
-from perftracker.analyzers.efficiency.fusion_findings import elementwise_chains, unfused_attention
-from perftracker.analyzers.efficiency.gemm_findings import fp32_gemms, misaligned_gemms, tiny_gemms
+from perftracker.analyzers.efficiency.evidence import Basis, basis_view, ranks_of
 from perftracker.analyzers.efficiency.reported import reported_findings
 from perftracker.analyzers.efficiency.roofline import device_names, device_of_ranks
-from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.findings import Finding, Kind, Severity
+from perftracker.analyzers.thresholds import threshold, threshold_int
+
+ALIGN = {"bf16": 8, "fp16": 8, "fp8": 16, "fp4": 32, "fp32": 4, "fp64": 2}
+_SHAPE_KEYS = ["op", "shape", "dtype", "m", "n", "k"]
+
+
+def _severity(basis: Basis, saved_ns: float, count: int, share: float = 0.0) -> Severity:
+    """WARNING when the cost is at least `share` (default: the threshold efficiency.gemm_warn_share) of the
+    mean step and the cause ran efficiency.gemm_min_count times or more."""
+    enough = basis.cost(saved_ns).share_of_step >= (share or threshold("efficiency.gemm_warn_share"))
+    return Severity.WARNING if enough and count >= threshold_int("efficiency.gemm_min_count") else Severity.INFO
+
+
+def _gemms(basis: Basis) -> pd.DataFrame:
+    inst = basis.instances
+    return inst[inst["family"] == "gemm"] if len(inst) else inst
+
+
+def _weighted_pct(frame: pd.DataFrame) -> float:
+    known = frame.dropna(subset=["pct_of_peak"])
+    weights = known["flops"].to_numpy(np.float64)
+    return float(np.average(known["pct_of_peak"], weights=weights)) if len(known) and weights.sum() > 0 else np.nan
+
+
+def misaligned_gemms(basis: Basis) -> list[Finding]:
+    gemms = _gemms(basis)
+    if gemms.empty:
+        return []
+    align = gemms["dtype"].map(ALIGN).fillna(1).astype(np.int64)
+    odd = ((gemms["n"] % align) != 0) | ((gemms["k"] % align) != 0)
+    findings = []
+    for dtype, mine in gemms[odd].groupby("dtype"):
+        reference = _weighted_pct(gemms[~odd & (gemms["dtype"] == dtype)])
+        if np.isnan(reference):
+            continue
+        shapes = mine.groupby(_SHAPE_KEYS, sort=False).agg(count=("gpu_ns", "size"), gpu_ns=("gpu_ns", "sum"),
+                                                          roof_ns=("roof_ns", "sum"), flops=("flops", "sum"))
+        shapes = shapes.reset_index()
+        pct = 100.0 * shapes["roof_ns"] / shapes["gpu_ns"].clip(lower=1)
+        slow = shapes[pct < threshold("efficiency.gemm_far_below") * reference]
+        if slow.empty:
+            continue
+        saved = np.maximum(slow["gpu_ns"] - slow["roof_ns"] / (reference / 100.0), 0.0)
+        total, count = float(saved.sum()), int(slow["count"].sum())
+        a = ALIGN[str(dtype)]
+        findings.append(Finding(
+            analyzer="efficiency", severity=_severity(basis, total, count),
+            title=f"{len(slow)} {dtype} GEMM shape(s) with N or K not a multiple of {a} run far below the run's "
+                  f"aligned GEMMs ({reference:.0f}% of roof)",
+            recommendation=f"Pad the misaligned dimension to a multiple of {a} (better 64 or 128): a vocabulary "
+                           "size, a hidden size or a head count times head size; tensor cores read operands in "
+                           f"16-byte vectors ({a} {dtype} elements). Cost = time beyond the roofline time at the "
+                           "reference efficiency.",
+            evidence={"reference_pct_of_roof": round(reference, 1), "alignment_elements": a,
+                      "shapes": _shape_records(slow),
+                      "saved_ms_total": round(total / 1e6, 3)},
+            cost=basis.cost(total), key=f"misaligned:{dtype}", confidence=0.8, ranks=ranks_of(mine)))
+    return findings
+
+
+def _shape_records(slow: pd.DataFrame) -> list[dict[str, object]]:
+    top = slow.sort_values("gpu_ns", ascending=False).head(10)
+    pct = (100.0 * top["roof_ns"] / top["gpu_ns"].clip(lower=1)).round(1)
+    return [{"op": op, "shape": shape, "count": int(count), "gpu_ms": round(float(ns) / 1e6, 3), "pct_of_roof": float(p)}
+            for op, shape, count, ns, p in zip(top["op"], top["shape"], top["count"], top["gpu_ns"], pct)]
+
+
+def tiny_gemms(basis: Basis) -> list[Finding]:
+    gemms = _gemms(basis)
+    tiny = gemms[gemms["roof_ns"] < threshold("efficiency.tiny_roof_ns")] if len(gemms) else gemms
+    if len(tiny) < threshold_int("efficiency.min_tiny"):
+        return []
+    saved = float(np.maximum(tiny["gpu_ns"] - threshold("efficiency.tiny_roof_ns"), 0.0).sum())
+    mean_us = float(tiny["gpu_ns"].mean()) / 1e3
+    return [Finding(
+        analyzer="efficiency", severity=_severity(basis, saved, len(tiny), threshold("efficiency.tiny_warn_share")),
+        title=f"{len(tiny)} tiny GEMMs (each under {threshold('efficiency.tiny_roof_ns') / 1e3:.0f} us at the roofline) took {mean_us:.1f} us "
+              "each on average: launch-bound",
+        recommendation="Batch them (torch.bmm or a grouped GEMM over the small problems), capture the region in a "
+                       "CUDA graph, or let torch.compile fuse them; a GEMM this small cannot fill the GPU.",
+        evidence={"instances": len(tiny), "mean_gpu_us": round(mean_us, 2),
+                  "top_shapes": tiny.groupby(["op", "shape"]).size().sort_values(ascending=False).head(8)
+                  .rename("count").reset_index().to_dict("records"), "saved_ms_total_upper_bound": round(saved / 1e6, 3)},
+        cost=basis.cost(saved), key="tiny_gemms", confidence=0.6, ranks=ranks_of(tiny))]
+
+
+def fp32_gemms(basis: Basis) -> list[Finding]:
+    gemms = _gemms(basis)
+    if gemms.empty:
+        return []
+    half = gemms[gemms["dtype"].isin(["bf16", "fp16"])]
+    fp32 = gemms[gemms["dtype"] == "fp32"]
+    if fp32.empty or half.empty or half["flops"].sum() < gemms["flops"].sum() / 2:
+        return []
+    if fp32["tf32"].astype(bool).any():
+        return []  # ran faster than FP32 units can: TF32 was on
+    rate = float(half["flops"].sum()) / max(float(half["gpu_ns"].sum()), 1.0)  # FLOPs per ns
+    saved = float(np.maximum(fp32["gpu_ns"] - fp32["flops"] / rate, 0.0).sum())
+    return [Finding(
+        analyzer="efficiency", severity=_severity(basis, saved, len(fp32)),
+        title=f"{len(fp32)} FP32 GEMMs ({fp32['gpu_ns'].sum() / 1e6:.2f} ms) in a run whose GEMMs are mostly "
+              f"{half['dtype'].mode().iat[0]}, without TF32",
+        recommendation="Run them in BF16 (autocast around the region, or cast the weights), or allow TF32: "
+                       "torch.backends.cuda.matmul.allow_tf32 = True / torch.set_float32_matmul_precision('high'). "
+                       "Cost = their time minus their FLOPs at this run's BF16/FP16 GEMM rate.",
+        evidence={"fp32_gemms": len(fp32), "fp32_tflops": round(float(fp32["flops"].sum()) /
+                                                               max(float(fp32["gpu_ns"].sum()), 1.0) / 1e3, 2),
+                  "reference_tflops": round(rate / 1e3, 2),
+                  "top_shapes": fp32.groupby(["op", "shape"]).size().sort_values(ascending=False).head(8)
+                  .rename("count").reset_index().to_dict("records"), "saved_ms_total": round(saved / 1e6, 3)},
+        cost=basis.cost(saved), key="fp32_gemms", confidence=0.8, ranks=ranks_of(fp32))]
+
+
+MEMORY_FAMILIES = ("elementwise", "norm", "reduction")
+
+
+def unfused_attention(basis: Basis) -> list[Finding]:
+    inst = basis.instances
+    if inst.empty:
+        return []
+    attention = inst[inst["family"] == "attention"]
+    math_rows = attention[attention["math_attention"] | (attention["op"] == "aten::_scaled_dot_product_attention_math")]
+    if math_rows.empty:
+        return []
+    fused = attention.drop(math_rows.index)
+    if len(fused) and fused["gpu_ns"].sum() > 0:
+        rate = float(fused["flops"].sum()) / float(fused["gpu_ns"].sum())
+        reference = f"this run's fused attention ({rate / 1e3:.1f} TFLOPS)"
+    else:
+        peaks = math_rows["peak_tflops"].to_numpy(np.float64)
+        rate = float(np.nanmean(peaks)) * threshold("efficiency.fused_reference_pct") / 100.0 * 1e3 if np.isfinite(peaks).any() else np.nan
+        reference = f"{threshold('efficiency.fused_reference_pct'):.0f}% of the device's dense peak"
+    saved = float(np.maximum(math_rows["gpu_ns"] - math_rows["flops"] / rate, 0.0).sum()) if rate > 0 else 0.0
+    severity = Severity.WARNING if basis.cost(saved).share_of_step >= threshold("efficiency.attention_warn_share") else Severity.INFO
+    return [Finding(
+        Kind.EFFICIENCY, severity, f"{len(math_rows)} attention call(s) ran SDPA's unfused math path "
+              f"({math_rows['gpu_ns'].sum() / 1e6:.2f} ms of GPU time)",
+        recommendation="Make a fused backend eligible: BF16/FP16 inputs, no arbitrary attn_mask (use is_causal), "
+                       "head dim the kernels support; check with torch.nn.attention.sdpa_kernel(...) which backend "
+                       f"refuses and why. Cost = their time minus their FLOPs at {reference}.",
+        evidence={"instances": len(math_rows), "reference": reference, "saved_ms_total": round(saved / 1e6, 3),
+                  "shapes": math_rows.groupby(["shape", "dtype"]).size().rename("count").reset_index()
+                  .head(8).to_dict("records")},
+        cost=basis.cost(saved), key="unfused_attention", confidence=0.9, ranks=ranks_of(math_rows))]
+
+
+def _chains(inst: pd.DataFrame) -> pd.DataFrame:
+    """One row per chain of consecutive memory-bound instances on a rank window: length, gpu_ns, bytes, max_bytes."""
+    ordered = inst[inst["kernels"] > 0].sort_values(["rank", "window", "start_ns"])  # ops that ran on the GPU
+    memory = ordered["family"].isin(MEMORY_FAMILIES).to_numpy()
+    rank_change = (ordered[["rank", "window"]].diff().abs().sum(axis=1) > 0).to_numpy()
+    breaks = ~memory | rank_change
+    chain = np.cumsum(breaks)
+    frame = ordered.assign(chain=chain)[memory]
+    grouped = frame.groupby("chain").agg(length=("gpu_ns", "size"), gpu_ns=("gpu_ns", "sum"), bytes=("bytes", "sum"),
+                                         max_bytes=("bytes", "max"), rank=("rank", "first"))
+    return grouped[grouped["length"] >= threshold_int("efficiency.min_chain")]
+
+
+def elementwise_chains(basis: Basis) -> list[Finding]:
+    inst = basis.instances
+    if inst.empty:
+        return []
+    chains = _chains(inst)
+    chains = chains[(chains["gpu_ns"] > 0) & (chains["bytes"] > 0)]
+    if chains.empty:
+        return []
+    saved_each = chains["gpu_ns"] * (1.0 - chains["max_bytes"] / chains["bytes"])
+    saved = float(saved_each.clip(lower=0).sum())
+    share = basis.cost(saved).share_of_step
+    return [Finding(
+        analyzer="efficiency", severity=Severity.WARNING if share >= threshold("efficiency.chain_warn_share") else Severity.INFO,
+        title=f"{len(chains)} chain(s) of {threshold_int('efficiency.min_chain')}+ memory-bound ops back to back ({int(chains['length'].sum())} "
+              f"kernels, {chains['gpu_ns'].sum() / 1e6:.2f} ms) that one fused kernel each would replace",
+        recommendation="Compile the region (torch.compile, or a fused op such as a fused RMSNorm / rotary / SwiGLU "
+                       "kernel): each op reads and writes device memory on its own. Cost = chain time minus one "
+                       "kernel moving the largest op's bytes at the chain's achieved bandwidth.",
+        evidence={"chains": len(chains), "kernels": int(chains["length"].sum()),
+                  "longest_chain": int(chains["length"].max()), "saved_ms_total": round(saved / 1e6, 3)},
+        cost=basis.cost(saved), key="elementwise_chains", confidence=0.6, ranks=ranks_of(chains))]
 
 
 def analyze_efficiency(analysis: Analysis) -> list[Finding]:

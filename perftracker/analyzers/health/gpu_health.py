@@ -3,6 +3,7 @@ throttling, low clocks, XID / ECC, PCIe, low utilization."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,8 +151,7 @@ _THROTTLE_ADVICE = {
 }
 
 
-def _throttle(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame, clock_low: bool) -> list[Finding]:
-    out = []
+def _throttle(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame, clock_low: bool) -> Iterator[Finding]:
     for reason in ("thermal", "hw_slowdown", "power_brake", "power_cap"):
         throttle = ctx.throttle[(host, gpu, reason)]
         mask = throttle.mask
@@ -165,13 +165,12 @@ def _throttle(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame, clock_lo
         during = float(wide.loc[mask, "sm_clock_mhz"].median()) if "sm_clock_mhz" in wide else float("nan")
         clock_text = (f"; SM clock {during:.0f} MHz while throttled against a job median of {ctx.job_clock:.0f}"
                       if during == during and ctx.job_clock == ctx.job_clock else "")
-        out.append(gpu_finding(ctx, host, gpu, wide, f"{THROTTLE}{reason}", severity,
-                               f"{{gpu}} was in {reason.replace('_', ' ')} slowdown {100 * share:.0f}% of the time"
-                               + clock_text, _THROTTLE_ADVICE[reason], reason=reason, sm_clock_mhz_throttled=during,
-                               share_of_time=round(share, 4), periods=[list(p) for p in spans[:MAX_PERIODS]],
-                               thresholds={"share": threshold("gpu_health.throttle_share"),
-                                           "critical_share": threshold("gpu_health.critical_share")}))
-    return out
+        yield gpu_finding(ctx, host, gpu, wide, f"{THROTTLE}{reason}", severity,
+                          f"{{gpu}} was in {reason.replace('_', ' ')} slowdown {100 * share:.0f}% of the time"
+                          + clock_text, _THROTTLE_ADVICE[reason], reason=reason, sm_clock_mhz_throttled=during,
+                          share_of_time=round(share, 4), periods=[list(p) for p in spans[:MAX_PERIODS]],
+                          thresholds={"share": threshold("gpu_health.throttle_share"),
+                                      "critical_share": threshold("gpu_health.critical_share")})
 
 
 def _gpu_findings(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> list[Finding]:
@@ -226,15 +225,11 @@ def _below_peers(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame, check
                        significance={"confidence": round(verdict.confidence, 4), "trials": verdict.trials})
 
 
-def _pcie(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> list[Finding]:
-    peers_gen = max((float(w["pcie_gen"].max()) for w in ctx.wide.values() if "pcie_gen" in w), default=float("nan"))
-    peers_width = max((float(w["pcie_width"].max()) for w in ctx.wide.values() if "pcie_width" in w),
-                      default=float("nan"))
-    out = []
-    for metric, max_metric, peer, busy_only in (("pcie_width", "pcie_max_width", peers_width, False),
-                                                ("pcie_gen", "pcie_max_gen", peers_gen, True)):
+def _pcie(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> Iterator[Finding]:
+    for metric, max_metric, busy_only in (("pcie_width", "pcie_max_width", False), ("pcie_gen", "pcie_max_gen", True)):
         if metric not in wide:
             continue
+        peer = max((float(w[metric].max()) for w in ctx.wide.values() if metric in w), default=float("nan"))
         limit = wide[max_metric] if max_metric in wide else pd.Series(peer, index=wide.index)
         rows = wide
         if busy_only and "util_gpu_pct" in wide:
@@ -245,12 +240,11 @@ def _pcie(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> list[Find
         if low.mean() > 0.5:
             cur, top = float(rows[metric].median()), float(limit.max())
             word = "width x" if metric == "pcie_width" else "generation "
-            out.append(gpu_finding(ctx, host, gpu, wide, metric, Severity.WARNING,
-                                   f"{{gpu}} PCIe link runs at {word}{cur:.0f}, below its maximum {word}{top:.0f}",
-                                   "A degraded PCIe link slows host transfers and GPUDirect RDMA: reseat the GPU or "
-                                   "riser, check `nvidia-smi -q -d PCIE` and `lspci -vv` (LnkSta vs LnkCap).",
-                                   current=cur, maximum=top, share_of_samples=round(float(low.mean()), 4)))
-    return out
+            yield gpu_finding(ctx, host, gpu, wide, metric, Severity.WARNING,
+                              f"{{gpu}} PCIe link runs at {word}{cur:.0f}, below its maximum {word}{top:.0f}",
+                              "A degraded PCIe link slows host transfers and GPUDirect RDMA: reseat the GPU or "
+                              "riser, check `nvidia-smi -q -d PCIE` and `lspci -vv` (LnkSta vs LnkCap).",
+                              current=cur, maximum=top, share_of_samples=round(float(low.mean()), 4))
 
 
 def gpu_context_view(analysis: Analysis) -> GpuContext:

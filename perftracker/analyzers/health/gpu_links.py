@@ -3,6 +3,8 @@ PCIe replays."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
@@ -50,39 +52,33 @@ def _rate(increase: float, seconds: float) -> float:
     return increase / seconds if seconds > 0 else float("nan")
 
 
-def _nvlink_errors(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> list[Finding]:
-    out = []
+def _nvlink_errors(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> Iterator[Finding]:
     recovery, seconds, first = _rise(wide, "nvlink_recovery")
     if recovery > 0:
-        out.append(gpu_finding(ctx, host, gpu, wide, "nvlink_recovery", Severity.CRITICAL,
-                               f"{{gpu}} NVLink recovered {recovery:.0f} time(s) in {seconds:.0f} s: links retrain",
-                               _RECOVERY_ADVICE.format(gpu=gpu), analyzer=ANALYZER, nvlink_recovery_increase=recovery,
-                               rate_per_min=round(60 * _rate(recovery, seconds), 3), first_rise_ns=first,
-                               window_s=round(seconds, 3)))
+        yield gpu_finding(ctx, host, gpu, wide, "nvlink_recovery", Severity.CRITICAL,
+                          f"{{gpu}} NVLink recovered {recovery:.0f} time(s) in {seconds:.0f} s: links retrain",
+                          _RECOVERY_ADVICE.format(gpu=gpu), analyzer=ANALYZER, nvlink_recovery_increase=recovery,
+                          rate_per_min=round(60 * _rate(recovery, seconds), 3), first_rise_ns=first,
+                          window_s=round(seconds, 3))
     crc = {name: _rise(wide, name) for name in ("nvlink_crc_flit", "nvlink_crc_data")}
     replay, r_seconds, r_first = _rise(wide, "nvlink_replay")
     crc_total = sum(v[0] for v in crc.values())
     if crc_total <= 0 and replay <= 0:
-        return out
+        return
     seconds = max([r_seconds] + [v[1] for v in crc.values()])
     crc_rate = _rate(crc_total, seconds)
     severity = Severity.WARNING if replay > 0 or crc_rate >= threshold("gpu_links.nvlink_crc_per_s") else Severity.INFO
     parts = ([f"{crc_total:,.0f} CRC errors ({crc_rate:,.1f}/s)"] if crc_total else []) \
         + ([f"{replay:,.0f} replays"] if replay else [])
     firsts = [t for t in [r_first] + [v[2] for v in crc.values()] if t >= 0]
-    out.append(gpu_finding(ctx, host, gpu, wide, "nvlink_errors", severity,
-                           f"{{gpu}} NVLink errors rising: {' and '.join(parts)} in {seconds:.0f} s",
-                           _ERRORS_ADVICE.format(gpu=gpu), analyzer=ANALYZER,
-                           nvlink_crc_flit_increase=crc["nvlink_crc_flit"][0],
-                           nvlink_crc_data_increase=crc["nvlink_crc_data"][0], nvlink_replay_increase=replay,
-                           crc_rate_per_s=round(crc_rate, 3), replay_rate_per_min=round(60 * _rate(replay, seconds), 3),
-                           first_rise_ns=min(firsts) if firsts else -1, window_s=round(seconds, 3),
-                           thresholds={"crc_per_s": threshold("gpu_links.nvlink_crc_per_s"), "replay": 1}))
-    return out
-
-
-def _usual_active(wide: pd.DataFrame) -> float:
-    return float(wide["nvlink_active"].median()) if "nvlink_active" in wide else float("nan")
+    yield gpu_finding(ctx, host, gpu, wide, "nvlink_errors", severity,
+                      f"{{gpu}} NVLink errors rising: {' and '.join(parts)} in {seconds:.0f} s",
+                      _ERRORS_ADVICE.format(gpu=gpu), analyzer=ANALYZER,
+                      nvlink_crc_flit_increase=crc["nvlink_crc_flit"][0],
+                      nvlink_crc_data_increase=crc["nvlink_crc_data"][0], nvlink_replay_increase=replay,
+                      crc_rate_per_s=round(crc_rate, 3), replay_rate_per_min=round(60 * _rate(replay, seconds), 3),
+                      first_rise_ns=min(firsts) if firsts else -1, window_s=round(seconds, 3),
+                      thresholds={"crc_per_s": threshold("gpu_links.nvlink_crc_per_s"), "replay": 1})
 
 
 def _links_down(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> list[Finding]:
@@ -92,7 +88,7 @@ def _links_down(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> lis
     if not any(float(w["nvlink_active"].max()) > 0 for w in on_host.values()):
         return []  # no GPU of the host has an active NVLink: nothing is connected to use
     rows = wide[["nvlink_links", "nvlink_active"]].dropna()
-    peers = [_usual_active(w) for g, w in on_host.items() if g != gpu]
+    peers = [float(w["nvlink_active"].median()) for g, w in on_host.items() if g != gpu]  # all have the column
     peer_active = float(pd.Series(peers).median()) if peers else float("nan")
     down = rows["nvlink_active"] < rows["nvlink_links"]
     below_peers = rows["nvlink_active"] < peer_active if peer_active == peer_active else pd.Series(False, rows.index)
@@ -133,7 +129,7 @@ def analyze_gpu_links(analysis: Analysis) -> list[Finding]:
     findings: list[Finding] = []
     for (host, gpu), wide in sorted(ctx.wide.items()):
         if len(wide):
-            findings += _nvlink_errors(ctx, host, gpu, wide) + _links_down(ctx, host, gpu, wide)
-            findings += _pcie_replay(ctx, host, gpu, wide)
+            findings += [*_nvlink_errors(ctx, host, gpu, wide), *_links_down(ctx, host, gpu, wide),
+                         *_pcie_replay(ctx, host, gpu, wide)]
     return findings
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -120,10 +121,6 @@ def _down_evidence(d: Down, stall: Stall | None) -> dict[str, Any]:
     return ev
 
 
-def _stalled_s(stall: Stall | None) -> float:
-    return stall.stall_s if stall is not None else -1.0
-
-
 def _consequence(down: Down, others: list[Down]) -> bool:
     """A carrier loss (not taken down) overlapping a link another host took down: a consequence of that."""
     if down.admin_down:
@@ -143,7 +140,7 @@ def _flaps(analysis: Analysis, judged: dict[str, dict[str, str]]) -> list[Findin
     for (host, iface) in sorted({(d.host, d.iface) for d in own}):
         mine = sorted((d for d in own if (d.host, d.iface) == (host, iface)), key=lambda d: d.start_ns)
         stalls = [stall_during(analysis, d.start_ns, d.end_ns) for d in mine]
-        worst = max(range(len(mine)), key=lambda i: (_stalled_s(stalls[i]), mine[i].seconds))
+        worst = max(range(len(mine)), key=lambda i: (getattr(stalls[i], "stall_s", -1.0), mine[i].seconds))
         lead, lead_stall = mine[worst], stalls[worst]
         also: list[dict[str, Any]] = []
         for d in mine:
@@ -185,8 +182,7 @@ def _rate(rows: pd.DataFrame, names: tuple[str, ...]) -> dict[str, float]:
     return {n: float(rows[n].sum()) / span for n in names if n in rows and span > 0 and float(rows[n].sum()) > 0}
 
 
-def _errors(analysis: Analysis, judged: dict[str, dict[str, str]]) -> list[Finding]:
-    out = []
+def _errors(analysis: Analysis, judged: dict[str, dict[str, str]]) -> Iterator[Finding]:
     for host, ifaces in sorted(judged.items()):
         for iface in sorted(ifaces):
             s = _series(analysis, host, iface)
@@ -204,7 +200,7 @@ def _errors(analysis: Analysis, judged: dict[str, dict[str, str]]) -> list[Findi
                 continue
             parts = [f"{n} {v:.2f}/s" for n, v in errors.items()] + [
                 f"{n} {v:.1f}/s ({100 * sh:.2f}% of packets)" for n, (v, sh) in drops.items()]
-            out.append(Finding(
+            yield Finding(
                 Kind.LINKS, Severity.WARNING, f"{host}'s link {iface} loses packets: " + ", ".join(parts),
                 recommendation=("Errors (CRC, frame, carrier) mean a bad cable, transceiver or port: check "
                                 "`ethtool -S` and the switch port, and replace the part. Drops mean full queues: "
@@ -217,8 +213,7 @@ def _errors(analysis: Analysis, judged: dict[str, dict[str, str]]) -> list[Findi
                                          "drops_per_s": threshold("links.drops_per_s"),
                                          "drop_share": threshold("links.drop_share")},
                           "window": {"start_ns": int(s["t0_ns"].min()), "end_ns": int(s["t1_ns"].max())}},
-                hosts=(host,), key=f"links:errors:{host}:{iface}"))
-    return out
+                hosts=(host,), key=f"links:errors:{host}:{iface}")
 
 
 def _in_job(analysis: Analysis, s: pd.DataFrame) -> pd.DataFrame:
@@ -251,9 +246,8 @@ def _link_stats(analysis: Analysis, judged: dict[str, dict[str, str]]) -> list[d
     return out
 
 
-def _rates(analysis: Analysis, stats: list[dict[str, Any]]) -> list[Finding]:
+def _rates(analysis: Analysis, stats: list[dict[str, Any]]) -> Iterator[Finding]:
     comm = analysis.view(comm_share_view)
-    out = []
     for st in stats:
         others = [o for o in stats if o["host"] != st["host"]]
         best_speed = max((o["speed_mbps"] for o in others if o["speed_mbps"] == o["speed_mbps"]), default=float("nan"))
@@ -271,7 +265,7 @@ def _rates(analysis: Analysis, stats: list[dict[str, Any]]) -> list[Finding]:
         peers = f"; the other nodes send up to {others_peak:.1f} Mbit/s" if others_peak == others_peak else ""
         waits = (f"; the job spends {100 * comm.share:.0f}% of each step in {comm.collective}"
                  if comm is not None else "")
-        out.append(Finding(
+        yield Finding(
             analyzer="links", severity=Severity.WARNING,
             title=(f"{st['host']}'s link {st['iface']} is {held_by}; it sends {st['tx_peak_mbps']:.1f} Mbit/s at "
                    f"most{peers}{waits}"),
@@ -293,8 +287,7 @@ def _rates(analysis: Analysis, stats: list[dict[str, Any]]) -> list[Finding]:
                       "window": st["window"]},
             hosts=(st["host"],),
             cost=Cost(comm.seconds_per_step, comm.share) if comm is not None else Cost(),
-            key=f"links:rate:{st['host']}:{st['iface']}"))
-    return out
+            key=f"links:rate:{st['host']}:{st['iface']}")
 
 
 def _summary(stats: list[dict[str, Any]]) -> Finding:
@@ -314,7 +307,7 @@ def analyze_links(analysis: Analysis) -> list[Finding]:
         return []
     judged = judged_ifaces(analysis)
     stats = _link_stats(analysis, judged)
-    findings = _flaps(analysis, judged) + _errors(analysis, judged) + _rates(analysis, stats)
+    findings = [*_flaps(analysis, judged), *_errors(analysis, judged), *_rates(analysis, stats)]
     if stats:
         findings.append(_summary(stats))
     return findings

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from typing import Any
 
 import numpy as np
@@ -145,58 +145,57 @@ def _rates(r: Any, names: tuple[str, ...]) -> dict[str, float]:
     return {f"{n}_per_s": round(float(r[f"{n}/s"]), 3) for n in names if r[f"{n}+"] > 0}
 
 
-def _port_findings(r: Any, summary: pd.DataFrame) -> list[Finding]:
-    out: list[Finding] = []
+def _port_findings(r: Any, summary: pd.DataFrame) -> Iterator[Finding]:
     if r["state_id"] == r["state_id"] and r["state_id"] != ACTIVE:
-        out.append(_finding(r, "state", Severity.CRITICAL, f"RDMA port {_where(r)} is not ACTIVE (state "
-                            f"{int(r['state_id'])})", "Check the cable and the switch port (ibstat, "
-                            "`ip link`); a job that lists this HCA in NCCL_IB_HCA cannot use it.",
-                            state_id=int(r["state_id"]), was_inactive_during_window=bool(r["ever_inactive"])))
+        yield _finding(r, "state", Severity.CRITICAL, f"RDMA port {_where(r)} is not ACTIVE (state "
+                       f"{int(r['state_id'])})", "Check the cable and the switch port (ibstat, "
+                       "`ip link`); a job that lists this HCA in NCCL_IB_HCA cannot use it.",
+                       state_id=int(r["state_id"]), was_inactive_during_window=bool(r["ever_inactive"]))
     peers = summary[(summary["link_layer"] == r["link_layer"]) & (summary["state_id"] == ACTIVE)]
     best_rate = float(peers["rate_gbps"].max()) if len(peers) else float("nan")
     best_width = float(peers["width"].max()) if len(peers) else float("nan")
     if r["state_id"] == ACTIVE and (r["rate_gbps"] < best_rate or r["width"] < best_width):
-        out.append(_finding(r, "speed", Severity.WARNING,
-                            f"RDMA port {_where(r)} runs at {r['rate_gbps']:g} Gb/s ({int(r['width'])}X) where the "
-                            f"job's other ports run at {best_rate:g} Gb/s ({int(best_width)}X)",
-                            "The link trained below its rated speed or width: reseat or replace the cable / "
-                            "transceiver, check the switch port (ibstat, mlxlink).",
-                            rate_gbps=r["rate_gbps"], width=r["width"], peer_rate_gbps=best_rate,
-                            peer_width=best_width))
+        yield _finding(r, "speed", Severity.WARNING,
+                       f"RDMA port {_where(r)} runs at {r['rate_gbps']:g} Gb/s ({int(r['width'])}X) where the "
+                       f"job's other ports run at {best_rate:g} Gb/s ({int(best_width)}X)",
+                       "The link trained below its rated speed or width: reseat or replace the cable / "
+                       "transceiver, check the switch port (ibstat, mlxlink).",
+                       rate_gbps=r["rate_gbps"], width=r["width"], peer_rate_gbps=best_rate,
+                       peer_width=best_width)
     flaps = {n: int(r[f"{n}+"]) for n in FLAP_NAMES if r[f"{n}+"] > 0}
     if flaps:
-        out.append(_finding(r, "flap", Severity.CRITICAL,
-                            f"Flapping link on RDMA port {_where(r)}: " + ", ".join(f"{n} +{v}" for n, v in
-                                                                                 flaps.items())
-                            + f" in {r['window']['seconds']:g} s",
-                            "The link went down or retrained during the job: every event stalls NCCL traffic on "
-                            "this rail. Replace the cable / transceiver; check the switch port's error log.",
-                            increases=flaps, rates=_rates(r, FLAP_NAMES)))
+        yield _finding(r, "flap", Severity.CRITICAL,
+                       f"Flapping link on RDMA port {_where(r)}: " + ", ".join(f"{n} +{v}" for n, v in
+                                                                            flaps.items())
+                       + f" in {r['window']['seconds']:g} s",
+                       "The link went down or retrained during the job: every event stalls NCCL traffic on "
+                       "this rail. Replace the cable / transceiver; check the switch port's error log.",
+                       increases=flaps, rates=_rates(r, FLAP_NAMES))
     bad = {n: float(r[f"{n}/s"]) for n in LINK_ERROR_NAMES if r[f"{n}/s"] >= threshold("rdma.link_errors_per_s")}
     if bad:
-        out.append(_finding(r, "link_errors", Severity.WARNING, f"Physical link errors on RDMA port {_where(r)}: "
-                            + ", ".join(f"{n} {v:.2f}/s" for n, v in bad.items()),
-                            "Symbol / receive errors mean a marginal cable or transceiver; it retransmits and "
-                            "may soon flap. Check with mlxlink and replace the part.",
-                            rates=_rates(r, LINK_ERROR_NAMES), threshold_per_s=threshold("rdma.link_errors_per_s")))
+        yield _finding(r, "link_errors", Severity.WARNING, f"Physical link errors on RDMA port {_where(r)}: "
+                       + ", ".join(f"{n} {v:.2f}/s" for n, v in bad.items()),
+                       "Symbol / receive errors mean a marginal cable or transceiver; it retransmits and "
+                       "may soon flap. Check with mlxlink and replace the part.",
+                       rates=_rates(r, LINK_ERROR_NAMES), threshold_per_s=threshold("rdma.link_errors_per_s"))
     fatal = {n: int(r[f"{n}+"]) for n in FATAL_NAMES if r[f"{n}+"] > 0}
     transport = {n: float(r[f"{n}/s"]) for n in TRANSPORT_NAMES if r[f"{n}/s"] >= threshold("rdma.transport_errors_per_s")}
     if fatal or transport:
-        out.append(_finding(r, "transport", Severity.CRITICAL if fatal else Severity.WARNING,
-                            f"Transport errors on RDMA port {_where(r)}: " + ", ".join(
-                                [f"{n} +{v}" for n, v in fatal.items()] + [f"{n} {v:.1f}/s" for n, v in
-                                                                           transport.items()]),
-                            "Packets are lost or reordered on this path (ACK timeouts, sequence errors): check "
-                            "the fabric for congestion drops or a bad link; for RoCE check PFC / ECN settings.",
-                            increases=fatal, rates=_rates(r, TRANSPORT_NAMES + FATAL_NAMES),
-                            threshold_per_s=threshold("rdma.transport_errors_per_s")))
+        yield _finding(r, "transport", Severity.CRITICAL if fatal else Severity.WARNING,
+                       f"Transport errors on RDMA port {_where(r)}: " + ", ".join(
+                           [f"{n} +{v}" for n, v in fatal.items()] + [f"{n} {v:.1f}/s" for n, v in
+                                                                      transport.items()]),
+                       "Packets are lost or reordered on this path (ACK timeouts, sequence errors): check "
+                       "the fabric for congestion drops or a bad link; for RoCE check PFC / ECN settings.",
+                       increases=fatal, rates=_rates(r, TRANSPORT_NAMES + FATAL_NAMES),
+                       threshold_per_s=threshold("rdma.transport_errors_per_s"))
     cong = {n: float(r[f"{n}/s"]) for n in CNP_NAMES if r[f"{n}/s"] >= threshold("rdma.cnp_per_s")}
     if r["port_xmit_wait/s"] >= threshold("rdma.xmit_wait_per_s"):
         cong["port_xmit_wait"] = float(r["port_xmit_wait/s"])
     drops = threshold("rdma.drops_per_s")
     cong.update({n: float(r[f"{n}/s"]) for n in ("port_xmit_discards", "out_of_buffer") if r[f"{n}/s"] >= drops})
     if cong:
-        out.append(_finding(r, "congestion", Severity.WARNING, f"Congestion on RDMA port {_where(r)}: " + ", ".join(
+        yield _finding(r, "congestion", Severity.WARNING, f"Congestion on RDMA port {_where(r)}: " + ", ".join(
                             f"{n} {v:,.0f}/s" for n, v in cong.items()),
                             "The fabric slows this port down (CNPs / ECN marks / credit waits): look for "
                             "oversubscribed links or many flows sharing this rail; spread traffic over all rails.",
@@ -204,8 +203,7 @@ def _port_findings(r: Any, summary: pd.DataFrame) -> list[Finding]:
                             peak_rates={f"{n}_per_s": round(float(r[f"{n}/s_peak"]), 1) for n in cong},
                             thresholds={"cnp_per_s": threshold("rdma.cnp_per_s"),
                                         "xmit_wait_per_s": threshold("rdma.xmit_wait_per_s"),
-                                        "drops_per_s": threshold("rdma.drops_per_s")}))
-    return out
+                                        "drops_per_s": threshold("rdma.drops_per_s")})
 
 
 def _hca_settings(store: Store) -> list[str]:
@@ -236,8 +234,7 @@ def _idle_rails(summary: pd.DataFrame, store: Store) -> list[Finding]:
     return out
 
 
-def _throughput(summary: pd.DataFrame) -> list[Finding]:
-    out = []
+def _throughput(summary: pd.DataFrame) -> Iterator[Finding]:
     for host, g in summary.groupby("host"):
         ports = [{"device": r["device"], "port": r["port"], "tx_gbps": round(r["tx_gbps"], 3),
                   "rx_gbps": round(r["rx_gbps"], 3), "tx_gbps_peak": round(r["tx_gbps_peak"], 3),
@@ -247,13 +244,12 @@ def _throughput(summary: pd.DataFrame) -> list[Finding]:
                  for _, r in g.iterrows()]
         cap = float(g.loc[g["state_id"] == ACTIVE, "rate_gbps"].sum())
         tx, rx = float(g["tx_gbps"].sum()), float(g["rx_gbps"].sum())
-        out.append(Finding(analyzer="rdma", severity=Severity.INFO,
-                           title=(f"Host {host} RDMA: transmit {tx:.1f} Gb/s, receive {rx:.1f} Gb/s over "
-                                  f"{len(g)} port(s) ({100 * max(tx, rx) / cap:.0f}% of {cap:g} Gb/s)" if cap else
-                                  f"Host {host} RDMA: transmit {tx:.1f} Gb/s, receive {rx:.1f} Gb/s"),
-                           recommendation="Context: mean throughput per port over the sampled window.",
-                           evidence={"host": host, "ports": ports}, hosts=(str(host),), key=f"rdma:throughput:{host}"))
-    return out
+        yield Finding(analyzer="rdma", severity=Severity.INFO,
+                      title=(f"Host {host} RDMA: transmit {tx:.1f} Gb/s, receive {rx:.1f} Gb/s over "
+                             f"{len(g)} port(s) ({100 * max(tx, rx) / cap:.0f}% of {cap:g} Gb/s)" if cap else
+                             f"Host {host} RDMA: transmit {tx:.1f} Gb/s, receive {rx:.1f} Gb/s"),
+                      recommendation="Context: mean throughput per port over the sampled window.",
+                      evidence={"host": host, "ports": ports}, hosts=(str(host),), key=f"rdma:throughput:{host}")
 
 
 def analyze_rdma(analysis: Analysis) -> list[Finding]:

@@ -197,24 +197,19 @@ def _netdevs(store: Store) -> dict[tuple[str, str, str], str]:
     return {(str(r.host), str(r.device), str(r.port)): str(r.netdevs).split(",")[0] for r in d.itertuples()}
 
 
-def port_views(store: Store, series: pd.DataFrame | None = None) -> list[_Port]:
-    """Per-port views of the flow-control counters (window, pauses per direction and priority)."""
-    series = pfc_series(store) if series is None else series
-    if series.empty:
-        return []
-    nd = _netdevs(store)
-    return [_Port(store, (str(h), str(d), str(p)), g.reset_index(drop=True), nd)
-            for (h, d, p), g in series.groupby(["host", "device", "port"])]
-
-
 def pfc_series_view(analysis: Analysis) -> pd.DataFrame:
     """`pfc_series` of the run."""
     return pfc_series(analysis.store)
 
 
 def pfc_ports_view(analysis: Analysis) -> list[_Port]:
-    """`port_views` of the run's flow-control counters."""
-    return port_views(analysis.store, analysis.view(pfc_series_view))
+    """Per-port views of the run's flow-control counters (window, pauses per direction and priority)."""
+    series = analysis.view(pfc_series_view)
+    if series.empty:
+        return []
+    nd = _netdevs(analysis.store)
+    return [_Port(analysis.store, (str(h), str(d), str(p)), g.reset_index(drop=True), nd)
+            for (h, d, p), g in series.groupby(["host", "device", "port"])]
 
 
 def analyze_rdma_pfc(analysis: Analysis) -> list[Finding]:

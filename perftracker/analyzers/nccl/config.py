@@ -3,7 +3,7 @@ alone."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from perftracker.analyzers.analysis import Analysis
@@ -13,22 +13,20 @@ from perftracker.analyzers.nccl import rules_env as env_rules
 from perftracker.analyzers.nccl import rules_ib as ib_rules
 from perftracker.analyzers.nccl import rules_log as log_rules
 from perftracker.analyzers.nccl import rules_net as net_rules
-from perftracker.analyzers.nccl import rules_ras as ras_rules
-from perftracker.analyzers.nccl import rules_verify as verify_rules
 from perftracker.analyzers.nccl.context import NcclContext, context_view, job_without_nccl
 from perftracker.analyzers.nccl.merge import one_per_subject, problems
-from perftracker.analyzers.nccl.ras_roots import join_roots
+from perftracker.analyzers.nccl.ras_roots import join_roots, ras_status
 from perftracker.analyzers.nccl.trace_busbw import measured_context_view
 
-RULES: tuple[Callable[[NcclContext], list[Finding]], ...] = (
+RULES: tuple[Callable[[NcclContext], Iterable[Finding]], ...] = (
     net_rules.socket_fallback, net_rules.ib_disabled, net_rules.ib_devices, net_rules.socket_ifaces, net_rules.net_plugin,
     net_rules.gdr, net_rules.p2p,
     ib_rules.ib_hca, ib_rules.gid_index, ib_rules.tc_sl, ib_rules.timeout_retry, ib_rules.qps,
     env_rules.loose_integers, env_rules.echo_mismatch, env_rules.inconsistent, env_rules.profile_deviation,
     env_rules.debug_knobs,
     log_rules.warns, log_rules.completion_errors, log_rules.slow_init,
-    verify_rules.unverified,
-    busbw_rules.bus_bandwidth, busbw_rules.wrong_results, ras_rules.ras_status,
+    env_rules.unverified,
+    busbw_rules.bus_bandwidth, busbw_rules.wrong_results, ras_status,
 )
 # The problem classes about the network transport: judged only where the job uses one (`network_unused`).
 NETWORK_FLAGS = frozenset({"gdr_disabled", "hca_problem", "gid_problem", "ib_tc", "ib_sl", "ib_timeout", "ib_retry",

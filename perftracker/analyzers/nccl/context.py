@@ -1,9 +1,11 @@
-"""The NCCL analyzers' view of a Store (`build_context`): processes with their log facts, settings, sysfs, profile."""
+"""The NCCL analyzers' view of a Store (`build_context`): processes with their log facts, settings, sysfs, profile,
+measured bus bandwidths and what NCCL's RAS client reported (`ras_records`)."""
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,8 +13,6 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.nccl.measured import Measure, measured_busbw
-from perftracker.analyzers.nccl.ras_status import RasRecord, ras_records
 from perftracker.store import Store
 from perftracker.values import strtoll_base0
 
@@ -96,6 +96,82 @@ class Setting:
     evidence: str
 
 
+@dataclass(frozen=True)
+class Measure:
+    """One measured bus bandwidth: where from, what, its peak GB/s and the size it was reached at."""
+
+    source: str  # nccl_tests | inspector
+    what: str  # the test (all_reduce_perf) or the Inspector collective (AllReduce in comm 0x...)
+    busbw_gbs: float
+    size_bytes: int
+    where: str  # file:line
+    gpus: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()
+    nranks: int = -1
+    wrong: int = 0  # values nccl-tests found wrong (out-of-place and in-place, N/A not counted)
+    avg_busbw_gbs: float = float("nan")
+
+
+def _tests(frame: pd.DataFrame) -> Iterator[Measure]:
+    if frame.empty:
+        return
+    for (file, index), rows in frame.groupby(["file", "test_index"], sort=True):
+        best = rows[["oop_busbw", "ip_busbw"]].max(axis=1).fillna(-1.0)
+        peak = rows.iloc[int(best.to_numpy().argmax())]
+        wrong = int(rows["oop_wrong"].clip(lower=0).sum() + rows["ip_wrong"].clip(lower=0).sum())
+        gpus = tuple(sorted({g for v in rows["gpus"].dropna() for g in str(v).split(",") if g}))
+        hosts = tuple(sorted({h for v in rows["hosts"].dropna() for h in str(v).split(",") if h}))
+        yield Measure("nccl_tests", str(peak["test"]) or f"test {int(str(index)) + 1}", float(best.max()),
+                      int(peak["size_bytes"]), f"{file}:{int(peak['line'])}", gpus, hosts,
+                      int(peak["nranks"]), wrong, float(peak["avg_busbw"]))
+
+
+def _inspector(frame: pd.DataFrame) -> Iterator[Measure]:
+    if frame.empty or "busbw_gbs" not in frame:
+        return
+    coll = frame[(frame["kind"].astype(str) == "coll") & frame["busbw_gbs"].notna()]
+    for (comm, op), rows in coll.groupby([coll["comm_id"].astype(str), coll["op"].astype(str)], sort=True):
+        peak = rows.iloc[int(rows["busbw_gbs"].to_numpy().argmax())]
+        hosts = tuple(sorted({str(h) for h in rows["host"].dropna()}))
+        yield Measure("inspector", f"{op} in communicator {comm}", float(peak["busbw_gbs"]),
+                      int(peak["bytes"]), str(peak["file"]), (), hosts, int(peak["comm_size"]))
+
+
+def measured_busbw(store: Store) -> list[Measure]:
+    """Every nccl-tests test's and Inspector collective's peak bus bandwidth (docs/internals/analyzers.md)."""
+    return [*_tests(store["nccl_tests"]), *_inspector(store["nccl_collectives"])]
+
+
+@dataclass(frozen=True)
+class RasRecord:
+    kind: str  # dead | missing_process | missing_rank | comm_error | comm_mismatch | comm_group | timeout
+    comm: str
+    rank: int
+    host: str
+    pid: int
+    gpu: str
+    detail: str
+    where: str
+
+    def process(self) -> str:
+        if self.pid < 0:
+            return f"rank {self.rank} of communicator {self.comm}" if self.comm else "a process"
+        gpu = f" (GPU {self.gpu})" if self.gpu else ""
+        return f"process {self.pid} on {self.host or '?'}{gpu}"
+
+
+def ras_records(store: Store) -> list[RasRecord]:
+    """The RAS rows of the Store, typed."""
+    frame = store["nccl_ras"]
+    if frame.empty:
+        return []
+    cols = [frame[c].astype(object).tolist() for c in ("kind", "comm", "rank", "host", "pid", "gpu", "detail", "file",
+                                                       "line")]
+    return [RasRecord(str(k), str(c or ""), int(str(r)), str(h or ""), int(str(p)), str(g or ""), str(d or ""),
+                      f"{f}:{int(str(ln))}" if int(str(ln)) > 0 else str(f))
+            for k, c, r, h, p, g, d, f, ln in zip(*cols)]
+
+
 @dataclass
 class NcclContext:
     procs: list[Proc]
@@ -104,8 +180,8 @@ class NcclContext:
     settings: dict[str, list[Setting]]
     sysfs: list[dict[str, Any]]
     profile: dict[str, Any]
-    measured: list[Measure] = field(default_factory=list)  # nccl-tests / Inspector bus bandwidth (measured.py)
-    ras: list[RasRecord] = field(default_factory=list)  # what NCCL's RAS client reported (ras_status.py)
+    measured: list[Measure] = field(default_factory=list)  # nccl-tests / Inspector bus bandwidth (`measured_busbw`)
+    ras: list[RasRecord] = field(default_factory=list)  # what NCCL's RAS client reported (`ras_records`)
 
     @property
     def empty(self) -> bool:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.nccl.context import NcclContext, finding
+from perftracker.analyzers.nccl.context import Measure, NcclContext, finding
 from perftracker.analyzers.nccl.expected_bw import (
     Expectation,
     Topology,
@@ -13,7 +14,6 @@ from perftracker.analyzers.nccl.expected_bw import (
     expect,
     topology_of,
 )
-from perftracker.analyzers.nccl.measured import Measure
 from perftracker.analyzers.thresholds import threshold
 
 
@@ -117,14 +117,12 @@ def bus_bandwidth(ctx: NcclContext) -> list[Finding]:
                     subject=cause.subject, variables=[cause.subject] if cause.subject else [])]
 
 
-def wrong_results(ctx: NcclContext) -> list[Finding]:
+def wrong_results(ctx: NcclContext) -> Iterator[Finding]:
     """nccl-tests found wrong values: the collective corrupted data (critical, whatever the bandwidth)."""
-    out: list[Finding] = []
     for m in ctx.measured:
         if m.source == "nccl_tests" and m.wrong > 0:
-            out.append(finding(
+            yield finding(
                 "nccl_tests_wrong", Severity.CRITICAL, f"nccl-tests {m.what}: {m.wrong} wrong value(s) in the results",
                 "Data was corrupted in transit or by a faulty GPU: rerun on subsets of the nodes to isolate it, and "
                 "check dmesg for Xid errors and the NICs' error counters.",
-                {"measured": f"{m.what} at {m.where}", "wrong": m.wrong}, hosts=list(m.hosts), key=m.where))
-    return out
+                {"measured": f"{m.what} at {m.where}", "wrong": m.wrong}, hosts=list(m.hosts), key=m.where)

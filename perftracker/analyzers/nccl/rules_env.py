@@ -1,7 +1,10 @@
 """NCCL rules about the environment as a whole: values NCCL parses differently than written, echoes that disagree
-with the configuration, values that differ across ranks, deviations from the profile, debugging knobs left on."""
+with the configuration, values that differ across ranks, deviations from the profile, debugging knobs left on, and
+settings the node's sysfs could not confirm (`unverified`)."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.nccl.context import NcclContext, Setting, about, finding, setting_refs
@@ -22,9 +25,8 @@ _PER_RANK = frozenset({"NCCL_DEBUG_FILE", "NCCL_COMM_ID", "NCCL_HOSTID", "NCCL_L
 _DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "ABORT", "TRACE")
 
 
-def loose_integers(ctx: NcclContext) -> list[Finding]:
+def loose_integers(ctx: NcclContext) -> Iterator[Finding]:
     """Integer variables written so that NCCL's strtoll(…, 0) reads another number."""
-    out: list[Finding] = []
     for var in sorted(INT_VARS & set(ctx.settings)):
         for value, settings in ctx.distinct(var).items():
             configured = [s for s in settings if s.source != "nccl_echo"]
@@ -36,17 +38,15 @@ def loose_integers(ctx: NcclContext) -> list[Finding]:
             if full and not octal:
                 continue
             why = "a leading 0 makes it octal" if octal and full else "NCCL stops at the first non-digit"
-            out.append(about(var, configured, "loose_int", Severity.WARNING,
-                             f"{var}={value!r} is read by NCCL as {parsed} ({why})",
-                             f"Write the plain decimal number, e.g. {var}={value.strip().lstrip('0') or '0'}"
-                             if octal and full else f"Set {var} to a decimal integer; NCCL accepts garbage silently.",
-                             f"{var}|{value}", nccl_reads=parsed))
-    return out
+            yield about(var, configured, "loose_int", Severity.WARNING,
+                        f"{var}={value!r} is read by NCCL as {parsed} ({why})",
+                        f"Write the plain decimal number, e.g. {var}={value.strip().lstrip('0') or '0'}"
+                        if octal and full else f"Set {var} to a decimal integer; NCCL accepts garbage silently.",
+                        f"{var}|{value}", nccl_reads=parsed)
 
 
-def echo_mismatch(ctx: NcclContext) -> list[Finding]:
+def echo_mismatch(ctx: NcclContext) -> Iterator[Finding]:
     """The value NCCL echoed differs from the configured one."""
-    out: list[Finding] = []
     for var in sorted(ctx.settings):
         echoes = ctx.echoed(var)
         configured = ctx.configured(var)
@@ -63,19 +63,17 @@ def echo_mismatch(ctx: NcclContext) -> list[Finding]:
                 else:
                     same = conf.value.strip() == echo.value.strip()
                 if not same:
-                    out.append(finding(
+                    yield finding(
                         "echo_mismatch", Severity.WARNING,
                         f"{var} was configured as {conf.value!r} but NCCL reports {echo.value!r}",
                         f"Write {var} so NCCL reads what you mean (a plain decimal for integers), and check for a "
                         "second definition (~/.nccl.conf, /etc/nccl.conf, the launcher's -x list).",
                         {"env": setting_refs([conf]), "log": setting_refs([echo])},
-                        [echo.host], [echo.rank], key=f"{var}|{conf.value}|{echo.value}", variables=[var]))
-    return out
+                        [echo.host], [echo.rank], key=f"{var}|{conf.value}|{echo.value}", variables=[var])
 
 
-def inconsistent(ctx: NcclContext) -> list[Finding]:
+def inconsistent(ctx: NcclContext) -> Iterator[Finding]:
     """The same NCCL variable with different values on different ranks or hosts of one job."""
-    out: list[Finding] = []
     for var in sorted(ctx.settings):
         if not var.startswith("NCCL_") or var in _PER_RANK or var == "NCCL_IB_HCA":
             continue
@@ -88,18 +86,16 @@ def inconsistent(ctx: NcclContext) -> list[Finding]:
         where = {v: sorted({f"{s.host or '?'}/rank {s.rank}" if s.rank >= 0 else s.host or s.evidence
                             for s in ss})[:6] for v, ss in by_value.items()}
         all_s = [s for ss in by_value.values() for s in ss]
-        out.append(finding(
+        yield finding(
             "inconsistent_env", Severity.WARNING,
             f"{var} differs across the job: {', '.join(repr(v) for v in by_value)}",
             f"Set one value of {var} for every rank (launcher -x / env file shared by all nodes).",
             {"values": where, "env": setting_refs(all_s, 8)}, [s.host for s in all_s], [s.rank for s in all_s],
-            key=var, variables=[var]))
-    return out
+            key=var, variables=[var])
 
 
-def profile_deviation(ctx: NcclContext) -> list[Finding]:
+def profile_deviation(ctx: NcclContext) -> Iterator[Finding]:
     """Values different from the platform profile, or missing from a captured environment."""
-    out: list[Finding] = []
     values = ctx.profile.get("values", {})
     have_env = any(s.source != "nccl_echo" for ss in ctx.settings.values() for s in ss)
     name = ctx.profile.get("name", "profile")
@@ -109,9 +105,9 @@ def profile_deviation(ctx: NcclContext) -> list[Finding]:
         settings = ctx.settings.get(var, [])
         if not settings:
             if have_env:
-                out.append(finding("profile", Severity.WARNING, f"{var} is not set ({name} profile: {want})",
-                                   f"Set {var}={want}. {why}", {"profile": name, "expected": want},
-                                   key=f"missing|{var}", variables=[var]))
+                yield finding("profile", Severity.WARNING, f"{var} is not set ({name} profile: {want})",
+                              f"Set {var}={want}. {why}", {"profile": name, "expected": want},
+                              key=f"missing|{var}", variables=[var])
             continue
         bad: list[Setting] = []
         for s in settings:
@@ -127,12 +123,11 @@ def profile_deviation(ctx: NcclContext) -> list[Finding]:
                 bad.append(s)
         for value in sorted({s.value for s in bad}):
             group = [s for s in bad if s.value == value]
-            out.append(finding("profile", Severity.WARNING, f"{var}={value!r} differs from the {name} profile ({want})",
-                               f"Set {var}={want}. {why}", {"profile": name, "expected": want,
-                                                            "env": setting_refs(group, 4)},
-                               [s.host for s in group], [s.rank for s in group], key=f"{var}|{value}",
-                               variables=[var]))
-    return out
+            yield finding("profile", Severity.WARNING, f"{var}={value!r} differs from the {name} profile ({want})",
+                          f"Set {var}={want}. {why}", {"profile": name, "expected": want,
+                                                       "env": setting_refs(group, 4)},
+                          [s.host for s in group], [s.rank for s in group], key=f"{var}|{value}",
+                          variables=[var])
 
 
 def _list_conforms(ctx: NcclContext, var: str, value: str, want: str) -> bool:
@@ -149,40 +144,38 @@ def _list_conforms(ctx: NcclContext, var: str, value: str, want: str) -> bool:
     return not devices or set(match_list(allowed, devices)) <= set(match_list(spec, devices))
 
 
-def debug_knobs(ctx: NcclContext) -> list[Finding]:
+def debug_knobs(ctx: NcclContext) -> Iterator[Finding]:
     """NCCL_ALGO / NCCL_PROTO forced, NCCL_DEBUG unset / TRACE / invalid, SUBSYS=ALL, NCCL_DEBUG_FILE."""
-    out: list[Finding] = []
     for var in ("NCCL_ALGO", "NCCL_PROTO"):
         for value, settings in ctx.distinct(var).items():
-            out.append(about(
+            yield about(
                 var, settings, "forced_tuning", Severity.WARNING,
                 f"{var}={value!r} forces NCCL's {'algorithm' if var == 'NCCL_ALGO' else 'protocol'} choice"
                 + (" (empty value)" if not value.strip() else ""),
                 f"Unset {var} unless a benchmark proved it helps: it is a debugging switch, often left over, and "
-                "stops NCCL's tuner from choosing per message size.", f"{var}|{value}"))
+                "stops NCCL's tuner from choosing per message size.", f"{var}|{value}")
     have_env = any(s.source != "nccl_echo" for ss in ctx.settings.values() for s in ss)
     debug = ctx.configured("NCCL_DEBUG")
     if have_env and not debug and not ctx.procs:
-        out.append(finding("debug", Severity.INFO, "NCCL_DEBUG is not set: NCCL problems will leave no trace",
-                           "Set NCCL_DEBUG=WARN (or INFO with NCCL_DEBUG_FILE=/path/nccl.%h.%p.log) so failures are "
-                           "explained in the logs.", {}, key="unset", variables=["NCCL_DEBUG"]))
+        yield finding("debug", Severity.INFO, "NCCL_DEBUG is not set: NCCL problems will leave no trace",
+                      "Set NCCL_DEBUG=WARN (or INFO with NCCL_DEBUG_FILE=/path/nccl.%h.%p.log) so failures are "
+                      "explained in the logs.", {}, key="unset", variables=["NCCL_DEBUG"])
     for value, settings in ctx.distinct("NCCL_DEBUG").items():
         level = value.strip().upper()
         if level == "TRACE":
-            out.append(about("NCCL_DEBUG", settings, "debug", Severity.WARNING, "NCCL_DEBUG=TRACE in a production run",
-                             "TRACE logs every call and slows the job; use INFO or WARN.", "trace", ranks=False))
+            yield about("NCCL_DEBUG", settings, "debug", Severity.WARNING, "NCCL_DEBUG=TRACE in a production run",
+                        "TRACE logs every call and slows the job; use INFO or WARN.", "trace", ranks=False)
         elif level not in _DEBUG_LEVELS:
-            out.append(about("NCCL_DEBUG", settings, "debug", Severity.WARNING,
-                             f"NCCL_DEBUG={value!r} is not a level NCCL knows", "Use VERSION, WARN, INFO or TRACE: an "
-                             "unknown value makes NCCL (<= 2.29) log nothing.", f"bad|{value}", ranks=False))
+            yield about("NCCL_DEBUG", settings, "debug", Severity.WARNING,
+                        f"NCCL_DEBUG={value!r} is not a level NCCL knows", "Use VERSION, WARN, INFO or TRACE: an "
+                        "unknown value makes NCCL (<= 2.29) log nothing.", f"bad|{value}", ranks=False)
     for value, settings in ctx.distinct("NCCL_DEBUG_SUBSYS").items():
         if "ALL" in [t.strip().upper() for t in value.split(",")] and not value.startswith("^"):
-            out.append(about("NCCL_DEBUG_SUBSYS", settings, "debug", Severity.WARNING,
-                             "NCCL_DEBUG_SUBSYS=ALL logs every subsystem",
-                             "Use the default subsystems (unset) or INIT,ENV,NET in production.", "subsys-all",
-                             ranks=False))
-    out.extend(_debug_file(ctx))
-    return out
+            yield about("NCCL_DEBUG_SUBSYS", settings, "debug", Severity.WARNING,
+                        "NCCL_DEBUG_SUBSYS=ALL logs every subsystem",
+                        "Use the default subsystems (unset) or INIT,ENV,NET in production.", "subsys-all",
+                        ranks=False)
+    yield from _debug_file(ctx)
 
 
 def _ranks_per_host(ctx: NcclContext) -> int:
@@ -213,3 +206,40 @@ def _debug_file(ctx: NcclContext) -> list[Finding]:
                              "/path/nccl.%h.%p.log): processes overwrite each other's output.", f"file|{value}",
                              ranks=False))
     return out
+
+
+_WHY = {
+    "no_sysfs": "there is no sysfs at {root} (no {root}/class)",
+    "missing": "{root}/class/{cls} does not exist{driver}",
+    "empty": "{root}/class/{cls} lists no device",
+    "permission": "{root}/class/{cls} cannot be read (permission denied)",
+}
+_CHECKED = (("NCCL_IB_HCA", "rdma", "infiniband"), ("NCCL_IB_GID_INDEX", "rdma", "infiniband"),
+            ("NCCL_SOCKET_IFNAME", "net", "net"))
+
+
+def unverified(ctx: NcclContext) -> Iterator[Finding]:
+    for node in ctx.sysfs:
+        status = node.get("status") or {}
+        root = str(node.get("root", "/sys")).rstrip("/") or "/"
+        where = node.get("host") or "this node"
+        for var, part, cls in _CHECKED:
+            state = str(status.get(part, "ok"))
+            settings = [s for s in ctx.configured(var) if s.value.strip()]
+            if state == "ok" or not settings:
+                continue
+            why = _WHY.get(state, "{root}/class/{cls} could not be read").format(
+                root=root, cls=cls, driver=" (no RDMA driver loaded)" if cls == "infiniband" else "")
+            no_devices = var == "NCCL_IB_HCA" and state in ("missing", "empty") and \
+                not all(s.value.startswith("^") for s in settings)
+            values = ", ".join(sorted({repr(s.value) for s in settings}))
+            consequence = ("If the job runs on this node, NCCL finds no RDMA device and falls back to TCP sockets "
+                           "(critical in the NCCL logs): load the RDMA driver or expose the devices to the "
+                           "container. " if no_devices else "")
+            yield finding(
+                "unverified", Severity.WARNING if no_devices else Severity.INFO,
+                f"{var}={values} could not be verified on {where}: {why}",
+                f"{consequence}To check it, run lint-env on a node the job runs on, or pass --sysfs-root with a "
+                "copy of that node's /sys.", {"env": setting_refs(settings, 4), "sysfs_root": root,
+                                             "sysfs_status": state}, hosts=[str(node.get("host") or "")],
+                key=f"{var}|{root}|{state}")

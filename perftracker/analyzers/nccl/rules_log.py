@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Iterator
 
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.nccl.context import NcclContext, finding
@@ -51,7 +52,7 @@ def warns(ctx: NcclContext) -> list[Finding]:
                     subject=next(iter(links)) if len(links) == 1 else "")]
 
 
-def completion_errors(ctx: NcclContext) -> list[Finding]:
+def completion_errors(ctx: NcclContext) -> Iterator[Finding]:
     pairs: dict[tuple[str, str], list[tuple[dict[str, object], str]]] = {}
     for p in [*ctx.procs, *ctx.orphans.values()]:
         for value, line, count in p.facts.get("completion_error", []):
@@ -62,7 +63,6 @@ def completion_errors(ctx: NcclContext) -> list[Finding]:
             pairs.setdefault((p.host or "?", str(err.get("peer", "?"))), []).extend([(err, f"{p.file}:{line}")] * count)
         for value in p.values("cqe_error"):
             pairs.setdefault((p.host or "?", "?"), []).append(({"text": value}, p.where("cqe_error")))
-    out: list[Finding] = []
     for (host, peer), errs in sorted(pairs.items()):
         statuses = Counter(str(e.get("status")) for e, _ in errs if e.get("status") is not None)
         vendors = sorted({str(e.get("vendor_err")) for e, _ in errs if e.get("vendor_err") is not None})
@@ -70,14 +70,13 @@ def completion_errors(ctx: NcclContext) -> list[Finding]:
         hints = [_STATUS_HINT[int(s)] for s in statuses if s.isdigit() and int(s) in _STATUS_HINT]
         if any(g.lower().startswith("fe80") for g in gids):
             hints.insert(0, "a link-local (fe80) GID is in use: set NCCL_IB_GID_INDEX to the RoCE v2 IPv4 GID")
-        out.append(finding(
+        yield finding(
             "ib_completion_error", Severity.CRITICAL,
             f"IB completion errors on link {host} -> {peer} ({len(errs)}x, status {', '.join(statuses) or '?'})",
             "; ".join(hints) or "Check the link between these hosts (ibv_devinfo, port counters, switch logs).",
             {"host": host, "peer": peer, "count": len(errs), "statuses": dict(statuses), "vendor_errs": vendors,
              "gids": gids, "log": [w for _, w in errs[:5]]}, hosts=[host], key=f"{host}|{peer}",
-            subject=link_subject(host, peer)))
-    return out
+            subject=link_subject(host, peer))
 
 
 def slow_init(ctx: NcclContext) -> list[Finding]:

@@ -8,8 +8,7 @@ import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.nccl.context import NcclContext, context_view
-from perftracker.analyzers.nccl.measured import Measure
+from perftracker.analyzers.nccl.context import Measure, NcclContext, context_view
 from perftracker.analyzers.stragglers.wait_transfer import collective_split_view
 from perftracker.analyzers.thresholds import threshold
 
@@ -46,14 +45,11 @@ def trace_measures(analysis: Analysis) -> list[Measure]:
     return out
 
 
-def with_trace_measures(analysis: Analysis, ctx: NcclContext) -> NcclContext:
-    """`ctx` with the traces' measures added where its log shows a topology (docs/internals/analyzers.md)."""
+def measured_context_view(analysis: Analysis) -> NcclContext:
+    """The run's NCCL context with the traces' measures added where its log shows a topology
+    (docs/internals/analyzers.md), once per analysis."""
+    ctx = analysis.view(context_view)
     if not any(p.has(key) for p in ctx.procs for key in TOPOLOGY_KEYS):
         return ctx
     extra = trace_measures(analysis)
     return replace(ctx, measured=[*ctx.measured, *extra]) if extra else ctx
-
-
-def measured_context_view(analysis: Analysis) -> NcclContext:
-    """The run's NCCL context with its traces' measures (`with_trace_measures`), once per analysis."""
-    return with_trace_measures(analysis, analysis.view(context_view))

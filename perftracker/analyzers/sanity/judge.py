@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -232,6 +232,7 @@ def _links(records: list[dict[str, Any]], nodes: Mapping[str, Mapping[str, Any]]
 def _within_node(records: list[dict[str, Any]], named: set[str], status: dict[str, Severity]) -> list[Finding]:
     """Nodes whose collectives among their own ranks are below the other nodes' (a node's figure: the median of
     its ranks'), judged apart from the links between nodes; a node named on compute is not named again."""
+    findings = []
     lows: dict[str, list[tuple[str, Low]]] = {}
     for figure in INTRA_FIGURES:
         values: dict[str, list[float]] = {}
@@ -240,7 +241,6 @@ def _within_node(records: list[dict[str, Any]], named: set[str], status: dict[st
                 values.setdefault(r["host"], []).append(float(r["figures"][figure]))
         for low in low_outliers({h: statistics.median(v) for h, v in values.items()}, LINK_FLOOR):
             lows.setdefault(low.unit, []).append((figure, low))
-    findings = []
     for host, found in sorted(lows.items()):
         if host in named:
             continue
@@ -276,19 +276,17 @@ def _collective_failures(records: list[dict[str, Any]], unreachable: bool) -> li
                     ranks=tuple(sorted(failed)), key="collectives-failed")]
 
 
-def _lint(nodes: Mapping[str, Mapping[str, Any]]) -> list[Finding]:
+def _lint(nodes: Mapping[str, Mapping[str, Any]]) -> Iterator[Finding]:
     """The NCCL setting lint's findings of every node, one finding per title, naming every node that has it."""
     merged: dict[str, tuple[Finding, list[str]]] = {}
     for host, facts in sorted(nodes.items()):
         for raw in facts.get("lint", []):
             f = Finding.from_dict(raw)
             merged.setdefault(f.title, (f, []))[1].append(host)
-    out = []
     for f, hosts in merged.values():
-        out.append(Finding(f.analyzer, f.severity, f.title + f" (on {len(hosts)} node(s))", f.recommendation,
-                           evidence=dict(f.evidence), hosts=tuple(hosts), key=f"lint|{f.id}",
-                           confidence=f.confidence))
-    return out
+        yield Finding(f.analyzer, f.severity, f.title + f" (on {len(hosts)} node(s))", f.recommendation,
+                      evidence=dict(f.evidence), hosts=tuple(hosts), key=f"lint|{f.id}",
+                      confidence=f.confidence)
 
 
 def cut_short(results: SanityResults) -> list[str]:

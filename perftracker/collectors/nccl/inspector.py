@@ -9,7 +9,7 @@ The format as NCCL writes it, and how a row's rank is chosen: docs/internals/col
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -146,17 +146,15 @@ def load_inspector_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame
     return {"nccl_collectives": frame}, notes, RunInfo()
 
 
-def _unique(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def _unique(rows: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     """Rows without repeats of one (process, communicator, kind, seq): a live copy and the job's own file
     of the same process both in the inputs, or a file copied twice, count each op once."""
     seen: set[tuple[str, int, str, str, int]] = set()
-    out = []
     for row in rows:
         key = (row["host"], row["pid"], row["comm_id"], row["kind"], row["seq"])
         if key not in seen:
             seen.add(key)
-            out.append(row)
-    return out
+            yield row
 
 
 def _duplicate_notes(rows: list[dict[str, Any]]) -> list[LoadNote]:

@@ -114,10 +114,6 @@ def wait_left(comm: Comm, ranks: list[int], within_s: float = LEFT_S) -> list[in
     return waiting
 
 
-def _holder(comm: Comm) -> str:
-    return comm.store.get(_WRITER).decode() if comm.store.check([_WRITER]) else ""
-
-
 def wait_for_writer(comm: Comm, own: Mapping[str, Any], deadline: float,
                     hard_end: float) -> tuple[dict[int, dict[str, Any]], Lease | None] | None:
     """See the module docstring: on the rank that takes the writer's place, the results to write and its lease
@@ -131,7 +127,7 @@ def wait_for_writer(comm: Comm, own: Mapping[str, Any], deadline: float,
                 comm.store.set(f"{KEY}/left/{comm.launch.rank}", "1")  # the writer may let the store go now
                 return None
             count = int(comm.store.add(_LEASE, 0))
-            holder = _holder(comm)
+            holder = comm.store.get(_WRITER).decode() if comm.store.check([_WRITER]) else ""
         except _ERRORS:
             got = _over_group(comm, own)  # the store lived with rank 0's node
             return (got, None) if got is not None else None
