@@ -7,8 +7,6 @@ own output files (`attach/job_outputs.py`); a (rank, step) is written once. No s
 
 from __future__ import annotations
 
-import io
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,68 +21,14 @@ from perftracker.hooks import spool_dir
 from perftracker.live.attach.hook_spool import hooked_by
 from perftracker.live.attach.job_outputs import find_job_outputs
 from perftracker.live.sampler import LiveContext
+from perftracker.live.samplers.follow import LineTail
 from perftracker.live.samplers.step_feed import StepFeed
 from perftracker.rundir import append_jsonl, step_file
 
 HISTORY_BYTES = 16 * 1024 * 1024
 LOG_BACKLOG_BYTES = 1024 * 1024
-MAX_READ = 8 * 1024 * 1024
 RESCAN_S = 5.0
 HOOK_LINE = "import perftracker.hooks; perftracker.hooks.install()"
-
-
-class LineTail:
-    """Complete lines appended to `path` since the last call (a partial last line waits). The file stays open
-    between calls (a look is one stat, and one pread when it grew; it is opened again when the path names another
-    file), closed by `close()` or when the tail is dropped."""
-
-    __slots__ = ("path", "offset", "partial", "_handle", "_identity")
-
-    def __init__(self, path: Path, offset: int = 0) -> None:
-        self.path = path
-        self.offset = offset
-        self.partial: bytes = b""
-        self._handle: io.FileIO | None = None
-        self._identity: tuple[int, int] = (-1, -1)  # (st_dev, st_ino) open
-
-    @classmethod
-    def at_tail(cls, path: Path, keep: int) -> LineTail:
-        """A tail that starts `keep` bytes before the current end, at a line start."""
-        try:
-            size = path.stat().st_size
-        except OSError:
-            return cls(path)
-        tail = cls(path, max(0, size - keep))
-        if tail.offset > 0:
-            tail.read_lines()  # drop the cut-off first line
-        return tail
-
-    def read_lines(self) -> list[bytes]:
-        try:
-            info = os.stat(self.path)
-        except OSError:
-            self.close()  # removed: its space is not held
-            return []
-        size = info.st_size
-        if size < self.offset:  # truncated or replaced: start over
-            self.offset, self.partial = 0, b""
-        if size == self.offset:
-            return []
-        if self._handle is None or self._identity != (info.st_dev, info.st_ino):
-            self.close()
-            self._handle = io.FileIO(self.path, "r")
-            self._identity = (info.st_dev, info.st_ino)
-        data = os.pread(self._handle.fileno(), min(size - self.offset, MAX_READ), self.offset)
-        self.offset += len(data)
-        data = self.partial + data
-        parts = data.replace(b"\r", b"\n").split(b"\n")
-        self.partial = parts.pop()
-        return [p for p in parts if p.strip()]
-
-    def close(self) -> None:
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
 
 
 @dataclass
