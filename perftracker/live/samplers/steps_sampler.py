@@ -8,7 +8,7 @@ own output files (`attach/job_outputs.py`); a (rank, step) is written once. No s
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -48,27 +48,21 @@ class _LogSource:
     records: int = 0
 
 
+@dataclass(slots=True, eq=False)
 class StepsSampler:
     name = "steps"
-    __slots__ = (
-        "job_log", "interval_s", "hooked", "spools", "logs", "find_outputs", "records", "log_records", "next_scan",
-        "last_written", "_copies", "feed",
-    )
-
-    def __init__(self, job_log: Path | None = None, interval_s: float = 0.25, find_outputs: bool = True,
-                 feed: StepFeed | None = None) -> None:
-        self.job_log = job_log
-        self.interval_s = interval_s  # the hang detector's floor is 1 s of no step: stay well under it
-        self.hooked: dict[int, _HookedRank] = {}
-        self.spools: dict[int, Path] = {}  # worker pid -> spool dir
-        self.logs: list[_LogSource] = []
-        self.find_outputs = find_outputs  # follow the job's own output files (live/attach/job_outputs.py)
-        self.records = 0
-        self.log_records = 0
-        self.next_scan = 0.0
-        self.last_written: dict[int, int] = {}  # rank -> last step written from a log
-        self._copies: dict[int, BinaryIO] = {}  # rank -> its open copy in the run directory
-        self.feed = feed  # --watch: every record written is handed to the watcher, parsed (live/samplers/step_feed.py)
+    job_log: Path | None = None
+    interval_s: float = 0.25  # the hang detector's floor is 1 s of no step: stay well under it
+    find_outputs: bool = True  # follow the job's own output files (live/attach/job_outputs.py)
+    feed: StepFeed | None = None  # --watch: every record written is handed to the watcher, parsed (step_feed.py)
+    hooked: dict[int, _HookedRank] = field(default_factory=dict, init=False)
+    spools: dict[int, Path] = field(default_factory=dict, init=False)  # worker pid -> spool dir
+    logs: list[_LogSource] = field(default_factory=list, init=False)
+    records: int = field(default=0, init=False)
+    log_records: int = field(default=0, init=False)
+    next_scan: float = field(default=0.0, init=False)
+    last_written: dict[int, int] = field(default_factory=dict, init=False)  # rank -> last step written from a log
+    _copies: dict[int, BinaryIO] = field(default_factory=dict, init=False)  # rank -> its open copy in the run dir
 
     @property
     def log_tail(self) -> LineTail | None:
@@ -87,12 +81,16 @@ class StepsSampler:
             if not self.job_log.is_file():
                 ctx.note(f"steps: --job-log {self.job_log} is not a file; no step lines read from it")
             else:
-                self.logs.append(_LogSource(LineTail.at_tail(self.job_log, LOG_BACKLOG_BYTES),
-                                            StepLineParser(host=ctx.host), "log"))
+                self._follow(ctx, self.job_log, "log")
         if self.find_outputs:
             self._find_outputs(ctx)
         for log in self.logs:
             self._read_log(ctx, log, backlog=True)
+
+    def _follow(self, ctx: LiveContext, path: Path, source: str, default_rank: int = -1) -> None:
+        """Read step lines from `path` on, from its last LOG_BACKLOG_BYTES."""
+        parser = StepLineParser(host=ctx.host, default_rank=default_rank)
+        self.logs.append(_LogSource(LineTail.at_tail(path, LOG_BACKLOG_BYTES), parser, source))
 
     def _find_outputs(self, ctx: LiveContext) -> None:
         """Tail the job's own output files (stdout/stderr files, logs it holds open for writing)."""
@@ -102,12 +100,10 @@ class StepsSampler:
         rank_of = {w.pid: w.rank for w in ctx.job.workers}
         if found.ours:  # `perftracker run` reads these pipes itself: its copies (live/attach/launch.py) are the output
             for copy in sorted((ctx.run_dir / "output").glob("launcher.std*.log")):
-                self.logs.append(_LogSource(LineTail.at_tail(copy, LOG_BACKLOG_BYTES), StepLineParser(host=ctx.host),
-                                            "job-output"))
+                self._follow(ctx, copy, "job-output")
         for out in found.files:
             writers = {rank_of[p] for p in out.pids if p in rank_of}
-            parser = StepLineParser(host=ctx.host, default_rank=writers.pop() if len(writers) == 1 else -1)
-            self.logs.append(_LogSource(LineTail.at_tail(out.path, LOG_BACKLOG_BYTES), parser, "job-output"))
+            self._follow(ctx, out.path, "job-output", writers.pop() if len(writers) == 1 else -1)
         if found.ours:
             ctx.note("steps: reading step lines from the job's output as `perftracker run` passes it through "
                      f"({ctx.run_dir / 'output'})")

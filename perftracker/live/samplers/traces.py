@@ -15,7 +15,7 @@ import struct
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -42,24 +42,20 @@ def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in {"1", "true", "yes", "on"}
 
 
+@dataclass(slots=True, eq=False)
 class DynologStandIn:
     """A minimal dynolog: answers libkineto `req` polls from `configs` (pid -> config text, sent once)."""
 
-    __slots__ = (
-        "socket_dir", "configs", "answered", "sent", "finished", "polls", "error", "sock", "thread", "stopping",
-    )
-
-    def __init__(self, socket_dir: str = "", configs: dict[int, str] | None = None) -> None:
-        self.socket_dir = socket_dir
-        self.configs = configs if configs is not None else {}
-        self.answered: dict[int, float] = {}  # pid -> time a config was last sent
-        self.sent: dict[int, int] = {}  # pid -> configs sent
-        self.finished: set[int] = set()  # pids whose trace arrived: answer empty
-        self.polls = 0
-        self.error = ""
-        self.sock: socket.socket | None = None
-        self.thread: threading.Thread | None = None
-        self.stopping = threading.Event()
+    socket_dir: str = ""
+    configs: dict[int, str] = field(default_factory=dict)
+    answered: dict[int, float] = field(default_factory=dict, init=False)  # pid -> time a config was last sent
+    sent: dict[int, int] = field(default_factory=dict, init=False)  # pid -> configs sent
+    finished: set[int] = field(default_factory=set, init=False)  # pids whose trace arrived: answer empty
+    polls: int = field(default=0, init=False)
+    error: str = field(default="", init=False)
+    sock: socket.socket | None = field(default=None, init=False)
+    thread: threading.Thread | None = field(default=None, init=False)
+    stopping: threading.Event = field(default_factory=threading.Event, init=False)
 
     def address(self) -> str | bytes:
         if self.socket_dir:
@@ -161,18 +157,16 @@ class _Pending:
     last_size: int = -1
 
 
+@dataclass(slots=True, eq=False)
 class TraceSampler:
     name = "traces"
     interval_s = 1.0
-    __slots__ = ("steps", "pending", "daemon", "tmp", "collected", "out_dir")
-
-    def __init__(self, steps: int = 2, out_dir: Path | None = None) -> None:
-        self.steps = steps
-        self.pending: list[_Pending] = []
-        self.daemon: DynologStandIn | None = None
-        self.tmp: Path | None = None
-        self.collected = 0
-        self.out_dir = out_dir  # default RUN/traces; the watcher's incidents collect into their own folder
+    steps: int = 2
+    out_dir: Path | None = None  # default RUN/traces; the watcher's incidents collect into their own folder
+    pending: list[_Pending] = field(default_factory=list, init=False)
+    daemon: DynologStandIn | None = field(default=None, init=False)
+    tmp: Path | None = field(default=None, init=False)
+    collected: int = field(default=0, init=False)
 
     def start(self, ctx: LiveContext) -> None:
         req_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
