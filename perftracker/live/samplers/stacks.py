@@ -191,9 +191,9 @@ class StackSampler:
             self._armed = True
         self._previous, self._previous_at_ns = look, started_ns
 
-    def _hang_dump(self, ctx: LiveContext, why: str, automatic: bool = True) -> None:
-        """One blocking native dump of every rank; an automatic one is not repeated until progress resumes."""
-        self._armed = self._armed and not automatic
+    def _hang_dump(self, ctx: LiveContext, why: str) -> None:
+        """One blocking native dump of every rank, not repeated until progress resumes."""
+        self._armed = False
         look = self._dump_round(ctx, "native", snapshot_name(time.time(), "hang"))
         self.hang_dumps += 1  # counted once written: a reader of the count finds the files
         detail = ctx.diagnosis.hang_pattern(look) if look else ""

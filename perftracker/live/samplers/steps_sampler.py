@@ -64,11 +64,6 @@ class StepsSampler:
     last_written: dict[int, int] = field(default_factory=dict, init=False)  # rank -> last step written from a log
     _copies: dict[int, BinaryIO] = field(default_factory=dict, init=False)  # rank -> its open copy in the run dir
 
-    @property
-    def log_tail(self) -> LineTail | None:
-        """The --job-log tail, when one is read."""
-        return next((log.tail for log in self.logs if log.source == "log"), None)
-
     def start(self, ctx: LiveContext) -> None:
         for w in ctx.job.workers:
             try:
@@ -220,7 +215,7 @@ class StepsSampler:
             missing = sorted({w.rank for w in ctx.job.workers} - set(self.hooked))
             ctx.note(f"steps: {len(missing)} of {ranks} rank(s) have no perftracker hook "
                      f"({', '.join(map(str, missing[:16]))}); their steps are missing")
-        elif self.log_tail is not None and not self.hooked and self.log_records == 0:
+        elif not self.hooked and not self.log_records:  # (a --job-log is read: else the first note)
             ctx.note(f"steps: no step lines recognised in {self.job_log} (Megatron-LM `elapsed time per "
                      "iteration`, DeepSpeed `step=`/`global_step=`, HF Trainer or Lightning progress bar, "
                      f"torchtitan `step: N  loss:`); for exact per-rank steps add `{HOOK_LINE}`")

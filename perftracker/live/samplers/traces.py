@@ -38,10 +38,6 @@ SENDS_PER_PID = 2
 RESEND_GAP_S = 5.0  # a poll round asks more than once within a second: resend at the next round only
 
 
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in {"1", "true", "yes", "on"}
-
-
 @dataclass(slots=True, eq=False)
 class DynologStandIn:
     """A minimal dynolog: answers libkineto `req` polls from `configs` (pid -> config text, sent once)."""
@@ -137,14 +133,12 @@ class DynologStandIn:
 
 
 def _in_use(path: str) -> bool:
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    try:
-        probe.connect(path)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(path)
+        except OSError:
+            return False
         return True
-    except OSError:
-        return False
-    finally:
-        probe.close()
 
 
 @dataclass
@@ -185,7 +179,7 @@ class TraceSampler:
                 by_spool.setdefault(spool, []).append(w.rank)
                 marker = spool / "requests" / f"trace-{req_id}.rank-{w.rank}.done"
                 self.pending.append(_Pending(w.rank, w.pid, "hook", marker))
-            elif _truthy(env.get("KINETO_USE_DAEMON")):
+            elif env.get("KINETO_USE_DAEMON", "").strip().lower() in {"1", "true", "yes", "on"}:
                 kineto[w.pid] = w.rank
                 socket_dirs.add(env.get("KINETO_IPC_SOCKET_DIR", ""))
             else:
