@@ -29,8 +29,9 @@ sys.path.insert(0, str(REPO))
 from perftracker.analyzers.online.diagnosis import AnalyzerDiagnosis
 from perftracker.live.attach.discovery import Job, Worker
 from perftracker.live.sampler import LiveContext
+from perftracker.live.samplers.follow import LineTail
 from perftracker.live.samplers.step_feed import StepFeed
-from perftracker.live.samplers.steps_sampler import LineTail, StepsSampler, _HookedRank
+from perftracker.live.samplers.steps_sampler import StepsSampler, _HookedRank
 from perftracker.live.watch.watcher import WatchOptions, WatchSampler
 from perftracker.rundir import step_file
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 
 from perftracker.live.sampler import LiveContext
-from perftracker.live.samplers.follow import Tail
+from perftracker.live.samplers.follow import Copier, Tail
 from perftracker.values import ascii_int
 
 MAX_COPY_BYTES = 512 * 1024 * 1024
@@ -43,14 +43,13 @@ def inspector_file(env: dict[str, str], pid: int, cwd: Path, hostname: str) -> P
     return (folder if folder.is_absolute() else cwd / folder) / f"{hostname}-pid{pid}.log"
 
 
-class InspectorSampler:
+class InspectorSampler(Copier):
     name = "inspector"
-    __slots__ = ("interval_s", "copies", "copied", "told_full")
+    unit = "rank file(s)"
+    __slots__ = ("told_full",)
 
     def __init__(self, interval_s: float = 1.0) -> None:
-        self.interval_s = interval_s
-        self.copies: list[Tail] = []
-        self.copied = 0
+        super().__init__(interval_s)
         self.told_full = False
 
     def start(self, ctx: LiveContext) -> None:
@@ -68,7 +67,7 @@ class InspectorSampler:
             interval = ascii_int(env.get("NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS", "").strip() or "-1")
             teardown_only += interval is None or interval < 0
             source = inspector_file(env, w.pid, cwd, hostname)
-            self.copies.append(Tail(source, ctx.run_dir / "inspector" / source.name, lines=True, cap=MAX_COPY_BYTES))
+            self.tails.append(Tail(source, ctx.run_dir / "inspector" / source.name, lines=True, cap=MAX_COPY_BYTES))
         if not enabled:
             ctx.note("NCCL Inspector: not enabled in the job's environment; per-rank collective timings without a "
                      f"profiler come from it: next time launch with {ENABLE_HINT}")
@@ -78,17 +77,11 @@ class InspectorSampler:
                      "follow until then; set it to e.g. 1000000 to have them every second")
 
     def sample(self, ctx: LiveContext) -> None:
-        for copy in self.copies:
-            self.copied += copy.pump()
-        if not self.told_full and any(c.full for c in self.copies):
+        super().sample(ctx)
+        if not self.told_full and any(c.full for c in self.tails):
             self.told_full = True
             ctx.note(f"NCCL Inspector: a rank's output reached {MAX_COPY_BYTES >> 20} MiB copied; the rest stays in "
                      "the job's own file (analyze that folder too for the whole run)")
 
-    def stop(self, ctx: LiveContext) -> None:
-        self.sample(ctx)
-
     def status(self) -> str:
-        if not self.copies:
-            return "not enabled in the job"
-        return f"{len(self.copies)} rank file(s), {self.copied / 1e6:.1f} MB copied"
+        return super().status() if self.tails else "not enabled in the job"

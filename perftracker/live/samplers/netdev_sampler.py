@@ -13,6 +13,7 @@ import shutil
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,35 +48,26 @@ def _is_ip(text: str) -> bool:
     return True
 
 
+@dataclass(slots=True, eq=False)
 class NetdevSampler:
     name = "net"
-    __slots__ = (
-        "interval_s", "resolve_every_s", "proc_root", "qdisc_reader", "samples", "ifaces", "peers", "_chosen",
-        "_last_resolve", "_last_sample", "watch_s", "qdisc_every_s", "_last_qdisc", "_states", "_stop", "_lock",
-        "_watcher",
-    )
-
-    def __init__(self, interval_s: float = 1.0, resolve_every_s: float = 5.0, proc_root: Path = Path("/proc"),
-                 qdisc_reader: QdiscReader | None = None, ifaces: dict[str, str] | None = None, watch_s: float = 0.1,
-                 qdisc_every_s: float = 0.0) -> None:
-        self.interval_s = interval_s
-        self.resolve_every_s = resolve_every_s
-        self.proc_root = proc_root
-        self.qdisc_reader = qdisc_reader
-        self.samples = 0
-        self.ifaces = ifaces if ifaces is not None else {}  # name -> why the job uses it ("" unknown)
-        self.peers: dict[str, list[str]] = {}
-        self._chosen = False
-        self._last_resolve = -1e9
-        self._last_sample = -1e9
-        self.watch_s = watch_s
-        # queue stats (`tc`, ~5 ms of CPU per interface) at most this often; 0: every sample
-        self.qdisc_every_s = qdisc_every_s
-        self._last_qdisc = -1e9
-        self._states: dict[str, dict[str, Any]] = {}
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._watcher: threading.Thread | None = None
+    interval_s: float = 1.0
+    resolve_every_s: float = 5.0
+    proc_root: Path = Path("/proc")
+    qdisc_reader: QdiscReader | None = None
+    ifaces: dict[str, str] = field(default_factory=dict)  # name -> why the job uses it ("" unknown)
+    watch_s: float = 0.1
+    qdisc_every_s: float = 0.0  # queue stats (`tc`, ~5 ms of CPU per interface) at most this often; 0: every sample
+    samples: int = field(default=0, init=False)
+    peers: dict[str, list[str]] = field(default_factory=dict, init=False)
+    _chosen: bool = field(default=False, init=False)
+    _last_resolve: float = field(default=-1e9, init=False)
+    _last_sample: float = field(default=-1e9, init=False)
+    _last_qdisc: float = field(default=-1e9, init=False)
+    _states: dict[str, dict[str, Any]] = field(default_factory=dict, init=False)
+    _stop: threading.Event = field(default_factory=threading.Event, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _watcher: threading.Thread | None = field(default=None, init=False)
 
     def start(self, ctx: LiveContext) -> None:
         if self.qdisc_reader is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from perftracker.live.sampler import LiveContext, append_records
@@ -20,20 +21,18 @@ def _listing(values: list[int], most: int = 16) -> str:
     return text if len(values) <= most else f"{text}, ... ({len(values)} in all)"
 
 
+@dataclass(slots=True, eq=False)
 class NvmlSampler:
     name = "gpu"
-    __slots__ = ("interval_s", "handles", "samples", "state", "used", "listed", "_ids", "_xids", "_stop")
-
-    def __init__(self, interval_s: float = 5.0) -> None:
-        self.interval_s = interval_s
-        self.handles: list[Any] = []
-        self.samples = 0
-        self.state = "not started"
-        self.used: dict[int, set[int]] = {}  # GPU index -> ranks seen on it
-        self.listed = False  # NVML answered a compute-process list at least once
-        self._ids: dict[int, dict[str, str | None]] = {}
-        self._xids: list[tuple[int, int]] = []
-        self._stop = threading.Event()
+    interval_s: float = 5.0
+    handles: list[Any] = field(default_factory=list, init=False)
+    samples: int = field(default=0, init=False)
+    state: str = field(default="not started", init=False)
+    used: dict[int, set[int]] = field(default_factory=dict, init=False)  # GPU index -> ranks seen on it
+    listed: bool = field(default=False, init=False)  # NVML answered a compute-process list at least once
+    _ids: dict[int, dict[str, str | None]] = field(default_factory=dict, init=False)
+    _xids: list[tuple[int, int]] = field(default_factory=list, init=False)
+    _stop: threading.Event = field(default_factory=threading.Event, init=False)
 
     def start(self, ctx: LiveContext) -> None:
         try:

@@ -12,7 +12,7 @@ import json
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from perftracker.collectors.stacks.chrometrace import read_burst
@@ -67,19 +67,20 @@ def recording_problem(rec: Recording, err: str) -> str:
     return f"no samples of rank {rec.rank} (pid {rec.pid}): {err.strip().splitlines()[-1][:200]}"
 
 
+@dataclass(slots=True, eq=False)
 class BurstRound:
     """One `py-spy record` of every rank side by side, in format `fmt` into `folder/rank-<r><suffix>`: start, poll
     `done` until it is, then `read` the bursts (or `stop` early)."""
 
-    __slots__ = ("pyspy", "seconds", "rate_hz", "folder", "fmt", "suffix", "started_ns", "recorders", "errors")
-
-    def __init__(self, pyspy: str, seconds: int, rate_hz: int, folder: Path, fmt: str = "chrometrace",
-                 suffix: str = ".chrometrace.json") -> None:
-        self.pyspy, self.seconds, self.rate_hz, self.folder = pyspy, seconds, rate_hz, folder
-        self.fmt, self.suffix = fmt, suffix
-        self.started_ns = 0
-        self.recorders: list[Recording] = []
-        self.errors: list[str] = []
+    pyspy: str
+    seconds: int
+    rate_hz: int
+    folder: Path
+    fmt: str = "chrometrace"
+    suffix: str = ".chrometrace.json"
+    started_ns: int = field(default=0, init=False)
+    recorders: list[Recording] = field(default_factory=list, init=False)
+    errors: list[str] = field(default_factory=list, init=False)
 
     def start(self, workers: list[Worker]) -> None:
         self.started_ns = time.time_ns()
@@ -123,25 +124,20 @@ class BurstRound:
         return bursts
 
 
+@dataclass(slots=True, eq=False)
 class ProfileSampler:
     name = "profile"
     interval_s = 1.0
-    __slots__ = (
-        "seconds", "rate_hz", "delay_s", "out_dir", "judge", "state", "_pyspy", "_started", "_round", "_done",
-    )
-
-    def __init__(self, seconds: float = 10.0, rate_hz: int = 20, delay_s: float = 2.0, out_dir: Path | None = None,
-                 judge: bool = True) -> None:
-        self.seconds = seconds
-        self.rate_hz = rate_hz
-        self.delay_s = delay_s
-        self.out_dir = out_dir  # default RUN/profiles; the watcher's incidents record into their own folder
-        self.judge = judge  # ask ctx.diagnosis for the straggler suspicion when the recordings end
-        self.state = "waiting"
-        self._pyspy: str | None = None
-        self._started = 0.0
-        self._round: BurstRound | None = None
-        self._done = False
+    seconds: float = 10.0
+    rate_hz: int = 20
+    delay_s: float = 2.0
+    out_dir: Path | None = None  # default RUN/profiles; the watcher's incidents record into their own folder
+    judge: bool = True  # ask ctx.diagnosis for the straggler suspicion when the recordings end
+    state: str = field(default="waiting", init=False)
+    _pyspy: str | None = field(default=None, init=False)
+    _started: float = field(default=0.0, init=False)
+    _round: BurstRound | None = field(default=None, init=False)
+    _done: bool = field(default=False, init=False)
 
     def start(self, ctx: LiveContext) -> None:
         self._started = time.monotonic()

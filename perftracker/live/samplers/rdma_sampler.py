@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from perftracker.collectors.counters.ethtool import flow_control, read_ethtool
@@ -21,18 +22,16 @@ def _roce(rec: dict[str, Any]) -> bool:
     return str(rec.get("link_layer", "")).strip().lower() == "ethernet" and bool(rec.get("netdevs"))
 
 
+@dataclass(slots=True, eq=False)
 class RdmaSampler:
     name = "rdma"
-    __slots__ = ("interval_s", "ports", "samples", "enabled", "ethtool_reader", "pfc_ports", "_netdev")
-
-    def __init__(self, interval_s: float = 5.0, ethtool_reader: EthtoolReader | None = None) -> None:
-        self.interval_s = interval_s
-        self.ports = 0
-        self.samples = 0
-        self.enabled = True
-        self.ethtool_reader = ethtool_reader
-        self.pfc_ports = 0
-        self._netdev: dict[tuple[str, str], str] = {}
+    interval_s: float = 5.0
+    ethtool_reader: EthtoolReader | None = None
+    ports: int = field(default=0, init=False)
+    samples: int = field(default=0, init=False)
+    enabled: bool = field(default=True, init=False)
+    pfc_ports: int = field(default=0, init=False)
+    _netdev: dict[tuple[str, str], str] = field(default_factory=dict, init=False)
 
     def start(self, ctx: LiveContext) -> None:
         first = snapshot(ctx.sysfs_root, ctx.host)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,37 +35,31 @@ def burst_record(burst: StackBurst, index: int, end_ns: int, host: str, period_s
             "cycles": round(cycles, 1), "burst_s": round(burst.seconds, 2), "rate_hz": burst.rate_hz}
 
 
+@dataclass(slots=True, eq=False)
 class StackStepsSampler:
     name = "stack-steps"
     interval_s = 1.0
     quick_bursts = 6  # the first bursts come quicker: 2 x N of them arm the rules (N = 3)
-    __slots__ = (
-        "every_s", "burst_s", "rate_hz", "grace_s", "quick_every_s", "ranks_per_burst", "feed", "bursts", "periods",
-        "no_period", "state", "_pyspy", "_started", "_next", "_round", "_folder", "_other_source",
-    )
-
-    def __init__(self, every_s: float = 60.0, burst_s: int = 5, rate_hz: int = 50, grace_s: float = 30.0,
-                 quick_every_s: float = 15.0, ranks_per_burst: int = 1, feed: StepFeed | None = None) -> None:
-        self.every_s = every_s
-        self.burst_s = burst_s
-        self.rate_hz = rate_hz
-        self.grace_s = grace_s
-        self.quick_every_s = quick_every_s
-        # The ranks each burst records: the lowest this many (0: every rank). One is enough for the step signal, since
-        # the ranks of a synchronous job step together (a slowed rank slows every rank's iterations); the incident's
-        # capture then records every rank side by side, and its analysis names the rank.
-        self.ranks_per_burst = ranks_per_burst
-        self.feed = feed
-        self.bursts = 0
-        self.periods = 0  # rank-bursts that showed a period
-        self.no_period = 0
-        self.state = "waiting"
-        self._pyspy: str | None = None
-        self._started = 0.0
-        self._next = 0.0
-        self._round: BurstRound | None = None
-        self._folder: Path | None = None
-        self._other_source = False
+    every_s: float = 60.0
+    burst_s: int = 5
+    rate_hz: int = 50
+    grace_s: float = 30.0
+    quick_every_s: float = 15.0
+    # The ranks each burst records: the lowest this many (0: every rank). One is enough for the step signal, since
+    # the ranks of a synchronous job step together (a slowed rank slows every rank's iterations); the incident's
+    # capture then records every rank side by side, and its analysis names the rank.
+    ranks_per_burst: int = 1
+    feed: StepFeed | None = None
+    bursts: int = field(default=0, init=False)
+    periods: int = field(default=0, init=False)  # rank-bursts that showed a period
+    no_period: int = field(default=0, init=False)
+    state: str = field(default="waiting", init=False)
+    _pyspy: str | None = field(default=None, init=False)
+    _started: float = field(default=0.0, init=False)
+    _next: float = field(default=0.0, init=False)
+    _round: BurstRound | None = field(default=None, init=False)
+    _folder: Path | None = field(default=None, init=False)
+    _other_source: bool = field(default=False, init=False)
 
     @classmethod
     def every(cls, every_s: float, feed: StepFeed | None) -> StackStepsSampler:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -58,41 +59,33 @@ def main_thread_switches(pid: int) -> int | None:
     return None
 
 
+@dataclass(slots=True, eq=False)
 class StackSampler:
     name = "stacks"
     timeout_s = 10.0
     native_timeout_s = 30.0
-    __slots__ = (
-        "interval_s", "stacks_at", "trigger_s", "confirm_s", "pyspy", "rounds", "hang_dumps", "requested_dumps",
-        "failures", "last_round_s", "state", "_lock", "_stop", "_watcher", "_previous", "_previous_at_ns",
-        "_confirm_at", "_armed", "_at_done", "rounds_while_stepping", "_looked_ns", "skipped",
-    )
-
-    def __init__(self, interval_s: float = 15.0, stacks_at: float | None = None, trigger_s: float = 0.25,
-                 confirm_s: float = 3.0, pyspy: str | None = None, rounds_while_stepping: bool = True) -> None:
-        self.interval_s = interval_s
-        self.stacks_at = stacks_at
-        self.trigger_s = trigger_s  # how often requests, --stacks-at and stalled steps are checked
-        self.confirm_s = confirm_s
-        self.pyspy = pyspy
-        self.rounds = 0
-        self.hang_dumps = 0
-        self.requested_dumps = 0
-        self.failures = 0
-        self.last_round_s = 0.0
-        self.state = "not started"
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._watcher: threading.Thread | None = None
-        self._previous: Look = {}
-        self._previous_at_ns = 0
-        self._confirm_at = 0.0
-        self._armed = True
-        self._at_done = False
-        # --watch: False, a periodic round only when no step came since the last look
-        self.rounds_while_stepping = rounds_while_stepping
-        self._looked_ns = 0
-        self.skipped = 0
+    interval_s: float = 15.0
+    stacks_at: float | None = None
+    trigger_s: float = 0.25  # how often requests, --stacks-at and stalled steps are checked
+    confirm_s: float = 3.0
+    pyspy: str | None = None
+    rounds_while_stepping: bool = True  # --watch: False, a periodic round only when no step came since the last look
+    rounds: int = field(default=0, init=False)
+    hang_dumps: int = field(default=0, init=False)
+    requested_dumps: int = field(default=0, init=False)
+    failures: int = field(default=0, init=False)
+    skipped: int = field(default=0, init=False)
+    last_round_s: float = field(default=0.0, init=False)
+    state: str = field(default="not started", init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _stop: threading.Event = field(default_factory=threading.Event, init=False)
+    _watcher: threading.Thread | None = field(default=None, init=False)
+    _previous: Look = field(default_factory=dict, init=False)
+    _previous_at_ns: int = field(default=0, init=False)
+    _confirm_at: float = field(default=0.0, init=False)
+    _armed: bool = field(default=True, init=False)
+    _at_done: bool = field(default=False, init=False)
+    _looked_ns: int = field(default=0, init=False)
 
     # -- Sampler protocol ---------------------------------------------------------------------
     def start(self, ctx: LiveContext) -> None:
@@ -198,9 +191,9 @@ class StackSampler:
             self._armed = True
         self._previous, self._previous_at_ns = look, started_ns
 
-    def _hang_dump(self, ctx: LiveContext, why: str, automatic: bool = True) -> None:
-        """One blocking native dump of every rank; an automatic one is not repeated until progress resumes."""
-        self._armed = self._armed and not automatic
+    def _hang_dump(self, ctx: LiveContext, why: str) -> None:
+        """One blocking native dump of every rank, not repeated until progress resumes."""
+        self._armed = False
         look = self._dump_round(ctx, "native", snapshot_name(time.time(), "hang"))
         self.hang_dumps += 1  # counted once written: a reader of the count finds the files
         detail = ctx.diagnosis.hang_pattern(look) if look else ""

@@ -7,10 +7,8 @@ own output files (`attach/job_outputs.py`); a (rank, step) is written once. No s
 
 from __future__ import annotations
 
-import io
-import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -23,68 +21,14 @@ from perftracker.hooks import spool_dir
 from perftracker.live.attach.hook_spool import hooked_by
 from perftracker.live.attach.job_outputs import find_job_outputs
 from perftracker.live.sampler import LiveContext
+from perftracker.live.samplers.follow import LineTail
 from perftracker.live.samplers.step_feed import StepFeed
 from perftracker.rundir import append_jsonl, step_file
 
 HISTORY_BYTES = 16 * 1024 * 1024
 LOG_BACKLOG_BYTES = 1024 * 1024
-MAX_READ = 8 * 1024 * 1024
 RESCAN_S = 5.0
 HOOK_LINE = "import perftracker.hooks; perftracker.hooks.install()"
-
-
-class LineTail:
-    """Complete lines appended to `path` since the last call (a partial last line waits). The file stays open
-    between calls (a look is one stat, and one pread when it grew; it is opened again when the path names another
-    file), closed by `close()` or when the tail is dropped."""
-
-    __slots__ = ("path", "offset", "partial", "_handle", "_identity")
-
-    def __init__(self, path: Path, offset: int = 0) -> None:
-        self.path = path
-        self.offset = offset
-        self.partial: bytes = b""
-        self._handle: io.FileIO | None = None
-        self._identity: tuple[int, int] = (-1, -1)  # (st_dev, st_ino) open
-
-    @classmethod
-    def at_tail(cls, path: Path, keep: int) -> LineTail:
-        """A tail that starts `keep` bytes before the current end, at a line start."""
-        try:
-            size = path.stat().st_size
-        except OSError:
-            return cls(path)
-        tail = cls(path, max(0, size - keep))
-        if tail.offset > 0:
-            tail.read_lines()  # drop the cut-off first line
-        return tail
-
-    def read_lines(self) -> list[bytes]:
-        try:
-            info = os.stat(self.path)
-        except OSError:
-            self.close()  # removed: its space is not held
-            return []
-        size = info.st_size
-        if size < self.offset:  # truncated or replaced: start over
-            self.offset, self.partial = 0, b""
-        if size == self.offset:
-            return []
-        if self._handle is None or self._identity != (info.st_dev, info.st_ino):
-            self.close()
-            self._handle = io.FileIO(self.path, "r")
-            self._identity = (info.st_dev, info.st_ino)
-        data = os.pread(self._handle.fileno(), min(size - self.offset, MAX_READ), self.offset)
-        self.offset += len(data)
-        data = self.partial + data
-        parts = data.replace(b"\r", b"\n").split(b"\n")
-        self.partial = parts.pop()
-        return [p for p in parts if p.strip()]
-
-    def close(self) -> None:
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
 
 
 @dataclass
@@ -104,32 +48,21 @@ class _LogSource:
     records: int = 0
 
 
+@dataclass(slots=True, eq=False)
 class StepsSampler:
     name = "steps"
-    __slots__ = (
-        "job_log", "interval_s", "hooked", "spools", "logs", "find_outputs", "records", "log_records", "next_scan",
-        "last_written", "_copies", "feed",
-    )
-
-    def __init__(self, job_log: Path | None = None, interval_s: float = 0.25, find_outputs: bool = True,
-                 feed: StepFeed | None = None) -> None:
-        self.job_log = job_log
-        self.interval_s = interval_s  # the hang detector's floor is 1 s of no step: stay well under it
-        self.hooked: dict[int, _HookedRank] = {}
-        self.spools: dict[int, Path] = {}  # worker pid -> spool dir
-        self.logs: list[_LogSource] = []
-        self.find_outputs = find_outputs  # follow the job's own output files (live/attach/job_outputs.py)
-        self.records = 0
-        self.log_records = 0
-        self.next_scan = 0.0
-        self.last_written: dict[int, int] = {}  # rank -> last step written from a log
-        self._copies: dict[int, BinaryIO] = {}  # rank -> its open copy in the run directory
-        self.feed = feed  # --watch: every record written is handed to the watcher, parsed (live/samplers/step_feed.py)
-
-    @property
-    def log_tail(self) -> LineTail | None:
-        """The --job-log tail, when one is read."""
-        return next((log.tail for log in self.logs if log.source == "log"), None)
+    job_log: Path | None = None
+    interval_s: float = 0.25  # the hang detector's floor is 1 s of no step: stay well under it
+    find_outputs: bool = True  # follow the job's own output files (live/attach/job_outputs.py)
+    feed: StepFeed | None = None  # --watch: every record written is handed to the watcher, parsed (step_feed.py)
+    hooked: dict[int, _HookedRank] = field(default_factory=dict, init=False)
+    spools: dict[int, Path] = field(default_factory=dict, init=False)  # worker pid -> spool dir
+    logs: list[_LogSource] = field(default_factory=list, init=False)
+    records: int = field(default=0, init=False)
+    log_records: int = field(default=0, init=False)
+    next_scan: float = field(default=0.0, init=False)
+    last_written: dict[int, int] = field(default_factory=dict, init=False)  # rank -> last step written from a log
+    _copies: dict[int, BinaryIO] = field(default_factory=dict, init=False)  # rank -> its open copy in the run dir
 
     def start(self, ctx: LiveContext) -> None:
         for w in ctx.job.workers:
@@ -143,12 +76,16 @@ class StepsSampler:
             if not self.job_log.is_file():
                 ctx.note(f"steps: --job-log {self.job_log} is not a file; no step lines read from it")
             else:
-                self.logs.append(_LogSource(LineTail.at_tail(self.job_log, LOG_BACKLOG_BYTES),
-                                            StepLineParser(host=ctx.host), "log"))
+                self._follow(ctx, self.job_log, "log")
         if self.find_outputs:
             self._find_outputs(ctx)
         for log in self.logs:
             self._read_log(ctx, log, backlog=True)
+
+    def _follow(self, ctx: LiveContext, path: Path, source: str, default_rank: int = -1) -> None:
+        """Read step lines from `path` on, from its last LOG_BACKLOG_BYTES."""
+        parser = StepLineParser(host=ctx.host, default_rank=default_rank)
+        self.logs.append(_LogSource(LineTail.at_tail(path, LOG_BACKLOG_BYTES), parser, source))
 
     def _find_outputs(self, ctx: LiveContext) -> None:
         """Tail the job's own output files (stdout/stderr files, logs it holds open for writing)."""
@@ -158,12 +95,10 @@ class StepsSampler:
         rank_of = {w.pid: w.rank for w in ctx.job.workers}
         if found.ours:  # `perftracker run` reads these pipes itself: its copies (live/attach/launch.py) are the output
             for copy in sorted((ctx.run_dir / "output").glob("launcher.std*.log")):
-                self.logs.append(_LogSource(LineTail.at_tail(copy, LOG_BACKLOG_BYTES), StepLineParser(host=ctx.host),
-                                            "job-output"))
+                self._follow(ctx, copy, "job-output")
         for out in found.files:
             writers = {rank_of[p] for p in out.pids if p in rank_of}
-            parser = StepLineParser(host=ctx.host, default_rank=writers.pop() if len(writers) == 1 else -1)
-            self.logs.append(_LogSource(LineTail.at_tail(out.path, LOG_BACKLOG_BYTES), parser, "job-output"))
+            self._follow(ctx, out.path, "job-output", writers.pop() if len(writers) == 1 else -1)
         if found.ours:
             ctx.note("steps: reading step lines from the job's output as `perftracker run` passes it through "
                      f"({ctx.run_dir / 'output'})")
@@ -280,7 +215,7 @@ class StepsSampler:
             missing = sorted({w.rank for w in ctx.job.workers} - set(self.hooked))
             ctx.note(f"steps: {len(missing)} of {ranks} rank(s) have no perftracker hook "
                      f"({', '.join(map(str, missing[:16]))}); their steps are missing")
-        elif self.log_tail is not None and not self.hooked and self.log_records == 0:
+        elif not self.hooked and not self.log_records:  # (a --job-log is read: else the first note)
             ctx.note(f"steps: no step lines recognised in {self.job_log} (Megatron-LM `elapsed time per "
                      "iteration`, DeepSpeed `step=`/`global_step=`, HF Trainer or Lightning progress bar, "
                      f"torchtitan `step: N  loss:`); for exact per-rank steps add `{HOOK_LINE}`")

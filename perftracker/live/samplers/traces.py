@@ -15,7 +15,7 @@ import struct
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -38,28 +38,20 @@ SENDS_PER_PID = 2
 RESEND_GAP_S = 5.0  # a poll round asks more than once within a second: resend at the next round only
 
 
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in {"1", "true", "yes", "on"}
-
-
+@dataclass(slots=True, eq=False)
 class DynologStandIn:
     """A minimal dynolog: answers libkineto `req` polls from `configs` (pid -> config text, sent once)."""
 
-    __slots__ = (
-        "socket_dir", "configs", "answered", "sent", "finished", "polls", "error", "sock", "thread", "stopping",
-    )
-
-    def __init__(self, socket_dir: str = "", configs: dict[int, str] | None = None) -> None:
-        self.socket_dir = socket_dir
-        self.configs = configs if configs is not None else {}
-        self.answered: dict[int, float] = {}  # pid -> time a config was last sent
-        self.sent: dict[int, int] = {}  # pid -> configs sent
-        self.finished: set[int] = set()  # pids whose trace arrived: answer empty
-        self.polls = 0
-        self.error = ""
-        self.sock: socket.socket | None = None
-        self.thread: threading.Thread | None = None
-        self.stopping = threading.Event()
+    socket_dir: str = ""
+    configs: dict[int, str] = field(default_factory=dict)
+    answered: dict[int, float] = field(default_factory=dict, init=False)  # pid -> time a config was last sent
+    sent: dict[int, int] = field(default_factory=dict, init=False)  # pid -> configs sent
+    finished: set[int] = field(default_factory=set, init=False)  # pids whose trace arrived: answer empty
+    polls: int = field(default=0, init=False)
+    error: str = field(default="", init=False)
+    sock: socket.socket | None = field(default=None, init=False)
+    thread: threading.Thread | None = field(default=None, init=False)
+    stopping: threading.Event = field(default_factory=threading.Event, init=False)
 
     def address(self) -> str | bytes:
         if self.socket_dir:
@@ -141,14 +133,12 @@ class DynologStandIn:
 
 
 def _in_use(path: str) -> bool:
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    try:
-        probe.connect(path)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(path)
+        except OSError:
+            return False
         return True
-    except OSError:
-        return False
-    finally:
-        probe.close()
 
 
 @dataclass
@@ -161,18 +151,16 @@ class _Pending:
     last_size: int = -1
 
 
+@dataclass(slots=True, eq=False)
 class TraceSampler:
     name = "traces"
     interval_s = 1.0
-    __slots__ = ("steps", "pending", "daemon", "tmp", "collected", "out_dir")
-
-    def __init__(self, steps: int = 2, out_dir: Path | None = None) -> None:
-        self.steps = steps
-        self.pending: list[_Pending] = []
-        self.daemon: DynologStandIn | None = None
-        self.tmp: Path | None = None
-        self.collected = 0
-        self.out_dir = out_dir  # default RUN/traces; the watcher's incidents collect into their own folder
+    steps: int = 2
+    out_dir: Path | None = None  # default RUN/traces; the watcher's incidents collect into their own folder
+    pending: list[_Pending] = field(default_factory=list, init=False)
+    daemon: DynologStandIn | None = field(default=None, init=False)
+    tmp: Path | None = field(default=None, init=False)
+    collected: int = field(default=0, init=False)
 
     def start(self, ctx: LiveContext) -> None:
         req_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
@@ -191,7 +179,7 @@ class TraceSampler:
                 by_spool.setdefault(spool, []).append(w.rank)
                 marker = spool / "requests" / f"trace-{req_id}.rank-{w.rank}.done"
                 self.pending.append(_Pending(w.rank, w.pid, "hook", marker))
-            elif _truthy(env.get("KINETO_USE_DAEMON")):
+            elif env.get("KINETO_USE_DAEMON", "").strip().lower() in {"1", "true", "yes", "on"}:
                 kineto[w.pid] = w.rank
                 socket_dirs.add(env.get("KINETO_IPC_SOCKET_DIR", ""))
             else:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.live.sampler import LiveContext
-from perftracker.live.samplers.steps_sampler import LineTail
+from perftracker.live.samplers.follow import LineTail
 from perftracker.live.watch.incidents import COUNTERS_TAIL_BYTES, copy_tail
 from perftracker.store.alarms import Alarm
 

@@ -17,11 +17,11 @@ from typing import Any
 
 from perftracker.collectors.steps import parse_step_lines
 from perftracker.live.sampler import LiveContext
+from perftracker.live.samplers.follow import LineTail
 from perftracker.live.samplers.stack_steps import STACKS_SOURCE
 from perftracker.live.samplers.stacks import StackSampler, find_pyspy
 from perftracker.live.samplers.step_feed import StepFeed
 from perftracker.live.samplers.step_state import StepState
-from perftracker.live.samplers.steps_sampler import LineTail
 from perftracker.live.watch.host_check import HostCheck
 from perftracker.live.watch.incidents import (
     CapturePlan,

@@ -17,9 +17,10 @@ from perftracker.collectors.steps import parse_step_line, parse_step_lines
 from perftracker.live.attach.discovery import Job, Worker
 from perftracker.live.diagnosis import NoDiagnosis
 from perftracker.live.sampler import LiveContext
+from perftracker.live.samplers.follow import LineTail
 from perftracker.live.samplers.stacks import StackSampler
 from perftracker.live.samplers.step_feed import StepFeed
-from perftracker.live.samplers.steps_sampler import LineTail, StepsSampler, _HookedRank
+from perftracker.live.samplers.steps_sampler import StepsSampler, _HookedRank
 from perftracker.live.watch.watcher import WatchOptions, WatchSampler
 from perftracker.rundir import step_file
 from perftracker.store import Store
