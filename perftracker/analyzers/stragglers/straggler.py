@@ -209,6 +209,12 @@ def _significance(v: OutlierVerdict) -> dict[str, object]:
             "alpha": threshold("straggler.alpha")}
 
 
+def _judged(store: Store, verdict: OutlierVerdict, ranks: tuple[int, ...], **finding: Any) -> Finding:
+    """A straggler finding the outlier verdict backs: its ranks, their hosts, the verdict's confidence."""
+    return Finding(analyzer="straggler", ranks=ranks, hosts=hosts_of(store, list(ranks)),
+                   confidence=verdict.confidence, **finding)
+
+
 def analyze_stragglers(analysis: Analysis) -> list[Finding]:
     store = analysis.store
     seen = analysis.view(arrivals_view)
@@ -272,16 +278,11 @@ def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, ver
             f"expected by chance), median {fmt_ms(row['median_lateness_s'])} late")
     if by_work and durations.measure == "compute":  # more compute, from its ops: a compute straggler
         kind = "compute"
-    if by_work and not by_last:
-        lead = (f"its {durations.measure} is {100 * durations.relative_excess:.0f}% more than its peers' in "
-                f"{durations.positive_steps} of {durations.steps} steps; {last}")
-    elif by_work:
-        lead = (f"{last}; its {durations.measure} is {100 * durations.relative_excess:.0f}% more than its peers' "
-                f"(more in {durations.positive_steps} of {durations.steps} steps)")
-    else:
-        lead = last
-    return Finding(
-        analyzer="straggler", severity=severity,
+    more = f"its {durations.measure} is {100 * durations.relative_excess:.0f}% more than its peers'"
+    lead = (last if not by_work else f"{last}; {more} (more in {durations.positive_steps} of {durations.steps} steps)"
+            if by_last else f"{more} in {durations.positive_steps} of {durations.steps} steps; {last}")
+    return _judged(
+        store, verdict, (r,), severity=severity,
         title=(f"Rank {r}{seat.where} is a persistent {kind} straggler: {lead}; the others wait "
                f"{fmt_ms(row['cost_per_step_s'])} per step for it{seat.victims_clause()}{what}{cheap}"),
         recommendation=_ADVICE[kind].format(r=r) + (f" What it did: {describe(did)}." if did else ""),
@@ -298,7 +299,6 @@ def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, ver
             "significance": _significance(verdict),
             **({"durations_test": _durations_evidence(durations)} if by_work else {}), "before_arrival": did,
         },
-        ranks=(r,), hosts=hosts_of(store, [r]), confidence=verdict.confidence,
         cost=Cost(float(row["cost_per_step_s"]), float(row["cost_share"])), key=Mark.STRAGGLER_RANK.key(r),
     )
 
@@ -336,13 +336,12 @@ def _group(store: Store, arr: pd.DataFrame, verdict: OutlierVerdict) -> Finding:
         advice = ("Ranks that are slow together usually share something: CPU cores (check the ranks' CPU "
                   "affinity and the number of processes per core), a NUMA node, a GPU or a NIC. Give each rank "
                   "its own cores (torchrun --local-ranks-filter / numactl / taskset) and compare again.")
-    return Finding(
-        analyzer="straggler", severity=severity, title=title, recommendation=advice,
+    return _judged(
+        store, verdict, tuple(sorted(members)), severity=severity, title=title, recommendation=advice,
         evidence={"group": sorted(members), "whole_host": whole_host,
                   "waiting_ranks": sorted(int(r) for r in arr["rank"].unique() if int(r) not in members)[:256],
                   "significance": _significance(verdict)},
-        ranks=tuple(sorted(members)), hosts=hosts, cost=Cost(cost, share), confidence=verdict.confidence,
-        key=f"straggler:group:{listed}",
+        cost=Cost(cost, share), key=f"straggler:group:{listed}",
     )
 
 
@@ -353,8 +352,8 @@ def _within_noise(store: Store, metrics: pd.DataFrame, verdict: OutlierVerdict) 
     r = verdict.suspect
     row = metrics.loc[r].to_dict()
     others = float(metrics.drop(index=r)["median_lateness_s"].median())
-    return [Finding(
-        analyzer="straggler", severity=Severity.INFO,
+    return [_judged(
+        store, verdict, (r,), severity=Severity.INFO,
         title=(f"Rank {r} arrives last most often ({verdict.per_rank[r].times_slowest} of {verdict.trials} steps), "
                f"median {fmt_ms(row['median_lateness_s'])} late against {fmt_ms(others)} for the others: within "
                "this run's noise; profile more steps to tell"),
@@ -362,7 +361,7 @@ def _within_noise(store: Store, metrics: pd.DataFrame, verdict: OutlierVerdict) 
                         "(torch.profiler schedule active=20 or more) to tell a persistent straggler from noise."),
         evidence={"significance": _significance(verdict), "share_last": round(float(row["share_last"]), 3),
                   "cost_share_if_real": round(float(row["cost_share"]), 4)},
-        ranks=(r,), hosts=hosts_of(store, [r]), confidence=verdict.confidence, key=f"straggler:noise:{r}",
+        key=f"straggler:noise:{r}",
     )]
 
 

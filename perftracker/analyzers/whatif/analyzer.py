@@ -21,6 +21,7 @@ from perftracker.analyzers.thresholds import threshold
 from perftracker.analyzers.whatif.ops_graph import (
     COMM_TYPES,
     OPTIMIZER,
+    P2P,
     GraphError,
     OpsGraph,
     build,
@@ -92,11 +93,7 @@ def ideal(graph: OpsGraph, by_stage: bool = False) -> tuple[np.ndarray, np.ndarr
 
 def optype_family(kind: str) -> str:
     """The op type S_t is reported under (the artifact folds send/recv into one P2P family per direction)."""
-    if kind in ("forward-send", "forward-recv"):
-        return "forward-pp-comm"
-    if kind in ("backward-send", "backward-recv"):
-        return "backward-pp-comm"
-    return kind
+    return kind.split("-")[0] + "-pp-comm" if kind in P2P else kind
 
 
 def whatif(graph: OpsGraph, ranks: pd.DataFrame | None = None) -> WhatIf:

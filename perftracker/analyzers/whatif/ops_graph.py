@@ -119,21 +119,14 @@ def _dependencies(nodes: pd.DataFrame, n_dp: int
         _chain(deps, order)
         for kind in P2P:
             _chain(deps, here[here["optype"] == kind].sort_values("seq_id").index.to_list())
-        for kind in P2P:
-            direction, verb = kind.split("-")
-            compute = f"{direction}-compute"
-            for i in here[here["optype"] == kind].index:
-                q = int(seq[i])
-                mine = index.get((stage, compute, q))
-                if mine is None:
-                    continue
-                if verb == "send":
-                    deps[i].append(mine)
-                else:
-                    deps[mine].append(i)
-                    prev = index.get((stage, compute, q - 1))
-                    if prev is not None:
-                        deps[i].append(prev)
+        for i in here[here["optype"].isin(P2P)].index:  # send after its compute; compute after its recv, after the last
+            direction, verb = str(nodes.at[i, "optype"]).split("-")
+            mine, prev = (index.get((stage, f"{direction}-compute", int(seq[i]) - d)) for d in (0, 1))
+            if mine is not None and verb == "send":
+                deps[i].append(mine)
+            elif mine is not None:
+                deps[mine].append(i)
+                deps[i] += [prev] if prev is not None else []
         first_bwd = next((k for k, i in enumerate(order) if nodes.at[i, "optype"] == BWD), -1)
         if first_bwd >= 2:
             for kind in ("backward-send", "backward-recv"):
@@ -144,31 +137,25 @@ def _dependencies(nodes: pd.DataFrame, n_dp: int
         if use_dp:
             _chain(deps, dp_ops.index.to_list())
             _per_chunk(deps, here, comp, before=True)
-        last_compute = comp.index[-1] if len(comp) else None
-        post = _post_chain(here, stage, n_stages, use_dp, overlap_dp)
-        gc = index.get((stage, GC, 0))
+            groups += [(int(i),) for i in dp_ops.index]
+            synced.update((int(i),) for i in dp_ops.index)
+        last_compute = int(comp.index[-1]) if len(comp) else -1
+        gc = index.get((stage, GC, 0), -1)
         tail: list[int] = []
-        if gc is not None and last_compute is not None:
-            deps[gc].append(int(last_compute))
+        if gc >= 0 and last_compute >= 0:
+            deps[gc].append(last_compute)
         if overlap_dp and use_dp:
             rs = here[here["optype"] == "grads-reduce-scatter"]
             if len(rs):
                 tail.append(int(rs.index[-1]))
             _per_chunk(deps, here, comp, before=False)
-        tail.append(gc if gc is not None else (int(last_compute) if last_compute is not None else -1))
-        for j in post:
+        tail.append(gc if gc >= 0 else last_compute)
+        for j in _post_chain(here, stage, n_stages, use_dp, overlap_dp):
             deps[j].extend(t for t in tail if t >= 0)
             tail = [j]
-        if use_dp:
-            for i in dp_ops.index:
-                groups.append((int(i),))
-                synced.add((int(i),))
-    for i, (stage, kind, q) in enumerate(zip(nodes["stage"], nodes["optype"], nodes["seq_id"])):
-        if kind in ("forward-send", "backward-send"):
-            peer_stage = int(stage) + (1 if kind == "forward-send" else -1)
-            peer = index.get((peer_stage, kind.replace("send", "recv"), int(q)))
-            if peer is not None:
-                groups.append((i, peer))
+    for (stage, kind, q), i in index.items():  # a send and the next (forward) or previous stage's recv: one group
+        peer = (stage + (1 if kind.startswith("forward") else -1), kind.replace("send", "recv"), q)
+        groups += [(i, index[peer])] if kind.endswith("send") and peer in index else []
     emb = tuple(i for i in (index.get((0, EMBEDDING, 0)), index.get((n_stages - 1, EMBEDDING, 0))) if i is not None)
     if emb:
         groups.append(tuple(dict.fromkeys(emb)))
