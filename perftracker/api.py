@@ -30,11 +30,11 @@ from perftracker.outputs import FINDINGS as FINDINGS
 from perftracker.outputs import REPORT as REPORT
 from perftracker.outputs import TABLES as TABLES
 from perftracker.outputs import TIMELINE as TIMELINE
-from perftracker.outputs import ReportNotWritten as ReportNotWritten
 from perftracker.outputs import render_report as render_report
 from perftracker.outputs import saved_output, write_timeline
 from perftracker.outputs import writing as writing
 from perftracker.pipeline import diff_runs, read_run, run_of, timeline_of
+from perftracker.results import ReportNotWritten as ReportNotWritten
 from perftracker.results import Run as Run
 from perftracker.results import RunDiff as RunDiff
 from perftracker.store import Store
