@@ -27,13 +27,13 @@ from perftracker.reports.json_report import verdict
 from perftracker.reports.kernel_section import kernels_section
 from perftracker.reports.layout_section import layout_section
 from perftracker.reports.nccl_section import inspector_section, nccl_section
-from perftracker.reports.profile_section import profile_section
 from perftracker.reports.sections import Section, SectionFn
 from perftracker.reports.strip import StripCell
 from perftracker.reports.templating import ENV, write_page
 from perftracker.reports.trace_sections import (
     breakdown_section,
     overlap_section,
+    profile_section,
     steps_section,
     stragglers_section,
     timeline_section,

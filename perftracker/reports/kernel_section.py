@@ -1,6 +1,7 @@
 """The report's "Kernels and ops" section: the top GPU kernels and CPU ops, kernel families, and what the CPU
 ran while the GPU was idle. `kernels_section(tables, findings)` is None when the run has neither kernels nor CPU
-ops; at most TOP_ROWS rows per table.
+ops; at most TOP_ROWS rows per table. Its charts (`kernels_chart`, `families_chart`) number shortened names, so
+two kernels that shorten alike stay two bars.
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from functools import partial
 from typing import Any
 
 import pandas as pd
+import plotly.graph_objects as go
 
 from perftracker.analyzers.findings import Finding
-from perftracker.reports import kernel_charts, rank_charts
+from perftracker.reports import rank_charts
+from perftracker.reports.charts import figure, label
 from perftracker.reports.evidence import measured
 from perftracker.reports.sections import Section, Tables, rank_layout, table
 from perftracker.values import short_symbol
@@ -28,6 +31,9 @@ GAP_HEAD = ["rank", "step", "kind of gap", "gap ms", "CPU ops in the gap (own ti
 IDLE_OP_HEAD = ["rank", "kind of gap", "op", "kind", "ms in gaps", "% of those gaps"]
 TEXT_COLUMNS = {"kernel", "family", "launched by", "op", "kind", "kind of gap", "CPU ops in the gap (own time)",
                 "kernel after it"}
+TOP_BARS = 15
+FAMILY_COLORS = {"GEMM": "#4C78A8", "attention": "#B279A2", "convolution": "#72B7B2", "reduction": "#EECA3B",
+                 "elementwise": "#9D755D", "communication": "#F58518", "memory": "#54A24B", "other": "#BAB0AC"}
 
 
 @dataclass(frozen=True)
@@ -102,7 +108,7 @@ def _idle_ops_table(frame: pd.DataFrame) -> NamedTable:
 def _families(frame: pd.DataFrame, ranks: list[int] | None = None) -> dict[str, Any]:
     """Share of GPU work per family, one row per rank: the first 64 ranks, or `ranks` (in their order)."""
     grid = frame.pivot_table(index="rank", columns="family", values="share_pct", aggfunc="sum").fillna(0.0)
-    order = [f for f in kernel_charts.FAMILY_COLORS if f in grid.columns]
+    order = [f for f in FAMILY_COLORS if f in grid.columns]
     shown = grid[order].head(64) if ranks is None else grid[order].reindex([r for r in ranks if r in grid.index])
     return {"head": ["rank", *[f"{f} %" for f in order]],
             "rows": [[str(int(rank)), *[_pct(v) for v in values]] for rank, values in zip(shown.index, shown.to_numpy())],
@@ -135,8 +141,42 @@ def kernels_section(tables: Tables, findings: list[Finding]) -> Section | None:
         "longest_gaps": _gaps_table(longest) if not longest.empty else None,
         "idle_ops": _idle_ops_table(idle_ops) if not idle_ops.empty else None,
     }
-    family_chart = (rank_charts.families_distribution(families, list(kernel_charts.FAMILY_COLORS),
-                                                      kernel_charts.FAMILY_COLORS) if many
-                    else kernel_charts.families_chart(families))
-    figures = [f for f in (kernel_charts.kernels_chart(kernels), family_chart) if f]
+    family_chart = (rank_charts.families_distribution(families, list(FAMILY_COLORS),
+                                                      FAMILY_COLORS) if many
+                    else families_chart(families))
+    figures = [f for f in (kernels_chart(kernels), family_chart) if f]
     return Section("kernels", "Kernels and ops", TEMPLATE, data, figures)
+
+
+def kernels_chart(kernels: pd.DataFrame) -> dict[str, Any] | None:
+    """Horizontal bars: the top kernels across ranks by time per step (total time without steps), by family."""
+    if kernels.empty:
+        return None
+    top = kernels.head(TOP_BARS).reset_index(drop=True)
+    per_step = bool(top["ns_per_step"].notna().all())
+    value = (top["ns_per_step"] if per_step else top["total_ns"]) / 1e6
+    names = [f"{i + 1}. {label(short_symbol(str(n), 50))}" for i, n in enumerate(top["name"])]
+    fig = go.Figure()
+    for family in dict.fromkeys(top["family"].astype(str)):
+        rows = top.index[top["family"].astype(str) == family]
+        fig.add_bar(y=[names[i] for i in rows], x=value.iloc[rows].round(4), orientation="h", name=label(family),
+                    marker_color=FAMILY_COLORS.get(family, "#999999"),
+                    hovertext=[label(str(top.loc[i, "name"])[:400]) for i in rows], hoverinfo="text+x")
+    unit = "ms per step (mean over ranks)" if per_step else "ms in the profiled window"
+    return figure(fig, max(320, 26 * len(names) + 140), title=f"Top GPU kernels across ranks ({unit})",
+                  xaxis_title="ms", yaxis=dict(categoryorder="array", categoryarray=names[::-1], automargin=True))
+
+
+def families_chart(families: pd.DataFrame, max_ranks: int = 64) -> dict[str, Any] | None:
+    """Stacked bars: each rank's GPU work time by kernel family (% of its GPU work)."""
+    if families.empty:
+        return None
+    ranks = sorted(int(r) for r in families["rank"].unique())[:max_ranks]
+    shown = families[families["rank"].isin(ranks)]
+    labels = [f"rank {r}" for r in ranks]
+    fig = go.Figure()
+    for family in [f for f in FAMILY_COLORS if f in set(shown["family"].astype(str))]:
+        share = shown[shown["family"] == family].set_index("rank")["share_pct"].reindex(ranks).fillna(0.0)
+        fig.add_bar(x=labels, y=share.round(2), name=label(family), marker_color=FAMILY_COLORS[family])
+    return figure(fig, barmode="stack", title="GPU work per rank by kernel family (% of its GPU work time)",
+                  yaxis_title="%")

@@ -1,4 +1,5 @@
-"""Report sections drawn from traces and step times: GPU time breakdown, overlap, step time, stragglers, timeline.
+"""Report sections drawn from traces, step times and sampled stacks: GPU time breakdown, overlap, step time,
+stragglers, timeline, where each rank spends its time (`profile_samples` side by side).
 
 Each is `(tables, findings) -> Section | None`; tables show at most 64 rows; with many ranks the charts are
 distributions and the tables list the ranks the analyzers picked.
@@ -10,7 +11,16 @@ import pandas as pd
 
 from perftracker.analyzers.findings import Finding
 from perftracker.reports import charts, rank_charts
-from perftracker.reports.sections import Section, Tables, focus_rows, grid, rank_layout, role_text, table
+from perftracker.reports.sections import (
+    Section,
+    Tables,
+    focus_rows,
+    grid,
+    listed,
+    rank_layout,
+    role_text,
+    table,
+)
 
 TEMPLATE = "section_table.html.j2"
 BREAKDOWN_COLUMNS = {"rank": "rank", "window": "window", "compute_pct": "compute %",
@@ -117,3 +127,14 @@ def timeline_section(tables: Tables, findings: list[Finding]) -> Section | None:
     chart = charts.timeline_chart(timeline, timeline_title(timeline, table(tables, "rank_focus"), ranks)) \
         if not timeline.empty else None
     return Section("timeline", "Timeline of a representative step", TEMPLATE, {}, [chart]) if chart else None
+
+
+def profile_section(tables: Tables, findings: list[Finding]) -> Section | None:
+    """A heatmap of the frames that differ most between ranks, each rank's sample count and the `stack_profile`
+    findings; None without profiled ranks."""
+    ranks = table(tables, "profile_ranks")
+    if ranks.empty:
+        return None
+    data = {"rate_hz": int(ranks["rate_hz"].max()), "findings": listed(findings, ("stack_profile",))}
+    return Section("profile", "Where each rank spends its time", "section_profile.html.j2", data,
+                   charts.profile_figures(ranks, table(tables, "profile_shares")))
