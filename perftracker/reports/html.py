@@ -19,26 +19,25 @@ from plotly.utils import PlotlyJSONEncoder
 
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.reports import charts
-from perftracker.reports.critical_path_section import critical_path_section
 from perftracker.reports.efficiency_section import efficiency_section
 from perftracker.reports.evidence import evidence_items
 from perftracker.reports.health_sections import gpu_section, rdma_section
 from perftracker.reports.json_report import verdict
 from perftracker.reports.kernel_section import kernels_section
-from perftracker.reports.layout_section import layout_section
 from perftracker.reports.nccl_section import inspector_section, nccl_section
 from perftracker.reports.sections import Section, SectionFn
 from perftracker.reports.strip import StripCell
 from perftracker.reports.templating import ENV, write_page
 from perftracker.reports.trace_sections import (
     breakdown_section,
+    layout_section,
     overlap_section,
     profile_section,
     steps_section,
     stragglers_section,
     timeline_section,
 )
-from perftracker.reports.waits_section import wait_graph_section, waits_section
+from perftracker.reports.waits_section import critical_path_section, wait_graph_section, waits_section
 from perftracker.store import LoadNote
 
 SECTIONS: tuple[SectionFn, ...] = (
