@@ -133,7 +133,7 @@ class Run:
         return self.report_path
 
     def _repr_html_(self) -> str:
-        from perftracker.reports.notebook import run_html
+        from perftracker.reports.templating import run_html
 
         return run_html(self.verdict, self.findings)
 
@@ -218,9 +218,9 @@ class RunDiff:
                 json_report.write(folder / DIFF_JSON, self.document)
                 claim.wrote(DIFF_JSON)
             with writing(folder / DIFF_HTML):
-                from perftracker.reports import diff_html
+                from perftracker.reports.html import render_diff
 
-                diff_html.render(folder / DIFF_HTML, self.findings, safe_frame(self.comparison.ops),
+                render_diff(folder / DIFF_HTML, self.findings, safe_frame(self.comparison.ops),
                                  safe_frame(self.comparison.ranks), safe_evidence(self.comparison.summary),
                                  title=safe_text(f"perftracker diff: {self.title}"), verdict=self.verdict,
                                  side_reports=reports)
@@ -229,7 +229,7 @@ class RunDiff:
         return folder / DIFF_HTML
 
     def _repr_html_(self) -> str:
-        from perftracker.reports.notebook import run_html
+        from perftracker.reports.templating import run_html
 
         return run_html(self.verdict, self.findings)
 
