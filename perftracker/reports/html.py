@@ -22,10 +22,9 @@ from perftracker.analyzers.findings import Finding, Severity
 from perftracker.reports import charts
 from perftracker.reports.efficiency_section import efficiency_section
 from perftracker.reports.evidence import evidence_items
-from perftracker.reports.health_sections import gpu_section, rdma_section
+from perftracker.reports.health_sections import gpu_section, inspector_section, nccl_section, rdma_section
 from perftracker.reports.json_report import verdict
 from perftracker.reports.kernel_section import kernels_section
-from perftracker.reports.nccl_section import inspector_section, nccl_section
 from perftracker.reports.sections import Section, SectionFn
 from perftracker.reports.strip import StripCell
 from perftracker.reports.templating import ENV, write_page

@@ -15,7 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from perftracker.analyzers.findings import Finding
-from perftracker.reports import rank_charts
+from perftracker.reports import charts
 from perftracker.reports.charts import figure, label
 from perftracker.reports.evidence import measured
 from perftracker.reports.sections import Section, Tables, rank_layout, table
@@ -135,7 +135,7 @@ def kernels_section(tables: Tables, findings: list[Finding]) -> Section | None:
         "longest_gaps": _named(GAPS, longest, TOP_ROWS // 2) if not longest.empty else None,
         "idle_ops": _named(IDLE_OPS, idle_ops, TOP_ROWS // 2) if not idle_ops.empty else None,
     }
-    family_chart = (rank_charts.families_distribution(families, list(FAMILY_COLORS),
+    family_chart = (charts.families_distribution(families, list(FAMILY_COLORS),
                                                       FAMILY_COLORS) if many
                     else families_chart(families))
     figures = [f for f in (kernels_chart(kernels), family_chart) if f]

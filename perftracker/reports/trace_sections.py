@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from perftracker.analyzers.findings import Finding
-from perftracker.reports import charts, rank_charts
+from perftracker.reports import charts
 from perftracker.reports.charts import figure, label, tall
 from perftracker.reports.sections import (
     Section,
@@ -52,14 +52,14 @@ def _rows(frame: pd.DataFrame, columns: dict[str, str], view: str, tables: Table
 
 def breakdown_section(tables: Tables, findings: list[Finding]) -> Section | None:
     bd = table(tables, "breakdown")
-    chart = rank_charts.breakdown_distribution(bd) if rank_layout(tables)[1] else charts.breakdown_chart(bd)
+    chart = charts.breakdown_distribution(bd) if rank_layout(tables)[1] else charts.breakdown_chart(bd)
     return Section("breakdown", "GPU time breakdown", TEMPLATE, _rows(bd, BREAKDOWN_COLUMNS, "breakdown", tables),
                    [chart]) if chart else None
 
 
 def overlap_section(tables: Tables, findings: list[Finding]) -> Section | None:
     bd = table(tables, "breakdown")
-    chart = rank_charts.overlap_distribution(bd) if rank_layout(tables)[1] else charts.overlap_chart(bd)
+    chart = charts.overlap_distribution(bd) if rank_layout(tables)[1] else charts.overlap_chart(bd)
     return Section("overlap", "Communication / compute overlap", TEMPLATE, {}, [chart]) if chart else None
 
 
@@ -68,8 +68,8 @@ def steps_section(tables: Tables, findings: list[Finding]) -> Section | None:
     changes = [int(f.evidence["change_step"]) for f in findings if "change_step" in f.evidence]
     if rank_layout(tables)[1]:
         focus = table(tables, "rank_focus")
-        found = (rank_charts.step_time_histogram(stats, focus),
-                 rank_charts.step_spread_chart(table(tables, "step_spread"), steps, focus, change_steps=changes))
+        found = (charts.step_time_histogram(stats, focus),
+                 charts.step_spread_chart(table(tables, "step_spread"), steps, focus, change_steps=changes))
     else:
         found = (charts.step_time_chart(stats), charts.step_series_chart(steps, change_steps=changes))
     figures = [f for f in found if f]
@@ -91,7 +91,7 @@ def stragglers_section(tables: Tables, findings: list[Finding]) -> Section | Non
     picked = focus_rows(waits, focus) if not waits.empty else waits
     slowest = int((focus["role"] == "slowest").sum()) if not focus.empty else 0
     title = f"Waiting at collectives per step (ms): {slowest} slowest of {ranks:,} ranks, peers, median"
-    figures = [f for f in (rank_charts.lateness_groups_heatmap(table(tables, "lateness_groups"), grouped_by),
+    figures = [f for f in (charts.lateness_groups_heatmap(table(tables, "lateness_groups"), grouped_by),
                            charts.wait_bars(picked, title)) if f]
     if not figures:
         return None
