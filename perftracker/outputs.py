@@ -59,14 +59,13 @@ def render_html(out_dir: Path, tables: Mapping[str, pd.DataFrame], findings: lis
                 title: str, summary: json_report.Summary) -> None:
     """report.html in `out_dir`, from the run's tables and findings (sections that cannot be drawn are noted)."""
     from perftracker.reports import html as html_report
-    from perftracker.reports.strip import summary_strip
 
     sections, failed = html_report.build_sections(tables, findings)
     notes = [*notes, *(LoadNote("warning", f"report section {name}", f"left out: its tables could not be drawn "
                                 f"({why}). Re-run `perftracker analyze` to write them again.")
                        for name, why in failed)]
     html_report.render(out_dir / REPORT, findings, notes, sections, title=safe_text(title), coverage=summary.coverage,
-                       synthetic=summary.synthetic_inputs or None, strip=summary_strip(tables, findings),
+                       synthetic=summary.synthetic_inputs or None, strip=html_report.summary_strip(tables, findings),
                        timeline_command=plain_line(timeline_command(title, out_dir, tables)),
                        timeline_file=TIMELINE if (out_dir / TIMELINE).is_file() else "")
 
