@@ -31,9 +31,10 @@ from perftracker.outputs import REPORT as REPORT
 from perftracker.outputs import TABLES as TABLES
 from perftracker.outputs import TIMELINE as TIMELINE
 from perftracker.outputs import render_report as render_report
-from perftracker.outputs import saved_output, write_timeline
+from perftracker.outputs import saved_output
 from perftracker.outputs import writing as writing
 from perftracker.pipeline import diff_runs, read_run, run_of, timeline_of
+from perftracker.reports.timeline_trace import write_trace
 from perftracker.results import ReportNotWritten as ReportNotWritten
 from perftracker.results import Run as Run
 from perftracker.results import RunDiff as RunDiff
@@ -229,7 +230,7 @@ def timeline(path: PathLike, *, ranks: list[int] | None = None, steps: list[int]
              max_events: int = DEFAULT_MAX_EVENTS, analysis: AnalysisOptions | None = None,
              **options: Unpack[LoadKeywords]) -> MergedTimeline:
     """One clock-aligned timeline of all ranks (offsets from collective end times), with the findings of the
-    report marked on it; write it with `write_timeline`.
+    report marked on it; write it with `save_timeline`.
 
     Args:
         path: The inputs (with torch.profiler traces).
@@ -256,4 +257,4 @@ def save_timeline(merged: MergedTimeline, out: PathLike, title: str = "") -> int
         perftracker.errors.OutputError: the file could not be written (nothing half-written is left).
     """
     with writing(Path(out)):
-        return write_timeline(merged, Path(out), title)
+        return write_trace(Path(out), merged, title)

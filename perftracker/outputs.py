@@ -1,6 +1,6 @@
 """The output folders' pieces: `writing` (an OSError as the OutputError naming the file), report.html drawn
-(`render_html`) and redrawn from a saved folder (`render_report`), the saved folder read back (`read_saved`) and
-the merged timeline written. The writers of a whole run or comparison are `results.Run.write`/`RunDiff.write`.
+(`render_html`) and redrawn from a saved folder (`render_report`), the saved folder read back (`read_saved`). The
+writers of a whole run or comparison are `results.Run.write` / `RunDiff.write`.
 """
 
 from __future__ import annotations
@@ -90,15 +90,6 @@ def render_report(out_dir: Path, follow_links: bool = False) -> Path:
                     json_report.Summary.from_dict(document.get("summary") or {}))
         claim.wrote(REPORT)
     return out_dir / REPORT
-
-
-def write_timeline(merged: Any, out: Path, title: str) -> int:
-    """The merged timeline (`analyzers.traces.merged_timeline.MergedTimeline`) as a trace file; the events written."""
-    from perftracker.reports import timeline_trace
-
-    written: int = timeline_trace.write_trace(out, merged.events, merged.markers, merged.ranks, merged.steps,
-                                              merged.offsets_ns, merged.note, title=title)
-    return written
 
 
 def timeline_command(input_path: str, out_dir: Path, tables: Mapping[str, pd.DataFrame]) -> str:

@@ -19,10 +19,11 @@ from perftracker.analyzers.compare.diff import RunComparison
 from perftracker.analyzers.findings import Finding, safe_evidence
 from perftracker.errors import OutputError
 from perftracker.output_names import DIFF_HTML, DIFF_JSON, FINDINGS, REPORT, TABLES, TIMELINE
-from perftracker.outputs import render_html, write_timeline, writing
+from perftracker.outputs import render_html, writing
 from perftracker.redaction import safe_frame, safe_tables, safe_text
 from perftracker.reports import json_report
 from perftracker.reports.json_report import Summary
+from perftracker.reports.timeline_trace import write_trace
 from perftracker.store import LoadNote, RunInfo, Store
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ class Run:
                 written.append(FINDINGS)
                 if self.timeline is not None:
                     with writing(folder / TIMELINE):
-                        write_timeline(self.timeline, folder / TIMELINE, self.input)
+                        write_trace(folder / TIMELINE, self.timeline, self.input)
                         claim.wrote(TIMELINE)
                     written.append(TIMELINE)
                 else:  # an earlier run's timeline is not this run's

@@ -90,7 +90,7 @@ IDLE_OPS = Spec(IDLE_OP_HEAD, "name", ("kind", "self_ns", "share_pct"), ("rank",
 
 def _named(spec: Spec, frame: pd.DataFrame, limit: int) -> NamedTable:
     """The first `limit` rows of `frame` as the table `spec` says, and how many more there are."""
-    def shown(record: dict[str, Any], columns: tuple[str, ...]) -> list[str]:
+    def shown(record: dict[Any, Any], columns: tuple[str, ...]) -> list[str]:
         return [SHOW.get(c, str)(record[c]) for c in columns]
 
     ranked = frame.sort_values(spec.by, ascending=False, kind="stable") if spec.by else frame
