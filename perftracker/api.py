@@ -100,15 +100,9 @@ def load(path: PathLike, **options: Unpack[LoadKeywords]) -> Store:
 
 def analyze_store(store: Store, input_path: PathLike = "", *, hta_compat: bool = False,
                   analysis: AnalysisOptions | None = None, timeline: bool = False) -> Run:
-    """Analyze an already loaded Store (left open: close it, or load it in a `with` block).
-
-    Args:
-        store: What `load` returned.
-        input_path: The path to name as the run's input (findings.json's "input", the report's title).
-        hta_compat: Use Holistic Trace Analysis' definitions for the breakdown and overlap.
-        analysis: The analysis options in full (`hta_compat` is then ignored).
-        timeline: Also merge all ranks onto one clock-aligned timeline (`Run.timeline`; written by `Run.write`).
-    """
+    """Analyze an already loaded Store (what `load` returned; left open: close it, or load it in a `with` block)
+    as `analyze` does; `input_path` is the path to name as the run's input (findings.json's "input", the report's
+    title)."""
     chosen = _analysis_options(hta_compat, analysis)
     return run_of(Analysis(store, chosen), str(input_path or store.run_info.input), timeline)
 
@@ -148,13 +142,9 @@ def analyze(path: PathLike, *, hta_compat: bool = False, analysis: AnalysisOptio
 
 def analyze_jobs(path: PathLike, *, hta_compat: bool = False, analysis: AnalysisOptions | None = None,
                  timeline: bool = False, **options: Unpack[LoadKeywords]) -> list[tuple[JobGroup | None, Run]]:
-    """Each job under `path` analyzed alone (traces of different jobs are never compared), one at a time
-    (each job's Store is closed before the next is loaded).
-
-    Returns:
-        (the job's group of traces, or None for inputs without traces; its `Run`) per job. With one job,
-        that of `analyze`.
-    """
+    """Each job under `path` analyzed alone as `analyze` does (traces of different jobs are never compared), one
+    at a time (each job's Store is closed before the next is loaded): (the job's group of traces, or None for
+    inputs without traces; its `Run`) per job. With one job, that of `analyze`."""
     chosen, loading = _analysis_options(hta_compat, analysis), load_options(**options)
     boolean(timeline, "timeline")
     runs: list[tuple[JobGroup | None, Run]] = []
