@@ -30,11 +30,12 @@ from perftracker.outputs import FINDINGS as FINDINGS
 from perftracker.outputs import REPORT as REPORT
 from perftracker.outputs import TABLES as TABLES
 from perftracker.outputs import TIMELINE as TIMELINE
-from perftracker.outputs import ReportNotWritten as ReportNotWritten
 from perftracker.outputs import render_report as render_report
-from perftracker.outputs import saved_output, write_timeline
+from perftracker.outputs import saved_output
 from perftracker.outputs import writing as writing
 from perftracker.pipeline import diff_runs, read_run, run_of, timeline_of
+from perftracker.reports.timeline_trace import write_trace
+from perftracker.results import ReportNotWritten as ReportNotWritten
 from perftracker.results import Run as Run
 from perftracker.results import RunDiff as RunDiff
 from perftracker.store import Store
@@ -99,15 +100,9 @@ def load(path: PathLike, **options: Unpack[LoadKeywords]) -> Store:
 
 def analyze_store(store: Store, input_path: PathLike = "", *, hta_compat: bool = False,
                   analysis: AnalysisOptions | None = None, timeline: bool = False) -> Run:
-    """Analyze an already loaded Store (left open: close it, or load it in a `with` block).
-
-    Args:
-        store: What `load` returned.
-        input_path: The path to name as the run's input (findings.json's "input", the report's title).
-        hta_compat: Use Holistic Trace Analysis' definitions for the breakdown and overlap.
-        analysis: The analysis options in full (`hta_compat` is then ignored).
-        timeline: Also merge all ranks onto one clock-aligned timeline (`Run.timeline`; written by `Run.write`).
-    """
+    """Analyze an already loaded Store (what `load` returned; left open: close it, or load it in a `with` block)
+    as `analyze` does; `input_path` is the path to name as the run's input (findings.json's "input", the report's
+    title)."""
     chosen = _analysis_options(hta_compat, analysis)
     return run_of(Analysis(store, chosen), str(input_path or store.run_info.input), timeline)
 
@@ -147,13 +142,9 @@ def analyze(path: PathLike, *, hta_compat: bool = False, analysis: AnalysisOptio
 
 def analyze_jobs(path: PathLike, *, hta_compat: bool = False, analysis: AnalysisOptions | None = None,
                  timeline: bool = False, **options: Unpack[LoadKeywords]) -> list[tuple[JobGroup | None, Run]]:
-    """Each job under `path` analyzed alone (traces of different jobs are never compared), one at a time
-    (each job's Store is closed before the next is loaded).
-
-    Returns:
-        (the job's group of traces, or None for inputs without traces; its `Run`) per job. With one job,
-        that of `analyze`.
-    """
+    """Each job under `path` analyzed alone as `analyze` does (traces of different jobs are never compared), one
+    at a time (each job's Store is closed before the next is loaded): (the job's group of traces, or None for
+    inputs without traces; its `Run`) per job. With one job, that of `analyze`."""
     chosen, loading = _analysis_options(hta_compat, analysis), load_options(**options)
     boolean(timeline, "timeline")
     runs: list[tuple[JobGroup | None, Run]] = []
@@ -229,7 +220,7 @@ def timeline(path: PathLike, *, ranks: list[int] | None = None, steps: list[int]
              max_events: int = DEFAULT_MAX_EVENTS, analysis: AnalysisOptions | None = None,
              **options: Unpack[LoadKeywords]) -> MergedTimeline:
     """One clock-aligned timeline of all ranks (offsets from collective end times), with the findings of the
-    report marked on it; write it with `write_timeline`.
+    report marked on it; write it with `save_timeline`.
 
     Args:
         path: The inputs (with torch.profiler traces).
@@ -256,4 +247,4 @@ def save_timeline(merged: MergedTimeline, out: PathLike, title: str = "") -> int
         perftracker.errors.OutputError: the file could not be written (nothing half-written is left).
     """
     with writing(Path(out)):
-        return write_timeline(merged, Path(out), title)
+        return write_trace(Path(out), merged, title)

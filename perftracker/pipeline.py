@@ -27,11 +27,10 @@ from perftracker.analyzers.thresholds import active as active_thresholds
 from perftracker.analyzers.traces.merged_timeline import DEFAULT_MAX_EVENTS, MergedTimeline, merged_timeline
 from perftracker.analyzers.views import report_tables
 from perftracker.errors import InputError
-from perftracker.outputs import FINDINGS, TABLES, origin_notes
+from perftracker.outputs import origin_notes, read_saved
 from perftracker.reports import json_report
 from perftracker.reports.json_report import RunFacts
 from perftracker.results import Run, RunDiff
-from perftracker.saved_tables import read_tables
 from perftracker.store import LoadNote
 
 MAX_TIMELINE_NOTES = 5  # the input notes a timeline's one note line names (the rest are counted)
@@ -109,10 +108,8 @@ def _finite(value: Any) -> float | None:
 def read_run(folder: Path, follow_links: bool = False) -> Run:
     """A saved analysis output (findings.json + tables/, each checked as it is read: a table left out is a
     note) as a `Run` (`out_dir` is the folder); with `follow_links`, links leading outside it are read."""
-    document, findings = json_report.read(folder / FINDINGS, follow_links)
-    tables, table_notes = read_tables(folder / TABLES, follow_links)
-    notes = [*(LoadNote.from_dict(n) for n in document.get("notes", [])), *table_notes, *origin_notes(folder, document)]
-    return Run(str(document.get("input", folder)), findings, tables, notes, document,
+    document, findings, tables, notes = read_saved(folder, follow_links)
+    return Run(str(document.get("input", folder)), findings, tables, [*notes, *origin_notes(folder, document)], document,
                json_report.Summary.from_dict(document["summary"]), out_dir=folder)
 
 

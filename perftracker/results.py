@@ -1,21 +1,29 @@
 """What the API hands back: one analyzed run (`Run`) and one comparison of two runs (`RunDiff`).
 
 Each holds its verdict, ranked findings, notes, summary and report views in memory; nothing is written until
-`write(out)`. In a notebook a run shows its verdict and findings as a table.
+`write(out)`, which writes each file then renames it (a failure is an OutputError naming the file;
+`ReportNotWritten` carries the finished run). In a notebook a run shows its verdict and findings as a table.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from perftracker import output_dir
 from perftracker.analyzers.compare.diff import RunComparison
-from perftracker.analyzers.findings import Finding
-from perftracker.outputs import DIFF_HTML, REPORT, write_diff, write_run
+from perftracker.analyzers.findings import Finding, safe_evidence
+from perftracker.errors import OutputError
+from perftracker.output_names import DIFF_HTML, DIFF_JSON, FINDINGS, REPORT, TABLES, TIMELINE
+from perftracker.outputs import render_html, writing
+from perftracker.redaction import safe_frame, safe_tables, safe_text
+from perftracker.reports import json_report
 from perftracker.reports.json_report import Summary
+from perftracker.reports.timeline_trace import write_trace
 from perftracker.store import LoadNote, RunInfo, Store
 
 if TYPE_CHECKING:
@@ -93,21 +101,55 @@ class Run:
         a timeline) into folder `out`, created if needed. Returns the path of report.html.
 
         Raises:
-            perftracker.outputs.ReportNotWritten: a file could not be written (it names the file; what was
+            ReportNotWritten: a file could not be written (it names the file; what was
                 written before it is whole).
         """
-        folder = Path(out)
-        write_run(self, folder)
+        folder, written = Path(out), []
+        try:
+            with output_dir.claimed(folder) as claim:  # one writer per folder; a planted link is replaced, never followed
+                for rel in (FINDINGS, REPORT, TIMELINE):  # nothing perftracker did not write is in the way
+                    claim.check(rel)
+                claim.made_from, claim.command = str(self.input), "analyze"
+                tables = safe_tables(self.tables)
+                with writing(folder / TABLES):
+                    output_dir.replace_tables(tables, folder / TABLES, claim)
+                written.append(f"{TABLES}/")
+                with writing(folder / FINDINGS):
+                    json_report.write(folder / FINDINGS, self.document)
+                    claim.wrote(FINDINGS)
+                written.append(FINDINGS)
+                if self.timeline is not None:
+                    with writing(folder / TIMELINE):
+                        write_trace(folder / TIMELINE, self.timeline, self.input)
+                        claim.wrote(TIMELINE)
+                    written.append(TIMELINE)
+                else:  # an earlier run's timeline is not this run's
+                    output_dir.remove_stale(folder / TIMELINE, claim)
+                with writing(folder / REPORT):
+                    render_html(folder, tables, self.findings, self.notes, self.input, self.summary)
+                    claim.wrote(REPORT)
+        except OutputError as exc:
+            raise ReportNotWritten(exc, self, written) from None
         self.out_dir = folder
         return self.report_path
 
     def _repr_html_(self) -> str:
-        from perftracker.reports.notebook import run_html
+        from perftracker.reports.templating import run_html
 
         return run_html(self.verdict, self.findings)
 
     def __repr__(self) -> str:
         return f"Run({self.input!r}: {self.verdict} [{len(self.findings)} findings])"
+
+
+class ReportNotWritten(OutputError):
+    """The analysis finished, but its outputs could not be written: `result` is the finished analysis (a
+    `Run`: findings, document, tables), for the verdict to be said all the same."""
+
+    def __init__(self, cause: OutputError, result: Run, written: list[str]) -> None:
+        kept = f" ({' and '.join(written)} written before it)" if written else ""
+        super().__init__(cause.what, cause.where, cause.hint + kept)
+        self.result = result
 
 
 @dataclass
@@ -163,12 +205,32 @@ class RunDiff:
         Raises:
             perftracker.errors.OutputError: a file could not be written (it names the file).
         """
-        folder = Path(out)
-        write_diff(self, folder)
+        folder, reports = Path(out), {}
+        with output_dir.claimed(folder) as claim:
+            for rel in (DIFF_JSON, DIFF_HTML):
+                claim.check(rel)
+            claim.command = claim.command or "diff"
+            for label, side in (("base", self.base), ("new", self.new)):
+                if side.out_dir is None:
+                    side.write(folder / label)
+                if side.out_dir is not None and (side.out_dir / REPORT).is_file():
+                    reports[label] = Path(os.path.relpath(side.out_dir / REPORT, folder)).as_posix()
+            with writing(folder / DIFF_JSON):
+                json_report.write(folder / DIFF_JSON, self.document)
+                claim.wrote(DIFF_JSON)
+            with writing(folder / DIFF_HTML):
+                from perftracker.reports.html import render_diff
+
+                render_diff(folder / DIFF_HTML, self.findings, safe_frame(self.comparison.ops),
+                                 safe_frame(self.comparison.ranks), safe_evidence(self.comparison.summary),
+                                 title=safe_text(f"perftracker diff: {self.title}"), verdict=self.verdict,
+                                 side_reports=reports)
+                claim.wrote(DIFF_HTML)
+        self.out_dir = folder
         return folder / DIFF_HTML
 
     def _repr_html_(self) -> str:
-        from perftracker.reports.notebook import run_html
+        from perftracker.reports.templating import run_html
 
         return run_html(self.verdict, self.findings)
 

@@ -17,7 +17,7 @@ from perftracker import api
 from perftracker.cli import options as opt
 from perftracker.cli.progress import parsing_progress
 from perftracker.cli.voice import fail_on_exit, parse_fail_on, show, terminal, write_and_say
-from perftracker.reports.summary import headline, prometheus_text, text_summary
+from perftracker.reports.text import headline, prometheus_text, text_summary
 from perftracker.rundir import atomic_write_text
 
 

@@ -18,7 +18,7 @@ from perftracker.analyzers.sanity.table import FIGURE_LABELS
 from perftracker.api import writing
 from perftracker.output_dir import replace_tables
 from perftracker.reports import json_report
-from perftracker.reports.sanity_section import sanity_section
+from perftracker.reports.sections import sanity_section
 from perftracker.rundir import atomic_write_text
 
 

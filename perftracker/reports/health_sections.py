@@ -1,21 +1,39 @@
-"""Report sections for host health: RDMA throughput / congestion and GPU clocks / temperature / power.
-
-`rdma_section` and `gpu_section` return None without such samples; each lists its findings and, under each
-straggler's root-cause chain, the causes.
+"""Report sections for the job's network and hosts: NCCL (configuration per host/rank, transports and NICs, a
+WARN / error summary, bus bandwidth), the NCCL Inspector tables, RDMA throughput / congestion and GPU clocks /
+temperature / power. Each returns None without its inputs; the health sections list their findings and, under
+each straggler's root-cause chain, the causes; their figures (`gpu_figures`, `rdma_figures`) are one per host.
 """
+
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
 from perftracker.analyzers.findings import Finding
-from perftracker.reports.health_charts import gpu_figures, rdma_figures
-from perftracker.reports.sections import Section, Tables, listed, root_causes, table
+from perftracker.reports.charts import label
+from perftracker.reports.sections import Section, Tables, grid, listed, root_causes, table
 
 ACTIVE = 4  # sysfs port state "4: ACTIVE"
 MAX_PORT_ROWS = 64  # the rest of the ports are in tables/rdma_ports.parquet, named under the table
 MAX_GPU_FINDINGS = 30
+SHADE = {"thermal": "rgba(220,60,60,0.18)", "hw_slowdown": "rgba(230,140,20,0.18)",
+         "power_brake": "rgba(120,60,200,0.18)"}
+GPU_ROWS = ((1, "sm_clock_mhz"), (2, "temp_c"), (3, "power_w"))
+MAX_ROWS = 64  # rows of each table on the page; the rest is in tables/<view>.parquet, named under the table
+TRANSPORT_COLUMNS = ("host", "transport", "network", "nics", "intra")
+WARN_COLUMNS = ("host", "pid", "message", "count", "file", "line")
+BUSBW_COLUMNS = {"source": "source", "what": "measured", "size_bytes": "bytes", "busbw_gbs": "busbw GB/s",
+                 "expected_gbs": "expected GB/s", "share": "share", "bound_by": "bounded by"}
+BANDWIDTH_COLUMNS = {"comm_name": "communicator", "comm_size": "ranks", "op": "op", "bytes": "bytes",
+                     "collectives": "collectives", "busbw_median_gbs": "busbw median GB/s",
+                     "busbw_p10_gbs": "busbw p10 GB/s", "transfer_median_ms": "transfer median ms"}
+LATENESS_COLUMNS = {"comm_name": "communicator", "rank": "rank", "host": "host", "collectives": "collectives",
+                    "median_lateness_ms": "median lateness ms", "median_exec_ms": "median kernel ms"}
 
 
 def _paused(priority: str, share: float, frames_per_s: float) -> str:
@@ -67,3 +85,126 @@ def gpu_section(tables: Tables, findings: list[Finding]) -> Section | None:
             "findings": listed(findings, ("gpu_health", "gpu_links"), MAX_GPU_FINDINGS)}
     return Section("gpu", "GPU health", "section_gpu.html.j2", data,
                    gpu_figures(series, table(tables, "gpu_throttle")))
+
+
+def _time(ns: Any) -> pd.Series:
+    return pd.to_datetime(pd.Series(ns).astype("int64"), unit="ns")
+
+
+def _of(frame: pd.DataFrame, **match: Any) -> pd.DataFrame:
+    if frame.empty:
+        return frame
+    mask = pd.Series(True, index=frame.index)
+    for column, value in match.items():
+        mask &= frame[column] == value
+    return frame[mask]
+
+
+def gpu_figures(series: pd.DataFrame, throttle: pd.DataFrame) -> list[dict[str, Any]]:
+    """One figure per host of `series` (host, gpu, ts_ns and the metrics), throttle periods shaded."""
+    figures: list[dict[str, Any]] = []
+    if series.empty:
+        return figures
+    for host, mine in series.groupby("host", sort=True):
+        fig = make_subplots(rows=3, cols=1, shared_xaxes=True,
+                            subplot_titles=("SM clock (MHz)", "temperature (C)", "power (W)"))
+        for gpu, w in mine.groupby("gpu", sort=True):
+            t = _time(w["ts_ns"])
+            for row, metric in GPU_ROWS:
+                if w[metric].notna().any():
+                    fig.add_trace(go.Scatter(x=t, y=w[metric], name=label(f"GPU {gpu} {metric}"), mode="lines",
+                                             legendgroup=label(f"gpu{gpu}")), row=row, col=1)
+            periods = _of(throttle, host=host, gpu=gpu)
+            for reason, color in SHADE.items() if not periods.empty else ():
+                for start, end in zip(*(_of(periods, reason=reason)[c].tolist() for c in ("start_ns", "end_ns"))):
+                    fig.add_vrect(x0=pd.Timestamp(start, unit="ns"), x1=pd.Timestamp(end, unit="ns"),
+                                  fillcolor=color, line_width=0, row="all", col=1,
+                                  annotation_text=label(f"GPU {gpu} {reason}"), annotation_position="top left")
+        fig.update_layout(title=f"GPUs on host {label(host)}", height=640, margin={"t": 60, "b": 30})
+        figures.append(fig.to_plotly_json())
+    return figures
+
+
+def rdma_figures(ports: pd.DataFrame, throughput: pd.DataFrame, congestion: pd.DataFrame,
+                 paused: pd.DataFrame) -> list[dict[str, Any]]:
+    """One figure per host `shown` in `ports`: throughput, congestion and (with PFC counters) paused share."""
+    figures: list[dict[str, Any]] = []
+    if ports.empty:
+        return figures
+    for host in sorted({str(h) for h in ports.loc[ports["shown"].astype(bool), "host"]}):
+        has_pfc = bool(_of(ports, host=host)["pfc"].any()) and not _of(paused, host=host).empty
+        rates = _of(congestion, host=host)
+        has_congestion = not rates.empty  # a panel with no data is left out, not drawn as an empty box
+        titles = ["throughput (Gb/s)"] + (["congestion (per s)"] if has_congestion else []) \
+            + (["PFC paused (% of time)"] if has_pfc else [])
+        fig = make_subplots(rows=len(titles), cols=1, shared_xaxes=True, subplot_titles=titles)
+        for (dev, port), p in _of(paused, host=host).groupby(["device", "port"], sort=True) if has_pfc else []:
+            for counter, q in p.groupby("counter", sort=False):
+                fig.add_trace(go.Scatter(x=_time(q["t1_ns"]), y=q["paused_pct"], mode="lines",
+                                         name=label(f"{dev}/{port} {counter} % of time")), row=len(titles), col=1)
+        for (dev, port), p in _of(throughput, host=host).groupby(["device", "port"], sort=True):
+            name = label(f"{dev}/{port}")
+            t = _time(p["t1_ns"])
+            fig.add_trace(go.Scatter(x=t, y=p["tx_gbps"], name=f"{name} tx", mode="lines"), row=1, col=1)
+            fig.add_trace(go.Scatter(x=t, y=p["rx_gbps"], name=f"{name} rx", mode="lines",
+                                     line={"dash": "dot"}), row=1, col=1)
+            for counter, q in _of(rates, device=dev, port=port).groupby("counter", sort=False):
+                fig.add_trace(go.Scatter(x=_time(q["t1_ns"]), y=q["per_s"], name=f"{name} {label(counter)}",
+                                         mode="lines"), row=2, col=1)
+        fig.update_layout(title=f"RDMA on host {label(host)}", height=240 * len(titles), margin={"t": 60, "b": 30})
+        fig.update_yaxes(rangemode="tozero")  # a flat 8 Gb/s line must not look like swings between 8 and 8.0001
+        figures.append(fig.to_plotly_json())
+    return figures
+
+
+def _config(config: pd.DataFrame, flagged: pd.DataFrame) -> dict[str, Any]:
+    """Variables (sorted) and one row per (host, rank): its label and per variable value and highlight."""
+    if config.empty:
+        return {"variables": [], "rows": [], "more": 0}
+    severity = dict(zip(flagged.get("variable", []), flagged.get("severity", [])))
+    variables = sorted({str(v) for v in config["variable"]})
+    values: dict[tuple[str, int], dict[str, str]] = {}
+    for host, rank, var, value in zip(config["host"], config["rank"], config["variable"], config["value"]):
+        values.setdefault((str(host), int(rank)), {})[str(var)] = str(value)
+    rows = []
+    for (host, rank), mine in sorted(values.items()):
+        cells = [{"value": mine.get(v), "severity": severity.get(v) if v in mine else None} for v in variables]
+        rows.append({"label": f"{host or '(env file)'} / {rank if rank >= 0 else '?'}", "cells": cells})
+    return {"variables": variables, "rows": rows[:MAX_ROWS], "more": max(0, len(rows) - MAX_ROWS)}
+
+
+def nccl_section(tables: Tables, findings: list[Finding]) -> Section | None:
+    """The NCCL section, or None when there is no NCCL log and no configuration."""
+    summary = table(tables, "nccl_summary")
+    if summary.empty:
+        return None
+    transports = table(tables, "nccl_transports")
+    warns = table(tables, "nccl_warns")
+    busbw = table(tables, "nccl_busbw")
+    data = {
+        "profile": str(summary["profile"].iloc[0]),
+        "config": _config(table(tables, "nccl_config"), table(tables, "nccl_flagged")),
+        "transports": [[str(v) for v in values] for values in
+                       zip(*(transports[c].head(MAX_ROWS).tolist() for c in TRANSPORT_COLUMNS))]
+        if not transports.empty else [],
+        "transports_more": max(0, len(transports) - MAX_ROWS),
+        "warn_lines": int(summary["warn_lines"].iloc[0]),
+        "warns": [{"where": f"{host}:{pid}", "message": str(message), "count": int(count), "at": f"{file}:{line}"}
+                  for host, pid, message, count, file, line in
+                  zip(*(warns[c].head(MAX_ROWS).tolist() for c in WARN_COLUMNS))] if not warns.empty else [],
+        "warns_more": max(0, len(warns) - MAX_ROWS),
+        "failing_links": [f.title for f in findings if f.evidence.get("flag") == "ib_completion_error"],
+        "busbw": grid(busbw, BUSBW_COLUMNS, source="nccl_busbw") if not busbw.empty else {"rows": []},
+    }
+    return Section("nccl", "NCCL", "section_nccl.html.j2", data)
+
+
+def inspector_section(tables: Tables, findings: list[Finding]) -> Section | None:
+    """The NCCL Inspector tables, or None when the run has no Inspector records."""
+    bandwidth, lateness = table(tables, "inspector_bandwidth"), table(tables, "inspector_lateness")
+    if bandwidth.empty and lateness.empty:
+        return None
+    data = {"bandwidth": grid(bandwidth, BANDWIDTH_COLUMNS, source="inspector_bandwidth")
+            if not bandwidth.empty else {"rows": []},
+            "lateness": grid(lateness, LATENESS_COLUMNS, source="inspector_lateness") if not lateness.empty else {"rows": []}}
+    return Section("inspector", "NCCL collectives (Inspector)", "section_inspector.html.j2", data)

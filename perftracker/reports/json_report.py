@@ -1,13 +1,17 @@
-"""findings.json: the versioned, documented output for automation.
+"""findings.json: the versioned, documented output for automation, and how it is read back.
 
 `build` returns the document `write` saves, shaped as `perftracker/schemas/findings.schema.json` (additive changes
 only within a `SCHEMA_VERSION`); its summary is the typed `Summary`. Findings are ordered by severity, cost,
-then confidence.
+then confidence. `read` takes a findings.json as untrusted input: bounded (`read_document`), checked field by
+field (`checked_findings`, `checked_notes`, `checked_summary`), never a crash (an InputError, exit 2).
 """
+
 
 from __future__ import annotations
 
 import json
+import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -16,16 +20,21 @@ from typing import TYPE_CHECKING, Any
 
 from perftracker._version import __version__
 from perftracker.analyzers.findings import Finding, Severity, rank_findings, safe_evidence
+from perftracker.bounded import loads_json, read_text
+from perftracker.containment import inside, special_place
 from perftracker.errors import InputError
 from perftracker.redaction import safe_text
-from perftracker.reports.findings_file import checked_findings, checked_notes, checked_summary, read_document
 from perftracker.rundir import atomic_write_text
+from perftracker.values import MAX_RANK
 
 if TYPE_CHECKING:
     from perftracker.store import LoadNote
 
 SCHEMA_VERSION = 1
 _FACTS = ("ranks", "hosts", "coverage", "step_time_s", "step_spread_across_ranks_s", "hta_compat", "synthetic_inputs")
+MAX_FINDINGS_FILE_BYTES = 512 * 1024 * 1024
+MAX_FINDINGS = 2000  # a report of more is unreadable (and 10^5 took 50 s and 291 MB): the rest are counted
+_SEVERITIES = {s.label for s in Severity}
 
 
 @dataclass(frozen=True)
@@ -95,7 +104,7 @@ class Summary:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Summary:
-        """A saved summary (checked by `findings_file.checked_summary`) as a Summary; a value of the wrong shape
+        """A saved summary (checked by `checked_summary`) as a Summary; a value of the wrong shape
         is left out (None), never raised."""
         counts = raw.get("counts")
         big = raw.get("biggest_cost")
@@ -213,7 +222,7 @@ def write(path: Path, document: dict[str, Any]) -> None:
 
 
 def read(path: Path, follow_links: bool = False) -> tuple[dict[str, Any], list[Finding]]:
-    """The document and its findings, read as untrusted input (`findings_file`): the findings and notes of
+    """The document and its findings, read as untrusted input (`read_document`, `checked_*`): the findings and notes of
     the shape perftracker writes, a note for each left out, the summary fields the report reads checked;
     InputError when the file is missing, unreadable or not ours."""
     document = read_document(path, follow_links)
@@ -223,3 +232,118 @@ def read(path: Path, follow_links: bool = False) -> tuple[dict[str, Any], list[F
     findings, problems = checked_findings(document, path)
     notes = checked_notes(document) + [{"level": "warning", "source": str(path), "message": p} for p in problems]
     return {**document, "notes": notes, "summary": checked_summary(document)}, findings
+
+
+def read_document(path: Path, follow_links: bool = False) -> dict[str, Any]:
+    """The JSON object in `path`, read within bounds (InputError for anything else, and for a symlink that
+    leads outside its folder unless `follow_links`; never one into /proc, /sys or /dev)."""
+    if not path.exists() and not path.is_symlink():
+        raise InputError("no findings.json here", str(path.parent),
+                         "run `perftracker analyze <traces> -o <dir>` first")
+    if path.is_symlink():
+        target = os.path.realpath(path)
+        if special_place(path):
+            raise InputError(f"a symlink to {target} (in {special_place(path)}): never read", str(path),
+                             "replace it with the findings.json perftracker wrote")
+        if not follow_links and not inside(path, os.path.realpath(path.parent)):
+            raise InputError(f"a symlink leading outside its folder, to {target}: not read", str(path),
+                             "give --follow-links to read files that links lead to, or copy the file in")
+    try:
+        text, capped = read_text(path, MAX_FINDINGS_FILE_BYTES)
+        if capped.left_out:
+            raise ValueError(f"larger than {MAX_FINDINGS_FILE_BYTES:,} bytes")
+        document = loads_json(text)
+    except InputError:
+        raise
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read findings ({exc})", str(path), "re-run perftracker analyze") from None
+    if not isinstance(document, dict):
+        raise InputError("not a perftracker findings file (not a JSON object)", str(path),
+                         "re-run perftracker analyze")
+    return document
+
+
+def _finite(value: Any, low: float = 0.0, high: float = math.inf) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        and low <= value <= high
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def finding_problem(raw: Any) -> str:
+    """Why `raw` is not a finding perftracker writes ("" when it is one)."""
+    if not isinstance(raw, dict):
+        return "not an object"
+    for key in ("analyzer", "title"):
+        if not isinstance(raw.get(key), str):
+            return f"{key} is not text"
+    if raw.get("severity") not in _SEVERITIES:
+        return "severity is not info, warning or critical"
+    for key in ("recommendation", "id"):
+        if key in raw and not isinstance(raw[key], str):
+            return f"{key} is not text"
+    ranks = raw.get("ranks", [])
+    if not isinstance(ranks, list) or not all(isinstance(r, int) and not isinstance(r, bool) and 0 <= r <= MAX_RANK
+                                              for r in ranks):
+        return f"ranks are not integers from 0 to {MAX_RANK}"
+    for key in ("hosts", "related"):
+        if not _strings(raw.get(key, [])):
+            return f"{key} are not a list of text"
+    if not isinstance(raw.get("evidence", {}), dict):
+        return "evidence is not an object"
+    cost = raw.get("cost", {})
+    if not isinstance(cost, dict) or not all(_finite(cost.get(k, 0.0)) for k in ("seconds_per_step", "share_of_step")):
+        return "cost is not finite non-negative numbers"
+    confidence = raw.get("confidence")
+    if confidence is not None and not _finite(confidence, 0.0, 1.0):
+        return "confidence is not a number from 0 to 1"
+    return ""
+
+
+def checked_findings(document: dict[str, Any], path: Path) -> tuple[list[Finding], list[str]]:
+    """The document's findings of the right shape (at most MAX_FINDINGS), and a sentence per problem."""
+    raw = document.get("findings", [])
+    if not isinstance(raw, list):
+        raise InputError("its findings are not a list", str(path), "re-run perftracker analyze to write it again")
+    findings: list[Finding] = []
+    problems: list[str] = []
+    for i, item in enumerate(raw[:MAX_FINDINGS]):
+        problem = finding_problem(item)
+        if problem:
+            problems.append(f"finding {i + 1} is not one perftracker wrote ({problem}): left out")
+            continue
+        findings.append(Finding.from_dict(item))
+    if len(raw) > MAX_FINDINGS:
+        problems.append(f"{len(raw) - MAX_FINDINGS:,} findings beyond the first {MAX_FINDINGS:,} are not shown "
+                        f"(the file holds {len(raw):,})")
+    return findings, problems
+
+
+def checked_notes(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """The document's notes that have the shape perftracker writes (at most MAX_FINDINGS)."""
+    raw = document.get("notes", [])
+    if not isinstance(raw, list):
+        return []
+    return [n for n in raw[:MAX_FINDINGS] if isinstance(n, dict) and all(isinstance(n.get(k), str)
+                                                                         for k in ("level", "source", "message"))
+            and isinstance(n.get("data", {}), dict)]
+
+
+def checked_summary(document: dict[str, Any]) -> dict[str, Any]:
+    """The summary fields the report reads, each kept only when of the shape perftracker writes."""
+    raw = document.get("summary")
+    if not isinstance(raw, dict):
+        return {}
+    summary = dict(raw)
+    coverage = summary.get("coverage")
+    if not (isinstance(coverage, dict) and all(isinstance(coverage.get(k, []), list)
+                                               and all(isinstance(a, dict) and isinstance(a.get("area", ""), str)
+                                                       for a in coverage.get(k, []))
+                                               for k in ("judged", "not_judged"))):
+        summary.pop("coverage", None)
+    synthetic = summary.get("synthetic_inputs")
+    if synthetic is not None and not (isinstance(synthetic, list) and all(isinstance(s, dict) for s in synthetic)):
+        summary.pop("synthetic_inputs", None)
+    return summary

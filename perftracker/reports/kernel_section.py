@@ -1,18 +1,22 @@
 """The report's "Kernels and ops" section: the top GPU kernels and CPU ops, kernel families, and what the CPU
 ran while the GPU was idle. `kernels_section(tables, findings)` is None when the run has neither kernels nor CPU
-ops; at most TOP_ROWS rows per table.
+ops; at most TOP_ROWS rows per table. Its charts (`kernels_chart`, `families_chart`) number shortened names, so
+two kernels that shorten alike stay two bars.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import pandas as pd
+import plotly.graph_objects as go
 
 from perftracker.analyzers.findings import Finding
-from perftracker.reports import kernel_charts, rank_charts
+from perftracker.reports import charts
+from perftracker.reports.charts import figure, label
 from perftracker.reports.evidence import measured
 from perftracker.reports.sections import Section, Tables, rank_layout, table
 from perftracker.values import short_symbol
@@ -28,6 +32,9 @@ GAP_HEAD = ["rank", "step", "kind of gap", "gap ms", "CPU ops in the gap (own ti
 IDLE_OP_HEAD = ["rank", "kind of gap", "op", "kind", "ms in gaps", "% of those gaps"]
 TEXT_COLUMNS = {"kernel", "family", "launched by", "op", "kind", "kind of gap", "CPU ops in the gap (own time)",
                 "kernel after it"}
+TOP_BARS = 15
+FAMILY_COLORS = {"GEMM": "#4C78A8", "attention": "#B279A2", "convolution": "#72B7B2", "reduction": "#EECA3B",
+                 "elementwise": "#9D755D", "communication": "#F58518", "memory": "#54A24B", "other": "#BAB0AC"}
 
 
 @dataclass(frozen=True)
@@ -50,62 +57,55 @@ class NamedTable:
     left: tuple[bool, ...] = ()
 
 
-def _named(head: list[str], rows: list[NamedRow], more: int) -> NamedTable:
-    return NamedTable(head, rows, more, tuple(h in TEXT_COLUMNS for h in head))
-
-
 _ms = partial(measured, scale=1e6)  # ns as ms, "-" when not measured
 _us = partial(measured, scale=1e3)  # ns as us
-_pct = measured
+# how a column's value is shown (any other column: as text)
+SHOW: dict[str, Callable[[Any], str]] = {
+    "launched_by": lambda v: short_symbol(str(v), 60), "count": lambda v: f"{int(v):,}", "total_ns": _ms,
+    "self_ns": _ms, "ns_per_step": _ms, "dur_ns": _ms, "mean_ns": _us, "p90_ns": _us, "share_pct": measured,
+    "ranks": lambda v: str(int(v)), "rank": lambda v: str(int(v)), "step": lambda v: str(int(v)) if int(v) >= 0 else "-",
+    "category": lambda v: str(v).replace("_", " ")}
 
 
-def _count(value: Any) -> str:
-    return f"{int(value):,}"
+@dataclass(frozen=True)
+class Spec:
+    """A table of kernels or ops: its head, the column named (shortened to `short`), the columns after it and
+    before it; the rows in their order, or by `by` (largest first)."""
+
+    head: list[str]
+    name: str
+    cells: tuple[str, ...]
+    before: tuple[str, ...] = ()
+    short: int = 80
+    by: str = ""
 
 
-def _kernel_table(frame: pd.DataFrame, limit: int) -> NamedTable:
-    rows = [NamedRow(str(r["name"]), short_symbol(str(r["name"])),
-                     [str(r["family"]), short_symbol(str(r["launched_by"]), 60), _count(r["count"]),
-                      _ms(r["total_ns"]), _ms(r["ns_per_step"]), _us(r["mean_ns"]), _us(r["p90_ns"]),
-                      _pct(r["share_pct"]), str(int(r["ranks"]))])
-            for r in frame.head(limit).to_dict("records")]
-    return _named(KERNEL_HEAD, rows, max(0, len(frame) - limit))
+KERNELS = Spec(KERNEL_HEAD, "name", ("family", "launched_by", "count", "total_ns", "ns_per_step", "mean_ns", "p90_ns",
+                                     "share_pct", "ranks"))
+OPS = Spec(OP_HEAD, "name", ("kind", "count", "total_ns", "self_ns", "ns_per_step", "mean_ns", "p90_ns", "share_pct",
+                             "ranks"))
+GAPS = Spec(GAP_HEAD, "next_kernel", ("launched_by",), ("rank", "step", "category", "dur_ns", "cpu_ops"), 60, "dur_ns")
+IDLE_OPS = Spec(IDLE_OP_HEAD, "name", ("kind", "self_ns", "share_pct"), ("rank", "category"), by="self_ns")
 
 
-def _op_table(frame: pd.DataFrame, limit: int) -> NamedTable:
-    rows = [NamedRow(str(r["name"]), short_symbol(str(r["name"])),
-                     [str(r["kind"]), _count(r["count"]), _ms(r["total_ns"]), _ms(r["self_ns"]), _ms(r["ns_per_step"]),
-                      _us(r["mean_ns"]), _us(r["p90_ns"]), _pct(r["share_pct"]), str(int(r["ranks"]))])
-            for r in frame.head(limit).to_dict("records")]
-    return _named(OP_HEAD, rows, max(0, len(frame) - limit))
+def _named(spec: Spec, frame: pd.DataFrame, limit: int) -> NamedTable:
+    """The first `limit` rows of `frame` as the table `spec` says, and how many more there are."""
+    def shown(record: dict[Any, Any], columns: tuple[str, ...]) -> list[str]:
+        return [SHOW.get(c, str)(record[c]) for c in columns]
 
-
-def _gaps_table(frame: pd.DataFrame) -> NamedTable:
-    longest = frame.sort_values("dur_ns", ascending=False, kind="stable").head(TOP_ROWS // 2)
-    rows = [NamedRow(str(g["next_kernel"]), short_symbol(str(g["next_kernel"]), 60),
-                     [short_symbol(str(g["launched_by"]), 60)],
-                     before=[str(int(g["rank"])), str(int(g["step"])) if int(g["step"]) >= 0 else "-",
-                             str(g["category"]).replace("_", " "), _ms(g["dur_ns"]), str(g["cpu_ops"])])
-            for g in longest.to_dict("records")]
-    return _named(GAP_HEAD, rows, max(0, len(frame) - len(rows)))
-
-
-def _idle_ops_table(frame: pd.DataFrame) -> NamedTable:
-    top = frame.sort_values("self_ns", ascending=False, kind="stable").head(TOP_ROWS // 2)
-    rows = [NamedRow(str(o["name"]), short_symbol(str(o["name"])), [str(o["kind"]), _ms(o["self_ns"]),
-                                                                   _pct(o["share_pct"])],
-                     before=[str(int(o["rank"])), str(o["category"]).replace("_", " ")])
-            for o in top.to_dict("records")]
-    return _named(IDLE_OP_HEAD, rows, max(0, len(frame) - len(rows)))
+    ranked = frame.sort_values(spec.by, ascending=False, kind="stable") if spec.by else frame
+    rows = [NamedRow(str(r[spec.name]), short_symbol(str(r[spec.name]), spec.short), shown(r, spec.cells),
+                     shown(r, spec.before) or None) for r in ranked.head(limit).to_dict("records")]
+    return NamedTable(spec.head, rows, max(0, len(frame) - limit), tuple(h in TEXT_COLUMNS for h in spec.head))
 
 
 def _families(frame: pd.DataFrame, ranks: list[int] | None = None) -> dict[str, Any]:
     """Share of GPU work per family, one row per rank: the first 64 ranks, or `ranks` (in their order)."""
     grid = frame.pivot_table(index="rank", columns="family", values="share_pct", aggfunc="sum").fillna(0.0)
-    order = [f for f in kernel_charts.FAMILY_COLORS if f in grid.columns]
+    order = [f for f in FAMILY_COLORS if f in grid.columns]
     shown = grid[order].head(64) if ranks is None else grid[order].reindex([r for r in ranks if r in grid.index])
     return {"head": ["rank", *[f"{f} %" for f in order]],
-            "rows": [[str(int(rank)), *[_pct(v) for v in values]] for rank, values in zip(shown.index, shown.to_numpy())],
+            "rows": [[str(int(rank)), *[measured(v) for v in values]] for rank, values in zip(shown.index, shown.to_numpy())],
             "more": max(0, len(grid) - len(shown)), "source": "kernel_families"}
 
 
@@ -121,22 +121,56 @@ def kernels_section(tables: Tables, findings: list[Finding]) -> Section | None:
     if focus_ranks:  # many ranks: the slowest ones, their peers and the median rank first
         ranks = focus_ranks + [r for r in ranks if r not in set(focus_ranks)]
     per_rank = [{"rank": r,
-                 "kernels": _kernel_table(per_rank_k[per_rank_k["rank"] == r], PER_RANK_ROWS)
+                 "kernels": _named(KERNELS, per_rank_k[per_rank_k["rank"] == r], PER_RANK_ROWS)
                  if not per_rank_k.empty else None,
-                 "ops": _op_table(per_rank_o[per_rank_o["rank"] == r], PER_RANK_ROWS) if not per_rank_o.empty else None}
+                 "ops": _named(OPS, per_rank_o[per_rank_o["rank"] == r], PER_RANK_ROWS) if not per_rank_o.empty else None}
                 for r in ranks[:MAX_RANKS]] if len(ranks) > 1 else []
     families = table(tables, "kernel_families")
     longest, idle_ops = table(tables, "idle_longest"), table(tables, "idle_ops")
     data = {
-        "kernels": _kernel_table(kernels, TOP_ROWS) if not kernels.empty else None,
-        "ops": _op_table(ops, TOP_ROWS) if not ops.empty else None,
+        "kernels": _named(KERNELS, kernels, TOP_ROWS) if not kernels.empty else None,
+        "ops": _named(OPS, ops, TOP_ROWS) if not ops.empty else None,
         "families": _families(families, focus_ranks) if not families.empty else None,
         "per_rank": per_rank, "ranks_more": max(0, len(ranks) - MAX_RANKS) if len(ranks) > 1 else 0,
-        "longest_gaps": _gaps_table(longest) if not longest.empty else None,
-        "idle_ops": _idle_ops_table(idle_ops) if not idle_ops.empty else None,
+        "longest_gaps": _named(GAPS, longest, TOP_ROWS // 2) if not longest.empty else None,
+        "idle_ops": _named(IDLE_OPS, idle_ops, TOP_ROWS // 2) if not idle_ops.empty else None,
     }
-    family_chart = (rank_charts.families_distribution(families, list(kernel_charts.FAMILY_COLORS),
-                                                      kernel_charts.FAMILY_COLORS) if many
-                    else kernel_charts.families_chart(families))
-    figures = [f for f in (kernel_charts.kernels_chart(kernels), family_chart) if f]
+    family_chart = (charts.families_distribution(families, list(FAMILY_COLORS),
+                                                      FAMILY_COLORS) if many
+                    else families_chart(families))
+    figures = [f for f in (kernels_chart(kernels), family_chart) if f]
     return Section("kernels", "Kernels and ops", TEMPLATE, data, figures)
+
+
+def kernels_chart(kernels: pd.DataFrame) -> dict[str, Any] | None:
+    """Horizontal bars: the top kernels across ranks by time per step (total time without steps), by family."""
+    if kernels.empty:
+        return None
+    top = kernels.head(TOP_BARS).reset_index(drop=True)
+    per_step = bool(top["ns_per_step"].notna().all())
+    value = (top["ns_per_step"] if per_step else top["total_ns"]) / 1e6
+    names = [f"{i + 1}. {label(short_symbol(str(n), 50))}" for i, n in enumerate(top["name"])]
+    fig = go.Figure()
+    for family in dict.fromkeys(top["family"].astype(str)):
+        rows = top.index[top["family"].astype(str) == family]
+        fig.add_bar(y=[names[i] for i in rows], x=value.iloc[rows].round(4), orientation="h", name=label(family),
+                    marker_color=FAMILY_COLORS.get(family, "#999999"),
+                    hovertext=[label(str(top.loc[i, "name"])[:400]) for i in rows], hoverinfo="text+x")
+    unit = "ms per step (mean over ranks)" if per_step else "ms in the profiled window"
+    return figure(fig, max(320, 26 * len(names) + 140), title=f"Top GPU kernels across ranks ({unit})",
+                  xaxis_title="ms", yaxis=dict(categoryorder="array", categoryarray=names[::-1], automargin=True))
+
+
+def families_chart(families: pd.DataFrame, max_ranks: int = 64) -> dict[str, Any] | None:
+    """Stacked bars: each rank's GPU work time by kernel family (% of its GPU work)."""
+    if families.empty:
+        return None
+    ranks = sorted(int(r) for r in families["rank"].unique())[:max_ranks]
+    shown = families[families["rank"].isin(ranks)]
+    labels = [f"rank {r}" for r in ranks]
+    fig = go.Figure()
+    for family in [f for f in FAMILY_COLORS if f in set(shown["family"].astype(str))]:
+        share = shown[shown["family"] == family].set_index("rank")["share_pct"].reindex(ranks).fillna(0.0)
+        fig.add_bar(x=labels, y=share.round(2), name=label(family), marker_color=FAMILY_COLORS[family])
+    return figure(fig, barmode="stack", title="GPU work per rank by kernel family (% of its GPU work time)",
+                  yaxis_title="%")

@@ -1,12 +1,12 @@
 """Report sections: the unit the HTML report is assembled from, and the helpers section functions share.
 
 A section function is `(tables, findings) -> Section | None`; it renders through its Jinja template (autoescape)
-and computes no diagnosis.
+and computes no diagnosis. `sanity_section` is the one section of `perftracker sanity`'s page.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,14 +45,18 @@ def cell(value: Any) -> str:
     return f"{value:.4g}" if value == value else ""
 
 
-def grid(frame: pd.DataFrame, columns: Mapping[str, str], limit: int = 64, source: str = "",
+Column = str | tuple[str, Callable[[Any], str]]  # a table column's label, or (label, how a value is shown)
+
+
+def grid(frame: pd.DataFrame, columns: Mapping[str, Column], limit: int = 64, source: str = "",
          total: int | None = None) -> dict[str, Any]:
-    """A table for the `_macros.table` template macro: head labels, rows of cell texts (at most `limit`), rows
-    left out (of `total` rows when `frame` is already a selection of them) and the view that holds every row
-    (`source`: shown as tables/<source>.parquet)."""
+    """A table for the `_macros.table` template macro: head labels, rows of cell texts (at most `limit`; each value
+    shown by its column's function, else as `cell`), rows left out (of `total` rows when `frame` is already a
+    selection of them) and the view that holds every row (`source`: shown as tables/<source>.parquet)."""
     shown = frame.head(limit)
-    rows = [[cell(v) for v in values] for values in zip(*(shown[c].tolist() for c in columns))]
-    return {"head": list(columns.values()), "rows": rows, "source": source,
+    specs = [spec if isinstance(spec, tuple) else (spec, cell) for spec in columns.values()]
+    rows = [[show(v) for (_, show), v in zip(specs, values)] for values in zip(*(shown[c].tolist() for c in columns))]
+    return {"head": [name for name, _ in specs], "rows": rows, "source": source,
             "more": max(0, (len(frame) if total is None else total) - len(shown))}
 
 
@@ -106,3 +110,18 @@ def root_causes(findings: Iterable[Finding]) -> list[dict[str, Any]]:
                   "why": str(c.get("why", ""))} for c in root.get("chain", [])]
         out.append({"title": f.title, "summary": str(root.get("summary", "")), "chain": chain})
     return out
+
+
+SANITY_ROWS = 64
+_SANITY_FIXED = ("host", "rank", "device", "status")
+
+
+def sanity_section(rows: Sequence[Mapping[str, Any]], labels: Mapping[str, str], note: str) -> Section:
+    """Every device's figures in one table, the slow ones first (the first SANITY_ROWS), and a note with the
+    cluster's collective figures; `labels` maps a figure's key to its column title."""
+    figures = [k for k in labels if any(k in row for row in rows)]
+    head = [*_SANITY_FIXED, *(labels[k] for k in figures)]
+    shown = [[cell(row.get(k, "")) for k in (*_SANITY_FIXED, *figures)] for row in rows[:SANITY_ROWS]]
+    table = {"head": head, "rows": shown, "more": max(0, len(rows) - SANITY_ROWS), "source": "sanity_devices"}
+    return Section(key="sanity", title="Every node's figures (slowest first)", template="section_table.html.j2",
+                   data={"note": note, "table": table})

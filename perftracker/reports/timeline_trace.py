@@ -1,6 +1,6 @@
 """The merged timeline as a trace file Perfetto UI and chrome://tracing open (Chrome trace-event JSON, gzip).
 
-`write_trace(path, timeline, title)` writes one process per rank (`rank N (host)`), one thread per CPU thread or
+`write_trace(path, merged, title)` writes one process per rank (`rank N (host)`), one thread per CPU thread or
 GPU stream, markers as instant events, and says in its metadata what it holds and left out.
 """
 
@@ -15,12 +15,13 @@ from perftracker.redaction import safe_frame, safe_text
 from perftracker.rundir import atomic_write_bytes
 
 
-def write_trace(path: Path, events: Any, markers: Any, ranks: tuple[int, ...], steps: tuple[int, ...],
-                offsets_ns: dict[int, int], note: str, title: str) -> int:
-    """Write the trace; returns the number of trace events written. Every name, host, marker and title passes
-    the one redaction (`redaction.safe_frame` / `safe_text`: secrets and control characters)."""
+def write_trace(path: Path, merged: Any, title: str) -> int:
+    """Write `merged` (`analyzers.traces.merged_timeline.MergedTimeline`); returns the number of trace events
+    written. Every name, host, marker and title passes the one redaction (`redaction.safe_frame` / `safe_text`:
+    secrets and control characters)."""
+    events, markers, ranks, steps = merged.events, merged.markers, merged.ranks, merged.steps
     events = safe_frame(events) if len(events) else events
-    title, note = safe_text(title), safe_text(note)
+    title, note = safe_text(title), safe_text(merged.note)
     zero = int(events["start_ns"].min()) if len(events) else 0
     hosts = {int(r): str(h) for r, h in zip(events["rank"], events["host"])} if len(events) else {}
     order = sorted(ranks, key=lambda r: (hosts.get(r, ""), r))
@@ -46,7 +47,7 @@ def write_trace(path: Path, events: Any, markers: Any, ranks: tuple[int, ...], s
                     "ts": (m.ts_ns - zero) / 1e3, "args": {"detail": safe_text(str(m.detail)), "severity": m.severity}})
     document = {"traceEvents": out, "displayTimeUnit": "ms",
                 "metadata": {"tool": "perftracker timeline", "title": title, "ranks": list(ranks),
-                             "steps": list(steps), "clock_offsets_ns": {str(k): v for k, v in offsets_ns.items()},
+                             "steps": list(steps), "clock_offsets_ns": {str(k): v for k, v in merged.offsets_ns.items()},
                              "time_zero_ns": zero, "left_out": note}}
     data = json.dumps(document, separators=(",", ":")).encode("utf-8")
     atomic_write_bytes(path, gzip.compress(data, 6) if path.suffix == ".gz" else data)

@@ -1,4 +1,5 @@
-"""Report sections drawn from traces and step times: GPU time breakdown, overlap, step time, stragglers, timeline.
+"""Report sections drawn from traces, step times and sampled stacks: GPU time breakdown, overlap, step time,
+stragglers, timeline, the data x pipeline layout (`layout_grid`), where each rank spends its time.
 
 Each is `(tables, findings) -> Section | None`; tables show at most 64 rows; with many ranks the charts are
 distributions and the tables list the ranks the analyzers picked.
@@ -6,11 +7,24 @@ distributions and the tables list the ranks the analyzers picked.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
+import plotly.graph_objects as go
 
 from perftracker.analyzers.findings import Finding
-from perftracker.reports import charts, rank_charts
-from perftracker.reports.sections import Section, Tables, focus_rows, grid, rank_layout, role_text, table
+from perftracker.reports import charts
+from perftracker.reports.charts import figure, label, tall
+from perftracker.reports.sections import (
+    Section,
+    Tables,
+    focus_rows,
+    grid,
+    listed,
+    rank_layout,
+    role_text,
+    table,
+)
 
 TEMPLATE = "section_table.html.j2"
 BREAKDOWN_COLUMNS = {"rank": "rank", "window": "window", "compute_pct": "compute %",
@@ -19,6 +33,8 @@ BREAKDOWN_COLUMNS = {"rank": "rank", "window": "window", "compute_pct": "compute
 STEP_COLUMNS = {"rank": "rank", "steps": "steps", "median_ms": "median ms", "p90_ms": "p90 ms", "max_ms": "max ms"}
 FOCUS_COLUMNS = {"rank": "rank", "shown_as": "shown as", "host": "host", "wait_cost_ms": "others wait for it (ms per step)",
                  "lateness_ms": "median lateness (ms)", "step_ms": "median step (ms)"}
+LAYOUT_COLUMNS = {"rank": "rank", "pp": "stage", "dp": "replica", "tp": "tensor rank", "step_ms": "step (ms)",
+           "busy_ms": "busy (ms)", "wait_ms": "waiting (ms)", "cost_ms": "busy beyond the median worker (ms)"}
 
 
 def _rows(frame: pd.DataFrame, columns: dict[str, str], view: str, tables: Tables) -> dict[str, object]:
@@ -36,14 +52,14 @@ def _rows(frame: pd.DataFrame, columns: dict[str, str], view: str, tables: Table
 
 def breakdown_section(tables: Tables, findings: list[Finding]) -> Section | None:
     bd = table(tables, "breakdown")
-    chart = rank_charts.breakdown_distribution(bd) if rank_layout(tables)[1] else charts.breakdown_chart(bd)
+    chart = charts.breakdown_distribution(bd) if rank_layout(tables)[1] else charts.breakdown_chart(bd)
     return Section("breakdown", "GPU time breakdown", TEMPLATE, _rows(bd, BREAKDOWN_COLUMNS, "breakdown", tables),
                    [chart]) if chart else None
 
 
 def overlap_section(tables: Tables, findings: list[Finding]) -> Section | None:
     bd = table(tables, "breakdown")
-    chart = rank_charts.overlap_distribution(bd) if rank_layout(tables)[1] else charts.overlap_chart(bd)
+    chart = charts.overlap_distribution(bd) if rank_layout(tables)[1] else charts.overlap_chart(bd)
     return Section("overlap", "Communication / compute overlap", TEMPLATE, {}, [chart]) if chart else None
 
 
@@ -52,8 +68,8 @@ def steps_section(tables: Tables, findings: list[Finding]) -> Section | None:
     changes = [int(f.evidence["change_step"]) for f in findings if "change_step" in f.evidence]
     if rank_layout(tables)[1]:
         focus = table(tables, "rank_focus")
-        found = (rank_charts.step_time_histogram(stats, focus),
-                 rank_charts.step_spread_chart(table(tables, "step_spread"), steps, focus, change_steps=changes))
+        found = (charts.step_time_histogram(stats, focus),
+                 charts.step_spread_chart(table(tables, "step_spread"), steps, focus, change_steps=changes))
     else:
         found = (charts.step_time_chart(stats), charts.step_series_chart(steps, change_steps=changes))
     figures = [f for f in found if f]
@@ -75,7 +91,7 @@ def stragglers_section(tables: Tables, findings: list[Finding]) -> Section | Non
     picked = focus_rows(waits, focus) if not waits.empty else waits
     slowest = int((focus["role"] == "slowest").sum()) if not focus.empty else 0
     title = f"Waiting at collectives per step (ms): {slowest} slowest of {ranks:,} ranks, peers, median"
-    figures = [f for f in (rank_charts.lateness_groups_heatmap(table(tables, "lateness_groups"), grouped_by),
+    figures = [f for f in (charts.lateness_groups_heatmap(table(tables, "lateness_groups"), grouped_by),
                            charts.wait_bars(picked, title)) if f]
     if not figures:
         return None
@@ -117,3 +133,52 @@ def timeline_section(tables: Tables, findings: list[Finding]) -> Section | None:
     chart = charts.timeline_chart(timeline, timeline_title(timeline, table(tables, "rank_focus"), ranks)) \
         if not timeline.empty else None
     return Section("timeline", "Timeline of a representative step", TEMPLATE, {}, [chart]) if chart else None
+
+
+def profile_section(tables: Tables, findings: list[Finding]) -> Section | None:
+    """A heatmap of the frames that differ most between ranks, each rank's sample count and the `stack_profile`
+    findings; None without profiled ranks."""
+    ranks = table(tables, "profile_ranks")
+    if ranks.empty:
+        return None
+    data = {"rate_hz": int(ranks["rate_hz"].max()), "findings": listed(findings, ("stack_profile",))}
+    return Section("profile", "Where each rank spends its time", "section_profile.html.j2", data,
+                   charts.profile_figures(ranks, table(tables, "profile_shares")))
+
+
+def layout_section(tables: Tables, findings: list[Finding]) -> Section | None:
+    frame = table(tables, "layout_grid")
+    if frame.empty:
+        return None
+    summary = next((f for f in findings if f.analyzer == "pipeline" and f.key == "pipeline:summary"), None)
+    layout = (f"Layout {summary.evidence.get('layout', '')}, inferred from {summary.evidence.get('layout_method', '')} "
+              f"(confidence {summary.evidence.get('layout_confidence', '')}).") if summary else "Layout of the job."
+    note = ("Each cell is one worker: its median time per step not waiting in receives or collectives. A hot column "
+            "is a heavy stage (move layers off it); one hot cell is a slow worker, whose pipeline neighbours and "
+            "replica peers wait for it.")
+    data = {"layout": layout, "pipeline": summary.title if summary else "", "note": note,
+            "table": grid(frame.sort_values(["pp", "dp", "tp", "rank"]), LAYOUT_COLUMNS, limit=64, source="layout_grid")}
+    return Section("layout", "Layout: data x pipeline parallel", "section_layout.html.j2", data,
+                   [f for f in [grid_heatmap(frame)] if f])
+
+
+def grid_heatmap(frame: Any) -> dict[str, Any] | None:
+    """Replica (rows) x stage (columns): busy ms per step of each worker (tensor ranks of one cell: their max)."""
+    cells = frame.groupby(["dp", "pp"]).agg(busy=("busy_ms", "max"), wait=("wait_ms", "max"), cost=("cost_ms", "max"),
+                                            ranks=("rank", lambda r: ", ".join(str(int(x)) for x in sorted(r))))
+    z = cells["busy"].unstack("pp")
+    if z.empty:
+        return None
+    text = [[(f"rank {cells.loc[(d, p), 'ranks']}: waiting {cells.loc[(d, p), 'wait']:.1f} ms, "
+              f"cost {cells.loc[(d, p), 'cost']:.1f} ms") if (d, p) in cells.index else ""
+             for p in z.columns] for d in z.index]
+    labels = [[(f"rank {cells.loc[(d, p), 'ranks']}: {z.loc[d, p]:.1f} ms") if (d, p) in cells.index else ""
+               for p in z.columns] for d in z.index]
+    fig = go.Figure(go.Heatmap(z=z.round(3).to_numpy().tolist(), x=[label(f"stage {p}") for p in z.columns],
+                               y=[label(f"replica {d}") for d in z.index], colorscale="Oranges",
+                               text=[[label(t) for t in row] for row in labels], texttemplate="%{text}",
+                               hovertext=[[label(t) for t in row] for row in text],
+                               colorbar=dict(title="busy ms/step")))
+    return figure(fig, tall(len(z), 60, 160, low=260, high=1200), xaxis_title="pipeline stage",
+                  title="Workers by replica and stage: busy time per step (ms; hover: waiting and cost)",
+                  yaxis_title="data-parallel replica", yaxis_autorange="reversed")

@@ -9,8 +9,8 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.nccl.config import analyze_nccl_config, flags
 from perftracker.analyzers.views import report_tables
 from perftracker.collectors.nccl.log import load_nccl_logs
+from perftracker.reports.health_sections import nccl_section
 from perftracker.reports.html import render_section
-from perftracker.reports.nccl_section import nccl_section
 from perftracker.store import Store
 
 from .conftest import FIXTURES

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from perftracker.cli import app
 from perftracker.collectors import env as env_module
-from perftracker.reports.findings_file import MAX_FINDINGS
+from perftracker.reports.json_report import MAX_FINDINGS
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_traces"
 

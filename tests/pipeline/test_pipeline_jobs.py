@@ -121,7 +121,7 @@ def test_layout_grid_section_shows_the_heavy_stage(imbalance: Store) -> None:
     THEN it draws a replica x stage heatmap of 2 x 2 workers whose stage-1 column is the hotter one."""
     from perftracker.analyzers.analysis import Analysis
     from perftracker.analyzers.pipeline.views import layout_grid_view
-    from perftracker.reports.layout_section import layout_section
+    from perftracker.reports.trace_sections import layout_section
 
     grid = Analysis(imbalance).view(layout_grid_view)
     assert sorted(zip(grid["rank"], grid["pp"], grid["dp"], strict=True)) == [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]

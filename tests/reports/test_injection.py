@@ -22,7 +22,7 @@ from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.pipeline import analyze
 from perftracker.reports import html as html_report
 from perftracker.reports.charts import label, safe_figure
-from perftracker.reports.summary import text_summary
+from perftracker.reports.text import text_summary
 
 LINK = '<a href="https://evil.example/x">click</a>'
 SPAN = '<span style="font-size:80px;color:red">big</span>'

@@ -29,7 +29,7 @@ from perftracker.cli import app
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.reports.charts import step_time_chart
 from perftracker.reports.evidence import number
-from perftracker.reports.strip import summary_strip
+from perftracker.reports.html import summary_strip
 
 REPO = Path(__file__).resolve().parents[2]
 SLOWED = REPO / "tests" / "fixtures" / "accuracy" / "inproc-rank2-x5-16"

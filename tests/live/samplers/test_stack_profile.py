@@ -206,7 +206,7 @@ def test_profile_sampler_explains_a_permission_problem(tmp_path: Path, monkeypat
 def test_report_section_compares_ranks_and_escapes_stack_text(tmp_path: Path) -> None:
     from perftracker.analyzers.views import report_tables
     from perftracker.reports.html import render_section
-    from perftracker.reports.profile_section import profile_section
+    from perftracker.reports.trace_sections import profile_section
 
     # GIVEN sampled stacks whose frame text carries markup (stack content is untrusted)
     evil = "thread (1): MainThread;<img src=x onerror=alert(1)> (evil.py:1)"
