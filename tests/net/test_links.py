@@ -111,6 +111,28 @@ def test_a_link_taken_down_is_named_with_its_host_time_length_and_the_stall_it_c
     assert flap.cost.seconds_per_step > 0 and flap.ranks == (0, 1, 2, 3)
 
 
+def test_a_watcher_record_written_after_a_regular_sample_of_the_change_still_times_it(tmp_path: Path) -> None:
+    # GIVEN node-b's eth0 taken down at t=8.95 s and up at t=11.95 s, where (as in a real 3-node lab run under load)
+    # the regular sample at t=9 s already shows it down and the watcher's record of the change, "within 0.1 s",
+    # is written 10 ms after that sample; likewise for the way back up
+    def down(host: str, t: float) -> dict[str, Any]:
+        if host == "node-b" and 8.95 < t < 11.95:
+            return {"operstate": "down", "carrier": 0, "admin_up": False, "counters": {"carrier_changes": 3}}
+        return {"counters": {"carrier_changes": 4}} if host == "node-b" and t >= 11.95 else {}
+
+    run = make_run(tmp_path, state=down, stall=(70, 3.2), changes=[
+        ("node-b", 9.01, {"operstate": "down", "carrier": 0, "admin_up": False}),
+        ("node-b", 12.01, {"operstate": "up", "carrier": 1, "admin_up": True})])
+    # WHEN analyzed
+    found = warnings(links(run))
+    # THEN the down period is timed by the watcher's window, not midway between the regular samples (8.5 s, 11.5 s)
+    (down_ev,) = found[0].evidence["downs"]
+    assert abs(down_ev["start_ns"] - (T0 + int(8.95 * S))) < 0.1 * S, (down_ev["start_ns"] - T0) / S
+    assert abs(down_ev["end_ns"] - (T0 + int(11.95 * S))) < 0.1 * S, (down_ev["end_ns"] - T0) / S
+    earliest, latest = down_ev["start_between_ns"]  # the watcher's window, closed by the regular sample
+    assert abs(earliest - (T0 + int(8.91 * S))) < 1000 and latest == T0 + 9 * S
+
+
 def test_a_peer_that_only_lost_its_carrier_meanwhile_is_not_blamed(tmp_path: Path) -> None:
     # GIVEN node-b's eth0 taken down, and node-a's eth0 (a direct cable to it) losing its carrier meanwhile
     def down(host: str, t: float) -> dict[str, Any]:

@@ -75,6 +75,18 @@ def _flap_counts(wide: pd.DataFrame) -> np.ndarray:
     return best
 
 
+def _watched(ts: np.ndarray, within: np.ndarray, lo: int, hi: int, first: int) -> int:
+    """The earliest time the state change into the run of samples `lo..hi` can have happened, by the first link
+    watcher's record in the run (its time less its window); -1 when none times it. A regular sample can be taken
+    between the change and the watcher's record of it, so the record is not always the run's first sample; a
+    record whose window begins after the run's `first` sample (in the same state already) is not about this change."""
+    for k in range(lo, hi + 1):
+        if not np.isnan(within[k]):
+            seen = int(ts[k] - within[k] * 1e9)
+            return seen if seen <= first else -1
+    return -1
+
+
 def downs_of(host: str, iface: str, wide: pd.DataFrame) -> list[Down]:
     """The down periods of one interface's samples (`wide`: ts_ns index, one column per row name)."""
     ts = wide.index.to_numpy(dtype=np.int64)
@@ -99,12 +111,14 @@ def downs_of(host: str, iface: str, wide: pd.DataFrame) -> list[Down]:
         while j + 1 < len(ts) and down[j + 1]:
             j += 1
         before = int(ts[i - 1]) if i > 0 else int(ts[i])
-        if not np.isnan(within[i]):  # timed by the watcher
-            before = max(before, int(ts[i] - within[i] * 1e9))
+        before = max(before, _watched(ts, within, i, j, int(ts[i])))
         after = int(ts[j + 1]) if j + 1 < len(ts) else -1
         last_down = int(ts[j])
-        if after >= 0 and not np.isnan(within[j + 1]):
-            last_down = max(last_down, int(ts[j + 1] - within[j + 1] * 1e9))
+        if after >= 0:
+            k = j + 1
+            while k + 1 < len(ts) and not down[k + 1]:
+                k += 1
+            last_down = max(last_down, _watched(ts, within, j + 1, k, after))
         changes = int(flaps[i:j + 2].sum()) if j + 1 < len(ts) else int(flaps[i:j + 1].sum())
         start = (before + int(ts[i])) // 2 if i > 0 else int(ts[i])
         end = (last_down + after) // 2 if after >= 0 else -1
