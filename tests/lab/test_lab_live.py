@@ -75,10 +75,14 @@ def test_attach_watch_on_every_node_opens_a_host_incident_on_the_node_whose_link
     opened_after_s = (hosts[0]["opened_ns"] - truth["fault"]["down_ns"]) / 1e9
     assert 0 < opened_after_s < 15, opened_after_s
     assert "node-b's link eth0 went down" in hosts[0]["trigger"]
-    # AND the incident's own analysis names the link, how long it was down and the job's stall
+    # AND the incident's own analysis names the link, how long it was down (or that it was still down when the
+    # capture ended: the watcher polls the link every 2 s under --watch and the capture ends ~3 s after it opens,
+    # so whether the 3 s down's end is in the evidence is a race a loaded machine decides) and the job's stall
     findings = json.loads((hosts[0]["folder"] / "findings.json").read_text())["findings"]
     (link,) = [f for f in findings if f["analyzer"] == "links" and f["severity"] == "critical"]
-    assert link["hosts"] == ["node-b"] and "eth0 went down for" in link["title"] and "stalled" in link["title"]
+    down_said = "eth0 went down for" in link["title"] or (
+        "eth0 went down at" in link["title"] and "still down at the last sample" in link["title"])
+    assert link["hosts"] == ["node-b"] and down_said and "stalled" in link["title"], link["title"]
     # AND each node recorded its own healthy baseline
     assert sorted(p.name for p in (run / "incidents").glob("baseline-*")) == ["baseline-node-a", "baseline-node-b"]
 
