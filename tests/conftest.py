@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from perftracker.analyzers.findings import Finding
 from perftracker.collectors.loading import LoadOptions, load_path
+from perftracker.evidence import breaches
 from perftracker.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,6 +35,30 @@ def pytest_configure(config: pytest.Config) -> None:
 
         for folder in ("perftracker", "scripts"):
             compileall.compile_dir(ROOT / folder, quiet=2)
+
+
+_OFF_CONTRACT: set[str] = set()
+_made = Finding.__post_init__
+
+
+def _made_and_checked(finding: Finding) -> None:
+    _made(finding)
+    if not finding.fixed_id:  # made by this code, not read back from a saved findings.json
+        _OFF_CONTRACT.update(f"{finding.analyzer} {finding.title[:50]!r}: {b}"
+                             for b in breaches(finding.analyzer, finding.evidence))
+
+
+Finding.__post_init__ = _made_and_checked  # type: ignore[method-assign]
+
+
+@pytest.fixture(autouse=True)
+def evidence_follows_its_kinds_type() -> Iterator[None]:
+    """THEN every finding a test makes has the evidence its kind's type declares (perftracker/evidence/)."""
+    _OFF_CONTRACT.clear()
+    yield
+    found = sorted(_OFF_CONTRACT)
+    _OFF_CONTRACT.clear()
+    assert not found, "evidence off its kind's type (declare it in perftracker/evidence/):\n" + "\n".join(found[:30])
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the groups

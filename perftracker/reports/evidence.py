@@ -1,6 +1,6 @@
 """A finding's evidence as a person reads it: a small table of labels and values with units, rounded.
 
-`evidence_items(evidence)` makes `EvidenceItem`s (units from `perftracker/evidence_units.py`, 3 significant
+`evidence_items(evidence, kind)` makes `EvidenceItem`s (units from the kind's evidence type, 3 significant
 digits, sub-tables for records); `number(value, unit)` the same formatting for other tables. No markup here.
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from perftracker.evidence_units import EvidenceField as Unit
-from perftracker.evidence_units import field_of
+from perftracker.evidence import field_of
+from perftracker.evidence.units import EvidenceField as Unit
 
 MAX_ROWS = 12
 MAX_LIST = 16
@@ -85,7 +85,7 @@ def _cell(value: float, unit: str) -> str:
     return f"{int(value)}" if unit == "timestamp" else _rounded(value)
 
 
-def value_text(value: Any, unit: Unit | None = None, with_unit: bool = True) -> str:
+def value_text(value: Any, unit: Unit | None = None, with_unit: bool = True, kind: str = "") -> str:
     """One value as short text: a number with its unit, yes/no, a list joined, a record in one line."""
     u = unit or Unit("")
     if isinstance(value, bool):
@@ -100,7 +100,8 @@ def value_text(value: Any, unit: Unit | None = None, with_unit: bool = True) -> 
     if isinstance(value, str):
         return value if len(value) <= MAX_TEXT else value[: MAX_TEXT - 1] + "…"
     if isinstance(value, Mapping) and all(_scalar(v) for v in value.values()):
-        return ", ".join(f"{field_of(str(k)).words}: {value_text(v, field_of(str(k)))}" for k, v in value.items())
+        return ", ".join(f"{field_of(str(k), kind).words}: {value_text(v, field_of(str(k), kind))}"
+                         for k, v in value.items())
     if isinstance(value, Sequence) and all(_scalar(v) for v in value):
         shown = ", ".join(value_text(v, u) for v in list(value)[:MAX_LIST])
         return shown + (f" (+{len(value) - MAX_LIST} more)" if len(value) > MAX_LIST else "")
@@ -112,12 +113,13 @@ def _scalar(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float, str))
 
 
-def _records_table(records: Sequence[Mapping[str, Any]], first: str = "", keys: Sequence[str] = ()) -> EvidenceTable:
+def _records_table(records: Sequence[Mapping[str, Any]], kind: str, first: str = "",
+                   keys: Sequence[str] = ()) -> EvidenceTable:
     """Rows of records (a first column of `keys` when given), columns the records' keys in order of appearance."""
     columns: list[str] = []
     for record in records[:MAX_ROWS]:
         columns += [str(k) for k in record if str(k) not in columns]
-    units = [field_of(c) for c in columns]
+    units = [field_of(c, kind) for c in columns]
     rows = [([str(keys[i])] if keys else []) + [value_text(record.get(c), u, with_unit=False)
                                                   if c in record else "" for c, u in zip(columns, units)]
             for i, record in enumerate(records[:MAX_ROWS])]
@@ -128,22 +130,23 @@ def _records_table(records: Sequence[Mapping[str, Any]], first: str = "", keys: 
     return EvidenceTable(head, rows, max(0, len(records) - MAX_ROWS), numeric)
 
 
-def _item(key: str, value: Any) -> EvidenceItem:
-    unit = field_of(key)
+def _item(key: str, value: Any, kind: str) -> EvidenceItem:
+    unit = field_of(key, kind)
     label = unit.words or key
     if isinstance(value, Sequence) and not isinstance(value, str) and value and all(
             isinstance(v, Mapping) for v in value):
-        return EvidenceItem(label, table=_records_table(value))
+        return EvidenceItem(label, table=_records_table(value, kind))
     if isinstance(value, Mapping) and value and all(isinstance(v, Mapping) for v in value.values()):
         first = "rank" if key.startswith("per_rank") else ""
-        return EvidenceItem(label, table=_records_table(list(value.values()), first, list(value.keys())))
+        return EvidenceItem(label, table=_records_table(list(value.values()), kind, first, list(value.keys())))
     if isinstance(value, Mapping) and (len(value) > 6 or not all(_scalar(v) for v in value.values())):
-        rows = [[field_of(str(k)).words or str(k), value_text(v, field_of(str(k)))] for k, v in value.items()]
+        rows = [[field_of(str(k), kind).words or str(k), value_text(v, field_of(str(k), kind), kind=kind)]
+                for k, v in value.items()]
         return EvidenceItem(label, table=EvidenceTable(["", ""], rows[:MAX_ROWS], max(0, len(rows) - MAX_ROWS),
                                                        [False, False]))
-    return EvidenceItem(label, text=value_text(value, unit))
+    return EvidenceItem(label, text=value_text(value, unit, kind=kind))
 
 
-def evidence_items(evidence: Mapping[str, Any]) -> list[EvidenceItem]:
-    """The evidence of one finding as labelled values and sub-tables, in its keys' order."""
-    return [_item(str(key), value) for key, value in evidence.items()]
+def evidence_items(evidence: Mapping[str, Any], kind: str = "") -> list[EvidenceItem]:
+    """The evidence of one finding of `kind` (its analyzer) as labelled values and sub-tables, in its keys' order."""
+    return [_item(str(key), value, kind) for key, value in evidence.items()]

@@ -131,7 +131,7 @@ def _finding_view(f: Finding) -> dict[str, Any]:
     ranks = list(f.ranks)
     data["ranks_text"] = _first(ranks)
     data["hosts_text"] = _first(list(f.hosts))
-    data["evidence_items"] = evidence_items(f.evidence)  # findings.json keeps the exact values
+    data["evidence_items"] = evidence_items(f.evidence, f.analyzer)  # findings.json keeps the exact values
     return data
 
 

@@ -6,7 +6,8 @@ import re
 from pathlib import Path
 
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.evidence_units import EVIDENCE_FIELDS, EvidenceField, field_of
+from perftracker.evidence import declared, field_of
+from perftracker.evidence.units import EvidenceField
 from perftracker.reports.evidence import evidence_items, number
 from perftracker.reports.html import build_sections, render
 
@@ -23,17 +24,18 @@ def test_units_come_from_the_key_and_numbers_are_rounded() -> None:
     assert [number(0.465, "share"), number(2_500_000, "ns"), number(3 * 2**20, "bytes")] == ["46.5%", "2.5 ms", "3 MiB"]
 
 
-def test_units_are_declared_and_an_undeclared_key_falls_back_to_its_name() -> None:
-    # GIVEN the declared evidence fields (perftracker/evidence_units.py)
-    # THEN a declared key's unit is the declaration's, even where its name would say otherwise: a silent host's
-    # last sample is a wall-clock instant, not a duration in ns
-    assert "idle_ms_per_step" in EVIDENCE_FIELDS and "last_sample_ns" in EVIDENCE_FIELDS
-    assert field_of("last_sample_ns").unit == "timestamp"
-    items = {i.label: i.text for i in evidence_items({"last_sample_ns": 1_700_000_000_123_456_789})}
+def test_units_are_declared_by_each_kind_and_an_undeclared_key_falls_back_to_its_name() -> None:
+    # GIVEN the evidence types of the finding kinds (perftracker/evidence/)
+    # THEN a declared key's unit is its type's, even where its name would say otherwise: a silent host's last
+    # sample is a wall-clock instant, not a duration in ns
+    assert "last_sample_ns" in declared("silent_host") and field_of("last_sample_ns", "silent_host").unit == "timestamp"
+    items = {i.label: i.text for i in evidence_items({"last_sample_ns": 1_700_000_000_123_456_789}, "silent_host")}
     assert items == {"last sample": "1700000000123456789"}
-    # AND a key no analyzer declared (a plugin's, a newer branch's) still renders with the unit its name says
-    assert "plugin_wait_ms_per_step" not in EVIDENCE_FIELDS
-    assert field_of("plugin_wait_ms_per_step") == EvidenceField("plugin wait", "ms", "per step")
+    # AND the unit of a record's column comes from the record's type: a crash's wait-for root window
+    assert field_of("window_ns", "crash").unit == "timestamp"
+    # AND a key no kind declares (a plugin's, a newer branch's) still renders with the unit its name says
+    assert "plugin_wait_ms_per_step" not in declared("straggler")
+    assert field_of("plugin_wait_ms_per_step", "straggler") == EvidenceField("plugin wait", "ms", "per step")
 
 
 def test_records_become_sub_tables_and_lists_short_text() -> None:
