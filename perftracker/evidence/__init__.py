@@ -40,7 +40,7 @@ def _hints(record: Any) -> Mapping[str, Any]:
 
 
 @cache
-def _units(kind: str) -> dict[str, Unit | None]:
+def units_of(kind: str) -> dict[str, Unit | None]:
     """Each key of `kind`'s evidence, and of the records nested in it -> its declared unit (None: no unit)."""
     found: dict[str, Unit | None] = {}
 
@@ -73,7 +73,7 @@ def field_of(key: str, kind: str = "") -> EvidenceField:
     """What `key` of a `kind` finding's evidence is: its label's words (from its name) and its declared unit; a
     key no type declares (a plugin's) takes the unit its name says."""
     named = by_name(key)
-    units = _units(kind)
+    units = units_of(kind)
     if key not in units:
         return named
     unit = units[key] or Unit("")
