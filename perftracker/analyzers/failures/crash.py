@@ -18,6 +18,7 @@ from perftracker.analyzers.failures.waitfor import members
 from perftracker.analyzers.failures.waitsources import world_size
 from perftracker.analyzers.failures.waitview import graph_of
 from perftracker.analyzers.findings import Finding, Mark, Severity
+from perftracker.evidence import as_evidence
 from perftracker.evidence.failures import CrashEvidence, RanCall
 from perftracker.store import Store
 
@@ -88,7 +89,7 @@ def fr_findings(store: Store, hosts: dict[int, str], world: int) -> list[Finding
             title = (f"{who(culprits)}{where(culprits, hosts)} never entered {what} that "
                      f"{who(waiting).lower()} wait in" + (f"; {last}" if last else "; no flight-recorder dump"))
             rec = _CHECK
-        elif mismatch and mismatch[0].evidence["seq"] == top:
+        elif mismatch and as_evidence(mismatch[0].evidence, CrashEvidence).get("seq") == top:
             continue  # the mismatch finding explains why nobody completes it
         else:
             culprits = waiting

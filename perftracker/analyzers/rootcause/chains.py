@@ -74,10 +74,10 @@ def _matches(loc: Location, f: Finding) -> str:
 
 def _time_share(f: Finding) -> float:
     """The share of the time a GPU's slowdown or a priority's pause lasted (0 for other findings)."""
-    if f.analyzer == Kind.GPU_HEALTH:
-        return float(as_evidence(f.evidence, GpuHealthEvidence).get("share_of_time", 0) or 0)
-    return float(as_evidence(f.evidence, RdmaPfcEvidence).get("share_of_time", 0) or 0) \
-        if f.analyzer == Kind.RDMA_PFC else 0.0
+    ev: GpuHealthEvidence | RdmaPfcEvidence = as_evidence(f.evidence, GpuHealthEvidence) \
+        if f.analyzer == Kind.GPU_HEALTH else as_evidence(f.evidence, RdmaPfcEvidence) \
+        if f.analyzer == Kind.RDMA_PFC else RdmaPfcEvidence()
+    return float(ev.get("share_of_time", 0) or 0)
 
 
 def _cause_text(f: Finding) -> str:
