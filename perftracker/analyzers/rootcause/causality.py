@@ -30,20 +30,6 @@ class Relation:
         return self.kind == "explains"
 
 
-HostSignal = GpuHealthEvidence | GpuLinksEvidence | RdmaEvidence | RdmaPfcEvidence
-
-
-def host_signal(f: Finding) -> HostSignal:
-    """The evidence of a host finding on a GPU or a NIC (`GPU_SIGNALS`, `NETWORK_SIGNALS`), read as its kind's."""
-    if f.analyzer == Kind.GPU_HEALTH:
-        return as_evidence(f.evidence, GpuHealthEvidence)
-    if f.analyzer == Kind.GPU_LINKS:
-        return as_evidence(f.evidence, GpuLinksEvidence)
-    if f.analyzer == Kind.RDMA_PFC:
-        return as_evidence(f.evidence, RdmaPfcEvidence)
-    return as_evidence(f.evidence, RdmaEvidence)
-
-
 def signal_locus(f: Finding) -> str:
     """Where a host finding acts: "gpu" or "network" ("" for anything else)."""
     if f.analyzer in GPU_SIGNALS:
@@ -116,7 +102,9 @@ def signal_windows(f: Finding) -> list[tuple[int, int]]:
     spans = [(int(p[0]), int(p[1])) for p in periods or [] if isinstance(p, (list, tuple)) and len(p) == 2]
     if spans:
         return spans
-    window = host_signal(f).get("window")
+    window = as_evidence(f.evidence, GpuHealthEvidence if f.analyzer == Kind.GPU_HEALTH else GpuLinksEvidence if
+                         f.analyzer == Kind.GPU_LINKS else RdmaPfcEvidence if f.analyzer == Kind.RDMA_PFC
+                         else RdmaEvidence).get("window")  # a host finding's: one of the four kinds
     if isinstance(window, dict) and isinstance(window.get("start_ns"), int) and isinstance(window.get("end_ns"), int):
         return [(int(window["start_ns"]), int(window["end_ns"]))]
     return []

@@ -14,13 +14,7 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Cost, Finding, Kind, Severity
 from perftracker.analyzers.health.gpu_health import THROTTLE
 from perftracker.analyzers.health.topology import rank_map
-from perftracker.analyzers.rootcause.causality import (
-    Relation,
-    host_signal,
-    relation,
-    straggler_locus,
-    straggler_window,
-)
+from perftracker.analyzers.rootcause.causality import Relation, relation, straggler_locus, straggler_window
 from perftracker.evidence import as_evidence
 from perftracker.evidence.common import Location, RootCause
 from perftracker.evidence.network import GpuHealthEvidence, GpuLinksEvidence, RdmaEvidence, RdmaPfcEvidence
@@ -58,25 +52,21 @@ def _location(rmap: pd.DataFrame, straggler: Finding) -> Location:
 def _matches(loc: Location, f: Finding) -> str:
     """'gpu' / 'nic' when `f` (a `_GPU_ANALYZERS` or `_NIC_ANALYZERS` finding) is about the straggler's GPU / one of
     its NICs, else ''."""
-    if not loc["host"] or host_signal(f).get("host") != loc["host"] or f.severity < Severity.WARNING:
+    if not loc["host"] or f.severity < Severity.WARNING:
         return ""
-    if f.analyzer in _GPU_ANALYZERS and loc["gpu"] >= 0:
-        gpu: GpuHealthEvidence | GpuLinksEvidence = as_evidence(f.evidence, GpuHealthEvidence) \
-            if f.analyzer == Kind.GPU_HEALTH else as_evidence(f.evidence, GpuLinksEvidence)
-        if gpu.get("gpu") == loc["gpu"]:
-            return "gpu"
-    if f.analyzer not in _NIC_ANALYZERS:
-        return ""
-    nic: RdmaEvidence | RdmaPfcEvidence = as_evidence(f.evidence, RdmaPfcEvidence) \
-        if f.analyzer == Kind.RDMA_PFC else as_evidence(f.evidence, RdmaEvidence)
-    return "nic" if "device" in nic and (not loc["nics"] or f"{nic['device']}/{nic['port']}" in loc["nics"]) else ""
+    if f.analyzer in _GPU_ANALYZERS:
+        gpu = as_evidence(f.evidence, GpuLinksEvidence if f.analyzer == Kind.GPU_LINKS else GpuHealthEvidence)
+        return "gpu" if gpu.get("host") == loc["host"] and loc["gpu"] >= 0 and gpu.get("gpu") == loc["gpu"] else ""
+    nic = as_evidence(f.evidence, RdmaPfcEvidence if f.analyzer == Kind.RDMA_PFC else RdmaEvidence)
+    on = f.analyzer in _NIC_ANALYZERS and nic.get("host") == loc["host"] and "device" in nic
+    return "nic" if on and (not loc["nics"] or f"{nic['device']}/{nic['port']}" in loc["nics"]) else ""
 
 
 def _time_share(f: Finding) -> float:
     """The share of the time a GPU's slowdown or a priority's pause lasted (0 for other findings)."""
-    ev: GpuHealthEvidence | RdmaPfcEvidence = as_evidence(f.evidence, GpuHealthEvidence) \
-        if f.analyzer == Kind.GPU_HEALTH else as_evidence(f.evidence, RdmaPfcEvidence) \
-        if f.analyzer == Kind.RDMA_PFC else RdmaPfcEvidence()
+    if f.analyzer not in (Kind.GPU_HEALTH, Kind.RDMA_PFC):
+        return 0.0
+    ev = as_evidence(f.evidence, GpuHealthEvidence if f.analyzer == Kind.GPU_HEALTH else RdmaPfcEvidence)
     return float(ev.get("share_of_time", 0) or 0)
 
 
