@@ -35,12 +35,9 @@ def groups_of(states: dict[int, RankState]) -> list[HangGroup]:
     by: dict[tuple[str, str], list[int]] = defaultdict(list)
     for r, s in states.items():
         by[(s.collective, s.where)].append(r)
-    out: list[HangGroup] = []
-    for (collective, where), ranks in sorted(by.items(), key=lambda kv: (-len(kv[1]), min(kv[1]))):
-        first = states[min(ranks)]
-        out.append({"ranks": sorted(ranks), "collective": collective, "where": where, "site": first.site,
-                    "idle": first.idle, "host": first.host, "frames": list(first.frames[:12])})
-    return out
+    return [{"ranks": sorted(ranks), "collective": collective, "where": where, "site": (first := states[min(ranks)]).site,
+             "idle": first.idle, "host": first.host, "frames": list(first.frames[:12])}
+            for (collective, where), ranks in sorted(by.items(), key=lambda kv: (-len(kv[1]), min(kv[1])))]
 
 
 def _moved_on(states: dict[str, dict[int, RankState]], times: dict[str, int], names: list[str], hang: str) -> bool:
