@@ -17,6 +17,8 @@ from perftracker.analyzers.online.waited_fold import fold_into_waited_rank
 from perftracker.analyzers.registry import Analyzer, run_analyzers
 from perftracker.analyzers.rootcause import link_findings
 from perftracker.analyzers.stepgraph.replay_costs import with_replay_costs
+from perftracker.evidence import as_evidence
+from perftracker.evidence.common import PassEvidence
 
 PassFn = Callable[[Analysis, list[Finding]], list[Finding]]
 
@@ -44,8 +46,8 @@ def _roles(analysis: Analysis, findings: list[Finding]) -> list[Finding]:
     explained: set[str] = set()
     causes: set[str] = set()
     for f in findings:
-        chain = f.evidence.get("root_cause", {}).get("chain", []) if isinstance(
-            f.evidence.get("root_cause"), dict) else []
+        root = as_evidence(f.evidence, PassEvidence).get("root_cause")
+        chain = root.get("chain", []) if isinstance(root, dict) else []  # a plugin's own root_cause: no chain
         ids = {str(c.get("id")) for c in chain if isinstance(c, dict) and c.get("explains")}
         if ids:
             explained.add(f.id)

@@ -33,8 +33,9 @@ RootCause = TypedDict("RootCause", {
 # A finding folded into another as its consequence.
 Folded = TypedDict("Folded", {"id": str, "analyzer": str, "title": str})
 
-# What the finding passes add to a finding of any kind.
+# What the finding passes add to a finding of any kind: its replayed cost (`replay_costs`), its root-cause chain
+# (`rootcause`), the findings folded into it (`failures.fold`, `online.waited_fold`), its ranks' places (`layout`).
 PassEvidence = TypedDict("PassEvidence", {
     "cost_source": str, "estimate_s": S, "replay_error": float, "what_if": str, "cost_note": str,
-    "root_cause": RootCause, "folded": list[Folded],
+    "root_cause": RootCause, "folded": list[Folded], "position": str, "positions": list[str],
 }, total=False)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Any
 
 import pandas as pd
 
@@ -19,6 +18,8 @@ from perftracker.analyzers.failures.waitfor import members
 from perftracker.analyzers.failures.waitsources import world_size
 from perftracker.analyzers.failures.waitview import graph_of
 from perftracker.analyzers.findings import Finding, Mark, Severity
+from perftracker.evidence import as_evidence
+from perftracker.evidence.failures import CrashEvidence, RanCall
 from perftracker.store import Store
 
 _SEVERE_XID = {48, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 140}
@@ -77,18 +78,18 @@ def fr_findings(store: Store, hosts: dict[int, str], world: int) -> list[Finding
         ref = at_top.iloc[0]
         desc = str(ref["pg_desc"])
         what = f"collective #{top} ({ref['op']}, pg {pg}{f' {desc}' if desc else ''}, sizes {ref['input_sizes']})"
-        evidence = {"pg": pg, "pg_desc": desc, "seq": top, "op": str(ref["op"]), "input_sizes": str(ref["input_sizes"]),
-                    "dtypes": str(ref["dtypes"]), "waiting_ranks": waiting, "never_entered": behind,
-                    "no_dump": no_dump[:64],
-                    "per_rank": {str(r): {"last_entered": entered[r], "last_completed": completed[r]}
-                                 for r in sorted(entered)[:256]}}
+        evidence = CrashEvidence(pg=pg, pg_desc=desc, seq=top, op=str(ref["op"]), input_sizes=str(ref["input_sizes"]),
+                                 dtypes=str(ref["dtypes"]), waiting_ranks=waiting, never_entered=behind,
+                                 no_dump=no_dump[:64], per_rank={
+                                     str(r): {"last_entered": entered[r], "last_completed": completed[r]}
+                                     for r in sorted(entered)[:256]})
         culprits = behind or no_dump
         if culprits:
             last = "; ".join(f"rank {r} last entered #{entered[r]}" for r in behind[:6])
             title = (f"{who(culprits)}{where(culprits, hosts)} never entered {what} that "
                      f"{who(waiting).lower()} wait in" + (f"; {last}" if last else "; no flight-recorder dump"))
             rec = _CHECK
-        elif mismatch and mismatch[0].evidence["seq"] == top:
+        elif mismatch and as_evidence(mismatch[0].evidence, CrashEvidence).get("seq") == top:
             continue  # the mismatch finding explains why nobody completes it
         else:
             culprits = waiting
@@ -116,8 +117,9 @@ def _mismatch(pg: str, rows: pd.DataFrame, hosts: dict[int, str]) -> list[Findin
         rec = ("Every rank of a process group must issue the same collectives with the same sizes in the same order. "
                "Find the rank-dependent code path (data-dependent shapes, a conditional collective, uneven inputs "
                "to all_gather without padding); TORCH_DISTRIBUTED_DEBUG=DETAIL reports such mismatches at the call.")
-        evidence = {"pg": pg, "seq": int(str(seq)), "majority": {"ranks": majority, "op": major[0], "sizes": major[1]},
-                    "others": {str(r): {"op": sig[r][0], "sizes": sig[r][1]} for r in odd[:64]}}
+        others: dict[str, RanCall] = {str(r): {"op": sig[r][0], "sizes": sig[r][1]} for r in odd[:64]}
+        evidence = CrashEvidence(pg=pg, seq=int(str(seq)), majority={"ranks": majority, "op": major[0], "sizes": major[1]},
+                                 others=others)
         return [Finding("crash", Severity.CRITICAL, title, rec, evidence, ranks=tuple(odd), hosts=on_hosts(hosts, odd),
                         key=f"crash:mismatch:{pg}:{int(str(seq))}")]
     return []
@@ -139,10 +141,11 @@ def timeout_findings(store: Store, hosts: dict[int, str], world: int) -> list[Fi
         tmo = re.search(r"timeout (\d+) ms", str(rows["message"].iloc[0]))
         extra = ", ".join(x for x in (f"pg {pg}" if pg else "", f"{numel} elements" if numel >= 0 else "") if x)
         what = f"{op.upper()} SeqNum {int(seq)}{f' ({extra})' if extra else ''}"
-        evidence = {"seq": int(seq), "op": op, "pg": pg, "numel": numel, "timed_out_ranks": timed,
-                    "other_timeouts": {f"{s}:{o}": sorted(r) for (s, o), r in groups.items() if (s, o) != (seq, op)},
-                    "lines": [f"{f}:{ln}" for f, ln in zip(rows["file"], rows["line"])][:16],
-                    "watchdog_progress": store.run_info.watchdog_progress}
+        evidence = CrashEvidence(
+            seq=int(seq), op=op, pg=pg, numel=numel, timed_out_ranks=timed,
+            other_timeouts={f"{s}:{o}": sorted(r) for (s, o), r in groups.items() if (s, o) != (seq, op)},
+            lines=[f"{f}:{ln}" for f, ln in zip(rows["file"], rows["line"])][:16],
+            watchdog_progress=store.run_info.watchdog_progress)
         out.append(_missing_finding(store, "nccl", what, timed, pg, hosts, world, evidence,
                                     f" after {int(tmo.group(1))} ms" if tmo else ""))
     gloo = fail[(fail["kind"] == "gloo_timeout") & (fail["rank"] >= 0)]
@@ -158,15 +161,15 @@ def timeout_findings(store: Store, hosts: dict[int, str], world: int) -> list[Fi
         lost = fail[(fail["kind"] == "exception") & (fail["rank"] >= 0)
                     & fail["message"].astype(str).str.contains(_LOST_CONNECTION)]
         lost_peer = sorted({int(r) for r in lost["rank"]} - set(timed))
-        evidence = {"op": gloo_op, "site": site, "timed_out_ranks": timed, "lost_peer_ranks": lost_peer,
-                    "lines": [f"{f}:{ln}" for f, ln in zip(gloo["file"], gloo["line"])][:16]}
+        evidence = CrashEvidence(op=gloo_op, site=site, timed_out_ranks=timed, lost_peer_ranks=lost_peer,
+                                 lines=[f"{f}:{ln}" for f, ln in zip(gloo["file"], gloo["line"])][:16])
         out.append(_missing_finding(store, "gloo", what, timed, "", hosts, world, evidence,
                                     f" after {int(tmo.group(1))} ms" if tmo else "", lost_peer))
     return out
 
 
 def _missing_finding(store: Store, backend: str, what: str, timed: list[int], pg: str, hosts: dict[int, str],
-                     world: int, evidence: dict[str, Any], after: str, lost_peer: list[int] | None = None) -> Finding:
+                     world: int, evidence: CrashEvidence, after: str, lost_peer: list[int] | None = None) -> Finding:
     """The ranks of the collective's group that neither timed out in it nor lost their peers inside it."""
     lost_peer = lost_peer or []
     missing = sorted(set(members(store, pg, timed, world, _WHOLE)) - set(timed) - set(lost_peer))
@@ -232,9 +235,9 @@ def first_failure(store: Store, hosts: dict[int, str]) -> list[Finding]:
     if consequence:  # every error is about a lost peer: the one that died first left none of its own
         title = (f"Rank {first}{where([first], hosts)} was the first to report an error{at}, and it is about a "
                  f"lost peer, not its own: {str(row['message'])[:200]}")
-    evidence = {"rank": first, "message": str(row["message"]), "where": f"{row['file']}:{row['line']}",
-                "failed_ranks_in_order": order[:64],
-                "others": {str(r): str(primary[r].iloc[0]["message"])[:200] for r in order[1:9]}}
+    evidence = CrashEvidence(rank=first, message=str(row["message"]), where=f"{row['file']}:{row['line']}",
+                             failed_ranks_in_order=order[:64],
+                             others={str(r): str(primary[r].iloc[0]["message"])[:200] for r in order[1:9]})
     rec = ("Fix this rank's error first: the other ranks' failures (timeouts, SIGTERM from the launcher) follow "
            "from it. torchrun's 'Root Cause (first observed failure)' is the first failure the launcher noticed, "
            "which is not always the first that happened.")
@@ -260,7 +263,8 @@ def xid_findings(store: Store) -> list[Finding]:
                "reset or replace the GPU (nvidia-smi -q, field diagnostics) before rescheduling the job there."
                if severe else "Xid errors of this code are usually raised by the application (illegal memory "
                "access, MMU fault): check the failing rank's traceback; if they repeat on one node, test its GPU.")
-        evidence = {"xid": code, "host": str(host), "lines": [f"{f}:{ln}" for f, ln in zip(rows["file"], rows["line"])][:16]}
+        evidence = CrashEvidence(xid=code, host=str(host),
+                                 lines=[f"{f}:{ln}" for f, ln in zip(rows["file"], rows["line"])][:16])
         out.append(Finding("crash", Severity.CRITICAL if severe else Severity.WARNING, title, rec, evidence,
                            hosts=(str(host),) if host else (), key=f"crash:xid:{host}:{code}"))
     return out

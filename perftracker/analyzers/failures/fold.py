@@ -12,19 +12,29 @@ from dataclasses import replace
 from perftracker.analyzers.common import clock_utc
 from perftracker.analyzers.failures.roots import explained_ranks
 from perftracker.analyzers.findings import Finding, Kind, Mark, Severity
+from perftracker.evidence import as_evidence
+from perftracker.evidence.common import Folded, PassEvidence
+from perftracker.evidence.failures import CrashEvidence, SilentHostEvidence
 
 FAILURE_ANALYZERS = (Kind.CRASH, Kind.HANG, Kind.SILENT_HOST)
 _CAUSE_ORDER: dict[str, int] = {Kind.SILENT_HOST: 0, Kind.CRASH: 1, Kind.HANG: 2}
 
 
 def _silent_clause(f: Finding) -> str:
-    seen = f.evidence.get("last_sample_ns")
+    ev = as_evidence(f.evidence, SilentHostEvidence)
+    seen = ev.get("last_sample_ns")
     when = f" at {clock_utc(seen)}" if isinstance(seen, int) and seen > 0 else ""
-    return f"host {f.evidence.get('host', '?')} went silent{when}"
+    return f"host {ev.get('host', '?')} went silent{when}"
 
 
-def _entries(findings: list[Finding]) -> list[dict[str, str]]:
+def entries(findings: list[Finding]) -> list[Folded]:
+    """What the evidence of the finding they are folded into keeps of `findings`."""
     return [{"analyzer": f.analyzer, "id": f.id, "title": f.title} for f in findings]
+
+
+def with_folded(f: Finding, folded: list[Folded]) -> dict[str, object]:
+    """`f`'s evidence with `folded` added to the findings already folded into it."""
+    return {**f.evidence, "folded": [*as_evidence(f.evidence, PassEvidence).get("folded", []), *folded]}
 
 
 def fold_into(roots: list[Finding], others: list[Finding],
@@ -49,15 +59,14 @@ def fold_into(roots: list[Finding], others: list[Finding],
         if extra:
             silent = [_silent_clause(f) for f in extra if f.analyzer == Kind.SILENT_HOST and set(f.ranks) & set(root.ranks)]
             title = root.title if not silent else f"{root.title} ({'; '.join(silent)})"
-            evidence = {**root.evidence, "folded": [*root.evidence.get("folded", []), *_entries(extra[:32])]}
-            root = replace(root, title=title, evidence=evidence)
+            root = replace(root, title=title, evidence=with_folded(root, entries(extra[:32])))
         out.append(root)
     return [*out, *kept]
 
 
 def _lost_peer(f: Finding) -> bool:
     """The first-failure finding when the first error is about a lost peer: a consequence by its own account."""
-    return Mark.FIRST_FAILURE.on(f) and bool(f.evidence.get("consequence_of_a_lost_peer"))
+    return Mark.FIRST_FAILURE.on(f) and bool(as_evidence(f.evidence, CrashEvidence).get("consequence_of_a_lost_peer"))
 
 
 def fold_failures(findings: list[Finding]) -> list[Finding]:
@@ -72,5 +81,5 @@ def fold_failures(findings: list[Finding]) -> list[Finding]:
     if not lost or not causes:
         return findings
     cause = causes[0]
-    merged = replace(cause, evidence={**cause.evidence, "folded": [*cause.evidence.get("folded", []), *_entries(lost)]})
+    merged = replace(cause, evidence=with_folded(cause, entries(lost)))
     return [merged if f is cause else f for f in findings if not _lost_peer(f)]

@@ -6,7 +6,6 @@ Reads only the Store's `stacks` table (the py-spy snapshots `attach` took).
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
 
 import pandas as pd
 
@@ -19,6 +18,7 @@ from perftracker.analyzers.failures.stack_state import (
     switches_of,
 )
 from perftracker.analyzers.findings import Finding, Severity
+from perftracker.evidence.failures import HangEvidence, HangGroup
 from perftracker.store.stack_frames import main_stacks
 
 
@@ -30,17 +30,14 @@ def _plural(ranks: list[int]) -> str:
     return f"Rank {ranks[0]}" if len(ranks) == 1 else f"Ranks {_ranks_text(ranks)}"
 
 
-def groups_of(states: dict[int, RankState]) -> list[dict[str, Any]]:
+def groups_of(states: dict[int, RankState]) -> list[HangGroup]:
     """Ranks grouped by (collective, innermost user frame), largest group first."""
     by: dict[tuple[str, str], list[int]] = defaultdict(list)
     for r, s in states.items():
         by[(s.collective, s.where)].append(r)
-    out = []
-    for (collective, where), ranks in sorted(by.items(), key=lambda kv: (-len(kv[1]), min(kv[1]))):
-        first = states[min(ranks)]
-        out.append({"ranks": sorted(ranks), "collective": collective, "where": where, "site": first.site,
-                    "idle": first.idle, "host": first.host, "frames": list(first.frames[:12])})
-    return out
+    return [{"ranks": sorted(ranks), "collective": collective, "where": where, "site": (first := states[min(ranks)]).site,
+             "idle": first.idle, "host": first.host, "frames": list(first.frames[:12])}
+            for (collective, where), ranks in sorted(by.items(), key=lambda kv: (-len(kv[1]), min(kv[1])))]
 
 
 def _moved_on(states: dict[str, dict[int, RankState]], times: dict[str, int], names: list[str], hang: str) -> bool:
@@ -120,11 +117,10 @@ def diagnose(stacks: pd.DataFrame, last_step_ns: int = -1) -> list[Finding]:
     suspects = sorted(r for r, s in states.items() if not s.waiting)
     world = int(stacks["world_size"].max()) if len(stacks) else -1
     missing = sorted(set(range(world)) - set(states)) if world > 0 else []
-    evidence: dict[str, Any] = {
-        "snapshot": label, "chosen_because": how, "snapshot_time": pd.Timestamp(ts_ns, unit="ns", tz="UTC").isoformat(),
-        "groups": groups, "waiting_ranks": sorted(waiting), "suspect_ranks": suspects, "missing_ranks": missing[:64],
-        "world_size": world,
-    }
+    evidence = HangEvidence(
+        snapshot=label, chosen_because=how, snapshot_time=pd.Timestamp(ts_ns, unit="ns", tz="UTC").isoformat(),
+        groups=groups, waiting_ranks=sorted(waiting), suspect_ranks=suspects, missing_ranks=missing[:64],
+        world_size=world)
     severity = Severity.WARNING if kind == "single" else Severity.CRITICAL
     main_wait = next((g for g in groups if g["collective"]), None)
     if main_wait is not None and suspects:

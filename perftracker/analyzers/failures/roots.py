@@ -5,12 +5,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 
-from perftracker.analyzers.failures.waitfor import Root, WaitGraph
+from perftracker.analyzers.failures.waitfor import Root, Stall, WaitGraph
 from perftracker.analyzers.findings import Finding, Kind, Mark, Severity
+from perftracker.evidence import as_evidence
+from perftracker.evidence.failures import Consequence, CrashEvidence
 
 ANALYZER = Kind.CRASH
 _SHOWN = 16
@@ -80,9 +80,9 @@ def _what(graph: WaitGraph, root: Root) -> str:
     return f"never entered {missing}" if missing else "are not blocked in any collective"
 
 
-def _first_stall_per_rank(root: Root) -> list[Any]:
+def _first_stall_per_rank(root: Root) -> list[Stall]:
     """Each stalled rank's widest stall (the group where its peer saw the most complete that it did not)."""
-    seen: dict[int, Any] = {}
+    seen: dict[int, Stall] = {}
     for s in sorted(root.stalls, key=lambda s: (s.rank, -(s.peer_completed - s.completed), s.pg)):
         seen.setdefault(s.rank, s)
     return list(seen.values())
@@ -126,14 +126,11 @@ def consequence(root: Root) -> str:
             f"group{'s' if len(groups) != 1 else ''} {verb} behind {them}")
 
 
-def consequence_rows(root: Root) -> list[dict[str, Any]]:
+def consequence_rows(root: Root) -> list[Consequence]:
     """The evidence table: one row per stuck collective the root holds up."""
-    rows = []
-    for b in sorted(root.groups, key=lambda b: (-len(b.entered), b.pg)):
-        rows.append({"pg": b.pg, "pg_desc": b.desc, "seq": b.seq, "op": b.op, "sizes": b.sizes,
-                     "waiting_ranks": list(b.entered[:64]), "missing_ranks": list(b.absent[:64]),
-                     "no_dump": list(b.no_dump[:64]), "since": _when(b.since_ns), "source": b.source})
-    return rows
+    return [Consequence(pg=b.pg, pg_desc=b.desc, seq=b.seq, op=b.op, sizes=b.sizes, waiting_ranks=list(b.entered[:64]),
+                        missing_ranks=list(b.absent[:64]), no_dump=list(b.no_dump[:64]), since=_when(b.since_ns),
+                        source=b.source) for b in sorted(root.groups, key=lambda b: (-len(b.entered), b.pg))]
 
 
 _LOOK_ELSEWHERE = ("Look at what these ranks did instead of the collective: their logs and tracebacks, a rank-dependent "
@@ -180,14 +177,13 @@ def root_finding(graph: WaitGraph, root: Root, hosts: dict[int, str], failures: 
     tail = consequence(root)
     if tail:
         title += f"; {tail}"
-    evidence: dict[str, Any] = {
-        "root_ranks": list(root.ranks), "kind": root.kind, "last": {str(r): t for r, t in sorted(root.last.items())[:256]},
-        "last_entered": {str(r): t for r, t in sorted(last.items())[:256]},
-        "waiting_behind": list(root.behind[:256]), "consequences": consequence_rows(root),
-        "stalls": [{"rank": s.rank, "pg": s.pg, "pg_desc": s.desc, "last_completed": s.completed, "peer": s.peer,
-                    "peer_completed": s.peer_completed} for s in root.stalls[:64]],
-        "own_errors": {str(r): m for r, m in own.items()}, "no_dump": no_dump, "roots_in_job": len(graph.roots),
-    }
+    evidence = CrashEvidence(
+        root_ranks=list(root.ranks), kind=root.kind, last={str(r): t for r, t in sorted(root.last.items())[:256]},
+        last_entered={str(r): t for r, t in sorted(last.items())[:256]},
+        waiting_behind=list(root.behind[:256]), consequences=consequence_rows(root),
+        stalls=[{"rank": s.rank, "pg": s.pg, "pg_desc": s.desc, "last_completed": s.completed, "peer": s.peer,
+                 "peer_completed": s.peer_completed} for s in root.stalls[:64]],
+        own_errors={str(r): m for r, m in own.items()}, no_dump=no_dump, roots_in_job=len(graph.roots))
     confidence, advice = _KINDS.get(root.kind, (0.6, _LOOK_ELSEWHERE))
     return Finding(ANALYZER, Severity.CRITICAL, title, advice, evidence, ranks=root.ranks, hosts=on,
                    key=Mark.WAIT_ROOT.key(root.kind, list(root.ranks)), confidence=confidence)
@@ -204,5 +200,5 @@ def explained_ranks(findings: list[Finding]) -> tuple[set[int], set[int]]:
     for f in findings:
         if Mark.WAIT_ROOT.on(f):
             roots |= set(f.ranks)
-            behind |= set(f.evidence.get("waiting_behind", []))
+            behind |= set(as_evidence(f.evidence, CrashEvidence).get("waiting_behind", []))
     return roots, behind

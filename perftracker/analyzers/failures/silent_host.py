@@ -10,6 +10,7 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import clock_utc, rank_list
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.thresholds import threshold
+from perftracker.evidence.failures import SilentHostEvidence
 
 _LOST_PEER = re.compile(r"Connection closed by peer|Connection reset by peer|remote worker|Broken pipe",
                         re.IGNORECASE)
@@ -68,9 +69,9 @@ def analyze_silent_host(analysis: Analysis) -> list[Finding]:
                             "which is what a node lost to a kernel panic, a power or network failure, the OOM "
                             "killer or a preemption looks like. Check its kernel log and the scheduler's record of "
                             "it; the other ranks' errors are consequences."),
-            evidence={"host": host, "last_sample_ns": int(seen), "others_last_sample_ns": int(others.max()),
-                      "gap_s": round(gap_s, 3), "ranks": ranks, "own_errors": int(len(own_errors)),
-                      "addresses": sorted(addresses), "errors_naming_it": int(len(naming)),
-                      "consequent_ranks": blamed},
+            evidence=SilentHostEvidence(
+                host=host, last_sample_ns=int(seen), others_last_sample_ns=int(others.max()), gap_s=round(gap_s, 3),
+                ranks=ranks, own_errors=int(len(own_errors)), addresses=sorted(addresses),
+                errors_naming_it=int(len(naming)), consequent_ranks=blamed),
             ranks=tuple(ranks), hosts=(host,), key=f"silent_host:{host}"))
     return findings

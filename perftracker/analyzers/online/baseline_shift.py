@@ -11,7 +11,6 @@ import re
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import pandas as pd
 
@@ -22,6 +21,7 @@ from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.stragglers.degradation import change_point, job_series
 from perftracker.analyzers.stragglers.stack_profile import deepest, frame_shares
 from perftracker.analyzers.thresholds import threshold, threshold_int
+from perftracker.evidence.failures import BaselineShiftEvidence, OtherWaiting
 
 _FRAME = re.compile(r"^(?P<name>.*) \((?P<file>[^()]+):-?\d+\)$")
 
@@ -239,7 +239,7 @@ def _finding(rank: int, wait: Change | None, work: list[Change], windows: Window
     if moved is not None and (work or wait is None):
         parts.append(f"{pct(moved.after)} of samples now in {moved.what}, {pct(moved.before)} in the baseline "
                      f"(the other ranks {pct(moved.others_before)} -> {pct(moved.others_after)})")
-    waiting_records = [{"rank": o, "frame": after[o].wait_frame, "waiting_before": round(before[o].waiting, 4),
+    waiting_records: list[OtherWaiting] = [{"rank": o, "frame": after[o].wait_frame, "waiting_before": round(before[o].waiting, 4),
                         "waiting_after": round(after[o].waiting, 4)} for o in others]
     if wait is not None:
         who = ", ".join(f"rank {o} {pct(before[o].waiting)} -> {pct(after[o].waiting)}" for o in others[:4])
@@ -260,24 +260,22 @@ def _finding(rank: int, wait: Change | None, work: list[Change], windows: Window
            "trace: `perftracker attach --trace-steps N` on a job launched with KINETO_USE_DAEMON=1 or the "
            "perftracker hook.")
     best = max(tests, key=lambda c: c.z)
-    evidence: dict[str, Any] = {
-        "rank": rank, "since_step": since, "frame": moved.what if moved is not None else "",
-        "share_before": round(moved.before, 4) if moved is not None else None,
-        "share_after": round(moved.after, 4) if moved is not None else None,
-        "others_share_before": round(moved.others_before, 4) if moved is not None else None,
-        "others_share_after": round(moved.others_after, 4) if moved is not None else None,
-        "waiting_before": round(before[rank].waiting, 4), "waiting_after": round(after[rank].waiting, 4),
-        "other_ranks_waiting": waiting_records[:16],
-        "moved_frames": [{"frame": c.what, "share_before": round(c.before, 4), "share_after": round(c.after, 4),
-                          "excess": round(c.excess, 4)} for c in sorted(work, key=lambda c: -c.excess)[:8]],
-        "samples_before": before[rank].samples, "samples_after": after[rank].samples, "ranks_compared": ranks,
-        "method": "py-spy record of every rank side by side: the incident's window against the baseline window "
-                  "recorded when the watch armed; each change on this rank minus its median change on the others",
-        "significance": {"test": "stopped waiting" if wait is not None else "own work moved",
-                         "z": round(best.z, 2), "p_family": best.p_family, "confidence": round(confidence, 4),
-                         "alpha": threshold("straggler.alpha"),
-                         "design_effect": threshold("online.baseline.design_effect")},
-    }
+    evidence = BaselineShiftEvidence(
+        rank=rank, since_step=since, frame=moved.what if moved is not None else "",
+        share_before=round(moved.before, 4) if moved is not None else None,
+        share_after=round(moved.after, 4) if moved is not None else None,
+        others_share_before=round(moved.others_before, 4) if moved is not None else None,
+        others_share_after=round(moved.others_after, 4) if moved is not None else None,
+        waiting_before=round(before[rank].waiting, 4), waiting_after=round(after[rank].waiting, 4),
+        other_ranks_waiting=waiting_records[:16],
+        moved_frames=[{"frame": c.what, "share_before": round(c.before, 4), "share_after": round(c.after, 4),
+                       "excess": round(c.excess, 4)} for c in sorted(work, key=lambda c: -c.excess)[:8]],
+        samples_before=before[rank].samples, samples_after=after[rank].samples, ranks_compared=ranks,
+        method="py-spy record of every rank side by side: the incident's window against the baseline window "
+               "recorded when the watch armed; each change on this rank minus its median change on the others",
+        significance={"test": "stopped waiting" if wait is not None else "own work moved",
+                      "z": round(best.z, 2), "p_family": best.p_family, "confidence": round(confidence, 4),
+                      "alpha": threshold("straggler.alpha"), "design_effect": threshold("online.baseline.design_effect")})
     share = abs(best.excess)
     cost = Cost(seconds_per_step=share * step_s, share_of_step=share) if step_s else Cost()
     return Finding("baseline_shift", Severity.WARNING, title, rec, evidence, ranks=(rank,), hosts=hosts, cost=cost,

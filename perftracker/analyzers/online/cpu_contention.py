@@ -10,6 +10,7 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import median_step_s, rank_list
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.thresholds import threshold
+from perftracker.evidence.failures import CpuContentionEvidence
 
 
 @dataclass(frozen=True)
@@ -80,19 +81,18 @@ def _finding(host: str, hit: list[RankWindow], before: dict[int, RankWindow], st
            "Slurm `--exclusive` / `--cpu-bind`, Kubernetes guaranteed QoS with integer CPUs) or move the "
            "neighbours; if they are the job's own threads (data loader workers, OMP/MKL threads beyond the cores "
            "each rank has), set OMP_NUM_THREADS and the loader's num_workers to fit.")
-    evidence = {
-        "ranks": [{"rank": w.rank, "wait_share": round(w.wait_share, 4), "run_share": round(w.run_share, 4),
-                   "window_s": round(w.wall_s, 2),
-                   "baseline_wait_share": round(before[w.rank].wait_share, 4) if w.rank in before else None,
-                   "baseline_run_share": round(before[w.rank].run_share, 4) if w.rank in before else None}
-                  for w in hit],
-        "load1": last.load1, "cpus": last.cpus,
-        "method": "the kernel's scheduler accounting (/proc/<pid>/task/*/schedstat: time runnable but waiting on a "
-                  "run queue), summed over each rank's threads, at the start and end of the incident's and the "
-                  "baseline's stack recording",
-        "thresholds": {"wait_share_min": threshold("online.cpu.wait_share_min"),
-                       "rise_min": threshold("online.cpu.rise_min"), "no_baseline_min": threshold("online.cpu.no_baseline_min")},
-    }
+    evidence = CpuContentionEvidence(
+        ranks=[{"rank": w.rank, "wait_share": round(w.wait_share, 4), "run_share": round(w.run_share, 4),
+                "window_s": round(w.wall_s, 2),
+                "baseline_wait_share": round(before[w.rank].wait_share, 4) if w.rank in before else None,
+                "baseline_run_share": round(before[w.rank].run_share, 4) if w.rank in before else None}
+               for w in hit],
+        load1=last.load1, cpus=last.cpus,
+        method="the kernel's scheduler accounting (/proc/<pid>/task/*/schedstat: time runnable but waiting on a "
+               "run queue), summed over each rank's threads, at the start and end of the incident's and the "
+               "baseline's stack recording",
+        thresholds={"wait_share_min": threshold("online.cpu.wait_share_min"),
+                    "rise_min": threshold("online.cpu.rise_min"), "no_baseline_min": threshold("online.cpu.no_baseline_min")})
     cost = Cost(seconds_per_step=share * step_s, share_of_step=min(1.0, share)) if step_s else Cost()
     return Finding("cpu_contention", Severity.WARNING, title, rec, evidence, ranks=tuple(ranks), hosts=(host,),
                    cost=cost, key=f"cpu_contention:{host}")

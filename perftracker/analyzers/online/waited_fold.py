@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
+from perftracker.analyzers.failures.fold import with_folded
 from perftracker.analyzers.findings import Finding, Kind, Mark, Severity
+from perftracker.evidence import as_evidence
+from perftracker.evidence.common import Folded, PassEvidence
 
 SAME_RANK = (Kind.BASELINE_SHIFT, Kind.CPU_CONTENTION, Kind.STACK_PROFILE)
 FROM_TRACES = (Kind.STRAGGLER, Kind.NCCL_STRAGGLER)
@@ -19,6 +21,10 @@ def _explained(f: Finding, rank: int) -> bool:
     return f.analyzer in SAME_RANK and tuple(f.ranks) == (rank,)
 
 
+def _entry(f: Finding) -> Folded:
+    return {"analyzer": f.analyzer, "title": f.title, "id": f.id}
+
+
 def fold_into_waited_rank(findings: list[Finding]) -> list[Finding]:
     waited = [f for f in findings if f.analyzer == Kind.WAITED_RANK]
     if len(waited) != 1:
@@ -28,17 +34,16 @@ def fold_into_waited_rank(findings: list[Finding]) -> list[Finding]:
               and tuple(f.ranks) == tuple(root.ranks)]
     if traced:
         into = traced[0]
-        entry = {"analyzer": root.analyzer, "title": root.title, "id": root.id}
-        richer = replace(into, evidence={**into.evidence, "folded": [*into.evidence.get("folded", []), entry]})
+        richer = replace(into, evidence=with_folded(into, [_entry(root)]))
         return [richer if f is into else f for f in findings if f is not root]
     folded = [f for f in findings if f is not root and _explained(f, root.ranks[0])]
     if not folded:
         return findings
     costly = max([root, *folded], key=lambda f: f.cost.seconds_per_step)
-    evidence: dict[str, Any] = {**root.evidence, "folded": [{"analyzer": f.analyzer, "title": f.title, "id": f.id}
-                                                            for f in folded]}
-    if costly is not root and "cost_source" in costly.evidence:
-        evidence["cost_source"] = costly.evidence["cost_source"]
+    evidence = {**root.evidence, "folded": [_entry(f) for f in folded]}
+    source = as_evidence(costly.evidence, PassEvidence).get("cost_source")
+    if costly is not root and source is not None:
+        evidence["cost_source"] = source
     merged = replace(root, severity=max(f.severity for f in [root, *folded]), cost=costly.cost, evidence=evidence)
     gone = {id(f) for f in folded}
     return [merged if f is root else f for f in findings if id(f) not in gone]

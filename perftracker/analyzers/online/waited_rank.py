@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any
 
 import pandas as pd
 
@@ -20,6 +19,7 @@ from perftracker.analyzers.online.baseline_shift import contrast_variance, famil
 from perftracker.analyzers.online.cpu_contention import RankWindow, rank_windows
 from perftracker.analyzers.stragglers.degradation import ChangePoint, change_point, job_series, spikes
 from perftracker.analyzers.thresholds import threshold, threshold_int
+from perftracker.evidence.failures import FrameShare, WaitedRankEvidence
 
 ASLEEP, STOPPED, RUNNING, IO = "S", "Tt", "R", "D"
 TOP_FRAMES = 3  # display: innermost frames of the named rank shown
@@ -134,7 +134,7 @@ def doing(rank: int, now: dict[int, RankStates], cpu: dict[int, RankWindow]) -> 
                               f"the window (all its threads) against the others' {pct(ran)}")
 
 
-def top_frames(samples: pd.DataFrame, rank: int) -> list[dict[str, Any]]:
+def top_frames(samples: pd.DataFrame, rank: int) -> list[FrameShare]:
     """The innermost frames of `rank`'s main-thread stacks in the incident's window, most samples first."""
     if samples.empty:
         return []
@@ -201,29 +201,27 @@ def _finding(analysis: Analysis, w: Waited, now: dict[int, RankStates], before: 
                      "--trace-steps N` on a job launched with KINETO_USE_DAEMON=1 or the perftracker hook).",
     }.get(what.kind, "This rank runs while the others wait for it: check what else runs on its cores (`top`, "
                      "`pidstat -p <pid> 1`) and what it does (its stacks), then confirm with a trace.")
-    evidence: dict[str, Any] = {
-        "rank": w.rank, "since_step": cp.step if cp is not None else None, "doing": what.kind,
-        "asleep": round(me.asleep, 4), "others_asleep": round(w.others_asleep, 4), "drop": round(w.drop, 4),
-        "others_spread": round(w.spread, 4), "baseline_subtracted": w.baseline,
-        "states": [{"rank": s.rank, "samples": s.samples, "asleep": round(s.asleep, 4), "stopped": round(s.stopped, 4),
-                    "running": round(s.running, 4), "io": round(s.io, 4),
-                    "baseline_asleep": round(before[s.rank].asleep, 4) if s.rank in before else None,
-                    "cpu_run_share": round(cpu[s.rank].run_share, 4) if s.rank in cpu else None,
-                    "cpu_wait_share": round(cpu[s.rank].wait_share, 4) if s.rank in cpu else None}
-                   for s in list(now.values())[:64]],
-        "top_frames": frames, "others_wait_frame": wait_frame,
-        "method": "each rank's main-thread state (/proc/<pid>/stat) sampled every 50-100 ms through the incident's "
-                  "stack recording: the ranks that wait for another sleep in the collective (S), the rank they "
-                  "wait for does not (stopped T, running or runnable R, I/O D); compared across ranks inside the "
-                  "window" + (", each rank's share in the healthy baseline subtracted" if w.baseline else ""),
-        "significance": {"z": round(w.z, 2), "p_family": w.p_family, "confidence": round(1.0 - w.p_family, 4),
-                         "alpha": threshold("straggler.alpha"),
-                         "design_effect": threshold("online.waited.design_effect")},
-        "thresholds": {"drop_min": threshold("online.waited.drop_min"),
-                       "others_asleep_min": threshold("online.waited.others_asleep_min"),
-                       "min_effect_over_spread": threshold("online.waited.min_effect_over_spread"),
-                       "min_samples": threshold_int("online.waited.min_samples")},
-    }
+    evidence = WaitedRankEvidence(
+        rank=w.rank, since_step=cp.step if cp is not None else None, doing=what.kind,
+        asleep=round(me.asleep, 4), others_asleep=round(w.others_asleep, 4), drop=round(w.drop, 4),
+        others_spread=round(w.spread, 4), baseline_subtracted=w.baseline,
+        states=[{"rank": s.rank, "samples": s.samples, "asleep": round(s.asleep, 4), "stopped": round(s.stopped, 4),
+                 "running": round(s.running, 4), "io": round(s.io, 4),
+                 "baseline_asleep": round(before[s.rank].asleep, 4) if s.rank in before else None,
+                 "cpu_run_share": round(cpu[s.rank].run_share, 4) if s.rank in cpu else None,
+                 "cpu_wait_share": round(cpu[s.rank].wait_share, 4) if s.rank in cpu else None}
+                for s in list(now.values())[:64]],
+        top_frames=frames, others_wait_frame=wait_frame,
+        method="each rank's main-thread state (/proc/<pid>/stat) sampled every 50-100 ms through the incident's "
+               "stack recording: the ranks that wait for another sleep in the collective (S), the rank they "
+               "wait for does not (stopped T, running or runnable R, I/O D); compared across ranks inside the "
+               "window" + (", each rank's share in the healthy baseline subtracted" if w.baseline else ""),
+        significance={"z": round(w.z, 2), "p_family": w.p_family, "confidence": round(1.0 - w.p_family, 4),
+                      "alpha": threshold("straggler.alpha"), "design_effect": threshold("online.waited.design_effect")},
+        thresholds={"drop_min": threshold("online.waited.drop_min"),
+                    "others_asleep_min": threshold("online.waited.others_asleep_min"),
+                    "min_effect_over_spread": threshold("online.waited.min_effect_over_spread"),
+                    "min_samples": threshold_int("online.waited.min_samples")})
     step_s = median_step_s(store.steps)
     if cp is not None:
         cost = Cost(cp.after_s - cp.before_s, (cp.after_s - cp.before_s) / cp.after_s)

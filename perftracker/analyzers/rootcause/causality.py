@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Kind
 from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.analyzers.traces.gpu_time import breakdown_view
+from perftracker.evidence import as_evidence
+from perftracker.evidence.network import GpuHealthEvidence, GpuLinksEvidence, RdmaEvidence, RdmaPfcEvidence
+from perftracker.evidence.steps import StragglerEvidence
 
 GPU_SIGNALS = (Kind.GPU_HEALTH,)
 NETWORK_SIGNALS = (Kind.RDMA, Kind.RDMA_PFC, Kind.GPU_LINKS)  # NIC ports, RoCE flow control, NVLink / PCIe links
@@ -57,8 +59,8 @@ def _rank_has_events(analysis: Analysis, rank: int) -> bool:
 
 def straggler_locus(analysis: Analysis, f: Finding) -> str:
     """"gpu", "cpu", "network" or "" for a finding naming one slow rank (docs/internals/analyzers.md)."""
-    kind = str(f.evidence.get("kind", ""))
-    if f.analyzer == Kind.STRAGGLER and kind == "communication":
+    ev = as_evidence(f.evidence, StragglerEvidence) if f.analyzer == Kind.STRAGGLER else StragglerEvidence()
+    if ev.get("kind") == "communication":
         return "network"
     if f.analyzer == Kind.STACK_PROFILE:
         return "cpu"  # sampled Python stacks: its own CPU-side work takes the time
@@ -68,7 +70,7 @@ def straggler_locus(analysis: Analysis, f: Finding) -> str:
     gpu_extra = _gpu_extra_s(analysis, rank)
     if gpu_extra is None:
         return "cpu"  # its trace holds no GPU kernels: the extra time is CPU-side
-    extra = f.evidence.get("extra_work_before_collective_ms")
+    extra = ev.get("extra_work_before_collective_ms")
     if isinstance(extra, (int, float)) and extra > 0:
         return "gpu" if gpu_extra >= threshold("rootcause.gpu_share_of_extra") * float(extra) / 1e3 else "cpu"
     cost = f.cost.seconds_per_step
@@ -96,11 +98,13 @@ def straggler_window(analysis: Analysis, f: Finding) -> tuple[int, int] | None:
 
 def signal_windows(f: Finding) -> list[tuple[int, int]]:
     """The epoch-ns spans a host finding's evidence covers: its periods (e.g. throttling), else its window."""
-    ev = f.evidence
-    spans = [(int(p[0]), int(p[1])) for p in ev.get("periods") or [] if isinstance(p, (list, tuple)) and len(p) == 2]
+    periods = as_evidence(f.evidence, GpuHealthEvidence).get("periods") if f.analyzer == Kind.GPU_HEALTH else None
+    spans = [(int(p[0]), int(p[1])) for p in periods or [] if isinstance(p, (list, tuple)) and len(p) == 2]
     if spans:
         return spans
-    window: Any = ev.get("window")
+    window = as_evidence(f.evidence, GpuHealthEvidence if f.analyzer == Kind.GPU_HEALTH else GpuLinksEvidence if
+                         f.analyzer == Kind.GPU_LINKS else RdmaPfcEvidence if f.analyzer == Kind.RDMA_PFC
+                         else RdmaEvidence).get("window")  # a host finding's: one of the four kinds
     if isinstance(window, dict) and isinstance(window.get("start_ns"), int) and isinstance(window.get("end_ns"), int):
         return [(int(window["start_ns"]), int(window["end_ns"]))]
     return []

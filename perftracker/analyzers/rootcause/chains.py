@@ -7,7 +7,6 @@ root-cause chain.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import pandas as pd
 
@@ -15,7 +14,11 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Cost, Finding, Kind, Severity
 from perftracker.analyzers.health.gpu_health import THROTTLE
 from perftracker.analyzers.health.topology import rank_map
-from perftracker.analyzers.rootcause.causality import relation, straggler_locus, straggler_window
+from perftracker.analyzers.rootcause.causality import Relation, relation, straggler_locus, straggler_window
+from perftracker.evidence import as_evidence
+from perftracker.evidence.common import Location, RootCause
+from perftracker.evidence.network import GpuHealthEvidence, GpuLinksEvidence, RdmaEvidence, RdmaPfcEvidence
+from perftracker.evidence.steps import StepsEvidence, StragglerEvidence
 
 _NIC_ANALYZERS = (Kind.RDMA, Kind.RDMA_PFC)  # port counters (sysfs) and RoCE flow control (ethtool)
 _GPU_ANALYZERS = (Kind.GPU_HEALTH, Kind.GPU_LINKS)
@@ -28,13 +31,13 @@ def straggler_kind(f: Finding) -> str:
     if len(f.ranks) != 1 or f.severity < Severity.WARNING:
         return ""
     if f.analyzer == Kind.STRAGGLER:
-        return str(f.evidence.get("kind", ""))
+        return str(as_evidence(f.evidence, StragglerEvidence).get("kind", ""))
     # a sampled-stack rank: its own work takes the time, so the rank's device is the first suspect
-    gpu_phase = f.analyzer == Kind.STEPS and str(f.evidence.get("phase", "")) in _GPU_PHASES
+    gpu_phase = f.analyzer == Kind.STEPS and as_evidence(f.evidence, StepsEvidence).get("phase", "") in _GPU_PHASES
     return "compute" if gpu_phase or f.analyzer == Kind.STACK_PROFILE else ""
 
 
-def _location(rmap: pd.DataFrame, straggler: Finding) -> dict[str, Any]:
+def _location(rmap: pd.DataFrame, straggler: Finding) -> Location:
     rank = straggler.ranks[0]
     hit = rmap[rmap["rank"] == rank] if not rmap.empty else rmap
     if len(hit):
@@ -46,23 +49,30 @@ def _location(rmap: pd.DataFrame, straggler: Finding) -> dict[str, Any]:
             "pci_bus_id": "", "numa_node": -1, "sources": {}}
 
 
-def _matches(loc: dict[str, Any], f: Finding) -> str:
-    """'gpu' / 'nic' when `f` is about the straggler's GPU / one of its NICs, else ''."""
-    ev = f.evidence
-    if not loc["host"] or ev.get("host") != loc["host"] or f.severity < Severity.WARNING:
+def _matches(loc: Location, f: Finding) -> str:
+    """'gpu' / 'nic' when `f` (a `_GPU_ANALYZERS` or `_NIC_ANALYZERS` finding) is about the straggler's GPU / one of
+    its NICs, else ''."""
+    if not loc["host"] or f.severity < Severity.WARNING:
         return ""
-    if f.analyzer in _GPU_ANALYZERS and loc["gpu"] >= 0 and ev.get("gpu") == loc["gpu"]:
-        return "gpu"
-    if f.analyzer in _NIC_ANALYZERS and "device" in ev:
-        nic = f"{ev['device']}/{ev['port']}"
-        if not loc["nics"] or nic in loc["nics"]:
-            return "nic"
-    return ""
+    if f.analyzer in _GPU_ANALYZERS:
+        gpu = as_evidence(f.evidence, GpuLinksEvidence if f.analyzer == Kind.GPU_LINKS else GpuHealthEvidence)
+        return "gpu" if gpu.get("host") == loc["host"] and loc["gpu"] >= 0 and gpu.get("gpu") == loc["gpu"] else ""
+    nic = as_evidence(f.evidence, RdmaPfcEvidence if f.analyzer == Kind.RDMA_PFC else RdmaEvidence)
+    on = f.analyzer in _NIC_ANALYZERS and nic.get("host") == loc["host"] and "device" in nic
+    return "nic" if on and (not loc["nics"] or f"{nic['device']}/{nic['port']}" in loc["nics"]) else ""
+
+
+def _time_share(f: Finding) -> float:
+    """The share of the time a GPU's slowdown or a priority's pause lasted (0 for other findings)."""
+    if f.analyzer not in (Kind.GPU_HEALTH, Kind.RDMA_PFC):
+        return 0.0
+    ev = as_evidence(f.evidence, GpuHealthEvidence if f.analyzer == Kind.GPU_HEALTH else RdmaPfcEvidence)
+    return float(ev.get("share_of_time", 0) or 0)
 
 
 def _cause_text(f: Finding) -> str:
-    ev = f.evidence
-    if f.analyzer == Kind.GPU_HEALTH and str(ev.get("check", "")).startswith(THROTTLE):
+    ev = as_evidence(f.evidence, GpuHealthEvidence) if f.analyzer == Kind.GPU_HEALTH else GpuHealthEvidence()
+    if str(ev.get("check", "")).startswith(THROTTLE):
         clock = ev.get("sm_clock_mhz_throttled")
         return (f"its GPU {ev['gpu']} on host {ev['host']} was in {str(ev['reason']).replace('_', ' ')} slowdown "
                 f"{100 * float(ev['share_of_time']):.0f}% of the time"
@@ -77,9 +87,10 @@ _LOCUS_TEXT = {"cpu": "its extra time is CPU-side work", "gpu": "its extra time 
                "network": "its extra time is in its transfers", "": "nothing shows where its extra time goes"}
 
 
-def _summary(straggler: Finding, loc: dict[str, Any], chain: list[tuple[Finding, Any]], has_samples: bool,
+def _summary(straggler: Finding, loc: Location, chain: list[tuple[Finding, Relation]], has_samples: bool,
              locus: str) -> str:
-    ev = straggler.evidence
+    ev = as_evidence(straggler.evidence, StragglerEvidence) if straggler.analyzer == Kind.STRAGGLER \
+        else StragglerEvidence()
     share = ev.get("steps_mostly_last", ev.get("share_last"))
     head = f"rank {loc['rank']} late in {100 * float(share):.0f}% of steps" if share is not None \
         else straggler.title[0].lower() + straggler.title[1:]
@@ -138,12 +149,12 @@ def _link_findings(analysis: Analysis, findings: list[Finding]) -> list[Finding]
         related = [(f, relation(f, locus, window)) for f in health if _matches(loc, f)]
         chain = sorted(related, key=lambda fr: (not fr[1].explains, fr[1].kind != "possible cause",
                                                 -int(fr[0].severity),
-                                                -float(fr[0].evidence.get("share_of_time", 0) or 0)))
+                                                -_time_share(fr[0])))
         summary = _summary(s, loc, chain, has_samples, locus)
-        root = {"summary": summary, "location": loc, "locus": locus or "unknown",
-                "window_ns": list(window) if window else None,
-                "chain": [{"id": f.id, "analyzer": f.analyzer, "severity": f.severity.label, "title": f.title,
-                           "explains": rel.explains, "relation": rel.kind, "why": rel.why} for f, rel in chain]}
+        root = RootCause(summary=summary, location=loc, locus=locus or "unknown",
+                         window_ns=list(window) if window else None,
+                         chain=[{"id": f.id, "analyzer": f.analyzer, "severity": f.severity.label, "title": f.title,
+                                 "explains": rel.explains, "relation": rel.kind, "why": rel.why} for f, rel in chain])
         new = replace(current(s), evidence={**current(s).evidence, "root_cause": root})
         causes = [f for f, rel in chain if rel.explains]
         if causes:

@@ -8,7 +8,6 @@ time twice, and marks every cost's `cost_source` (replay | estimate).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -30,6 +29,8 @@ from perftracker.analyzers.stragglers.collectives import arrivals_view
 from perftracker.analyzers.stragglers.wait_transfer import collective_split_view
 from perftracker.analyzers.thresholds import threshold
 from perftracker.analyzers.traces.period_costs import rank_costs_view
+from perftracker.evidence import as_evidence
+from perftracker.evidence.common import PassEvidence
 
 _RANK_KEY = (Mark.STRAGGLER_MEASURED, Mark.STRAGGLER_RANK)
 
@@ -111,18 +112,19 @@ def with_replay_costs(analysis: Analysis, findings: list[Finding]) -> list[Findi
     targets = [(i, f) for i, f in enumerate(findings)
                if f.cost.seconds_per_step > 0 and (_target_rank(f) is not None or Mark.OVERLAP_EXPOSED.on(f))]
     replayed: dict[int, tuple[float, float, str]] = {}
+    error = float("nan")
     if fit is not None and fit.usable and targets:
-        replayed = _costs(analysis, fit, targets)
+        replayed, error = _costs(analysis, fit, targets), round(fit.error, 4)
     out = []
     for i, f in enumerate(findings):
-        if f.cost.seconds_per_step <= 0 or f.evidence.get("cost_source") == "replay":  # costed by its own replay
-            out.append(f)
+        if f.cost.seconds_per_step <= 0 or as_evidence(f.evidence, PassEvidence).get("cost_source") == "replay":
+            out.append(f)  # costed by its own replay
             continue
-        extra: dict[str, Any] = {"cost_source": "estimate"}
+        extra = PassEvidence(cost_source="estimate")
         if i in replayed:
             cost_s, share, what = replayed[i]
-            extra = {"cost_source": "replay", "estimate_s": round(f.cost.seconds_per_step, 9),
-                     "replay_error": round(fit.error, 4) if fit else None, "what_if": what}
+            extra = PassEvidence(cost_source="replay", estimate_s=round(f.cost.seconds_per_step, 9),
+                                 replay_error=error, what_if=what)
             f = replace(f, cost=Cost(cost_s, share))
         elif any(i == j for j, _ in targets):
             extra["cost_note"] = _why_estimate(fit)
