@@ -137,8 +137,7 @@ def _where(r: Any) -> str:
 
 def _finding(r: Any, check: str, severity: Severity, title: str, advice: str, /,
              **evidence: Unpack[RdmaEvidence]) -> Finding:
-    ev = RdmaEvidence(host=r["host"], device=r["device"], port=r["port"], check=check, window=r["window"])
-    ev.update(evidence)
+    ev = RdmaEvidence(host=r["host"], device=r["device"], port=r["port"], check=check, window=r["window"], **evidence)
     return Finding(analyzer="rdma", severity=severity, title=title, recommendation=advice, evidence=ev,
                    hosts=(str(r["host"]),), key=f"rdma:{check}:{r['host']}:{r['device']}:{r['port']}")
 

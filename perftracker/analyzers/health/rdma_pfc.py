@@ -107,8 +107,7 @@ class _Port:
     def finding(self, check: str, severity: Severity, title: str, advice: str, /,
                 **evidence: Unpack[RdmaPfcEvidence]) -> Finding:
         ev = RdmaPfcEvidence(host=self.host, device=self.dev, port=self.port, netdev=self.netdev, check=check,
-                             window=self.window, lossless_priorities=self.lossless)
-        ev.update(evidence)
+                             window=self.window, lossless_priorities=self.lossless, **evidence)
         return Finding(analyzer="rdma_pfc", severity=severity, title=title, recommendation=advice, evidence=ev,
                        hosts=(self.host,), key=f"rdma_pfc:{check}:{self.host}:{self.dev}:{self.port}")
 

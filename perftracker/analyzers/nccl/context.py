@@ -344,21 +344,16 @@ def finding(flag: str, severity: Severity, title: str, recommendation: str, evid
     ranks_t = tuple(sorted({r for r in ranks if r >= 0}))
     named = _LEADING_VAR.match(title)
     about = subject or (named.group(1) if named else "")
-    ev = NcclConfigEvidence(flag=flag)
-    if about:
-        ev["subject"] = about
+    ev = NcclConfigEvidence(flag=flag, subject=about) if about else NcclConfigEvidence(flag=flag)
     ev.update(evidence)
-    return NcclFinding(analyzer=ANALYZER, severity=severity, title=title, recommendation=recommendation,
-                       evidence=ev, hosts=hosts_t,
-                       ranks=ranks_t, key=f"{flag}|{key or title}", variables=tuple(sorted(set(variables))))
+    return NcclFinding(analyzer=ANALYZER, severity=severity, title=title, recommendation=recommendation, evidence=ev,
+                       hosts=hosts_t, ranks=ranks_t, key=f"{flag}|{key or title}", variables=tuple(sorted(set(variables))))
 
 
 def about(var: str, settings: list[Setting], flag: str, severity: Severity, title: str, recommendation: str, /,
           key: str, ranks: bool = True, **evidence: Unpack[NcclConfigEvidence]) -> NcclFinding:
     """A finding about `settings` of `var`: their hosts (and ranks), the first four as `env` evidence."""
-    ev = NcclConfigEvidence(env=setting_refs(settings, 4))
-    ev.update(evidence)
-    return finding(flag, severity, title, recommendation, ev,
+    return finding(flag, severity, title, recommendation, NcclConfigEvidence(env=setting_refs(settings, 4), **evidence),
                    [s.host for s in settings], [s.rank for s in settings] if ranks else [], key=key, variables=[var])
 
 
