@@ -10,6 +10,7 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.health.topology import rank_map, records
 from perftracker.analyzers.thresholds import threshold, threshold_int
+from perftracker.evidence.network import BandwidthEvidence, CollectiveRow
 from perftracker.store import Store
 
 _FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
@@ -48,6 +49,15 @@ def collective_bandwidth(store: Store) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values("bytes", ascending=False, ignore_index=True)
 
 
+def _row(r: dict[Any, Any]) -> CollectiveRow:
+    """A shape of `collective_bandwidth` as evidence, its times and bandwidths to 4 decimals."""
+    return CollectiveRow(
+        pg=r["pg"], collective=r["collective"], bytes=r["bytes"], group_size=r["group_size"], calls=r["calls"],
+        ranks=r["ranks"], best_ms=round(r["best_ms"], 4), median_ms=round(r["median_ms"], 4),
+        algbw_gbs=round(r["algbw_gbs"], 4), busbw_gbs=round(r["busbw_gbs"], 4),
+        median_busbw_gbs=round(r["median_busbw_gbs"], 4), factor=round(r["factor"], 4), slowest_rank=r["slowest_rank"])
+
+
 def _link_gbs_per_rank(store: Store) -> tuple[float, int]:
     """(NIC bandwidth per rank in GB/s, hosts) from the topology map and the ports' rates; (nan, hosts)."""
     rmap = rank_map(store)
@@ -80,8 +90,7 @@ def analyze_bandwidth(analysis: Analysis) -> list[Finding]:
     if table.empty:
         return []
     link, hosts = _link_gbs_per_rank(store)
-    rows: list[dict[str, Any]] = [{str(k): (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}
-                                  for row in table.head(32).to_dict("records")]
+    rows = [_row(r) for r in table.head(32).to_dict("records")]
     top = table.iloc[0]
     findings = [Finding(
         analyzer="bandwidth", severity=Severity.INFO,
@@ -90,8 +99,8 @@ def analyze_bandwidth(analysis: Analysis) -> list[Finding]:
                + (f" ({100 * top['busbw_gbs'] / link:.0f}% of {link:.1f} GB/s NIC bandwidth per rank)"
                   if link == link and hosts > 1 else "")),
         recommendation="Context: bus bandwidth is comparable with the link rate and with nccl-tests.",
-        evidence={"collectives": rows, "nic_gbs_per_rank": None if link != link else round(link, 3),
-                  "hosts": hosts, "best_quantile": threshold("bandwidth.best_quantile")},
+        evidence=BandwidthEvidence(collectives=rows, nic_gbs_per_rank=None if link != link else round(link, 3),
+                                   hosts=hosts, best_quantile=threshold("bandwidth.best_quantile")),
         key="bandwidth:table")]
     if link == link and hosts > 1:
         slow = table[(table["bytes"] >= threshold_int("bandwidth.min_bytes")) & (table["busbw_gbs"] < threshold("bandwidth.low_share") * link)]
@@ -105,10 +114,9 @@ def analyze_bandwidth(analysis: Analysis) -> list[Finding]:
                 recommendation="Large collectives should approach the link rate: check the RDMA findings of the "
                 "hosts involved (congestion, idle rails, errors), the NCCL transport (a fallback to sockets) and "
                 "NCCL_IB_HCA.",
-                evidence={"slow": [{str(k): (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
-                                   for r in slow.head(16).to_dict("records")],
-                          "nic_gbs_per_rank": round(link, 3), "low_share": threshold("bandwidth.low_share"),
-                          "min_bytes": threshold_int("bandwidth.min_bytes")},
+                evidence=BandwidthEvidence(slow=[_row(r) for r in slow.head(16).to_dict("records")],
+                                           nic_gbs_per_rank=round(link, 3), low_share=threshold("bandwidth.low_share"),
+                                           min_bytes=threshold_int("bandwidth.min_bytes")),
                 ranks=tuple(sorted(set(int(x) for x in store.select_events(
                     lambda ev: (ev["kind"] == "comm").to_numpy(), ["rank"], ["kind", "rank"])["rank"].unique()))),
                 key="bandwidth:slow"))

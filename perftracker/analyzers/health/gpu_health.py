@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -16,6 +16,7 @@ from perftracker.analyzers.health.peer_outliers import PeerVerdict, peer_verdict
 from perftracker.analyzers.health.rdma import samples
 from perftracker.analyzers.health.topology import rank_map, ranks_of_gpu
 from perftracker.analyzers.thresholds import threshold
+from perftracker.evidence.network import GpuHealthEvidence, GpuLinksEvidence
 from perftracker.store import Store
 
 REASON_BITS = {"thermal": 0x20 | 0x40, "hw_slowdown": 0x8, "power_brake": 0x80, "power_cap": 0x4}
@@ -120,21 +121,26 @@ class GpuContext:
         self.util_outliers = peer_verdict(self.wide, "util_gpu_pct", busy_only=False)
 
 
+G = TypeVar("G", GpuHealthEvidence, GpuLinksEvidence)
+
+
 def gpu_finding(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame, check: str, severity: Severity, title: str,
-                advice: str, analyzer: str = "gpu_health", confidence: float | None = None, **evidence: Any) -> Finding:
-    """A finding about one GPU: `title` with "{gpu}" naming it (host, index, ranks), common evidence added."""
+                advice: str, evidence: G, analyzer: str = "gpu_health", confidence: float | None = None) -> Finding:
+    """A finding about one GPU: `title` with "{gpu}" naming it (host, index, ranks), common evidence added, a number
+    not measured (NaN) as None."""
     ranks = ranks_of_gpu(ctx.rmap, host, gpu)
     on = f" (rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})" if ranks else ""
-    ev = {"host": host, "gpu": gpu, "check": check, "ranks": list(ranks),
+    ev: G = {"host": host, "gpu": gpu, "check": check, "ranks": list(ranks),
           "window": {"start_ns": int(wide.index.min()), "end_ns": int(wide.index.max()),
                      "seconds": round((int(wide.index.max()) - int(wide.index.min())) / 1e9, 3)},
           "samples": len(wide), "sm_clock_mhz": _busy_median(wide, "sm_clock_mhz"),
           "job_median_sm_clock_mhz": ctx.job_clock, "temp_c_median": _med(wide, "temp_c"),
           "temp_c_max": float(wide["temp_c"].max()) if "temp_c" in wide else float("nan"),
-          "power_w_median": _med(wide, "power_w"), "power_limit_w": _med(wide, "power_limit_w"), **evidence}
-    ev = {k: (None if isinstance(v, float) and v != v else v) for k, v in ev.items()}
+          "power_w_median": _med(wide, "power_w"), "power_limit_w": _med(wide, "power_limit_w")}
+    ev.update(evidence)
     return Finding(analyzer=analyzer, severity=severity, title=title.format(gpu=f"GPU {gpu} on host {host}{on}"),
-                   recommendation=advice, evidence=ev, ranks=ranks, hosts=(host,), confidence=confidence,
+                   recommendation=advice, evidence={k: (None if isinstance(v, float) and v != v else v)
+                                                    for k, v in ev.items()}, ranks=ranks, hosts=(host,), confidence=confidence,
                    key=f"gpu:{check}:{host}:{gpu}")
 
 
@@ -167,10 +173,11 @@ def _throttle(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame, clock_lo
                       if during == during and ctx.job_clock == ctx.job_clock else "")
         yield gpu_finding(ctx, host, gpu, wide, f"{THROTTLE}{reason}", severity,
                           f"{{gpu}} was in {reason.replace('_', ' ')} slowdown {100 * share:.0f}% of the time"
-                          + clock_text, _THROTTLE_ADVICE[reason], reason=reason, sm_clock_mhz_throttled=during,
-                          share_of_time=round(share, 4), periods=[list(p) for p in spans[:MAX_PERIODS]],
-                          thresholds={"share": threshold("gpu_health.throttle_share"),
-                                      "critical_share": threshold("gpu_health.critical_share")})
+                          + clock_text, _THROTTLE_ADVICE[reason], GpuHealthEvidence(
+                              reason=reason, sm_clock_mhz_throttled=during, share_of_time=round(share, 4),
+                              periods=[list(p) for p in spans[:MAX_PERIODS]],
+                              thresholds={"share": threshold("gpu_health.throttle_share"),
+                                          "critical_share": threshold("gpu_health.critical_share")}))
 
 
 def _gpu_findings(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> list[Finding]:
@@ -184,8 +191,8 @@ def _gpu_findings(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> l
                                 f"{{gpu}} runs at {clock:.0f} MHz SM clock against a job median of {ctx.job_clock:.0f}",
                                 "This GPU's clocks are lower than its peers' without a reported throttle reason: check "
                                 "application clocks / clock locks (`nvidia-smi -q -d CLOCK`) and its power limit.",
-                                deficit=round(1 - clock / ctx.job_clock, 4),
-                                threshold=threshold("gpu_health.clock_deficit")))
+                                GpuHealthEvidence(deficit=round(1 - clock / ctx.job_clock, 4),
+                                                  threshold=threshold("gpu_health.clock_deficit"))))
     xids = ctx.xids[(ctx.xids["host"] == host) & (ctx.xids["device"] == f"gpu:{gpu}")]
     dbe = float(wide["ecc_dbe"].max() - wide["ecc_dbe"].min()) if "ecc_dbe" in wide else 0.0
     if len(xids) or dbe > 0:
@@ -195,13 +202,14 @@ def _gpu_findings(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> l
         out.append(gpu_finding(ctx, host, gpu, wide, "xid_ecc", Severity.CRITICAL, "{gpu} reported " + ", ".join(what),
                                "XID / uncorrectable ECC errors mean a faulty GPU or driver event: look up the XID in "
                                "NVIDIA's XID catalog, drain the node and run diagnostics (dcgmi diag -r 3).",
-                               xids=values, xid_times_ns=[int(t) for t in xids["ts_ns"].head(20)], ecc_dbe_new=dbe))
+                               GpuHealthEvidence(xids=values, xid_times_ns=[int(t) for t in xids["ts_ns"].head(20)],
+                                                 ecc_dbe_new=dbe)))
     sbe = float(wide["ecc_sbe"].max() - wide["ecc_sbe"].min()) if "ecc_sbe" in wide else 0.0
     if sbe > 0:
         out.append(gpu_finding(ctx, host, gpu, wide, "ecc_sbe", Severity.INFO,
                                f"{{gpu}} corrected {sbe:.0f} single-bit ECC error(s) during the window",
                                "Corrected errors cost little; a rising rate can precede row remapping or failure.",
-                               ecc_sbe_new=sbe))
+                               GpuHealthEvidence(ecc_sbe_new=sbe)))
     out.extend(_pcie(ctx, host, gpu, wide))
     util = _med(wide, "util_gpu_pct")
     if (util == util and ctx.job_util >= threshold("gpu_health.busy_util_pct")
@@ -209,20 +217,22 @@ def _gpu_findings(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> l
         out.append(_below_peers(ctx, host, gpu, wide, "utilization", ctx.util_outliers,
                                 f"{{gpu}} is {util:.0f}% utilized against a job median of {ctx.job_util:.0f}%",
                                 "This GPU waits while its peers compute: look for a data-loading or CPU bottleneck on "
-                                "its rank, or a rank placed on the wrong GPU.", util_gpu_pct=util,
-                                job_median_util_pct=ctx.job_util, gap_threshold=threshold("gpu_health.util_gap_pct")))
+                                "its rank, or a rank placed on the wrong GPU.", GpuHealthEvidence(
+                                    util_gpu_pct=util, job_median_util_pct=ctx.job_util,
+                                    gap_threshold=threshold("gpu_health.util_gap_pct"))))
     return out
 
 
 def _below_peers(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame, check: str, verdict: PeerVerdict,
-                 title: str, advice: str, **evidence: Any) -> Finding:
+                 title: str, advice: str, evidence: GpuHealthEvidence) -> Finding:
     """A GPU below the job's median: a warning with `advice` when the peer test names it, else context."""
     named = verdict.names((host, gpu))
     return gpu_finding(ctx, host, gpu, wide, check, Severity.WARNING if named else Severity.INFO,
                        title + ("" if named else "; within the spread among this job's GPUs"), advice if named else
                        f"Not an outlier by this run's samples: {verdict.reason or 'other GPUs are as low'}.",
-                       confidence=verdict.confidence, **evidence,
-                       significance={"confidence": round(verdict.confidence, 4), "trials": verdict.trials})
+                       GpuHealthEvidence(**evidence, significance={"confidence": round(verdict.confidence, 4),
+                                                                   "trials": verdict.trials}),
+                       confidence=verdict.confidence)
 
 
 def _pcie(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> Iterator[Finding]:
@@ -244,7 +254,7 @@ def _pcie(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> Iterator[
                               f"{{gpu}} PCIe link runs at {word}{cur:.0f}, below its maximum {word}{top:.0f}",
                               "A degraded PCIe link slows host transfers and GPUDirect RDMA: reseat the GPU or "
                               "riser, check `nvidia-smi -q -d PCIE` and `lspci -vv` (LnkSta vs LnkCap).",
-                              current=cur, maximum=top, share_of_samples=round(float(low.mean()), 4))
+                              GpuHealthEvidence(current=cur, maximum=top, share_of_samples=round(float(low.mean()), 4)))
 
 
 def gpu_context_view(analysis: Analysis) -> GpuContext:

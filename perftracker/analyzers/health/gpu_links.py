@@ -11,6 +11,7 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.health.gpu_health import GpuContext, gpu_context_view, gpu_counters, gpu_finding
 from perftracker.analyzers.thresholds import threshold
+from perftracker.evidence.network import GpuLinksEvidence
 
 ANALYZER = "gpu_links"
 LINK_METRICS = ("nvlink_links", "nvlink_active", "nvlink_replay", "nvlink_recovery", "nvlink_crc_flit",
@@ -57,9 +58,9 @@ def _nvlink_errors(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> 
     if recovery > 0:
         yield gpu_finding(ctx, host, gpu, wide, "nvlink_recovery", Severity.CRITICAL,
                           f"{{gpu}} NVLink recovered {recovery:.0f} time(s) in {seconds:.0f} s: links retrain",
-                          _RECOVERY_ADVICE.format(gpu=gpu), analyzer=ANALYZER, nvlink_recovery_increase=recovery,
-                          rate_per_min=round(60 * _rate(recovery, seconds), 3), first_rise_ns=first,
-                          window_s=round(seconds, 3))
+                          _RECOVERY_ADVICE.format(gpu=gpu), GpuLinksEvidence(
+                              nvlink_recovery_increase=recovery, rate_per_min=round(60 * _rate(recovery, seconds), 3),
+                              first_rise_ns=first, window_s=round(seconds, 3)), analyzer=ANALYZER)
     crc = {name: _rise(wide, name) for name in ("nvlink_crc_flit", "nvlink_crc_data")}
     replay, r_seconds, r_first = _rise(wide, "nvlink_replay")
     crc_total = sum(v[0] for v in crc.values())
@@ -73,12 +74,13 @@ def _nvlink_errors(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> 
     firsts = [t for t in [r_first] + [v[2] for v in crc.values()] if t >= 0]
     yield gpu_finding(ctx, host, gpu, wide, "nvlink_errors", severity,
                       f"{{gpu}} NVLink errors rising: {' and '.join(parts)} in {seconds:.0f} s",
-                      _ERRORS_ADVICE.format(gpu=gpu), analyzer=ANALYZER,
-                      nvlink_crc_flit_increase=crc["nvlink_crc_flit"][0],
-                      nvlink_crc_data_increase=crc["nvlink_crc_data"][0], nvlink_replay_increase=replay,
-                      crc_rate_per_s=round(crc_rate, 3), replay_rate_per_min=round(60 * _rate(replay, seconds), 3),
-                      first_rise_ns=min(firsts) if firsts else -1, window_s=round(seconds, 3),
-                      thresholds={"crc_per_s": threshold("gpu_links.nvlink_crc_per_s"), "replay": 1})
+                      _ERRORS_ADVICE.format(gpu=gpu), GpuLinksEvidence(
+                          nvlink_crc_flit_increase=crc["nvlink_crc_flit"][0],
+                          nvlink_crc_data_increase=crc["nvlink_crc_data"][0], nvlink_replay_increase=replay,
+                          crc_rate_per_s=round(crc_rate, 3), replay_rate_per_min=round(60 * _rate(replay, seconds), 3),
+                          first_rise_ns=min(firsts) if firsts else -1, window_s=round(seconds, 3),
+                          thresholds={"crc_per_s": threshold("gpu_links.nvlink_crc_per_s"), "replay": 1}),
+                      analyzer=ANALYZER)
 
 
 def _links_down(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> list[Finding]:
@@ -102,10 +104,11 @@ def _links_down(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> lis
     than = f", its peers on the host have {peer_active:.0f}" if below_peers.any() else ""
     return [gpu_finding(ctx, host, gpu, wide, "nvlink_down", severity,
                         f"{{gpu}} has NVLinks down: {least:.0f} of {present:.0f} active{than}",
-                        _DOWN_ADVICE.format(gpu=gpu), analyzer=ANALYZER, nvlink_links=present,
-                        nvlink_active_min=least, nvlink_active_last=float(rows["nvlink_active"].iloc[-1]),
-                        peers_nvlink_active=peer_active, share_of_samples=round(float(bad.mean()), 4),
-                        first_down_ns=int(worst.index[0]))]
+                        _DOWN_ADVICE.format(gpu=gpu), GpuLinksEvidence(
+                            nvlink_links=present, nvlink_active_min=least,
+                            nvlink_active_last=float(rows["nvlink_active"].iloc[-1]), peers_nvlink_active=peer_active,
+                            share_of_samples=round(float(bad.mean()), 4), first_down_ns=int(worst.index[0])),
+                        analyzer=ANALYZER)]
 
 
 def _pcie_replay(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> list[Finding]:
@@ -116,9 +119,10 @@ def _pcie_replay(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> li
     severity = Severity.WARNING if per_min >= threshold("gpu_links.pcie_replay_per_min") else Severity.INFO
     return [gpu_finding(ctx, host, gpu, wide, "pcie_replay", severity,
                         f"{{gpu}} PCIe replay counter rose by {replay:,.0f} in {seconds:.0f} s ({per_min:,.1f}/min)",
-                        _PCIE_ADVICE.format(gpu=gpu), analyzer=ANALYZER, pcie_replay_increase=replay,
-                        rate_per_min=round(per_min, 3), first_rise_ns=first, window_s=round(seconds, 3),
-                        threshold_per_min=threshold("gpu_links.pcie_replay_per_min"))]
+                        _PCIE_ADVICE.format(gpu=gpu), GpuLinksEvidence(
+                            pcie_replay_increase=replay, rate_per_min=round(per_min, 3), first_rise_ns=first,
+                            window_s=round(seconds, 3), threshold_per_min=threshold("gpu_links.pcie_replay_per_min")),
+                        analyzer=ANALYZER)]
 
 
 def analyze_gpu_links(analysis: Analysis) -> list[Finding]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -19,6 +18,8 @@ from perftracker.analyzers.health.link_stalls import (
     stall_during,
 )
 from perftracker.analyzers.thresholds import threshold, threshold_int
+from perftracker.evidence.network import LinkDown, LinkMeasures, LinksEvidence, LinkStat, PeerSaw
+from perftracker.values import finite
 
 ERROR_NAMES = ("rx_crc_errors", "rx_frame_errors", "rx_length_errors", "rx_errors", "tx_errors",
                "tx_carrier_errors", "tx_aborted_errors", "tx_heartbeat_errors", "tx_window_errors")
@@ -55,16 +56,17 @@ def _inc(rows: pd.DataFrame, name: str) -> float:
     return float(rows[name].sum()) if name in rows and len(rows) else 0.0
 
 
-def _what_peer_saw(analysis: Analysis, host: str, down: Down, judged: dict[str, dict[str, str]]) -> dict[str, Any]:
+def _what_peer_saw(analysis: Analysis, host: str, down: Down, judged: dict[str, dict[str, str]]) -> PeerSaw | None:
     """What `host` (not the one whose link went down) saw during `down`: TCP trouble, stopped traffic."""
     slack = threshold_int("link_stalls.slack_ns")
     lo, hi = down.start_ns - slack, (down.end_ns if down.end_ns >= 0 else down.start_ns) + slack
-    seen: dict[str, Any] = {"host": host}
+    seen = PeerSaw(host=host)
     tcp = _series(analysis, host, "")
     during = tcp[(tcp["t1_ns"] > lo) & (tcp["t0_ns"] < hi)] if not tcp.empty else tcp
-    for name, key in (("tcp:RetransSegs", "tcp_retransmits"), ("tcp:TCPTimeouts", "tcp_timeouts")):
-        if _inc(during, name) > 0:
-            seen[key] = int(_inc(during, name))
+    if _inc(during, "tcp:RetransSegs") > 0:
+        seen["tcp_retransmits"] = int(_inc(during, "tcp:RetransSegs"))
+    if _inc(during, "tcp:TCPTimeouts") > 0:
+        seen["tcp_timeouts"] = int(_inc(during, "tcp:TCPTimeouts"))
     window = _job_window(analysis)
     for iface in judged.get(host, {}):
         s = _series(analysis, host, iface)
@@ -77,10 +79,10 @@ def _what_peer_saw(analysis: Analysis, host: str, down: Down, judged: dict[str, 
         if inside.any() and typical > 0 and float(rate[inside].max()) < threshold("links.stopped_share") * typical:
             seen.setdefault("traffic_stopped_on", []).append(iface)
             seen["typical_mbps"] = round(typical, 3)
-    return seen if len(seen) > 1 else {}
+    return seen if len(seen) > 1 else None
 
 
-def _describe_seen(seen: dict[str, Any]) -> str:
+def _describe_seen(seen: PeerSaw) -> str:
     parts = []
     if seen.get("traffic_stopped_on"):
         parts.append(f"its traffic on {', '.join(seen['traffic_stopped_on'])} stopped")
@@ -108,12 +110,11 @@ def _stall_text(stall: Stall | None) -> str:
     return f"{who} stalled {stall.stall_s:.1f} s{where} at step {stall.step}"
 
 
-def _down_evidence(d: Down, stall: Stall | None) -> dict[str, Any]:
-    ev: dict[str, Any] = {"start_ns": d.start_ns, "end_ns": d.end_ns,
-                          "seconds": round(d.seconds, 3) if d.end_ns >= 0 else None,
-                          "start_between_ns": [d.earliest_start_ns, d.latest_start_ns],
-                          "end_between_ns": [d.earliest_end_ns, d.latest_end_ns], "samples_down": d.samples_down,
-                          "taken_down": d.admin_down, "carrier_changes": d.carrier_changes}
+def _down_evidence(d: Down, stall: Stall | None) -> LinkDown:
+    ev = LinkDown(start_ns=d.start_ns, end_ns=d.end_ns, seconds=round(d.seconds, 3) if d.end_ns >= 0 else None,
+                  start_between_ns=[d.earliest_start_ns, d.latest_start_ns],
+                  end_between_ns=[d.earliest_end_ns, d.latest_end_ns], samples_down=d.samples_down,
+                  taken_down=d.admin_down, carrier_changes=d.carrier_changes)
     if stall is not None:
         ev["stall"] = {"step": stall.step, "seconds": round(stall.stall_s, 3), "ranks": list(stall.ranks),
                        "world": stall.world, "collective": stall.collective, "phase": stall.phase,
@@ -142,7 +143,7 @@ def _flaps(analysis: Analysis, judged: dict[str, dict[str, str]]) -> list[Findin
         stalls = [stall_during(analysis, d.start_ns, d.end_ns) for d in mine]
         worst = max(range(len(mine)), key=lambda i: (getattr(stalls[i], "stall_s", -1.0), mine[i].seconds))
         lead, lead_stall = mine[worst], stalls[worst]
-        also: list[dict[str, Any]] = []
+        also: list[PeerSaw] = []
         for d in mine:
             for other in sorted(judged):
                 if other != host:
@@ -166,11 +167,11 @@ def _flaps(analysis: Analysis, judged: dict[str, dict[str, str]]) -> list[Findin
         why = judged[host].get(iface, "")
         findings.append(Finding(
             analyzer="links", severity=severity, title=title, recommendation=advice,
-            evidence={"host": host, "iface": iface, "check": "flap", "used_because": why,
-                      "downs": [_down_evidence(d, s) for d, s in zip(mine, stalls)],
-                      "stalled_seconds": round(stalled_s, 3), "also_saw": also,
-                      "window": {"start_ns": lead.earliest_start_ns, "end_ns": max(lead.latest_end_ns,
-                                                                                    lead.latest_start_ns)}},
+            evidence=LinksEvidence(host=host, iface=iface, check="flap", used_because=why,
+                                   downs=[_down_evidence(d, s) for d, s in zip(mine, stalls)],
+                                   stalled_seconds=round(stalled_s, 3), also_saw=also,
+                                   window={"start_ns": lead.earliest_start_ns,
+                                           "end_ns": max(lead.latest_end_ns, lead.latest_start_ns)}),
             ranks=tuple(sorted({r for s in felt for r in s.ranks})), hosts=(host,),
             cost=Cost(stalled_s / n_steps, stalled_s / n_steps / (typical + stalled_s / n_steps) if felt else 0.0),
             key=f"links:flap:{host}:{iface}"))
@@ -206,13 +207,12 @@ def _errors(analysis: Analysis, judged: dict[str, dict[str, str]]) -> Iterator[F
                                 "`ethtool -S` and the switch port, and replace the part. Drops mean full queues: "
                                 "a receiver that cannot keep up (ring size, `ethtool -g`), or a qdisc / shaper "
                                 "dropping what it cannot send."),
-                evidence={"host": host, "iface": iface, "check": "errors",
-                          "errors_per_s": {n: round(v, 4) for n, v in errors.items()},
-                          "drops": {n: {"per_s": round(v, 3), "share": round(sh, 5)} for n, (v, sh) in drops.items()},
-                          "thresholds": {"errors_per_s": threshold("links.errors_per_s"),
-                                         "drops_per_s": threshold("links.drops_per_s"),
-                                         "drop_share": threshold("links.drop_share")},
-                          "window": {"start_ns": int(s["t0_ns"].min()), "end_ns": int(s["t1_ns"].max())}},
+                evidence=LinksEvidence(
+                    host=host, iface=iface, check="errors", errors_per_s={n: round(v, 4) for n, v in errors.items()},
+                    drops={n: {"per_s": round(v, 3), "share": round(sh, 5)} for n, (v, sh) in drops.items()},
+                    thresholds={"errors_per_s": threshold("links.errors_per_s"),
+                                "drops_per_s": threshold("links.drops_per_s"), "drop_share": threshold("links.drop_share")},
+                    window={"start_ns": int(s["t0_ns"].min()), "end_ns": int(s["t1_ns"].max())}),
                 hosts=(host,), key=f"links:errors:{host}:{iface}")
 
 
@@ -224,8 +224,8 @@ def _in_job(analysis: Analysis, s: pd.DataFrame) -> pd.DataFrame:
     return inside if len(inside) else s
 
 
-def _link_stats(analysis: Analysis, judged: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
-    out = []
+def _link_stats(analysis: Analysis, judged: dict[str, dict[str, str]]) -> list[LinkMeasures]:
+    out: list[LinkMeasures] = []
     for host, ifaces in sorted(judged.items()):
         for iface in sorted(ifaces):
             s = _in_job(analysis, _series(analysis, host, iface))
@@ -246,7 +246,7 @@ def _link_stats(analysis: Analysis, judged: dict[str, dict[str, str]]) -> list[d
     return out
 
 
-def _rates(analysis: Analysis, stats: list[dict[str, Any]]) -> Iterator[Finding]:
+def _rates(analysis: Analysis, stats: list[LinkMeasures]) -> Iterator[Finding]:
     comm = analysis.view(comm_share_view)
     for st in stats:
         others = [o for o in stats if o["host"] != st["host"]]
@@ -273,33 +273,38 @@ def _rates(analysis: Analysis, stats: list[dict[str, Any]]) -> Iterator[Finding]
                             f"on it (`tc -s qdisc show dev {st['iface']}`: tbf / htb / a cloud bandwidth policy), "
                             "its negotiated speed (`ethtool`), and the switch port; move the job off this node "
                             "until it is fixed."),
-            evidence={"host": st["host"], "iface": st["iface"], "check": "rate", "used_because": st["why"],
-                      "shaper_mbps": None if st["shaper_mbps"] != st["shaper_mbps"] else st["shaper_mbps"],
-                      "speed_mbps": None if st["speed_mbps"] != st["speed_mbps"] else st["speed_mbps"],
-                      "others_speed_mbps": None if best_speed != best_speed else best_speed,
-                      "tx_peak_mbps": round(st["tx_peak_mbps"], 3), "others_tx_peak_mbps":
-                          None if others_peak != others_peak else round(others_peak, 3),
-                      "overlimits_per_s": round(st["overlimits_per_s"], 2),
-                      "qdisc_drops_per_s": round(st["qdisc_drops_per_s"], 2),
-                      "comm_share": None if comm is None else round(comm.share, 3),
-                      "collective": None if comm is None else comm.collective,
-                      "cost_is": "the job's time per step inside collectives: an upper bound of what the link costs",
-                      "window": st["window"]},
+            evidence=LinksEvidence(
+                host=st["host"], iface=st["iface"], check="rate", used_because=st["why"],
+                shaper_mbps=finite(st["shaper_mbps"]), speed_mbps=finite(st["speed_mbps"]),
+                others_speed_mbps=finite(best_speed), tx_peak_mbps=round(st["tx_peak_mbps"], 3),
+                others_tx_peak_mbps=None if others_peak != others_peak else round(others_peak, 3),
+                overlimits_per_s=round(st["overlimits_per_s"], 2), qdisc_drops_per_s=round(st["qdisc_drops_per_s"], 2),
+                comm_share=None if comm is None else round(comm.share, 3),
+                collective=None if comm is None else comm.collective,
+                cost_is="the job's time per step inside collectives: an upper bound of what the link costs",
+                window=st["window"]),
             hosts=(st["host"],),
             cost=Cost(comm.seconds_per_step, comm.share) if comm is not None else Cost(),
             key=f"links:rate:{st['host']}:{st['iface']}")
 
 
-def _summary(stats: list[dict[str, Any]]) -> Finding:
+def _summary(stats: list[LinkMeasures]) -> Finding:
     parts = [f"{s['host']} {s['iface']}" + (f" ({s['why']})" if s["why"] else "") + f" peak {s['peak_mbps']:.1f} Mbit/s"
              for s in stats[:8]]
     return Finding(
         Kind.LINKS, Severity.INFO, f"Ethernet links of {len({s['host'] for s in stats})} host(s): " + "; ".join(parts)
               + (f"; and {len(stats) - 8} more" if len(stats) > 8 else ""),
         recommendation="Context: the interfaces the job used on each host, why, and their busiest sample interval.",
-        evidence={"links": [{k: (None if isinstance(v, float) and v != v else v) for k, v in s.items()}
-                            for s in stats[:256]]},
+        evidence=LinksEvidence(links=[_measured(s) for s in stats[:256]]),
         hosts=tuple(sorted({s["host"] for s in stats})), key="links:summary")
+
+
+def _measured(s: LinkMeasures) -> LinkStat:
+    """A link's stats as evidence: what was not measured (NaN) None."""
+    return LinkStat(host=s["host"], iface=s["iface"], why=s["why"], peak_mbps=finite(s["peak_mbps"]),
+                    tx_peak_mbps=finite(s["tx_peak_mbps"]), speed_mbps=finite(s["speed_mbps"]),
+                    shaper_mbps=finite(s["shaper_mbps"]), overlimits_per_s=s["overlimits_per_s"],
+                    qdisc_drops_per_s=s["qdisc_drops_per_s"], window=s["window"])
 
 
 def analyze_links(analysis: Analysis) -> list[Finding]:

@@ -9,6 +9,7 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.health.rdma import CNP_NAMES, port_series_view
 from perftracker.analyzers.health.rdma_pfc import pfc_ports_view, pfc_series_view
+from perftracker.evidence.network import PfcPauses
 
 MAX_HOSTS = 16
 CONGESTION_COUNTERS = (*CNP_NAMES, "port_xmit_wait")
@@ -25,7 +26,7 @@ def _keys(frame: pd.DataFrame) -> set[tuple[str, str, str]]:
     return {(str(h), str(d), str(p)) for h, d, p in zip(frame["host"], frame["device"], frame["port"])}
 
 
-def _most_paused(stats: dict[str, dict[str, Any]]) -> tuple[str, float, float]:
+def _most_paused(stats: dict[str, PfcPauses]) -> tuple[str, float, float]:
     """(priority, paused share or NaN, pause frames/s) of the most paused priority that moved; ("", NaN, 0)."""
     moved = {p: s for p, s in stats.items() if s["moved"]}
     if not moved:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import pandas as pd
@@ -11,6 +11,7 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.thresholds import threshold
+from perftracker.evidence.network import PortThroughput, RdmaEvidence, Window
 from perftracker.store import Store
 from perftracker.values import ETHTOOL_COUNTER_PREFIX as ETHTOOL_PREFIX
 
@@ -93,9 +94,9 @@ def port_series_view(analysis: Analysis) -> pd.DataFrame:
     return port_series(analysis.store)
 
 
-def window_of(g: pd.DataFrame) -> dict[str, Any]:
+def window_of(g: pd.DataFrame) -> Window:
     start, end = int(g["t0_ns"].min()), int(g["t1_ns"].max())
-    return {"start_ns": start, "end_ns": end, "seconds": round((end - start) / 1e9, 3)}
+    return Window(start_ns=start, end_ns=end, seconds=round((end - start) / 1e9, 3))
 
 
 def _rate(g: pd.DataFrame, name: str) -> tuple[float, float]:
@@ -134,9 +135,9 @@ def _where(r: Any) -> str:
     return f"{r['device']} port {r['port']} on host {r['host']}"
 
 
-def _finding(r: Any, check: str, severity: Severity, title: str, advice: str, **evidence: Any) -> Finding:
-    ev = {"host": r["host"], "device": r["device"], "port": r["port"], "check": check, "window": r["window"],
-          **evidence}
+def _finding(r: Any, check: str, severity: Severity, title: str, advice: str, /,
+             **evidence: Unpack[RdmaEvidence]) -> Finding:
+    ev = RdmaEvidence(host=r["host"], device=r["device"], port=r["port"], check=check, window=r["window"], **evidence)
     return Finding(analyzer="rdma", severity=severity, title=title, recommendation=advice, evidence=ev,
                    hosts=(str(r["host"]),), key=f"rdma:{check}:{r['host']}:{r['device']}:{r['port']}")
 
@@ -236,7 +237,7 @@ def _idle_rails(summary: pd.DataFrame, store: Store) -> list[Finding]:
 
 def _throughput(summary: pd.DataFrame) -> Iterator[Finding]:
     for host, g in summary.groupby("host"):
-        ports = [{"device": r["device"], "port": r["port"], "tx_gbps": round(r["tx_gbps"], 3),
+        ports: list[PortThroughput] = [{"device": r["device"], "port": r["port"], "tx_gbps": round(r["tx_gbps"], 3),
                   "rx_gbps": round(r["rx_gbps"], 3), "tx_gbps_peak": round(r["tx_gbps_peak"], 3),
                   "rate_gbps": r["rate_gbps"],
                   "utilization": round(max(r["tx_gbps"], r["rx_gbps"]) / r["rate_gbps"], 4)
@@ -249,7 +250,7 @@ def _throughput(summary: pd.DataFrame) -> Iterator[Finding]:
                              f"{len(g)} port(s) ({100 * max(tx, rx) / cap:.0f}% of {cap:g} Gb/s)" if cap else
                              f"Host {host} RDMA: transmit {tx:.1f} Gb/s, receive {rx:.1f} Gb/s"),
                       recommendation="Context: mean throughput per port over the sampled window.",
-                      evidence={"host": host, "ports": ports}, hosts=(str(host),), key=f"rdma:throughput:{host}")
+                      evidence=RdmaEvidence(host=str(host), ports=ports), hosts=(str(host),), key=f"rdma:throughput:{host}")
 
 
 def analyze_rdma(analysis: Analysis) -> list[Finding]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Unpack
 
 import numpy as np
 import pandas as pd
@@ -12,6 +12,7 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.health.rdma import CNP_NAMES, increases, intervals, samples, window_of
 from perftracker.analyzers.thresholds import threshold
+from perftracker.evidence.network import PfcPauses, RdmaPfcEvidence
 from perftracker.store import Store
 from perftracker.values import ETHTOOL_COUNTER_PREFIX as PREFIX
 
@@ -46,7 +47,7 @@ def _peak(g: pd.DataFrame, col: str) -> float | None:
     return round(peak, 4) if peak == peak else None
 
 
-def pauses(g: pd.DataFrame) -> dict[str, dict[str, dict[str, Any]]]:
+def pauses(g: pd.DataFrame) -> dict[str, dict[str, PfcPauses]]:
     """{"rx"|"tx": {priority ("0".."7" or "global"): paused_share (None without a duration counter),
     peak_interval_share, pause_frames_per_s, pause_episodes_per_s, mean_pause_us}} of one port's intervals."""
     total_s = float(g["dt_s"].sum())
@@ -55,7 +56,7 @@ def pauses(g: pd.DataFrame) -> dict[str, dict[str, dict[str, Any]]]:
         m = _PAUSE.match(str(col))
         if m:
             raw[m.group("dir")].setdefault(m.group("prio") or "global", {})[m.group("kind") or "frames"] = str(col)
-    out: dict[str, dict[str, dict[str, Any]]] = {"rx": {}, "tx": {}}
+    out: dict[str, dict[str, PfcPauses]] = {"rx": {}, "tx": {}}
     for direction, prios in raw.items():
         for prio, cols in sorted(prios.items()):
             dur = cols.get("_duration")
@@ -69,7 +70,7 @@ def pauses(g: pd.DataFrame) -> dict[str, dict[str, dict[str, Any]]]:
     return out
 
 
-def _flagged(stats: dict[str, Any]) -> bool:
+def _flagged(stats: PfcPauses) -> bool:
     share = stats["paused_share"]
     return bool(share >= threshold("rdma_pfc.pause_share")) if share is not None else stats["pause_frames_per_s"] >= threshold("rdma_pfc.pause_frames_per_s")
 
@@ -103,9 +104,10 @@ class _Port:
         nd = f" ({self.netdev})" if self.netdev != self.dev else ""
         return f"{self.dev} port {self.port}{nd} on host {self.host}"
 
-    def finding(self, check: str, severity: Severity, title: str, advice: str, **evidence: Any) -> Finding:
-        ev = {"host": self.host, "device": self.dev, "port": self.port, "netdev": self.netdev, "check": check,
-              "window": self.window, "lossless_priorities": self.lossless, **evidence}
+    def finding(self, check: str, severity: Severity, title: str, advice: str, /,
+                **evidence: Unpack[RdmaPfcEvidence]) -> Finding:
+        ev = RdmaPfcEvidence(host=self.host, device=self.dev, port=self.port, netdev=self.netdev, check=check,
+                             window=self.window, lossless_priorities=self.lossless, **evidence)
         return Finding(analyzer="rdma_pfc", severity=severity, title=title, recommendation=advice, evidence=ev,
                        hosts=(self.host,), key=f"rdma_pfc:{check}:{self.host}:{self.dev}:{self.port}")
 

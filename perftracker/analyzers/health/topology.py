@@ -9,6 +9,8 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
+from perftracker.evidence.common import Location
+from perftracker.evidence.network import TopologyEvidence
 from perftracker.formats.nccl_lists import parse_list
 from perftracker.store import Store
 from perftracker.values import fact_json
@@ -174,7 +176,7 @@ def analyze_topology(analysis: Analysis) -> list[Finding]:
     if rmap.empty:
         return []
     mapped = int((rmap["gpu"] >= 0).sum())
-    entries = [{"rank": int(r["rank"]), "host": r["host"], "gpu": int(r["gpu"]), "pci_bus_id": r["pci_bus_id"],
+    entries: list[Location] = [{"rank": int(r["rank"]), "host": r["host"], "gpu": int(r["gpu"]), "pci_bus_id": r["pci_bus_id"],
                 "numa_node": int(r["numa_node"]), "nics": list(r["nics"]),
                 "sources": {"host": r["host_source"], "local_rank": r["local_source"], "gpu": r["gpu_source"],
                             "nics": r["nic_source"]}} for r in records(rmap.head(512))]
@@ -182,4 +184,4 @@ def analyze_topology(analysis: Analysis) -> list[Finding]:
                     title=f"Mapped {mapped} of {len(rmap)} rank(s) to their GPU, NUMA node and NICs",
                     recommendation="Context: this map ties GPU and NIC samples to ranks; 'inferred' sources are "
                     "guesses (rank order within the host): capture env/rank-<r>.json for an exact map.",
-                    evidence={"ranks": entries}, key="topology:map")]
+                    evidence=TopologyEvidence(ranks=entries), key="topology:map")]

@@ -11,6 +11,7 @@ from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.nccl.collective_timing import inspector_collectives_view
 from perftracker.analyzers.stragglers.degradation import change_point, spikes
 from perftracker.analyzers.thresholds import threshold, threshold_int
+from perftracker.evidence.network import NcclBandwidthEvidence
 
 
 def _size(nbytes: int) -> str:
@@ -91,13 +92,13 @@ def _over_time(rows: pd.DataFrame, key: tuple[str, str, int], part: pd.DataFrame
                         "so look at the links of these hosts from that moment: NIC / NVLink errors and link "
                         "rate (`perftracker attach` samples RDMA and NVML counters), a transport fallback in the "
                         "NCCL log (NCCL_DEBUG=INFO), or other traffic on the fabric."),
-        evidence={"source": "NCCL Inspector", "communicator": {"id": comm, "name": name,
-                                                                "size": int(part["comm_size"].max())},
-                  "op": op, "bytes": int(nbytes), "change_seq": cp.step, "busbw_before_gbs": round(before, 3),
-                  "busbw_after_gbs": round(after, 3), "transfer_before_ms": round(cp.before_s * 1e3, 4),
-                  "transfer_after_ms": round(cp.after_s * 1e3, 4), "collectives": len(part),
-                  "significance": {"p_corrected": round(cp.verdict.p_corrected * tests, 5), "tests": tests,
-                                   "autocorrelation": round(cp.verdict.autocorrelation, 3)}},
+        evidence=NcclBandwidthEvidence(
+            source="NCCL Inspector", communicator={"id": comm, "name": name, "size": int(part["comm_size"].max())},
+            op=op, bytes=int(nbytes), change_seq=cp.step, busbw_before_gbs=round(before, 3),
+            busbw_after_gbs=round(after, 3), transfer_before_ms=round(cp.before_s * 1e3, 4),
+            transfer_after_ms=round(cp.after_s * 1e3, 4), collectives=len(part),
+            significance={"p_corrected": round(cp.verdict.p_corrected * tests, 5), "tests": tests,
+                          "autocorrelation": round(cp.verdict.autocorrelation, 3)}),
         ranks=_ranks(rows, comm), hosts=tuple(sorted(_hosts(rows, comm))),
         confidence=max(0.0, 1.0 - cp.verdict.p_corrected * tests),
         cost=Cost(extra, extra / cp.after_s if cp.after_s > 0 else 0.0), key=f"nccl_bandwidth:time:{comm}:{op}:{nbytes}")
@@ -127,8 +128,8 @@ def _against_peers(rows: pd.DataFrame, part: pd.DataFrame) -> Finding | None:
         recommendation=("Communicators of the same shape should move data equally fast; this one is slower, so "
                         "check the links of its hosts (NIC and NVLink errors, link rate, PCIe width) and the "
                         "transport NCCL chose for it (NCCL_DEBUG=INFO)."),
-        evidence={"source": "NCCL Inspector", "op": op, "bytes": int(nbytes), "communicator": worst,
-                  "busbw_gbs": round(low, 3), "peers_busbw_gbs": {str(c): round(float(v), 3) for c, v in others.items()},
-                  "peers_spread_gbs": round(spread, 3)},
+        evidence=NcclBandwidthEvidence(
+            source="NCCL Inspector", op=op, bytes=int(nbytes), communicator=worst, busbw_gbs=round(low, 3),
+            peers_busbw_gbs={str(c): round(float(v), 3) for c, v in others.items()}, peers_spread_gbs=round(spread, 3)),
         ranks=_ranks(rows, worst), hosts=tuple(hosts),
         cost=Cost(max(extra, 0.0), 0.0), key=f"nccl_bandwidth:peers:{worst}:{op}:{nbytes}")

@@ -10,6 +10,7 @@ from perftracker.analyzers.common import fmt_ms, rank_list, step_seconds
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.stragglers.significance import OutlierVerdict, judge_outliers
 from perftracker.analyzers.thresholds import threshold, threshold_int
+from perftracker.evidence.network import NcclStragglerEvidence
 from perftracker.store import Store
 
 
@@ -99,7 +100,7 @@ def _finding(store: Store, ranks: tuple[int, ...], named: list[tuple[str, pd.Dat
     stats = verdict.per_rank.get(rank)
     group = verdict.is_group
     who = f"Ranks {rank_list(list(ranks))} arrive" if group else f"Rank {rank} arrives"
-    evidence = {
+    evidence: NcclStragglerEvidence = {
         "source": "NCCL Inspector (per-rank collective kernel times)",
         "communicator": {"id": comm, "name": name, "size": int(part["comm_size"].max()), "ops": ops},
         "communicators_naming_it": [{"id": c, "name": str(p["comm_name"].iloc[0]),

@@ -7,12 +7,13 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
+from perftracker.evidence.network import NcclConfigEvidence
 from perftracker.store import Store
 from perftracker.values import strtoll_base0
 
@@ -333,7 +334,7 @@ class NcclFinding(Finding):
 _LEADING_VAR = re.compile(r"^(NCCL_[A-Z0-9_]+)")
 
 
-def finding(flag: str, severity: Severity, title: str, recommendation: str, evidence: dict[str, Any],
+def finding(flag: str, severity: Severity, title: str, recommendation: str, evidence: NcclConfigEvidence,
             hosts: tuple[str, ...] | list[str] = (), ranks: tuple[int, ...] | list[int] = (),
             key: str = "", subject: str = "", variables: tuple[str, ...] | list[str] = ()) -> NcclFinding:
     """A config finding: no per-step cost, `flag` recorded in the evidence, about `variables`, and `subject`
@@ -343,15 +344,16 @@ def finding(flag: str, severity: Severity, title: str, recommendation: str, evid
     ranks_t = tuple(sorted({r for r in ranks if r >= 0}))
     named = _LEADING_VAR.match(title)
     about = subject or (named.group(1) if named else "")
-    return NcclFinding(analyzer=ANALYZER, severity=severity, title=title, recommendation=recommendation,
-                       evidence={"flag": flag, **({"subject": about} if about else {}), **evidence}, hosts=hosts_t,
-                       ranks=ranks_t, key=f"{flag}|{key or title}", variables=tuple(sorted(set(variables))))
+    ev = NcclConfigEvidence(flag=flag, subject=about) if about else NcclConfigEvidence(flag=flag)
+    ev.update(evidence)
+    return NcclFinding(analyzer=ANALYZER, severity=severity, title=title, recommendation=recommendation, evidence=ev,
+                       hosts=hosts_t, ranks=ranks_t, key=f"{flag}|{key or title}", variables=tuple(sorted(set(variables))))
 
 
-def about(var: str, settings: list[Setting], flag: str, severity: Severity, title: str, recommendation: str,
-          key: str, ranks: bool = True, **evidence: Any) -> NcclFinding:
+def about(var: str, settings: list[Setting], flag: str, severity: Severity, title: str, recommendation: str, /,
+          key: str, ranks: bool = True, **evidence: Unpack[NcclConfigEvidence]) -> NcclFinding:
     """A finding about `settings` of `var`: their hosts (and ranks), the first four as `env` evidence."""
-    return finding(flag, severity, title, recommendation, {"env": setting_refs(settings, 4), **evidence},
+    return finding(flag, severity, title, recommendation, NcclConfigEvidence(env=setting_refs(settings, 4), **evidence),
                    [s.host for s in settings], [s.rank for s in settings] if ranks else [], key=key, variables=[var])
 
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Literal
 
 from perftracker.analyzers.findings import Finding
 from perftracker.analyzers.nccl.context import NcclFinding
+from perftracker.evidence import as_evidence
+from perftracker.evidence.network import NcclConfigEvidence, NcclProblem
 
 # Evidence lists that name where a value was seen; merged across the findings of one subject.
-_SOURCES = ("env", "log", "sysfs")
+_SOURCES: tuple[Literal["env", "log", "sysfs"], ...] = ("env", "log", "sysfs")
 
 
 def one_per_subject(findings: list[Finding]) -> list[Finding]:
@@ -28,33 +30,39 @@ def one_per_subject(findings: list[Finding]) -> list[Finding]:
     return [f if f is not None else _merge(subject, groups[subject]) for subject, f in order]
 
 
-def problems(finding: Finding) -> list[dict[str, Any]]:
-    """Every problem a (possibly merged) finding stands for: flag, severity, title, evidence."""
-    own = {"flag": finding.evidence.get("flag"), "severity": finding.severity.label, "title": finding.title,
-           "recommendation": finding.recommendation,
-           "evidence": {k: v for k, v in finding.evidence.items() if k != "problems"}}
-    return [own, *finding.evidence.get("problems", [])]
+def problems(finding: Finding) -> list[NcclProblem]:
+    """Every problem a (possibly merged) `nccl_config` finding stands for: flag, severity, title, evidence."""
+    return [_problem(finding, "problems"), *as_evidence(finding.evidence, NcclConfigEvidence).get("problems", [])]
+
+
+def _without(f: Finding, *keys: Literal["flag", "subject", "problems"]) -> NcclConfigEvidence:
+    """A copy of an `nccl_config` finding's evidence without `keys`."""
+    copy = NcclConfigEvidence(**as_evidence(f.evidence, NcclConfigEvidence))
+    for key in keys:
+        copy.pop(key, None)
+    return copy
+
+
+def _problem(f: Finding, *leave_out: Literal["flag", "subject", "problems"]) -> NcclProblem:
+    return NcclProblem(flag=f.evidence.get("flag"), severity=f.severity.label, title=f.title,
+                       recommendation=f.recommendation, evidence=_without(f, *leave_out))
 
 
 def _merge(subject: str, group: list[Finding]) -> Finding:
     if len(group) == 1:  # the subject was only the key to merge by
-        alone = group[0]
-        return replace(alone, evidence={k: v for k, v in alone.evidence.items() if k != "subject"})
+        return replace(group[0], evidence=_without(group[0], "subject"))
     primary = max(group, key=lambda f: (f.severity, -group.index(f)))
     others = [f for f in group if f is not primary]
-    evidence: dict[str, Any] = dict(primary.evidence)
+    evidence = _without(primary)
     for name in _SOURCES:
-        seen = [*evidence.get(name, [])] if isinstance(evidence.get(name), list) else []
+        seen = [*mine] if isinstance(mine := evidence.get(name), list) else []
         for f in others:
             value = f.evidence.get(name)
             if isinstance(value, list):
                 seen.extend(v for v in value if v not in seen)
         if seen:
             evidence[name] = seen
-    evidence["problems"] = [{"flag": f.evidence.get("flag"), "severity": f.severity.label, "title": f.title,
-                             "recommendation": f.recommendation,
-                             "evidence": {k: v for k, v in f.evidence.items() if k not in ("flag", "subject")}}
-                            for f in others]
+    evidence["problems"] = [_problem(f, "flag", "subject") for f in others]
     recommendations = list(dict.fromkeys([primary.recommendation, *(f.recommendation for f in others)]))
     n = len(others)
     if isinstance(primary, NcclFinding):  # the merged finding is about every variable its problems name

@@ -13,6 +13,8 @@ from perftracker.analyzers.failures.waitview import graph_of
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.nccl.context import NcclContext, context_view, finding
 from perftracker.analyzers.nccl.merge import problems
+from perftracker.evidence import as_evidence
+from perftracker.evidence.network import NcclConfigEvidence
 from perftracker.store import Store
 
 RAS_FLAGS = ("ras_dead", "ras_missing")
@@ -106,5 +108,6 @@ def join_roots(analysis: Analysis, findings: list[Finding]) -> list[Finding]:
             f, severity=Severity.INFO, ranks=tuple(joined),
             title=f"{f.title}: the same process as the hang's root, rank(s) {', '.join(map(str, joined[:8]))} "
                   "(the flight-recorder finding names the cause)",
-            evidence={**f.evidence, "wait_for_root_ranks": joined, "joined_with": "crash: root of the wait-for graph"}))
+            evidence=NcclConfigEvidence(**as_evidence(f.evidence, NcclConfigEvidence), wait_for_root_ranks=joined,
+                                        joined_with="crash: root of the wait-for graph")))
     return out

@@ -15,6 +15,7 @@ from perftracker.analyzers.nccl.expected_bw import (
     topology_of,
 )
 from perftracker.analyzers.thresholds import threshold
+from perftracker.evidence.network import NcclConfigEvidence
 
 
 def _warn_ratio(m: Measure) -> float:
@@ -101,7 +102,7 @@ def bus_bandwidth(ctx: NcclContext) -> list[Finding]:
         return []
     cause = _cause(ctx, topo, exp)
     gap = exp.busbw_gbs / max(worst.busbw_gbs, 1e-9)
-    evidence = {
+    evidence: NcclConfigEvidence = {
         "measured_busbw_gbs": round(worst.busbw_gbs, 2), "measured": f"{worst.source} {worst.what} at {worst.where}",
         "expected_busbw_gbs": round(exp.busbw_gbs, 1), "gap_x": round(gap, 1), "bound_by": exp.bound_by,
         "channels": topo.channels, "channels_hardware": exp.channels_hw,
