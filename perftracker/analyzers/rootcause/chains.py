@@ -73,11 +73,11 @@ def _time_share(f: Finding) -> float:
 def _cause_text(f: Finding) -> str:
     ev = as_evidence(f.evidence, GpuHealthEvidence) if f.analyzer == Kind.GPU_HEALTH else GpuHealthEvidence()
     if str(ev.get("check", "")).startswith(THROTTLE):
-        clock = ev.get("sm_clock_mhz_throttled")
+        clock, median = ev.get("sm_clock_mhz_throttled"), ev.get("job_median_sm_clock_mhz")
         return (f"its GPU {ev['gpu']} on host {ev['host']} was in {str(ev['reason']).replace('_', ' ')} slowdown "
                 f"{100 * float(ev['share_of_time']):.0f}% of the time"
                 + (f"; SM clock {float(clock):.0f} MHz while throttled against a job median of "
-                   f"{float(ev['job_median_sm_clock_mhz']):.0f}" if clock and ev.get("job_median_sm_clock_mhz") else ""))
+                   f"{float(median):.0f}" if clock and median else ""))
     if not f.title:
         return f.id
     return f.title if f.title.split(" ", 1)[0].isupper() else f.title[0].lower() + f.title[1:]  # "GPU 3 ..." stays
