@@ -33,8 +33,9 @@ RootCause = TypedDict("RootCause", {
 # A finding folded into another as its consequence.
 Folded = TypedDict("Folded", {"id": str, "analyzer": str, "title": str})
 
-# What the finding passes add to a finding of any kind.
+# What the finding passes add to a finding of any kind (and what any analyzer's failure finding holds).
 PassEvidence = TypedDict("PassEvidence", {
     "cost_source": str, "estimate_s": S, "replay_error": float, "what_if": str, "cost_note": str,
     "root_cause": RootCause, "folded": list[Folded],
+    "traceback": str,  # not a pass's: a failed analyzer's (`findings.failure_finding`), under that analyzer's kind
 }, total=False)
