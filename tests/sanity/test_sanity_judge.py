@@ -22,9 +22,9 @@ from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.sanity.judge import judge
 from perftracker.analyzers.sanity.results import SanityResults
 from perftracker.analyzers.sanity.robust import low_outliers
-from perftracker.reports.evidence import evidence_items
 from perftracker.cli.sanity_out import write_outputs
 from perftracker.collectors.sanity.comm import round_robin
+from perftracker.reports.evidence import evidence_items
 
 LAB = Path(__file__).resolve().parents[1] / "fixtures" / "sanity_lab"
 CLEAN = sorted(p.stem for p in LAB.glob("clean-*.json"))
