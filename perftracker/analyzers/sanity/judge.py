@@ -107,8 +107,7 @@ def judge(results: SanityResults, exclude_at: Severity = Severity.CRITICAL) -> S
             ANALYZER, Severity.CRITICAL, f"{host} is unreachable: its ranks {list(ranks)} sent no result within the "
             f"{results.time_box_s:g} s time box", "Exclude the node and check it (power, network, the launcher's "
             "log on it) before starting the job.", evidence=SanityEvidence(ranks=list(ranks)), ranks=ranks,
-            hosts=(host,),
-            key=f"unreachable|{host}"))
+            hosts=(host,), key=f"unreachable|{host}"))
     for host in hosts:
         lost = [i for i, h in enumerate(results.hosts) if h == host and i not in results.records]
         if host not in reported or not lost:
@@ -160,13 +159,11 @@ def judge(results: SanityResults, exclude_at: Severity = Severity.CRITICAL) -> S
         confs = [e["confidence"] for e in figures if "confidence" in e]
         named_on_compute.add(host)
         status[host] = max(status.get(host, Severity.INFO), sev)
-        evidence = SanityEvidence(figures=figures, likely_cause=cause)
-        evidence.update(facts)
         findings.append(Finding(
             ANALYZER, sev, f"{host} measures below its peers: " + "; ".join(list(lines.values())[:4]) +
             f" (likely {cause})",
             "Exclude the node from this job (OUT/exclude.txt) and check it: " + cause + ".",
-            evidence=evidence, ranks=ranks, hosts=(host,),
+            evidence=SanityEvidence(figures=figures, likely_cause=cause, **facts), ranks=ranks, hosts=(host,),
             key=f"device|{host}", confidence=min(confs) if confs else None))
     findings += _quota_held(records, named_on_compute, status)
     findings += _within_node(records, named_on_compute, status)
@@ -201,19 +198,19 @@ def _links(records: list[dict[str, Any]], nodes: Mapping[str, Mapping[str, Any]]
         if host in named or status.get(host) == Severity.CRITICAL and host not in best:
             continue
         mine = list(by_host_pairs.get(host, []))
-        cause, evidence = link_cause(host, nodes)
+        cause, facts = link_cause(host, nodes)
         status[host] = max(status.get(host, Severity.INFO), low.severity)
         mine.sort(key=lambda p: -1.0 if (gbps := p.get("gbps")) is None else gbps)
         listed = ", ".join(f"{p['a']}-{p['b']} " + (f"{p['gbps']:.3g} GB/s" if p.get("gbps") is not None else
                                                    f"failed ({p.get('error', '')[:60]})") for p in mine[:4])
         listed += f" and {len(mine) - 4} more" if len(mine) > 4 else ""
-        evidence = SanityEvidence(pairs=mine[:MAX_PAIRS_SHOWN], pair_count=len(mine), best_gbps=low.value,
-                                  peer_median_gbps=low.peer_median, **evidence)
         findings.append(Finding(
             ANALYZER, low.severity, f"{host}'s links are slow: its best pair reaches {low.value:.3g} GB/s, "
             f"{low.ratio:.0%} of the other nodes' median {low.peer_median:.3g} GB/s (pairs: {listed}); likely {cause}",
             "Exclude the node (OUT/exclude.txt), then check its NIC: rate and state (ethtool, ibstat), error "
-            "counters, cable and switch port.", evidence=evidence,
+            "counters, cable and switch port.", evidence=SanityEvidence(
+                pairs=mine[:MAX_PAIRS_SHOWN], pair_count=len(mine), best_gbps=low.value,
+                peer_median_gbps=low.peer_median, **facts),
             hosts=(host,), key=f"link|{host}", confidence=low.confidence))
     explained = set(slow_nodes) | named
     measured = {f"{p['a']}\t{p['b']}": p for p in pairs if p.get("gbps") is not None}
@@ -319,8 +316,8 @@ def _quota_held(records: list[dict[str, Any]], named: set[str], status: dict[str
         if host in named:
             continue
         mine = [r for r in records if r["host"] == host]
-        said, evidence = cpu_cause(mine, [r for r in records if r["host"] != host])
-        quota = evidence.get("cpu_quota_cores")
+        said, facts = cpu_cause(mine, [r for r in records if r["host"] != host])
+        quota = facts.get("cpu_quota_cores")
         if not isinstance(quota, (int, float)) or quota >= threshold('sanity.quota_cores_per_rank') * len(mine):
             continue
         status[host] = max(status.get(host, Severity.INFO), Severity.WARNING)
@@ -328,7 +325,7 @@ def _quota_held(records: list[dict[str, Any]], named: set[str], status: dict[str
             ANALYZER, Severity.WARNING, f"{host} is held back by its cgroup: {said} (its peers have no such quota; "
             f"{len(mine)} rank(s) of the job would share it)", "Remove or raise the node's CPU quota (the container's "
             "or the job's cgroup: cpu.max / cpu.cfs_quota_us) before the job, or exclude the node (exclude-at "
-            "warning).", evidence=SanityEvidence(ranks=[r["rank"] for r in mine], **evidence),
+            "warning).", evidence=SanityEvidence(ranks=[r["rank"] for r in mine], **facts),
             ranks=tuple(r["rank"] for r in mine),
             hosts=(host,), key=f"quota|{host}", confidence=0.99))
     return findings

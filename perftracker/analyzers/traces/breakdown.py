@@ -67,10 +67,8 @@ def _summary(table: pd.DataFrame, costs: pd.DataFrame, libraries: pd.DataFrame,
     per_rank: dict[int, BreakdownRow] = {}
     for _, r in table.head(256).iterrows():
         rank = int(r["rank"])
-        entry = BreakdownRow(
-            compute_pct=_r2(r["compute_pct"]), comm_exposed_pct=_r2(r["comm_exposed_pct"]),
-            wait_exposed_pct=_r2(r["wait_exposed_pct"]), memory_exposed_pct=_r2(r["memory_exposed_pct"]),
-            idle_pct=_r2(r["idle_pct"]))
+        cp, cx, wx, mx, ip = (round(float(r[k]), 2) for k in SHARES)
+        entry = BreakdownRow(compute_pct=cp, comm_exposed_pct=cx, wait_exposed_pct=wx, memory_exposed_pct=mx, idle_pct=ip)
         span, comm = window[rank]
         entry["comm_pct"] = round(100.0 * comm / span, 2) if span > 0 else 0.0
         c = by_rank.get(rank)
@@ -120,10 +118,6 @@ def _comm_clause(per_rank: dict[int, BreakdownRow], costs: pd.DataFrame) -> str:
         ep_hidden = pd.Series([e.get("expert_parallel_hidden_pct", 0.0) for e in ep]).median()
         clause += f" (expert-parallel: {fmt_ms(ep_ms / 1e3)} {per}, {ep_hidden:.0f}% hidden)"
     return clause
-
-
-def _r2(value: Any) -> float:
-    return round(float(value), 2)
 
 
 def _pct(part: float, whole: float) -> float:
