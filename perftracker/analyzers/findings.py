@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from enum import IntEnum, StrEnum
 from typing import Any
 
+from perftracker.evidence.common import PassEvidence
 from perftracker.redaction import plain_line, safe_text
 
 
@@ -197,8 +198,8 @@ class Finding:
 
 def failure_finding(analyzer: str, title: str, recommendation: str, key: str) -> Finding:
     """A warning (context) that a part of perftracker failed, with the exception being handled's traceback."""
-    return Finding(analyzer, Severity.WARNING, title, recommendation, {"traceback": traceback.format_exc(limit=6)},
-                   key=key, role=Role.CONTEXT)
+    return Finding(analyzer, Severity.WARNING, title, recommendation,
+                   PassEvidence(traceback=traceback.format_exc(limit=6)), key=key, role=Role.CONTEXT)
 
 
 NO_ACTION = "No action needed; listed so the scope of the analysis is clear."  # a context finding's advice

@@ -6,6 +6,7 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import NO_ACTION, Finding, Kind, Severity
 from perftracker.analyzers.traces.exec_trace import execution_trace_findings
 from perftracker.errors import sentence_start
+from perftracker.evidence.traces import InputsEvidence
 from perftracker.store import Store
 
 # CUDA / HIP calls that queue GPU work (kernels, graphs)
@@ -20,14 +21,14 @@ def analyze_inputs(analysis: Analysis) -> list[Finding]:
         findings.append(Finding(
             Kind.INPUTS, Severity.WARNING, f"{len(errors)} input file(s) could not be used; results cover the rest",
             "Re-export or re-copy the files listed in the evidence; the other ranks were analyzed.",
-            {"files": {n.source: n.message for n in errors[:50]}}, key="inputs:errors"))
+            InputsEvidence(files={n.source: n.message for n in errors[:50]}), key="inputs:errors"))
     partial = [n for n in store.notes if n.level == "warning"]
     if partial:
         findings.append(Finding(
             Kind.INPUTS, Severity.WARNING, f"{len(partial)} input(s) were only partly usable (cut off or malformed)",
             "The job was probably killed while writing. Results use the recovered part; profile again with a "
             "clean exit (prof.stop() / leaving the profiler context) for full data.",
-            {"notes": [f"{n.source}: {n.message}" for n in partial[:50]]}, key="inputs:partial"))
+            InputsEvidence(notes=[f"{n.source}: {n.message}" for n in partial[:50]]), key="inputs:partial"))
     for note in store.notes:
         if note.level == "info":
             findings.append(Finding(Kind.INPUTS, Severity.INFO, sentence_start(note.message), NO_ACTION,
@@ -54,7 +55,7 @@ def _no_gpu_activity(store: Store) -> Finding:
             "hardware counters (torch.profiler's experimental_config=_ExperimentalConfig(profiler_metrics=[...])), "
             "which serializes kernels and records counter ranges instead of a kernel timeline. Profile again "
             "without profiler_metrics for the timeline; keep counter runs apart.",
-            {"kernel_launches": launches, "counter_ranges": ranges, "runtime_calls": len(runtime)},
+            InputsEvidence(kernel_launches=launches, counter_ranges=ranges, runtime_calls=len(runtime)),
             key="inputs:no-kernels-range-profiling")
     if launches:
         return Finding(
@@ -64,7 +65,7 @@ def _no_gpu_activity(store: Store) -> Finding:
             "reached the trace: another CUPTI client (Nsight Systems / Nsight Compute) was attached, or the "
             "profile ended before the GPU work finished (call torch.cuda.synchronize() before leaving the "
             "profiler), or the CUPTI library does not match the driver.",
-            {"kernel_launches": launches, "runtime_calls": len(runtime)}, key="inputs:no-kernels")
+            InputsEvidence(kernel_launches=launches, runtime_calls=len(runtime)), key="inputs:no-kernels")
     return Finding(Kind.INPUTS, Severity.INFO, "The traces hold no GPU activity (CPU-only or CPU-side profile)",
                    skipped + "To profile the GPU, add ProfilerActivity.CUDA to torch.profiler's activities.",
                    key="inputs:cpu-only")
@@ -81,4 +82,4 @@ def _synthetic(store: Store) -> list[Finding]:
     return [Finding(Kind.INPUTS, Severity.INFO, title,
                     "Read the findings as a demonstration of what perftracker reports on such inputs, not as "
                     "measurements of a real job; the manifest (synthetic) says what made each input.",
-                    {"synthetic_inputs": [s.to_dict() for s in made_up]}, key="inputs:synthetic")]
+                    InputsEvidence(synthetic_inputs=[s.to_dict() for s in made_up]), key="inputs:synthetic")]

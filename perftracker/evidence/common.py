@@ -34,8 +34,9 @@ RootCause = TypedDict("RootCause", {
 Folded = TypedDict("Folded", {"id": str, "analyzer": str, "title": str})
 
 # What the finding passes add to a finding of any kind: its replayed cost (`replay_costs`), its root-cause chain
-# (`rootcause`), the findings folded into it (`failures.fold`, `online.waited_fold`), its ranks' places (`layout`).
+# (`rootcause`), the findings folded into it (`failures.fold`, `online.waited_fold`), its ranks' places (`layout`);
+# and the traceback of a failed analyzer's finding (`findings.failure_finding`), under that analyzer's kind.
 PassEvidence = TypedDict("PassEvidence", {
     "cost_source": str, "estimate_s": S, "replay_error": float, "what_if": str, "cost_note": str,
-    "root_cause": RootCause, "folded": list[Folded], "position": str, "positions": list[str],
+    "root_cause": RootCause, "folded": list[Folded], "position": str, "positions": list[str], "traceback": str,
 }, total=False)

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from perftracker.analyzers import passes
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.findings import Finding, Kind, Mark, Role, Severity
+from perftracker.analyzers.findings import Finding, Kind, Mark, Role, Severity, failure_finding
 from perftracker.analyzers.passes import FINDING_PASSES, apply_passes
+from perftracker.evidence import breaches
 from perftracker.reports import json_report
 from perftracker.reports.json_report import RunFacts, Summary
 from perftracker.store import Store
@@ -152,3 +153,13 @@ def test_a_mark_makes_the_key_it_matches() -> None:
     # THEN it is the text it always was, the mark finds it, and another analyzer's finding with that key is not it
     assert f.key == "crash:root:missing:[3]" and Mark.WAIT_ROOT.on(f) and not Mark.FIRST_FAILURE.on(f)
     assert not Mark.WAIT_ROOT.on(replace(f, analyzer=Kind.HANG))
+
+
+def test_a_failed_analyzer_s_finding_holds_evidence_its_kind_declares() -> None:
+    # GIVEN a built-in analyzer (idle) that raised WHEN its failure finding is made
+    try:
+        raise ValueError("a broken trace")
+    except ValueError:
+        failed = failure_finding(Kind.IDLE, "The idle analysis failed", "Report it.", "idle:failed")
+    # THEN its traceback is evidence the kind's type declares (the suite's conftest checks it too)
+    assert "a broken trace" in failed.evidence["traceback"] and breaches(Kind.IDLE, failed.evidence) == []

@@ -65,7 +65,7 @@ def test_records_become_sub_tables_and_lists_short_text() -> None:
 def test_the_report_shows_evidence_tables_not_raw_json(tmp_path: Path) -> None:
     # GIVEN a finding whose evidence holds a per-rank map and markup from a trace
     finding = Finding(analyzer="idle", severity=Severity.WARNING, title="t", recommendation="r",
-                      evidence={"per_rank": {"3": {"idle_ms_per_step": 1.5}}, "next_kernel": "<b>k</b>"})
+                      evidence={"per_rank": {"3": {"idle_ms_per_step": 1.5}}, "measured_over": "<b>k</b>"})
     # WHEN the report is rendered
     render(tmp_path / "report.html", [finding], [], build_sections({}, [finding])[0], "x")
     page = (tmp_path / "report.html").read_text()

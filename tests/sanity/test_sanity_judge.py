@@ -24,6 +24,7 @@ from perftracker.analyzers.sanity.results import SanityResults
 from perftracker.analyzers.sanity.robust import low_outliers
 from perftracker.cli.sanity_out import write_outputs
 from perftracker.collectors.sanity.comm import round_robin
+from perftracker.reports.evidence import evidence_items
 
 LAB = Path(__file__).resolve().parents[1] / "fixtures" / "sanity_lab"
 CLEAN = sorted(p.stem for p in LAB.glob("clean-*.json"))
@@ -101,6 +102,11 @@ def test_a_node_whose_link_is_shaped_is_named_on_its_link_with_its_pairs() -> No
     assert sorted((p["a"], p["b"]) for p in bad[0].evidence["pairs"]) == [("node-a", "node-b"), ("node-b", "node-c")]
     assert verdict.exclude == ["node-b"] and verdict.keep == ["node-a", "node-c"]
     assert results.elapsed_s <= results.time_box_s + 10  # + at most one collective timeout past the box
+    # AND its report shows the pairs' bandwidth in GB/s, the unit the check measures (bytes), not the Gb/s the
+    # keys' names (`gbps`) would say
+    items = {i.label: i for i in evidence_items(bad[0].evidence, bad[0].analyzer)}
+    assert items["best"].text.endswith(" GB/s") and items["pairs"].table is not None
+    assert "value (GB/s)" in items["pairs"].table.head  # its `gbps` column
 
 
 def test_a_node_held_to_a_fraction_of_a_core_is_named_on_compute() -> None:

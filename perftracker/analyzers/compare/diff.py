@@ -17,6 +17,7 @@ from perftracker.analyzers.findings import Cost, Finding, Severity, rank_finding
 from perftracker.analyzers.stragglers.shift import lag1_autocorrelation, mann_whitney_greater
 from perftracker.analyzers.stragglers.steps import is_waiting_phase
 from perftracker.analyzers.thresholds import threshold, threshold_int
+from perftracker.evidence.traces import DiffEvidence, DiffOpRow, SettingRow
 from perftracker.values import robust_sigma
 
 DEFAULT_TOLERANCE = 0.05  # a step-time regression below 5% is not a warning
@@ -152,11 +153,11 @@ def _op_rows(joined: pd.DataFrame, ranks: list[int], scale: float, mad: float, s
     return agg.sort_values("delta_ms", key=lambda s: -s.abs(), ignore_index=True)
 
 
-def _op_list(ops: pd.DataFrame) -> list[dict[str, object]]:
+def _op_list(ops: pd.DataFrame) -> list[DiffOpRow]:
     moved = ops[ops["change"] != "same"].head(TOP_OPS)
-    return [{"name": str(r["name"]), "kind": str(r["kind"]), "change": str(r["change"]),
-             "base_ms_per_step": round(float(r["base_ms"]), 3), "new_ms_per_step": round(float(r["new_ms"]), 3),
-             "extra_ms_per_step": round(float(r["delta_ms"]), 3)} for _, r in moved.iterrows()]
+    return [DiffOpRow(name=str(r["name"]), kind=str(r["kind"]), change=str(r["change"]),
+                      base_ms_per_step=round(float(r["base_ms"]), 3), new_ms_per_step=round(float(r["new_ms"]), 3),
+                      extra_ms_per_step=round(float(r["delta_ms"]), 3)) for _, r in moved.iterrows()]
 
 
 def compare_runs(base: RunSide, new: RunSide, tolerance: float = DEFAULT_TOLERANCE) -> RunComparison:
@@ -200,10 +201,11 @@ def compare_runs(base: RunSide, new: RunSide, tolerance: float = DEFAULT_TOLERAN
 
 def _step_finding(b: float, n: float, change: float, p_slower: float, p_faster: float, scale: float,
                   explained_ms: float, tolerance: float, base: RunSide, new: RunSide) -> Finding:
-    evidence = {"base_step_ms": round(b * 1e3, 3) if b == b else None, "new_step_ms": round(n * 1e3, 3) if n == n else None,
-                "base_steps": int(len(base.job_steps_s())), "new_steps": int(len(new.job_steps_s())),
-                "p_slower": round(p_slower, 6), "p_faster": round(p_faster, 6), "uniform_scale": round(scale, 4),
-                "explained_ms_per_step": round(explained_ms, 3), "tolerance": tolerance}
+    evidence = DiffEvidence(
+        base_step_ms=round(b * 1e3, 3) if b == b else None, new_step_ms=round(n * 1e3, 3) if n == n else None,
+        base_steps=len(base.job_steps_s()), new_steps=len(new.job_steps_s()), p_slower=round(p_slower, 6),
+        p_faster=round(p_faster, 6), uniform_scale=round(scale, 4), explained_ms_per_step=round(explained_ms, 3),
+        tolerance=tolerance)
     if change != change:
         return Finding("diff", Severity.INFO, "No step times on one side: only ops and settings are compared",
                        "Profile with ProfilerStep markers (torch.profiler schedule) or write step files.",
@@ -239,11 +241,12 @@ def _rank_finding(rank: int, ops: pd.DataFrame, ranks: pd.DataFrame, step_ms: fl
     row = ranks[ranks["rank"] == rank].iloc[0]
     extra_s = float(row["excess_ms"]) / 1e3
     listed = _op_list(ops)
-    names = ", ".join(str(o["name"]) for o in listed[:3]) or str(row["op"])
-    evidence = {"rank": rank, "top_op": str(row["op"]), "top_op_base_ms": round(float(row["base_ms"]), 3),
-                "top_op_new_ms": round(float(row["new_ms"]), 3), "excess_ms_per_step": round(float(row["excess_ms"]), 3),
-                "ops": listed, "peers_excess_ms": {str(int(r["rank"])): round(float(r["excess_ms"]), 3)
-                                                   for _, r in ranks.iterrows() if int(r["rank"]) != rank}}
+    names = ", ".join(o["name"] for o in listed[:3]) or str(row["op"])
+    evidence = DiffEvidence(
+        rank=rank, top_op=str(row["op"]), top_op_base_ms=round(float(row["base_ms"]), 3),
+        top_op_new_ms=round(float(row["new_ms"]), 3), excess_ms_per_step=round(float(row["excess_ms"]), 3), ops=listed,
+        peers_excess_ms={str(int(r["rank"])): round(float(r["excess_ms"]), 3) for _, r in ranks.iterrows()
+                         if int(r["rank"]) != rank})
     return Finding("diff", Severity.WARNING,
                    f"Rank {rank} changed: {row['op']} {fmt_ms(float(row['base_ms']) / 1e3)} -> "
                    f"{fmt_ms(float(row['new_ms']) / 1e3)} per step, {fmt_ms(extra_s)} more than its peers' change; "
@@ -256,15 +259,15 @@ def _rank_finding(rank: int, ops: pd.DataFrame, ranks: pd.DataFrame, step_ms: fl
 
 def _job_ops_finding(ops: pd.DataFrame, scale: float, regression: bool, step_ms: float) -> Finding:
     listed = _op_list(ops)
-    slower = [o for o in listed if float(str(o["extra_ms_per_step"])) > 0]
-    extra_ms = sum(float(str(o["extra_ms_per_step"])) for o in slower[:1])
+    slower = [o for o in listed if o["extra_ms_per_step"] > 0]
+    extra_ms = sum(o["extra_ms_per_step"] for o in slower[:1])
     names = ", ".join(f"{o['name']} ({o['change']})" for o in listed[:4])
     return Finding("diff", Severity.WARNING if regression and slower else Severity.INFO,
                    f"{len(ops[ops['change'] != 'same'])} op(s) changed on every rank beyond the run-wide "
                    f"{100 * (scale - 1):+.0f}%: {names}",
                    "These ops changed on every rank alike: a code, model, data or library change (shapes, kernels "
                    "chosen, settings) rather than one rank or the machine.",
-                   {"ops": listed, "uniform_scale": round(scale, 4)},
+                   DiffEvidence(ops=listed, uniform_scale=round(scale, 4)),
                    cost=Cost(extra_ms / 1e3, extra_ms / step_ms if step_ms else 0.0) if regression else Cost(),
                    key="diff:ops")
 
@@ -284,8 +287,8 @@ def _comm_finding(joined: pd.DataFrame, scale: float) -> list[Finding]:
                     f"{b_cmp:.1f} -> {n_cmp:.1f} ms (run-wide factor {scale:.2f})",
                     "Context: a shift toward communication with compute unchanged points at the network or the "
                     "collectives' settings; the reverse at the model or the device.",
-                    {"base_comm_ms": round(b_comm, 3), "new_comm_ms": round(n_comm, 3),
-                     "base_compute_ms": round(b_cmp, 3), "new_compute_ms": round(n_cmp, 3)}, key="diff:comm")]
+                    DiffEvidence(base_comm_ms=round(b_comm, 3), new_comm_ms=round(n_comm, 3),
+                                 base_compute_ms=round(b_cmp, 3), new_compute_ms=round(n_cmp, 3)), key="diff:comm")]
 
 
 def _settings_findings(base: RunSide, new: RunSide) -> list[Finding]:
@@ -293,12 +296,12 @@ def _settings_findings(base: RunSide, new: RunSide) -> list[Finding]:
     changed = sorted(k for k in set(a) | set(b) if a.get(k, frozenset()) != b.get(k, frozenset()))
     if not changed:
         return []
-    rows = [{"key": k, "base": sorted(a.get(k, frozenset()))[:4], "new": sorted(b.get(k, frozenset()))[:4]}
+    rows = [SettingRow(key=k, base=sorted(a.get(k, frozenset()))[:4], new=sorted(b.get(k, frozenset()))[:4])
             for k in changed[:64]]
     shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
     return [Finding("diff", Severity.INFO, f"{len(changed)} setting(s) differ between the runs: {shown}",
                     "Settings that differ are context: they matter where a step-time or op change above goes with "
-                    "them.", {"settings": rows}, key="diff:settings")]
+                    "them.", DiffEvidence(settings=rows), key="diff:settings")]
 
 
 def _findings_delta(base: RunSide, new: RunSide) -> list[Finding]:
@@ -313,4 +316,4 @@ def _findings_delta(base: RunSide, new: RunSide) -> list[Finding]:
     return [Finding("diff", Severity.INFO,
                     f"Findings: {len(appeared)} new, {len(resolved)} resolved since the base run",
                     "The per-run reports hold each finding with its evidence.",
-                    {"new": appeared[:32], "resolved": resolved[:32]}, key="diff:findings")]
+                    DiffEvidence(new=appeared[:32], resolved=resolved[:32]), key="diff:findings")]

@@ -13,6 +13,7 @@ from perftracker.analyzers.efficiency.reported import reported_findings
 from perftracker.analyzers.efficiency.roofline import device_names, device_of_ranks
 from perftracker.analyzers.findings import Finding, Kind, Severity
 from perftracker.analyzers.thresholds import threshold, threshold_int
+from perftracker.evidence.traces import EfficiencyEvidence, ShapeRow
 
 ALIGN = {"bf16": 8, "fp16": 8, "fp8": 16, "fp4": 32, "fp32": 4, "fp64": 2}
 _SHAPE_KEYS = ["op", "shape", "dtype", "m", "n", "k"]
@@ -65,18 +66,23 @@ def misaligned_gemms(basis: Basis) -> list[Finding]:
                            "size, a hidden size or a head count times head size; tensor cores read operands in "
                            f"16-byte vectors ({a} {dtype} elements). Cost = time beyond the roofline time at the "
                            "reference efficiency.",
-            evidence={"reference_pct_of_roof": round(reference, 1), "alignment_elements": a,
-                      "shapes": _shape_records(slow),
-                      "saved_ms_total": round(total / 1e6, 3)},
+            evidence=EfficiencyEvidence(reference_pct_of_roof=round(reference, 1), alignment_elements=a,
+                                        shapes=_shape_records(slow), saved_ms_total=round(total / 1e6, 3)),
             cost=basis.cost(total), key=f"misaligned:{dtype}", confidence=0.8, ranks=ranks_of(mine)))
     return findings
 
 
-def _shape_records(slow: pd.DataFrame) -> list[dict[str, object]]:
+def _shape_records(slow: pd.DataFrame) -> list[ShapeRow]:
     top = slow.sort_values("gpu_ns", ascending=False).head(10)
     pct = (100.0 * top["roof_ns"] / top["gpu_ns"].clip(lower=1)).round(1)
-    return [{"op": op, "shape": shape, "count": int(count), "gpu_ms": round(float(ns) / 1e6, 3), "pct_of_roof": float(p)}
+    return [ShapeRow(op=op, shape=shape, count=int(count), gpu_ms=round(float(ns) / 1e6, 3), pct_of_roof=float(p))
             for op, shape, count, ns, p in zip(top["op"], top["shape"], top["count"], top["gpu_ns"], pct)]
+
+
+def _top_shapes(gemms: pd.DataFrame) -> list[ShapeRow]:
+    """The 8 commonest (op, shape) of `gemms`, with their count."""
+    top = gemms.groupby(["op", "shape"]).size().sort_values(ascending=False).head(8).reset_index(name="count")
+    return [ShapeRow(op=str(op), shape=str(shape), count=int(n)) for op, shape, n in top.itertuples(index=False)]
 
 
 def tiny_gemms(basis: Basis) -> list[Finding]:
@@ -92,9 +98,8 @@ def tiny_gemms(basis: Basis) -> list[Finding]:
               "each on average: launch-bound",
         recommendation="Batch them (torch.bmm or a grouped GEMM over the small problems), capture the region in a "
                        "CUDA graph, or let torch.compile fuse them; a GEMM this small cannot fill the GPU.",
-        evidence={"instances": len(tiny), "mean_gpu_us": round(mean_us, 2),
-                  "top_shapes": tiny.groupby(["op", "shape"]).size().sort_values(ascending=False).head(8)
-                  .rename("count").reset_index().to_dict("records"), "saved_ms_total_upper_bound": round(saved / 1e6, 3)},
+        evidence=EfficiencyEvidence(instances=len(tiny), mean_gpu_us=round(mean_us, 2), top_shapes=_top_shapes(tiny),
+                                    saved_ms_total_upper_bound=round(saved / 1e6, 3)),
         cost=basis.cost(saved), key="tiny_gemms", confidence=0.6, ranks=ranks_of(tiny))]
 
 
@@ -117,11 +122,10 @@ def fp32_gemms(basis: Basis) -> list[Finding]:
         recommendation="Run them in BF16 (autocast around the region, or cast the weights), or allow TF32: "
                        "torch.backends.cuda.matmul.allow_tf32 = True / torch.set_float32_matmul_precision('high'). "
                        "Cost = their time minus their FLOPs at this run's BF16/FP16 GEMM rate.",
-        evidence={"fp32_gemms": len(fp32), "fp32_tflops": round(float(fp32["flops"].sum()) /
-                                                               max(float(fp32["gpu_ns"].sum()), 1.0) / 1e3, 2),
-                  "reference_tflops": round(rate / 1e3, 2),
-                  "top_shapes": fp32.groupby(["op", "shape"]).size().sort_values(ascending=False).head(8)
-                  .rename("count").reset_index().to_dict("records"), "saved_ms_total": round(saved / 1e6, 3)},
+        evidence=EfficiencyEvidence(
+            fp32_gemms=len(fp32), fp32_tflops=round(float(fp32["flops"].sum()) / max(float(fp32["gpu_ns"].sum()), 1.0)
+                                                    / 1e3, 2),
+            reference_tflops=round(rate / 1e3, 2), top_shapes=_top_shapes(fp32), saved_ms_total=round(saved / 1e6, 3)),
         cost=basis.cost(saved), key="fp32_gemms", confidence=0.8, ranks=ranks_of(fp32))]
 
 
@@ -152,9 +156,10 @@ def unfused_attention(basis: Basis) -> list[Finding]:
         recommendation="Make a fused backend eligible: BF16/FP16 inputs, no arbitrary attn_mask (use is_causal), "
                        "head dim the kernels support; check with torch.nn.attention.sdpa_kernel(...) which backend "
                        f"refuses and why. Cost = their time minus their FLOPs at {reference}.",
-        evidence={"instances": len(math_rows), "reference": reference, "saved_ms_total": round(saved / 1e6, 3),
-                  "shapes": math_rows.groupby(["shape", "dtype"]).size().rename("count").reset_index()
-                  .head(8).to_dict("records")},
+        evidence=EfficiencyEvidence(
+            instances=len(math_rows), reference=reference, saved_ms_total=round(saved / 1e6, 3),
+            shapes=[ShapeRow(shape=str(s), dtype=str(d), count=int(n)) for s, d, n in math_rows.groupby(
+                ["shape", "dtype"]).size().head(8).reset_index(name="count").itertuples(index=False)]),
         cost=basis.cost(saved), key="unfused_attention", confidence=0.9, ranks=ranks_of(math_rows))]
 
 
@@ -189,8 +194,8 @@ def elementwise_chains(basis: Basis) -> list[Finding]:
         recommendation="Compile the region (torch.compile, or a fused op such as a fused RMSNorm / rotary / SwiGLU "
                        "kernel): each op reads and writes device memory on its own. Cost = chain time minus one "
                        "kernel moving the largest op's bytes at the chain's achieved bandwidth.",
-        evidence={"chains": len(chains), "kernels": int(chains["length"].sum()),
-                  "longest_chain": int(chains["length"].max()), "saved_ms_total": round(saved / 1e6, 3)},
+        evidence=EfficiencyEvidence(chains=len(chains), kernels=int(chains["length"].sum()),
+                                    longest_chain=int(chains["length"].max()), saved_ms_total=round(saved / 1e6, 3)),
         cost=basis.cost(saved), key="elementwise_chains", confidence=0.6, ranks=ranks_of(chains))]
 
 
@@ -211,6 +216,6 @@ def analyze_efficiency(analysis: Analysis) -> list[Finding]:
             title=f"Device not in the device table ({', '.join(shown[:3])}): FLOPs and TFLOPS without % of peak or MFU",
             recommendation="Add the device's dense peaks and memory bandwidth in a TOML file like "
                            "perftracker/data/devices.toml and pass it with --devices FILE (or PERFTRACKER_DEVICES).",
-            evidence={"device_names": shown[:10], "ranks": unknown[:64]}, ranks=tuple(unknown[:64]),
+            evidence=EfficiencyEvidence(device_names=shown[:10], ranks=unknown[:64]), ranks=tuple(unknown[:64]),
             key="unknown_device", confidence=None))
     return [*findings, *reported]

@@ -12,6 +12,7 @@ from perftracker.analyzers.efficiency.mfu import step_mfu_view
 from perftracker.analyzers.efficiency.roofline import device_of_ranks
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.thresholds import threshold
+from perftracker.evidence.traces import EfficiencyEvidence
 
 
 def _device(analysis: Analysis) -> Device | None:
@@ -51,11 +52,12 @@ def reported_findings(analysis: Analysis) -> list[Finding]:
         mfu = float(np.nanmedian(rows["mfu_pct"])) if rows["mfu_pct"].notna().any() else math.nan
         problem = _problem(device, tflops, mfu)
         where = f"{rows['file'].iloc[0]}:{int(rows['line'].iloc[0])}"
-        evidence = {"source": str(source), "lines": len(rows), "first_line": where,
-                    "reported_tflops_per_gpu_median": None if math.isnan(tflops) else round(tflops, 2),
-                    "reported_mfu_pct_median": None if math.isnan(mfu) else round(mfu, 2),
-                    "device": device.name if device else "", "device_dense_peaks_tflops": dict(device.peaks) if device
-                    else {}, "perftracker_tflops_per_gpu_median": None if math.isnan(ours) else round(ours, 2)}
+        evidence = EfficiencyEvidence(
+            source=str(source), lines=len(rows), first_line=where,
+            reported_tflops_per_gpu_median=None if math.isnan(tflops) else round(tflops, 2),
+            reported_mfu_pct_median=None if math.isnan(mfu) else round(mfu, 2), device=device.name if device else "",
+            device_dense_peaks_tflops=dict(device.peaks) if device else {},
+            perftracker_tflops_per_gpu_median=None if math.isnan(ours) else round(ours, 2))
         shown = "; ".join(t for t in (f"{tflops:.1f} TFLOP/s per GPU" if not math.isnan(tflops) else "",
                                       f"MFU {mfu:.1f}%" if not math.isnan(mfu) else "") if t)
         title, advice = ((f"The job's log reports {problem}: its throughput figures assume a peak this device does "

@@ -8,20 +8,21 @@ from typing import Any
 
 from perftracker.analyzers.nccl.expected_bw import link_gbs
 from perftracker.analyzers.thresholds import threshold
+from perftracker.evidence.traces import SanityEvidence
 
 
 def _num(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def cpu_cause(records: Sequence[Mapping[str, Any]], peers: Sequence[Mapping[str, Any]]) -> tuple[str, dict[str, Any]]:
+def cpu_cause(records: Sequence[Mapping[str, Any]], peers: Sequence[Mapping[str, Any]]) -> tuple[str, SanityEvidence]:
     """See docs/internals/analyzers.md: `records` are the node's ranks' records, `peers` the other nodes'."""
     facts = [r.get("cpu") or {} for r in records]
     quotas = [q for q in (_num(f.get("quota_cores")) for f in facts) if q is not None]
     peer_quotas = [_num((p.get("cpu") or {}).get("quota_cores")) for p in peers]
     throttled = [t for t in (_num(f.get("throttled_share")) for f in facts) if t is not None]
     clauses = []
-    evidence: dict[str, Any] = {}
+    evidence = SanityEvidence()
     if quotas:
         quota = min(quotas)
         looser = [q for q in peer_quotas if q is None or q > 1.5 * quota]
@@ -53,7 +54,7 @@ def _shapers(facts: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
             for q in n.get("qdiscs", []) or [] if q.get("rate_mbit") is not None or q.get("delay_ms") is not None]
 
 
-def link_cause(host: str, nodes: Mapping[str, Mapping[str, Any]]) -> tuple[str, dict[str, Any]]:
+def link_cause(host: str, nodes: Mapping[str, Mapping[str, Any]]) -> tuple[str, SanityEvidence]:
     """See docs/internals/analyzers.md."""
     facts = nodes.get(host, {})
     shaped = _shapers(facts)
@@ -63,7 +64,7 @@ def link_cause(host: str, nodes: Mapping[str, Mapping[str, Any]]) -> tuple[str, 
         parts = [f"held to {q['rate_mbit']:g} Mbit/s" if q.get("rate_mbit") is not None else "",
                  f"delayed {q['delay_ms']:g} ms" if q.get("delay_ms") is not None else ""]
         return (f"its {name} egress is shaped by tc {q.get('kind', '')}: {' and '.join(p for p in parts if p)}",
-                {"shaping": {"iface": name, **dict(q)}})
+                SanityEvidence(shaping={"iface": name, **dict(q)}))
     nics = [n for n in facts.get("nics", []) if n.get("operstate") == "up"]
     rates = {h: max((n.get("speed_mbps", -1) for n in f.get("nics", []) if n.get("operstate") == "up"), default=-1)
              for h, f in nodes.items()}
@@ -71,11 +72,11 @@ def link_cause(host: str, nodes: Mapping[str, Mapping[str, Any]]) -> tuple[str, 
     others = sorted(r for h, r in rates.items() if h != host and r > 0)
     if mine > 0 and others and mine < (peer := others[len(others) // 2]):  # GB/s one way: the link table's
         return (f"its NIC negotiated {mine} Mb/s where its peers have {peer} Mb/s",
-                {"nic_rate_mbps": mine, "peer_rate_mbps": peer, "nic_link_gbs": link_gbs("net", gbps=mine / 1000),
-                 "peer_link_gbs": link_gbs("net", gbps=peer / 1000)})
+                SanityEvidence(nic_rate_mbps=mine, peer_rate_mbps=peer, nic_link_gbs=link_gbs("net", gbps=mine / 1000),
+                               peer_link_gbs=link_gbs("net", gbps=peer / 1000)))
     errors = {n["name"]: n.get("errors", {}) for n in nics if any(v > 0 for v in n.get("errors", {}).values())}
     peers_count = any(any(v > 0 for n in f.get("nics", []) for v in n.get("errors", {}).values())
                       for h, f in nodes.items() if h != host)
     if errors and not peers_count:  # counters since boot: telling only where the peers count none
-        return "its link counts errors or drops", {"link_errors": errors}
-    return "its link or NIC is slower than its peers' (shaped, congested or degraded)", {}
+        return "its link counts errors or drops", SanityEvidence(link_errors=errors)
+    return "its link or NIC is slower than its peers' (shaped, congested or degraded)", SanityEvidence()

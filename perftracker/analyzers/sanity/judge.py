@@ -14,6 +14,7 @@ from perftracker.analyzers.sanity.results import DEVICE_FIGURES, SanityResults
 from perftracker.analyzers.sanity.robust import LINK_FLOOR, Low, low_outliers
 from perftracker.analyzers.sanity.table import best_pair, device_rows
 from perftracker.analyzers.thresholds import threshold, threshold_int
+from perftracker.evidence.traces import FigureRow, PairRow, SanityEvidence
 
 INTRA_FIGURES = ("node_allreduce_busbw_gbps", "node_allgather_busbw_gbps")
 ANALYZER = "sanity"
@@ -105,8 +106,8 @@ def judge(results: SanityResults, exclude_at: Severity = Severity.CRITICAL) -> S
         findings.append(Finding(
             ANALYZER, Severity.CRITICAL, f"{host} is unreachable: its ranks {list(ranks)} sent no result within the "
             f"{results.time_box_s:g} s time box", "Exclude the node and check it (power, network, the launcher's "
-            "log on it) before starting the job.", evidence={"ranks": list(ranks)}, ranks=ranks, hosts=(host,),
-            key=f"unreachable|{host}"))
+            "log on it) before starting the job.", evidence=SanityEvidence(ranks=list(ranks)), ranks=ranks,
+            hosts=(host,), key=f"unreachable|{host}"))
     for host in hosts:
         lost = [i for i, h in enumerate(results.hosts) if h == host and i not in results.records]
         if host not in reported or not lost:
@@ -115,7 +116,7 @@ def judge(results: SanityResults, exclude_at: Severity = Severity.CRITICAL) -> S
         findings.append(Finding(
             ANALYZER, Severity.CRITICAL, f"{host}: ranks {lost} sent no result within the {results.time_box_s:g} s "
             "time box while its other ranks did (a process or device of it failed)", "Exclude the node and read "
-            "the launcher's log of these ranks on it before starting the job.", evidence={"ranks": lost},
+            "the launcher's log of these ranks on it before starting the job.", evidence=SanityEvidence(ranks=lost),
             ranks=tuple(lost), hosts=(host,), key=f"lost-ranks|{host}"))
     nodes = {r["host"]: r.get("node", {}) for r in records if r.get("node")}
     common = set.intersection(*[set(r.get("figures", {})) for r in records]) if records else set()
@@ -133,7 +134,7 @@ def judge(results: SanityResults, exclude_at: Severity = Severity.CRITICAL) -> S
     for host, entries in by_host.items():
         sev = Severity.WARNING
         lines: dict[tuple[int, str], str] = {}  # one clause per device and figure: peers, then the peak
-        evidence = []
+        figures: list[FigureRow] = []
         for r, items in entries:
             for figure, low, note in items:
                 at = (r["rank"], figure)
@@ -141,28 +142,28 @@ def judge(results: SanityResults, exclude_at: Severity = Severity.CRITICAL) -> S
                     sev = max(sev, low.severity)
                     lines[at] = (f"{figure} {_fmt(low.value)} on {r['device']} is {low.ratio:.0%} of its peers' "
                                  f"median {_fmt(low.peer_median)}")
-                    evidence.append({"rank": r["rank"], "device": r["device"], "figure": figure, "value": low.value,
-                                     "peer_median": low.peer_median, "peer_mad": low.peer_mad,
-                                     "own_spread": own_spread(r, figure), "repeats": r.get("repeats", {}).get(figure, []),
-                                     "confidence": low.confidence})
+                    figures.append(FigureRow(rank=r["rank"], device=r["device"], figure=figure, value=low.value,
+                                             peer_median=low.peer_median, peer_mad=low.peer_mad,
+                                             own_spread=own_spread(r, figure),
+                                             repeats=r.get("repeats", {}).get(figure, []), confidence=low.confidence))
                 else:
                     sev = max(sev, _expected_severity(r, figure, note))
                     lines[at] = f"{lines[at]} and {note}" if at in lines else f"{figure} on {r['device']}: {note}"
                     known = expected_for(str(r.get("device_name", "")), figure)
-                    evidence.append({"rank": r["rank"], "device": r["device"], "figure": figure, "note": note,
-                                     "value": r["figures"].get(figure), "source": known[1] if known else ""})
+                    figures.append(FigureRow(rank=r["rank"], device=r["device"], figure=figure, note=note,
+                                             value=r["figures"].get(figure), source=known[1] if known else ""))
         cpu = all(str(r["device"]).startswith("cpu") for r, _ in entries)
         said, facts = cpu_cause([r for r, _ in entries], [r for r in records if r["host"] != host])
-        cause = said or _device_cause(cpu, {e["figure"] for e in evidence})
+        cause = said or _device_cause(cpu, {e["figure"] for e in figures})
         ranks = tuple(sorted({r["rank"] for r, _ in entries}))
-        confs = [e["confidence"] for e in evidence if "confidence" in e]
+        confs = [e["confidence"] for e in figures if "confidence" in e]
         named_on_compute.add(host)
         status[host] = max(status.get(host, Severity.INFO), sev)
         findings.append(Finding(
             ANALYZER, sev, f"{host} measures below its peers: " + "; ".join(list(lines.values())[:4]) +
             f" (likely {cause})",
             "Exclude the node from this job (OUT/exclude.txt) and check it: " + cause + ".",
-            evidence={"figures": evidence, "likely_cause": cause, **facts}, ranks=ranks, hosts=(host,),
+            evidence=SanityEvidence(figures=figures, likely_cause=cause, **facts), ranks=ranks, hosts=(host,),
             key=f"device|{host}", confidence=min(confs) if confs else None))
     findings += _quota_held(records, named_on_compute, status)
     findings += _within_node(records, named_on_compute, status)
@@ -182,7 +183,7 @@ def _links(records: list[dict[str, Any]], nodes: Mapping[str, Mapping[str, Any]]
     if not pairs:
         return []
     best = best_pair(pairs)
-    by_host_pairs: dict[str, list[dict[str, Any]]] = {}
+    by_host_pairs: dict[str, list[PairRow]] = {}  # the pairs as the ranks recorded them
     for p in pairs:
         for h in (p["a"], p["b"]):
             by_host_pairs.setdefault(h, []).append(p)
@@ -199,7 +200,7 @@ def _links(records: list[dict[str, Any]], nodes: Mapping[str, Mapping[str, Any]]
         mine = list(by_host_pairs.get(host, []))
         cause, facts = link_cause(host, nodes)
         status[host] = max(status.get(host, Severity.INFO), low.severity)
-        mine.sort(key=lambda p: -1.0 if p.get("gbps") is None else float(p["gbps"]))
+        mine.sort(key=lambda p: -1.0 if (gbps := p.get("gbps")) is None else gbps)
         listed = ", ".join(f"{p['a']}-{p['b']} " + (f"{p['gbps']:.3g} GB/s" if p.get("gbps") is not None else
                                                    f"failed ({p.get('error', '')[:60]})") for p in mine[:4])
         listed += f" and {len(mine) - 4} more" if len(mine) > 4 else ""
@@ -207,8 +208,9 @@ def _links(records: list[dict[str, Any]], nodes: Mapping[str, Mapping[str, Any]]
             ANALYZER, low.severity, f"{host}'s links are slow: its best pair reaches {low.value:.3g} GB/s, "
             f"{low.ratio:.0%} of the other nodes' median {low.peer_median:.3g} GB/s (pairs: {listed}); likely {cause}",
             "Exclude the node (OUT/exclude.txt), then check its NIC: rate and state (ethtool, ibstat), error "
-            "counters, cable and switch port.", evidence={"pairs": mine[:MAX_PAIRS_SHOWN], "pair_count": len(mine), "best_gbps": low.value,
-                                                         "peer_median_gbps": low.peer_median, **facts},
+            "counters, cable and switch port.", evidence=SanityEvidence(
+                pairs=mine[:MAX_PAIRS_SHOWN], pair_count=len(mine), best_gbps=low.value,
+                peer_median_gbps=low.peer_median, **facts),
             hosts=(host,), key=f"link|{host}", confidence=low.confidence))
     explained = set(slow_nodes) | named
     measured = {f"{p['a']}\t{p['b']}": p for p in pairs if p.get("gbps") is not None}
@@ -224,7 +226,7 @@ def _links(records: list[dict[str, Any]], nodes: Mapping[str, Mapping[str, Any]]
                 f"{low.ratio:.0%} of the other pairs' median {low.peer_median:.3g} GB/s, while both nodes reach "
                 "their other peers at full rate", "Check the path between the two nodes (switch ports, cables, "
                 "routing); exclude one of them if it cannot be fixed before the job.",
-                evidence={"pair": pair, "peer_median_gbps": low.peer_median}, hosts=(a, b),
+                evidence=SanityEvidence(pair=pair, peer_median_gbps=low.peer_median), hosts=(a, b),
                 key=f"pair|{a}|{b}", confidence=low.confidence))
     return findings
 
@@ -255,9 +257,9 @@ def _within_node(records: list[dict[str, Any]], named: set[str], status: dict[st
         findings.append(Finding(
             ANALYZER, sev, f"{host}'s collectives within the node are slow: {lines} (likely {cause})",
             "Exclude the node (OUT/exclude.txt) and check the links between its devices: " + cause + ".",
-            evidence={"figures": [{"figure": figure, "value": low.value, "peer_median": low.peer_median,
-                                   "peer_mad": low.peer_mad, "confidence": low.confidence} for figure, low in found],
-                      "likely_cause": cause},
+            evidence=SanityEvidence(figures=[FigureRow(figure=figure, value=low.value, peer_median=low.peer_median,
+                                                       peer_mad=low.peer_mad, confidence=low.confidence)
+                                             for figure, low in found], likely_cause=cause),
             hosts=(host,), key=f"intra|{host}", confidence=min(low.confidence for _, low in found)))
     return findings
 
@@ -272,7 +274,8 @@ def _collective_failures(records: list[dict[str, Any]], unreachable: bool) -> li
     return [Finding(ANALYZER, Severity.CRITICAL, f"the collectives failed on ranks {sorted(failed)} while every node "
                     f"answered: {first[0]}: {first[1][:160]}", "Read the launcher's logs of these ranks; check the "
                     "network between the nodes (firewall, interface selection: GLOO_SOCKET_IFNAME / "
-                    "NCCL_SOCKET_IFNAME).", evidence={"errors": {str(r): v for r, v in failed.items()}},
+                    "NCCL_SOCKET_IFNAME).",
+                    evidence=SanityEvidence(errors={str(r): list(v) for r, v in failed.items()}),
                     ranks=tuple(sorted(failed)), key="collectives-failed")]
 
 
@@ -301,7 +304,7 @@ def _cut_finding(results: SanityResults) -> list[Finding]:
         return []
     return [Finding(ANALYZER, Severity.INFO, f"the time box cut the check short ({len(cut)} cut(s)); judged on what "
                     f"was measured: {'; '.join(cut[:3])}", f"Give a longer --time-box (it was "
-                    f"{results.time_box_s:g} s) for every figure in full.", evidence={"cut": cut[:64]},
+                    f"{results.time_box_s:g} s) for every figure in full.", evidence=SanityEvidence(cut=cut[:64]),
                     key="cut-short")]
 
 
@@ -322,6 +325,7 @@ def _quota_held(records: list[dict[str, Any]], named: set[str], status: dict[str
             ANALYZER, Severity.WARNING, f"{host} is held back by its cgroup: {said} (its peers have no such quota; "
             f"{len(mine)} rank(s) of the job would share it)", "Remove or raise the node's CPU quota (the container's "
             "or the job's cgroup: cpu.max / cpu.cfs_quota_us) before the job, or exclude the node (exclude-at "
-            "warning).", evidence={"ranks": [r["rank"] for r in mine], **facts}, ranks=tuple(r["rank"] for r in mine),
+            "warning).", evidence=SanityEvidence(ranks=[r["rank"] for r in mine], **facts),
+            ranks=tuple(r["rank"] for r in mine),
             hosts=(host,), key=f"quota|{host}", confidence=0.99))
     return findings

@@ -19,6 +19,7 @@ from perftracker.analyzers.traces.period_costs import (
     per_period,
     rank_costs_view,
 )
+from perftracker.evidence.traces import BreakdownEvidence, BreakdownRow, LibraryRow
 
 SHARES = ("compute_pct", "comm_exposed_pct", "wait_exposed_pct", "memory_exposed_pct", "idle_pct")
 
@@ -45,8 +46,9 @@ def analyze_breakdown(analysis: Analysis) -> list[Finding]:
                   f"{int(worst['rank'])} ({fmt_ms(worst['per_period_s'])} {basis.per})",
             recommendation="Use pinned host memory and non_blocking=True for host-device copies, move data "
             "loading copies to a side stream, and avoid .cpu()/.item() inside the step.",
-            evidence={"ranks": ranks, "memory_exposed_ms_per_step": {int(r): round(v * 1e3, 3)
-                      for r, v in zip(bad["rank"], bad["per_period_s"])}, "measured_over": basis.describe()},
+            evidence=BreakdownEvidence(ranks=ranks, memory_exposed_ms_per_step={
+                int(r): round(v * 1e3, 3) for r, v in zip(bad["rank"], bad["per_period_s"])},
+                measured_over=basis.describe()),
             ranks=tuple(ranks), hosts=hosts_of(store, ranks),
             cost=Cost(float(bad["per_period_s"].median()), float(bad["share"].median())),
             key="breakdown:memory",
@@ -62,10 +64,11 @@ def _summary(table: pd.DataFrame, costs: pd.DataFrame, libraries: pd.DataFrame,
     window = {as_int(r): (float(span), float(comm)) for r, span, comm in zip(sums.index, sums["span_ns"], sums["comm_ns"])}
     by_rank: dict[int, dict[str, Any]] = {int(c["rank"]): {str(k): v for k, v in c.items()}
                                           for c in costs.to_dict("records")}
-    per_rank: dict[int, dict[str, Any]] = {}
+    per_rank: dict[int, BreakdownRow] = {}
     for _, r in table.head(256).iterrows():
         rank = int(r["rank"])
-        entry: dict[str, Any] = {k: round(float(r[k]), 2) for k in SHARES}
+        cp, cx, wx, mx, ip = (round(float(r[k]), 2) for k in SHARES)
+        entry = BreakdownRow(compute_pct=cp, comm_exposed_pct=cx, wait_exposed_pct=wx, memory_exposed_pct=mx, idle_pct=ip)
         span, comm = window[rank]
         entry["comm_pct"] = round(100.0 * comm / span, 2) if span > 0 else 0.0
         c = by_rank.get(rank)
@@ -78,12 +81,11 @@ def _summary(table: pd.DataFrame, costs: pd.DataFrame, libraries: pd.DataFrame,
                 entry["expert_parallel_hidden_pct"] = _pct(float(c["ep_hidden_ns"]), float(c["ep_comm_ns"]))
         mine = libraries[libraries["rank"] == rank] if not libraries.empty else libraries
         if len(mine):
-            entry["by_library"] = {str(x["family"]): {"ms_per_step": round(float(x["comm_ns"]) / max(int(x["periods"]), 1)
-                                                                           / 1e6, 3),
-                                                       "hidden_pct": _pct(float(x["hidden_ns"]), float(x["comm_ns"]))}
-                                   for _, x in mine.iterrows()}
+            entry["by_library"] = {str(x["family"]): LibraryRow(
+                ms_per_step=round(float(x["comm_ns"]) / max(int(x["periods"]), 1) / 1e6, 3),
+                hidden_pct=_pct(float(x["hidden_ns"]), float(x["comm_ns"]))) for _, x in mine.iterrows()}
         per_rank[rank] = entry
-    evidence: dict[str, Any] = {"per_rank": per_rank, "ranks": rank_list(ranks)}
+    evidence = BreakdownEvidence(per_rank=per_rank, ranks=rank_list(ranks))
     if not costs.empty:
         evidence["measured_over"] = basis_row(costs.iloc[0]).describe()
     if known:
@@ -101,19 +103,19 @@ def _summary(table: pd.DataFrame, costs: pd.DataFrame, libraries: pd.DataFrame,
     )
 
 
-def _comm_clause(per_rank: dict[int, dict[str, Any]], costs: pd.DataFrame) -> str:
+def _comm_clause(per_rank: dict[int, BreakdownRow], costs: pd.DataFrame) -> str:
     """'; communication 41.2 ms per step, 63% hidden (expert-parallel: 28.1 ms per step, 96% hidden)' or ''."""
     with_comm = [e for e in per_rank.values() if e.get("comm_ms_per_step", 0) > 0]
     if not with_comm or costs.empty:
         return ""
     per = basis_row(costs.iloc[0]).per
-    ms = pd.Series([e["comm_ms_per_step"] for e in with_comm]).median()
-    hidden = pd.Series([e["comm_hidden_pct"] for e in with_comm]).median()
+    ms = pd.Series([e.get("comm_ms_per_step", 0.0) for e in with_comm]).median()
+    hidden = pd.Series([e.get("comm_hidden_pct", 0.0) for e in with_comm]).median()
     clause = f"; all communication {fmt_ms(ms / 1e3)} {per}, {hidden:.0f}% of it hidden under compute"
     ep = [e for e in with_comm if "expert_parallel_ms_per_step" in e]
     if ep:
-        ep_ms = pd.Series([e["expert_parallel_ms_per_step"] for e in ep]).median()
-        ep_hidden = pd.Series([e["expert_parallel_hidden_pct"] for e in ep]).median()
+        ep_ms = pd.Series([e.get("expert_parallel_ms_per_step", 0.0) for e in ep]).median()
+        ep_hidden = pd.Series([e.get("expert_parallel_hidden_pct", 0.0) for e in ep]).median()
         clause += f" (expert-parallel: {fmt_ms(ep_ms / 1e3)} {per}, {ep_hidden:.0f}% hidden)"
     return clause
 

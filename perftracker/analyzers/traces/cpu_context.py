@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.traces.intervals import covered_within, union
+from perftracker.evidence.traces import CpuOpRow
 from perftracker.store import Store
 
 CPU_KINDS = ("cpu_op", "collective_cpu", "runtime")  # user annotations wrap regions: not what the CPU did
@@ -28,7 +28,7 @@ def top_level(cpu: pd.DataFrame) -> pd.Series:
 
 
 def cpu_ops_during(store: Store, gaps: pd.DataFrame, limit: int = 5,
-                   shapes: Mapping[tuple[int, int, int], str] | None = None) -> list[dict[str, Any]]:
+                   shapes: Mapping[tuple[int, int, int], str] | None = None) -> list[CpuOpRow]:
     """The top-level CPU work overlapping `gaps`, most time first (docs/internals/analyzers.md)."""
     if gaps.empty or not store.n_events:
         return []
@@ -56,11 +56,10 @@ def cpu_ops_during(store: Store, gaps: pd.DataFrame, limit: int = 5,
             if shape is not None and shape != "[]":
                 seen_shapes.setdefault(str(name), Counter())[shape] += 1
     ranked = sorted(overlap.items(), key=lambda item: -item[1][0])[:limit]
-    found: list[dict[str, Any]] = []
+    found: list[CpuOpRow] = []
     for name, (ns, count) in ranked:
-        entry: dict[str, Any] = {"op": name, "ms": round(ns / 1e6, 3),
-                                 "share_pct": round(100.0 * ns / total_gap, 1) if total_gap else 0.0,
-                                 "count": int(count)}
+        entry = CpuOpRow(op=name, ms=round(ns / 1e6, 3), share_pct=round(100.0 * ns / total_gap, 1) if total_gap
+                         else 0.0, count=int(count))
         if name in seen_shapes:
             entry["input_shapes"] = seen_shapes[name].most_common(1)[0][0]
         found.append(entry)

@@ -13,6 +13,7 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import NO_ACTION, Finding, Kind, Severity
 from perftracker.analyzers.traces.gpu_time import as_int
+from perftracker.evidence.traces import InputsEvidence
 
 COLUMNS = ["file", "rank", "window", "rf_id", "name", "matched", "input_shapes", "input_types"]
 _OP_KINDS = ("cpu_op", "annotation", "collective_cpu")
@@ -70,7 +71,7 @@ def execution_trace_findings(analysis: Analysis) -> list[Finding]:
                       "traces given. Record both in the same window: torch.profiler.profile(..., "
                       "execution_trace_observer=ExecutionTraceObserver().register_callback(path)).")
         findings.append(Finding(Kind.INPUTS, Severity.INFO, title, advice,
-                                {"file": str(file), "operators": len(nodes), "matched": matched,
-                                 "rank": as_int(nodes["rank"].iloc[0]) if matched else None},
+                                InputsEvidence(file=str(file), operators=len(nodes), matched=matched,
+                                               rank=as_int(nodes["rank"].iloc[0]) if matched else None),
                                 key=f"inputs:execution-trace:{name}"))
     return findings

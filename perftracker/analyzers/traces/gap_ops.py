@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -14,6 +13,7 @@ from perftracker.analyzers.traces.grouping import Groups, Ints, codes_of
 from perftracker.analyzers.traces.idle import GAP_COLUMNS, idle_gaps_view
 from perftracker.analyzers.traces.intervals import covered_within, union
 from perftracker.analyzers.traces.kernels import kernel_work_view, profiled_steps
+from perftracker.evidence.traces import GapRow, IdleEvidence, IdleOpRow, TinyKernelRow
 from perftracker.values import short_symbol
 
 NO_OP = "(no profiled CPU op)"
@@ -142,7 +142,7 @@ def _ms(ns: int) -> str:
     return f"{ns / 1e6:.2f} ms" if ns >= 100_000 else f"{ns / 1e3:.0f} us"
 
 
-def gap_evidence(analysis: Analysis, category: str, ranks: list[int]) -> dict[str, Any]:
+def gap_evidence(analysis: Analysis, category: str, ranks: list[int]) -> IdleEvidence:
     """The idle finding's evidence of what the CPU did in `category`'s gaps on `ranks`
     (docs/internals/analyzers.md)."""
     steps = profiled_steps(analysis.store).reindex(ranks).fillna(0).clip(lower=1)
@@ -151,24 +151,25 @@ def gap_evidence(analysis: Analysis, category: str, ranks: list[int]) -> dict[st
     ops = ops[(ops["category"] == category) & ops["rank"].isin(ranks)]
     gap_total = float(ops.drop_duplicates("rank")["gap_ns"].sum())
     per_op = ops.groupby(["name", "kind"], as_index=False)[["self_ns"]].sum().sort_values("self_ns", ascending=False)
-    evidence: dict[str, Any] = {}
+    evidence = IdleEvidence()
     if category != "dependency":  # the work was queued: what the CPU did then is not why the GPU waited
         evidence["cpu_ops_while_idle"] = [
-            {"op": str(r["name"]), "kind": str(r["kind"]), "ms_per_step": round(float(r["self_ns"]) / rank_steps / 1e6, 3),
-             "share_of_idle_pct": round(100.0 * float(r["self_ns"]) / gap_total, 1) if gap_total else 0.0}
+            IdleOpRow(op=str(r["name"]), kind=str(r["kind"]),
+                      ms_per_step=round(float(r["self_ns"]) / rank_steps / 1e6, 3),
+                      share_of_idle_pct=round(100.0 * float(r["self_ns"]) / gap_total, 1) if gap_total else 0.0)
             for r in per_op.head(6).to_dict("records")]
     longest = analysis.view(longest_gaps_view)
     longest = longest[(longest["category"] == category) & longest["rank"].isin(ranks)].nlargest(5, "dur_ns")
     evidence["longest_gaps"] = [
-        {"rank": int(g["rank"]), "step": int(g["step"]), "gap_ms": round(int(g["dur_ns"]) / 1e6, 3), "cpu_ops": str(g["cpu_ops"]),
-         "next_kernel": str(g["next_kernel"])[:300], "launched_by": str(g["launched_by"])}
+        GapRow(rank=int(g["rank"]), step=int(g["step"]), gap_ms=round(int(g["dur_ns"]) / 1e6, 3),
+               cpu_ops=str(g["cpu_ops"]), next_kernel=str(g["next_kernel"])[:300], launched_by=str(g["launched_by"]))
         for g in longest.to_dict("records")]
     if category == "launch":
         evidence["tiny_kernels"] = _tiny_kernels(analysis, ranks, rank_steps)
     return evidence
 
 
-def gap_headline(evidence: dict[str, Any]) -> str:
+def gap_headline(evidence: IdleEvidence) -> str:
     """The end of the idle finding's title: the tiny kernel waited for most and its op, or the CPU's top op."""
     tiny = evidence.get("tiny_kernels") or []
     if tiny:
@@ -185,7 +186,7 @@ def gap_headline(evidence: dict[str, Any]) -> str:
     return f"; the CPU meanwhile ran {short_symbol(top['op'], 60)} ({share})"
 
 
-def _tiny_kernels(analysis: Analysis, ranks: list[int], rank_steps: float) -> list[dict[str, Any]]:
+def _tiny_kernels(analysis: Analysis, ranks: list[int], rank_steps: float) -> list[TinyKernelRow]:
     """The kernels after launch-bound gaps, by idle time before them: count, median duration, launching op."""
     gaps = analysis.view(next_kernels_view)
     gaps = gaps[(gaps["category"] == "launch") & gaps["rank"].isin(ranks) & (gaps["kernel"] != "")]
@@ -197,6 +198,6 @@ def _tiny_kernels(analysis: Analysis, ranks: list[int], rank_steps: float) -> li
     first = gaps.iloc[groups.first]
     table = pd.DataFrame({"kernel": first["kernel"].to_numpy(), "launched_by": first["launched_by"].to_numpy(),
                           "gaps": groups.count(), "idle": idle, "median": median}).nlargest(8, "idle")
-    return [{"kernel": str(t["kernel"])[:300], "launched_by": str(t["launched_by"]), "gaps_before": int(t["gaps"]),
-             "idle_before_ms_per_step": round(float(t["idle"]) / rank_steps / 1e6, 3),
-             "kernel_median_us": round(float(t["median"]) / 1e3, 1)} for t in table.to_dict("records")]
+    return [TinyKernelRow(kernel=str(t["kernel"])[:300], launched_by=str(t["launched_by"]), gaps_before=int(t["gaps"]),
+                          idle_before_ms_per_step=round(float(t["idle"]) / rank_steps / 1e6, 3),
+                          kernel_median_us=round(float(t["median"]) / 1e3, 1)) for t in table.to_dict("records")]

@@ -18,6 +18,7 @@ from perftracker.analyzers.traces.grouping import value_test
 from perftracker.analyzers.traces.intervals import covered_within, union
 from perftracker.analyzers.traces.period_costs import basis_row, per_period, rank_costs_view
 from perftracker.analyzers.traces.periods import cost_periods_view
+from perftracker.evidence.traces import IdleEvidence, IdleRow
 from perftracker.store import Store
 
 CATEGORIES = ("between_steps", "sync", "host", "launch", "dependency")
@@ -175,19 +176,18 @@ def analyze_idle(analysis: Analysis) -> list[Finding]:
         median_s = float(rows["per_period_s"].median())
         basis = basis_row(rows.iloc[0])
         mine = gaps[(gaps["category"] == category) & gaps["rank"].isin(ranks)]
-        behind = gap_evidence(analysis, category, ranks)  # the CPU ops and kernels behind these gaps
+        evidence = IdleEvidence(
+            per_rank={int(r["rank"]): IdleRow(idle_ms_per_step=round(float(r["per_period_s"]) * 1e3, 3),
+                                              gaps=int(r["gaps"]), median_gap_us=round(float(r["median_ns"]) / 1e3, 1))
+                      for _, r in rows.head(64).iterrows()},
+            measured_over=basis.describe(), cpu_ops_during_gaps=cpu_ops_during(store, mine, shapes=shapes))
+        evidence.update(gap_evidence(analysis, category, ranks))  # the CPU ops and kernels behind these gaps
         findings.append(Finding(
             analyzer="idle",
             severity=Severity.WARNING if category != "dependency" else Severity.INFO,
             title=title.format(t=fmt_ms(median_s), per=basis.per)
-            + f" ({100 * float(rows['share'].median()):.0f}% {basis.of})" + gap_headline(behind),
-            recommendation=advice,
-            evidence={"per_rank": {int(r["rank"]): {"idle_ms_per_step": round(float(r["per_period_s"]) * 1e3, 3),
-                                                    "gaps": int(r["gaps"]),
-                                                    "median_gap_us": round(float(r["median_ns"]) / 1e3, 1)}
-                                   for _, r in rows.head(64).iterrows()},
-                      "measured_over": basis.describe(),
-                      "cpu_ops_during_gaps": cpu_ops_during(store, mine, shapes=shapes), **behind},
+            + f" ({100 * float(rows['share'].median()):.0f}% {basis.of})" + gap_headline(evidence),
+            recommendation=advice, evidence=evidence,
             ranks=tuple(ranks), hosts=hosts_of(store, ranks),
             cost=Cost(median_s, float(rows["share"].median())), key=f"idle:{category}",
         ))

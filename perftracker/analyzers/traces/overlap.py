@@ -7,6 +7,7 @@ from perftracker.analyzers.common import fmt_ms, hosts_of
 from perftracker.analyzers.findings import Cost, Finding, Mark, Severity
 from perftracker.analyzers.thresholds import threshold
 from perftracker.analyzers.traces.period_costs import basis_row, per_period, rank_costs_view
+from perftracker.evidence.traces import OverlapEvidence, OverlapRow
 from perftracker.store import Store
 
 
@@ -42,18 +43,15 @@ def analyze_overlap(analysis: Analysis) -> list[Finding]:
         advice = (f"First profile every rank (or several on different nodes): only {profiled} of {world} were, so "
                   "part of this time may be waiting for a late rank (a straggler's cost, not an overlap problem). "
                   "If it is transfer: " + advice[0].lower() + advice[1:])
+    evidence = OverlapEvidence(per_rank={int(r["rank"]): OverlapRow(
+        overlap_pct=round(float(r["hidden_pct"]), 2), exposed_ms_per_step=round(float(r["per_period_s"]) * 1e3, 3),
+        waiting_for_late_ranks_ms_per_step=round(float(r["wait_exposed_ns"]) / max(int(r["periods"]), 1) / 1e6, 3),
+        comm_ms_total=round(float(r["comm_ns"]) / 1e6, 3)) for _, r in bad.head(64).iterrows()},
+        measured_over=basis.describe())
+    if unsplit:
+        evidence.update({"ranks_profiled": profiled, "world_size": world, "waiting_told_apart": False})
     return [Finding(
-        analyzer="overlap", severity=severity, title=title, recommendation=advice,
-        evidence={
-            "per_rank": {int(r["rank"]): {"overlap_pct": round(float(r["hidden_pct"]), 2),
-                                          "exposed_ms_per_step": round(float(r["per_period_s"]) * 1e3, 3),
-                                          "waiting_for_late_ranks_ms_per_step": round(
-                                              float(r["wait_exposed_ns"]) / max(int(r["periods"]), 1) / 1e6, 3),
-                                          "comm_ms_total": round(float(r["comm_ns"]) / 1e6, 3)}
-                         for _, r in bad.head(64).iterrows()},
-            "measured_over": basis.describe(),
-            **({"ranks_profiled": profiled, "world_size": world, "waiting_told_apart": False} if unsplit else {}),
-        },
+        analyzer="overlap", severity=severity, title=title, recommendation=advice, evidence=evidence,
         ranks=tuple(ranks), hosts=hosts_of(store, ranks),
         cost=Cost(float(bad["per_period_s"].median()), med_share), key=Mark.OVERLAP_EXPOSED.key(),
     )]
