@@ -33,8 +33,8 @@ RootCause = TypedDict("RootCause", {
 # A finding folded into another as its consequence.
 Folded = TypedDict("Folded", {"id": str, "analyzer": str, "title": str})
 
-# What the finding passes add to a finding of any kind.
+# What the finding passes add to a finding of any kind (`position(s)`: its ranks' places, `layout.views.with_positions`).
 PassEvidence = TypedDict("PassEvidence", {
     "cost_source": str, "estimate_s": S, "replay_error": float, "what_if": str, "cost_note": str,
-    "root_cause": RootCause, "folded": list[Folded],
+    "root_cause": RootCause, "folded": list[Folded], "position": str, "positions": list[str],
 }, total=False)
