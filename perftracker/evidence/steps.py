@@ -9,28 +9,22 @@ from typing import TypedDict
 from perftracker.evidence.common import Significance
 from perftracker.evidence.units import Ms, MsPerStep, Ns, Pct, PerStep, S, Share
 
-# An op slower on the straggler than on its peers (`op_work.slower_ops`).
+# The rows of the straggler's sub-tables: its slower ops (`op_work.slower_ops`), victims (`pipeline.views.seat_of`),
+# a host name's clock domains, the paired durations test, what it ran before its late arrivals (`late_rank`).
 SlowerOpRow = TypedDict("SlowerOpRow", {
     "name": str, "kind": str, "extra_ms_per_step": MsPerStep, "ms_per_step": MsPerStep,
-    "peers_ms_per_step": MsPerStep, "count_per_step": PerStep, "p90_ms": Ms, "peers_p90_ms": Ms,
-})
-# A rank the straggler makes wait (`pipeline.views.Victim`).
+    "peers_ms_per_step": MsPerStep, "count_per_step": PerStep, "p90_ms": Ms, "peers_p90_ms": Ms})
 VictimRow = TypedDict("VictimRow", {
-    "rank": int, "position": str, "role": str, "waits": str, "wait_ms_per_step": MsPerStep,
-})
+    "rank": int, "position": str, "role": str, "waits": str, "wait_ms_per_step": MsPerStep})
 ClockDomainRow = TypedDict("ClockDomainRow", {"ranks": list[int], "offset_ns": Ns})
-# The paired durations test that named the straggler (`significance.judge_durations`).
 DurationsTest = TypedDict("DurationsTest", {
     "test": str, "steps": int, "p_family": float, "excess_ms_per_step": MsPerStep, "excess_pct": Pct,
-    "steps_longer": int, "lag1_autocorrelation": float, "effective_steps": float,
-})
+    "steps_longer": int, "lag1_autocorrelation": float, "effective_steps": float})
 ExtraOpRow = TypedDict("ExtraOpRow", {"name": str, "kind": str, "extra_ms": Ms}, total=False)
-# What the late rank ran before its late arrivals against the median member (`late_rank.before_arrival`).
 BeforeArrival = TypedDict("BeforeArrival", {
     "collectives": int, "interval_ms": Ms, "median_rank_interval_ms": Ms, "extra_gpu_work_ms": Ms,
     "extra_gpu_idle_ms": Ms, "extra_cpu_gap_ms": Ms, "extra_cpu_ops_ms": Ms, "top_extra_gpu": list[ExtraOpRow],
-    "top_extra_cpu": list[ExtraOpRow], "extra_by_cause_ms": dict[str, Ms], "median_ranks": list[int],
-}, total=False)
+    "top_extra_cpu": list[ExtraOpRow], "extra_by_cause_ms": dict[str, Ms], "median_ranks": list[int]}, total=False)
 
 StragglerEvidence = TypedDict("StragglerEvidence", {
     "kind": str, "share_last": Share, "steps_mostly_last": float, "median_lateness_ms": Ms, "p90_lateness_ms": Ms,
@@ -46,7 +40,7 @@ StragglerEvidence = TypedDict("StragglerEvidence", {
     "steps": int, "mean_wait_per_other_rank_ms": Ms, "waited_for": dict[str, Ms],
 }, total=False)
 
-# One rank's step times (the summary's: steps, median, p90; the jitter finding's: median, p90, max).
+# One rank's step times (the summary's: steps, median, p90; the jitter's: median, p90, max).
 StepRankRow = TypedDict("StepRankRow", {"steps": int, "median_ms": Ms, "p90_ms": Ms, "max_ms": Ms}, total=False)
 
 StepsEvidence = TypedDict("StepsEvidence", {
@@ -60,7 +54,6 @@ DegradationEvidence = TypedDict("DegradationEvidence", {
 }, total=False)
 
 ExcessFrameRow = TypedDict("ExcessFrameRow", {"frame": str, "excess": float})
-
 StackProfileEvidence = TypedDict("StackProfileEvidence", {
     "rank": int, "frame": str, "deepest_frame": str, "share": Share, "median_share": Share, "excess": float,
     "samples": int, "others_instead": str | None, "per_rank_share": dict[str, Share],

@@ -101,7 +101,8 @@ def before_arrival(analysis: Analysis, rank: int) -> BeforeArrival:
         return {}
     offsets = analysis.view(_offsets)
     events: dict[int, pd.DataFrame] = {}
-    totals = {"mine": _empty(), "median": _empty()}
+    totals: dict[str, dict[str, Any]] = {who: {"span": 0.0, "gpu_busy": 0.0, "cpu_busy": 0.0, "ops": {}}
+                                         for who in ("mine", "median")}
     for r, lo, hi, m, mlo, mhi in spans:
         for who, rr, a, b in (("mine", r, lo, hi), ("median", m, mlo, mhi)):
             if rr not in events:
@@ -138,10 +139,6 @@ def before_arrival(analysis: Analysis, rank: int) -> BeforeArrival:
         "extra_by_cause_ms": causes,
         "median_ranks": sorted({m for _, _, _, m, _, _ in spans}),
     }
-
-
-def _empty() -> dict[str, Any]:
-    return {"span": 0.0, "gpu_busy": 0.0, "cpu_busy": 0.0, "ops": {}}
 
 
 def describe(did: BeforeArrival) -> str:
