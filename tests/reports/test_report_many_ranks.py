@@ -78,7 +78,7 @@ def _render(tmp_path: Path) -> tuple[Path, str]:
 def _straggler_finding(ranks: int) -> Finding:
     return Finding(analyzer="straggler", severity=Severity.WARNING, title=f"Rank {STRAGGLER} is a persistent straggler",
                    recommendation="Look at rank 1366.", ranks=(STRAGGLER,),
-                   evidence={"per_rank": {r: {"lateness_ms": 0.1} for r in range(ranks)}})
+                   evidence={"victims": [{"rank": r, "wait_ms_per_step": 0.1} for r in range(ranks)]})
 
 
 def test_a_4096_rank_report_is_small_binned_and_names_the_straggler(tmp_path: Path) -> None:

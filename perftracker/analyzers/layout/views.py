@@ -17,6 +17,7 @@ from perftracker.analyzers.findings import Finding
 from perftracker.analyzers.layout.infer import infer_layout
 from perftracker.analyzers.layout.model import Layout
 from perftracker.analyzers.ranks.groups import run_ranks
+from perftracker.evidence.common import PassEvidence
 
 MAX_LISTED = 16
 P2P = ("send", "recv", "send_recv")
@@ -71,7 +72,7 @@ def with_positions(findings: list[Finding], layout: Layout) -> list[Finding]:
         if not ranks or "position" in f.evidence or "positions" in f.evidence:
             out.append(f)
             continue
-        extra: dict[str, object] = ({"position": layout.where(ranks[0])} if len(f.ranks) == 1 else
-                                    {"positions": [layout.where(r) for r in ranks[:MAX_LISTED]]})
+        extra: PassEvidence = ({"position": layout.where(ranks[0])} if len(f.ranks) == 1 else
+                               {"positions": [layout.where(r) for r in ranks[:MAX_LISTED]]})
         out.append(replace(f, evidence={**f.evidence, **extra}))
     return out

@@ -21,6 +21,7 @@ from perftracker.analyzers.pipeline.schedule_sim import ideal_bubble, recognize,
 from perftracker.analyzers.pipeline.views import stage_compute_view, stage_steps_view
 from perftracker.analyzers.stragglers.significance import paired_p
 from perftracker.analyzers.thresholds import threshold
+from perftracker.evidence.steps import PipelineEvidence
 
 BACKWARD_PER_FORWARD = 2.0  # a backward pass costs about twice its forward (the usual rule for dense layers)
 
@@ -91,13 +92,13 @@ def _summary(layout: Layout, kind: str, m: int, ideal: float, bubble: float, sha
                f"pipeline phase (the schedule's ideal bubble: {100 * ideal:.0f}%)"),
         recommendation=("Context: how the pipeline runs. The layout came from " + (layout.method or "the groups")
                         + (f" ({layout.note})" if layout.note else "") + "."),
-        evidence={"layout": layout.summary(), "layout_method": layout.method, "layout_confidence": layout.confidence,
-                  "schedule": kind, "microbatches": m, "stages": layout.stages,
-                  "replicas": layout.size("dp"), "ideal_bubble": round(ideal, 3), "bubble": round(bubble, 3),
-                  "stage_compute_share": [round(float(s), 3) for s in shares],
-                  "recv_wait_share_by_stage": _wait_shares(rows),
-                  **{f"{c}_by_stage": _by_stage(rows, c)
-                     for c in ("warmup_wait_ms", "cooldown_wait_ms", "recv_wait_ms")}},
+        evidence=PipelineEvidence(
+            layout=layout.summary(), layout_method=layout.method, layout_confidence=layout.confidence, schedule=kind,
+            microbatches=m, stages=layout.stages, replicas=layout.size("dp"), ideal_bubble=round(ideal, 3),
+            bubble=round(bubble, 3), stage_compute_share=[round(float(s), 3) for s in shares],
+            recv_wait_share_by_stage=_wait_shares(rows), warmup_wait_ms_by_stage=_by_stage(rows, "warmup_wait_ms"),
+            cooldown_wait_ms_by_stage=_by_stage(rows, "cooldown_wait_ms"),
+            recv_wait_ms_by_stage=_by_stage(rows, "recv_wait_ms")),
         key="pipeline:summary", confidence=layout.confidence,
     )
 
@@ -156,7 +157,7 @@ def _imbalance(layout: Layout, rows: pd.DataFrame, grid: pd.DataFrame, kind: str
                         "--decoder-last-pipeline-num-layers or a custom pipeline layout; torchtitan / torch.distributed"
                         ".pipelining: the split points). The embedding, head and loss sit on the first and last "
                         "stages: count them as layers when splitting."),
-        evidence={"heavy_stage": heavy, "stage_compute_share": [round(float(medians[s]) / total, 3)
+        evidence=PipelineEvidence({"heavy_stage": heavy, "stage_compute_share": [round(float(medians[s]) / total, 3)
                                                                 for s in sorted(medians.index)],
                   "compute_per_microbatch_ms": [round(c, 3) for c in per_mb], "schedule": kind, "microbatches": m,
                   "layers_per_microbatch": layers, "move_layers": k, "move_to_stage": target,
@@ -164,7 +165,7 @@ def _imbalance(layout: Layout, rows: pd.DataFrame, grid: pd.DataFrame, kind: str
                   "balanced_step_ms": round(step_ms - saving_ms, 3), "pipeline_phase_ms": round(phase_ms, 3),
                   "simulated_saving_share_of_phase": round(saving_share, 3),
                   "test": "heavy stage's busy time in the pipeline phase minus the others' median, paired per step and replica (one-sided t, x stages)",
-                  "trials": steps, "p_family": round(p_family, 6), "excess_pct": round(100 * relative, 1)},
+                  "trials": steps, "p_family": round(p_family, 6), "excess_pct": round(100 * relative, 1)}),
         ranks=ranks, cost=Cost(saving_ms / 1e3, share), confidence=1.0 - p_family, key=f"pipeline:imbalance:{heavy}",
     )
 
@@ -189,9 +190,9 @@ def bubble_findings(rows: pd.DataFrame, bubble: pd.Series, ideal: float, p: int,
         recommendation=(f"Use more micro-batches: about {m_new} (same global batch, smaller micro-batches) would bring "
                         "the bubble back to today's ideal share. If that is not possible, look at the send/recv "
                         "transfers between stages (their link, NCCL_P2P settings) and at jitter in the stages' compute."),
-        evidence={"bubble": round(b, 3), "ideal_bubble": round(ideal, 3), "steps": len(best),
-                  "per_step_bubble": [round(float(x), 3) for x in best], "microbatches": m,
-                  "microbatches_to_hide": m_new, "schedule": kind, "step_ms": round(step_ms, 3)},
+        evidence=PipelineEvidence(bubble=round(b, 3), ideal_bubble=round(ideal, 3), steps=len(best),
+                                  per_step_bubble=[round(float(x), 3) for x in best], microbatches=m,
+                                  microbatches_to_hide=m_new, schedule=kind, step_ms=round(step_ms, 3)),
         cost=Cost(excess_ms / 1e3, excess_ms / step_ms if step_ms > 0 else 0.0), key="pipeline:bubbles",
         confidence=None,
     )]

@@ -19,6 +19,7 @@ from perftracker.analyzers.layout.model import Layout
 from perftracker.analyzers.layout.views import P2P, p2p_ops, parallel_layout_view
 from perftracker.analyzers.stragglers.op_work import compute_trials
 from perftracker.analyzers.traces.intervals import clipped_total
+from perftracker.evidence.steps import StragglerEvidence, VictimRow
 from perftracker.store import Store
 
 GRID_COLUMNS = ["rank", "dp", "pp", "tp", "step_ms", "busy_ms", "wait_ms", "cost_ms"]
@@ -190,7 +191,7 @@ class Victim:
     where_waiting: str  # "in receives" | "in the gradient collective"
     wait_ms: float  # its wait per step beyond a like rank of another replica (median over steps)
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> VictimRow:
         return {"rank": self.rank, "position": self.position, "role": self.role, "waits": self.where_waiting,
                 "wait_ms_per_step": round(self.wait_ms, 3)}
 
@@ -208,7 +209,7 @@ class Seat:
         return ("; its victims: " + ", ".join(f"rank {v.rank} ({v.role}, {v.wait_ms:.1f} ms per step "
                                              f"{v.where_waiting})" for v in self.victims)) if self.victims else ""
 
-    def evidence(self) -> dict[str, object]:
+    def evidence(self) -> StragglerEvidence:
         return {**({"position": self.position} if self.position else {}),
                 **({"victims": [v.to_dict() for v in self.victims]} if self.victims else {})}
 

@@ -14,6 +14,7 @@ import pandas as pd
 from perftracker.analyzers.common import rank_list
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.thresholds import threshold, threshold_int
+from perftracker.evidence.steps import StragglerEvidence
 from perftracker.store import Store
 
 
@@ -114,9 +115,9 @@ def clock_domain_findings(domains: ClockDomains | None) -> list[Finding]:
             "collectives ended before others arrived, so they run on different machines (or clocks) behind one "
             "host name (containers or pods with repeated host names). Their times were aligned per clock domain, "
             "as for different hosts. Give each container a distinct host name to make this explicit.",
-            evidence={"host": split.host, "clock_domains": [
+            evidence=StragglerEvidence(host=split.host, clock_domains=[
                 {"ranks": list(group), "offset_ns": offset} for group, offset in split.groups[:64]],
-                "split_threshold_ms": threshold("straggler.clock_split_ms")},
+                split_threshold_ms=threshold("straggler.clock_split_ms")),
             ranks=ranks, hosts=(split.host,), key=f"straggler:clock-domains:{split.host}",
         ))
     return findings

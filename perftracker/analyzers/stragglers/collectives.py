@@ -23,6 +23,7 @@ from perftracker.analyzers.stragglers.group_of import (
     order_keys,
     realign,
 )
+from perftracker.evidence.steps import StragglerEvidence
 from perftracker.store import Store
 from perftracker.store.run_info import ProcessGroup
 
@@ -292,7 +293,7 @@ def matching_findings(seen: CollectiveArrivals) -> list[Finding]:
             recommendation="Context: without groups, collectives of different sub-groups (tensor, pipeline, data "
             "parallel) that run at the same time can be taken for one. Record with a PyTorch whose traces carry "
             "record_param_comms (NCCL) or distributedInfo.pg_config, so each collective is matched inside its group.",
-            evidence={"collective_events": report.events - report.p2p_events, "fallback": "name_and_order"},
+            evidence=StragglerEvidence(collective_events=report.events - report.p2p_events, fallback="name_and_order"),
             key="straggler:matching:fallback"))
     align = report.alignment
     if align.mismatched:
@@ -304,7 +305,7 @@ def matching_findings(seen: CollectiveArrivals) -> list[Finding]:
             recommendation="Context: the ranks' traces do not start at the same collective (a different number of "
             "early collectives was dropped), or they come from different jobs. Clock offsets and lateness are "
             "computed only from instances whose members agree; record all ranks over the same steps.",
-            evidence={"mismatched_instances": align.mismatched, "realigned_events": align.realigned,
-                      "refused_events": align.refused, "groups": list(align.groups)},
+            evidence=StragglerEvidence(mismatched_instances=align.mismatched, realigned_events=align.realigned,
+                                       refused_events=align.refused, groups=list(align.groups)),
             key="straggler:matching:mismatch"))
     return found

@@ -17,6 +17,7 @@ from perftracker.analyzers.findings import Cost, Finding, Mark, Severity
 from perftracker.analyzers.stragglers.shift import ShiftVerdict, judge_shift, median_sorted
 from perftracker.analyzers.stragglers.steps import WAITING_PHASES
 from perftracker.analyzers.thresholds import threshold, threshold_int
+from perftracker.evidence.steps import DegradationEvidence
 from perftracker.store import Store
 from perftracker.values import robust_sigma
 
@@ -167,8 +168,8 @@ def analyze_degradation(analysis: Analysis) -> list[Finding]:
                        "periodic work such as checkpointing, evaluation or garbage collection"),
                 recommendation="Expected if it matches your checkpoint/eval interval; otherwise make it "
                 "asynchronous (async checkpointing) or less frequent. Not counted as a slowdown.",
-                evidence={"period_steps": period, "spike_steps": [int(s) for s in spike_steps[:50]],
-                          "extra_ms": round(extra * 1e3, 3), "median_step_ms": round(base * 1e3, 3)},
+                evidence=DegradationEvidence(period_steps=period, spike_steps=[int(s) for s in spike_steps[:50]],
+                                             extra_ms=round(extra * 1e3, 3), median_step_ms=round(base * 1e3, 3)),
                 cost=Cost(extra / period, extra / period / base if base > 0 else 0.0), key="degradation:periodic",
             ))
     cp = change_point(series[~mask])
@@ -190,7 +191,7 @@ def _change_finding(store: Store, cp: ChangePoint) -> Finding:
     elif hosts and (ranks or len(hosts) == 1):
         where += f" (host {', '.join(hosts)})"
     verdict = cp.verdict
-    evidence = {"change_step": cp.step, "before_ms": round(cp.before_s * 1e3, 3),
+    evidence: DegradationEvidence = {"change_step": cp.step, "before_ms": round(cp.before_s * 1e3, 3),
                 "after_ms": round(cp.after_s * 1e3, 3), "rise_by_rank_ms": rise_by_rank,
                 "significance": {"p_corrected": round(verdict.p_corrected, 5), "sustained": verdict.sustained,
                                  "step_autocorrelation": round(verdict.autocorrelation, 3),

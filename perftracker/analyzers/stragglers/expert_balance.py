@@ -16,6 +16,7 @@ from perftracker.analyzers.common import fmt_ms, hosts_of, rank_list, step_secon
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.stragglers.collectives import arrivals_view
 from perftracker.analyzers.thresholds import threshold
+from perftracker.evidence.steps import ExpertBalanceEvidence
 from perftracker.store.run_info import ProcessGroup
 
 _COLUMNS = ["instance", "step", "sender", "receiver", "rows", "bytes"]
@@ -100,11 +101,11 @@ def analyze_expert_balance(analysis: Analysis) -> list[Finding]:
         recommendation="Expert-parallel load imbalance: the experts on these ranks get most tokens, so they compute "
         "longest and the all-to-all after them waits. Balance the router (auxiliary load-balancing loss, capacity "
         "factor, token dropping) or place popular experts on more ranks.",
-        evidence={"heavy_ranks": heavy, "token_share": round(float(tokens), 4),
-                  "imbalance_median": round(float(imbalance.median()), 3),
-                  "imbalance_max": round(float(imbalance.max()), 3), "alltoalls": int(len(imbalance)),
-                  "wait_caused_ms_per_step": round(cost * 1e3, 3), "wait_share_of_step": round(share, 4),
-                  "received_rows": {str(r): int(v) for r, v in received.sum().items()}},
+        evidence=ExpertBalanceEvidence(
+            heavy_ranks=heavy, token_share=round(float(tokens), 4), imbalance_median=round(float(imbalance.median()), 3),
+            imbalance_max=round(float(imbalance.max()), 3), alltoalls=int(len(imbalance)),
+            wait_caused_ms_per_step=round(cost * 1e3, 3), wait_share_of_step=round(share, 4),
+            received_rows={str(r): int(v) for r, v in received.sum().items()}),
         # the wait is the same time the straggler finding on these ranks costs: said here, counted there
         ranks=tuple(heavy), hosts=hosts_of(analysis.store, heavy),
         key="expert_balance:" + ",".join(map(str, heavy)), confidence=round(float(heavy_share[heavy].min()), 3))]

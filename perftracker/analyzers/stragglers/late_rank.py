@@ -19,6 +19,7 @@ from perftracker.analyzers.stragglers.collectives import arrivals_view
 from perftracker.analyzers.stragglers.wait_transfer import collective_split_view, step_waits
 from perftracker.analyzers.thresholds import threshold
 from perftracker.analyzers.traces.intervals import clipped_total
+from perftracker.evidence.steps import BeforeArrival, StragglerEvidence
 from perftracker.values import short_symbol
 
 MAX_INTERVALS = 16
@@ -92,7 +93,7 @@ def _activity(ev: pd.DataFrame, lo: int, hi: int) -> dict[str, Any]:
             "cpu_busy": float(clipped_total(start[inside][cpu], end[inside][cpu], lo, hi)), "ops": by_name}
 
 
-def before_arrival(analysis: Analysis, rank: int) -> dict[str, Any]:
+def before_arrival(analysis: Analysis, rank: int) -> BeforeArrival:
     """What `rank` did before its late arrivals against the median member (docs/internals/stepgraph.md)."""
     table = analysis.view(collective_split_view)
     spans = _intervals(analysis, table, rank)
@@ -100,7 +101,8 @@ def before_arrival(analysis: Analysis, rank: int) -> dict[str, Any]:
         return {}
     offsets = analysis.view(_offsets)
     events: dict[int, pd.DataFrame] = {}
-    totals = {"mine": _empty(), "median": _empty()}
+    totals: dict[str, dict[str, Any]] = {who: {"span": 0.0, "gpu_busy": 0.0, "cpu_busy": 0.0, "ops": {}}
+                                         for who in ("mine", "median")}
     for r, lo, hi, m, mlo, mhi in spans:
         for who, rr, a, b in (("mine", r, lo, hi), ("median", m, mlo, mhi)):
             if rr not in events:
@@ -139,19 +141,15 @@ def before_arrival(analysis: Analysis, rank: int) -> dict[str, Any]:
     }
 
 
-def _empty() -> dict[str, Any]:
-    return {"span": 0.0, "gpu_busy": 0.0, "cpu_busy": 0.0, "ops": {}}
-
-
-def describe(did: dict[str, Any]) -> str:
+def describe(did: BeforeArrival) -> str:
     """One clause: what the rank did before its late arrivals, against the median rank."""
     if not did:
         return ""
     parts = []
-    for key, what in (("extra_gpu_work_ms", "more GPU work"), ("extra_gpu_idle_ms", "more GPU idle"),
-                      ("extra_cpu_ops_ms", "more time in CPU ops"), ("extra_cpu_gap_ms", "a longer CPU gap")):
-        if did[key] > 0.05 * max(did["interval_ms"], 1e-9):
-            parts.append(f"{fmt_ms(did[key] / 1e3)} {what}")
+    for ms, what in ((did["extra_gpu_work_ms"], "more GPU work"), (did["extra_gpu_idle_ms"], "more GPU idle"),
+                     (did["extra_cpu_ops_ms"], "more time in CPU ops"), (did["extra_cpu_gap_ms"], "a longer CPU gap")):
+        if ms > 0.05 * max(did["interval_ms"], 1e-9):
+            parts.append(f"{fmt_ms(ms / 1e3)} {what}")
     for cause, what in (("data_loader", "data loading"), ("host_sync", "host syncs"), ("memcpy", "memory copies")):
         if did["extra_by_cause_ms"][cause] > 0.05 * max(did["interval_ms"], 1e-9):
             parts.append(f"{fmt_ms(did['extra_by_cause_ms'][cause] / 1e3)} more {what}")
@@ -186,10 +184,11 @@ def measured_wait_finding(analysis: Analysis, step_s: float, cost_s: float) -> F
         recommendation=(f"This is a measurement of {steps_text}, not a verdict: profile more steps (torch.profiler "
                         "schedule active=6 or more) to tell a persistent straggler from a one-off. Look at what rank "
                         f"{rank} ran before its late arrivals (evidence: before_arrival)."),
-        evidence={"caused_rank_ms": round(float(row["caused_ns"]) / 1e6, 3), "times_last": int(row["times_last"]),
-                  "collectives": instances, "steps": steps, "mean_wait_per_other_rank_ms": round(per_rank_s * 1e3, 3),
-                  "waited_for": {int(str(r)): round(float(v) / 1e6, 3) for r, v in ranked["caused_ns"].head(8).items()},
-                  "before_arrival": did},
+        evidence=StragglerEvidence(
+            caused_rank_ms=round(float(row["caused_ns"]) / 1e6, 3), times_last=int(row["times_last"]),
+            collectives=instances, steps=steps, mean_wait_per_other_rank_ms=round(per_rank_s * 1e3, 3),
+            waited_for={str(r): round(float(v) / 1e6, 3) for r, v in ranked["caused_ns"].head(8).items()},
+            before_arrival=did),
         ranks=(rank,), hosts=hosts_of(analysis.store, [rank]), cost=Cost(cost_s, cost_s / step_s if step_s > 0 else 0.0),
         confidence=0.0, key=Mark.STRAGGLER_MEASURED.key(rank),
     )

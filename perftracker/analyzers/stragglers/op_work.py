@@ -8,8 +8,6 @@ per step exceeds the peers' median the most).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
 
@@ -17,6 +15,7 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.thresholds import threshold
 from perftracker.analyzers.traces.grouping import Groups, codes_of, value_test
 from perftracker.analyzers.traces.per_rank import by_rank
+from perftracker.evidence.steps import SlowerOpRow
 
 COLUMNS = ["trial", "rank", "value"]
 COST_COLUMNS = ["step", "rank", "source", "key", "count", "min_ns", "sum_ns"]
@@ -117,7 +116,7 @@ def _op_steps(ev: pd.DataFrame) -> pd.DataFrame:
                          "p90_ns": groups.quantile(dur, 0.9)})
 
 
-def slower_ops(analysis: Analysis, rank: int, limit: int = 8) -> list[dict[str, Any]]:
+def slower_ops(analysis: Analysis, rank: int, limit: int = 8) -> list[SlowerOpRow]:
     """Ops whose time per step on `rank` exceeds the peers' median the most (extra time per step, largest first)."""
     table = analysis.view(op_steps_view)
     if table.empty or table["rank"].nunique() < 2:

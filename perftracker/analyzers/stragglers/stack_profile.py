@@ -11,7 +11,6 @@ import math
 import re
 import statistics
 import sys
-from typing import Any
 
 import pandas as pd
 
@@ -19,6 +18,7 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import median_step_s
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.thresholds import threshold, threshold_int
+from perftracker.evidence.steps import StackProfileEvidence
 from perftracker.store import Store
 
 _FILE = re.compile(r"\((?P<file>[^()]+):\d+\)$")
@@ -191,7 +191,7 @@ def _finding(rank: int, excess: dict[str, float], per_rank: Profiles, median: di
            "checkpointing on one rank), a slower data loader or input shard, a CPU shared with other processes "
            "(check its affinity and the host's load), or a slower device. Confirm with a trace: `perftracker attach "
            "--trace-steps N` on a job launched with KINETO_USE_DAEMON=1 or the perftracker hook.")
-    evidence: dict[str, Any] = {
+    evidence: StackProfileEvidence = {
         "rank": rank, "frame": where, "deepest_frame": leaf, "share": round(shares[where], 4),
         "median_share": round(median[where], 4), "excess": round(gap, 4), "samples": total,
         "others_instead": instead, "per_rank_share": {str(r): round(s.get(where, 0.0), 4) for r, (s, _, _) in sorted(per_rank.items())},

@@ -13,6 +13,7 @@ from perftracker.analyzers.common import fmt_ms, hosts_of, preferred
 from perftracker.analyzers.findings import Cost, Finding, Mark, Severity
 from perftracker.analyzers.stragglers.significance import judge_outliers
 from perftracker.analyzers.thresholds import threshold, threshold_int
+from perftracker.evidence.steps import StepsEvidence
 from perftracker.store import Store
 
 
@@ -65,9 +66,9 @@ def _summary(store: Store, stats: pd.DataFrame) -> Finding:
         title=(f"Step time {fmt_ms(med)} (median over {len(stats)} ranks); spread across ranks {fmt_ms(spread)}"
                if len(stats) > 1 else f"Step time {fmt_ms(med)} (median of rank {int(stats['rank'].iloc[0])})"),
         recommendation="Context for the other findings; the per-rank chart is in the report.",
-        evidence={"per_rank": {int(r["rank"]): {"steps": int(r["steps"]), "median_ms": round(r["median_s"] * 1e3, 3),
-                                                "p90_ms": round(r["p90_s"] * 1e3, 3)}
-                               for _, r in stats.head(256).iterrows()}, "source": str(stats["source"].iloc[0])},
+        evidence=StepsEvidence(per_rank={str(int(r["rank"])): {
+            "steps": int(r["steps"]), "median_ms": round(r["median_s"] * 1e3, 3), "p90_ms": round(r["p90_s"] * 1e3, 3)}
+            for _, r in stats.head(256).iterrows()}, source=str(stats["source"].iloc[0])),
         ranks=tuple(int(r) for r in stats["rank"]), key="steps:summary",
     )
 
@@ -95,8 +96,8 @@ def _imbalance(store: Store, stats: pd.DataFrame) -> list[Finding]:
                 recommendation=("In synchronous training this rank holds the others back: check its host (GPU "
                                 "clocks and thermals, CPU contention, data loading on that rank).") if real else
                                f"Not a straggler by this run's evidence: {verdict.reason or 'other ranks are as slow'}.",
-                evidence={"rank_median_ms": round(row["median_s"] * 1e3, 3), "others_median_ms": round(others * 1e3, 3),
-                          "significance": {"trials": verdict.trials, "confidence": round(confidence, 4)}},
+                evidence=StepsEvidence(rank_median_ms=round(row["median_s"] * 1e3, 3), others_median_ms=round(
+                    others * 1e3, 3), significance={"trials": verdict.trials, "confidence": round(confidence, 4)}),
                 ranks=(rank,), hosts=hosts_of(store, [rank]), confidence=confidence,
                 cost=Cost(lost, lost / float(row["median_s"])), key=f"steps:imbalance:{rank}",
             ))
@@ -144,11 +145,11 @@ def _phases(store: Store, stats: pd.DataFrame) -> list[Finding]:
                                 "(sequence lengths, batch composition), its host (CPU contention, GPU clocks) and "
                                 "its data loading with the other ranks.") if real else
                                (f"Not a straggler by this run's evidence: {times if waits else verdict.reason or 'others are as slow'}."),
-                evidence={"phase": str(phase), "rank_median_ms": round(float(row["dur_ns"]) / 1e6, 3),
-                          "peers_median_ms": round(float(peers) / 1e6, 3),
-                          "significance": {"trials": verdict.trials, "confidence": round(verdict.confidence, 4),
+                evidence=StepsEvidence(phase=str(phase), rank_median_ms=round(float(row["dur_ns"]) / 1e6, 3),
+                                       peers_median_ms=round(float(peers) / 1e6, 3), significance={
+                                           "trials": verdict.trials, "confidence": round(verdict.confidence, 4),
                                            "times_slowest": stats_r.times_slowest if stats_r else 0,
-                                           "alpha": round(threshold("straggler.alpha") / n_phases, 5)}},
+                                           "alpha": round(threshold("straggler.alpha") / n_phases, 5)}),
                 ranks=(rank,), hosts=hosts_of(store, [rank]), confidence=verdict.confidence,
                 cost=Cost(extra, extra / step if step > 0 else 0.0), key=Mark.STEPS_PHASE.key(phase, rank),
             ))
@@ -172,8 +173,8 @@ def jitter_finding(store: Store, stats: pd.DataFrame) -> Finding | None:
     ranks = [int(r) for r in bad["rank"]]
     ratio = float((bad["p90_s"] / bad["median_s"]).median())
     excess = float((bad["mean_s"] - bad["median_s"]).clip(lower=0).median())
-    evidence: dict[str, object] = {
-        "per_rank": {int(r["rank"]): {"median_ms": round(r["median_s"] * 1e3, 3), "p90_ms": round(r["p90_s"] * 1e3, 3),
+    evidence: StepsEvidence = {
+        "per_rank": {str(int(r["rank"])): {"median_ms": round(r["median_s"] * 1e3, 3), "p90_ms": round(r["p90_s"] * 1e3, 3),
                                       "max_ms": round(r["max_s"] * 1e3, 3)} for _, r in bad.head(64).iterrows()}}
     phase, shares = _phase_of_slow_steps(store, ranks)
     evidence["slow_step_extra_by_phase"] = shares

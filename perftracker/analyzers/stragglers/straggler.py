@@ -35,6 +35,8 @@ from perftracker.analyzers.stragglers.significance import (
 )
 from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.analyzers.traces.per_rank import by_rank
+from perftracker.evidence.common import Significance
+from perftracker.evidence.steps import DurationsTest, StragglerEvidence
 from perftracker.store import Store
 from perftracker.values import short_symbol
 
@@ -118,7 +120,7 @@ def _persistent(metrics: pd.DataFrame) -> pd.DataFrame:
                    & (metrics["cost_share"] >= threshold("straggler.min_cost_share"))]
 
 
-def _kind(arr: pd.DataFrame, rank: int) -> tuple[str, dict[str, float]]:
+def _kind(arr: pd.DataFrame, rank: int) -> tuple[str, StragglerEvidence]:
     """compute: its work before the collective is longer; communication: its transfer is slower."""
     frame = arr.sort_values(["rank", "start_aligned"])
     prev_end = frame.groupby("rank")["end_aligned"].shift(1)
@@ -129,8 +131,8 @@ def _kind(arr: pd.DataFrame, rank: int) -> tuple[str, dict[str, float]]:
     extra_work = float(mine["work_before"] - peers["work_before"]) / 1e9
     extra_transfer = float(mine["transfer"] - peers["transfer"]) / 1e9
     kind = "communication" if extra_transfer > max(extra_work, 0.0) and extra_transfer > 0 else "compute"
-    return kind, {"extra_work_before_collective_ms": round(extra_work * 1e3, 3),
-                  "extra_transfer_ms": round(extra_transfer * 1e3, 3)}
+    return kind, StragglerEvidence(extra_work_before_collective_ms=round(extra_work * 1e3, 3),
+                                   extra_transfer_ms=round(extra_transfer * 1e3, 3))
 
 
 _ADVICE = {
@@ -193,14 +195,14 @@ def _by_durations(v: OutlierVerdict, d: DurationVerdict) -> OutlierVerdict:
     return replace(v, ranks=(d.rank,), significant=True, confidence=1.0 - d.p_family, effect=d.mean_excess_ns)
 
 
-def _durations_evidence(d: DurationVerdict) -> dict[str, object]:
+def _durations_evidence(d: DurationVerdict) -> DurationsTest:
     return {"test": f"{d.measure} paired per step (one-sided t, autocorrelation-aware, x ranks)", "steps": d.steps,
             "p_family": round(d.p_family, 6), "excess_ms_per_step": round(d.mean_excess_ns / 1e6, 3),
             "excess_pct": round(100 * d.relative_excess, 1), "steps_longer": d.positive_steps,
             "lag1_autocorrelation": round(d.rho, 3), "effective_steps": round(d.n_eff, 2)}
 
 
-def _significance(v: OutlierVerdict) -> dict[str, object]:
+def _significance(v: OutlierVerdict) -> Significance:
     named = v.per_rank.get(v.ranks[0] if v.ranks else (v.suspect if v.suspect is not None else -1))
     return {"trials": v.trials, "world": v.world, "confidence": round(v.confidence, 4),
             "times_slowest": named.times_slowest if named else 0,
@@ -249,9 +251,9 @@ def analyze_stragglers(analysis: Analysis) -> list[Finding]:
                    f"{evidence['transfer_excess_ms']:.2f} ms longer than like collectives without it "
                    f"(typical {evidence['typical_transfer_ms']:.2f} ms); {fmt_ms(cost)} per step"),
             recommendation=_ADVICE["communication"].format(r=r),
-            evidence={"kind": "communication", **evidence},
+            evidence=StragglerEvidence(kind="communication", **evidence),
             ranks=(r,), hosts=hosts_of(store, [r]), cost=Cost(cost, share), key=f"straggler:comm:{r}",
-            confidence=float(evidence.get("confidence", 0.0)),
+            confidence=0.0,
         ))
     return findings
 
@@ -286,7 +288,7 @@ def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, ver
         title=(f"Rank {r}{seat.where} is a persistent {kind} straggler: {lead}; the others wait "
                f"{fmt_ms(row['cost_per_step_s'])} per step for it{seat.victims_clause()}{what}{cheap}"),
         recommendation=_ADVICE[kind].format(r=r) + (f" What it did: {describe(did)}." if did else ""),
-        evidence={
+        evidence=StragglerEvidence({
             "kind": kind, "share_last": round(float(row["share_last"]), 3),
             "steps_mostly_last": round(float(row["steps_mostly_last"]), 3),
             "median_lateness_ms": round(float(row["median_lateness_s"]) * 1e3, 3),
@@ -298,7 +300,7 @@ def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, ver
             **seat.evidence(),
             "significance": _significance(verdict),
             **({"durations_test": _durations_evidence(durations)} if by_work else {}), "before_arrival": did,
-        },
+        }),
         cost=Cost(float(row["cost_per_step_s"]), float(row["cost_share"])), key=Mark.STRAGGLER_RANK.key(r),
     )
 
@@ -338,9 +340,8 @@ def _group(store: Store, arr: pd.DataFrame, verdict: OutlierVerdict) -> Finding:
                   "its own cores (torchrun --local-ranks-filter / numactl / taskset) and compare again.")
     return _judged(
         store, verdict, tuple(sorted(members)), severity=severity, title=title, recommendation=advice,
-        evidence={"group": sorted(members), "whole_host": whole_host,
-                  "waiting_ranks": sorted(int(r) for r in arr["rank"].unique() if int(r) not in members)[:256],
-                  "significance": _significance(verdict)},
+        evidence=StragglerEvidence({"group": sorted(members), "whole_host": whole_host, "waiting_ranks": sorted(
+            int(r) for r in arr["rank"].unique() if int(r) not in members)[:256], "significance": _significance(verdict)}),
         cost=Cost(cost, share), key=f"straggler:group:{listed}",
     )
 
@@ -359,8 +360,8 @@ def _within_noise(store: Store, metrics: pd.DataFrame, verdict: OutlierVerdict) 
                "this run's noise; profile more steps to tell"),
         recommendation=("Not a straggler by this run's evidence: " + verdict.reason + ". Profile more steps "
                         "(torch.profiler schedule active=20 or more) to tell a persistent straggler from noise."),
-        evidence={"significance": _significance(verdict), "share_last": round(float(row["share_last"]), 3),
-                  "cost_share_if_real": round(float(row["cost_share"]), 4)},
+        evidence=StragglerEvidence(significance=_significance(verdict), share_last=round(float(row["share_last"]), 3),
+                                   cost_share_if_real=round(float(row["cost_share"]), 4)),
         key=f"straggler:noise:{r}",
     )]
 
@@ -386,7 +387,7 @@ def comm_excess(arr: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _comm_stragglers(arr: pd.DataFrame, store: Store) -> list[tuple[int, float, float, dict[str, float]]]:
+def _comm_stragglers(arr: pd.DataFrame, store: Store) -> list[tuple[int, float, float, StragglerEvidence]]:
     table = comm_excess(arr)
     if table.empty or len(table) < 3:
         return []
@@ -399,9 +400,9 @@ def _comm_stragglers(arr: pd.DataFrame, store: Store) -> list[tuple[int, float, 
     share = _share_of_step(store, arr, float(top["excess_per_step_s"]))
     if share < threshold("straggler.comm_min_cost_share"):
         return []
-    evidence = {"transfer_excess_ms": round(float(top["excess_median"]) / 1e6, 3),
-                "typical_transfer_ms": round(float(top["typical"]) / 1e6, 3),
-                "next_rank_excess_ms": round(float(runner_up["excess_median"]) / 1e6, 3)}
+    evidence = StragglerEvidence(transfer_excess_ms=round(float(top["excess_median"]) / 1e6, 3),
+                                 typical_transfer_ms=round(float(top["typical"]) / 1e6, 3),
+                                 next_rank_excess_ms=round(float(runner_up["excess_median"]) / 1e6, 3))
     return [(int(str(ordered.index[0])), float(top["excess_per_step_s"]), share, evidence)]
 
 
@@ -413,9 +414,8 @@ def _alignment_finding(arr: pd.DataFrame, offsets: pd.Series) -> Finding:
         title=(f"Matched {arr['instance'].nunique()} collectives across {arr['rank'].nunique()} ranks "
                f"({', '.join(sources)}); estimated clock skew {fmt_ms(skew / 1e9)}"),
         recommendation="Context: straggler metrics use clocks aligned on collective completion times.",
-        evidence={"matched_collectives": int(arr["instance"].nunique()), "skew_ns": skew,
-                  "offsets_ns": {int(r): int(v) for r, v in offsets.head(256).items()},  # type: ignore[call-overload]
-                  "sources": sources},
+        evidence=StragglerEvidence(matched_collectives=int(arr["instance"].nunique()), skew_ns=skew,
+                                   offsets_ns={str(r): int(v) for r, v in offsets.head(256).items()}, sources=sources),
         ranks=tuple(int(r) for r in sorted(arr["rank"].unique())), key="straggler:alignment",
     )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -27,8 +28,12 @@ from perftracker.analyzers.whatif.ops_graph import (
     build,
     step_max,
 )
+from perftracker.evidence.steps import WhatifEvidence
 
 ANALYZER = "whatif"
+_TOPS: tuple[tuple[Literal["top1_optype", "top2_optype", "top3_optype"],
+                   Literal["top1_S_t", "top2_S_t", "top3_S_t"]], ...] = (  # the evidence keys of the 3 costliest op types
+    ("top1_optype", "top1_S_t"), ("top2_optype", "top2_S_t"), ("top3_optype", "top3_S_t"))
 REPLAY_TOL = 0.05  # the paper drops traces whose replayed step time is more than 5% off the measured one
 TOP_WORKERS_PCT = 3  # M_W's "top 3% of workers" (the paper's choice)
 MAX_EXACT_WORKERS = 256  # above: S_w only as the heatmap score (one replay per worker would dominate the time)
@@ -222,7 +227,7 @@ def analyze_whatif(analysis: Analysis) -> list[Finding]:
     for name, job in analysis.view(whatif_view).items():
         if job.result is None:
             findings.append(Finding(ANALYZER, Severity.INFO, f"Job {name}: the what-if replay could not be built",
-                                    f"{job.error}. The other analyses still apply.", {"job": name, "why": job.error},
+                                    f"{job.error}. The other analyses still apply.", WhatifEvidence(job=name, why=job.error),
                                     key=f"whatif:{name}:unbuilt"))
             continue
         findings.append(_finding(name, job, job.result))
@@ -231,14 +236,14 @@ def analyze_whatif(analysis: Analysis) -> list[Finding]:
 
 def _finding(name: str, job: JobWhatIf, r: WhatIf) -> Finding:
     error = job.replay_error
-    evidence: dict[str, object] = {
+    evidence: WhatifEvidence = {
         "job": name, "verdict": r.verdict, "slowdown_S": round(r.slowdown, 4), "waste": round(r.waste, 4),
         "step_s": round(r.step_s, 6), "ideal_step_s": round(r.ideal_s, 6), "measured_step_s": round(r.measured_s, 6),
         "M_W": round(r.m_w, 4), "M_S": round(r.m_s, 4), "variation_share": round(r.stage_mean_share, 4),
         "replay_error": round(error, 4), "cost_source": "replay", "steps": len(r.per_step),
     }
-    for i, (kind, s_t) in enumerate(list(r.by_optype.items())[:3], 1):
-        evidence[f"top{i}_optype"], evidence[f"top{i}_S_t"] = kind, round(s_t, 4)
+    for (type_key, s_key), (kind, s_t) in zip(_TOPS, r.by_optype.items()):
+        evidence[type_key], evidence[s_key] = kind, round(s_t, 4)
     if job.dropped_steps:
         evidence["steps_left_out"] = len(job.dropped_steps)
     if job.unknown_types:
