@@ -18,7 +18,8 @@ from perftracker.evidence.common import PassEvidence
 from perftracker.evidence.units import EvidenceField, Unit, by_name
 
 # Each built-in finding kind (`findings.Kind`, and the sanity and diff verdicts) -> the type of its evidence.
-EVIDENCE_OF: Mapping[str, Any] = {**steps.EVIDENCE, **failures.EVIDENCE, **network.EVIDENCE, **traces.EVIDENCE}
+EVIDENCE_OF: Mapping[str, Any] = {**steps.EVIDENCE, **failures.EVIDENCE, **network.EVIDENCE, **traces.EVIDENCE,
+                                  "replay": PassEvidence}  # the what-if replay's own finding: its failure only
 
 E = TypeVar("E", bound=Mapping[str, object])
 

@@ -86,7 +86,7 @@ CollectiveRow = TypedDict("CollectiveRow", {
 
 BandwidthEvidence = TypedDict("BandwidthEvidence", {
     "best_quantile": float, "collectives": list[CollectiveRow], "hosts": int, "low_share": Share,
-    "min_bytes": Bytes, "nic_gbs_per_rank": GBs | None, "positions": list[str], "slow": list[CollectiveRow],
+    "min_bytes": Bytes, "nic_gbs_per_rank": GBs | None, "slow": list[CollectiveRow],
 }, total=False)
 
 # The samples a finding rests on: the first one's start, the last one's end (ns since the epoch), its length.

@@ -17,7 +17,7 @@ BreakdownRow = TypedDict("BreakdownRow", {
 }, total=False)
 BreakdownEvidence = TypedDict("BreakdownEvidence", {
     "comm_libraries": dict[str, str], "measured_over": str, "memory_exposed_ms_per_step": dict[int, MsPerStep],
-    "per_rank": dict[int, BreakdownRow], "position": str, "positions": list[str], "ranks": str | list[int],
+    "per_rank": dict[int, BreakdownRow], "ranks": str | list[int],
 }, total=False)
 
 # idle: one rank's idle time; the CPU ops in the gaps; the longest gaps; the tiny kernels launch-bound gaps precede
@@ -32,13 +32,12 @@ TinyKernelRow = TypedDict("TinyKernelRow", {"kernel": str, "launched_by": str, "
 IdleEvidence = TypedDict("IdleEvidence", {
     "per_rank": dict[int, IdleRow], "measured_over": str, "cpu_ops_during_gaps": list[CpuOpRow],
     "cpu_ops_while_idle": list[IdleOpRow], "longest_gaps": list[GapRow], "tiny_kernels": list[TinyKernelRow],
-    "position": str, "positions": list[str],
 }, total=False)
 
 OverlapRow = TypedDict("OverlapRow", {"overlap_pct": Pct, "exposed_ms_per_step": MsPerStep,
                                       "waiting_for_late_ranks_ms_per_step": MsPerStep, "comm_ms_total": Ms})
 OverlapEvidence = TypedDict("OverlapEvidence", {
-    "measured_over": str, "per_rank": dict[int, OverlapRow], "position": str, "positions": list[str],
+    "measured_over": str, "per_rank": dict[int, OverlapRow],
     "ranks_profiled": int, "waiting_told_apart": bool, "world_size": int,
 }, total=False)
 
@@ -49,7 +48,7 @@ EfficiencyEvidence = TypedDict("EfficiencyEvidence", {
     "alignment_elements": int, "chains": int, "device": str, "device_dense_peaks_tflops": dict[str, float],
     "device_names": list[str], "first_line": str, "fp32_gemms": int, "fp32_tflops": float,
     "instances": int, "kernels": int, "lines": int, "longest_chain": int, "mean_gpu_us": Us,
-    "perftracker_tflops_per_gpu_median": float | None, "position": str, "positions": list[str], "ranks": list[int],
+    "perftracker_tflops_per_gpu_median": float | None, "ranks": list[int],
     "reference": str, "reference_pct_of_roof": Pct, "reference_tflops": float,
     "reported_mfu_pct_median": Pct | None, "reported_tflops_per_gpu_median": float | None, "saved_ms_total": Ms,
     "saved_ms_total_upper_bound": Ms, "shapes": list[ShapeRow], "source": str, "top_shapes": list[ShapeRow],
