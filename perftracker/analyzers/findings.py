@@ -66,6 +66,7 @@ class Kind(StrEnum):
     NCCL_STRAGGLER = "nccl_straggler"
     NCCL_CONFIG = "nccl_config"
     OVERLAP = "overlap"
+    PIPELINE = "pipeline"
     RDMA = "rdma"
     RDMA_PFC = "rdma_pfc"
     SILENT_HOST = "silent_host"

@@ -14,7 +14,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from perftracker.analyzers.findings import Finding
+from perftracker.analyzers.findings import Finding, Kind
+from perftracker.evidence import as_evidence
+from perftracker.evidence.network import NcclConfigEvidence
 from perftracker.reports.charts import label
 from perftracker.reports.sections import Section, Tables, grid, listed, root_causes, table
 
@@ -193,7 +195,8 @@ def nccl_section(tables: Tables, findings: list[Finding]) -> Section | None:
                   for host, pid, message, count, file, line in
                   zip(*(warns[c].head(MAX_ROWS).tolist() for c in WARN_COLUMNS))] if not warns.empty else [],
         "warns_more": max(0, len(warns) - MAX_ROWS),
-        "failing_links": [f.title for f in findings if f.evidence.get("flag") == "ib_completion_error"],
+        "failing_links": [f.title for f in findings if f.analyzer == Kind.NCCL_CONFIG
+                          and as_evidence(f.evidence, NcclConfigEvidence).get("flag") == "ib_completion_error"],
         "busbw": grid(busbw, BUSBW_COLUMNS, source="nccl_busbw") if not busbw.empty else {"rows": []},
     }
     return Section("nccl", "NCCL", "section_nccl.html.j2", data)

@@ -13,6 +13,8 @@ from typing import Any
 import pandas as pd
 
 from perftracker.analyzers.findings import Finding
+from perftracker.evidence import as_evidence
+from perftracker.evidence.common import PassEvidence
 
 Tables = Mapping[str, pd.DataFrame]
 
@@ -101,7 +103,7 @@ def root_causes(findings: Iterable[Finding]) -> list[dict[str, Any]]:
     """The root-cause chain of each straggler finding (`evidence.root_cause`): title, summary, chain."""
     out = []
     for f in findings:
-        root = f.evidence.get("root_cause")
+        root = as_evidence(f.evidence, PassEvidence).get("root_cause")
         if not isinstance(root, dict):
             continue
         chain = [{"severity": str(c.get("severity", "")), "title": str(c.get("title", "")),

@@ -12,7 +12,9 @@ from typing import Any
 import pandas as pd
 import plotly.graph_objects as go
 
-from perftracker.analyzers.findings import Finding
+from perftracker.analyzers.findings import Finding, Kind
+from perftracker.evidence import as_evidence
+from perftracker.evidence.steps import DegradationEvidence, PipelineEvidence
 from perftracker.reports import charts
 from perftracker.reports.charts import figure, label, tall
 from perftracker.reports.sections import (
@@ -65,7 +67,8 @@ def overlap_section(tables: Tables, findings: list[Finding]) -> Section | None:
 
 def steps_section(tables: Tables, findings: list[Finding]) -> Section | None:
     stats, steps = table(tables, "step_stats"), table(tables, "steps")
-    changes = [int(f.evidence["change_step"]) for f in findings if "change_step" in f.evidence]
+    changes = [int(step) for f in findings if f.analyzer == Kind.DEGRADATION
+               and (step := as_evidence(f.evidence, DegradationEvidence).get("change_step")) is not None]
     if rank_layout(tables)[1]:
         focus = table(tables, "rank_focus")
         found = (charts.step_time_histogram(stats, focus),
@@ -150,9 +153,10 @@ def layout_section(tables: Tables, findings: list[Finding]) -> Section | None:
     frame = table(tables, "layout_grid")
     if frame.empty:
         return None
-    summary = next((f for f in findings if f.analyzer == "pipeline" and f.key == "pipeline:summary"), None)
-    layout = (f"Layout {summary.evidence.get('layout', '')}, inferred from {summary.evidence.get('layout_method', '')} "
-              f"(confidence {summary.evidence.get('layout_confidence', '')}).") if summary else "Layout of the job."
+    summary = next((f for f in findings if f.analyzer == Kind.PIPELINE and f.key == "pipeline:summary"), None)
+    ev = as_evidence(summary.evidence if summary else {}, PipelineEvidence)
+    layout = (f"Layout {ev.get('layout', '')}, inferred from {ev.get('layout_method', '')} "
+              f"(confidence {ev.get('layout_confidence', '')}).") if summary else "Layout of the job."
     note = ("Each cell is one worker: its median time per step not waiting in receives or collectives. A hot column "
             "is a heavy stage (move layers off it); one hot cell is a slow worker, whose pipeline neighbours and "
             "replica peers wait for it.")

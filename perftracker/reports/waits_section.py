@@ -13,6 +13,8 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from perftracker.analyzers.findings import Finding, Mark
+from perftracker.evidence import as_evidence
+from perftracker.evidence.common import PassEvidence
 from perftracker.reports.charts import COLORS, figure, label, tall
 from perftracker.reports.sections import Section, Tables, grid, table
 
@@ -156,7 +158,7 @@ def _own(path: pd.DataFrame, steps: int) -> tuple[pd.DataFrame, dict[str, str]]:
 
 def _costs(findings: list[Finding]) -> pd.DataFrame:
     rows = [{"title": f.title[:140], "cost_ms": round(f.cost.seconds_per_step * 1e3, 3),
-             "share_pct": round(100 * f.cost.share_of_step, 1), "source": str(f.evidence.get("cost_source", ""))}
+             "share_pct": round(100 * f.cost.share_of_step, 1), "source": as_evidence(f.evidence, PassEvidence).get("cost_source", "")}
             for f in findings if f.cost.seconds_per_step > 0]
     return pd.DataFrame(rows, columns=list(COST_COLUMNS))
 
