@@ -13,9 +13,9 @@ from perftracker.evidence.units import (
     Gbps,
     GBs,
     Json,
+    Mbps,
     MHz,
     Ms,
-    Ns,
     Pct,
     PerS,
     S,
@@ -90,7 +90,7 @@ BandwidthEvidence = TypedDict("BandwidthEvidence", {
 }, total=False)
 
 # The samples a finding rests on: the first one's start, the last one's end (ns since the epoch), its length.
-Window = TypedDict("Window", {"start_ns": Timestamp, "end_ns": Timestamp, "seconds": float}, total=False)
+Window = TypedDict("Window", {"start_ns": Timestamp, "end_ns": Timestamp, "seconds": S}, total=False)
 
 # The job's stall while a link was down (`link_stalls.Stall`).
 LinkStall = TypedDict("LinkStall", {
@@ -108,30 +108,30 @@ LinkDown = TypedDict("LinkDown", {
 # What another host saw while the link was down: TCP trouble, its traffic stopped, or its carrier lost too.
 PeerSaw = TypedDict("PeerSaw", {
     "host": str, "tcp_retransmits": int, "tcp_timeouts": int, "traffic_stopped_on": list[str],
-    "typical_mbps": float, "carrier_lost_on": str,
+    "typical_mbps": Mbps, "carrier_lost_on": str,
 }, total=False)
 
 DropRate = TypedDict("DropRate", {"per_s": S, "share": Share})
 
 # One interface the job used (`links._link_stats`): why it was judged, its peak rate, speed and shaper.
 LinkStat = TypedDict("LinkStat", {
-    "host": str, "iface": str, "why": str, "peak_mbps": float | None, "tx_peak_mbps": float | None,
-    "speed_mbps": float | None, "shaper_mbps": float | None, "overlimits_per_s": PerS, "qdisc_drops_per_s": PerS,
+    "host": str, "iface": str, "why": str, "peak_mbps": Mbps | None, "tx_peak_mbps": Mbps | None,
+    "speed_mbps": Mbps | None, "shaper_mbps": Mbps | None, "overlimits_per_s": PerS, "qdisc_drops_per_s": PerS,
     "window": Window,
 })
 
 # The same measured by `links._link_stats`, NaN where not measured.
 LinkMeasures = TypedDict("LinkMeasures", {
-    "host": str, "iface": str, "why": str, "peak_mbps": float, "tx_peak_mbps": float, "speed_mbps": float,
-    "shaper_mbps": float, "overlimits_per_s": float, "qdisc_drops_per_s": float, "window": Window})
+    "host": str, "iface": str, "why": str, "peak_mbps": Mbps, "tx_peak_mbps": Mbps, "speed_mbps": Mbps,
+    "shaper_mbps": Mbps, "overlimits_per_s": float, "qdisc_drops_per_s": float, "window": Window})
 
 LinksEvidence = TypedDict("LinksEvidence", {
     "also_saw": list[PeerSaw], "check": str, "collective": str | None, "comm_share": Share | None,
     "cost_is": str, "downs": list[LinkDown], "drops": dict[str, DropRate], "errors_per_s": dict[str, PerS],
-    "host": str, "iface": str, "links": list[LinkStat], "others_speed_mbps": float | None,
-    "others_tx_peak_mbps": float | None, "overlimits_per_s": PerS, "qdisc_drops_per_s": PerS,
-    "shaper_mbps": float | None, "speed_mbps": float | None, "stalled_seconds": float,
-    "thresholds": dict[str, float], "tx_peak_mbps": float, "used_because": str, "window": Window,
+    "host": str, "iface": str, "links": list[LinkStat], "others_speed_mbps": Mbps | None,
+    "others_tx_peak_mbps": Mbps | None, "overlimits_per_s": PerS, "qdisc_drops_per_s": PerS,
+    "shaper_mbps": Mbps | None, "speed_mbps": Mbps | None, "stalled_seconds": float,
+    "thresholds": dict[str, float], "tx_peak_mbps": Mbps, "used_because": str, "window": Window,
 }, total=False)
 
 # One RDMA port's mean and peak throughput (`rdma._throughput`).
@@ -172,11 +172,11 @@ GpuHealthEvidence = TypedDict("GpuHealthEvidence", {
     "share_of_time": Share, "significance": Significance, "sm_clock_mhz": MHz | None,
     "sm_clock_mhz_throttled": MHz | None, "temp_c_max": Celsius | None, "temp_c_median": Celsius | None,
     "threshold": float, "thresholds": dict[str, float], "util_gpu_pct": Pct, "window": Window,
-    "xid_times_ns": list[Ns], "xids": list[int],
+    "xid_times_ns": list[Timestamp], "xids": list[int],
 }, total=False)
 
 GpuLinksEvidence = TypedDict("GpuLinksEvidence", {
-    "check": str, "crc_rate_per_s": PerS | None, "first_down_ns": Ns, "first_rise_ns": Ns, "gpu": int,
+    "check": str, "crc_rate_per_s": PerS | None, "first_down_ns": Timestamp, "first_rise_ns": Timestamp, "gpu": int,
     "host": str, "job_median_sm_clock_mhz": MHz | None, "nvlink_active_last": float, "nvlink_active_min": float,
     "nvlink_crc_data_increase": float, "nvlink_crc_flit_increase": float, "nvlink_links": float,
     "nvlink_recovery_increase": float, "nvlink_replay_increase": float, "pcie_replay_increase": float,

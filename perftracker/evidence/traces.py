@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from perftracker.evidence.units import GBs, Json, Ms, MsPerStep, Pct, Share, Us
+from perftracker.evidence.units import GBs, Json, Mbps, Ms, MsPerStep, Pct, Share, Tflops, Us
 
 # breakdown: one rank's GPU time by use (and per communication library, `by_library`)
 LibraryRow = TypedDict("LibraryRow", {"ms_per_step": MsPerStep, "hidden_pct": Pct})
@@ -45,12 +45,12 @@ OverlapEvidence = TypedDict("OverlapEvidence", {
 ShapeRow = TypedDict("ShapeRow", {"op": str, "shape": str, "dtype": str, "count": int, "gpu_ms": Ms,
                                   "pct_of_roof": Pct}, total=False)
 EfficiencyEvidence = TypedDict("EfficiencyEvidence", {
-    "alignment_elements": int, "chains": int, "device": str, "device_dense_peaks_tflops": dict[str, float],
-    "device_names": list[str], "first_line": str, "fp32_gemms": int, "fp32_tflops": float,
+    "alignment_elements": int, "chains": int, "device": str, "device_dense_peaks_tflops": dict[str, Tflops],
+    "device_names": list[str], "first_line": str, "fp32_gemms": int, "fp32_tflops": Tflops,
     "instances": int, "kernels": int, "lines": int, "longest_chain": int, "mean_gpu_us": Us,
-    "perftracker_tflops_per_gpu_median": float | None, "ranks": list[int],
-    "reference": str, "reference_pct_of_roof": Pct, "reference_tflops": float,
-    "reported_mfu_pct_median": Pct | None, "reported_tflops_per_gpu_median": float | None, "saved_ms_total": Ms,
+    "perftracker_tflops_per_gpu_median": Tflops | None, "ranks": list[int],
+    "reference": str, "reference_pct_of_roof": Pct, "reference_tflops": Tflops,
+    "reported_mfu_pct_median": Pct | None, "reported_tflops_per_gpu_median": Tflops | None, "saved_ms_total": Ms,
     "saved_ms_total_upper_bound": Ms, "shapes": list[ShapeRow], "source": str, "top_shapes": list[ShapeRow],
 }, total=False)
 
@@ -72,9 +72,9 @@ PairRow = TypedDict("PairRow", {"a": str, "b": str, "gbps": GBs | None, "rtt_ms"
 SanityEvidence = TypedDict("SanityEvidence", {
     "best_gbps": GBs, "cpu_quota_cgroup": str, "cpu_quota_cores": float, "cut": list[str],
     "errors": dict[str, list[str]], "figures": list[FigureRow], "likely_cause": str, "machine_cpu_pressure": Pct,
-    "cgroup_cpu_pressure": Pct, "peer_cgroup_cpu_pressure": Pct, "nic_link_gbs": GBs | None, "nic_rate_mbps": int,
+    "cgroup_cpu_pressure": Pct, "peer_cgroup_cpu_pressure": Pct, "nic_link_gbs": GBs | None, "nic_rate_mbps": Mbps,
     "pair": PairRow, "pair_count": int, "pairs": list[PairRow], "peer_cpu_quotas": list[float | None],
-    "peer_link_gbs": GBs | None, "peer_median_gbps": GBs, "peer_rate_mbps": int, "ranks": list[int],
+    "peer_link_gbs": GBs | None, "peer_median_gbps": GBs, "peer_rate_mbps": Mbps, "ranks": list[int],
     "shaping": dict[str, Json], "link_errors": dict[str, dict[str, int]], "throttled_share": Share | None,
 }, total=False)
 

@@ -47,6 +47,8 @@ Share = Annotated[float, Unit("share")]
 Pct = Annotated[float, Unit("%")]
 GBs = Annotated[float, Unit("GB/s")]
 Gbps = Annotated[float, Unit("Gb/s")]
+Mbps = Annotated[float, Unit("Mb/s")]
+Tflops = Annotated[float, Unit("TFLOPS")]
 Bytes = Annotated[int, Unit("bytes")]
 MHz = Annotated[float, Unit("MHz")]
 W = Annotated[float, Unit("W")]
@@ -55,7 +57,7 @@ PerS = Annotated[float, Unit("", "per s")]
 PerStep = Annotated[float, Unit("", "per step")]
 Json = Any  # a value passed through as read (a parsed record, a configuration value)
 
-_UNITS = {"gbps": "Gb/s", "gbs": "GB/s", "mhz": "MHz", "pct": "%", "ms": "ms", "us": "us", "ns": "ns", "s": "s",
+_UNITS = {"gbps": "Gb/s", "gbs": "GB/s", "mbps": "Mb/s", "tflops": "TFLOPS", "mhz": "MHz", "pct": "%", "ms": "ms", "us": "us", "ns": "ns", "s": "s",
           "w": "W", "c": "°C", "bytes": "bytes"}
 _RATES = ((("per", "step"), "per step"), (("per", "s"), "per s"))
 _TIMESTAMP = ("start", "end", "ts", "time", "at")

@@ -31,8 +31,12 @@ def test_units_are_declared_by_each_kind_and_an_undeclared_key_falls_back_to_its
     assert "last_sample_ns" in declared("silent_host") and field_of("last_sample_ns", "silent_host").unit == "timestamp"
     items = {i.label: i.text for i in evidence_items({"last_sample_ns": 1_700_000_000_123_456_789}, "silent_host")}
     assert items == {"last sample": "1700000000123456789"}
-    # AND the unit of a record's column comes from the record's type: a crash's wait-for root window
+    # AND the unit of a record's column comes from the record's type: a crash's wait-for root window, an
+    # interface's speed, the epoch time of a GPU's first Xid
     assert field_of("window_ns", "crash").unit == "timestamp"
+    assert field_of("speed_mbps", "links").header == "speed (Mb/s)"
+    assert field_of("xid_times_ns", "gpu_health").unit == "timestamp"
+    assert field_of("reported_tflops_per_gpu_median", "efficiency").unit == "TFLOPS"
     # AND a key no kind declares (a plugin's, a newer branch's) still renders with the unit its name says
     assert "plugin_wait_ms_per_step" not in declared("straggler")
     assert field_of("plugin_wait_ms_per_step", "straggler") == EvidenceField("plugin wait", "ms", "per step")
