@@ -26,7 +26,7 @@ def _shared(*flags: str, **fixed: Any) -> Callable[[str], Any]:
 
 fail_on_option = _shared("--fail-on", metavar="warning|critical")  # see voice.parse_fail_on
 out_option = _shared("--out", "-o")  # where the command writes
-quiet_option = _shared("--quiet", "-q", metavar="")
+quiet_option = _shared("--quiet", "-q")
 sysfs_root_option = _shared("--sysfs-root")  # the node's sysfs (or a copy of it)
 stack_interval_option = _shared("--stack-interval")  # seconds between the stack sampler's rounds
 
@@ -55,11 +55,11 @@ Engine = Annotated[str, typer.Option("--engine", metavar="local|ray", help=(
     "node, and the traces at the same path on every node)."))]
 RayAddress = Annotated[str | None, ray_address_option()]
 RayAddressNoWorkers = Annotated[str | None, ray_address_option(workers=False)]  # commands without --workers
-FollowLinks = Annotated[bool, typer.Option("--follow-links", metavar="", help=(
+FollowLinks = Annotated[bool, typer.Option("--follow-links", help=(
     "Read files that symlinks in the input lead to outside it (never /proc, /sys, /dev); without it such a "
     "link is left out with a note naming it."))]
 QuietVerdict = Annotated[bool, quiet_option("Print only the verdict line.")]
-NoCache = Annotated[bool, typer.Option("--no-cache", metavar="", help="Do not read or write the parsed-trace cache.")]
+NoCache = Annotated[bool, typer.Option("--no-cache", help="Do not read or write the parsed-trace cache.")]
 Interval = Annotated[float, typer.Option("--interval", help="Seconds between GPU/RDMA samples.")]  # live samplers
 Host = Annotated[str | None, typer.Option(
     "--host", envvar="PERFTRACKER_HOST", help="This node's name in host-keyed files and records (default: the "
@@ -136,7 +136,7 @@ def threshold_overrides(assignments: list[str] | None, files: list[Path] | None)
 def watch_option(duration: bool = True) -> Any:
     """`--watch` (`duration`: the command has `--duration`, which --watch sets to 0)."""
     until = "until it ends (as --duration 0)" if duration else "until it ends"
-    return typer.Option("--watch", metavar="", help=f"Stay with the job {until}, cheaply, and open an "
+    return typer.Option("--watch", help=f"Stay with the job {until}, cheaply, and open an "
                         "incident (RUN/incidents/<time>-<kind>/: evidence, findings.json, report.html) when its "
                         "steps slow down, it hangs, or a host signal fires.")
 

@@ -33,7 +33,7 @@ CHECK_FAILED = 1  # the ranks could not join: nothing was measured
 
 def sanity(
     out: Annotated[Path, opt.out_option("Folder rank 0 writes the report, findings and exclude lists into.")],
-    quick: Annotated[bool, typer.Option("--quick", metavar="", help=f"A short check: a {QUICK_S:g} s time box.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help=f"A short check: a {QUICK_S:g} s time box.")] = False,
     time_box: Annotated[float | None, typer.Option("--time-box", metavar="S",
                                                    help=f"Seconds the check may take (default {DEFAULT_S:g}).")] = None,
     fail_on: opt.FailOn = None,
