@@ -29,9 +29,9 @@ def analyze(
     out: Annotated[Path, opt.out_option("Where to write report.html, findings.json and tables/.")]
     = Path("perftracker-out"),
     fail_on: opt.FailOn = None,
-    hta_compat: Annotated[bool, typer.Option("--hta-compat", metavar="", help="Use Holistic Trace Analysis' definitions for "
-                                             "the breakdown and overlap (drop the last step; overlapped "
-                                             "communication counts as compute).")] = False,
+    hta_compat: Annotated[bool, typer.Option("--hta-compat", help="Use Holistic Trace Analysis' definitions for "
+                                             "the breakdown and overlap (drop the last step; overlapped communication "
+                                             "counts as compute).")] = False,
     comm_kernel: Annotated[list[str] | None, typer.Option("--comm-kernel", help="Regex of extra GPU kernel names "
                                                           "that are communication (custom collectives); "
                                                           "repeatable.")] = None,
@@ -50,14 +50,14 @@ def analyze(
                                          "--engine ray and no cluster, the CPUs of the Ray it starts.")] = 0,
     engine: opt.Engine = "local",
     ray_address: opt.RayAddress = None,
-    timeline: Annotated[bool, typer.Option("--timeline", metavar="", help="Also write timeline.json.gz beside the "
+    timeline: Annotated[bool, typer.Option("--timeline", help="Also write timeline.json.gz beside the "
                                            "report: all ranks on one clock-aligned trace with the findings marked "
                                            "(as `perftracker timeline` writes it), linked from the report.")] = False,
     quiet: opt.QuietVerdict = False,
     job: Annotated[str | None, typer.Option("--job", help="Where the traces are of several jobs: analyze only "
                                             "the one with this label (as the refusal lists them, e.g. job2 or "
                                             "job2-w8-a100-sxm4-80gb).")] = None,
-    each_job: Annotated[bool, typer.Option("--each-job", metavar="", help="Where the traces are of several jobs: analyze each "
+    each_job: Annotated[bool, typer.Option("--each-job", help="Where the traces are of several jobs: analyze each "
                                            "alone into OUT/<label>/, with an index in OUT/jobs.json.")] = False,
     devices: Annotated[list[Path] | None, typer.Option(
         "--devices", envvar="PERFTRACKER_DEVICES",

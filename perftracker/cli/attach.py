@@ -39,21 +39,19 @@ def attach(
     interval: opt.Interval = 5.0,
     stack_interval: Annotated[float, opt.stack_interval_option("Seconds between non-blocking py-spy dumps of every rank "
                                                            "(each costs about 6 ms of CPU per rank).")] = 15.0,
-    stacks: Annotated[bool, typer.Option("--stacks/--no-stacks", metavar="", help="Python stacks with py-spy.")] = True,
+    stacks: Annotated[bool, typer.Option("--stacks/--no-stacks", help="Python stacks with py-spy.")] = True,
     profile_seconds: Annotated[float, typer.Option("--profile-seconds", help="Record every rank's stacks with "
                                                    "`py-spy record` (non-blocking) for this many seconds, once, "
                                                    "2 s after attaching, to find a straggler without preparing "
                                                    "the job; 0 = off.")] = 10.0,
     profile_rate: Annotated[int, typer.Option("--profile-rate", help="Samples per second of --profile-seconds.")]
     = 20,
-    gpu: Annotated[bool, typer.Option("--gpu/--no-gpu", metavar="", help="NVML GPU samples.")] = True,
-    rdma: Annotated[bool, typer.Option("--rdma/--no-rdma", metavar="", help="RDMA port counters from sysfs.")] = True,
-    net: Annotated[bool, typer.Option("--net/--no-net", metavar="", help="Counters of the Ethernet interfaces the job "
+    gpu: Annotated[bool, typer.Option("--gpu/--no-gpu", help="NVML GPU samples.")] = True,
+    rdma: Annotated[bool, typer.Option("--rdma/--no-rdma", help="RDMA port counters from sysfs.")] = True,
+    net: Annotated[bool, typer.Option("--net/--no-net", help="Counters of the Ethernet interfaces the job "
                                       "uses (and TCP retransmissions), every second.")] = True,
-    logs: Annotated[bool, typer.Option("--logs/--no-logs", metavar="", help="Follow NCCL logs and the job's output files.")]
-    = True,
-    steps: Annotated[bool, typer.Option("--steps/--no-steps", metavar="", help="Step times from the hook or the job's log.")]
-    = True,
+    logs: Annotated[bool, typer.Option("--logs/--no-logs", help="Follow NCCL logs and the job's output files.")] = True,
+    steps: Annotated[bool, typer.Option("--steps/--no-steps", help="Step times from the hook or the job's log.")] = True,
     nccl_log: Annotated[list[Path] | None, typer.Option("--nccl-log", help="An NCCL log file to follow "
                                                         "(repeatable).")] = None,
     job_log: Annotated[Path | None, typer.Option("--job-log", help="The job's log file, to parse step lines "
@@ -66,8 +64,7 @@ def attach(
                                                     "a hang across the whole job.")] = None,
     host: opt.Host = None,
     sysfs_root: Annotated[Path, opt.sysfs_root_option("Root of sysfs (tests use a fake tree).")] = Path("/sys"),
-    analyze: Annotated[bool, typer.Option("--analyze/--no-analyze", metavar="", help="Analyze the run directory at the end.")]
-    = True,
+    analyze: Annotated[bool, typer.Option("--analyze/--no-analyze", help="Analyze the run directory at the end.")] = True,
     fail_on: Annotated[str | None, opt.fail_on_option("Exit 3 when the diagnosis at the end has a finding at or above "
                                                   "this severity (warning or critical).")] = None,
     quiet: Annotated[bool, opt.quiet_option("No live panel.")] = False,

@@ -52,8 +52,8 @@ def sample_traces_dir(explicit: Path | None = None) -> Path:
 
 def demo(
     out: Annotated[Path, out_option("Where to write the reports and their index.html.")] = Path("perftracker-demo"),
-    full: Annotated[bool, typer.Option("--full", metavar="", help="Print every sample's ranked findings, not "
-                                       "only its verdict.")] = False,
+    full: Annotated[bool, typer.Option("--full", help="Print every sample's ranked findings, not only its verdict.")]
+    = False,
     samples: Annotated[Path | None, typer.Option("--samples", help="The sample runs' folder (sample_traces/ of a "
                                                  "perftracker checkout); default: the checkout this perftracker "
                                                  "runs from, or ./sample_traces.")] = None,

@@ -34,7 +34,7 @@ def diff(
     quiet: opt.QuietVerdict = False,
     set_threshold: opt.SetThresholds = None,
     thresholds_file: opt.ThresholdsFiles = None,
-    allow_different_jobs: Annotated[bool, typer.Option("--allow-different-jobs", metavar="", help="Compare runs "
+    allow_different_jobs: Annotated[bool, typer.Option("--allow-different-jobs", help="Compare runs "
                                                        "that look like different jobs (ranks, ops).")] = False,
     follow_links: opt.FollowLinks = False,
 ) -> None:

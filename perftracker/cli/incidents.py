@@ -16,10 +16,9 @@ import typer
 from perftracker import api
 from perftracker.analyzers.findings import Severity
 from perftracker.cli.voice import show, terminal
-from perftracker.errors import InputError
+from perftracker.errors import InputError, UsageError
 from perftracker.live.watch.incidents import INCIDENT_FILE, IncidentVerdict
-from perftracker.live.watch.prom import PromPublisher
-from perftracker.live.watch.setup import watch_setup
+from perftracker.live.watch.prom import PromPublisher, parse_target
 from perftracker.live.watch.watcher import WatchOptions
 from perftracker.output_names import REPORT
 
@@ -28,9 +27,26 @@ LOUD = (Severity.WARNING, Severity.CRITICAL)
 
 def watch_options(window: int, rise: float, prom: str | None, incident_seconds: float = 10.0,
                   thresholds: Mapping[str, object] | None = None) -> tuple[WatchOptions, PromPublisher | None]:
-    """The watcher's options (`live/watch/setup.py`); a UsageError for a bad N, X or --prom (before any work).
-    `thresholds`: the command's --set / --thresholds, for the analysis of each incident."""
-    return watch_setup(window, rise, prom, incident_seconds, partial(analyze_incident, thresholds=thresholds or {}))
+    """The watcher's options and `--prom`'s publisher, each incident analyzed with the command's --set /
+    --thresholds (`analyze_incident`); a UsageError for a bad N, X or --prom (before any work)."""
+    if window < 3:
+        raise UsageError(f"--watch-window {window} is too small", "--watch-window", "give 3 steps or more")
+    if not 0 < rise < 10:
+        raise UsageError(f"--watch-rise {rise:g} is not a fraction above 0", "--watch-rise",
+                         "give e.g. 0.2 for 20%")
+    publisher = None
+    if prom is not None:
+        if parse_target(prom) is None and Path(prom).is_dir():
+            raise UsageError("is a folder, not a file", prom, "give --prom a file name or [HOST]:PORT")
+        try:
+            publisher = PromPublisher(prom)
+        except OSError as exc:
+            raise UsageError(f"cannot serve metrics there ({exc.strerror or exc})", f"--prom {prom}",
+                             "choose another port, or give a file name") from None
+    seconds = max(1.0, incident_seconds)
+    reporter = partial(analyze_incident, thresholds=thresholds or {})
+    return WatchOptions(window=window, rise=rise, profile_seconds=seconds, baseline_seconds=seconds,
+                        reporter=reporter, publish=publisher), publisher
 
 
 def analyze_incident(evidence: Path, out: Path, thresholds: Mapping[str, object] | None = None) -> IncidentVerdict:

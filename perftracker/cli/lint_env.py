@@ -75,7 +75,7 @@ def lint_env(
     pid: Annotated[int | None, typer.Option("--pid", help="Read this running process's environment.")] = None,
     profile: Annotated[str, nccl_profile_option("Platform profile name or JSON file.")] = "generic",
     sysfs_root: Annotated[Path | None, sysfs_root_option("Root of a sysfs tree (default /sys).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print the findings as JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the findings as JSON.")] = False,
     fail_on: Annotated[str, fail_on_option("Exit 3 at this severity: warning or critical.")] = "critical",
 ) -> None:
     """Check NCCL settings before launch (a pre-flight sanity check).

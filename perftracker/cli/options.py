@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,39 +18,23 @@ from perftracker.analyzers.thresholds import Thresholds, collect_overrides
 from perftracker.collectors.nccl.profiles import shipped_profiles
 from perftracker.errors import OutputError, output_error
 
-FAIL_ON_HELP = ("Exit 3 when a finding at or above this severity exists (warning or critical): for CI gates "
-                "and job hooks.")
+
+def _shared(*flags: str, **fixed: Any) -> Callable[[str], Any]:
+    """An option several commands share: its flags (and fixed settings) defined here, its help by each command."""
+    return lambda help: typer.Option(*flags, help=help, **fixed)
 
 
-def fail_on_option(help: str = FAIL_ON_HELP) -> Any:
-    """`--fail-on LEVEL` (see voice.parse_fail_on)."""
-    return typer.Option("--fail-on", metavar="warning|critical", help=help)
-
-
-def out_option(help: str) -> Any:
-    """`--out/-o DIR`: where the command writes."""
-    return typer.Option("--out", "-o", help=help)
-
-
-def quiet_option(help: str) -> Any:
-    """`--quiet/-q`."""
-    return typer.Option("--quiet", "-q", metavar="", help=help)
-
-
-def sysfs_root_option(help: str) -> Any:
-    """`--sysfs-root DIR`: the node's sysfs (or a copy of it)."""
-    return typer.Option("--sysfs-root", help=help)
+fail_on_option = _shared("--fail-on", metavar="warning|critical")  # see voice.parse_fail_on
+out_option = _shared("--out", "-o")  # where the command writes
+quiet_option = _shared("--quiet", "-q")
+sysfs_root_option = _shared("--sysfs-root")  # the node's sysfs (or a copy of it)
+stack_interval_option = _shared("--stack-interval")  # seconds between the stack sampler's rounds
 
 
 def nccl_profile_option(help: str) -> Any:
     """`--profile NAME|FILE`: the NCCL platform profile of the configuration rules (its help lists the shipped
     names as the choices, then FILE for a JSON file of one's own)."""
     return typer.Option("--profile", metavar="|".join([*shipped_profiles(), "FILE"]), help=help)
-
-
-def stack_interval_option(help: str) -> Any:
-    """`--stack-interval S` of the stack sampler."""
-    return typer.Option("--stack-interval", help=help)
 
 
 def ray_address_option(workers: bool = True) -> Any:
@@ -62,18 +47,19 @@ def ray_address_option(workers: bool = True) -> Any:
         f"for the command (ray.init(), {cpus}) and stopped afterwards."))
 
 
-FailOn = Annotated[str | None, fail_on_option()]
+FailOn = Annotated[str | None, fail_on_option(
+    "Exit 3 when a finding at or above this severity exists (warning or critical): for CI gates and job hooks.")]
 Engine = Annotated[str, typer.Option("--engine", metavar="local|ray", help=(
     "Where the traces are parsed: local (a process pool on this machine, the default) or ray (one Ray task "
     "per trace on a cluster, see --ray-address; needs pip install 'perftracker-dl\\[ray]', perftracker on every "
     "node, and the traces at the same path on every node)."))]
 RayAddress = Annotated[str | None, ray_address_option()]
 RayAddressNoWorkers = Annotated[str | None, ray_address_option(workers=False)]  # commands without --workers
-FollowLinks = Annotated[bool, typer.Option("--follow-links", metavar="", help=(
+FollowLinks = Annotated[bool, typer.Option("--follow-links", help=(
     "Read files that symlinks in the input lead to outside it (never /proc, /sys, /dev); without it such a "
     "link is left out with a note naming it."))]
 QuietVerdict = Annotated[bool, quiet_option("Print only the verdict line.")]
-NoCache = Annotated[bool, typer.Option("--no-cache", metavar="", help="Do not read or write the parsed-trace cache.")]
+NoCache = Annotated[bool, typer.Option("--no-cache", help="Do not read or write the parsed-trace cache.")]
 Interval = Annotated[float, typer.Option("--interval", help="Seconds between GPU/RDMA samples.")]  # live samplers
 Host = Annotated[str | None, typer.Option(
     "--host", envvar="PERFTRACKER_HOST", help="This node's name in host-keyed files and records (default: the "
@@ -150,7 +136,7 @@ def threshold_overrides(assignments: list[str] | None, files: list[Path] | None)
 def watch_option(duration: bool = True) -> Any:
     """`--watch` (`duration`: the command has `--duration`, which --watch sets to 0)."""
     until = "until it ends (as --duration 0)" if duration else "until it ends"
-    return typer.Option("--watch", metavar="", help=f"Stay with the job {until}, cheaply, and open an "
+    return typer.Option("--watch", help=f"Stay with the job {until}, cheaply, and open an "
                         "incident (RUN/incidents/<time>-<kind>/: evidence, findings.json, report.html) when its "
                         "steps slow down, it hangs, or a host signal fires.")
 

@@ -92,15 +92,15 @@ def _collect_error_files(run_dir: Path) -> int:
 def run(
     ctx: typer.Context,
     out: Annotated[Path | None, opt.out_option("Run directory (default perftracker-run-<time>).")] = None,
-    hook: Annotated[bool, typer.Option("--hook/--no-hook", metavar="", help="Load the step-time hook through a sitecustomize "
+    hook: Annotated[bool, typer.Option("--hook/--no-hook", help="Load the step-time hook through a sitecustomize "
                                        "on PYTHONPATH (no code change).")] = True,
-    nccl_debug: Annotated[bool, typer.Option("--nccl-debug/--no-nccl-debug", metavar="", help="NCCL_DEBUG=INFO with a "
-                                             "per-process NCCL_DEBUG_FILE in the run directory (unless you set "
-                                             "them).")] = True,
-    kineto_daemon: Annotated[bool, typer.Option("--kineto-daemon/--no-kineto-daemon", metavar="", help="KINETO_USE_DAEMON=1 so "
+    nccl_debug: Annotated[bool, typer.Option("--nccl-debug/--no-nccl-debug", help="NCCL_DEBUG=INFO with a "
+                                             "per-process NCCL_DEBUG_FILE in the run directory (unless you set them).")]
+    = True,
+    kineto_daemon: Annotated[bool, typer.Option("--kineto-daemon/--no-kineto-daemon", help="KINETO_USE_DAEMON=1 so "
                                                 "`perftracker attach --trace-steps N` can take traces on "
                                                 "demand.")] = True,
-    flight_recorder: Annotated[bool, typer.Option("--flight-recorder/--no-flight-recorder", metavar="", help="Flight recorder "
+    flight_recorder: Annotated[bool, typer.Option("--flight-recorder/--no-flight-recorder", help="Flight recorder "
                                                   "with dump on timeout into fr/.")] = True,
     interval: opt.Interval = 10.0,
     stack_interval: Annotated[float, opt.stack_interval_option("Seconds between stack dumps (also taken automatically "
@@ -115,9 +115,9 @@ def run(
     prom: opt.Prom = None,
     set_threshold: opt.SetThresholds = None,
     thresholds_file: opt.ThresholdsFiles = None,
-    sanity: Annotated[bool, typer.Option("--sanity", metavar="", help="Run `perftracker sanity` first, launched the "
+    sanity: Annotated[bool, typer.Option("--sanity", help="Run `perftracker sanity` first, launched the "
                                          "way the job is, into RUN/sanity.")] = False,
-    sanity_exclude: Annotated[bool, typer.Option("--sanity-exclude", metavar="", help="With the check first: do not "
+    sanity_exclude: Annotated[bool, typer.Option("--sanity-exclude", help="With the check first: do not "
                                                  f"start the job (exit {REFUSED_EXIT}) when it names a node to "
                                                  "exclude, or fails.")] = False,
     sanity_time_box: Annotated[float, typer.Option("--sanity-time-box", metavar="S",

@@ -33,7 +33,7 @@ CHECK_FAILED = 1  # the ranks could not join: nothing was measured
 
 def sanity(
     out: Annotated[Path, opt.out_option("Folder rank 0 writes the report, findings and exclude lists into.")],
-    quick: Annotated[bool, typer.Option("--quick", metavar="", help=f"A short check: a {QUICK_S:g} s time box.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help=f"A short check: a {QUICK_S:g} s time box.")] = False,
     time_box: Annotated[float | None, typer.Option("--time-box", metavar="S",
                                                    help=f"Seconds the check may take (default {DEFAULT_S:g}).")] = None,
     fail_on: opt.FailOn = None,
@@ -113,9 +113,8 @@ class _Ending:
                  exclude_sev: Severity, threshold: Severity | None, started: float) -> None:
         self.comm, self.launch, self.record, self.out, self.box = comm, launch, record, out, box
         self.exclude_sev, self.threshold, self.started = exclude_sev, threshold, started
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # held through the one run of `_finish`: a second caller waits for its result
         self._started = False
-        self._done = threading.Event()
         self.result = (0, False)
         from perftracker.collectors.sanity.handover import Lease
 
@@ -136,15 +135,9 @@ class _Ending:
 
     def finish(self) -> tuple[int, bool]:
         with self._lock:
-            first = not self._started
-            self._started = True
-        if not first:
-            self._done.wait()
-            return self.result
-        try:
-            self.result = self._finish()
-        finally:
-            self._done.set()
+            if not self._started:
+                self._started = True
+                self.result = self._finish()
         return self.result
 
     def _finish(self) -> tuple[int, bool]:

@@ -52,9 +52,9 @@ def reference_markdown() -> str:
 
 
 def thresholds(
-    as_json: Annotated[bool, typer.Option("--json", metavar="", help="Print JSON (name -> value, default, unit, "
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (name -> value, default, unit, "
                                           "decides, chosen).")] = False,
-    markdown: Annotated[bool, typer.Option("--markdown", metavar="", help="Print the Markdown reference page "
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print the Markdown reference page "
                                            "(docs/reference/thresholds.md).")] = False,
     set_threshold: SetThresholds = None,
     thresholds_file: ThresholdsFiles = None,

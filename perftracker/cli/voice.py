@@ -90,8 +90,8 @@ def speaking(fn: CommandFn) -> CommandFn:
 
 
 def _as_switch(option: Any) -> Any:
-    """`--help` listed as the switch it is: click's help option has no metavar, which typer's help shows as
-    `<bool>` (as if it took a value); an empty one shows nothing, like every other switch."""
+    """A flag (`--help`, `--quiet`, `--gpu/--no-gpu`) listed as the switch it is: without a metavar typer's help
+    shows `<bool>` (as if it took a value); an empty one shows nothing."""
     if option is not None:
         option.metavar = ""
     return option
@@ -113,11 +113,15 @@ def reflow_help(text: str | None) -> str | None:
 
 
 class Command(TyperCommand):
-    """Every perftracker command (`--help` without `<bool>`; help paragraphs reflowed by `reflow_help`)."""
+    """Every perftracker command (its flags and `--help` without `<bool>`; help paragraphs reflowed by
+    `reflow_help`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["help"] = reflow_help(kwargs.get("help"))
         super().__init__(*args, **kwargs)
+        for param in self.params:
+            if getattr(param, "is_flag", False):
+                _as_switch(param)
 
     def get_help_option(self, ctx: Any) -> Any:  # typer's own click types; typed loosely on purpose
         return _as_switch(super().get_help_option(ctx))

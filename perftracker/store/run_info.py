@@ -6,7 +6,7 @@ analysis are not here: they are `AnalysisOptions`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 
@@ -19,7 +19,7 @@ class SyntheticInput:
     what: str  # what it pretends to be, in a sentence
 
     def to_dict(self) -> dict[str, str]:
-        return {"path": self.path, "made_by": self.made_by, "what": self.what}
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -20,16 +20,15 @@ class StepFeed:
     def __init__(self, maxlen: int = FEED_RECORDS) -> None:
         self.maxlen = maxlen
         self.dropped = 0
-        self._records: deque[dict[str, Any]] = deque()
+        self._records: deque[dict[str, Any]] = deque(maxlen=maxlen)  # past it, extending drops the oldest
         self._lock = threading.Lock()
 
     def publish(self, records: Iterable[dict[str, Any]]) -> None:
+        batch = list(records)
         with self._lock:
-            self._records.extend(records)
-            over = len(self._records) - self.maxlen
-            for _ in range(max(0, over)):
-                self._records.popleft()
-            self.dropped += max(0, over)
+            before = len(self._records)
+            self._records.extend(batch)
+            self.dropped += before + len(batch) - len(self._records)
 
     def take(self) -> list[dict[str, Any]]:
         """Every record published since the last call, in the order published."""

@@ -53,11 +53,13 @@ class IncidentVerdict:
 IncidentReporter = Callable[[Path, Path], IncidentVerdict]  # (evidence folder, output folder) -> verdict
 
 
-@dataclass(frozen=True)
+@dataclass
 class CapturePlan:
+    """What an incident captures (the watcher's `WatchOptions` is one)."""
+
     profile_seconds: float = 10.0
     profile_rate_hz: int = 20
-    trace_steps: int = 8
+    trace_steps: int = 8  # enough steps (trials) for the straggler test to name one of 2 ranks at 1%
     cap_bytes: int = 64 * 1024 * 1024
 
 

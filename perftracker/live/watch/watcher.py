@@ -41,17 +41,13 @@ PUBLISH_S = 10.0  # --prom is rewritten when steps or incidents came, else this 
 
 
 @dataclass
-class WatchOptions:
+class WatchOptions(CapturePlan):
     window: int = 10  # N (defaults measured in analyzers/online/step_rules.py)
     burst_window: int = 3  # N for the burst periods of sampled stacks (analyzers/online/burst_rule.py)
     rise: float = 0.20  # X
-    profile_seconds: float = 10.0
-    profile_rate_hz: int = 20
     baseline_seconds: float = 10.0
-    trace_steps: int = 8  # enough steps (trials) for the straggler test to name one of 2 ranks at 1%
     cooldown_s: float = 600.0
     max_incidents: int = 20
-    cap_bytes: int = 64 * 1024 * 1024
     total_cap_bytes: int = 512 * 1024 * 1024
     host_check_s: float = 600.0  # and at once on a link state change or an XID
     reporter: IncidentReporter | None = None
@@ -234,10 +230,8 @@ class WatchSampler:
             folder.mkdir(parents=True, exist_ok=True)
             record.write(folder)
             return
-        plan = CapturePlan(self.options.profile_seconds, self.options.profile_rate_hz, self.options.trace_steps,
-                           self.options.cap_bytes)
         self._capture = threading.Thread(
-            target=capture_incident, args=(ctx, alarm, folder, plan, self.stacks, self.options.reporter, self._stop),
+            target=capture_incident, args=(ctx, alarm, folder, self.options, self.stacks, self.options.reporter, self._stop),
             name="perftracker-incident", daemon=True)
         self._capture.start()
 
