@@ -40,7 +40,7 @@ SPECS = {
     "nvtx": TableSpec("NVTX_EVENTS", {
         "start": ("start",), "end": ("end",), "type": ("eventType",), "gtid": ("globalTid",),
         "textId": ("textId",), "domain": ("domainId",)}, text="text",
-        where="eventType IN (59, 60, 70)"),  # the range types (nvtx.NVTX_RANGE_TYPES); marks have no end
+        where="eventType IN (59, 60, 70)"),  # the range types (ranks_of.NVTX_RANGE_TYPES); marks have no end
 }
 _REPORTS = (".nsys-rep", ".qdrep")
 _RANK_ENV = re.compile(r"(?:^|;)RANK=(\d{1,9})(?:;|$)")
