@@ -14,7 +14,7 @@ import pytest
 from api_helpers import analyzed
 
 from perftracker.collectors.loading import LoadOptions, load_path
-from perftracker.collectors.synthetic import synthetic_inputs
+from perftracker.collectors.manifest import synthetic_inputs
 from perftracker.outputs import render_report
 from perftracker.store import SyntheticInput
 

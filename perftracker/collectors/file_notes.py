@@ -1,16 +1,20 @@
 """The notes every reader of collectors/ leaves about a file, in one wording: it could not be read, the cap or
-long lines cut it, lines of it were skipped; and `records`, the one reading of JSON-lines records with bad lines."""
+long lines cut it, lines of it were skipped; `records`, the one reading of JSON-lines records with bad lines;
+and `sniffed_table`, the one loop of the readers that take the files whose content is theirs into one table."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
+
+import pandas as pd
 
 from perftracker.bounded import Capped, LineStats, file_cap
 from perftracker.errors import InputError
 from perftracker.rundir import read_jsonl
 from perftracker.store import LoadNote
+from perftracker.store.schema import conform
 
 T = TypeVar("T")
 
@@ -52,3 +56,18 @@ def records(path: Path, row_of: Callable[[int, dict[str, Any]], T | None]) -> tu
         else:
             rows.append(row)
     return rows, bad, cut_notes(path, stats)
+
+
+def sniffed_table(table: str, what: str, paths: Sequence[Path], sniff: Callable[[Path], bool],
+                  parse: Callable[[Path], list[dict[str, Any]]]) -> tuple[dict[str, pd.DataFrame], list[LoadNote]]:
+    """`{table: the rows parse(path) gives for each path sniff(path) says is one}`, and a note for each file that
+    could not be read (`what` names its kind)."""
+    rows: list[dict[str, Any]] = []
+    notes: list[LoadNote] = []
+    for path in map(Path, paths):
+        try:
+            if sniff(path):
+                rows.extend(parse(path))
+        except (OSError, InputError) as exc:
+            notes.append(unreadable(path, what, exc))
+    return {table: conform(table, pd.DataFrame(rows))}, notes

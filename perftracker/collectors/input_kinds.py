@@ -17,8 +17,7 @@ import pandas as pd
 
 from perftracker.collectors.counters.inputs import load_counter_inputs
 from perftracker.collectors.framework_logs import load_framework_logs
-from perftracker.collectors.nccl.comms import process_groups
-from perftracker.collectors.nccl.inputs import load_nccl_inputs
+from perftracker.collectors.nccl.inputs import load_nccl_inputs, process_groups
 from perftracker.collectors.nccl.inspector import is_inspector_file, load_inspector_inputs
 from perftracker.collectors.nccl.nccl_tests import load_nccl_tests
 from perftracker.collectors.nccl.ras import is_ras_file, load_ras
@@ -185,22 +184,22 @@ def _merged(read: Callable[[list[Path]], tuple[dict[str, pd.DataFrame], list[Loa
     return load
 
 
-def _load_stacks(store: Store, paths: list[Path], options: LoadOptions) -> None:
-    if paths:
-        frame, notes = load_stack_inputs(paths)
-        store.set_table("stacks", frame)
-        store.add_notes(notes)
+def _per_table(read: Callable[[list[Path]], tuple[pd.DataFrame, list[LoadNote]]],
+               table_of: Callable[[Path], str], tables: tuple[str, ...]) -> Loader:
+    """A loader reading the files `table_of` gives each of `tables` into it, in that order (not without files)."""
+    def load(store: Store, paths: list[Path], options: LoadOptions) -> None:
+        for table in tables:
+            if chosen := [p for p in paths if table_of(p) == table]:
+                frame, notes = read(chosen)
+                store.set_table(table, frame)
+                store.add_notes(notes)
+    return load
 
 
-def _load_profiles(store: Store, paths: list[Path], options: LoadOptions) -> None:
-    """The window's profiles, and those of a watcher's baseline window (`baseline/profiles/`, in an incident's
-    evidence) into a table of their own."""
-    for table, chosen in (("profile_samples", [p for p in paths if not is_baseline_profile(p)]),
-                          ("baseline_profile_samples", [p for p in paths if is_baseline_profile(p)])):
-        if chosen:
-            frame, notes = load_profile_inputs(chosen)
-            store.set_table(table, frame)
-            store.add_notes(notes)
+# The window's profiles, and those of a watcher's baseline window (`baseline/profiles/`, in an incident's evidence)
+PROFILE_TABLES = ("profile_samples", "baseline_profile_samples")
+_load_stacks = _per_table(load_stack_inputs, lambda _: "stacks", ("stacks",))
+_load_profiles = _per_table(load_profile_inputs, lambda p: PROFILE_TABLES[is_baseline_profile(p)], PROFILE_TABLES)
 
 
 def _claims_pipeline_ops(offer: Offer) -> bool:
@@ -238,7 +237,7 @@ KINDS: tuple[InputKind, ...] = (
               _load_stacks, ("stacks",), ("stacks",)),
     InputKind("stack_profiles", "profiles/rank-<r>.txt: sampled stacks (py-spy record --format raw)",
               lambda o: not o.trace_named and is_profile_file(o.path), _load_profiles,
-              ("profile_samples", "baseline_profile_samples"), ("profile_samples",)),
+              PROFILE_TABLES, ("profile_samples",)),
     InputKind("profile_sidecars", "profiles/rank-<r>.json beside a profile: its rank, pid and rate (read with it)",
               lambda o: not o.trace_named and o.path in o.profile_sidecars, None),
     InputKind("nccl_inspector", "NCCL Inspector output (<host>-pid<pid>.log JSON lines, by content: "

@@ -27,9 +27,8 @@ from perftracker.collectors.jobs import (
     trace_job_facts,
     wall_window,
 )
-from perftracker.collectors.manifest import checked_manifest
-from perftracker.collectors.nsys.export import read_nsys_inputs
-from perftracker.collectors.synthetic import synthetic_inputs
+from perftracker.collectors.manifest import checked_manifest, synthetic_inputs
+from perftracker.collectors.nsys.load import read_nsys_inputs
 from perftracker.collectors.traces.comm_kernels import CommKernels, cached_comm_kernels
 from perftracker.collectors.traces.kineto_columns import release_free_memory
 from perftracker.collectors.traces.ranks import TraceIdentity, assign_windows

@@ -17,7 +17,7 @@ from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.nccl.config import analyze_nccl_config, flags
 from perftracker.analyzers.nccl.expected_bw import link_gbs
 from perftracker.collectors.loading import LoadOptions, load_path
-from perftracker.collectors.nccl.comms import process_groups
+from perftracker.collectors.nccl.inputs import process_groups
 from perftracker.collectors.nccl.log import load_nccl_logs
 from perftracker.collectors.nccl.nccl_tests import load_nccl_tests, parse_nccl_tests_file
 from perftracker.store import Store

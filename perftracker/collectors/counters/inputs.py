@@ -109,6 +109,13 @@ def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame],
     sources: dict[str, dict[str, int]] = {"host": {}, "net": {}}
     copies = rdma.sysfs_copy_files(paths)
     copy_set = set(copies)
+
+    def take(group: str, table: str, kind: str, loaded: Loaded, files: int = 1) -> None:
+        rows[table].extend(loaded[0])
+        devices[table].extend(loaded[1])
+        notes[group].extend(loaded[2])
+        sources[group][kind] = sources[group].get(kind, 0) + files
+
     for path in paths:
         if path.name.endswith(netdev_dumps.SKIP_SUFFIXES):
             continue
@@ -119,20 +126,11 @@ def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame],
             load, table, (what, errors) = _LOADERS[kind]
             group = "net" if table == "netdev" else "host"
             try:
-                r, d, n = load(path)
+                take(group, table, kind, load(path))
             except errors as exc:
                 notes[group].append(unreadable(path, what, exc))
-                continue
-            rows[table].extend(r)
-            devices[table].extend(d)
-            notes[group].extend(n)
-            sources[group][kind] = sources[group].get(kind, 0) + 1
     if copies:
-        r, d, n = rdma.load_sysfs_copies(copies)
-        rows["counters"].extend(r)
-        devices["counters"].extend(d)
-        notes["host"].extend(n)
-        sources["host"]["sysfs_copy"] = len(copies)
+        take("host", "counters", "sysfs_copy", rdma.load_sysfs_copies(copies), len(copies))
     if rows["ethtool"] or devices["ethtool"]:
         r, d = ethtool.attach_to_ports(rows["ethtool"], devices["ethtool"], devices["counters"])
         rows["counters"].extend(r)

@@ -8,7 +8,7 @@ is the job's; `peer_addresses`, `settings_of` and `iface_addresses` read live pr
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,36 +33,29 @@ def _le_ipv4(hex_text: str) -> ipaddress.IPv4Address:
     return ipaddress.IPv4Address(int.from_bytes(bytes.fromhex(hex_text), "little"))
 
 
-def parse_routes(text: str) -> list[Route]:
-    """Routes of `/proc/net/route` (little-endian hex destination and mask); bad lines skipped."""
+def _routes(lines: list[str], fields: int, route_of: Callable[[list[str]], Route]) -> list[Route]:
+    """`route_of(fields of the line)` of each line with at least `fields` fields; lines it refuses are skipped."""
     routes = []
-    for line in text.splitlines()[1:]:
-        parts = line.split()
-        if len(parts) < 8:
-            continue
+    for parts in (line.split() for line in lines):
         try:
-            dest, mask = _le_ipv4(parts[1]), _le_ipv4(parts[7])
-            network = ipaddress.IPv4Network(f"{dest}/{mask}", strict=False)
-            routes.append(Route(parts[0], network, int(parts[6])))
+            if len(parts) >= fields:
+                routes.append(route_of(parts))
         except ValueError:
             continue
     return routes
+
+
+def parse_routes(text: str) -> list[Route]:
+    """Routes of `/proc/net/route` (device, little-endian hex destination, ..., metric, mask); bad lines skipped."""
+    return _routes(text.splitlines()[1:], 8, lambda p: Route(
+        p[0], ipaddress.IPv4Network(f"{_le_ipv4(p[1])}/{_le_ipv4(p[7])}", strict=False), int(p[6])))
 
 
 def parse_routes6(text: str) -> list[Route]:
     """Routes of `/proc/net/ipv6_route` (destination, prefix length in hex, ..., metric, ..., device)."""
-    routes = []
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) < 10:
-            continue
-        try:
-            dest = ipaddress.IPv6Address(int(parts[0], 16))
-            network = ipaddress.IPv6Network(f"{dest}/{int(parts[1], 16)}", strict=False)
-            routes.append(Route(parts[9], network, int(parts[5], 16)))
-        except ValueError:
-            continue
-    return routes
+    return _routes(text.splitlines(), 10, lambda p: Route(
+        p[9], ipaddress.IPv6Network(f"{ipaddress.IPv6Address(int(p[0], 16))}/{int(p[1], 16)}", strict=False),
+        int(p[5], 16)))
 
 
 def read_routes(proc_root: Path = Path("/proc")) -> list[Route]:

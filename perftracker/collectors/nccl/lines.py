@@ -10,25 +10,24 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from perftracker.collectors.nccl import graph_lines as G
 from perftracker.collectors.nccl import patterns as P
 from perftracker.values import MAX_RANK, ascii_int
 
 
+@dataclass(slots=True, eq=False)
 class ProcFacts:
     """Facts of one process (host, pid) inside one file: (key, value) -> [first line, count]."""
 
-    __slots__ = ("device", "facts", "first_line", "host", "others", "pid", "ranks")
-
-    def __init__(self, host: str, pid: int, device: int, first_line: int = -1) -> None:
-        self.first_line = first_line
-        self.host = host
-        self.pid = pid
-        self.device = device
-        self.ranks: set[int] = set()
-        self.facts: dict[tuple[str, str], list[int]] = {}
-        self.others = 0
+    host: str
+    pid: int
+    device: int
+    first_line: int = -1
+    ranks: set[int] = field(default_factory=set)
+    facts: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    others: int = 0
 
     def add(self, key: str, value: str, line: int) -> None:
         slot = self.facts.get((key, value))

@@ -9,6 +9,7 @@ fact is stored once per process with the line it was first seen on and how often
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -46,16 +47,14 @@ _Effect = tuple[tuple[tuple[tuple[str, str], int], ...], tuple[int, ...], str | 
 _Plan = tuple[ProcFacts, int, str, str | None, str, _Effect]
 
 
+@dataclass(slots=True, eq=False)
 class _Repeat:
     """A line seen before whose repeat only adds to counts: its facts' slots, WARN and unknown lines."""
 
-    __slots__ = ("others", "proc", "slots", "warns")
-
-    def __init__(self, proc: ProcFacts, warns: int, others: int, slots: tuple[tuple[list[int], int], ...]) -> None:
-        self.proc = proc
-        self.warns = warns
-        self.others = others
-        self.slots = slots
+    proc: ProcFacts
+    warns: int
+    others: int
+    slots: tuple[tuple[list[int], int], ...]
 
 
 class _FileParser:

@@ -14,10 +14,8 @@ from pathlib import Path
 import pandas as pd
 
 from perftracker.bounded import LineBlocks, read_head
-from perftracker.collectors.file_notes import unreadable
-from perftracker.errors import InputError
+from perftracker.collectors.file_notes import sniffed_table
 from perftracker.store import LoadNote
-from perftracker.store.schema import conform
 
 _SNIFF_BYTES = 256 * 1024
 # Launcher prefixes before the text nccl-tests printed: mpirun's `[1,0]<stdout>:`, pdsh's `host: `, timestamps.
@@ -161,12 +159,4 @@ def parse_nccl_tests_file(path: Path) -> list[dict[str, object]]:
 
 def load_nccl_tests(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], list[LoadNote]]:
     """The `nccl_tests` table of the files that hold nccl-tests output, and notes about unreadable ones."""
-    rows: list[dict[str, object]] = []
-    notes: list[LoadNote] = []
-    for path in paths:
-        try:
-            if looks_like_nccl_tests(Path(path)):
-                rows.extend(parse_nccl_tests_file(Path(path)))
-        except (OSError, InputError) as exc:
-            notes.append(unreadable(path, "nccl-tests output", exc))
-    return {"nccl_tests": conform("nccl_tests", pd.DataFrame(rows))}, notes
+    return sniffed_table("nccl_tests", "nccl-tests output", paths, looks_like_nccl_tests, parse_nccl_tests_file)

@@ -15,10 +15,8 @@ from typing import Any
 import pandas as pd
 
 from perftracker.bounded import read_head, read_text
-from perftracker.collectors.file_notes import unreadable
-from perftracker.errors import InputError
+from perftracker.collectors.file_notes import sniffed_table
 from perftracker.store import LoadNote
-from perftracker.store.schema import conform
 
 _SNIFF = 64 * 1024
 _GROUP_ROW = re.compile(r"^\s*(?P<group>\d+)\s+(?P<comms>\d+)\s+(?P<nodes>\d+)\s+(?P<per_node>[\d-]+)\s+"
@@ -151,12 +149,4 @@ def parse_ras_file(path: Path) -> list[dict[str, Any]]:
 
 def load_ras(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], list[LoadNote]]:
     """The `nccl_ras` table of the files that hold RAS output, and notes about unreadable ones."""
-    rows: list[dict[str, Any]] = []
-    notes: list[LoadNote] = []
-    for path in paths:
-        try:
-            if is_ras_file(Path(path)):
-                rows.extend(parse_ras_file(Path(path)))
-        except (OSError, InputError) as exc:
-            notes.append(unreadable(path, "NCCL RAS output", exc))
-    return {"nccl_ras": conform("nccl_ras", pd.DataFrame(rows))}, notes
+    return sniffed_table("nccl_ras", "NCCL RAS output", paths, is_ras_file, parse_ras_file)

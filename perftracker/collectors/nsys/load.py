@@ -1,18 +1,23 @@
-"""An Nsight Systems export read into one `FileResult` per rank, for the loader's reduce step.
+"""Nsight Systems inputs read into one `FileResult` per rank, for the loader's reduce step.
 
-Promise: `read_export(path, comm_kernels, step_name)` returns a `FileResult` per rank (each CUDA device of each
-process with GPU activity), its rank from NCCL's payloads, the recorded environment, the file name or the
-loader, `rank_source` saying which; a file that cannot be read is one FileResult that is not ok.
+Promise: `read_nsys_inputs(found, comm_kernels, step_name)` reads the exports and reports the input kinds found
+(a report exported into a temporary folder when `nsys` is on PATH, else a note says how; nothing is written next
+to the inputs); `read_export(path, ...)` gives a `FileResult` per rank (each CUDA device of each process with GPU
+activity), its rank from NCCL's payloads, the recorded environment, the file name or the loader (`rank_source`
+says which); a file that cannot be read is one FileResult that is not ok.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from perftracker.collectors.nsys.database import Export, ExportError, open_export
+from perftracker.collectors.nsys.database import Export, ExportError, open_export, time_budget
 from perftracker.collectors.nsys.nccl_payload import PayloadRanks, payload_ranks
 from perftracker.collectors.nsys.ranks_of import RankSplit, split_ranks
 from perftracker.collectors.nsys.rows import TableSpec, read_table, scalar_rows
@@ -35,9 +40,51 @@ SPECS = {
     "nvtx": TableSpec("NVTX_EVENTS", {
         "start": ("start",), "end": ("end",), "type": ("eventType",), "gtid": ("globalTid",),
         "textId": ("textId",), "domain": ("domainId",)}, text="text",
-        where="eventType IN (59, 60, 70)"),  # the range types (nvtx.NVTX_RANGE_TYPES); marks have no end
+        where="eventType IN (59, 60, 70)"),  # the range types (ranks_of.NVTX_RANGE_TYPES); marks have no end
 }
+_REPORTS = (".nsys-rep", ".qdrep")
 _RANK_ENV = re.compile(r"(?:^|;)RANK=(\d{1,9})(?:;|$)")
+
+
+def read_nsys_inputs(found: list[Path], comm_kernels: CommKernels, step_name: str = "") -> list[FileResult]:
+    """FileResults of the Nsight Systems inputs `found` (exports and reports), one per rank."""
+    if not found:
+        return []
+    exports = {p.with_suffix("") for p in found if p.name.lower().endswith(".sqlite")}
+    results: list[FileResult] = []
+    for path in found:
+        if not path.name.lower().endswith(_REPORTS):
+            results.extend(read_export(path, comm_kernels, step_name))
+        elif Path(str(path)[: -len(path.suffix)]) in exports:
+            continue  # its export lies beside it and is read
+        else:
+            results.extend(_export_and_read(path, comm_kernels, step_name))
+    return results
+
+
+def _export_and_read(report: Path, comm_kernels: CommKernels, step_name: str) -> list[FileResult]:
+    nsys = shutil.which("nsys")
+    how = f"nsys export --type sqlite -o {report.with_suffix('.sqlite')} {report}"
+    if nsys is None:
+        return [FileResult(str(report), False, error=f"{report}: an Nsight Systems report, and `nsys` is not on "
+                           f"PATH to export it; export it where Nsight Systems is installed ({how}) and put the "
+                           ".sqlite beside it")]
+    with tempfile.TemporaryDirectory(prefix="perftracker-nsys-") as folder:
+        out = Path(folder) / (report.stem + ".sqlite")
+        try:
+            done = subprocess.run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--output",
+                                   str(out), str(report)], capture_output=True, timeout=time_budget(), check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return [FileResult(str(report), False, error=f"{report}: `nsys export` failed ({exc}); run {how}")]
+        if done.returncode != 0 or not out.is_file():
+            tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [""]
+            return [FileResult(str(report), False, error=f"{report}: `nsys export` exited {done.returncode} "
+                               f"({tail[0][:200]}); run {how}")]
+        results = read_export(out, comm_kernels, step_name)
+    for r in results:  # the inputs are the report, not the temporary export
+        r.path = str(report)
+        r.error = r.error.replace(str(out), str(report))
+    return results
 
 
 @dataclass(frozen=True)

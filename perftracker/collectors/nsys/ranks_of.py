@@ -2,11 +2,13 @@
 
 Promise: `split_ranks(export, rows, comm_kernels, step_name)` groups the GPU rows by (process, device), gives a
 process's CPU rows to the rank of its lowest device, resolves names once and builds each rank's tables, in
-(device, process) order; processes without GPU activity are left out.
+(device, process) order; processes without GPU activity are left out. `classify` says what an NVTX range is (a
+PyTorch op, a collective, a step or a user range) as the Kineto path would. Rules: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,7 +18,6 @@ import numpy.typing as npt
 import pandas as pd
 
 from perftracker.collectors.nsys.database import Export
-from perftracker.collectors.nsys.nvtx import NVTX_DOMAIN_CREATE, NVTX_RANGE_TYPES, classify
 from perftracker.collectors.nsys.rows import Rows, strings
 from perftracker.collectors.nsys.tables import (
     Part,
@@ -26,13 +27,62 @@ from perftracker.collectors.nsys.tables import (
     sync_name,
 )
 from perftracker.collectors.traces.comm_kernels import CommKernels
+from perftracker.collectors.traces.kineto import CPU_COLLECTIVE, collective_of
 from perftracker.collectors.traces.kineto import KIND_CODE as KIND
+from perftracker.values import ascii_int
 
 _GPU_TABLES = ("kernel", "graph", "memcpy", "memset", "sync")
 _GPU_NAMED = {"kernel": ("compute", "name"), "graph": ("compute", "graph"), "memcpy": ("memcpy", "copy"),
               "memset": ("memset", ""), "sync": ("sync", "sync")}  # table: (kind, the column naming a row)
 _DEVICE_TABLES = _GPU_TABLES[:4]  # rows that say a process drives a device (a sync row may name none)
 _PID = 24
+
+# autograd-nvtx names: "aten::add, op_id = 31", "aten::mm, seq = 12, op_id = 40, sizes = [[2, 3], [3, 4]]"
+_OP_TAIL = re.compile(r", (?:seq|op_id|sizes|input_op_ids)\b")
+_SIZES = re.compile(r", sizes = (\[[^\]\n]{0,2000}\](?:\])?)")
+_STEP_NAMES = (
+    re.compile(r"^ProfilerStep#(\d{1,18})$"),
+    re.compile(r"^(?:iteration|iter|step|train_step|training_step|train step|global_step)[ _#:=-]{0,3}(\d{1,18})$",
+               re.IGNORECASE),
+)
+NVTX_RANGE_TYPES = (59, 60, 70)  # NvtxPushPopRange, NvtxStartEndRange, NvtxtPushPopRange
+NVTX_DOMAIN_CREATE = 75
+
+
+@dataclass(frozen=True)
+class RangeName:
+    name: str  # as the events table holds it
+    kind: str  # cpu_op | collective_cpu | annotation
+    step: int  # step number when this name is a numbered step range, else -1
+    user_step: bool  # the user's chosen step range (numbered by order)
+    shapes: str  # autograd-shapes-nvtx sizes, "" when absent
+
+
+def op_name(text: str) -> tuple[str, str]:
+    """(op name, shapes text) of an autograd-nvtx range name; (text, "") for any other name."""
+    match = _OP_TAIL.search(text)
+    if not match:
+        return text, ""
+    sizes = _SIZES.search(text, match.start())
+    return text[:match.start()], sizes.group(1) if sizes else ""
+
+
+def classify(text: str, nccl_domain: bool, step_name: str = "") -> RangeName:
+    """What one NVTX range name is (see the module's promise)."""
+    name, shapes = op_name(text)
+    is_op = name != text
+    if step_name and step_name in (text, name):
+        return RangeName(text, "annotation", -1, True, "")
+    for pattern in _STEP_NAMES:
+        match = pattern.match(text)
+        if match:
+            number = ascii_int(match.group(1), 0)
+            return RangeName(text, "annotation", -1 if number is None else number, False, "")
+    if nccl_domain:
+        return RangeName(name, "collective_cpu" if collective_of(name) else "annotation", -1, False, "")
+    if CPU_COLLECTIVE.search(name):
+        return RangeName(name, "collective_cpu", -1, False, shapes)
+    return RangeName(name, "cpu_op" if is_op else "annotation", -1, False, shapes)
 
 
 class NameTable:

@@ -11,7 +11,7 @@ import json
 import math
 import pickletools
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,10 @@ _PLAIN_LEAF = {
     "BININT", "BININT1", "BININT2", "INT", "LONG", "LONG1", "LONG4", "BINFLOAT", "FLOAT",
     "SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "STRING", "BINSTRING", "SHORT_BINSTRING",
     "SHORT_BINBYTES", "BINBYTES", "BINBYTES8", "BYTEARRAY8",
+}
+_NEW: dict[str, Callable[[], Any]] = {  # the opcodes that push a constant or a new empty container
+    "NONE": lambda: None, "NEWTRUE": lambda: True, "NEWFALSE": lambda: False, "MARK": lambda: _MARK,
+    "EMPTY_DICT": dict, "EMPTY_LIST": list, "EMPTY_TUPLE": tuple, "EMPTY_SET": set,
 }
 
 
@@ -110,14 +114,8 @@ def _step(name: str, arg: Any, stack: list[Any], memo: dict[int, Any]) -> None:
     """Apply one plain-data opcode to the stack and memo (UnsafePickle for any other)."""
     if name in _PLAIN_LEAF:
         stack.append(arg)
-    elif name == "NONE":
-        stack.append(None)
-    elif name in ("NEWTRUE", "NEWFALSE"):
-        stack.append(name == "NEWTRUE")
-    elif name == "MARK":
-        stack.append(_MARK)
-    elif name in ("EMPTY_DICT", "EMPTY_LIST", "EMPTY_TUPLE", "EMPTY_SET"):
-        stack.append({"EMPTY_DICT": dict, "EMPTY_LIST": list, "EMPTY_TUPLE": tuple, "EMPTY_SET": set}[name]())
+    elif name in _NEW:
+        stack.append(_NEW[name]())
     elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
         items = [_pop(stack) for _ in range(int(name[-1]))]
         stack.append(tuple(reversed(items)))

@@ -263,10 +263,9 @@ def parse_job_log(path: Path) -> LogResult:
 
 
 def looks_like_error_file(head: bytes) -> bool:
-    text = head.lstrip()
-    return text[:1] == b"{" and b'"message"' in text[:65536] and (
-        b'"extraInfo"' in text[:65536] or b'"py_callstack"' in text[:65536] or b'"errorTraits"' in text[:65536]
-        or b'"timestamp"' in text[:65536])
+    text = head.lstrip()[:65536]
+    return text[:1] == b"{" and b'"message"' in text and any(
+        key in text for key in (b'"extraInfo"', b'"py_callstack"', b'"errorTraits"', b'"timestamp"'))
 
 
 def load_error_file(path: Path) -> dict[str, Any] | None:

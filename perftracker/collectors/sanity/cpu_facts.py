@@ -52,18 +52,14 @@ def _stat(path: Path) -> dict[str, int]:
     return out
 
 
-def _v1_dir(cgroup_root: Path) -> Path | None:
-    for name in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
-        if (cgroup_root / name / "cpu.cfs_quota_us").is_file():
-            return cgroup_root / name
-    return None
+# version -> (the folders under the cgroup root its hierarchy may be mounted at, the file that says it is)
+_HIERARCHIES = {"v1": (("cpu", "cpu,cpuacct", "cpuacct,cpu"), "cpu.cfs_quota_us"),
+                "v2": (("", "unified"), "cgroup.controllers")}
 
 
-def _v2_dir(cgroup_root: Path) -> Path | None:
-    for folder in (cgroup_root, cgroup_root / "unified"):
-        if (folder / "cgroup.controllers").is_file():
-            return folder
-    return None
+def _hierarchy(cgroup_root: Path, version: str) -> Path | None:
+    names, marker = _HIERARCHIES[version]
+    return next((cgroup_root / name for name in names if (cgroup_root / name / marker).is_file()), None)
 
 
 def _chain(root: Path, path: str) -> list[Path]:
@@ -72,14 +68,12 @@ def _chain(root: Path, path: str) -> list[Path]:
     return [root.joinpath(*parts[:i]) for i in range(len(parts), -1, -1)]
 
 
-def _quota_v1(folder: Path) -> float | None:
-    quota = int(_read(folder / "cpu.cfs_quota_us").strip())
-    period = int(_read(folder / "cpu.cfs_period_us").strip())
-    return quota / period if quota > 0 and period > 0 else None
-
-
-def _quota_v2(folder: Path) -> float | None:
-    fields = _read(folder / "cpu.max").split()
+def _quota(folder: Path, version: str) -> float | None:
+    """The cgroup's own CPU quota in cores (v1: cpu.cfs_quota_us / cpu.cfs_period_us, v2: cpu.max), or None."""
+    if version == "v2":
+        fields = _read(folder / "cpu.max").split()
+    else:
+        fields = [_read(folder / name).strip() for name in ("cpu.cfs_quota_us", "cpu.cfs_period_us")]
     if len(fields) != 2 or fields[0] == "max":
         return None
     quota, period = int(fields[0]), int(fields[1])
@@ -100,11 +94,11 @@ def cpu_sample(proc_root: Path = Path("/proc"), cgroup_root: Path = Path("/sys/f
     except OSError as exc:
         out["errors"]["cgroup"] = f"{type(exc).__name__}: {exc}"[:160]
         return out
-    v1_dir, v2_dir = _v1_dir(cgroup_root), _v2_dir(cgroup_root)
+    v1_dir, v2_dir = _hierarchy(cgroup_root, "v1"), _hierarchy(cgroup_root, "v2")
     if v1 and v1_dir is not None:
-        root, path, version, reader = v1_dir, v1, "v1", _quota_v1
+        root, path, version = v1_dir, v1, "v1"
     elif v2 and v2_dir is not None:
-        root, path, version, reader = v2_dir, v2, "v2", _quota_v2
+        root, path, version = v2_dir, v2, "v2"
     else:
         out["errors"]["cgroup"] = f"no cgroup cpu hierarchy readable under {cgroup_root}"
         return out
@@ -112,7 +106,7 @@ def cpu_sample(proc_root: Path = Path("/proc"), cgroup_root: Path = Path("/sys/f
     chain = _chain(root, path)
     for folder in chain:  # the tightest quota: on the cgroup or any parent
         try:
-            quota = reader(folder)
+            quota = _quota(folder, version)
         except (OSError, ValueError):
             continue
         if quota is not None and (out["quota_cores"] is None or quota < out["quota_cores"]):

@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from perftracker.bounded import LineBlocks, iter_lines, load_json_file
+from perftracker.collectors.file_notes import why_unreadable
 from perftracker.errors import InputError
 from perftracker.store import LoadNote
 from perftracker.store.schema import conform
@@ -84,10 +85,8 @@ def _load_one(path: Path) -> tuple[pd.DataFrame, list[LoadNote]]:
     blocks = LineBlocks(path)
     try:
         rows, bad = parse_raw(line for _, line in iter_lines(blocks))
-    except OSError as exc:
-        return pd.DataFrame(), [LoadNote("error", str(path), f"cannot read the stack profile ({exc.strerror})")]
-    except InputError as exc:
-        return pd.DataFrame(), [LoadNote("error", str(path), f"cannot read the stack profile ({exc.message})")]
+    except (OSError, InputError) as exc:
+        return pd.DataFrame(), [LoadNote("error", str(path), f"cannot read the stack profile ({why_unreadable(exc)})")]
     notes = [LoadNote("warning", str(path), n) for n in blocks.stats.notes(blocks.cap)]
     if bad:
         notes.append(LoadNote("warning", str(path), f"{bad} line(s) of the stack profile were not py-spy raw "

@@ -26,8 +26,7 @@ import pytest
 from api_helpers import analyzed
 from synth import SynthSpec, generate
 
-from perftracker.collectors.engines import MapArgs
-from perftracker.collectors.engines.local import LocalEngine
+from perftracker.collectors.engines import LocalEngine, MapArgs
 from perftracker.collectors.engines.ray_engine import RayEngine, map_task
 
 ray = pytest.importorskip("ray", reason="the Ray extra is not installed (pip install -e '.[dev]' installs it)")

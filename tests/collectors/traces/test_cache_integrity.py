@@ -13,8 +13,7 @@ import pandas as pd
 import pytest
 from synth import SynthSpec, generate
 
-from perftracker.collectors.engines import MapArgs
-from perftracker.collectors.engines.local import LocalEngine
+from perftracker.collectors.engines import LocalEngine, MapArgs
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.collectors.traces.comm_kernels import cached_comm_kernels
 from perftracker.collectors.traces.trace_cache import CacheEntry, content_source
