@@ -23,6 +23,8 @@ from perftracker.evidence.failures import FrameShare, WaitedRankEvidence
 
 ASLEEP, STOPPED, RUNNING, IO = "S", "Tt", "R", "D"
 TOP_FRAMES = 3  # display: innermost frames of the named rank shown
+_OUTSIDE = {"stopped": "it was stopped from outside (state T: SIGSTOP, a debugger, a frozen cgroup)",
+            "io": "it was in uninterruptible sleep (state D: disk or other I/O)"}  # what `doing` says of T and D
 
 
 @dataclass(frozen=True)
@@ -107,10 +109,6 @@ class Doing:
 
     kind: str  # "stopped" | "io" | "waiting for a CPU" | "computing" | "running or runnable"
     text: str
-
-
-_OUTSIDE = {"stopped": "it was stopped from outside (state T: SIGSTOP, a debugger, a frozen cgroup)",
-            "io": "it was in uninterruptible sleep (state D: disk or other I/O)"}
 
 
 def doing(rank: int, now: dict[int, RankStates], cpu: dict[int, RankWindow]) -> Doing:
