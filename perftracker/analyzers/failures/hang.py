@@ -68,9 +68,7 @@ def _choose(stacks: pd.DataFrame, last_step_ns: int) -> tuple[str, str, dict[int
     hosts = {str(k): str(v) for k, v in stacks.groupby("snapshot")["host"].first().items()}
     hang = [n for n in names if n.endswith("-hang") and not _moved_on(states, times, names, n)]
     if hang:
-        latest: dict[str, str] = {}
-        for n in hang:  # latest per host; hosts' dumps merged
-            latest[str(hosts.get(n, ""))] = n
+        latest = {str(hosts.get(n, "")): n for n in hang}  # latest per host; hosts' dumps merged
         merged: dict[int, RankState] = {}
         for n in sorted(latest.values(), key=lambda n: times.get(n, 0)):
             merged.update(states[n])

@@ -47,10 +47,6 @@ class Blocked:
     def absent_set(self) -> frozenset[int]:
         return frozenset(self.absent)
 
-    @functools.cached_property
-    def entered_set(self) -> frozenset[int]:
-        return frozenset(self.entered)
-
     @property
     def label(self) -> str:
         desc = f" {self.desc}" if self.desc else ""
@@ -88,11 +84,8 @@ class WaitGraph:
     stalls: list[Stall] = field(default_factory=list)
     roots: list[Root] = field(default_factory=list)
     cycles: list[list[int]] = field(default_factory=list)  # sets of ranks waiting for each other
-    elsewhere: dict[int, str] = field(default_factory=dict)  # ranks the dumps call missing that wait elsewhere
     silent: tuple[int, ...] = ()  # ranks that left no dump, no stack and no line of their own
     at: dict[int, str] = field(default_factory=dict)  # where the stacks show ranks that wait in no call
-    dumped: tuple[int, ...] = ()
-    world: int = 0
 
     @property
     def waiting(self) -> tuple[int, ...]:
@@ -296,11 +289,10 @@ def _kinds(graph: WaitGraph, no_dump: set[int]) -> dict[int, str]:
     return kinds
 
 
-def build(blocked: list[Blocked], stalls: list[Stall], dumped: tuple[int, ...], world: int,
-          elsewhere: Elsewhere | None = None) -> WaitGraph:
+def build(blocked: list[Blocked], stalls: list[Stall], elsewhere: Elsewhere | None = None) -> WaitGraph:
     """Edges from every stuck collective with absent members (and from `elsewhere`: stacks, errors, silent
     ranks; docs/internals/analyzers.md), then the roots and what each holds up."""
-    graph = WaitGraph(blocked=list(blocked), stalls=stalls, dumped=dumped, world=world)
+    graph = WaitGraph(blocked=list(blocked), stalls=stalls)
     other = elsewhere or Elsewhere()
     for index, b in enumerate(blocked):
         if len(b.entered) > 1 and len(b.absent) > 1:
@@ -325,7 +317,6 @@ def build(blocked: list[Blocked], stalls: list[Stall], dumped: tuple[int, ...], 
     blocked_elsewhere.update({r: f"lost its peer: {m}" for r, m in other.lost_peer.items()})
     demoted = {r for r, k in kinds.items() if k == "missing" and r in blocked_elsewhere}
     if demoted:
-        graph.elsewhere = {r: blocked_elsewhere[r] for r in sorted(demoted)}
         targets = sorted(r for r, k in kinds.items() if r not in demoted) or sorted(silent)
         for rank in sorted(demoted):
             for target in targets:
@@ -381,7 +372,7 @@ def _blocked_by_rank(graph: WaitGraph) -> tuple[dict[int, list[Blocked]], dict[i
     entered: dict[int, list[Blocked]] = defaultdict(list)
     absent: dict[int, list[Blocked]] = defaultdict(list)
     for b in graph.blocked:
-        for r in b.entered_set:
+        for r in b.entered:
             entered[r].append(b)
         for r in b.absent_set:
             absent[r].append(b)
@@ -405,5 +396,5 @@ def wait_graph(store: Store, world: int) -> WaitGraph:
     blocked, stalls, dumped = fr_blocked(store, world)
     blocked = [*blocked, *p2p_blocked(store, world)]
     if not blocked:
-        return WaitGraph(dumped=dumped, world=world)
-    return build(blocked, stalls, dumped, world, other_sources(store, world, dumped))
+        return WaitGraph()
+    return build(blocked, stalls, other_sources(store, world, dumped))

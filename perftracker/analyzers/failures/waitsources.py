@@ -21,7 +21,6 @@ class Elsewhere:
     waits_in: dict[int, str] = field(default_factory=dict)  # rank -> "send (job.py:84)": blocked in a call
     at: dict[int, str] = field(default_factory=dict)  # rank -> where its stack is, when not waiting
     lost_peer: dict[int, str] = field(default_factory=dict)  # rank -> its lost-peer error
-    own_error: dict[int, str] = field(default_factory=dict)  # rank -> an error of its own
     silent: tuple[int, ...] = ()  # ranks of the world that left nothing
 
 
@@ -39,14 +38,9 @@ def other_sources(store: Store, world: int, dumped: tuple[int, ...]) -> Elsewher
     if not fail.empty:
         mine = fail[(fail["rank"] >= 0) & fail["kind"].isin(["exception", "exit", "timeout", "gloo_timeout"])]
         seen = {int(r) for r in mine["rank"]}
-        for rank, kind, message in zip(mine["rank"], mine["kind"], mine["message"]):
-            text = str(message)
-            if LOST_PEER.search(text):
-                out.lost_peer.setdefault(int(rank), text[:200])
-            elif kind == "exception":
-                out.own_error.setdefault(int(rank), text[:200])
-        for rank in out.lost_peer:
-            out.own_error.pop(rank, None)
+        for rank, message in zip(mine["rank"], mine["message"].astype(str)):
+            if LOST_PEER.search(message):
+                out.lost_peer.setdefault(int(rank), message[:200])
     known = set(dumped) | set(out.waits_in) | set(out.at) | seen
     if world > 0 and 2 * len(known & set(range(world))) >= world:
         out.silent = tuple(r for r in range(world) if r not in known)

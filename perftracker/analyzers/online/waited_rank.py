@@ -23,6 +23,8 @@ from perftracker.evidence.failures import FrameShare, WaitedRankEvidence
 
 ASLEEP, STOPPED, RUNNING, IO = "S", "Tt", "R", "D"
 TOP_FRAMES = 3  # display: innermost frames of the named rank shown
+_OUTSIDE = {"stopped": "it was stopped from outside (state T: SIGSTOP, a debugger, a frozen cgroup)",
+            "io": "it was in uninterruptible sleep (state D: disk or other I/O)"}  # what `doing` says of T and D
 
 
 @dataclass(frozen=True)
@@ -115,12 +117,9 @@ def doing(rank: int, now: dict[int, RankStates], cpu: dict[int, RankWindow]) -> 
     others = {k: _median_of_others({r: getattr(s, k) for r, s in now.items()}, rank)
               for k in ("stopped", "io", "running")}
     kind = max(others, key=lambda k: (getattr(me, k) - others[k], k))
-    if kind == "stopped":
-        return Doing("stopped", f"it was stopped from outside (state T: SIGSTOP, a debugger, a frozen cgroup) "
-                                f"{pct(me.stopped)} of the window, the other ranks {pct(others['stopped'])}")
-    if kind == "io":
-        return Doing("io", f"it was in uninterruptible sleep (state D: disk or other I/O) {pct(me.io)} of the "
-                           f"window, the other ranks {pct(others['io'])}")
+    if kind in _OUTSIDE:
+        return Doing(kind, f"{_OUTSIDE[kind]} {pct(getattr(me, kind))} of the window, the other ranks "
+                           f"{pct(others[kind])}")
     running = f"running or runnable {pct(me.running)} of the window, the other ranks {pct(others['running'])}"
     if rank not in cpu or len(cpu) < 2:
         return Doing("running or runnable", f"it was {running}")

@@ -126,55 +126,50 @@ def _corroborate(findings: list[Finding]) -> list[Finding]:
 def link_findings(analysis: Analysis, findings: list[Finding]) -> list[Finding]:
     """Attach host evidence to stragglers, link both ways, and give explaining findings a cost."""
     with analysis.active():  # the run's thresholds
-        return _link_findings(analysis, findings)
+        store = analysis.store
+        findings = _corroborate(findings)
+        stragglers = [f for f in findings if straggler_kind(f)]
+        health = [f for f in findings if f.analyzer in _GPU_ANALYZERS + _NIC_ANALYZERS]
+        if not stragglers and not health:
+            return findings
+        rmap = rank_map(store) if stragglers else pd.DataFrame()
+        has_samples = not store["counters"].empty
+        updated: dict[str, Finding] = {}
 
+        def current(f: Finding) -> Finding:
+            return updated.get(f.id, f)
 
-def _link_findings(analysis: Analysis, findings: list[Finding]) -> list[Finding]:
-    store = analysis.store
-    findings = _corroborate(findings)
-    stragglers = [f for f in findings if straggler_kind(f)]
-    health = [f for f in findings if f.analyzer in _GPU_ANALYZERS + _NIC_ANALYZERS]
-    if not stragglers and not health:
-        return findings
-    rmap = rank_map(store) if stragglers else pd.DataFrame()
-    has_samples = not store["counters"].empty
-    updated: dict[str, Finding] = {}
-
-    def current(f: Finding) -> Finding:
-        return updated.get(f.id, f)
-
-    for s in stragglers:
-        loc = _location(rmap, s)
-        locus, window = straggler_locus(analysis, s), straggler_window(analysis, s)
-        related = [(f, relation(f, locus, window)) for f in health if _matches(loc, f)]
-        chain = sorted(related, key=lambda fr: (not fr[1].explains, fr[1].kind != "possible cause",
-                                                -int(fr[0].severity),
-                                                -_time_share(fr[0])))
-        summary = _summary(s, loc, chain, has_samples, locus)
-        root = RootCause(summary=summary, location=loc, locus=locus or "unknown",
-                         window_ns=list(window) if window else None,
-                         chain=[{"id": f.id, "analyzer": f.analyzer, "severity": f.severity.label, "title": f.title,
-                                 "explains": rel.explains, "relation": rel.kind, "why": rel.why} for f, rel in chain])
-        new = replace(current(s), evidence={**current(s).evidence, "root_cause": root})
-        causes = [f for f, rel in chain if rel.explains]
-        if causes:
-            lead = causes[0]
-            new = replace(new, recommendation=f"Likely cause: {_cause_text(lead)}. {lead.recommendation} "
-                          f"{s.recommendation}")
-        updated[s.id] = new.with_related(f.id for f, _ in chain)
-        for f, rel in chain:
-            cur = current(f).with_related([s.id])
-            if rel.explains:
-                if cur.cost.seconds_per_step < s.cost.seconds_per_step:
-                    cur = replace(cur, cost=Cost(s.cost.seconds_per_step, s.cost.share_of_step))
-                if s.ranks[0] not in cur.ranks:
-                    cur = replace(cur, ranks=tuple(sorted(set(cur.ranks) | set(s.ranks))))
-            updated[f.id] = cur
-    slow = [f for f in findings if f.analyzer == Kind.BANDWIDTH and f.severity >= Severity.WARNING]
-    nic_findings = [f for f in health if f.analyzer in _NIC_ANALYZERS and f.severity >= Severity.WARNING]
-    for b in slow:
-        if nic_findings:
-            updated[b.id] = current(b).with_related(f.id for f in nic_findings)
-            for f in nic_findings:
-                updated[f.id] = current(f).with_related([b.id])
-    return [updated.get(f.id, f) for f in findings]
+        for s in stragglers:
+            loc = _location(rmap, s)
+            locus, window = straggler_locus(analysis, s), straggler_window(analysis, s)
+            related = [(f, relation(f, locus, window)) for f in health if _matches(loc, f)]
+            chain = sorted(related, key=lambda fr: (not fr[1].explains, fr[1].kind != "possible cause",
+                                                    -int(fr[0].severity), -_time_share(fr[0])))
+            root = RootCause(summary=_summary(s, loc, chain, has_samples, locus), location=loc,
+                             locus=locus or "unknown", window_ns=list(window) if window else None,
+                             chain=[{"id": f.id, "analyzer": f.analyzer, "severity": f.severity.label,
+                                     "title": f.title, "explains": rel.explains, "relation": rel.kind,
+                                     "why": rel.why} for f, rel in chain])
+            new = replace(current(s), evidence={**current(s).evidence, "root_cause": root})
+            causes = [f for f, rel in chain if rel.explains]
+            if causes:
+                lead = causes[0]
+                new = replace(new, recommendation=f"Likely cause: {_cause_text(lead)}. {lead.recommendation} "
+                              f"{s.recommendation}")
+            updated[s.id] = new.with_related(f.id for f, _ in chain)
+            for f, rel in chain:
+                cur = current(f).with_related([s.id])
+                if rel.explains:
+                    if cur.cost.seconds_per_step < s.cost.seconds_per_step:
+                        cur = replace(cur, cost=Cost(s.cost.seconds_per_step, s.cost.share_of_step))
+                    if s.ranks[0] not in cur.ranks:
+                        cur = replace(cur, ranks=tuple(sorted(set(cur.ranks) | set(s.ranks))))
+                updated[f.id] = cur
+        slow = [f for f in findings if f.analyzer == Kind.BANDWIDTH and f.severity >= Severity.WARNING]
+        nic_findings = [f for f in health if f.analyzer in _NIC_ANALYZERS and f.severity >= Severity.WARNING]
+        for b in slow:
+            if nic_findings:
+                updated[b.id] = current(b).with_related(f.id for f in nic_findings)
+                for f in nic_findings:
+                    updated[f.id] = current(f).with_related([b.id])
+        return [updated.get(f.id, f) for f in findings]

@@ -38,10 +38,7 @@ def alltoall_exchanges(arr: pd.DataFrame, groups: dict[str, ProcessGroup]) -> pd
         return pd.DataFrame(columns=_COLUMNS)
     a2a = arr[(arr["collective"] == "all_to_all") & (arr["splits"].astype(str) != "")]
     out = []
-    ranks_of: dict[int, list[int]] = {}
-    for instance, rank in zip(a2a["instance"].tolist(), a2a["rank"].tolist()):
-        ranks_of.setdefault(int(instance), []).append(int(rank))
-    ranks_of = {k: sorted(v) for k, v in ranks_of.items()}
+    ranks_of = {int(str(i)): sorted(int(r) for r in ranks) for i, ranks in a2a.groupby("instance")["rank"]}
     cols = zip(a2a["instance"].tolist(), a2a["step"].tolist(), a2a["rank"].tolist(), a2a["pg"].astype(str).tolist(),
                a2a["bytes"].tolist(), a2a["splits"].astype(str).tolist())
     for instance, step, rank, pg, size, text in cols:

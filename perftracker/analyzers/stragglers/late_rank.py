@@ -119,10 +119,11 @@ def before_arrival(analysis: Analysis, rank: int) -> BeforeArrival:
     gpu_seen = any(k[0] in _GPU for k in [*mine["ops"], *med["ops"]])  # a CPU-only job has no GPU to idle
     names = set(mine["ops"]) | set(med["ops"])
     extra = sorted(((mine["ops"].get(k, 0.0) - med["ops"].get(k, 0.0), k) for k in names), reverse=True)
-    causes = {c: round(sum(v for (k, n), v in mine["ops"].items() if p.search(n) or (c == "memcpy" and k == "memcpy"))
-                       / 1e6 - sum(v for (k, n), v in med["ops"].items()
-                                   if p.search(n) or (c == "memcpy" and k == "memcpy")) / 1e6, 3)
-              for c, p in CAUSES.items()}
+
+    def cause_ms(ops: dict[tuple[str, str], float], cause: str) -> float:
+        return sum(v for (k, n), v in ops.items() if CAUSES[cause].search(n) or cause == k == "memcpy") / 1e6
+
+    causes = {c: round(cause_ms(mine["ops"], c) - cause_ms(med["ops"], c), 3) for c in CAUSES}
     gpu_ops = [(x, k) for x, k in extra if k[0] in _GPU and x > 0]
     cpu_ops = [(x, k) for x, k in extra if k[0] in _CPU and x > 0]
     return {

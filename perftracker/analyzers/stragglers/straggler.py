@@ -241,21 +241,7 @@ def analyze_stragglers(analysis: Analysis) -> list[Finding]:
     else:
         findings += _within_noise(store, metrics, verdict)
     named = {f.ranks[0] for f in findings if f.severity > Severity.INFO and len(f.ranks) == 1}
-    for r, cost, share, evidence in _comm_stragglers(arr, store):
-        if r in named:
-            continue
-        findings.append(Finding(
-            analyzer="straggler",
-            severity=max(_severity(share), Severity.WARNING),
-            title=(f"Rank {r} is a communication straggler: collectives it takes part in transfer "
-                   f"{evidence['transfer_excess_ms']:.2f} ms longer than like collectives without it "
-                   f"(typical {evidence['typical_transfer_ms']:.2f} ms); {fmt_ms(cost)} per step"),
-            recommendation=_ADVICE["communication"].format(r=r),
-            evidence=StragglerEvidence(kind="communication", **evidence),
-            ranks=(r,), hosts=hosts_of(store, [r]), cost=Cost(cost, share), key=f"straggler:comm:{r}",
-            confidence=0.0,
-        ))
-    return findings
+    return findings + [f for f in _comm_stragglers(arr, store) if f.ranks[0] not in named]
 
 
 def _straggler(analysis: Analysis, arr: pd.DataFrame, metrics: pd.DataFrame, verdict: OutlierVerdict,
@@ -387,7 +373,8 @@ def comm_excess(arr: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _comm_stragglers(arr: pd.DataFrame, store: Store) -> list[tuple[int, float, float, StragglerEvidence]]:
+def _comm_stragglers(arr: pd.DataFrame, store: Store) -> list[Finding]:
+    """The rank whose collectives' transfers are longer than like ones without it, well ahead of the next."""
     table = comm_excess(arr)
     if table.empty or len(table) < 3:
         return []
@@ -397,13 +384,20 @@ def _comm_stragglers(arr: pd.DataFrame, store: Store) -> list[tuple[int, float, 
         return []
     if top["excess_median"] < threshold("straggler.comm_runner_up") * max(float(runner_up["excess_median"]), 0.0):
         return []
-    share = _share_of_step(store, arr, float(top["excess_per_step_s"]))
+    r, cost = int(str(ordered.index[0])), float(top["excess_per_step_s"])
+    share = _share_of_step(store, arr, cost)
     if share < threshold("straggler.comm_min_cost_share"):
         return []
-    evidence = StragglerEvidence(transfer_excess_ms=round(float(top["excess_median"]) / 1e6, 3),
-                                 typical_transfer_ms=round(float(top["typical"]) / 1e6, 3),
-                                 next_rank_excess_ms=round(float(runner_up["excess_median"]) / 1e6, 3))
-    return [(int(str(ordered.index[0])), float(top["excess_per_step_s"]), share, evidence)]
+    excess, typical = round(float(top["excess_median"]) / 1e6, 3), round(float(top["typical"]) / 1e6, 3)
+    return [Finding(
+        analyzer="straggler", severity=max(_severity(share), Severity.WARNING),
+        title=(f"Rank {r} is a communication straggler: collectives it takes part in transfer {excess:.2f} ms longer "
+               f"than like collectives without it (typical {typical:.2f} ms); {fmt_ms(cost)} per step"),
+        recommendation=_ADVICE["communication"].format(r=r),
+        evidence=StragglerEvidence(kind="communication", transfer_excess_ms=excess, typical_transfer_ms=typical,
+                                   next_rank_excess_ms=round(float(runner_up["excess_median"]) / 1e6, 3)),
+        ranks=(r,), hosts=hosts_of(store, [r]), cost=Cost(cost, share), key=f"straggler:comm:{r}", confidence=0.0,
+    )]
 
 
 def _alignment_finding(arr: pd.DataFrame, offsets: pd.Series) -> Finding:
