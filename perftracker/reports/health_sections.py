@@ -94,12 +94,7 @@ def _time(ns: Any) -> pd.Series:
 
 
 def _of(frame: pd.DataFrame, **match: Any) -> pd.DataFrame:
-    if frame.empty:
-        return frame
-    mask = pd.Series(True, index=frame.index)
-    for column, value in match.items():
-        mask &= frame[column] == value
-    return frame[mask]
+    return frame if frame.empty else frame[(frame[list(match)] == pd.Series(match)).all(axis=1)]
 
 
 def gpu_figures(series: pd.DataFrame, throttle: pd.DataFrame) -> list[dict[str, Any]]:

@@ -21,12 +21,6 @@ _KEYS = ["host", "device", "port"]
 _DURATION = "_duration"
 
 
-def _keys(frame: pd.DataFrame) -> set[tuple[str, str, str]]:
-    if frame.empty:
-        return set()
-    return {(str(h), str(d), str(p)) for h, d, p in zip(frame["host"], frame["device"], frame["port"])}
-
-
 def _most_paused(stats: dict[str, PfcPauses]) -> tuple[str, float, float]:
     """(priority, paused share or NaN, pause frames/s) of the most paused priority that moved; ("", NaN, 0)."""
     moved = {p: s for p, s in stats.items() if s["moved"]}
@@ -43,7 +37,7 @@ def rdma_ports_table(analysis: Analysis) -> pd.DataFrame:
     pfc = {(p.host, p.dev, p.port): p for p in analysis.view(pfc_ports_view)}
     groups = {(str(h), str(d), str(p)): g for (h, d, p), g in series.groupby(_KEYS, observed=True)} \
         if not series.empty else {}
-    keys = sorted(_keys(series) | set(pfc))
+    keys = sorted(set(groups) | set(pfc))
     shown = set(sorted({host for host, _, _ in keys})[:MAX_HOSTS])
     rows = []
     for key in keys:
