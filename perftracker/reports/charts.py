@@ -101,7 +101,7 @@ def breakdown_chart(table: pd.DataFrame, many: bool = False) -> dict[str, Any] |
     fig = go.Figure()
     for col, name, color in BREAKDOWN:
         if many:
-            _box(fig, table[col], table["rank"], name, COLORS[color])
+            rank_box(fig, table[col], table["rank"], name, COLORS[color])
         else:
             fig.add_bar(x=labels, y=table[col].round(2), name=name, marker_color=COLORS[color])
     if many:
@@ -120,7 +120,7 @@ def overlap_chart(table: pd.DataFrame, many: bool = False) -> dict[str, Any] | N
     for col, name, color in (("comm_overlapped_ns", "overlapped with compute", "compute"),
                              ("comm_exposed_ns", "exposed", "comm")):
         if many:
-            _box(fig, t[col] / 1e6, t["rank"], name, COLORS[color])
+            rank_box(fig, t[col] / 1e6, t["rank"], name, COLORS[color])
         else:
             fig.add_bar(x=[_rank(r) for r in t["rank"]], y=(t[col] / 1e6).round(3), name=name,
                         marker_color=COLORS[color])
@@ -221,21 +221,10 @@ def profile_figures(ranks_table: pd.DataFrame, shares: pd.DataFrame) -> list[dic
     return [heat.to_plotly_json(), counts.to_plotly_json()]
 
 
-def _box(fig: go.Figure, values: pd.Series, ranks: pd.Series, name: str, color: str) -> None:
+def rank_box(fig: go.Figure, values: pd.Series, ranks: pd.Series, name: str, color: str) -> None:
+    """A box of `values` across ranks, each outlier point naming its rank."""
     fig.add_box(y=values.round(3), name=label(name), marker_color=color, boxpoints="outliers",
                 hovertext=[label(f"rank {r}") for r in ranks], hoverinfo="y+text")
-
-
-def families_distribution(families: pd.DataFrame, order: list[str], colors: dict[str, str]) -> dict[str, Any] | None:
-    """One box per kernel family of its share of each rank's GPU work (%), families in `order`."""
-    if families.empty:
-        return None
-    fig = go.Figure()
-    for family in [f for f in order if f in set(families["family"].astype(str))]:
-        mine = families[families["family"].astype(str) == family]
-        _box(fig, mine["share_pct"], mine["rank"], family, colors.get(family, "#999999"))
-    return figure(fig, title=f"GPU work by kernel family across {families['rank'].nunique():,} ranks "
-                  "(% of each rank's GPU work time; points: outlier ranks)", yaxis_title="%", showlegend=False)
 
 
 def _marks(focus: pd.DataFrame, column: str) -> pd.DataFrame:
