@@ -92,25 +92,41 @@ def step_source(steps: pd.DataFrame) -> pd.DataFrame:
     return files if not files.empty else steps
 
 
-def breakdown_chart(table: pd.DataFrame) -> dict[str, Any] | None:
+def breakdown_chart(table: pd.DataFrame, many: bool = False) -> dict[str, Any] | None:
+    """Each rank's shares of GPU time (compute, exposed communication, memory copies, idle) as stacked bars; with
+    `many` ranks one box per share across ranks."""
     if table.empty:
         return None
     labels = [label(f"rank {r}" + (f" w{w}" if w else "")) for r, w in zip(table["rank"], table["window"])]
     fig = go.Figure()
     for col, name, color in BREAKDOWN:
-        fig.add_bar(x=labels, y=table[col].round(2), name=name, marker_color=COLORS[color])
+        if many:
+            rank_box(fig, table[col], table["rank"], name, COLORS[color])
+        else:
+            fig.add_bar(x=labels, y=table[col].round(2), name=name, marker_color=COLORS[color])
+    if many:
+        return figure(fig, title=f"GPU time across {table['rank'].nunique():,} ranks (% of profiled span; points: "
+                      "outlier ranks)", yaxis_title="%", showlegend=False)
     return figure(fig, barmode="stack", title="GPU time per rank (% of profiled span)", yaxis_title="%")
 
 
-def overlap_chart(table: pd.DataFrame) -> dict[str, Any] | None:
+def overlap_chart(table: pd.DataFrame, many: bool = False) -> dict[str, Any] | None:
+    """Each rank's communication time overlapped with compute and exposed (ms) as stacked bars; with `many` ranks
+    boxes across ranks."""
     if table.empty or not (table["comm_ns"] > 0).any():
         return None
     t = table[table["comm_ns"] > 0]
-    labels = [_rank(r) for r in t["rank"]]
     fig = go.Figure()
-    fig.add_bar(x=labels, y=(t["comm_overlapped_ns"] / 1e6).round(3), name="overlapped with compute",
-                marker_color=COLORS["compute"])
-    fig.add_bar(x=labels, y=(t["comm_exposed_ns"] / 1e6).round(3), name="exposed", marker_color=COLORS["comm"])
+    for col, name, color in (("comm_overlapped_ns", "overlapped with compute", "compute"),
+                             ("comm_exposed_ns", "exposed", "comm")):
+        if many:
+            rank_box(fig, t[col] / 1e6, t["rank"], name, COLORS[color])
+        else:
+            fig.add_bar(x=[_rank(r) for r in t["rank"]], y=(t[col] / 1e6).round(3), name=name,
+                        marker_color=COLORS[color])
+    if many:
+        return figure(fig, title=f"Communication time across {t['rank'].nunique():,} ranks (ms; points: outlier "
+                      "ranks)", yaxis_title="ms", showlegend=False)
     return figure(fig, barmode="stack", title="Communication time per rank (ms): overlapped vs exposed",
                   yaxis_title="ms")
 
@@ -205,44 +221,10 @@ def profile_figures(ranks_table: pd.DataFrame, shares: pd.DataFrame) -> list[dic
     return [heat.to_plotly_json(), counts.to_plotly_json()]
 
 
-def _box(fig: go.Figure, values: pd.Series, ranks: pd.Series, name: str, color: str) -> None:
+def rank_box(fig: go.Figure, values: pd.Series, ranks: pd.Series, name: str, color: str) -> None:
+    """A box of `values` across ranks, each outlier point naming its rank."""
     fig.add_box(y=values.round(3), name=label(name), marker_color=color, boxpoints="outliers",
                 hovertext=[label(f"rank {r}") for r in ranks], hoverinfo="y+text")
-
-
-def breakdown_distribution(table: pd.DataFrame) -> dict[str, Any] | None:
-    """One box per share of GPU time (compute, exposed communication, memory copies, idle) across ranks."""
-    if table.empty:
-        return None
-    fig = go.Figure()
-    for col, name, color in BREAKDOWN:
-        _box(fig, table[col], table["rank"], name, COLORS[color])
-    return figure(fig, title=f"GPU time across {table['rank'].nunique():,} ranks (% of profiled span; points: outlier "
-                  "ranks)", yaxis_title="%", showlegend=False)
-
-
-def overlap_distribution(table: pd.DataFrame) -> dict[str, Any] | None:
-    """Boxes of communication time overlapped with compute and exposed (ms) across ranks."""
-    if table.empty or not (table["comm_ns"] > 0).any():
-        return None
-    t = table[table["comm_ns"] > 0]
-    fig = go.Figure()
-    _box(fig, t["comm_overlapped_ns"] / 1e6, t["rank"], "overlapped with compute", COLORS["compute"])
-    _box(fig, t["comm_exposed_ns"] / 1e6, t["rank"], "exposed", COLORS["comm"])
-    return figure(fig, title=f"Communication time across {t['rank'].nunique():,} ranks (ms; points: outlier ranks)",
-                  yaxis_title="ms", showlegend=False)
-
-
-def families_distribution(families: pd.DataFrame, order: list[str], colors: dict[str, str]) -> dict[str, Any] | None:
-    """One box per kernel family of its share of each rank's GPU work (%), families in `order`."""
-    if families.empty:
-        return None
-    fig = go.Figure()
-    for family in [f for f in order if f in set(families["family"].astype(str))]:
-        mine = families[families["family"].astype(str) == family]
-        _box(fig, mine["share_pct"], mine["rank"], family, colors.get(family, "#999999"))
-    return figure(fig, title=f"GPU work by kernel family across {families['rank'].nunique():,} ranks "
-                  "(% of each rank's GPU work time; points: outlier ranks)", yaxis_title="%", showlegend=False)
 
 
 def _marks(focus: pd.DataFrame, column: str) -> pd.DataFrame:

@@ -18,6 +18,7 @@ from perftracker.evidence.units import EvidenceField as Unit
 MAX_ROWS = 12
 MAX_LIST = 16
 MAX_TEXT = 300
+_SCALED = {"ns": ((1e9, "s"), (1e6, "ms"), (1e3, "us")), "bytes": ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"))}
 
 
 @dataclass(frozen=True)
@@ -39,16 +40,11 @@ def number(value: float, unit: str = "") -> str:
     """A number rounded for reading (3 significant digits, thousands grouped), in `unit` when given."""
     if unit == "share":
         return number(100.0 * value, "%")
-    if unit == "ns":
-        for scale, name in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
+    if unit in _SCALED:
+        for scale, name in _SCALED[unit]:
             if abs(value) >= scale:
                 return number(value / scale, name)
-        return f"{_rounded(value)} ns"
-    if unit == "bytes":
-        for scale, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-            if abs(value) >= scale:
-                return number(value / scale, name)
-        return f"{int(value):,} B"
+        return f"{_rounded(value)} ns" if unit == "ns" else f"{int(value):,} B"
     if unit == "timestamp":
         return f"{int(value)}"
     text = _rounded(value)

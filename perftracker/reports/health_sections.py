@@ -94,12 +94,7 @@ def _time(ns: Any) -> pd.Series:
 
 
 def _of(frame: pd.DataFrame, **match: Any) -> pd.DataFrame:
-    if frame.empty:
-        return frame
-    mask = pd.Series(True, index=frame.index)
-    for column, value in match.items():
-        mask &= frame[column] == value
-    return frame[mask]
+    return frame if frame.empty else frame[(frame[list(match)] == pd.Series(match)).all(axis=1)]
 
 
 def gpu_figures(series: pd.DataFrame, throttle: pd.DataFrame) -> list[dict[str, Any]]:
@@ -175,6 +170,12 @@ def _config(config: pd.DataFrame, flagged: pd.DataFrame) -> dict[str, Any]:
     return {"variables": variables, "rows": rows[:MAX_ROWS], "more": max(0, len(rows) - MAX_ROWS)}
 
 
+def _grid(tables: Tables, name: str, columns: dict[str, str]) -> dict[str, Any]:
+    """The view `name` as a `grid` (its rows: none without the view)."""
+    frame = table(tables, name)
+    return grid(frame, columns, source=name) if not frame.empty else {"rows": []}
+
+
 def nccl_section(tables: Tables, findings: list[Finding]) -> Section | None:
     """The NCCL section, or None when there is no NCCL log and no configuration."""
     summary = table(tables, "nccl_summary")
@@ -182,7 +183,6 @@ def nccl_section(tables: Tables, findings: list[Finding]) -> Section | None:
         return None
     transports = table(tables, "nccl_transports")
     warns = table(tables, "nccl_warns")
-    busbw = table(tables, "nccl_busbw")
     data = {
         "profile": str(summary["profile"].iloc[0]),
         "config": _config(table(tables, "nccl_config"), table(tables, "nccl_flagged")),
@@ -197,17 +197,15 @@ def nccl_section(tables: Tables, findings: list[Finding]) -> Section | None:
         "warns_more": max(0, len(warns) - MAX_ROWS),
         "failing_links": [f.title for f in findings if f.analyzer == Kind.NCCL_CONFIG
                           and as_evidence(f.evidence, NcclConfigEvidence).get("flag") == "ib_completion_error"],
-        "busbw": grid(busbw, BUSBW_COLUMNS, source="nccl_busbw") if not busbw.empty else {"rows": []},
+        "busbw": _grid(tables, "nccl_busbw", BUSBW_COLUMNS),
     }
     return Section("nccl", "NCCL", "section_nccl.html.j2", data)
 
 
 def inspector_section(tables: Tables, findings: list[Finding]) -> Section | None:
     """The NCCL Inspector tables, or None when the run has no Inspector records."""
-    bandwidth, lateness = table(tables, "inspector_bandwidth"), table(tables, "inspector_lateness")
-    if bandwidth.empty and lateness.empty:
+    data = {"bandwidth": _grid(tables, "inspector_bandwidth", BANDWIDTH_COLUMNS),
+            "lateness": _grid(tables, "inspector_lateness", LATENESS_COLUMNS)}
+    if not data["bandwidth"]["rows"] and not data["lateness"]["rows"]:
         return None
-    data = {"bandwidth": grid(bandwidth, BANDWIDTH_COLUMNS, source="inspector_bandwidth")
-            if not bandwidth.empty else {"rows": []},
-            "lateness": grid(lateness, LATENESS_COLUMNS, source="inspector_lateness") if not lateness.empty else {"rows": []}}
     return Section("inspector", "NCCL collectives (Inspector)", "section_inspector.html.j2", data)

@@ -135,10 +135,7 @@ def kernels_section(tables: Tables, findings: list[Finding]) -> Section | None:
         "longest_gaps": _named(GAPS, longest, TOP_ROWS // 2) if not longest.empty else None,
         "idle_ops": _named(IDLE_OPS, idle_ops, TOP_ROWS // 2) if not idle_ops.empty else None,
     }
-    family_chart = (charts.families_distribution(families, list(FAMILY_COLORS),
-                                                      FAMILY_COLORS) if many
-                    else families_chart(families))
-    figures = [f for f in (kernels_chart(kernels), family_chart) if f]
+    figures = [f for f in (kernels_chart(kernels), families_chart(families, many)) if f]
     return Section("kernels", "Kernels and ops", TEMPLATE, data, figures)
 
 
@@ -161,10 +158,18 @@ def kernels_chart(kernels: pd.DataFrame) -> dict[str, Any] | None:
                   xaxis_title="ms", yaxis=dict(categoryorder="array", categoryarray=names[::-1], automargin=True))
 
 
-def families_chart(families: pd.DataFrame, max_ranks: int = 64) -> dict[str, Any] | None:
-    """Stacked bars: each rank's GPU work time by kernel family (% of its GPU work)."""
+def families_chart(families: pd.DataFrame, many: bool = False, max_ranks: int = 64) -> dict[str, Any] | None:
+    """Stacked bars: each rank's GPU work time by kernel family (% of its GPU work); with `many` ranks one box per
+    family of its share of each rank's GPU work."""
     if families.empty:
         return None
+    if many:
+        fig = go.Figure()
+        for family in [f for f in FAMILY_COLORS if f in set(families["family"].astype(str))]:
+            mine = families[families["family"].astype(str) == family]
+            charts.rank_box(fig, mine["share_pct"], mine["rank"], family, FAMILY_COLORS[family])
+        return figure(fig, title=f"GPU work by kernel family across {families['rank'].nunique():,} ranks "
+                      "(% of each rank's GPU work time; points: outlier ranks)", yaxis_title="%", showlegend=False)
     ranks = sorted(int(r) for r in families["rank"].unique())[:max_ranks]
     shown = families[families["rank"].isin(ranks)]
     labels = [f"rank {r}" for r in ranks]

@@ -54,14 +54,14 @@ def _rows(frame: pd.DataFrame, columns: dict[str, str], view: str, tables: Table
 
 def breakdown_section(tables: Tables, findings: list[Finding]) -> Section | None:
     bd = table(tables, "breakdown")
-    chart = charts.breakdown_distribution(bd) if rank_layout(tables)[1] else charts.breakdown_chart(bd)
+    chart = charts.breakdown_chart(bd, many=rank_layout(tables)[1])
     return Section("breakdown", "GPU time breakdown", TEMPLATE, _rows(bd, BREAKDOWN_COLUMNS, "breakdown", tables),
                    [chart]) if chart else None
 
 
 def overlap_section(tables: Tables, findings: list[Finding]) -> Section | None:
     bd = table(tables, "breakdown")
-    chart = charts.overlap_distribution(bd) if rank_layout(tables)[1] else charts.overlap_chart(bd)
+    chart = charts.overlap_chart(bd, many=rank_layout(tables)[1])
     return Section("overlap", "Communication / compute overlap", TEMPLATE, {}, [chart]) if chart else None
 
 

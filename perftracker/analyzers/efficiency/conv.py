@@ -4,8 +4,9 @@ FLOPs 2 * N * C_out * prod(output spatial) * (C_in / groups) * prod(kernel)."""
 from __future__ import annotations
 
 import math
+from functools import partial
 
-from perftracker.analyzers.efficiency.model import OpModel, dims_label
+from perftracker.analyzers.efficiency.model import ModelFn, OpModel, dims_label
 from perftracker.analyzers.efficiency.shapes import ELEMENT_BYTES, FLOAT_DTYPES, OpArgs
 
 
@@ -38,12 +39,9 @@ def _conv(args: OpArgs, x_at: int, stride_at: int, transposed_at: int | None, gr
                    dims_label(args, (x_at, x_at + 1)), backward=backward)
 
 
-def convolution(args: OpArgs) -> OpModel | None:  # input, weight, bias, stride, padding, dilation, transposed, ...
-    return _conv(args, 0, 3, 6, 8)
-
-
-def conv_nd(args: OpArgs) -> OpModel | None:  # conv1d/2d/3d: input, weight, bias, stride, padding, dilation, groups
-    return _conv(args, 0, 3, None, 6)
+# input, weight, bias, stride, padding, dilation, transposed, output_padding, groups
+convolution = partial(_conv, x_at=0, stride_at=3, transposed_at=6, groups_at=8)
+conv_nd = partial(_conv, x_at=0, stride_at=3, transposed_at=None, groups_at=6)  # conv1d/2d/3d: ..., dilation, groups
 
 
 def cudnn_convolution(args: OpArgs) -> OpModel | None:  # self, weight, padding, stride, dilation, groups, ...
@@ -51,7 +49,7 @@ def cudnn_convolution(args: OpArgs) -> OpModel | None:  # self, weight, padding,
     spatial = len(x) - 2
     swapped = OpArgs(args.dims, args.dtypes, (*args.concrete[:2], "", args.value(3), args.value(2), args.value(4),
                                              "False", "", args.value(5)))
-    return _conv(swapped, 0, 3, 6, 8) if spatial >= 1 else None
+    return convolution(swapped) if spatial >= 1 else None
 
 
 def convolution_backward(args: OpArgs) -> OpModel | None:
@@ -62,7 +60,7 @@ def convolution_backward(args: OpArgs) -> OpModel | None:
     return _conv(args, 1, 4, 7, 9, grads=grads) if grads else None
 
 
-CONV_MODELS = {
+CONV_MODELS: dict[str, ModelFn] = {
     "aten::convolution": convolution, "aten::_convolution": convolution,
     "aten::conv1d": conv_nd, "aten::conv2d": conv_nd, "aten::conv3d": conv_nd,
     "aten::cudnn_convolution": cudnn_convolution, "aten::miopen_convolution": cudnn_convolution,

@@ -48,12 +48,17 @@ def _with_output(family: str, write_out: bool) -> ModelFn:
     return model
 
 
-def copy(args: OpArgs) -> OpModel | None:  # copy_(self=dst, src): src read, dst written
-    tensors = _tensors(args)
-    dtype = _first_float(args, tensors)
-    if len(tensors) < 2 or not dtype:
-        return None
-    return OpModel("elementwise", 0.0, float(_read_bytes(args, tensors[:2])), dtype, dims_label(args, (0,)))
+def _read(first: int) -> ModelFn:
+    """An op that moves its first `first` tensors once: copy_(self=dst, src) (src read, dst written); fill_ and
+    zero_ (self written)."""
+    def model(args: OpArgs) -> OpModel | None:
+        tensors = _tensors(args)
+        dtype = _first_float(args, tensors)
+        if len(tensors) < first or not dtype:
+            return None
+        return OpModel("elementwise", 0.0, float(_read_bytes(args, tensors[:first])), dtype, dims_label(args, (0,)))
+
+    return model
 
 
 # c10::ScalarType codes as `Concrete Inputs` print a dtype argument (c10/core/ScalarType.h order).
@@ -71,18 +76,10 @@ def to_copy(args: OpArgs) -> OpModel | None:  # _to_copy(self, dtype, ...): read
     return OpModel("elementwise", 0.0, float(moved), dtype, dims_label(args, (0,)))
 
 
-def fill(args: OpArgs) -> OpModel | None:
-    tensors = _tensors(args)
-    dtype = _first_float(args, tensors)
-    if not tensors or not dtype:
-        return None
-    return OpModel("elementwise", 0.0, float(_read_bytes(args, tensors[:1])), dtype, dims_label(args, (0,)))
-
-
 MEMORY_MODELS: dict[str, ModelFn] = {
     **{f"aten::{n}": _with_output("elementwise", True) for n in _ELEMENTWISE},
     **{f"aten::{n}": _with_output("norm", True) for n in _NORM},
     **{f"aten::{n}": _with_output("reduction", True) for n in _SOFTMAX},
     **{f"aten::{n}": _with_output("reduction", False) for n in _REDUCE},
-    "aten::copy_": copy, "aten::_to_copy": to_copy, "aten::fill_": fill, "aten::zero_": fill,
+    "aten::copy_": _read(2), "aten::_to_copy": to_copy, "aten::fill_": _read(1), "aten::zero_": _read(1),
 }

@@ -7,12 +7,13 @@ import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.efficiency.devices import DTYPES
+from perftracker.analyzers.efficiency.devices import DTYPES, Device
 from perftracker.analyzers.efficiency.instances import op_instances_view, unmodelled_view
 from perftracker.analyzers.efficiency.roofline import ROOF_COLUMNS, device_names, device_of_ranks, roofline
 
 GROUP = ["device", "op", "family", "shape", "dtype", "backward"]
 EFFICIENCY_COLUMNS = [*GROUP, "count", "flops", "bytes", "gpu_ns", *ROOF_COLUMNS]
+_UNKNOWN = Device("", (), np.nan)  # a device the table does not know: no name, no figures
 
 
 def op_efficiency_view(analysis: Analysis) -> pd.DataFrame:
@@ -47,14 +48,9 @@ def op_efficiency_view(analysis: Analysis) -> pd.DataFrame:
 def device_peaks_view(analysis: Analysis) -> pd.DataFrame:
     """One row per distinct device of the run's ranks: its name in the trace, the table's entry and figures."""
     names = device_names(analysis)
-    rows = []
-    for rank, device in device_of_ranks(analysis).items():
-        row: dict[str, object] = {"rank": rank, "trace_name": names.get(rank, ""), "known": device is not None,
-                                  "device": device.name if device is not None else "",
-                                  "memory_tbps": device.memory_tbps if device is not None else np.nan,
-                                  "source": device.source if device is not None else ""}
-        row.update({f"peak_{d}": device.peak(d) if device is not None else np.nan for d in DTYPES})
-        rows.append(row)
+    rows = [{"rank": rank, "trace_name": names.get(rank, ""), "known": device is not None, "device": d.name,
+             "memory_tbps": d.memory_tbps, "source": d.source, **{f"peak_{x}": d.peak(x) for x in DTYPES}}
+            for rank, device in device_of_ranks(analysis).items() for d in [device or _UNKNOWN]]
     frame = pd.DataFrame(rows, columns=["rank", "trace_name", "known", "device", "memory_tbps", "source",
                                         *(f"peak_{d}" for d in DTYPES)])
     return frame.drop_duplicates(["trace_name", "device"]).drop(columns="rank").reset_index(drop=True)

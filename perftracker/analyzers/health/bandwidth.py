@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 
@@ -16,6 +16,7 @@ from perftracker.store import Store
 _FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
             "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
             "alltoall": lambda n: (n - 1) / n}
+_ROUNDED = ("best_ms", "median_ms", "algbw_gbs", "busbw_gbs", "median_busbw_gbs", "factor")
 
 
 def bus_factor(collective: str, n: int) -> float:
@@ -51,11 +52,7 @@ def collective_bandwidth(store: Store) -> pd.DataFrame:
 
 def _row(r: dict[Any, Any]) -> CollectiveRow:
     """A shape of `collective_bandwidth` as evidence, its times and bandwidths to 4 decimals."""
-    return CollectiveRow(
-        pg=r["pg"], collective=r["collective"], bytes=r["bytes"], group_size=r["group_size"], calls=r["calls"],
-        ranks=r["ranks"], best_ms=round(r["best_ms"], 4), median_ms=round(r["median_ms"], 4),
-        algbw_gbs=round(r["algbw_gbs"], 4), busbw_gbs=round(r["busbw_gbs"], 4),
-        median_busbw_gbs=round(r["median_busbw_gbs"], 4), factor=round(r["factor"], 4), slowest_rank=r["slowest_rank"])
+    return cast(CollectiveRow, {str(k): round(v, 4) if k in _ROUNDED else v for k, v in r.items()})
 
 
 def _link_gbs_per_rank(store: Store) -> tuple[float, int]:

@@ -52,19 +52,11 @@ def throttle_mask(wide: pd.DataFrame, reason: str) -> pd.Series:
 
 
 def periods(mask: pd.Series) -> list[tuple[int, int]]:
-    """Runs of True samples as (start_ns, end_ns), each lasting until the next sample."""
-    ts = list(mask.index)
-    out: list[tuple[int, int]] = []
-    start: int | None = None
-    for i, on in enumerate(mask.to_list()):
-        if on and start is None:
-            start = int(ts[i])
-        if not on and start is not None:
-            out.append((start, int(ts[i])))
-            start = None
-    if start is not None:
-        out.append((start, int(ts[-1])))
-    return out
+    """Runs of True samples as (start_ns, end_ns), each lasting until the next sample (or the last)."""
+    ts = mask.index.to_numpy(dtype=np.int64)
+    edges = np.diff(np.concatenate(([0], mask.to_numpy(dtype=bool).astype(np.int8), [0])))
+    starts, ends = np.flatnonzero(edges == 1), np.minimum(np.flatnonzero(edges == -1), len(ts) - 1)
+    return [(int(ts[s]), int(ts[e])) for s, e in zip(starts, ends)]
 
 
 def gpu_series_view(analysis: Analysis) -> dict[tuple[str, int], pd.DataFrame]:
@@ -90,17 +82,13 @@ def throttle_view(analysis: Analysis) -> dict[tuple[str, int, str], Throttle]:
     return out
 
 
-def _busy_median(wide: pd.DataFrame, name: str) -> float:
+def _med(wide: pd.DataFrame, name: str, busy: bool = False) -> float:
+    """The median of `name` (NaN unsampled); `busy`: over the samples of a busy GPU, when it ever was."""
     if name not in wide or wide[name].isna().all():
         return float("nan")
-    col = wide[name]
-    if "util_gpu_pct" in wide and (wide["util_gpu_pct"] >= threshold("gpu_health.busy_util_pct")).any():
-        col = col[wide["util_gpu_pct"] >= threshold("gpu_health.busy_util_pct")]
-    return float(col.median())
-
-
-def _med(wide: pd.DataFrame, name: str) -> float:
-    return float(wide[name].median()) if name in wide and wide[name].notna().any() else float("nan")
+    working = wide["util_gpu_pct"] >= threshold("gpu_health.busy_util_pct") if busy and "util_gpu_pct" in wide \
+        else None
+    return float((wide[name][working] if working is not None and working.any() else wide[name]).median())
 
 
 class GpuContext:
@@ -113,7 +101,7 @@ class GpuContext:
         self.rmap = rank_map(store)
         self.xids = gpu_counters(store)
         self.xids = self.xids[self.xids["name"] == "xid"]
-        clocks = [m for m in (_busy_median(w, "sm_clock_mhz") for w in self.wide.values()) if m == m]
+        clocks = [m for m in (_med(w, "sm_clock_mhz", busy=True) for w in self.wide.values()) if m == m]
         utils = [m for m in (_med(w, "util_gpu_pct") for w in self.wide.values()) if m == m]
         self.job_clock = float(np.median(clocks)) if clocks else float("nan")
         self.job_util = float(np.median(utils)) if utils else float("nan")
@@ -133,7 +121,7 @@ def gpu_finding(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame, check:
     ev: G = {"host": host, "gpu": gpu, "check": check, "ranks": list(ranks),
           "window": {"start_ns": int(wide.index.min()), "end_ns": int(wide.index.max()),
                      "seconds": round((int(wide.index.max()) - int(wide.index.min())) / 1e9, 3)},
-          "samples": len(wide), "sm_clock_mhz": _busy_median(wide, "sm_clock_mhz"),
+          "samples": len(wide), "sm_clock_mhz": _med(wide, "sm_clock_mhz", busy=True),
           "job_median_sm_clock_mhz": ctx.job_clock, "temp_c_median": _med(wide, "temp_c"),
           "temp_c_max": float(wide["temp_c"].max()) if "temp_c" in wide else float("nan"),
           "power_w_median": _med(wide, "power_w"), "power_limit_w": _med(wide, "power_limit_w")}
@@ -182,7 +170,7 @@ def _throttle(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame, clock_lo
 
 def _gpu_findings(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> list[Finding]:
     out: list[Finding] = []
-    clock = _busy_median(wide, "sm_clock_mhz")
+    clock = _med(wide, "sm_clock_mhz", busy=True)
     below = clock == clock and ctx.job_clock == ctx.job_clock and clock < (1 - threshold("gpu_health.clock_deficit")) * ctx.job_clock
     clock_low = below and ctx.clock_outliers.names((host, gpu))
     out.extend(_throttle(ctx, host, gpu, wide, clock_low))
@@ -257,13 +245,8 @@ def _pcie(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> Iterator[
                               GpuHealthEvidence(current=cur, maximum=top, share_of_samples=round(float(low.mean()), 4)))
 
 
-def gpu_context_view(analysis: Analysis) -> GpuContext:
-    """The GpuContext of the run."""
-    return GpuContext(analysis)
-
-
 def analyze_gpu_health(analysis: Analysis) -> list[Finding]:
-    ctx = analysis.view(gpu_context_view)
+    ctx = analysis.view(GpuContext)
     findings: list[Finding] = []
     for (host, gpu), wide in sorted(ctx.wide.items()):
         if len(wide):

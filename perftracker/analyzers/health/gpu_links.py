@@ -9,7 +9,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.health.gpu_health import GpuContext, gpu_context_view, gpu_counters, gpu_finding
+from perftracker.analyzers.health.gpu_health import GpuContext, gpu_counters, gpu_finding
 from perftracker.analyzers.thresholds import threshold
 from perftracker.evidence.network import GpuLinksEvidence
 
@@ -129,7 +129,7 @@ def analyze_gpu_links(analysis: Analysis) -> list[Finding]:
     store = analysis.store
     if not gpu_counters(store)["name"].isin(LINK_METRICS).any():
         return []
-    ctx = analysis.view(gpu_context_view)
+    ctx = analysis.view(GpuContext)
     findings: list[Finding] = []
     for (host, gpu), wide in sorted(ctx.wide.items()):
         if len(wide):

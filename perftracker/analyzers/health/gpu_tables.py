@@ -24,12 +24,9 @@ def _shown(analysis: Analysis) -> list[tuple[tuple[str, int], pd.DataFrame]]:
 
 def gpu_series_table(analysis: Analysis) -> pd.DataFrame:
     """host, gpu, ts_ns, sm_clock_mhz, temp_c, power_w of every sample of the GPUs shown."""
-    frames = []
-    for (host, gpu), w in _shown(analysis):
-        frame = pd.DataFrame({"host": host, "gpu": gpu, "ts_ns": w.index.to_numpy(dtype="int64")})
-        for metric in SERIES_METRICS:
-            frame[metric] = w[metric].to_numpy(dtype=float) if metric in w else float("nan")
-        frames.append(frame)
+    frames = [pd.DataFrame({"host": host, "gpu": gpu, "ts_ns": w.index.to_numpy(dtype="int64"),
+                            **{m: w[m].to_numpy(dtype=float) if m in w else float("nan") for m in SERIES_METRICS}})
+              for (host, gpu), w in _shown(analysis)]
     if not frames:
         return pd.DataFrame(columns=SERIES_COLUMNS)
     return pd.concat(frames, ignore_index=True)[SERIES_COLUMNS]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.health.rdma import increases, intervals, samples
+from perftracker.analyzers.health.rdma import increases, intervals, samples, series_of
 from perftracker.values import NET_STATE_CHANGE as STATE_CHANGE
 
 GAUGES = frozenset({"operstate_up", "carrier", "admin_up", "speed_mbps", "mtu", "qdisc_backlog_bytes",
@@ -18,23 +19,20 @@ FLAP_COUNTERS = ("carrier_changes", "carrier_down_count")
 
 def link_series_view(analysis: Analysis) -> pd.DataFrame:
     """See docs/internals/analyzers.md."""
-    frames = []
-    table = analysis.store["netdev"]
-    if table.empty:
-        return pd.DataFrame()
-    for (host, iface), grp in table.groupby(["host", "iface"], observed=True):
-        wide = samples(grp)
+    def rates(lead: dict[str, Any], wide: pd.DataFrame) -> pd.DataFrame | None:
         counters = [c for c in wide.columns if c not in GAUGES and c != STATE_CHANGE]
         if counters:  # a link watcher's records hold states only: rates come from full samples
             wide = wide[wide[counters].notna().any(axis=1)]
         wide = wide.drop(columns=[STATE_CHANGE], errors="ignore")
         if len(wide) < 2:
-            continue
-        out = intervals(wide, {"host": str(host), "iface": str(iface)}, GAUGES, fill_gauges=False)[0]
+            return None
+        out = intervals(wide, {k: str(v) for k, v in lead.items()}, GAUGES, fill_gauges=False)[0]
         for key, name in (("tx_mbps", "tx_bytes"), ("rx_mbps", "rx_bytes")):
             out[key] = out[name] * 8 / out["dt_s"] / 1e6 if name in out else np.nan
-        frames.append(out[out["dt_s"] > 0])
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        return out
+
+    table = analysis.store["netdev"]
+    return pd.DataFrame() if table.empty else series_of(table, ["host", "iface"], rates)
 
 
 @dataclass(frozen=True)

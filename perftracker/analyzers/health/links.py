@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -300,11 +301,8 @@ def _summary(stats: list[LinkMeasures]) -> Finding:
 
 
 def _measured(s: LinkMeasures) -> LinkStat:
-    """A link's stats as evidence: what was not measured (NaN) None."""
-    return LinkStat(host=s["host"], iface=s["iface"], why=s["why"], peak_mbps=finite(s["peak_mbps"]),
-                    tx_peak_mbps=finite(s["tx_peak_mbps"]), speed_mbps=finite(s["speed_mbps"]),
-                    shaper_mbps=finite(s["shaper_mbps"]), overlimits_per_s=s["overlimits_per_s"],
-                    qdisc_drops_per_s=s["qdisc_drops_per_s"], window=s["window"])
+    """A link's stats as evidence: a rate not measured (NaN) None."""
+    return cast(LinkStat, {k: finite(v) if k.endswith("_mbps") else v for k, v in s.items()})
 
 
 def analyze_links(analysis: Analysis) -> list[Finding]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pandas as pd
@@ -20,12 +21,6 @@ _KEYS = ["host", "device", "port"]
 _DURATION = "_duration"
 
 
-def _keys(frame: pd.DataFrame) -> set[tuple[str, str, str]]:
-    if frame.empty:
-        return set()
-    return {(str(h), str(d), str(p)) for h, d, p in zip(frame["host"], frame["device"], frame["port"])}
-
-
 def _most_paused(stats: dict[str, PfcPauses]) -> tuple[str, float, float]:
     """(priority, paused share or NaN, pause frames/s) of the most paused priority that moved; ("", NaN, 0)."""
     moved = {p: s for p, s in stats.items() if s["moved"]}
@@ -42,7 +37,7 @@ def rdma_ports_table(analysis: Analysis) -> pd.DataFrame:
     pfc = {(p.host, p.dev, p.port): p for p in analysis.view(pfc_ports_view)}
     groups = {(str(h), str(d), str(p)): g for (h, d, p), g in series.groupby(_KEYS, observed=True)} \
         if not series.empty else {}
-    keys = sorted(_keys(series) | set(pfc))
+    keys = sorted(set(groups) | set(pfc))
     shown = set(sorted({host for host, _, _ in keys})[:MAX_HOSTS])
     rows = []
     for key in keys:
@@ -88,26 +83,25 @@ def rdma_throughput_table(analysis: Analysis) -> pd.DataFrame:
     return series[columns].reset_index(drop=True) if not series.empty else pd.DataFrame(columns=columns)
 
 
+def _rising(analysis: Analysis, view: Callable[[Analysis], pd.DataFrame], value: str,
+            risen: Callable[[pd.DataFrame], Iterator[tuple[str, pd.Series]]]) -> pd.DataFrame:
+    """host, device, port, t1_ns, counter, `value` of each (counter, value per interval) `risen` names, per port
+    shown."""
+    columns = [*_KEYS, "t1_ns", "counter", value]
+    series = _shown(analysis.view(view), _hosts_shown(analysis))
+    frames = [p[[*_KEYS, "t1_ns"]].assign(counter=name, **{value: per})
+              for _, p in (series.groupby(_KEYS, sort=True) if not series.empty else []) for name, per in risen(p)]
+    return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
+
+
 def rdma_congestion_table(analysis: Analysis) -> pd.DataFrame:
     """host, device, port, t1_ns, counter, per_s of the congestion counters that rose, per port shown."""
-    columns = [*_KEYS, "t1_ns", "counter", "per_s"]
-    series = _shown(analysis.view(port_series_view), _hosts_shown(analysis))
-    frames = []
-    for _, p in series.groupby(_KEYS, sort=True) if not series.empty else []:
-        for name in CONGESTION_COUNTERS:
-            if name in p and float(p[name].sum()) > 0:
-                frames.append(p[[*_KEYS, "t1_ns"]].assign(counter=name, per_s=p[name] / p["dt_s"]))
-    return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
+    return _rising(analysis, port_series_view, "per_s", lambda p: (
+        (name, p[name] / p["dt_s"]) for name in CONGESTION_COUNTERS if name in p and float(p[name].sum()) > 0))
 
 
 def pfc_paused_table(analysis: Analysis) -> pd.DataFrame:
     """host, device, port, t1_ns, counter, paused_pct of the pause-duration counters that rose, per port shown."""
-    columns = [*_KEYS, "t1_ns", "counter", "paused_pct"]
-    series = _shown(analysis.view(pfc_series_view), _hosts_shown(analysis))
-    frames = []
-    for _, p in series.groupby(_KEYS, sort=True) if not series.empty else []:
-        for col in p.columns:
-            if str(col).endswith("_pause" + _DURATION) and float(p[col].sum()) > 0:
-                frames.append(p[[*_KEYS, "t1_ns"]].assign(counter=str(col)[:-len(_DURATION)],
-                                                          paused_pct=100 * p[col] / 1e6 / p["dt_s"]))
-    return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
+    return _rising(analysis, pfc_series_view, "paused_pct", lambda p: (
+        (str(col)[:-len(_DURATION)], 100 * p[col] / 1e6 / p["dt_s"]) for col in p.columns
+        if str(col).endswith("_pause" + _DURATION) and float(p[col].sum()) > 0))

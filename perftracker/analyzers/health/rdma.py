@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any, Unpack
 
 import numpy as np
@@ -73,20 +73,31 @@ def intervals(wide: pd.DataFrame, lead: dict[str, Any], gauges: Collection[str] 
     return pd.DataFrame(cols), wraps, resets
 
 
+def series_of(rows: pd.DataFrame, keys: list[str],
+              make: Callable[[dict[str, Any], pd.DataFrame], pd.DataFrame | None]) -> pd.DataFrame:
+    """`make(lead, samples)` (`intervals` of them, or None) for each group of counter `rows` by `keys` (`lead`: the
+    group's key values), its intervals of positive length concatenated; an empty frame without any."""
+    frames = []
+    for values, grp in rows.groupby(keys, observed=True):
+        out = make(dict(zip(keys, values)), samples(grp))
+        if out is not None:
+            frames.append(out[out["dt_s"] > 0])
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
 def port_series(store: Store) -> pd.DataFrame:
     """One row per port and sample interval: host, device, port, t0_ns, t1_ns, dt_s, `<counter>` increases,
     and tx_gbps / rx_gbps; gauges (state_id, rate_gbps, width) at the interval's end."""
-    frames = []
-    for (host, dev, port), grp in rdma_counters(store).groupby(["host", "device", "port"], observed=True):
-        wide = samples(grp)
+    def rates(lead: dict[str, Any], wide: pd.DataFrame) -> pd.DataFrame | None:
         if len(wide) < 2:
-            continue
-        out, wraps, resets = intervals(wide, {"host": host, "device": dev, "port": port}, _GAUGES)
+            return None
+        out, wraps, resets = intervals(wide, lead, _GAUGES)
         out["wraps"], out["resets"] = wraps, resets
         for key, name in (("tx_gbps", "port_xmit_data"), ("rx_gbps", "port_rcv_data")):
             out[key] = out[name] * 4 * 8 / out["dt_s"] / 1e9 if name in out else np.nan
-        frames.append(out[out["dt_s"] > 0])
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        return out
+
+    return series_of(rdma_counters(store), ["host", "device", "port"], rates)
 
 
 def port_series_view(analysis: Analysis) -> pd.DataFrame:

@@ -10,7 +10,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.health.rdma import CNP_NAMES, increases, intervals, samples, window_of
+from perftracker.analyzers.health.rdma import CNP_NAMES, increases, intervals, series_of, window_of
 from perftracker.analyzers.thresholds import threshold
 from perftracker.evidence.network import PfcPauses, RdmaPfcEvidence
 from perftracker.store import Store
@@ -28,14 +28,8 @@ def pfc_series(store: Store) -> pd.DataFrame:
     """One row per port and sample interval: host, device, port, t0_ns, t1_ns, dt_s and the increase of
     every `ethtool:<name>` counter, as a column `<name>`."""
     c = store["counters"]
-    c = c[c["name"].astype(str).str.startswith(PREFIX)]
-    frames = []
-    for (host, dev, port), grp in c.groupby(["host", "device", "port"], observed=True):
-        wide = samples(grp)
-        if len(wide) >= 2:
-            out = intervals(wide, {"host": str(host), "device": str(dev), "port": str(port)}, prefix=PREFIX)[0]
-            frames.append(out[out["dt_s"] > 0])
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return series_of(c[c["name"].astype(str).str.startswith(PREFIX)], ["host", "device", "port"], lambda lead, wide: (
+        intervals(wide, {k: str(v) for k, v in lead.items()}, prefix=PREFIX)[0] if len(wide) >= 2 else None))
 
 
 def _sum(g: pd.DataFrame, name: str) -> float:

@@ -86,27 +86,13 @@ def _nics(store: Store, rank: int, host: str, cfg: dict[str, str], numa: int,
         return tuple(logged), "nccl_log"
     mine = ports[ports["host"] == host]
     listed = _parse_hca(cfg.get("NCCL_IB_HCA", ""))
-    if listed:
-        hits = [f"{d}/{p}" for d, p in zip(mine["device"], mine["port"])
-                if any(d.startswith(name) and (not lp or lp == p) for name, lp in listed)]
-        if hits:
-            return tuple(sorted(hits)), "NCCL_IB_HCA"
-    if numa >= 0:
-        near = mine[mine["numa_node"] == numa]
-        if len(near):
-            return tuple(sorted(f"{d}/{p}" for d, p in zip(near["device"], near["port"]))), "numa"
-    if len(mine):
-        return tuple(sorted(f"{d}/{p}" for d, p in zip(mine["device"], mine["port"]))), "host"
+    hca = mine[[any(d.startswith(name) and (not lp or lp == p) for name, lp in listed)
+                for d, p in zip(mine["device"], mine["port"])]]
+    near = mine[mine["numa_node"] == numa] if numa >= 0 else mine.iloc[0:0]
+    for chosen, source in ((hca, "NCCL_IB_HCA"), (near, "numa"), (mine, "host")):
+        if len(chosen):
+            return tuple(sorted(f"{d}/{p}" for d, p in zip(chosen["device"], chosen["port"]))), source
     return (), ""
-
-
-def _gpu(store: Store, rank: int, host: str, local: int, cfg: dict[str, str], gpus: pd.DataFrame,
-         nvml: NvmlGpus) -> tuple[int, str]:
-    gpu, source = _configured_gpu(store, rank, host, local, cfg, gpus)
-    seen = nvml.get((host, rank))
-    if seen:
-        return min(seen, key=lambda c: (c[0], c[1] != gpu, c[1]))[1], "nvml"
-    return gpu, source
 
 
 def _configured_gpu(store: Store, rank: int, host: str, local: int, cfg: dict[str, str],
@@ -151,7 +137,9 @@ def rank_map(store: Store) -> pd.DataFrame:
     out = []
     for row in records(frame):
         c = cfg.get(int(row["rank"]), {})
-        gpu, gpu_src = _gpu(store, int(row["rank"]), str(row["host"]), int(row["local_rank"]), c, gpus, nvml)
+        gpu, gpu_src = _configured_gpu(store, int(row["rank"]), str(row["host"]), int(row["local_rank"]), c, gpus)
+        if seen := nvml.get((str(row["host"]), int(row["rank"]))):  # where NVML saw the process wins
+            gpu, gpu_src = min(seen, key=lambda g: (g[0], g[1] != gpu, g[1]))[1], "nvml"
         info = gpus[(gpus["host"] == row["host"]) & (gpus["device"] == f"gpu:{gpu}")]
         numa = int(info["numa_node"].iloc[0]) if len(info) else -1
         nics, nic_src = _nics(store, int(row["rank"]), str(row["host"]), c, numa, ports)

@@ -222,10 +222,7 @@ class NcclContext:
         return out
 
     def hosts(self) -> list[str]:
-        seen: dict[str, None] = {}
-        for p in sorted(self.procs, key=lambda p: (p.file, p.first_line)):
-            seen.setdefault(p.host, None)
-        return list(seen)
+        return list(dict.fromkeys(p.host for p in sorted(self.procs, key=lambda p: (p.file, p.first_line))))
 
     def multi_node(self) -> bool:
         if len(self.hosts()) > 1:
@@ -306,9 +303,7 @@ def summarize(ctx: NcclContext) -> dict[str, Any]:
     """transport, link_layer, nccl_version, nranks, hosts, warn_lines of everything in `ctx`."""
     transports = {p.transport for p in ctx.procs}
     transport = next((t for t in ("ib", "socket", "plugin") if t in transports), "unknown")
-    layers: set[str] = set()
-    for p in ctx.procs:
-        layers |= p.link_layers
+    layers = set().union(*(p.link_layers for p in ctx.procs))
     link = "mixed" if len(layers) > 1 else {"IB": "infiniband", "RoCE": "roce"}.get(next(iter(layers), ""), None)
     version = ctx.version()
     nranks = [int(v) for p in ctx.procs for v in p.values("nranks") if v.isdigit()]
