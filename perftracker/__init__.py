@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from perftracker._version import __version__
 
-# the one list of public names (perftracker/api.py keeps no second one)
-_API = ("analyze", "analyze_jobs", "analyze_store", "diff", "load", "load_options", "read", "timeline",
-        "save_timeline", "Run", "RunDiff", "AnalysisOptions", "LoadOptions", "LoadKeywords")
+# the one list of public names (perftracker/api.py keeps no second one), a literal so that type checkers see the
+# names exported: a user's `mypy --strict` checks `perftracker.analyze(...)`
+__all__ = ["__version__", "analyze", "analyze_jobs", "analyze_store", "diff", "load", "load_options", "read",
+           "timeline", "save_timeline", "Run", "RunDiff", "AnalysisOptions", "LoadOptions", "LoadKeywords"]
+_API = frozenset(__all__) - {"__version__"}
 
 if TYPE_CHECKING:
     from perftracker.api import (  # noqa: F401
@@ -31,8 +33,6 @@ if TYPE_CHECKING:
         save_timeline,
         timeline,
     )
-
-__all__ = ["__version__", *_API]
 
 
 def __getattr__(name: str) -> Any:
