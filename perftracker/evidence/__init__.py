@@ -41,7 +41,7 @@ def _hints(record: Any) -> Mapping[str, Any]:
 
 
 @cache
-def units_of(kind: str) -> dict[str, Unit | None]:
+def units_of(kind: str) -> Mapping[str, Unit | None]:
     """Each key of `kind`'s evidence, and of the records nested in it -> its declared unit (None: no unit)."""
     found: dict[str, Unit | None] = {}
 
