@@ -94,13 +94,13 @@ Window = TypedDict("Window", {"start_ns": Timestamp, "end_ns": Timestamp, "secon
 
 # The job's stall while a link was down (`link_stalls.Stall`).
 LinkStall = TypedDict("LinkStall", {
-    "step": int, "seconds": float, "ranks": list[int], "world": int, "collective": str, "phase": str,
+    "step": int, "seconds": S, "ranks": list[int], "world": int, "collective": str, "phase": str,
     "typical_step_s": S,
 })
 
 # One period a link was down, each bound between the samples around it.
 LinkDown = TypedDict("LinkDown", {
-    "start_ns": Timestamp, "end_ns": Timestamp, "seconds": float | None, "start_between_ns": list[Timestamp],
+    "start_ns": Timestamp, "end_ns": Timestamp, "seconds": S | None, "start_between_ns": list[Timestamp],
     "end_between_ns": list[Timestamp], "samples_down": int, "taken_down": bool, "carrier_changes": int,
     "stall": LinkStall,
 }, total=False)
@@ -111,7 +111,7 @@ PeerSaw = TypedDict("PeerSaw", {
     "typical_mbps": Mbps, "carrier_lost_on": str,
 }, total=False)
 
-DropRate = TypedDict("DropRate", {"per_s": S, "share": Share})
+DropRate = TypedDict("DropRate", {"per_s": PerS, "share": Share})
 
 # One interface the job used (`links._link_stats`): why it was judged, its peak rate, speed and shaper.
 LinkStat = TypedDict("LinkStat", {
@@ -123,7 +123,7 @@ LinkStat = TypedDict("LinkStat", {
 # The same measured by `links._link_stats`, NaN where not measured.
 LinkMeasures = TypedDict("LinkMeasures", {
     "host": str, "iface": str, "why": str, "peak_mbps": Mbps, "tx_peak_mbps": Mbps, "speed_mbps": Mbps,
-    "shaper_mbps": Mbps, "overlimits_per_s": float, "qdisc_drops_per_s": float, "window": Window})
+    "shaper_mbps": Mbps, "overlimits_per_s": PerS, "qdisc_drops_per_s": PerS, "window": Window})
 
 LinksEvidence = TypedDict("LinksEvidence", {
     "also_saw": list[PeerSaw], "check": str, "collective": str | None, "comm_share": Share | None,

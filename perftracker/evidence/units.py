@@ -69,7 +69,7 @@ def by_name(key: str) -> EvidenceField:
     of a key no evidence type declares (a plugin's)."""
     tokens, rate, unit = key.split("_"), "", ""
     for suffix, name in _RATES:
-        if len(tokens) > len(suffix) and tokens[-len(suffix):] == list(suffix):
+        if len(tokens) >= len(suffix) and tokens[-len(suffix):] == list(suffix):
             tokens, rate = tokens[: -len(suffix)], name
             break
     for i in range(len(tokens) - 1, -1, -1):
@@ -80,6 +80,6 @@ def by_name(key: str) -> EvidenceField:
         unit = "share"
     if unit == "ns" and tokens and tokens[0] in _TIMESTAMP:
         unit = "timestamp"
-    words = " ".join(tokens) or ("time" if unit in ("ms", "us", "s", "ns") else "size" if unit == "bytes"
+    words = " ".join(tokens) or ("rate" if rate else "time" if unit in ("ms", "us", "s", "ns") else "size" if unit == "bytes"
                                  else "value")
     return EvidenceField(words, unit, rate)

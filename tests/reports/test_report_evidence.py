@@ -37,6 +37,9 @@ def test_units_are_declared_by_each_kind_and_an_undeclared_key_falls_back_to_its
     assert field_of("speed_mbps", "links").header == "speed (Mb/s)"
     assert field_of("xid_times_ns", "gpu_health").unit == "timestamp"
     assert field_of("reported_tflops_per_gpu_median", "efficiency").unit == "TFLOPS"
+    # AND a link's drop rates read as a rate per second, and the stall while it was down in seconds
+    assert field_of("per_s", "links").header == "rate (per s)"
+    assert field_of("seconds", "links").header == "seconds (s)"
     # AND a key no kind declares (a plugin's, a newer branch's) still renders with the unit its name says
     assert "plugin_wait_ms_per_step" not in declared("straggler")
     assert field_of("plugin_wait_ms_per_step", "straggler") == EvidenceField("plugin wait", "ms", "per step")
