@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import pandas as pd
@@ -42,6 +43,17 @@ def pct(share: float) -> str:
 
 def fmt_ms(seconds: float) -> str:
     return f"{seconds * 1e3:.1f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.0f} us"
+
+
+def ranks_text(ranks: Sequence[int], limit: int | None = 16) -> str:
+    """The ranks sorted, the first `limit` of them ("..." after them; all when None)."""
+    shown = sorted(ranks)[:limit]
+    return ", ".join(str(r) for r in shown) + ("..." if len(shown) < len(ranks) else "")
+
+
+def who(ranks: Sequence[int], limit: int | None = 16) -> str:
+    """"Rank 3", or "Ranks 1, 2, 5" (`ranks_text`)."""
+    return f"Rank {ranks[0]}" if len(ranks) == 1 else f"Ranks {ranks_text(ranks, limit)}"
 
 
 def rank_list(ranks: list[int], limit: int = 8) -> str:

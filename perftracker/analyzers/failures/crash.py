@@ -12,8 +12,9 @@ from collections import Counter
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.common import who
 from perftracker.analyzers.failures.fold import fold_into
-from perftracker.analyzers.failures.roots import STUCK_ADVICE, on_hosts, root_findings, where, who
+from perftracker.analyzers.failures.roots import STUCK_ADVICE, on_hosts, root_findings, where
 from perftracker.analyzers.failures.waitfor import members
 from perftracker.analyzers.failures.waitsources import world_size
 from perftracker.analyzers.failures.waitview import graph_of

@@ -10,6 +10,7 @@ from collections import defaultdict
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.common import ranks_text, who
 from perftracker.analyzers.failures.stack_state import (
     RankState,
     signature,
@@ -20,14 +21,6 @@ from perftracker.analyzers.failures.stack_state import (
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.evidence.failures import HangEvidence, HangGroup
 from perftracker.store.stack_frames import main_stacks
-
-
-def _ranks_text(ranks: list[int]) -> str:
-    return ", ".join(str(r) for r in sorted(ranks))
-
-
-def _plural(ranks: list[int]) -> str:
-    return f"Rank {ranks[0]}" if len(ranks) == 1 else f"Ranks {_ranks_text(ranks)}"
 
 
 def groups_of(states: dict[int, RankState]) -> list[HangGroup]:
@@ -126,9 +119,9 @@ def diagnose(stacks: pd.DataFrame, last_step_ns: int = -1) -> list[Finding]:
         if len({states[r].where for r in suspects}) == 1:
             verb = "it is" if len(suspects) == 1 else "they are"
             where_s = f"{verb} at {states[suspects[0]].where}"
-        title = (f"{_plural(suspects)} {'is' if len(suspects) == 1 else 'are'} not in the collective "
-                 f"{main_wait['collective']} ({main_wait['site']}) where {_plural(waiting).lower()} wait; {where_s}")
-        rec = (f"The job waits for {_plural(suspects).lower()}: look at what {'it does' if len(suspects) == 1 else 'they do'}"
+        title = (f"{who(suspects, None)} {'is' if len(suspects) == 1 else 'are'} not in the collective "
+                 f"{main_wait['collective']} ({main_wait['site']}) where {who(waiting, None).lower()} wait; {where_s}")
+        rec = (f"The job waits for {who(suspects, None).lower()}: look at what {'it does' if len(suspects) == 1 else 'they do'}"
                f" at {states[suspects[0]].where} (full stacks in the evidence and in stacks/{label.split(', ')[0]}/). "
                "Typical causes: a rank-dependent branch that skips or reorders a collective, a stuck data loader or "
                "file system, a deadlock, or an exception swallowed on that rank. dist.monitored_barrier() names a "
@@ -139,17 +132,17 @@ def diagnose(stacks: pd.DataFrame, last_step_ns: int = -1) -> list[Finding]:
     if main_wait is not None:  # every rank with stacks waits in a collective
         places = sorted({(s.collective, s.where) for s in states.values()})
         if len(places) == 1:
-            title = (f"Every rank with stacks ({_ranks_text(list(states))}) waits in the collective "
+            title = (f"Every rank with stacks ({ranks_text(list(states), None)}) waits in the collective "
                      f"{main_wait['collective']} ({main_wait['site']})")
             if missing:
-                title += f"; ranks {_ranks_text(missing[:16])}{'...' if len(missing) > 16 else ''} have no stacks"
+                title += f"; ranks {ranks_text(missing)} have no stacks"
             rec = ("No attached rank is holding the others up: the rank that never arrives is "
-                   + (f"among ranks {_ranks_text(missing[:16])}, on node(s) not attached. " if missing else
+                   + (f"among ranks {ranks_text(missing[:16])}, on node(s) not attached. " if missing else
                       "on another node, or the ranks disagree on the process group or collective order. ")
                    + "Attach on every node with the same --stacks-at time to see all ranks in one snapshot.")
         else:
             title = "Ranks wait in different collectives: " + "; ".join(
-                f"{_plural(g['ranks']).lower()} in {g['collective']} ({g['site']})" for g in groups)
+                f"{who(g['ranks'], None).lower()} in {g['collective']} ({g['site']})" for g in groups)
             rec = ("The ranks disagree on which collective comes next (a rank-dependent branch or a different "
                    "process group order): make every rank issue the same collectives in the same order. "
                    "TORCH_DISTRIBUTED_DEBUG=DETAIL reports mismatched collectives.")
@@ -157,7 +150,7 @@ def diagnose(stacks: pd.DataFrame, last_step_ns: int = -1) -> list[Finding]:
     if all(s.where in ("", "?") for s in states.values()):
         return []  # no Python frames to judge (the ranks were exiting or not Python)
     if kind == "hang" or len({s.where for s in states.values()}) == 1 and all(s.idle for s in states.values()):
-        spots = "; ".join(f"{_plural(g['ranks']).lower()} at {g['where']}" for g in groups[:6])
+        spots = "; ".join(f"{who(g['ranks'], None).lower()} at {g['where']}" for g in groups[:6])
         title = f"The job stopped making progress but no rank waits in a collective: {spots}"
         rec = ("The ranks are stuck outside communication (data loading, I/O, a lock, a sleep): see the frames "
                "in the evidence.")

@@ -7,24 +7,15 @@ from __future__ import annotations
 
 import pandas as pd
 
+from perftracker.analyzers.common import ranks_text, who
 from perftracker.analyzers.failures.waitfor import Root, Stall, WaitGraph
 from perftracker.analyzers.findings import Finding, Kind, Mark, Severity
 from perftracker.evidence import as_evidence
 from perftracker.evidence.failures import Consequence, CrashEvidence
 
 ANALYZER = Kind.CRASH
-_SHOWN = 16
 STUCK_ADVICE = ("No rank is missing: the communication itself stalled. Check the NCCL WARN / IB completion-error "
                 "findings for the failing link (host pair, NIC, GID) and the Xid findings for a failed GPU.")
-
-
-def ranks_text(ranks: tuple[int, ...] | list[int]) -> str:
-    shown = ", ".join(str(r) for r in sorted(ranks)[:_SHOWN])
-    return shown + ("..." if len(ranks) > _SHOWN else "")
-
-
-def who(ranks: tuple[int, ...] | list[int]) -> str:
-    return f"Rank {ranks[0]}" if len(ranks) == 1 else f"Ranks {ranks_text(ranks)}"
 
 
 def on_hosts(hosts: dict[int, str], ranks: tuple[int, ...] | list[int]) -> tuple[str, ...]:

@@ -63,15 +63,6 @@ def _stride(group: Group) -> int:
     return steps.pop() if len(steps) == 1 else 0
 
 
-def _disjoint(groups: tuple[Group, ...]) -> bool:
-    seen: set[int] = set()
-    for g in groups:
-        if seen & set(g):
-            return False
-        seen |= set(g)
-    return True
-
-
 def infer_layout(groups: Mapping[str, ProcessGroup], world: int, pairs: Iterable[tuple[int, int]] = ()) -> Layout:
     """The layout the groups and send/recv pairs support (docs/internals/analyzers.md)."""
     pairs = set(pairs)
@@ -95,7 +86,8 @@ def infer_layout(groups: Mapping[str, ProcessGroup], world: int, pairs: Iterable
     families = []
     for _key, gs in sorted(unnamed.items()):
         fam = tuple(sorted(set(gs) - named_groups))
-        if fam and _disjoint(fam) and all(_stride(g) for g in fam):
+        disjoint = len(set().union(*fam)) == sum(len(set(g)) for g in fam)
+        if fam and disjoint and all(_stride(g) for g in fam):
             families.append(fam)
     guessed = _name_families(families, {d.name for d in dims}, pairs)
     dims += guessed

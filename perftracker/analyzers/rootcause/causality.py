@@ -52,11 +52,6 @@ def _gpu_extra_s(analysis: Analysis, rank: int) -> float | None:
     return float(per_step[rank] - peers.median()) / 1e9 if len(peers) else None
 
 
-def _rank_has_events(analysis: Analysis, rank: int) -> bool:
-    mine = analysis.store.rank_events(rank)
-    return bool((mine["rank"] == rank).any())
-
-
 def straggler_locus(analysis: Analysis, f: Finding) -> str:
     """"gpu", "cpu", "network" or "" for a finding naming one slow rank (docs/internals/analyzers.md)."""
     ev = as_evidence(f.evidence, StragglerEvidence) if f.analyzer == Kind.STRAGGLER else StragglerEvidence()
@@ -65,7 +60,7 @@ def straggler_locus(analysis: Analysis, f: Finding) -> str:
     if f.analyzer == Kind.STACK_PROFILE:
         return "cpu"  # sampled Python stacks: its own CPU-side work takes the time
     rank = f.ranks[0]
-    if not _rank_has_events(analysis, rank):
+    if not (analysis.store.rank_events(rank)["rank"] == rank).any():
         return ""
     gpu_extra = _gpu_extra_s(analysis, rank)
     if gpu_extra is None:

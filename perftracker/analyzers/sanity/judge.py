@@ -36,10 +36,6 @@ def _unit(record: Mapping[str, Any]) -> str:
     return f"{record['host']}/{record['local_rank']}"
 
 
-def _fmt(value: float) -> str:
-    return f"{value:.3g}"
-
-
 def own_spread(record: Mapping[str, Any], figure: str) -> float:
     """The spread (max - min) of a device's own repeats of `figure`; 0 with fewer than two."""
     values = [float(v) for v in record.get("repeats", {}).get(figure, [])]
@@ -91,6 +87,14 @@ def _expected_severity(record: Mapping[str, Any], figure: str, note: str) -> Sev
     return Severity.CRITICAL if known is not None and value < threshold('sanity.expected_critical_share') * known[0] else Severity.WARNING
 
 
+def _node(status: dict[str, Severity], host: str, severity: Severity, title: str, recommendation: str,
+          evidence: SanityEvidence, key: str, **more: Any) -> Finding:
+    """A finding about one node (`key`|host), its severity raising the node's status."""
+    status[host] = max(status.get(host, Severity.INFO), severity)
+    return Finding(ANALYZER, severity, title, recommendation, evidence=evidence, hosts=(host,), key=f"{key}|{host}",
+                   **more)
+
+
 def judge(results: SanityResults, exclude_at: Severity = Severity.CRITICAL) -> SanityVerdict:
     """See docs/internals/analyzers.md."""
     records = [results.records[r] for r in sorted(results.records)]
@@ -102,22 +106,19 @@ def judge(results: SanityResults, exclude_at: Severity = Severity.CRITICAL) -> S
         if host in reported:
             continue
         ranks = tuple(i for i, h in enumerate(results.hosts) if h == host)
-        status[host] = Severity.CRITICAL
-        findings.append(Finding(
-            ANALYZER, Severity.CRITICAL, f"{host} is unreachable: its ranks {list(ranks)} sent no result within the "
-            f"{results.time_box_s:g} s time box", "Exclude the node and check it (power, network, the launcher's "
-            "log on it) before starting the job.", evidence=SanityEvidence(ranks=list(ranks)), ranks=ranks,
-            hosts=(host,), key=f"unreachable|{host}"))
+        findings.append(_node(
+            status, host, Severity.CRITICAL, f"{host} is unreachable: its ranks {list(ranks)} sent no result within "
+            f"the {results.time_box_s:g} s time box", "Exclude the node and check it (power, network, the launcher's "
+            "log on it) before starting the job.", SanityEvidence(ranks=list(ranks)), "unreachable", ranks=ranks))
     for host in hosts:
         lost = [i for i, h in enumerate(results.hosts) if h == host and i not in results.records]
         if host not in reported or not lost:
             continue
-        status[host] = Severity.CRITICAL
-        findings.append(Finding(
-            ANALYZER, Severity.CRITICAL, f"{host}: ranks {lost} sent no result within the {results.time_box_s:g} s "
-            "time box while its other ranks did (a process or device of it failed)", "Exclude the node and read "
-            "the launcher's log of these ranks on it before starting the job.", evidence=SanityEvidence(ranks=lost),
-            ranks=tuple(lost), hosts=(host,), key=f"lost-ranks|{host}"))
+        findings.append(_node(
+            status, host, Severity.CRITICAL, f"{host}: ranks {lost} sent no result within the "
+            f"{results.time_box_s:g} s time box while its other ranks did (a process or device of it failed)",
+            "Exclude the node and read the launcher's log of these ranks on it before starting the job.",
+            SanityEvidence(ranks=lost), "lost-ranks", ranks=tuple(lost)))
     nodes = {r["host"]: r.get("node", {}) for r in records if r.get("node")}
     common = set.intersection(*[set(r.get("figures", {})) for r in records]) if records else set()
     device_lows = _device_lows(records)
@@ -140,8 +141,8 @@ def judge(results: SanityResults, exclude_at: Severity = Severity.CRITICAL) -> S
                 at = (r["rank"], figure)
                 if low is not None:
                     sev = max(sev, low.severity)
-                    lines[at] = (f"{figure} {_fmt(low.value)} on {r['device']} is {low.ratio:.0%} of its peers' "
-                                 f"median {_fmt(low.peer_median)}")
+                    lines[at] = (f"{figure} {low.value:.3g} on {r['device']} is {low.ratio:.0%} of its peers' "
+                                 f"median {low.peer_median:.3g}")
                     figures.append(FigureRow(rank=r["rank"], device=r["device"], figure=figure, value=low.value,
                                              peer_median=low.peer_median, peer_mad=low.peer_mad,
                                              own_spread=own_spread(r, figure),
@@ -158,13 +159,11 @@ def judge(results: SanityResults, exclude_at: Severity = Severity.CRITICAL) -> S
         ranks = tuple(sorted({r["rank"] for r, _ in entries}))
         confs = [e["confidence"] for e in figures if "confidence" in e]
         named_on_compute.add(host)
-        status[host] = max(status.get(host, Severity.INFO), sev)
-        findings.append(Finding(
-            ANALYZER, sev, f"{host} measures below its peers: " + "; ".join(list(lines.values())[:4]) +
-            f" (likely {cause})",
-            "Exclude the node from this job (OUT/exclude.txt) and check it: " + cause + ".",
-            evidence=SanityEvidence(figures=figures, likely_cause=cause, **facts), ranks=ranks, hosts=(host,),
-            key=f"device|{host}", confidence=min(confs) if confs else None))
+        findings.append(_node(
+            status, host, sev, f"{host} measures below its peers: " + "; ".join(list(lines.values())[:4]) +
+            f" (likely {cause})", "Exclude the node from this job (OUT/exclude.txt) and check it: " + cause + ".",
+            SanityEvidence(figures=figures, likely_cause=cause, **facts), "device", ranks=ranks,
+            confidence=min(confs) if confs else None))
     findings += _quota_held(records, named_on_compute, status)
     findings += _within_node(records, named_on_compute, status)
     findings += _links(records, nodes, named_on_compute, status)
@@ -199,19 +198,17 @@ def _links(records: list[dict[str, Any]], nodes: Mapping[str, Mapping[str, Any]]
             continue
         mine = list(by_host_pairs.get(host, []))
         cause, facts = link_cause(host, nodes)
-        status[host] = max(status.get(host, Severity.INFO), low.severity)
         mine.sort(key=lambda p: -1.0 if (gbps := p.get("gbps")) is None else gbps)
         listed = ", ".join(f"{p['a']}-{p['b']} " + (f"{p['gbps']:.3g} GB/s" if p.get("gbps") is not None else
                                                    f"failed ({p.get('error', '')[:60]})") for p in mine[:4])
         listed += f" and {len(mine) - 4} more" if len(mine) > 4 else ""
-        findings.append(Finding(
-            ANALYZER, low.severity, f"{host}'s links are slow: its best pair reaches {low.value:.3g} GB/s, "
+        findings.append(_node(
+            status, host, low.severity, f"{host}'s links are slow: its best pair reaches {low.value:.3g} GB/s, "
             f"{low.ratio:.0%} of the other nodes' median {low.peer_median:.3g} GB/s (pairs: {listed}); likely {cause}",
             "Exclude the node (OUT/exclude.txt), then check its NIC: rate and state (ethtool, ibstat), error "
-            "counters, cable and switch port.", evidence=SanityEvidence(
+            "counters, cable and switch port.", SanityEvidence(
                 pairs=mine[:MAX_PAIRS_SHOWN], pair_count=len(mine), best_gbps=low.value,
-                peer_median_gbps=low.peer_median, **facts),
-            hosts=(host,), key=f"link|{host}", confidence=low.confidence))
+                peer_median_gbps=low.peer_median, **facts), "link", confidence=low.confidence))
     explained = set(slow_nodes) | named
     measured = {f"{p['a']}\t{p['b']}": p for p in pairs if p.get("gbps") is not None}
     by_pair = {key: float(p["gbps"]) for key, p in measured.items()}
@@ -247,20 +244,19 @@ def _within_node(records: list[dict[str, Any]], named: set[str], status: dict[st
         if host in named:
             continue
         sev = max(low.severity for _, low in found)
-        status[host] = max(status.get(host, Severity.INFO), sev)
         gpu = any(str(r["device"]).startswith("cuda") for r in records if r["host"] == host)
         cause = ("NVLink or PCIe between its GPUs (nvidia-smi topo -m, NVLink error counters) or a GPU whose PCIe "
                  "link trained down" if gpu else "CPU contention or memory bandwidth on the node (its ranks "
                  "exchange through the host)")
         lines = "; ".join(f"{figure} {low.value:.3g} GB/s is {low.ratio:.0%} of the other nodes' median "
                           f"{low.peer_median:.3g}" for figure, low in found)
-        findings.append(Finding(
-            ANALYZER, sev, f"{host}'s collectives within the node are slow: {lines} (likely {cause})",
+        findings.append(_node(
+            status, host, sev, f"{host}'s collectives within the node are slow: {lines} (likely {cause})",
             "Exclude the node (OUT/exclude.txt) and check the links between its devices: " + cause + ".",
-            evidence=SanityEvidence(figures=[FigureRow(figure=figure, value=low.value, peer_median=low.peer_median,
-                                                       peer_mad=low.peer_mad, confidence=low.confidence)
-                                             for figure, low in found], likely_cause=cause),
-            hosts=(host,), key=f"intra|{host}", confidence=min(low.confidence for _, low in found)))
+            SanityEvidence(figures=[FigureRow(figure=figure, value=low.value, peer_median=low.peer_median,
+                                              peer_mad=low.peer_mad, confidence=low.confidence)
+                                    for figure, low in found], likely_cause=cause),
+            "intra", confidence=min(low.confidence for _, low in found)))
     return findings
 
 
@@ -320,12 +316,10 @@ def _quota_held(records: list[dict[str, Any]], named: set[str], status: dict[str
         quota = facts.get("cpu_quota_cores")
         if not isinstance(quota, (int, float)) or quota >= threshold('sanity.quota_cores_per_rank') * len(mine):
             continue
-        status[host] = max(status.get(host, Severity.INFO), Severity.WARNING)
-        findings.append(Finding(
-            ANALYZER, Severity.WARNING, f"{host} is held back by its cgroup: {said} (its peers have no such quota; "
+        findings.append(_node(
+            status, host, Severity.WARNING, f"{host} is held back by its cgroup: {said} (its peers have no such quota; "
             f"{len(mine)} rank(s) of the job would share it)", "Remove or raise the node's CPU quota (the container's "
             "or the job's cgroup: cpu.max / cpu.cfs_quota_us) before the job, or exclude the node (exclude-at "
-            "warning).", evidence=SanityEvidence(ranks=[r["rank"] for r in mine], **facts),
-            ranks=tuple(r["rank"] for r in mine),
-            hosts=(host,), key=f"quota|{host}", confidence=0.99))
+            "warning).", SanityEvidence(ranks=[r["rank"] for r in mine], **facts), "quota",
+            ranks=tuple(r["rank"] for r in mine), confidence=0.99))
     return findings

@@ -101,12 +101,8 @@ def _coarsen(nodes: pd.DataFrame) -> pd.DataFrame:
     prev_end = nodes.groupby(["window", "stream"])["end"].shift(1)
     same = (nodes["instance"] < 0) & (nodes["instance"].shift(1) < 0) & (nodes["cls"] == nodes["cls"].shift(1))
     joins = same & prev_end.notna() & ((nodes["start"] - prev_end) < gap)
-    run = (~joins).cumsum()
-    return nodes.groupby(run, as_index=False).agg(
-        window=("window", "first"), stream=("stream", "first"), start=("start", "min"), end=("end", "max"),
-        cls=("cls", "first"), launch=("launch", "first"), launch_tid=("launch_tid", "first"),
-        instance=("instance", "first"), wait=("wait", "first"), waited_for=("waited_for", "first"),
-        step=("step", "first"))
+    how = {c: "min" if c == "start" else "max" if c == "end" else "first" for c in nodes.columns}
+    return nodes.groupby((~joins).cumsum(), as_index=False).agg(**{c: (c, f) for c, f in how.items()})
 
 
 def _with_collectives(nodes: pd.DataFrame, matched: pd.DataFrame, main: int) -> pd.DataFrame:

@@ -84,14 +84,9 @@ def critical_path_view(analysis: Analysis) -> pd.DataFrame:
 def _target_rank(finding: Finding) -> int | None:
     """The rank whose extra work a finding is about: a straggler of one rank (`straggler:<r>`,
     `straggler:measured:<r>`) or one rank's slow phase (`steps:phase:<phase>:<r>`)."""
-    if len(finding.ranks) != 1:
-        return None
-    key = finding.key
-    if finding.analyzer == Kind.STRAGGLER and key.rsplit(":", 1)[0] + ":" in _RANK_KEY:
-        tail = key.rsplit(":", 1)[-1]
-    elif Mark.STEPS_PHASE.on(finding):
-        tail = key.rsplit(":", 1)[-1]
-    else:
+    head, _, tail = finding.key.rpartition(":")
+    one_rank = finding.analyzer == Kind.STRAGGLER and head + ":" in _RANK_KEY or Mark.STEPS_PHASE.on(finding)
+    if len(finding.ranks) != 1 or not one_rank:
         return None
     return int(tail) if tail.isdigit() and int(tail) == finding.ranks[0] else None
 

@@ -146,14 +146,12 @@ def describe(did: BeforeArrival) -> str:
     """One clause: what the rank did before its late arrivals, against the median rank."""
     if not did:
         return ""
-    parts = []
-    for ms, what in ((did["extra_gpu_work_ms"], "more GPU work"), (did["extra_gpu_idle_ms"], "more GPU idle"),
-                     (did["extra_cpu_ops_ms"], "more time in CPU ops"), (did["extra_cpu_gap_ms"], "a longer CPU gap")):
-        if ms > 0.05 * max(did["interval_ms"], 1e-9):
-            parts.append(f"{fmt_ms(ms / 1e3)} {what}")
-    for cause, what in (("data_loader", "data loading"), ("host_sync", "host syncs"), ("memcpy", "memory copies")):
-        if did["extra_by_cause_ms"][cause] > 0.05 * max(did["interval_ms"], 1e-9):
-            parts.append(f"{fmt_ms(did['extra_by_cause_ms'][cause] / 1e3)} more {what}")
+    causes = did["extra_by_cause_ms"]
+    parts = [f"{fmt_ms(ms / 1e3)} {what}" for ms, what in (
+        (did["extra_gpu_work_ms"], "more GPU work"), (did["extra_gpu_idle_ms"], "more GPU idle"),
+        (did["extra_cpu_ops_ms"], "more time in CPU ops"), (did["extra_cpu_gap_ms"], "a longer CPU gap"),
+        (causes["data_loader"], "more data loading"), (causes["host_sync"], "more host syncs"),
+        (causes["memcpy"], "more memory copies")) if ms > 0.05 * max(did["interval_ms"], 1e-9)]
     top = sorted(did["top_extra_gpu"] + did["top_extra_cpu"], key=lambda o: -float(o["extra_ms"]))[:2]
     ops = ", ".join(f"{o['name']} (+{fmt_ms(o['extra_ms'] / 1e3)})" for o in top)
     head = (f"before those arrivals it worked {fmt_ms(did['interval_ms'] / 1e3)} against "

@@ -228,10 +228,15 @@ def work_trials(arr: pd.DataFrame) -> pd.DataFrame:
     frame = frame.assign(work=work).dropna(subset=["work"])
     complete = frame.groupby("instance")["rank"].transform("size") == frame["members"]
     frame = frame[complete]
-    key = frame["pg"].astype(str) + ":" + frame["step"].astype(str)
-    out = frame.assign(key=key).groupby(["key", "rank"])["work"].sum().reset_index(name="value")
-    order = {k: i for i, k in enumerate(frame.assign(key=key).groupby("key")["start_aligned"].min().sort_values().index)}
-    out["trial"] = out["key"].map(order)
+    return keyed_trials(frame, frame["pg"].astype(str) + ":" + frame["step"].astype(str), "work")
+
+
+def keyed_trials(frame: pd.DataFrame, key: pd.Series, value: str) -> pd.DataFrame:
+    """One trial per `key` (numbered in the order of its first start_aligned): each rank's `value` summed."""
+    frame = frame.assign(key=key)
+    order = frame.groupby("key")["start_aligned"].min().sort_values()
+    out = frame.groupby(["key", "rank"])[value].sum().reset_index(name="value")
+    out["trial"] = out["key"].map(pd.Series(np.arange(len(order)), index=order.index))
     return out[["trial", "rank", "value"]]
 
 

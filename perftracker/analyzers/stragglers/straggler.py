@@ -31,6 +31,7 @@ from perftracker.analyzers.stragglers.significance import (
     OutlierVerdict,
     judge_durations,
     judge_outliers,
+    keyed_trials,
     work_trials,
 )
 from perftracker.analyzers.thresholds import threshold, threshold_int
@@ -152,14 +153,8 @@ def step_trials(arr: pd.DataFrame) -> pd.DataFrame:
     many. Collectives outside any profiled step are one trial each."""
     if arr.empty:
         return pd.DataFrame(columns=["trial", "rank", "value"])
-    key = np.where(arr["step"] >= 0, arr["pg"].astype(str) + ":" + arr["step"].astype(str),
-                   "instance:" + arr["instance"].astype(str))
-    frame = arr.assign(key=key)
-    order = frame.groupby("key")["start_aligned"].min().sort_values()
-    codes = pd.Series(np.arange(len(order)), index=order.index)
-    out = frame.groupby(["key", "rank"])["own_ns"].sum().reset_index(name="value")
-    out["trial"] = out["key"].map(codes)
-    return out[["trial", "rank", "value"]]
+    key = arr["pg"].astype(str) + ":" + arr["step"].astype(str)
+    return keyed_trials(arr, key.where(arr["step"] >= 0, "instance:" + arr["instance"].astype(str)), "own_ns")
 
 
 def verdict_view(analysis: Analysis) -> OutlierVerdict:
@@ -181,11 +176,6 @@ def compute_view(analysis: Analysis) -> DurationVerdict:
     costs = by_rank(analysis.store, lambda _, ev: op_costs(ev))
     return judge_durations(trials_of(costs), alpha=threshold("straggler.alpha") / 4, measure="compute",
                            min_excess=threshold("straggler.compute_min_excess"))
-
-
-def _durations_pick(*tests: DurationVerdict) -> DurationVerdict:
-    """The first significant durations verdict (the op compute test first), else the first."""
-    return next((d for d in tests if d.significant), tests[0])
 
 
 def _by_durations(v: OutlierVerdict, d: DurationVerdict) -> OutlierVerdict:
@@ -224,7 +214,8 @@ def analyze_stragglers(analysis: Analysis) -> list[Finding]:
     if arr.empty:
         return []
     metrics = analysis.view(rank_metrics_view)
-    durations = _durations_pick(analysis.view(compute_view), analysis.view(durations_view))
+    tests = (analysis.view(compute_view), analysis.view(durations_view))
+    durations = next((d for d in tests if d.significant), tests[0])  # the first significant: op compute first
     by_last = analysis.view(verdict_view)
     verdict = _by_durations(by_last, durations)
     findings = [_alignment_finding(arr, offsets), *clock_domain_findings(seen.domains), *matching_findings(seen)]

@@ -112,25 +112,24 @@ def whatif(graph: OpsGraph, ranks: pd.DataFrame | None = None) -> WhatIf:
         """Mean step time with the (nodes x cols) `block` at its ideal durations, the rest measured."""
         return float(replay(graph, np.where(block, ideal_dur, graph.dur), np.where(block, ideal_xfer, graph.transfer)).mean())
 
-    def mixed(node_mask: np.ndarray, col_mask: np.ndarray, base_measured: bool) -> float:
-        """Mean step time with the (nodes x cols) block measured (or ideal, when the base is measured)."""
-        block = np.outer(node_mask, col_mask)
-        return with_ideal(block if base_measured else ~block)
+    def mixed(node_mask: np.ndarray, col_mask: np.ndarray) -> float:
+        """Mean step time with only the (nodes x cols) block measured, the rest ideal."""
+        return with_ideal(~np.outer(node_mask, col_mask))
 
     all_nodes = np.ones(len(graph.nodes), dtype=bool)
     all_cols = np.ones(len(graph.cols), dtype=bool)
     dp_col = graph.cols["dp_rank"].to_numpy()
     stages = graph.stages
     family = graph.nodes["optype"].astype(str).map(optype_family).to_numpy()
-    by_optype = {str(f): mixed(family == f, all_cols, False) / t_ideal for f in sorted(set(family))}
-    by_dp = {d: mixed(all_nodes, dp_col == d, False) / t_ideal for d in range(graph.n_dp)}
+    by_optype = {str(f): mixed(family == f, all_cols) / t_ideal for f in sorted(set(family))}
+    by_dp = {d: mixed(all_nodes, dp_col == d) / t_ideal for d in range(graph.n_dp)}
     stage_ids = sorted({int(s) for s in stages})
-    by_stage = {s: mixed(stages == s, all_cols, False) / t_ideal for s in stage_ids}
+    by_stage = {s: mixed(stages == s, all_cols) / t_ideal for s in stage_ids}
     rows = []
     exact_each = graph.n_dp * len(stage_ids) <= MAX_EXACT_WORKERS
     for d in range(graph.n_dp):
         for s in stage_ids:
-            exact = mixed(stages == s, dp_col == d, False) / t_ideal if exact_each else float("nan")
+            exact = mixed(stages == s, dp_col == d) / t_ideal if exact_each else float("nan")
             rows.append({"dp_rank": d, "stage": s, "s_worker": exact,
                          "score": min(by_dp[d], by_stage[s])})
     workers = pd.DataFrame(rows)
@@ -142,8 +141,7 @@ def whatif(graph: OpsGraph, ranks: pd.DataFrame | None = None) -> WhatIf:
     for d, st in zip(top["dp_rank"], top["stage"]):
         fixed |= np.outer(stages == st, dp_col == d)
     t_rem_w = with_ideal(fixed)
-    block_nodes = stages == max(stage_ids)
-    t_rem_s = mixed(block_nodes, all_cols, True)
+    t_rem_s = with_ideal(np.outer(stages == max(stage_ids), all_cols))
     m_w = (t - t_rem_w) / spread if spread > 0 else 0.0
     m_s = (t - t_rem_s) / spread if spread > 0 else 0.0
     t_stage_means = float(replay(graph, *ideal(graph, by_stage=True)).mean())
