@@ -104,12 +104,9 @@ def load_ethtool_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
         cmd = _COMMAND.match(line)
         if (named := named_host(line)) is not None:
             host = named or host
-        elif line.startswith("# netdev="):
+        elif line.startswith("# netdev=") or cmd:
             flush()
-            netdev = line[9:].strip()
-        elif cmd:
-            flush()
-            netdev = cmd.group("dev")
+            netdev = cmd.group("dev") if cmd else line[9:].strip()
         elif line.startswith("# ts_ns=") or stamp(line) is not None:
             flush()
             ts = stamp(line)

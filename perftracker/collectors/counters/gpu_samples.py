@@ -162,23 +162,13 @@ def load_smi_csv(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
             bad += 1
             continue
         base = {"host": host, "rank": -1, "device": f"gpu:{int(gpu)}", "port": "", "ts_ns": ts}
-        reasons = 0
-        has_reasons = False
-        for name, text_value in rec.items():
-            metric = SMI_FIELDS.get(name)
-            if metric is not None:
-                value = _value(text_value)
-                if value is not None:
-                    rows.append({**base, "name": metric, "value": value})
-                continue
-            reason = name.split(".", 1)[1] if name.startswith(("clocks_event_reasons.", "clocks_throttle_reasons.")) \
-                else ""
-            if reason in SMI_REASON_BITS:
-                has_reasons = True
-                if text_value.strip().lower() == "active":
-                    reasons |= SMI_REASON_BITS[reason]
-        if has_reasons and "clock_event_reasons" not in {SMI_FIELDS.get(n) for n in rec}:
-            rows.append({**base, "name": "clock_event_reasons", "value": float(reasons)})
+        rows.extend({**base, "name": SMI_FIELDS[name], "value": value} for name, text in rec.items()
+                    if name in SMI_FIELDS and (value := _value(text)) is not None)
+        reasons = [(SMI_REASON_BITS[r], text.strip().lower() == "active") for name, text in rec.items()
+                   if name.startswith(("clocks_event_reasons.", "clocks_throttle_reasons."))
+                   and (r := name.split(".", 1)[1]) in SMI_REASON_BITS]
+        if reasons and "clock_event_reasons" not in {SMI_FIELDS.get(n) for n in rec}:  # per-reason columns only
+            rows.append({**base, "name": "clock_event_reasons", "value": float(sum({b for b, on in reasons if on}))})
         devices.setdefault((host, int(gpu)), device_row(host, "gpu", f"gpu:{int(gpu)}", str(path),
                                                         uuid=rec.get("uuid", ""), pci_bus_id=rec.get("pci.bus_id", "")))
     notes = [LoadNote("warning", str(path), f"{bad} nvidia-smi CSV line(s) could not be read and were skipped")] \
