@@ -20,6 +20,7 @@ PORT_COLUMNS = ["host", "device", "port", "shown", "sampled", "state_id", "rate_
                 "pfc", "pfc_rx_priority", "pfc_rx_paused_share", "pfc_rx_frames_per_s",
                 "pfc_tx_priority", "pfc_tx_paused_share", "pfc_tx_frames_per_s"]
 _KEYS = ["host", "device", "port"]
+_SAMPLED = ("state_id", "rate_gbps", "tx_gbps", "rx_gbps", "cnp_per_s")  # NaN for a port without sysfs samples
 _DURATION = "_duration"
 MAX_PERIODS = 50
 SERIES_METRICS = ("sm_clock_mhz", "temp_c", "power_w")
@@ -46,22 +47,16 @@ def rdma_ports_table(analysis: Analysis) -> pd.DataFrame:
         if not series.empty else {}
     keys = sorted(set(groups) | set(pfc))
     shown = set(sorted({host for host, _, _ in keys})[:MAX_HOSTS])
-    rows = []
+    rows, nan = [], float("nan")
     for key in keys:
-        row: dict[str, Any] = dict(zip(_KEYS, key))
-        row["shown"] = key[0] in shown
-        g = groups.get(key)
-        row["sampled"] = g is not None
-        nan = float("nan")
+        g, port = groups.get(key), pfc.get(key)
+        row: dict[str, Any] = {**dict(zip(_KEYS, key)), "shown": key[0] in shown, "sampled": g is not None,
+                               "pfc": port is not None, **dict.fromkeys(_SAMPLED, nan)}
         if g is not None:
             cnp = sum(float(g[n].sum()) for n in CNP_NAMES if n in g) / float(g["dt_s"].sum())
             row.update(state_id=float(g["state_id"].iloc[-1]) if "state_id" in g else nan,
                        rate_gbps=float(g["rate_gbps"].iloc[-1]) if "rate_gbps" in g else nan,
                        tx_gbps=float(g["tx_gbps"].mean()), rx_gbps=float(g["rx_gbps"].mean()), cnp_per_s=cnp)
-        else:
-            row.update(state_id=nan, rate_gbps=nan, tx_gbps=nan, rx_gbps=nan, cnp_per_s=nan)
-        port = pfc.get(key)
-        row["pfc"] = port is not None
         for direction in ("rx", "tx"):
             prio, share, frames = _most_paused(port.pauses[direction]) if port is not None else ("", nan, 0.0)
             row.update({f"pfc_{direction}_priority": prio, f"pfc_{direction}_paused_share": share,

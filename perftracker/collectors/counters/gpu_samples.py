@@ -43,11 +43,6 @@ SMI_REASON_BITS: dict[str, int] = {
 _NUM = re.compile(r"^\s*(0x[0-9a-fA-F]+|-?[\d.]+)")
 
 
-def _ranks(value: Any) -> set[int]:
-    found = {rank_in_range(r) for r in value} if isinstance(value, list) else set()
-    return {r for r in found if r is not None}
-
-
 _MAX_GPU = 1 << 16
 
 
@@ -72,7 +67,8 @@ def _record(rec: dict[str, Any], default_host: str, source: str
     numa = int_in(rec.get("numa_node"), -1, _MAX_GPU)
     device = device_row(host, "gpu", f"gpu:{gpu}", source, uuid=str(rec.get("uuid", "")),
                         pci_bus_id=str(rec.get("pci_bus_id", "")), numa_node=-1 if numa is None else numa)
-    return rows, device, _ranks(rec.get("ranks"))
+    ranks = rec.get("ranks")
+    return rows, device, {r for r in map(rank_in_range, ranks) if r is not None} if isinstance(ranks, list) else set()
 
 
 def load_gpu_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
