@@ -11,8 +11,8 @@ is recorded:
   (``profiles/``, ``baseline/profiles/``), step records (``steps/``) and manifest are copied to ``OUT/`` and
   its findings' titles and ranks printed;
 * ``clean``: nothing is slowed; K later windows of S seconds of every rank's main-thread states and scheduler
-  accounting, sampled as the watcher samples them (`collectors/counters/proc_state.py`, every 50-100 ms,
-  jittered; `collectors/counters/sched.py` at both ends), go to ``OUT/window-<k>/sched/`` and the baseline's
+  accounting, sampled as the watcher samples them (`collectors/counters/sched.py` states every 50-100 ms,
+  jittered, and its accounting at both ends), go to ``OUT/window-<k>/sched/`` and the baseline's
   to ``OUT/window-<k>/baseline/sched/``, with the watcher's step records so far (``steps/``, their last 256 KB,
   as an incident keeps them) (each window is then an incident's evidence with nothing wrong).
 
@@ -41,8 +41,7 @@ sys.path.insert(0, str(REPO))
 import psutil
 from sample_job_runner import duty_cycle, free_port, job_command, worker_pids
 
-from perftracker.collectors.counters.proc_state import state_record
-from perftracker.collectors.counters.sched import snapshot_record
+from perftracker.collectors.counters.sched import snapshot_record, state_record
 from perftracker.live.watch.incidents import STATE_EVERY_S, STEPS_TAIL_BYTES, copy_tail
 from perftracker.rundir import host_name
 

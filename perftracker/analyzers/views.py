@@ -16,8 +16,9 @@ from perftracker.analyzers.coverage import run_summary_view
 from perftracker.analyzers.efficiency.mfu import step_mfu_view
 from perftracker.analyzers.efficiency.tables import device_peaks_view, op_efficiency_view
 from perftracker.analyzers.failures.waitview import wait_graph_view
-from perftracker.analyzers.health.gpu_tables import gpu_series_table, gpu_throttle_table
-from perftracker.analyzers.health.port_tables import (
+from perftracker.analyzers.health.tables import (
+    gpu_series_table,
+    gpu_throttle_table,
     pfc_paused_table,
     rdma_congestion_table,
     rdma_ports_table,

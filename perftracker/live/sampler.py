@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import psutil
 
-from perftracker.collectors.counters.proc_state import stat_fields
+from perftracker.collectors.counters.sched import stat_fields
 from perftracker.live.attach.discovery import Job, Worker
 from perftracker.live.diagnosis import LiveDiagnosis, NoDiagnosis
 from perftracker.live.samplers.step_state import StepState

@@ -93,7 +93,7 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "host": "string", "rank": "int32", "pid": "int64", "ts_ns": "int64", "run_ns": "int64",
         "wait_ns": "int64", "slices": "int64", "load1": "float64", "cpus": "int32", "window": "string",
     },
-    # Each rank's main-thread scheduler state sampled through a window (collectors/counters/proc_state.py): one
+    # Each rank's main-thread scheduler state sampled through a window (collectors/counters/sched.py): one
     # row per rank per sample, every 50-100 ms of an incident's (or the baseline's: window "baseline") stack
     # recording; state is /proc/<pid>/stat's letter (R, S, D, T, t, ...).
     "proc_states": {

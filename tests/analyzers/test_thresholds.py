@@ -60,10 +60,8 @@ NOT_THRESHOLDS = {
     "online/diagnosis.py": {"SUSPICION_CHARS"},  # text length
     "online/waited_rank.py": {"TOP_FRAMES"},  # how many of the named rank's frames are shown
     "compare/diff.py": {"DEFAULT_TOLERANCE", "TOP_OPS"},  # diff --tolerance; rows shown
-    "health/gpu_health.py": {"MAX_PERIODS"},  # periods listed
-    "health/gpu_tables.py": {"MAX_HOSTS", "MAX_PERIODS"},  # chart size
-    "health/port_tables.py": {"MAX_HOSTS"},  # chart size
-    "health/peer_outliers.py": {"MAX_BINS"},  # chart size
+    "health/gpu_health.py": {"MAX_PERIODS", "MAX_BINS"},  # periods listed; time windows of the peer test
+    "health/tables.py": {"MAX_HOSTS", "MAX_PERIODS"},  # chart size
     "health/link_stalls.py": {"EPOCH_NS"},  # tells wall-clock from monotonic ns
     "health/rdma.py": {"ACTIVE"},  # sysfs port state code
     "nccl/tables.py": {"MAX_VARIABLES", "MAX_WARNS"},  # rows shown

@@ -1,5 +1,5 @@
 """A GPU below its peers (SM clock) is a warning only when it is consistently the lowest, beyond the
-spread among the other GPUs (analyzers/health/peer_outliers.py)."""
+spread among the other GPUs (`peer_verdict` in analyzers/health/gpu_health.py)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.online.waited_fold import fold_into_waited_rank
 from perftracker.analyzers.online.waited_rank import analyze_waited_rank
-from perftracker.collectors.counters.proc_state import read_state
+from perftracker.collectors.counters.sched import read_state
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.pipeline import findings_of
 from perftracker.store import Store

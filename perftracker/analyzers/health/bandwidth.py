@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, cast
 
 import pandas as pd
@@ -13,9 +14,7 @@ from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.evidence.network import BandwidthEvidence, CollectiveRow
 from perftracker.store import Store
 
-_FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-            "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
-            "alltoall": lambda n: (n - 1) / n}
+_RING = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1, "all_to_all": 1, "alltoall": 1}  # x (n - 1) / n
 _ROUNDED = ("best_ms", "median_ms", "algbw_gbs", "busbw_gbs", "median_busbw_gbs", "factor")
 
 
@@ -23,8 +22,8 @@ def bus_factor(collective: str, n: int) -> float:
     """The ring factor that turns algorithm bandwidth into bus bandwidth for `n` ranks."""
     name = collective.lower().lstrip("_").replace("allreduce", "all_reduce").replace("allgather", "all_gather")
     name = name.replace("reducescatter", "reduce_scatter").replace("_base", "").replace("_into_tensor", "")
-    fn = _FACTORS.get(name)
-    return float(fn(n)) if fn is not None and n > 0 else 1.0
+    ring = _RING.get(name)
+    return float(ring * (n - 1) / n) if ring is not None and n > 0 else 1.0
 
 
 def collective_bandwidth(store: Store) -> pd.DataFrame:
@@ -64,11 +63,8 @@ def _link_gbs_per_rank(store: Store) -> tuple[float, int]:
     if rmap.empty or rates.empty:
         return float("nan"), hosts
     per_rank = []
-    users: dict[tuple[str, str], int] = {}
     ranks = records(rmap)
-    for r in ranks:
-        for nic in r["nics"]:
-            users[(str(r["host"]), str(nic))] = users.get((str(r["host"]), str(nic)), 0) + 1
+    users = Counter((str(r["host"]), str(nic)) for r in ranks for nic in r["nics"])
     for r in ranks:
         total = 0.0
         for nic in r["nics"]:

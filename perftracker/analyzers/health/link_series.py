@@ -140,18 +140,14 @@ def link_downs_view(analysis: Analysis) -> list[Down]:
 def job_ifaces_view(analysis: Analysis) -> dict[str, dict[str, str]]:
     """{host: {iface: why}} (docs/internals/analyzers.md)."""
     store = analysis.store
-    out: dict[str, dict[str, str]] = {}
-    ifaces = store["net_ifaces"]
-    for row in ifaces.itertuples():
-        if str(row.iface):
-            out.setdefault(str(row.host), {})
-    for row in ifaces.itertuples():
-        if str(row.why):
-            out[str(row.host)][str(row.iface)] = str(row.why)
-    for row in ifaces.itertuples():
-        host = out[str(row.host)]
-        if not any(host.values()) and str(row.iface) and str(row.iface) != "lo":
-            host.setdefault(str(row.iface), "")
+    rows = [(str(r.host), str(r.iface), str(r.why)) for r in store["net_ifaces"].itertuples()]
+    out: dict[str, dict[str, str]] = {host: {} for host, iface, _ in rows if iface}
+    for host, iface, why in rows:
+        if why:
+            out[host][iface] = why
+    for host, iface, _ in rows:
+        if not any(out[host].values()) and iface and iface != "lo":
+            out[host].setdefault(iface, "")
     table = store["netdev"]
     for host_name, iface in {(str(h), str(i)) for h, i in zip(table["host"], table["iface"]) if str(i)}:
         if host_name not in out and iface != "lo":  # samples without interface records (e.g. node exporter)

@@ -110,14 +110,6 @@ def window_of(g: pd.DataFrame) -> Window:
     return Window(start_ns=start, end_ns=end, seconds=round((end - start) / 1e9, 3))
 
 
-def _rate(g: pd.DataFrame, name: str) -> tuple[float, float]:
-    """(mean rate over the window, peak interval rate) per second; (0, 0) without the counter."""
-    if name not in g or g[name].isna().all():
-        return 0.0, 0.0
-    total_s = float(g["dt_s"].sum())
-    return float(g[name].sum()) / total_s, float((g[name] / g["dt_s"]).max())
-
-
 def port_summary(series: pd.DataFrame, store: Store) -> pd.DataFrame:
     """Per port: window, throughput, gauges, link layer, error and congestion rates."""
     rows = []
@@ -135,8 +127,9 @@ def port_summary(series: pd.DataFrame, store: Store) -> pd.DataFrame:
             row[f"{key}_peak"] = float(g[key].max()) if key in g and g[key].notna().any() else 0.0
         for name in LINK_ERROR_NAMES + FLAP_NAMES + TRANSPORT_NAMES + FATAL_NAMES + CNP_NAMES + (
                 "port_xmit_wait", "port_xmit_discards", "out_of_buffer"):
-            mean, peak = _rate(g, name)
-            row[f"{name}/s"], row[f"{name}/s_peak"] = mean, peak
+            sampled = name in g and not g[name].isna().all()  # rates per second: mean over the window, interval peak
+            row[f"{name}/s"] = float(g[name].sum()) / float(g["dt_s"].sum()) if sampled else 0.0
+            row[f"{name}/s_peak"] = float((g[name] / g["dt_s"]).max()) if sampled else 0.0
             row[f"{name}+"] = float(g[name].sum()) if name in g else 0.0
         rows.append(row)
     return pd.DataFrame(rows)
@@ -218,13 +211,10 @@ def _port_findings(r: Any, summary: pd.DataFrame) -> Iterator[Finding]:
                                         "drops_per_s": threshold("rdma.drops_per_s")})
 
 
-def _hca_settings(store: Store) -> list[str]:
-    cfg = store["config"]
-    return sorted({str(v) for v in cfg.loc[cfg["key"] == "NCCL_IB_HCA", "value"]})
-
-
 def _idle_rails(summary: pd.DataFrame, store: Store) -> list[Finding]:
     out: list[Finding] = []
+    cfg = store["config"]
+    hca = sorted({str(v) for v in cfg.loc[cfg["key"] == "NCCL_IB_HCA", "value"]})
     active = summary[summary["state_id"] == ACTIVE].assign(traffic=lambda s: s["tx_gbps"] + s["rx_gbps"])
     for (_host, _layer), g in active.groupby(["host", "link_layer"]):
         if len(g) < 2 or g["traffic"].max() < threshold("rdma.busy_gbps"):
@@ -241,7 +231,7 @@ def _idle_rails(summary: pd.DataFrame, store: Store) -> list[Finding]:
                                 traffic_gbps=round(float(r["traffic"]), 3),
                                 busiest={"device": busiest["device"], "port": busiest["port"],
                                          "gbps": round(float(busiest["traffic"]), 3)},
-                                busy_ports=busy, nccl_ib_hca=_hca_settings(store),
+                                busy_ports=busy, nccl_ib_hca=list(hca),
                                 idle_share=threshold("rdma.idle_rail_share")))
     return out
 

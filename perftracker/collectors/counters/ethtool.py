@@ -104,12 +104,9 @@ def load_ethtool_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
         cmd = _COMMAND.match(line)
         if (named := named_host(line)) is not None:
             host = named or host
-        elif line.startswith("# netdev="):
+        elif line.startswith("# netdev=") or cmd:
             flush()
-            netdev = line[9:].strip()
-        elif cmd:
-            flush()
-            netdev = cmd.group("dev")
+            netdev = cmd.group("dev") if cmd else line[9:].strip()
         elif line.startswith("# ts_ns=") or stamp(line) is not None:
             flush()
             ts = stamp(line)
@@ -129,14 +126,10 @@ def load_ethtool_dump(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
     if unnamed:
         notes.append(LoadNote("warning", str(path), f"{unnamed} `ethtool -S` output(s) without a netdev were skipped: "
                               "add the command line (`echo ethtool -S <dev>`) or a `# netdev=<dev>` line"))
-    rows: list[dict[str, Any]] = []
-    devices: dict[str, dict[str, Any]] = {}
-    for ts, dev, counters in blocks:
-        if ts is None or not dev:
-            continue
-        base = {"host": host, "rank": -1, "device": dev, "port": "1", "ts_ns": ts}
-        rows.extend({**base, "name": PREFIX + n, "value": float(v)} for n, v in flow_control(counters).items())
-        devices.setdefault(dev, device_row(host, "nic", dev, str(path), "1", link_layer="Ethernet", netdevs=dev))
+    kept = [(ts, dev, counters) for ts, dev, counters in blocks if ts is not None and dev]
+    rows = [{"host": host, "rank": -1, "device": dev, "port": "1", "ts_ns": ts, "name": PREFIX + n, "value": float(v)}
+            for ts, dev, counters in kept for n, v in flow_control(counters).items()]
+    devices = {dev: device_row(host, "nic", dev, str(path), "1", link_layer="Ethernet", netdevs=dev) for _, dev, _ in kept}
     return rows, list(devices.values()), notes
 
 

@@ -43,11 +43,6 @@ SMI_REASON_BITS: dict[str, int] = {
 _NUM = re.compile(r"^\s*(0x[0-9a-fA-F]+|-?[\d.]+)")
 
 
-def _ranks(value: Any) -> set[int]:
-    found = {rank_in_range(r) for r in value} if isinstance(value, list) else set()
-    return {r for r in found if r is not None}
-
-
 _MAX_GPU = 1 << 16
 
 
@@ -72,7 +67,8 @@ def _record(rec: dict[str, Any], default_host: str, source: str
     numa = int_in(rec.get("numa_node"), -1, _MAX_GPU)
     device = device_row(host, "gpu", f"gpu:{gpu}", source, uuid=str(rec.get("uuid", "")),
                         pci_bus_id=str(rec.get("pci_bus_id", "")), numa_node=-1 if numa is None else numa)
-    return rows, device, _ranks(rec.get("ranks"))
+    ranks = rec.get("ranks")
+    return rows, device, {r for r in map(rank_in_range, ranks) if r is not None} if isinstance(ranks, list) else set()
 
 
 def load_gpu_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
@@ -162,23 +158,13 @@ def load_smi_csv(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
             bad += 1
             continue
         base = {"host": host, "rank": -1, "device": f"gpu:{int(gpu)}", "port": "", "ts_ns": ts}
-        reasons = 0
-        has_reasons = False
-        for name, text_value in rec.items():
-            metric = SMI_FIELDS.get(name)
-            if metric is not None:
-                value = _value(text_value)
-                if value is not None:
-                    rows.append({**base, "name": metric, "value": value})
-                continue
-            reason = name.split(".", 1)[1] if name.startswith(("clocks_event_reasons.", "clocks_throttle_reasons.")) \
-                else ""
-            if reason in SMI_REASON_BITS:
-                has_reasons = True
-                if text_value.strip().lower() == "active":
-                    reasons |= SMI_REASON_BITS[reason]
-        if has_reasons and "clock_event_reasons" not in {SMI_FIELDS.get(n) for n in rec}:
-            rows.append({**base, "name": "clock_event_reasons", "value": float(reasons)})
+        rows.extend({**base, "name": SMI_FIELDS[name], "value": value} for name, text in rec.items()
+                    if name in SMI_FIELDS and (value := _value(text)) is not None)
+        reasons = [(SMI_REASON_BITS[r], text.strip().lower() == "active") for name, text in rec.items()
+                   if name.startswith(("clocks_event_reasons.", "clocks_throttle_reasons."))
+                   and (r := name.split(".", 1)[1]) in SMI_REASON_BITS]
+        if reasons and "clock_event_reasons" not in {SMI_FIELDS.get(n) for n in rec}:  # per-reason columns only
+            rows.append({**base, "name": "clock_event_reasons", "value": float(sum({b for b, on in reasons if on}))})
         devices.setdefault((host, int(gpu)), device_row(host, "gpu", f"gpu:{int(gpu)}", str(path),
                                                         uuid=rec.get("uuid", ""), pci_bus_id=rec.get("pci.bus_id", "")))
     notes = [LoadNote("warning", str(path), f"{bad} nvidia-smi CSV line(s) could not be read and were skipped")] \

@@ -14,21 +14,22 @@ from typing import Any
 
 import pandas as pd
 
-from perftracker.bounded import loads_json, read_text
+from perftracker.bounded import loads_json, read_head
 from perftracker.collectors.counters import (
     ethtool,
     gpu_samples,
     netdev,
     netdev_dumps,
-    proc_state,
     prometheus,
     rdma,
     sched,
 )
-from perftracker.collectors.file_notes import cut_notes, line_list, unreadable
+from perftracker.collectors.file_notes import unreadable
 from perftracker.errors import InputError
 from perftracker.store import LoadNote, RunInfo
 from perftracker.store.schema import conform
+
+SKIP_SUFFIXES = (".gz", ".parquet", ".html", ".png", ".zip", ".tar")
 
 
 def _first_json(head: str) -> dict[str, Any]:
@@ -39,66 +40,44 @@ def _first_json(head: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def sniff(path: Path, head: str) -> str:
-    """The kind of counter input a file holds: rdma_jsonl, gpu_jsonl, sched_jsonl, states_jsonl, net_jsonl, smi_csv,
-    prometheus, sysfs_dump, ethtool_dump or '' (`netdev_dumps.sniff_net` tells the network texts apart)."""
-    rec = _first_json(head) if head.lstrip().startswith("{") else {}
-    if rec:
-        return next((kind for kind, test in _JSON_KINDS if test(rec)), "")
-    return next((kind for kind, looks_like in _TEXT_KINDS if looks_like(head)), "")
-
-
-_JSON_KINDS: tuple[tuple[str, Callable[[dict[str, Any]], bool]], ...] = (
-    ("rdma_jsonl", lambda r: {"device", "port", "ts_ns"} <= r.keys() and ("counters" in r or "hw_counters" in r)),
-    ("gpu_jsonl", lambda r: {"gpu", "ts_ns", "metrics"} <= r.keys()),
-    ("sched_jsonl", sched.looks_like_sched_jsonl), ("states_jsonl", proc_state.looks_like_states_jsonl),
-    ("net_jsonl", netdev.looks_like_net_jsonl))
-_TEXT_KINDS: tuple[tuple[str, Callable[[str], bool]], ...] = (
-    ("smi_csv", gpu_samples.looks_like_smi_csv), ("prometheus", prometheus.looks_like_exposition),
-    ("sysfs_dump", rdma.looks_like_sysfs_dump), ("ethtool_dump", ethtool.looks_like_ethtool_dump))
-
-
-def _load_prometheus(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
-    text, capped = read_text(path)
-    skipped: list[int] = []
-    samples = prometheus.parse_text(text, skipped)
-    host = path.name.split(".")[0]
-    notes = cut_notes(path, capped)
-    if skipped:
-        notes.append(LoadNote("warning", str(path), f"{len(skipped)} sample line(s) with a value or time that is not a "
-                              f"finite number in range were skipped (line {line_list(skipped)})",
-                              {"lines": skipped[:50]}))
-    if any(s.ts_ns < 0 for s in samples):
-        notes.append(LoadNote("warning", str(path), "Prometheus samples without a timestamp or a preceding "
-                              "`# scrape_time <unix seconds>` line were skipped: rates need sample times"))
-        samples = [s for s in samples if s.ts_ns >= 0]
-    ib_rows, ib_dev = prometheus.node_infiniband_rows(samples, host)
-    gpu_rows, gpu_dev = prometheus.dcgm_rows(samples, host)
-    return ib_rows + gpu_rows, ib_dev + gpu_dev, notes
-
-
 Loaded = tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]
-
-
 _Unreadable = tuple[str, tuple[type[OSError] | type[InputError], ...]]
 _COUNTER: _Unreadable = ("counter file", (OSError, InputError))
 _NET: _Unreadable = ("network counter file", (OSError, InputError))
-# kind -> (loader, the table its rows go to ("ethtool": moved onto RDMA ports first), what an unreadable file is
-# called, the errors that make it unreadable); scheduler files give tables of their own
-_LOADERS: dict[str, tuple[Callable[[Path], Loaded], str, _Unreadable]] = {
-    "rdma_jsonl": (rdma.load_rdma_jsonl, "counters", _COUNTER),
-    "gpu_jsonl": (gpu_samples.load_gpu_jsonl, "counters", _COUNTER),
-    "smi_csv": (gpu_samples.load_smi_csv, "counters", _COUNTER),
-    "prometheus": (_load_prometheus, "counters", _COUNTER),
-    "sysfs_dump": (rdma.load_sysfs_dump, "counters", _COUNTER),
-    "ethtool_dump": (ethtool.load_ethtool_dump, "ethtool", _COUNTER),
-    "sched_jsonl": (sched.load_sched_jsonl, "cpu_sched", ("scheduler file", (OSError,))),
-    "states_jsonl": (proc_state.load_states_jsonl, "proc_states", ("scheduler file", (OSError,))),
-    "net_jsonl": (netdev.load_net_jsonl, "netdev", _NET),  # "devices" of a network file: its net_ifaces rows
-    "ip_link": (netdev_dumps.load_ip_link_dump, "netdev", _NET),
-    "sysfs_net_dump": (netdev_dumps.load_sysfs_net_dump, "netdev", _NET),
-    "node_network": (netdev_dumps.load_node_network, "netdev", _NET),
+_SCHED: _Unreadable = ("scheduler file", (OSError,))
+# kind -> (its test, of a file's first JSON record for the *_jsonl kinds, else of its head; its loader; the table
+# its rows go to ("ethtool": moved onto RDMA ports first); what an unreadable file is called, the errors that make
+# it unreadable). A file is of the first kind in this order whose test holds, and also of a network text kind.
+_KINDS: dict[str, tuple[Callable[[Any], bool], Callable[[Path], Loaded], str, _Unreadable]] = {
+    "rdma_jsonl": (lambda r: {"device", "port", "ts_ns"} <= r.keys() and ("counters" in r or "hw_counters" in r),
+                   rdma.load_rdma_jsonl, "counters", _COUNTER),
+    "gpu_jsonl": (lambda r: {"gpu", "ts_ns", "metrics"} <= r.keys(), gpu_samples.load_gpu_jsonl, "counters", _COUNTER),
+    "sched_jsonl": (sched.looks_like_sched_jsonl, sched.load_sched_jsonl, "cpu_sched", _SCHED),
+    "states_jsonl": (sched.looks_like_states_jsonl, sched.load_states_jsonl, "proc_states", _SCHED),
+    "net_jsonl": (netdev.looks_like_net_jsonl, netdev.load_net_jsonl, "netdev", _NET),  # devices: net_ifaces rows
+    "smi_csv": (gpu_samples.looks_like_smi_csv, gpu_samples.load_smi_csv, "counters", _COUNTER),
+    "prometheus": (prometheus.looks_like_exposition, prometheus.load_exposition, "counters", _COUNTER),
+    "sysfs_dump": (rdma.looks_like_sysfs_dump, rdma.load_sysfs_dump, "counters", _COUNTER),
+    "ethtool_dump": (ethtool.looks_like_ethtool_dump, ethtool.load_ethtool_dump, "ethtool", _COUNTER),
+    "ip_link": (netdev_dumps.looks_like_ip_link, netdev_dumps.load_ip_link_dump, "netdev", _NET),
+    "sysfs_net_dump": (netdev_dumps.looks_like_sysfs_net_dump, netdev_dumps.load_sysfs_net_dump, "netdev", _NET),
+    "node_network": (netdev_dumps.looks_like_node_network, netdev_dumps.load_node_network, "netdev", _NET),
 }
+_NET_TEXT = ("ip_link", "sysfs_net_dump", "node_network")
+
+
+def sniff(path: Path, head: str) -> str:
+    """The kind of counter input a file holds: rdma_jsonl, gpu_jsonl, sched_jsonl, states_jsonl, net_jsonl, smi_csv,
+    prometheus, sysfs_dump, ethtool_dump or '' (`sniff_net` tells the network texts apart)."""
+    rec = _first_json(head) if head.lstrip().startswith("{") else {}
+    kinds = (k for k in _KINDS if k.endswith("_jsonl") == bool(rec) and k not in _NET_TEXT)
+    return next((k for k in kinds if _KINDS[k][0](rec or head)), "")
+
+
+def sniff_net(head: str) -> str:
+    """The kind of network-counter text a file holds: ip_link, sysfs_net_dump, node_network or '' (JSON records,
+    `<host>.net.jsonl` samples included, are told apart by `sniff`)."""
+    return "" if head.lstrip().startswith("{") else next((k for k in _NET_TEXT if _KINDS[k][0](head)), "")
 
 
 def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], list[LoadNote], RunInfo]:
@@ -117,13 +96,13 @@ def load_counter_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame],
         sources[group][kind] = sources[group].get(kind, 0) + files
 
     for path in paths:
-        if path.name.endswith(netdev_dumps.SKIP_SUFFIXES):
+        if path.name.endswith(SKIP_SUFFIXES):
             continue
-        head = netdev_dumps.head_text(path)
-        for kind in ("" if path in copy_set else sniff(path, head), netdev_dumps.sniff_net(head)):
+        head = read_head(path, 65536).decode("utf-8", errors="replace")  # "" for a FIFO, device, ...
+        for kind in ("" if path in copy_set else sniff(path, head), sniff_net(head)):
             if not kind:
                 continue
-            load, table, (what, errors) = _LOADERS[kind]
+            _, load, table, (what, errors) = _KINDS[kind]
             group = "net" if table == "netdev" else "host"
             try:
                 take(group, table, kind, load(path))

@@ -65,18 +65,9 @@ def read_iface(sysfs_root: Path, name: str) -> dict[str, Any] | None:
     mtu = _int(read_attr(base / "mtu"))
     if mtu is not None:
         out["mtu"] = mtu
-    counters: dict[str, int] = {}
-    for fname in _IFACE_FILES:
-        value = _int(read_attr(base / fname))
-        if value is not None:
-            counters[fname] = value
     stats = base / "statistics"
-    if stats.is_dir():
-        for f in sorted(stats.iterdir(), key=lambda p: p.name):
-            value = _int(read_attr(f))
-            if value is not None:
-                counters[f.name] = value
-    out["counters"] = counters
+    files = [base / f for f in _IFACE_FILES] + (sorted(stats.iterdir(), key=lambda p: p.name) if stats.is_dir() else [])
+    out["counters"] = {f.name: value for f in files if (value := _int(read_attr(f))) is not None}
     return out
 
 

@@ -1,7 +1,7 @@
 """Ethernet interface counters from the files users already have, and the net part of `analyze`'s inputs.
 
-Promise: `sniff_net(head)` tells repeated `ip -s link` outputs, sysfs `grep -H` dumps and node exporter text
-apart; their loaders (and `netdev.load_net_jsonl`'s) return (netdev rows, net_ifaces rows, notes), files without a
+Promise: `looks_like_*` tell repeated `ip -s link` outputs, sysfs `grep -H` dumps and node exporter text apart;
+their loaders (and `netdev.load_net_jsonl`'s) return (netdev rows, net_ifaces rows, notes), files without a
 time skipped with a note; `net_tables` makes the two tables. Formats: docs/internals/collectors.md.
 """
 
@@ -13,14 +13,12 @@ from typing import Any
 
 import pandas as pd
 
-from perftracker.bounded import LineBlocks, iter_lines, read_head, read_text
+from perftracker.bounded import LineBlocks, iter_lines, read_text
 from perftracker.collectors.counters import netdev, prometheus
 from perftracker.collectors.counters.dump_lines import iface_row, named_host, stamp
 from perftracker.store import LoadNote
 from perftracker.store.schema import conform
 
-_HEAD_BYTES = 65536
-SKIP_SUFFIXES = (".gz", ".parquet", ".html", ".png", ".zip", ".tar")
 _LINK = re.compile(r"^\d+:\s+(?P<name>[^:@\s]+)(?:@\S+)?:\s+<(?P<flags>[^>]*)>(?P<rest>.*)$")
 _BLOCK = re.compile(r"^\s+(?P<dir>RX|TX)(?P<errors>\s+errors)?:\s+(?P<names>.+)$")
 _SYSFS = re.compile(r"^(?:\S*/)?class/net/(?P<iface>[^/\s]+)/(?:(?P<stats>statistics)/)?(?P<file>[a-z_]+)"
@@ -195,24 +193,6 @@ def load_node_network(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, 
                       "preceding `# scrape_time <unix seconds>` line were skipped: rates need sample times")] \
         if untimed else []
     return rows, list(ifaces.values()), notes
-
-
-def head_text(path: Path) -> str:
-    return read_head(path, _HEAD_BYTES).decode("utf-8", errors="replace")  # "" for a FIFO, device, ...
-
-
-def sniff_net(head: str) -> str:
-    """The kind of network-counter text a file holds: ip_link, sysfs_net_dump, node_network or '' (JSON records,
-    `<host>.net.jsonl` samples included, are told apart by `inputs.sniff`)."""
-    if head.lstrip().startswith("{"):
-        return ""
-    if looks_like_ip_link(head):
-        return "ip_link"
-    if looks_like_sysfs_net_dump(head):
-        return "sysfs_net_dump"
-    if looks_like_node_network(head):
-        return "node_network"
-    return ""
 
 
 def net_tables(rows: list[dict[str, Any]], ifaces: list[dict[str, Any]]) -> dict[str, pd.DataFrame]:

@@ -1,7 +1,7 @@
 """Prometheus text exposition samples: a parser, and the node exporter / DCGM exporter mappings.
 
 Promise: `parse_text(text)` returns every sample line as a `Sample` (timed by its own timestamp, else the latest
-`# scrape_time` comment, else -1); `node_infiniband_rows` and `dcgm_rows` map the exporters' samples onto the
+`# scrape_time` comment, else -1); `load_exposition` maps the node exporter / DCGM exporter samples onto the
 names and units of `counters/rdma.py` and `counters/gpu_samples.py`. Mappings: docs/internals/collectors.md.
 """
 
@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from perftracker.bounded import MAX_LINE_CHARS
+from perftracker.bounded import MAX_LINE_CHARS, read_text
 from perftracker.collectors.counters.dump_lines import MAX_TS_NS, device_row
+from perftracker.collectors.file_notes import cut_notes, line_list
+from perftracker.store import LoadNote
 from perftracker.values import ascii_int, finite
 
 # Linear on any line: the label set is bounded (a real one is a few hundred characters) and holds no
@@ -140,39 +143,35 @@ def host_of(labels: dict[str, str], default: str) -> str:
     return default
 
 
-def node_infiniband_rows(samples: list[Sample], default_host: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(counter rows, device rows) from node exporter infiniband samples."""
+def load_exposition(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
+    """(counter rows, device rows, notes) of node exporter infiniband and DCGM exporter samples, in the names and
+    units of the RDMA and GPU samples; samples without a time are skipped with a note."""
+    text, capped = read_text(path)
+    skipped: list[int] = []
+    samples = parse_text(text, skipped)
+    notes = cut_notes(path, capped)
+    if skipped:
+        notes.append(LoadNote("warning", str(path), f"{len(skipped)} sample line(s) with a value or time that is not a "
+                              f"finite number in range were skipped (line {line_list(skipped)})",
+                              {"lines": skipped[:50]}))
+    if any(s.ts_ns < 0 for s in samples):
+        notes.append(LoadNote("warning", str(path), "Prometheus samples without a timestamp or a preceding "
+                              "`# scrape_time <unix seconds>` line were skipped: rates need sample times"))
     rows: list[dict[str, Any]] = []
     devices: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for s in samples:
-        if not s.name.startswith("node_infiniband_") or "device" not in s.labels:
-            continue
-        short = s.name[len("node_infiniband_"):]
-        name = NODE_IB.get(short, short[:-6] if short.endswith("_total") else short)
-        host = host_of(s.labels, default_host)
-        dev, port = s.labels["device"], s.labels.get("port", "1")
-        if short == "info":
+    for s in (s for s in samples if s.ts_ns >= 0):
+        host, short, metric = host_of(s.labels, path.name.split(".")[0]), s.name[len("node_infiniband_"):], DCGM.get(s.name)
+        if s.name.startswith("node_infiniband_") and "device" in s.labels and short != "info":
+            dev, port, value = s.labels["device"], s.labels.get("port", "1"), s.value * NODE_IB_SCALE.get(short, 1.0)
+            name = NODE_IB.get(short, short[:-6] if short.endswith("_total") else short)
+            device = device_row(host, "nic", dev, "prometheus", port)
+        elif metric is not None and "gpu" in s.labels and not (metric == "xid" and s.value == 0):
+            dev, port, name, value = f"gpu:{s.labels['gpu']}", "", metric, s.value
+            device = device_row(host, "gpu", dev, "prometheus", uuid=s.labels.get("UUID", ""),
+                                pci_bus_id=s.labels.get("pci_bus_id", ""))
+        else:
             continue
         rows.append({"host": host, "rank": -1, "device": dev, "port": port, "name": name, "ts_ns": s.ts_ns,
-                     "value": s.value * NODE_IB_SCALE.get(short, 1.0)})
-        devices.setdefault((host, dev, port), device_row(host, "nic", dev, "prometheus", port))
-    return rows, list(devices.values())
-
-
-def dcgm_rows(samples: list[Sample], default_host: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(counter rows, device rows) from DCGM exporter samples."""
-    rows: list[dict[str, Any]] = []
-    devices: dict[tuple[str, str], dict[str, Any]] = {}
-    for s in samples:
-        metric = DCGM.get(s.name)
-        if metric is None or "gpu" not in s.labels:
-            continue
-        host = host_of(s.labels, default_host)
-        dev = f"gpu:{s.labels['gpu']}"
-        if metric == "xid" and s.value == 0:
-            continue
-        rows.append({"host": host, "rank": -1, "device": dev, "port": "", "name": metric, "ts_ns": s.ts_ns,
-                     "value": s.value})
-        devices.setdefault((host, dev), device_row(host, "gpu", dev, "prometheus", uuid=s.labels.get("UUID", ""),
-                                                   pci_bus_id=s.labels.get("pci_bus_id", "")))
-    return rows, list(devices.values())
+                     "value": value})
+        devices.setdefault((host, dev, port), device)
+    return rows, sorted(devices.values(), key=lambda d: d["kind"] != "nic"), notes

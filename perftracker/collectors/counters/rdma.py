@@ -39,16 +39,8 @@ def _int(text: str | None) -> int | None:
 
 
 def _counter_dir(folder: Path) -> dict[str, int]:
-    out: dict[str, int] = {}
-    if not folder.is_dir():
-        return out
-    for f in sorted(folder.iterdir(), key=lambda p: p.name):
-        if f.name == "lifespan":
-            continue
-        value = _int(read_attr(f))
-        if value is not None:
-            out[f.name] = value
-    return out
+    files = sorted(folder.iterdir(), key=lambda p: p.name) if folder.is_dir() else []
+    return {f.name: value for f in files if f.name != "lifespan" and (value := _int(read_attr(f))) is not None}
 
 
 def _ib_base(root: Path) -> Path:
@@ -74,19 +66,12 @@ def snapshot(sysfs_root: Path | str, host: str, ts_ns: int | None = None) -> lis
         net = pci / "net"
         netdevs = sorted(p.name for p in net.iterdir()) if net.is_dir() else []
         bus_id = pci.resolve().name if pci.exists() else ""
-        for port in sorted(ports.iterdir(), key=lambda p: p.name):
-            rec: dict[str, Any] = {"ts_ns": when, "host": host, "device": dev.name, "port": port.name}
-            for name in _TEXT_FIELDS:
-                rec[name] = read_attr(port / name) or ""
-            rec["counters"] = _counter_dir(port / "counters")
-            rec["hw_counters"] = _counter_dir(port / "hw_counters")
-            if numa is not None:
-                rec["numa_node"] = numa
-            if bus_id:
-                rec["pci_bus_id"] = bus_id
-            if netdevs:
-                rec["netdevs"] = netdevs
-            records.append(rec)
+        known = {k: v for k, v in (("numa_node", numa), ("pci_bus_id", bus_id), ("netdevs", netdevs))
+                 if v not in (None, "", [])}
+        records.extend({"ts_ns": when, "host": host, "device": dev.name, "port": port.name,
+                        **{name: read_attr(port / name) or "" for name in _TEXT_FIELDS},
+                        "counters": _counter_dir(port / "counters"), "hw_counters": _counter_dir(port / "hw_counters"),
+                        **known} for port in sorted(ports.iterdir(), key=lambda p: p.name))
     return records
 
 
@@ -119,15 +104,10 @@ def record_rows(rec: dict[str, Any], source: str) -> tuple[list[dict[str, Any]],
             number = finite(value)
             if number is not None:
                 rows.append({**base, "name": prefix + str(name), "value": number})
-    for field, name in (("state", "state_id"), ("phys_state", "phys_state_id")):
-        sid = _state_id(str(rec.get(field, "")))
-        if sid is not None:
-            rows.append({**base, "name": name, "value": float(sid)})
     gbps, width = parse_rate(str(rec.get("rate", "")))
-    if gbps == gbps:
-        rows.append({**base, "name": "rate_gbps", "value": gbps})
-    if width > 0:
-        rows.append({**base, "name": "width", "value": float(width)})
+    gauges = {"state_id": _state_id(str(rec.get("state", ""))), "phys_state_id": _state_id(str(rec.get("phys_state", ""))),
+              "rate_gbps": gbps if gbps == gbps else None, "width": width if width > 0 else None}
+    rows.extend({**base, "name": name, "value": float(v)} for name, v in gauges.items() if v is not None)
     numa = int_in(rec.get("numa_node"), -1, 1 << 16)
     return rows, device_row(host, "nic", dev, source, port, pci_bus_id=str(rec.get("pci_bus_id", "")),
                             numa_node=-1 if numa is None else numa, link_layer=str(rec.get("link_layer", "")),

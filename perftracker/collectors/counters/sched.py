@@ -1,8 +1,9 @@
-"""How long each rank's process waited for a CPU: the kernel's scheduler accounting, read around a window.
+"""What the scheduler gave each rank's process around a window: its CPU accounting, and its main thread's state
+(stopped, running, asleep) sampled through it.
 
-Promise: `read_process(pid, proc_root)` gives (run_ns, wait_ns, slices, threads) or None; `snapshot_record(...)`
-builds one record; `load_sched_jsonl(path)` reads a file of them, bounded, into `cpu_sched` rows, skipping lines
-that are not records with a note. Record format: docs/internals/collectors.md.
+Promise: `read_process` / `read_state` read /proc (None when they cannot), `snapshot_record` / `state_record` build
+one record; `load_sched_jsonl` / `load_states_jsonl` read files of them, bounded, into `cpu_sched` / `proc_states`
+rows, skipping lines that are not records with a note. Record formats: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from perftracker.collectors.file_notes import line_list, records
 from perftracker.store import LoadNote
 
 RECORD_KEYS = frozenset({"ts_ns", "rank", "pid", "run_ns", "wait_ns"})
+STATE_KEYS = frozenset({"ts_ns", "rank", "pid", "state"})
+STATES = frozenset("RSDTtZXIWPK")
 
 
 def read_process(pid: int, proc_root: Path = Path("/proc")) -> tuple[int, int, int, int] | None:
@@ -98,3 +101,44 @@ def _sched_row(rec: dict[str, Any], window: str, host: str) -> dict[str, Any] | 
 
 def load_sched_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
     return load_window_records(path, "scheduler records", _sched_row)
+
+
+def stat_fields(path: str | Path) -> list[bytes] | None:
+    """The fields of a /proc `stat` file after the command name (field 3, the state, first), or None."""
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    return text[text.rfind(b")") + 2:].split()  # the command name may hold spaces and parentheses
+
+
+def read_state(pid: int, proc_root: Path = Path("/proc")) -> str | None:
+    """The state letter of `pid`'s main thread, or None."""
+    fields = stat_fields(proc_root / str(pid) / "stat")
+    state = fields[0].decode("ascii", "replace") if fields else None
+    return state if state in STATES else None
+
+
+def state_record(host: str, rank: int, pid: int, ts_ns: int, proc_root: Path = Path("/proc")) -> dict[str, Any] | None:
+    state = read_state(pid, proc_root)
+    if state is None:
+        return None
+    return {"ts_ns": ts_ns, "host": host, "rank": rank, "pid": pid, "state": state}
+
+
+def looks_like_states_jsonl(first: dict[str, Any]) -> bool:
+    return STATE_KEYS <= first.keys() and "run_ns" not in first
+
+
+def _state_row(rec: dict[str, Any], window: str, host: str) -> dict[str, Any] | None:
+    ts, pid, rank, state = nonneg_int(rec.get("ts_ns")), nonneg_int(rec.get("pid")), rec.get("rank"), rec.get("state")
+    if (ts is None or pid is None or not isinstance(rank, int) or isinstance(rank, bool)
+            or not isinstance(state, str) or state not in STATES):
+        return None
+    return {"host": str(rec.get("host") or host), "rank": rank, "pid": pid, "ts_ns": ts, "state": state,
+            "window": window}
+
+
+def load_states_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[LoadNote]]:
+    return load_window_records(path, "process-state records", _state_row)

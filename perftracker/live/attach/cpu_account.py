@@ -12,7 +12,7 @@ import os
 import threading
 from typing import Any
 
-from perftracker.collectors.counters.proc_state import stat_fields
+from perftracker.collectors.counters.sched import stat_fields
 
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") and "SC_CLK_TCK" in os.sysconf_names else 100
 

@@ -20,8 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perftracker.collectors.counters.proc_state import state_record
-from perftracker.collectors.counters.sched import snapshot_record
+from perftracker.collectors.counters.sched import snapshot_record, state_record
 from perftracker.collectors.steps import parse_step_line
 from perftracker.containment import OUTPUT_MARK
 from perftracker.live.sampler import LiveContext, append_records
@@ -163,7 +162,7 @@ def record_profiles(ctx: LiveContext, folder: Path, seconds: float, rate_hz: int
 
 
 def sample_states(ctx: LiveContext, into: list[dict[str, Any]]) -> None:
-    """Each rank's main-thread state now (collectors/counters/proc_state.py): one /proc read per rank."""
+    """Each rank's main-thread state now (collectors/counters/sched.py): one /proc read per rank."""
     now = time.time_ns()
     into.extend(rec for w in ctx.job.workers if (rec := state_record(ctx.host, w.rank, w.pid, now)) is not None)
 

@@ -1,4 +1,5 @@
-"""The report's RDMA tables: one row per port, and throughput, congestion and PFC pauses over time."""
+"""The report's host-health tables, of the first MAX_HOSTS hosts: per RDMA port, its throughput, congestion and PFC
+pauses over time; per GPU, clocks, temperature and power over time and the throttle periods."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.health.gpu_health import gpu_series_view, throttle_view
 from perftracker.analyzers.health.rdma import CNP_NAMES, port_series_view
 from perftracker.analyzers.health.rdma_pfc import pfc_ports_view, pfc_series_view
 from perftracker.evidence.network import PfcPauses
@@ -18,7 +20,13 @@ PORT_COLUMNS = ["host", "device", "port", "shown", "sampled", "state_id", "rate_
                 "pfc", "pfc_rx_priority", "pfc_rx_paused_share", "pfc_rx_frames_per_s",
                 "pfc_tx_priority", "pfc_tx_paused_share", "pfc_tx_frames_per_s"]
 _KEYS = ["host", "device", "port"]
+_SAMPLED = ("state_id", "rate_gbps", "tx_gbps", "rx_gbps", "cnp_per_s")  # NaN for a port without sysfs samples
 _DURATION = "_duration"
+MAX_PERIODS = 50
+SERIES_METRICS = ("sm_clock_mhz", "temp_c", "power_w")
+SHADED_REASONS = ("thermal", "hw_slowdown", "power_brake")
+SERIES_COLUMNS = ["host", "gpu", "ts_ns", *SERIES_METRICS]
+THROTTLE_COLUMNS = ["host", "gpu", "reason", "start_ns", "end_ns"]
 
 
 def _most_paused(stats: dict[str, PfcPauses]) -> tuple[str, float, float]:
@@ -39,22 +47,16 @@ def rdma_ports_table(analysis: Analysis) -> pd.DataFrame:
         if not series.empty else {}
     keys = sorted(set(groups) | set(pfc))
     shown = set(sorted({host for host, _, _ in keys})[:MAX_HOSTS])
-    rows = []
+    rows, nan = [], float("nan")
     for key in keys:
-        row: dict[str, Any] = dict(zip(_KEYS, key))
-        row["shown"] = key[0] in shown
-        g = groups.get(key)
-        row["sampled"] = g is not None
-        nan = float("nan")
+        g, port = groups.get(key), pfc.get(key)
+        row: dict[str, Any] = {**dict(zip(_KEYS, key)), "shown": key[0] in shown, "sampled": g is not None,
+                               "pfc": port is not None, **dict.fromkeys(_SAMPLED, nan)}
         if g is not None:
             cnp = sum(float(g[n].sum()) for n in CNP_NAMES if n in g) / float(g["dt_s"].sum())
             row.update(state_id=float(g["state_id"].iloc[-1]) if "state_id" in g else nan,
                        rate_gbps=float(g["rate_gbps"].iloc[-1]) if "rate_gbps" in g else nan,
                        tx_gbps=float(g["tx_gbps"].mean()), rx_gbps=float(g["rx_gbps"].mean()), cnp_per_s=cnp)
-        else:
-            row.update(state_id=nan, rate_gbps=nan, tx_gbps=nan, rx_gbps=nan, cnp_per_s=nan)
-        port = pfc.get(key)
-        row["pfc"] = port is not None
         for direction in ("rx", "tx"):
             prio, share, frames = _most_paused(port.pauses[direction]) if port is not None else ("", nan, 0.0)
             row.update({f"pfc_{direction}_priority": prio, f"pfc_{direction}_paused_share": share,
@@ -105,3 +107,27 @@ def pfc_paused_table(analysis: Analysis) -> pd.DataFrame:
     return _rising(analysis, pfc_series_view, "paused_pct", lambda p: (
         (str(col)[:-len(_DURATION)], 100 * p[col] / 1e6 / p["dt_s"]) for col in p.columns
         if str(col).endswith("_pause" + _DURATION) and float(p[col].sum()) > 0))
+
+
+def _gpus_shown(analysis: Analysis) -> list[tuple[tuple[str, int], pd.DataFrame]]:
+    wide = analysis.view(gpu_series_view)
+    hosts = set(sorted({h for h, _ in wide})[:MAX_HOSTS])
+    return [(key, w) for key, w in sorted(wide.items()) if key[0] in hosts]
+
+
+def gpu_series_table(analysis: Analysis) -> pd.DataFrame:
+    """host, gpu, ts_ns, sm_clock_mhz, temp_c, power_w of every sample of the GPUs shown."""
+    frames = [pd.DataFrame({"host": host, "gpu": gpu, "ts_ns": w.index.to_numpy(dtype="int64"),
+                            **{m: w[m].to_numpy(dtype=float) if m in w else float("nan") for m in SERIES_METRICS}})
+              for (host, gpu), w in _gpus_shown(analysis)]
+    if not frames:
+        return pd.DataFrame(columns=SERIES_COLUMNS)
+    return pd.concat(frames, ignore_index=True)[SERIES_COLUMNS]
+
+
+def gpu_throttle_table(analysis: Analysis) -> pd.DataFrame:
+    """host, gpu, reason, start_ns, end_ns of the throttle periods of the GPUs shown."""
+    throttle = analysis.view(throttle_view)
+    rows = [(host, gpu, reason, start, end) for (host, gpu), _ in _gpus_shown(analysis) for reason in SHADED_REASONS
+            for start, end in throttle[(host, gpu, reason)].periods[:MAX_PERIODS]]
+    return pd.DataFrame(rows, columns=THROTTLE_COLUMNS)
