@@ -257,7 +257,7 @@ def _reduce_traces(store: Store, results: list[FileResult], spill_from: int) -> 
             frame["window"] = np.full(len(frame), ident.window, dtype=np.int16)
         spill.add(ev, -1 if ident.rank is None else ident.rank)
         steps.append(st)
-        rank_rows.append({**asdict(t), "rank": ident.rank, "window": ident.window, "file": r.path})  # conformed
+        rank_rows.append({**asdict(t), "rank": ident.rank, "window": ident.window, "file": r.path})  # set_table keeps the columns
         sources = pg_sources(t.pg_config)
         for name, desc, size, ranks in pg_groups(t.pg_config):  # the first trace naming a group says its ranks
             if name not in pg_configs or (pg_configs[name].source != "kineto_pg_config" and name not in sources):

@@ -288,15 +288,10 @@ class ColumnBuilder:
         return columns
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
-    try:
-        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim  # glibc
-    except (OSError, AttributeError):
-        return None
-    return trim
-
-
-_TRIM = _malloc_trim()
+try:
+    _TRIM: Callable[[int], int] | None = ctypes.CDLL(None).malloc_trim  # glibc
+except (OSError, AttributeError):
+    _TRIM = None
 
 
 def release_free_memory() -> None:
