@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -308,12 +309,11 @@ class _EventSpill:
 
 def _summed_problems(problems: list[str]) -> list[str]:
     """conform's problems of several parts ("events.col: N value(s) ...") as one per column and kind, N summed."""
-    counts: dict[tuple[str, str], int] = {}
+    counts: Counter[tuple[str, str]] = Counter()
     for problem in problems:
         column, _, rest = problem.partition(": ")
         number, _, what = rest.partition(" ")
-        key = (column, what)
-        counts[key] = counts.get(key, 0) + (int(number) if number.isdigit() else 0)
+        counts[column, what] += int(number) if number.isdigit() else 0
     return [f"{column}: {n} {what}" for (column, what), n in counts.items()]
 
 

@@ -33,12 +33,8 @@ TEST_FAIL_VAR = "PERFTRACKER_SANITY_TEST_FAIL"  # "<rank>:<figure>,...": that ra
 def injected_failures(env: Mapping[str, str], rank: int) -> list[str]:
     """The figures the test hook $PERFTRACKER_SANITY_TEST_FAIL makes fail on `rank` (a device that errors, on
     demand: tests of what follows a failed check)."""
-    out = []
-    for item in env.get(TEST_FAIL_VAR, "").split(","):
-        who, _, figure = item.strip().partition(":")
-        if who.strip().isdigit() and int(who) == rank and figure.strip():
-            out.append(figure.strip())
-    return out
+    items = (item.strip().partition(":") for item in env.get(TEST_FAIL_VAR, "").split(","))
+    return [figure.strip() for who, _, figure in items if who.strip().isdigit() and int(who) == rank and figure.strip()]
 
 
 @dataclass(frozen=True)
