@@ -140,7 +140,7 @@ def _devices(path: Path) -> Any:
 
 
 def _manifest(path: Path) -> Any:
-    from perftracker.collectors.manifest import checked_manifest, synthetic_inputs
+    from perftracker.collectors.loading import checked_manifest, synthetic_inputs
     from perftracker.rundir import read_manifest
 
     manifest = read_manifest(path.parent) or {}

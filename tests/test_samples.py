@@ -13,8 +13,7 @@ from types import ModuleType
 import pytest
 from api_helpers import analyzed
 
-from perftracker.collectors.loading import LoadOptions, load_path
-from perftracker.collectors.manifest import synthetic_inputs
+from perftracker.collectors.loading import LoadOptions, load_path, synthetic_inputs
 from perftracker.outputs import render_report
 from perftracker.store import SyntheticInput
 

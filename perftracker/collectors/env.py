@@ -27,9 +27,7 @@ MAX_ENV_BYTES = 64 * 1024 * 1024  # an environment or job spec is kilobytes
 _ASSIGN = re.compile(r"^\s*(?:export\s+)?(?P<key>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$")
 
 
-def filter_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The allow-listed, secret-free part of `env` (values carrying credentials are dropped): `redaction.safe_env`."""
-    return safe_env(env)
+filter_env = safe_env  # the allow-listed, secret-free part of an environment (values carrying credentials dropped)
 
 
 def capture_process_env(pid: int) -> dict[str, str]:

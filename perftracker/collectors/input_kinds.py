@@ -27,8 +27,7 @@ from perftracker.collectors.stacks.samples import is_baseline_profile, is_profil
 from perftracker.collectors.stacks.snapshots import is_stack_file, load_stack_inputs
 from perftracker.collectors.steps import load_step_files
 from perftracker.collectors.traces.execution_trace import is_execution_trace, load_execution_trace_inputs
-from perftracker.collectors.whatif_ops.inputs import is_ideal_timeline, load_whatif_inputs
-from perftracker.collectors.whatif_ops.meta import looks_like_meta
+from perftracker.collectors.whatif_ops.inputs import is_ideal_timeline, load_whatif_inputs, looks_like_meta
 from perftracker.collectors.whatif_ops.records import is_expected_result, is_ops_parquet, is_ops_timeline
 from perftracker.rundir import NON_TRACE_DIRS, OUTPUT_FILES, TRACE_SUFFIXES, Inputs
 from perftracker.store import LoadNote, RunInfo, Store

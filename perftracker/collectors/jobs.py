@@ -137,7 +137,7 @@ def group_jobs(traces: list[TraceJobFacts]) -> list[JobGroup]:
         home[0].members.append(trace)
         home[1].add(trace)
     split = [part for g, _ in groups for part in _split_far_apart(g)]
-    split.sort(key=lambda g: (_start_or_max(g), min(g.paths)))
+    split.sort(key=lambda g: ((g.span_ns() or (2**63,))[0], min(g.paths)))  # untimed groups last
     for index, group in enumerate(split, 1):
         group.members.sort(key=lambda m: m.path)
         group.label = _label(index, group)
@@ -148,7 +148,8 @@ def mixed_jobs_error(groups: list[JobGroup], where: str) -> InputError:
     """The refusal to analyze several jobs as one, naming the groups and how to split them."""
     listing = "; ".join(g.describe() for g in groups)
     reasons = _differences(groups)
-    shared = _shared_ranks(groups)
+    seen = Counter(rank for group in groups for rank in group.ranks)
+    shared = sorted(r for r, n in seen.items() if n > 1)
     dup = (f"; rank{'s' if len(shared) > 1 else ''} {_ranks_text(shared)} appear{'' if len(shared) > 1 else 's'} "
            "in more than one of them: ranks of different jobs, not duplicates of one") if shared else ""
     return InputError(
@@ -224,11 +225,6 @@ def _differences(groups: list[JobGroup]) -> str:
     return ", ".join(said)
 
 
-def _shared_ranks(groups: list[JobGroup]) -> list[int]:
-    seen = Counter(rank for group in groups for rank in group.ranks)
-    return sorted(r for r, n in seen.items() if n > 1)
-
-
 def _label(index: int, group: JobGroup) -> str:
     parts = [f"job{index}"]
     if group.world_size > 0:
@@ -241,11 +237,6 @@ def _label(index: int, group: JobGroup) -> str:
 def _n_known(trace: TraceJobFacts) -> int:
     return sum(1 for v in (trace.world_size, trace.device_name, trace.manifest_job, trace.run_id,
                            trace.process_groups) if v not in ("", -1, ()))
-
-
-def _start_or_max(group: JobGroup) -> int:
-    span = group.span_ns()
-    return span[0] if span else 2**63
 
 
 def _ranks_text(ranks: list[int]) -> str:

@@ -2,16 +2,19 @@
 
 Promise: `load_path` (one Store; traces of several jobs refused unless one is picked) and `load_jobs` (one Store
 per job) read every input kind; unusable files become notes naming the file, and the analysis runs on what is
-usable. Map, cache and reduce: docs/internals/collectors.md.
+usable. The manifest's numbers are range-checked (`checked_manifest`) and its made-up inputs listed
+(`synthetic_inputs`). Map, cache and reduce: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -27,7 +30,6 @@ from perftracker.collectors.jobs import (
     trace_job_facts,
     wall_window,
 )
-from perftracker.collectors.manifest import checked_manifest, synthetic_inputs
 from perftracker.collectors.nsys.load import read_nsys_inputs
 from perftracker.collectors.traces.comm_kernels import CommKernels, cached_comm_kernels
 from perftracker.collectors.traces.kineto_columns import release_free_memory
@@ -40,11 +42,12 @@ from perftracker.collectors.traces.trace_map import (
     result_tables,
 )
 from perftracker.errors import InputError
-from perftracker.rundir import Inputs, discover
-from perftracker.store import LoadNote, Store
+from perftracker.rundir import MANIFEST, Inputs, discover
+from perftracker.store import LoadNote, Store, SyntheticInput
 from perftracker.store.event_parts import EventParts
 from perftracker.store.run_info import ProcessGroup
 from perftracker.store.schema import conform
+from perftracker.values import MAX_RANK, int_in
 
 
 @dataclass(frozen=True)
@@ -255,10 +258,7 @@ def _reduce_traces(store: Store, results: list[FileResult], spill_from: int) -> 
             frame["window"] = np.full(len(frame), ident.window, dtype=np.int16)
         spill.add(ev, -1 if ident.rank is None else ident.rank)
         steps.append(st)
-        rank_rows.append({"host": t.host, "world_size": t.world_size, "backend": t.backend,
-                          "device_name": t.device_name, "base_ns": t.base_ns, "start_ns": t.start_ns,
-                          "end_ns": t.end_ns, "n_events": t.n_events,
-                          "rank": ident.rank, "window": ident.window, "file": r.path})
+        rank_rows.append({**asdict(t), "rank": ident.rank, "window": ident.window, "file": r.path})  # set_table keeps the columns
         sources = pg_sources(t.pg_config)
         for name, desc, size, ranks in pg_groups(t.pg_config):  # the first trace naming a group says its ranks
             if name not in pg_configs or (pg_configs[name].source != "kineto_pg_config" and name not in sources):
@@ -309,12 +309,11 @@ class _EventSpill:
 
 def _summed_problems(problems: list[str]) -> list[str]:
     """conform's problems of several parts ("events.col: N value(s) ...") as one per column and kind, N summed."""
-    counts: dict[tuple[str, str], int] = {}
+    counts: Counter[tuple[str, str]] = Counter()
     for problem in problems:
         column, _, rest = problem.partition(": ")
         number, _, what = rest.partition(" ")
-        key = (column, what)
-        counts[key] = counts.get(key, 0) + (int(number) if number.isdigit() else 0)
+        counts[column, what] += int(number) if number.isdigit() else 0
     return [f"{column}: {n} {what}" for (column, what), n in counts.items()]
 
 
@@ -352,3 +351,41 @@ def _note_missing_ranks(store: Store) -> None:
             "describe the profiled ranks only",
             {"present": present[:64], "world_size": world},
         ))
+
+
+EVERY_INPUT = "."
+_DEFAULT_WHAT = "made up, not collected"
+
+
+def checked_manifest(manifest: dict[str, Any]) -> tuple[dict[str, Any], list[LoadNote]]:
+    """The manifest with the numbers analyzers read (world_size, exit_code) kept only when in range."""
+    checked = dict(manifest)
+    notes = []
+    for key, lo, hi in (("world_size", 1, MAX_RANK + 1), ("exit_code", -(2**31), 2**31 - 1)):
+        if key in checked and checked[key] is not None and int_in(checked[key], lo, hi) is None:
+            notes.append(LoadNote("warning", "manifest.json", f"'{key}' is {str(checked.pop(key))[:40]!r}, not a "
+                                  f"number from {lo} to {hi}; ignored"))
+    return checked, notes
+
+
+def synthetic_inputs(manifest: dict[str, Any]) -> tuple[list[SyntheticInput], list[LoadNote]]:
+    raw = manifest.get("synthetic")
+    if raw is None or raw is False:
+        return [], []
+    author = str(manifest.get("created_by") or manifest.get("generated_by") or "")
+    if raw is True or (isinstance(raw, str) and raw.strip().lower() == "all"):
+        return [SyntheticInput(EVERY_INPUT, author, "every input of the run is " + _DEFAULT_WHAT)], []
+    entries = raw if isinstance(raw, list) else [raw]
+    found: list[SyntheticInput] = []
+    notes: list[LoadNote] = []
+    for i, entry in enumerate(entries):
+        path = entry.get("path") if isinstance(entry, dict) else None
+        if not isinstance(path, str) or not path.strip():
+            notes.append(LoadNote("warning", MANIFEST,
+                                  f"'synthetic' entry {i + 1} is not an object with a 'path' ({str(entry)[:80]!r}); "
+                                  "it is ignored: write {\"path\": ..., \"made_by\": ..., \"what\": ...}"))
+            continue
+        assert isinstance(entry, dict)
+        found.append(SyntheticInput(path.strip(), str(entry.get("made_by") or author),
+                                    str(entry.get("what") or _DEFAULT_WHAT)))
+    return found, notes

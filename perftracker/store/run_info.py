@@ -62,7 +62,7 @@ class RunInfo:
     watchdog_progress: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Host-counter inputs: file kind (rdma_jsonl, gpu_jsonl, smi_csv, prometheus, ...) -> files loaded.
     counter_sources: dict[str, int] = field(default_factory=dict)
-    # Inputs the manifest's `synthetic` entry says were made up, not collected (collectors/manifest.py).
+    # Inputs the manifest's `synthetic` entry says were made up, not collected (collectors/loading.py).
     synthetic_inputs: list[SyntheticInput] = field(default_factory=list)
     # The communication libraries the traces' comm kernels were matched to (events.comm_family):
     # family -> {"library": what it is, "expert_parallel": bool} (collectors/traces/comm_kernels.py).

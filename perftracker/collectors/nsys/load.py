@@ -3,24 +3,32 @@
 Promise: `read_nsys_inputs(found, comm_kernels, step_name)` reads the exports and reports the input kinds found
 (a report exported into a temporary folder when `nsys` is on PATH, else a note says how; nothing is written next
 to the inputs); `read_export(path, ...)` gives a `FileResult` per rank (each CUDA device of each process with GPU
-activity), its rank from NCCL's payloads, the recorded environment, the file name or the loader (`rank_source`
-says which); a file that cannot be read is one FileResult that is not ok.
+activity), its rank from NCCL's NVTX payloads (`payload_ranks`), the recorded environment, the file name or the
+loader (`rank_source` says which); a file that cannot be read is one FileResult that is not ok.
 """
 
 from __future__ import annotations
 
 import re
 import shutil
+import sqlite3
+import struct
 import subprocess
 import tempfile
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from perftracker.collectors.nsys.database import Export, ExportError, open_export, time_budget
-from perftracker.collectors.nsys.nccl_payload import PayloadRanks, payload_ranks
+from perftracker.collectors.nsys.database import (
+    Export,
+    ExportError,
+    TableSpec,
+    open_export,
+    read_table,
+    scalar_rows,
+    time_budget,
+)
 from perftracker.collectors.nsys.ranks_of import RankSplit, split_ranks
-from perftracker.collectors.nsys.rows import TableSpec, read_table, scalar_rows
 from perftracker.collectors.traces.comm_kernels import CommKernels
 from perftracker.collectors.traces.ranks import rank_from_name
 from perftracker.collectors.traces.trace_map import FileResult, TraceFacts, compact_pg_config
@@ -182,3 +190,69 @@ def _export_info(export: Export) -> ExportInfo:
         if isinstance(key, int) and isinstance(name, str):
             devices.setdefault(key, name)
     return ExportInfo(env.get("Hostname", "")[:256], base, env_rank, version[:64], devices)
+
+
+_HEADER = struct.Struct("<IIIIQQ")
+_WIDTH = {5: 4, 6: 4, 15: 4, 16: 4, 7: 8, 8: 8, 9: 8, 10: 8, 17: 8, 18: 8, 22: 8}  # NVTX payload entry types
+_SIGNED = {5, 15, 7, 9, 17}
+_MAX_BLOBS = 200_000
+
+
+@dataclass
+class PayloadRanks:
+    ranks: dict[int, tuple[int, int]] = field(default_factory=dict)  # pid -> (rank, ranks in its largest comm)
+    notes: list[str] = field(default_factory=list)
+
+
+def _schemas(export: Export) -> dict[int, list[tuple[str, int, int]]]:
+    """schema id -> [(field name, type, offset)] of the schemas naming a rank."""
+    if not (export.has("NVTX_PAYLOAD_SCHEMA_ENTRIES", "schemaId", "type", "name", "offset")):
+        return {}
+    found: dict[int, list[tuple[str, int, int]]] = {}
+    for sid, ftype, name, offset in export.conn.execute(
+            'SELECT schemaId, "type", name, "offset" FROM NVTX_PAYLOAD_SCHEMA_ENTRIES LIMIT 10000'):
+        if isinstance(sid, int) and isinstance(ftype, int) and isinstance(name, str):
+            entry = (name, ftype, offset if isinstance(offset, int) and 0 <= offset < 4096 else 0)
+            if entry not in found.setdefault(sid, []):
+                found[sid].append(entry)
+    return {s: f for s, f in found.items() if {"Rank", "No. of ranks"} <= {n for n, _, _ in f}}
+
+
+def _field(blob: bytes, ftype: int, offset: int) -> int | None:
+    width = _WIDTH.get(ftype)
+    at = _HEADER.size + offset
+    if width is None or at + width > len(blob):
+        return None
+    return int.from_bytes(blob[at:at + width], "little", signed=ftype in _SIGNED)
+
+
+def payload_ranks(export: Export) -> PayloadRanks:
+    """The rank of each process NCCL's payloads name (see the module's promise)."""
+    out = PayloadRanks()
+    if not export.has("NVTX_EVENTS", "binaryData", "globalTid"):
+        return out
+    try:
+        schemas = _schemas(export)
+        if not schemas:
+            return out
+        rows = export.conn.execute("SELECT globalTid, binaryData FROM NVTX_EVENTS WHERE typeof(binaryData) = 'blob' "
+                                   f"AND typeof(globalTid) = 'integer' LIMIT {_MAX_BLOBS}").fetchall()
+    except sqlite3.Error:
+        out.notes.append("NCCL's NVTX payloads could not be read; ranks are taken from RANK or the file name")
+        return out
+    if not rows:
+        out.notes.append("NCCL's NVTX payload schemas are there but no payload values (export with "
+                         "`nsys export --include-blobs=true` to keep them); ranks are taken from RANK or the file name")
+        return out
+    for gtid, blob in rows:
+        if len(blob) < _HEADER.size:
+            continue
+        schema = _HEADER.unpack_from(blob)[2]
+        fields = {name: _field(blob, ftype, offset) for name, ftype, offset in schemas.get(schema, [])}
+        rank, size = fields.get("Rank"), fields.get("No. of ranks")
+        if rank is None or size is None or not 0 <= rank < size <= MAX_RANK + 1:
+            continue
+        pid = (gtid >> 24) & 0xFFFFFF  # globalTid: the process id in bits 24..47
+        if size > out.ranks.get(pid, (-1, 0))[1]:
+            out.ranks[pid] = (rank, size)
+    return out

@@ -1,9 +1,10 @@
 """An export's rows split into ranks: each CUDA device of each process with GPU activity is one rank.
 
 Promise: `split_ranks(export, rows, comm_kernels, step_name)` groups the GPU rows by (process, device), gives a
-process's CPU rows to the rank of its lowest device, resolves names once and builds each rank's tables, in
-(device, process) order; processes without GPU activity are left out. `classify` says what an NVTX range is (a
-PyTorch op, a collective, a step or a user range) as the Kineto path would. Rules: docs/internals/collectors.md.
+process's CPU rows to the rank of its lowest device, resolves names once and builds each rank's `events` and
+`steps` as the Kineto path makes them (`build_rank_tables`), in (device, process) order; processes without GPU
+activity are left out. `classify` says what an NVTX range is (a PyTorch op, a collective, a step or a user range).
+Rules: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
@@ -17,18 +18,12 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from perftracker.collectors.nsys.database import Export
-from perftracker.collectors.nsys.rows import Rows, strings
-from perftracker.collectors.nsys.tables import (
-    Part,
-    build_rank_tables,
-    copy_name,
-    runtime_name,
-    sync_name,
-)
+from perftracker.collectors.nsys.database import Export, Rows, strings
 from perftracker.collectors.traces.comm_kernels import CommKernels
-from perftracker.collectors.traces.kineto import CPU_COLLECTIVE, collective_of
+from perftracker.collectors.traces.kineto import CPU_COLLECTIVE, assign_steps, collective_of, comm_families
 from perftracker.collectors.traces.kineto import KIND_CODE as KIND
+from perftracker.collectors.traces.kineto import KIND_NAMES as KINDS
+from perftracker.store.schema import conform
 from perftracker.values import ascii_int
 
 _GPU_TABLES = ("kernel", "graph", "memcpy", "memset", "sync")
@@ -36,6 +31,10 @@ _GPU_NAMED = {"kernel": ("compute", "name"), "graph": ("compute", "graph"), "mem
               "memset": ("memset", ""), "sync": ("sync", "sync")}  # table: (kind, the column naming a row)
 _DEVICE_TABLES = _GPU_TABLES[:4]  # rows that say a process drives a device (a sync row may name none)
 _PID = 24
+_VERSION_SUFFIX = re.compile(r"_v\d{1,6}$")
+_COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD",
+               9: "HtoH", 10: "PtoP"}
+_SYNC_NAMES = {1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
 
 # autograd-nvtx names: "aten::add, op_id = 31", "aten::mm, seq = 12, op_id = 40, sizes = [[2, 3], [3, 4]]"
 _OP_TAIL = re.compile(r", (?:seq|op_id|sizes|input_op_ids)\b")
@@ -171,7 +170,8 @@ def _gpu_parts(rows: dict[str, Rows], text: dict[int, str], pid: int, device: in
         c, n = mine.cols, len(mine)
         kind, column = _GPU_NAMED[key]
         namer = {"kernel": lambda i: text.get(i, "unknown kernel"), "graph": lambda g: f"CUDA graph {g}",
-                 "memcpy": copy_name, "sync": sync_name}.get(key)
+                 "memcpy": lambda k: f"Memcpy {_COPY_KINDS.get(k, 'Unknown')}",
+                 "sync": lambda k: _SYNC_NAMES.get(k, "Synchronization")}.get(key)
         names = table.of(c[column], namer) if namer else np.full(n, table.code("Memset"), dtype=np.int64)
         none = np.full(n, -1, dtype=np.int64)
         parts.append(Part(np.full(n, KIND[kind], dtype=np.int64), names, c["start"], c["end"], c["device"],
@@ -232,7 +232,7 @@ def _cpu_parts(runtime: Rows, nvtx: _Nvtx, text: dict[int, str], pid: int, table
         mine = runtime.take(_pid(runtime.cols["gtid"]) == pid)
         c = mine.cols
         none = np.full(len(mine), -1, dtype=np.int64)
-        names = table.of(c["name"], lambda i: runtime_name(text.get(i, "unknown runtime call")))
+        names = table.of(c["name"], lambda i: _VERSION_SUFFIX.sub("", text.get(i, "unknown runtime call")))
         parts.append(Part(np.full(len(mine), KIND["runtime"], dtype=np.int64), names, c["start"], c["end"], none,
                           none, c["gtid"] & 0xFFFFFF, c["correlation"], none, none))
     if len(nvtx.rows):
@@ -242,3 +242,67 @@ def _cpu_parts(runtime: Rows, nvtx: _Nvtx, text: dict[int, str], pid: int, table
         parts.append(Part(nvtx.kind[select], nvtx.name[select], c["start"], c["end"], none, none,
                           c["gtid"] & 0xFFFFFF, none, none, nvtx.step[select]))
     return parts
+
+
+@dataclass
+class Part:
+    """Rows of one kind for one rank: name texts by code, and int64 columns."""
+
+    kind: npt.NDArray[np.int64]  # code into KINDS, per row
+    name: npt.NDArray[np.int64]  # code into the export's name list, per row
+    start: npt.NDArray[np.int64]
+    end: npt.NDArray[np.int64]
+    device: npt.NDArray[np.int64]
+    stream: npt.NDArray[np.int64]  # -1 for CPU rows
+    tid: npt.NDArray[np.int64]
+    correlation: npt.NDArray[np.int64]
+    nbytes: npt.NDArray[np.int64]
+    step: npt.NDArray[np.int64]  # step number for step ranges, -2 for the user's step range, else -1
+
+
+def build_rank_tables(parts: list[Part], names: list[str], comm_kernels: CommKernels,
+                      rank: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(events, steps) of one rank from its parts, their names codes into `names` (see the module's promise)."""
+    order = np.argsort(_cat(parts, "start"), kind="stable")  # events in time order, as a trace holds them
+    kind, start, end = _cat(parts, "kind")[order], _cat(parts, "start")[order], _cat(parts, "end")[order]
+    stream, corr = _cat(parts, "stream")[order], _cat(parts, "correlation")[order]
+    present, inverse = np.unique(_cat(parts, "name")[order], return_inverse=True)
+    codes = inverse.reshape(-1).astype(np.int64)
+    values = [names[i] for i in present.tolist()]
+    family_code, families = comm_families(kind, codes, values, comm_kernels)
+    collectives = ["", *sorted({collective_of(v) for v in values} - {""})]
+    coll_code = np.array([collectives.index(collective_of(v)) for v in values], dtype=np.int64)
+    relevant = (kind == KIND["comm"]) | (kind == KIND["collective_cpu"])
+    steps = _steps(_cat(parts, "step")[order], start, end, stream, rank)
+    events = pd.DataFrame({
+        "rank": rank, "window": 0, "device": _cat(parts, "device")[order], "stream": stream,
+        "tid": _cat(parts, "tid")[order],
+        "kind": pd.Categorical.from_codes(kind, dtype=pd.CategoricalDtype(list(KINDS))),
+        "name": pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(values)),
+        "start_ns": start, "dur_ns": end - start, "step": assign_steps(steps, stream, start, corr, unlaunched_in_no_step=False),
+        "correlation": corr, "external_id": -1,
+        "collective": pd.Categorical.from_codes(np.where(relevant, coll_code[codes], 0),
+                                                dtype=pd.CategoricalDtype(collectives)),
+        "bytes": _cat(parts, "nbytes")[order], "pg": "", "group_size": -1,
+        "comm_family": pd.Categorical.from_codes(family_code, dtype=pd.CategoricalDtype(families)),
+    })
+    return conform("events", events), conform("steps", steps)
+
+
+def _cat(parts: list[Part], column: str) -> npt.NDArray[np.int64]:
+    arrays = [getattr(p, column) for p in parts]
+    return np.concatenate(arrays).astype(np.int64) if arrays else np.zeros(0, np.int64)
+
+
+def _steps(mark: npt.NDArray[np.int64], start: npt.NDArray[np.int64], end: npt.NDArray[np.int64],
+           stream: npt.NDArray[np.int64], rank: int) -> pd.DataFrame:
+    """Step ranges (CPU side) as steps: numbered ones by their number (the first of each), the user's
+    chosen range numbered 0, 1, ... in order of start."""
+    numbered = np.flatnonzero((stream < 0) & (mark >= 0))
+    user = np.flatnonzero((stream < 0) & (mark == -2))
+    user = user[np.argsort(start[user], kind="stable")]
+    number = np.concatenate([mark[numbered], np.arange(len(user), dtype=np.int64)])
+    rows = np.concatenate([numbered, user])
+    steps = pd.DataFrame({"rank": rank, "window": 0, "step": number, "start_ns": start[rows],
+                          "dur_ns": end[rows] - start[rows], "source": "nvtx"})
+    return steps.sort_values("start_ns", kind="stable").drop_duplicates("step", keep="first").reset_index(drop=True)

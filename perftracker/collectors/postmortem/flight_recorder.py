@@ -357,13 +357,10 @@ def _pg_names(dump: dict[str, Any]) -> dict[str, str]:
     return names
 
 
-def _status(raw: Any, names: dict[str, str] | None = None) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    if isinstance(raw, dict):
-        for pg, status in raw.items():
-            if isinstance(status, dict):
-                out[(names or {}).get(str(pg), str(pg))] = {str(k): _int(v) for k, v in status.items()}
-    return out
+def _status(raw: Any, names: dict[str, str]) -> dict[str, dict[str, int]]:
+    """pg_status by group name: each group's counters as ints."""
+    return {names.get(str(pg), str(pg)): {str(k): _int(v) for k, v in status.items()}
+            for pg, status in (raw.items() if isinstance(raw, dict) else ()) if isinstance(status, dict)}
 
 
 def load_fr_dumps(paths: Sequence[Path]) -> tuple[pd.DataFrame, RunInfo, list[LoadNote]]:

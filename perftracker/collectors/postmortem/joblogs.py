@@ -148,7 +148,7 @@ class _Parser:
                                                    "last_enqueued": _num(enq), "last_completed": _num(comp)}
             for row in reversed(self.result.rows):
                 if row["kind"] == "timeout" and row["rank"] == _rank(r) and row["seq"] == _num(work) and not row["pg"]:
-                    row["pg"] = pg if not desc else f"{pg}"
+                    row["pg"] = pg
                     row["message"] += f"; pg {pg}{f' ({desc})' if desc else ''}, last enqueued {enq}, last completed {comp}"
                     break
             return

@@ -1,5 +1,5 @@
-"""`perftracker sanity`'s measurements: the launch checked (launch), per-device compute and memory (bench),
-communication over the job's ranks (comm), the node's own facts (node, cpu_facts), one rank's time-boxed run
+"""`perftracker sanity`'s measurements: the launch checked (launch), communication over the job's ranks
+(comm), the node's own facts (node), one rank's time-boxed run with its per-device compute and memory figures
 (measure) and the hand-over to the one writer (handover). Collectors only: judging them is analyzers/sanity."""
 
 QUICK_S = 20.0  # `--quick`: the check's time box in seconds

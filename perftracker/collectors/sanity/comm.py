@@ -53,12 +53,8 @@ def round_robin(n: int) -> list[list[tuple[int, int]]]:
     m = len(players)
     rounds = []
     for _ in range(m - 1):
-        pairs = []
-        for i in range(m // 2):
-            a, b = players[i], players[m - 1 - i]
-            if a is not None and b is not None:
-                pairs.append((min(a, b), max(a, b)))
-        rounds.append(pairs)
+        matches = [(players[i], players[m - 1 - i]) for i in range(m // 2)]
+        rounds.append([(min(a, b), max(a, b)) for a, b in matches if a is not None and b is not None])
         players = [players[0], players[-1], *players[1:-1]]
     return rounds
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from perftracker.bounded import loads_json
+from perftracker.bounded import loads_json, read_head
 from perftracker.collectors.traces.kineto_read import read_bytes
 from perftracker.errors import InputError
 from perftracker.store import LoadNote, RunInfo
@@ -28,13 +28,7 @@ def is_execution_trace(path: Path) -> bool:
     """An execution trace, by name (`*_et.json[.gz]`) or, for other .json files, by its first bytes."""
     if path.name.endswith(_ET_SUFFIXES):
         return True
-    if not path.name.endswith(".json"):
-        return False
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(4096)
-    except OSError:
-        return False
+    head = read_head(path, 4096) if path.name.endswith(".json") else b""
     return b'"nodes"' in head and b'"schema"' in head and b'"traceEvents"' not in head
 
 

@@ -26,9 +26,10 @@ __all__ = ["MAX_SHAPE_TEXT", "build_tables", "collective_of", "message_elems"]
 CPU_COLLECTIVE = re.compile(r"^(c10d::|gloo:|nccl:|record_param_comms$|c10d_functional::)")
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 
-_CAT_KIND = {
-    "kernel": "compute", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "cuda_sync": "sync",
-    "gpu_user_annotation": "gpu_annotation", "cuda_runtime": "runtime", "cuda_driver": "runtime", "runtime": "runtime",
+_CAT_KIND = {  # by lower-cased category (old traces name them 'Kernel', 'Runtime', 'Memcpy', 'Memset'); else annotation
+    "kernel": "compute", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "memcpy": "memcpy", "memset": "memset",
+    "cuda_sync": "sync", "gpu_user_annotation": "gpu_annotation", "cuda_runtime": "runtime", "cuda_driver": "runtime",
+    "runtime": "runtime",
     "mtia_runtime": "runtime", "privateuse1_runtime": "runtime", "cpu_op": "cpu_op", "operator": "cpu_op",
     "python_function": "cpu_op", "user_annotation": "annotation", "mtia_ccp_events": "compute",
     "privateuse1_driver": "runtime", "cuda_profiler_range": "counter_range",
@@ -40,12 +41,6 @@ KIND_NAMES = ("compute", "comm", "memcpy", "memset", "sync", "gpu_annotation", "
                "collective_cpu", "counter_range")
 KIND_CODE = {k: i for i, k in enumerate(KIND_NAMES)}
 _IS_GPU_KIND = np.array([k in _GPU_KINDS for k in KIND_NAMES])
-
-
-def _cat_kind(cat: str) -> int:
-    lower = cat.lower()
-    # Old traces name categories 'Kernel', 'Runtime', 'Memcpy', 'Memset'.
-    return KIND_CODE[_CAT_KIND.get(lower) or {"memcpy": "memcpy", "memset": "memset"}.get(lower, "annotation")]
 
 
 def _categorical(codes: npt.NDArray[np.integer[Any]], values: list[str]) -> pd.Series:
@@ -87,7 +82,7 @@ def build_tables(
     n = cols.n_kept
     name_codes, name_values = _recoded(cols.name_code[cols.kept], cols.name_values)
     cat_codes, cat_values = _recoded(cols.cat_code, cols.cat_values)
-    kind = np.array([_cat_kind(c) for c in cat_values], dtype=np.int8)[cat_codes]
+    kind = np.array([KIND_CODE[_CAT_KIND.get(c.lower(), "annotation")] for c in cat_values], dtype=np.int8)[cat_codes]
     del cat_codes
     family_codes, family_values = comm_families(kind, name_codes, name_values, comm_kernels)
     is_cpu_coll = np.array([bool(CPU_COLLECTIVE.search(v)) for v in name_values], dtype=bool)

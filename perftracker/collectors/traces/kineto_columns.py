@@ -275,10 +275,8 @@ class ColumnBuilder:
             release_free_memory()  # the parts' pages, else kept by the C allocator: the columns would cost twice
             return out
 
-        shapes = []
-        for parts in self.shape_parts:
-            shapes.append(np.concatenate(parts) if parts else np.zeros(0, np.int32))
-            parts.clear()
+        shapes = [np.concatenate(parts) if parts else np.zeros(0, np.int32) for parts in self.shape_parts]
+        self.shape_parts = [[], [], []]
         columns = EventColumns(
             name_values=self.names.values(), cat_values=self.cats.values(), hint_values=self.hints.values(),
             pg_values=self.pgs.values(), split_values=self.splits.values(), groups_seen=dict(self.groups_seen),
@@ -288,15 +286,10 @@ class ColumnBuilder:
         return columns
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
-    try:
-        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim  # glibc
-    except (OSError, AttributeError):
-        return None
-    return trim
-
-
-_TRIM = _malloc_trim()
+try:
+    _TRIM: Callable[[int], int] | None = ctypes.CDLL(None).malloc_trim  # glibc
+except (OSError, AttributeError):
+    _TRIM = None
 
 
 def release_free_memory() -> None:

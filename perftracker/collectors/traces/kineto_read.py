@@ -1,9 +1,10 @@
 """Read one Kineto (PyTorch profiler) trace file into typed event records, as much of it as is usable.
 
 Promise: `.json` and `.json.gz` under the per-file cap; a trace cut or damaged anywhere is kept up to its last
-complete event (`ParsedTrace.cut`); unusable files raise `InputError` naming them; every number is range-checked
-and timestamps keep every digit; nothing is evaluated. `read_bytes(path)` reads a file's text within those bounds
-(the execution-trace reader's too). Details: docs/internals/collectors.md.
+complete event (`cut_back` shortens the refused text to it in place and closes it; `ParsedTrace.cut`); unusable
+files raise `InputError` naming them; every number is range-checked and timestamps keep every digit; nothing is
+evaluated. `read_bytes(path)` reads a file's text within those bounds (the execution-trace reader's too).
+Details: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ from perftracker.bounded import (
     replace_lone_surrogate_escapes,
 )
 from perftracker.collectors.traces.kineto_columns import ColumnBuilder, EventArgs
-from perftracker.collectors.traces.kineto_cut import CutReport, cut_back, error_position
 from perftracker.collectors.traces.kineto_records import (
     MAX_DUR_NS,
     SURROGATE_NOTE,
+    CutReport,
     ParsedTrace,
     RawTraceDoc,
     TraceDoc,
@@ -40,7 +41,12 @@ from perftracker.collectors.traces.kineto_records import (
     take_header,
     to_ns,
 )
-from perftracker.collectors.traces.kineto_stream import GZIP_MAGIC, needs_exact_digits, parse_streaming
+from perftracker.collectors.traces.kineto_stream import (
+    EVENTS_START,
+    GZIP_MAGIC,
+    needs_exact_digits,
+    parse_streaming,
+)
 from perftracker.errors import InputError
 from perftracker.values import loose_int
 
@@ -271,3 +277,76 @@ def _loose_args(args: dict[str, Any]) -> EventArgs:
         else:
             values[f.name] = loose_int(value)
     return EventArgs(**values)
+
+
+_WINDOW = 4 * 1024 * 1024  # where a cut after the events array is looked for
+_TRIES = 16  # closings tried
+_BRACES = 100_000  # `}` looked at, however far back (a run of whitespace or junk may separate them)
+# The end of an event: `}` followed by the next event, the end of the events array, or the cut itself.
+_EVENT_END = re.compile(rb"\}(?=\s*(?:,\s*(?:\{|\Z)|\]|\Z))")
+_ARRAY_END = re.compile(rb"\}\s*\]\s*,")
+_TOP_KEY = re.compile(rb',(?=\s*")')
+_BYTE_AT = re.compile(r"\(byte (\d+)\)")
+
+
+class _Syntax(msgspec.Struct):
+    """Checks a whole trace's syntax while building nothing."""
+
+    traceEvents: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b""))
+
+
+def error_position(message: str, size: int) -> int:
+    """Where the decoder stopped: the byte its message names, else the end (a truncated text)."""
+    match = _BYTE_AT.search(message)
+    return min(int(match.group(1)), size) if match and len(match.group(1)) < 19 else size
+
+
+def _complete(candidate: bytearray | memoryview) -> bool:
+    try:
+        doc = msgspec.json.decode(candidate, type=_Syntax)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return False
+    return bytes(memoryview(doc.traceEvents)[:1]) == b"["
+
+
+def cut_back(data: bytearray, error_at: int) -> int | None:
+    """Shorten `data` in place to its last complete event before `error_at`, the JSON closed (brackets added);
+    how many bytes of the original text the kept part uses, None when no event before `error_at` is complete."""
+    start = EVENTS_START.search(data)
+    if start is None or error_at <= start.end():
+        return None
+    kept = _keep_trailing_keys(data, max(start.end(), error_at - _WINDOW), error_at)
+    if kept is not None:
+        return kept
+    pos, tries = error_at, 0
+    for _ in range(_BRACES):
+        pos = data.rfind(b"}", start.end(), pos)
+        if pos < 0 or tries >= _TRIES:
+            break
+        if _EVENT_END.match(data, pos, error_at) is None:
+            continue
+        tries += 1
+        del data[pos + 1:]  # only ever shortened further: the next try is an earlier event
+        data += b"]}"
+        error_at = pos + 1
+        if _complete(data):
+            return pos + 1
+    return None
+
+
+def _keep_trailing_keys(data: bytearray, window_from: int, error_at: int) -> int | None:
+    """When the events array closed before the cut, close the JSON after its last complete top-level key."""
+    closes = [m.end() for m in _ARRAY_END.finditer(data, window_from, error_at)]
+    if not closes:
+        return None
+    commas = [m.start() for m in _TOP_KEY.finditer(data, closes[-1] - 1, error_at)]
+    for comma in reversed(commas[-_TRIES:]):
+        tail = bytes(data[comma:error_at])  # within the window: small
+        data[comma:error_at] = b"}"
+        with memoryview(data) as view, view[:comma + 1] as head:
+            complete = _complete(head)
+        if complete:
+            del data[comma + 1:]
+            return comma
+        data[comma:comma + 1] = tail
+    return None

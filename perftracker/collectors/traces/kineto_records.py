@@ -21,7 +21,6 @@ import numpy.typing as npt
 
 from perftracker.bounded import clean_text
 from perftracker.collectors.traces.kineto_columns import ColumnBuilder, EventArgs, EventColumns
-from perftracker.collectors.traces.kineto_cut import CutReport
 from perftracker.values import int_in
 
 # Times in ns beyond these are not a trace's (year 2115 in epoch ns): bounded so that start + duration,
@@ -66,6 +65,41 @@ class TraceDoc(msgspec.Struct):
 
 class RawTraceDoc(msgspec.Struct):
     traceEvents: list[RawEvent]
+
+
+@dataclass(frozen=True)
+class CutReport:
+    """What was kept of a trace that stops being readable before its end."""
+
+    events_kept: int
+    bytes_used: int  # bytes of the JSON text up to the last kept event
+    bytes_read: int  # bytes of JSON text there were (after gzip)
+    total_known: bool  # False: the text read is not the whole trace (gzip stream cut short, cap reached)
+    damaged_at: int  # the byte the decoder stopped at
+    gzip: bool
+
+    @property
+    def share_lost(self) -> float | None:
+        """The share of the trace's text not used, when the whole text is known."""
+        if not self.total_known or self.bytes_read <= 0:
+            return None
+        return (self.bytes_read - self.bytes_used) / self.bytes_read
+
+    def message(self) -> str:
+        how = ("cut off mid-write" if self.damaged_at >= self.bytes_read - 1
+               else f"unreadable from byte {self.damaged_at:,} on (damaged)")
+        text = (f"the trace is {how}; kept the {self.events_kept:,} complete events before that point, using "
+                f"{self.bytes_used:,} of the {self.bytes_read:,} bytes of JSON {'decoded' if self.gzip else 'read'}")
+        share = self.share_lost
+        if share is not None:
+            return text + f" ({100.0 * share:.1f}% of the file lost)"
+        return text + " (how much of the trace is missing is unknown: " + (
+            "the gzip stream has no end)" if self.gzip else "the file was read only up to the cap)")
+
+    def data(self) -> dict[str, Any]:
+        return {"kind": "cut_trace", "events_kept": self.events_kept, "bytes_used": self.bytes_used,
+                "bytes_read": self.bytes_read, "total_known": self.total_known, "share_lost": self.share_lost,
+                "damaged_at": self.damaged_at, "gzip": self.gzip}
 
 
 @dataclass

@@ -17,7 +17,6 @@ import msgspec
 
 from perftracker.bounded import BLANK_RUN, TO_SPACE, file_cap, open_regular, replace_lone_surrogate_escapes
 from perftracker.collectors.traces.kineto_columns import ColumnBuilder
-from perftracker.collectors.traces.kineto_cut import EVENTS_START
 from perftracker.collectors.traces.kineto_records import (
     SURROGATE_NOTE,
     Event,
@@ -39,6 +38,7 @@ _MAX_EVENT = 64 << 20  # a chunk that grows past this without decoding is damage
 _TRIES = 8  # chunk ends tried, last first
 _LOOK = 100_000  # `}` looked at for them
 _BLANK = re.compile(rb"[ \t\r\n]*")
+EVENTS_START = re.compile(rb'"traceEvents"\s*:\s*\[')
 # A timestamp of 13+ integer digits (>= 1e12 us, past what float64 resolves to 1 ns) with a fraction
 # (possessive: a digit is never a '.', so giving one back cannot match; it only saves the retries).
 _LOSSY_TS = re.compile(rb'"ts"\s*+:\s*+-?\d{13,}+\.\d')
