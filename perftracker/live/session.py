@@ -22,13 +22,14 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from perftracker.collectors.counters.proc_state import stat_fields
 from perftracker.errors import output_error
-from perftracker.live.attach.cpu_account import GcClock, freeze_startup_objects, thread_cpu_s
 from perftracker.live.attach.interrupts import Interrupts
 from perftracker.live.attach.requests import RequestWatcher
 from perftracker.live.sampler import LiveContext, Sampler
 from perftracker.rundir import MANIFEST, atomic_write_text, write_manifest
 
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") and "SC_CLK_TCK" in os.sysconf_names else 100
 # --watch's session loop looks this often (each look reads every worker's /proc/<pid>/stat: ~0.5 ms a second for 8
 # ranks here at 1 s); Ctrl-C and SIGTERM interrupt its sleep at once, so only noticing the job's end waits for it
 WATCH_TICK_S = 2.0
@@ -38,6 +39,45 @@ WATCH_TICK_S = 2.0
 class SessionResult:
     reason: str  # duration | job-exited | interrupted (Ctrl-C) | SIGTERM | SIGHUP
     seconds: float
+
+
+def _task_cpu_s(native_id: int) -> float | None:
+    """utime + stime of one thread of this process in seconds, None when /proc does not say."""
+    fields = stat_fields(f"/proc/self/task/{native_id}/stat")
+    if fields is None:
+        return None
+    try:
+        return (int(fields[11]) + int(fields[12])) / _TICKS
+    except (IndexError, ValueError):
+        return None
+
+
+def thread_cpu_s() -> dict[str, float]:
+    """Python thread name -> its CPU seconds so far (threads of one name summed): where attach's own CPU went
+    beyond its collectors' `sample` calls."""
+    out: dict[str, float] = {}
+    for thread in threading.enumerate():
+        if thread.native_id is None:
+            continue
+        spent = _task_cpu_s(thread.native_id)
+        if spent is not None:
+            out[thread.name] = round(out.get(thread.name, 0.0) + spent, 3)
+    return out
+
+
+def _gc_passes() -> list[int]:
+    """The cyclic collector's passes so far per generation (counted, not timed: a callback inside every pass would
+    swallow a SIGTERM's KeyboardInterrupt)."""
+    return [int(g["collections"]) for g in gc.get_stats()]
+
+
+def _each(ctx: LiveContext, calls: Sequence[tuple[str, Callable[[LiveContext], None]]], failed: str) -> None:
+    """Every (sampler name, its start or stop) called; one that raises becomes a note, the others go on."""
+    for name, call in calls:
+        try:
+            call(ctx)
+        except Exception as exc:  # a collector must never take the session down
+            ctx.note(f"{name}: {failed} ({type(exc).__name__}: {exc})")
 
 
 def _loop(sampler: Sampler, ctx: LiveContext, stop: threading.Event, cpu: dict[str, float]) -> None:
@@ -80,23 +120,19 @@ def run_session(ctx: LiveContext, samplers: Sequence[Sampler], duration_s: float
     cpu: dict[str, float] = {}  # sampler -> CPU seconds its sample() calls took (its thread's own time)
     reason = "duration"
     requests = RequestWatcher(ctx)
-    gc_clock = GcClock()
-    gc_clock.start()
+    gc_before = _gc_passes()
     threads_cpu: dict[str, float] = {}
     frozen = False
     try:  # from the first sampler's start: a stop signal at any point still stops them all and writes manifests
-        for s in samplers:
-            try:
-                s.start(ctx)
-            except Exception as exc:
-                ctx.note(f"{s.name}: could not start ({type(exc).__name__}: {exc})")
+        _each(ctx, [(s.name, s.start) for s in samplers], "could not start")
         for s in samplers:
             threads.append(threading.Thread(target=_loop, args=(s, ctx, stop, cpu), name=f"perftracker-{s.name}",
                                             daemon=True))
             threads[-1].start()
         frozen = duration_s is None  # a session until the job ends (--watch, run): hours of steady state
-        if frozen:
-            freeze_startup_objects()  # the steady state's collections walk only what the session makes
+        if frozen:  # one collection, then what survived start-up is left out of the steady state's collections
+            gc.collect()
+            gc.freeze()
         live = Live(console=console, refresh_per_second=2, transient=False, auto_refresh=False) if show_live else None
         if live is not None:
             live.start()
@@ -129,7 +165,8 @@ def run_session(ctx: LiveContext, samplers: Sequence[Sampler], duration_s: float
             _stop(ctx, samplers, threads, stop, requests)
             if frozen:
                 gc.unfreeze()  # what follows (the analysis) collects as usual
-            _write_manifests(ctx, samplers, reason, cpu, threads_cpu, gc_clock.summary())
+            gc_passes = [now - then for now, then in zip(_gc_passes(), gc_before)]
+            _write_manifests(ctx, samplers, reason, cpu, threads_cpu, gc_passes)
     return SessionResult(reason, time.monotonic() - started)
 
 
@@ -139,15 +176,11 @@ def _stop(ctx: LiveContext, samplers: Sequence[Sampler], threads: Sequence[threa
     stop.set()
     for t in threads:
         t.join(timeout=10)
-    for s in samplers:
-        try:
-            s.stop(ctx)
-        except Exception as exc:
-            ctx.note(f"{s.name}: error while stopping ({type(exc).__name__}: {exc})")
+    _each(ctx, [(s.name, s.stop) for s in samplers], "error while stopping")
 
 
 def _write_manifests(ctx: LiveContext, samplers: Sequence[Sampler], reason: str, cpu: dict[str, float],
-                     threads_cpu: dict[str, float] | None = None, gc_summary: dict[str, object] | None = None) -> None:
+                     threads_cpu: dict[str, float], gc_passes: list[int]) -> None:
     own = os.times()
     host_manifest = {
         "host": ctx.host, "job_run_id": ctx.job.run_id, "launcher_pid": ctx.job.launcher_pid,
@@ -160,8 +193,8 @@ def _write_manifests(ctx: LiveContext, samplers: Sequence[Sampler], reason: str,
         "cpu_s": {"collectors": {name: round(cpu.get(name, 0.0), 4) for name in (s.name for s in samplers)},
                   "process": round(own.user + own.system, 3),
                   "children": round(own.children_user + own.children_system, 3),
-                  "threads": threads_cpu or {},  # each thread's own CPU (/proc): wake-ups and overhead included
-                  "gc": gc_summary or {}},  # the cyclic collector's passes per generation during the session
+                  "threads": threads_cpu,  # each thread's own CPU (/proc): wake-ups and overhead included
+                  "gc": {"passes": gc_passes}},  # the cyclic collector's passes per generation during the session
     }
     path = ctx.run_dir / "manifests" / f"{ctx.host}.json"
     try:
