@@ -2,7 +2,8 @@
 
 Each sampler runs in its own thread; an exception in one becomes a note. The session ends at the duration,
 when every worker exited, or on Ctrl-C / SIGTERM / SIGHUP; the samplers are then stopped and the host's
-manifest written (with where attach's CPU went). A manifest that cannot be written is an OutputError.
+manifest written (with where attach's CPU went). A manifest that cannot be written is an OutputError. Stack
+dumps can be asked for meanwhile (`RequestWatcher`).
 Design notes: docs/internals/live.md.
 """
 
@@ -12,10 +13,13 @@ import contextlib
 import gc
 import json
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import FrameType
+from typing import Any
 
 from rich.console import Console
 from rich.live import Live
@@ -25,7 +29,6 @@ from rich.table import Table
 from perftracker.collectors.counters.proc_state import stat_fields
 from perftracker.errors import output_error
 from perftracker.live.attach.interrupts import Interrupts
-from perftracker.live.attach.requests import RequestWatcher
 from perftracker.live.sampler import LiveContext, Sampler
 from perftracker.rundir import MANIFEST, atomic_write_text, write_manifest
 
@@ -33,6 +36,45 @@ _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") and "SC_CLK_TCK" in 
 # --watch's session loop looks this often (each look reads every worker's /proc/<pid>/stat: ~0.5 ms a second for 8
 # ranks here at 1 s); Ctrl-C and SIGTERM interrupt its sleep at once, so only noticing the job's end waits for it
 WATCH_TICK_S = 2.0
+
+
+class RequestWatcher:
+    """`kill -USR1 <attach pid>` and a new (or newly touched) `requests/stacks*` file in the run directory become
+    `ctx.progress.hang_requested`; a file's modification time names the snapshot, so one `touch` in a shared run
+    directory dumps every node's ranks into one folder. `close()` restores the previous SIGUSR1 handler."""
+
+    def __init__(self, ctx: LiveContext) -> None:
+        self.ctx = ctx
+        self.folder = ctx.run_dir / "requests"
+        self.seen: dict[str, int] = self._files()
+        self._previous: Any = None
+        self.signal_ready = threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGUSR1")
+        if self.signal_ready:
+            self._previous = signal.signal(signal.SIGUSR1, self._on_signal)
+
+    def _files(self) -> dict[str, int]:
+        """name -> modification time (ns) of the request files there now."""
+        found: dict[str, int] = {}
+        with contextlib.suppress(OSError):
+            for path in self.folder.glob("stacks*"):
+                found[path.name] = path.stat().st_mtime_ns
+        return found
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.ctx.progress.requested_at = 0.0
+        self.ctx.progress.hang_requested = True
+
+    def poll(self) -> None:
+        """Turn a new (or newly touched) `requests/stacks*` file into a request."""
+        for name, mtime in self._files().items():
+            if self.seen.get(name) != mtime:
+                self.seen[name] = mtime
+                self.ctx.progress.requested_at = mtime / 1e9  # every host names the snapshot alike
+                self.ctx.progress.hang_requested = True
+
+    def close(self) -> None:
+        if self.signal_ready:
+            signal.signal(signal.SIGUSR1, self._previous if self._previous is not None else signal.SIG_DFL)
 
 
 @dataclass
