@@ -22,7 +22,7 @@ from perftracker.live.attach.hook_spool import hooked_by
 from perftracker.live.attach.job_outputs import find_job_outputs
 from perftracker.live.sampler import LiveContext
 from perftracker.live.samplers.follow import LineTail
-from perftracker.live.samplers.step_feed import StepFeed
+from perftracker.live.samplers.step_state import StepFeed
 from perftracker.rundir import append_jsonl, step_file
 
 HISTORY_BYTES = 16 * 1024 * 1024
@@ -54,7 +54,7 @@ class StepsSampler:
     job_log: Path | None = None
     interval_s: float = 0.25  # the hang detector's floor is 1 s of no step: stay well under it
     find_outputs: bool = True  # follow the job's own output files (live/attach/job_outputs.py)
-    feed: StepFeed | None = None  # --watch: every record written is handed to the watcher, parsed (step_feed.py)
+    feed: StepFeed | None = None  # --watch: every record written is handed to the watcher, parsed (step_state.py)
     hooked: dict[int, _HookedRank] = field(default_factory=dict, init=False)
     spools: dict[int, Path] = field(default_factory=dict, init=False)  # worker pid -> spool dir
     logs: list[_LogSource] = field(default_factory=list, init=False)

@@ -25,8 +25,7 @@ from perftracker.live.sampler import LiveContext
 from perftracker.live.samplers.follow import LineTail
 from perftracker.live.samplers.stack_steps import STACKS_SOURCE
 from perftracker.live.samplers.stacks import StackSampler, find_pyspy
-from perftracker.live.samplers.step_feed import StepFeed
-from perftracker.live.samplers.step_state import StepState
+from perftracker.live.samplers.step_state import StepFeed, StepState
 from perftracker.live.watch.incidents import (
     COUNTERS_TAIL_BYTES,
     CapturePlan,
