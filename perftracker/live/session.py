@@ -1,7 +1,7 @@
 """Run samplers side by side against a live job, show a live status, and stop cleanly.
 
 Each sampler runs in its own thread; an exception in one becomes a note. The session ends at the duration,
-when every worker exited, or on Ctrl-C / SIGTERM / SIGHUP; the samplers are then stopped and the host's
+when every worker exited, or on Ctrl-C / SIGTERM / SIGHUP (`Interrupts`); the samplers are then stopped and the host's
 manifest written (with where attach's CPU went). A manifest that cannot be written is an OutputError. Stack
 dumps can be asked for meanwhile (`RequestWatcher`).
 Design notes: docs/internals/live.md.
@@ -16,7 +16,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -28,7 +28,6 @@ from rich.table import Table
 
 from perftracker.collectors.counters.proc_state import stat_fields
 from perftracker.errors import output_error
-from perftracker.live.attach.interrupts import Interrupts
 from perftracker.live.sampler import LiveContext, Sampler
 from perftracker.rundir import MANIFEST, atomic_write_text, write_manifest
 
@@ -36,6 +35,49 @@ _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") and "SC_CLK_TCK" in 
 # --watch's session loop looks this often (each look reads every worker's /proc/<pid>/stat: ~0.5 ms a second for 8
 # ranks here at 1 s); Ctrl-C and SIGTERM interrupt its sleep at once, so only noticing the job's end waits for it
 WATCH_TICK_S = 2.0
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Interrupts:
+    """While installed, SIGINT, SIGTERM and SIGHUP each raise KeyboardInterrupt in the session loop, as Ctrl-C does;
+    while the session stops (`holding`) further signals are noted and ignored, so nothing is lost half-written.
+    `received` is the first signal."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._holding = False
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> Interrupts:
+        for sig in STOP_SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """Signals received inside are noted, not raised (the session is stopping)."""
+        self._holding = True
+        try:
+            yield
+        finally:
+            self._holding = False
+
+    def reason(self) -> str:
+        """Why the session stopped, said as the session says it: "interrupted" for Ctrl-C, else the signal."""
+        if self.received is None or self.received == signal.SIGINT:
+            return "interrupted"
+        return signal.Signals(self.received).name
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        if self.received is None:
+            self.received = signum
+        if not self._holding:
+            raise KeyboardInterrupt
 
 
 class RequestWatcher:
