@@ -151,7 +151,7 @@ class WatchSampler:
         self.feed = feed  # the steps sampler's records, parsed once there; None: the step files are read here
         self._tails: dict[Path, LineTail] = {}
         self.book = RankSeriesBook()  # each rank's last steps, whose turn to be judged
-        self._steps: StepState | None = None  # the job's step progress: the steps sampler's (with a feed), else its own
+        self._steps = StepState()  # the job's step progress: its own until `_step_state` takes the steps sampler's
         self._steps_lock = threading.Lock()  # ctx.lock when it is the steps sampler's
         self.hosts = HostCheck()  # when and how the host's counters are judged
         self._next_publish = 0.0
@@ -189,18 +189,15 @@ class WatchSampler:
     def _step_state(self, ctx: LiveContext) -> StepState:
         """The one step state of the session (`ctx.progress.steps`, kept by the steps sampler that feeds this
         watcher) when fed, else this watcher's own (it reads the step files itself)."""
-        if self._steps is None:
-            if self.feed is not None:
-                self._steps, self._steps_lock = ctx.progress.steps, ctx.lock
-            else:
-                self._steps = StepState()
+        if self.feed is not None and self._steps is not ctx.progress.steps:
+            self._steps, self._steps_lock = ctx.progress.steps, ctx.lock
         return self._steps
 
     @property
     def _known(self) -> int:
         """Step records known (of the session's step state)."""
         with self._steps_lock:
-            return self._steps.known if self._steps is not None else 0
+            return self._steps.known
 
     def _read_steps(self, ctx: LiveContext) -> bool:
         records = self._new_records(ctx)
@@ -226,7 +223,7 @@ class WatchSampler:
     def _median(self) -> int | None:
         """The job's typical step (`StepState.median_step_ns`, the one definition the stack sampler uses too)."""
         with self._steps_lock:
-            return self._steps.median_step_ns() if self._steps is not None else None
+            return self._steps.median_step_ns()
 
     # -- the loop -------------------------------------------------------------------------------
     def sample(self, ctx: LiveContext) -> None:
@@ -251,7 +248,7 @@ class WatchSampler:
             alarms.append(burst)
         if not self._hang_open:
             with self._steps_lock:
-                last_ns = dict(self._steps.last_step_ns) if self._steps is not None else {}
+                last_ns = dict(self._steps.last_step_ns)
             hang = diagnosis.hang_alarm(self.state.last_step, last_ns, self._median(), self._known, time.time_ns())
             with ctx.lock:
                 suspicion = ctx.progress.suspicion
@@ -282,9 +279,8 @@ class WatchSampler:
         if alarm.kind == "degradation":  # the slower level becomes the new normal: only a further change fires
             self.bursts.clear()
             self.book.clear()
-            if self._steps is not None:
-                with self._steps_lock:
-                    self._steps.restart()  # the typical step is built again from the slower steps
+            with self._steps_lock:
+                self._steps.restart()  # the typical step is built again from the slower steps
             self.state.best_s.clear()
         folder = incident_folder(ctx.run_dir, alarm, now, ctx.host)
         self.state.incidents.append((now, alarm.kind, folder.name))
