@@ -5,9 +5,8 @@ Implements `perftracker.live.diagnosis.LiveDiagnosis` structurally (analyzers ne
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Concatenate, ParamSpec, TypeVar
 
 import pandas as pd
 
@@ -36,7 +35,6 @@ from perftracker.store.stack_frames import MainStack
 
 SUSPICION_CHARS = 300
 HOST_RULES = (analyze_gpu_health, analyze_gpu_links, analyze_rdma, analyze_rdma_pfc, analyze_links)
-F = TypeVar("F", bound=Callable[..., Any])
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -59,15 +57,6 @@ def host_alarm(store: Store) -> Alarm | None:
     return Alarm("host", loud[0].title, ranks=ranks, hosts=hosts, details=tuple(f.title for f in loud))
 
 
-def _judged(method: F) -> F:
-    """`method` run with the session's thresholds active."""
-    @functools.wraps(method)
-    def run(self: AnalyzerDiagnosis, *args: Any, **kwargs: Any) -> Any:
-        with active(self.thresholds):
-            return method(self, *args, **kwargs)
-    return run  # type: ignore[return-value]
-
-
 def _rule(rule: Callable[P, R]) -> Callable[Concatenate[AnalyzerDiagnosis, P], R]:
     """The analyzers' `rule` as a method, run with the session's thresholds active."""
     def run(self: AnalyzerDiagnosis, /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -84,17 +73,17 @@ class AnalyzerDiagnosis:
         self.rechecks = Rechecks()
         self.thresholds = Thresholds.with_overrides(thresholds)
 
-    @_judged
     def hang_pattern(self, look: Mapping[int, MainStack]) -> str:
-        return hang_pattern(rank_states(look))
+        with active(self.thresholds):
+            return hang_pattern(rank_states(look))
 
-    @_judged
     def same_picture(self, before: Mapping[int, MainStack], after: Mapping[int, MainStack]) -> bool:
-        return signature(rank_states(before)) == signature(rank_states(after))
+        with active(self.thresholds):
+            return signature(rank_states(before)) == signature(rank_states(after))
 
-    @_judged
     def stayed_blocked(self, before: Mapping[int, MainStack], after: Mapping[int, MainStack], seconds: float) -> bool:
-        return still(rank_states(after), switches_of(before), switches_of(after), seconds)
+        with active(self.thresholds):
+            return still(rank_states(after), switches_of(before), switches_of(after), seconds)
 
     step_stall = _rule(hang_rule.step_stall)
     step_period = _rule(period_rule.estimate_period)
@@ -102,13 +91,13 @@ class AnalyzerDiagnosis:
     hang_alarm = _rule(hang_rule.hang_alarm)
     host_alarm = _rule(host_alarm)
 
-    @_judged
     def straggler_suspicion(self, profile_samples: pd.DataFrame) -> str:
-        store = Store()
-        store.set_table("profile_samples", profile_samples)
-        found = analyze_stack_profile(Analysis(store, AnalysisOptions(thresholds=self.thresholds.overrides)))
-        return found[0].title[:SUSPICION_CHARS] if found else ""
+        with active(self.thresholds):
+            store = Store()
+            store.set_table("profile_samples", profile_samples)
+            found = analyze_stack_profile(Analysis(store, AnalysisOptions(thresholds=self.thresholds.overrides)))
+            return found[0].title[:SUSPICION_CHARS] if found else ""
 
-    @_judged
     def degradation_alarm(self, series: Sequence[StepSeries], window: int, rise: float) -> Alarm | None:
-        return degradation_alarm(series, window, rise, self.rechecks)
+        with active(self.thresholds):
+            return degradation_alarm(series, window, rise, self.rechecks)
