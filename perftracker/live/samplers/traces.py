@@ -21,8 +21,8 @@ from pathlib import Path
 import psutil
 
 from perftracker.hooks import spool_dir
-from perftracker.live.attach.hook_spool import hooked_by
 from perftracker.live.sampler import LiveContext
+from perftracker.live.samplers.steps_sampler import hooked_by
 from perftracker.rundir import atomic_write_text
 
 METADATA = struct.Struct("<Q32s")  # libkineto ipcfabric Metadata{size_t size; char type[32]}
