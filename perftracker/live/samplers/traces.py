@@ -242,7 +242,6 @@ class TraceSampler:
             if src.resolve() != dest.resolve() and src.parent.resolve() != traces.resolve():
                 traces.mkdir(parents=True, exist_ok=True)
                 shutil.move(str(src), dest)
-            item.done = True
         else:
             try:
                 size = item.source.stat().st_size
@@ -253,9 +252,9 @@ class TraceSampler:
                 return
             traces.mkdir(parents=True, exist_ok=True)
             shutil.move(str(item.source), _free_name(traces, item.rank, ".pt.trace.json", item.source.name))
-            item.done = True
             if self.daemon is not None:
                 self.daemon.finished.add(item.pid)
+        item.done = True
         self.collected += 1
 
     def stop(self, ctx: LiveContext) -> None:
