@@ -30,7 +30,7 @@ from perftracker.analyzers.online.diagnosis import AnalyzerDiagnosis
 from perftracker.live.attach.discovery import Job, Worker
 from perftracker.live.sampler import LiveContext
 from perftracker.live.samplers.follow import LineTail
-from perftracker.live.samplers.step_feed import StepFeed
+from perftracker.live.samplers.step_state import StepFeed
 from perftracker.live.samplers.steps_sampler import StepsSampler, _HookedRank
 from perftracker.live.watch.watcher import WatchOptions, WatchSampler
 from perftracker.rundir import step_file

@@ -1,6 +1,6 @@
 """`perftracker attach <job>`: collect from a running job without restarting it, then diagnose.
 
-Ctrl-C, SIGTERM and SIGHUP stop it the same way (`live/attach/interrupts.py`): everything collected is kept, the
+Ctrl-C, SIGTERM and SIGHUP stop it the same way (`live/session.py` `Interrupts`): everything collected is kept, the
 manifests written and the run directory analyzed unless `--no-analyze`.
 """
 
@@ -22,10 +22,9 @@ from perftracker.cli.incidents import watch_options
 from perftracker.cli.voice import fail_on_exit, parse_fail_on, print_run, show, terminal, write_and_say
 from perftracker.errors import PerftrackerError
 from perftracker.live.attach.discovery import find_job, job_label
-from perftracker.live.attach.interrupts import Interrupts
 from perftracker.live.collectors import SamplerOptions, build_samplers, watch_rates
 from perftracker.live.sampler import LiveContext
-from perftracker.live.session import WATCH_TICK_S, run_session
+from perftracker.live.session import WATCH_TICK_S, Interrupts, run_session
 from perftracker.rundir import host_name
 
 

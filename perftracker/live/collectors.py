@@ -15,7 +15,7 @@ from perftracker.live.samplers.profile_sampler import ProfileSampler
 from perftracker.live.samplers.rdma_sampler import RdmaSampler
 from perftracker.live.samplers.stack_steps import StackStepsSampler
 from perftracker.live.samplers.stacks import StackSampler
-from perftracker.live.samplers.step_feed import StepFeed
+from perftracker.live.samplers.step_state import StepFeed
 from perftracker.live.samplers.steps_sampler import StepsSampler
 from perftracker.live.samplers.traces import TraceSampler
 from perftracker.live.watch.watcher import WatchOptions, WatchSampler

@@ -22,6 +22,7 @@ from perftracker.analyzers.stragglers.degradation import change_point, job_serie
 from perftracker.analyzers.stragglers.stack_profile import deepest, frame_shares
 from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.evidence.failures import BaselineShiftEvidence, OtherWaiting
+from perftracker.store import Store
 
 _FRAME = re.compile(r"^(?P<name>.*) \((?P<file>[^()]+):-?\d+\)$")
 
@@ -191,23 +192,25 @@ def _where_time_went(rank: int, windows: Windows) -> Change | None:
     return _top_frame(rises, after[rank].depth) if rises else None
 
 
+def _windows(store: Store) -> Windows:
+    """(baseline, incident) profiles of the ranks with enough samples in both ({} and {} when a window is empty)."""
+    base, now = store["baseline_profile_samples"], store["profile_samples"]
+    if base.empty or now.empty:
+        return {}, {}
+    before, after = window_profiles(base), window_profiles(now)
+    common = sorted(set(before) & set(after))
+    return {r: before[r] for r in common}, {r: after[r] for r in common}
+
+
 def judgeable(analysis: Analysis) -> bool:
     """Two ranks or more with enough samples in both the baseline and the incident's window."""
-    store = analysis.store
-    if store["baseline_profile_samples"].empty or store["profile_samples"].empty:
-        return False
-    return len(set(window_profiles(store["baseline_profile_samples"]))
-               & set(window_profiles(store["profile_samples"]))) >= 2
+    return len(_windows(analysis.store)[1]) >= 2
 
 
 def analyze_baseline_shift(analysis: Analysis) -> list[Finding]:
     store = analysis.store
-    base, now = store["baseline_profile_samples"], store["profile_samples"]
-    if base.empty or now.empty:
-        return []
-    before, after = window_profiles(base), window_profiles(now)
-    common = sorted(set(before) & set(after))
-    windows: Windows = ({r: before[r] for r in common}, {r: after[r] for r in common})
+    windows = _windows(store)
+    common = sorted(windows[1])
     if not common:
         return []
     waits = {c.rank: c for c in stopped_waiting(windows)}
@@ -221,8 +224,8 @@ def analyze_baseline_shift(analysis: Analysis) -> list[Finding]:
     cp = change_point(series) if len(series) else None
     since = cp.step if cp is not None and cp.verdict.significant else None
     step_s = median_step_s(store.steps)
-    return [_finding(r, waits.get(r), work.get(r, []), windows, since, step_s, _hosts(now, r), len(common))
-            for r in named]
+    return [_finding(r, waits.get(r), work.get(r, []), windows, since, step_s, _hosts(store["profile_samples"], r),
+                     len(common)) for r in named]
 
 
 def _hosts(samples: pd.DataFrame, rank: int) -> tuple[str, ...]:

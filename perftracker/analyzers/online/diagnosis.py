@@ -5,9 +5,8 @@ Implements `perftracker.live.diagnosis.LiveDiagnosis` structurally (analyzers ne
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Concatenate, ParamSpec, TypeVar
 
 import pandas as pd
 
@@ -19,28 +18,43 @@ from perftracker.analyzers.failures.stack_state import (
     still,
     switches_of,
 )
-from perftracker.analyzers.online import burst_rule, hang_rule, host_trigger
+from perftracker.analyzers.findings import Finding, Severity
+from perftracker.analyzers.health.gpu_health import analyze_gpu_health
+from perftracker.analyzers.health.gpu_links import analyze_gpu_links
+from perftracker.analyzers.health.links import analyze_links
+from perftracker.analyzers.health.rdma import analyze_rdma
+from perftracker.analyzers.health.rdma_pfc import analyze_rdma_pfc
+from perftracker.analyzers.online import burst_rule, hang_rule
 from perftracker.analyzers.online import step_period as period_rule
 from perftracker.analyzers.online.step_rules import Rechecks, degradation_alarm
 from perftracker.analyzers.stragglers.stack_profile import analyze_stack_profile
-from perftracker.analyzers.thresholds import Thresholds, active
+from perftracker.analyzers.thresholds import Thresholds, active, current
 from perftracker.store import Store
 from perftracker.store.alarms import Alarm, StepSeries
 from perftracker.store.stack_frames import MainStack
 
 SUSPICION_CHARS = 300
-F = TypeVar("F", bound=Callable[..., Any])
+HOST_RULES = (analyze_gpu_health, analyze_gpu_links, analyze_rdma, analyze_rdma_pfc, analyze_links)
 P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def _judged(method: F) -> F:
-    """`method` run with the session's thresholds active."""
-    @functools.wraps(method)
-    def run(self: AnalyzerDiagnosis, *args: Any, **kwargs: Any) -> Any:
-        with active(self.thresholds):
-            return method(self, *args, **kwargs)
-    return run  # type: ignore[return-value]
+def host_alarm(store: Store) -> Alarm | None:
+    """The watcher's host trigger: the offline host-health rules on the latest counters, one `Alarm` (kind "host")
+    or None."""
+    analysis = Analysis(store, AnalysisOptions(thresholds=current().overrides))  # the watch's thresholds
+    loud: list[Finding] = []
+    for rule in HOST_RULES:
+        try:
+            found = rule(analysis)
+        except Exception:  # noqa: BLE001  one rule failing on a partial window must not silence the others
+            continue
+        loud.extend(f for f in found if f.severity in (Severity.WARNING, Severity.CRITICAL))
+    if not loud:
+        return None
+    ranks = tuple(sorted({int(r) for f in loud for r in f.ranks}))
+    hosts = tuple(sorted({str(h) for f in loud for h in f.hosts}))
+    return Alarm("host", loud[0].title, ranks=ranks, hosts=hosts, details=tuple(f.title for f in loud))
 
 
 def _rule(rule: Callable[P, R]) -> Callable[Concatenate[AnalyzerDiagnosis, P], R]:
@@ -59,31 +73,31 @@ class AnalyzerDiagnosis:
         self.rechecks = Rechecks()
         self.thresholds = Thresholds.with_overrides(thresholds)
 
-    @_judged
     def hang_pattern(self, look: Mapping[int, MainStack]) -> str:
-        return hang_pattern(rank_states(look))
+        with active(self.thresholds):
+            return hang_pattern(rank_states(look))
 
-    @_judged
     def same_picture(self, before: Mapping[int, MainStack], after: Mapping[int, MainStack]) -> bool:
-        return signature(rank_states(before)) == signature(rank_states(after))
+        with active(self.thresholds):
+            return signature(rank_states(before)) == signature(rank_states(after))
 
-    @_judged
     def stayed_blocked(self, before: Mapping[int, MainStack], after: Mapping[int, MainStack], seconds: float) -> bool:
-        return still(rank_states(after), switches_of(before), switches_of(after), seconds)
+        with active(self.thresholds):
+            return still(rank_states(after), switches_of(before), switches_of(after), seconds)
 
     step_stall = _rule(hang_rule.step_stall)
     step_period = _rule(period_rule.estimate_period)
     burst_alarm = _rule(burst_rule.burst_alarm)
     hang_alarm = _rule(hang_rule.hang_alarm)
-    host_alarm = _rule(host_trigger.host_alarm)
+    host_alarm = _rule(host_alarm)
 
-    @_judged
     def straggler_suspicion(self, profile_samples: pd.DataFrame) -> str:
-        store = Store()
-        store.set_table("profile_samples", profile_samples)
-        found = analyze_stack_profile(Analysis(store, AnalysisOptions(thresholds=self.thresholds.overrides)))
-        return found[0].title[:SUSPICION_CHARS] if found else ""
+        with active(self.thresholds):
+            store = Store()
+            store.set_table("profile_samples", profile_samples)
+            found = analyze_stack_profile(Analysis(store, AnalysisOptions(thresholds=self.thresholds.overrides)))
+            return found[0].title[:SUSPICION_CHARS] if found else ""
 
-    @_judged
     def degradation_alarm(self, series: Sequence[StepSeries], window: int, rise: float) -> Alarm | None:
-        return degradation_alarm(series, window, rise, self.rechecks)
+        with active(self.thresholds):
+            return degradation_alarm(series, window, rise, self.rechecks)

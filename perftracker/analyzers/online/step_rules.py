@@ -20,11 +20,6 @@ DEFAULT_RISE = 0.20
 CONFIRM_WINDOWS = default("online.steps.confirm_windows")  # the default, for callers; rules read the run's value
 
 
-def ready(series: StepSeries, window: int = DEFAULT_WINDOW) -> bool:
-    """Enough steps (after the warm-up) to judge: two windows."""
-    return int((series.steps >= threshold_int("online.steps.warmup_steps")).sum()) >= 2 * window
-
-
 def trigger(durations_s: np.ndarray, window: int, rise: float,
             horizon_windows: int | None = None) -> tuple[float, float] | None:
     """(current mean, best mean) when the last `window` values' mean is more than `rise` above the best earlier

@@ -141,11 +141,8 @@ def top_frames(samples: pd.DataFrame, rank: int) -> list[FrameShare]:
     total = int(rows["count"].sum())
     if not total:
         return []
-    counts: dict[str, int] = {}
-    for stack, count in zip(rows["stack"].astype(str), rows["count"]):
-        leaf = stack.rsplit(";", 1)[-1]
-        counts[leaf] = counts.get(leaf, 0) + int(count)
-    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_FRAMES]
+    counts = rows.groupby(rows["stack"].astype(str).str.rsplit(";", n=1).str[-1])["count"].sum()
+    top = sorted(((str(f), int(c)) for f, c in counts.items()), key=lambda kv: (-kv[1], kv[0]))[:TOP_FRAMES]
     return [{"frame": f, "share": round(c / total, 4)} for f, c in top]
 
 

@@ -41,17 +41,12 @@ class JobOutputs:
     ours: list[tuple[int, int, str]] = field(default_factory=list)  # pipes this process reads (`perftracker run`)
 
 
-def _own_pipes() -> set[str]:
-    """The pipes this process holds (`perftracker run` reads the job's stdout/stderr through them)."""
-    held = set()
-    for fd in _fds(os.getpid()):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("pipe:"):
-            held.add(target)
-    return held
+def _target(pid: int | str, fd: int) -> str:
+    """What descriptor `fd` of `pid` names ("" when it cannot be read)."""
+    try:
+        return os.readlink(f"/proc/{pid}/fd/{fd}")
+    except OSError:
+        return ""
 
 
 def _open_for_writing(pid: int, fd: int) -> bool:
@@ -82,13 +77,12 @@ def find_job_outputs(pids: Iterable[int], exclude: Iterable[Path] = ()) -> JobOu
     """See the module docstring."""
     skip = [Path(os.path.realpath(p)) for p in exclude]
     found = JobOutputs()
-    own = _own_pipes()
+    own = {t for fd in _fds(os.getpid()) if (t := _target("self", fd)).startswith("pipe:")}  # `perftracker run`'s
     seen: dict[Path, OutputFile] = {}
     for pid in dict.fromkeys(pids):
         for fd in _fds(pid):
-            try:
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
+            target = _target(pid, fd)
+            if not target:
                 continue
             if not target.startswith("/") or target.endswith(" (deleted)"):  # pipe:[1], socket:[..], anon_inode:..
                 if fd in (1, 2) and target.startswith("pipe:"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 
 import psutil
 
@@ -11,13 +12,11 @@ from perftracker.live.sampler import LiveContext
 from perftracker.rundir import atomic_write_text
 
 
+@dataclass(slots=True, eq=False)
 class EnvSampler:
     name = "env"
     interval_s = 3600.0
-    __slots__ = ("written",)
-
-    def __init__(self) -> None:
-        self.written = 0
+    written: int = field(default=0, init=False)
 
     def start(self, ctx: LiveContext) -> None:
         for w in ctx.job.workers:

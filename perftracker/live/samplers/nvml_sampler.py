@@ -111,13 +111,12 @@ class NvmlSampler:
             ctx.note(f"GPU: sampled GPU(s) {_listing(gpus)} of {n} on {ctx.host}, the ones NVML lists the job's "
                      f"processes on (ranks {_listing(ranks)}); the host's other GPUs were left out once the job's "
                      "processes showed up")
-        elif self.listed:
-            ctx.note(f"GPU: no GPU on {ctx.host} listed a process of the job (a CPU-only job, or a container whose "
-                     f"PID namespace differs from NVML's), so all {n} GPU(s) were sampled; ranks are tied to GPUs "
-                     "from NCCL logs / LOCAL_RANK at analysis")
         else:
-            ctx.note(f"GPU: NVML could not list the processes on the GPUs of {ctx.host}, so all {n} GPU(s) were "
-                     "sampled; ranks are tied to GPUs from NCCL logs / LOCAL_RANK at analysis")
+            why = (f"no GPU on {ctx.host} listed a process of the job (a CPU-only job, or a container whose PID "
+                   "namespace differs from NVML's)" if self.listed
+                   else f"NVML could not list the processes on the GPUs of {ctx.host}")
+            ctx.note(f"GPU: {why}, so all {n} GPU(s) were sampled; ranks are tied to GPUs from NCCL logs / "
+                     "LOCAL_RANK at analysis")
 
     def stop(self, ctx: LiveContext) -> None:
         self._stop.set()

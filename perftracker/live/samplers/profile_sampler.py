@@ -12,6 +12,7 @@ import json
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,19 +28,6 @@ from perftracker.store.stack_bursts import StackBurst
 WAIT_GRACE_S = 5.0  # beyond its duration, a burst's recorder gets this long before it is interrupted
 
 
-def interrupt_recorders(procs: list[subprocess.Popen[bytes]]) -> None:
-    """Stop the `py-spy record` processes still running with SIGINT (py-spy then writes what it has), waiting up to
-    10 s for each before it is killed."""
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-    for proc in procs:
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
 @dataclass
 class Recording:
     """One rank's `py-spy record` under way."""
@@ -49,22 +37,6 @@ class Recording:
     proc: subprocess.Popen[bytes]
     out: Path
     started_ns: int
-
-
-def start_recorder(pyspy: str, pid: int, seconds: int, rate_hz: int, fmt: str, out: Path) -> subprocess.Popen[bytes]:
-    """One `py-spy record --nonblocking --idle --threads` of a process (never pausing it), in a session of its own:
-    a SIGTERM or SIGHUP sent to attach's process group must not kill it before it is asked to write what it has."""
-    return subprocess.Popen([pyspy, "record", "--pid", str(pid), "--rate", str(rate_hz), "--duration", str(seconds),
-                             "--nonblocking", "--idle", "--threads", "--format", fmt, "--output", str(out)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
-
-
-def recording_problem(rec: Recording, err: str) -> str:
-    """Why a rank's recording has no samples, from py-spy's stderr (`err`, not empty)."""
-    if "permission" in err.lower() or "operation not permitted" in err.lower():
-        return f"no permission to sample rank {rec.rank} (pid {rec.pid}): {PERMISSION_HINT}"
-    return f"no samples of rank {rec.rank} (pid {rec.pid}): {err.strip().splitlines()[-1][:200]}"
 
 
 @dataclass(slots=True, eq=False)
@@ -86,8 +58,12 @@ class BurstRound:
         self.started_ns = time.time_ns()
         for w in workers:
             out = self.folder / f"rank-{w.rank}{self.suffix}"
-            try:
-                proc = start_recorder(self.pyspy, w.pid, self.seconds, self.rate_hz, self.fmt, out)
+            try:  # never pausing the rank; in a session of its own, so a SIGTERM or SIGHUP sent to attach's process
+                # group does not kill it before it is asked to write what it has
+                proc = subprocess.Popen([self.pyspy, "record", "--pid", str(w.pid), "--rate", str(self.rate_hz),
+                                         "--duration", str(self.seconds), "--nonblocking", "--idle", "--threads",
+                                         "--format", self.fmt, "--output", str(out)], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)
             except OSError as exc:
                 self.errors.append(f"could not start py-spy for rank {w.rank} ({exc})")
                 continue
@@ -103,20 +79,39 @@ class BurstRound:
         return self.finished()
 
     def stop(self) -> None:
-        """Interrupt the recorders still running (py-spy writes what it has on SIGINT)."""
-        interrupt_recorders([rec.proc for rec in self.recorders])
+        """Interrupt the recorders still running with SIGINT (py-spy then writes what it has), waiting up to 10 s
+        for each before it is killed."""
+        for rec in self.recorders:
+            if rec.proc.poll() is None:
+                rec.proc.send_signal(signal.SIGINT)
+        for rec in self.recorders:
+            try:
+                rec.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                rec.proc.kill()
+                rec.proc.wait()
 
-    def read(self) -> list[StackBurst]:
-        """Every rank's burst that was written; what failed is in `errors`."""
-        bursts = []
+    def written(self, say_exit: bool = False) -> Iterator[Recording]:
+        """The recordings that were written; why another has no samples goes into `errors` (from py-spy's stderr,
+        or with `say_exit` its exit status when stderr says nothing)."""
         for rec in self.recorders:
             err = rec.proc.stderr.read().decode(errors="replace") if rec.proc.stderr else ""
             if rec.proc.stderr:
                 rec.proc.stderr.close()
-            if not rec.out.is_file() or rec.out.stat().st_size == 0:
-                if err.strip():
-                    self.errors.append(recording_problem(rec, err))
-                continue
+            if rec.out.is_file() and rec.out.stat().st_size > 0:
+                yield rec
+            elif err.strip() or say_exit:
+                err = err if err.strip() else f"exit status {rec.proc.returncode}"
+                if "permission" in err.lower() or "operation not permitted" in err.lower():
+                    self.errors.append(f"no permission to sample rank {rec.rank} (pid {rec.pid}): {PERMISSION_HINT}")
+                else:
+                    self.errors.append(f"no samples of rank {rec.rank} (pid {rec.pid}): "
+                                       f"{err.strip().splitlines()[-1][:200]}")
+
+    def read(self) -> list[StackBurst]:
+        """Every rank's burst that was written; what failed is in `errors`."""
+        bursts = []
+        for rec in self.written():
             try:
                 bursts.append(read_burst(rec.out, rec.rank, self.rate_hz, self.started_ns))
             except InputError as exc:
@@ -137,17 +132,17 @@ class ProfileSampler:
     _pyspy: str | None = field(default=None, init=False)
     _started: float = field(default=0.0, init=False)
     _round: BurstRound | None = field(default=None, init=False)
-    _done: bool = field(default=False, init=False)
+    done: bool = field(default=False, init=False)
 
     def start(self, ctx: LiveContext) -> None:
         self._started = time.monotonic()
         self._pyspy = find_pyspy()
         if self._pyspy is None:
-            self._done, self.state = True, "no py-spy"
+            self.done, self.state = True, "no py-spy"
             ctx.note("profile: py-spy is not installed (pip install py-spy); sampled stacks are not recorded")
 
     def sample(self, ctx: LiveContext) -> None:
-        if self._done:
+        if self.done:
             return
         if self._round is None:
             if time.monotonic() - self._started >= self.delay_s:
@@ -164,36 +159,31 @@ class ProfileSampler:
         rnd.start(ctx.alive())
         for err in rnd.errors:
             ctx.note(f"profile: {err}")
-        self._done = not rnd.recorders
+        rnd.errors.clear()  # noted: `_finish` notes what comes after
+        self.done = not rnd.recorders
         self.state = f"recording {len(rnd.recorders)} rank(s) for {self.seconds:.0f}s at {self.rate_hz} Hz"
 
     def _finish(self, ctx: LiveContext) -> None:
         assert self._round is not None
         recorded = 0
-        for rec in self._round.recorders:
-            err = rec.proc.stderr.read().decode(errors="replace") if rec.proc.stderr else ""
-            if rec.out.is_file() and rec.out.stat().st_size > 0:
-                recorded += 1
-                meta = {"rank": rec.rank, "pid": rec.pid, "host": ctx.host, "rate_hz": self.rate_hz,
-                        "duration_s": (time.time_ns() - rec.started_ns) / 1e9, "started_ns": rec.started_ns}
-                atomic_write_text(rec.out.with_suffix(".json"), json.dumps(meta) + "\n")
-            else:
-                ctx.note("profile: " + recording_problem(rec, err if err.strip() else f"exit status {rec.proc.returncode}"))
-        self._done = True
+        for rec in self._round.written(say_exit=True):
+            recorded += 1
+            meta = {"rank": rec.rank, "pid": rec.pid, "host": ctx.host, "rate_hz": self.rate_hz,
+                    "duration_s": (time.time_ns() - rec.started_ns) / 1e9, "started_ns": rec.started_ns}
+            atomic_write_text(rec.out.with_suffix(".json"), json.dumps(meta) + "\n")
+        for err in self._round.errors:
+            ctx.note(f"profile: {err}")
+        self.done = True
         self.state = f"{recorded} of {len(self._round.recorders)} rank(s) recorded ({self.seconds:.0f}s at {self.rate_hz} Hz)"
         if recorded and self.judge and not ctx.progress.suspicion:
             samples, _ = load_profile_inputs([r.out for r in self._round.recorders if r.out.is_file()])
             ctx.progress.suspicion = ctx.diagnosis.straggler_suspicion(samples)
 
     def stop(self, ctx: LiveContext) -> None:
-        if self._done or self._round is None:
+        if self.done or self._round is None:
             return
         self._round.stop()  # attach ends first
         self._finish(ctx)
-
-    @property
-    def done(self) -> bool:
-        return self._done
 
     def status(self) -> str:
         return self.state

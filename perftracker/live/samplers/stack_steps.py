@@ -18,7 +18,7 @@ from typing import Any
 from perftracker.live.sampler import LiveContext
 from perftracker.live.samplers.profile_sampler import BurstRound
 from perftracker.live.samplers.stacks import find_pyspy
-from perftracker.live.samplers.step_feed import StepFeed
+from perftracker.live.samplers.step_state import StepFeed
 from perftracker.rundir import append_jsonl, step_file
 from perftracker.store.stack_bursts import StackBurst
 

@@ -24,6 +24,7 @@ from perftracker.live.sampler import LiveContext
 from perftracker.rundir import atomic_write_text
 from perftracker.store.stack_frames import MainStack
 
+DUMP_FLAGS = {"nonblocking": ["--nonblocking"], "native": ["--native"], "blocking": []}  # py-spy dump, by mode
 PERMISSION_HINT = ("run attach as the job's user or as root; in a container add CAP_SYS_PTRACE and share the "
                    "job's PID namespace; with kernel.yama.ptrace_scope >= 1 a same-user attach needs root")
 
@@ -211,11 +212,6 @@ class StackSampler:
         ctx.note(f"stacks: dump requested: native stacks of {len(look)} rank(s) in stacks/{name}/")
 
     # -- dumping -------------------------------------------------------------------------------
-    def _command(self, pid: int, mode: str) -> list[str]:
-        assert self.pyspy is not None
-        extra = {"nonblocking": ["--nonblocking"], "native": ["--native"], "blocking": []}[mode]
-        return [self.pyspy, "dump", "--pid", str(pid), "--json", *extra]
-
     def dump_into(self, ctx: LiveContext, mode: str, folder: Path) -> dict[int, MainStack]:
         """One round of dumps (`nonblocking` or `native`) of every live worker into `folder/rank-<r>.json` (the
         watcher's incidents); rank -> its main thread. Needs `start` to have found py-spy."""
@@ -254,12 +250,13 @@ class StackSampler:
 
     def _run_dumps(self, ctx: LiveContext, workers: list[Worker],
                    mode: str) -> dict[int, tuple[int, str, list[dict[str, Any]]]]:
+        assert self.pyspy is not None
         timeout = self.native_timeout_s if mode != "nonblocking" else self.timeout_s
         started: list[tuple[Worker, int, subprocess.Popen[str]]] = []
         for w in workers:
             try:
-                proc = subprocess.Popen(self._command(w.pid, mode), stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+                proc = subprocess.Popen([self.pyspy, "dump", "--pid", str(w.pid), "--json", *DUMP_FLAGS[mode]],
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
             except OSError as exc:
                 ctx.note(f"stacks: could not run py-spy ({exc})")
                 return {}

@@ -2,18 +2,22 @@
 
 `StepState.add` takes one step record; `last_step` / `last_step_ns` hold each rank's latest step and its wall
 time, and `median_step_ns()` is THE typical step for every live question about pace (recomputed at most every
-MEDIAN_S). Not thread-safe: its owner holds `ctx.lock`.
+MEDIAN_S). Not thread-safe: its owner holds `ctx.lock`. `StepFeed` hands the records the steps sampler read to
+the watcher, parsed, so that each record is read once.
 """
 
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable
+from typing import Any
 
 RECENT_STEPS = 1600  # durations of all ranks the typical step is the median of (200 a rank for 8 ranks)
 MEDIAN_S = 10.0  # the typical step is computed again at most this often while steps come (it moves slowly)
+FEED_RECORDS = 64 * 1024
 
 
 class StepState:
@@ -53,3 +57,30 @@ class StepState:
         """Forget the typical step (a slowdown became the new normal): it is built again from the next steps."""
         self.recent.clear()
         self._median_ns = None
+
+
+class StepFeed:
+    """A bounded, thread-safe queue of parsed step records: the steps sampler `publish`es what it writes, the
+    watcher `take`s what came since its last look. Past `maxlen` the oldest are dropped (counted in `dropped`)."""
+
+    __slots__ = ("maxlen", "dropped", "_records", "_lock")
+
+    def __init__(self, maxlen: int = FEED_RECORDS) -> None:
+        self.maxlen = maxlen
+        self.dropped = 0
+        self._records: deque[dict[str, Any]] = deque(maxlen=maxlen)  # past it, extending drops the oldest
+        self._lock = threading.Lock()
+
+    def publish(self, records: Iterable[dict[str, Any]]) -> None:
+        batch = list(records)
+        with self._lock:
+            before = len(self._records)
+            self._records.extend(batch)
+            self.dropped += before + len(batch) - len(self._records)
+
+    def take(self) -> list[dict[str, Any]]:
+        """Every record published since the last call, in the order published."""
+        with self._lock:
+            taken = list(self._records)
+            self._records.clear()
+        return taken

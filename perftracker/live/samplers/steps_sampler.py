@@ -7,6 +7,7 @@ own output files (`attach/job_outputs.py`); a (rank, step) is written once. No s
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,17 +19,36 @@ from perftracker.collectors.steps import parse_step_lines
 from perftracker.formats.framework_steps import StepLineParser
 from perftracker.formats.log_lines import line_time_ns
 from perftracker.hooks import spool_dir
-from perftracker.live.attach.hook_spool import hooked_by
 from perftracker.live.attach.job_outputs import find_job_outputs
 from perftracker.live.sampler import LiveContext
 from perftracker.live.samplers.follow import LineTail
-from perftracker.live.samplers.step_feed import StepFeed
+from perftracker.live.samplers.step_state import StepFeed
 from perftracker.rundir import append_jsonl, step_file
 
 HISTORY_BYTES = 16 * 1024 * 1024
 LOG_BACKLOG_BYTES = 1024 * 1024
 RESCAN_S = 5.0
 HOOK_LINE = "import perftracker.hooks; perftracker.hooks.install()"
+CLOCK_SLACK_S = 2.0  # a process's start time is derived from the boot time, which /proc gives in whole seconds
+
+
+def hooked_by(spool: Path, rank: int, pid: int) -> bool:
+    """Did worker `pid` install the hook: `<spool>/ranks/rank-<r>.json` names it and was written after that process
+    started (less CLOCK_SLACK_S)? Pids repeat across runs in containers, so a pid alone is not enough."""
+    try:
+        info = json.loads((spool / "ranks" / f"rank-{rank}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(info, dict) or info.get("pid") != pid:
+        return False
+    installed_ns = info.get("installed_ns")
+    if not isinstance(installed_ns, int):
+        return True  # written by an older hook, without the time: the pid is all there is to go by
+    try:
+        started_s = psutil.Process(pid).create_time()
+    except (psutil.Error, OSError):
+        return False
+    return installed_ns / 1e9 >= started_s - CLOCK_SLACK_S
 
 
 @dataclass
@@ -54,7 +74,7 @@ class StepsSampler:
     job_log: Path | None = None
     interval_s: float = 0.25  # the hang detector's floor is 1 s of no step: stay well under it
     find_outputs: bool = True  # follow the job's own output files (live/attach/job_outputs.py)
-    feed: StepFeed | None = None  # --watch: every record written is handed to the watcher, parsed (step_feed.py)
+    feed: StepFeed | None = None  # --watch: every record written is handed to the watcher, parsed (step_state.py)
     hooked: dict[int, _HookedRank] = field(default_factory=dict, init=False)
     spools: dict[int, Path] = field(default_factory=dict, init=False)  # worker pid -> spool dir
     logs: list[_LogSource] = field(default_factory=list, init=False)

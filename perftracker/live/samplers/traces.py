@@ -21,8 +21,8 @@ from pathlib import Path
 import psutil
 
 from perftracker.hooks import spool_dir
-from perftracker.live.attach.hook_spool import hooked_by
 from perftracker.live.sampler import LiveContext
+from perftracker.live.samplers.steps_sampler import hooked_by
 from perftracker.rundir import atomic_write_text
 
 METADATA = struct.Struct("<Q32s")  # libkineto ipcfabric Metadata{size_t size; char type[32]}
@@ -242,7 +242,6 @@ class TraceSampler:
             if src.resolve() != dest.resolve() and src.parent.resolve() != traces.resolve():
                 traces.mkdir(parents=True, exist_ok=True)
                 shutil.move(str(src), dest)
-            item.done = True
         else:
             try:
                 size = item.source.stat().st_size
@@ -253,9 +252,9 @@ class TraceSampler:
                 return
             traces.mkdir(parents=True, exist_ok=True)
             shutil.move(str(item.source), _free_name(traces, item.rank, ".pt.trace.json", item.source.name))
-            item.done = True
             if self.daemon is not None:
                 self.daemon.finished.add(item.pid)
+        item.done = True
         self.collected += 1
 
     def stop(self, ctx: LiveContext) -> None:

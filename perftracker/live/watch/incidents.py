@@ -143,7 +143,9 @@ def copy_window(ctx: LiveContext, evidence: Path) -> None:
 def record_profiles(ctx: LiveContext, folder: Path, seconds: float, rate_hz: int, stop: threading.Event) -> None:
     """Every rank's stacks side by side for `seconds` (stops early on `stop`), with the ranks' scheduler records at
     its start and end and their main threads' states every STATE_EVERY_S through it (`sched/` beside `folder`)."""
-    sched_snapshot(ctx, folder.parent / "sched")
+    sched = folder.parent / "sched"
+    if snapshot := per_rank(ctx, snapshot_record):
+        append_records(sched / f"{ctx.host}.sched.jsonl", snapshot)
     recorder = ProfileSampler(seconds=seconds, rate_hz=rate_hz, delay_s=0.0, out_dir=folder, judge=False)
     recorder.start(ctx)
     states: list[dict[str, Any]] = []
@@ -153,26 +155,20 @@ def record_profiles(ctx: LiveContext, folder: Path, seconds: float, rate_hz: int
         if now - polled >= RECORDER_POLL_S:
             recorder.sample(ctx)
             polled = now
-        sample_states(ctx, states)
+        states.extend(per_rank(ctx, state_record))
         stop.wait(random.uniform(*STATE_EVERY_S))  # noqa: S311  jitter, not security
     recorder.stop(ctx)
-    sched_snapshot(ctx, folder.parent / "sched")
+    if snapshot := per_rank(ctx, snapshot_record):
+        append_records(sched / f"{ctx.host}.sched.jsonl", snapshot)
     if states:  # the window's sampled states, at once
-        append_records(folder.parent / "sched" / f"{ctx.host}.states.jsonl", states)
+        append_records(sched / f"{ctx.host}.states.jsonl", states)
 
 
-def sample_states(ctx: LiveContext, into: list[dict[str, Any]]) -> None:
-    """Each rank's main-thread state now (collectors/counters/sched.py): one /proc read per rank."""
+def per_rank(ctx: LiveContext, read: Callable[[str, int, int, int], dict[str, Any] | None]) -> list[dict[str, Any]]:
+    """One record per rank now (its scheduler accounting, `collectors/counters/sched.py`, or its main thread's
+    state, the same module: one /proc read per rank), the ranks that gave none left out."""
     now = time.time_ns()
-    into.extend(rec for w in ctx.job.workers if (rec := state_record(ctx.host, w.rank, w.pid, now)) is not None)
-
-
-def sched_snapshot(ctx: LiveContext, folder: Path) -> None:
-    """One scheduler record per rank (collectors/counters/sched.py), appended to `folder/<host>.sched.jsonl`."""
-    now = time.time_ns()
-    records = [rec for w in ctx.job.workers if (rec := snapshot_record(ctx.host, w.rank, w.pid, now)) is not None]
-    if records:
-        append_records(folder / f"{ctx.host}.sched.jsonl", records)
+    return [rec for w in ctx.job.workers if (rec := read(ctx.host, w.rank, w.pid, now)) is not None]
 
 
 def step_started_ns(steps: Path, step: int) -> int | None:

@@ -31,12 +31,12 @@ def levels(rank: int, durations_s: np.ndarray, n: int, current: dict[int, float]
 
 
 class _RankSteps:
-    """One rank's last SERIES_STEPS (step, duration ns) pairs, as they came."""
+    """One rank's last `maxlen` (step, duration ns) pairs, as they came."""
 
     __slots__ = ("pairs", "ordered")
 
-    def __init__(self) -> None:
-        self.pairs: deque[tuple[int, int]] = deque(maxlen=SERIES_STEPS)
+    def __init__(self, maxlen: int = SERIES_STEPS) -> None:
+        self.pairs: deque[tuple[int, int]] = deque(maxlen=maxlen)
         self.ordered = True  # every step came after the one before (one source; the usual case)
 
     def add(self, step: int, duration_ns: int) -> None:
@@ -46,7 +46,7 @@ class _RankSteps:
     def series(self, rank: int) -> StepSeries:
         """The series in step order (sorted once when steps came out of order)."""
         if not self.ordered:
-            self.pairs, self.ordered = deque(sorted(self.pairs), maxlen=SERIES_STEPS), True
+            self.pairs, self.ordered = deque(sorted(self.pairs), maxlen=self.pairs.maxlen), True
         n = len(self.pairs)
         return StepSeries(rank, np.fromiter((s for s, _ in self.pairs), dtype=np.int64, count=n),
                           np.fromiter((d for _, d in self.pairs), dtype=np.int64, count=n))
@@ -107,26 +107,22 @@ class BurstSeries:
 
     def __init__(self, window: int = 3) -> None:
         self.window = window
-        self._series: dict[int, deque[tuple[int, int]]] = {}  # rank -> (burst, period ns)
+        self._series: dict[int, _RankSteps] = {}  # rank -> its (burst, period ns)
         self._fresh: set[int] = set()
 
     def add(self, record: dict[str, Any]) -> None:
         rank = int(record["rank"])
-        series = self._series.setdefault(rank, deque(maxlen=BURST_SERIES))
-        series.append((int(record["step"]), int(record["end_ns"]) - int(record["start_ns"])))
+        series = self._series.setdefault(rank, _RankSteps(BURST_SERIES))
+        series.add(int(record["step"]), int(record["end_ns"]) - int(record["start_ns"]))
         self._fresh.add(rank)
 
     def ready(self) -> bool:
         """A rank has enough bursts to judge: two windows."""
-        return any(len(s) >= 2 * self.window for s in self._series.values())
+        return self.most() >= 2 * self.window
 
     def most(self) -> int:
         """The most bursts any rank has (the panel's arming count)."""
-        return max((len(s) for s in self._series.values()), default=0)
-
-    def series(self, rank: int) -> StepSeries:
-        pairs = self._series[rank]
-        return StepSeries(rank, [b for b, _ in pairs], [d for _, d in pairs])
+        return max((len(s.pairs) for s in self._series.values()), default=0)
 
     def judge(self, diagnosis: LiveDiagnosis, rise: float, armed: bool, current: dict[int, float],
               best: dict[int, float]) -> Alarm | None:
@@ -135,9 +131,10 @@ class BurstSeries:
         fresh, self._fresh = sorted(self._fresh), set()
         if not fresh:
             return None
-        for rank in fresh:
-            levels(rank, np.array([d for _, d in self._series[rank]], dtype=float) / 1e9, self.window, current, best)
-        return diagnosis.burst_alarm([self.series(r) for r in fresh], self.window, rise) if armed else None
+        looked = [self._series[rank].series(rank) for rank in fresh]
+        for s in looked:
+            levels(s.rank, s.durations_ns.astype(float) / 1e9, self.window, current, best)
+        return diagnosis.burst_alarm(looked, self.window, rise) if armed else None
 
     def clear(self) -> None:
         """After a degradation incident: the slower level becomes the new normal."""

@@ -8,6 +8,10 @@ incident (`incidents.py`), rate- and disk-limited. `WatchState` is what the pane
 
 from __future__ import annotations
 
+import glob
+import re
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -15,29 +19,93 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.collectors.steps import parse_step_lines
 from perftracker.live.sampler import LiveContext
 from perftracker.live.samplers.follow import LineTail
 from perftracker.live.samplers.stack_steps import STACKS_SOURCE
 from perftracker.live.samplers.stacks import StackSampler, find_pyspy
-from perftracker.live.samplers.step_feed import StepFeed
-from perftracker.live.samplers.step_state import StepState
-from perftracker.live.watch.host_check import HostCheck
+from perftracker.live.samplers.step_state import StepFeed, StepState
 from perftracker.live.watch.incidents import (
+    COUNTERS_TAIL_BYTES,
     CapturePlan,
     IncidentRecord,
     IncidentReporter,
     baseline_capture,
     baseline_folder,
     capture_incident,
+    copy_tail,
     folder_bytes,
     incident_folder,
 )
 from perftracker.live.watch.series import BurstSeries, RankSeriesBook, levels
 from perftracker.store.alarms import Alarm, StepSeries
 
-RESCAN_S = 5.0
+RESCAN_S = 5.0  # new step files, and the counters' new bytes for urgent signals, are looked for this often
+# Host signals judged at once: a link state record (only the net sampler's link watcher writes this key,
+# netdev.state_record), an XID (a GPU sample's non-empty "xid" list, nvml_sampler)
+URGENT = re.compile(rb'"changed_within_s"|"xid":\s*\[\s*\d')
 PUBLISH_S = 10.0  # --prom is rewritten when steps or incidents came, else this often
+
+
+def own_counters(ctx: LiveContext, kind: str = "*") -> list[Path]:
+    """This host's counter files (`counters/<host>.<kind>.jsonl`; kind net, gpu, rdma or * for all): in a run directory the watchers of several nodes
+    share, each judges its own host's signals (another node's flap is that node's watcher's incident)."""
+    return list((ctx.run_dir / "counters").glob(f"{glob.escape(ctx.host)}.{kind}.jsonl"))
+
+
+class HostCheck:
+    """When the watcher judges the host's counters (periodically, or at once on an urgent signal), and how."""
+
+    __slots__ = ("every_s", "next_check", "next_urgent_look", "_tails", "_sizes")
+
+    def __init__(self, every_s: float = 600.0) -> None:
+        self.every_s = every_s
+        self.next_check = 0.0  # monotonic time of the next periodic check
+        self.next_urgent_look = 0.0  # monotonic time the counters' new bytes are looked at next
+        self._tails: dict[Path, LineTail] = {}
+        self._sizes: tuple[int, ...] = ()
+
+    def start(self) -> None:
+        self.next_check = time.monotonic() + self.every_s
+
+    def look(self, ctx: LiveContext) -> Alarm | None:
+        """The host alarm when a check is due and finds one, else None."""
+        if time.monotonic() < self.next_check and not self._urgent(ctx):
+            return None
+        self.next_check = time.monotonic() + self.every_s
+        return self._judge(ctx)
+
+    def _urgent(self, ctx: LiveContext) -> bool:
+        if time.monotonic() < self.next_urgent_look:
+            return False
+        self.next_urgent_look = time.monotonic() + RESCAN_S
+        for path in [*own_counters(ctx, "net"), *own_counters(ctx, "gpu")]:
+            if path not in self._tails:  # from its end: what was there is judged by the periodic check
+                self._tails[path] = LineTail(path, path.stat().st_size)
+        return any(URGENT.search(line) for tail in self._tails.values() for line in tail.read_lines())
+
+    def _judge(self, ctx: LiveContext) -> Alarm | None:
+        files = sorted(own_counters(ctx))
+        sizes = tuple(f.stat().st_size for f in files if f.is_file())
+        if not files or sizes == self._sizes:
+            return None
+        self._sizes = sizes
+        tmp = Path(tempfile.mkdtemp(prefix="perftracker-watch-"))
+        try:
+            for f in files:
+                copy_tail(f, tmp / "counters" / f.name, COUNTERS_TAIL_BYTES // 4)
+            store = load_path(tmp, LoadOptions(cache_dir=None, workers=1))
+            return ctx.diagnosis.host_alarm(store)
+        except Exception as exc:  # noqa: BLE001  a partial record must not stop the watch
+            ctx.note(f"watch: host counters not judged ({type(exc).__name__}: {exc})")
+            return None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def close(self) -> None:
+        for tail in self._tails.values():
+            tail.close()
 
 
 @dataclass
@@ -83,7 +151,7 @@ class WatchSampler:
         self.feed = feed  # the steps sampler's records, parsed once there; None: the step files are read here
         self._tails: dict[Path, LineTail] = {}
         self.book = RankSeriesBook()  # each rank's last steps, whose turn to be judged
-        self._steps: StepState | None = None  # the job's step progress: the steps sampler's (with a feed), else its own
+        self._steps = StepState()  # the job's step progress: its own until `_step_state` takes the steps sampler's
         self._steps_lock = threading.Lock()  # ctx.lock when it is the steps sampler's
         self.hosts = HostCheck()  # when and how the host's counters are judged
         self._next_publish = 0.0
@@ -121,18 +189,15 @@ class WatchSampler:
     def _step_state(self, ctx: LiveContext) -> StepState:
         """The one step state of the session (`ctx.progress.steps`, kept by the steps sampler that feeds this
         watcher) when fed, else this watcher's own (it reads the step files itself)."""
-        if self._steps is None:
-            if self.feed is not None:
-                self._steps, self._steps_lock = ctx.progress.steps, ctx.lock
-            else:
-                self._steps = StepState()
+        if self.feed is not None and self._steps is not ctx.progress.steps:
+            self._steps, self._steps_lock = ctx.progress.steps, ctx.lock
         return self._steps
 
     @property
     def _known(self) -> int:
         """Step records known (of the session's step state)."""
         with self._steps_lock:
-            return self._steps.known if self._steps is not None else 0
+            return self._steps.known
 
     def _read_steps(self, ctx: LiveContext) -> bool:
         records = self._new_records(ctx)
@@ -158,7 +223,7 @@ class WatchSampler:
     def _median(self) -> int | None:
         """The job's typical step (`StepState.median_step_ns`, the one definition the stack sampler uses too)."""
         with self._steps_lock:
-            return self._steps.median_step_ns() if self._steps is not None else None
+            return self._steps.median_step_ns()
 
     # -- the loop -------------------------------------------------------------------------------
     def sample(self, ctx: LiveContext) -> None:
@@ -183,7 +248,7 @@ class WatchSampler:
             alarms.append(burst)
         if not self._hang_open:
             with self._steps_lock:
-                last_ns = dict(self._steps.last_step_ns) if self._steps is not None else {}
+                last_ns = dict(self._steps.last_step_ns)
             hang = diagnosis.hang_alarm(self.state.last_step, last_ns, self._median(), self._known, time.time_ns())
             with ctx.lock:
                 suspicion = ctx.progress.suspicion
@@ -214,9 +279,8 @@ class WatchSampler:
         if alarm.kind == "degradation":  # the slower level becomes the new normal: only a further change fires
             self.bursts.clear()
             self.book.clear()
-            if self._steps is not None:
-                with self._steps_lock:
-                    self._steps.restart()  # the typical step is built again from the slower steps
+            with self._steps_lock:
+                self._steps.restart()  # the typical step is built again from the slower steps
             self.state.best_s.clear()
         folder = incident_folder(ctx.run_dir, alarm, now, ctx.host)
         self.state.incidents.append((now, alarm.kind, folder.name))

@@ -1,4 +1,4 @@
-"""Which worker installed the hook (live/attach/hook_spool.py): the pid and the time it was written, so that a reused
+"""Which worker installed the hook (live/samplers/steps_sampler.py `hooked_by`): the pid and the time it was written, so that a reused
 spool's files from an earlier run (the same small pids in every container or PID namespace) are not this run's."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 
-from perftracker.live.attach.hook_spool import hooked_by
+from perftracker.live.samplers.steps_sampler import hooked_by
 
 
 def _rank_file(spool: Path, rank: int, info: dict[str, object]) -> None:

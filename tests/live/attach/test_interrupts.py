@@ -18,9 +18,8 @@ import pytest
 from rich.console import Console
 
 from perftracker.live.attach.discovery import Job, Worker
-from perftracker.live.attach.interrupts import Interrupts
 from perftracker.live.sampler import LiveContext
-from perftracker.live.session import run_session
+from perftracker.live.session import Interrupts, run_session
 
 
 @pytest.fixture(autouse=True)

@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 
 from perftracker.live.attach.discovery import Job
-from perftracker.live.attach.requests import RequestWatcher
 from perftracker.live.sampler import LiveContext
+from perftracker.live.session import RequestWatcher
 
 
 def test_new_or_touched_request_files_and_sigusr1_ask_for_a_dump(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from perftracker.live.attach.discovery import Job, Worker
 from perftracker.live.sampler import LiveContext
 from perftracker.live.samplers.stack_steps import STACKS_SOURCE, StackStepsSampler
 from perftracker.live.samplers.stacks import find_pyspy
-from perftracker.live.samplers.step_feed import StepFeed
+from perftracker.live.samplers.step_state import StepFeed
 from perftracker.live.watch.watcher import WatchOptions, WatchSampler
 
 # The loop waits in both phases, as a training loop waits for its data and for the GPU: its period is set by the

@@ -19,7 +19,7 @@ from perftracker.live.diagnosis import NoDiagnosis
 from perftracker.live.sampler import LiveContext
 from perftracker.live.samplers.follow import LineTail
 from perftracker.live.samplers.stacks import StackSampler
-from perftracker.live.samplers.step_feed import StepFeed
+from perftracker.live.samplers.step_state import StepFeed
 from perftracker.live.samplers.steps_sampler import StepsSampler, _HookedRank
 from perftracker.live.watch.watcher import WatchOptions, WatchSampler
 from perftracker.rundir import step_file
