@@ -16,7 +16,7 @@ from perftracker.analyzers.nccl import rules_net as net_rules
 from perftracker.analyzers.nccl.context import NcclContext, context_view, job_without_nccl
 from perftracker.analyzers.nccl.merge import one_per_subject, problems
 from perftracker.analyzers.nccl.ras_roots import join_roots, ras_status
-from perftracker.analyzers.nccl.trace_busbw import measured_context_view
+from perftracker.analyzers.nccl.rules_busbw import measured_context_view
 
 RULES: tuple[Callable[[NcclContext], Iterable[Finding]], ...] = (
     net_rules.socket_fallback, net_rules.ib_disabled, net_rules.ib_devices, net_rules.socket_ifaces, net_rules.net_plugin,
