@@ -7,10 +7,11 @@ facts and returns None, or "" when the message is not one of its lines; none rai
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from typing import Protocol
+
+from perftracker.collectors.nccl.patterns import fact_json
 
 
 class ProcFacts(Protocol):
@@ -33,10 +34,6 @@ PATTERN = re.compile(
 _MAX_PATHS = 64  # a node's path line names every node of the system: keep the GPUs and NICs, bounded
 
 
-def _js(**fields: object) -> str:
-    return json.dumps(fields, sort_keys=True, separators=(",", ":"))
-
-
 def _regex_fact(key: str, regex: re.Pattern[str], **types: Callable[[str], object]) -> Handler:
     """A handler recording `key`: the JSON of `regex`'s named groups (each converted by its `types` entry, else
     text) when the message (indentation aside) matches."""
@@ -44,7 +41,7 @@ def _regex_fact(key: str, regex: re.Pattern[str], **types: Callable[[str], objec
         m = regex.match(msg.lstrip())
         if m is None:
             return ""
-        proc.add(key, _js(**{k: types.get(k, str)(v) for k, v in m.groupdict().items()}), line)
+        proc.add(key, fact_json(**{k: types.get(k, str)(v) for k, v in m.groupdict().items()}), line)
         return None
     return handler
 
@@ -67,7 +64,7 @@ def paths(msg: str, proc: ProcFacts, line: int) -> str | None:
         dst = m.group("dst")
         if dst == src or not dst.startswith(("GPU/", "NET/")):
             continue
-        proc.add("topo_path", _js(src=src, dst=dst, hops=int(m.group("hops")), bw=float(m.group("bw")),
+        proc.add("topo_path", fact_json(src=src, dst=dst, hops=int(m.group("hops")), bw=float(m.group("bw")),
                                   type=m.group("type")), line)
     return None
 

@@ -7,7 +7,6 @@ not, and "VAR=VALUE" for an environment echo (the caller turns those into config
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,11 +41,6 @@ def _add_rank(proc: ProcFacts, text: str) -> None:
     rank = ascii_int(text, 0, MAX_RANK)
     if rank is not None:
         proc.ranks.add(rank)
-
-
-def _js(**fields: object) -> str:
-    return json.dumps({k: v for k, v in fields.items() if v is not None and v != ""}, sort_keys=True,
-                      separators=(",", ":"))
 
 
 def _ifaces(text: str) -> list[tuple[str, str]]:
@@ -109,7 +103,7 @@ def _init(msg: str, proc: ProcFacts, line: int) -> str | None:
             parts[bits[0]] = float(bits[1])
     _add_rank(proc, m.group("rank"))
     proc.add("nranks", m.group("nranks"), line)
-    proc.add("init_timings", _js(rank=int(m.group("rank")), total=float(m.group("total")),
+    proc.add("init_timings", P.fact_json(rank=int(m.group("rank")), total=float(m.group("total")),
                                  fn=m.group("fn"), parts=parts), line)
     return None
 
@@ -119,10 +113,10 @@ def _bootstrap(msg: str, proc: ProcFacts, line: int) -> str | None:
         proc.add("bootstrap_timings", msg[msg.find("total"):], line)
         return None
     if "no socket interface" in msg:
-        proc.add("bootstrap", _js(error=msg), line)
+        proc.add("bootstrap", P.fact_json(error=msg), line)
         return None
     for iface, addr in _ifaces(msg):
-        proc.add("bootstrap", _js(iface=iface, addr=addr), line)
+        proc.add("bootstrap", P.fact_json(iface=iface, addr=addr), line)
     return None
 
 
@@ -141,7 +135,7 @@ def _using(msg: str, proc: ProcFacts, line: int) -> str | None:
 def _connected(msg: str, proc: ProcFacts, line: int) -> str | None:
     m = P.CONNECTED_RINGS.search(msg)
     if m is not None:
-        proc.add("connected_rings", _js(pxn=m.group("pxn"), gdr=m.group("gdr")), line)
+        proc.add("connected_rings", P.fact_json(pxn=m.group("pxn"), gdr=m.group("gdr")), line)
     else:
         proc.add("connected", msg[:40], line)
     return None
@@ -166,13 +160,13 @@ def _by_content(msg: str, proc: ProcFacts, line: int) -> str | None:
     if msg[:1].isdigit():
         m = P.CHANNEL_SUMMARY.match(msg)
         if m is not None:
-            proc.add("channels", _js(coll=m.group("coll"), collnet=m.group("collnet"),
+            proc.add("channels", P.fact_json(coll=m.group("coll"), collnet=m.group("collnet"),
                                      nvls=m.group("nvls"), p2p=m.group("p2p")), line)
             return None
     if " -> " in msg:
         m = P.ERROR_CHAIN.match(msg)
         if m is not None:
-            proc.add("error_chain", _js(src=f"{m.group('src')}:{m.group('line')}", code=int(m.group("code")),
+            proc.add("error_chain", P.fact_json(src=f"{m.group('src')}:{m.group('line')}", code=int(m.group("code")),
                                         thread=m.group("thread")), line)
             return None
     if "Got completion from peer" in msg or "Got CQE with error" in msg:
@@ -205,17 +199,17 @@ def _net(msg: str, proc: ProcFacts, line: int) -> str | None:
     if msg.startswith("NET/IB"):
         body = msg[6:].lstrip(" :")
         if body.startswith("Using interface"):  # 2.3 sideband interface
-            proc.add("oob", _js(iface=body.split()[2]), line)
+            proc.add("oob", P.fact_json(iface=body.split()[2]), line)
             return None
         if body.startswith(("Using", "[")):
             for m in P.IB_DEVICE.finditer(body):
-                proc.add("nic", _js(hca=m.group("hca"), port=int(m.group("port")), link_layer=m.group("ll"),
+                proc.add("nic", P.fact_json(hca=m.group("hca"), port=int(m.group("port")), link_layer=m.group("ll"),
                                     sharp=bool(m.group("sharp")) or None), line)
             if "[RO]" in body:
                 proc.add("ib_ro", "1", line)
             oob = P.OOB.search(body)
             if oob is not None:
-                proc.add("oob", _js(iface=oob.group("iface"), addr=oob.group("addr")), line)
+                proc.add("oob", P.fact_json(iface=oob.group("iface"), addr=oob.group("addr")), line)
             if "/SHARP" in body:
                 proc.add("sharp", "1", line)
             return None
@@ -231,10 +225,10 @@ def _net(msg: str, proc: ProcFacts, line: int) -> str | None:
         if "Got completion from peer" in body:
             cm = P.COMPLETION.search(body)
             if cm is None:
-                proc.add("completion_error", _js(text=body[:200]), line)
+                proc.add("completion_error", P.fact_json(text=body[:200]), line)
                 return None
             status = cm.group("num") or cm.group("status")
-            proc.add("completion_error", _js(
+            proc.add("completion_error", P.fact_json(
                 peer=cm.group("peer"), status=int(status) if status.isascii() and status.isdigit() else status,
                 opcode=cm.group("opcode"), vendor_err=int(cm.group("vendor")) if cm.group("vendor") else None,
                 direction=cm.group("dir"), local_gid=cm.group("lgid"), remote_gid=cm.group("rgid"),
@@ -251,7 +245,7 @@ def _net(msg: str, proc: ProcFacts, line: int) -> str | None:
             rest = qm.group("rest")
             g = P.QP_GID.search(rest)
             lid = P.QP_LID.search(rest)
-            proc.add("qp", _js(dev=int(qm.group("dev")), port=int(qm.group("port")),
+            proc.add("qp", P.fact_json(dev=int(qm.group("dev")), port=int(qm.group("port")),
                                gid_index=int(g.group("idx")) if g else None,
                                gid_prefix=g.group("prefix") if g else None,
                                gid_iid=g.group("iid") if g else None,
@@ -263,7 +257,7 @@ def _net(msg: str, proc: ProcFacts, line: int) -> str | None:
         body = msg[10:].lstrip(" :")
         if body.startswith("Using"):
             for iface, addr in _ifaces(body):
-                proc.add("socket_if", _js(iface=iface, addr=addr), line)
+                proc.add("socket_if", P.fact_json(iface=iface, addr=addr), line)
             return None
         if "interfaces found" in body or "no interface" in body:
             proc.add("socket_ifcount", body, line)
@@ -275,7 +269,7 @@ def _net(msg: str, proc: ProcFacts, line: int) -> str | None:
         return G.paths(msg, proc, line)
     if msg.startswith("NET : Using interface"):  # NCCL 2.3 socket / bootstrap interface
         for iface, addr in _ifaces(msg[21:]):
-            proc.add("bootstrap", _js(iface=iface, addr=addr), line)
+            proc.add("bootstrap", P.fact_json(iface=iface, addr=addr), line)
         return None
     return ""
 
@@ -328,7 +322,7 @@ def _comm(msg: str, proc: ProcFacts, line: int) -> str | None:
         _add_rank(proc, m.group("rank"))
         proc.add("nranks", m.group("nranks"), line)
         key = "init_complete" if m.group("state") == "COMPLETE" else "init_start"
-        proc.add(key, _js(rank=rank, nranks=int(m.group("nranks")), cuda_dev=int(m.group("cuda")),
+        proc.add(key, P.fact_json(rank=rank, nranks=int(m.group("nranks")), cuda_dev=int(m.group("cuda")),
                           bus_id=m.group("bus"), comm_id=m.group("commid"), comm=m.group("comm"),
                           fn=m.group("fn")), line)
         return None

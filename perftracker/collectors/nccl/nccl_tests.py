@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -59,14 +60,13 @@ def _wrong(text: str) -> int | None:
     return None if value is None else (0 if value < 1e-3 else 1)
 
 
+@dataclass
 class _Test:
     """One test's table being read."""
 
-    def __init__(self, name: str, first_line: int) -> None:
-        self.name = name
-        self.first_line = first_line
-        self.rows: list[dict[str, object]] = []
-        self.avg: float | None = None
+    name: str
+    rows: list[dict[str, object]] = field(default_factory=list)
+    avg: float | None = None
 
 
 class _Parser:
@@ -99,7 +99,7 @@ class _Parser:
 
     def _comment(self, text: str, lineno: int) -> None:
         if "busbw" in text and "algbw" in text:
-            self.current = _Test(self.name, lineno)
+            self.current = _Test(self.name)
             self.tests.append(self.current)
             return
         m = _DEVICE.match(text)
