@@ -55,8 +55,6 @@ def classify_message(msg: str, proc: ProcFacts, line: int) -> str | None:
         return ""
 
 
-# A handler's answer for "not mine after all": the message goes on to the rules on its content (`_by_content`).
-_NEXT = "\0next"
 Handler = Callable[[str, ProcFacts, int], "str | None"]
 
 
@@ -69,12 +67,7 @@ def _classify(msg: str, proc: ProcFacts, line: int) -> str | None:
         return early(msg, proc, line)
     if "comm 0x" in msg[:40]:
         return _comm(msg, proc, line)
-    handler = _PREFIXES.get(c4)
-    if handler is not None:
-        answer = handler(msg, proc, line)
-        if answer != _NEXT:
-            return answer
-    return _by_content(msg, proc, line)
+    return _PREFIXES.get(c4, _by_content)(msg, proc, line)
 
 
 def _ring(msg: str, proc: ProcFacts, line: int) -> str | None:
@@ -143,14 +136,14 @@ def _connected(msg: str, proc: ProcFacts, line: int) -> str | None:
 
 def _failed(msg: str, proc: ProcFacts, line: int) -> str | None:
     if "libibverbs" not in msg:
-        return _NEXT
+        return _by_content(msg, proc, line)
     proc.add("ibverbs_missing", msg, line)
     return None
 
 
 def _cuda(msg: str, proc: ProcFacts, line: int) -> str | None:
     if not msg.startswith("cudaDriverVersion"):
-        return _NEXT
+        return _by_content(msg, proc, line)
     proc.add("cuda_driver", msg[18:].strip(), line)
     return None
 
@@ -352,7 +345,7 @@ _EARLY: dict[str, Handler] = {
     "NET ": _net,
     "NCCL": _nccl_prefixed,
 }
-# First four characters -> handler, after them; a handler answering _NEXT leaves the line to `_by_content`
+# First four characters -> handler, after them; else (and where `_failed` / `_cuda` find not theirs) `_by_content`
 _PREFIXES: dict[str, Handler] = {
     "Init": _init,  # Init timings; Initialized NET plugin
     "Boot": _bootstrap,
