@@ -13,7 +13,7 @@ from perftracker.analyzers.nccl import rules_env as env_rules
 from perftracker.analyzers.nccl import rules_ib as ib_rules
 from perftracker.analyzers.nccl import rules_log as log_rules
 from perftracker.analyzers.nccl import rules_net as net_rules
-from perftracker.analyzers.nccl.context import NcclContext, context_view, job_without_nccl
+from perftracker.analyzers.nccl.context import NcclContext, context_view
 from perftracker.analyzers.nccl.merge import one_per_subject, problems
 from perftracker.analyzers.nccl.ras_roots import join_roots, ras_status
 from perftracker.analyzers.nccl.rules_busbw import measured_context_view
@@ -55,9 +55,13 @@ def check(ctx: NcclContext) -> list[Finding]:
 
 
 def nccl_active_view(analysis: Analysis) -> bool:
-    """Is there NCCL to judge: a log fact or a configuration, of a job that uses NCCL?"""
+    """Is there NCCL to judge: a log fact or a configuration, of a job that uses NCCL (traces that name only
+    another backend, gloo on CPU, ..., and nothing NCCL captured say it does not)?"""
     ctx = analysis.view(context_view)
-    return not ctx.empty and not job_without_nccl(analysis.store, ctx)
+    if ctx.empty:
+        return False
+    backends = [str(b) for b in analysis.store.ranks["backend"].dropna() if str(b)]
+    return not backends or any("nccl" in b for b in backends) or ctx.nccl_evident
 
 
 def nccl_findings_view(analysis: Analysis) -> list[Finding]:
