@@ -33,8 +33,8 @@ def loose_integers(ctx: NcclContext) -> Iterator[Finding]:
             if not configured or not value.strip():
                 continue
             parsed, full = strtoll_base0(value)
-            octal = value.strip().lstrip("+-").startswith("0") and len(value.strip().lstrip("+-")) > 1 \
-                and not value.strip().lower().lstrip("+-").startswith("0x")
+            digits = value.strip().lstrip("+-").lower()
+            octal = digits.startswith("0") and len(digits) > 1 and not digits.startswith("0x")
             if full and not octal:
                 continue
             why = "a leading 0 makes it octal" if octal and full else "NCCL stops at the first non-digit"

@@ -330,10 +330,8 @@ def _comm(msg: str, proc: ProcFacts, line: int) -> str | None:
 
 
 def _after(text: str, marker: str) -> str | None:
-    i = text.find(marker)
-    if i < 0:
-        return None
-    return text[i + len(marker):].split()[0] if text[i + len(marker):].split() else None
+    words = text.partition(marker)[2].split()
+    return words[0] if words else None
 
 
 # First four characters -> handler, tried before the `comm 0x` lines (the most common lines first)
