@@ -141,12 +141,8 @@ class _Parser:
             "nranks": len(self.devices) or -1, "hosts": ",".join(hosts), "gpus": ",".join(gpus)})
 
     def rows(self) -> list[dict[str, object]]:
-        out: list[dict[str, object]] = []
-        for index, test in enumerate(self.tests):
-            for row in test.rows:
-                out.append({**row, "test": test.name, "test_index": index,
-                            "avg_busbw": float("nan") if test.avg is None else test.avg})
-        return out
+        return [{**row, "test": test.name, "test_index": index, "avg_busbw": float("nan") if test.avg is None else test.avg}
+                for index, test in enumerate(self.tests) for row in test.rows]
 
 
 def parse_nccl_tests_file(path: Path) -> list[dict[str, object]]:
