@@ -89,11 +89,8 @@ def _init(msg: str, proc: ProcFacts, line: int) -> str | None:
     m = P.INIT_TIMINGS.search(msg)
     if m is None:
         return _plugins(msg, proc, line)
-    parts = {}
-    for item in (m.group("parts") or "").split(","):
-        bits = item.split()
-        if len(bits) == 2:
-            parts[bits[0]] = float(bits[1])
+    pairs = (item.split() for item in (m.group("parts") or "").split(","))
+    parts = {bits[0]: float(bits[1]) for bits in pairs if len(bits) == 2}
     _add_rank(proc, m.group("rank"))
     proc.add("nranks", m.group("nranks"), line)
     proc.add("init_timings", P.fact_json(rank=int(m.group("rank")), total=float(m.group("total")),
