@@ -16,9 +16,8 @@ def _ints(ctx: NcclContext, var: str) -> dict[int, list[Setting]]:
     """Distinct values of `var` as NCCL parses them (echoes are already parsed)."""
     out: dict[int, list[Setting]] = {}
     for s in ctx.settings.get(var, []):
-        if not s.value.strip():
-            continue
-        out.setdefault(strtoll_base0(s.value)[0], []).append(s)
+        if s.value.strip():
+            out.setdefault(strtoll_base0(s.value)[0], []).append(s)
     return out
 
 
