@@ -44,14 +44,11 @@ def _scoped(ctx: NcclContext, f: Finding) -> Finding:
 def check(ctx: NcclContext) -> list[Finding]:
     """Run every rule on a context; findings with the same id are reported once, and the findings about
     one subject (a variable, a link) become one finding with all their sources (merge.one_per_subject)."""
-    seen: set[str] = set()
-    out: list[Finding] = []
+    first: dict[str, Finding] = {}
     for rule in RULES:
         for f in rule(ctx):
-            if f.id not in seen:
-                seen.add(f.id)
-                out.append(_scoped(ctx, f))
-    return one_per_subject(out)
+            first.setdefault(f.id, f)
+    return one_per_subject([_scoped(ctx, f) for f in first.values()])
 
 
 def nccl_active_view(analysis: Analysis) -> bool:
