@@ -33,29 +33,26 @@ def _float(text: str) -> float | None:
     return value if 0.0 <= value <= MAX_TFLOPS else None
 
 
-def _int(match: re.Match[str] | None, limit: int) -> int:
-    if match is None:
-        return -1
-    text = next((g for g in match.groups() if g is not None), "")
-    value = ascii_int(text, 0, limit)
+def _int(match: re.Match[str] | None) -> int:
+    text = next((g for g in match.groups() if g is not None), "") if match is not None else ""
+    value = ascii_int(text, 0, 10**12)
     return -1 if value is None else value
 
 
 def parse_line(line: str) -> dict[str, Any] | None:
     """The reported figures of one log line (rank, step, tflops, mfu_pct, source), None when it holds none."""
     text = strip_ansi(line)
-    rank = line_rank(text)
-    if (match := _MEGATRON.search(text)) is not None:
-        return {"rank": rank, "step": _int(_ITERATION.search(text), 10**12), "tflops": _float(match.group(1)),
-                "mfu_pct": float("nan"), "source": "megatron"}
     titan_tflops, titan_mfu = _TITAN_TFLOPS.search(text), _TITAN_MFU.search(text)
-    if titan_mfu is not None or (titan_tflops is not None and _TITAN_STEP.search(text) is not None):
+    tflops: float | None
+    mfu: float | None
+    if (match := _MEGATRON.search(text)) is not None:
+        source, step, tflops, mfu = "megatron", _ITERATION.search(text), _float(match.group(1)), float("nan")
+    elif titan_mfu is not None or (titan_tflops is not None and _TITAN_STEP.search(text) is not None):
+        source, step = "torchtitan", _TITAN_STEP.search(text)
         tflops = _float(titan_tflops.group(1)) if titan_tflops else float("nan")
         mfu = _float(titan_mfu.group(1)) if titan_mfu else float("nan")
-        return {"rank": rank, "step": _int(_TITAN_STEP.search(text), 10**12), "tflops": tflops, "mfu_pct": mfu,
-                "source": "torchtitan"}
-    if (match := _NEMO.search(text)) is not None:
-        return {"rank": rank, "step": _int(_NEMO_STEP.search(text), 10**12), "tflops": _float(match.group(1)),
-                "mfu_pct": float("nan"), "source": "nemo"}
-    return None
-
+    elif (match := _NEMO.search(text)) is not None:
+        source, step, tflops, mfu = "nemo", _NEMO_STEP.search(text), _float(match.group(1)), float("nan")
+    else:
+        return None
+    return {"rank": line_rank(text), "step": _int(step), "tflops": tflops, "mfu_pct": mfu, "source": source}

@@ -68,14 +68,9 @@ def overmatches(spec: DeviceList, names: list[str]) -> dict[str, list[str]]:
     """For prefix tokens: token name -> other names it also matches (`mlx5_1` -> mlx5_10, mlx5_11)."""
     if spec.exact:
         return {}
-    out: dict[str, list[str]] = {}
-    for tok in spec.tokens:
-        if not tok.name:
-            continue
-        extra = [n for n in names if n.startswith(tok.name) and n != tok.name]
-        if extra and tok.name in names:
-            out[tok.name] = extra
-    return out
+    extra = {t.name: [n for n in names if n.startswith(t.name) and n != t.name] for t in spec.tokens
+             if t.name and t.name in names}
+    return {name: more for name, more in extra.items() if more}
 
 
 def selects_within(value: DeviceList, allowed: DeviceList, names: list[str] | None = None,

@@ -16,7 +16,7 @@ import numpy as np
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.nccl.config import analyze_nccl_config
-from perftracker.analyzers.nccl.trace_busbw import trace_measures
+from perftracker.analyzers.nccl.rules_busbw import trace_measures
 from perftracker.analyzers.thresholds import DECLARED
 
 LARGE_BYTES = DECLARED["nccl.trace_busbw_min_bytes"].value

@@ -54,8 +54,7 @@ def inspector_lateness_view(analysis: Analysis) -> pd.DataFrame:
         comm_name=("comm_name", "first"), comm_size=("comm_size", "max"), host=("host", "first"),
         collectives=("seq", "nunique"), median_lateness_ms=("lateness_s", "median"),
         median_exec_ms=("dur_s", "median")).reset_index()
-    table["median_lateness_ms"] = (table["median_lateness_ms"] * 1e3).round(4)
-    table["median_exec_ms"] = (table["median_exec_ms"] * 1e3).round(4)
+    table[["median_lateness_ms", "median_exec_ms"]] = (table[["median_lateness_ms", "median_exec_ms"]] * 1e3).round(4)
     return table.sort_values(["comm_id", "median_lateness_ms"], ascending=[True, False]).reset_index(drop=True)
 
 

@@ -13,10 +13,10 @@ from perftracker.analyzers.nccl import rules_env as env_rules
 from perftracker.analyzers.nccl import rules_ib as ib_rules
 from perftracker.analyzers.nccl import rules_log as log_rules
 from perftracker.analyzers.nccl import rules_net as net_rules
-from perftracker.analyzers.nccl.context import NcclContext, context_view, job_without_nccl
+from perftracker.analyzers.nccl.context import NcclContext, context_view
 from perftracker.analyzers.nccl.merge import one_per_subject, problems
 from perftracker.analyzers.nccl.ras_roots import join_roots, ras_status
-from perftracker.analyzers.nccl.trace_busbw import measured_context_view
+from perftracker.analyzers.nccl.rules_busbw import measured_context_view
 
 RULES: tuple[Callable[[NcclContext], Iterable[Finding]], ...] = (
     net_rules.socket_fallback, net_rules.ib_disabled, net_rules.ib_devices, net_rules.socket_ifaces, net_rules.net_plugin,
@@ -44,20 +44,21 @@ def _scoped(ctx: NcclContext, f: Finding) -> Finding:
 def check(ctx: NcclContext) -> list[Finding]:
     """Run every rule on a context; findings with the same id are reported once, and the findings about
     one subject (a variable, a link) become one finding with all their sources (merge.one_per_subject)."""
-    seen: set[str] = set()
-    out: list[Finding] = []
+    first: dict[str, Finding] = {}
     for rule in RULES:
         for f in rule(ctx):
-            if f.id not in seen:
-                seen.add(f.id)
-                out.append(_scoped(ctx, f))
-    return one_per_subject(out)
+            first.setdefault(f.id, f)
+    return one_per_subject([_scoped(ctx, f) for f in first.values()])
 
 
 def nccl_active_view(analysis: Analysis) -> bool:
-    """Is there NCCL to judge: a log fact or a configuration, of a job that uses NCCL?"""
+    """Is there NCCL to judge: a log fact or a configuration, of a job that uses NCCL (traces that name only
+    another backend, gloo on CPU, ..., and nothing NCCL captured say it does not)?"""
     ctx = analysis.view(context_view)
-    return not ctx.empty and not job_without_nccl(analysis.store, ctx)
+    if ctx.empty:
+        return False
+    backends = [str(b) for b in analysis.store.ranks["backend"].dropna() if str(b)]
+    return not backends or any("nccl" in b for b in backends) or ctx.nccl_evident
 
 
 def nccl_findings_view(analysis: Analysis) -> list[Finding]:

@@ -230,12 +230,9 @@ class NcclContext:
         for p in self.procs:
             if any(int(v) > 1 for v in p.values("nnodes") if v.isdigit()):
                 return True
-        for key in ("WORLD_SIZE", "LOCAL_WORLD_SIZE"):
-            if not self.settings.get(key):
-                return False
-        world = [strtoll_base0(s.value)[0] for s in self.settings["WORLD_SIZE"]]
-        local = [strtoll_base0(s.value)[0] for s in self.settings["LOCAL_WORLD_SIZE"]]
-        return max(world) > max(local) > 0
+        world, local = ([strtoll_base0(s.value)[0] for s in self.settings.get(key, [])]
+                        for key in ("WORLD_SIZE", "LOCAL_WORLD_SIZE"))
+        return bool(world and local) and max(world) > max(local) > 0
 
     def version(self) -> tuple[int, int, int] | None:
         for p in [*self.orphans.values(), *self.procs]:
@@ -360,9 +357,3 @@ def setting_refs(settings: list[Setting], limit: int = 8) -> list[str]:
 def is_intended(ctx: NcclContext, var: str, value: str) -> bool:
     """A profile's own value is by definition intended."""
     return ctx.profile_value(var) == value
-
-
-def job_without_nccl(store: Store, ctx: NcclContext) -> bool:
-    """Traces say the job's backend is not NCCL (gloo on CPU, ...) and nothing NCCL was captured."""
-    backends = [str(b) for b in store.ranks["backend"].dropna() if str(b)]
-    return bool(backends) and not any("nccl" in b for b in backends) and not ctx.nccl_evident

@@ -16,18 +16,10 @@ _SOURCES: tuple[Literal["env", "log", "sysfs"], ...] = ("env", "log", "sysfs")
 
 def one_per_subject(findings: list[Finding]) -> list[Finding]:
     """Merge the findings that share an `evidence.subject` (docs/internals/analyzers.md)."""
-    groups: dict[str, list[Finding]] = {}
-    order: list[tuple[str, Finding | None]] = []
-    for f in findings:
-        subject = str(f.evidence.get("subject") or "")
-        if not subject:
-            order.append(("", f))
-            continue
-        if subject not in groups:
-            groups[subject] = []
-            order.append((subject, None))
-        groups[subject].append(f)
-    return [f if f is not None else _merge(subject, groups[subject]) for subject, f in order]
+    groups: dict[str | int, list[Finding]] = {}
+    for f in findings:  # a finding without a subject is a group of its own
+        groups.setdefault(str(f.evidence.get("subject") or "") or id(f), []).append(f)
+    return [_merge(key, group) if isinstance(key, str) else group[0] for key, group in groups.items()]
 
 
 def problems(finding: Finding) -> list[NcclProblem]:

@@ -96,12 +96,9 @@ def join_roots(analysis: Analysis, findings: list[Finding]) -> list[Finding]:
     records = [r for r in analysis.view(context_view).ras if r.kind in ("dead", "missing_process", "missing_rank")]
     out: list[Finding] = []
     for f in findings:
-        if not any(f is g for g in ras):
-            out.append(f)
-            continue
         joined = sorted({rank for r in records if r.host in f.hosts or not f.hosts
-                         for rank in _root_ranks(analysis, r.host, r.pid, roots)})
-        if not joined:
+                         for rank in _root_ranks(analysis, r.host, r.pid, roots)}) if any(f is g for g in ras) else []
+        if not joined:  # not a RAS finding, or not about a root's process
             out.append(f)
             continue
         out.append(replace(

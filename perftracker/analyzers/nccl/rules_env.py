@@ -33,8 +33,8 @@ def loose_integers(ctx: NcclContext) -> Iterator[Finding]:
             if not configured or not value.strip():
                 continue
             parsed, full = strtoll_base0(value)
-            octal = value.strip().lstrip("+-").startswith("0") and len(value.strip().lstrip("+-")) > 1 \
-                and not value.strip().lower().lstrip("+-").startswith("0x")
+            digits = value.strip().lstrip("+-").lower()
+            octal = digits.startswith("0") and len(digits) > 1 and not digits.startswith("0x")
             if full and not octal:
                 continue
             why = "a leading 0 makes it octal" if octal and full else "NCCL stops at the first non-digit"
@@ -109,18 +109,7 @@ def profile_deviation(ctx: NcclContext) -> Iterator[Finding]:
                               f"Set {var}={want}. {why}", {"profile": name, "expected": want},
                               key=f"missing|{var}", variables=[var])
             continue
-        bad: list[Setting] = []
-        for s in settings:
-            if var in INT_VARS:
-                ok = strtoll_base0(s.value)[0] == strtoll_base0(want)[0]
-            elif var == "NCCL_DEBUG":
-                ok = s.value.strip().upper() == want.upper()
-            elif var in ("NCCL_SOCKET_IFNAME", "NCCL_IB_HCA"):
-                ok = _list_conforms(ctx, var, s.value, want)
-            else:
-                ok = s.value == want
-            if not ok:
-                bad.append(s)
+        bad = [s for s in settings if not _conforms(ctx, var, s.value, want)]
         for value in sorted({s.value for s in bad}):
             group = [s for s in bad if s.value == value]
             yield finding("profile", Severity.WARNING, f"{var}={value!r} differs from the {name} profile ({want})",
@@ -130,13 +119,19 @@ def profile_deviation(ctx: NcclContext) -> Iterator[Finding]:
                           variables=[var])
 
 
-def _list_conforms(ctx: NcclContext, var: str, value: str, want: str) -> bool:
-    """A device/interface list matches the profile's as NCCL matches lists (lists.selects_within): the
-    profile's `eth` already covers `eth0`. For NCCL_IB_HCA, where the node's devices are known, it must
-    also keep every device the profile selects (fewer NICs is fewer rails)."""
+def _conforms(ctx: NcclContext, var: str, value: str, want: str) -> bool:
+    """A value matches the profile's: integers as NCCL reads them, NCCL_DEBUG in any case, device/interface lists
+    as NCCL matches lists (lists.selects_within: the profile's `eth` already covers `eth0`; for NCCL_IB_HCA, where
+    the node's devices are known, it must also keep every device the profile selects: fewer NICs is fewer rails)."""
+    if var in INT_VARS:
+        return strtoll_base0(value)[0] == strtoll_base0(want)[0]
+    if var == "NCCL_DEBUG":
+        return value.strip().upper() == want.upper()
     if var == "NCCL_SOCKET_IFNAME":
         names = sorted({str(i["name"]) for node in ctx.sysfs for i in node.get("net", [])})
         return selects_within(parse_list(value), parse_list(want), names, ports_matter=False)
+    if var != "NCCL_IB_HCA":
+        return value == want
     devices = ctx.rdma_devices()
     spec, allowed = parse_list(value), parse_list(want)
     if not selects_within(spec, allowed, devices):

@@ -16,9 +16,8 @@ def _ints(ctx: NcclContext, var: str) -> dict[int, list[Setting]]:
     """Distinct values of `var` as NCCL parses them (echoes are already parsed)."""
     out: dict[int, list[Setting]] = {}
     for s in ctx.settings.get(var, []):
-        if not s.value.strip():
-            continue
-        out.setdefault(strtoll_base0(s.value)[0], []).append(s)
+        if s.value.strip():
+            out.setdefault(strtoll_base0(s.value)[0], []).append(s)
     return out
 
 
@@ -98,21 +97,19 @@ def _gid_slot(idx: int, dev: str, port: dict[str, object], settings: list[Settin
         "Assign an IP address to the RoCE netdev so a RoCE v2 GID exists, then use its index"
     g = gids.get(idx)
     if g is None:
-        why = "is outside the GID table" if idx >= int(str(port.get("gid_table_len") or 0)) else "is an empty slot"
-        return [about("NCCL_IB_GID_INDEX", settings, "gid_problem", Severity.CRITICAL,
-                      f"NCCL_IB_GID_INDEX={idx} {why} on {dev}",
-                      fix + "; with an empty GID NCCL fails (ibv_modify_qp: No such device).", f"slot|{dev}|{idx}",
-                      sysfs=where)]
-    if str(g.get("gid", "")).lower().startswith("fe80"):
-        return [about("NCCL_IB_GID_INDEX", settings, "gid_problem", Severity.CRITICAL,
-                      f"NCCL_IB_GID_INDEX={idx} is a link-local GID on {dev}",
-                      fix + "; link-local GIDs do not route across subnets (RETRY_EXC_ERR, status 12).",
-                      f"ll|{dev}|{idx}", sysfs=f"{where} = {g.get('gid')}")]
-    if g.get("type") and g.get("type") != "RoCE v2":
-        return [about("NCCL_IB_GID_INDEX", settings, "gid_problem", Severity.WARNING,
-                      f"NCCL_IB_GID_INDEX={idx} is a RoCE v1 GID on {dev}", fix + "; RoCE v1 is not routable across L3.",
-                      f"v1|{dev}|{idx}", sysfs=f"{where} type {g.get('type')}")]
-    return []
+        what = "is outside the GID table" if idx >= int(str(port.get("gid_table_len") or 0)) else "is an empty slot"
+        problem = (Severity.CRITICAL, what, "with an empty GID NCCL fails (ibv_modify_qp: No such device)", "slot", where)
+    elif str(g.get("gid", "")).lower().startswith("fe80"):
+        problem = (Severity.CRITICAL, "is a link-local GID", "link-local GIDs do not route across subnets "
+                   "(RETRY_EXC_ERR, status 12)", "ll", f"{where} = {g.get('gid')}")
+    elif g.get("type") and g.get("type") != "RoCE v2":
+        problem = (Severity.WARNING, "is a RoCE v1 GID", "RoCE v1 is not routable across L3", "v1",
+                   f"{where} type {g.get('type')}")
+    else:
+        return []
+    severity, what, why, key, sysfs = problem
+    return [about("NCCL_IB_GID_INDEX", settings, "gid_problem", severity, f"NCCL_IB_GID_INDEX={idx} {what} on {dev}",
+                  f"{fix}; {why}.", f"{key}|{dev}|{idx}", sysfs=sysfs)]
 
 
 def tc_sl(ctx: NcclContext) -> Iterator[Finding]:

@@ -67,7 +67,6 @@ def socket_fallback(ctx: NcclContext) -> Iterator[Finding]:
         reasons.append("NCCL_IB_DISABLE is set: " + "; ".join(setting_refs(disabled, 2)))
     if not reasons:
         return
-    hosts = sorted({p.host for p in socket_procs})
     yield finding(
         "socket_fallback", Severity.CRITICAL,
         f"Multi-node NCCL traffic runs over TCP sockets, not RDMA ({len(ctx.hosts())} hosts)",
@@ -76,7 +75,7 @@ def socket_fallback(ctx: NcclContext) -> Iterator[Finding]:
         "and set NCCL_NET=IB so NCCL fails fast instead of silently using sockets.",
         {"reasons": reasons[:10], "log": [p.where("network") if p.has("network") else p.where("via")
                                          for p in socket_procs[:5]]},
-        hosts=hosts)
+        hosts=sorted({p.host for p in socket_procs}))
 
 
 def ib_disabled(ctx: NcclContext) -> Iterator[Finding]:
@@ -133,10 +132,8 @@ def socket_ifaces(ctx: NcclContext) -> Iterator[Finding]:
                     continue
                 name = str(item["iface"])
                 addr = str(item["addr"]) if "addr" in item else None
-                if not name and addr in (None, ""):
-                    why = "the OOB interface is empty (no usable interface)"
-                else:
-                    why = iface_problem(name, addr)
+                empty = not name and addr in (None, "")
+                why = "the OOB interface is empty (no usable interface)" if empty else iface_problem(name, addr)
                 if why:
                     bad.setdefault(why, []).append(f"{p.where(key)} ({key})")
                     hosts.setdefault(why, set()).add(p.host)

@@ -10,7 +10,7 @@ from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.nccl.config import nccl_active_view, nccl_findings_view
 from perftracker.analyzers.nccl.context import NcclFinding, context_view
 from perftracker.analyzers.nccl.expected_bw import expect, topology_of
-from perftracker.analyzers.nccl.trace_busbw import measured_context_view
+from perftracker.analyzers.nccl.rules_busbw import measured_context_view
 
 MAX_VARIABLES = 24
 MAX_WARNS = 30

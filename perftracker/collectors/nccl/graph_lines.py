@@ -7,9 +7,11 @@ facts and returns None, or "" when the message is not one of its lines; none rai
 
 from __future__ import annotations
 
-import json
 import re
+from collections.abc import Callable
 from typing import Protocol
+
+from perftracker.collectors.nccl.patterns import fact_json
 
 
 class ProcFacts(Protocol):
@@ -17,36 +19,37 @@ class ProcFacts(Protocol):
 
     def add(self, key: str, value: str, line: int) -> None: ...
 
-SYSTEM = re.compile(r"^=== System : max(?:Bw|Width) (?P<max>[\d.]+) total(?:Bw|Width) (?P<total>[\d.]+)")
+
+Handler = Callable[[str, ProcFacts, int], "str | None"]
+
+SYSTEM = re.compile(r"^=== System : max(?:Bw|Width) (?P<max_bw>[\d.]+) total(?:Bw|Width) (?P<total_bw>[\d.]+)")
 LINK = re.compile(r"^\+ (?P<type>[A-Z0-9]{2,4})\[(?P<bw>[\d.]{1,16})\] - (?P<to>[A-Z]{2,4}/[0-9A-Fa-f-]{1,40})")
 PATH_HEAD = re.compile(r"^(?P<src>(?:GPU|NET)/[0-9A-Fa-f-]{1,40}) :")
 PATH_ITEM = re.compile(r"(?P<dst>(?:GPU|NET|CPU|NVS)/[0-9A-Fa-f-]{1,40}) \((?P<hops>\d{1,4})/(?P<bw>[\d.]{1,16})/"
                        r"(?P<type>[A-Z]{2,4})\)")
 PATTERN = re.compile(
-    r"^Pattern (?P<pattern>\d+), crossNic (?P<cross>\d+), nChannels (?P<n>\d+), (?:bw|speed) "
-    r"(?P<intra>[\d.]+)/(?P<inter>[\d.]+), type (?P<ti>[A-Z]+)/(?P<te>[A-Z]+), sameChannels (?P<same>\d+)")
+    r"^Pattern (?P<pattern>\d+), crossNic (?P<cross_nic>\d+), nChannels (?P<nchannels>\d+), (?:bw|speed) "
+    r"(?P<bw_intra>[\d.]+)/(?P<bw_inter>[\d.]+), type (?P<type_intra>[A-Z]+)/(?P<type_inter>[A-Z]+), "
+    r"sameChannels (?P<same_channels>\d+)")
 _MAX_PATHS = 64  # a node's path line names every node of the system: keep the GPUs and NICs, bounded
 
 
-def _js(**fields: object) -> str:
-    return json.dumps(fields, sort_keys=True, separators=(",", ":"))
+def _regex_fact(key: str, regex: re.Pattern[str], **types: Callable[[str], object]) -> Handler:
+    """A handler recording `key`: the JSON of `regex`'s named groups (each converted by its `types` entry, else
+    text) when the message (indentation aside) matches."""
+    def handler(msg: str, proc: ProcFacts, line: int) -> str | None:
+        m = regex.match(msg.lstrip())
+        if m is None:
+            return ""
+        proc.add(key, fact_json(**{k: types.get(k, str)(v) for k, v in m.groupdict().items()}), line)
+        return None
+    return handler
 
 
-def system(msg: str, proc: ProcFacts, line: int) -> str | None:
-    m = SYSTEM.match(msg)
-    if m is None:
-        return ""
-    proc.add("topo_system", _js(max_bw=float(m.group("max")), total_bw=float(m.group("total"))), line)
-    return None
-
-
-def tree_link(msg: str, proc: ProcFacts, line: int) -> str | None:
-    """`+ TYPE[bw] - NODE` of the system tree (the message is indented by its depth)."""
-    m = LINK.match(msg.lstrip())
-    if m is None:
-        return ""
-    proc.add("topo_link", _js(type=m.group("type"), bw=float(m.group("bw")), to=m.group("to")), line)
-    return None
+system = _regex_fact("topo_system", SYSTEM, max_bw=float, total_bw=float)
+tree_link = _regex_fact("topo_link", LINK, bw=float)  # `+ TYPE[bw] - NODE` of the system tree, indented by depth
+pattern = _regex_fact("graph_pattern", PATTERN, pattern=int, cross_nic=int, nchannels=int, bw_intra=float,
+                      bw_inter=float, same_channels=int)
 
 
 def paths(msg: str, proc: ProcFacts, line: int) -> str | None:
@@ -61,19 +64,8 @@ def paths(msg: str, proc: ProcFacts, line: int) -> str | None:
         dst = m.group("dst")
         if dst == src or not dst.startswith(("GPU/", "NET/")):
             continue
-        proc.add("topo_path", _js(src=src, dst=dst, hops=int(m.group("hops")), bw=float(m.group("bw")),
+        proc.add("topo_path", fact_json(src=src, dst=dst, hops=int(m.group("hops")), bw=float(m.group("bw")),
                                   type=m.group("type")), line)
-    return None
-
-
-def pattern(msg: str, proc: ProcFacts, line: int) -> str | None:
-    m = PATTERN.match(msg)
-    if m is None:
-        return ""
-    proc.add("graph_pattern", _js(pattern=int(m.group("pattern")), cross_nic=int(m.group("cross")),
-                                  nchannels=int(m.group("n")), bw_intra=float(m.group("intra")),
-                                  bw_inter=float(m.group("inter")), type_intra=m.group("ti"),
-                                  type_inter=m.group("te"), same_channels=int(m.group("same"))), line)
     return None
 
 

@@ -9,7 +9,7 @@ The format as NCCL writes it, and how a row's rank is chosen: docs/internals/col
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -142,19 +142,12 @@ def load_inspector_inputs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame
         rows.extend(found)
         notes.extend(said)
     notes.extend(_duplicate_notes(rows))
-    frame = conform("nccl_collectives", pd.DataFrame(_unique(rows))) if rows else empty_table("nccl_collectives")
-    return {"nccl_collectives": frame}, notes, RunInfo()
-
-
-def _unique(rows: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """Rows without repeats of one (process, communicator, kind, seq): a live copy and the job's own file
-    of the same process both in the inputs, or a file copied twice, count each op once."""
-    seen: set[tuple[str, int, str, str, int]] = set()
-    for row in rows:
-        key = (row["host"], row["pid"], row["comm_id"], row["kind"], row["seq"])
-        if key not in seen:
-            seen.add(key)
-            yield row
+    if not rows:
+        return {"nccl_collectives": empty_table("nccl_collectives")}, notes, RunInfo()
+    # each (process, communicator, kind, seq) once: a live copy and the job's own file of one process, or a file
+    # copied twice, count each op once
+    unique = pd.DataFrame(rows).drop_duplicates(["host", "pid", "comm_id", "kind", "seq"])
+    return {"nccl_collectives": conform("nccl_collectives", unique)}, notes, RunInfo()
 
 
 def _duplicate_notes(rows: list[dict[str, Any]]) -> list[LoadNote]:

@@ -7,7 +7,6 @@ not, and "VAR=VALUE" for an environment echo (the caller turns those into config
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -44,11 +43,6 @@ def _add_rank(proc: ProcFacts, text: str) -> None:
         proc.ranks.add(rank)
 
 
-def _js(**fields: object) -> str:
-    return json.dumps({k: v for k, v in fields.items() if v is not None and v != ""}, sort_keys=True,
-                      separators=(",", ":"))
-
-
 def _ifaces(text: str) -> list[tuple[str, str]]:
     return [(m.group("iface"), m.group("addr")) for m in P.IFACE.finditer(text)]
 
@@ -61,8 +55,6 @@ def classify_message(msg: str, proc: ProcFacts, line: int) -> str | None:
         return ""
 
 
-# A handler's answer for "not mine after all": the message goes on to the rules on its content (`_by_content`).
-_NEXT = "\0next"
 Handler = Callable[[str, ProcFacts, int], "str | None"]
 
 
@@ -75,12 +67,7 @@ def _classify(msg: str, proc: ProcFacts, line: int) -> str | None:
         return early(msg, proc, line)
     if "comm 0x" in msg[:40]:
         return _comm(msg, proc, line)
-    handler = _PREFIXES.get(c4)
-    if handler is not None:
-        answer = handler(msg, proc, line)
-        if answer != _NEXT:
-            return answer
-    return _by_content(msg, proc, line)
+    return _PREFIXES.get(c4, _by_content)(msg, proc, line)
 
 
 def _ring(msg: str, proc: ProcFacts, line: int) -> str | None:
@@ -102,14 +89,11 @@ def _init(msg: str, proc: ProcFacts, line: int) -> str | None:
     m = P.INIT_TIMINGS.search(msg)
     if m is None:
         return _plugins(msg, proc, line)
-    parts = {}
-    for item in (m.group("parts") or "").split(","):
-        bits = item.split()
-        if len(bits) == 2:
-            parts[bits[0]] = float(bits[1])
+    pairs = (item.split() for item in (m.group("parts") or "").split(","))
+    parts = {bits[0]: float(bits[1]) for bits in pairs if len(bits) == 2}
     _add_rank(proc, m.group("rank"))
     proc.add("nranks", m.group("nranks"), line)
-    proc.add("init_timings", _js(rank=int(m.group("rank")), total=float(m.group("total")),
+    proc.add("init_timings", P.fact_json(rank=int(m.group("rank")), total=float(m.group("total")),
                                  fn=m.group("fn"), parts=parts), line)
     return None
 
@@ -119,10 +103,10 @@ def _bootstrap(msg: str, proc: ProcFacts, line: int) -> str | None:
         proc.add("bootstrap_timings", msg[msg.find("total"):], line)
         return None
     if "no socket interface" in msg:
-        proc.add("bootstrap", _js(error=msg), line)
+        proc.add("bootstrap", P.fact_json(error=msg), line)
         return None
     for iface, addr in _ifaces(msg):
-        proc.add("bootstrap", _js(iface=iface, addr=addr), line)
+        proc.add("bootstrap", P.fact_json(iface=iface, addr=addr), line)
     return None
 
 
@@ -141,7 +125,7 @@ def _using(msg: str, proc: ProcFacts, line: int) -> str | None:
 def _connected(msg: str, proc: ProcFacts, line: int) -> str | None:
     m = P.CONNECTED_RINGS.search(msg)
     if m is not None:
-        proc.add("connected_rings", _js(pxn=m.group("pxn"), gdr=m.group("gdr")), line)
+        proc.add("connected_rings", P.fact_json(pxn=m.group("pxn"), gdr=m.group("gdr")), line)
     else:
         proc.add("connected", msg[:40], line)
     return None
@@ -149,14 +133,14 @@ def _connected(msg: str, proc: ProcFacts, line: int) -> str | None:
 
 def _failed(msg: str, proc: ProcFacts, line: int) -> str | None:
     if "libibverbs" not in msg:
-        return _NEXT
+        return _by_content(msg, proc, line)
     proc.add("ibverbs_missing", msg, line)
     return None
 
 
 def _cuda(msg: str, proc: ProcFacts, line: int) -> str | None:
     if not msg.startswith("cudaDriverVersion"):
-        return _NEXT
+        return _by_content(msg, proc, line)
     proc.add("cuda_driver", msg[18:].strip(), line)
     return None
 
@@ -166,13 +150,13 @@ def _by_content(msg: str, proc: ProcFacts, line: int) -> str | None:
     if msg[:1].isdigit():
         m = P.CHANNEL_SUMMARY.match(msg)
         if m is not None:
-            proc.add("channels", _js(coll=m.group("coll"), collnet=m.group("collnet"),
+            proc.add("channels", P.fact_json(coll=m.group("coll"), collnet=m.group("collnet"),
                                      nvls=m.group("nvls"), p2p=m.group("p2p")), line)
             return None
     if " -> " in msg:
         m = P.ERROR_CHAIN.match(msg)
         if m is not None:
-            proc.add("error_chain", _js(src=f"{m.group('src')}:{m.group('line')}", code=int(m.group("code")),
+            proc.add("error_chain", P.fact_json(src=f"{m.group('src')}:{m.group('line')}", code=int(m.group("code")),
                                         thread=m.group("thread")), line)
             return None
     if "Got completion from peer" in msg or "Got CQE with error" in msg:
@@ -205,17 +189,17 @@ def _net(msg: str, proc: ProcFacts, line: int) -> str | None:
     if msg.startswith("NET/IB"):
         body = msg[6:].lstrip(" :")
         if body.startswith("Using interface"):  # 2.3 sideband interface
-            proc.add("oob", _js(iface=body.split()[2]), line)
+            proc.add("oob", P.fact_json(iface=body.split()[2]), line)
             return None
         if body.startswith(("Using", "[")):
             for m in P.IB_DEVICE.finditer(body):
-                proc.add("nic", _js(hca=m.group("hca"), port=int(m.group("port")), link_layer=m.group("ll"),
+                proc.add("nic", P.fact_json(hca=m.group("hca"), port=int(m.group("port")), link_layer=m.group("ll"),
                                     sharp=bool(m.group("sharp")) or None), line)
             if "[RO]" in body:
                 proc.add("ib_ro", "1", line)
             oob = P.OOB.search(body)
             if oob is not None:
-                proc.add("oob", _js(iface=oob.group("iface"), addr=oob.group("addr")), line)
+                proc.add("oob", P.fact_json(iface=oob.group("iface"), addr=oob.group("addr")), line)
             if "/SHARP" in body:
                 proc.add("sharp", "1", line)
             return None
@@ -231,10 +215,10 @@ def _net(msg: str, proc: ProcFacts, line: int) -> str | None:
         if "Got completion from peer" in body:
             cm = P.COMPLETION.search(body)
             if cm is None:
-                proc.add("completion_error", _js(text=body[:200]), line)
+                proc.add("completion_error", P.fact_json(text=body[:200]), line)
                 return None
             status = cm.group("num") or cm.group("status")
-            proc.add("completion_error", _js(
+            proc.add("completion_error", P.fact_json(
                 peer=cm.group("peer"), status=int(status) if status.isascii() and status.isdigit() else status,
                 opcode=cm.group("opcode"), vendor_err=int(cm.group("vendor")) if cm.group("vendor") else None,
                 direction=cm.group("dir"), local_gid=cm.group("lgid"), remote_gid=cm.group("rgid"),
@@ -251,7 +235,7 @@ def _net(msg: str, proc: ProcFacts, line: int) -> str | None:
             rest = qm.group("rest")
             g = P.QP_GID.search(rest)
             lid = P.QP_LID.search(rest)
-            proc.add("qp", _js(dev=int(qm.group("dev")), port=int(qm.group("port")),
+            proc.add("qp", P.fact_json(dev=int(qm.group("dev")), port=int(qm.group("port")),
                                gid_index=int(g.group("idx")) if g else None,
                                gid_prefix=g.group("prefix") if g else None,
                                gid_iid=g.group("iid") if g else None,
@@ -263,7 +247,7 @@ def _net(msg: str, proc: ProcFacts, line: int) -> str | None:
         body = msg[10:].lstrip(" :")
         if body.startswith("Using"):
             for iface, addr in _ifaces(body):
-                proc.add("socket_if", _js(iface=iface, addr=addr), line)
+                proc.add("socket_if", P.fact_json(iface=iface, addr=addr), line)
             return None
         if "interfaces found" in body or "no interface" in body:
             proc.add("socket_ifcount", body, line)
@@ -275,7 +259,7 @@ def _net(msg: str, proc: ProcFacts, line: int) -> str | None:
         return G.paths(msg, proc, line)
     if msg.startswith("NET : Using interface"):  # NCCL 2.3 socket / bootstrap interface
         for iface, addr in _ifaces(msg[21:]):
-            proc.add("bootstrap", _js(iface=iface, addr=addr), line)
+            proc.add("bootstrap", P.fact_json(iface=iface, addr=addr), line)
         return None
     return ""
 
@@ -328,7 +312,7 @@ def _comm(msg: str, proc: ProcFacts, line: int) -> str | None:
         _add_rank(proc, m.group("rank"))
         proc.add("nranks", m.group("nranks"), line)
         key = "init_complete" if m.group("state") == "COMPLETE" else "init_start"
-        proc.add(key, _js(rank=rank, nranks=int(m.group("nranks")), cuda_dev=int(m.group("cuda")),
+        proc.add(key, P.fact_json(rank=rank, nranks=int(m.group("nranks")), cuda_dev=int(m.group("cuda")),
                           bus_id=m.group("bus"), comm_id=m.group("commid"), comm=m.group("comm"),
                           fn=m.group("fn")), line)
         return None
@@ -343,10 +327,8 @@ def _comm(msg: str, proc: ProcFacts, line: int) -> str | None:
 
 
 def _after(text: str, marker: str) -> str | None:
-    i = text.find(marker)
-    if i < 0:
-        return None
-    return text[i + len(marker):].split()[0] if text[i + len(marker):].split() else None
+    words = text.partition(marker)[2].split()
+    return words[0] if words else None
 
 
 # First four characters -> handler, tried before the `comm 0x` lines (the most common lines first)
@@ -358,7 +340,7 @@ _EARLY: dict[str, Handler] = {
     "NET ": _net,
     "NCCL": _nccl_prefixed,
 }
-# First four characters -> handler, after them; a handler answering _NEXT leaves the line to `_by_content`
+# First four characters -> handler, after them; else (and where `_failed` / `_cuda` find not theirs) `_by_content`
 _PREFIXES: dict[str, Handler] = {
     "Init": _init,  # Init timings; Initialized NET plugin
     "Boot": _bootstrap,

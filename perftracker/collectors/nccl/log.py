@@ -304,8 +304,7 @@ def load_nccl_logs(paths: Sequence[Path]) -> tuple[dict[str, pd.DataFrame], list
         notes.extend(cut_notes(path, stats))
         nccl_rows.extend(rows)
         config_rows.extend(config)
-        procs = {(r["host"], r["pid"]) for r in rows if int(str(r["pid"])) >= 0}
-        if not procs:
+        if not any(int(str(r["pid"])) >= 0 for r in rows):
             notes.append(LoadNote("info", str(path), "no NCCL process lines found in this file"))
     frames = {
         "nccl": conform("nccl", pd.DataFrame(nccl_rows)),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -59,14 +60,13 @@ def _wrong(text: str) -> int | None:
     return None if value is None else (0 if value < 1e-3 else 1)
 
 
+@dataclass
 class _Test:
     """One test's table being read."""
 
-    def __init__(self, name: str, first_line: int) -> None:
-        self.name = name
-        self.first_line = first_line
-        self.rows: list[dict[str, object]] = []
-        self.avg: float | None = None
+    name: str
+    rows: list[dict[str, object]] = field(default_factory=list)
+    avg: float | None = None
 
 
 class _Parser:
@@ -99,7 +99,7 @@ class _Parser:
 
     def _comment(self, text: str, lineno: int) -> None:
         if "busbw" in text and "algbw" in text:
-            self.current = _Test(self.name, lineno)
+            self.current = _Test(self.name)
             self.tests.append(self.current)
             return
         m = _DEVICE.match(text)
@@ -141,12 +141,8 @@ class _Parser:
             "nranks": len(self.devices) or -1, "hosts": ",".join(hosts), "gpus": ",".join(gpus)})
 
     def rows(self) -> list[dict[str, object]]:
-        out: list[dict[str, object]] = []
-        for index, test in enumerate(self.tests):
-            for row in test.rows:
-                out.append({**row, "test": test.name, "test_index": index,
-                            "avg_busbw": float("nan") if test.avg is None else test.avg})
-        return out
+        return [{**row, "test": test.name, "test_index": index, "avg_busbw": float("nan") if test.avg is None else test.avg}
+                for index, test in enumerate(self.tests) for row in test.rows]
 
 
 def parse_nccl_tests_file(path: Path) -> list[dict[str, object]]:

@@ -6,6 +6,7 @@ after a cheap keyword check; nothing here does I/O. How the patterns stay linear
 
 from __future__ import annotations
 
+import json
 import re
 
 # Header before " NCCL INFO|WARN|TRACE": host:pid:tid [dev], then for WARN an optional source
@@ -87,3 +88,7 @@ def gid_prefix_is_link_local(prefix_hex: str) -> bool:
     return value.to_bytes(8, "little")[:2] == b"\xfe\x80" or prefix_hex.lower().startswith("fe80")
 
 
+def fact_json(**fields: object) -> str:
+    """A process fact's value: compact JSON with sorted keys, fields that are None or "" left out."""
+    return json.dumps({k: v for k, v in fields.items() if v is not None and v != ""}, sort_keys=True,
+                      separators=(",", ":"))

@@ -98,14 +98,13 @@ def _text(file: str, text: str) -> list[dict[str, Any]]:
 
 
 def _json(file: str, data: Any) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
     if not isinstance(data, dict):
-        return rows
+        return []
     if data.get("event") == "PEER_DEAD" and isinstance(data.get("peer"), dict):
         peer = data["peer"]
-        rows.append(_row(file, -1, "dead", host=str(peer.get("host", "")), pid=int(peer.get("pid", -1)),
-                         gpu=",".join(str(d) for d in peer.get("cuda_devs", []))))
-        return rows
+        return [_row(file, -1, "dead", host=str(peer.get("host", "")), pid=int(peer.get("pid", -1)),
+                     gpu=",".join(str(d) for d in peer.get("cuda_devs", [])))]
+    rows: list[dict[str, Any]] = []
     for comm in data.get("communicators", [])[:_MAX_ROWS]:
         if not isinstance(comm, dict):
             continue
