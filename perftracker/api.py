@@ -24,12 +24,6 @@ from perftracker.collectors.loading import default_cache_dir, load_jobs, load_pa
 from perftracker.errors import InputError, UsageError
 from perftracker.option_checks import boolean, finite, selection, whole
 from perftracker.option_checks import path as checked_path
-from perftracker.outputs import DIFF_HTML as DIFF_HTML
-from perftracker.outputs import DIFF_JSON as DIFF_JSON
-from perftracker.outputs import FINDINGS as FINDINGS
-from perftracker.outputs import REPORT as REPORT
-from perftracker.outputs import TABLES as TABLES
-from perftracker.outputs import TIMELINE as TIMELINE
 from perftracker.outputs import render_report as render_report
 from perftracker.outputs import saved_output
 from perftracker.outputs import writing as writing

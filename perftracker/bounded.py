@@ -375,6 +375,3 @@ def load_json_file(path: Path, cap: int | None = None) -> Any:
         raise ValueError(capped.note(file_cap() if cap is None else cap))
     return loads_json(text)
 
-
-__all__ = ["BLANK_RUN", "Capped", "Inflated", "squeeze_blank_runs", "LineBlocks", "LineStats", "file_cap", "inflate", "iter_lines", "load_json_file",
-           "clean_strings", "clean_text", "loads_json", "not_regular", "open_regular", "read_capped", "read_head", "read_text", "split_lines"]

@@ -28,7 +28,6 @@ from perftracker.output_names import DIFF_HTML, DIFF_JSON, FINDINGS, REPORT, TAB
 # one) owns these, and only these.
 OWN_NAMES = frozenset({FINDINGS, REPORT, TIMELINE, DIFF_JSON, DIFF_HTML})
 MAX_MARK_BYTES = 1 << 20
-_SHOWN = 8
 
 
 class Claim:
@@ -45,13 +44,14 @@ class Claim:
             return True
         return self.legacy and (rel in OWN_NAMES or (rel.startswith(f"{TABLES}/") and rel.endswith(".parquet")))
 
-    def check(self, rel: str) -> None:
-        """OutputError when `rel` is there, is not a link and is not perftracker's: it is never replaced."""
-        path = self.folder / rel
-        if os.path.lexists(path) and not path.is_symlink() and not self.owns(rel):
-            raise OutputError(f"holds {rel}, which perftracker did not write (its mark does not list it); "
-                              "perftracker never replaces such a file", str(self.folder),
-                              f"move {rel} away, or give another folder")
+    def check(self, *rels: str) -> None:
+        """OutputError when one of `rels` is there, is not a link and is not perftracker's: it is never replaced."""
+        for rel in rels:
+            path = self.folder / rel
+            if os.path.lexists(path) and not path.is_symlink() and not self.owns(rel):
+                raise OutputError(f"holds {rel}, which perftracker did not write (its mark does not list it); "
+                                  "perftracker never replaces such a file", str(self.folder),
+                                  f"move {rel} away, or give another folder")
 
     def wrote(self, rel: str) -> None:
         self.files.add(rel)
@@ -101,6 +101,10 @@ def made_from(folder: Path) -> str:
 _HELD: dict[str, Claim] = {}
 
 
+def _listed(names: list[str], most: int = 8) -> str:
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
 def refuse_foreign(out_dir: Path, option: str) -> None:
     """OutputError when `out_dir` is a symlink, or an existing folder without the mark that holds anything."""
     if out_dir.is_symlink():
@@ -113,9 +117,8 @@ def refuse_foreign(out_dir: Path, option: str) -> None:
     if out_dir.is_dir() and not os.path.lexists(out_dir / OUTPUT_MARK):
         names = sorted(os.listdir(out_dir))
         if names and not is_output_folder(out_dir, set(names)):  # an output of a version before the mark: ours
-            shown = ", ".join(names[:_SHOWN]) + (f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else "")
-            raise OutputError(f"is not a perftracker output folder and is not empty (it holds {shown}): perftracker "
-                              "writes only into a new or empty folder, or one it wrote before", str(out_dir),
+            raise OutputError(f"is not a perftracker output folder and is not empty (it holds {_listed(names)}): "
+                              "perftracker writes only into a new or empty folder, or one it wrote before", str(out_dir),
                               f"give a new or empty folder{' with ' + option if option else ''}")
 
 
@@ -159,14 +162,6 @@ def claimed(out_dir: Path, option: str = "-o") -> Iterator[Claim]:
         os.close(fd)
 
 
-def _remove_entry(path: Path) -> None:
-    """Remove a link or file at `path` (never its target), or a folder."""
-    if path.is_symlink() or not path.is_dir():
-        path.unlink(missing_ok=True)
-    else:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 def _foreign_tables(folder: Path, claim: Claim | None) -> list[str]:
     """The entries of an existing `tables/` folder perftracker did not write (links aside: they hold nothing)."""
     if claim is None or folder.is_symlink() or not folder.is_dir():
@@ -180,9 +175,8 @@ def replace_tables(tables: Mapping[str, pd.DataFrame], folder: Path, claim: Clai
     write (nothing is written then); nothing half-written is left."""
     foreign = _foreign_tables(folder, claim)
     if foreign:
-        shown = ", ".join(foreign[:_SHOWN]) + (f" and {len(foreign) - _SHOWN} more" if len(foreign) > _SHOWN else "")
-        raise OutputError(f"holds files perftracker did not write ({shown}); perftracker would replace the folder "
-                          "and never removes them", str(folder), "move them away, or give another folder")
+        raise OutputError(f"holds files perftracker did not write ({_listed(foreign)}); perftracker would replace the "
+                          "folder and never removes them", str(folder), "move them away, or give another folder")
     stage = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
         os.chmod(stage, 0o755)
@@ -213,6 +207,9 @@ def remove_stale(path: Path, claim: Claim | None = None) -> None:
         return
     if claim is not None and not path.is_symlink() and not claim.owns(path.name):
         return  # not perftracker's: kept
-    _remove_entry(path)
+    if path.is_symlink() or not path.is_dir():  # a link or a file (never its target), or a folder
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
     if claim is not None:
         claim.forget(path.name)

@@ -95,7 +95,6 @@ def render_report(out_dir: Path, follow_links: bool = False) -> Path:
 def timeline_command(input_path: str, out_dir: Path, tables: Mapping[str, pd.DataFrame]) -> str:
     """The `perftracker timeline` command that writes this run's merged timeline next to its report (run
     from where `analyze` ran: the paths are as it was given them); "" when the run has no traces."""
-    has_traces = any(not tables.get(name, pd.DataFrame()).empty for name in ("ops", "kernels"))
-    if not has_traces:
+    if not any(not tables.get(name, pd.DataFrame()).empty for name in ("ops", "kernels")):
         return ""
     return f"perftracker timeline {shlex.quote(input_path)} -o {shlex.quote(str(out_dir / TIMELINE))}"

@@ -130,9 +130,7 @@ def _text_token(piece: str) -> bool:
     """A token inside free text (a log line, an exception): a known token prefix, or a long string mixing
     lower case, upper case and digits like random data does with no `_` (identifiers, kernel and symbol
     names hold one) and no hex-only run (hashes and ids are not secrets)."""
-    if _KNOWN_TOKEN.match(piece):
-        return True
-    return "_" not in piece and not _HEX.match(piece) and looks_like_token(piece)
+    return bool(_KNOWN_TOKEN.match(piece)) or ("_" not in piece and not _HEX.match(piece) and looks_like_token(piece))
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")

@@ -33,18 +33,39 @@ FINDING_COLUMNS = ("id", "severity", "analyzer", "title", "ranks", "hosts", "sec
                    "confidence", "recommendation")
 
 
-def findings_frame(findings: list[Finding]) -> pd.DataFrame:
-    """One row per finding, in the ranked order: id, severity (info, warning, critical), analyzer, title,
-    ranks, hosts, its cost (seconds per step, share of the step), confidence and recommendation."""
-    rows = [{"id": f.id, "severity": f.severity.label, "analyzer": f.analyzer, "title": f.title,
-             "ranks": list(f.ranks), "hosts": list(f.hosts), "seconds_per_step": float(f.cost.seconds_per_step),
-             "share_of_step": float(f.cost.share_of_step), "confidence": f.confidence,
-             "recommendation": f.recommendation} for f in findings]
-    return pd.DataFrame(rows, columns=list(FINDING_COLUMNS))
+class _Judged:
+    """What a run and a comparison share: the verdict their summary says, their findings as a table, and how a
+    notebook shows them."""
+
+    summary: Summary
+    if TYPE_CHECKING:  # a run's field, a comparison's property
+        @property
+        def findings(self) -> list[Finding]: ...
+
+    @property
+    def verdict(self) -> str:
+        """The one-sentence verdict: a run's first actionable finding (or what was judged healthy), a comparison's
+        `perftracker.reports.json_report.diff_verdict`."""
+        return self.summary.verdict
+
+    def findings_frame(self) -> pd.DataFrame:
+        """The findings (a comparison's: its changes) as a DataFrame, one row each in the ranked order: id, severity
+        (info, warning, critical), analyzer, title, ranks, hosts, cost (seconds per step, share of the step),
+        confidence and recommendation."""
+        rows = [{"id": f.id, "severity": f.severity.label, "analyzer": f.analyzer, "title": f.title,
+                 "ranks": list(f.ranks), "hosts": list(f.hosts), "seconds_per_step": float(f.cost.seconds_per_step),
+                 "share_of_step": float(f.cost.share_of_step), "confidence": f.confidence,
+                 "recommendation": f.recommendation} for f in self.findings]
+        return pd.DataFrame(rows, columns=list(FINDING_COLUMNS))
+
+    def _repr_html_(self) -> str:
+        from perftracker.reports.templating import run_html
+
+        return run_html(self.verdict, self.findings)
 
 
 @dataclass
-class Run:
+class Run(_Judged):
     """One analyzed run: its verdict, findings and report views, in memory until `write` is called.
 
     Attributes:
@@ -73,18 +94,9 @@ class Run:
     store: Store | None = field(default=None, repr=False, compare=False)
 
     @property
-    def verdict(self) -> str:
-        """The one-sentence verdict (the first actionable finding, or what was judged healthy)."""
-        return self.summary.verdict
-
-    @property
     def report_path(self) -> Path:
         """Where report.html is (or will be) in `out_dir` (the current folder's before `write`)."""
         return (self.out_dir or Path(".")) / REPORT
-
-    def findings_frame(self) -> pd.DataFrame:
-        """The findings as a DataFrame, one row each in the ranked order (see `findings_frame`)."""
-        return findings_frame(self.findings)
 
     def view(self, name: str) -> pd.DataFrame:
         """The report view `name` (e.g. "steps", "breakdown", "kernels", "lateness").
@@ -107,8 +119,7 @@ class Run:
         folder, written = Path(out), []
         try:
             with output_dir.claimed(folder) as claim:  # one writer per folder; a planted link is replaced, never followed
-                for rel in (FINDINGS, REPORT, TIMELINE):  # nothing perftracker did not write is in the way
-                    claim.check(rel)
+                claim.check(FINDINGS, REPORT, TIMELINE)  # nothing perftracker did not write is in the way
                 claim.made_from, claim.command = str(self.input), "analyze"
                 tables = safe_tables(self.tables)
                 with writing(folder / TABLES):
@@ -133,11 +144,6 @@ class Run:
         self.out_dir = folder
         return self.report_path
 
-    def _repr_html_(self) -> str:
-        from perftracker.reports.templating import run_html
-
-        return run_html(self.verdict, self.findings)
-
     def __repr__(self) -> str:
         return f"Run({self.input!r}: {self.verdict} [{len(self.findings)} findings])"
 
@@ -153,7 +159,7 @@ class ReportNotWritten(OutputError):
 
 
 @dataclass
-class RunDiff:
+class RunDiff(_Judged):
     """A comparison of two runs of one job: what changed beyond the noise of running it twice.
 
     Attributes:
@@ -175,11 +181,6 @@ class RunDiff:
     out_dir: Path | None = None
 
     @property
-    def verdict(self) -> str:
-        """The one sentence of the comparison (`perftracker.reports.json_report.diff_verdict`)."""
-        return self.summary.verdict
-
-    @property
     def findings(self) -> list[Finding]:
         """The changes, ranked: the step time, ranks that changed, ops, settings, findings that came or went."""
         return self.comparison.findings
@@ -194,10 +195,6 @@ class RunDiff:
         """Whether the new run's steps are slower beyond the runs' noise."""
         return self.comparison.regression_significant
 
-    def findings_frame(self) -> pd.DataFrame:
-        """The changes as a DataFrame, one row each (see `findings_frame`)."""
-        return findings_frame(self.findings)
-
     def write(self, out: str | Path) -> Path:
         """Write diff.json and diff.html into folder `out` (each side that was analyzed, not read from a saved
         output, into `out/base` and `out/new`). Returns the path of diff.html.
@@ -207,8 +204,7 @@ class RunDiff:
         """
         folder, reports = Path(out), {}
         with output_dir.claimed(folder) as claim:
-            for rel in (DIFF_JSON, DIFF_HTML):
-                claim.check(rel)
+            claim.check(DIFF_JSON, DIFF_HTML)
             claim.command = claim.command or "diff"
             for label, side in (("base", self.base), ("new", self.new)):
                 if side.out_dir is None:
@@ -228,11 +224,6 @@ class RunDiff:
                 claim.wrote(DIFF_HTML)
         self.out_dir = folder
         return folder / DIFF_HTML
-
-    def _repr_html_(self) -> str:
-        from perftracker.reports.templating import run_html
-
-        return run_html(self.verdict, self.findings)
 
     def __repr__(self) -> str:
         return f"RunDiff({self.title!r}: {self.verdict})"

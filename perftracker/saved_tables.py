@@ -32,13 +32,9 @@ _KINDS = {"int": pa.types.is_integer, "float": lambda t: pa.types.is_floating(t)
           or pa.types.is_null(t)}
 
 
-def _store_kinds(name: str) -> dict[str, str]:
-    return {col: "int" if dtype.startswith("int") else "float" if dtype == "float64" else "text"
-            for col, dtype in STORE_TABLES[name].items()}
-
-
 VIEW_SCHEMAS: Mapping[str, Mapping[str, str]] = {
-    "steps": _store_kinds("steps"),
+    "steps": {col: "int" if dtype.startswith("int") else "float" if dtype == "float64" else "text"
+              for col, dtype in STORE_TABLES["steps"].items()},
     "op_totals": dict(zip(OP_COLUMNS, ["int", "text", "text", "int", "int", "int"], strict=True)),
     "settings": dict(zip(SETTING_COLUMNS, ["text", "text", "int", "text"], strict=True)),
 }

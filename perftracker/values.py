@@ -80,11 +80,7 @@ def strtoll_base0(text: str) -> tuple[int, bool]:
     `0136` is octal 94, `0x88` is hex 136, `136abc` is 136 and `abc` is 0; leading spaces are skipped.
     """
     s = text.lstrip(" \t\n\r\f\v")
-    sign = 1
-    pos = 0
-    if s[:1] in "+-" and s[:1]:
-        sign = -1 if s[0] == "-" else 1
-        pos = 1
+    sign, pos = (-1 if s[:1] == "-" else 1), (1 if s[:1] in ("+", "-") else 0)
     base = 10
     if s[pos:pos + 2].lower() == "0x" and len(s) > pos + 2 and s[pos + 2] in "0123456789abcdefABCDEF":
         base, pos = 16, pos + 2
@@ -158,14 +154,10 @@ def _collapse_templates(text: str, depth: int) -> str:
     for ch in text:
         if ch == "<":
             level += 1
-            if level == depth:
-                out.append("<…")
-            elif level < depth:
-                out.append(ch)
+            if level <= depth:
+                out.append("<…" if level == depth else ch)
         elif ch == ">" and level > 0:
-            if level == depth:
-                out.append(">")
-            elif level < depth:
+            if level <= depth:
                 out.append(ch)
             level -= 1
         elif level < depth:

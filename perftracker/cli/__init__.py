@@ -20,10 +20,9 @@ from perftracker._version import __version__
 from perftracker.cli.voice import EXIT_INTERNAL, EXIT_USAGE, Group, add_command, say
 from perftracker.errors import PerftrackerError
 
-# each command's name -> its module under perftracker/cli/, whose function of the same name it runs (in --help order)
-COMMANDS = {"analyze": "analyze", "report": "report", "diff": "diff", "timeline": "timeline", "demo": "demo",
-            "ps": "ps", "attach": "attach", "run": "run", "postmortem": "postmortem", "incidents": "incidents",
-            "lint-env": "lint_env", "sanity": "sanity", "thresholds": "thresholds"}
+# the commands in --help order; each runs the function of its name (`-` as `_`) in its module under perftracker/cli/
+COMMANDS = ("analyze", "report", "diff", "timeline", "demo", "ps", "attach", "run", "postmortem", "incidents",
+            "lint-env", "sanity", "thresholds")
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}  # `run`: the launch command after --
 
 
@@ -42,7 +41,7 @@ class LazyGroup(Group):
         if name not in COMMANDS:
             return None
         if name not in self._loaded:
-            module = COMMANDS[name]
+            module = name.replace("-", "_")
             one = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
             add_command(one, name, getattr(importlib.import_module(f"perftracker.cli.{module}"), module),
                         context_settings=PASS_THROUGH if name == "run" else None)

@@ -18,6 +18,7 @@ from perftracker.cli import options as opt
 from perftracker.cli.progress import parsing_progress
 from perftracker.cli.voice import fail_on_exit, parse_fail_on, print_run, show, terminal, write_and_say
 from perftracker.errors import UsageError
+from perftracker.output_names import TIMELINE
 from perftracker.rundir import atomic_write_text, host_name
 
 JOBS_INDEX = "jobs.json"
@@ -117,7 +118,7 @@ def _print_result(console: Console, quiet: bool, result: api.Run, written: bool)
         show(console, result.verdict)
         return
     print_run(console, result, written)
-    timeline = result.report_path.parent / api.TIMELINE
+    timeline = result.report_path.parent / TIMELINE
     if written and timeline.is_file():
         show(console, f"Timeline: {timeline} (all ranks, clock-aligned; open it in ui.perfetto.dev)")
 

@@ -13,13 +13,14 @@ from perftracker.cli import options as opt
 from perftracker.cli.progress import parsing_progress
 from perftracker.cli.voice import EXIT_FINDINGS, show, terminal
 from perftracker.errors import UsageError
+from perftracker.output_names import DIFF_HTML, DIFF_JSON
 
 
 def diff(
     base: Annotated[Path, typer.Argument(help="The good (earlier) run: a run directory, a folder of traces, or an "
                                          "analyze output folder (findings.json + tables/).")],
     new: Annotated[Path, typer.Argument(help="The run to compare with it, in any of the same forms.")],
-    out: Annotated[Path | None, opt.out_option(f"Where to write {api.DIFF_JSON} and {api.DIFF_HTML} (each side's own "
+    out: Annotated[Path | None, opt.out_option(f"Where to write {DIFF_JSON} and {DIFF_HTML} (each side's own "
                                            "analysis goes to base/ and new/ under it). Default: only the "
                                            "terminal summary.")] = None,
     fail_on_regression: Annotated[float | None, typer.Option(
@@ -75,5 +76,5 @@ def diff(
     if out is not None:
         result.write(out)  # an OutputError (exit 2) naming the file that could not be written, after the verdict
         if not quiet:
-            show(console, f"Diff: {out / api.DIFF_HTML}  ({out / api.DIFF_JSON})")
+            show(console, f"Diff: {out / DIFF_HTML}  ({out / DIFF_JSON})")
     raise typer.Exit(EXIT_FINDINGS if regressed else 0)

@@ -10,6 +10,7 @@ import typer
 from perftracker import api
 from perftracker.cli.options import FollowLinks
 from perftracker.cli.voice import show, terminal
+from perftracker.output_names import FINDINGS
 
 
 def report(
@@ -24,7 +25,7 @@ def report(
       perftracker report run/
     """
     folder = path
-    if not (folder / api.FINDINGS).exists() and (folder / "perftracker-out" / api.FINDINGS).exists():
+    if not (folder / FINDINGS).exists() and (folder / "perftracker-out" / FINDINGS).exists():
         folder = folder / "perftracker-out"
     out = api.render_report(folder, follow_links)
     show(terminal(), f"Report: {out}")

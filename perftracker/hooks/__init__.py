@@ -41,11 +41,6 @@ def spool_dir(environ: Mapping[str, str], parent_pid: int) -> Path:
     return base / f"pid-{parent_pid}"
 
 
-def rank_from_env(environ: Mapping[str, str]) -> int:
-    rank = rank_in(environ)
-    return 0 if rank is None else rank
-
-
 def install(run_dir: str | Path | None = None) -> None:
     """Start recording step times and serving trace requests in this process (idempotent, never raises)."""
     global _HOOK
@@ -54,7 +49,7 @@ def install(run_dir: str | Path | None = None) -> None:
             if _HOOK is not None:
                 return
             root = Path(run_dir) if run_dir is not None else spool_dir(os.environ, os.getppid())
-            hook = _Hook(root, rank_from_env(os.environ), host_name())  # the job's entry point: named once
+            hook = _Hook(root, rank_in(os.environ) or 0, host_name())  # the job's entry point: named once
             hook.register()
             _HOOK = hook
     except Exception as exc:  # noqa: BLE001 - never raise into the training job

@@ -95,13 +95,8 @@ class EventParts:
             self._file = pq.ParquetFile(self.path)
         for column in [c for c in self.columns if isinstance(self._dtypes[c], pd.CategoricalDtype)]:
             dtypes = [part.categories[column] for part in self.parts]
-            if all(d == dtypes[0] for d in dtypes):
-                table_dtype = dtypes[0]
-            else:
-                values: set[str] = set()
-                for dtype in dtypes:
-                    values.update(dtype.categories)
-                table_dtype = pd.CategoricalDtype(pd.Index(sorted(values), dtype="str"))
+            table_dtype = dtypes[0] if all(d == dtypes[0] for d in dtypes) else pd.CategoricalDtype(
+                pd.Index(sorted(set[str]().union(*(d.categories for d in dtypes))), dtype="str"))
             self._dtypes[column] = table_dtype
             self._codes[column] = [  # per part (by its place in `parts`); code -1 (NaN) maps through the last entry
                 np.concatenate([table_dtype.categories.get_indexer(d.categories), [-1]]).astype(np.int32)
@@ -159,17 +154,15 @@ class EventParts:
         rows (whole parts) at a time."""
         wanted = list(read_columns) if read_columns is not None else self.columns
         picked = []
-        batch: list[EventPart] = []
-        batches: list[list[EventPart]] = []
+        batches: list[list[EventPart]] = [[]]
         rows = 0
         for part in (p for p in self.parts if p.rows):
-            if batch and rows + part.rows > SELECT_ROWS:
-                batches.append(batch)
-                batch, rows = [], 0
-            batch.append(part)
+            if batches[-1] and rows + part.rows > SELECT_ROWS:
+                batches.append([])
+                rows = 0
+            batches[-1].append(part)
             rows += part.rows
-        batches += [batch] if batch else []
-        for parts in batches:
+        for parts in filter(None, batches):
             frame = self._frame(parts, wanted)
             keep = np.asarray(mask(frame), dtype=bool)
             if keep.any():

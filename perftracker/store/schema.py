@@ -12,7 +12,6 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from perftracker.store.nccl_tables import NCCL_TABLES
 from perftracker.values import ascii_int
 
 # The columns of a sampled-stack profile table (profile_samples and baseline_profile_samples below).
@@ -169,7 +168,38 @@ TABLES: Mapping[str, Mapping[str, str]] = {
         "file": "string", "pid": "int64", "node_id": "int64", "rf_id": "int64", "name": "string",
         "input_shapes": "string", "input_types": "string",
     },
-    **NCCL_TABLES,
+    # Per-collective records of NCCL's Inspector profiler plugin (collectors/nccl/inspector.py), one row per
+    # (process, communicator, collective or p2p op). rank: the process's global rank (its rank in the largest
+    # communicator it belongs to); comm_rank / comm_size its place in this communicator. dur_ns is NCCL's
+    # exec time (the slowest channel's kernel on the GPU for timing kernel_gpu), algbw/busbw in GB/s as NCCL
+    # computed them; dump_ns the epoch time the line was written, start_ns the op's start (verbose output
+    # only, else -1). kind: coll | p2p; peer: the p2p peer (-1 for collectives).
+    "nccl_collectives": {
+        "rank": "int32", "host": "category", "pid": "int64", "comm_id": "category", "comm_name": "category",
+        "comm_rank": "int32", "comm_size": "int32", "nnodes": "int32", "kind": "category", "op": "category",
+        "seq": "int64", "peer": "int32", "bytes": "int64", "dur_ns": "int64", "algbw_gbs": "float64",
+        "busbw_gbs": "float64", "timing": "category", "dump_ns": "int64", "start_ns": "int64",
+        "file": "string",
+    },
+    # nccl-tests output (collectors/nccl/nccl_tests.py): one row per message size of each test's table. oop_* /
+    # ip_*: out-of-place / in-place time (us), algbw and busbw (GB/s), #wrong (-1: N/A). root -1: none printed.
+    # test: all_reduce_perf, ... ("" unknown); avg_busbw: the test's "# Avg bus bandwidth" (NaN if absent);
+    # nranks / hosts / gpus: its "Using devices" lines (-1 / "" if absent).
+    "nccl_tests": {
+        "file": "string", "line": "int64", "test": "string", "test_index": "int32", "size_bytes": "int64",
+        "count": "int64", "dtype": "string", "redop": "string", "root": "int32", "oop_time_us": "float64",
+        "oop_algbw": "float64", "oop_busbw": "float64", "oop_wrong": "int64", "ip_time_us": "float64",
+        "ip_algbw": "float64", "ip_busbw": "float64", "ip_wrong": "int64", "avg_busbw": "float64",
+        "nranks": "int32", "hosts": "string", "gpus": "string",
+    },
+    # The NCCL RAS client's output (collectors/nccl/ras.py): one row per thing it reports. kind: comm_group | dead |
+    # missing_process | missing_rank | comm_error | comm_mismatch | timeout; comm: the communicator hash ("0x..", the
+    # commId of NCCL's Init lines) or ""; rank the communicator rank, pid / host / gpu the process (-1 / "" unknown).
+    "nccl_ras": {
+        "file": "string", "line": "int64", "kind": "string", "comm": "string", "rank": "int32",
+        "host": "string", "pid": "int64", "gpu": "string", "status": "string", "errors": "string",
+        "detail": "string",
+    },
     # The throughput a job's own log reports (formats/framework_throughput.py): TFLOP/s per GPU and MFU as
     # Megatron, torchtitan or NeMo print them, one row per line (NaN where the line has no such figure).
     "reported_throughput": {
@@ -207,12 +237,9 @@ def conform(name: str, frame: pd.DataFrame, problems: list[str] | None = None) -
             if replaced and problems is not None:
                 what = "-1 (unknown)" if dtype.startswith("int") else "NaN"
                 problems.append(f"{name}.{col}: {replaced} value(s) out of range or not numbers, stored as {what}")
-        elif dtype.startswith("int"):
-            series = pd.Series(-1, index=frame.index)
-        elif dtype == "float64":
-            series = pd.Series(float("nan"), index=frame.index)
-        else:
-            series = pd.Series("", index=frame.index)
+        else:  # missing: the column's "unknown"
+            series = pd.Series(-1 if dtype.startswith("int") else float("nan") if dtype == "float64" else "",
+                               index=frame.index)
         out[col] = series.astype(dtype)  # type: ignore[call-overload]
     return pd.DataFrame({col: series.array for col, series in out.items()}, columns=list(columns))  # index 0..n-1
 
@@ -224,17 +251,14 @@ def _fit(series: pd.Series, dtype: str) -> tuple[pd.Series, int]:
     """`series` with the values `dtype` cannot hold replaced, and how many were."""
     if dtype in _INT_BOUNDS:
         return _fit_ints(series, *_INT_BOUNDS[dtype])
-    if dtype == "float64" and not pd.api.types.is_float_dtype(series.dtype):
+    if dtype != "float64":
+        return series, 0
+    bad = 0
+    if not pd.api.types.is_float_dtype(series.dtype):
         numbers = pd.to_numeric(series, errors="coerce") if not pd.api.types.is_bool_dtype(series.dtype) \
             else series.astype("float64")
         bad = int((numbers.isna() & series.notna()).sum())
-        return _finite_floats(numbers.astype("float64"), bad)
-    if dtype == "float64":
-        return _finite_floats(series, 0)
-    return series, 0
-
-
-def _finite_floats(series: pd.Series, bad: int) -> tuple[pd.Series, int]:
+        series = numbers.astype("float64")
     infinite = np.isinf(series.to_numpy(dtype="float64", na_value=np.nan))
     if infinite.any():
         series = series.mask(infinite)
