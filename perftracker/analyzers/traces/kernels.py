@@ -84,13 +84,26 @@ def _main_launcher(groups: Groups, codes: Ints, valid: np.ndarray, dur: Ints) ->
     return out
 
 
-def _share(total: Ints, rank: Ints | None, frame: pd.DataFrame, column: str) -> np.ndarray:
-    """total as a percentage of the sum of `column` of its rank (or of all ranks when `rank` is None)."""
-    if rank is None:
+def _grouped(analysis: Analysis, frame: pd.DataFrame, per_rank: bool, keys: tuple[str, ...],
+             firsts: tuple[str, ...] = ()) -> tuple[Groups, pd.DataFrame]:
+    """The groups of `frame`'s rows by the `keys` columns (and by rank when `per_rank`), and one row per group: its
+    rank, the `keys` and `firsts` columns' values (of its first row) and its `group_stats`."""
+    coded = {c: codes_of(frame[c]) for c in (*keys, *firsts)}
+    rank = frame["rank"].to_numpy(np.int64)
+    groups = Groups.of(*([rank] if per_rank else []), *(coded[c][0] for c in keys))
+    first = groups.first
+    values = {c: np.array(names, dtype=object)[codes[first]] for c, (codes, names) in coded.items()}
+    return groups, pd.DataFrame({"rank": rank[first], **values,
+                                 **group_stats(groups, frame, profiled_steps(analysis.store))})
+
+
+def _share(table: pd.DataFrame, per_rank: bool, frame: pd.DataFrame, column: str, of: str = "total_ns") -> np.ndarray:
+    """`table[of]` as a percentage of the sum of `frame[column]` of its rank (of all ranks unless `per_rank`)."""
+    total = table[of].to_numpy()
+    if not per_rank:
         base = float(frame[column].sum())
         return 100.0 * total / base if base > 0 else np.full(len(total), np.nan)
-    per_rank = frame.groupby("rank")[column].sum()
-    base_of = per_rank.reindex(rank).to_numpy(np.float64)
+    base_of = frame.groupby("rank")[column].sum().reindex(table["rank"].to_numpy()).to_numpy(np.float64)
     return 100.0 * total / np.where(base_of > 0, base_of, np.nan)
 
 
@@ -113,19 +126,11 @@ def _kernel_table(analysis: Analysis, per_rank: bool) -> pd.DataFrame:
     columns = (["rank"] if per_rank else []) + KERNEL_COLUMNS
     if work.empty:
         return pd.DataFrame(columns=columns)
-    name, names = codes_of(work["name"])
-    family, family_names = codes_of(work["family"])
+    groups, table = _grouped(analysis, work, per_rank, ("name",), ("family",))
     launcher, launchers = codes_of(work["launched_by"])
-    rank = work["rank"].to_numpy(np.int64)
-    groups = Groups.of(rank, name) if per_rank else Groups.of(name)
-    stats = group_stats(groups, work, profiled_steps(analysis.store))
     by = _main_launcher(groups, launcher, work["launched_by"].notna().to_numpy(), work["dur_ns"].to_numpy(np.int64))
-    first = groups.first
-    table = pd.DataFrame({"rank": rank[first], "name": np.array(names, dtype=object)[name[first]],
-                          "family": np.array(family_names, dtype=object)[family[first]],
-                          "launched_by": np.where(by >= 0, np.array(launchers, dtype=object)[np.clip(by, 0, None)], ""),
-                          **stats})
-    table["share_pct"] = _share(table["total_ns"].to_numpy(), rank[first] if per_rank else None, work, "dur_ns")
+    table["launched_by"] = np.where(by >= 0, np.array(launchers, dtype=object)[np.clip(by, 0, None)], "")
+    table["share_pct"] = _share(table, per_rank, work, "dur_ns")
     return _top(table, per_rank, TOP_PER_RANK if per_rank else TOP_ALL)[columns]
 
 
@@ -144,13 +149,8 @@ def kernel_families_view(analysis: Analysis) -> pd.DataFrame:
     work = analysis.view(kernel_work_view)
     if work.empty:
         return pd.DataFrame(columns=FAMILY_COLUMNS)
-    family, family_names = codes_of(work["family"])
-    rank = work["rank"].to_numpy(np.int64)
-    groups = Groups.of(rank, family)
-    stats = group_stats(groups, work, profiled_steps(analysis.store))
-    table = pd.DataFrame({"rank": rank[groups.first],
-                          "family": np.array(family_names, dtype=object)[family[groups.first]], **stats})
-    table["share_pct"] = _share(table["total_ns"].to_numpy(), rank[groups.first], work, "dur_ns")
+    _, table = _grouped(analysis, work, True, ("family",))
+    table["share_pct"] = _share(table, True, work, "dur_ns")
     return table.sort_values(["rank", "total_ns"], ascending=[True, False])[FAMILY_COLUMNS].reset_index(drop=True)
 
 
@@ -159,16 +159,9 @@ def _op_table(analysis: Analysis, per_rank: bool) -> pd.DataFrame:
     columns = (["rank"] if per_rank else []) + OP_COLUMNS
     if calls.empty:
         return pd.DataFrame(columns=columns)
-    name, names = codes_of(calls["name"])
-    kind, kinds = codes_of(calls["kind"])
-    rank = calls["rank"].to_numpy(np.int64)
-    groups = Groups.of(rank, name, kind) if per_rank else Groups.of(name, kind)
-    stats = group_stats(groups, calls, profiled_steps(analysis.store))
-    first = groups.first
-    table = pd.DataFrame({"rank": rank[first], "name": np.array(names, dtype=object)[name[first]],
-                          "kind": np.array(kinds, dtype=object)[kind[first]],
-                          "self_ns": groups.sum(calls["self_ns"].to_numpy(np.int64)), **stats})
-    table["share_pct"] = _share(table["self_ns"].to_numpy(), rank[first] if per_rank else None, calls, "self_ns")
+    groups, table = _grouped(analysis, calls, per_rank, ("name", "kind"))
+    table["self_ns"] = groups.sum(calls["self_ns"].to_numpy(np.int64))
+    table["share_pct"] = _share(table, per_rank, calls, "self_ns", of="self_ns")
     return _top(table, per_rank, TOP_PER_RANK if per_rank else TOP_ALL, "self_ns", TOP_SELF)[columns]
 
 
