@@ -18,7 +18,7 @@ from perftracker.analyzers.findings import Finding
 from perftracker.reports import charts
 from perftracker.reports.charts import figure, label
 from perftracker.reports.evidence import measured
-from perftracker.reports.sections import Section, Tables, rank_layout, table
+from perftracker.reports.sections import Section, Tables, grid, rank_layout, table
 from perftracker.values import short_symbol
 
 TEMPLATE = "section_kernels.html.j2"
@@ -35,26 +35,6 @@ TEXT_COLUMNS = {"kernel", "family", "launched by", "op", "kind", "kind of gap", 
 TOP_BARS = 15
 FAMILY_COLORS = {"GEMM": "#4C78A8", "attention": "#B279A2", "convolution": "#72B7B2", "reduction": "#EECA3B",
                  "elementwise": "#9D755D", "communication": "#F58518", "memory": "#54A24B", "other": "#BAB0AC"}
-
-
-@dataclass(frozen=True)
-class NamedRow:
-    """A table row about one kernel or op: its full name, the name shown, and the other cells' texts."""
-
-    name: str
-    short: str
-    cells: list[str]
-    before: list[str] | None = None  # cells left of the name (rank, step, ...)
-
-
-@dataclass(frozen=True)
-class NamedTable:
-    """Rows of `NamedRow`s under `head` (cells before the name, the name, the cells); `left`: which columns are text."""
-
-    head: list[str]
-    rows: list[NamedRow]
-    more: int = 0
-    left: tuple[bool, ...] = ()
 
 
 _ms = partial(measured, scale=1e6)  # ns as ms, "-" when not measured
@@ -88,25 +68,30 @@ GAPS = Spec(GAP_HEAD, "next_kernel", ("launched_by",), ("rank", "step", "categor
 IDLE_OPS = Spec(IDLE_OP_HEAD, "name", ("kind", "self_ns", "share_pct"), ("rank", "category"), by="self_ns")
 
 
-def _named(spec: Spec, frame: pd.DataFrame, limit: int) -> NamedTable:
-    """The first `limit` rows of `frame` as the table `spec` says, and how many more there are."""
-    def shown(record: dict[Any, Any], columns: tuple[str, ...]) -> list[str]:
-        return [SHOW.get(c, str)(record[c]) for c in columns]
-
+def _named(spec: Spec, frame: pd.DataFrame, limit: int) -> dict[str, Any] | None:
+    """The first `limit` rows of `frame` as the table `spec` says (its name cell: the full and the shortened name),
+    how many more there are and which columns are text (`left`); None without rows."""
+    if frame.empty:
+        return None
     ranked = frame.sort_values(spec.by, ascending=False, kind="stable") if spec.by else frame
-    rows = [NamedRow(str(r[spec.name]), short_symbol(str(r[spec.name]), spec.short), shown(r, spec.cells),
-                     shown(r, spec.before) or None) for r in ranked.head(limit).to_dict("records")]
-    return NamedTable(spec.head, rows, max(0, len(frame) - limit), tuple(h in TEXT_COLUMNS for h in spec.head))
+    rows = [[*(SHOW.get(c, str)(r[c]) for c in spec.before),
+             {"name": str(r[spec.name]), "short": short_symbol(str(r[spec.name]), spec.short)},
+             *(SHOW.get(c, str)(r[c]) for c in spec.cells)] for r in ranked.head(limit).to_dict("records")]
+    return {"head": spec.head, "rows": rows, "more": max(0, len(frame) - limit), "name_at": len(spec.before),
+            "left": [h in TEXT_COLUMNS for h in spec.head]}
 
 
 def _families(frame: pd.DataFrame, ranks: list[int] | None = None) -> dict[str, Any]:
     """Share of GPU work per family, one row per rank: the first 64 ranks, or `ranks` (in their order)."""
-    grid = frame.pivot_table(index="rank", columns="family", values="share_pct", aggfunc="sum").fillna(0.0)
-    order = [f for f in FAMILY_COLORS if f in grid.columns]
-    shown = grid[order].head(64) if ranks is None else grid[order].reindex([r for r in ranks if r in grid.index])
-    return {"head": ["rank", *[f"{f} %" for f in order]],
-            "rows": [[str(int(rank)), *[measured(v) for v in values]] for rank, values in zip(shown.index, shown.to_numpy())],
-            "more": max(0, len(grid) - len(shown)), "source": "kernel_families"}
+    shares = frame.pivot_table(index="rank", columns="family", values="share_pct", aggfunc="sum").fillna(0.0)
+    order = [f for f in FAMILY_COLORS if f in shares.columns]
+    shown = shares[order] if ranks is None else shares[order].reindex([r for r in ranks if r in shares.index])
+    return grid(shown.reset_index(), {"rank": "rank", **{f: (f"{f} %", measured) for f in order}},
+                64 if ranks is None else len(shown), "kernel_families", total=len(shares))
+
+
+def _of_rank(frame: pd.DataFrame, rank: int) -> pd.DataFrame:
+    return frame[frame["rank"] == rank] if not frame.empty else frame
 
 
 def kernels_section(tables: Tables, findings: list[Finding]) -> Section | None:
@@ -120,20 +105,16 @@ def kernels_section(tables: Tables, findings: list[Finding]) -> Section | None:
     focus_ranks = [int(r) for r in focus["rank"] if int(r) in set(ranks)] if many and not focus.empty else None
     if focus_ranks:  # many ranks: the slowest ones, their peers and the median rank first
         ranks = focus_ranks + [r for r in ranks if r not in set(focus_ranks)]
-    per_rank = [{"rank": r,
-                 "kernels": _named(KERNELS, per_rank_k[per_rank_k["rank"] == r], PER_RANK_ROWS)
-                 if not per_rank_k.empty else None,
-                 "ops": _named(OPS, per_rank_o[per_rank_o["rank"] == r], PER_RANK_ROWS) if not per_rank_o.empty else None}
-                for r in ranks[:MAX_RANKS]] if len(ranks) > 1 else []
+    per_rank = [{"rank": r, "kernels": _named(KERNELS, _of_rank(per_rank_k, r), PER_RANK_ROWS),
+                 "ops": _named(OPS, _of_rank(per_rank_o, r), PER_RANK_ROWS)} for r in ranks[:MAX_RANKS]] \
+        if len(ranks) > 1 else []
     families = table(tables, "kernel_families")
-    longest, idle_ops = table(tables, "idle_longest"), table(tables, "idle_ops")
     data = {
-        "kernels": _named(KERNELS, kernels, TOP_ROWS) if not kernels.empty else None,
-        "ops": _named(OPS, ops, TOP_ROWS) if not ops.empty else None,
+        "kernels": _named(KERNELS, kernels, TOP_ROWS), "ops": _named(OPS, ops, TOP_ROWS),
         "families": _families(families, focus_ranks) if not families.empty else None,
         "per_rank": per_rank, "ranks_more": max(0, len(ranks) - MAX_RANKS) if len(ranks) > 1 else 0,
-        "longest_gaps": _named(GAPS, longest, TOP_ROWS // 2) if not longest.empty else None,
-        "idle_ops": _named(IDLE_OPS, idle_ops, TOP_ROWS // 2) if not idle_ops.empty else None,
+        "longest_gaps": _named(GAPS, table(tables, "idle_longest"), TOP_ROWS // 2),
+        "idle_ops": _named(IDLE_OPS, table(tables, "idle_ops"), TOP_ROWS // 2),
     }
     figures = [f for f in (kernels_chart(kernels), families_chart(families, many)) if f]
     return Section("kernels", "Kernels and ops", TEMPLATE, data, figures)
