@@ -1,22 +1,63 @@
 """The efficiency analyzer, `analyze_efficiency(analysis)`: compute findings from the op roofline (GEMMs the tensor
 cores do not want, tiny launch-bound or FP32 GEMMs; unfused attention, chains of memory-bound ops), and what the
-tables cannot say on their own (a device the device table does not know)."""
+tables cannot say on their own (a device the device table does not know). What they share (`basis_view`): the
+instances that count, their roofline figures, and a cost per step."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.efficiency.evidence import Basis, basis_view, ranks_of
+from perftracker.analyzers.efficiency.instances import op_instances_view
+from perftracker.analyzers.efficiency.mfu import step_mfu_view
 from perftracker.analyzers.efficiency.reported import reported_findings
-from perftracker.analyzers.efficiency.roofline import device_names, device_of_ranks
-from perftracker.analyzers.findings import Finding, Kind, Severity
+from perftracker.analyzers.efficiency.roofline import device_names, device_of_ranks, roofline
+from perftracker.analyzers.findings import Cost, Finding, Kind, Severity
 from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.evidence.traces import EfficiencyEvidence, ShapeRow
 
 ALIGN = {"bf16": 8, "fp16": 8, "fp8": 16, "fp4": 32, "fp32": 4, "fp64": 2}
 _SHAPE_KEYS = ["op", "shape", "dtype", "m", "n", "k"]
+
+
+@dataclass(frozen=True)
+class Basis:
+    instances: pd.DataFrame  # modelled instances in periods, with the roofline columns
+    periods: int
+    mean_period_ns: float
+
+    def cost(self, saved_ns: float) -> Cost:
+        if self.periods <= 0 or not saved_ns > 0:
+            return Cost()
+        per = saved_ns / self.periods
+        share = per / self.mean_period_ns if self.mean_period_ns > 0 else 0.0
+        return Cost(seconds_per_step=per / 1e9, share_of_step=min(share, 1.0))
+
+
+def ranks_of(frame: pd.DataFrame) -> tuple[int, ...]:
+    """The ranks of `frame`'s rows (at most 64), for a finding's `ranks`."""
+    return tuple(sorted({int(r) for r in frame["rank"].tolist()}))[:64] if "rank" in frame.columns else ()
+
+
+def basis_view(analysis: Analysis) -> Basis:
+    """The `Basis` of this analysis, computed once."""
+    mfu = analysis.view(step_mfu_view)
+    inst = analysis.view(op_instances_view)
+    if len(mfu) and len(inst):
+        keys = mfu[["rank", "window", "step"]].astype(np.int64)
+        inst = inst.merge(keys, how="inner", on=["rank", "window", "step"])
+        devices = device_of_ranks(analysis)
+        by_device: dict[str, list[int]] = {}
+        for rank, device in devices.items():
+            by_device.setdefault(device.name if device is not None else "", []).append(rank)
+        named = {d.name: d for d in devices.values() if d is not None}
+        parts = [roofline(part, named.get(name)) for name, ranks in by_device.items()
+                 if len(part := inst[inst["rank"].isin(ranks)])]
+        inst = pd.concat(parts, ignore_index=True) if parts else inst
+    return Basis(inst, len(mfu), float(mfu["step_ns"].mean()) if len(mfu) else float("nan"))
 
 
 def _severity(basis: Basis, saved_ns: float, count: int, share: float = 0.0) -> Severity:

@@ -3,8 +3,7 @@ forward and backward): FLOPs 2*B*H*Sq*Sk*(D_qk + D_v), halved under a causal mas
 
 from __future__ import annotations
 
-from perftracker.analyzers.efficiency.model import ModelFn, OpModel
-from perftracker.analyzers.efficiency.shapes import ELEMENT_BYTES, FLOAT_DTYPES, OpArgs
+from perftracker.analyzers.efficiency.shapes import ELEMENT_BYTES, FLOAT_DTYPES, ModelFn, OpArgs, OpModel
 
 BWD_FACTOR = 2.5
 

@@ -6,8 +6,14 @@ from __future__ import annotations
 import math
 from functools import partial
 
-from perftracker.analyzers.efficiency.model import ModelFn, OpModel, dims_label
-from perftracker.analyzers.efficiency.shapes import ELEMENT_BYTES, FLOAT_DTYPES, OpArgs
+from perftracker.analyzers.efficiency.shapes import (
+    ELEMENT_BYTES,
+    FLOAT_DTYPES,
+    ModelFn,
+    OpArgs,
+    OpModel,
+    dims_label,
+)
 
 
 def _conv(args: OpArgs, x_at: int, stride_at: int, transposed_at: int | None, groups_at: int,

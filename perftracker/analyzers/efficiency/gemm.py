@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import math
 
-from perftracker.analyzers.efficiency.model import ModelFn, OpModel
-from perftracker.analyzers.efficiency.shapes import ELEMENT_BYTES, FLOAT_DTYPES, OpArgs
+from perftracker.analyzers.efficiency.shapes import ELEMENT_BYTES, FLOAT_DTYPES, ModelFn, OpArgs, OpModel
 
 
 def gemm_model(m: int, n: int, k: int, batch: int, a_dtype: str, b_dtype: str, out_dtype: str, bias: bool = False,
@@ -81,3 +80,10 @@ def grouped_mm(args: OpArgs) -> OpModel | None:
     if len(a) == 3 and len(b) == 3 and a[0] == b[0] and a[2] == b[1]:
         return gemm_model(a[1], b[2], a[2], a[0], args.dtype(0), args.dtype(1), "bf16")
     return None
+
+
+GEMM_MODELS: dict[str, ModelFn] = {
+    "aten::mm": mm, "aten::addmm": addmm, "aten::_addmm_activation": addmm, "aten::bmm": bmm, "aten::baddbmm": baddbmm,
+    "aten::matmul": matmul, "aten::linear": linear, "aten::_scaled_mm": scaled_mm, "aten::_grouped_mm": grouped_mm,
+    "aten::_scaled_grouped_mm": grouped_mm,
+}

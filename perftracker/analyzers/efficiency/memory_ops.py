@@ -4,8 +4,14 @@ run on vector units, not the matrix units MFU and the roofline's compute roof ar
 
 from __future__ import annotations
 
-from perftracker.analyzers.efficiency.model import ModelFn, OpModel, dims_label
-from perftracker.analyzers.efficiency.shapes import ELEMENT_BYTES, FLOAT_DTYPES, OpArgs
+from perftracker.analyzers.efficiency.shapes import (
+    ELEMENT_BYTES,
+    FLOAT_DTYPES,
+    ModelFn,
+    OpArgs,
+    OpModel,
+    dims_label,
+)
 
 _ELEMENTWISE = (
     "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "neg", "exp", "log", "pow", "sqrt", "rsqrt", "tanh",
