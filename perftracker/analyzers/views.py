@@ -13,8 +13,7 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.compare.summaries import op_totals_view, settings_view
 from perftracker.analyzers.coverage import run_summary_view
-from perftracker.analyzers.efficiency.mfu import step_mfu_view
-from perftracker.analyzers.efficiency.tables import device_peaks_view, op_efficiency_view
+from perftracker.analyzers.efficiency.tables import device_peaks_view, op_efficiency_view, step_mfu_view
 from perftracker.analyzers.failures.waitview import wait_graph_view
 from perftracker.analyzers.health.gpu_tables import gpu_series_table, gpu_throttle_table
 from perftracker.analyzers.health.port_tables import (

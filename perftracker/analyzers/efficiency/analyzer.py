@@ -12,9 +12,9 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.efficiency.instances import op_instances_view
-from perftracker.analyzers.efficiency.mfu import step_mfu_view
 from perftracker.analyzers.efficiency.reported import reported_findings
 from perftracker.analyzers.efficiency.roofline import device_names, device_of_ranks, roofline
+from perftracker.analyzers.efficiency.tables import step_mfu_view
 from perftracker.analyzers.findings import Cost, Finding, Kind, Severity
 from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.evidence.traces import EfficiencyEvidence, ShapeRow

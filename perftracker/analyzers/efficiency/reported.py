@@ -8,8 +8,8 @@ import numpy as np
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.efficiency.devices import Device
-from perftracker.analyzers.efficiency.mfu import step_mfu_view
 from perftracker.analyzers.efficiency.roofline import device_of_ranks
+from perftracker.analyzers.efficiency.tables import step_mfu_view
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.thresholds import threshold
 from perftracker.evidence.traces import EfficiencyEvidence

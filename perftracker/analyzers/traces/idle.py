@@ -11,7 +11,6 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.thresholds import threshold, threshold_int
-from perftracker.analyzers.traces.cpu_context import cpu_ops_during
 from perftracker.analyzers.traces.exec_trace import op_shapes
 from perftracker.analyzers.traces.gpu_time import as_int, gpu_work, gpu_work_view
 from perftracker.analyzers.traces.grouping import value_test
@@ -154,7 +153,7 @@ def idle_costs_view(analysis: Analysis) -> pd.DataFrame:
 
 def analyze_idle(analysis: Analysis) -> list[Finding]:
     # gap_ops reads this module's gaps; imported here, where both modules are complete
-    from perftracker.analyzers.traces.gap_ops import gap_evidence, gap_headline
+    from perftracker.analyzers.traces.gap_ops import cpu_ops_during, gap_evidence, gap_headline
 
     store = analysis.store
     gaps = analysis.view(idle_gaps_view)
