@@ -67,7 +67,7 @@ NOT_THRESHOLDS = {
     "health/link_stalls.py": {"EPOCH_NS"},  # tells wall-clock from monotonic ns
     "health/rdma.py": {"ACTIVE"},  # sysfs port state code
     "nccl/tables.py": {"MAX_VARIABLES", "MAX_WARNS"},  # rows shown
-    "efficiency/attention.py": {"BWD_FACTOR"},  # the FLOPs model: backward = 2.5x forward (recompute included)
+    "efficiency/models.py": {"BWD_FACTOR"},  # the FLOPs model: backward = 2.5x forward (recompute included)
     "efficiency/devices.py": {"MAX_FIGURE"},  # a device file's figure beyond this is a typo (input check)
     "efficiency/shapes.py": {"MAX_DIM"},  # a recorded dimension beyond this is damage (input check)
     "failures/roots.py": {"_SHOWN"},  # ranks named in a title

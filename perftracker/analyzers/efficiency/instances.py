@@ -1,6 +1,5 @@
 """Every modelled op instance of the run with its FLOPs, bytes and the GPU time of the kernels it launched
-(`op_instances_view`: those without a modelled ancestor); `model_op(name, args)` over `MODELS`, the one table of op
-names and their shape models (None: no model fits, never a guess)."""
+(`op_instances_view`: those without a modelled ancestor)."""
 
 from __future__ import annotations
 
@@ -11,11 +10,8 @@ import numpy.typing as npt
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.efficiency.attention import ATTENTION_MODELS, MATH_ATTENTION
-from perftracker.analyzers.efficiency.conv import CONV_MODELS
-from perftracker.analyzers.efficiency.gemm import GEMM_MODELS
-from perftracker.analyzers.efficiency.memory_ops import MEMORY_MODELS
-from perftracker.analyzers.efficiency.shapes import ModelFn, OpArgs, OpModel, parse_args
+from perftracker.analyzers.efficiency.models import MATH_ATTENTION, MODELS, model_op
+from perftracker.analyzers.efficiency.shapes import parse_args
 from perftracker.analyzers.traces.cpu_ops import cpu_calls_view
 from perftracker.analyzers.traces.gpu_time import gpu_work_view
 from perftracker.analyzers.traces.grouping import per_value
@@ -27,18 +23,7 @@ _MODEL_FIELDS = ("family", "flops", "bytes", "dtype", "shape", "m", "n", "k", "b
 INSTANCE_COLUMNS = ["rank", "window", "step", "op", *_MODEL_FIELDS, "math_attention", "kernels", "gpu_ns", "start_ns"]
 AUTOGRAD = "autograd::engine::evaluate_function"
 _HOST_COPY = re.compile(r"(?i)HtoD|DtoH|HtoH|PtoP|HostToDevice|DeviceToHost|PeerToPeer")
-MODELS: dict[str, ModelFn] = {**MEMORY_MODELS, **CONV_MODELS, **ATTENTION_MODELS, **GEMM_MODELS}
 
-
-def model_op(name: str, args: OpArgs) -> OpModel | None:
-    """The model of `name` applied to `args`, None when no model applies."""
-    fn = MODELS.get(name)
-    if fn is None:
-        return None
-    try:
-        return fn(args)
-    except (IndexError, ValueError, ZeroDivisionError):  # arguments that do not fit the op's signature
-        return None
 
 
 def _shapes(analysis: Analysis) -> pd.DataFrame:

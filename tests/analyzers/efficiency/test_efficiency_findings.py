@@ -13,7 +13,7 @@ import pytest
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.efficiency.analyzer import analyze_efficiency
 from perftracker.analyzers.efficiency.devices import device_table
-from perftracker.analyzers.efficiency.instances import model_op
+from perftracker.analyzers.efficiency.models import model_op
 from perftracker.analyzers.efficiency.shapes import parse_args
 from perftracker.analyzers.efficiency.tables import op_efficiency_view, step_mfu_view
 from perftracker.analyzers.findings import Finding
