@@ -8,9 +8,15 @@ import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.efficiency.devices import DTYPES, Device
+from perftracker.analyzers.efficiency.devices import (
+    DTYPES,
+    ROOF_COLUMNS,
+    Device,
+    device_names,
+    device_of_ranks,
+    roofline,
+)
 from perftracker.analyzers.efficiency.instances import op_instances_view, unmodelled_view
-from perftracker.analyzers.efficiency.roofline import ROOF_COLUMNS, device_names, device_of_ranks, roofline
 from perftracker.analyzers.traces.gpu_time import gpu_work_view
 
 GROUP = ["device", "op", "family", "shape", "dtype", "backward"]

@@ -197,7 +197,7 @@ def test_roofline_bounds_and_percentages_exact() -> None:
     # memory can be (cache), and an FP32 GEMM faster than the FP32 units (TF32)
     import pandas as pd
 
-    from perftracker.analyzers.efficiency.roofline import roofline
+    from perftracker.analyzers.efficiency.devices import roofline
 
     h100 = device_table().match("NVIDIA H100 80GB HBM3")
     frame = pd.DataFrame({"flops": [1e12, 0.0, 0.0, 1e12], "bytes": [1e9, 1.675e9, 1e9, 1e9],
