@@ -114,12 +114,8 @@ def next_kernels_view(analysis: Analysis) -> pd.DataFrame:
     after = after[["rank", "window", "correlation", "name", "family", "dur_ns", "launched_by", "step"]].rename(
         columns={"correlation": "next_correlation", "name": "kernel", "dur_ns": "kernel_ns"})
     joined = gaps.merge(after, how="left", on=["rank", "window", "next_correlation"])
-    joined["kernel"] = joined["kernel"].astype(object).fillna("")
-    joined["family"] = joined["family"].astype(object).fillna("")
-    joined["launched_by"] = joined["launched_by"].astype(object).fillna("")
-    joined["kernel_ns"] = joined["kernel_ns"].fillna(-1).astype(np.int64)
-    joined["step"] = joined["step"].fillna(-1).astype(np.int64)
-    return joined
+    texts = {c: joined[c].astype(object).fillna("") for c in ("kernel", "family", "launched_by")}
+    return joined.assign(**texts, **{c: joined[c].fillna(-1).astype(np.int64) for c in ("kernel_ns", "step")})
 
 
 def longest_gaps_view(analysis: Analysis) -> pd.DataFrame:
