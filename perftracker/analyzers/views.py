@@ -56,7 +56,7 @@ from perftracker.analyzers.traces.kernels import (
     ops_per_rank_view,
     ops_view,
 )
-from perftracker.analyzers.traces.timeline import timeline_view
+from perftracker.analyzers.traces.merged_timeline import timeline_view
 from perftracker.analyzers.whatif.analyzer import whatif_optypes_view, whatif_workers_view
 
 TableView = Callable[[Analysis], pd.DataFrame]
