@@ -84,9 +84,8 @@ def steps_section(tables: Tables, findings: list[Finding]) -> Section | None:
     figures = [f for f in found if f]
     if not figures:
         return None
-    shown = stats.assign(**{f"{c}_ms": (stats[f"{c}_s"] * 1e3) for c in ("median", "p90", "max")}) \
-        if not stats.empty else stats
-    data = _rows(shown, STEP_COLUMNS, "step_stats", tables) if not stats.empty else {}
+    data = _rows(stats.assign(**{f"{c}_ms": (stats[f"{c}_s"] * 1e3) for c in ("median", "p90", "max")}), STEP_COLUMNS,
+                 "step_stats", tables) if not stats.empty else {}
     return Section("steps", "Step time", TEMPLATE, data, figures)
 
 
@@ -138,9 +137,7 @@ def timeline_title(timeline: pd.DataFrame, focus: pd.DataFrame, ranks: int) -> s
 
 def timeline_section(tables: Tables, findings: list[Finding]) -> Section | None:
     timeline = table(tables, "timeline")
-    ranks = rank_layout(tables)[0]
-    chart = charts.timeline_chart(timeline, timeline_title(timeline, table(tables, "rank_focus"), ranks)) \
-        if not timeline.empty else None
+    chart = charts.timeline_chart(timeline, timeline_title(timeline, table(tables, "rank_focus"), rank_layout(tables)[0]))
     return Section("timeline", "Timeline of a representative step", TEMPLATE, {}, [chart]) if chart else None
 
 
