@@ -156,15 +156,11 @@ def _unmodelled(calls: pd.DataFrame, kernels: pd.DataFrame, owned: npt.NDArray[n
     return out[["rank", "op", "kernels", "gpu_ns"]]
 
 
-def _both(analysis: Analysis) -> tuple[pd.DataFrame, pd.DataFrame]:
-    return op_instances(analysis)
-
-
 def op_instances_view(analysis: Analysis) -> pd.DataFrame:
     """Every modelled op instance (docs/internals/analyzers.md), computed once per analysis."""
-    return analysis.view(_both)[0]
+    return analysis.view(op_instances)[0]
 
 
 def unmodelled_view(analysis: Analysis) -> pd.DataFrame:
     """The GPU time no model covers, by launching op and rank."""
-    return analysis.view(_both)[1]
+    return analysis.view(op_instances)[1]
