@@ -43,7 +43,7 @@ def compare_side(trace: str, theirs_file: str) -> None:
 
     import numpy as np
 
-    from perftracker.analyzers.efficiency.catalog import model_op
+    from perftracker.analyzers.efficiency.models import model_op
     from perftracker.analyzers.efficiency.shapes import parse_args
 
     theirs = {(r["name"], round(r["ts"] * 1000)): r for r in json.loads(Path(theirs_file).read_text())}

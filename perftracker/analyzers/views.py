@@ -13,8 +13,7 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.compare.summaries import op_totals_view, settings_view
 from perftracker.analyzers.coverage import run_summary_view
-from perftracker.analyzers.efficiency.mfu import step_mfu_view
-from perftracker.analyzers.efficiency.tables import device_peaks_view, op_efficiency_view
+from perftracker.analyzers.efficiency.tables import device_peaks_view, op_efficiency_view, step_mfu_view
 from perftracker.analyzers.failures.waitview import wait_graph_view
 from perftracker.analyzers.health.tables import (
     gpu_series_table,
@@ -58,7 +57,7 @@ from perftracker.analyzers.traces.kernels import (
     ops_per_rank_view,
     ops_view,
 )
-from perftracker.analyzers.traces.timeline import timeline_view
+from perftracker.analyzers.traces.merged_timeline import timeline_view
 from perftracker.analyzers.whatif.analyzer import whatif_optypes_view, whatif_workers_view
 
 TableView = Callable[[Analysis], pd.DataFrame]

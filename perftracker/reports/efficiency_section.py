@@ -63,7 +63,7 @@ def efficiency_section(tables: Tables, findings: list[Finding]) -> Section | Non
         "unknown": [name or "no device name in the trace" for name in unknown],
         "devices": [f"{r['device']}: {r['source']}" for _, r in peaks[peaks["known"].astype(bool)].iterrows()]
         if len(peaks) else [],
-        "coverage": number(100.0 * modelled_ns / (modelled_ns + other_ns)) if modelled_ns + other_ns > 0 else "-",
+        "coverage": number(100.0 * modelled_ns / (modelled_ns + other_ns)),
     }
     roof = roofline_chart(modelled, peaks)
     return Section(key="efficiency", title="Efficiency", template=TEMPLATE, data=data, figures=[roof] if roof else [])

@@ -8,6 +8,7 @@ each straggler's root-cause chain, the causes; their figures (`gpu_figures`, `rd
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
@@ -18,7 +19,7 @@ from perftracker.analyzers.findings import Finding, Kind
 from perftracker.evidence import as_evidence
 from perftracker.evidence.network import NcclConfigEvidence
 from perftracker.reports.charts import label
-from perftracker.reports.sections import Section, Tables, grid, listed, root_causes, table
+from perftracker.reports.sections import Column, Section, Tables, grid, listed, root_causes, table
 
 ACTIVE = 4  # sysfs port state "4: ACTIVE"
 MAX_PORT_ROWS = 64  # the rest of the ports are in tables/rdma_ports.parquet, named under the table
@@ -27,7 +28,8 @@ SHADE = {"thermal": "rgba(220,60,60,0.18)", "hw_slowdown": "rgba(230,140,20,0.18
          "power_brake": "rgba(120,60,200,0.18)"}
 GPU_ROWS = ((1, "sm_clock_mhz"), (2, "temp_c"), (3, "power_w"))
 MAX_ROWS = 64  # rows of each table on the page; the rest is in tables/<view>.parquet, named under the table
-TRANSPORT_COLUMNS = ("host", "transport", "network", "nics", "intra")
+TRANSPORT_COLUMNS = {c: (name, str) for c, name in (("host", "host"), ("transport", "transport"), ("network", "network"),
+                                                    ("nics", "NICs"), ("intra", "intra-node"))}
 WARN_COLUMNS = ("host", "pid", "message", "count", "file", "line")
 BUSBW_COLUMNS = {"source": "source", "what": "measured", "size_bytes": "bytes", "busbw_gbs": "busbw GB/s",
                  "expected_gbs": "expected GB/s", "share": "share", "bound_by": "bounded by"}
@@ -170,7 +172,7 @@ def _config(config: pd.DataFrame, flagged: pd.DataFrame) -> dict[str, Any]:
     return {"variables": variables, "rows": rows[:MAX_ROWS], "more": max(0, len(rows) - MAX_ROWS)}
 
 
-def _grid(tables: Tables, name: str, columns: dict[str, str]) -> dict[str, Any]:
+def _grid(tables: Tables, name: str, columns: Mapping[str, Column]) -> dict[str, Any]:
     """The view `name` as a `grid` (its rows: none without the view)."""
     frame = table(tables, name)
     return grid(frame, columns, source=name) if not frame.empty else {"rows": []}
@@ -181,15 +183,11 @@ def nccl_section(tables: Tables, findings: list[Finding]) -> Section | None:
     summary = table(tables, "nccl_summary")
     if summary.empty:
         return None
-    transports = table(tables, "nccl_transports")
     warns = table(tables, "nccl_warns")
     data = {
         "profile": str(summary["profile"].iloc[0]),
         "config": _config(table(tables, "nccl_config"), table(tables, "nccl_flagged")),
-        "transports": [[str(v) for v in values] for values in
-                       zip(*(transports[c].head(MAX_ROWS).tolist() for c in TRANSPORT_COLUMNS))]
-        if not transports.empty else [],
-        "transports_more": max(0, len(transports) - MAX_ROWS),
+        "transports": _grid(tables, "nccl_transports", TRANSPORT_COLUMNS),
         "warn_lines": int(summary["warn_lines"].iloc[0]),
         "warns": [{"where": f"{host}:{pid}", "message": str(message), "count": int(count), "at": f"{file}:{line}"}
                   for host, pid, message, count, file, line in

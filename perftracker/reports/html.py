@@ -28,11 +28,11 @@ from perftracker.reports.efficiency_section import efficiency_section
 from perftracker.reports.evidence import evidence_items, number
 from perftracker.reports.health_sections import gpu_section, inspector_section, nccl_section, rdma_section
 from perftracker.reports.json_report import biggest_cost, verdict
-from perftracker.reports.kernel_section import kernels_section
 from perftracker.reports.sections import Section, SectionFn, Tables, table
 from perftracker.reports.templating import ENV, write_page
 from perftracker.reports.trace_sections import (
     breakdown_section,
+    kernels_section,
     layout_section,
     overlap_section,
     profile_section,

@@ -46,11 +46,12 @@ NOT_THRESHOLDS = {
     # the replay's own consistency check; replays per worker; the paper's M_W
     "whatif/analyzer.py": {"REPLAY_TOL", "MAX_EXACT_WORKERS", "TOP_WORKERS_PCT"},
     "whatif/ops_graph.py": {"NEG_TRANSFER_NS"},  # clock tolerance of the records
-    "traces/merged_timeline.py": {"DEFAULT_MAX_RANKS", "DEFAULT_MAX_EVENTS", "LATE_MARK_MS"},  # timeline size, marks
+    # timeline size, marks; the report's timeline chart size
+    "traces/merged_timeline.py": {"DEFAULT_MAX_RANKS", "DEFAULT_MAX_EVENTS", "LATE_MARK_MS", "MAX_TIMELINE_RANKS",
+                                  "MAX_BOXES_PER_LANE", "FOCUS_SLOWEST", "FOCUS_PEERS"},
     "traces/kernels.py": {"TOP_ALL", "TOP_PER_RANK", "TOP_SELF"},  # table rows shown
     "traces/gap_ops.py": {"TOP_OPS", "LONGEST", "OPS_PER_GAP"},  # table rows shown
     "traces/per_rank.py": {"CHUNK_ROWS"},  # memory per chunk
-    "traces/timeline.py": {"MAX_TIMELINE_RANKS", "MAX_BOXES_PER_LANE", "FOCUS_SLOWEST", "FOCUS_PEERS"},  # chart size
     "stragglers/stack_profile.py": {"MAX_FRAMES", "MAX_RANKS", "MIN_SHARE", "MIN_SPREAD"},  # rows of a report table
     "ranks/focus.py": {"TOP_K", "MAX_PEERS"},  # ranks shown
     "ranks/groups.py": {"MANY_RANKS", "MAX_GROUPS"},  # when charts bin ranks
@@ -65,7 +66,7 @@ NOT_THRESHOLDS = {
     "health/link_stalls.py": {"EPOCH_NS"},  # tells wall-clock from monotonic ns
     "health/rdma.py": {"ACTIVE"},  # sysfs port state code
     "nccl/tables.py": {"MAX_VARIABLES", "MAX_WARNS"},  # rows shown
-    "efficiency/attention.py": {"BWD_FACTOR"},  # the FLOPs model: backward = 2.5x forward (recompute included)
+    "efficiency/models.py": {"BWD_FACTOR"},  # the FLOPs model: backward = 2.5x forward (recompute included)
     "efficiency/devices.py": {"MAX_FIGURE"},  # a device file's figure beyond this is a typo (input check)
     "efficiency/shapes.py": {"MAX_DIM"},  # a recorded dimension beyond this is damage (input check)
     "failures/roots.py": {"_SHOWN"},  # ranks named in a title

@@ -17,7 +17,7 @@ import pytest
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.ranks.focus import binned, focus_ranks, rank_measures, spread_over_steps
 from perftracker.analyzers.ranks.groups import MAX_GROUPS, group_ranks, layout
-from perftracker.analyzers.traces.timeline import pick_ranks
+from perftracker.analyzers.traces.merged_timeline import pick_ranks
 from perftracker.reports import html as html_report
 from tests.reports.test_report_browser import DESKTOP, NARROW, assert_reads_cleanly, render_checked
 

@@ -17,7 +17,7 @@ from api_helpers import analyzed
 from perftracker.analyzers.health import gpu_health, rdma, rdma_pfc
 from perftracker.analyzers.nccl import context
 from perftracker.analyzers.stragglers import collectives, stack_profile, steps, straggler
-from perftracker.analyzers.traces import cpu_ops, gpu_time, idle, kernels, timeline
+from perftracker.analyzers.traces import cpu_ops, gpu_time, idle, kernels, merged_timeline
 from perftracker.analyzers.views import REPORT_VIEWS
 from perftracker.outputs import TABLES, render_report
 
@@ -73,7 +73,7 @@ def test_report_rebuilds_every_section_from_tables_and_findings(tmp_path: Path, 
 
 HEAVY: list[tuple[Any, str]] = [
     (gpu_time, "gpu_work"), (gpu_time, "breakdown"), (gpu_time, "breakdown_per_step"), (idle, "idle_gaps"),
-    (timeline, "pick_ranks"), (collectives, "aligned_arrivals"), (straggler, "rank_metrics"),
+    (merged_timeline, "pick_ranks"), (collectives, "aligned_arrivals"), (straggler, "rank_metrics"),
     (steps, "step_stats"), (gpu_health, "gpu_wide"), (rdma, "port_series"), (rdma_pfc, "pfc_series"),
     (context, "build_context"), (stack_profile, "rank_profiles"), (cpu_ops, "cpu_calls"), (kernels, "families"),
 ]

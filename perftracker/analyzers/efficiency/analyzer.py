@@ -1,22 +1,64 @@
 """The efficiency analyzer, `analyze_efficiency(analysis)`: compute findings from the op roofline (GEMMs the tensor
 cores do not want, tiny launch-bound or FP32 GEMMs; unfused attention, chains of memory-bound ops), and what the
-tables cannot say on their own (a device the device table does not know)."""
+tables cannot say on their own (a device the device table does not know; the job log's own throughput figures judged
+against the device). What they share (`basis_view`): the instances that count, their roofline figures, and a cost
+per step."""
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.efficiency.evidence import Basis, basis_view, ranks_of
-from perftracker.analyzers.efficiency.reported import reported_findings
-from perftracker.analyzers.efficiency.roofline import device_names, device_of_ranks
-from perftracker.analyzers.findings import Finding, Kind, Severity
+from perftracker.analyzers.efficiency.devices import Device, device_names, device_of_ranks, roofline
+from perftracker.analyzers.efficiency.instances import op_instances_view
+from perftracker.analyzers.efficiency.tables import step_mfu_view
+from perftracker.analyzers.findings import Cost, Finding, Kind, Severity
 from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.evidence.traces import EfficiencyEvidence, ShapeRow
 
 ALIGN = {"bf16": 8, "fp16": 8, "fp8": 16, "fp4": 32, "fp32": 4, "fp64": 2}
 _SHAPE_KEYS = ["op", "shape", "dtype", "m", "n", "k"]
+
+
+@dataclass(frozen=True)
+class Basis:
+    instances: pd.DataFrame  # modelled instances in periods, with the roofline columns
+    periods: int
+    mean_period_ns: float
+
+    def cost(self, saved_ns: float) -> Cost:
+        if self.periods <= 0 or not saved_ns > 0:
+            return Cost()
+        per = saved_ns / self.periods
+        share = per / self.mean_period_ns if self.mean_period_ns > 0 else 0.0
+        return Cost(seconds_per_step=per / 1e9, share_of_step=min(share, 1.0))
+
+
+def ranks_of(frame: pd.DataFrame) -> tuple[int, ...]:
+    """The ranks of `frame`'s rows (at most 64), for a finding's `ranks`."""
+    return tuple(sorted({int(r) for r in frame["rank"].tolist()}))[:64] if "rank" in frame.columns else ()
+
+
+def basis_view(analysis: Analysis) -> Basis:
+    """The `Basis` of this analysis, computed once."""
+    mfu = analysis.view(step_mfu_view)
+    inst = analysis.view(op_instances_view)
+    if len(mfu) and len(inst):
+        keys = mfu[["rank", "window", "step"]].astype(np.int64)
+        inst = inst.merge(keys, how="inner", on=["rank", "window", "step"])
+        devices = device_of_ranks(analysis)
+        by_device: dict[str, list[int]] = {}
+        for rank, device in devices.items():
+            by_device.setdefault(device.name if device is not None else "", []).append(rank)
+        named = {d.name: d for d in devices.values() if d is not None}
+        parts = [roofline(part, named.get(name)) for name, ranks in by_device.items()
+                 if len(part := inst[inst["rank"].isin(ranks)])]
+        inst = pd.concat(parts, ignore_index=True) if parts else inst
+    return Basis(inst, len(mfu), float(mfu["step_ns"].mean()) if len(mfu) else float("nan"))
 
 
 def _severity(basis: Basis, saved_ns: float, count: int, share: float = 0.0) -> Severity:
@@ -197,6 +239,67 @@ def elementwise_chains(basis: Basis) -> list[Finding]:
         evidence=EfficiencyEvidence(chains=len(chains), kernels=int(chains["length"].sum()),
                                     longest_chain=int(chains["length"].max()), saved_ms_total=round(saved / 1e6, 3)),
         cost=basis.cost(saved), key="elementwise_chains", confidence=0.6, ranks=ranks_of(chains))]
+
+
+def _device(analysis: Analysis) -> Device | None:
+    known = {d.name: d for d in device_of_ranks(analysis).values() if d is not None}
+    return next(iter(known.values())) if len(known) == 1 else None
+
+
+def _problem(device: Device | None, tflops: float, mfu: float) -> str:
+    """Why the reported figures cannot be right on `device` ('' when they can)."""
+    if mfu > 100:
+        return f"an MFU of {mfu:.1f}%, above 100%"
+    if device is None:
+        return ""
+    peaks = {d: p for d, p in device.peaks.items() if p > 0}
+    top = max(peaks.values(), default=math.nan)
+    if tflops > top:
+        return f"{tflops:.1f} TFLOP/s per GPU, above the {device.name}'s highest dense peak ({top:g} TFLOPS)"
+    if mfu > 0 and tflops > 0:
+        implied = tflops / (mfu / 100.0)
+        if not any(abs(implied - p) <= threshold("efficiency.reported_peak_match") * p for p in peaks.values()):
+            listed = ", ".join(f"{d} {p:g}" for d, p in peaks.items())
+            return (f"{tflops:.1f} TFLOP/s at {mfu:.1f}% MFU, which assumes a peak of {implied:.0f} TFLOPS; the "
+                    f"{device.name}'s dense peaks are {listed}")
+    return ""
+
+
+def reported_findings(analysis: Analysis) -> list[Finding]:
+    table = analysis.store.tables.get("reported_throughput")
+    if table is None or table.empty:
+        return []
+    device = _device(analysis)
+    measured = analysis.view(step_mfu_view)
+    ours = float(measured["tflops"].median()) if len(measured) and measured["model_flops"].gt(0).any() else math.nan
+    findings = []
+    for source, rows in table.groupby("source", sort=True):
+        tflops = float(np.nanmedian(rows["tflops"])) if rows["tflops"].notna().any() else math.nan
+        mfu = float(np.nanmedian(rows["mfu_pct"])) if rows["mfu_pct"].notna().any() else math.nan
+        problem = _problem(device, tflops, mfu)
+        where = f"{rows['file'].iloc[0]}:{int(rows['line'].iloc[0])}"
+        evidence = EfficiencyEvidence(
+            source=str(source), lines=len(rows), first_line=where,
+            reported_tflops_per_gpu_median=None if math.isnan(tflops) else round(tflops, 2),
+            reported_mfu_pct_median=None if math.isnan(mfu) else round(mfu, 2), device=device.name if device else "",
+            device_dense_peaks_tflops=dict(device.peaks) if device else {},
+            perftracker_tflops_per_gpu_median=None if math.isnan(ours) else round(ours, 2))
+        shown = "; ".join(t for t in (f"{tflops:.1f} TFLOP/s per GPU" if not math.isnan(tflops) else "",
+                                      f"MFU {mfu:.1f}%" if not math.isnan(mfu) else "") if t)
+        title, advice = ((f"The job's log reports {problem}: its throughput figures assume a peak this device does "
+                          "not have", "Fix the trainer's peak table for this device (torchtitan's get_peak_flops, "
+                          "Megatron's or NeMo's FLOPs callback) and compare with perftracker's step_mfu table, "
+                          "measured from the ops and perftracker/data/devices.toml's dense peaks.") if problem else
+                         (f"The job's {source} log reports {shown or 'throughput'} (median of {len(rows)} line(s))"
+                          + (f"; perftracker measured {ours:.1f} TFLOP/s per GPU from the traced ops"
+                             if not math.isnan(ours) else ""),
+                          "The log's figure counts the model's FLOPs analytically; perftracker's counts the modelled "
+                          "ops of the profiled steps. A large gap points at ops no model covers or a different FLOPs "
+                          "convention."))
+        findings.append(Finding(analyzer="efficiency", severity=Severity.WARNING if problem else Severity.INFO,
+                                title=title, recommendation=advice, evidence=evidence, key=f"reported:{source}",
+                                confidence=None))
+    return findings
 
 
 def analyze_efficiency(analysis: Analysis) -> list[Finding]:

@@ -10,8 +10,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.efficiency.attention import MATH_ATTENTION
-from perftracker.analyzers.efficiency.catalog import MODELS, model_op
+from perftracker.analyzers.efficiency.models import MATH_ATTENTION, MODELS, model_op
 from perftracker.analyzers.efficiency.shapes import parse_args
 from perftracker.analyzers.traces.cpu_ops import cpu_calls_view
 from perftracker.analyzers.traces.gpu_time import gpu_work_view
@@ -24,6 +23,7 @@ _MODEL_FIELDS = ("family", "flops", "bytes", "dtype", "shape", "m", "n", "k", "b
 INSTANCE_COLUMNS = ["rank", "window", "step", "op", *_MODEL_FIELDS, "math_attention", "kernels", "gpu_ns", "start_ns"]
 AUTOGRAD = "autograd::engine::evaluate_function"
 _HOST_COPY = re.compile(r"(?i)HtoD|DtoH|HtoH|PtoP|HostToDevice|DeviceToHost|PeerToPeer")
+
 
 
 def _shapes(analysis: Analysis) -> pd.DataFrame:
@@ -156,15 +156,11 @@ def _unmodelled(calls: pd.DataFrame, kernels: pd.DataFrame, owned: npt.NDArray[n
     return out[["rank", "op", "kernels", "gpu_ns"]]
 
 
-def _both(analysis: Analysis) -> tuple[pd.DataFrame, pd.DataFrame]:
-    return op_instances(analysis)
-
-
 def op_instances_view(analysis: Analysis) -> pd.DataFrame:
     """Every modelled op instance (docs/internals/analyzers.md), computed once per analysis."""
-    return analysis.view(_both)[0]
+    return analysis.view(op_instances)[0]
 
 
 def unmodelled_view(analysis: Analysis) -> pd.DataFrame:
     """The GPU time no model covers, by launching op and rank."""
-    return analysis.view(_both)[1]
+    return analysis.view(op_instances)[1]

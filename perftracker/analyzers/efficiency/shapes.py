@@ -1,9 +1,11 @@
-"""An op's arguments as the trace recorded them (`Input Dims`, `Input type`, `Concrete Inputs`), parsed and typed
-(`parse_args`: an `OpArgs`, None when they are not JSON lists of the expected shape)."""
+"""A shape model's input and answer: an op's arguments as the trace recorded them (`Input Dims`, `Input type`,
+`Concrete Inputs`), parsed and typed (`parse_args`: an `OpArgs`, None when they are not JSON lists of the expected
+shape), and what the op computes (`OpModel`: its FLOPs, a multiply-add counting two, and the least bytes it moves)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgspec
@@ -90,3 +92,31 @@ def parse_args(dims_text: str, types_text: str, concrete_text: str) -> OpArgs | 
     return OpArgs(dims=tuple(d for d in parsed if d is not None),
                   dtypes=tuple(dtype_of(t) if isinstance(t, str) else "" for t in types),
                   concrete=tuple(c if isinstance(c, str) else "" for c in concrete))
+
+
+@dataclass(frozen=True)
+class OpModel:
+    """family: gemm | attention | conv | norm | elementwise | reduction; dtype: the compute dtype ("bf16", ...);
+    shape: a short label of the dims; m, n, k, batch: a GEMM's problem (-1 for other families); causal: attention
+    with a causal mask; backward: the op computes gradients by its own name (autograd ancestors are found later)."""
+
+    family: str
+    flops: float
+    bytes: float
+    dtype: str
+    shape: str
+    m: int = -1
+    n: int = -1
+    k: int = -1
+    batch: int = -1
+    causal: bool = False
+    backward: bool = False
+
+
+ModelFn = Callable[[OpArgs], "OpModel | None"]
+
+
+def dims_label(args: OpArgs, indices: tuple[int, ...] | None = None) -> str:
+    """'[16,559,1024]x[1024,1024]': the tensor arguments' dims (those of `indices`, default all tensors)."""
+    picked = indices if indices is not None else tuple(i for i in range(len(args.dims)) if args.tensor(i))
+    return "x".join("[" + ",".join(map(str, args.dims[i])) + "]" for i in picked if args.tensor(i))

@@ -1,5 +1,6 @@
 """The efficiency tables of the report: per (op, shape, dtype) figures against the roofline (`op_efficiency_view`,
-with the time no model covers), and MFU per step."""
+with the time no model covers), and model FLOPs utilization per step and rank from the modelled ops of the step
+(`step_mfu_view`)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,22 @@ import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.efficiency.devices import DTYPES, Device
+from perftracker.analyzers.efficiency.devices import (
+    DTYPES,
+    ROOF_COLUMNS,
+    Device,
+    device_names,
+    device_of_ranks,
+    roofline,
+)
 from perftracker.analyzers.efficiency.instances import op_instances_view, unmodelled_view
-from perftracker.analyzers.efficiency.roofline import ROOF_COLUMNS, device_names, device_of_ranks, roofline
+from perftracker.analyzers.traces.gpu_time import gpu_work_view
 
 GROUP = ["device", "op", "family", "shape", "dtype", "backward"]
 EFFICIENCY_COLUMNS = [*GROUP, "count", "flops", "bytes", "gpu_ns", *ROOF_COLUMNS]
 _UNKNOWN = Device("", (), np.nan)  # a device the table does not know: no name, no figures
+MATRIX_FAMILIES = ("gemm", "attention", "conv")
+MFU_COLUMNS = ["rank", "window", "step", "model_flops", "step_ns", "dtype", "peak_tflops", "tflops", "mfu", "device"]
 
 
 def op_efficiency_view(analysis: Analysis) -> pd.DataFrame:
@@ -54,3 +64,53 @@ def device_peaks_view(analysis: Analysis) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=["rank", "trace_name", "known", "device", "memory_tbps", "source",
                                         *(f"peak_{d}" for d in DTYPES)])
     return frame.drop_duplicates(["trace_name", "device"]).drop(columns="rank").reset_index(drop=True)
+
+
+def _periods(analysis: Analysis) -> pd.DataFrame:
+    """rank, window, step, step_ns: the profiler steps, and a step -1 row for each window without any."""
+    steps = analysis.store.steps
+    prof = steps[steps["source"] == "profiler"][["rank", "window", "step", "dur_ns"]].rename(columns={"dur_ns": "step_ns"})
+    work = analysis.view(gpu_work_view)
+    spans = work.groupby(["rank", "window"], sort=True, observed=True).agg(
+        lo=("start_ns", "min"), hi=("end_ns", "max")).reset_index().reindex(columns=["rank", "window", "lo", "hi"])
+    have = set(zip(prof["rank"].tolist(), prof["window"].tolist()))
+    spans = spans.loc[np.array([(r, w) not in have for r, w in zip(spans["rank"].tolist(), spans["window"].tolist())],
+                               dtype=bool)]
+    windows = pd.DataFrame({"rank": spans["rank"], "window": spans["window"], "step": -1,
+                            "step_ns": (spans["hi"] - spans["lo"]).astype(np.int64)})
+    return pd.concat([prof, windows], ignore_index=True).astype({"rank": np.int64, "window": np.int64,
+                                                                  "step": np.int64, "step_ns": np.int64})
+
+
+def step_mfu_view(analysis: Analysis) -> pd.DataFrame:
+    """MFU per (rank, window, step): see docs/internals/analyzers.md."""
+    inst = analysis.view(op_instances_view)
+    inst = inst[inst["family"].isin(MATRIX_FAMILIES)]
+    periods = _periods(analysis) if len(inst) else pd.DataFrame()
+    if periods.empty:  # no steps, or no op shapes at all (record_shapes off): no MFU, rather than a false 0%
+        return pd.DataFrame({c: pd.Series(dtype="float64") for c in MFU_COLUMNS})
+    by_dtype = inst.groupby(["rank", "window", "step", "dtype"], sort=False)["flops"].sum().reset_index()
+    by_dtype = by_dtype.astype({"rank": np.int64, "window": np.int64, "step": np.int64})
+    total = by_dtype.groupby(["rank", "window", "step"])["flops"].sum().rename("model_flops")
+    top = by_dtype.sort_values("flops", ascending=False).drop_duplicates(["rank", "window", "step"])
+    out = periods.merge(total.reset_index(), how="left", on=["rank", "window", "step"])
+    out = out.merge(top[["rank", "window", "step", "dtype"]], how="left", on=["rank", "window", "step"])
+    out["model_flops"] = out["model_flops"].fillna(0.0)
+    out["dtype"] = out["dtype"].fillna("")
+    devices = device_of_ranks(analysis)
+    fp32 = inst[inst["dtype"] == "fp32"].groupby(["rank", "op", "shape"])[["flops", "gpu_ns"]].sum()
+    fp32_fastest = (fp32["flops"] / fp32["gpu_ns"].clip(lower=1) / 1e3).groupby(level="rank").max()  # per shape, as
+    # the roofline judges it: one instance's microsecond-rounded time is no evidence
+    peak = []
+    for rank, dtype in zip(out["rank"].tolist(), out["dtype"].tolist()):
+        device = devices.get(int(rank))
+        value = np.nan if device is None else device.peak(dtype)
+        if device is not None and dtype == "fp32" and float(fp32_fastest.get(rank, 0.0)) > device.peak("fp32"):
+            value = device.peak("tf32")  # an FP32 op ran faster than FP32 units can: TF32 was on
+        peak.append(value)
+    out["peak_tflops"] = np.array(peak, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["tflops"] = np.where(out["step_ns"] > 0, out["model_flops"] / out["step_ns"] / 1e3, np.nan)
+        out["mfu"] = out["tflops"] / out["peak_tflops"]
+    out["device"] = [d.name if (d := devices.get(int(r))) is not None else "" for r in out["rank"].tolist()]
+    return out[MFU_COLUMNS].sort_values(["rank", "window", "step"]).reset_index(drop=True)

@@ -1,7 +1,7 @@
 """The CPU side of a trace as call trees: each CPU event's parent, its self time, and the op it runs in.
 
 `cpu_calls(store)` (once per analysis: `cpu_calls_view`): one row per CPU event with its parent, self time and
-op.
+op. `top_level(events)` marks the CPU events not nested in another event of their thread.
 """
 
 from __future__ import annotations
@@ -118,3 +118,12 @@ def launch_ops(calls: pd.DataFrame) -> pd.DataFrame:
                         "correlation": launches["correlation"].to_numpy(),
                         "launched_by": pd.Categorical.from_codes(by, dtype=dtype)})
     return out.drop_duplicates(["rank", "window", "correlation"])
+
+
+def top_level(cpu: pd.DataFrame) -> pd.Series:
+    """True for the CPU events that start after every earlier event of their thread has ended."""
+    order = cpu.sort_values(["tid", "start_ns", "dur_ns"], ascending=[True, True, False])
+    end = order["start_ns"] + order["dur_ns"]
+    open_until = end.groupby(order["tid"]).cummax().groupby(order["tid"]).shift(1)
+    mask = open_until.isna() | (order["start_ns"] >= open_until)
+    return mask.reindex(cpu.index)

@@ -1,19 +1,23 @@
-"""What the CPU was doing while the GPU waited: the ops in the idle gaps, the longest gaps, the kernels after them."""
+"""What the CPU was doing while the GPU waited: the ops in the idle gaps, the longest gaps, the kernels after them,
+and the top-level CPU ops that overlap given time intervals (`cpu_ops_during`)."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
-from perftracker.analyzers.traces.cpu_ops import cpu_calls_view
+from perftracker.analyzers.traces.cpu_ops import cpu_calls_view, top_level
 from perftracker.analyzers.traces.grouping import Groups, Ints, codes_of
 from perftracker.analyzers.traces.idle import GAP_COLUMNS, idle_gaps_view
 from perftracker.analyzers.traces.intervals import covered_within, union
 from perftracker.analyzers.traces.kernels import kernel_work_view, profiled_steps
-from perftracker.evidence.traces import GapRow, IdleEvidence, IdleOpRow, TinyKernelRow
+from perftracker.evidence.traces import CpuOpRow, GapRow, IdleEvidence, IdleOpRow, TinyKernelRow
+from perftracker.store import Store
 from perftracker.values import short_symbol
 
 NO_OP = "(no profiled CPU op)"
@@ -21,6 +25,7 @@ TOP_OPS = 15
 LONGEST = 3
 OPS_PER_GAP = 3
 IDLE_OPS_COLUMNS = ["rank", "category", "name", "kind", "self_ns", "gap_ns", "share_pct"]
+DURING_KINDS = ("cpu_op", "collective_cpu", "runtime")  # user annotations wrap regions: not what the CPU did
 LONGEST_COLUMNS = ["rank", "window", "category", "step", "start_ns", "dur_ns", "cpu_ops", "next_kernel",
                    "launched_by"]
 
@@ -109,12 +114,8 @@ def next_kernels_view(analysis: Analysis) -> pd.DataFrame:
     after = after[["rank", "window", "correlation", "name", "family", "dur_ns", "launched_by", "step"]].rename(
         columns={"correlation": "next_correlation", "name": "kernel", "dur_ns": "kernel_ns"})
     joined = gaps.merge(after, how="left", on=["rank", "window", "next_correlation"])
-    joined["kernel"] = joined["kernel"].astype(object).fillna("")
-    joined["family"] = joined["family"].astype(object).fillna("")
-    joined["launched_by"] = joined["launched_by"].astype(object).fillna("")
-    joined["kernel_ns"] = joined["kernel_ns"].fillna(-1).astype(np.int64)
-    joined["step"] = joined["step"].fillna(-1).astype(np.int64)
-    return joined
+    texts = {c: joined[c].astype(object).fillna("") for c in ("kernel", "family", "launched_by")}
+    return joined.assign(**texts, **{c: joined[c].fillna(-1).astype(np.int64) for c in ("kernel_ns", "step")})
 
 
 def longest_gaps_view(analysis: Analysis) -> pd.DataFrame:
@@ -201,3 +202,42 @@ def _tiny_kernels(analysis: Analysis, ranks: list[int], rank_steps: float) -> li
     return [TinyKernelRow(kernel=str(t["kernel"])[:300], launched_by=str(t["launched_by"]), gaps_before=int(t["gaps"]),
                           idle_before_ms_per_step=round(float(t["idle"]) / rank_steps / 1e6, 3),
                           kernel_median_us=round(float(t["median"]) / 1e3, 1)) for t in table.to_dict("records")]
+
+
+def cpu_ops_during(store: Store, gaps: pd.DataFrame, limit: int = 5,
+                   shapes: Mapping[tuple[int, int, int], str] | None = None) -> list[CpuOpRow]:
+    """The top-level CPU work overlapping `gaps`, most time first (docs/internals/analyzers.md)."""
+    if gaps.empty or not store.n_events:
+        return []
+    overlap: dict[str, list[float]] = {}
+    seen_shapes: dict[str, Counter[str]] = {}
+    total_gap = 0
+    for (rank, window), mine in gaps.groupby(["rank", "window"], sort=True):
+        ev = store.rank_events(int(str(rank)))  # that rank's rows alone, not a mask over every event
+        cpu = ev[(ev["rank"] == rank) & (ev["window"] == window) & (ev["stream"] < 0) & ev["kind"].isin(DURING_KINDS)]
+        if cpu.empty:
+            continue
+        cpu = cpu[top_level(cpu).to_numpy()]
+        s, e = union(mine["start_ns"].to_numpy(np.int64), (mine["start_ns"] + mine["dur_ns"]).to_numpy(np.int64))
+        total_gap += int((e - s).sum())
+        start = cpu["start_ns"].to_numpy(np.int64)
+        inside = covered_within(s, e, start, start + cpu["dur_ns"].to_numpy(np.int64))
+        names = cpu["name"].astype(str).to_numpy()
+        external = cpu["external_id"].to_numpy()
+        key_rank, key_window = int(str(rank)), int(str(window))
+        for name, ns, ext in zip(names[inside > 0], inside[inside > 0], external[inside > 0]):
+            totals = overlap.setdefault(str(name), [0.0, 0.0])
+            totals[0] += float(ns)
+            totals[1] += 1
+            shape = shapes.get((key_rank, key_window, int(ext))) if shapes else None
+            if shape is not None and shape != "[]":
+                seen_shapes.setdefault(str(name), Counter())[shape] += 1
+    ranked = sorted(overlap.items(), key=lambda item: -item[1][0])[:limit]
+    found: list[CpuOpRow] = []
+    for name, (ns, count) in ranked:
+        entry = CpuOpRow(op=name, ms=round(ns / 1e6, 3), share_pct=round(100.0 * ns / total_gap, 1) if total_gap
+                         else 0.0, count=int(count))
+        if name in seen_shapes:
+            entry["input_shapes"] = seen_shapes[name].most_common(1)[0][0]
+        found.append(entry)
+    return found

@@ -11,7 +11,6 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import fmt_ms, hosts_of
 from perftracker.analyzers.findings import Cost, Finding, Severity
 from perftracker.analyzers.thresholds import threshold, threshold_int
-from perftracker.analyzers.traces.cpu_context import cpu_ops_during
 from perftracker.analyzers.traces.exec_trace import op_shapes
 from perftracker.analyzers.traces.gpu_time import as_int, gpu_work, gpu_work_view
 from perftracker.analyzers.traces.grouping import value_test
@@ -126,24 +125,17 @@ def idle_costs(gaps: pd.DataFrame, periods: pd.DataFrame) -> pd.DataFrame:
     columns = ["rank", "category", "idle_ns", "gaps", "median_ns"]
     if gaps.empty or periods.empty:
         return pd.DataFrame(columns=columns)
-    rows = []
     bounds = {key: (g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64))
               for key, g in periods.groupby(["rank", "window"])}
-    for (rank, window, category), group in gaps.groupby(["rank", "window", "category"], sort=True):
-        lo_hi = bounds.get((rank, window))
-        if lo_hi is None:
-            continue
-        group = group.sort_values("start_ns")
-        s = group["start_ns"].to_numpy(np.int64)
-        e = s + group["dur_ns"].to_numpy(np.int64)
-        rows.append({"rank": as_int(rank), "category": str(category),
-                     "idle_ns": int(covered_within(s, e, *lo_hi).sum()), "gaps": len(group),
-                     "durations": group["dur_ns"].to_numpy()})
-    if not rows:
+    gaps = gaps[[key in bounds for key in zip(gaps["rank"], gaps["window"])]].sort_values("start_ns")
+    if gaps.empty:
         return pd.DataFrame(columns=columns)
-    table = pd.DataFrame(rows).groupby(["rank", "category"], as_index=False).agg(
-        idle_ns=("idle_ns", "sum"), gaps=("gaps", "sum"), durations=("durations", lambda d: np.concatenate(list(d))))
-    table["median_ns"] = [float(np.median(d)) for d in table["durations"]]
+    inside = {key: int(covered_within(s := g["start_ns"].to_numpy(np.int64), s + g["dur_ns"].to_numpy(np.int64),
+                                      *bounds[key[:2]]).sum())
+              for key, g in gaps.groupby(["rank", "window", "category"], sort=True)}
+    table = gaps.groupby(["rank", "category"], as_index=False).agg(gaps=("dur_ns", "size"), median_ns=("dur_ns", "median"))
+    idle = pd.Series(inside).groupby(level=[0, 2]).sum()
+    table["idle_ns"] = idle.reindex(pd.MultiIndex.from_frame(table[["rank", "category"]])).to_numpy(np.int64)
     return table[columns]
 
 
@@ -154,7 +146,7 @@ def idle_costs_view(analysis: Analysis) -> pd.DataFrame:
 
 def analyze_idle(analysis: Analysis) -> list[Finding]:
     # gap_ops reads this module's gaps; imported here, where both modules are complete
-    from perftracker.analyzers.traces.gap_ops import gap_evidence, gap_headline
+    from perftracker.analyzers.traces.gap_ops import cpu_ops_during, gap_evidence, gap_headline
 
     store = analysis.store
     gaps = analysis.view(idle_gaps_view)

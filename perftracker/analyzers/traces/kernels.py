@@ -1,6 +1,9 @@
-"""The top GPU kernels and CPU ops by total time, per rank and across ranks, over the window and per step."""
+"""The top GPU kernels and CPU ops by total time, per rank and across ranks, over the window and per step; kernel
+families from GPU kernel names (`family_of`: the one place that says which family a GPU kernel belongs to)."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pandas as pd
@@ -9,9 +12,52 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.traces.cpu_ops import cpu_calls_view, launch_ops
 from perftracker.analyzers.traces.gpu_time import as_int, gpu_work_view
 from perftracker.analyzers.traces.grouping import Groups, Ints, codes_of
-from perftracker.analyzers.traces.kernel_families import families
 from perftracker.analyzers.traces.per_rank import rank_chunks
 from perftracker.store import Store
+
+FAMILIES = ("GEMM", "attention", "convolution", "reduction", "elementwise", "communication", "memory", "other")
+
+FAMILY_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple((family, re.compile(pattern, re.IGNORECASE)) for
+                                                              family, pattern in (
+    ("attention", r"fmha|flash|attention|attn|sdpa|scaled_dot_product|(^|[^a-z])mha[^a-z]"),
+    # "conv" only as a whole name part: `conv2d`, `grouped_conv_fwd`, `cudnnConvolution`, `convolve`, never the
+    # `Conv` of `_typeConvert` (a fused RMS-norm kernel's helper) or `convert`
+    ("convolution", r"(?-i:(?<![A-Za-z])[Cc]|(?<=[a-z])C)onv(?:olution|olve)?(?-i:(?![a-z]))"
+                    r"|wgrad|dgrad|fprop|implicit_gemm|winograd|im2col|col2im"),
+    ("GEMM", r"(?<!fb)gemm|gemv|cublas|cutlass|^Cijk_|matmul|xmma|wgmma|nvjet|rocblas|hipblaslt|^triton_tem_|bmm"),
+    ("reduction", r"reduce|reduction|softmax|batch_?norm|layer_?norm|group_?norm|rms_?norm|instance_?norm"
+                  r"|welford|\bbn_(fw|bw)|cub::Device(Segmented)?Reduce|^triton_(red|per)_|argmax|argmin"),
+    ("memory", r"copy|memcpy|memset|fillBuffer|nchwToNhwc|nhwcToNchw|transpose"),
+    ("elementwise", r"elementwise|pointwise|^triton_poi_|multi_tensor_apply|vectorized|unrolled|functor|dropout"
+                    r"|relu|gelu|silu|sigmoid|tanh|fill"),
+))
+
+
+def family_of(name: str, klass: str = "compute") -> str:
+    """The family of one GPU kernel: its loader class first (communication, memory), then its name."""
+    if klass == "comm":
+        return "communication"
+    if klass == "memory":
+        return "memory"
+    for family, pattern in FAMILY_RULES:
+        if pattern.search(name):
+            return family
+    return "other"
+
+
+def families(names: pd.Series, klasses: pd.Series) -> pd.Categorical:
+    """`family_of` of every row (a categorical of FAMILIES), computed once per distinct (name, class)."""
+    name_codes, name_values = codes_of(names)
+    klass_codes, klass_values = codes_of(klasses)
+    width = len(klass_values) + 1
+    distinct, inverse = np.unique(name_codes * width + klass_codes, return_inverse=True)
+    index = {family: i for i, family in enumerate(FAMILIES)}
+    per_pair = np.array([index[family_of(str(name_values[p // width]), str(klass_values[p % width]))]
+                         for p in distinct.tolist()], dtype=np.int64)
+    codes = per_pair[inverse.reshape(-1)] if len(per_pair) else np.empty(0, dtype=np.int64)
+    result: pd.Categorical = pd.Categorical.from_codes(codes, dtype=pd.CategoricalDtype(list(FAMILIES)))
+    return result
+
 
 TOP_ALL = 50
 TOP_PER_RANK = 25
@@ -84,13 +130,26 @@ def _main_launcher(groups: Groups, codes: Ints, valid: np.ndarray, dur: Ints) ->
     return out
 
 
-def _share(total: Ints, rank: Ints | None, frame: pd.DataFrame, column: str) -> np.ndarray:
-    """total as a percentage of the sum of `column` of its rank (or of all ranks when `rank` is None)."""
-    if rank is None:
+def _grouped(analysis: Analysis, frame: pd.DataFrame, per_rank: bool, keys: tuple[str, ...],
+             firsts: tuple[str, ...] = ()) -> tuple[Groups, pd.DataFrame]:
+    """The groups of `frame`'s rows by the `keys` columns (and by rank when `per_rank`), and one row per group: its
+    rank, the `keys` and `firsts` columns' values (of its first row) and its `group_stats`."""
+    coded = {c: codes_of(frame[c]) for c in (*keys, *firsts)}
+    rank = frame["rank"].to_numpy(np.int64)
+    groups = Groups.of(*([rank] if per_rank else []), *(coded[c][0] for c in keys))
+    first = groups.first
+    values = {c: np.array(names, dtype=object)[codes[first]] for c, (codes, names) in coded.items()}
+    return groups, pd.DataFrame({"rank": rank[first], **values,
+                                 **group_stats(groups, frame, profiled_steps(analysis.store))})
+
+
+def _share(table: pd.DataFrame, per_rank: bool, frame: pd.DataFrame, column: str, of: str = "total_ns") -> np.ndarray:
+    """`table[of]` as a percentage of the sum of `frame[column]` of its rank (of all ranks unless `per_rank`)."""
+    total = table[of].to_numpy()
+    if not per_rank:
         base = float(frame[column].sum())
         return 100.0 * total / base if base > 0 else np.full(len(total), np.nan)
-    per_rank = frame.groupby("rank")[column].sum()
-    base_of = per_rank.reindex(rank).to_numpy(np.float64)
+    base_of = frame.groupby("rank")[column].sum().reindex(table["rank"].to_numpy()).to_numpy(np.float64)
     return 100.0 * total / np.where(base_of > 0, base_of, np.nan)
 
 
@@ -113,19 +172,11 @@ def _kernel_table(analysis: Analysis, per_rank: bool) -> pd.DataFrame:
     columns = (["rank"] if per_rank else []) + KERNEL_COLUMNS
     if work.empty:
         return pd.DataFrame(columns=columns)
-    name, names = codes_of(work["name"])
-    family, family_names = codes_of(work["family"])
+    groups, table = _grouped(analysis, work, per_rank, ("name",), ("family",))
     launcher, launchers = codes_of(work["launched_by"])
-    rank = work["rank"].to_numpy(np.int64)
-    groups = Groups.of(rank, name) if per_rank else Groups.of(name)
-    stats = group_stats(groups, work, profiled_steps(analysis.store))
     by = _main_launcher(groups, launcher, work["launched_by"].notna().to_numpy(), work["dur_ns"].to_numpy(np.int64))
-    first = groups.first
-    table = pd.DataFrame({"rank": rank[first], "name": np.array(names, dtype=object)[name[first]],
-                          "family": np.array(family_names, dtype=object)[family[first]],
-                          "launched_by": np.where(by >= 0, np.array(launchers, dtype=object)[np.clip(by, 0, None)], ""),
-                          **stats})
-    table["share_pct"] = _share(table["total_ns"].to_numpy(), rank[first] if per_rank else None, work, "dur_ns")
+    table["launched_by"] = np.where(by >= 0, np.array(launchers, dtype=object)[np.clip(by, 0, None)], "")
+    table["share_pct"] = _share(table, per_rank, work, "dur_ns")
     return _top(table, per_rank, TOP_PER_RANK if per_rank else TOP_ALL)[columns]
 
 
@@ -144,13 +195,8 @@ def kernel_families_view(analysis: Analysis) -> pd.DataFrame:
     work = analysis.view(kernel_work_view)
     if work.empty:
         return pd.DataFrame(columns=FAMILY_COLUMNS)
-    family, family_names = codes_of(work["family"])
-    rank = work["rank"].to_numpy(np.int64)
-    groups = Groups.of(rank, family)
-    stats = group_stats(groups, work, profiled_steps(analysis.store))
-    table = pd.DataFrame({"rank": rank[groups.first],
-                          "family": np.array(family_names, dtype=object)[family[groups.first]], **stats})
-    table["share_pct"] = _share(table["total_ns"].to_numpy(), rank[groups.first], work, "dur_ns")
+    _, table = _grouped(analysis, work, True, ("family",))
+    table["share_pct"] = _share(table, True, work, "dur_ns")
     return table.sort_values(["rank", "total_ns"], ascending=[True, False])[FAMILY_COLUMNS].reset_index(drop=True)
 
 
@@ -159,16 +205,9 @@ def _op_table(analysis: Analysis, per_rank: bool) -> pd.DataFrame:
     columns = (["rank"] if per_rank else []) + OP_COLUMNS
     if calls.empty:
         return pd.DataFrame(columns=columns)
-    name, names = codes_of(calls["name"])
-    kind, kinds = codes_of(calls["kind"])
-    rank = calls["rank"].to_numpy(np.int64)
-    groups = Groups.of(rank, name, kind) if per_rank else Groups.of(name, kind)
-    stats = group_stats(groups, calls, profiled_steps(analysis.store))
-    first = groups.first
-    table = pd.DataFrame({"rank": rank[first], "name": np.array(names, dtype=object)[name[first]],
-                          "kind": np.array(kinds, dtype=object)[kind[first]],
-                          "self_ns": groups.sum(calls["self_ns"].to_numpy(np.int64)), **stats})
-    table["share_pct"] = _share(table["self_ns"].to_numpy(), rank[first] if per_rank else None, calls, "self_ns")
+    groups, table = _grouped(analysis, calls, per_rank, ("name", "kind"))
+    table["self_ns"] = groups.sum(calls["self_ns"].to_numpy(np.int64))
+    table["share_pct"] = _share(table, per_rank, calls, "self_ns", of="self_ns")
     return _top(table, per_rank, TOP_PER_RANK if per_rank else TOP_ALL, "self_ns", TOP_SELF)[columns]
 
 

@@ -117,10 +117,7 @@ def rank_costs_view(analysis: Analysis) -> pd.DataFrame:
     table = costs.groupby("rank").agg(periods=("period", "size"), dur_ns=("dur_ns", "sum"),
                                       **{q: (q, "sum") for q in QUANTITIES}).reset_index()
     bases = basis_of(analysis.view(cost_periods_view))
-    table["basis"] = [bases[as_int(r)].basis for r in table["rank"]]
-    table["clock"] = [bases[as_int(r)].clock for r in table["rank"]]
-    table["marker"] = [bases[as_int(r)].marker for r in table["rank"]]
-    return table
+    return table.assign(**{f: [getattr(bases[as_int(r)], f) for r in table["rank"]] for f in ("basis", "clock", "marker")})
 
 
 def comm_library_costs_view(analysis: Analysis) -> pd.DataFrame:

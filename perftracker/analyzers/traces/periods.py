@@ -14,7 +14,7 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.analyzers.traces.comm_split import transfer_work_view
-from perftracker.analyzers.traces.cpu_context import top_level
+from perftracker.analyzers.traces.cpu_ops import top_level
 from perftracker.analyzers.traces.gpu_time import as_int, gpu_work
 from perftracker.store import Store
 

@@ -12,11 +12,10 @@ import pytest
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.efficiency.analyzer import analyze_efficiency
-from perftracker.analyzers.efficiency.catalog import model_op
 from perftracker.analyzers.efficiency.devices import device_table
-from perftracker.analyzers.efficiency.mfu import step_mfu_view
+from perftracker.analyzers.efficiency.models import model_op
 from perftracker.analyzers.efficiency.shapes import parse_args
-from perftracker.analyzers.efficiency.tables import op_efficiency_view
+from perftracker.analyzers.efficiency.tables import op_efficiency_view, step_mfu_view
 from perftracker.analyzers.findings import Finding
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.errors import InputError
@@ -198,7 +197,7 @@ def test_roofline_bounds_and_percentages_exact() -> None:
     # memory can be (cache), and an FP32 GEMM faster than the FP32 units (TF32)
     import pandas as pd
 
-    from perftracker.analyzers.efficiency.roofline import roofline
+    from perftracker.analyzers.efficiency.devices import roofline
 
     h100 = device_table().match("NVIDIA H100 80GB HBM3")
     frame = pd.DataFrame({"flops": [1e12, 0.0, 0.0, 1e12], "bytes": [1e9, 1.675e9, 1e9, 1e9],

@@ -14,8 +14,7 @@ from conftest import HTA_TRACES, corpus_store
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.efficiency.instances import op_instances_view
-from perftracker.analyzers.efficiency.mfu import step_mfu_view
-from perftracker.analyzers.efficiency.tables import device_peaks_view, op_efficiency_view
+from perftracker.analyzers.efficiency.tables import device_peaks_view, op_efficiency_view, step_mfu_view
 from tests.analyzers.efficiency.test_efficiency_real import expected_gemm_flops
 
 # set -> the device the table must name ('' where the trace gives no name the table can know)

@@ -15,8 +15,7 @@ import pytest
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.efficiency.analyzer import analyze_efficiency
 from perftracker.analyzers.efficiency.instances import op_instances_view
-from perftracker.analyzers.efficiency.mfu import step_mfu_view
-from perftracker.analyzers.efficiency.tables import device_peaks_view, op_efficiency_view
+from perftracker.analyzers.efficiency.tables import device_peaks_view, op_efficiency_view, step_mfu_view
 from perftracker.collectors.loading import LoadOptions, load_path
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "tracelens"

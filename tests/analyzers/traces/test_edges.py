@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import HTA_TRACES
 
-from perftracker.analyzers.traces.kernel_families import family_of
+from perftracker.analyzers.traces.kernels import family_of
 from perftracker.collectors.loading import LoadOptions, load_path
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"

@@ -12,8 +12,8 @@ from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.stragglers.op_work import slower_ops
 from perftracker.analyzers.traces.cpu_ops import cpu_calls
 from perftracker.analyzers.traces.idle import analyze_idle
-from perftracker.analyzers.traces.kernel_families import family_of
 from perftracker.analyzers.traces.kernels import (
+    family_of,
     kernel_families_view,
     kernels_per_rank_view,
     kernels_view,

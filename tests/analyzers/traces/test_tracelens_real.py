@@ -20,7 +20,7 @@ import pytest
 
 from perftracker.analyzers.analysis import Analysis, AnalysisOptions
 from perftracker.analyzers.traces.gpu_time import breakdown_steps_view
-from perftracker.analyzers.traces.kernel_families import family_of
+from perftracker.analyzers.traces.kernels import family_of
 from perftracker.api import judge, load
 
 TRACELENS = Path(__file__).resolve().parents[2] / "fixtures" / "tracelens"
