@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from perftracker.bounded import clean_text, loads_json, read_capped, read_head
+from perftracker.bounded import clean_text, loads_json, read_capped
 from perftracker.errors import InputError
 from perftracker.store import LoadNote, RunInfo
 from perftracker.store.schema import conform, empty_table
@@ -214,12 +214,6 @@ def looks_like_fr_json(head: bytes) -> bool:
     text = head[:65536]
     return text.lstrip()[:1] == b"{" and b'"entries"' in text and (
         b'"pg_config"' in text or b'"pg_status"' in text or b'"collective_seq_id"' in text)
-
-
-def is_fr_dump(path: Path) -> bool:
-    """Cheap sniff: a JSON FR dump, or a pickle (checked in full when loaded)."""
-    head = read_head(path, 65536)
-    return looks_like_fr_json(head) or looks_like_fr_pickle(head)
 
 
 def read_fr_dump(path: Path) -> dict[str, Any]:

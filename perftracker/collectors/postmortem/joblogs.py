@@ -20,7 +20,6 @@ import pandas as pd
 
 from perftracker.bounded import LineBlocks, iter_lines, load_json_file, open_regular, read_head
 from perftracker.collectors.postmortem.flight_recorder import (
-    is_fr_dump,
     load_fr_dumps,
     looks_like_fr_json,
     looks_like_fr_pickle,
@@ -337,7 +336,7 @@ def classify(paths: Sequence[Path]) -> tuple[list[Path], list[Path], list[Path]]
         head = read_head(path, 65536)
         if not head:
             continue
-        if looks_like_fr_json(head) or (looks_like_fr_pickle(head) and is_fr_dump(path)):
+        if looks_like_fr_json(head) or looks_like_fr_pickle(head):
             fr.append(path)
         elif looks_like_error_file(head):
             errors.append(path)
