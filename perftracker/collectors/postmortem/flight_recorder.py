@@ -285,17 +285,14 @@ def _one_dump_per_rank(dumps: list[tuple[Path, dict[str, Any], int]], notes: lis
             kept += claims
             continue
         ordered = sorted(claims, key=lambda c: _newest_ns(c[1]), reverse=True)
-        names = ", ".join(str(c[0]) for c in ordered)
-        newest, runner_up = _newest_ns(ordered[0][1]), _newest_ns(ordered[1][1])
-        if newest > runner_up:
+        said = f"{len(claims)} flight-recorder dumps claim rank {rank} ({', '.join(str(c[0]) for c in ordered)})"
+        if _newest_ns(ordered[0][1]) > _newest_ns(ordered[1][1]):
             kept.append(ordered[0])
-            notes.append(LoadNote("warning", str(ordered[0][0]), f"{len(claims)} flight-recorder dumps claim rank "
-                                  f"{rank} ({names}): this one, whose entries are the newest, is read; the "
-                                  "others (an older attempt's?) are left out"))
+            said += ": this one, whose entries are the newest, is read; the others (an older attempt's?) are left out"
         else:
-            notes.append(LoadNote("warning", str(ordered[0][0]), f"{len(claims)} flight-recorder dumps claim rank "
-                                  f"{rank} ({names}) and their entries' times cannot tell which is this run's: "
-                                  "none of them is read; keep only this run's dumps in the input"))
+            said += (" and their entries' times cannot tell which is this run's: none of them is read; keep only this "
+                     "run's dumps in the input")
+        notes.append(LoadNote("warning", str(ordered[0][0]), said))
     return kept
 
 
