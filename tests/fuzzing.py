@@ -102,7 +102,7 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            _loader("perftracker.collectors.counters.inputs", "load_counter_inputs")),
     Target("postmortem_files", ("fr/fr_dump_rank_0.json", "fr/nccl_trace_rank_1", "output/slurm-4242.out",
                           "output/kern.log", "output/torchrun.log", "errors/error.json", "output/train.log"),
-           _loader("perftracker.collectors.postmortem.inputs", "load_postmortem_inputs")),
+           _loader("perftracker.collectors.postmortem.joblogs", "load_postmortem_inputs")),
     Target("stacks", ("stacks/snap/rank-0.json",), _loader("perftracker.collectors.stacks.snapshots",
                                                            "load_stack_inputs")),
     Target("profiles", ("profiles/rank-0.txt", "profiles/rank-0.json"), lambda p: _profile(p)),

@@ -150,7 +150,7 @@ def test_commands_reach_the_analysis_only_through_the_api() -> None:
 KIND_PREDICATES = {"is_stack_file": "collectors/stacks/snapshots.py", "is_profile_file": "collectors/stacks/samples.py",
                    "is_baseline_profile": "collectors/stacks/samples.py",
                    "is_inspector_file": "collectors/nccl/inspector.py",
-                   "is_postmortem_file": "collectors/postmortem/inputs.py",
+                   "is_postmortem_file": "collectors/postmortem/joblogs.py",
                    "is_execution_trace": "collectors/traces/execution_trace.py", "looks_like_trace": "", "STEP_NAME": ""}
 INPUT_KINDS = "collectors/input_kinds.py"
 

@@ -22,7 +22,7 @@ from perftracker.collectors.nccl.inspector import is_inspector_file, load_inspec
 from perftracker.collectors.nccl.nccl_tests import load_nccl_tests
 from perftracker.collectors.nccl.ras import is_ras_file, load_ras
 from perftracker.collectors.nsys.database import looks_like_export
-from perftracker.collectors.postmortem.inputs import is_postmortem_file, load_postmortem_inputs
+from perftracker.collectors.postmortem.joblogs import is_postmortem_file, load_postmortem_inputs
 from perftracker.collectors.stacks.samples import is_baseline_profile, is_profile_file, load_profile_inputs
 from perftracker.collectors.stacks.snapshots import is_stack_file, load_stack_inputs
 from perftracker.collectors.steps import load_step_files
@@ -243,7 +243,7 @@ KINDS: tuple[InputKind, ...] = (
               "is_inspector_file)", lambda o: not o.trace_named and is_inspector_file(o.path),
               _merged(load_inspector_inputs, only_given=True), ("nccl_collectives",), ("nccl_collectives",)),
     InputKind("postmortem", "flight-recorder dumps, torchelastic error files, job logs and kernel logs (by "
-              "content: postmortem.inputs.classify)", POOL, _merged(load_postmortem_inputs),
+              "content: postmortem.joblogs.classify)", POOL, _merged(load_postmortem_inputs),
               ("collectives_fr", "failures"), ("collectives_fr", "failures")),
     InputKind("execution_traces", "PyTorch / Chakra execution traces (*_et.json, or JSON with a schema and "
               "nodes: is_execution_trace)", POOL, _merged(load_execution_trace_inputs), ("exec_ops",)),

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from perftracker.bounded import clean_text, loads_json, read_capped, read_head
+from perftracker.bounded import clean_text, loads_json, read_capped
 from perftracker.errors import InputError
 from perftracker.store import LoadNote, RunInfo
 from perftracker.store.schema import conform, empty_table
@@ -67,12 +67,18 @@ def _top(stack: list[Any], kind: type | tuple[type, ...]) -> Any:
     return stack[-1]
 
 
-def _hashable(*keys: Any) -> None:
-    for key in keys:
-        try:
-            hash(key)
-        except TypeError:
-            raise ValueError("pickle: unhashable key") from None
+def _pairs(items: list[Any]) -> dict[Any, Any]:
+    return dict(zip(items[0::2], items[1::2]))
+
+
+# opcode -> (the items it pops: a count, or 0 for all down to the MARK; what is made of them (TypeError: an
+# unhashable key); the container below them it is added to, None: it is pushed)
+_BUILD: dict[str, tuple[int, Callable[[list[Any]], Any], type | None]] = {
+    "TUPLE1": (1, tuple, None), "TUPLE2": (2, tuple, None), "TUPLE3": (3, tuple, None), "TUPLE": (0, tuple, None),
+    "LIST": (0, list, None), "FROZENSET": (0, frozenset, None), "DICT": (0, _pairs, None),
+    "APPEND": (1, list, list), "APPENDS": (0, list, list), "SETITEM": (2, _pairs, dict), "SETITEMS": (0, _pairs, dict),
+    "ADDITEMS": (0, lambda items: list(dict.fromkeys(items)), set),  # a list: the set grows as from the items
+}
 
 
 def _ops(data: bytes | bytearray) -> Iterator[tuple[str, Any]]:
@@ -116,29 +122,18 @@ def _step(name: str, arg: Any, stack: list[Any], memo: dict[int, Any]) -> None:
         stack.append(arg)
     elif name in _NEW:
         stack.append(_NEW[name]())
-    elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
-        items = [_pop(stack) for _ in range(int(name[-1]))]
-        stack.append(tuple(reversed(items)))
-    elif name in ("TUPLE", "LIST", "FROZENSET"):
-        items = _pop_mark(stack)
-        if name == "FROZENSET":
-            _hashable(*items)
-        stack.append(tuple(items) if name == "TUPLE" else items if name == "LIST" else frozenset(items))
-    elif name == "DICT":
-        items = _pop_mark(stack)
-        _hashable(*items[0::2])
-        stack.append(dict(zip(items[0::2], items[1::2])))
-    elif name in ("APPEND", "APPENDS"):
-        items = [_pop(stack)] if name == "APPEND" else _pop_mark(stack)
-        _top(stack, list).extend(items)
-    elif name in ("SETITEM", "SETITEMS"):
-        items = [*reversed([_pop(stack), _pop(stack)])] if name == "SETITEM" else _pop_mark(stack)
-        _hashable(*items[0::2])
-        _top(stack, dict).update(zip(items[0::2], items[1::2]))
-    elif name == "ADDITEMS":
-        items = _pop_mark(stack)
-        _hashable(*items)
-        _top(stack, set).update(items)
+    elif name in _BUILD:
+        count, make, into = _BUILD[name]
+        try:
+            made = make(_pop_mark(stack) if count == 0 else [*reversed([_pop(stack) for _ in range(count)])])
+        except TypeError:
+            raise ValueError("pickle: unhashable key") from None
+        if into is None:
+            stack.append(made)
+        elif into is list:
+            _top(stack, list).extend(made)
+        else:
+            _top(stack, into).update(made)
     elif name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
         if not stack:
             raise ValueError("pickle: nothing to memoize")
@@ -221,12 +216,6 @@ def looks_like_fr_json(head: bytes) -> bool:
         b'"pg_config"' in text or b'"pg_status"' in text or b'"collective_seq_id"' in text)
 
 
-def is_fr_dump(path: Path) -> bool:
-    """Cheap sniff: a JSON FR dump, or a pickle (checked in full when loaded)."""
-    head = read_head(path, 65536)
-    return looks_like_fr_json(head) or looks_like_fr_pickle(head)
-
-
 def read_fr_dump(path: Path) -> dict[str, Any]:
     """The dump as plain data (a tree: no cycles, no shared references, bounded). Raises UnsafePickle /
     ValueError / OSError / InputError (not a regular file)."""
@@ -296,17 +285,14 @@ def _one_dump_per_rank(dumps: list[tuple[Path, dict[str, Any], int]], notes: lis
             kept += claims
             continue
         ordered = sorted(claims, key=lambda c: _newest_ns(c[1]), reverse=True)
-        names = ", ".join(str(c[0]) for c in ordered)
-        newest, runner_up = _newest_ns(ordered[0][1]), _newest_ns(ordered[1][1])
-        if newest > runner_up:
+        said = f"{len(claims)} flight-recorder dumps claim rank {rank} ({', '.join(str(c[0]) for c in ordered)})"
+        if _newest_ns(ordered[0][1]) > _newest_ns(ordered[1][1]):
             kept.append(ordered[0])
-            notes.append(LoadNote("warning", str(ordered[0][0]), f"{len(claims)} flight-recorder dumps claim rank "
-                                  f"{rank} ({names}): this one, whose entries are the newest, is read; the "
-                                  "others (an older attempt's?) are left out"))
+            said += ": this one, whose entries are the newest, is read; the others (an older attempt's?) are left out"
         else:
-            notes.append(LoadNote("warning", str(ordered[0][0]), f"{len(claims)} flight-recorder dumps claim rank "
-                                  f"{rank} ({names}) and their entries' times cannot tell which is this run's: "
-                                  "none of them is read; keep only this run's dumps in the input"))
+            said += (" and their entries' times cannot tell which is this run's: none of them is read; keep only this "
+                     "run's dumps in the input")
+        notes.append(LoadNote("warning", str(ordered[0][0]), said))
     return kept
 
 

@@ -152,7 +152,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _window_rates(fn: Callable[[], None], amount: float, device: torch.device, seconds: float,
+def _window_rates(fn: Callable[[], object], amount: float, device: torch.device, seconds: float,
                   window: float = WINDOW_S, least: int = 3) -> list[float]:
     """`amount` per second of repeated calls of `fn`, in windows of about `window` s filling `seconds` (at least
     `least`), after one warm-up call. A window spans several scheduler periods, so a CPU quota or a throttled clock
@@ -251,10 +251,8 @@ def _host_device(result: DeviceFigures, device: torch.device, share: float) -> N
     try:
         host = torch.empty(H2D_BYTES, dtype=torch.uint8, pin_memory=True)
         dev = torch.empty(H2D_BYTES, dtype=torch.uint8, device=device)
-        gb = H2D_BYTES / 1e9
-        result.figures["h2d_gbps"] = statistics.median(_window_rates(
-            lambda: None if dev.copy_(host, non_blocking=True) is None else None, gb, device, share))
-        result.figures["d2h_gbps"] = statistics.median(_window_rates(
-            lambda: None if host.copy_(dev, non_blocking=True) is None else None, gb, device, share))
+        for name, dst, src in (("h2d_gbps", dev, host), ("d2h_gbps", host, dev)):
+            result.figures[name] = statistics.median(_window_rates(
+                functools.partial(dst.copy_, src, non_blocking=True), H2D_BYTES / 1e9, device, share))
     except RuntimeError as exc:
         result.errors["h2d_gbps"] = f"{type(exc).__name__}: {exc}"[:200]

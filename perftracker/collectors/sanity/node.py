@@ -92,16 +92,13 @@ def nvml_health() -> tuple[list[dict[str, Any]], str]:
                             ("pcie_gen", pynvml.nvmlDeviceGetCurrPcieLinkGeneration),
                             ("pcie_gen_max", pynvml.nvmlDeviceGetMaxPcieLinkGeneration),
                             ("pcie_width", pynvml.nvmlDeviceGetCurrPcieLinkWidth),
-                            ("pcie_width_max", pynvml.nvmlDeviceGetMaxPcieLinkWidth)):
+                            ("pcie_width_max", pynvml.nvmlDeviceGetMaxPcieLinkWidth),
+                            ("ecc_uncorrected", lambda h: pynvml.nvmlDeviceGetTotalEccErrors(
+                                h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC))):
                 try:
                     rec[key] = int(fn(h))
-                except Exception:  # noqa: BLE001 - not supported on this device
+                except Exception:  # noqa: BLE001 - not supported on this device (ECC: off)
                     continue
-            try:
-                rec["ecc_uncorrected"] = int(pynvml.nvmlDeviceGetTotalEccErrors(
-                    h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC))
-            except Exception:  # noqa: BLE001 - ECC off or unsupported
-                pass
             gpus.append(rec)
     finally:
         pynvml.nvmlShutdown()
