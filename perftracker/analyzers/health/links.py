@@ -33,11 +33,8 @@ VIRTUAL = ("lo", "veth", "docker", "br-", "virbr", "cni", "flannel", "cali", "tu
 
 def judged_ifaces(analysis: Analysis) -> dict[str, dict[str, str]]:
     """{host: {iface: why}}: the job's interfaces, or the physical-looking ones where those are unknown."""
-    out = {}
-    for host, ifaces in analysis.view(job_ifaces_view).items():
-        known = {i: w for i, w in ifaces.items() if w}
-        out[host] = known or {i: "" for i in ifaces if not i.startswith(VIRTUAL)}
-    return out
+    return {host: {i: w for i, w in ifaces.items() if w} or {i: "" for i in ifaces if not i.startswith(VIRTUAL)}
+            for host, ifaces in analysis.view(job_ifaces_view).items()}
 
 
 def _series(analysis: Analysis, host: str, iface: str) -> pd.DataFrame:

@@ -217,8 +217,7 @@ def _port_findings(r: Any, summary: pd.DataFrame) -> Iterator[Finding]:
                                    "drops_per_s": threshold("rdma.drops_per_s")})
 
 
-def _idle_rails(summary: pd.DataFrame, store: Store) -> list[Finding]:
-    out: list[Finding] = []
+def _idle_rails(summary: pd.DataFrame, store: Store) -> Iterator[Finding]:
     cfg = store["config"]
     hca = sorted({str(v) for v in cfg.loc[cfg["key"] == "NCCL_IB_HCA", "value"]})
     active = summary[summary["state_id"] == ACTIVE].assign(traffic=lambda s: s["tx_gbps"] + s["rx_gbps"])
@@ -228,18 +227,17 @@ def _idle_rails(summary: pd.DataFrame, store: Store) -> list[Finding]:
         busiest = g.iloc[int(g["traffic"].to_numpy().argmax())]
         for _, r in g[g["traffic"] < threshold("rdma.idle_rail_share") * busiest["traffic"]].iterrows():
             busy = [f"{d}/{p}" for d, p in zip(g["device"], g["port"]) if f"{d}/{p}" != f"{r['device']}/{r['port']}"]
-            out.append(_finding(r, "idle_rail", Severity.WARNING,
-                                f"Idle rail: RDMA port {_where(r)} carried {r['traffic']:.2f} Gb/s while "
-                                f"{busiest['device']} carried {busiest['traffic']:.1f} Gb/s",
-                                "The job leaves this NIC unused, so its traffic shares fewer rails. An idle NIC "
-                                "usually means NCCL_IB_HCA lists only some HCAs (or a typo drops one): list every "
-                                "rail, or unset it and let NCCL pick.",
-                                traffic_gbps=round(float(r["traffic"]), 3),
-                                busiest={"device": busiest["device"], "port": busiest["port"],
-                                         "gbps": round(float(busiest["traffic"]), 3)},
-                                busy_ports=busy, nccl_ib_hca=list(hca),
-                                idle_share=threshold("rdma.idle_rail_share")))
-    return out
+            yield _finding(r, "idle_rail", Severity.WARNING,
+                           f"Idle rail: RDMA port {_where(r)} carried {r['traffic']:.2f} Gb/s while "
+                           f"{busiest['device']} carried {busiest['traffic']:.1f} Gb/s",
+                           "The job leaves this NIC unused, so its traffic shares fewer rails. An idle NIC "
+                           "usually means NCCL_IB_HCA lists only some HCAs (or a typo drops one): list every "
+                           "rail, or unset it and let NCCL pick.",
+                           traffic_gbps=round(float(r["traffic"]), 3),
+                           busiest={"device": busiest["device"], "port": busiest["port"],
+                                    "gbps": round(float(busiest["traffic"]), 3)},
+                           busy_ports=busy, nccl_ib_hca=list(hca),
+                           idle_share=threshold("rdma.idle_rail_share"))
 
 
 def _throughput(summary: pd.DataFrame) -> Iterator[Finding]:
@@ -266,9 +264,5 @@ def analyze_rdma(analysis: Analysis) -> list[Finding]:
     if series.empty:
         return []
     summary = port_summary(series, store)
-    findings: list[Finding] = []
-    for _, r in summary.iterrows():
-        findings.extend(_port_findings(r, summary))
-    findings.extend(_idle_rails(summary, store))
-    findings.extend(_throughput(summary))
-    return findings
+    per_port = [f for _, r in summary.iterrows() for f in _port_findings(r, summary)]
+    return [*per_port, *_idle_rails(summary, store), *_throughput(summary)]

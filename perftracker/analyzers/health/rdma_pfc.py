@@ -205,9 +205,6 @@ def pfc_ports_view(analysis: Analysis) -> list[_Port]:
 
 
 def analyze_rdma_pfc(analysis: Analysis) -> list[Finding]:
-    findings: list[Finding] = []
-    for p in analysis.view(pfc_ports_view):
-        for f in (_pause_finding(p, "rx"), _pause_finding(p, "tx"), _storm_finding(p), _discard_finding(p)):
-            if f is not None:
-                findings.append(f)
-    return findings
+    return [f for p in analysis.view(pfc_ports_view)
+            for f in (_pause_finding(p, "rx"), _pause_finding(p, "tx"), _storm_finding(p), _discard_finding(p))
+            if f is not None]
