@@ -75,12 +75,10 @@ def gpu_counters(store: Store) -> pd.DataFrame:
 
 def gpu_wide(store: Store) -> dict[tuple[str, int], pd.DataFrame]:
     """(host, gpu) -> samples as one row per time stamp, one column per metric (xid rows excluded)."""
-    out: dict[tuple[str, int], pd.DataFrame] = {}
     rows = gpu_counters(store)
     rows = rows[rows["name"] != "xid"]
-    for (host, dev), g in rows.groupby(["host", "device"], observed=True):
-        out[(str(host), int(str(dev).split(":")[1]))] = samples(g)
-    return out
+    return {(str(host), int(str(dev).split(":")[1])): samples(g)
+            for (host, dev), g in rows.groupby(["host", "device"], observed=True)}
 
 
 def throttle_mask(wide: pd.DataFrame, reason: str) -> pd.Series:
@@ -291,8 +289,4 @@ def _pcie(ctx: GpuContext, host: str, gpu: int, wide: pd.DataFrame) -> Iterator[
 
 def analyze_gpu_health(analysis: Analysis) -> list[Finding]:
     ctx = analysis.view(GpuContext)
-    findings: list[Finding] = []
-    for (host, gpu), wide in sorted(ctx.wide.items()):
-        if len(wide):
-            findings.extend(_gpu_findings(ctx, host, gpu, wide))
-    return findings
+    return [f for (host, gpu), wide in sorted(ctx.wide.items()) if len(wide) for f in _gpu_findings(ctx, host, gpu, wide)]

@@ -130,10 +130,7 @@ def analyze_gpu_links(analysis: Analysis) -> list[Finding]:
     if not gpu_counters(store)["name"].isin(LINK_METRICS).any():
         return []
     ctx = analysis.view(GpuContext)
-    findings: list[Finding] = []
-    for (host, gpu), wide in sorted(ctx.wide.items()):
-        if len(wide):
-            findings += [*_nvlink_errors(ctx, host, gpu, wide), *_links_down(ctx, host, gpu, wide),
-                         *_pcie_replay(ctx, host, gpu, wide)]
-    return findings
+    return [f for (host, gpu), wide in sorted(ctx.wide.items()) if len(wide)
+            for f in (*_nvlink_errors(ctx, host, gpu, wide), *_links_down(ctx, host, gpu, wide),
+                      *_pcie_replay(ctx, host, gpu, wide))]
 

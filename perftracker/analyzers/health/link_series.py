@@ -129,12 +129,10 @@ def downs_of(host: str, iface: str, wide: pd.DataFrame) -> list[Down]:
 def link_downs_view(analysis: Analysis) -> list[Down]:
     """Every down period of every interface (docs/internals/analyzers.md)."""
     table = analysis.store["netdev"]
-    out: list[Down] = []
     if table.empty:
-        return out
-    for (host, iface), grp in table[table["iface"] != ""].groupby(["host", "iface"], observed=True):
-        out.extend(downs_of(str(host), str(iface), samples(grp)))
-    return out
+        return []
+    return [down for (host, iface), grp in table[table["iface"] != ""].groupby(["host", "iface"], observed=True)
+            for down in downs_of(str(host), str(iface), samples(grp))]
 
 
 def job_ifaces_view(analysis: Analysis) -> dict[str, dict[str, str]]:

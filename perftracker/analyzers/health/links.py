@@ -18,6 +18,7 @@ from perftracker.analyzers.health.link_stalls import (
     job_steps_view,
     stall_during,
 )
+from perftracker.analyzers.health.rdma import total
 from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.evidence.network import LinkDown, LinkMeasures, LinksEvidence, LinkStat, PeerSaw
 from perftracker.values import finite
@@ -32,11 +33,8 @@ VIRTUAL = ("lo", "veth", "docker", "br-", "virbr", "cni", "flannel", "cali", "tu
 
 def judged_ifaces(analysis: Analysis) -> dict[str, dict[str, str]]:
     """{host: {iface: why}}: the job's interfaces, or the physical-looking ones where those are unknown."""
-    out = {}
-    for host, ifaces in analysis.view(job_ifaces_view).items():
-        known = {i: w for i, w in ifaces.items() if w}
-        out[host] = known or {i: "" for i in ifaces if not i.startswith(VIRTUAL)}
-    return out
+    return {host: {i: w for i, w in ifaces.items() if w} or {i: "" for i in ifaces if not i.startswith(VIRTUAL)}
+            for host, ifaces in analysis.view(job_ifaces_view).items()}
 
 
 def _series(analysis: Analysis, host: str, iface: str) -> pd.DataFrame:
@@ -53,10 +51,6 @@ def _job_window(analysis: Analysis) -> tuple[int, int] | None:
     return int(steps["start_ns"].min()), int(steps["end_ns"].max())
 
 
-def _inc(rows: pd.DataFrame, name: str) -> float:
-    return float(rows[name].sum()) if name in rows and len(rows) else 0.0
-
-
 def _what_peer_saw(analysis: Analysis, host: str, down: Down, judged: dict[str, dict[str, str]]) -> PeerSaw | None:
     """What `host` (not the one whose link went down) saw during `down`: TCP trouble, stopped traffic."""
     slack = threshold_int("link_stalls.slack_ns")
@@ -64,10 +58,10 @@ def _what_peer_saw(analysis: Analysis, host: str, down: Down, judged: dict[str, 
     seen = PeerSaw(host=host)
     tcp = _series(analysis, host, "")
     during = tcp[(tcp["t1_ns"] > lo) & (tcp["t0_ns"] < hi)] if not tcp.empty else tcp
-    if _inc(during, "tcp:RetransSegs") > 0:
-        seen["tcp_retransmits"] = int(_inc(during, "tcp:RetransSegs"))
-    if _inc(during, "tcp:TCPTimeouts") > 0:
-        seen["tcp_timeouts"] = int(_inc(during, "tcp:TCPTimeouts"))
+    if total(during, "tcp:RetransSegs") > 0:
+        seen["tcp_retransmits"] = int(total(during, "tcp:RetransSegs"))
+    if total(during, "tcp:TCPTimeouts") > 0:
+        seen["tcp_timeouts"] = int(total(during, "tcp:TCPTimeouts"))
     window = _job_window(analysis)
     for iface in judged.get(host, {}):
         s = _series(analysis, host, iface)
@@ -181,7 +175,7 @@ def _flaps(analysis: Analysis, judged: dict[str, dict[str, str]]) -> list[Findin
 
 def _rate(rows: pd.DataFrame, names: tuple[str, ...]) -> dict[str, float]:
     span = float(rows["dt_s"].sum()) if len(rows) else 0.0
-    return {n: float(rows[n].sum()) / span for n in names if n in rows and span > 0 and float(rows[n].sum()) > 0}
+    return {n: total(rows, n) / span for n in names if span > 0 and total(rows, n) > 0}
 
 
 def _errors(analysis: Analysis, judged: dict[str, dict[str, str]]) -> Iterator[Finding]:

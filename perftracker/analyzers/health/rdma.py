@@ -50,6 +50,11 @@ def increases(values: np.ndarray[Any, Any], name: str) -> tuple[np.ndarray[Any, 
     return out, int(wrap.sum()), int((drop & ~wrap).sum())
 
 
+def total(rows: pd.DataFrame, name: str) -> float:
+    """The sum of column `name` of `rows` (a counter's increases per interval), 0 without that column."""
+    return float(rows[name].sum()) if name in rows else 0.0
+
+
 def samples(rows: pd.DataFrame) -> pd.DataFrame:
     """Counter rows (ts_ns, name, value) as one row per time stamp, one column per name."""
     return rows.pivot_table(index="ts_ns", columns="name", values="value", aggfunc="last", observed=True).sort_index()
@@ -130,7 +135,7 @@ def port_summary(series: pd.DataFrame, store: Store) -> pd.DataFrame:
             sampled = name in g and not g[name].isna().all()  # rates per second: mean over the window, interval peak
             row[f"{name}/s"] = float(g[name].sum()) / float(g["dt_s"].sum()) if sampled else 0.0
             row[f"{name}/s_peak"] = float((g[name] / g["dt_s"]).max()) if sampled else 0.0
-            row[f"{name}+"] = float(g[name].sum()) if name in g else 0.0
+            row[f"{name}+"] = total(g, name)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -150,6 +155,14 @@ def _rates(r: Any, names: tuple[str, ...]) -> dict[str, float]:
     return {f"{n}_per_s": round(float(r[f"{n}/s"]), 3) for n in names if r[f"{n}+"] > 0}
 
 
+def _rose(r: Any, names: tuple[str, ...]) -> dict[str, int]:
+    return {n: int(r[f"{n}+"]) for n in names if r[f"{n}+"] > 0}
+
+
+def _over(r: Any, names: tuple[str, ...], limit: str) -> dict[str, float]:
+    return {n: float(r[f"{n}/s"]) for n in names if r[f"{n}/s"] >= threshold(limit)}
+
+
 def _port_findings(r: Any, summary: pd.DataFrame) -> Iterator[Finding]:
     if r["state_id"] == r["state_id"] and r["state_id"] != ACTIVE:
         yield _finding(r, "state", Severity.CRITICAL, f"RDMA port {_where(r)} is not ACTIVE (state "
@@ -167,52 +180,44 @@ def _port_findings(r: Any, summary: pd.DataFrame) -> Iterator[Finding]:
                        "transceiver, check the switch port (ibstat, mlxlink).",
                        rate_gbps=r["rate_gbps"], width=r["width"], peer_rate_gbps=best_rate,
                        peer_width=best_width)
-    flaps = {n: int(r[f"{n}+"]) for n in FLAP_NAMES if r[f"{n}+"] > 0}
+    flaps = _rose(r, FLAP_NAMES)
     if flaps:
-        yield _finding(r, "flap", Severity.CRITICAL,
-                       f"Flapping link on RDMA port {_where(r)}: " + ", ".join(f"{n} +{v}" for n, v in
-                                                                            flaps.items())
-                       + f" in {r['window']['seconds']:g} s",
+        yield _finding(r, "flap", Severity.CRITICAL, f"Flapping link on RDMA port {_where(r)}: "
+                       + ", ".join(f"{n} +{v}" for n, v in flaps.items()) + f" in {r['window']['seconds']:g} s",
                        "The link went down or retrained during the job: every event stalls NCCL traffic on "
                        "this rail. Replace the cable / transceiver; check the switch port's error log.",
                        increases=flaps, rates=_rates(r, FLAP_NAMES))
-    bad = {n: float(r[f"{n}/s"]) for n in LINK_ERROR_NAMES if r[f"{n}/s"] >= threshold("rdma.link_errors_per_s")}
+    bad = _over(r, LINK_ERROR_NAMES, "rdma.link_errors_per_s")
     if bad:
         yield _finding(r, "link_errors", Severity.WARNING, f"Physical link errors on RDMA port {_where(r)}: "
                        + ", ".join(f"{n} {v:.2f}/s" for n, v in bad.items()),
                        "Symbol / receive errors mean a marginal cable or transceiver; it retransmits and "
                        "may soon flap. Check with mlxlink and replace the part.",
                        rates=_rates(r, LINK_ERROR_NAMES), threshold_per_s=threshold("rdma.link_errors_per_s"))
-    fatal = {n: int(r[f"{n}+"]) for n in FATAL_NAMES if r[f"{n}+"] > 0}
-    transport = {n: float(r[f"{n}/s"]) for n in TRANSPORT_NAMES if r[f"{n}/s"] >= threshold("rdma.transport_errors_per_s")}
+    fatal, transport = _rose(r, FATAL_NAMES), _over(r, TRANSPORT_NAMES, "rdma.transport_errors_per_s")
     if fatal or transport:
         yield _finding(r, "transport", Severity.CRITICAL if fatal else Severity.WARNING,
                        f"Transport errors on RDMA port {_where(r)}: " + ", ".join(
-                           [f"{n} +{v}" for n, v in fatal.items()] + [f"{n} {v:.1f}/s" for n, v in
-                                                                      transport.items()]),
+                           [f"{n} +{v}" for n, v in fatal.items()] + [f"{n} {v:.1f}/s" for n, v in transport.items()]),
                        "Packets are lost or reordered on this path (ACK timeouts, sequence errors): check "
                        "the fabric for congestion drops or a bad link; for RoCE check PFC / ECN settings.",
                        increases=fatal, rates=_rates(r, TRANSPORT_NAMES + FATAL_NAMES),
                        threshold_per_s=threshold("rdma.transport_errors_per_s"))
-    cong = {n: float(r[f"{n}/s"]) for n in CNP_NAMES if r[f"{n}/s"] >= threshold("rdma.cnp_per_s")}
-    if r["port_xmit_wait/s"] >= threshold("rdma.xmit_wait_per_s"):
-        cong["port_xmit_wait"] = float(r["port_xmit_wait/s"])
-    drops = threshold("rdma.drops_per_s")
-    cong.update({n: float(r[f"{n}/s"]) for n in ("port_xmit_discards", "out_of_buffer") if r[f"{n}/s"] >= drops})
+    cong = (_over(r, CNP_NAMES, "rdma.cnp_per_s") | _over(r, ("port_xmit_wait",), "rdma.xmit_wait_per_s")
+            | _over(r, ("port_xmit_discards", "out_of_buffer"), "rdma.drops_per_s"))
     if cong:
-        yield _finding(r, "congestion", Severity.WARNING, f"Congestion on RDMA port {_where(r)}: " + ", ".join(
-                            f"{n} {v:,.0f}/s" for n, v in cong.items()),
-                            "The fabric slows this port down (CNPs / ECN marks / credit waits): look for "
-                            "oversubscribed links or many flows sharing this rail; spread traffic over all rails.",
-                            rates={f"{n}_per_s": round(v, 1) for n, v in cong.items()},
-                            peak_rates={f"{n}_per_s": round(float(r[f"{n}/s_peak"]), 1) for n in cong},
-                            thresholds={"cnp_per_s": threshold("rdma.cnp_per_s"),
-                                        "xmit_wait_per_s": threshold("rdma.xmit_wait_per_s"),
-                                        "drops_per_s": threshold("rdma.drops_per_s")})
+        yield _finding(r, "congestion", Severity.WARNING, f"Congestion on RDMA port {_where(r)}: "
+                       + ", ".join(f"{n} {v:,.0f}/s" for n, v in cong.items()),
+                       "The fabric slows this port down (CNPs / ECN marks / credit waits): look for "
+                       "oversubscribed links or many flows sharing this rail; spread traffic over all rails.",
+                       rates={f"{n}_per_s": round(v, 1) for n, v in cong.items()},
+                       peak_rates={f"{n}_per_s": round(float(r[f"{n}/s_peak"]), 1) for n in cong},
+                       thresholds={"cnp_per_s": threshold("rdma.cnp_per_s"),
+                                   "xmit_wait_per_s": threshold("rdma.xmit_wait_per_s"),
+                                   "drops_per_s": threshold("rdma.drops_per_s")})
 
 
-def _idle_rails(summary: pd.DataFrame, store: Store) -> list[Finding]:
-    out: list[Finding] = []
+def _idle_rails(summary: pd.DataFrame, store: Store) -> Iterator[Finding]:
     cfg = store["config"]
     hca = sorted({str(v) for v in cfg.loc[cfg["key"] == "NCCL_IB_HCA", "value"]})
     active = summary[summary["state_id"] == ACTIVE].assign(traffic=lambda s: s["tx_gbps"] + s["rx_gbps"])
@@ -222,18 +227,17 @@ def _idle_rails(summary: pd.DataFrame, store: Store) -> list[Finding]:
         busiest = g.iloc[int(g["traffic"].to_numpy().argmax())]
         for _, r in g[g["traffic"] < threshold("rdma.idle_rail_share") * busiest["traffic"]].iterrows():
             busy = [f"{d}/{p}" for d, p in zip(g["device"], g["port"]) if f"{d}/{p}" != f"{r['device']}/{r['port']}"]
-            out.append(_finding(r, "idle_rail", Severity.WARNING,
-                                f"Idle rail: RDMA port {_where(r)} carried {r['traffic']:.2f} Gb/s while "
-                                f"{busiest['device']} carried {busiest['traffic']:.1f} Gb/s",
-                                "The job leaves this NIC unused, so its traffic shares fewer rails. An idle NIC "
-                                "usually means NCCL_IB_HCA lists only some HCAs (or a typo drops one): list every "
-                                "rail, or unset it and let NCCL pick.",
-                                traffic_gbps=round(float(r["traffic"]), 3),
-                                busiest={"device": busiest["device"], "port": busiest["port"],
-                                         "gbps": round(float(busiest["traffic"]), 3)},
-                                busy_ports=busy, nccl_ib_hca=list(hca),
-                                idle_share=threshold("rdma.idle_rail_share")))
-    return out
+            yield _finding(r, "idle_rail", Severity.WARNING,
+                           f"Idle rail: RDMA port {_where(r)} carried {r['traffic']:.2f} Gb/s while "
+                           f"{busiest['device']} carried {busiest['traffic']:.1f} Gb/s",
+                           "The job leaves this NIC unused, so its traffic shares fewer rails. An idle NIC "
+                           "usually means NCCL_IB_HCA lists only some HCAs (or a typo drops one): list every "
+                           "rail, or unset it and let NCCL pick.",
+                           traffic_gbps=round(float(r["traffic"]), 3),
+                           busiest={"device": busiest["device"], "port": busiest["port"],
+                                    "gbps": round(float(busiest["traffic"]), 3)},
+                           busy_ports=busy, nccl_ib_hca=list(hca),
+                           idle_share=threshold("rdma.idle_rail_share"))
 
 
 def _throughput(summary: pd.DataFrame) -> Iterator[Finding]:
@@ -260,9 +264,5 @@ def analyze_rdma(analysis: Analysis) -> list[Finding]:
     if series.empty:
         return []
     summary = port_summary(series, store)
-    findings: list[Finding] = []
-    for _, r in summary.iterrows():
-        findings.extend(_port_findings(r, summary))
-    findings.extend(_idle_rails(summary, store))
-    findings.extend(_throughput(summary))
-    return findings
+    per_port = [f for _, r in summary.iterrows() for f in _port_findings(r, summary)]
+    return [*per_port, *_idle_rails(summary, store), *_throughput(summary)]

@@ -10,7 +10,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.health.rdma import CNP_NAMES, increases, intervals, series_of, window_of
+from perftracker.analyzers.health.rdma import CNP_NAMES, increases, intervals, series_of, total, window_of
 from perftracker.analyzers.thresholds import threshold
 from perftracker.evidence.network import PfcPauses, RdmaPfcEvidence
 from perftracker.store import Store
@@ -32,10 +32,6 @@ def pfc_series(store: Store) -> pd.DataFrame:
         intervals(wide, {k: str(v) for k, v in lead.items()}, prefix=PREFIX)[0] if len(wide) >= 2 else None))
 
 
-def _sum(g: pd.DataFrame, name: str) -> float:
-    return float(g[name].sum()) if name in g else 0.0
-
-
 def _peak(g: pd.DataFrame, col: str) -> float | None:
     peak = float((g[col] / 1e6 / g["dt_s"]).max())
     return round(peak, 4) if peak == peak else None
@@ -54,8 +50,8 @@ def pauses(g: pd.DataFrame) -> dict[str, dict[str, PfcPauses]]:
     for direction, prios in raw.items():
         for prio, cols in sorted(prios.items()):
             dur = cols.get("_duration")
-            frames, episodes = _sum(g, cols.get("frames", "")), _sum(g, cols.get("_transition", ""))
-            us = _sum(g, dur) if dur else 0.0
+            frames, episodes = total(g, cols.get("frames", "")), total(g, cols.get("_transition", ""))
+            us = total(g, dur) if dur else 0.0
             out[direction][prio] = {
                 "paused_share": round(us / 1e6 / total_s, 4) if dur else None,
                 "peak_interval_share": _peak(g, dur) if dur else None,
@@ -147,7 +143,7 @@ def _pause_finding(p: _Port, direction: str) -> Finding | None:
 
 
 def _storm_finding(p: _Port) -> Finding | None:
-    err, warn = _sum(p.g, STORM_ERROR), _sum(p.g, STORM_WARNING)
+    err, warn = total(p.g, STORM_ERROR), total(p.g, STORM_WARNING)
     if err <= 0 and warn <= 0:
         return None
     tx = {k: v["pause_frames_per_s"] for k, v in p.pauses["tx"].items()}
@@ -167,7 +163,7 @@ def _storm_finding(p: _Port) -> Finding | None:
 
 def _discard_finding(p: _Port) -> Finding | None:
     total_s = float(p.g["dt_s"].sum())
-    rates = {str(n): _sum(p.g, str(n)) / total_s for n in p.g.columns if DISCARD.match(str(n))}
+    rates = {str(n): total(p.g, str(n)) / total_s for n in p.g.columns if DISCARD.match(str(n))}
     bad = {n: v for n, v in rates.items() if v >= threshold("rdma.drops_per_s")}
     if not bad:
         return None
@@ -184,7 +180,7 @@ def _discard_finding(p: _Port) -> Finding | None:
               "receive rings (non-RDMA traffic: `ethtool -G`); outbound_pci_buffer_overflow means PCIe cannot keep up.")
     return p.finding("discards", Severity.WARNING, title, advice, priority=prio,
                      rates={f"{n}_per_s": round(v, 3) for n, v in bad.items()},
-                     increases={n: int(_sum(p.g, n)) for n in bad}, threshold_per_s=threshold("rdma.drops_per_s"))
+                     increases={n: int(total(p.g, n)) for n in bad}, threshold_per_s=threshold("rdma.drops_per_s"))
 
 
 def _netdevs(store: Store) -> dict[tuple[str, str, str], str]:
@@ -209,9 +205,6 @@ def pfc_ports_view(analysis: Analysis) -> list[_Port]:
 
 
 def analyze_rdma_pfc(analysis: Analysis) -> list[Finding]:
-    findings: list[Finding] = []
-    for p in analysis.view(pfc_ports_view):
-        for f in (_pause_finding(p, "rx"), _pause_finding(p, "tx"), _storm_finding(p), _discard_finding(p)):
-            if f is not None:
-                findings.append(f)
-    return findings
+    return [f for p in analysis.view(pfc_ports_view)
+            for f in (_pause_finding(p, "rx"), _pause_finding(p, "tx"), _storm_finding(p), _discard_finding(p))
+            if f is not None]

@@ -10,7 +10,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.health.gpu_health import gpu_series_view, throttle_view
-from perftracker.analyzers.health.rdma import CNP_NAMES, port_series_view
+from perftracker.analyzers.health.rdma import CNP_NAMES, port_series_view, total
 from perftracker.analyzers.health.rdma_pfc import pfc_ports_view, pfc_series_view
 from perftracker.evidence.network import PfcPauses
 
@@ -53,7 +53,7 @@ def rdma_ports_table(analysis: Analysis) -> pd.DataFrame:
         row: dict[str, Any] = {**dict(zip(_KEYS, key)), "shown": key[0] in shown, "sampled": g is not None,
                                "pfc": port is not None, **dict.fromkeys(_SAMPLED, nan)}
         if g is not None:
-            cnp = sum(float(g[n].sum()) for n in CNP_NAMES if n in g) / float(g["dt_s"].sum())
+            cnp = sum(total(g, n) for n in CNP_NAMES) / float(g["dt_s"].sum())
             row.update(state_id=float(g["state_id"].iloc[-1]) if "state_id" in g else nan,
                        rate_gbps=float(g["rate_gbps"].iloc[-1]) if "rate_gbps" in g else nan,
                        tx_gbps=float(g["tx_gbps"].mean()), rx_gbps=float(g["rx_gbps"].mean()), cnp_per_s=cnp)

@@ -45,14 +45,7 @@ def stat_line(line: str) -> tuple[str, int] | None:
 
 def parse_ethtool_stats(text: str) -> dict[str, int]:
     """`{name: value}` of `ethtool -S` output; non-integer values and other lines are skipped."""
-    out: dict[str, int] = {}
-    for line in text.splitlines():
-        if line.strip() == _HEADER:
-            continue
-        stat = stat_line(line)
-        if stat is not None:
-            out[stat[0]] = stat[1]
-    return out
+    return dict(stat for stat in map(stat_line, text.splitlines()) if stat is not None)  # the header is not one
 
 
 def is_flow_control(name: str) -> bool:

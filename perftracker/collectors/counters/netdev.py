@@ -178,11 +178,7 @@ def snapshot(host: str, ifaces: Mapping[str, str], sysfs_root: Path = Path("/sys
 
 
 def _num(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)):
-        return float(value)
-    return None
+    return float(value) if isinstance(value, (int, float)) else None  # a bool too: True is 1.0
 
 
 def iface_rows(host: str, iface: str, data: Mapping[str, Any], ts: int) -> list[dict[str, Any]]:
@@ -229,10 +225,8 @@ def record_rows(rec: Mapping[str, Any], source: str) -> tuple[list[dict[str, Any
         ifaces.append(iface_row(host, str(name), source, str(data.get("why", "")),
                                 ",".join(str(p) for p in data.get("peers") or []),
                                 ",".join(str(a) for a in data.get("addresses") or []), str((qdisc or {}).get("kind", ""))))
-    for name, value in (rec.get("tcp") or {}).items():
-        number = _num(value)
-        if number is not None:
-            rows.append({"host": host, "iface": "", "name": TCP_PREFIX + str(name), "ts_ns": ts, "value": number})
+    rows.extend({"host": host, "iface": "", "name": TCP_PREFIX + str(name), "ts_ns": ts, "value": number}
+                for name, value in (rec.get("tcp") or {}).items() if (number := _num(value)) is not None)
     return rows, ifaces
 
 

@@ -128,10 +128,7 @@ def _float(text: str) -> float | None:
 
 def looks_like_exposition(head: str) -> bool:
     """True when a text holds node_infiniband_* or DCGM_FI_* samples."""
-    for line in head.splitlines()[:400]:
-        if line.startswith(("node_infiniband_", "DCGM_FI_")):
-            return True
-    return False
+    return any(line.startswith(("node_infiniband_", "DCGM_FI_")) for line in head.splitlines()[:400])
 
 
 def host_of(labels: dict[str, str], default: str) -> str:

@@ -98,13 +98,10 @@ def read_net(root: Path, rdma: list[dict[str, Any]] | None = None) -> list[dict[
     if root.resolve() == Path("/sys"):
         for name, addrs in _kernel_addresses().items():
             addresses.setdefault(name, set()).update(addrs)
-    out: list[dict[str, Any]] = []
-    if not base.is_dir():
-        return out
-    for iface in sorted(base.iterdir(), key=lambda p: p.name):
-        out.append({"name": iface.name, "operstate": read_attr(iface / "operstate") or "",
-                    "type": read_attr(iface / "type") or "", "addresses": sorted(addresses.get(iface.name, ()))})
-    return out
+    ifaces = sorted(base.iterdir(), key=lambda p: p.name) if base.is_dir() else []
+    return [{"name": iface.name, "operstate": read_attr(iface / "operstate") or "",
+             "type": read_attr(iface / "type") or "", "addresses": sorted(addresses.get(iface.name, ()))}
+            for iface in ifaces]
 
 
 def _kernel_addresses() -> dict[str, set[str]]:
