@@ -235,6 +235,6 @@ def profile_shares_view(analysis: Analysis) -> pd.DataFrame:
               for f in frames if max(per_rank[r][0].get(f, 0.0) for r in ranks) >= MIN_SHARE}
     spread = {f: v for f, v in spread.items() if v >= MIN_SPREAD}
     depth = {f: min(per_rank[r][1].get(f, 10**6) for r in ranks) for f in spread}
-    rows = sorted(sorted(spread, key=lambda f: -spread[f])[:MAX_FRAMES], key=lambda f: (depth[f], f))
+    rows = sorted(sorted(spread, key=lambda f: (-spread[f], f))[:MAX_FRAMES], key=lambda f: (depth[f], f))
     records = [(i, f, r, round(100 * per_rank[r][0].get(f, 0.0), 1)) for i, f in enumerate(rows) for r in ranks]
     return pd.DataFrame(records, columns=SHARE_COLUMNS)

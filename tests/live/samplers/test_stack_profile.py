@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -81,6 +82,28 @@ def test_real_profiles_of_a_clean_job_give_no_finding(tmp_path: Path) -> None:
     run = _run_dir(tmp_path, fixture="clean")
     # WHEN analyzed  THEN nobody is called a straggler
     assert _findings(run, tmp_path)[1] == []
+
+
+_SHARED_FRAMES = """import sys
+from pathlib import Path
+from perftracker.analyzers.analysis import Analysis
+from perftracker.analyzers.stragglers.stack_profile import profile_shares_view
+from perftracker.collectors.loading import LoadOptions, load_path
+view = profile_shares_view(Analysis(load_path(Path(sys.argv[1]), LoadOptions(cache_dir=None, workers=1))))
+print(view["frame"].drop_duplicates().tolist())
+"""
+
+
+def test_the_frames_compared_across_ranks_do_not_depend_on_the_hash_seed(tmp_path: Path) -> None:
+    # GIVEN real profiles of a 4-rank job in which several frames differ between ranks by the same share
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES.parent / "accuracy" / "inproc-rank2-x5-16" / "profiles", run / "profiles")
+    # WHEN the frames the report compares are computed in two interpreters with different string hashes
+    shown = [subprocess.run([sys.executable, "-c", _SHARED_FRAMES, str(run)], capture_output=True, text=True,
+                            check=True, cwd=FIXTURES.parents[2], env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+             for seed in ("1", "3")]
+    # THEN they are the same frames in the same order (ties in spread broken by the frame, not by set order)
+    assert shown[0] == shown[1] and shown[0].startswith("[")
 
 
 def test_live_suspicion_names_the_slowed_rank_once_the_recording_ends(tmp_path: Path) -> None:
