@@ -61,7 +61,7 @@ def _joined(base: RunSide, new: RunSide) -> pd.DataFrame:
 def _own_work(joined: pd.DataFrame) -> pd.DataFrame:
     """The rows of a rank's own work: not communication, whose time is mostly waiting for the others, nor
     annotations named like a phase that includes that wait (`backward`: DDP's all-reduce runs inside it)."""
-    waiting = joined["name"].astype(str).map(is_waiting_phase)
+    waiting = joined["name"].astype(str).map(is_waiting_phase).astype(bool)  # bool also when there are no rows
     return joined[~joined["kind"].astype(str).isin(COMM_KINDS) & ~waiting]
 
 
