@@ -23,9 +23,10 @@ from perftracker.analyzers.findings import Finding, Severity
 from perftracker.cli.options import fail_on_option, nccl_profile_option, sysfs_root_option
 from perftracker.cli.voice import fail_on_exit, parse_fail_on, terminal
 from perftracker.collectors.counters.sysfs import read_sysfs
-from perftracker.collectors.env import env_file_frame, env_rows, filter_env, process_env_frame
+from perftracker.collectors.env import env_file_frame, env_rows, process_env_frame
 from perftracker.collectors.nccl.profiles import load_profile
 from perftracker.errors import UsageError
+from perftracker.redaction import safe_env
 from perftracker.reports.text import printable
 from perftracker.rundir import host_name
 from perftracker.store import RunInfo, Store
@@ -44,7 +45,7 @@ def lint(env_file: Path | None = None, pid: int | None = None, profile: str | No
     if pid is not None:
         frames.append(process_env_frame(pid, host))
     if not frames:
-        frames.append(conform("config", pd.DataFrame(env_rows(filter_env(dict(os.environ)), source="env",
+        frames.append(conform("config", pd.DataFrame(env_rows(safe_env(dict(os.environ)), source="env",
                                                               evidence="current environment"))))
     config = conform("config", pd.concat(frames, ignore_index=True))
     root = sysfs_root if sysfs_root is not None else Path("/sys")

@@ -27,7 +27,6 @@ MAX_ENV_BYTES = 64 * 1024 * 1024  # an environment or job spec is kilobytes
 _ASSIGN = re.compile(r"^\s*(?:export\s+)?(?P<key>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>.*)$")
 
 
-filter_env = safe_env  # the allow-listed, secret-free part of an environment (values carrying credentials dropped)
 
 
 def capture_process_env(pid: int) -> dict[str, str]:
@@ -41,7 +40,7 @@ def capture_process_env(pid: int) -> dict[str, str]:
     except psutil.AccessDenied:
         raise InputError(f"not allowed to read the environment of pid {pid}",
                          hint="run as the process's user or as root") from None
-    return filter_env(env)
+    return safe_env(env)
 
 
 def rank_of(env: Mapping[str, str]) -> int:
@@ -145,7 +144,7 @@ def load_env_snapshots(paths: Iterable[Path]) -> tuple[pd.DataFrame, list[LoadNo
             continue
         env_obj = data.get("env")
         env_raw: dict[str, object] = env_obj if isinstance(env_obj, dict) else data
-        env = filter_env({str(k): str(v) for k, v in env_raw.items() if isinstance(v, (str, int, float))})
+        env = safe_env({str(k): str(v) for k, v in env_raw.items() if isinstance(v, (str, int, float))})
         m = re.search(r"rank[-_]?(\d+)", Path(path).name)
         named = ascii_int(m.group(1), 0, MAX_RANK) if m else None
         rank = rank_in_range(data.get("rank"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from perftracker.collectors.env import filter_env, read_env_file
+from perftracker.collectors.env import read_env_file
 from perftracker.redaction import REDACTED, keep_variable, redact_command, redact_value, safe_env
 
 # The variables the issue found slipping through the old name filter, each with a value to grep for.
@@ -89,4 +89,4 @@ def test_env_files_drop_secret_names_and_values(tmp_path) -> None:  # type: igno
     spec.write_text("".join(f"export {k}='{v}'\n" for k, v in PLANTED_ENV.items()) + "NCCL_IB_HCA=mlx5_0\n")
     # WHEN read (lint-env, analyze) THEN only the setting is kept
     assert read_env_file(spec) == {"NCCL_IB_HCA": ("mlx5_0", len(PLANTED_ENV) + 1)}
-    assert filter_env({"NCCL_IB_HCA": "mlx5_0", **PLANTED_ENV}) == {"NCCL_IB_HCA": "mlx5_0"}
+    assert safe_env({"NCCL_IB_HCA": "mlx5_0", **PLANTED_ENV}) == {"NCCL_IB_HCA": "mlx5_0"}

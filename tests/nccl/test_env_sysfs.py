@@ -12,11 +12,11 @@ from api_helpers import analyzed
 from perftracker.collectors.counters.sysfs import read_sysfs
 from perftracker.collectors.env import (
     capture_process_env,
-    filter_env,
     load_env_snapshots,
     parse_env_text,
     read_env_file,
 )
+from perftracker.redaction import safe_env
 
 from .conftest import FIXTURES, build_sysfs, lingjun_node
 
@@ -27,7 +27,7 @@ def test_allow_list_drops_secrets_and_unrelated() -> None:
     env = {"NCCL_IB_HCA": "mlx5", "RANK": "3", "HOME": "/root", "AWS_SECRET_ACCESS_KEY": "x",
            "NCCL_API_TOKEN": "t", "MASTER_ADDR": "10.0.0.1", "UCX_TLS": "rc", "CUDA_PASSWORD": "p",
            "TORCH_STORE_URL": "http://user:pw@host/x"}
-    assert filter_env(env) == {"NCCL_IB_HCA": "mlx5", "RANK": "3", "MASTER_ADDR": "10.0.0.1", "UCX_TLS": "rc"}
+    assert safe_env(env) == {"NCCL_IB_HCA": "mlx5", "RANK": "3", "MASTER_ADDR": "10.0.0.1", "UCX_TLS": "rc"}
 
 
 def test_capture_process_env() -> None:

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from perftracker.collectors.env import filter_env
 from perftracker.live.sampler import LiveContext
+from perftracker.redaction import safe_env
 from perftracker.rundir import atomic_write_text
 
 
@@ -21,7 +21,7 @@ class EnvSampler:
     def start(self, ctx: LiveContext) -> None:
         for w in ctx.job.workers:
             try:
-                env = filter_env(psutil.Process(w.pid).environ())
+                env = safe_env(psutil.Process(w.pid).environ())
             except psutil.AccessDenied:
                 ctx.note(f"env: not allowed to read pid {w.pid}'s environment (run as the job's user or root)")
                 continue
