@@ -61,13 +61,10 @@ class HostCheck:
 
     def __init__(self, every_s: float = 600.0) -> None:
         self.every_s = every_s
-        self.next_check = 0.0  # monotonic time of the next periodic check
+        self.next_check = time.monotonic() + every_s  # monotonic time of the next periodic check
         self.next_urgent_look = 0.0  # monotonic time the counters' new bytes are looked at next
         self._tails: dict[Path, LineTail] = {}
         self._sizes: tuple[int, ...] = ()
-
-    def start(self) -> None:
-        self.next_check = time.monotonic() + self.every_s
 
     def look(self, ctx: LiveContext) -> Alarm | None:
         """The host alarm when a check is due and finds one, else None."""
@@ -136,41 +133,35 @@ class WatchState:
     suppressed: int = 0
 
 
+@dataclass(slots=True, eq=False)
 class WatchSampler:
     name = "watch"
     interval_s = 1.0
-    __slots__ = (
-        "options", "state", "feed", "_tails", "book", "_steps", "_steps_lock", "hosts", "_next_publish", "_next_scan",
-        "_last_by_kind", "_hang_open", "_stop", "_capture", "_baseline", "bursts", "stacks",
-    )
-
-    def __init__(self, options: WatchOptions | None = None, feed: StepFeed | None = None,
-                 stacks: StackSampler | None = None) -> None:
-        self.options = options if options is not None else WatchOptions()
-        self.state = WatchState()
-        self.feed = feed  # the steps sampler's records, parsed once there; None: the step files are read here
-        self._tails: dict[Path, LineTail] = {}
-        self.book = RankSeriesBook()  # each rank's last steps, whose turn to be judged
-        self._steps = StepState()  # the job's step progress: its own until `_step_state` takes the steps sampler's
-        self._steps_lock = threading.Lock()  # ctx.lock when it is the steps sampler's
-        self.hosts = HostCheck()  # when and how the host's counters are judged
-        self._next_publish = 0.0
-        self._next_scan = 0.0
-        self._last_by_kind: dict[str, float] = {}
-        self._hang_open = False
-        self._stop = threading.Event()
-        self._capture: threading.Thread | None = None
-        self._baseline: threading.Thread | None = None
-        self.bursts = BurstSeries()  # `source: "stacks"` records (live/samplers/stack_steps.py)
-        self.stacks = stacks  # the session's: its lock keeps two native dumps off one rank at once
+    options: WatchOptions = field(default_factory=WatchOptions)
+    feed: StepFeed | None = None  # the steps sampler's records, parsed once there; None: the step files are read here
+    stacks: StackSampler | None = None  # the session's: its lock keeps two native dumps off one rank at once
+    state: WatchState = field(default_factory=WatchState, init=False)
+    book: RankSeriesBook = field(default_factory=RankSeriesBook, init=False)  # ranks' last steps, whose turn it is
+    bursts: BurstSeries = field(default_factory=BurstSeries, init=False)  # `source: "stacks"` records (stack_steps.py)
+    hosts: HostCheck = field(default_factory=HostCheck, init=False)  # when and how the host's counters are judged
+    # the job's step progress: its own until `_step_state` takes the steps sampler's (and ctx.lock with it)
+    _steps: StepState = field(default_factory=StepState, init=False)
+    _steps_lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _tails: dict[Path, LineTail] = field(default_factory=dict, init=False)
+    _next_publish: float = field(default=0.0, init=False)
+    _next_scan: float = field(default=0.0, init=False)
+    _last_by_kind: dict[str, float] = field(default_factory=dict, init=False)
+    _hang_open: bool = field(default=False, init=False)
+    _stop: threading.Event = field(default_factory=threading.Event, init=False)
+    _capture: threading.Thread | None = field(default=None, init=False)
+    _baseline: threading.Thread | None = field(default=None, init=False)
 
     def start(self, ctx: LiveContext) -> None:
         self.bursts.window = self.options.burst_window
-        self.hosts.every_s = self.options.host_check_s
-        self.hosts.start()
-        if self.stacks is None and find_pyspy() is not None:
-            self.stacks = StackSampler()
-            self.stacks.pyspy = find_pyspy()
+        self.hosts = HostCheck(self.options.host_check_s)
+        pyspy = find_pyspy()
+        if self.stacks is None and pyspy is not None:
+            self.stacks = StackSampler(pyspy=pyspy)
         elif self.stacks is None:
             ctx.note("watch: py-spy is not installed: incidents have no stacks (pip install py-spy)")
 
