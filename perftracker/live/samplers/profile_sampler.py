@@ -50,6 +50,7 @@ class BurstRound:
     folder: Path
     fmt: str = "chrometrace"
     suffix: str = ".chrometrace.json"
+    grace_s: float | None = WAIT_GRACE_S  # None: never interrupted before `stop`
     started_ns: int = field(default=0, init=False)
     recorders: list[Recording] = field(default_factory=list, init=False)
     errors: list[str] = field(default_factory=list, init=False)
@@ -69,14 +70,11 @@ class BurstRound:
                 continue
             self.recorders.append(Recording(w.rank, w.pid, proc, out, time.time_ns()))
 
-    def finished(self) -> bool:
-        return all(r.proc.poll() is not None for r in self.recorders)
-
     def done(self) -> bool:
-        """Finished; a recorder still running `WAIT_GRACE_S` past its duration is interrupted first."""
-        if time.time_ns() > self.started_ns + int((self.seconds + WAIT_GRACE_S) * 1e9):
+        """Every recorder ended; one still running `grace_s` past its duration is interrupted first."""
+        if self.grace_s is not None and time.time_ns() > self.started_ns + int((self.seconds + self.grace_s) * 1e9):
             self.stop()
-        return self.finished()
+        return all(r.proc.poll() is not None for r in self.recorders)
 
     def stop(self) -> None:
         """Interrupt the recorders still running with SIGINT (py-spy then writes what it has), waiting up to 10 s
@@ -148,14 +146,15 @@ class ProfileSampler:
             if time.monotonic() - self._started >= self.delay_s:
                 self._launch(ctx)
             return
-        if self._round.finished():
+        if self._round.done():
             self._finish(ctx)
 
     def _launch(self, ctx: LiveContext) -> None:
         assert self._pyspy is not None
         folder = self.out_dir or ctx.run_dir / "profiles"
         folder.mkdir(parents=True, exist_ok=True)
-        rnd = self._round = BurstRound(self._pyspy, max(1, round(self.seconds)), self.rate_hz, folder, "raw", ".txt")
+        rnd = self._round = BurstRound(self._pyspy, max(1, round(self.seconds)), self.rate_hz, folder, "raw", ".txt",
+                                       None)
         rnd.start(ctx.alive())
         for err in rnd.errors:
             ctx.note(f"profile: {err}")
