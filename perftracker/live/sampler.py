@@ -8,6 +8,7 @@ status. Samplers share facts through `LiveContext.progress` and ask for verdicts
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -64,8 +65,10 @@ class LiveContext:
         out = []
         for w in self.job.workers:
             if not _PROC_STAT:  # no /proc (macOS)
-                if _psutil_alive(w.pid):
-                    out.append(w)
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    process = psutil.Process(w.pid)
+                    if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                        out.append(w)
                 continue
             seen = _proc_state(w.pid)
             if seen is None:
@@ -95,14 +98,6 @@ def _proc_state(pid: int) -> tuple[str, int] | None:
         return fields[0].decode("ascii", "replace"), int(fields[19])
     except (IndexError, ValueError):
         return None
-
-
-def _psutil_alive(pid: int) -> bool:
-    try:
-        process = psutil.Process(pid)
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 class Sampler(Protocol):

@@ -246,21 +246,16 @@ def run_session(ctx: LiveContext, samplers: Sequence[Sampler], duration_s: float
     finally:
         with interrupts.holding() if interrupts is not None else contextlib.nullcontext():
             threads_cpu = thread_cpu_s()  # before the samplers' threads end
-            _stop(ctx, samplers, threads, stop, requests)
+            requests.close()
+            stop.set()
+            for t in threads:
+                t.join(timeout=10)
+            _each(ctx, [(s.name, s.stop) for s in samplers], "error while stopping")
             if frozen:
                 gc.unfreeze()  # what follows (the analysis) collects as usual
             gc_passes = [now - then for now, then in zip(_gc_passes(), gc_before)]
             _write_manifests(ctx, samplers, reason, cpu, threads_cpu, gc_passes)
     return SessionResult(reason, time.monotonic() - started)
-
-
-def _stop(ctx: LiveContext, samplers: Sequence[Sampler], threads: Sequence[threading.Thread], stop: threading.Event,
-          requests: RequestWatcher) -> None:
-    requests.close()
-    stop.set()
-    for t in threads:
-        t.join(timeout=10)
-    _each(ctx, [(s.name, s.stop) for s in samplers], "error while stopping")
 
 
 def _write_manifests(ctx: LiveContext, samplers: Sequence[Sampler], reason: str, cpu: dict[str, float],

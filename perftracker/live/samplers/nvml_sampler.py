@@ -101,26 +101,21 @@ class NvmlSampler:
         self.state = (f"{len(self.used)} of {len(self.handles)} GPU(s) used by the job" if self.used
                       else f"{len(self.handles)} GPU(s), none lists a job process yet")
 
-    def _note_choice(self, ctx: LiveContext) -> None:
-        if not self.handles or not self.samples:
-            return
+    def stop(self, ctx: LiveContext) -> None:
+        """Says which GPUs were sampled, and why."""
+        self._stop.set()
         n = len(self.handles)
-        if self.used:
-            gpus = sorted(self.used)
+        if self.handles and self.samples and self.used:
             ranks = sorted({r for rs in self.used.values() for r in rs})
-            ctx.note(f"GPU: sampled GPU(s) {_listing(gpus)} of {n} on {ctx.host}, the ones NVML lists the job's "
-                     f"processes on (ranks {_listing(ranks)}); the host's other GPUs were left out once the job's "
-                     "processes showed up")
-        else:
+            ctx.note(f"GPU: sampled GPU(s) {_listing(sorted(self.used))} of {n} on {ctx.host}, the ones NVML lists "
+                     f"the job's processes on (ranks {_listing(ranks)}); the host's other GPUs were left out once the "
+                     "job's processes showed up")
+        elif self.handles and self.samples:
             why = (f"no GPU on {ctx.host} listed a process of the job (a CPU-only job, or a container whose PID "
                    "namespace differs from NVML's)" if self.listed
                    else f"NVML could not list the processes on the GPUs of {ctx.host}")
             ctx.note(f"GPU: {why}, so all {n} GPU(s) were sampled; ranks are tied to GPUs from NCCL logs / "
                      "LOCAL_RANK at analysis")
-
-    def stop(self, ctx: LiveContext) -> None:
-        self._stop.set()
-        self._note_choice(ctx)
         if self.handles:
             try:
                 import pynvml

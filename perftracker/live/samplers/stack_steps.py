@@ -20,19 +20,9 @@ from perftracker.live.samplers.profile_sampler import BurstRound
 from perftracker.live.samplers.stacks import find_pyspy
 from perftracker.live.samplers.step_state import StepFeed
 from perftracker.rundir import append_jsonl, step_file
-from perftracker.store.stack_bursts import StackBurst
 
 STACKS_SOURCE = "stacks"  # the `source` of a step record made from a burst
 SAMPLES_PER_BURST = 250
-
-
-def burst_record(burst: StackBurst, index: int, end_ns: int, host: str, period_s: float, confidence: float,
-                 cycles: float) -> dict[str, Any]:
-    """The step-like record of one rank's burst (see the module docstring)."""
-    period_ns = max(1, round(period_s * 1e9))
-    return {"rank": burst.rank, "step": index, "start_ns": end_ns - period_ns, "end_ns": end_ns, "host": host,
-            "source": STACKS_SOURCE, "period_s": round(period_s, 6), "confidence": round(confidence, 3),
-            "cycles": round(cycles, 1), "burst_s": round(burst.seconds, 2), "rate_hz": burst.rate_hz}
 
 
 @dataclass(slots=True, eq=False)
@@ -116,14 +106,18 @@ class StackStepsSampler:
         for err in rnd.errors:
             ctx.note(f"stack-steps: {err}")
         end_ns = rnd.started_ns + int(rnd.seconds * 1e9)
-        records = []
+        records: list[dict[str, Any]] = []
         for burst in bursts:
             found = ctx.diagnosis.step_period(burst)
             if found is None:
                 self.no_period += 1
                 continue
             self.periods += 1
-            record = burst_record(burst, self.bursts, end_ns, ctx.host, found.period_s, found.confidence, found.cycles)
+            period_ns = max(1, round(found.period_s * 1e9))  # one step-like record (see the module docstring)
+            record = {"rank": burst.rank, "step": self.bursts, "start_ns": end_ns - period_ns, "end_ns": end_ns,
+                      "host": ctx.host, "source": STACKS_SOURCE, "period_s": round(found.period_s, 6),
+                      "confidence": round(found.confidence, 3), "cycles": round(found.cycles, 1),
+                      "burst_s": round(burst.seconds, 2), "rate_hz": burst.rate_hz}
             append_jsonl(step_file(ctx.run_dir, burst.rank), record)
             records.append(record)
         if self.feed is not None and records:

@@ -201,7 +201,10 @@ class TraceSampler:
         self.tmp = Path(tempfile.mkdtemp(prefix="perftracker-kineto-"))
         os.chmod(self.tmp, 0o777)  # the job may run as another user
         stem = self.tmp / "kineto.json"
-        roundup = self._roundup(ctx)
+        with ctx.lock:
+            med = ctx.progress.steps.median_step_ns()
+        # steps between aligned start points: enough to cover the ranks' ~10 s spread of polls
+        roundup = max(1, min(1000, int((DAEMON_POLL_S + 2) * 1e9 / med) + 1)) if med else 10
         config = (f"ACTIVITIES_LOG_FILE={stem}\nPROFILE_START_ITERATION=0\n"
                   f"PROFILE_START_ITERATION_ROUNDUP={roundup}\nACTIVITIES_ITERATIONS={self.steps}\n"
                   "ACTIVITIES_DURATION_MSECS=0\nPROFILE_REPORT_INPUT_SHAPES=true\n")
@@ -212,15 +215,6 @@ class TraceSampler:
         self.daemon = daemon
         for pid, rank in kineto.items():
             self.pending.append(_Pending(rank, pid, "kineto", self.tmp / f"kineto_{pid}.json"))
-
-    @staticmethod
-    def _roundup(ctx: LiveContext) -> int:
-        """Steps between aligned start points: enough to cover the ranks' ~10 s spread of polls."""
-        with ctx.lock:
-            med = ctx.progress.steps.median_step_ns()
-        if not med:
-            return 10
-        return max(1, min(1000, int((DAEMON_POLL_S + 2) * 1e9 / med) + 1))
 
     def sample(self, ctx: LiveContext) -> None:
         for item in self.pending:
