@@ -21,7 +21,7 @@ import pytest
 
 from perftracker.analyzers.analysis import Analysis, AnalysisOptions
 from perftracker.analyzers.findings import rank_findings
-from perftracker.analyzers.online.hang_rule import step_stall
+from perftracker.analyzers.online.step_rules import step_stall
 from perftracker.analyzers.passes import costed_findings
 from perftracker.analyzers.thresholds import DECLARED, Thresholds, active, threshold
 from perftracker.cli.thresholds import reference_markdown

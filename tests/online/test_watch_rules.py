@@ -10,8 +10,12 @@ from pathlib import Path
 import numpy as np
 
 from perftracker.analyzers.online.diagnosis import host_alarm
-from perftracker.analyzers.online.hang_rule import hang_alarm
-from perftracker.analyzers.online.step_rules import DEFAULT_WINDOW, degradation_alarm, series_alarm
+from perftracker.analyzers.online.step_rules import (
+    DEFAULT_WINDOW,
+    degradation_alarm,
+    hang_alarm,
+    series_alarm,
+)
 from perftracker.collectors.loading import LoadOptions, load_path
 from perftracker.store import Store
 from perftracker.store.alarms import StepSeries

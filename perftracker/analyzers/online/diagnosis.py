@@ -24,7 +24,7 @@ from perftracker.analyzers.health.gpu_links import analyze_gpu_links
 from perftracker.analyzers.health.links import analyze_links
 from perftracker.analyzers.health.rdma import analyze_rdma
 from perftracker.analyzers.health.rdma_pfc import analyze_rdma_pfc
-from perftracker.analyzers.online import burst_rule, hang_rule
+from perftracker.analyzers.online import burst_rule, step_rules
 from perftracker.analyzers.online import step_period as period_rule
 from perftracker.analyzers.online.step_rules import Rechecks, degradation_alarm
 from perftracker.analyzers.stragglers.stack_profile import analyze_stack_profile
@@ -85,10 +85,10 @@ class AnalyzerDiagnosis:
         with active(self.thresholds):
             return still(rank_states(after), switches_of(before), switches_of(after), seconds)
 
-    step_stall = _rule(hang_rule.step_stall)
+    step_stall = _rule(step_rules.step_stall)
     step_period = _rule(period_rule.estimate_period)
     burst_alarm = _rule(burst_rule.burst_alarm)
-    hang_alarm = _rule(hang_rule.hang_alarm)
+    hang_alarm = _rule(step_rules.hang_alarm)
     host_alarm = _rule(host_alarm)
 
     def straggler_suspicion(self, profile_samples: pd.DataFrame) -> str:

@@ -1,18 +1,17 @@
-"""The watcher's degradation rule: mean of the last N steps more than X above the recent best, confirmed by a
-change-point test that gives the step it began at and beats the run's own noise.
-
-`degradation_alarm(series, window, rise)`: one `Alarm` (kind "degradation") naming the ranks whose series
-fired, or None.
+"""The watcher's step rules. Degradation: the mean of the last N steps more than X above the recent best, confirmed
+by a change-point test that gives the step it began at and beats the run's own noise; `degradation_alarm(series,
+window, rise)` is one `Alarm` naming the ranks whose series fired, or None. Hang: no step for K times the typical
+step (and at least a floor), per job; `hang_alarm(...)` is an `Alarm` when `step_stall` says so, else None.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
 from perftracker.analyzers.stragglers.degradation import change_point_of
-from perftracker.analyzers.thresholds import default, threshold_int
+from perftracker.analyzers.thresholds import default, threshold, threshold_int
 from perftracker.store.alarms import Alarm, StepSeries
 
 DEFAULT_WINDOW = 10
@@ -105,3 +104,29 @@ def joined_alarm(fired: list[Alarm], many: str) -> Alarm | None:
     return Alarm("degradation", first.text if len(fired) == 1 else f"{head}; {first.text}", ranks=ranks,
                  step=first.step, current_s=first.current_s, best_s=first.best_s, confidence=first.confidence,
                  details=tuple(a.text for a in fired), source=first.source)
+
+
+def step_stall(quiet_ns: int | None, median_step_ns: int | None, steps_known: int) -> str | None:
+    """None when the steps known are too few to judge, "" when they keep coming, else why it is a stall."""
+    if median_step_ns is None or quiet_ns is None or steps_known < threshold_int("online.hang.min_steps"):
+        return None
+    if quiet_ns <= max(threshold("online.hang.stall_factor") * median_step_ns,
+                       threshold("online.hang.min_stall_s") * 1e9):
+        return ""
+    factor = threshold("online.hang.stall_factor")
+    return (f"no step for {quiet_ns / 1e9:.0f} s ({factor:g}x the median step time is "
+            f"{factor * median_step_ns / 1e9:.1f} s)")
+
+
+def hang_alarm(last_step: Mapping[int, int], last_step_ns: Mapping[int, int], median_step_ns: int | None,
+               steps_known: int, now_ns: int) -> Alarm | None:
+    if not last_step_ns:
+        return None
+    newest = max(last_step_ns.values())
+    verdict = step_stall(now_ns - newest, median_step_ns, steps_known)
+    if not verdict:
+        return None
+    oldest = min(last_step_ns.values())
+    quiet = tuple(sorted(r for r, ns in last_step_ns.items() if ns <= oldest + 1_000_000_000))
+    step = max(last_step.values()) if last_step else -1
+    return Alarm("hang", f"{verdict}; last step {step}", ranks=quiet, step=step)
