@@ -125,25 +125,16 @@ class SessionResult:
     seconds: float
 
 
-def _task_cpu_s(native_id: int) -> float | None:
-    """utime + stime of one thread of this process in seconds, None when /proc does not say."""
-    fields = stat_fields(f"/proc/self/task/{native_id}/stat")
-    if fields is None:
-        return None
-    try:
-        return (int(fields[11]) + int(fields[12])) / _TICKS
-    except (IndexError, ValueError):
-        return None
-
-
 def thread_cpu_s() -> dict[str, float]:
     """Python thread name -> its CPU seconds so far (threads of one name summed): where attach's own CPU went
     beyond its collectors' `sample` calls."""
     out: dict[str, float] = {}
-    for thread in threading.enumerate():
-        if thread.native_id is None:
-            continue
-        spent = _task_cpu_s(thread.native_id)
+    for thread in threading.enumerate():  # utime + stime of each thread, from /proc
+        fields = stat_fields(f"/proc/self/task/{thread.native_id}/stat") if thread.native_id is not None else None
+        try:
+            spent = (int(fields[11]) + int(fields[12])) / _TICKS if fields is not None else None
+        except (IndexError, ValueError):
+            spent = None
         if spent is not None:
             out[thread.name] = round(out.get(thread.name, 0.0) + spent, 3)
     return out

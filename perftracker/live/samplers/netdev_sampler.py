@@ -8,6 +8,7 @@ socket settings and peer routes select, looked up again every `resolve_every_s`;
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import shutil
 import threading
@@ -38,14 +39,6 @@ from perftracker.live.sampler import LiveContext
 from perftracker.rundir import append_jsonl
 
 MAX_FALLBACK = 16
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
 
 
 @dataclass(slots=True, eq=False)
@@ -108,7 +101,8 @@ class NetdevSampler:
         settings = settings_of(pids)
         peers = peer_addresses(pids)
         master = settings.get("MASTER_ADDR", "")
-        if _is_ip(master):
+        with contextlib.suppress(ValueError):  # an address (not a host name) is a peer
+            ipaddress.ip_address(master)
             peers.add(master)
         names = interface_names(ctx.sysfs_root)
         routes = read_routes(self.proc_root)

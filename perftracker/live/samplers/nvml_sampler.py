@@ -66,25 +66,19 @@ class NvmlSampler:
         except Exception:
             return
 
-    def _job_on_gpus(self, nv: Any, ranks: dict[int, int]) -> list[list[int]]:
-        """Per GPU: the job's pids NVML lists on it (and remember which GPUs the job uses)."""
-        out = []
-        for i, h in enumerate(self.handles):
-            pids = compute_pids(nv, h)
-            self.listed = self.listed or pids is not None
-            mine = sorted(p for p in pids or () if p in ranks)
-            if mine:
-                self.used.setdefault(i, set()).update(ranks[p] for p in mine)
-            out.append(mine)
-        return out
-
     def sample(self, ctx: LiveContext) -> None:
         if not self.handles:
             return
         import pynvml
 
         ranks = {w.pid: w.rank for w in ctx.job.workers}
-        job_pids = self._job_on_gpus(pynvml, ranks)
+        job_pids: list[list[int]] = []  # per GPU: the job's pids NVML lists on it (and the GPUs the job uses)
+        for i, h in enumerate(self.handles):
+            pids = compute_pids(pynvml, h)
+            self.listed = self.listed or pids is not None
+            job_pids.append(sorted(p for p in pids or () if p in ranks))
+            if job_pids[-1]:
+                self.used.setdefault(i, set()).update(ranks[p] for p in job_pids[-1])
         xids, self._xids = self._xids, []
         chosen = sorted(self.used) if self.used else range(len(self.handles))
         lines = []

@@ -67,12 +67,6 @@ class StackStepsSampler:
         if self._pyspy is None:
             self.state = "no py-spy"
 
-    def _other_step_source(self, ctx: LiveContext) -> bool:
-        with ctx.lock:
-            stepping = bool(ctx.progress.steps.last_step)
-        inspector = ctx.run_dir / "inspector"
-        return stepping or (inspector.is_dir() and any(inspector.iterdir()))
-
     def sample(self, ctx: LiveContext) -> None:
         if self._pyspy is None:
             return
@@ -82,7 +76,10 @@ class StackStepsSampler:
             return
         if time.monotonic() < self._next:
             return
-        if self._other_step_source(ctx):  # the hook, step lines or Inspector give the steps: no burst needed
+        with ctx.lock:  # the hook, step lines or Inspector give the steps: no burst needed
+            stepping = bool(ctx.progress.steps.last_step)
+        inspector = ctx.run_dir / "inspector"
+        if stepping or (inspector.is_dir() and any(inspector.iterdir())):
             if not self._other_source:
                 self.state = "not needed: the job has another step source"
             self._other_source = True

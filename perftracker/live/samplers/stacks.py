@@ -148,23 +148,18 @@ class StackSampler:
         if ctx.progress.hang_requested:
             ctx.progress.hang_requested = False
             self._requested_dump(ctx)
-        stalled = self._stalled(ctx)
+        with ctx.lock:  # the diagnosis' suspicion text when the steps stopped coming ("" when they come)
+            med = ctx.progress.steps.median_step_ns()
+            last = max(ctx.progress.steps.last_step_ns.values()) if ctx.progress.steps.last_step_ns else None
+            known = ctx.progress.steps.known
+        stalled = ctx.diagnosis.step_stall(time.time_ns() - last if last is not None else None, med, known)
+        if stalled == "":
+            self._armed = True  # progress again: a later stall gets its own hang dump
         if stalled and self._armed:
             self._hang_dump(ctx, stalled)
         if self._confirm_at and time.monotonic() >= self._confirm_at:
             self._confirm_at = 0.0
             self._periodic(ctx, confirming=True)
-
-    def _stalled(self, ctx: LiveContext) -> str:
-        """The diagnosis' suspicion text when the steps stopped coming ("" when they come or are too few)."""
-        with ctx.lock:
-            med = ctx.progress.steps.median_step_ns()
-            last = max(ctx.progress.steps.last_step_ns.values()) if ctx.progress.steps.last_step_ns else None
-            known = ctx.progress.steps.known
-        verdict = ctx.diagnosis.step_stall(time.time_ns() - last if last is not None else None, med, known)
-        if verdict == "":
-            self._armed = True  # progress again: a later stall gets its own hang dump
-        return verdict or ""
 
     def _progressed_since(self, ctx: LiveContext, since_ns: int) -> bool:
         with ctx.lock:

@@ -225,14 +225,6 @@ def _request_traces(ctx: LiveContext, folder: Path, steps: int, notes: list[str]
     return tracer
 
 
-def _finish_traces(ctx: LiveContext, tracer: TraceSampler, stop: threading.Event) -> None:
-    deadline = time.monotonic() + TRACE_WAIT_S
-    while not tracer.finished() and time.monotonic() < deadline and not stop.is_set():
-        tracer.sample(ctx)
-        stop.wait(0.5)
-    tracer.stop(ctx)
-
-
 def _trim(evidence: Path, cap: int, notes: list[str]) -> None:
     for sub in ("traces", "profiles"):
         if folder_bytes(evidence) <= cap:
@@ -259,8 +251,12 @@ def capture_incident(ctx: LiveContext, alarm: Alarm, folder: Path, plan: Capture
                   if alarm.kind != "hang" and plan.trace_steps > 0 else None)
         if plan.profile_seconds > 0:
             record_profiles(ctx, evidence / "profiles", plan.profile_seconds, plan.profile_rate_hz, stop)
+        deadline = time.monotonic() + TRACE_WAIT_S
+        while tracer is not None and not tracer.finished() and time.monotonic() < deadline and not stop.is_set():
+            tracer.sample(ctx)
+            stop.wait(0.5)
         if tracer is not None:
-            _finish_traces(ctx, tracer, stop)
+            tracer.stop(ctx)
         copy_window(ctx, evidence)
         copy_baseline(baseline_folder(ctx.run_dir, ctx.host), evidence, record.notes,
                       began_ns=step_started_ns(evidence / "steps", alarm.step))
