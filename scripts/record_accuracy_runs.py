@@ -25,6 +25,9 @@ Scenarios (the truth the accuracy measurement, ``scripts/measure_accuracy.py``, 
   alone with them, the other ranks on the other core. With 4 loops the rank gets 1/5 of its core
   against 1/3 for the three others (1.41-1.47x forward as recorded); with 16 loops 1/17 against 1/3.
 * ``inproc``: the job's ``--slow-rank/--slow-factor``: the slowed rank's forward does F times the work.
+* ``stop``: ``disturb.DutyCycle``: the slowed rank's process SIGSTOPped 90% of every 20 ms from outside
+  (``STOP_SHARE``, ``STOP_PERIOD_S``; 80% was not always enough under load): the slowdown a fresh CI
+  job checked before these runs replaced it (``tests/analyzers/stragglers/test_duty_cycle.py``).
 * ``quota``: ``disturb.CpuQuota(share)``: the slowed rank's threads held to `share` of one core. Here
   4 ranks share 2 cores, so each rank already gets about half a core: a share of 0.5 does not bind
   (0.88-1.34x forward as recorded) and those runs are kept with ``expect_named: false``
@@ -36,7 +39,7 @@ Scenarios (the truth the accuracy measurement, ``scripts/measure_accuracy.py``, 
 saving the index (any recording, or ``--reindex``) updates runs.json without re-recording.
 
 This machine has 2 cores shared with other work (other test runs); that is background noise the
-clean runs include, and runs.json says so. Jobs are sized like ``tests/analyzers/stragglers/test_straggler_jobs.py``
+clean runs include, and runs.json says so. Jobs are sized like the fresh straggler job CI once ran
 (batch x width compute-bound, one gradient all-reduce per step) but with one hidden layer (depth 1)
 and a bigger batch, so a trace holds fewer events per step and the corpus stays small.
 """
@@ -63,13 +66,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from disturb import BackgroundLoad, CoreContention, CpuQuota, Pinning, Together
+from disturb import BackgroundLoad, CoreContention, CpuQuota, DutyCycle, Pinning, Together
 from sample_job_runner import REPO, run_job
 
 CORPUS = REPO / "tests" / "fixtures" / "accuracy"
 RUNS_JSON = "runs.json"
 NPROC = 4
-SCENARIOS = ("clean", "hog", "inproc", "quota")
+SCENARIOS = ("clean", "hog", "inproc", "quota", "stop")
 LEAD_IN_STEPS = 6  # steps before the profiler's wait/warmup steps (start-up, caches)
 MIN_STEPS = 20  # the degradation analyzer looks at 20+ steps
 TIMEOUT_S = 240.0
@@ -114,6 +117,7 @@ class RunSpec:
     load: tuple[BackgroundLoad, ...] = ()
     hog_competitors: int = 0  # hog only
     quota_share: float = 0.0  # quota only
+    stopped_share: float = 0.0  # stop only
     not_expected_why: str = ""  # slowed runs: why the slowed rank is not expected to be named ("": it is)
 
     @property
@@ -146,6 +150,9 @@ NOT_BINDING_HALF_CORE = ("not expected to be named: 0.5 of a core does not bind 
 # 1.47-2.95x and 0.88-1.98x forward (foreign work the balancer moves onto the other ranks' core slows
 # them as much); 0.05 of a core and 16 loops are >= ~3x below what the other ranks get even then.
 BINDING_QUOTA_SHARE = 0.05  # of one core
+# stop runs: 90% of every 20 ms, in slices much shorter than a step (80% let the rank run longer under load)
+STOP_SHARE = 0.9
+STOP_PERIOD_S = 0.02
 STRONG_HOG_COMPETITORS = 16  # the rank gets 1/17 of its core, the others 1/3 (less under outside load)
 
 PLAN: tuple[RunSpec, ...] = (
@@ -198,6 +205,10 @@ PLAN: tuple[RunSpec, ...] = (
     RunSpec("quota05-rank0-16", "quota", "unpinned", 16, slowed_rank=0, quota_share=BINDING_QUOTA_SHARE),
     RunSpec("quota05-rank2-16", "quota", "unpinned", 16, slowed_rank=2, quota_share=BINDING_QUOTA_SHARE),
     RunSpec("quota05-rank3-16", "quota", "unpinned", 16, slowed_rank=3, quota_share=BINDING_QUOTA_SHARE),
+    # slowed: the rank's process stopped (SIGSTOP) most of every 20 ms from outside
+    RunSpec("stop90-rank1-16", "stop", "unpinned", 16, slowed_rank=1, stopped_share=STOP_SHARE),
+    RunSpec("stop90-rank3-16", "stop", "unpinned", 16, slowed_rank=3, stopped_share=STOP_SHARE),
+    RunSpec("stop90-rank0-16", "stop", "unpinned", 16, slowed_rank=0, stopped_share=STOP_SHARE),
 )
 
 
@@ -267,6 +278,9 @@ def disturbance_for(spec: RunSpec, run_dir: Path) -> Together:
         if not CpuQuota.available():
             raise SystemExit("quota runs need a writable cgroup-v1 cpu controller at /sys/fs/cgroup/cpu (root)")
         parts.append(CpuQuota(spec.slowed_rank, share=spec.quota_share))
+    elif spec.scenario == "stop":
+        assert spec.slowed_rank is not None
+        parts.append(DutyCycle(spec.slowed_rank, stopped=spec.stopped_share, period_s=STOP_PERIOD_S))
     parts.append(StackProfiles(run_dir, after_steps=LEAD_IN_STEPS))
     return Together(*parts)
 
@@ -281,6 +295,10 @@ def slowed_how(spec: RunSpec) -> dict[str, Any] | None:
         return {"kind": "cpu-hog-on-its-core", "competitors": spec.hog_competitors,
                 "detail": f"rank pinned alone to the last core with {spec.hog_competitors} busy loops; "
                           "the other ranks pinned to the other core"}
+    if spec.scenario == "stop":
+        return {"kind": "sigstop-duty-cycle", "stopped": spec.stopped_share,
+                "detail": f"process SIGSTOPped {spec.stopped_share:.0%} of every {STOP_PERIOD_S * 1000:g} ms from "
+                          "outside (SIGCONT between)"}
     return {"kind": "cgroup-cpu-quota", "share": spec.quota_share,
             "detail": f"cgroup-v1 CFS quota of {spec.quota_share:g} of one core on every thread of the rank"}
 
@@ -402,7 +420,8 @@ def record(spec: RunSpec, corpus: Path) -> dict[str, Any]:
         "recorded": datetime.now(UTC).isoformat(timespec="seconds"),
         "params": {"model": asdict(spec.model), "pin": {str(r): list(c) for r, c in sorted(spec.pin.items())},
                    "load": [load.describe() for load in spec.load], "slow_factor": spec.slow_factor,
-                   "hog_competitors": spec.hog_competitors, "quota_share": spec.quota_share},
+                   "hog_competitors": spec.hog_competitors, "quota_share": spec.quota_share,
+                   "stopped_share": spec.stopped_share},
         "regenerate": f"python scripts/record_accuracy_runs.py --only {spec.name} --replace",
         "command": manifest["command"],
         "disturbance": manifest.get("disturbance"),

@@ -29,7 +29,10 @@ REAL_JOB_GROUP = "real-jobs"
 def pytest_configure(config: pytest.Config) -> None:
     """Compile the package and the job scripts to bytecode once, in the controller, before any test: the tests
     start hundreds of Python processes (`perftracker` commands, torchrun ranks), and where PYTHONDONTWRITEBYTECODE
-    is set (as in CI) each of them compiled every module it imported again (~0.5 s of CPU per command)."""
+    is set (as in CI) each of them compiled every module it imported again (~0.5 s of CPU per command). For the
+    same reason pytest may keep the test modules it rewrote for assertions: without it each worker rewrote all
+    of them on every run (about half of collecting the suite, ~7 s of CPU per worker)."""
+    sys.dont_write_bytecode = False
     if not hasattr(config, "workerinput"):
         import compileall
 

@@ -32,10 +32,10 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 import measure_accuracy  # noqa: E402 - needs scripts/ on sys.path
 
-SLOWED_SCENARIOS = ("hog", "inproc", "quota")
+SLOWED_SCENARIOS = ("hog", "inproc", "quota", "stop")
 # runs per (scenario, expect_named) as recorded: clean runs have no slowed rank to name (None)
 CORPUS_COUNTS = {("clean", None): 21, ("hog", True): 6, ("inproc", True): 4, ("quota", True): 3,
-                 ("quota", False): 3}
+                 ("quota", False): 3, ("stop", True): 3}
 
 
 def _index() -> dict[str, Any]:
@@ -87,6 +87,10 @@ def test_truth_of_each_run_is_consistent(run: dict[str, Any]) -> None:
         # AND it says whether its slowed rank is expected to be named, and if not, why
         assert run["expect_named"] in (True, False)
         assert (run["expect_named_why"] is None) == run["expect_named"]
+    if run["scenario"] == "stop":
+        # AND a stopped rank was stopped for the share asked for, however loaded the machine was
+        cycle = next(d for d in run["disturbance"] if d["how"] == "sigstop-duty-cycle")
+        assert cycle["rank"] == run["slowed_rank"] and cycle["achieved_stopped"] >= cycle["stopped"] - 0.05, cycle
     # AND the manifest records the same truth and the command that ran the job
     assert manifest["accuracy"] == {"scenario": run["scenario"], "layout": run["layout"],
                                     "slowed_rank": run["slowed_rank"]}
@@ -216,6 +220,8 @@ def test_stragglers_from_traces_alone_beat_the_noise_of_real_clean_runs() -> Non
     # 1.41x, within clean noise, may be missed)
     assert named["inproc"]["straggler"]["hits"] == named["inproc"]["straggler"]["runs"] >= 4
     assert named["quota"]["straggler"]["hits"] == named["quota"]["straggler"]["runs"] >= 3
+    # AND so is every rank stopped (SIGSTOP) 90% of every 20 ms from outside
+    assert named["stop"]["straggler"]["hits"] == named["stop"]["straggler"]["runs"] >= 3
     assert named["hog"]["straggler"]["hits"] >= named["hog"]["straggler"]["runs"] - 1
 
 

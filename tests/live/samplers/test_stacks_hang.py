@@ -321,51 +321,41 @@ def _hang_finding(out: Path) -> dict:  # type: ignore[type-arg]
 
 
 @pytest.mark.slow
-def test_attach_by_launcher_pid_names_the_hung_rank(tmp_path: Path) -> None:
-    # GIVEN a 4-rank torchrun job where rank 1 never joins step 3's all_reduce
-    job = launch_job(tmp_path / "job", 4, HANG_ARGS)
-    try:
-        wait_workers(job, 4)
-        wait_steps(tmp_path / "job", 0, 3)
-        # WHEN attach runs against the launcher pid at default intervals
-        out = tmp_path / "run"
-        res = subprocess.run(attach_command(f"pid:{job.pid}", out, 25), capture_output=True, text=True, check=False,
-                             timeout=120)
-    finally:
-        stop_job(job)
-    # THEN the hang finding names rank 1 and the all_reduce (and its line) the others wait in
-    assert res.returncode == 0, res.stdout + res.stderr
-    f = _hang_finding(out)
-    assert f["severity"] == "critical" and f["ranks"] == [1]
-    assert f["title"].startswith("Rank 1 is not in the collective all_reduce (sample_job.py:")
-    assert "where ranks 0, 2, 3 wait; it is at hang_forever (sample_job.py:" in f["title"]
-    # AND stacks/ holds periodic snapshots and a native hang dump of every rank
-    snaps = sorted(p.name for p in (out / "stacks").iterdir())
-    hang = [s for s in snaps if s.endswith("-hang")]
-    assert hang and len(snaps) >= 2
-    assert sorted(p.name for p in (out / "stacks" / hang[0]).iterdir()) == [f"rank-{r}.json" for r in range(4)]
-    assert json.loads((out / "stacks" / hang[0] / "rank-0.json").read_text())["mode"] == "native"
-    # AND without a GPU the output says NVML is not available, and the rest went on
-    assert "NVML is not available" in res.stdout
-
-
-@pytest.mark.slow
-def test_attach_by_run_id_with_short_stack_interval(tmp_path: Path) -> None:
-    # GIVEN the hanging job launched with --rdzv-id (TORCHELASTIC_RUN_ID)
+def test_attach_by_launcher_pid_and_by_run_id_names_the_hung_rank(tmp_path: Path) -> None:
+    # GIVEN a 4-rank torchrun job, launched with --rdzv-id (TORCHELASTIC_RUN_ID), where rank 1 never joins step 3's
+    # all_reduce (one job for both ways of finding it: a job start is ~15 s of CPU here)
     job = launch_job(tmp_path / "job", 4, HANG_ARGS, run_id="ptstacks42")
     try:
         wait_workers(job, 4)
         wait_steps(tmp_path / "job", 0, 3)
-        # WHEN attach finds it by run id
-        out = tmp_path / "run"
-        res = subprocess.run(attach_command("runid:ptstacks42", out, 10, "--stack-interval", "4"),
-                             capture_output=True, text=True, check=False, timeout=90)
+        # WHEN attach runs against the launcher pid at default intervals
+        by_pid = tmp_path / "by-pid"
+        res = subprocess.run(attach_command(f"pid:{job.pid}", by_pid, 25), capture_output=True, text=True,
+                             check=False, timeout=120)
+        # AND again, finding the job by its run id, with a short stack interval
+        by_run_id = tmp_path / "by-run-id"
+        res_run_id = subprocess.run(attach_command("runid:ptstacks42", by_run_id, 10, "--stack-interval", "4"),
+                                    capture_output=True, text=True, check=False, timeout=90)
     finally:
         stop_job(job)
-    # THEN it attached to the four ranks of that job and found rank 1
+    # THEN the hang finding names rank 1 and the all_reduce (and its line) the others wait in
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "Attached to 4 rank(s) (0, 1, 2, 3) of job ptstacks42" in res.stdout
-    assert _hang_finding(out)["ranks"] == [1]
+    f = _hang_finding(by_pid)
+    assert f["severity"] == "critical" and f["ranks"] == [1]
+    assert f["title"].startswith("Rank 1 is not in the collective all_reduce (sample_job.py:")
+    assert "where ranks 0, 2, 3 wait; it is at hang_forever (sample_job.py:" in f["title"]
+    # AND stacks/ holds periodic snapshots and a native hang dump of every rank
+    snaps = sorted(p.name for p in (by_pid / "stacks").iterdir())
+    hang = [s for s in snaps if s.endswith("-hang")]
+    assert hang and len(snaps) >= 2
+    assert sorted(p.name for p in (by_pid / "stacks" / hang[0]).iterdir()) == [f"rank-{r}.json" for r in range(4)]
+    assert json.loads((by_pid / "stacks" / hang[0] / "rank-0.json").read_text())["mode"] == "native"
+    # AND without a GPU the output says NVML is not available, and the rest went on
+    assert "NVML is not available" in res.stdout
+    # AND by run id it attached to the four ranks of that job and found rank 1
+    assert res_run_id.returncode == 0, res_run_id.stdout + res_run_id.stderr
+    assert "Attached to 4 rank(s) (0, 1, 2, 3) of job ptstacks42" in res_run_id.stdout
+    assert _hang_finding(by_run_id)["ranks"] == [1]
 
 
 @pytest.mark.slow
