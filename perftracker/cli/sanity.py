@@ -102,7 +102,12 @@ def sanity(
     measure(launch, plan, host, node, device, started, record, comm)
     watchdog.cancel()
     code, broken = ending.finish()
-    _leave(code, in_group=launch.world > 1 or broken)
+    if launch.world <= 1 and not broken:
+        raise typer.Exit(code)
+    # a rank of a group leaves without the interpreter's teardown: torch's gloo group can abort the process in its
+    # destructors (exit -6 on a rank whose work was done: when a peer died, or the writer's lease thread still used
+    # the store), and the check's result is already written and said
+    _exit_now(code)
 
 
 class _Ending:
@@ -195,15 +200,6 @@ def _fail(message: str) -> None:
     """The check could not be made: say why on one line, exit CHECK_FAILED (never a pass, never a traceback)."""
     say(f"sanity: {message}")
     _exit_now(CHECK_FAILED)
-
-
-def _leave(code: int, in_group: bool) -> None:
-    """End the command with `code`. A rank of a group leaves without the interpreter's teardown: torch's gloo
-    group can abort the process in its destructors (exit -6 on a rank whose work was done: when a peer died, and
-    when the writer's lease thread still used the store), and the check's result is already written and said."""
-    if not in_group:
-        raise typer.Exit(code)
-    _exit_now(code)
 
 
 def _exit_now(code: int) -> None:
