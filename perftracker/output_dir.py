@@ -57,10 +57,6 @@ class Claim:
         self.files.add(rel)
         self.save()
 
-    def forget(self, rel: str) -> None:
-        self.files.discard(rel)
-        self.save()
-
     def save(self) -> None:
         """Rewrite the mark with the manifest (through the open, locked descriptor: never a link)."""
         self.legacy = False
@@ -212,4 +208,5 @@ def remove_stale(path: Path, claim: Claim | None = None) -> None:
     else:
         shutil.rmtree(path, ignore_errors=True)
     if claim is not None:
-        claim.forget(path.name)
+        claim.files.discard(path.name)
+        claim.save()
