@@ -20,7 +20,7 @@ from perftracker.live.samplers.profile_sampler import BurstRound
 from perftracker.live.samplers.stacks import find_pyspy
 from perftracker.live.samplers.step_state import StepFeed
 from perftracker.rundir import append_jsonl, step_file
-from perftracker.store.stack_bursts import StackBurst
+from perftracker.store.stack_frames import StackBurst
 
 STACKS_SOURCE = "stacks"  # the `source` of a step record made from a burst
 SAMPLES_PER_BURST = 250
