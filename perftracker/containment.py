@@ -113,12 +113,4 @@ def _skip(item: os.DirEntry[str], path: Path, real_root: str, follow_links: bool
         if depth + 1 > MAX_DEPTH:
             return f"a folder nested deeper than {MAX_DEPTH} levels: not read"
         return None
-    if is_link:
-        try:
-            folder = os.path.isdir(path)
-        except OSError:
-            folder = False
-        why = _link_skip(path, real_root, follow_links, folder)
-        if why:
-            return why
-    return ""
+    return _link_skip(path, real_root, follow_links, os.path.isdir(path)) if is_link else ""  # isdir never raises

@@ -57,10 +57,6 @@ class Claim:
         self.files.add(rel)
         self.save()
 
-    def forget(self, rel: str) -> None:
-        self.files.discard(rel)
-        self.save()
-
     def save(self) -> None:
         """Rewrite the mark with the manifest (through the open, locked descriptor: never a link)."""
         self.legacy = False
@@ -86,16 +82,13 @@ def read_manifest(fd: int) -> tuple[set[str], bool, str, str]:
 
 def made_from(folder: Path) -> str:
     """What the analysis in output folder `folder` was made from, as its mark says ("" when it does not say)."""
-    try:
+    with contextlib.suppress(OSError):
         fd = os.open(folder / OUTPUT_MARK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError:
-        return ""
-    try:
-        return read_manifest(fd)[2]
-    except OSError:
-        return ""
-    finally:
-        os.close(fd)
+        try:
+            return read_manifest(fd)[2]
+        finally:
+            os.close(fd)
+    return ""
 
 
 _HELD: dict[str, Claim] = {}
@@ -212,4 +205,5 @@ def remove_stale(path: Path, claim: Claim | None = None) -> None:
     else:
         shutil.rmtree(path, ignore_errors=True)
     if claim is not None:
-        claim.forget(path.name)
+        claim.files.discard(path.name)
+        claim.save()

@@ -15,9 +15,10 @@ from typing import Any
 
 import typer
 import typer.main
+from typer.core import TyperGroup
 
 from perftracker._version import __version__
-from perftracker.cli.voice import EXIT_INTERNAL, EXIT_USAGE, Group, add_command, say
+from perftracker.cli.voice import EXIT_INTERNAL, EXIT_USAGE, add_command, as_switch, say
 from perftracker.errors import PerftrackerError
 
 # the commands in --help order; each runs the function of its name (`-` as `_`) in its module under perftracker/cli/
@@ -26,9 +27,10 @@ COMMANDS = ("analyze", "report", "diff", "timeline", "demo", "ps", "attach", "ru
 PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}  # `run`: the launch command after --
 
 
-class LazyGroup(Group):
+class LazyGroup(TyperGroup):
     """The `perftracker` group, which imports a command's module only when that command is asked for: `--version`,
-    a usage error or one command's help do not import the analysis (most of a command's start-up time)."""
+    a usage error or one command's help do not import the analysis (most of a command's start-up time); its
+    `--help` listed as a switch (`voice.as_switch`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -47,6 +49,9 @@ class LazyGroup(Group):
                         context_settings=PASS_THROUGH if name == "run" else None)
             self._loaded[name] = typer.main.get_command(one)
         return self._loaded[name]
+
+    def get_help_option(self, ctx: Any) -> Any:
+        return as_switch(super().get_help_option(ctx))
 
 
 app = typer.Typer(

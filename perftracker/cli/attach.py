@@ -15,7 +15,6 @@ from typing import Annotated
 import typer
 
 from perftracker import api
-from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.online import AnalyzerDiagnosis
 from perftracker.cli import options as opt
 from perftracker.cli.incidents import watch_options
@@ -102,48 +101,37 @@ def attach(
         options, duration = watch_rates(options), 0.0
     interrupts = Interrupts().install()  # SIGTERM and SIGHUP stop attach as Ctrl-C does
     try:
-        _attach(job, run_dir, me, sysfs_root, options, duration, quiet, analyze, threshold, interrupts, overrides)
+        console = terminal()
+        found = find_job(job, me)
+        with api.writing(run_dir):
+            run_dir.mkdir(parents=True, exist_ok=True)
+        show(console, f"Attached to {len(found.workers)} rank(s) ({', '.join(str(w.rank) for w in found.workers[:16])})"
+                      f" of job {job_label(found)}; writing {run_dir}")
+        ctx = LiveContext(run_dir=run_dir, job=found, host=me, sysfs_root=sysfs_root,
+                          diagnosis=AnalyzerDiagnosis(overrides))
+        if options.stacks:
+            show(console, f"Stacks of every rank on demand: kill -USR1 {os.getpid()}, or touch "
+                          f"{run_dir / 'requests' / 'stacks'} (reaches every attach sharing {run_dir})")
+        result = run_session(ctx, build_samplers(options), duration if duration > 0 else None, console,
+                             show_live=not quiet, interrupts=interrupts, tick_s=WATCH_TICK_S if options.watch else 0.5)
+        show(console, f"Stopped ({result.reason}) after {result.seconds:.0f}s; run directory: {run_dir}")
+        for note in ctx.notes:
+            show(console, f"  note: {note}")
+        others = sorted(p.stem for p in (run_dir / "manifests").glob("*.json") if p.stem != ctx.host)
+        if others:
+            show(console, f"Hosts {', '.join(others)} also write to {run_dir}: this verdict covers what has been "
+                          f"collected so far; run `perftracker analyze {run_dir}` once every node has stopped.")
+        if not analyze:
+            return
+        try:
+            analysis = api.analyze(run_dir, cache=False, analysis=api.AnalysisOptions(thresholds=overrides or {}))
+        except PerftrackerError as exc:
+            show(console, f"Nothing to analyze yet: {exc.message}")
+            return
+        write_and_say(analysis, run_dir / "perftracker-out", partial(print_run, console))
+        raise typer.Exit(fail_on_exit(analysis.findings, threshold))
     finally:
         interrupts.restore()
         if publisher is not None:
             publisher.close()
 
-
-def _attach(job: str, run_dir: Path, me: str, sysfs_root: Path, options: SamplerOptions, duration: float,
-            quiet: bool, analyze: bool, threshold: Severity | None, interrupts: Interrupts,
-            overrides: dict[str, object] | None = None) -> None:
-    console = terminal()
-    found = find_job(job, me)
-    with api.writing(run_dir):
-        run_dir.mkdir(parents=True, exist_ok=True)
-    show(console, f"Attached to {len(found.workers)} rank(s) ({', '.join(str(w.rank) for w in found.workers[:16])}) "
-                  f"of job {job_label(found)}; writing {run_dir}")
-    ctx = LiveContext(run_dir=run_dir, job=found, host=me, sysfs_root=sysfs_root, diagnosis=AnalyzerDiagnosis(overrides))
-    if options.stacks:
-        show(console, f"Stacks of every rank on demand: kill -USR1 {os.getpid()}, or touch "
-                      f"{run_dir / 'requests' / 'stacks'} (reaches every attach sharing {run_dir})")
-    result = run_session(ctx, build_samplers(options), duration if duration > 0 else None, console,
-                         show_live=not quiet, interrupts=interrupts, tick_s=WATCH_TICK_S if options.watch else 0.5)
-    show(console, f"Stopped ({result.reason}) after {result.seconds:.0f}s; run directory: {run_dir}")
-    for note in ctx.notes:
-        show(console, f"  note: {note}")
-    others = _other_hosts(run_dir, ctx.host)
-    if others:
-        show(console, f"Hosts {', '.join(others)} also write to {run_dir}: this verdict covers what has been "
-                      f"collected so far; run `perftracker analyze {run_dir}` once every node has stopped.")
-    if not analyze:
-        return
-    try:
-        analysis = api.analyze(run_dir, cache=False, analysis=api.AnalysisOptions(thresholds=overrides or {}))
-    except PerftrackerError as exc:
-        show(console, f"Nothing to analyze yet: {exc.message}")
-        return
-    write_and_say(analysis, run_dir / "perftracker-out", partial(print_run, console))
-    raise typer.Exit(fail_on_exit(analysis.findings, threshold))
-
-
-def _other_hosts(run_dir: Path, me: str) -> list[str]:
-    """Hosts other than `me` with a manifest in a shared run directory."""
-    folder = run_dir / "manifests"
-    names = sorted(p.name[:-len(".json")] for p in folder.glob("*.json")) if folder.is_dir() else []
-    return [n for n in names if n != me]

@@ -6,6 +6,7 @@ writing; the run directory keeps what was collected and gets a report. `--sanity
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -40,25 +41,19 @@ _ERROR_FILE = re.compile(r"error_file\s*:\s*(\S+)")
 REFUSED_EXIT = 4  # --sanity-exclude: the check named a node to exclude (or failed); the job was not started
 
 
-def _wait_for_workers(proc_pid: int, host: str, running: RunningJob, timeout_s: float = 120.0) -> Job | None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and running.proc.poll() is None:
-        try:
-            job = find_job(f"pid:{proc_pid}", host)
-            if job.workers:
-                return job
-        except PerftrackerError:
-            pass
-        time.sleep(0.5)
-    return None
-
-
 def _background(run_dir: Path, host: str, running: RunningJob, options: SamplerOptions, notes: list[str],
                 console: Console, overrides: dict[str, object] | None = None) -> None:
     """The live collectors, while the job runs; whatever goes wrong here is a note, never the job's problem."""
     ctx: LiveContext | None = None
     try:
-        job = _wait_for_workers(running.proc.pid, host, running)
+        job: Job | None = None  # the launched job, once its workers have started (for up to 2 minutes)
+        deadline = time.monotonic() + 120.0
+        while job is None and time.monotonic() < deadline and running.proc.poll() is None:
+            with contextlib.suppress(PerftrackerError):
+                found = find_job(f"pid:{running.proc.pid}", host)
+                job = found if found.workers else None
+            if job is None:
+                time.sleep(0.5)
         if job is None:
             notes.append("no worker processes (with RANK in their environment) appeared; only the job's output was "
                          "kept")

@@ -1,31 +1,38 @@
 """`perftracker sanity`: measure every node of a job before the job starts, and name the ones to leave out.
 
 Launched the way the job is; the launch is checked first, every rank measures within `--time-box`, and one
-rank writes OUT (rank 0, or a rank that took over its lapsed lease). Exit 0, 3 (`--fail-on`), 2, or 1 when the
-ranks could not join. Details: docs/internals/core.md.
+rank writes OUT (rank 0, or a rank that took over its lapsed lease: `write_outputs`, the scheduler's files made by
+`scheduler_files`). Exit 0, 3 (`--fail-on`), 2, or 1 when the ranks could not join. Details: docs/internals/core.md.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
 
+import pandas as pd
 import typer
 
 from perftracker.analyzers.findings import Severity
-from perftracker.analyzers.sanity.judge import judge
+from perftracker.analyzers.sanity.judge import SanityVerdict, cut_short, judge
 from perftracker.analyzers.sanity.results import SanityResults
+from perftracker.analyzers.sanity.table import FIGURE_LABELS
+from perftracker.api import writing
 from perftracker.cli import options as opt
 from perftracker.cli.lint_env import lint
-from perftracker.cli.sanity_out import write_outputs
 from perftracker.cli.voice import EXIT_USAGE, fail_on_exit, parse_fail_on, say
 from perftracker.collectors.sanity import DEFAULT_S, QUICK_S, join_s
 from perftracker.errors import PerftrackerError, UsageError
-from perftracker.rundir import host_name
+from perftracker.output_dir import replace_tables
+from perftracker.reports import json_report
+from perftracker.reports.sections import sanity_section
+from perftracker.rundir import atomic_write_text, host_name
 
 AGENT_STORE_VAR = "TORCHELASTIC_USE_AGENT_STORE"  # torchrun's agent hosts the store: it listens before any rank
 CHECK_FAILED = 1  # the ranks could not join: nothing was measured
@@ -102,7 +109,12 @@ def sanity(
     measure(launch, plan, host, node, device, started, record, comm)
     watchdog.cancel()
     code, broken = ending.finish()
-    _leave(code, in_group=launch.world > 1 or broken)
+    if launch.world <= 1 and not broken:
+        raise typer.Exit(code)
+    # a rank of a group leaves without the interpreter's teardown: torch's gloo group can abort the process in its
+    # destructors (exit -6 on a rank whose work was done: when a peer died, or the writer's lease thread still used
+    # the store), and the check's result is already written and said
+    _exit_now(code)
 
 
 class _Ending:
@@ -197,17 +209,60 @@ def _fail(message: str) -> None:
     _exit_now(CHECK_FAILED)
 
 
-def _leave(code: int, in_group: bool) -> None:
-    """End the command with `code`. A rank of a group leaves without the interpreter's teardown: torch's gloo
-    group can abort the process in its destructors (exit -6 on a rank whose work was done: when a peer died, and
-    when the writer's lease thread still used the store), and the check's result is already written and said."""
-    if not in_group:
-        raise typer.Exit(code)
-    _exit_now(code)
-
-
 def _exit_now(code: int) -> None:
     """Flush what was said, then end the process with `code` at once (no interpreter teardown)."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _note(results: SanityResults) -> str:
+    records = list(results.records.values())
+    parts = [f"{len(dict.fromkeys(results.hosts))} nodes, {len(results.hosts)} ranks; checked in "
+             f"{results.elapsed_s:.1f} s (time box {results.time_box_s:g} s)."]
+    for key in ("allreduce_busbw_gbps", "allgather_busbw_gbps", "allreduce_lat_us", "node_allreduce_busbw_gbps",
+                "inter_allreduce_busbw_gbps", "inter_allreduce_lat_us"):
+        values = sorted(float(r["figures"][key]) for r in records if key in r.get("figures", {}))
+        if values:
+            parts.append(f"{FIGURE_LABELS[key]}: {values[len(values) // 2]:.3g} (median over ranks).")
+    if results.synthetic:
+        parts.append(f"SYNTHETIC figures: {results.synthetic}.")
+    return " ".join(parts)
+
+
+def scheduler_files(verdict: SanityVerdict, hosts: list[str]) -> dict[str, str]:
+    """exclude.txt, slurm_exclude.txt and hostfile (file name -> text), from the judgement's lists."""
+    slots = Counter(hosts)
+    return {"exclude.txt": "".join(f"{h}\n" for h in verdict.exclude),
+            "slurm_exclude.txt": f"--exclude={','.join(verdict.exclude)}\n" if verdict.exclude else "",
+            "hostfile": "".join(f"{h} slots={slots[h]}\n" for h in verdict.keep)}
+
+
+def _atomic(path: Path, text: str) -> None:
+    with writing(path):
+        atomic_write_text(path, text)
+
+
+def write_outputs(out: Path, results: SanityResults, verdict: SanityVerdict) -> None:
+    """OUT: the table, sanity.json, report.html, the scheduler's files and, last, findings.json, each atomically."""
+    findings_file = out / "findings.json"
+    with writing(out):
+        out.mkdir(parents=True, exist_ok=True)
+        findings_file.unlink(missing_ok=True)  # an earlier check's verdict never stands beside this one's files
+    with writing(out / "tables"):
+        replace_tables({"sanity_devices": pd.DataFrame(verdict.rows)}, out / "tables")
+    _atomic(out / "sanity.json", json.dumps(results.to_dict(), separators=(",", ":")) + "\n")  # C encoder: fast
+    summary = {"command": "sanity", "nodes": len(dict.fromkeys(results.hosts)), "ranks": len(results.hosts),
+               "exclude": verdict.exclude, "keep": verdict.keep, "node_status": verdict.node_status,
+               "elapsed_s": results.elapsed_s, "time_box_s": results.time_box_s, "cut": cut_short(results)}
+    section = sanity_section(verdict.rows, FIGURE_LABELS, _note(results))
+    synthetic = [{"path": ".", "what": results.synthetic, "made_by": ""}] if results.synthetic else None
+    from perftracker.reports import html  # plotly and Jinja only when a page is rendered
+
+    with writing(out / "report.html"):
+        html.render(out / "report.html", verdict.findings, [], [section], title="perftracker sanity check",
+                    synthetic=synthetic)
+    for name, text in scheduler_files(verdict, results.hosts).items():
+        _atomic(out / name, text)
+    with writing(findings_file):
+        json_report.write(findings_file, json_report.build(verdict.findings, [], "sanity", summary))

@@ -13,11 +13,11 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperCommand
 
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.errors import PerftrackerError, UsageError
@@ -29,9 +29,6 @@ if TYPE_CHECKING:  # the API (the analysis behind it) is imported by the command
 EXIT_USAGE = 2
 EXIT_FINDINGS = 3
 EXIT_INTERNAL = 70
-
-CommandFn = TypeVar("CommandFn", bound=Callable[..., Any])
-
 
 PIPED_WIDTH = 160
 
@@ -74,22 +71,7 @@ def say(text: str) -> None:
     typer.echo(f"perftracker: {printable(text)}", err=True)
 
 
-def speaking(fn: CommandFn) -> CommandFn:
-    """`fn` with its PerftrackerError said as one line on stderr and exit 2 (typer reads `fn`'s own
-    parameters through functools.wraps)."""
-
-    @functools.wraps(fn)
-    def command(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except PerftrackerError as exc:
-            say(exc.message)
-            raise typer.Exit(EXIT_USAGE) from None
-
-    return cast(CommandFn, command)
-
-
-def _as_switch(option: Any) -> Any:
+def as_switch(option: Any) -> Any:
     """A flag (`--help`, `--quiet`, `--gpu/--no-gpu`) listed as the switch it is: without a metavar typer's help
     shows `<bool>` (as if it took a value); an empty one shows nothing."""
     if option is not None:
@@ -121,22 +103,25 @@ class Command(TyperCommand):
         super().__init__(*args, **kwargs)
         for param in self.params:
             if getattr(param, "is_flag", False):
-                _as_switch(param)
+                as_switch(param)
 
     def get_help_option(self, ctx: Any) -> Any:  # typer's own click types; typed loosely on purpose
-        return _as_switch(super().get_help_option(ctx))
-
-
-class Group(TyperGroup):
-    """The `perftracker` group itself (`--help` without `<bool>`)."""
-
-    def get_help_option(self, ctx: Any) -> Any:  # typer's own click types; typed loosely on purpose
-        return _as_switch(super().get_help_option(ctx))
+        return as_switch(super().get_help_option(ctx))
 
 
 def add_command(app: typer.Typer, name: str, fn: Callable[..., Any], **settings: Any) -> None:
-    """Register the module-level command function `fn` on `app` as `name`, speaking with one voice."""
-    app.command(name, cls=Command, **settings)(speaking(fn))
+    """Register the module-level command function `fn` on `app` as `name`, speaking with one voice: its
+    PerftrackerError said as one line on stderr, exit 2 (typer reads `fn`'s own parameters through functools.wraps)."""
+
+    @functools.wraps(fn)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except PerftrackerError as exc:
+            say(exc.message)
+            raise typer.Exit(EXIT_USAGE) from None
+
+    app.command(name, cls=Command, **settings)(command)
 
 
 def parse_fail_on(value: str | None) -> Severity | None:

@@ -14,8 +14,7 @@ import pandas as pd
 
 from perftracker.store import Store
 from perftracker.store.alarms import Alarm, StepSeries
-from perftracker.store.stack_bursts import StackBurst, StepPeriod
-from perftracker.store.stack_frames import MainStack
+from perftracker.store.stack_frames import MainStack, StackBurst, StepPeriod
 
 Look = Mapping[int, MainStack]  # rank -> its main thread in one round of stack dumps
 

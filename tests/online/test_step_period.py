@@ -23,7 +23,7 @@ from perftracker.analyzers.online.step_period import chance, estimate_period
 from perftracker.collectors.stacks.chrometrace import read_burst
 from perftracker.errors import InputError
 from perftracker.store.alarms import StepSeries
-from perftracker.store.stack_bursts import StackBurst
+from perftracker.store.stack_frames import StackBurst
 
 BURSTS = Path(__file__).resolve().parents[1] / "fixtures" / "stack_bursts"
 TRUTH = json.loads((BURSTS / "truth.json").read_text())

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from perftracker import api, saved_tables
+from perftracker import api, outputs
 from perftracker.cli import app
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "ddp-gloo-4rank-slow-rank2"
@@ -58,7 +58,7 @@ def _not_parquet(path: Path) -> None:
 
 
 def _row_bomb(path: Path) -> None:  # 21M rows of zeros: ~0.1 MB on disk
-    pd.DataFrame({"dur_ns": np.zeros(saved_tables.MAX_TABLE_ROWS + 1_000_000, dtype=np.int8)}).to_parquet(path)
+    pd.DataFrame({"dur_ns": np.zeros(outputs.MAX_TABLE_ROWS + 1_000_000, dtype=np.int8)}).to_parquet(path)
 
 
 def _fifo(path: Path) -> None:
@@ -109,7 +109,7 @@ def test_report_diff_and_read_of_an_edited_table(saved: Path, tmp_path: Path, na
     if name != "extra column":
         assert run.tables[table].empty
     else:
-        assert list(run.tables[table].columns) == list(saved_tables.VIEW_SCHEMAS["steps"])
+        assert list(run.tables[table].columns) == list(outputs.VIEW_SCHEMAS["steps"])
 
 
 def test_a_table_past_the_size_cap_is_left_out_unread(saved: Path, tmp_path: Path,
@@ -118,7 +118,7 @@ def test_a_table_past_the_size_cap_is_left_out_unread(saved: Path, tmp_path: Pat
     out = Path(shutil.copytree(saved, tmp_path / "out"))
     largest = max((out / "tables").glob("*.parquet"), key=lambda p: p.stat().st_size)
     size = largest.stat().st_size
-    monkeypatch.setattr(saved_tables, "MAX_TABLE_BYTES", size - 1)
+    monkeypatch.setattr(outputs, "MAX_TABLE_BYTES", size - 1)
     # WHEN read
     run = api.read(out)
     # THEN that table alone is left out, said with its size; the others are read
@@ -131,7 +131,7 @@ def test_untouched_tables_are_read_without_a_note(saved: Path) -> None:
     # GIVEN the output as written WHEN read THEN no table note, and every declared table matches its schema
     run = api.read(saved)
     assert not [n for n in run.notes if n.source.startswith("tables/")]
-    for name, columns in saved_tables.VIEW_SCHEMAS.items():
+    for name, columns in outputs.VIEW_SCHEMAS.items():
         assert list(run.tables[name].columns) == list(columns), name
 
 

@@ -45,7 +45,7 @@ def test_the_check_s_folder_in_a_run_directory_is_not_an_input_nor_a_note(tmp_pa
     # GIVEN a run directory (a manifest) holding the check's output in sanity/, and a stray output folder beside it
     from perftracker.analyzers.sanity.judge import judge
     from perftracker.analyzers.sanity.results import SanityResults
-    from perftracker.cli.sanity_out import write_outputs
+    from perftracker.cli.sanity import write_outputs
     from perftracker.rundir import SANITY_DIR, discover, write_manifest
 
     write_manifest(tmp_path, created_by="perftracker run")

@@ -22,7 +22,7 @@ from perftracker.analyzers.findings import Severity
 from perftracker.analyzers.sanity.judge import judge
 from perftracker.analyzers.sanity.results import SanityResults
 from perftracker.analyzers.sanity.robust import low_outliers
-from perftracker.cli.sanity_out import write_outputs
+from perftracker.cli.sanity import write_outputs
 from perftracker.collectors.sanity.comm import round_robin
 from perftracker.reports.evidence import evidence_items
 

@@ -14,7 +14,7 @@ import pytest
 from perftracker.analyzers.sanity.causes import cpu_cause, link_cause
 from perftracker.analyzers.sanity.judge import judge
 from perftracker.analyzers.sanity.results import SanityResults
-from perftracker.cli.sanity_out import scheduler_files, write_outputs
+from perftracker.cli.sanity import scheduler_files, write_outputs
 from perftracker.collectors.sanity.node import cpu_during, cpu_sample, parse_qdiscs
 
 # real `tc qdisc show dev eth0` output on the namespace lab (node-b shaped by scripts/netlab.py), and netem's

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from perftracker.analyzers.sanity.judge import judge
-from perftracker.cli.sanity_out import write_outputs
+from perftracker.cli.sanity import write_outputs
 from tests.reports.test_report_browser import DESKTOP, NARROW, assert_reads_cleanly, render_checked
 from tests.sanity.test_sanity_judge import _synthetic
 

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from perftracker.analyzers.thresholds import threshold, threshold_int
-from perftracker.store.stack_bursts import StackBurst, StepPeriod
+from perftracker.store.stack_frames import StackBurst, StepPeriod
 
 MAX_DEPTH = 24
 MAX_DEPTHS_TRIED = 10  # distinct cuts of the stacks (deeper cuts that change nothing are skipped)

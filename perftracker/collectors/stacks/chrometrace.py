@@ -13,7 +13,7 @@ from typing import Any
 
 from perftracker.bounded import load_json_file
 from perftracker.errors import InputError
-from perftracker.store.stack_bursts import StackBurst
+from perftracker.store.stack_frames import StackBurst
 
 THREAD_PREFIX = "thread ("
 

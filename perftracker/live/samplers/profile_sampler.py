@@ -23,7 +23,7 @@ from perftracker.live.attach.discovery import Worker
 from perftracker.live.sampler import LiveContext
 from perftracker.live.samplers.stacks import PERMISSION_HINT, find_pyspy
 from perftracker.rundir import atomic_write_text
-from perftracker.store.stack_bursts import StackBurst
+from perftracker.store.stack_frames import StackBurst
 
 WAIT_GRACE_S = 5.0  # beyond its duration, a burst's recorder gets this long before it is interrupted
 
