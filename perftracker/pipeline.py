@@ -16,8 +16,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.compare.diff import DEFAULT_TOLERANCE, compare_runs
-from perftracker.analyzers.compare.same_job import job_difference
-from perftracker.analyzers.compare.side import side_from_tables
+from perftracker.analyzers.compare.side import job_difference, side_from_tables
 from perftracker.analyzers.coverage import coverage, coverage_dict, known_hosts, known_ranks
 from perftracker.analyzers.findings import Finding
 from perftracker.analyzers.passes import apply_passes
@@ -117,7 +116,7 @@ def diff_runs(base: Run, new: Run, title: str, tolerance: float = DEFAULT_TOLERA
               thresholds: Mapping[str, object] | None = None, allow_different_jobs: bool = False) -> RunDiff:
     """Compare two runs against the noise of running a job twice; the document says the one diff verdict.
     `thresholds` overrides declared thresholds by name for the comparison (diff.json records them). Two runs
-    that look like different jobs (`compare.same_job`) are an InputError unless `allow_different_jobs`."""
+    that look like different jobs (`compare.side.job_difference`) are an InputError unless `allow_different_jobs`."""
     sides = side_from_tables("base", base.tables, base.findings), side_from_tables("new", new.tables, new.findings)
     if (why := job_difference(*sides)) and not allow_different_jobs:
         saved = "".join(f"; {label} {run.out_dir} is the saved analysis of {run.input}"

@@ -113,21 +113,16 @@ RUN_SUMMARY_COLUMNS = ["ranks", "hosts", "host_names", "step_ranks", "step_media
                        "step_fastest_rank_s", "step_slowest_rank_s", "step_source", "replay_error", "replay_steps"]
 
 
-def _replay_fit(analysis: Analysis) -> dict[str, Any]:
-    """The what-if replay's median relative error against the measured step times, and the steps replayed
-    (`stepgraph/replay_costs.replay_steps_view`; NaN and 0 when no step could be replayed)."""
-    fit = analysis.view(replay_steps_view)
-    errors = fit["error"].dropna() if not fit.empty else pd.Series(dtype=float)
-    return {"replay_error": float(errors.median()) if len(errors) else math.nan, "replay_steps": int(len(errors))}
-
-
 def run_summary_view(analysis: Analysis) -> pd.DataFrame:
     """One row, the report's summary strip: ranks and hosts of the job (every input counted), step time (the
     median of the per-rank medians), its p90 (the median of the per-rank p90s), and the fastest and slowest
     rank's median step: the spread across ranks, NaN below two ranks with steps (a single rank has no
-    spread across ranks to tell)."""
+    spread across ranks to tell); the what-if replay's median relative error against the measured step times
+    and the steps replayed (NaN and 0 when no step could be replayed)."""
     store = analysis.store
     stats = analysis.view(step_stats_view)
+    fit = analysis.view(replay_steps_view)
+    errors = fit["error"].dropna() if not fit.empty else pd.Series(dtype=float)
     hosts = known_hosts(store)
     many = len(stats) > 1
     row: dict[str, Any] = {
@@ -138,6 +133,6 @@ def run_summary_view(analysis: Analysis) -> pd.DataFrame:
         "step_fastest_rank_s": float(stats["median_s"].min()) if many else math.nan,
         "step_slowest_rank_s": float(stats["median_s"].max()) if many else math.nan,
         "step_source": str(stats["source"].iloc[0]) if not stats.empty else "",
-        **_replay_fit(analysis),
+        "replay_error": float(errors.median()) if len(errors) else math.nan, "replay_steps": int(len(errors)),
     }
     return pd.DataFrame([row], columns=RUN_SUMMARY_COLUMNS)

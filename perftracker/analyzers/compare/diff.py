@@ -275,11 +275,10 @@ def _job_ops_finding(ops: pd.DataFrame, scale: float, regression: bool, step_ms:
 def _comm_finding(joined: pd.DataFrame, scale: float) -> list[Finding]:
     if joined.empty:
         return []
-    comm = joined["kind"].astype(str).isin(COMM_KINDS)
-    ranks = max(int(joined["rank"].nunique()), 1)
-    b_comm, n_comm = float(joined.loc[comm, "ms_base"].sum()) / ranks, float(joined.loc[comm, "ms_new"].sum()) / ranks
-    compute = joined["kind"].astype(str).isin(("compute",)) | (joined["kind"].astype(str) == "cpu_op")
-    b_cmp, n_cmp = float(joined.loc[compute, "ms_base"].sum()) / ranks, float(joined.loc[compute, "ms_new"].sum()) / ranks
+    kind, ranks = joined["kind"].astype(str), max(int(joined["rank"].nunique()), 1)
+    (b_comm, n_comm), (b_cmp, n_cmp) = (  # per rank: base and new ms of communication, of compute and CPU ops
+        [float(joined.loc[rows, side].sum()) / ranks for side in ("ms_base", "ms_new")]
+        for rows in (kind.isin(COMM_KINDS), kind.isin(("compute", "cpu_op"))))
     if b_comm == 0 and n_comm == 0:
         return []
     return [Finding("diff", Severity.INFO,

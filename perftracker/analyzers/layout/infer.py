@@ -27,11 +27,6 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
-def is_composite(desc: str) -> bool:
-    """The description names a group spanning several dimensions (or a special one): not a layout family."""
-    return bool(_COMPOSITE.search(desc.strip().lower().lstrip("_")))
-
-
 def dim_of_desc(desc: str) -> str | None:
     """tp | cp | ep | dp | pp when `desc` names exactly one dimension; None otherwise."""
     text = desc.strip().lower().lstrip("_")
@@ -75,7 +70,7 @@ def infer_layout(groups: Mapping[str, ProcessGroup], world: int, pairs: Iterable
             continue  # dimension may span it (a pure pipeline job's one pipeline)
         if dim is not None:
             named.setdefault(dim, []).append((ranks, pg.desc))
-        elif not is_composite(pg.desc):
+        elif not _COMPOSITE.search(pg.desc.strip().lower().lstrip("_")):  # a family of one dimension
             unnamed.setdefault((len(ranks), _stride(ranks)), []).append(ranks)
     dims: list[Dim] = []
     for dim, found in named.items():

@@ -26,13 +26,6 @@ from perftracker.evidence.steps import PipelineEvidence
 BACKWARD_PER_FORWARD = 2.0  # a backward pass costs about twice its forward (the usual rule for dense layers)
 
 
-def schedule_of(rows: pd.DataFrame, stages: int) -> str:
-    """The schedule most (stage, step) rows show; 'unknown' when none is recognized."""
-    seen = Counter(recognize(str(p), int(s), stages) for p, s in zip(rows["passes"], rows["stage"], strict=True))
-    known = [(n, k) for k, n in seen.items() if k != "unknown"]
-    return max(known)[1] if known else "unknown"
-
-
 def _paired(grid: pd.DataFrame, heavy: int) -> tuple[float, float, int]:
     """(family-wise p, mean relative excess, trials) of the heavy stage's value over the others' median, per row
     (a step of one pipeline)."""
@@ -65,7 +58,8 @@ def analyze_pipeline(analysis: Analysis) -> list[Finding]:
         return []
     p = layout.stages
     m = int(rows["microbatches"].median())
-    kind = schedule_of(rows, p)
+    seen = Counter(recognize(str(ps), int(s), p) for ps, s in zip(rows["passes"], rows["stage"], strict=True))
+    kind = max([(n, k) for k, n in seen.items() if k != "unknown"], default=(0, "unknown"))[1]  # most rows' schedule
     ideal = ideal_bubble(p, m)
     bubble = rows["recv_wait_ms"] / rows["phase_ms"].where(rows["phase_ms"] > 0)
     grid = compute.pivot_table(index="step", columns="stage", values="compute_ms").dropna() if not compute.empty \
@@ -109,8 +103,7 @@ def _by_stage(rows: pd.DataFrame, column: str) -> list[float]:
 
 
 def _wait_shares(rows: pd.DataFrame) -> list[float]:
-    share = rows["recv_wait_ms"] / rows["step_ms"].where(rows["step_ms"] > 0)
-    return [round(float(x), 3) for x in share.groupby(rows["stage"]).median()]
+    return _by_stage(rows.assign(share=rows["recv_wait_ms"] / rows["step_ms"].where(rows["step_ms"] > 0)), "share")
 
 
 def _imbalance(layout: Layout, rows: pd.DataFrame, grid: pd.DataFrame, kind: str, m: int) -> Finding | None:

@@ -1,6 +1,6 @@
 """The pipeline room's views: per rank and step measurements, per stage compute, and the report's DP x PP grid.
 
-`stage_steps` (one row per rank and profiled step: busy, time blocked in receives and collectives as unions of
+`stage_steps_view` (one row per rank and profiled step: busy, time blocked in receives and collectives as unions of
 intervals, its passes), `stage_compute_view` (the lightest replica's compute per stage and step, from its ops) and
 `layout_grid_view` (one row per worker); `victims_of(analysis, rank)`, a slow worker's pipeline neighbours and
 data-parallel peers with their excess wait per step (evidence of its finding), and `seat_of`, what that finding says.
@@ -20,7 +20,6 @@ from perftracker.analyzers.layout.views import P2P, p2p_ops, parallel_layout_vie
 from perftracker.analyzers.stragglers.op_work import compute_trials
 from perftracker.analyzers.traces.intervals import clipped_total
 from perftracker.evidence.steps import StragglerEvidence, VictimRow
-from perftracker.store import Store
 
 GRID_COLUMNS = ["rank", "dp", "pp", "tp", "step_ms", "busy_ms", "wait_ms", "cost_ms"]
 COMPUTE_COLUMNS = ["stage", "step", "compute_ms", "microbatches", "replicas"]
@@ -67,8 +66,10 @@ def pass_letters(ops: pd.DataFrame, stage: int, stages: int, layout: Layout) -> 
     return "".join(letters)
 
 
-def stage_steps(store: Store, layout: Layout) -> pd.DataFrame:
-    """One row per (rank, profiled step) of a pipeline stage (docs/internals/stepgraph.md)."""
+def stage_steps_view(analysis: Analysis) -> pd.DataFrame:
+    """One row per (rank, profiled step) of a pipeline stage (docs/internals/stepgraph.md); empty unless the layout
+    has two or more pipeline stages."""
+    store, layout = analysis.store, analysis.view(parallel_layout_view)
     stages = layout.stages
     steps = store.steps
     if stages < 2 or steps.empty:
@@ -124,11 +125,6 @@ def stage_steps(store: Store, layout: Layout) -> pd.DataFrame:
     out = pd.DataFrame(rows, columns=COLUMNS)
     return out.astype(dict.fromkeys(["rank", "stage", "replica", "step", "start_ns", "p2p_end_ns", "phase_end_ns",
                                      "microbatches"], np.int64))
-
-
-def stage_steps_view(analysis: Analysis) -> pd.DataFrame:
-    """`stage_steps` of the run (empty unless the layout has two or more pipeline stages)."""
-    return stage_steps(analysis.store, analysis.view(parallel_layout_view))
 
 
 def stage_compute_view(analysis: Analysis) -> pd.DataFrame:

@@ -87,8 +87,7 @@ def rank_focus_view(analysis: Analysis) -> pd.DataFrame:
 
 
 def _many(analysis: Analysis) -> bool:
-    layout = analysis.view(rank_layout_view)
-    return bool(layout["many"].iloc[0])
+    return bool(analysis.view(rank_layout_view)["many"].iloc[0])
 
 
 def binned(values: pd.DataFrame, groups: pd.DataFrame, value: str, by: str) -> pd.DataFrame:
@@ -110,17 +109,15 @@ def lateness_groups_view(analysis: Analysis) -> pd.DataFrame:
     """Median and max lateness per rank group and step, empty unless ranks are many."""
     if not _many(analysis):
         return pd.DataFrame(columns=GROUP_LATENESS_COLUMNS)
-    lateness = analysis.view(lateness_view)
-    return binned(lateness, analysis.view(rank_groups_view), "lateness_ms", "step")[GROUP_LATENESS_COLUMNS] \
-        if not lateness.empty else pd.DataFrame(columns=GROUP_LATENESS_COLUMNS)
+    lateness = binned(analysis.view(lateness_view), analysis.view(rank_groups_view), "lateness_ms", "step")
+    return lateness[GROUP_LATENESS_COLUMNS]
 
 
 def step_spread_view(analysis: Analysis) -> pd.DataFrame:
     """Step time across ranks per step, empty unless ranks are many."""
-    steps = analysis.view(step_series_view)
-    if steps.empty or not _many(analysis):
+    if not _many(analysis):
         return pd.DataFrame(columns=STEP_SPREAD_COLUMNS)
-    return spread_over_steps(steps)
+    return spread_over_steps(analysis.view(step_series_view))
 
 
 def spread_over_steps(steps: pd.DataFrame) -> pd.DataFrame:

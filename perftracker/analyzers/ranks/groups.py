@@ -32,10 +32,6 @@ def rank_hosts(analysis: Analysis) -> dict[int, str]:
     return {int(r): str(h) for r, h in zip(known["rank"], known["host"])}
 
 
-def _span(names: Sequence[str]) -> str:
-    return names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]} ({len(names)} hosts)"
-
-
 def group_ranks(ranks: Sequence[int], hosts: Mapping[int, str], max_groups: int = MAX_GROUPS) -> pd.DataFrame:
     """rank, host, group (0..), group_label of each of `ranks` (docs/internals/analyzers.md)."""
     ordered = sorted(set(ranks))
@@ -49,7 +45,8 @@ def group_ranks(ranks: Sequence[int], hosts: Mapping[int, str], max_groups: int 
     if all(hosts.get(r) for r in ordered) and len(host_order) >= 2:
         per = math.ceil(len(host_order) / max_groups)
         index = {h: i // per for i, h in enumerate(host_order)}
-        labels = {g: _span(host_order[g * per:(g + 1) * per]) for g in set(index.values())}
+        spans = {g: host_order[g * per:(g + 1) * per] for g in set(index.values())}
+        labels = {g: s[0] if len(s) == 1 else f"{s[0]} .. {s[-1]} ({len(s)} hosts)" for g, s in spans.items()}
         groups = [index[hosts[r]] for r in ordered]
         return pd.DataFrame({"rank": ordered, "host": [hosts[r] for r in ordered], "group": groups,
                              "group_label": [labels[g] for g in groups]})

@@ -16,8 +16,9 @@ from perftracker.evidence import as_evidence
 from perftracker.evidence.network import GpuHealthEvidence, GpuLinksEvidence, RdmaEvidence, RdmaPfcEvidence
 from perftracker.evidence.steps import StragglerEvidence
 
-GPU_SIGNALS = (Kind.GPU_HEALTH,)
-NETWORK_SIGNALS = (Kind.RDMA, Kind.RDMA_PFC, Kind.GPU_LINKS)  # NIC ports, RoCE flow control, NVLink / PCIe links
+# where a host finding acts: GPU health on the GPU; NIC ports, RoCE flow control, NVLink / PCIe links on the network
+SIGNAL_LOCUS: dict[str, str] = {Kind.GPU_HEALTH: "gpu", Kind.RDMA: "network", Kind.RDMA_PFC: "network",
+                                Kind.GPU_LINKS: "network"}
 
 
 @dataclass(frozen=True)
@@ -28,15 +29,6 @@ class Relation:
     @property
     def explains(self) -> bool:
         return self.kind == "explains"
-
-
-def signal_locus(f: Finding) -> str:
-    """Where a host finding acts: "gpu" or "network" ("" for anything else)."""
-    if f.analyzer in GPU_SIGNALS:
-        return "gpu"
-    if f.analyzer in NETWORK_SIGNALS:
-        return "network"
-    return ""
 
 
 def _gpu_extra_s(analysis: Analysis, rank: int) -> float | None:
@@ -120,7 +112,7 @@ _ELSEWHERE = {
 def relation(signal: Finding, locus: str, window: tuple[int, int] | None) -> Relation:
     """How `signal` (a host finding on the straggler's GPU or NIC) relates to a straggler whose extra time is
     at `locus` during `window`."""
-    acts = signal_locus(signal)
+    acts = SIGNAL_LOCUS.get(signal.analyzer, "")
     if not locus:
         return Relation("possible cause", "no trace shows where the straggler's extra time goes, so this cannot "
                                           "be confirmed or ruled out")

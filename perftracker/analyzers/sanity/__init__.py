@@ -1,2 +1,2 @@
 """Judging `perftracker sanity`'s measurements: each node against its peers and against its device's expected
-figures (judge), the expected figures with their sources (expected)."""
+figures (judge, with the expected figures and their sources)."""

@@ -1,4 +1,5 @@
-"""`perftracker sanity`'s judgement: which nodes (and links) should the job not get, and why."""
+"""`perftracker sanity`'s judgement: which nodes (and links) should the job not get, and why; each device's
+expected figures (`expected_for`: the vendor's peak, with its source)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from typing import Any
 
 from perftracker.analyzers.findings import Finding, Severity, rank_findings
 from perftracker.analyzers.sanity.causes import cpu_cause, link_cause
-from perftracker.analyzers.sanity.expected import expected_for
 from perftracker.analyzers.sanity.results import DEVICE_FIGURES, SanityResults
 from perftracker.analyzers.sanity.robust import LINK_FLOOR, Low, low_outliers
 from perftracker.analyzers.sanity.table import best_pair, device_rows
@@ -19,6 +19,28 @@ from perftracker.evidence.traces import FigureRow, PairRow, SanityEvidence
 INTRA_FIGURES = ("node_allreduce_busbw_gbps", "node_allgather_busbw_gbps")
 ANALYZER = "sanity"
 MAX_PAIRS_SHOWN = 64  # the slowest of a node's pairs kept in its finding's evidence
+# Expected figures per device: the vendor's peak, with its source.
+_H100 = "NVIDIA H100 Tensor Core GPU datasheet (SXM5), nvidia.com/en-us/data-center/h100"
+_H200 = "NVIDIA H200 Tensor Core GPU datasheet, nvidia.com/en-us/data-center/h200"
+_A100 = "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB), nvidia.com/en-us/data-center/a100"
+
+PEAKS: dict[str, tuple[dict[str, float], str]] = {
+    "H200": ({"gemm_bf16_tflops": 989.0, "gemm_fp16_tflops": 989.0, "gemm_tf32_tflops": 494.0,
+              "gemm_fp8_tflops": 1979.0, "copy_gbps": 4800.0}, _H200),
+    "H100": ({"gemm_bf16_tflops": 989.0, "gemm_fp16_tflops": 989.0, "gemm_tf32_tflops": 494.0,
+              "gemm_fp8_tflops": 1979.0, "copy_gbps": 3350.0}, _H100),
+    "A100": ({"gemm_bf16_tflops": 312.0, "gemm_fp16_tflops": 312.0, "gemm_tf32_tflops": 156.0,
+              "copy_gbps": 2039.0}, _A100),
+}
+
+
+def expected_for(device_name: str, figure: str) -> tuple[float, str] | None:
+    """(peak, source) for `figure` on the device named `device_name`, or None."""
+    for key in sorted(PEAKS, key=len, reverse=True):
+        if key in device_name:
+            peaks, source = PEAKS[key]
+            return (peaks[figure], source) if figure in peaks else None
+    return None
 
 
 @dataclass
@@ -76,15 +98,6 @@ def _device_cause(cpu: bool, figures: set[str]) -> str:
     if figures & {"h2d_gbps", "d2h_gbps"}:
         causes.append("PCIe downtrained (NVML PCIe generation/width below its maximum)")
     return "; ".join(causes) or "a failing device"
-
-
-def _expected_severity(record: Mapping[str, Any], figure: str, note: str) -> Severity:
-    """Critical for a failed test or a figure below threshold('sanity.expected_critical_share') of its device's peak, else a warning."""
-    if note.startswith("failed"):
-        return Severity.CRITICAL
-    known = expected_for(str(record.get("device_name", "")), figure)
-    value = float(record.get("figures", {}).get(figure, 0.0))
-    return Severity.CRITICAL if known is not None and value < threshold('sanity.expected_critical_share') * known[0] else Severity.WARNING
 
 
 def _node(status: dict[str, Severity], host: str, severity: Severity, title: str, recommendation: str,
@@ -147,10 +160,12 @@ def judge(results: SanityResults, exclude_at: Severity = Severity.CRITICAL) -> S
                                              peer_median=low.peer_median, peer_mad=low.peer_mad,
                                              own_spread=own_spread(r, figure),
                                              repeats=r.get("repeats", {}).get(figure, []), confidence=low.confidence))
-                else:
-                    sev = max(sev, _expected_severity(r, figure, note))
-                    lines[at] = f"{lines[at]} and {note}" if at in lines else f"{figure} on {r['device']}: {note}"
+                else:  # critical for a failed test or a figure below sanity.expected_critical_share of its peak
                     known = expected_for(str(r.get("device_name", "")), figure)
+                    critical = note.startswith("failed") or known is not None and float(
+                        r.get("figures", {}).get(figure, 0.0)) < threshold("sanity.expected_critical_share") * known[0]
+                    sev = max(sev, Severity.CRITICAL if critical else Severity.WARNING)
+                    lines[at] = f"{lines[at]} and {note}" if at in lines else f"{figure} on {r['device']}: {note}"
                     figures.append(FigureRow(rank=r["rank"], device=r["device"], figure=figure, note=note,
                                              value=r["figures"].get(figure), source=known[1] if known else ""))
         cpu = all(str(r["device"]).startswith("cpu") for r, _ in entries)

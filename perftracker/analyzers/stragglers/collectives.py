@@ -186,11 +186,9 @@ def pair_arrivals(frame: pd.DataFrame) -> pd.DataFrame:
     is_send = (rows["collective"] == "send").to_numpy()
     recv_wait = (send_start - rows["start_aligned"]).clip(lower=0)
     idx = frame.index[p2p]
-    frame.loc[idx, "lateness_ns"] = 0
-    frame.loc[idx, "wait_ns"] = np.where(is_send, 0, recv_wait).astype(np.int64)
-    frame.loc[idx, "own_ns"] = 0.0
-    frame.loc[idx, "is_last"] = False
-    frame.loc[idx, "gap_to_next_ns"] = 0
+    for column, value in (("lateness_ns", 0), ("wait_ns", np.where(is_send, 0, recv_wait).astype(np.int64)),
+                          ("own_ns", 0.0), ("is_last", False), ("gap_to_next_ns", 0)):
+        frame.loc[idx, column] = value
     return frame
 
 

@@ -122,13 +122,11 @@ def _by_thread(cand: pd.DataFrame, groups: dict[str, ProcessGroup]) -> pd.DataFr
         chosen[r] = {tid: name for (tids, _), name in zip(cls, names) for tid in tids}
     if not chosen:
         return cand.assign(pg=pg)
-    idx = np.flatnonzero(coll.to_numpy())
-    at_rank = cand["rank"].to_numpy()[idx].tolist()
-    at_tid = cand["tid"].to_numpy()[idx].tolist()
-    for j, (r, t) in enumerate(zip(at_rank, at_tid)):
-        name = chosen.get(int(r), {}).get(int(t))
+    tid_of = cand["tid"].to_numpy()
+    for i in np.flatnonzero(coll.to_numpy()):
+        name = chosen.get(int(rank_of[i]), {}).get(int(tid_of[i]))
         if name is not None:
-            pg[idx[j]] = name
+            pg[i] = name
     return cand.assign(pg=pg)
 
 

@@ -7,6 +7,7 @@ ran before its late arrivals with the median member; `measured_wait_finding` is 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -101,20 +102,17 @@ def before_arrival(analysis: Analysis, rank: int) -> BeforeArrival:
         return {}
     offsets = analysis.view(_offsets)
     events: dict[int, pd.DataFrame] = {}
-    totals: dict[str, dict[str, Any]] = {who: {"span": 0.0, "gpu_busy": 0.0, "cpu_busy": 0.0, "ops": {}}
+    totals: dict[str, dict[str, Any]] = {who: {"span": 0.0, "gpu_busy": 0.0, "cpu_busy": 0.0, "ops": Counter()}
                                          for who in ("mine", "median")}
     for r, lo, hi, m, mlo, mhi in spans:
         for who, rr, a, b in (("mine", r, lo, hi), ("median", m, mlo, mhi)):
             if rr not in events:
                 mine_ev = analysis.store.rank_events(rr)
                 events[rr] = mine_ev[mine_ev["rank"] == rr]  # its rows alone, however the store hands them
-            ev = events[rr]
-            act = _activity(ev, a + offsets.get(rr, 0), b + offsets.get(rr, 0))
-            acc = totals[who]
+            act = _activity(events[rr], a + offsets.get(rr, 0), b + offsets.get(rr, 0))
             for key in ("span", "gpu_busy", "cpu_busy"):
-                acc[key] += act[key]
-            for k, v in act["ops"].items():
-                acc["ops"][k] = acc["ops"].get(k, 0.0) + v
+                totals[who][key] += act[key]
+            totals[who]["ops"].update(act["ops"])
     mine, med = totals["mine"], totals["median"]
     gpu_seen = any(k[0] in _GPU for k in [*mine["ops"], *med["ops"]])  # a CPU-only job has no GPU to idle
     names = set(mine["ops"]) | set(med["ops"])

@@ -103,15 +103,11 @@ def deepest(frames: dict[str, float], depth: dict[str, int], user_only: bool) ->
 
 
 def rank_profiles(store: Store, min_samples: int | None = None) -> Profiles:
-    """rank -> (frame shares, frame depths, samples) of the ranks with at least `min_samples` main-thread samples."""
-    return profiles_of(store["profile_samples"], min_samples)
-
-
-def profiles_of(samples: pd.DataFrame, min_samples: int | None = None) -> Profiles:
-    """`rank_profiles` of any table with the columns of `profile_samples` (e.g. a baseline window's);
-    `min_samples` is the run's `stack_profile.min_samples` unless given."""
+    """rank -> (frame shares, frame depths, samples) of the ranks with at least `min_samples` main-thread samples
+    (the run's `stack_profile.min_samples` unless given)."""
     if min_samples is None:
         min_samples = threshold_int("stack_profile.min_samples")
+    samples = store["profile_samples"]
     main = samples[samples["main"].astype(bool)]
     out: Profiles = {}
     for rank, rows in main.groupby("rank"):
@@ -174,11 +170,8 @@ def _finding(rank: int, excess: dict[str, float], per_rank: Profiles, median: di
     leaf = deepest(excess, depth, user_only=False) or where
     half = threshold("stack_profile.excess") / 2
     deficit = {f: m - shares.get(f, 0.0) for f, m in median.items() if m - shares.get(f, 0.0) >= half}
-    all_depths: dict[str, int] = {}
-    for _, d, _ in per_rank.values():
-        for f, v in d.items():
-            all_depths[f] = min(all_depths.get(f, v), v)
-    instead = deepest(deficit, all_depths, user_only=False)
+    least_depth = {f: min(d[f] for _, d, _ in per_rank.values() if f in d) for f in deficit}
+    instead = deepest(deficit, least_depth, user_only=False)
     gap = excess[where]
     title = (f"Rank {rank} spends {100 * shares[where]:.0f}% of its time in {where}, the median rank "
              f"{100 * median[where]:.0f}%")

@@ -50,12 +50,9 @@ def analyze_steps(analysis: Analysis) -> list[Finding]:
     stats = analysis.view(step_stats_view)
     if stats.empty:
         return []
-    findings = [_summary(store, stats)]
-    findings += _imbalance(store, stats)
     jitter = jitter_finding(store, stats)
-    findings += [jitter] if jitter is not None else []
-    findings += _phases(store, stats)
-    return findings
+    return [_summary(store, stats), *_imbalance(store, stats), *([jitter] if jitter is not None else []),
+            *_phases(store, stats)]
 
 
 def _summary(store: Store, stats: pd.DataFrame) -> Finding:

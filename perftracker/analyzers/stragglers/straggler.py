@@ -59,8 +59,13 @@ def rank_metrics_view(analysis: Analysis) -> pd.DataFrame:
 
 
 def lateness_view(analysis: Analysis) -> pd.DataFrame:
-    """Rank x step median lateness in ms (`lateness_by_step`)."""
-    return lateness_by_step(analysis.view(arrivals_view).arrivals)
+    """Rank x step median lateness in ms, for the report's heatmap."""
+    arr = analysis.view(arrivals_view).arrivals
+    if arr.empty:
+        return pd.DataFrame(columns=["rank", "step", "lateness_ms"])
+    out = arr.groupby(["rank", "step"])["lateness_ns"].median().reset_index()
+    out["lateness_ms"] = out.pop("lateness_ns") / 1e6
+    return out.astype({"rank": np.int64, "step": np.int64})
 
 
 def rank_waits_view(analysis: Analysis) -> pd.DataFrame:
@@ -88,10 +93,8 @@ def rank_metrics(arr: pd.DataFrame, store: Store) -> pd.DataFrame:
     metrics["cost_share"] = _share_of_step(store, arr, metrics["cost_per_step_s"])
     # Persistence over steps: in how many steps was this rank last in most of its collectives?
     per_step = arr[arr["step"] >= 0].groupby(["step", "rank"])["is_last"].mean().unstack().fillna(0.0)
-    if not per_step.empty:
-        metrics["steps_mostly_last"] = (per_step > 0.5).mean().reindex(metrics.index).fillna(0.0)
-    else:
-        metrics["steps_mostly_last"] = metrics["share_last"]
+    metrics["steps_mostly_last"] = (metrics["share_last"] if per_step.empty else
+                                    (per_step > 0.5).mean().reindex(metrics.index).fillna(0.0))
     metrics["world"] = arr["rank"].nunique()
     return metrics
 
@@ -147,19 +150,17 @@ _ADVICE = {
 }
 
 
-def step_trials(arr: pd.DataFrame) -> pd.DataFrame:
-    """One trial per (process group, step), in time order: each member's own lateness summed over that step's
-    collectives of the group (ns). The collectives of one step are correlated, so they are one trial, not
-    many. Collectives outside any profiled step are one trial each."""
-    if arr.empty:
-        return pd.DataFrame(columns=["trial", "rank", "value"])
-    key = arr["pg"].astype(str) + ":" + arr["step"].astype(str)
-    return keyed_trials(arr, key.where(arr["step"] >= 0, "instance:" + arr["instance"].astype(str)), "own_ns")
-
-
 def verdict_view(analysis: Analysis) -> OutlierVerdict:
-    """Is one rank (or a group) later than this run's own noise explains? (`significance.judge_outliers`)"""
-    return judge_outliers(step_trials(analysis.view(judged_arrivals_view)))
+    """Is one rank (or a group) later than this run's own noise explains? (`significance.judge_outliers`) One trial
+    per (process group, step), in time order: each member's own lateness summed over that step's collectives of
+    the group (ns). The collectives of one step are correlated, so they are one trial, not many. Collectives
+    outside any profiled step are one trial each."""
+    arr = analysis.view(judged_arrivals_view)
+    if arr.empty:
+        return judge_outliers(pd.DataFrame(columns=["trial", "rank", "value"]))
+    key = arr["pg"].astype(str) + ":" + arr["step"].astype(str)
+    key = key.where(arr["step"] >= 0, "instance:" + arr["instance"].astype(str))
+    return judge_outliers(keyed_trials(arr, key, "own_ns"))
 
 
 def durations_view(analysis: Analysis) -> DurationVerdict:
@@ -403,12 +404,3 @@ def _alignment_finding(arr: pd.DataFrame, offsets: pd.Series) -> Finding:
                                    offsets_ns={str(r): int(v) for r, v in offsets.head(256).items()}, sources=sources),
         ranks=tuple(int(r) for r in sorted(arr["rank"].unique())), key="straggler:alignment",
     )
-
-
-def lateness_by_step(arr: pd.DataFrame) -> pd.DataFrame:
-    """Rank x step median lateness in ms, for the report's heatmap."""
-    if arr.empty:
-        return pd.DataFrame(columns=["rank", "step", "lateness_ms"])
-    out = arr.groupby(["rank", "step"])["lateness_ns"].median().reset_index()
-    out["lateness_ms"] = out.pop("lateness_ns") / 1e6
-    return out.astype({"rank": np.int64, "step": np.int64})

@@ -61,9 +61,8 @@ def trusted_clocks(arr: pd.DataFrame, hosts: dict[int, str]) -> pd.Series:
     counts = arr.groupby("rank")["instance"].nunique()
     known = {r: h for r, h in hosts.items() if h}
     one_host = len(set(known.values())) == 1 and set(known) >= {int(r) for r in counts.index}
-    ranks = [int(str(r)) for r in counts.index]
-    return pd.Series([bool(one_host or int(n) >= threshold_int('waits.align_min_collectives')) for n in counts.to_numpy()], index=ranks,
-                     dtype=bool)
+    return pd.Series((counts.to_numpy() >= threshold_int("waits.align_min_collectives")) | one_host,
+                     index=[int(str(r)) for r in counts.index], dtype=bool)
 
 
 def collective_split_view(analysis: Analysis) -> pd.DataFrame:

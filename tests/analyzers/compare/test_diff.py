@@ -91,6 +91,9 @@ def test_an_op_slower_on_every_rank_is_a_regression_with_that_op(tmp_path: Path)
     assert by_key["diff:ops"].severity == Severity.WARNING
     assert by_key["diff:ops"].evidence["ops"][0]["name"] == "aten::mm"
     assert by_key["diff:settings"].severity == Severity.INFO and "NCCL_ALGO" in by_key["diff:settings"].title
+    # AND the context splits each rank's op time by kind: 30 ms of all-reduce, about 70 ms of compute per step
+    comm = by_key["diff:comm"].evidence
+    assert comm["base_comm_ms"] == 30.0 and 65 < comm["base_compute_ms"] < 75
     # WHEN the CLI compares the two as saved analysis outputs with --fail-on-regression 10
     for side in (base, new):
         folder = tmp_path / side.label
