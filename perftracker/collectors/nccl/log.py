@@ -270,15 +270,12 @@ def parse_nccl_file(path: Path, stats: LineStats | None = None) -> tuple[list[di
     blocks = LineBlocks(path)
     if stats is not None:
         blocks.stats = stats
-    pending: tuple[int, list[str]] | None = None
     for first, lines in blocks:
-        if pending is not None:
-            parser.feed(pending[1], pending[0])
-        pending = (first, lines)
-    if pending is not None:  # the last line keeps its missing line end (a cut log)
-        first, lines = pending
-        parser.feed(lines[:-1], first)
-        parser.feed(lines[-1:], first + len(lines) - 1, newline="" if blocks.ends_open else "\n")
+        if blocks.ends_open:  # the file's last block: its last line keeps its missing line end (a cut log)
+            parser.feed(lines[:-1], first)
+            parser.feed(lines[-1:], first + len(lines) - 1, newline="")
+        else:
+            parser.feed(lines, first)
     return parser.rows()
 
 
