@@ -16,7 +16,7 @@ from perftracker.analyzers.common import who
 from perftracker.analyzers.failures.fold import fold_into
 from perftracker.analyzers.failures.roots import STUCK_ADVICE, on_hosts, root_findings, where
 from perftracker.analyzers.failures.waitfor import members
-from perftracker.analyzers.failures.waitsources import world_size
+from perftracker.analyzers.failures.waitsources import LOST_CONNECTION, LOST_PEER, world_size
 from perftracker.analyzers.failures.waitview import graph_of
 from perftracker.analyzers.findings import Finding, Mark, Severity
 from perftracker.evidence import as_evidence
@@ -192,9 +192,9 @@ def _missing_finding(store: Store, backend: str, what: str, timed: list[int], pg
                    key=f"crash:{backend}:{what}:all")
 
 
-_LOST_CONNECTION = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe", re.IGNORECASE)
-_CONSEQUENCE = re.compile(r"Connection closed by peer|Connection reset by peer|remote worker crash|Broken pipe|"
-                          r"SIGTERM|Signal 15|ProcessGroup.*abort|NCCL communicator was aborted", re.IGNORECASE)
+_LOST_CONNECTION = re.compile(LOST_CONNECTION, re.IGNORECASE)
+_CONSEQUENCE = re.compile(LOST_PEER.pattern + "|SIGTERM|Signal 15|ProcessGroup.*abort|NCCL communicator was aborted",
+                          re.IGNORECASE)
 
 
 def first_failure(store: Store, hosts: dict[int, str]) -> list[Finding]:

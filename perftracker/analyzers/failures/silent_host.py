@@ -8,12 +8,12 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.common import clock_utc, rank_list
+from perftracker.analyzers.failures.waitsources import LOST_CONNECTION
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.thresholds import threshold
 from perftracker.evidence.failures import SilentHostEvidence
 
-_LOST_PEER = re.compile(r"Connection closed by peer|Connection reset by peer|remote worker|Broken pipe",
-                        re.IGNORECASE)
+_LOST_PEER = re.compile(LOST_CONNECTION + "|remote worker", re.IGNORECASE)
 _FAILED = ("exception", "exit", "timeout", "gloo_timeout")
 
 

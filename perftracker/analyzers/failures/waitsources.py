@@ -12,8 +12,8 @@ from perftracker.analyzers.failures.hang import chosen_states
 from perftracker.store import Store
 from perftracker.values import pg_ranks
 
-LOST_PEER = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|remote worker crash",
-                       re.IGNORECASE)
+LOST_CONNECTION = "Connection closed by peer|Connection reset by peer|Broken pipe"  # a peer's end is gone
+LOST_PEER = re.compile(LOST_CONNECTION + "|remote worker crash", re.IGNORECASE)
 
 
 @dataclass

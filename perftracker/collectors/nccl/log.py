@@ -8,9 +8,10 @@ fact is stored once per process with the line it was first seen on and how often
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pandas as pd
 
@@ -25,7 +26,6 @@ from perftracker.values import INT32_MAX, MAX_RANK, ascii_int
 
 _SNIFF_BYTES = 64 * 1024
 _OTHER_SAMPLES = 50
-_HEAD_CACHE_MAX = 1 << 18
 
 
 def looks_like_nccl_log(path: Path) -> bool:
@@ -36,8 +36,8 @@ def looks_like_nccl_log(path: Path) -> bool:
 
 _HOST_BAD = frozenset(" :[]<>()")
 MAX_MESSAGE_CHARS = 4096  # NCCL formats each line into a buffer of 1-2 KB: longer is not NCCL's
-_MESSAGE_CACHE_MAX = 1 << 16
 _LINE_CACHE_MAX = 1 << 17
+_V = TypeVar("_V")
 
 # A header: (host, pid, device, rank from a launcher prefix or -1, WARN source file, its line).
 _Header = tuple[str, int, int, int, str, int]
@@ -45,6 +45,56 @@ _Header = tuple[str, int, int, int, str, int]
 _Effect = tuple[tuple[tuple[tuple[str, str], int], ...], tuple[int, ...], str | None]
 # A header line other than `via`: (process, rank, level, WARN fact or None, message, its effect).
 _Plan = tuple[ProcFacts, int, str, str | None, str, _Effect]
+
+
+class _Memo(dict[str, _V]):
+    """`memo[text]` is `compute(text)`, computed once per text; emptied when it outgrows `size` (hostile input)."""
+
+    def __init__(self, compute: Callable[[str], _V], size: int) -> None:
+        super().__init__()
+        self.compute, self.size = compute, size
+
+    def __missing__(self, text: str) -> _V:
+        if len(self) > self.size:
+            self.clear()
+        value = self[text] = self.compute(text)
+        return value
+
+
+def _header(head: str) -> _Header | None:
+    """(host, pid, device, rank, WARN source, its line) of a line's header, None when it is not one."""
+    # Fast path for the plain `host:pid:tid [dev]` header (no launcher prefix, no source file).
+    if head.endswith("]"):
+        b = head.rfind(" [")
+        if b > 0:
+            dev = head[b + 2:-1]
+            parts = head[:b].rsplit(":", 2)
+            if len(parts) == 3 and parts[0] and _HOST_BAD.isdisjoint(parts[0]):
+                pid, tid, device = ascii_int(parts[1], 0), ascii_int(parts[2], 0), ascii_int(dev, 0, INT32_MAX)
+                if pid is not None and tid is not None and device is not None:
+                    return (parts[0], pid, device, -1, "", -1)
+    m = P.HEADER.search(head)
+    if m is None:
+        return None
+    pid, device = ascii_int(m.group("pid"), 0), ascii_int(m.group("dev"), 0, INT32_MAX)
+    if pid is None or device is None:
+        return None
+    rank = -1
+    start = m.start()
+    if start:
+        rm = P.RANK_PREFIX.match(head[:start])
+        if rm is not None:
+            named = ascii_int(rm.group("mpi") or rm.group("rk") or rm.group("num"), 0, MAX_RANK)
+            rank = -1 if named is None else named
+    srcline = ascii_int(m.group("srcline") or "", 0)
+    return (m.group("host"), pid, device, rank, m.group("src") or "", -1 if srcline is None else srcline)
+
+
+def _effect(msg: str) -> _Effect:
+    """What `classify_message` does with `msg`: the facts it adds, the ranks it sees, its return value."""
+    probe = ProcFacts("", -1, -1)
+    known = classify_message(msg, probe, -1)
+    return tuple((fact, slot[1]) for fact, slot in probe.facts.items()), tuple(probe.ranks), known
 
 
 @dataclass(slots=True, eq=False)
@@ -61,61 +111,16 @@ class _FileParser:
     """State of one file's parse; `feed` takes lines, `rows` gives the table rows."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
         self.file = str(path)
         self.procs: dict[tuple[str, int], ProcFacts] = {}
         self.orphan = ProcFacts("", -1, -1)
-        # header text -> (its process, rank, source, source line), or None when it is not a header
-        self.head_cache: dict[str, tuple[ProcFacts, int, str, int] | None] = {}
-        # message -> what classifying it does (classification reads no state, so it can be replayed)
-        self.message_cache: dict[str, _Effect] = {}
+        self.headers = _Memo(_header, 1 << 18)
+        self.effects = _Memo(_effect, 1 << 16)  # classification reads no state, so it can be replayed
         # a whole line seen before -> its `via` fact's [first line, count], or its plan for `_apply`
         self.seen_lines: dict[str, list[int] | _Plan | _Repeat] = {}
         self.config: list[dict[str, object]] = []
         self.warn_lines = 0
         self.other_samples = 0
-
-    def _header(self, head: str) -> _Header | None:
-        # Fast path for the plain `host:pid:tid [dev]` header (no launcher prefix, no source file).
-        if head.endswith("]"):
-            b = head.rfind(" [")
-            if b > 0:
-                dev = head[b + 2:-1]
-                parts = head[:b].rsplit(":", 2)
-                if len(parts) == 3 and parts[0] and _HOST_BAD.isdisjoint(parts[0]):
-                    pid, tid, device = ascii_int(parts[1], 0), ascii_int(parts[2], 0), ascii_int(dev, 0, INT32_MAX)
-                    if pid is not None and tid is not None and device is not None:
-                        return (parts[0], pid, device, -1, "", -1)
-        m = P.HEADER.search(head)
-        if m is None:
-            return None
-        pid, device = ascii_int(m.group("pid"), 0), ascii_int(m.group("dev"), 0, INT32_MAX)
-        if pid is None or device is None:
-            return None
-        rank = -1
-        start = m.start()
-        if start:
-            rm = P.RANK_PREFIX.match(head[:start])
-            if rm is not None:
-                named = ascii_int(rm.group("mpi") or rm.group("rk") or rm.group("num"), 0, MAX_RANK)
-                rank = -1 if named is None else named
-        srcline = ascii_int(m.group("srcline") or "", 0)
-        return (m.group("host"), pid, device, rank, m.group("src") or "", -1 if srcline is None else srcline)
-
-    def _process(self, head: str, lineno: int) -> tuple[ProcFacts, int, str, int] | None:
-        """The process a header names (created on its first line), cached by the header's text."""
-        hdr = self._header(head)
-        entry = None
-        if hdr is not None:
-            host, pid, dev, rank, src, srcline = hdr
-            proc = self.procs.get((host, pid))
-            if proc is None:
-                proc = self.procs[(host, pid)] = ProcFacts(host, pid, dev, lineno)
-            entry = (proc, rank, src, srcline)
-        if len(self.head_cache) > _HEAD_CACHE_MAX:
-            self.head_cache.clear()
-        self.head_cache[head] = entry
-        return entry
 
     def feed(self, lines: Iterable[str], first_line: int = 1, newline: str = "\n") -> None:
         """Parse `lines` (without their line ends; `newline` is what ended each), numbered from `first_line`.
@@ -159,15 +164,15 @@ class _FileParser:
         level = raw[i + 6:i + 10] if i >= 0 else ""
         if level != "INFO" and level != "WARN" and level != "TRAC":
             return None
-        head = raw[:i]
-        entry = self.head_cache.get(head, False)
-        if entry is False:
-            entry = self._process(head, lineno)
-        if entry is None:
+        header = self.headers[raw[:i]]
+        if header is None:
             if level == "WARN":
                 self.warn_lines += 1
             return None
-        proc, rank, src, srcline = entry  # type: ignore[misc]
+        host, pid, device, rank, src, srcline = header
+        proc = self.procs.get((host, pid))
+        if proc is None:  # a process is created on its first line
+            proc = self.procs[(host, pid)] = ProcFacts(host, pid, device, lineno)
         j = i + (12 if level == "TRAC" else 11)
         if level == "INFO" and (raw.startswith("Channel", j) or raw.startswith("Ring", j)):
             v = raw.find(" via ", j)
@@ -182,19 +187,7 @@ class _FileParser:
                 return slot
         msg = raw[j:j + MAX_MESSAGE_CHARS].rstrip()
         warn = (f"{src}:{srcline} {msg}" if src else msg) if level == "WARN" else None
-        return (proc, rank, level, warn, msg, self._effect(msg))
-
-    def _effect(self, msg: str) -> _Effect:
-        """What `classify_message` does with `msg` (it reads no state, so this is cached by message)."""
-        effect = self.message_cache.get(msg)
-        if effect is None:
-            probe = ProcFacts("", -1, -1)
-            known = classify_message(msg, probe, -1)
-            effect = (tuple((fact, slot[1]) for fact, slot in probe.facts.items()), tuple(probe.ranks), known)
-            if len(self.message_cache) > _MESSAGE_CACHE_MAX:
-                self.message_cache.clear()
-            self.message_cache[msg] = effect
-        return effect
+        return (proc, rank, level, warn, msg, self.effects[msg])
 
     def _apply(self, plan: _Plan, lineno: int) -> _Repeat | None:
         """Do what the line does; when doing it again can only add to counts, return that as a _Repeat."""
@@ -277,15 +270,12 @@ def parse_nccl_file(path: Path, stats: LineStats | None = None) -> tuple[list[di
     blocks = LineBlocks(path)
     if stats is not None:
         blocks.stats = stats
-    pending: tuple[int, list[str]] | None = None
     for first, lines in blocks:
-        if pending is not None:
-            parser.feed(pending[1], pending[0])
-        pending = (first, lines)
-    if pending is not None:  # the last line keeps its missing line end (a cut log)
-        first, lines = pending
-        parser.feed(lines[:-1], first)
-        parser.feed(lines[-1:], first + len(lines) - 1, newline="" if blocks.ends_open else "\n")
+        if blocks.ends_open:  # the file's last block: its last line keeps its missing line end (a cut log)
+            parser.feed(lines[:-1], first)
+            parser.feed(lines[-1:], first + len(lines) - 1, newline="")
+        else:
+            parser.feed(lines, first)
     return parser.rows()
 
 
