@@ -165,8 +165,7 @@ def _port_findings(r: Any, summary: pd.DataFrame) -> Iterator[Finding]:
                        "`ip link`); a job that lists this HCA in NCCL_IB_HCA cannot use it.",
                        state_id=int(r["state_id"]), was_inactive_during_window=bool(r["ever_inactive"]))
     peers = summary[(summary["link_layer"] == r["link_layer"]) & (summary["state_id"] == ACTIVE)]
-    best_rate = float(peers["rate_gbps"].max()) if len(peers) else float("nan")
-    best_width = float(peers["width"].max()) if len(peers) else float("nan")
+    best_rate, best_width = (float(peers[c].max()) if len(peers) else float("nan") for c in ("rate_gbps", "width"))
     if r["state_id"] == ACTIVE and (r["rate_gbps"] < best_rate or r["width"] < best_width):
         yield _finding(r, "speed", Severity.WARNING,
                        f"RDMA port {_where(r)} runs at {r['rate_gbps']:g} Gb/s ({int(r['width'])}X) where the "
