@@ -254,9 +254,9 @@ def _manifest_job(folder: Path, root: Path) -> str:
     """The `job` of the nearest manifest.json from `folder` up to `root` ("" when none says)."""
     root = root if root.is_dir() else root.parent
     for candidate in (folder, *folder.parents):
-        job = _read_job(candidate / MANIFEST)
-        if job:
-            return job
+        data = _small_json(candidate / MANIFEST)
+        if isinstance(data, dict) and data.get("job"):
+            return str(data["job"])
         if candidate == root or candidate == candidate.parent:
             break
     return ""
@@ -268,12 +268,6 @@ def _small_json(path: Path) -> Any:
         return load_json_file(path, MAX_MANIFEST_BYTES) if path.is_file() else {}
     except (InputError, OSError, ValueError):
         return {}
-
-
-def _read_job(path: Path) -> str:
-    data = _small_json(path)
-    job = data.get("job") if isinstance(data, dict) else None
-    return str(job) if job else ""
 
 
 def _run_id(run_dir: Path, rank: int | None) -> str:

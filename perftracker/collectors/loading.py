@@ -147,7 +147,9 @@ def _scan(root: Path, options: LoadOptions) -> _Scan:
             "found no PyTorch profiler traces (*.json, *.json.gz), step files (steps/rank-N.jsonl) or NCCL logs",
             str(root), "point analyze at a run directory, a folder of torch.profiler traces or of NCCL logs")
     found = classify(inputs)
-    results = [*_map_traces(found.of(KINETO), options),
+    engine = engine_for(options.engine, options.workers, options.ray_address)  # the map over the traces
+    args = MapArgs(options.cache_dir, options.comm_kernel_files, options.comm_kernel_patterns)
+    results = [*engine.map([str(p) for p in found.of(KINETO)], args, options.progress or (lambda done, total: None)),
                *read_nsys_inputs(found.of(NSYS), comm_kernels, options.nsys_step_range)]
     facts = [trace_job_facts(Path(r.path), root, t.rank, t.world_size, t.device_name, t.pg_config,
                              wall_window(t.base_ns, t.start_ns, t.end_ns))
@@ -226,12 +228,6 @@ def _note_other_jobs(store: Store, scan: _Scan, group: JobGroup) -> None:
         names = ", ".join(p.name for p in left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
         store.notes.append(LoadNote("warning", "jobs", f"{len(left)} inputs that are not traces ({names}) cannot "
                                     "be told apart by job and were left out: analyze them on their own"))
-
-
-def _map_traces(traces: list[Path], options: LoadOptions) -> list[FileResult]:
-    engine = engine_for(options.engine, options.workers, options.ray_address)
-    args = MapArgs(options.cache_dir, options.comm_kernel_files, options.comm_kernel_patterns)
-    return engine.map([str(p) for p in traces], args, options.progress or (lambda done, total: None))
 
 
 def _reduce_traces(store: Store, results: list[FileResult], spill_from: int) -> None:

@@ -115,7 +115,9 @@ def render(path: Path, findings: list[Finding], notes: list[LoadNote], sections:
     write_page(
         path, "report.html.j2", title=title, verdict=verdict(findings, coverage), verdict_class=verdict_class,
         not_judged=(coverage or {}).get("not_judged") or [], synthetic=synthetic or [],
-        findings=[_finding_view(f) for f in findings], sections=view_sections, strip=strip or [],
+        findings=[{**f.to_dict(), "ranks_text": _first(list(f.ranks)), "hosts_text": _first(list(f.hosts)),
+                   "evidence_items": evidence_items(f.evidence, f.analyzer)} for f in findings],  # findings.json: exact
+        sections=view_sections, strip=strip or [],
         timeline_command=timeline_command, timeline_file=timeline_file,
         notes=[n.to_dict() for n in notes[:MAX_NOTES]], notes_more=max(0, len(notes) - MAX_NOTES),
         figures_json=figures_json, plotly_gz_b64=plotly_bundle_b64())
@@ -124,15 +126,6 @@ def render(path: Path, findings: list[Finding], notes: list[LoadNote], sections:
 def _first(items: list[Any], limit: int = 16) -> str:
     """The first `limit` items joined, with how many more (a finding of 4,096 ranks names 16 of them)."""
     return ", ".join(str(i) for i in items[:limit]) + (f" (+{len(items) - limit:,} more)" if len(items) > limit else "")
-
-
-def _finding_view(f: Finding) -> dict[str, Any]:
-    data = f.to_dict()
-    ranks = list(f.ranks)
-    data["ranks_text"] = _first(ranks)
-    data["hosts_text"] = _first(list(f.hosts))
-    data["evidence_items"] = evidence_items(f.evidence, f.analyzer)  # findings.json keeps the exact values
-    return data
 
 
 MAX_DIFF_ROWS = 60

@@ -268,10 +268,6 @@ def _finite(value: Any, low: float = 0.0, high: float = math.inf) -> bool:
         and low <= value <= high
 
 
-def _strings(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(v, str) for v in value)
-
-
 def finding_problem(raw: Any) -> str:
     """Why `raw` is not a finding perftracker writes ("" when it is one)."""
     if not isinstance(raw, dict):
@@ -289,7 +285,8 @@ def finding_problem(raw: Any) -> str:
                                               for r in ranks):
         return f"ranks are not integers from 0 to {MAX_RANK}"
     for key in ("hosts", "related"):
-        if not _strings(raw.get(key, [])):
+        listed = raw.get(key, [])
+        if not (isinstance(listed, list) and all(isinstance(v, str) for v in listed)):
             return f"{key} are not a list of text"
     if not isinstance(raw.get("evidence", {}), dict):
         return "evidence is not an object"

@@ -78,11 +78,6 @@ def _plain(text: str) -> str:
     return printable(text).replace("[", "\\[")
 
 
-def _ordered(document: dict[str, Any]) -> list[dict[str, Any]]:
-    """Actionable findings in the document's order (severity, then cost, then confidence)."""
-    return [f for f in document.get("findings") or [] if f.get("severity") in ("critical", "warning")]
-
-
 def headline(document: dict[str, Any]) -> str:
     """The verdict line of the document (it leads with its first actionable finding)."""
     return str((document.get("summary") or {}).get("verdict", "no verdict"))
@@ -95,7 +90,7 @@ def text_summary(document: dict[str, Any], report_path: str = "", limit: int = 3
     lines = [f"perftracker: {headline(document)}",
              f"input: {document.get('input', '')} | findings: "
              + ", ".join(f"{counts.get(s, 0)} {s}" for s in SEVERITIES)]
-    findings = _ordered(document)
+    findings = [f for f in document.get("findings") or [] if f.get("severity") in ("critical", "warning")]
     for i, f in enumerate(findings[:limit], 1):
         where = []
         if f.get("ranks"):

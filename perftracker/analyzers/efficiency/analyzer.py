@@ -73,12 +73,6 @@ def _gemms(basis: Basis) -> pd.DataFrame:
     return inst[inst["family"] == "gemm"] if len(inst) else inst
 
 
-def _weighted_pct(frame: pd.DataFrame) -> float:
-    known = frame.dropna(subset=["pct_of_peak"])
-    weights = known["flops"].to_numpy(np.float64)
-    return float(np.average(known["pct_of_peak"], weights=weights)) if len(known) and weights.sum() > 0 else np.nan
-
-
 def misaligned_gemms(basis: Basis) -> list[Finding]:
     gemms = _gemms(basis)
     if gemms.empty:
@@ -87,7 +81,9 @@ def misaligned_gemms(basis: Basis) -> list[Finding]:
     odd = ((gemms["n"] % align) != 0) | ((gemms["k"] % align) != 0)
     findings = []
     for dtype, mine in gemms[odd].groupby("dtype"):
-        reference = _weighted_pct(gemms[~odd & (gemms["dtype"] == dtype)])
+        known = gemms[~odd & (gemms["dtype"] == dtype)].dropna(subset=["pct_of_peak"])  # the aligned GEMMs' mean
+        weights = known["flops"].to_numpy(np.float64)  # % of peak, weighted by FLOPs
+        reference = float(np.average(known["pct_of_peak"], weights=weights)) if len(known) and weights.sum() > 0 else np.nan
         if np.isnan(reference):
             continue
         shapes = mine.groupby(_SHAPE_KEYS, sort=False).agg(count=("gpu_ns", "size"), gpu_ns=("gpu_ns", "sum"),

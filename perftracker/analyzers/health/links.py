@@ -31,12 +31,6 @@ VIRTUAL = ("lo", "veth", "docker", "br-", "virbr", "cni", "flannel", "cali", "tu
            "kube", "weave", "cilium", "genev", "nodelocaldns")
 
 
-def judged_ifaces(analysis: Analysis) -> dict[str, dict[str, str]]:
-    """{host: {iface: why}}: the job's interfaces, or the physical-looking ones where those are unknown."""
-    return {host: {i: w for i, w in ifaces.items() if w} or {i: "" for i in ifaces if not i.startswith(VIRTUAL)}
-            for host, ifaces in analysis.view(job_ifaces_view).items()}
-
-
 def _series(analysis: Analysis, host: str, iface: str) -> pd.DataFrame:
     s = analysis.view(link_series_view)
     if s.empty:
@@ -211,26 +205,23 @@ def _errors(analysis: Analysis, judged: dict[str, dict[str, str]]) -> Iterator[F
                 hosts=(host,), key=f"links:errors:{host}:{iface}")
 
 
-def _in_job(analysis: Analysis, s: pd.DataFrame) -> pd.DataFrame:
-    window = _job_window(analysis)
-    if window is None or s.empty:
-        return s
-    inside = s[(s["t1_ns"] > window[0]) & (s["t0_ns"] < window[1])]
-    return inside if len(inside) else s
+def _last(s: pd.DataFrame, column: str) -> float:
+    """The last value of `column` that was sampled; NaN without one."""
+    return float(s[column].dropna().iloc[-1]) if column in s and s[column].notna().any() else float("nan")
 
 
 def _link_stats(analysis: Analysis, judged: dict[str, dict[str, str]]) -> list[LinkMeasures]:
     out: list[LinkMeasures] = []
+    window = _job_window(analysis)
     for host, ifaces in sorted(judged.items()):
         for iface in sorted(ifaces):
-            s = _in_job(analysis, _series(analysis, host, iface))
+            s = _series(analysis, host, iface)
+            inside = s if window is None or s.empty else s[(s["t1_ns"] > window[0]) & (s["t0_ns"] < window[1])]
+            s = inside if len(inside) else s  # the samples inside the job, where there are any
             if s.empty:
                 continue
             peak = float(np.nanmax(np.maximum(s["tx_mbps"].fillna(0), s["rx_mbps"].fillna(0)))) if "tx_mbps" in s else 0.0
-            speed = float(s["speed_mbps"].dropna().iloc[-1]) if "speed_mbps" in s and s["speed_mbps"].notna().any() \
-                else float("nan")
-            shaper = float(s["qdisc_rate_bps"].dropna().iloc[-1]) / 1e6 \
-                if "qdisc_rate_bps" in s and s["qdisc_rate_bps"].notna().any() else float("nan")
+            speed, shaper = _last(s, "speed_mbps"), _last(s, "qdisc_rate_bps") / 1e6
             held = _rate(s, ("qdisc_overlimits", "qdisc_drops"))
             out.append({"host": host, "iface": iface, "why": ifaces[iface], "peak_mbps": peak,
                         "tx_peak_mbps": float(s["tx_mbps"].max()) if "tx_mbps" in s else 0.0,
@@ -302,7 +293,9 @@ def _measured(s: LinkMeasures) -> LinkStat:
 def analyze_links(analysis: Analysis) -> list[Finding]:
     if analysis.store["netdev"].empty:
         return []
-    judged = judged_ifaces(analysis)
+    # {host: {iface: why}}: the job's interfaces, or the physical-looking ones where those are unknown
+    judged = {host: {i: w for i, w in ifaces.items() if w} or {i: "" for i in ifaces if not i.startswith(VIRTUAL)}
+              for host, ifaces in analysis.view(job_ifaces_view).items()}
     stats = _link_stats(analysis, judged)
     findings = [*_flaps(analysis, judged), *_errors(analysis, judged), *_rates(analysis, stats)]
     if stats:

@@ -33,13 +33,6 @@ WRAP_32 = frozenset({  # mlx5 Q counters are 32-bit and wrap
 _GAUGES = ("state_id", "phys_state_id", "rate_gbps", "width")
 
 
-def rdma_counters(store: Store) -> pd.DataFrame:
-    """The sysfs-style counter rows of RDMA ports (not GPU rows, not `ethtool:` rows: see rdma_pfc)."""
-    c = store["counters"]
-    return c[~c["device"].astype(str).str.startswith("gpu:") & (c["port"].astype(str) != "")
-             & ~c["name"].astype(str).str.startswith(ETHTOOL_PREFIX)]
-
-
 def increases(values: np.ndarray[Any, Any], name: str) -> tuple[np.ndarray[Any, Any], int, int]:
     """(increase per interval, wraps, resets) of a cumulative counter's consecutive samples."""
     diff = np.diff(values)
@@ -102,7 +95,9 @@ def port_series(store: Store) -> pd.DataFrame:
             out[key] = out[name] * 4 * 8 / out["dt_s"] / 1e9 if name in out else np.nan
         return out
 
-    return series_of(rdma_counters(store), ["host", "device", "port"], rates)
+    c = store["counters"]  # the sysfs-style rows of RDMA ports: not GPU rows, not `ethtool:` rows (see rdma_pfc)
+    return series_of(c[~c["device"].astype(str).str.startswith("gpu:") & (c["port"].astype(str) != "")
+                       & ~c["name"].astype(str).str.startswith(ETHTOOL_PREFIX)], ["host", "device", "port"], rates)
 
 
 def port_series_view(analysis: Analysis) -> pd.DataFrame:
@@ -170,8 +165,7 @@ def _port_findings(r: Any, summary: pd.DataFrame) -> Iterator[Finding]:
                        "`ip link`); a job that lists this HCA in NCCL_IB_HCA cannot use it.",
                        state_id=int(r["state_id"]), was_inactive_during_window=bool(r["ever_inactive"]))
     peers = summary[(summary["link_layer"] == r["link_layer"]) & (summary["state_id"] == ACTIVE)]
-    best_rate = float(peers["rate_gbps"].max()) if len(peers) else float("nan")
-    best_width = float(peers["width"].max()) if len(peers) else float("nan")
+    best_rate, best_width = (float(peers[c].max()) if len(peers) else float("nan") for c in ("rate_gbps", "width"))
     if r["state_id"] == ACTIVE and (r["rate_gbps"] < best_rate or r["width"] < best_width):
         yield _finding(r, "speed", Severity.WARNING,
                        f"RDMA port {_where(r)} runs at {r['rate_gbps']:g} Gb/s ({int(r['width'])}X) where the "

@@ -183,12 +183,6 @@ def _discard_finding(p: _Port) -> Finding | None:
                      increases={n: int(total(p.g, n)) for n in bad}, threshold_per_s=threshold("rdma.drops_per_s"))
 
 
-def _netdevs(store: Store) -> dict[tuple[str, str, str], str]:
-    d = store["devices"]
-    d = d[d["kind"] == "nic"]
-    return {(str(r.host), str(r.device), str(r.port)): str(r.netdevs).split(",")[0] for r in d.itertuples()}
-
-
 def pfc_series_view(analysis: Analysis) -> pd.DataFrame:
     """`pfc_series` of the run."""
     return pfc_series(analysis.store)
@@ -199,7 +193,9 @@ def pfc_ports_view(analysis: Analysis) -> list[_Port]:
     series = analysis.view(pfc_series_view)
     if series.empty:
         return []
-    nd = _netdevs(analysis.store)
+    d = analysis.store["devices"]
+    nd = {(str(r.host), str(r.device), str(r.port)): str(r.netdevs).split(",")[0]
+          for r in d[d["kind"] == "nic"].itertuples()}
     return [_Port(analysis.store, (str(h), str(d), str(p)), g.reset_index(drop=True), nd)
             for (h, d, p), g in series.groupby(["host", "device", "port"])]
 

@@ -68,8 +68,8 @@ def merged_timeline(analysis: Analysis, findings: list[Finding], ranks: list[int
     all_steps = sorted(int(s) for s in part["step"].unique() if int(s) >= 0)
     wanted = sorted(set(steps) & set(all_steps)) if steps is not None else all_steps
     notes = []
-    if steps is not None or all_steps:
-        part = part[part["step"].isin(wanted)] if steps is not None else part
+    if steps is not None:
+        part = part[part["step"].isin(wanted)]
     if len(part) > max_events and wanted:  # keep the last steps that fit
         counts = part.groupby("step").size().reindex(wanted, fill_value=0)[::-1].cumsum()
         wanted = sorted(int(s) for s in counts[counts <= max_events].index) or [wanted[-1]]

@@ -99,14 +99,11 @@ def basis_row(row: pd.Series) -> Basis:
     return Basis(str(row["basis"]), str(row["clock"]), str(row["marker"]))
 
 
-def _expert_parallel(analysis: Analysis) -> frozenset[str]:
-    return frozenset(name for name, info in analysis.store.run_info.comm_libraries.items()
-                     if info.get("expert_parallel"))
-
-
 def period_costs_view(analysis: Analysis) -> pd.DataFrame:
     """The GPU time of each kind inside every cost period (docs/internals/analyzers.md)."""
-    return period_costs(analysis.view(cost_work_view), analysis.view(cost_periods_view), _expert_parallel(analysis))
+    expert_parallel = frozenset(name for name, info in analysis.store.run_info.comm_libraries.items()
+                                if info.get("expert_parallel"))
+    return period_costs(analysis.view(cost_work_view), analysis.view(cost_periods_view), expert_parallel)
 
 
 def rank_costs_view(analysis: Analysis) -> pd.DataFrame:

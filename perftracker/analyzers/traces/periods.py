@@ -74,7 +74,9 @@ def cost_periods(store: Store, work: pd.DataFrame, drop_last_step: bool = False)
             frame = _step_periods(mine, group)
         else:
             inferred = _iteration_periods(_cpu_markers(store, r, w))
-            frame = inferred if inferred is not None else _window_period(group)
+            frame = inferred if inferred is not None else pd.DataFrame({  # the whole window: one period
+                "period": [0], "start_ns": [int(group["start_ns"].min())], "end_ns": [int(group["end_ns"].max())],
+                "basis": "window", "clock": "gpu", "marker": ""})
         frame.insert(0, "window", w)
         frame.insert(0, "rank", r)
         frames.append(frame)
@@ -106,11 +108,6 @@ def gpu_step_bounds(numbers: npt.NDArray[np.int64], cpu_start: npt.NDArray[np.in
     tail = int(cpu_end[-1]) if np.isnan(last_end) else int(last_end)
     end = np.concatenate([bounds[1:], [max(tail, int(bounds[-1]))]]).astype(np.int64)
     return bounds, end
-
-
-def _window_period(work: pd.DataFrame) -> pd.DataFrame:
-    return pd.DataFrame({"period": [0], "start_ns": [int(work["start_ns"].min())],
-                         "end_ns": [int(work["end_ns"].max())], "basis": "window", "clock": "gpu", "marker": ""})
 
 
 def _cpu_markers(store: Store, rank: int, window: int) -> pd.DataFrame:

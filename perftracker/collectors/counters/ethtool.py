@@ -48,14 +48,9 @@ def parse_ethtool_stats(text: str) -> dict[str, int]:
     return dict(stat for stat in map(stat_line, text.splitlines()) if stat is not None)  # the header is not one
 
 
-def is_flow_control(name: str) -> bool:
-    """True for a port-level pause / PFC / discard / buffer / ECN / CNP / storm counter."""
-    return bool(FLOW_CONTROL.search(name)) and not _PER_QUEUE.search(name)
-
-
 def flow_control(counters: Mapping[str, int]) -> dict[str, int]:
-    """The flow-control subset of `counters` (see `is_flow_control`)."""
-    return {n: v for n, v in counters.items() if is_flow_control(n)}
+    """The port-level pause / PFC / discard / buffer / ECN / CNP / storm counters of `counters` (no per-queue one)."""
+    return {n: v for n, v in counters.items() if FLOW_CONTROL.search(n) and not _PER_QUEUE.search(n)}
 
 
 def read_ethtool(netdev: str, timeout_s: float = TIMEOUT_S, ethtool: str = "ethtool") -> dict[str, int] | None:

@@ -46,20 +46,19 @@ def _int(text: str | None) -> int | None:
         return None
 
 
+def _link_state(base: Path) -> dict[str, Any]:
+    """operstate (None unreadable), carrier (0 unreadable: EINVAL while admin down), admin_up (None unreadable)."""
+    flags, carrier = _int(read_attr(base / "flags")), _int(read_attr(base / "carrier"))
+    return {"operstate": read_attr(base / "operstate"), "carrier": carrier if carrier is not None else 0,
+            "admin_up": bool(flags & IFF_UP) if flags is not None else None}
+
+
 def read_iface(sysfs_root: Path, name: str) -> dict[str, Any] | None:
     """The state and counters of `<sysfs_root>/class/net/<name>`; None when there is no such interface."""
     base = sysfs_root / "class" / "net" / name
     if not base.is_dir():
         return None
-    out: dict[str, Any] = {}
-    oper = read_attr(base / "operstate")
-    if oper:
-        out["operstate"] = oper
-    carrier = _int(read_attr(base / "carrier"))  # EINVAL while the interface is admin down
-    out["carrier"] = carrier if carrier is not None else 0
-    flags = _int(read_attr(base / "flags"))
-    if flags is not None:
-        out["admin_up"] = bool(flags & IFF_UP)
+    out = {key: value for key, value in _link_state(base).items() if value not in (None, "")}
     speed = _int(read_attr(base / "speed"))
     out["speed_mbps"] = speed if speed is not None and speed > 0 else -1
     mtu = _int(read_attr(base / "mtu"))
@@ -74,14 +73,8 @@ def read_iface(sysfs_root: Path, name: str) -> dict[str, Any] | None:
 def read_state(sysfs_root: Path, name: str) -> dict[str, Any] | None:
     """Only the link state of `<sysfs_root>/class/net/<name>` (operstate, carrier, admin_up): three small reads,
     cheap enough to watch every tenth of a second; None when there is no such interface."""
-    base = sysfs_root / "class" / "net" / name
-    oper = read_attr(base / "operstate")
-    if oper is None:
-        return None
-    flags = _int(read_attr(base / "flags"))
-    carrier = _int(read_attr(base / "carrier"))
-    return {"operstate": oper, "carrier": carrier if carrier is not None else 0,
-            "admin_up": bool(flags & IFF_UP) if flags is not None else None}
+    state = _link_state(sysfs_root / "class" / "net" / name)
+    return state if state["operstate"] is not None else None
 
 
 def state_record(host: str, states: Mapping[str, Mapping[str, Any]], watch_s: float,
@@ -150,13 +143,6 @@ def _table(text: str, prefix: str) -> dict[str, int]:
     return out
 
 
-def read_tcp(proc_root: Path) -> dict[str, int]:
-    """The node's TCP counters of TCP_NAMES (`<proc>/net/snmp` Tcp, `<proc>/net/netstat` TcpExt)."""
-    both = {**_table(read_attr(proc_root / "net" / "snmp") or "", "Tcp"),
-            **_table(read_attr(proc_root / "net" / "netstat") or "", "TcpExt")}
-    return {name: both[name] for name in TCP_NAMES if name in both}
-
-
 def snapshot(host: str, ifaces: Mapping[str, str], sysfs_root: Path = Path("/sys"), proc_root: Path = Path("/proc"),
              qdisc_reader: QdiscReader | None = read_qdisc, ts_ns: int | None = None,
              peers: Mapping[str, Iterable[str]] | None = None,
@@ -171,8 +157,9 @@ def snapshot(host: str, ifaces: Mapping[str, str], sysfs_root: Path = Path("/sys
                  "peers": sorted(set((peers or {}).get(name, ()))),
                  "addresses": sorted(set((addresses or {}).get(name, ())))}
         record["ifaces"][name] = {**iface, **{key: value for key, value in extra.items() if value}}
-    tcp = read_tcp(proc_root)
-    if tcp:
+    both = {**_table(read_attr(proc_root / "net" / "snmp") or "", "Tcp"),  # the node's TCP counters of TCP_NAMES
+            **_table(read_attr(proc_root / "net" / "netstat") or "", "TcpExt")}
+    if tcp := {name: both[name] for name in TCP_NAMES if name in both}:
         record["tcp"] = tcp
     return record
 

@@ -43,16 +43,11 @@ def _counter_dir(folder: Path) -> dict[str, int]:
     return {f.name: value for f in files if f.name != "lifespan" and (value := _int(read_attr(f))) is not None}
 
 
-def _ib_base(root: Path) -> Path:
-    for cand in (root / "class" / "infiniband", root / "infiniband", root):
-        if cand.is_dir() and cand.name == "infiniband":
-            return cand
-    return root / "class" / "infiniband"
-
-
 def snapshot(sysfs_root: Path | str, host: str, ts_ns: int | None = None) -> list[dict[str, Any]]:
     """One record per RDMA port under `sysfs_root` (a `/sys`, or its `class/infiniband` folder)."""
-    base = _ib_base(Path(sysfs_root))
+    root = Path(sysfs_root)
+    base = next((c for c in (root / "class" / "infiniband", root / "infiniband", root)
+                 if c.is_dir() and c.name == "infiniband"), root / "class" / "infiniband")
     when = time.time_ns() if ts_ns is None else ts_ns
     records: list[dict[str, Any]] = []
     if not base.is_dir():

@@ -87,7 +87,7 @@ def read_rdma(root: Path) -> list[dict[str, Any]]:
 
 
 def read_net(root: Path, rdma: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
-    """Interfaces under `<root>/class/net` with operstate and known addresses."""
+    """Interfaces under `<root>/class/net` with operstate, known addresses and whether each is a bridge."""
     base = root / "class" / "net"
     addresses: dict[str, set[str]] = {}
     for dev in rdma or []:
@@ -100,8 +100,8 @@ def read_net(root: Path, rdma: list[dict[str, Any]] | None = None) -> list[dict[
             addresses.setdefault(name, set()).update(addrs)
     ifaces = sorted(base.iterdir(), key=lambda p: p.name) if base.is_dir() else []
     return [{"name": iface.name, "operstate": read_attr(iface / "operstate") or "",
-             "type": read_attr(iface / "type") or "", "addresses": sorted(addresses.get(iface.name, ()))}
-            for iface in ifaces]
+             "type": read_attr(iface / "type") or "", "addresses": sorted(addresses.get(iface.name, ())),
+             "bridge": is_bridge(root, iface.name)} for iface in ifaces]
 
 
 def _kernel_addresses() -> dict[str, set[str]]:
@@ -164,8 +164,6 @@ def read_sysfs(root: Path | str = "/sys", host: str = "") -> dict[str, Any]:
         root_path = root_path.parent
     rdma = read_rdma(root_path)
     net = read_net(root_path, rdma)
-    for iface in net:
-        iface["bridge"] = is_bridge(root_path, iface["name"])
     return {
         "root": str(root_path),
         "host": host,

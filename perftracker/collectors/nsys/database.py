@@ -213,10 +213,6 @@ class Rows:
                     [self.text[i] for i in idx.tolist()] if self.text else [], self.notes)
 
 
-def _int_expr(column: str) -> str:
-    return f'(CASE WHEN typeof("{column}") = \'integer\' THEN "{column}" ELSE -1 END)'
-
-
 def read_table(export: Export, spec: TableSpec) -> Rows:
     """The rows of `spec.table` (empty Rows when the file has no such table or no start/end columns)."""
     rows = Rows(spec.table)
@@ -230,7 +226,7 @@ def read_table(export: Export, spec: TableSpec) -> Rows:
     exprs, missing = [], []
     for name, spellings in spec.ints.items():
         column = next((c for c in spellings if c in have), None)
-        exprs.append(_int_expr(column) if column else "-1")
+        exprs.append(f'(CASE WHEN typeof("{column}") = \'integer\' THEN "{column}" ELSE -1 END)' if column else "-1")
         if column is None:
             missing.append(name)
     cap = max_rows()

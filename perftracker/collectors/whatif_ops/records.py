@@ -34,7 +34,8 @@ def is_ops_parquet(path: Path) -> bool:
 
 def is_ops_timeline(path: Path) -> bool:
     """A Chrome trace of per-operation records: its first bytes hold a compute op with a step argument."""
-    head = _head(path)
+    head = read_head(path, 1 << 16)
+    head = bytes(inflate(head, cap=8192).data) if path.name.endswith(".gz") else head
     return (b'"forward-compute"' in head or b'"backward-compute"' in head) and b'"step"' in head
 
 
@@ -44,13 +45,6 @@ def is_expected_result(path: Path) -> bool:
         return False
     head = read_head(path, 2048)
     return (b'"job_meta"' in head and b'"trial_name"' in head) or (b'"trem"' in head and b'"tideal"' in head)
-
-
-def _head(path: Path) -> bytes:
-    raw = read_head(path, 1 << 16)
-    if path.name.endswith(".gz"):
-        return bytes(inflate(raw, cap=8192).data)
-    return raw
 
 
 def read_parquet_ops(path: Path) -> tuple[pd.DataFrame, list[LoadNote]]:
