@@ -252,8 +252,9 @@ def conform(name: str, frame: pd.DataFrame, problems: list[str] | None = None) -
         else:  # missing: the column's "unknown"
             series = pd.Series(-1 if dtype.startswith("int") else float("nan") if dtype == "float64" else "",
                                index=frame.index)
-        # astype only where the dtype differs: a column already right is most of them, and astype copies each
-        out[col] = series if series.dtype == _pandas_dtype(dtype) else series.astype(dtype)  # type: ignore[call-overload]
+        # astype only where the dtype differs (a categorical stays as it is: astype("category") would copy it)
+        same = series.dtype == _pandas_dtype(dtype) or (dtype == "category" and series.dtype.name == "category")
+        out[col] = series if same else series.astype(dtype)  # type: ignore[call-overload]
     return pd.DataFrame({col: series.array for col, series in out.items()}, columns=list(columns))  # index 0..n-1
 
 

@@ -182,5 +182,6 @@ class Store:
 
     def host_of(self, rank: int) -> str:
         ranks = self.tables["ranks"]
-        hit = ranks.loc[ranks["rank"] == rank, "host"]
-        return str(hit.iloc[0]) if len(hit) and isinstance(hit.iloc[0], str) else ""
+        at = np.flatnonzero(ranks["rank"].to_numpy() == rank)  # not .loc[mask]: called per rank, per analyzer
+        host = ranks["host"].iloc[at[0]] if len(at) else None
+        return host if isinstance(host, str) else ""

@@ -149,8 +149,8 @@ def _unmodelled(calls: pd.DataFrame, kernels: pd.DataFrame, owned: npt.NDArray[n
     code = np.where(op_row >= 0, name_codes[np.clip(op_row, 0, None)], -1) if len(calls) else op_row
     frame = pd.DataFrame({"rank": rest["rank"].to_numpy(), "code": code,
                           "gpu_ns": (rest["end_ns"] - rest["start_ns"]).to_numpy(np.int64)})
-    out = frame.groupby(["rank", "code"], sort=True).agg(kernels=("gpu_ns", "size"), gpu_ns=("gpu_ns", "sum"))
-    out = out.reset_index()
+    out = frame.groupby(["rank", "code"], sort=True)["gpu_ns"].agg(["size", "sum"])  # a named agg costs ~3x
+    out = out.set_axis(["kernels", "gpu_ns"], axis=1).reset_index()
     labels = [*map(str, names.categories), "(launch not found)"]
     out["op"] = [labels[c] for c in out["code"].tolist()]
     return out[["rank", "op", "kernels", "gpu_ns"]]

@@ -44,7 +44,7 @@ class Replay:
 
     def step_times(self) -> pd.DataFrame:
         """Per step: measured and replayed step time (mean over the ranks) and the relative error."""
-        per = self.steps.groupby("step").agg(measured_ns=("measured_ns", "mean"), replayed_ns=("replayed_ns", "mean"))
+        per = self.steps.groupby("step")[["measured_ns", "replayed_ns"]].mean()
         per["error"] = (per["replayed_ns"] - per["measured_ns"]).abs() / per["measured_ns"].where(per["measured_ns"] > 0)
         return per.reset_index()
 
@@ -54,7 +54,7 @@ class Replay:
         return float(per["error"].median()) if len(per) else float("nan")
 
     def mean_step_ns(self) -> float:
-        return float(self.step_times()["replayed_ns"].mean()) if len(self.steps) else 0.0
+        return float(self.steps.groupby("step")["replayed_ns"].mean().mean()) if len(self.steps) else 0.0
 
 
 def step_graph(table: pd.DataFrame, steps: pd.DataFrame, offsets: pd.Series) -> StepGraph:
@@ -73,27 +73,26 @@ def step_graph(table: pd.DataFrame, steps: pd.DataFrame, offsets: pd.Series) -> 
     frame["key"] = np.where(frame["post"], frame["arrival_ns"], done.fillna(frame["end_ns"])).astype(np.int64)
     frame = frame.sort_values(["step", "rank", "key", "instance"], kind="stable")
     frame["order"] = frame.groupby("step")["key"].rank(method="dense").astype(np.int64)
-    prev_end = frame.groupby(["step", "rank"])["eff_end"].shift(1)
-    prev_arr = frame.groupby(["step", "rank"])["arrival_ns"].shift(1)
+    by = frame.groupby(["step", "rank"])  # grouped once: each groupby factorizes the keys again
+    prev_end, prev_arr = by["eff_end"].shift(1), by["arrival_ns"].shift(1)
     after_end = prev_end.isna() | (frame["arrival_ns"] >= prev_end)
     base = prev_end.where(after_end, prev_arr)
     per_rank = _step_spans(frame, steps, offsets)
-    first = frame.groupby(["step", "rank"])["arrival_ns"].transform("min")
+    first = by["arrival_ns"].transform("min")
     mapped = frame.set_index(["step", "rank"]).index.map(per_rank["start_ns"].to_dict())
     start = pd.Series(np.asarray(mapped, dtype=float), index=frame.index).fillna(first.astype(float))
     start = start.where(start <= first, first.astype(float))
     frame["local_ns"] = (frame["arrival_ns"] - base.fillna(start)).clip(lower=0).astype(np.int64)
     frame["after_end"] = after_end.to_numpy(bool)
-    last_end = frame.groupby(["step", "rank"])["eff_end"].max()
-    first_arrival = frame.groupby(["step", "rank"])["arrival_ns"].min()
+    last_end, first_arrival = by["eff_end"].max(), by["arrival_ns"].min()
     spans = pd.DataFrame({"last_end": last_end, "first": first_arrival}).join(per_rank, how="left")
     spans["start_ns"] = np.minimum(spans["start_ns"].fillna(spans["first"]), spans["first"])
     measured_end = (spans["start_ns"] + spans["dur_ns"]).fillna(spans["last_end"])
     spans["tail_ns"] = (measured_end - spans["last_end"]).clip(lower=0)
     spans["dur_ns"] = spans["last_end"] + spans["tail_ns"] - spans["start_ns"]
     ranks = spans.reset_index()[["step", "rank", "start_ns", "dur_ns", "tail_ns"]].astype(np.int64)
-    frame["pos"] = frame.groupby(["step", "rank"]).cumcount()
-    chain = frame.groupby(["step", "rank"])["collective"].agg("|".join).rename("chain")
+    frame["pos"] = by.cumcount()
+    chain = by["collective"].agg("|".join).rename("chain")
     frame = frame.join(chain, on=["step", "rank"])
     frame["peer_key"] = pd.factorize(pd.MultiIndex.from_frame(frame[["step", "chain", "pos"]]))[0]
     rank_key = pd.factorize(pd.MultiIndex.from_frame(chain.reset_index()[["step", "chain"]]))[0]

@@ -201,10 +201,13 @@ def clock_offsets(matched: pd.DataFrame, iterations: int = 20) -> pd.Series:
     if matched.empty:
         return pd.Series(dtype=np.int64)
     offsets = pd.Series(0.0, index=sorted(matched["rank"].unique()))
+    at, end = np.searchsorted(offsets.index.to_numpy(), matched["rank"].to_numpy()), matched["end_ns"].to_numpy()
+    frame = pd.DataFrame({"instance": matched["instance"].to_numpy(), "rank": matched["rank"].to_numpy()})
+    by_instance, by_rank = frame.groupby("instance"), frame.groupby("rank")  # grouped once, not every round
     for _ in range(iterations):
-        aligned_end = matched["end_ns"] - matched["rank"].map(offsets).to_numpy()
-        ref = aligned_end.groupby(matched["instance"]).transform("median")
-        residual = (aligned_end - ref).groupby(matched["rank"]).median()
+        frame["aligned"] = end - offsets.to_numpy()[at]
+        frame["residual"] = frame["aligned"] - by_instance["aligned"].transform("median")
+        residual = by_rank["residual"].median()
         offsets = offsets.add(residual, fill_value=0.0)
         if residual.abs().max() < 1000:  # below a microsecond: converged
             break

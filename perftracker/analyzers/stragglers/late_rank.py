@@ -59,14 +59,15 @@ def _intervals(analysis: Analysis, table: pd.DataFrame, rank: int) -> list[tuple
 
     caused = frame[frame["last_rank"] == rank].groupby("instance")["wait_ns"].sum().sort_values(ascending=False)
     out: list[tuple[int, int, int, int, int, int]] = []
+    inst, arrival, ranks = (frame[c].to_numpy() for c in ("instance", "arrival_ns", "rank"))  # arrays: no per-row pandas
     for instance in caused.index[:MAX_INTERVALS]:
-        members = frame[frame["instance"] == instance].sort_values("arrival_ns")
-        mine = members[members["rank"] == rank]
-        others = members[members["rank"] != rank]
-        if mine.empty or others.empty:
+        members = np.flatnonzero(inst == instance)
+        members = members[np.argsort(arrival[members], kind="quicksort")]  # as sort_values("arrival_ns")
+        mine, others = members[ranks[members] == rank], members[ranks[members] != rank]
+        if not len(mine) or not len(others):
             continue
-        median = others.iloc[(len(others) - 1) // 2]
-        out.append((rank, lo_of(mine.iloc[0]), int(mine.iloc[0]["arrival_ns"]), int(median["rank"]), lo_of(median),
+        median = frame.iloc[others[(len(others) - 1) // 2]]
+        out.append((rank, lo_of(frame.iloc[mine[0]]), int(arrival[mine[0]]), int(median["rank"]), lo_of(median),
                     int(median["arrival_ns"])))
     return out
 
@@ -75,23 +76,17 @@ def _offsets(analysis: Analysis) -> dict[int, int]:
     return {int(str(r)): int(v) for r, v in analysis.view(arrivals_view).offsets.items()}
 
 
-def _activity(ev: pd.DataFrame, lo: int, hi: int) -> dict[str, Any]:
+def _activity(ev: dict[str, np.ndarray], lo: int, hi: int) -> dict[str, Any]:
     """What ran in [lo, hi) (the rank's raw clock): overlapped ns per (kind, name), GPU busy, CPU in an op."""
-    start = ev["start_ns"].to_numpy(np.int64)
-    end = start + ev["dur_ns"].to_numpy(np.int64)
-    inside = (end > lo) & (start < hi)
-    part = ev[inside]
-    cover = np.minimum(end[inside], hi) - np.maximum(start[inside], lo)
-    kind = part["kind"].astype(str).to_numpy()
-    gpu = np.isin(kind, _GPU) & (part["stream"].to_numpy() >= 0)
-    cpu = np.isin(kind, _CPU) & ~part["name"].astype(str).str.startswith("ProfilerStep#").to_numpy()
-    names = part["name"].astype(str).to_numpy()
+    inside = (ev["end"] > lo) & (ev["start"] < hi)
+    start, end, gpu, cpu = ev["start"][inside], ev["end"][inside], ev["gpu"][inside], ev["cpu"][inside]
+    cover = np.minimum(end, hi) - np.maximum(start, lo)
     by_name: dict[tuple[str, str], float] = {}
-    for k, n, c, g in zip(kind, names, cover, gpu | cpu):
+    for k, n, c, g in zip(ev["kind"][inside], ev["name"][inside], cover, gpu | cpu):
         if g:
             by_name[(k, n)] = by_name.get((k, n), 0.0) + float(c)
-    return {"span": hi - lo, "gpu_busy": float(clipped_total(start[inside][gpu], end[inside][gpu], lo, hi)),
-            "cpu_busy": float(clipped_total(start[inside][cpu], end[inside][cpu], lo, hi)), "ops": by_name}
+    return {"span": hi - lo, "gpu_busy": float(clipped_total(start[gpu], end[gpu], lo, hi)),
+            "cpu_busy": float(clipped_total(start[cpu], end[cpu], lo, hi)), "ops": by_name}
 
 
 def before_arrival(analysis: Analysis, rank: int) -> BeforeArrival:
@@ -101,14 +96,18 @@ def before_arrival(analysis: Analysis, rank: int) -> BeforeArrival:
     if not spans:
         return {}
     offsets = analysis.view(_offsets)
-    events: dict[int, pd.DataFrame] = {}
+    events: dict[int, dict[str, np.ndarray]] = {}  # per rank, its event columns as arrays (once, not per span)
     totals: dict[str, dict[str, Any]] = {who: {"span": 0.0, "gpu_busy": 0.0, "cpu_busy": 0.0, "ops": Counter()}
                                          for who in ("mine", "median")}
     for r, lo, hi, m, mlo, mhi in spans:
         for who, rr, a, b in (("mine", r, lo, hi), ("median", m, mlo, mhi)):
             if rr not in events:
                 mine_ev = analysis.store.rank_events(rr)
-                events[rr] = mine_ev[mine_ev["rank"] == rr]  # its rows alone, however the store hands them
+                ev = mine_ev[mine_ev["rank"] == rr]  # its rows alone, however the store hands them
+                kind, name, start = ev["kind"].astype(str), ev["name"].astype(str), ev["start_ns"].to_numpy(np.int64)
+                events[rr] = {"start": start, "end": start + ev["dur_ns"].to_numpy(np.int64), "kind": kind.to_numpy(),
+                              "name": name.to_numpy(), "gpu": (kind.isin(_GPU) & (ev["stream"] >= 0)).to_numpy(),
+                              "cpu": (kind.isin(_CPU) & ~name.str.startswith("ProfilerStep#")).to_numpy()}
             act = _activity(events[rr], a + offsets.get(rr, 0), b + offsets.get(rr, 0))
             for key in ("span", "gpu_busy", "cpu_busy"):
                 totals[who][key] += act[key]

@@ -68,9 +68,9 @@ def trials_of(costs: pd.DataFrame) -> pd.DataFrame:
 def self_times(ops: pd.DataFrame) -> np.ndarray:
     """Each op's own time (ns): its duration less its direct children's (the ops it holds on its thread)."""
     order = ops.sort_values(["rank", "tid", "start_ns", "dur_ns"], ascending=[True, True, True, False], kind="stable")
-    starts = order["start_ns"].to_numpy(np.int64)
-    ends = starts + order["dur_ns"].to_numpy(np.int64)
-    lanes = (order["rank"].astype(str) + ":" + order["tid"].astype(str)).to_numpy()
+    starts = order["start_ns"].to_numpy(np.int64).tolist()  # lists: the loop below reads numpy scalars ~3x slower
+    ends = (order["start_ns"].to_numpy(np.int64) + order["dur_ns"].to_numpy(np.int64)).tolist()
+    lanes = (order["rank"].astype(str) + ":" + order["tid"].astype(str)).tolist()
     own = order["dur_ns"].to_numpy(np.float64).copy()
     stack: list[int] = []
     for i in range(len(order)):

@@ -110,7 +110,7 @@ def judge_outliers(trials: pd.DataFrame, min_effect: float = 0.0, alpha: float |
     family-wise false-alarm chance (divide ALPHA by the number of tests when a caller makes several; the run's
     `straggler.alpha` unless given)."""
     alpha = threshold("straggler.alpha") if alpha is None else alpha
-    grid = trials.pivot_table(index="trial", columns="rank", values="value", aggfunc="max").sort_index()
+    grid = trials.groupby(["trial", "rank"])["value"].max().dropna().unstack("rank")  # pivot_table's, ~3x cheaper
     grid = grid.dropna(axis=0, thresh=2)
     world = int(grid.shape[1])
     if world < 2 or len(grid) < threshold_int("straggler.min_trials"):
@@ -306,7 +306,7 @@ def judge_durations(trials: pd.DataFrame, alpha: float | None = None, measure: s
 smallest relative excess named (default straggler.durations_min_excess)."""
     floor = threshold("straggler.durations_min_excess") if min_excess is None else min_excess
     alpha = threshold("straggler.alpha") / 2 if alpha is None else alpha
-    grid = trials.pivot_table(index="trial", columns="rank", values="value", aggfunc="sum").sort_index().dropna()
+    grid = trials.groupby(["trial", "rank"])["value"].sum().unstack("rank").dropna()  # a pivot_table, cheaper
     steps, world = grid.shape
     if world < 3 or steps < threshold_int("straggler.durations_min_steps"):
         return DurationVerdict(None, False, 1.0, steps, world, 0.0, 0.0, 0, 0.0, float(steps),

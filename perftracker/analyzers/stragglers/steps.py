@@ -6,6 +6,7 @@ warns only when one phase of the rank's own work carries the slow steps' extra t
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
@@ -115,8 +116,9 @@ def _phases(store: Store, stats: pd.DataFrame) -> list[Finding]:
         mine = phases[phases["phase"] == phase]
         verdict = judge_outliers(pd.DataFrame({"trial": mine["step"], "rank": mine["rank"], "value": mine["dur_ns"]}),
                                  alpha=threshold("straggler.alpha") / n_phases)  # one test per phase: keep the family-wise rate
-        for _, row in group.iterrows():
-            peers = group[group["rank"] != row["rank"]]["dur_ns"].median()
+        dur, ranks = group["dur_ns"].to_numpy(), group["rank"].to_numpy()  # arrays: no frame filtered per row
+        for (_, row), others in zip(group.iterrows(), (dur[ranks != r] for r in ranks)):
+            peers = np.median(others) if len(others) else np.nan  # as Series.median
             if peers <= 0 or row["dur_ns"] <= peers * (1 + threshold("steps.phase_imbalance")):
                 continue
             rank = int(row["rank"])

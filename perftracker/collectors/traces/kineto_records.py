@@ -201,6 +201,11 @@ def to_ns(value: Any, limit: int = MAX_TS_NS) -> int | None:
             return None
         ns = int(value) * 1000 if value.is_integer() else round(value * 1000.0)
     elif isinstance(value, str):
+        whole, _, frac = value.strip().partition(".")  # plain "123.456" in int arithmetic: ~5x cheaper than Decimal
+        if whole.isascii() and whole.isdigit() and len(whole) < 20 and len(frac) <= 3 and frac.isascii() \
+                and (frac.isdigit() or not frac):
+            ns = int(whole) * 1000 + int(frac.ljust(3, "0"))
+            return ns if ns <= limit else None
         try:
             return to_ns(Decimal(value.strip()[:64]), limit)
         except InvalidOperation:
