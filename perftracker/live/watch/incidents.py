@@ -188,7 +188,8 @@ def step_started_ns(steps: Path, step: int) -> int | None:
 def copy_baseline(baseline: Path, evidence: Path, notes: list[str], began_ns: int | None = None) -> None:
     """The healthy window's stacks (`baseline_capture`'s profiles) into `evidence/baseline/profiles/`, where the
     loader keeps them apart from the incident's own (the `baseline_shift` analyzer compares the two); not when
-    the change began (`began_ns`) before the baseline ended: that window was not healthy."""
+    the change began (`began_ns`) earlier than the last tenth of the baseline window: that window was not healthy
+    (a change step estimated to begin a few steps before the capture ended leaves the window 90% healthy)."""
     try:
         info = json.loads((baseline / BASELINE_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -196,7 +197,9 @@ def copy_baseline(baseline: Path, evidence: Path, notes: list[str], began_ns: in
                      "across ranks only")
         return
     ended = info.get("captured_ns") if isinstance(info, dict) else None
-    if began_ns is not None and isinstance(ended, int) and began_ns < ended:
+    window_s = info.get("profile_seconds") if isinstance(info, dict) else None
+    tolerance_ns = int(window_s * 1e8) if isinstance(window_s, (int, float)) else 0  # a tenth of the window
+    if began_ns is not None and isinstance(ended, int) and began_ns < ended - tolerance_ns:
         notes.append("the baseline window was still recording when the change began: not compared with it")
         return
     for src in sorted((baseline / "sched").glob("*.jsonl")):  # the ranks' CPU wait and states in the healthy window
