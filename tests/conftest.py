@@ -71,16 +71,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     start torchrun jobs or the network lab, and two such jobs at once on a 2-core machine starve each other's
     timing); every other test with the rest of its file, so a module's expensive fixture (a Ray cluster, a
     recorded corpus) is built once. The real-job group comes first: it is the longest (about 12 minutes, mostly
-    waiting on its jobs), and pytest-xdist hands groups out in collection order."""
-    real_jobs: list[pytest.Item] = []
-    others: list[pytest.Item] = []
+    waiting on its jobs); then the files with the most tests, as pytest-xdist orders them by default (`.ci/run`
+    passes `--no-loadscope-reorder`, so that it hands the groups out in this order)."""
+    groups: dict[str, list[pytest.Item]] = {}
     for item in items:
         test_file = item.nodeid.split("::")[0]
         browser = item.get_closest_marker("browser") is not None or "browser" in test_file
         real_job = item.get_closest_marker("slow") is not None and not browser
-        item.add_marker(pytest.mark.xdist_group(REAL_JOB_GROUP if real_job else test_file))
-        (real_jobs if real_job else others).append(item)
-    items[:] = real_jobs + others
+        group = REAL_JOB_GROUP if real_job else test_file
+        item.add_marker(pytest.mark.xdist_group(group))
+        groups.setdefault(group, []).append(item)
+    order = sorted(groups, key=lambda group: (group != REAL_JOB_GROUP, -len(groups[group])))
+    items[:] = [item for group in order for item in groups[group]]
 
 
 @pytest.hookimpl(optionalhook=True)
