@@ -156,11 +156,11 @@ def test_the_capture_copies_the_baseline_once_it_is_complete(tmp_path: Path) -> 
         json.dumps({"rank": -1, "step": 7, "start_ns": 10**18, "end_ns": 10**18 + 5}) + "\n")
     copy_baseline(baseline, evidence, notes, began_ns=step_started_ns(evidence / "steps", 7))
     assert not (evidence / "baseline").exists() and "still recording when the change began" in notes[1]
-    # GIVEN a 4 s baseline that ended 0.3 s after the changed step began (a step or two early: it stays 90% healthy)
+    # GIVEN a 4 s baseline window, WHEN the change began 0.5 s before it ended (over a tenth of it), THEN not copied
     (baseline / "baseline.json").write_text(json.dumps({"captured_ns": 10**18 + 3 * 10**8, "profile_seconds": 4.0}))
-    # THEN it is copied; and not when the step began 0.5 s before the end
     copy_baseline(baseline, evidence, notes, began_ns=10**18 - 2 * 10**8)
     assert not (evidence / "baseline").exists() and "still recording when the change began" in notes[2]
+    # WHEN the changed step began 0.3 s before it ended (a step or two early: 90% of it healthy), THEN copied
     copy_baseline(baseline, evidence, notes, began_ns=step_started_ns(evidence / "steps", 7))
     assert sorted(p.name for p in (evidence / "baseline" / "profiles").iterdir()) == ["rank-0.json", "rank-0.txt"]
 

@@ -198,7 +198,7 @@ def copy_baseline(baseline: Path, evidence: Path, notes: list[str], began_ns: in
         return
     ended = info.get("captured_ns") if isinstance(info, dict) else None
     window_s = info.get("profile_seconds") if isinstance(info, dict) else None
-    tolerance_ns = int(window_s * 1e8) if isinstance(window_s, (int, float)) else 0  # a tenth of the window
+    tolerance_ns = int(max(window_s, 0) * 1e9 / 10) if isinstance(window_s, (int, float)) else 0  # a tenth
     if began_ns is not None and isinstance(ended, int) and began_ns < ended - tolerance_ns:
         notes.append("the baseline window was still recording when the change began: not compared with it")
         return
