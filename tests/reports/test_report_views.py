@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from api_helpers import analyzed
 
-from perftracker.analyzers.health import gpu_health, rdma, rdma_pfc
+from perftracker.analyzers.health import gpu_health, rdma, rdma_pfc, topology
 from perftracker.analyzers.nccl import context
 from perftracker.analyzers.stragglers import collectives, stack_profile, steps, straggler
 from perftracker.analyzers.traces import cpu_ops, gpu_time, idle, kernels, merged_timeline
@@ -76,6 +76,7 @@ HEAVY: list[tuple[Any, str]] = [
     (merged_timeline, "pick_ranks"), (collectives, "aligned_arrivals"), (straggler, "rank_metrics"),
     (steps, "step_stats"), (gpu_health, "gpu_wide"), (rdma, "port_series"), (rdma_pfc, "pfc_series"),
     (context, "build_context"), (stack_profile, "rank_profiles"), (cpu_ops, "cpu_calls"), (kernels, "families"),
+    (topology, "rank_map"),
 ]
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
-from perftracker.analyzers.health.topology import rank_map, records
+from perftracker.analyzers.health.topology import rank_map_view, records
 from perftracker.analyzers.thresholds import threshold, threshold_int
 from perftracker.evidence.network import BandwidthEvidence, CollectiveRow
 from perftracker.store import Store
@@ -54,11 +54,11 @@ def _row(r: dict[Any, Any]) -> CollectiveRow:
     return cast(CollectiveRow, {str(k): round(v, 4) if k in _ROUNDED else v for k, v in r.items()})
 
 
-def _link_gbs_per_rank(store: Store) -> tuple[float, int]:
+def _link_gbs_per_rank(analysis: Analysis) -> tuple[float, int]:
     """(NIC bandwidth per rank in GB/s, hosts) from the topology map and the ports' rates; (nan, hosts)."""
-    rmap = rank_map(store)
+    rmap = analysis.view(rank_map_view)
     hosts = int(rmap["host"].replace("", pd.NA).nunique()) if not rmap.empty else 0
-    c = store["counters"]
+    c = analysis.store["counters"]
     rates = c[c["name"] == "rate_gbps"].groupby(["host", "device", "port"], observed=True)["value"].last()
     if rmap.empty or rates.empty:
         return float("nan"), hosts
@@ -82,7 +82,7 @@ def analyze_bandwidth(analysis: Analysis) -> list[Finding]:
     table = collective_bandwidth(store)
     if table.empty:
         return []
-    link, hosts = _link_gbs_per_rank(store)
+    link, hosts = _link_gbs_per_rank(analysis)
     rows = [_row(r) for r in table.head(32).to_dict("records")]
     top = table.iloc[0]
     findings = [Finding(

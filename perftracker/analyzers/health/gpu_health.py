@@ -13,7 +13,7 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Finding, Severity
 from perftracker.analyzers.health.rdma import samples
-from perftracker.analyzers.health.topology import rank_map, ranks_of_gpu
+from perftracker.analyzers.health.topology import rank_map_view, ranks_of_gpu
 from perftracker.analyzers.stragglers.significance import judge_outliers
 from perftracker.analyzers.thresholds import threshold
 from perftracker.evidence.network import GpuHealthEvidence, GpuLinksEvidence
@@ -140,7 +140,7 @@ class GpuContext:
         store = analysis.store
         self.wide = analysis.view(gpu_series_view)
         self.throttle = analysis.view(throttle_view)
-        self.rmap = rank_map(store)
+        self.rmap = analysis.view(rank_map_view)
         self.xids = gpu_counters(store)
         self.xids = self.xids[self.xids["name"] == "xid"]
         clocks = [m for m in (_med(w, "sm_clock_mhz", busy=True) for w in self.wide.values()) if m == m]

@@ -150,6 +150,11 @@ def rank_map(store: Store) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def rank_map_view(analysis: Analysis) -> pd.DataFrame:
+    """The analysis' `rank_map`, computed once for every analyzer and pass that places a rank (read-only)."""
+    return rank_map(analysis.store)
+
+
 def ranks_of_gpu(rmap: pd.DataFrame, host: str, gpu: int) -> tuple[int, ...]:
     if rmap.empty:
         return ()
@@ -160,7 +165,7 @@ def analyze_topology(analysis: Analysis) -> list[Finding]:
     store = analysis.store
     if store["counters"].empty and store["devices"].empty:
         return []
-    rmap = rank_map(store)
+    rmap = analysis.view(rank_map_view)
     if rmap.empty:
         return []
     mapped = int((rmap["gpu"] >= 0).sum())

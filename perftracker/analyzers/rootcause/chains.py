@@ -13,7 +13,7 @@ import pandas as pd
 from perftracker.analyzers.analysis import Analysis
 from perftracker.analyzers.findings import Cost, Finding, Kind, Severity
 from perftracker.analyzers.health.gpu_health import THROTTLE
-from perftracker.analyzers.health.topology import rank_map
+from perftracker.analyzers.health.topology import rank_map_view
 from perftracker.analyzers.rootcause.causality import Relation, relation, straggler_locus, straggler_window
 from perftracker.evidence import as_evidence
 from perftracker.evidence.common import Location, RootCause
@@ -132,7 +132,7 @@ def link_findings(analysis: Analysis, findings: list[Finding]) -> list[Finding]:
         health = [f for f in findings if f.analyzer in _GPU_ANALYZERS + _NIC_ANALYZERS]
         if not stragglers and not health:
             return findings
-        rmap = rank_map(store) if stragglers else pd.DataFrame()
+        rmap = analysis.view(rank_map_view) if stragglers else pd.DataFrame()
         has_samples = not store["counters"].empty
         updated: dict[str, Finding] = {}
 
