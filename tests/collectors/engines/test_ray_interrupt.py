@@ -18,6 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from perftracker.collectors.engines.interrupt_watchdog import GRACE_S
@@ -50,12 +51,40 @@ def _interrupt_group(proc: subprocess.Popen[str]) -> float:
     return time.monotonic() - start
 
 
+def _blocked_in(pid: int) -> str | None:
+    """Where in the kernel process `pid` waits (/proc/<pid>/wchan); None where the kernel does not say."""
+    try:
+        where = Path(f"/proc/{pid}/wchan").read_text().strip()
+    except OSError:
+        return None
+    return where if where not in ("", "0") else None
+
+
+SLEEPING = ("hrtimer_nanosleep", "do_nanosleep")  # time.sleep's clock_nanosleep
+SELECTING = ("poll_schedule_timeout", "do_select", "core_sys_select")  # the watchdog child's select on its pipe
+
+
 def _start(code: str) -> subprocess.Popen[str]:
+    """The process started and inside the watchdog: it sleeps in `time.sleep` and its watchdog child listens.
+
+    A Ctrl-C sent earlier can land between Python's last check for signals and the sleep (Python then handles it
+    only when the sleep ends, so the watchdog rightly acts) or before the child listens; a loaded machine makes
+    those windows seconds long."""
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=ENV, start_new_session=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "inside"
-    time.sleep(1.0)  # the watchdog child started
-    return proc
+    started, told = time.monotonic(), False
+    while time.monotonic() - started < 60:
+        waits = {pid: _blocked_in(pid) for pid in [proc.pid, *(c.pid for c in psutil.Process(proc.pid).children())]}
+        told = told or any(waits.values())
+        if str(waits.pop(proc.pid)).startswith(SLEEPING) and any(str(w).startswith(SELECTING) for w in waits.values()):
+            return proc
+        if not told and time.monotonic() - started > 5:  # a kernel that keeps wchan to itself: the old guess
+            time.sleep(1.0)
+            return proc
+        time.sleep(0.05)
+    proc.kill()
+    pytest.fail(f"the process did not reach its sleep with its watchdog listening within 60 s: {waits}")
 
 
 def test_an_interrupt_python_cannot_handle_still_ends_the_process_with_a_message() -> None:
