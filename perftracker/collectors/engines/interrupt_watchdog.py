@@ -1,9 +1,9 @@
 """Ctrl-C that works while Ray holds the interpreter: a small watchdog process hears the signal when Python cannot.
 
 Promise: inside `interrupt_watchdog(what)`, a SIGINT or SIGTERM that this process has not answered GRACE_S later
-(not counting its waits for a CPU on a busy machine; 10x GRACE_S at most) ends it (SIGKILL) with a message on
-stderr; a normal end lets the child go. Where a wakeup fd cannot be set, nothing changes. Why and how:
-docs/internals/collectors.md.
+(counting the time it sleeps in a wait or runs, not its waits for a CPU or a disk on a busy machine nor a stop;
+10x GRACE_S at most) ends it (SIGKILL) with a message on stderr; a normal end lets the child go. Where a wakeup
+fd cannot be set, nothing changes. Why and how: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from contextlib import contextmanager
 
 GRACE_S = 3.0  # how long Python gets to handle the interrupt itself (the usual path) before the watchdog acts
 
-# The child: reads signal numbers from stdin; on SIGINT/SIGTERM gives the parent GRACE_S to end by itself (not
-# counting its waits for a CPU: /proc/<pid>/schedstat), then says so and kills it. EOF (the parent closed the
-# pipe or ended) ends the child quietly.
+# The child: reads signal numbers from stdin; on SIGINT/SIGTERM gives the parent GRACE_S to end by itself (counting
+# only the time it sleeps or runs: /proc/<pid>/stat and schedstat), then says so and kills it. EOF (the parent
+# closed the pipe or ended) ends the child quietly.
 _CHILD = r"""
 import os, select, signal, sys, time
 parent, grace, what = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
@@ -48,16 +48,26 @@ def pipe_closed(timeout):
 while not heard:
     if pipe_closed(0.2):
         sys.exit(0)
-def queued():  # seconds the parent's main thread waited for a CPU: a busy machine's delay, not the parent's
+def running():  # (state, seconds on a CPU) of the parent's main thread; (None, 0) where /proc does not say
     try:
+        with open(f"/proc/{parent}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
         with open(f"/proc/{parent}/schedstat") as f:
-            return int(f.read().split()[1]) / 1e9
+            return state, int(f.read().split()[0]) / 1e9
     except (OSError, ValueError, IndexError):
-        return 0.0
-began, queued_before = time.monotonic(), queued()
-while time.monotonic() - began - (queued() - queued_before) < grace and time.monotonic() - began < 10 * grace:
+        return None, 0.0
+# The grace counts the time the parent could have ended and did not: asleep (state S: blocked in a wait, as in a
+# stuck connect) or on a CPU. Waiting for a CPU or a disk on a busy machine (R off the CPU, D) or stopped does
+# not count: schedstat's wait time grows only once the parent runs again, so it cannot tell this alone.
+began = last = time.monotonic()
+counted, (_, cpu_last) = 0.0, running()
+while counted < grace and time.monotonic() - began < 10 * grace:
     if pipe_closed(0.1) or not alive():
         sys.exit(0)
+    now = time.monotonic()
+    state, cpu = running()
+    counted += now - last if state in (None, "S") else cpu - cpu_last
+    last, cpu_last = now, cpu
 sys.stderr.write(
     f"perftracker: interrupted while {what}, which did not give control back within {grace:g} s "
     "(a stuck or unreachable Ray raylet or cluster?); stopped. Nothing was written to the output folder.\n")

@@ -113,6 +113,25 @@ def test_a_process_that_handles_the_interrupt_itself_is_left_to_do_so() -> None:
     assert took < GRACE_S + SLACK_S
 
 
+def test_time_the_process_cannot_run_does_not_count_toward_the_grace() -> None:
+    # GIVEN a process inside the watchdog that handles Ctrl-C itself, stopped (it gets no CPU, as on a machine too
+    # busy to run it) when Ctrl-C reaches its process group
+    proc = _start(STUCK.format(what="sleeping", ignore=False))
+    os.kill(proc.pid, signal.SIGSTOP)
+    os.killpg(proc.pid, signal.SIGINT)
+    # WHEN it stays stopped for longer than the grace, then runs again
+    time.sleep(GRACE_S + 2)
+    killed_while_stopped = proc.poll() is not None
+    if not killed_while_stopped:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.wait(timeout=GRACE_S + SLACK_S + 30)
+    out = proc.stdout.read() if proc.stdout else ""
+    err = proc.stderr.read() if proc.stderr else ""
+    # THEN the watchdog waited: the process handled the interrupt itself once it ran (exit 130), nothing was said
+    assert not killed_while_stopped and proc.returncode == 130 and "handled" in out, (proc.returncode, out, err)
+    assert "interrupted while" not in err
+
+
 CLUSTER = """
 import logging, sys, time, ray
 ray.init(address="local", num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[1], log_to_driver=False,
