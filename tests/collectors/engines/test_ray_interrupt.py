@@ -24,7 +24,10 @@ import pytest
 from perftracker.collectors.engines.interrupt_watchdog import GRACE_S
 
 REPO = Path(__file__).resolve().parents[3]
-ENV = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled"}
+# One OpenBLAS thread: numpy's pool threads do not block SIGINT, so the kernel may hand a Ctrl-C to one of them
+# (a stopped or busy main thread does not take it), and Python, which runs handlers in the main thread only, would
+# not wake that thread's sleep: the watchdog would then rightly act, which is not what these tests ask about.
+ENV = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled", "OPENBLAS_NUM_THREADS": "1"}
 # what the command gets on top of the grace to end (process start, /proc polling, a loaded 2-core machine)
 SLACK_S = 6.0
 
@@ -60,6 +63,17 @@ def _blocked_in(pid: int) -> str | None:
     return where if where not in ("", "0") else None
 
 
+def _threads_taking_sigint(pid: int) -> list[int]:
+    """The threads of process `pid` that do not block SIGINT (/proc/<pid>/task/*/status, SigBlk)."""
+    taking = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        blocked = next(line.split()[1] for line in (task / "status").read_text().splitlines()
+                       if line.startswith("SigBlk:"))
+        if not int(blocked, 16) & (1 << (signal.SIGINT - 1)):
+            taking.append(int(task.name))
+    return taking
+
+
 SLEEPING = ("hrtimer_nanosleep", "do_nanosleep")  # time.sleep's clock_nanosleep
 SELECTING = ("poll_schedule_timeout", "do_select", "core_sys_select")  # the watchdog child's select on its pipe
 
@@ -78,6 +92,7 @@ def _start(code: str) -> subprocess.Popen[str]:
         waits = {pid: _blocked_in(pid) for pid in [proc.pid, *(c.pid for c in psutil.Process(proc.pid).children())]}
         told = told or any(waits.values())
         if str(waits.pop(proc.pid)).startswith(SLEEPING) and any(str(w).startswith(SELECTING) for w in waits.values()):
+            assert _threads_taking_sigint(proc.pid) == [proc.pid], "a thread besides the main one may take Ctrl-C"
             return proc
         if not told and time.monotonic() - started > 5:  # a kernel that keeps wchan to itself: the old guess
             time.sleep(1.0)
