@@ -1,9 +1,9 @@
 """Ctrl-C that works while Ray holds the interpreter: a small watchdog process hears the signal when Python cannot.
 
-Promise: inside `interrupt_watchdog(what)`, a SIGINT or SIGTERM that this process has not answered GRACE_S later
-(counting the time it sleeps in a wait or runs, not its waits for a CPU or a disk on a busy machine nor a stop;
-10x GRACE_S at most) ends it (SIGKILL) with a message on stderr; a normal end lets the child go. Where a wakeup
-fd cannot be set, nothing changes. Why and how: docs/internals/collectors.md.
+Promise: inside `interrupt_watchdog(what)`, a SIGINT (unless this process ignored it on entry) or SIGTERM that this
+process has not answered GRACE_S later (counting the time it sleeps in a wait or runs, not its waits for a CPU or a
+disk on a busy machine nor a stop; 10x GRACE_S at most) ends it (SIGKILL) with a message on stderr; a normal end
+lets the child go. Where a wakeup fd cannot be set, nothing changes. Why and how: docs/internals/collectors.md.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ GRACE_S = 3.0  # how long Python gets to handle the interrupt itself (the usual 
 # closed the pipe or ended) ends the child quietly.
 _CHILD = r"""
 import os, select, signal, sys, time
-parent, grace, what = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+parent, grace, what, wanted = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3], {int(s) for s in sys.argv[4:]}
 fd = sys.stdin.fileno()
-wanted = {int(signal.SIGINT), int(signal.SIGTERM)}
 heard = []
-signal.signal(signal.SIGINT, lambda signum, frame: heard.append(signum))  # a terminal's Ctrl-C reaches us too
+if int(signal.SIGINT) in wanted:  # a terminal's Ctrl-C reaches us too
+    signal.signal(signal.SIGINT, lambda signum, frame: heard.append(signum))
 def alive():
     try:
         with open(f"/proc/{parent}/stat") as f:
@@ -89,10 +89,13 @@ def interrupt_watchdog(what: str, grace_s: float = GRACE_S) -> Iterator[None]:
         previous: int | None = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
     except ValueError:  # not the main thread
         previous = None
+    # A process started with Ctrl-C ignored (a job a script started with `&`) keeps ignoring it; the child too,
+    # inheriting that: only SIGTERM is watched for.
+    wanted = [signal.SIGTERM] if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else [signal.SIGINT, signal.SIGTERM]
     if previous == -1:
         try:
-            child = subprocess.Popen([sys.executable, "-c", _CHILD, str(os.getpid()), str(grace_s), what],
-                                     stdin=read_fd, close_fds=True)
+            child = subprocess.Popen([sys.executable, "-c", _CHILD, str(os.getpid()), str(grace_s), what,
+                                      *(str(int(s)) for s in wanted)], stdin=read_fd, close_fds=True)
         except OSError:
             signal.set_wakeup_fd(-1)
     elif previous is not None:  # somebody else's wakeup fd: leave it to them

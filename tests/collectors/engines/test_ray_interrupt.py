@@ -159,6 +159,24 @@ def test_time_the_process_cannot_run_does_not_count_toward_the_grace() -> None:
     assert GRACE_S <= took < GRACE_S + SLACK_S, took
 
 
+def test_a_process_started_with_ctrl_c_ignored_keeps_ignoring_it() -> None:
+    # GIVEN a process inside the watchdog that ignored SIGINT before it entered (as a job a script starts with `&`)
+    code = STUCK.format(what="sleeping", ignore=False).replace(
+        'with interrupt_watchdog(', 'signal.signal(signal.SIGINT, signal.SIG_IGN)\nwith interrupt_watchdog(')
+    proc, _ = _start(code)
+    assert proc.stdin is not None
+    # WHEN Ctrl-C reaches its process group, and the grace and some more go by
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+    time.sleep(GRACE_S + 2)
+    # THEN neither it nor its watchdog took it: it is still there, and nothing was said
+    alive = proc.poll() is None
+    proc.kill()
+    proc.wait(timeout=30)
+    err = proc.stderr.read() if proc.stderr else ""
+    assert alive and "interrupted while" not in err, err
+
+
 CLUSTER = """
 import logging, sys, time, ray
 ray.init(address="local", num_cpus=1, include_dashboard=False, _temp_dir=sys.argv[1], log_to_driver=False,
