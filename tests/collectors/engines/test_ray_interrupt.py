@@ -33,8 +33,8 @@ SLACK_S = 6.0
 # a terminal does (its watchdog child hears it too): the thread that sends it takes it at once, where a Ctrl-C from
 # outside reaches the main thread only when the kernel picks it, which a loaded machine made unreliable.
 # It starts by saying how it found SIGINT (its handler, and whether it came blocked or ignored) and then handles it
-# as Python does by default: in about half the suite runs beside a busy loop the process took no Ctrl-C at all,
-# not even its own, as if it had been handed SIGINT ignored or blocked (docs/development.md).
+# as Python does by default: a suite started as a job of a script (`pytest ... &`) hands its workers SIGINT ignored,
+# and a process handed that took no Ctrl-C at all (docs/development.md).
 STUCK = """
 import os, signal, sys, time
 from perftracker.collectors.engines.interrupt_watchdog import interrupt_watchdog
@@ -78,7 +78,8 @@ def _start(code: str) -> tuple[subprocess.Popen[str], int]:
     inside = proc.stdout.readline().split()
     assert inside[:1] == ["inside"], inside
     if inside[1:] != ["<built-in", "function", "default_int_handler>", "False", "False"]:
-        warnings.warn(f"the process was handed SIGINT as (handler, blocked, ignored) = {inside[1:]}", stacklevel=2)
+        warnings.warn(f"this test worker hands its processes SIGINT as (handler, blocked, ignored) = {inside[1:]} "
+                      "(a suite started with & from a script?); the test's process sets Python's default", stacklevel=2)
     started, told, children = time.monotonic(), False, []
     while time.monotonic() - started < 60:
         children = [child.pid for child in psutil.Process(proc.pid).children()]
