@@ -29,12 +29,11 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled"}
 # what the command gets on top of the grace to end (process start, /proc polling, a loaded 2-core machine)
 SLACK_S = 6.0
 
-# Inside the watchdog, the process waits for the test's word on stdin, then sends Ctrl-C to its own process group as
-# a terminal does (its watchdog child hears it too): the thread that sends it takes it at once, where a Ctrl-C from
-# outside reaches the main thread only when the kernel picks it, which a loaded machine made unreliable.
-# It starts by saying how it found SIGINT (its handler, and whether it came blocked or ignored) and then handles it
-# as Python does by default: a suite started as a job of a script (`pytest ... &`) hands its workers SIGINT ignored,
-# and a process handed that took no Ctrl-C at all (docs/development.md).
+# Inside the watchdog, the process waits for the test's word on stdin (given once its watchdog listens), then sends
+# Ctrl-C to its own process group as a terminal does, so its watchdog child hears it too and the process takes it
+# at a known point. It starts by saying how it found SIGINT (its handler, and whether it came blocked or ignored)
+# and then handles it as Python does by default: a suite started as a job of a script (`pytest ... &`) hands its
+# workers SIGINT ignored, and a process handed that took no Ctrl-C at all (docs/development.md).
 STUCK = """
 import os, signal, sys, time
 from perftracker.collectors.engines.interrupt_watchdog import interrupt_watchdog
