@@ -232,7 +232,7 @@ class Node:
 def _python_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
-    env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+    env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"})
     env.update(extra or {})
     return env
 
@@ -520,6 +520,19 @@ def wait_all(procs: Sequence[subprocess.Popen[bytes]], timeout: float) -> list[i
     return codes
 
 
+def wait_launchers(procs: Sequence[subprocess.Popen[bytes]], timeout: float, grace: float = 30.0,
+                   ) -> list[int | None]:
+    """Exit codes of one job's launchers, as `wait_all`, except that once one launcher fails the others get
+    `grace` s more, not the rest of `timeout`: torchrun's exit barrier would hold them for 300 s waiting for
+    the failed node's agent, which never comes."""
+    deadline = time.monotonic() + timeout
+    while None in (codes := [p.poll() for p in procs]) and time.monotonic() < deadline:
+        if any(code not in (None, 0) for code in codes):
+            deadline = min(deadline, time.monotonic() + grace)
+        time.sleep(0.2)
+    return codes
+
+
 def wait_steps(run_dir: Path, ranks: Sequence[int], steps: int, timeout: float = 60.0) -> None:
     """Wait until every rank of `ranks` wrote `steps` step lines."""
     deadline = time.monotonic() + timeout
@@ -605,7 +618,9 @@ def run_scenario(lab: Lab, sc: Scenario, run_dir: Path, port: int = 29400) -> di
                 quota = lab.cpu_quota(faulty, sc.share, pids=faulty.job_pids())
                 fault.update(share=sc.share, from_ns=time.time_ns())
             with quota:
-                truth["launchers_exit"] = wait_all(launchers, timeout=sc.timeout_s)
+                # (a killed node's survivors fail on their own, through the process group's timeout: wait for it)
+                grace = sc.timeout_s if sc.fault == "kill" else 30.0
+                truth["launchers_exit"] = wait_launchers(launchers, timeout=sc.timeout_s, grace=grace)
             if sc.fault in ("rate", "cpu"):
                 fault["until_ns"] = time.time_ns()
         truth["attaches_exit"] = wait_all(attaches, timeout=60)

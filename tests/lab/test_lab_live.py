@@ -14,11 +14,12 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from api_helpers import analyzed
-from netlab import REPO, Lab, Scenario, run_scenario, sweep_stale
+from netlab import REPO, Lab, Scenario, run_scenario, sweep_stale, wait_launchers
 
 from perftracker.analyzers.findings import Finding, Severity
 
@@ -125,3 +126,21 @@ time.sleep(60)
 def _namespaces() -> list[str]:
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False).stdout
     return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def test_once_one_launcher_fails_the_lab_waits_for_the_others_a_grace_not_the_whole_timeout() -> None:
+    # GIVEN three "launchers": one would run for a minute (as torchrun's agent does in its exit barrier when a
+    # node's agent failed), one exits cleanly, one fails at once
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL) for code in
+             ("import time; time.sleep(60)", "pass", "import sys; sys.exit(3)")]
+    try:
+        # WHEN the lab waits for them with a 240 s timeout and a 1 s grace
+        started = time.monotonic()
+        codes = wait_launchers(procs, timeout=240, grace=1.0)
+        waited = time.monotonic() - started
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+    # THEN it returns a grace after the failure: None for the one still running, the clean and the failed codes
+    assert codes == [None, 0, 3] and waited < 30, (codes, waited)
