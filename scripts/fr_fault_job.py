@@ -97,4 +97,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from job_exit import end_job  # (scripts/, beside this file)
+
     main()
+    end_job(0)

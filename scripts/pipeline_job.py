@@ -216,4 +216,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from job_exit import end_job  # (scripts/, beside this file)
+
+    end_job(main())

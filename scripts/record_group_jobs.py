@@ -33,6 +33,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from job_exit import end_job  # (scripts/, beside this file)
+
 CASES = ("tp_dp", "tp_dp_slow", "p2p", "alltoall")
 STEPS = 4
 LAYERS = 3
@@ -149,7 +151,7 @@ def record(case: str, out: Path) -> bool:
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         worker(sys.argv[2], Path(sys.argv[3]))
-        return 0
+        end_job(0)  # a gloo rank ends without the interpreter's teardown (scripts/job_exit.py)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--case", action="append", choices=CASES)

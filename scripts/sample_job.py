@@ -295,4 +295,6 @@ def extra_passes(slow_factor: float, extra_compute: float, batch: int) -> tuple[
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from job_exit import end_job  # (scripts/, beside this file)
+
+    end_job(main())
