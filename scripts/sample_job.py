@@ -22,8 +22,7 @@ at step N every rank calls an explicit ``dist.all_reduce`` of its loss after the
 except rank R, which sleeps forever in ``hang_forever`` just before it; the other ranks then block in
 that ``all_reduce`` (until the process group's timeout). Without these options nothing changes.
 
-The script does not write the manifest: the launcher (``scripts/sample_job_runner.py``) does. A rank that
-finished ends without the interpreter's teardown (``scripts/job_exit.py`` says why: gloo can abort it there).
+The launcher writes the manifest (``scripts/sample_job_runner.py``); a finished rank ends as ``scripts/job_exit.py`` says.
 """
 
 from __future__ import annotations
