@@ -171,7 +171,7 @@ def test_attach_finds_the_straggler_of_an_unprepared_job(tmp_path: Path, slow: b
     found = [f for f in doc["findings"] if f["analyzer"] == "stack_profile"]
     if slow:
         assert [f["ranks"] for f in found] == [[2]], found
-        assert found[0]["evidence"]["frame"] == "SlowableMLP.forward (sample_job.py:93)"
+        assert found[0]["evidence"]["frame"] == f"SlowableMLP.forward (sample_job.py:{_extra_pass_line()})"
         assert doc["summary"]["verdict"].startswith("1 warning. Top: Rank 2 spends")
     else:
         assert found == [], found
@@ -248,3 +248,9 @@ def test_report_section_compares_ranks_and_escapes_stack_text(tmp_path: Path) ->
     assert "&lt;img src=x onerror=alert(1)&gt; (evil.py:1)" in labels and not any("<img" in str(y) for y in labels)
     assert not any("<img" in str(t) for row in trace["hovertext"] for t in row)
     assert "<img" not in html and "Rank 2 spends" in html
+
+
+def _extra_pass_line() -> int:
+    """The line of the slowed rank's extra pass in today's scripts/sample_job.py (the recordings say 93)."""
+    lines = (Path(__file__).resolve().parents[3] / "scripts" / "sample_job.py").read_text().splitlines()
+    return lines.index("                    self.head(self.body(x[:rows]))") + 1
