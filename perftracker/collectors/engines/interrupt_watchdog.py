@@ -58,16 +58,19 @@ def running():  # (state, seconds on a CPU) of the parent's main thread; (None, 
         return None, 0.0
 # The grace counts the time the parent could have ended and did not: asleep (state S: blocked in a wait, as in a
 # stuck connect) or on a CPU. Waiting for a CPU or a disk on a busy machine (R off the CPU, D) or stopped does
-# not count: schedstat's wait time grows only once the parent runs again, so it cannot tell this alone.
+# not count: schedstat's wait time grows only once the parent runs again, so it cannot tell this alone. A whole
+# interval between two looks counts only when the parent slept at both; else only its time on a CPU does (it may
+# have left a stop or a wait for a CPU at any point of it), so the grace is never cut short.
 began = last = time.monotonic()
-counted, (_, cpu_last) = 0.0, running()
+counted, (state_last, cpu_last) = 0.0, running()
 while counted < grace and time.monotonic() - began < 10 * grace:
     if pipe_closed(0.1) or not alive():
         sys.exit(0)
     now = time.monotonic()
     state, cpu = running()
-    counted += now - last if state in (None, "S") else cpu - cpu_last
-    last, cpu_last = now, cpu
+    asleep = state in (None, "S") and state_last in (None, "S")
+    counted += now - last if asleep else cpu - cpu_last
+    last, cpu_last, state_last = now, cpu, state
 sys.stderr.write(
     f"perftracker: interrupted while {what}, which did not give control back within {grace:g} s "
     "(a stuck or unreachable Ray raylet or cluster?); stopped. Nothing was written to the output folder.\n")
