@@ -33,14 +33,16 @@ def groups_of(states: dict[int, RankState]) -> list[HangGroup]:
             for (collective, where), ranks in sorted(by.items(), key=lambda kv: (-len(kv[1]), min(kv[1])))]
 
 
-def _moved_on(states: dict[str, dict[int, RankState]], times: dict[str, int], names: list[str], hang: str) -> bool:
-    """True when a later snapshot shows some rank elsewhere than in the hang dump: the job moved on."""
+def _moved_on(states: dict[str, dict[int, RankState]], times: dict[str, int], names: list[str], hang: str,
+              switches: dict[str, dict[int, int | None]]) -> bool:
+    """True when a later snapshot shows a rank elsewhere, or the ranks that should be blocked woke up: moved on."""
     for later in names:
         if later.endswith("-hang") or times.get(later, 0) <= times.get(hang, 0):
             continue
         common = states[later].keys() & states[hang].keys()
         if any((states[later][r].waiting, states[later][r].where) != (states[hang][r].waiting, states[hang][r].where)
-               for r in common):
+               for r in common) or not still(states[later], switches.get(hang, {}), switches.get(later, {}),
+                                             (times[later] - times[hang]) / 1e9):
             return True
     return False
 
@@ -59,7 +61,8 @@ def _choose(stacks: pd.DataFrame, last_step_ns: int) -> tuple[str, str, dict[int
     if not states:
         return None
     hosts = {str(k): str(v) for k, v in stacks.groupby("snapshot")["host"].first().items()}
-    hang = [n for n in names if n.endswith("-hang") and not _moved_on(states, times, names, n)]
+    switches = {name: switches_of(look) for name, look in main_stacks(stacks).items()}
+    hang = [n for n in names if n.endswith("-hang") and not _moved_on(states, times, names, n, switches)]
     if hang:
         latest = {str(hosts.get(n, "")): n for n in hang}  # latest per host; hosts' dumps merged
         merged: dict[int, RankState] = {}
@@ -76,9 +79,7 @@ def _choose(stacks: pd.DataFrame, last_step_ns: int) -> tuple[str, str, dict[int
         first, second = periodic[-2], periodic[-1]
         a, b = states[first], states[second]
         same = signature(a) == signature(b)  # the live sampler's notion of "the same picture"
-        looks = main_stacks(stacks)
-        if same and not still(b, switches_of(looks.get(first, {})), switches_of(looks.get(second, {})),
-                              (times[second] - times[first]) / 1e9):
+        if same and not still(b, switches.get(first, {}), switches.get(second, {}), (times[second] - times[first]) / 1e9):
             same = False  # the same stacks twice, but the ranks kept waking up: a loop, not a hang
         if same:
             how = f"the same in the last two snapshots ({periodic[-2]}, {periodic[-1]})"

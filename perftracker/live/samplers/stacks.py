@@ -167,6 +167,8 @@ class StackSampler:
 
     def _periodic(self, ctx: LiveContext, confirming: bool = False) -> None:
         started_ns = time.time_ns()
+        if not confirming:  # this round is the re-check a pending one asked for (a quick one now, right after
+            self._confirm_at = 0.0  # it, would compare two looks too close to show that anything stayed still)
         look = self._dump_round(ctx, "nonblocking", snapshot_name(started_ns / 1e9))
         if not look:
             return

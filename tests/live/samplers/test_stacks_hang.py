@@ -95,6 +95,19 @@ def test_hang_dump_is_judged_unless_a_later_snapshot_shows_the_job_moved_on(tmp_
     assert findings_for(tmp_path) == []
 
 
+def test_a_hang_dump_of_ranks_that_kept_waking_up_afterwards_is_not_a_hang(tmp_path: Path) -> None:
+    # GIVEN a hang dump where every rank is idle in the job's own sleep, and a periodic snapshot 2 s later with the
+    # ranks in the same place (a job whose step is mostly one sleep: attach under load, 2026-12-07)
+    for run, woke in (("looping", 52), ("stuck", 0)):
+        for r in range(4):
+            write_rank(tmp_path / run, "a-hang", r, SLEEPING, ts_ns=T0, switches=458 + r)
+            write_rank(tmp_path / run, "b", r, SLEEPING, ts_ns=T0 + 2 * 10**9, switches=458 + r + woke)
+    # WHEN analysed THEN the ranks that woke up 52 times in between moved on: no hang; the ones that did not are
+    assert findings_for(tmp_path / "looping") == []
+    (f,) = findings_for(tmp_path / "stuck")
+    assert f.evidence["snapshot"] == "a-hang"
+
+
 def test_every_rank_waiting_in_one_collective_points_at_ranks_without_stacks(tmp_path: Path) -> None:
     # GIVEN 4 of 8 ranks (one node attached) all waiting in the same all_reduce
     for r in range(4):
@@ -252,6 +265,40 @@ def test_sampler_dumps_every_rank_and_detects_ranks_idle_in_one_place(
     assert [r["rank"] for r in records] == [0, 1] and {r["mode"] for r in records} <= {"native", "blocking"}
     assert "every rank (2) is idle at idle_here" in ctx.progress.suspicion
     assert sampler.hang_dumps == 1
+
+
+LOOPER = "import time\ndef idle_here():\n    while True:\n        time.sleep(0.3)\nidle_here()\n"
+
+
+def test_a_periodic_round_is_the_recheck_a_pending_confirmation_asked_for(tmp_path: Path) -> None:
+    # GIVEN two processes that look idle in one place at every look but wake up every 0.3 s (a step that is mostly
+    # one sleep), and a sampler whose first round asks for a re-check 1.5 s later
+    if find_pyspy() is None:
+        pytest.skip("py-spy is not installed")
+    script = tmp_path / "looper.py"
+    script.write_text(LOOPER)
+    procs = [subprocess.Popen([sys.executable, str(script)], start_new_session=True) for _ in range(2)]
+    workers = [Worker(rank=i, local_rank=i, pid=p.pid, host="h", cmdline="looper", run_id="t", world_size=2,
+                      parent=1) for i, p in enumerate(procs)]
+    ctx = LiveContext(run_dir=tmp_path / "run", job=Job(workers), host="h", diagnosis=AnalyzerDiagnosis())
+    sampler = StackSampler(interval_s=60, confirm_s=1.5)
+    try:
+        time.sleep(1.0)  # let them reach idle_here
+        sampler.start(ctx)
+        sampler.sample(ctx)
+        # WHEN the next periodic round comes just before the re-check would
+        time.sleep(1.2)
+        sampler.sample(ctx)
+        time.sleep(2.0)
+    finally:
+        sampler.stop(ctx)
+        for p in procs:
+            p.kill()
+            p.wait()
+    # THEN that round was the re-check (it saw them wake up): no second look right after it, which would have
+    # compared two looks too close to show anything, and no hang dump
+    assert sampler.rounds == 2 and sampler.hang_dumps == 0 and not ctx.progress.suspicion, (
+        sorted(p.name for p in (ctx.run_dir / "stacks").iterdir()), ctx.progress.suspicion)
 
 
 def test_sampler_dumps_on_request_and_on_stalled_steps_and_survives_an_exited_rank(
