@@ -3,6 +3,7 @@ and `perftracker attach` on real torchrun (gloo, CPU) jobs where one rank hangs 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -221,19 +222,20 @@ def test_analyze_loads_a_run_dir_of_stacks_only(tmp_path: Path) -> None:
 
 # -- the sampler on real processes -------------------------------------------------------------------
 
-SLEEPER = "import time\ndef idle_here():\n    while True:\n        time.sleep(3600)\nidle_here()\n"
+IDLE = "import time\ndef idle_here():\n    while True:\n        time.sleep({sleep_s})\nidle_here()\n"
 
 
-@pytest.fixture
-def sleepers(tmp_path: Path) -> Iterator[tuple[LiveContext, list[subprocess.Popen[bytes]]]]:
+@contextlib.contextmanager
+def idle_processes(tmp_path: Path, sleep_s: float) -> Iterator[tuple[LiveContext, list[subprocess.Popen[bytes]]]]:
+    """Two real processes looping in `idle_here` over `time.sleep(sleep_s)`, and a LiveContext on them as the CLI's."""
     if find_pyspy() is None:
         pytest.skip("py-spy is not installed")
-    script = tmp_path / "sleeper.py"
-    script.write_text(SLEEPER)
+    script = tmp_path / "idle.py"
+    script.write_text(IDLE.format(sleep_s=sleep_s))
     procs = [subprocess.Popen([sys.executable, str(script)], start_new_session=True) for _ in range(2)]
-    workers = [Worker(rank=i, local_rank=i, pid=p.pid, host="h", cmdline="sleeper", run_id="t", world_size=2,
+    workers = [Worker(rank=i, local_rank=i, pid=p.pid, host="h", cmdline="idle", run_id="t", world_size=2,
                       parent=1) for i, p in enumerate(procs)]
-    ctx = LiveContext(run_dir=tmp_path / "run", job=Job(workers), host="h", diagnosis=AnalyzerDiagnosis())  # as the CLI
+    ctx = LiveContext(run_dir=tmp_path / "run", job=Job(workers), host="h", diagnosis=AnalyzerDiagnosis())
     time.sleep(1.0)  # let them reach idle_here
     try:
         yield ctx, procs
@@ -241,6 +243,12 @@ def sleepers(tmp_path: Path) -> Iterator[tuple[LiveContext, list[subprocess.Pope
         for p in procs:
             p.kill()
             p.wait()
+
+
+@pytest.fixture
+def sleepers(tmp_path: Path) -> Iterator[tuple[LiveContext, list[subprocess.Popen[bytes]]]]:
+    with idle_processes(tmp_path, 3600) as made:
+        yield made
 
 
 def test_sampler_dumps_every_rank_and_detects_ranks_idle_in_one_place(
@@ -267,34 +275,20 @@ def test_sampler_dumps_every_rank_and_detects_ranks_idle_in_one_place(
     assert sampler.hang_dumps == 1
 
 
-LOOPER = "import time\ndef idle_here():\n    while True:\n        time.sleep(0.3)\nidle_here()\n"
-
-
 def test_a_periodic_round_is_the_recheck_a_pending_confirmation_asked_for(tmp_path: Path) -> None:
     # GIVEN two processes that look idle in one place at every look but wake up every 0.3 s (a step that is mostly
     # one sleep), and a sampler whose first round asks for a re-check 1.5 s later
-    if find_pyspy() is None:
-        pytest.skip("py-spy is not installed")
-    script = tmp_path / "looper.py"
-    script.write_text(LOOPER)
-    procs = [subprocess.Popen([sys.executable, str(script)], start_new_session=True) for _ in range(2)]
-    workers = [Worker(rank=i, local_rank=i, pid=p.pid, host="h", cmdline="looper", run_id="t", world_size=2,
-                      parent=1) for i, p in enumerate(procs)]
-    ctx = LiveContext(run_dir=tmp_path / "run", job=Job(workers), host="h", diagnosis=AnalyzerDiagnosis())
     sampler = StackSampler(interval_s=60, confirm_s=1.5)
-    try:
-        time.sleep(1.0)  # let them reach idle_here
+    with idle_processes(tmp_path, 0.3) as (ctx, _):
         sampler.start(ctx)
-        sampler.sample(ctx)
-        # WHEN the next periodic round comes just before the re-check would
-        time.sleep(1.2)
-        sampler.sample(ctx)
-        time.sleep(2.0)
-    finally:
-        sampler.stop(ctx)
-        for p in procs:
-            p.kill()
-            p.wait()
+        try:
+            sampler.sample(ctx)
+            # WHEN the next periodic round comes just before the re-check would
+            time.sleep(1.2)
+            sampler.sample(ctx)
+            time.sleep(2.0)
+        finally:
+            sampler.stop(ctx)
     # THEN that round was the re-check (it saw them wake up): no second look right after it, which would have
     # compared two looks too close to show anything, and no hang dump
     assert sampler.rounds == 2 and sampler.hang_dumps == 0 and not ctx.progress.suspicion, (
