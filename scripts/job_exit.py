@@ -7,7 +7,7 @@ moment after the main thread saw it complete. That drop needs the GIL (the work'
 Python objects), and a thread that asks a finalizing interpreter for the GIL is ended by ``pthread_exit``, whose
 unwinding through a C++ destructor calls ``std::terminate``: "terminate called without an active exception",
 SIGABRT, on a rank that had done every step, and torchrun reports the job failed. Caught in the namespace lab's
-link-flap test under load (about one run in thirty beside two busy loops); the core showed the abort on
+link-flap test under load (3 of 73 runs beside two busy loops); the core showed the abort on
 ``pt_gloo_runloop`` in ``AsyncWork::~AsyncWork`` -> ``take_gil`` -> ``PyThread_exit_thread`` while the main thread
 was in ``Py_FinalizeEx``. ``perftracker sanity`` ends its ranks the same way (``perftracker/cli/sanity.py``).
 """
